@@ -1,0 +1,100 @@
+"""Appends steps and calls to a graph while lowering; in the checker it records nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .diagnostics import Span
+from .dims import Dim
+from .graph import Call, Graph, Step, ValueType
+from .values import Tensor
+
+
+class Builder:
+    """Lowering's sink. With ``graph=None`` (the checker) emitting only computes types."""
+
+    def __init__(self, graph: Graph | None):
+        self.graph = graph
+        self._used: dict[str, int] = {}
+        self._call_index = 0
+        self.depth = 0
+        self._seen: dict[tuple, str] = {}
+
+    @property
+    def recording(self) -> bool:
+        return self.graph is not None
+
+    def fresh(self, hint: str) -> str:
+        hint = hint or "t"
+        n = self._used.get(hint, 0)
+        self._used[hint] = n + 1
+        return f"%{hint}" if n == 0 else f"%{hint}.{n}"
+
+    def emit(self, op: str, operands: list[str], shape: tuple[Dim, ...], dtype: str,
+             attrs: dict[str, Any] | None = None, hint: str = "", span: Span | None = None,
+             labels: tuple[str, ...] | None = None) -> Tensor:
+        if self.graph is None:
+            return Tensor("%?", shape, dtype, labels=labels)
+        # Common subexpressions (each layer's rope tables, say) are computed once. Steps that
+        # read a state are never shared: a write may come between them.
+        key = None
+        if not any(o[1:] in self.graph.states for o in operands if o.startswith("@")):
+            key = (op, tuple(operands), repr(sorted((attrs or {}).items())))
+            if key in self._seen:
+                return Tensor(self._seen[key], shape, dtype, labels=labels)
+        name = self.fresh(hint)
+        if key is not None:
+            self._seen[key] = name
+        concrete = tuple(_concrete(d) for d in shape)
+        self.graph.values[name] = ValueType(concrete, dtype)
+        self.graph.steps.append(Step(op, list(operands), [name], dict(attrs or {}),
+                                     _loc(span)))
+        return Tensor(name, shape, dtype, labels=labels)
+
+    def effect(self, op: str, operands: list[str], attrs: dict[str, Any],
+               span: Span | None) -> None:
+        if self.graph is not None:
+            self.graph.steps.append(Step(op, list(operands), [], dict(attrs), _loc(span)))
+
+    def rename_last(self, tensor: Tensor, hint: str, force: bool = False) -> Tensor:
+        """Give the value the last step made a source name (`let q = ...` names it `%q`)."""
+        g = self.graph
+        if g is None or not g.steps or g.steps[-1].results != [tensor.ref]:
+            return tensor
+        old = tensor.ref
+        if not (force or old.startswith("%t")) or hint in ("", "_"):
+            return tensor
+        new = self.fresh(hint)
+        g.steps[-1].results = [new]
+        g.values[new] = g.values.pop(old)
+        return Tensor(new, tensor.shape, tensor.dtype, tensor.kind, tensor.labels)
+
+    def open_call(self, callee: str, kind: str, path: str, span: Span | None,
+                  attrs: dict[str, Any] | None = None) -> Call | None:
+        if self.graph is None:
+            return None
+        call = Call(callee, kind, len(self.graph.steps), -1, self._call_index, path,
+                    self.depth, _loc(span), dict(attrs or {}))
+        self._call_index += 1
+        self.graph.calls.append(call)
+        self.depth += 1
+        return call
+
+    def close_call(self, call: Call | None) -> None:
+        if call is None or self.graph is None:
+            return
+        call.stop = len(self.graph.steps)
+        self.depth -= 1
+
+
+def _concrete(d: Dim) -> int:
+    v = d.value
+    if v is None:
+        raise ValueError(f"dimension {d} is not concrete while lowering")
+    return v
+
+
+def _loc(span: Span | None) -> str:
+    if span is None:
+        return ""
+    return f"{span.source.name}:{span.line}"

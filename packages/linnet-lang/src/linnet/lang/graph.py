@@ -1,0 +1,204 @@
+"""The graph format: the one IR every emitter, runtime and backend reads.
+
+A :class:`Graph` is an entry lowered for concrete shapes:
+
+* ``steps``: one primitive call each (``op``, ``operands``, ``results``, ``attributes``).
+  Operands are SSA value names (``%q``) or parameter/state paths (``@layers.0.attn.q.weight``).
+* ``calls``: every fn/op/block call that lowering inlined, as a span ``start..stop`` of steps
+  with its ``callee``, ``path`` and ``index``.
+* ``values``: the shape and dtype of every SSA value; ``parameters`` and ``states`` by path.
+
+The serialised form is JSON with ``format`` = :data:`FORMAT_VERSION`; see docs/graph-format.md.
+
+>>> from linnet.lang import lower_file
+>>> g = lower_file("examples/llama/llama.linnet", "decode", config="toy",
+...                inputs={"token": [1], "pos": [1]})             # doctest: +SKIP
+>>> [c.path for c in g.semantic_calls("std.nn.linear::linear")][:3]  # doctest: +SKIP
+['model.layers.0.self_attn.q_proj', 'model.layers.0.self_attn.k_proj', ...]
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_VERSION = 1
+FORMAT_NAME = "linnet.graph"
+
+
+@dataclass(frozen=True)
+class ValueType:
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass
+class Step:
+    op: str
+    operands: list[str]
+    results: list[str]
+    attributes: dict[str, Any] = field(default_factory=dict)
+    loc: str = ""
+
+    def parameters(self) -> list[str]:
+        """Paths this step reads or writes (operands starting with `@`), without the `@`."""
+        return [o[1:] for o in self.operands if o.startswith("@")]
+
+    def values(self) -> list[str]:
+        return [o for o in self.operands if o.startswith("%")]
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"op": self.op, "operands": self.operands, "results": self.results}
+        if self.attributes:
+            out["attributes"] = self.attributes
+        if self.loc:
+            out["loc"] = self.loc
+        return out
+
+
+@dataclass
+class Call:
+    """An inlined call: steps ``start..stop`` (stop exclusive) came from calling ``callee``."""
+
+    callee: str
+    kind: str  # op, fn, block, kernel-op, entry
+    start: int
+    stop: int
+    index: int
+    path: str = ""
+    depth: int = 0
+    loc: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"callee": self.callee, "kind": self.kind, "start": self.start,
+                               "stop": self.stop, "index": self.index, "path": self.path,
+                               "depth": self.depth}
+        if self.loc:
+            out["loc"] = self.loc
+        if self.attributes:
+            out["attributes"] = self.attributes
+        return out
+
+
+@dataclass
+class Graph:
+    """An entry lowered for concrete shapes (see the module docstring)."""
+
+    entry: str
+    model: str
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    values: dict[str, ValueType] = field(default_factory=dict)
+    parameters: dict[str, ValueType] = field(default_factory=dict)
+    states: dict[str, ValueType] = field(default_factory=dict)
+    dims: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def semantic_calls(self, callee: str) -> list[Call]:
+        """The calls of ``callee`` (a qualified name such as ``std.nn.linear::linear``).
+
+        >>> g = Graph("decode", "m")
+        >>> g.calls.append(Call("std.nn.linear::linear", "op", 0, 1, 0, "q_proj"))
+        >>> [c.path for c in g.semantic_calls("std.nn.linear::linear")]
+        ['q_proj']
+        """
+        return [c for c in self.calls if c.callee == callee]
+
+    def producers(self) -> dict[str, int]:
+        """Map each SSA value to the index of the step that made it."""
+        return {r: i for i, s in enumerate(self.steps) for r in s.results}
+
+    def users(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i, s in enumerate(self.steps):
+            for o in s.operands:
+                out.setdefault(o, []).append(i)
+        return out
+
+    def iter_ops(self) -> Iterator[str]:
+        return (s.op for s in self.steps)
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "model": self.model,
+            "entry": self.entry,
+            "dims": self.dims,
+            "config": self.config,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "parameters": {k: v.to_json() for k, v in self.parameters.items()},
+            "states": {k: v.to_json() for k, v in self.states.items()},
+            "values": {k: v.to_json() for k, v in self.values.items()},
+            "steps": [s.to_json() for s in self.steps],
+            "calls": [c.to_json() for c in self.calls],
+        }
+
+    def dumps(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_json(), indent=indent)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Graph:
+        """Read a serialised graph; a wrong format or version is a :class:`LinnetError`."""
+        from .diagnostics import Diagnostic, LinnetError
+
+        if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+            raise LinnetError(Diagnostic("E0900", "this is not a Linnet graph",
+                                         help="write one with `linnet graph FILE --entry E`"))
+        if data.get("version") != FORMAT_VERSION:
+            raise LinnetError(Diagnostic(
+                "E0901", f"graph format version {data.get('version')} is not supported "
+                         f"(this linnet-lang reads version {FORMAT_VERSION})",
+                help="write the graph again with this version of linnet-lang"))
+
+        def vt(d: dict) -> ValueType:
+            return ValueType(tuple(d["shape"]), d["dtype"])
+
+        return cls(
+            entry=data["entry"], model=data["model"], inputs=list(data["inputs"]),
+            outputs=list(data["outputs"]),
+            steps=[Step(s["op"], s["operands"], s["results"], s.get("attributes", {}),
+                        s.get("loc", "")) for s in data["steps"]],
+            calls=[Call(c["callee"], c["kind"], c["start"], c["stop"], c["index"], c["path"],
+                        c.get("depth", 0), c.get("loc", ""), c.get("attributes", {}))
+                   for c in data["calls"]],
+            values={k: vt(v) for k, v in data["values"].items()},
+            parameters={k: vt(v) for k, v in data["parameters"].items()},
+            states={k: vt(v) for k, v in data["states"].items()},
+            dims=dict(data.get("dims", {})), config=dict(data.get("config", {})))
+
+    @classmethod
+    def loads(cls, text: str) -> Graph:
+        return cls.from_json(json.loads(text))
+
+    def summary(self) -> str:
+        """A short human-readable listing: one line per step, calls as headers."""
+        starts: dict[int, list[Call]] = {}
+        for c in self.calls:
+            starts.setdefault(c.start, []).append(c)
+        lines = [f"graph {self.model}.{self.entry}  (format {FORMAT_NAME} v{FORMAT_VERSION})"]
+        for name in self.inputs:
+            v = self.values[name]
+            lines.append(f"  input {name}: {v.dtype}{list(v.shape)}")
+        for i, s in enumerate(self.steps):
+            for c in sorted(starts.get(i, []), key=lambda c: c.depth):
+                where = f" [{c.path}]" if c.path else ""
+                lines.append(f"  {'  ' * c.depth}call {c.callee}{where}  steps {c.start}..{c.stop}")
+            res = ", ".join(f"{r}: {self.values[r].dtype}{list(self.values[r].shape)}"
+                            for r in s.results)
+            attrs = ", ".join(f"{k}={v}" for k, v in s.attributes.items())
+            lhs = f"{res} = " if res else ""
+            lines.append(f"  {i:5d}  {lhs}{s.op}({', '.join(s.operands)})"
+                         + (f" {{{attrs}}}" if attrs else ""))
+        lines.append(f"  return {', '.join(self.outputs)}")
+        return "\n".join(lines)

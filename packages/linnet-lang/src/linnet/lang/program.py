@@ -1,0 +1,81 @@
+"""Loading modules: a user's file, the modules it `use`s, and the std library in the wheel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import ast as A
+from .diagnostics import Diagnostic, LinnetError, SourceFile
+from .parser import parse
+
+STD_ROOT = Path(__file__).parent / "std"
+
+
+class Program:
+    """Every module reachable from the root file, parsed once each.
+
+    >>> prog = Program.from_text("pub fn two() -> f32 { return 2.0 }")
+    >>> prog.root.name
+    'main'
+    """
+
+    def __init__(self, root: A.Module, search: list[Path]):
+        self.modules: dict[str, A.Module] = {root.name: root}
+        self.root = root
+        self.search = search
+        self.errors: list[Diagnostic] = []
+        self._load_uses(root)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Program:
+        source = SourceFile.read(path)
+        name = Path(path).stem
+        return cls(parse(source, name), [Path(path).resolve().parent])
+
+    @classmethod
+    def from_text(cls, text: str, name: str = "main", filename: str | None = None) -> Program:
+        source = SourceFile(filename or f"{name}.linnet", text)
+        return cls(parse(source, name), [Path.cwd()])
+
+    def _locate(self, dotted: list[str]) -> Path | None:
+        rel = Path(*dotted).with_suffix(".linnet")
+        if dotted[0] == "std":
+            candidate = STD_ROOT / Path(*dotted[1:]).with_suffix(".linnet")
+            return candidate if candidate.is_file() else None
+        for root in self.search:
+            if (root / rel).is_file():
+                return root / rel
+        return None
+
+    def _load_uses(self, module: A.Module) -> None:
+        for item in module.items:
+            if not isinstance(item, A.Use):
+                continue
+            dotted = ".".join(item.module)
+            if dotted in self.modules:
+                continue
+            path = self._locate(item.module)
+            if path is None:
+                hint = ("the std library has " + ", ".join(sorted(std_modules()))
+                        if item.module[0] == "std" else
+                        f"put `{Path(*item.module)}.linnet` beside the file that uses it")
+                self.errors.append(Diagnostic("E0200", f"module `{dotted}` not found", item.span,
+                                              "no such module", help=hint))
+                continue
+            try:
+                sub = parse(SourceFile.read(path), dotted)
+            except LinnetError as err:
+                self.errors.extend(err.diagnostics)
+                continue
+            self.modules[dotted] = sub
+            self._load_uses(sub)
+
+    def module(self, dotted: str) -> A.Module | None:
+        return self.modules.get(dotted)
+
+
+def std_modules() -> list[str]:
+    return [
+        "std." + ".".join(p.relative_to(STD_ROOT).with_suffix("").parts)
+        for p in STD_ROOT.rglob("*.linnet")
+    ]

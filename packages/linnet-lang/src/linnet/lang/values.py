@@ -1,0 +1,83 @@
+"""What expressions evaluate to, in the checker (symbolic dims) and in lowering (concrete)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import ast as A
+from .dims import Dim
+
+
+@dataclass
+class Tensor:
+    """A tensor value: an SSA name (``%x``), a parameter or state path (``@a.b``), or, in the
+    checker, an anonymous value. ``labels`` names the axes of an index-notation intermediate."""
+
+    ref: str
+    shape: tuple[Dim, ...]
+    dtype: str
+    kind: str = "value"  # value | param | state | tile
+    labels: tuple[str, ...] | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def relabel(self, labels: tuple[str, ...] | None) -> Tensor:
+        return Tensor(self.ref, self.shape, self.dtype, self.kind, labels)
+
+
+@dataclass
+class Const:
+    """A compile-time scalar. Integers are :class:`Dim` so that they can stay symbolic.
+    ``dtype`` is a concrete dtype, or ``int``/``float``/``bool`` for weak literals."""
+
+    value: Any
+    dtype: str
+
+    @property
+    def known(self) -> bool:
+        if isinstance(self.value, Dim):
+            return self.value.is_const
+        return self.value is not None
+
+
+@dataclass
+class DType:
+    name: str
+
+
+@dataclass
+class BlockInst:
+    decl: A.BlockDecl
+    path: str
+    env: dict[str, Any]
+    members: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BlockArray:
+    element: A.BlockType
+    path: str
+    count: Dim
+    items: list[BlockInst]
+
+
+@dataclass
+class FuncRef:
+    decl: A.FuncDecl
+    owner: BlockInst | None = None
+
+
+@dataclass
+class Builtin:
+    name: str
+
+
+@dataclass
+class Poison:
+    """The value of an expression that already failed; using it reports nothing more."""
+
+
+POISON = Poison()
