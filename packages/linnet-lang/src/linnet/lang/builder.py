@@ -67,6 +67,10 @@ class Builder:
         new = self.fresh(hint)
         g.steps[-1].results = [new]
         g.values[new] = g.values.pop(old)
+        for key, name in self._seen.items():
+            if name == old:
+                self._seen[key] = new
+                break
         return Tensor(new, tensor.shape, tensor.dtype, tensor.kind, tensor.labels)
 
     def open_call(self, callee: str, kind: str, path: str, span: Span | None,

@@ -20,6 +20,7 @@ from .diagnostics import Diagnostic, LinnetError, Span
 from .dims import Dim, solve_for
 from .evaluate import Evaluator, Fail, Frame, fail, shape_str, walk
 from .graph import Graph, ValueType
+from .passes import run_passes
 from .program import Program
 from .values import BlockArray, BlockInst, Const, FuncRef, Poison, Tensor
 
@@ -536,7 +537,7 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
     if ev.errors:
         raise LinnetError(dedupe(ev.errors))
     graph.sources = {m.source.name: m.name for m in program.modules.values()}
-    return graph
+    return run_passes(graph)
 
 
 def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,

@@ -1368,6 +1368,9 @@ class Evaluator:
         attrs: dict[str, Any] = {}
         if decl.kernel is not None:
             attrs = self.kernel_binding_attrs(decl, callee_frame)
+        # The call's arguments and results, so that emitters and backends can replace the
+        # whole span with one library call (F.linear, SDPA...) without re-deriving them.
+        attrs["args"] = [self.argument_record(a) for a in args]
         call = self.builder.open_call(decl.qualified_name, decl.kind, path, expr.span, attrs)
         try:
             for p, a in zip(decl.params, args):
@@ -1381,10 +1384,21 @@ class Evaluator:
             out = []
             for value, (shape, dtype), res in zip(returned, result_types, decl.results):
                 out.append(self.check_return(value, shape, dtype, res, decl))
+            if call is not None:
+                call.attributes["results"] = [self.argument_record(v) for v in out]
             self.builder.close_call(call)
         except Fail:
             raise
         return out[0] if len(out) == 1 else (tuple(out) if out else None)
+
+    def argument_record(self, value: Any) -> Any:
+        """How a call's argument or result appears in the graph: a `%`/`@` ref or a literal."""
+        if isinstance(value, Tensor):
+            return value.ref
+        if isinstance(value, Const):
+            v = value.value
+            return v.value if isinstance(v, Dim) else v
+        return None
 
     def check_return(self, value: Any, shape: tuple[Dim, ...], dtype: str, res: A.Result,
                      decl: A.FuncDecl) -> Any:

@@ -1,0 +1,1 @@
+"""linnet.torch: run Linnet models on PyTorch."""
