@@ -71,6 +71,13 @@ class Builder:
             if name == old:
                 self._seen[key] = new
                 break
+        # Calls that just closed recorded the old name as their result.
+        for call in reversed(g.calls):
+            if call.stop != len(g.steps):
+                break
+            results = call.attributes.get("results")
+            if results and old in results:
+                call.attributes["results"] = [new if r == old else r for r in results]
         return Tensor(new, tensor.shape, tensor.dtype, tensor.kind, tensor.labels)
 
     def open_call(self, callee: str, kind: str, path: str, span: Span | None,
