@@ -1,0 +1,162 @@
+"""The PyTorch interpreter: runs a graph step by step from a rule table.
+
+It is the semantic reference that generated source is tested against: each rule is the
+primitive's definition (docs/graph-format.md) written with torch, with no fast paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from linnet.lang.graph import Graph, Step
+from linnet.lang.primitives import PRIMITIVES
+
+DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
+          "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32, "i16": torch.int16,
+          "i8": torch.int8, "u8": torch.uint8, "bool": torch.bool}
+INTS = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8}
+
+Rule = Callable[[Step, list[Any], torch.device], Any]
+
+
+def _div(step: Step, x: list[Any], device: torch.device) -> Any:
+    a, b = x
+    if isinstance(a, torch.Tensor) and a.dtype in INTS:
+        return torch.div(a, b, rounding_mode="floor")
+    return a / b
+
+
+def _take(step: Step, x: list[Any], device: torch.device) -> Any:
+    data, idx = x
+    axis = step.attributes["axis"]
+    size = data.shape[axis]
+    safe = idx.long().clamp(0, size - 1)
+    out = torch.index_select(data, axis, safe.reshape(-1))
+    out = out.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1:])
+    if step.attributes["bounds"] == "zero":
+        valid = ((idx >= 0) & (idx < size)).reshape((1,) * axis + idx.shape
+                                                    + (1,) * (data.dim() - axis - 1))
+        out = torch.where(valid, out, torch.zeros((), dtype=out.dtype, device=device))
+    return out
+
+
+def _gather(step: Step, x: list[Any], device: torch.device) -> Any:
+    data, *indices = x
+    safe = [i.long().clamp(0, data.shape[a] - 1) for a, i in enumerate(indices)]
+    out = data[tuple(safe)]
+    if step.attributes["bounds"] == "zero":
+        valid = torch.ones((), dtype=torch.bool, device=device)
+        for a, i in enumerate(indices):
+            valid = valid & (i >= 0) & (i < data.shape[a])
+        valid = valid.reshape(valid.shape + (1,) * (data.dim() - len(indices)))
+        out = torch.where(valid, out, torch.zeros((), dtype=out.dtype, device=device))
+    return out
+
+
+def _reduce(step: Step, x: list[Any], device: torch.device) -> Any:
+    (data,) = x
+    kind, axes = step.attributes["kind"], tuple(step.attributes["axes"])
+    acc = DTYPES[step.attributes["accumulate"]]
+    if kind == "sum":
+        return data.to(acc).sum(dim=axes)
+    if kind == "mean":
+        return data.to(acc).mean(dim=axes)
+    if kind == "max":
+        return data.amax(dim=axes)
+    if kind == "min":
+        return data.amin(dim=axes)
+    out = data.to(acc)
+    for axis in sorted(axes, reverse=True):
+        out = torch.prod(out, dim=axis)
+    return out
+
+
+def _contract(step: Step, x: list[Any], device: torch.device) -> Any:
+    a, b = x
+    acc = DTYPES[step.attributes["accumulate"]]
+    return torch.einsum(step.attributes["spec"], a.to(acc), b.to(acc))
+
+
+def _iota(step: Step, x: list[Any], device: torch.device) -> Any:
+    shape, axis = step.attributes["shape"], step.attributes["axis"]
+    view = [1] * len(shape)
+    view[axis] = shape[axis]
+    out = torch.arange(shape[axis], dtype=DTYPES[step.attributes["dtype"]], device=device)
+    return out.reshape(view).expand(shape)
+
+
+def _constant(step: Step, x: list[Any], device: torch.device) -> Any:
+    return torch.tensor(step.attributes["value"], dtype=DTYPES[step.attributes["dtype"]],
+                        device=device)
+
+
+def _max(fn: Callable) -> Rule:
+    return lambda s, x, d: fn(*x)
+
+
+RULES: dict[str, Rule] = {
+    "neg": lambda s, x, d: -x[0], "not": lambda s, x, d: ~x[0],
+    "exp": lambda s, x, d: torch.exp(x[0]), "log": lambda s, x, d: torch.log(x[0]),
+    "sqrt": lambda s, x, d: torch.sqrt(x[0]), "rsqrt": lambda s, x, d: torch.rsqrt(x[0]),
+    "sin": lambda s, x, d: torch.sin(x[0]), "cos": lambda s, x, d: torch.cos(x[0]),
+    "tanh": lambda s, x, d: torch.tanh(x[0]), "sigmoid": lambda s, x, d: torch.sigmoid(x[0]),
+    "erf": lambda s, x, d: torch.erf(x[0]), "abs": lambda s, x, d: torch.abs(x[0]),
+    "floor": lambda s, x, d: torch.floor(x[0]),
+    "add": lambda s, x, d: x[0] + x[1], "sub": lambda s, x, d: x[0] - x[1],
+    "mul": lambda s, x, d: x[0] * x[1], "div": _div,
+    "rem": lambda s, x, d: torch.remainder(x[0], x[1]),
+    "pow": lambda s, x, d: torch.pow(x[0], x[1]),
+    "maximum": _max(torch.maximum), "minimum": _max(torch.minimum),
+    "lt": lambda s, x, d: x[0] < x[1], "le": lambda s, x, d: x[0] <= x[1],
+    "gt": lambda s, x, d: x[0] > x[1], "ge": lambda s, x, d: x[0] >= x[1],
+    "eq": lambda s, x, d: x[0] == x[1], "ne": lambda s, x, d: x[0] != x[1],
+    "and": lambda s, x, d: x[0] & x[1], "or": lambda s, x, d: x[0] | x[1],
+    "select": lambda s, x, d: torch.where(x[0], x[1], x[2]),
+    "convert": lambda s, x, d: x[0].to(DTYPES[s.attributes["dtype"]]),
+    "constant": _constant, "iota": _iota,
+    "reshape": lambda s, x, d: x[0].reshape(s.attributes["shape"]),
+    "transpose": lambda s, x, d: x[0].permute(s.attributes["perm"]),
+    "broadcast": lambda s, x, d: x[0].expand(s.attributes["shape"]),
+    "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
+}
+
+
+def _scatter(step: Step, x: list[Any], device: torch.device) -> None:
+    state, value, *indices = x
+    if not indices:
+        state.copy_(value)
+    else:
+        state.index_put_(tuple(i.long() for i in indices), value)
+
+
+RULES["scatter"] = _scatter
+
+
+def missing_rules() -> list[str]:
+    return sorted(set(PRIMITIVES) - set(RULES))
+
+
+def run_graph(graph: Graph, inputs: list[torch.Tensor], params: dict[str, torch.Tensor],
+              states: dict[str, torch.Tensor], device: torch.device | str = "cpu"
+              ) -> list[torch.Tensor]:
+    """Run ``graph`` step by step; states are updated in place.
+
+    >>> # model.decode(token, pos) with `load(..., interpret=True)` runs this
+    """
+    device = torch.device(device)
+    env: dict[str, Any] = dict(zip(graph.inputs, inputs))
+    for step in graph.steps:
+        args = []
+        for o in step.operands:
+            if o.startswith("@"):
+                path = o[1:]
+                args.append(states[path] if path in states else params[path])
+            else:
+                args.append(env[o])
+        out = RULES[step.op](step, args, device)
+        if step.results:
+            env[step.results[0]] = out
+    return [env[o] for o in graph.outputs]

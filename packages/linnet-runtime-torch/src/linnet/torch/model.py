@@ -1,0 +1,341 @@
+"""`load`, models, contexts: running a Linnet model's entries on PyTorch."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from linnet.lang import Graph, LinnetError, Program, check_program, lower
+from linnet.lang.diagnostics import Diagnostic
+from linnet.lang.emit_torch import emit_torch
+
+from .home import import_source
+from .interpreter import DTYPES, run_graph
+from .weights import load_safetensors
+
+NUMERICS = ("exact", "fast")
+
+
+def _error(code: str, message: str, help: str = "") -> LinnetError:
+    return LinnetError(Diagnostic(code, message, help=help))
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise _error("E0710", f"`{device}` is not a device: {exc}",
+                     help="use 'cpu', 'cuda' or 'cuda:N'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise _error("E0711", f"device `{device}` was asked for, but CUDA is not available here",
+                     help="load with device='cpu', or run on a machine with an NVIDIA GPU and a "
+                          "CUDA build of torch")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise _error("E0712", f"device `{device}` does not exist: this machine has "
+                     f"{torch.cuda.device_count()} CUDA device(s)", help="pick another index")
+    return dev
+
+
+@dataclass
+class Context:
+    """The states (KV caches) one sequence batch runs against, allocated once.
+
+    >>> # ctx = model.new_context(); model.decode(token, pos, context=ctx)
+    """
+
+    states: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Zero every state (start new sequences)."""
+        for t in self.states.values():
+            t.zero_()
+
+
+@dataclass
+class Lowered:
+    graph: Graph
+    module: ModuleType | None = None
+    path: str = ""
+
+
+class Model:
+    """A loaded Linnet model: its parameters on a device and its entries as methods.
+
+    Entries are called with tensors: ``model.decode(token, pos)``. Each distinct input
+    shape is lowered once; its generated source is imported from a file under
+    $LINNET_HOME/generated.
+    """
+
+    def __init__(self, program: Program, params: dict[str, torch.Tensor],
+                 config: dict[str, Any], device: torch.device, compile: bool | str,
+                 numerics: str, interpret: bool, weight_shapes: dict[str, tuple] | None,
+                 progress: Callable[[str], None] | None = None):
+        self.program = program
+        self.params = params
+        self.config = dict(config)
+        self.device = device
+        self.compile = compile
+        self.numerics = numerics
+        self.interpret = interpret
+        self.weight_shapes = weight_shapes
+        self.progress = progress or (lambda msg: None)
+        self._lowered: dict[tuple, Lowered] = {}
+        self._contexts: dict[tuple, Context] = {}
+        self._compiled: dict[str, Callable] = {}
+        self.entries = [m.name for m in self._model_decl().methods if m.kind == "entry"]
+
+    def _model_decl(self):
+        from linnet.lang.compiler import find_model
+
+        return find_model(self.program, None)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in self.__dict__.get("entries", []):
+            raise AttributeError(name)
+        return lambda *inputs, context=None: self.run(name, list(inputs), context=context)
+
+    def __dir__(self) -> list[str]:
+        return list(super().__dir__()) + list(self.entries)
+
+    # ------------------------------------------------------------ lowering
+    def graph(self, entry: str, inputs: list[torch.Tensor]) -> Graph:
+        """The graph of ``entry`` for inputs shaped like ``inputs``."""
+        return self._lower(entry, inputs).graph
+
+    def _lower(self, entry: str, inputs: list[torch.Tensor]) -> Lowered:
+        key = (entry, tuple((tuple(t.shape), t.dtype) for t in inputs))
+        if key in self._lowered:
+            return self._lowered[key]
+        decl = self._model_decl()
+        method = decl.method(entry)
+        if method is None or method.kind != "entry":
+            raise _error("E0601", f"model `{decl.name}` has no entry `{entry}`",
+                         help="entries: " + ", ".join(self.entries))
+        if len(inputs) != len(method.params):
+            raise _error("E0720", f"entry `{entry}` takes {len(method.params)} inputs "
+                         f"({', '.join(p.name for p in method.params)}), got {len(inputs)}")
+        shapes: dict[str, Any] = {}
+        for p, t in zip(method.params, inputs):
+            if not isinstance(t, torch.Tensor):
+                raise _error("E0721", f"input `{p.name}` of `{entry}` must be a torch.Tensor, "
+                             f"got {type(t).__name__}", help="wrap it: torch.tensor(...)")
+            shapes[p.name] = list(t.shape)
+        graph = lower(self.program, entry, shapes, self.config, self.weight_shapes, check=False)
+        for p, t, name in zip(method.params, inputs, graph.inputs):
+            want = DTYPES[graph.values[name].dtype]
+            if t.dtype != want:
+                raise _error("E0722", f"input `{p.name}` of `{entry}` is {t.dtype}, the entry "
+                             f"declares {graph.values[name].dtype}",
+                             help=f"convert it: `{p.name}.to({want})`")
+        lowered = Lowered(graph)
+        if not self.interpret:
+            sources = {m.source.name: m.source.text for m in self.program.modules.values()}
+            text = emit_torch(graph, sources, numerics=self.numerics,
+                              origin=self.program.root.source.name)
+            module = import_source(text, f"linnet_{graph.model.lower()}_{entry}")
+            module.DEVICE = self.device
+            lowered.module = module
+            lowered.path = module.__file__ or ""
+            if self.compile:
+                self._compile_slices(module, entry)
+        self._lowered[key] = lowered
+        return lowered
+
+    def _compile_slices(self, module: ModuleType, entry: str) -> None:
+        backend = self.compile if isinstance(self.compile, str) else "inductor"
+        for sl in module.ENTRIES[entry]["slices"]:
+            name = sl["function"]
+            fn = getattr(module, name)
+            if getattr(fn, "_linnet_compiled", False):
+                continue
+            compiled = torch.compile(fn, backend=backend, dynamic=False)
+            wrapper = self._announce(compiled, name, sl["kind"])
+            wrapper._linnet_compiled = True  # type: ignore[attr-defined]
+            setattr(module, name, wrapper)
+
+    def _announce(self, compiled: Callable, name: str, kind: str) -> Callable:
+        """Report each slice kind's first (compiling) call and how long it took."""
+        state = {"first": True}
+
+        def call(*args: Any) -> Any:
+            if not state["first"]:
+                return compiled(*args)
+            state["first"] = False
+            self.progress(f"compiling {name} (kind {kind[:8]})...")
+            start = time.perf_counter()
+            out = compiled(*args)
+            self.progress(f"compiled {name} in {time.perf_counter() - start:.1f} s")
+            return out
+
+        return call
+
+    # ------------------------------------------------------------ running
+    def new_context(self, entry: str | None = None, inputs: list[torch.Tensor] | None = None
+                    ) -> Context:
+        """Fresh, zeroed states; shapes come from a lowered entry (the first one run if none)."""
+        if entry is not None and inputs is not None:
+            graph = self._lower(entry, inputs).graph
+        elif self._lowered:
+            graph = next(iter(self._lowered.values())).graph
+        else:
+            raise _error("E0730", "a new context needs an entry and inputs to size its states",
+                         help="model.new_context('decode', [token, pos])")
+        return Context({path: torch.zeros(vt.shape, dtype=DTYPES[vt.dtype], device=self.device)
+                        for path, vt in graph.states.items()})
+
+    def _context_for_graph(self, graph: Graph) -> Context:
+        key = tuple(sorted((p, v.shape, v.dtype) for p, v in graph.states.items()))
+        if key not in self._contexts:
+            self._contexts[key] = Context({
+                path: torch.zeros(vt.shape, dtype=DTYPES[vt.dtype], device=self.device)
+                for path, vt in graph.states.items()})
+        return self._contexts[key]
+
+    def run(self, entry: str, inputs: list[torch.Tensor], context: Context | None = None
+            ) -> Any:
+        """Run ``entry``; returns its result (a tensor, or a tuple for several)."""
+        inputs = [t.to(self.device) if isinstance(t, torch.Tensor) else t for t in inputs]
+        lowered = self._lower(entry, inputs)
+        graph = lowered.graph
+        ctx = context if context is not None else self._context_for_graph(graph)
+        for path, vt in graph.states.items():
+            have = ctx.states.get(path)
+            if have is None or tuple(have.shape) != vt.shape:
+                raise _error("E0731", f"the context's state `{path}` is "
+                             f"{None if have is None else list(have.shape)}, this call needs "
+                             f"{list(vt.shape)}", help="make a context for these inputs: "
+                             f"model.new_context({entry!r}, inputs)")
+        with numerics_mode(self.numerics), torch.inference_mode():
+            if self.interpret:
+                outs = run_graph(graph, inputs, self.params, ctx.states, self.device)
+            else:
+                assert lowered.module is not None
+                fn = getattr(lowered.module, entry)
+                outs = fn(*inputs, self.params, ctx.states)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
+        """The path of the generated source file for ``entry`` with these inputs."""
+        return self._lower(entry, inputs).path
+
+
+@contextlib.contextmanager
+def numerics_mode(numerics: str) -> Iterator[None]:
+    """exact: f32 accumulation, no TF32, no reduced-precision reductions; fast: allow them."""
+    fast = numerics == "fast"
+    cuda = torch.backends.cuda.matmul
+    saved = (cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction,
+             cuda.allow_fp16_reduced_precision_reduction, torch.backends.cudnn.allow_tf32)
+    cuda.allow_tf32 = fast
+    cuda.allow_bf16_reduced_precision_reduction = fast
+    cuda.allow_fp16_reduced_precision_reduction = fast
+    torch.backends.cudnn.allow_tf32 = fast
+    try:
+        yield
+    finally:
+        (cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction,
+         cuda.allow_fp16_reduced_precision_reduction, torch.backends.cudnn.allow_tf32) = saved
+
+
+def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) -> dict[str, Any]:
+    if config is None:
+        return {}
+    if isinstance(config, dict):
+        return {k: v for k, v in config.items() if not str(k).startswith("_")}
+    from linnet.lang.cli import load_config
+
+    return load_config(str(config), [], str(model_path))
+
+
+def load(path: str | Path, weights: str | Path | dict[str, torch.Tensor] | None = None,
+         device: str | torch.device = "cpu", compile: bool | str = False,
+         numerics: str = "exact", config: dict[str, Any] | str | Path | None = None,
+         interpret: bool = False, dtype: torch.dtype | None = None,
+         progress: Callable[[str], None] | bool = False) -> Model:
+    """Load a `.linnet` model with safetensors weights onto ``device``.
+
+    ``weights`` is a safetensors file (memory-mapped and moved straight to the device, never
+    unpickled) or a dict of tensors. Dims that the weights determine are read from them;
+    ``config`` (a dict, a JSON file, or a name in the model's configs/ folder) gives the
+    rest. ``compile=True`` (or a torch.compile backend name) compiles each slice kind once;
+    ``interpret=True`` runs the PyTorch interpreter instead of generated source.
+
+    >>> model = load("examples/llama/llama.linnet", config="toy",
+    ...              weights=None)                                   # doctest: +SKIP
+    >>> logits = model.decode(torch.tensor([1]), torch.tensor([0]))  # doctest: +SKIP
+    """
+    if numerics not in NUMERICS:
+        raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    dev = resolve_device(device)
+    model_path = Path(path)
+    program = Program.from_file(model_path)
+    errors = check_program(program)
+    if errors:
+        raise LinnetError(errors)
+    cfg = read_config(config, model_path)
+    report = _progress(progress)
+    params: dict[str, torch.Tensor] = {}
+    shapes: dict[str, tuple] | None = None
+    if weights is not None:
+        if isinstance(weights, dict):
+            params = {k: v.to(dev) for k, v in weights.items()}
+        else:
+            report(f"loading weights from {weights}")
+            params = load_safetensors(weights, dev)
+        if dtype is not None:
+            params = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in params.items()}
+        shapes = {k: (tuple(v.shape), _dtype_name(v.dtype)) for k, v in params.items()}
+    return Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    for name, dt in DTYPES.items():
+        if dt == dtype:
+            return name
+    raise _error("E0723", f"weights of dtype {dtype} are not supported",
+                 help="convert them to one of " + ", ".join(DTYPES))
+
+
+def _progress(progress: Callable[[str], None] | bool) -> Callable[[str], None]:
+    if callable(progress):
+        return progress
+    if progress:
+        return lambda msg: print(f"linnet: {msg}", file=sys.stderr, flush=True)
+    return lambda msg: None
+
+
+def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,
+                   dtype: torch.dtype | None = None, scale: float = 0.02
+                   ) -> dict[str, torch.Tensor]:
+    """Deterministic random parameters for a model and config (norm weights are ones)."""
+    program = Program.from_file(model_path)
+    decl = next(m for m in program.root.items if getattr(m, "kind", "") == "model")
+    entry = next(m for m in decl.methods if m.kind == "entry")
+    inputs = {p.name: [1] * len(p.type.dims) for p in entry.params}  # type: ignore[union-attr]
+    graph = lower(program, entry.name, _fit_inputs(entry, inputs), config)
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for path, vt in sorted(graph.parameters.items()):
+        dt = dtype or DTYPES[vt.dtype]
+        if path.endswith("norm.weight") or path.endswith("layernorm.weight"):
+            out[path] = torch.ones(vt.shape, dtype=dt)
+        else:
+            out[path] = (torch.randn(vt.shape, generator=gen) * scale).to(dt)
+    return out
+
+
+def _fit_inputs(entry: Any, inputs: dict[str, list[int]]) -> dict[str, list[int]]:
+    return inputs
+
+
+def save_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=1))
