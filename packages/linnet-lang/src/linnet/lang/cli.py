@@ -131,6 +131,52 @@ def read_safetensors_header(path: str) -> dict[str, tuple]:
     return safetensors_shapes(path)
 
 
+def cmd_torch(args: argparse.Namespace) -> int:
+    """Write generated PyTorch for every entry whose inputs were given."""
+    from .compiler import find_model
+    from .emit_torch import emit_torch
+
+    try:
+        config = load_config(args.config, args.set, args.file)
+        program = Program.from_file(args.file)
+        errors = check_program(program)
+        if errors:
+            raise LinnetError(errors)
+        weights = read_safetensors_header(args.weights) if args.weights else None
+        inputs = parse_inputs(args.input)
+        decl = find_model(program, args.model)
+        entries = [m for m in decl.methods if m.kind == "entry"]
+        if args.entry:
+            entries = [m for m in entries if m.name == args.entry] or entries[:0]
+            if not entries:
+                lower(program, args.entry, inputs, config, weights, args.model, check=False)
+        graphs = []
+        for m in entries:
+            if all(p.name in inputs for p in m.params):
+                mine = {p.name: inputs[p.name] for p in m.params}
+                graphs.append(lower(program, m.name, mine, config, weights, args.model,
+                                    check=False))
+            else:
+                missing = [p.name for p in m.params if p.name not in inputs]
+                print(f"linnet: skipping entry `{m.name}`: no shape for "
+                      + ", ".join(f"`--input {n}=...`" for n in missing), file=sys.stderr)
+        if not graphs:
+            raise LinnetError(Diagnostic("E0644", "no entry had all its input shapes",
+                                         help="give them with --input NAME=D0,D1"))
+    except LinnetError as err:
+        return report(err, "text")
+    sources = {m.source.name: m.source.text for m in program.modules.values()}
+    text = emit_torch(graphs, sources, numerics=args.numerics, fast=not args.no_fast,
+                      origin=args.file)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output} ({len(text.splitlines())} lines, entries: "
+              + ", ".join(g.entry for g in graphs) + ")", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from .codes import EXPLANATIONS
 
@@ -160,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
     p.set_defaults(run=cmd_graph)
 
+    p = sub.add_parser("torch", help="write generated PyTorch source for a model's entries")
+    add_lowering_arguments(p, entry_required=False)
+    p.add_argument("-o", "--output", help="the .py file to write (default: stdout)")
+    p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
+    p.add_argument("--no-fast", action="store_true",
+                   help="lower std ops from their bodies instead of fused torch calls")
+    p.set_defaults(run=cmd_torch)
+
     p = sub.add_parser("explain", help="explain an error code")
     p.add_argument("code")
     p.set_defaults(run=cmd_explain)
@@ -174,10 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_lowering_arguments(p: argparse.ArgumentParser) -> None:
+def add_lowering_arguments(p: argparse.ArgumentParser, entry_required: bool = True) -> None:
     """The arguments every command that lowers an entry shares."""
     p.add_argument("file")
-    p.add_argument("--entry", required=True, help="entry to lower (e.g. decode)")
+    p.add_argument("--entry", required=entry_required, help="entry to lower (e.g. decode)")
     p.add_argument("--model", help="model name, when the file declares several")
     p.add_argument("--config", help="JSON config, or the name of one in the model's configs/")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",

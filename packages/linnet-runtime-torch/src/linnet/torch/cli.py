@@ -1,0 +1,125 @@
+"""`linnet run`: run a model's prefill and decode from the command line.
+
+With no arguments it runs the embedded default: the Llama example with its toy config and
+a small deterministic checkpoint generated locally (nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from linnet.lang import LinnetError
+from linnet.lang.diagnostics import Diagnostic
+
+
+def default_model() -> Path:
+    here = Path.cwd() / "examples" / "llama" / "llama.linnet"
+    if here.is_file():
+        return here
+    import linnet.lang
+
+    shipped = Path(linnet.lang.__file__).parent / "examples" / "llama" / "llama.linnet"
+    if shipped.is_file():
+        return shipped
+    raise LinnetError(Diagnostic(
+        "E0740", "no model given and the Llama example was not found",
+        help="run from the repository root, or pass a model: `linnet run model.linnet`"))
+
+
+def register_run(subparsers: Any) -> None:
+    """Adds `linnet run` to the `linnet` CLI (the `linnet.commands` entry point)."""
+    p = subparsers.add_parser("run", help="run a model's prefill and decode (default: demo)")
+    p.add_argument("file", nargs="?", help="a .linnet model (default: the Llama example)")
+    p.add_argument("--weights", help="safetensors weights (default: a generated toy checkpoint)")
+    p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy)")
+    p.add_argument("--prompt", default="1,2,3,4,5,6,7,8", help="comma-separated token ids")
+    p.add_argument("--tokens", type=int, default=16, help="tokens to decode")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--compile", action="store_true", help="torch.compile each slice kind once")
+    p.add_argument("--interpret", action="store_true", help="use the PyTorch interpreter")
+    p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated checkpoint")
+    p.set_defaults(run=run_command)
+
+
+def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
+    """A deterministic random checkpoint for ``model`` and ``config`` under $LINNET_HOME."""
+    from safetensors.torch import save_file
+
+    from .home import linnet_home
+    from .model import random_weights
+
+    key = hashlib.sha256(f"{model.read_text()}{sorted(config.items())}{seed}".encode())
+    path = linnet_home() / "demo" / f"{model.stem}-{key.hexdigest()[:12]}.safetensors"
+    if not path.is_file():
+        weights = random_weights(model, config, seed=seed)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_suffix(".tmp")
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp))
+        tmp.replace(path)
+    return path
+
+
+def run_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from linnet.lang.cli import load_config
+
+    from .model import load
+
+    model_path = Path(args.file) if args.file else default_model()
+    config_name = args.config or ("toy" if not args.file else None)
+    config = load_config(config_name, [], str(model_path)) if config_name else {}
+    weights = args.weights
+    if weights is None:
+        print(f"linnet: generating a deterministic checkpoint for {model_path.name} "
+              f"({config_name} config, seed {args.seed})", file=sys.stderr)
+        weights = demo_checkpoint(model_path, config, args.seed)
+    try:
+        prompt = [int(t) for t in args.prompt.split(",") if t.strip()]
+    except ValueError:
+        print("linnet run: --prompt takes comma-separated integers", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    model = load(model_path, weights=weights, device=args.device, compile=args.compile,
+                 numerics=args.numerics, config=config, interpret=args.interpret, progress=True)
+    print(f"loaded {model_path} on {model.device} in {time.perf_counter() - start:.2f} s "
+          f"(entries: {', '.join(model.entries)})")
+    tokens = torch.tensor([prompt], dtype=torch.int32)
+    start = time.perf_counter()
+    logits = model.prefill(tokens)
+    sync(model.device)
+    print(f"prefill {len(prompt)} tokens: {1000 * (time.perf_counter() - start):.1f} ms "
+          "(includes lowering and compiling on the first call)")
+    token = int(logits[0, -1].argmax())
+    pos = len(prompt)
+    out = [token]
+    times = []
+    for i in range(args.tokens - 1):
+        start = time.perf_counter()
+        step = model.decode(torch.tensor([token], dtype=torch.int32),
+                            torch.tensor([pos], dtype=torch.int32))
+        token = int(step[0].argmax())
+        sync(model.device)
+        ms = 1000 * (time.perf_counter() - start)
+        times.append(ms)
+        out.append(token)
+        pos += 1
+        print(f"  token {i + 1:3d} at position {pos - 1:4d}: {token:6d}   {ms:8.2f} ms")
+    steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else float("nan")
+    print(f"decoded {len(out)} tokens: {out}")
+    print(f"per-token decode: median {steady:.2f} ms after the first (first: "
+          f"{times[0] if times else float('nan'):.1f} ms, includes lowering)")
+    return 0
+
+
+def sync(device: Any) -> None:
+    import torch
+
+    if getattr(device, "type", "") == "cuda":
+        torch.cuda.synchronize(device)
