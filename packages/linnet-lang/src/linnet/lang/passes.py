@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 from .graph import Graph
+
+_REPEATED = re.compile(r"(^|\.)\d+(\.|$)")
 
 
 def hoist_invariants(graph: Graph) -> Graph:
@@ -12,34 +16,47 @@ def hoist_invariants(graph: Graph) -> Graph:
     they stop making layer 0 look different from the others (so every layer's slice has one
     kind and is compiled once) and are not recomputed per layer.
     """
-    invariant: set[str] = set(graph.inputs)
+    repeated = [c for c in graph.calls if _REPEATED.search(c.path)]
+    in_repeated = [False] * len(graph.steps)
+    for c in repeated:
+        for i in range(c.start, c.stop):
+            in_repeated[i] = True
+    if not repeated:
+        return graph
+    # Hoisted steps go just before the first layer; they may read what ran before it.
+    first = min(c.start for c in repeated)
+    available: set[str] = set(graph.inputs)
+    for step in graph.steps[:first]:
+        available.update(step.results)
+    invariant = set(available)
     hoisted: list[int] = []
     for i, step in enumerate(graph.steps):
-        if step.op == "scatter" or not step.results:
+        if i < first or step.op == "scatter" or not step.results:
             continue
-        if all(o in invariant for o in step.operands):
-            hoisted.append(i)
+        # Only code inside repeated blocks (layers) moves: elsewhere it runs once anyway.
+        if in_repeated[i] and all(o in invariant for o in step.operands):
             invariant.update(step.results)
+            hoisted.append(i)
     if not hoisted:
         return graph
     hoisted_set = set(hoisted)
     kept = [i for i in range(len(graph.steps)) if i not in hoisted_set]
-    order = hoisted + kept
+    order = kept[:first] + hoisted + kept[first:]
     new_index = {old: new for new, old in enumerate(order)}
-    offset = len(hoisted)
     kept_before = [0] * (len(graph.steps) + 1)
     for i in range(len(graph.steps)):
         kept_before[i + 1] = kept_before[i] + (0 if i in hoisted_set else 1)
     for call in graph.calls:
         inside = [i for i in range(call.start, call.stop) if i not in hoisted_set]
-        if inside:
-            call.start, call.stop = new_index[inside[0]], new_index[inside[-1]] + 1
-        else:
-            call.start = call.stop = offset + kept_before[call.start]
-    # The entry's own call spans everything.
-    for call in graph.calls:
         if call.kind == "entry":
-            call.start = 0
+            call.start, call.stop = 0, len(graph.steps)
+        elif inside:
+            call.start, call.stop = new_index[inside[0]], new_index[inside[-1]] + 1
+            if call.start >= first and call.start < first + len(hoisted):
+                call.start = first + len(hoisted)
+        else:
+            pos = kept_before[call.start]
+            call.start = call.stop = pos + (len(hoisted) if pos >= first else 0)
     graph.steps = [graph.steps[i] for i in order]
     return graph
 

@@ -1,0 +1,132 @@
+"""Generated source against the interpreter, fast std calls against their bodies."""
+
+import pytest
+import torch
+from conftest import LLAMA, toy_config
+
+from linnet.lang import Program, lower
+from linnet.lang.emit_torch import FAST_CALLS, RULES, emit_torch
+from linnet.lang.primitives import PRIMITIVES
+from linnet.torch import load, random_weights, run_graph
+from linnet.torch.home import import_source
+from linnet.torch.interpreter import missing_rules
+
+
+def test_every_primitive_has_a_rule_everywhere():
+    assert sorted(set(PRIMITIVES) - set(RULES)) == []
+    assert missing_rules() == []
+
+
+# Each fast call, with inputs, in a one-entry model that calls it.
+FAST_CASES = {
+    "std.nn.linear::linear": ("use std.nn.linear::{linear}", "linear(x, w)",
+                              {"x": ([3, 8], "f32"), "w": ([5, 8], "f32")}, "[3, 5]"),
+    "std.nn.linear::linear_bias": ("use std.nn.linear::{linear_bias}", "linear_bias(x, w, b)",
+                                   {"x": ([3, 8], "f32"), "w": ([5, 8], "f32"),
+                                    "b": ([5], "f32")}, "[3, 5]"),
+    "std.nn.embedding::embedding": ("use std.nn.embedding::{embedding}", "embedding(ids, t)",
+                                    {"ids": ([4], "i32"), "t": ([10, 6], "f32")}, "[4, 6]"),
+    "std.nn.norm::rms_norm": ("use std.nn.norm::{rms_norm}", "rms_norm(x, w, 1e-5)",
+                              {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
+    "std.nn.activation::silu": ("use std.nn.activation::{silu}", "silu(x)",
+                                {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.activation::softmax": ("use std.nn.activation::{softmax}", "softmax(x)",
+                                   {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.attention::decode_attention": (
+        "use std.nn.attention::{decode_attention}",
+        "decode_attention(q, kc, vc, pos, 0.25)",
+        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
+         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
+    "std.nn.attention::causal_attention": (
+        "use std.nn.attention::{causal_attention}", "causal_attention(q, k, v, 0.25)",
+        {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"),
+         "v": ([2, 5, 2, 16], "f32")}, "[2, 5, 2, 3, 16]"),
+}
+
+
+def fast_case_program(use: str, call: str, inputs: dict, out: str) -> Program:
+    params = ", ".join(f"{n}: Tensor[{', '.join(str(d) for d in s)}; {t}]"
+                       for n, (s, t) in inputs.items())
+    return Program.from_text(f"""
+{use}
+model M {{
+    entry run({params}) -> Tensor[{out.strip('[]')}; f32] {{
+        return {call}
+    }}
+}}
+""")
+
+
+def random_input(shape, dtype, gen):
+    if dtype == "i32":
+        return torch.randint(0, shape[0] if len(shape) == 1 and shape[0] > 2 else 10, shape,
+                             generator=gen, dtype=torch.int32)
+    return torch.randn(shape, generator=gen)
+
+
+@pytest.mark.parametrize("callee", sorted(FAST_CALLS))
+def test_fast_call_equals_the_op_body(callee):
+    use, call, inputs, out = FAST_CASES[callee]
+    graph = lower(fast_case_program(use, call, inputs, out), "run",
+                  {n: s for n, (s, _) in inputs.items()})
+    assert graph.semantic_calls(callee), "the case must call the op"
+    gen = torch.Generator().manual_seed(0)
+    args = [random_input(s, t, gen) for s, t in inputs.values()]
+    if callee == "std.nn.attention::decode_attention":
+        args[3] = torch.tensor([4, 11], dtype=torch.int32)
+    fast = import_source(emit_torch(graph, fast=True), "fast_case")
+    body = import_source(emit_torch(graph, fast=False), "body_case")
+    assert "F." in "".join(open(fast.__file__).read().split("def run")[0]) or callee.endswith(
+        "softmax")
+    got = fast.run(*args, {}, {})[0]
+    want = body.run(*args, {}, {})[0]
+    ref = run_graph(graph, args, {}, {})[0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(want, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_llama_generated_matches_interpreter(dtype):
+    cfg = toy_config(T=dtype)
+    weights = random_weights(LLAMA, cfg, seed=1)
+    tol = 1e-5 if dtype == "f32" else 3e-2
+    models = [load(LLAMA, weights=weights, config=cfg, interpret=i) for i in (False, True)]
+    tokens = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], dtype=torch.int32)
+    prefill = [m.prefill(tokens) for m in models]
+    torch.testing.assert_close(prefill[0], prefill[1], rtol=tol, atol=tol)
+    token = torch.tensor([7, 8], dtype=torch.int32)
+    pos = torch.tensor([5, 5], dtype=torch.int32)
+    decode = [m.decode(token, pos) for m in models]
+    torch.testing.assert_close(decode[0], decode[1], rtol=tol, atol=tol)
+
+
+def test_generated_source_is_a_content_hashed_file(linnet_home):
+    cfg = toy_config()
+    model = load(LLAMA, weights=random_weights(LLAMA, cfg), config=cfg)
+    token = torch.tensor([1], dtype=torch.int32)
+    path = model.source("decode", [token, token])
+    assert path.startswith(str(linnet_home / "generated"))
+    text = open(path).read()
+    assert "def decode(token, pos, params, states):" in text
+    assert "# llama.linnet:" in text
+    assert (linnet_home.stat().st_mode & 0o777) == 0o700
+
+
+def test_states_persist_across_calls_and_contexts_are_separate():
+    cfg = toy_config()
+    model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=2), config=cfg)
+    tokens = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    model.prefill(tokens)
+    step = model.decode(torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32))
+    longer = model.prefill(torch.tensor([[1, 2, 3, 4]], dtype=torch.int32),
+                           context=model.new_context("prefill", [tokens]))
+    torch.testing.assert_close(step[0], longer[0, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_numerics_fast_runs_close_to_exact():
+    cfg = toy_config(T="bf16")
+    w = random_weights(LLAMA, cfg, seed=3)
+    tokens = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    exact = load(LLAMA, weights=w, config=cfg, numerics="exact").prefill(tokens)
+    fast = load(LLAMA, weights=w, config=cfg, numerics="fast").prefill(tokens)
+    torch.testing.assert_close(exact, fast, rtol=5e-2, atol=5e-2)
