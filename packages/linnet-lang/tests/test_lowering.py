@@ -119,3 +119,16 @@ model M<R: Dim, C: Dim> {
     assert call.attributes["kernel_applies"] is True
     g = lower(prog, "run", {"x": [3, 2000]})
     assert g.semantic_calls("std.nn.activation::softmax")[0].attributes["kernel_applies"] is False
+
+
+@pytest.mark.parametrize("entry,inputs", [("decode", {"token": [1], "pos": [1]}),
+                                          ("prefill", {"tokens": [1, 8]})])
+def test_every_layer_is_one_slice_kind(program, entry, inputs):
+    from linnet.lang.slices import cut
+
+    g = lower(program, entry, inputs, config("llama-3-8b"), check=False)
+    slices = cut(g)
+    layers = [s for s in slices if s.prefix.startswith("model.layers.")]
+    assert len(layers) == 32
+    assert len({s.kind for s in layers}) == 1
+    assert len({s.kind for s in slices}) == 3  # glue before, the layers, glue after

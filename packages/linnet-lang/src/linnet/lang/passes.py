@@ -25,17 +25,17 @@ def hoist_invariants(graph: Graph) -> Graph:
         return graph
     # Hoisted steps go just before the first layer; they may read what ran before it.
     first = min(c.start for c in repeated)
-    available: set[str] = set(graph.inputs)
-    for step in graph.steps[:first]:
-        available.update(step.results)
-    invariant = set(available)
+    # Invariant: made from the entry's inputs and constants alone (no parameter, no state).
+    invariant: set[str] = set(graph.inputs)
     hoisted: list[int] = []
     for i, step in enumerate(graph.steps):
-        if i < first or step.op == "scatter" or not step.results:
+        if step.op == "scatter" or not step.results:
             continue
+        if not all(o in invariant for o in step.operands):
+            continue
+        invariant.update(step.results)
         # Only code inside repeated blocks (layers) moves: elsewhere it runs once anyway.
-        if in_repeated[i] and all(o in invariant for o in step.operands):
-            invariant.update(step.results)
+        if i >= first and in_repeated[i]:
             hoisted.append(i)
     if not hoisted:
         return graph
