@@ -3,10 +3,9 @@
 import pytest
 import torch
 from conftest import LLAMA, toy_config
-from safetensors.torch import save_file
-
 from linnet.lang import LinnetError
 from linnet.torch import load, random_weights
+from safetensors.torch import save_file
 
 
 def code_of(excinfo) -> str:

@@ -66,9 +66,9 @@ def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    import torch
-
     from linnet.lang.cli import load_config
+
+    import torch
 
     from .model import load
 

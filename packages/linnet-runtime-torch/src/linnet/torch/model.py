@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -12,17 +11,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import torch
-
 from linnet.lang import Graph, LinnetError, Program, check_program, lower
 from linnet.lang.diagnostics import Diagnostic
 from linnet.lang.emit_torch import emit_torch
+
+import torch
 
 from .home import import_source
 from .interpreter import DTYPES, run_graph
 from .weights import load_safetensors
 
 NUMERICS = ("exact", "fast")
+# `compile=` strings that are torch.compile modes (of inductor); any other string is a backend.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
@@ -151,13 +152,17 @@ class Model:
         return lowered
 
     def _compile_slices(self, module: ModuleType, entry: str) -> None:
-        backend = self.compile if isinstance(self.compile, str) else "inductor"
+        options: dict[str, Any] = {"backend": "inductor"}
+        if isinstance(self.compile, str) and self.compile in COMPILE_MODES:
+            options = {"mode": self.compile}
+        elif isinstance(self.compile, str):
+            options = {"backend": self.compile}
         for sl in module.ENTRIES[entry]["slices"]:
             name = sl["function"]
             fn = getattr(module, name)
             if getattr(fn, "_linnet_compiled", False):
                 continue
-            compiled = torch.compile(fn, backend=backend, dynamic=False)
+            compiled = torch.compile(fn, dynamic=False, **options)
             wrapper = self._announce(compiled, name, sl["kind"])
             wrapper._linnet_compiled = True  # type: ignore[attr-defined]
             setattr(module, name, wrapper)
@@ -266,7 +271,8 @@ def load(path: str | Path, weights: str | Path | dict[str, torch.Tensor] | None 
     ``weights`` is a safetensors file (memory-mapped and moved straight to the device, never
     unpickled) or a dict of tensors. Dims that the weights determine are read from them;
     ``config`` (a dict, a JSON file, or a name in the model's configs/ folder) gives the
-    rest. ``compile=True`` (or a torch.compile backend name) compiles each slice kind once;
+    rest. ``compile=True`` compiles each slice kind once with inductor; a string is a
+    torch.compile mode (``"max-autotune-no-cudagraphs"``...) or backend (``"aot_eager"``);
     ``interpret=True`` runs the PyTorch interpreter instead of generated source.
 
     >>> model = load("examples/llama/llama.linnet", config="toy",
@@ -321,7 +327,7 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
     decl = next(m for m in program.root.items if getattr(m, "kind", "") == "model")
     entry = next(m for m in decl.methods if m.kind == "entry")
     inputs = {p.name: [1] * len(p.type.dims) for p in entry.params}  # type: ignore[union-attr]
-    graph = lower(program, entry.name, _fit_inputs(entry, inputs), config)
+    graph = lower(program, entry.name, inputs, config)
     gen = torch.Generator().manual_seed(seed)
     out = {}
     for path, vt in sorted(graph.parameters.items()):
@@ -331,11 +337,3 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
         else:
             out[path] = (torch.randn(vt.shape, generator=gen) * scale).to(dt)
     return out
-
-
-def _fit_inputs(entry: Any, inputs: dict[str, list[int]]) -> dict[str, list[int]]:
-    return inputs
-
-
-def save_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=1))

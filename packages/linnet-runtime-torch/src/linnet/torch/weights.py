@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from linnet.lang.diagnostics import Diagnostic, LinnetError
 from linnet.lang.weights import safetensors_header
+
+import torch
 
 
 def load_safetensors(path: str | Path, device: torch.device) -> dict[str, torch.Tensor]:
