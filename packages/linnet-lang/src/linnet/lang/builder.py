@@ -19,6 +19,8 @@ class Builder:
         self._call_index = 0
         self.depth = 0
         self._seen: dict[tuple, str] = {}
+        self._key_of: dict[str, tuple] = {}  # result name -> its CSE key, for renames
+        self._last_fresh: str | None = None  # the result of the last step emitted (not shared)
 
     @property
     def recording(self) -> bool:
@@ -41,10 +43,13 @@ class Builder:
         if not any(o[1:] in self.graph.states for o in operands if o.startswith("@")):
             key = (op, tuple(operands), repr(sorted((attrs or {}).items())))
             if key in self._seen:
+                self._last_fresh = None
                 return Tensor(self._seen[key], shape, dtype, labels=labels)
         name = self.fresh(hint)
+        self._last_fresh = name
         if key is not None:
             self._seen[key] = name
+            self._key_of[name] = key
         concrete = tuple(_concrete(d) for d in shape)
         self.graph.values[name] = ValueType(concrete, dtype)
         self.graph.steps.append(Step(op, list(operands), [name], dict(attrs or {}),
@@ -59,7 +64,10 @@ class Builder:
     def rename_last(self, tensor: Tensor, hint: str, force: bool = False) -> Tensor:
         """Give the value the last step made a source name (`let q = ...` names it `%q`)."""
         g = self.graph
-        if g is None or not g.steps or g.steps[-1].results != [tensor.ref]:
+        # Only a value the last step just made can take a name; a shared (CSE) value keeps
+        # the name it already has, which other steps use.
+        if g is None or not g.steps or g.steps[-1].results != [tensor.ref] \
+                or tensor.ref != self._last_fresh:
             return tensor
         old = tensor.ref
         if not (force or old.startswith("%t")) or hint in ("", "_"):
@@ -67,10 +75,11 @@ class Builder:
         new = self.fresh(hint)
         g.steps[-1].results = [new]
         g.values[new] = g.values.pop(old)
-        for key, name in self._seen.items():
-            if name == old:
-                self._seen[key] = new
-                break
+        self._last_fresh = new
+        key = self._key_of.pop(old, None)
+        if key is not None:
+            self._seen[key] = new
+            self._key_of[new] = key
         # Calls that just closed recorded the old name as their result.
         for call in reversed(g.calls):
             if call.stop != len(g.steps):

@@ -254,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `linnet graph ... | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

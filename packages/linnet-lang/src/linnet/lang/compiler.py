@@ -9,6 +9,7 @@ linnet.lang.diagnostics.LinnetError: error[E0201]: unknown name `N`...
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from . import ast as A
 from . import dtypes as DT
 from .builder import Builder
-from .diagnostics import Diagnostic, LinnetError, Span
+from .diagnostics import Diagnostic, Label, LinnetError, Span
 from .dims import Dim, solve_for
 from .evaluate import Evaluator, Fail, Frame, fail, shape_str, walk
 from .graph import Graph, ValueType
@@ -68,7 +69,7 @@ def config_value(ev: Evaluator, m: A.Member, frame: Frame, config: dict[str, Any
         return Const(None, type_name(m.type))
     else:
         raise fail("E0612", f"config `{m.name}` has no value", m.span, "declared without a default",
-                   help=f"pass it: `--config {m.name}=...`, or give a default: "
+                   help=f"pass it: `--set {m.name}=...`, or give a default: "
                         f"`config {m.name}: ... = ...`")
     t = type_name(m.type)
     try:
@@ -85,7 +86,8 @@ def config_value(ev: Evaluator, m: A.Member, frame: Frame, config: dict[str, Any
     except (TypeError, ValueError):
         pass
     raise fail("E0613", f"config `{m.name}` is {t}, but the value given is {raw!r}", m.span,
-               "declared here", help=f"give a {t} value")
+               "declared here", help="give `true` or `false`" if t == "bool" else
+               f"give a {t} value")
 
 
 def type_name(t: A.TypeExpr) -> str:
@@ -172,6 +174,8 @@ def check_function(ev: Evaluator, decl: A.FuncDecl, owner: BlockInst | None) -> 
     frame = Frame(decl.module, env, owner, decl)
     try:
         params = bind_params(ev, decl, frame)
+        for clause in decl.where:  # unknown names and non-dims in `where` are errors too
+            ev.value(clause, frame)
         if decl.kind == "kernel":
             check_kernel_header(ev, decl, frame)
         results = [ev.tensor_type(r.type, frame) for r in decl.results]
@@ -181,16 +185,19 @@ def check_function(ev: Evaluator, decl: A.FuncDecl, owner: BlockInst | None) -> 
     ev.run_body(decl.body, frame)
     if decl.kind == "kernel":
         if frame.returned is not None:
-            ev.errors.append(Diagnostic("E0512", "a kernel writes its results with `store`; "
-                                        "it does not `return`", decl.name_span, "this kernel",
-                                        help="`store(y[...], value)` for each named result"))
+            names = [r.name for r in decl.results if r.name] or ["y"]
+            ev.errors.append(Diagnostic(
+                "E0512", "a kernel writes its results with `store`; it does not `return`",
+                frame.return_exprs[0].span if frame.return_exprs else decl.name_span,
+                "returned here", help=f"`store({names[0]}[...], value)` for each named result"
+                ).with_secondary(decl.name_span, "in this kernel"))
     elif frame.returned is None:
         if results:
             ev.errors.append(Diagnostic(
                 "E0441", f"`{decl.name}` declares a result but never returns", decl.name_span,
                 "no `return`", help="end the body with `return value`"))
     else:
-        check_returns(ev, decl, frame.returned, results)
+        check_returns(ev, decl, frame.returned, results, frame.return_exprs)
     if decl.kernel is not None:
         check_kernel_binding(ev, decl, frame, params)
     if decl.grad is not None:
@@ -225,17 +232,30 @@ def bind_params(ev: Evaluator, decl: A.FuncDecl, frame: Frame) -> list[Any]:
 
 
 def check_returns(ev: Evaluator, decl: A.FuncDecl, returned: list[Any],
-                  results: list[tuple]) -> None:
+                  results: list[tuple], exprs: list[A.Expr] | None = None) -> None:
     if len(returned) != len(results):
         ev.errors.append(Diagnostic("E0441", f"`{decl.name}` returns {len(returned)} value(s) but "
                                     f"declares {len(results)}", decl.name_span, "declared here"))
         return
-    for value, (shape, dtype), res in zip(returned, results, decl.results):
+    for i, (value, (shape, dtype), res) in enumerate(zip(returned, results, decl.results)):
         if isinstance(value, Poison):
             continue
         try:
             ev.check_return(value, shape, dtype, res, decl)
         except Fail as f:
+            if exprs and i < len(exprs) and isinstance(value, Tensor):
+                # Point at what was returned, with the declaration as the reason; spell the
+                # fix with the returned expression.
+                expr = exprs[i]
+                f.diag.secondary.insert(0, Label(res.span, "declared here"))
+                f.diag.span = expr.span
+                f.diag.label = f"this is {fmt_type((value.shape, value.dtype))}"
+                if f.diag.code == "E0444":
+                    shown = ev.src(expr)
+                    if not isinstance(expr, A.Name | A.Index | A.Field | A.Call):
+                        shown = f"({shown})"
+                    f.diag.help = (f"convert explicitly before returning: `return {shown} as "
+                                   f"{dtype}` (Linnet never narrows silently)")
             ev.errors.append(f.diag)
 
 
@@ -276,8 +296,9 @@ def check_kernel_binding(ev: Evaluator, decl: A.FuncDecl, frame: Frame, params: 
         assert k.module is not None
         kframe = Frame(k.module, kenv)
         if len(k.params) != len(decl.params):
-            raise fail("E0516", f"kernel `{k.name}` takes {len(k.params)} parameters but op "
-                       f"`{decl.name}` has {len(decl.params)}", binding.span,
+            raise fail("E0516", f"kernel `{k.name}` takes {len(k.params)} parameter"
+                       f"{'s' if len(k.params) != 1 else ''} but op `{decl.name}` has "
+                       f"{len(decl.params)}", binding.span,
                        "parameters differ", secondary=[(k.name_span, "kernel declared here")],
                        help="a kernel takes the op's parameters, in order")
         for kp, op_p in zip(k.params, decl.params):
@@ -313,7 +334,9 @@ def check_kernel_binding(ev: Evaluator, decl: A.FuncDecl, frame: Frame, params: 
                         raise fail("E0505", f"tile size {n.value} is not a power of two",
                                    binding.span, "bound here",
                                    secondary=[(a.span, "used as a tile size")],
-                                   help="tile sizes must be powers of two; round up and mask")
+                                   help=f"tile sizes must be powers of two: bind "
+                                        f"{1 << max(0, (n.value - 1).bit_length())} and mask "
+                                        "the extra lanes")
     except Fail as f:
         ev.errors.append(f.diag)
 
@@ -415,6 +438,8 @@ def check_program(program: Program) -> list[Diagnostic]:
                 elif isinstance(item, A.Use):
                     for name, span in item.names:
                         ev.resolve_global(module, name, span)
+                elif isinstance(item, A.Const):  # constants are checked even when unused
+                    ev.value(item.value, Frame(module, {}))
             except Fail as f:
                 ev.errors.append(f.diag)
     return dedupe(ev.errors)
@@ -468,8 +493,9 @@ def find_model(program: Program, model: str | None) -> A.BlockDecl:
     if len(models) != 1:
         raise LinnetError(Diagnostic(
             "E0600", f"{program.root.source.name} declares {len(models)} models; name one",
-            help="models here: " + (", ".join(m.name for m in models) or "none; declare "
-                                    "`model Name<...> { ... entry decode(...) ... }`")))
+            help=(f"pick one with `--model {models[0].name}` (`model=` in Python); models here: "
+                  + ", ".join(m.name for m in models)) if models else
+                 "declare one: `model Name<...> { ... entry decode(...) ... }`"))
     return models[0]
 
 
@@ -505,10 +531,13 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
     try:
         env = bind_model_generics(ev, decl, method, inputs or {}, config or {}, weights)
         inst = instantiate(ev, decl, dict(env), "", config)
-        ev.check_where(decl, Frame(decl.module, inst.env, inst), decl.name_span)  # type: ignore[arg-type, arg-type]
+        ev.check_where(decl, Frame(decl.module, inst.env, inst), decl.name_span,  # type: ignore[arg-type, arg-type]
+                       label="model declared here",
+                       help="choose config values that satisfy the clause")
         if weights is not None:
             check_weights(decl, inst, weights)
         graph.dims = {k: v.value for k, v in env.items() if isinstance(v, Dim)}
+        graph.dtypes = {k: v for k, v in env.items() if isinstance(v, str)}
         graph.config = {k: (v.value.value if isinstance(v.value, Dim) else v.value)
                         for k, v in inst.env.items() if isinstance(v, Const)}
         for t in walk_instance(inst):
@@ -575,15 +604,21 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
     for p in entry.params:
         if p.name not in inputs:
             raise fail("E0605", f"input `{p.name}` of entry `{entry.name}` was not given",
-                       p.span, "needs a shape", help=f"give it, e.g. `--input {p.name}=1`")
+                       p.span, "needs a shape",
+                       help=f"give its shape, e.g. `--input {p.name}="
+                            + ",".join(ev.src(d) for d in p.type.dims) + "` with numbers"
+                       if isinstance(p.type, A.TensorType) else
+                       f"give it, e.g. `--input {p.name}=`")
         if not isinstance(p.type, A.TensorType):
             continue
         given = inputs[p.name]
         shape = given[0] if isinstance(given, tuple) else given
         if len(shape) != len(p.type.dims):
-            raise fail("E0606", f"input `{p.name}` has {len(shape)} dimensions, entry "
-                       f"`{entry.name}` expects {len(p.type.dims)}", p.span,
-                       f"declared {len(p.type.dims)}-dimensional")
+            raise fail("E0606", f"input `{p.name}` has {len(shape)} "
+                       f"dimension{'s' if len(shape) != 1 else ''}, entry `{entry.name}` expects "
+                       f"{len(p.type.dims)}", p.span, f"declared {len(p.type.dims)}-dimensional",
+                       help="give one size per dimension: `--input " + p.name + "="
+                            + ",".join(ev.src(d) for d in p.type.dims) + "` with numbers")
         pending = list(zip(p.type.dims, shape))
         unify_dims(ev, pending, env, generics, decl, f"input `{p.name}`", p.span)
     # Weights.
@@ -622,11 +657,22 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
     missing = [g for g in decl.generics + entry.generics if g.name not in env and g.default is None]
     if missing:
         names = ", ".join(f"`{g.name}`" for g in missing)
+        # A `where` clause that should have bound it, with every other name known, has no
+        # whole-number solution (`where H == KV * G` with H = 3, KV = 2): show it.
+        unsolvable = []
+        for clause in decl.where:
+            used = {n.name for n in walk(clause) if isinstance(n, A.Name) and n.name in generics}
+            unknown = used - set(env)
+            if len(unknown) == 1 and unknown <= {g.name for g in missing}:
+                known = ", ".join(f"{n} = {env[n]}" for n in sorted(used - unknown))
+                unsolvable.append((clause.span, f"no whole `{next(iter(unknown))}` satisfies "
+                                                f"this with {known}"))
         raise fail("E0603", f"model `{decl.name}`: cannot determine {names}", decl.name_span,
                    "model declared here",
-                   help="give " + ("them" if len(missing) > 1 else "it") + " in the config (`--config "
-                   f"{missing[0].name}=...`)" + ("" if weights is not None else " or pass weights"),
-                   secondary=[(g.span, "unbound") for g in missing[:3]])
+                   help="give " + ("them" if len(missing) > 1 else "it") + " in the config (`--set "
+                   f"{missing[0].name}=...`)" + ("" if weights is not None else " or pass weights")
+                   + (", or change the sizes in the `where` clause" if unsolvable else ""),
+                   secondary=[(g.span, "unbound") for g in missing[:3]] + unsolvable)
     for g in decl.generics + entry.generics:
         if g.name not in env and g.default is not None:
             env[g.name] = ev.generic_value(g, g.default, Frame(decl.module, env))
@@ -677,8 +723,11 @@ def unify_dims(ev: Evaluator, pending: list, env: dict, generics: dict, decl: A.
                     rest.append((dexpr, n))
                 continue
             if d.value != n:
-                raise fail("E0607", f"{what}: size {n} where {ev.src(dexpr)} = {d}",
-                           dexpr.span, f"expects {d}", help="pass inputs of the declared shape")
+                settable = isinstance(dexpr, A.Name) and dexpr.name in generics
+                raise fail("E0607", f"{what} has size {n} where `{ev.src(dexpr)}` = {d}",
+                           dexpr.span, f"expects {d}",
+                           help="pass an input of the declared shape" + (
+                               f", or set `--set {dexpr.name}={n}`" if settable else ""))
         if len(rest) == len(pending):
             break
         pending = rest
@@ -718,33 +767,63 @@ def count_arrays(decl: A.BlockDecl, sym_env: dict, env: dict, generics: dict,
                                     sym_env[arg.name] = env[arg.name]
 
 
+def param_spans(inst: BlockInst) -> dict[str, Span]:
+    """Where each parameter of an instance is declared, by path."""
+    out: dict[str, Span] = {}
+    for m in inst.decl.members:
+        v = inst.members.get(m.name)
+        if isinstance(v, Tensor):
+            out[v.ref[1:]] = m.span
+        elif isinstance(v, BlockInst):
+            out.update(param_spans(v))
+        elif isinstance(v, BlockArray):
+            for item in v.items:
+                out.update(param_spans(item))
+    return out
+
+
 def check_weights(decl: A.BlockDecl, inst: BlockInst, weights: dict[str, tuple]) -> None:
     """Every parameter has a weight of its shape and dtype, and every weight is a parameter."""
     params = {t.ref[1:]: t for t in walk_instance(inst) if t.kind == "param"}
+    spans = param_spans(inst)
+    members = {m.name: m.span for m in decl.members}
     diags: list[Diagnostic] = []
+
+    def at_param(d: Diagnostic, path: str) -> Diagnostic:
+        # A parameter declared in a sub-block: show the model's member it comes through too.
+        top = path.split(".")[0]
+        if "." in path and top in members:
+            d.with_secondary(members[top], f"`{path}` comes from `{top}`")
+        return d
+
     missing = [p for p in params if p not in weights]
     for p in missing[:20]:
         t = params[p]
-        diags.append(Diagnostic("E0630", f"weight `{p}` is missing", None,
-                                help=f"the model expects {fmt_type((t.shape, t.dtype))}; check "
-                                     "that the weights belong to this model and config"))
+        diags.append(at_param(Diagnostic(
+            "E0630", f"weight `{p}` is missing", spans.get(p), f"`{p}` is declared here",
+            help=f"the model expects {fmt_type((t.shape, t.dtype))}; check that the weights "
+                 "belong to this model and config"), p))
     if len(missing) > 20:
         diags.append(Diagnostic("E0630", f"... and {len(missing) - 20} more missing weights"))
     unexpected = [w for w in weights if w not in params]
     for w in unexpected[:20]:
+        close = difflib.get_close_matches(w, list(params), n=1, cutoff=0.8)
         diags.append(Diagnostic("E0631", f"weight `{w}` is not a parameter of `{decl.name}`",
-                                None, help="remove it, or declare it as a `param` in the model"))
+                                None, help=(f"did you mean `{close[0]}`? " if close else "")
+                                + "remove it, or declare it as a `param` in the model"))
     for p, t in params.items():
         if p in weights:
             shape, dtype = weights[p]
             want = tuple(d.value for d in t.shape)
             if tuple(shape) != want:
-                diags.append(Diagnostic(
+                diags.append(at_param(Diagnostic(
                     "E0632", f"weight `{p}` has shape {list(shape)}, the model expects "
-                    f"{list(want)}", None, help="the weights were made for another config"))
+                    f"{list(want)}", spans.get(p), f"{list(want)} with this config",
+                    help="the weights were made for another config"), p))
             elif dtype != t.dtype:
-                diags.append(Diagnostic(
-                    "E0633", f"weight `{p}` is {dtype}, the model expects {t.dtype}", None,
-                    help=f"convert the checkpoint, or load with dtype {dtype}"))
+                diags.append(at_param(Diagnostic(
+                    "E0633", f"weight `{p}` is {dtype}, the model expects {t.dtype}",
+                    spans.get(p), f"{t.dtype} with this config",
+                    help=f"convert the checkpoint, or load with dtype {dtype}"), p))
     if diags:
         raise LinnetError(diags)

@@ -168,41 +168,95 @@ class LinnetError(Exception):
         return render_all(self.diagnostics)
 
 
-def _render_label_block(out: list[str], span: Span, text: str, gutter: int, mark: str) -> None:
+def _label_columns(span: Span) -> tuple[int, int, int]:
+    """(line, first column, underline width) of a label; multi-line spans run to line end."""
     src = span.source
     line, col = src.line_col(span.start)
     end_line, end_col = src.line_col(max(span.start, span.stop - 1) if span.stop > span.start
                                      else span.start)
     line_text = src.line_text(line).replace("\t", " ")
-    out.append(f"{str(line).rjust(gutter)} | {line_text}")
     width = (end_col - col + 1) if end_line == line else max(1, len(line_text) - col + 1)
     if span.stop <= span.start:
         width = 1
-    underline = " " * (col - 1) + mark * max(1, width)
-    out.append(f"{' ' * gutter} | {underline}{(' ' + text) if text else ''}")
+    return line, col, max(1, width)
+
+
+def _render_line(out: list[str], span: Span, labels: list[tuple[int, int, str, str]],
+                 gutter: int) -> None:
+    """One source line and its labels ``(col, width, mark, text)``, rustc style: every
+    underline on one row, the rightmost label's text beside it, the others hung below::
+
+        2 |     let y[r: R, c: C] = x[c, r]
+          |                 ----      ^ axis of size R
+          |                 |
+          |                 `c` ranges over C here
+    """
+    pad = " " * gutter
+    out.append(f"{str(span.line).rjust(gutter)} | "
+               f"{span.source.line_text(span.line).replace(chr(9), ' ')}")
+    labels = sorted(labels, key=lambda lab: lab[0])
+    row = [" "] * max(col - 1 + width for col, width, _, _ in labels)
+    for col, width, mark, _ in labels:
+        for k in range(col - 1, col - 1 + width):
+            row[k] = mark
+    last_text = labels[-1][3]
+    out.append(f"{pad} | {''.join(row)}{(' ' + last_text) if last_text else ''}")
+    hung = [lab for lab in labels[:-1] if lab[3]]
+
+    def bars(items: list[tuple[int, int, str, str]]) -> str:
+        cells = [" "] * max((lab[0] for lab in items), default=0)
+        for lab in items:
+            cells[lab[0] - 1] = "|"
+        return "".join(cells)
+
+    if hung:
+        out.append(f"{pad} | {bars(hung)}")
+    for i in range(len(hung) - 1, -1, -1):
+        prefix = bars(hung[:i])
+        out.append(f"{pad} | {prefix.ljust(hung[i][0] - 1)}{hung[i][3]}")
 
 
 def render(diag: Diagnostic) -> str:
-    """Render one diagnostic as text, rustc style (see the module docstring)."""
+    """Render one diagnostic as text, rustc style (see the module docstring).
+
+    Labels on one line share it; lines of the primary label's file are shown in order.
+    """
     out = [f"{diag.severity}[{diag.code}]: {diag.message}"]
-    spans = ([diag.span] if diag.span else []) + [s.span for s in diag.secondary]
-    if spans:
-        gutter = max(len(str(s.line)) for s in spans)
+    labels = ([(diag.span, diag.label, "^")] if diag.span else []) + [
+        (s.span, s.message, "-") for s in diag.secondary]
+    if labels:
+        gutter = max(len(str(span.line)) for span, _, _ in labels)
+        pad = " " * gutter
+        # Group labels by (file, line); a file's lines in order, the primary's file first.
+        groups: dict[tuple[str, int], tuple[Span, list]] = {}
+        for span, text, mark in labels:
+            line, col, width = _label_columns(span)
+            key = (span.source.name, line)
+            groups.setdefault(key, (span, []))[1].append((col, width, mark, text))
+        files = list(dict.fromkeys(name for name, _ in groups))
+        ordered = sorted(groups, key=lambda k: (files.index(k[0]), k[1]))
         if diag.span is not None:
-            out.append(f"{' ' * gutter}--> {diag.span.location()}")
-            out.append(f"{' ' * gutter} |")
-            _render_label_block(out, diag.span, diag.label, gutter, "^")
-        for sec in diag.secondary:
-            if diag.span is None or sec.span.source.name != diag.span.source.name:
-                out.append(f"{' ' * gutter}--> {sec.span.location()}")
-            elif diag.span is not None:
-                out.append(f"{' ' * gutter} :")
-            _render_label_block(out, sec.span, sec.message, gutter, "-")
-        out.append(f"{' ' * gutter} |")
+            out.append(f"{pad}--> {diag.span.location()}")
+            out.append(f"{pad} |")
+        prev: tuple[str, int] | None = None
+        for key in ordered:
+            span, line_labels = groups[key]
+            if prev is None and diag.span is None:
+                out.append(f"{pad}--> {span.location()}")
+                out.append(f"{pad} |")
+            elif prev is not None and prev[0] != key[0]:
+                # Another file: rustc's `:::` marker, then the usual empty gutter line.
+                out.append(f"{pad}::: {span.location()}")
+                out.append(f"{pad} |")
+            elif prev is not None and key[1] != prev[1] + 1:
+                out.append(f"{pad} :")
+            _render_line(out, span, line_labels, gutter)
+            prev = key
+        out.append(f"{pad} |")
         for note in diag.notes:
-            out.append(f"{' ' * gutter} = note: {note}")
+            out.append(f"{pad} = note: {note}")
         if diag.help:
-            out.append(f"{' ' * gutter} = help: {diag.help}")
+            out.append(f"{pad} = help: {diag.help}")
     else:
         for note in diag.notes:
             out.append(f"  = note: {note}")

@@ -41,6 +41,8 @@ def promote(a: str, b: str) -> str | None:
         return None  # two different generic dtypes never mix implicitly
     if {a, b} == {"bf16", "f16"}:
         return "f32"
+    if {a, b} == {"u8", "i8"}:
+        return "i16"
     return a if _RANK[a] >= _RANK[b] else b
 
 

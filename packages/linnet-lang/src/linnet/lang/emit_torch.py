@@ -341,6 +341,10 @@ FAST_CALLS: dict[str, FastRule] = {
 
 
 # ---------------------------------------------------------------- functions
+def _is_std(loc: str) -> bool:
+    return loc.startswith("std/")
+
+
 @dataclass
 class Options:
     numerics: str = "exact"
@@ -366,18 +370,16 @@ class TorchEmitter:
         lines = self.sources.get(file)
         if lines and line.isdigit() and 0 < int(line) <= len(lines):
             text = "  " + lines[int(line) - 1].strip()
-        short = file.rsplit("/", 1)[-1]
-        if "/std/" in file:
-            short = "std/" + file.split("/std/", 1)[1]
+        short = file if _is_std(file) else file.rsplit("/", 1)[-1]
         return f"# {short}:{line}{text}"
 
     def user_loc(self, graph: Graph, index: int, own: str) -> str:
         """The line of the user's model behind a step; std library lines are added after it."""
-        if "/std/" not in own:
+        if not _is_std(own):
             return own
         best = None
         for call in graph.calls:
-            if call.start <= index < call.stop and call.loc and "/std/" not in call.loc \
+            if call.start <= index < call.stop and call.loc and not _is_std(call.loc) \
                     and call.kind != "entry" and (best is None or call.depth > best.depth):
                 best = call
         return f"{best.loc}|{own}" if best else own

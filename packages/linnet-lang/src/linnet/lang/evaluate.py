@@ -43,6 +43,9 @@ from .values import (
 )
 
 KERNEL_BUILTINS = {"program_id", "load", "store"}
+# How users write a primitive, for messages: `+` rather than `add`.
+OPERATOR_SYMBOLS = {prim: op for op, prim in BINARY_OPERATORS.items()} | {
+    "not": "!", "neg": "-", "maximum": "max", "minimum": "min"}
 BUILTINS = (UNARY_FUNCTIONS | set(BINARY_FUNCTIONS) | KERNEL_BUILTINS
             | {"select", "iota", "fill"})
 
@@ -85,6 +88,7 @@ class Frame:
         self.memory_access = False  # evaluating the first argument of load/store
         self.tile_sizes: list[tuple[Dim, Span]] = []
         self.returned: list[Any] | None = None
+        self.return_exprs: list[A.Expr] = []  # the last `return`'s values, for diagnostics
         self.var_spans: dict[str, Span] = {}
         self.reduce_vars: set[str] = set()
 
@@ -121,6 +125,12 @@ def type_str(t: Tensor) -> str:
         if t.shape else f"Tensor[; {t.dtype}]"
 
 
+def index_count(name: str, rank: int, given: int) -> str:
+    """`x` has 2 dimensions but 1 index"""
+    return (f"{name} has {rank} dimension{'s' if rank != 1 else ''} but {given} "
+            f"ind{'ices' if given != 1 else 'ex'}")
+
+
 def is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -140,21 +150,29 @@ class Evaluator:
             for use in module.items:
                 if not isinstance(use, A.Use):
                     continue
-                for imported, _ in use.names:
+                for imported, name_span in use.names:
                     if imported != name:
                         continue
                     target = self.program.module(".".join(use.module))
                     if target is None:
                         return POISON
                     item = target.find(name)
+                    if (item is None or not getattr(item, "public", True)) and span != name_span:
+                        return POISON  # reported at the `use` itself
                     if item is None:
+                        public = [i.name for i in target.items if getattr(i, "public", False)]
+                        close = difflib.get_close_matches(name, public, n=1, cutoff=0.8)
                         raise fail("E0202", f"`{name}` is not in module `{'.'.join(use.module)}`",
-                                   span, "imported here", help="check the spelling of the "
-                                   "import", secondary=[(use.span, "imported by this `use`")])
+                                   span, "not found there",
+                                   help=(f"did you mean `{close[0]}`?" if close else
+                                         f"`{'.'.join(use.module)}` exports: "
+                                         + (", ".join(sorted(public)) or "nothing")))
                     if not getattr(item, "public", True):
                         raise fail("E0203", f"`{name}` is private to `{'.'.join(use.module)}`",
                                    span, "private item",
-                                   help=f"mark it `pub` in `{'.'.join(use.module)}`")
+                                   help=f"mark it `pub` in `{'.'.join(use.module)}`",
+                                   secondary=[(getattr(item, "name_span", item.span),
+                                               "declared without `pub`")])
         if item is None:
             return None
         if isinstance(item, A.FuncDecl):
@@ -199,7 +217,9 @@ class Evaluator:
         help = f"did you mean `{close[0]}`?" if close else (
             "declare it with `let`, or import it with `use`")
         if name in ("sum", "max", "min", "mean", "prod"):
-            help = f"`{name}` is a reduction: write `{name}[i] x[i]`"
+            raise fail("E0201", f"`{name}` is a reduction, not a function", span,
+                       "called like a function",
+                       help=f"name the reduced index: `{name}[i] x[i]`")
         raise fail("E0201", f"unknown name `{name}`", span, "not defined here", help=help)
 
     # ================================================================ types
@@ -249,6 +269,11 @@ class Evaluator:
                     self.errors.append(f.diag)
                 if isinstance(stmt, A.Let):
                     frame.bind(stmt.name, POISON)
+                elif isinstance(stmt, A.Assign) and isinstance(stmt.target, A.Name) and \
+                        frame.lookup_local(stmt.target.name) is None:
+                    frame.bind(stmt.target.name, POISON)  # E0312: later uses stay quiet
+                elif isinstance(stmt, A.Return) and frame.returned is None:
+                    frame.returned = [POISON] * len(stmt.values)
                 if self.lowering:
                     raise
             finally:
@@ -269,6 +294,7 @@ class Evaluator:
             else:
                 frame.bind(stmt.name, self.index_let(stmt, frame))
         elif isinstance(stmt, A.Return):
+            frame.return_exprs = list(stmt.values)
             frame.returned = [self.value(v, frame) for v in stmt.values]
         elif isinstance(stmt, A.ExprStmt):
             v = self.value(stmt.expr, frame, statement=True)
@@ -344,7 +370,9 @@ class Evaluator:
             if not isinstance(arr, BlockArray):
                 raise fail("E0321", "a `for` loop runs over a range (`0..N`) or repeated blocks",
                            it.span, "not iterable",
-                           help="declare repeated blocks as `block layers: [Layer<...>; N]`")
+                           help="tensors are not iterated: use index notation (`let y[i] = ...`) "
+                                "or a reduction (`sum[i] x[i]`)" if isinstance(arr, Tensor) else
+                                "declare repeated blocks as `block layers: [Layer<...>; N]`")
             values = list(arr.items)
         for v in values:
             frame.scopes.append({stmt.var: v})
@@ -428,6 +456,13 @@ class Evaluator:
         return v
 
     def if_expr(self, expr: A.IfExpr, frame: Frame) -> Any:
+        per_element = [n for n in walk(expr.condition) if isinstance(n, A.Name)
+                       and n.name in frame.ivars and frame.lookup_local(n.name) is None]
+        if per_element:
+            raise fail("E0336", "an `if` condition must be a compile-time bool", expr.condition.span,
+                       f"depends on index `{per_element[0].name}`",
+                       help="`if` picks one branch for the whole tensor; choose per element with "
+                            f"`select`: {self.select_hint(expr)}")
         cond = self.value(expr.condition, frame)
         if not isinstance(cond, Const) or cond.dtype != "bool":
             raise fail("E0336", "an `if` condition must be a compile-time bool", expr.condition.span,
@@ -446,6 +481,15 @@ class Evaluator:
         if isinstance(expr.otherwise, A.IfExpr):
             return self.if_expr(expr.otherwise, frame)
         return self.block_value(expr.otherwise, frame)
+
+    def select_hint(self, expr: A.IfExpr) -> str:
+        """`if c { a } else { b }` spelled as `select(c, a, b)` when both arms are one value."""
+        arms = [expr.then, expr.otherwise]
+        if all(isinstance(b, A.Block) and len(b.statements) == 1
+               and isinstance(b.statements[0], A.ExprStmt) for b in arms):
+            a, b = (self.src(arm.statements[0].expr) for arm in arms)  # type: ignore[union-attr]
+            return f"`select({self.src(expr.condition)}, {a}, {b})`"
+        return "`select(cond, a, b)`"
 
     def block_value(self, block: A.Block, frame: Frame) -> Any:
         frame.scopes.append({})
@@ -496,6 +540,14 @@ class Evaluator:
             return f"the {v.decl.kind} `{v.decl.name}`"
         if isinstance(v, BlockArray):
             return "a list of blocks"
+        if isinstance(v, BlockInst):
+            return f"a `{v.decl.name}` block"
+        if isinstance(v, A.BlockDecl):
+            return f"the block type `{v.name}`"
+        if isinstance(v, DType):
+            return f"the element type `{v.name}`"
+        if isinstance(v, Builtin):
+            return f"the function `{v.name}`"
         return type(v).__name__.lower()
 
     # ================================================================ elementwise
@@ -505,8 +557,12 @@ class Evaluator:
                 any(not a.known for a in args):
             x = args[0].value
             y = args[1].value if len(args) > 1 else None
-            out = {"add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y,
-                   "div": lambda: x / y, "neg": lambda: -x}[prim]()
+            try:
+                out = {"add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y,
+                       "div": lambda: x / y, "neg": lambda: -x}[prim]()
+            except ZeroDivisionError:
+                raise fail("E0350", "constant arithmetic divides by zero", span,
+                           "the divisor is 0 here") from None
             return Const(out, "int")
         if any(not a.known for a in args):
             kind = "bool" if prim in COMPARISON_PRIMITIVES | {"and", "or", "not"} else (
@@ -531,7 +587,10 @@ class Evaluator:
                 "sigmoid": lambda x: 1 / (1 + math.exp(-x)),
             }
             out = table[prim](*vals)
-        except (ZeroDivisionError, ValueError, OverflowError) as exc:
+        except ZeroDivisionError:
+            raise fail("E0350", "constant arithmetic divides by zero", span,
+                       "the divisor is 0 here") from None
+        except (ValueError, OverflowError) as exc:
             raise fail("E0350", f"constant arithmetic fails: {exc}", span, "here") from None
         if isinstance(out, bool):
             return Const(out, "bool")
@@ -582,10 +641,12 @@ class Evaluator:
                            f"this is {c.dtype}", help="compare something: `select(j <= p, a, b)`")
         elif prim in ("and", "or", "not"):
             if dtype != "bool":
-                raise fail("E0354", f"`{prim}` needs bool operands, found {dtype}", span,
+                raise fail("E0354", f"`{OPERATOR_SYMBOLS.get(prim, prim)}` needs bool operands, "
+                           f"found {dtype}", span,
                            "not bool", help="compare values first (`a < b`)")
         elif dtype == "bool" and prim not in ("eq", "ne"):
-            raise fail("E0355", f"cannot apply `{prim}` to bool tensors", span, "bool operand",
+            raise fail("E0355", f"cannot apply `{OPERATOR_SYMBOLS.get(prim, prim)}` to bool "
+                       "tensors", span, "bool operand",
                        help="convert first: `(x as f32)`")
         elif prim in UNARY_FUNCTIONS | {"pow"} and not DT.is_float(dtype) and DT.is_concrete(
                 dtype) and prim not in ("abs",):
@@ -737,7 +798,7 @@ class Evaluator:
                     return v.relabel(None)
                 raise fail("E0304", f"tensor `{expr.name}` needs indices here", expr.span,
                            f"{type_str(v)} without indices",
-                           help=f"index it: `{expr.name}[{', '.join('i' + str(k) for k in range(v.rank))}]`")
+                           help=f"index it: `{expr.name}[{self.suggest_indices(v, frame)}]`")
             if isinstance(v, Const | Poison):
                 return v
             raise fail("E0351", f"cannot compute with {self.describe(v)}", expr.span)
@@ -783,6 +844,15 @@ class Evaluator:
                        expr.span)
         return self.value(expr, frame)
 
+    def suggest_indices(self, v: Tensor, frame: Frame) -> str:
+        """Index variables of this statement that fit ``v``'s axes (`i0`, ... where none do)."""
+        used: list[str] = []
+        for k, d in enumerate(v.shape):
+            fits = [n for n in list(frame.order) + list(frame.ivars)
+                    if frame.ivars.get(n) == d and n not in used]
+            used.append(fits[0] if fits else f"i{k}")
+        return ", ".join(used)
+
     def builtin_elementwise(self, name: str, args: list[Any], expr: A.Call, frame: Frame,
                             labelled: bool) -> Any:
         want = 1 if name in UNARY_FUNCTIONS else (3 if name == "select" else 2)
@@ -817,7 +887,8 @@ class Evaluator:
                 and not frame.memory_access:
             raise fail("E0503", f"tensor parameter `{base_expr.name}` is read outside `load`",
                        expr.span, "direct read",
-                       help=f"write `load({base_expr.name}[...])`")
+                       help=f"read a tile with `load({self.src(expr)})`, with a mask where the "
+                            "tile runs past the tensor")
         base = self.value(base_expr, frame) if not (
             isinstance(base_expr, A.Name) and base_expr.name in frame.tensor_params) \
             else frame.lookup_local(base_expr.name)
@@ -844,11 +915,14 @@ class Evaluator:
                 for d in dims:
                     prod = prod * d
                 if prod != base.shape[axis]:
+                    parts = " * ".join(str(d) for d in dims)
+                    covers = parts if parts == str(prod) else f"{parts} = {prod}"
                     raise fail("E0381", f"composite index ({', '.join(what)}) covers "
-                               f"{' * '.join(str(d) for d in dims)} = {prod} elements, but the axis "
-                               f"has {base.shape[axis]}", expr.indices[axis].span,
-                               "sizes do not multiply out",
-                               help="the parts' ranges must multiply to the axis size")
+                               f"{covers} elements, but the axis has {base.shape[axis]}",
+                               expr.indices[axis].span, f"axis of size {base.shape[axis]}",
+                               help="the parts' ranges must multiply to the axis size",
+                               secondary=[(self.var_origin(frame, n), f"`{n}` ranges over "
+                                           f"{frame.ivars[n]} here") for n in what])
                 shape.extend(dims)
                 flat.extend(("var", n) for n in what)
                 split = True
@@ -862,8 +936,9 @@ class Evaluator:
                     raise fail("E0301", f"index `{what}` ranges over {d} but is used for an axis "
                                f"of size {shape[axis]}", self.index_span(expr, axis, positions),
                                f"axis of size {shape[axis]}",
-                               help="each index variable ranges over one dimension; use another "
-                                    "variable here",
+                               help=self.swap_hint(expr, flat, shape, axis, frame) or (
+                                   f"an index variable ranges over one dimension: check the "
+                                   f"order of the indices here and where `{what}` got its range"),
                                secondary=[(self.var_origin(frame, what), f"`{what}` ranges over "
                                            f"{d} here")])
         t = base
@@ -880,6 +955,21 @@ class Evaluator:
             if taken is not None:
                 return taken
         return self.gather(t, tuple(shape), flat, expr, frame)
+
+    def swap_hint(self, expr: A.Index, flat: list, shape: list, axis: int,
+                  frame: Frame) -> str:
+        """`x[c, r]` where `x[r, c]` fits: suggest the swap (plain indices only)."""
+        if len(flat) != len(expr.indices):
+            return ""
+        d = frame.ivars[flat[axis][1]]
+        for j, (kind, other) in enumerate(flat):
+            if j != axis and kind == "var" and frame.ivars[other] == shape[axis] and \
+                    d == shape[j]:
+                texts = [self.src(i) for i in expr.indices]
+                texts[axis], texts[j] = texts[j], texts[axis]
+                return (f"the indices look swapped: `{other}` ranges over {shape[axis]}; write "
+                        f"`{self.src(expr.base)}[{', '.join(texts)}]`")
+        return ""
 
     def index_tensor(self, what: A.Expr, frame: Frame) -> Any:
         v = self.lab(what, frame)
@@ -918,7 +1008,9 @@ class Evaluator:
         last_expr = max(i for i, (k, _) in enumerate(flat) if k == "expr")
         lead, trail = flat[:last_expr + 1], flat[last_expr + 1:]
         indices: list[Any] = []
-        affine = True
+        # One position computed without reading a tensor reads 0 outside its axis, so the
+        # whole gather is bounds "zero" (in-range data-dependent positions read the same).
+        affine = False
         for axis, (kind, what) in enumerate(lead):
             if kind == "var":
                 d = frame.ivars[what]
@@ -926,8 +1018,8 @@ class Evaluator:
                     "iota", [], (d,), "i32", {"shape": [self.concrete(d)], "axis": 0,
                                               "dtype": "i32"}, span=expr.span, labels=(what,)))
             else:
-                if self.reads_tensor(what, frame):
-                    affine = False
+                if not self.reads_tensor(what, frame):
+                    affine = True
                 v = self.index_tensor(what, frame)
                 if isinstance(v, Poison):
                     return v  # type: ignore[return-value]
@@ -939,6 +1031,11 @@ class Evaluator:
                        "plain index after it", expr.span, "ambiguous gather",
                        help="reorder the computation, or compute the positions in a `let` first")
         aligned = [self.align(ix, index_labels, expr.span) for ix in indices]
+        # The graph's gather takes index tensors of one rank: constant positions too.
+        aligned = [self.builder.emit("reshape", [ix.ref], (Dim.const(1),) * len(index_labels),
+                                     ix.dtype, {"shape": [1] * len(index_labels)},
+                                     span=expr.span, labels=index_labels)
+                   if ix.rank != len(index_labels) else ix for ix in aligned]
         out_shape = tuple(self.label_dim(frame, lab) for lab in index_labels) + tuple(
             shape[len(lead):])
         labels = index_labels + tuple(what for _, what in trail)
@@ -1113,6 +1210,11 @@ class Evaluator:
                 targets.append(lhs_positions)
             for node in targets:
                 base = self.peek_tensor(node.base, frame)
+                if base is not None and len(node.indices) != base.rank and \
+                        node is not lhs_positions:
+                    raise fail("E0303", index_count(self.name_of(node.base), base.rank,
+                                                    len(node.indices)),
+                               node.span, type_str(base), help="give one index per dimension")
                 if base is None or len(node.indices) != base.rank:
                     continue
                 for axis, idx in enumerate(node.indices):
@@ -1151,7 +1253,9 @@ class Evaluator:
         if isinstance(expr, A.Field):
             try:
                 v = self.field(expr, frame)
-            except Fail:
+            except Fail as f:
+                if f.diag.code in ("E0340", "E0341", "E0342"):
+                    raise  # the member itself is wrong: say so, not "range unknown"
                 return None
             return v if isinstance(v, Tensor) else None
         return None
@@ -1176,17 +1280,44 @@ class Evaluator:
         frame.order = list(names)
         return names
 
+    def check_free_indices(self, stmt: A.Let, names: list[str], frame: Frame) -> None:
+        """`let y[r] = x[r, c]`: a plain index that names nothing is a free index (E0305)."""
+        reduced = {leaf.name for n in walk(stmt.value) if isinstance(n, A.Reduce)
+                   for b in n.binders for leaf in leaves(b)}
+        for node in walk(stmt.value):
+            if not isinstance(node, A.Index):
+                continue
+            for idx in node.indices:
+                for n in (idx.items if isinstance(idx, A.Tuple) else [idx]):
+                    if not isinstance(n, A.Name) or n.name in names or n.name in reduced \
+                            or n.name in frame.ivars or n.name in frame.env \
+                            or n.name == "self" or n.name in DT.DTYPES \
+                            or frame.lookup_local(n.name) is not None \
+                            or self.resolve_quiet(frame, n.name) is not None:
+                        continue
+                    raise fail("E0305", f"index `{n.name}` is not on the left-hand side",
+                               n.span, "free index",
+                               help=f"add it to the result (`let {stmt.name}"
+                                    f"[{', '.join([*names, n.name])}] = ...`) or reduce over it "
+                                    f"(`sum[{n.name}] ...`)")
+
     def index_let(self, stmt: A.Let, frame: Frame) -> Any:
         assert stmt.binders is not None
         names = self.bind_binders(stmt.binders, frame)
+        self.check_free_indices(stmt, names, frame)
         self.infer_ranges(stmt.value, frame)
         for b in stmt.binders:
             for leaf in leaves(b):
                 if frame.ivars.get(leaf.name) is None:
+                    help = (f"use `{leaf.name}` as a plain index of a tensor on the right, or "
+                            f"give its range: `let {stmt.name}[{leaf.name}: N]`")
+                    called = [n.base for n in walk(stmt.value) if isinstance(n, A.Index)
+                              and isinstance(n.base, A.Call) and mentions(n, {leaf.name})]
+                    if called:
+                        help = (f"`{self.src(called[0])}` is indexed before its shape is known: "
+                                f"bind it first (`let t = {self.src(called[0])}`), then index `t`")
                     raise fail("E0307", f"cannot tell what `{leaf.name}` ranges over", leaf.span,
-                               "range unknown",
-                               help=f"use `{leaf.name}` as a plain index of a tensor on the "
-                                    f"right, or give its range: `let {stmt.name}[{leaf.name}: N]`")
+                               "range unknown", help=help)
         v = self.lab(stmt.value, frame)
         if isinstance(v, Poison):
             return v
@@ -1232,8 +1363,8 @@ class Evaluator:
                        help="declare it in the block with `state name: Tensor[...]`, or bind a new "
                             "value with `let`")
         if len(target.indices) != state.rank:
-            raise fail("E0303", f"{self.name_of(target.base)} has {state.rank} dimensions but "
-                       f"{len(target.indices)} indices", target.span, type_str(state),
+            raise fail("E0303", index_count(self.name_of(target.base), state.rank,
+                                            len(target.indices)), target.span, type_str(state),
                        help="give one index per dimension")
         lhs_vars: list[str] = []
         for idx in target.indices:
@@ -1314,9 +1445,12 @@ class Evaluator:
         if isinstance(callee, BlockInst):
             method = callee.decl.method("forward")
             if method is None:
+                methods = [m.name for m in callee.decl.methods]
                 raise fail("E0430", f"block `{callee.decl.name}` has no `forward` method to call",
                            expr.span, "called like a function",
-                           help="call one of its methods: `block.method(...)`",
+                           help=("call one of its methods: " + ", ".join(
+                               f"`{self.src(expr.callee)}.{m}(...)`" for m in methods))
+                           if methods else f"give `{callee.decl.name}` a `fn forward(...)`",
                            secondary=[(callee.decl.name_span, "declared here")])
             callee = FuncRef(method, callee)
         if isinstance(callee, A.BlockDecl):
@@ -1436,7 +1570,8 @@ class Evaluator:
                                "not a tensor", secondary=[(p.span, "parameter declared here")])
                 if len(p.type.dims) != a.rank:
                     raise fail("E0447", f"argument `{p.name}` of `{decl.name}` has "
-                               f"{a.rank} dimensions, expected {len(p.type.dims)}",
+                               f"{a.rank} dimension{'s' if a.rank != 1 else ''}, expected "
+                               f"{len(p.type.dims)}",
                                self.arg_span(expr, p, decl), type_str(a),
                                secondary=[(p.span, "parameter declared here")])
                 self.bind_dtype(p.type.dtype, a.dtype, env, generic_names, p, expr, decl)
@@ -1500,7 +1635,10 @@ class Evaluator:
                     continue
                 raise fail("E0451", f"cannot infer generic `{g.name}` of `{decl.name}`",
                            expr.span, "in this call", secondary=[(g.span, "declared here")],
-                           help=f"pass it explicitly: `{decl.name}<...>(...)`")
+                           help=f"no argument's shape mentions `{g.name}`: pass the generics "
+                                f"explicitly, `{decl.name}<"
+                                f"{', '.join(gg.name for gg in decl.generics)}>(...)`, with the "
+                                "sizes you mean")
         return env
 
     def binding_notes(self, dexpr: A.Expr, env: dict, generic_names: dict) -> list:
@@ -1540,15 +1678,16 @@ class Evaluator:
             arg = A.Name(arg.name, arg.span)
         return self.eval_dim(arg, frame)
 
-    def check_where(self, decl: A.FuncDecl | A.BlockDecl, frame: Frame, span: Span) -> None:
+    def check_where(self, decl: A.FuncDecl | A.BlockDecl, frame: Frame, span: Span,
+                    label: str = "called here",
+                    help: str = "call it with shapes that satisfy the clause") -> None:
         for clause in decl.where:
             v = self.value(clause, frame)
             if isinstance(v, Const) and v.dtype == "bool" and v.value is False:
                 raise fail("E0460", f"`where {self.src(clause)}` does not hold for "
-                           f"`{decl.name}` here", span, "called here",
+                           f"`{decl.name}` here", span, label,
                            secondary=[(clause.span, "required here")],
-                           notes=[self.where_values(clause, frame)],
-                           help="call it with shapes that satisfy the clause")
+                           notes=[self.where_values(clause, frame)], help=help)
 
     def where_values(self, clause: A.Expr, frame: Frame) -> str:
         names = sorted({n.name for n in walk(clause) if isinstance(n, A.Name)
@@ -1578,7 +1717,11 @@ class Evaluator:
         if name in KERNEL_BUILTINS and not frame.in_kernel:
             raise fail("E0501", f"`{name}` is only available inside a `kernel`", expr.span,
                        "outside a kernel",
-                       help="ops read tensors with index notation: `let y[i] = x[i]`")
+                       help=("ops work on whole tensors; index variables take the place of "
+                             "program ids: `let y[r, c] = x[r, c] * 2.0`"
+                             if name == "program_id" else
+                             "ops read and write tensors with index notation: "
+                             "`let y[i] = x[i]`"))
         if name in UNARY_FUNCTIONS or name in BINARY_FUNCTIONS or name == "select":
             args = [self.value(a, frame) for a in expr.args]
             return self.builtin_elementwise(name, args, expr, frame, labelled=False)
@@ -1611,8 +1754,13 @@ class Evaluator:
             grid = len(frame.func.grid or []) if frame.func else 0
             if not (isinstance(axis, Const) and axis.known and isinstance(axis.value, Dim)
                     and 0 <= (axis.value.value or 0) < max(grid, 1)):
+                grid_exprs = (frame.func.grid or []) if frame.func else []
                 raise fail("E0504", f"`program_id` axis must be an integer below the grid's "
-                           f"{grid} axes", expr.args[0].span, "bad axis")
+                           f"{grid} ax{'is' if grid == 1 else 'es'}", expr.args[0].span,
+                           "bad axis", help="a one-axis grid has only `program_id(0)`"
+                           if grid <= 1 else f"grid axes are numbered from 0 to {grid - 1}",
+                           secondary=[(grid_exprs[0].span.to(grid_exprs[-1].span), "the grid")]
+                           if grid_exprs else [])
             return Tensor("%?", (), "i32", kind="tile")
         if name == "load":
             return self.kernel_load(expr, frame)
@@ -1644,10 +1792,14 @@ class Evaluator:
             which = "tensor parameters" if what == "load" else "the kernel's named results"
             raise fail("E0507", f"`{what}` works on {which}; `{target.base.name}` is not one",
                        target.base.span, "not allowed here",
-                       help="tiles live in registers; compute with them directly")
+                       help=("tensor parameters are read-only: store into a named result "
+                             f"(`-> {', '.join(frame.results) or 'y'}: Tensor[...]`)"
+                             if what == "store" and target.base.name in frame.tensor_params else
+                             "tiles live in registers; compute with them directly"))
         if len(target.indices) != base.rank:
-            raise fail("E0303", f"`{target.base.name}` has {base.rank} dimensions but "
-                       f"{len(target.indices)} indices", target.span, type_str(base))
+            raise fail("E0303", index_count(f"`{target.base.name}`", base.rank,
+                                            len(target.indices)), target.span, type_str(base),
+                       help="give one index per dimension")
         shape: tuple[Dim, ...] = ()
         for idx in target.indices:
             v = self.value(idx, frame)

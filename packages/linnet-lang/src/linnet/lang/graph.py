@@ -10,22 +10,43 @@ A :class:`Graph` is an entry lowered for concrete shapes:
 
 The serialised form is JSON with ``format`` = :data:`FORMAT_VERSION`; see docs/graph-format.md.
 
->>> from linnet.lang import lower_file
->>> g = lower_file("examples/llama/llama.linnet", "decode", config="toy",
-...                inputs={"token": [1], "pos": [1]})             # doctest: +SKIP
->>> [c.path for c in g.semantic_calls("std.nn.linear::linear")][:3]  # doctest: +SKIP
-['model.layers.0.self_attn.q_proj', 'model.layers.0.self_attn.k_proj', ...]
+>>> from linnet.lang import Program, lower
+>>> g = lower(Program.from_file("examples/llama/llama.linnet"), "decode",
+...           {"token": [1], "pos": [1]}, toy_config)                 # doctest: +SKIP
+>>> [c.path for c in g.semantic_calls("std.nn.linear::linear")][:2]  # doctest: +SKIP
+['model.layers.0.self_attn.q_proj', 'model.layers.0.self_attn.k_proj']
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 FORMAT_VERSION = 1
 FORMAT_NAME = "linnet.graph"
+_NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _encode(value: Any) -> Any:
+    """Strict JSON: infinities and NaN (masks, max identities) are written as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode_attributes(attrs: dict) -> dict:
+    out = dict(attrs)
+    for key in ("value", "identity"):
+        if isinstance(out.get(key), str) and out[key] in _NONFINITE:
+            out[key] = _NONFINITE[out[key]]
+    return out
 
 
 @dataclass(frozen=True)
@@ -55,7 +76,7 @@ class Step:
     def to_json(self) -> dict:
         out: dict[str, Any] = {"op": self.op, "operands": self.operands, "results": self.results}
         if self.attributes:
-            out["attributes"] = self.attributes
+            out["attributes"] = _encode(self.attributes)
         if self.loc:
             out["loc"] = self.loc
         return out
@@ -66,7 +87,7 @@ class Call:
     """An inlined call: steps ``start..stop`` (stop exclusive) came from calling ``callee``."""
 
     callee: str
-    kind: str  # op, fn, block, kernel-op, entry
+    kind: str  # the callee's kind: op, fn (functions and block methods) or entry
     start: int
     stop: int
     index: int
@@ -82,7 +103,7 @@ class Call:
         if self.loc:
             out["loc"] = self.loc
         if self.attributes:
-            out["attributes"] = self.attributes
+            out["attributes"] = _encode(self.attributes)
         return out
 
 
@@ -100,6 +121,7 @@ class Graph:
     parameters: dict[str, ValueType] = field(default_factory=dict)
     states: dict[str, ValueType] = field(default_factory=dict)
     dims: dict[str, int] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)  # the model's DType generics
     config: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -134,7 +156,8 @@ class Graph:
             "model": self.model,
             "entry": self.entry,
             "dims": self.dims,
-            "config": self.config,
+            "dtypes": self.dtypes,
+            "config": _encode(self.config),
             "inputs": self.inputs,
             "outputs": self.outputs,
             "parameters": {k: v.to_json() for k, v in self.parameters.items()},
@@ -145,7 +168,7 @@ class Graph:
         }
 
     def dumps(self, indent: int | None = 1) -> str:
-        return json.dumps(self.to_json(), indent=indent)
+        return json.dumps(self.to_json(), indent=indent, allow_nan=False)
 
     @classmethod
     def from_json(cls, data: dict) -> Graph:
@@ -167,15 +190,17 @@ class Graph:
         return cls(
             entry=data["entry"], model=data["model"], inputs=list(data["inputs"]),
             outputs=list(data["outputs"]),
-            steps=[Step(s["op"], s["operands"], s["results"], s.get("attributes", {}),
-                        s.get("loc", "")) for s in data["steps"]],
+            steps=[Step(s["op"], s["operands"], s["results"],
+                        _decode_attributes(s.get("attributes", {})), s.get("loc", ""))
+                   for s in data["steps"]],
             calls=[Call(c["callee"], c["kind"], c["start"], c["stop"], c["index"], c["path"],
                         c.get("depth", 0), c.get("loc", ""), c.get("attributes", {}))
                    for c in data["calls"]],
             values={k: vt(v) for k, v in data["values"].items()},
             parameters={k: vt(v) for k, v in data["parameters"].items()},
             states={k: vt(v) for k, v in data["states"].items()},
-            dims=dict(data.get("dims", {})), config=dict(data.get("config", {})))
+            dims=dict(data.get("dims", {})), dtypes=dict(data.get("dtypes", {})),
+            config=dict(data.get("config", {})))
 
     @classmethod
     def loads(cls, text: str) -> Graph:

@@ -117,7 +117,7 @@ def tokenize(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
                 errors.append(Diagnostic(
                     "E0002", f"unexpected character `{ch}`", Span(source, start, i),
                     "not part of Linnet's syntax",
-                    help="remove it; Linnet comments start with `//`"))
+                    help="comments start with `//`" if ch == "#" else "remove it"))
                 continue
         newline = False
     tokens.append(Token("eof", "", Span(source, n, n), newline))

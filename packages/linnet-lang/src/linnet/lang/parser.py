@@ -1,7 +1,7 @@
 """Recursive-descent parser with error recovery: one run reports every syntax error it can.
 
-A statement ends at the end of its line, unless the line ends inside brackets or the next
-line cannot start a statement; `;` also ends one. Reductions (`sum[k] a * b`) take the
+A statement ends at the end of its line unless the line ends inside brackets (`(`, `[`);
+`;` also ends one. To continue an expression on the next line, wrap it in parentheses. Reductions (`sum[k] a * b`) take the
 multiplicative expression that follows them.
 """
 
@@ -20,6 +20,11 @@ SOFT_KEYWORDS = frozenset({"model", "block", "param", "state", "config", "entry"
                            "grad", "grid", "use"})
 
 
+# Keywords people pick as variable names (`let state = ...`): after E0101 they parse as names.
+NOUN_KEYWORDS = frozenset({"model", "block", "param", "state", "config", "entry", "kernel", "op",
+                           "grad", "grid", "use", "const"})
+
+
 class _Bail(Exception):
     """Unwinds to the nearest recovery point after a syntax error was recorded."""
 
@@ -29,6 +34,9 @@ class Parser:
         self.source = source
         self.module_name = module_name
         self.tokens, self.errors = tokenize(source)
+        # A line the lexer already complained about gets no follow-on syntax errors.
+        self.lexer_error_lines = {e.span.line for e in self.errors if e.span is not None}
+        self.misused_keywords: set[str] = set()  # reported once (E0101), then read as names
         self.pos = 0
         self.nesting = 0  # inside () or [] newlines do not end statements
 
@@ -56,7 +64,8 @@ class Parser:
 
     def error(self, message: str, span: Span, label: str = "", help: str = "",
               code: str = "E0100") -> _Bail:
-        self.errors.append(Diagnostic(code, message, span, label, help=help))
+        if span.line not in self.lexer_error_lines:
+            self.errors.append(Diagnostic(code, message, span, label, help=help))
         return _Bail()
 
     def describe(self, tok: Token) -> str:
@@ -72,6 +81,13 @@ class Parser:
 
     def ident(self, what: str = "a name", soft: bool = False) -> Token:
         if self.tok.kind == "ident" or (soft and self.tok.text in SOFT_KEYWORDS):
+            return self.advance()
+        if self.tok.kind == "kw" and self.tok.text in NOUN_KEYWORDS:
+            # Report the keyword once and read it as a name, so its later uses do not cascade.
+            self.error(f"`{self.tok.text}` is a keyword and cannot be used as {what}",
+                       self.tok.span, "reserved word",
+                       help=f"pick another name, e.g. `{self.tok.text}_`", code="E0101")
+            self.misused_keywords.add(self.tok.text)
             return self.advance()
         if self.tok.kind == "kw":
             raise self.error(f"`{self.tok.text}` is a keyword and cannot be used as {what}",
@@ -114,7 +130,11 @@ class Parser:
                 depth += 1
             elif self.at("}") or self.at(")") or self.at("]"):
                 if depth <= 0:
-                    return
+                    if self.at("}"):
+                        return
+                    # The statement bailed inside brackets: its closer is part of it.
+                    self.advance()
+                    continue
                 depth -= 1
             elif self.at(";") and depth <= 0:
                 self.advance()
@@ -301,7 +321,9 @@ class Parser:
         if not self.at("{"):
             raise self.error(f"expected `{{` to start the body of `{name_tok.text}`, found "
                              f"{self.describe(self.tok)}", self.tok.span, "expected `{`",
-                             help="results are written `-> Tensor[R, C; f32]`", code="E0104")
+                             help=("add `{` at the end of the signature"
+                                   if self.tok.newline_before else
+                                   "results are written `-> Tensor[R, C; f32]`"), code="E0104")
         body = self.parse_block()
         grad = None
         if self.at("grad"):
@@ -326,6 +348,7 @@ class Parser:
         methods: list[A.FuncDecl] = []
         while not self.at("}") and self.tok.kind != "eof":
             mstart = self.tok.span
+            before = self.pos
             try:
                 if self.accept(";"):
                     continue
@@ -349,6 +372,8 @@ class Parser:
                              + (" and `entry`" if kind == "model" else "") + " declarations",
                         code="E0106")
             except _Bail:
+                if self.pos == before:
+                    self.advance()
                 self.skip_statement()
                 if self.at("{"):
                     self.skip_item()
@@ -376,8 +401,9 @@ class Parser:
             self.nesting += 1
             elem = self.parse_type()
             if not isinstance(elem, A.BlockType):
-                raise self.error("only blocks can be repeated", elem.span, "not a block",
-                                 help="write `[Layer<...>; N]`", code="E0107")
+                self.error("only blocks can be repeated", elem.span, "not a block",
+                           help="write `[Layer<...>; N]`; a stack of tensors is one tensor "
+                                "with an extra axis: `Tensor[N, ...]`", code="E0107")
             self.expect(";", help="a repeated block is written `[Layer<...>; N]`")
             count = self.parse_expr()
             self.nesting -= 1
@@ -394,9 +420,11 @@ class Parser:
                     break
             if not self.at(";"):
                 self.nesting -= 1
+                shown = (self.source.text[dims[0].span.start:dims[-1].span.stop] if dims
+                         else "R, C")
                 raise self.error("a tensor type needs an element type after `;`", self.tok.span,
                                  "expected `; dtype`",
-                                 help="write `Tensor[R, C; f32]`", code="E0108")
+                                 help=f"write `Tensor[{shown}; f32]`", code="E0108")
             self.advance()
             dt = self.ident("an element type")
             self.nesting -= 1
@@ -476,10 +504,12 @@ class Parser:
             if self.at("["):
                 binders = self.parse_binders()
             if self.at(":"):
+                n = name_tok.text
                 raise self.error("`let` takes no type annotation", self.tok.span,
                                  "the type is inferred",
-                                 help="write `let y[r, c] = ...`; index ranges go in the brackets "
-                                      "(`let y[r: R] = ...`)", code="E0111")
+                                 help=f"remove it: `let {n} = ...`; to give an index its range, "
+                                      f"write it in the brackets: `let {n}[r: R] = ...`",
+                                 code="E0111")
             self.expect("=", help="a `let` binds a value: `let y = ...`")
             value = self.parse_expr()
             return A.Let(name_tok.text, binders, value, self.span_from(start), name_tok.span)
@@ -541,6 +571,12 @@ class Parser:
                                   "computed positions belong on the right-hand side",
                              code="E0113")
         self.advance()
+        if self.tok.kind == "punct" and self.tok.text in ("+", "-", "*", "/", "%", "[", "("):
+            raise self.error("index variables are plain names, not expressions",
+                             t.span.to(self.tok.span), "a computed position",
+                             help="index variables are plain names: `let y[r, c] = ...`; "
+                                  "computed positions belong on the right-hand side "
+                                  "(`let y[n] = x[n - 1]`)", code="E0113")
         dim = self.parse_expr() if self.accept(":") else None
         return A.IndexBinder(t.text, dim, self.span_from(start))
 
@@ -589,9 +625,9 @@ class Parser:
                 else:
                     break
             if level == 2 and isinstance(left, A.Binary) and left.op in COMPARISONS:
-                raise self.error("comparisons cannot be chained", left.span.to(right.span),
-                                 "two comparisons in a row",
-                                 help="join them with `&&`: `a < b && b < c`", code="E0114")
+                self.error("comparisons cannot be chained", left.span.to(right.span),
+                           "two comparisons in a row",
+                           help="join them with `&&`: `a < b && b < c`", code="E0114")
             left = A.Binary(tok.text, left, right, left.span.to(right.span))
 
     def parse_unary(self) -> A.Expr:
@@ -630,8 +666,8 @@ class Parser:
         binders = self.parse_binders()
         if self.at(")") or self.at("]") or self.at(",") or self.tok.newline_before \
                 and self.nesting == 0:
-            raise self.error(f"`{kind}[...]` needs an expression to reduce", self.tok.span,
-                             "expected an expression",
+            raise self.error(f"`{kind}[...]` needs an expression to reduce",
+                             self.span_from(start), "nothing to reduce",
                              help=f"write `{kind}[c] x[r, c]`", code="E0115")
         body = self.parse_binary(self.parse_unary(), 5)
         return A.Reduce(kind, binders, acc, body, start.to(body.span))
@@ -701,7 +737,8 @@ class Parser:
         if tok.is_("true") or tok.is_("false"):
             self.advance()
             return A.BoolLit(tok.text == "true", tok.span)
-        if tok.kind == "ident" or tok.is_("self"):
+        if tok.kind == "ident" or tok.is_("self") or (
+                tok.kind == "kw" and tok.text in self.misused_keywords):
             self.advance()
             return A.Name(tok.text, tok.span)
         if tok.is_("("):
@@ -725,7 +762,9 @@ class Parser:
             return self.parse_if()
         if tok.kind == "string":
             raise self.error("string literals are not values in Linnet", tok.span,
-                             "a string here", help="use numbers, names and tensors",
+                             "a string here",
+                             help="Linnet has no strings: call the function you mean by name "
+                                  "(`silu(x)`), or choose with a `config` bool",
                              code="E0116")
         raise self.error(f"expected an expression, found {self.describe(tok)}", tok.span,
                          "expected an expression", code="E0117",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from . import ast as A
@@ -59,11 +60,19 @@ class Program:
                 hint = ("the std library has " + ", ".join(sorted(std_modules()))
                         if item.module[0] == "std" else
                         f"put `{Path(*item.module)}.linnet` beside the file that uses it")
+                close = difflib.get_close_matches(dotted, std_modules(), n=1, cutoff=0.8)
+                if close:
+                    hint = f"did you mean `{close[0]}`?"
                 self.errors.append(Diagnostic("E0200", f"module `{dotted}` not found", item.span,
                                               "no such module", help=hint))
                 continue
             try:
-                sub = parse(SourceFile.read(path), dotted)
+                source = SourceFile.read(path)
+                if item.module[0] == "std":
+                    # Std locations read `std/nn/linear.linnet:9` on every machine.
+                    source = SourceFile("std/" + "/".join(item.module[1:]) + ".linnet",
+                                        source.text)
+                sub = parse(source, dotted)
             except LinnetError as err:
                 self.errors.extend(err.diagnostics)
                 continue

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Everything the device machine runs for the PyTorch runtime, in one call:
+#   uv build --all-packages   (here), then through the device tool:
+#   bash benchmarks/gpu.sh    (there; needs dist/ carried)
+# Results land in $OUT (or ./gpu-results) and the summary tables are printed last.
+set -uo pipefail
+OUT=${OUT:-gpu-results}
+mkdir -p "$OUT" /tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site dist/*.whl || exit 1
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} LINNET_HOME=/tmp/linnet-home PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+python3 benchmarks/gpu_parity.py 2>&1 | tee "$OUT/parity.log" | grep -v Warning | tail -12
+python3 benchmarks/torch_decode.py --config llama-3.2-1b --device cuda --context 1024 --steps 64 \
+    --modes hf,generated,compile --compile-layers 2,all --json "$OUT/decode-1b.json" 2>&1 \
+    | tee "$OUT/decode-1b.log" | grep -v Warning | tail -22
