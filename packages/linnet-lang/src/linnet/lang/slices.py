@@ -32,6 +32,7 @@ class Slice:
     parameters: list[str] = field(default_factory=list)  # absolute paths read
     states: list[str] = field(default_factory=list)  # absolute paths read or written
     kind: str = ""
+    steps: list[int] = field(default_factory=list)  # the steps run, in order (may skip some)
 
     def relative(self, path: str) -> str:
         return path[len(self.prefix):] if self.prefix and path.startswith(self.prefix) else path
@@ -79,16 +80,26 @@ def _identifier(text: str) -> str:
 
 def slice_range(graph: Graph, start: int, stop: int, name: str, prefix: str = "") -> Slice:
     """Describe steps ``start..stop`` as a slice: its inputs, outputs, parameters and kind."""
-    made_before: set[str] = set(graph.inputs)
-    for step in graph.steps[:start]:
-        made_before.update(step.results)
+    return slice_steps(graph, list(range(start, stop)), name, prefix)
+
+
+def slice_steps(graph: Graph, steps: list[int], name: str, prefix: str | None = None) -> Slice:
+    """A slice of the given steps (in order; a plan leaves out the ones backends run).
+    ``prefix=None`` derives it from the parameters (`model.layers.3.` when all share it)."""
+    start = steps[0] if steps else 0
+    stop = steps[-1] + 1 if steps else 0
+    inside = set(steps)
+    made_inside_set: set[str] = set()
+    for i in steps:
+        made_inside_set.update(graph.steps[i].results)
     used_after: set[str] = set(graph.outputs)
-    for step in graph.steps[stop:]:
-        used_after.update(step.operands)
-    sl = Slice(start, stop, name, prefix)
+    for i, step in enumerate(graph.steps):
+        if i not in inside:
+            used_after.update(step.operands)
+    sl = Slice(start, stop, name, prefix or "", steps=list(steps))
     seen: set[str] = set()
     made_inside: list[str] = []
-    for step in graph.steps[start:stop]:
+    for step in (graph.steps[i] for i in steps):
         for o in step.operands:
             if o in seen:
                 continue
@@ -96,12 +107,29 @@ def slice_range(graph: Graph, start: int, stop: int, name: str, prefix: str = ""
             if o.startswith("@"):
                 path = o[1:]
                 (sl.states if path in graph.states else sl.parameters).append(path)
-            elif o in made_before:
+            elif o not in made_inside_set:
                 sl.inputs.append(o)
         made_inside.extend(step.results)
     sl.outputs = [r for r in made_inside if r in used_after]
+    if prefix is None:
+        sl.prefix = common_prefix(sl.parameters + sl.states)
     sl.kind = slice_kind(graph, sl)
     return sl
+
+
+def common_prefix(paths: list[str]) -> str:
+    """The repeated-block path all ``paths`` share (`model.layers.3.`), or ''."""
+    if not paths:
+        return ""
+    best = ""
+    for m in _REPEATED_PREFIX.finditer(paths[0]):
+        candidate = paths[0][:m.end()]
+        if all(p.startswith(candidate) for p in paths):
+            best = candidate
+    return best
+
+
+_REPEATED_PREFIX = re.compile(r"\.\d+\.")
 
 
 def slice_kind(graph: Graph, sl: Slice) -> str:
@@ -121,7 +149,7 @@ def slice_kind(graph: Graph, sl: Slice) -> str:
     for v in sl.inputs:
         vt = graph.values[v]
         parts.append([list(vt.shape), vt.dtype])
-    for step in graph.steps[sl.start:sl.stop]:
+    for step in (graph.steps[i] for i in sl.steps):
         attrs = dict(step.attributes)
         if "path" in attrs:
             attrs["path"] = sl.relative(attrs["path"])

@@ -6,8 +6,9 @@
 
 from linnet.lang import LinnetError
 
+from .context import Context
 from .interpreter import run_graph
-from .model import Context, Model, load, random_weights
+from .model import Model, load, random_weights
 
 __version__ = "0.1.0"
 

@@ -6,7 +6,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,6 +17,7 @@ from linnet.lang.emit_torch import emit_torch
 
 import torch
 
+from .context import Context
 from .home import import_source
 from .interpreter import DTYPES, run_graph
 from .weights import load_safetensors
@@ -44,21 +45,6 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise _error("E0712", f"device `{device}` does not exist: this machine has "
                      f"{torch.cuda.device_count()} CUDA device(s)", help="pick another index")
     return dev
-
-
-@dataclass
-class Context:
-    """The states (KV caches) one sequence batch runs against, allocated once.
-
-    >>> # ctx = model.new_context(); model.decode(token, pos, context=ctx)
-    """
-
-    states: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    def reset(self) -> None:
-        """Zero every state (start new sequences)."""
-        for t in self.states.values():
-            t.zero_()
 
 
 @dataclass
@@ -194,16 +180,56 @@ class Model:
         else:
             raise _error("E0730", "a new context needs an entry and inputs to size its states",
                          help="model.new_context('decode', [token, pos])")
-        return Context({path: torch.zeros(vt.shape, dtype=DTYPES[vt.dtype], device=self.device)
-                        for path, vt in graph.states.items()})
+        return self.context_for_graph(graph)
+
+    def context_for_graph(self, graph: Graph) -> Context:
+        """A fresh context with zeroed states sized for ``graph``."""
+        states = {path: torch.zeros(vt.shape, dtype=DTYPES[vt.dtype], device=self.device)
+                  for path, vt in graph.states.items()}
+        return Context(self.params, states, self.device)
 
     def _context_for_graph(self, graph: Graph) -> Context:
         key = tuple(sorted((p, v.shape, v.dtype) for p, v in graph.states.items()))
         if key not in self._contexts:
-            self._contexts[key] = Context({
-                path: torch.zeros(vt.shape, dtype=DTYPES[vt.dtype], device=self.device)
-                for path, vt in graph.states.items()})
+            self._contexts[key] = self.context_for_graph(graph)
         return self._contexts[key]
+
+    # ------------------------------------------------------------ plans
+    def plan_for(self, entry: str, inputs: list[torch.Tensor], backends: Any = None,
+                 compile: Any = None, memory: int | None = None, measure: bool = True,
+                 margin: float = 0.02, progress: Any = True) -> Any:
+        """Plan ``entry`` for inputs like ``inputs`` over ``backends`` (default: every backend
+        ``linnet.backends.available()`` lists). Each region kind is timed once on its backend
+        and on the generated source; a backend takes a region only if it saves ``margin``
+        (2%) of the time. ``compile`` is the torch.compile mode or backend of the generated
+        slices; ``memory`` caps the bytes executables hold; ``measure=False`` skips timing.
+
+        >>> plan = model.plan_for("decode", [token, pos], backends=[MyLinear()])  # doctest: +SKIP
+        >>> print(plan.explain())                                                # doctest: +SKIP
+        """
+        from .planned import plan_for
+
+        return plan_for(self, entry, inputs, backends, compile, memory, measure, margin,
+                        progress)
+
+    def context_for(self, plan: Any) -> Context:
+        """A context for ``plan``: zeroed states, and each executable prepared once (where a
+        backend lays out joined weights with ``context.join``)."""
+        ctx = self.context_for_graph(plan.graph)
+        for ex in plan.executables:
+            ex.prepare(ctx)
+        return ctx
+
+    def conform(self, entry: str, inputs: list[torch.Tensor], backend: Any,
+                tolerance: float = 0.01) -> list[Any]:
+        """Run each region ``backend`` takes both ways on the same inputs; see the spec.
+
+        >>> for f in model.conform("decode", [token, pos], MyLinear()):  # doctest: +SKIP
+        ...     print(f.region.start, f.difference, f.passed)
+        """
+        from .planned import conform
+
+        return conform(self, entry, inputs, backend, tolerance)
 
     def run(self, entry: str, inputs: list[torch.Tensor], context: Context | None = None
             ) -> Any:

@@ -1,0 +1,334 @@
+"""Finding backends: the ``linnet.backends`` entry-point group.
+
+A package names its backends in its ``pyproject.toml``::
+
+    [project.entry-points."linnet.backends"]
+    my-linear = "my_package:MyLinear"
+
+Each entry point names a function or class that takes nothing and returns a backend. The
+first call to :func:`available`, :func:`skipped` or :func:`discover` loads every entry point
+once; later calls return what that load found. A plugin that cannot be used never takes the
+host down: it is left out, and :func:`skipped` says which distribution it came from and why
+(its module failed to import, its factory raised, it lacks part of the contract, it was
+written for another contract version, or another backend already has its name).
+
+>>> from linnet.backends import available, skipped
+>>> names = [backend.name for backend in available()]
+>>> for record in skipped():
+...     print(f"{record.name} ({record.distribution} {record.version}): {record.reason}")
+
+``linnet backends`` prints the same from the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import sys
+import threading
+import traceback
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, NamedTuple
+
+from .contract import CONTRACT, Capabilities, Target
+
+GROUP = "linnet.backends"
+"""The entry-point group backends are found through."""
+
+ATTRIBUTES = ("name", "version", "contract")
+METHODS = ("probe", "match", "compile", "estimate_cost")
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SkipRecord:
+    """A backend that was left out, and why.
+
+    ``name`` is the backend's name (the entry point's name when the backend never loaded);
+    ``distribution`` and ``version`` are the installed distribution's; ``path`` is the entry
+    point's ``module:attr`` and where the distribution is installed; ``reason`` is a sentence
+    for the user; ``detail`` is the exception's text, or "".
+
+    >>> record = SkipRecord("old", "linnet-backend-old", "0.3", "old_backend:Old",
+    ...                     "written for backend contract 0, ...")
+    >>> print(record)
+    old (linnet-backend-old 0.3): written for backend contract 0, ...
+    """
+
+    name: str
+    distribution: str
+    version: str
+    path: str
+    reason: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        origin = " ".join(part for part in (self.distribution, self.version) if part)
+        return f"{self.name} ({origin or 'unknown distribution'}): {self.reason}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "distribution": self.distribution, "version": self.version,
+                "path": self.path, "reason": self.reason, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Found:
+    """A backend that loaded, with the distribution it came from."""
+
+    backend: Any
+    distribution: str
+    version: str
+    path: str
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.backend.name, "version": str(self.backend.version),
+                "contract": self.backend.contract, "distribution": self.distribution,
+                "distribution_version": self.version, "path": self.path}
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What one load of the entry-point group found: ``found`` sorted by backend name,
+    ``skipped`` in the order the entry points were read."""
+
+    found: tuple[Found, ...]
+    skipped: tuple[SkipRecord, ...]
+
+
+_lock = threading.Lock()
+_cache: Discovery | None = None
+
+
+def discover(refresh: bool = False) -> Discovery:
+    """Load every backend of the ``linnet.backends`` entry-point group, once.
+
+    Later calls return the first load's result; ``refresh=True`` reads the entry points
+    again (after installing a plugin into a running process, say).
+
+    >>> found = discover()
+    >>> [f.name for f in found.found] == [b.name for b in available()]
+    True
+    """
+    global _cache
+    with _lock:
+        if _cache is None or refresh:
+            _cache = _load_all(metadata.entry_points(group=GROUP))
+        return _cache
+
+
+def available(refresh: bool = False) -> list[Any]:
+    """The backends found through entry points, sorted by name.
+
+    >>> sorted(b.name for b in available()) == [b.name for b in available()]
+    True
+    """
+    return [found.backend for found in discover(refresh).found]
+
+
+def skipped(refresh: bool = False) -> list[SkipRecord]:
+    """The backends left out, each with its distribution, version, path and reason.
+
+    >>> all(record.reason for record in skipped())
+    True
+    """
+    return list(discover(refresh).skipped)
+
+
+def probe_all(target: Target, backends: Iterable[Any] | None = None
+              ) -> tuple[list[Any], list[SkipRecord]]:
+    """Ask each backend whether it runs on ``target``.
+
+    Returns the backends whose ``probe`` gave :class:`Capabilities`, in the order given, and a
+    record for each of the others: one that declined (``probe`` returned None), one whose
+    ``probe`` raised or returned something else, and one that does not meet the contract
+    (a backend passed in by hand is checked as a discovered one is). ``backends`` defaults to
+    :func:`available`.
+
+    >>> from linnet.backends import Target
+    >>> capable, records = probe_all(Target("cpu"))
+    """
+    capable: list[Any] = []
+    records: list[SkipRecord] = []
+    for backend in available() if backends is None else backends:
+        outcome = _probe_one(backend, target)
+        if outcome is None:
+            capable.append(backend)
+        else:
+            origin = _origin_of(backend)
+            records.append(SkipRecord(_name_of(backend), origin.distribution, origin.version,
+                                      origin.path, *outcome))
+    return capable, records
+
+
+def _probe_one(backend: Any, target: Target) -> tuple[str, str] | None:
+    """None when ``backend`` runs on ``target``, else (reason, detail)."""
+    try:
+        problem = contract_problem(backend)
+        if problem is not None:
+            return problem
+        capabilities = backend.probe(target)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return (f"probe for {target.kind} raised {type(exc).__name__}", _exception_text(exc))
+    if capabilities is None:
+        return f"declined {target.kind}", ""
+    if not isinstance(capabilities, Capabilities):
+        return (f"probe for {target.kind} returned a {type(capabilities).__name__}, not "
+                "Capabilities or None", "")
+    return None
+
+
+def contract_problem(backend: Any) -> tuple[str, str] | None:
+    """Why ``backend`` cannot be used under this host's contract, as (reason, detail), or
+    None when it has every attribute and method and declares :data:`CONTRACT`."""
+    if hasattr(backend, "contract"):
+        declared = backend.contract
+        if type(declared) is not int:
+            return (f"declares contract {declared!r}, which is not a contract version; this "
+                    f"host implements backend contract {CONTRACT}", "")
+        if declared != CONTRACT:
+            upgrade = "the plugin" if declared < CONTRACT else "the host (linnet-plan)"
+            return (f"written for backend contract {declared}, but this host implements "
+                    f"contract {CONTRACT}: upgrade {upgrade}", "")
+    missing = [a for a in ATTRIBUTES if not hasattr(backend, a)]
+    missing += [m for m in METHODS if not callable(getattr(backend, m, None))]
+    if missing:
+        listed = ", ".join(missing)
+        return (f"{type(backend).__name__} is not a backend: it lacks {listed}",
+                f"a backend has {', '.join(ATTRIBUTES)} and the methods {', '.join(METHODS)}")
+    if not isinstance(backend.name, str) or not backend.name:
+        return f"its name {backend.name!r} is not a non-empty string", ""
+    return None
+
+
+class _Origin(NamedTuple):
+    distribution: str
+    version: str
+    path: str
+
+
+def _load_all(entry_points: Iterable[Any]) -> Discovery:
+    origins = [(ep, _origin(ep)) for ep in entry_points]
+    # Sorted so that what is found, and which duplicate wins, does not depend on sys.path.
+    origins.sort(key=lambda pair: (pair[0].name, pair[1].distribution, pair[0].value))
+    loaded: list[Found] = []
+    records: list[SkipRecord] = []
+    # A plugin that prints while it imports must not corrupt `linnet backends --format json`.
+    with contextlib.redirect_stdout(sys.stderr):
+        for ep, origin in origins:
+            outcome = _load_one(ep, origin)
+            if isinstance(outcome, SkipRecord):
+                records.append(outcome)
+            else:
+                loaded.append(outcome)
+    found, duplicates = _drop_duplicates(loaded)
+    records.extend(duplicates)
+    for record in records:
+        logger.info("skipped backend %s", record)
+    return Discovery(tuple(found), tuple(records))
+
+
+def _load_one(ep: Any, origin: _Origin) -> Found | SkipRecord:
+    def skip(reason: str, detail: str = "", name: str = ep.name) -> SkipRecord:
+        return SkipRecord(name, *origin, reason, detail)
+
+    match = metadata.EntryPoint.pattern.match(ep.value or "")
+    if match is None or not match.group("attr"):
+        return skip(f"its entry point {ep.value!r} does not name an object as 'module:attr'")
+    module_name, attr = match.group("module"), match.group("attr")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SyntaxError, SystemExit... a plugin never stops the host
+        return skip(f"its module {module_name} failed to import ({type(exc).__name__})",
+                    _exception_text(exc))
+    try:
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except AttributeError as exc:
+        return skip(f"its module {module_name} has no {attr}", _exception_text(exc))
+    if not callable(target):
+        return skip(f"{ep.value} is a {type(target).__name__}, not a function or class that "
+                    "returns a backend")
+    try:
+        backend = target()
+        problem = contract_problem(backend)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return skip(f"{ep.value}() raised {type(exc).__name__}", _exception_text(exc))
+    if problem is not None:
+        return skip(*problem, name=_name_of(backend, ep.name))
+    return Found(backend, *origin)
+
+
+def _drop_duplicates(loaded: Sequence[Found]) -> tuple[list[Found], list[SkipRecord]]:
+    """Keep the first backend of each name in (name, distribution) order."""
+    kept: dict[str, Found] = {}
+    records: list[SkipRecord] = []
+    for found in sorted(loaded, key=lambda f: (f.name, f.distribution)):
+        first = kept.get(found.name)
+        if first is None:
+            kept[found.name] = found
+            continue
+        winner = first.distribution or "an unknown distribution"
+        records.append(SkipRecord(
+            found.name, found.distribution, found.version, found.path,
+            f"another backend named {found.name}, from {winner}, comes first in "
+            "(name, distribution) order",
+            f"kept {first.path}; uninstall one of the two distributions to choose"))
+    return list(kept.values()), records
+
+
+def _origin(ep: Any) -> _Origin:
+    """The distribution an entry point came from."""
+    dist = getattr(ep, "dist", None)
+    name = version = location = ""
+    if dist is not None:
+        with contextlib.suppress(Exception):
+            name = getattr(dist, "name", None) or dist.metadata["Name"] or ""
+        with contextlib.suppress(Exception):
+            version = dist.version or ""
+        with contextlib.suppress(Exception):
+            location = str(dist.locate_file(""))
+    value = str(ep.value)
+    return _Origin(name, version, f"{value} ({location})" if location else value)
+
+
+def _origin_of(backend: Any) -> _Origin:
+    """Where a backend came from: its entry point's distribution when discovery loaded it,
+    else the distribution of its top-level package when that has exactly one."""
+    if _cache is not None:
+        for found in _cache.found:
+            if found.backend is backend:
+                return _Origin(found.distribution, found.version, found.path)
+    cls = type(backend)
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    top = cls.__module__.split(".", 1)[0]
+    with contextlib.suppress(Exception):
+        names = set(metadata.packages_distributions().get(top, []))
+        if len(names) == 1:  # `linnet` is shared by many distributions: no single answer
+            dist = metadata.distribution(names.pop())
+            return _Origin(dist.metadata["Name"], dist.version, path)
+    return _Origin("", "", path)
+
+
+def _name_of(backend: Any, default: str = "") -> str:
+    name = getattr(backend, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    return default or type(backend).__name__
+
+
+def _exception_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()

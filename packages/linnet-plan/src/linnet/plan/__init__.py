@@ -1,0 +1,145 @@
+"""linnet.plan: which backend runs which region, decided by measurement (framework-neutral).
+
+The framework side (``linnet.torch.planned``) matches, compiles and times; this module decides:
+a backend takes a region only when it saves at least ``Options.margin`` of the generated
+source's time for the same steps; the regions that save the most go first; overlapping
+regions never both run; ``memory=`` caps the bytes executables hold. With ``measure=False``
+each backend takes what it matches, the largest regions first.
+
+>>> from linnet.plan import Candidate, choose
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from linnet.backends.contract import Options, Region
+
+from .cache import CacheWarning, TimingCache, cache_key
+
+__all__ = ["CacheWarning", "Candidate", "Decision", "TimingCache", "cache_key", "choose",
+           "explain_table"]
+
+
+@dataclass
+class Candidate:
+    """One region a backend claimed, with its timings and what became of it."""
+
+    backend: Any
+    region: Region
+    executable: Any = None
+    backend_seconds: float | None = None
+    generated_seconds: float | None = None
+    holds: int = 0
+    status: str = "pending"  # taken | below margin | overlap | memory | failed
+    reason: str = ""
+    cached: bool = False
+
+    @property
+    def saving(self) -> float | None:
+        if self.backend_seconds is None or self.generated_seconds is None:
+            return None
+        return self.generated_seconds - self.backend_seconds
+
+    @property
+    def backend_name(self) -> str:
+        return str(getattr(self.backend, "name", "?"))
+
+
+@dataclass
+class Decision:
+    taken: list[Candidate] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def choose(candidates: list[Candidate], options: Options) -> Decision:
+    """Pick the candidates that run: by saving (or size, unmeasured), no overlaps, in budget."""
+    decision = Decision(candidates=list(candidates))
+    eligible = []
+    for c in candidates:
+        if c.status == "failed":
+            continue
+        if options.measure:
+            saving = c.saving
+            if saving is None:
+                c.status, c.reason = "failed", "not timed"
+                continue
+            need = options.margin * (c.generated_seconds or 0.0)
+            if saving < need:
+                c.status = "below margin"
+                c.reason = (f"saves {_pct(saving, c.generated_seconds)} of the generated "
+                            f"source's time; needs {options.margin:.0%}")
+                continue
+        eligible.append(c)
+    if options.measure:
+        eligible.sort(key=lambda c: (-(c.saving or 0.0), -len(c.region.steps), c.region.start))
+    else:
+        eligible.sort(key=lambda c: (-len(c.region.steps), c.region.start))
+    used_steps: dict[int, Candidate] = {}
+    held = 0
+    for c in eligible:
+        clash = next((used_steps[s] for s in c.region.steps if s in used_steps), None)
+        if clash is not None:
+            c.status = "overlap"
+            c.reason = f"overlaps {clash.backend_name}'s {clash.region!r}, which saves more"
+            continue
+        if options.memory is not None and held + c.holds > options.memory:
+            c.status = "memory"
+            c.reason = (f"would hold {c.holds} bytes; the budget has "
+                        f"{max(0, options.memory - held)} left")
+            continue
+        c.status = "taken"
+        c.reason = ("largest match (not measured)" if not options.measure else
+                    f"saves {_pct(c.saving or 0.0, c.generated_seconds)}")
+        held += c.holds
+        for s in c.region.steps:
+            used_steps[s] = c
+        decision.taken.append(c)
+    decision.taken.sort(key=lambda c: c.region.start)
+    return decision
+
+
+def _pct(saving: float, base: float | None) -> str:
+    if not base:
+        return "?"
+    return f"{saving / base:.1%}"
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
+def explain_table(candidates: list[Candidate], skipped: list[Any], header: str = "") -> str:
+    """The text of ``plan.explain()``: every candidate region, its times and its fate."""
+    lines = [header] if header else []
+    rows = [("region", "steps", "backend", "backend us", "generated us", "saving", "decision")]
+    for c in sorted(candidates, key=lambda c: (c.region.start, c.backend_name)):
+        r = c.region
+        what = (r.callee.rsplit("::", 1)[-1] if r.callee else "steps") + (
+            f" [{r.path}]" if r.path else "")
+        span = f"{r.start}..{r.stop}" + ("" if len(r.steps) == r.stop - r.start
+                                          else f" ({len(r.steps)})")
+        saving = "-" if c.saving is None else _pct(c.saving, c.generated_seconds)
+        decision = c.status + (f": {c.reason}" if c.reason else "")
+        if c.cached:
+            decision += " (cached timing)"
+        rows.append((what, span, c.backend_name, _us(c.backend_seconds),
+                     _us(c.generated_seconds), saving, decision))
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:6]))
+                     + "  " + row[6])
+    if skipped:
+        lines.append("")
+        lines.append("backends not used:")
+        for s in skipped:
+            name = getattr(s, "name", "?")
+            dist = getattr(s, "distribution", "")
+            reason = getattr(s, "reason", str(s))
+            lines.append(f"  {name}" + (f" ({dist})" if dist else "") + f": {reason}")
+    taken = sum(1 for c in candidates if c.status == "taken")
+    lines.append("")
+    lines.append(f"{taken} of {len(candidates)} candidate regions taken by backends; the rest "
+                 "of the entry runs as generated source.")
+    return "\n".join(lines)

@@ -1,0 +1,597 @@
+"""Plans on PyTorch: `plan_for`, contexts, `plan.run`, `Captured`, `conform`.
+
+A plan runs an entry as a sequence of items: regions that backends took (their executables)
+and generated slices for every step left over, cut around the regions. Backends earn
+regions by measurement (see :mod:`linnet.plan`); on CUDA, regions are timed the way a plan
+runs under :class:`Captured`: inside a captured CUDA graph, with CUDA events, rotating through
+the regions of one kind (each layer's q/k/v) so that the L2 cache does not hold the weights.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from linnet.backends import (
+    CONTRACT,
+    Options,
+    Region,
+    SkipRecord,
+    Target,
+    available,
+    skipped,
+)
+from linnet.lang import LinnetError, __version__ as lang_version
+from linnet.lang.diagnostics import Diagnostic
+from linnet.lang.emit_torch import emit_torch
+from linnet.lang.graph import Graph, ValueType
+from linnet.lang.slices import Slice, slice_steps
+from linnet.plan import Candidate, TimingCache, cache_key, choose, explain_table
+
+from .context import Context
+from .home import import_source
+from .model import COMPILE_MODES, numerics_mode
+
+
+def _error(code: str, message: str, help: str = "") -> LinnetError:
+    return LinnetError(Diagnostic(code, message, help=help))
+
+
+# ---------------------------------------------------------------- plan
+@dataclass
+class Item:
+    kind: str  # "slice" or "region"
+    run: Any  # the slice function or the executable
+    inputs: list[str]
+    outputs: list[str]
+    parameters: list[str] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    output_types: list[ValueType] = field(default_factory=list)
+    label: str = ""
+
+
+class Plan:
+    """An entry planned over backends. ``run(inputs, context)`` runs it step by step;
+    ``explain()`` says for every candidate region which backend claimed it, the times and why
+    it went where it went."""
+
+    def __init__(self, model: Any, entry: str, graph: Graph, items: list[Item],
+                 candidates: list[Candidate], skipped_backends: list[Any], options: Options,
+                 target: Target, source_path: str = ""):
+        self.model = model
+        self.entry = entry
+        self.graph = graph
+        self.items = items
+        self.candidates = candidates
+        self.skipped = skipped_backends
+        self.options = options
+        self.target = target
+        self.source_path = source_path
+        self.device = model.device
+
+    @property
+    def executables(self) -> list[Any]:
+        return [i.run for i in self.items if i.kind == "region"]
+
+    @property
+    def regions(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.status == "taken"]
+
+    def run(self, inputs: Sequence[torch.Tensor], context: Context) -> Any:
+        """Run the plan once: each backend region, then the generated slices between them."""
+        outs = self._run(list(inputs), context)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
+        graph = self.graph
+        if len(inputs) != len(graph.inputs):
+            raise _error("E0720", f"entry `{self.entry}` takes {len(graph.inputs)} inputs, got "
+                         f"{len(inputs)}")
+        env: dict[str, Any] = {}
+        for name, t in zip(graph.inputs, inputs):
+            vt = graph.values[name]
+            if tuple(t.shape) != vt.shape:
+                raise _error("E0751", f"input {name[1:]} has shape {list(t.shape)}; this plan was "
+                             f"made for {list(vt.shape)}",
+                             help="make a plan for these shapes: model.plan_for(...)")
+            env[name] = t
+        params, states = context.parameters, context.states
+        with numerics_mode(self.model.numerics), torch.inference_mode():
+            for item in self.items:
+                args = [env[v] for v in item.inputs]
+                if item.kind == "slice":
+                    res = item.run(*args, *[params[p] for p in item.parameters],
+                                   *[states[p] for p in item.states])
+                else:
+                    res = item.run.execute(args, item.output_types, context)
+                for name, value in zip(item.outputs, res):
+                    env[name] = value
+        return [env[o] for o in graph.outputs]
+
+    def explain(self) -> str:
+        header = (f"plan for {self.graph.model}.{self.entry} on {self.target.kind}"
+                  f" ({self.target.name or self.target.device}); margin "
+                  f"{self.options.margin:.0%}, measure={self.options.measure}"
+                  + (f", memory budget {self.options.memory} bytes"
+                     if self.options.memory is not None else ""))
+        return explain_table(self.candidates, self.skipped, header)
+
+    def __repr__(self) -> str:
+        return (f"Plan({self.graph.model}.{self.entry}: {len(self.regions)} backend regions, "
+                f"{sum(1 for i in self.items if i.kind == 'slice')} generated slices)")
+
+
+class Captured:
+    """Runs a plan once, then captures it whole as one CUDA graph and replays it.
+
+    Each executable's ``prepare(context)`` runs before every replay (host work such as
+    FlashInfer's per-step planning). Outputs are fresh tensors each call.
+
+    >>> step = Captured(plan, model.context_for(plan))     # doctest: +SKIP
+    >>> logits, = step([token, pos])                        # doctest: +SKIP
+    """
+
+    def __init__(self, plan: Plan, context: Context):
+        if plan.device.type != "cuda":
+            raise _error("E0750", f"Captured replays a CUDA graph, but this plan runs on "
+                         f"{plan.device}", help="run plan.run(inputs, context) on the CPU, or "
+                         "load the model with device='cuda'")
+        self.plan = plan
+        self.context = context
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static_inputs: list[torch.Tensor] = []
+        self.static_outputs: list[Any] = []
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        device = self.plan.device
+        inputs = [t.to(device) for t in inputs]
+        self.calls += 1
+        if self.calls == 1:
+            return list(self.plan._run(inputs, self.context))
+        if self.graph is None:
+            self._capture(inputs)
+        for dst, src in zip(self.static_inputs, inputs):
+            if dst.shape != src.shape or dst.dtype != src.dtype:
+                raise _error("E0752", f"Captured was captured for inputs "
+                             f"{[list(t.shape) for t in self.static_inputs]}; got "
+                             f"{[list(t.shape) for t in inputs]}",
+                             help="make a plan and a Captured for each input shape")
+            dst.copy_(src)
+        for ex in self.plan.executables:
+            ex.prepare(self.context)
+        assert self.graph is not None
+        self.graph.replay()
+        return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.static_outputs]
+
+    def _capture(self, inputs: list[torch.Tensor]) -> None:
+        self.static_inputs = [t.clone() for t in inputs]
+        for ex in self.plan.executables:
+            ex.prepare(self.context)
+        torch.cuda.synchronize(self.plan.device)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.static_outputs = self.plan._run(self.static_inputs, self.context)
+        except Exception as exc:
+            raise _error("E0753", f"the plan could not be captured as a CUDA graph: {exc}",
+                         help="a backend's execute must not allocate, synchronise or copy to "
+                              "the host; see `plan.explain()` for which backends run") from exc
+        self.graph = graph
+
+
+# ---------------------------------------------------------------- timing
+def torch_target(device: torch.device) -> Target:
+    versions = [("torch", torch.__version__)]
+    if device.type == "cuda":
+        versions.append(("cuda", str(torch.version.cuda)))
+        props = torch.cuda.get_device_properties(device)
+        return Target("cuda", str(device), props.name, (props.major, props.minor), "torch",
+                      tuple(versions))
+    return Target(device.type, str(device), device.type, None, "torch", tuple(versions))
+
+
+def time_rotation(calls: list[Callable[[], Any]], device: torch.device, options: Options,
+                  prepare: Callable[[], None] | None = None) -> float:
+    """Median seconds per call, calling each of ``calls`` in turn (one per region of a kind).
+
+    On CUDA the rotation is captured in a CUDA graph and timed with events, as `Captured`
+    runs; on the CPU it is timed by the wall clock.
+    """
+    prepare = prepare or (lambda: None)
+    for _ in range(options.warmup):
+        prepare()
+        for c in calls:
+            c()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            prepare()
+            for c in calls:
+                c()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for c in calls:
+                c()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(options.repeat):
+            prepare()
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3 / len(calls))
+        return statistics.median(times)
+    times = []
+    for _ in range(options.repeat):
+        prepare()
+        t0 = time.perf_counter()
+        for c in calls:
+            c()
+        times.append((time.perf_counter() - t0) / len(calls))
+    return statistics.median(times)
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line per update when stderr is not a terminal)."""
+
+    def __init__(self, total: int, label: str, enabled: bool | Callable[[str], None]):
+        self.total, self.done, self.label = total, 0, label
+        self.sink = enabled if callable(enabled) else None
+        self.enabled = bool(enabled)
+        self.tty = sys.stderr.isatty()
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        width = 24
+        filled = int(width * self.done / max(1, self.total))
+        line = (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] "
+                f"{self.done}/{self.total} {what}")
+        if self.sink is not None:
+            self.sink(line)
+        elif self.tty:
+            print("\r" + line[:110].ljust(110), end="", file=sys.stderr, flush=True)
+            if self.done == self.total:
+                print(file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- building plans
+class PlanBuilder:
+    def __init__(self, model: Any, entry: str, inputs: list[torch.Tensor], options: Options,
+                 progress: bool | Callable[[str], None]):
+        self.model = model
+        self.entry = entry
+        self.inputs = [t.to(model.device) for t in inputs]
+        self.options = options
+        self.progress = progress
+        self.graph: Graph = model.graph(entry, self.inputs)
+        self.device: torch.device = model.device
+        self.target = torch_target(self.device)
+        self.sources = {m.source.name: m.source.text for m in model.program.modules.values()}
+        self.skipped: list[Any] = []
+
+    # -- backends
+    def probe(self, backends: Sequence[Any] | None) -> list[Any]:
+        chosen = list(available()) if backends is None else list(backends)
+        if backends is None:
+            self.skipped.extend(skipped())
+        ready = []
+        for b in chosen:
+            name = str(getattr(b, "name", type(b).__name__))
+            contract = getattr(b, "contract", None)
+            if contract != CONTRACT:
+                self.skipped.append(_record(b, f"written for contract {contract}; this host "
+                                               f"implements {CONTRACT}"))
+                continue
+            try:
+                caps = b.probe(self.target)
+            except Exception as exc:  # a broken backend never takes the host down
+                self.skipped.append(_record(b, f"probe raised {type(exc).__name__}: {exc}"))
+                continue
+            if caps is None:
+                self.skipped.append(_record(b, f"declined {self.target.kind} "
+                                               f"({self.target.name})"))
+                continue
+            del name
+            ready.append(b)
+        return ready
+
+    def candidates(self, backends: list[Any]) -> list[Candidate]:
+        out: list[Candidate] = []
+        for b in backends:
+            try:
+                regions = list(b.match(self.graph, self.target))
+            except Exception as exc:
+                self.skipped.append(_record(b, f"match raised {type(exc).__name__}: {exc}"))
+                continue
+            regions = [r for r in regions if isinstance(r, Region) and r.graph is self.graph
+                       and r.steps]
+            try:
+                if hasattr(b, "compile_regions"):
+                    executables = list(b.compile_regions(regions, self.target, self.options))
+                else:
+                    executables = [b.compile(r, self.target, self.options) for r in regions]
+            except Exception as exc:
+                self.skipped.append(_record(b, f"compile raised {type(exc).__name__}: {exc}"))
+                continue
+            for r, ex in zip(regions, executables):
+                holds = int(getattr(getattr(ex, "meta", None), "holds", 0) or 0)
+                out.append(Candidate(b, r, ex, holds=holds))
+        return out
+
+    # -- values at region boundaries, from one run of the generated source
+    def record_values(self, candidates: list[Candidate], context: Context
+                      ) -> dict[str, Any]:
+        cuts = {0, len(self.graph.steps)}
+        for c in candidates:
+            cuts.update((c.region.start, c.region.stop))
+        bounds = sorted(cuts)
+        slices = [slice_steps(self.graph, list(range(a, b)), f"part_{i}")
+                  for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b > a]
+        module = self.emit(slices, "record")
+        items = self.slice_items(module, slices)
+        env: dict[str, Any] = dict(zip(self.graph.inputs, self.inputs))
+        scratch = context.scratch()
+        with numerics_mode(self.model.numerics), torch.inference_mode():
+            for item in items:
+                res = item.run(*[env[v] for v in item.inputs],
+                               *[scratch.parameters[p] for p in item.parameters],
+                               *[scratch.states[p] for p in item.states])
+                env.update(zip(item.outputs, res))
+        return env
+
+    def emit(self, slices: list[Slice], label: str) -> Any:
+        text = emit_torch(self.graph, self.sources, numerics=self.model.numerics,
+                          origin=self.model.program.root.source.name, slices=[slices])
+        module = import_source(text, f"linnet_plan_{label}")
+        module.DEVICE = self.device
+        return module
+
+    def slice_items(self, module: Any, slices: list[Slice], compile: Any = None) -> list[Item]:
+        meta = module.ENTRIES[self.graph.entry]["slices"]
+        compiled: dict[str, Callable] = {}
+        items = []
+        for sl, m in zip(slices, meta):
+            fn = getattr(module, m["function"])
+            if compile:
+                if m["function"] not in compiled:
+                    compiled[m["function"]] = _torch_compile(fn, compile)
+                fn = compiled[m["function"]]
+            items.append(Item("slice", fn, list(sl.inputs), list(sl.outputs),
+                              list(sl.parameters), list(sl.states), label=sl.name))
+        return items
+
+    # -- timing
+    def time_candidates(self, candidates: list[Candidate], env: dict[str, Any],
+                        context: Context, cache: TimingCache) -> None:
+        groups: dict[tuple[int, str], list[Candidate]] = {}
+        for c in candidates:
+            groups.setdefault((id(c.backend), c.region.kind), []).append(c)
+        progress = Progress(len(groups), "linnet: timing regions", self.progress)
+        generated_times: dict[str, float] = {}
+        target_key = self.target.key()
+        for (_, kind), group in groups.items():
+            backend = group[0].backend
+            bkey = cache_key(target_key, backend.name, str(backend.version), CONTRACT, kind)
+            gkey = cache_key(target_key, "generated", f"{lang_version}/{self.model.numerics}/"
+                             f"{self.options.compile or 'eager'}", CONTRACT, kind)
+            b_seconds = cache.get(bkey)
+            g_seconds = generated_times.get(kind, cache.get(gkey))
+            cached = b_seconds is not None and g_seconds is not None
+            scratch = context.scratch()
+            try:
+                if b_seconds is None:
+                    b_seconds = self.time_backend(group, env, scratch)
+                    cache.put(bkey, b_seconds, backend=backend.name, kind=kind,
+                              region=repr(group[0].region))
+            except Exception as exc:
+                for c in group:
+                    c.status, c.reason = "failed", f"timing raised {type(exc).__name__}: {exc}"
+                progress.step(f"{backend.name}: failed")
+                continue
+            if g_seconds is None:
+                g_seconds = self.time_generated(group, env, scratch)
+                cache.put(gkey, g_seconds, backend="generated", kind=kind,
+                          region=repr(group[0].region))
+            generated_times[kind] = g_seconds
+            for c in group:
+                c.backend_seconds, c.generated_seconds, c.cached = b_seconds, g_seconds, cached
+            progress.step(f"{backend.name} {group[0].region!r}")
+        cache.flush()
+
+    def rotation(self, group: list[Candidate]) -> list[Candidate]:
+        # Distinct parameters first: that is what keeps the weights out of the L2 cache.
+        seen, out = set(), []
+        for c in group:
+            key = c.region.parameters
+            if key not in seen:
+                seen.add(key)
+                out.append(c)
+        return out or group[:1]
+
+    def time_backend(self, group: list[Candidate], env: dict[str, Any],
+                     context: Context) -> float:
+        chosen = self.rotation(group)
+        calls = []
+        for c in chosen:
+            args = [env[v] for v in c.region.inputs]
+            types = [self.graph.values[o] for o in c.region.outputs]
+            calls.append(lambda ex=c.executable, a=args, t=types: ex.execute(a, t, context))
+
+        def prepare() -> None:
+            for c in chosen:
+                c.executable.prepare(context)
+
+        with numerics_mode(self.model.numerics), torch.inference_mode():
+            return time_rotation(calls, self.device, self.options, prepare)
+
+    def time_generated(self, group: list[Candidate], env: dict[str, Any],
+                       context: Context) -> float:
+        chosen = self.rotation(group)
+        slices = [slice_steps(self.graph, list(c.region.steps), "region") for c in chosen]
+        module = self.emit(slices[:1], "region")
+        fn = getattr(module, module.ENTRIES[self.graph.entry]["slices"][0]["function"])
+        if self.options.compile:
+            fn = _torch_compile(fn, self.options.compile)
+        calls = []
+        for sl in slices:
+            args = [env[v] for v in sl.inputs] + [context.parameters[p] for p in sl.parameters] \
+                + [context.states[p] for p in sl.states]
+            calls.append(lambda a=args: fn(*a))
+        with numerics_mode(self.model.numerics), torch.inference_mode():
+            return time_rotation(calls, self.device, self.options)
+
+    # -- the plan's items
+    def items(self, taken: list[Candidate]) -> tuple[list[Item], str]:
+        starts = {c.region.start: c for c in taken}
+        claimed = {s for c in taken for s in c.region.steps}
+        slices: list[Slice] = []
+        order: list[Any] = []
+        pending: list[int] = []
+
+        def flush() -> None:
+            if pending:
+                sl = slice_steps(self.graph, list(pending), self.slice_name(pending[0]))
+                slices.append(sl)
+                order.append(sl)
+                pending.clear()
+
+        for i in range(len(self.graph.steps)):
+            if i in starts:
+                flush()
+                order.append(starts[i])
+            elif i not in claimed:
+                pending.append(i)
+        flush()
+        module = self.emit(slices, "plan") if slices else None
+        slice_items = iter(self.slice_items(module, slices, self.options.compile)
+                           if module else [])
+        items = []
+        for entry in order:
+            if isinstance(entry, Slice):
+                items.append(next(slice_items))
+            else:
+                r = entry.region
+                items.append(Item("region", entry.executable, list(r.inputs), list(r.outputs),
+                                  output_types=[self.graph.values[o] for o in r.outputs],
+                                  label=f"{entry.backend_name} {r!r}"))
+        return items, (module.__file__ if module else "")
+
+    def slice_name(self, step: int) -> str:
+        best = None
+        for call in self.graph.calls:
+            if call.start <= step < call.stop and call.kind != "entry" and call.path and (
+                    best is None or call.depth < best.depth) and call.path.split(".")[-1].isdigit():
+                best = call
+        if best is None:
+            return "slice"
+        return best.callee.rsplit("::", 1)[-1].replace(".", "_").lower() + "_part"
+
+
+def _record(backend: Any, reason: str) -> Any:
+    name = str(getattr(backend, "name", type(backend).__name__))
+    module = type(backend).__module__
+    return SkipRecord(name=name, distribution=module.split(".")[0], version=str(
+        getattr(backend, "version", "?")), path=f"{module}:{type(backend).__qualname__}",
+        reason=reason, detail="")
+
+
+def _torch_compile(fn: Callable, compile: Any) -> Callable:
+    if isinstance(compile, str) and compile in COMPILE_MODES:
+        return torch.compile(fn, mode=compile, dynamic=False)
+    if isinstance(compile, str):
+        return torch.compile(fn, backend=compile, dynamic=False)
+    return torch.compile(fn, dynamic=False)
+
+
+def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
+             backends: Sequence[Any] | None = None, compile: Any = None,
+             memory: int | None = None, measure: bool = True, margin: float = 0.02,
+             progress: bool | Callable[[str], None] = True, cache: TimingCache | None = None
+             ) -> Plan:
+    """See :meth:`linnet.torch.Model.plan_for`."""
+    options = Options(margin=margin, measure=measure, memory=memory, compile=compile)
+    builder = PlanBuilder(model, entry, list(inputs), options, progress)
+    ready = builder.probe(backends)
+    candidates = builder.candidates(ready)
+    context = model.context_for_graph(builder.graph)
+    if measure and candidates:
+        env = builder.record_values(candidates, context)
+        builder.time_candidates(candidates, env, context, cache or TimingCache())
+    decision = choose(candidates, options)
+    items, path = builder.items(decision.taken)
+    return Plan(model, entry, builder.graph, items, candidates, builder.skipped, options,
+                builder.target, path)
+
+
+# ---------------------------------------------------------------- conformance
+@dataclass
+class Finding:
+    """One region run both ways: ``difference`` is the largest absolute difference between
+    the backend's outputs and the generated source's (None where the region writes state:
+    it ran once and was not compared)."""
+
+    region: Region
+    difference: float | None
+    passed: bool
+    note: str = ""
+
+    def __repr__(self) -> str:
+        diff = "not compared" if self.difference is None else f"{self.difference:.3g}"
+        return f"Finding({self.region!r}, difference={diff}, passed={self.passed})"
+
+
+def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any,
+            tolerance: float = 0.01) -> list[Finding]:
+    """Run every region ``backend`` takes both ways, on the same inputs; see the spec."""
+    options = Options(measure=False, tolerance=tolerance)
+    builder = PlanBuilder(model, entry, list(inputs), options, progress=False)
+    ready = builder.probe([backend])
+    if not ready:
+        reason = builder.skipped[-1].reason if builder.skipped else "declined"
+        raise _error("E0754", f"backend `{getattr(backend, 'name', backend)}` cannot run here: "
+                     f"{reason}")
+    candidates = builder.candidates(ready)
+    if builder.skipped:
+        raise _error("E0755", f"backend `{backend.name}` failed: {builder.skipped[-1].reason}")
+    context = model.context_for_graph(builder.graph)
+    env = builder.record_values(candidates, context) if candidates else {}
+    findings = []
+    for c in candidates:
+        r = c.region
+        args = [env[v] for v in r.inputs]
+        types = [builder.graph.values[o] for o in r.outputs]
+        with numerics_mode(model.numerics), torch.inference_mode():
+            scratch = context.scratch()
+            c.executable.prepare(scratch)
+            got = c.executable.execute(args, types, scratch)
+            if r.writes_state:
+                findings.append(Finding(r, None, True, "writes state: ran once, not compared"))
+                continue
+            sl = slice_steps(builder.graph, list(r.steps), "region")
+            module = builder.emit([sl], "conform")
+            fn = getattr(module, module.ENTRIES[builder.graph.entry]["slices"][0]["function"])
+            ref_ctx = context.scratch()
+            want = fn(*[env[v] for v in sl.inputs],
+                      *[ref_ctx.parameters[p] for p in sl.parameters],
+                      *[ref_ctx.states[p] for p in sl.states])
+        diff = 0.0
+        for a, b in zip(got, want):
+            if isinstance(a, torch.Tensor):
+                diff = max(diff, (a.float() - b.float()).abs().max().item() if a.numel() else 0.0)
+        findings.append(Finding(r, diff, diff <= tolerance))
+    return findings

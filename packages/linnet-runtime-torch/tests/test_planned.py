@@ -1,0 +1,207 @@
+"""The backend contract end to end on the CPU, with reference backends."""
+
+import json
+import multiprocessing
+import warnings
+
+import pytest
+import torch
+from conftest import LLAMA, toy_config
+from reference_backends import Declines, OldContract, ProbeRaises, RefLinear, RefSiblings
+
+from linnet.lang import LinnetError
+from linnet.plan import CacheWarning, TimingCache
+from linnet.torch import load, random_weights
+from linnet.torch.planned import Captured
+
+TOKEN = torch.tensor([3], dtype=torch.int32)
+POS = torch.tensor([0], dtype=torch.int32)
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return random_weights(LLAMA, toy_config(), seed=4)
+
+
+@pytest.fixture
+def model(weights):
+    return load(LLAMA, weights=dict(weights), config=toy_config())
+
+
+def reference(weights, inputs, entry="decode"):
+    model = load(LLAMA, weights=dict(weights), config=toy_config())
+    return model.run(entry, inputs)
+
+
+def test_unmeasured_plan_takes_every_linear_and_matches(model, weights):
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], measure=False,
+                          progress=False)
+    assert len(plan.regions) == 15  # 7 per layer, 2 layers, and the LM head
+    ctx = model.context_for(plan)
+    got = plan.run([TOKEN, POS], ctx)
+    torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
+    assert "taken" in plan.explain()
+
+
+def test_plan_runs_decode_after_prefill(model, weights):
+    tokens = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefSiblings()], measure=False,
+                          progress=False)
+    ctx = model.context_for(plan)
+    model.prefill(tokens, context=ctx)
+    got = plan.run([torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)],
+                   ctx)
+    want = reference(weights, [torch.tensor([[1, 2, 3, 4]], dtype=torch.int32)], "prefill")
+    torch.testing.assert_close(got[0], want[0, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_siblings_win_over_overlapping_singles_and_join_weights(model):
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear(), RefSiblings()],
+                          measure=False, progress=False)
+    by_backend = {}
+    for c in plan.regions:
+        by_backend.setdefault(c.backend.name, []).append(c)
+    # q/k/v and gate/up per layer are fused; o, down and the LM head stay single.
+    assert len(by_backend["ref-siblings"]) == 4
+    assert len(by_backend["ref-linear"]) == 5
+    overlapped = [c for c in plan.candidates if c.status == "overlap"]
+    assert len(overlapped) == 10
+    ctx = model.context_for(plan)
+    q = ctx.parameters["model.layers.0.self_attn.q_proj.weight"]
+    v = ctx.parameters["model.layers.0.self_attn.v_proj.weight"]
+    assert q.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()  # one buffer
+
+
+def test_join_declines_what_cannot_be_laid_out(model):
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[], measure=False, progress=False)
+    ctx = model.context_for(plan)
+    assert ctx.join(["model.norm.weight", "model.embed_tokens.weight"]) is None
+    assert ctx.join(["model.norm.weight"]) is None
+
+
+def test_measured_plan_declines_a_slow_backend(model, tmp_path):
+    cache = TimingCache(tmp_path / "benchmarks.json")
+    from linnet.torch.planned import plan_for
+
+    plan = plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear(delay=0.002)],
+                    progress=False, cache=cache)
+    assert plan.regions == []
+    text = plan.explain()
+    assert "below margin" in text
+    assert all(c.backend_seconds > c.generated_seconds for c in plan.candidates)
+
+
+def test_timings_are_cached_by_kind(model, tmp_path):
+    from linnet.torch.planned import plan_for
+
+    path = tmp_path / "benchmarks.json"
+    plan = plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear()], progress=False,
+                    cache=TimingCache(path))
+    kinds = {c.region.kind for c in plan.candidates}
+    data = json.loads(path.read_text())
+    assert data["format"] == "linnet.benchmarks"
+    assert len(data["entries"]) == 2 * len(kinds)  # backend and generated, once per kind
+    again = plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear()], progress=False,
+                     cache=TimingCache(path))
+    assert all(c.cached for c in again.candidates)
+
+
+def test_memory_budget(model):
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear(holds=1000)],
+                          measure=False, memory=2500, progress=False)
+    assert len(plan.regions) == 2
+    assert sum(c.status == "memory" for c in plan.candidates) == 13
+
+
+def test_skipped_backends_are_explained(model):
+    plan = model.plan_for("decode", [TOKEN, POS],
+                          backends=[Declines(), ProbeRaises(), OldContract(),
+                                    RefLinear(kinds=("cuda",))],
+                          measure=False, progress=False)
+    text = plan.explain()
+    assert "declines" in text and "declined cpu" in text
+    assert "probe-raises" in text and "no driver" in text
+    assert "old-contract" in text and "contract 0" in text
+    assert "ref-linear" in text and plan.regions == []
+
+
+def test_conform_compares_each_region(model):
+    findings = model.conform("decode", [TOKEN, POS], RefLinear())
+    assert len(findings) == 15 and all(f.passed for f in findings)
+    assert max(f.difference for f in findings) < 1e-4
+    bad = model.conform("decode", [TOKEN, POS], RefLinear(scale=100.0))
+    assert not any(f.passed for f in bad)
+
+
+def test_state_writing_regions_run_once_and_are_not_compared(model):
+    from linnet.backends import CONTRACT, Capabilities, ExecutableMeta, Region
+
+    class CacheWriter:
+        name, version, contract = "cache-writer", "0", CONTRACT
+
+        def probe(self, target):
+            return Capabilities()
+
+        def match(self, graph, target):
+            return [Region.of(graph, i, i + 1) for i, s in enumerate(graph.steps)
+                    if s.op == "scatter"]
+
+        def compile(self, region, target, options):
+            class Write:
+                meta = ExecutableMeta()
+                runs = 0
+
+                def prepare(self, context):
+                    pass
+
+                def execute(self, inputs, outputs, context):
+                    Write.runs += 1
+                    return []
+
+            return Write()
+
+        def estimate_cost(self, region, target):
+            return None
+
+    findings = model.conform("decode", [TOKEN, POS], CacheWriter())
+    assert len(findings) == 4
+    assert all(f.difference is None and f.passed for f in findings)
+
+
+def test_captured_needs_cuda(model):
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[], measure=False, progress=False)
+    with pytest.raises(LinnetError) as err:
+        Captured(plan, model.context_for(plan))
+    assert err.value.diagnostics[0].code == "E0750"
+
+
+def test_corrupt_cache_is_moved_aside_and_rebuilt(tmp_path):
+    path = tmp_path / "benchmarks.json"
+    path.write_text("{ not json")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache = TimingCache(path)
+    assert any(issubclass(w.category, CacheWarning) for w in caught)
+    assert list(tmp_path.glob("benchmarks.json.corrupt-*"))
+    cache.put("k", 1.0)
+    cache.flush()
+    assert json.loads(path.read_text())["entries"]["k"]["seconds"] == 1.0
+
+
+def _writer(path, start):
+    for i in range(start, start + 20):
+        cache = TimingCache(path)
+        cache.put(f"key-{i}", float(i))
+        cache.flush()
+
+
+def test_two_processes_lose_no_entries(tmp_path):
+    path = tmp_path / "benchmarks.json"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, s)) for s in (0, 100)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    entries = json.loads(path.read_text())["entries"]
+    assert len(entries) == 40
