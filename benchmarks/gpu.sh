@@ -11,6 +11,12 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} LINNET_HOME=/tmp/linnet-h
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+if [ "${1:-}" = "--plan" ]; then
+  python3 benchmarks/gpu_plan.py 2>&1 | tee "$OUT/plan.log" | grep -v Warning | tail -24
+  python3 benchmarks/torch_decode.py --config llama-3.2-1b --device cuda --context 64 --steps 8 \
+      --modes generated --compile-layers 2,all 2>&1 | tee "$OUT/compile-time.log" | tail -5
+  exit 0
+fi
 python3 benchmarks/gpu_parity.py 2>&1 | tee "$OUT/parity.log" | grep -v Warning | tail -12
 python3 benchmarks/torch_decode.py --config llama-3.2-1b --device cuda --context 1024 --steps 64 \
     --modes hf,generated,compile --compile-layers 2,all --json "$OUT/decode-1b.json" 2>&1 \

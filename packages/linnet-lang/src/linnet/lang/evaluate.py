@@ -1376,7 +1376,8 @@ class Evaluator:
                     frame.ivars[node.name] = None
         frame.order = list(lhs_vars)
         self.infer_ranges(value, frame)
-        self.infer_ranges(A.Tuple([], span), frame, lhs_positions=target)
+        # Ranges also come from plain indices of reads inside positions (`self.s[p[l]] = ...`).
+        self.infer_ranges(A.Tuple(list(target.indices), span), frame, lhs_positions=target)
         for n in lhs_vars:
             if frame.ivars[n] is None:
                 raise fail("E0307", f"cannot tell what `{n}` ranges over", target.span,
@@ -1401,7 +1402,10 @@ class Evaluator:
             idx = target.indices[k - 1]
             if (isinstance(idx, A.Name) and idx.name in lhs_vars and idx.name not in trailing
                     and frame.ivars[idx.name] == state.shape[k - 1]
-                    and lhs_vars[-1 - len(trailing)] == idx.name):
+                    and lhs_vars[-1 - len(trailing)] == idx.name
+                    # `s[n, n]`, `s[n + 1, n]`: n also positions an earlier axis
+                    and not any(mentions(target.indices[j], {idx.name})
+                                for j in range(k - 1))):
                 trailing.insert(0, idx.name)
                 k -= 1
             else:
@@ -1417,6 +1421,11 @@ class Evaluator:
             indices.append(iv)
         lead = tuple(lab for lab in lhs_vars if lab not in trailing)
         aligned_idx = [self.align(ix, lead, span) for ix in indices]
+        # The graph's scatter takes positions of one rank: constant positions too.
+        aligned_idx = [self.builder.emit("reshape", [ix.ref], (Dim.const(1),) * len(lead),
+                                         ix.dtype, {"shape": [1] * len(lead)}, span=span,
+                                         labels=lead)
+                       if ix.rank != len(lead) else ix for ix in aligned_idx]
         full = lead + tuple(trailing)
         shape = tuple(self.label_dim(frame, lab) for lab in full)
         vv = self.align(v, full, span)

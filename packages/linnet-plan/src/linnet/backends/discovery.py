@@ -96,8 +96,9 @@ class Found:
 
 @dataclass(frozen=True)
 class Discovery:
-    """What one load of the entry-point group found: ``found`` sorted by backend name,
-    ``skipped`` in the order the entry points were read."""
+    """What one load of the entry-point group found: ``found`` sorted by backend name;
+    ``skipped``, the plugins that failed to load in (entry point, distribution) order, then
+    the duplicates."""
 
     found: tuple[Found, ...]
     skipped: tuple[SkipRecord, ...]
@@ -324,7 +325,10 @@ def _origin_of(backend: Any) -> _Origin:
 
 
 def _name_of(backend: Any, default: str = "") -> str:
-    name = getattr(backend, "name", None)
+    try:
+        name = getattr(backend, "name", None)
+    except Exception:  # a property that raises: the record still needs a name
+        name = None
     if isinstance(name, str) and name:
         return name
     return default or type(backend).__name__

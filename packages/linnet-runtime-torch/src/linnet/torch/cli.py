@@ -123,3 +123,54 @@ def sync(device: Any) -> None:
 
     if getattr(device, "type", "") == "cuda":
         torch.cuda.synchronize(device)
+
+
+def register_plan(subparsers: Any) -> None:
+    """Adds `linnet plan`: plan an entry over the installed backends and explain it."""
+    from linnet.lang.cli import add_lowering_arguments
+
+    p = subparsers.add_parser("plan", help="plan an entry over the backends and explain it")
+    add_lowering_arguments(p)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--backend", action="append", default=[], metavar="NAME",
+                   help="use only these installed backends (repeatable; default: all)")
+    p.add_argument("--no-measure", action="store_true", help="take the largest matches, untimed")
+    p.add_argument("--margin", type=float, default=0.02)
+    p.add_argument("--memory", type=int, help="bytes executables may hold beyond the weights")
+    p.add_argument("--compile", help="torch.compile mode or backend for the generated slices")
+    p.set_defaults(run=plan_command)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from linnet.backends import available
+    from linnet.lang.cli import load_config, parse_inputs
+
+    from .interpreter import DTYPES
+    from .model import load, random_weights
+
+    config = load_config(args.config, args.set, args.file)
+    weights: Any = args.weights
+    if weights is None:
+        print("linnet: no --weights: using deterministic random weights", file=sys.stderr)
+        weights = random_weights(args.file, config, device=args.device)
+    model = load(args.file, weights=weights, device=args.device, config=config)
+    decl = model._model_decl().method(args.entry)
+    shapes = parse_inputs(args.input)
+    inputs = []
+    for p in decl.params if decl else []:
+        dtype = DTYPES.get(getattr(getattr(p.type, "dtype", None), "name", "i32"), torch.int32)
+        inputs.append(torch.zeros(shapes.get(p.name, [1]), dtype=dtype, device=model.device))
+    backends = available()
+    if args.backend:
+        backends = [b for b in backends if b.name in args.backend]
+        missing = set(args.backend) - {b.name for b in backends}
+        if missing:
+            print(f"linnet plan: not installed or skipped: {', '.join(sorted(missing))} "
+                  "(see `linnet backends`)", file=sys.stderr)
+            return 1
+    plan = model.plan_for(args.entry, inputs, backends=backends, compile=args.compile,
+                          memory=args.memory, measure=not args.no_measure, margin=args.margin)
+    print(plan.explain())
+    return 0

@@ -346,20 +346,26 @@ def _progress(progress: Callable[[str], None] | bool) -> Callable[[str], None]:
 
 
 def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,
-                   dtype: torch.dtype | None = None, scale: float = 0.02
-                   ) -> dict[str, torch.Tensor]:
-    """Deterministic random parameters for a model and config (norm weights are ones)."""
+                   dtype: torch.dtype | None = None, scale: float = 0.02,
+                   device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Deterministic random parameters for a model and config (norm weights are ones),
+    made directly on ``device`` (an 8B-shaped model never passes through host memory).
+
+    >>> w = random_weights("examples/llama/llama.linnet", toy_config)   # doctest: +SKIP
+    """
     program = Program.from_file(model_path)
     decl = next(m for m in program.root.items if getattr(m, "kind", "") == "model")
     entry = next(m for m in decl.methods if m.kind == "entry")
     inputs = {p.name: [1] * len(p.type.dims) for p in entry.params}  # type: ignore[union-attr]
     graph = lower(program, entry.name, inputs, config)
-    gen = torch.Generator().manual_seed(seed)
+    dev = torch.device(device)
+    gen = torch.Generator(dev).manual_seed(seed)
     out = {}
     for path, vt in sorted(graph.parameters.items()):
         dt = dtype or DTYPES[vt.dtype]
         if path.endswith("norm.weight") or path.endswith("layernorm.weight"):
-            out[path] = torch.ones(vt.shape, dtype=dt)
+            out[path] = torch.ones(vt.shape, dtype=dt, device=dev)
         else:
-            out[path] = (torch.randn(vt.shape, generator=gen) * scale).to(dt)
+            t = torch.empty(vt.shape, dtype=dt, device=dev)
+            out[path] = t.normal_(0.0, scale, generator=gen)
     return out

@@ -376,6 +376,17 @@ class PlanBuilder:
         return items
 
     # -- timing
+    def keys(self, backend: Any, kind: str) -> tuple[str, str]:
+        target_key = self.target.key()
+        bkey = cache_key(target_key, backend.name, str(backend.version), CONTRACT, kind)
+        gkey = cache_key(target_key, "generated", f"{lang_version}/{self.model.numerics}/"
+                         f"{self.options.compile or 'eager'}", CONTRACT, kind)
+        return bkey, gkey
+
+    def all_cached(self, candidates: list[Candidate], cache: TimingCache) -> bool:
+        return all(cache.get(k) is not None for c in candidates
+                   for k in self.keys(c.backend, c.region.kind))
+
     def time_candidates(self, candidates: list[Candidate], env: dict[str, Any],
                         context: Context, cache: TimingCache) -> None:
         groups: dict[tuple[int, str], list[Candidate]] = {}
@@ -383,12 +394,9 @@ class PlanBuilder:
             groups.setdefault((id(c.backend), c.region.kind), []).append(c)
         progress = Progress(len(groups), "linnet: timing regions", self.progress)
         generated_times: dict[str, float] = {}
-        target_key = self.target.key()
         for (_, kind), group in groups.items():
             backend = group[0].backend
-            bkey = cache_key(target_key, backend.name, str(backend.version), CONTRACT, kind)
-            gkey = cache_key(target_key, "generated", f"{lang_version}/{self.model.numerics}/"
-                             f"{self.options.compile or 'eager'}", CONTRACT, kind)
+            bkey, gkey = self.keys(backend, kind)
             b_seconds = cache.get(bkey)
             g_seconds = generated_times.get(kind, cache.get(gkey))
             cached = b_seconds is not None and g_seconds is not None
@@ -530,8 +538,11 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
     candidates = builder.candidates(ready)
     context = model.context_for_graph(builder.graph)
     if measure and candidates:
-        env = builder.record_values(candidates, context)
-        builder.time_candidates(candidates, env, context, cache or TimingCache())
+        cache = cache or TimingCache()
+        # A warm cache answers every kind: skip the run that records region inputs.
+        env = ({} if builder.all_cached(candidates, cache)
+               else builder.record_values(candidates, context))
+        builder.time_candidates(candidates, env, context, cache)
     decision = choose(candidates, options)
     items, path = builder.items(decision.taken)
     return Plan(model, entry, builder.graph, items, candidates, builder.skipped, options,
