@@ -14,9 +14,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integration-tests"))
 
-from test_hf_parity import LLAMA, greedy, hf_config, linnet_config  # noqa: E402
-
 from linnet.torch import load  # noqa: E402
+from test_hf_parity import LLAMA, greedy, hf_config, linnet_config  # noqa: E402
 
 
 def main() -> None:

@@ -24,11 +24,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "packages" / "linnet-runtime-torch" / "tests"))
 
-from reference_backends import RefLinear  # noqa: E402
-
 from linnet.plan import TimingCache  # noqa: E402
 from linnet.torch import load, random_weights  # noqa: E402
 from linnet.torch.planned import Captured, plan_for  # noqa: E402
+from reference_backends import RefLinear  # noqa: E402
 
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
 DEV = torch.device("cuda")

@@ -10,9 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from safetensors.torch import save_file  # noqa: E402
-
 from linnet.torch import load  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"

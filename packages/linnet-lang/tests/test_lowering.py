@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from linnet.lang import Graph, LinnetError, Program, check_file, lower
 from linnet.lang.primitives import PRIMITIVES
 

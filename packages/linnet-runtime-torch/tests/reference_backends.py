@@ -6,7 +6,6 @@ import time
 
 import torch
 import torch.nn.functional as F
-
 from linnet.backends import CONTRACT, Capabilities, ExecutableMeta, Region
 
 LINEAR = "std.nn.linear::linear"

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from conftest import LLAMA, toy_config
 from linnet.lang import LinnetError
 from linnet.torch import load, random_weights
 from safetensors.torch import save_file
+from support import LLAMA, toy_config
 
 
 def code_of(excinfo) -> str:

@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import LLAMA, toy_config
 from linnet.lang import Program, lower
 from linnet.lang.emit_torch import FAST_CALLS, RULES, emit_torch
 from linnet.lang.primitives import PRIMITIVES
 from linnet.torch import load, random_weights, run_graph
 from linnet.torch.home import import_source
 from linnet.torch.interpreter import missing_rules
+from support import LLAMA, toy_config
 
 
 def test_every_primitive_has_a_rule_everywhere():

@@ -6,13 +6,12 @@ import warnings
 
 import pytest
 import torch
-from conftest import LLAMA, toy_config
-from reference_backends import Declines, OldContract, ProbeRaises, RefLinear, RefSiblings
-
 from linnet.lang import LinnetError
 from linnet.plan import CacheWarning, TimingCache
 from linnet.torch import load, random_weights
 from linnet.torch.planned import Captured
+from reference_backends import Declines, OldContract, ProbeRaises, RefLinear, RefSiblings
+from support import LLAMA, toy_config
 
 TOKEN = torch.tensor([3], dtype=torch.int32)
 POS = torch.tensor([0], dtype=torch.int32)

@@ -9,6 +9,7 @@ linnet.lang.diagnostics.LinnetError: error[E0201]: unknown name `N`...
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 from pathlib import Path
@@ -160,10 +161,8 @@ def symbolic_env(ev: Evaluator, generics: list[A.Generic], where: list[A.Expr],
     for clause in where:
         if isinstance(clause, A.Binary) and clause.op == "==" and isinstance(clause.left, A.Name) \
                 and isinstance(env.get(clause.left.name), Dim):
-            try:
+            with contextlib.suppress(Fail):
                 env[clause.left.name] = ev.eval_dim(clause.right, Frame(module, env))
-            except Fail:
-                pass
     return env
 
 
@@ -214,7 +213,7 @@ def bind_params(ev: Evaluator, decl: A.FuncDecl, frame: Frame) -> list[Any]:
         seen[p.name] = p.span
         if isinstance(p.type, A.ScalarType) and p.type.name == "Dim":
             v: Any = Const(Dim.symbol(p.name), "int")
-        elif isinstance(p.type, A.TensorType) or isinstance(p.type, A.ScalarType):
+        elif isinstance(p.type, (A.TensorType, A.ScalarType)):
             shape, dtype = ev.tensor_type(p.type, frame)
             if isinstance(p.type, A.ScalarType):
                 v = Const(None, dtype) if DT.is_float(dtype) else (
@@ -536,7 +535,8 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
                        help="choose config values that satisfy the clause")
         if weights is not None:
             check_weights(decl, inst, weights)
-        graph.dims = {k: v.value for k, v in env.items() if isinstance(v, Dim)}
+        graph.dims = {k: int(v.value) for k, v in env.items()
+                      if isinstance(v, Dim) and v.value is not None}
         graph.dtypes = {k: v for k, v in env.items() if isinstance(v, str)}
         graph.config = {k: (v.value.value if isinstance(v.value, Dim) else v.value)
                         for k, v in inst.env.items() if isinstance(v, Const)}
@@ -562,7 +562,7 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
             value = ev.check_return(value, shape, dtype, res, method)
             graph.outputs.append(value.ref)
     except Fail as f:
-        raise LinnetError(dedupe(ev.errors + [f.diag])) from None
+        raise LinnetError(dedupe([*ev.errors, f.diag])) from None
     if ev.errors:
         raise LinnetError(dedupe(ev.errors))
     graph.sources = {m.source.name: m.name for m in program.modules.values()}
@@ -672,7 +672,7 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
                    help="give " + ("them" if len(missing) > 1 else "it") + " in the config (`--set "
                    f"{missing[0].name}=...`)" + ("" if weights is not None else " or pass weights")
                    + (", or change the sizes in the `where` clause" if unsolvable else ""),
-                   secondary=[(g.span, "unbound") for g in missing[:3]] + unsolvable)
+                   secondary=[(g.span, "unbound") for g in missing[:3]] + list(unsolvable))
     for g in decl.generics + entry.generics:
         if g.name not in env and g.default is not None:
             env[g.name] = ev.generic_value(g, g.default, Frame(decl.module, env))

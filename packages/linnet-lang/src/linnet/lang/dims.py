@@ -87,7 +87,7 @@ class Dim:
         other = _as_dim(other)
         if other.is_const:
             c = other.exact
-            if c == 0:
+            if c is None or c == 0:
                 raise ZeroDivisionError("division of a dimension by zero")
             return Dim({m: v / c for m, v in self.terms.items()})
         if len(other.terms) == 1:

@@ -14,7 +14,7 @@ variables, then reduction variables). Elementwise operations align labels and br
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import ast as A
@@ -57,7 +57,7 @@ class Fail(Exception):
 
 
 def fail(code: str, message: str, span: Span | None, label: str = "", help: str = "",
-         secondary: list[tuple[Span | None, str]] | None = None,
+         secondary: Sequence[tuple[Span | None, str]] | None = None,
          notes: list[str] | None = None) -> Fail:
     diag = Diagnostic(code, message, span, label, help=help, notes=list(notes or []))
     for s, m in secondary or []:
@@ -160,7 +160,8 @@ class Evaluator:
                     if (item is None or not getattr(item, "public", True)) and span != name_span:
                         return POISON  # reported at the `use` itself
                     if item is None:
-                        public = [i.name for i in target.items if getattr(i, "public", False)]
+                        public = [str(getattr(i, "name", "")) for i in target.items
+                                  if getattr(i, "public", False)]
                         close = difflib.get_close_matches(name, public, n=1, cutoff=0.8)
                         raise fail("E0202", f"`{name}` is not in module `{'.'.join(use.module)}`",
                                    span, "not found there",
@@ -373,7 +374,7 @@ class Evaluator:
                            help="tensors are not iterated: use index notation (`let y[i] = ...`) "
                                 "or a reduction (`sum[i] x[i]`)" if isinstance(arr, Tensor) else
                                 "declare repeated blocks as `block layers: [Layer<...>; N]`")
-            values = list(arr.items)
+            values = list(arr.items)  # type: ignore[arg-type]
         for v in values:
             frame.scopes.append({stmt.var: v})
             try:
@@ -586,7 +587,8 @@ class Evaluator:
                 "tanh": math.tanh, "abs": abs, "erf": math.erf, "floor": math.floor,
                 "sigmoid": lambda x: 1 / (1 + math.exp(-x)),
             }
-            out = table[prim](*vals)
+            fn: Any = table[prim]
+            out = fn(*vals)
         except ZeroDivisionError:
             raise fail("E0350", "constant arithmetic divides by zero", span,
                        "the divisor is 0 here") from None
@@ -658,7 +660,7 @@ class Evaluator:
         for i, a in enumerate(args):
             want = "bool" if (prim == "select" and i == 0) else dtype
             if isinstance(a, Tensor):
-                if a.dtype != want and not (prim in ("and", "or", "not")):
+                if a.dtype != want and prim not in ("and", "or", "not"):
                     a = self.builder.emit("convert", [a.ref], a.shape, want, {"dtype": want},
                                           span=span, labels=a.labels)
                 operands.append(a)
@@ -725,10 +727,10 @@ class Evaluator:
                 return Const(bool(v.value if not isinstance(v.value, Dim) else v.value.value),
                              "bool")
             if DT.is_float(dtype):
-                x = v.value.exact if isinstance(v.value, Dim) else v.value
-                return Const(float(x), dtype)
-            x = v.value.value if isinstance(v.value, Dim) else int(v.value)
-            return Const(Dim.const(int(x)), dtype)
+                fx: Any = v.value.exact if isinstance(v.value, Dim) else v.value
+                return Const(float(fx), dtype)
+            ix: Any = v.value.value if isinstance(v.value, Dim) else int(v.value)
+            return Const(Dim.const(int(ix)), dtype)
         if not isinstance(v, Tensor):
             raise fail("E0362", f"cannot convert {self.describe(v)}", expr.span)
         if v.dtype == dtype:
@@ -931,7 +933,7 @@ class Evaluator:
                 flat.append((kind, what))
         for axis, (kind, what) in enumerate(flat):
             if kind == "var":
-                d = frame.ivars[what]
+                d = self.label_dim(frame, what)
                 if d != shape[axis]:
                     raise fail("E0301", f"index `{what}` ranges over {d} but is used for an axis "
                                f"of size {shape[axis]}", self.index_span(expr, axis, positions),
@@ -1011,9 +1013,9 @@ class Evaluator:
         # One position computed without reading a tensor reads 0 outside its axis, so the
         # whole gather is bounds "zero" (in-range data-dependent positions read the same).
         affine = False
-        for axis, (kind, what) in enumerate(lead):
+        for _axis, (kind, what) in enumerate(lead):
             if kind == "var":
-                d = frame.ivars[what]
+                d = self.label_dim(frame, what)
                 indices.append(self.builder.emit(
                     "iota", [], (d,), "i32", {"shape": [self.concrete(d)], "axis": 0,
                                               "dtype": "i32"}, span=expr.span, labels=(what,)))
@@ -1438,8 +1440,8 @@ class Evaluator:
 
     def resolve_quiet(self, frame: Frame, name: str) -> Any:
         try:
-            return self.resolve_global(frame.module, name, frame.module.source and Span(
-                frame.module.source, 0, 0)) or (Builtin(name) if name in BUILTINS else None)
+            return self.resolve_global(frame.module, name, Span(frame.module.source, 0, 0)) or (
+                Builtin(name) if name in BUILTINS else None)
         except Fail:
             return None
 
@@ -1624,8 +1626,7 @@ class Evaluator:
                     raise fail("E0449", f"argument `{p.name}` of `{decl.name}`: axis {axis} has "
                                f"size {size}, expected {want}", self.arg_span(expr, p, decl),
                                f"size {size}",
-                               secondary=[(dexpr.span, f"expected {want} here")] + self.binding_notes(
-                                   dexpr, env, generic_names),
+                               secondary=[(dexpr.span, f"expected {want} here"), *self.binding_notes(dexpr, env, generic_names)],
                                help="the argument's shape must match the parameter's type")
                 pending.remove(item)
                 progress = True
@@ -1868,7 +1869,7 @@ def walk(expr: Any) -> Iterator[Any]:
         elif isinstance(node, A.Call):
             stack += list(reversed(node.args))
         elif isinstance(node, A.Index):
-            stack += list(reversed(node.indices)) + [node.base]
+            stack += [*list(reversed(node.indices)), node.base]
         elif isinstance(node, A.Field):
             stack.append(node.base)
         elif isinstance(node, A.Tuple):

@@ -408,6 +408,8 @@ class Parser:
             count = self.parse_expr()
             self.nesting -= 1
             self.expect("]")
+            if not isinstance(elem, A.BlockType):  # reported above; keep parsing
+                elem = A.BlockType("?", [], elem.span)
             return A.ArrayType(elem, count, self.span_from(start))
         t = self.ident("a type")
         if t.text == "Tensor":
@@ -439,7 +441,7 @@ class Parser:
         return A.ScalarType(t.text, t.span)
 
     def parse_type_or_dim(self) -> A.Expr | A.TypeExpr:
-        if self.tok.kind == "ident" and self.tok.text == "Tensor" or self.at("["):
+        if (self.tok.kind == "ident" and self.tok.text == "Tensor") or self.at("["):
             return self.parse_type()
         return self.parse_expr()
 
@@ -664,8 +666,8 @@ class Parser:
             self.advance()
             acc = A.Name(t.text, t.span)
         binders = self.parse_binders()
-        if self.at(")") or self.at("]") or self.at(",") or self.tok.newline_before \
-                and self.nesting == 0:
+        if self.at(")") or self.at("]") or self.at(",") or (self.tok.newline_before \
+                and self.nesting == 0):
             raise self.error(f"`{kind}[...]` needs an expression to reduce",
                              self.span_from(start), "nothing to reduce",
                              help=f"write `{kind}[c] x[r, c]`", code="E0115")

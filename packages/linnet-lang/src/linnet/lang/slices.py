@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from .graph import Call, Graph
 
@@ -145,7 +146,7 @@ def slice_kind(graph: Graph, sl: Slice) -> str:
             names[o] = f"v{len(names)}"
         return names[o]
 
-    parts = []
+    parts: list[Any] = []
     for v in sl.inputs:
         vt = graph.values[v]
         parts.append([list(vt.shape), vt.dtype])

@@ -116,6 +116,7 @@ class Region:
 
     @property
     def stop(self) -> int:
+        """One past the region's last step."""
         return self.steps[-1] + 1
 
     @property
@@ -184,12 +185,10 @@ class Region:
                         f"not in the region and runs after its first step {first}")
             made_inside.extend(step.results)
         used_later: set[str] = set(graph.outputs)
-        last = chosen[-1]
         for j, step in enumerate(graph.steps):
             if j in inside or j < first:
                 continue
             used_later.update(step.operands)
-        del last
         outputs = tuple(r for r in made_inside if r in used_later)
         call = _enclosing_call(graph, chosen, index)
         region = cls(graph, chosen, index, tuple(inputs), outputs, tuple(parameters),
@@ -205,9 +204,9 @@ def _enclosing_call(graph: Graph, steps: Sequence[int], index: int | None) -> An
                 return call
     best = None
     for call in graph.calls:
-        if call.start <= steps[0] and steps[-1] < call.stop and call.kind != "entry":
-            if best is None or call.depth > best.depth:
-                best = call
+        if call.start <= steps[0] and steps[-1] < call.stop and call.kind != "entry" and (
+                best is None or call.depth > best.depth):
+            best = call
     return best
 
 

@@ -142,10 +142,10 @@ def register_plan(subparsers: Any) -> None:
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    import torch
-
     from linnet.backends import available
     from linnet.lang.cli import load_config, parse_inputs
+
+    import torch
 
     from .interpreter import DTYPES
     from .model import load, random_weights

@@ -39,7 +39,7 @@ class Context:
                for t in tensors):
             return None
         joined = torch.cat([t.reshape(t.shape[0], -1) for t in tensors]).reshape(
-            (sum(t.shape[0] for t in tensors),) + tuple(first.shape[1:]))
+            (sum(t.shape[0] for t in tensors), *tuple(first.shape[1:])))
         offset = 0
         for p, t in zip(key, tensors):
             self.parameters[p] = joined[offset:offset + t.shape[0]]

@@ -129,7 +129,7 @@ class Model:
             text = emit_torch(graph, sources, numerics=self.numerics,
                               origin=self.program.root.source.name)
             module = import_source(text, f"linnet_{graph.model.lower()}_{entry}")
-            module.DEVICE = self.device
+            module.DEVICE = self.device  # type: ignore[attr-defined]
             lowered.module = module
             lowered.path = module.__file__ or ""
             if self.compile:
@@ -354,7 +354,9 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
     >>> w = random_weights("examples/llama/llama.linnet", toy_config)   # doctest: +SKIP
     """
     program = Program.from_file(model_path)
-    decl = next(m for m in program.root.items if getattr(m, "kind", "") == "model")
+    from linnet.lang.compiler import find_model
+
+    decl = find_model(program, None)
     entry = next(m for m in decl.methods if m.kind == "entry")
     inputs = {p.name: [1] * len(p.type.dims) for p in entry.params}  # type: ignore[union-attr]
     graph = lower(program, entry.name, inputs, config)

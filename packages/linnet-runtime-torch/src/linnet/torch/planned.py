@@ -9,14 +9,13 @@ the regions of one kind (each layer's q/k/v) so that the L2 cache does not hold 
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import torch
 
 from linnet.backends import (
     CONTRACT,
@@ -27,12 +26,15 @@ from linnet.backends import (
     available,
     skipped,
 )
-from linnet.lang import LinnetError, __version__ as lang_version
+from linnet.lang import LinnetError
+from linnet.lang import __version__ as lang_version
 from linnet.lang.diagnostics import Diagnostic
 from linnet.lang.emit_torch import emit_torch
 from linnet.lang.graph import Graph, ValueType
 from linnet.lang.slices import Slice, slice_steps
 from linnet.plan import Candidate, TimingCache, cache_key, choose, explain_table
+
+import torch
 
 from .context import Context
 from .home import import_source
@@ -188,7 +190,7 @@ class Captured:
 
 # ---------------------------------------------------------------- timing
 def torch_target(device: torch.device) -> Target:
-    versions = [("torch", torch.__version__)]
+    versions: list[tuple[str, str]] = [("torch", str(torch.__version__))]
     if device.type == "cuda":
         versions.append(("cuda", str(torch.version.cuda)))
         props = torch.cuda.get_device_properties(device)
@@ -197,7 +199,7 @@ def torch_target(device: torch.device) -> Target:
     return Target(device.type, str(device), device.type, None, "torch", tuple(versions))
 
 
-def time_rotation(calls: list[Callable[[], Any]], device: torch.device, options: Options,
+def time_rotation(calls: Sequence[Callable[..., Any]], device: torch.device, options: Options,
                   prepare: Callable[[], None] | None = None) -> float:
     """Median seconds per call, calling each of ``calls`` in turn (one per region of a kind).
 
@@ -341,7 +343,7 @@ class PlanBuilder:
             cuts.update((c.region.start, c.region.stop))
         bounds = sorted(cuts)
         slices = [slice_steps(self.graph, list(range(a, b)), f"part_{i}")
-                  for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b > a]
+                  for i, (a, b) in enumerate(itertools.pairwise(bounds)) if b > a]
         module = self.emit(slices, "record")
         items = self.slice_items(module, slices)
         env: dict[str, Any] = dict(zip(self.graph.inputs, self.inputs))
@@ -358,7 +360,7 @@ class PlanBuilder:
         text = emit_torch(self.graph, self.sources, numerics=self.model.numerics,
                           origin=self.model.program.root.source.name, slices=[slices])
         module = import_source(text, f"linnet_plan_{label}")
-        module.DEVICE = self.device
+        module.DEVICE = self.device  # type: ignore[attr-defined]
         return module
 
     def slice_items(self, module: Any, slices: list[Slice], compile: Any = None) -> list[Item]:
