@@ -114,7 +114,15 @@ def _concrete(d: Dim) -> int:
     return v
 
 
+_LOCS: dict[tuple[int, int], tuple[Span, str]] = {}
+
+
 def _loc(span: Span | None) -> str:
     if span is None:
         return ""
-    return f"{span.source.name}:{span.line}"
+    key = (id(span.source), span.start)
+    hit = _LOCS.get(key)
+    if hit is None or hit[0].source is not span.source:
+        hit = (span, f"{span.source.name}:{span.line}")
+        _LOCS[key] = hit
+    return hit[1]

@@ -20,11 +20,12 @@ Monomial = tuple[str, ...]  # sorted symbol names, with repeats for powers
 
 
 class Dim:
-    __slots__ = ("_hash", "terms")
+    __slots__ = ("_hash", "_value", "terms")
 
     def __init__(self, terms: dict[Monomial, Fraction]):
         self.terms = {m: c for m, c in terms.items() if c != 0}
         self._hash: int | None = None
+        self._value: tuple[int | None] | None = None  # cached `value`
 
     @staticmethod
     def const(value: int | Fraction) -> Dim:
@@ -41,10 +42,13 @@ class Dim:
     @property
     def value(self) -> int | None:
         """The integer value of a constant dim (None if symbolic or fractional)."""
-        if not self.is_const:
-            return None
-        c = self.terms.get((), Fraction(0))
-        return int(c) if c.denominator == 1 else None
+        if self._value is None:
+            if not self.is_const:
+                self._value = (None,)
+            else:
+                c = self.terms.get((), Fraction(0))
+                self._value = (int(c) if c.denominator == 1 else None,)
+        return self._value[0]
 
     @property
     def exact(self) -> Fraction | None:

@@ -309,6 +309,8 @@ class Evaluator:
 
     def poisoned(self, stmt: A.Stmt, frame: Frame) -> bool:
         """Whether the statement reads a variable whose definition already failed."""
+        if self.lowering:
+            return False  # lowering stops at its first error: nothing is ever poisoned
         exprs: list[Any] = []
         if isinstance(stmt, A.Let | A.Assign):
             exprs.append(stmt.value)
@@ -1857,7 +1859,22 @@ class Evaluator:
 
 
 # ==================================================================== tree helpers
-def walk(expr: Any) -> Iterator[Any]:
+_WALKS: dict[int, tuple[Any, list[Any]]] = {}
+
+
+def walk(expr: Any) -> list[Any]:
+    """Every node of an expression, parents first. Syntax trees do not change after parsing,
+    so the list is computed once per node (lowering an 8B model walks the same few hundred
+    expressions once per layer)."""
+    hit = _WALKS.get(id(expr))
+    if hit is not None and hit[0] is expr:
+        return hit[1]
+    nodes = list(_walk(expr))
+    _WALKS[id(expr)] = (expr, nodes)
+    return nodes
+
+
+def _walk(expr: Any) -> Iterator[Any]:
     stack = [expr]
     while stack:
         node = stack.pop()
