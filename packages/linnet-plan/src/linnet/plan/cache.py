@@ -19,16 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from linnet.lang.home import linnet_home
+
 FORMAT = "linnet.benchmarks"
 VERSION = 1
-
-
-def linnet_home() -> Path:
-    root = os.environ.get("LINNET_HOME")
-    path = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME") or
-                                        Path.home() / ".cache") / "linnet"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
 
 
 class CacheWarning(UserWarning):
