@@ -204,3 +204,26 @@ def test_two_processes_lose_no_entries(tmp_path):
         p.join(60)
     entries = json.loads(path.read_text())["entries"]
     assert len(entries) == 40
+
+
+def test_linnet_plan_command_explains(capsys):
+    from linnet.lang.cli import main
+
+    rc = main(["plan", str(LLAMA), "--entry", "decode", "--config", "toy", "--input", "token=1",
+               "--input", "pos=1", "--no-measure"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.startswith("plan for Llama.decode on cpu")
+    assert "candidate regions taken by backends" in out
+
+
+def test_progress_reports_each_kind(model, tmp_path):
+    from linnet.torch.planned import plan_for
+
+    lines = []
+    plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear()], progress=lines.append,
+             cache=TimingCache(tmp_path / "b.json"))
+    kinds = len({r.kind for r in RefLinear().match(model.graph("decode", [TOKEN, POS]),
+                                                           None)})
+    assert len(lines) == kinds
+    assert lines[-1].startswith("linnet: timing regions [") and f"{kinds}/{kinds}" in lines[-1]
