@@ -131,3 +131,19 @@ def test_numerics_fast_runs_close_to_exact():
     exact = load(LLAMA, weights=w, config=cfg, numerics="exact").prefill(tokens)
     fast = load(LLAMA, weights=w, config=cfg, numerics="fast").prefill(tokens)
     torch.testing.assert_close(exact, fast, rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("shift", ["i + 2", "i - 3", "i + 9", "i - 8", "i + 0"])
+def test_shifted_reads_equal_the_interpreter(shift):
+    prog = Program.from_text(f"""
+model M {{
+    entry run(x: Tensor[3, 8; f32]) -> Tensor[3, 8; f32] {{
+        let y[r, i: 8] = x[r, {shift}] + 0.5
+        return y
+    }}
+}}
+""")
+    graph = lower(prog, "run", {"x": [3, 8]})
+    x = torch.randn(3, 8)
+    got = import_source(emit_torch(graph), "shift_case").run(x, {}, {})[0]
+    torch.testing.assert_close(got, run_graph(graph, [x], {}, {})[0])

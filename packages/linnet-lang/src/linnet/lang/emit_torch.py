@@ -70,6 +70,11 @@ class Scope:
             self.names[ref] = name
         return self.names[ref]
 
+    def producers(self) -> dict[str, Step]:
+        if not hasattr(self, "_producers"):
+            self._producers = {r: st for st in self.graph.steps for r in st.results}
+        return self._producers
+
     def shape(self, ref: str) -> tuple[int, ...]:
         if ref.startswith("@"):
             path = ref[1:]
@@ -198,11 +203,41 @@ def _contract(s: Step, n: Scope, numerics: str) -> list[str]:
     return [f"{n(s.results[0])} = {expr}"]
 
 
+def _shift(n: Scope, idx: str, size: int) -> int | None:
+    """If ``idx`` is `iota(size) + c` (or `- c`), the shift c; else None."""
+    producers = n.producers()
+    step = producers.get(idx)
+    if step is None or step.op not in ("add", "sub"):
+        return None
+    a, b = (producers.get(o) for o in step.operands)
+    if a is None or b is None:
+        return None
+    if a.op == "iota" and b.op == "constant":
+        iota, const, sign = a, b, (1 if step.op == "add" else -1)
+    elif b.op == "iota" and a.op == "constant" and step.op == "add":
+        iota, const, sign = b, a, 1
+    else:
+        return None
+    if iota.attributes["shape"] != [size] or not isinstance(const.attributes["value"], int):
+        return None
+    return sign * const.attributes["value"]
+
+
 def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     x, idx = s.operands
     axis = s.attributes["axis"]
     size = n.shape(x)[axis]
     out = n(s.results[0])
+    shift = _shift(n, idx, size) if s.attributes["bounds"] == "zero" else None
+    if shift is not None:
+        # x[..., i + c, ...] reading 0 outside: a slice and a pad, not a gather.
+        rank = len(n.shape(x))
+        if abs(shift) >= size:
+            return [f"{out} = torch.zeros_like({n(x)})"]
+        start, keep = (shift, size - shift) if shift >= 0 else (0, size + shift)
+        left, right = (0, shift) if shift >= 0 else (-shift, 0)
+        pad = (0, 0) * (rank - 1 - axis) + (left, right)
+        return [f"{out} = F.pad({n(x)}.narrow({axis}, {start}, {keep}), {pad})"]
     out_shape = tuple(n.graph.values[s.results[0]].shape)
     idx_shape = n.shape(idx)
     lines = []
