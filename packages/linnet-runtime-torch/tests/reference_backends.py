@@ -105,28 +105,20 @@ class RefSiblings:
         return None
 
 
-class Declines:
+class Declines(RefLinear):
     name = "declines"
-    version = "0"
-    contract = CONTRACT
 
     def probe(self, target):
         return None
 
 
-class ProbeRaises:
+class ProbeRaises(RefLinear):
     name = "probe-raises"
-    version = "0"
-    contract = CONTRACT
 
     def probe(self, target):
         raise RuntimeError("no driver")
 
 
-class OldContract:
+class OldContract(RefLinear):
     name = "old-contract"
-    version = "0"
     contract = CONTRACT - 1
-
-    def probe(self, target):
-        return Capabilities()

@@ -23,9 +23,9 @@ from linnet.backends import (
     Region,
     SkipRecord,
     Target,
-    available,
     skipped,
 )
+from linnet.backends.discovery import probe_all
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
 from linnet.lang.diagnostics import Diagnostic
@@ -288,28 +288,11 @@ class PlanBuilder:
 
     # -- backends
     def probe(self, backends: Sequence[Any] | None) -> list[Any]:
-        chosen = list(available()) if backends is None else list(backends)
+        """The backends that run on this target; the others are recorded with why."""
         if backends is None:
             self.skipped.extend(skipped())
-        ready = []
-        for b in chosen:
-            name = str(getattr(b, "name", type(b).__name__))
-            contract = getattr(b, "contract", None)
-            if contract != CONTRACT:
-                self.skipped.append(_record(b, f"written for contract {contract}; this host "
-                                               f"implements {CONTRACT}"))
-                continue
-            try:
-                caps = b.probe(self.target)
-            except Exception as exc:  # a broken backend never takes the host down
-                self.skipped.append(_record(b, f"probe raised {type(exc).__name__}: {exc}"))
-                continue
-            if caps is None:
-                self.skipped.append(_record(b, f"declined {self.target.kind} "
-                                               f"({self.target.name})"))
-                continue
-            del name
-            ready.append(b)
+        ready, records = probe_all(self.target, None if backends is None else list(backends))
+        self.skipped.extend(records)
         return ready
 
     def candidates(self, backends: list[Any]) -> list[Candidate]:
@@ -513,11 +496,12 @@ class PlanBuilder:
 
 
 def _record(backend: Any, reason: str) -> Any:
-    name = str(getattr(backend, "name", type(backend).__name__))
-    module = type(backend).__module__
-    return SkipRecord(name=name, distribution=module.split(".")[0], version=str(
-        getattr(backend, "version", "?")), path=f"{module}:{type(backend).__qualname__}",
-        reason=reason, detail="")
+    """A skip record for a backend that failed after its probe (match, compile)."""
+    from linnet.backends.discovery import _name_of, _origin_of
+
+    origin = _origin_of(backend)
+    return SkipRecord(_name_of(backend), origin.distribution, origin.version, origin.path,
+                      reason, "")
 
 
 def _torch_compile(fn: Callable, compile: Any) -> Callable:
