@@ -137,7 +137,9 @@ def explain_table(candidates: list[Candidate], skipped: list[Any], header: str =
             name = getattr(s, "name", "?")
             dist = getattr(s, "distribution", "")
             reason = getattr(s, "reason", str(s))
-            lines.append(f"  {name}" + (f" ({dist})" if dist else "") + f": {reason}")
+            detail = getattr(s, "detail", "")
+            lines.append(f"  {name}" + (f" ({dist})" if dist else "") + f": {reason}"
+                         + (f" [{detail}]" if detail else ""))
     taken = sum(1 for c in candidates if c.status == "taken")
     lines.append("")
     lines.append(f"{taken} of {len(candidates)} candidate regions taken by backends; the rest "
