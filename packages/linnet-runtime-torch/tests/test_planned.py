@@ -37,7 +37,7 @@ def test_unmeasured_plan_takes_every_linear_and_matches(model, weights):
                           progress=False)
     assert len(plan.regions) == 15  # 7 per layer, 2 layers, and the LM head
     ctx = model.context_for(plan)
-    got = plan.run([TOKEN, POS], ctx)
+    got, = plan.run([TOKEN, POS], ctx)
     torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
     assert "taken" in plan.explain()
 
@@ -48,8 +48,8 @@ def test_plan_runs_decode_after_prefill(model, weights):
                           progress=False)
     ctx = model.context_for(plan)
     model.prefill(tokens, context=ctx)
-    got = plan.run([torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)],
-                   ctx)
+    got, = plan.run([torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)],
+                    ctx)
     want = reference(weights, [torch.tensor([[1, 2, 3, 4]], dtype=torch.int32)], "prefill")
     torch.testing.assert_close(got[0], want[0, -1], rtol=1e-5, atol=1e-5)
 
@@ -227,3 +227,16 @@ def test_progress_reports_each_kind(model, tmp_path):
                                                            None)})
     assert len(lines) == kinds
     assert lines[-1].startswith("linnet: timing regions [") and f"{kinds}/{kinds}" in lines[-1]
+
+
+def test_compiled_plan_slices_match(model, weights):
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefSiblings()], measure=False,
+                          compile="aot_eager", progress=False)
+    got, = plan.run([TOKEN, POS], model.context_for(plan))
+    torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
+    layer_functions = {id(i.run) for i in plan.items if i.kind == "slice"
+                       and i.parameters and i.parameters[0].startswith("model.layers.")}
+    # each layer's slices between regions are the same kinds: compiled once per kind
+    assert len(layer_functions) < sum(1 for i in plan.items if i.kind == "slice"
+                                      and i.parameters
+                                      and i.parameters[0].startswith("model.layers."))

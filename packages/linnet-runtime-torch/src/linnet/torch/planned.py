@@ -85,10 +85,13 @@ class Plan:
     def regions(self) -> list[Candidate]:
         return [c for c in self.candidates if c.status == "taken"]
 
-    def run(self, inputs: Sequence[torch.Tensor], context: Context) -> Any:
-        """Run the plan once: each backend region, then the generated slices between them."""
-        outs = self._run(list(inputs), context)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+    def run(self, inputs: Sequence[torch.Tensor], context: Context) -> list[Any]:
+        """Run the plan once, step by step: backend regions and the generated slices between
+        them. Returns the entry's outputs as a list, as :class:`Captured` does.
+
+        >>> logits, = plan.run([token, pos], model.context_for(plan))   # doctest: +SKIP
+        """
+        return self._run(list(inputs), context)
 
     def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
         graph = self.graph
