@@ -1221,7 +1221,15 @@ class Evaluator:
                                node.span, type_str(base), help="give one index per dimension")
                 if base is None or len(node.indices) != base.rank:
                     continue
+                seen: set[str] = set()
                 for axis, idx in enumerate(node.indices):
+                    # A variable repeated in one read (`x[i, i]`) is a computed position the
+                    # second time (see `positions`): only its first use gives its range.
+                    if isinstance(idx, A.Name) and idx.name in seen:
+                        continue
+                    names = [idx] if isinstance(idx, A.Name) else (
+                        idx.items if isinstance(idx, A.Tuple) else [])
+                    seen.update(n.name for n in names if isinstance(n, A.Name))
                     changed |= self.infer_position(idx, base.shape[axis], frame, spans,
                                                    weak=node is lhs_positions)
             if not changed:
