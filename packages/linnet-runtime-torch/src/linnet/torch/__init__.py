@@ -8,11 +8,11 @@
 # from their own folders, installed or editable: every `linnet/torch` folder on sys.path counts.
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
-from linnet.lang import LinnetError  # noqa: E402
+from linnet.lang import LinnetError
 
-from .context import Context  # noqa: E402
-from .interpreter import run_graph  # noqa: E402
-from .model import Model, load, random_weights  # noqa: E402
+from .context import Context
+from .interpreter import run_graph
+from .model import Model, load, random_weights
 
 __version__ = "0.1.0"
 
