@@ -2,6 +2,8 @@
 # Everything the device machine runs for the PyTorch runtime, in one call:
 #   uv build --all-packages   (here), then through the device tool:
 #   bash benchmarks/gpu.sh    (there; needs dist/ carried)
+#   bash benchmarks/gpu.sh --flashinfer   (also needs .whl/ carried: flashinfer-python,
+#                                          apache-tvm-ffi; see benchmarks/gpu_flashinfer.py)
 # Results land in $OUT (or ./gpu-results) and the summary tables are printed last.
 set -uo pipefail
 OUT=${OUT:-gpu-results}
@@ -11,10 +13,27 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} LINNET_HOME=/tmp/linnet-h
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+[ "${1:-}" = "--cublaslt" ] && { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1; python3 benchmarks/gpu_cublaslt.py 2>&1 | tee "$OUT/cublaslt.log" | grep -v Warning | tail -70; exit 0; }
 if [ "${1:-}" = "--plan" ]; then
   python3 benchmarks/gpu_plan.py 2>&1 | tee "$OUT/plan.log" | grep -v Warning | tail -24
   python3 benchmarks/torch_decode.py --config llama-3.2-1b --device cuda --context 64 --steps 8 \
       --modes generated --compile-layers 2,all 2>&1 | tee "$OUT/compile-time.log" | tail -5
+  exit 0
+fi
+if [ "${1:-}" = "--flashinfer" ]; then
+  # linnet-flashinfer (in dist/) with FlashInfer and apache-tvm-ffi from carried wheels (.whl/).
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+  export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fiws}
+  # FlashInfer's JIT links against libcuda.so; some images have only the driver's libcuda.so.1.
+  if ! ldconfig -p | grep -q 'libcuda\.so '; then
+    lib=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+    if [ -n "$lib" ]; then
+      mkdir -p /tmp/libcuda && ln -sf "$lib" /tmp/libcuda/libcuda.so
+      export LIBRARY_PATH=/tmp/libcuda${LIBRARY_PATH:+:$LIBRARY_PATH}
+    fi
+  fi
+  python3 -m linnet.torch.flashinfer --warm --head-dims 64,128 2>&1 | tee "$OUT/flashinfer-warm.log"
+  python3 benchmarks/gpu_flashinfer.py 2>&1 | tee "$OUT/flashinfer.log" | grep -v Warning | tail -40
   exit 0
 fi
 python3 benchmarks/gpu_parity.py 2>&1 | tee "$OUT/parity.log" | grep -v Warning | tail -12

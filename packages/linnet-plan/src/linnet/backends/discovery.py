@@ -181,7 +181,15 @@ def _probe_one(backend: Any, target: Target) -> tuple[str, str] | None:
     except BaseException as exc:
         return (f"probe for {target.kind} raised {type(exc).__name__}", _exception_text(exc))
     if capabilities is None:
-        return f"declined {target.kind}", ""
+        # A backend may say why (optional: `decline_reason(target)` returning a sentence).
+        why = ""
+        explain = getattr(backend, "decline_reason", None)
+        if callable(explain):
+            try:
+                why = str(explain(target) or "")
+            except Exception:  # the reason is a courtesy; never let it break planning
+                why = ""
+        return (f"declined {target.kind}" + (f": {why}" if why else "")), ""
     if not isinstance(capabilities, Capabilities):
         return (f"probe for {target.kind} returned a {type(capabilities).__name__}, not "
                 "Capabilities or None", "")

@@ -91,6 +91,8 @@ class Plan:
 
         >>> logits, = plan.run([token, pos], model.context_for(plan))   # doctest: +SKIP
         """
+        # Executables were prepared by `context_for`; per-step host work that needs the step's
+        # values (FlashInfer's plan) runs inside `execute` here, and in `prepare` under Captured.
         return self._run(list(inputs), context)
 
     def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
@@ -413,7 +415,7 @@ class PlanBuilder:
         # Distinct parameters first: that is what keeps the weights out of the L2 cache.
         seen, out = set(), []
         for c in group:
-            key = c.region.parameters
+            key = c.region.parameters + c.region.states
             if key not in seen:
                 seen.add(key)
                 out.append(c)

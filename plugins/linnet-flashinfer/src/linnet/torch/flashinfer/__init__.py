@@ -1,0 +1,639 @@
+"""A Linnet backend: decode attention by FlashInfer, on Hopper and later GPUs.
+
+``FlashInfer`` takes the std library's ``std.nn.attention::decode_attention`` calls (one query
+a row, attending to cache positions ``0..=pos[b]``; grouped-query heads included) and runs them
+with FlashInfer's ``BatchDecodeWithPagedKVCacheWrapper`` over the model's own KV cache. Linnet
+finds it through the ``linnet.backends`` entry point; it earns each region by measurement like
+any backend.
+
+How it runs (the README says more):
+
+* Layout. Each layer's cache is the std layout ``[B, S, KV, HD]``. Viewed (no copy) as
+  ``[B * S / P, P, KV, HD]`` it is FlashInfer's paged NHD layout with pages of ``P`` positions:
+  row ``b`` owns pages ``b * S / P ..``; its first ``ceil(L_b / P)`` pages hold its
+  ``L_b = pos[b] + 1`` positions. ``P`` is 16 by default (the largest power of two up to it
+  that divides ``S``): FlashInfer splits the cache into chunks of whole pages, so one page per
+  row (``P = S``) would leave a long context on a handful of thread blocks.
+* Planning. FlashInfer's ``plan()`` is host work that needs every row's length, so it runs in
+  ``prepare(context)`` (which ``Captured`` calls before each replay), never in ``execute``. The
+  lengths come from the entry's own ``pos`` input: the region declares it as an input (it is
+  the call's ``pos`` argument; lowering hoisted the mask made from it out of the call), the
+  executable keeps the tensor it was given and ``prepare`` reads it, one device-to-host copy a
+  step. Only an entry input is still current at that point of a replay, so calls whose ``pos``
+  is computed inside the entry are not taken. One wrapper serves all layers of one shape:
+  it is planned once a step and runs once a layer.
+* Graph safety. The wrapper is made with ``use_cuda_graph=True`` and buffers allocated once
+  (indptr, indices, last-page lengths, a zeroed float workspace), so a captured step replays
+  with whatever the last ``plan()`` wrote there. ``execute`` allocates nothing and never waits
+  for the device (its output buffer is made once per executable).
+
+>>> from linnet.backends import Target
+>>> FlashInfer().decline_reason(Target("cpu"))
+'FlashInfer runs on CUDA GPUs; this target is cpu'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import importlib.util
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from linnet.backends import (
+    CONTRACT,
+    Capabilities,
+    Cost,
+    ExecutableMeta,
+    Options,
+    Region,
+    RegionError,
+    Target,
+    region_kind,
+)
+from linnet.lang.graph import Call, Graph
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DECODE_ATTENTION",
+    "DecodeAttentionCall",
+    "FlashInfer",
+    "cache_dir",
+    "flashinfer_version",
+    "warm",
+]
+
+DECODE_ATTENTION = "std.nn.attention::decode_attention"
+"""The callee this backend takes: ``o[b, h, g, :] = softmax_j(q[b, h, g] . k[b, j, h] * scale)
+@ v[b, :, h]`` over cache positions ``j <= pos[b]``."""
+
+HEAD_DIMS = (64, 128, 256)
+"""Head dims FlashInfer's FA2 kernels are built and tested for. Others are not taken: the FA2
+prefill path (tensor-core decode) does not validate ``head_dim`` and fails on dims that are not
+multiples of 64 (flashinfer-ai/flashinfer#4299)."""
+
+GROUP_SIZES_CUDA_CORES = (1, 2, 3, 4, 8)
+"""Query heads per KV head the CUDA-core decode kernel dispatches (any works with tensor
+cores)."""
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+WORKSPACE_BYTES = 128 * 1024 * 1024
+"""The float workspace per wrapper (FlashInfer's recommendation; zeroed once)."""
+INT_WORKSPACE_BYTES = 8 * 1024 * 1024
+"""The int workspace each FlashInfer wrapper allocates for itself on the device."""
+PAGE_SIZE = 16
+
+
+def flashinfer_version() -> str | None:
+    """The installed ``flashinfer-python`` version, read from its metadata (no import)."""
+    try:
+        return importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _flashinfer_installed() -> bool:
+    return importlib.util.find_spec("flashinfer") is not None
+
+
+def _flashinfer() -> Any:
+    """FlashInfer itself, imported on first use (never when this module is imported)."""
+    import flashinfer
+
+    return flashinfer
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _version_of(t: torch.Tensor) -> int | None:
+    """The tensor's in-place write counter (``copy_`` bumps it), or None where it has none
+    (inference tensors)."""
+    try:
+        return int(t._version)
+    except RuntimeError:
+        return None
+
+
+# ---------------------------------------------------------------- what a call needs
+@dataclass(frozen=True)
+class Shape:
+    """What one wrapper serves: every layer with the same shapes, dtype and scale."""
+
+    batch: int
+    cache: int  # S, positions per row
+    kv_heads: int
+    group: int  # query heads per KV head
+    head_dim: int
+    dtype: str
+    scale: float
+
+    @property
+    def qo_heads(self) -> int:
+        return self.kv_heads * self.group
+
+
+@dataclass(frozen=True)
+class Site:
+    """A decode-attention call this backend can take, and how its region reads it."""
+
+    region: Region
+    shape: Shape
+    k_cache: str
+    v_cache: str
+    q_index: int  # the query among region.inputs
+    pos_index: int  # the entry's pos among region.inputs
+    fresh_output: bool  # the output is an entry output: made anew each call
+
+
+def analyse(graph: Graph, call: Call, head_dims: Sequence[int] | None = HEAD_DIMS,
+            tensor_cores: bool = True) -> tuple[Site | None, str]:
+    """Whether FlashInfer can run ``call`` (a decode-attention call of ``graph``): the site,
+    or None and the reason."""
+    if call.callee != DECODE_ATTENTION:
+        return None, f"not a {DECODE_ATTENTION} call"
+    if call.stop <= call.start:
+        return None, "the call has no steps"
+    args = list(call.attributes.get("args", ()))
+    results = list(call.attributes.get("results", ()))
+    if len(args) != 5 or len(results) != 1:
+        return None, "the call's args/results are not (q, k_cache, v_cache, pos, scale) -> o"
+    q_ref, k_ref, v_ref, pos_ref, scale_ref = args
+    if not (isinstance(k_ref, str) and isinstance(v_ref, str) and k_ref.startswith("@")
+            and v_ref.startswith("@") and k_ref[1:] in graph.states
+            and v_ref[1:] in graph.states):
+        return None, "k_cache and v_cache are not model states"
+    k_path, v_path = k_ref[1:], v_ref[1:]
+    scale = _literal(graph, scale_ref)
+    if scale is None:
+        return None, f"the scale {scale_ref!r} is not a constant"
+    if not (isinstance(q_ref, str) and q_ref in graph.values):
+        return None, "the query is not a value"
+    q_type, k_type, v_type = graph.values[q_ref], graph.states[k_path], graph.states[v_path]
+    if len(q_type.shape) != 4 or len(k_type.shape) != 4 or k_type.shape != v_type.shape:
+        return None, "q is not [B, KV, G, HD] or the caches are not [B, S, KV, HD]"
+    batch, kv_heads, group, head_dim = q_type.shape
+    cb, cache, ckv, chd = k_type.shape
+    if (cb, ckv, chd) != (batch, kv_heads, head_dim):
+        return None, f"q {list(q_type.shape)} does not fit the cache {list(k_type.shape)}"
+    if not (q_type.dtype == k_type.dtype == v_type.dtype) or q_type.dtype not in DTYPES:
+        return None, (f"dtype {q_type.dtype} (q) / {k_type.dtype} (cache): FlashInfer takes "
+                      f"{' or '.join(DTYPES)}")
+    if head_dims is not None and head_dim not in head_dims:
+        return None, (f"head dim {head_dim}: FlashInfer's kernels here take "
+                      f"{', '.join(map(str, head_dims))}")
+    if not tensor_cores and group not in GROUP_SIZES_CUDA_CORES:
+        return None, (f"{group} query heads per KV head: the CUDA-core kernel takes "
+                      f"{GROUP_SIZES_CUDA_CORES}; use tensor cores")
+    if not (isinstance(pos_ref, str) and pos_ref in graph.inputs):
+        return None, (f"pos {pos_ref!r} is computed inside the entry: FlashInfer plans on the "
+                      "host before a replay, when only the entry's inputs are current")
+    pos_type = graph.values[pos_ref]
+    if pos_type.shape != (batch,) or pos_type.dtype != "i32":
+        return None, f"pos is {list(pos_type.shape)} {pos_type.dtype}, not [{batch}] i32"
+    try:
+        region = Region.of(graph, call.start, call.stop, call.index)
+    except RegionError as exc:
+        return None, f"its steps are not a region: {exc}"
+    if region.writes_state:
+        return None, "the region writes state"
+    if region.parameters or set(region.states) != {k_path, v_path}:
+        return None, "the region reads more than the two caches"
+    if region.outputs != (results[0],):
+        return None, f"the region's outputs are {list(region.outputs)}, not the call's result"
+    if q_ref not in region.inputs:
+        return None, "the query is made inside the call"
+    if pos_ref not in region.inputs:
+        # Lowering hoisted the mask made from pos out of the call: the region reads pos only
+        # through it. Declare the call's pos argument as an input, so that execute sees it.
+        region = with_inputs(region, (*region.inputs, pos_ref))
+    site = Site(region, Shape(batch, cache, kv_heads, group, head_dim, q_type.dtype, scale),
+                k_path, v_path, region.inputs.index(q_ref), region.inputs.index(pos_ref),
+                results[0] in graph.outputs)
+    return site, ""
+
+
+def with_inputs(region: Region, inputs: tuple[str, ...]) -> Region:
+    """``region`` reading ``inputs`` (values made before it), its kind recomputed."""
+    made_before = set(region.graph.inputs)
+    for step in region.graph.steps[:region.start]:
+        made_before.update(step.results)
+    missing = [v for v in inputs if v not in made_before]
+    if missing:
+        raise RegionError(f"{missing} are not made before step {region.start}")
+    out = dataclasses.replace(region, inputs=tuple(inputs))
+    object.__setattr__(out, "kind", region_kind(out))
+    return out
+
+
+def _literal(graph: Graph, ref: Any) -> float | None:
+    if isinstance(ref, bool):
+        return None
+    if isinstance(ref, int | float):
+        return float(ref)
+    if isinstance(ref, str) and ref.startswith("%"):
+        producer = graph.producers().get(ref)
+        if producer is not None:
+            step = graph.steps[producer]
+            value = step.attributes.get("value")
+            if step.op == "constant" and isinstance(value, int | float) and not isinstance(
+                    value, bool):
+                return float(value)
+    return None
+
+
+def page_size_for(cache: int, wanted: int) -> int:
+    """The page size used for a cache of ``cache`` positions: the largest power of two up to
+    ``wanted`` that divides it (``wanted`` itself when it divides it).
+
+    >>> page_size_for(2048, 16), page_size_for(1152, 16), page_size_for(100, 16), page_size_for(7, 16)
+    (16, 16, 4, 1)
+    """
+    if wanted >= 1 and cache % wanted == 0:
+        return wanted
+    size = 1
+    while size * 2 <= wanted and cache % (size * 2) == 0:
+        size *= 2
+    return size
+
+
+def layout(lengths: Sequence[int], page_size: int, pages_per_row: int
+           ) -> tuple[list[int], list[int], list[int]]:
+    """FlashInfer's page table for rows of ``lengths`` positions in a ``[B, S, KV, HD]`` cache
+    viewed as pages: ``(indptr, indices, last_page_len)``.
+
+    >>> layout([1, 17, 32], 16, 4)
+    ([0, 1, 3, 5], [0, 4, 5, 8, 9], [1, 1, 16])
+    """
+    indptr: list[int] = [0]
+    indices: list[int] = []
+    last: list[int] = []
+    for row, length in enumerate(lengths):
+        pages = -(-length // page_size)
+        indices.extend(range(row * pages_per_row, row * pages_per_row + pages))
+        indptr.append(indptr[-1] + pages)
+        last.append(length - (pages - 1) * page_size)
+    return indptr, indices, last
+
+
+# ---------------------------------------------------------------- the backend
+class FlashInfer:
+    """Decode attention by FlashInfer (``BatchDecodeWithPagedKVCacheWrapper``), on Hopper and
+    later.
+
+    ``use_tensor_cores`` picks FlashInfer's tensor-core decode (its FA2 prefill kernels), which
+    is faster under CUDA graphs on the H200 than the CUDA-core kernel; ``page_size`` the page
+    the cache is viewed in (16; a divisor of S is used); ``workspace_bytes`` the float
+    workspace per wrapper; ``head_dims`` the head dims taken (None: any);
+    ``replan="pages"`` calls ``plan()`` only when a row's page count changes and otherwise
+    writes the last-page lengths alone (FlashInfer's schedule depends on page counts only);
+    ``"always"`` plans every step.
+    """
+
+    name = "flashinfer"
+    contract = CONTRACT
+
+    def __init__(self, use_tensor_cores: bool = True, page_size: int = PAGE_SIZE,
+                 workspace_bytes: int = WORKSPACE_BYTES,
+                 head_dims: Sequence[int] | None = HEAD_DIMS, replan: str = "pages"):
+        if replan not in ("pages", "always"):
+            raise ValueError(f"replan must be 'pages' or 'always', not {replan!r}")
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self.use_tensor_cores = use_tensor_cores
+        self.page_size = page_size
+        self.workspace_bytes = workspace_bytes
+        self.head_dims = tuple(head_dims) if head_dims is not None else None
+        self.replan = replan
+        # Timings are cached by backend version: FlashInfer's version and the variant count.
+        variant = "" if (use_tensor_cores, page_size) == (True, PAGE_SIZE) else (
+            f"+tc{int(use_tensor_cores)}p{page_size}")
+        self.version = f"{__version__}/flashinfer-{flashinfer_version() or 'missing'}{variant}"
+
+    def __repr__(self) -> str:
+        return (f"FlashInfer(use_tensor_cores={self.use_tensor_cores}, "
+                f"page_size={self.page_size})")
+
+    # -- probe
+    def decline_reason(self, target: Target) -> str | None:
+        """Why this backend cannot run on ``target``, or None when it can."""
+        if target.kind != "cuda":
+            return f"FlashInfer runs on CUDA GPUs; this target is {target.kind}"
+        where = target.name or target.device or "this GPU"
+        if target.capability is None:
+            return f"{where} did not report its compute capability; FlashInfer here needs 9.0+"
+        if tuple(target.capability) < (9, 0):
+            major, minor = target.capability
+            return (f"{where} has compute capability {major}.{minor}; this backend needs "
+                    "Hopper or later (9.0+)")
+        if not _flashinfer_installed():
+            return ("flashinfer-python is not installed: pip install 'linnet-flashinfer[cuda]' "
+                    "(see the linnet-flashinfer README)")
+        return None
+
+    def probe(self, target: Target) -> Capabilities | None:
+        """Capabilities on a CUDA GPU of compute capability 9.0 or later with FlashInfer
+        installed; None otherwise (``decline_reason`` says why)."""
+        if self.decline_reason(target) is not None:
+            return None
+        return Capabilities(dtypes=tuple(DTYPES), notes=(
+            f"decode attention, {'tensor' if self.use_tensor_cores else 'CUDA'}-core kernel, "
+            f"pages of {self.page_size}"))
+
+    # -- match
+    def sites(self, graph: Graph) -> list[tuple[Call, Site | None, str]]:
+        """Every decode-attention call of ``graph``: its site, or None and why it is not
+        taken."""
+        out = []
+        for call in graph.semantic_calls(DECODE_ATTENTION):
+            site, reason = analyse(graph, call, self.head_dims, self.use_tensor_cores)
+            out.append((call, site, reason))
+        return out
+
+    def declined(self, graph: Graph) -> list[tuple[Call, str]]:
+        """The decode-attention calls of ``graph`` this backend does not take, and why."""
+        return [(call, reason) for call, site, reason in self.sites(graph) if site is None]
+
+    def match(self, graph: Graph, target: Target) -> list[Region]:
+        """One region per decode-attention call FlashInfer can run (see :meth:`declined`)."""
+        return [site.region for _, site, _ in self.sites(graph) if site is not None]
+
+    # -- compile
+    def compile(self, region: Region, target: Target, options: Options) -> DecodeAttentionCall:
+        (executable,) = self.compile_regions([region], target, options)
+        return executable
+
+    def compile_regions(self, regions: Sequence[Region], target: Target, options: Options
+                        ) -> list[DecodeAttentionCall]:
+        """Executables for ``regions``; those of one shape share one wrapper (planned once a
+        step) and its workspace, whose bytes they declare between them."""
+        sites = []
+        for region in regions:
+            call = next((c for c in region.graph.calls if c.index == region.index), None)
+            site, reason = (analyse(region.graph, call, self.head_dims, self.use_tensor_cores)
+                            if call is not None else (None, "no call at the region's index"))
+            if site is None or site.region.steps != region.steps:
+                raise RegionError(f"FlashInfer cannot run {region!r}: {reason or 'not a call'}")
+            sites.append(site)
+        planners: dict[Shape, Planner] = {}
+        members: dict[Shape, int] = {}
+        for site in sites:
+            if site.shape not in planners:
+                planners[site.shape] = Planner(site.shape, self.page_size,
+                                               self.use_tensor_cores, self.workspace_bytes,
+                                               self.replan)
+            members[site.shape] = members.get(site.shape, 0) + 1
+        out = []
+        seen: dict[Shape, int] = {}
+        for site in sites:
+            planner = planners[site.shape]
+            n, i = members[site.shape], seen.get(site.shape, 0)
+            seen[site.shape] = i + 1
+            share = planner.shared_bytes // n + (planner.shared_bytes % n if i == 0 else 0)
+            out.append(DecodeAttentionCall(site, planner, share))
+        return out
+
+    def estimate_cost(self, region: Region, target: Target) -> Cost | None:
+        """None: a measured plan times each region kind instead."""
+        return None
+
+
+# ---------------------------------------------------------------- planning, shared by layers
+class Planner:
+    """One FlashInfer wrapper and its buffers, shared by the executables of one shape.
+
+    It plans once a step. A step starts when an executable prepares (or, run without
+    ``prepare``, executes) a second time, or when the ``pos`` tensor it reads was written in
+    place (its version counter moved) or replaced. Then it reads ``pos`` (one device-to-host
+    copy) and plans if the lengths changed. Under CUDA-graph capture it never reads: it
+    remembers the tensor, and the ``prepare`` before the first replay plans for it.
+    """
+
+    def __init__(self, shape: Shape, page_size: int, tensor_cores: bool, workspace_bytes: int,
+                 replan: str):
+        self.shape = shape
+        self.page_size = page_size_for(shape.cache, page_size)
+        self.pages_per_row = shape.cache // self.page_size
+        self.tensor_cores = tensor_cores
+        self.workspace_bytes = workspace_bytes
+        self.replan = replan
+        self.wrapper: Any = None
+        self.buffers: dict[str, torch.Tensor] = {}
+        self.source: torch.Tensor | None = None  # the pos tensor lengths are read from
+        self.read_version: int | None = None
+        self.lengths: tuple[int, ...] | None = None  # what the wrapper is planned for
+        self.pages: tuple[int, ...] | None = None
+        self.prepared: set[int] = set()
+        self.executed: set[int] = set()
+        self.plans = 0  # plan() calls
+        self.reads = 0  # device-to-host reads of pos
+
+    @property
+    def shared_bytes(self) -> int:
+        """Device memory the wrapper keeps: the float workspace, FlashInfer's own int
+        workspace and the page-table buffers."""
+        b = self.shape.batch
+        table = 4 * ((b + 1) + b * self.pages_per_row + b)
+        return self.workspace_bytes + INT_WORKSPACE_BYTES + table
+
+    # -- steps
+    def _moved(self) -> bool:
+        assert self.source is not None
+        version = _version_of(self.source)
+        return version is not None and version != self.read_version
+
+    def prepare(self, member: object) -> None:
+        key = id(member)
+        if self.source is None:  # nothing ran yet: the first execute plans
+            self.prepared.add(key)
+            return
+        new_step = key in self.prepared or self.lengths is None or self._moved()
+        if new_step:
+            self.prepared = set()
+        self.prepared.add(key)
+        if new_step:
+            self._refresh()
+
+    def ensure(self, member: object, pos: torch.Tensor) -> None:
+        """Before a run: planned for ``pos``. Reads it only outside capture."""
+        key = id(member)
+        replaced = pos is not self.source
+        if replaced:
+            self.source = pos
+            self.read_version = None
+        if _capturing():
+            if self.wrapper is None or self.lengths is None:
+                raise RuntimeError(
+                    "FlashInfer: capture before plan(): run the step once outside the graph "
+                    "first (Captured does), or call prepare(context)")
+            return  # the prepare before the first replay plans for this tensor
+        new_step = replaced or key in self.executed or self.lengths is None or self._moved()
+        if new_step:
+            self.executed = set()
+        self.executed.add(key)
+        if new_step:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        assert self.source is not None
+        self.setup(self.source.device)
+        self.read_version = _version_of(self.source)
+        values = self.source.tolist()  # the one device-to-host copy a step
+        self.reads += 1
+        cache = self.shape.cache
+        lengths = tuple(min(max(int(p) + 1, 1), cache) for p in values)
+        if lengths != self.lengths:
+            self.plan(lengths)
+
+    # -- FlashInfer
+    def setup(self, device: torch.device) -> None:
+        """Allocate the buffers and make the wrapper, once."""
+        if self.wrapper is not None:
+            return
+        fi = _flashinfer()
+        b = self.shape.batch
+        self.buffers = {
+            # FlashInfer asks for a zeroed float workspace on first use.
+            "workspace": torch.zeros(self.workspace_bytes, dtype=torch.uint8, device=device),
+            "indptr": torch.zeros(b + 1, dtype=torch.int32, device=device),
+            "indices": torch.zeros(b * self.pages_per_row, dtype=torch.int32, device=device),
+            "last_page_len": torch.ones(b, dtype=torch.int32, device=device),
+        }
+        self.wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(
+            self.buffers["workspace"], "NHD", use_cuda_graph=True,
+            use_tensor_cores=self.tensor_cores,
+            paged_kv_indptr_buffer=self.buffers["indptr"],
+            paged_kv_indices_buffer=self.buffers["indices"],
+            paged_kv_last_page_len_buffer=self.buffers["last_page_len"])
+
+    def plan(self, lengths: tuple[int, ...]) -> None:
+        """Plan for rows of ``lengths`` positions (host work; copies the page table in)."""
+        indptr, indices, last = layout(lengths, self.page_size, self.pages_per_row)
+        pages = tuple(indptr[i + 1] - indptr[i] for i in range(len(lengths)))
+        if self.replan == "pages" and pages == self.pages:
+            # Same pages a row: FlashInfer's split schedule is unchanged (it is made from page
+            # counts); only the last pages' lengths, read by the kernels, move.
+            self.buffers["last_page_len"].copy_(torch.tensor(last, dtype=torch.int32))
+        else:
+            shape = self.shape
+            dtype = DTYPES[shape.dtype]
+            self.wrapper.plan(
+                torch.tensor(indptr, dtype=torch.int32), torch.tensor(indices, dtype=torch.int32),
+                torch.tensor(last, dtype=torch.int32), shape.qo_heads, shape.kv_heads,
+                shape.head_dim, self.page_size, pos_encoding_mode="NONE",
+                q_data_type=dtype, kv_data_type=dtype, sm_scale=shape.scale)
+            self.plans += 1
+            self.pages = pages
+        self.lengths = lengths
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
+        shape = self.shape
+        rows = shape.batch * self.pages_per_row
+        paged = (k.view(rows, self.page_size, shape.kv_heads, shape.head_dim),
+                 v.view(rows, self.page_size, shape.kv_heads, shape.head_dim))
+        self.wrapper.run(q.reshape(shape.batch, shape.qo_heads, shape.head_dim), paged,
+                         out=out.view(shape.batch, shape.qo_heads, shape.head_dim))
+
+
+# ---------------------------------------------------------------- the executable
+class DecodeAttentionCall:
+    """One layer's decode attention: reads its caches by path, its query and the entry's
+    ``pos`` from the region's inputs."""
+
+    def __init__(self, site: Site, planner: Planner, shared_share: int):
+        self.site = site
+        self.planner = planner
+        shape = site.shape
+        self.out_shape = (shape.batch, shape.kv_heads, shape.group, shape.head_dim)
+        out_bytes = math.prod(self.out_shape) * DTYPES[shape.dtype].itemsize
+        self.meta = ExecutableMeta((), (), holds=shared_share + out_bytes)
+        self.out: torch.Tensor | None = None
+
+    def __repr__(self) -> str:
+        return f"DecodeAttentionCall({self.site.k_cache.rsplit('.', 1)[0]})"
+
+    def _output(self, device: torch.device) -> torch.Tensor:
+        if self.site.fresh_output:
+            return torch.empty(self.out_shape, dtype=DTYPES[self.site.shape.dtype], device=device)
+        if self.out is None:
+            if _capturing():
+                raise RuntimeError("FlashInfer: capture before the first run")
+            self.out = torch.empty(self.out_shape, dtype=DTYPES[self.site.shape.dtype],
+                                   device=device)
+        return self.out
+
+    def prepare(self, context: Any) -> None:
+        """Host work before a step or a replay: the buffers (once), then the shared wrapper
+        planned for this step's lengths (once for all layers; one device-to-host read of
+        ``pos``)."""
+        device = context.states[self.site.k_cache].device
+        self.planner.setup(device)
+        if self.out is None and not self.site.fresh_output:
+            self.out = torch.empty(self.out_shape, dtype=DTYPES[self.site.shape.dtype],
+                                   device=device)
+        self.planner.prepare(self)
+
+    def execute(self, inputs: list[Any], outputs: list[Any], context: Any) -> list[Any]:
+        q = inputs[self.site.q_index]
+        pos = inputs[self.site.pos_index]
+        # Planned by prepare; run outside a graph without prepare (plan.run), the first layer
+        # of a step plans here instead.
+        self.planner.ensure(self, pos)
+        out = self._output(q.device)
+        self.planner.run(q, context.states[self.site.k_cache],
+                         context.states[self.site.v_cache], out)
+        return [out]
+
+
+# ---------------------------------------------------------------- the JIT cache
+def cache_dir() -> str | None:
+    """Where FlashInfer keeps its JIT-compiled kernels (``$FLASHINFER_WORKSPACE_BASE/.cache/
+    flashinfer/...``), or None when FlashInfer is not installed."""
+    if not _flashinfer_installed():
+        return None
+    from flashinfer.jit import env
+
+    for name in ("FLASHINFER_JIT_DIR", "FLASHINFER_WORKSPACE_DIR", "FLASHINFER_CACHE_DIR"):
+        path = getattr(env, name, None)
+        if path is not None:
+            return str(path)
+    return None
+
+
+def warm(head_dims: Sequence[int] = (128,), dtypes: Sequence[str] = ("bf16",),
+         use_tensor_cores: bool = True, device: str = "cuda",
+         log: Any = print) -> list[tuple[str, float]]:
+    """Compile (or load from FlashInfer's cache) the kernels this backend uses for each head
+    dim and dtype, by planning and running one tiny decode; returns ``(variant, seconds)``.
+
+    The first use of each variant JIT-compiles it with nvcc (about 11-22 s on an H200);
+    warming ahead moves that out of the first plan. See the README.
+    """
+    import time
+
+    done = []
+    for dtype in dtypes:
+        for head_dim in head_dims:
+            shape = Shape(batch=1, cache=32, kv_heads=1, group=4, head_dim=head_dim,
+                          dtype=dtype, scale=1.0 / math.sqrt(head_dim))
+            planner = Planner(shape, PAGE_SIZE, use_tensor_cores, WORKSPACE_BYTES, "always")
+            name = f"{dtype} head_dim {head_dim} {'tensor' if use_tensor_cores else 'CUDA'} cores"
+            t0 = time.perf_counter()
+            dev = torch.device(device)
+            planner.setup(dev)
+            planner.plan((shape.cache,))
+            torch_dtype = DTYPES[dtype]
+            q = torch.zeros(1, 1, 4, head_dim, dtype=torch_dtype, device=dev)
+            k = torch.zeros(1, shape.cache, 1, head_dim, dtype=torch_dtype, device=dev)
+            out = torch.empty_like(q)
+            planner.run(q, k, k.clone(), out)
+            torch.cuda.synchronize(dev)
+            seconds = time.perf_counter() - t0
+            log(f"{name}: {seconds:.1f} s")
+            done.append((name, seconds))
+    return done

@@ -1,0 +1,390 @@
+"""The FlashInfer backend on the CPU: probe, match, regions, compile, and the planning logic
+(pos read in prepare, once a step; never under capture) end to end against a stand-in for
+FlashInfer's wrapper (flashinfer_fakes.py). The kernels themselves run only on a GPU:
+benchmarks/gpu_flashinfer.py.
+
+The graph tests lower examples/llama/llama.linnet from a Linnet checkout: set LINNET_REPO to
+one, or run inside it.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+
+import linnet.torch.flashinfer as fi
+import pytest
+import torch
+from flashinfer_fakes import FakeWrapper, fake_flashinfer
+from linnet.backends import CONTRACT, Capabilities, Options, Target
+from linnet.torch.flashinfer import DECODE_ATTENTION, FlashInfer, layout, page_size_for
+
+HOPPER = Target("cuda", "cuda:0", "NVIDIA H200", (9, 0))
+AMPERE = Target("cuda", "cuda:0", "NVIDIA A100", (8, 0))
+
+
+def linnet_repo() -> Path | None:
+    if os.environ.get("LINNET_REPO"):
+        return Path(os.environ["LINNET_REPO"])
+    for folder in Path(__file__).resolve().parents:
+        if (folder / "examples" / "llama" / "llama.linnet").is_file():
+            return folder
+    return None
+
+
+def llama() -> Path:
+    repo = linnet_repo()
+    if repo is None:
+        pytest.skip("set LINNET_REPO to a Linnet checkout to lower its Llama example")
+    return repo / "examples" / "llama" / "llama.linnet"
+
+
+def config(name: str = "toy", **extra) -> dict:
+    data = json.loads((llama().parent / "configs" / f"{name}.json").read_text())
+    data = {k: v for k, v in data.items() if not k.startswith("_")}
+    data.update(extra)
+    return data
+
+
+# The toy Llama in a dtype and head dim FlashInfer takes (the toy is f32 with head dim 16).
+TOY = {"T": "bf16", "HD": 64}
+
+
+def lowered(entry: str, inputs: dict, **extra):
+    from linnet.lang import Program, lower
+
+    return lower(Program.from_file(llama()), entry, inputs, config(**extra))
+
+
+@pytest.fixture(autouse=True)
+def linnet_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LINNET_HOME", str(tmp_path / "linnet-home"))
+
+
+@pytest.fixture(scope="module")
+def decode_graph():
+    return lowered("decode", {"token": [1], "pos": [1]}, **TOY)
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """FlashInfer 'installed' (the stand-in wrapper)."""
+    monkeypatch.setattr(fi, "_flashinfer_installed", lambda: True)
+    monkeypatch.setattr(fi, "_flashinfer", fake_flashinfer)
+    FakeWrapper.made.clear()
+
+
+# ---------------------------------------------------------------- probe
+def test_declares_this_hosts_contract():
+    assert FlashInfer.contract == CONTRACT
+    assert FlashInfer().name == "flashinfer"
+
+
+def test_probe_declines_cpu_with_a_reason():
+    backend = FlashInfer()
+    assert backend.probe(Target("cpu")) is None
+    assert backend.decline_reason(Target("cpu")) == "FlashInfer runs on CUDA GPUs; this target is cpu"
+
+
+def test_probe_declines_gpus_before_hopper(installed):
+    backend = FlashInfer()
+    assert backend.probe(AMPERE) is None
+    reason = backend.decline_reason(AMPERE)
+    assert reason is not None and "8.0" in reason and "Hopper" in reason
+    assert "A100" in reason
+    unknown = Target("cuda", "cuda:0", "some GPU", None)
+    assert backend.probe(unknown) is None
+    assert "compute capability" in (backend.decline_reason(unknown) or "")
+
+
+def test_probe_accepts_hopper_and_later(installed):
+    backend = FlashInfer()
+    for capability in ((9, 0), (10, 0), (12, 0)):
+        target = Target("cuda", "cuda:0", "GPU", capability)
+        assert backend.decline_reason(target) is None
+        caps = backend.probe(target)
+        assert isinstance(caps, Capabilities)
+        assert set(caps.dtypes) == {"bf16", "f16"}
+
+
+def test_probe_declines_hopper_without_flashinfer(monkeypatch):
+    monkeypatch.setattr(fi, "_flashinfer_installed", lambda: False)
+    backend = FlashInfer()
+    assert backend.probe(HOPPER) is None
+    assert "pip install 'linnet-flashinfer[cuda]'" in (backend.decline_reason(HOPPER) or "")
+
+
+def test_importing_the_plugin_does_not_import_flashinfer():
+    # This process may have imported it for another reason; ask a fresh one.
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", "import sys, linnet.torch.flashinfer; "
+                           "print('flashinfer' in sys.modules)"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+
+
+# ---------------------------------------------------------------- match
+def test_match_takes_one_region_per_layer(decode_graph):
+    regions = FlashInfer().match(decode_graph, HOPPER)
+    calls = decode_graph.semantic_calls(DECODE_ATTENTION)
+    assert len(calls) == 2 and len(regions) == 2  # the toy has 2 layers
+    for layer, (region, call) in enumerate(zip(regions, calls)):
+        assert region.callee == DECODE_ATTENTION
+        assert region.path == f"model.layers.{layer}.self_attn"
+        assert (region.start, region.stop, region.index) == (call.start, call.stop, call.index)
+        assert region.steps == tuple(range(call.start, call.stop))
+        q, k, v, pos, scale = call.attributes["args"]
+        assert scale == pytest.approx(64 ** -0.5)
+        assert region.parameters == ()
+        assert region.states == (k[1:], v[1:])
+        assert region.states == (f"model.layers.{layer}.self_attn.k_cache",
+                                 f"model.layers.{layer}.self_attn.v_cache")
+        assert region.outputs == tuple(call.attributes["results"])
+        assert not region.writes_state
+        # The query, the values hoisted out of the call (the mask made from pos and the
+        # constants), then the entry's pos, which the call names as its argument.
+        assert region.inputs[0] == q
+        assert region.inputs[-1] == pos == "%pos" and pos in decode_graph.inputs
+        hoisted = region.inputs[1:-1]
+        producers = decode_graph.producers()
+        assert hoisted and all(producers[value] < region.start for value in hoisted)
+        mask = [value for value in hoisted if decode_graph.values[value].dtype == "bool"]
+        assert len(mask) == 1 and decode_graph.values[mask[0]].shape == (1, 1, 1, 128)
+    # Both layers compute the same thing on different caches: one kind, timed once.
+    assert regions[0].kind == regions[1].kind
+
+
+def test_match_takes_grouped_query_heads_at_8b_shapes():
+    graph = lowered("decode", {"token": [8], "pos": [8]}, name="llama-3-8b", NL=2, V=512)
+    regions = FlashInfer().match(graph, HOPPER)
+    assert len(regions) == 2
+    site, _ = fi.analyse(graph, graph.semantic_calls(DECODE_ATTENTION)[0])
+    assert site is not None
+    assert (site.shape.batch, site.shape.cache, site.shape.kv_heads, site.shape.group,
+            site.shape.head_dim, site.shape.dtype) == (8, 2048, 8, 4, 128, "bf16")
+
+
+def test_match_leaves_prefill_alone():
+    graph = lowered("prefill", {"tokens": [1, 8]}, **TOY)
+    assert len(graph.semantic_calls("std.nn.attention::causal_attention")) == 2
+    assert graph.semantic_calls(DECODE_ATTENTION) == []
+    assert FlashInfer().match(graph, HOPPER) == []
+
+
+def test_match_declines_what_flashinfer_cannot_run_with_reasons():
+    f32 = lowered("decode", {"token": [1], "pos": [1]})  # the toy as it is: f32, head dim 16
+    assert FlashInfer().match(f32, HOPPER) == []
+    reasons = [reason for _, reason in FlashInfer().declined(f32)]
+    assert len(reasons) == 2 and all("dtype f32" in r for r in reasons)
+
+    hd16 = lowered("decode", {"token": [1], "pos": [1]}, T="bf16")
+    assert FlashInfer().match(hd16, HOPPER) == []
+    assert all("head dim 16" in r for _, r in FlashInfer().declined(hd16))
+    assert len(FlashInfer(head_dims=None).match(hd16, HOPPER)) == 2
+
+
+def test_match_declines_a_pos_computed_inside_the_entry(decode_graph):
+    graph = copy.deepcopy(decode_graph)
+    call = graph.semantic_calls(DECODE_ATTENTION)[0]
+    computed = next(s.results[0] for s in graph.steps if s.op == "reshape"
+                    and s.operands == ["%pos"])
+    call.attributes["args"][3] = computed
+    site, reason = fi.analyse(graph, call)
+    assert site is None and "computed inside the entry" in reason
+
+
+def test_cuda_core_kernel_takes_only_its_group_sizes():
+    graph = lowered("decode", {"token": [1], "pos": [1]}, T="bf16", HD=64, H=10, KV=2)
+    assert len(FlashInfer().match(graph, HOPPER)) == 2  # tensor cores: any group
+    assert FlashInfer(use_tensor_cores=False).match(graph, HOPPER) == []
+    assert "5 query heads per KV head" in FlashInfer(use_tensor_cores=False).declined(graph)[0][1]
+
+
+# ---------------------------------------------------------------- layout
+def test_page_table_views_the_std_cache_as_pages():
+    assert page_size_for(2048, 16) == 16
+    assert page_size_for(1152, 16) == 16
+    assert page_size_for(100, 16) == 4
+    assert page_size_for(128, 128) == 128
+    # Rows of 1, 17 and 32 positions in pages of 16, 4 pages a row.
+    assert layout([1, 17, 32], 16, 4) == ([0, 1, 3, 5], [0, 4, 5, 8, 9], [1, 1, 16])
+    # One page a row: indptr = arange(B + 1), indices = arange(B) * 1, last = lengths.
+    assert layout([5, 9], 128, 1) == ([0, 1, 2], [0, 1], [5, 9])
+
+
+# ---------------------------------------------------------------- compile
+def test_layers_share_one_wrapper_and_split_its_memory(decode_graph):
+    backend = FlashInfer()
+    regions = backend.match(decode_graph, HOPPER)
+    executables = backend.compile_regions(regions, HOPPER, Options())
+    assert len(executables) == 2
+    planner = executables[0].planner
+    assert executables[1].planner is planner
+    out_bytes = 1 * 2 * 2 * 64 * 2  # [B, KV, G, HD] bf16
+    assert planner.shared_bytes >= fi.WORKSPACE_BYTES + fi.INT_WORKSPACE_BYTES
+    assert sum(e.meta.holds for e in executables) == planner.shared_bytes + 2 * out_bytes
+    single = backend.compile(regions[0], HOPPER, Options())
+    assert single.meta.holds == planner.shared_bytes + out_bytes
+    assert single.planner is not planner
+
+
+# ---------------------------------------------------------------- end to end (stand-in)
+class CpuFlashInfer(FlashInfer):
+    """The backend with its probe opened to the CPU, to run its logic against FakeWrapper."""
+
+    def decline_reason(self, target):
+        return None
+
+
+def toy_model(**extra):
+    from linnet.torch import load, random_weights
+
+    cfg = config(**{**TOY, **extra})
+    weights = random_weights(llama(), cfg, seed=3, scale=0.2)
+    return load(llama(), weights=weights, config=cfg)
+
+
+def i32(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def first(outputs):
+    """The entry's one output (plan.run returns a list, or the tensor itself)."""
+    return outputs[0] if isinstance(outputs, list | tuple) else outputs
+
+
+def test_conform_against_the_generated_source(installed):
+    model = toy_model()
+    findings = model.conform("decode", [i32(3), i32(5)],
+                             CpuFlashInfer(workspace_bytes=1 << 16))
+    assert len(findings) == 2
+    assert all(f.passed and f.difference is not None for f in findings), findings
+    (wrapper,) = FakeWrapper.made
+    assert wrapper.use_tensor_cores and wrapper.planned["page_size"] == 16
+
+
+def test_plan_runs_many_steps_with_rows_at_different_positions(installed):
+    model = toy_model(S=64)
+    backend = CpuFlashInfer(workspace_bytes=1 << 16)
+    token, pos = i32(1, 2), i32(0, 0)
+    plan = model.plan_for("decode", [token, pos], backends=[backend], measure=False,
+                          progress=False)
+    assert len(plan.regions) == 2
+    ctx = model.context_for(plan)
+    ref = model.new_context("decode", [token, pos])
+    prompt = torch.randint(0, 256, (2, 20), dtype=torch.int32,
+                           generator=torch.Generator().manual_seed(0))
+    model.prefill(prompt, context=ctx)
+    model.prefill(prompt, context=ref)
+    planner = plan.executables[0].planner
+    tokens = [5, 7]
+    steps = 24
+    pages = []
+    for i in range(steps):
+        # Row 0 overwrites the prefilled positions from 3 on (positions past it must be
+        # masked); row 1 continues after the prompt, across page boundaries (16, 32).
+        pos = i32(3 + i, 20 + i)
+        got = first(plan.run([i32(*tokens), pos], ctx))
+        want = model.run("decode", [i32(*tokens), pos], context=ref)
+        # bf16 throughout; the stand-in keeps probabilities in f32 where the std op rounds
+        # them to bf16 (an off-by-one length is off by 10-70%).
+        assert ((got - want).norm() / want.norm()).item() < 0.03
+        torch.testing.assert_close(got, want, atol=0.15, rtol=0.05)
+        tokens = want.argmax(-1).tolist()
+        pages.append(tuple(-(-(p + 1) // 16) for p in pos.tolist()))
+    assert planner.lengths == (3 + steps, 20 + steps)
+    # plan.run calls no prepare: the first layer of each step reads pos and plans.
+    assert planner.reads == steps
+    # plan() only when a row's page count changes; otherwise the last-page lengths alone.
+    changes = 1 + sum(a != b for a, b in itertools.pairwise(pages))
+    assert planner.plans == changes == 3  # (1, 2) -> (1, 3) at pos 32 -> (2, 3) at pos 16
+    (wrapper,) = FakeWrapper.made
+    assert wrapper.plan_calls == planner.plans
+
+
+def test_replan_always_plans_every_step(installed):
+    model = toy_model(S=64)
+    plan = model.plan_for("decode", [i32(1), i32(0)],
+                          backends=[CpuFlashInfer(workspace_bytes=1 << 16, replan="always")],
+                          measure=False, progress=False)
+    ctx = model.context_for(plan)
+    for i in range(5):
+        plan.run([i32(1), i32(i)], ctx)
+    assert plan.executables[0].planner.plans == 5
+
+
+def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, monkeypatch):
+    """What Captured does, without a GPU: an eager step, prepare + capture, then for each
+    replay: copy the inputs in, prepare every executable, replay (the stand-in runs with
+    whatever the last plan wrote into the buffers)."""
+    model = toy_model(S=64)
+    token = i32(1, 2)
+    plan = model.plan_for("decode", [token, i32(0, 0)],
+                          backends=[CpuFlashInfer(workspace_bytes=1 << 16)], measure=False,
+                          progress=False)
+    ctx = model.context_for(plan)
+    for state in ctx.states.values():
+        state.normal_(generator=torch.Generator().manual_seed(1))
+    executables = plan.executables
+    planner = executables[0].planner
+    plan.run([token, i32(4, 9)], ctx)  # the first call runs eagerly
+    static = [token.clone(), i32(4, 9)]
+    for ex in executables:
+        ex.prepare(ctx)
+    reads = planner.reads
+    monkeypatch.setattr(fi, "_capturing", lambda: True)
+    recorded = []  # "capture": execute records; it must not read pos or plan
+    for ex in executables:
+        q = torch.randn(2, 2, 2, 64).to(torch.bfloat16)
+        inputs = [None] * len(ex.site.region.inputs)
+        inputs[ex.site.q_index], inputs[ex.site.pos_index] = q, static[1]
+        ex.execute(inputs, [], ctx)
+        recorded.append((ex, inputs))
+    assert planner.reads == reads and planner.source is static[1]
+    for step, positions in enumerate([(5, 10), (6, 11), (30, 40), (31, 41)]):
+        static[1].copy_(i32(*positions))  # Captured copies the new inputs in
+        for ex in executables:
+            ex.prepare(ctx)
+        assert planner.reads == reads + step + 1  # one read a step, whatever the layers
+        assert planner.lengths == tuple(p + 1 for p in positions)
+        for ex, inputs in recorded:  # "replay"
+            (out,) = ex.execute(inputs, [], ctx)
+            assert planner.reads == reads + step + 1
+            q = inputs[ex.site.q_index]
+            k = ctx.states[ex.site.k_cache].float()
+            v = ctx.states[ex.site.v_cache].float()
+            for b, p in enumerate(positions):
+                for h in range(2):
+                    for g in range(2):
+                        scores = k[b, :p + 1, h] @ q[b, h, g].float() * 64 ** -0.5
+                        want = torch.softmax(scores, 0) @ v[b, :p + 1, h]
+                        torch.testing.assert_close(out[b, h, g].float(), want, atol=2e-2,
+                                                   rtol=2e-2)
+
+
+def test_capture_before_any_plan_is_an_error(installed, decode_graph, monkeypatch):
+    backend = FlashInfer()
+    (ex, _) = backend.compile_regions(backend.match(decode_graph, HOPPER), HOPPER, Options())
+    monkeypatch.setattr(fi, "_capturing", lambda: True)
+    inputs = [None] * len(ex.site.region.inputs)
+    inputs[ex.site.q_index] = torch.zeros(1, 2, 2, 64, dtype=torch.bfloat16)
+    inputs[ex.site.pos_index] = i32(0)
+    with pytest.raises(RuntimeError, match="run the step once outside the graph"):
+        ex.execute(inputs, [], None)
+
+
+def test_entry_point_is_registered():
+    from importlib.metadata import entry_points
+
+    from linnet.backends import available, skipped
+
+    (point,) = [e for e in entry_points(group="linnet.backends") if e.name == "flashinfer"]
+    assert point.value == "linnet.torch.flashinfer:FlashInfer"
+    assert point.dist is not None and point.dist.name == "linnet-flashinfer"
+    assert "flashinfer" in [b.name for b in available()]
+    assert not [r for r in skipped() if r.name == "flashinfer"]
