@@ -8,7 +8,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT" /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site dist/*.whl || exit 1
+python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site dist/*.whl || exit 1
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} LINNET_HOME=/tmp/linnet-home PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
@@ -33,7 +33,7 @@ if [ "${1:-}" = "--flashinfer" ]; then
     fi
   fi
   python3 -m linnet.torch.flashinfer --warm --head-dims 64,128 2>&1 | tee "$OUT/flashinfer-warm.log"
-  python3 benchmarks/gpu_flashinfer.py 2>&1 | tee "$OUT/flashinfer.log" | grep -v Warning | tail -40
+  python3 benchmarks/gpu_flashinfer.py "${@:2}" 2>&1 | tee "$OUT/flashinfer.log" | grep -v Warning | tail -40
   exit 0
 fi
 python3 benchmarks/gpu_parity.py 2>&1 | tee "$OUT/parity.log" | grep -v Warning | tail -12

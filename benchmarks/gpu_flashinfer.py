@@ -324,13 +324,14 @@ def whole_steps(dev: torch.device) -> None:
                 # prepare (one read of pos; the last-page lengths, or plan() every 16).
                 source = plan.executables[0].planner.source
                 host = []
-                for i in range(64):
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    source.copy_(i32(ctx0 + 100 + i, device=dev))
-                    for ex in plan.executables:
-                        ex.prepare(ctx)
-                    host.append(time.perf_counter() - t0)
+                with torch.inference_mode():  # the plan's buffers are inference tensors
+                    for i in range(64):
+                        torch.cuda.synchronize()
+                        t0 = time.perf_counter()
+                        source.copy_(i32(ctx0 + 100 + i, device=dev))
+                        for ex in plan.executables:
+                            ex.prepare(ctx)
+                        host.append(time.perf_counter() - t0)
                 results["prepare"] = statistics.mean(host[2:])
             print(f"  {name} {label}: {ms * 1e3:.3f} ms/token, {len(plan.regions)} regions",
                   flush=True)

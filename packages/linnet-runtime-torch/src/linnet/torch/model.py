@@ -216,8 +216,9 @@ class Model:
         """A context for ``plan``: zeroed states, and each executable prepared once (where a
         backend lays out joined weights with ``context.join``)."""
         ctx = self.context_for_graph(plan.graph)
-        for ex in plan.executables:
-            ex.prepare(ctx)
+        with torch.inference_mode():
+            for ex in plan.executables:
+                ex.prepare(ctx)
         return ctx
 
     def conform(self, entry: str, inputs: list[torch.Tensor], backend: Any,

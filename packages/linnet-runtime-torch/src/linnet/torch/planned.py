@@ -157,6 +157,12 @@ class Captured:
         self.static_outputs: list[Any] = []
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        # Executables' buffers are made under inference mode (plans run under it), and only
+        # inference mode may update them in place: prepare and replay run under it too.
+        with torch.inference_mode():
+            return self._call(inputs)
+
+    def _call(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         device = self.plan.device
         inputs = [t.to(device) for t in inputs]
         self.calls += 1
