@@ -332,39 +332,42 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
         state.normal_(generator=torch.Generator().manual_seed(1))
     executables = plan.executables
     planner = executables[0].planner
-    plan.run([token, i32(4, 9)], ctx)  # the first call runs eagerly
-    static = [token.clone(), i32(4, 9)]
-    for ex in executables:
-        ex.prepare(ctx)
-    reads = planner.reads
-    monkeypatch.setattr(fi, "_capturing", lambda: True)
-    recorded = []  # "capture": execute records; it must not read pos or plan
-    for ex in executables:
-        q = torch.randn(2, 2, 2, 64).to(torch.bfloat16)
-        inputs = [None] * len(ex.site.region.inputs)
-        inputs[ex.site.q_index], inputs[ex.site.pos_index] = q, static[1]
-        ex.execute(inputs, [], ctx)
-        recorded.append((ex, inputs))
-    assert planner.reads == reads and planner.source is static[1]
-    for step, positions in enumerate([(5, 10), (6, 11), (30, 40), (31, 41)]):
-        static[1].copy_(i32(*positions))  # Captured copies the new inputs in
+    # Captured runs prepare, capture and replay under inference mode (the plan's buffers
+    # are inference tensors); so does this stand-in.
+    with torch.inference_mode():
+        plan.run([token, i32(4, 9)], ctx)  # the first call runs eagerly
+        static = [token.clone(), i32(4, 9)]
         for ex in executables:
             ex.prepare(ctx)
-        assert planner.reads == reads + step + 1  # one read a step, whatever the layers
-        assert planner.lengths == tuple(p + 1 for p in positions)
-        for ex, inputs in recorded:  # "replay"
-            (out,) = ex.execute(inputs, [], ctx)
-            assert planner.reads == reads + step + 1
-            q = inputs[ex.site.q_index]
-            k = ctx.states[ex.site.k_cache].float()
-            v = ctx.states[ex.site.v_cache].float()
-            for b, p in enumerate(positions):
-                for h in range(2):
-                    for g in range(2):
-                        scores = k[b, :p + 1, h] @ q[b, h, g].float() * 64 ** -0.5
-                        want = torch.softmax(scores, 0) @ v[b, :p + 1, h]
-                        torch.testing.assert_close(out[b, h, g].float(), want, atol=2e-2,
-                                                   rtol=2e-2)
+        reads = planner.reads
+        monkeypatch.setattr(fi, "_capturing", lambda: True)
+        recorded = []  # "capture": execute records; it must not read pos or plan
+        for ex in executables:
+            q = torch.randn(2, 2, 2, 64).to(torch.bfloat16)
+            inputs = [None] * len(ex.site.region.inputs)
+            inputs[ex.site.q_index], inputs[ex.site.pos_index] = q, static[1]
+            ex.execute(inputs, [], ctx)
+            recorded.append((ex, inputs))
+        assert planner.reads == reads and planner.source is static[1]
+        for step, positions in enumerate([(5, 10), (6, 11), (30, 40), (31, 41)]):
+            static[1].copy_(i32(*positions))  # Captured copies the new inputs in
+            for ex in executables:
+                ex.prepare(ctx)
+            assert planner.reads == reads + step + 1  # one read a step, whatever the layers
+            assert planner.lengths == tuple(p + 1 for p in positions)
+            for ex, inputs in recorded:  # "replay"
+                (out,) = ex.execute(inputs, [], ctx)
+                assert planner.reads == reads + step + 1
+                q = inputs[ex.site.q_index]
+                k = ctx.states[ex.site.k_cache].float()
+                v = ctx.states[ex.site.v_cache].float()
+                for b, p in enumerate(positions):
+                    for h in range(2):
+                        for g in range(2):
+                            scores = k[b, :p + 1, h] @ q[b, h, g].float() * 64 ** -0.5
+                            want = torch.softmax(scores, 0) @ v[b, :p + 1, h]
+                            torch.testing.assert_close(out[b, h, g].float(), want, atol=2e-2,
+                                                       rtol=2e-2)
 
 
 def test_capture_before_any_plan_is_an_error(installed, decode_graph, monkeypatch):
