@@ -131,3 +131,18 @@ def test_every_layer_is_one_slice_kind(program, entry, inputs):
     assert len(layers) == 32
     assert len({s.kind for s in layers}) == 1
     assert len({s.kind for s in slices}) == 3  # glue before, the layers, glue after
+
+
+def test_a_repeated_index_takes_its_range_from_its_first_use():
+    # `i` is plain in the composite (i, k) and repeated (a computed position) at the last axis:
+    # only the first use gives its range; the repeat reads 0 where it falls outside.
+    prog = Program.from_text("""
+model M {
+    entry run(t: Tensor[1, 2, 1; f32]) -> Tensor[2, 1; f32] {
+        let y[(i, j: 1), l: 1] = sum[k: 1] t[j, (i, k), i]
+        return y
+    }
+}
+""")
+    g = lower(prog, "run", {"t": [1, 2, 1]})
+    assert g.values[g.outputs[0]].shape == (2, 1)
