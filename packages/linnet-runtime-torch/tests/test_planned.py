@@ -240,3 +240,13 @@ def test_compiled_plan_slices_match(model, weights):
     assert len(layer_functions) < sum(1 for i in plan.items if i.kind == "slice"
                                       and i.parameters
                                       and i.parameters[0].startswith("model.layers."))
+
+
+def test_conform_starts_from_a_given_context_and_leaves_it_alone(model):
+    ctx = model.new_context("prefill", [torch.tensor([[1, 2, 3]], dtype=torch.int32)])
+    model.prefill(torch.tensor([[1, 2, 3]], dtype=torch.int32), context=ctx)
+    before = {k: v.clone() for k, v in ctx.states.items()}
+    findings = model.conform("decode", [TOKEN, torch.tensor([3], dtype=torch.int32)],
+                             RefLinear(), context=ctx)
+    assert findings and all(f.passed for f in findings)
+    assert all(torch.equal(before[k], ctx.states[k]) for k in before)

@@ -222,7 +222,7 @@ class Model:
         return ctx
 
     def conform(self, entry: str, inputs: list[torch.Tensor], backend: Any,
-                tolerance: float = 0.01) -> list[Any]:
+                tolerance: float = 0.01, context: Context | None = None) -> list[Any]:
         """Run each region ``backend`` takes both ways on the same inputs; see the spec.
 
         >>> for f in model.conform("decode", [token, pos], MyLinear()):  # doctest: +SKIP
@@ -230,7 +230,7 @@ class Model:
         """
         from .planned import conform
 
-        return conform(self, entry, inputs, backend, tolerance)
+        return conform(self, entry, inputs, backend, tolerance, context)
 
     def run(self, entry: str, inputs: list[torch.Tensor], context: Context | None = None
             ) -> Any:

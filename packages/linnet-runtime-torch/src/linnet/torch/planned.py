@@ -564,8 +564,10 @@ class Finding:
 
 
 def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any,
-            tolerance: float = 0.01) -> list[Finding]:
-    """Run every region ``backend`` takes both ways, on the same inputs; see the spec."""
+            tolerance: float = 0.01, context: Context | None = None) -> list[Finding]:
+    """Run every region ``backend`` takes both ways, on the same inputs; see the spec.
+    ``context`` gives the states to start from (a prefilled KV cache, say); it is not
+    modified: both sides run on copies."""
     options = Options(measure=False, tolerance=tolerance)
     builder = PlanBuilder(model, entry, list(inputs), options, progress=False)
     ready = builder.probe([backend])
@@ -576,7 +578,7 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
     candidates = builder.candidates(ready)
     if builder.skipped:
         raise _error("E0755", f"backend `{backend.name}` failed: {builder.skipped[-1].reason}")
-    context = model.context_for_graph(builder.graph)
+    context = context if context is not None else model.context_for_graph(builder.graph)
     env = builder.record_values(candidates, context) if candidates else {}
     findings = []
     for c in candidates:
