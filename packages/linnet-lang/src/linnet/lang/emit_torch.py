@@ -339,15 +339,15 @@ def _fast_softmax(call: Call, n: Scope, args: list[str], out: list[str]) -> list
 
 def _fast_decode_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
     q, k, v, pos, scale = args
-    b, kv, g, hd = n.shape(call.attributes["args"][0])
     s = n.shape(call.attributes["args"][1])[1]
     o = out[0]
+    # One query a row: two batched products over the cache in place (the permutes are views)
+    # and an f32 softmax. SDPA with a boolean mask takes a slow general path for this shape.
     return [
         f"{o}_mask = (torch.arange({s}, device=DEVICE) <= {pos}[:, None])[:, None, None, :]",
-        f"{o} = F.scaled_dot_product_attention({q}.reshape({b}, {kv * g}, 1, {hd}), "
-        f"{k}.transpose(1, 2), {v}.transpose(1, 2), attn_mask={o}_mask, scale={scale}, "
-        "enable_gqa=True)",
-        f"{o} = {o}.reshape({b}, {kv}, {g}, {hd})",
+        f"{o}_scores = torch.matmul({q}, {k}.permute(0, 2, 3, 1)).float() * {scale}",
+        f"{o}_p = torch.softmax({o}_scores.masked_fill(~{o}_mask, float('-inf')), dim=-1)",
+        f"{o} = torch.matmul({o}_p.to({q}.dtype), {v}.permute(0, 2, 1, 3))",
     ]
 
 
