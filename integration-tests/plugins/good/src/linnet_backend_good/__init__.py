@@ -15,7 +15,7 @@ class Good:
         return []
 
     def compile(self, region, target, options):
-        raise NotImplementedError("match returns no region")
+        raise RuntimeError("good matches no region, so the planner never compiles one")
 
     def estimate_cost(self, region, target):
         return None
