@@ -54,6 +54,30 @@ def test_plan_runs_decode_after_prefill(model, weights):
     torch.testing.assert_close(got[0], want[0, -1], rtol=1e-5, atol=1e-5)
 
 
+def test_plan_run_hands_host_inputs_to_executables(model):
+    """Inputs given as CPU tensors reach executables as context.host_inputs (by graph value
+    name), so that per-step host work never has to read them back from the device."""
+    seen = []
+
+    class Watching(RefLinear):
+        def compile(self, region, target, options):
+            call = super().compile(region, target, options)
+            execute = call.execute
+
+            def watched(inputs, outputs, context):
+                seen.append({k: v.tolist() for k, v in context.host_inputs.items()})
+                return execute(inputs, outputs, context)
+
+            call.execute = watched
+            return call
+
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[Watching()], measure=False,
+                          progress=False)
+    ctx = model.context_for(plan)
+    plan.run([torch.tensor([5], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)], ctx)
+    assert seen and all(s == {"%token": [5], "%pos": [2]} for s in seen)
+
+
 def test_siblings_win_over_overlapping_singles_and_join_weights(model):
     plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear(), RefSiblings()],
                           measure=False, progress=False)

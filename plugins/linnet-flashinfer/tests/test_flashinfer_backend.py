@@ -298,8 +298,9 @@ def test_plan_runs_many_steps_with_rows_at_different_positions(installed):
         tokens = want.argmax(-1).tolist()
         pages.append(tuple(-(-(p + 1) // 16) for p in pos.tolist()))
     assert planner.lengths == (3 + steps, 20 + steps)
-    # plan.run calls no prepare: the first layer of each step reads pos and plans.
-    assert planner.reads == steps
+    # plan.run calls no prepare: the first layer of each step plans, from the positions the
+    # caller gave on the host (on the CPU every input is), never reading the device tensor.
+    assert planner.host_reads == steps and planner.reads == 0
     # plan() only when a row's page count changes; otherwise the last-page lengths alone.
     changes = 1 + sum(a != b for a, b in itertools.pairwise(pages))
     assert planner.plans == changes == 3  # (1, 2) -> (1, 3) at pos 32 -> (2, 3) at pos 16
@@ -339,7 +340,7 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
         static = [token.clone(), i32(4, 9)]
         for ex in executables:
             ex.prepare(ctx)
-        reads = planner.reads
+        reads, host_reads = planner.reads, planner.host_reads
         monkeypatch.setattr(fi, "_capturing", lambda: True)
         recorded = []  # "capture": execute records; it must not read pos or plan
         for ex in executables:
@@ -349,15 +350,23 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
             ex.execute(inputs, [], ctx)
             recorded.append((ex, inputs))
         assert planner.reads == reads and planner.source is static[1]
-        for step, positions in enumerate([(5, 10), (6, 11), (30, 40), (31, 41)]):
+        device_reads = 0
+        for step, positions in enumerate([(5, 10), (6, 11), (30, 40), (31, 41), (32, 42)]):
             static[1].copy_(i32(*positions))  # Captured copies the new inputs in
+            # ... and hands prepare the positions the caller gave on the host; given on the
+            # device (odd steps here), prepare reads the input buffer instead.
+            on_host = step % 2 == 0
+            ctx.host_inputs = {"%pos": i32(*positions)} if on_host else {}
             for ex in executables:
                 ex.prepare(ctx)
-            assert planner.reads == reads + step + 1  # one read a step, whatever the layers
+            device_reads += not on_host
+            # one read a step, whatever the layers: of the host copy, or of the device
+            assert planner.reads == reads + device_reads
+            assert planner.host_reads == host_reads + step + 1 - device_reads
             assert planner.lengths == tuple(p + 1 for p in positions)
             for ex, inputs in recorded:  # "replay"
                 (out,) = ex.execute(inputs, [], ctx)
-                assert planner.reads == reads + step + 1
+                assert planner.reads == reads + device_reads
                 q = inputs[ex.site.q_index]
                 k = ctx.states[ex.site.k_cache].float()
                 v = ctx.states[ex.site.v_cache].float()

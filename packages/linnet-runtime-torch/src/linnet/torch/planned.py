@@ -93,7 +93,9 @@ class Plan:
         """
         # Executables were prepared by `context_for`; per-step host work that needs the step's
         # values (FlashInfer's plan) runs inside `execute` here, and in `prepare` under Captured.
-        return self._run(list(inputs), context)
+        # Inputs given on the host are also handed to executables as `context.host_inputs`.
+        context.host_inputs = host_inputs(self.graph, inputs)
+        return self._run([t.to(self.device) for t in inputs], context)
 
     def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
         graph = self.graph
@@ -137,11 +139,16 @@ class Plan:
 class Captured:
     """Runs a plan once, then captures it whole as one CUDA graph and replays it.
 
-    Each executable's ``prepare(context)`` runs before every replay (host work such as
-    FlashInfer's per-step planning). Outputs are fresh tensors each call.
+    Before every replay the inputs are copied into the graph's own input buffers and each
+    executable's ``prepare(context)`` runs (host work such as FlashInfer's per-step planning).
+    Give inputs the host already knows (positions) as CPU tensors: they are copied in without
+    waiting for the device (through pinned buffers) and handed to ``prepare`` as
+    ``context.host_inputs``, so a step never waits for the previous one to finish. Device
+    inputs (the last step's argmax) are copied on the device. Outputs are fresh tensors each
+    call.
 
-    >>> step = Captured(plan, model.context_for(plan))     # doctest: +SKIP
-    >>> logits, = step([token, pos])                        # doctest: +SKIP
+    >>> step = Captured(plan, model.context_for(plan))              # doctest: +SKIP
+    >>> logits, = step([token, torch.tensor([pos], dtype=torch.int32)])  # doctest: +SKIP
     """
 
     def __init__(self, plan: Plan, context: Context):
@@ -155,6 +162,8 @@ class Captured:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
         self.static_outputs: list[Any] = []
+        # Per host input: a pinned buffer and the event after its last copy to the device.
+        self._staging: dict[int, tuple[torch.Tensor, torch.cuda.Event]] = {}
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         # Executables' buffers are made under inference mode (plans run under it), and only
@@ -164,24 +173,41 @@ class Captured:
 
     def _call(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         device = self.plan.device
-        inputs = [t.to(device) for t in inputs]
+        self.context.host_inputs = host_inputs(self.plan.graph, inputs)
         self.calls += 1
         if self.calls == 1:
-            return list(self.plan._run(inputs, self.context))
+            return list(self.plan._run([t.to(device) for t in inputs], self.context))
         if self.graph is None:
-            self._capture(inputs)
-        for dst, src in zip(self.static_inputs, inputs):
-            if dst.shape != src.shape or dst.dtype != src.dtype:
-                raise _error("E0752", f"Captured was captured for inputs "
-                             f"{[list(t.shape) for t in self.static_inputs]}; got "
-                             f"{[list(t.shape) for t in inputs]}",
-                             help="make a plan and a Captured for each input shape")
-            dst.copy_(src)
+            self._capture([t.to(device) for t in inputs])
+        self._load(inputs)
         for ex in self.plan.executables:
             ex.prepare(self.context)
         assert self.graph is not None
         self.graph.replay()
         return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.static_outputs]
+
+    def _load(self, inputs: Sequence[torch.Tensor]) -> None:
+        """Copy ``inputs`` into the graph's input buffers, without waiting for the device."""
+        if len(inputs) != len(self.static_inputs):
+            raise _error("E0720", f"entry `{self.plan.entry}` takes {len(self.static_inputs)} "
+                         f"inputs, got {len(inputs)}")
+        for i, (dst, src) in enumerate(zip(self.static_inputs, inputs)):
+            if dst.shape != src.shape or dst.dtype != src.dtype:
+                raise _error("E0752", f"Captured was captured for inputs "
+                             f"{[(list(t.shape), str(t.dtype)) for t in self.static_inputs]}; "
+                             f"got {[(list(t.shape), str(t.dtype)) for t in inputs]}",
+                             help="make a plan and a Captured for each input shape and dtype")
+            if src.device.type != "cpu":
+                dst.copy_(src)
+                continue
+            if i not in self._staging:
+                self._staging[i] = (torch.empty(src.shape, dtype=src.dtype, pin_memory=True),
+                                    torch.cuda.Event())
+            stage, copied = self._staging[i]
+            copied.synchronize()  # the last copy out of `stage` (long done, a step ago)
+            stage.copy_(src)
+            dst.copy_(stage, non_blocking=True)
+            copied.record()
 
     def _capture(self, inputs: list[torch.Tensor]) -> None:
         self.static_inputs = [t.clone() for t in inputs]
@@ -197,6 +223,12 @@ class Captured:
                          help="a backend's execute must not allocate, synchronise or copy to "
                               "the host; see `plan.explain()` for which backends run") from exc
         self.graph = graph
+
+
+def host_inputs(graph: Graph, inputs: Sequence[Any]) -> dict[str, torch.Tensor]:
+    """The entry inputs given as CPU tensors, by graph value name (see Context.host_inputs)."""
+    return {name: t for name, t in zip(graph.inputs, inputs)
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu"}
 
 
 # ---------------------------------------------------------------- timing

@@ -17,11 +17,14 @@ How it runs (the README says more):
 * Planning. FlashInfer's ``plan()`` is host work that needs every row's length, so it runs in
   ``prepare(context)`` (which ``Captured`` calls before each replay), never in ``execute``. The
   lengths come from the entry's own ``pos`` input: the region declares it as an input (it is
-  the call's ``pos`` argument; lowering hoisted the mask made from it out of the call), the
-  executable keeps the tensor it was given and ``prepare`` reads it, one device-to-host copy a
-  step. Only an entry input is still current at that point of a replay, so calls whose ``pos``
-  is computed inside the entry are not taken. One wrapper serves all layers of one shape:
-  it is planned once a step and runs once a layer.
+  the call's ``pos`` argument; lowering hoisted the mask made from it out of the call).
+  ``prepare`` reads it from ``context.host_inputs`` when the caller gave ``pos`` as a CPU
+  tensor (``Captured`` and ``Plan.run`` put host inputs there): no device read, so the host
+  never waits for the device. Given ``pos`` on the device, it reads the tensor the executable
+  last saw, one device-to-host copy (a synchronisation) a step. Only an entry input is still
+  current at that point of a replay, so calls whose ``pos`` is computed inside the entry are
+  not taken. One wrapper serves all layers of one shape: it is planned once a step and runs
+  once a layer.
 * Graph safety. The wrapper is made with ``use_cuda_graph=True`` and buffers allocated once
   (indptr, indices, last-page lengths, a zeroed float workspace), so a captured step replays
   with whatever the last ``plan()`` wrote there. ``execute`` allocates nothing and never waits
@@ -384,9 +387,9 @@ class FlashInfer:
         members: dict[Shape, int] = {}
         for site in sites:
             if site.shape not in planners:
-                planners[site.shape] = Planner(site.shape, self.page_size,
-                                               self.use_tensor_cores, self.workspace_bytes,
-                                               self.replan)
+                planners[site.shape] = Planner(
+                    site.shape, self.page_size, self.use_tensor_cores, self.workspace_bytes,
+                    self.replan, site.region.inputs[site.pos_index])
             members[site.shape] = members.get(site.shape, 0) + 1
         out = []
         seen: dict[Shape, int] = {}
@@ -409,14 +412,17 @@ class Planner:
 
     It plans once a step. A step starts when an executable prepares (or, run without
     ``prepare``, executes) a second time, or when the ``pos`` tensor it reads was written in
-    place (its version counter moved) or replaced. Then it reads ``pos`` (one device-to-host
-    copy) and plans if the lengths changed. Under CUDA-graph capture it never reads: it
-    remembers the tensor, and the ``prepare`` before the first replay plans for it.
+    place (its version counter moved) or replaced. Then it takes the step's positions from
+    the context's ``host_inputs`` (entry input ``pos_name``) where the caller gave them on the
+    host, or else reads ``pos`` from the device (one device-to-host copy, a synchronisation),
+    and plans if the lengths changed. Under CUDA-graph capture it never reads: it remembers
+    the tensor, and the ``prepare`` before the first replay plans for it.
     """
 
     def __init__(self, shape: Shape, page_size: int, tensor_cores: bool, workspace_bytes: int,
-                 replan: str):
+                 replan: str, pos_name: str = "%pos"):
         self.shape = shape
+        self.pos_name = pos_name
         self.page_size = page_size_for(shape.cache, page_size)
         self.pages_per_row = shape.cache // self.page_size
         self.tensor_cores = tensor_cores
@@ -432,6 +438,8 @@ class Planner:
         self.executed: set[int] = set()
         self.plans = 0  # plan() calls
         self.reads = 0  # device-to-host reads of pos
+        self.host_reads = 0  # steps whose positions came from context.host_inputs
+        self.planned: Any = None  # a CUDA event after the last plan()'s copies
 
     @property
     def shared_bytes(self) -> int:
@@ -447,7 +455,7 @@ class Planner:
         version = _version_of(self.source)
         return version is not None and version != self.read_version
 
-    def prepare(self, member: object) -> None:
+    def prepare(self, member: object, context: Any = None) -> None:
         key = id(member)
         if self.source is None:  # nothing ran yet: the first execute plans
             self.prepared.add(key)
@@ -457,9 +465,9 @@ class Planner:
             self.prepared = set()
         self.prepared.add(key)
         if new_step:
-            self._refresh()
+            self._refresh(context)
 
-    def ensure(self, member: object, pos: torch.Tensor) -> None:
+    def ensure(self, member: object, pos: torch.Tensor, context: Any = None) -> None:
         """Before a run: planned for ``pos``. Reads it only outside capture."""
         key = id(member)
         replaced = pos is not self.source
@@ -477,14 +485,19 @@ class Planner:
             self.executed = set()
         self.executed.add(key)
         if new_step:
-            self._refresh()
+            self._refresh(context)
 
-    def _refresh(self) -> None:
+    def _refresh(self, context: Any = None) -> None:
         assert self.source is not None
         self.setup(self.source.device)
         self.read_version = _version_of(self.source)
-        values = self.source.tolist()  # the one device-to-host copy a step
-        self.reads += 1
+        host = getattr(context, "host_inputs", {}).get(self.pos_name)
+        if host is not None and tuple(host.shape) == tuple(self.source.shape):
+            values = host.tolist()  # given on the host: no device read
+            self.host_reads += 1
+        else:
+            values = self.source.tolist()  # the one device-to-host copy a step
+            self.reads += 1
         cache = self.shape.cache
         lengths = tuple(min(max(int(p) + 1, 1), cache) for p in values)
         if lengths != self.lengths:
@@ -517,16 +530,26 @@ class Planner:
         pages = tuple(indptr[i + 1] - indptr[i] for i in range(len(lengths)))
         if self.replan == "pages" and pages == self.pages:
             # Same pages a row: FlashInfer's split schedule is unchanged (it is made from page
-            # counts); only the last pages' lengths, read by the kernels, move.
-            self.buffers["last_page_len"].copy_(torch.tensor(last, dtype=torch.int32))
+            # counts); only the last pages' lengths, read by the kernels, move. The copy is
+            # ordered on the stream after the replays already queued; the host does not wait.
+            self.buffers["last_page_len"].copy_(torch.tensor(last, dtype=torch.int32),
+                                                non_blocking=True)
         else:
             shape = self.shape
             dtype = DTYPES[shape.dtype]
+            if self.planned is not None:
+                # plan() refills FlashInfer's pinned host buffer and copies it to the device
+                # without waiting: the previous plan's copy out of it must be done (it is, in
+                # practice: that was at least a step ago).
+                self.planned.synchronize()
             self.wrapper.plan(
                 torch.tensor(indptr, dtype=torch.int32), torch.tensor(indices, dtype=torch.int32),
                 torch.tensor(last, dtype=torch.int32), shape.qo_heads, shape.kv_heads,
                 shape.head_dim, self.page_size, pos_encoding_mode="NONE",
                 q_data_type=dtype, kv_data_type=dtype, sm_scale=shape.scale)
+            if self.source is not None and self.source.is_cuda:
+                self.planned = torch.cuda.Event()
+                self.planned.record()
             self.plans += 1
             self.pages = pages
         self.lengths = lengths
@@ -570,20 +593,20 @@ class DecodeAttentionCall:
     def prepare(self, context: Any) -> None:
         """Host work before a step or a replay: the buffers (once), then the shared wrapper
         planned for this step's lengths (once for all layers; one device-to-host read of
-        ``pos``)."""
+        ``pos``, or none where the caller gave it on the host)."""
         device = context.states[self.site.k_cache].device
         self.planner.setup(device)
         if self.out is None and not self.site.fresh_output:
             self.out = torch.empty(self.out_shape, dtype=DTYPES[self.site.shape.dtype],
                                    device=device)
-        self.planner.prepare(self)
+        self.planner.prepare(self, context)
 
     def execute(self, inputs: list[Any], outputs: list[Any], context: Any) -> list[Any]:
         q = inputs[self.site.q_index]
         pos = inputs[self.site.pos_index]
         # Planned by prepare; run outside a graph without prepare (plan.run), the first layer
         # of a step plans here instead.
-        self.planner.ensure(self, pos)
+        self.planner.ensure(self, pos, context)
         out = self._output(q.device)
         self.planner.run(q, context.states[self.site.k_cache],
                          context.states[self.site.v_cache], out)
