@@ -4,6 +4,8 @@
 #   bash benchmarks/gpu.sh    (there; needs dist/ carried)
 #   bash benchmarks/gpu.sh --flashinfer   (also needs .whl/ carried: flashinfer-python,
 #                                          apache-tvm-ffi; see benchmarks/gpu_flashinfer.py)
+#   bash benchmarks/gpu.sh --steps [--parts t,s --models ...]   (.whl/ with nvmath-python too;
+#                                          whole steps with both plugins: gpu_steps.py)
 # Results land in $OUT (or ./gpu-results) and the summary tables are printed last.
 set -uo pipefail
 OUT=${OUT:-gpu-results}
@@ -24,8 +26,8 @@ if [ "${1:-}" = "--plan" ]; then
       --modes generated --compile-layers 2,all 2>&1 | tee "$OUT/compile-time.log" | tail -5
   exit 0
 fi
-if [ "${1:-}" = "--flashinfer" ]; then
-  # linnet-flashinfer (in dist/) with FlashInfer and apache-tvm-ffi from carried wheels (.whl/).
+flashinfer_env() {
+  # FlashInfer and apache-tvm-ffi (and nvmath-python) from carried wheels (.whl/).
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
   export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fiws}
   # FlashInfer's JIT links against libcuda.so; some images have only the driver's libcuda.so.1.
@@ -37,7 +39,16 @@ if [ "${1:-}" = "--flashinfer" ]; then
     fi
   fi
   python3 -m linnet.torch.flashinfer --warm --head-dims 64,128 2>&1 | tee "$OUT/flashinfer-warm.log"
+}
+if [ "${1:-}" = "--flashinfer" ]; then
+  flashinfer_env
   python3 benchmarks/gpu_flashinfer.py "${@:2}" 2>&1 | tee "$OUT/flashinfer.log" | grep -v Warning | tail -40
+  exit 0
+fi
+if [ "${1:-}" = "--steps" ]; then
+  # Whole decode steps with both plugins, and FlashInfer token for token (gpu_steps.py).
+  flashinfer_env
+  python3 benchmarks/gpu_steps.py "${@:2}" 2>&1 | tee "$OUT/steps.log" | grep -v Warning | tail -60
   exit 0
 fi
 python3 benchmarks/gpu_parity.py 2>&1 | tee "$OUT/parity.log" | grep -v Warning | tail -12

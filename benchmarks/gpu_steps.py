@@ -1,0 +1,440 @@
+"""On an H200: whole decode steps with both plugins, and FlashInfer token for token.
+
+(t) Token for token over 256 decode steps, FlashInfer under Captured against the generated
+    source. Random weights make near-tied logits that any two correct bf16 attentions flip
+    (see docs/benchmarks/flashinfer.md), so this uses a model with decisive logits that
+    depend on attention: a small Llama (2 layers, head dim 64, vocab 64) trained here in
+    seconds to continue periodic sequences (an induction task: the next token is the one
+    that followed the current token a period ago, so every prediction reads the cache). Batch
+    2: row 0 continues after its 40-token prompt; row 1 restarts at position 24 over cached
+    positions 24..39 that hold random tokens (which must stay masked). Free-running greedy,
+    each side feeding its own tokens; pos given on the host (and, a second run, on the
+    device). Reports identical steps, the smallest top-2 margin, the largest logit difference
+    and whether the tokens are the true continuation.
+(s) Whole decode steps, batch 1, positions 1024..1087, random bf16 weights, for the
+    Llama-3.2-1B and Llama-3-8B shapes (S = 1152 cache positions): the generated source under
+    Captured; with a measured plan over CublasLt and FlashInfer; torch.compile of the same
+    generated source (reduce-overhead; max-autotune-no-cudagraphs under Captured, alone and
+    with both plugins); Hugging Face transformers with a StaticCache under torch.compile
+    (reduce-overhead; max-autotune-no-cudagraphs + a CUDA graph); the floor (weights + KV
+    bytes over the copy bandwidth measured in this run). Each step feeds the last step's
+    argmax (on the device) and a host position; ms/token over 64 steps queued back to back,
+    and the median of steps timed one by one (synchronised, so host time shows).
+
+    python3 benchmarks/gpu_steps.py --parts t,s --models llama-3.2-1b,llama-3-8b
+
+Each part prints its error and the run goes on. Run by `bash benchmarks/gpu.sh --steps`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import inspect
+import math
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_flashinfer import LLAMA, config
+
+SUMMARY: list[str] = []
+CONTEXT = 1024
+STEPS = 64
+CACHE = 1152
+
+
+def cpu_i32(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def first(outputs: Any) -> torch.Tensor:
+    return outputs[0] if isinstance(outputs, list | tuple) else outputs
+
+
+def guarded(label: str, fn: Callable[[], Any]) -> Any:
+    """Run ``fn``; print its error and return None if it fails (each row on its own)."""
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+    except Exception as exc:
+        traceback.print_exc()
+        SUMMARY.append(f"{label}: FAILED ({type(exc).__name__}: {str(exc)[:160]})")
+        out = None
+    print(f"  [{label}: {time.perf_counter() - t0:.0f} s]", flush=True)
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
+
+
+# ---------------------------------------------------------------- (t) token for token
+def periodic(batch: int, length: int, vocab: int, gen: torch.Generator,
+             periods: tuple[int, int] = (4, 24)) -> torch.Tensor:
+    """Rows of distinct-token patterns of random period, repeated to ``length``."""
+    rows = []
+    for _ in range(batch):
+        p = int(torch.randint(periods[0], periods[1] + 1, (1,), generator=gen))
+        pattern = torch.randperm(vocab, generator=gen)[:p]
+        rows.append(pattern.repeat(length // p + 1)[:length])
+    return torch.stack(rows)
+
+
+def train_copy_model(dev: torch.device, cfg: dict, steps: int = 2000) -> tuple[dict, float]:
+    """A Llama of ``cfg``'s shape trained to continue periodic sequences; its bf16 weights
+    (HF names, which are Linnet's paths) and its accuracy on predictable positions."""
+    import transformers
+
+    torch.manual_seed(0)
+    hf_cfg = transformers.LlamaConfig(
+        vocab_size=cfg["V"], hidden_size=cfg["D"], intermediate_size=cfg["F"],
+        num_hidden_layers=cfg["NL"], num_attention_heads=cfg["H"],
+        num_key_value_heads=cfg["KV"], head_dim=cfg["HD"], max_position_embeddings=cfg["S"],
+        rms_norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
+        rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_theta"]},
+        tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(hf_cfg).to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(0)
+    length = 320
+    for i in range(steps):
+        x = periodic(64, length, cfg["V"], gen).to(dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            logits = model(input_ids=x).logits[:, :-1].float()
+        # Only positions a period in are predictable; 24 is the longest period.
+        loss = torch.nn.functional.cross_entropy(logits[:, 24:].reshape(-1, cfg["V"]),
+                                                 x[:, 25:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if i % 250 == 0 or i == steps - 1:
+            print(f"  train step {i}: loss {loss.item():.4f}", flush=True)
+    model.eval()
+    with torch.no_grad():
+        x = periodic(64, length, cfg["V"], torch.Generator().manual_seed(99)).to(dev)
+        pred = model.to(torch.bfloat16)(input_ids=x).logits[:, :-1].argmax(-1)
+        accuracy = (pred[:, 24:] == x[:, 25:]).float().mean().item()
+    weights = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in
+               model.state_dict().items() if "rotary" not in k}
+    return weights, accuracy
+
+
+def token_for_token(dev: torch.device) -> None:
+    from linnet.torch import load
+    from linnet.torch.flashinfer import FlashInfer
+    from linnet.torch.planned import Captured
+
+    print("\n== (t) FlashInfer under Captured vs the generated source, 256 steps, trained model")
+    cfg = config("toy", V=64, D=256, F=512, NL=2, H=4, KV=2, HD=64, S=512, T="bf16")
+    weights, accuracy = train_copy_model(dev, cfg)
+    print(f"  trained: accuracy {accuracy:.4f} on predictable positions (bf16)")
+    model = load(LLAMA, weights=weights, config=cfg, device=dev)
+    gen = torch.Generator().manual_seed(7)
+    seqs = periodic(2, 40 + 256 + 1, cfg["V"], gen, periods=(7, 13))
+    prompt = seqs[:, :40].clone()
+    prompt[1, 24:] = torch.randint(0, cfg["V"], (16,), generator=gen)  # must stay masked
+    start = (40, 24)
+    steps = 256
+    for where in ("host", "device"):
+        plan = model.plan_for("decode", [cpu_i32(1, 1), cpu_i32(*start)],
+                              backends=[FlashInfer()], measure=False, progress=False)
+        assert len(plan.regions) == cfg["NL"], plan.explain()
+        ctx = model.context_for(plan)
+        ref = model.new_context("decode", [cpu_i32(1, 1), cpu_i32(*start)])
+        prompt_dev = prompt.to(dev, torch.int32)
+        model.prefill(prompt_dev, context=ctx)
+        model.prefill(prompt_dev, context=ref)
+        step = Captured(plan, ctx)
+        mine = [int(seqs[0, 40]), int(seqs[1, 24])]
+        theirs = list(mine)
+        same, worst, margin, true = 0, 0.0, float("inf"), 0
+        diverged = None
+        for i in range(steps):
+            pos = cpu_i32(start[0] + i, start[1] + i)
+            if where == "device":
+                pos = pos.to(dev)
+            got = first(step([cpu_i32(*mine).to(dev), pos])).float()
+            want = first(model.run("decode", [cpu_i32(*theirs).to(dev), pos.to(dev)],
+                                   context=ref)).float()
+            a, b = got.argmax(-1).tolist(), want.argmax(-1).tolist()
+            if a == b and mine == theirs:
+                same += 1
+                worst = max(worst, (got - want).abs().max().item())
+            elif diverged is None:
+                diverged = i
+            top2 = want.topk(2, dim=-1).values
+            margin = min(margin, (top2[:, 0] - top2[:, 1]).min().item())
+            truth = [int(seqs[0, 41 + i]), int(seqs[1, 25 + i])]
+            true += int(b == truth)
+            mine, theirs = a, b
+        planner = plan.executables[0].planner
+        line = (f"(t) pos on the {where}: tokens identical {same}/{steps} steps "
+                f"(first difference: {diverged}); max |logit diff| {worst:.3f}; smallest "
+                f"top-2 margin {margin:.2f}; generated = true continuation {true}/{steps}; "
+                f"{planner.plans} plan() calls, {planner.host_reads} host / {planner.reads} "
+                f"device reads of pos")
+        print("  " + line, flush=True)
+        SUMMARY.append(line)
+    SUMMARY.append(f"(t) trained copy model: accuracy {accuracy:.4f}")
+
+
+# ---------------------------------------------------------------- (s) whole steps
+def copy_bandwidth() -> float:
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        b.copy_(a)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return 2 * n / min(times)
+
+
+def timed(step: Callable[[torch.Tensor, int], torch.Tensor], token: torch.Tensor
+          ) -> tuple[float, float]:
+    """(ms/token queued back to back, median ms of steps timed one by one). ``step(token,
+    i)`` runs position CONTEXT + i and returns the next token, on the device."""
+    for i in range(4):  # warm: compiles, captures
+        token = step(token, i)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(STEPS):
+        token = step(token, i)
+    torch.cuda.synchronize()
+    queued = (time.perf_counter() - t0) / STEPS
+    one = []
+    for i in range(16):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        token = step(token, i)
+        torch.cuda.synchronize()
+        one.append(time.perf_counter() - t0)
+    return queued * 1e3, statistics.median(one) * 1e3
+
+
+def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> int:
+    from linnet.plan import TimingCache
+    from linnet.torch import load, random_weights
+    from linnet.torch.cublaslt import CublasLt
+    from linnet.torch.flashinfer import FlashInfer
+    from linnet.torch.planned import Captured, plan_for
+
+    cfg = config(name, S=CACHE)
+    weights = random_weights(LLAMA, cfg, seed=0, device=dev)
+    weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
+    prompt = torch.randint(0, cfg["V"], (1, CONTEXT), dtype=torch.int32, device=dev)
+    first_token = torch.ones(1, dtype=torch.int32, device=dev)
+
+    def captured(label: str, backends: list, compile: Any) -> None:
+        model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
+        t0 = time.perf_counter()
+        plan = plan_for(model, "decode", [cpu_i32(1), cpu_i32(CONTEXT)], backends=backends,
+                        compile=compile, progress=False,
+                        cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
+        planned = time.perf_counter() - t0
+        taken: dict[str, int] = {}
+        for c in plan.regions:
+            taken[c.backend.name] = taken.get(c.backend.name, 0) + 1
+        ctx = model.context_for(plan)
+        model.prefill(prompt, context=ctx)
+        step = Captured(plan, ctx)
+
+        def run(token: torch.Tensor, i: int) -> torch.Tensor:
+            logits = first(step([token, cpu_i32(CONTEXT + i)]))
+            return logits.argmax(-1).to(torch.int32)
+
+        queued, one = timed(run, first_token)
+        what = ", ".join(f"{k} {v}" for k, v in sorted(taken.items())) or "no regions"
+        rows.append((name, label, (queued, one, f"{what}; plan {planned:.0f} s")))
+        print(f"  {name} {label}: {queued:.3f} ms/token queued, {one:.3f} one by one; {what}",
+              flush=True)
+        if backends:
+            print("\n".join(ln for ln in plan.explain().splitlines()
+                            if "taken" in ln or "declined" in ln)[:3000])
+
+    def reduce_overhead() -> None:
+        model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast",
+                     compile="reduce-overhead")
+        ctx = model.new_context("decode", [cpu_i32(1), cpu_i32(CONTEXT)])
+        model.prefill(prompt, context=ctx)
+        positions = [torch.tensor([CONTEXT + i], dtype=torch.int32, device=dev)
+                     for i in range(STEPS)]
+
+        def run(token: torch.Tensor, i: int) -> torch.Tensor:
+            return first(model.decode(token, positions[i], context=ctx)).argmax(-1).to(
+                torch.int32)
+
+        queued, one = timed(run, first_token)
+        rows.append((name, "Linnet generated, torch.compile reduce-overhead", (queued, one, "")))
+        print(f"  {name} reduce-overhead: {queued:.3f} ms/token", flush=True)
+
+    both = [CublasLt(), FlashInfer()]
+    mat = "max-autotune-no-cudagraphs"
+    guarded(f"{name} generated", lambda: captured("Linnet generated, Captured", [], None))
+    guarded(f"{name} generated + plugins",
+            lambda: captured("Linnet generated + CublasLt + FlashInfer, Captured", both, None))
+    guarded(f"{name} reduce-overhead", reduce_overhead)
+    guarded(f"{name} {mat}", lambda: captured(f"Linnet compile {mat}, Captured", [], mat))
+    guarded(f"{name} {mat} + plugins", lambda: captured(
+        f"Linnet compile {mat} + CublasLt + FlashInfer, Captured", both, mat))
+    return weight_bytes
+
+
+def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> None:
+    """Hugging Face transformers, StaticCache, torch.compile: GPU.md's baselines, here."""
+    import transformers
+
+    cfg = config(name, S=CACHE)
+    hf_cfg = transformers.LlamaConfig(
+        vocab_size=cfg["V"], hidden_size=cfg["D"], intermediate_size=cfg["F"],
+        num_hidden_layers=cfg["NL"], num_attention_heads=cfg["H"],
+        num_key_value_heads=cfg["KV"], head_dim=cfg["HD"], max_position_embeddings=cfg["S"],
+        rms_norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
+        rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_theta"]},
+        tie_word_embeddings=cfg["tie_word_embeddings"])
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(dev):
+            hf = transformers.LlamaForCausalLM(hf_cfg).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    params = inspect.signature(hf.model.forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    prompt = torch.randint(0, cfg["V"], (1, CONTEXT), device=dev)
+    positions = [torch.tensor([[CONTEXT + i]], device=dev) for i in range(STEPS + 8)]
+
+    def fresh_cache() -> Any:
+        cache = transformers.StaticCache(config=hf_cfg, max_cache_len=CACHE)
+        with torch.no_grad():
+            hf(input_ids=prompt, use_cache=True, **{cache_kw: cache})
+        return cache
+
+    def rewind(cache: Any) -> None:
+        # StaticCache layers count the positions written (a device tensor bumped in place,
+        # also by warm-up and captured steps): put it back at the prompt's end.
+        for layer in cache.layers:
+            layer.cumulative_length.fill_(CONTEXT)
+
+    def forward(cache: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        def fn(ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+            out = hf(input_ids=ids, position_ids=position_ids, use_cache=True,
+                     **{cache_kw: cache})
+            return out.logits
+        return fn
+
+    def reduce_overhead() -> None:
+        cache = fresh_cache()
+        fn = torch.compile(forward(cache), mode="reduce-overhead")
+
+        def run(token: torch.Tensor, i: int) -> torch.Tensor:
+            if i == 0:
+                rewind(cache)
+            with torch.no_grad():
+                return fn(token, positions[i]).argmax(-1).clone()
+
+        queued, one = timed(run, torch.ones(1, 1, dtype=torch.long, device=dev))
+        rows.append((name, "HF StaticCache, torch.compile reduce-overhead", (queued, one, "")))
+        print(f"  {name} HF reduce-overhead: {queued:.3f} ms/token", flush=True)
+
+    def autotune_graph() -> None:
+        cache = fresh_cache()
+        fn = torch.compile(forward(cache), mode="max-autotune-no-cudagraphs")
+        ids = torch.ones(1, 1, dtype=torch.long, device=dev)
+        pos = positions[0].clone()
+        with torch.no_grad():
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    fn(ids, pos)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                logits = fn(ids, pos)
+
+        def run(token: torch.Tensor, i: int) -> torch.Tensor:
+            if i == 0:
+                rewind(cache)
+            ids.copy_(token)
+            pos.copy_(positions[i])
+            graph.replay()
+            return logits.argmax(-1)
+
+        queued, one = timed(run, torch.ones(1, 1, dtype=torch.long, device=dev))
+        rows.append((name, "HF StaticCache, compile max-autotune-no-cudagraphs + CUDA graph",
+                     (queued, one, "")))
+        print(f"  {name} HF max-autotune + graph: {queued:.3f} ms/token", flush=True)
+
+    guarded(f"{name} HF reduce-overhead", reduce_overhead)
+    guarded(f"{name} HF max-autotune + graph", autotune_graph)
+
+
+def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
+    bandwidth = copy_bandwidth()
+    print(f"\n== (s) whole decode steps; copy bandwidth {bandwidth / 1e12:.3f} TB/s")
+    for name in models:
+        rows: list[tuple[str, str, Any]] = []
+        weight_bytes = None
+        if "linnet" in which:
+            weight_bytes = guarded(f"{name} Linnet rows",
+                                   lambda n=name, r=rows: linnet_rows(n, dev, r))
+        if weight_bytes is None:  # the same count the Linnet rows make
+            from linnet.lang import Program, lower
+
+            graph = lower(Program.from_file(LLAMA), "decode", {"token": [1], "pos": [1]},
+                          config(name, S=CACHE))
+            weight_bytes = sum(2 * math.prod(v.shape)
+                               for v in graph.parameters.values())
+        if "hf" in which:
+            guarded(f"{name} HF rows", lambda n=name, r=rows: hf_rows(n, dev, r))
+        cfg = config(name)
+        kv = 2 * cfg["NL"] * (CONTEXT + STEPS // 2) * cfg["KV"] * cfg["HD"] * 2
+        floor = ((weight_bytes or 0) + kv) / bandwidth * 1e3
+        SUMMARY.append(f"\n(s) {name}, batch 1, positions {CONTEXT}..{CONTEXT + STEPS - 1}, "
+                       f"cache {CACHE}; floor {floor:.3f} ms (weights + KV over "
+                       f"{bandwidth / 1e12:.3f} TB/s)")
+        SUMMARY.append("| configuration | ms/token (queued) | floor / time | ms, one by one | "
+                       "regions |")
+        SUMMARY.append("|---|---|---|---|---|")
+        for _, label, (queued, one, what) in rows:
+            SUMMARY.append(f"| {label} | {queued:.3f} | {floor / queued:.0%} | {one:.3f} | "
+                           f"{what} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--parts", default="t,s", help="t (token for token), s (whole steps)")
+    parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
+    parser.add_argument("--rows", default="linnet,hf",
+                        help="(s): linnet (Linnet's configurations), hf (transformers baselines)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 1
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    print(f"{props.name}, torch {torch.__version__}")
+    parts = args.parts.split(",")
+    if "t" in parts:
+        guarded("(t)", lambda: token_for_token(dev))
+    if "s" in parts:
+        whole_steps(dev, args.models.split(","), args.rows.split(","))
+    print("\n== summary")
+    print("\n".join(SUMMARY))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
