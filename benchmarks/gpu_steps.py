@@ -371,6 +371,10 @@ def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
     for name in models:
         rows: list[tuple[str, str, Any]] = []
         weight_bytes = None
+        # transformers first: a failed capture elsewhere would leave the CUDA generator
+        # capturing, and its random init would fail.
+        if "hf" in which:
+            guarded(f"{name} HF rows", lambda n=name, r=rows: hf_rows(n, dev, r))
         if "linnet" in which:
             weight_bytes = guarded(f"{name} Linnet rows",
                                    lambda n=name, r=rows: linnet_rows(n, dev, r))
@@ -381,8 +385,6 @@ def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
                           config(name, S=CACHE))
             weight_bytes = sum(2 * math.prod(v.shape)
                                for v in graph.parameters.values())
-        if "hf" in which:
-            guarded(f"{name} HF rows", lambda n=name, r=rows: hf_rows(n, dev, r))
         cfg = config(name)
         kv = 2 * cfg["NL"] * (CONTEXT + STEPS // 2) * cfg["KV"] * cfg["HD"] * 2
         floor = ((weight_bytes or 0) + kv) / bandwidth * 1e3

@@ -213,6 +213,22 @@ class Captured:
         self.static_inputs = [t.clone() for t in inputs]
         for ex in self.plan.executables:
             ex.prepare(self.context)
+        # Warm up on the graph's own input tensors, on a side stream, before capturing (as
+        # torch.cuda.graphs asks): torch.compile guards on its inputs (inference tensors or
+        # not, say) and may compile again for these; a recompile, and max-autotune's tuning
+        # of new kernels, cannot run inside a capture. States are scratch copies: a warm-up
+        # step must not write the caller's states twice.
+        device = self.plan.device
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            scratch = self.context.scratch()
+            scratch.host_inputs = self.context.host_inputs
+            self.plan._run(self.static_inputs, scratch)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        del scratch
+        for ex in self.plan.executables:
+            ex.prepare(self.context)
         torch.cuda.synchronize(self.plan.device)
         graph = torch.cuda.CUDAGraph()
         try:
