@@ -274,3 +274,15 @@ def test_conform_starts_from_a_given_context_and_leaves_it_alone(model):
                              RefLinear(), context=ctx)
     assert findings and all(f.passed for f in findings)
     assert all(torch.equal(before[k], ctx.states[k]) for k in before)
+
+
+def test_scratch_copies_keep_inference_mode_as_their_originals(model):
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[], measure=False, progress=False)
+    ctx = model.context_for(plan)
+    with torch.inference_mode():
+        scratch = ctx.scratch()
+        made_inside = ctx.scratch()
+    for path, state in ctx.states.items():
+        assert scratch.states[path].is_inference() == state.is_inference() is False
+        assert scratch.states[path] is not state
+        assert made_inside.states[path].data_ptr() != state.data_ptr()

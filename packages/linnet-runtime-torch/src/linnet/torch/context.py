@@ -55,14 +55,21 @@ class Context:
         return joined
 
     def scratch(self) -> Context:
-        """A context with copies of the states, for timing and checking without side effects."""
-        ctx = Context(self.parameters, {k: v.clone() for k, v in self.states.items()},
-                          self.device)
+        """A context with copies of the states, for timing and checking without side effects.
+        Each copy is an inference tensor exactly where its original is (torch.compile guards
+        on that: a compiled slice run on the copies must not compile again for the
+        originals)."""
+        ctx = Context(self.parameters, {k: _copy(v) for k, v in self.states.items()},
+                      self.device)
         ctx._joined, ctx._owner = self._joined, self._owner
         return ctx
-
 
     def reset(self) -> None:
         """Zero every state (start new sequences)."""
         for t in self.states.values():
             t.zero_()
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode(t.is_inference()):
+        return t.clone()
