@@ -400,3 +400,51 @@ def test_entry_point_is_registered():
     assert point.dist is not None and point.dist.name == "linnet-flashinfer"
     assert "flashinfer" in [b.name for b in available()]
     assert not [r for r in skipped() if r.name == "flashinfer"]
+
+
+# ---------------------------------------------------------------- on a GPU
+GPU = pytest.mark.skipif(
+    not torch.cuda.is_available() or os.environ.get("LINNET_GPU_TESTS") != "1",
+    reason="needs a Hopper GPU with flashinfer-python, and LINNET_GPU_TESTS=1")
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("pos_on", ["host", "device"])
+def test_captured_replays_equal_eager_steps_on_a_gpu(pos_on):
+    """Graph safety: 48 steps of a FlashInfer plan under Captured (planned in prepare before
+    each replay) against the same plan run eagerly (planned in execute) on its own context,
+    both fed the same tokens, rows at different positions across page boundaries. Same
+    kernels both ways: any stale plan shows as a large difference."""
+    from linnet.torch import load, random_weights
+    from linnet.torch.planned import Captured
+
+    device = torch.device("cuda")
+    cfg = config(**TOY, S=128)
+    model = load(llama(), weights=random_weights(llama(), cfg, seed=3, scale=0.2, device=device),
+                 config=cfg, device=device)
+    backend = FlashInfer()
+    findings = model.conform("decode", [i32(3, 4).to(device), i32(5, 17).to(device)], backend)
+    assert len(findings) == 2 and all(f.passed for f in findings), findings
+    plan = model.plan_for("decode", [i32(1, 2), i32(0, 0)], backends=[backend], measure=False,
+                          progress=False)
+    assert len(plan.regions) == 2, plan.explain()
+    captured_ctx, eager_ctx = model.context_for(plan), model.context_for(plan)
+    prompt = torch.randint(0, cfg["V"], (2, 20), dtype=torch.int32, device=device,
+                           generator=torch.Generator(device).manual_seed(0))
+    model.prefill(prompt, context=captured_ctx)
+    model.prefill(prompt, context=eager_ctx)
+    step = Captured(plan, captured_ctx)
+    tokens = [5, 7]
+    for i in range(48):
+        pos = i32(3 + i, 20 + i)  # row 0 overwrites prefilled positions; row 1 continues
+        if pos_on == "device":
+            pos = pos.to(device)
+        token = i32(*tokens).to(device)
+        (got,) = step([token, pos])
+        (want,) = plan.run([token, pos], eager_ctx)
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
+        tokens = want.argmax(-1).tolist()
+    planner = plan.executables[0].planner
+    if pos_on == "host":
+        assert planner.reads == 0  # never read back from the device
