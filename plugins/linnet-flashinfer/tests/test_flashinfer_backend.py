@@ -338,6 +338,7 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
     with torch.inference_mode():
         plan.run([token, i32(4, 9)], ctx)  # the first call runs eagerly
         static = [token.clone(), i32(4, 9)]
+        ctx.inputs = {"%token": static[0], "%pos": static[1]}  # Captured's input buffers
         for ex in executables:
             ex.prepare(ctx)
         reads, host_reads = planner.reads, planner.host_reads
@@ -377,6 +378,32 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
                             want = torch.softmax(scores, 0) @ v[b, :p + 1, h]
                             torch.testing.assert_close(out[b, h, g].float(), want, atol=2e-2,
                                                        rtol=2e-2)
+
+
+def test_prepare_plans_for_the_tensor_the_coming_step_reads(installed):
+    """A plan run eagerly (its executes saw one pos tensor) and then replayed (Captured's
+    prepare, with pos given on the device): prepare follows context.inputs, not the tensor
+    the last execute saw."""
+    model = toy_model(S=64)
+    plan = model.plan_for("decode", [i32(1, 2), i32(0, 0)],
+                          backends=[CpuFlashInfer(workspace_bytes=1 << 16)], measure=False,
+                          progress=False)
+    ctx = model.context_for(plan)
+    planner = plan.executables[0].planner
+    with torch.inference_mode():
+        eager_pos = i32(4, 9)
+        plan.run([i32(1, 2), eager_pos], ctx)
+        assert planner.lengths == (5, 10)
+        static = i32(30, 40)  # the graph's input buffer, as Captured hands it over
+        ctx.inputs, ctx.host_inputs = {"%pos": static}, {}
+        for ex in plan.executables:
+            ex.prepare(ctx)
+        assert planner.source is static and planner.lengths == (31, 41)
+        reads = planner.reads
+        static.copy_(i32(31, 41))
+        for ex in plan.executables:
+            ex.prepare(ctx)
+        assert planner.lengths == (32, 42) and planner.reads == reads + 1
 
 
 def test_capture_before_any_plan_is_an_error(installed, decode_graph, monkeypatch):

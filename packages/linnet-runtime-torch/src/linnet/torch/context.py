@@ -16,7 +16,9 @@ class Context:
     step and nothing is held twice) and returns that buffer, or None where they cannot be laid
     out so (different dtypes or trailing shapes, or a path already joined elsewhere).
 
-    ``host_inputs`` holds the current step's entry inputs that the caller gave as CPU tensors,
+    ``inputs`` holds the current step's entry inputs as the step reads them on the device (for
+    ``Captured``, the graph's own input buffers), by graph value name; ``host_inputs`` holds
+    those the caller gave as CPU tensors,
     by graph value name (``"%pos"``). ``Plan.run`` and ``Captured`` set it before each step, so
     that an executable's ``prepare`` can read a step's positions without reading device memory
     (a read that would wait for the device). It is empty where the caller gave device tensors.
@@ -27,6 +29,7 @@ class Context:
         self.parameters = parameters
         self.states = states
         self.device = device
+        self.inputs: dict[str, torch.Tensor] = {}
         self.host_inputs: dict[str, torch.Tensor] = {}
         self._joined: dict[tuple[str, ...], torch.Tensor] = {}
         self._owner: dict[str, tuple[str, ...]] = {}

@@ -95,7 +95,9 @@ class Plan:
         # values (FlashInfer's plan) runs inside `execute` here, and in `prepare` under Captured.
         # Inputs given on the host are also handed to executables as `context.host_inputs`.
         context.host_inputs = host_inputs(self.graph, inputs)
-        return self._run([t.to(self.device) for t in inputs], context)
+        on_device = [t.to(self.device) for t in inputs]
+        context.inputs = dict(zip(self.graph.inputs, on_device))
+        return self._run(on_device, context)
 
     def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
         graph = self.graph
@@ -173,13 +175,17 @@ class Captured:
 
     def _call(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         device = self.plan.device
+        names = self.plan.graph.inputs
         self.context.host_inputs = host_inputs(self.plan.graph, inputs)
         self.calls += 1
         if self.calls == 1:
-            return list(self.plan._run([t.to(device) for t in inputs], self.context))
+            on_device = [t.to(device) for t in inputs]
+            self.context.inputs = dict(zip(names, on_device))
+            return list(self.plan._run(on_device, self.context))
         if self.graph is None:
             self._capture([t.to(device) for t in inputs])
         self._load(inputs)
+        self.context.inputs = dict(zip(names, self.static_inputs))
         for ex in self.plan.executables:
             ex.prepare(self.context)
         assert self.graph is not None
@@ -211,6 +217,7 @@ class Captured:
 
     def _capture(self, inputs: list[torch.Tensor]) -> None:
         self.static_inputs = [t.clone() for t in inputs]
+        self.context.inputs = dict(zip(self.plan.graph.inputs, self.static_inputs))
         for ex in self.plan.executables:
             ex.prepare(self.context)
         # Warm up on the graph's own input tensors, on a side stream, before capturing (as
@@ -223,7 +230,7 @@ class Captured:
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             scratch = self.context.scratch()
-            scratch.host_inputs = self.context.host_inputs
+            scratch.inputs, scratch.host_inputs = self.context.inputs, self.context.host_inputs
             self.plan._run(self.static_inputs, scratch)
         torch.cuda.current_stream(device).wait_stream(stream)
         del scratch

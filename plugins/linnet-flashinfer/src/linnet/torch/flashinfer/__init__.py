@@ -412,7 +412,8 @@ class Planner:
 
     It plans once a step. A step starts when an executable prepares (or, run without
     ``prepare``, executes) a second time, or when the ``pos`` tensor it reads was written in
-    place (its version counter moved) or replaced. Then it takes the step's positions from
+    place (its version counter moved) or replaced (``prepare`` follows ``context.inputs``,
+    the tensors the coming step reads). Then it takes the step's positions from
     the context's ``host_inputs`` (entry input ``pos_name``) where the caller gave them on the
     host, or else reads ``pos`` from the device (one device-to-host copy, a synchronisation),
     and plans if the lengths changed. Under CUDA-graph capture it never reads: it remembers
@@ -432,6 +433,7 @@ class Planner:
         self.buffers: dict[str, torch.Tensor] = {}
         self.source: torch.Tensor | None = None  # the pos tensor lengths are read from
         self.read_version: int | None = None
+        self.replaced = False  # prepare was handed a new pos tensor: a new step
         self.lengths: tuple[int, ...] | None = None  # what the wrapper is planned for
         self.pages: tuple[int, ...] | None = None
         self.prepared: set[int] = set()
@@ -457,10 +459,18 @@ class Planner:
 
     def prepare(self, member: object, context: Any = None) -> None:
         key = id(member)
+        current = getattr(context, "inputs", {}).get(self.pos_name)
+        if current is not None and current is not self.source:
+            # The runner says which tensor this step reads (Captured: its input buffer);
+            # the last execute may have seen another (the same plan run eagerly).
+            self.source = current
+            self.read_version = None
+            self.replaced = True
         if self.source is None:  # nothing ran yet: the first execute plans
             self.prepared.add(key)
             return
-        new_step = key in self.prepared or self.lengths is None or self._moved()
+        new_step = (key in self.prepared or self.lengths is None or self._moved()
+                    or self.replaced)
         if new_step:
             self.prepared = set()
         self.prepared.add(key)
@@ -489,6 +499,7 @@ class Planner:
 
     def _refresh(self, context: Any = None) -> None:
         assert self.source is not None
+        self.replaced = False
         self.setup(self.source.device)
         self.read_version = _version_of(self.source)
         host = getattr(context, "host_inputs", {}).get(self.pos_name)
