@@ -6,14 +6,16 @@
     generated source (model.run with its own context) over 256 decode steps, batch 2, one row
     overwriting prefilled positions (they must be masked) and one continuing: teacher-forced
     argmax agreement and the largest logit difference, then free-running (each feeds its own
-    tokens) identical-prefix length; for replan="pages" (default) and replan="always".
+    tokens) identical-prefix length; for replan="pages" (default) and replan="always". Random
+    weights give near-tied logits that any two bf16 attentions flip: the token-for-token check
+    is gpu_steps.py part (t), on a model trained so that its logits are decisive.
 (c) Per-layer decode attention at 8B shapes (32 q heads, 8 KV heads, head dim 128, bf16), at
     context 1k, 4k, 16k and 32k and batch 1 and 8: FlashInfer (pages of 16, and one page a
     row) against the generated source, timed inside CUDA graphs with events, rotating through
     8 layers' caches; each as a fraction of the KV-bytes / 4.18e12 B/s floor.
-(d) Whole Llama-3.2-1B and Llama-3-8B decode steps (random weights, context 1024) under
-    Captured: the generated source alone, a measured plan with FlashInfer, and FlashInfer on
-    every layer (measure=False); ms/token; the host time of the per-step prepare.
+(d) Whole decode steps moved to benchmarks/gpu_steps.py.
+(e) FlashInfer's split of the cache (auto, off, fixed pages; pages of 16 and 64) per layer at
+    8B shapes, context 1k-4k, batch 1 and 8 (not in the default parts).
 
 Each part runs on its own and prints its error if it fails. --dry-run runs the CPU-safe parts
 (lowering, matching, probing, page tables). Run by `bash benchmarks/gpu.sh --flashinfer`.
@@ -23,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -216,51 +216,66 @@ def captured_toy(dev: torch.device) -> None:
 
 
 # ---------------------------------------------------------------- (c) per-layer attention
-@part("(c) decode attention per layer, 8B shapes, inside CUDA graphs")
-def attention_table(dev: torch.device) -> None:
+def attention_times(dev: torch.device, context: int, batch: int,
+                    variants: list[tuple[str, Any]], generated: bool = True,
+                    layers: int = 8) -> dict[str, float]:
+    """Seconds per layer of decode attention at 8B shapes (32 q / 8 KV heads, head dim 128,
+    bf16), cache length ``context``, every row at its last position: each FlashInfer variant
+    and (``generated``) the generated source, inside CUDA graphs rotating over ``layers``
+    layers' caches."""
     from linnet.backends import Options
     from linnet.torch import load, random_weights
-    from linnet.torch.flashinfer import FlashInfer
     from linnet.torch.planned import PlanBuilder
 
     class Rotating(PlanBuilder):
-        """Times each kind over every region given (8 layers' caches), not one per
+        """Times each kind over every region given (the layers' caches), not one per
         distinct parameter list (attention regions have none: they read states)."""
 
         def rotation(self, group):
             return list(group)
 
-    layers = 8
+    cfg = config("llama-3-8b", NL=layers, V=256, D=512, F=512, S=context)
+    model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=2, device=dev), config=cfg,
+                 device=dev)
+    inputs = [i32(*[1] * batch, device=dev), i32(*[context - 1] * batch, device=dev)]
+    builder = Rotating(model, "decode", inputs, Options(warmup=3, repeat=30), progress=False)
+    ctx = model.context_for_graph(builder.graph)
+    gen = torch.Generator(dev).manual_seed(0)
+    for state in ctx.states.values():
+        state.normal_(generator=gen)
+    times: dict[str, float] = {}
+    env = None
+    group: list = []
+    for label, backend in variants:
+        group = builder.candidates(builder.probe([backend]))
+        assert len(group) == layers, builder.skipped
+        if env is None:
+            env = builder.record_values(group, ctx)
+        times[label] = builder.time_backend(group, env, ctx)
+    assert env is not None
+    if generated:
+        times["generated"] = builder.time_generated(group, env, ctx)
+    return times
+
+
+def kv_floor(context: int, batch: int) -> float:
+    return 2 * batch * context * 8 * 128 * 2 / BANDWIDTH
+
+
+@part("(c) decode attention per layer, 8B shapes, inside CUDA graphs")
+def attention_table(dev: torch.device) -> None:
+    from linnet.torch.flashinfer import FlashInfer
+
     rows = []
     for context in CONTEXTS:
         for batch in BATCHES:
-            cfg = config("llama-3-8b", NL=layers, V=256, D=512, F=512, S=context)
-            model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=2, device=dev),
-                         config=cfg, device=dev)
-            inputs = [i32(*[1] * batch, device=dev), i32(*[context - 1] * batch, device=dev)]
-            builder = Rotating(model, "decode", inputs, Options(warmup=3, repeat=30),
-                               progress=False)
-            ctx = model.context_for_graph(builder.graph)
-            gen = torch.Generator(dev).manual_seed(0)
-            for state in ctx.states.values():
-                state.normal_(generator=gen)
-            times: dict[str, float] = {}
-            env = None
-            group = []
-            for label, backend in [("flashinfer", FlashInfer()),
-                                   ("flashinfer one page a row", FlashInfer(page_size=context))]:
-                group = builder.candidates(builder.probe([backend]))
-                assert len(group) == layers, builder.skipped
-                if env is None:
-                    env = builder.record_values(group, ctx)
-                times[label] = builder.time_backend(group, env, ctx)
-            assert env is not None
-            times["generated"] = builder.time_generated(group, env, ctx)
-            floor = 2 * batch * context * 8 * 128 * 2 / BANDWIDTH
+            times = attention_times(dev, context, batch, [
+                ("flashinfer", FlashInfer()),
+                ("flashinfer one page a row", FlashInfer(page_size=context))])
+            floor = kv_floor(context, batch)
             rows.append((context, batch, floor, times))
             print(f"  ctx {context} B {batch}: floor {floor * 1e6:.1f} us; " + "; ".join(
                 f"{k} {v * 1e6:.1f} us ({floor / v:.0%})" for k, v in times.items()), flush=True)
-            del model, ctx, builder, env, group
             torch.cuda.empty_cache()
     SUMMARY.append("(c) per-layer decode attention, 8B shapes, bf16, in CUDA graphs over 8 "
                    "layers (us, fraction of the KV floor at 4.18 TB/s)")
@@ -274,81 +289,35 @@ def attention_table(dev: torch.device) -> None:
                        f"({floor / o:.0%}) | {g / f:.2f}x |")
 
 
-# ---------------------------------------------------------------- (d) whole steps
-def per_token(fn, steps: int = 48) -> float:
-    times = []
-    for i in range(steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn(i)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[2:])
-
-
-@part("(d) whole decode steps under Captured, context 1024")
-def whole_steps(dev: torch.device) -> None:
-    from linnet.plan import TimingCache
-    from linnet.torch import load, random_weights
+@part("(e) FlashInfer's split of the cache at short contexts, 8B shapes")
+def split_sweep(dev: torch.device) -> None:
+    """At batch 1 and 1k, FlashInfer's 11 us is 10x the KV floor: launch-bound, with a merge
+    kernel after the split attention. Which split (and page size) is fastest where?"""
     from linnet.torch.flashinfer import FlashInfer
-    from linnet.torch.planned import Captured, plan_for
 
-    SUMMARY.append("(d) decode step, batch 1, context 1024..1071, Captured (ms/token)")
-    SUMMARY.append("| model | generated | measured plan with FlashInfer | FlashInfer on every "
-                   "layer | prepare host time a step (mean) |")
-    SUMMARY.append("|---|---|---|---|---|")
-    for name, extra in MODELS:
-        cfg = config(name, **extra)
-        model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=0, device=dev), config=cfg,
-                     device=dev, numerics="fast")
-        ctx0 = 1024
-        prompt = torch.randint(0, cfg["V"], (1, ctx0), dtype=torch.int32, device=dev)
-        results: dict[str, Any] = {}
-        for label, backends, measure in [("generated", [], False),
-                                         ("measured", [FlashInfer()], True),
-                                         ("forced", [FlashInfer()], False)]:
-            # A fresh timing cache: every region kind is timed in this run.
-            plan = plan_for(model, "decode", [i32(1, device=dev), i32(ctx0, device=dev)],
-                            backends=backends, measure=measure, progress=False,
-                            cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
-            if label == "measured":
-                lines = plan.explain().splitlines()
-                print("\n".join([lines[0]] + [ln for ln in lines if "decode_attention" in ln]))
-            ctx = model.context_for(plan)
-            model.prefill(prompt, context=ctx)
-            step = Captured(plan, ctx)
-            ms = per_token(lambda i, s=step, c=ctx0: s([i32(1, device=dev), i32(c + i, device=dev)]))
-            results[label] = (ms, len(plan.regions))
-            if label == "forced" and plan.executables:
-                # The host work Captured adds a step: copy pos into its input, then every
-                # prepare (one read of pos; the last-page lengths, or plan() every 16).
-                source = plan.executables[0].planner.source
-                host = []
-                with torch.inference_mode():  # the plan's buffers are inference tensors
-                    for i in range(64):
-                        torch.cuda.synchronize()
-                        t0 = time.perf_counter()
-                        source.copy_(i32(ctx0 + 100 + i, device=dev))
-                        for ex in plan.executables:
-                            ex.prepare(ctx)
-                        host.append(time.perf_counter() - t0)
-                results["prepare"] = statistics.mean(host[2:])
-            print(f"  {name} {label}: {ms * 1e3:.3f} ms/token, {len(plan.regions)} regions",
-                  flush=True)
-            del step, ctx, plan
+    variants = [("auto", FlashInfer()), ("off", FlashInfer(split_kv="off")),
+                ("fixed 8 pages", FlashInfer(split_kv=8)),
+                ("fixed 32 pages", FlashInfer(split_kv=32)),
+                ("pages of 64, auto", FlashInfer(page_size=64)),
+                ("pages of 64, off", FlashInfer(page_size=64, split_kv="off"))]
+    SUMMARY.append("(e) FlashInfer variants, per-layer decode attention, 8B shapes (us)")
+    SUMMARY.append("| context | B | floor | " + " | ".join(v for v, _ in variants) + " |")
+    SUMMARY.append("|---|---|---|" + "---|" * len(variants))
+    for context in (1024, 2048, 4096):
+        for batch in (1, 8):
+            times = attention_times(dev, context, batch, variants, generated=False)
+            floor = kv_floor(context, batch)
+            SUMMARY.append(f"| {context} | {batch} | {floor * 1e6:.1f} | " + " | ".join(
+                f"{times[v] * 1e6:.1f}" for v, _ in variants) + " |")
+            print("  " + SUMMARY[-1], flush=True)
             torch.cuda.empty_cache()
-        g, m, f = results["generated"], results["measured"], results["forced"]
-        SUMMARY.append(f"| {name} | {g[0] * 1e3:.3f} | {m[0] * 1e3:.3f} ({m[1]} regions) | "
-                       f"{f[0] * 1e3:.3f} ({f[1]} regions) | "
-                       f"{results.get('prepare', float('nan')) * 1e6:.0f} us |")
-        del model
-        torch.cuda.empty_cache()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--dry-run", action="store_true", help="only the CPU-safe parts")
-    parser.add_argument("--parts", default="abcd", help="which GPU parts to run (default abcd)")
+    parser.add_argument("--parts", default="abc",
+                        help="which GPU parts to run (default abc; e: the split sweep)")
     args = parser.parse_args()
     dry_run()
     if not args.dry_run:
@@ -360,7 +329,7 @@ def main() -> int:
         print(f"{props.name}, compute capability {props.major}.{props.minor}, torch "
               f"{torch.__version__}")
         for key, fn in (("a", conform_toy), ("b", captured_toy), ("c", attention_table),
-                        ("d", whole_steps)):
+                        ("e", split_sweep)):
             if key in args.parts:
                 fn(dev)
     print("\n== summary")

@@ -39,7 +39,8 @@ class FakeWrapper:
     def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
              page_size, *positional, **kwargs):
         assert not positional, "optional plan() arguments go by keyword"
-        assert set(kwargs) <= {"pos_encoding_mode", "q_data_type", "kv_data_type", "sm_scale"}
+        assert set(kwargs) <= {"pos_encoding_mode", "q_data_type", "kv_data_type", "sm_scale",
+                               "fixed_split_size", "disable_split_kv"}
         assert kwargs.get("pos_encoding_mode", "NONE") == "NONE"
         assert len(last_page_len) == len(self.last), "batch size is fixed in graph mode"
         assert len(indices) <= len(self.indices)

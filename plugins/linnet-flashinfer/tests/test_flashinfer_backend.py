@@ -380,6 +380,28 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
                                                        rtol=2e-2)
 
 
+@pytest.mark.parametrize("split_kv, options", [
+    ("auto", {}), ("off", {"disable_split_kv": True}), (8, {"fixed_split_size": 8})])
+def test_split_kv_reaches_plan_and_the_timing_key(installed, split_kv, options):
+    model = toy_model(S=64)
+    backend = CpuFlashInfer(workspace_bytes=1 << 16, split_kv=split_kv)
+    assert (split_kv == "auto") == ("split" not in backend.version)
+    plan = model.plan_for("decode", [i32(1), i32(0)], backends=[backend], measure=False,
+                          progress=False)
+    plan.run([i32(1), i32(3)], model.context_for(plan))
+    (wrapper,) = FakeWrapper.made
+    planned = {k: v for k, v in wrapper.planned.items()
+               if k in ("disable_split_kv", "fixed_split_size")}
+    assert planned == options
+
+
+def test_split_kv_is_checked():
+    with pytest.raises(ValueError, match="split_kv must be"):
+        FlashInfer(split_kv=0)
+    with pytest.raises(ValueError, match="needs use_tensor_cores"):
+        FlashInfer(split_kv=4, use_tensor_cores=False)
+
+
 def test_prepare_plans_for_the_tensor_the_coming_step_reads(installed):
     """A plan run eagerly (its executes saw one pos tensor) and then replayed (Captured's
     prepare, with pos given on the device): prepare follows context.inputs, not the tensor

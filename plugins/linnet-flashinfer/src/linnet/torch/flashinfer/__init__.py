@@ -295,7 +295,14 @@ class FlashInfer:
     workspace per wrapper; ``head_dims`` the head dims taken (None: any);
     ``replan="pages"`` calls ``plan()`` only when a row's page count changes and otherwise
     writes the last-page lengths alone (FlashInfer's schedule depends on page counts only);
-    ``"always"`` plans every step.
+    ``"always"`` plans every step. ``split_kv`` is how a row's cache is split over thread
+    blocks: ``"auto"`` (FlashInfer's schedule), ``"off"`` (one block per row and KV head, no
+    merge kernel; ``disable_split_kv``) or a number of pages per split (``fixed_split_size``,
+    tensor cores only). At batch 1 and short contexts the split and its merge kernel may cost
+    more than they save; measure (benchmarks/gpu_flashinfer.py part e).
+
+    >>> FlashInfer(split_kv="off").version.endswith("+split-off")
+    True
     """
 
     name = "flashinfer"
@@ -303,9 +310,18 @@ class FlashInfer:
 
     def __init__(self, use_tensor_cores: bool = True, page_size: int = PAGE_SIZE,
                  workspace_bytes: int = WORKSPACE_BYTES,
-                 head_dims: Sequence[int] | None = HEAD_DIMS, replan: str = "pages"):
+                 head_dims: Sequence[int] | None = HEAD_DIMS, replan: str = "pages",
+                 split_kv: str | int = "auto"):
         if replan not in ("pages", "always"):
             raise ValueError(f"replan must be 'pages' or 'always', not {replan!r}")
+        if not (split_kv in ("auto", "off") or (isinstance(split_kv, int)
+                                                 and not isinstance(split_kv, bool)
+                                                 and split_kv >= 1)):
+            raise ValueError(f"split_kv must be 'auto', 'off' or a number of pages >= 1, not "
+                             f"{split_kv!r}")
+        if isinstance(split_kv, int) and not use_tensor_cores:
+            raise ValueError("split_kv=<pages> (FlashInfer's fixed_split_size) needs "
+                             "use_tensor_cores=True")
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self.use_tensor_cores = use_tensor_cores
@@ -313,14 +329,17 @@ class FlashInfer:
         self.workspace_bytes = workspace_bytes
         self.head_dims = tuple(head_dims) if head_dims is not None else None
         self.replan = replan
+        self.split_kv = split_kv
         # Timings are cached by backend version: FlashInfer's version and the variant count.
         variant = "" if (use_tensor_cores, page_size) == (True, PAGE_SIZE) else (
             f"+tc{int(use_tensor_cores)}p{page_size}")
+        if split_kv != "auto":
+            variant += f"+split-{split_kv}"
         self.version = f"{__version__}/flashinfer-{flashinfer_version() or 'missing'}{variant}"
 
     def __repr__(self) -> str:
         return (f"FlashInfer(use_tensor_cores={self.use_tensor_cores}, "
-                f"page_size={self.page_size})")
+                f"page_size={self.page_size}, split_kv={self.split_kv!r})")
 
     # -- probe
     def decline_reason(self, target: Target) -> str | None:
@@ -389,7 +408,7 @@ class FlashInfer:
             if site.shape not in planners:
                 planners[site.shape] = Planner(
                     site.shape, self.page_size, self.use_tensor_cores, self.workspace_bytes,
-                    self.replan, site.region.inputs[site.pos_index])
+                    self.replan, site.region.inputs[site.pos_index], self.split_kv)
             members[site.shape] = members.get(site.shape, 0) + 1
         out = []
         seen: dict[Shape, int] = {}
@@ -421,9 +440,13 @@ class Planner:
     """
 
     def __init__(self, shape: Shape, page_size: int, tensor_cores: bool, workspace_bytes: int,
-                 replan: str, pos_name: str = "%pos"):
+                 replan: str, pos_name: str = "%pos", split_kv: str | int = "auto"):
         self.shape = shape
         self.pos_name = pos_name
+        # plan()'s split options, passed only when not FlashInfer's default.
+        self.split_options: dict[str, Any] = (
+            {} if split_kv == "auto" else {"disable_split_kv": True} if split_kv == "off"
+            else {"fixed_split_size": int(split_kv)})
         self.page_size = page_size_for(shape.cache, page_size)
         self.pages_per_row = shape.cache // self.page_size
         self.tensor_cores = tensor_cores
@@ -557,7 +580,8 @@ class Planner:
                 torch.tensor(indptr, dtype=torch.int32), torch.tensor(indices, dtype=torch.int32),
                 torch.tensor(last, dtype=torch.int32), shape.qo_heads, shape.kv_heads,
                 shape.head_dim, self.page_size, pos_encoding_mode="NONE",
-                q_data_type=dtype, kv_data_type=dtype, sm_scale=shape.scale)
+                q_data_type=dtype, kv_data_type=dtype, sm_scale=shape.scale,
+                **self.split_options)
             if self.source is not None and self.source.is_cuda:
                 self.planned = torch.cuda.Event()
                 self.planned.record()
