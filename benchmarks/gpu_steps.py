@@ -46,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_flashinfer import LLAMA, config
+from torch_decode import hf_config
 
 SUMMARY: list[str] = []
 CONTEXT = 1024
@@ -94,14 +95,7 @@ def train_copy_model(dev: torch.device, cfg: dict, steps: int = 2000) -> tuple[d
     import transformers
 
     torch.manual_seed(0)
-    hf_cfg = transformers.LlamaConfig(
-        vocab_size=cfg["V"], hidden_size=cfg["D"], intermediate_size=cfg["F"],
-        num_hidden_layers=cfg["NL"], num_attention_heads=cfg["H"],
-        num_key_value_heads=cfg["KV"], head_dim=cfg["HD"], max_position_embeddings=cfg["S"],
-        rms_norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
-        rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_theta"]},
-        tie_word_embeddings=False)
-    model = transformers.LlamaForCausalLM(hf_cfg).to(dev).train()
+    model = transformers.LlamaForCausalLM(hf_config(dict(cfg, tie_word_embeddings=False))).to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     gen = torch.Generator().manual_seed(0)
     length = 320
@@ -281,13 +275,7 @@ def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> N
     import transformers
 
     cfg = config(name, S=CACHE)
-    hf_cfg = transformers.LlamaConfig(
-        vocab_size=cfg["V"], hidden_size=cfg["D"], intermediate_size=cfg["F"],
-        num_hidden_layers=cfg["NL"], num_attention_heads=cfg["H"],
-        num_key_value_heads=cfg["KV"], head_dim=cfg["HD"], max_position_embeddings=cfg["S"],
-        rms_norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
-        rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_theta"]},
-        tie_word_embeddings=cfg["tie_word_embeddings"])
+    hf_cfg = hf_config(cfg)
     torch.set_default_dtype(torch.bfloat16)
     try:
         with torch.device(dev):

@@ -53,16 +53,23 @@ def copy_bandwidth(device: torch.device) -> float:
     return 2 * n / min(times)
 
 
-def hf_model(cfg: dict, device: torch.device, seed: int = 0):
+def hf_config(cfg: dict):
+    """The transformers LlamaConfig of a Linnet Llama config (default rope)."""
     import transformers
 
-    hf_cfg = transformers.LlamaConfig(
+    return transformers.LlamaConfig(
         vocab_size=cfg["V"], hidden_size=cfg["D"], intermediate_size=cfg["F"],
         num_hidden_layers=cfg["NL"], num_attention_heads=cfg["H"],
         num_key_value_heads=cfg["KV"], head_dim=cfg["HD"], max_position_embeddings=cfg["S"],
         rms_norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
         rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_theta"]},
         tie_word_embeddings=cfg["tie_word_embeddings"])
+
+
+def hf_model(cfg: dict, device: torch.device, seed: int = 0):
+    import transformers
+
+    hf_cfg = hf_config(cfg)
     torch.manual_seed(seed)
     with torch.device(device):
         model = transformers.LlamaForCausalLM(hf_cfg).to(DTYPES[cfg["T"]]).eval()
