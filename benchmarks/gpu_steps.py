@@ -22,6 +22,10 @@
     argmax (on the device) and a host position; ms/token over 64 steps queued back to back,
     and the median of steps timed one by one (synchronised, so host time shows).
 
+(p) Where a step goes: every kernel the best configuration launches, from torch.profiler
+    over 8 replays (launches and microseconds a step, and the kernels' busy share of the wall
+    time). Not in the default parts.
+
     python3 benchmarks/gpu_steps.py --parts t,s --models llama-3.2-1b,llama-3-8b
 
 Each part prints its error and the run goes on. Run by `bash benchmarks/gpu.sh --steps`.
@@ -387,9 +391,69 @@ def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
                            f"{what} |")
 
 
+# ---------------------------------------------------------------- (p) where a step goes
+def kernel_table(events: Any, steps: int, wall_ms: float, top: int = 30) -> list[str]:
+    """Rows of a profile's device kernels, grouped by name: launches and microseconds a step;
+    then the kernels' total against the step's wall time (the rest is gaps between kernels).
+    ``events`` is ``profiler.key_averages()``."""
+    rows = []
+    for e in events:
+        device_us = getattr(e, "self_device_time_total", None)
+        if device_us is None:
+            device_us = getattr(e, "self_cuda_time_total", 0.0)
+        if device_us and e.count:
+            rows.append((device_us / steps, e.count / steps, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    launches = sum(r[1] for r in rows)
+    out = ["| kernel | launches a step | us a step | share |", "|---|---|---|---|"]
+    for us, count, name in rows[:top]:
+        out.append(f"| {name[:90]} | {count:.0f} | {us:.1f} | {us / max(total, 1e-9):.1%} |")
+    out.append(f"| all kernels ({len(rows)} names) | {launches:.0f} | {total:.1f} | |")
+    out.append(f"| wall time a step | | {wall_ms * 1e3:.1f} | kernels busy "
+               f"{total / max(wall_ms * 1e3, 1e-9):.0%} |")
+    return out
+
+
+def profile_step(name: str, dev: torch.device) -> None:
+    """The best configuration (compile max-autotune-no-cudagraphs + both plugins, Captured):
+    every kernel a step launches, from torch.profiler over 8 replays."""
+    from linnet.plan import TimingCache
+    from linnet.torch import load, random_weights
+    from linnet.torch.cublaslt import CublasLt
+    from linnet.torch.flashinfer import FlashInfer
+    from linnet.torch.planned import Captured, plan_for
+
+    cfg = config(name, S=CACHE)
+    model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=0, device=dev), config=cfg,
+                 device=dev, numerics="fast")
+    plan = plan_for(model, "decode", [cpu_i32(1), cpu_i32(CONTEXT)],
+                    backends=[CublasLt(), FlashInfer()], compile="max-autotune-no-cudagraphs",
+                    progress=False, cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
+    ctx = model.context_for(plan)
+    prompt = torch.randint(0, cfg["V"], (1, CONTEXT), dtype=torch.int32, device=dev)
+    model.prefill(prompt, context=ctx)
+    step = Captured(plan, ctx)
+    token = torch.ones(1, dtype=torch.int32, device=dev)
+    for i in range(4):
+        token = first(step([token, cpu_i32(CONTEXT + i)])).argmax(-1).to(torch.int32)
+    steps = 8
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for i in range(steps):
+            token = first(step([token, cpu_i32(CONTEXT + 4 + i)])).argmax(-1).to(torch.int32)
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps
+    SUMMARY.append(f"\n(p) {name}: kernels of one decode step (compile max-autotune + both "
+                   "plugins, Captured; profiled, so slower than in (s))")
+    SUMMARY.extend(kernel_table(prof.key_averages(), steps, wall * 1e3))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--parts", default="t,s", help="t (token for token), s (whole steps)")
+    parser.add_argument("--parts", default="t,s",
+                        help="t (token for token), s (whole steps), p (kernels of a step)")
     parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
     parser.add_argument("--rows", default="linnet,hf",
                         help="(s): linnet (Linnet's configurations), hf (transformers baselines)")
@@ -405,6 +469,9 @@ def main() -> int:
         guarded("(t)", lambda: token_for_token(dev))
     if "s" in parts:
         whole_steps(dev, args.models.split(","), args.rows.split(","))
+    if "p" in parts:
+        for name in args.models.split(","):
+            guarded(f"(p) {name}", lambda n=name: profile_step(n, dev))
     print("\n== summary")
     print("\n".join(SUMMARY))
     return 0
