@@ -4,6 +4,8 @@
 #   bash benchmarks/gpu.sh    (there; needs dist/ carried)
 #   bash benchmarks/gpu.sh --flashinfer   (also needs .whl/ carried: flashinfer-python,
 #                                          apache-tvm-ffi; see benchmarks/gpu_flashinfer.py)
+#   bash benchmarks/gpu.sh --gpu-tests   (the plugins' gpu-marked tests; .whl/ and .whl-test/
+#                                          carried, the latter with pytest's wheels)
 #   bash benchmarks/gpu.sh --steps [--parts t,s --models ...]   (.whl/ with nvmath-python too;
 #                                          whole steps with both plugins: gpu_steps.py)
 # Results land in $OUT (or ./gpu-results) and the summary tables are printed last.
@@ -43,6 +45,16 @@ flashinfer_env() {
 if [ "${1:-}" = "--flashinfer" ]; then
   flashinfer_env
   python3 benchmarks/gpu_flashinfer.py "${@:2}" 2>&1 | tee "$OUT/flashinfer.log" | grep -v Warning | tail -40
+  exit 0
+fi
+if [ "${1:-}" = "--gpu-tests" ]; then
+  # The plugins' GPU-marked tests; .whl-test/ carries pytest, pluggy and iniconfig wheels.
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl-test/*.whl || exit 1
+  flashinfer_env
+  export LINNET_GPU_TESTS=1
+  for plugin in linnet-cublaslt linnet-flashinfer; do
+    (cd "plugins/$plugin" && python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -8)
+  done
   exit 0
 fi
 if [ "${1:-}" = "--steps" ]; then
