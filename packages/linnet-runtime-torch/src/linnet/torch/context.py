@@ -17,11 +17,12 @@ class Context:
     out so (different dtypes or trailing shapes, or a path already joined elsewhere).
 
     ``inputs`` holds the current step's entry inputs as the step reads them on the device (for
-    ``Captured``, the graph's own input buffers), by graph value name; ``host_inputs`` holds
-    those the caller gave as CPU tensors,
-    by graph value name (``"%pos"``). ``Plan.run`` and ``Captured`` set it before each step, so
-    that an executable's ``prepare`` can read a step's positions without reading device memory
-    (a read that would wait for the device). It is empty where the caller gave device tensors.
+    ``Captured``, the graph's own input buffers) and ``host_inputs`` those the caller gave as
+    CPU tensors, both by graph value name (``"%pos"``). ``Plan.run`` and ``Captured`` set them
+    before each step, so that an executable's ``prepare`` knows which tensor the coming step
+    reads and can take a step's positions from the host instead of reading device memory (a
+    read that would wait for the device). ``host_inputs`` is empty where the caller gave device
+    tensors.
     """
 
     def __init__(self, parameters: dict[str, torch.Tensor], states: dict[str, torch.Tensor],
