@@ -254,10 +254,16 @@ def test_progress_reports_each_kind(model, tmp_path):
 
 
 def test_compiled_plan_slices_match(model, weights):
+    said = []
     plan = model.plan_for("decode", [TOKEN, POS], backends=[RefSiblings()], measure=False,
-                          compile="aot_eager", progress=False)
+                          compile="aot_eager", progress=said.append)
     got, = plan.run([TOKEN, POS], model.context_for(plan))
     torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
+    # compiling is announced, once per compiled slice function, with how long it took
+    compiled = [m for m in said if m.startswith("compiled ")]
+    assert compiled and len(compiled) == len([m for m in said if m.startswith("compiling ")])
+    plan.run([TOKEN, POS], model.context_for(plan))
+    assert len([m for m in said if m.startswith("compiled ")]) == len(compiled)
     layer_functions = {id(i.run) for i in plan.items if i.kind == "slice"
                        and i.parameters and i.parameters[0].startswith("model.layers.")}
     # each layer's slices between regions are the same kinds: compiled once per kind

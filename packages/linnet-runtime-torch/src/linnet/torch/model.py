@@ -154,20 +154,7 @@ class Model:
             setattr(module, name, wrapper)
 
     def _announce(self, compiled: Callable, name: str, kind: str) -> Callable:
-        """Report each slice kind's first (compiling) call and how long it took."""
-        state = {"first": True}
-
-        def call(*args: Any) -> Any:
-            if not state["first"]:
-                return compiled(*args)
-            state["first"] = False
-            self.progress(f"compiling {name} (kind {kind[:8]})...")
-            start = time.perf_counter()
-            out = compiled(*args)
-            self.progress(f"compiled {name} in {time.perf_counter() - start:.1f} s")
-            return out
-
-        return call
+        return announce_compile(compiled, name, kind, self.progress)
 
     # ------------------------------------------------------------ running
     def new_context(self, entry: str | None = None, inputs: list[torch.Tensor] | None = None
@@ -344,6 +331,32 @@ def _progress(progress: Callable[[str], None] | bool) -> Callable[[str], None]:
     if progress:
         return lambda msg: print(f"linnet: {msg}", file=sys.stderr, flush=True)
     return lambda msg: None
+
+
+def announce_compile(compiled: Callable, name: str, kind: str,
+                     say: Callable[[str], None]) -> Callable:
+    """``compiled`` (a torch.compile'd slice), reporting through ``say`` when its first call
+    starts compiling and how long that took (max-autotune takes minutes: say so).
+
+    >>> f = announce_compile(lambda x: x + 1, "slice_0", "ab12cd34ef", print)
+    >>> f(1)
+    compiling slice_0 (kind ab12cd34)...
+    compiled slice_0 in 0.0 s
+    2
+    """
+    state = {"first": True}
+
+    def call(*args: Any) -> Any:
+        if not state["first"]:
+            return compiled(*args)
+        state["first"] = False
+        say(f"compiling {name} (kind {kind[:8]})...")
+        start = time.perf_counter()
+        out = compiled(*args)
+        say(f"compiled {name} in {time.perf_counter() - start:.1f} s")
+        return out
+
+    return call
 
 
 def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,

@@ -38,7 +38,7 @@ import torch
 
 from .context import Context
 from .home import import_source
-from .model import COMPILE_MODES, numerics_mode
+from .model import COMPILE_MODES, announce_compile, numerics_mode
 
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
@@ -352,6 +352,14 @@ class PlanBuilder:
         self.sources = {m.source.name: m.source.text for m in model.program.modules.values()}
         self.skipped: list[Any] = []
 
+    def say(self, message: str) -> None:
+        """A progress line (compiling slices): to ``progress`` if it is a callable, to
+        stderr if it is True."""
+        if callable(self.progress):
+            self.progress(message)
+        elif self.progress:
+            print(f"linnet: {message}", file=sys.stderr, flush=True)
+
     # -- backends
     def probe(self, backends: Sequence[Any] | None) -> list[Any]:
         """The backends that run on this target; the others are recorded with why."""
@@ -420,7 +428,9 @@ class PlanBuilder:
             fn = getattr(module, m["function"])
             if compile:
                 if m["function"] not in compiled:
-                    compiled[m["function"]] = _torch_compile(fn, compile)
+                    compiled[m["function"]] = announce_compile(
+                        _torch_compile(fn, compile), m["function"], m.get("kind", ""),
+                        self.say)
                 fn = compiled[m["function"]]
             items.append(Item("slice", fn, list(sl.inputs), list(sl.outputs),
                               list(sl.parameters), list(sl.states), label=sl.name))
@@ -505,7 +515,8 @@ class PlanBuilder:
         module = self.emit(slices[:1], "region")
         fn = getattr(module, module.ENTRIES[self.graph.entry]["slices"][0]["function"])
         if self.options.compile:
-            fn = _torch_compile(fn, self.options.compile)
+            fn = announce_compile(_torch_compile(fn, self.options.compile),
+                                  f"{chosen[0].region!r}", chosen[0].region.kind, self.say)
         calls = []
         for sl in slices:
             args = [env[v] for v in sl.inputs] + [context.parameters[p] for p in sl.parameters] \
