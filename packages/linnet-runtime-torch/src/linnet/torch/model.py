@@ -189,7 +189,9 @@ class Model:
         ``linnet.backends.available()`` lists). Each region kind is timed once on its backend
         and on the generated source; a backend takes a region only if it saves ``margin``
         (2%) of the time. ``compile`` is the torch.compile mode or backend of the generated
-        slices; ``memory`` caps the bytes executables hold; ``measure=False`` skips timing.
+        slices; ``memory`` caps the bytes executables hold; ``measure=False`` skips timing;
+        ``progress`` (True: stderr; or a callable taking a line) shows a bar while regions are
+        timed and a line when each slice compiles.
 
         >>> plan = model.plan_for("decode", [token, pos], backends=[MyLinear()])  # doctest: +SKIP
         >>> print(plan.explain())                                                # doctest: +SKIP
