@@ -336,9 +336,9 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
     # Captured runs prepare, capture and replay under inference mode (the plan's buffers
     # are inference tensors); so does this stand-in.
     with torch.inference_mode():
-        plan.run([token, i32(4, 9)], ctx)  # the first call runs eagerly
-        static = [token.clone(), i32(4, 9)]
-        ctx.inputs = {"%token": static[0], "%pos": static[1]}  # Captured's input buffers
+        static = [token.clone(), i32(4, 9)]  # Captured's input buffers
+        plan.run(static, ctx)  # the first call runs eagerly, on them
+        assert ctx.inputs["%token"] is static[0] and ctx.inputs["%pos"] is static[1]
         for ex in executables:
             ex.prepare(ctx)
         reads, host_reads = planner.reads, planner.host_reads

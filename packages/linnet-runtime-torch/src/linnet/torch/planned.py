@@ -141,8 +141,10 @@ class Plan:
 class Captured:
     """Runs a plan once, then captures it whole as one CUDA graph and replays it.
 
-    Before every replay the inputs are copied into the graph's own input buffers and each
-    executable's ``prepare(context)`` runs (host work such as FlashInfer's per-step planning).
+    The first call runs the plan eagerly on the graph's own input buffers (made from its
+    inputs), the second captures it. Before every replay the inputs are copied into those
+    buffers and each executable's ``prepare(context)`` runs (host work such as FlashInfer's
+    per-step planning).
     Give inputs the host already knows (positions) as CPU tensors: they are copied in without
     waiting for the device (through pinned buffers) and handed to ``prepare`` as
     ``context.host_inputs``, so a step never waits for the previous one to finish. Device
@@ -177,15 +179,21 @@ class Captured:
         device = self.plan.device
         names = self.plan.graph.inputs
         self.context.host_inputs = host_inputs(self.plan.graph, inputs)
+        if self.calls == 0:
+            # The first step runs eagerly, on the tensors the graph will read: torch.compile
+            # guards on its inputs (inference tensors or not, say), and a slice compiled for
+            # other tensors would compile again, and max-autotune tune again, inside the
+            # capture, where neither can run.
+            static = [t.to(device).clone() for t in inputs]
+            self.context.inputs = dict(zip(names, static))
+            outputs = list(self.plan._run(static, self.context))
+            self.static_inputs, self.calls = static, 1
+            return outputs
         self.calls += 1
-        if self.calls == 1:
-            on_device = [t.to(device) for t in inputs]
-            self.context.inputs = dict(zip(names, on_device))
-            return list(self.plan._run(on_device, self.context))
-        if self.graph is None:
-            self._capture([t.to(device) for t in inputs])
         self._load(inputs)
         self.context.inputs = dict(zip(names, self.static_inputs))
+        if self.graph is None:
+            self._capture()
         for ex in self.plan.executables:
             ex.prepare(self.context)
         assert self.graph is not None
@@ -215,25 +223,7 @@ class Captured:
             dst.copy_(stage, non_blocking=True)
             copied.record()
 
-    def _capture(self, inputs: list[torch.Tensor]) -> None:
-        self.static_inputs = [t.clone() for t in inputs]
-        self.context.inputs = dict(zip(self.plan.graph.inputs, self.static_inputs))
-        for ex in self.plan.executables:
-            ex.prepare(self.context)
-        # Warm up on the graph's own input tensors, on a side stream, before capturing (as
-        # torch.cuda.graphs asks): torch.compile guards on its inputs (inference tensors or
-        # not, say) and may compile again for these; a recompile, and max-autotune's tuning
-        # of new kernels, cannot run inside a capture. States are scratch copies: a warm-up
-        # step must not write the caller's states twice.
-        device = self.plan.device
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            scratch = self.context.scratch()
-            scratch.inputs, scratch.host_inputs = self.context.inputs, self.context.host_inputs
-            self.plan._run(self.static_inputs, scratch)
-        torch.cuda.current_stream(device).wait_stream(stream)
-        del scratch
+    def _capture(self) -> None:
         for ex in self.plan.executables:
             ex.prepare(self.context)
         torch.cuda.synchronize(self.plan.device)
