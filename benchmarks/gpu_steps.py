@@ -392,17 +392,21 @@ def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
 
 
 # ---------------------------------------------------------------- (p) where a step goes
+def device_us(event: Any) -> float:
+    """An averaged profiler event's own device time, in us (the attribute's name changed)."""
+    us = getattr(event, "self_device_time_total", None)
+    return float(us if us is not None else getattr(event, "self_cuda_time_total", 0.0))
+
+
 def kernel_table(events: Any, steps: int, wall_ms: float, top: int = 30) -> list[str]:
     """Rows of a profile's device kernels, grouped by name: launches and microseconds a step;
     then the kernels' total against the step's wall time (the rest is gaps between kernels).
     ``events`` is ``profiler.key_averages()``."""
     rows = []
     for e in events:
-        device_us = getattr(e, "self_device_time_total", None)
-        if device_us is None:
-            device_us = getattr(e, "self_cuda_time_total", 0.0)
-        if device_us and e.count:
-            rows.append((device_us / steps, e.count / steps, e.key))
+        us = device_us(e)
+        if us and e.count:
+            rows.append((us / steps, e.count / steps, e.key))
     rows.sort(reverse=True)
     total = sum(r[0] for r in rows)
     launches = sum(r[1] for r in rows)
@@ -447,7 +451,7 @@ def profile_step(name: str, dev: torch.device) -> None:
         wall = (time.perf_counter() - t0) / steps
     how = "Captured"
     events = prof.key_averages()
-    if not any(getattr(e, "self_device_time_total", 0) for e in events):
+    if not any(device_us(e) for e in events):
         # No kernels seen inside graph replays (a profiler without CUDA-graph node tracing):
         # profile the same plan run eagerly instead; the kernels are the same.
         how = "plan.run, eager: no kernels were traced inside the graph replays"
