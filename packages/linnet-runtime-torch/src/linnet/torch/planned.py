@@ -184,7 +184,7 @@ class Captured:
             # guards on its inputs (inference tensors or not, say), and a slice compiled for
             # other tensors would compile again, and max-autotune tune again, inside the
             # capture, where neither can run.
-            static = [t.to(device).clone() for t in inputs]
+            static = [t.to(device, copy=True) for t in inputs]
             self.context.inputs = dict(zip(names, static))
             outputs = list(self.plan._run(static, self.context))
             self.static_inputs, self.calls = static, 1

@@ -479,15 +479,18 @@ class Planner:
         version = _version_of(self.source)
         return version is not None and version != self.read_version
 
+    def _follow(self, pos: torch.Tensor) -> None:
+        """Read lengths from ``pos`` from now on; a new tensor starts a new step."""
+        if pos is not self.source:
+            self.source, self.read_version, self.replaced = pos, None, True
+
     def prepare(self, member: object, context: Any = None) -> None:
         key = id(member)
         current = getattr(context, "inputs", {}).get(self.pos_name)
-        if current is not None and current is not self.source:
+        if current is not None:
             # The runner says which tensor this step reads (Captured: its input buffer);
             # the last execute may have seen another (the same plan run eagerly).
-            self.source = current
-            self.read_version = None
-            self.replaced = True
+            self._follow(current)
         if self.source is None:  # nothing ran yet: the first execute plans
             self.prepared.add(key)
             return
@@ -502,17 +505,15 @@ class Planner:
     def ensure(self, member: object, pos: torch.Tensor, context: Any = None) -> None:
         """Before a run: planned for ``pos``. Reads it only outside capture."""
         key = id(member)
-        replaced = pos is not self.source
-        if replaced:
-            self.source = pos
-            self.read_version = None
+        self._follow(pos)
         if _capturing():
             if self.wrapper is None or self.lengths is None:
                 raise RuntimeError(
                     "FlashInfer: capture before plan(): run the step once outside the graph "
                     "first (Captured does), or call prepare(context)")
             return  # the prepare before the first replay plans for this tensor
-        new_step = replaced or key in self.executed or self.lengths is None or self._moved()
+        new_step = (self.replaced or key in self.executed or self.lengths is None
+                    or self._moved())
         if new_step:
             self.executed = set()
         self.executed.add(key)
