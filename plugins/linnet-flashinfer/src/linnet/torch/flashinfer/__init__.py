@@ -295,10 +295,11 @@ class FlashInfer:
     ``replan="pages"`` calls ``plan()`` only when a row's page count changes and otherwise
     writes the last-page lengths alone (FlashInfer's schedule depends on page counts only);
     ``"always"`` plans every step. ``split_kv`` is how a row's cache is split over thread
-    blocks: ``"auto"`` (FlashInfer's schedule), ``"off"`` (one block per row and KV head, no
-    merge kernel; ``disable_split_kv``) or a number of pages per split (``fixed_split_size``,
-    tensor cores only). At batch 1 and short contexts the split and its merge kernel may cost
-    more than they save; measure (benchmarks/gpu_flashinfer.py part e).
+    blocks: ``"auto"`` (FlashInfer's schedule) or ``"off"`` (one block per row and KV head, no
+    merge kernel; ``disable_split_kv``). A fixed number of pages per split (FlashInfer's
+    ``fixed_split_size``) is not offered: FlashInfer refuses it under CUDA graphs once the
+    splits outnumber the batch it was captured for, and on the H200 it was no faster than
+    ``"auto"`` (docs/benchmarks/flashinfer.md).
 
     >>> FlashInfer(split_kv="off").version.endswith("+split-off")
     True
@@ -310,17 +311,15 @@ class FlashInfer:
     def __init__(self, use_tensor_cores: bool = True, page_size: int = PAGE_SIZE,
                  workspace_bytes: int = WORKSPACE_BYTES,
                  head_dims: Sequence[int] | None = HEAD_DIMS, replan: str = "pages",
-                 split_kv: str | int = "auto"):
+                 split_kv: str = "auto"):
         if replan not in ("pages", "always"):
             raise ValueError(f"replan must be 'pages' or 'always', not {replan!r}")
-        if not (split_kv in ("auto", "off") or (isinstance(split_kv, int)
-                                                 and not isinstance(split_kv, bool)
-                                                 and split_kv >= 1)):
-            raise ValueError(f"split_kv must be 'auto', 'off' or a number of pages >= 1, not "
-                             f"{split_kv!r}")
-        if isinstance(split_kv, int) and not use_tensor_cores:
-            raise ValueError("split_kv=<pages> (FlashInfer's fixed_split_size) needs "
-                             "use_tensor_cores=True")
+        if split_kv not in ("auto", "off"):
+            raise ValueError(
+                f"split_kv must be 'auto' or 'off', not {split_kv!r}"
+                + (" (a fixed number of pages per split fails under CUDA graphs once the "
+                   "splits outnumber the captured batch, FlashInfer's own check)"
+                   if isinstance(split_kv, int) else ""))
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self.use_tensor_cores = use_tensor_cores
@@ -439,13 +438,12 @@ class Planner:
     """
 
     def __init__(self, shape: Shape, page_size: int, tensor_cores: bool, workspace_bytes: int,
-                 replan: str, pos_name: str = "%pos", split_kv: str | int = "auto"):
+                 replan: str, pos_name: str = "%pos", split_kv: str = "auto"):
         self.shape = shape
         self.pos_name = pos_name
         # plan()'s split options, passed only when not FlashInfer's default.
         self.split_options: dict[str, Any] = (
-            {} if split_kv == "auto" else {"disable_split_kv": True} if split_kv == "off"
-            else {"fixed_split_size": int(split_kv)})
+            {"disable_split_kv": True} if split_kv == "off" else {})
         self.page_size = page_size_for(shape.cache, page_size)
         self.pages_per_row = shape.cache // self.page_size
         self.tensor_cores = tensor_cores
