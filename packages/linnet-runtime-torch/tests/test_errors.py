@@ -117,3 +117,11 @@ def test_cli_run_reports_errors_without_traceback(capsys, tmp_path):
     err = capsys.readouterr().err
     assert rc == 1
     assert "error[E0651]" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("bad", [3, ["max-autotune"], "", {1: True}])
+def test_bad_compile_value(bad):
+    with pytest.raises(LinnetError) as err:
+        load(LLAMA, config=toy_config(), compile=bad)
+    assert code_of(err) == "E0714"
+    assert "inductor options" in str(err.value)

@@ -272,6 +272,33 @@ def test_compiled_plan_slices_match(model, weights):
                                       and i.parameters[0].startswith("model.layers."))
 
 
+def test_compile_options_reach_torch_compile_and_the_timing_key(model, monkeypatch, tmp_path):
+    """A dict is inductor's options: passed as torch.compile(options=...), and generated
+    timings are cached under a key that names them (so each set of options is timed)."""
+    seen = []
+
+    def fake_compile(fn, **kwargs):
+        seen.append(kwargs)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    options = {"max_autotune": True, "benchmark_fusion": True}
+    cache = TimingCache(tmp_path / "t.json")
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile=options,
+                          progress=False, cache=cache)
+    plan.run([TOKEN, POS], model.context_for(plan))
+    assert seen and all(k == {"dynamic": False, "options": options} for k in seen)
+    cache.flush()
+    entries = json.loads((tmp_path / "t.json").read_text())["entries"]
+    generated = [json.loads(k)[2] for k in entries if json.loads(k)[1] == "generated"]
+    assert generated and all(v.endswith('/options{"benchmark_fusion": true, '
+                                        '"max_autotune": true}') for v in generated)
+    with pytest.raises(LinnetError) as err:
+        model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile=1.5,
+                       progress=False)
+    assert err.value.diagnostics[0].code == "E0714"
+
+
 def test_conform_starts_from_a_given_context_and_leaves_it_alone(model):
     ctx = model.new_context("prefill", [torch.tensor([[1, 2, 3]], dtype=torch.int32)])
     model.prefill(torch.tensor([[1, 2, 3]], dtype=torch.int32), context=ctx)

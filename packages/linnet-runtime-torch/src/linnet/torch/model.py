@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +30,49 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
     return LinnetError(Diagnostic(code, message, help=help))
+
+
+def compile_options(compile: Any) -> dict[str, Any] | None:
+    """The ``torch.compile`` keywords that ``compile=`` stands for, or None for no compile.
+
+    ``True`` is inductor's default; a string is a torch.compile mode (one of
+    ``COMPILE_MODES``) or else a backend name; a dict is inductor's options, as
+    ``torch.compile(options=...)`` takes them (a mode and options cannot be combined, so
+    spell the mode's settings out: ``{"max_autotune": True, "benchmark_fusion": True}``).
+
+    >>> compile_options("max-autotune-no-cudagraphs")
+    {'mode': 'max-autotune-no-cudagraphs'}
+    >>> compile_options({"max_autotune": True})
+    {'options': {'max_autotune': True}}
+    >>> compile_options(False) is None
+    True
+    """
+    if compile is None or compile is False:
+        return None
+    if compile is True:
+        return {"backend": "inductor"}
+    if isinstance(compile, str) and compile:
+        return {"mode": compile} if compile in COMPILE_MODES else {"backend": compile}
+    if isinstance(compile, dict) and all(isinstance(k, str) for k in compile):
+        return {"options": dict(compile)}
+    raise _error("E0714", f"compile must be True, a torch.compile mode or backend name, or a "
+                 f"dict of inductor options, not {compile!r}",
+                 help="e.g. compile='max-autotune-no-cudagraphs', or compile={'max_autotune': "
+                      "True, 'benchmark_fusion': True}")
+
+
+def compile_label(compile: Any) -> str:
+    """A stable text for ``compile=`` (timing-cache keys): 'eager' when not compiling.
+
+    >>> compile_label({"max_autotune": True, "benchmark_fusion": True})
+    'options{"benchmark_fusion": true, "max_autotune": true}'
+    """
+    options = compile_options(compile)
+    if options is None:
+        return "eager"
+    if "options" in options:
+        return "options" + json.dumps(options["options"], sort_keys=True, default=repr)
+    return str(compile)
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -138,11 +182,7 @@ class Model:
         return lowered
 
     def _compile_slices(self, module: ModuleType, entry: str) -> None:
-        options: dict[str, Any] = {"backend": "inductor"}
-        if isinstance(self.compile, str) and self.compile in COMPILE_MODES:
-            options = {"mode": self.compile}
-        elif isinstance(self.compile, str):
-            options = {"backend": self.compile}
+        options = compile_options(self.compile) or {}
         for sl in module.ENTRIES[entry]["slices"]:
             name = sl["function"]
             fn = getattr(module, name)
@@ -184,14 +224,16 @@ class Model:
     # ------------------------------------------------------------ plans
     def plan_for(self, entry: str, inputs: list[torch.Tensor], backends: Any = None,
                  compile: Any = None, memory: int | None = None, measure: bool = True,
-                 margin: float = 0.02, progress: Any = True) -> Any:
+                 margin: float = 0.02, progress: Any = True, cache: Any = None) -> Any:
         """Plan ``entry`` for inputs like ``inputs`` over ``backends`` (default: every backend
         ``linnet.backends.available()`` lists). Each region kind is timed once on its backend
         and on the generated source; a backend takes a region only if it saves ``margin``
-        (2%) of the time. ``compile`` is the torch.compile mode or backend of the generated
-        slices; ``memory`` caps the bytes executables hold; ``measure=False`` skips timing;
-        ``progress`` (True: stderr; or a callable taking a line) shows a bar while regions are
-        timed and a line when each slice compiles.
+        (2%) of the time. ``compile`` is the torch.compile mode, backend or inductor options
+        (as in :func:`load`) of the generated slices; ``memory`` caps the bytes executables
+        hold; ``measure=False`` skips timing; ``progress`` (True: stderr; or a callable
+        taking a line) shows a bar while regions are timed and a line when each slice
+        compiles; ``cache`` is the ``linnet.plan.TimingCache`` to read and write (default:
+        the one under $LINNET_HOME).
 
         >>> plan = model.plan_for("decode", [token, pos], backends=[MyLinear()])  # doctest: +SKIP
         >>> print(plan.explain())                                                # doctest: +SKIP
@@ -199,7 +241,7 @@ class Model:
         from .planned import plan_for
 
         return plan_for(self, entry, inputs, backends, compile, memory, measure, margin,
-                        progress)
+                        progress, cache)
 
     def context_for(self, plan: Any) -> Context:
         """A context for ``plan``: zeroed states, and each executable prepared once (where a
@@ -278,7 +320,7 @@ def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) ->
 
 
 def load(path: str | Path, weights: str | Path | dict[str, torch.Tensor] | None = None,
-         device: str | torch.device = "cpu", compile: bool | str = False,
+         device: str | torch.device = "cpu", compile: bool | str | dict = False,
          numerics: str = "exact", config: dict[str, Any] | str | Path | None = None,
          interpret: bool = False, dtype: torch.dtype | None = None,
          progress: Callable[[str], None] | bool = False) -> Model:
@@ -288,7 +330,8 @@ def load(path: str | Path, weights: str | Path | dict[str, torch.Tensor] | None 
     unpickled) or a dict of tensors. Dims that the weights determine are read from them;
     ``config`` (a dict, a JSON file, or a name in the model's configs/ folder) gives the
     rest. ``compile=True`` compiles each slice kind once with inductor; a string is a
-    torch.compile mode (``"max-autotune-no-cudagraphs"``...) or backend (``"aot_eager"``);
+    torch.compile mode (``"max-autotune-no-cudagraphs"``...) or backend (``"aot_eager"``), a
+    dict inductor's options (see :func:`compile_options`);
     ``interpret=True`` runs the PyTorch interpreter instead of generated source.
 
     >>> model = load("examples/llama/llama.linnet", config="toy",
@@ -297,6 +340,7 @@ def load(path: str | Path, weights: str | Path | dict[str, torch.Tensor] | None 
     """
     if numerics not in NUMERICS:
         raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    compile_options(compile)  # a bad value fails here, before anything is loaded
     dev = resolve_device(device)
     model_path = Path(path)
     program = Program.from_file(model_path)

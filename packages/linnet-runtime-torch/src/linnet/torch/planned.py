@@ -38,7 +38,7 @@ import torch
 
 from .context import Context
 from .home import import_source
-from .model import COMPILE_MODES, announce_compile, numerics_mode
+from .model import announce_compile, compile_label, compile_options, numerics_mode
 
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
@@ -431,7 +431,7 @@ class PlanBuilder:
         target_key = self.target.key()
         bkey = cache_key(target_key, backend.name, str(backend.version), CONTRACT, kind)
         gkey = cache_key(target_key, "generated", f"{lang_version}/{self.model.numerics}/"
-                         f"{self.options.compile or 'eager'}", CONTRACT, kind)
+                         f"{compile_label(self.options.compile)}", CONTRACT, kind)
         return bkey, gkey
 
     def all_cached(self, candidates: list[Candidate], cache: TimingCache) -> bool:
@@ -572,11 +572,7 @@ def _record(backend: Any, reason: str) -> Any:
 
 
 def _torch_compile(fn: Callable, compile: Any) -> Callable:
-    if isinstance(compile, str) and compile in COMPILE_MODES:
-        return torch.compile(fn, mode=compile, dynamic=False)
-    if isinstance(compile, str):
-        return torch.compile(fn, backend=compile, dynamic=False)
-    return torch.compile(fn, dynamic=False)
+    return torch.compile(fn, dynamic=False, **(compile_options(compile) or {}))
 
 
 def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
@@ -585,6 +581,7 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
              progress: bool | Callable[[str], None] = True, cache: TimingCache | None = None
              ) -> Plan:
     """See :meth:`linnet.torch.Model.plan_for`."""
+    compile_options(compile)  # a bad value fails here, before any lowering or timing
     options = Options(margin=margin, measure=measure, memory=memory, compile=compile)
     builder = PlanBuilder(model, entry, list(inputs), options, progress)
     ready = builder.probe(backends)
