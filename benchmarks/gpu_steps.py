@@ -25,6 +25,12 @@
 (p) Where a step goes: every kernel the best configuration launches, from torch.profiler
     over 8 replays (launches and microseconds a step, and the kernels' busy share of the wall
     time). Not in the default parts.
+(v) Inductor's options for the best configuration (FlashInfer on every attention, the rest
+    compiled): the mode max-autotune-no-cudagraphs against option sets passed as
+    compile={...} (without coordinate-descent tuning, which is what turns M=1 products into
+    reductions that inductor then fuses with the norms; with benchmark_fusion, which keeps a
+    fusion only when it measures faster); ms/token queued under Captured and each variant's
+    heaviest kernels. Not in the default parts.
 
     python3 benchmarks/gpu_steps.py --parts t,s --models llama-3.2-1b,llama-3-8b
 
@@ -419,6 +425,19 @@ def kernel_table(events: Any, steps: int, wall_ms: float, top: int = 30) -> list
     return out
 
 
+def profiled(step: Callable, token: torch.Tensor, steps: int = 8) -> tuple[Any, float]:
+    """(the profiler's key averages, wall seconds a step) over ``steps`` replays of a
+    Captured step fed its own argmax."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for i in range(steps):
+            token = first(step([token, cpu_i32(CONTEXT + 4 + i)])).argmax(-1).to(torch.int32)
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps
+    return prof.key_averages(), wall
+
+
 def profile_step(name: str, dev: torch.device) -> None:
     """The best configuration (compile max-autotune-no-cudagraphs + both plugins, Captured):
     every kernel a step launches, from torch.profiler over 8 replays."""
@@ -442,15 +461,8 @@ def profile_step(name: str, dev: torch.device) -> None:
     for i in range(4):
         token = first(step([token, cpu_i32(CONTEXT + i)])).argmax(-1).to(torch.int32)
     steps = 8
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
-        for i in range(steps):
-            token = first(step([token, cpu_i32(CONTEXT + 4 + i)])).argmax(-1).to(torch.int32)
-        torch.cuda.synchronize()
-        wall = (time.perf_counter() - t0) / steps
+    events, wall = profiled(step, token, steps)
     how = "Captured"
-    events = prof.key_averages()
     if not any(device_us(e) for e in events):
         # No kernels seen inside graph replays (a profiler without CUDA-graph node tracing):
         # profile the same plan run eagerly instead; the kernels are the same.
@@ -468,10 +480,65 @@ def profile_step(name: str, dev: torch.device) -> None:
     SUMMARY.extend(kernel_table(events, steps, wall * 1e3))
 
 
+# ---------------------------------------------------------------- (v) inductor's options
+MAT = "max-autotune-no-cudagraphs"
+VARIANTS: list[tuple[str, Any]] = [
+    (MAT, MAT),
+    ("max_autotune, no coordinate descent", {"max_autotune": True}),
+    ("max_autotune + coordinate descent + benchmark_fusion",
+     {"max_autotune": True, "coordinate_descent_tuning": True, "benchmark_fusion": True}),
+]
+
+
+def compile_variants(name: str, dev: torch.device) -> None:
+    from linnet.torch import load, random_weights
+    from linnet.torch.flashinfer import FlashInfer
+    from linnet.torch.planned import Captured, plan_for
+
+    cfg = config(name, S=CACHE)
+    weights = random_weights(LLAMA, cfg, seed=0, device=dev)
+    prompt = torch.randint(0, cfg["V"], (1, CONTEXT), dtype=torch.int32, device=dev)
+    SUMMARY.append(f"\n(v) {name}: inductor options, FlashInfer on every attention (measure="
+                   "False), Captured, batch 1, context 1024")
+    SUMMARY.append("| compile= | ms/token queued | one by one | plan + compile s | kernels a "
+                   "step | heaviest kernels (us a step, profiled) |")
+    SUMMARY.append("|---|---|---|---|---|---|")
+
+    def one(label: str, compile: Any) -> None:
+        model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
+        t0 = time.perf_counter()
+        plan = plan_for(model, "decode", [cpu_i32(1), cpu_i32(CONTEXT)],
+                        backends=[FlashInfer()], compile=compile, measure=False,
+                        progress=False)
+        ctx = model.context_for(plan)
+        model.prefill(prompt, context=ctx)
+        step = Captured(plan, ctx)
+
+        def run(token: torch.Tensor, i: int) -> torch.Tensor:
+            return first(step([token, cpu_i32(CONTEXT + i)])).argmax(-1).to(torch.int32)
+
+        token = torch.ones(1, dtype=torch.int32, device=dev)
+        run(token, 0)
+        built = time.perf_counter() - t0
+        queued, single = timed(run, token)
+        events, _ = profiled(step, token)
+        kernels = sorted(((device_us(e) / 8, e.count / 8, e.key) for e in events
+                          if device_us(e) and e.count), reverse=True)
+        launches = sum(k[1] for k in kernels)
+        top = "; ".join(f"{k[2][:40]} x{k[1]:.0f} {k[0]:.0f}" for k in kernels[:5])
+        SUMMARY.append(f"| {label} | {queued:.3f} | {single:.3f} | {built:.0f} | "
+                       f"{launches:.0f} | {top} |")
+        print("  " + SUMMARY[-1], flush=True)
+
+    for label, compile in VARIANTS:
+        guarded(f"(v) {name} {label}", lambda la=label, c=compile: one(la, c))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--parts", default="t,s",
-                        help="t (token for token), s (whole steps), p (kernels of a step)")
+                        help="t (token for token), s (whole steps), p (kernels of a step), "
+                             "v (inductor's options)")
     parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
     parser.add_argument("--rows", default="linnet,hf",
                         help="(s): linnet (Linnet's configurations), hf (transformers baselines)")
@@ -490,6 +557,9 @@ def main() -> int:
     if "p" in parts:
         for name in args.models.split(","):
             guarded(f"(p) {name}", lambda n=name: profile_step(n, dev))
+    if "v" in parts:
+        for name in args.models.split(","):
+            compile_variants(name, dev)
     print("\n== summary")
     print("\n".join(SUMMARY))
     return 0
