@@ -40,10 +40,7 @@ flashinfer_env() {
       export LIBRARY_PATH=/tmp/libcuda${LIBRARY_PATH:+:$LIBRARY_PATH}
     fi
   fi
-  python3 -m linnet.torch.flashinfer --warm --head-dims "${WARM_HEAD_DIMS:-64,128}" 2>&1 | tee "$OUT/flashinfer-warm.log"
-  if [ -n "${WARM_XQA:-}" ]; then  # e.g. WARM_XQA=128: the XQA kernel, 4 query heads a KV head
-    python3 -m linnet.torch.flashinfer --warm --kernel xqa --head-dims "$WARM_XQA" 2>&1 | tee -a "$OUT/flashinfer-warm.log"
-  fi
+  python3 -m linnet.torch.flashinfer --warm --head-dims 64,128 2>&1 | tee "$OUT/flashinfer-warm.log"
 }
 if [ "${1:-}" = "--flashinfer" ]; then
   flashinfer_env

@@ -14,9 +14,8 @@
     row) against the generated source, timed inside CUDA graphs with events, rotating through
     8 layers' caches; each as a fraction of the KV-bytes / 4.18e12 B/s floor.
 (d) Whole decode steps moved to benchmarks/gpu_steps.py.
-(e) FlashInfer's kernels per layer at 8B shapes, context 1k-32k, batch 1 and 8: the FA2
-    wrapper (split auto and off) and XQA (kernel="xqa", pages of 16 and 64); LINNET_SWEEP
-    picks variants by label (not in the default parts). A fixed number of pages per split
+(e) FlashInfer's split of the cache (auto, off; pages of 16 and 64) per layer at 8B shapes,
+    context 1k-4k, batch 1 and 8 (not in the default parts). A fixed number of pages per split
     was measured once and dropped from the plugin (no faster at 1k x 1; FlashInfer refuses it
     under CUDA graphs at batch 8).
 
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import traceback
@@ -293,25 +291,19 @@ def attention_table(dev: torch.device) -> None:
                        f"({floor / o:.0%}) | {g / f:.2f}x |")
 
 
-SWEEP = [v for v in os.environ.get("LINNET_SWEEP", "").split(",") if v]
-"""Which variants part (e) times (their labels; empty: all)."""
-
-
-@part("(e) FlashInfer's kernels and splits of the cache, 8B shapes")
+@part("(e) FlashInfer's split of the cache at short contexts, 8B shapes")
 def split_sweep(dev: torch.device) -> None:
-    """At batch 1 and 1k, FlashInfer's FA2 decode takes 11 us, 10x the KV floor: launch-bound,
-    with a merge kernel after the split attention. Which kernel, split and page size is
-    fastest where?"""
+    """At batch 1 and 1k, FlashInfer's 11 us is 10x the KV floor: launch-bound, with a merge
+    kernel after the split attention. Which split (and page size) is fastest where?"""
     from linnet.torch.flashinfer import FlashInfer
 
-    variants = [("fa2", FlashInfer()), ("fa2 split off", FlashInfer(split_kv="off")),
-                ("xqa", FlashInfer(kernel="xqa")),
-                ("xqa p64", FlashInfer(kernel="xqa", page_size=64))]
-    variants = [v for v in variants if v[0] in SWEEP] if SWEEP else variants
+    variants = [("auto", FlashInfer()), ("off", FlashInfer(split_kv="off")),
+                ("pages of 64, auto", FlashInfer(page_size=64)),
+                ("pages of 64, off", FlashInfer(page_size=64, split_kv="off"))]
     SUMMARY.append("(e) FlashInfer variants, per-layer decode attention, 8B shapes (us)")
     SUMMARY.append("| context | B | floor | " + " | ".join(v for v, _ in variants) + " |")
     SUMMARY.append("|---|---|---|" + "---|" * len(variants))
-    for context in (1024, 4096, 16384, 32768):
+    for context in (1024, 2048, 4096):
         for batch in (1, 8):
             times = attention_times(dev, context, batch, variants, generated=False)
             floor = kv_floor(context, batch)

@@ -482,20 +482,15 @@ def profile_step(name: str, dev: torch.device) -> None:
 
 # ---------------------------------------------------------------- (v) inductor's options
 MAT = "max-autotune-no-cudagraphs"
-# (label, compile=, FlashInfer's keywords). Measured 2026-11-29 at bde0da6 (8B): without
-# coordinate descent 6.349 ms, with benchmark_fusion 4.697, the mode 4.654; see
-# docs/benchmarks/flashinfer.md. --variants picks rows by index.
-VARIANTS: list[tuple[str, Any, dict]] = [
-    (MAT, MAT, {}),
-    ("max_autotune, no coordinate descent", {"max_autotune": True}, {}),
+VARIANTS: list[tuple[str, Any]] = [
+    (MAT, MAT),
+    ("max_autotune, no coordinate descent", {"max_autotune": True}),
     ("max_autotune + coordinate descent + benchmark_fusion",
-     {"max_autotune": True, "coordinate_descent_tuning": True, "benchmark_fusion": True}, {}),
-    (f"{MAT}, FlashInfer(kernel='xqa')", MAT, {"kernel": "xqa"}),
-    (f"{MAT}, FlashInfer(kernel='xqa', page_size=64)", MAT, {"kernel": "xqa", "page_size": 64}),
+     {"max_autotune": True, "coordinate_descent_tuning": True, "benchmark_fusion": True}),
 ]
 
 
-def compile_variants(name: str, dev: torch.device, which: list[int]) -> None:
+def compile_variants(name: str, dev: torch.device) -> None:
     from linnet.torch import load, random_weights
     from linnet.torch.flashinfer import FlashInfer
     from linnet.torch.planned import Captured, plan_for
@@ -503,30 +498,20 @@ def compile_variants(name: str, dev: torch.device, which: list[int]) -> None:
     cfg = config(name, S=CACHE)
     weights = random_weights(LLAMA, cfg, seed=0, device=dev)
     prompt = torch.randint(0, cfg["V"], (1, CONTEXT), dtype=torch.int32, device=dev)
-    SUMMARY.append(f"\n(v) {name}: inductor options and FlashInfer kernels, FlashInfer on "
-                   "every attention (measure=False), Captured, batch 1, context 1024")
+    SUMMARY.append(f"\n(v) {name}: inductor options, FlashInfer on every attention (measure="
+                   "False), Captured, batch 1, context 1024")
     SUMMARY.append("| compile= | ms/token queued | one by one | plan + compile s | kernels a "
                    "step | heaviest kernels (us a step, profiled) |")
     SUMMARY.append("|---|---|---|---|---|---|")
 
-    notes: list[str] = []
-
-    def one(label: str, compile: Any, keywords: dict) -> None:
+    def one(label: str, compile: Any) -> None:
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
         plan = plan_for(model, "decode", [cpu_i32(1), cpu_i32(CONTEXT)],
-                        backends=[FlashInfer(**keywords)], compile=compile, measure=False,
+                        backends=[FlashInfer()], compile=compile, measure=False,
                         progress=False)
         ctx = model.context_for(plan)
         model.prefill(prompt, context=ctx)
-        if keywords:
-            # Each region against the generated source, from the prefilled cache.
-            findings = model.conform("decode", [cpu_i32(1), cpu_i32(CONTEXT)],
-                                     FlashInfer(**keywords), context=ctx)
-            worst = max(f.difference or 0.0 for f in findings)
-            notes.append(f"(v) {name} conform {keywords}: {sum(f.passed for f in findings)}/"
-                         f"{len(findings)} regions pass, largest difference {worst:.3g}")
-            print("  " + notes[-1], flush=True)
         step = Captured(plan, ctx)
 
         def run(token: torch.Tensor, i: int) -> torch.Tensor:
@@ -545,10 +530,8 @@ def compile_variants(name: str, dev: torch.device, which: list[int]) -> None:
                        f"{launches:.0f} | {top} |")
         print("  " + SUMMARY[-1], flush=True)
 
-    for index in which:
-        label, compile, keywords = VARIANTS[index]
-        guarded(f"(v) {name} {label}", lambda la=label, c=compile, k=keywords: one(la, c, k))
-    SUMMARY.extend(notes)
+    for label, compile in VARIANTS:
+        guarded(f"(v) {name} {label}", lambda la=label, c=compile: one(la, c))
 
 
 def main() -> int:
@@ -559,8 +542,6 @@ def main() -> int:
     parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
     parser.add_argument("--rows", default="linnet,hf",
                         help="(s): linnet (Linnet's configurations), hf (transformers baselines)")
-    parser.add_argument("--variants", default=",".join(map(str, range(len(VARIANTS)))),
-                        help="(v): which rows of VARIANTS, by index (default all)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
@@ -578,7 +559,7 @@ def main() -> int:
             guarded(f"(p) {name}", lambda n=name: profile_step(n, dev))
     if "v" in parts:
         for name in args.models.split(","):
-            compile_variants(name, dev, [int(i) for i in args.variants.split(",")])
+            compile_variants(name, dev)
     print("\n== summary")
     print("\n".join(SUMMARY))
     return 0
