@@ -83,48 +83,6 @@ class FakeWrapper:
         return out
 
 
-def attend(q, keys, values, scale):
-    """Decode attention of one row in float32: q [H, D], keys and values [L, KV, D]."""
-    group = q.shape[0] // keys.shape[1]
-    out = torch.empty(q.shape, dtype=torch.float32)
-    for h in range(q.shape[0]):
-        scores = (keys[:, h // group].float() @ q[h].float()) * scale
-        out[h] = torch.softmax(scores, 0) @ values[:, h // group].float()
-    return out
-
-
-class FakeXqa:
-    """``flashinfer.decode.xqa_batch_decode_with_kv_cache`` as documented: row ``b`` reads
-    pages ``block_tables[b]`` of the paged NHD caches, its first ``seq_lens[b]`` (uint32)
-    positions, with ``bmm1_scale`` as the softmax scale; it writes ``out``."""
-
-    calls: ClassVar[list[dict]] = []
-
-    @staticmethod
-    def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tables,
-                                       seq_lens, max_seq_len, bmm1_scale=1.0, bmm2_scale=1.0,
-                                       window_left=-1, out=None, kv_layout="NHD", **kwargs):
-        k, v = kv_cache
-        assert kv_layout == "NHD" and out is not None and out.shape == query.shape
-        assert seq_lens.dtype == torch.uint32 and block_tables.dtype == torch.int32
-        assert workspace_buffer.dtype == torch.uint8 and bmm2_scale == 1.0
-        pages_total, page_size, kv_heads, head_dim = k.shape
-        assert page_size in (16, 32, 64, 128)
-        lengths = seq_lens.to(torch.int64).tolist()
-        result = torch.empty(query.shape, dtype=torch.float32)
-        for b, length in enumerate(lengths):
-            assert 1 <= length <= max_seq_len
-            pages = block_tables[b].tolist()
-            assert all(0 <= page < pages_total for page in pages)
-            keys = k[pages].reshape(-1, kv_heads, head_dim)[:length]
-            values = v[pages].reshape(-1, kv_heads, head_dim)[:length]
-            result[b] = attend(query[b], keys, values, bmm1_scale)
-        out.copy_(result.to(out.dtype))
-        FakeXqa.calls.append({"lengths": lengths, "page_size": page_size})
-        return out
-
-
 def fake_flashinfer() -> types.SimpleNamespace:
     """What ``linnet.torch.flashinfer._flashinfer()`` returns in CPU tests."""
-    return types.SimpleNamespace(BatchDecodeWithPagedKVCacheWrapper=FakeWrapper,
-                                 decode=FakeXqa)
+    return types.SimpleNamespace(BatchDecodeWithPagedKVCacheWrapper=FakeWrapper)

@@ -19,7 +19,7 @@ from pathlib import Path
 import linnet.torch.flashinfer as fi
 import pytest
 import torch
-from flashinfer_fakes import FakeWrapper, FakeXqa, fake_flashinfer
+from flashinfer_fakes import FakeWrapper, fake_flashinfer
 from linnet.backends import CONTRACT, Capabilities, Options, Target
 from linnet.torch.flashinfer import DECODE_ATTENTION, FlashInfer, layout, page_size_for
 
@@ -76,7 +76,6 @@ def installed(monkeypatch):
     monkeypatch.setattr(fi, "_flashinfer_installed", lambda: True)
     monkeypatch.setattr(fi, "_flashinfer", fake_flashinfer)
     FakeWrapper.made.clear()
-    FakeXqa.calls.clear()
 
 
 # ---------------------------------------------------------------- probe
@@ -401,67 +400,6 @@ def test_split_kv_is_checked():
         FlashInfer(split_kv="sometimes")
     with pytest.raises(ValueError, match="fails under CUDA graphs"):
         FlashInfer(split_kv=8)
-
-
-# ---------------------------------------------------------------- the XQA kernel
-def test_xqa_runs_steps_with_lengths_written_on_the_device(installed):
-    """kernel='xqa': no plan(), no read of pos; each layer's call sees pos + 1 as the
-    lengths (the first layer of the step wrote them) and the fixed page table."""
-    model = toy_model(S=64)
-    backend = CpuFlashInfer(workspace_bytes=1 << 16, kernel="xqa")
-    assert backend.version.endswith("+xqa") and "kernel='xqa'" in repr(backend)
-    plan = model.plan_for("decode", [i32(1, 2), i32(0, 0)], backends=[backend],
-                          measure=False, progress=False)
-    assert len(plan.regions) == 2
-    ctx = model.context_for(plan)
-    ref = model.new_context("decode", [i32(1, 2), i32(0, 0)])
-    prompt = torch.randint(0, 256, (2, 20), dtype=torch.int32,
-                           generator=torch.Generator().manual_seed(0))
-    model.prefill(prompt, context=ctx)
-    model.prefill(prompt, context=ref)
-    runner = plan.executables[0].planner
-    assert plan.executables[1].planner is runner and isinstance(runner, fi.XqaRunner)
-    tokens = [5, 7]
-    for i in range(20):
-        pos = i32(3 + i, 20 + i)
-        got = first(plan.run([i32(*tokens), pos], ctx))
-        want = model.run("decode", [i32(*tokens), pos], context=ref)
-        assert ((got - want).norm() / want.norm()).item() < 0.03
-        tokens = want.argmax(-1).tolist()
-        assert [c["lengths"] for c in FakeXqa.calls[-2:]] == [[4 + i, 21 + i]] * 2
-    assert runner.plans == runner.reads == runner.host_reads == 0
-    assert runner.buffers["block_tables"].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert not FakeWrapper.made  # the FA2 wrapper is never made
-
-
-def test_xqa_conforms_and_takes_a_pos_computed_inside_the_entry(installed, decode_graph):
-    findings = toy_model().conform("decode", [i32(3), i32(5)],
-                                   CpuFlashInfer(workspace_bytes=1 << 16, kernel="xqa"))
-    assert len(findings) == 2 and all(f.passed for f in findings), findings
-    graph = copy.deepcopy(decode_graph)
-    call = graph.semantic_calls(DECODE_ATTENTION)[0]
-    computed = next(s.results[0] for s in graph.steps if s.op == "reshape"
-                    and s.operands == ["%pos"])
-    call.attributes["args"][3] = computed
-    # FA2 plans on the host, so it needs pos as an entry input; XQA reads it on the device,
-    # so only its shape matters (this computed value is [1, 1], not [B]).
-    assert "computed inside the entry" in fi.analyse(graph, call, kernel="fa2")[1]
-    assert fi.analyse(graph, call, kernel="xqa")[1] == "pos is [1, 1] i32, not [1] i32"
-
-
-def test_xqa_declines_caches_that_do_not_split_into_its_pages():
-    graph = lowered("decode", {"token": [1], "pos": [1]}, **{**TOY, "S": 100})
-    assert FlashInfer(kernel="xqa").match(graph, HOPPER) == []
-    assert all("pages of 4; XQA takes pages of 16, 32, 64, 128" in r
-               for _, r in FlashInfer(kernel="xqa").declined(graph))
-
-
-def test_kernel_is_checked():
-    with pytest.raises(ValueError, match="kernel must be one of 'fa2', 'xqa'"):
-        FlashInfer(kernel="xqb")
-    with pytest.raises(ValueError, match="split_kv applies to kernel='fa2'"):
-        FlashInfer(kernel="xqa", split_kv="off")
-    assert FlashInfer(kernel="xqa", page_size=64).version.endswith("+xqap64")
 
 
 def test_prepare_plans_for_the_tensor_the_coming_step_reads(installed):

@@ -89,12 +89,6 @@ WORKSPACE_BYTES = 128 * 1024 * 1024
 INT_WORKSPACE_BYTES = 8 * 1024 * 1024
 """The int workspace each FlashInfer wrapper allocates for itself on the device."""
 PAGE_SIZE = 16
-KERNELS = ("fa2", "xqa")
-"""``fa2``: ``BatchDecodeWithPagedKVCacheWrapper`` (planned on the host each step); ``xqa``:
-TensorRT-LLM's XQA decode kernel through ``flashinfer.decode.xqa_batch_decode_with_kv_cache``
-(lengths computed on the device, no plan)."""
-XQA_PAGE_SIZES = (16, 32, 64, 128)
-"""Pages (``TOKENS_PER_PAGE``) XQA is compiled for."""
 
 
 def flashinfer_version() -> str | None:
@@ -160,10 +154,9 @@ class Site:
 
 
 def analyse(graph: Graph, call: Call, head_dims: Sequence[int] | None = HEAD_DIMS,
-            tensor_cores: bool = True, kernel: str = "fa2", page_size: int = PAGE_SIZE
-            ) -> tuple[Site | None, str]:
-    """Whether FlashInfer can run ``call`` (a decode-attention call of ``graph``) with
-    ``kernel``: the site, or None and the reason."""
+            tensor_cores: bool = True) -> tuple[Site | None, str]:
+    """Whether FlashInfer can run ``call`` (a decode-attention call of ``graph``): the site,
+    or None and the reason."""
     if call.callee != DECODE_ATTENTION:
         return None, f"not a {DECODE_ATTENTION} call"
     if call.stop <= call.start:
@@ -196,20 +189,12 @@ def analyse(graph: Graph, call: Call, head_dims: Sequence[int] | None = HEAD_DIM
     if head_dims is not None and head_dim not in head_dims:
         return None, (f"head dim {head_dim}: FlashInfer's kernels here take "
                       f"{', '.join(map(str, head_dims))}")
-    if kernel == "xqa":
-        pages = page_size_for(cache, page_size)
-        if pages not in XQA_PAGE_SIZES:
-            return None, (f"a cache of {cache} positions splits into pages of {pages}; XQA "
-                          f"takes pages of {', '.join(map(str, XQA_PAGE_SIZES))}")
-    elif not tensor_cores and group not in GROUP_SIZES_CUDA_CORES:
+    if not tensor_cores and group not in GROUP_SIZES_CUDA_CORES:
         return None, (f"{group} query heads per KV head: the CUDA-core kernel takes "
                       f"{GROUP_SIZES_CUDA_CORES}; use tensor cores")
-    if kernel != "xqa" and not (isinstance(pos_ref, str) and pos_ref in graph.inputs):
+    if not (isinstance(pos_ref, str) and pos_ref in graph.inputs):
         return None, (f"pos {pos_ref!r} is computed inside the entry: FlashInfer plans on the "
-                      "host before a replay, when only the entry's inputs are current (the "
-                      "XQA kernel, kernel='xqa', reads lengths on the device)")
-    if not (isinstance(pos_ref, str) and pos_ref in graph.values):
-        return None, f"pos {pos_ref!r} is not a value"
+                      "host before a replay, when only the entry's inputs are current")
     pos_type = graph.values[pos_ref]
     if pos_type.shape != (batch,) or pos_type.dtype != "i32":
         return None, f"pos is {list(pos_type.shape)} {pos_type.dtype}, not [{batch}] i32"
@@ -316,13 +301,6 @@ class FlashInfer:
     splits outnumber the batch it was captured for, and on the H200 it was no faster than
     ``"auto"`` (docs/benchmarks/flashinfer.md).
 
-    ``kernel="xqa"`` runs TensorRT-LLM's XQA decode kernel instead
-    (``flashinfer.decode.xqa_batch_decode_with_kv_cache``, with its Hopper GMMA path): it reads
-    each row's length from a device buffer that the step's first layer fills from ``pos``
-    (one tiny kernel a step), so there is no ``plan()`` and no host work before a replay, and
-    ``pos`` may be computed inside the entry. Pages of 16, 32, 64 or 128 positions;
-    ``use_tensor_cores`` and ``split_kv`` do not apply to it.
-
     >>> FlashInfer(split_kv="off").version.endswith("+split-off")
     True
     """
@@ -333,12 +311,7 @@ class FlashInfer:
     def __init__(self, use_tensor_cores: bool = True, page_size: int = PAGE_SIZE,
                  workspace_bytes: int = WORKSPACE_BYTES,
                  head_dims: Sequence[int] | None = HEAD_DIMS, replan: str = "pages",
-                 split_kv: str = "auto", kernel: str = "fa2"):
-        if kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {', '.join(map(repr, KERNELS))}, not "
-                             f"{kernel!r}")
-        if kernel == "xqa" and split_kv != "auto":
-            raise ValueError("split_kv applies to kernel='fa2' (XQA splits the cache itself)")
+                 split_kv: str = "auto"):
         if replan not in ("pages", "always"):
             raise ValueError(f"replan must be 'pages' or 'always', not {replan!r}")
         if split_kv not in ("auto", "off"):
@@ -355,20 +328,16 @@ class FlashInfer:
         self.head_dims = tuple(head_dims) if head_dims is not None else None
         self.replan = replan
         self.split_kv = split_kv
-        self.kernel = kernel
         # Timings are cached by backend version: FlashInfer's version and the variant count.
         variant = "" if (use_tensor_cores, page_size) == (True, PAGE_SIZE) else (
             f"+tc{int(use_tensor_cores)}p{page_size}")
         if split_kv != "auto":
             variant += f"+split-{split_kv}"
-        if kernel != "fa2":
-            variant = (f"+{kernel}" if page_size == PAGE_SIZE else f"+{kernel}p{page_size}")
         self.version = f"{__version__}/flashinfer-{flashinfer_version() or 'missing'}{variant}"
 
     def __repr__(self) -> str:
         return (f"FlashInfer(use_tensor_cores={self.use_tensor_cores}, "
-                f"page_size={self.page_size}, split_kv={self.split_kv!r}, "
-                f"kernel={self.kernel!r})")
+                f"page_size={self.page_size}, split_kv={self.split_kv!r})")
 
     # -- probe
     def decline_reason(self, target: Target) -> str | None:
@@ -392,10 +361,9 @@ class FlashInfer:
         installed; None otherwise (``decline_reason`` says why)."""
         if self.decline_reason(target) is not None:
             return None
-        kind = ("XQA kernel" if self.kernel == "xqa" else
-                f"{'tensor' if self.use_tensor_cores else 'CUDA'}-core kernel")
         return Capabilities(dtypes=tuple(DTYPES), notes=(
-            f"decode attention, {kind}, pages of {self.page_size}"))
+            f"decode attention, {'tensor' if self.use_tensor_cores else 'CUDA'}-core kernel, "
+            f"pages of {self.page_size}"))
 
     # -- match
     def sites(self, graph: Graph) -> list[tuple[Call, Site | None, str]]:
@@ -403,8 +371,7 @@ class FlashInfer:
         taken."""
         out = []
         for call in graph.semantic_calls(DECODE_ATTENTION):
-            site, reason = analyse(graph, call, self.head_dims, self.use_tensor_cores,
-                                   self.kernel, self.page_size)
+            site, reason = analyse(graph, call, self.head_dims, self.use_tensor_cores)
             out.append((call, site, reason))
         return out
 
@@ -428,22 +395,18 @@ class FlashInfer:
         sites = []
         for region in regions:
             call = next((c for c in region.graph.calls if c.index == region.index), None)
-            site, reason = (analyse(region.graph, call, self.head_dims, self.use_tensor_cores,
-                                    self.kernel, self.page_size)
+            site, reason = (analyse(region.graph, call, self.head_dims, self.use_tensor_cores)
                             if call is not None else (None, "no call at the region's index"))
             if site is None or site.region.steps != region.steps:
                 raise RegionError(f"FlashInfer cannot run {region!r}: {reason or 'not a call'}")
             sites.append(site)
-        planners: dict[Shape, Planner | XqaRunner] = {}
+        planners: dict[Shape, Planner] = {}
         members: dict[Shape, int] = {}
         for site in sites:
             if site.shape not in planners:
-                planners[site.shape] = (
-                    XqaRunner(site.shape, self.page_size, self.workspace_bytes)
-                    if self.kernel == "xqa" else
-                    Planner(site.shape, self.page_size, self.use_tensor_cores,
-                            self.workspace_bytes, self.replan,
-                            site.region.inputs[site.pos_index], self.split_kv))
+                planners[site.shape] = Planner(
+                    site.shape, self.page_size, self.use_tensor_cores, self.workspace_bytes,
+                    self.replan, site.region.inputs[site.pos_index], self.split_kv)
             members[site.shape] = members.get(site.shape, 0) + 1
         out = []
         seen: dict[Shape, int] = {}
@@ -633,76 +596,12 @@ class Planner:
                          out=out.view(shape.batch, shape.qo_heads, shape.head_dim))
 
 
-# ---------------------------------------------------------------- XQA: no plan
-class XqaRunner:
-    """The XQA kernel's buffers, shared by the executables of one shape.
-
-    XQA reads a page table and each row's length from device memory when it runs, so nothing
-    happens on the host before a step: the page table is fixed (row ``b`` owns pages
-    ``b * S / P ..``), and the first executable of a step (the leader: the first one that ran,
-    which is the first of the plan's layers) writes ``pos + 1`` into the lengths buffer, one
-    small kernel that a captured step replays. The others read what it wrote.
-    """
-
-    def __init__(self, shape: Shape, page_size: int, workspace_bytes: int):
-        self.shape = shape
-        self.page_size = page_size_for(shape.cache, page_size)
-        self.pages_per_row = shape.cache // self.page_size
-        self.workspace_bytes = workspace_bytes
-        self.buffers: dict[str, torch.Tensor] = {}
-        self.leader: int | None = None
-        self.plans = self.reads = self.host_reads = 0  # never: nothing is planned or read
-
-    @property
-    def shared_bytes(self) -> int:
-        """The workspace (XQA's semaphores and scratch), the page table and the lengths."""
-        b = self.shape.batch
-        return self.workspace_bytes + 4 * (b * self.pages_per_row + b)
-
-    def setup(self, device: torch.device) -> None:
-        """Allocate the buffers, once: a zeroed workspace (XQA's semaphores start at zero),
-        the fixed page table and the lengths."""
-        if self.buffers:
-            return
-        b, n = self.shape.batch, self.pages_per_row
-        self.buffers = {
-            "workspace": torch.zeros(self.workspace_bytes, dtype=torch.uint8, device=device),
-            "block_tables": torch.arange(b * n, dtype=torch.int32, device=device).view(b, n),
-            "seq_lens": torch.ones(b, dtype=torch.int32, device=device),
-        }
-
-    def prepare(self, member: object, context: Any = None) -> None:
-        """Nothing to do before a step: lengths are written on the device."""
-
-    def ensure(self, member: object, pos: torch.Tensor, context: Any = None) -> None:
-        """The leader writes this step's lengths (``pos + 1``) into the lengths buffer."""
-        self.setup(pos.device)
-        if self.leader is None:
-            if _capturing():
-                raise RuntimeError("FlashInfer: capture before the first run")
-            self.leader = id(member)
-        if id(member) == self.leader:
-            torch.add(pos, 1, out=self.buffers["seq_lens"])
-
-    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
-        shape = self.shape
-        rows = shape.batch * self.pages_per_row
-        paged = (k.view(rows, self.page_size, shape.kv_heads, shape.head_dim),
-                 v.view(rows, self.page_size, shape.kv_heads, shape.head_dim))
-        _flashinfer().decode.xqa_batch_decode_with_kv_cache(
-            q.reshape(shape.batch, shape.qo_heads, shape.head_dim), paged,
-            self.buffers["workspace"], self.buffers["block_tables"],
-            self.buffers["seq_lens"].view(torch.uint32), shape.cache,
-            bmm1_scale=shape.scale, bmm2_scale=1.0, kv_layout="NHD",
-            out=out.view(shape.batch, shape.qo_heads, shape.head_dim))
-
-
 # ---------------------------------------------------------------- the executable
 class DecodeAttentionCall:
     """One layer's decode attention: reads its caches by path, its query and the entry's
     ``pos`` from the region's inputs."""
 
-    def __init__(self, site: Site, planner: Planner | XqaRunner, shared_share: int):
+    def __init__(self, site: Site, planner: Planner, shared_share: int):
         self.site = site
         self.planner = planner
         shape = site.shape
@@ -764,47 +663,31 @@ def cache_dir() -> str | None:
 
 def warm(head_dims: Sequence[int] = (128,), dtypes: Sequence[str] = ("bf16",),
          use_tensor_cores: bool = True, device: str = "cuda",
-         log: Any = print, kernel: str = "fa2", group: int = 4,
-         page_size: int = PAGE_SIZE) -> list[tuple[str, float]]:
+         log: Any = print) -> list[tuple[str, float]]:
     """Compile (or load from FlashInfer's cache) the kernels this backend uses for each head
-    dim and dtype, by running one tiny decode; returns ``(variant, seconds)``.
+    dim and dtype, by planning and running one tiny decode; returns ``(variant, seconds)``.
 
-    The first use of each variant JIT-compiles it with nvcc (about 20-30 s on an H200);
-    warming ahead moves that out of the first plan. The XQA kernel (``kernel="xqa"``) is
-    compiled per query heads per KV head (``group``) and page size as well. See the README.
-
-    >>> warm((128,), ("bf16",), kernel="xqa", group=4)  # doctest: +SKIP
-    [('bf16 head_dim 128 XQA group 4', 41.2)]
+    The first use of each variant JIT-compiles it with nvcc (about 11-22 s on an H200);
+    warming ahead moves that out of the first plan. See the README.
     """
     import time
 
     done = []
     for dtype in dtypes:
         for head_dim in head_dims:
-            cache = max(32, 2 * page_size)
-            shape = Shape(batch=1, cache=cache, kv_heads=1, group=group, head_dim=head_dim,
+            shape = Shape(batch=1, cache=32, kv_heads=1, group=4, head_dim=head_dim,
                           dtype=dtype, scale=1.0 / math.sqrt(head_dim))
-            dev = torch.device(device)
-            runner: Planner | XqaRunner
-            if kernel == "xqa":
-                runner = XqaRunner(shape, page_size, WORKSPACE_BYTES)
-                name = f"{dtype} head_dim {head_dim} XQA group {group}"
-            else:
-                runner = Planner(shape, page_size, use_tensor_cores, WORKSPACE_BYTES, "always")
-                name = (f"{dtype} head_dim {head_dim} "
-                        f"{'tensor' if use_tensor_cores else 'CUDA'} cores")
+            planner = Planner(shape, PAGE_SIZE, use_tensor_cores, WORKSPACE_BYTES, "always")
+            name = f"{dtype} head_dim {head_dim} {'tensor' if use_tensor_cores else 'CUDA'} cores"
             t0 = time.perf_counter()
+            dev = torch.device(device)
+            planner.setup(dev)
+            planner.plan((shape.cache,))
             torch_dtype = DTYPES[dtype]
-            q = torch.zeros(1, 1, group, head_dim, dtype=torch_dtype, device=dev)
+            q = torch.zeros(1, 1, 4, head_dim, dtype=torch_dtype, device=dev)
             k = torch.zeros(1, shape.cache, 1, head_dim, dtype=torch_dtype, device=dev)
             out = torch.empty_like(q)
-            if isinstance(runner, XqaRunner):
-                runner.ensure(runner, torch.full((1,), cache - 1, dtype=torch.int32,
-                                                 device=dev))
-            else:
-                runner.setup(dev)
-                runner.plan((shape.cache,))
-            runner.run(q, k, k.clone(), out)
+            planner.run(q, k, k.clone(), out)
             torch.cuda.synchronize(dev)
             seconds = time.perf_counter() - t0
             log(f"{name}: {seconds:.1f} s")

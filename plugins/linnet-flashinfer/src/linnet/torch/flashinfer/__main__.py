@@ -3,7 +3,6 @@
     python -m linnet.torch.flashinfer             # versions and the JIT cache folder
     python -m linnet.torch.flashinfer --warm      # compile the kernels ahead (needs a GPU)
     python -m linnet.torch.flashinfer --warm --head-dims 64,128 --dtypes bf16,f16
-    python -m linnet.torch.flashinfer --warm --kernel xqa --group 4   # the XQA kernel
 """
 
 from __future__ import annotations
@@ -25,10 +24,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="bf16", help="bf16 and/or f16 (default bf16)")
     parser.add_argument("--cuda-cores", action="store_true",
                         help="warm the CUDA-core kernel instead of the tensor-core one")
-    parser.add_argument("--kernel", default="fa2", choices=["fa2", "xqa"],
-                        help="fa2 (the default wrapper) or xqa (FlashInfer(kernel='xqa'))")
-    parser.add_argument("--group", type=int, default=4,
-                        help="query heads per KV head, for --kernel xqa (default 4)")
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args(argv)
 
@@ -44,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     head_dims = [int(d) for d in args.head_dims.split(",") if d]
     dtypes = [d for d in args.dtypes.split(",") if d]
-    warm(head_dims, dtypes, use_tensor_cores=not args.cuda_cores, device=args.device,
-         kernel=args.kernel, group=args.group)
+    warm(head_dims, dtypes, use_tensor_cores=not args.cuda_cores, device=args.device)
     return 0
 
 
