@@ -482,6 +482,8 @@ def profile_step(name: str, dev: torch.device) -> None:
 
 # ---------------------------------------------------------------- (v) inductor's options
 MAT = "max-autotune-no-cudagraphs"
+# Measured 2026-11-29 (8B, at 7ccd1ce): the mode 4.654 ms, without coordinate descent 6.349,
+# with benchmark_fusion 4.697; see docs/benchmarks/flashinfer.md.
 VARIANTS: list[tuple[str, Any]] = [
     (MAT, MAT),
     ("max_autotune, no coordinate descent", {"max_autotune": True}),
