@@ -107,7 +107,7 @@ class Model:
     """
 
     def __init__(self, program: Program, params: dict[str, torch.Tensor],
-                 config: dict[str, Any], device: torch.device, compile: bool | str,
+                 config: dict[str, Any], device: torch.device, compile: bool | str | dict,
                  numerics: str, interpret: bool, weight_shapes: dict[str, tuple] | None,
                  progress: Callable[[str], None] | None = None):
         self.program = program
