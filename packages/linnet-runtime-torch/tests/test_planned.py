@@ -241,6 +241,21 @@ def test_linnet_plan_command_explains(capsys):
     assert "candidate regions taken by backends" in out
 
 
+def test_linnet_plan_takes_inductor_options_as_json(capsys, monkeypatch):
+    from linnet.lang.cli import main
+
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
+    base = ["plan", str(LLAMA), "--entry", "decode", "--config", "toy", "--input", "token=1",
+            "--input", "pos=1", "--no-measure", "--compile"]
+    assert main([*base, '{"max_autotune": true}']) == 0
+    assert seen and all(kw["options"] == {"max_autotune": True} for kw in seen)
+    capsys.readouterr()
+    assert main([*base, "{max_autotune: true}"]) == 2
+    err = capsys.readouterr().err
+    assert "is not valid JSON" in err and "inductor's options as a JSON object" in err
+
+
 def test_progress_reports_each_kind(model, tmp_path):
     from linnet.torch.planned import plan_for
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -137,8 +138,30 @@ def register_plan(subparsers: Any) -> None:
     p.add_argument("--no-measure", action="store_true", help="take the largest matches, untimed")
     p.add_argument("--margin", type=float, default=0.02)
     p.add_argument("--memory", type=int, help="bytes executables may hold beyond the weights")
-    p.add_argument("--compile", help="torch.compile mode or backend for the generated slices")
+    p.add_argument("--compile", metavar="MODE|BACKEND|JSON",
+                   help="torch.compile mode or backend for the generated slices, or inductor's "
+                        "options as a JSON object: '{\"max_autotune\": true}'")
     p.set_defaults(run=plan_command)
+
+
+def compile_argument(text: str | None) -> Any:
+    """``--compile``'s value: a mode or backend name as given, or a JSON object of inductor
+    options (raises ValueError with what is wrong).
+
+    >>> compile_argument('{"max_autotune": true}')
+    {'max_autotune': True}
+    >>> compile_argument("max-autotune-no-cudagraphs")
+    'max-autotune-no-cudagraphs'
+    """
+    if text is None or not text.lstrip().startswith("{"):
+        return text
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--compile {text!r} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--compile {text!r} is not a JSON object")
+    return value
 
 
 def plan_command(args: argparse.Namespace) -> int:
@@ -150,6 +173,12 @@ def plan_command(args: argparse.Namespace) -> int:
     from .interpreter import DTYPES
     from .model import load, random_weights
 
+    try:
+        compile = compile_argument(args.compile)
+    except ValueError as exc:
+        print(f"linnet plan: {exc}; give a mode ('max-autotune-no-cudagraphs'), a backend "
+              "('aot_eager') or inductor's options as a JSON object", file=sys.stderr)
+        return 2
     config = load_config(args.config, args.set, args.file)
     weights: Any = args.weights
     if weights is None:
@@ -170,7 +199,7 @@ def plan_command(args: argparse.Namespace) -> int:
             print(f"linnet plan: not installed or skipped: {', '.join(sorted(missing))} "
                   "(see `linnet backends`)", file=sys.stderr)
             return 1
-    plan = model.plan_for(args.entry, inputs, backends=backends, compile=args.compile,
+    plan = model.plan_for(args.entry, inputs, backends=backends, compile=compile,
                           memory=args.memory, measure=not args.no_measure, margin=args.margin)
     print(plan.explain())
     return 0
