@@ -281,8 +281,8 @@ def test_output_onto_the_config_or_weights_is_refused(capsys, tmp_path, model, w
     argv = ["torch", str(model), "--config", str(cfg), "--input", "x=2,4"]
     target = cfg
     if what == "weights":
-        from safetensors.numpy import save_file  # noqa: PLC0415
-        import numpy as np  # noqa: PLC0415
+        import numpy as np
+        from safetensors.numpy import save_file
 
         target = tmp_path / "w.safetensors"
         save_file({"proj.weight": np.zeros((4, 4), np.float32),
@@ -495,11 +495,13 @@ def test_input_names(items):
     assert codes(err) == ["E0649"]
 
 
-@pytest.mark.parametrize("item", ["x=-1", "x=abc", "x=99999999999999999999999", "=1", "x"])
-def test_input_errors_through_the_cli(capsys, model, item):
+@pytest.mark.parametrize("item,code", [("x=-1,4", "E0648"), ("x=abc,4", "E0643"),
+                                       ("x=99999999999999999999999,4", "E0648"),
+                                       ("x=1,,4", "E0643"), ("=2,4", "E0649"), ("x", "E0649")])
+def test_input_errors_through_the_cli(capsys, model, item, code):
     rc, text = run_cli(capsys, ["graph", str(model), "--entry", "forward", "--set", "D=4",
                                 "--input", item])
-    assert rc == 1 and "error[E06" in text
+    assert rc == 1 and f"error[{code}]" in text
 
 
 @settings(max_examples=200, deadline=None)

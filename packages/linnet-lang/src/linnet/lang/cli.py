@@ -185,8 +185,8 @@ def parse_inputs(items: list[str]) -> dict[str, list[int]]:
                         help="a size is at most 2**63 - 1"))
                 shape.append(int(d))
         numel = 1
-        for d in shape:
-            numel *= d
+        for size in shape:
+            numel *= size
         if numel > INT64_MAX:
             raise LinnetError(Diagnostic(
                 "E0648", f"`--input {item}` has more elements than any tensor can hold",
