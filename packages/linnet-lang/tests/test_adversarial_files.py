@@ -563,3 +563,17 @@ def test_no_fault_left_a_file_behind(tmp_path, model, capsys):
                  ["torch", str(model), *LOWER, "-o", str(tmp_path / "x" / "y.py")]):
         run_cli(capsys, argv)
     assert snapshot(model.parent) == before
+
+
+def test_output_onto_a_device_writes_through_it(capsys, model):
+    rc, text = run_cli(capsys, ["torch", str(model), *LOWER, "-o", os.devnull])
+    assert rc == 0 and stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_output_onto_the_config_by_its_name(capsys, tmp_path, model):
+    (model.parent / "configs").mkdir()
+    cfg = model.parent / "configs" / "tiny.json"
+    cfg.write_text('{"D": 4}')
+    rc, text = run_cli(capsys, ["torch", str(model), "--config", "tiny", "--input", "x=2,4",
+                                "-o", str(cfg)])
+    assert rc == 1 and "E0662" in text and cfg.read_text() == '{"D": 4}'

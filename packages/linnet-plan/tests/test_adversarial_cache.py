@@ -278,3 +278,22 @@ def test_any_file_gives_a_cache_and_loses_nothing(tmp_path_factory, data):
     else:  # it was ours: every entry it had is still there, and the new one
         old = json.loads(data)["entries"]
         assert set(json.loads(path.read_text())["entries"]) == set(old) | {"new"}
+
+
+def test_read_only_file_is_not_replaced(tmp_path):
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(GOOD))
+    path.chmod(0o444)
+    warned = put_and_flush(TimingCache(path))
+    assert warned and "read-only" in warned[0]
+    assert json.loads(path.read_text()) == GOOD
+
+
+@pytest.mark.parametrize("text", ['{"seconds": 1e999}', '{"seconds": ' + "9" * 400 + "}",
+                                  '{"seconds": NaN}', '{"seconds": -Infinity}'])
+def test_extreme_seconds_are_not_used(tmp_path, text):
+    path = tmp_path / "benchmarks.json"
+    path.write_text('{"format": "linnet.benchmarks", "version": 1, "entries": {"k": '
+                    + text + "}}")
+    cache, warned = recorded(TimingCache, path)
+    assert warned == [] and cache.get("k") is None
