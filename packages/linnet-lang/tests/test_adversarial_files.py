@@ -577,3 +577,24 @@ def test_output_onto_the_config_by_its_name(capsys, tmp_path, model):
     rc, text = run_cli(capsys, ["torch", str(model), "--config", "tiny", "--input", "x=2,4",
                                 "-o", str(cfg)])
     assert rc == 1 and "E0662" in text and cfg.read_text() == '{"D": 4}'
+
+
+def test_output_onto_a_loop_of_links(capsys, tmp_path, model):
+    loop = tmp_path / "loop.py"
+    loop.symlink_to(tmp_path / "loop2.py")
+    (tmp_path / "loop2.py").symlink_to(loop)
+    rc, text = run_cli(capsys, ["torch", str(model), *LOWER, "-o", str(loop)])
+    assert rc == 1 and "E0661" in text
+    assert loop.is_symlink() and (tmp_path / "loop2.py").is_symlink()
+
+
+def test_no_home_directory_at_all(monkeypatch):
+    def nowhere():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("LINNET_HOME")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", nowhere)
+    with pytest.raises(LinnetError) as err:
+        linnet_home()
+    assert codes(err) == ["E0660"] and "LINNET_HOME" in err.value.diagnostics[0].help

@@ -297,3 +297,15 @@ def test_extreme_seconds_are_not_used(tmp_path, text):
                     + text + "}}")
     cache, warned = recorded(TimingCache, path)
     assert warned == [] and cache.get("k") is None
+
+
+def test_no_home_directory_at_all(monkeypatch):
+    def nowhere():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("LINNET_HOME")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", nowhere)
+    cache, warned = recorded(TimingCache)
+    assert warned and "LINNET_HOME" in warned[0]
+    assert put_and_flush(cache)

@@ -215,7 +215,11 @@ def _same_file(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)  # symbolic and hard links too
     except OSError:  # one of them does not exist (yet)
+        pass
+    try:
         return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):  # a loop of symbolic links: it names no file of ours
+        return False
 
 
 def check_output(output: str | None, inputs: list[Path]) -> None:

@@ -54,7 +54,15 @@ def linnet_home(*, create: bool = True) -> Path:
     if root:
         path = Path(root)
     else:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        base = os.environ.get("XDG_CACHE_HOME")
+        if not base:
+            try:
+                base = str(Path.home() / ".cache")
+            except (RuntimeError, KeyError):  # no $HOME and no password entry (a container)
+                raise LinnetError(Diagnostic(
+                    "E0660", "Linnet's cache directory has no place: there is no home directory",
+                    help="set LINNET_HOME to a writable directory, such as "
+                         "`export LINNET_HOME=/tmp/linnet-$USER`")) from None
         path = Path(base) / "linnet"
     if not create:
         return path

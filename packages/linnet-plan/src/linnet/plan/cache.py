@@ -102,7 +102,10 @@ class TimingCache:
             try:
                 path = linnet_home() / "benchmarks.json"
             except LinnetError as err:
-                path = linnet_home(create=False) / "benchmarks.json"
+                try:
+                    path = linnet_home(create=False) / "benchmarks.json"
+                except LinnetError:  # no home directory at all: the path only names it
+                    path = Path("$LINNET_HOME") / "benchmarks.json"
                 self.unsaved = err.diagnostics[0].message
                 self._warn(f"{self.unsaved}; timings are measured again and not saved "
                            "(set LINNET_HOME to a writable directory)")
