@@ -9,8 +9,10 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -35,50 +37,210 @@ def parse_value(text: str) -> Any:
     return text
 
 
+def config_path(path: str, model_file: str | None = None) -> Path:
+    """Where `--config PATH` is read from: the path, or `configs/PATH.json` beside the model."""
+    p = Path(path)
+    if not p.is_file() and model_file is not None:
+        candidate = Path(model_file).parent / "configs" / f"{path}.json"
+        if candidate.is_file():
+            return candidate
+    return p
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"`{name}` is not a JSON number")
+
+
+def parse_config(raw: bytes, path: str) -> dict[str, Any]:
+    """A config file's bytes as a dict: UTF-8 (a leading BOM is skipped), one JSON object,
+    no key twice, no NaN or Infinity.
+
+    >>> parse_config(b'\\xef\\xbb\\xbf{"D": 64, "_note": "x"}', "cfg.json")
+    {'D': 64, '_note': 'x'}
+    """
+    skip = 3 if raw.startswith(codecs.BOM_UTF8) else 0
+    try:
+        text = raw[skip:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = exc.start + skip
+        line = raw[:at].count(b"\n") + 1
+        utf16 = raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+        raise LinnetError(Diagnostic(
+            "E0645", f"config `{path}` is not UTF-8 text: byte {at} (line {line}) is "
+            f"0x{raw[at]:02x}",
+            help="save the file as UTF-8" + (" (it looks like UTF-16)" if utf16 else ""))) \
+            from None
+    try:
+        data = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
+    except _DuplicateKey as exc:
+        raise LinnetError(Diagnostic(
+            "E0664", f"config `{path}` gives `{exc.args[0]}` twice",
+            help="keep one of them: JSON readers disagree on which one counts")) from None
+    except RecursionError:
+        raise LinnetError(Diagnostic(
+            "E0646", f"config `{path}` is nested too deeply to read",
+            help='a config is one flat JSON object of names to values: `{"D": 64}`')) from None
+    except ValueError as exc:  # json.JSONDecodeError, NaN
+        raise LinnetError(Diagnostic("E0641", f"config `{path}` is not valid JSON: {exc}",
+                                     help="a config is one JSON object of names to values"))\
+            from None
+    if not isinstance(data, dict):
+        raise LinnetError(Diagnostic("E0641", f"config `{path}` is not a JSON object",
+                                     help='write `{"D": 64, "T": "f32"}`'))
+    return data
+
+
 def load_config(path: str | None, sets: list[str], model_file: str | None = None) -> dict:
     """Read a JSON config (a path, or a name under the model's `configs/` folder) plus
-    `--set NAME=VALUE` overrides. Keys starting with `_` are comments."""
+    `--set NAME=VALUE` overrides. Keys starting with `_` are comments.
+
+    >>> load_config(None, ["B=1", "T=bf16"])
+    {'B': 1, 'T': 'bf16'}
+    """
     config: dict[str, Any] = {}
     if path:
-        p = Path(path)
-        if not p.is_file() and model_file is not None:
-            candidate = Path(model_file).parent / "configs" / f"{path}.json"
-            if candidate.is_file():
-                p = candidate
+        p = config_path(path, model_file)
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+            raw = p.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
             raise LinnetError(Diagnostic("E0640", f"config `{path}` not found",
                                          help="pass a JSON file, or the name of one in the "
                                               "model's configs/ folder")) from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise LinnetError(Diagnostic("E0641", f"config `{path}` is not valid JSON: {exc}",
-                                         help="a config is one JSON object of names to values"))\
-                from None
-        if not isinstance(data, dict):
-            raise LinnetError(Diagnostic("E0641", f"config `{path}` is not a JSON object",
-                                         help='write `{"D": 64, "T": "f32"}`'))
+        except IsADirectoryError:
+            raise LinnetError(Diagnostic("E0647", f"config `{path}` is a directory",
+                                         help="pass the JSON file inside it")) from None
+        except OSError as exc:
+            raise LinnetError(Diagnostic("E0647", f"config `{path}` cannot be read: "
+                                         f"{exc.strerror or exc}",
+                                         help="check the file's permissions")) from None
+        data = parse_config(raw, path)
         config.update({k: v for k, v in data.items() if not k.startswith("_")})
     for item in sets:
-        if "=" not in item:
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
             raise LinnetError(Diagnostic("E0642", f"`--set {item}` needs NAME=VALUE",
                                          help="e.g. `--set B=1`"))
-        k, v = item.split("=", 1)
         config[k.strip()] = parse_value(v.strip())
     return config
 
 
+INT64_MAX = 2**63 - 1
+_DIM = re.compile(r"[0-9]+", re.ASCII)
+
+
 def parse_inputs(items: list[str]) -> dict[str, list[int]]:
-    """`--input tokens=1,16` → {'tokens': [1, 16]}; `--input x=` is a scalar."""
+    """`--input tokens=1,16` → {'tokens': [1, 16]}; `--input x=` is a scalar.
+
+    Names are identifiers, each given once; sizes are decimal integers from 0 to 2**63 - 1,
+    whose product fits too (E0643, E0648, E0649 otherwise).
+
+    >>> parse_inputs(["tokens=1,16", "x=2x3", "s="])
+    {'tokens': [1, 16], 'x': [2, 3], 's': []}
+    """
     out: dict[str, list[int]] = {}
     for item in items:
-        name, _, dims = item.partition("=")
-        try:
-            out[name.strip()] = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()]
-        except ValueError:
-            raise LinnetError(Diagnostic("E0643", f"`--input {item}`: shapes are integers",
-                                         help="write `--input tokens=1,16`")) from None
+        name, eq, dims = item.partition("=")
+        name = name.strip()
+        if not eq:
+            raise LinnetError(Diagnostic("E0649", f"`--input {item}` needs NAME=D0,D1",
+                                         help=f"write `--input {name or 'x'}=1,16`, or "
+                                              f"`--input {name or 'x'}=` for a scalar"))
+        if not name.isidentifier():
+            what = "has no name" if not name else f"`{name}` is not an input name"
+            raise LinnetError(Diagnostic("E0649", f"`--input {item}` {what}",
+                                         help="name one of the entry's inputs: "
+                                              "`--input tokens=1,16`"))
+        if name in out:
+            raise LinnetError(Diagnostic("E0649", f"`--input {name}=...` is given twice",
+                                         help="give each input's shape once"))
+        shape: list[int] = []
+        if dims.strip():
+            for piece in dims.replace("x", ",").split(","):
+                d = piece.strip()
+                if d.startswith("-") and _DIM.fullmatch(d[1:]):
+                    raise LinnetError(Diagnostic(
+                        "E0648", f"`--input {item}`: size {d} is negative",
+                        help="sizes are 0 or more: `--input tokens=1,16`"))
+                if not _DIM.fullmatch(d):
+                    raise LinnetError(Diagnostic(
+                        "E0643", f"`--input {item}`: shapes are integers, not `{d}`",
+                        help="write `--input tokens=1,16`"))
+                if len(d) > 19 or int(d) > INT64_MAX:
+                    shown = d if len(d) <= 24 else f"{d[:10]}...({len(d)} digits)"
+                    raise LinnetError(Diagnostic(
+                        "E0648", f"`--input {name}=...`: size {shown} is too large",
+                        help="a size is at most 2**63 - 1"))
+                shape.append(int(d))
+        numel = 1
+        for size in shape:
+            numel *= size
+        if numel > INT64_MAX:
+            raise LinnetError(Diagnostic(
+                "E0648", f"`--input {item}` has more elements than any tensor can hold",
+                help="the sizes' product is at most 2**63 - 1"))
+        out[name] = shape
     return out
+
+
+def inputs_of(args: argparse.Namespace, program: Program) -> list[Path]:
+    """The files a lowering command reads: its model, every module that model loaded (the
+    standard library's included), its config and its weights. `-o` must not name one."""
+    paths = [Path(args.file)]
+    for dotted in program.modules:
+        if dotted != program.root.name:
+            found = program._locate(dotted.split("."))
+            if found is not None:
+                paths.append(found)
+    if getattr(args, "config", None):
+        paths.append(config_path(args.config, args.file))
+    if getattr(args, "weights", None):
+        paths.append(Path(args.weights))
+    return paths
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)  # symbolic and hard links too
+    except OSError:  # one of them does not exist (yet)
+        pass
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):  # a loop of symbolic links: it names no file of ours
+        return False
+
+
+def check_output(output: str | None, inputs: list[Path]) -> None:
+    """E0662 when `-o OUTPUT` is one of the command's own inputs (it would be overwritten)."""
+    if not output:
+        return
+    for source in inputs:
+        if _same_file(Path(output), source):
+            raise LinnetError(Diagnostic(
+                "E0662", f"`-o {output}` would overwrite `{source}`, which this command reads",
+                help="write the output to another file, such as `-o out.py`"))
+
+
+def write_output(output: str, text: str) -> None:
+    """Write `-o OUTPUT` atomically: on any failure (E0661) the old file stays as it was.
+    A new file gets the usual permissions (0666 less the umask), an old one keeps its own."""
+    from .home import atomic_write
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    atomic_write(Path(output), text, parents=False, new_mode=0o666 & ~mask)
 
 
 def report(err: LinnetError, fmt: str) -> int:
@@ -109,17 +271,18 @@ def cmd_graph(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, args.set, args.file)
         program = Program.from_file(args.file)
+        check_output(args.output, inputs_of(args, program))
         weights = None
         if args.weights:
             weights = read_safetensors_header(args.weights)
         graph = lower(program, args.entry, parse_inputs(args.input), config, weights,
                       model=args.model)
+        text = graph.dumps() if args.format == "json" else graph.summary()
+        if args.output:
+            write_output(args.output, text + "\n")
     except LinnetError as err:
         return report(err, args.format if args.format == "json" else "text")
-    text = graph.dumps() if args.format == "json" else graph.summary()
-    if args.output:
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
-    else:
+    if not args.output:
         print(text)
     return 0
 
@@ -139,6 +302,7 @@ def cmd_torch(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, args.set, args.file)
         program = Program.from_file(args.file)
+        check_output(args.output, inputs_of(args, program))
         errors = check_program(program)
         if errors:
             raise LinnetError(errors)
@@ -163,13 +327,14 @@ def cmd_torch(args: argparse.Namespace) -> int:
         if not graphs:
             raise LinnetError(Diagnostic("E0644", "no entry had all its input shapes",
                                          help="give them with --input NAME=D0,D1"))
+        sources = {m.source.name: m.source.text for m in program.modules.values()}
+        text = emit_torch(graphs, sources, numerics=args.numerics, fast=not args.no_fast,
+                          origin=args.file)
+        if args.output:
+            write_output(args.output, text)
     except LinnetError as err:
         return report(err, "text")
-    sources = {m.source.name: m.source.text for m in program.modules.values()}
-    text = emit_torch(graphs, sources, numerics=args.numerics, fast=not args.no_fast,
-                      origin=args.file)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output} ({len(text.splitlines())} lines, entries: "
               + ", ".join(g.entry for g in graphs) + ")", file=sys.stderr)
     else:
@@ -257,6 +422,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `linnet graph ... | head`
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        # The last line of defence: a file or device fault no command turned into its own
+        # diagnostic. LINNET_DEBUG=1 keeps the traceback, to find where it came from.
+        if os.environ.get("LINNET_DEBUG"):
+            raise
+        where = f" (`{exc.filename}`)" if exc.filename else ""
+        return report(LinnetError(Diagnostic(
+            "E0663", f"`linnet {args.command}` stopped: {exc.strerror or exc}{where}",
+            help="check the files and the disk this command uses; set LINNET_DEBUG=1 for "
+                 "a traceback")), getattr(args, "format", "text"))
 
 
 if __name__ == "__main__":

@@ -3156,6 +3156,75 @@ Fixed:
 
     $ linnet torch llama.linnet --config toy --input token=1 --input pos=1 -o llama_toy.py
 """,
+    "E0645": """\
+A config file is not UTF-8 text.
+
+Configs are read as UTF-8 (a leading byte-order mark is skipped). The message gives the
+offset and line of the first byte that is not UTF-8; the file was probably saved in another
+encoding, such as UTF-16 or Latin-1.
+
+Wrong:
+
+    $ iconv -t UTF-16 cfg.json > cfg16.json && linnet graph model.linnet --entry forward --config cfg16.json --input x=2,64
+
+Fixed:
+
+    $ linnet graph model.linnet --entry forward --config cfg.json --input x=2,64
+""",
+    "E0646": """\
+A config file is nested too deeply to read.
+
+A config is one flat JSON object of names to values; thousands of nested brackets cannot be
+a config, and are refused before they exhaust the reader.
+
+Wrong:
+
+    $ python -c 'print("[" * 100000)' > cfg.json && linnet graph model.linnet --entry forward --config cfg.json --input x=2,64
+
+Fixed:
+
+    $ echo '{"D": 64}' > cfg.json && linnet graph model.linnet --entry forward --config cfg.json --input x=2,64
+""",
+    "E0647": """\
+A config file exists but cannot be read.
+
+`--config` names a directory, or a file the user may not read.
+
+Wrong:
+
+    $ linnet graph llama.linnet --entry decode --config configs --input token=1 --input pos=1
+
+Fixed:
+
+    $ linnet graph llama.linnet --entry decode --config configs/toy.json --input token=1 --input pos=1
+""",
+    "E0648": """\
+An `--input` size is negative or too large.
+
+Sizes are 0 or more, at most 2**63 - 1, and so is their product (the number of elements):
+no tensor can be larger.
+
+Wrong:
+
+    $ linnet graph model.linnet --entry forward --set D=64 --input x=-1,64
+
+Fixed:
+
+    $ linnet graph model.linnet --entry forward --set D=64 --input x=2,64
+""",
+    "E0649": """\
+An `--input` without a name, with a name twice, or without `=`.
+
+Each `--input NAME=D0,D1` names one of the entry's inputs once; `NAME=` is a scalar.
+
+Wrong:
+
+    $ linnet graph model.linnet --entry forward --set D=64 --input x=2,64 --input x=4,64
+
+Fixed:
+
+    $ linnet graph model.linnet --entry forward --set D=64 --input x=4,64
+""",
     "E0650": """\
 A weights file is not a readable safetensors file.
 
@@ -3180,6 +3249,77 @@ Wrong:
 Fixed:
 
     $ linnet graph llama.linnet --entry decode --config toy --weights model.safetensors --input token=1 --input pos=1
+""",
+    "E0660": """\
+Linnet's cache directory cannot be used.
+
+Linnet writes generated source, timings and demo checkpoints under `$LINNET_HOME` (default
+`$XDG_CACHE_HOME/linnet`, or `~/.cache/linnet`). The path names a file, or a directory that
+cannot be created (permissions, a read-only file system).
+
+Wrong:
+
+    $ LINNET_HOME=notes.txt linnet run
+
+Fixed:
+
+    $ LINNET_HOME=/tmp/linnet-cache linnet run
+""",
+    "E0661": """\
+A file cannot be written.
+
+The directory does not exist, is read-only or full, the target is a directory, or the file
+is read-only. Files are written to a temporary file and renamed into place, so the old file
+is left as it was.
+
+Wrong:
+
+    $ linnet torch llama.linnet --config toy --input token=1 --input pos=1 -o no/such/dir/decode.py
+
+Fixed:
+
+    $ mkdir -p out && linnet torch llama.linnet --config toy --input token=1 --input pos=1 -o out/decode.py
+""",
+    "E0662": """\
+`-o` names a file the command reads.
+
+Writing the output there would overwrite the model's source (or a module it uses, its
+config or its weights); Linnet refuses, also through symbolic and hard links.
+
+Wrong:
+
+    $ linnet torch llama.linnet --config toy --input token=1 --input pos=1 -o llama.linnet
+
+Fixed:
+
+    $ linnet torch llama.linnet --config toy --input token=1 --input pos=1 -o llama_toy.py
+""",
+    "E0663": """\
+A command stopped on a file or device error.
+
+The operating system refused something the command needed (an input/output error, a file
+that vanished, too many open files). `LINNET_DEBUG=1` shows where it happened.
+
+Wrong:
+
+    $ linnet check /mnt/failing-disk/model.linnet
+
+Fixed:
+
+    $ cp /mnt/failing-disk/model.linnet . && linnet check model.linnet
+""",
+    "E0664": """\
+A config file gives a name twice.
+
+JSON readers disagree on which of two equal keys counts, so Linnet takes neither.
+
+Wrong:
+
+    $ echo '{"D": 64, "H": 4, "D": 32}' > cfg.json && linnet graph model.linnet --entry forward --config cfg.json --input x=2,64
+
+Fixed:
+
+    $ echo '{"D": 64, "H": 4}' > cfg.json && linnet graph model.linnet --entry forward --config cfg.json --input x=2,64
 """,
     # ------------------------------------------------------------ E09xx: graphs
     "E0900": """\

@@ -3,19 +3,49 @@ demo checkpoints).
 
 Default: `$XDG_CACHE_HOME/linnet` (or `~/.cache/linnet`), created with user-only
 permissions. :func:`atomic_write` writes a temporary file and renames it into place, so that a
-crash or a second process never leaves a half-written file behind.
+crash, a full disk or a second process never leaves a half-written file behind.
+
+Both raise a :class:`~linnet.lang.LinnetError` (E0660, E0661) that says which path, why and
+what to do, never a bare ``OSError``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
+from typing import IO
+
+from .diagnostics import Diagnostic, LinnetError
+
+# What an errno means for the user, in words (the system's own text follows in brackets).
+_REASONS = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.ENOTDIR: "a part of the path is a file, not a directory",
+    errno.EEXIST: "a file is in the way",
+    errno.EISDIR: "it is a directory",
+    errno.ENAMETOOLONG: "the name is too long",
+}
 
 
-def linnet_home() -> Path:
-    """The cache directory, created (mode 0700) on first use.
+def _reason(exc: OSError) -> str:
+    words = _REASONS.get(exc.errno or 0)
+    system = exc.strerror or str(exc)
+    return f"{words} ({system})" if words else system
+
+
+def linnet_home(*, create: bool = True) -> Path:
+    """The cache directory, created (mode 0700) on first use; ``create=False`` only names it.
+
+    Raises E0660 when it cannot be a directory (``$LINNET_HOME`` names a file, or a
+    read-only place).
 
     >>> linnet_home().is_dir()
     True
@@ -24,27 +54,125 @@ def linnet_home() -> Path:
     if root:
         path = Path(root)
     else:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        base = os.environ.get("XDG_CACHE_HOME")
+        if not base:
+            try:
+                base = str(Path.home() / ".cache")
+            except (RuntimeError, KeyError):  # no $HOME and no password entry (a container)
+                raise LinnetError(Diagnostic(
+                    "E0660", "Linnet's cache directory has no place: there is no home directory",
+                    help="set LINNET_HOME to a writable directory, such as "
+                         "`export LINNET_HOME=/tmp/linnet-$USER`")) from None
         path = Path(base) / "linnet"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not create:
+        return path
+    where = "$LINNET_HOME" if root else "Linnet's cache directory"
+    fix = ("set LINNET_HOME to a writable directory, such as "
+           "`export LINNET_HOME=/tmp/linnet-$USER`")
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError:
+        raise LinnetError(Diagnostic(
+            "E0660", f"{where} `{path}` is a file, not a directory",
+            help=f"move the file away, or {fix}")) from None
+    except OSError as exc:
+        raise LinnetError(Diagnostic(
+            "E0660", f"{where} `{path}` cannot be created: {_reason(exc)}", help=fix)) from None
     return path
 
 
-def atomic_write(path: Path, text: str) -> None:
+def _under_home(path: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(linnet_home(create=False).resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
+def _write_error(path: Path, why: str, exc: OSError | None = None) -> LinnetError:
+    code = exc.errno if exc is not None else None
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free some space on the disk, or write somewhere else"
+    elif code == errno.EISDIR:
+        fix = f"give the path of a file, such as `{path / 'out.txt'}`"
+    elif code == errno.ENOENT:
+        fix = f"create the directory first (`mkdir -p {path.parent}`), or write somewhere else"
+    elif code == errno.ENOTDIR:
+        fix = "a file is where a directory should be: move it, or write somewhere else"
+    else:
+        fix = "write to a place you may write to"
+    if _under_home(path):
+        fix += ", or set LINNET_HOME to a writable directory"
+    return LinnetError(Diagnostic("E0661", f"cannot write `{path}`: {why}", help=fix))
+
+
+def _write_all(f: IO[str], text: str) -> None:
+    f.write(text)
+
+
+def atomic_write(path: Path | str, text: str, *, parents: bool = True,
+                 new_mode: int = 0o600) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never half.
+
+    A file that exists keeps its permission bits; a new one gets ``new_mode``. ``parents``
+    creates missing directories (mode 0700). A symbolic link is followed, so its target is
+    replaced and the link kept. A read-only target (no write bit) is refused. Every failure
+    (a missing or read-only directory, a directory as the target, a full disk) is E0661, and
+    leaves the old file as it was.
 
     >>> p = linnet_home() / "example.txt"; atomic_write(p, "hi"); p.read_text()
     'hi'
     """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    target = Path(path)
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    mode = new_mode
+    try:
+        info = target.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # a missing parent is reported below, where it is created or found missing
+    except OSError as exc:
+        raise _write_error(target, _reason(exc), exc) from None
+    else:
+        if stat.S_ISDIR(info.st_mode):
+            raise _write_error(target, "it is a directory",
+                               OSError(errno.EISDIR, "Is a directory"))
+        if not stat.S_ISREG(info.st_mode):  # /dev/stdout, a pipe: write through, in order
+            try:
+                with open(target, "w", encoding="utf-8") as f:
+                    _write_all(f, text)
+            except OSError as exc:
+                raise _write_error(target, _reason(exc), exc) from None
+            return
+        if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
+            raise _write_error(target, "the file is read-only",
+                               OSError(errno.EACCES, "Permission denied"))
+        mode = stat.S_IMODE(info.st_mode)
+    parent = target.parent
+    if parents:
+        try:
+            parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except FileExistsError as exc:
+            raise _write_error(target, f"`{parent}` is a file, not a directory",
+                               OSError(errno.ENOTDIR, exc.strerror)) from None
+        except OSError as exc:
+            raise _write_error(target, f"cannot create `{parent}`: {_reason(exc)}",
+                               exc) from None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=parent)
+    except FileNotFoundError as exc:
+        raise _write_error(target, f"the directory `{parent}` does not exist", exc) from None
+    except OSError as exc:
+        raise _write_error(target, _reason(exc), exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            _write_all(f, text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _write_error(target, _reason(exc), exc) from None
         raise
