@@ -106,6 +106,14 @@ class InputRange:
     def empty(self) -> bool:
         return self.lo >= self.hi
 
+    def text(self) -> str:
+        """``in [0, 128)``, or one end where the other is unbounded (``at least 0``)."""
+        if self.lo <= _MIN:
+            return f"below {self.hi}"
+        if self.hi >= _MAX:
+            return f"at least {self.lo}"
+        return f"in [{self.lo}, {self.hi})"
+
 
 @dataclass(frozen=True)
 class StaticViolation:

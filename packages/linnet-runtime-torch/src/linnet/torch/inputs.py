@@ -179,16 +179,16 @@ def _range_error(graph: Graph, entry: str, t: torch.Tensor, r: InputRange) -> Li
     low = value < r.lo
     use = r.lower if low else r.upper
     message = (f"input `{name}` of `{entry}` has {value} at index {where}{more}; every value "
-               f"must be in [{r.lo}, {r.hi}): `{name}` indexes {use.describe(graph)}")
+               f"must be {r.text()}: `{name}` indexes {use.describe(graph)}")
     if low and value < 0:
-        help = (f"give values in [{r.lo}, {r.hi}); negative values do not count from the end "
+        help = (f"give values {r.text()}; negative values do not count from the end "
                 "in Linnet")
     elif use.target.startswith("@") and use.target[1:] in graph.states:
         names = dim_names(graph, use.size)
         dim = " or ".join(names) if names else "the size of that axis"
-        help = (f"give values in [{r.lo}, {r.hi}); the state holds {use.size} entries along "
+        help = (f"give values {r.text()}; the state holds {use.size} entries along "
                 f"that axis: to go further, load the model with a larger {dim} in the config")
     else:
-        help = (f"give values in [{r.lo}, {r.hi}); the size comes from the weights or the "
+        help = (f"give values {r.text()}; the size comes from the weights or the "
                 "config: is this input from another vocabulary or model?")
     return _error("E0780", message, help=help)
