@@ -107,9 +107,18 @@ class Lowered:
 class Model:
     """A loaded Linnet model: its parameters on a device and its entries as methods.
 
-    Entries are called with tensors: ``model.decode(token, pos)``. Each distinct input
-    shape is lowered once; its generated source is imported from a file under
-    $LINNET_HOME/generated.
+    Entries are called with tensors, by position or by the entry's parameter names:
+    ``model.decode(token, pos)`` or ``model.decode(token=token, pos=pos)``. Nothing is
+    converted: a Python int, a list or a NumPy array is error E0721, a wrong dtype E0722.
+    Inputs used as indices are range-checked before anything runs (a token id outside the
+    vocabulary, a position outside the KV cache: E0780; a prompt longer than the cache:
+    E0782; see docs/torch.md, "Inputs"). Each distinct input shape is lowered once; its
+    generated source is imported from a file under $LINNET_HOME/generated.
+
+    >>> model = load("examples/llama/llama.linnet", config="toy")          # doctest: +SKIP
+    >>> token, pos = torch.tensor([1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
+    >>> model.decode(token=token, pos=pos).shape                            # doctest: +SKIP
+    torch.Size([1, 256])
     """
 
     def __init__(self, program: Program, params: dict[str, torch.Tensor],
@@ -189,7 +198,7 @@ class Model:
         """The graph of ``entry`` for inputs shaped like ``inputs``."""
         return self._lower(entry, inputs).graph
 
-    def _lower(self, entry: str, inputs: list[torch.Tensor]) -> Lowered:
+    def _lower(self, entry: str, inputs: Sequence[torch.Tensor]) -> Lowered:
         method = self._entry_method(entry)
         if not isinstance(inputs, list | tuple):
             raise _error("E0784", f"the inputs of `{entry}` must be a list or tuple of tensors, "
