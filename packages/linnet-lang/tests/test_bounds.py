@@ -23,6 +23,7 @@ WINDOW = range(-60, 61)
 
 
 def lower_lookup(expr: str, size: int, n: int = 3) -> Graph:
+    """A model that gathers rows ``expr`` (over input `ids` and index `i`) of `t`."""
     src = f"""
 model M<V: Dim> {{
     param t: Tensor[V, 2; f32]
@@ -35,6 +36,7 @@ model M<V: Dim> {{
 
 
 def lower_write(expr: str, size: int) -> Graph:
+    """A model that writes state `s` at ``expr`` (over input `pos`)."""
     src = f"""
 model M<S: Dim> {{
     state s: Tensor[S; f32]
@@ -61,6 +63,10 @@ def affine_uses(draw):
     def f(x: int, i: int) -> int:
         return a * x + c + (i if with_i else 0)
 
+    k = draw(st.sampled_from([1, 1, 2, 3, 5]))
+    if k > 1:  # integer `/` rounds toward -inf
+        text, g = f"({text}) / {k}", f
+        f = lambda x, i, g=g: g(x, i) // k  # noqa: E731
     clamp = draw(st.sampled_from(["none", "min", "max", "both"]))
     lo_k, hi_k = draw(st.integers(-3, 6)), draw(st.integers(-3, 14))
     if clamp in ("max", "both"):
@@ -154,8 +160,15 @@ model M<V: Dim, W: Dim> {
     assert r.upper.target == "@b" and r.lower.target in ("@a", "@b")
 
 
+def test_division_is_followed():
+    # `pos / 2` into 8 entries: 0..15 (before, an unfollowed division let -1 / 2 = -1 wrap
+    # around to the last entry in generated source).
+    r = input_bounds(lower_write("pos[0] / 2", 8)).inputs["%pos"]
+    assert (r.lo, r.hi) == (0, 16)
+
+
 def test_unfollowed_arithmetic_is_listed_not_guessed():
-    for expr in ("ids[i] / 2", "ids[i] * ids[i]"):
+    for expr in ("ids[i] % 4", "ids[i] * ids[i]"):
         b = input_bounds(lower_lookup(expr, 8))
         assert "%ids" not in b.inputs and [u.target for u in b.unanalysed["%ids"]] == ["@t"]
 

@@ -438,3 +438,44 @@ def test_captured_checks_host_inputs_without_waiting(weights):
     with pytest.raises(LinnetError) as err:  # model.run checks device inputs (one sync)
         model.decode(i32(300).cuda(), i32(0).cuda())
     assert code_of(err) == "E0780"
+
+
+# ---------------------------------------------------------------- indices not followed
+UNFOLLOWED = """
+model M<V: Dim, S: Dim> {
+    param t: Tensor[V, 2; f32]
+    state s: Tensor[S; f32]
+    entry look(ids: Tensor[3; i32]) -> Tensor[3, 2; f32] {
+        let out[i, d] = self.t[ids[i] * ids[i], d]
+        return out
+    }
+    entry halve(x: Tensor[1; f32], pos: Tensor[1; i32]) -> Tensor[S; f32] {
+        self.s[pos[0] / 2] = x[0]
+        return self.s
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("interpret", [False, True])
+def test_an_index_the_analysis_does_not_follow_is_still_coded(tmp_path, interpret):
+    path = tmp_path / "u.linnet"
+    path.write_text(UNFOLLOWED)
+    model = load(path, weights={"t": torch.randn(8, 2)}, config={"S": 4}, interpret=interpret)
+    assert model.look(i32(0, 1, 2)).shape == (3, 2)
+    with pytest.raises(LinnetError) as err:
+        model.look(i32(0, 1, 3))  # 9 in an axis of 8
+    assert code_of(err) == "E0781"
+
+
+@pytest.mark.parametrize("interpret", [False, True])
+@pytest.mark.parametrize("pos", [-1, -2, -3, 8, 9, 2 ** 31 - 1])
+def test_a_divided_position_is_checked(tmp_path, interpret, pos):
+    # Before: -1 / 2 = -1 was written Python-style into the last entry by generated source.
+    path = tmp_path / "u.linnet"
+    path.write_text(UNFOLLOWED)
+    model = load(path, weights={"t": torch.randn(8, 2)}, config={"S": 4}, interpret=interpret)
+    assert model.halve(torch.ones(1), i32(7)).tolist() == [0.0, 0.0, 0.0, 1.0]
+    with pytest.raises(LinnetError) as err:
+        model.halve(torch.ones(1), i32(pos))
+    assert code_of(err) == "E0780" and "[0, 8)" in str(err.value)

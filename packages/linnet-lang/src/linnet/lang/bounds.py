@@ -9,11 +9,13 @@ anything. It also finds indices that are out of range whatever the inputs are (a
 L tokens written into a cache of S < L positions): :attr:`Bounds.static`.
 
 The analysis is an abstract interpretation of the integer steps: every value is tracked as
-``clip(scale * x + [lo, hi], floor, ceil)`` for at most one input ``x`` (``x`` absent: a
-known interval). That covers what indices are made of (iota, constants, reshapes,
-broadcasts, conversions, ``+``, ``-``, ``*`` by a constant, ``min``/``max`` with a constant).
-An input that reaches an index through anything else (``pos * pos``, a division) is listed
-in :attr:`Bounds.unanalysed`: no range is derived for it.
+lying between two ends ``low(x) <= v <= high(x)``, monotone functions of one input element
+``x`` (or a known interval). That covers what indices are made of (iota, constants,
+reshapes, broadcasts, conversions, ``+``, ``-``, ``*`` and ``/`` by a constant,
+``min``/``max`` with a constant), and the valid inputs are found exactly by bisection over
+the input's dtype. An input that reaches an index through anything else (``pos * pos``,
+``pos % 4``, a value read from a parameter at ``pos``) is listed in
+:attr:`Bounds.unanalysed`: no range is derived for it.
 
 Indices with ``bounds = zero`` read zero outside their axis (they are never out of range);
 ``unchecked`` gathers and every scatter index must be in range.
@@ -35,6 +37,7 @@ Indices with ``bounds = zero`` read zero outside their axis (they are never out 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .graph import Graph, Step
@@ -139,97 +142,75 @@ class Bounds:
 
 
 # ---------------------------------------------------------------- the abstract values
-def _clip(v: int, floor: int | None, ceil: int | None) -> int:
-    if floor is not None:
-        v = max(v, floor)
-    if ceil is not None:
-        v = min(v, ceil)
-    return v
+Fn = Callable[[int], int]
 
 
-@dataclass(frozen=True)
-class End:
-    """One end of a value's range as a function of an input element x:
-    ``clip(scale * x + offset, floor, ceil)`` (absent clamps: none)."""
+def _identity(x: int) -> int:
+    return x
 
-    offset: int
-    floor: int | None = None
-    ceil: int | None = None
 
-    def at(self, sx: int) -> int:
-        return _clip(sx + self.offset, self.floor, self.ceil)
-
-    def shift(self, k: int) -> End:
-        return End(self.offset + k, None if self.floor is None else self.floor + k,
-                   None if self.ceil is None else self.ceil + k)
-
-    def times(self, k: int) -> End:
-        """``k * self`` for k >= 0 (the caller swaps the ends and negates for k < 0)."""
-        return End(self.offset * k, None if self.floor is None else self.floor * k,
-                   None if self.ceil is None else self.ceil * k)
-
-    def negated(self) -> End:
-        return End(-self.offset, None if self.ceil is None else -self.ceil,
-                   None if self.floor is None else -self.floor)
-
-    def at_least(self, m: int) -> End:  # max(self, m)
-        return End(self.offset, m if self.floor is None else max(self.floor, m),
-                   None if self.ceil is None else max(self.ceil, m))
-
-    def at_most(self, m: int) -> End:  # min(self, m)
-        return End(self.offset, None if self.floor is None else min(self.floor, m),
-                   m if self.ceil is None else min(self.ceil, m))
+def _constant(v: int) -> Fn:
+    return lambda x: v
 
 
 @dataclass(frozen=True)
 class Term:
     """A value whose elements lie in ``[low(x), high(x)]``, ``x`` an element of entry input
-    ``input`` and each end an :class:`End` (``input`` None: a known interval; ``scale`` 0)."""
+    ``input``. Both ends are monotone in x: non-decreasing (``direction`` 1) or
+    non-increasing (-1); ``direction`` 0: a known interval, ``input`` None."""
 
     input: str | None
-    scale: int
-    low: End
-    high: End
+    direction: int
+    low: Fn
+    high: Fn
 
     @staticmethod
     def const(lo: int, hi: int | None = None) -> Term:
-        return Term(None, 0, End(lo), End(lo if hi is None else hi))
+        return Term(None, 0, _constant(lo), _constant(lo if hi is None else hi))
 
     @staticmethod
     def of_input(name: str) -> Term:
-        return Term(name, 1, End(0), End(0))
+        return Term(name, 1, _identity, _identity)
 
     @property
     def known(self) -> bool:
-        return self.input is None or self.scale == 0
+        return self.direction == 0
 
     def interval(self) -> tuple[int, int]:
         """The value's range (known terms only)."""
-        return self.low.at(0), self.high.at(0)
+        return self.low(0), self.high(0)
 
     def shifted(self, lo: int, hi: int) -> Term:
         if self.known:
             a, b = self.interval()
             return Term.const(a + lo, b + hi)
-        return Term(self.input, self.scale, self.low.shift(lo), self.high.shift(hi))
+        low, high = self.low, self.high
+        return Term(self.input, self.direction, lambda x: low(x) + lo, lambda x: high(x) + hi)
 
     def scaled(self, k: int) -> Term:
-        if self.known:
-            a, b = self.interval()
+        if self.known or k == 0:
+            a, b = self.interval() if self.known else (0, 0)
             return Term.const(min(a * k, b * k), max(a * k, b * k))
-        if k >= 0:
-            return Term(self.input, self.scale * k, self.low.times(k), self.high.times(k))
-        return Term(self.input, self.scale * k, self.high.times(-k).negated(),
-                    self.low.times(-k).negated())
+        low, high = self.low, self.high
+        if k > 0:
+            return Term(self.input, self.direction, lambda x: low(x) * k, lambda x: high(x) * k)
+        return Term(self.input, -self.direction, lambda x: high(x) * k, lambda x: low(x) * k)
 
     def clamped(self, m: int, op: str) -> Term:
+        f = max if op == "maximum" else min
         if self.known:
             a, b = self.interval()
-            return Term.const(max(a, m), max(b, m)) if op == "maximum" else \
-                Term.const(min(a, m), min(b, m))
-        if op == "maximum":
-            return Term(self.input, self.scale, self.low.at_least(m), self.high.at_least(m))
-        return Term(self.input, self.scale, self.low.at_most(m), self.high.at_most(m))
+            return Term.const(f(a, m), f(b, m))
+        low, high = self.low, self.high
+        return Term(self.input, self.direction, lambda x: f(low(x), m), lambda x: f(high(x), m))
+
+    def divided(self, k: int) -> Term:
+        """Floor division by ``k > 0`` (integer ``/`` in Linnet rounds toward -inf)."""
+        if self.known:
+            a, b = self.interval()
+            return Term.const(a // k, b // k)
+        low, high = self.low, self.high
+        return Term(self.input, self.direction, lambda x: low(x) // k, lambda x: high(x) // k)
 
 
 @dataclass(frozen=True)
@@ -265,7 +246,7 @@ def _const_value(v: Abstract) -> int | None:
     return None
 
 
-def _add(a: Abstract, b: Abstract, sign: int) -> Abstract:
+def _add(a: Abstract, b: Abstract, sign: int) -> Abstract:  # a + b, or a - b
     if not isinstance(a, Term) or not isinstance(b, Term):
         return _opaque(a, b)
     if b.known:
@@ -309,9 +290,8 @@ def _extreme(a: Abstract, b: Abstract, op: str) -> Abstract:
 
 def _floordiv(a: Abstract, b: Abstract) -> Abstract:
     k = _const_value(b)
-    if isinstance(a, Term) and a.known and k is not None and k > 0:
-        lo, hi = a.interval()
-        return Term.const(lo // k, hi // k)
+    if isinstance(a, Term) and k is not None and k > 0:
+        return a.divided(k)
     return _opaque(a, b)
 
 
@@ -319,38 +299,45 @@ def _rem(a: Abstract, b: Abstract) -> Abstract:
     k = _const_value(b)
     if isinstance(a, Term) and a.known and k is not None and k > 0:
         lo, hi = a.interval()
-        return Term.const(lo, hi) if lo >= 0 and hi < k else Term.const(0, k - 1)
+        return Term.const(lo, hi) if 0 <= lo and hi < k else Term.const(0, k - 1)
     return _opaque(a, b)
 
 
-def _solve(t: Term, n: int) -> tuple[int | None, int | None, bool]:
-    """The inputs x with ``0 <= low(x)`` and ``high(x) <= n - 1``: ``(xlo, xhi, never)``,
-    inclusive ends (None: unbounded); ``never`` when no x is valid."""
-    s = t.scale
-    xlo: int | None = None
-    xhi: int | None = None
+def _first(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """The least x in [lo, hi] with pred(x), for pred false then true (None: never true)."""
+    if not pred(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _solve(t: Term, n: int, xmin: int, xmax: int) -> tuple[int | None, int | None, bool]:
+    """The inputs x in ``[xmin, xmax]`` with ``0 <= low(x)`` and ``high(x) <= n - 1``:
+    ``(xlo, xhi, never)``, inclusive ends, None where the dtype's own end is the bound;
+    ``never`` when no x is valid. Both ends are monotone: each condition holds on a half
+    line, found by bisection (exact, whatever the composition of the ends)."""
     low, high = t.low, t.high
-    # low(x) = min(max(s*x + o, f), c) >= 0  <=>  c >= 0 and (f >= 0 or s*x + o >= 0)
-    if low.ceil is not None and low.ceil < 0:
+    if t.direction > 0:
+        a = _first(lambda x: low(x) >= 0, xmin, xmax)            # [a, xmax]
+        c = _first(lambda x: high(x) > n - 1, xmin, xmax)        # [xmin, c - 1]
+        xlo, xhi = a, (xmax if c is None else c - 1)
+    else:
+        a = _first(lambda x: low(x) < 0, xmin, xmax)             # [xmin, a - 1]
+        c = _first(lambda x: high(x) <= n - 1, xmin, xmax)       # [c, xmax]
+        xlo, xhi = c, (xmax if a is None else a - 1)
+    if xlo is None or xhi < xlo:
         return None, None, True
-    if low.floor is None or low.floor < 0:
-        a = -low.offset  # s*x >= a
-        if s > 0:
-            xlo = -((-a) // s)
-        else:
-            xhi = a // s
-    # high(x) = min(max(s*x + o, f), c) <= n-1  <=>  c <= n-1 or (f <= n-1 and s*x + o <= n-1)
-    if high.ceil is None or high.ceil > n - 1:
-        if high.floor is not None and high.floor > n - 1:
-            return None, None, True
-        b = n - 1 - high.offset  # s*x <= b
-        if s > 0:
-            top = b // s
-            xhi = top if xhi is None else min(xhi, top)
-        else:
-            bottom = -((-b) // s)
-            xlo = bottom if xlo is None else max(xlo, bottom)
-    return xlo, xhi, False
+    return (None if xlo == xmin else xlo), (None if xhi == xmax else xhi), False
+
+
+_DTYPE_RANGES = {"i8": (-(2 ** 7), 2 ** 7 - 1), "i16": (-(2 ** 15), 2 ** 15 - 1),
+                 "i32": (-(2 ** 31), 2 ** 31 - 1), "i64": (-(2 ** 63), 2 ** 63 - 1),
+                 "u8": (0, 255)}
 
 
 # ---------------------------------------------------------------- the analysis
@@ -395,7 +382,9 @@ def input_bounds(graph: Graph) -> Bounds:
                 out.static.append(StaticViolation(u, lo, hi))
             return
         assert index.input is not None
-        xlo, xhi, never = _solve(index, u.size)
+        vt = graph.values.get(index.input)
+        xmin, xmax = _DTYPE_RANGES.get(vt.dtype if vt else "i64", _DTYPE_RANGES["i64"])
+        xlo, xhi, never = _solve(index, u.size, xmin, xmax)
         name = index.input
         if never:
             xlo, xhi = 0, -1
