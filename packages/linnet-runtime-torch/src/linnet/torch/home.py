@@ -54,9 +54,11 @@ def import_source(text: str, stem: str = "linnet_generated") -> ModuleType:
     """
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
     name = f"{stem}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
     path = linnet_home() / "generated" / f"{name}.py"
+    loaded = sys.modules.get(name)
+    # The same text imported before, from this $LINNET_HOME: its file is where it says.
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path) and path.is_file():
+        return loaded
     if _read(path) != text.encode("utf-8"):
         atomic_write(path, text)
     loader = _VerifiedSource(text, path)
