@@ -191,6 +191,28 @@ def test_prompt_as_long_as_the_cache_runs(weights):
     assert model.prefill(torch.ones((1, S), dtype=I32)).shape == (1, S, V)
 
 
+@pytest.mark.parametrize("inputs", [[i32(300), i32(0)], [i32(1), i32(-1)], [i32(1), i32(S)]])
+def test_planning_and_conform_check_their_inputs(weights, tmp_path, inputs):
+    # Both run the generated source on these inputs (to record and time regions).
+    from linnet.plan import TimingCache
+    from reference_backends import RefLinear
+
+    model = paths_model(weights)
+    with pytest.raises(LinnetError) as err:
+        model.plan_for("decode", inputs, backends=[RefLinear()], measure=True, progress=False,
+                       cache=TimingCache(tmp_path / "timings.json"))
+    assert code_of(err) == "E0780"
+    with pytest.raises(LinnetError) as err:
+        model.conform("decode", inputs, RefLinear())
+    assert code_of(err) == "E0780"
+
+
+def paths_model(weights):
+    if "plain" not in _BATCHED:
+        _BATCHED["plain"] = load(LLAMA, weights=weights, config=toy_config())
+    return _BATCHED["plain"]
+
+
 # ---------------------------------------------------------------- item 12: API misuse
 MISUSE = [
     ((1, 0), "E0721"), (([1], [0]), "E0721"), ((np.array([1], dtype=np.int32), i32(0)), "E0721"),

@@ -299,8 +299,15 @@ class Model:
         """
         from .planned import plan_for
 
+        self._checked(entry, inputs)  # the plan runs them to record and time regions
         return plan_for(self, entry, inputs, backends, compile, memory, measure, margin,
                         progress, cache)
+
+    def _checked(self, entry: str, inputs: Sequence[torch.Tensor]) -> Graph:
+        """The graph for ``inputs``, after checking them (see :meth:`run`)."""
+        graph = self._lower(entry, inputs).graph
+        check_inputs(graph, list(inputs), entry)
+        return graph
 
     def context_for(self, plan: Any) -> Context:
         """A context for ``plan``: zeroed states, and each executable prepared once (where a
@@ -320,6 +327,7 @@ class Model:
         """
         from .planned import conform
 
+        self._checked(entry, inputs)
         return conform(self, entry, inputs, backend, tolerance, context)
 
     def run(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, torch.Tensor],
