@@ -242,6 +242,32 @@ def test_plan_run_misuse_is_coded(paths, args, code):
     assert code_of(err) == want
 
 
+DTYPES = [torch.int32, torch.int64, torch.int16, torch.uint8, torch.float32, torch.bool]
+SHAPES = [(), (1,), (2,), (1, 1), (0,)]
+anything = st.one_of(
+    st.integers(-(2 ** 40), 2 ** 40), st.floats(allow_nan=True), st.none(), st.text(max_size=3),
+    st.lists(st.integers(-5, 300), max_size=3),
+    st.builds(lambda v: np.array(v, dtype=np.int32), st.lists(st.integers(0, 9), max_size=2)),
+    st.builds(lambda d, s, v: torch.full(s, v).to(d), st.sampled_from(DTYPES),
+              st.sampled_from(SHAPES), st.integers(-(2 ** 31), 2 ** 31 - 1)),
+    st.builds(lambda s, v: torch.full(s, v, dtype=I32), st.sampled_from(SHAPES[:3]),
+              st.integers(-3, 300)))
+
+
+@SETTINGS
+@given(args=st.lists(anything, max_size=3))
+def test_any_inputs_are_a_result_or_a_coded_error(paths, args):
+    # Whatever is passed, a run returns logits or raises a LinnetError: never another error.
+    for how in ("generated", "interpreter", "plan"):
+        call, _ = paths[how]
+        try:
+            out = call(list(args))
+        except LinnetError:
+            continue
+        out = out[0] if isinstance(out, list) else out
+        assert isinstance(out, torch.Tensor) and torch.isfinite(out).all()
+
+
 def test_plan_run_float_tokens_are_not_cast(paths):
     call, _ = paths["plan"]
     with pytest.raises(LinnetError) as err:
