@@ -527,3 +527,21 @@ def test_a_divided_position_is_checked(tmp_path, interpret, pos):
     with pytest.raises(LinnetError) as err:
         model.halve(torch.ones(1), i32(pos))
     assert code_of(err) == "E0780" and "[0, 8)" in str(err.value)
+
+
+@pytest.mark.parametrize("interpret", [False, True])
+def test_a_parameter_returned_whole_is_a_copy(tmp_path, interpret):
+    path = tmp_path / "p.linnet"
+    path.write_text("""
+model M<N: Dim> {
+    param w: Tensor[N; f32]
+    entry get(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        return self.w
+    }
+}
+""")
+    w = torch.arange(3, dtype=torch.float32)
+    model = load(path, weights={"w": w}, interpret=interpret)
+    out = model.get(torch.zeros(3))
+    assert torch.equal(out, w)
+    assert out.data_ptr() != model.params["w"].data_ptr()  # the caller's own tensor
