@@ -196,3 +196,20 @@ def test_handwritten_graph_with_affine_scatter():
                      Step("scatter", ["@s", "%x", "%q"], [], {"indexed_axes": 1})])
     r = input_bounds(g).inputs["%p"]
     assert (r.lo, r.hi) == (4, 20) and r.upper.describe(g).startswith("axis 0 (size 16")
+
+
+def test_a_very_long_chain_of_integer_steps_is_not_followed_into_a_recursion():
+    # 5,000 `+ 1` in a row: the ends are not composed that deep (no RecursionError).
+    steps = [Step("constant", [], ["%one"], {"value": 1, "dtype": "i32"})]
+    values = {"%p": ValueType((1,), "i32"), "%one": ValueType((), "i32"),
+              "%x": ValueType((1,), "f32")}
+    prev = "%p"
+    for i in range(5000):
+        steps.append(Step("add", [prev, "%one"], [f"%v{i}"]))
+        values[f"%v{i}"] = ValueType((1,), "i32")
+        prev = f"%v{i}"
+    steps.append(Step("scatter", ["@s", "%x", prev], []))
+    g = Graph("e", "m", inputs=["%p", "%x"], values=values, steps=steps,
+              states={"s": ValueType((16,), "f32")})
+    b = input_bounds(g)
+    assert not b.inputs and list(b.unanalysed) == ["%p"]

@@ -58,7 +58,11 @@ class Use:
     loc: str = ""
 
     def describe(self, graph: Graph | None = None) -> str:
-        """``axis 1 (size 128 = S) of state `k_cache```: what this index reaches into."""
+        """What this index reaches into, for messages.
+
+        >>> Use(0, "take", "@t", 0, 8).describe(Graph("e", "m", dims={"V": 8}))
+        'axis 0 (size 8 = V) of parameter `t`'
+        """
         kind = "tensor"
         if self.target.startswith("@"):
             path = self.target[1:]
@@ -128,6 +132,7 @@ class StaticViolation:
     hi: int
 
     def message(self, graph: Graph) -> str:
+        """One line: the step, what it indexes, the values and the valid ones."""
         return (f"step {self.use.step} ({self.use.op}) indexes {self.use.describe(graph)} "
                 f"with values {self.lo}..{self.hi}, outside 0..{self.use.size - 1}")
 
@@ -143,6 +148,7 @@ class Bounds:
 
 # ---------------------------------------------------------------- the abstract values
 Fn = Callable[[int], int]
+_MAX_DEPTH = 200
 
 
 def _identity(x: int) -> int:
@@ -163,6 +169,7 @@ class Term:
     direction: int
     low: Fn
     high: Fn
+    depth: int = 0  # how many operations the ends compose (bounded: see _term)
 
     @staticmethod
     def const(lo: int, hi: int | None = None) -> Term:
@@ -180,37 +187,45 @@ class Term:
         """The value's range (known terms only)."""
         return self.low(0), self.high(0)
 
-    def shifted(self, lo: int, hi: int) -> Term:
+    def shifted(self, lo: int, hi: int) -> Term | Opaque:
         if self.known:
             a, b = self.interval()
             return Term.const(a + lo, b + hi)
         low, high = self.low, self.high
-        return Term(self.input, self.direction, lambda x: low(x) + lo, lambda x: high(x) + hi)
+        return self._derived(self.direction, lambda x: low(x) + lo, lambda x: high(x) + hi)
 
-    def scaled(self, k: int) -> Term:
+    def scaled(self, k: int) -> Term | Opaque:
         if self.known or k == 0:
             a, b = self.interval() if self.known else (0, 0)
             return Term.const(min(a * k, b * k), max(a * k, b * k))
         low, high = self.low, self.high
         if k > 0:
-            return Term(self.input, self.direction, lambda x: low(x) * k, lambda x: high(x) * k)
-        return Term(self.input, -self.direction, lambda x: high(x) * k, lambda x: low(x) * k)
+            return self._derived(self.direction, lambda x: low(x) * k, lambda x: high(x) * k)
+        return self._derived(-self.direction, lambda x: high(x) * k, lambda x: low(x) * k)
 
-    def clamped(self, m: int, op: str) -> Term:
+    def clamped(self, m: int, op: str) -> Term | Opaque:
         f = max if op == "maximum" else min
         if self.known:
             a, b = self.interval()
             return Term.const(f(a, m), f(b, m))
         low, high = self.low, self.high
-        return Term(self.input, self.direction, lambda x: f(low(x), m), lambda x: f(high(x), m))
+        return self._derived(self.direction, lambda x: f(low(x), m), lambda x: f(high(x), m))
 
-    def divided(self, k: int) -> Term:
+    def divided(self, k: int) -> Term | Opaque:
         """Floor division by ``k > 0`` (integer ``/`` in Linnet rounds toward -inf)."""
         if self.known:
             a, b = self.interval()
             return Term.const(a // k, b // k)
         low, high = self.low, self.high
-        return Term(self.input, self.direction, lambda x: low(x) // k, lambda x: high(x) // k)
+        return self._derived(self.direction, lambda x: low(x) // k, lambda x: high(x) // k)
+
+    def _derived(self, direction: int, low: Fn, high: Fn) -> Term | Opaque:
+        # The ends are nested closures: past a few hundred operations (no index is made so),
+        # stop following rather than recurse that deep when they are evaluated.
+        if self.depth >= _MAX_DEPTH:
+            assert self.input is not None
+            return Opaque(frozenset({self.input}))
+        return Term(self.input, direction, low, high, self.depth + 1)
 
 
 @dataclass(frozen=True)
@@ -254,7 +269,8 @@ def _add(a: Abstract, b: Abstract, sign: int) -> Abstract:  # a + b, or a - b
         return a.shifted(lo, hi) if sign > 0 else a.shifted(-hi, -lo)
     if a.known:
         lo, hi = a.interval()
-        return (b if sign > 0 else b.scaled(-1)).shifted(lo, hi)
+        negated = b if sign > 0 else b.scaled(-1)
+        return negated.shifted(lo, hi) if isinstance(negated, Term) else negated
     return _opaque(a, b)
 
 
