@@ -315,7 +315,7 @@ def _rem(a: Abstract, b: Abstract) -> Abstract:
     k = _const_value(b)
     if isinstance(a, Term) and a.known and k is not None and k > 0:
         lo, hi = a.interval()
-        return Term.const(lo, hi) if 0 <= lo and hi < k else Term.const(0, k - 1)
+        return Term.const(lo, hi) if lo >= 0 and hi < k else Term.const(0, k - 1)
     return _opaque(a, b)
 
 
