@@ -545,3 +545,23 @@ model M<N: Dim> {
     out = model.get(torch.zeros(3))
     assert torch.equal(out, w)
     assert out.data_ptr() != model.params["w"].data_ptr()  # the caller's own tensor
+
+
+@pytest.mark.parametrize("interpret", [False, True])
+def test_a_constant_index_past_the_end_fails_at_lowering(tmp_path, interpret):
+    # Before: a raw IndexError from the generated source and from the interpreter.
+    path = tmp_path / "c.linnet"
+    path.write_text("""
+model M<S: Dim> {
+    state s: Tensor[S; f32]
+    entry put(x: Tensor[1; f32]) -> Tensor[S; f32] {
+        self.s[5] = x[0]
+        return self.s
+    }
+}
+""")
+    with pytest.raises(LinnetError) as err:
+        load(path, config={"S": 4}, interpret=interpret).put(torch.ones(1))
+    assert code_of(err) == "E0782" and "positions 5..5" in str(err.value)
+    out = load(path, config={"S": 6}, interpret=interpret).put(torch.ones(1))
+    assert out.tolist() == [0.0] * 5 + [1.0]

@@ -62,18 +62,23 @@ def check_static(graph: Graph, entry: str) -> None:
     v = found[0]
     what = v.use.describe(graph)
     culprits = [f"`{name.lstrip('%')}` is {list(graph.values[name].shape)}"
-                for name in graph.inputs if v.hi + 1 in graph.values[name].shape
-                or v.hi - v.lo + 1 in graph.values[name].shape]
-    shape_note = f" (input {', '.join(culprits)})" if culprits else ""
+                for name in graph.inputs
+                if v.hi >= v.use.size and v.hi + 1 in graph.values[name].shape]
     names = dim_names(graph, v.use.size)
     dim = f" ({' or '.join(names)} = {v.use.size})" if names else ""
     verb = "write" if v.use.op == "scatter" else "read"
+    if culprits:
+        raise _error(
+            "E0782", f"the shapes of the inputs of `{entry}` (input {', '.join(culprits)}) make "
+            f"step {v.use.step} ({v.use.op}) {verb} positions {v.lo}..{v.hi} of {what}, which "
+            f"holds {v.use.size}", help=f"an input is longer than the axis it indexes{dim}: "
+            f"e.g. a prompt longer than the KV cache; shorten the input to at most "
+            f"{v.use.size} along that axis, or load the model with a larger size in the config")
     raise _error(
-        "E0782", f"the shapes of the inputs of `{entry}`{shape_note} make step {v.use.step} "
-        f"({v.use.op}) {verb} positions {v.lo}..{v.hi} of {what}, which holds "
-        f"{v.use.size}", help=f"an input is longer than the axis it indexes{dim}: e.g. a "
-        f"prompt longer than the KV cache; shorten the input to at most {v.use.size} along "
-        f"that axis, or load the model with a larger size in the config")
+        "E0782", f"`{entry}` would {verb} positions {v.lo}..{v.hi} of {what}, which holds "
+        f"{v.use.size} (step {v.use.step}, {v.use.op})",
+        help=f"the model indexes past the end of that axis for these dims{dim}: check the "
+             "config's sizes and the model's constant indices")
 
 
 def _type_error(entry: str, name: str, value: Any, graph: Graph | None) -> LinnetError:
