@@ -10,6 +10,7 @@ import inspect
 import marshal
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -436,13 +437,13 @@ def test_a_planted_pyc_never_runs(linnet_home):
     text = "VALUE = 'verified source'\n\ndef f():\n    return VALUE\n"
     first = import_source(text, "linnet_pyc")
     name = first.__name__
-    assert not (linnet_home / "generated" / "__pycache__").exists()  # none written
-    pyc = plant_pyc(first.__file__ and __import__("pathlib").Path(first.__file__),
-                    "VALUE = 'tampered'\n\ndef f():\n    return VALUE\n")
+    wrote_bytecode = (linnet_home / "generated" / "__pycache__").exists()
+    pyc = plant_pyc(Path(first.__file__), "VALUE = 'tampered'\n\ndef f():\n    return VALUE\n")
     del sys.modules[name]  # a new process: imports the file again
     again = import_source(text, "linnet_pyc")
-    assert again.f() == "verified source"
+    assert again.f() == "verified source"  # before: 'tampered'
     assert os.path.exists(pyc)  # it was there to be read, and was not
+    assert not wrote_bytecode
     # Tracebacks and @triton.jit read the functions' source from the file.
     assert inspect.getsource(again.f).startswith("def f():")
     assert again.__file__.endswith(".py")
