@@ -92,10 +92,10 @@ class Plan:
 
         >>> logits, = plan.run([token, pos], model.context_for(plan))   # doctest: +SKIP
         """
+        check_inputs(self.graph, inputs, self.entry)  # count, types, dtypes, index ranges
         # Executables were prepared by `context_for`; per-step host work that needs the step's
         # values (FlashInfer's plan) runs inside `execute` here, and in `prepare` under Captured.
         # Inputs given on the host are also handed to executables as `context.host_inputs`.
-        check_inputs(self.graph, inputs, self.entry)
         context.host_inputs = host_inputs(self.graph, inputs)
         on_device = [t.to(self.device) for t in inputs]
         context.inputs = dict(zip(self.graph.inputs, on_device))
