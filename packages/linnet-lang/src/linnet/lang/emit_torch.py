@@ -70,6 +70,15 @@ class Scope:
             self.names[ref] = name
         return self.names[ref]
 
+    def tensor(self, ref: str) -> str:
+        """``ref`` as a tensor expression: a constant inlined as a literal (``0``) becomes
+        ``torch.full((), 0, ...)`` where a rule calls a tensor method on it (``.reshape``):
+        a fill on the device, no copy from the host (a CUDA graph can capture it)."""
+        if ref in self.literals:
+            return (f"torch.full((), {self.literals[ref]}, dtype={TORCH_DTYPES[self.dtype(ref)]}, "
+                    f"device=DEVICE)")
+        return self(ref)
+
     def producers(self) -> dict[str, Step]:
         if not hasattr(self, "_producers"):
             self._producers = {r: st for st in self.graph.steps for r in st.results}
@@ -153,15 +162,15 @@ def _iota(s: Step, n: Scope, numerics: str) -> list[str]:
 
 
 def _convert(s: Step, n: Scope, numerics: str) -> list[str]:
-    return [f"{n(s.results[0])} = {n(s.operands[0])}.to({TORCH_DTYPES[s.attributes['dtype']]})"]
+    return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}.to({TORCH_DTYPES[s.attributes['dtype']]})"]
 
 
 def _reshape(s: Step, n: Scope, numerics: str) -> list[str]:
-    return [f"{n(s.results[0])} = {n(s.operands[0])}.reshape({tuple(s.attributes['shape'])})"]
+    return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}.reshape({tuple(s.attributes['shape'])})"]
 
 
 def _transpose(s: Step, n: Scope, numerics: str) -> list[str]:
-    return [f"{n(s.results[0])} = {n(s.operands[0])}.permute({tuple(s.attributes['perm'])})"]
+    return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}.permute({tuple(s.attributes['perm'])})"]
 
 
 def _broadcast(s: Step, n: Scope, numerics: str) -> list[str]:
@@ -240,8 +249,17 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
         return [f"{out} = F.pad({n(x)}.narrow({axis}, {start}, {keep}), {pad})"]
     out_shape = tuple(n.graph.values[s.results[0]].shape)
     idx_shape = n.shape(idx)
+    if idx in n.literals and isinstance(n.producers()[idx].attributes.get("value"), int):
+        # x[..., 3, ...]: one known position (rank 0), a view; outside the axis, zeros
+        # (bounds zero) or an IndexError that the runtime reports (unchecked).
+        v = n.producers()[idx].attributes["value"]
+        if s.attributes["bounds"] == "zero" and not 0 <= v < size:
+            return [f"{out} = {n(x)}.new_zeros({out_shape})"]
+        # A view of a state would change with the state's next write: copy it.
+        copy = ".clone()" if x.startswith("@") and x[1:] in n.graph.states else ""
+        return [f"{out} = {n(x)}.select({axis}, {v}){copy}"]
     lines = []
-    i = n(idx)
+    i = n.tensor(idx)
     if s.attributes["bounds"] == "zero":
         lines.append(f"{out}_index = {i}.clamp(0, {size - 1})")
         index = f"{out}_index"
@@ -267,7 +285,7 @@ def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
     lines = []
     names = []
     for axis, ref in enumerate(indices):
-        i = n(ref)
+        i = n.tensor(ref)
         if s.attributes["bounds"] == "zero":
             lines.append(f"{out}_i{axis} = {i}.long().clamp(0, {shape[axis] - 1})")
             names.append(f"{out}_i{axis}")
@@ -275,7 +293,8 @@ def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
             names.append(f"{i}.long()")
     lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
     if s.attributes["bounds"] == "zero":
-        valid = " & ".join(f"({n(r)} >= 0) & ({n(r)} < {shape[a]})" for a, r in enumerate(indices))
+        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
+                           for a, r in enumerate(indices))
         trailing = len(shape) - len(indices)
         mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
         lines.append(f"{out} = torch.where({mask}, {out}, 0)")
@@ -286,7 +305,7 @@ def _scatter(s: Step, n: Scope, numerics: str) -> list[str]:
     state, value, *indices = s.operands
     if not indices:
         return [f"{n(state)}.copy_({n(value)})"]
-    idx = ", ".join(f"{n(i)}.long()" for i in indices)
+    idx = ", ".join(f"{n.tensor(i)}.long()" for i in indices)
     return [f"{n(state)}.index_put_(({idx},), {n(value)})"]
 
 
@@ -384,6 +403,17 @@ def _is_std(loc: str) -> bool:
 class Options:
     numerics: str = "exact"
     fast: bool = True  # use FAST_CALLS where they apply
+
+
+def _output(graph: Graph, scope: Scope, ref: str) -> str:
+    """An entry's output: a value, or a whole state or parameter (``return self.cache``),
+    returned as a copy (as the interpreter does): the next call writes the state in place,
+    and a result the caller holds must not change under them."""
+    if ref.startswith("@"):
+        path = ref[1:]
+        table = "states" if path in graph.states else "params"
+        return f"{table}[{path!r}].clone()"
+    return scope(ref)
 
 
 class TorchEmitter:
@@ -518,8 +548,7 @@ class TorchEmitter:
         lines = [f"def {identifier(graph.entry)}({', '.join(inputs)}, params, states):"]
         shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
                            for v in graph.inputs)
-        outs = ", ".join(f"{graph.values[v].dtype}{list(graph.values[v].shape)}"
-                         for v in graph.outputs)
+        outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
         lines.append(f'    """Entry {graph.model}.{graph.entry}({shapes}) -> {outs}."""')
         for sl in slices:
             fn = self.slice_function(graph, sl)
@@ -530,7 +559,7 @@ class TorchEmitter:
             target = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
             call = f"{fn}({', '.join(args)})"
             lines.append(f"    {target} = {call}" if outputs else f"    {call}")
-        lines.append(f"    return ({', '.join(scope(v) for v in graph.outputs)},)")
+        lines.append(f"    return ({', '.join(_output(graph, scope, v) for v in graph.outputs)},)")
         self.metadata.append(self.entry_metadata(graph, slices))
         return "\n".join(lines)
 

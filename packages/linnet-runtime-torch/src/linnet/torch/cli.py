@@ -86,11 +86,18 @@ def run_command(args: argparse.Namespace) -> int:
     except ValueError:
         print("linnet run: --prompt takes comma-separated integers", file=sys.stderr)
         return 2
+    if not prompt:
+        raise LinnetError(Diagnostic("E0786", "--prompt is empty: prefill needs at least one "
+                                     "token", help="e.g. --prompt 1,2,3"))
+    if args.tokens < 1:
+        raise LinnetError(Diagnostic("E0787", f"--tokens {args.tokens}: decode at least one "
+                                     "token", help="e.g. --tokens 16"))
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, compile=args.compile,
                  numerics=args.numerics, config=config, interpret=args.interpret, progress=True)
     print(f"loaded {model_path} on {model.device} in {time.perf_counter() - start:.2f} s "
           f"(entries: {', '.join(model.entries)})")
+    check_length(model, len(prompt), args.tokens)
     tokens = torch.tensor([prompt], dtype=torch.int32)
     start = time.perf_counter()
     logits = model.prefill(tokens)
@@ -117,6 +124,28 @@ def run_command(args: argparse.Namespace) -> int:
     print(f"per-token decode: median {steady:.2f} ms after the first (first: "
           f"{times[0] if times else float('nan'):.1f} ms, includes lowering)")
     return 0
+
+
+def check_length(model: Any, prompt: int, tokens: int) -> None:
+    """Fail before prefill when decoding ``tokens`` after a ``prompt``-token prompt would
+    run past the positions the decode entry accepts (the KV cache's length)."""
+    import torch
+
+    from .inputs import bounds_for
+
+    if "decode" not in model.entries:
+        return
+    one = torch.zeros(1, dtype=torch.int32)
+    graph = model.graph("decode", [one, one])
+    r = next((r for name, r in bounds_for(graph).inputs.items() if name == "%pos"), None)
+    last = prompt + tokens - 2  # the position of the last decode step
+    if r is None or tokens < 2 or last < r.hi:
+        return
+    raise LinnetError(Diagnostic(
+        "E0788", f"a prompt of {prompt} tokens and --tokens {tokens} decode up to position "
+        f"{last}, but `decode` takes positions below {r.hi} ({r.upper.describe(graph)})",
+        help=f"decode at most --tokens {max(1, r.hi - prompt + 1)} after this prompt, or "
+             "give a config with a longer cache (--config)"))
 
 
 def sync(device: Any) -> None:

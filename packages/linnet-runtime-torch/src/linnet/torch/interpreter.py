@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from linnet.lang import LinnetError
+from linnet.lang.diagnostics import Diagnostic
 from linnet.lang.graph import Graph, Step
 from linnet.lang.primitives import PRIMITIVES
 
@@ -29,10 +31,36 @@ def _div(step: Step, x: list[Any], device: torch.device) -> Any:
     return a / b
 
 
+def index_error(entry: str, detail: str) -> LinnetError:
+    """E0781: an index computed inside an entry is out of range while it runs (one that
+    no entry input bounds: inputs are checked before the entry runs, error E0780)."""
+    return LinnetError(Diagnostic(
+        "E0781", f"an index computed in `{entry}` is out of range: {detail}",
+        help="the entry reads or writes outside a tensor for these inputs or weights; states "
+             "it wrote before this point may be updated: start from a new context"))
+
+
+def _check_index(step: Step, idx: torch.Tensor, size: int, axis: int, target: str) -> None:
+    """Unchecked gathers and scatters: an index outside ``0..size-1`` is an error, as it is
+    in generated source (never clamped, never wrapped around as Python does)."""
+    if idx.numel() == 0:
+        return
+    lo, hi = torch.aminmax(idx)
+    if int(lo) < 0 or int(hi) >= size:
+        bad = int(lo) if int(lo) < 0 else int(hi)
+        raise LinnetError(Diagnostic(
+            "E0781", f"step {step.op} at {step.loc or '?'} indexes axis {axis} (size {size}) of "
+            f"`{target.lstrip('@%')}` with {bad}",
+            help="the entry reads or writes outside a tensor for these inputs or weights; "
+                 "states it wrote before this point may be updated: start from a new context"))
+
+
 def _take(step: Step, x: list[Any], device: torch.device) -> Any:
     data, idx = x
     axis = step.attributes["axis"]
     size = data.shape[axis]
+    if step.attributes["bounds"] != "zero":
+        _check_index(step, idx, size, axis, step.operands[0])
     safe = idx.long().clamp(0, size - 1)
     out = torch.index_select(data, axis, safe.reshape(-1))
     out = out.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1:])
@@ -45,6 +73,9 @@ def _take(step: Step, x: list[Any], device: torch.device) -> Any:
 
 def _gather(step: Step, x: list[Any], device: torch.device) -> Any:
     data, *indices = x
+    if step.attributes["bounds"] != "zero":
+        for a, i in enumerate(indices):
+            _check_index(step, i, data.shape[a], a, step.operands[0])
     safe = [i.long().clamp(0, data.shape[a] - 1) for a, i in enumerate(indices)]
     out = data[tuple(safe)]
     if step.attributes["bounds"] == "zero":
@@ -129,6 +160,8 @@ def _scatter(step: Step, x: list[Any], device: torch.device) -> None:
     if not indices:
         state.copy_(value)
     else:
+        for a, i in enumerate(indices):
+            _check_index(step, i, state.shape[a], a, step.operands[0])
         state.index_put_(tuple(i.long() for i in indices), value)
 
 
@@ -159,4 +192,15 @@ def run_graph(graph: Graph, inputs: list[torch.Tensor], params: dict[str, torch.
         out = RULES[step.op](step, args, device)
         if step.results:
             env[step.results[0]] = out
-    return [env[o] for o in graph.outputs]
+    return [_output(o, env, params, states) for o in graph.outputs]
+
+
+def _output(ref: str, env: dict[str, Any], params: dict[str, torch.Tensor],
+            states: dict[str, torch.Tensor]) -> torch.Tensor:
+    """An output is a value or a whole state or parameter (``return self.cache``): those
+    are returned as copies, as generated source does, so that the next call's in-place
+    writes do not change a result the caller holds."""
+    if ref.startswith("@"):
+        path = ref[1:]
+        return (states[path] if path in states else params[path]).clone()
+    return env[ref]

@@ -6,7 +6,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +20,8 @@ import torch
 
 from .context import Context
 from .home import import_source
-from .interpreter import DTYPES, run_graph
+from .inputs import check_inputs, check_static
+from .interpreter import DTYPES, index_error, run_graph
 from .weights import load_safetensors
 
 NUMERICS = ("exact", "fast")
@@ -30,6 +31,11 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
     return LinnetError(Diagnostic(code, message, help=help))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def compile_options(compile: Any) -> dict[str, Any] | None:
@@ -101,9 +107,18 @@ class Lowered:
 class Model:
     """A loaded Linnet model: its parameters on a device and its entries as methods.
 
-    Entries are called with tensors: ``model.decode(token, pos)``. Each distinct input
-    shape is lowered once; its generated source is imported from a file under
-    $LINNET_HOME/generated.
+    Entries are called with tensors, by position or by the entry's parameter names:
+    ``model.decode(token, pos)`` or ``model.decode(token=token, pos=pos)``. Nothing is
+    converted: a Python int, a list or a NumPy array is error E0721, a wrong dtype E0722.
+    Inputs used as indices are range-checked before anything runs (a token id outside the
+    vocabulary, a position outside the KV cache: E0780; a prompt longer than the cache:
+    E0782; see docs/torch.md, "Inputs"). Each distinct input shape is lowered once; its
+    generated source is imported from a file under $LINNET_HOME/generated.
+
+    >>> model = load("examples/llama/llama.linnet", config="toy")          # doctest: +SKIP
+    >>> token, pos = torch.tensor([1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
+    >>> model.decode(token=token, pos=pos).shape                            # doctest: +SKIP
+    torch.Size([1, 256])
     """
 
     def __init__(self, program: Program, params: dict[str, torch.Tensor],
@@ -132,7 +147,48 @@ class Model:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in self.__dict__.get("entries", []):
             raise AttributeError(name)
-        return lambda *inputs, context=None: self.run(name, list(inputs), context=context)
+
+        def entry(*inputs: Any, context: Context | None = None, **named: Any) -> Any:
+            return self.run(name, self._inputs(name, list(inputs), named), context=context)
+
+        entry.__name__ = entry.__qualname__ = name
+        return entry
+
+    def _inputs(self, entry: str, given: list[Any], named: dict[str, Any]) -> list[Any]:
+        """Positional inputs, then inputs by the entry's parameter names, in its order."""
+        method = self._entry_method(entry)
+        params = [p.name for p in method.params]
+        if not named:
+            return given
+        out: dict[str, Any] = dict(zip(params, given))
+        if len(given) > len(params):
+            raise _error("E0720", f"entry `{entry}` takes {len(params)} inputs "
+                         f"({', '.join(params)}), got {len(given) + len(named)}")
+        for key, value in named.items():
+            if key not in params:
+                raise _error("E0783", f"entry `{entry}` has no input `{key}`",
+                             help=f"its inputs are: {', '.join(params)}")
+            if key in out:
+                raise _error("E0783", f"input `{key}` of `{entry}` is given twice (by position "
+                             "and by name)", help=f"its inputs are, in order: {', '.join(params)}")
+            out[key] = value
+        missing = [p for p in params if p not in out]
+        if missing:
+            raise _error("E0720", f"entry `{entry}` takes {len(params)} inputs "
+                         f"({', '.join(params)}); missing: {', '.join(missing)}")
+        return [out[p] for p in params]
+
+    def _entry_method(self, entry: str) -> Any:
+        cache = self.__dict__.setdefault("_methods", {})
+        if entry in cache:
+            return cache[entry]
+        decl = self._model_decl()
+        method = decl.method(entry)
+        if method is None or method.kind != "entry":
+            raise _error("E0601", f"model `{decl.name}` has no entry `{entry}`",
+                         help="entries: " + ", ".join(self.entries))
+        cache[entry] = method
+        return method
 
     def __dir__(self) -> list[str]:
         return list(super().__dir__()) + list(self.entries)
@@ -142,25 +198,28 @@ class Model:
         """The graph of ``entry`` for inputs shaped like ``inputs``."""
         return self._lower(entry, inputs).graph
 
-    def _lower(self, entry: str, inputs: list[torch.Tensor]) -> Lowered:
-        key = (entry, tuple((tuple(t.shape), t.dtype) for t in inputs))
-        if key in self._lowered:
-            return self._lowered[key]
-        decl = self._model_decl()
-        method = decl.method(entry)
-        if method is None or method.kind != "entry":
-            raise _error("E0601", f"model `{decl.name}` has no entry `{entry}`",
-                         help="entries: " + ", ".join(self.entries))
+    def _lower(self, entry: str, inputs: Sequence[torch.Tensor]) -> Lowered:
+        method = self._entry_method(entry)
+        if not isinstance(inputs, list | tuple):
+            raise _error("E0784", f"the inputs of `{entry}` must be a list or tuple of tensors, "
+                         f"got {type(inputs).__name__}", help="pass one tensor per input: "
+                         f"model.run({entry!r}, [{', '.join(p.name for p in method.params)}])")
         if len(inputs) != len(method.params):
             raise _error("E0720", f"entry `{entry}` takes {len(method.params)} inputs "
                          f"({', '.join(p.name for p in method.params)}), got {len(inputs)}")
-        shapes: dict[str, Any] = {}
         for p, t in zip(method.params, inputs):
             if not isinstance(t, torch.Tensor):
                 raise _error("E0721", f"input `{p.name}` of `{entry}` must be a torch.Tensor, "
-                             f"got {type(t).__name__}", help="wrap it: torch.tensor(...)")
-            shapes[p.name] = list(t.shape)
+                             f"got {type(t).__name__} {_short(t)}",
+                             help="wrap it: torch.tensor(..., dtype=torch.int32) for token ids "
+                                  "and positions (Python ints and lists are not converted: "
+                                  "their dtype and device would be guesses)")
+        key = (entry, tuple((tuple(t.shape), t.dtype) for t in inputs))
+        if key in self._lowered:
+            return self._lowered[key]
+        shapes = {p.name: list(t.shape) for p, t in zip(method.params, inputs)}
         graph = lower(self.program, entry, shapes, self.config, self.weight_shapes, check=False)
+        check_static(graph, entry)
         for p, t, name in zip(method.params, inputs, graph.inputs):
             want = DTYPES[graph.values[name].dtype]
             if t.dtype != want:
@@ -240,8 +299,15 @@ class Model:
         """
         from .planned import plan_for
 
+        self._checked(entry, inputs)  # the plan runs them to record and time regions
         return plan_for(self, entry, inputs, backends, compile, memory, measure, margin,
                         progress, cache)
+
+    def _checked(self, entry: str, inputs: Sequence[torch.Tensor]) -> Graph:
+        """The graph for ``inputs``, after checking them (see :meth:`run`)."""
+        graph = self._lower(entry, inputs).graph
+        check_inputs(graph, list(inputs), entry)
+        return graph
 
     def context_for(self, plan: Any) -> Context:
         """A context for ``plan``: zeroed states, and each executable prepared once (where a
@@ -261,14 +327,33 @@ class Model:
         """
         from .planned import conform
 
+        self._checked(entry, inputs)
         return conform(self, entry, inputs, backend, tolerance, context)
 
-    def run(self, entry: str, inputs: list[torch.Tensor], context: Context | None = None
-            ) -> Any:
-        """Run ``entry``; returns its result (a tensor, or a tuple for several)."""
-        inputs = [t.to(self.device) if isinstance(t, torch.Tensor) else t for t in inputs]
-        lowered = self._lower(entry, inputs)
+    def run(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, torch.Tensor],
+            context: Context | None = None) -> Any:
+        """Run ``entry``; returns its result (a tensor, or a tuple for several).
+
+        ``inputs`` is a list (or tuple) of tensors in the entry's order, or a dict by the
+        entry's parameter names; ``model.decode(token, pos)`` and
+        ``model.decode(token=token, pos=pos)`` are the same call. Inputs must be tensors of
+        the declared dtype (nothing is converted); token ids and positions must be in range
+        (checked before anything runs: error E0780; see docs/torch.md, "Bad inputs").
+
+        >>> model.run("decode", {"token": token, "pos": pos})        # doctest: +SKIP
+        """
+        if isinstance(inputs, dict):
+            inputs = self._inputs(entry, [], dict(inputs))
+        if context is not None and not isinstance(context, Context):
+            raise _error("E0785", f"context must be a linnet.torch.Context, got "
+                         f"{type(context).__name__}",
+                         help=f"make one: model.new_context({entry!r}, inputs)")
+        given = inputs
+        lowered = self._lower(entry, given)
         graph = lowered.graph
+        # Checked where the caller's tensors are: host tensors cost nothing to check.
+        check_inputs(graph, list(given), entry)
+        inputs = [t.to(self.device) for t in given]
         ctx = context if context is not None else self._context_for_graph(graph)
         for path, vt in graph.states.items():
             have = ctx.states.get(path)
@@ -283,7 +368,12 @@ class Model:
             else:
                 assert lowered.module is not None
                 fn = getattr(lowered.module, entry)
-                outs = fn(*inputs, self.params, ctx.states)
+                try:
+                    outs = fn(*inputs, self.params, ctx.states)
+                except IndexError as exc:
+                    # An index the bounds analysis could not follow to an input (one
+                    # computed from a parameter, say): the same code as the interpreter's.
+                    raise index_error(entry, str(exc)) from None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:

@@ -38,6 +38,7 @@ import torch
 
 from .context import Context
 from .home import import_source
+from .inputs import check_inputs
 from .model import announce_compile, compile_label, compile_options, numerics_mode
 
 
@@ -91,6 +92,7 @@ class Plan:
 
         >>> logits, = plan.run([token, pos], model.context_for(plan))   # doctest: +SKIP
         """
+        check_inputs(self.graph, inputs, self.entry)  # count, types, dtypes, index ranges
         # Executables were prepared by `context_for`; per-step host work that needs the step's
         # values (FlashInfer's plan) runs inside `execute` here, and in `prepare` under Captured.
         # Inputs given on the host are also handed to executables as `context.host_inputs`.
@@ -178,6 +180,8 @@ class Captured:
     def _call(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         device = self.plan.device
         names = self.plan.graph.inputs
+        # Host inputs are range-checked (a min and a max); device inputs are not: no wait.
+        check_inputs(self.plan.graph, inputs, self.plan.entry, device_inputs=False)
         self.context.host_inputs = host_inputs(self.plan.graph, inputs)
         if self.calls == 0:
             # The first step runs eagerly, on the tensors the graph will read: torch.compile

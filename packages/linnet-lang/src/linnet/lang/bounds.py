@@ -1,0 +1,523 @@
+"""Which values of an entry's integer inputs are valid indices: one pass over a graph.
+
+A token id indexes the embedding's rows, a position the KV cache's axis: an input outside
+that range reads or writes outside a tensor (an IndexError on the CPU, a device assert that
+kills the process on CUDA, or, for negative values, a silent Python-style wrap-around).
+:func:`input_bounds` finds, once per lowered graph, the range ``[lo, hi)`` of every entry
+input that reaches an index, so that a runtime checks inputs against it before it launches
+anything. It also finds indices that are out of range whatever the inputs are (a prompt of
+L tokens written into a cache of S < L positions): :attr:`Bounds.static`.
+
+The analysis is an abstract interpretation of the integer steps: every value is tracked as
+lying between two ends ``low(x) <= v <= high(x)``, monotone functions of one input element
+``x`` (or a known interval). That covers what indices are made of (iota, constants,
+reshapes, broadcasts, conversions, ``+``, ``-``, ``*`` and ``/`` by a constant,
+``min``/``max`` with a constant), and the valid inputs are found exactly by bisection over
+the input's dtype. An input that reaches an index through anything else (``pos * pos``,
+``pos % 4``, a value read from a parameter at ``pos``) is listed in
+:attr:`Bounds.unanalysed`: no range is derived for it.
+
+Indices with ``bounds = zero`` read zero outside their axis (they are never out of range);
+``unchecked`` gathers and every scatter index must be in range.
+
+>>> from linnet.lang import Program, lower
+>>> prog = Program.from_text('''
+... model M<S: Dim> {
+...     state cache: Tensor[S; f32]
+...     entry put(x: Tensor[1; f32], pos: Tensor[1; i32]) -> Tensor[1; f32] {
+...         self.cache[pos[0]] = x[0]
+...         return x
+...     }
+... }''')
+>>> b = input_bounds(lower(prog, "put", {"x": [1], "pos": [1]}, {"S": 8}))
+>>> r = b.inputs["%pos"]
+>>> (r.lo, r.hi)
+(0, 8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .graph import Graph, Step
+
+INTS = {"i8", "i16", "i32", "i64", "u8"}
+
+
+@dataclass(frozen=True)
+class Use:
+    """One index that an input (or a constant) reaches: step ``step`` indexes ``axis`` of
+    ``target`` (a state or parameter path, or an SSA value), of size ``size``."""
+
+    step: int
+    op: str
+    target: str
+    axis: int
+    size: int
+    loc: str = ""
+
+    def describe(self, graph: Graph | None = None) -> str:
+        """What this index reaches into, for messages.
+
+        >>> Use(0, "take", "@t", 0, 8).describe(Graph("e", "m", dims={"V": 8}))
+        'axis 0 (size 8 = V) of parameter `t`'
+        """
+        kind = "tensor"
+        if self.target.startswith("@"):
+            path = self.target[1:]
+            kind = "state" if graph is not None and path in graph.states else "parameter"
+            name = path
+        else:
+            name = self.target.lstrip("%")
+        names = dim_names(graph, self.size)
+        size = f"size {self.size}" + (f" = {names[0]}" if len(names) == 1 else
+                                      f": {' or '.join(names)}" if names else "")
+        loc = user_loc(graph, self.step, self.loc) if graph is not None else self.loc
+        where = f" at {loc}" if loc else ""
+        return f"axis {self.axis} ({size}) of {kind} `{name}`{where}"
+
+
+def user_loc(graph: Graph, step: int, loc: str) -> str:
+    """``file:line`` of the user's model behind ``step`` (std library lines are inside a
+    call from it), with the file's name only.
+
+    >>> user_loc(Graph("e", "m"), 0, "/home/me/models/llama.linnet:54")
+    'llama.linnet:54'
+    """
+    if loc.startswith("std/"):
+        best = None
+        for call in graph.calls:
+            if call.start <= step < call.stop and call.loc and not call.loc.startswith("std/") \
+                    and call.kind != "entry" and (best is None or call.depth > best.depth):
+                best = call
+        loc = best.loc if best is not None else loc
+    file, _, line = loc.rpartition(":")
+    if not file or file.startswith("std/"):
+        return loc
+    return f"{file.rsplit('/', 1)[-1]}:{line}"
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """The values of entry input ``input`` that every index it reaches accepts:
+    ``lo <= value < hi``. ``lower`` and ``upper`` are the uses that set each end."""
+
+    input: str
+    lo: int
+    hi: int
+    lower: Use
+    upper: Use
+
+    @property
+    def empty(self) -> bool:
+        return self.lo >= self.hi
+
+    def text(self) -> str:
+        """``in [0, 128)``, or one end where the other is unbounded (``at least 0``)."""
+        if self.lo <= _MIN:
+            return f"below {self.hi}"
+        if self.hi >= _MAX:
+            return f"at least {self.lo}"
+        return f"in [{self.lo}, {self.hi})"
+
+
+@dataclass(frozen=True)
+class StaticViolation:
+    """An index that is out of range whatever the inputs are: its values span
+    ``[lo, hi]`` (inclusive) but the axis has ``use.size`` entries."""
+
+    use: Use
+    lo: int
+    hi: int
+
+    def message(self, graph: Graph) -> str:
+        """One line: the step, what it indexes, the values and the valid ones."""
+        return (f"step {self.use.step} ({self.use.op}) indexes {self.use.describe(graph)} "
+                f"with values {self.lo}..{self.hi}, outside 0..{self.use.size - 1}")
+
+
+@dataclass
+class Bounds:
+    """What :func:`input_bounds` found for one graph."""
+
+    inputs: dict[str, InputRange] = field(default_factory=dict)
+    static: list[StaticViolation] = field(default_factory=list)
+    unanalysed: dict[str, list[Use]] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- the abstract values
+Fn = Callable[[int], int]
+_MAX_DEPTH = 200
+
+
+def _identity(x: int) -> int:
+    return x
+
+
+def _constant(v: int) -> Fn:
+    return lambda x: v
+
+
+@dataclass(frozen=True)
+class Term:
+    """A value whose elements lie in ``[low(x), high(x)]``, ``x`` an element of entry input
+    ``input``. Both ends are monotone in x: non-decreasing (``direction`` 1) or
+    non-increasing (-1); ``direction`` 0: a known interval, ``input`` None."""
+
+    input: str | None
+    direction: int
+    low: Fn
+    high: Fn
+    depth: int = 0  # how many operations the ends compose (bounded: see _term)
+
+    @staticmethod
+    def const(lo: int, hi: int | None = None) -> Term:
+        return Term(None, 0, _constant(lo), _constant(lo if hi is None else hi))
+
+    @staticmethod
+    def of_input(name: str) -> Term:
+        return Term(name, 1, _identity, _identity)
+
+    @property
+    def known(self) -> bool:
+        return self.direction == 0
+
+    def interval(self) -> tuple[int, int]:
+        """The value's range (known terms only)."""
+        return self.low(0), self.high(0)
+
+    def shifted(self, lo: int, hi: int) -> Term | Opaque:
+        if self.known:
+            a, b = self.interval()
+            return Term.const(a + lo, b + hi)
+        low, high = self.low, self.high
+        return self._derived(self.direction, lambda x: low(x) + lo, lambda x: high(x) + hi)
+
+    def scaled(self, k: int) -> Term | Opaque:
+        if self.known or k == 0:
+            a, b = self.interval() if self.known else (0, 0)
+            return Term.const(min(a * k, b * k), max(a * k, b * k))
+        low, high = self.low, self.high
+        if k > 0:
+            return self._derived(self.direction, lambda x: low(x) * k, lambda x: high(x) * k)
+        return self._derived(-self.direction, lambda x: high(x) * k, lambda x: low(x) * k)
+
+    def clamped(self, m: int, op: str) -> Term | Opaque:
+        f = max if op == "maximum" else min
+        if self.known:
+            a, b = self.interval()
+            return Term.const(f(a, m), f(b, m))
+        low, high = self.low, self.high
+        return self._derived(self.direction, lambda x: f(low(x), m), lambda x: f(high(x), m))
+
+    def divided(self, k: int) -> Term | Opaque:
+        """Floor division by ``k > 0`` (integer ``/`` in Linnet rounds toward -inf)."""
+        if self.known:
+            a, b = self.interval()
+            return Term.const(a // k, b // k)
+        low, high = self.low, self.high
+        return self._derived(self.direction, lambda x: low(x) // k, lambda x: high(x) // k)
+
+    def _derived(self, direction: int, low: Fn, high: Fn) -> Term | Opaque:
+        # The ends are nested closures: past a few hundred operations (no index is made so),
+        # stop following rather than recurse that deep when they are evaluated.
+        if self.depth >= _MAX_DEPTH:
+            assert self.input is not None
+            return Opaque(frozenset({self.input}))
+        return Term(self.input, direction, low, high, self.depth + 1)
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A value that depends on ``inputs`` in a way the analysis does not follow."""
+
+    inputs: frozenset[str]
+
+
+Abstract = Term | Opaque | None  # None: a value that no input reaches and nothing is known of
+
+
+def _deps(v: Abstract) -> frozenset[str]:
+    if isinstance(v, Opaque):
+        return v.inputs
+    if isinstance(v, Term) and not v.known and v.input is not None:
+        return frozenset({v.input})
+    return frozenset()
+
+
+def _opaque(*values: Abstract) -> Abstract:
+    deps: frozenset[str] = frozenset()
+    for v in values:
+        deps |= _deps(v)
+    return Opaque(deps) if deps else None
+
+
+def _const_value(v: Abstract) -> int | None:
+    if isinstance(v, Term) and v.known:
+        lo, hi = v.interval()
+        if lo == hi:
+            return lo
+    return None
+
+
+def _add(a: Abstract, b: Abstract, sign: int) -> Abstract:  # a + b, or a - b
+    if not isinstance(a, Term) or not isinstance(b, Term):
+        return _opaque(a, b)
+    if b.known:
+        lo, hi = b.interval()
+        return a.shifted(lo, hi) if sign > 0 else a.shifted(-hi, -lo)
+    if a.known:
+        lo, hi = a.interval()
+        negated = b if sign > 0 else b.scaled(-1)
+        return negated.shifted(lo, hi) if isinstance(negated, Term) else negated
+    return _opaque(a, b)
+
+
+def _mul(a: Abstract, b: Abstract) -> Abstract:
+    if not isinstance(a, Term) or not isinstance(b, Term):
+        return _opaque(a, b)
+    if a.known and b.known:
+        (alo, ahi), (blo, bhi) = a.interval(), b.interval()
+        corners = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+        return Term.const(min(corners), max(corners))
+    ka, kb = _const_value(a), _const_value(b)
+    if kb is not None:
+        return a.scaled(kb)
+    if ka is not None:
+        return b.scaled(ka)
+    return _opaque(a, b)
+
+
+def _extreme(a: Abstract, b: Abstract, op: str) -> Abstract:
+    if not isinstance(a, Term) or not isinstance(b, Term):
+        return _opaque(a, b)
+    if a.known and b.known:
+        (alo, ahi), (blo, bhi) = a.interval(), b.interval()
+        if op == "maximum":
+            return Term.const(max(alo, blo), max(ahi, bhi))
+        return Term.const(min(alo, blo), min(ahi, bhi))
+    term, other = (a, b) if b.known else (b, a)
+    k = _const_value(other)
+    if not other.known or k is None:
+        return _opaque(a, b)
+    return term.clamped(k, op)
+
+
+def _floordiv(a: Abstract, b: Abstract) -> Abstract:
+    k = _const_value(b)
+    if isinstance(a, Term) and k is not None and k > 0:
+        return a.divided(k)
+    return _opaque(a, b)
+
+
+def _rem(a: Abstract, b: Abstract) -> Abstract:
+    k = _const_value(b)
+    if isinstance(a, Term) and a.known and k is not None and k > 0:
+        lo, hi = a.interval()
+        return Term.const(lo, hi) if lo >= 0 and hi < k else Term.const(0, k - 1)
+    return _opaque(a, b)
+
+
+def _first(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """The least x in [lo, hi] with pred(x), for pred false then true (None: never true)."""
+    if not pred(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _solve(t: Term, n: int, xmin: int, xmax: int) -> tuple[int | None, int | None, bool]:
+    """The inputs x in ``[xmin, xmax]`` with ``0 <= low(x)`` and ``high(x) <= n - 1``:
+    ``(xlo, xhi, never)``, inclusive ends, None where the dtype's own end is the bound;
+    ``never`` when no x is valid. Both ends are monotone: each condition holds on a half
+    line, found by bisection (exact, whatever the composition of the ends)."""
+    low, high = t.low, t.high
+    if t.direction > 0:
+        a = _first(lambda x: low(x) >= 0, xmin, xmax)            # [a, xmax]
+        c = _first(lambda x: high(x) > n - 1, xmin, xmax)        # [xmin, c - 1]
+        xlo, xhi = a, (xmax if c is None else c - 1)
+    else:
+        a = _first(lambda x: low(x) < 0, xmin, xmax)             # [xmin, a - 1]
+        c = _first(lambda x: high(x) <= n - 1, xmin, xmax)       # [c, xmax]
+        xlo, xhi = c, (xmax if a is None else a - 1)
+    if xlo is None or xhi < xlo:
+        return None, None, True
+    return (None if xlo == xmin else xlo), (None if xhi == xmax else xhi), False
+
+
+_DTYPE_RANGES = {"i8": (-(2 ** 7), 2 ** 7 - 1), "i16": (-(2 ** 15), 2 ** 15 - 1),
+                 "i32": (-(2 ** 31), 2 ** 31 - 1), "i64": (-(2 ** 63), 2 ** 63 - 1),
+                 "u8": (0, 255)}
+
+
+# ---------------------------------------------------------------- the analysis
+def input_bounds(graph: Graph) -> Bounds:
+    """The valid range of every entry input of ``graph`` that reaches an index, and the
+    indices that are out of range for any input (see the module docstring).
+
+    >>> from linnet.lang import Program, lower
+    >>> prog = Program.from_text('''
+    ... model M<V: Dim> {
+    ...     param table: Tensor[V, 2; f32]
+    ...     entry look(ids: Tensor[3; i32]) -> Tensor[3, 2; f32] {
+    ...         let out[i, d] = self.table[ids[i] + 1, d]
+    ...         return out
+    ...     }
+    ... }''')
+    >>> b = input_bounds(lower(prog, "look", {"ids": [3]}, {"V": 10}))
+    >>> (b.inputs["%ids"].lo, b.inputs["%ids"].hi)
+    (-1, 9)
+    """
+    env: dict[str, Abstract] = {}
+    for name in graph.inputs:
+        vt = graph.values.get(name)
+        env[name] = (Term.of_input(name) if vt is not None and vt.dtype in INTS
+                     else Opaque(frozenset({name})))
+    out = Bounds()
+    lows: dict[str, tuple[int, Use]] = {}
+    highs: dict[str, tuple[int, Use]] = {}
+
+    def use(index: Abstract, u: Use) -> None:
+        if u.size <= 0:
+            return
+        if isinstance(index, Opaque):
+            for name in sorted(index.inputs):
+                out.unanalysed.setdefault(name, []).append(u)
+            return
+        if not isinstance(index, Term):
+            return
+        if index.known:
+            lo, hi = index.interval()
+            if lo < 0 or hi >= u.size:
+                out.static.append(StaticViolation(u, lo, hi))
+            return
+        assert index.input is not None
+        vt = graph.values.get(index.input)
+        xmin, xmax = _DTYPE_RANGES.get(vt.dtype if vt else "i64", _DTYPE_RANGES["i64"])
+        xlo, xhi, never = _solve(index, u.size, xmin, xmax)
+        name = index.input
+        if never:
+            xlo, xhi = 0, -1
+        if xlo is not None and (name not in lows or xlo > lows[name][0]):
+            lows[name] = (xlo, u)
+        if xhi is not None and (name not in highs or xhi + 1 < highs[name][0]):
+            highs[name] = (xhi + 1, u)
+
+    for i, step in enumerate(graph.steps):
+        args = [env.get(o) for o in step.operands]
+        attrs = step.attributes
+        if step.op == "take" and attrs.get("bounds") != "zero":
+            data = step.operands[0]
+            shape, axis = _shape(graph, data), attrs.get("axis", 0)
+            if axis < len(shape):
+                use(args[1], Use(i, step.op, data, axis, shape[axis], step.loc))
+        elif (step.op == "gather" and attrs.get("bounds") != "zero") or step.op == "scatter":
+            data = step.operands[0]
+            indices = step.operands[1:] if step.op == "gather" else step.operands[2:]
+            shape = _shape(graph, data)
+            for axis, ix in enumerate(indices):
+                if axis < len(shape):
+                    use(env.get(ix), Use(i, step.op, data, axis, shape[axis], step.loc))
+        if not step.results:
+            continue
+        vt = graph.values.get(step.results[0])
+        if vt is None or vt.dtype not in INTS | {"bool"}:
+            # Floats: only their dependence on inputs is kept (an index computed from a
+            # float is not followed).
+            env[step.results[0]] = _opaque(*args)
+        else:
+            env[step.results[0]] = _transfer(step, args, graph)
+
+    for name in set(lows) | set(highs):
+        lo, lower = lows.get(name, (_MIN, None))
+        hi, upper = highs.get(name, (_MAX, None))
+        first = lower or upper
+        assert first is not None
+        out.inputs[name] = InputRange(name, lo, hi, lower or first, upper or first)
+    return out
+
+
+_MIN, _MAX = -(2 ** 63), 2 ** 63
+_COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"}
+
+
+def _transfer(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    op, attrs = step.op, step.attributes
+    if op == "iota":
+        return Term.const(0, attrs["shape"][attrs["axis"]] - 1)
+    if op == "constant":
+        value = attrs.get("value")
+        if isinstance(value, bool | int):
+            return Term.const(int(value))
+        if isinstance(value, float) and value.is_integer():
+            return Term.const(int(value))
+        return None
+    if op in ("reshape", "broadcast", "transpose"):
+        return args[0]
+    if op == "convert":
+        src = graph.values.get(step.operands[0])
+        if src is not None and (src.dtype in INTS or src.dtype == "bool"):
+            return args[0]
+        return _opaque(*args)
+    if op in _COMPARISONS:
+        return _opaque(*args) or Term.const(0, 1)
+    if op == "neg":
+        return args[0].scaled(-1) if isinstance(args[0], Term) else _opaque(*args)
+    if op in ("add", "sub"):
+        return _add(args[0], args[1], 1 if op == "add" else -1)
+    if op == "mul":
+        return _mul(args[0], args[1])
+    if op in ("maximum", "minimum"):
+        return _extreme(args[0], args[1], op)
+    if op == "div":
+        return _floordiv(args[0], args[1])
+    if op == "rem":
+        return _rem(args[0], args[1])
+    if op in ("take", "gather"):
+        return _read(step, args, graph)
+    return _opaque(*args)
+
+
+def _read(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    """What a take or gather reads: elements of its data, or 0 (bounds zero, outside)."""
+    data, *idx = args
+    zero = step.attributes.get("bounds") == "zero"
+    if not isinstance(data, Term):
+        return _opaque(data)  # a parameter's or state's values: not an input's
+    if data.known:
+        lo, hi = data.interval()
+        return Term.const(min(lo, 0), max(hi, 0)) if zero else Term.const(lo, hi)
+    shape = _shape(graph, step.operands[0])
+    axes = [step.attributes.get("axis", 0)] if step.op == "take" else list(range(len(idx)))
+    inside = all(isinstance(x, Term) and x.known and x.interval()[0] >= 0
+                 and a < len(shape) and x.interval()[1] < shape[a] for a, x in zip(axes, idx))
+    if inside or not zero:
+        return data  # some of the input's elements (an unchecked read never reads 0)
+    return _opaque(data, *idx)
+
+
+def _shape(graph: Graph, ref: str) -> tuple[int, ...]:
+    if ref.startswith("@"):
+        path = ref[1:]
+        table = graph.states if path in graph.states else graph.parameters
+        return table[path].shape if path in table else ()
+    vt = graph.values.get(ref)
+    return vt.shape if vt is not None else ()
+
+
+def dim_names(graph: Graph | None, size: int) -> list[str]:
+    """The model's dims of value ``size`` (``['S']`` for 128 in the toy Llama), to name an
+    axis in a message.
+
+    >>> dim_names(Graph("e", "m", dims={"S": 8, "B": 1, "V": 8}), 8)
+    ['S', 'V']
+    """
+    if graph is None:
+        return []
+    return sorted(k for k, v in graph.dims.items() if v == size and isinstance(v, int))
