@@ -245,11 +245,13 @@ class Model:
 
     def context_for(self, plan: Any) -> Context:
         """A context for ``plan``: zeroed states, and each executable prepared once (where a
-        backend lays out joined weights with ``context.join``)."""
+        backend lays out joined weights with ``context.join``). An executable whose prepare
+        raises is error E0756, naming its backend: plan again without it."""
+        from .planned import prepare_all
+
         ctx = self.context_for_graph(plan.graph)
         with torch.inference_mode():
-            for ex in plan.executables:
-                ex.prepare(ctx)
+            prepare_all(plan, ctx, "E0756")
         return ctx
 
     def conform(self, entry: str, inputs: list[torch.Tensor], backend: Any,
