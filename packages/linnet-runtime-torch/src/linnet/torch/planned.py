@@ -765,17 +765,10 @@ def same_device(a: torch.device, b: torch.device) -> bool:
 def run_problem(c: Candidate, env: dict[str, Any], context: Context,
                 device: torch.device) -> str | None:
     """Run ``c``'s executable once on ``context``; why it failed, or None."""
-    r = c.region
-    try:
-        c.executable.prepare(context)
-    except Exception as exc:
-        return f"prepare raised {type(exc).__name__}: {exc}"
-    try:
-        got = c.executable.execute([env[v] for v in r.inputs],
-                                   [r.graph.values[o] for o in r.outputs], context)
-    except Exception as exc:
-        return f"execute raised {type(exc).__name__}: {exc}"
-    return output_problem(got, r.outputs, r.graph, device)
+    problem, got = _run_once(c, env, context)
+    if problem is not None:
+        return problem
+    return output_problem(got, c.region.outputs, c.region.graph, device)
 
 
 def _record(backend: Any, reason: str) -> Any:
@@ -822,9 +815,14 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
 # ---------------------------------------------------------------- conformance
 @dataclass
 class Finding:
-    """One region run both ways: ``difference`` is the largest absolute difference between
-    the backend's outputs and the generated source's (None where the region writes state:
-    it ran once and was not compared)."""
+    """One region run both ways. ``difference`` is the largest absolute difference between
+    the backend's outputs and the generated source's, over every output (None where nothing
+    was compared: the region writes state and ran once, or the backend failed before giving
+    outputs that could be compared). ``passed`` is whether every output is within the bound
+    (see :func:`conform`); ``note`` says what failed, naming the output.
+
+    >>> f = Finding(region, 0.003, True)                              # doctest: +SKIP
+    """
 
     region: Region
     difference: float | None
@@ -833,15 +831,90 @@ class Finding:
 
     def __repr__(self) -> str:
         diff = "not compared" if self.difference is None else f"{self.difference:.3g}"
-        return f"Finding({self.region!r}, difference={diff}, passed={self.passed})"
+        note = f", note={self.note!r}" if self.note else ""
+        return f"Finding({self.region!r}, difference={diff}, passed={self.passed}{note})"
+
+
+def tolerance_for(dtype: torch.dtype, tolerance: float) -> float:
+    """The relative tolerance that ``conform`` applies to an output of ``dtype``:
+    ``tolerance``, but never below 8 units of the dtype's rounding (bf16: 0.03), which no
+    reordered accumulation can promise to beat; 0 for integer and bool outputs (an index
+    or a flag is right or wrong).
+
+    >>> tolerance_for(torch.float32, 0.01), tolerance_for(torch.bfloat16, 0.01)
+    (0.01, 0.03125)
+    """
+    if not dtype.is_floating_point:
+        return 0.0
+    return max(tolerance, 8 * torch.finfo(dtype).eps)
+
+
+def compare(got: torch.Tensor, want: torch.Tensor, tolerance: float
+            ) -> tuple[float, str | None]:
+    """(the largest absolute difference, why ``got`` fails against ``want`` or None).
+
+    Passed when ``max|got - want| <= tol * max(1, max|want|)`` over the finite values of
+    ``want``, with ``tol = tolerance_for(want.dtype, tolerance)``, and ``got`` has NaN and
+    infinities exactly where ``want`` has them (the same infinities).
+
+    >>> compare(torch.tensor([100.0]), torch.tensor([100.5]), 0.01)
+    (0.5, None)
+    >>> compare(torch.tensor([float("nan")]), torch.tensor([1.0]), 0.01)[1]
+    'has 1 NaN where the generated source has none'
+    """
+    if want.numel() == 0:
+        return 0.0, None
+    if not want.dtype.is_floating_point:
+        diff = (got.long() - want.long()).abs().max().item() if got.dtype != torch.bool \
+            else float((got != want).any().item())
+        return float(diff), (None if diff == 0 else f"differs by {diff} (exact values expected)")
+    a, b = got.double(), want.double()
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    if not torch.equal(nan_a, nan_b):
+        extra = int((nan_a & ~nan_b).sum().item())
+        if extra:
+            return math.nan, (f"has {extra} NaN where the generated source has none")
+        return math.nan, (f"has no NaN where the generated source has "
+                          f"{int((nan_b & ~nan_a).sum().item())}")
+    inf_a, inf_b = torch.isinf(a), torch.isinf(b)
+    if not torch.equal(inf_a, inf_b) or not torch.equal(a[inf_b], b[inf_b]):
+        return math.inf, "has infinities where the generated source has finite values, or " \
+                         "the other way round"
+    finite = ~(nan_b | inf_b)
+    if not bool(finite.any()):
+        return 0.0, None
+    diff = (a[finite] - b[finite]).abs().max().item()
+    scale = max(1.0, b[finite].abs().max().item())
+    tol = tolerance_for(want.dtype, tolerance)
+    if diff <= tol * scale:
+        return diff, None
+    return diff, (f"differs by {diff:.3g}; the bound is {tol:.3g} x max(1, max|ref| = "
+                  f"{scale:.3g}) = {tol * scale:.3g}")
 
 
 def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any,
             tolerance: float = 0.01, context: Context | None = None) -> list[Finding]:
-    """Run every region ``backend`` takes both ways, on the same inputs; see the spec.
+    """Run every region ``backend`` takes both ways, on the same inputs: a finding each.
+
+    A region passes when the backend gives exactly the region's outputs (as many as it
+    declares, each a torch.Tensor of the declared shape and dtype on the model's device)
+    and each is within tolerance of the generated source's: ``max|a - b| <= tol * max(1,
+    max|b|)`` where ``b`` is the generated source's output and ``tol`` is ``tolerance``
+    (relative to the output's scale), at least 8 units of rounding of the output's dtype,
+    and 0 for integer outputs; NaN and infinities must sit where the reference has them.
+    A region the backend cannot compile, prepare or execute fails with the reason in its
+    note; one that writes state runs once and its outputs are checked but not compared.
     ``context`` gives the states to start from (a prefilled KV cache, say); it is not
-    modified: both sides run on copies."""
-    options = Options(measure=False, tolerance=tolerance)
+    modified: both sides run on copies.
+
+    >>> for f in conform(model, "decode", [token, pos], MyLinear()):  # doctest: +SKIP
+    ...     print(f.region, f.difference, f.passed, f.note)
+    """
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or \
+            not math.isfinite(tolerance) or tolerance < 0:
+        raise _error("E0758", f"tolerance must be a finite number >= 0, not {tolerance!r}",
+                     help="e.g. tolerance=0.01: 1% of the reference's largest magnitude")
+    options = Options(measure=False, tolerance=float(tolerance))
     builder = PlanBuilder(model, entry, list(inputs), options, progress=False)
     ready = builder.probe([backend])
     if not ready:
@@ -852,16 +925,24 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
     if builder.skipped:
         raise _error("E0755", f"backend `{backend.name}` failed: {builder.skipped[-1].reason}")
     context = context if context is not None else model.context_for_graph(builder.graph)
-    env = builder.record_values(candidates, context) if candidates else {}
+    live = [c for c in candidates if c.status != "failed"]
+    env = builder.record_values(live, context) if live else {}
     findings = []
     for c in candidates:
         r = c.region
-        args = [env[v] for v in r.inputs]
-        types = [builder.graph.values[o] for o in r.outputs]
+        if c.status == "failed":
+            findings.append(Finding(r, None, False, c.reason))
+            continue
         with numerics_mode(model.numerics), torch.inference_mode():
             scratch = context.scratch()
-            c.executable.prepare(scratch)
-            got = c.executable.execute(args, types, scratch)
+            scratch.inputs = dict(zip(builder.graph.inputs, builder.inputs))
+            scratch.host_inputs = host_inputs(builder.graph, builder.given)
+            problem, got = _run_once(c, env, scratch)
+            if problem is None:
+                problem = output_problem(got, r.outputs, r.graph, builder.device)
+            if problem is not None:
+                findings.append(Finding(r, None, False, problem))
+                continue
             if r.writes_state:
                 findings.append(Finding(r, None, True, "writes state: ran once, not compared"))
                 continue
@@ -870,11 +951,30 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
             fn = getattr(module, module.ENTRIES[builder.graph.entry]["slices"][0]["function"])
             ref_ctx = context.scratch()
             want = fn(*[env[v] for v in sl.inputs],
-                      *[ref_ctx.parameters[p] for p in sl.parameters],
+                      *[ref_ctx._params[p] for p in sl.parameters],
                       *[ref_ctx.states[p] for p in sl.states])
-        diff = 0.0
-        for a, b in zip(got, want):
-            if isinstance(a, torch.Tensor):
-                diff = max(diff, (a.float() - b.float()).abs().max().item() if a.numel() else 0.0)
-        findings.append(Finding(r, diff, diff <= tolerance))
+        by_name = dict(zip(sl.outputs, want))
+        worst, notes = 0.0, []
+        for k, (name, value) in enumerate(zip(r.outputs, got)):
+            if name not in by_name:  # region_problem keeps this from happening
+                notes.append(f"output {k} ({name}) is not one the generated steps make")
+                continue
+            diff, why = compare(value, by_name[name], options.tolerance)
+            worst = math.nan if math.isnan(diff) or math.isnan(worst) else max(worst, diff)
+            if why is not None:
+                notes.append(f"output {k} ({name}) {why}")
+        findings.append(Finding(r, worst, not notes, "; ".join(notes)))
     return findings
+
+
+def _run_once(c: Candidate, env: dict[str, Any], context: Context) -> tuple[str | None, Any]:
+    r = c.region
+    try:
+        c.executable.prepare(context)
+    except Exception as exc:
+        return f"prepare raised {type(exc).__name__}: {exc}", None
+    try:
+        return None, c.executable.execute([env[v] for v in r.inputs],
+                                          [r.graph.values[o] for o in r.outputs], context)
+    except Exception as exc:
+        return f"execute raised {type(exc).__name__}: {exc}", None
