@@ -134,7 +134,7 @@ def test_two_writes_of_one_state_keep_their_order():
     write = scatter_of(g, K_CACHE)
     steps.insert(write + 1, steps[write])  # a second scatter into k_cache
     g.steps = steps
-    with pytest.raises(RegionError, match="writes state .*k_cache.* which step"):
+    with pytest.raises(RegionError, match=r"writes state .*k_cache.* which step"):
         Region.of_steps(g, [write - 1, write + 1])
 
 

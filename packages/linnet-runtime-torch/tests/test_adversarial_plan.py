@@ -209,7 +209,7 @@ def test_compare_bounds_the_difference_by_the_reference_scale(value, tolerance, 
     ([-math.inf, 1.0], [math.inf, 1.0], "infinities"),
 ])
 def test_compare_never_lets_nan_or_inf_through(got, want, words):
-    diff, why = compare(torch.tensor(got), torch.tensor(want), 0.01)
+    _, why = compare(torch.tensor(got), torch.tensor(want), 0.01)
     assert why is not None and words in why
     assert compare(torch.tensor(want), torch.tensor(want), 0.01)[1] is None
 
