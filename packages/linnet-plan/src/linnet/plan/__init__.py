@@ -65,6 +65,9 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
     for c in candidates:
         if c.status == "failed":
             continue
+        if type(c.holds) is not int or c.holds < 0:  # a plugin's meta is not to be trusted
+            c.status, c.reason = "failed", f"holds={c.holds!r} is not a byte count (int >= 0)"
+            continue
         if options.measure:
             saving = c.saving
             if saving is None:

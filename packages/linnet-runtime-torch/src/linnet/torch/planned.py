@@ -837,7 +837,7 @@ class Finding:
 
 def tolerance_for(dtype: torch.dtype, tolerance: float) -> float:
     """The relative tolerance that ``conform`` applies to an output of ``dtype``:
-    ``tolerance``, but never below 8 units of the dtype's rounding (bf16: 0.03), which no
+    ``tolerance``, but never below 4 units of the dtype's rounding (bf16: 0.031), which no
     reordered accumulation can promise to beat; 0 for integer and bool outputs (an index
     or a flag is right or wrong).
 
@@ -846,7 +846,7 @@ def tolerance_for(dtype: torch.dtype, tolerance: float) -> float:
     """
     if not dtype.is_floating_point:
         return 0.0
-    return max(tolerance, 8 * torch.finfo(dtype).eps)
+    return max(tolerance, 4 * torch.finfo(dtype).eps)
 
 
 def compare(got: torch.Tensor, want: torch.Tensor, tolerance: float
@@ -900,7 +900,7 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
     declares, each a torch.Tensor of the declared shape and dtype on the model's device)
     and each is within tolerance of the generated source's: ``max|a - b| <= tol * max(1,
     max|b|)`` where ``b`` is the generated source's output and ``tol`` is ``tolerance``
-    (relative to the output's scale), at least 8 units of rounding of the output's dtype,
+    (relative to the output's scale), at least 4 units of rounding of the output's dtype,
     and 0 for integer outputs; NaN and infinities must sit where the reference has them.
     A region the backend cannot compile, prepare or execute fails with the reason in its
     note; one that writes state runs once and its outputs are checked but not compared.
