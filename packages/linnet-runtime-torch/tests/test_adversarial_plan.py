@@ -22,6 +22,7 @@ from broken_backends import (
     Estimates,
     HandBuilt,
     LyingHolds,
+    MadeUpKind,
     MatchGives,
     NoMethods,
     NotCallable,
@@ -100,6 +101,12 @@ def test_a_hand_built_region_across_the_scatter_fails_and_never_runs(model, want
     assert c.status == "failed" and K_CACHE in c.reason and "cannot run together" in c.reason
     assert "failed" in p.explain() and K_CACHE in p.explain()
     torch.testing.assert_close(run_plan(model, p), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_region_with_a_made_up_kind_fails(model):
+    p = plan(model, [MadeUpKind()])
+    assert len(p.candidates) == LINEARS
+    assert all(c.status == "failed" and "region_kind" in c.reason for c in p.candidates)
 
 
 def test_conform_reports_the_hazard_instead_of_passing(model):

@@ -26,6 +26,7 @@ from linnet.backends import (
     RegionError,
     SkipRecord,
     Target,
+    region_kind,
     skipped,
 )
 from linnet.backends.discovery import probe_all
@@ -688,6 +689,14 @@ def region_problem(region: Region) -> str | None:
         return (f"it declares inputs {list(region.inputs)}; its steps read "
                 f"{list(rebuilt.inputs)}" + (f" and {foreign} are not made before step "
                                               f"{region.start}" if foreign else ""))
+    try:
+        kind = region_kind(region)
+    except Exception as exc:
+        return f"its kind cannot be computed ({type(exc).__name__}: {exc})"
+    if region.kind != kind:
+        # Timings are cached and shared by kind: a made-up kind would borrow another's.
+        return (f"its kind {region.kind!r} is not what its steps compute ({kind}); after "
+                "changing a region, set its kind to linnet.backends.region_kind(region)")
     return None
 
 
