@@ -487,6 +487,9 @@ def test_captured_replays_equal_eager_steps_on_a_gpu(pos_on):
     model.prefill(prompt, context=captured_ctx)
     model.prefill(prompt, context=eager_ctx)
     step = Captured(plan, captured_ctx)
+    # plan_for ran each executable once to check its outputs, and context_for prepared them
+    # after that (which may read the checked step's positions): count the loop's reads.
+    reads = plan.executables[0].planner.reads
     tokens = [5, 7]
     for i in range(48):
         pos = i32(3 + i, 20 + i)  # row 0 overwrites prefilled positions; row 1 continues
@@ -499,4 +502,4 @@ def test_captured_replays_equal_eager_steps_on_a_gpu(pos_on):
         tokens = want.argmax(-1).tolist()
     planner = plan.executables[0].planner
     if pos_on == "host":
-        assert planner.reads == 0  # never read back from the device
+        assert planner.reads == reads  # never read back from the device
