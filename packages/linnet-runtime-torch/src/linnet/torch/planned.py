@@ -61,6 +61,7 @@ class Item:
     states: list[str] = field(default_factory=list)
     output_types: list[ValueType] = field(default_factory=list)
     label: str = ""
+    backend: str = ""  # the backend's name, for a region's item
 
 
 class Plan:
@@ -132,7 +133,7 @@ class Plan:
                     except LinnetError:
                         raise
                     except Exception as exc:
-                        raise _executable_error("E0757", item.label, "execute", exc) from exc
+                        raise _executable_error("E0757", item, "execute", exc) from exc
                 for name, value in zip(item.outputs, res):
                     env[name] = value
         return [env[o] for o in graph.outputs]
@@ -263,13 +264,14 @@ def prepare_all(plan: Plan, context: Context, code: str = "E0756") -> None:
         except LinnetError:
             raise
         except Exception as exc:
-            raise _executable_error(code, item.label, "prepare", exc) from exc
+            raise _executable_error(code, item, "prepare", exc) from exc
 
 
-def _executable_error(code: str, label: str, method: str, exc: BaseException) -> LinnetError:
-    backend = label.split(" ", 1)[0]
-    return _error(code, f"backend `{backend}`'s executable for {label.split(' ', 1)[-1]} raised "
-                  f"in {method}: {type(exc).__name__}: {exc}",
+def _executable_error(code: str, item: Item, method: str, exc: BaseException) -> LinnetError:
+    backend = item.backend or "?"
+    what = item.label[len(backend):].strip() if item.label.startswith(backend) else item.label
+    return _error(code, f"backend `{backend}`'s executable for {what} raised in "
+                  f"{method}: {type(exc).__name__}: {exc}",
                   help=f"it passed a check run when the plan was made; plan again without "
                        f"`{backend}` (plan_for(..., backends=[...])) and report this to its "
                        "authors")
@@ -639,7 +641,8 @@ class PlanBuilder:
                 r = entry.region
                 items.append(Item("region", entry.executable, list(r.inputs), list(r.outputs),
                                   output_types=[self.graph.values[o] for o in r.outputs],
-                                  label=f"{entry.backend_name} {r!r}"))
+                                  label=f"{entry.backend_name} {r!r}",
+                                  backend=entry.backend_name))
         return items, (module.__file__ if module else "")
 
     def slice_name(self, step: int) -> str:
