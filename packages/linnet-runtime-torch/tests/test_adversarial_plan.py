@@ -404,3 +404,64 @@ def test_known_and_registered_compile_backends_are_accepted():
 
     for name in ("inductor", "aot_eager", "eager", "linnet_test_backend"):
         assert compile_options(name) == {"backend": name}
+
+
+# ------------------------------------------------------------ the output check, as a property
+@pytest.fixture(scope="module")
+def lm_head(weights):
+    m = load(LLAMA, weights=dict(weights), config=toy_config())
+    graph = m.graph("decode", [TOKEN, POS])
+    return graph, graph.outputs[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(container=st.sampled_from(["list", "tuple", "bare", "none", "dict"]),
+       count=st.integers(0, 3),
+       shape=st.lists(st.sampled_from([0, 1, 2, 64, 256]), min_size=0, max_size=3),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int32,
+                              torch.bool]),
+       meta=st.booleans(), scalar=st.booleans())
+def test_output_check_accepts_exactly_the_declared_outputs(lm_head, container, count, shape,
+                                                          dtype, meta, scalar):
+    from linnet.torch.planned import output_problem
+
+    graph, name = lm_head
+    device = "meta" if meta else "cpu"
+    value = 1.5 if scalar else torch.zeros(shape, dtype=dtype, device=device)
+    values = [value] * count
+    got = {"list": values, "tuple": tuple(values), "bare": value, "none": None,
+           "dict": dict(enumerate(values))}[container]
+    right = (container in ("list", "tuple") and count == 1 and not scalar and not meta
+             and shape == [1, 256] and dtype == torch.float32)
+    problem = output_problem(got, [name], graph, torch.device("cpu"))
+    assert (problem is None) == right, (problem, container, count, shape, dtype, meta)
+    if problem is not None:
+        assert name in problem  # it says which output the region declares
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+       trailing=st.lists(st.sampled_from([(3,), (2,), (3, 2)]), min_size=4, max_size=4),
+       dtypes=st.lists(st.sampled_from([torch.float32, torch.float16]), min_size=4,
+                       max_size=4))
+def test_join_lays_out_or_declines_and_is_shared_by_every_context(rows, trailing, dtypes):
+    from linnet.torch.context import Context
+
+    n = len(rows)
+    params = {f"p{i}": torch.randn(rows[i], *trailing[i]).to(dtypes[i]) for i in range(n)}
+    originals = {k: v.clone() for k, v in params.items()}
+    paths = list(params)
+    a = Context(params, {"s": torch.zeros(2)}, torch.device("cpu"))
+    b = Context(params, {"s": torch.zeros(2)}, torch.device("cpu"))
+    joined = a.join(paths)
+    layable = n >= 2 and len({(trailing[i], dtypes[i]) for i in range(n)}) == 1
+    assert (joined is not None) == layable
+    if joined is None:
+        assert b.join(paths) is None
+        return
+    assert b.join(paths) is joined and b.scratch().join(paths) is joined
+    assert joined.shape[0] == sum(rows)
+    for k in paths:  # same values, now views of the one buffer
+        assert torch.equal(params[k], originals[k])
+        assert params[k].untyped_storage().data_ptr() == joined.untyped_storage().data_ptr()
+    assert a.parameters["s"] is a.states["s"] and b.parameters["s"] is b.states["s"]
