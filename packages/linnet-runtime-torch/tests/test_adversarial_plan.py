@@ -48,8 +48,10 @@ def weights():
     return random_weights(LLAMA, toy_config(), seed=4)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def model(weights):
+    # One model for the module: each lowering is done once. Plans never change a model's
+    # values (a join lays the same weights out anew), and every test makes its own contexts.
     return load(LLAMA, weights=dict(weights), config=toy_config())
 
 
