@@ -402,6 +402,20 @@ def test_whole_state_returns_agree(tmp_path):
     assert torch.equal(runs[0], runs[1])
 
 
+def test_whole_state_returns_through_a_plan(tmp_path):
+    path = tmp_path / "m.linnet"
+    path.write_text(STATE_MODEL)
+    model = load(path, config={"S": 3})
+    x = torch.arange(4, dtype=torch.float32)
+    plan = model.plan_for("write", [x, i32(1)], backends=[], measure=False, progress=False)
+    context = model.context_for(plan)
+    (first,) = plan.run([x, i32(1)], context)
+    assert first.tolist() == [[0.0] * 4, x.tolist(), [0.0] * 4]
+    whole_plan = model.plan_for("whole", [x], backends=[], measure=False, progress=False)
+    (whole,) = whole_plan.run([x], context)
+    assert torch.equal(whole, first) and whole.data_ptr() != context.states["cache"].data_ptr()
+
+
 def test_graph_with_a_state_output_emits(tmp_path):
     from linnet.lang.emit_torch import emit_torch
 

@@ -73,6 +73,10 @@ def test_plan_run_hands_host_inputs_to_executables(model):
 
     plan = model.plan_for("decode", [TOKEN, POS], backends=[Watching()], measure=False,
                           progress=False)
+    # Planning ran each executable once on the planning inputs (the output check), with
+    # those inputs' host values; what follows is plan.run's.
+    assert seen and all(s == {"%token": [3], "%pos": [0]} for s in seen)
+    seen.clear()
     ctx = model.context_for(plan)
     plan.run([torch.tensor([5], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)], ctx)
     assert seen and all(s == {"%token": [5], "%pos": [2]} for s in seen)

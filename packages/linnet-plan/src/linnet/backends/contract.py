@@ -150,7 +150,14 @@ class Region:
         """Steps apart that run together where the first stands (q, k and v, say).
 
         Every step's operands must exist at the first step: made before it, or by an
-        earlier step of the region.
+        earlier step of the region. States order steps too: running the region at its first
+        step moves each of its steps before the steps between that it skips, so a step that
+        reads a state may not move before a skipped step that writes it (a KV cache read
+        across the scatter that fills it), and a step that writes a state (a scatter) may not
+        move before a skipped step that reads or writes it. Such a region raises
+        :class:`RegionError` naming the state and both steps.
+
+        >>> # Region.of_steps(graph, [q.start, k.start, v.start], q.index)
         """
         chosen = tuple(sorted(set(steps)))
         if not chosen:
@@ -184,6 +191,7 @@ class Region:
                         f"step {i} reads {o}, made by step {graph.producers().get(o)} which is "
                         f"not in the region and runs after its first step {first}")
             made_inside.extend(step.results)
+        _check_state_order(graph, chosen)
         used_later: set[str] = set(graph.outputs)
         for j, step in enumerate(graph.steps):
             if j in inside or j < first:
@@ -195,6 +203,56 @@ class Region:
                      tuple(states), "", call.callee if call else "", call.path if call else "")
         object.__setattr__(region, "kind", region_kind(region))
         return region
+
+
+def state_effects(graph: Graph, index: int) -> tuple[set[str], set[str]]:
+    """The states step ``index`` reads and writes, by path: a scatter writes the state it
+    names first (in place: it reads no other value of it); any other ``@path`` operand that
+    names a state is a read.
+
+    >>> # reads, writes = state_effects(graph, 64)   # ({...}, {"model.layers.0....k_cache"})
+    """
+    step = graph.steps[index]
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for n, o in enumerate(step.operands):
+        if o.startswith("@") and o[1:] in graph.states:
+            (writes if step.op == "scatter" and n == 0 else reads).add(o[1:])
+    return reads, writes
+
+
+def _check_state_order(graph: Graph, chosen: Sequence[int]) -> None:
+    """Raise RegionError where running ``chosen`` together at its first step would reorder
+    a state's reads and writes against a step it skips."""
+    if not graph.states or chosen[-1] - chosen[0] + 1 == len(chosen):
+        return  # a contiguous range runs in its own order: nothing moves
+    inside = set(chosen)
+    # For each state, the last skipped step (between the region's first and the step at
+    # hand) that reads it and the last that writes it.
+    skipped_reads: dict[str, int] = {}
+    skipped_writes: dict[str, int] = {}
+    for i in range(chosen[0], chosen[-1] + 1):
+        reads, writes = state_effects(graph, i)
+        if i not in inside:
+            skipped_reads.update((p, i) for p in reads)
+            skipped_writes.update((p, i) for p in writes)
+            continue
+        for path in sorted(reads):
+            if path in skipped_writes:
+                j = skipped_writes[path]
+                raise RegionError(
+                    f"step {i} reads state {path}, which step {j} writes; step {j} is not in "
+                    f"the region, so running the region at its first step {chosen[0]} would "
+                    f"read {path} before step {j} writes it")
+        for path in sorted(writes):
+            hazard = [(j, "reads") for p, j in skipped_reads.items() if p == path]
+            hazard += [(j, "writes") for p, j in skipped_writes.items() if p == path]
+            if hazard:
+                j, what = max(hazard)
+                raise RegionError(
+                    f"step {i} writes state {path}, which step {j} {what}; step {j} is not "
+                    f"in the region, so running the region at its first step {chosen[0]} "
+                    f"would write {path} before step {j} {what} it")
 
 
 def _enclosing_call(graph: Graph, steps: Sequence[int], index: int | None) -> Any:

@@ -10,7 +10,9 @@ first call to :func:`available`, :func:`skipped` or :func:`discover` loads every
 once; later calls return what that load found. A plugin that cannot be used never takes the
 host down: it is left out, and :func:`skipped` says which distribution it came from and why
 (its module failed to import, its factory raised, it lacks part of the contract, it was
-written for another contract version, or another backend already has its name).
+written for another contract version, its ``probe`` raised or returned something other than
+Capabilities or None when asked about the CPU (:data:`HOST`), or another backend already has
+its name). A probe that declines the CPU (returns None) is fine: the backend may run on a GPU.
 
 >>> from linnet.backends import available, skipped
 >>> names = [backend.name for backend in available()]
@@ -39,6 +41,10 @@ GROUP = "linnet.backends"
 """The entry-point group backends are found through."""
 
 ATTRIBUTES = ("name", "version", "contract")
+HOST = Target("cpu", "cpu", "cpu")
+"""The target every loaded backend's ``probe`` is asked about once, at discovery: a probe
+that raises there (or answers neither Capabilities nor None) is broken, and its backend is
+left out of :func:`available` rather than listed and then failing in every plan."""
 METHODS = ("probe", "match", "compile", "estimate_cost")
 
 logger = logging.getLogger(__name__)
@@ -98,10 +104,13 @@ class Found:
 class Discovery:
     """What one load of the entry-point group found: ``found`` sorted by backend name;
     ``skipped``, the plugins that failed to load in (entry point, distribution) order, then
-    the duplicates."""
+    the duplicates, then the backends whose probe of :data:`HOST` failed."""
 
     found: tuple[Found, ...]
     skipped: tuple[SkipRecord, ...]
+    probe_faults: tuple[SkipRecord, ...] = ()
+    """The records of ``skipped`` whose backend loaded but whose probe of :data:`HOST`
+    failed (:func:`probe_all` reports them too)."""
 
 
 _lock = threading.Lock()
@@ -157,7 +166,9 @@ def probe_all(target: Target, backends: Iterable[Any] | None = None
     >>> capable, records = probe_all(Target("cpu"))
     """
     capable: list[Any] = []
-    records: list[SkipRecord] = []
+    # Backends whose probe already failed at discovery are not in available(): say so here,
+    # as if they had been probed again, so that a plan over every backend lists them.
+    records: list[SkipRecord] = list(discover().probe_faults) if backends is None else []
     for backend in available() if backends is None else backends:
         outcome = _probe_one(backend, target)
         if outcome is None:
@@ -171,15 +182,22 @@ def probe_all(target: Target, backends: Iterable[Any] | None = None
 
 def _probe_one(backend: Any, target: Target) -> tuple[str, str] | None:
     """None when ``backend`` runs on ``target``, else (reason, detail)."""
+    return _probe_outcome(backend, target)[1]
+
+
+def _probe_outcome(backend: Any, target: Target) -> tuple[str, tuple[str, str] | None]:
+    """("ok", None), ("declined", why) or ("broken", why): a probe that raised or returned
+    something else, or a backend that does not meet the contract."""
     try:
         problem = contract_problem(backend)
         if problem is not None:
-            return problem
+            return "broken", problem
         capabilities = backend.probe(target)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        return (f"probe for {target.kind} raised {type(exc).__name__}", _exception_text(exc))
+        return "broken", (f"probe for {target.kind} raised {type(exc).__name__}",
+                          _exception_text(exc))
     if capabilities is None:
         # A backend may say why (optional: `decline_reason(target)` returning a sentence).
         why = ""
@@ -189,11 +207,11 @@ def _probe_one(backend: Any, target: Target) -> tuple[str, str] | None:
                 why = str(explain(target) or "")
             except Exception:  # the reason is a courtesy; never let it break planning
                 why = ""
-        return (f"declined {target.kind}" + (f": {why}" if why else "")), ""
+        return "declined", ((f"declined {target.kind}" + (f": {why}" if why else "")), "")
     if not isinstance(capabilities, Capabilities):
-        return (f"probe for {target.kind} returned a {type(capabilities).__name__}, not "
-                "Capabilities or None", "")
-    return None
+        return "broken", (f"probe for {target.kind} returned a {type(capabilities).__name__}, "
+                          "not Capabilities or None", "")
+    return "ok", None
 
 
 def contract_problem(backend: Any) -> tuple[str, str] | None:
@@ -241,9 +259,18 @@ def _load_all(entry_points: Iterable[Any]) -> Discovery:
                 loaded.append(outcome)
     found, duplicates = _drop_duplicates(loaded)
     records.extend(duplicates)
+    working, faults = [], []
+    with contextlib.redirect_stdout(sys.stderr):
+        for f in found:
+            state, why = _probe_outcome(f.backend, HOST)
+            if state == "broken" and why is not None:
+                faults.append(SkipRecord(f.name, f.distribution, f.version, f.path, *why))
+            else:
+                working.append(f)
+    records.extend(faults)
     for record in records:
         logger.info("skipped backend %s", record)
-    return Discovery(tuple(found), tuple(records))
+    return Discovery(tuple(working), tuple(records), tuple(faults))
 
 
 def _load_one(ep: Any, origin: _Origin) -> Found | SkipRecord:

@@ -4,7 +4,10 @@ The framework side (``linnet.torch.planned``) matches, compiles and times; this 
 a backend takes a region only when it saves at least ``Options.margin`` of the generated
 source's time for the same steps; the regions that save the most go first; overlapping
 regions never both run; ``memory=`` caps the bytes executables hold. With ``measure=False``
-each backend takes what it matches, the largest regions first.
+nothing is timed: the candidates whose backend gave an estimate (``estimate_cost`` returned a
+:class:`~linnet.backends.Cost`) go first, fastest per step of the graph they cover first (the
+most estimated time saved for the steps claimed), then the others, the largest regions first.
+``plan.explain()`` shows each estimate beside the measured times.
 
 >>> from linnet.plan import Candidate, choose
 """
@@ -35,6 +38,8 @@ class Candidate:
     status: str = "pending"  # taken | below margin | overlap | memory | failed
     reason: str = ""
     cached: bool = False
+    estimate: float | None = None  # seconds, from the backend's estimate_cost
+    estimate_note: str = ""  # why an estimate was ignored (it raised, or was not a Cost)
 
     @property
     def saving(self) -> float | None:
@@ -60,6 +65,9 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
     for c in candidates:
         if c.status == "failed":
             continue
+        if type(c.holds) is not int or c.holds < 0:  # a plugin's meta is not to be trusted
+            c.status, c.reason = "failed", f"holds={c.holds!r} is not a byte count (int >= 0)"
+            continue
         if options.measure:
             saving = c.saving
             if saving is None:
@@ -75,7 +83,7 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
     if options.measure:
         eligible.sort(key=lambda c: (-(c.saving or 0.0), -len(c.region.steps), c.region.start))
     else:
-        eligible.sort(key=lambda c: (-len(c.region.steps), c.region.start))
+        eligible.sort(key=_unmeasured_order)
     used_steps: dict[int, Candidate] = {}
     held = 0
     for c in eligible:
@@ -90,14 +98,27 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
                         f"{max(0, options.memory - held)} left")
             continue
         c.status = "taken"
-        c.reason = ("largest match (not measured)" if not options.measure else
-                    f"saves {_pct(c.saving or 0.0, c.generated_seconds)}")
+        if options.measure:
+            c.reason = f"saves {_pct(c.saving or 0.0, c.generated_seconds)}"
+        elif c.estimate is not None:
+            c.reason = f"fastest estimate (not measured): {_us(c.estimate)} us"
+        else:
+            c.reason = "largest match (not measured)"
         held += c.holds
         for s in c.region.steps:
             used_steps[s] = c
         decision.taken.append(c)
     decision.taken.sort(key=lambda c: c.region.start)
     return decision
+
+
+def _unmeasured_order(c: Candidate) -> tuple:
+    """Estimated candidates first, least estimated seconds per step covered first (the
+    steps a region claims are what overlapping candidates compete for); then the rest, the
+    largest regions first."""
+    if c.estimate is not None:
+        return (0, c.estimate / len(c.region.steps), -len(c.region.steps), c.region.start)
+    return (1, 0.0, -len(c.region.steps), c.region.start)
 
 
 def _pct(saving: float, base: float | None) -> str:
@@ -113,7 +134,8 @@ def _us(seconds: float | None) -> str:
 def explain_table(candidates: list[Candidate], skipped: list[Any], header: str = "") -> str:
     """The text of ``plan.explain()``: every candidate region, its times and its fate."""
     lines = [header] if header else []
-    rows = [("region", "steps", "backend", "backend us", "generated us", "saving", "decision")]
+    rows = [("region", "steps", "backend", "estimate us", "backend us", "generated us", "saving",
+             "decision")]
     for c in sorted(candidates, key=lambda c: (c.region.start, c.backend_name)):
         r = c.region
         what = (r.callee.rsplit("::", 1)[-1] if r.callee else "steps") + (
@@ -124,12 +146,14 @@ def explain_table(candidates: list[Candidate], skipped: list[Any], header: str =
         decision = c.status + (f": {c.reason}" if c.reason else "")
         if c.cached:
             decision += " (cached timing)"
-        rows.append((what, span, c.backend_name, _us(c.backend_seconds),
+        if c.estimate_note:
+            decision += f" (estimate ignored: {c.estimate_note})"
+        rows.append((what, span, c.backend_name, _us(c.estimate), _us(c.backend_seconds),
                      _us(c.generated_seconds), saving, decision))
-    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    widths = [max(len(row[i]) for row in rows) for i in range(7)]
     for row in rows:
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:6]))
-                     + "  " + row[6])
+        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:7]))
+                     + "  " + row[7])
     if skipped:
         lines.append("")
         lines.append("backends not used:")

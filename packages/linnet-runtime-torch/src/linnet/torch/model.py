@@ -45,6 +45,10 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
     ``COMPILE_MODES``) or else a backend name; a dict is inductor's options, as
     ``torch.compile(options=...)`` takes them (a mode and options cannot be combined, so
     spell the mode's settings out: ``{"max_autotune": True, "benchmark_fusion": True}``).
+    Each value is checked the first time it is seen, as torch.compile would check it at the
+    first call: a backend torch._dynamo does not know (``"no-such-backend"``; custom ones
+    registered with ``torch._dynamo.register_backend`` are known) or an inductor option it
+    does not have is error E0714 here, before anything is loaded, lowered or timed.
 
     >>> compile_options("max-autotune-no-cudagraphs")
     {'mode': 'max-autotune-no-cudagraphs'}
@@ -58,13 +62,56 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
     if compile is True:
         return {"backend": "inductor"}
     if isinstance(compile, str) and compile:
-        return {"mode": compile} if compile in COMPILE_MODES else {"backend": compile}
-    if isinstance(compile, dict) and all(isinstance(k, str) for k in compile):
-        return {"options": dict(compile)}
-    raise _error("E0714", f"compile must be True, a torch.compile mode or backend name, or a "
-                 f"dict of inductor options, not {compile!r}",
-                 help="e.g. compile='max-autotune-no-cudagraphs', or compile={'max_autotune': "
-                      "True, 'benchmark_fusion': True}")
+        options: dict[str, Any] = ({"mode": compile} if compile in COMPILE_MODES
+                                   else {"backend": compile})
+    elif isinstance(compile, dict) and all(isinstance(k, str) for k in compile):
+        options = {"options": dict(compile)}
+    else:
+        raise _error("E0714", f"compile must be True, a torch.compile mode or backend name, or "
+                     f"a dict of inductor options, not {compile!r}",
+                     help="e.g. compile='max-autotune-no-cudagraphs', or compile="
+                          "{'max_autotune': True, 'benchmark_fusion': True}")
+    _check_compile(options)
+    return options
+
+
+_COMPILE_CHECKED: set[str] = set()
+
+
+def _check_compile(options: dict[str, Any]) -> None:
+    """Let torch.compile judge ``options`` now (it builds its backend, which looks the name
+    up and applies inductor's options, without compiling anything), once per value."""
+    key = json.dumps(options, sort_keys=True, default=repr)
+    if key in _COMPILE_CHECKED:
+        return
+    try:
+        torch.compile(_nothing, dynamic=False, **options)
+    except Exception as exc:  # InvalidBackend, or RuntimeError for an unknown option
+        # torch's own sentence, without the hundreds of option names it lists after it.
+        message = str(exc).split("\n")[0].split(", known options are")[0]
+        if "backend" in options:
+            try:
+                from torch import _dynamo
+
+                known = ", ".join(sorted({*_dynamo.list_backends(), "inductor", "aot_eager",
+                                          "eager"}))
+            except Exception:
+                known = "inductor, aot_eager, eager"
+            raise _error("E0714", f"compile={options['backend']!r} is not a torch.compile mode "
+                         f"or a backend torch knows: {message}",
+                         help=f"modes: {', '.join(COMPILE_MODES)}; backends: {known}") from None
+        if "mode" in options:
+            raise _error("E0714", f"compile={options['mode']!r}: {message}",
+                         help=f"modes: {', '.join(COMPILE_MODES)}") from None
+        raise _error("E0714", f"compile={options['options']!r}: inductor does not take these "
+                     f"options: {message}",
+                     help="the keys are torch._inductor.config's names, e.g. "
+                          "{'max_autotune': True}") from None
+    _COMPILE_CHECKED.add(key)
+
+
+def _nothing() -> None:
+    return None
 
 
 def compile_label(compile: Any) -> str:
@@ -311,11 +358,13 @@ class Model:
 
     def context_for(self, plan: Any) -> Context:
         """A context for ``plan``: zeroed states, and each executable prepared once (where a
-        backend lays out joined weights with ``context.join``)."""
+        backend lays out joined weights with ``context.join``). An executable whose prepare
+        raises is error E0756, naming its backend: plan again without it."""
+        from .planned import prepare_all
+
         ctx = self.context_for_graph(plan.graph)
         with torch.inference_mode():
-            for ex in plan.executables:
-                ex.prepare(ctx)
+            prepare_all(plan, ctx, "E0756")
         return ctx
 
     def conform(self, entry: str, inputs: list[torch.Tensor], backend: Any,

@@ -10,6 +10,7 @@ the regions of one kind (each layer's q/k/v) so that the L2 cache does not hold 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import sys
 import time
@@ -19,10 +20,13 @@ from typing import Any
 
 from linnet.backends import (
     CONTRACT,
+    Cost,
     Options,
     Region,
+    RegionError,
     SkipRecord,
     Target,
+    region_kind,
     skipped,
 )
 from linnet.backends.discovery import probe_all
@@ -39,6 +43,7 @@ import torch
 from .context import Context
 from .home import import_source
 from .inputs import check_inputs
+from .interpreter import DTYPES
 from .model import announce_compile, compile_label, compile_options, numerics_mode
 
 
@@ -57,6 +62,7 @@ class Item:
     states: list[str] = field(default_factory=list)
     output_types: list[ValueType] = field(default_factory=list)
     label: str = ""
+    backend: str = ""  # the backend's name, for a region's item
 
 
 class Plan:
@@ -114,7 +120,9 @@ class Plan:
                              f"made for {list(vt.shape)}",
                              help="make a plan for these shapes: model.plan_for(...)")
             env[name] = t
-        params, states = context.parameters, context.states
+        # The model's own dict: slices name parameters and states apart, and a plain dict
+        # lookup is what this loop does most.
+        params, states = context._params, context.states
         with numerics_mode(self.model.numerics), torch.inference_mode():
             for item in self.items:
                 args = [env[v] for v in item.inputs]
@@ -122,10 +130,19 @@ class Plan:
                     res = item.run(*args, *[params[p] for p in item.parameters],
                                    *[states[p] for p in item.states])
                 else:
-                    res = item.run.execute(args, item.output_types, context)
+                    try:
+                        res = item.run.execute(args, item.output_types, context)
+                    except LinnetError:
+                        raise
+                    except Exception as exc:
+                        raise _executable_error("E0757", item, "execute", exc) from exc
                 for name, value in zip(item.outputs, res):
                     env[name] = value
-        return [env[o] for o in graph.outputs]
+            # A whole state or parameter returned (`return self.cache`) is a copy, as the
+            # interpreter and the generated source return it: the next step writes the state.
+            return [env[o] if not o.startswith("@") else
+                    (states[o[1:]] if o[1:] in states else params[o[1:]]).clone()
+                    for o in graph.outputs]
 
     def explain(self) -> str:
         header = (f"plan for {self.graph.model}.{self.entry} on {self.target.kind}"
@@ -198,8 +215,7 @@ class Captured:
         self.context.inputs = dict(zip(names, self.static_inputs))
         if self.graph is None:
             self._capture()
-        for ex in self.plan.executables:
-            ex.prepare(self.context)
+        prepare_all(self.plan, self.context, "E0757")
         assert self.graph is not None
         self.graph.replay()
         return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.static_outputs]
@@ -228,8 +244,7 @@ class Captured:
             copied.record()
 
     def _capture(self) -> None:
-        for ex in self.plan.executables:
-            ex.prepare(self.context)
+        prepare_all(self.plan, self.context, "E0757")
         torch.cuda.synchronize(self.plan.device)
         graph = torch.cuda.CUDAGraph()
         try:
@@ -240,6 +255,34 @@ class Captured:
                          help="a backend's execute must not allocate, synchronise or copy to "
                               "the host; see `plan.explain()` for which backends run") from exc
         self.graph = graph
+
+
+def prepare_all(plan: Plan, context: Context, code: str = "E0756") -> None:
+    """Each of the plan's executables' ``prepare(context)``; one that raises is a coded error
+    naming its backend and region (``E0756`` where a context is made for the plan, ``E0757``
+    before a replay).
+
+    >>> prepare_all(plan, model.context_for_graph(plan.graph))      # doctest: +SKIP
+    """
+    for item in plan.items:
+        if item.kind != "region":
+            continue
+        try:
+            item.run.prepare(context)
+        except LinnetError:
+            raise
+        except Exception as exc:
+            raise _executable_error(code, item, "prepare", exc) from exc
+
+
+def _executable_error(code: str, item: Item, method: str, exc: BaseException) -> LinnetError:
+    backend = item.backend or "?"
+    what = item.label[len(backend):].strip() if item.label.startswith(backend) else item.label
+    return _error(code, f"backend `{backend}`'s executable for {what} raised in "
+                  f"{method}: {type(exc).__name__}: {exc}",
+                  help=f"it passed a check run when the plan was made; plan again without "
+                       f"`{backend}` (plan_for(..., backends=[...])) and report this to its "
+                       "authors")
 
 
 def host_inputs(graph: Graph, inputs: Sequence[Any]) -> dict[str, torch.Tensor]:
@@ -337,6 +380,7 @@ class PlanBuilder:
                  progress: bool | Callable[[str], None]):
         self.model = model
         self.entry = entry
+        self.given = list(inputs)
         self.inputs = [t.to(model.device) for t in inputs]
         self.options = options
         self.progress = progress
@@ -360,31 +404,88 @@ class PlanBuilder:
         if backends is None:
             self.skipped.extend(skipped())
         ready, records = probe_all(self.target, None if backends is None else list(backends))
-        self.skipped.extend(records)
+        # Backends left out at discovery for a broken probe are in both lists: once is enough.
+        self.skipped.extend(r for r in records if not any(r is k for k in self.skipped))
         return ready
 
     def candidates(self, backends: list[Any]) -> list[Candidate]:
+        """Each backend's regions and executables. A backend whose ``match`` fails is
+        recorded in ``skipped``; a region that is not valid, an executable that is not one
+        (``compile`` returned None, say) or declares a ``holds`` that is not a byte count,
+        becomes a candidate with status "failed" and the reason. Estimates come from
+        ``estimate_cost``; one that raises or is not a Cost is ignored, with the reason."""
         out: list[Candidate] = []
         for b in backends:
             try:
-                regions = list(b.match(self.graph, self.target))
+                found = b.match(self.graph, self.target)
+                regions = None if found is None or isinstance(found, str | bytes) \
+                    else list(found)
             except Exception as exc:
                 self.skipped.append(_record(b, f"match raised {type(exc).__name__}: {exc}"))
                 continue
+            if regions is None:
+                self.skipped.append(_record(b, f"match returned a {type(found).__name__}, not "
+                                               "a list of Regions"))
+                continue
             regions = [r for r in regions if isinstance(r, Region) and r.graph is self.graph
                        and r.steps]
-            try:
-                if hasattr(b, "compile_regions"):
-                    executables = list(b.compile_regions(regions, self.target, self.options))
+            valid: list[Region] = []
+            for r in regions:
+                problem = region_problem(r)
+                if problem is None:
+                    valid.append(r)
                 else:
-                    executables = [b.compile(r, self.target, self.options) for r in regions]
-            except Exception as exc:
-                self.skipped.append(_record(b, f"compile raised {type(exc).__name__}: {exc}"))
-                continue
+                    out.append(Candidate(b, r, status="failed", reason=problem))
+            regions = valid
+            executables: list[Any]
+            if hasattr(b, "compile_regions"):
+                try:
+                    executables = list(b.compile_regions(regions, self.target, self.options))
+                except Exception as exc:
+                    self.skipped.append(_record(b, f"compile raised {type(exc).__name__}: "
+                                                   f"{exc}"))
+                    continue
+                if len(executables) != len(regions):
+                    self.skipped.append(_record(
+                        b, f"compile_regions returned {len(executables)} executables for "
+                           f"{len(regions)} regions"))
+                    continue
+            else:
+                executables = []
+                for r in regions:
+                    try:
+                        executables.append(b.compile(r, self.target, self.options))
+                    except Exception as exc:
+                        executables.append(_Failed(f"compile raised {type(exc).__name__}: "
+                                                   f"{exc}"))
             for r, ex in zip(regions, executables):
-                holds = int(getattr(getattr(ex, "meta", None), "holds", 0) or 0)
-                out.append(Candidate(b, r, ex, holds=holds))
+                c = Candidate(b, r, ex)
+                problem = ex.reason if isinstance(ex, _Failed) else executable_problem(ex)
+                if problem is not None:
+                    c.executable, c.status, c.reason = None, "failed", problem
+                else:
+                    c.holds = ex.meta.holds
+                    c.estimate, c.estimate_note = estimate(b, r, self.target)
+                out.append(c)
         return out
+
+    def check_outputs(self, candidates: list[Candidate], env: dict[str, Any],
+                      context: Context) -> None:
+        """One run of each executable on the recorded inputs: an executable whose ``prepare``
+        or ``execute`` raises, or whose outputs are not the region's (count, torch.Tensor,
+        shape, dtype, device), fails, and the generated source runs its steps. Done once,
+        where the plan is made; a plan's runs and replays trust what passed here."""
+        scratch = context.scratch()  # one for all: only shapes and types are looked at
+        # As plan.run hands them over: the step's inputs, and those given on the host.
+        scratch.inputs = dict(zip(self.graph.inputs, self.inputs))
+        scratch.host_inputs = host_inputs(self.graph, self.given)
+        with numerics_mode(self.model.numerics), torch.inference_mode():
+            for c in candidates:
+                if c.status == "failed":
+                    continue
+                problem = run_problem(c, env, scratch, self.device)
+                if problem is not None:
+                    c.status, c.reason = "failed", problem
 
     # -- values at region boundaries, from one run of the generated source
     def record_values(self, candidates: list[Candidate], context: Context
@@ -437,10 +538,6 @@ class PlanBuilder:
         gkey = cache_key(target_key, "generated", f"{lang_version}/{self.model.numerics}/"
                          f"{compile_label(self.options.compile)}", CONTRACT, kind)
         return bkey, gkey
-
-    def all_cached(self, candidates: list[Candidate], cache: TimingCache) -> bool:
-        return all(cache.get(k) is not None for c in candidates
-                   for k in self.keys(c.backend, c.region.kind))
 
     def time_candidates(self, candidates: list[Candidate], env: dict[str, Any],
                         context: Context, cache: TimingCache) -> None:
@@ -552,7 +649,8 @@ class PlanBuilder:
                 r = entry.region
                 items.append(Item("region", entry.executable, list(r.inputs), list(r.outputs),
                                   output_types=[self.graph.values[o] for o in r.outputs],
-                                  label=f"{entry.backend_name} {r!r}"))
+                                  label=f"{entry.backend_name} {r!r}",
+                                  backend=entry.backend_name))
         return items, (module.__file__ if module else "")
 
     def slice_name(self, step: int) -> str:
@@ -564,6 +662,133 @@ class PlanBuilder:
         if best is None:
             return "slice"
         return best.callee.rsplit("::", 1)[-1].replace(".", "_").lower() + "_part"
+
+
+class _Failed:
+    """Stands for an executable that ``compile`` did not give (it raised)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def region_problem(region: Region) -> str | None:
+    """Why ``region`` cannot run as it says, or None. Regions are rebuilt from their steps
+    (``Region.of_steps``: operands and state order) and must declare the values that
+    rebuild makes and uses later as their outputs, and read at least what it reads
+    (a backend may declare more inputs, if they are made before the region: FlashInfer
+    declares the positions)."""
+    graph = region.graph
+    steps = tuple(region.steps)
+    if any(not isinstance(i, int) or isinstance(i, bool) for i in steps) or \
+            steps != tuple(sorted(set(steps))):
+        return f"its steps {list(steps)[:8]} are not step numbers in increasing order"
+    try:
+        rebuilt = Region.of_steps(graph, steps, region.index)
+    except RegionError as exc:
+        return f"its steps cannot run together: {exc}"
+    if set(region.outputs) != set(rebuilt.outputs) or \
+            len(region.outputs) != len(rebuilt.outputs):
+        return (f"it declares outputs {list(region.outputs)}, but its steps make "
+                f"{list(rebuilt.outputs)} for later steps (build regions with Region.of or "
+                "Region.of_steps)")
+    made_before = set(graph.inputs)
+    for step in graph.steps[:region.start]:
+        made_before.update(step.results)
+    missing = [v for v in rebuilt.inputs if v not in region.inputs]
+    foreign = [v for v in region.inputs if v not in made_before]
+    if missing or foreign:
+        return (f"it declares inputs {list(region.inputs)}; its steps read "
+                f"{list(rebuilt.inputs)}" + (f" and {foreign} are not made before step "
+                                              f"{region.start}" if foreign else ""))
+    try:
+        kind = region_kind(region)
+    except Exception as exc:
+        return f"its kind cannot be computed ({type(exc).__name__}: {exc})"
+    if region.kind != kind:
+        # Timings are cached and shared by kind: a made-up kind would borrow another's.
+        return (f"its kind {region.kind!r} is not what its steps compute ({kind}); after "
+                "changing a region, set its kind to linnet.backends.region_kind(region)")
+    return None
+
+
+def executable_problem(ex: Any) -> str | None:
+    """Why what ``compile`` returned is not an executable, or None."""
+    if ex is None:
+        return "compile returned None, not an executable"
+    lacks = [m for m in ("prepare", "execute") if not callable(getattr(ex, m, None))]
+    if lacks:
+        return (f"compile returned a {type(ex).__name__}, not an executable: it has no "
+                + " or ".join(f"{m}()" for m in lacks))
+    try:
+        holds = ex.meta.holds
+    except Exception as exc:
+        return f"its executable has no meta.holds ({type(exc).__name__}: {exc})"
+    if type(holds) is not int or holds < 0:
+        return (f"its executable declares holds={holds!r}; holds is a number of bytes, an "
+                "int >= 0")
+    return None
+
+
+def estimate(backend: Any, region: Region, target: Target) -> tuple[float | None, str]:
+    """(seconds, "") from ``estimate_cost``, or (None, why it was ignored); None from the
+    backend is no estimate, and nothing to explain."""
+    try:
+        cost = backend.estimate_cost(region, target)
+    except Exception as exc:
+        return None, f"estimate_cost raised {type(exc).__name__}: {exc}"
+    if cost is None:
+        return None, ""
+    if not isinstance(cost, Cost):
+        return None, f"estimate_cost returned a {type(cost).__name__}, not a Cost"
+    seconds = cost.seconds
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
+            not math.isfinite(seconds) or seconds < 0:
+        return None, f"estimate_cost gave seconds={seconds!r}, not a finite time >= 0"
+    return float(seconds), ""
+
+
+def output_problem(got: Any, names: Sequence[str], graph: Graph,
+                   device: torch.device) -> str | None:
+    """Why ``got`` (what an executable's ``execute`` returned) is not the outputs ``names``
+    of ``graph`` on ``device``, or None: a list (or tuple) of one torch.Tensor per output,
+    each of the declared shape and dtype, on the plan's device."""
+    count = f"{len(names)} output{'s' if len(names) != 1 else ''} ({', '.join(names)})"
+    if not isinstance(got, list | tuple):
+        return f"execute returned a {type(got).__name__}, not a list of the region's {count}"
+    if len(got) != len(names):
+        return f"execute returned {len(got)} values; the region has {count}"
+    for k, (name, value) in enumerate(zip(names, got)):
+        vt = graph.values[name]
+        what = f"output {k} ({name})"
+        if not isinstance(value, torch.Tensor):
+            return f"{what} is a {type(value).__name__}, not a torch.Tensor"
+        if tuple(value.shape) != tuple(vt.shape):
+            return f"{what} has shape {list(value.shape)}; the region declares {list(vt.shape)}"
+        want = DTYPES.get(vt.dtype)
+        if value.dtype != want:
+            return f"{what} is {value.dtype}; the region declares {vt.dtype} ({want})"
+        if not same_device(value.device, device):
+            return f"{what} is on {value.device}; the plan runs on {device}"
+    return None
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """``a`` and ``b`` are one device ("cuda" standing for the current CUDA device)."""
+    if a.type != b.type:
+        return False
+    if a.type != "cuda" or a.index == b.index:
+        return True
+    current = torch.cuda.current_device()
+    return (current if a.index is None else a.index) == (current if b.index is None else b.index)
+
+
+def run_problem(c: Candidate, env: dict[str, Any], context: Context,
+                device: torch.device) -> str | None:
+    """Run ``c``'s executable once on ``context``; why it failed, or None."""
+    problem, got = _run_once(c, env, context)
+    if problem is not None:
+        return problem
+    return output_problem(got, c.region.outputs, c.region.graph, device)
 
 
 def _record(backend: Any, reason: str) -> Any:
@@ -591,12 +816,16 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
     ready = builder.probe(backends)
     candidates = builder.candidates(ready)
     context = model.context_for_graph(builder.graph)
-    if measure and candidates:
-        cache = cache or TimingCache()
-        # A warm cache answers every kind: skip the run that records region inputs.
-        env = ({} if builder.all_cached(candidates, cache)
-               else builder.record_values(candidates, context))
-        builder.time_candidates(candidates, env, context, cache)
+    live = [c for c in candidates if c.status != "failed"]
+    if live:
+        # One run of the generated source records every region's inputs; each executable
+        # then runs once on them and must give the region's outputs before it is timed (or,
+        # unmeasured, taken).
+        env = builder.record_values(live, context)
+        builder.check_outputs(live, env, context)
+        live = [c for c in live if c.status != "failed"]
+        if measure and live:
+            builder.time_candidates(live, env, context, cache or TimingCache())
     decision = choose(candidates, options)
     items, path = builder.items(decision.taken)
     return Plan(model, entry, builder.graph, items, candidates, builder.skipped, options,
@@ -606,9 +835,14 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
 # ---------------------------------------------------------------- conformance
 @dataclass
 class Finding:
-    """One region run both ways: ``difference`` is the largest absolute difference between
-    the backend's outputs and the generated source's (None where the region writes state:
-    it ran once and was not compared)."""
+    """One region run both ways. ``difference`` is the largest absolute difference between
+    the backend's outputs and the generated source's, over every output (None where nothing
+    was compared: the region writes state and ran once, or the backend failed before giving
+    outputs that could be compared). ``passed`` is whether every output is within the bound
+    (see :func:`conform`); ``note`` says what failed, naming the output.
+
+    >>> f = Finding(region, 0.003, True)                              # doctest: +SKIP
+    """
 
     region: Region
     difference: float | None
@@ -617,15 +851,90 @@ class Finding:
 
     def __repr__(self) -> str:
         diff = "not compared" if self.difference is None else f"{self.difference:.3g}"
-        return f"Finding({self.region!r}, difference={diff}, passed={self.passed})"
+        note = f", note={self.note!r}" if self.note else ""
+        return f"Finding({self.region!r}, difference={diff}, passed={self.passed}{note})"
+
+
+def tolerance_for(dtype: torch.dtype, tolerance: float) -> float:
+    """The relative tolerance that ``conform`` applies to an output of ``dtype``:
+    ``tolerance``, but never below 4 units of the dtype's rounding (bf16: 0.031), which no
+    reordered accumulation can promise to beat; 0 for integer and bool outputs (an index
+    or a flag is right or wrong).
+
+    >>> tolerance_for(torch.float32, 0.01), tolerance_for(torch.bfloat16, 0.01)
+    (0.01, 0.03125)
+    """
+    if not dtype.is_floating_point:
+        return 0.0
+    return max(tolerance, 4 * torch.finfo(dtype).eps)
+
+
+def compare(got: torch.Tensor, want: torch.Tensor, tolerance: float
+            ) -> tuple[float, str | None]:
+    """(the largest absolute difference, why ``got`` fails against ``want`` or None).
+
+    Passed when ``max|got - want| <= tol * max(1, max|want|)`` over the finite values of
+    ``want``, with ``tol = tolerance_for(want.dtype, tolerance)``, and ``got`` has NaN and
+    infinities exactly where ``want`` has them (the same infinities).
+
+    >>> compare(torch.tensor([100.0]), torch.tensor([100.5]), 0.01)
+    (0.5, None)
+    >>> compare(torch.tensor([float("nan")]), torch.tensor([1.0]), 0.01)[1]
+    'has 1 NaN where the generated source has none'
+    """
+    if want.numel() == 0:
+        return 0.0, None
+    if not want.dtype.is_floating_point:
+        diff = (got.long() - want.long()).abs().max().item() if got.dtype != torch.bool \
+            else float((got != want).any().item())
+        return float(diff), (None if diff == 0 else f"differs by {diff} (exact values expected)")
+    a, b = got.double(), want.double()
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    if not torch.equal(nan_a, nan_b):
+        extra = int((nan_a & ~nan_b).sum().item())
+        if extra:
+            return math.nan, (f"has {extra} NaN where the generated source has none")
+        return math.nan, (f"has no NaN where the generated source has "
+                          f"{int((nan_b & ~nan_a).sum().item())}")
+    inf_a, inf_b = torch.isinf(a), torch.isinf(b)
+    if not torch.equal(inf_a, inf_b) or not torch.equal(a[inf_b], b[inf_b]):
+        return math.inf, "has infinities where the generated source has finite values, or " \
+                         "the other way round"
+    finite = ~(nan_b | inf_b)
+    if not bool(finite.any()):
+        return 0.0, None
+    diff = (a[finite] - b[finite]).abs().max().item()
+    scale = max(1.0, b[finite].abs().max().item())
+    tol = tolerance_for(want.dtype, tolerance)
+    if diff <= tol * scale:
+        return diff, None
+    return diff, (f"differs by {diff:.3g}; the bound is {tol:.3g} x max(1, max|ref| = "
+                  f"{scale:.3g}) = {tol * scale:.3g}")
 
 
 def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any,
             tolerance: float = 0.01, context: Context | None = None) -> list[Finding]:
-    """Run every region ``backend`` takes both ways, on the same inputs; see the spec.
+    """Run every region ``backend`` takes both ways, on the same inputs: a finding each.
+
+    A region passes when the backend gives exactly the region's outputs (as many as it
+    declares, each a torch.Tensor of the declared shape and dtype on the model's device)
+    and each is within tolerance of the generated source's: ``max|a - b| <= tol * max(1,
+    max|b|)`` where ``b`` is the generated source's output and ``tol`` is ``tolerance``
+    (relative to the output's scale), at least 4 units of rounding of the output's dtype,
+    and 0 for integer outputs; NaN and infinities must sit where the reference has them.
+    A region the backend cannot compile, prepare or execute fails with the reason in its
+    note; one that writes state runs once and its outputs are checked but not compared.
     ``context`` gives the states to start from (a prefilled KV cache, say); it is not
-    modified: both sides run on copies."""
-    options = Options(measure=False, tolerance=tolerance)
+    modified: both sides run on copies.
+
+    >>> for f in conform(model, "decode", [token, pos], MyLinear()):  # doctest: +SKIP
+    ...     print(f.region, f.difference, f.passed, f.note)
+    """
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or \
+            not math.isfinite(tolerance) or tolerance < 0:
+        raise _error("E0758", f"tolerance must be a finite number >= 0, not {tolerance!r}",
+                     help="e.g. tolerance=0.01: 1% of the reference's largest magnitude")
+    options = Options(measure=False, tolerance=float(tolerance))
     builder = PlanBuilder(model, entry, list(inputs), options, progress=False)
     ready = builder.probe([backend])
     if not ready:
@@ -636,16 +945,24 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
     if builder.skipped:
         raise _error("E0755", f"backend `{backend.name}` failed: {builder.skipped[-1].reason}")
     context = context if context is not None else model.context_for_graph(builder.graph)
-    env = builder.record_values(candidates, context) if candidates else {}
+    live = [c for c in candidates if c.status != "failed"]
+    env = builder.record_values(live, context) if live else {}
     findings = []
     for c in candidates:
         r = c.region
-        args = [env[v] for v in r.inputs]
-        types = [builder.graph.values[o] for o in r.outputs]
+        if c.status == "failed":
+            findings.append(Finding(r, None, False, c.reason))
+            continue
         with numerics_mode(model.numerics), torch.inference_mode():
             scratch = context.scratch()
-            c.executable.prepare(scratch)
-            got = c.executable.execute(args, types, scratch)
+            scratch.inputs = dict(zip(builder.graph.inputs, builder.inputs))
+            scratch.host_inputs = host_inputs(builder.graph, builder.given)
+            problem, got = _run_once(c, env, scratch)
+            if problem is None:
+                problem = output_problem(got, r.outputs, r.graph, builder.device)
+            if problem is not None:
+                findings.append(Finding(r, None, False, problem))
+                continue
             if r.writes_state:
                 findings.append(Finding(r, None, True, "writes state: ran once, not compared"))
                 continue
@@ -654,11 +971,30 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
             fn = getattr(module, module.ENTRIES[builder.graph.entry]["slices"][0]["function"])
             ref_ctx = context.scratch()
             want = fn(*[env[v] for v in sl.inputs],
-                      *[ref_ctx.parameters[p] for p in sl.parameters],
+                      *[ref_ctx._params[p] for p in sl.parameters],
                       *[ref_ctx.states[p] for p in sl.states])
-        diff = 0.0
-        for a, b in zip(got, want):
-            if isinstance(a, torch.Tensor):
-                diff = max(diff, (a.float() - b.float()).abs().max().item() if a.numel() else 0.0)
-        findings.append(Finding(r, diff, diff <= tolerance))
+        by_name = dict(zip(sl.outputs, want))
+        worst, notes = 0.0, []
+        for k, (name, value) in enumerate(zip(r.outputs, got)):
+            if name not in by_name:  # region_problem keeps this from happening
+                notes.append(f"output {k} ({name}) is not one the generated steps make")
+                continue
+            diff, why = compare(value, by_name[name], options.tolerance)
+            worst = math.nan if math.isnan(diff) or math.isnan(worst) else max(worst, diff)
+            if why is not None:
+                notes.append(f"output {k} ({name}) {why}")
+        findings.append(Finding(r, worst, not notes, "; ".join(notes)))
     return findings
+
+
+def _run_once(c: Candidate, env: dict[str, Any], context: Context) -> tuple[str | None, Any]:
+    r = c.region
+    try:
+        c.executable.prepare(context)
+    except Exception as exc:
+        return f"prepare raised {type(exc).__name__}: {exc}", None
+    try:
+        return None, c.executable.execute([env[v] for v in r.inputs],
+                                          [r.graph.values[o] for o in r.outputs], context)
+    except Exception as exc:
+        return f"execute raised {type(exc).__name__}: {exc}", None
