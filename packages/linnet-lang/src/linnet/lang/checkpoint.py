@@ -233,9 +233,10 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
     for key, allowed in mapping.get("require", {}).items():
         value = lookup(hf, key)
         if value is not _MISSING and not any(_same(value, a) for a in allowed):
-            shown = " or ".join(json.dumps(a) for a in allowed)
-            diag("E0656", f"{name} sets `{key}` to {json.dumps(value)}; model `{model}` "
-                 f"runs only {shown}", key, "not what the model computes",
+            shown = (f"runs only {' or '.join(json.dumps(a) for a in allowed)}" if allowed
+                     else "does not implement it")
+            diag("E0656", f"{name} sets `{key}` to {json.dumps(value)[:40]}; model `{model}` "
+                 f"{shown}", key, "not what the model computes",
                  help="use a model that implements it, or a checkpoint of this architecture")
     for section in ("set", "check", "runtime"):
         for lname, spec in mapping.get(section, {}).items():

@@ -828,7 +828,7 @@ def check_weights(decl: A.BlockDecl, inst: BlockInst, weights: dict[str, tuple])
                     "E0633", f"weight `{p}`{shard_of(weights[p])} is {dtype}, the model "
                     f"expects {t.dtype}",
                     spans.get(p), f"{t.dtype} with this config",
-                    help=f"convert it on load (`dtype={t.dtype}`), or give the model's element "
-                         f"type as {dtype} in the config"), p))
+                    help=f"convert it on load (`load(..., dtype={t.dtype!r})`), or make the model's "
+                         f"element type {dtype} (its config's `T`, say)"), p))
     if diags:
         raise LinnetError(diags)

@@ -36,8 +36,11 @@ def register_run(subparsers: Any) -> None:
     """Adds `linnet run` to the `linnet` CLI (the `linnet.commands` entry point)."""
     p = subparsers.add_parser("run", help="run a model's prefill and decode (default: demo)")
     p.add_argument("file", nargs="?", help="a .linnet model (default: the Llama example)")
-    p.add_argument("--weights", help="safetensors weights (default: a generated toy checkpoint)")
-    p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy)")
+    p.add_argument("--weights", help="a safetensors file, a checkpoint directory (a Hugging Face "
+                                     "download: its config.json is read too), an index JSON "
+                                     "(default: a generated toy checkpoint)")
+    p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy "
+                                    "without --weights; with them, the checkpoint's config.json)")
     p.add_argument("--prompt", default="1,2,3,4,5,6,7,8", help="comma-separated token ids")
     p.add_argument("--tokens", type=int, default=16, help="tokens to decode")
     p.add_argument("--device", default="cpu")
@@ -68,13 +71,17 @@ def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
 
 def run_command(args: argparse.Namespace) -> int:
     from linnet.lang.cli import load_config
+    from linnet.lang.weights import resolve_checkpoint
 
     import torch
 
     from .model import load
 
     model_path = Path(args.file) if args.file else default_model()
-    config_name = args.config or ("toy" if not args.file else None)
+    # A checkpoint with a config.json (a Hugging Face directory) brings its own config; the
+    # demo's toy config is the default only without one.
+    own_config = bool(args.weights) and resolve_checkpoint(args.weights).config_path is not None
+    config_name = args.config or ("toy" if not args.file and not own_config else None)
     config = load_config(config_name, [], str(model_path)) if config_name else {}
     weights = args.weights
     if weights is None:

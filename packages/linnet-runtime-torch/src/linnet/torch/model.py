@@ -386,11 +386,12 @@ def _validate(program: Program, config: dict[str, Any], shapes: dict[str, tuple]
     try:
         graph = lower(program, entry.name, inputs, config, shapes, check=False)
     except LinnetError as err:
-        diags = [d for d in err.diagnostics if _LOAD_CODES.fullmatch(d.code)]
+        diags = [d for d in err.diagnostics if _LOAD_CODES.fullmatch(d.code)
+                 or (d.code == "E0460" and d.label == "model declared here")]
         if not diags:
             return  # not about the weights or the config: the first call reports it
         if ckpt_config is not None and ckpt_config.values and any(
-                d.code in ("E0603", "E0632") for d in diags):
+                d.code in ("E0460", "E0603", "E0632") for d in diags):
             used = ", ".join(f"{ckpt_config.sources.get(k, k)} = {json.dumps(v)} ({k})"
                              for k, v in ckpt_config.values.items())
             diags.append(Diagnostic(
@@ -477,7 +478,7 @@ def load(path: str | Path, weights: Any = None,
             cfg = merge_config(cfg, ckpt_config)
         if convert is not None:
             want = _dtype_name(convert)
-            shapes = {k: TensorInfo(s, want if s[1] in ("f16", "bf16", "f32", "f64") else s[1],
+            shapes = {k: TensorInfo(s[0], want if s[1] in ("f16", "bf16", "f32", "f64") else s[1],
                                     getattr(s, "shard", "")) for k, s in shapes.items()}
         _validate(program, cfg, shapes, ckpt_config)
         report(f"loading weights from {weights}"
