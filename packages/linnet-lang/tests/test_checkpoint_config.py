@@ -134,7 +134,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.sampled_from(sorted(HF) + ["rope_parameters", "x"]), JSON,
+@given(st.dictionaries(st.sampled_from([*sorted(HF), "rope_parameters", "x"]), JSON,
                        max_size=6))
 def test_any_config_json_is_a_config_or_a_coded_error(changes):
     try:

@@ -126,9 +126,8 @@ def test_directory_matches_transformers(checkpoints, rope, interpret):
 
 def test_llama3_frequencies_equal_transformers():
     from linnet.lang import Program, lower
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
     from linnet.torch.interpreter import run_graph
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     src = """
 use std.nn.rope::{llama3_frequencies}

@@ -440,4 +440,9 @@ def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
             help=f"write `{mapping_path(model_file)}` saying which config.json keys the model "
                  "reads (see docs/torch.md), or load the safetensors files without the "
                  "config.json beside them and give config="))
+    if mapping.get("model", model) != model:
+        raise LinnetError(Diagnostic(
+            "E0653", f"checkpoint mapping `{mapping_path(model_file)}` is for model "
+            f"`{mapping['model']}`, but the model loaded is `{model}`",
+            help="set its `model` to the model's name, or load that model"))
     return checkpoint_config(hf, mapping, model, source, path.name)

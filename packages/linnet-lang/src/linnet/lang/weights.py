@@ -171,13 +171,13 @@ def resolve_checkpoint(weights: str | Path | Sequence[str | Path]) -> Checkpoint
             index = path / INDEX_NAME
             if index.is_file():
                 return read_index(index)
-            files = sorted(p for p in path.glob("*.safetensors") if p.is_file())
-            if not files:
+            found = sorted(p for p in path.glob("*.safetensors") if p.is_file())
+            if not found:
                 raise _error("E0639", f"directory `{path}` has no `{INDEX_NAME}` and no "
                              "`*.safetensors` files",
                              help="pass the directory a checkpoint was saved or downloaded to "
                                   "(Hugging Face's `save_pretrained` writes safetensors files)")
-            return Checkpoint(tuple(files), path)
+            return Checkpoint(tuple(found), path)
         if path.suffix == ".json":
             if not path.is_file():
                 raise _error("E0651", f"weights index `{path}` not found", help="check the path")

@@ -374,10 +374,9 @@ def _validate(program: Program, config: dict[str, Any], shapes: dict[str, tuple]
               ckpt_config: Any) -> None:
     """Lower the first entry once with the checkpoint's shapes, before reading any tensor:
     a checkpoint that does not fit the model (or its own config.json) fails at load."""
+    import linnet.lang.ast as A
     from linnet.lang.checkpoint import check_dims
     from linnet.lang.compiler import find_model
-
-    import linnet.lang.ast as A
 
     decl = find_model(program, None)
     entry = next(m for m in decl.methods if m.kind == "entry")
