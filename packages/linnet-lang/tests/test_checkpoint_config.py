@@ -88,6 +88,7 @@ def test_rope_without_original_max_falls_back_to_max_positions():
     ({"rope_parameters": {"rope_type": "default"}}, "E0656"),
     ({"num_attention_heads": "4"}, "E0671"),
     ({"hidden_size": 0}, "E0671"),
+    ({"num_hidden_layers": 10**400}, "E0671"),
     ({"max_position_embeddings": True}, "E0671"),
     ({"rms_norm_eps": float("nan")}, "E0671"),
 ])

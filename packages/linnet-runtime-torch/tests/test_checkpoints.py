@@ -272,6 +272,21 @@ def test_heads_contradicting_the_weights(checkpoints, tmp_path):
     assert "num_key_value_heads = 4 (KV)" in err.value.diagnostics[-1].message
 
 
+def test_a_stray_layer_name_is_an_unexpected_weight_not_a_huge_model(checkpoints, tmp_path):
+    path = copy(checkpoints[1]["default"][0], tmp_path / "ckpt")
+    shard = path / "model-00003-of-00005.safetensors"
+    tensors = load_file(str(shard))
+    tensors["model.layers.99999999.input_layernorm.weight"] = torch.ones(64)
+    save_file(tensors, str(shard))
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.layers.99999999.input_layernorm.weight"] = shard.name
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(LinnetError) as err:
+        load(LLAMA, weights=path)  # num_hidden_layers = 2 in config.json bounds the layers
+    assert [d.code for d in err.value.diagnostics] == ["E0631"]
+    assert shard.name in err.value.diagnostics[0].message
+
+
 def test_unknown_rope_type(checkpoints, tmp_path):
     path = copy(checkpoints[1]["default"][0], tmp_path / "ckpt")
     edit_config(path, rope_parameters={"rope_type": "yarn", "factor": 4.0,

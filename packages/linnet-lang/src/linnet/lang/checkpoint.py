@@ -348,7 +348,10 @@ def _first(hf: dict, keys: list[str]) -> tuple[str, Any]:
 
 
 def _scalar(value: Any) -> bool:
-    return isinstance(value, bool | int | float) and (
+    # Integers past 2^53 are no size or count a checkpoint has (and would not fit a dim).
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) <= 2**53
+    return isinstance(value, bool | float) and (
         not isinstance(value, float) or math.isfinite(value))
 
 
@@ -446,3 +449,60 @@ def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
             f"`{mapping['model']}`, but the model loaded is `{model}`",
             help="set its `model` to the model's name, or load that model"))
     return checkpoint_config(hf, mapping, model, source, path.name)
+
+
+# A load-time lowering reports these (the weights, the config and what binds dims, the
+# model's own `where` clauses).
+_LOAD_CODES = re.compile(r"E06(0[23]|1[23]|3\d|5\d|7\d)")
+
+
+def fit_checkpoint(program: Any, config: dict[str, Any], shapes: dict[str, tuple],
+                   ckpt_config: CheckpointConfig | None) -> dict[str, Any]:
+    """Lower the first entry once with the checkpoint's shapes, before reading any tensor:
+    a checkpoint that does not fit the model (or its own config.json) fails at load.
+    Runtimes call it between reading the headers and reading the tensors.
+
+    Returns the config to run with: ``config`` plus the dims config.json states (so that a
+    stray tensor name such as ``model.layers.99999999.x`` is an unexpected weight, not a
+    model of 10^8 layers). Only mistakes of the weights and the config are raised here;
+    anything else (an entry's rule about its input shapes, say) waits for the first call.
+
+    >>> cfg = fit_checkpoint(program, {"H": 4, "KV": 2, "S": 64},
+    ...                      safetensors_shapes("ckpt/"), None)   # doctest: +SKIP
+    """
+    from . import ast as A
+    from .compiler import find_model, lower
+
+    decl = find_model(program, None)
+    entry = next(m for m in decl.methods if m.kind == "entry")
+    inputs = {p.name: [1] * len(p.type.dims) for p in entry.params
+              if isinstance(p.type, A.TensorType)}
+    checks = dict(ckpt_config.checks) if ckpt_config is not None else {}
+    full = {**checks, **config}
+    try:
+        lower(program, entry.name, inputs, full, shapes, check=False)
+        return full
+    except LinnetError as err:
+        diags = [d for d in err.diagnostics if _LOAD_CODES.fullmatch(d.code)
+                 or (d.code == "E0460" and d.label == "model declared here")]
+    if not diags:
+        return full  # not about the weights or the config: the first call reports it
+    if checks and not any(d.code == "E0631" for d in diags):
+        # Which stated dim is wrong: lower again with the dims the weights give.
+        try:
+            graph = lower(program, entry.name, inputs, config, shapes, check=False)
+        except LinnetError:
+            pass
+        else:
+            assert ckpt_config is not None
+            check_dims(ckpt_config, graph.dims)  # raises E0658 naming key and value
+    if ckpt_config is not None and any(d.code in ("E0460", "E0603", "E0632") for d in diags):
+        used = ", ".join(f"{ckpt_config.sources.get(k, k)} = {json.dumps(v)} ({k})"
+                         for k, v in {**ckpt_config.values, **checks}.items()
+                         if isinstance(v, int) and not isinstance(v, bool))
+        diags.append(Diagnostic(
+            "E0658", f"the checkpoint's {ckpt_config.name} and its weights disagree: the "
+            f"model was lowered with {used} from {ckpt_config.name}",
+            help="config.json and the safetensors files come from different "
+                 "checkpoints; download or save the checkpoint again"))
+    raise LinnetError(diags)

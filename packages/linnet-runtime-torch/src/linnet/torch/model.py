@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -343,11 +342,6 @@ def resolve_dtype(dtype: Any) -> torch.dtype | None:
     return value
 
 
-# A validation lowering at load reports these (the weights, the config and what binds dims);
-# anything else (an input-shape rule of an entry, say) waits for the first call.
-_LOAD_CODES = re.compile(r"E06(0[23]|1[23]|3\d|5\d|7\d)")
-
-
 def _check_weights_type(weights: Any) -> None:
     ok = weights is None or isinstance(weights, str | Path) or (
         isinstance(weights, list | tuple) and bool(weights)
@@ -368,39 +362,6 @@ def _dtype_generics(program: Program) -> list[str]:
 
     decl = find_model(program, None)
     return [g.name for g in decl.generics if g.kind == "DType"]
-
-
-def _validate(program: Program, config: dict[str, Any], shapes: dict[str, tuple],
-              ckpt_config: Any) -> None:
-    """Lower the first entry once with the checkpoint's shapes, before reading any tensor:
-    a checkpoint that does not fit the model (or its own config.json) fails at load."""
-    import linnet.lang.ast as A
-    from linnet.lang.checkpoint import check_dims
-    from linnet.lang.compiler import find_model
-
-    decl = find_model(program, None)
-    entry = next(m for m in decl.methods if m.kind == "entry")
-    inputs = {p.name: [1] * len(p.type.dims) for p in entry.params
-              if isinstance(p.type, A.TensorType)}
-    try:
-        graph = lower(program, entry.name, inputs, config, shapes, check=False)
-    except LinnetError as err:
-        diags = [d for d in err.diagnostics if _LOAD_CODES.fullmatch(d.code)
-                 or (d.code == "E0460" and d.label == "model declared here")]
-        if not diags:
-            return  # not about the weights or the config: the first call reports it
-        if ckpt_config is not None and ckpt_config.values and any(
-                d.code in ("E0460", "E0603", "E0632") for d in diags):
-            used = ", ".join(f"{ckpt_config.sources.get(k, k)} = {json.dumps(v)} ({k})"
-                             for k, v in ckpt_config.values.items())
-            diags.append(Diagnostic(
-                "E0658", f"the checkpoint's {ckpt_config.name} and its weights disagree: the "
-                f"model was lowered with {used} from {ckpt_config.name}",
-                help="config.json and the safetensors files come from different "
-                     "checkpoints; download or save the checkpoint again"))
-        raise LinnetError(diags) from None
-    if ckpt_config is not None:
-        check_dims(ckpt_config, graph.dims)
 
 
 def load(path: str | Path, weights: Any = None,
@@ -462,7 +423,7 @@ def load(path: str | Path, weights: Any = None,
                       else v.to(dev)) for k, v in weights.items()}
         shapes = {k: (tuple(v.shape), _dtype_name(v.dtype)) for k, v in params.items()}
     elif weights is not None:
-        from linnet.lang.checkpoint import merge_config, read_checkpoint_config
+        from linnet.lang.checkpoint import fit_checkpoint, merge_config, read_checkpoint_config
         from linnet.lang.compiler import find_model
         from linnet.lang.weights import TensorInfo, checkpoint_shapes, resolve_checkpoint
 
@@ -479,7 +440,7 @@ def load(path: str | Path, weights: Any = None,
             want = _dtype_name(convert)
             shapes = {k: TensorInfo(s[0], want if s[1] in ("f16", "bf16", "f32", "f64") else s[1],
                                     getattr(s, "shard", "")) for k, s in shapes.items()}
-        _validate(program, cfg, shapes, ckpt_config)
+        cfg = fit_checkpoint(program, cfg, shapes, ckpt_config)
         report(f"loading weights from {weights}"
                + (f" ({len(ckpt.files)} shards)" if len(ckpt.files) > 1 else ""))
         params = load_checkpoint(ckpt, dev, convert)
