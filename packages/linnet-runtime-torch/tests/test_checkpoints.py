@@ -33,15 +33,15 @@ STEPS = 24
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
 ROPES = {"llama3": LLAMA3, "default": {"rope_type": "default"},
-         "linear": {"rope_type": "linear", "factor": 4.0}}
+         "linear": {"rope_type": "linear", "factor": 4.0}, "tied": {"rope_type": "default"}}
 
 
-def hf_model(rope: dict) -> transformers.LlamaForCausalLM:
+def hf_model(rope: dict, tied: bool = False) -> transformers.LlamaForCausalLM:
     cfg = transformers.LlamaConfig(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         max_position_embeddings=128, rms_norm_eps=1e-5,
-        rope_parameters={**rope, "rope_theta": 10000.0}, tie_word_embeddings=False)
+        rope_parameters={**rope, "rope_theta": 10000.0}, tie_word_embeddings=tied)
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).eval()
 
@@ -52,7 +52,7 @@ def checkpoints(tmp_path_factory):
     out = {}
     prompt = torch.randint(0, 256, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     for name, rope in ROPES.items():
-        model = hf_model(rope)
+        model = hf_model(rope, tied=name == "tied")
         path = tmp_path_factory.mktemp(name)
         model.save_pretrained(path, max_shard_size="100KB")
         with torch.no_grad():
@@ -109,13 +109,15 @@ def golden(name: str, err: LinnetError, *roots: Path) -> None:
 
 
 @pytest.mark.parametrize("rope,interpret", [("llama3", False), ("llama3", True),
-                                            ("default", False), ("linear", False)])
+                                            ("default", False), ("linear", False),
+                                            ("tied", False)])
 def test_directory_matches_transformers(checkpoints, rope, interpret):
     prompt, ckpts = checkpoints
     path, hf_logits, hf_tokens = ckpts[rope]
     assert len(list(path.glob("*.safetensors"))) > 2  # really sharded
     model = load(LLAMA, weights=path, interpret=interpret)  # no config=
     assert model.config.get("rope_llama3", False) is (rope == "llama3")
+    assert ("lm_head.weight" in model.params) is (rope != "tied")
     logits, tokens = greedy(model, prompt, STEPS)
     assert logits.shape == hf_logits.shape
     # Positions 16..19 are past the original max position: the scaled band matters there.
