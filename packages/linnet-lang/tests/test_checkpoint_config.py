@@ -81,7 +81,7 @@ def test_rope_without_original_max_falls_back_to_max_positions():
     ({"hidden_act": "gelu"}, "E0656"),
     ({"mlp_bias": True}, "E0656"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "E0657"),
-    ({"rope_scaling": {"type": "dynamic", "factor": 4.0}}, "E0657"),
+    ({"rope_scaling": {"type": "longrope", "factor": 4.0}}, "E0657"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": "8"}}, "E0671"),
     ({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 32}}, "E0655"),
     ({"rope_scaling": 8.0}, "E0671"),

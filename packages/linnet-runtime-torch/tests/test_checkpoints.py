@@ -33,14 +33,16 @@ STEPS = 24
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
 ROPES = {"llama3": LLAMA3, "default": {"rope_type": "default"},
-         "linear": {"rope_type": "linear", "factor": 4.0}, "tied": {"rope_type": "default"}}
+         "linear": {"rope_type": "linear", "factor": 4.0}, "tied": {"rope_type": "default"},
+         "dynamic": {"rope_type": "dynamic", "factor": 4.0}}
 
 
 def hf_model(rope: dict, tied: bool = False) -> transformers.LlamaForCausalLM:
     cfg = transformers.LlamaConfig(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        max_position_embeddings=128, rms_norm_eps=1e-5,
+        max_position_embeddings=16 if rope.get("rope_type") == "dynamic" else 128,
+        rms_norm_eps=1e-5,
         rope_parameters={**rope, "rope_theta": 10000.0}, tie_word_embeddings=tied)
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).eval()
@@ -110,17 +112,22 @@ def golden(name: str, err: LinnetError, *roots: Path) -> None:
 
 @pytest.mark.parametrize("rope,interpret", [("llama3", False), ("llama3", True),
                                             ("default", False), ("linear", False),
-                                            ("tied", False)])
+                                            ("tied", False), ("dynamic", False),
+                                            ("dynamic", True)])
 def test_directory_matches_transformers(checkpoints, rope, interpret):
     prompt, ckpts = checkpoints
     path, hf_logits, hf_tokens = ckpts[rope]
     assert len(list(path.glob("*.safetensors"))) > 2  # really sharded
-    model = load(LLAMA, weights=path, interpret=interpret)  # no config=
+    # No config=; the dynamic checkpoint's max_position_embeddings (16) is also its default
+    # cache length, too short for the test: S is a runtime choice.
+    config = {"S": 64} if rope == "dynamic" else None
+    model = load(LLAMA, weights=path, interpret=interpret, config=config)
     assert model.config.get("rope_llama3", False) is (rope == "llama3")
     assert ("lm_head.weight" in model.params) is (rope != "tied")
     logits, tokens = greedy(model, prompt, STEPS)
     assert logits.shape == hf_logits.shape
     # Positions 16..19 are past the original max position: the scaled band matters there.
+    # (dynamic NTK: past max_position_embeddings, 16, theta grows with every position).
     assert (logits[0, 16:] - hf_logits[0, 16:]).abs().max().item() < TOLERANCE
     assert (logits - hf_logits).abs().max().item() < TOLERANCE
     assert tokens == hf_tokens
@@ -306,7 +313,7 @@ def test_old_style_rope_scaling(checkpoints, tmp_path):
                 rope_scaling={**LLAMA3, "rope_type": "llama3"})
     logits = load(LLAMA, weights=path).prefill(prompt.to(torch.int32))
     assert (logits - ckpts["llama3"][1]).abs().max().item() < TOLERANCE
-    edit_config(path, rope_scaling={"type": "dynamic", "factor": 2.0})
+    edit_config(path, rope_scaling={"type": "yarn", "factor": 2.0})
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
     assert [d.code for d in err.value.diagnostics] == ["E0657"]

@@ -15,7 +15,9 @@ for ``llama.linnet``)::
       "require": {"attention_bias": [false]},      // values the model's math assumes
       "ignore":  ["bos_token_id", "torch_dtype"],  // keys that do not change the math
       "rope":    {"keys": ["rope_parameters", "rope_scaling"],
-                  "types": {"default": {}, "linear": {"rope_factor": "factor"}},
+                  "types": {"default": {}, "linear": {"rope_factor": "factor"},
+                            "dynamic": {"rope_factor": "factor", "rope_max_positions":
+                                        {"config": "max_position_embeddings"}}},
                   "ignore": ["rope_type", "rope_theta"]}
     }
 
@@ -316,6 +318,18 @@ def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConf
         return
     wanted = types[kind]
     reads = {v for v in wanted.values() if isinstance(v, str)}
+    for lname, spec in wanted.items():
+        if isinstance(spec, dict):  # {"config": key}: a top-level config.json key
+            key_ = str(spec.get("config"))
+            value = lookup(hf, key_)
+            if not _scalar(value) or isinstance(value, bool):
+                diag("E0671", f"{name}'s `{key_}` (for rope type {json.dumps(kind)}) is "
+                     + ("missing" if value is _MISSING else json.dumps(value)[:40])
+                     + ", not a number", key_, "rope parameter",
+                     help="restore config.json from the checkpoint")
+                continue
+            out.values[lname] = value
+            out.sources[lname] = key_
     for k in params:
         if k not in reads and k not in rope.get("ignore", []) and k not in ("rope_type", "type"):
             diag("E0655", f"{name}'s `{key}` sets `{k}`, which model `{model}` does not "
@@ -323,6 +337,8 @@ def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConf
                  "not read by the model",
                  help="it changes the rotary frequencies; the model must implement it")
     for lname, spec in wanted.items():
+        if isinstance(spec, dict):
+            continue  # read above
         if not isinstance(spec, str):
             out.values[lname] = spec
             out.sources[lname] = f"{key}.rope_type"
