@@ -42,7 +42,7 @@ def hf_model(rope: dict, tied: bool = False) -> transformers.LlamaForCausalLM:
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         max_position_embeddings=16 if rope.get("rope_type") == "dynamic" else 128,
-        rms_norm_eps=1e-5,
+        rms_norm_eps=1e-6,
         rope_parameters={**rope, "rope_theta": 10000.0}, tie_word_embeddings=tied)
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).eval()
@@ -200,7 +200,7 @@ def test_dtype_on_a_file_with_a_config_t(tmp_path):
         load(LLAMA, weights=file, config=toy_config())  # T = f32 in the config
     assert {d.code for d in err.value.diagnostics} == {"E0633"}
     assert "dtype='f32'" in err.value.diagnostics[0].help
-    model = load(LLAMA, weights=file, config=toy_config(), dtype="f32")
+    model = load(LLAMA, weights=file, config=toy_config(), dtype="f32", interpret=True)
     assert model.params["lm_head.weight"].dtype == torch.float32
     model.decode(torch.tensor([1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32))
     model = load(LLAMA, weights=file, config=cfg, dtype=torch.float16)
@@ -340,7 +340,7 @@ def test_unmodelled_keys(checkpoints, tmp_path):
 def test_user_config_contradicting_config_json(checkpoints, tmp_path):
     path = checkpoints[1]["default"][0]
     with pytest.raises(LinnetError) as err:
-        load(LLAMA, weights=path, config={"H": 8, "rms_norm_eps": 1e-6})
+        load(LLAMA, weights=path, config={"H": 8, "rms_norm_eps": 1e-5})
     golden("user_config_contradicts", err.value, path)
 
 
@@ -423,7 +423,8 @@ def test_overwriting_the_file_after_load_changes_nothing(tmp_path):
 
     file = tmp_path / "w.safetensors"
     save_file(random_weights(LLAMA, toy_config(), seed=0), str(file))
-    model = load(LLAMA, weights=file, config=toy_config())
+    # The interpreter: the toy model's generated module is test_generated's to import first.
+    model = load(LLAMA, weights=file, config=toy_config(), interpret=True)
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
     before = model.decode(token, pos).clone()
     # Overwrite in place (same inode, as `cp` onto it does), with other weights.
@@ -432,7 +433,7 @@ def test_overwriting_the_file_after_load_changes_nothing(tmp_path):
     with open(file, "r+b") as f:
         f.write(other.read_bytes())
     model.new_context("decode", [token, pos])
-    after = load(LLAMA, weights=file, config=toy_config()).decode(token, pos)
+    after = load(LLAMA, weights=file, config=toy_config(), interpret=True).decode(token, pos)
     assert not torch.equal(before, after)  # the file really changed
     again = model.decode(token, pos, context=model.new_context("decode", [token, pos]))
     assert torch.equal(before, again)
