@@ -58,6 +58,28 @@ def test_llama31_config():
     assert merge_config({"S": 65536}, cfg)["S"] == 65536
 
 
+LLAMA_31_8B = """{
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+  "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 128256
+}"""
+
+
+def test_a_real_llama_31_config(tmp_path):
+    (tmp_path / "config.json").write_text(LLAMA_31_8B)
+    cfg = read_checkpoint_config(tmp_path / "config.json", LLAMA, "Llama")
+    assert cfg.values["rope_llama3"] is True and cfg.values["rope_factor"] == 8.0
+    assert (cfg.values["H"], cfg.values["KV"], cfg.runtime["S"]) == (32, 8, 4096)
+    assert cfg.checks == {"V": 128256, "D": 4096, "F": 14336, "NL": 32}
+
+
 def test_transformers_defaults_for_absent_keys():
     hf = {k: v for k, v in HF.items() if k not in ("rope_theta", "rms_norm_eps",
                                                    "num_key_value_heads", "rope_scaling")}
