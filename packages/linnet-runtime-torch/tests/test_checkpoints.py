@@ -363,6 +363,15 @@ def test_bad_values_in_config_json(checkpoints, tmp_path, value):
     assert {d.code for d in err.value.diagnostics} <= {"E0671", "E0613", "E0603", "E0658"}
 
 
+def test_a_config_json_that_is_not_a_hugging_face_one_is_not_read(tmp_path):
+    from linnet.torch import random_weights
+
+    save_file(random_weights(LLAMA, toy_config(), seed=0), str(tmp_path / "w.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(toy_config()))  # a Linnet config
+    model = load(LLAMA, weights=tmp_path, config=toy_config(), interpret=True)
+    assert model.config["H"] == 4
+
+
 def test_same_tensor_in_two_files_and_empty_directory(checkpoints, tmp_path):
     path = checkpoints[1]["default"][0]
     files = sorted(path.glob("*.safetensors"))

@@ -438,11 +438,13 @@ def contradiction(ckpt: CheckpointConfig, key: str, other: str) -> Diagnostic:
 
 
 def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
-                           model: str = "the model") -> CheckpointConfig:
+                           model: str = "the model") -> CheckpointConfig | None:
     """Read a checkpoint's config.json for the model in ``model_file`` through its mapping.
 
-    A checkpoint with a config.json for a model without a mapping is E0670: its values
-    (rope scaling, say) would otherwise be silently ignored.
+    A JSON object with neither ``model_type`` nor ``architectures`` is not a Hugging Face
+    config (a Linnet config someone named config.json, say): None. A checkpoint with a
+    config.json for a model without a mapping is E0670: its values (rope scaling, say)
+    would otherwise be silently ignored.
 
     >>> cfg = read_checkpoint_config("Llama-3.2-1B/config.json",
     ...                              "examples/llama/llama.linnet")   # doctest: +SKIP
@@ -451,6 +453,8 @@ def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
     """
     path = Path(config_path)
     hf, source = read_json_object(path, "E0652", "checkpoint config")
+    if "model_type" not in hf and "architectures" not in hf:
+        return None
     mapping = read_mapping(model_file)
     if mapping is None:
         raise LinnetError(Diagnostic(

@@ -69,6 +69,14 @@ def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
     return path
 
 
+def _is_hf_config(path: Path) -> bool:
+    """Whether a checkpoint's config.json is a Hugging Face one (which `load` reads)."""
+    from linnet.lang.checkpoint import read_json_object
+
+    data, _ = read_json_object(path, "E0652", "checkpoint config")
+    return "model_type" in data or "architectures" in data
+
+
 def run_command(args: argparse.Namespace) -> int:
     from linnet.lang.cli import load_config
     from linnet.lang.weights import resolve_checkpoint
@@ -80,7 +88,8 @@ def run_command(args: argparse.Namespace) -> int:
     model_path = Path(args.file) if args.file else default_model()
     # A checkpoint with a config.json (a Hugging Face directory) brings its own config; the
     # demo's toy config is the default only without one.
-    own_config = bool(args.weights) and resolve_checkpoint(args.weights).config_path is not None
+    ckpt_config = resolve_checkpoint(args.weights).config_path if args.weights else None
+    own_config = ckpt_config is not None and _is_hf_config(ckpt_config)
     config_name = args.config or ("toy" if not args.file and not own_config else None)
     config = load_config(config_name, [], str(model_path)) if config_name else {}
     weights = args.weights

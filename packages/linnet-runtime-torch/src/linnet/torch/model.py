@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -343,9 +344,9 @@ def resolve_dtype(dtype: Any) -> torch.dtype | None:
 
 
 def _check_weights_type(weights: Any) -> None:
-    ok = weights is None or isinstance(weights, str | Path) or (
+    ok = weights is None or isinstance(weights, str | os.PathLike) or (
         isinstance(weights, list | tuple) and bool(weights)
-        and all(isinstance(w, str | Path) for w in weights)) or (
+        and all(isinstance(w, str | os.PathLike) for w in weights)) or (
         isinstance(weights, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                           for k, v in weights.items()))
     if not ok:
@@ -435,7 +436,8 @@ def load(path: str | Path, weights: Any = None,
         if ckpt.config_path is not None:
             ckpt_config = read_checkpoint_config(ckpt.config_path, model_path,
                                                  find_model(program, None).name)
-            cfg = merge_config(cfg, ckpt_config)
+            if ckpt_config is not None:
+                cfg = merge_config(cfg, ckpt_config)
         if convert is not None:
             want = _dtype_name(convert)
             shapes = {k: TensorInfo(s[0], want if s[1] in ("f16", "bf16", "f32", "f64") else s[1],
