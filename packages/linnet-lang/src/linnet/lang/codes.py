@@ -3345,7 +3345,7 @@ A checkpoint's rope type is not one the model implements.
 `rope_scaling` (or transformers 5's `rope_parameters`) names a `rope_type` (`yarn`,
 `dynamic`, ...) that the model's checkpoint mapping does not list. Running with the
 original rotary frequencies would be silently wrong past the trained length. The Llama
-example implements `default`, `linear` and `llama3`.
+example implements `default`, `linear`, `llama3` and `dynamic`.
 
 Wrong:
 
