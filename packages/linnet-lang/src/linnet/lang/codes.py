@@ -3089,6 +3089,90 @@ Fixed:
 
     $ linnet graph llama.linnet --entry decode --config toy --set T=bf16 --weights bf16.safetensors --input token=1 --input pos=1
 """,
+    "E0634": """\
+A checkpoint's `model.safetensors.index.json` is not a safetensors index.
+
+An index is a JSON object whose `weight_map` maps each tensor name to a shard file beside
+it. It is not JSON, nests too deeply, has no `weight_map`, or names a shard by a path
+rather than a file name (`../other/model.safetensors`).
+
+Wrong:
+
+    $ linnet run llama.linnet --weights broken-download/
+
+Fixed:
+
+    $ linnet run llama.linnet --weights Llama-3.2-1B/
+""",
+    "E0635": """\
+A shard that a checkpoint's index names is missing.
+
+`model.safetensors.index.json` lists the files its tensors are in; one of them is not in
+the directory (an interrupted download, or a shard left out of a copy). Every missing shard
+is listed, with the tensors the index puts in it.
+
+Wrong:
+
+    $ linnet run llama.linnet --weights partial-download/
+
+Fixed:
+
+    $ linnet run llama.linnet --weights complete-download/
+""",
+    "E0636": """\
+A shard holds a tensor that its checkpoint's index does not list, or lists in another shard.
+
+The index and the shards come from different saves. Loading would either miss the tensor
+or read it from the wrong file, so it is an error.
+
+Wrong:
+
+    $ linnet run llama.linnet --weights mixed-checkpoint/
+
+Fixed:
+
+    $ linnet run llama.linnet --weights Llama-3.2-1B/
+""",
+    "E0637": """\
+A checkpoint's index lists a tensor that its shard does not hold.
+
+Wrong:
+
+    $ linnet run llama.linnet --weights mixed-checkpoint/
+
+Fixed:
+
+    $ linnet run llama.linnet --weights Llama-3.2-1B/
+""",
+    "E0638": """\
+The same tensor is in two of a checkpoint's files.
+
+A checkpoint holds each tensor once; with two copies it is not clear which to use. Often a
+file was given twice, or an old shard was left beside new ones.
+
+Wrong:
+
+    >>> load("llama.linnet", weights=["a.safetensors", "b.safetensors", "a.safetensors"])
+
+Fixed:
+
+    >>> load("llama.linnet", weights=["a.safetensors", "b.safetensors"])
+""",
+    "E0639": """\
+The weights are not a checkpoint: a directory without safetensors files, or another value.
+
+`weights=` (and `--weights`) takes a safetensors file, a checkpoint directory (its
+`model.safetensors.index.json`, else every `*.safetensors` in it), an index file, or a
+non-empty list of files.
+
+Wrong:
+
+    $ linnet graph llama.linnet --entry decode --weights empty-dir/ --input token=1 --input pos=1
+
+Fixed:
+
+    $ linnet graph llama.linnet --entry decode --weights Llama-3.2-1B/ --input token=1 --input pos=1
+""",
     "E0640": """\
 A config file cannot be found.
 
@@ -3250,6 +3334,126 @@ Fixed:
 
     $ linnet graph llama.linnet --entry decode --config toy --weights model.safetensors --input token=1 --input pos=1
 """,
+    "E0652": """\
+A checkpoint's `config.json` is not a JSON object.
+
+It is not UTF-8 JSON, is too large, nests too deeply, or is another JSON value.
+
+Wrong:
+
+    $ linnet run llama.linnet --weights checkpoint-with-broken-config/
+
+Fixed:
+
+    $ linnet run llama.linnet --weights Llama-3.2-1B/
+""",
+    "E0653": """\
+A model's checkpoint mapping (`<model>.hf.json`) does not have the documented form.
+
+The mapping beside a model says which `config.json` keys set which config names: sections
+`architectures`, `model_types`, `set`, `check`, `runtime`, `require`, `ignore` and `rope`
+(see docs/torch.md, "Checkpoint mappings").
+
+Wrong:
+
+    >>> validate_mapping({"set": {"H": 4}})
+
+Fixed:
+
+    >>> validate_mapping({"set": {"H": "num_attention_heads"}})
+""",
+    "E0654": """\
+A checkpoint's architecture is not the model's.
+
+`config.json`'s `architectures` (or `model_type`) names another model than the ones the
+model's checkpoint mapping lists: a Qwen2 checkpoint given to the Llama model, say. Its
+tensors might even have the right names, and it would compute the wrong thing.
+
+Wrong:
+
+    $ linnet run examples/llama/llama.linnet --weights Qwen2-0.5B/
+
+Fixed:
+
+    $ linnet run examples/llama/llama.linnet --weights Llama-3.2-1B/
+""",
+    "E0655": """\
+A checkpoint's `config.json` sets a key that the model does not model.
+
+Every key must be one that the model's checkpoint mapping reads, requires or ignores. A
+key that changes the math (a soft cap on the logits, a partial rotary factor) would
+otherwise be silently dropped and the model would compute something else. If the key does
+not change the math, add it to the mapping's `ignore` list.
+
+Wrong:
+
+    $ linnet run llama.linnet --weights checkpoint-with-logit-softcap/
+
+Fixed:
+
+    $ linnet run gemma.linnet --weights checkpoint-with-logit-softcap/
+""",
+    "E0656": """\
+A checkpoint's `config.json` has a value that the model does not compute.
+
+The model's checkpoint mapping lists, under `require`, the values its math assumes (no
+attention bias, the SiLU activation, no sliding window...); the checkpoint asks for
+another.
+
+Wrong:
+
+    $ linnet run llama.linnet --weights checkpoint-with-attention-bias/
+
+Fixed:
+
+    $ linnet run qwen2.linnet --weights checkpoint-with-attention-bias/
+""",
+    "E0657": """\
+A checkpoint's rope type is not one the model implements.
+
+`rope_scaling` (or transformers 5's `rope_parameters`) names a `rope_type` (`yarn`,
+`dynamic`, ...) that the model's checkpoint mapping does not list. Running with the
+original rotary frequencies would be silently wrong past the trained length. The Llama
+example implements `default`, `linear`, `llama3` and `dynamic`.
+
+Wrong:
+
+    $ linnet run llama.linnet --weights checkpoint-with-yarn-rope/
+
+Fixed:
+
+    $ linnet run llama.linnet --weights Llama-3.1-8B/
+""",
+    "E0658": """\
+A checkpoint's `config.json` contradicts its weights.
+
+A value that `config.json` states (`hidden_size`, `intermediate_size`, the heads...) differs
+from what the safetensors files' shapes say: the two files come from different
+checkpoints.
+
+Wrong:
+
+    $ linnet run llama.linnet --weights config-from-another-model/
+
+Fixed:
+
+    $ linnet run llama.linnet --weights Llama-3.2-1B/
+""",
+    "E0659": """\
+A config given by hand contradicts the checkpoint's `config.json`.
+
+The values `config.json` states are facts about the weights (the heads, the norm's epsilon,
+the rope); `config=` may repeat them but not change them. Runtime choices such as the
+cache length `S` are the user's to set.
+
+Wrong:
+
+    >>> load("llama.linnet", weights="Llama-3.2-1B/", config={"H": 16})
+
+Fixed:
+
+    >>> load("llama.linnet", weights="Llama-3.2-1B/", config={"S": 8192})
+""",
     "E0660": """\
 Linnet's cache directory cannot be used.
 
@@ -3320,6 +3524,34 @@ Wrong:
 Fixed:
 
     $ echo '{"D": 64, "H": 4}' > cfg.json && linnet graph model.linnet --entry forward --config cfg.json --input x=2,64
+""",
+    "E0670": """\
+A checkpoint has a `config.json`, but the model has no checkpoint mapping to read it with.
+
+Without the mapping (`<model>.hf.json` beside the model) nothing says which keys the model
+reads, and values such as the rope scaling would be silently ignored.
+
+Wrong:
+
+    $ linnet run mine.linnet --weights Llama-3.2-1B/
+
+Fixed:
+
+    $ cp examples/llama/llama.hf.json mine.hf.json && linnet run mine.linnet --weights Llama-3.2-1B/
+""",
+    "E0671": """\
+A value in a checkpoint's `config.json` is not of the kind the model reads.
+
+Dims (heads, sizes, positions) are positive integers, and other values numbers or
+booleans; rope parameters are numbers.
+
+Wrong:
+
+    >>> checkpoint_config({"num_attention_heads": "four"}, {"set": {"H": "num_attention_heads"}})
+
+Fixed:
+
+    >>> checkpoint_config({"num_attention_heads": 4}, {"set": {"H": "num_attention_heads"}})
 """,
     # ------------------------------------------------------------ E09xx: graphs
     "E0900": """\

@@ -25,6 +25,7 @@ from .graph import Graph, ValueType
 from .passes import run_passes
 from .program import Program
 from .values import BlockArray, BlockInst, Const, FuncRef, Poison, Tensor
+from .weights import shard_of
 
 # ==================================================================== blocks
 
@@ -808,7 +809,8 @@ def check_weights(decl: A.BlockDecl, inst: BlockInst, weights: dict[str, tuple])
     unexpected = [w for w in weights if w not in params]
     for w in unexpected[:20]:
         close = difflib.get_close_matches(w, list(params), n=1, cutoff=0.8)
-        diags.append(Diagnostic("E0631", f"weight `{w}` is not a parameter of `{decl.name}`",
+        diags.append(Diagnostic("E0631", f"weight `{w}`{shard_of(weights[w])} is not a "
+                                f"parameter of `{decl.name}`",
                                 None, help=(f"did you mean `{close[0]}`? " if close else "")
                                 + "remove it, or declare it as a `param` in the model"))
     for p, t in params.items():
@@ -817,13 +819,16 @@ def check_weights(decl: A.BlockDecl, inst: BlockInst, weights: dict[str, tuple])
             want = tuple(d.value for d in t.shape)
             if tuple(shape) != want:
                 diags.append(at_param(Diagnostic(
-                    "E0632", f"weight `{p}` has shape {list(shape)}, the model expects "
+                    "E0632", f"weight `{p}`{shard_of(weights[p])} has shape {list(shape)}, "
+                    f"the model expects "
                     f"{list(want)}", spans.get(p), f"{list(want)} with this config",
                     help="the weights were made for another config"), p))
             elif dtype != t.dtype:
                 diags.append(at_param(Diagnostic(
-                    "E0633", f"weight `{p}` is {dtype}, the model expects {t.dtype}",
+                    "E0633", f"weight `{p}`{shard_of(weights[p])} is {dtype}, the model "
+                    f"expects {t.dtype}",
                     spans.get(p), f"{t.dtype} with this config",
-                    help=f"convert the checkpoint, or load with dtype {dtype}"), p))
+                    help=f"convert it on load (`load(..., dtype={t.dtype!r})`), or make the model's "
+                         f"element type {dtype} (its config's `T`, say)"), p))
     if diags:
         raise LinnetError(diags)

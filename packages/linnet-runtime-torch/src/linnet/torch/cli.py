@@ -36,8 +36,11 @@ def register_run(subparsers: Any) -> None:
     """Adds `linnet run` to the `linnet` CLI (the `linnet.commands` entry point)."""
     p = subparsers.add_parser("run", help="run a model's prefill and decode (default: demo)")
     p.add_argument("file", nargs="?", help="a .linnet model (default: the Llama example)")
-    p.add_argument("--weights", help="safetensors weights (default: a generated toy checkpoint)")
-    p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy)")
+    p.add_argument("--weights", help="a safetensors file, a checkpoint directory (a Hugging Face "
+                                     "download: its config.json is read too), an index JSON "
+                                     "(default: a generated toy checkpoint)")
+    p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy "
+                                    "without --weights; with them, the checkpoint's config.json)")
     p.add_argument("--prompt", default="1,2,3,4,5,6,7,8", help="comma-separated token ids")
     p.add_argument("--tokens", type=int, default=16, help="tokens to decode")
     p.add_argument("--device", default="cpu")
@@ -66,15 +69,28 @@ def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
     return path
 
 
+def _is_hf_config(path: Path) -> bool:
+    """Whether a checkpoint's config.json is a Hugging Face one (which `load` reads)."""
+    from linnet.lang.checkpoint import read_json_object
+
+    data, _ = read_json_object(path, "E0652", "checkpoint config")
+    return "model_type" in data or "architectures" in data
+
+
 def run_command(args: argparse.Namespace) -> int:
     from linnet.lang.cli import load_config
+    from linnet.lang.weights import resolve_checkpoint
 
     import torch
 
     from .model import load
 
     model_path = Path(args.file) if args.file else default_model()
-    config_name = args.config or ("toy" if not args.file else None)
+    # A checkpoint with a config.json (a Hugging Face directory) brings its own config; the
+    # demo's toy config is the default only without one.
+    ckpt_config = resolve_checkpoint(args.weights).config_path if args.weights else None
+    own_config = ckpt_config is not None and _is_hf_config(ckpt_config)
+    config_name = args.config or ("toy" if not args.file and not own_config else None)
     config = load_config(config_name, [], str(model_path)) if config_name else {}
     weights = args.weights
     if weights is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +23,6 @@ from .context import Context
 from .home import import_source
 from .inputs import check_inputs, check_static
 from .interpreter import DTYPES, index_error, run_graph
-from .weights import load_safetensors
 
 NUMERICS = ("exact", "fast")
 # `compile=` strings that are torch.compile modes (of inductor); any other string is a backend.
@@ -449,37 +449,97 @@ def numerics_mode(numerics: str) -> Iterator[None]:
 
 
 def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) -> dict[str, Any]:
+    """The user's ``config=`` as a dict: a dict as given (keys starting with ``_`` are
+    comments), a JSON file, or a name in the model's configs/ folder."""
     if config is None:
         return {}
     if isinstance(config, dict):
         return {k: v for k, v in config.items() if not str(k).startswith("_")}
+    if not isinstance(config, str | Path):
+        raise _error("E0744", f"config must be a dict, a JSON file or a config name, not "
+                     f"{type(config).__name__}", help="e.g. config='toy' or config={'H': 4}")
     from linnet.lang.cli import load_config
 
     return load_config(str(config), [], str(model_path))
 
 
-def load(path: str | Path, weights: str | Path | dict[str, torch.Tensor] | None = None,
+def resolve_dtype(dtype: Any) -> torch.dtype | None:
+    """``dtype=`` as a floating-point torch dtype: a torch dtype or a Linnet name ('bf16').
+
+    >>> resolve_dtype("bf16")
+    torch.bfloat16
+    """
+    if dtype is None:
+        return None
+    value = DTYPES.get(dtype) if isinstance(dtype, str) else dtype
+    if not isinstance(value, torch.dtype) or not value.is_floating_point \
+            or value not in DTYPES.values():
+        floats = [n for n, d in DTYPES.items() if d.is_floating_point]
+        raise _error("E0742", f"dtype must be a floating-point type to convert the weights "
+                     f"to, not {dtype!r}",
+                     help="e.g. dtype=torch.bfloat16 or dtype='bf16' (one of "
+                          + ", ".join(floats) + ")")
+    return value
+
+
+def _check_weights_type(weights: Any) -> None:
+    ok = weights is None or isinstance(weights, str | os.PathLike) or (
+        isinstance(weights, list | tuple) and bool(weights)
+        and all(isinstance(w, str | os.PathLike) for w in weights)) or (
+        isinstance(weights, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                          for k, v in weights.items()))
+    if not ok:
+        shown = repr(weights)
+        raise _error("E0741", f"weights must be a safetensors file, a checkpoint directory, an "
+                     f"index JSON, a list of files or a dict of tensors, not "
+                     f"{type(weights).__name__} {shown[:50]}{'...' if len(shown) > 50 else ''}",
+                     help="e.g. weights='Llama-3.2-1B/' (a path is never read as a file "
+                          "descriptor)")
+
+
+def _dtype_generics(program: Program) -> list[str]:
+    from linnet.lang.compiler import find_model
+
+    decl = find_model(program, None)
+    return [g.name for g in decl.generics if g.kind == "DType"]
+
+
+def load(path: str | Path, weights: Any = None,
          device: str | torch.device = "cpu", compile: bool | str | dict = False,
          numerics: str = "exact", config: dict[str, Any] | str | Path | None = None,
-         interpret: bool = False, dtype: torch.dtype | None = None,
+         interpret: bool = False, dtype: torch.dtype | str | None = None,
          progress: Callable[[str], None] | bool = False) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
-    ``weights`` is a safetensors file (memory-mapped and moved straight to the device, never
-    unpickled) or a dict of tensors. Dims that the weights determine are read from them;
-    ``config`` (a dict, a JSON file, or a name in the model's configs/ folder) gives the
-    rest. ``compile=True`` compiles each slice kind once with inductor; a string is a
+    ``weights`` is a safetensors file, a checkpoint directory (its
+    ``model.safetensors.index.json``, else every ``*.safetensors`` in it), an index file,
+    a list of files, or a dict of tensors. Files are never unpickled: their headers are
+    validated first (every problem of every shard in one error, naming the shard), the
+    model is checked against them, then each shard is read tensor by tensor straight to
+    the device (on the CPU into memory of the model's own, not the file's pages).
+
+    A ``config.json`` beside the safetensors files (a Hugging Face checkpoint) gives the
+    model's config through the mapping beside the model (``llama.hf.json``); then nothing
+    else is needed. ``config`` (a dict, a JSON file, or a name in the model's configs/
+    folder) gives the rest, or overrides runtime choices such as the cache length ``S``;
+    it may not contradict config.json. Dims that the weights determine are read from them.
+
+    ``dtype`` (``torch.bfloat16`` or ``"bf16"``) converts floating-point weights on load;
+    the model's element type ``T`` then follows it (a config ``T`` must agree).
+    ``compile=True`` compiles each slice kind once with inductor; a string is a
     torch.compile mode (``"max-autotune-no-cudagraphs"``...) or backend (``"aot_eager"``), a
     dict inductor's options (see :func:`compile_options`);
     ``interpret=True`` runs the PyTorch interpreter instead of generated source.
 
-    >>> model = load("examples/llama/llama.linnet", config="toy",
-    ...              weights=None)                                   # doctest: +SKIP
+    >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/",
+    ...              dtype="bf16", device="cuda")                    # doctest: +SKIP
     >>> logits = model.decode(torch.tensor([1]), torch.tensor([0]))  # doctest: +SKIP
     """
     if numerics not in NUMERICS:
         raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
     compile_options(compile)  # a bad value fails here, before anything is loaded
+    _check_weights_type(weights)
+    convert = resolve_dtype(dtype)
     dev = resolve_device(device)
     model_path = Path(path)
     program = Program.from_file(model_path)
@@ -487,18 +547,44 @@ def load(path: str | Path, weights: str | Path | dict[str, torch.Tensor] | None 
     if errors:
         raise LinnetError(errors)
     cfg = read_config(config, model_path)
+    if convert is not None:
+        want = _dtype_name(convert)
+        for g in _dtype_generics(program):
+            if g in cfg and cfg[g] != want:
+                raise _error("E0743", f"dtype={want} converts the weights to {want}, but the "
+                             f"config sets `{g}` to {cfg[g]!r}",
+                             help=f"drop `{g}` from the config (it follows dtype=), or load "
+                                  f"with dtype={cfg[g]!r}")
     report = _progress(progress)
     params: dict[str, torch.Tensor] = {}
     shapes: dict[str, tuple] | None = None
-    if weights is not None:
-        if isinstance(weights, dict):
-            params = {k: v.to(dev) for k, v in weights.items()}
-        else:
-            report(f"loading weights from {weights}")
-            params = load_safetensors(weights, dev)
-        if dtype is not None:
-            params = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in params.items()}
+    if isinstance(weights, dict):
+        params = {k: (v.to(dev, convert) if convert is not None and v.is_floating_point()
+                      else v.to(dev)) for k, v in weights.items()}
         shapes = {k: (tuple(v.shape), _dtype_name(v.dtype)) for k, v in params.items()}
+    elif weights is not None:
+        from linnet.lang.checkpoint import fit_checkpoint, merge_config, read_checkpoint_config
+        from linnet.lang.compiler import find_model
+        from linnet.lang.weights import TensorInfo, checkpoint_shapes, resolve_checkpoint
+
+        from .weights import load_checkpoint
+
+        ckpt = resolve_checkpoint(weights)
+        shapes = checkpoint_shapes(ckpt)
+        ckpt_config = None
+        if ckpt.config_path is not None:
+            ckpt_config = read_checkpoint_config(ckpt.config_path, model_path,
+                                                 find_model(program, None).name)
+            if ckpt_config is not None:
+                cfg = merge_config(cfg, ckpt_config)
+        if convert is not None:
+            want = _dtype_name(convert)
+            shapes = {k: TensorInfo(s[0], want if s[1] in ("f16", "bf16", "f32", "f64") else s[1],
+                                    getattr(s, "shard", "")) for k, s in shapes.items()}
+        cfg = fit_checkpoint(program, cfg, shapes, ckpt_config)
+        report(f"loading weights from {weights}"
+               + (f" ({len(ckpt.files)} shards)" if len(ckpt.files) > 1 else ""))
+        params = load_checkpoint(ckpt, dev, convert)
     return Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report)
 
 

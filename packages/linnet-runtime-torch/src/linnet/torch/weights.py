@@ -1,32 +1,80 @@
-"""Reading safetensors weights onto a device: memory-mapped, never through pickle."""
+"""Reading safetensors checkpoints onto a device, shard by shard, never through pickle.
+
+Which files make a checkpoint, and whether their headers and index agree, is decided in
+pure Python by :mod:`linnet.lang.weights` (shared by every runtime); this module reads the
+tensors. On the CPU each tensor is copied out of the memory-mapped file, so that the model
+owns its memory: overwriting or truncating the file afterwards cannot change a loaded
+model or kill the process (SIGBUS). On CUDA the copy to the device is that copy.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from linnet.lang.diagnostics import Diagnostic, LinnetError
-from linnet.lang.weights import safetensors_header
+from linnet.lang.weights import Checkpoint, checkpoint_shapes, resolve_checkpoint
 
 import torch
 
 
-def load_safetensors(path: str | Path, device: torch.device) -> dict[str, torch.Tensor]:
-    """Every tensor of a safetensors file, placed on ``device``.
+def _target(device: torch.device) -> str:
+    return str(device) if device.type != "cuda" or device.index is not None else "cuda:0"
 
-    The header is validated first (pure Python), so a truncated or corrupt file is a
-    Linnet error naming the file and the tensor, not a crash inside the reader.
+
+def load_safetensors(path: Any, device: torch.device,
+                     dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint (a file, a directory, an index or a list of files),
+    placed on ``device``; floating-point tensors converted to ``dtype`` when given.
+
+    The headers (and the index) are validated first, in pure Python, so a truncated or
+    corrupt file, a missing shard or a stray tensor is a Linnet error naming the file, not
+    a crash inside the reader.
+
+    >>> params = load_safetensors("model.safetensors", torch.device("cpu"))  # doctest: +SKIP
     """
-    safetensors_header(path)  # raises LinnetError E0650/E0651 with a clear message
+    ckpt = resolve_checkpoint(path)
+    checkpoint_shapes(ckpt)  # raises LinnetError E0634-E0638/E0650/E0651, every problem at once
+    return load_checkpoint(ckpt, device, dtype)
+
+
+def load_checkpoint(ckpt: Checkpoint, device: torch.device,
+                    dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint whose headers :func:`checkpoint_shapes` validated.
+
+    Each shard is opened once (``safe_open``) and read tensor by tensor straight to
+    ``device``: no shard is ever held whole in host memory.
+    """
     from safetensors import SafetensorError, safe_open
 
-    target = str(device) if device.type != "cuda" or device.index is not None else "cuda:0"
-    try:
-        out = {}
-        with safe_open(str(path), framework="pt", device=target) as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
-                out[name] = f.get_tensor(name)
-        return out
-    except (SafetensorError, OSError, RuntimeError) as exc:
-        raise LinnetError(Diagnostic(
-            "E0650", f"`{path}` could not be read as safetensors: {exc}",
-            help="the file may be truncated or corrupt; save or download it again")) from None
+    out: dict[str, torch.Tensor] = {}
+    for shard in ckpt.files:
+        try:
+            with safe_open(str(shard), framework="pt", device=_target(device)) as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
+                    out[name] = _owned(f.get_tensor(name), dtype)
+        except (SafetensorError, OSError, RuntimeError) as exc:
+            raise LinnetError(Diagnostic(
+                "E0650", f"`{shard}` could not be read as safetensors: {exc}",
+                help="the file may be truncated or corrupt; save or download it again")) \
+                from None
+    return out
+
+
+def _owned(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """``t`` converted to ``dtype`` (floats only), in memory of its own on the CPU."""
+    if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+        return t.to(dtype)  # a new tensor: it does not share the file's pages
+    if t.device.type == "cpu":
+        # safetensors hands out CPU tensors backed by the memory-mapped file.
+        return t.clone()
+    return t
+
+
+def checkpoint_files(path: str | Path) -> tuple[Path, ...]:
+    """The shard files of a checkpoint (see :func:`linnet.lang.weights.resolve_checkpoint`).
+
+    >>> checkpoint_files("Llama-3.2-1B/")   # doctest: +SKIP
+    (PosixPath('Llama-3.2-1B/model.safetensors'),)
+    """
+    return resolve_checkpoint(path).files

@@ -1,0 +1,528 @@
+"""A checkpoint's ``config.json`` as a Linnet config, through a mapping beside the model.
+
+A Hugging Face checkpoint describes its model in ``config.json`` with its own names
+(``num_attention_heads``, ``rope_scaling``, ...). A model says how those names become its
+config in a mapping file beside it, ``<model>.hf.json`` (``examples/llama/llama.hf.json``
+for ``llama.linnet``)::
+
+    {
+      "architectures": ["LlamaForCausalLM"],      // what checkpoints this model runs
+      "model_types": ["llama"],
+      "set":     {"H": "num_attention_heads", "rope_theta": {"key": "rope_theta",
+                                                              "default": 10000.0}},
+      "check":   {"D": "hidden_size"},             // bound by the weights; must agree
+      "runtime": {"S": {"key": "max_position_embeddings", "at_most": 4096}},
+      "require": {"attention_bias": [false]},      // values the model's math assumes
+      "ignore":  ["bos_token_id", "torch_dtype"],  // keys that do not change the math
+      "rope":    {"keys": ["rope_parameters", "rope_scaling"],
+                  "types": {"default": {}, "linear": {"rope_factor": "factor"},
+                            "dynamic": {"rope_factor": "factor", "rope_max_positions":
+                                        {"config": "max_position_embeddings"}}},
+                  "ignore": ["rope_type", "rope_theta"]}
+    }
+
+Every key of ``config.json`` must be one the mapping reads, requires or ignores: a key that
+would change the math and is not modelled is an error, never silently dropped. The values
+that come out are facts about the checkpoint: a user's ``config=`` may repeat them but not
+contradict them (E0659); ``runtime`` values (the cache length) are only defaults.
+
+Pure Python, shared by every runtime.
+
+>>> hf = {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 4}
+>>> mapping = {"architectures": ["LlamaForCausalLM"], "set": {"H": "num_attention_heads"}}
+>>> checkpoint_config(hf, mapping, model="Llama").values
+{'H': 4}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .diagnostics import Diagnostic, LinnetError, SourceFile, Span
+
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+_MISSING = object()
+MAPPING_KEYS = {"model", "architectures", "model_types", "set", "check", "runtime", "require",
+                "ignore", "rope"}
+SPEC_KEYS = {"key", "default", "else", "at_most"}
+
+
+@dataclass
+class CheckpointConfig:
+    """What a checkpoint's ``config.json`` says, in the model's names.
+
+    ``values`` are facts (``H``, ``rms_norm_eps``...), ``runtime`` defaults a user may
+    change (``S``), ``checks`` dims the weights bind that config.json must agree with, and
+    ``sources`` the config.json key each name came from.
+    """
+
+    values: dict[str, Any] = field(default_factory=dict)
+    runtime: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    source: SourceFile | None = None
+    name: str = "config.json"
+
+    def span(self, key: str) -> Span | None:
+        """Where ``key`` (dotted for nested keys) is written in config.json, if known."""
+        return key_span(self.source, key)
+
+
+def key_span(source: SourceFile | None, key: str) -> Span | None:
+    """The span of ``"key"`` in a JSON text (the last part of a dotted key, found after the
+    earlier parts), or None."""
+    if source is None:
+        return None
+    pos = 0
+    span = None
+    for part in key.split("."):
+        m = re.compile(r'"' + re.escape(part) + r'"\s*:').search(source.text, pos)
+        if m is None:
+            return span
+        span = Span(source, m.start(), m.start() + len(part) + 2)
+        pos = m.end()
+    return span
+
+
+def read_json_object(path: Path, code: str, what: str) -> tuple[dict, SourceFile]:
+    """A JSON object read from ``path`` with its text; anything else is error ``code``."""
+    def bad(why: str) -> LinnetError:
+        return LinnetError(Diagnostic(code, f"{what} `{path}` is not a JSON object: {why}",
+                                      help="restore the file (download or save it again)"))
+
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise bad(f"it has {size} bytes, more than a config ever needs")
+        text = path.read_bytes().decode("utf-8-sig")
+        data = json.loads(text)
+    except RecursionError:
+        raise bad("it nests too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise bad(f"not UTF-8 ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise bad(f"not JSON ({exc})") from None
+    except OSError as exc:
+        raise LinnetError(Diagnostic(code, f"cannot read {what} `{path}`: {exc}")) from None
+    if not isinstance(data, dict):
+        raise bad(f"it is a JSON {type(data).__name__}")
+    return data, SourceFile(str(path), text)
+
+
+def mapping_path(model_file: str | Path) -> Path:
+    """Where a model's checkpoint mapping lives: ``llama.linnet`` -> ``llama.hf.json``.
+
+    >>> mapping_path("examples/llama/llama.linnet").name
+    'llama.hf.json'
+    """
+    p = Path(model_file)
+    return p.with_name(p.stem + ".hf.json")
+
+
+def read_mapping(model_file: str | Path) -> dict | None:
+    """The model's checkpoint mapping (validated), or None when it has none."""
+    path = mapping_path(model_file)
+    if not path.is_file():
+        return None
+    data, _ = read_json_object(path, "E0653", "checkpoint mapping")
+    validate_mapping(data, str(path))
+    return data
+
+
+def validate_mapping(data: dict, name: str = "the mapping") -> None:
+    """Raise E0653 for a mapping that does not have the documented form."""
+    problems = []
+    for key in data:
+        if key not in MAPPING_KEYS and not key.startswith("_"):
+            problems.append(f"unknown section `{key}` (sections: "
+                            + ", ".join(sorted(MAPPING_KEYS)) + ")")
+    for section in ("set", "check", "runtime"):
+        for lname, spec in _dict(data.get(section), problems, section).items():
+            if isinstance(spec, str):
+                continue
+            if not isinstance(spec, dict) or not isinstance(spec.get("key"), str | list) \
+                    or set(spec) - SPEC_KEYS:
+                problems.append(f"`{section}.{lname}` must be a config.json key or "
+                                '{"key": ..., "default": ..., "else": ..., "at_most": ...}')
+    for section in ("architectures", "model_types", "ignore"):
+        value = data.get(section, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            problems.append(f"`{section}` must be a list of strings")
+    for key, allowed in _dict(data.get("require"), problems, "require").items():
+        if not isinstance(allowed, list):
+            problems.append(f"`require.{key}` must be a list of the values the model runs")
+    rope = _dict(data.get("rope"), problems, "rope")
+    for rtype, values in _dict(rope.get("types"), problems, "rope.types").items():
+        _dict(values, problems, f"rope.types.{rtype}")
+    if problems:
+        raise LinnetError([Diagnostic("E0653", f"checkpoint mapping `{name}`: {p}",
+                                      help="see docs/torch.md, `Checkpoint mappings`")
+                           for p in problems])
+
+
+def _dict(value: Any, problems: list[str], where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"`{where}` must be an object")
+        return {}
+    return value
+
+
+def lookup(hf: dict, key: str) -> Any:
+    """``hf[key]``, following dots into nested objects; ``_MISSING`` when absent or null."""
+    value: Any = hf
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return _MISSING if value is None else value
+
+
+def _spec(spec: Any) -> dict:
+    return {"key": spec} if isinstance(spec, str) else dict(spec)
+
+
+def _keys(spec: dict) -> list[str]:
+    key = spec["key"]
+    return [key] if isinstance(key, str) else list(key)
+
+
+def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
+                      source: SourceFile | None = None, name: str = "config.json"
+                      ) -> CheckpointConfig:
+    """The model's config from a checkpoint's config.json ``hf`` through ``mapping``.
+
+    Every problem is reported at once: an architecture the model does not run (E0654), a
+    key the mapping neither reads nor ignores (E0655), a value the model's math does not
+    cover (E0656), an unknown rope type (E0657), a value of the wrong kind (E0671).
+
+    >>> checkpoint_config({"rope_scaling": {"rope_type": "yarn"}},
+    ...                   {"rope": {"keys": ["rope_scaling"], "types": {"default": {}}}}
+    ...                   )   # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    linnet.lang.diagnostics.LinnetError: error[E0657]: ...
+    """
+    out = CheckpointConfig(source=source, name=name)
+    diags: list[Diagnostic] = []
+
+    def diag(code: str, message: str, key: str, label: str, help: str) -> None:
+        diags.append(Diagnostic(code, message, out.span(key), label if source else "",
+                                help=help))
+
+    architecture_errors(hf, mapping, model, name, diag)
+    rope_sections = list(mapping.get("rope", {}).get("keys", []))
+    read = {"architectures", "model_type", *mapping.get("ignore", []), *rope_sections,
+            *mapping.get("require", {})}
+    for section in ("set", "check", "runtime"):
+        for spec in mapping.get(section, {}).values():
+            spec = _spec(spec)
+            read.update(k.split(".")[0] for k in _keys(spec))
+            if "else" in spec:
+                read.add(str(spec["else"]).split(".")[0])
+    for key in hf:
+        if key not in read:
+            diag("E0655", f"{name} sets `{key}`, which model `{model}` does not model", key,
+                 "not read by the model",
+                 help="a key that changes the model's math needs the model to implement it; "
+                      "if it does not change the math, add it to `ignore` in the model's "
+                      "checkpoint mapping")
+    for key, allowed in mapping.get("require", {}).items():
+        value = lookup(hf, key)
+        if value is not _MISSING and not any(_same(value, a) for a in allowed):
+            shown = (f"runs only {' or '.join(json.dumps(a) for a in allowed)}" if allowed
+                     else "does not implement it")
+            diag("E0656", f"{name} sets `{key}` to {json.dumps(value)[:40]}; model `{model}` "
+                 f"{shown}", key, "not what the model computes",
+                 help="use a model that implements it, or a checkpoint of this architecture")
+    for section in ("set", "check", "runtime"):
+        for lname, spec in mapping.get(section, {}).items():
+            spec = _spec(spec)
+            key, value = _first(hf, _keys(spec))
+            if value is _MISSING and "else" in spec:
+                key, value = str(spec["else"]), lookup(hf, str(spec["else"]))
+            if value is _MISSING:
+                if "default" not in spec:
+                    continue
+                value = spec["default"]
+            if not _scalar(value) or (section != "set" and not _positive_int(value)):
+                want = "a positive integer" if section != "set" else "a number or a bool"
+                diag("E0671", f"{name}'s `{key}` is {json.dumps(value)[:40]}, not {want}",
+                     key, "read as " + lname, help="restore config.json from the checkpoint")
+                continue
+            if section == "runtime" and "at_most" in spec:
+                value = min(int(value), int(spec["at_most"]))
+            {"set": out.values, "check": out.checks, "runtime": out.runtime}[section][lname] = \
+                value
+            out.sources[lname] = key
+    rope_config(hf, mapping.get("rope", {}), model, name, out, diag)
+    if diags:
+        raise LinnetError(diags)
+    return out
+
+
+def architecture_errors(hf: dict, mapping: dict, model: str, name: str, diag: Any) -> None:
+    archs = hf.get("architectures")
+    allowed = mapping.get("architectures", [])
+    if archs is not None and allowed:
+        listed = archs if isinstance(archs, list) else [archs]
+        if not any(a in allowed for a in listed):
+            diag("E0654", f"the checkpoint is a {', '.join(map(str, listed))} ({name}'s "
+                 f"`architectures`), but model `{model}` runs {', '.join(allowed)}",
+                 "architectures", "this checkpoint's architecture",
+                 help="load the checkpoint with a model of its architecture, or pass "
+                      "the checkpoint this model was written for")
+            return
+    kind = hf.get("model_type")
+    types = mapping.get("model_types", [])
+    if kind is not None and types and kind not in types:
+        diag("E0654", f"the checkpoint's `model_type` is {json.dumps(kind)} ({name}), but "
+             f"model `{model}` runs {', '.join(types)}", "model_type",
+             "this checkpoint's model type",
+             help="load the checkpoint with a model of its architecture")
+
+
+def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConfig,
+                diag: Any) -> None:
+    """The rope type's values (``rope_scaling`` or transformers 5's ``rope_parameters``)."""
+    if not rope:
+        return
+    found = [(k, hf[k]) for k in rope.get("keys", []) if isinstance(hf.get(k), dict)]
+    for k in rope.get("keys", []):
+        if hf.get(k) is not None and not isinstance(hf.get(k), dict):
+            diag("E0671", f"{name}'s `{k}` is {json.dumps(hf[k])[:40]}, not an object", k,
+                 "expected an object", help="restore config.json from the checkpoint")
+            return
+
+    def rope_type(params: dict) -> Any:
+        return params.get("rope_type", params.get("type", "default"))
+
+    types = rope.get("types", {})
+    if len({json.dumps(rope_type(p)) for _, p in found}) > 1:
+        diag("E0656", f"{name}'s {' and '.join(f'`{k}`' for k, _ in found)} give different "
+             "rope types", found[-1][0], "contradicts the other",
+             help="keep one of them (transformers 5 writes `rope_parameters`)")
+        return
+    key, params = found[0] if found else ("rope_scaling", {})
+    kind = rope_type(params)
+    if kind not in types:
+        what = "rope_type" if "rope_type" in params else "type"
+        diag("E0657", f"{name}'s `{key}` has rope type {json.dumps(kind)}, which model "
+             f"`{model}` does not implement", f"{key}.{what}", "unknown rope type",
+             help="rope types it implements: " + ", ".join(types))
+        return
+    wanted = types[kind]
+    reads = {v for v in wanted.values() if isinstance(v, str)}
+    for lname, spec in wanted.items():
+        if isinstance(spec, dict):  # {"config": key}: a top-level config.json key
+            key_ = str(spec.get("config"))
+            value = lookup(hf, key_)
+            if not _scalar(value) or isinstance(value, bool):
+                diag("E0671", f"{name}'s `{key_}` (for rope type {json.dumps(kind)}) is "
+                     + ("missing" if value is _MISSING else json.dumps(value)[:40])
+                     + ", not a number", key_, "rope parameter",
+                     help="restore config.json from the checkpoint")
+                continue
+            out.values[lname] = value
+            out.sources[lname] = key_
+    for k in params:
+        if k not in reads and k not in rope.get("ignore", []) and k not in ("rope_type", "type"):
+            diag("E0655", f"{name}'s `{key}` sets `{k}`, which model `{model}` does not "
+                 f"model for rope type {json.dumps(kind)}", f"{key}.{k}",
+                 "not read by the model",
+                 help="it changes the rotary frequencies; the model must implement it")
+    for lname, spec in wanted.items():
+        if isinstance(spec, dict):
+            continue  # read above
+        if not isinstance(spec, str):
+            out.values[lname] = spec
+            out.sources[lname] = f"{key}.rope_type"
+            continue
+        value = params.get(spec, _MISSING)
+        if value is _MISSING and spec == "original_max_position_embeddings":
+            value = lookup(hf, "max_position_embeddings")  # what transformers falls back to
+        if value is _MISSING or not _scalar(value) or isinstance(value, bool):
+            diag("E0671", f"{name}'s `{key}` (rope type {json.dumps(kind)}) needs a number "
+                 f"`{spec}`" + ("" if value is _MISSING else f", not {json.dumps(value)}"),
+                 key, "rope parameters", help="restore config.json from the checkpoint")
+            continue
+        out.values[lname] = value
+        out.sources[lname] = f"{key}.{spec}"
+
+
+def _first(hf: dict, keys: list[str]) -> tuple[str, Any]:
+    for k in keys:
+        value = lookup(hf, k)
+        if value is not _MISSING:
+            return k, value
+    return keys[0], _MISSING
+
+
+def _scalar(value: Any) -> bool:
+    # Integers past 2^53 are no size or count a checkpoint has (and would not fit a dim).
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) <= 2**53
+    return isinstance(value, bool | float) and (
+        not isinstance(value, float) or math.isfinite(value))
+
+
+def _positive_int(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value > 0
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
+    return bool(a == b)
+
+
+def merge_config(user: dict[str, Any], ckpt: CheckpointConfig) -> dict[str, Any]:
+    """The config to lower with: the checkpoint's values, its runtime defaults, the user's.
+
+    A user's value for a fact the checkpoint states must equal it (E0659 names both); a
+    runtime default (the cache length ``S``) is the user's to change.
+
+    >>> merge_config({"S": 64}, CheckpointConfig(values={"H": 4}, runtime={"S": 128}))
+    {'H': 4, 'S': 64}
+    """
+    diags = []
+    for key, value in user.items():
+        for table in (ckpt.values, ckpt.checks):
+            if key in table and not _same(value, table[key]):
+                diags.append(Diagnostic(
+                    "E0659", f"config= sets `{key}` to {json.dumps(value)}, but the checkpoint's "
+                    f"{ckpt.name} has {ckpt.sources.get(key, key)} = {json.dumps(table[key])}",
+                    ckpt.span(ckpt.sources.get(key, key)),
+                    f"read as `{key}`" if ckpt.source else "",
+                    help=f"drop `{key}` from config= (the checkpoint says it); to run the "
+                         "weights with other values, edit a copy of the checkpoint's "
+                         "config.json"))
+    if diags:
+        raise LinnetError(diags)
+    return {**ckpt.values, **ckpt.runtime, **user}
+
+
+def check_dims(ckpt: CheckpointConfig, dims: dict[str, int]) -> None:
+    """E0658 for each dim config.json states that the weights' shapes contradict.
+
+    >>> check_dims(CheckpointConfig(checks={"D": 128}, sources={"D": "hidden_size"}),
+    ...            {"D": 64})   # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    linnet.lang.diagnostics.LinnetError: error[E0658]: ...
+    """
+    diags = []
+    for key, value in ckpt.checks.items():
+        if key in dims and dims[key] != value:
+            diags.append(contradiction(ckpt, key, f"the weights' shapes give {key} = "
+                                                  f"{dims[key]}"))
+    if diags:
+        raise LinnetError(diags)
+
+
+def contradiction(ckpt: CheckpointConfig, key: str, other: str) -> Diagnostic:
+    """E0658: config.json's value for ``key`` and ``other`` (what the weights say) differ."""
+    hf_key = ckpt.sources.get(key, key)
+    value = ckpt.checks.get(key, ckpt.values.get(key))
+    return Diagnostic(
+        "E0658", f"the checkpoint's {ckpt.name} has {hf_key} = {json.dumps(value)} ({key}), "
+        f"but {other}", ckpt.span(hf_key), "contradicts the weights" if ckpt.source else "",
+        help="config.json and the safetensors files come from different checkpoints; "
+             "download or save the checkpoint again")
+
+
+def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
+                           model: str = "the model") -> CheckpointConfig | None:
+    """Read a checkpoint's config.json for the model in ``model_file`` through its mapping.
+
+    A JSON object with neither ``model_type`` nor ``architectures`` is not a Hugging Face
+    config (a Linnet config someone named config.json, say): None. A checkpoint with a
+    config.json for a model without a mapping is E0670: its values (rope scaling, say)
+    would otherwise be silently ignored.
+
+    >>> cfg = read_checkpoint_config("Llama-3.2-1B/config.json",
+    ...                              "examples/llama/llama.linnet")   # doctest: +SKIP
+    >>> cfg.values["H"]                                               # doctest: +SKIP
+    32
+    """
+    path = Path(config_path)
+    hf, source = read_json_object(path, "E0652", "checkpoint config")
+    if "model_type" not in hf and "architectures" not in hf:
+        return None
+    mapping = read_mapping(model_file)
+    if mapping is None:
+        raise LinnetError(Diagnostic(
+            "E0670", f"the checkpoint has a config.json (`{path}`), but model `{model}` has "
+            f"no checkpoint mapping `{mapping_path(model_file).name}` to read it with",
+            help=f"write `{mapping_path(model_file)}` saying which config.json keys the model "
+                 "reads (see docs/torch.md), or load the safetensors files without the "
+                 "config.json beside them and give config="))
+    if mapping.get("model", model) != model:
+        raise LinnetError(Diagnostic(
+            "E0653", f"checkpoint mapping `{mapping_path(model_file)}` is for model "
+            f"`{mapping['model']}`, but the model loaded is `{model}`",
+            help="set its `model` to the model's name, or load that model"))
+    return checkpoint_config(hf, mapping, model, source, path.name)
+
+
+# A load-time lowering reports these (the weights, the config and what binds dims, the
+# model's own `where` clauses).
+_LOAD_CODES = re.compile(r"E06(0[23]|1[23]|3\d|5\d|7\d)")
+
+
+def fit_checkpoint(program: Any, config: dict[str, Any], shapes: dict[str, tuple],
+                   ckpt_config: CheckpointConfig | None) -> dict[str, Any]:
+    """Lower the first entry once with the checkpoint's shapes, before reading any tensor:
+    a checkpoint that does not fit the model (or its own config.json) fails at load.
+    Runtimes call it between reading the headers and reading the tensors.
+
+    Returns the config to run with: ``config`` plus the dims config.json states (so that a
+    stray tensor name such as ``model.layers.99999999.x`` is an unexpected weight, not a
+    model of 10^8 layers). Only mistakes of the weights and the config are raised here;
+    anything else (an entry's rule about its input shapes, say) waits for the first call.
+
+    >>> cfg = fit_checkpoint(program, {"H": 4, "KV": 2, "S": 64},
+    ...                      safetensors_shapes("ckpt/"), None)   # doctest: +SKIP
+    """
+    from . import ast as A
+    from .compiler import find_model, lower
+
+    decl = find_model(program, None)
+    entry = next(m for m in decl.methods if m.kind == "entry")
+    inputs = {p.name: [1] * len(p.type.dims) for p in entry.params
+              if isinstance(p.type, A.TensorType)}
+    checks = dict(ckpt_config.checks) if ckpt_config is not None else {}
+    full = {**checks, **config}
+    try:
+        lower(program, entry.name, inputs, full, shapes, check=False)
+        return full
+    except LinnetError as err:
+        diags = [d for d in err.diagnostics if _LOAD_CODES.fullmatch(d.code)
+                 or (d.code == "E0460" and d.label == "model declared here")]
+    if not diags:
+        return full  # not about the weights or the config: the first call reports it
+    if checks and not any(d.code == "E0631" for d in diags):
+        # Which stated dim is wrong: lower again with the dims the weights give.
+        try:
+            graph = lower(program, entry.name, inputs, config, shapes, check=False)
+        except LinnetError:
+            pass
+        else:
+            assert ckpt_config is not None
+            check_dims(ckpt_config, graph.dims)  # raises E0658 naming key and value
+    if ckpt_config is not None and any(d.code in ("E0460", "E0603", "E0632") for d in diags):
+        used = ", ".join(f"{ckpt_config.sources.get(k, k)} = {json.dumps(v)} ({k})"
+                         for k, v in {**ckpt_config.values, **checks}.items()
+                         if isinstance(v, int) and not isinstance(v, bool))
+        diags.append(Diagnostic(
+            "E0658", f"the checkpoint's {ckpt_config.name} and its weights disagree: the "
+            f"model was lowered with {used} from {ckpt_config.name}",
+            help="config.json and the safetensors files come from different "
+                 "checkpoints; download or save the checkpoint again"))
+    raise LinnetError(diags)
