@@ -20,6 +20,8 @@ class ExamplesHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        if version == "editable":  # an editable install reads the checkout's examples/
+            return
         root = Path(self.root)
         for name in EXAMPLES:
             source = root.parent.parent / "examples" / name
