@@ -126,10 +126,11 @@ def test_refusals_leave_git_as_it_was(scratch):
 
 
 def test_a_failed_build_undoes_the_commit_and_tag(scratch):
-    # A pyproject that hatch cannot build: the release must take its commit and tag back.
+    # A pyproject that hatch refuses (a version both static and dynamic): the build fails
+    # after the commit and tag, and the release must take both back.
     pyproject = scratch / "packages/linnet-plan/pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('packages = ["src/linnet"]',
-                                                       'packages = ["src/missing"]'))
+    pyproject.write_text(pyproject.read_text().replace(
+        'dynamic = ["version"]', 'dynamic = ["version"]\nversion = "0.1.0"'))
     git(scratch, "commit", "--quiet", "-am", "break the build")
     head = git(scratch, "rev-parse", "HEAD")
     done = release(scratch, "linnet-plan", "0.2.0", "--offline", "--no-beside")
