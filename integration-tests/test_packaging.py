@@ -128,3 +128,64 @@ def test_linnet_torch_imports_lazily():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.split() == ["False", "[]"]
+
+
+class FakeEntryPoint:
+    """A `linnet.commands` entry point whose loading is recorded."""
+
+    def __init__(self, name: str, loaded: list[str], broken: bool = False) -> None:
+        self.name = name
+        self.loaded = loaded
+        self.broken = broken
+
+    def load(self):
+        self.loaded.append(self.name)
+        if self.broken:
+            raise ImportError("no module named heavy_runtime")
+
+        def register(subparsers):
+            p = subparsers.add_parser(self.name, help=f"the {self.name} command")
+            p.set_defaults(run=lambda args: 7)
+
+        return register
+
+
+@pytest.mark.parametrize("argv, loads", [
+    (["check", "x.linnet"], []),
+    (["explain", "E0301"], []),
+    (["graph", "--help"], []),
+    (["run"], ["run"]),
+    (["run", "--tokens", "2"], ["run"]),
+    (["plan", "--help"], ["plan"]),
+    (["--help"], ["run", "plan", "broken"]),
+    ([], ["run", "plan", "broken"]),
+    (["rnu"], ["run", "plan", "broken"]),  # a typo: load all, so argparse lists them
+    (["--", "run"], ["run", "plan", "broken"]),
+])
+def test_cli_loads_only_the_extension_it_runs(monkeypatch, argv, loads):
+    from linnet.lang import cli
+
+    loaded: list[str] = []
+    eps = [FakeEntryPoint("run", loaded), FakeEntryPoint("plan", loaded),
+           FakeEntryPoint("broken", loaded, broken=True)]
+    monkeypatch.setattr(cli, "entry_points", lambda group: eps)
+    cli.build_parser(argv)
+    assert loaded == loads
+    if argv == ["run"]:
+        loaded.clear()
+        assert cli.main(argv) == 7  # the extension's command runs
+        assert loaded == ["run"]
+
+
+def test_cli_a_broken_extension_never_stops_other_commands(monkeypatch, capsys):
+    from linnet.lang import cli
+
+    loaded: list[str] = []
+    monkeypatch.setattr(cli, "entry_points",
+                        lambda group: [FakeEntryPoint("broken", loaded, broken=True)])
+    monkeypatch.setenv("LINNET_DEBUG", "1")
+    with pytest.raises(SystemExit):
+        cli.main(["broken"])  # it failed to register: argparse says the command is unknown
+    err = capsys.readouterr().err
+    assert "skipped command plugin broken: no module named heavy_runtime" in err
+    assert "Traceback" not in err
