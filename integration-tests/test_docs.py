@@ -5,7 +5,11 @@ Every fenced block in docs/**/*.md tagged
 * ```linnet            must parse and check;
 * ```linnet-error      must fail with a LinnetError (```linnet-error E0301 also names a code
                        that the diagnostics must include);
-* ```linnet-fragment   is a piece of a larger program and is skipped (keep these rare).
+* ```linnet-fragment   is a piece of a larger program and is skipped (keep these rare);
+* ```python            is run, in a folder holding `examples/` (the repository's) and
+                       `decode.json` (the toy Llama's decode graph), and must not raise;
+* ```python-fragment   needs what CI lacks (a GPU, a checkpoint) and is only compiled
+                       (keep these rare too).
 
 Every relative link ``[text](path)`` or ``[text](path#anchor)`` must name an existing file, and
 an anchor into a Markdown file must name one of its headings.
@@ -13,6 +17,8 @@ an anchor into a Markdown file must name one of its headings.
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +120,8 @@ BLOCKS = [b for page in PAGES for b in fenced_blocks(page)]
 LINNET = [b for b in BLOCKS if b.tag == "linnet"]
 ERRORS = [b for b in BLOCKS if b.tag == "linnet-error"]
 FRAGMENTS = [b for b in BLOCKS if b.tag == "linnet-fragment"]
+PYTHON = [b for b in BLOCKS if b.tag == "python"]
+PYTHON_FRAGMENTS = [b for b in BLOCKS if b.tag == "python-fragment"]
 
 
 def check(block: Block) -> None:
@@ -178,3 +186,78 @@ def test_every_error_code_is_listed():
     listed = set(re.findall(r"^\| (E\d{4}) \|", page, re.MULTILINE))
     assert sorted(reported - listed) == [], "codes missing from docs/diagnostics.md"
     assert sorted(listed - reported) == [], "docs/diagnostics.md lists codes nobody reports"
+
+
+def test_python_fragments_are_rare():
+    assert len(PYTHON) >= 4, "the docs should show Python examples that CI runs"
+    assert len(PYTHON_FRAGMENTS) <= len(PYTHON), "prefer examples that the test runs"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A folder like a user's: the examples, and a lowered graph to read."""
+    from linnet.lang import lower
+
+    folder = tmp_path_factory.mktemp("docs-python")
+    (folder / "examples").symlink_to(ROOT / "examples")
+    llama = ROOT / "examples" / "llama"
+    config = json.loads((llama / "configs" / "toy.json").read_text())
+    config = {k: v for k, v in config.items() if not k.startswith("_")}
+    graph = lower(Program.from_file(llama / "llama.linnet"), "decode",
+                  {"token": [1], "pos": [1]}, config)
+    (folder / "decode.json").write_text(graph.dumps())
+    return folder
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=lambda b: b.id)
+def test_python_example_runs(block: Block, workdir: Path, monkeypatch, capsys):
+    monkeypatch.chdir(workdir)
+    code = compile(block.text, f"{block.id}.py", "exec")
+    try:
+        exec(code, {"__name__": "__docs__"})
+    except Exception as exc:
+        pytest.fail(f"{block.id}: the example raised {type(exc).__name__}: {exc}")
+    printed = capsys.readouterr().out
+    # `print(x)   # value`: a literal in the comment is what the line prints.
+    expected = [ast.literal_eval(m.group(1)) for m in re.finditer(
+        r"^\s*print\(.*\)\s*#\s*(\[.*\]|\d+|'.*'|True|False)\s*$", block.text,
+        re.MULTILINE)]
+    for value in expected:
+        assert repr(value) in printed, f"{block.id}: expected {value!r} in:\n{printed}"
+
+
+@pytest.mark.parametrize("block", PYTHON_FRAGMENTS, ids=lambda b: b.id)
+def test_python_fragment_compiles(block: Block):
+    compile(block.text, f"{block.id}.py", "exec")
+
+
+def hooks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_error_code_pages_cover_every_explanation():
+    """The site's error pages are made from EXPLANATIONS at build time: one per code, and an
+    index listing them all, so none can go stale."""
+    from linnet.lang.codes import EXPLANATIONS
+
+    pages = hooks().error_pages()
+    assert set(pages) == {f"errors/{code}.md" for code in EXPLANATIONS} | {"errors/index.md"}
+    for code, text in EXPLANATIONS.items():
+        summary = text.strip().splitlines()[0]
+        assert pages[f"errors/{code}.md"].startswith(f"# {code}: {summary}\n")
+        assert f"| [{code}]({code}.md) |" in pages["errors/index.md"]
+
+
+def test_every_benchmark_plot_comes_from_its_table():
+    """Each `<!-- plot: ... -->` names columns of the table under it, with numbers in them."""
+    module = hooks()
+    made = [path for page in sorted((DOCS / "benchmarks").glob("*.md"))
+            for path, png in module.plots(page) if png.startswith(b"\x89PNG")]
+    assert len(made) == sum(page.read_text().count("<!-- plot:")
+                            for page in (DOCS / "benchmarks").glob("*.md")) >= 6

@@ -4,8 +4,8 @@ through the graph's calls), regions, holds, estimate_cost, and the executables' 
 kernel (``torch.matmul`` into the same buffers) standing in for cuBLASLt. The cuBLASLt calls
 themselves run only on a GPU: the ``gpu`` tests here and benchmarks/gpu_cublaslt.py.
 
-The Llama tests lower examples/llama/llama.linnet from a Linnet checkout: set LINNET_REPO to
-one, or run inside it.
+The Llama tests lower the Llama example that ships in linnet-lang's wheel
+(`linnet.lang.bundled.example()`): no Linnet checkout is needed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import linnet.torch.cublaslt as cl
 import pytest
 import torch
 from linnet.backends import CONTRACT, Capabilities, Options, Target
+from linnet.lang.bundled import example
 from linnet.torch.cublaslt import LINEAR, CublasLt, LinearGemm, spec_for
 
 H200 = Target("cuda", "cuda:0", "NVIDIA H200", (9, 0))
@@ -26,20 +27,8 @@ TOKEN = torch.tensor([3], dtype=torch.int32)
 POS = torch.tensor([0], dtype=torch.int32)
 
 
-def linnet_repo() -> Path | None:
-    if os.environ.get("LINNET_REPO"):
-        return Path(os.environ["LINNET_REPO"])
-    for folder in Path(__file__).resolve().parents:
-        if (folder / "examples" / "llama" / "llama.linnet").is_file():
-            return folder
-    return None
-
-
 def llama() -> Path:
-    repo = linnet_repo()
-    if repo is None:
-        pytest.skip("set LINNET_REPO to a Linnet checkout to lower its Llama example")
-    return repo / "examples" / "llama" / "llama.linnet"
+    return example("llama") / "llama.linnet"
 
 
 def config(name: str = "toy", **extra) -> dict:

@@ -3,8 +3,8 @@
 FlashInfer's wrapper (flashinfer_fakes.py). The kernels themselves run only on a GPU:
 benchmarks/gpu_flashinfer.py.
 
-The graph tests lower examples/llama/llama.linnet from a Linnet checkout: set LINNET_REPO to
-one, or run inside it.
+The graph tests lower the Llama example that ships in linnet-lang's wheel
+(`linnet.lang.bundled.example()`): no Linnet checkout is needed.
 """
 
 from __future__ import annotations
@@ -21,26 +21,15 @@ import pytest
 import torch
 from flashinfer_fakes import FakeWrapper, fake_flashinfer
 from linnet.backends import CONTRACT, Capabilities, Options, Target
+from linnet.lang.bundled import example
 from linnet.torch.flashinfer import DECODE_ATTENTION, FlashInfer, layout, page_size_for
 
 HOPPER = Target("cuda", "cuda:0", "NVIDIA H200", (9, 0))
 AMPERE = Target("cuda", "cuda:0", "NVIDIA A100", (8, 0))
 
 
-def linnet_repo() -> Path | None:
-    if os.environ.get("LINNET_REPO"):
-        return Path(os.environ["LINNET_REPO"])
-    for folder in Path(__file__).resolve().parents:
-        if (folder / "examples" / "llama" / "llama.linnet").is_file():
-            return folder
-    return None
-
-
 def llama() -> Path:
-    repo = linnet_repo()
-    if repo is None:
-        pytest.skip("set LINNET_REPO to a Linnet checkout to lower its Llama example")
-    return repo / "examples" / "llama" / "llama.linnet"
+    return example("llama") / "llama.linnet"
 
 
 def config(name: str = "toy", **extra) -> dict:

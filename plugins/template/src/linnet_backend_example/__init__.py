@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from linnet.backends import (
-    CONTRACT,
     Capabilities,
     Cost,
     ExecutableMeta,
@@ -34,7 +33,11 @@ class ExampleLinear:
 
     name = "example-linear"
     version = __version__  # timings are cached per backend version: bump it when kernels change
-    contract = CONTRACT  # the backend contract this was written for
+    # The backend contract this was written for, as a literal: a host implementing another
+    # contract version lists this backend under `skipped()` instead of calling methods it may
+    # not have. Never write `contract = CONTRACT` (the host's own number): that claims every
+    # future contract too. Raise it only after porting to the new contract.
+    contract = 1
 
     def probe(self, target: Target) -> Capabilities | None:
         """Whether this backend runs on ``target``; None declines it."""

@@ -356,7 +356,34 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+BUILTIN = ("check", "graph", "torch", "explain")
+"""The subcommands linnet-lang defines itself; the rest come from `linnet.commands`."""
+
+
+def _command_of(argv: list[str] | None) -> str | None:
+    """The subcommand named on the command line, or None (no command, `--help`)."""
+    args = sys.argv[1:] if argv is None else argv
+    for arg in args:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The `linnet` argument parser, with the `linnet.commands` subcommands ``argv`` needs.
+
+    Loading an extension's registration function imports its module (linnet-runtime-torch's
+    imports torch's whole package tree on some installs), so only the extension named like the
+    command being run is loaded: `linnet check` loads none, `linnet run` loads `run`, and a
+    command line naming no known command (`linnet --help`, a typo) loads them all, to list
+    them. The entry point's name is the subcommand's name.
+
+    >>> parser = build_parser(["check", "model.linnet"])
+    >>> parser.parse_args(["check", "model.linnet"]).file
+    'model.linnet'
+    """
     parser = argparse.ArgumentParser(prog="linnet", description="The Linnet toolchain.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -383,7 +410,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code")
     p.set_defaults(run=cmd_explain)
 
-    for ep in entry_points(group="linnet.commands"):
+    command = _command_of(argv)
+    if command in BUILTIN:
+        return parser
+    extensions = list(entry_points(group="linnet.commands"))
+    if any(ep.name == command for ep in extensions):
+        extensions = [ep for ep in extensions if ep.name == command]
+    for ep in extensions:
         try:
             register: Callable = ep.load()
             register(sub)
@@ -407,7 +440,7 @@ def add_lowering_arguments(p: argparse.ArgumentParser, entry_required: bool = Tr
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()

@@ -20,6 +20,9 @@ from .contract import (
 )
 from .discovery import SkipRecord, available, discover, skipped
 
+__version__ = "0.1.0"
+"""linnet-plan's version (`linnet.plan` shares it): the one place it is written."""
+
 __all__ = [
     "CONTRACT",
     "Backend",
@@ -32,6 +35,7 @@ __all__ = [
     "RegionError",
     "SkipRecord",
     "Target",
+    "__version__",
     "available",
     "discover",
     "region_kind",

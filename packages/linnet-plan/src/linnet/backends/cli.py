@@ -43,6 +43,8 @@ def to_text(found: Discovery) -> str:
         lines.append("available:")
         lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
                   for row in rows]
+    elif found.skipped:
+        lines.append(f"available: none ({len(found.skipped)} skipped: see below)")
     else:
         lines.append(f"available: none (no installed package names one in the {GROUP} "
                      "entry-point group)")

@@ -210,7 +210,7 @@ def compile_argument(text: str | None) -> Any:
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    from linnet.backends import available
+    from linnet.backends import available, skipped
     from linnet.lang.cli import load_config, parse_inputs
 
     import torch
@@ -236,9 +236,11 @@ def plan_command(args: argparse.Namespace) -> int:
     for p in decl.params if decl else []:
         dtype = DTYPES.get(getattr(getattr(p.type, "dtype", None), "name", "i32"), torch.int32)
         inputs.append(torch.zeros(shapes.get(p.name, [1]), dtype=dtype, device=model.device))
-    backends = available()
+    # No --backend: let the planner discover, so that plugins discovery skipped are listed
+    # under "backends not used" with their reasons, beside the ones that declined this target.
+    backends: list[Any] | None = None
     if args.backend:
-        backends = [b for b in backends if b.name in args.backend]
+        backends = [b for b in available() if b.name in args.backend]
         missing = set(args.backend) - {b.name for b in backends}
         if missing:
             print(f"linnet plan: not installed or skipped: {', '.join(sorted(missing))} "
@@ -247,4 +249,7 @@ def plan_command(args: argparse.Namespace) -> int:
     plan = model.plan_for(args.entry, inputs, backends=backends, compile=compile,
                           memory=args.memory, measure=not args.no_measure, margin=args.margin)
     print(plan.explain())
+    if args.backend and skipped():
+        print("\nplugins skipped by discovery (see `linnet backends`):")
+        print("\n".join(f"  {record}" for record in skipped()))
     return 0

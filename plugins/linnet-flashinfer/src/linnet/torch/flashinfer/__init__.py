@@ -47,7 +47,6 @@ from typing import Any
 
 import torch
 from linnet.backends import (
-    CONTRACT,
     Capabilities,
     Cost,
     ExecutableMeta,
@@ -306,7 +305,9 @@ class FlashInfer:
     """
 
     name = "flashinfer"
-    contract = CONTRACT
+    contract = 1
+    """The backend contract this was written for: a literal, not the host's ``CONTRACT``, so
+    that a host implementing another contract skips this backend instead of calling it."""
 
     def __init__(self, use_tensor_cores: bool = True, page_size: int = PAGE_SIZE,
                  workspace_bytes: int = WORKSPACE_BYTES,

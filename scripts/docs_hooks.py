@@ -1,0 +1,162 @@
+"""mkdocs hooks (mkdocs.yml `hooks:`): pages made at build time, never committed.
+
+* `errors/index.md` and one `errors/EXXXX.md` per code, from `linnet.lang.codes.EXPLANATIONS`
+  (the text `linnet explain` prints), so the pages cannot go stale;
+* benchmark plots: a table in docs/benchmarks/*.md right under
+  `<!-- plot: TITLE | COLUMN; COLUMN | UNIT | LABEL COLUMN; ... -->` becomes a bar chart
+  (matplotlib, PNG) of those columns' recorded figures, one bar group per row named by the
+  label columns, placed where the comment is; "log" in UNIT gives a log scale;
+* links from a page to files outside docs/ (`../../benchmarks/gpu.sh`) must name an existing
+  file of the repository; on the site they become the path in code, since the site holds only
+  docs/;
+* ```` ```python-fragment ```` blocks (not executed by integration-tests/test_docs.py) are
+  highlighted as Python, and words after a fence's language (```` ```linnet-error E0301 ````,
+  read by the tests) are dropped.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PLOT = re.compile(r"^<!-- plot: (?P<title>[^|]+)\|(?P<columns>[^|]+)\|(?P<unit>[^|]*)"
+                  r"\|(?P<labels>[^|]+)-->[ \t]*$", re.MULTILINE)
+LINK = re.compile(r"(?<!!)\[(?P<text>[^\]\n]+)\]\((?P<target>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
+NUMBER = re.compile(r"^\**\s*(-?[0-9][0-9.,]*(?:e-?[0-9]+)?)")
+CODE = re.compile(r"^\| (E\d{4}) \|", re.MULTILINE)
+
+
+def error_pages() -> dict[str, str]:
+    """Markdown for errors/index.md and errors/EXXXX.md, from the explanations."""
+    from linnet.lang.codes import EXPLANATIONS
+
+    pages: dict[str, str] = {}
+    rows = []
+    for code in sorted(EXPLANATIONS):
+        summary, _, body = EXPLANATIONS[code].strip().partition("\n")
+        pages[f"errors/{code}.md"] = (
+            f"# {code}: {summary.strip()}\n\n{body.strip()}\n\n"
+            f"`linnet explain {code}` prints this page. [All codes](index.md)\n")
+        rows.append(f"| [{code}]({code}.md) | {summary.strip().replace('|', '/')} |")
+    pages["errors/index.md"] = (
+        "# Error codes\n\nEvery code the Linnet compiler reports, with what it means and an "
+        "example of the mistake and its fix. Generated from the explanations `linnet explain "
+        "CODE` prints; [Diagnostics](../diagnostics.md) describes how errors look.\n\n"
+        "| code | meaning |\n|---|---|\n" + "\n".join(rows) + "\n")
+    return pages
+
+
+def table_after(text: str, start: int) -> list[list[str]]:
+    """The Markdown table that starts on the first line after ``start``: rows of cells."""
+    rows = []
+    for line in text[start:].lstrip("\n").splitlines():
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+            rows.append(cells)
+    return rows
+
+
+def number(cell: str) -> float | None:
+    match = NUMBER.match(cell.replace("`", ""))
+    return None if match is None else float(match.group(1).replace(",", ""))
+
+
+def plot(title: str, columns: list[str], unit: str, label_columns: list[str],
+         rows: list[list[str]], where: str) -> bytes:
+    """A horizontal grouped bar chart of ``columns`` for each row of the table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    header, body = rows[0], rows[1:]
+    missing = [c for c in columns + label_columns if c not in header]
+    if missing or not body:
+        raise PluginError(f"{where}: plot of {missing or columns}: the table under it has "
+                          f"columns {header} and {len(body)} rows")
+    index = [header.index(c) for c in columns]
+    named = [header.index(c) for c in label_columns]
+    labels = [" / ".join(re.sub(r"[*`]", "", row[i]) for i in named) for row in body]
+    unplottable = [row[0] for row in body if all(number(row[i]) is None for i in index)]
+    if len(unplottable) == len(body):
+        raise PluginError(f"{where}: no number in columns {columns} of the table under it")
+    figure, axes = pyplot.subplots(figsize=(8, 0.3 * len(body) * len(columns) + 1.5))
+    height = 0.8 / len(columns)
+    for k, (column, i) in enumerate(zip(columns, index)):
+        values = [number(row[i]) if i < len(row) else None for row in body]
+        positions = [n + k * height for n, v in enumerate(values) if v is not None]
+        axes.barh(positions, [v for v in values if v is not None], height=height, label=column)
+    axes.set_yticks([n + height * (len(columns) - 1) / 2 for n in range(len(body))], labels,
+                    fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel(unit.strip())
+    if "log" in unit:
+        axes.set_xscale("log")
+    axes.set_title(title.strip(), fontsize=10)
+    if len(columns) > 1:
+        axes.legend(fontsize=8)
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=100, metadata={"Software": None})
+    pyplot.close(figure)
+    return out.getvalue()
+
+
+def plots(page: Path) -> list[tuple[str, bytes]]:
+    """(site path, PNG) for each plot comment of a benchmark page, in order."""
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for n, match in enumerate(PLOT.finditer(text)):
+        columns = [c.strip() for c in match["columns"].split(";")]
+        labels = [c.strip() for c in match["labels"].split(";")]
+        rows = table_after(text, match.end())
+        where = f"{page.relative_to(ROOT)}:{text[:match.start()].count(chr(10)) + 1}"
+        found.append((f"benchmarks/plots/{page.stem}-{n}.png",
+                      plot(match["title"], columns, match["unit"], labels, rows, where)))
+    return found
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for path, content in error_pages().items():
+        files.append(File.generated(config, path, content=content))
+    for page in sorted((DOCS / "benchmarks").glob("*.md")):
+        for path, png in plots(page):
+            files.append(File.generated(config, path, content=png))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    source = Path(page.file.src_path)
+    if source.parts[0] == "benchmarks" and source.suffix == ".md":
+        counter = iter(range(1000))
+        markdown = PLOT.sub(lambda m: f"![{m['title'].strip()}](plots/{source.stem}-"
+                            f"{next(counter)}.png)\n\n", markdown)
+    if source.as_posix() == "diagnostics.md":
+        markdown = CODE.sub(lambda m: f"| [{m[1]}](errors/{m[1]}.md) |", markdown)
+    markdown = re.sub(r"^(\s*`{3,})python-fragment\b", r"\1python", markdown, flags=re.MULTILINE)
+    # test_docs.py reads words after a fence's language (```linnet-error E0301); superfences
+    # would not open a fence on them.
+    markdown = re.sub(r"^(\s*`{3,}[\w-]+)[ \t]+[^`{\n]+$", r"\1", markdown, flags=re.MULTILINE)
+    folder = (DOCS / source).parent
+
+    def outside(match: re.Match) -> str:
+        target = match["target"]
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            return match[0]
+        resolved = (folder / target).resolve()
+        if resolved.is_relative_to(DOCS) or not page.file.src_path or page.file.generated_by:
+            return match[0]
+        if not resolved.exists():
+            raise PluginError(f"docs/{source}: link to {target}: no such file in the repository")
+        return f"{match['text']} (`{resolved.relative_to(ROOT).as_posix()}`)"
+
+    return LINK.sub(outside, markdown)
