@@ -20,7 +20,7 @@ from . import dtypes as DT
 from .builder import Builder
 from .diagnostics import Diagnostic, Label, LinnetError, Span
 from .dims import Dim, solve_for
-from .evaluate import Evaluator, Fail, Frame, fail, shape_str, walk
+from .evaluate import Evaluator, Fail, Frame, call_cycles, fail, shape_str, walk
 from .graph import Graph, ValueType
 from .passes import run_passes
 from .program import Program
@@ -32,6 +32,15 @@ from .values import BlockArray, BlockInst, Const, FuncRef, Poison, Tensor
 def instantiate(ev: Evaluator, decl: A.BlockDecl, env: dict[str, Any], path: str,
                 config: dict[str, Any] | None = None) -> BlockInst:
     """Build a block's members (parameters and states by path, sub-blocks) under ``env``."""
+    ev.block_stack.append(decl)
+    try:
+        return _instantiate(ev, decl, env, path, config)
+    finally:
+        ev.block_stack.pop()
+
+
+def _instantiate(ev: Evaluator, decl: A.BlockDecl, env: dict[str, Any], path: str,
+                 config: dict[str, Any] | None = None) -> BlockInst:
     inst = BlockInst(decl, path, env)
     assert decl.module is not None
     frame = Frame(decl.module, env, inst)
@@ -120,6 +129,17 @@ def block_env(ev: Evaluator, typ: A.BlockType, frame: Frame) -> tuple[A.BlockDec
     if not isinstance(decl, A.BlockDecl) or decl.kind != "block":
         raise fail("E0615", f"`{typ.name}` is not a block", typ.span, "expected a block type",
                    help="declare it with `block " + typ.name + "<...> { ... }`")
+    for k, outer in enumerate(ev.block_stack):
+        if outer is decl:
+            # A block that contains itself would have infinitely many members.
+            cycle = [b.name for b in ev.block_stack[k:]] + [decl.name]
+            raise fail("E0207", f"block `{decl.name}` contains itself: "
+                       + " -> ".join(f"`{n}`" for n in cycle), typ.span,
+                       "a member of its own type", help="a block cannot contain itself; "
+                       "repeat layers with an array member instead: `block layers: "
+                       "[Layer<...>; N]`",
+                       secondary=[(b.name_span, f"`{b.name}` declared here")
+                                  for b in ev.block_stack[k:]][:4])
     if len(typ.args) > len(decl.generics):
         raise fail("E0616", f"block `{decl.name}` takes {len(decl.generics)} generic arguments, "
                    f"got {len(typ.args)}", typ.span, "too many arguments",
@@ -438,10 +458,26 @@ def check_program(program: Program) -> list[Diagnostic]:
                     for name, span in item.names:
                         ev.resolve_global(module, name, span)
                 elif isinstance(item, A.Const):  # constants are checked even when unused
-                    ev.value(item.value, Frame(module, {}))
+                    ev.const_value(item, module, item.span)
             except Fail as f:
                 ev.errors.append(f.diag)
+            except RecursionError:
+                # The nesting limits of the parser (E0118, E0119) and the cycle checks
+                # (E0206-E0208) keep the checker's recursion shallow; this is the last line.
+                ev.errors.append(too_deep(item))
+    ev.errors.extend(call_cycles(ev.call_edges))
     return dedupe(ev.errors)
+
+
+def too_deep(item: Any) -> Diagnostic:
+    """E0209: checking or lowering ``item`` ran out of Python stack."""
+    name = getattr(item, "name", "")
+    span = getattr(item, "name_span", None) or getattr(item, "span", None)
+    return Diagnostic("E0209", f"`{name}` nests too deeply to compile" if name else
+                      "the program nests too deeply to compile", span,
+                      "calls, blocks or expressions nest too deeply under here",
+                      help="flatten it: name intermediate values with `let`, and call fewer "
+                           "functions inside one another")
 
 
 def dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:

@@ -142,6 +142,13 @@ class Evaluator:
         self.lowering = builder.recording
         self.config = dict(config or {})
         self.errors: list[Diagnostic] = []
+        # What is being evaluated right now, outermost first, to name a cycle (E0206-E0208)
+        # instead of recursing until Python's stack runs out.
+        self.const_stack: list[tuple[A.Const, Span]] = []
+        self.call_stack: list[tuple[A.FuncDecl, Span]] = []
+        self.block_stack: list[A.BlockDecl] = []
+        # Calls seen while checking (caller, callee, call span): recursion is found from them.
+        self.call_edges: list[tuple[A.FuncDecl, A.FuncDecl, Span]] = []
 
     # ================================================================ names
     def resolve_global(self, module: A.Module, name: str, span: Span) -> Any:
@@ -181,9 +188,24 @@ class Evaluator:
         if isinstance(item, A.BlockDecl):
             return item
         if isinstance(item, A.Const):
-            frame = Frame(module, {})
-            return self.value(item.value, frame)
+            return self.const_value(item, module, span)
         return None
+
+    def const_value(self, item: A.Const, module: A.Module, span: Span) -> Any:
+        """A constant's value; a constant defined through itself is E0206, not a recursion."""
+        for k, (c, _) in enumerate(self.const_stack):
+            if c is item:
+                cycle = [c.name for c, _ in self.const_stack[k:]] + [item.name]
+                raise fail("E0206", f"constant `{item.name}` is defined in terms of itself: "
+                           + " -> ".join(f"`{n}`" for n in cycle), span, "used here",
+                           help="give one of them a value that does not refer back",
+                           secondary=[(c.span, f"`{c.name}` defined here")
+                                      for c, _ in self.const_stack[k:]][:4])
+        self.const_stack.append((item, span))
+        try:
+            return self.value(item.value, Frame(module, {}))
+        finally:
+            self.const_stack.pop()
 
     def lookup(self, frame: Frame, name: str, span: Span) -> Any:
         local = frame.lookup_local(name)
@@ -1512,6 +1534,8 @@ class Evaluator:
         if self.lowering:
             self.check_where(decl, callee_frame, expr.span)
         if not self.lowering:
+            if frame.func is not None:
+                self.call_edges.append((frame.func, decl, expr.span))
             if not result_types:
                 return None
             shape, dtype = result_types[0]
@@ -1526,6 +1550,10 @@ class Evaluator:
         # The call's arguments and results, so that emitters and backends can replace the
         # whole span with one library call (F.linear, SDPA...) without re-deriving them.
         attrs["args"] = [self.argument_record(a) for a in args]
+        for k, (outer, _) in enumerate(self.call_stack):
+            if outer is decl:  # lowering with check=False: the checker did not see it
+                raise recursion_error([d for d, _ in self.call_stack[k:]] + [decl], expr.span)
+        self.call_stack.append((decl, expr.span))
         call = self.builder.open_call(decl.qualified_name, decl.kind, path, expr.span, attrs)
         try:
             for p, a in zip(decl.params, args):
@@ -1542,8 +1570,8 @@ class Evaluator:
             if call is not None:
                 call.attributes["results"] = [self.argument_record(v) for v in out]
             self.builder.close_call(call)
-        except Fail:
-            raise
+        finally:
+            self.call_stack.pop()
         return out[0] if len(out) == 1 else (tuple(out) if out else None)
 
     def argument_record(self, value: Any) -> Any:
@@ -1868,6 +1896,58 @@ class Evaluator:
 
 # ==================================================================== tree helpers
 _WALKS: dict[int, tuple[Any, list[Any]]] = {}
+
+
+def recursion_error(cycle: list[A.FuncDecl], span: Span) -> Fail:
+    """E0208 for a call cycle ``f -> g -> f``: every call is inlined, so none can recur."""
+    names = " -> ".join(f"`{d.name}`" for d in cycle)
+    first = cycle[0]
+    return fail("E0208", f"`{first.name}` calls itself: {names}", span, "this call recurses",
+                help="Linnet inlines every call, so functions cannot be recursive; repeat work "
+                     "with a `for` loop over a block array, or write the steps out",
+                secondary=[(d.name_span, f"`{d.name}` defined here") for d in cycle[:-1]][:4])
+
+
+def call_cycles(edges: list[tuple[A.FuncDecl, A.FuncDecl, Span]]) -> list[Diagnostic]:
+    """One E0208 per call cycle among the calls the checker saw (caller, callee, span).
+
+    >>> call_cycles([])
+    []
+    """
+    callees: dict[int, list[tuple[A.FuncDecl, Span]]] = {}
+    for a, b, span in edges:
+        callees.setdefault(id(a), []).append((b, span))
+    reported: set[frozenset[int]] = set()
+    diags: list[Diagnostic] = []
+    for a, b, span in edges:
+        # Breadth-first from the callee back to the caller: the shortest cycle through a -> b.
+        parent: dict[int, A.FuncDecl | None] = {id(b): None}
+        queue = [b]
+        found = a is b
+        while queue and not found:
+            node = queue.pop(0)
+            for nxt, _ in callees.get(id(node), []):
+                if id(nxt) not in parent:
+                    parent[id(nxt)] = node
+                    if nxt is a:
+                        found = True
+                        break
+                    queue.append(nxt)
+        if not found:
+            continue
+        path = [a]
+        cur: A.FuncDecl | None = a if a is not b else None
+        while cur is not None and cur is not b:
+            cur = parent[id(cur)]
+            if cur is not None:
+                path.append(cur)
+        cycle = [a] + list(reversed(path[1:])) + [a] if a is not b else [a, a]
+        key = frozenset(id(d) for d in cycle)
+        if key in reported:
+            continue
+        reported.add(key)
+        diags.append(recursion_error(cycle, span).diag)
+    return diags
 
 
 def walk(expr: Any) -> list[Any]:
