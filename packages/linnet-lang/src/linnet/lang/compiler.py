@@ -93,7 +93,7 @@ def config_value(ev: Evaluator, m: A.Member, frame: Frame, config: dict[str, Any
             if isinstance(raw, bool) or float(raw) != int(raw):
                 raise ValueError
             return Const(Dim.const(int(raw)), "int")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
     raise fail("E0613", f"config `{m.name}` is {t}, but the value given is {raw!r}", m.span,
                "declared here", help="give `true` or `false`" if t == "bool" else
@@ -110,6 +110,11 @@ def instantiate_member_block(ev: Evaluator, m: A.Member, frame: Frame, path: str
         typ = A.BlockType(typ.name, [], typ.span)
     if isinstance(typ, A.ArrayType):
         count = ev.eval_dim(typ.count, frame)
+        if count.value is not None and count.value > MAX_REPEAT:
+            raise fail("E0625", f"`{m.name}` repeats its block {count.value} times, more than "
+                       f"{MAX_REPEAT}", typ.count.span, f"= {count.value}",
+                       help=f"every block is lowered one by one; choose a count of at most "
+                            f"{MAX_REPEAT} in the config")
         child, env = block_env(ev, typ.element, frame)
         if count.value is None:
             return BlockArray(typ.element, path, count,
@@ -602,6 +607,7 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
     if ev.errors:
         raise LinnetError(dedupe(ev.errors))
     graph.sources = {m.source.name: m.name for m in program.modules.values()}
+    check_numel(graph, {f"%{p.name}": p.span for p in method.params} | param_spans(inst))
     return run_passes(graph)
 
 
@@ -629,6 +635,10 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
                 if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                     raise fail("E0613", f"`{name}` must be a positive integer, got {value!r}",
                                g.span, "declared here")
+                if value > MAX_SIZE:
+                    raise fail("E0609", f"`{name}` = {value} is larger than a tensor dimension "
+                               f"can be (at most {MAX_SIZE})", g.span, "declared here",
+                               help=f"check the config's `{name}`")
                 env[name] = Dim.const(value)
     # Entry inputs.
     params = {p.name: p for p in entry.params}
@@ -649,6 +659,7 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
             continue
         given = inputs[p.name]
         shape = given[0] if isinstance(given, tuple) else given
+        check_sizes(shape, f"input `{p.name}`", p.span, p.name)
         if len(shape) != len(p.type.dims):
             raise fail("E0606", f"input `{p.name}` has {len(shape)} "
                        f"dimension{'s' if len(shape) != 1 else ''}, entry `{entry.name}` expects "
@@ -674,6 +685,7 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
                 if t.kind != "param" or t.ref[1:] not in weights:
                     continue
                 wshape, wdtype = weights[t.ref[1:]]
+                check_sizes(wshape, f"weight `{t.ref[1:]}`", None, "")
                 if isinstance(t.dtype, str) and t.dtype in generics and t.dtype not in env:
                     env[t.dtype] = wdtype
                     progress = True
@@ -713,6 +725,65 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
         if g.name not in env and g.default is not None:
             env[g.name] = ev.generic_value(g, g.default, Frame(decl.module, env))
     return env
+
+
+# Sizes and element counts are int64 in every runtime (torch, safetensors).
+MAX_SIZE = 2**63 - 1
+
+
+def check_sizes(shape: Any, what: str, span: Span | None, name: str) -> None:
+    """A shape is a list of positive sizes that fit in int64 (E0608, E0609).
+
+    ``name`` is the input's name, or "" for a weight.
+
+    >>> check_sizes([2, 3], "input `x`", None, "x")
+    """
+    example = f"`--input {name}=1,8`" if name else "`[2048, 64]`"
+    if not isinstance(shape, list | tuple):
+        raise fail("E0608", f"{what}: a shape is a list of sizes, got {shape!r}", span,
+                   "declared here", help=f"give one positive size per dimension, e.g. {example}")
+    for n in shape:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise fail("E0608", f"{what} has size {n!r}; sizes are whole numbers", span,
+                       "declared here", help=f"give one positive size per dimension, e.g. "
+                       f"{example}")
+        if n <= 0:
+            raise fail("E0608", f"{what} has size {n}; sizes are at least 1", span,
+                       "declared here", help=f"give one positive size per dimension, e.g. "
+                       f"{example}")
+        if n > MAX_SIZE:
+            raise fail("E0609", f"{what} has size {n}, larger than a tensor dimension can be "
+                       f"(at most {MAX_SIZE})", span, "declared here",
+                       help="give a smaller size")
+
+
+def check_numel(graph: Graph, spans: dict[str, Span]) -> None:
+    """Every value of a lowered graph has fewer than 2^63 elements (E0618).
+
+    Sizes that fit one by one can still multiply past int64 (`[2^32, 2^32]`), which no
+    runtime can allocate or even index.
+    """
+    groups = [("input", dict.fromkeys(graph.inputs)), ("parameter", graph.parameters),
+              ("state", graph.states), ("value", graph.values)]
+    for kind, names in groups:
+        for name in names:
+            vt = graph.values.get(name) if kind in ("input", "value") else names[name]
+            if vt is None:
+                continue
+            numel = 1
+            for d in vt.shape:
+                numel *= d if isinstance(d, int) else 1
+                if isinstance(d, int) and d < 0:
+                    raise LinnetError(Diagnostic(
+                        "E0619", f"{kind} `{name.lstrip('%@')}` has shape {list(vt.shape)}, with a negative "
+                        "size", spans.get(name), "", help="the sizes in the config or the "
+                        "inputs make a dimension expression (like `D - K`) negative"))
+            if numel > MAX_SIZE:
+                raise LinnetError(Diagnostic(
+                    "E0618", f"{kind} `{name}` of shape {list(vt.shape)} has {numel} elements, "
+                    f"more than a tensor can hold (at most {MAX_SIZE})", spans.get(name),
+                    f"{list(vt.shape)}" if spans.get(name) else "",
+                    help="choose smaller sizes in the config or the inputs"))
 
 
 def solve_where(ev: Evaluator, decl: A.BlockDecl, env: dict, generics: dict) -> None:
@@ -779,7 +850,8 @@ def count_arrays(decl: A.BlockDecl, sym_env: dict, env: dict, generics: dict,
             pattern = re.compile(rf"^{re.escape(m.name)}\.(\d+)\.")
             found = {int(mt.group(1)) for k in weights if (mt := pattern.match(k))}
             if found:
-                env[m.type.count.name] = Dim.const(max(found) + 1)
+                env[m.type.count.name] = Dim.const(
+                    dense_count(found, m.name, pattern, weights, m.span))
                 sym_env[m.type.count.name] = env[m.type.count.name]
         elif m.kind == "block" and isinstance(m.type, A.BlockType):
             child = decl.module.find(m.type.name) if decl.module else None
@@ -799,8 +871,44 @@ def count_arrays(decl: A.BlockDecl, sym_env: dict, env: dict, generics: dict,
                                 arg = m.type.args[pos]
                                 if isinstance(arg, A.Name) and arg.name in generics and \
                                         arg.name not in env:
-                                    env[arg.name] = Dim.const(max(found) + 1)
+                                    env[arg.name] = Dim.const(dense_count(
+                                        found, f"{m.name}.{cm.name}", pattern, sub, cm.span,
+                                        prefix=m.name + "."))
                                     sym_env[arg.name] = env[arg.name]
+
+
+# At most this many repeated blocks: each is lowered (unrolled) one by one, so a count of
+# millions would run for hours. The largest published transformers have a few hundred layers.
+MAX_REPEAT = 4096
+
+
+def dense_count(found: set[int], path: str, pattern: re.Pattern, weights: dict[str, tuple],
+                span: Span, prefix: str = "") -> int:
+    """How many blocks of the array ``path`` the weights hold: indices 0..N-1, all present.
+
+    A stray tensor (`model.layers.99999999.x` beside layers 0 and 1) must not make lowering
+    unroll a hundred million layers, so a gap in the indices is an error (E0624) naming the
+    tensor past it, and so is a count over MAX_REPEAT (E0625).
+
+    >>> dense_count({0, 1, 2}, "layers", re.compile(r"^layers\.(\d+)\."), {}, None)
+    3
+    """
+    count = max(found) + 1
+    if len(found) != count:
+        # The first gap is at most len(found): never build range(count), which may be huge.
+        missing = next(i for i in range(len(found) + 1) if i not in found)
+        stray = sorted((int(mt.group(1)), k) for k in weights
+                       if (mt := pattern.match(k)) and int(mt.group(1)) > missing)[0][1]
+        raise fail("E0624", f"the weights hold `{prefix}{stray}` but no `{path}.{missing}`: "
+                   f"the layers of `{path}` must be numbered 0, 1, 2, ... without gaps",
+                   span, "its count is read from the weights' names",
+                   help=f"remove the stray tensor `{prefix}{stray}`, or give the count in the "
+                        "config")
+    if count > MAX_REPEAT:
+        raise fail("E0625", f"the weights hold {count} blocks of `{path}`, more than "
+                   f"{MAX_REPEAT}", span, "its count is read from the weights' names",
+                   help="check the checkpoint: no model has that many layers")
+    return count
 
 
 def param_spans(inst: BlockInst) -> dict[str, Span]:
