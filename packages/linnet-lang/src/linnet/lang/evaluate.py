@@ -135,6 +135,10 @@ def is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+# How many unknown-name errors get a did-you-mean hint (each costs a scan of the names).
+MAX_SUGGESTIONS = 100
+
+
 class Evaluator:
     def __init__(self, program: Program, builder: Builder, config: dict[str, Any] | None = None):
         self.program = program
@@ -147,6 +151,7 @@ class Evaluator:
         self.const_stack: list[tuple[A.Const, Span]] = []
         self.call_stack: list[tuple[A.FuncDecl, Span]] = []
         self.block_stack: list[A.BlockDecl] = []
+        self.suggestions_left = MAX_SUGGESTIONS
         # Calls seen while checking (caller, callee, call span): recursion is found from them.
         self.call_edges: list[tuple[A.FuncDecl, A.FuncDecl, Span]] = []
 
@@ -154,9 +159,7 @@ class Evaluator:
     def resolve_global(self, module: A.Module, name: str, span: Span) -> Any:
         item = module.find(name)
         if item is None:
-            for use in module.items:
-                if not isinstance(use, A.Use):
-                    continue
+            for use in module.uses:
                 for imported, name_span in use.names:
                     if imported != name:
                         continue
@@ -232,11 +235,15 @@ class Evaluator:
             return Builtin(name)
         if name in DT.DTYPES:
             return DType(name)
-        candidates = list(frame.local_names()) + list(frame.ivars) + list(frame.env) + [
-            i.name for i in frame.module.items if isinstance(i, A.FuncDecl | A.BlockDecl | A.Const)
-        ] + [n for u in frame.module.items if isinstance(u, A.Use) for n, _ in u.names] + sorted(
-            BUILTINS)
-        close = difflib.get_close_matches(name, candidates, n=1)
+        close = []
+        if self.suggestions_left > 0:
+            # A did-you-mean costs time linear in the names in scope: give it to the first
+            # errors only, so that thousands of unknown names stay linear.
+            self.suggestions_left -= 1
+            candidates = list(frame.local_names()) + list(frame.ivars) + list(frame.env) + \
+                frame.module.item_names + [n for u in frame.module.uses for n, _ in u.names] + \
+                sorted(BUILTINS)
+            close = difflib.get_close_matches(name, candidates, n=1)
         help = f"did you mean `{close[0]}`?" if close else (
             "declare it with `let`, or import it with `use`")
         if name in ("sum", "max", "min", "mean", "prod"):

@@ -871,11 +871,20 @@ def deepest_node(root: object) -> Span | None:
         if isinstance(node, list | tuple):
             stack.extend((x, depth) for x in node)
             continue
-        if not dataclasses.is_dataclass(node) or isinstance(node, Span):
-            continue
+        names = _CHILD_FIELDS.get(type(node))
+        if names is None:
+            if not dataclasses.is_dataclass(node) or isinstance(node, Span):
+                continue
+            names = _CHILD_FIELDS[type(node)] = [  # type: ignore[index]
+                f.name for f in dataclasses.fields(node)
+                if f.name not in ("module", "owner", "span", "name_span")]
         if depth > MAX_TREE_DEPTH:
             return getattr(node, "span", None)
-        for f in dataclasses.fields(node):
-            if f.name not in ("module", "owner", "span", "name_span"):
-                stack.append((getattr(node, f.name), depth + 1))
+        for name in names:
+            child = getattr(node, name)
+            if child is not None and not isinstance(child, str | int | float | bool):
+                stack.append((child, depth + 1))
     return None
+
+
+_CHILD_FIELDS: dict[type, list[str]] = {}
