@@ -20,7 +20,16 @@ from . import dtypes as DT
 from .builder import Builder
 from .diagnostics import Diagnostic, Label, LinnetError, Span
 from .dims import Dim, solve_for
-from .evaluate import Evaluator, Fail, Frame, call_cycles, fail, shape_str, walk
+from .evaluate import (
+    MAX_DEPTH,
+    Evaluator,
+    Fail,
+    Frame,
+    call_cycles,
+    fail,
+    shape_str,
+    walk,
+)
 from .graph import Graph, ValueType
 from .passes import run_passes
 from .program import Program
@@ -134,9 +143,17 @@ def block_env(ev: Evaluator, typ: A.BlockType, frame: Frame) -> tuple[A.BlockDec
     if not isinstance(decl, A.BlockDecl) or decl.kind != "block":
         raise fail("E0615", f"`{typ.name}` is not a block", typ.span, "expected a block type",
                    help="declare it with `block " + typ.name + "<...> { ... }`")
+    if len(ev.block_stack) > MAX_DEPTH:
+        ev.reported_blocks.update(id(b) for b in ev.block_stack)
+        outer = ev.block_stack[0]
+        raise fail("E0209", f"blocks nest more than {MAX_DEPTH} deep, from `{outer.name}` to "
+                   f"`{decl.name}`", typ.span, "the limit is reached here",
+                   help="nest fewer blocks inside one another",
+                   secondary=[(outer.name_span, f"`{outer.name}` declared here")])
     for k, outer in enumerate(ev.block_stack):
         if outer is decl:
             # A block that contains itself would have infinitely many members.
+            ev.reported_blocks.update(id(b) for b in ev.block_stack[k:])
             cycle = [b.name for b in ev.block_stack[k:]] + [decl.name]
             raise fail("E0207", f"block `{decl.name}` contains itself: "
                        + " -> ".join(f"`{n}`" for n in cycle), typ.span,
@@ -418,6 +435,8 @@ def check_grad(ev: Evaluator, decl: A.FuncDecl, env: dict, params: list,
 
 def check_block(ev: Evaluator, decl: A.BlockDecl) -> None:
     assert decl.module is not None
+    if id(decl) in ev.reported_blocks:
+        return  # part of a cycle or chain already reported (E0207, E0209)
     env = symbolic_env(ev, decl.generics, decl.where, decl.module)
     try:
         inst = instantiate(ev, decl, env, "" if decl.kind == "model" else "self")
@@ -604,6 +623,9 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
             graph.outputs.append(value.ref)
     except Fail as f:
         raise LinnetError(dedupe([*ev.errors, f.diag])) from None
+    except RecursionError:
+        # The depth limits (E0118, E0119, E0209) keep lowering shallow; this is the last line.
+        raise LinnetError(dedupe([*ev.errors, too_deep(method)])) from None
     if ev.errors:
         raise LinnetError(dedupe(ev.errors))
     graph.sources = {m.source.name: m.name for m in program.modules.values()}
@@ -884,7 +906,7 @@ MAX_REPEAT = 4096
 
 def dense_count(found: set[int], path: str, pattern: re.Pattern, weights: dict[str, tuple],
                 span: Span, prefix: str = "") -> int:
-    """How many blocks of the array ``path`` the weights hold: indices 0..N-1, all present.
+    r"""How many blocks of the array ``path`` the weights hold: indices 0..N-1, all present.
 
     A stray tensor (`model.layers.99999999.x` beside layers 0 and 1) must not make lowering
     unroll a hundred million layers, so a gap in the indices is an error (E0624) naming the

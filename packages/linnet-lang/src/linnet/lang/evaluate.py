@@ -137,6 +137,9 @@ def is_pow2(n: int) -> bool:
 
 # How many unknown-name errors get a did-you-mean hint (each costs a scan of the names).
 MAX_SUGGESTIONS = 100
+# How deeply calls (each inlined when lowering), blocks inside blocks and constants defined
+# through constants may nest (E0209): deeper would exhaust Python's stack. Llama nests 6.
+MAX_DEPTH = 64
 
 
 class Evaluator:
@@ -151,7 +154,9 @@ class Evaluator:
         self.const_stack: list[tuple[A.Const, Span]] = []
         self.call_stack: list[tuple[A.FuncDecl, Span]] = []
         self.block_stack: list[A.BlockDecl] = []
+        self.reported_blocks: set[int] = set()  # in a cycle or chain already reported
         self.suggestions_left = MAX_SUGGESTIONS
+        self.const_cache: dict[int, tuple[A.Const, Any]] = {}
         # Calls seen while checking (caller, callee, call span): recursion is found from them.
         self.call_edges: list[tuple[A.FuncDecl, A.FuncDecl, Span]] = []
 
@@ -204,11 +209,30 @@ class Evaluator:
                            help="give one of them a value that does not refer back",
                            secondary=[(c.span, f"`{c.name}` defined here")
                                       for c, _ in self.const_stack[k:]][:4])
+        cached = self.const_cache.get(id(item))
+        if cached is not None and cached[0] is item:
+            return cached[1]
+        if len(self.const_stack) >= MAX_DEPTH:
+            chain = [c for c, _ in self.const_stack]
+            for c in chain:  # reported once, here, not again for every constant of the chain
+                self.const_cache[id(c)] = (c, POISON)
+            raise fail("E0209", f"constant `{chain[0].name}` is defined through more than "
+                       f"{MAX_DEPTH} other constants", span, "the limit is reached here",
+                       help="define some of them directly, with fewer steps between",
+                       secondary=[(chain[0].span, f"`{chain[0].name}` defined here")])
         self.const_stack.append((item, span))
         try:
-            return self.value(item.value, Frame(module, {}))
+            value = self.value(item.value, Frame(module, {}))
+        except Fail:
+            # A cycle or a chain too long is reported once, for the first constant in it.
+            for c, _ in self.const_stack:
+                self.const_cache[id(c)] = (c, POISON)
+            raise
         finally:
             self.const_stack.pop()
+        if isinstance(value, Const):  # scalars only: their value never depends on the caller
+            self.const_cache[id(item)] = (item, value)
+        return value
 
     def lookup(self, frame: Frame, name: str, span: Span) -> Any:
         local = frame.lookup_local(name)
@@ -1560,6 +1584,12 @@ class Evaluator:
         for k, (outer, _) in enumerate(self.call_stack):
             if outer is decl:  # lowering with check=False: the checker did not see it
                 raise recursion_error([d for d, _ in self.call_stack[k:]] + [decl], expr.span)
+        if len(self.call_stack) >= MAX_DEPTH:
+            first = self.call_stack[0][0]
+            raise fail("E0209", f"calls nest more than {MAX_DEPTH} deep, from `{first.name}` "
+                       f"to `{decl.name}`", expr.span, "the limit is reached at this call",
+                       help="every call is inlined; call fewer functions inside one another",
+                       secondary=[(first.name_span, f"`{first.name}` defined here")])
         self.call_stack.append((decl, expr.span))
         call = self.builder.open_call(decl.qualified_name, decl.kind, path, expr.span, attrs)
         try:
