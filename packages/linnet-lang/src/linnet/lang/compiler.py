@@ -22,6 +22,7 @@ from .diagnostics import Diagnostic, Label, LinnetError, Span
 from .dims import Dim, solve_for
 from .evaluate import (
     MAX_DEPTH,
+    NEGATIVE_HELP,
     Evaluator,
     Fail,
     Frame,
@@ -797,12 +798,11 @@ def check_numel(graph: Graph, spans: dict[str, Span]) -> None:
                 numel *= d if isinstance(d, int) else 1
                 if isinstance(d, int) and d < 0:
                     raise LinnetError(Diagnostic(
-                        "E0619", f"{kind} `{name.lstrip('%@')}` has shape {list(vt.shape)}, with a negative "
-                        "size", spans.get(name), "", help="the sizes in the config or the "
-                        "inputs make a dimension expression (like `D - K`) negative"))
+                        "E0619", f"{kind} `{name.lstrip('%@')}` has shape {list(vt.shape)}, "
+                        "with a negative size", spans.get(name), "", help=NEGATIVE_HELP))
             if numel > MAX_SIZE:
                 raise LinnetError(Diagnostic(
-                    "E0618", f"{kind} `{name}` of shape {list(vt.shape)} has {numel} elements, "
+                    "E0618", f"{kind} `{name.lstrip('%@')}` of shape {list(vt.shape)} has {numel} elements, "
                     f"more than a tensor can hold (at most {MAX_SIZE})", spans.get(name),
                     f"{list(vt.shape)}" if spans.get(name) else "",
                     help="choose smaller sizes in the config or the inputs"))

@@ -135,6 +135,8 @@ def is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+NEGATIVE_HELP = ("the sizes in the config or the inputs make a dimension expression (like "
+                 "`D - K`) negative; add a `where` clause (`where D >= K`) to say what it needs")
 # How many unknown-name errors get a did-you-mean hint (each costs a scan of the names).
 MAX_SUGGESTIONS = 100
 # How deeply calls (each inlined when lowering), blocks inside blocks and constants defined
@@ -304,8 +306,12 @@ class Evaluator:
 
     def tensor_type(self, typ: A.TypeExpr, frame: Frame) -> tuple[tuple[Dim, ...], str]:
         if isinstance(typ, A.TensorType):
-            return tuple(self.eval_dim(d, frame) for d in typ.dims), self.eval_dtype(typ.dtype,
-                                                                                      frame)
+            dims = tuple(self.eval_dim(d, frame) for d in typ.dims)
+            for d, expr in zip(dims, typ.dims):
+                if d.value is not None and d.value < 0:
+                    raise fail("E0619", f"`{self.src(expr)}` = {d.value} is a negative size",
+                               expr.span, f"= {d.value}", help=NEGATIVE_HELP)
+            return dims, self.eval_dtype(typ.dtype, frame)
         if isinstance(typ, A.ScalarType):
             return (), self.eval_dtype(A.Name(typ.name, typ.span), frame)
         raise fail("E0404", "expected a tensor or scalar type", typ.span, "this is a block type")
