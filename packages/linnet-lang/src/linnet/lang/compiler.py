@@ -786,13 +786,12 @@ def check_numel(graph: Graph, spans: dict[str, Span]) -> None:
     Sizes that fit one by one can still multiply past int64 (`[2^32, 2^32]`), which no
     runtime can allocate or even index.
     """
-    groups = [("input", dict.fromkeys(graph.inputs)), ("parameter", graph.parameters),
-              ("state", graph.states), ("value", graph.values)]
-    for kind, names in groups:
-        for name in names:
-            vt = graph.values.get(name) if kind in ("input", "value") else names[name]
-            if vt is None:
-                continue
+    inputs = {name: graph.values[name] for name in graph.inputs if name in graph.values}
+    groups: list[tuple[str, dict[str, ValueType]]] = [
+        ("input", inputs), ("parameter", graph.parameters), ("state", graph.states),
+        ("value", graph.values)]
+    for kind, table in groups:
+        for name, vt in table.items():
             numel = 1
             for d in vt.shape:
                 numel *= d if isinstance(d, int) else 1

@@ -1984,7 +1984,7 @@ def call_cycles(edges: list[tuple[A.FuncDecl, A.FuncDecl, Span]]) -> list[Diagno
             cur = parent[id(cur)]
             if cur is not None:
                 path.append(cur)
-        cycle = [a] + list(reversed(path[1:])) + [a] if a is not b else [a, a]
+        cycle = [a, *reversed(path[1:]), a] if a is not b else [a, a]
         key = frozenset(id(d) for d in cycle)
         if key in reported:
             continue

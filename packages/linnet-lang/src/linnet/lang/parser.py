@@ -51,6 +51,7 @@ class Parser:
         self.pos = 0
         self.nesting = 0  # inside () or [] newlines do not end statements
         self.depth = 0  # recursion depth of the descent (E0118 past MAX_NESTING)
+        self.too_deep_reported = False
 
     # ------------------------------------------------------------ token helpers
     @property
@@ -85,6 +86,9 @@ class Parser:
         self.depth += 1
         if self.depth > MAX_NESTING:
             self.depth -= 1
+            if self.too_deep_reported:  # once per item: recovery may go that deep again
+                raise _Bail()
+            self.too_deep_reported = True
             raise self.error(
                 f"this is nested more than {MAX_NESTING} levels deep", self.tok.span,
                 "nesting limit reached here", code="E0118",
@@ -169,6 +173,7 @@ class Parser:
         module = A.Module(self.module_name, self.source)
         while self.tok.kind != "eof":
             start = self.pos
+            self.too_deep_reported = False
             try:
                 item = self.parse_item()
                 if item is not None:
@@ -480,6 +485,7 @@ class Parser:
         save, errors = self.pos, len(self.errors)
         self.expect("<")
         args: list = []
+        self.enter()  # `A<B<C<...>>>` recurses through here
         try:
             while not self.at(">"):
                 args.append(self.parse_type_or_dim_noangle())
@@ -487,9 +493,13 @@ class Parser:
                     break
             self.expect(">")
         except _Bail:
+            if self.too_deep_reported:
+                raise  # too deep is final: rewinding would try the same depth again
             self.pos = save
             del self.errors[errors:]
             return None
+        finally:
+            self.depth -= 1
         return args
 
     def parse_type_or_dim_noangle(self) -> A.Expr | A.TypeExpr:
@@ -595,11 +605,15 @@ class Parser:
         start = self.tok.span
         if self.accept("("):
             parts = []
-            while not self.at(")"):
-                parts.append(self.parse_binder())
-                if not self.accept(","):
-                    break
-            self.expect(")")
+            self.enter()
+            try:
+                while not self.at(")"):
+                    parts.append(self.parse_binder())
+                    if not self.accept(","):
+                        break
+                self.expect(")")
+            finally:
+                self.depth -= 1
             return A.IndexBinder("(" + ", ".join(p.name for p in parts) + ")", None,
                                  self.span_from(start), parts)
         t = self.tok
@@ -643,7 +657,14 @@ class Parser:
         then = self.parse_block()
         otherwise: A.Block | A.IfExpr | None = None
         if self.accept("else"):
-            otherwise = self.parse_if() if self.at("if") else self.parse_block()
+            if self.at("if"):
+                self.enter()  # `else if` chains recurse too
+                try:
+                    otherwise = self.parse_if()
+                finally:
+                    self.depth -= 1
+            else:
+                otherwise = self.parse_block()
         return A.IfExpr(cond, then, otherwise, self.span_from(start))
 
     LEVELS = (("||",), ("&&",), COMPARISONS, (), ("+", "-"), ("*", "/", "%"))
