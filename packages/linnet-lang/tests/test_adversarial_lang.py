@@ -482,6 +482,33 @@ def hostile(draw: Any, source: str) -> str:
     return text[:start] + decl.name + text[start + len(m.type.name):]
 
 
+@st.composite
+def mild(draw: Any, source: str) -> str:
+    """Edits that often keep ``source`` checking, so that lowering and emission see them too:
+    operands wrapped in brackets up to just past the limit, numbers made hostile, a binary
+    operand repeated into a long chain, a constant cycle or chain appended."""
+    toks = tokens_of(source)
+    operands = [t for t in toks if t.kind in ("ident", "int", "float") and t.text[:1].islower()]
+    t = operands[draw(st.integers(0, len(operands) - 1))]
+    s, e = t.span.start, t.span.stop
+    kind = draw(st.sampled_from(["wrap", "number", "chain", "consts"]))
+    if kind == "wrap":
+        depth = draw(st.sampled_from([1, 3, 10, MAX_NESTING - 8, MAX_NESTING + 1, 300]))
+        return source[:s] + "(" * depth + source[s:e] + ")" * depth + source[e:]
+    if kind == "number":
+        nums = [x for x in toks if x.kind in ("int", "float")]
+        u = nums[draw(st.integers(0, len(nums) - 1))]
+        return source[:u.span.start] + draw(st.sampled_from(HOSTILE_NUMBERS)) \
+            + source[u.span.stop:]
+    if kind == "chain":
+        n = draw(st.sampled_from([1, 10, MAX_TREE_DEPTH - 20, MAX_TREE_DEPTH + 5, 2000]))
+        return source[:e] + f" * {t.text}" * n + source[e:]
+    n = draw(st.sampled_from([2, 10, 63, 65, 300]))
+    last = f"K{n}" if draw(st.booleans()) else "K0"  # K0: a cycle through all of them
+    return source + "".join(f"\nconst K{i}: f32 = K{i + 1} * 1.0" for i in range(n)) \
+        + f"\nconst K{n}: f32 = {'1.0' if last == f'K{n}' else 'K0'}\n"
+
+
 def config_perturbation() -> Any:
     sizes = st.sampled_from([1, 2, 3, 7, 16, 64, 0, -1, 2**31, 2**63 - 1, 2**63, 10**30])
     keys = st.sampled_from(["HD", "NL", "H", "KV", "S", "D", "F", "V"])
@@ -505,6 +532,7 @@ def compile_and_lower(text: str, name: str, cfg: dict | None = None,
     errors = check_program(program)
     if errors:
         raise LinnetError(errors)
+    OUTCOMES[f"{name}:checked"] += 1
     if cfg is not None:
         g = lower(program, "decode", inputs or DECODE, cfg, check=False)
         emit_torch(g)
@@ -528,6 +556,13 @@ def test_hostile_std_sources_are_linnet_errors_or_clean(data):
 def test_hostile_llama_is_a_linnet_error_or_lowers(text, perturb, inputs):
     outcome = classify(lambda: compile_and_lower(text, "llama", toy_config() | perturb, inputs))
     OUTCOMES[f"llama:{outcome}"] += 1
+
+
+@settings(PROFILE, max_examples=40 * SCALE, **FUZZ)
+@given(mild(LLAMA_SOURCE), config_perturbation(), st.booleans())
+def test_mildly_mutated_llama_is_a_linnet_error_or_lowers(text, perturb, perturbed):
+    cfg = toy_config() | (perturb if perturbed else {})
+    OUTCOMES[f"llama_mild:{classify(lambda: compile_and_lower(text, 'llama', cfg))}"] += 1
 
 
 @settings(PROFILE, max_examples=40 * SCALE, **FUZZ)
