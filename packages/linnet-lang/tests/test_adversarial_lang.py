@@ -170,6 +170,32 @@ def test_nesting_error_has_a_span():
     assert d.span.column == MAX_NESTING + 16  # the bracket where the limit is reached
 
 
+def test_a_caller_deep_in_its_own_stack_gets_a_diagnostic(llama):
+    """The last line: with little stack left (a caller deep in recursion of its own), parsing,
+    checking and lowering end in a coded error, not a RecursionError."""
+    import inspect
+    import sys
+
+    nested = model("        let y[n] = " + "(x[n] + " * 40 + "x[n]" + ")" * 40
+                   + "\n        return y")
+    limit = sys.getrecursionlimit()
+    here = len(inspect.stack(0))
+    found = set()
+    try:
+        for room in (40, 80, 120, 160, 200):
+            sys.setrecursionlimit(here + room)
+            for fn in (lambda: check_text(nested),
+                       lambda: lower(check_text(nested), "run", {"x": [2]}, {}),
+                       lambda: lower(llama, "decode", DECODE, toy_config())):
+                try:
+                    fn()
+                except LinnetError as err:
+                    found.update(d.code for d in err.diagnostics)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert found and found <= {"E0118", "E0209"}, found
+
+
 # ==================================================================== 7: recursion and cycles
 OP = "pub op {name}<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {{ return {body} }}\n"
 ENTRY = "model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return a(x) } }\n"

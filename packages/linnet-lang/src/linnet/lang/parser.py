@@ -863,7 +863,15 @@ def parse(source: SourceFile, module_name: str | None = None) -> A.Module:
     """
     name = module_name or source.name.rsplit("/", 1)[-1].removesuffix(".linnet")
     parser = Parser(source, name)
-    module = parser.parse_module()
+    try:
+        module = parser.parse_module()
+    except RecursionError:
+        # MAX_NESTING keeps the descent far from Python's limit; this is the last line, for a
+        # caller that is itself deep in its stack.
+        raise LinnetError([*parser.errors, Diagnostic(
+            "E0118", "this is nested too deeply to parse", parser.tok.span,
+            "the parser ran out of stack here",
+            help="name the inner parts with `let` statements")]) from None
     for item in module.items:
         too_deep = deepest_node(item)
         if too_deep is not None and too_deep.line not in parser.lexer_error_lines:
