@@ -330,9 +330,31 @@ class Module:
     name: str
     source: SourceFile
     items: list[Item] = field(default_factory=list)
+    # Name index and `use` items, rebuilt when `items` grows: every name lookup goes through
+    # them, and scanning the items each time made checking quadratic in the module's size.
+    _index: tuple[int, dict[str, Item], list[Use]] | None = field(
+        default=None, repr=False, compare=False)
+
+    def _indexed(self) -> tuple[int, dict[str, Item], list[Use]]:
+        if self._index is None or self._index[0] != len(self.items):
+            names: dict[str, Item] = {}
+            for item in self.items:
+                if isinstance(item, FuncDecl | BlockDecl | Const):
+                    names.setdefault(item.name, item)  # the first definition wins, as before
+            self._index = (len(self.items), names,
+                           [i for i in self.items if isinstance(i, Use)])
+        return self._index
 
     def find(self, name: str) -> Item | None:
-        for item in self.items:
-            if isinstance(item, FuncDecl | BlockDecl | Const) and item.name == name:
-                return item
-        return None
+        """The first function, block or constant called ``name`` in this module."""
+        return self._indexed()[1].get(name)
+
+    @property
+    def uses(self) -> list[Use]:
+        """The module's `use` items, in order."""
+        return self._indexed()[2]
+
+    @property
+    def item_names(self) -> list[str]:
+        """Names of the module's functions, blocks and constants (for did-you-mean hints)."""
+        return list(self._indexed()[1])

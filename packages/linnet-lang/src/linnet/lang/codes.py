@@ -455,6 +455,52 @@ Fixed:
         return y
     }
 """,
+    "E0118": """\
+Brackets, signs, types or blocks nest too deeply.
+
+The parser reads nested code recursively, and so do the checker and lowering; past 64
+levels of `(`, `[`, `{`, unary `-`/`!` or reductions a program is refused at the level
+where the limit is reached, instead of running out of stack. Real models nest a dozen
+levels at most: name the inner parts with `let`, and drop redundant brackets.
+
+Wrong:
+
+    >>> check_text("const C: i32 = " + "(" * 100 + "1" + ")" * 100)
+
+Fixed:
+
+    >>> check_text("const C: i32 = 1")
+""",
+    "E0119": """\
+An expression is too deep: more than 128 operations inside one another.
+
+A long chain like `a + b + c + ...` is flat text but a deep syntax tree (each `+` holds the
+chain before it), which the checker walks recursively. Split it into `let` statements, or
+sum over an axis with a reduction.
+
+Wrong:
+
+    >>> check_text("const C: i32 = " + " + ".join(["1"] * 200))
+
+Fixed:
+
+    >>> check_text("const A: i32 = " + " + ".join(["1"] * 100) + "\\n"
+    ...            "const C: i32 = A + " + " + ".join(["1"] * 100))
+""",
+    "E0120": """\
+An integer literal does not fit in 64 bits.
+
+Integers in Linnet (sizes, indices, `i32`/`i64` constants) are at most 2^63 - 1 =
+9223372036854775807. Write a large constant as a float.
+
+Wrong:
+
+    const BIG: f32 = 100000000000000000000
+
+Fixed:
+
+    const BIG: f32 = 1e20
+""",
     # ------------------------------------------------------------ E02xx: names
     "E0200": """\
 A `use` names a module that does not exist.
@@ -591,6 +637,82 @@ Fixed:
     pub fn scale(x: f32, s: f32) -> f32 {
         return x * s
     }
+""",
+    "E0206": """\
+A constant is defined in terms of itself.
+
+Constants are evaluated when they are used; `A = B` with `B = A` (or `A = A + 1`) has no
+value. Give one of them a value that does not refer back.
+
+Wrong:
+
+    const A: i32 = B + 1
+    const B: i32 = A * 2
+
+Fixed:
+
+    const A: i32 = 3
+    const B: i32 = A * 2
+""",
+    "E0207": """\
+A block contains itself.
+
+A block's members are built when the block is: a member of the block's own type (directly,
+or through other blocks) would need infinitely many parameters. Repeat a layer with an
+array member instead.
+
+Wrong:
+
+    block Layer<D: Dim> {
+        param w: Tensor[D; f32]
+        block next: Layer<D>
+    }
+
+Fixed:
+
+    block Layer<D: Dim> {
+        param w: Tensor[D; f32]
+    }
+
+    block Stack<D: Dim, L: Dim> {
+        block layers: [Layer<D>; L]
+    }
+""",
+    "E0208": """\
+A function calls itself, directly or through others.
+
+Every call in Linnet is inlined when a model is lowered, so recursion would never end.
+Repeat work with a `for` loop over a block array, or write the steps out.
+
+Wrong:
+
+    pub op twice<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        return twice(x)
+    }
+
+Fixed:
+
+    pub op twice<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        let y[n] = 2.0 * x[n]
+        return y
+    }
+""",
+    "E0209": """\
+A program nests too deeply to compile.
+
+Calls inside calls (each call is inlined when lowering), blocks inside blocks, or
+constants defined through constants went more than 64 levels deep (or, as a last line,
+deeper than Python's stack allows). Flatten the program: name intermediate values with
+`let`, and call fewer functions inside one another.
+
+Wrong:
+
+    >>> chain = [f"const C{i}: i32 = C{i + 1} + 1" for i in range(100)]
+    >>> check_text("\\n".join(chain + ["const C100: i32 = 1"]))
+
+Fixed:
+
+    >>> check_text("const C0: i32 = 101")
 """,
     # ------------------------------------------------------------ E03xx: index notation
     "E0301": """\
@@ -2794,6 +2916,35 @@ Fixed:
 
     $ linnet graph model.linnet --entry forward --set D=4 --input x=2,4
 """,
+    "E0608": """\
+An input's shape is not a list of positive sizes.
+
+Each entry input takes one whole, positive size per dimension (`--input tokens=1,8`, or
+`{"tokens": [1, 8]}` in Python). Negative, zero, fractional and non-number sizes are
+refused when the entry is lowered, whatever passed them.
+
+Wrong:
+
+    $ linnet graph model.linnet --entry forward --set D=4 --input x=2,-1
+
+Fixed:
+
+    $ linnet graph model.linnet --entry forward --set D=4 --input x=2,4
+""",
+    "E0609": """\
+A size is larger than a tensor dimension can be.
+
+Sizes are int64 in every runtime: an input size, a config dim or a weight's size over
+2^63 - 1 cannot be allocated or even indexed.
+
+Wrong:
+
+    $ linnet graph model.linnet --entry forward --set D=99999999999999999999 --input x=2,4
+
+Fixed:
+
+    $ linnet graph model.linnet --entry forward --set D=4 --input x=2,4
+""",
     "E0610": """\
 A member's `if` condition is not a compile-time bool.
 
@@ -2941,6 +3092,33 @@ Fixed:
         block proj: Linear<D, V, f32>
     }
 """,
+    "E0618": """\
+A tensor would hold 2^63 elements or more.
+
+Each size fits, but their product does not: no runtime can allocate or index a tensor of
+more than 2^63 - 1 elements. The message names the input, parameter, state or value.
+
+Wrong:
+
+    $ linnet graph model.linnet --entry forward --set D=4294967296 --input x=4294967296,4294967296
+
+Fixed:
+
+    $ linnet graph model.linnet --entry forward --set D=4 --input x=2,4
+""",
+    "E0619": """\
+A tensor's size came out negative.
+
+A dimension written as an expression (`D - K`, say) is negative for the sizes given.
+
+Wrong:
+
+    $ linnet graph model.linnet --entry forward --set D=2 --set K=3 --input x=2
+
+Fixed:
+
+    $ linnet graph model.linnet --entry forward --set D=4 --set K=3 --input x=4
+""",
     "E0620": """\
 Two parameters of a function have the same name.
 
@@ -3026,6 +3204,37 @@ Fixed:
             return y
         }
     }
+""",
+    "E0624": """\
+The weights number a repeated block's layers with a gap.
+
+A count like `NL` in `block layers: [Layer<...>; NL]` is read from the weights' names
+(`model.layers.0.*` ... `model.layers.15.*`). A tensor past a gap (`model.layers.99999999.x`
+beside layers 0 and 1) is a stray: it would make the model unroll millions of layers.
+
+Wrong:
+
+    >>> lower(program, "decode", inputs, config, weights=checkpoint | {
+    ...     "model.layers.99999999.x": ((4,), "f32")})
+
+Fixed:
+
+    >>> lower(program, "decode", inputs, config, weights=checkpoint)
+""",
+    "E0625": """\
+A repeated block's count is too large.
+
+Lowering unrolls a block array one block at a time; more than 4096 blocks (no published
+model has close to that many layers) would run for hours. The count comes from the config
+or from the weights' names.
+
+Wrong:
+
+    $ linnet graph llama.linnet --entry decode --config toy.json --set NL=100000000
+
+Fixed:
+
+    $ linnet graph llama.linnet --entry decode --config toy.json --set NL=2
 """,
     "E0630": """\
 A parameter of the model has no weight.

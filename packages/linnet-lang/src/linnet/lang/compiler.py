@@ -20,7 +20,17 @@ from . import dtypes as DT
 from .builder import Builder
 from .diagnostics import Diagnostic, Label, LinnetError, Span
 from .dims import Dim, solve_for
-from .evaluate import Evaluator, Fail, Frame, fail, shape_str, walk
+from .evaluate import (
+    MAX_DEPTH,
+    NEGATIVE_HELP,
+    Evaluator,
+    Fail,
+    Frame,
+    call_cycles,
+    fail,
+    shape_str,
+    walk,
+)
 from .graph import Graph, ValueType
 from .passes import run_passes
 from .program import Program
@@ -33,6 +43,15 @@ from .weights import shard_of
 def instantiate(ev: Evaluator, decl: A.BlockDecl, env: dict[str, Any], path: str,
                 config: dict[str, Any] | None = None) -> BlockInst:
     """Build a block's members (parameters and states by path, sub-blocks) under ``env``."""
+    ev.block_stack.append(decl)
+    try:
+        return _instantiate(ev, decl, env, path, config)
+    finally:
+        ev.block_stack.pop()
+
+
+def _instantiate(ev: Evaluator, decl: A.BlockDecl, env: dict[str, Any], path: str,
+                 config: dict[str, Any] | None = None) -> BlockInst:
     inst = BlockInst(decl, path, env)
     assert decl.module is not None
     frame = Frame(decl.module, env, inst)
@@ -85,7 +104,7 @@ def config_value(ev: Evaluator, m: A.Member, frame: Frame, config: dict[str, Any
             if isinstance(raw, bool) or float(raw) != int(raw):
                 raise ValueError
             return Const(Dim.const(int(raw)), "int")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
     raise fail("E0613", f"config `{m.name}` is {t}, but the value given is {raw!r}", m.span,
                "declared here", help="give `true` or `false`" if t == "bool" else
@@ -102,6 +121,11 @@ def instantiate_member_block(ev: Evaluator, m: A.Member, frame: Frame, path: str
         typ = A.BlockType(typ.name, [], typ.span)
     if isinstance(typ, A.ArrayType):
         count = ev.eval_dim(typ.count, frame)
+        if count.value is not None and count.value > MAX_REPEAT:
+            raise fail("E0625", f"`{m.name}` repeats its block {count.value} times, more than "
+                       f"{MAX_REPEAT}", typ.count.span, f"= {count.value}",
+                       help=f"every block is lowered one by one; choose a count of at most "
+                            f"{MAX_REPEAT} in the config")
         child, env = block_env(ev, typ.element, frame)
         if count.value is None:
             return BlockArray(typ.element, path, count,
@@ -121,6 +145,25 @@ def block_env(ev: Evaluator, typ: A.BlockType, frame: Frame) -> tuple[A.BlockDec
     if not isinstance(decl, A.BlockDecl) or decl.kind != "block":
         raise fail("E0615", f"`{typ.name}` is not a block", typ.span, "expected a block type",
                    help="declare it with `block " + typ.name + "<...> { ... }`")
+    if len(ev.block_stack) > MAX_DEPTH:
+        ev.reported_blocks.update(id(b) for b in ev.block_stack)
+        outer = ev.block_stack[0]
+        raise fail("E0209", f"blocks nest more than {MAX_DEPTH} deep, from `{outer.name}` to "
+                   f"`{decl.name}`", typ.span, "the limit is reached here",
+                   help="nest fewer blocks inside one another",
+                   secondary=[(outer.name_span, f"`{outer.name}` declared here")])
+    for k, outer in enumerate(ev.block_stack):
+        if outer is decl:
+            # A block that contains itself would have infinitely many members.
+            ev.reported_blocks.update(id(b) for b in ev.block_stack[k:])
+            cycle = [b.name for b in ev.block_stack[k:]] + [decl.name]
+            raise fail("E0207", f"block `{decl.name}` contains itself: "
+                       + " -> ".join(f"`{n}`" for n in cycle), typ.span,
+                       "a member of its own type", help="a block cannot contain itself; "
+                       "repeat layers with an array member instead: `block layers: "
+                       "[Layer<...>; N]`",
+                       secondary=[(b.name_span, f"`{b.name}` declared here")
+                                  for b in ev.block_stack[k:]][:4])
     if len(typ.args) > len(decl.generics):
         raise fail("E0616", f"block `{decl.name}` takes {len(decl.generics)} generic arguments, "
                    f"got {len(typ.args)}", typ.span, "too many arguments",
@@ -394,6 +437,8 @@ def check_grad(ev: Evaluator, decl: A.FuncDecl, env: dict, params: list,
 
 def check_block(ev: Evaluator, decl: A.BlockDecl) -> None:
     assert decl.module is not None
+    if id(decl) in ev.reported_blocks:
+        return  # part of a cycle or chain already reported (E0207, E0209)
     env = symbolic_env(ev, decl.generics, decl.where, decl.module)
     try:
         inst = instantiate(ev, decl, env, "" if decl.kind == "model" else "self")
@@ -439,10 +484,26 @@ def check_program(program: Program) -> list[Diagnostic]:
                     for name, span in item.names:
                         ev.resolve_global(module, name, span)
                 elif isinstance(item, A.Const):  # constants are checked even when unused
-                    ev.value(item.value, Frame(module, {}))
+                    ev.const_value(item, module, item.span)
             except Fail as f:
                 ev.errors.append(f.diag)
+            except RecursionError:
+                # The nesting limits of the parser (E0118, E0119) and the cycle checks
+                # (E0206-E0208) keep the checker's recursion shallow; this is the last line.
+                ev.errors.append(too_deep(item))
+    ev.errors.extend(call_cycles(ev.call_edges))
     return dedupe(ev.errors)
+
+
+def too_deep(item: Any) -> Diagnostic:
+    """E0209: checking or lowering ``item`` ran out of Python stack."""
+    name = getattr(item, "name", "")
+    span = getattr(item, "name_span", None) or getattr(item, "span", None)
+    return Diagnostic("E0209", f"`{name}` nests too deeply to compile" if name else
+                      "the program nests too deeply to compile", span,
+                      "calls, blocks or expressions nest too deeply under here",
+                      help="flatten it: name intermediate values with `let`, and call fewer "
+                           "functions inside one another")
 
 
 def dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
@@ -564,9 +625,13 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
             graph.outputs.append(value.ref)
     except Fail as f:
         raise LinnetError(dedupe([*ev.errors, f.diag])) from None
+    except RecursionError:
+        # The depth limits (E0118, E0119, E0209) keep lowering shallow; this is the last line.
+        raise LinnetError(dedupe([*ev.errors, too_deep(method)])) from None
     if ev.errors:
         raise LinnetError(dedupe(ev.errors))
     graph.sources = {m.source.name: m.name for m in program.modules.values()}
+    check_numel(graph, {f"%{p.name}": p.span for p in method.params} | param_spans(inst))
     return run_passes(graph)
 
 
@@ -594,6 +659,10 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
                 if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                     raise fail("E0613", f"`{name}` must be a positive integer, got {value!r}",
                                g.span, "declared here")
+                if value > MAX_SIZE:
+                    raise fail("E0609", f"`{name}` = {value} is larger than a tensor dimension "
+                               f"can be (at most {MAX_SIZE})", g.span, "declared here",
+                               help=f"check the config's `{name}`")
                 env[name] = Dim.const(value)
     # Entry inputs.
     params = {p.name: p for p in entry.params}
@@ -614,6 +683,7 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
             continue
         given = inputs[p.name]
         shape = given[0] if isinstance(given, tuple) else given
+        check_sizes(shape, f"input `{p.name}`", p.span, p.name)
         if len(shape) != len(p.type.dims):
             raise fail("E0606", f"input `{p.name}` has {len(shape)} "
                        f"dimension{'s' if len(shape) != 1 else ''}, entry `{entry.name}` expects "
@@ -639,6 +709,7 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
                 if t.kind != "param" or t.ref[1:] not in weights:
                     continue
                 wshape, wdtype = weights[t.ref[1:]]
+                check_sizes(wshape, f"weight `{t.ref[1:]}`", None, "")
                 if isinstance(t.dtype, str) and t.dtype in generics and t.dtype not in env:
                     env[t.dtype] = wdtype
                     progress = True
@@ -678,6 +749,63 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
         if g.name not in env and g.default is not None:
             env[g.name] = ev.generic_value(g, g.default, Frame(decl.module, env))
     return env
+
+
+# Sizes and element counts are int64 in every runtime (torch, safetensors).
+MAX_SIZE = 2**63 - 1
+
+
+def check_sizes(shape: Any, what: str, span: Span | None, name: str) -> None:
+    """A shape is a list of positive sizes that fit in int64 (E0608, E0609).
+
+    ``name`` is the input's name, or "" for a weight.
+
+    >>> check_sizes([2, 3], "input `x`", None, "x")
+    """
+    example = f"`--input {name}=1,8`" if name else "`[2048, 64]`"
+    if not isinstance(shape, list | tuple):
+        raise fail("E0608", f"{what}: a shape is a list of sizes, got {shape!r}", span,
+                   "declared here", help=f"give one positive size per dimension, e.g. {example}")
+    for n in shape:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise fail("E0608", f"{what} has size {n!r}; sizes are whole numbers", span,
+                       "declared here", help=f"give one positive size per dimension, e.g. "
+                       f"{example}")
+        if n <= 0:
+            raise fail("E0608", f"{what} has size {n}; sizes are at least 1", span,
+                       "declared here", help=f"give one positive size per dimension, e.g. "
+                       f"{example}")
+        if n > MAX_SIZE:
+            raise fail("E0609", f"{what} has size {n}, larger than a tensor dimension can be "
+                       f"(at most {MAX_SIZE})", span, "declared here",
+                       help="give a smaller size")
+
+
+def check_numel(graph: Graph, spans: dict[str, Span]) -> None:
+    """Every value of a lowered graph has fewer than 2^63 elements (E0618).
+
+    Sizes that fit one by one can still multiply past int64 (`[2^32, 2^32]`), which no
+    runtime can allocate or even index.
+    """
+    inputs = {name: graph.values[name] for name in graph.inputs if name in graph.values}
+    groups: list[tuple[str, dict[str, ValueType]]] = [
+        ("input", inputs), ("parameter", graph.parameters), ("state", graph.states),
+        ("value", graph.values)]
+    for kind, table in groups:
+        for name, vt in table.items():
+            numel = 1
+            for d in vt.shape:
+                numel *= d if isinstance(d, int) else 1
+                if isinstance(d, int) and d < 0:
+                    raise LinnetError(Diagnostic(
+                        "E0619", f"{kind} `{name.lstrip('%@')}` has shape {list(vt.shape)}, "
+                        "with a negative size", spans.get(name), "", help=NEGATIVE_HELP))
+            if numel > MAX_SIZE:
+                raise LinnetError(Diagnostic(
+                    "E0618", f"{kind} `{name.lstrip('%@')}` of shape {list(vt.shape)} has {numel} elements, "
+                    f"more than a tensor can hold (at most {MAX_SIZE})", spans.get(name),
+                    f"{list(vt.shape)}" if spans.get(name) else "",
+                    help="choose smaller sizes in the config or the inputs"))
 
 
 def solve_where(ev: Evaluator, decl: A.BlockDecl, env: dict, generics: dict) -> None:
@@ -744,7 +872,8 @@ def count_arrays(decl: A.BlockDecl, sym_env: dict, env: dict, generics: dict,
             pattern = re.compile(rf"^{re.escape(m.name)}\.(\d+)\.")
             found = {int(mt.group(1)) for k in weights if (mt := pattern.match(k))}
             if found:
-                env[m.type.count.name] = Dim.const(max(found) + 1)
+                env[m.type.count.name] = Dim.const(
+                    dense_count(found, m.name, pattern, weights, m.span))
                 sym_env[m.type.count.name] = env[m.type.count.name]
         elif m.kind == "block" and isinstance(m.type, A.BlockType):
             child = decl.module.find(m.type.name) if decl.module else None
@@ -764,8 +893,44 @@ def count_arrays(decl: A.BlockDecl, sym_env: dict, env: dict, generics: dict,
                                 arg = m.type.args[pos]
                                 if isinstance(arg, A.Name) and arg.name in generics and \
                                         arg.name not in env:
-                                    env[arg.name] = Dim.const(max(found) + 1)
+                                    env[arg.name] = Dim.const(dense_count(
+                                        found, f"{m.name}.{cm.name}", pattern, sub, cm.span,
+                                        prefix=m.name + "."))
                                     sym_env[arg.name] = env[arg.name]
+
+
+# At most this many repeated blocks: each is lowered (unrolled) one by one, so a count of
+# millions would run for hours. The largest published transformers have a few hundred layers.
+MAX_REPEAT = 4096
+
+
+def dense_count(found: set[int], path: str, pattern: re.Pattern, weights: dict[str, tuple],
+                span: Span, prefix: str = "") -> int:
+    r"""How many blocks of the array ``path`` the weights hold: indices 0..N-1, all present.
+
+    A stray tensor (`model.layers.99999999.x` beside layers 0 and 1) must not make lowering
+    unroll a hundred million layers, so a gap in the indices is an error (E0624) naming the
+    tensor past it, and so is a count over MAX_REPEAT (E0625).
+
+    >>> dense_count({0, 1, 2}, "layers", re.compile(r"^layers\.(\d+)\."), {}, None)
+    3
+    """
+    count = max(found) + 1
+    if len(found) != count:
+        # The first gap is at most len(found): never build range(count), which may be huge.
+        missing = next(i for i in range(len(found) + 1) if i not in found)
+        stray = sorted((int(mt.group(1)), k) for k in weights
+                       if (mt := pattern.match(k)) and int(mt.group(1)) > missing)[0][1]
+        raise fail("E0624", f"the weights hold `{prefix}{stray}` but no `{path}.{missing}`: "
+                   f"the layers of `{path}` must be numbered 0, 1, 2, ... without gaps",
+                   span, "its count is read from the weights' names",
+                   help=f"remove the stray tensor `{prefix}{stray}`, or give the count in the "
+                        "config")
+    if count > MAX_REPEAT:
+        raise fail("E0625", f"the weights hold {count} blocks of `{path}`, more than "
+                   f"{MAX_REPEAT}", span, "its count is read from the weights' names",
+                   help="check the checkpoint: no model has that many layers")
+    return count
 
 
 def param_spans(inst: BlockInst) -> dict[str, Span]:

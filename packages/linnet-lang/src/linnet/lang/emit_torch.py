@@ -55,6 +55,11 @@ class Scope:
     slice: Slice | None = None
     names: dict[str, str] = field(default_factory=dict)
     literals: dict[str, str] = field(default_factory=dict)  # constant steps inlined as literals
+    # The values of `names`, kept beside it: rebuilding the set for every new name made
+    # emission quadratic in the length of an entry.
+    used: set[str] = field(default_factory=set)
+    # Where the search for a free `base_N` stopped last time (every earlier N is taken).
+    next_suffix: dict[str, int] = field(default_factory=dict)
 
     def __call__(self, ref: str) -> str:
         if ref in self.literals:
@@ -62,12 +67,15 @@ class Scope:
         if ref not in self.names:
             base = identifier(self.slice.relative(ref[1:]) if ref.startswith("@") and self.slice
                               else ref)
-            name, n = base, 1
-            used = set(self.names.values())
-            while name in used:
+            name, n = base, self.next_suffix.get(base, 1)
+            if n > 1:
+                name = f"{base}_{n}"
+            while name in self.used:
                 n += 1
                 name = f"{base}_{n}"
+            self.next_suffix[base] = n
             self.names[ref] = name
+            self.used.add(name)
         return self.names[ref]
 
     def tensor(self, ref: str) -> str:

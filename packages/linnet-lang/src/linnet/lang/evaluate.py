@@ -135,6 +135,15 @@ def is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+NEGATIVE_HELP = ("the sizes in the config or the inputs make a dimension expression (like "
+                 "`D - K`) negative; add a `where` clause (`where D >= K`) to say what it needs")
+# How many unknown-name errors get a did-you-mean hint (each costs a scan of the names).
+MAX_SUGGESTIONS = 100
+# How deeply calls (each inlined when lowering), blocks inside blocks and constants defined
+# through constants may nest (E0209): deeper would exhaust Python's stack. Llama nests 6.
+MAX_DEPTH = 64
+
+
 class Evaluator:
     def __init__(self, program: Program, builder: Builder, config: dict[str, Any] | None = None):
         self.program = program
@@ -142,14 +151,22 @@ class Evaluator:
         self.lowering = builder.recording
         self.config = dict(config or {})
         self.errors: list[Diagnostic] = []
+        # What is being evaluated right now, outermost first, to name a cycle (E0206-E0208)
+        # instead of recursing until Python's stack runs out.
+        self.const_stack: list[tuple[A.Const, Span]] = []
+        self.call_stack: list[tuple[A.FuncDecl, Span]] = []
+        self.block_stack: list[A.BlockDecl] = []
+        self.reported_blocks: set[int] = set()  # in a cycle or chain already reported
+        self.suggestions_left = MAX_SUGGESTIONS
+        self.const_cache: dict[int, tuple[A.Const, Any]] = {}
+        # Calls seen while checking (caller, callee, call span): recursion is found from them.
+        self.call_edges: list[tuple[A.FuncDecl, A.FuncDecl, Span]] = []
 
     # ================================================================ names
     def resolve_global(self, module: A.Module, name: str, span: Span) -> Any:
         item = module.find(name)
         if item is None:
-            for use in module.items:
-                if not isinstance(use, A.Use):
-                    continue
+            for use in module.uses:
                 for imported, name_span in use.names:
                     if imported != name:
                         continue
@@ -181,9 +198,43 @@ class Evaluator:
         if isinstance(item, A.BlockDecl):
             return item
         if isinstance(item, A.Const):
-            frame = Frame(module, {})
-            return self.value(item.value, frame)
+            return self.const_value(item, module, span)
         return None
+
+    def const_value(self, item: A.Const, module: A.Module, span: Span) -> Any:
+        """A constant's value; a constant defined through itself is E0206, not a recursion."""
+        for k, (c, _) in enumerate(self.const_stack):
+            if c is item:
+                cycle = [c.name for c, _ in self.const_stack[k:]] + [item.name]
+                raise fail("E0206", f"constant `{item.name}` is defined in terms of itself: "
+                           + " -> ".join(f"`{n}`" for n in cycle), span, "used here",
+                           help="give one of them a value that does not refer back",
+                           secondary=[(c.span, f"`{c.name}` defined here")
+                                      for c, _ in self.const_stack[k:]][:4])
+        cached = self.const_cache.get(id(item))
+        if cached is not None and cached[0] is item:
+            return cached[1]
+        if len(self.const_stack) >= MAX_DEPTH:
+            chain = [c for c, _ in self.const_stack]
+            for c in chain:  # reported once, here, not again for every constant of the chain
+                self.const_cache[id(c)] = (c, POISON)
+            raise fail("E0209", f"constant `{chain[0].name}` is defined through more than "
+                       f"{MAX_DEPTH} other constants", span, "the limit is reached here",
+                       help="define some of them directly, with fewer steps between",
+                       secondary=[(chain[0].span, f"`{chain[0].name}` defined here")])
+        self.const_stack.append((item, span))
+        try:
+            value = self.value(item.value, Frame(module, {}))
+        except Fail:
+            # A cycle or a chain too long is reported once, for the first constant in it.
+            for c, _ in self.const_stack:
+                self.const_cache[id(c)] = (c, POISON)
+            raise
+        finally:
+            self.const_stack.pop()
+        if isinstance(value, Const):  # scalars only: their value never depends on the caller
+            self.const_cache[id(item)] = (item, value)
+        return value
 
     def lookup(self, frame: Frame, name: str, span: Span) -> Any:
         local = frame.lookup_local(name)
@@ -210,11 +261,15 @@ class Evaluator:
             return Builtin(name)
         if name in DT.DTYPES:
             return DType(name)
-        candidates = list(frame.local_names()) + list(frame.ivars) + list(frame.env) + [
-            i.name for i in frame.module.items if isinstance(i, A.FuncDecl | A.BlockDecl | A.Const)
-        ] + [n for u in frame.module.items if isinstance(u, A.Use) for n, _ in u.names] + sorted(
-            BUILTINS)
-        close = difflib.get_close_matches(name, candidates, n=1)
+        close = []
+        if self.suggestions_left > 0:
+            # A did-you-mean costs time linear in the names in scope: give it to the first
+            # errors only, so that thousands of unknown names stay linear.
+            self.suggestions_left -= 1
+            candidates = list(frame.local_names()) + list(frame.ivars) + list(frame.env) + \
+                frame.module.item_names + [n for u in frame.module.uses for n, _ in u.names] + \
+                sorted(BUILTINS)
+            close = difflib.get_close_matches(name, candidates, n=1)
         help = f"did you mean `{close[0]}`?" if close else (
             "declare it with `let`, or import it with `use`")
         if name in ("sum", "max", "min", "mean", "prod"):
@@ -251,8 +306,12 @@ class Evaluator:
 
     def tensor_type(self, typ: A.TypeExpr, frame: Frame) -> tuple[tuple[Dim, ...], str]:
         if isinstance(typ, A.TensorType):
-            return tuple(self.eval_dim(d, frame) for d in typ.dims), self.eval_dtype(typ.dtype,
-                                                                                      frame)
+            dims = tuple(self.eval_dim(d, frame) for d in typ.dims)
+            for d, expr in zip(dims, typ.dims):
+                if d.value is not None and d.value < 0:
+                    raise fail("E0619", f"`{self.src(expr)}` = {d.value} is a negative size",
+                               expr.span, f"= {d.value}", help=NEGATIVE_HELP)
+            return dims, self.eval_dtype(typ.dtype, frame)
         if isinstance(typ, A.ScalarType):
             return (), self.eval_dtype(A.Name(typ.name, typ.span), frame)
         raise fail("E0404", "expected a tensor or scalar type", typ.span, "this is a block type")
@@ -1512,6 +1571,8 @@ class Evaluator:
         if self.lowering:
             self.check_where(decl, callee_frame, expr.span)
         if not self.lowering:
+            if frame.func is not None:
+                self.call_edges.append((frame.func, decl, expr.span))
             if not result_types:
                 return None
             shape, dtype = result_types[0]
@@ -1526,6 +1587,16 @@ class Evaluator:
         # The call's arguments and results, so that emitters and backends can replace the
         # whole span with one library call (F.linear, SDPA...) without re-deriving them.
         attrs["args"] = [self.argument_record(a) for a in args]
+        for k, (outer, _) in enumerate(self.call_stack):
+            if outer is decl:  # lowering with check=False: the checker did not see it
+                raise recursion_error([d for d, _ in self.call_stack[k:]] + [decl], expr.span)
+        if len(self.call_stack) >= MAX_DEPTH:
+            first = self.call_stack[0][0]
+            raise fail("E0209", f"calls nest more than {MAX_DEPTH} deep, from `{first.name}` "
+                       f"to `{decl.name}`", expr.span, "the limit is reached at this call",
+                       help="every call is inlined; call fewer functions inside one another",
+                       secondary=[(first.name_span, f"`{first.name}` defined here")])
+        self.call_stack.append((decl, expr.span))
         call = self.builder.open_call(decl.qualified_name, decl.kind, path, expr.span, attrs)
         try:
             for p, a in zip(decl.params, args):
@@ -1542,8 +1613,8 @@ class Evaluator:
             if call is not None:
                 call.attributes["results"] = [self.argument_record(v) for v in out]
             self.builder.close_call(call)
-        except Fail:
-            raise
+        finally:
+            self.call_stack.pop()
         return out[0] if len(out) == 1 else (tuple(out) if out else None)
 
     def argument_record(self, value: Any) -> Any:
@@ -1868,6 +1939,58 @@ class Evaluator:
 
 # ==================================================================== tree helpers
 _WALKS: dict[int, tuple[Any, list[Any]]] = {}
+
+
+def recursion_error(cycle: list[A.FuncDecl], span: Span) -> Fail:
+    """E0208 for a call cycle ``f -> g -> f``: every call is inlined, so none can recur."""
+    names = " -> ".join(f"`{d.name}`" for d in cycle)
+    first = cycle[0]
+    return fail("E0208", f"`{first.name}` calls itself: {names}", span, "this call recurses",
+                help="Linnet inlines every call, so functions cannot be recursive; repeat work "
+                     "with a `for` loop over a block array, or write the steps out",
+                secondary=[(d.name_span, f"`{d.name}` defined here") for d in cycle[:-1]][:4])
+
+
+def call_cycles(edges: list[tuple[A.FuncDecl, A.FuncDecl, Span]]) -> list[Diagnostic]:
+    """One E0208 per call cycle among the calls the checker saw (caller, callee, span).
+
+    >>> call_cycles([])
+    []
+    """
+    callees: dict[int, list[tuple[A.FuncDecl, Span]]] = {}
+    for a, b, span in edges:
+        callees.setdefault(id(a), []).append((b, span))
+    reported: set[frozenset[int]] = set()
+    diags: list[Diagnostic] = []
+    for a, b, span in edges:
+        # Breadth-first from the callee back to the caller: the shortest cycle through a -> b.
+        parent: dict[int, A.FuncDecl | None] = {id(b): None}
+        queue = [b]
+        found = a is b
+        while queue and not found:
+            node = queue.pop(0)
+            for nxt, _ in callees.get(id(node), []):
+                if id(nxt) not in parent:
+                    parent[id(nxt)] = node
+                    if nxt is a:
+                        found = True
+                        break
+                    queue.append(nxt)
+        if not found:
+            continue
+        path = [a]
+        cur: A.FuncDecl | None = a if a is not b else None
+        while cur is not None and cur is not b:
+            cur = parent[id(cur)]
+            if cur is not None:
+                path.append(cur)
+        cycle = [a, *reversed(path[1:]), a] if a is not b else [a, a]
+        key = frozenset(id(d) for d in cycle)
+        if key in reported:
+            continue
+        reported.add(key)
+        diags.append(recursion_error(cycle, span).diag)
+    return diags
 
 
 def walk(expr: Any) -> list[Any]:

@@ -7,6 +7,8 @@ multiplicative expression that follows them.
 
 from __future__ import annotations
 
+import dataclasses
+
 from . import ast as A
 from .diagnostics import Diagnostic, LinnetError, SourceFile, Span
 from .lexer import Token, tokenize
@@ -15,6 +17,15 @@ REDUCTIONS = frozenset({"sum", "max", "min", "mean", "prod"})
 ITEM_STARTS = frozenset({"pub", "use", "op", "fn", "kernel", "block", "model", "const"})
 MEMBER_STARTS = frozenset({"param", "state", "block", "config", "fn", "entry", "pub"})
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+# How deeply brackets, unary operators, types and blocks may nest, and how deep a syntax tree
+# may grow (`1 + 1 + ... + 1` is flat text but a deep tree). The parser, the checker and
+# lowering recurse over both; past these limits a program gets a diagnostic (E0118, E0119)
+# instead of a Python RecursionError. Real models nest a dozen levels at most.
+MAX_NESTING = 64
+MAX_TREE_DEPTH = 128
+# Integer literals must fit in 64 bits; longer digit strings are refused before `int()`,
+# which also raises past 4,300 digits.
+MAX_INT = 2**63 - 1
 # Keywords that may still name members and fields (`block model: ...`, `self.model`).
 SOFT_KEYWORDS = frozenset({"model", "block", "param", "state", "config", "entry", "kernel", "op",
                            "grad", "grid", "use"})
@@ -39,6 +50,8 @@ class Parser:
         self.misused_keywords: set[str] = set()  # reported once (E0101), then read as names
         self.pos = 0
         self.nesting = 0  # inside () or [] newlines do not end statements
+        self.depth = 0  # recursion depth of the descent (E0118 past MAX_NESTING)
+        self.too_deep_reported = False
 
     # ------------------------------------------------------------ token helpers
     @property
@@ -67,6 +80,20 @@ class Parser:
         if span.line not in self.lexer_error_lines:
             self.errors.append(Diagnostic(code, message, span, label, help=help))
         return _Bail()
+
+    def enter(self) -> None:
+        """One level deeper into the descent; refuses to go past MAX_NESTING (E0118)."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            self.depth -= 1
+            if self.too_deep_reported:  # once per item: recovery may go that deep again
+                raise _Bail()
+            self.too_deep_reported = True
+            raise self.error(
+                f"this is nested more than {MAX_NESTING} levels deep", self.tok.span,
+                "nesting limit reached here", code="E0118",
+                help="name the inner parts with `let` statements, or remove redundant "
+                     "brackets and signs")
 
     def describe(self, tok: Token) -> str:
         if tok.kind == "eof":
@@ -146,6 +173,7 @@ class Parser:
         module = A.Module(self.module_name, self.source)
         while self.tok.kind != "eof":
             start = self.pos
+            self.too_deep_reported = False
             try:
                 item = self.parse_item()
                 if item is not None:
@@ -396,6 +424,13 @@ class Parser:
 
     # ------------------------------------------------------------ types
     def parse_type(self) -> A.TypeExpr:
+        self.enter()
+        try:
+            return self._parse_type()
+        finally:
+            self.depth -= 1
+
+    def _parse_type(self) -> A.TypeExpr:
         start = self.tok.span
         if self.accept("["):
             self.nesting += 1
@@ -450,6 +485,7 @@ class Parser:
         save, errors = self.pos, len(self.errors)
         self.expect("<")
         args: list = []
+        self.enter()  # `A<B<C<...>>>` recurses through here
         try:
             while not self.at(">"):
                 args.append(self.parse_type_or_dim_noangle())
@@ -457,9 +493,13 @@ class Parser:
                     break
             self.expect(">")
         except _Bail:
+            if self.too_deep_reported:
+                raise  # too deep is final: rewinding would try the same depth again
             self.pos = save
             del self.errors[errors:]
             return None
+        finally:
+            self.depth -= 1
         return args
 
     def parse_type_or_dim_noangle(self) -> A.Expr | A.TypeExpr:
@@ -469,6 +509,13 @@ class Parser:
 
     # ------------------------------------------------------------ statements
     def parse_block(self) -> A.Block:
+        self.enter()
+        try:
+            return self._parse_block()
+        finally:
+            self.depth -= 1
+
+    def _parse_block(self) -> A.Block:
         start = self.expect("{").span
         saved, self.nesting = self.nesting, 0
         statements: list[A.Stmt] = []
@@ -558,11 +605,15 @@ class Parser:
         start = self.tok.span
         if self.accept("("):
             parts = []
-            while not self.at(")"):
-                parts.append(self.parse_binder())
-                if not self.accept(","):
-                    break
-            self.expect(")")
+            self.enter()
+            try:
+                while not self.at(")"):
+                    parts.append(self.parse_binder())
+                    if not self.accept(","):
+                        break
+                self.expect(")")
+            finally:
+                self.depth -= 1
             return A.IndexBinder("(" + ", ".join(p.name for p in parts) + ")", None,
                                  self.span_from(start), parts)
         t = self.tok
@@ -584,6 +635,13 @@ class Parser:
 
     # ------------------------------------------------------------ expressions
     def parse_expr(self, no_brace: bool = False) -> A.Expr:
+        self.enter()
+        try:
+            return self._parse_expr(no_brace)
+        finally:
+            self.depth -= 1
+
+    def _parse_expr(self, no_brace: bool = False) -> A.Expr:
         if self.at("if"):
             return self.parse_if()
         left = self.parse_binary(self.parse_unary(), 0)
@@ -599,7 +657,14 @@ class Parser:
         then = self.parse_block()
         otherwise: A.Block | A.IfExpr | None = None
         if self.accept("else"):
-            otherwise = self.parse_if() if self.at("if") else self.parse_block()
+            if self.at("if"):
+                self.enter()  # `else if` chains recurse too
+                try:
+                    otherwise = self.parse_if()
+                finally:
+                    self.depth -= 1
+            else:
+                otherwise = self.parse_block()
         return A.IfExpr(cond, then, otherwise, self.span_from(start))
 
     LEVELS = (("||",), ("&&",), COMPARISONS, (), ("+", "-"), ("*", "/", "%"))
@@ -636,7 +701,11 @@ class Parser:
         start = self.tok.span
         if self.at("-") or self.at("!"):
             op = self.advance().text
-            operand = self.parse_unary()
+            self.enter()
+            try:
+                operand = self.parse_unary()
+            finally:
+                self.depth -= 1
             return A.Unary(op, operand, start.to(operand.span))
         if self.tok.kind == "ident" and self.tok.text in REDUCTIONS and (
                 self.peek().is_("[") or self.peek().is_("<")):
@@ -671,7 +740,11 @@ class Parser:
             raise self.error(f"`{kind}[...]` needs an expression to reduce",
                              self.span_from(start), "nothing to reduce",
                              help=f"write `{kind}[c] x[r, c]`", code="E0115")
-        body = self.parse_binary(self.parse_unary(), 5)
+        self.enter()
+        try:
+            body = self.parse_binary(self.parse_unary(), 5)
+        finally:
+            self.depth -= 1
         return A.Reduce(kind, binders, acc, body, start.to(body.span))
 
     def parse_postfix(self) -> A.Expr:
@@ -729,7 +802,15 @@ class Parser:
         tok = self.tok
         if tok.kind == "int":
             self.advance()
-            return A.IntLit(int(tok.text), tok.span)
+            digits = tok.text.lstrip("0") or "0"
+            if len(digits) > 19 or int(digits) > MAX_INT:
+                shown = digits if len(digits) <= 24 else f"{digits[:8]}...{digits[-8:]}"
+                raise self.error(
+                    f"integer literal {shown} ({len(digits)} digits) does not fit in 64 bits",
+                    tok.span, "too large", code="E0120",
+                    help=f"integers are at most {MAX_INT}; write a float (`1e30`) for a large "
+                         "constant")
+            return A.IntLit(int(digits), tok.span)
         if tok.kind == "float":
             self.advance()
             return A.FloatLit(float(tok.text), tok.span)
@@ -782,7 +863,57 @@ def parse(source: SourceFile, module_name: str | None = None) -> A.Module:
     """
     name = module_name or source.name.rsplit("/", 1)[-1].removesuffix(".linnet")
     parser = Parser(source, name)
-    module = parser.parse_module()
+    try:
+        module = parser.parse_module()
+    except RecursionError:
+        # MAX_NESTING keeps the descent far from Python's limit; this is the last line, for a
+        # caller that is itself deep in its stack.
+        raise LinnetError([*parser.errors, Diagnostic(
+            "E0118", "this is nested too deeply to parse", parser.tok.span,
+            "the parser ran out of stack here",
+            help="name the inner parts with `let` statements")]) from None
+    for item in module.items:
+        too_deep = deepest_node(item)
+        if too_deep is not None and too_deep.line not in parser.lexer_error_lines:
+            parser.errors.append(Diagnostic(
+                "E0119", f"this expression is more than {MAX_TREE_DEPTH} operations deep",
+                too_deep, "the nesting limit is reached here",
+                help="split it into several `let` statements (a long chain like "
+                     "`a + b + c + ...` is as deep as it is long)"))
     if parser.errors:
         raise LinnetError(parser.errors)
     return module
+
+
+def deepest_node(root: object) -> Span | None:
+    """The span of the first syntax node deeper than MAX_TREE_DEPTH under ``root``, or None.
+
+    Iterative, so that the check itself cannot overflow the stack.
+
+    >>> m = parse(SourceFile("m.linnet", "const C: i32 = 1 + 2"))
+    >>> deepest_node(m.items[0]) is None
+    True
+    """
+    stack: list[tuple[object, int]] = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, list | tuple):
+            stack.extend((x, depth) for x in node)
+            continue
+        names = _CHILD_FIELDS.get(type(node))
+        if names is None:
+            if not dataclasses.is_dataclass(node) or isinstance(node, Span):
+                continue
+            names = _CHILD_FIELDS[type(node)] = [  # type: ignore[index]
+                f.name for f in dataclasses.fields(node)
+                if f.name not in ("module", "owner", "span", "name_span")]
+        if depth > MAX_TREE_DEPTH:
+            return getattr(node, "span", None)
+        for name in names:
+            child = getattr(node, name)
+            if child is not None and not isinstance(child, str | int | float | bool):
+                stack.append((child, depth + 1))
+    return None
+
+
+_CHILD_FIELDS: dict[type, list[str]] = {}

@@ -44,8 +44,11 @@ class Program:
             candidate = STD_ROOT / Path(*dotted[1:]).with_suffix(".linnet")
             return candidate if candidate.is_file() else None
         for root in self.search:
-            if (root / rel).is_file():
-                return root / rel
+            try:
+                if (root / rel).is_file():
+                    return root / rel
+            except OSError:  # a name too long for the file system: no such module
+                continue
         return None
 
     def _load_uses(self, module: A.Module) -> None:
