@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from linnet.lang import LinnetError, Program, lower
-from linnet.lang.compiler import check_program
+from linnet.lang.check.driver import check_program
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"

@@ -26,7 +26,7 @@ from pathlib import Path
 import linnet.lang
 import pytest
 from linnet.lang import LinnetError, Program
-from linnet.lang.compiler import check_program
+from linnet.lang.check.driver import check_program
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -178,7 +178,7 @@ def test_every_error_code_is_listed():
     """docs/diagnostics.md lists exactly the codes that the compiler can report."""
     source = Path(linnet.lang.__file__).parent
     reported: set[str] = set()
-    for path in source.glob("*.py"):
+    for path in source.rglob("*.py"):
         if path.name != "codes.py":  # the explanations quote other codes in their examples
             reported |= set(re.findall(r'"(E\d{4})"', path.read_text(encoding="utf-8")))
     reported.discard("E0000")  # internal: "depends on an earlier error", never shown
@@ -244,7 +244,7 @@ def hooks():
 def test_error_code_pages_cover_every_explanation():
     """The site's error pages are made from EXPLANATIONS at build time: one per code, and an
     index listing them all, so none can go stale."""
-    from linnet.lang.codes import EXPLANATIONS
+    from linnet.lang.diagnostics.codes import EXPLANATIONS
 
     pages = hooks().error_pages()
     assert set(pages) == {f"errors/{code}.md" for code in EXPLANATIONS} | {"errors/index.md"}

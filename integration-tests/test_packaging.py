@@ -28,7 +28,7 @@ def test_linnet_lang_installs_alone(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     probe = subprocess.run(
-        [str(py), "-c", "import sys, linnet.lang, linnet.lang.emit_torch; "
+        [str(py), "-c", "import sys, linnet.lang, linnet.lang.emit.torch; "
          "print('torch' in sys.modules, 'jax' in sys.modules)"],
         capture_output=True, text=True, check=True)
     assert probe.stdout.split() == ["False", "False"]

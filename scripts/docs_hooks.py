@@ -1,6 +1,6 @@
 """mkdocs hooks (mkdocs.yml `hooks:`): pages made at build time, never committed.
 
-* `errors/index.md` and one `errors/EXXXX.md` per code, from `linnet.lang.codes.EXPLANATIONS`
+* `errors/index.md` and one `errors/EXXXX.md` per code, from `linnet.lang.diagnostics.codes.EXPLANATIONS`
   (the text `linnet explain` prints), so the pages cannot go stale;
 * benchmark plots: a table in docs/benchmarks/*.md right under
   `<!-- plot: TITLE | COLUMN; COLUMN | UNIT | LABEL COLUMN; ... -->` becomes a bar chart
@@ -35,7 +35,7 @@ CODE = re.compile(r"^\| (E\d{4}) \|", re.MULTILINE)
 
 def error_pages() -> dict[str, str]:
     """Markdown for errors/index.md and errors/EXXXX.md, from the explanations."""
-    from linnet.lang.codes import EXPLANATIONS
+    from linnet.lang.diagnostics.codes import EXPLANATIONS
 
     pages: dict[str, str] = {}
     rows = []

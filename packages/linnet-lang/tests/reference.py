@@ -1,8 +1,8 @@
 """A NumPy reference interpreter for the graph format (a test helper; not shipped).
 
-:func:`run_graph` runs a :class:`~linnet.lang.graph.Graph` step by step with one rule per
+:func:`run_graph` runs a :class:`~linnet.lang.ir.graph.Graph` step by step with one rule per
 primitive in :data:`RULES`, each written from the primitive's row in
-:mod:`linnet.lang.primitives`. ``tests/test_reference.py`` walks ``PRIMITIVES`` and fails when
+:mod:`linnet.lang.ir.primitives`. ``tests/test_reference.py`` walks ``PRIMITIVES`` and fails when
 a primitive has no rule here.
 
 It is deliberately strict, so that it finds lowering bugs rather than papering over them:
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from linnet.lang.graph import Graph, Step
+from linnet.lang.ir.graph import Graph, Step
 
 NUMPY_DTYPES: dict[str, Any] = {
     "bf16": np.float32,  # no bfloat16 in NumPy: run at f32 precision

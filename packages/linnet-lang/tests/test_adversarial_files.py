@@ -247,7 +247,7 @@ def test_write_onto_a_read_only_file(tmp_path):
 @pytest.mark.parametrize("which", ["root", "module", "std", "symlink", "hardlink", "relative"])
 def test_output_onto_a_source_file_is_refused(capsys, tmp_path, model, monkeypatch, command,
                                               which):
-    from linnet.lang.program import STD_ROOT
+    from linnet.lang.syntax.program import STD_ROOT
 
     argv = [command, str(model), *LOWER]
     if command == "graph":

@@ -28,15 +28,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import linnet.lang.check.evaluate as EV
+import linnet.lang.syntax.tree as A
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError, Program, SourceFile, check_program, check_text, lower, parse
-from linnet.lang import ast as A
-from linnet.lang import evaluate as EV
-from linnet.lang.emit_torch import Scope, emit_torch
-from linnet.lang.graph import Graph
-from linnet.lang.parser import MAX_NESTING, MAX_TREE_DEPTH
+from linnet.lang.emit.torch import Scope, emit_torch
+from linnet.lang.ir.graph import Graph
+from linnet.lang.syntax.parser import MAX_NESTING, MAX_TREE_DEPTH
 from test_properties import LLAMA_SOURCE, PROFILE, SCALE, SOURCES, mutated, tokens_of, toy_config
 
 DECODE = {"token": [1], "pos": [1]}

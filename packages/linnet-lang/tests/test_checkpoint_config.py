@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError
-from linnet.lang.checkpoint import (
+from linnet.lang.weights.checkpoint import (
     CheckpointConfig,
     check_dims,
     checkpoint_config,
@@ -21,7 +21,11 @@ from linnet.lang.checkpoint import (
     read_mapping,
     validate_mapping,
 )
-from linnet.lang.weights import checkpoint_shapes, resolve_checkpoint, safetensors_shapes
+from linnet.lang.weights.safetensors import (
+    checkpoint_shapes,
+    resolve_checkpoint,
+    safetensors_shapes,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"

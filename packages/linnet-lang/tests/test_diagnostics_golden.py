@@ -36,9 +36,9 @@ from linnet.lang import (
     render_all,
 )
 from linnet.lang.cli import main as cli_main
-from linnet.lang.codes import EXPLANATIONS
-from linnet.lang.diagnostics import to_json
-from linnet.lang.program import STD_ROOT
+from linnet.lang.diagnostics.codes import EXPLANATIONS
+from linnet.lang.diagnostics.core import to_json
+from linnet.lang.syntax.program import STD_ROOT
 
 CASES = Path(__file__).parent / "diagnostics" / "cases"
 CASE_FILES = sorted(CASES.glob("*.linnet"))
@@ -150,7 +150,7 @@ def test_cli_check_json(capsys: pytest.CaptureFixture[str]) -> None:
 def source_codes() -> set[str]:
     src = Path(__file__).parents[1] / "src" / "linnet" / "lang"
     found = set()
-    for py in src.glob("*.py"):
+    for py in src.rglob("*.py"):
         if py.name == "codes.py":
             continue
         found.update(re.findall(r'"(E\d{4})"', py.read_text(encoding="utf-8")))

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from linnet.lang import Graph, LinnetError, Program, check_file, lower
-from linnet.lang.primitives import PRIMITIVES
+from linnet.lang.ir.primitives import PRIMITIVES
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
@@ -123,7 +123,7 @@ model M<R: Dim, C: Dim> {
 @pytest.mark.parametrize("entry,inputs", [("decode", {"token": [1], "pos": [1]}),
                                           ("prefill", {"tokens": [1, 8]})])
 def test_every_layer_is_one_slice_kind(program, entry, inputs):
-    from linnet.lang.slices import cut
+    from linnet.lang.ir.slices import cut
 
     g = lower(program, entry, inputs, config("llama-3-8b"), check=False)
     slices = cut(g)

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from indexgen import index_programs, state_programs
 from linnet.lang import LinnetError, Program, check_program, lower, render_all
-from linnet.lang.diagnostics import SourceFile
-from linnet.lang.lexer import KEYWORDS, PUNCTUATION, tokenize
+from linnet.lang.diagnostics.core import SourceFile
+from linnet.lang.syntax.lexer import KEYWORDS, PUNCTUATION, tokenize
 from reference import run_graph, zero_states
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from linnet.lang import Graph, Program, Step, ValueType, check_file, lower
-from linnet.lang.primitives import PRIMITIVES
+from linnet.lang.ir.primitives import PRIMITIVES
 from reference import (
     RULES,
     STATE_RULES,

@@ -417,7 +417,7 @@ def test_whole_state_returns_through_a_plan(tmp_path):
 
 
 def test_graph_with_a_state_output_emits(tmp_path):
-    from linnet.lang.emit_torch import emit_torch
+    from linnet.lang.emit.torch import emit_torch
 
     graph = lower(Program.from_text(STATE_MODEL), "whole", {"x": [4]}, {"S": 2})
     assert graph.outputs == ["@cache"]

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 from linnet.lang import Program, lower
-from linnet.lang.emit_torch import FAST_CALLS, RULES, emit_torch
-from linnet.lang.primitives import PRIMITIVES
+from linnet.lang.emit.torch import FAST_CALLS, RULES, emit_torch
+from linnet.lang.ir.primitives import PRIMITIVES
 from linnet.torch import load, random_weights, run_graph
 from linnet.torch.home import import_source
 from linnet.torch.interpreter import missing_rules

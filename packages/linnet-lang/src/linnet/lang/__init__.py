@@ -8,12 +8,19 @@
 ... }''')
 """
 
-from .compiler import check_file, check_program, check_text, lower
-from .diagnostics import Diagnostic, LinnetError, SourceFile, Span, render, render_all
-from .graph import FORMAT_VERSION, Call, Graph, Step, ValueType
-from .parser import parse
-from .primitives import PRIMITIVES
-from .program import Program
+from linnet.lang.check.driver import check_file, check_program, check_text, lower
+from linnet.lang.diagnostics.core import (
+    Diagnostic,
+    LinnetError,
+    SourceFile,
+    Span,
+    render,
+    render_all,
+)
+from linnet.lang.ir.graph import FORMAT_VERSION, Call, Graph, Step, ValueType
+from linnet.lang.ir.primitives import PRIMITIVES
+from linnet.lang.syntax.parser import parse
+from linnet.lang.syntax.program import Program
 
 __version__ = "0.1.0"
 

@@ -19,9 +19,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from .compiler import check_program, lower
-from .diagnostics import Diagnostic, LinnetError, render_all, to_json
-from .program import Program
+from linnet.lang.check.driver import check_program, lower
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError, render_all, to_json
+from linnet.lang.syntax.program import Program
 
 
 def parse_value(text: str) -> Any:
@@ -236,7 +236,7 @@ def check_output(output: str | None, inputs: list[Path]) -> None:
 def write_output(output: str, text: str) -> None:
     """Write `-o OUTPUT` atomically: on any failure (E0661) the old file stays as it was.
     A new file gets the usual permissions (0666 less the umask), an old one keeps its own."""
-    from .home import atomic_write
+    from linnet.lang.home import atomic_write
 
     mask = os.umask(0o022)
     os.umask(mask)
@@ -289,15 +289,15 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def read_safetensors_header(path: str) -> dict[str, tuple]:
     """Shapes and dtypes of a safetensors file, read from its header (no tensor data)."""
-    from .weights import safetensors_shapes
+    from linnet.lang.weights.safetensors import safetensors_shapes
 
     return safetensors_shapes(path)
 
 
 def cmd_torch(args: argparse.Namespace) -> int:
     """Write generated PyTorch for every entry whose inputs were given."""
-    from .compiler import find_model
-    from .emit_torch import emit_torch
+    from linnet.lang.check.driver import find_model
+    from linnet.lang.emit.torch import emit_torch
 
     try:
         config = load_config(args.config, args.set, args.file)
@@ -343,7 +343,7 @@ def cmd_torch(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .codes import EXPLANATIONS
+    from linnet.lang.diagnostics.codes import EXPLANATIONS
 
     code = args.code.upper()
     if not code.startswith("E"):

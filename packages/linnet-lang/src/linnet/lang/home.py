@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
-from .diagnostics import Diagnostic, LinnetError
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 # What an errno means for the user, in words (the system's own text follows in brackets).
 _REASONS = {

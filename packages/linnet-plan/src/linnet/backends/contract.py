@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from linnet.lang.graph import Graph, ValueType
+from linnet.lang.ir.graph import Graph, ValueType
 
 CONTRACT = 1
 """The contract version this host implements. A backend declares the one it was written for;

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang import LinnetError
-from linnet.lang.diagnostics import Diagnostic
+from linnet.lang.diagnostics.core import Diagnostic
 
 
 def default_model() -> Path:
@@ -71,7 +71,7 @@ def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
 
 def _is_hf_config(path: Path) -> bool:
     """Whether a checkpoint's config.json is a Hugging Face one (which `load` reads)."""
-    from linnet.lang.checkpoint import read_json_object
+    from linnet.lang.weights.checkpoint import read_json_object
 
     data, _ = read_json_object(path, "E0652", "checkpoint config")
     return "model_type" in data or "architectures" in data
@@ -79,7 +79,7 @@ def _is_hf_config(path: Path) -> bool:
 
 def run_command(args: argparse.Namespace) -> int:
     from linnet.lang.cli import load_config
-    from linnet.lang.weights import resolve_checkpoint
+    from linnet.lang.weights.safetensors import resolve_checkpoint
 
     import torch
 

@@ -4,7 +4,7 @@ One function, :func:`check_inputs`, is called by ``Model.run``, ``Plan.run`` and
 ``Captured``, so the interpreter, the generated source and a plan reject the same bad input
 with the same coded error. The valid range of each input that is used as an index (a token
 id into the embedding, a position into the KV cache) comes from
-:func:`linnet.lang.bounds.input_bounds`, derived once per lowered graph.
+:func:`linnet.lang.ir.bounds.input_bounds`, derived once per lowered graph.
 
 Host (CPU) tensors are always checked: a min and a max, microseconds. Device tensors are
 checked by ``Model.run`` and ``Plan.run`` at the cost of one synchronisation per call (all
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from linnet.lang import LinnetError
-from linnet.lang.bounds import Bounds, InputRange, dim_names, input_bounds
-from linnet.lang.diagnostics import Diagnostic
-from linnet.lang.graph import Graph
+from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.ir.bounds import Bounds, InputRange, dim_names, input_bounds
+from linnet.lang.ir.graph import Graph
 
 import torch
 
@@ -38,7 +38,7 @@ def _error(code: str, message: str, help: str = "") -> LinnetError:
 def bounds_for(graph: Graph) -> Bounds:
     """``input_bounds(graph)``, computed once per graph object.
 
-    >>> from linnet.lang.graph import Graph
+    >>> from linnet.lang.ir.graph import Graph
     >>> bounds_for(Graph("e", "m")).inputs
     {}
     """
@@ -123,7 +123,7 @@ def check_inputs(graph: Graph, inputs: Sequence[Any], entry: str,
     >>> check_inputs(g, [torch.tensor([4], dtype=torch.int32)], "get")
     Traceback (most recent call last):
     ...
-    linnet.lang.diagnostics.LinnetError: error[E0780]: input `i` of `get` has 4 at index [0]...
+    linnet.lang.diagnostics.core.LinnetError: error[E0780]: input `i` of `get` has 4 at index [0]...
     """
     if not isinstance(inputs, list | tuple):
         raise _error("E0784", f"the inputs of `{entry}` must be a list or tuple of tensors, got "

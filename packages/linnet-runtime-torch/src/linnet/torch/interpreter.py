@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from linnet.lang import LinnetError
-from linnet.lang.diagnostics import Diagnostic
-from linnet.lang.graph import Graph, Step
-from linnet.lang.primitives import PRIMITIVES
+from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.ir.graph import Graph, Step
+from linnet.lang.ir.primitives import PRIMITIVES
 
 import torch
 

@@ -14,8 +14,8 @@ from types import ModuleType
 from typing import Any
 
 from linnet.lang import Graph, LinnetError, Program, check_program, lower
-from linnet.lang.diagnostics import Diagnostic
-from linnet.lang.emit_torch import emit_torch
+from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.emit.torch import emit_torch
 
 import torch
 
@@ -187,7 +187,7 @@ class Model:
         self.entries = [m.name for m in self._model_decl().methods if m.kind == "entry"]
 
     def _model_decl(self):
-        from linnet.lang.compiler import find_model
+        from linnet.lang.check.driver import find_model
 
         return find_model(self.program, None)
 
@@ -498,7 +498,7 @@ def _check_weights_type(weights: Any) -> None:
 
 
 def _dtype_generics(program: Program) -> list[str]:
-    from linnet.lang.compiler import find_model
+    from linnet.lang.check.driver import find_model
 
     decl = find_model(program, None)
     return [g.name for g in decl.generics if g.kind == "DType"]
@@ -563,9 +563,17 @@ def load(path: str | Path, weights: Any = None,
                       else v.to(dev)) for k, v in weights.items()}
         shapes = {k: (tuple(v.shape), _dtype_name(v.dtype)) for k, v in params.items()}
     elif weights is not None:
-        from linnet.lang.checkpoint import fit_checkpoint, merge_config, read_checkpoint_config
-        from linnet.lang.compiler import find_model
-        from linnet.lang.weights import TensorInfo, checkpoint_shapes, resolve_checkpoint
+        from linnet.lang.check.driver import find_model
+        from linnet.lang.weights.checkpoint import (
+            fit_checkpoint,
+            merge_config,
+            read_checkpoint_config,
+        )
+        from linnet.lang.weights.safetensors import (
+            TensorInfo,
+            checkpoint_shapes,
+            resolve_checkpoint,
+        )
 
         from .weights import load_checkpoint
 
@@ -639,7 +647,7 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
     >>> w = random_weights("examples/llama/llama.linnet", toy_config)   # doctest: +SKIP
     """
     program = Program.from_file(model_path)
-    from linnet.lang.compiler import find_model
+    from linnet.lang.check.driver import find_model
 
     decl = find_model(program, None)
     entry = next(m for m in decl.methods if m.kind == "entry")

@@ -32,10 +32,10 @@ from linnet.backends import (
 from linnet.backends.discovery import probe_all
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
-from linnet.lang.diagnostics import Diagnostic
-from linnet.lang.emit_torch import emit_torch
-from linnet.lang.graph import Graph, ValueType
-from linnet.lang.slices import Slice, slice_steps
+from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.emit.torch import emit_torch
+from linnet.lang.ir.graph import Graph, ValueType
+from linnet.lang.ir.slices import Slice, slice_steps
 from linnet.plan import Candidate, TimingCache, cache_key, choose, explain_table
 
 import torch

@@ -1,7 +1,7 @@
 """Reading safetensors checkpoints onto a device, shard by shard, never through pickle.
 
 Which files make a checkpoint, and whether their headers and index agree, is decided in
-pure Python by :mod:`linnet.lang.weights` (shared by every runtime); this module reads the
+pure Python by :mod:`linnet.lang.weights.safetensors` (shared by every runtime); this module reads the
 tensors. On the CPU each tensor is copied out of the memory-mapped file, so that the model
 owns its memory: overwriting or truncating the file afterwards cannot change a loaded
 model or kill the process (SIGBUS). On CUDA the copy to the device is that copy.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from linnet.lang.diagnostics import Diagnostic, LinnetError
-from linnet.lang.weights import Checkpoint, checkpoint_shapes, resolve_checkpoint
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.weights.safetensors import Checkpoint, checkpoint_shapes, resolve_checkpoint
 
 import torch
 
@@ -72,7 +72,7 @@ def _owned(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 
 
 def checkpoint_files(path: str | Path) -> tuple[Path, ...]:
-    """The shard files of a checkpoint (see :func:`linnet.lang.weights.resolve_checkpoint`).
+    """The shard files of a checkpoint (see :func:`linnet.lang.weights.safetensors.resolve_checkpoint`).
 
     >>> checkpoint_files("Llama-3.2-1B/")   # doctest: +SKIP
     (PosixPath('Llama-3.2-1B/model.safetensors'),)

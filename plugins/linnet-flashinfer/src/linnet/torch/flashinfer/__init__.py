@@ -56,7 +56,7 @@ from linnet.backends import (
     Target,
     region_kind,
 )
-from linnet.lang.graph import Call, Graph
+from linnet.lang.ir.graph import Call, Graph
 
 __version__ = "0.1.0"
 

@@ -173,7 +173,7 @@ class Graph:
     @classmethod
     def from_json(cls, data: dict) -> Graph:
         """Read a serialised graph; a wrong format or version is a :class:`LinnetError`."""
-        from .diagnostics import Diagnostic, LinnetError
+        from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
         if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
             raise LinnetError(Diagnostic("E0900", "this is not a Linnet graph",

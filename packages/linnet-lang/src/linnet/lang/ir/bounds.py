@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .graph import Graph, Step
+from linnet.lang.ir.graph import Graph, Step
 
 INTS = {"i8", "i16", "i32", "i64", "u8"}
 

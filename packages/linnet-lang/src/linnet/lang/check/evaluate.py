@@ -3,7 +3,7 @@
 * The checker runs it on generic code: dims are symbols (`R`, `H * HD`), calls are checked
   against the callee's signature, and nothing is recorded.
 * Lowering runs it on concrete shapes: calls are inlined, and every primitive it meets is
-  appended to a :class:`~linnet.lang.graph.Graph`.
+  appended to a :class:`~linnet.lang.ir.graph.Graph`.
 
 Index notation (`let y[r, c] = ...`) is evaluated over *labelled* tensors: each axis carries the
 index variable it ranges over, in the statement's canonical order (the left-hand side's
@@ -17,20 +17,20 @@ import difflib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import ast as A
-from . import dtypes as DT
-from .builder import Builder
-from .diagnostics import Diagnostic, Span
-from .dims import Dim, solve_for
-from .primitives import (
+import linnet.lang.syntax.tree as A
+import linnet.lang.tensors.dtypes as DT
+from linnet.lang.diagnostics.core import Diagnostic, Span
+from linnet.lang.ir.builder import Builder
+from linnet.lang.ir.primitives import (
     BINARY_FUNCTIONS,
     BINARY_OPERATORS,
     COMPARISON_PRIMITIVES,
     REDUCTION_IDENTITIES,
     UNARY_FUNCTIONS,
 )
-from .program import Program
-from .values import (
+from linnet.lang.syntax.program import Program
+from linnet.lang.tensors.dims import Dim, solve_for
+from linnet.lang.tensors.values import (
     POISON,
     BlockArray,
     BlockInst,

@@ -11,8 +11,8 @@ span becomes that call (``F.linear``, ``F.scaled_dot_product_attention``, ``F.em
 equal to the op's body. Every primitive has a rule in :data:`RULES`; a test fails when one
 is missing.
 
->>> from linnet.lang.emit_torch import RULES
->>> from linnet.lang.primitives import PRIMITIVES
+>>> from linnet.lang.emit.torch import RULES
+>>> from linnet.lang.ir.primitives import PRIMITIVES
 >>> sorted(set(PRIMITIVES) - set(RULES))
 []
 """
@@ -25,9 +25,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import __version__
-from .graph import Call, Graph, Step
-from .slices import Slice, cut
+from linnet.lang import __version__
+from linnet.lang.ir.graph import Call, Graph, Step
+from linnet.lang.ir.slices import Slice, cut
 
 TORCH_DTYPES = {"f64": "torch.float64", "f32": "torch.float32", "f16": "torch.float16",
                 "bf16": "torch.bfloat16", "i64": "torch.int64", "i32": "torch.int32",

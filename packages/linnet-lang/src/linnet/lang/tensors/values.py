@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import ast as A
-from .dims import Dim
+import linnet.lang.syntax.tree as A
+from linnet.lang.tensors.dims import Dim
 
 
 @dataclass

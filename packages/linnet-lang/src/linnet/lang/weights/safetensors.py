@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .diagnostics import Diagnostic, LinnetError
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 SAFETENSORS_DTYPES = {"F64": "f64", "F32": "f32", "F16": "f16", "BF16": "bf16", "I64": "i64",
                       "I32": "i32", "I16": "i16", "I8": "i8", "U8": "u8", "BOOL": "bool"}
@@ -68,7 +68,7 @@ def safetensors_header(path: str | Path) -> tuple[dict, int]:
 
     >>> safetensors_header("missing.safetensors")   # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    linnet.lang.diagnostics.LinnetError: error[E0651]: ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0651]: ...
     """
     try:
         size = os.path.getsize(path)
@@ -163,7 +163,7 @@ def resolve_checkpoint(weights: str | Path | Sequence[str | Path]) -> Checkpoint
 
     >>> resolve_checkpoint("no/such/dir")   # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    linnet.lang.diagnostics.LinnetError: error[E0651]: ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0651]: ...
     """
     if isinstance(weights, str | os.PathLike):
         path = Path(weights)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .graph import Graph
+from linnet.lang.ir.graph import Graph
 
 _REPEATED = re.compile(r"(^|\.)\d+(\.|$)")
 

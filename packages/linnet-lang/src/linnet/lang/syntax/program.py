@@ -5,11 +5,11 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from . import ast as A
-from .diagnostics import Diagnostic, LinnetError, SourceFile
-from .parser import parse
+import linnet.lang.syntax.tree as A
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile
+from linnet.lang.syntax.parser import parse
 
-STD_ROOT = Path(__file__).parent / "std"
+STD_ROOT = Path(__file__).parent.parent / "std"
 
 
 class Program:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .diagnostics import Diagnostic, SourceFile, Span
+from linnet.lang.diagnostics.core import Diagnostic, SourceFile, Span
 
 KEYWORDS = frozenset({
     "pub", "use", "op", "fn", "kernel", "block", "model", "entry", "param", "state",

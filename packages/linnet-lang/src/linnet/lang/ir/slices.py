@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .graph import Call, Graph
+from linnet.lang.ir.graph import Call, Graph
 
 _REPEATED = re.compile(r"(^|\.)\d+(\.|$)")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import ast as A
-from .diagnostics import Diagnostic, LinnetError, SourceFile, Span
-from .lexer import Token, tokenize
+import linnet.lang.syntax.tree as A
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile, Span
+from linnet.lang.syntax.lexer import Token, tokenize
 
 REDUCTIONS = frozenset({"sum", "max", "min", "mean", "prod"})
 ITEM_STARTS = frozenset({"pub", "use", "op", "fn", "kernel", "block", "model", "const"})

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .diagnostics import Diagnostic, LinnetError, SourceFile, Span
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile, Span
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 _MISSING = object()
@@ -206,7 +206,7 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
     ...                   {"rope": {"keys": ["rope_scaling"], "types": {"default": {}}}}
     ...                   )   # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    linnet.lang.diagnostics.LinnetError: error[E0657]: ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0657]: ...
     """
     out = CheckpointConfig(source=source, name=name)
     diags: list[Diagnostic] = []
@@ -415,7 +415,7 @@ def check_dims(ckpt: CheckpointConfig, dims: dict[str, int]) -> None:
     >>> check_dims(CheckpointConfig(checks={"D": 128}, sources={"D": "hidden_size"}),
     ...            {"D": 64})   # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    linnet.lang.diagnostics.LinnetError: error[E0658]: ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0658]: ...
     """
     diags = []
     for key, value in ckpt.checks.items():
@@ -490,8 +490,8 @@ def fit_checkpoint(program: Any, config: dict[str, Any], shapes: dict[str, tuple
     >>> cfg = fit_checkpoint(program, {"H": 4, "KV": 2, "S": 64},
     ...                      safetensors_shapes("ckpt/"), None)   # doctest: +SKIP
     """
-    from . import ast as A
-    from .compiler import find_model, lower
+    import linnet.lang.syntax.tree as A
+    from linnet.lang.check.driver import find_model, lower
 
     decl = find_model(program, None)
     entry = next(m for m in decl.methods if m.kind == "entry")

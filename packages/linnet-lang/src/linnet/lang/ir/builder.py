@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .diagnostics import Span
-from .dims import Dim
-from .graph import Call, Graph, Step, ValueType
-from .values import Tensor
+from linnet.lang.diagnostics.core import Span
+from linnet.lang.ir.graph import Call, Graph, Step, ValueType
+from linnet.lang.tensors.dims import Dim
+from linnet.lang.tensors.values import Tensor
 
 
 class Builder:

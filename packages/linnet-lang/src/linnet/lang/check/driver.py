@@ -4,7 +4,7 @@
 >>> check_text("pub fn twice(x: Tensor[N; f32]) -> Tensor[N; f32] { return x * 2.0 }")
 Traceback (most recent call last):
 ...
-linnet.lang.diagnostics.LinnetError: error[E0201]: unknown name `N`...
+linnet.lang.diagnostics.core.LinnetError: error[E0201]: unknown name `N`...
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import ast as A
-from . import dtypes as DT
-from .builder import Builder
-from .diagnostics import Diagnostic, Label, LinnetError, Span
-from .dims import Dim, solve_for
-from .evaluate import (
+import linnet.lang.syntax.tree as A
+import linnet.lang.tensors.dtypes as DT
+from linnet.lang.check.evaluate import (
     MAX_DEPTH,
     NEGATIVE_HELP,
     Evaluator,
@@ -31,11 +28,14 @@ from .evaluate import (
     shape_str,
     walk,
 )
-from .graph import Graph, ValueType
-from .passes import run_passes
-from .program import Program
-from .values import BlockArray, BlockInst, Const, FuncRef, Poison, Tensor
-from .weights import shard_of
+from linnet.lang.diagnostics.core import Diagnostic, Label, LinnetError, Span
+from linnet.lang.ir.builder import Builder
+from linnet.lang.ir.graph import Graph, ValueType
+from linnet.lang.ir.passes import run_passes
+from linnet.lang.syntax.program import Program
+from linnet.lang.tensors.dims import Dim, solve_for
+from linnet.lang.tensors.values import BlockArray, BlockInst, Const, FuncRef, Poison, Tensor
+from linnet.lang.weights.safetensors import shard_of
 
 # ==================================================================== blocks
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .diagnostics import SourceFile, Span
+from linnet.lang.diagnostics.core import SourceFile, Span
 
 # ---------------------------------------------------------------- types
 

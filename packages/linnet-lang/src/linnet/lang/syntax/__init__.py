@@ -1,0 +1,1 @@
+"""Syntax: the lexer, the parser, the syntax tree (`tree`) and program loading (`program`)."""

@@ -1,0 +1,2 @@
+"""What the checker computes with: symbolic dims (`dims`), element types and promotion
+(`dtypes`) and abstract values (`values`)."""
