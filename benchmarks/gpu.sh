@@ -48,13 +48,20 @@ if [ "${1:-}" = "--flashinfer" ]; then
   exit 0
 fi
 if [ "${1:-}" = "--gpu-tests" ]; then
-  # The plugins' GPU-marked tests; .whl-test/ carries pytest, pluggy and iniconfig wheels.
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl-test/*.whl || exit 1
+  # The runtime's and the plugins' GPU-marked tests. The image has pytest and hypothesis;
+  # .whl-test/ (pytest, pluggy and iniconfig wheels) is needed only where it has not.
+  if ls .whl-test/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl-test/*.whl || exit 1
+  fi
   flashinfer_env
   export LINNET_GPU_TESTS=1
-  for plugin in linnet-cublaslt linnet-flashinfer; do
-    (cd "plugins/$plugin" && python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -8)
+  for dir in packages/linnet-runtime-torch plugins/linnet-cublaslt plugins/linnet-flashinfer; do
+    echo "== $dir"
+    (cd "$dir" && python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tee -a "$OUT/gpu-tests.log" | tail -8)
   done
+  if [ -n "${GPU_STEPS_PARTS:-}" ]; then
+    python3 benchmarks/gpu_steps.py --parts "$GPU_STEPS_PARTS" 2>&1 | tee "$OUT/steps.log" | grep -v Warning | tail -30
+  fi
   exit 0
 fi
 if [ "${1:-}" = "--steps" ]; then
