@@ -107,6 +107,39 @@ def golden(name: str, err: LinnetError, *roots: Path) -> None:
     assert text == path.read_text(encoding="utf-8")
 
 
+def _snapshot(paths) -> dict[str, str]:
+    """sha256 of every file under ``paths`` (files or folders)."""
+    import hashlib
+
+    out = {}
+    for root in paths:
+        root = Path(root)
+        for f in [root] if root.is_file() else sorted(root.rglob("*")) if root.is_dir() else []:
+            if f.is_file():
+                out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture(autouse=True)
+def loads_change_no_file(monkeypatch):
+    """Every `load` in this module, good checkpoint or broken, leaves every byte of the
+    checkpoint it read as it was (the issue's "0 checkpoint bytes changed")."""
+    real = load
+
+    def checked(path, weights=None, **kw):
+        where = [weights] if isinstance(weights, str | Path) else (
+            [w for w in weights if isinstance(w, str | Path)]
+            if isinstance(weights, list) else [])
+        where = [Path(w).parent if Path(w).is_file() else Path(w) for w in where]
+        before = _snapshot(where)
+        try:
+            return real(path, weights=weights, **kw)
+        finally:
+            assert _snapshot(where) == before, "load changed a checkpoint file"
+
+    monkeypatch.setitem(globals(), "load", checked)
+
+
 # ---------------------------------------------------------------- parity with transformers
 
 
