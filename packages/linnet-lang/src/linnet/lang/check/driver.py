@@ -127,12 +127,11 @@ def instantiate_member_block(ev: Evaluator, m: A.Member, frame: Frame, path: str
                        help=f"every block is lowered one by one; choose a count of at most "
                             f"{MAX_REPEAT} in the config")
         child, env = block_env(ev, typ.element, frame)
-        if count.value is None:
-            return BlockArray(typ.element, path, count,
-                              [instantiate(ev, child, dict(env), f"{path}.0")])
-        return BlockArray(typ.element, path, count,
-                          [instantiate(ev, child, dict(env), f"{path}.{i}")
-                           for i in range(count.value)])
+        n = 1 if count.value is None else count.value
+        items = [instantiate(ev, child, dict(env), f"{path}.{i}") for i in range(n)]
+        for i, item in enumerate(items):
+            item.iteration, item.repeated = i, path
+        return BlockArray(typ.element, path, count, items)
     if isinstance(typ, A.BlockType):
         child, env = block_env(ev, typ, frame)
         return instantiate(ev, child, env, path)

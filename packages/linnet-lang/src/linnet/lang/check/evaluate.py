@@ -1597,7 +1597,11 @@ class Evaluator:
                        help="every call is inlined; call fewer functions inside one another",
                        secondary=[(first.name_span, f"`{first.name}` defined here")])
         self.call_stack.append((decl, expr.span))
-        call = self.builder.open_call(decl.qualified_name, decl.kind, path, expr.span, attrs)
+        # A method called on an element of a repeated block array records which element.
+        iteration = ref.owner.iteration if ref.owner else None
+        repeated = ref.owner.repeated if ref.owner else ""
+        call = self.builder.open_call(decl.qualified_name, decl.kind, path, expr.span, attrs,
+                                      iteration=iteration, repeated=repeated)
         try:
             for p, a in zip(decl.params, args):
                 callee_frame.bind(p.name, a)

@@ -90,11 +90,12 @@ class Builder:
         return Tensor(new, tensor.shape, tensor.dtype, tensor.kind, tensor.labels)
 
     def open_call(self, callee: str, kind: str, path: str, span: Span | None,
-                  attrs: dict[str, Any] | None = None) -> Call | None:
+                  attrs: dict[str, Any] | None = None, iteration: int | None = None,
+                  repeated: str = "") -> Call | None:
         if self.graph is None:
             return None
         call = Call(callee, kind, len(self.graph.steps), -1, self._call_index, path,
-                    self.depth, _loc(span), dict(attrs or {}))
+                    self.depth, _loc(span), dict(attrs or {}), iteration, repeated)
         self._call_index += 1
         self.graph.calls.append(call)
         self.depth += 1
