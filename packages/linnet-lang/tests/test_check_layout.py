@@ -1,11 +1,14 @@
 """The checker's layout (issue 13): calls record repeated-block iterations, typing and folding
 are per-primitive tables, and lowering keeps no process-global caches."""
 
+import gc
 import json
+import weakref
 from pathlib import Path
 
 import linnet.lang.check.folding as folding_rules
 import linnet.lang.check.typing as typing_rules
+import linnet.lang.syntax.tree as A
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -188,3 +191,52 @@ def test_integer_folding_matches_python(x, y, prim):
         assert out == Const(want, "bool")
     else:
         assert out.dtype == "int" and out.value == Dim.const(want)
+
+
+# ---------------------------------------------------------------- no process-global caches
+
+def _live_tree_nodes() -> int:
+    gc.collect()
+    kinds = tuple(v for v in vars(A).values() if isinstance(v, type) and v.__module__ == A.__name__)
+    return sum(1 for o in gc.get_objects() if isinstance(o, kinds))
+
+
+def test_lowering_new_shapes_keeps_nothing_behind(program):
+    cfg = config("toy")
+    lower(program, "prefill", {"tokens": [1, 1]}, cfg, check=False)
+    before = _live_tree_nodes()
+    for length in range(2, 12):
+        lower(program, "prefill", {"tokens": [1, length]}, cfg, check=False)
+    # Nodes that lowering makes on the fly (one per shape, say) die with the run: no cache
+    # keeps them, so a long-lived process does not grow with every new input shape.
+    assert _live_tree_nodes() == before
+
+
+SCALE_SOURCE = """
+block Scale<N: Dim> {
+    param w: Tensor[N; f32]
+    fn forward(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        let y[i] = x[i] * self.w[i] + 1.0
+        return y
+    }
+}
+model M<N: Dim> {
+    block layers: [Scale<N>; 3]
+    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        let y = self.layers[2](x)
+        return self.layers[0](y)
+    }
+}
+"""
+
+
+def test_a_dropped_program_is_freed():
+    # Distinct text each time, as a long-lived process that loads models would see.
+    for k in range(3):
+        prog = Program.from_text(SCALE_SOURCE + f"// {k}\n", "scaled")
+        lower(prog, "run", {"x": [4]}, {"N": 4})
+        source, module = weakref.ref(prog.root.source), weakref.ref(prog.root)
+        del prog
+        gc.collect()
+        # Nothing global (a cache of walks or of source locations) keeps the program alive.
+        assert source() is None and module() is None
