@@ -240,3 +240,23 @@ def test_a_dropped_program_is_freed():
         gc.collect()
         # Nothing global (a cache of walks or of source locations) keeps the program alive.
         assert source() is None and module() is None
+
+
+# ---------------------------------------------------------------- the Evaluator's mixins
+
+def test_each_evaluator_method_lives_in_one_mixin():
+    from linnet.lang.check.core import EvaluatorBase
+    from linnet.lang.check.evaluate import Evaluator
+
+    seen: dict[str, str] = {}
+    for mixin in Evaluator.__mro__[1:]:
+        if mixin in (EvaluatorBase, object):
+            continue
+        assert mixin.__module__.startswith("linnet.lang.check.")
+        for name, value in vars(mixin).items():
+            if callable(value) and not name.startswith("__"):
+                # Two mixins defining one name would shadow each other silently (the MRO
+                # picks one): every method has exactly one home.
+                assert name not in seen, f"{name} in {seen.get(name)} and {mixin.__name__}"
+                seen[name] = mixin.__name__
+    assert {"elementwise", "const_fold", "lookup", "invoke", "read", "index_let"} <= set(seen)
