@@ -95,6 +95,11 @@ class Call:
     depth: int = 0
     loc: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
+    # For a method called on an element of a repeated block array (`for layer in self.layers`,
+    # `self.layers[i]`): the element's index (3 for model.layers.3) and the array's path
+    # ("model.layers"). Later stages read these instead of parsing paths.
+    iteration: int | None = None
+    repeated: str = ""
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"callee": self.callee, "kind": self.kind, "start": self.start,
@@ -102,6 +107,11 @@ class Call:
                                "depth": self.depth}
         if self.loc:
             out["loc"] = self.loc
+        # Written only when set, so graphs without repeated blocks read as before.
+        if self.iteration is not None:
+            out["iteration"] = self.iteration
+        if self.repeated:
+            out["repeated"] = self.repeated
         if self.attributes:
             out["attributes"] = _encode(self.attributes)
         return out
@@ -194,7 +204,8 @@ class Graph:
                         _decode_attributes(s.get("attributes", {})), s.get("loc", ""))
                    for s in data["steps"]],
             calls=[Call(c["callee"], c["kind"], c["start"], c["stop"], c["index"], c["path"],
-                        c.get("depth", 0), c.get("loc", ""), c.get("attributes", {}))
+                        c.get("depth", 0), c.get("loc", ""), c.get("attributes", {}),
+                        c.get("iteration"), c.get("repeated", ""))
                    for c in data["calls"]],
             values={k: vt(v) for k, v in data["values"].items()},
             parameters={k: vt(v) for k, v in data["parameters"].items()},

@@ -54,6 +54,10 @@ class BlockInst:
     path: str
     env: dict[str, Any]
     members: dict[str, Any] = field(default_factory=dict)
+    # Set on the elements of a repeated block array (`block layers: [Layer<...>; N]`): the
+    # element's index and the array's path, recorded on the calls of its methods.
+    iteration: int | None = None
+    repeated: str = ""
 
 
 @dataclass

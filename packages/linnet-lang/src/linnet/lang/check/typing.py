@@ -1,0 +1,268 @@
+"""Elementwise typing: result dtypes and shapes of elementwise primitives (one rule per
+primitive in :data:`TYPING_RULES`), constants, broadcasting and casts.
+
+>>> TYPING_RULES["lt"].result("bf16"), TYPING_RULES["add"].result("bf16")
+('bool', 'bf16')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import linnet.lang.syntax.tree as A
+import linnet.lang.tensors.dtypes as DT
+from linnet.lang.check.core import OPERATOR_SYMBOLS, EvaluatorBase, Frame, fail, shape_str
+from linnet.lang.diagnostics.core import Span
+from linnet.lang.ir.primitives import BINARY_FUNCTIONS, UNARY_FUNCTIONS
+from linnet.lang.tensors.dims import Dim
+from linnet.lang.tensors.values import POISON, Const, Poison, Tensor
+
+
+@dataclass(frozen=True)
+class TypingRule:
+    """How the checker types one elementwise primitive, once its operands' common dtype is
+    known (tensors promote, literals are weak: see :mod:`linnet.lang.tensors.dtypes`).
+
+    ``check(dtype, args, span)`` raises the coded error for operands the primitive rejects;
+    ``result(dtype)`` is the result's dtype; ``condition``: the first operand is a bool
+    condition, outside the promotion (`select`); ``convert``: operands of another dtype are
+    converted to the common one (logic takes bools as they are).
+    """
+
+    check: Callable[[str, list[Any], Span], None]
+    result: Callable[[str], str]
+    condition: bool = False
+    convert: bool = True
+
+
+def _same(dtype: str) -> str:
+    return dtype
+
+
+def _bool(dtype: str) -> str:
+    return "bool"
+
+
+def _any_dtype(dtype: str, args: list[Any], span: Span) -> None:
+    """`==` and `!=` compare any two tensors of one dtype, bools too."""
+
+
+def _no_bool(prim: str) -> Callable[[str, list[Any], Span], None]:
+    def check(dtype: str, args: list[Any], span: Span) -> None:
+        if dtype == "bool":
+            raise fail("E0355", f"cannot apply `{OPERATOR_SYMBOLS.get(prim, prim)}` to bool "
+                       "tensors", span, "bool operand",
+                       help="convert first: `(x as f32)`")
+    return check
+
+
+def _floating(prim: str) -> Callable[[str, list[Any], Span], None]:
+    no_bool = _no_bool(prim)
+
+    def check(dtype: str, args: list[Any], span: Span) -> None:
+        no_bool(dtype, args, span)
+        # A generic dtype (`T`) is checked where it is bound, when lowering.
+        if not DT.is_float(dtype) and DT.is_concrete(dtype):
+            raise fail("E0356", f"`{prim}` needs a floating-point operand, found {dtype}", span,
+                       f"{dtype} here", help="convert first: `(x as f32)`")
+    return check
+
+
+def _logical(prim: str) -> Callable[[str, list[Any], Span], None]:
+    def check(dtype: str, args: list[Any], span: Span) -> None:
+        if dtype != "bool":
+            raise fail("E0354", f"`{OPERATOR_SYMBOLS.get(prim, prim)}` needs bool operands, "
+                       f"found {dtype}", span,
+                       "not bool", help="compare values first (`a < b`)")
+    return check
+
+
+def _select_condition(dtype: str, args: list[Any], span: Span) -> None:
+    c = args[0]
+    if isinstance(c, Tensor) and c.dtype != "bool":
+        raise fail("E0353", "the condition of `select` must be bool", span,
+                   f"this is {c.dtype}", help="compare something: `select(j <= p, a, b)`")
+
+
+def _arithmetic(prim: str) -> TypingRule:
+    return TypingRule(_no_bool(prim), _same)
+
+
+def _transcendental(prim: str) -> TypingRule:
+    return TypingRule(_floating(prim), _same)
+
+
+def _comparison(prim: str) -> TypingRule:
+    return TypingRule(_no_bool(prim), _bool)
+
+
+def _logic(prim: str) -> TypingRule:
+    return TypingRule(_logical(prim), _bool, convert=False)
+
+
+TYPING_RULES: dict[str, TypingRule] = {
+    "neg": _arithmetic("neg"),
+    "not": _logic("not"),
+    "exp": _transcendental("exp"),
+    "log": _transcendental("log"),
+    "sqrt": _transcendental("sqrt"),
+    "rsqrt": _transcendental("rsqrt"),
+    "sin": _transcendental("sin"),
+    "cos": _transcendental("cos"),
+    "tanh": _transcendental("tanh"),
+    "sigmoid": _transcendental("sigmoid"),
+    "erf": _transcendental("erf"),
+    "abs": _arithmetic("abs"),  # integers have an absolute value too
+    "floor": _transcendental("floor"),
+    "add": _arithmetic("add"),
+    "sub": _arithmetic("sub"),
+    "mul": _arithmetic("mul"),
+    "div": _arithmetic("div"),
+    "rem": _arithmetic("rem"),
+    "pow": _transcendental("pow"),
+    "maximum": _arithmetic("maximum"),
+    "minimum": _arithmetic("minimum"),
+    "lt": _comparison("lt"),
+    "le": _comparison("le"),
+    "gt": _comparison("gt"),
+    "ge": _comparison("ge"),
+    "eq": TypingRule(_any_dtype, _bool),
+    "ne": TypingRule(_any_dtype, _bool),
+    "and": _logic("and"),
+    "or": _logic("or"),
+    "select": TypingRule(_select_condition, _same, condition=True),
+}
+
+# Typed where the checker builds them, not from operand dtypes alone: `convert` by
+# Typing.cast (its result is the `as` target, and every dtype converts to every other);
+# `constant` by Typing.constant (the literal takes the dtype it meets); the others by index
+# notation and the kernel builtins, whose result shapes come from the statement's labels and
+# whose dtypes from the accumulator (check/indexing.py, reductions.py, binders.py,
+# kernels.py).
+EXPECTED_MISSING: frozenset[str] = frozenset({
+    "convert", "constant", "iota", "reshape", "transpose", "broadcast", "reduce", "contract",
+    "take", "gather", "scatter",
+})
+
+
+class Typing(EvaluatorBase):
+    """The Evaluator's typing (a mixin; see :mod:`linnet.lang.check.evaluate`)."""
+
+    def elementwise(self, prim: str, args: list[Any], span: Span, frame: Frame,
+                    labelled: bool = False) -> Any:
+        if any(isinstance(a, Poison) for a in args):
+            return POISON
+        for a in args:
+            if not isinstance(a, Tensor | Const):
+                raise fail("E0351", f"cannot compute with {self.describe(a)}", span,
+                           "not a number or tensor")
+        if all(isinstance(a, Const) for a in args):
+            return self.const_fold(prim, args, span)
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        # Types: tensors promote, literals are weak.
+        rule = TYPING_RULES[prim]
+        operand_args = args[1:] if rule.condition else args
+        dtype = None
+        for a in operand_args:
+            if isinstance(a, Tensor):
+                if dtype is None:
+                    dtype = a.dtype
+                else:
+                    p = DT.promote(dtype, a.dtype)
+                    if p is None:
+                        raise fail("E0352", f"cannot mix element types `{dtype}` and `{a.dtype}`",
+                                   span, "mixed here",
+                                   help=f"convert one explicitly: `(...) as {dtype}`")
+                    dtype = p
+        if dtype is None:  # select(tensor_cond, const, const)
+            dtype = "f32" if any(isinstance(a, Const) and a.dtype == "float" for a in args) \
+                else "i32"
+        if any(isinstance(a, Const) and a.dtype == "float" for a in operand_args) and (
+                DT.is_int(dtype) or dtype == "bool"):
+            dtype = "f32"
+        rule.check(dtype, args, span)
+        result_dtype = rule.result(dtype)
+        # Convert tensors whose dtype differs from the common one.
+        operands: list[Tensor] = []
+        for i, a in enumerate(args):
+            want = "bool" if (rule.condition and i == 0) else dtype
+            if isinstance(a, Tensor):
+                if a.dtype != want and rule.convert:
+                    a = self.builder.emit("convert", [a.ref], a.shape, want, {"dtype": want},
+                                          span=span, labels=a.labels)
+                operands.append(a)
+            else:
+                operands.append(self.constant(a, want, span))
+        if labelled or any(t.labels for t in tensors):
+            union = self.union_labels([t for t in operands if t.labels is not None], frame)
+            aligned = [self.align(t, union, span) for t in operands]
+            shape = tuple(self.label_dim(frame, lab) for lab in union)
+            return self.builder.emit(prim, [t.ref for t in aligned], shape, result_dtype,
+                                     span=span, labels=union)
+        shape = self.broadcast_shapes([t.shape for t in operands], span)
+        return self.builder.emit(prim, [t.ref for t in operands], shape, result_dtype, span=span)
+
+    def constant(self, c: Const, dtype: str, span: Span, labels: tuple = ()) -> Tensor:
+        if not DT.is_concrete(dtype):  # a generic dtype in the checker: any literal fits
+            return Tensor("%?", (), dtype, labels=labels)
+        value = c.value
+        if isinstance(value, Dim):
+            if value.value is None and self.lowering:
+                raise fail("E0357", "this constant is not known when lowering", span)
+            value = value.value if value.value is not None else 0
+        if value is None:
+            value = 0.0
+        if DT.is_float(dtype):
+            value = float(value)
+        elif dtype == "bool":
+            value = bool(value)
+        else:
+            if isinstance(value, float) and not value.is_integer():
+                raise fail("E0358", f"{value} is not an integer", span, "fractional constant",
+                           help="use an integer here, or convert the tensor to a float type")
+            value = int(value)
+        return self.builder.emit("constant", [], (), dtype, {"value": value, "dtype": dtype},
+                                 span=span, labels=labels)
+
+    def broadcast_shapes(self, shapes: list[tuple[Dim, ...]], span: Span) -> tuple[Dim, ...]:
+        rank = max(len(s) for s in shapes)
+        nonscalar = [s for s in shapes if len(s) > 0]
+        if any(len(s) != rank for s in nonscalar):
+            raise fail("E0360", "shapes of different rank: " + " and ".join(
+                shape_str(s) for s in nonscalar), span, "ranks differ",
+                help="use index notation to say how axes line up: `let y[r, c] = a[r, c] + "
+                     "b[c]`")
+        out = []
+        for axis in range(rank):
+            dims = {s[axis] for s in nonscalar} - {Dim.const(1)}
+            if len(dims) > 1:
+                raise fail("E0361", "shape mismatch: " + " and ".join(
+                    shape_str(s) for s in nonscalar) + f" differ at axis {axis}", span,
+                    "shapes differ", help="operands of an elementwise operation must have the "
+                    "same shape; use index notation to broadcast or transpose")
+            out.append(dims.pop() if dims else Dim.const(1))
+        return tuple(out)
+
+    def cast(self, v: Any, expr: A.Cast, frame: Frame) -> Any:
+        dtype = self.eval_dtype(expr.dtype, frame)
+        if isinstance(v, Poison):
+            return v
+        if isinstance(v, Const):
+            return self.const_fold("convert", [v], expr.span, {"dtype": dtype})
+        if not isinstance(v, Tensor):
+            raise fail("E0362", f"cannot convert {self.describe(v)}", expr.span)
+        if v.dtype == dtype:
+            return v
+        return self.builder.emit("convert", [v.ref], v.shape, dtype, {"dtype": dtype},
+                                 span=expr.span, labels=v.labels)
+
+    def builtin_elementwise(self, name: str, args: list[Any], expr: A.Call, frame: Frame,
+                            labelled: bool) -> Any:
+        want = 1 if name in UNARY_FUNCTIONS else (3 if name == "select" else 2)
+        if len(args) != want:
+            raise fail("E0371", f"`{name}` takes {want} argument{'s' if want > 1 else ''}, "
+                       f"got {len(args)}", expr.span, "wrong number of arguments")
+        prim = BINARY_FUNCTIONS.get(name, name)
+        return self.elementwise(prim, args, expr.span, frame, labelled=labelled)
