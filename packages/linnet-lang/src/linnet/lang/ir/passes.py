@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
 from linnet.lang.ir.graph import Graph
-
-_REPEATED = re.compile(r"(^|\.)\d+(\.|$)")
 
 
 def hoist_invariants(graph: Graph) -> Graph:
@@ -16,7 +12,8 @@ def hoist_invariants(graph: Graph) -> Graph:
     they stop making layer 0 look different from the others (so every layer's slice has one
     kind and is compiled once) and are not recomputed per layer.
     """
-    repeated = [c for c in graph.calls if _REPEATED.search(c.path)]
+    # The iterations of repeated blocks (lowering marks them; their nested calls lie inside).
+    repeated = [c for c in graph.calls if c.iteration is not None]
     in_repeated = [False] * len(graph.steps)
     for c in repeated:
         for i in range(c.start, c.stop):

@@ -77,11 +77,11 @@ _P = Primitive
 
 def _math(name: str, doc: str, ints: bool = False, differentiable: bool = True) -> Primitive:
     """A unary builtin function of the language (``exp(x)``), elementwise."""
-    return _P(name, E, 1, doc, function=name, ints=ints, differentiable=differentiable)
+    return _P(name, Category.ELEMENTWISE, 1, doc, function=name, ints=ints, differentiable=differentiable)
 
 
 def _compare(name: str, operator: str, doc: str) -> Primitive:
-    return _P(name, E, 2, doc, operator=operator, comparison=True)
+    return _P(name, Category.ELEMENTWISE, 2, doc, operator=operator, comparison=True)
 
 
 _TABLE: list[Primitive] = [
@@ -144,7 +144,7 @@ _TABLE: list[Primitive] = [
     _P("scatter", Category.STATE, None, "state[i0, ..., ik-1, :, ...] = value, in place; "
                                         "operands (@state, value, i0, ..., ik-1)", min_arity=2),
 ]
-del E, C, S, R, G
+
 
 PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _TABLE}
 
