@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from linnet.lang.ir import verify as _verify
 from linnet.lang.ir.graph import Graph
 
 
@@ -62,6 +63,17 @@ PASSES = [hoist_invariants]
 
 
 def run_passes(graph: Graph) -> Graph:
+    """Run :data:`PASSES` in order on a freshly lowered graph. Under ``LINNET_DEBUG=1`` (and
+    in the test suites) the graph is verified (:func:`linnet.lang.ir.verify.verify`) before
+    the first pass, that is, as lowering made it, and after each pass.
+
+    >>> # run_passes(graph) is the last thing `lower` does
+    """
+    checked = _verify.checked()
+    if checked:
+        _verify.verify(graph, "lowering")
     for p in PASSES:
         graph = p(graph)
+        if checked:
+            _verify.verify(graph, f"pass {p.__name__}")
     return graph
