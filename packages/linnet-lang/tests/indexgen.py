@@ -453,6 +453,8 @@ class Gen:
         if op in ("/", "%"):
             # A safe divisor: a non-zero literal for integers, |b| + 1 for floats.
             if is_float(dtype) and not b.literal and draw(st.booleans()):
+                if b.dtype == "bool":
+                    b = self.cast(b, "f32")  # `abs` of a bool is E0355: convert first
                 b = Node(f"(abs({b.src}) + 1.0)", lambda env, f=b.fn, t=NP[b.dtype]: as_full(
                     np.abs(np.asarray(f(env))) + t(1.0)), b.dtype if b.dtype != "bool" else "f32",
                     False, b.free, b.plain)
