@@ -2,11 +2,14 @@
 and every Llama entry verifies (the conftest also verifies every graph lowered in tests)."""
 
 import copy
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from linnet.lang import LinnetError, Program, check_file, lower
 from linnet.lang.diagnostics.codes import EXPLANATIONS
 from linnet.lang.ir import verify as verify_module
@@ -216,3 +219,53 @@ def test_an_empty_graph_and_empty_calls_verify():
     g.calls = [Call("m::e", "entry", 0, 1, 0), Call("m::f", "fn", 0, 1, 1, depth=1),
                Call("m::g", "fn", 1, 1, 2, depth=1)]
     verify(g)
+
+
+def _garbage_operand(g: Graph) -> None:
+    g.steps[_first(g, "exp")].operands[0] = "x"
+
+
+def _garbage_result(g: Graph) -> None:
+    g.steps[_first(g, "exp")].results = [3]  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("breaks", [_garbage_operand, _garbage_result])
+def test_names_that_are_neither_values_nor_paths_are_caught(toy, breaks):
+    g = copy.deepcopy(toy)
+    breaks(g)
+    with pytest.raises(LinnetError) as info:
+        verify(g)
+    assert info.value.diagnostics[0].code == "E0926"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_rewirings_are_caught_or_sound(data):
+    """Point one operand of one step at any value of the graph, or rename one result: the
+    verifier raises one of its codes, or the graph still reads every value after it is
+    made once (checked here independently)."""
+    g = copy.deepcopy(_toy_graph())
+    i = data.draw(st.integers(0, len(g.steps) - 1))
+    step = g.steps[i]
+    names = sorted(g.values)
+    if step.operands and data.draw(st.booleans()):
+        k = data.draw(st.integers(0, len(step.operands) - 1))
+        step.operands[k] = data.draw(st.sampled_from(names))
+    elif step.results:
+        step.results[0] = data.draw(st.sampled_from(names))
+    try:
+        verify(g)
+    except LinnetError as err:
+        (d,) = err.diagnostics
+        assert d.code in {f"E092{n}" for n in range(7)} and d.message.startswith("internal")
+        return
+    made = set(g.inputs)
+    for s in g.steps:
+        assert all(o.startswith("@") or o in made for o in s.operands)
+        assert not made & set(s.results)
+        made.update(s.results)
+
+
+@functools.cache
+def _toy_graph() -> Graph:
+    return lower(check_file(LLAMA), "decode", {"token": [1], "pos": [1]}, config("toy"))

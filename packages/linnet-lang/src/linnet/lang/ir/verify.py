@@ -38,7 +38,7 @@ import os
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Graph, ValueType
-from linnet.lang.ir.primitives import PRIMITIVES
+from linnet.lang.ir.primitives import PRIMITIVES, Category
 from linnet.lang.tensors.dtypes import DTYPES
 
 ALWAYS = False
@@ -99,6 +99,8 @@ def _verify(graph: Graph, stage: str) -> None:
         raise fail("E0926", f"{both[0]} is both a parameter and a state")
     defined: dict[str, int] = {}  # value -> the step that made it (-1: an entry input)
     for name in graph.inputs:
+        if not isinstance(name, str) or not name.startswith("%"):
+            raise fail("E0926", f"entry input {name!r} is not a value name (%name)")
         if name in defined:
             raise fail("E0921", f"entry input {name} is listed twice")
         if name not in graph.values:
@@ -119,12 +121,15 @@ def _verify(graph: Graph, stage: str) -> None:
             raise fail("E0925", f"{where} makes {len(step.results)} results; {step.op} makes "
                                  f"{prim.results}")
         for k, o in enumerate(step.operands):
+            if not isinstance(o, str) or not o.startswith(("%", "@")):
+                raise fail("E0926", f"{where} has operand {o!r}: not a value (%name) or a "
+                                    f"parameter or state (@path)")
             if o.startswith("@"):
                 path = o[1:]
                 if path not in graph.parameters and path not in graph.states:
                     raise fail("E0926", f"{where} reads {o}, which is neither a parameter "
                                          f"nor a state of the graph")
-                if prim.category == "state" and k == 0 and path not in graph.states:
+                if prim.category is Category.STATE and k == 0 and path not in graph.states:
                     raise fail("E0923", f"{where} writes {o}, a parameter: only states are "
                                          f"written")
             elif o not in defined:
@@ -133,9 +138,11 @@ def _verify(graph: Graph, stage: str) -> None:
                 made = f"step {later} makes it later" if later is not None else "no step makes it"
                 raise fail("E0920", f"{where} reads {o}, which is not defined before it "
                                      f"({made})")
-            elif prim.category == "state" and k == 0:
+            elif prim.category is Category.STATE and k == 0:
                 raise fail("E0923", f"{where} writes {o}, a value: a scatter writes a @state")
         for r in step.results:
+            if not isinstance(r, str) or not r.startswith(("%", "@")):
+                raise fail("E0926", f"{where} makes {r!r}: not a value name (%name)")
             if r.startswith("@"):
                 raise fail("E0923", f"{where} makes {r}: only a scatter writes a state or "
                                      f"parameter")
@@ -147,6 +154,8 @@ def _verify(graph: Graph, stage: str) -> None:
                 raise fail("E0926", f"{where} makes {r}, which has no type in graph.values")
             defined[r] = i
     for o in graph.outputs:
+        if not isinstance(o, str):
+            raise fail("E0926", f"entry output {o!r} is not a value name or a path")
         if o.startswith("@"):
             if o[1:] not in graph.parameters and o[1:] not in graph.states:
                 raise fail("E0926", f"entry output {o} is neither a parameter nor a state")
