@@ -473,6 +473,10 @@ class Gen:
                     t = NP[dtype]
                 b = Node(f"({c})" if c < 0 else str(c), lambda env, c=c: c,
                          "float" if isinstance(c, float) else "int", literal=True)
+                # The literal replaced b: the operation's dtype is a's with it (a bf16 `a`
+                # divided by 2.0 stays bf16, whatever b was).
+                dtype = self.binary_types(a, b)
+                t = NP[dtype]
                 if a.dtype == "bool":
                     a = self.cast(a, "f32")
                     dtype = self.binary_types(a, b)
