@@ -453,6 +453,8 @@ class Gen:
         if op in ("/", "%"):
             # A safe divisor: a non-zero literal for integers, |b| + 1 for floats.
             if is_float(dtype) and not b.literal and draw(st.booleans()):
+                if b.dtype == "bool":
+                    b = self.cast(b, "f32")  # `abs` of a bool is E0355: convert first
                 b = Node(f"(abs({b.src}) + 1.0)", lambda env, f=b.fn, t=NP[b.dtype]: as_full(
                     np.abs(np.asarray(f(env))) + t(1.0)), b.dtype if b.dtype != "bool" else "f32",
                     False, b.free, b.plain)
@@ -471,6 +473,10 @@ class Gen:
                     t = NP[dtype]
                 b = Node(f"({c})" if c < 0 else str(c), lambda env, c=c: c,
                          "float" if isinstance(c, float) else "int", literal=True)
+                # The literal replaced b: the operation's dtype is a's with it (a bf16 `a`
+                # divided by 2.0 stays bf16, whatever b was).
+                dtype = self.binary_types(a, b)
+                t = NP[dtype]
                 if a.dtype == "bool":
                     a = self.cast(a, "f32")
                     dtype = self.binary_types(a, b)

@@ -8,13 +8,20 @@ See docs/backends.md.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from linnet.lang.ir.graph import Graph, ValueType
+from linnet.lang.ir.stepsets import (
+    StepSet,
+    StepSetError,
+    check_runs_at_first,
+    fingerprint,
+    step_set,
+)
+from linnet.lang.ir.stepsets import state_effects as state_effects  # moved there; re-exported
 
 CONTRACT = 1
 """The contract version this host implements. A backend declares the one it was written for;
@@ -84,8 +91,8 @@ class Options:
     extra: dict = field(default_factory=dict)
 
 
-class RegionError(ValueError):
-    """A backend described a region that cannot run where it stands."""
+class RegionError(StepSetError):
+    """A backend described a region that cannot run where it stands (a ``ValueError``)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,7 +102,9 @@ class Region:
     ``inputs`` are the values the region reads that earlier steps made; parameters and
     states are addressed by path (an executable reads ``context.parameters[path]``).
     ``outputs`` are the values it makes that later steps (or the entry) use. Regions of one
-    ``kind`` compute the same thing on different parameters and share one timing.
+    ``kind`` compute the same thing on different parameters and share one timing; the kind
+    is the fingerprint of the steps (``linnet.lang.ir.stepsets``), which generated source's
+    slices over the same steps carry too.
     """
 
     graph: Graph
@@ -164,95 +173,15 @@ class Region:
             raise RegionError("a region needs at least one step")
         if chosen[0] < 0 or chosen[-1] >= len(graph.steps):
             raise RegionError(f"step {chosen[-1]} is outside the graph")
-        first = chosen[0]
-        inside = set(chosen)
-        made_before = set(graph.inputs)
-        for step in graph.steps[:first]:
-            made_before.update(step.results)
-        made_inside: list[str] = []
-        inputs: list[str] = []
-        parameters: list[str] = []
-        states: list[str] = []
-        for i in chosen:
-            step = graph.steps[i]
-            for o in step.operands:
-                if o.startswith("@"):
-                    path = o[1:]
-                    bucket = states if path in graph.states else parameters
-                    if path not in bucket:
-                        bucket.append(path)
-                elif o in made_inside:
-                    continue
-                elif o in made_before:
-                    if o not in inputs:
-                        inputs.append(o)
-                else:
-                    raise RegionError(
-                        f"step {i} reads {o}, made by step {graph.producers().get(o)} which is "
-                        f"not in the region and runs after its first step {first}")
-            made_inside.extend(step.results)
-        _check_state_order(graph, chosen)
-        used_later: set[str] = set(graph.outputs)
-        for j, step in enumerate(graph.steps):
-            if j in inside or j < first:
-                continue
-            used_later.update(step.operands)
-        outputs = tuple(r for r in made_inside if r in used_later)
+        try:
+            check_runs_at_first(graph, chosen)
+        except StepSetError as exc:
+            raise RegionError(str(exc)) from None
+        analysed = step_set(graph, chosen)
         call = _enclosing_call(graph, chosen, index)
-        region = cls(graph, chosen, index, tuple(inputs), outputs, tuple(parameters),
-                     tuple(states), "", call.callee if call else "", call.path if call else "")
-        object.__setattr__(region, "kind", region_kind(region))
-        return region
-
-
-def state_effects(graph: Graph, index: int) -> tuple[set[str], set[str]]:
-    """The states step ``index`` reads and writes, by path: a scatter writes the state it
-    names first (in place: it reads no other value of it); any other ``@path`` operand that
-    names a state is a read.
-
-    >>> # reads, writes = state_effects(graph, 64)   # ({...}, {"model.layers.0....k_cache"})
-    """
-    step = graph.steps[index]
-    reads: set[str] = set()
-    writes: set[str] = set()
-    for n, o in enumerate(step.operands):
-        if o.startswith("@") and o[1:] in graph.states:
-            (writes if step.op == "scatter" and n == 0 else reads).add(o[1:])
-    return reads, writes
-
-
-def _check_state_order(graph: Graph, chosen: Sequence[int]) -> None:
-    """Raise RegionError where running ``chosen`` together at its first step would reorder
-    a state's reads and writes against a step it skips."""
-    if not graph.states or chosen[-1] - chosen[0] + 1 == len(chosen):
-        return  # a contiguous range runs in its own order: nothing moves
-    inside = set(chosen)
-    # For each state, the last skipped step (between the region's first and the step at
-    # hand) that reads it and the last that writes it.
-    skipped_reads: dict[str, int] = {}
-    skipped_writes: dict[str, int] = {}
-    for i in range(chosen[0], chosen[-1] + 1):
-        reads, writes = state_effects(graph, i)
-        if i not in inside:
-            skipped_reads.update((p, i) for p in reads)
-            skipped_writes.update((p, i) for p in writes)
-            continue
-        for path in sorted(reads):
-            if path in skipped_writes:
-                j = skipped_writes[path]
-                raise RegionError(
-                    f"step {i} reads state {path}, which step {j} writes; step {j} is not in "
-                    f"the region, so running the region at its first step {chosen[0]} would "
-                    f"read {path} before step {j} writes it")
-        for path in sorted(writes):
-            hazard = [(j, "reads") for p, j in skipped_reads.items() if p == path]
-            hazard += [(j, "writes") for p, j in skipped_writes.items() if p == path]
-            if hazard:
-                j, what = max(hazard)
-                raise RegionError(
-                    f"step {i} writes state {path}, which step {j} {what}; step {j} is not "
-                    f"in the region, so running the region at its first step {chosen[0]} "
-                    f"would write {path} before step {j} {what} it")
+        return cls(graph, chosen, index, analysed.inputs, analysed.outputs, analysed.parameters,
+                   analysed.states, fingerprint(graph, analysed), call.callee if call else "",
+                   call.path if call else "")
 
 
 def _enclosing_call(graph: Graph, steps: Sequence[int], index: int | None) -> Any:
@@ -269,33 +198,16 @@ def _enclosing_call(graph: Graph, steps: Sequence[int], index: int | None) -> An
 
 
 def region_kind(region: Region) -> str:
-    """A hash of what the region computes: ops, attributes, shapes and dtypes, with value
-    names and parameter paths abstracted (each layer's q/k/v share one kind)."""
-    graph = region.graph
-    names: dict[str, str] = {v: f"in{i}" for i, v in enumerate(region.inputs)}
-    params = {p: f"p{i}" for i, p in enumerate(region.parameters + region.states)}
+    """What the region computes, as a hash: the fingerprint
+    (:func:`linnet.lang.ir.stepsets.fingerprint`) of its steps, inputs, outputs,
+    parameters and states, with value names and parameter paths abstracted (each layer's
+    q/k/v share one kind). A slice of generated source over the same steps has this kind too.
 
-    def ref(o: str) -> str:
-        if o.startswith("@"):
-            return params[o[1:]]
-        return names.setdefault(o, f"v{len(names)}")
-
-    def table(path: str) -> ValueType:
-        return graph.states[path] if path in graph.states else graph.parameters[path]
-
-    parts: list[Any] = [region.callee]
-    parts.append([[list(graph.values[v].shape), graph.values[v].dtype] for v in region.inputs])
-    parts.append([[list(table(p).shape), table(p).dtype, p in graph.states]
-                  for p in region.parameters + region.states])
-    for i in region.steps:
-        s = graph.steps[i]
-        attrs = {k: v for k, v in s.attributes.items() if k != "path"}
-        parts.append([s.op, [ref(o) for o in s.operands], [ref(r) for r in s.results],
-                      attrs, [[list(graph.values[r].shape), graph.values[r].dtype]
-                              for r in s.results]])
-    parts.append([ref(o) for o in region.outputs])
-    blob = json.dumps(parts, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+    >>> # region_kind(region) == region.kind   (what Region.of gives)
+    """
+    return fingerprint(region.graph, StepSet(region.steps, tuple(region.inputs),
+                                             tuple(region.outputs), tuple(region.parameters),
+                                             tuple(region.states)))
 
 
 @runtime_checkable

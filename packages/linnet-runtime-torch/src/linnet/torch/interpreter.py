@@ -124,6 +124,16 @@ def _constant(step: Step, x: list[Any], device: torch.device) -> Any:
                         device=device)
 
 
+def _scatter(step: Step, x: list[Any], device: torch.device) -> None:
+    state, value, *indices = x
+    if not indices:
+        state.copy_(value)
+    else:
+        for a, i in enumerate(indices):
+            _check_index(step, i, state.shape[a], a, step.operands[0])
+        state.index_put_(tuple(i.long() for i in indices), value)
+
+
 def _max(fn: Callable) -> Rule:
     return lambda s, x, d: fn(*x)
 
@@ -152,20 +162,10 @@ RULES: dict[str, Rule] = {
     "transpose": lambda s, x, d: x[0].permute(s.attributes["perm"]),
     "broadcast": lambda s, x, d: x[0].expand(s.attributes["shape"]),
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
+    "scatter": _scatter,  # in place: the state tensor is updated, no result
 }
-
-
-def _scatter(step: Step, x: list[Any], device: torch.device) -> None:
-    state, value, *indices = x
-    if not indices:
-        state.copy_(value)
-    else:
-        for a, i in enumerate(indices):
-            _check_index(step, i, state.shape[a], a, step.operands[0])
-        state.index_put_(tuple(i.long() for i in indices), value)
-
-
-RULES["scatter"] = _scatter
+"""One rule per primitive (``tests/test_coverage.py`` in linnet-lang checks it covers
+:data:`~linnet.lang.ir.primitives.PRIMITIVES`): ``rule(step, operands, device)``."""
 
 
 def missing_rules() -> list[str]:

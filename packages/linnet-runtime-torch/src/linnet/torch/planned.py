@@ -656,8 +656,8 @@ class PlanBuilder:
     def slice_name(self, step: int) -> str:
         best = None
         for call in self.graph.calls:
-            if call.start <= step < call.stop and call.kind != "entry" and call.path and (
-                    best is None or call.depth < best.depth) and call.path.split(".")[-1].isdigit():
+            if call.start <= step < call.stop and call.iteration is not None and (
+                    best is None or call.depth < best.depth):
                 best = call
         if best is None:
             return "slice"

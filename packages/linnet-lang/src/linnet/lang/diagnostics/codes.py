@@ -13,7 +13,7 @@ Codes are grouped by their hundreds:
 * ``E04xx`` types, calls and returns
 * ``E05xx`` kernels and gradients
 * ``E06xx`` blocks and models, lowering, configs, inputs and weights
-* ``E09xx`` serialised graphs
+* ``E09xx`` serialised graphs, and internal errors (E0920-E0929: the graph verifier)
 
 ``tests/test_diagnostics_golden.py`` checks that every code used in the package has an
 entry here, and that the Linnet examples fail (and pass) as they say.
@@ -3790,5 +3790,113 @@ Wrong:
 Fixed:
 
     $ linnet graph llama.linnet --entry decode --config toy --format json -o decode.json
+""",
+    "E0920": """\
+Internal error: a graph reads a value before any step makes it.
+
+The graph verifier (`linnet.lang.ir.verify`, run after lowering and after every pass
+under `LINNET_DEBUG=1`) found a step whose operand is neither an entry input nor made by an
+earlier step, or an entry output that no step makes. Lowering or a pass put steps out of
+order. This is a bug in linnet-lang, not in the model: please report it.
+
+Wrong:
+
+    >>> g.steps = [Step("exp", ["%y"], ["%z"]), Step("neg", ["%x"], ["%y"])]
+
+Fixed:
+
+    >>> g.steps = [Step("neg", ["%x"], ["%y"]), Step("exp", ["%y"], ["%z"])]
+""",
+    "E0921": """\
+Internal error: a graph makes one value twice.
+
+Values are SSA: each is made by one step, or is an entry input. The verifier found a
+second step making a value (or a step making an entry input). This is a bug in
+linnet-lang, not in the model: please report it.
+
+Wrong:
+
+    >>> g.steps = [Step("neg", ["%x"], ["%y"]), Step("exp", ["%x"], ["%y"])]
+
+Fixed:
+
+    >>> g.steps = [Step("neg", ["%x"], ["%y"]), Step("exp", ["%x"], ["%z"])]
+""",
+    "E0922": """\
+Internal error: a graph's call spans do not nest or leave the steps.
+
+Each inlined call covers steps `start..stop` of the graph; two calls are either disjoint
+or one lies inside the other, and every span lies inside the graph's steps. A pass that
+moves steps must move the spans with them. This is a bug in linnet-lang, not in the
+model: please report it.
+
+Wrong:
+
+    >>> g.calls = [Call("m::f", "fn", 0, 2, 1), Call("m::g", "fn", 1, 3, 2)]
+
+Fixed:
+
+    >>> g.calls = [Call("m::f", "fn", 0, 2, 1), Call("m::g", "fn", 1, 2, 2, depth=1)]
+""",
+    "E0923": """\
+Internal error: a graph writes a state other than by scatter.
+
+States (KV caches) are written in place only by `scatter`, whose first operand is the
+`@state`; no step makes a `@path` as its result, and a scatter never writes a parameter
+or a value. This is a bug in linnet-lang, not in the model: please report it.
+
+Wrong:
+
+    >>> Step("scatter", ["@model.layers.0.attn.q.weight", "%v", "%pos"], [])
+
+Fixed:
+
+    >>> Step("scatter", ["@model.layers.0.attn.k_cache", "%v", "%pos"], [])
+""",
+    "E0924": """\
+Internal error: a graph step calls an unknown primitive.
+
+Every step's op is a row of `linnet.lang.ir.primitives.PRIMITIVES`, the table every
+emitter and interpreter keys on. This is a bug in linnet-lang (or in a pass that made the
+step), not in the model: please report it.
+
+Wrong:
+
+    >>> Step("expm1", ["%x"], ["%y"])
+
+Fixed:
+
+    >>> Step("exp", ["%x"], ["%y"])
+""",
+    "E0925": """\
+Internal error: a graph step has the wrong number of operands or results.
+
+Each primitive takes the operands its row in `PRIMITIVES` says (`arity`, or at least
+`min_arity`) and makes one result, except `scatter`, which makes none. This is a bug in
+linnet-lang, not in the model: please report it.
+
+Wrong:
+
+    >>> Step("add", ["%x", "%y", "%z"], ["%s"])
+
+Fixed:
+
+    >>> Step("add", ["%x", "%y"], ["%s"])
+""",
+    "E0926": """\
+Internal error: a graph value, parameter or state has no valid type.
+
+Every value a step makes or an entry takes has a shape and dtype in `graph.values`, every
+parameter and state one in `graph.parameters` or `graph.states` (a known dtype, sizes of
+0 or more), and every `@path` operand names one of them. This is a bug in linnet-lang,
+not in the model: please report it.
+
+Wrong:
+
+    >>> g.values["%y"] = ValueType((-1, 4), "f8")
+
+Fixed:
+
+    >>> g.values["%y"] = ValueType((1, 4), "f32")
 """,
 }

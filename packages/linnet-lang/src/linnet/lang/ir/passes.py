@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
+from linnet.lang.ir import verify as _verify
 from linnet.lang.ir.graph import Graph
-
-_REPEATED = re.compile(r"(^|\.)\d+(\.|$)")
 
 
 def hoist_invariants(graph: Graph) -> Graph:
@@ -16,7 +13,8 @@ def hoist_invariants(graph: Graph) -> Graph:
     they stop making layer 0 look different from the others (so every layer's slice has one
     kind and is compiled once) and are not recomputed per layer.
     """
-    repeated = [c for c in graph.calls if _REPEATED.search(c.path)]
+    # The iterations of repeated blocks (lowering marks them; their nested calls lie inside).
+    repeated = [c for c in graph.calls if c.iteration is not None]
     in_repeated = [False] * len(graph.steps)
     for c in repeated:
         for i in range(c.start, c.stop):
@@ -65,6 +63,17 @@ PASSES = [hoist_invariants]
 
 
 def run_passes(graph: Graph) -> Graph:
+    """Run :data:`PASSES` in order on a freshly lowered graph. Under ``LINNET_DEBUG=1`` (and
+    in the test suites) the graph is verified (:func:`linnet.lang.ir.verify.verify`) before
+    the first pass, that is, as lowering made it, and after each pass.
+
+    >>> # run_passes(graph) is the last thing `lower` does
+    """
+    checked = _verify.checked()
+    if checked:
+        _verify.verify(graph, "lowering")
     for p in PASSES:
         graph = p(graph)
+        if checked:
+            _verify.verify(graph, f"pass {p.__name__}")
     return graph

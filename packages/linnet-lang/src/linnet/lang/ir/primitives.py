@@ -1,87 +1,170 @@
 """The primitives a graph's steps call: the single table every emitter and interpreter keys on.
 
-Adding a primitive means adding a row here and one rule to each table (emitters, the
-interpreter, grad); ``tests/test_primitives.py`` walks this table and fails when a rule is
-missing. docs/graph-format.md describes each primitive's semantics.
+Each row is a :class:`Primitive`: its name, its :class:`Category`, its operand count, and
+what it is as data (the source operator or builtin function that lowers to it, whether it
+compares, is logical, accepts integers, passes a gradient). The sets the checker used to
+keep by hand beside the table (:data:`COMPARISON_PRIMITIVES`, :data:`UNARY_FUNCTIONS`, ...)
+are derived from the rows, so adding a primitive is adding one row here and one rule to each
+per-primitive table (typing, folding, emitters, the interpreter, the test reference);
+``tests/test_coverage.py`` walks every table against :data:`PRIMITIVES` and fails when a rule
+is missing, names no primitive, or a table's ``EXPECTED_MISSING`` is stale.
+docs/graph-format.md describes each primitive's semantics.
+
+>>> PRIMITIVES["lt"].category, PRIMITIVES["lt"].comparison, PRIMITIVES["lt"].operator
+(<Category.ELEMENTWISE: 'elementwise'>, True, '<')
+>>> sorted(LOGICAL_PRIMITIVES)
+['and', 'not', 'or']
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Category(StrEnum):
+    """What kind of step a primitive makes (a string enum: ``Category.SHAPE == "shape"``)."""
+
+    ELEMENTWISE = "elementwise"  # numpy broadcasting between operands of equal rank
+    CONSTANT = "constant"  # no operands: a value known when lowering
+    SHAPE = "shape"  # the same elements, rearranged
+    REDUCE = "reduce"  # reductions and contractions
+    GATHER = "gather"  # reads at computed positions
+    STATE = "state"  # writes a state in place (no result)
 
 
 @dataclass(frozen=True)
 class Primitive:
+    """One row of :data:`PRIMITIVES`.
+
+    ``arity``: the operand count (None: variable, at least ``min_arity``). ``operator``: the
+    binary source operator that lowers to it (``"+"``); ``function``: the builtin function a
+    model calls for it (``"max"`` for ``maximum``). ``comparison`` and ``logical`` results are
+    bool; ``ints``: integer operands are allowed (elementwise math on floats only otherwise);
+    ``differentiable``: a gradient flows through it to its value operands.
+
+    >>> PRIMITIVES["maximum"].function, PRIMITIVES["scatter"].results
+    ('max', 0)
+    """
+
     name: str
-    category: str  # elementwise, reduce, shape, gather, state, constant
-    arity: int | None  # operand count (None: variable)
+    category: Category
+    arity: int | None
     doc: str
+    operator: str = ""
+    function: str = ""
+    comparison: bool = False
+    logical: bool = False
+    ints: bool = True
+    differentiable: bool = False
+    min_arity: int = 0
+
+    @property
+    def results(self) -> int:
+        """How many results a step of this primitive makes (a state write makes none)."""
+        return 0 if self.category is Category.STATE else 1
+
+    @property
+    def bool_result(self) -> bool:
+        """Whether the result is bool whatever the operands' dtype."""
+        return self.comparison or self.logical
 
 
-_ROWS = [
-    # elementwise, numpy broadcasting between operands of equal rank (size-1 axes broadcast)
-    ("neg", "elementwise", 1, "-x"),
-    ("not", "elementwise", 1, "logical not of a bool tensor"),
-    ("exp", "elementwise", 1, "e**x"),
-    ("log", "elementwise", 1, "natural logarithm"),
-    ("sqrt", "elementwise", 1, "square root"),
-    ("rsqrt", "elementwise", 1, "1 / sqrt(x)"),
-    ("sin", "elementwise", 1, "sine"),
-    ("cos", "elementwise", 1, "cosine"),
-    ("tanh", "elementwise", 1, "hyperbolic tangent"),
-    ("sigmoid", "elementwise", 1, "1 / (1 + exp(-x))"),
-    ("erf", "elementwise", 1, "error function"),
-    ("abs", "elementwise", 1, "absolute value"),
-    ("floor", "elementwise", 1, "round toward -inf (floats)"),
-    ("add", "elementwise", 2, "x + y"),
-    ("sub", "elementwise", 2, "x - y"),
-    ("mul", "elementwise", 2, "x * y"),
-    ("div", "elementwise", 2, "x / y; for integers, division rounding toward -inf"),
-    ("rem", "elementwise", 2, "x % y, with the sign of y (Python's and torch's remainder)"),
-    ("pow", "elementwise", 2, "x ** y"),
-    ("maximum", "elementwise", 2, "larger of x and y"),
-    ("minimum", "elementwise", 2, "smaller of x and y"),
-    ("lt", "elementwise", 2, "x < y (bool)"),
-    ("le", "elementwise", 2, "x <= y (bool)"),
-    ("gt", "elementwise", 2, "x > y (bool)"),
-    ("ge", "elementwise", 2, "x >= y (bool)"),
-    ("eq", "elementwise", 2, "x == y (bool)"),
-    ("ne", "elementwise", 2, "x != y (bool)"),
-    ("and", "elementwise", 2, "logical and"),
-    ("or", "elementwise", 2, "logical or"),
-    ("select", "elementwise", 3, "where(cond, x, y)"),
-    ("convert", "elementwise", 1, "change element type to attributes.dtype"),
+E, C, S, R, G = (Category.ELEMENTWISE, Category.CONSTANT, Category.SHAPE, Category.REDUCE,
+                 Category.GATHER)
+_P = Primitive
+
+
+def _math(name: str, doc: str, ints: bool = False, differentiable: bool = True) -> Primitive:
+    """A unary builtin function of the language (``exp(x)``), elementwise."""
+    return _P(name, Category.ELEMENTWISE, 1, doc, function=name, ints=ints, differentiable=differentiable)
+
+
+def _compare(name: str, operator: str, doc: str) -> Primitive:
+    return _P(name, Category.ELEMENTWISE, 2, doc, operator=operator, comparison=True)
+
+
+_TABLE: list[Primitive] = [
+    _P("neg", E, 1, "-x", differentiable=True),
+    _P("not", E, 1, "logical not of a bool tensor", logical=True),
+    _math("exp", "e**x"),
+    _math("log", "natural logarithm"),
+    _math("sqrt", "square root"),
+    _math("rsqrt", "1 / sqrt(x)"),
+    _math("sin", "sine"),
+    _math("cos", "cosine"),
+    _math("tanh", "hyperbolic tangent"),
+    _math("sigmoid", "1 / (1 + exp(-x))"),
+    _math("erf", "error function"),
+    _math("abs", "absolute value", ints=True),
+    # The gradient of floor is zero wherever it exists: nothing flows through it.
+    _math("floor", "round toward -inf (floats)", ints=True, differentiable=False),
+    _P("add", E, 2, "x + y", operator="+", differentiable=True),
+    _P("sub", E, 2, "x - y", operator="-", differentiable=True),
+    _P("mul", E, 2, "x * y", operator="*", differentiable=True),
+    _P("div", E, 2, "x / y; for integers, division rounding toward -inf", operator="/",
+       differentiable=True),
+    _P("rem", E, 2, "x % y, with the sign of y (Python's and torch's remainder)", operator="%",
+       differentiable=True),
+    _P("pow", E, 2, "x ** y", function="pow", differentiable=True),
+    _P("maximum", E, 2, "larger of x and y", function="max", differentiable=True),
+    _P("minimum", E, 2, "smaller of x and y", function="min", differentiable=True),
+    _compare("lt", "<", "x < y (bool)"),
+    _compare("le", "<=", "x <= y (bool)"),
+    _compare("gt", ">", "x > y (bool)"),
+    _compare("ge", ">=", "x >= y (bool)"),
+    _compare("eq", "==", "x == y (bool)"),
+    _compare("ne", "!=", "x != y (bool)"),
+    _P("and", E, 2, "logical and", operator="&&", logical=True),
+    _P("or", E, 2, "logical or", operator="||", logical=True),
+    _P("select", E, 3, "where(cond, x, y)", differentiable=True),
+    _P("convert", E, 1, "change element type to attributes.dtype", differentiable=True),
     # constants
-    ("constant", "constant", 0, "a rank-0 tensor: attributes.value, attributes.dtype"),
-    ("iota", "constant", 0, "0..shape[axis]-1 along attributes.axis, shape attributes.shape"),
+    _P("constant", C, 0, "a rank-0 tensor: attributes.value, attributes.dtype"),
+    _P("iota", C, 0, "0..shape[axis]-1 along attributes.axis, shape attributes.shape"),
     # shapes
-    ("reshape", "shape", 1, "same elements, row-major, new attributes.shape"),
-    ("transpose", "shape", 1, "axes permuted: result axis i is operand axis perm[i]"),
-    ("broadcast", "shape", 1, "size-1 axes repeated up to attributes.shape"),
+    _P("reshape", S, 1, "same elements, row-major, new attributes.shape", differentiable=True),
+    _P("transpose", S, 1, "axes permuted: result axis i is operand axis perm[i]",
+       differentiable=True),
+    _P("broadcast", S, 1, "size-1 axes repeated up to attributes.shape", differentiable=True),
     # reductions and contractions
-    ("reduce", "reduce", 1, "attributes.kind (sum|max|min|prod|mean) over attributes.axes, "
-                            "accumulated in attributes.accumulate from attributes.identity"),
-    ("contract", "reduce", 2, "einsum(attributes.spec) accumulated in attributes.accumulate"),
+    _P("reduce", R, 1, "attributes.kind (sum|max|min|prod|mean) over attributes.axes, "
+                       "accumulated in attributes.accumulate from attributes.identity",
+       differentiable=True),
+    _P("contract", R, 2, "einsum(attributes.spec) accumulated in attributes.accumulate",
+       differentiable=True),
     # gathers and state writes
-    ("take", "gather", 2, "numpy.take(operand, index, axis=attributes.axis): the axis is replaced "
-                          "by the index tensor's axes; attributes.bounds as for gather"),
-    ("gather", "gather", None, "operand[i0, ..., ik-1, :, ...]: advanced indexing of the first k "
-                               "axes by broadcast integer tensors; attributes.bounds says what "
-                               "an index outside the axis reads (zero | unchecked)"),
-    ("scatter", "state", None, "state[i0, ..., ik-1, :, ...] = value, in place; operands "
-                               "(@state, value, i0, ..., ik-1)"),
+    _P("take", G, 2, "numpy.take(operand, index, axis=attributes.axis): the axis is replaced "
+                     "by the index tensor's axes; attributes.bounds as for gather",
+       differentiable=True),
+    _P("gather", G, None, "operand[i0, ..., ik-1, :, ...]: advanced indexing of the first k "
+                          "axes by broadcast integer tensors; attributes.bounds says what "
+                          "an index outside the axis reads (zero | unchecked)",
+       differentiable=True, min_arity=1),
+    _P("scatter", Category.STATE, None, "state[i0, ..., ik-1, :, ...] = value, in place; "
+                                        "operands (@state, value, i0, ..., ik-1)", min_arity=2),
 ]
 
-PRIMITIVES: dict[str, Primitive] = {r[0]: Primitive(*r) for r in _ROWS}
 
-UNARY_FUNCTIONS = {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf", "abs",
-                   "floor"}
-BINARY_FUNCTIONS = {"max": "maximum", "min": "minimum", "pow": "pow"}
-BINARY_OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "<": "lt",
-                    "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne", "&&": "and",
-                    "||": "or"}
-COMPARISON_PRIMITIVES = {"lt", "le", "gt", "ge", "eq", "ne"}
-LOGICAL_PRIMITIVES = {"and", "or", "not"}
+PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _TABLE}
+
+# Derived from the rows (kept importable under the names the checker has always used).
+UNARY_FUNCTIONS = {p.name for p in _TABLE if p.function and p.arity == 1}
+BINARY_FUNCTIONS = {p.function: p.name for p in _TABLE if p.function and p.arity == 2}
+BINARY_OPERATORS = {p.operator: p.name for p in _TABLE if p.operator and p.arity == 2}
+COMPARISON_PRIMITIVES = {p.name for p in _TABLE if p.comparison}
+LOGICAL_PRIMITIVES = {p.name for p in _TABLE if p.logical}
+DIFFERENTIABLE_PRIMITIVES = frozenset(p.name for p in _TABLE if p.differentiable)
+
+
+def in_category(category: Category | str) -> frozenset[str]:
+    """The names of the primitives of one category.
+
+    >>> sorted(in_category("shape"))
+    ['broadcast', 'reshape', 'transpose']
+    """
+    return frozenset(p.name for p in _TABLE if p.category == category)
+
 
 REDUCTION_IDENTITIES = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": float("-inf"),
                         "min": float("inf")}

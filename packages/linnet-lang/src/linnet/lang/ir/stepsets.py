@@ -1,0 +1,212 @@
+"""What a set of a graph's steps reads, makes and computes: the one analysis behind slices
+(:mod:`linnet.lang.ir.slices`, the functions of generated source) and linnet-plan's regions
+(``linnet.backends.Region``, the steps a backend runs).
+
+:func:`step_set` gives a set's inputs, outputs, parameters and states; :func:`fingerprint`
+hashes what it computes with value names and parameter paths abstracted, so that every
+layer's slice or region has one fingerprint (``Slice.kind`` and ``Region.kind`` are it);
+:func:`check_runs_at_first` says whether steps apart may run together where the first one
+stands (operands made in time, no state read or written out of order).
+
+>>> from linnet.lang.ir.graph import Graph, Step, ValueType
+>>> g = Graph("e", "m", inputs=["%x"], outputs=["%z"], values={
+...     "%x": ValueType((2,), "f32"), "%y": ValueType((2,), "f32"), "%z": ValueType((2,), "f32")},
+...     parameters={"w": ValueType((2,), "f32")})
+>>> g.steps = [Step("mul", ["%x", "@w"], ["%y"]), Step("exp", ["%y"], ["%z"])]
+>>> s = step_set(g, [0])
+>>> s.inputs, s.outputs, s.parameters
+(('%x',), ('%y',), ('w',))
+>>> fingerprint(g, s) == fingerprint(g, step_set(g, [0]))
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from linnet.lang.ir.graph import Graph, ValueType
+
+
+class StepSetError(ValueError):
+    """Steps that cannot run together where the first of them stands (see
+    :func:`check_runs_at_first`). linnet-plan's ``RegionError`` is a subclass."""
+
+
+@dataclass(frozen=True)
+class StepSet:
+    """Steps of one graph, in the order they run, and what they exchange with the rest.
+
+    ``inputs``: SSA values the steps read that no earlier step of the set made, in first-use
+    order. ``outputs``: values the steps make that a step outside the set, or the entry,
+    uses. ``parameters`` and ``states``: the paths read (or, for states, written), in
+    first-use order.
+    """
+
+    steps: tuple[int, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    parameters: tuple[str, ...]
+    states: tuple[str, ...]
+
+
+def step_set(graph: Graph, steps: Iterable[int]) -> StepSet:
+    """Analyse ``steps`` (run in the order given; a plan's slice may skip some).
+
+    >>> # step_set(graph, range(call.start, call.stop)).outputs
+    """
+    order = tuple(steps)
+    inside = set(order)
+    made: set[str] = set()
+    made_in_order: list[str] = []
+    inputs: dict[str, None] = {}
+    parameters: dict[str, None] = {}
+    states: dict[str, None] = {}
+    for i in order:
+        step = graph.steps[i]
+        for o in step.operands:
+            if o.startswith("@"):
+                path = o[1:]
+                (states if path in graph.states else parameters).setdefault(path)
+            elif o not in made:
+                inputs.setdefault(o)
+        made.update(step.results)
+        made_in_order.extend(step.results)
+    used_outside: set[str] = set(graph.outputs)
+    for j, step in enumerate(graph.steps):
+        if j not in inside:
+            used_outside.update(step.operands)
+    outputs = tuple(r for r in made_in_order if r in used_outside)
+    return StepSet(order, tuple(inputs), outputs, tuple(parameters), tuple(states))
+
+
+def state_effects(graph: Graph, index: int) -> tuple[set[str], set[str]]:
+    """The states step ``index`` reads and writes, by path: a scatter writes the state it
+    names first (in place: it reads no other value of it); any other ``@path`` operand that
+    names a state is a read.
+
+    >>> # reads, writes = state_effects(graph, 64)   # ({...}, {"model.layers.0....k_cache"})
+    """
+    step = graph.steps[index]
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for n, o in enumerate(step.operands):
+        if o.startswith("@") and o[1:] in graph.states:
+            (writes if step.op == "scatter" and n == 0 else reads).add(o[1:])
+    return reads, writes
+
+
+def check_runs_at_first(graph: Graph, chosen: Sequence[int]) -> None:
+    """Raise :class:`StepSetError` unless the sorted steps ``chosen`` can run together where
+    the first stands: every operand is a graph input, made before the first step, or made
+    by an earlier step of the set; and no step moves across a skipped step in a way that
+    reorders a state's reads and writes (a KV cache read moved before the scatter that
+    fills it, or a scatter moved before a skipped read or write of its state).
+
+    >>> # check_runs_at_first(graph, [q.start, k.start, v.start])
+    """
+    first = chosen[0]
+    made_before = set(graph.inputs)
+    for step in graph.steps[:first]:
+        made_before.update(step.results)
+    made_inside: set[str] = set()
+    for i in chosen:
+        step = graph.steps[i]
+        for o in step.operands:
+            if o.startswith("@") or o in made_inside or o in made_before:
+                continue
+            raise StepSetError(
+                f"step {i} reads {o}, made by step {graph.producers().get(o)} which is "
+                f"not in the region and runs after its first step {first}")
+        made_inside.update(step.results)
+    _check_state_order(graph, chosen)
+
+
+def _check_state_order(graph: Graph, chosen: Sequence[int]) -> None:
+    if not graph.states or chosen[-1] - chosen[0] + 1 == len(chosen):
+        return  # a contiguous range runs in its own order: nothing moves
+    inside = set(chosen)
+    # For each state, the last skipped step (between the set's first and the step at
+    # hand) that reads it and the last that writes it.
+    skipped_reads: dict[str, int] = {}
+    skipped_writes: dict[str, int] = {}
+    for i in range(chosen[0], chosen[-1] + 1):
+        reads, writes = state_effects(graph, i)
+        if i not in inside:
+            skipped_reads.update((p, i) for p in reads)
+            skipped_writes.update((p, i) for p in writes)
+            continue
+        for path in sorted(reads):
+            if path in skipped_writes:
+                j = skipped_writes[path]
+                raise StepSetError(
+                    f"step {i} reads state {path}, which step {j} writes; step {j} is not in "
+                    f"the region, so running the region at its first step {chosen[0]} would "
+                    f"read {path} before step {j} writes it")
+        for path in sorted(writes):
+            hazard = [(j, "reads") for p, j in skipped_reads.items() if p == path]
+            hazard += [(j, "writes") for p, j in skipped_writes.items() if p == path]
+            if hazard:
+                j, what = max(hazard)
+                raise StepSetError(
+                    f"step {i} writes state {path}, which step {j} {what}; step {j} is not "
+                    f"in the region, so running the region at its first step {chosen[0]} "
+                    f"would write {path} before step {j} {what} it")
+
+
+def fingerprint(graph: Graph, steps: StepSet) -> str:
+    """What ``steps`` compute, as a 16-digit hash: each step's op, attributes and result
+    types, the types of the inputs, parameters and states, and how values flow between
+    them, with value names and parameter paths abstracted (by position of first use).
+    Sets with one fingerprint compute the same thing from differently named values and
+    weights (each layer's slice; each layer's q projection), so generated source has one
+    function for them and a plan times them once.
+
+    >>> # fingerprint(g, step_set(g, layer0)) == fingerprint(g, step_set(g, layer1))
+    """
+    names: dict[str, str] = {v: f"in{i}" for i, v in enumerate(steps.inputs)}
+    paths = {p: f"p{i}" for i, p in enumerate(steps.parameters + steps.states)}
+
+    def ref(o: str) -> str:
+        if o.startswith("@"):
+            return paths[o[1:]]
+        return names.setdefault(o, f"v{len(names)}")
+
+    def typed(vt: ValueType) -> list[Any]:
+        return [list(vt.shape), vt.dtype]
+
+    parts: list[Any] = [[typed(graph.values[v]) for v in steps.inputs]]
+    parts.append([[*typed(graph.parameters[p]), False] for p in steps.parameters]
+                 + [[*typed(graph.states[p]), True] for p in steps.states])
+    for i in steps.steps:
+        s = graph.steps[i]
+        # A scatter's `path` names its state, which its first operand already says.
+        attrs = {k: v for k, v in s.attributes.items() if k != "path"}
+        parts.append([s.op, [ref(o) for o in s.operands], [ref(r) for r in s.results], attrs,
+                      [typed(graph.values[r]) for r in s.results]])
+    parts.append([ref(o) for o in steps.outputs])
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def block_prefix(graph: Graph, paths: Iterable[str]) -> str:
+    """The path of the repeated-block iteration all ``paths`` lie in, with a trailing dot
+    (``model.layers.3.``), or '' (read from the calls' ``iteration``, not from the paths'
+    digits).
+
+    >>> # block_prefix(graph, ["model.layers.3.mlp.up.weight"]) == "model.layers.3."
+    """
+    wanted = list(paths)
+    if not wanted:
+        return ""
+    best = ""
+    for call in graph.calls:
+        if call.iteration is None or not call.path:
+            continue
+        candidate = call.path + "."
+        if len(candidate) > len(best) and all(p.startswith(candidate) for p in wanted):
+            best = candidate
+    return best
