@@ -20,6 +20,7 @@ from typing import Any
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.diagnostics.core import Diagnostic, Span
+from linnet.lang.check.instantiate import run_loop
 from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.primitives import (
     BINARY_FUNCTIONS,
@@ -436,12 +437,20 @@ class Evaluator:
                                 "or a reduction (`sum[i] x[i]`)" if isinstance(arr, Tensor) else
                                 "declare repeated blocks as `block layers: [Layer<...>; N]`")
             values = list(arr.items)  # type: ignore[arg-type]
-        for v in values:
+
+        def run_one(v: Any) -> None:
             frame.scopes.append({stmt.var: v})
             try:
                 self.run_body(stmt.body, frame)
             finally:
                 frame.scopes.pop()
+
+        if isinstance(it, A.RangeExpr):
+            for v in values:
+                run_one(v)
+            return
+        # Repeated blocks: lower one element, instantiate it for the others (check/instantiate).
+        run_loop(self, stmt, frame, arr, run_one)
 
     # ================================================================ positional values
     def value(self, expr: A.Expr, frame: Frame, statement: bool = False) -> Any:
