@@ -29,6 +29,8 @@ from linnet.lang.check.evaluate import (
     walk,
 )
 from linnet.lang.diagnostics.core import Diagnostic, Label, LinnetError, Span
+import linnet.lang.check.instantiate as instantiation
+from linnet.lang.check.instantiate import clone_element
 from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.graph import Graph, ValueType
 from linnet.lang.ir.passes import run_passes
@@ -128,7 +130,13 @@ def instantiate_member_block(ev: Evaluator, m: A.Member, frame: Frame, path: str
                             f"{MAX_REPEAT} in the config")
         child, env = block_env(ev, typ.element, frame)
         n = 1 if count.value is None else count.value
-        items = [instantiate(ev, child, dict(env), f"{path}.{i}") for i in range(n)]
+        if instantiation.ENABLED:
+            # The elements differ only in their paths: copy the first (check/instantiate.py).
+            first = instantiate(ev, child, dict(env), f"{path}.0")
+            items = [first] + [clone_element(first, f"{path}.0", f"{path}.{i}")
+                               for i in range(1, n)]
+        else:
+            items = [instantiate(ev, child, dict(env), f"{path}.{i}") for i in range(n)]
         for i, item in enumerate(items):
             item.iteration, item.repeated = i, path
         return BlockArray(typ.element, path, count, items)

@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.diagnostics.core import Span
-from linnet.lang.ir.builder import Builder
-from linnet.lang.ir.graph import Call
+from linnet.lang.ir.builder import Builder, _concrete, _loc, attrs_key
+from linnet.lang.ir.graph import Call, ValueType
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import BlockArray, BlockInst, Tensor
 
@@ -134,9 +134,9 @@ class Tracer:
 def _copy(value: Any) -> Any:
     """A deep copy of JSON-like attributes: replayed steps must not share mutable lists."""
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: _copy(v) if isinstance(v, dict | list) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [_copy(v) if isinstance(v, dict | list) else v for v in value]
     return value
 
 
@@ -217,9 +217,11 @@ def run_loop(ev: Evaluator, stmt: A.For, frame: Frame, arr: BlockArray,
             run_one(item)
         return
     carried: list[Tensor] = after  # type: ignore[assignment]
+    modes = attribute_modes(template.records, items[0].path)
+    records = compile_records(template.records)
     for k in range(2, len(items)):
         renaming = _renaming(arr, items, k, ins, carried)
-        _replay(builder, template.records, renaming)
+        _replay(builder, records, modes, renaming)
         carried = [Tensor(renaming.ref(o.ref), o.shape, o.dtype, o.kind, o.labels) for o in outs]
     _rebind(frame, names, carried)
 
@@ -319,6 +321,33 @@ def same_element(a: Any, b: Any, old: str, new: str) -> bool:
     return type(a) is type(b) and a == b
 
 
+def clone_element(inst: BlockInst, old: str, new: str) -> BlockInst:
+    """Element ``i`` of a block array from element 0: the same members under new paths.
+
+    Instantiating a block is deterministic in everything but its path (the generics, the
+    member conditions, shapes and dtypes are the array's, not the element's), so lowering
+    instantiates element 0 and copies it, rather than evaluating every member again.
+
+    >>> from linnet.lang.tensors.dims import Dim
+    >>> a = BlockInst(None, "layers.0", {}, {"w": Tensor("@layers.0.w", (Dim.const(2),), "f32",
+    ...                                                   kind="param")})  # type: ignore[arg-type]
+    >>> clone_element(a, "layers.0", "layers.5").members["w"].ref
+    '@layers.5.w'
+    """
+    members: dict[str, Any] = {}
+    for name, v in inst.members.items():
+        if isinstance(v, Tensor):
+            v = Tensor("@" + _path_of(v.ref[1:], old, new), v.shape, v.dtype, v.kind, v.labels)
+        elif isinstance(v, BlockInst):
+            v = clone_element(v, old, new)
+        elif isinstance(v, BlockArray):
+            v = BlockArray(v.element, _path_of(v.path, old, new), v.count,
+                           [clone_element(item, old, new) for item in v.items])
+        members[name] = v
+    return BlockInst(inst.decl, _path_of(inst.path, old, new), dict(inst.env), members,
+                     inst.iteration, _path_of(inst.repeated, old, new))
+
+
 def _path_of(path: str, old: str, new: str) -> str:
     if path == old:
         return new
@@ -369,21 +398,36 @@ def _matches(template: list[Record], witness: list[Record], r: Renaming) -> bool
     return True
 
 
-def _replay(builder: Any, records: list[Record], r: Renaming) -> None:
-    """Make the template's builder calls again for one iteration, renamed by ``r``."""
+def _replay(builder: Any, records: list[Record], modes: list[int], r: Renaming) -> None:
+    """Make the template's builder calls again for one iteration, renamed by ``r``.
+
+    ``modes`` (from :func:`attribute_modes`) says, per record, how its attributes are carried
+    over: 0 as they are, 1 copied, 2 renamed.
+    """
     opened: list[Call | None] = []
     values = r.values
-    for t in records:
+    ref = r.ref
+    fast = type(builder) is Builder  # a nested loop's replay records through a Tracer
+    for t, mode in zip(records, modes):
         kind = t[0]
         if kind == "emit":
-            res = builder.emit(t[1], r.refs(t[2]), t[3], t[4], r.attrs(t[5]) if t[5] else None,
-                               t[6], t[7], t[8])
-            values[t[9]] = res.ref
+            attrs = t[5]
+            operands = [values.get(o, o) if o[:1] == "%" else ref(o) for o in t[2]]
+            if mode == 2:
+                attrs = r.attrs(attrs)
+            elif mode == 1:
+                attrs = _copy(attrs)
+            if fast:
+                values[t[9]] = builder.emit_step(t[1], operands, t[11], attrs, t[6], t[12],
+                                                 attrs_key(attrs) if mode == 2 else t[13])
+            else:
+                values[t[9]] = builder.emit(t[1], operands, t[3], t[4], attrs or None, t[6],
+                                            t[7], t[8]).ref
         elif kind == "rename":
-            res = builder.rename_last(Tensor(r.ref(t[1]), t[2], t[3], t[4], t[5]), t[6], t[7])
+            res = builder.rename_last(Tensor(ref(t[1]), t[2], t[3], t[4], t[5]), t[6], t[7])
             values[t[8]] = res.ref
         elif kind == "effect":
-            builder.effect(t[1], r.refs(t[2]), r.attrs(t[3]), t[4])
+            builder.effect(t[1], [ref(o) for o in t[2]], r.attrs(t[3]), t[4])
         elif kind == "open":
             opened.append(builder.open_call(t[1], t[2], r.path(t[3]), t[4], None,
                                             iteration=r.iteration(t[5], t[6]),
@@ -393,3 +437,42 @@ def _replay(builder: Any, records: list[Record], r: Renaming) -> None:
             if call is not None:
                 call.attributes = r.attrs(t[1])
             builder.close_call(call)
+
+
+def compile_records(records: list[Record]) -> list[Record]:
+    """Emit records with what the builder would compute again on every replay computed once:
+    the concrete type, the location and the attributes' CSE key (appended as fields 11-13)."""
+    out = []
+    for t in records:
+        if t[0] == "emit":
+            vtype = ValueType(tuple(_concrete(d) for d in t[3]), t[4])
+            t = (*t, vtype, _loc(t[7]), attrs_key(t[5]))
+        out.append(t)
+    return out
+
+
+def attribute_modes(records: list[Record], element: str) -> list[int]:
+    """How each record's attributes are carried into a replay: 0 as they are (scalars only:
+    the builder copies the dict), 1 copied (lists), 2 renamed (they name values or paths)."""
+    def names(v: Any) -> bool:
+        if isinstance(v, str):
+            return v[:1] in ("%", "@") or v == element or v.startswith(element + ".")
+        if isinstance(v, dict):
+            return any(names(x) for x in v.values())
+        if isinstance(v, list):
+            return any(names(x) for x in v)
+        return False
+
+    modes = []
+    for t in records:
+        if t[0] != "emit":
+            modes.append(2)
+            continue
+        attrs = t[5]
+        if names(attrs):
+            modes.append(2)
+        elif any(isinstance(v, dict | list) for v in attrs.values()):
+            modes.append(1)
+        else:
+            modes.append(0)
+    return modes
