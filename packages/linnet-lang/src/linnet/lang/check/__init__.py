@@ -1,2 +1,11 @@
-"""Checking and lowering: the abstract interpreter (`evaluate`) run over generic code to check
-it, and over concrete shapes to lower an entry to a graph (`driver`)."""
+"""Checking and lowering: one abstract interpreter (`evaluate.Evaluator`), run over generic code
+to check it (`checker`) and over concrete shapes to lower an entry to a graph (`lowering`).
+
+The Evaluator is composed of one mixin per idea: `names` (resolution, lookup), `statements`,
+`expressions` (positional values), `typing` (elementwise result types, casts, broadcasting),
+`folding` (constant folding), `indexing` / `reductions` / `binders` (index notation: reads,
+gathers, reductions, contractions, range inference, `let y[...]`), `calls` and `generics`
+(inlining, generics, where-clauses), `kernels` (builtins and kernel memory access) and `hints`
+(did-you-means and other help). `core` holds what they share (Frame, Fail, limits); `blocks`
+instantiates blocks; `weight_checks` checks a checkpoint against the parameters; `driver`
+re-exports the pipeline's entry points."""

@@ -55,7 +55,8 @@ from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import BlockArray, BlockInst, Tensor
 
 if TYPE_CHECKING:
-    from linnet.lang.check.evaluate import Evaluator, Frame
+    from linnet.lang.check.core import Frame
+    from linnet.lang.check.evaluate import Evaluator
 
 # Off only to compare against evaluating every iteration (tests, benchmarks).
 ENABLED = True
@@ -392,9 +393,8 @@ def _matches(template: list[Record], witness: list[Record], r: Renaming) -> bool
             if (t[1] != w[1] or t[2] != w[2] or r.path(t[3]) != w[3] or t[4] is not w[4]
                     or r.iteration(t[5], t[6]) != w[5] or t[6] != w[6]):
                 return False
-        elif kind == "close":
-            if r.attrs(t[1]) != w[1]:
-                return False
+        elif kind == "close" and r.attrs(t[1]) != w[1]:
+            return False
     return True
 
 

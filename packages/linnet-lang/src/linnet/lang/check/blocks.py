@@ -1,0 +1,177 @@
+"""Block instances: a block's members by path (parameters, states, sub-blocks and
+repeated block arrays) under an environment of generics and config values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import linnet.lang.check.instantiate as instantiation
+import linnet.lang.syntax.tree as A
+import linnet.lang.tensors.dtypes as DT
+from linnet.lang.check.evaluate import MAX_DEPTH, Evaluator, Frame, fail
+from linnet.lang.check.instantiate import clone_element
+from linnet.lang.tensors.dims import Dim
+from linnet.lang.tensors.values import BlockArray, BlockInst, Const, Tensor
+
+
+def instantiate(ev: Evaluator, decl: A.BlockDecl, env: dict[str, Any], path: str,
+                config: dict[str, Any] | None = None) -> BlockInst:
+    """Build a block's members (parameters and states by path, sub-blocks) under ``env``."""
+    ev.block_stack.append(decl)
+    try:
+        return _instantiate(ev, decl, env, path, config)
+    finally:
+        ev.block_stack.pop()
+
+
+def _instantiate(ev: Evaluator, decl: A.BlockDecl, env: dict[str, Any], path: str,
+                 config: dict[str, Any] | None = None) -> BlockInst:
+    inst = BlockInst(decl, path, env)
+    assert decl.module is not None
+    frame = Frame(decl.module, env, inst)
+    for m in decl.members:
+        if m.kind == "config":
+            env[m.name] = config_value(ev, m, frame, config or {})
+            inst.members[m.name] = env[m.name] if not isinstance(env[m.name], Dim) else Const(
+                env[m.name], "int")
+            continue
+        if m.condition is not None:
+            c = ev.value(m.condition, frame)
+            if not (isinstance(c, Const) and c.dtype == "bool"):
+                raise fail("E0610", "a member's condition must be a compile-time bool",
+                           m.condition.span, "not a bool")
+            if ev.lowering and c.value is False:
+                continue
+        child_path = f"{path}.{m.name}" if path else m.name
+        if m.kind in ("param", "state"):
+            if not isinstance(m.type, A.TensorType | A.ScalarType):
+                raise fail("E0611", f"a {m.kind} must be a tensor", m.type.span, "not a tensor",
+                           help=f"write `{m.kind} {m.name}: Tensor[...; f32]`; sub-blocks are "
+                                "declared with `block`")
+            shape, dtype = ev.tensor_type(m.type, frame)
+            inst.members[m.name] = Tensor("@" + child_path, shape, dtype, kind=m.kind)
+        elif m.kind == "block":
+            inst.members[m.name] = instantiate_member_block(ev, m, frame, child_path)
+    return inst
+
+
+def config_value(ev: Evaluator, m: A.Member, frame: Frame, config: dict[str, Any]) -> Any:
+    if m.name in config:
+        raw = config[m.name]
+    elif m.default is not None:
+        return ev.value(m.default, frame)
+    elif not ev.lowering:
+        return Const(None, type_name(m.type))
+    else:
+        raise fail("E0612", f"config `{m.name}` has no value", m.span, "declared without a default",
+                   help=f"pass it: `--set {m.name}=...`, or give a default: "
+                        f"`config {m.name}: ... = ...`")
+    t = type_name(m.type)
+    try:
+        if t == "bool":
+            if not isinstance(raw, bool):
+                raise ValueError
+            return Const(raw, "bool")
+        if t in DT.FLOATS:
+            return Const(float(raw), t)
+        if t in DT.INTS or t == "Dim":
+            if isinstance(raw, bool) or float(raw) != int(raw):
+                raise ValueError
+            return Const(Dim.const(int(raw)), "int")
+    except (TypeError, ValueError, OverflowError):
+        pass
+    raise fail("E0613", f"config `{m.name}` is {t}, but the value given is {raw!r}", m.span,
+               "declared here", help="give `true` or `false`" if t == "bool" else
+               f"give a {t} value")
+
+
+def type_name(t: A.TypeExpr) -> str:
+    return t.name if isinstance(t, A.ScalarType) else "tensor"
+
+
+def instantiate_member_block(ev: Evaluator, m: A.Member, frame: Frame, path: str) -> Any:
+    typ = m.type
+    if isinstance(typ, A.ScalarType):
+        typ = A.BlockType(typ.name, [], typ.span)
+    if isinstance(typ, A.ArrayType):
+        count = ev.eval_dim(typ.count, frame)
+        if count.value is not None and count.value > MAX_REPEAT:
+            raise fail("E0625", f"`{m.name}` repeats its block {count.value} times, more than "
+                       f"{MAX_REPEAT}", typ.count.span, f"= {count.value}",
+                       help=f"every block is lowered one by one; choose a count of at most "
+                            f"{MAX_REPEAT} in the config")
+        child, env = block_env(ev, typ.element, frame)
+        n = 1 if count.value is None else count.value
+        if instantiation.ENABLED:
+            # The elements differ only in their paths: copy the first (check/instantiate.py).
+            first = instantiate(ev, child, dict(env), f"{path}.0")
+            items = [first] + [clone_element(first, f"{path}.0", f"{path}.{i}")
+                               for i in range(1, n)]
+        else:
+            items = [instantiate(ev, child, dict(env), f"{path}.{i}") for i in range(n)]
+        for i, item in enumerate(items):
+            item.iteration, item.repeated = i, path
+        return BlockArray(typ.element, path, count, items)
+    if isinstance(typ, A.BlockType):
+        child, env = block_env(ev, typ, frame)
+        return instantiate(ev, child, env, path)
+    raise fail("E0614", "a `block` member needs a block type", m.type.span, "not a block type",
+               help="write `block attn: Attention<...>`, or `param` for tensors")
+
+
+def block_env(ev: Evaluator, typ: A.BlockType, frame: Frame) -> tuple[A.BlockDecl, dict]:
+    decl = ev.resolve_global(frame.module, typ.name, typ.span)
+    if not isinstance(decl, A.BlockDecl) or decl.kind != "block":
+        raise fail("E0615", f"`{typ.name}` is not a block", typ.span, "expected a block type",
+                   help="declare it with `block " + typ.name + "<...> { ... }`")
+    if len(ev.block_stack) > MAX_DEPTH:
+        ev.reported_blocks.update(id(b) for b in ev.block_stack)
+        outer = ev.block_stack[0]
+        raise fail("E0209", f"blocks nest more than {MAX_DEPTH} deep, from `{outer.name}` to "
+                   f"`{decl.name}`", typ.span, "the limit is reached here",
+                   help="nest fewer blocks inside one another",
+                   secondary=[(outer.name_span, f"`{outer.name}` declared here")])
+    for k, outer in enumerate(ev.block_stack):
+        if outer is decl:
+            # A block that contains itself would have infinitely many members.
+            ev.reported_blocks.update(id(b) for b in ev.block_stack[k:])
+            cycle = [b.name for b in ev.block_stack[k:]] + [decl.name]
+            raise fail("E0207", f"block `{decl.name}` contains itself: "
+                       + " -> ".join(f"`{n}`" for n in cycle), typ.span,
+                       "a member of its own type", help="a block cannot contain itself; "
+                       "repeat layers with an array member instead: `block layers: "
+                       "[Layer<...>; N]`",
+                       secondary=[(b.name_span, f"`{b.name}` declared here")
+                                  for b in ev.block_stack[k:]][:4])
+    if len(typ.args) > len(decl.generics):
+        raise fail("E0616", f"block `{decl.name}` takes {len(decl.generics)} generic arguments, "
+                   f"got {len(typ.args)}", typ.span, "too many arguments",
+                   secondary=[(decl.name_span, "declared here")])
+    env: dict[str, Any] = {}
+    for g, a in zip(decl.generics, typ.args):
+        env[g.name] = ev.generic_value(g, a, frame)
+    for g in decl.generics[len(typ.args):]:
+        if g.default is None:
+            raise fail("E0617", f"block `{decl.name}` needs generic `{g.name}`", typ.span,
+                       "missing generic argument", secondary=[(g.span, "declared here")])
+        assert decl.module is not None
+        env[g.name] = ev.generic_value(g, g.default, Frame(decl.module, env))
+    return decl, env
+
+
+def walk_instance(inst: BlockInst) -> list[Tensor]:
+    out: list[Tensor] = []
+    for v in inst.members.values():
+        if isinstance(v, Tensor):
+            out.append(v)
+        elif isinstance(v, BlockInst):
+            out.extend(walk_instance(v))
+        elif isinstance(v, BlockArray):
+            for item in v.items:
+                out.extend(walk_instance(item))
+    return out
+
+
+# At most this many repeated blocks: each is lowered (unrolled) one by one, so a count of
+# millions would run for hours. The largest published transformers have a few hundred layers.
+MAX_REPEAT = 4096

@@ -1,0 +1,346 @@
+"""Checking generic code: every function, block and kernel of a program checked with
+symbolic dims (`check_program`, `check_file`, `check_text`)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import linnet.lang.syntax.tree as A
+import linnet.lang.tensors.dtypes as DT
+from linnet.lang.check.blocks import instantiate
+from linnet.lang.check.evaluate import Evaluator, Fail, Frame, call_cycles, fail, shape_str
+from linnet.lang.diagnostics.core import Diagnostic, Label, LinnetError, Span
+from linnet.lang.ir.builder import Builder
+from linnet.lang.syntax.program import Program
+from linnet.lang.syntax.walk import walk_body
+from linnet.lang.tensors.dims import Dim
+from linnet.lang.tensors.values import BlockInst, Const, FuncRef, Poison, Tensor
+
+
+def symbolic_env(ev: Evaluator, generics: list[A.Generic], where: list[A.Expr],
+                 module: A.Module) -> dict[str, Any]:
+    env: dict[str, Any] = {}
+    for g in generics:
+        env[g.name] = Dim.symbol(g.name) if g.kind == "Dim" else g.name
+    # `where D == H * HD` makes D an alias of H * HD in generic code.
+    for clause in where:
+        if isinstance(clause, A.Binary) and clause.op == "==" and isinstance(clause.left, A.Name) \
+                and isinstance(env.get(clause.left.name), Dim):
+            with contextlib.suppress(Fail):
+                env[clause.left.name] = ev.eval_dim(clause.right, Frame(module, env))
+    return env
+
+
+def check_function(ev: Evaluator, decl: A.FuncDecl, owner: BlockInst | None) -> None:
+    assert decl.module is not None
+    env = dict(owner.env) if owner else {}
+    env.update(symbolic_env(ev, decl.generics, decl.where, decl.module))
+    frame = Frame(decl.module, env, owner, decl)
+    try:
+        params = bind_params(ev, decl, frame)
+        for clause in decl.where:  # unknown names and non-dims in `where` are errors too
+            ev.value(clause, frame)
+        if decl.kind == "kernel":
+            check_kernel_header(ev, decl, frame)
+        results = [ev.tensor_type(r.type, frame) for r in decl.results]
+    except Fail as f:
+        ev.errors.append(f.diag)
+        return
+    ev.run_body(decl.body, frame)
+    if decl.kind == "kernel":
+        if frame.returned is not None:
+            names = [r.name for r in decl.results if r.name] or ["y"]
+            ev.errors.append(Diagnostic(
+                "E0512", "a kernel writes its results with `store`; it does not `return`",
+                frame.return_exprs[0].span if frame.return_exprs else decl.name_span,
+                "returned here", help=f"`store({names[0]}[...], value)` for each named result"
+                ).with_secondary(decl.name_span, "in this kernel"))
+    elif frame.returned is None:
+        if results:
+            ev.errors.append(Diagnostic(
+                "E0441", f"`{decl.name}` declares a result but never returns", decl.name_span,
+                "no `return`", help="end the body with `return value`"))
+    else:
+        check_returns(ev, decl, frame.returned, results, frame.return_exprs)
+    if decl.kernel is not None:
+        check_kernel_binding(ev, decl, frame, params)
+    if decl.grad is not None:
+        check_grad(ev, decl, env, params, results)
+
+
+def bind_params(ev: Evaluator, decl: A.FuncDecl, frame: Frame) -> list[Any]:
+    values = []
+    seen: dict[str, Span] = {}
+    for p in decl.params:
+        if p.name in seen:
+            raise fail("E0620", f"parameter `{p.name}` is declared twice", p.span, "again here",
+                       secondary=[(seen[p.name], "first here")])
+        seen[p.name] = p.span
+        if isinstance(p.type, A.ScalarType) and p.type.name == "Dim":
+            v: Any = Const(Dim.symbol(p.name), "int")
+        elif isinstance(p.type, (A.TensorType, A.ScalarType)):
+            shape, dtype = ev.tensor_type(p.type, frame)
+            if isinstance(p.type, A.ScalarType):
+                v = Const(None, dtype) if DT.is_float(dtype) else (
+                    Const(Dim.symbol(p.name), "int") if DT.is_int(dtype) else Const(None, dtype))
+            else:
+                v = Tensor("%?", shape, dtype, kind="global" if decl.kind == "kernel" else "value")
+                if decl.kind == "kernel":
+                    frame.tensor_params.add(p.name)
+        else:
+            raise fail("E0621", "parameters are tensors or scalars", p.type.span, "block type",
+                       help="pass the block's tensors instead")
+        frame.bind(p.name, v)
+        values.append(v)
+    return values
+
+
+def check_returns(ev: Evaluator, decl: A.FuncDecl, returned: list[Any],
+                  results: list[tuple], exprs: list[A.Expr] | None = None) -> None:
+    if len(returned) != len(results):
+        ev.errors.append(Diagnostic("E0441", f"`{decl.name}` returns {len(returned)} value(s) but "
+                                    f"declares {len(results)}", decl.name_span, "declared here"))
+        return
+    for i, (value, (shape, dtype), res) in enumerate(zip(returned, results, decl.results)):
+        if isinstance(value, Poison):
+            continue
+        try:
+            ev.check_return(value, shape, dtype, res, decl)
+        except Fail as f:
+            if exprs and i < len(exprs) and isinstance(value, Tensor):
+                # Point at what was returned, with the declaration as the reason; spell the
+                # fix with the returned expression.
+                expr = exprs[i]
+                f.diag.secondary.insert(0, Label(res.span, "declared here"))
+                f.diag.span = expr.span
+                f.diag.label = f"this is {fmt_type((value.shape, value.dtype))}"
+                if f.diag.code == "E0444":
+                    shown = ev.src(expr)
+                    if not isinstance(expr, A.Name | A.Index | A.Field | A.Call):
+                        shown = f"({shown})"
+                    f.diag.help = (f"convert explicitly before returning: `return {shown} as "
+                                   f"{dtype}` (Linnet never narrows silently)")
+            ev.errors.append(f.diag)
+
+
+def check_kernel_header(ev: Evaluator, decl: A.FuncDecl, frame: Frame) -> None:
+    if not decl.grid or not 1 <= len(decl.grid) <= 3:
+        raise fail("E0510", f"kernel `{decl.name}` needs `grid(...)` with one to three sizes",
+                   decl.name_span, "no grid", help="write `-> y: T grid(R)` after the results")
+    for g in decl.grid:
+        ev.eval_dim(g, frame)
+    for r in decl.results:
+        if r.name is None:
+            raise fail("E0511", "a kernel's results are named", r.span, "unnamed result",
+                       help="write `-> y: Tensor[...]`")
+        shape, dtype = ev.tensor_type(r.type, frame)
+        t = Tensor("%?", shape, dtype, kind="global")
+        frame.results[r.name] = t
+        frame.bind(r.name, t)
+
+
+def check_kernel_binding(ev: Evaluator, decl: A.FuncDecl, frame: Frame, params: list) -> None:
+    binding = decl.kernel
+    assert binding is not None and decl.module is not None
+    try:
+        ref = ev.resolve_global(decl.module, binding.name, binding.span)
+        if not (isinstance(ref, FuncRef) and ref.decl.kind == "kernel"):
+            raise fail("E0513", f"`{binding.name}` is not a kernel", binding.span, "expected a kernel",
+                       help=f"declare `kernel {binding.name}<...>(...)` in this module or import it")
+        k = ref.decl
+        if decl.kind != "op":
+            raise fail("E0514", "only an `op` can be bound to a kernel", binding.span,
+                       help="change `fn` to `op`")
+        if len(binding.args) != len(k.generics):
+            raise fail("E0515", f"kernel `{k.name}` takes {len(k.generics)} generic arguments, "
+                       f"the op gives {len(binding.args)}", binding.span,
+                       f"{len(binding.args)} given",
+                       secondary=[(k.name_span, f"`{k.name}` declared here")])
+        kenv = {g.name: ev.generic_value(g, a, frame) for g, a in zip(k.generics, binding.args)}
+        assert k.module is not None
+        kframe = Frame(k.module, kenv)
+        if len(k.params) != len(decl.params):
+            raise fail("E0516", f"kernel `{k.name}` takes {len(k.params)} parameter"
+                       f"{'s' if len(k.params) != 1 else ''} but op `{decl.name}` has "
+                       f"{len(decl.params)}", binding.span,
+                       "parameters differ", secondary=[(k.name_span, "kernel declared here")],
+                       help="a kernel takes the op's parameters, in order")
+        for kp, op_p in zip(k.params, decl.params):
+            want = ev.tensor_type(kp.type, kframe)
+            have = ev.tensor_type(op_p.type, frame)
+            if want != have:
+                raise fail("E0517", f"kernel parameter `{kp.name}` is "
+                           f"{fmt_type(want)} but the op passes `{op_p.name}`: {fmt_type(have)}",
+                           binding.span, "bound here", secondary=[(kp.span, "kernel parameter"),
+                                                                 (op_p.span, "op parameter")],
+                           help="the kernel must take the op's parameters with the same types")
+        if len(k.results) != len(decl.results):
+            raise fail("E0518", f"kernel `{k.name}` writes {len(k.results)} results but op "
+                       f"`{decl.name}` returns {len(decl.results)}", binding.span)
+        for kr, orr in zip(k.results, decl.results):
+            want = ev.tensor_type(kr.type, kframe)
+            have = ev.tensor_type(orr.type, frame)
+            if want != have:
+                raise fail("E0519", f"kernel result `{kr.name}` is {fmt_type(want)} but the op "
+                           f"returns {fmt_type(have)}", binding.span, "bound here",
+                           secondary=[(kr.span, "kernel result"), (orr.span, "op result")])
+        tile_check_frame = Frame(k.module, {**kenv}, None, k)
+        # Tile sizes the kernel uses must be powers of two once bound.
+        for node in walk_body(k.body):
+            if isinstance(node, A.Call) and isinstance(node.callee, A.Name) and \
+                    node.callee.name in ("iota", "fill"):
+                for a in node.args[(1 if node.callee.name == "fill" else 0):]:
+                    try:
+                        n = ev.eval_dim(a, tile_check_frame)
+                    except Fail:
+                        continue
+                    if n.value is not None and not (n.value > 0 and n.value & (n.value - 1) == 0):
+                        raise fail("E0505", f"tile size {n.value} is not a power of two",
+                                   binding.span, "bound here",
+                                   secondary=[(a.span, "used as a tile size")],
+                                   help=f"tile sizes must be powers of two: bind "
+                                        f"{1 << max(0, (n.value - 1).bit_length())} and mask "
+                                        "the extra lanes")
+    except Fail as f:
+        ev.errors.append(f.diag)
+
+
+def fmt_type(t: tuple) -> str:
+    shape, dtype = t
+    return f"Tensor[{', '.join(str(d) for d in shape)}; {dtype}]" if shape else dtype
+
+
+def check_grad(ev: Evaluator, decl: A.FuncDecl, env: dict, params: list,
+               results: list[tuple]) -> None:
+    grad = decl.grad
+    assert grad is not None and decl.module is not None
+    frame = Frame(decl.module, dict(env), None, decl)
+    for p, v in zip(decl.params, params):
+        frame.bind(p.name, v)
+    if len(grad.names) != len(results):
+        ev.errors.append(Diagnostic("E0520", f"`grad` names {len(grad.names)} incoming "
+                                    f"gradient(s) but `{decl.name}` has {len(results)} result(s)",
+                                    grad.span, "grad clause",
+                                    help="name one gradient per result: `grad(dy) { ... }`"))
+        return
+    for name, (shape, dtype) in zip(grad.names, results):
+        frame.bind(name, Tensor("%?", shape, dtype))
+    ev.run_body(grad.body, frame)
+    tensor_params = [(p, v) for p, v in zip(decl.params, params) if isinstance(v, Tensor)]
+    if frame.returned is None or len(frame.returned) != len(tensor_params):
+        ev.errors.append(Diagnostic(
+            "E0521", f"`grad` must return one gradient per tensor parameter "
+            f"({len(tensor_params)})", grad.span, "grad clause",
+            help="return them in parameter order: `return dx, dw`"))
+        return
+    for (p, v), g in zip(tensor_params, frame.returned):
+        if isinstance(g, Tensor) and g.shape != v.shape:
+            ev.errors.append(Diagnostic("E0522", f"gradient for `{p.name}` has shape "
+                                        f"{shape_str(g.shape)}, expected {shape_str(v.shape)}",
+                                        grad.span, "grad clause"))
+
+
+def check_block(ev: Evaluator, decl: A.BlockDecl) -> None:
+    assert decl.module is not None
+    if id(decl) in ev.reported_blocks:
+        return  # part of a cycle or chain already reported (E0207, E0209)
+    env = symbolic_env(ev, decl.generics, decl.where, decl.module)
+    try:
+        inst = instantiate(ev, decl, env, "" if decl.kind == "model" else "self")
+    except Fail as f:
+        ev.errors.append(f.diag)
+        return
+    seen: dict[str, Span] = {}
+    for m in decl.members:
+        if m.name in seen:
+            ev.errors.append(Diagnostic("E0622", f"`{m.name}` is declared twice in "
+                                        f"`{decl.name}`", m.span, "again here").with_secondary(
+                seen[m.name], "first here"))
+        seen[m.name] = m.span
+    for method in decl.methods:
+        check_function(ev, method, inst)
+    if decl.kind == "model" and not any(m.kind == "entry" for m in decl.methods):
+        ev.errors.append(Diagnostic("E0623", f"model `{decl.name}` has no entries",
+                                    decl.name_span, "no `entry`",
+                                    help="add one: `entry decode(token: Tensor[B; i32]) -> ...`"))
+
+
+def check_program(program: Program) -> list[Diagnostic]:
+    """Check every module of ``program``; returns all diagnostics (empty when clean)."""
+    ev = Evaluator(program, Builder(None))
+    ev.errors.extend(program.errors)
+    for module in program.modules.values():
+        names: dict[str, Span] = {}
+        for item in module.items:
+            if isinstance(item, A.FuncDecl | A.BlockDecl | A.Const):
+                span = item.name_span if not isinstance(item, A.Const) else item.span
+                if item.name in names:
+                    ev.errors.append(Diagnostic("E0205", f"`{item.name}` is defined twice",
+                                                span, "defined again here",
+                                                help="rename one of them").with_secondary(
+                        names[item.name], "first defined here"))
+                names[item.name] = span
+            try:
+                if isinstance(item, A.FuncDecl):
+                    check_function(ev, item, None)
+                elif isinstance(item, A.BlockDecl):
+                    check_block(ev, item)
+                elif isinstance(item, A.Use):
+                    for name, span in item.names:
+                        ev.resolve_global(module, name, span)
+                elif isinstance(item, A.Const):  # constants are checked even when unused
+                    ev.const_value(item, module, item.span)
+            except Fail as f:
+                ev.errors.append(f.diag)
+            except RecursionError:
+                # The nesting limits of the parser (E0118, E0119) and the cycle checks
+                # (E0206-E0208) keep the checker's recursion shallow; this is the last line.
+                ev.errors.append(too_deep(item))
+    ev.errors.extend(call_cycles(ev.call_edges))
+    return dedupe(ev.errors)
+
+
+def too_deep(item: Any) -> Diagnostic:
+    """E0209: checking or lowering ``item`` ran out of Python stack."""
+    name = getattr(item, "name", "")
+    span = getattr(item, "name_span", None) or getattr(item, "span", None)
+    return Diagnostic("E0209", f"`{name}` nests too deeply to compile" if name else
+                      "the program nests too deeply to compile", span,
+                      "calls, blocks or expressions nest too deeply under here",
+                      help="flatten it: name intermediate values with `let`, and call fewer "
+                           "functions inside one another")
+
+
+def dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen = set()
+    out = []
+    for d in diags:
+        key = (d.code, d.message, d.span.start if d.span else None,
+               d.span.source.name if d.span else None)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def check_file(path: str | Path) -> Program:
+    """Parse and check a file and what it uses; raises :class:`LinnetError` on any mistake.
+
+    >>> prog = check_file("examples/llama/llama.linnet")   # doctest: +SKIP
+    """
+    program = Program.from_file(path)
+    errors = check_program(program)
+    if errors:
+        raise LinnetError(errors)
+    return program
+
+
+def check_text(text: str, name: str = "main") -> Program:
+    """Like :func:`check_file`, for source held in a string."""
+    program = Program.from_text(text, name)
+    errors = check_program(program)
+    if errors:
+        raise LinnetError(errors)
+    return program
