@@ -202,8 +202,10 @@ def run_loop(ev: Evaluator, stmt: A.For, frame: Frame, arr: BlockArray,
     before = _bindings(frame)
     template = _traced(ev, builder, run_one, items[0])
     plan = _carried(frame, before, template.records, items[0].path)
-    if plan is None or not all(same_element(items[0], item, items[0].path, item.path)
-                               for item in items[1:]):
+    # The elements are copies of the first (clone_element), so comparing one is enough; the
+    # same declaration for all guards against an array built some other way.
+    if plan is None or not (same_element(items[0], items[1], items[0].path, items[1].path)
+                            and all(item.decl is items[0].decl for item in items)):
         for item in items[1:]:
             run_one(item)
         return
@@ -253,19 +255,17 @@ def _carried(frame: Frame, before: list[tuple[dict[str, Any], str, Any]],
              records: list[Record], element: str) -> tuple[list[str], list[Tensor], list[Tensor]] | None:
     """The loop-carried variables (names, values in, values out), or None: evaluate instead.
 
-    Carried values must be tensors of one type, distinct, and not also reachable through
-    another variable: their names are renamed, so each must mean one thing in the template.
+    Carried values must be tensors that keep their type, distinct before and after: their
+    names are renamed, so each must mean one thing in the template.
     """
     if frame.returned is not None or any(name not in scope for scope, name, _ in before):
         return None
     names: list[str] = []
     ins: list[Tensor] = []
     outs: list[Tensor] = []
-    others: list[Any] = []
     for scope, name, value in before:
         now = scope[name]
         if now is value:
-            others.append(value)
             continue
         if not (isinstance(value, Tensor) and isinstance(now, Tensor) and value.kind == "value"
                 and now.kind == "value" and value.shape == now.shape
@@ -277,16 +277,12 @@ def _carried(frame: Frame, before: list[tuple[dict[str, Any], str, Any]],
     if len({n for n in names}) != len(names):
         return None  # shadowed names: the same variable name in two scopes
     in_refs = {t.ref for t in ins}
-    out_refs = {t.ref for t in outs}
-    if len(in_refs) != len(ins) or len(out_refs) != len(outs):
+    if len(in_refs) != len(ins) or len({t.ref for t in outs}) != len(outs):
         return None
-    held = set()
-    for v in others:
-        for t in v if isinstance(v, tuple) else (v,):
-            if isinstance(t, Tensor):
-                held.add(t.ref)
-    if held & (in_refs | out_refs):
-        return None
+    # Another variable may hold a carried value (`let h = x` before the loop): a use of `x`
+    # in the body would then be renamed like a use of `h`. The witness shows it, as a use
+    # the renaming gets wrong in iteration 1, unless the value never changes (then it is
+    # right in every iteration).
     # A template result that existed before the iteration (a CSE hit on an older value) is
     # the same value in every iteration only if none of its operands changes between them.
     moving = "@" + element + "."
@@ -299,7 +295,7 @@ def _carried(frame: Frame, before: list[tuple[dict[str, Any], str, Any]],
             elif result in in_refs or any(o in in_refs or o.startswith(moving)
                                           for o in operands):
                 return None
-        elif r[0] == "rename":
+        elif r[0] == "rename" and (r[8] != r[1] or r[1] in made):
             made.add(r[8])
     return names, ins, outs
 
@@ -391,7 +387,7 @@ def _matches(template: list[Record], witness: list[Record], r: Renaming) -> bool
             r.values[t[8]] = w[8]
         elif kind == "open":
             if (t[1] != w[1] or t[2] != w[2] or r.path(t[3]) != w[3] or t[4] is not w[4]
-                    or r.iteration(t[5], t[6]) != w[5] or t[6] != w[6]):
+                    or r.iteration(t[5], t[6]) != w[5] or r.path(t[6]) != w[6]):
                 return False
         elif kind == "close" and r.attrs(t[1]) != w[1]:
             return False
@@ -431,7 +427,7 @@ def _replay(builder: Any, records: list[Record], modes: list[int], r: Renaming) 
         elif kind == "open":
             opened.append(builder.open_call(t[1], t[2], r.path(t[3]), t[4], None,
                                             iteration=r.iteration(t[5], t[6]),
-                                            repeated=t[6]))
+                                            repeated=r.path(t[6])))
         else:
             call = opened.pop()
             if call is not None:
