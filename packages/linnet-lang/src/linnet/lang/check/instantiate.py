@@ -221,7 +221,7 @@ def run_loop(ev: Evaluator, stmt: A.For, frame: Frame, arr: BlockArray,
         return
     carried: list[Tensor] = after  # type: ignore[assignment]
     modes = attribute_modes(template.records, items[0].path)
-    records = compile_records(template.records)
+    records = compile_records(template.records, items[0].path, builder.graph.states)
     for k in range(2, len(items)):
         renaming = _renaming(arr, items, k, ins, carried)
         _replay(builder, records, modes, renaming)
@@ -397,30 +397,37 @@ def _matches(template: list[Record], witness: list[Record], r: Renaming) -> bool
 def _replay(builder: Any, records: list[Record], modes: list[int], r: Renaming) -> None:
     """Make the template's builder calls again for one iteration, renamed by ``r``.
 
-    ``modes`` (from :func:`attribute_modes`) says, per record, how its attributes are carried
-    over: 0 as they are, 1 copied, 2 renamed.
+    ``records`` come from :func:`compile_records`; ``modes`` (from :func:`attribute_modes`)
+    says, per record, how its attributes are carried over: 0 as they are, 1 copied, 2 renamed.
     """
     opened: list[Call | None] = []
     values = r.values
+    get = values.get
     ref = r.ref
+    new = "@" + r.new
     fast = type(builder) is Builder  # a nested loop's replay records through a Tracer
     for t, mode in zip(records, modes):
         kind = t[0]
         if kind == "emit":
             attrs = t[5]
-            operands = [values.get(o, o) if o[:1] == "%" else ref(o) for o in t[2]]
+            # Operands by plan (field 14): 0 a value, 1 a path under the element, 2 as is.
+            operands = [get(o, o) if p == 0 else new + o if p == 1 else o for p, o in t[14]]
             if mode == 2:
                 attrs = r.attrs(attrs)
             elif mode == 1:
                 attrs = _copy(attrs)
             if fast:
-                values[t[9]] = builder.emit_step(t[1], operands, t[11], attrs, t[6], t[12],
-                                                 attrs_key(attrs) if mode == 2 else t[13])
+                key = t[13]
+                if key is not None and mode == 2:
+                    key = attrs_key(attrs)
+                values[t[9]] = builder.emit_step(t[1], operands, t[11], attrs, t[6], t[12], key)
             else:
                 values[t[9]] = builder.emit(t[1], operands, t[3], t[4], attrs or None, t[6],
                                             t[7], t[8]).ref
         elif kind == "rename":
-            res = builder.rename_last(Tensor(ref(t[1]), t[2], t[3], t[4], t[5]), t[6], t[7])
+            old = t[1]
+            res = builder.rename_last(Tensor(get(old, old) if old[:1] == "%" else ref(old), t[2],
+                                             t[3], t[4], t[5]), t[6], t[7])
             values[t[8]] = res.ref
         elif kind == "effect":
             builder.effect(t[1], [ref(o) for o in t[2]], r.attrs(t[3]), t[4])
@@ -435,14 +442,22 @@ def _replay(builder: Any, records: list[Record], modes: list[int], r: Renaming) 
             builder.close_call(call)
 
 
-def compile_records(records: list[Record]) -> list[Record]:
-    """Emit records with what the builder would compute again on every replay computed once:
-    the concrete type, the location and the attributes' CSE key (appended as fields 11-13)."""
+def compile_records(records: list[Record], element: str, states: Any) -> list[Record]:
+    """Emit records with what every replay would compute again computed once (fields 11-14):
+    the concrete type, the location, the attributes' CSE key (None when the step reads a
+    state: never shared; renaming keeps that, as an element's states are renamed to the same
+    element's states), and a plan for the operands (0 a value, 1 a path under ``element``,
+    given as its part after the element's path, 2 as is)."""
+    prefix = "@" + element + "."
     out = []
     for t in records:
         if t[0] == "emit":
             vtype = ValueType(tuple(_concrete(d) for d in t[3]), t[4])
-            t = (*t, vtype, _loc(t[7]), attrs_key(t[5]))
+            plan = [(0, o) if o[:1] == "%" else
+                    (1, o[len(prefix) - 1:]) if o.startswith(prefix) or o == prefix[:-1] else
+                    (2, o) for o in t[2]]
+            shared = not any(o[1:] in states for o in t[2] if o.startswith("@"))
+            t = (*t, vtype, _loc(t[7]), attrs_key(t[5]) if shared else None, plan)
         out.append(t)
     return out
 

@@ -38,21 +38,22 @@ class Builder:
         if self.graph is None:
             return Tensor("%?", shape, dtype, labels=labels)
         attrs = attrs or {}
+        # Common subexpressions (each layer's rope tables, say) are computed once. Steps that
+        # read a state are never shared: a write may come between them.
+        states = self.graph.states
+        shared = not any(o[1:] in states for o in operands if o.startswith("@"))
         name = self.emit_step(op, operands, ValueType(tuple(_concrete(d) for d in shape), dtype),
-                              attrs, hint, _loc(span), attrs_key(attrs))
+                              attrs, hint, _loc(span), attrs_key(attrs) if shared else None)
         return Tensor(name, shape, dtype, labels=labels)
 
     def emit_step(self, op: str, operands: list[str], vtype: ValueType, attrs: dict[str, Any],
-                  hint: str, loc: str, key_attrs: str) -> str:
-        """:meth:`emit` for concrete types, its location and ``attrs_key(attrs)`` already
-        computed: what replaying a recorded step calls (check/instantiate.py). Returns the
-        result's name."""
+                  hint: str, loc: str, key_attrs: str | None) -> str:
+        """:meth:`emit` with the concrete type, the location and the attributes' part of the
+        common-subexpression key (:func:`attrs_key`; None: never shared) already computed, as
+        replaying a recorded step does (check/instantiate.py). Returns the result's name."""
         assert self.graph is not None
-        # Common subexpressions (each layer's rope tables, say) are computed once. Steps that
-        # read a state are never shared: a write may come between them.
         key = None
-        states = self.graph.states
-        if not any(o[1:] in states for o in operands if o.startswith("@")):
+        if key_attrs is not None:
             key = (op, tuple(operands), key_attrs)
             hit = self._seen.get(key)
             if hit is not None:
