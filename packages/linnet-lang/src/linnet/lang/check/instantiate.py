@@ -55,8 +55,7 @@ from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import BlockArray, BlockInst, Tensor
 
 if TYPE_CHECKING:
-    from linnet.lang.check.core import Frame
-    from linnet.lang.check.evaluate import Evaluator
+    from linnet.lang.check.core import EvaluatorBase, Frame
 
 # Off only to compare against evaluating every iteration (tests, benchmarks).
 ENABLED = True
@@ -102,10 +101,11 @@ class Tracer:
     def emit(self, op: str, operands: list[str], shape: tuple[Dim, ...], dtype: str,
              attrs: dict[str, Any] | None = None, hint: str = "", span: Span | None = None,
              labels: tuple[str, ...] | None = None) -> Tensor:
-        steps = len(self.inner.graph.steps)
+        steps = self.inner.graph.steps  # type: ignore[union-attr]  # recording: a graph
+        before = len(steps)
         t = self.inner.emit(op, operands, shape, dtype, attrs, hint, span, labels)
         self.records.append(("emit", op, list(operands), shape, dtype, _copy(attrs or {}), hint,
-                             span, labels, t.ref, len(self.inner.graph.steps) > steps))
+                             span, labels, t.ref, len(steps) > before))
         return t
 
     def effect(self, op: str, operands: list[str], attrs: dict[str, Any],
@@ -187,7 +187,7 @@ class Renaming:
         return self.index if repeated == self.repeated and iteration == 0 else iteration
 
 
-def run_loop(ev: Evaluator, stmt: A.For, frame: Frame, arr: BlockArray,
+def run_loop(ev: EvaluatorBase, stmt: A.For, frame: Frame, arr: BlockArray,
              run_one: Callable[[BlockInst], None]) -> None:
     """Run ``for var in arr { body }``, instantiating the template where it provably applies.
 
@@ -221,6 +221,7 @@ def run_loop(ev: Evaluator, stmt: A.For, frame: Frame, arr: BlockArray,
         return
     carried: list[Tensor] = after  # type: ignore[assignment]
     modes = attribute_modes(template.records, items[0].path)
+    assert builder.graph is not None  # lowering
     records = compile_records(template.records, items[0].path, builder.graph.states)
     for k in range(2, len(items)):
         renaming = _renaming(arr, items, k, ins, carried)
@@ -236,7 +237,7 @@ def _renaming(arr: BlockArray, items: list[BlockInst], k: int, ins: list[Tensor]
                     {t.ref: c.ref for t, c in zip(ins, carried)})
 
 
-def _traced(ev: Evaluator, builder: Any, run_one: Callable[[BlockInst], None],
+def _traced(ev: EvaluatorBase, builder: Any, run_one: Callable[[BlockInst], None],
             item: BlockInst) -> Tracer:
     tracer = Tracer(builder)
     ev.builder = tracer  # type: ignore[assignment]
