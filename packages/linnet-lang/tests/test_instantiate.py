@@ -41,10 +41,10 @@ class Replays:
         self.arrays: list[str] = []  # the array of each replay, by path
         real = instantiation._replay
 
-        def spy(builder, records, modes, renaming):
+        def spy(builder, records, renaming):
             self.count += 1
             self.arrays.append(renaming.new.rsplit(".", 1)[0])
-            return real(builder, records, modes, renaming)
+            return real(builder, records, renaming)
 
         monkeypatch.setattr(instantiation, "_replay", spy)
 

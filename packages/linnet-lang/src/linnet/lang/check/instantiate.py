@@ -220,12 +220,11 @@ def run_loop(ev: EvaluatorBase, stmt: A.For, frame: Frame, arr: BlockArray,
             run_one(item)
         return
     carried: list[Tensor] = after  # type: ignore[assignment]
-    modes = attribute_modes(template.records, items[0].path)
     assert builder.graph is not None  # lowering
     records = compile_records(template.records, items[0].path, builder.graph.states)
     for k in range(2, len(items)):
         renaming = _renaming(arr, items, k, ins, carried)
-        _replay(builder, records, modes, renaming)
+        _replay(builder, records, renaming)
         carried = [Tensor(renaming.ref(o.ref), o.shape, o.dtype, o.kind, o.labels) for o in outs]
     _rebind(frame, names, carried)
 
@@ -395,96 +394,139 @@ def _matches(template: list[Record], witness: list[Record], r: Renaming) -> bool
     return True
 
 
-def _replay(builder: Any, records: list[Record], modes: list[int], r: Renaming) -> None:
+def _replay(builder: Any, records: list[Record], r: Renaming) -> None:
     """Make the template's builder calls again for one iteration, renamed by ``r``.
 
-    ``records`` come from :func:`compile_records`; ``modes`` (from :func:`attribute_modes`)
-    says, per record, how its attributes are carried over: 0 as they are, 1 copied, 2 renamed.
+    ``records`` come from :func:`compile_records`: each carries plans (:func:`_leaf_plan`,
+    :func:`_attrs_plan`) that say which of its strings the renaming changes.
     """
     opened: list[Call | None] = []
     values = r.values
     get = values.get
-    ref = r.ref
-    new = "@" + r.new
+    new = r.new
     fast = type(builder) is Builder  # a nested loop's replay records through a Tracer
-    for t, mode in zip(records, modes):
+    for t in records:
         kind = t[0]
         if kind == "emit":
-            attrs = t[5]
-            # Operands by plan (field 14): 0 a value, 1 a path under the element, 2 as is.
-            operands = [get(o, o) if p == 0 else new + o if p == 1 else o for p, o in t[14]]
-            if mode == 2:
-                attrs = r.attrs(attrs)
-            elif mode == 1:
-                attrs = _copy(attrs)
+            # Fields 11-15: type, location, CSE key, operand plans, attribute plan.
+            operands = [get(p[1], p[1]) if p[0] == 0 else p[1] if p[0] == 2
+                        else p[1] + new + p[2] for p in t[14]]
+            plan = t[15]
+            attrs = t[5] if plan is None else _attrs(plan, r)
             if fast:
                 key = t[13]
-                if key is not None and mode == 2:
-                    key = attrs_key(attrs)
+                if key is not None and plan is not None and plan[0]:
+                    key = attrs_key(attrs)  # the attributes name renamed values or paths
                 values[t[9]] = builder.emit_step(t[1], operands, t[11], attrs, t[6], t[12], key)
             else:
                 values[t[9]] = builder.emit(t[1], operands, t[3], t[4], attrs or None, t[6],
                                             t[7], t[8]).ref
         elif kind == "rename":
-            old = t[1]
-            res = builder.rename_last(Tensor(get(old, old) if old[:1] == "%" else ref(old), t[2],
-                                             t[3], t[4], t[5]), t[6], t[7])
+            res = builder.rename_last(Tensor(_leaf(t[9], values, new), t[2], t[3], t[4], t[5]),
+                                      t[6], t[7])
             values[t[8]] = res.ref
         elif kind == "effect":
-            builder.effect(t[1], [ref(o) for o in t[2]], r.attrs(t[3]), t[4])
+            builder.effect(t[1], [_leaf(p, values, new) for p in t[5]], _attrs(t[6], r), t[4])
         elif kind == "open":
-            opened.append(builder.open_call(t[1], t[2], r.path(t[3]), t[4], None,
+            opened.append(builder.open_call(t[1], t[2], _leaf(t[7], values, new), t[4], None,
                                             iteration=r.iteration(t[5], t[6]),
-                                            repeated=r.path(t[6])))
+                                            repeated=_leaf(t[8], values, new)))
         else:
             call = opened.pop()
             if call is not None:
-                call.attributes = r.attrs(t[1])
+                call.attributes = _attrs(t[2], r)  # a new dict: renames edit its results
             builder.close_call(call)
 
 
 def compile_records(records: list[Record], element: str, states: Any) -> list[Record]:
-    """Emit records with what every replay would compute again computed once (fields 11-14):
-    the concrete type, the location, the attributes' CSE key (None when the step reads a
-    state: never shared; renaming keeps that, as an element's states are renamed to the same
-    element's states), and a plan for the operands (0 a value, 1 a path under ``element``,
-    given as its part after the element's path, 2 as is)."""
-    prefix = "@" + element + "."
+    """The template's records with what every replay would compute again computed once.
+
+    Emit records gain the concrete type, the location, the attributes' CSE key (None when the
+    step reads a state: never shared; renaming keeps that, since an element's states are
+    renamed to the same element's states), a plan for each operand and one for the
+    attributes. Renames, effects, calls gain plans for their names, operands and attributes.
+    """
     out = []
     for t in records:
-        if t[0] == "emit":
+        kind = t[0]
+        if kind == "emit":
             vtype = ValueType(tuple(_concrete(d) for d in t[3]), t[4])
-            plan = [(0, o) if o[:1] == "%" else
-                    (1, o[len(prefix) - 1:]) if o.startswith(prefix) or o == prefix[:-1] else
-                    (2, o) for o in t[2]]
             shared = not any(o[1:] in states for o in t[2] if o.startswith("@"))
-            t = (*t, vtype, _loc(t[7]), attrs_key(t[5]) if shared else None, plan)
+            plan = _attrs_plan(t[5], element)
+            t = (*t, vtype, _loc(t[7]), attrs_key(t[5]) if shared else None,
+                 [_leaf_plan(o, element) for o in t[2]],
+                 None if plan is not None and not plan[0] and all(
+                     k == "c" for _, k, _ in plan[1]) else plan)
+        elif kind == "rename":
+            t = (*t, _leaf_plan(t[1], element))
+        elif kind == "effect":
+            t = (*t, [_leaf_plan(o, element) for o in t[2]], _attrs_plan(t[3], element))
+        elif kind == "open":
+            t = (*t, _leaf_plan(t[3], element), _leaf_plan(t[6], element))
+        else:
+            t = (*t, _attrs_plan(t[1], element))
         out.append(t)
     return out
 
 
-def attribute_modes(records: list[Record], element: str) -> list[int]:
-    """How each record's attributes are carried into a replay: 0 as they are (scalars only:
-    the builder copies the dict), 1 copied (lists), 2 renamed (they name values or paths)."""
-    def names(v: Any) -> bool:
-        if isinstance(v, str):
-            return v[:1] in ("%", "@") or v == element or v.startswith(element + ".")
-        if isinstance(v, dict):
-            return any(names(x) for x in v.values())
-        if isinstance(v, list):
-            return any(names(x) for x in v)
-        return False
+def _leaf_plan(s: Any, element: str) -> tuple:
+    """How the renaming changes one string: (0, name) a value, looked up; (1, "@" or "",
+    rest) a path under the template element, ``rest`` after it; (2, s) not at all."""
+    if isinstance(s, str):
+        if s[:1] == "%":
+            return (0, s)
+        at = "@" if s[:1] == "@" else ""
+        path = s[len(at):]
+        if path == element or path.startswith(element + "."):
+            return (1, at, path[len(element):])
+    return (2, s)
 
-    modes = []
-    for t in records:
-        if t[0] != "emit":
-            modes.append(2)
-            continue
-        attrs = t[5]
-        if names(attrs):
-            modes.append(2)
-        elif any(isinstance(v, dict | list) for v in attrs.values()):
-            modes.append(1)
+
+def _leaf(plan: tuple, values: dict[str, str], new: str) -> Any:
+    kind = plan[0]
+    if kind == 0:
+        return values.get(plan[1], plan[1])
+    if kind == 1:
+        return plan[1] + new + plan[2]
+    return plan[1]
+
+
+def _attrs_plan(attrs: dict[str, Any], element: str) -> tuple[bool, list[tuple]]:
+    """(whether any string is renamed, one plan a key): ("c", v) kept, ("s", leaf) a renamed
+    string, ("l", leaves) a list of scalars and strings, copied, ("g", v) anything else,
+    renamed (and copied) by :meth:`Renaming.attrs`."""
+    renamed = False
+    plan: list[tuple] = []
+    for key, v in attrs.items():
+        if isinstance(v, str):
+            leaf = _leaf_plan(v, element)
+            if leaf[0] == 2:
+                plan.append((key, "c", v))
+            else:
+                renamed = True
+                plan.append((key, "s", leaf))
+        elif isinstance(v, list) and not any(isinstance(x, list | dict) for x in v):
+            leaves = [_leaf_plan(x, element) for x in v]
+            renamed = renamed or any(leaf[0] != 2 for leaf in leaves)
+            plan.append((key, "l", leaves))
+        elif isinstance(v, list | dict):
+            renamed = True  # not worth a plan: rare; Renaming.attrs handles any nesting
+            plan.append((key, "g", v))
         else:
-            modes.append(0)
-    return modes
+            plan.append((key, "c", v))
+    return renamed, plan
+
+
+def _attrs(plan: tuple[bool, list[tuple]], r: Renaming) -> dict[str, Any]:
+    values, new = r.values, r.new
+    out: dict[str, Any] = {}
+    for key, kind, v in plan[1]:
+        if kind == "c":
+            out[key] = v
+        elif kind == "s":
+            out[key] = _leaf(v, values, new)
+        elif kind == "l":
+            out[key] = [_leaf(x, values, new) for x in v]
+        else:
+            out[key] = r.attrs(v)
+    return out
