@@ -1,12 +1,23 @@
 """The checker's layout (issue 13): calls record repeated-block iterations, typing and folding
 are per-primitive tables, and lowering keeps no process-global caches."""
 
+import gc
 import json
+import weakref
 from pathlib import Path
 
+import linnet.lang.check.folding as folding_rules
+import linnet.lang.check.typing as typing_rules
+import linnet.lang.syntax.tree as A
 import pytest
-from linnet.lang import Graph, Program, check_file, lower
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from linnet.lang import Graph, LinnetError, Program, check_file, check_text, lower
+from linnet.lang.check.core import Fail
 from linnet.lang.ir.graph import Call
+from linnet.lang.ir.primitives import PRIMITIVES
+from linnet.lang.tensors.dims import Dim
+from linnet.lang.tensors.values import Const
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
@@ -84,3 +95,168 @@ model M<N: Dim> {
     g = lower(prog, "run", {"x": [4]}, {"N": 4})
     got = [(c.iteration, c.repeated, c.path) for c in g.calls if c.iteration is not None]
     assert got == [(2, "layers", "layers.2"), (0, "layers", "layers.0")]
+
+
+# ---------------------------------------------------------------- typing and folding tables
+
+def codes_of(text: str) -> list[str]:
+    with pytest.raises(LinnetError) as info:
+        check_text(text)
+    return [d.code for d in info.value.diagnostics]
+
+
+def returns(dtype: str, expr: str, result: str | None = None, n: str = "N") -> str:
+    return (f"model M<N: Dim> {{\n    entry run(a: Tensor[N; {dtype}], b: Tensor[N; {dtype}]) "
+            f"-> Tensor[{n}; {result or dtype}] {{\n        return {expr}\n    }}\n}}\n")
+
+
+@pytest.mark.parametrize("module", [typing_rules, folding_rules])
+def test_tables_cover_the_registry_exactly(module):
+    table = module.TYPING_RULES if module is typing_rules else module.FOLDING_RULES
+    missing = module.EXPECTED_MISSING
+    assert set(table) <= set(PRIMITIVES)
+    assert not set(table) & missing
+    assert set(table) | missing == set(PRIMITIVES)
+    # Every elementwise primitive but convert (typed by the cast) has a typing rule.
+    elementwise = {p.name for p in PRIMITIVES.values() if p.category == "elementwise"}
+    assert elementwise <= set(folding_rules.FOLDING_RULES)
+    assert elementwise - {"convert"} <= set(typing_rules.TYPING_RULES)
+
+
+def test_a_typing_row_is_what_the_checker_uses(monkeypatch):
+    text = returns("i32", "a - b")
+    check_text(text)
+    # `sub` typed as a transcendental function rejects integer operands: the checker reads the
+    # row, no if-chain beside it.
+    monkeypatch.setitem(typing_rules.TYPING_RULES, "sub", typing_rules.TYPING_RULES["exp"])
+    assert codes_of(text) == ["E0356"]
+
+
+def test_a_typing_rows_result_is_the_steps_dtype(monkeypatch):
+    prog = check_text(returns("f32", "a + b"))
+    assert [s.op for s in lower(prog, "run", {"a": [3], "b": [3]}, {"N": 3}).steps] == ["add"]
+    rule = typing_rules.TYPING_RULES["add"]
+    monkeypatch.setitem(typing_rules.TYPING_RULES, "add",
+                        typing_rules.TypingRule(rule.check, lambda d: "bool"))
+    # A bool result no longer matches the declared f32 (E0444: the return's dtype differs).
+    assert codes_of(returns("f32", "a + b")) == ["E0444"]
+    check_text(returns("f32", "a + b", result="bool"))
+
+
+def test_logic_rows_keep_their_operands():
+    prog = check_text(returns("bool", "a && b"))
+    g = lower(prog, "run", {"a": [2], "b": [2]}, {"N": 2})
+    assert [s.op for s in g.steps] == ["and"]
+
+
+def test_a_folding_row_is_what_the_checker_uses(monkeypatch):
+    text = returns("f32", "a", n="2 + 3").replace("Tensor[N; f32], b", "Tensor[5; f32], b")
+    check_text(text)
+
+    def times(args, span, attrs):
+        x, y = (a.value for a in args)
+        return Const(x * y, "int")
+
+    monkeypatch.setitem(folding_rules.FOLDING_RULES, "add", times)
+    # 2 "+" 3 folds to 6 now: the returned [5] no longer fits the declared [6] (E0443).
+    assert codes_of(text) == ["E0443"]
+
+
+def test_casts_of_constants_fold_by_the_convert_row(monkeypatch):
+    text = returns("f32", "a", n="(5.0 as i32)").replace("Tensor[N; f32], b",
+                                                         "Tensor[5; f32], b")
+    check_text(text)
+    monkeypatch.setitem(folding_rules.FOLDING_RULES, "convert",
+                        lambda args, span, attrs: Const(Dim.const(6), attrs["dtype"]))
+    assert codes_of(text) == ["E0443"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(-50, 50), st.integers(-50, 50),
+       st.sampled_from(["add", "sub", "mul", "div", "rem", "maximum", "minimum", "lt", "eq"]))
+def test_integer_folding_matches_python(x, y, prim):
+    import operator
+    expect = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+              "div": operator.floordiv, "rem": operator.mod, "maximum": max, "minimum": min,
+              "lt": operator.lt, "eq": operator.eq}[prim]
+    args = [Const(Dim.const(x), "int"), Const(Dim.const(y), "int")]
+    if y == 0 and prim in ("div", "rem"):
+        with pytest.raises(Fail) as info:
+            folding_rules.FOLDING_RULES[prim](args, None, {})
+        assert info.value.diag.code == "E0350"
+        return
+    out = folding_rules.FOLDING_RULES[prim](args, None, {})
+    want = expect(x, y)
+    if isinstance(want, bool):
+        assert out == Const(want, "bool")
+    else:
+        assert out.dtype == "int" and out.value == Dim.const(want)
+
+
+# ---------------------------------------------------------------- no process-global caches
+
+def _live_tree_nodes() -> int:
+    gc.collect()
+    kinds = tuple(v for v in vars(A).values() if isinstance(v, type) and v.__module__ == A.__name__)
+    return sum(1 for o in gc.get_objects() if isinstance(o, kinds))
+
+
+def test_lowering_new_shapes_keeps_nothing_behind(program):
+    cfg = config("toy")
+    lower(program, "prefill", {"tokens": [1, 1]}, cfg, check=False)
+    before = _live_tree_nodes()
+    for length in range(2, 12):
+        lower(program, "prefill", {"tokens": [1, length]}, cfg, check=False)
+    # Nodes that lowering makes on the fly (one per shape, say) die with the run: no cache
+    # keeps them, so a long-lived process does not grow with every new input shape.
+    assert _live_tree_nodes() == before
+
+
+SCALE_SOURCE = """
+block Scale<N: Dim> {
+    param w: Tensor[N; f32]
+    fn forward(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        let y[i] = x[i] * self.w[i] + 1.0
+        return y
+    }
+}
+model M<N: Dim> {
+    block layers: [Scale<N>; 3]
+    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        let y = self.layers[2](x)
+        return self.layers[0](y)
+    }
+}
+"""
+
+
+def test_a_dropped_program_is_freed():
+    # Distinct text each time, as a long-lived process that loads models would see.
+    for k in range(3):
+        prog = Program.from_text(SCALE_SOURCE + f"// {k}\n", "scaled")
+        lower(prog, "run", {"x": [4]}, {"N": 4})
+        source, module = weakref.ref(prog.root.source), weakref.ref(prog.root)
+        del prog
+        gc.collect()
+        # Nothing global (a cache of walks or of source locations) keeps the program alive.
+        assert source() is None and module() is None
+
+
+# ---------------------------------------------------------------- the Evaluator's mixins
+
+def test_each_evaluator_method_lives_in_one_mixin():
+    from linnet.lang.check.core import EvaluatorBase
+    from linnet.lang.check.evaluate import Evaluator
+
+    seen: dict[str, str] = {}
+    for mixin in Evaluator.__mro__[1:]:
+        if mixin in (EvaluatorBase, object):
+            continue
+        assert mixin.__module__.startswith("linnet.lang.check.")
+        for name, value in vars(mixin).items():
+            if callable(value) and not name.startswith("__"):
+                # Two mixins defining one name would shadow each other silently (the MRO
+                # picks one): every method has exactly one home.
+                assert name not in seen, f"{name} in {seen.get(name)} and {mixin.__name__}"
+                seen[name] = mixin.__name__
+    assert {"elementwise", "const_fold", "lookup", "invoke", "read", "index_let"} <= set(seen)

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.check.core import EvaluatorBase, Frame, IndexVar, fail
+from linnet.lang.check.hints import did_you_mean
 from linnet.lang.ir.primitives import BINARY_OPERATORS
 from linnet.lang.syntax.walk import walk
 from linnet.lang.tensors.dims import Dim
@@ -148,11 +148,10 @@ class Expressions(EvaluatorBase):
                                "with an `if` condition that is false here",
                                secondary=[(m.span, "declared here")])
             names = list(base.members) + [m.name for m in base.decl.methods]
-            close = difflib.get_close_matches(expr.name, names, n=1)
             raise fail("E0341", f"block `{base.decl.name}` has no member `{expr.name}`",
                        expr.span, "unknown member",
-                       help=(f"did you mean `{close[0]}`?" if close else
-                             f"members are: {', '.join(names) or 'none'}"),
+                       help=did_you_mean(expr.name, names,
+                                         f"members are: {', '.join(names) or 'none'}"),
                        secondary=[(base.decl.name_span, f"`{base.decl.name}` declared here")])
         raise fail("E0342", f"only blocks have members; this is {self.describe(base)}",
                    expr.span, "not a block")

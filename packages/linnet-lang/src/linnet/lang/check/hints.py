@@ -3,12 +3,27 @@ indices, and source text of expressions."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.check.core import EvaluatorBase, Frame, type_str
 from linnet.lang.diagnostics.core import Span
 from linnet.lang.tensors.values import BlockArray, BlockInst, Builtin, Const, DType, FuncRef, Tensor
+
+
+def did_you_mean(name: str, candidates: Iterable[str], otherwise: str,
+                 cutoff: float = 0.6) -> str:
+    """A help line naming the candidate closest to a misspelt ``name``, else ``otherwise``.
+
+    >>> did_you_mean("f23", ["f32", "i32"], "element types are ...")
+    'did you mean `f32`?'
+    >>> did_you_mean("zzz", ["f32"], "element types are ...")
+    'element types are ...'
+    """
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=cutoff)
+    return f"did you mean `{close[0]}`?" if close else otherwise
 
 
 class Hints(EvaluatorBase):

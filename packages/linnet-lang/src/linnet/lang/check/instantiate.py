@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.diagnostics.core import Span
-from linnet.lang.ir.builder import Builder, _concrete, _loc, attrs_key
+from linnet.lang.ir.builder import Builder, _concrete, attrs_key
 from linnet.lang.ir.graph import Call, ValueType
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import BlockArray, BlockInst, Tensor
@@ -220,8 +220,11 @@ def run_loop(ev: EvaluatorBase, stmt: A.For, frame: Frame, arr: BlockArray,
             run_one(item)
         return
     carried: list[Tensor] = after  # type: ignore[assignment]
-    assert builder.graph is not None  # lowering
-    records = compile_records(template.records, items[0].path, builder.graph.states)
+    base = builder
+    while isinstance(base, Tracer):  # a loop inside a loop being traced
+        base = base.inner
+    assert base.graph is not None  # lowering
+    records = compile_records(template.records, items[0].path, base.graph.states, base._loc)
     for k in range(2, len(items)):
         renaming = _renaming(arr, items, k, ins, carried)
         _replay(builder, records, renaming)
@@ -438,12 +441,13 @@ def _replay(builder: Any, records: list[Record], r: Renaming) -> None:
             builder.close_call(call)
 
 
-def compile_records(records: list[Record], element: str, states: Any) -> list[Record]:
+def compile_records(records: list[Record], element: str, states: Any,
+                    loc: Callable[[Span | None], str]) -> list[Record]:
     """The template's records with what every replay would compute again computed once.
 
     Emit records gain the concrete type, the location, the attributes' CSE key (None when the
     step reads a state: never shared; renaming keeps that, since an element's states are
-    renamed to the same element's states), a plan for each operand and one for the
+    renamed to the same element's states; ``loc`` is the builder's), a plan for each operand and one for the
     attributes. Renames, effects, calls gain plans for their names, operands and attributes.
     """
     out = []
@@ -453,7 +457,7 @@ def compile_records(records: list[Record], element: str, states: Any) -> list[Re
             vtype = ValueType(tuple(_concrete(d) for d in t[3]), t[4])
             shared = not any(o[1:] in states for o in t[2] if o.startswith("@"))
             plan = _attrs_plan(t[5], element)
-            t = (*t, vtype, _loc(t[7]), attrs_key(t[5]) if shared else None,
+            t = (*t, vtype, loc(t[7]), attrs_key(t[5]) if shared else None,
                  [_leaf_plan(o, element) for o in t[2]],
                  None if plan is not None and not plan[0] and all(
                      k == "c" for _, k, _ in plan[1]) else plan)

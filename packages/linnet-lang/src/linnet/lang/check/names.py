@@ -3,7 +3,6 @@ the dims, dtypes and tensor types that annotations name."""
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import linnet.lang.syntax.tree as A
@@ -18,6 +17,7 @@ from linnet.lang.check.core import (
     IndexVar,
     fail,
 )
+from linnet.lang.check.hints import did_you_mean
 from linnet.lang.diagnostics.core import Diagnostic, Span
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import POISON, Builtin, Const, DType, FuncRef, Poison
@@ -42,12 +42,11 @@ class Names(EvaluatorBase):
                     if item is None:
                         public = [str(getattr(i, "name", "")) for i in target.items
                                   if getattr(i, "public", False)]
-                        close = difflib.get_close_matches(name, public, n=1, cutoff=0.8)
                         raise fail("E0202", f"`{name}` is not in module `{'.'.join(use.module)}`",
                                    span, "not found there",
-                                   help=(f"did you mean `{close[0]}`?" if close else
-                                         f"`{'.'.join(use.module)}` exports: "
-                                         + (", ".join(sorted(public)) or "nothing")))
+                                   help=did_you_mean(name, public, f"`{'.'.join(use.module)}` "
+                                                     "exports: " + (", ".join(sorted(public))
+                                                                    or "nothing"), cutoff=0.8))
                     if not getattr(item, "public", True):
                         raise fail("E0203", f"`{name}` is private to `{'.'.join(use.module)}`",
                                    span, "private item",
@@ -124,7 +123,7 @@ class Names(EvaluatorBase):
             return Builtin(name)
         if name in DT.DTYPES:
             return DType(name)
-        close = []
+        help = "declare it with `let`, or import it with `use`"
         if self.suggestions_left > 0:
             # A did-you-mean costs time linear in the names in scope: give it to the first
             # errors only, so that thousands of unknown names stay linear.
@@ -132,9 +131,7 @@ class Names(EvaluatorBase):
             candidates = list(frame.local_names()) + list(frame.ivars) + list(frame.env) + \
                 frame.module.item_names + [n for u in frame.module.uses for n, _ in u.names] + \
                 sorted(BUILTINS)
-            close = difflib.get_close_matches(name, candidates, n=1)
-        help = f"did you mean `{close[0]}`?" if close else (
-            "declare it with `let`, or import it with `use`")
+            help = did_you_mean(name, candidates, help)
         if name in ("sum", "max", "min", "mean", "prod"):
             raise fail("E0201", f"`{name}` is a reduction, not a function", span,
                        "called like a function",
@@ -168,10 +165,9 @@ class Names(EvaluatorBase):
             raise fail("E0402", f"`{name.name}` is a dimension, not an element type", name.span,
                        "expected a dtype", help="element types are f32, bf16, f16, i32, bool, "
                        "... or a `DType` generic")
-        close = difflib.get_close_matches(name.name, list(DT.DTYPES), n=1)
         raise fail("E0403", f"unknown element type `{name.name}`", name.span,
-                   "not a dtype", help=(f"did you mean `{close[0]}`?" if close else
-                                        "element types are " + ", ".join(DT.DTYPES)))
+                   "not a dtype", help=did_you_mean(name.name, DT.DTYPES,
+                                                    "element types are " + ", ".join(DT.DTYPES)))
 
     def tensor_type(self, typ: A.TypeExpr, frame: Frame) -> tuple[tuple[Dim, ...], str]:
         if isinstance(typ, A.TensorType):

@@ -3,13 +3,13 @@ repeated-block counts."""
 
 from __future__ import annotations
 
-import difflib
 import re
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.check.blocks import MAX_REPEAT, walk_instance
 from linnet.lang.check.checker import fmt_type
 from linnet.lang.check.evaluate import fail
+from linnet.lang.check.hints import did_you_mean
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, Span
 from linnet.lang.tensors.values import BlockArray, BlockInst, Tensor
 from linnet.lang.weights.safetensors import shard_of
@@ -84,10 +84,10 @@ def check_weights(decl: A.BlockDecl, inst: BlockInst, weights: dict[str, tuple])
         diags.append(Diagnostic("E0630", f"... and {len(missing) - 20} more missing weights"))
     unexpected = [w for w in weights if w not in params]
     for w in unexpected[:20]:
-        close = difflib.get_close_matches(w, list(params), n=1, cutoff=0.8)
+        hint = did_you_mean(w, params, "", cutoff=0.8)
         diags.append(Diagnostic("E0631", f"weight `{w}`{shard_of(weights[w])} is not a "
                                 f"parameter of `{decl.name}`",
-                                None, help=(f"did you mean `{close[0]}`? " if close else "")
+                                None, help=(hint + " " if hint else "")
                                 + "remove it, or declare it as a `param` in the model"))
     for p, t in params.items():
         if p in weights:

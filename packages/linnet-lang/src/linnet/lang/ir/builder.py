@@ -21,6 +21,9 @@ class Builder:
         self._seen: dict[tuple, str] = {}
         self._key_of: dict[str, tuple] = {}  # result name -> its CSE key, for renames
         self._last_fresh: str | None = None  # the result of the last step emitted (not shared)
+        # `file:line` of each span's start, per (source, offset), for this run only: a cache
+        # shared by every run would keep every program's source alive and never shrink.
+        self._locs: dict[tuple[int, int], tuple[Span, str]] = {}
 
     @property
     def recording(self) -> bool:
@@ -43,7 +46,7 @@ class Builder:
         states = self.graph.states
         shared = not any(o[1:] in states for o in operands if o.startswith("@"))
         name = self.emit_step(op, operands, ValueType(tuple(_concrete(d) for d in shape), dtype),
-                              attrs, hint, _loc(span), attrs_key(attrs) if shared else None)
+                              attrs, hint, self._loc(span), attrs_key(attrs) if shared else None)
         return Tensor(name, shape, dtype, labels=labels)
 
     def emit_step(self, op: str, operands: list[str], vtype: ValueType, attrs: dict[str, Any],
@@ -71,7 +74,7 @@ class Builder:
     def effect(self, op: str, operands: list[str], attrs: dict[str, Any],
                span: Span | None) -> None:
         if self.graph is not None:
-            self.graph.steps.append(Step(op, list(operands), [], dict(attrs), _loc(span)))
+            self.graph.steps.append(Step(op, list(operands), [], dict(attrs), self._loc(span)))
 
     def rename_last(self, tensor: Tensor, hint: str, force: bool = False) -> Tensor:
         """Give the value the last step made a source name (`let q = ...` names it `%q`)."""
@@ -101,13 +104,23 @@ class Builder:
                 call.attributes["results"] = [new if r == old else r for r in results]
         return Tensor(new, tensor.shape, tensor.dtype, tensor.kind, tensor.labels)
 
+    def _loc(self, span: Span | None) -> str:
+        if span is None:
+            return ""
+        key = (id(span.source), span.start)
+        hit = self._locs.get(key)
+        if hit is None or hit[0].source is not span.source:
+            hit = (span, f"{span.source.name}:{span.line}")
+            self._locs[key] = hit
+        return hit[1]
+
     def open_call(self, callee: str, kind: str, path: str, span: Span | None,
                   attrs: dict[str, Any] | None = None, iteration: int | None = None,
                   repeated: str = "") -> Call | None:
         if self.graph is None:
             return None
         call = Call(callee, kind, len(self.graph.steps), -1, self._call_index, path,
-                    self.depth, _loc(span), dict(attrs or {}), iteration, repeated)
+                    self.depth, self._loc(span), dict(attrs or {}), iteration, repeated)
         self._call_index += 1
         self.graph.calls.append(call)
         self.depth += 1
@@ -130,17 +143,3 @@ def _concrete(d: Dim) -> int:
     if v is None:
         raise ValueError(f"dimension {d} is not concrete while lowering")
     return v
-
-
-_LOCS: dict[tuple[int, int], tuple[Span, str]] = {}
-
-
-def _loc(span: Span | None) -> str:
-    if span is None:
-        return ""
-    key = (id(span.source), span.start)
-    hit = _LOCS.get(key)
-    if hit is None or hit[0].source is not span.source:
-        hit = (span, f"{span.source.name}:{span.line}")
-        _LOCS[key] = hit
-    return hit[1]

@@ -8,19 +8,31 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 
-_WALKS: dict[int, tuple[Any, list[Any]]] = {}
-
 
 def walk(expr: Any) -> list[Any]:
-    """Every node of an expression, parents first. Syntax trees do not change after parsing,
-    so the list is computed once per node (lowering an 8B model walks the same few hundred
-    expressions once per layer)."""
-    hit = _WALKS.get(id(expr))
-    if hit is not None and hit[0] is expr:
-        return hit[1]
-    nodes = list(_walk(expr))
-    _WALKS[id(expr)] = (expr, nodes)
+    """Every node of an expression, parents first.
+
+    Syntax trees do not change after parsing, so the list is computed once per node and kept
+    on the node itself (lowering an 8B model walks the same few hundred expressions once per
+    layer). Kept there, it lives exactly as long as the tree: no process-wide cache grows
+    with every program or every node that lowering makes on the fly.
+
+    >>> import linnet.lang.syntax.tree as A
+    >>> [type(n).__name__ for n in walk(A.Unary("-", A.Name("x", None), None))]
+    ['Unary', 'Name']
+    """
+    slots = getattr(expr, "__dict__", None)
+    if slots is None:
+        return list(_walk(expr))
+    nodes = slots.get(_NODES)
+    if nodes is None:
+        nodes = slots[_NODES] = list(_walk(expr))
     return nodes
+
+
+# The attribute walk() caches a node's walk under (not a dataclass field: equality, repr
+# and the parser's child fields ignore it).
+_NODES = "_walk_nodes"
 
 
 def _walk(expr: Any) -> Iterator[Any]:
