@@ -20,14 +20,16 @@ equivalent. ``tests/test_instantiate.py`` compares ``Graph.dumps()`` both ways.
 
 What makes the replay a proof rather than a guess:
 
-* the elements are the same block type with the same generics, members, shapes and dtypes,
-  their paths aside (:func:`same_element`);
-* the variables the body assigns hold tensors of one type before and after an iteration,
-  no other variable holds the same value, and the body does not ``return``;
+* the elements are copies of element 0 with other paths (:func:`clone_element`, used by
+  check/blocks.py), so the same block type, generics, members, shapes and dtypes
+  (:func:`same_element` checks element 1);
+* the variables the body assigns hold distinct tensors that keep their type, and the body
+  does not ``return``;
 * the evaluator is deterministic and sees an iteration only through the loop variable and
   the carried values, so a difference between element 0 and element ``i`` that is not a
-  path (say, the body reading ``self.layers[0]`` directly) shows in the witness: iteration 1,
-  evaluated for real, must make the template's builder calls under the renaming above;
+  path (say, the body reading ``self.layers[0]`` directly, or reading by another name a
+  value that is also carried) shows in the witness: iteration 1, evaluated for real, must
+  make the template's builder calls under the renaming above;
 * a shared (CSE) result of the template that existed before the iteration must not depend on
   anything that changes between iterations (it would be a different value later).
 
