@@ -1,11 +1,13 @@
 """How long linnet-lang takes to parse + check the Llama example and to lower its decode entry.
 
-Not a test: a script that prints a table. The goal (docs/benchmarks/lang.md) is under 0.5 s
-for the 32-layer, 8B-shaped decode entry, check and lower together.
+Not a test: a script that prints a table. The goals and the results are in
+docs/benchmarks/lang.md (the 32-layer, 8B-shaped decode entry, check and lower together).
 
     uv run python benchmarks/lang_lower.py            # 5 repeats
     uv run python benchmarks/lang_lower.py --repeats 9
     uv run python benchmarks/lang_lower.py --profile  # cProfile of one 8B check + lower
+    uv run python benchmarks/lang_lower.py --evaluate-all  # every layer evaluated, none
+                                                           # instantiated (check/instantiate.py)
 """
 
 from __future__ import annotations
@@ -83,7 +85,14 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="profile one check + lower of the 8B decode entry instead")
     parser.add_argument("--top", type=int, default=25, help="rows of the profile to print")
+    parser.add_argument("--evaluate-all", action="store_true",
+                        help="evaluate every iteration of repeated blocks instead of "
+                             "instantiating the first (the same graph, slower)")
     args = parser.parse_args()
+    if args.evaluate_all:
+        from linnet.lang.check import instantiate
+
+        instantiate.ENABLED = False
     if args.profile:
         _, name, entry, inputs = CASES[-1]
         profile(load_config(name), entry, inputs, args.top)

@@ -134,6 +134,11 @@ def test_a_use_path_too_long_for_the_file_system_is_a_diagnostic():
     assert codes(lambda: check_text("use " + "a." * 3000 + "b::{c}")) == ["E0200"]
 
 
+def test_a_std_use_path_too_long_for_the_file_system_is_a_diagnostic():
+    """The same under `std.` (found by the hostile-std-sources fuzz): OSError, not E0200."""
+    assert codes(lambda: check_text("use std.nn" + "9" * 3000 + "linear::{c}")) == ["E0200"]
+
+
 @pytest.mark.parametrize("terms", [MAX_TREE_DEPTH + 2, 1000, 20000])
 @pytest.mark.parametrize("op", ["+", "*", "&&"])
 def test_long_chains_are_a_diagnostic(terms, op):

@@ -7,5 +7,6 @@ The Evaluator is composed of one mixin per idea: `names` (resolution, lookup), `
 gathers, reductions, contractions, range inference, `let y[...]`), `calls` and `generics`
 (inlining, generics, where-clauses), `kernels` (builtins and kernel memory access) and `hints`
 (did-you-means and other help). `core` holds what they share (Frame, Fail, limits); `blocks`
-instantiates blocks; `weight_checks` checks a checkpoint against the parameters; `driver`
+instantiates blocks; `instantiate` lowers a loop over repeated blocks once and replays it for
+the other elements (the same graph, much faster); `weight_checks` checks a checkpoint against the parameters; `driver`
 re-exports the pipeline's entry points."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import linnet.lang.check.instantiate as instantiation
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.check.evaluate import MAX_DEPTH, Evaluator, Frame, fail
+from linnet.lang.check.instantiate import clone_element
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import BlockArray, BlockInst, Const, Tensor
 
@@ -100,7 +102,13 @@ def instantiate_member_block(ev: Evaluator, m: A.Member, frame: Frame, path: str
                             f"{MAX_REPEAT} in the config")
         child, env = block_env(ev, typ.element, frame)
         n = 1 if count.value is None else count.value
-        items = [instantiate(ev, child, dict(env), f"{path}.{i}") for i in range(n)]
+        if instantiation.ENABLED:
+            # The elements differ only in their paths: copy the first (check/instantiate.py).
+            first = instantiate(ev, child, dict(env), f"{path}.0")
+            items = [first] + [clone_element(first, f"{path}.0", f"{path}.{i}")
+                               for i in range(1, n)]
+        else:
+            items = [instantiate(ev, child, dict(env), f"{path}.{i}") for i in range(n)]
         for i, item in enumerate(items):
             item.iteration, item.repeated = i, path
         return BlockArray(typ.element, path, count, items)

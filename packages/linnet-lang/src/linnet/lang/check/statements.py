@@ -7,6 +7,7 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.check.core import EvaluatorBase, Fail, Frame, fail, type_str
+from linnet.lang.check.instantiate import run_loop
 from linnet.lang.diagnostics.core import Diagnostic
 from linnet.lang.syntax.walk import walk
 from linnet.lang.tensors.dims import Dim
@@ -135,9 +136,17 @@ class Statements(EvaluatorBase):
                                 "or a reduction (`sum[i] x[i]`)" if isinstance(arr, Tensor) else
                                 "declare repeated blocks as `block layers: [Layer<...>; N]`")
             values = list(arr.items)  # type: ignore[arg-type]
-        for v in values:
+
+        def run_one(v: Any) -> None:
             frame.scopes.append({stmt.var: v})
             try:
                 self.run_body(stmt.body, frame)
             finally:
                 frame.scopes.pop()
+
+        if isinstance(it, A.RangeExpr):
+            for v in values:
+                run_one(v)
+            return
+        # Repeated blocks: lower one element, instantiate it for the others (check/instantiate).
+        run_loop(self, stmt, frame, arr, run_one)

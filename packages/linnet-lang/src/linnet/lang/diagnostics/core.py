@@ -34,10 +34,13 @@ class SourceFile:
     text: str
 
     def __post_init__(self) -> None:
+        # str.find, not a loop over every character: every parse builds this table.
         starts = [0]
-        for i, ch in enumerate(self.text):
-            if ch == "\n":
-                starts.append(i + 1)
+        find = self.text.find
+        i = find("\n")
+        while i >= 0:
+            starts.append(i + 1)
+            i = find("\n", i + 1)
         object.__setattr__(self, "_line_starts", starts)
 
     @classmethod

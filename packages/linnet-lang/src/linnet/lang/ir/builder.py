@@ -40,24 +40,36 @@ class Builder:
              labels: tuple[str, ...] | None = None) -> Tensor:
         if self.graph is None:
             return Tensor("%?", shape, dtype, labels=labels)
+        attrs = attrs or {}
         # Common subexpressions (each layer's rope tables, say) are computed once. Steps that
         # read a state are never shared: a write may come between them.
+        states = self.graph.states
+        shared = not any(o[1:] in states for o in operands if o.startswith("@"))
+        name = self.emit_step(op, operands, ValueType(tuple(_concrete(d) for d in shape), dtype),
+                              attrs, hint, self._loc(span), attrs_key(attrs) if shared else None)
+        return Tensor(name, shape, dtype, labels=labels)
+
+    def emit_step(self, op: str, operands: list[str], vtype: ValueType, attrs: dict[str, Any],
+                  hint: str, loc: str, key_attrs: str | None) -> str:
+        """:meth:`emit` with the concrete type, the location and the attributes' part of the
+        common-subexpression key (:func:`attrs_key`; None: never shared) already computed, as
+        replaying a recorded step does (check/instantiate.py). Returns the result's name."""
+        assert self.graph is not None
         key = None
-        if not any(o[1:] in self.graph.states for o in operands if o.startswith("@")):
-            key = (op, tuple(operands), repr(sorted((attrs or {}).items())))
-            if key in self._seen:
+        if key_attrs is not None:
+            key = (op, tuple(operands), key_attrs)
+            hit = self._seen.get(key)
+            if hit is not None:
                 self._last_fresh = None
-                return Tensor(self._seen[key], shape, dtype, labels=labels)
+                return hit
         name = self.fresh(hint)
         self._last_fresh = name
         if key is not None:
             self._seen[key] = name
             self._key_of[name] = key
-        concrete = tuple(_concrete(d) for d in shape)
-        self.graph.values[name] = ValueType(concrete, dtype)
-        self.graph.steps.append(Step(op, list(operands), [name], dict(attrs or {}),
-                                     self._loc(span)))
-        return Tensor(name, shape, dtype, labels=labels)
+        self.graph.values[name] = vtype
+        self.graph.steps.append(Step(op, list(operands), [name], dict(attrs), loc))
+        return name
 
     def effect(self, op: str, operands: list[str], attrs: dict[str, Any],
                span: Span | None) -> None:
@@ -119,6 +131,11 @@ class Builder:
             return
         call.stop = len(self.graph.steps)
         self.depth -= 1
+
+
+def attrs_key(attrs: dict[str, Any]) -> str:
+    """The attributes' part of a step's common-subexpression key."""
+    return repr(sorted(attrs.items()))
 
 
 def _concrete(d: Dim) -> int:

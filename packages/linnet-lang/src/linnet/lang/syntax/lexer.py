@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from linnet.lang.diagnostics.core import Diagnostic, SourceFile, Span
@@ -38,6 +39,85 @@ def tokenize(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
     >>> [t.text for t in toks]
     ['let', 'y', '=', 'x', '+', '1.5', '']
     """
+    if source.text.isascii():
+        return _tokenize_ascii(source)
+    return _tokenize_chars(source)
+
+
+# The same tokens as _tokenize_chars, one regular expression match each: lexing was a third of
+# checking the Llama example (tests/test_lexer.py compares the two). ASCII only: `isalpha`,
+# `isdigit` and `\w` differ on other characters, which the character loop handles.
+_TOKEN = re.compile(r"""
+    (?P<newline>\n)
+  | (?P<space>[ \t\r]+)
+  | (?P<comment>//[^\n]*)
+  | (?P<block>/\*)
+  | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<number>[0-9][0-9_]*(?P<fraction>\.[0-9][0-9_]*)?(?P<exponent>[eE][+-]?[0-9]+)?)
+  | (?P<string>"[^"\n]*"?)
+  | (?P<punct>""" + "|".join(re.escape(p) for p in PUNCTUATION) + r""")
+""", re.VERBOSE)
+
+
+def _tokenize_ascii(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
+    text = source.text
+    tokens: list[Token] = []
+    errors: list[Diagnostic] = []
+    append = tokens.append
+    match = _TOKEN.match
+    i, n = 0, len(text)
+    newline = False
+    while i < n:
+        m = match(text, i)
+        if m is None:
+            ch = text[i]
+            errors.append(Diagnostic(
+                "E0002", f"unexpected character `{ch}`", Span(source, i, i + 1),
+                "not part of Linnet's syntax",
+                help="comments start with `//`" if ch == "#" else "remove it"))
+            i += 1
+            continue
+        kind = m.lastgroup
+        j = m.end()
+        if kind == "newline":
+            newline = True
+        elif kind == "space" or kind == "comment":
+            pass
+        elif kind == "block":
+            k = text.find("*/", i + 2)
+            if k < 0:
+                errors.append(Diagnostic(
+                    "E0003", "unterminated block comment", Span(source, i, i + 2),
+                    "this comment is never closed", help="close it with `*/`"))
+                j = n
+            else:
+                newline = newline or "\n" in text[i:k]
+                j = k + 2
+        else:
+            word = m.group()
+            if kind == "word":
+                append(Token("kw" if word in KEYWORDS else "ident", word, Span(source, i, j),
+                             newline))
+            elif kind == "punct":
+                append(Token("punct", word, Span(source, i, j), newline))
+            elif kind == "number":
+                is_float = m.group("fraction") is not None or m.group("exponent") is not None
+                append(Token("float" if is_float else "int", word.replace("_", ""),
+                             Span(source, i, j), newline))
+            else:  # a string: unterminated when the line or the text ends first
+                if j - i < 2 or word[-1] != '"':
+                    errors.append(Diagnostic("E0004", "unterminated string literal",
+                                             Span(source, i, j), "this string is never closed",
+                                             help='close it with `"` on the same line'))
+                append(Token("string", text[i + 1:j - 1], Span(source, i, j), newline))
+            newline = False
+        i = j
+    append(Token("eof", "", Span(source, n, n), newline))
+    return tokens, errors
+
+
+def _tokenize_chars(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
+    """The lexer one character at a time: the reference, and the path for non-ASCII text."""
     text = source.text
     tokens: list[Token] = []
     errors: list[Diagnostic] = []

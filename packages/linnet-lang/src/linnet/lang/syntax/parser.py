@@ -62,7 +62,8 @@ class Parser:
         return self.tokens[min(self.pos + k, len(self.tokens) - 1)]
 
     def at(self, text: str) -> bool:
-        return self.tok.is_(text)
+        tok = self.tokens[self.pos]  # Token.is_, inlined: the parser's most frequent call
+        return tok.text == text and tok.kind in ("kw", "punct")
 
     def advance(self) -> Token:
         tok = self.tok

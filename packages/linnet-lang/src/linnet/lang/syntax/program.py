@@ -42,7 +42,10 @@ class Program:
         rel = Path(*dotted).with_suffix(".linnet")
         if dotted[0] == "std":
             candidate = STD_ROOT / Path(*dotted[1:]).with_suffix(".linnet")
-            return candidate if candidate.is_file() else None
+            try:
+                return candidate if candidate.is_file() else None
+            except OSError:  # a name too long for the file system: no such module
+                return None
         for root in self.search:
             try:
                 if (root / rel).is_file():
