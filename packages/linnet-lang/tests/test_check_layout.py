@@ -6,8 +6,8 @@ import json
 import weakref
 from pathlib import Path
 
+import linnet.lang.check.elementwise as typing_rules
 import linnet.lang.check.folding as folding_rules
-import linnet.lang.check.typing as typing_rules
 import linnet.lang.syntax.tree as A
 import pytest
 from hypothesis import given, settings

@@ -19,7 +19,7 @@ from linnet.lang.ir.primitives import PRIMITIVES, Category
 
 # (module, table): the module also holds the table's EXPECTED_MISSING, if it has one.
 TABLES: list[tuple[str, str]] = [
-    ("linnet.lang.check.typing", "TYPING_RULES"),  # result dtype/shape as the checker types it
+    ("linnet.lang.check.elementwise", "TYPING_RULES"),  # result dtype/shape as the checker types it
     ("linnet.lang.check.folding", "FOLDING_RULES"),  # constant folding of compile-time scalars
     ("linnet.lang.emit.torch", "RULES"),  # generated PyTorch source
     ("linnet.torch.interpreter", "RULES"),  # the PyTorch interpreter (linnet-runtime-torch)

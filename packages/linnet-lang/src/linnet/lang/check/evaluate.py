@@ -36,6 +36,7 @@ from linnet.lang.check.core import (
     shape_str,
     type_str,
 )
+from linnet.lang.check.elementwise import Typing
 from linnet.lang.check.expressions import Expressions
 from linnet.lang.check.folding import Folding
 from linnet.lang.check.generics import Generics
@@ -45,7 +46,6 @@ from linnet.lang.check.kernels import Kernels
 from linnet.lang.check.names import Names
 from linnet.lang.check.reductions import Reductions
 from linnet.lang.check.statements import Statements
-from linnet.lang.check.typing import Typing
 from linnet.lang.syntax.walk import leaves, mentions, product_factors, walk
 
 __all__ = [
