@@ -1,0 +1,202 @@
+"""The generated PyTorch is meant to be read (issue 13, item 5): every function takes only
+what its body reads, no line is over 100 characters, values the source never named are
+named after their op, guards that cannot fire are left out, builtins are never shadowed,
+and the emitter never returns (nor `linnet torch` writes) a module that does not compile."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from linnet.lang import LinnetError, Program, lower
+from linnet.lang.cli import load_config, main
+from linnet.lang.emit import torch as emit
+from linnet.lang.emit.torch import RULES, emit_torch, identifier, wrap
+
+ROOT = Path(__file__).resolve().parents[3]
+LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
+TOY = load_config(str(ROOT / "examples" / "llama" / "configs" / "toy.json"), [])
+
+
+def unused_arguments(text: str, convention: bool = False) -> dict[str, list[str]]:
+    """Each function's arguments that its body never reads (by Python's own AST).
+    ``convention``: an entry function's `params, states` are the runtime's calling
+    convention (`module.run(x, params, states)`); a model without states does not read
+    `states`, and that one is allowed."""
+    found = {}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef):
+            read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                    and isinstance(n.ctx, ast.Load)}
+            args = [a.arg for a in node.args.args]
+            if convention and args[-2:] == ["params", "states"]:
+                args = args[:-2]
+            dead = [a for a in args if a not in read]
+            if dead:
+                found[node.name] = dead
+    return found
+
+
+def long_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if len(line) > 100]
+
+
+def llama(entry: str, inputs: dict[str, list[int]]) -> str:
+    prog = Program.from_file(str(LLAMA))
+    graph = lower(prog, entry, inputs, TOY, check=True)
+    sources = {m.source.name: m.source.text for m in prog.modules.values()}
+    return emit_torch(graph, sources, origin=str(LLAMA))
+
+
+SMALL = {
+    # Values named after Python builtins and keywords: `float('-inf')` of a masked softmax,
+    # and every later call of a builtin, must still find the builtin.
+    "builtins": ('''
+model M<N: Dim> {
+    param w: Tensor[N; f32]
+    entry run(float: Tensor[N; f32], len: Tensor[N; f32]) -> Tensor[N; f32] {
+        let list = float * self.w
+        let id = list + len
+        let type = exp(id - 1.0)
+        let print = type / (type + 1.0)
+        return print
+    }
+}''', "run", {"float": [4], "len": [4]}),
+    # A constant index into a zero-bounds read: the index is known, no guard, no `.clamp`.
+    "constant_index": ('''
+model M<B: Dim, H: Dim, D: Dim> {
+    entry run(parts: Tensor[B, 2, H, D; f32]) -> Tensor[B, H, D; f32] {
+        let first[b, h, d] = parts[b, 0, h, d]
+        return first
+    }
+}''', "run", {"parts": [1, 2, 3, 4]}),
+    # A shifted read (rope's rotate-half) and a constant shared by two uses.
+    "shift": ('''
+model M<N: Dim> {
+    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        let y[i: N] = x[i + 1] * 0.5
+        let z[i] = y[i] + x[i] * 0.5
+        return z
+    }
+}''', "run", {"x": [6]}),
+}
+
+
+def small(name: str) -> str:
+    text, entry, inputs = SMALL[name]
+    return emit_torch(lower(Program.from_text(text), entry, inputs))
+
+
+CASES = [("llama decode", lambda: llama("decode", {"token": [1], "pos": [1]})),
+         ("llama prefill", lambda: llama("prefill", {"tokens": [1, 8]}))] + [
+    (name, (lambda n=name: small(n))) for name in SMALL]
+
+
+@pytest.mark.parametrize("name,make", CASES, ids=[c[0] for c in CASES])
+def test_no_dead_argument_and_no_long_line(name: str, make) -> None:
+    text = make()
+    compile(text, name, "exec")
+    assert unused_arguments(text, convention=not name.startswith("llama")) == {}
+    assert long_lines(text) == []
+
+
+def test_decode_layer_reads_every_input_and_glue_returns_no_constant() -> None:
+    text = llama("decode", {"token": [1], "pos": [1]})
+    tree = ast.parse(text)
+    fns = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    glue = fns["glue_0"]
+    ret = glue.body[-1]
+    assert isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple)
+    # Constants known when lowering (eps, the softmax scale, -inf) are literals where they
+    # are used, never values returned by one slice and passed to the next.
+    assert not any(isinstance(e, ast.Constant) or (isinstance(e, ast.Call)
+                   and getattr(e.func, "id", "") == "float") for e in ret.value.elts)
+    layer = fns["decoder_layer_decode"]
+    assert len(layer.args.args) == 6 + 9 + 2  # h, 3 rope tables, batch index, pos; 9 weights
+    # No numbered names from the whole graph (`t_37`): anonymous values are named by op.
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert not [n for n in names if re.fullmatch(r"t_\d+", n)]
+    assert {"neg_1", "mul_1"} <= names
+    # Rope's hoisted tables point at the layer line that reads them, not at the entry call.
+    assert "# llama.linnet:54  let q_rot = rope_with(q_heads, pos, inv_freq)" in text
+    assert "self.model.decode(token, pos" not in text
+    # The frequency table's index is `iota % 8`: always within its 8 rows, no guard.
+    assert ".clamp(0, 7)" not in text and "torch.where(((" not in text
+
+
+def test_builtin_names_are_not_shadowed() -> None:
+    import torch
+
+    text = small("builtins")
+    ns: dict = {}
+    exec(compile(text, "builtins", "exec"), ns)
+    x = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    n = torch.tensor([0.5, 0.5, -1.0, 2.0])
+    w = torch.tensor([2.0, 1.0, 0.5, -1.0])
+    (got,) = ns["run"](x, n, {"w": w}, {})
+    e = torch.exp(x * w + n - 1.0)
+    torch.testing.assert_close(got, e / (e + 1.0))
+    for name in ("float", "len", "list", "id", "type", "print"):
+        assert re.search(rf"\b{name} =", text) is None
+    assert identifier("%match") == "v_match" and identifier("%class") == "v_class"
+
+
+def test_constant_index_has_no_clamp_and_runs() -> None:
+    import torch
+
+    text = small("constant_index")
+    assert ".clamp" not in text
+    ns: dict = {}
+    exec(compile(text, "ci", "exec"), ns)
+    parts = torch.arange(24.0).reshape(1, 2, 3, 4)
+    torch.testing.assert_close(ns["run"](parts, {}, {})[0], parts[:, 0])
+
+
+def test_wrap_keeps_the_statement() -> None:
+    line = "    a, b = some_function(" + ", ".join(f"argument_{i}" for i in range(20)) + ")"
+    lines = wrap(line)
+    assert all(len(x) <= 100 for x in lines)
+    assert ast.dump(ast.parse("\n".join(x[4:] for x in lines))) == ast.dump(
+        ast.parse(line.strip()))
+
+
+def test_broken_rule_is_an_internal_error_naming_the_step(monkeypatch) -> None:
+    monkeypatch.setitem(RULES, "mul", lambda s, n, nu: [f"{n(s.results[0])} = 0.clamp(0, 1)"])
+    with pytest.raises(LinnetError) as err:
+        small("shift")
+    d = err.value.diagnostics[0]
+    assert d.code == "E0910"
+    assert "step" in d.message and "`mul`" in d.message and "0.clamp" in d.message
+
+
+def test_method_on_a_literal_is_an_internal_error(monkeypatch) -> None:
+    # `(0).clamp(0, 1)` compiles and fails on every run: caught when emitting.
+    monkeypatch.setitem(RULES, "mul", lambda s, n, nu: [f"{n(s.results[0])} = (0).clamp(0, 1)"])
+    with pytest.raises(LinnetError) as err:
+        small("shift")
+    assert err.value.diagnostics[0].code == "E0910"
+
+
+def test_module_that_does_not_compile_is_an_internal_error(monkeypatch) -> None:
+    # Each line parses alone, the module does not (a `return` outside a function).
+    real = emit.TorchEmitter.entry_metadata
+    monkeypatch.setattr(emit.TorchEmitter, "entry_metadata",
+                        lambda self, *a, **k: real(self, *a, **k) + "\nreturn 1")
+    with pytest.raises(LinnetError) as err:
+        small("shift")
+    assert err.value.diagnostics[0].code == "E0911"
+
+
+def test_linnet_torch_writes_no_file_when_a_rule_is_broken(monkeypatch, tmp_path, capsys) -> None:
+    model = tmp_path / "m.linnet"
+    model.write_text(SMALL["shift"][0])
+    out = tmp_path / "m.py"
+    argv = ["torch", str(model), "--input", "x=6", "-o", str(out)]
+    assert main(argv) == 0 and out.exists()
+    out.unlink()
+    monkeypatch.setitem(RULES, "mul", lambda s, n, nu: [f"{n(s.results[0])} = 0.clamp(0, 1)"])
+    assert main(argv) != 0
+    assert not out.exists()
+    assert "E0910" in capsys.readouterr().err
