@@ -7,9 +7,15 @@ source line heads each group of steps.
 
 Where PyTorch has a fused call with the same semantics as a std op's body, the whole call
 span becomes that call (``F.linear``, ``F.scaled_dot_product_attention``, ``F.embedding``,
-``F.rms_norm``): the table :data:`FAST_CALLS`. ``tests/test_emit_torch.py`` proves each one
-equal to the op's body. Every primitive has a rule in :data:`RULES`; a test fails when one
-is missing.
+``F.rms_norm``): the table :data:`FAST_CALLS`. linnet-runtime-torch's
+``tests/test_generated.py`` proves each one equal to the op's body. Every primitive has a rule
+in :data:`RULES`; a test fails when one is missing.
+
+The text is meant to be read: each function takes only what its body reads (a fused call or
+a shifted read may leave a slice input unread; it is then neither passed nor computed), values
+the source never named are named after their op (``mul_1``), no line is over 100 characters,
+guards that cannot fire are left out, constants are literals, and the text is compiled before
+it is returned (E0910/E0911 otherwise).
 
 >>> from linnet.lang.emit.torch import RULES
 >>> from linnet.lang.ir.primitives import PRIMITIVES

@@ -1,8 +1,8 @@
 """The primitives a graph's steps call: the single table every emitter and interpreter keys on.
 
 Adding a primitive means adding a row here and one rule to each table (emitters, the
-interpreter, grad); ``tests/test_primitives.py`` walks this table and fails when a rule is
-missing. docs/graph-format.md describes each primitive's semantics.
+interpreter, grad); the coverage test (``tests/test_coverage.py``) checks every table
+against this one and fails when a rule is missing. docs/graph-format.md describes each primitive's semantics.
 """
 
 from __future__ import annotations
