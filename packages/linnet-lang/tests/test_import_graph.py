@@ -69,7 +69,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if state[n] == 0:
                 visit(n)
             elif state[n] == 1:
-                found.append(stack[stack.index(n):] + [n])
+                found.append([*stack[stack.index(n):], n])
         stack.pop()
         state[m] = 2
 

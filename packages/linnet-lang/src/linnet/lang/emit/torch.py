@@ -314,7 +314,7 @@ def _range(n: Scope, ref: str, depth: int = 0) -> tuple[int, int] | None:
 
 def _in_range(n: Scope, ref: str, size: int) -> bool:
     r = _range(n, ref)
-    return r is not None and 0 <= r[0] and r[1] < size
+    return r is not None and r[0] >= 0 and r[1] < size
 
 
 def _take(s: Step, n: Scope, numerics: str) -> list[str]:
@@ -931,7 +931,7 @@ class TorchEmitter:
         while name in self.used_names:
             name = "entry_" + name
         self.used_names.add(name)
-        lines = [f"def {name}({', '.join(inputs + ['params', 'states'])}):"]
+        lines = [f"def {name}({', '.join([*inputs, 'params', 'states'])}):"]
         shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
                            for v in graph.inputs)
         outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
