@@ -200,3 +200,26 @@ def test_linnet_torch_writes_no_file_when_a_rule_is_broken(monkeypatch, tmp_path
     assert main(argv) != 0
     assert not out.exists()
     assert "E0910" in capsys.readouterr().err
+
+
+def test_entry_named_like_a_builtin_runs_through_the_runtime(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    from linnet.torch import load
+
+    model = tmp_path / "m.linnet"
+    model.write_text('''
+model M<N: Dim> {
+    entry input(float: Tensor[N; f32]) -> Tensor[N; f32] {
+        let m = max[i] float[i]
+        return exp(float - m)
+    }
+}''')
+    prog = Program.from_file(str(model))
+    text = emit_torch(lower(prog, "input", {"float": [3]}))
+    assert "def v_input(v_float, params, states):" in text
+    ns: dict = {}
+    exec(compile(text, "m", "exec"), ns)
+    assert ns["ENTRIES"]["input"]["function"] == "v_input"
+    x = torch.tensor([1.0, 3.0, 2.0])
+    got = load(str(model), weights={}, device="cpu").run("input", [x])
+    torch.testing.assert_close(got, torch.exp(x - 3.0))

@@ -330,7 +330,9 @@ class Model:
                 outs = run_graph(graph, inputs, self.params, ctx.states, self.device)
             else:
                 assert lowered.module is not None
-                fn = getattr(lowered.module, entry)
+                # An entry named like a builtin (`input`) has a function named apart.
+                module = lowered.module
+                fn = getattr(module, module.ENTRIES[entry].get("function", entry))
                 try:
                     outs = fn(*inputs, self.params, ctx.states)
                 except IndexError as exc:

@@ -962,7 +962,7 @@ class TorchEmitter:
 
     def entry_metadata(self, graph: Graph, rows: list[dict], function: str = "") -> str:
         out = [f"    {graph.entry!r}: dict("]
-        if function and function != graph.entry:
+        if function:  # the entry's function: `v_input` for an entry named `input`
             out.append(f"        function={function!r},")
         out += [f"        inputs={graph.inputs!r},", f"        outputs={graph.outputs!r},",
                 "        slices=["]
