@@ -857,10 +857,7 @@ class TorchEmitter:
             signature = [v if v in live else "_" + v for v in draft.inputs + draft.params]
         outs = [draft.outputs[j] for j in (range(len(draft.outputs)) if keep is None
                                            else sorted(keep))]
-        doc = f'    """{draft.doc}"""'
-        if len(doc) > WIDTH:
-            words = textwrap.wrap(draft.doc, WIDTH - 4)
-            doc = '    """' + "\n    ".join(words) + '\n    """'
+        doc = _docstring(draft.doc)
         lines = [f"def {name}({', '.join(signature)}):", doc]
         lines += ["    " + st.text for st in body]
         ret = ", ".join(outs)
@@ -927,17 +924,20 @@ class TorchEmitter:
         for fn in self.kinds.values():
             scope.reserve(fn)
         inputs = [scope(v) for v in graph.inputs]
+        read = {v for sl in slices for j in taken[sl.kind][0] for v in [sl.inputs[j]]}
+        read |= set(graph.outputs)
+        # The entry's own inputs are its declared signature (the runtime passes all of them):
+        # one the model never reads is named `_x`, Python's mark of an unused argument.
+        signature = [n if v in read else "_" + n for v, n in zip(graph.inputs, inputs)]
         name = identifier(graph.entry)
         while name in self.used_names:
             name = "entry_" + name
         self.used_names.add(name)
-        lines = [f"def {name}({', '.join([*inputs, 'params', 'states'])}):"]
+        lines = [f"def {name}({', '.join([*signature, 'params', 'states'])}):"]
         shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
                            for v in graph.inputs)
         outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
-        doc = f'    """Entry {graph.model}.{graph.entry}({shapes}) -> {outs}."""'
-        if len(doc) > WIDTH:
-            doc = '    """' + "\n    ".join(textwrap.wrap(doc[7:-3], WIDTH - 4)) + '\n    """'
+        doc = _docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> {outs}.")
         lines.append(doc)
         rows = []
         for sl in slices:
@@ -1013,6 +1013,15 @@ class TorchEmitter:
             raise _internal("E0911", f"the generated PyTorch module does not compile: {exc.msg} "
                             f"at line {exc.lineno}: `{shown}`") from None
         return text
+
+
+def _docstring(text: str) -> str:
+    """A function's docstring, indented, wrapped at :data:`WIDTH`."""
+    one = f'    """{text}"""'
+    if len(one) <= WIDTH:
+        return one
+    lines = textwrap.wrap(text, WIDTH - 4, initial_indent='"""', break_on_hyphens=False)
+    return "    " + "\n    ".join(lines) + '\n    """'
 
 
 def _slices_repeated(path: str) -> bool:
