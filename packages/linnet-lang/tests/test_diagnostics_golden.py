@@ -251,3 +251,17 @@ def test_explanation_examples(code: str) -> None:
             check_text(ex["Wrong"], "example")
     found = [d.code for d in info.value.diagnostics]
     assert code in found, f"{code}: the wrong example raised {found}"
+
+
+def test_explanations_script_moves_inline_entries() -> None:
+    """scripts/explanations_to_markdown.py reads codes.py's dict in either shape (the old
+    `EXPLANATIONS = {...}` or `_INLINE`), and codes.py is exactly the loader it writes."""
+    import runpy
+
+    script = runpy.run_path(str(REPO / "scripts" / "explanations_to_markdown.py"))
+    old = 'EXPLANATIONS: dict[str, str] = {\n    "E0001": """\\\nA file.\n""",\n}\n'
+    assert script["inline_entries"](old) == {"E0001": "A file.\n"}
+    assert script["inline_entries"]('_INLINE: dict[str, str] = {"E0002": "B."}\n') == {
+        "E0002": "B."}
+    codes = REPO / "packages" / "linnet-lang" / "src" / "linnet" / "lang" / "diagnostics"
+    assert (codes / "codes.py").read_text(encoding="utf-8") == script["LOADER"]
