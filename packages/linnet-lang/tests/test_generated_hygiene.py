@@ -54,11 +54,11 @@ def long_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if len(line) > 100]
 
 
-def llama(entry: str, inputs: dict[str, list[int]]) -> str:
+def llama(entry: str, inputs: dict[str, list[int]], fast: bool = True) -> str:
     prog = Program.from_file(str(LLAMA))
     graph = lower(prog, entry, inputs, TOY, check=True)
     sources = {m.source.name: m.source.text for m in prog.modules.values()}
-    return emit_torch(graph, sources, origin=str(LLAMA))
+    return emit_torch(graph, sources, origin=str(LLAMA), fast=fast)
 
 
 SMALL = {
@@ -101,7 +101,11 @@ def small(name: str) -> str:
 
 
 CASES = [("llama decode", lambda: llama("decode", {"token": [1], "pos": [1]})),
-         ("llama prefill", lambda: llama("prefill", {"tokens": [1, 8]}))] + [
+         ("llama prefill", lambda: llama("prefill", {"tokens": [1, 8]})),
+         ("llama decode, no fused calls",
+          lambda: llama("decode", {"token": [2], "pos": [2]}, fast=False)),
+         ("llama prefill, no fused calls",
+          lambda: llama("prefill", {"tokens": [2, 8]}, fast=False))] + [
     (name, (lambda n=name: small(n))) for name in SMALL]
 
 
