@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
-from indexgen import index_programs
+from indexgen import index_programs, state_programs
 from linnet.lang import LinnetError, Program, check_program, lower
 from linnet.lang.cli import load_config, main
 from linnet.lang.emit import torch as emit
@@ -265,3 +265,27 @@ def test_generated_index_programs_are_clean_and_right(case) -> None:
     scale = max(1.0, float(finite.max())) if finite.size else 1.0
     np.testing.assert_allclose(out.numpy(), expected, rtol=0 if case.exact else 1e-4,
                                atol=0 if case.exact else 1e-4 * scale, err_msg=text)
+
+
+# Entries that write a state once or twice and return it: the writes are effects, kept by
+# the dead-step elimination though no value reads them.
+@settings(PROFILE, max_examples=30 * SCALE, deadline=None)
+@given(state_programs())
+def test_generated_state_writes_are_clean_and_right(case) -> None:
+    import numpy as np
+    import torch
+
+    program = Program.from_text(case.source)
+    if check_program(program):
+        return
+    graph = lower(program, "run", case.inputs, case.config, check=False)
+    text = emit_torch(graph)
+    assert unused_arguments(text, convention=True) == {}, text
+    assert long_lines(text) == [], text
+    ns: dict = {}
+    exec(compile(text, "case", "exec"), ns)
+    args = [torch.from_numpy(np.asarray(case.data[v[1:]])) for v in graph.inputs]
+    states = {"s": torch.from_numpy(case.state.copy())}
+    (out,) = ns["run"](*args, {}, states)
+    np.testing.assert_array_equal(out.numpy(), case.expected, err_msg=text)
+    np.testing.assert_array_equal(states["s"].numpy(), case.expected, err_msg=text)
