@@ -263,8 +263,11 @@ def test_generated_index_programs_are_clean_and_right(case) -> None:
     expected = case.expected
     finite = np.abs(expected[np.isfinite(expected)])
     scale = max(1.0, float(finite.max())) if finite.size else 1.0
-    np.testing.assert_allclose(out.numpy(), expected, rtol=0 if case.exact else 1e-4,
-                               atol=0 if case.exact else 1e-4 * scale, err_msg=text)
+    # NumPy computes in f32 where torch rounds to a 16-bit float (`exp(x as bf16)`): the
+    # tolerance of that type, for the emitter's output and the old one's alike.
+    tol = 1e-2 if "f16" in case.source else 1e-4
+    np.testing.assert_allclose(out.numpy(), expected, rtol=0 if case.exact else tol,
+                               atol=0 if case.exact else tol * scale, err_msg=text)
 
 
 # Entries that write a state once or twice and return it: the writes are effects, kept by
