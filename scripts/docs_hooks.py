@@ -1,7 +1,8 @@
 """mkdocs hooks (mkdocs.yml `hooks:`): pages made at build time, never committed.
 
-* `errors/index.md` and one `errors/EXXXX.md` per code, from `linnet.lang.diagnostics.codes.EXPLANATIONS`
-  (the text `linnet explain` prints), so the pages cannot go stale;
+* `errors/index.md` and one `errors/EXXXX.md` per code, from
+  `linnet.lang.diagnostics.codes.EXPLANATIONS` (the files `diagnostics/explanations/EXXXX.md`,
+  the text `linnet explain` prints), so the pages cannot go stale;
 * benchmark plots: a table in docs/benchmarks/*.md right under
   `<!-- plot: TITLE | COLUMN; COLUMN | UNIT | LABEL COLUMN; ... -->` becomes a bar chart
   (matplotlib, PNG) of those columns' recorded figures, one bar group per row named by the

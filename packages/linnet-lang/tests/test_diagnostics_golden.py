@@ -36,7 +36,7 @@ from linnet.lang import (
     render_all,
 )
 from linnet.lang.cli import main as cli_main
-from linnet.lang.diagnostics.codes import EXPLANATIONS
+from linnet.lang.diagnostics.codes import EXPLANATIONS, RETIRED
 from linnet.lang.diagnostics.core import to_json
 from linnet.lang.syntax.program import STD_ROOT
 
@@ -147,26 +147,54 @@ def test_cli_check_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data[0]["span"]["line"] > 0 and data[0]["message"]
 
 
+REPO = Path(__file__).resolve().parents[3]
+
+
 def source_codes() -> set[str]:
-    src = Path(__file__).parents[1] / "src" / "linnet" / "lang"
+    """Every code raised in any distribution's sources: linnet-lang, linnet-plan, the torch
+    runtime and the plugins (packages/*/src, plugins/*/src)."""
     found = set()
-    for py in src.rglob("*.py"):
-        if py.name == "codes.py":
-            continue
-        found.update(re.findall(r'"(E\d{4})"', py.read_text(encoding="utf-8")))
+    roots = [*REPO.glob("packages/*/src"), *REPO.glob("plugins/*/src")]
+    assert len(roots) >= 4, roots
+    for root in roots:
+        for py in root.rglob("*.py"):
+            if py.name == "codes.py" and py.parent.name == "diagnostics":
+                continue
+            found.update(re.findall(r'"(E\d{4})"', py.read_text(encoding="utf-8")))
     return found - {"E0000"}
 
 
 def test_every_code_is_explained() -> None:
     codes = source_codes()
     assert len(codes) > 100
+    assert {"E0710", "E0720", "E0757", "E0788"} <= codes  # the runtime's codes are scanned
     missing = sorted(codes - set(EXPLANATIONS))
     assert not missing, f"codes without an explanation: {missing}"
-    stale = sorted(set(EXPLANATIONS) - codes)
-    assert not stale, f"explanations for codes no longer used: {stale}"
+    stale = sorted(set(EXPLANATIONS) - codes - RETIRED)
+    assert not stale, f"explanations for codes no longer used (mark them `Retired:`): {stale}"
+    raised = sorted(RETIRED & codes)
+    assert not raised, f"codes marked retired but still raised: {raised}"
     for code, text in EXPLANATIONS.items():
         summary = text.strip().splitlines()[0]
         assert summary and len(summary) < 100, code
+
+
+def test_explanations_are_one_markdown_file_per_code() -> None:
+    from importlib import resources
+
+    folder = resources.files("linnet.lang.diagnostics").joinpath("explanations")
+    files = {e.name[:-3] for e in folder.iterdir() if e.name.endswith(".md")}
+    assert files == set(EXPLANATIONS)  # nothing left only in codes.py's _INLINE
+    for code in files:
+        text = folder.joinpath(f"{code}.md").read_text(encoding="utf-8")
+        assert text == EXPLANATIONS[code] and text.endswith("\n") and "\t" not in text
+
+
+def test_explain_runtime_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    for code in ("E0720", "E0757", "E0910"):
+        assert cli_main(["explain", code]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"{code}: ") and "Wrong:" in out and "Fixed:" in out
 
 
 def test_explain(capsys: pytest.CaptureFixture[str]) -> None:
@@ -223,3 +251,17 @@ def test_explanation_examples(code: str) -> None:
             check_text(ex["Wrong"], "example")
     found = [d.code for d in info.value.diagnostics]
     assert code in found, f"{code}: the wrong example raised {found}"
+
+
+def test_explanations_script_moves_inline_entries() -> None:
+    """scripts/explanations_to_markdown.py reads codes.py's dict in either shape (the old
+    `EXPLANATIONS = {...}` or `_INLINE`), and codes.py is exactly the loader it writes."""
+    import runpy
+
+    script = runpy.run_path(str(REPO / "scripts" / "explanations_to_markdown.py"))
+    old = 'EXPLANATIONS: dict[str, str] = {\n    "E0001": """\\\nA file.\n""",\n}\n'
+    assert script["inline_entries"](old) == {"E0001": "A file.\n"}
+    assert script["inline_entries"]('_INLINE: dict[str, str] = {"E0002": "B."}\n') == {
+        "E0002": "B."}
+    codes = REPO / "packages" / "linnet-lang" / "src" / "linnet" / "lang" / "diagnostics"
+    assert (codes / "codes.py").read_text(encoding="utf-8") == script["LOADER"]

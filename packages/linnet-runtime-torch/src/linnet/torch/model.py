@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -24,9 +21,16 @@ from .home import import_source
 from .inputs import check_inputs, check_static
 from .interpreter import DTYPES, index_error, run_graph
 
+# Re-exported: `linnet.torch.model.compile_options` is how tests and users name them.
+from .options import (  # noqa: F401
+    COMPILE_MODES,
+    announce_compile,
+    compile_label,
+    compile_options,
+    numerics_mode,
+)
+
 NUMERICS = ("exact", "fast")
-# `compile=` strings that are torch.compile modes (of inductor); any other string is a backend.
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
@@ -36,96 +40,6 @@ def _error(code: str, message: str, help: str = "") -> LinnetError:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def compile_options(compile: Any) -> dict[str, Any] | None:
-    """The ``torch.compile`` keywords that ``compile=`` stands for, or None for no compile.
-
-    ``True`` is inductor's default; a string is a torch.compile mode (one of
-    ``COMPILE_MODES``) or else a backend name; a dict is inductor's options, as
-    ``torch.compile(options=...)`` takes them (a mode and options cannot be combined, so
-    spell the mode's settings out: ``{"max_autotune": True, "benchmark_fusion": True}``).
-    Each value is checked the first time it is seen, as torch.compile would check it at the
-    first call: a backend torch._dynamo does not know (``"no-such-backend"``; custom ones
-    registered with ``torch._dynamo.register_backend`` are known) or an inductor option it
-    does not have is error E0714 here, before anything is loaded, lowered or timed.
-
-    >>> compile_options("max-autotune-no-cudagraphs")
-    {'mode': 'max-autotune-no-cudagraphs'}
-    >>> compile_options({"max_autotune": True})
-    {'options': {'max_autotune': True}}
-    >>> compile_options(False) is None
-    True
-    """
-    if compile is None or compile is False:
-        return None
-    if compile is True:
-        return {"backend": "inductor"}
-    if isinstance(compile, str) and compile:
-        options: dict[str, Any] = ({"mode": compile} if compile in COMPILE_MODES
-                                   else {"backend": compile})
-    elif isinstance(compile, dict) and all(isinstance(k, str) for k in compile):
-        options = {"options": dict(compile)}
-    else:
-        raise _error("E0714", f"compile must be True, a torch.compile mode or backend name, or "
-                     f"a dict of inductor options, not {compile!r}",
-                     help="e.g. compile='max-autotune-no-cudagraphs', or compile="
-                          "{'max_autotune': True, 'benchmark_fusion': True}")
-    _check_compile(options)
-    return options
-
-
-_COMPILE_CHECKED: set[str] = set()
-
-
-def _check_compile(options: dict[str, Any]) -> None:
-    """Let torch.compile judge ``options`` now (it builds its backend, which looks the name
-    up and applies inductor's options, without compiling anything), once per value."""
-    key = json.dumps(options, sort_keys=True, default=repr)
-    if key in _COMPILE_CHECKED:
-        return
-    try:
-        torch.compile(_nothing, dynamic=False, **options)
-    except Exception as exc:  # InvalidBackend, or RuntimeError for an unknown option
-        # torch's own sentence, without the hundreds of option names it lists after it.
-        message = str(exc).split("\n")[0].split(", known options are")[0]
-        if "backend" in options:
-            try:
-                from torch import _dynamo
-
-                known = ", ".join(sorted({*_dynamo.list_backends(), "inductor", "aot_eager",
-                                          "eager"}))
-            except Exception:
-                known = "inductor, aot_eager, eager"
-            raise _error("E0714", f"compile={options['backend']!r} is not a torch.compile mode "
-                         f"or a backend torch knows: {message}",
-                         help=f"modes: {', '.join(COMPILE_MODES)}; backends: {known}") from None
-        if "mode" in options:
-            raise _error("E0714", f"compile={options['mode']!r}: {message}",
-                         help=f"modes: {', '.join(COMPILE_MODES)}") from None
-        raise _error("E0714", f"compile={options['options']!r}: inductor does not take these "
-                     f"options: {message}",
-                     help="the keys are torch._inductor.config's names, e.g. "
-                          "{'max_autotune': True}") from None
-    _COMPILE_CHECKED.add(key)
-
-
-def _nothing() -> None:
-    return None
-
-
-def compile_label(compile: Any) -> str:
-    """A stable text for ``compile=`` (timing-cache keys): 'eager' when not compiling.
-
-    >>> compile_label({"max_autotune": True, "benchmark_fusion": True})
-    'options{"benchmark_fusion": true, "max_autotune": true}'
-    """
-    options = compile_options(compile)
-    if options is None:
-        return "eager"
-    if "options" in options:
-        return "options" + json.dumps(options["options"], sort_keys=True, default=repr)
-    return str(compile)
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -416,7 +330,9 @@ class Model:
                 outs = run_graph(graph, inputs, self.params, ctx.states, self.device)
             else:
                 assert lowered.module is not None
-                fn = getattr(lowered.module, entry)
+                # An entry named like a builtin (`input`) has a function named apart.
+                module = lowered.module
+                fn = getattr(module, module.ENTRIES[entry].get("function", entry))
                 try:
                     outs = fn(*inputs, self.params, ctx.states)
                 except IndexError as exc:
@@ -428,24 +344,6 @@ class Model:
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
         return self._lower(entry, inputs).path
-
-
-@contextlib.contextmanager
-def numerics_mode(numerics: str) -> Iterator[None]:
-    """exact: f32 accumulation, no TF32, no reduced-precision reductions; fast: allow them."""
-    fast = numerics == "fast"
-    cuda = torch.backends.cuda.matmul
-    saved = (cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction,
-             cuda.allow_fp16_reduced_precision_reduction, torch.backends.cudnn.allow_tf32)
-    cuda.allow_tf32 = fast
-    cuda.allow_bf16_reduced_precision_reduction = fast
-    cuda.allow_fp16_reduced_precision_reduction = fast
-    torch.backends.cudnn.allow_tf32 = fast
-    try:
-        yield
-    finally:
-        (cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction,
-         cuda.allow_fp16_reduced_precision_reduction, torch.backends.cudnn.allow_tf32) = saved
 
 
 def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) -> dict[str, Any]:
@@ -610,32 +508,6 @@ def _progress(progress: Callable[[str], None] | bool) -> Callable[[str], None]:
     if progress:
         return lambda msg: print(f"linnet: {msg}", file=sys.stderr, flush=True)
     return lambda msg: None
-
-
-def announce_compile(compiled: Callable, name: str, kind: str,
-                     say: Callable[[str], None]) -> Callable:
-    """``compiled`` (a torch.compile'd slice), reporting through ``say`` when its first call
-    starts compiling and how long that took (max-autotune takes minutes: say so).
-
-    >>> f = announce_compile(lambda x: x + 1, "slice_0", "ab12cd34ef", print)
-    >>> f(1)
-    compiling slice_0 (kind ab12cd34)...
-    compiled slice_0 in 0.0 s
-    2
-    """
-    state = {"first": True}
-
-    def call(*args: Any) -> Any:
-        if not state["first"]:
-            return compiled(*args)
-        state["first"] = False
-        say(f"compiling {name} (kind {kind[:8]})...")
-        start = time.perf_counter()
-        out = compiled(*args)
-        say(f"compiled {name} in {time.perf_counter() - start:.1f} s")
-        return out
-
-    return call
 
 
 def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,

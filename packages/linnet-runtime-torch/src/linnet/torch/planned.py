@@ -44,7 +44,7 @@ from .context import Context
 from .home import import_source
 from .inputs import check_inputs
 from .interpreter import DTYPES
-from .model import announce_compile, compile_label, compile_options, numerics_mode
+from .options import announce_compile, compile_label, compile_options, numerics_mode
 
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:

@@ -7,9 +7,15 @@ source line heads each group of steps.
 
 Where PyTorch has a fused call with the same semantics as a std op's body, the whole call
 span becomes that call (``F.linear``, ``F.scaled_dot_product_attention``, ``F.embedding``,
-``F.rms_norm``): the table :data:`FAST_CALLS`. ``tests/test_emit_torch.py`` proves each one
-equal to the op's body. Every primitive has a rule in :data:`RULES`; a test fails when one
-is missing.
+``F.rms_norm``): the table :data:`FAST_CALLS`. linnet-runtime-torch's
+``tests/test_generated.py`` proves each one equal to the op's body. Every primitive has a rule
+in :data:`RULES`; a test fails when one is missing.
+
+The text is meant to be read: each function takes only what its body reads (a fused call or
+a shifted read may leave a slice input unread; it is then neither passed nor computed), values
+the source never named are named after their op (``mul_1``), no line is over 100 characters,
+guards that cannot fire are left out, constants are literals, and the text is compiled before
+it is returned (E0910/E0911 otherwise).
 
 >>> from linnet.lang.emit.torch import RULES
 >>> from linnet.lang.ir.primitives import PRIMITIVES
@@ -19,9 +25,12 @@ is missing.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import keyword
 import math
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,14 +46,26 @@ NUMERICS = ("exact", "fast")
 
 
 def identifier(text: str) -> str:
-    """A Python name for an SSA value or a parameter path (`%q.1` → `q_1`)."""
+    """A Python name for an SSA value or a parameter path (`%q.1` → `q_1`). Keywords,
+    builtins (`float`, `len`, `id`) and the module's own names (`torch`, `F`) get a `v_`
+    prefix: generated code calls ``float('-inf')`` and must not find a tensor there.
+
+    >>> identifier("%q.1"), identifier("%float"), identifier("%len"), identifier("@class")
+    ('q_1', 'v_float', 'v_len', 'v_class')
+    """
     name = re.sub(r"[^0-9A-Za-z_]", "_", text.lstrip("%@"))
-    if not name or name[0].isdigit() or keyword.iskeyword(name) or name in RESERVED:
+    if not name or name[0].isdigit() or keyword.iskeyword(name) or keyword.issoftkeyword(name) \
+            or name in RESERVED or name.startswith("__"):
         name = "v_" + name
     return name
 
 
-RESERVED = {"torch", "F", "DEVICE", "params", "states", "math"}
+# Names the generated module itself uses, and every builtin (a value named `float` would
+# shadow the `float('-inf')` of a masked softmax, `len` or `type` any later call of them).
+RESERVED = {"torch", "F", "DEVICE", "params", "states", "math", "ENTRIES"} | set(dir(builtins))
+
+
+_ANONYMOUS = re.compile(r"^%t(\.\d+)?$")
 
 
 @dataclass
@@ -65,11 +86,20 @@ class Scope:
         if ref in self.literals:
             return self.literals[ref]
         if ref not in self.names:
-            base = identifier(self.slice.relative(ref[1:]) if ref.startswith("@") and self.slice
-                              else ref)
-            name, n = base, self.next_suffix.get(base, 1)
-            if n > 1:
-                name = f"{base}_{n}"
+            anonymous = _ANONYMOUS.match(ref)
+            step = self.producers().get(ref) if anonymous else None
+            if step is not None:
+                # A value the source never named (`%t.37`): named after its op and numbered
+                # in this function (`pad_1`, `neg_1`), not after its place in the whole graph.
+                base, n = re.sub(r"[^0-9A-Za-z_]", "_", step.op), 1
+                first = f"{base}_1"
+            else:
+                base = identifier(self.slice.relative(ref[1:]) if ref.startswith("@")
+                                  and self.slice else ref)
+                n = 1
+                first = base
+            n = self.next_suffix.get(base, n)
+            name = first if n == 1 else f"{base}_{n}"
             while name in self.used:
                 n += 1
                 name = f"{base}_{n}"
@@ -77,6 +107,10 @@ class Scope:
             self.names[ref] = name
             self.used.add(name)
         return self.names[ref]
+
+    def reserve(self, name: str) -> None:
+        """Keep ``name`` (a function the entry calls) from being given to a value."""
+        self.used.add(name)
 
     def tensor(self, ref: str) -> str:
         """``ref`` as a tensor expression: a constant inlined as a literal (``0``) becomes
@@ -240,6 +274,49 @@ def _shift(n: Scope, idx: str, size: int) -> int | None:
     return sign * const.attributes["value"]
 
 
+def _range(n: Scope, ref: str, depth: int = 0) -> tuple[int, int] | None:
+    """Bounds ``lo <= v <= hi`` of every element of an integer value, where they follow from
+    the steps that made it (iota, constants, ``%`` by a positive constant, ``+``/``-``,
+    reshapes); None if unknown. A zero-bounds index within its axis needs no guard."""
+    if ref in n.literals:
+        step = n.producers().get(ref)
+        v = step.attributes.get("value") if step is not None else None
+        return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
+    step = n.producers().get(ref)
+    if step is None or depth > 32 or n.graph.values[ref].dtype not in TORCH_INT:
+        return None
+    op = step.op
+    if op == "constant":
+        v = step.attributes.get("value")
+        return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
+    if op == "iota":
+        return (0, step.attributes["shape"][step.attributes["axis"]] - 1)
+    if op in ("reshape", "broadcast", "transpose", "convert"):
+        src = step.operands[0]
+        if src.startswith("@") or n.graph.values[src].dtype not in TORCH_INT:
+            return None
+        return _range(n, src, depth + 1)
+    if op in ("add", "sub", "rem", "maximum", "minimum"):
+        a, b = (None if o.startswith("@") else _range(n, o, depth + 1) for o in step.operands)
+        if op == "rem":  # torch.remainder takes the divisor's sign: [0, c) for c > 0
+            return (0, b[1] - 1) if b is not None and b[0] == b[1] and b[0] > 0 else None
+        if a is None or b is None:
+            return None
+        if op == "add":
+            return (a[0] + b[0], a[1] + b[1])
+        if op == "sub":
+            return (a[0] - b[1], a[1] - b[0])
+        if op == "maximum":
+            return (max(a[0], b[0]), max(a[1], b[1]))
+        return (min(a[0], b[0]), min(a[1], b[1]))
+    return None
+
+
+def _in_range(n: Scope, ref: str, size: int) -> bool:
+    r = _range(n, ref)
+    return r is not None and r[0] >= 0 and r[1] < size
+
+
 def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     x, idx = s.operands
     axis = s.attributes["axis"]
@@ -268,7 +345,9 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
         return [f"{out} = {n(x)}.select({axis}, {v}){copy}"]
     lines = []
     i = n.tensor(idx)
-    if s.attributes["bounds"] == "zero":
+    # A guard that cannot fire (the index is within the axis by construction) is not written.
+    guard = s.attributes["bounds"] == "zero" and not _in_range(n, idx, size)
+    if guard:
         lines.append(f"{out}_index = {i}.clamp(0, {size - 1})")
         index = f"{out}_index"
     else:
@@ -278,7 +357,7 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     if len(idx_shape) != 1:
         expr += f".reshape({out_shape})"
     lines.append(f"{out} = {expr}")
-    if s.attributes["bounds"] == "zero":
+    if guard:
         rank = len(n.shape(x))
         view = (1,) * axis + tuple(idx_shape) + (1,) * (rank - axis - 1)
         lines.append(f"{out} = torch.where((({i} >= 0) & ({i} < {size})).reshape({view}), "
@@ -292,17 +371,19 @@ def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
     out = n(s.results[0])
     lines = []
     names = []
+    guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
+               for a, r in enumerate(indices)]
     for axis, ref in enumerate(indices):
         i = n.tensor(ref)
-        if s.attributes["bounds"] == "zero":
+        if guarded[axis]:
             lines.append(f"{out}_i{axis} = {i}.long().clamp(0, {shape[axis] - 1})")
             names.append(f"{out}_i{axis}")
         else:
             names.append(f"{i}.long()")
     lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
-    if s.attributes["bounds"] == "zero":
+    if any(guarded):
         valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                           for a, r in enumerate(indices))
+                           for a, r in enumerate(indices) if guarded[a])
         trailing = len(shape) - len(indices)
         mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
         lines.append(f"{out} = torch.where({mask}, {out}, 0)")
@@ -403,6 +484,9 @@ FAST_CALLS: dict[str, FastRule] = {
 
 
 # ---------------------------------------------------------------- functions
+WIDTH = 100  # the longest line written (ruff's limit in this repository)
+
+
 def _is_std(loc: str) -> bool:
     return loc.startswith("std/")
 
@@ -424,6 +508,167 @@ def _output(graph: Graph, scope: Scope, ref: str) -> str:
     return scope(ref)
 
 
+def _internal(code: str, message: str, help: str = "") -> Exception:
+    from linnet.lang.diagnostics import Diagnostic, LinnetError
+
+    return LinnetError(Diagnostic(code, message, help=help or (
+        "this is a bug in linnet-lang's PyTorch emitter, not in your model: please report it "
+        "with the model and the command; `linnet run` (the interpreter) runs the model "
+        "meanwhile")))
+
+
+@dataclass
+class Statement:
+    """One generated line of a function body, what it defines and reads, and where from."""
+
+    text: str
+    targets: frozenset[str] = frozenset()
+    reads: frozenset[str] = frozenset()
+    effect: bool = False  # writes a state (`index_put_`, `copy_`): always kept
+    comment: bool = False
+
+
+def _statement(text: str, step: int, op: str, loc: str) -> Statement:
+    """Parse one generated statement; a rule that wrote something that is not one valid
+    Python statement is an internal error (E0910) naming the step and its source line."""
+    if text.startswith("#"):
+        return Statement(text, comment=True)
+    where = f"step {step} (`{op}`" + (f", from {loc.replace('|', ' via ')}" if loc else "") + ")"
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise _internal("E0910", f"the PyTorch emitter wrote invalid Python for {where}: "
+                        f"{exc.msg}: `{text}`") from None
+    if len(tree.body) != 1:
+        raise _internal("E0910", f"the PyTorch emitter wrote {len(tree.body)} statements on one "
+                        f"line for {where}: `{text}`")
+    node = tree.body[0]
+    for sub in ast.walk(node):
+        # `0.clamp(0, 1)` parses as `(0.).clamp` on some inputs and fails at run time on all
+        # of them: a method called on a literal is never what a rule means.
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Constant) \
+                and not isinstance(sub.value.value, str):
+            raise _internal("E0910", f"the PyTorch emitter called `.{sub.attr}` on the literal "
+                            f"{sub.value.value!r} for {where}: `{text}`")
+    reads = frozenset(s.id for s in ast.walk(node)
+                      if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load))
+    if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+        return Statement(text, frozenset(t.id for t in node.targets if isinstance(t, ast.Name)),
+                         reads)
+    return Statement(text, reads=reads, effect=True)
+
+
+@dataclass
+class Draft:
+    """A slice function before its signature is fixed: every input, parameter and output,
+    and its body; :meth:`finish` keeps what the outputs asked for need."""
+
+    name: str
+    inputs: list[str]  # Python names, one per slice input
+    params: list[str]  # one per slice parameter, then state
+    outputs: list[str]  # one expression per slice output
+    body: list[Statement]
+    doc: str
+
+    def finish(self, keep: set[int] | None) -> tuple[list[Statement], set[str]]:
+        """The body needed for outputs ``keep`` (all if None) and the names it reads."""
+        outs = range(len(self.outputs)) if keep is None else sorted(keep)
+        live = set()
+        for j in outs:
+            live |= _names(self.outputs[j])
+        kept: list[Statement] = []
+        for st in reversed(self.body):
+            if st.comment:
+                # A comment heads the statements after it: kept if one of them is.
+                if kept and not kept[-1].comment:
+                    kept.append(st)
+                continue
+            if st.effect or st.targets & live:
+                live = (live - st.targets) | st.reads
+                kept.append(st)
+        kept.reverse()
+        return kept, live
+
+
+def _names(expr: str) -> set[str]:
+    return {s.id for s in ast.walk(ast.parse(expr, mode="eval")) if isinstance(s, ast.Name)}
+
+
+def _split(text: str) -> tuple[int, int] | None:
+    """The last bracket pair at depth 0 of ``text`` (outside string literals), or None."""
+    depth, quote, opened, best = 0, "", -1, None
+    for k, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            if depth == 0:
+                opened = k
+            depth += 1
+        elif ch in ")]}" and depth:
+            depth -= 1
+            if depth == 0 and k > opened + 1:
+                best = (opened, k)
+    return best
+
+
+def _commas(text: str) -> list[str]:
+    """``text`` split at its commas at depth 0 (outside brackets and strings)."""
+    parts, depth, quote, start = [], 0, "", 0
+    for k, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:k].strip())
+            start = k + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def wrap(line: str, width: int = WIDTH) -> list[str]:
+    """``line`` as lines of at most ``width`` characters where brackets allow: the last
+    bracket pair is opened, and its contents go on one line, or one item a line.
+
+    >>> print("\\n".join(wrap("x = f(" + ", ".join(f"arg_{i}" for i in range(3)) + ")", 12)))
+    x = f(
+        arg_0,
+        arg_1,
+        arg_2,
+    )
+    """
+    if len(line) <= width or line.lstrip().startswith("#"):
+        return [line]
+    indent = line[:len(line) - len(line.lstrip())]
+    text = line.strip()
+    if text.startswith("return ") and _split(text[7:]) != (0, len(text) - 8):
+        text = f"return ({text[7:].rstrip(',')},)" if "," in text else text
+    pair = _split(text)
+    if pair is None:
+        return [line]
+    a, b = pair
+    head, inner, tail = text[:a + 1], text[a + 1:b], text[b:]
+    heads = wrap(indent + head, width)
+    pad = indent + "    "
+    if len(pad + inner) <= width and not inner.rstrip().endswith(","):
+        body = [pad + inner]
+    else:
+        parts = _commas(inner)
+        if len(parts) <= 1 and not inner.rstrip().endswith(","):
+            body = wrap(pad + inner, width)
+        else:
+            body = [w for p in parts for w in wrap(pad + p + ",", width)]
+    return heads + body + [indent + tail]
+
+
 class TorchEmitter:
     def __init__(self, sources: dict[str, str] | None = None, options: Options | None = None):
         self.sources = {name: text.splitlines() for name, text in (sources or {}).items()}
@@ -433,28 +678,74 @@ class TorchEmitter:
         self.used_names: set[str] = set()
         self.entries: list[str] = []
         self.metadata: list[str] = []
+        self._repeated_user: dict[int, list[int | None]] = {}
 
-    def comment(self, loc: str) -> str:
+    def comment(self, loc: str, width: int = WIDTH - 4) -> str:
         if "|" in loc:
             user, std = loc.split("|", 1)
-            return self.comment(user) + "  [" + self.comment(std)[2:].split("  ")[0] + "]"
+            where = "  [" + self.comment(std)[2:].split("  ")[0] + "]"
+            head = self.comment(user, width - len(where))
+            return head + where
         file, _, line = loc.rpartition(":")
         text = ""
         lines = self.sources.get(file)
         if lines and line.isdigit() and 0 < int(line) <= len(lines):
             text = "  " + lines[int(line) - 1].strip()
         short = file if _is_std(file) else file.rsplit("/", 1)[-1]
-        return f"# {short}:{line}{text}"
+        out = f"# {short}:{line}{text}"
+        if len(out) > width:  # a long source line: its start, so the comment fits the width
+            out = out[:max(width - 3, len(f"# {short}:{line}"))].rstrip() + "..."
+        return out
 
-    def user_loc(self, graph: Graph, index: int, own: str) -> str:
-        """The line of the user's model behind a step; std library lines are added after it."""
-        if not _is_std(own):
-            return own
+    def _best_call(self, graph: Graph, index: int) -> Call | None:
         best = None
         for call in graph.calls:
             if call.start <= index < call.stop and call.loc and not _is_std(call.loc) \
                     and call.kind != "entry" and (best is None or call.depth > best.depth):
                 best = call
+        return best
+
+    def _first_repeated_user(self, graph: Graph) -> list[int | None]:
+        """For each step, the first step inside a repeated block (a layer) that reads what
+        it makes, directly or through other steps; its own index when it is inside one."""
+        key = id(graph)
+        if key not in self._repeated_user:
+            inside = [False] * len(graph.steps)
+            for c in graph.calls:
+                if c.kind != "entry" and _slices_repeated(c.path):
+                    for i in range(c.start, c.stop):
+                        inside[i] = True
+            users = graph.users()
+            found: list[int | None] = [None] * len(graph.steps)
+            for i in range(len(graph.steps) - 1, -1, -1):
+                if inside[i]:
+                    found[i] = i
+                    continue
+                best = None
+                for r in graph.steps[i].results:
+                    for u in users.get(r, []):
+                        f = found[u] if u > i else None
+                        if f is not None and (best is None or f < best):
+                            best = f
+                found[i] = best
+            self._repeated_user[key] = found
+        return self._repeated_user[key]
+
+    def user_loc(self, graph: Graph, index: int, own: str) -> str:
+        """The line of the user's model behind a step; std library lines are added after it.
+        A step hoisted out of a layer (rope's tables) points at the line in the layer that
+        reads it, not at the entry's call of the whole model."""
+        if not _is_std(own):
+            return own
+        best = self._best_call(graph, index)
+        user = self._first_repeated_user(graph)[index]
+        # Hoisted: the step sits in a call (the whole model's) around the layer that reads
+        # it, outside that layer. A step of its own call (the embedding) keeps its line.
+        if user is not None and user != index and (
+                best is None or best.start <= user < best.stop):
+            deeper = self._best_call(graph, user)
+            if deeper is not None and (best is None or deeper.depth > best.depth):
+                best = deeper
         return f"{best.loc}|{own}" if best else own
 
     def fast_call(self, graph: Graph, index: int, stop: int, starts: dict[int, list[Call]],
@@ -476,21 +767,15 @@ class TorchEmitter:
             return call
         return None
 
-    def slice_function(self, graph: Graph, sl: Slice) -> str:
-        """The function for ``sl``'s kind (emitted once per kind); returns its name."""
-        if sl.kind in self.kinds:
-            return self.kinds[sl.kind]
-        name = sl.name
-        n = 2
-        while name in self.used_names:
-            name = f"{sl.name}_{n}"
-            n += 1
-        self.used_names.add(name)
-        self.kinds[sl.kind] = name
+    def draft(self, graph: Graph, sl: Slice, constants: dict[int, str] | None = None) -> Draft:
+        """The body of ``sl``'s function; ``constants`` (input position -> literal) are
+        inputs known when lowering, written as literals instead of passed in."""
         scope = Scope(graph, sl)
+        for j, lit in (constants or {}).items():
+            scope.literals[sl.inputs[j]] = lit
         params = [scope("@" + p) for p in sl.parameters + sl.states]
         inputs = [scope(v) for v in sl.inputs]
-        body: list[str] = []
+        body: list[Statement] = []
         starts: dict[int, list[Call]] = {}
         for c in graph.calls:
             starts.setdefault(c.start, []).append(c)
@@ -525,62 +810,168 @@ class TorchEmitter:
                 outs = [scope(r) for r in call.attributes["results"]]
                 lines = FAST_CALLS[call.callee](call, scope, args, outs)
                 loc = self.user_loc(graph, call.start, call.loc)
+                op = call.callee
                 k += call.stop - call.start
             else:
                 lines = RULES[step.op](step, scope, self.options.numerics)
                 loc = self.user_loc(graph, i, step.loc)
+                op = step.op
                 k += 1
             if lines and loc and loc != last_loc:
-                body.append(self.comment(loc))
+                body.append(Statement(self.comment(loc), comment=True))
                 last_loc = loc
-            body.extend(lines)
+            body.extend(_statement(line, i, op, loc) for line in lines)
         outputs = [scope(v) for v in sl.outputs]
-        # Inputs that are constants made in an earlier slice stay parameters of this function.
-        signature = ", ".join(inputs + params)
         where = (f"Steps {sl.start}..{sl.stop}" if len(order) == sl.stop - sl.start
                  else f"{len(order)} of steps {sl.start}..{sl.stop}")
-        doc = (f'    """{where} of {graph.model}.{graph.entry}'
+        doc = (f"{where} of {graph.model}.{graph.entry}"
                + (f" (and every slice of this kind, e.g. `{sl.prefix.rstrip('.')}`)"
-                  if sl.prefix else "") + '."""')
-        lines = [f"def {name}({signature}):", doc]
-        lines += ["    " + b for b in body]
-        ret = ", ".join(outputs)
-        lines.append(f"    return {ret}" + ("," if len(outputs) == 1 else "") if outputs
-                     else "    return ()")
-        self.functions.append("\n".join(lines))
+                  if sl.prefix else "") + ".")
+        return Draft(sl.name, inputs, params, outputs, body, doc)
+
+    def function_name(self, sl: Slice) -> str:
+        if sl.kind in self.kinds:
+            return self.kinds[sl.kind]
+        name = identifier(sl.name)
+        n = 2
+        while name in self.used_names:
+            name = f"{identifier(sl.name)}_{n}"
+            n += 1
+        self.used_names.add(name)
+        self.kinds[sl.kind] = name
         return name
 
+    def write_function(self, name: str, draft: Draft, keep: set[int] | None,
+                       narrow: bool) -> tuple[list[int], list[int]]:
+        """Write the function; returns the positions of the inputs and of the parameters
+        and states it takes. ``narrow``: leave out the ones its body does not read (the
+        entry function calls it); otherwise keep them, named `_x` (a plan calls it with
+        every input of its slice)."""
+        body, live = draft.finish(keep)
+        taken_in = [j for j, v in enumerate(draft.inputs) if v in live]
+        taken_p = [j for j, v in enumerate(draft.params) if v in live]
+        if narrow:
+            signature = [draft.inputs[j] for j in taken_in] + [draft.params[j] for j in taken_p]
+        else:
+            taken_in, taken_p = list(range(len(draft.inputs))), list(range(len(draft.params)))
+            signature = [v if v in live else "_" + v for v in draft.inputs + draft.params]
+        outs = [draft.outputs[j] for j in (range(len(draft.outputs)) if keep is None
+                                           else sorted(keep))]
+        doc = _docstring(draft.doc)
+        lines = [f"def {name}({', '.join(signature)}):", doc]
+        lines += ["    " + st.text for st in body]
+        ret = ", ".join(outs)
+        lines.append(f"    return {ret}" + ("," if len(outs) == 1 else "") if outs
+                     else "    return ()")
+        self.functions.append("\n".join(lines))
+        return taken_in, taken_p
+
+    def slice_function(self, graph: Graph, sl: Slice) -> str:
+        """The function for ``sl``'s kind (emitted once per kind, taking every input of the
+        slice, as a plan calls it); returns its name."""
+        if sl.kind in self.kinds:
+            return self.kinds[sl.kind]
+        name = self.function_name(sl)
+        self.write_function(name, self.draft(graph, sl), None, narrow=False)
+        return name
+
+    def constants(self, graph: Graph, slices: list[Slice]) -> dict[str, dict[int, str]]:
+        """Per kind, the inputs that are constants known when lowering (the same one in
+        every slice of the kind): written as literals, not passed between slices."""
+        producers = {r: st for st in graph.steps for r in st.results}
+        found: dict[str, dict[int, str]] = {}
+        for sl in slices:
+            mine = {}
+            for j, v in enumerate(sl.inputs):
+                st = producers.get(v)
+                if st is not None and st.op == "constant":
+                    mine[j] = literal(st.attributes["value"])
+            found[sl.kind] = mine if sl.kind not in found else {
+                j: lit for j, lit in found[sl.kind].items() if mine.get(j) == lit}
+        return found
+
     def entry_function(self, graph: Graph, slices: list[Slice]) -> str:
+        constants = self.constants(graph, slices)
+        drafts: dict[str, Draft] = {}
+        for sl in slices:
+            if sl.kind not in drafts:
+                self.function_name(sl)
+                drafts[sl.kind] = self.draft(graph, sl, constants[sl.kind])
+        # Which outputs each kind must return: what a later slice (or the entry) reads, the
+        # union over the kind's slices; a fixed point, as a kind's needs grow its reads.
+        keep: dict[str, set[int]] = {k: set() for k in drafts}
+        reads: dict[str, set[str]] = {}
+        while True:
+            grew = False
+            needed = set(graph.outputs)
+            for sl in reversed(slices):
+                want = {j for j, o in enumerate(sl.outputs) if o in needed}
+                if not want <= keep[sl.kind]:
+                    keep[sl.kind] |= want
+                    grew = True
+                if sl.kind not in reads or grew:
+                    reads[sl.kind] = drafts[sl.kind].finish(keep[sl.kind])[1]
+                d = drafts[sl.kind]
+                needed |= {sl.inputs[j] for j, v in enumerate(d.inputs) if v in reads[sl.kind]}
+            if not grew:
+                break
+        taken: dict[str, tuple[list[int], list[int]]] = {}
+        for sl in slices:
+            if sl.kind not in taken:
+                taken[sl.kind] = self.write_function(self.kinds[sl.kind], drafts[sl.kind],
+                                                     keep[sl.kind], narrow=True)
         scope = Scope(graph)
+        for fn in self.kinds.values():
+            scope.reserve(fn)
         inputs = [scope(v) for v in graph.inputs]
-        lines = [f"def {identifier(graph.entry)}({', '.join(inputs)}, params, states):"]
+        read = {v for sl in slices for j in taken[sl.kind][0] for v in [sl.inputs[j]]}
+        read |= set(graph.outputs)
+        # The entry's own inputs are its declared signature (the runtime passes all of them):
+        # one the model never reads is named `_x`, Python's mark of an unused argument.
+        signature = [n if v in read else "_" + n for v, n in zip(graph.inputs, inputs)]
+        name = identifier(graph.entry)
+        while name in self.used_names:
+            name = "entry_" + name
+        self.used_names.add(name)
+        lines = [f"def {name}({', '.join([*signature, 'params', 'states'])}):"]
         shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
                            for v in graph.inputs)
         outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
-        lines.append(f'    """Entry {graph.model}.{graph.entry}({shapes}) -> {outs}."""')
+        doc = _docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> {outs}.")
+        lines.append(doc)
+        rows = []
         for sl in slices:
-            fn = self.slice_function(graph, sl)
-            args = [scope(v) for v in sl.inputs]
-            args += [f"params[{p!r}]" for p in sl.parameters]
-            args += [f"states[{p!r}]" for p in sl.states]
-            outputs = [scope(v) for v in sl.outputs]
+            fn = self.kinds[sl.kind]
+            tin, tp = taken[sl.kind]
+            paths = sl.parameters + sl.states
+            args = [scope(sl.inputs[j]) for j in tin]
+            args += [f"{'states' if paths[j] in graph.states else 'params'}[{paths[j]!r}]"
+                     for j in tp]
+            outputs = [scope(sl.outputs[j]) for j in sorted(keep[sl.kind])]
             target = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
             call = f"{fn}({', '.join(args)})"
             lines.append(f"    {target} = {call}" if outputs else f"    {call}")
+            rows.append(dict(function=fn, kind=sl.kind, start=sl.start, stop=sl.stop,
+                             inputs=[sl.inputs[j] for j in tin],
+                             outputs=[sl.outputs[j] for j in sorted(keep[sl.kind])],
+                             parameters=[paths[j] for j in tp if paths[j] not in graph.states],
+                             states=[paths[j] for j in tp if paths[j] in graph.states]))
         lines.append(f"    return ({', '.join(_output(graph, scope, v) for v in graph.outputs)},)")
-        self.metadata.append(self.entry_metadata(graph, slices))
+        self.metadata.append(self.entry_metadata(graph, rows, name))
         return "\n".join(lines)
 
-    def entry_metadata(self, graph: Graph, slices: list[Slice]) -> str:
-        rows = []
-        for sl in slices:
-            rows.append(
-                f"        dict(function={self.kinds[sl.kind]!r}, kind={sl.kind!r}, "
-                f"start={sl.start}, stop={sl.stop}, inputs={sl.inputs!r}, "
-                f"outputs={sl.outputs!r}, parameters={sl.parameters!r}, states={sl.states!r}),")
-        return (f"    {graph.entry!r}: dict(\n        inputs={graph.inputs!r},\n"
-                f"        outputs={graph.outputs!r},\n        slices=[\n"
-                + "\n".join("    " + r for r in rows) + "\n        ],\n    ),")
+    def entry_metadata(self, graph: Graph, rows: list[dict], function: str = "") -> str:
+        out = [f"    {graph.entry!r}: dict("]
+        if function:  # the entry's function: `v_input` for an entry named `input`
+            out.append(f"        function={function!r},")
+        out += [f"        inputs={graph.inputs!r},", f"        outputs={graph.outputs!r},",
+                "        slices=["]
+        for row in rows:
+            out.append("            dict(")
+            out += [f"                {k}={v!r}," for k, v in row.items()]
+            out.append("            ),")
+        out += ["        ],", "    ),"]
+        return "\n".join(out)
 
     def module(self, graphs: list[Graph], origin: str,
                slices: list[list[Slice]] | None = None) -> str:
@@ -591,7 +982,10 @@ class TorchEmitter:
             for g, sls in zip(graphs, slices):
                 for sl in sls:
                     self.slice_function(g, sl)
-                self.metadata.append(self.entry_metadata(g, sls))
+                self.metadata.append(self.entry_metadata(g, [
+                    dict(function=self.kinds[sl.kind], kind=sl.kind, start=sl.start,
+                         stop=sl.stop, inputs=sl.inputs, outputs=sl.outputs,
+                         parameters=sl.parameters, states=sl.states) for sl in sls]))
         else:
             entries = [self.entry_function(g, cut(g)) for g in graphs]
         header = [
@@ -610,13 +1004,38 @@ class TorchEmitter:
         ]
         body = "\n\n\n".join(self.functions + entries)
         meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
-        return "\n".join(header) + "\n" + body + "\n\n\n" + meta
+        text = "\n".join(header) + "\n" + body + "\n\n\n" + meta
+        text = "\n".join(w for line in text.split("\n") for w in wrap(line))
+        try:
+            compile(text, origin or "<linnet>", "exec")
+        except SyntaxError as exc:
+            shown = (exc.text or "").strip()
+            raise _internal("E0911", f"the generated PyTorch module does not compile: {exc.msg} "
+                            f"at line {exc.lineno}: `{shown}`") from None
+        return text
+
+
+def _docstring(text: str) -> str:
+    """A function's docstring, indented, wrapped at :data:`WIDTH`."""
+    one = f'    """{text}"""'
+    if len(one) <= WIDTH:
+        return one
+    lines = textwrap.wrap(text, WIDTH - 4, initial_indent='"""', break_on_hyphens=False)
+    return "    " + "\n    ".join(lines) + '\n    """'
+
+
+def _slices_repeated(path: str) -> bool:
+    return bool(path) and re.search(r"(^|\.)\d+(\.|$)", path) is not None
 
 
 def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
                numerics: str = "exact", fast: bool = True, origin: str = "",
                slices: list[list[Slice]] | None = None) -> str:
     """PyTorch source for one or more lowered entries of a model.
+
+    The text always compiles: a rule that writes invalid Python is an internal error
+    (E0910, naming the step and its source line) and so is a module that does not compile
+    (E0911), never a file that fails when imported.
 
     >>> from linnet.lang import Program, lower
     >>> prog = Program.from_text('''
