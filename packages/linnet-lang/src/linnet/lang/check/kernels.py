@@ -57,7 +57,18 @@ class Kernels(EvaluatorBase):
             for d, a in zip(dims, expr.args[1:]):
                 frame.tile_sizes.append((d, a.span))
                 self.check_tile(d, a.span, frame)
-            c = self.constant(value, dtype, expr.args[0].span)
+            if isinstance(value, Tensor) and not value.shape:
+                # A scalar computed in the kernel (a reduction's result, say): broadcast it.
+                c = value if value.dtype == dtype or not DT.is_concrete(dtype) else \
+                    self.builder.emit("convert", [value.ref], (), dtype, {"dtype": dtype},
+                                      span=expr.args[0].span)
+            elif isinstance(value, Const):
+                c = self.constant(value, dtype, expr.args[0].span)
+            else:
+                raise fail("E0523", f"`fill` takes a scalar value, not {self.describe(value)}",
+                           expr.args[0].span, "not a scalar",
+                           help="a tile already has its shape: use it as it is, or reduce it "
+                                "to a scalar first (`max[c] v[c]`)")
             return self.builder.emit("broadcast", [c.ref], dims, dtype,
                                      {"shape": [self.concrete(d) for d in dims]}, span=expr.span)
         if name == "program_id":
