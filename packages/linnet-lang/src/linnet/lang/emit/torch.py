@@ -31,7 +31,7 @@ import keyword
 import math
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from linnet.lang import __version__
@@ -594,40 +594,41 @@ def _names(expr: str) -> set[str]:
     return {s.id for s in ast.walk(ast.parse(expr, mode="eval")) if isinstance(s, ast.Name)}
 
 
-def _split(text: str) -> tuple[int, int] | None:
-    """The last bracket pair at depth 0 of ``text`` (outside string literals), or None."""
-    depth, quote, opened, best = 0, "", -1, None
+def _scan(text: str) -> Iterator[tuple[int, str, int]]:
+    """``(index, character, depth)`` for each character of ``text`` outside string literals;
+    ``depth`` counts the brackets open before it."""
+    depth, quote = 0, ""
     for k, ch in enumerate(text):
         if quote:
             if ch == quote:
                 quote = ""
-        elif ch in "'\"":
+            continue
+        if ch in "'\"":
             quote = ch
-        elif ch in "([{":
-            if depth == 0:
-                opened = k
+            continue
+        yield k, ch, depth
+        if ch in "([{":
             depth += 1
         elif ch in ")]}" and depth:
             depth -= 1
-            if depth == 0 and k > opened + 1:
-                best = (opened, k)
+
+
+def _split(text: str) -> tuple[int, int] | None:
+    """The last bracket pair at depth 0 of ``text`` (outside string literals), or None."""
+    opened, best = -1, None
+    for k, ch, depth in _scan(text):
+        if ch in "([{" and depth == 0:
+            opened = k
+        elif ch in ")]}" and depth == 1 and k > opened + 1:
+            best = (opened, k)
     return best
 
 
 def _commas(text: str) -> list[str]:
     """``text`` split at its commas at depth 0 (outside brackets and strings)."""
-    parts, depth, quote, start = [], 0, "", 0
-    for k, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
+    parts, start = [], 0
+    for k, ch, depth in _scan(text):
+        if ch == "," and depth == 0:
             parts.append(text[start:k].strip())
             start = k + 1
     parts.append(text[start:].strip())
