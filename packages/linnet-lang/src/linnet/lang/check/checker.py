@@ -50,8 +50,9 @@ def check_function(ev: Evaluator, decl: A.FuncDecl, owner: BlockInst | None) -> 
         return
     before = len(ev.errors)
     ev.run_body(decl.body, frame)
-    if decl.kind == "kernel" and len(ev.errors) == before:
-        # Only a body that checked cleanly: a failed `store` would look like a missing one.
+    if decl.kind == "kernel" and len(ev.errors) == before and frame.returned is None:
+        # Only a body that checked cleanly (a failed `store` would look like a missing one)
+        # and did not `return` (E0512 below says what is wrong there).
         for r in decl.results:
             if r.name is not None and r.name not in frame.stored_results:
                 ev.errors.append(Diagnostic(
