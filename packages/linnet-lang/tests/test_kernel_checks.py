@@ -202,6 +202,13 @@ def test_a_failed_store_is_not_also_reported_as_missing() -> None:
                         "    store(y[row, cols], v, nope)\n")) == ["E0201"]
 
 
+def test_a_broken_other_is_reported_once() -> None:
+    """An `other` bound from a failed `let` is the first error's (no E0524 cascade)."""
+    assert codes(kernel("    let pad = nope\n    let v = load(x[row, cols], mask, pad)\n"
+                        "    let m = nope2\n    let w = load(x[row, cols], m)\n"
+                        "    store(y[row, cols], v + w, mask)\n")) == ["E0201", "E0201"]
+
+
 def test_spec_row_softmax_checks() -> None:
     check_text(SPEC_SOFTMAX)
 

@@ -20,7 +20,7 @@ from linnet.lang.check.core import (
 from linnet.lang.diagnostics.core import Span
 from linnet.lang.ir.primitives import BINARY_FUNCTIONS, UNARY_FUNCTIONS
 from linnet.lang.tensors.dims import Dim
-from linnet.lang.tensors.values import Const, FuncRef, Tensor
+from linnet.lang.tensors.values import Const, FuncRef, Poison, Tensor
 
 
 class Kernels(EvaluatorBase):
@@ -167,6 +167,8 @@ class Kernels(EvaluatorBase):
         """`load`'s `other`: a scalar or a tile that broadcasts to the loaded tile, of a
         dtype the loaded values can take (it fills the masked-off lanes)."""
         v = self.value(arg, frame)
+        if isinstance(v, Poison):  # already reported where it was made
+            return
         if isinstance(v, Const):
             fits = (v.dtype == "bool") == (dtype == "bool") and not (
                 v.dtype in ("float", *DT.FLOATS) and not DT.is_float(dtype))
