@@ -48,7 +48,18 @@ def check_function(ev: Evaluator, decl: A.FuncDecl, owner: BlockInst | None) -> 
     except Fail as f:
         ev.errors.append(f.diag)
         return
+    before = len(ev.errors)
     ev.run_body(decl.body, frame)
+    if decl.kind == "kernel" and len(ev.errors) == before and frame.returned is None:
+        # Only a body that checked cleanly (a failed `store` would look like a missing one)
+        # and did not `return` (E0512 below says what is wrong there).
+        for r in decl.results:
+            if r.name is not None and r.name not in frame.stored_results:
+                ev.errors.append(Diagnostic(
+                    "E0529", f"kernel `{decl.name}` never stores its result `{r.name}`",
+                    r.span, "never stored", help=f"write it with `store({r.name}[...], value, "
+                    "mask)`; an op bound to this kernel would return it unwritten"
+                    ).with_secondary(decl.name_span, "in this kernel"))
     if decl.kind == "kernel":
         if frame.returned is not None:
             names = [r.name for r in decl.results if r.name] or ["y"]

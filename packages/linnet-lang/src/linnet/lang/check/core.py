@@ -57,6 +57,7 @@ class Frame:
         self.in_kernel = func is not None and func.kind == "kernel"
         self.tensor_params: set[str] = set()
         self.results: dict[str, Tensor] = {}
+        self.stored_results: set[str] = set()  # results a `store` in the body writes
         self.memory_access = False  # evaluating the first argument of load/store
         self.tile_sizes: list[tuple[Dim, Span]] = []
         self.returned: list[Any] | None = None

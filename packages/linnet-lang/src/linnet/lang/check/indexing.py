@@ -165,6 +165,16 @@ class Indexing(EvaluatorBase):
                        f"{type_str(base)}",
                        help="give one index per dimension")
         positions = self.positions(expr, base, frame)
+        if frame.in_kernel and any(kind != "var" for kind, _ in positions):
+            # Index notation on a tile only names its axes (`max[c] v[c]`); a computed or
+            # composite index would slice, gather or reshape registers Triton cannot address.
+            bad = next(i for i, (kind, _) in enumerate(positions) if kind != "var")
+            raise fail("E0526", f"{self.name_of(base_expr)} is a tile: it cannot be sliced, "
+                       "joined or gathered from", expr.indices[bad].span,
+                       "not one of the tile's own axes",
+                       help="index a tile only with index variables for all its axes "
+                            "(`max[c] v[c]`); to read other elements, `load` the memory "
+                            "instead: `load(x[row, cols + 1], mask)`")
         # Composite indices split one axis into several.
         shape: list[Dim] = []
         flat: list[tuple[str, Any]] = []

@@ -20,7 +20,7 @@ from linnet.lang.check.core import (
 from linnet.lang.diagnostics.core import Span
 from linnet.lang.ir.primitives import BINARY_FUNCTIONS, UNARY_FUNCTIONS
 from linnet.lang.tensors.dims import Dim
-from linnet.lang.tensors.values import Const, FuncRef, Tensor
+from linnet.lang.tensors.values import Const, FuncRef, Poison, Tensor
 
 
 class Kernels(EvaluatorBase):
@@ -159,7 +159,38 @@ class Kernels(EvaluatorBase):
                        expr.span)
         base, shape = self.memory_index(expr.args[0], frame, "load")
         self.kernel_mask(expr.args[1:2], shape, frame)
+        if len(expr.args) == 3:
+            self.kernel_other(expr.args[2], base.dtype, shape, frame)
         return Tensor("%?", shape, base.dtype, kind="tile")
+
+    def kernel_other(self, arg: A.Expr, dtype: str, shape: tuple, frame: Frame) -> None:
+        """`load`'s `other`: a scalar or a tile that broadcasts to the loaded tile, of a
+        dtype the loaded values can take (it fills the masked-off lanes)."""
+        v = self.value(arg, frame)
+        if isinstance(v, Poison):  # already reported where it was made
+            return
+        if isinstance(v, Const):
+            fits = (v.dtype == "bool") == (dtype == "bool") and not (
+                v.dtype in ("float", *DT.FLOATS) and not DT.is_float(dtype))
+            if not fits:
+                raise fail("E0524", f"`load`'s other value is {v.dtype} but the loaded tile "
+                           f"is {dtype}", arg.span, f"{v.dtype} here",
+                           help="`other` fills the lanes the mask leaves out: give a value "
+                                f"of the tensor's dtype ({dtype})")
+            return
+        if not isinstance(v, Tensor):
+            raise fail("E0524", f"`load`'s other value is {self.describe(v)}, not a scalar "
+                       "or a tile", arg.span, "not a value",
+                       help=f"give a number (`0.0`) or a tile of {dtype}")
+        if v.dtype != dtype:
+            raise fail("E0524", f"`load`'s other value is {v.dtype} but the loaded tile is "
+                       f"{dtype}", arg.span, f"{v.dtype} here",
+                       help=f"convert it: `(...) as {dtype}`")
+        if not broadcasts(v.shape, shape):
+            raise fail("E0524", f"`load`'s other value has shape {shape_str(v.shape)}, which "
+                       f"does not broadcast to the loaded tile's {shape_str(shape)}",
+                       arg.span, "shape differs",
+                       help="give a scalar, or a tile of the loaded tile's shape")
 
     def kernel_store(self, expr: A.Call, frame: Frame) -> None:
         if not 2 <= len(expr.args) <= 3:
@@ -176,13 +207,31 @@ class Kernels(EvaluatorBase):
                            f"positions of shape {shape_str(shape)}", expr.args[1].span,
                            "shape differs")
         self.kernel_mask(expr.args[2:3], shape, frame)
-        frame.stored = True  # type: ignore[attr-defined]
+        assert isinstance(expr.args[0], A.Index) and isinstance(expr.args[0].base, A.Name)
+        frame.stored_results.add(expr.args[0].base.name)
         return None
 
     def kernel_mask(self, args: list[A.Expr], shape: tuple, frame: Frame) -> None:
         if not args:
             return
         m = self.value(args[0], frame)
-        if isinstance(m, Tensor) and m.dtype != "bool":
+        if isinstance(m, Tensor | Const) and m.dtype != "bool":
             raise fail("E0353", "a mask must be bool", args[0].span, f"{m.dtype} here",
                        help="compare: `cols < C`")
+        if isinstance(m, Tensor) and not broadcasts(m.shape, shape):
+            raise fail("E0525", f"a mask of shape {shape_str(m.shape)} does not broadcast to "
+                       f"the tile's shape {shape_str(shape)}", args[0].span, "mask shape",
+                       help="build the mask from the same index tiles as the access: "
+                            "`cols < C` for `x[row, cols]`")
+
+
+def broadcasts(have: tuple, want: tuple) -> bool:
+    """Whether a tile of shape ``have`` broadcasts to ``want`` (numpy's rule, from the
+    right: equal dims or 1).
+
+    >>> broadcasts((), (Dim.const(4),)), broadcasts((Dim.const(2),), (Dim.const(4),))
+    (True, False)
+    """
+    if len(have) > len(want):
+        return False
+    return all(h == w or h == Dim.const(1) for h, w in zip(reversed(have), reversed(want)))

@@ -101,6 +101,12 @@ class Names(EvaluatorBase):
     def lookup(self, frame: Frame, name: str, span: Span) -> Any:
         local = frame.lookup_local(name)
         if local is not None:
+            if frame.in_kernel and frame.results.get(name) is local:
+                # `store` reaches its target through `lookup_local`; any other use reads it.
+                raise fail("E0528", f"kernel result `{name}` is read; results appear only in "
+                           "`store`", span, "read here",
+                           help="keep the value in a tile (`let t = ...`) and use the tile; "
+                                f"write the result with `store({name}[...], t)`")
             return local
         if name in frame.ivars:
             return IndexVar(name)

@@ -17,6 +17,10 @@ class Reductions(EvaluatorBase):
     """The Evaluator's reductions (a mixin; see :mod:`linnet.lang.check.evaluate`)."""
 
     def reduce(self, expr: A.Reduce, frame: Frame) -> Any:
+        if frame.in_kernel and expr.kind == "prod":
+            raise fail("E0527", "`prod` over a tile is not supported yet", expr.span,
+                       "in a kernel", help="compute the product in the op's body, or as "
+                       "`exp(sum[c] log(v[c]))` where every element is positive")
         names = []
         for b in expr.binders:
             for leaf in leaves(b):
