@@ -30,11 +30,17 @@ import builtins
 import keyword
 import math
 import re
-import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from linnet.lang import __version__
+from linnet.lang.emit.python import (
+    WIDTH,
+    Draft,
+    Statement,
+    docstring,
+    wrap,
+)
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
 
@@ -484,7 +490,6 @@ FAST_CALLS: dict[str, FastRule] = {
 
 
 # ---------------------------------------------------------------- functions
-WIDTH = 100  # the longest line written (ruff's limit in this repository)
 
 
 def _is_std(loc: str) -> bool:
@@ -517,17 +522,6 @@ def _internal(code: str, message: str, help: str = "") -> Exception:
         "meanwhile")))
 
 
-@dataclass
-class Statement:
-    """One generated line of a function body, what it defines and reads, and where from."""
-
-    text: str
-    targets: frozenset[str] = frozenset()
-    reads: frozenset[str] = frozenset()
-    effect: bool = False  # writes a state (`index_put_`, `copy_`): always kept
-    comment: bool = False
-
-
 def _statement(text: str, step: int, op: str, loc: str) -> Statement:
     """Parse one generated statement; a rule that wrote something that is not one valid
     Python statement is an internal error (E0910) naming the step and its source line."""
@@ -556,118 +550,6 @@ def _statement(text: str, step: int, op: str, loc: str) -> Statement:
         return Statement(text, frozenset(t.id for t in node.targets if isinstance(t, ast.Name)),
                          reads)
     return Statement(text, reads=reads, effect=True)
-
-
-@dataclass
-class Draft:
-    """A slice function before its signature is fixed: every input, parameter and output,
-    and its body; :meth:`finish` keeps what the outputs asked for need."""
-
-    name: str
-    inputs: list[str]  # Python names, one per slice input
-    params: list[str]  # one per slice parameter, then state
-    outputs: list[str]  # one expression per slice output
-    body: list[Statement]
-    doc: str
-
-    def finish(self, keep: set[int] | None) -> tuple[list[Statement], set[str]]:
-        """The body needed for outputs ``keep`` (all if None) and the names it reads."""
-        outs = range(len(self.outputs)) if keep is None else sorted(keep)
-        live = set()
-        for j in outs:
-            live |= _names(self.outputs[j])
-        kept: list[Statement] = []
-        for st in reversed(self.body):
-            if st.comment:
-                # A comment heads the statements after it: kept if one of them is.
-                if kept and not kept[-1].comment:
-                    kept.append(st)
-                continue
-            if st.effect or st.targets & live:
-                live = (live - st.targets) | st.reads
-                kept.append(st)
-        kept.reverse()
-        return kept, live
-
-
-def _names(expr: str) -> set[str]:
-    return {s.id for s in ast.walk(ast.parse(expr, mode="eval")) if isinstance(s, ast.Name)}
-
-
-def _scan(text: str) -> Iterator[tuple[int, str, int]]:
-    """``(index, character, depth)`` for each character of ``text`` outside string literals;
-    ``depth`` counts the brackets open before it."""
-    depth, quote = 0, ""
-    for k, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = ""
-            continue
-        if ch in "'\"":
-            quote = ch
-            continue
-        yield k, ch, depth
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}" and depth:
-            depth -= 1
-
-
-def _split(text: str) -> tuple[int, int] | None:
-    """The last bracket pair at depth 0 of ``text`` (outside string literals), or None."""
-    opened, best = -1, None
-    for k, ch, depth in _scan(text):
-        if ch in "([{" and depth == 0:
-            opened = k
-        elif ch in ")]}" and depth == 1 and k > opened + 1:
-            best = (opened, k)
-    return best
-
-
-def _commas(text: str) -> list[str]:
-    """``text`` split at its commas at depth 0 (outside brackets and strings)."""
-    parts, start = [], 0
-    for k, ch, depth in _scan(text):
-        if ch == "," and depth == 0:
-            parts.append(text[start:k].strip())
-            start = k + 1
-    parts.append(text[start:].strip())
-    return [p for p in parts if p]
-
-
-def wrap(line: str, width: int = WIDTH) -> list[str]:
-    """``line`` as lines of at most ``width`` characters where brackets allow: the last
-    bracket pair is opened, and its contents go on one line, or one item a line.
-
-    >>> print("\\n".join(wrap("x = f(" + ", ".join(f"arg_{i}" for i in range(3)) + ")", 12)))
-    x = f(
-        arg_0,
-        arg_1,
-        arg_2,
-    )
-    """
-    if len(line) <= width or line.lstrip().startswith("#"):
-        return [line]
-    indent = line[:len(line) - len(line.lstrip())]
-    text = line.strip()
-    if text.startswith("return ") and _split(text[7:]) != (0, len(text) - 8):
-        text = f"return ({text[7:].rstrip(',')},)" if "," in text else text
-    pair = _split(text)
-    if pair is None:
-        return [line]
-    a, b = pair
-    head, inner, tail = text[:a + 1], text[a + 1:b], text[b:]
-    heads = wrap(indent + head, width)
-    pad = indent + "    "
-    if len(pad + inner) <= width and not inner.rstrip().endswith(","):
-        body = [pad + inner]
-    else:
-        parts = _commas(inner)
-        if len(parts) <= 1 and not inner.rstrip().endswith(","):
-            body = wrap(pad + inner, width)
-        else:
-            body = [w for p in parts for w in wrap(pad + p + ",", width)]
-    return heads + body + [indent + tail]
 
 
 class TorchEmitter:
@@ -713,7 +595,7 @@ class TorchEmitter:
         if key not in self._repeated_user:
             inside = [False] * len(graph.steps)
             for c in graph.calls:
-                if c.kind != "entry" and _slices_repeated(c.path):
+                if c.iteration is not None:  # a layer's call: its span holds every nested one
                     for i in range(c.start, c.stop):
                         inside[i] = True
             users = graph.users()
@@ -858,7 +740,7 @@ class TorchEmitter:
             signature = [v if v in live else "_" + v for v in draft.inputs + draft.params]
         outs = [draft.outputs[j] for j in (range(len(draft.outputs)) if keep is None
                                            else sorted(keep))]
-        doc = _docstring(draft.doc)
+        doc = docstring(draft.doc)
         lines = [f"def {name}({', '.join(signature)}):", doc]
         lines += ["    " + st.text for st in body]
         ret = ", ".join(outs)
@@ -938,7 +820,7 @@ class TorchEmitter:
         shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
                            for v in graph.inputs)
         outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
-        doc = _docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> {outs}.")
+        doc = docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> {outs}.")
         lines.append(doc)
         rows = []
         for sl in slices:
@@ -1014,19 +896,6 @@ class TorchEmitter:
             raise _internal("E0911", f"the generated PyTorch module does not compile: {exc.msg} "
                             f"at line {exc.lineno}: `{shown}`") from None
         return text
-
-
-def _docstring(text: str) -> str:
-    """A function's docstring, indented, wrapped at :data:`WIDTH`."""
-    one = f'    """{text}"""'
-    if len(one) <= WIDTH:
-        return one
-    lines = textwrap.wrap(text, WIDTH - 4, initial_indent='"""', break_on_hyphens=False)
-    return "    " + "\n    ".join(lines) + '\n    """'
-
-
-def _slices_repeated(path: str) -> bool:
-    return bool(path) and re.search(r"(^|\.)\d+(\.|$)", path) is not None
 
 
 def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
