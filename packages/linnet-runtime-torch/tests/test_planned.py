@@ -110,7 +110,9 @@ def test_measured_plan_declines_a_slow_backend(model, tmp_path):
     cache = TimingCache(tmp_path / "benchmarks.json")
     from linnet.torch.planned import plan_for
 
-    plan = plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear(delay=0.002)],
+    # 10 ms a call: far above a toy linear's time even on a loaded machine (2 ms was not, once,
+    # with six processes on two cores).
+    plan = plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear(delay=0.01)],
                     progress=False, cache=cache)
     assert plan.regions == []
     text = plan.explain()
