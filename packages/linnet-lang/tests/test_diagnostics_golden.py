@@ -184,7 +184,7 @@ def test_explanations_are_one_markdown_file_per_code() -> None:
 
     folder = resources.files("linnet.lang.diagnostics").joinpath("explanations")
     files = {e.name[:-3] for e in folder.iterdir() if e.name.endswith(".md")}
-    assert files == set(EXPLANATIONS)  # nothing left only in codes.py's _INLINE
+    assert files == set(EXPLANATIONS)  # no .md file the loader skips (a misnamed code)
     for code in files:
         text = folder.joinpath(f"{code}.md").read_text(encoding="utf-8")
         assert text == EXPLANATIONS[code] and text.endswith("\n") and "\t" not in text
@@ -251,17 +251,3 @@ def test_explanation_examples(code: str) -> None:
             check_text(ex["Wrong"], "example")
     found = [d.code for d in info.value.diagnostics]
     assert code in found, f"{code}: the wrong example raised {found}"
-
-
-def test_explanations_script_moves_inline_entries() -> None:
-    """scripts/explanations_to_markdown.py reads codes.py's dict in either shape (the old
-    `EXPLANATIONS = {...}` or `_INLINE`), and codes.py is exactly the loader it writes."""
-    import runpy
-
-    script = runpy.run_path(str(REPO / "scripts" / "explanations_to_markdown.py"))
-    old = 'EXPLANATIONS: dict[str, str] = {\n    "E0001": """\\\nA file.\n""",\n}\n'
-    assert script["inline_entries"](old) == {"E0001": "A file.\n"}
-    assert script["inline_entries"]('_INLINE: dict[str, str] = {"E0002": "B."}\n') == {
-        "E0002": "B."}
-    codes = REPO / "packages" / "linnet-lang" / "src" / "linnet" / "lang" / "diagnostics"
-    assert (codes / "codes.py").read_text(encoding="utf-8") == script["LOADER"]

@@ -14,28 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError, check_text
-
-SPEC_SOFTMAX = """
-pub kernel row_softmax<R: Dim, C: Dim, B: Dim>(x: Tensor[R, C; f32]) -> y: Tensor[R, C; f32] grid(R)
-where B >= C {
-    let row = program_id(0)
-    let cols = iota<i32>(B)
-    let mask = cols < C
-    let v = load(x[row, cols], mask, -1e30)
-    let e = exp(v - max[c] v[c])
-    store(y[row, cols], e / sum[c] e[c], mask)
-}
-
-pub op softmax<R: Dim, C: Dim>(
-    x: Tensor[R, C; f32],
-) -> Tensor[R, C; f32] kernel row_softmax<R, C, 1024> {
-    let top[r] = max[c] x[r, c]
-    let e[r, c] = exp(x[r, c] - top[r])
-    let total[r] = sum[c] e[r, c]
-    let y[r, c] = e[r, c] / total[r]
-    return y
-}
-"""
+from test_properties import SOFTMAX_SPEC as SPEC_SOFTMAX
 
 
 def kernel(body: str, dtype: str = "f32") -> str:

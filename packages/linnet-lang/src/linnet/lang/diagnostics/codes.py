@@ -21,8 +21,7 @@ Codes are grouped by their hundreds:
 * ``E07xx`` the torch runtime: devices, inputs, contexts, weights, plans and backends
 * ``E09xx`` serialised graphs and internal errors
 
-A new code may be explained in ``_INLINE`` below (same shape: code -> text);
-``scripts/explanations_to_markdown.py`` moves such entries into files.
+A new code is explained by adding its file.
 ``tests/test_diagnostics_golden.py`` checks that every code raised in any distribution has an
 explanation, and that the Linnet examples fail (and pass) as they say.
 
@@ -37,21 +36,16 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-# Explanations not yet moved to a file (scripts/explanations_to_markdown.py moves them).
-_INLINE: dict[str, str] = {
-}
-
 _FILE = re.compile(r"E\d{4}\.md")
 
 
 def load() -> dict[str, str]:
-    """Every explanation, by code: the files, then ``_INLINE`` (which wins)."""
+    """Every explanation, by code, read from ``explanations/EXXXX.md``."""
     found: dict[str, str] = {}
     folder = resources.files("linnet.lang.diagnostics").joinpath("explanations")
     for entry in folder.iterdir():
         if _FILE.fullmatch(entry.name):
             found[entry.name[:-3]] = entry.read_text(encoding="utf-8")
-    found.update(_INLINE)
     return dict(sorted(found.items()))
 
 
