@@ -30,6 +30,7 @@ clause's steps are appended with the call's arguments and incoming gradients bou
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ from linnet.lang.ir import verify as _verify
 from linnet.lang.ir.graph import Call, Graph, Step, ValueType
 
 SEEDS = ("scalar", "cotangents")
+_ANONYMOUS = re.compile(r"^%t(\.\d+)?$")  # values the source never named (`%t.37`)
 
 
 @dataclass
@@ -161,14 +163,25 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
 
     _check_states(graph, active, set(ct))
     clause_at = _clause_calls(graph, clauses or {})
+    named: set[str] = set()  # cotangents already given their value's name
 
     def total(ref: str) -> str | None:
+        """The cotangent of ``ref``: its contributions added up, named ``d_<ref>`` where
+        the name is free to take (a value no other cotangent list still holds)."""
         parts = ct.pop(ref, None)
         if not parts:
             return None
         acc = parts[0]
         for p in parts[1:]:
             acc = tape.binary("add", acc, p)
+        if ref.startswith("%") and not _ANONYMOUS.match(ref) and acc in tape.made and acc not in out.outputs \
+                and not _pending(ct, acc) and acc not in named:
+            name = tape.fresh("d_" + _base(ref))
+            out.values[name] = out.values.pop(acc)
+            tape.made.add(name)
+            _rename(out, forward, acc, name, getattr(tape, "clause_calls", []))
+            acc = name
+        named.add(acc)
         return acc
 
     for i in range(forward - 1, -1, -1):
@@ -195,11 +208,14 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         vt = out.values[ref] if ref.startswith("%") else out.parameters[ref[1:]]
         if g is None:
             g = tape.zeros(vt.shape, vt.dtype)
-        name = tape.fresh("d_" + ref[1:].replace(".", "_"))
+        free = g in tape.made and g not in out.outputs and not _pending(ct, g)
+        if free and ref.startswith("%") and g in named:
+            out.outputs.append(g)  # an input's gradient, already named `d_x` by total()
+            continue
+        name = tape.fresh("d_" + _base(ref))
         # The gradient gets its own name (`d_model_norm_weight`): a step of its own when the
         # sum is a value another step also reads.
-        pending = {p for parts in ct.values() for p in parts}
-        if g.startswith("%t.b") and g not in out.outputs and g not in pending:
+        if free and g not in named:
             out.values[name] = out.values.pop(g)
             _rename(out, forward, g, name, getattr(tape, "clause_calls", []))
         else:
@@ -226,6 +242,17 @@ def _type(graph: Graph, ref: str) -> str:
     vt = graph.values[ref] if ref.startswith("%") else (
         graph.parameters.get(ref[1:]) or graph.states[ref[1:]])
     return f"{vt.dtype}{list(vt.shape)}"
+
+
+def _base(ref: str) -> str:
+    """`%q.1` -> `q_1`, `%t.3` -> `t_3`: a readable stem for a cotangent's name."""
+    return ref[1:].replace(".", "_")
+
+
+def _pending(ct: dict[str, list[str]], ref: str) -> bool:
+    """Whether a cotangent list still holds ``ref`` (usually none does: contributions are
+    fresh values, shared only where a rule hands one gradient to two operands)."""
+    return any(ref in parts for parts in ct.values())
 
 
 def _rename(graph: Graph, start: int, old: str, new: str, calls: list[Call]) -> None:

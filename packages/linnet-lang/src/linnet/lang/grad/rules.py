@@ -41,7 +41,7 @@ class Tape:
     >>> g = Graph("e", "m", values={"%x": ValueType((2,), "f32")})
     >>> t = Tape(g)
     >>> t.emit("neg", ["%x"], (2,), "f32")
-    '%t.b1'
+    '%t.1'
     >>> g.steps[-1].op
     'neg'
     """
@@ -49,8 +49,12 @@ class Tape:
     def __init__(self, graph: Graph):
         self.graph = graph
         self.loc = ""
-        self._n = 0
+        # Temporaries go on from the forward graph's `%t.N` (emitters name them after their
+        # op, `mul_3`, as they do the forward's).
+        numbers = [int(v[3:]) for v in graph.values if v.startswith("%t.") and v[3:].isdigit()]
+        self._n = max(numbers, default=0)
         self._constants: dict[tuple, str] = {}
+        self.made: set[str] = set()  # the values the backward steps made
 
     def fresh(self, hint: str = "") -> str:
         if hint:
@@ -61,13 +65,14 @@ class Tape:
             return name
         while True:
             self._n += 1
-            name = f"%t.b{self._n}"
+            name = f"%t.{self._n}"
             if name not in self.graph.values:
                 return name
 
     def emit(self, op: str, operands: list[str], shape: tuple[int, ...], dtype: str,
              attrs: dict[str, Any] | None = None, hint: str = "") -> str:
         name = self.fresh(hint)
+        self.made.add(name)
         self.graph.values[name] = ValueType(tuple(shape), dtype)
         self.graph.steps.append(Step(op, list(operands), [name], dict(attrs or {}), self.loc))
         return name
