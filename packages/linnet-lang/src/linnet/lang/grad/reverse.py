@@ -174,7 +174,7 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         acc = parts[0]
         for p in parts[1:]:
             acc = tape.binary("add", acc, p)
-        if ref.startswith("%") and not _ANONYMOUS.match(ref) and acc in tape.made and acc not in out.outputs \
+        if ref.startswith("%") and not _ANONYMOUS.match(ref) and tape.renamable(acc) and acc not in out.outputs \
                 and not _pending(ct, acc) and acc not in named:
             name = tape.fresh("d_" + _base(ref))
             out.values[name] = out.values.pop(acc)
@@ -208,7 +208,7 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         vt = out.values[ref] if ref.startswith("%") else out.parameters[ref[1:]]
         if g is None:
             g = tape.zeros(vt.shape, vt.dtype)
-        free = g in tape.made and g not in out.outputs and not _pending(ct, g)
+        free = tape.renamable(g) and g not in out.outputs and not _pending(ct, g)
         if free and ref.startswith("%") and g in named:
             out.outputs.append(g)  # an input's gradient, already named `d_x` by total()
             continue

@@ -90,6 +90,11 @@ class Tape:
         return self.type(ref).dtype
 
     # ------------------------------------------------------------ building blocks
+    def renamable(self, ref: str) -> bool:
+        """Whether ``ref`` is a backward value that may take another name (a shared
+        constant may not: later rules look it up by its name)."""
+        return ref in self.made and ref not in self._constants.values()
+
     def const(self, value: float | int | bool, dtype: str) -> str:
         """A rank-0 constant (one step per value and dtype in the whole backward pass)."""
         key = (repr(value), dtype)
