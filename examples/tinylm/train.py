@@ -87,8 +87,21 @@ def autograd_loss(model: Any, tokens: torch.Tensor, targets: torch.Tensor
 
 
 def train(steps: int = 300, lr: float = 3e-3, seed: int = 0, length: int = 16,
-          use_autograd: bool = False, log_every: int = 0) -> list[float]:
-    """Train from seed ``seed``'s initial weights; returns the loss of every step."""
+          use_autograd: bool = False, log_every: int = 0, threads: int = 1) -> list[float]:
+    """Train from seed ``seed``'s initial weights; returns the loss of every step.
+
+    ``threads``: torch's intra-op threads. One by default: the model's matrices are so small
+    that threads cost more than they save (20 times more on a busy 2-core machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _train(steps, lr, seed, length, use_autograd, log_every)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(steps: int, lr: float, seed: int, length: int, use_autograd: bool,
+           log_every: int) -> list[float]:
     model = load_model(seed)
     cfg = model.config
     data = batches(steps, cfg["B"], length, cfg["V"], seed + 1)
