@@ -202,7 +202,7 @@ def test_vjp_rule_matches_finite_differences(op):
     wrt = [g.inputs[k] for k in float_at]
     out = g.values[g.outputs[0]]
     cot = torch.tensor(rng.standard_normal(out.shape))
-    grads = run_graph(differentiate(g, wrt, "cotangents"), inputs + [cot], {}, {})[1:]
+    grads = run_graph(differentiate(g, wrt, "cotangents"), [*inputs, cot], {}, {})[1:]
     eps = 1e-6
     for k, d in zip(float_at, grads):
         flat = inputs[k].reshape(-1)

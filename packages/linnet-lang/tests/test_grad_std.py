@@ -83,7 +83,7 @@ def _import(text: str, name: str, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(STD))
 def test_std_op_gradient_matches_autograd(name, tmp_path):
-    graph, source = _graph(name)
+    graph, _source = _graph(name)
     rng = np.random.default_rng(len(name))
     inputs = _inputs(graph, rng)
     wrt = [r for r in graph.inputs if graph.values[r].dtype == "f32"]

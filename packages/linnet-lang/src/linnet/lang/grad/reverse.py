@@ -337,7 +337,7 @@ def _apply_clause(call: Call, template: ClauseTemplate, tape: Tape, ct: dict[str
     graph = tape.graph
     start = len(graph.steps)
     rename: dict[str, str] = {}
-    for placeholder, g, r in zip(template.incoming, incoming, results):
+    for placeholder, g in zip(template.incoming, incoming):
         if g is None:
             vt = template.values[placeholder]
             g = tape.zeros(vt.shape, vt.dtype)

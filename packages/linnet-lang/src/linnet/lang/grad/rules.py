@@ -450,7 +450,7 @@ def _take(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
     # The index's axes of g first: take along axis 0 of x with that axis moved to the front.
     perm_g = list(range(axis, axis + r)) + list(range(axis)) + list(range(axis + r, rank - 1 + r))
     front = t.transpose(g, perm_g)
-    moved = (shape[axis],) + shape[:axis] + shape[axis + 1:]
+    moved = (shape[axis], *shape[:axis], *shape[axis + 1:])
     d = t.emit("scatter_add", [t.zeros(moved, dtype), front, idx], moved, dtype,
                {"indexed_axes": 1, "bounds": step.attributes["bounds"]})
     back = [j + 1 if j < axis else (0 if j == axis else j) for j in range(rank)]
@@ -469,7 +469,7 @@ def _gather(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
 
 
 def _scatter_add(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
-    x, value, *indices = step.operands
+    _x, value, *indices = step.operands
     out: list[str | None] = [g if needs[0] else None] + [None] * (len(indices) + 1)
     if needs[1]:
         if indices:
