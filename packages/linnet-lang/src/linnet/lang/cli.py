@@ -275,7 +275,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
         weights = None
         if args.weights:
             weights = read_safetensors_header(args.weights)
-        graph = _lower(args, program, args.entry, parse_inputs(args.input), config, weights)
+        graph = lower_for_command(args, program, args.entry, parse_inputs(args.input), config, weights)
         text = graph.dumps() if args.format == "json" else graph.summary()
         if args.output:
             write_output(args.output, text + "\n")
@@ -286,9 +286,16 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lower(args: argparse.Namespace, program: Program, entry: str, inputs: dict,
+def lower_for_command(args: argparse.Namespace, program: Program, entry: str, inputs: dict,
            config: dict, weights: dict | None, check: bool = True) -> Any:
-    """Lower ``entry``; with ``--grad``, its gradient graph (linnet.lang.grad)."""
+    """Lower ``entry`` as a command's flags say: with ``--grad`` (``--wrt``, ``--grad-seed``:
+    :func:`add_lowering_arguments` adds them), its gradient graph (:mod:`linnet.lang.grad`).
+    Every emitting command calls this, so each gets ``--grad`` with no code of its own.
+
+    >>> args = build_parser().parse_args(["graph", "m.linnet", "--entry", "e", "--grad"])
+    >>> (args.grad, args.wrt, args.grad_seed)
+    (True, [], 'scalar')
+    """
     if not getattr(args, "grad", False):
         return lower(program, entry, inputs, config, weights, model=args.model, check=check)
     from linnet.lang.grad import lower_grad
@@ -328,7 +335,7 @@ def cmd_torch(args: argparse.Namespace) -> int:
         for m in entries:
             if all(p.name in inputs for p in m.params):
                 mine = {p.name: inputs[p.name] for p in m.params}
-                graphs.append(_lower(args, program, m.name, mine, config, weights,
+                graphs.append(lower_for_command(args, program, m.name, mine, config, weights,
                                      check=False))
             else:
                 missing = [p.name for p in m.params if p.name not in inputs]

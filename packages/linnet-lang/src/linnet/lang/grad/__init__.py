@@ -28,8 +28,24 @@ from linnet.lang.grad.rules import VJP_RULES, Tape
 from linnet.lang.ir.graph import Graph
 from linnet.lang.syntax.program import Program
 
-__all__ = ["SEEDS", "VJP_RULES", "ClauseTemplate", "Tape", "differentiate", "lower_grad",
-           "resolve_wrt"]
+__all__ = ["SEEDS", "VJP_RULES", "ClauseTemplate", "Tape", "differentiate", "has_grad_clauses",
+           "lower_grad", "resolve_wrt"]
+
+
+def has_grad_clauses(program: Program) -> bool:
+    """Whether any op or function of the program's modules has a ``grad`` clause.
+
+    >>> has_grad_clauses(Program.from_text("pub fn f(x: f32) -> f32 { return x }"))
+    False
+    """
+    import linnet.lang.syntax.tree as A
+
+    for module in program.modules.values():
+        for item in module.items:
+            funcs = item.methods if isinstance(item, A.BlockDecl) else [item]
+            if any(isinstance(f, A.FuncDecl) and f.grad is not None for f in funcs):
+                return True
+    return False
 
 
 def lower_grad(program: Program, entry: str, inputs: dict[str, Any] | None = None,
@@ -47,7 +63,9 @@ def lower_grad(program: Program, entry: str, inputs: dict[str, Any] | None = Non
     """
     from linnet.lang.check.lowering import lower
 
-    templates: dict[int, ClauseTemplate] | None = {} if clauses else None
+    # Recording clauses evaluates every layer (no instantiation): only when there is one.
+    templates: dict[int, ClauseTemplate] | None = {} if clauses and has_grad_clauses(
+        program) else None
     graph = lower(program, entry, inputs, config, weights, model, check=check,
                   grad_clauses=templates)
     return differentiate(graph, wrt, seed, templates)

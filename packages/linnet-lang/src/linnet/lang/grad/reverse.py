@@ -40,6 +40,9 @@ from linnet.lang.ir import verify as _verify
 from linnet.lang.ir.graph import Call, Graph, Step, ValueType
 
 SEEDS = ("scalar", "cotangents")
+# Under --grad an op bound to a kernel runs its body (the spec's table of where kernels run):
+# the gradient graph's calls carry no kernel binding for an emitter to launch.
+KERNEL_ATTRIBUTES = frozenset({"kernel", "kernel_generics", "kernel_applies"})
 _ANONYMOUS = re.compile(r"^%t(\.\d+)?$")  # values the source never named (`%t.37`)
 
 
@@ -135,7 +138,8 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
                 [Step(s.op, list(s.operands), list(s.results), dict(s.attributes), s.loc)
                  for s in graph.steps],
                 [Call(c.callee, c.kind, c.start, c.stop, c.index, c.path, c.depth, c.loc,
-                      dict(c.attributes), c.iteration, c.repeated) for c in graph.calls],
+                      {k: v for k, v in c.attributes.items() if k not in KERNEL_ATTRIBUTES},
+                      c.iteration, c.repeated) for c in graph.calls],
                 dict(graph.values), dict(graph.parameters), dict(graph.states),
                 dict(graph.dims), dict(graph.dtypes), dict(graph.config), dict(graph.sources))
     forward = len(out.steps)
