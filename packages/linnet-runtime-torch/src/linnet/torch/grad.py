@@ -10,7 +10,9 @@ the interpreter with ``interpret=True``), under ``torch.inference_mode``. Ops wi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 from linnet.lang import Graph, LinnetError
 from linnet.lang.diagnostics.core import Diagnostic
@@ -24,9 +26,17 @@ from .inputs import check_inputs
 from .interpreter import DTYPES, index_error, run_graph
 from .options import numerics_mode
 
-if TYPE_CHECKING:
-    from .context import Context
-    from .model import Lowered, Model
+# `model` is a linnet.torch.model.Model (not imported: model.py imports this module).
+Model = Any
+
+
+@dataclass
+class GradLowered:
+    """A gradient graph and its generated module (None when the model interprets)."""
+
+    graph: Graph
+    module: ModuleType | None = None
+    path: str = ""
 
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
@@ -44,11 +54,9 @@ def _wrt_key(wrt: Any) -> tuple[str, ...]:
 
 
 def lowered_grad(model: Model, entry: str, inputs: Sequence[torch.Tensor], wrt: Any,
-                 seed: str) -> Lowered:
+                 seed: str) -> GradLowered:
     """The gradient graph of ``entry`` for inputs like ``inputs`` (lowered and emitted once
     per shapes, ``wrt`` and seed)."""
-    from .model import Lowered
-
     forward = model._checked(entry, inputs)  # E0720-E0722, E0780: the inputs are checked
     key = ("grad", entry, tuple((tuple(t.shape), t.dtype) for t in inputs), _wrt_key(wrt),
            seed)
@@ -60,7 +68,7 @@ def lowered_grad(model: Model, entry: str, inputs: Sequence[torch.Tensor], wrt: 
     graph = lower_grad(model.program, entry, shapes, model.config, model.weight_shapes,
                        wrt=list(_wrt_key(wrt)), seed=seed, check=False)
     assert graph.inputs[:len(forward.inputs)] == forward.inputs
-    lowered = Lowered(graph)
+    lowered = GradLowered(graph)
     if not model.interpret:
         sources = {m.source.name: m.source.text for m in model.program.modules.values()}
         text = emit_torch(graph, sources, numerics=model.numerics,
@@ -99,7 +107,7 @@ def _cotangents(graph: Graph, forward_inputs: int, entry: str, given: Any) -> li
 
 
 def value_and_grad(model: Model, entry: str, inputs: Any, wrt: Any = "params",
-                   cotangents: Any = None, context: Context | None = None
+                   cotangents: Any = None, context: Any = None
                    ) -> tuple[Any, dict[str, torch.Tensor]]:
     """See :meth:`linnet.torch.model.Model.value_and_grad`."""
     if isinstance(inputs, dict):
