@@ -160,11 +160,19 @@ class Calls(EvaluatorBase):
             self.builder, self.grad_templates = forward, templates
         returned = frame.returned or []
         tensors = [a for a in args if isinstance(a, Tensor)]
-        if len(returned) != len(tensors) or not all(isinstance(r, Tensor) for r in returned):
-            raise fail("E0954", f"the grad clause of `{decl.name}` returns "
-                       f"{len(returned)} value(s) for {len(tensors)} tensor parameter(s), "
-                       "or a value that is not a tensor", grad.span, "grad clause",
-                       help="return one tensor per tensor parameter, in parameter order")
+        names = [p.name for p, a in zip(decl.params, args) if isinstance(a, Tensor)]
+        # The checker matched the count (E0521); a number where a tensor belongs is left.
+        for name, r in zip(names, returned):
+            if not isinstance(r, Tensor):
+                raise fail("E0954", f"the grad clause of `{decl.name}` returns "
+                           f"{self.describe(r)} as the gradient of `{name}`, a tensor",
+                           grad.span, "grad clause",
+                           help=f"return a tensor of `{name}`'s shape (a gradient computed "
+                                "from the incoming one: `return dy * 2.0`)")
+        if len(returned) != len(tensors):
+            raise fail("E0954", f"the grad clause of `{decl.name}` returns {len(returned)} "
+                       f"gradient(s) for {len(tensors)} tensor parameter(s)", grad.span,
+                       "grad clause", help="return one tensor per tensor parameter, in order")
         template.steps = scratch.steps
         template.values = scratch.values
         template.returned = [r.ref for r in returned]
