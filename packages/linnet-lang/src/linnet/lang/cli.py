@@ -275,7 +275,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
         weights = None
         if args.weights:
             weights = read_safetensors_header(args.weights)
-        graph = lower_for_command(args, program, args.entry, parse_inputs(args.input), config, weights)
+        graph = lower_for_command(args, program, args.entry, parse_inputs(args.input), config,
+                                  weights)
         text = graph.dumps() if args.format == "json" else graph.summary()
         if args.output:
             write_output(args.output, text + "\n")

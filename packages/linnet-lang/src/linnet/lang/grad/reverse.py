@@ -178,12 +178,13 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         acc = parts[0]
         for p in parts[1:]:
             acc = tape.binary("add", acc, p)
-        if ref.startswith("%") and not _ANONYMOUS.match(ref) and tape.renamable(acc) and acc not in out.outputs \
+        named_value = ref.startswith("%") and not _ANONYMOUS.match(ref)
+        if named_value and tape.renamable(acc) and acc not in out.outputs \
                 and not _pending(ct, acc) and acc not in named:
             name = tape.fresh("d_" + _base(ref))
             out.values[name] = out.values.pop(acc)
             tape.made.add(name)
-            _rename(out, forward, acc, name, getattr(tape, "clause_calls", []))
+            _rename(out, forward, acc, name, tape.calls)
             acc = name
         named.add(acc)
         return acc
@@ -221,7 +222,7 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         # sum is a value another step also reads.
         if free and g not in named:
             out.values[name] = out.values.pop(g)
-            _rename(out, forward, g, name, getattr(tape, "clause_calls", []))
+            _rename(out, forward, g, name, tape.calls)
         else:
             name = tape.emit("reshape", [g], vt.shape, vt.dtype, {"shape": list(vt.shape)},
                              hint=name[1:])
@@ -234,7 +235,7 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         depth = min((c.depth for c in out.calls if c.kind == "entry"), default=0) + 1
         out.calls.append(Call(f"grad::{graph.model}.{graph.entry}", "fn", forward,
                               len(out.steps), len(out.calls), "", depth))
-    for c in getattr(tape, "clause_calls", []):
+    for c in tape.calls:
         c.index = len(out.calls)
         out.calls.append(c)
     if _verify.checked():
@@ -361,8 +362,7 @@ def _apply_clause(call: Call, template: ClauseTemplate, tape: Tape, ct: dict[str
         vt = tape.type(target)
         ct.setdefault(target, []).append(tape.convert(tape.reshape(d, vt.shape), vt.dtype))
     if len(graph.steps) > start:
-        calls = tape.__dict__.setdefault("clause_calls", [])
-        calls.append(Call(call.callee, "op", start, len(graph.steps), -1, call.path,
+        tape.calls.append(Call(call.callee, "op", start, len(graph.steps), -1, call.path,
                           call.depth + 1, call.loc,
                           {"args": list(call.attributes.get("args", [])),
                            "results": [rename.get(r, r) for r in template.returned],

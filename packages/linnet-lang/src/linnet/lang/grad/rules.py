@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from linnet.lang.ir.graph import Graph, Step, ValueType
+from linnet.lang.ir.graph import Call, Graph, Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES
 
 FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
@@ -55,6 +55,7 @@ class Tape:
         self._n = max(numbers, default=0)
         self._constants: dict[tuple, str] = {}
         self.made: set[str] = set()  # the values the backward steps made
+        self.calls: list[Call] = []  # calls differentiated by their grad clause (reverse.py)
 
     def fresh(self, hint: str = "") -> str:
         if hint:
