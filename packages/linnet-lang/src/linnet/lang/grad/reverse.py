@@ -182,9 +182,7 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         if named_value and tape.renamable(acc) and acc not in out.outputs \
                 and not _pending(ct, acc) and acc not in named:
             name = tape.fresh("d_" + _base(ref))
-            out.values[name] = out.values.pop(acc)
-            tape.made.add(name)
-            _rename(out, forward, acc, name, tape.calls)
+            _rename(tape, acc, name)
             acc = name
         named.add(acc)
         return acc
@@ -221,8 +219,7 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         # The gradient gets its own name (`d_model_norm_weight`): a step of its own when the
         # sum is a value another step also reads.
         if free and g not in named:
-            out.values[name] = out.values.pop(g)
-            _rename(out, forward, g, name, tape.calls)
+            _rename(tape, g, name)
         else:
             name = tape.emit("reshape", [g], vt.shape, vt.dtype, {"shape": list(vt.shape)},
                              hint=name[1:])
@@ -260,15 +257,22 @@ def _pending(ct: dict[str, list[str]], ref: str) -> bool:
     return any(ref in parts for parts in ct.values())
 
 
-def _rename(graph: Graph, start: int, old: str, new: str, calls: list[Call]) -> None:
-    """Rename a value the backward steps (from ``start``) made and read."""
+def _rename(tape: Tape, old: str, new: str) -> None:
+    """Rename a value the backward steps made, in its step and the steps after it (the
+    ones that can read it) and in the clause calls' results."""
+    graph = tape.graph
+    start = tape.made.pop(old)
+    tape.made[new] = start
+    graph.values[new] = graph.values.pop(old)
     for step in graph.steps[start:]:
-        step.operands = [new if o == old else o for o in step.operands]
-        step.results = [new if r == old else r for r in step.results]
-    for step_calls in calls:
-        results = step_calls.attributes.get("results")
+        if old in step.operands:
+            step.operands = [new if o == old else o for o in step.operands]
+        if old in step.results:
+            step.results = [new if r == old else r for r in step.results]
+    for call in tape.calls:
+        results = call.attributes.get("results")
         if results and old in results:
-            step_calls.attributes["results"] = [new if r == old else r for r in results]
+            call.attributes["results"] = [new if r == old else r for r in results]
 
 
 def _active(graph: Graph, targets: list[str]) -> set[str]:

@@ -54,7 +54,7 @@ class Tape:
         numbers = [int(v[3:]) for v in graph.values if v.startswith("%t.") and v[3:].isdigit()]
         self._n = max(numbers, default=0)
         self._constants: dict[tuple, str] = {}
-        self.made: set[str] = set()  # the values the backward steps made
+        self.made: dict[str, int] = {}  # each value the backward steps made -> its step
         self.calls: list[Call] = []  # calls differentiated by their grad clause (reverse.py)
 
     def fresh(self, hint: str = "") -> str:
@@ -73,7 +73,7 @@ class Tape:
     def emit(self, op: str, operands: list[str], shape: tuple[int, ...], dtype: str,
              attrs: dict[str, Any] | None = None, hint: str = "") -> str:
         name = self.fresh(hint)
-        self.made.add(name)
+        self.made[name] = len(self.graph.steps)
         self.graph.values[name] = ValueType(tuple(shape), dtype)
         self.graph.steps.append(Step(op, list(operands), [name], dict(attrs or {}), self.loc))
         return name
