@@ -49,7 +49,8 @@ model M { entry run(x: Tensor[3; f32], w: Tensor[3; f32]) -> f32 {
     torch.testing.assert_close(dx, 10.0 * dx2)  # the clause's, deliberately 10 times that
     torch.testing.assert_close(dw, dw2)
     calls = [c for c in clause.calls if c.attributes.get("grad")]
-    assert [c.callee for c in calls] == ["main::scale"]
+    assert [c.callee for c in calls] == ["main::scale.grad"]
+    assert calls[0].attributes["args"] == ["%x", "%w", 2.0]
 
 
 def test_the_clause_is_lowered_once_per_call_in_every_layer():
@@ -68,7 +69,10 @@ model M<N: Dim> {
     }
 }""")
     g = lower_grad(prog, "run", {"x": [2]}, {"N": 2}, wrt=["x"])
-    assert len([c for c in g.calls if c.attributes.get("grad")]) == 4
+    assert len([c for c in g.calls if c.callee == "main::scale.grad"]) == 4
+    # and each layer's backward is a call of its own, as its forward is (one slice each)
+    layers = [c for c in g.calls if c.callee == "main::L.forward.grad"]
+    assert sorted(c.iteration for c in layers) == [0, 1, 2, 3]
     params = {f"layers.{i}.w": torch.ones(2) for i in range(4)}
     _, dx = run(g, [1.0, 1.0], params=params)
     torch.testing.assert_close(dx, torch.full((2,), 10.0 ** 4))  # 10x per layer

@@ -54,3 +54,16 @@ def test_grad_mistakes_are_coded(capsys):
     assert main(["graph", *forward, "--grad"]) == 1
     assert "E0952" in capsys.readouterr().err
     assert main(["graph", *forward, "--grad", "--grad-seed", "cotangents"]) == 0
+
+
+def test_every_layers_backward_shares_one_generated_function(tmp_path, capsys):
+    """As every layer's forward does: the backward of a layer is a slice of one kind."""
+    target = tmp_path / "prefill_grad.py"
+    args = [str(LLAMA), "--config", "toy", "--set", "NL=3", "--entry", "prefill", "--input",
+            "tokens=1,4", "--grad", "--grad-seed", "cotangents", "-o", str(target)]
+    assert main(["torch", *args]) == 0
+    text = target.read_text()
+    assert text.count("def decoder_layer_prefill(") == 1
+    assert text.count("def decoder_layer_prefill_grad(") == 1
+    assert "def decoder_layer_prefill_grad_2(" not in text
+    assert text.count("= decoder_layer_prefill_grad(") == 3  # called once per layer

@@ -187,7 +187,25 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         named.add(acc)
         return acc
 
+    # The backward steps of each iteration of a repeated block (a layer) get a call of their
+    # own, as the forward's have: slices are cut there, and every layer's backward shares one
+    # generated function (one kind), as every layer's forward does.
+    layer_of = _iterations(graph)
+    layers: list[Call] = []
+    region: tuple[Call | None, int] = (None, len(out.steps))
+
+    def close_region() -> None:
+        layer, begin = region
+        if layer is not None and len(out.steps) > begin:
+            layers.append(Call(layer.callee + ".grad", layer.kind, begin, len(out.steps), -1,
+                               layer.path, layer.depth + 1, layer.loc, {"grad": True},
+                               layer.iteration, layer.repeated))
+
     for i in range(forward - 1, -1, -1):
+        if layer_of[i] is not region[0]:
+            close_region()
+            region = (layer_of[i], len(out.steps))
+            tape.forget_constants()  # each layer's backward makes its own: one kind for all
         for call in clause_at.get(i, []):
             _apply_clause(call, clauses[call.index], tape, ct, active, total)  # type: ignore[index]
         step = graph.steps[i]
@@ -203,8 +221,10 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         grads = VJP_RULES[step.op](step, g, tape, needs)
         for o, d, need in zip(step.operands, grads, needs):
             if d is not None and need:
-                ct.setdefault(o, []).append(d)
+                _accumulate(ct, tape, o, d)
 
+    close_region()
+    tape.forget_constants()
     tape.loc = ""
     for ref in targets:
         g = total(ref)
@@ -232,11 +252,34 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         depth = min((c.depth for c in out.calls if c.kind == "entry"), default=0) + 1
         out.calls.append(Call(f"grad::{graph.model}.{graph.entry}", "fn", forward,
                               len(out.steps), len(out.calls), "", depth))
-    for c in tape.calls:
+    for c in sorted(layers + tape.calls, key=lambda c: (c.start, -c.stop)):
         c.index = len(out.calls)
         out.calls.append(c)
     if _verify.checked():
         _verify.verify(out, "the reverse pass")
+    return out
+
+
+def _accumulate(ct: dict[str, list[str]], tape: Tape, ref: str, d: str) -> None:
+    """Add ``d`` to ``ref``'s cotangent where it arrives (in the reader's layer, so that
+    every layer's backward adds up the same contributions: one kind for all)."""
+    have = ct.get(ref)
+    ct[ref] = [tape.binary("add", have[0], d)] if have else [d]
+
+
+def _iterations(graph: Graph) -> list[Call | None]:
+    """For each step, the outermost call of an iteration of a repeated block holding it
+    (the calls that cut a graph into slices, `ir/slices.py`), or None."""
+    out: list[Call | None] = [None] * len(graph.steps)
+    chosen_stop = -1
+    for call in sorted(graph.calls, key=lambda c: (c.start, -c.stop)):
+        if call.iteration is None or call.kind not in ("fn", "op") or call.start == call.stop:
+            continue
+        if call.start < chosen_stop:
+            continue  # nested inside a chosen call
+        chosen_stop = call.stop
+        for i in range(call.start, call.stop):
+            out[i] = call
     return out
 
 
@@ -341,7 +384,7 @@ def _apply_clause(call: Call, template: ClauseTemplate, tape: Tape, ct: dict[str
     if not any(incoming) or not any(t in active for t in template.targets):
         for r, g in zip(results, incoming):
             if g is not None:
-                ct.setdefault(r, []).append(g)
+                _accumulate(ct, tape, r, g)
         return
     graph = tape.graph
     start = len(graph.steps)
@@ -364,10 +407,12 @@ def _apply_clause(call: Call, template: ClauseTemplate, tape: Tape, ct: dict[str
             continue
         d = rename.get(ret, ret)
         vt = tape.type(target)
-        ct.setdefault(target, []).append(tape.convert(tape.reshape(d, vt.shape), vt.dtype))
+        _accumulate(ct, tape, target, tape.convert(tape.reshape(d, vt.shape), vt.dtype))
     if len(graph.steps) > start:
-        tape.calls.append(Call(call.callee, "op", start, len(graph.steps), -1, call.path,
-                          call.depth + 1, call.loc,
-                          {"args": list(call.attributes.get("args", [])),
-                           "results": [rename.get(r, r) for r in template.returned],
-                           "grad": True}))
+        # Named `callee.grad`: a backend or fast path matching the op's own name must not
+        # take its backward for it.
+        tape.calls.append(Call(call.callee + ".grad", "op", start, len(graph.steps), -1,
+                               call.path, call.depth + 1, call.loc,
+                               {"args": list(call.attributes.get("args", [])),
+                                "results": [rename.get(r, r) for r in template.returned],
+                                "grad": True}))

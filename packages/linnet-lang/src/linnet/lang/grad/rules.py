@@ -96,6 +96,10 @@ class Tape:
         constant may not: later rules look it up by its name)."""
         return ref in self.made and ref not in self._constants.values()
 
+    def forget_constants(self) -> None:
+        """Make constants afresh from here on (each layer's backward its own)."""
+        self._constants.clear()
+
     def const(self, value: float | int | bool, dtype: str) -> str:
         """A rank-0 constant (one step per value and dtype in the whole backward pass)."""
         key = (repr(value), dtype)
