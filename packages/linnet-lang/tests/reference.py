@@ -289,6 +289,32 @@ def _gather(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarr
     return np.where(mask, out, np.zeros((), dtype=x.dtype)).astype(x.dtype)
 
 
+def _scatter_add(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
+    x, value, *indices = xs
+    k = attrs["indexed_axes"]
+    if k != len(indices) or k > x.ndim:
+        raise GraphRunError(f"scatter_add: {len(indices)} positions for indexed_axes={k} of a "
+                            f"rank-{x.ndim} tensor")
+    for ix in indices:
+        _check_index("scatter_add", ix)
+    if value.dtype != x.dtype:
+        raise GraphRunError(f"scatter_add: {value.dtype} value into a {x.dtype} tensor")
+    out = x.copy()
+    if not indices:
+        return (out + value).astype(x.dtype)
+    ishape = np.broadcast_shapes(*(ix.shape for ix in indices))
+    if value.shape != tuple(ishape) + x.shape[k:]:
+        raise GraphRunError(f"scatter_add: value of shape {list(value.shape)} for positions of "
+                            f"shape {list(ishape)}")
+    bounds = attrs.get("bounds", "unchecked")
+    inside = np.ones(ishape, dtype=bool)
+    for axis, ix in enumerate(indices):
+        inside = inside & _bounds_mask(ix, x.shape[axis], bounds, "scatter_add")
+    pos = tuple(np.broadcast_to(ix, ishape)[inside].astype(np.int64) for ix in indices)
+    np.add.at(out, pos, value[inside])
+    return out
+
+
 REFERENCE_RULES: dict[str, Rule] = {
     "neg": _neg,
     "not": _logical(np.logical_not),
@@ -330,6 +356,7 @@ REFERENCE_RULES: dict[str, Rule] = {
     "contract": _contract,
     "take": _take,
     "gather": _gather,
+    "scatter_add": _scatter_add,
     # "scatter" writes a state; run_graph handles it (see _scatter)
 }
 RULES = REFERENCE_RULES  # the name tests/test_reference.py imports

@@ -7,8 +7,8 @@ when its first lines are ``// lower:`` directives, holding ``key=value`` pairs::
     // lower: entry=decode inputs={"x": [2, 3]} config={"D": 4}
     // lower: weights={"w": [[4, 4], "f32"]}
 
-``entry`` and ``model`` are bare words; ``inputs``, ``config`` and ``weights`` are JSON
-(a weight is ``[shape, dtype]``). Modules that cases ``use`` live in ``cases/lib/``.
+``entry`` and ``model`` are bare words; ``inputs``, ``config``, ``weights`` and ``wrt`` are JSON
+(a weight is ``[shape, dtype]``; ``wrt`` lowers for ``--grad``, with ``lower_grad``). Modules that cases ``use`` live in ``cases/lib/``.
 
 Regenerate the goldens after an intended change with::
 
@@ -92,7 +92,12 @@ def run_case(path: Path) -> LinnetError:
                 raise LinnetError(errors)
         else:
             entry = kwargs.pop("entry")
-            lower(program, entry, **kwargs)
+            if "wrt" in kwargs:  # `wrt=[...]`: lowered for --grad (linnet.lang.grad)
+                from linnet.lang.grad import lower_grad
+
+                lower_grad(program, entry, **kwargs)
+            else:
+                lower(program, entry, **kwargs)
     except LinnetError as err:
         return err
     pytest.fail(f"{path.name}: expected a LinnetError, but it compiled cleanly")

@@ -275,8 +275,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
         weights = None
         if args.weights:
             weights = read_safetensors_header(args.weights)
-        graph = lower(program, args.entry, parse_inputs(args.input), config, weights,
-                      model=args.model)
+        graph = lower_for_command(args, program, args.entry, parse_inputs(args.input), config,
+                                  weights)
         text = graph.dumps() if args.format == "json" else graph.summary()
         if args.output:
             write_output(args.output, text + "\n")
@@ -285,6 +285,24 @@ def cmd_graph(args: argparse.Namespace) -> int:
     if not args.output:
         print(text)
     return 0
+
+
+def lower_for_command(args: argparse.Namespace, program: Program, entry: str, inputs: dict,
+           config: dict, weights: dict | None, check: bool = True) -> Any:
+    """Lower ``entry`` as a command's flags say: with ``--grad`` (``--wrt``, ``--grad-seed``:
+    :func:`add_lowering_arguments` adds them), its gradient graph (:mod:`linnet.lang.grad`).
+    Every emitting command calls this, so each gets ``--grad`` with no code of its own.
+
+    >>> args = build_parser().parse_args(["graph", "m.linnet", "--entry", "e", "--grad"])
+    >>> (args.grad, args.wrt, args.grad_seed)
+    (True, [], 'scalar')
+    """
+    if not getattr(args, "grad", False):
+        return lower(program, entry, inputs, config, weights, model=args.model, check=check)
+    from linnet.lang.grad import lower_grad
+
+    return lower_grad(program, entry, inputs, config, weights, args.model,
+                      wrt=args.wrt or "params", seed=args.grad_seed, check=check)
 
 
 def read_safetensors_header(path: str) -> dict[str, tuple]:
@@ -318,8 +336,8 @@ def cmd_torch(args: argparse.Namespace) -> int:
         for m in entries:
             if all(p.name in inputs for p in m.params):
                 mine = {p.name: inputs[p.name] for p in m.params}
-                graphs.append(lower(program, m.name, mine, config, weights, args.model,
-                                    check=False))
+                graphs.append(lower_for_command(args, program, m.name, mine, config, weights,
+                                     check=False))
             else:
                 missing = [p.name for p in m.params if p.name not in inputs]
                 print(f"linnet: skipping entry `{m.name}`: no shape for "
@@ -437,6 +455,14 @@ def add_lowering_arguments(p: argparse.ArgumentParser, entry_required: bool = Tr
     p.add_argument("--input", action="append", default=[], metavar="NAME=D0,D1",
                    help="an entry input's shape (repeatable)")
     p.add_argument("--weights", help="a safetensors file: bind dims from its shapes and check it")
+    p.add_argument("--grad", action="store_true",
+                   help="the entry's gradient graph: its outputs, then the gradients")
+    p.add_argument("--wrt", action="append", default=[], metavar="NAME",
+                   help="with --grad: an input or parameter path to differentiate with "
+                        "respect to (repeatable; default: every float parameter)")
+    p.add_argument("--grad-seed", choices=["scalar", "cotangents"], default="scalar",
+                   help="with --grad: the entry returns a loss (scalar), or the graph takes a "
+                        "cotangent input per float output (cotangents)")
 
 
 def main(argv: list[str] | None = None) -> int:

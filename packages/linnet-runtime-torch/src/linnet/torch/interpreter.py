@@ -134,6 +134,26 @@ def _scatter(step: Step, x: list[Any], device: torch.device) -> None:
         state.index_put_(tuple(i.long() for i in indices), value)
 
 
+def _scatter_add(step: Step, x: list[Any], device: torch.device) -> Any:
+    """A new tensor: ``data`` with ``value`` added at the positions (coinciding ones add up);
+    bounds zero drops positions outside the axes, unchecked ones are checked (E0781)."""
+    data, value, *indices = x
+    if not indices:
+        return data + value
+    zero = step.attributes["bounds"] == "zero"
+    if not zero:
+        for a, i in enumerate(indices):
+            _check_index(step, i, data.shape[a], a, step.operands[0])
+    safe = tuple(i.long().clamp(0, data.shape[a] - 1) for a, i in enumerate(indices))
+    if zero:
+        valid = torch.ones((), dtype=torch.bool, device=device)
+        for a, i in enumerate(indices):
+            valid = valid & (i >= 0) & (i < data.shape[a])
+        valid = valid.reshape(valid.shape + (1,) * (data.dim() - len(indices)))
+        value = torch.where(valid, value, torch.zeros((), dtype=value.dtype, device=device))
+    return torch.index_put(data, safe, value, accumulate=True)
+
+
 def _max(fn: Callable) -> Rule:
     return lambda s, x, d: fn(*x)
 
@@ -163,6 +183,7 @@ RULES: dict[str, Rule] = {
     "broadcast": lambda s, x, d: x[0].expand(s.attributes["shape"]),
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
     "scatter": _scatter,  # in place: the state tensor is updated, no result
+    "scatter_add": _scatter_add,  # a new tensor (the reverse pass's transpose of gathers)
 }
 """One rule per primitive (``tests/test_coverage.py`` in linnet-lang checks it covers
 :data:`~linnet.lang.ir.primitives.PRIMITIVES`): ``rule(step, operands, device)``."""

@@ -341,6 +341,47 @@ class Model:
                     raise index_error(entry, str(exc)) from None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    # ------------------------------------------------------------ gradients
+    def value_and_grad(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, Any],
+                       wrt: str | Sequence[str] = "params", cotangents: Any = None,
+                       context: Context | None = None) -> tuple[Any, dict[str, torch.Tensor]]:
+        """Run ``entry`` and its gradient: ``(value, grads)``, like ``jax.value_and_grad``.
+
+        ``wrt``: the inputs (by name) and parameters (by path) to differentiate with
+        respect to, or ``"params"`` (every floating-point parameter, the default).
+        ``grads`` maps each of them (name or path) to its gradient, of its shape and dtype.
+        Without ``cotangents`` the entry must return one scalar float (a loss: E0952
+        otherwise); with ``cotangents`` (one tensor per float output, shaped like it) the
+        gradients are the vector-Jacobian product ``sum(out * cotangent)``'s. The gradient
+        is linnet-lang's reverse pass over the entry's graph (`linnet torch --grad`), run as
+        generated source; ops with a ``grad`` clause are differentiated by their clause.
+        States the entry writes are written, as by :meth:`run`.
+
+        >>> loss, grads = model.value_and_grad("loss", [tokens, targets])   # doctest: +SKIP
+        >>> for path, g in grads.items():                                    # doctest: +SKIP
+        ...     model.params[path] -= 0.1 * g
+        """
+        from .grad import value_and_grad
+
+        return value_and_grad(self, entry, inputs, wrt, cotangents, context)
+
+    def grad(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, Any],
+             wrt: str | Sequence[str] = "params", cotangents: Any = None,
+             context: Context | None = None) -> dict[str, torch.Tensor]:
+        """The gradients of :meth:`value_and_grad` alone (``jax.grad``).
+
+        >>> grads = model.grad("loss", [tokens, targets], wrt=["model.norm.weight"])  # doctest: +SKIP
+        """
+        return self.value_and_grad(entry, inputs, wrt, cotangents, context)[1]
+
+    def grad_graph(self, entry: str, inputs: Sequence[torch.Tensor],
+                   wrt: str | Sequence[str] = "params", cotangents: bool = False) -> Graph:
+        """The gradient graph that :meth:`value_and_grad` runs (``linnet graph --grad``)."""
+        from .grad import lowered_grad
+
+        return lowered_grad(self, entry, inputs, wrt,
+                            "cotangents" if cotangents else "scalar").graph
+
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
         return self._lower(entry, inputs).path

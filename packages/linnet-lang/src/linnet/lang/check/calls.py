@@ -118,9 +118,66 @@ class Calls(EvaluatorBase):
             if call is not None:
                 call.attributes["results"] = [self.argument_record(v) for v in out]
             self.builder.close_call(call)
+            if call is not None and decl.grad is not None and self.grad_templates is not None:
+                self.grad_templates[call.index] = self.lower_grad_clause(
+                    decl, ref, env, args, out, call)
         finally:
             self.call_stack.pop()
         return out[0] if len(out) == 1 else (tuple(out) if out else None)
+
+    def lower_grad_clause(self, decl: A.FuncDecl, ref: FuncRef, env: dict[str, Any],
+                          args: list[Any], out: list[Any], call: Any) -> Any:
+        """Lower ``decl``'s grad clause for this call into a template of its own (not into
+        the forward graph): the parameters bound to the call's arguments, each incoming
+        gradient to a placeholder of its result's type. The reverse pass appends it with
+        the real cotangents (linnet.lang.grad.reverse)."""
+        from linnet.lang.grad.reverse import ClauseTemplate
+        from linnet.lang.ir.builder import Builder
+        from linnet.lang.ir.graph import Graph
+
+        grad = decl.grad
+        assert grad is not None and decl.module is not None
+        forward = self.builder
+        assert forward.graph is not None
+        scratch = Graph(forward.graph.entry, forward.graph.model,
+                        parameters=forward.graph.parameters, states=forward.graph.states)
+        builder = Builder(scratch)
+        # Names go on from the forward graph's, so a template's values never shadow them.
+        builder._used = dict(forward._used)
+        frame = Frame(decl.module, dict(env), ref.owner, decl)
+        for p, a in zip(decl.params, args):
+            frame.bind(p.name, a)
+        template = ClauseTemplate(decl.qualified_name, call.loc)
+        self.builder, templates, self.grad_templates = builder, self.grad_templates, None
+        try:
+            for name, value in zip(grad.names, out):
+                t = builder.emit("input", [], value.shape, value.dtype, {}, hint=name)
+                scratch.steps.pop()
+                template.incoming.append(t.ref)
+                frame.bind(name, t)
+            self.run_body(grad.body, frame)
+        finally:
+            self.builder, self.grad_templates = forward, templates
+        returned = frame.returned or []
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        names = [p.name for p, a in zip(decl.params, args) if isinstance(a, Tensor)]
+        # The checker matched the count (E0521); a number where a tensor belongs is left.
+        for name, r in zip(names, returned):
+            if not isinstance(r, Tensor):
+                raise fail("E0954", f"the grad clause of `{decl.name}` returns "
+                           f"{self.describe(r)} as the gradient of `{name}`, a tensor",
+                           grad.span, "grad clause",
+                           help=f"return a tensor of `{name}`'s shape (a gradient computed "
+                                "from the incoming one: `return dy * 2.0`)")
+        if len(returned) != len(tensors):
+            raise fail("E0954", f"the grad clause of `{decl.name}` returns {len(returned)} "
+                       f"gradient(s) for {len(tensors)} tensor parameter(s)", grad.span,
+                       "grad clause", help="return one tensor per tensor parameter, in order")
+        template.steps = scratch.steps
+        template.values = scratch.values
+        template.returned = [r.ref for r in returned]
+        template.targets = [a.ref for a in tensors]
+        return template
 
     def argument_record(self, value: Any) -> Any:
         """How a call's argument or result appears in the graph: a `%`/`@` ref or a literal."""

@@ -139,6 +139,9 @@ class EvaluatorBase:
         self.const_cache: dict[int, tuple[A.Const, Any]] = {}
         # Calls seen while checking (caller, callee, call span): recursion is found from them.
         self.call_edges: list[tuple[A.FuncDecl, A.FuncDecl, Span]] = []
+        # While lowering for `--grad`: each call's grad clause, lowered, by call index
+        # (linnet.lang.grad.reverse.ClauseTemplate); None otherwise.
+        self.grad_templates: dict[int, Any] | None = None
 
     if TYPE_CHECKING:
         # The mixins call one another through `self`; for mypy those calls go through here

@@ -128,6 +128,7 @@ FOLDING_RULES: dict[str, FoldRule] = {
 EXPECTED_MISSING: frozenset[str] = frozenset({
     "constant", "iota", "reshape", "transpose", "broadcast", "reduce", "contract", "take",
     "gather", "scatter",
+    "scatter_add",  # made only by the reverse pass (linnet.lang.grad), on tensors
 })
 
 

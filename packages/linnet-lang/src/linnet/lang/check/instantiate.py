@@ -196,7 +196,10 @@ def run_loop(ev: EvaluatorBase, stmt: A.For, frame: Frame, arr: BlockArray,
     ``run_one(item)`` evaluates the body once with the loop variable bound to ``item``.
     """
     items = list(arr.items)
-    if not (ENABLED and ev.lowering and len(items) >= MIN_ELEMENTS and not frame.in_kernel):
+    # Lowering for `--grad` records each call's grad clause while evaluating it: a replayed
+    # iteration would not, so every iteration is evaluated.
+    if not (ENABLED and ev.lowering and len(items) >= MIN_ELEMENTS and not frame.in_kernel
+            and ev.grad_templates is None):
         for item in items:
             run_one(item)
         return

@@ -41,13 +41,16 @@ def find_model(program: Program, model: str | None) -> A.BlockDecl:
 
 def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
           config: dict[str, Any] | None = None, weights: dict[str, tuple] | None = None,
-          model: str | None = None, check: bool = True) -> Graph:
+          model: str | None = None, check: bool = True,
+          grad_clauses: dict[int, Any] | None = None) -> Graph:
     """Lower a model's entry for concrete shapes into a :class:`Graph`.
 
     ``inputs`` maps each entry parameter to a shape (list of ints) or to ``(shape, dtype)``.
     ``config`` maps config members and model generics to values. ``weights`` maps parameter
     paths to ``(shape, dtype)``; dims that weights determine are bound from them, and a
-    missing, unexpected or mis-shaped weight is an error.
+    missing, unexpected or mis-shaped weight is an error. ``grad_clauses``: a dict that
+    lowering fills with each call's ``grad`` clause, lowered, by call index
+    (:func:`linnet.lang.grad.lower_grad` passes one).
 
     >>> prog = Program.from_file("examples/llama/llama.linnet")          # doctest: +SKIP
     >>> g = lower(prog, "decode", {"token": [1], "pos": [1]}, config)     # doctest: +SKIP
@@ -68,6 +71,7 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
                                                        if close else "")))
     graph = Graph(entry=entry, model=decl.name)
     ev = Evaluator(program, Builder(graph), config)
+    ev.grad_templates = grad_clauses
     try:
         env = bind_model_generics(ev, decl, method, inputs or {}, config or {}, weights)
         inst = instantiate(ev, decl, dict(env), "", config)

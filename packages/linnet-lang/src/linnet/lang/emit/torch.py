@@ -250,13 +250,15 @@ def _contract(s: Step, n: Scope, numerics: str) -> list[str]:
     a, b = s.operands
     acc = s.attributes["accumulate"]
     spec = s.attributes["spec"]
+    # n.tensor: a constant operand (a reverse pass's seed of 1) is a tensor, not a literal.
+    ta, tb = n.tensor(a), n.tensor(b)
     if n.dtype(a) == acc:
-        expr = f"torch.einsum({spec!r}, {n(a)}, {n(b)})"
+        expr = f"torch.einsum({spec!r}, {ta}, {tb})"
     elif numerics == "exact":
         dt = TORCH_DTYPES[acc]
-        expr = f"torch.einsum({spec!r}, {n(a)}.to({dt}), {n(b)}.to({dt}))"
+        expr = f"torch.einsum({spec!r}, {ta}.to({dt}), {tb}.to({dt}))"
     else:
-        expr = f"torch.einsum({spec!r}, {n(a)}, {n(b)}).to({TORCH_DTYPES[acc]})"
+        expr = f"torch.einsum({spec!r}, {ta}, {tb}).to({TORCH_DTYPES[acc]})"
     return [f"{n(s.results[0])} = {expr}"]
 
 
@@ -404,6 +406,39 @@ def _scatter(s: Step, n: Scope, numerics: str) -> list[str]:
     return [f"{n(state)}.index_put_(({idx},), {n(value)})"]
 
 
+def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
+    """Value semantics: a new tensor (``torch.index_put``, not the in-place method), so the
+    operand (a forward value the backward pass still reads) is left as it was."""
+    x, value, *indices = s.operands
+    out = n(s.results[0])
+    shape = n.shape(x)
+    lines = []
+    names = []
+    guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
+               for a, r in enumerate(indices)]
+    for axis, ref in enumerate(indices):
+        i = n.tensor(ref)
+        if guarded[axis]:
+            lines.append(f"{out}_i{axis} = {i}.long().clamp(0, {shape[axis] - 1})")
+            names.append(f"{out}_i{axis}")
+        else:
+            names.append(f"{i}.long()")
+    v = n.tensor(value)
+    if any(guarded):
+        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
+                           for a, r in enumerate(indices) if guarded[a])
+        trailing = len(shape) - len(indices)
+        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+        lines.append(f"{out}_v = torch.where({mask}, {v}, 0)")
+        v = f"{out}_v"
+    if not indices:
+        lines.append(f"{out} = {n.tensor(x)} + {v}")
+    else:
+        idx = ", ".join(names)
+        lines.append(f"{out} = torch.index_put({n.tensor(x)}, ({idx},), {v}, accumulate=True)")
+    return lines
+
+
 RULES: dict[str, Rule] = {
     "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("torch.exp({})"),
     "log": _unary("torch.log({})"), "sqrt": _unary("torch.sqrt({})"),
@@ -422,6 +457,7 @@ RULES: dict[str, Rule] = {
     "convert": _convert, "constant": _constant, "iota": _iota, "reshape": _reshape,
     "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
+    "scatter_add": _scatter_add,
 }
 
 

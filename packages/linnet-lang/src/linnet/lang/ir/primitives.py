@@ -141,6 +141,12 @@ _TABLE: list[Primitive] = [
                           "axes by broadcast integer tensors; attributes.bounds says what "
                           "an index outside the axis reads (zero | unchecked)",
        differentiable=True, min_arity=1),
+    # Issue 18: the transpose of take, gather and broadcast in reverse mode (linnet.lang.grad).
+    _P("scatter_add", G, None, "a copy of operand with value added at [i0, ..., ik-1, :, ...]: "
+                               "operands (x, value, i0, ..., ik-1), positions broadcast as for "
+                               "gather; coinciding positions add up; attributes.bounds zero "
+                               "drops positions outside the axes", differentiable=True,
+       min_arity=2),
     _P("scatter", Category.STATE, None, "state[i0, ..., ik-1, :, ...] = value, in place; "
                                         "operands (@state, value, i0, ..., ik-1)", min_arity=2),
 ]

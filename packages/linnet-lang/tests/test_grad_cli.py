@@ -1,0 +1,69 @@
+"""`linnet graph --grad` and `linnet torch --grad` (issue 18)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from linnet.lang import Graph
+from linnet.lang.cli import main
+from linnet.lang.ir.verify import verify
+
+ROOT = Path(__file__).resolve().parents[3]
+TINYLM = ROOT / "examples" / "tinylm" / "tinylm.linnet"
+LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
+LOSS = [str(TINYLM), "--config", "tiny", "--entry", "loss", "--input", "tokens=8,4",
+        "--input", "targets=8,4"]
+
+
+def test_graph_grad_json_is_a_valid_graph_of_outputs_then_gradients(capsys):
+    assert main(["graph", *LOSS, "--grad", "--format", "json"]) == 0
+    graph = Graph.from_json(json.loads(capsys.readouterr().out))
+    verify(graph)
+    assert graph.outputs[0] == "%loss"
+    grads = graph.outputs[1:]
+    assert len(grads) == len(graph.parameters) and "%d_head_weight" in grads
+    for ref in grads:
+        assert graph.values[ref].dtype == "f32"
+    assert any(s.op == "scatter_add" for s in graph.steps)  # the embedding's transpose
+
+
+def test_graph_grad_wrt_and_cotangents(capsys):
+    args = [str(LLAMA), "--config", "toy", "--entry", "prefill", "--input", "tokens=1,4",
+            "--grad", "--grad-seed", "cotangents", "--wrt", "model.norm.weight"]
+    assert main(["graph", *args]) == 0
+    out = capsys.readouterr().out
+    assert "input %d_out: f32[1, 4, 256]" in out
+    assert out.rstrip().endswith("return %out, %d_model_norm_weight")
+
+
+def test_torch_grad_writes_a_module_computing_the_gradients(tmp_path, capsys):
+    target = tmp_path / "loss_grad.py"
+    assert main(["torch", *LOSS, "--grad", "-o", str(target)]) == 0
+    text = target.read_text()
+    compile(text, str(target), "exec")
+    assert "d_head_weight" in text and "torch.index_put(" in text
+
+
+def test_grad_mistakes_are_coded(capsys):
+    assert main(["graph", *LOSS, "--grad", "--wrt", "head.wieght"]) == 1
+    assert "E0950" in capsys.readouterr().err
+    assert main(["graph", *LOSS, "--grad", "--wrt", "tokens"]) == 1
+    assert "E0951" in capsys.readouterr().err
+    forward = [str(TINYLM), "--config", "tiny", "--entry", "forward", "--input", "tokens=8,4"]
+    assert main(["graph", *forward, "--grad"]) == 1
+    assert "E0952" in capsys.readouterr().err
+    assert main(["graph", *forward, "--grad", "--grad-seed", "cotangents"]) == 0
+
+
+def test_every_layers_backward_shares_one_generated_function(tmp_path, capsys):
+    """As every layer's forward does: the backward of a layer is a slice of one kind."""
+    target = tmp_path / "prefill_grad.py"
+    args = [str(LLAMA), "--config", "toy", "--set", "NL=3", "--entry", "prefill", "--input",
+            "tokens=1,4", "--grad", "--grad-seed", "cotangents", "-o", str(target)]
+    assert main(["torch", *args]) == 0
+    text = target.read_text()
+    assert text.count("def decoder_layer_prefill(") == 1
+    assert text.count("def decoder_layer_prefill_grad(") == 1
+    assert "def decoder_layer_prefill_grad_2(" not in text
+    assert text.count("= decoder_layer_prefill_grad(") == 3  # called once per layer
