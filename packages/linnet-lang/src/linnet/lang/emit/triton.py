@@ -214,8 +214,15 @@ def _convert(s: Step, n: Names, c: Context) -> list[str]:
 
 def _reshape(s: Step, n: Names, c: Context) -> list[str]:
     shape = tuple(s.attributes["shape"])
+    src = s.operands[0]
     if not shape:  # a one-element tile to a scalar
-        return [f"{n(s.results[0])} = tl.sum({_flat(n, s.operands[0])}, axis=0)"]
+        return [f"{n(s.results[0])} = tl.sum({_flat(n, src)}, axis=0)"]
+    have = n.shape(src)
+    if src not in n.literals and have and [d for d in shape if d != 1] == list(have) \
+            and 1 not in have:
+        # Only new axes of size 1 (`rows[i] < M` in a [BM, BK] mask): `rows[:, None]`.
+        return [f"{n(s.results[0])} = {n(src)}["
+                + ", ".join("None" if d == 1 else ":" for d in shape) + "]"]
     return [f"{n(s.results[0])} = tl.reshape({n.tensor(s.operands[0])}, {shape})"]
 
 
@@ -482,28 +489,45 @@ def _comment(loc: str, sources: dict[str, list[str]]) -> str:
 
 
 def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
-    """The Python function that launches ``function`` on the kernel's grid: inputs made
-    contiguous, results allocated on the inputs' device, strides passed as constants."""
+    """The Python functions that launch ``function`` on the kernel's grid: ``run_*``
+    allocates the results on the inputs' device and launches, strides passed as constants;
+    ``op_*`` is it as a custom op (what torch.compile sees); ``launch_*`` makes the inputs
+    contiguous and calls the op under torch.compile, ``run_*`` otherwise."""
     from linnet.lang.emit.torch import TORCH_DTYPES
 
     ins = [p for p, _, _ in k.params]
-    lines = [f"def {name}({', '.join(ins)}):",
-             f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns '
-             f'{", ".join(r for r, _, _ in k.results)}."""']
-    for p in ins:
-        lines.append(f"    {p} = {p}.contiguous()")
     device = f"{ins[0]}.device" if ins else "DEVICE"
-    for r, shape, dtype in k.results:
-        lines.append(f"    {r} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, "
-                     f"device={device})")
+    outs = ", ".join(r for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
+    many = len(k.results) > 1
+    ret = ("tuple[" + ", ".join(["torch.Tensor"] * len(k.results)) + "]") if many \
+        else "torch.Tensor"
+    typed = ", ".join(f"{p}: torch.Tensor" for p in ins)
+    alloc = [f"    {r} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, device={device})"
+             for r, shape, dtype in k.results]
     strides = []
     for p, shape, _ in k.params + k.results:
         st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
         strides += [f"{p.upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
     args = [p for p, _, _ in k.params + k.results] + strides
-    lines.append(f"    {function}[{k.grid}]({', '.join(args)})")
-    outs = ", ".join(r for r, _, _ in k.results)
-    lines.append(f"    return {outs}" + ("," if len(k.results) > 1 else ""))
+    results = ", ".join(r for r, _, _ in k.results)
+    lines = [f"def run_{key}({typed}) -> {ret}:",
+             f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
+             *alloc,
+             f"    wrap_triton({function})[{k.grid}]({', '.join(args)})",
+             f"    return {outs}",
+             "", "",
+             f"def fake_{key}({', '.join(ins)}):",
+             '    """What `run_' + key + '` returns, without running it (for torch.compile)."""',
+             *alloc, f"    return {outs}",
+             "", "",
+             f"op_{key} = kernel_op({key!r}, run_{key}, fake_{key})",
+             "", "",
+             f"def {name}({', '.join(ins)}):",
+             f'    """`{k.short_name}` on contiguous inputs; a custom op under torch.compile."""',
+             *[f"    {p} = {p}.contiguous()" for p in ins],
+             "    if torch.compiler.is_compiling():",
+             f"        return op_{key}({', '.join(ins)})",
+             f"    return run_{key}({', '.join(ins)})"]
     return "\n".join(lines)
 
 
@@ -536,6 +560,13 @@ except ImportError:  # no Triton: every bound op runs its body; `@triton.jit` do
 # Triton's interpreter runs kernels on CPU tensors; it must be chosen before the kernels
 # below are decorated, so it is read once, here.
 INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
+
+# torch.compile sees each launch as a custom op, so compiled code does not break its graph
+# there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
+# be wrapped (pytorch#152868): there the op is opaque and calls the kernel directly.
+wrap_triton = torch.library.wrap_triton if TRITON and not INTERPRET else (lambda fn: fn)
+_LIBRARY = object()  # alive as long as this module's ops: its id names their library
+LIBRARY = f'linnet_{id(_LIBRARY):x}'
 '''
 
 READY = '''def kernels_ready(key, *tensors):
@@ -544,7 +575,19 @@ READY = '''def kernels_ready(key, *tensors):
     ready = TRITON and (all(t.is_cuda for t in tensors) or INTERPRET and not any(
         t.is_cuda for t in tensors))
     RUNS[key][0 if ready else 1] += 1
-    return ready'''
+    return ready
+
+
+def kernel_op(name, run, fake):
+    """`run` (a kernel's launch) as a custom op in this module's library: what torch.compile
+    sees in place of the launch; `fake` gives its results' shapes without running it."""
+    if not TRITON:
+        return run
+    if INTERPRET:
+        op = torch.library.custom_op(f'{LIBRARY}::{name}', run, mutates_args=())
+        op.register_fake(fake)
+        return op
+    return torch.library.triton_op(f'{LIBRARY}::{name}', run, mutates_args=())'''
 
 
 def runs_table(keys: list[str]) -> str:
