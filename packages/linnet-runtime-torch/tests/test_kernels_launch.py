@@ -3,6 +3,7 @@ case at a time; each case says which path ran (the module's RUNS counters) and c
 with the op's body."""
 
 import builtins
+from pathlib import Path
 
 import pytest
 import torch
@@ -41,7 +42,7 @@ def test_interpreter_launches_row_softmax(softmax_model, interpret):
     y = model.run("run", [x])
     assert runs(model, x) == {"row_softmax_5_24_1024": [1, 0]}
     torch.testing.assert_close(y, torch.softmax(x, -1), atol=1e-6, rtol=1e-5)
-    text = open(model.source("run", [x])).read()
+    text = Path(model.source("run", [x])).read_text()
     assert "@triton.jit" in text and "# std/nn/activation.linnet:21  let v = load(" in text
 
 
@@ -140,8 +141,8 @@ def test_tiled_matmul_through_generated_pytorch(tmp_path, interpret, tile):
     a, b = torch.randn(40, 50), torch.randn(50, 24)
     c = model.run("run", [a, b])
     key = f"mm_40_24_50_{tile}_{tile}_{tile}"
-    assert model.module("run", [a, b]).RUNS == {key: [1, 0]}
-    text = open(model.source("run", [a, b])).read()  # noqa: SIM115
+    assert {key: [1, 0]} == model.module("run", [a, b]).RUNS
+    text = Path(model.source("run", [a, b])).read_text()
     # numerics fast: tl.dot may use tf32 (the interpreter computes in f32 regardless)
     assert ("tl.dot(x, y, input_precision='tf32'" in text) == (tile == 16)
     assert "for kb in range(0, " in text
@@ -172,6 +173,6 @@ def test_triton_op_registered_without_interpreter(softmax_model, monkeypatch):
     model = load(softmax_model, weights={}, numerics="fast")
     x = torch.randn(6, 8)
     module = model.module("run", [x])
-    op = getattr(getattr(torch.ops, module.LIBRARY), "row_softmax_6_8_1024")
+    op = getattr(torch.ops, module.LIBRARY).row_softmax_6_8_1024
     assert op.default is not None  # the triton_op torch.compile calls on CUDA
     assert module.wrap_triton is torch.library.wrap_triton

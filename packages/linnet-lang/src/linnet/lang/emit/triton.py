@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linnet.lang.ir.graph import Step, ValueType
-from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel
+from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the doctest)
 
 TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
              "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
@@ -136,14 +136,34 @@ class Context:
 TileRule = Callable[[Step, Names, Context], list[str]]
 
 
+_HALF = {"bf16", "f16"}
+
+
+def _wide(s: Step, n: Names, ref: str) -> str:
+    """An operand of 16-bit floats read as f32: each element-wise step computes in f32 and
+    rounds its result once, as torch does (and Triton's interpreter multiplies bf16 wrongly)."""
+    if ref not in n.literals and n.dtype(ref) in _HALF:
+        return f"{n(ref)}.to(tl.float32)"
+    return n(ref)
+
+
+def _narrow(s: Step, n: Names, expr: str) -> str:
+    dtype = n.dtype(s.results[0])
+    if dtype in _HALF and any(o not in n.literals and n.dtype(o) in _HALF for o in s.operands):
+        return f"({expr}).to({TL_DTYPES[dtype]})"
+    return expr
+
+
 def _unary(fmt: str) -> TileRule:
-    return lambda s, n, c: [f"{n(s.results[0])} = {fmt.format(n(s.operands[0]))}"]
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(_wide(s, n, s.operands[0])))}"]
+    return rule
 
 
 def _binary(fmt: str) -> TileRule:
     def rule(s: Step, n: Names, c: Context) -> list[str]:
-        a, b = (n(o) for o in s.operands)
-        return [f"{n(s.results[0])} = {fmt.format(a, b)}"]
+        a, b = (_wide(s, n, o) for o in s.operands)
+        return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(a, b))}"]
     return rule
 
 
@@ -155,7 +175,8 @@ def _div(s: Step, n: Names, c: Context) -> list[str]:
     a, b = (n(o) for o in s.operands)
     out = n(s.results[0])
     if not _is_int(n, s.results[0]):
-        return [f"{out} = {a} / {b}"]
+        wa, wb = (_wide(s, n, o) for o in s.operands)
+        return [f"{out} = {_narrow(s, n, f'{wa} / {wb}')}"]
     # Linnet's integer division floors (as torch.div(..., rounding_mode='floor')); Triton's
     # `//` truncates toward zero: step down where the signs differ and it was inexact.
     return [f"{out} = {a} // {b}",
@@ -166,7 +187,8 @@ def _rem(s: Step, n: Names, c: Context) -> list[str]:
     a, b = (n(o) for o in s.operands)
     out = n(s.results[0])
     if not _is_int(n, s.results[0]):
-        return [f"{out} = {a} - {b} * tl.floor({a} / {b})"]
+        wa, wb = (_wide(s, n, o) for o in s.operands)
+        return [f"{out} = {_narrow(s, n, f'{wa} - {wb} * tl.floor({wa} / {wb})')}"]
     # Linnet's remainder takes the divisor's sign (torch.remainder); Triton's `%` the dividend's.
     return [f"{out} = {a} % {b}",
             f"{out} = tl.where(({out} != 0) & (({out} < 0) != ({b} < 0)), {out} + {b}, {out})"]
@@ -176,7 +198,8 @@ def _extreme(fn: str) -> TileRule:
     def rule(s: Step, n: Names, c: Context) -> list[str]:
         a, b = s.operands
         # tl.maximum wants tensors: a literal side is written as a typed scalar.
-        return [f"{n(s.results[0])} = tl.{fn}({n.tensor(a)}, {n.tensor(b)})"]
+        x, y = (n.tensor(o) if o in n.literals else _wide(s, n, o) for o in (a, b))
+        return [f"{n(s.results[0])} = {_narrow(s, n, f'tl.{fn}({x}, {y})')}"]
     return rule
 
 
@@ -255,6 +278,8 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
     x = n(src)
     if n.dtype(src) != acc and kind in ("sum", "mean"):
         x = f"{x}.to({TL_DTYPES[acc]})"
+    elif n.dtype(src) in _HALF:  # max and min of 16-bit floats: exact in f32
+        x = f"{x}.to(tl.float32)"
     fn = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}.get(kind)
     if fn is None:
         raise _unsupported(f"a `{kind}` reduction", s)
@@ -264,6 +289,9 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
     if kind == "mean":
         shape = n.shape(src)
         x = f"{x} / {math.prod(shape[a] for a in axes)}"
+    out = n.dtype(s.results[0])
+    if out in _HALF:
+        x = f"({x}).to({TL_DTYPES[out]})"
     return [f"{n(s.results[0])} = {x}"]
 
 
@@ -300,10 +328,8 @@ def _contract(s: Step, n: Names, c: Context) -> list[str]:
         if perm != tuple(range(len(labels))):
             x = f"tl.permute({x}, {perm})"
         kept = sorted(labels, key=order.index)
-        sub = ["(:)" if lab in kept else "None" for lab in order]
         if len(kept) < len(order):
             x += "[" + ", ".join(":" if lab in kept else "None" for lab in order) + "]"
-        del sub
         if n.dtype(ref) != acc:
             x = f"{x}.to({TL_DTYPES[acc]})"
         parts.append(x)
@@ -357,8 +383,10 @@ def _load(s: Step, n: Names, c: Context) -> list[str]:
     if mask is not None:
         args.append(f"mask={mask}")
         other = _operand(s, n, "other")
-        if other is not None:
-            args.append(f"other={other}")
+        if other is None:  # the spec's default: masked-off lanes read 0
+            dtype = n.dtype(s.results[0])
+            other = "False" if dtype == "bool" else ("0" if dtype in _INTS else "0.0")
+        args.append(f"other={other}")
     return [f"{n(s.results[0])} = tl.load({', '.join(args)})"]
 
 
@@ -624,12 +652,3 @@ def kernel_args(call_args: list[Any], kernel: Any) -> dict[str, Any]:
         if not isinstance(a, str) and a is not None:
             out[p.name] = a
     return out
-
-
-def _unused(*_: Any) -> None:
-    return None
-
-
-__all__ = ["EXPECTED_MISSING", "TILE_RULES", "TL_DTYPES", "KernelText", "kernel_function",
-           "kernel_text", "launch_statement", "launcher_function", "runs_table",
-           "Any", "Step"]
