@@ -176,3 +176,39 @@ def test_triton_op_registered_without_interpreter(softmax_model, monkeypatch):
     op = getattr(torch.ops, module.LIBRARY).row_softmax_6_8_1024
     assert op.default is not None  # the triton_op torch.compile calls on CUDA
     assert module.wrap_triton is torch.library.wrap_triton
+
+
+INTS = """
+kernel divmod<N: Dim>(x: Tensor[N; i32], d: Tensor[N; i32])
+    -> (q: Tensor[N; i32], r: Tensor[N; i32]) grid(1) {
+    let i = iota<i32>(N)
+    let a = load(x[i])
+    let b = load(d[i])
+    store(q[i], a / b)
+    store(r[i], a % b)
+}
+"""
+
+
+def test_integer_division_floors_as_the_body_does(tmp_path, interpret):
+    path = tmp_path / "ints.linnet"
+    path.write_text(INTS)
+    x = torch.tensor([7, -7, 7, -7, 6, -6, 0, 5], dtype=torch.int32)
+    d = torch.tensor([2, 2, -2, -2, 3, 3, 4, -5], dtype=torch.int32)
+    q, r = launch("ints::divmod", {"N": 8}, x, d, program=path)
+    assert q.tolist() == torch.div(x, d, rounding_mode="floor").tolist()
+    assert r.tolist() == torch.remainder(x, d).tolist()
+
+
+def test_launch_seam_errors(interpret, monkeypatch):
+    from linnet.lang import LinnetError
+
+    with pytest.raises(LinnetError, match="E0761"):
+        launch("std.nn.activation::softmax", {"R": 4, "C": 8}, torch.randn(4, 9))
+    with pytest.raises(LinnetError, match="E0764"):
+        launch("std.nn.activation::softmax", {"R": 2, "C": 2048}, torch.randn(2, 2048))
+    with pytest.raises(LinnetError, match="E0760"):
+        launch("std.nn.activation::softmax", {"R": 2}, torch.randn(2, 8))
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(LinnetError, match="E0762"):
+        launch("std.nn.activation::softmax", {"R": 3, "C": 7}, torch.randn(3, 7))

@@ -137,8 +137,10 @@ class Kernels(EvaluatorBase):
             # Checking, a bound may be a dim still symbolic (`K / BK`); lowering, it is known.
             if not (isinstance(v, Const) and isinstance(v.value, Dim) and (
                     v.value.value is not None or not self.lowering)):
+                what = "a value computed in the kernel" if isinstance(v, Tensor) else \
+                    self.describe(v)
                 raise fail("E0530", "a kernel's loop bounds must be known when the kernel is "
-                           f"compiled; this is {self.describe(v)}", e.span,
+                           f"compiled; this is {what}", e.span,
                            "not a compile-time integer",
                            help="loop over dims and generics (`for k in 0..K / BK`), and "
                                 "mask the last partial tile")
