@@ -191,8 +191,7 @@ class Kernels(EvaluatorBase):
                     raise fail("E0531", f"`{name}` changes type in a kernel loop: "
                                f"{type_str(init)} before it, {self.describe(v)} after",
                                stmt.span, "this loop",
-                               help="a value carried from one iteration to the next keeps "
-                                    f"its shape and dtype: convert it (`... as {init.dtype}`)")
+                               help=carry_help(init, v))
                 yields.append(v.ref)
         finally:
             frame.scopes.pop()
@@ -227,8 +226,7 @@ class Kernels(EvaluatorBase):
                     raise fail("E0531", f"`{name}` changes type in a kernel loop: "
                                f"{type_str(init)} before it, {type_str(v)} after",
                                stmt.span, "this loop",
-                               help="a value carried from one iteration to the next keeps "
-                                    f"its shape and dtype: convert it (`... as {init.dtype}`)")
+                               help=carry_help(init, v))
         finally:
             frame.scopes.pop()
 
@@ -417,3 +415,11 @@ def rebind(frame: Frame, name: str, value: Any) -> None:
             scope[name] = value
             return
     frame.bind(name, value)
+
+
+def carry_help(before: Tensor, after: Any) -> str:
+    """E0531's help: what keeps a loop-carried value's type."""
+    head = "a value carried from one iteration to the next keeps its shape and dtype: "
+    if isinstance(after, Tensor) and after.shape == before.shape:
+        return head + f"convert it (`... as {before.dtype}`)"
+    return head + "give a value of another shape a new name (`let total = ...`)"
