@@ -212,3 +212,39 @@ def test_launch_seam_errors(interpret, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(LinnetError, match="E0762"):
         launch("std.nn.activation::softmax", {"R": 3, "C": 7}, torch.randn(3, 7))
+
+
+# ---------------------------------------------------------------- on CUDA (the H200)
+def _bindings():
+    from linnet.torch.kernels import std_bindings
+
+    return std_bindings()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op,kernel", _bindings())
+@pytest.mark.parametrize("rows", [1, 100])
+def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_path, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from linnet.torch.kernels import example_generics, op_case
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    generics = example_generics(op, rows, 1024)
+    assert generics is not None, f"no generics let {kernel} run"
+    case = op_case(op, generics)
+    path = tmp_path / "case.linnet"
+    path.write_text(case.text)
+    inputs = case.random_inputs("cuda", seed=rows)
+    want = load(path, weights={}, device="cuda", numerics="exact").run("run", inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    got = launch(op, generics, *inputs, scalars=case.scalars)
+    tol = {torch.float32: 1e-4, torch.bfloat16: 2e-2}.get(want[0].dtype, 1e-3)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w.float(), atol=tol, rtol=tol)
+    fast = load(path, weights={}, device="cuda", numerics="fast")
+    out = fast.run("run", inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    assert list(fast.module("run", inputs).RUNS.values()) == [[1, 0]]
+    for o, w in zip(out, want):  # numerics fast: tl.dot may use tf32
+        torch.testing.assert_close(o.float(), w.float(), atol=10 * tol, rtol=10 * tol)
