@@ -98,7 +98,7 @@ def body_flops(graph: Any) -> int:
     for s in graph.steps:
         if s.op != "contract":
             continue
-        ins, out = s.attributes["spec"].split("->")
+        ins = s.attributes["spec"].split("->")[0]
         size: dict[str, int] = {}
         for labels, ref in zip(ins.split(","), s.operands):
             shape = graph.values[ref].shape if ref.startswith("%") else (
@@ -187,7 +187,7 @@ def main() -> int:
     runs = 3 if args.dry_run else args.runs
     width = 64 if args.dry_run else WIDTH
     bw, peak = ceilings(device, timer(device, runs))
-    print(f"ceilings: copy {bw / 1e9:.0f} GB/s, bf16 matmul {peak / 1e12:.0f} TFLOP/s")
+    print(f"ceilings: copy {bw / 1e9:.1f} GB/s, matmul {peak / 1e12:.2f} TFLOP/s")
     rows = []
     for op, kernel in std_bindings():
         for regime in ROWS:
@@ -206,8 +206,8 @@ def main() -> int:
         Path(out, "kernels.json").write_text(json.dumps(result, indent=1))
     head = (f"{'kernel':<14} {'regime':<8} {'generics':<26} {'ok':<3} {'diff':>8} "
             f"{'kernel':>8} {'body':>8} {'body.c':>8} {'k.comp':>8} {'floor':>8} {'breaks':>6}")
-    print("\ntimes in us (median of %d); body.c = body compiled, k.comp = compile=True "
-          "with kernels" % runs)
+    print(f"\ntimes in us (median of {runs}); body.c = body compiled, k.comp = compile=True "
+          "with kernels")
     print(head)
     for r in rows:
         name = r["kernel"].rsplit("::", 1)[-1]

@@ -33,7 +33,7 @@ def _load(module: str) -> ModuleType:
 
 def problems(module: ModuleType, table_name: str, registry: object = PRIMITIVES) -> list[str]:
     """What is wrong with one table, as sentences (empty: it covers the registry)."""
-    PRIMITIVES = registry  # noqa: N806  (the op level's, or a kernel's tile primitives)
+    PRIMITIVES = registry
     table = getattr(module, table_name)
     where = f"{module.__name__}.{table_name}"
     if not isinstance(table, dict):

@@ -27,6 +27,7 @@ import torch
 
 from .home import import_source
 
+
 def _error(code: str, message: str, help: str = "") -> LinnetError:
     return LinnetError(Diagnostic(code, message, help=help))
 
@@ -105,9 +106,9 @@ def kernel_module(program: Program | str | Path | None, kernel: str, generics: d
     k = lower_kernel(prog, kernel, generics, scalars)
     sources = {m.source.name: m.source.text.splitlines() for m in prog.modules.values()}
     text = kernel_text(k, sources, precision, set())
-    from linnet.lang.emit.python import wrap
-
     import os
+
+    from linnet.lang.emit.python import wrap
 
     # The interpreter is chosen when the module is imported: a module written under one
     # setting is not the one imported under the other (import_source keys files by text).
@@ -227,7 +228,7 @@ class OpCase:
         g = torch.Generator().manual_seed(seed)
         out = []
         for _, shape, dtype in self.inputs:
-            dt = eval(TORCH_DTYPES[dtype], {"torch": torch})  # noqa: S307 (our own table)
+            dt = eval(TORCH_DTYPES[dtype], {"torch": torch})
             t = (torch.randn(shape, generator=g) if dt.is_floating_point
                  else torch.randint(0, 8, shape, generator=g))
             out.append(t.to(dtype=dt, device=device))
@@ -287,10 +288,9 @@ def op_case(name: str, generics: dict[str, Any], scalars: dict[str, Any] | None 
 
 def _any_item(module: str) -> str:
     """A public item of std module ``module``, for a `use` that loads it."""
+    import linnet.lang.syntax.tree as A
     from linnet.lang.syntax.parser import parse
     from linnet.lang.syntax.program import STD_ROOT
-
-    import linnet.lang.syntax.tree as A
 
     path = STD_ROOT.joinpath(*module.split(".")[1:]).with_suffix(".linnet")
     from linnet.lang.diagnostics.core import SourceFile

@@ -148,7 +148,7 @@ class Kernels(EvaluatorBase):
         if not self.lowering:
             self.check_kernel_loop(stmt, frame)
             return
-        start, stop, stride = bounds
+        start, stop, stride = (b or 0 for b in bounds)  # known when lowering (above)
         stop += 1 if it.inclusive else 0
         g = self.builder.graph
         assert g is not None
