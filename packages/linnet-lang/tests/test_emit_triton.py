@@ -107,7 +107,8 @@ def test_tl_dot_only_for_tiles_of_16_a_side(bm, bn, bk):
     assert ("p = tl.dot(x, y, input_precision='ieee', out_dtype=tl.float32)" in src) == dot
     assert ("p = tl.sum(" in src) == (not dot)
     assert f"for kb in range(0, {(50 + bk - 1) // bk}):" in src
-    assert "acc_2 = add" in src  # the carried accumulator, updated at the end of the body
+    # the carried accumulator: the loop's variable from its first value, updated in place
+    assert "acc = tl.full((" in src and "        acc = acc + p\n" in src
 
 
 def test_fast_numerics_may_use_tf32():

@@ -248,3 +248,37 @@ def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_pat
     assert list(fast.module("run", inputs).RUNS.values()) == [[1, 0]]
     for o, w in zip(out, want):  # numerics fast: tl.dot may use tf32
         torch.testing.assert_close(o.float(), w.float(), atol=10 * tol, rtol=10 * tol)
+
+
+LOOPS = """
+kernel loops<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
+    let i = iota<i32>(N)
+    let acc = load(x[i])
+    let tot = fill<f32>(0.0, N)
+    for a in 0..3 {
+        let nxt = acc * 2.0
+        let diff = nxt - acc
+        acc = nxt
+        for b in 0..2 {
+            tot = tot + diff
+        }
+    }
+    store(y[i], tot + acc)
+}
+"""
+
+
+def test_loops_carry_old_and_new_values(tmp_path, interpret):
+    # the old `acc` is read after the new one is made; a loop nested in a loop carries `tot`
+    path = tmp_path / "loops.linnet"
+    path.write_text(LOOPS)
+    x = torch.randn(8)
+    (y,) = launch("loops::loops", {"N": 8}, x, program=path)
+    acc, tot = x.clone(), torch.zeros(8)
+    for _ in range(3):
+        nxt = acc * 2
+        diff = nxt - acc
+        acc = nxt
+        for _ in range(2):
+            tot = tot + diff
+    torch.testing.assert_close(y, tot + acc)
