@@ -128,3 +128,10 @@ kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
         kernel_text(k, sources(prog), "ieee", set())
     assert info.value.diagnostics[0].code == "E0532"
     assert "p.linnet:4" in info.value.diagnostics[0].message
+
+
+def test_the_launchers_dtypes_are_the_emitters():
+    from linnet.lang.emit import torch as torch_emit
+    from linnet.lang.emit import triton as triton_emit
+
+    assert triton_emit.TORCH_DTYPES == torch_emit.TORCH_DTYPES

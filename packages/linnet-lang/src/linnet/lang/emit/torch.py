@@ -745,8 +745,8 @@ class TorchEmitter:
                     last_loc[0] = loc
                     inner: list[Statement] = []
                     run(k, stop_k, inner, launching=False)
-                    args = [scope(a) if isinstance(a, str) else literal(a)
-                            for a in kcall.attributes["args"]]
+                    # The tensors only: scalar arguments are constants of the kernel.
+                    args = [scope(a) for a in kcall.attributes["args"] if isinstance(a, str)]
                     outs = [scope(r) for r in kcall.attributes["results"]]
                     line, targets, reads = launch_statement(
                         text, args, outs, [st.text for st in inner])

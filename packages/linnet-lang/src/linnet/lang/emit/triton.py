@@ -39,6 +39,10 @@ from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the 
 TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
              "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
              "i8": "tl.int8", "u8": "tl.uint8", "bool": "tl.int1"}
+# What the launcher allocates results as (emit/torch.py's table; not imported from there, which
+# imports this module).
+TORCH_DTYPES = {k: v.replace("tl.", "torch.") for k, v in TL_DTYPES.items()} | {
+    "bool": "torch.bool"}
 _INTS = {"i8", "i16", "i32", "i64", "u8"}
 # Below this many elements a side, a product of two tiles is a broadcast multiply and a sum:
 # tl.dot needs every side of both operands to be at least 16.
@@ -185,7 +189,8 @@ def _div(s: Step, n: Names, c: Context) -> list[str]:
     # Linnet's integer division floors (as torch.div(..., rounding_mode='floor')); Triton's
     # `//` truncates toward zero: step down where the signs differ and it was inexact.
     return [f"{out} = {a} // {b}",
-            f"{out} = {out} - (({out} * {b} != {a}) & (({a} < 0) != ({b} < 0))).to({out}.dtype)"]
+            f"{out} = {out} - (({out} * {b} != {a}) & (({a} < 0) != ({b} < 0)))"
+            f".to({TL_DTYPES[n.dtype(s.results[0])]})"]
 
 
 def _rem(s: Step, n: Names, c: Context) -> list[str]:
@@ -539,8 +544,6 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     allocates the results on the inputs' device and launches, strides passed as constants;
     ``op_*`` is it as a custom op (what torch.compile sees); ``launch_*`` makes the inputs
     contiguous and calls the op under torch.compile, ``run_*`` otherwise."""
-    from linnet.lang.emit.torch import TORCH_DTYPES
-
     ins = [p for p, _, _ in k.params]
     device = f"{ins[0]}.device" if ins else "DEVICE"
     outs = ", ".join(r for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
@@ -646,9 +649,10 @@ def runs_table(keys: list[str]) -> str:
 def launch_statement(text: KernelText, args: list[str], outs: list[str],
                      body: list[str]) -> tuple[str, frozenset[str], frozenset[str]]:
     """The statement at a bound op's call: the launch if ``kernels_ready``, else the op's
-    ``body`` (its lines as the emitter wrote them). Returns the text (lines after the first
+    ``body`` (its lines as the emitter wrote them). ``args`` are the call's tensor arguments
+    (the kernel's parameters, in order), ``outs`` the names of its results. Returns the text (lines after the first
     indented one level for the function body), the names it defines and those it reads."""
-    tensors = [a for a, (p, _, _) in zip(args, text.kernel.params)]
+    tensors = args
     target = ", ".join(outs) + ("," if len(outs) == 1 and len(text.kernel.results) > 1 else "")
     lines = [f"if kernels_ready({text.key!r}, {', '.join(tensors)}):",
              f"    {target} = {text.launcher}({', '.join(tensors)})",
