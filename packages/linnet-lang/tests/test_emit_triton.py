@@ -135,3 +135,17 @@ def test_the_launchers_dtypes_are_the_emitters():
     from linnet.lang.emit import triton as triton_emit
 
     assert triton_emit.TORCH_DTYPES == torch_emit.TORCH_DTYPES
+
+
+def test_source_names_that_python_reserves_are_prefixed():
+    prog = check_text("""
+kernel k<N: Dim>(float: Tensor[N; f32]) -> len: Tensor[N; f32] grid(1) {
+    let range = iota<i32>(N)
+    let tl = load(float[range])
+    store(len[range], tl * 2.0)
+}""", "names")
+    k = lower_kernel(prog, "names::k", {"N": 8})
+    src = kernel_text(k, sources(prog), "ieee", set()).source
+    compile(src, "kernel", "exec")
+    assert "def k_8(v_float, v_len, V_FLOAT_STRIDE_0: tl.constexpr" in src
+    assert "v_range = tl.arange(0, 8)" in src and "v_tl = tl.load(v_float + v_range" in src

@@ -79,6 +79,9 @@ def identifier(text: str) -> str:
 # Names the generated module itself uses, and every builtin (a value named `float` would
 # shadow the `float('-inf')` of a masked softmax, `len` or `type` any later call of them).
 RESERVED = {"torch", "F", "DEVICE", "params", "states", "math", "ENTRIES"} | set(dir(builtins))
+# ... and what a module that launches kernels defines (emit/triton.py's HEADER and READY).
+RESERVED |= {"os", "types", "triton", "tl", "TRITON", "INTERPRET", "wrap_triton", "LIBRARY",
+             "RUNS", "kernels_ready", "kernel_op"}
 
 
 _ANONYMOUS = re.compile(r"^%t(\.\d+)?$")

@@ -27,6 +27,8 @@ True
 from __future__ import annotations
 
 import ast
+import builtins
+import keyword
 import math
 import re
 from collections.abc import Callable
@@ -47,8 +49,7 @@ _INTS = {"i8", "i16", "i32", "i64", "u8"}
 # Below this many elements a side, a product of two tiles is a broadcast multiply and a sum:
 # tl.dot needs every side of both operands to be at least 16.
 DOT_MIN = 16
-RESERVED = {"tl", "triton", "torch", "math", "range", "min", "max", "abs", "float", "int",
-            "len", "print", "pid"}
+RESERVED = {"tl", "triton", "torch", "math"} | set(dir(builtins))
 
 
 # ---------------------------------------------------------------- names
@@ -75,9 +76,7 @@ class Names:
                 self.uses[o] = self.uses.get(o, 0) + 1
 
     def fresh(self, base: str) -> str:
-        base = re.sub(r"[^0-9A-Za-z_]", "_", base) or "v"
-        if base[0].isdigit() or base in RESERVED:
-            base = "v_" + base
+        base = safe(base)
         name, n = base, 1
         while name in self.used:
             n += 1
@@ -118,6 +117,19 @@ class Names:
         if ref in self.literals:
             return f"tl.full((), {self.literals[ref]}, {TL_DTYPES[self.dtype(ref)]})"
         return self(ref)
+
+
+def safe(name: str) -> str:
+    """``name`` as a Python name a kernel may use: not a keyword, a builtin or `tl`.
+
+    >>> safe("lambda"), safe("range"), safe("x")
+    ('v_lambda', 'v_range', 'x')
+    """
+    name = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
+    if name[0].isdigit() or name in RESERVED or keyword.iskeyword(name) \
+            or keyword.issoftkeyword(name):
+        name = "v_" + name
+    return name
 
 
 def literal(value: object) -> str:
@@ -362,7 +374,7 @@ def pointer(s: Step, n: Names) -> str:
     """The pointers a `load` or `store` reads or writes: the tensor's base plus, per axis,
     its index times its stride; each index tile's axes take their place in the tile."""
     base = s.operands[0]
-    name = base[1:]
+    name = safe(base[1:])
     index = s.attributes["index"]
     tiles = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
     rank = sum(len(t) for t in tiles)
@@ -500,13 +512,13 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters and
     results, then each one's strides as ``tl.constexpr``."""
     n = Names(k)
-    n.used |= {p for p, _, _ in k.params + k.results}
-    args = [p for p, _, _ in k.params + k.results]
+    n.used |= {safe(p) for p, _, _ in k.params + k.results}
+    args = [safe(p) for p, _, _ in k.params + k.results]
+    for p, _, _ in k.params + k.results:
+        n.alias("@" + p, safe(p))
     for p, shape, _ in k.params + k.results:
-        args += [f"{p.upper()}_STRIDE_{i}: tl.constexpr" for i in range(len(shape))]
-        n.used |= {f"{p.upper()}_STRIDE_{i}" for i in range(len(shape))}
-    for p in args:
-        n.alias("@" + p, p)
+        args += [f"{safe(p).upper()}_STRIDE_{i}: tl.constexpr" for i in range(len(shape))]
+        n.used |= {f"{safe(p).upper()}_STRIDE_{i}" for i in range(len(shape))}
     last: list[str | None] = [None]
 
     def body(steps: list[Step], names: Names, depth: int) -> list[str]:
@@ -544,20 +556,20 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     allocates the results on the inputs' device and launches, strides passed as constants;
     ``op_*`` is it as a custom op (what torch.compile sees); ``launch_*`` makes the inputs
     contiguous and calls the op under torch.compile, ``run_*`` otherwise."""
-    ins = [p for p, _, _ in k.params]
+    ins = [safe(p) for p, _, _ in k.params]
     device = f"{ins[0]}.device" if ins else "DEVICE"
-    outs = ", ".join(r for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
+    outs = ", ".join(safe(r) for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
     many = len(k.results) > 1
     ret = ("tuple[" + ", ".join(["torch.Tensor"] * len(k.results)) + "]") if many \
         else "torch.Tensor"
     typed = ", ".join(f"{p}: torch.Tensor" for p in ins)
-    alloc = [f"    {r} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, device={device})"
-             for r, shape, dtype in k.results]
+    alloc = [f"    {safe(r)} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, "
+             f"device={device})" for r, shape, dtype in k.results]
     strides = []
     for p, shape, _ in k.params + k.results:
         st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-        strides += [f"{p.upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
-    args = [p for p, _, _ in k.params + k.results] + strides
+        strides += [f"{safe(p).upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
+    args = [safe(p) for p, _, _ in k.params + k.results] + strides
     results = ", ".join(r for r, _, _ in k.results)
     lines = [f"def run_{key}({typed}) -> {ret}:",
              f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
