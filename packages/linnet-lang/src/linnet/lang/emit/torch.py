@@ -965,8 +965,11 @@ class TorchEmitter:
             "DEVICE = torch.device('cpu')  # the runtime sets this to the model's device",
             "",
         ]
-        if self.kernel_texts:  # the kernels this module launches, first (emit/triton.py)
-            texts = list(self.kernel_texts.values())
+        written = "\n".join(self.functions + entries)
+        # The kernels this module launches, first (emit/triton.py); one whose every call
+        # turned out dead is not written.
+        texts = [t for t in self.kernel_texts.values() if f" = {t.launcher}(" in written]
+        if texts:
             at = header.index("import torch.nn.functional as F") + 1
             header[at:at] = HEADER.rstrip("\n").split("\n")
             header += [runs_table([t.key for t in texts]), "", ""]
