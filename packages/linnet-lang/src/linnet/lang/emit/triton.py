@@ -536,7 +536,8 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
 
     lines = body(k.steps, n, 0)
     gen = ", ".join(f"{g}={v}" for g, v in k.generics.items())
-    head = [f"# kernel {k.short_name}<{gen}> ({k.loc}), grid {k.grid}",
+    title = f"# kernel {k.short_name}<{gen}> ({k.loc}), grid {k.grid}"
+    head = [title if len(title) <= 100 else title[:97] + "...",
             "@triton.jit", f"def {name}({', '.join(args)}):"]
     return "\n".join(head + ["    " + line for line in lines])
 
