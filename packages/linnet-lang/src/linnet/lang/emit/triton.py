@@ -633,10 +633,13 @@ LIBRARY = f'linnet_{id(_LIBRARY):x}'
 
 READY = '''def kernels_ready(key, *tensors):
     """Whether a bound op launches kernel `key` on these tensors (Triton importable, and the
-    tensors on CUDA, or on the CPU under TRITON_INTERPRET=1); counts the answer in RUNS."""
+    tensors on CUDA, or on the CPU under TRITON_INTERPRET=1); counts the answer in RUNS.
+    Compiled code does not count: torch.compile would guard on the counter's value and
+    recompile at every call (compiled graphs show the launch as a custom op instead)."""
     ready = TRITON and (all(t.is_cuda for t in tensors) or INTERPRET and not any(
         t.is_cuda for t in tensors))
-    RUNS[key][0 if ready else 1] += 1
+    if not torch.compiler.is_compiling():
+        RUNS[key][0 if ready else 1] += 1
     return ready
 
 
