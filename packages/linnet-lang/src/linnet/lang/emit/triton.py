@@ -1,0 +1,692 @@
+"""Tile kernels → `@triton.jit` functions, and their launches in generated PyTorch.
+
+Writes text only: this module imports neither torch nor triton. For each bound kernel and
+each set of concrete generics a call uses, the generated PyTorch module gets:
+
+* a ``@triton.jit`` function written from the kernel's tile graph (``ir/tiles.py``), one
+  rule per tile primitive (:data:`TILE_RULES`), names from the source, and the kernel's
+  source lines as comments;
+* a launcher (``launch_row_softmax_4_8_1024``) that makes the inputs contiguous,
+  allocates the results and launches the kernel on its grid. Strides are ``tl.constexpr``
+  arguments known when the module is written (the inputs are contiguous). Under
+  torch.compile (not interpreted) it goes through a ``torch.library.triton_op`` whose body
+  launches with ``torch.library.wrap_triton``, so compiled code does not break its graph;
+* at the call, ``if kernels_ready(key, x): y = launch_...(x) else: <the op's body>``.
+  ``kernels_ready`` is true when Triton is importable and the tensors are on CUDA, or
+  ``TRITON_INTERPRET=1`` was set before the module was imported and they are on the CPU.
+
+The emitter launches a kernel only under numerics "fast" and where the kernel's ``where``
+clause holds for the call's shapes (``kernel_applies`` in the graph); elsewhere it writes the
+body alone, as without kernels. ``RUNS[key]`` counts, per kernel instance, the calls that
+launched it and the calls that ran the body instead (tests read it).
+
+>>> sorted(TILE_RULES) == sorted(TILE_PRIMITIVES - EXPECTED_MISSING)
+True
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import keyword
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from linnet.lang.ir.graph import Step, ValueType
+from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the doctest)
+
+TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
+             "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
+             "i8": "tl.int8", "u8": "tl.uint8", "bool": "tl.int1"}
+# What the launcher allocates results as (emit/torch.py's table; not imported from there, which
+# imports this module).
+TORCH_DTYPES = {k: v.replace("tl.", "torch.") for k, v in TL_DTYPES.items()} | {
+    "bool": "torch.bool"}
+_INTS = {"i8", "i16", "i32", "i64", "u8"}
+# Below this many elements a side, a product of two tiles is a broadcast multiply and a sum:
+# tl.dot needs every side of both operands to be at least 16.
+DOT_MIN = 16
+RESERVED = {"tl", "triton", "torch", "math"} | set(dir(builtins))
+
+
+# ---------------------------------------------------------------- names
+
+
+@dataclass
+class Names:
+    """Python names inside one kernel function: values keep their source names."""
+
+    kernel: TileKernel
+    names: dict[str, str] = field(default_factory=dict)
+    literals: dict[str, str] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+    producers: dict[str, Step] = field(default_factory=dict)
+
+    uses: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for s in self.kernel.walk():
+            for r in s.results:
+                self.producers[r] = s
+            reads = s.operands + (s.attributes["yields"] if s.op == "for" else [])
+            for o in reads:
+                self.uses[o] = self.uses.get(o, 0) + 1
+
+    def fresh(self, base: str) -> str:
+        base = safe(base)
+        name, n = base, 1
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        return name
+
+    def __call__(self, ref: str) -> str:
+        if ref in self.literals:
+            return self.literals[ref]
+        if ref not in self.names:
+            if re.match(r"^%t(\.\d+)?$", ref) and ref in self.producers:
+                base = self.producers[ref].op
+            else:
+                base = re.sub(r"\.\d+$", "", ref.lstrip("%@"))
+            self.names[ref] = self.fresh(base)
+        return self.names[ref]
+
+    def alias(self, ref: str, name: str) -> None:
+        self.names[ref] = name
+
+    def value(self, ref: str) -> ValueType:
+        if ref.startswith("@"):
+            for n, shape, dtype in self.kernel.params + self.kernel.results:
+                if n == ref[1:]:
+                    return ValueType(shape, dtype)
+        return self.kernel.values[ref]
+
+    def shape(self, ref: str) -> tuple[int, ...]:
+        return self.value(ref).shape
+
+    def dtype(self, ref: str) -> str:
+        return self.value(ref).dtype
+
+    def tensor(self, ref: str) -> str:
+        """``ref`` as a Triton value: a literal becomes a typed scalar (where Triton must
+        see a tensor: a loop-carried value, a stored value, a conversion)."""
+        if ref in self.literals:
+            return f"tl.full((), {self.literals[ref]}, {TL_DTYPES[self.dtype(ref)]})"
+        return self(ref)
+
+
+def safe(name: str) -> str:
+    """``name`` as a Python name a kernel may use: not a keyword, a builtin or `tl`.
+
+    >>> safe("lambda"), safe("range"), safe("x")
+    ('v_lambda', 'v_range', 'x')
+    """
+    name = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
+    if name[0].isdigit() or name in RESERVED or keyword.iskeyword(name) \
+            or keyword.issoftkeyword(name):
+        name = "v_" + name
+    return name
+
+
+def literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "float('-inf')"
+        if math.isnan(value):
+            return "float('nan')"
+    return repr(value)
+
+
+# ---------------------------------------------------------------- rules
+
+@dataclass
+class Context:
+    """What a rule may need beside the step: the dot precision and how to write a body."""
+
+    precision: str  # "ieee" (full f32) or "tf32"
+    body: Callable[[list[Step], Names, int], list[str]]
+    indent: int = 0
+
+
+TileRule = Callable[[Step, Names, Context], list[str]]
+
+
+_HALF = {"bf16", "f16"}
+
+
+def _wide(s: Step, n: Names, ref: str) -> str:
+    """An operand of 16-bit floats read as f32: each element-wise step computes in f32 and
+    rounds its result once, as torch does (and Triton's interpreter multiplies bf16 wrongly)."""
+    if ref not in n.literals and n.dtype(ref) in _HALF:
+        return f"{n(ref)}.to(tl.float32)"
+    return n(ref)
+
+
+def _narrow(s: Step, n: Names, expr: str) -> str:
+    dtype = n.dtype(s.results[0])
+    if dtype in _HALF and any(o not in n.literals and n.dtype(o) in _HALF for o in s.operands):
+        return f"({expr}).to({TL_DTYPES[dtype]})"
+    return expr
+
+
+def _unary(fmt: str) -> TileRule:
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(_wide(s, n, s.operands[0])))}"]
+    return rule
+
+
+def _binary(fmt: str) -> TileRule:
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        a, b = (_wide(s, n, o) for o in s.operands)
+        return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(a, b))}"]
+    return rule
+
+
+def _is_int(n: Names, ref: str) -> bool:
+    return n.dtype(ref) in _INTS
+
+
+def _div(s: Step, n: Names, c: Context) -> list[str]:
+    a, b = (n(o) for o in s.operands)
+    out = n(s.results[0])
+    if not _is_int(n, s.results[0]):
+        wa, wb = (_wide(s, n, o) for o in s.operands)
+        return [f"{out} = {_narrow(s, n, f'{wa} / {wb}')}"]
+    # Linnet's integer division floors (as torch.div(..., rounding_mode='floor')); Triton's
+    # `//` truncates toward zero: step down where the signs differ and it was inexact.
+    return [f"{out} = {a} // {b}",
+            f"{out} = {out} - (({out} * {b} != {a}) & (({a} < 0) != ({b} < 0)))"
+            f".to({TL_DTYPES[n.dtype(s.results[0])]})"]
+
+
+def _rem(s: Step, n: Names, c: Context) -> list[str]:
+    a, b = (n(o) for o in s.operands)
+    out = n(s.results[0])
+    if not _is_int(n, s.results[0]):
+        wa, wb = (_wide(s, n, o) for o in s.operands)
+        return [f"{out} = {_narrow(s, n, f'{wa} - {wb} * tl.floor({wa} / {wb})')}"]
+    # Linnet's remainder takes the divisor's sign (torch.remainder); Triton's `%` the dividend's.
+    return [f"{out} = {a} % {b}",
+            f"{out} = tl.where(({out} != 0) & (({out} < 0) != ({b} < 0)), {out} + {b}, {out})"]
+
+
+def _extreme(fn: str) -> TileRule:
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        a, b = s.operands
+        # tl.maximum wants tensors: a literal side is written as a typed scalar.
+        x, y = (n.tensor(o) if o in n.literals else _wide(s, n, o) for o in (a, b))
+        return [f"{n(s.results[0])} = {_narrow(s, n, f'tl.{fn}({x}, {y})')}"]
+    return rule
+
+
+def _constant(s: Step, n: Names, c: Context) -> list[str]:
+    n.literals[s.results[0]] = literal(s.attributes["value"])
+    return []
+
+
+def _iota(s: Step, n: Names, c: Context) -> list[str]:
+    shape, axis = s.attributes["shape"], s.attributes["axis"]
+    expr = f"tl.arange(0, {shape[axis]})"
+    if len(shape) > 1:
+        expr = f"tl.broadcast_to({expr}{_expand(axis, 1, len(shape))}, {tuple(shape)})"
+    if s.attributes["dtype"] != "i32":
+        expr += f".to({TL_DTYPES[s.attributes['dtype']]})"
+    return [f"{n(s.results[0])} = {expr}"]
+
+
+def _expand(start: int, count: int, rank: int) -> str:
+    """The subscript that puts ``count`` axes at ``start..`` of a rank-``rank`` tile
+    (``[:, None]``); empty when it would be every axis."""
+    if count == rank:
+        return ""
+    parts = ["None"] * start + [":"] * count + ["None"] * (rank - start - count)
+    return "[" + ", ".join(parts) + "]"
+
+
+def _convert(s: Step, n: Names, c: Context) -> list[str]:
+    src = s.operands[0]
+    dtype = s.attributes["dtype"]
+    if dtype == "bool":
+        return [f"{n(s.results[0])} = {n.tensor(src)} != 0"]
+    return [f"{n(s.results[0])} = {n.tensor(src)}.to({TL_DTYPES[dtype]})"]
+
+
+def _reshape(s: Step, n: Names, c: Context) -> list[str]:
+    shape = tuple(s.attributes["shape"])
+    src = s.operands[0]
+    if not shape:  # a one-element tile to a scalar
+        return [f"{n(s.results[0])} = tl.sum({_flat(n, src)}, axis=0)"]
+    have = n.shape(src)
+    if src not in n.literals and have and [d for d in shape if d != 1] == list(have) \
+            and 1 not in have:
+        # Only new axes of size 1 (`rows[i] < M` in a [BM, BK] mask): `rows[:, None]`.
+        return [f"{n(s.results[0])} = {n(src)}["
+                + ", ".join("None" if d == 1 else ":" for d in shape) + "]"]
+    return [f"{n(s.results[0])} = tl.reshape({n.tensor(s.operands[0])}, {shape})"]
+
+
+def _flat(n: Names, ref: str) -> str:
+    shape = n.shape(ref)
+    return n(ref) if len(shape) == 1 else f"tl.reshape({n(ref)}, ({math.prod(shape)},))"
+
+
+def _transpose(s: Step, n: Names, c: Context) -> list[str]:
+    perm = tuple(s.attributes["perm"])
+    return [f"{n(s.results[0])} = tl.permute({n(s.operands[0])}, {perm})"]
+
+
+def _broadcast(s: Step, n: Names, c: Context) -> list[str]:
+    src = s.operands[0]
+    shape = tuple(s.attributes["shape"])
+    out = n(s.results[0])
+    if src in n.literals:
+        return [f"{out} = tl.full({shape}, {n(src)}, {TL_DTYPES[n.dtype(s.results[0])]})"]
+    have = n.shape(src)
+    x = n(src)
+    if have and len(have) < len(shape):  # numpy's rule: new axes on the left
+        x += _expand(len(shape) - len(have), len(have), len(shape))
+    return [f"{out} = tl.broadcast_to({x}, {shape})"]
+
+
+def _reduce(s: Step, n: Names, c: Context) -> list[str]:
+    kind, axes, acc = s.attributes["kind"], sorted(s.attributes["axes"]), s.attributes["accumulate"]
+    src = s.operands[0]
+    x = n(src)
+    if n.dtype(src) != acc and kind in ("sum", "mean"):
+        x = f"{x}.to({TL_DTYPES[acc]})"
+    elif n.dtype(src) in _HALF:  # max and min of 16-bit floats: exact in f32
+        x = f"{x}.to(tl.float32)"
+    fn = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}.get(kind)
+    if fn is None:
+        raise _unsupported(f"a `{kind}` reduction", s)
+    # One axis at a time, the last first, so that the other axes keep their numbers.
+    for axis in reversed(axes):
+        x = f"{fn}({x}, axis={axis})"
+    if kind == "mean":
+        shape = n.shape(src)
+        x = f"{x} / {math.prod(shape[a] for a in axes)}"
+    out = n.dtype(s.results[0])
+    if out in _HALF:
+        x = f"({x}).to({TL_DTYPES[out]})"
+    return [f"{n(s.results[0])} = {x}"]
+
+
+def _contract(s: Step, n: Names, c: Context) -> list[str]:
+    a, b = s.operands
+    spec = s.attributes["spec"]
+    acc = s.attributes["accumulate"]
+    ins, out_labels = spec.split("->")
+    la, lb = ins.split(",")
+    out = n(s.results[0])
+    sa, sb = n.shape(a), n.shape(b)
+    size = dict(zip(la, sa)) | dict(zip(lb, sb))
+    summed = [x for x in dict.fromkeys(la + lb) if x not in out_labels]
+    # A matrix product of two tiles at least DOT_MIN a side: tl.dot (tensor cores), f32 at
+    # full precision unless numerics "fast" ("tf32").
+    if len(la) == 2 and len(lb) == 2 and len(out_labels) == 2 and len(summed) == 1:
+        k = summed[0]
+        m = next(x for x in la if x != k)
+        nn = next(x for x in lb if x != k)
+        if out_labels == m + nn and all(size[x] >= DOT_MIN for x in (m, nn, k)):
+            lhs = n(a) if la == m + k else f"tl.trans({n(a)})"
+            rhs = n(b) if lb == k + nn else f"tl.trans({n(b)})"
+            prec = f", input_precision={c.precision!r}" if n.dtype(a) == "f32" else ""
+            expr = f"tl.dot({lhs}, {rhs}{prec}, out_dtype={TL_DTYPES[acc]})" if acc in (
+                "f32", "f16", "i32") else f"tl.dot({lhs}, {rhs}{prec}).to({TL_DTYPES[acc]})"
+            return [f"{out} = {expr}"]
+    # Otherwise: both operands laid out over every label (the result's, then the summed
+    # ones), multiplied with broadcasting, and summed over the summed labels.
+    order = list(out_labels) + summed
+    parts = []
+    for ref, labels in ((a, la), (b, lb)):
+        perm = tuple(sorted(range(len(labels)), key=lambda i: order.index(labels[i])))
+        x = n(ref)
+        if perm != tuple(range(len(labels))):
+            x = f"tl.permute({x}, {perm})"
+        kept = sorted(labels, key=order.index)
+        if len(kept) < len(order):
+            x += "[" + ", ".join(":" if lab in kept else "None" for lab in order) + "]"
+        if n.dtype(ref) != acc:
+            x = f"{x}.to({TL_DTYPES[acc]})"
+        parts.append(x)
+    expr = f"{parts[0]} * {parts[1]}"
+    for axis in reversed(range(len(out_labels), len(order))):
+        expr = f"tl.sum({expr}, axis={axis})"
+    return [f"{out} = {expr}"]
+
+
+def _select(s: Step, n: Names, c: Context) -> list[str]:
+    cond, a, b = s.operands
+    return [f"{n(s.results[0])} = tl.where({n(cond)}, {n.tensor(a)}, {n.tensor(b)})"]
+
+
+def _program_id(s: Step, n: Names, c: Context) -> list[str]:
+    return [f"{n(s.results[0])} = tl.program_id({s.attributes['axis']})"]
+
+
+def pointer(s: Step, n: Names) -> str:
+    """The pointers a `load` or `store` reads or writes: the tensor's base plus, per axis,
+    its index times its stride; each index tile's axes take their place in the tile."""
+    base = s.operands[0]
+    name = safe(base[1:])
+    index = s.attributes["index"]
+    tiles = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
+    rank = sum(len(t) for t in tiles)
+    terms, at = [], 0
+    for axis, (i, t) in enumerate(zip(index, tiles)):
+        stride = f"{name.upper()}_STRIDE_{axis}"
+        if isinstance(i, dict):
+            term = n(s.operands[i["operand"]]) + (_expand(at, len(t), rank) if t else "")
+            at += len(t)
+        else:
+            if i == 0:
+                continue
+            term = str(i)
+        terms.append(f"{term} * {stride}")
+    return " + ".join([n(base), *terms])
+
+
+def _operand(s: Step, n: Names, key: str) -> str | None:
+    v = s.attributes.get(key)
+    if isinstance(v, dict):
+        return n(s.operands[v["operand"]])
+    return None if v is None else literal(v)
+
+
+def _load(s: Step, n: Names, c: Context) -> list[str]:
+    args = [pointer(s, n)]
+    mask = _operand(s, n, "mask")
+    if mask is not None:
+        args.append(f"mask={mask}")
+        other = _operand(s, n, "other")
+        if other is None:  # the spec's default: masked-off lanes read 0
+            dtype = n.dtype(s.results[0])
+            other = "False" if dtype == "bool" else ("0" if dtype in _INTS else "0.0")
+        args.append(f"other={other}")
+    return [f"{n(s.results[0])} = tl.load({', '.join(args)})"]
+
+
+def _store(s: Step, n: Names, c: Context) -> list[str]:
+    value = s.operands[s.attributes["value"]["operand"]]
+    args = [pointer(s, n), n(value)]
+    mask = _operand(s, n, "mask")
+    if mask is not None:
+        args.append(f"mask={mask}")
+    return [f"tl.store({', '.join(args)})"]
+
+
+def _for(s: Step, n: Names, c: Context) -> list[str]:
+    a = s.attributes
+    lines = []
+    for init, arg, res in zip(s.operands, a["carried"], s.results):
+        if init not in n.literals and init.startswith("%") and n.uses.get(init) == 1:
+            var = n(init)  # read only to start the loop: the loop's variable itself
+        else:
+            var = n.fresh(re.sub(r"\.\d+$", "", arg.lstrip("%")))
+            lines.append(f"{var} = {n.tensor(init)}")
+        n.alias(arg, var)
+        n.alias(res, var)
+    body_steps = a["body"]
+    for arg, y in zip(a["carried"], a["yields"]):
+        # `acc = acc + p` rather than `add = acc + p` then `acc = add`: the new value is made
+        # by a step of the body after which nothing reads the old one.
+        at = next((i for i, st in enumerate(body_steps) if y in st.results), None)
+        if at is None or n.uses.get(y) != 1 or y in n.names or any(
+                arg in st.operands or arg in st.attributes.get("yields", [])
+                for later in body_steps[at + 1:] for st in n.kernel.walk([later])):
+            continue
+        n.alias(y, n(arg))
+    step = f", {a['step']}" if a["step"] != 1 else ""
+    lines.append(f"for {n(a['var'])} in range({a['start']}, {a['stop']}{step}):")
+    body = c.body(a["body"], n, c.indent + 1)
+    for arg, y in zip(a["carried"], a["yields"]):
+        if n(y) != n(arg):
+            body.append(f"{n(arg)} = {n.tensor(y)}")
+    lines += ["    " + line for line in body] or ["    pass"]
+    return lines
+
+
+# Primitives a kernel may not use yet, and why: `pow` has no Triton function that runs in
+# both the interpreter and compiled code of every Triton we support (3.6 to 3.9).
+EXPECTED_MISSING: frozenset[str] = frozenset({"pow"})
+
+TILE_RULES: dict[str, TileRule] = {
+    "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("tl.exp({})"),
+    "log": _unary("tl.log({})"), "sqrt": _unary("tl.sqrt({})"),
+    "rsqrt": _unary("tl.rsqrt({})"), "sin": _unary("tl.sin({})"),
+    "cos": _unary("tl.cos({})"), "tanh": _unary("2 * tl.sigmoid(2 * {}) - 1"),
+    "sigmoid": _unary("tl.sigmoid({})"), "erf": _unary("tl.erf({})"),
+    "abs": _unary("tl.abs({})"), "floor": _unary("tl.floor({})"),
+    "add": _binary("{} + {}"), "sub": _binary("{} - {}"), "mul": _binary("{} * {}"),
+    "div": _div, "rem": _rem,
+    "maximum": _extreme("maximum"), "minimum": _extreme("minimum"),
+    "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
+    "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),
+    "and": _binary("{} & {}"), "or": _binary("{} | {}"),
+    "select": _select, "convert": _convert, "constant": _constant, "iota": _iota,
+    "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
+    "reduce": _reduce, "contract": _contract,
+    "program_id": _program_id, "load": _load, "store": _store, "for": _for,
+}
+
+
+def _unsupported(what: str, s: Step) -> Exception:
+    from linnet.lang.diagnostics import Diagnostic, LinnetError
+
+    where = f" (from {s.loc})" if s.loc else ""
+    return LinnetError(Diagnostic(
+        "E0532", f"a kernel uses {what}{where}, which has no Triton form yet",
+        help="rewrite that part of the kernel, or run the op's body (numerics 'exact' "
+             "never launches kernels)"))
+
+
+# ---------------------------------------------------------------- functions
+
+
+@dataclass
+class KernelText:
+    """One kernel instance as generated text."""
+
+    kernel: TileKernel
+    function: str  # the @triton.jit function's name
+    launcher: str  # the launcher's name
+    key: str  # its RUNS key
+    source: str  # both functions' text
+
+
+def instance_name(k: TileKernel) -> str:
+    """``row_softmax_4_8_1024``: the kernel's name and its generics' values."""
+    parts = [k.short_name] + [str(v) for v in k.generics.values()]
+    parts += [re.sub(r"[^0-9A-Za-z]", "_", literal(v)) for v in k.scalars.values()]
+    return re.sub(r"_+", "_", "_".join(parts)).strip("_")
+
+
+def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
+                    precision: str = "ieee") -> str:
+    """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters and
+    results, then each one's strides as ``tl.constexpr``."""
+    n = Names(k)
+    n.used |= {safe(p) for p, _, _ in k.params + k.results}
+    args = [safe(p) for p, _, _ in k.params + k.results]
+    for p, _, _ in k.params + k.results:
+        n.alias("@" + p, safe(p))
+    for p, shape, _ in k.params + k.results:
+        args += [f"{safe(p).upper()}_STRIDE_{i}: tl.constexpr" for i in range(len(shape))]
+        n.used |= {f"{safe(p).upper()}_STRIDE_{i}" for i in range(len(shape))}
+    last: list[str | None] = [None]
+
+    def body(steps: list[Step], names: Names, depth: int) -> list[str]:
+        out: list[str] = []
+        for s in steps:
+            rule = TILE_RULES.get(s.op)
+            if rule is None:
+                raise _unsupported(f"`{s.op}`", s)
+            lines = rule(s, names, Context(precision, body, depth))
+            if lines and s.loc and s.loc != last[0]:
+                out.append(_comment(s.loc, sources))
+                last[0] = s.loc
+            out += lines
+        return out
+
+    lines = body(k.steps, n, 0)
+    gen = ", ".join(f"{g}={v}" for g, v in k.generics.items())
+    title = f"# kernel {k.short_name}<{gen}> ({k.loc}), grid {k.grid}"
+    head = [title if len(title) <= 100 else title[:97] + "...",
+            "@triton.jit", f"def {name}({', '.join(args)}):"]
+    return "\n".join(head + ["    " + line for line in lines])
+
+
+def _comment(loc: str, sources: dict[str, list[str]]) -> str:
+    file, _, line = loc.rpartition(":")
+    text = ""
+    src = sources.get(file)
+    if src and line.isdigit() and 0 < int(line) <= len(src):
+        text = "  " + src[int(line) - 1].strip()
+    out = f"# {file}:{line}{text}"
+    return out if len(out) <= 92 else out[:89].rstrip() + "..."
+
+
+def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
+    """The Python functions that launch ``function`` on the kernel's grid: ``run_*``
+    allocates the results on the inputs' device and launches, strides passed as constants;
+    ``op_*`` is it as a custom op (what torch.compile sees); ``launch_*`` makes the inputs
+    contiguous and calls the op under torch.compile, ``run_*`` otherwise."""
+    ins = [safe(p) for p, _, _ in k.params]
+    device = f"{ins[0]}.device" if ins else "DEVICE"
+    outs = ", ".join(safe(r) for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
+    many = len(k.results) > 1
+    ret = ("tuple[" + ", ".join(["torch.Tensor"] * len(k.results)) + "]") if many \
+        else "torch.Tensor"
+    typed = ", ".join(f"{p}: torch.Tensor" for p in ins)
+    alloc = [f"    {safe(r)} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, "
+             f"device={device})" for r, shape, dtype in k.results]
+    strides = []
+    for p, shape, _ in k.params + k.results:
+        st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+        strides += [f"{safe(p).upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
+    args = [safe(p) for p, _, _ in k.params + k.results] + strides
+    results = ", ".join(r for r, _, _ in k.results)
+    lines = [f"def run_{key}({typed}) -> {ret}:",
+             f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
+             *alloc,
+             f"    wrap_triton({function})[{k.grid}]({', '.join(args)})",
+             f"    return {outs}",
+             "", "",
+             f"def fake_{key}({', '.join(ins)}):",
+             '    """What `run_' + key + '` returns, without running it (for torch.compile)."""',
+             *alloc, f"    return {outs}",
+             "", "",
+             f"op_{key} = kernel_op({key!r}, run_{key}, fake_{key})",
+             "", "",
+             f"def {name}({', '.join(ins)}):",
+             f'    """`{k.short_name}` on contiguous inputs; a custom op under torch.compile."""',
+             *[f"    {p} = {p}.contiguous()" for p in ins],
+             "    if torch.compiler.is_compiling():",
+             f"        return op_{key}({', '.join(ins)})",
+             f"    return run_{key}({', '.join(ins)})"]
+    return "\n".join(lines)
+
+
+def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
+                taken: set[str]) -> KernelText:
+    base = instance_name(k)
+    name, i = base, 1
+    while name in taken or f"launch_{name}" in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken |= {name, f"launch_{name}"}
+    text = kernel_function(k, name, sources, precision) + "\n\n\n" + launcher_function(
+        k, name, f"launch_{name}", name)
+    return KernelText(k, name, f"launch_{name}", name, text)
+
+
+# The module's own part: imported only where a kernel is launched.
+HEADER = '''import os
+import types
+
+try:
+    import triton
+    import triton.language as tl
+    TRITON = True
+except ImportError:  # no Triton: every bound op runs its body; `@triton.jit` does nothing
+    triton = types.SimpleNamespace(jit=lambda fn: fn)
+    tl = types.SimpleNamespace(constexpr=int)  # the kernels' annotations
+    TRITON = False
+
+# Triton's interpreter runs kernels on CPU tensors; it must be chosen before the kernels
+# below are decorated, so it is read once, here.
+INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
+
+# torch.compile sees each launch as a custom op, so compiled code does not break its graph
+# there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
+# be wrapped (pytorch#152868): there the op is opaque and calls the kernel directly.
+wrap_triton = torch.library.wrap_triton if TRITON and not INTERPRET else (lambda fn: fn)
+_LIBRARY = object()  # alive as long as this module's ops: its id names their library
+LIBRARY = f'linnet_{id(_LIBRARY):x}'
+'''
+
+READY = '''def kernels_ready(key, *tensors):
+    """Whether a bound op launches kernel `key` on these tensors (Triton importable, and the
+    tensors on CUDA, or on the CPU under TRITON_INTERPRET=1); counts the answer in RUNS.
+    Compiled code does not count: torch.compile would guard on the counter's value and
+    recompile at every call (compiled graphs show the launch as a custom op instead)."""
+    ready = TRITON and (all(t.is_cuda for t in tensors) or INTERPRET and not any(
+        t.is_cuda for t in tensors))
+    if not torch.compiler.is_compiling():
+        RUNS[key][0 if ready else 1] += 1
+    return ready
+
+
+def kernel_op(name, run, fake):
+    """`run` (a kernel's launch) as a custom op in this module's library: what torch.compile
+    sees in place of the launch; `fake` gives its results' shapes without running it."""
+    if not TRITON:
+        return run
+    if INTERPRET:
+        op = torch.library.custom_op(f'{LIBRARY}::{name}', run, mutates_args=())
+        op.register_fake(fake)
+        return op
+    return torch.library.triton_op(f'{LIBRARY}::{name}', run, mutates_args=())'''
+
+
+def runs_table(keys: list[str]) -> str:
+    """``RUNS``: per kernel instance, [calls that launched it, calls that ran the body]."""
+    inner = ", ".join(f"{k!r}: [0, 0]" for k in keys)
+    return ("# Per kernel instance: [calls that launched it, calls that ran the op's body].\n"
+            f"RUNS = {{{inner}}}")
+
+
+def launch_statement(text: KernelText, args: list[str], outs: list[str],
+                     body: list[str]) -> tuple[str, frozenset[str], frozenset[str]]:
+    """The statement at a bound op's call: the launch if ``kernels_ready``, else the op's
+    ``body`` (its lines as the emitter wrote them). ``args`` are the call's tensor arguments
+    (the kernel's parameters, in order), ``outs`` the names of its results. Returns the text (lines after the first
+    indented one level for the function body), the names it defines and those it reads."""
+    tensors = args
+    target = ", ".join(outs) + ("," if len(outs) == 1 and len(text.kernel.results) > 1 else "")
+    lines = [f"if kernels_ready({text.key!r}, {', '.join(tensors)}):",
+             f"    {target} = {text.launcher}({', '.join(tensors)})",
+             "else:"] + ["    " + b for b in body]
+    flat = "\n".join(lines)
+    tree = ast.parse(flat)
+    stored = frozenset(x.id for x in ast.walk(tree)
+                       if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store))
+    loaded = frozenset(x.id for x in ast.walk(tree)
+                       if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)) - stored
+    indented = lines[0] + "".join("\n    " + line for line in lines[1:])
+    return indented, stored, loaded
+
+
+def kernel_args(call_args: list[Any], kernel: Any) -> dict[str, Any]:
+    """The scalar arguments a call passes to the kernel's scalar parameters (by position)."""
+    out = {}
+    for p, a in zip(kernel.params, call_args):
+        if not isinstance(a, str) and a is not None:
+            out[p.name] = a
+    return out
