@@ -43,13 +43,14 @@ from typing import Any
 import linnet.lang.syntax.tree as A
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Graph, Step, ValueType
-from linnet.lang.ir.primitives import PRIMITIVES
+from linnet.lang.ir.primitives import PRIMITIVES, Category
 from linnet.lang.syntax.program import Program
 
-# Primitives of the op level a kernel's body also uses, on tiles. `take`, `gather` (a tile
-# cannot be gathered from: E0526) and `scatter` (results are written with `store`) are not
-# among them.
-_SHARED = frozenset(PRIMITIVES) - {"take", "gather", "scatter"}
+# Primitives of the op level a kernel's body also uses, on tiles. The gathers (`take`,
+# `gather`, `scatter_add`: a tile cannot be gathered from or into, E0526) and the state
+# writes (`scatter`: results are written with `store`) are not among them.
+_SHARED = frozenset(name for name, p in PRIMITIVES.items()
+                    if p.category not in (Category.GATHER, Category.STATE))
 #: Every primitive a tile graph holds: the shared ones, then the kernel's own.
 TILE_PRIMITIVES: frozenset[str] = _SHARED | {"program_id", "load", "store", "for"}
 
