@@ -24,6 +24,7 @@ TABLES: list[tuple[str, str]] = [
     ("linnet.lang.emit.torch", "RULES"),  # generated PyTorch source
     ("linnet.torch.interpreter", "RULES"),  # the PyTorch interpreter (linnet-runtime-torch)
     ("reference", "REFERENCE_RULES"),  # tests/reference.py, the NumPy reference
+    ("linnet.lang.emit.jax", "RULES"),  # generated JAX source (issue 16)
 ]
 
 
