@@ -273,6 +273,20 @@ def _precision(numerics: str) -> AbstractContextManager:
     return jax.default_matmul_precision("highest")
 
 
+def check_x64(graph: Graph) -> None:
+    """E0791 where the graph has 64-bit values and jax runs in 32 bits (its default): jax
+    would silently compute them in i32/f32."""
+    import jax
+
+    wide = sorted({vt.dtype for vt in [*graph.values.values(), *graph.parameters.values(),
+                                       *graph.states.values()] if vt.dtype in ("i64", "f64")})
+    if wide and not jax.config.read("jax_enable_x64"):
+        raise _error("E0791", f"`{graph.entry}` computes in {' and '.join(wide)}, but jax runs "
+                     "in 32 bits here: it would silently compute those values in i32/f32",
+                     help="enable 64-bit jax before loading: "
+                          "jax.config.update('jax_enable_x64', True) (or JAX_ENABLE_X64=1)")
+
+
 @dataclass
 class Lowered:
     """One entry lowered for one set of input shapes: its graph, module and jitted function."""
@@ -342,6 +356,7 @@ class Function:
         graph = lower(self._prep.program, self.entry, shapes, self._prep.config,
                       self._prep.weight_shapes, check=False)
         check_static(graph, self.entry)
+        check_x64(graph)
         module = _module(self._prep.program, graph, self.numerics, self._fast)
         fn = getattr(module, module.ENTRIES[self.entry].get("function", self.entry))
 
