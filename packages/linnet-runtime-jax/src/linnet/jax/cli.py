@@ -140,8 +140,9 @@ def run_command(args: argparse.Namespace) -> int:
     if args.tokens < 1:
         raise LinnetError(Diagnostic("E0787", f"--tokens {args.tokens}: decode at least one "
                                      "token", help="e.g. --tokens 16"))
-    import jax.numpy as jnp
     import numpy as np
+
+    import jax.numpy as jnp
 
     from .model import load
 

@@ -396,7 +396,7 @@ class Function:
                 raise _error("E0731", f"the state `{path}` is "
                              f"{None if have is None else list(np.shape(have))}, this call "
                              f"needs {list(vt.shape)}", help="make states for these inputs: "
-                             f"fn.new_states(inputs)")
+                             "fn.new_states(inputs)")
         with _precision(self.numerics), warnings.catch_warnings():
             # jax's CPU backend cannot reuse donated buffers and says so once per compile.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")

@@ -57,7 +57,7 @@ def load_checkpoint(ckpt: Checkpoint, device: Any = None,
     read from a memory map of its shard straight to ``device``."""
     import jax
 
-    on_cpu = device is None and jax.default_backend() == "cpu" or (
+    on_cpu = (device is None and jax.default_backend() == "cpu") or (
         device is not None and device.platform == "cpu")
     convert = numpy_dtype(dtype) if dtype is not None else None
     out: dict[str, Any] = {}
