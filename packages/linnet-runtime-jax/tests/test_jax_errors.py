@@ -124,3 +124,27 @@ def test_cli_runs_the_demo_on_jax(capsys):
     assert main(["run", "--runtime", "jax", "--tokens", "3", "--prompt", "1,2,3"]) == 0
     out = capsys.readouterr().out
     assert "(jax)" in out and "decoded 3 tokens" in out
+
+
+@pytest.mark.parametrize("first", ["torch", "jax"])
+def test_one_run_command_whichever_registers_first(first, monkeypatch):
+    """`linnet run` has `--runtime` in either order of the two registrations, and each
+    runtime's run is what runs."""
+    import argparse
+
+    import linnet.jax.cli as jax_cli
+    import linnet.torch.cli as torch_cli
+
+    ran: list[str] = []
+    monkeypatch.setattr(jax_cli, "run_command", lambda args: ran.append("jax") or 0)
+    monkeypatch.setattr(torch_cli, "run_command", lambda args: ran.append("torch") or 0)
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    order = [torch_cli.register_run, jax_cli.register_run]
+    for register in order if first == "torch" else order[::-1]:
+        register(sub)
+    for argv, want in [(["run"], "torch"), (["run", "--runtime", "jax"], "jax"),
+                       (["run", "--runtime", "torch", "--tokens", "2"], "torch")]:
+        args = parser.parse_args(argv)
+        assert args.run(args) == 0
+        assert ran.pop() == want

@@ -221,3 +221,29 @@ def test_numerics_fast_runs_close_to_exact(toy_weights):
     assert "PRECISION = None" in Path(load(LLAMA, weights=toy_weights, config="toy",
                                           numerics="fast").source("prefill", [prompt])
                                      ).read_text()
+
+
+def test_the_function_composes_under_jit_and_scan(toy_weights):
+    """Pure: greedy decoding as one `lax.scan` of the decode function, inside `jax.jit`,
+    gives the tokens of step-by-step calls."""
+    decode = load_function(LLAMA, "decode", weights=toy_weights, config="toy")
+    ins = [np.array([7], np.int32), np.array([0], np.int32)]
+    states = decode.new_states(ins)
+    tokens, s = [], decode.new_states(ins)
+    token = ins[0]
+    for pos in range(6):
+        (logits,), s = decode(decode.params, s, [token, np.array([pos], np.int32)])
+        token = np.asarray(logits).argmax(-1).astype(np.int32)
+        tokens.append(int(token[0]))
+
+    @jax.jit
+    def greedy(params, states, token):
+        def step(carry, pos):
+            states, token = carry
+            (logits,), states = decode(params, states, [token, pos[None]])
+            token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            return (states, token), token[0]
+        _, out = jax.lax.scan(step, (states, token), jnp.arange(6, dtype=jnp.int32))
+        return out
+
+    assert np.asarray(greedy(decode.params, states, ins[0])).tolist() == tokens
