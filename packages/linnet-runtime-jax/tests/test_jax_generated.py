@@ -216,11 +216,10 @@ def test_load_source_is_a_content_hashed_file(linnet_home):
 def test_numerics_fast_runs_close_to_exact(toy_weights):
     prompt = np.array([[5, 1, 77, 3]], dtype=np.int32)
     exact = load(LLAMA, weights=toy_weights, config="toy").prefill(prompt)
-    fast = load(LLAMA, weights=toy_weights, config="toy", numerics="fast").prefill(prompt)
+    model = load(LLAMA, weights=toy_weights, config="toy", numerics="fast")
+    fast = model.prefill(prompt)
     np.testing.assert_allclose(np.asarray(fast), np.asarray(exact), rtol=1e-2, atol=1e-2)
-    assert "PRECISION = None" in Path(load(LLAMA, weights=toy_weights, config="toy",
-                                          numerics="fast").source("prefill", [prompt])
-                                     ).read_text()
+    assert "PRECISION = None" in Path(model.source("prefill", [prompt])).read_text()
 
 
 def test_the_function_composes_under_jit_and_scan(toy_weights):
