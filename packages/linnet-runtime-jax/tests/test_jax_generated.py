@@ -246,3 +246,27 @@ def test_the_function_composes_under_jit_and_scan(toy_weights):
         return out
 
     assert np.asarray(greedy(decode.params, states, ins[0])).tolist() == tokens
+
+
+def test_gradients_of_the_fused_forms_equal_the_bodies():
+    """jax.grad through the generated prefill: the fused JAX calls (dot_product_attention,
+    silu, matmul, ...) give the gradients of the std ops' bodies."""
+    prompt = np.array([[5, 1, 7, 3]], np.int32)
+    cfg = {"V": 16, "D": 32, "F": 32, "NL": 1, "H": 2, "KV": 1, "HD": 16, "S": 8, "T": "f32",
+           "rope_theta": 10000.0}
+    weights = random_weights(LLAMA, cfg, scale=0.2)
+    grads = []
+    for fast in (True, False):
+        fn = load_function(LLAMA, "prefill", weights=weights, config=cfg, fast=fast)
+        module, states = fn.lowered([prompt]).module, fn.new_states([prompt])
+
+        def loss(params, module=module, states=states):
+            (logits,), _ = module.prefill(prompt, params, states)
+            return (jax.nn.log_softmax(logits)[0, :, 0]).sum()
+
+        with jax.default_matmul_precision("highest"):
+            grads.append(jax.jit(jax.grad(loss))(fn.params))
+    assert set(grads[0]) == set(grads[1])
+    for path in grads[0]:
+        np.testing.assert_allclose(np.asarray(grads[0][path]), np.asarray(grads[1][path]),
+                                   rtol=1e-4, atol=1e-6, err_msg=path)

@@ -148,10 +148,13 @@ def check_inputs(graph: Graph, inputs: Sequence[Any], entry: str) -> None:
 
     for name, t in zip(graph.inputs, inputs):
         r = bounds.inputs.get(name)
-        if r is None or t.size == 0 or isinstance(t, jax.core.Tracer):
+        if r is None or t.size == 0:
             continue
-        # One copy to the host per input used as an index (token ids, positions: a few ints).
-        host = np.asarray(t)
+        try:
+            # One copy to the host per input used as an index (token ids, positions).
+            host = np.asarray(t)
+        except jax.errors.TracerArrayConversionError:
+            continue  # traced under an outer jit: no values to check yet
         if r.empty or int(host.min()) < r.lo or int(host.max()) >= r.hi:
             raise _range_error(graph, entry, host, r)
 
