@@ -385,6 +385,11 @@ class JaxEmitter(TorchEmitter):
     fast_calls = FAST_CALLS
     scope_class = JaxScope
 
+    def kernel_launch(self, *args: object, **kwargs: object) -> None:
+        """Kernels through Pallas are not written yet (issue 16, item 3): an op bound to a
+        kernel runs from its body (the PyTorch emitter launches Triton kernels here)."""
+        return None
+
     def entry_function(self, graph: Graph, slices: list[Slice]) -> str:
         # Each slice's written states become outputs of it ("@path"), so that liveness keeps
         # the writes and the entry stores the new values.
