@@ -20,6 +20,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
 [ "${1:-}" = "--cublaslt" ] && { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1; python3 benchmarks/gpu_cublaslt.py 2>&1 | tee "$OUT/cublaslt.log" | grep -v Warning | tail -70; exit 0; }
+# linnet-runtime-jax's decode step (jax 0.11.2 is preinstalled there): benchmarks/jax_decode.py.
+[ "${1:-}" = "--jax" ] && { python3 benchmarks/jax_decode.py "${@:2}" 2>&1 | tee "$OUT/jax.log" | grep -v Warning | tail -12; exit 0; }
 if [ "${1:-}" = "--decode" ]; then
   LINNET_BENCH_QUICK=1 python3 benchmarks/gpu_plan.py 2>&1 | tee "$OUT/decode.log" | grep -v Warning | tail -14
   exit 0

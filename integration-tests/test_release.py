@@ -53,7 +53,7 @@ def test_every_member_has_one_version_source():
     root = tomllib.loads((ROOT / "pyproject.toml").read_text())
     folders = [f for pattern in root["tool"]["uv"]["workspace"]["members"]
                for f in ROOT.glob(pattern)] + [ROOT / "plugins" / "template"]
-    assert len(folders) == 6
+    assert len(folders) == 7  # 4 packages (linnet-runtime-jax: issue 16), 2 plugins, the template
     for folder in folders:
         project = tomllib.loads((folder / "pyproject.toml").read_text())
         assert "version" not in project["project"], folder
@@ -89,8 +89,8 @@ def test_release_one_package_alone(scratch):
     assert "linnet-plan 0.2.0 imports alone" in done.stdout
     installed = dict(re.findall(r"^(linnet-[a-z-]+) +(\S+)$", done.stdout, re.MULTILINE))
     assert installed == {"linnet-lang": "0.1.0", "linnet-plan": "0.2.0",
-                         "linnet-runtime-torch": "0.1.0", "linnet-flashinfer": "0.1.0",
-                         "linnet-cublaslt": "0.1.0"}
+                         "linnet-runtime-torch": "0.1.0", "linnet-runtime-jax": "0.1.0",
+                         "linnet-flashinfer": "0.1.0", "linnet-cublaslt": "0.1.0"}
     # The lock holds no member version: a release leaves it matching.
     check = subprocess.run(["uv", "lock", "--check", "--offline"], cwd=scratch,
                            capture_output=True, text=True)

@@ -312,10 +312,13 @@ def read_safetensors_header(path: str) -> dict[str, tuple]:
     return safetensors_shapes(path)
 
 
-def cmd_torch(args: argparse.Namespace) -> int:
-    """Write generated PyTorch for every entry whose inputs were given."""
+def cmd_torch(args: argparse.Namespace, emit: Callable | None = None) -> int:
+    """Write generated PyTorch (or, with ``emit``, another emitter's Python) for every entry
+    whose inputs were given."""
     from linnet.lang.check.driver import find_model
     from linnet.lang.emit.torch import emit_torch
+
+    emit_torch = emit or emit_torch
 
     try:
         config = load_config(args.config, args.set, args.file)
@@ -360,6 +363,13 @@ def cmd_torch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jax(args: argparse.Namespace) -> int:
+    """Write generated JAX for every entry whose inputs were given (`linnet jax`)."""
+    from linnet.lang.emit.jax import emit_jax
+
+    return cmd_torch(args, emit_jax)
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from linnet.lang.diagnostics.codes import EXPLANATIONS
 
@@ -374,7 +384,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-BUILTIN = ("check", "graph", "torch", "explain")
+BUILTIN = ("check", "graph", "torch", "explain", "jax")
 """The subcommands linnet-lang defines itself; the rest come from `linnet.commands`."""
 
 
@@ -423,6 +433,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-fast", action="store_true",
                    help="lower std ops from their bodies instead of fused torch calls")
     p.set_defaults(run=cmd_torch)
+
+    p = sub.add_parser("jax", help="write generated JAX source for a model's entries")
+    add_lowering_arguments(p, entry_required=False)
+    p.add_argument("-o", "--output", help="the .py file to write (default: stdout)")
+    p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
+    p.add_argument("--no-fast", action="store_true",
+                   help="lower std ops from their bodies instead of fused jax calls")
+    p.set_defaults(run=cmd_jax)
 
     p = sub.add_parser("explain", help="explain an error code")
     p.add_argument("code")

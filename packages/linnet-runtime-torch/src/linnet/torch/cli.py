@@ -34,6 +34,8 @@ def default_model() -> Path:
 
 def register_run(subparsers: Any) -> None:
     """Adds `linnet run` to the `linnet` CLI (the `linnet.commands` entry point)."""
+    if "run" in subparsers.choices:
+        return  # linnet-runtime-jax's, registered first: it runs torch through --runtime torch
     p = subparsers.add_parser("run", help="run a model's prefill and decode (default: demo)")
     p.add_argument("file", nargs="?", help="a .linnet model (default: the Llama example)")
     p.add_argument("--weights", help="a safetensors file, a checkpoint directory (a Hugging Face "

@@ -602,6 +602,12 @@ def _statement(text: str, step: int, op: str, loc: str) -> Statement:
 
 
 class TorchEmitter:
+    # What a subclass writing another framework's Python swaps (emit/jax.py): the rules, the
+    # fused calls and the scope that names values and writes constants as tensors.
+    rules: dict[str, Rule] = RULES
+    fast_calls: dict[str, FastRule] = FAST_CALLS
+    scope_class: type[Scope] = Scope
+
     def __init__(self, sources: dict[str, str] | None = None, options: Options | None = None):
         self.sources = {name: text.splitlines() for name, text in (sources or {}).items()}
         self.options = options or Options()
@@ -727,7 +733,7 @@ class TorchEmitter:
         if not self.options.fast:
             return None
         for call in sorted(starts.get(index, []), key=lambda c: c.start - c.stop):
-            if call.callee not in FAST_CALLS or call.stop > stop or call.stop <= call.start:
+            if call.callee not in self.fast_calls or call.stop > stop or call.stop <= call.start:
                 continue
             results = call.attributes.get("results") or []
             if any(not isinstance(r, str) for r in results):
@@ -744,7 +750,7 @@ class TorchEmitter:
     def draft(self, graph: Graph, sl: Slice, constants: dict[int, str] | None = None) -> Draft:
         """The body of ``sl``'s function; ``constants`` (input position -> literal) are
         inputs known when lowering, written as literals instead of passed in."""
-        scope = Scope(graph, sl)
+        scope = self.scope_class(graph, sl)
         for j, lit in (constants or {}).items():
             scope.literals[sl.inputs[j]] = lit
         params = [scope("@" + p) for p in sl.parameters + sl.states]
@@ -805,12 +811,12 @@ class TorchEmitter:
                     args = [scope(a) if isinstance(a, str) else literal(a)
                             for a in call.attributes["args"]]
                     outs = [scope(r) for r in call.attributes["results"]]
-                    lines = FAST_CALLS[call.callee](call, scope, args, outs)
+                    lines = self.fast_calls[call.callee](call, scope, args, outs)
                     loc = self.user_loc(graph, call.start, call.loc)
                     op = call.callee
                     k += call.stop - call.start
                 else:
-                    lines = RULES[step.op](step, scope, self.options.numerics)
+                    lines = self.rules[step.op](step, scope, self.options.numerics)
                     loc = self.user_loc(graph, i, step.loc)
                     op = step.op
                     k += 1

@@ -1,0 +1,535 @@
+"""Graph → readable JAX source (``jax.numpy``, ``jax.lax``). Writes text only: this module
+never imports jax.
+
+The structure is the PyTorch emitter's (:mod:`linnet.lang.emit.torch`, whose slicing, naming,
+liveness and source-line comments it reuses by subclassing): one Python function per slice
+kind (every layer shares one), one function per entry that calls them in order, and metadata
+(``ENTRIES``). What differs is that JAX arrays are immutable, so generated functions are
+pure: a slice that writes a state (a KV cache) returns the state's new value as an extra
+result, and each entry function is ``f(*inputs, params, states) -> (outputs, new_states)``,
+ready for ``jax.jit`` with ``states`` donated (linnet-runtime-jax does that, so the cache is
+updated in place on the device).
+
+Where JAX has a fused call with the same semantics as a std op's body, the whole call span
+becomes that call (``jax.nn.dot_product_attention``, ``jax.nn.silu``, ...): the table
+:data:`FAST_CALLS`. linnet-runtime-jax's ``tests/test_generated.py`` proves each one equal to
+the op's body. Every primitive has a rule in :data:`RULES` (tests/test_coverage.py checks).
+
+Numerics: ``exact`` writes every matrix product with ``precision=PRECISION``, the module's
+``jax.lax.Precision.HIGHEST`` (full f32 products on every backend, no TF32); ``fast`` sets it
+to ``None`` (the backend's default: TF32 or bf16 passes for f32 on a GPU). Accumulation dtypes
+are the graph's (``preferred_element_type``) in both modes.
+
+>>> from linnet.lang.emit.jax import RULES
+>>> from linnet.lang.ir.primitives import PRIMITIVES
+>>> sorted(set(PRIMITIVES) - set(RULES))
+[]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from linnet.lang import __version__
+from linnet.lang.emit.python import Draft, docstring, wrap
+from linnet.lang.emit.torch import (
+    TORCH_INT,
+    FastRule,
+    Options,
+    Rule,
+    Scope,
+    TorchEmitter,
+    _in_range,
+    _shift,
+    identifier,
+    literal,
+)
+from linnet.lang.ir.graph import Call, Graph, Step
+from linnet.lang.ir.slices import Slice, cut
+
+JAX_DTYPES = {"f64": "jnp.float64", "f32": "jnp.float32", "f16": "jnp.float16",
+              "bf16": "jnp.bfloat16", "i64": "jnp.int64", "i32": "jnp.int32",
+              "i16": "jnp.int16", "i8": "jnp.int8", "u8": "jnp.uint8", "bool": "jnp.bool_"}
+NUMERICS = ("exact", "fast")
+
+# Names the generated module itself uses (on top of the PyTorch emitter's).
+RESERVED = {"jax", "jnp", "lax", "PRECISION"}
+
+
+class JaxScope(Scope):
+    """A :class:`~linnet.lang.emit.torch.Scope` whose constants become JAX arrays."""
+
+    def __call__(self, ref: str) -> str:
+        name = super().__call__(ref)
+        if name in RESERVED and ref not in self.literals:
+            # `jnp` or `lax` as a value's name would hide the module: rename it once.
+            del self.names[ref]
+            self.used.add(name)
+            return super().__call__(ref)
+        return name
+
+    def tensor(self, ref: str) -> str:
+        """``ref`` as an array expression: a constant inlined as a literal becomes
+        ``jnp.asarray(literal, dtype)`` where a rule needs an array (a reshape of it)."""
+        if ref in self.literals:
+            return f"jnp.asarray({self.literals[ref]}, dtype={JAX_DTYPES[self.dtype(ref)]})"
+        return self(ref)
+
+
+def _dt(n: Scope, ref: str) -> str:
+    return JAX_DTYPES[n.dtype(ref)]
+
+
+def _cast(want: str, have: str) -> str:
+    """``.astype(want)``, or nothing where the value already has that dtype."""
+    return "" if want == have else f".astype({want})"
+
+
+# ---------------------------------------------------------------- primitive rules
+def _unary(fmt: str) -> Rule:
+    return lambda s, n, numerics: [f"{n(s.results[0])} = {fmt.format(n.tensor(s.operands[0]))}"]
+
+
+def _binary(fmt: str) -> Rule:
+    def rule(s: Step, n: Scope, numerics: str) -> list[str]:
+        a, b = (n(o) for o in s.operands)
+        if all(o in n.literals for o in s.operands):  # keep the graph's dtype, not Python's
+            a = n.tensor(s.operands[0])
+        return [f"{n(s.results[0])} = {fmt.format(a, b)}"]
+    return rule
+
+
+def _div(s: Step, n: Scope, numerics: str) -> list[str]:
+    a, b = (n(o) for o in s.operands)
+    if n.graph.values[s.results[0]].dtype in TORCH_INT:
+        return [f"{n(s.results[0])} = jnp.floor_divide({n.tensor(s.operands[0])}, {b})"]
+    return [f"{n(s.results[0])} = {a} / {b}"]
+
+
+def _select(s: Step, n: Scope, numerics: str) -> list[str]:
+    c, a, b = s.operands
+    expr = f"jnp.where({n(c)}, {n(a)}, {n(b)})"
+    if a in n.literals and b in n.literals:
+        expr += f".astype({JAX_DTYPES[n.graph.values[s.results[0]].dtype]})"
+    return [f"{n(s.results[0])} = {expr}"]
+
+
+def _constant(s: Step, n: Scope, numerics: str) -> list[str]:
+    n.literals[s.results[0]] = literal(s.attributes["value"])
+    return []
+
+
+def _iota(s: Step, n: Scope, numerics: str) -> list[str]:
+    shape, axis = tuple(s.attributes["shape"]), s.attributes["axis"]
+    dtype = JAX_DTYPES[s.attributes["dtype"]]
+    return [f"{n(s.results[0])} = lax.broadcasted_iota({dtype}, {shape}, {axis})"]
+
+
+def _convert(s: Step, n: Scope, numerics: str) -> list[str]:
+    return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}"
+            f".astype({JAX_DTYPES[s.attributes['dtype']]})"]
+
+
+def _reshape(s: Step, n: Scope, numerics: str) -> list[str]:
+    return [f"{n(s.results[0])} = jnp.reshape({n.tensor(s.operands[0])}, "
+            f"{tuple(s.attributes['shape'])})"]
+
+
+def _transpose(s: Step, n: Scope, numerics: str) -> list[str]:
+    return [f"{n(s.results[0])} = jnp.transpose({n.tensor(s.operands[0])}, "
+            f"{tuple(s.attributes['perm'])})"]
+
+
+def _broadcast(s: Step, n: Scope, numerics: str) -> list[str]:
+    shape = tuple(s.attributes["shape"])
+    if s.operands[0] in n.literals:
+        dtype = JAX_DTYPES[n.graph.values[s.results[0]].dtype]
+        return [f"{n(s.results[0])} = jnp.full({shape}, {n(s.operands[0])}, dtype={dtype})"]
+    return [f"{n(s.results[0])} = jnp.broadcast_to({n(s.operands[0])}, {shape})"]
+
+
+def _reduce(s: Step, n: Scope, numerics: str) -> list[str]:
+    kind, axes, acc = s.attributes["kind"], tuple(s.attributes["axes"]), s.attributes["accumulate"]
+    x = n.tensor(s.operands[0])
+    # Accumulate in `acc`: the operand is converted first (as torch's `sum(dtype=)` does).
+    wide = x if n.dtype(s.operands[0]) == acc else f"{x}.astype({JAX_DTYPES[acc]})"
+    if kind in ("sum", "mean", "prod"):
+        fn = {"sum": "jnp.sum", "mean": "jnp.mean", "prod": "jnp.prod"}[kind]
+        expr = f"{fn}({wide}, axis={axes})"
+    else:  # max, min: exact in any dtype
+        expr = f"jnp.{'max' if kind == 'max' else 'min'}({x}, axis={axes})"
+    want = n.graph.values[s.results[0]].dtype
+    if kind in ("sum", "mean", "prod") and want != acc:
+        expr += f".astype({JAX_DTYPES[want]})"
+    return [f"{n(s.results[0])} = {expr}"]
+
+
+def _contract(s: Step, n: Scope, numerics: str) -> list[str]:
+    a, b = s.operands
+    acc = JAX_DTYPES[s.attributes["accumulate"]]
+    spec = s.attributes["spec"]
+    x, y = n.tensor(a), n.tensor(b)
+    if numerics == "exact" and n.dtype(a) != s.attributes["accumulate"]:
+        x, y = f"{x}.astype({acc})", f"{y}.astype({acc})"
+    expr = f"jnp.einsum({spec!r}, {x}, {y}, precision=PRECISION, preferred_element_type={acc})"
+    want = n.graph.values[s.results[0]].dtype
+    if JAX_DTYPES[want] != acc:
+        expr += f".astype({JAX_DTYPES[want]})"
+    return [f"{n(s.results[0])} = {expr}"]
+
+
+def _take(s: Step, n: Scope, numerics: str) -> list[str]:
+    x, idx = s.operands
+    axis = s.attributes["axis"]
+    size = n.shape(x)[axis]
+    out = n(s.results[0])
+    rank = len(n.shape(x))
+    shift = _shift(n, idx, size) if s.attributes["bounds"] == "zero" else None
+    if shift is not None:
+        # x[..., i + c, ...] reading 0 outside: a slice and a pad, not a gather.
+        if abs(shift) >= size:
+            return [f"{out} = jnp.zeros_like({n(x)})"]
+        start, keep = (shift, size - shift) if shift >= 0 else (0, size + shift)
+        left, right = (0, shift) if shift >= 0 else (-shift, 0)
+        pads = tuple((left, right) if a == axis else (0, 0) for a in range(rank))
+        return [f"{out} = jnp.pad(lax.slice_in_dim({n(x)}, {start}, {start + keep}, "
+                f"axis={axis}), {pads})"]
+    out_shape = tuple(n.graph.values[s.results[0]].shape)
+    idx_shape = n.shape(idx)
+    if idx in n.literals and isinstance(n.producers()[idx].attributes.get("value"), int):
+        v = n.producers()[idx].attributes["value"]
+        if not 0 <= v < size:
+            if s.attributes["bounds"] == "zero":
+                return [f"{out} = jnp.zeros({out_shape}, dtype={_dt(n, x)})"]
+            return [f"{out} = jnp.take({n(x)}, {v}, axis={axis}, mode='fill')"]
+        return [f"{out} = lax.index_in_dim({n(x)}, {v}, axis={axis}, keepdims=False)"]
+    i = n.tensor(idx)
+    if _in_range(n, idx, size):
+        return [f"{out} = jnp.take({n(x)}, {i}, axis={axis})"]
+    if s.attributes["bounds"] == "zero":
+        view = (1,) * axis + tuple(idx_shape) + (1,) * (rank - axis - 1)
+        return [f"{out}_index = jnp.clip({i}, 0, {size - 1})",
+                f"{out} = jnp.take({n(x)}, {out}_index, axis={axis})",
+                f"{out} = jnp.where((({i} >= 0) & ({i} < {size})).reshape({view}), {out}, 0)"]
+    # Unchecked: the runtime checks every input-derived index before the call; one it could
+    # not follow reads NaN (floats) outside the axis, never a clamped neighbour.
+    return [f"{out} = jnp.take({n(x)}, {i}, axis={axis}, mode='fill')"]
+
+
+def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
+    x, *indices = s.operands
+    shape = n.shape(x)
+    out = n(s.results[0])
+    lines = []
+    names = []
+    zero = s.attributes["bounds"] == "zero"
+    checked = [_in_range(n, r, shape[a]) for a, r in enumerate(indices)]
+    for axis, ref in enumerate(indices):
+        i = n.tensor(ref)
+        if zero and not checked[axis]:
+            lines.append(f"{out}_i{axis} = jnp.clip({i}, 0, {shape[axis] - 1})")
+            names.append(f"{out}_i{axis}")
+        else:
+            names.append(i)
+    if all(checked) or zero:
+        lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
+    else:  # unchecked: NaN outside (see _take)
+        lines.append(f"{out} = {n(x)}.at[{', '.join(names)}].get(mode='fill')")
+    if zero and not all(checked):
+        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
+                           for a, r in enumerate(indices) if not checked[a])
+        trailing = len(shape) - len(indices)
+        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+        lines.append(f"{out} = jnp.where({mask}, {out}, 0)")
+    return lines
+
+
+def _scatter(s: Step, n: Scope, numerics: str) -> list[str]:
+    state, value, *indices = s.operands
+    name = n(state)
+    dtype = _dt(n, state)
+    if not indices:
+        shape = tuple(n.shape(state))
+        return [f"{name} = jnp.broadcast_to({n.tensor(value)}, {shape})"
+                f"{_cast(dtype, _dt(n, value))}"]
+    idx = ", ".join(n.tensor(i) for i in indices)
+    # A new value of the state (arrays are immutable): the slice returns it, the entry puts
+    # it in `states`; under jit with the states donated, XLA updates the buffer in place.
+    return [f"{name} = {name}.at[{idx}].set({n.tensor(value)}{_cast(dtype, _dt(n, value))})"]
+
+
+RULES: dict[str, Rule] = {
+    "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("jnp.exp({})"),
+    "log": _unary("jnp.log({})"), "sqrt": _unary("jnp.sqrt({})"),
+    "rsqrt": _unary("lax.rsqrt({})"), "sin": _unary("jnp.sin({})"),
+    "cos": _unary("jnp.cos({})"), "tanh": _unary("jnp.tanh({})"),
+    "sigmoid": _unary("jax.nn.sigmoid({})"), "erf": _unary("jax.scipy.special.erf({})"),
+    "abs": _unary("jnp.abs({})"), "floor": _unary("jnp.floor({})"),
+    "add": _binary("{} + {}"), "sub": _binary("{} - {}"), "mul": _binary("{} * {}"),
+    "div": _div, "rem": _binary("jnp.remainder({}, {})"), "pow": _binary("jnp.power({}, {})"),
+    "maximum": _binary("jnp.maximum({}, {})"), "minimum": _binary("jnp.minimum({}, {})"),
+    "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
+    "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),
+    "and": _binary("{} & {}"), "or": _binary("{} | {}"),
+    "select": _select, "convert": _convert, "constant": _constant, "iota": _iota,
+    "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
+    "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
+}
+
+
+# ---------------------------------------------------------------- fast calls
+def _fast_linear(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    x, w, *bias = args
+    # The body: f32 products (for 16-bit T) converted back to T; then the bias, in T.
+    t = _dt(n, call.attributes["args"][0])
+    line = (f"{out[0]} = jnp.matmul({x}, {w}.T, precision=PRECISION, "
+            f"preferred_element_type=jnp.float32)" + _cast(t, "jnp.float32"))
+    return [line] + [f"{out[0]} = {out[0]} + {bias[0]}" for _ in bias]
+
+
+def _fast_embedding(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    ids, table = args
+    rows = n.shape(call.attributes["args"][1])[0]
+    # The body reads zeros outside the table; the runtime rejects such token ids anyway.
+    return [f"{out[0]} = jnp.take({table}, {ids}, axis=0, mode='fill', fill_value=0)"
+            if not _in_range(n, call.attributes["args"][0], rows)
+            else f"{out[0]} = jnp.take({table}, {ids}, axis=0)"]
+
+
+def _fast_rms_norm(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    x, w, eps = args
+    t = _dt(n, call.attributes["args"][0])
+    o = out[0]
+    return [
+        f"{o}_x = {x}.astype(jnp.float32)",
+        f"{o}_ms = jnp.mean({o}_x * {o}_x, axis=-1, keepdims=True)",
+        f"{o} = {w} * ({o}_x * lax.rsqrt({o}_ms + {eps})){_cast(t, 'jnp.float32')}",
+    ]
+
+
+def _fast_silu(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    return [f"{out[0]} = jax.nn.silu({args[0]})"]
+
+
+def _fast_softmax(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    return [f"{out[0]} = jax.nn.softmax({args[0]}, axis=-1)"]
+
+
+def _fast_decode_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    q, k, v, pos, scale = args
+    s = n.shape(call.attributes["args"][1])[1]
+    t = _dt(n, call.attributes["args"][0])
+    o = out[0]
+    # One query a row: two products over the whole cache, f32 scores and softmax; positions
+    # after pos[b] are masked (they hold zeros or an older sequence's keys).
+    return [
+        f"{o}_mask = (jnp.arange({s}) <= {pos}[:, None])[:, None, None, :]",
+        f"{o}_scores = jnp.einsum('bhgd,bjhd->bhgj', {q}, {k}, precision=PRECISION, "
+        f"preferred_element_type=jnp.float32) * {scale}",
+        f"{o}_p = jax.nn.softmax(jnp.where({o}_mask, {o}_scores, -jnp.inf), axis=-1)",
+        f"{o} = jnp.einsum('bhgj,bjhd->bhgd', {o}_p{_cast(t, 'jnp.float32')}, {v}, "
+        f"precision=PRECISION, preferred_element_type=jnp.float32){_cast(t, 'jnp.float32')}",
+    ]
+
+
+def _fast_causal_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    q, k, v, scale = args
+    b, seq, kv, g, hd = n.shape(call.attributes["args"][0])
+    o = out[0]
+    # jax.nn.dot_product_attention takes [B, T, N, H] queries over [B, S, K, H] keys, query
+    # head n reading key head n // (N / K): the op's (h, g) order flattened. Its XLA path
+    # computes the scores and the softmax in f32.
+    return [
+        f"{o} = jax.nn.dot_product_attention(jnp.reshape({q}, ({b}, {seq}, {kv * g}, {hd})), "
+        f"{k}, {v}, scale={scale}, is_causal=True)",
+        f"{o} = jnp.reshape({o}, ({b}, {seq}, {kv}, {g}, {hd}))",
+    ]
+
+
+FAST_CALLS: dict[str, FastRule] = {
+    "std.nn.linear::linear": _fast_linear,
+    "std.nn.linear::linear_bias": _fast_linear,
+    "std.nn.embedding::embedding": _fast_embedding,
+    "std.nn.norm::rms_norm": _fast_rms_norm,
+    "std.nn.activation::silu": _fast_silu,
+    "std.nn.activation::softmax": _fast_softmax,
+    "std.nn.attention::decode_attention": _fast_decode_attention,
+    "std.nn.attention::causal_attention": _fast_causal_attention,
+}
+
+
+# ---------------------------------------------------------------- functions
+def _internal(code: str, message: str) -> Exception:
+    from linnet.lang.diagnostics import Diagnostic, LinnetError
+
+    return LinnetError(Diagnostic(code, message, help=(
+        "this is a bug in linnet-lang's JAX emitter, not in your model: please report it with "
+        "the model and the command; `linnet jax --no-fast` (bodies instead of fused calls) or "
+        "the PyTorch runtime runs the model meanwhile")))
+
+
+def written_states(graph: Graph, sl: Slice) -> list[str]:
+    """The states ``sl`` writes, in the order of its first write of each."""
+    out: list[str] = []
+    for i in sl.steps or range(sl.start, sl.stop):
+        st = graph.steps[i]
+        if st.op == "scatter" and st.operands[0][1:] not in out:
+            out.append(st.operands[0][1:])
+    return out
+
+
+class JaxEmitter(TorchEmitter):
+    """The PyTorch emitter's structure with JAX's rules; slices return the states they write."""
+
+    rules = RULES
+    fast_calls = FAST_CALLS
+    scope_class = JaxScope
+
+    def kernel_launch(self, *args: object, **kwargs: object) -> None:
+        """Kernels through Pallas are not written yet (issue 16, item 3): an op bound to a
+        kernel runs from its body (the PyTorch emitter launches Triton kernels here)."""
+        return None
+
+    def entry_function(self, graph: Graph, slices: list[Slice]) -> str:
+        # Each slice's written states become outputs of it ("@path"), so that liveness keeps
+        # the writes and the entry stores the new values.
+        writes = {id(sl): written_states(graph, sl) for sl in slices}
+        slices = [dataclasses.replace(sl, outputs=sl.outputs + ["@" + p for p in writes[id(sl)]])
+                  for sl in slices]
+        written = {"@" + p for ps in writes.values() for p in ps}
+        constants = self.constants(graph, slices)
+        drafts: dict[str, Draft] = {}
+        for sl in slices:
+            if sl.kind not in drafts:
+                self.function_name(sl)
+                drafts[sl.kind] = self.draft(graph, sl, constants[sl.kind])
+        keep: dict[str, set[int]] = {k: set() for k in drafts}
+        reads: dict[str, set[str]] = {}
+        while True:  # a fixed point, as in the PyTorch emitter
+            grew = False
+            needed = set(graph.outputs) | written
+            for sl in reversed(slices):
+                want = {j for j, o in enumerate(sl.outputs) if o in needed}
+                if not want <= keep[sl.kind]:
+                    keep[sl.kind] |= want
+                    grew = True
+                if sl.kind not in reads or grew:
+                    reads[sl.kind] = drafts[sl.kind].finish(keep[sl.kind])[1]
+                d = drafts[sl.kind]
+                needed |= {sl.inputs[j] for j, v in enumerate(d.inputs) if v in reads[sl.kind]}
+            if not grew:
+                break
+        taken: dict[str, tuple[list[int], list[int]]] = {}
+        for sl in slices:
+            if sl.kind not in taken:
+                taken[sl.kind] = self.write_function(self.kinds[sl.kind], drafts[sl.kind],
+                                                     keep[sl.kind], narrow=True)
+        scope = JaxScope(graph)
+        for fn in self.kinds.values():
+            scope.reserve(fn)
+        scope.reserve("states")
+        for sl in slices:  # the local names of the new states (`self_attn_k_cache`)
+            for o in sl.outputs:
+                if o.startswith("@"):
+                    scope.reserve(identifier(sl.relative(o[1:])))
+        inputs = [scope(v) for v in graph.inputs]
+        read = {v for sl in slices for j in taken[sl.kind][0] for v in [sl.inputs[j]]}
+        read |= set(graph.outputs)
+        signature = [n if v in read else "_" + n for v, n in zip(graph.inputs, inputs)]
+        name = identifier(graph.entry)
+        while name in self.used_names or name in RESERVED:
+            name = "entry_" + name
+        self.used_names.add(name)
+        lines = [f"def {name}({', '.join([*signature, 'params', 'states'])}):"]
+        shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
+                           for v in graph.inputs)
+        outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
+        lines.append(docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> ({outs}), "
+                               "and the new states."))
+        lines.append("    states = dict(states)  # the caller's dict is not changed")
+        rows = []
+        for sl in slices:
+            fn = self.kinds[sl.kind]
+            tin, tp = taken[sl.kind]
+            paths = sl.parameters + sl.states
+            args = [scope(sl.inputs[j]) for j in tin]
+            args += [f"{'states' if paths[j] in graph.states else 'params'}[{paths[j]!r}]"
+                     for j in tp]
+            kept = [sl.outputs[j] for j in sorted(keep[sl.kind])]
+            outputs = [identifier(sl.relative(o[1:])) if o.startswith("@") else scope(o)
+                       for o in kept]
+            target = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
+            call = f"{fn}({', '.join(args)})"
+            lines.append(f"    {target} = {call}" if outputs else f"    {call}")
+            lines += [f"    states[{o[1:]!r}] = {name}" for o, name in zip(kept, outputs)
+                      if o.startswith("@")]
+            rows.append(dict(function=fn, kind=sl.kind, start=sl.start, stop=sl.stop,
+                             inputs=[sl.inputs[j] for j in tin],
+                             outputs=[o for o in kept if not o.startswith("@")],
+                             parameters=[paths[j] for j in tp if paths[j] not in graph.states],
+                             states=[paths[j] for j in tp if paths[j] in graph.states],
+                             writes=[o[1:] for o in kept if o.startswith("@")]))
+        results = [f"{'states' if v[1:] in graph.states else 'params'}[{v[1:]!r}]"
+                   if v.startswith("@") else scope(v) for v in graph.outputs]
+        lines.append(f"    return ({', '.join(results)},), states")
+        self.metadata.append(self.entry_metadata(graph, rows, name))
+        return "\n".join(lines)
+
+    def module(self, graphs: list[Graph], origin: str,
+               slices: list[list[Slice]] | None = None) -> str:
+        """The module's text: every entry's functions (plans are PyTorch's alone)."""
+        entries = [self.entry_function(g, cut(g)) for g in graphs]
+        precision = ("jax.lax.Precision.HIGHEST  # exact: full f32 products on every backend"
+                     if self.options.numerics == "exact" else
+                     "None  # fast: the backend's default (TF32 or bf16 passes for f32 on a GPU)")
+        header = [
+            f'"""JAX source generated by linnet-lang {__version__} from {origin}.',
+            "",
+            "Do not edit: regenerate with `linnet jax`. Each function below is one slice of an",
+            "entry; slices of one kind (every layer) share a function. Comments give the .linnet",
+            "line each group of steps came from. Functions are pure: an entry returns its outputs",
+            "and the new states (jit it with the states donated to update them in place).",
+            f"Numerics: {self.options.numerics}.",
+            '"""',
+            "",
+            "import jax",
+            "import jax.numpy as jnp",
+            "import jax.scipy.special",
+            "from jax import lax",
+            "",
+            f"PRECISION = {precision}",
+            "",
+            "",
+        ]
+        body = "\n\n\n".join(self.functions + entries)
+        meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
+        text = "\n".join(header) + "\n" + body + "\n\n\n" + meta
+        text = "\n".join(w for line in text.split("\n") for w in wrap(line))
+        try:
+            compile(text, origin or "<linnet>", "exec")
+        except SyntaxError as exc:
+            shown = (exc.text or "").strip()
+            raise _internal("E0911", f"the generated JAX module does not compile: {exc.msg} "
+                            f"at line {exc.lineno}: `{shown}`") from None
+        return text
+
+
+def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
+             numerics: str = "exact", fast: bool = True, origin: str = "") -> str:
+    """JAX source for one or more lowered entries of a model (text; jax is not imported).
+
+    Each entry becomes ``f(*inputs, params, states) -> (outputs, new_states)``, a pure
+    function; ``fast=False`` lowers std ops from their bodies instead of fused JAX calls.
+
+    >>> from linnet.lang import Program, lower
+    >>> prog = Program.from_text('''
+    ... model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return x * 2.0 } }''')
+    >>> src = emit_jax(lower(prog, "run", {"x": [3]}))
+    >>> "def run(x, params, states):" in src and "import jax.numpy as jnp" in src
+    True
+    """
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics must be one of {NUMERICS}")
+    graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
+    emitter = JaxEmitter(sources, Options(numerics, fast))
+    return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"))

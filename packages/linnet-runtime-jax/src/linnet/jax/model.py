@@ -1,0 +1,570 @@
+"""`load_function`, `load_source`, `load`: running a Linnet model's entries on JAX.
+
+Each entry, lowered for its inputs' shapes, becomes generated JAX source
+(:func:`linnet.lang.emit.jax.emit_jax`) imported from a content-hashed file under
+$LINNET_HOME/generated; its entry function is pure, ``f(*inputs, params, states) ->
+(outputs, new_states)``, and is run under ``jax.jit`` with the states donated, so that the
+KV cache is updated in place on the device.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from linnet.lang import Graph, LinnetError, Program, check_program, lower
+from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.emit.jax import emit_jax
+
+from .home import import_source
+from .inputs import check_inputs, check_static, is_array, type_error
+from .weights import load_checkpoint, numpy_dtype
+
+NUMERICS = ("exact", "fast")
+FLOATS = ("f64", "f32", "f16", "bf16")
+
+
+def _error(code: str, message: str, help: str = "") -> LinnetError:
+    return LinnetError(Diagnostic(code, message, help=help))
+
+
+def resolve_device(device: Any) -> Any:
+    """``device=`` as a jax device: None (jax's default), a jax device, ``"cpu"``, ``"gpu"``
+    (or ``"cuda"``), or ``"gpu:N"`` / ``"cuda:N"``; the PyTorch runtime's codes otherwise
+    (E0710 not a device, E0711 none of that kind here, E0712 no such index).
+
+    >>> resolve_device("cpu").platform
+    'cpu'
+    """
+    import jax
+
+    if device is None or isinstance(device, jax.Device):
+        return device if device is not None else jax.devices()[0]
+    if not isinstance(device, str):
+        raise _error("E0710", f"`{device!r}` is not a device",
+                     help="use 'cpu', 'gpu', 'gpu:N' or a jax.Device")
+    kind, _, index = device.partition(":")
+    platform = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}.get(kind)
+    if platform is None or (index and not index.isdigit()):
+        raise _error("E0710", f"`{device}` is not a device",
+                     help="use 'cpu', 'gpu', 'gpu:N' or a jax.Device")
+    try:
+        found = jax.devices(platform)
+    except RuntimeError:
+        found = []
+    if not found:
+        raise _error("E0711", f"device `{device}` was asked for, but jax finds no {platform} "
+                     "here", help="load with device='cpu', or install jax's CUDA plugin "
+                                  "(`pip install jax[cuda13]`) on a machine with an NVIDIA GPU")
+    n = int(index or 0)
+    if n >= len(found):
+        raise _error("E0712", f"device `{device}` does not exist: jax sees {len(found)} "
+                     f"{platform} device(s)", help="pick another index")
+    return found[n]
+
+
+def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) -> dict[str, Any]:
+    """The user's ``config=`` as a dict: a dict as given (keys starting with ``_`` are
+    comments), a JSON file, or a name in the model's configs/ folder (E0744 otherwise)."""
+    if config is None:
+        return {}
+    if isinstance(config, dict):
+        return {k: v for k, v in config.items() if not str(k).startswith("_")}
+    if not isinstance(config, str | Path):
+        raise _error("E0744", f"config must be a dict, a JSON file or a config name, not "
+                     f"{type(config).__name__}", help="e.g. config='toy' or config={'H': 4}")
+    from linnet.lang.cli import load_config
+
+    return load_config(str(config), [], str(model_path))
+
+
+def _check_weights_type(weights: Any) -> None:
+    ok = weights is None or isinstance(weights, str | os.PathLike) or (
+        isinstance(weights, list | tuple) and bool(weights)
+        and all(isinstance(w, str | os.PathLike) for w in weights)) or (
+        isinstance(weights, dict) and all(isinstance(k, str) and is_array(v)
+                                          for k, v in weights.items()))
+    if not ok:
+        shown = repr(weights)
+        raise _error("E0741", f"weights must be a safetensors file, a checkpoint directory, an "
+                     f"index JSON, a list of files or a dict of arrays, not "
+                     f"{type(weights).__name__} {shown[:50]}{'...' if len(shown) > 50 else ''}",
+                     help="e.g. weights='Llama-3.2-1B/'")
+
+
+def resolve_dtype(dtype: Any) -> str | None:
+    """``dtype=`` as a Linnet floating-point dtype name: a name (``"bf16"``) or a NumPy/jax
+    dtype (``jnp.bfloat16``); E0742 otherwise.
+
+    >>> resolve_dtype("bf16"), resolve_dtype(np.float32)
+    ('bf16', 'f32')
+    """
+    if dtype is None:
+        return None
+    if isinstance(dtype, str) and dtype in FLOATS:
+        return dtype
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = ""
+    found = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(name)
+    if found is None:
+        raise _error("E0742", f"dtype must be a floating-point type to convert the weights "
+                     f"to, not {dtype!r}", help="e.g. dtype=jnp.bfloat16 or dtype='bf16' "
+                     "(one of " + ", ".join(FLOATS) + ")")
+    return found
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = np.dtype(dtype).name
+    table = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16",
+             "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8",
+             "bool": "bool"}
+    if name not in table:
+        raise _error("E0723", f"weights of dtype {name} are not supported",
+                     help="convert them to one of " + ", ".join(table.values()))
+    return table[name]
+
+
+@dataclass
+class Prepared:
+    """What every loader shares: the checked program, its config, the weights' shapes and
+    (when loaded) the parameters on the device."""
+
+    program: Program
+    path: Path
+    config: dict[str, Any]
+    weight_shapes: dict[str, tuple] | None
+    params: dict[str, Any] = field(default_factory=dict)
+    device: Any = None
+
+
+def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any,
+            read: bool = True) -> Prepared:
+    """Check the model, read its config and the checkpoint's headers; with ``read``, load
+    the parameters onto ``device``."""
+    _check_weights_type(weights)
+    convert = resolve_dtype(dtype)
+    dev = resolve_device(device) if read else None
+    model_path = Path(path)
+    program = Program.from_file(model_path)
+    errors = check_program(program)
+    if errors:
+        raise LinnetError(errors)
+    cfg = read_config(config, model_path)
+    if convert is not None:
+        from linnet.lang.check.driver import find_model
+
+        decl = find_model(program, None)
+        for g in (g.name for g in decl.generics if g.kind == "DType"):
+            if g in cfg and cfg[g] != convert:
+                raise _error("E0743", f"dtype={convert} converts the weights to {convert}, but "
+                             f"the config sets `{g}` to {cfg[g]!r}",
+                             help=f"drop `{g}` from the config (it follows dtype=), or load "
+                                  f"with dtype={cfg[g]!r}")
+    params: dict[str, Any] = {}
+    shapes: dict[str, tuple] | None = None
+    if isinstance(weights, dict):
+        import jax
+
+        shapes = {}
+        for k, v in weights.items():
+            name = _dtype_name(v.dtype)
+            if convert is not None and name in FLOATS:
+                v, name = v.astype(numpy_dtype(convert)), convert
+            shapes[k] = (tuple(v.shape), name)
+            if read:
+                params[k] = jax.device_put(v, dev)
+    elif weights is not None:
+        from linnet.lang.check.driver import find_model
+        from linnet.lang.weights.checkpoint import (
+            fit_checkpoint,
+            merge_config,
+            read_checkpoint_config,
+        )
+        from linnet.lang.weights.safetensors import (
+            TensorInfo,
+            checkpoint_shapes,
+            resolve_checkpoint,
+        )
+
+        ckpt = resolve_checkpoint(weights)
+        shapes = checkpoint_shapes(ckpt)
+        ckpt_config = None
+        if ckpt.config_path is not None:
+            ckpt_config = read_checkpoint_config(ckpt.config_path, model_path,
+                                                 find_model(program, None).name)
+            if ckpt_config is not None:
+                cfg = merge_config(cfg, ckpt_config)
+        if convert is not None:
+            shapes = {k: TensorInfo(s[0], convert if s[1] in FLOATS else s[1],
+                                    getattr(s, "shard", "")) for k, s in shapes.items()}
+        cfg = fit_checkpoint(program, cfg, shapes, ckpt_config)
+        if read:
+            params = load_checkpoint(ckpt, dev, convert)
+    return Prepared(program, model_path, cfg, shapes, params, dev)
+
+
+def _entry_params(program: Program, entry: str) -> list[str]:
+    from linnet.lang.check.driver import find_model
+
+    decl = find_model(program, None)
+    method = decl.method(entry)
+    if method is None or method.kind != "entry":
+        entries = [m.name for m in decl.methods if m.kind == "entry"]
+        raise _error("E0601", f"model `{decl.name}` has no entry `{entry}`",
+                     help="entries: " + ", ".join(entries))
+    return [p.name for p in method.params]
+
+
+def _sources(program: Program) -> dict[str, str]:
+    return {m.source.name: m.source.text for m in program.modules.values()}
+
+
+def _shape_of(value: Any) -> list[int]:
+    return list(np.shape(value))
+
+
+def load_source(path: str | Path, entry: str, shapes: dict[str, Sequence[int]],
+                weights: Any = None, config: Any = None, numerics: str = "exact",
+                fast: bool = True) -> ModuleType:
+    """The generated JAX module for ``entry`` with inputs of ``shapes`` (by input name),
+    imported from a content-hashed file under $LINNET_HOME/generated (``module.__file__``).
+
+    ``weights`` (read for their shapes only) and ``config`` are as for :func:`load`. The
+    module's function named like the entry is pure: ``f(*inputs, params, states) ->
+    (outputs, new_states)``; ``module.ENTRIES`` describes its slices.
+
+    >>> m = load_source("examples/llama/llama.linnet", "decode", {"token": [1], "pos": [1]},
+    ...                 config="toy")                                   # doctest: +SKIP
+    >>> m.decode.__doc__                                                # doctest: +SKIP
+    'Entry Llama.decode(token i32[1], pos i32[1]) -> (f32[1, 256]), and the new states.'
+    """
+    if numerics not in NUMERICS:
+        raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    prep = prepare(path, weights, config, None, None, read=False)
+    _entry_params(prep.program, entry)
+    graph = lower(prep.program, entry, {k: list(v) for k, v in shapes.items()}, prep.config,
+                  prep.weight_shapes, check=False)
+    check_static(graph, entry)
+    return _module(prep.program, graph, numerics, fast)
+
+
+def _module(program: Program, graph: Graph, numerics: str, fast: bool) -> ModuleType:
+    text = emit_jax(graph, _sources(program), numerics=numerics, fast=fast,
+                    origin=program.root.source.name)
+    return import_source(text, f"linnet_jax_{graph.model.lower()}_{graph.entry}")
+
+
+def _precision(numerics: str) -> AbstractContextManager:
+    """Exact: every product at full precision, also those inside library calls (the fused
+    attention) that take no ``precision=``; fast: the backend's default."""
+    if numerics != "exact":
+        return nullcontext()
+    import jax
+
+    return jax.default_matmul_precision("highest")
+
+
+def check_x64(graph: Graph) -> None:
+    """E0791 where the graph has 64-bit values and jax runs in 32 bits (its default): jax
+    would silently compute them in i32/f32."""
+    import jax
+
+    wide = sorted({vt.dtype for vt in [*graph.values.values(), *graph.parameters.values(),
+                                       *graph.states.values()] if vt.dtype in ("i64", "f64")})
+    if wide and not jax.config.read("jax_enable_x64"):
+        raise _error("E0791", f"`{graph.entry}` computes in {' and '.join(wide)}, but jax runs "
+                     "in 32 bits here: it would silently compute those values in i32/f32",
+                     help="enable 64-bit jax before loading: "
+                          "jax.config.update('jax_enable_x64', True) (or JAX_ENABLE_X64=1)")
+
+
+@dataclass
+class Lowered:
+    """One entry lowered for one set of input shapes: its graph, module and jitted function."""
+
+    graph: Graph
+    module: ModuleType
+    jitted: Callable
+
+    @property
+    def path(self) -> str:
+        return self.module.__file__ or ""
+
+
+class Function:
+    """An entry of a model as a pure function ``f(params, states, inputs) -> (outputs,
+    new_states)``, jitted with ``states`` donated (see :func:`load_function`).
+
+    ``inputs`` is a list (or tuple) of arrays in the entry's order, or a dict by the entry's
+    parameter names. Each distinct input shape is lowered, generated and jitted once.
+    ``params`` holds the loaded weights; :meth:`new_states` makes zeroed states.
+    """
+
+    def __init__(self, prep: Prepared, entry: str, numerics: str, fast: bool, check: bool):
+        self.entry = entry
+        self.params = prep.params
+        self.device = prep.device
+        self.numerics = numerics
+        self._prep = prep
+        self._fast = fast
+        self._check = check
+        self._names = _entry_params(prep.program, entry)
+        self._lowered: dict[tuple, Lowered] = {}
+
+    def _ordered(self, inputs: Any) -> list[Any]:
+        if isinstance(inputs, dict):
+            unknown = [k for k in inputs if k not in self._names]
+            if unknown:
+                raise _error("E0783", f"entry `{self.entry}` has no input `{unknown[0]}`",
+                             help=f"its inputs are: {', '.join(self._names)}")
+            missing = [p for p in self._names if p not in inputs]
+            if missing:
+                raise _error("E0720", f"entry `{self.entry}` takes {len(self._names)} inputs "
+                             f"({', '.join(self._names)}); missing: {', '.join(missing)}")
+            return [inputs[p] for p in self._names]
+        if not isinstance(inputs, list | tuple):
+            raise _error("E0784", f"the inputs of `{self.entry}` must be a list or tuple of "
+                         f"arrays, got {type(inputs).__name__}",
+                         help=f"pass one array per input: [{', '.join(self._names)}]")
+        if len(inputs) != len(self._names):
+            raise _error("E0720", f"entry `{self.entry}` takes {len(self._names)} inputs "
+                         f"({', '.join(self._names)}), got {len(inputs)}")
+        return list(inputs)
+
+    def lowered(self, inputs: Any) -> Lowered:
+        """The graph, generated module and jitted function for inputs shaped like these."""
+        given = self._ordered(inputs)
+        for name, t in zip(self._names, given):
+            if not is_array(t):
+                raise type_error(self.entry, "%" + name, t, None)
+        key = tuple((tuple(np.shape(t)), np.dtype(t.dtype).name) for t in given)
+        found = self._lowered.get(key)
+        if found is not None:
+            return found
+        import jax
+
+        shapes = {p: _shape_of(t) for p, t in zip(self._names, given)}
+        graph = lower(self._prep.program, self.entry, shapes, self._prep.config,
+                      self._prep.weight_shapes, check=False)
+        check_static(graph, self.entry)
+        check_x64(graph)
+        module = _module(self._prep.program, graph, self.numerics, self._fast)
+        fn = getattr(module, module.ENTRIES[self.entry].get("function", self.entry))
+
+        def pure(params: dict, states: dict, inputs: tuple) -> tuple:
+            outs, new = fn(*inputs, params, states)
+            return outs, new
+
+        pure.__name__ = pure.__qualname__ = fn.__name__
+        found = Lowered(graph, module, jax.jit(pure, donate_argnums=(1,)))
+        self._lowered[key] = found
+        return found
+
+    def new_states(self, inputs: Any) -> dict[str, Any]:
+        """Zeroed states for inputs shaped like ``inputs``, on the model's device."""
+        import jax
+        import jax.numpy as jnp
+
+        graph = self.lowered(inputs).graph
+        return {path: jax.device_put(jnp.zeros(vt.shape, numpy_dtype(vt.dtype)), self.device)
+                for path, vt in graph.states.items()}
+
+    def source(self, inputs: Any) -> str:
+        """The path of the generated source file for inputs shaped like ``inputs``."""
+        return self.lowered(inputs).path
+
+    def __call__(self, params: dict[str, Any], states: dict[str, Any], inputs: Any) -> tuple:
+        """``(outputs, new_states)``: a tuple of the entry's outputs and the states after
+        the call. ``states`` is donated: its arrays are invalid afterwards (use the new
+        ones)."""
+        given = self._ordered(inputs)
+        low = self.lowered(given)
+        if self._check:
+            check_inputs(low.graph, given, self.entry)
+        for path, vt in low.graph.states.items():
+            have = states.get(path) if isinstance(states, dict) else None
+            if have is None or tuple(np.shape(have)) != vt.shape:
+                raise _error("E0731", f"the state `{path}` is "
+                             f"{None if have is None else list(np.shape(have))}, this call "
+                             f"needs {list(vt.shape)}", help="make states for these inputs: "
+                             "fn.new_states(inputs)")
+        with _precision(self.numerics), warnings.catch_warnings():
+            # jax's CPU backend cannot reuse donated buffers and says so once per compile.
+            warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            return low.jitted(params, states, tuple(given))
+
+
+def load_function(path: str | Path, entry: str, weights: Any = None, config: Any = None,
+                  device: Any = None, dtype: Any = None, numerics: str = "exact",
+                  fast: bool = True, check: bool = True) -> Function:
+    """Load ``entry`` of a `.linnet` model as a jitted pure function of ``(params, states,
+    inputs)`` returning ``(outputs, new_states)``, states donated (updated in place on the
+    device). Its ``params`` attribute holds the loaded weights and ``new_states(inputs)``
+    makes zeroed states.
+
+    ``weights``, ``config``, ``device``, ``dtype`` and ``numerics`` are as for :func:`load`;
+    ``fast=False`` runs std ops' bodies instead of fused JAX calls; ``check=False`` skips
+    the input range checks (one small host copy per index input and call).
+
+    >>> prefill = load_function("examples/llama/llama.linnet", "prefill",
+    ...                         weights="model.safetensors", config="toy")   # doctest: +SKIP
+    >>> tokens = jnp.asarray([[1, 2, 3]], dtype=jnp.int32)                   # doctest: +SKIP
+    >>> (logits,), states = prefill(prefill.params, prefill.new_states([tokens]), [tokens])
+    ...                                                                       # doctest: +SKIP
+    """
+    if numerics not in NUMERICS:
+        raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    prep = prepare(path, weights, config, dtype, device)
+    return Function(prep, entry, numerics, fast, check)
+
+
+class Model:
+    """A loaded Linnet model on JAX: its parameters on a device, its states, and its entries
+    as methods, mirroring ``linnet.torch.load``'s model.
+
+    ``model.decode(token, pos)`` or ``model.decode(token=token, pos=pos)`` runs the entry
+    with the model's own states (the KV cache), replaced by the new ones after each call,
+    and returns its result (an array, or a tuple for several). Inputs are jax or NumPy
+    arrays of the declared dtype; index inputs are range-checked (E0780).
+
+    >>> model = load("examples/llama/llama.linnet", config="toy",
+    ...              weights="toy.safetensors")                          # doctest: +SKIP
+    >>> model.decode(jnp.asarray([1], jnp.int32), jnp.asarray([0], jnp.int32)).shape
+    ...                                                                   # doctest: +SKIP
+    (1, 256)
+    """
+
+    def __init__(self, prep: Prepared, numerics: str, fast: bool):
+        from linnet.lang.check.driver import find_model
+
+        self.program = prep.program
+        self.params = prep.params
+        self.config = dict(prep.config)
+        self.device = prep.device
+        self.numerics = numerics
+        self._prep = prep
+        self._fast = fast
+        self._functions: dict[str, Function] = {}
+        self.states: dict[str, Any] = {}
+        self.entries = [m.name for m in find_model(self.program, None).methods
+                        if m.kind == "entry"]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in self.__dict__.get("entries", []):
+            raise AttributeError(name)
+
+        def entry(*inputs: Any, **named: Any) -> Any:
+            if named:
+                names = _entry_params(self.program, name)
+                given = dict(zip(names, inputs))
+                for k, v in named.items():
+                    if k in given:
+                        raise _error("E0783", f"input `{k}` of `{name}` is given twice (by "
+                                     "position and by name)",
+                                     help=f"its inputs are, in order: {', '.join(names)}")
+                    given[k] = v
+                return self.run(name, given)
+            return self.run(name, list(inputs))
+
+        entry.__name__ = entry.__qualname__ = name
+        return entry
+
+    def __dir__(self) -> list[str]:
+        return list(super().__dir__()) + list(self.entries)
+
+    def function(self, entry: str) -> Function:
+        """``entry`` as a :class:`Function` sharing this model's parameters."""
+        if entry not in self._functions:
+            self._functions[entry] = Function(self._prep, entry, self.numerics, self._fast, True)
+        return self._functions[entry]
+
+    def reset(self) -> None:
+        """Forget the states (the next call starts from zeroed ones)."""
+        self.states = {}
+
+    def run(self, entry: str, inputs: Sequence[Any] | dict[str, Any]) -> Any:
+        """Run ``entry`` on ``inputs`` (a list in the entry's order, or a dict by name) with
+        the model's states; returns its result.
+
+        >>> model.run("decode", {"token": token, "pos": pos})     # doctest: +SKIP
+        """
+        fn = self.function(entry)
+        low = fn.lowered(inputs)
+        need = low.graph.states
+        if any(p not in self.states or tuple(self.states[p].shape) != vt.shape
+               for p, vt in need.items()):
+            fresh = fn.new_states(inputs)
+            self.states = {**self.states, **{p: fresh[p] for p in need if p not in self.states
+                                             or self.states[p].shape != fresh[p].shape}}
+        mine = {p: self.states[p] for p in need}
+        outs, new = fn(self.params, mine, inputs)
+        self.states = {**self.states, **new}
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def source(self, entry: str, inputs: Any) -> str:
+        """The path of the generated source file for ``entry`` with these inputs."""
+        return self.function(entry).source(inputs)
+
+    def graph(self, entry: str, inputs: Any) -> Graph:
+        """The graph of ``entry`` for inputs shaped like ``inputs``."""
+        return self.function(entry).lowered(inputs).graph
+
+
+def load(path: str | Path, weights: Any = None, device: Any = None, numerics: str = "exact",
+         config: Any = None, dtype: Any = None, fast: bool = True) -> Model:
+    """Load a `.linnet` model with safetensors weights onto a jax device.
+
+    ``weights`` is a safetensors file, a checkpoint directory (its
+    ``model.safetensors.index.json``, else every ``*.safetensors`` in it; a Hugging Face
+    ``config.json`` beside them gives the config), an index file, a list of files, or a
+    dict of arrays. Headers are validated first (the PyTorch runtime's codes), then each
+    shard is memory-mapped and read tensor by tensor to the device. ``config`` (a dict, a
+    JSON file, or a name in the model's configs/ folder) gives the rest; ``dtype``
+    (``"bf16"``) converts floating-point weights. ``device``: None (jax's default), ``"cpu"``,
+    ``"gpu"``, ``"gpu:N"`` or a jax device. ``numerics``: ``"exact"`` (every product at
+    ``Precision.HIGHEST``) or ``"fast"`` (the backend's default precision; accumulation
+    dtypes stay the model's).
+
+    >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/", dtype="bf16",
+    ...              device="gpu")                                       # doctest: +SKIP
+    >>> logits = model.prefill(jnp.asarray([[1, 2, 3]], jnp.int32))       # doctest: +SKIP
+    """
+    if numerics not in NUMERICS:
+        raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    return Model(prepare(path, weights, config, dtype, device), numerics, fast)
+
+
+def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,
+                   dtype: str | None = None, scale: float = 0.02) -> dict[str, np.ndarray]:
+    """Deterministic random parameters (NumPy) for a model and config; norm weights are ones.
+
+    >>> w = random_weights("examples/llama/llama.linnet", {"V": 16, "D": 8, "F": 16,
+    ...     "NL": 1, "H": 2, "KV": 1, "HD": 4, "S": 8, "T": "f32"})
+    >>> w["model.norm.weight"].tolist()
+    [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    """
+    from linnet.lang.check.driver import find_model
+
+    program = Program.from_file(model_path)
+    decl = find_model(program, None)
+    entry = next(m for m in decl.methods if m.kind == "entry")
+    inputs = {p.name: [1] * len(p.type.dims) for p in entry.params}  # type: ignore[union-attr]
+    graph = lower(program, entry.name, inputs, config)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for path, vt in sorted(graph.parameters.items()):
+        dt = numpy_dtype(dtype or vt.dtype)
+        if path.endswith("norm.weight") or path.endswith("layernorm.weight"):
+            out[path] = np.ones(vt.shape, dtype=dt)
+        else:
+            out[path] = (rng.standard_normal(vt.shape, dtype=np.float32) * scale).astype(dt)
+    return out

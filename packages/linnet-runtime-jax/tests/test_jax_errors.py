@@ -1,0 +1,150 @@
+"""A user's mistake is a coded error, the torch runtime's code where it has one: bad
+weights, bad inputs, bad options, the CLI."""
+
+import numpy as np
+import pytest
+from jax_support import LLAMA, toy_config
+from linnet.jax import load, load_function, load_source, random_weights, save_safetensors
+from linnet.lang import LinnetError
+from linnet.lang.cli import main
+
+
+def code(exc: pytest.ExceptionInfo) -> str:
+    return exc.value.diagnostics[0].code
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    path = tmp_path_factory.mktemp("w") / "toy.safetensors"
+    save_safetensors(random_weights(LLAMA, toy_config()), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(weights):
+    return load(LLAMA, weights=weights, config="toy")
+
+
+def test_truncated_and_missing_weights(tmp_path, weights):
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(LinnetError) as exc:
+        load(LLAMA, weights=cut, config="toy")
+    assert code(exc) == "E0650" and "truncated" in str(exc.value)
+    with pytest.raises(LinnetError) as exc:
+        load(LLAMA, weights=tmp_path / "none.safetensors", config="toy")
+    assert code(exc) == "E0651"
+
+
+def test_weights_that_do_not_fit_the_model(tmp_path):
+    w = random_weights(LLAMA, toy_config())
+    del w["lm_head.weight"]
+    path = tmp_path / "short.safetensors"
+    save_safetensors(w, str(path))
+    with pytest.raises(LinnetError) as exc:
+        load(LLAMA, weights=path, config="toy")
+    assert "lm_head.weight" in str(exc.value)
+
+
+@pytest.mark.parametrize("kwargs,want", [
+    ({"weights": 3}, "E0741"),
+    ({"weights": "w.safetensors", "dtype": "i32"}, "E0742"),
+    ({"weights": "w.safetensors", "dtype": "bf16"}, "E0743"),  # the toy config sets T=f32
+    ({"weights": "w.safetensors", "numerics": "loose"}, "E0713"),
+    ({"weights": "w.safetensors", "device": "tpu:x"}, "E0710"),
+    ({"weights": "w.safetensors", "device": "gpu"}, "E0711"),
+    ({"weights": "w.safetensors", "device": "cpu:7"}, "E0712"),
+    ({"weights": "w.safetensors", "config": 5}, "E0744"),
+])
+def test_bad_options(kwargs, want, weights, monkeypatch):
+    monkeypatch.chdir(weights.parent)
+    kwargs = {"config": "toy", **kwargs}
+    with pytest.raises(LinnetError) as exc:
+        load(str(LLAMA), **kwargs)
+    assert code(exc) == want, str(exc.value)
+
+
+def test_bad_inputs(model):
+    ok = np.array([1], np.int32)
+    cases = [
+        (lambda: model.decode(ok), "E0720"),
+        (lambda: model.decode([1], ok), "E0721"),
+        (lambda: model.decode(ok.astype(np.int64), ok), "E0722"),
+        (lambda: model.decode(np.array([256], np.int32), ok), "E0780"),
+        (lambda: model.decode(ok, np.array([-1], np.int32)), "E0780"),
+        (lambda: model.decode(ok, np.array([128], np.int32)), "E0780"),
+        (lambda: model.prefill(np.zeros((1, 129), np.int32)), "E0782"),
+        (lambda: model.decode(ok, position=ok), "E0783"),
+        (lambda: model.decode(ok, token=ok), "E0783"),
+        (lambda: model.run("decode", 3), "E0784"),
+        (lambda: model.run("generate", [ok]), "E0601"),
+    ]
+    for call, want in cases:
+        with pytest.raises(LinnetError) as exc:
+            call()
+        assert code(exc) == want, str(exc.value)
+    pos = model.decode(ok, ok)  # and the model still works after them
+    assert pos.shape == (1, 256)
+
+
+def test_states_of_the_wrong_shape(weights):
+    decode = load_function(LLAMA, "decode", weights=weights, config="toy")
+    ins = [np.array([1], np.int32), np.array([0], np.int32)]
+    with pytest.raises(LinnetError) as exc:
+        decode(decode.params, {}, ins)
+    assert code(exc) == "E0731"
+
+
+def test_64_bit_graphs_need_64_bit_jax(tmp_path):
+    path = tmp_path / "wide.linnet"
+    path.write_text("model M { entry run(x: Tensor[2; f64]) -> Tensor[2; f64] "
+                    "{ return x * 2.0 } }\n")
+    fn = load_function(path, "run")
+    with pytest.raises(LinnetError) as exc:
+        fn({}, {}, [np.zeros(2)])
+    assert code(exc) == "E0791" and "jax_enable_x64" in str(exc.value)
+
+
+def test_load_source_checks_what_it_lowers():
+    with pytest.raises(LinnetError) as exc:
+        load_source(LLAMA, "decode", {"token": [1], "pos": [1]}, config="toy",
+                    numerics="loose")
+    assert code(exc) == "E0713"
+    with pytest.raises(LinnetError) as exc:
+        load_source(LLAMA, "generate", {}, config="toy")
+    assert code(exc) == "E0601"
+
+
+def test_cli_run_on_jax_rejects_torch_options(capsys):
+    assert main(["run", "--runtime", "jax", "--interpret", "--tokens", "2"]) != 0
+    assert "E0790" in capsys.readouterr().err
+
+
+def test_cli_runs_the_demo_on_jax(capsys):
+    assert main(["run", "--runtime", "jax", "--tokens", "3", "--prompt", "1,2,3"]) == 0
+    out = capsys.readouterr().out
+    assert "(jax)" in out and "decoded 3 tokens" in out
+
+
+@pytest.mark.parametrize("first", ["torch", "jax"])
+def test_one_run_command_whichever_registers_first(first, monkeypatch):
+    """`linnet run` has `--runtime` in either order of the two registrations, and each
+    runtime's run is what runs."""
+    import argparse
+
+    import linnet.jax.cli as jax_cli
+    import linnet.torch.cli as torch_cli
+
+    ran: list[str] = []
+    monkeypatch.setattr(jax_cli, "run_command", lambda args: ran.append("jax") or 0)
+    monkeypatch.setattr(torch_cli, "run_command", lambda args: ran.append("torch") or 0)
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    order = [torch_cli.register_run, jax_cli.register_run]
+    for register in order if first == "torch" else order[::-1]:
+        register(sub)
+    for argv, want in [(["run"], "torch"), (["run", "--runtime", "jax"], "jax"),
+                       (["run", "--runtime", "torch", "--tokens", "2"], "torch")]:
+        args = parser.parse_args(argv)
+        assert args.run(args) == 0
+        assert ran.pop() == want

@@ -1,0 +1,272 @@
+"""Generated JAX against the NumPy reference and the PyTorch interpreter; every fused JAX
+call against the op's body; states, donation, content-hashed source."""
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from indexgen import index_programs, state_programs
+from jax_support import LLAMA, toy_config, x64
+from linnet.jax import load, load_function, load_source, random_weights
+from linnet.jax.home import import_source
+from linnet.lang import Program, check_program, lower
+from linnet.lang.emit.jax import FAST_CALLS, emit_jax
+from reference import run_graph
+from test_properties import PROFILE, SCALE
+
+# Each fused call, with inputs, in a one-entry model that calls it (the torch runtime's
+# cases, tests/test_generated.py, with bf16 and f16 variants where the op casts).
+FAST_CASES = {
+    "std.nn.linear::linear": ("use std.nn.linear::{linear}", "linear(x, w)",
+                              {"x": ([3, 8], "f32"), "w": ([5, 8], "f32")}, "[3, 5]"),
+    "std.nn.linear::linear_bias": ("use std.nn.linear::{linear_bias}", "linear_bias(x, w, b)",
+                                   {"x": ([3, 8], "f32"), "w": ([5, 8], "f32"),
+                                    "b": ([5], "f32")}, "[3, 5]"),
+    "std.nn.embedding::embedding": ("use std.nn.embedding::{embedding}", "embedding(ids, t)",
+                                    {"ids": ([4], "i32"), "t": ([10, 6], "f32")}, "[4, 6]"),
+    "std.nn.norm::rms_norm": ("use std.nn.norm::{rms_norm}", "rms_norm(x, w, 1e-5)",
+                              {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
+    "std.nn.activation::silu": ("use std.nn.activation::{silu}", "silu(x)",
+                                {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.activation::softmax": ("use std.nn.activation::{softmax}", "softmax(x)",
+                                   {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.attention::decode_attention": (
+        "use std.nn.attention::{decode_attention}",
+        "decode_attention(q, kc, vc, pos, 0.25)",
+        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
+         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
+    "std.nn.attention::causal_attention": (
+        "use std.nn.attention::{causal_attention}", "causal_attention(q, k, v, 0.25)",
+        {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"),
+         "v": ([2, 5, 2, 16], "f32")}, "[2, 5, 2, 3, 16]"),
+}
+
+
+def fast_case_program(use: str, call: str, inputs: dict, out: str, dtype: str = "f32"
+                      ) -> Program:
+    params = ", ".join(f"{n}: Tensor[{', '.join(str(d) for d in s)}; "
+                       f"{t if t != 'f32' else dtype}]" for n, (s, t) in inputs.items())
+    return Program.from_text(f"""
+{use}
+model M {{
+    entry run({params}) -> Tensor[{out.strip('[]')}; {dtype}] {{
+        return {call}
+    }}
+}}
+""")
+
+
+def random_inputs(callee: str, inputs: dict, dtype: str, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape, t in inputs.values():
+        if t == "i32":
+            high = shape[0] if len(shape) == 1 and shape[0] > 2 else 10
+            out.append(rng.integers(0, high, shape, dtype=np.int32))
+        else:
+            x = rng.standard_normal(shape).astype(np.float32)
+            out.append(x.astype(jnp.bfloat16) if dtype == "bf16" else x)
+    if callee == "std.nn.attention::decode_attention":
+        out[3] = np.array([4, 11], dtype=np.int32)
+    return out
+
+
+F32_ONLY = {"std.nn.activation::softmax"}  # declared on f32 tensors: no bf16 variant
+CASES = [(c, "f32") for c in sorted(FAST_CALLS)] + [
+    (c, "bf16") for c in sorted(FAST_CALLS) if c not in F32_ONLY]
+
+
+@pytest.mark.parametrize("callee,dtype", CASES)
+def test_fast_call_equals_the_op_body(callee, dtype):
+    use, call, inputs, out = FAST_CASES[callee]
+    graph = lower(fast_case_program(use, call, inputs, out, dtype), "run",
+                  {n: s for n, (s, _) in inputs.items()})
+    assert graph.semantic_calls(callee), "the case must call the op"
+    args = random_inputs(callee, inputs, dtype)
+    fast = import_source(emit_jax(graph, fast=True), "fast_case")
+    body = import_source(emit_jax(graph, fast=False), "body_case")
+    # The fused form was written (the two modules differ), and it is what runs below.
+    assert Path(fast.__file__).read_text() != Path(body.__file__).read_text()
+    (got,), _ = jax.jit(fast.run)(*args, {}, {})
+    (want,), _ = jax.jit(body.run)(*args, {}, {})
+    assert got.dtype == want.dtype == jnp.dtype(jnp.bfloat16 if dtype == "bf16" else "float32")
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    tol = 1e-5 if dtype == "f32" else 2e-2  # bf16: one rounding of 8 mantissa bits apart
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if dtype == "f32":  # and the body is what the NumPy reference computes
+        (ref,) = run_graph(graph, {v[1:]: a for v, a in zip(graph.inputs, args)}, {}, {})
+        np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
+
+
+# Random index-notation programs (computed positions, shifts, reductions, casts, every
+# primitive): the generated JAX computes what NumPy says.
+@settings(PROFILE, max_examples=40 * SCALE, deadline=None)
+@given(index_programs())
+def test_generated_index_programs_match_numpy(case) -> None:
+    program = Program.from_text(case.source)
+    if check_program(program):
+        return  # checker limitations are linnet-lang's tests' business
+    graph = lower(program, "run", case.inputs, case.config, check=False)
+    text = emit_jax(graph)
+    ns: dict = {}
+    exec(compile(text, "case", "exec"), ns)
+    args = [np.asarray(case.data[v[1:]]) for v in graph.inputs]
+    with x64():  # jitted, as the runtime runs it
+        (out,), _ = jax.jit(ns["run"])(*args, {}, {})
+    expected = case.expected
+    finite = np.abs(expected[np.isfinite(expected)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    tol = 1e-2 if "f16" in case.source else 1e-4
+    np.testing.assert_allclose(np.asarray(out, dtype=expected.dtype), expected,
+                               rtol=0 if case.exact else tol,
+                               atol=0 if case.exact else tol * scale, err_msg=text)
+
+
+@settings(PROFILE, max_examples=20 * SCALE, deadline=None)
+@given(state_programs())
+def test_generated_state_writes_match_numpy(case) -> None:
+    program = Program.from_text(case.source)
+    if check_program(program):
+        return
+    graph = lower(program, "run", case.inputs, case.config, check=False)
+    text = emit_jax(graph)
+    ns: dict = {}
+    exec(compile(text, "case", "exec"), ns)
+    args = [np.asarray(case.data[v[1:]]) for v in graph.inputs]
+    with x64():
+        before = {"s": jnp.asarray(case.state.copy())}
+        (out,), states = jax.jit(ns["run"])(*args, {}, before)
+    np.testing.assert_array_equal(np.asarray(out), case.expected, err_msg=text)
+    np.testing.assert_array_equal(np.asarray(states["s"]), case.expected, err_msg=text)
+    np.testing.assert_array_equal(np.asarray(before["s"]), case.state)  # pure
+
+
+@pytest.fixture(scope="module")
+def toy_weights(tmp_path_factory):
+    from linnet.jax import save_safetensors
+
+    path = tmp_path_factory.mktemp("w") / "toy.safetensors"
+    save_safetensors(random_weights(LLAMA, toy_config()), str(path))
+    return path
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_llama_matches_the_pytorch_interpreter(toy_weights, dtype):
+    torch = pytest.importorskip("torch")
+    from linnet.torch import load as torch_load
+
+    prompt = np.array([[5, 1, 77, 3, 200, 9]], dtype=np.int32)
+    cfg = {k: v for k, v in toy_config().items() if k != "T"}  # T follows dtype=
+    jm = load(LLAMA, weights=toy_weights, config=cfg, dtype=dtype)
+    tm = torch_load(LLAMA, weights=toy_weights, config=cfg, dtype=dtype, interpret=True)
+    tol = 1e-4 if dtype == "f32" else 5e-2
+    got = np.asarray(jm.prefill(prompt), np.float32)
+    want = tm.prefill(torch.from_numpy(prompt)).float().numpy()
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    for pos, token in [(6, 17), (7, 250)]:
+        t, p = np.array([token], np.int32), np.array([pos], np.int32)
+        got = np.asarray(jm.decode(t, p), np.float32)
+        want = tm.decode(torch.from_numpy(t), torch.from_numpy(p)).float().numpy()
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    # The caches too (the states the model keeps, after the donated calls).
+    for path, value in jm.states.items():
+        np.testing.assert_allclose(np.asarray(value, np.float32),
+                                   tm._contexts[next(iter(tm._contexts))].states[path]
+                                   .float().numpy(), rtol=tol, atol=tol)
+
+
+def test_load_function_is_pure_and_returns_new_states(toy_weights):
+    decode = load_function(LLAMA, "decode", weights=toy_weights, config="toy")
+    ins = [np.array([3], np.int32), np.array([0], np.int32)]
+    states = decode.new_states(ins)
+    (logits,), new = decode(decode.params, states, ins)
+    assert logits.shape == (1, 256)
+    assert set(new) == set(states)
+    k = np.asarray(new["model.layers.0.self_attn.k_cache"])
+    assert np.abs(k[0, 0]).sum() > 0 and np.abs(k[0, 1:]).sum() == 0  # position 0 written
+    # By name, and the same function object for the same shapes (jitted once).
+    (again,), _ = decode(decode.params, new, {"token": ins[0], "pos": ins[1]})
+    assert decode.lowered(ins) is decode.lowered({"token": ins[0], "pos": ins[1]})
+    assert again.shape == (1, 256)
+
+
+def test_the_states_are_donated(toy_weights):
+    decode = load_function(LLAMA, "decode", weights=toy_weights, config="toy")
+    ins = [np.array([3], np.int32), np.array([0], np.int32)]
+    low = decode.lowered(ins)
+    states = decode.new_states(ins)
+    text = low.jitted.lower(decode.params, states, tuple(ins)).as_text()
+    # Each state is an input aliased to an output: XLA may write the new cache in place.
+    aliased = text.count("tf.aliasing_output") + text.count("jax.buffer_donor")
+    assert aliased == len(states)
+
+
+def test_load_source_is_a_content_hashed_file(linnet_home):
+    m = load_source(LLAMA, "decode", {"token": [1], "pos": [1]}, config="toy")
+    path = Path(m.__file__)
+    assert path.parent == linnet_home / "generated" and path.read_text().startswith('"""JAX')
+    again = load_source(LLAMA, "decode", {"token": [1], "pos": [1]}, config="toy")
+    assert again is m
+    assert m.ENTRIES["decode"]["function"] == "decode"
+
+
+def test_numerics_fast_runs_close_to_exact(toy_weights):
+    prompt = np.array([[5, 1, 77, 3]], dtype=np.int32)
+    exact = load(LLAMA, weights=toy_weights, config="toy").prefill(prompt)
+    model = load(LLAMA, weights=toy_weights, config="toy", numerics="fast")
+    fast = model.prefill(prompt)
+    np.testing.assert_allclose(np.asarray(fast), np.asarray(exact), rtol=1e-2, atol=1e-2)
+    assert "PRECISION = None" in Path(model.source("prefill", [prompt])).read_text()
+
+
+def test_the_function_composes_under_jit_and_scan(toy_weights):
+    """Pure: greedy decoding as one `lax.scan` of the decode function, inside `jax.jit`,
+    gives the tokens of step-by-step calls."""
+    decode = load_function(LLAMA, "decode", weights=toy_weights, config="toy")
+    ins = [np.array([7], np.int32), np.array([0], np.int32)]
+    states = decode.new_states(ins)
+    tokens, s = [], decode.new_states(ins)
+    token = ins[0]
+    for pos in range(6):
+        (logits,), s = decode(decode.params, s, [token, np.array([pos], np.int32)])
+        token = np.asarray(logits).argmax(-1).astype(np.int32)
+        tokens.append(int(token[0]))
+
+    @jax.jit
+    def greedy(params, states, token):
+        def step(carry, pos):
+            states, token = carry
+            (logits,), states = decode(params, states, [token, pos[None]])
+            token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            return (states, token), token[0]
+        _, out = jax.lax.scan(step, (states, token), jnp.arange(6, dtype=jnp.int32))
+        return out
+
+    assert np.asarray(greedy(decode.params, states, ins[0])).tolist() == tokens
+
+
+def test_gradients_of_the_fused_forms_equal_the_bodies():
+    """jax.grad through the generated prefill: the fused JAX calls (dot_product_attention,
+    silu, matmul, ...) give the gradients of the std ops' bodies."""
+    prompt = np.array([[5, 1, 7, 3]], np.int32)
+    cfg = {"V": 16, "D": 32, "F": 32, "NL": 1, "H": 2, "KV": 1, "HD": 16, "S": 8, "T": "f32",
+           "rope_theta": 10000.0}
+    weights = random_weights(LLAMA, cfg, scale=0.2)
+    grads = []
+    for fast in (True, False):
+        fn = load_function(LLAMA, "prefill", weights=weights, config=cfg, fast=fast)
+        module, states = fn.lowered([prompt]).module, fn.new_states([prompt])
+
+        def loss(params, module=module, states=states):
+            (logits,), _ = module.prefill(prompt, params, states)
+            return (jax.nn.log_softmax(logits)[0, :, 0]).sum()
+
+        with jax.default_matmul_precision("highest"):
+            grads.append(jax.jit(jax.grad(loss))(fn.params))
+    assert set(grads[0]) == set(grads[1])
+    for path in grads[0]:
+        np.testing.assert_allclose(np.asarray(grads[0][path]), np.asarray(grads[1][path]),
+                                   rtol=1e-4, atol=1e-6, err_msg=path)
