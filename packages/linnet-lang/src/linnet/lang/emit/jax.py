@@ -258,6 +258,38 @@ def _scatter(s: Step, n: Scope, numerics: str) -> list[str]:
     return [f"{name} = {name}.at[{idx}].set({n.tensor(value)}{_cast(dtype, _dt(n, value))})"]
 
 
+def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
+    """A copy of the operand with ``value`` added at the positions (``.at[...].add``: arrays
+    are values, so the operand the backward pass still reads is left as it was); coinciding
+    positions add up. Under bounds zero a position outside adds nothing: its index is
+    clamped and its value masked to 0 (jax would wrap a negative index, not drop it)."""
+    x, value, *indices = s.operands
+    out = n(s.results[0])
+    shape = n.shape(x)
+    v = n.tensor(value)
+    if not indices:
+        return [f"{out} = {n.tensor(x)} + {v}"]
+    lines = []
+    names = []
+    guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
+               for a, r in enumerate(indices)]
+    for axis, ref in enumerate(indices):
+        if guarded[axis]:
+            lines.append(f"{out}_i{axis} = jnp.clip({n.tensor(ref)}, 0, {shape[axis] - 1})")
+            names.append(f"{out}_i{axis}")
+        else:
+            names.append(n.tensor(ref))
+    if any(guarded):
+        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
+                           for a, r in enumerate(indices) if guarded[a])
+        trailing = len(shape) - len(indices)
+        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+        lines.append(f"{out}_v = jnp.where({mask}, {v}, 0)")
+        v = f"{out}_v"
+    lines.append(f"{out} = {n.tensor(x)}.at[{', '.join(names)}].add({v})")
+    return lines
+
+
 RULES: dict[str, Rule] = {
     "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("jnp.exp({})"),
     "log": _unary("jnp.log({})"), "sqrt": _unary("jnp.sqrt({})"),
@@ -274,6 +306,7 @@ RULES: dict[str, Rule] = {
     "select": _select, "convert": _convert, "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
+    "scatter_add": _scatter_add,
 }
 
 
@@ -515,11 +548,14 @@ class JaxEmitter(TorchEmitter):
 
 
 def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
-             numerics: str = "exact", fast: bool = True, origin: str = "") -> str:
+             numerics: str = "exact", fast: bool = True, origin: str = "",
+             program: object = None) -> str:
     """JAX source for one or more lowered entries of a model (text; jax is not imported).
 
     Each entry becomes ``f(*inputs, params, states) -> (outputs, new_states)``, a pure
     function; ``fast=False`` lowers std ops from their bodies instead of fused JAX calls.
+    ``program`` is taken for the same signature as ``emit_torch``: generated JAX does not
+    launch kernels yet (Pallas is not written), so every bound op runs its body.
 
     >>> from linnet.lang import Program, lower
     >>> prog = Program.from_text('''
