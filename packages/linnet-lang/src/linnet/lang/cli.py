@@ -4,6 +4,8 @@
     linnet check FILE [--format json]
     linnet graph FILE --entry decode [--config toy.json] [--set B=1] [--input token=1]
     linnet explain E0301
+    linnet onnx FILE --entry decode ... -o decode.onnx
+    linnet stablehlo FILE --entry decode ... -o decode.mlir
 """
 
 from __future__ import annotations
@@ -356,7 +358,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-BUILTIN = ("check", "graph", "torch", "explain")
+BUILTIN = ("check", "graph", "torch", "explain", "onnx", "stablehlo")
 """The subcommands linnet-lang defines itself; the rest come from `linnet.commands`."""
 
 
@@ -409,6 +411,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="explain an error code")
     p.add_argument("code")
     p.set_defaults(run=cmd_explain)
+
+    from linnet.lang.export import register as register_export  # onnx, stablehlo
+
+    register_export(sub, add_lowering_arguments)
 
     command = _command_of(argv)
     if command in BUILTIN:

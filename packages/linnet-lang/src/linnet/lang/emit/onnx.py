@@ -134,12 +134,13 @@ class Scope:
         import numpy as np
 
         ir = self.ir
-        arr = np.asarray(value, dtype=NUMPY_DTYPES.get(dtype, "float32"))
         if dtype == "bf16":
-            tensor = ir.tensor(np.asarray(value, dtype="float32"), dtype=ir.DataType.BFLOAT16)
+            import ml_dtypes
+
+            arr = np.asarray(value, dtype="float32").astype(ml_dtypes.bfloat16)
         else:
-            tensor = ir.tensor(arr)
-        return self.op("Constant", [], {"value": tensor}, hint=hint)
+            arr = np.asarray(value, dtype=NUMPY_DTYPES[dtype])
+        return self.op("Constant", [], {"value": ir.tensor(arr)}, hint=hint)
 
     def ints(self, values: list[int] | tuple[int, ...], hint: str = "shape") -> Any:
         return self.const(list(values), "i64", hint)
@@ -606,17 +607,22 @@ class OnnxEmitter:
 
 def _tensor(ir: Any, value: Any, dtype: str, name: str) -> Any:
     """A weight (a numpy array, or a torch tensor: read through numpy) as an ir tensor."""
+    import ml_dtypes
     import numpy as np
 
-    if hasattr(value, "detach"):  # torch: bf16 has no numpy dtype, go through f32
-        t = value.detach().cpu()
-        if dtype == "bf16":
-            return ir.tensor(t.float().numpy(), dtype=ir.DataType.BFLOAT16, name=name)
-        value = t.numpy()
+    if hasattr(value, "detach"):  # torch: bf16 has no numpy dtype, its bits go through int16
+        t = value.detach().cpu().contiguous()
+        value = t.view(_torch_int16()).numpy().view(ml_dtypes.bfloat16) \
+            if str(t.dtype) == "torch.bfloat16" else t.numpy()
     arr = np.ascontiguousarray(value)
-    if dtype == "bf16":
-        return ir.tensor(arr.astype("float32"), dtype=ir.DataType.BFLOAT16, name=name)
-    return ir.tensor(arr.astype(NUMPY_DTYPES[dtype], copy=False), name=name)
+    want = ml_dtypes.bfloat16 if dtype == "bf16" else NUMPY_DTYPES[dtype]
+    return ir.tensor(arr.astype(want, copy=False), name=name)
+
+
+def _torch_int16() -> Any:
+    import torch
+
+    return torch.int16
 
 
 def emit_onnx(graph: Graph, params: Mapping[str, Any] | None = None,
