@@ -24,6 +24,8 @@ TABLES: list[tuple[str, str]] = [
     ("linnet.lang.emit.torch", "RULES"),  # generated PyTorch source
     ("linnet.torch.interpreter", "RULES"),  # the PyTorch interpreter (linnet-runtime-torch)
     ("reference", "REFERENCE_RULES"),  # tests/reference.py, the NumPy reference
+    ("linnet.lang.emit.onnx", "RULES"),  # ONNX export (issue 17)
+    ("linnet.lang.emit.stablehlo", "RULES"),  # StableHLO export (issue 17)
 ]
 
 
