@@ -90,6 +90,8 @@ def cases() -> list[Case]:
     out = [_std("linear_op", x=x), _std("linear_bias_op", x=x), _std("rms_norm_op", x=x),
            _std("layer_norm_op", x=x), _std("silu_op", x=x), _std("gelu_op", x=x),
            _std("softmax_op", x=x), _std("rope_op", x=((4, 2, 4), "normal"), pos=((4,), 64)),
+           _std("rope_with_op", x=((4, 2, 4), "normal"), pos=((4,), 64),
+                inv_freq=((2,), "normal")),
            _std("embedding_op", ids=((4,), 16)), _std("causal_attention_op", **qkv),
            _std("decode_attention_op", q=((2, 2, 2, 4), "normal"),
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
@@ -99,9 +101,9 @@ def cases() -> list[Case]:
             Case("llama decode (16 greedy steps)", llama, _toy(), "prefill", prompt, decode=16),
             Case("llama tied embeddings, prefill", llama, _toy(tie_word_embeddings=True),
                  "prefill", prompt),
-            Case("llama rope llama3, decode (4 steps)", llama,
+            Case("llama rope llama3, prefill", llama,
                  _toy(rope_llama3=True, rope_factor=8.0, rope_original_max_positions=64.0),
-                 "prefill", prompt, decode=4)]
+                 "prefill", prompt)]
     return out
 
 
