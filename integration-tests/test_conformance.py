@@ -20,8 +20,8 @@ pytest.importorskip("jax")
 
 from linnet.lang import LinnetError  # noqa: E402
 from linnet.lang.cli import main  # noqa: E402
-from linnet.torch import load  # noqa: E402
 from linnet.torch import conformance as conf  # noqa: E402
+from linnet.torch import load  # noqa: E402
 from linnet.torch.model import random_weights  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -121,7 +121,7 @@ def test_llama_prefill_and_16_greedy_decode_steps_match_the_reference(llama):
 
 
 def test_the_model_s_form(llama):
-    prefill, decode, params, models = llama
+    _, decode, _, models = llama
     proto = emit.to_proto(models["decode"])
     g = proto.graph
     names = [i.name for i in g.input]

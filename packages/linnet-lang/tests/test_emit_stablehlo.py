@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from export_cases import (  # noqa: E402
+from export_cases import (
     LLAMA,
     assert_close,
     cases,
@@ -27,10 +27,10 @@ from export_cases import (  # noqa: E402
     one_step,
     reference_step,
 )
-from linnet.lang import LinnetError  # noqa: E402
-from linnet.lang.emit import stablehlo as emit  # noqa: E402
-from linnet.lang.ir.graph import ValueType  # noqa: E402
-from linnet.lang.ir.primitives import PRIMITIVES  # noqa: E402
+from linnet.lang import LinnetError
+from linnet.lang.emit import stablehlo as emit
+from linnet.lang.ir.graph import ValueType
+from linnet.lang.ir.primitives import PRIMITIVES
 
 CASES = cases()
 

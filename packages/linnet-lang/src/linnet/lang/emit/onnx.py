@@ -495,7 +495,6 @@ class OnnxEmitter:
             i += 1
 
     def call(self, scope: Scope, call: Call) -> None:
-        ir = self.ir
         sp = self.span(call.start, call.stop)
         key_steps = []
         local: dict[str, str] = {r: f"in{k}" for k, r in enumerate(sp.reads)}

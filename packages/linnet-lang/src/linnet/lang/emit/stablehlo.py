@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import re
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -350,7 +349,7 @@ def reduce(n: Scope, x: str, axes: Sequence[int], kind: str, hint: str = "") -> 
 
 
 def _reduce(s: Step, n: Scope) -> str:
-    shape, dt = _res(s, n)
+    _, dt = _res(s, n)
     kind, axes = s.attributes["kind"], list(s.attributes["axes"])
     src = s.operands[0]
     x = n.get(src) if kind in ("max", "min") else n.get(src, s.attributes["accumulate"])
@@ -406,7 +405,7 @@ def contract(n: Scope, a: str, b: str, spec: str, hint: str = "") -> str:
 
 
 def _contract(s: Step, n: Scope) -> str:
-    shape, dt = _res(s, n)
+    _, dt = _res(s, n)
     acc = s.attributes["accumulate"]
     a, b = (n.get(o, acc) for o in s.operands)
     out = contract(n, a, b, s.attributes["spec"], hint=s.results[0])

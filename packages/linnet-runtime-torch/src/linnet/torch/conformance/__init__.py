@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -58,7 +58,7 @@ class Case:
     model: Path
     config: dict[str, Any]
     entry: str
-    inputs: dict[str, tuple[tuple[int, ...], str | int]]
+    inputs: Mapping[str, tuple[tuple[int, ...], str | int]]
     decode: int = 0
 
 
