@@ -208,3 +208,14 @@ def test_the_cli_writes_a_checked_model(tmp_path):
                         "--entry", "nope", "--config", "toy", "-o", str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "E0601" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_bf16_model_passes_the_full_check():
+    import ml_dtypes
+
+    _, _, decode = llama_graphs(T="bf16")
+    params = {p: np.ones(v.shape, ml_dtypes.bfloat16) for p, v in decode.parameters.items()}
+    proto = emit.to_proto(emit.emit_onnx(decode, params))
+    onnx.checker.check_model(proto, full_check=True)
+    assert proto.graph.initializer
+    assert all(t.data_type == onnx.TensorProto.BFLOAT16 for t in proto.graph.initializer)
