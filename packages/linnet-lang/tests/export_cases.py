@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 from linnet.lang import Program, lower
-from linnet.lang.ir.graph import Graph, Step, ValueType
+from linnet.lang.ir.graph import Call, Graph, Step, ValueType
 from reference import run_graph
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -126,10 +126,26 @@ def cases() -> list[tuple[str, Graph, dict[str, np.ndarray], dict[str, np.ndarra
     add("gather-unchecked", "gather", [X34, rows[:2]], {"indexed_axes": 1,
                                                          "bounds": "unchecked"},
         ((2, 1, 4), "f32"))
-    out.append(("scatter", scatter_graph(),
-                {"v": np.arange(6, dtype=np.float32).reshape(2, 3) + 1,
-                 "i": np.array([3, 1], np.int32)},
+    scatter_inputs = {"v": np.arange(6, dtype=np.float32).reshape(2, 3) + 1,
+                      "i": np.array([3, 1], np.int32)}
+    out.append(("scatter", scatter_graph(), scatter_inputs,
                 {"s": np.full((4, 3), 0.5, np.float32)}))
+    # A std call that writes a state and makes the value read after it: the state leaves
+    # the function (an ONNX function output, a composite result) with the value.
+    g = scatter_graph()
+    g.calls.append(Call("std.test::write_and_sum", "op", 0, 2, 0, "layer"))
+    out.append(("call-writing-a-state", g, scatter_inputs,
+                {"s": np.full((4, 3), 0.5, np.float32)}))
+    # A std call with two results read after it, and one nested inside another.
+    g = Graph("run", "M", inputs=["%x"], outputs=["%e", "%n", "%m"])
+    for name in ("%x", "%e", "%n", "%m"):
+        g.values[name] = ValueType((2, 3), "f32")
+    g.steps += [Step("exp", ["%x"], ["%e"], loc="case.linnet:2"),
+                Step("neg", ["%e"], ["%n"], loc="case.linnet:3"),
+                Step("mul", ["%n", "%x"], ["%m"], loc="case.linnet:4")]
+    g.calls += [Call("std.test::pair", "op", 0, 2, 0, "a", depth=0),
+                Call("std.test::inner", "op", 1, 2, 1, "a", depth=1)]
+    out.append(("call-two-results-nested", g, {"x": F}, {}))
     return out
 
 

@@ -219,3 +219,19 @@ def test_a_bf16_model_passes_the_full_check():
     onnx.checker.check_model(proto, full_check=True)
     assert proto.graph.initializer
     assert all(t.data_type == onnx.TensorProto.BFLOAT16 for t in proto.graph.initializer)
+
+
+def test_calls_nest_and_hand_on_several_values():
+    graph = next(g for name, g, _, _ in CASES if name == "call-two-results-nested")
+    proto = emit.to_proto(emit.emit_onnx(graph))
+    fns = {f.name: f for f in proto.functions}
+    assert set(fns) == {"test.pair", "test.inner"}
+    assert list(fns["test.pair"].output) and len(fns["test.pair"].output) == 2
+    assert [n.op_type for n in fns["test.pair"].node] == ["Exp", "test.inner"]
+    (call,) = [n for n in proto.graph.node if n.domain == "linnet.std"]
+    assert call.op_type == "test.pair" and len(call.output) == 2
+    writer = next(g for name, g, _, _ in CASES if name == "call-writing-a-state")
+    fn = emit.to_proto(emit.emit_onnx(writer)).functions[0]
+    assert [n.op_type for n in fn.node if n.op_type in ("ScatterND", "ReduceSum")] == [
+        "ScatterND", "ReduceSum"]
+    assert len(fn.output) == 2  # the sum and the state after the write

@@ -173,3 +173,12 @@ def test_a_bf16_model_runs_within_bf16_tolerance():
                                                     for p, v in decode.states.items()})[0]
     assert got[0].dtype == np.float32
     np.testing.assert_allclose(got[0], want, rtol=0.05, atol=0.05)
+
+
+def test_composites_nest_and_hand_on_several_values():
+    graph = next(g for name, g, _, _ in CASES if name == "call-two-results-nested")
+    text = emit.emit_stablehlo(graph)
+    assert ':2 = "stablehlo.composite"' in text and 'name = "linnet.std.test.pair"' in text
+    pair = text[text.index("func.func private @test_pair("):]
+    assert 'name = "linnet.std.test.inner"' in pair.split("func.func", 2)[1]
+    assert "#1" in text.split("func.func public @main", 1)[1]
