@@ -14,10 +14,8 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import struct
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -97,83 +95,3 @@ def read_safetensors(path: str | Path) -> dict[str, Any]:
         lo, hi = info["data_offsets"]
         out[name] = data[lo:hi].view(dt).reshape(info["shape"])
     return out
-
-
-# ---------------------------------------------------------------- the commands
-def _graph(args: argparse.Namespace) -> tuple[Graph, dict[str, str]]:
-    from linnet.lang.check.driver import check_program, lower
-    from linnet.lang.cli import (
-        check_output,
-        inputs_of,
-        load_config,
-        parse_inputs,
-        read_safetensors_header,
-    )
-    from linnet.lang.syntax.program import Program
-
-    config = load_config(args.config, args.set, args.file)
-    program = Program.from_file(args.file)
-    check_output(args.output, inputs_of(args, program))
-    errors = check_program(program)
-    if errors:
-        raise LinnetError(errors)
-    weights = read_safetensors_header(args.weights) if args.weights else None
-    graph = lower(program, args.entry, parse_inputs(args.input), config, weights, args.model,
-                  check=False)
-    sources = {m.source.name: m.source.text for m in program.modules.values()}
-    return graph, sources
-
-
-def cmd_onnx(args: argparse.Namespace) -> int:
-    """`linnet onnx FILE --entry E ... -o model.onnx`."""
-    from linnet.lang.cli import report
-
-    try:
-        graph, sources = _graph(args)
-        params = read_safetensors(args.weights) if args.weights else None
-        written = export_onnx(graph, params, args.output, sources, check=not args.no_check,
-                              external_threshold=args.external_threshold)
-    except LinnetError as err:
-        return report(err, "text")
-    how = "initializers" if args.weights else "graph inputs (no --weights)"
-    print(f"wrote {', '.join(str(p) for p in written)} ({graph.model}.{graph.entry}: "
-          f"{len(graph.inputs)} inputs, {len(graph.states)} states, {len(graph.parameters)} "
-          f"parameters as {how})", file=sys.stderr)
-    return 0
-
-
-def cmd_stablehlo(args: argparse.Namespace) -> int:
-    """`linnet stablehlo FILE --entry E ... [-o model.mlir]`."""
-    from linnet.lang.cli import report, write_output
-
-    try:
-        graph, sources = _graph(args)
-        text = export_stablehlo(graph, None, sources, verify=args.verify)
-        if args.output:
-            write_output(args.output, text)
-    except LinnetError as err:
-        return report(err, "text")
-    if args.output:
-        print(f"wrote {args.output} ({len(text.splitlines())} lines, {graph.model}."
-              f"{graph.entry})", file=sys.stderr)
-    else:
-        print(text, end="")
-    return 0
-
-
-def register(sub: Any, add_lowering_arguments: Any) -> None:
-    """Add `onnx` and `stablehlo` to the `linnet` command's subparsers."""
-    p = sub.add_parser("onnx", help="export an entry as an ONNX model")
-    add_lowering_arguments(p)
-    p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
-    p.add_argument("--no-check", action="store_true", help="skip onnx.checker's full check")
-    p.add_argument("--external-threshold", type=int, default=None, metavar="BYTES",
-                   help="weights over this many bytes in all go to OUTPUT.data (default 1 GiB)")
-    p.set_defaults(run=cmd_onnx)
-
-    p = sub.add_parser("stablehlo", help="export an entry as StableHLO MLIR text")
-    add_lowering_arguments(p)
-    p.add_argument("-o", "--output", help="the .mlir file to write (default: stdout)")
-    p.add_argument("--verify", action="store_true",
-                   help="parse and verify the text with jaxlib's MLIR bindings (needs jax)")
-    p.set_defaults(run=cmd_stablehlo)
