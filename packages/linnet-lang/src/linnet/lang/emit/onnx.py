@@ -115,10 +115,12 @@ class Scope:
         return self.graph.values[ref].shape
 
     def op(self, op_type: str, inputs: list[Any], attributes: dict | None = None,
-           hint: str = "", domain: str = "", outputs: int = 1) -> Any:
-        """Append one node; returns its output value (a list when ``outputs`` > 1)."""
+           hint: str = "", domain: str = "", outputs: int = 1, exact: str = "") -> Any:
+        """Append one node; returns its output value (a list when ``outputs`` > 1).
+        ``exact``: the output's name, reserved beforehand (the graph's outputs)."""
         ir = self.ir
-        results = [ir.Value(name=self.fresh(hint or op_type.lower())) for _ in range(outputs)]
+        results = [ir.Value(name=exact or self.fresh(hint or op_type.lower()))
+                   for _ in range(outputs)]
         step = self.current
         node = ir.Node(domain, op_type, inputs, attributes=[
             ir.convenience.convert_attribute(k, v) for k, v in (attributes or {}).items()],
@@ -580,15 +582,15 @@ class OnnxEmitter:
                         help="pass every parameter the entry reads (the model's weights)"))
                 v.const_value = _tensor(ir, params[path], vt.dtype, path)
                 initializers.append(v)
+        # The outputs' names are taken first, so that no value inside gets them.
+        out_refs = [*g.outputs, *("@" + p for p in g.states)]
+        out_names = [scope.fresh(r[1:] + ".value" if r.startswith("@") else r.lstrip("%"))
+                     for r in g.outputs]
+        out_names += [scope.fresh(p + ".next") for p in g.states]
         self.body(scope, 0, len(g.steps), None)
-        outputs = []
-        for ref in g.outputs:
-            out = scope.op("Identity", [scope.env[ref]],
-                           hint=(ref[1:] + ".value") if ref.startswith("@") else ref.lstrip("%"))
-            outputs.append(out)
-        for path in g.states:
-            outputs.append(scope.op("Identity", [scope.env["@" + path]], hint=path + ".next"))
-        for v, ref in zip(outputs, [*g.outputs, *("@" + p for p in g.states)]):
+        outputs = [scope.op("Identity", [scope.env[ref]], exact=name)
+                   for ref, name in zip(out_refs, out_names)]
+        for v, ref in zip(outputs, out_refs):
             v.type = ir.TensorType(_dtype(ir, scope.dtype(ref)))
             v.shape = ir.Shape(list(scope.shape(ref)))
         graph = ir.Graph(inputs, outputs, nodes=scope.nodes, initializers=initializers,
