@@ -3,7 +3,7 @@ jaxlib's MLIR bindings, run on JAX's CPU backend), the toy Llama's prefill and d
 steps carrying the exported KV cache), the text's form (composites, locations) and its errors.
 
 Pinned: jax's `jax._src.compiler` and `jax._src.interpreters.mlir` entry points, as used by
-linnet.lang.emit.stablehlo.compile_cpu (checked with jax 0.10.2 on the CPU, 0.11.2 on the H200).
+linnet.lang.emit.stablehlo.compile_cpu (the jax of uv.lock, 0.10.2).
 """
 
 from __future__ import annotations

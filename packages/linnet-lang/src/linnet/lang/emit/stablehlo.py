@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -786,24 +787,32 @@ def verify(text: str) -> None:
 def compile_cpu(text: str) -> Callable[..., list[Any]]:
     """Compile ``text`` for JAX's CPU backend; returns ``run(*arrays) -> [numpy arrays]``.
 
-    Uses jaxlib's compiler entry points (``jax._src.compiler``; checked with jax 0.10 and
-    0.11). ``run``'s arguments follow :func:`argument_order`.
+    Uses jaxlib's compiler entry points (``jax._src.compiler.backend_compile_and_load``,
+    private API, checked with the jax of uv.lock, 0.10.2); a jax without them is E0942.
+    ``run``'s arguments follow :func:`argument_order`.
     """
     import numpy as np
 
     jmlir, ir = _jax()
-    import jax
-    import jax.extend.backend as jeb
-    from jax._src import compiler
-    from jax._src.lib import xla_client as xc
+    try:
+        import jax
+        import jax.extend.backend as jeb
+        from jax._src import compiler
+        from jax._src.lib import xla_client as xc
 
-    backend = jeb.get_backend("cpu")
-    device = backend.devices()[0]
-    options = compiler.get_compile_options(1, 1, backend=backend)
+        backend = jeb.get_backend("cpu")
+        device = backend.devices()[0]
+        options = compiler.get_compile_options(1, 1, backend=backend)
+        compile_and_load = compiler.backend_compile_and_load
+    except (ImportError, AttributeError) as exc:
+        raise LinnetError(Diagnostic(
+            "E0942", f"this jax ({getattr(sys.modules.get('jax'), '__version__', '?')}) lacks "
+                     f"the compiler entry points linnet-lang runs StableHLO with: {exc}",
+            help="install the jax version linnet-lang is tested with (0.10.2), or run the "
+                 "text with another StableHLO consumer (IREE)")) from None
     with jmlir.make_ir_context():
         module = ir.Module.parse(text)
-        exe = compiler.backend_compile_and_load(backend, module, xc.DeviceList((device,)),
-                                                options, [])
+        exe = compile_and_load(backend, module, xc.DeviceList((device,)), options, [])
 
     def run(*arrays: Any) -> list[Any]:
         bufs = [jax.device_put(np.asarray(a), device) for a in arrays]
