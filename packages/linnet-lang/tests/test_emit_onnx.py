@@ -231,3 +231,14 @@ def test_calls_nest_and_hand_on_several_values():
     assert [n.op_type for n in fn.node if n.op_type in ("ScatterND", "ReduceSum")] == [
         "ScatterND", "ReduceSum"]
     assert len(fn.output) == 2  # the sum and the state after the write
+
+
+def test_a_model_the_checker_rejects_is_E0934():
+    import onnx_ir as ir
+
+    model = emit.emit_onnx(one_step("exp", [np.ones(3, np.float32)]))
+    model.graph.append(ir.Node("", "NoSuchOp", [model.graph.inputs[0]]))
+    with pytest.raises(LinnetError) as err:
+        emit.check(model)
+    d = err.value.diagnostics[0]
+    assert d.code == "E0934" and "NoSuchOp" in d.message
