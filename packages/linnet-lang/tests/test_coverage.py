@@ -26,6 +26,8 @@ TABLES: list[tuple[str, str]] = [
     ("reference", "REFERENCE_RULES"),  # tests/reference.py, the NumPy reference
     ("linnet.lang.grad.rules", "VJP_RULES"),  # reverse mode: one VJP per primitive (issue 18)
     ("linnet.lang.emit.jax", "RULES"),  # generated JAX source (issue 16)
+    ("linnet.lang.emit.onnx", "RULES"),  # ONNX export (issue 17)
+    ("linnet.lang.emit.stablehlo", "RULES"),  # StableHLO export (issue 17)
 ]
 
 

@@ -4,6 +4,8 @@
     linnet check FILE [--format json]
     linnet graph FILE --entry decode [--config toy.json] [--set B=1] [--input token=1]
     linnet explain E0301
+    linnet onnx FILE --entry decode ... -o decode.onnx
+    linnet stablehlo FILE --entry decode ... -o decode.mlir
 """
 
 from __future__ import annotations
@@ -384,7 +386,77 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-BUILTIN = ("check", "graph", "torch", "explain", "jax")
+# ---------------------------------------------------------------- export (issue 17)
+def _export_graph(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
+    config = load_config(args.config, args.set, args.file)
+    program = Program.from_file(args.file)
+    check_output(args.output, inputs_of(args, program))
+    errors = check_program(program)
+    if errors:
+        raise LinnetError(errors)
+    weights = read_safetensors_header(args.weights) if args.weights else None
+    graph = lower(program, args.entry, parse_inputs(args.input), config, weights, args.model,
+                  check=False)
+    sources = {m.source.name: m.source.text for m in program.modules.values()}
+    return graph, sources
+
+
+def cmd_onnx(args: argparse.Namespace) -> int:
+    """`linnet onnx FILE --entry E ... -o model.onnx`."""
+    from linnet.lang.export import export_onnx, read_safetensors
+
+    try:
+        graph, sources = _export_graph(args)
+        params = read_safetensors(args.weights) if args.weights else None
+        written = export_onnx(graph, params, args.output, sources, check=not args.no_check,
+                              external_threshold=args.external_threshold)
+    except LinnetError as err:
+        return report(err, "text")
+    how = "initializers" if args.weights else "graph inputs (no --weights)"
+    print(f"wrote {', '.join(str(p) for p in written)} ({graph.model}.{graph.entry}: "
+          f"{len(graph.inputs)} inputs, {len(graph.states)} states, {len(graph.parameters)} "
+          f"parameters as {how})", file=sys.stderr)
+    return 0
+
+
+def cmd_stablehlo(args: argparse.Namespace) -> int:
+    """`linnet stablehlo FILE --entry E ... [-o model.mlir]`."""
+    from linnet.lang.export import export_stablehlo
+
+    try:
+        graph, sources = _export_graph(args)
+        text = export_stablehlo(graph, None, sources, verify=args.verify)
+        if args.output:
+            write_output(args.output, text)
+    except LinnetError as err:
+        return report(err, "text")
+    if args.output:
+        print(f"wrote {args.output} ({len(text.splitlines())} lines, {graph.model}."
+              f"{graph.entry})", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
+def register_export(sub: Any) -> None:
+    """Add `onnx` and `stablehlo` (docs/export.md) to the `linnet` command's subparsers."""
+    p = sub.add_parser("onnx", help="export an entry as an ONNX model")
+    add_lowering_arguments(p)
+    p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+    p.add_argument("--no-check", action="store_true", help="skip onnx.checker's full check")
+    p.add_argument("--external-threshold", type=int, default=None, metavar="BYTES",
+                   help="weights over this many bytes in all go to OUTPUT.data (default 1 GiB)")
+    p.set_defaults(run=cmd_onnx)
+
+    p = sub.add_parser("stablehlo", help="export an entry as StableHLO MLIR text")
+    add_lowering_arguments(p)
+    p.add_argument("-o", "--output", help="the .mlir file to write (default: stdout)")
+    p.add_argument("--verify", action="store_true",
+                   help="parse and verify the text with jaxlib's MLIR bindings (needs jax)")
+    p.set_defaults(run=cmd_stablehlo)
+
+
+BUILTIN = ("check", "graph", "torch", "explain", "jax", "onnx", "stablehlo")
 """The subcommands linnet-lang defines itself; the rest come from `linnet.commands`."""
 
 
@@ -445,6 +517,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="explain an error code")
     p.add_argument("code")
     p.set_defaults(run=cmd_explain)
+
+    register_export(sub)
 
     command = _command_of(argv)
     if command in BUILTIN:

@@ -255,3 +255,29 @@ def plan_command(args: argparse.Namespace) -> int:
         print("\nplugins skipped by discovery (see `linnet backends`):")
         print("\n".join(f"  {record}" for record in skipped()))
     return 0
+
+
+def register_conform(subparsers: Any) -> None:
+    """Adds `linnet conform-all`: the conformance table, every case on every runtime."""
+    p = subparsers.add_parser(
+        "conform-all", help="run every conformance case on every runtime and print the table")
+    p.add_argument("--case", action="append", default=[], metavar="TEXT",
+                   help="only the cases whose name contains TEXT (repeatable)")
+    p.add_argument("--write", metavar="FILE",
+                   help="also write the docs page (docs/conformance.md) to FILE")
+    p.set_defaults(run=conform_command)
+
+
+def conform_command(args: argparse.Namespace) -> int:
+    from .conformance import page, run_suite, table
+
+    rows = run_suite((lambda c: any(t in c.name for t in args.case)) if args.case else None)
+    print(table(rows))
+    if args.write:
+        Path(args.write).write_text(page(rows), encoding="utf-8")
+        print(f"wrote {args.write}", file=sys.stderr)
+    failed = [r.case.name for r in rows for c in r.cells if not c.passed]
+    if failed:
+        print(f"linnet conform-all: {len(failed)} runtime(s) differ from the interpreter: "
+              + ", ".join(sorted(set(failed))), file=sys.stderr)
+    return 1 if failed else 0

@@ -395,6 +395,36 @@ class Model:
         {'row_softmax_4_8_1024': [1, 0]}
         """
         return self._lower(entry, inputs).module
+    # ------------------------------------------------------------ export
+    def export_onnx(self, entry: str, inputs: Sequence[torch.Tensor], path: str | Path,
+                    check: bool = True, external_threshold: int | None = None) -> list[Path]:
+        """Write ``entry``, lowered for inputs shaped like ``inputs``, as an ONNX model at
+        ``path``: the entry's inputs then its states (the KV cache) as graph inputs, its
+        outputs then each state after the call (``<path>.next``) as outputs, this model's
+        weights as initializers (in ``path.data`` above ``external_threshold`` bytes, 1 GiB),
+        std ops as local functions of the ``linnet.std`` domain. Checked with
+        ``onnx.checker`` (full check) unless ``check=False``. Needs ``linnet-lang[onnx]``.
+        Returns the files written; see docs/export.md.
+
+        >>> model.export_onnx("decode", [token, pos], "decode.onnx")      # doctest: +SKIP
+        [PosixPath('decode.onnx')]
+        """
+        from .export import export_onnx
+
+        return export_onnx(self, entry, inputs, path, check, external_threshold)
+
+    def export_stablehlo(self, entry: str, inputs: Sequence[torch.Tensor], path: str | Path,
+                         verify: bool = False) -> list[str]:
+        """Write ``entry``, lowered for inputs shaped like ``inputs``, as StableHLO MLIR text
+        at ``path`` (std ops as ``stablehlo.composite``s); ``verify=True`` parses and verifies
+        it with jaxlib first. Returns the names of ``@main``'s arguments in order: the inputs,
+        the states, then the parameters (pass ``model.params[name]`` for those).
+
+        >>> order = model.export_stablehlo("prefill", [tokens], "prefill.mlir")  # doctest: +SKIP
+        """
+        from .export import export_stablehlo
+
+        return export_stablehlo(self, entry, inputs, path, verify)
 
 
 def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) -> dict[str, Any]:

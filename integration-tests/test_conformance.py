@@ -1,0 +1,170 @@
+"""The conformance suite (issue 17): every case on every runtime within tolerance of the
+PyTorch interpreter, the committed docs/conformance.md equal to what the suite computes now,
+every model of the repository covered, and the torch runtime's export methods.
+
+Regenerate the page with `linnet conform-all --write docs/conformance.md`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnxruntime = pytest.importorskip("onnxruntime")
+pytest.importorskip("jax")
+
+from linnet.lang import LinnetError  # noqa: E402
+from linnet.lang.cli import main  # noqa: E402
+from linnet.torch import conformance as conf  # noqa: E402
+from linnet.torch import load  # noqa: E402
+from linnet.torch.model import random_weights  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "conformance.md"
+LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[conf.Row]:
+    return conf.run_suite()
+
+
+def test_every_runtime_computes_the_interpreter_s_function(rows):
+    failed = [f"{r.case.name} on {c.runtime}: {conf.cell_text(c)}"
+              for r in rows for c in r.cells if not c.passed]
+    assert not failed, "\n".join(failed)
+    # Every runtime installed here ran every case (only a missing package is n/a).
+    for r in rows:
+        for rt, c in zip(conf.RUNTIMES, r.cells):
+            assert (c.difference is None) == bool(rt.missing()), (r.case.name, rt.name)
+    ran = {c.runtime for r in rows for c in r.cells if c.difference is not None}
+    assert {"interpreter", "generated", "compile", "onnxruntime", "onnx-reference",
+            "stablehlo"} <= ran
+    if importlib.util.find_spec("linnet.jax") is not None:
+        assert "jax" in ran
+
+
+def _cells(text: str) -> dict[tuple[str, str], str]:
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    head = [h.strip() for h in lines[0].strip("|").split("|")]
+    out = {}
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        for runtime, cell in zip(head[1:], cells[1:]):
+            out[(cells[0], runtime)] = cell
+    return out
+
+
+def _same(committed: str, now: str) -> bool:
+    """Equal verdicts; differences within 10x (or both below 1e-6): the last digits of a
+    float difference vary between CPUs and BLAS builds, a verdict or an order never may."""
+    if committed.split(" ", 1)[-1] != now.split(" ", 1)[-1]:
+        return False
+    number = re.compile(r"^\d\.\de[-+]\d+")
+    a, b = number.match(committed), number.match(now)
+    if not a or not b:
+        return committed == now
+    x, y = float(a.group()), float(b.group())
+    return (x < 1e-6 and y < 1e-6) or (y <= 10 * x and x <= 10 * y)
+
+
+def test_the_committed_page_is_what_the_suite_computes(rows):
+    committed = PAGE.read_text(encoding="utf-8")
+    now = conf.page(rows)
+    have, want = _cells(committed), _cells(now)
+    assert set(have) == set(want), (
+        "docs/conformance.md lists other cases or runtimes than the suite: run "
+        "`linnet conform-all --write docs/conformance.md`")
+    stale = [f"{k}: committed {have[k]!r}, now {want[k]!r}" for k in want
+             if not _same(have[k], want[k])]
+    assert not stale, ("docs/conformance.md is stale (run `linnet conform-all --write "
+                       "docs/conformance.md`):\n" + "\n".join(stale))
+    # The prose (runtimes, tolerances) is the generated one too.
+    strip = [ln for ln in committed.splitlines() if not ln.startswith("| ")]
+    assert strip == [ln for ln in now.splitlines() if not ln.startswith("| ")]
+
+
+def test_every_model_of_the_repository_is_a_case():
+    models = {str(p.relative_to(ROOT)) for p in (ROOT / "examples").glob("*/*.linnet")}
+    assert models == set(conf.MODELS_COVERED)
+    used = {c.model.resolve() for c in conf.cases()}
+    assert {(ROOT / m).resolve() for m in models} <= used
+    assert conf.STD_OPS.resolve() in used
+
+
+def test_every_std_op_has_a_case():
+    import linnet.lang
+    from linnet.lang import Program
+
+    ops = set()
+    for path in sorted((Path(linnet.lang.__file__).parent / "std" / "nn").glob("*.linnet")):
+        root = Program.from_file(path).root
+        ops |= {i.name for i in root.items if getattr(i, "kind", "") == "op"}
+    cases = {c.entry.removesuffix("_op") for c in conf.cases() if c.model == conf.STD_OPS}
+    assert len(ops) >= 11 and ops <= cases, sorted(ops - cases)
+
+
+def test_conform_all_prints_the_table_and_writes_the_page(tmp_path, capsys):
+    out = tmp_path / "conformance.md"
+    assert main(["conform-all", "--case", "std embedding", "--write", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("| case | interpreter | generated | compile |")
+    assert "| std embedding | reference | 0.0e+00 pass |" in printed
+    assert out.read_text().startswith("# Conformance")
+
+
+# ---------------------------------------------------------------- the Python API
+@pytest.fixture(scope="module")
+def toy():
+    config = {"B": 1, **{k: v for k, v in __import__("json").loads(
+        (LLAMA.parent / "configs" / "toy.json").read_text()).items() if not k.startswith("_")}}
+    weights = random_weights(LLAMA, config, scale=0.2)
+    return load(LLAMA, weights=weights, config=config)
+
+
+def test_model_export_onnx_runs_like_the_model(toy, tmp_path):
+    token, pos = torch.tensor([5], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
+    written = toy.export_onnx("decode", [token, pos], tmp_path / "decode.onnx")
+    assert written == [tmp_path / "decode.onnx"]
+    sess = onnxruntime.InferenceSession(str(written[0]), providers=["CPUExecutionProvider"])
+    ctx = toy.new_context("decode", [token, pos])
+    states = {p: v.numpy().copy() for p, v in ctx.states.items()}
+    for step in range(3):
+        p = torch.tensor([step], dtype=torch.int32)
+        want = toy.decode(token, p, context=ctx)
+        outs = sess.run(None, {"token": token.numpy(), "pos": p.numpy(), **states})
+        np.testing.assert_allclose(outs[0], want.numpy(), rtol=1e-4, atol=1e-4)
+        states = dict(zip(ctx.states, outs[1:]))
+    big = toy.export_onnx("decode", [token, pos], tmp_path / "ext.onnx", external_threshold=0)
+    assert [p.name for p in big] == ["ext.onnx", "ext.onnx.data"]
+
+
+def test_model_export_stablehlo_runs_like_the_model(toy, tmp_path):
+    from linnet.lang.emit.stablehlo import compile_cpu
+
+    tokens = torch.tensor([[3, 1, 4, 1]], dtype=torch.int32)
+    order = toy.export_stablehlo("prefill", [tokens], tmp_path / "prefill.mlir", verify=True)
+    run = compile_cpu((tmp_path / "prefill.mlir").read_text())
+    ctx = toy.new_context("prefill", [tokens])
+    named = {"tokens": tokens.numpy(), **{p: v.numpy() for p, v in ctx.states.items()},
+             **{p: v.numpy() for p, v in toy.params.items()}}
+    outs = run(*(named[n] for n in order))
+    want = toy.prefill(tokens, context=ctx)
+    np.testing.assert_allclose(outs[0], want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_an_export_to_a_missing_folder_is_E0800(toy, tmp_path):
+    token, pos = torch.tensor([5], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
+    for call in (toy.export_onnx, toy.export_stablehlo):
+        with pytest.raises(LinnetError) as err:
+            call("decode", [token, pos], tmp_path / "no" / "such" / "m.out")
+        assert err.value.diagnostics[0].code == "E0800"
+        assert "does not exist" in err.value.diagnostics[0].message
+    with pytest.raises(LinnetError) as err:
+        toy.export_onnx("decode", [token, pos], tmp_path)
+    assert err.value.diagnostics[0].code == "E0800"

@@ -1,0 +1,184 @@
+"""emit/stablehlo.py: every primitive against the NumPy reference (parsed and verified with
+jaxlib's MLIR bindings, run on JAX's CPU backend), the toy Llama's prefill and decode (16 greedy
+steps carrying the exported KV cache), the text's form (composites, locations) and its errors.
+
+Pinned: jax's `jax._src.compiler` and `jax._src.interpreters.mlir` entry points, as used by
+linnet.lang.emit.stablehlo.compile_cpu (the jax of uv.lock, 0.10.2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+from export_cases import (
+    LLAMA,
+    assert_close,
+    cases,
+    expected,
+    greedy,
+    llama_graphs,
+    llama_params,
+    one_step,
+    reference_step,
+)
+from linnet.lang import LinnetError
+from linnet.lang.emit import stablehlo as emit
+from linnet.lang.ir.graph import ValueType
+from linnet.lang.ir.primitives import PRIMITIVES
+
+CASES = cases()
+
+
+def test_the_cases_cover_every_primitive():
+    ops = {s.op for _, g, _, _ in CASES for s in g.steps}
+    assert ops == set(PRIMITIVES), sorted(set(PRIMITIVES) - ops)
+
+
+def arguments(graph, inputs: dict, states: dict, params: dict | None = None) -> list:
+    named = {**{k.lstrip("%"): v for k, v in inputs.items()}, **states, **(params or {})}
+    return [named[n] for n in emit.argument_order(graph)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_each_primitive_matches_the_reference(case):
+    name, graph, inputs, states = case
+    want, after = expected(graph, inputs, states)
+    text = emit.emit_stablehlo(graph)
+    emit.verify(text)
+    got = emit.compile_cpu(text)(*arguments(graph, inputs, states))
+    for o, w in zip(got, want):
+        assert_close(o, w, name)
+    for (path, state), o in zip(after.items(), got[len(want):]):
+        assert_close(o, state, f"{name}: state {path}")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    program, prefill, decode = llama_graphs()
+    params = llama_params(prefill)
+    sources = {m.source.name: m.source.text for m in program.modules.values()}
+    texts = {g.entry: emit.emit_stablehlo(g, sources) for g in (prefill, decode)}
+    return prefill, decode, params, texts
+
+
+def test_llama_exports_verify(llama):
+    for text in llama[3].values():
+        emit.verify(text)
+
+
+def test_llama_prefill_and_16_greedy_decode_steps_match_the_reference(llama):
+    prefill, decode, params, texts = llama
+    rng = np.random.default_rng(7)
+    prompt = rng.integers(0, 256, (1, 6)).astype(np.int32)
+    zeros = {p: np.zeros(v.shape, np.float32) for p, v in prefill.states.items()}
+    want, want_logits = greedy(reference_step(prefill, params), reference_step(decode, params),
+                               prompt, zeros, 16)
+
+    def step(graph):
+        run = emit.compile_cpu(texts[graph.entry])
+
+        def call(inputs, states):
+            outs = run(*arguments(graph, inputs, states, params))
+            return outs[0], dict(zip(graph.states, outs[1:]))
+        return call
+
+    got, got_logits = greedy(step(prefill), step(decode), prompt, zeros, 16)
+    assert got == want and len(got) == 17
+    for a, b in zip(got_logits, want_logits):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_the_text_s_form(llama):
+    _, decode, _, texts = llama
+    text = texts["decode"]
+    head = next(line for line in text.splitlines() if "func.func public @main" in line)
+    assert head.index("%token") < head.index("%model_layers_0_self_attn_k_cache") \
+        < head.index("%model_embed_tokens_weight")
+    # Every std op is a composite whose decomposition is a private function; layers share.
+    composites = [line for line in text.splitlines() if '"stablehlo.composite"' in line]
+    assert sum('name = "linnet.std.nn.attention.decode_attention"' in c for c in composites) == 2
+    assert 'path = "model.layers.1.self_attn"' in text
+    assert text.count("func.func private @nn_attention_decode_attention(") == 1
+    assert "decomposition = @nn_linear_linear" in text
+    # Source lines: a comment heading each group, a location on each operation.
+    assert "// attention.linnet:" in text and 'loc("std/nn/attention.linnet:' in text
+    assert "decode_attention(qs, self.k_cache" in text
+    assert emit.argument_order(decode)[:2] == ["token", "pos"]
+
+
+def test_a_primitive_without_a_rule_is_E0940(monkeypatch):
+    g = one_step("exp", [np.ones(3, np.float32)])
+    monkeypatch.delitem(emit.RULES, "exp")
+    with pytest.raises(LinnetError) as err:
+        emit.emit_stablehlo(g)
+    d = err.value.diagnostics[0]
+    assert d.code == "E0940" and "step 0 (exp)" in d.message and "case.linnet:1" in d.message
+
+
+def test_a_dtype_stablehlo_lacks_is_E0941():
+    g = one_step("exp", [np.ones(3, np.float32)])
+    g.values["%y"] = ValueType((3,), "f8")
+    with pytest.raises(LinnetError) as err:
+        emit.emit_stablehlo(g)
+    d = err.value.diagnostics[0]
+    assert d.code == "E0941" and "`f8`" in d.message and "case.linnet:1" in d.message
+
+
+def test_text_that_does_not_verify_is_E0943():
+    with pytest.raises(LinnetError) as err:
+        emit.verify('module @m {\n  func.func public @main() -> () {\n    "nope.op"() : () -> '
+                    '()\n  }\n}\n')
+    assert err.value.diagnostics[0].code == "E0943"
+
+
+@pytest.mark.parametrize("value,dtype,text", [
+    (float("-inf"), "f32", "0xFF800000"), (float("inf"), "bf16", "0x7F80"),
+    (float("nan"), "f64", "0x7FF8000000000000"), (-3, "i32", "-3"), (True, "bool", "true"),
+    (1e-5, "f32", "1.000000000e-05")])
+def test_scalar_literals(value, dtype, text):
+    assert emit.scalar_literal(value, dtype) == text
+
+
+def test_the_cli_writes_verified_text(tmp_path, capsys):
+    from linnet.lang.cli import main
+
+    out = tmp_path / "prefill.mlir"
+    assert main(["stablehlo", str(LLAMA), "--entry", "prefill", "--config", "toy", "--set",
+                 "B=1", "--input", "tokens=1,4", "--verify", "-o", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().err
+    emit.verify(out.read_text())
+    assert out.read_text().startswith("// StableHLO generated by linnet-lang")
+    assert main(["stablehlo", str(LLAMA), "--entry", "prefill", "--config", "toy", "--set",
+                 "B=1", "--input", "tokens=1,4"]) == 0
+    assert '"stablehlo.composite"' in capsys.readouterr().out
+
+
+def test_a_bf16_model_runs_within_bf16_tolerance():
+    import ml_dtypes
+
+    _, _, decode = llama_graphs(T="bf16")
+    params32 = llama_params(decode)
+    params = {p: v.astype(ml_dtypes.bfloat16) for p, v in params32.items()}
+    text = emit.emit_stablehlo(decode)
+    assert "xbf16>" in text
+    inputs = {"token": np.array([3], np.int32), "pos": np.array([0], np.int32)}
+    zeros = {p: np.zeros(v.shape, ml_dtypes.bfloat16) for p, v in decode.states.items()}
+    got = emit.compile_cpu(text)(*arguments(decode, inputs, zeros, params))
+    # The NumPy reference runs bf16 at f32 precision, on the same (rounded) weights.
+    rounded = {p: v.astype(np.float32) for p, v in params.items()}
+    want = reference_step(decode, rounded)(inputs, {p: np.zeros(v.shape, np.float32)
+                                                    for p, v in decode.states.items()})[0]
+    assert got[0].dtype == np.float32
+    np.testing.assert_allclose(got[0], want, rtol=0.05, atol=0.05)
+
+
+def test_composites_nest_and_hand_on_several_values():
+    graph = next(g for name, g, _, _ in CASES if name == "call-two-results-nested")
+    text = emit.emit_stablehlo(graph)
+    assert ':2 = "stablehlo.composite"' in text and 'name = "linnet.std.test.pair"' in text
+    pair = text[text.index("func.func private @test_pair("):]
+    assert 'name = "linnet.std.test.inner"' in pair.split("func.func", 2)[1]
+    assert "#1" in text.split("func.func public @main", 1)[1]

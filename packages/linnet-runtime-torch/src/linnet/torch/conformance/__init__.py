@@ -1,0 +1,450 @@
+"""The conformance suite: one model definition, the same function on every runtime.
+
+For each :data:`CASES` entry (every std op, the Llama example's prefill and a greedy decode
+loop, its variants) and the same random inputs and weights, every runtime of
+:data:`RUNTIMES` runs the entry and is compared with the PyTorch interpreter, the reference.
+A decode case prefills a prompt, then runs greedy decode steps, each runtime carrying the
+states (the KV cache) it returned into its next call; it passes when every runtime picks the
+interpreter's tokens and its logits are within tolerance. The tolerance is the output dtype's
+(:data:`TOLERANCES`), relative to the reference's largest magnitude (at least 1).
+
+``linnet conform-all`` prints the table; ``--write docs/conformance.md`` writes the page the
+docs site shows, and integration-tests/test_conformance.py fails when the committed page no
+longer matches what the suite computes (a new case or runtime, a changed verdict, a difference
+off by more than 10x).
+
+A runtime is one :class:`Runtime` row of :data:`RUNTIMES`: adding one (the generated JAX of
+``linnet.jax``) is one entry.
+
+>>> from linnet.torch.conformance import run_suite, table              # doctest: +SKIP
+>>> print(table(run_suite()))                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TOLERANCES: dict[str, float] = {"f64": 1e-9, "f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
+"""Largest difference an output may have from the reference, by its dtype, relative to the
+reference's largest magnitude (at least 1): ``|got - want| <= tol * max(1, max |want|)``.
+Integer and bool outputs, and the tokens a decode loop picks, must be equal."""
+
+STD_OPS = Path(str(resources.files("linnet.torch.conformance").joinpath("std_ops.linnet")))
+
+Arrays = dict[str, np.ndarray]
+StepFn = Callable[[Arrays, Arrays], tuple[list[np.ndarray], Arrays]]
+"""``step(inputs by name, states by path) -> (outputs, states after the call)``."""
+
+
+# ---------------------------------------------------------------- cases
+@dataclass(frozen=True)
+class Case:
+    """One row: an entry of a model (or a prefill + greedy decode loop) and its inputs.
+
+    ``inputs``: each input's shape and what fills it (``"normal"``, or an int ``n``: integers
+    in ``0..n-1``). ``decode``: for a loop, the decode steps after a prefill of ``inputs``.
+    """
+
+    name: str
+    model: Path
+    config: dict[str, Any]
+    entry: str
+    inputs: Mapping[str, tuple[tuple[int, ...], str | int]]
+    decode: int = 0
+
+
+def _llama() -> Path:
+    from linnet.lang.bundled import example
+
+    return example("llama") / "llama.linnet"
+
+
+def _toy(**extra: Any) -> dict[str, Any]:
+    import json
+
+    data = json.loads((_llama().parent / "configs" / "toy.json").read_text())
+    return {k: v for k, v in data.items() if not k.startswith("_")} | {"B": 1} | extra
+
+
+_STD = {"N": 4, "D": 8, "O": 6, "V": 16, "H": 2, "HD": 4, "B": 2, "L": 3, "S": 5, "KV": 2, "G": 2}
+
+
+def _std(entry: str, **inputs: tuple[tuple[int, ...], str | int]) -> Case:
+    return Case(f"std {entry.removesuffix('_op')}", STD_OPS, _STD, entry, inputs)
+
+
+def cases() -> list[Case]:
+    """Every case, in the table's order: the std ops, then each model of the repository."""
+    x = ((4, 8), "normal")
+    qkv = {"q": ((2, 3, 2, 2, 4), "normal"), "k": ((2, 3, 2, 4), "normal"),
+           "v": ((2, 3, 2, 4), "normal")}
+    out = [_std("linear_op", x=x), _std("linear_bias_op", x=x), _std("rms_norm_op", x=x),
+           _std("layer_norm_op", x=x), _std("silu_op", x=x), _std("gelu_op", x=x),
+           _std("softmax_op", x=x), _std("rope_op", x=((4, 2, 4), "normal"), pos=((4,), 64)),
+           _std("rope_with_op", x=((4, 2, 4), "normal"), pos=((4,), 64),
+                inv_freq=((2,), "normal")),
+           _std("embedding_op", ids=((4,), 16)), _std("causal_attention_op", **qkv),
+           _std("decode_attention_op", q=((2, 2, 2, 4), "normal"),
+                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
+    llama = _llama()
+    prompt = {"tokens": ((1, 6), 256)}
+    out += [Case("llama prefill", llama, _toy(), "prefill", prompt),
+            Case("llama decode (16 greedy steps)", llama, _toy(), "prefill", prompt, decode=16),
+            Case("llama tied embeddings, prefill", llama, _toy(tie_word_embeddings=True),
+                 "prefill", prompt),
+            Case("llama rope llama3, prefill", llama,
+                 _toy(rope_llama3=True, rope_factor=8.0, rope_original_max_positions=64.0),
+                 "prefill", prompt)]
+    return out
+
+
+MODELS_COVERED = ("examples/llama/llama.linnet",)
+"""The repository's models the cases run (a test fails when examples/ has one more)."""
+
+
+def make_inputs(case: Case, seed: int = 0) -> Arrays:
+    rng = np.random.default_rng(seed + zlib.crc32(case.name.encode()))
+    out: Arrays = {}
+    for name, (shape, fill) in case.inputs.items():
+        if fill == "normal":
+            out[name] = rng.standard_normal(shape).astype(np.float32)
+        else:
+            out[name] = rng.integers(0, int(fill), shape).astype(np.int32)
+    return out
+
+
+def make_weights(graphs: list[Any], seed: int = 0) -> dict[str, Any]:
+    """Random weights (torch tensors) for every parameter the graphs read: normal(0, 0.2), norm
+    gains near one; each from its own seed (the path's), so a case sees the same weights
+    whatever else is lowered."""
+    import torch
+
+    from ..interpreter import DTYPES
+
+    out: dict[str, Any] = {}
+    for g in graphs:
+        for path, vt in g.parameters.items():
+            if path in out:
+                continue
+            rng = np.random.default_rng(seed + zlib.crc32(path.encode()))
+            if path.endswith("norm.weight") or path == "gain":
+                arr = 1.0 + 0.1 * rng.standard_normal(vt.shape)
+            else:
+                arr = 0.2 * rng.standard_normal(vt.shape)
+            out[path] = torch.from_numpy(arr.astype(np.float32)).to(DTYPES[vt.dtype])
+    return out
+
+
+# ---------------------------------------------------------------- runtimes
+@dataclass
+class Setup:
+    """What every runtime of one case shares: the model file, config, weights and graphs."""
+
+    case: Case
+    weights: dict[str, Any]
+    graphs: dict[str, Any]  # entry -> Graph (lowered by the interpreter's model)
+    models: dict[str, Any] = field(default_factory=dict)  # kind -> linnet.torch Model
+
+    def torch_model(self, kind: str) -> Any:
+        from ..model import load
+
+        if kind not in self.models:
+            self.models[kind] = load(self.case.model, weights=self.weights,
+                                     config=self.case.config, interpret=kind == "interpret",
+                                     compile=kind == "compile")
+        return self.models[kind]
+
+    def numpy_weights(self, graph: Any) -> Arrays:
+        return {p: self.weights[p].float().numpy() for p in graph.parameters}
+
+
+def _torch_step(kind: str) -> Callable[[Setup, Any], StepFn]:
+    def make(setup: Setup, graph: Any) -> StepFn:
+        import torch
+
+        from ..context import Context
+
+        model = setup.torch_model(kind)
+
+        def step(inputs: Arrays, states: Arrays) -> tuple[list[np.ndarray], Arrays]:
+            ctx = Context(model.params, {k: torch.from_numpy(v.copy()) for k, v in
+                                         states.items()}, model.device)
+            args = [torch.from_numpy(inputs[r.lstrip("%")]) for r in graph.inputs]
+            out = model.run(graph.entry, args, context=ctx)
+            outs = list(out) if isinstance(out, tuple) else [out]
+            return ([o.float().numpy() if o.is_floating_point() else o.numpy() for o in outs],
+                    {k: v.float().numpy() for k, v in ctx.states.items()})
+        return step
+    return make
+
+
+def _onnx_step(evaluator: str) -> Callable[[Setup, Any], StepFn]:
+    def make(setup: Setup, graph: Any) -> StepFn:
+        from linnet.lang.emit import onnx as emit
+
+        model = emit.emit_onnx(graph, setup.numpy_weights(graph))
+        emit.check(model)
+        proto = emit.to_proto(model)
+        if evaluator == "onnxruntime":
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            sess = ort.InferenceSession(proto.SerializeToString(), options,
+                                        providers=["CPUExecutionProvider"])
+            run = sess.run
+        else:
+            from onnx.reference import ReferenceEvaluator
+
+            run = ReferenceEvaluator(proto).run
+        n = len(graph.outputs)
+
+        def step(inputs: Arrays, states: Arrays) -> tuple[list[np.ndarray], Arrays]:
+            outs = run(None, {**inputs, **states})
+            return list(outs[:n]), dict(zip(graph.states, outs[n:]))
+        return step
+    return make
+
+
+def _stablehlo_step(setup: Setup, graph: Any) -> StepFn:
+    from linnet.lang.emit import stablehlo as emit
+
+    text = emit.emit_stablehlo(graph)
+    emit.verify(text)
+    run = emit.compile_cpu(text)
+    weights = setup.numpy_weights(graph)
+    n = len(graph.outputs)
+
+    def step(inputs: Arrays, states: Arrays) -> tuple[list[np.ndarray], Arrays]:
+        named = {**inputs, **states, **weights}
+        outs = run(*(named[a] for a in emit.argument_order(graph)))
+        return outs[:n], dict(zip(graph.states, outs[n:]))
+    return step
+
+
+def _jax_step(setup: Setup, graph: Any) -> StepFn:
+    """Generated JAX (linnet-runtime-jax), called as the torch runtime's models are: a model
+    loaded with the same weights and config, each call given its states."""
+    import linnet.jax as lj  # type: ignore[import-not-found]
+
+    model = setup.models.get("jax") or lj.load(setup.case.model, weights={
+        k: v.float().numpy() for k, v in setup.weights.items()}, config=setup.case.config)
+    setup.models["jax"] = model
+
+    def step(inputs: Arrays, states: Arrays) -> tuple[list[np.ndarray], Arrays]:
+        ctx = model.context_for_graph(graph) if hasattr(model, "context_for_graph") else None
+        if ctx is not None:
+            ctx.states.update(states)
+        out = model.run(graph.entry, [inputs[r.lstrip("%")] for r in graph.inputs],
+                        context=ctx)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        return ([np.asarray(o) for o in outs],
+                {k: np.asarray(v) for k, v in (ctx.states if ctx else states).items()})
+    return step
+
+
+def _needs(*modules: str) -> Callable[[], str]:
+    def missing() -> str:
+        absent = [m for m in modules if importlib.util.find_spec(m) is None]
+        return f"{', '.join(absent)} not installed" if absent else ""
+    return missing
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One column of the table: ``missing()`` says why it cannot run here ("" if it can);
+    ``make(setup, graph)`` returns its step function for one lowered entry."""
+
+    name: str
+    description: str
+    missing: Callable[[], str]
+    make: Callable[[Setup, Any], StepFn]
+
+
+RUNTIMES: list[Runtime] = [
+    Runtime("interpreter", "the PyTorch interpreter (the reference)", _needs(),
+            _torch_step("interpret")),
+    Runtime("generated", "generated PyTorch (linnet torch)", _needs(), _torch_step("generated")),
+    Runtime("compile", "generated PyTorch under torch.compile (load(compile=True))", _needs(),
+            _torch_step("compile")),
+    Runtime("onnxruntime", "ONNX (linnet onnx) under onnxruntime, CPU",
+            _needs("onnx", "onnx_ir", "onnxruntime"), _onnx_step("onnxruntime")),
+    Runtime("onnx-reference", "ONNX under onnx.reference.ReferenceEvaluator",
+            _needs("onnx", "onnx_ir"), _onnx_step("reference")),
+    Runtime("stablehlo", "StableHLO (linnet stablehlo) on JAX's CPU backend", _needs("jax"),
+            _stablehlo_step),
+    Runtime("jax", "generated JAX (linnet-runtime-jax)", _needs("linnet.jax"), _jax_step),
+]
+"""The runtimes, in the table's order; the first is the reference."""
+
+
+# ---------------------------------------------------------------- running
+@dataclass
+class Cell:
+    runtime: str
+    difference: float | None  # None: the runtime did not run (``note`` says why)
+    passed: bool
+    note: str = ""
+
+
+@dataclass
+class Row:
+    case: Case
+    cells: list[Cell]
+
+
+def _difference(got: np.ndarray, want: np.ndarray) -> tuple[float, bool]:
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return math.inf, False
+    if want.dtype.kind in "biu":
+        diff = float(np.max(np.abs(got.astype(np.int64) - want.astype(np.int64)), initial=0))
+        return diff, diff == 0
+    diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0))
+    return diff, diff <= _tolerance(want) * max(1.0, float(np.max(np.abs(want), initial=0)))
+
+
+def _tolerance(want: np.ndarray) -> float:
+    name = {np.dtype(np.float64): "f64", np.dtype(np.float16): "f16"}.get(want.dtype, "f32")
+    return TOLERANCES[name]
+
+
+def _trace(case: Case, setup: Setup, make: Callable[[Setup, Any], StepFn]
+           ) -> tuple[list[list[np.ndarray]], list[int]]:
+    """Every call's outputs (and states after it), and the tokens a decode loop picked."""
+    inputs = make_inputs(case)
+    first = setup.graphs[case.entry]
+    states = {p: np.zeros(v.shape, np.float32) for p, v in first.states.items()}
+    outs, states = make(setup, first)(inputs, states)
+    seen = [outs + [states[p] for p in sorted(states)]]
+    tokens: list[int] = []
+    if case.decode:
+        step = make(setup, setup.graphs["decode"])
+        token = int(np.argmax(outs[0][0, -1]))
+        length = next(iter(inputs.values())).shape[1]
+        for i in range(case.decode):
+            tokens.append(token)
+            outs, states = step({"token": np.array([token], np.int32),
+                                 "pos": np.array([length + i], np.int32)}, states)
+            seen.append(outs + [states[p] for p in sorted(states)])
+            token = int(np.argmax(outs[0][0]))
+        tokens.append(token)
+    return seen, tokens
+
+
+def lower_case(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The case's graphs (its entry, and decode for a loop) and the weights for them."""
+    from linnet.lang import Program, lower
+
+    program = Program.from_file(case.model)
+    graphs = {}
+    for entry in [case.entry] + (["decode"] if case.decode else []):
+        shapes = ({k: list(v[0]) for k, v in case.inputs.items()} if entry == case.entry
+                  else {"token": [1], "pos": [1]})
+        graphs[entry] = lower(program, entry, shapes, case.config)
+    return graphs, make_weights(list(graphs.values()))
+
+
+def run_case(case: Case, runtimes: list[Runtime] | None = None) -> Row:
+    """Run ``case`` on every runtime; the first runtime's results are the reference."""
+    runtimes = RUNTIMES if runtimes is None else runtimes
+    graphs, weights = lower_case(case)
+    setup = Setup(case, weights, {})
+    # Lowered as the torch runtime lowers them (with the weights' shapes): every runtime
+    # exports or runs these very graphs.
+    ref_model = setup.torch_model("interpret")
+    for entry, g in graphs.items():
+        import torch
+
+        args = [torch.zeros(g.values[r].shape, dtype=_torch_dtype(g.values[r].dtype))
+                for r in g.inputs]
+        setup.graphs[entry] = ref_model.graph(entry, args)
+    want, want_tokens = _trace(case, setup, runtimes[0].make)
+    cells = [Cell(runtimes[0].name, 0.0, True, "reference")]
+    for rt in runtimes[1:]:
+        why = rt.missing()
+        if why:
+            cells.append(Cell(rt.name, None, True, why))
+            continue
+        got, tokens = _trace(case, setup, rt.make)
+        worst, ok = 0.0, True
+        for call_got, call_want in zip(got, want):
+            for g_, w_ in zip(call_got, call_want):
+                d, p = _difference(g_, w_)
+                worst, ok = max(worst, d), ok and p
+        ok = ok and len(got) == len(want) and tokens == want_tokens
+        note = "" if tokens == want_tokens else "different tokens"
+        cells.append(Cell(rt.name, worst, ok, note))
+    return Row(case, cells)
+
+
+def _torch_dtype(name: str) -> Any:
+    from ..interpreter import DTYPES
+
+    return DTYPES[name]
+
+
+def run_suite(select: Callable[[Case], bool] | None = None,
+              runtimes: list[Runtime] | None = None) -> list[Row]:
+    """Every case (those ``select`` keeps) on every runtime."""
+    return [run_case(c, runtimes) for c in cases() if select is None or select(c)]
+
+
+# ---------------------------------------------------------------- the table
+def cell_text(cell: Cell) -> str:
+    if cell.difference is None:
+        return "n/a"
+    if cell.note == "reference":
+        return "reference"
+    mark = "pass" if cell.passed else "FAIL"
+    extra = f" ({cell.note})" if cell.note else ""
+    return f"{cell.difference:.1e} {mark}{extra}"
+
+
+def table(rows: list[Row], runtimes: list[Runtime] | None = None) -> str:
+    """The Markdown table: one row per case, one column per runtime (largest difference from
+    the interpreter over every output, state and call, and whether it passes)."""
+    runtimes = RUNTIMES if runtimes is None else runtimes
+    head = "| case | " + " | ".join(rt.name for rt in runtimes) + " |"
+    lines = [head, "|" + "---|" * (len(runtimes) + 1)]
+    for row in rows:
+        lines.append(f"| {row.case.name} | " + " | ".join(cell_text(c) for c in row.cells)
+                     + " |")
+    return "\n".join(lines)
+
+
+def page(rows: list[Row]) -> str:
+    """docs/conformance.md: the table, the runtimes, the tolerances and what n/a means."""
+    missing = {rt.name: rt.missing() for rt in RUNTIMES if rt.missing()}
+    lines = [
+        "# Conformance",
+        "",
+        "One model definition, the same function on every runtime: each case below runs on",
+        "the same random inputs and weights on every runtime, compared with the PyTorch",
+        "interpreter. A cell is the largest difference from the interpreter over every",
+        "output, every state after each call and every call of a decode loop (whose tokens",
+        "must be the interpreter's). Generated by `linnet conform-all --write",
+        "docs/conformance.md`; `integration-tests/test_conformance.py` fails when this page",
+        "no longer matches what the suite computes.",
+        "",
+        table(rows),
+        "",
+        "Runtimes:",
+        "",
+    ]
+    lines += [f"- `{rt.name}`: {rt.description}" + (f" (n/a here: {missing[rt.name]})"
+                                                     if rt.name in missing else "")
+              for rt in RUNTIMES]
+    lines += ["", "Tolerances (by output dtype, relative to the reference's largest magnitude, "
+                  "at least 1; integers, bools and tokens must be equal):", ""]
+    lines += [f"- {k}: {v:g}" for k, v in TOLERANCES.items()]
+    return "\n".join(lines) + "\n"
