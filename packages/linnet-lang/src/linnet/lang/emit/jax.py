@@ -29,6 +29,7 @@ are the graph's (``preferred_element_type``) in both modes.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.emit.python import Draft, docstring, wrap
@@ -54,6 +55,9 @@ NUMERICS = ("exact", "fast")
 
 # Names the generated module itself uses (on top of the PyTorch emitter's).
 RESERVED = {"jax", "jnp", "lax", "PRECISION"}
+# ... and what a module that launches Pallas kernels defines (emit/pallas.py HEADER, READY).
+RESERVED |= {"os", "pl", "plgpu", "PALLAS", "INTERPRET", "COMPILER_PARAMS", "RUNS",
+             "kernels_ready", "kernel_vjp"}
 
 
 class JaxScope(Scope):
@@ -418,10 +422,38 @@ class JaxEmitter(TorchEmitter):
     fast_calls = FAST_CALLS
     scope_class = JaxScope
 
-    def kernel_launch(self, *args: object, **kwargs: object) -> None:
-        """Kernels through Pallas are not written yet (issue 16, item 3): an op bound to a
-        kernel runs from its body (the PyTorch emitter launches Triton kernels here)."""
-        return None
+    def kernel_text(self, call: Call) -> Any:
+        """The Pallas kernel instance a bound call launches, written once per module (the
+        PyTorch emitter's hook, which writes Triton's); see emit/pallas.py."""
+        from linnet.lang.emit.pallas import kernel_text
+        from linnet.lang.emit.triton import kernel_args
+        from linnet.lang.ir.tiles import find_kernel, lower_kernel
+
+        assert self.program is not None
+        name = call.attributes["kernel"]
+        scalars = kernel_args(call.attributes.get("args", []), find_kernel(self.program, name))
+        key = (name, repr(sorted(call.attributes["kernel_generics"].items())),
+               repr(sorted(scalars.items())))
+        if key not in self.kernel_texts:
+            k = lower_kernel(self.program, name, call.attributes["kernel_generics"], scalars)
+            # Kernels launch under numerics "fast" alone, as in generated PyTorch: products
+            # take the backend's default precision there, as the module's PRECISION does.
+            precision = "PRECISION"
+            self.kernel_texts[key] = kernel_text(k, self.sources, precision, self.used_names)
+        return self.kernel_texts[key]
+
+    def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],
+                         call: Call, scope: Scope) -> tuple[str, frozenset[str], frozenset[str]]:
+        """The op's body as a local function, then its Pallas launch or that function."""
+        from linnet.lang.emit.pallas import launch_statement
+
+        short = identifier(call.callee.rsplit("::", 1)[-1])
+        name, i = f"{short}_body", 1
+        while name in scope.used:
+            i += 1
+            name = f"{short}_body_{i}"
+        scope.reserve(name)
+        return launch_statement(text, args, outs, body, name)
 
     def entry_function(self, graph: Graph, slices: list[Slice]) -> str:
         # Each slice's written states become outputs of it ("@path"), so that liveness keeps
@@ -534,6 +566,17 @@ class JaxEmitter(TorchEmitter):
             "",
             "",
         ]
+        # The Pallas kernels this module launches, first (emit/pallas.py); one whose every
+        # call turned out dead is not written.
+        written = "\n".join(self.functions + entries)
+        texts = [t for t in self.kernel_texts.values() if f" = {t.launcher}(" in written]
+        if texts:
+            from linnet.lang.emit.pallas import HEADER, READY, runs_table
+
+            at = header.index("from jax import lax") + 1
+            header[at:at] = HEADER.rstrip("\n").split("\n")
+            header += [runs_table([t.key for t in texts]), "", ""]
+            self.functions[:0] = [READY] + [t.source for t in texts]
         body = "\n\n\n".join(self.functions + entries)
         meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
         text = "\n".join(header) + "\n" + body + "\n\n\n" + meta
@@ -554,8 +597,10 @@ def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
 
     Each entry becomes ``f(*inputs, params, states) -> (outputs, new_states)``, a pure
     function; ``fast=False`` lowers std ops from their bodies instead of fused JAX calls.
-    ``program`` is taken for the same signature as ``emit_torch``: generated JAX does not
-    launch kernels yet (Pallas is not written), so every bound op runs its body.
+    With ``program`` (the :class:`~linnet.lang.Program` the graphs came from) and numerics
+    "fast", each call of an op bound to a kernel launches the kernel through
+    ``pl.pallas_call`` where it can (see :mod:`linnet.lang.emit.pallas`); without, the op's
+    body runs.
 
     >>> from linnet.lang import Program, lower
     >>> prog = Program.from_text('''
@@ -568,4 +613,5 @@ def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
         raise ValueError(f"numerics must be one of {NUMERICS}")
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
     emitter = JaxEmitter(sources, Options(numerics, fast))
+    emitter.program = program
     return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"))
