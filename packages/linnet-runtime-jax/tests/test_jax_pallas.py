@@ -1,0 +1,166 @@
+"""Bound ops launch their kernels from generated JAX through `pl.pallas_call`, and fall back
+to the body, one case at a time; each case reads the module's RUNS counters (which path was
+traced) and compares with the op's body. Kernels run under LINNET_PALLAS_INTERPRET=1
+(`interpret=True`) on the CPU; the `gpu` case launches them for real."""
+
+from __future__ import annotations
+
+import builtins
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from linnet.jax import load_source
+
+SOFTMAX = """
+use std.nn.activation::{softmax}
+model M<R: Dim, C: Dim> {
+    entry run(x: Tensor[R, C; f32]) -> Tensor[R, C; f32] { return softmax(x) }
+}
+"""
+
+# A kernel-bound op with a deliberately wrong grad clause (a constant 7): under jax.grad the
+# launched kernel's backward must be it, not the body's derivative.
+CLAUSE = """
+pub kernel twice_k<N: Dim, B: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid((N + B - 1) / B)
+{
+    let cols = program_id(0) * B + iota<i32>(B)
+    store(y[cols], load(x[cols], cols < N) * 2.0, cols < N)
+}
+
+pub op twice<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] kernel twice_k<N, 4> {
+    let y[n] = x[n] * 2.0
+    return y
+} grad(dy) {
+    let dx[n] = dy[n] * 0.0 + 7.0
+    return dx
+}
+
+model M<N: Dim> {
+    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return twice(x) }
+}
+"""
+
+
+@pytest.fixture
+def model(tmp_path):
+    def write(text: str = SOFTMAX):
+        path = tmp_path / "m.linnet"
+        path.write_text(text)
+        return path
+    return write
+
+
+@pytest.fixture
+def interpret(monkeypatch):
+    monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
+
+
+def entry(module):
+    """The entry `run` as a function of x alone, jitted (as the runtime jits entries)."""
+    return jax.jit(lambda x: module.run(x, {}, {})[0][0])
+
+
+def poisoned(shape, seed=0):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return jnp.asarray(x * 4)
+
+
+@pytest.mark.parametrize("shape", [[1, 1], [3, 5], [2, 1024]])
+def test_interpreted_kernel_equals_the_body(model, interpret, shape):
+    path = model()
+    fast = load_source(path, "run", {"x": shape}, numerics="fast")
+    body = load_source(path, "run", {"x": shape}, numerics="exact")
+    assert "pl.pallas_call(" in open(fast.__file__).read()
+    assert not hasattr(body, "RUNS")  # exact: the body alone, no kernel written
+    x = poisoned(shape)
+    y = entry(fast)(x)
+    (key, counts), = fast.RUNS.items()
+    assert counts == [1, 0]  # traced once, launching the kernel
+    np.testing.assert_allclose(np.asarray(y), np.asarray(entry(body)(x)), rtol=1e-6, atol=1e-7)
+    entry(fast)(x + 1)  # jit reuses the compiled launch: no new trace
+    assert fast.RUNS[key] == [1, 0] or fast.RUNS[key] == [2, 0]
+
+
+def test_cpu_without_the_interpreter_runs_the_body(model, monkeypatch):
+    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
+    m = load_source(model(), "run", {"x": [3, 5]}, numerics="fast")
+    x = poisoned([3, 5])
+    y = entry(m)(x)
+    assert list(m.RUNS.values()) == [[0, 1]]
+    np.testing.assert_allclose(np.asarray(y), np.asarray(jax.nn.softmax(x, -1)), rtol=1e-6)
+
+
+def test_no_pallas_runs_the_body(model, interpret, monkeypatch):
+    real = builtins.__import__
+
+    def no_pallas(name, *args, **kwargs):
+        if name.startswith("jax.experimental.pallas") or (
+                name == "jax.experimental" and "pallas" in (args[2] or ())):
+            raise ImportError("no pallas here")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pallas)
+    m = load_source(model(), "run", {"x": [3, 5]}, numerics="fast")
+    monkeypatch.setattr(builtins, "__import__", real)
+    assert m.PALLAS is False
+    x = poisoned([3, 5])
+    y = entry(m)(x)
+    assert list(m.RUNS.values()) == [[0, 1]]
+    np.testing.assert_allclose(np.asarray(y), np.asarray(jax.nn.softmax(x, -1)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["where false", "exact"])
+def test_no_launch_is_written_where_the_kernel_cannot_run(model, interpret, case):
+    shape = [2, 2048] if case == "where false" else [3, 5]  # rows longer than B = 1024
+    m = load_source(model(), "run", {"x": shape},
+                    numerics="exact" if case == "exact" else "fast")
+    text = open(m.__file__).read()
+    assert "kernels_ready" not in text and "pallas" not in text
+    x = poisoned(shape)
+    np.testing.assert_allclose(np.asarray(entry(m)(x)), np.asarray(jax.nn.softmax(x, -1)),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_grad_through_a_kernel_equals_grad_of_the_body(model, interpret):
+    path = model()
+    fast = load_source(path, "run", {"x": [3, 5]}, numerics="fast")
+    body = load_source(path, "run", {"x": [3, 5]}, numerics="exact")
+    x, w = poisoned([3, 5]), poisoned([3, 5], seed=1)
+
+    def loss(module):
+        return jax.jit(jax.grad(lambda x: jnp.sum(module.run(x, {}, {})[0][0] * w)))
+
+    g = loss(fast)(x)
+    assert list(fast.RUNS.values()) == [[1, 0]]  # the forward pass launched the kernel
+    np.testing.assert_allclose(np.asarray(g), np.asarray(loss(body)(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_a_grad_clause_is_the_kernels_backward(model, interpret):
+    m = load_source(model(CLAUSE), "run", {"x": [10]}, numerics="fast")
+    text = open(m.__file__).read()
+    assert "def twice_grad(x, dy):" in text
+    assert "launch_twice_k_10_4(twice_body, twice_grad, x)" in text
+    x = poisoned([10])
+    y = entry(m)(x)
+    np.testing.assert_allclose(np.asarray(y), 2 * np.asarray(x))
+    g = jax.grad(lambda x: jnp.sum(m.run(x, {}, {})[0][0]))(x)
+    assert m.RUNS["twice_k_10_4"][0] >= 1  # launched, and differentiated by the clause
+    np.testing.assert_array_equal(np.asarray(g), np.full(10, 7.0, np.float32))
+
+
+@pytest.mark.gpu
+def test_the_kernel_launches_on_the_gpu_and_equals_the_body(model, monkeypatch):
+    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs jax with a GPU backend")
+    path = model()
+    for shape in ([4, 8], [64, 1000], [3, 1024]):
+        fast = load_source(path, "run", {"x": shape}, numerics="fast")
+        body = load_source(path, "run", {"x": shape}, numerics="exact")
+        x = poisoned(shape)
+        y = entry(fast)(x)
+        assert list(fast.RUNS.values()) == [[1, 0]]
+        np.testing.assert_allclose(np.asarray(y), np.asarray(entry(body)(x)), rtol=1e-5,
+                                   atol=1e-6)
