@@ -313,11 +313,24 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
     lines = []
     carried = []
     for init, arg, res in zip(s.operands, a["carried"], s.results):
-        var = n.fresh(re.sub(r"\.\d+$", "", arg.lstrip("%")))
-        lines.append(f"{var} = {n.tensor(init)}")
+        if init not in n.literals and init.startswith("%") and n.uses.get(init) == 1:
+            var = n(init)  # read only to start the loop: the loop's variable itself
+        else:
+            var = n.fresh(re.sub(r"\.\d+$", "", arg.lstrip("%")))
+            lines.append(f"{var} = {n.tensor(init)}")
         n.alias(arg, var)
         n.alias(res, var)
         carried.append(var)
+    body_steps = a["body"]
+    for arg, y in zip(a["carried"], a["yields"]):
+        # `acc = acc + p` rather than `add = acc + p`: the new value is made by a step of
+        # the body after which nothing reads the old one (as emit/triton.py writes it).
+        at = next((i for i, st in enumerate(body_steps) if y in st.results), None)
+        if at is None or n.uses.get(y) != 1 or y in n.names or any(
+                arg in st.operands or arg in st.attributes.get("yields", [])
+                for later in body_steps[at + 1:] for st in n.kernel.walk([later])):
+            continue
+        n.alias(y, n(arg))
     index = n(a["var"])
     fn = n.fresh(f"loop_{index}")
     count = max(0, -(-(a["stop"] - a["start"]) // a["step"]))
