@@ -10,6 +10,8 @@
 #                                          whole steps with both plugins: gpu_steps.py)
 #   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
 #                                          its body, timed, floors, graph breaks: kernels.py)
+#   bash benchmarks/gpu.sh --pallas [--runs N]   (every std kernel launched through Pallas from
+#                                          generated JAX against its body, timed: pallas.py)
 # Results land in $OUT (or ./gpu-results) and the summary tables are printed last.
 set -uo pipefail
 OUT=${OUT:-gpu-results}
@@ -66,6 +68,11 @@ if [ "${1:-}" = "--gpu-tests" ]; then
   if [ -n "${GPU_STEPS_PARTS:-}" ]; then
     python3 benchmarks/gpu_steps.py --parts "$GPU_STEPS_PARTS" 2>&1 | tee "$OUT/steps.log" | grep -v Warning | tail -30
   fi
+  exit 0
+fi
+if [ "${1:-}" = "--pallas" ]; then
+  python3 -c "import jax; print('jax', jax.__version__, jax.default_backend())" | tee -a "$OUT/gpu.txt"
+  python3 benchmarks/pallas.py "${@:2}" 2>&1 | tee "$OUT/pallas.log" | grep -v Warning | tail -14
   exit 0
 fi
 if [ "${1:-}" = "--kernels" ]; then
