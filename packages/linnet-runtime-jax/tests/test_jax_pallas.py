@@ -166,3 +166,94 @@ def test_the_kernel_launches_on_the_gpu_and_equals_the_body(model, monkeypatch):
         assert list(fast.RUNS.values()) == [[1, 0]]
         np.testing.assert_allclose(np.asarray(y), np.asarray(entry(body)(x)), rtol=1e-5,
                                    atol=1e-6)
+
+
+# ---------------------------------------------------------------- the std kernels, checked
+def std_bindings() -> list[tuple[str, str]]:
+    """Every public std op bound to a kernel, ``(module, op)``: parsed from the std files,
+    so a new binding is checked here without being listed."""
+    import linnet.lang.syntax.tree as A
+    from linnet.lang.diagnostics.core import SourceFile
+    from linnet.lang.syntax.parser import parse
+    from linnet.lang.syntax.program import STD_ROOT, std_modules
+
+    out = []
+    for module in sorted(std_modules()):
+        path = STD_ROOT.joinpath(*module.split(".")[1:]).with_suffix(".linnet")
+        for item in parse(SourceFile(str(path), path.read_text()), module).items:
+            if isinstance(item, A.FuncDecl) and item.kind == "op" and item.kernel is not None \
+                    and item.public:
+                out.append((module, item.name))
+    return out
+
+
+def op_model(module: str, op: str, rows: int, cols: int):
+    """A one-entry model calling ``op`` on f32 tensors whose first Dim is ``rows`` and other
+    Dims ``cols``, and its input shapes."""
+    from linnet.lang import Program
+
+    decl = Program.from_text(f"use {module}::{{{op}}}").module(module).find(op)
+    dims = [g.name for g in decl.generics if g.kind == "Dim"]
+    value = {d: rows if i == 0 else cols for i, d in enumerate(dims)}
+
+    def shape(ty):
+        return [value[d.name] for d in ty.dims]
+
+    ins = {p.name: shape(p.type) for p in decl.params}
+    params = ", ".join(f"{n}: Tensor[{', '.join(map(str, s))}; f32]" for n, s in ins.items())
+    out = ", ".join(map(str, shape(decl.results[0].type)))
+    text = (f"use {module}::{{{op}}}\nmodel Case {{\n    entry run({params}) -> "
+            f"Tensor[{out}; f32] {{ return {op}({', '.join(ins)}) }}\n}}\n")
+    return text, ins
+
+
+def test_the_std_bindings_are_found():
+    assert ("std.nn.activation", "softmax") in std_bindings()
+
+
+@pytest.mark.parametrize("module,op", std_bindings())
+def test_std_kernels_equal_their_bodies_interpreted(module, op, interpret, tmp_path):
+    """Random shapes (the first Dim 1..6, the others 1..1024, where the std kernels' where
+    clauses hold), NaN-poisoned results: every element the body has, the kernel writes, and
+    equal to it within f32 rounding."""
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import strategies as st
+    from jax.experimental import pallas as pl
+    from linnet.lang import Program, lower
+    from linnet.lang.emit.triton import instance_name
+    from linnet.lang.ir.tiles import lower_kernel
+
+    @settings(max_examples=8, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(rows=st.integers(1, 6), cols=st.integers(1, 1024))
+    def check(rows, cols):
+        text, ins = op_model(module, op, rows, cols)
+        path = tmp_path / f"case_{rows}_{cols}.linnet"
+        path.write_text(text)
+        prog = Program.from_file(path)
+        call = next(c for c in lower(prog, "run", ins).calls if c.attributes.get("kernel"))
+        assume(call.attributes["kernel_applies"])
+        k = lower_kernel(prog, call.attributes["kernel"], call.attributes["kernel_generics"])
+        fast = load_source(path, "run", ins, numerics="fast")
+        body = load_source(path, "run", ins, numerics="exact")
+        xs = [poisoned(s, seed=rows * 7919 + cols) for s in ins.values()]
+        kernel = getattr(fast, instance_name(k))
+        outs = [jax.ShapeDtypeStruct(shape, jnp.float32) for _, shape, _ in k.results]
+        nan = [jnp.full(o.shape, jnp.nan, o.dtype) for o in outs]
+        n = len(xs)
+
+        def poisoned_kernel(*refs):  # the aliased NaN buffers are read by no one
+            kernel(*refs[:n], *refs[n + len(outs):])
+
+        got = pl.pallas_call(poisoned_kernel, out_shape=outs, grid=k.grid, interpret=True,
+                             input_output_aliases={n + i: i for i in range(len(outs))}
+                             )(*xs, *nan)
+        want = body.run(*xs, {}, {})[0]
+        for g, w in zip(got, want):
+            assert not np.isnan(np.asarray(g)).any()  # every element written
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-6, atol=1e-7)
+        (y,), _ = jax.jit(fast.run)(*xs, {}, {})  # and through the generated call
+        assert list(fast.RUNS.values()) == [[1, 0]]
+        np.testing.assert_allclose(np.asarray(y), np.asarray(want[0]), rtol=2e-6, atol=1e-7)
+
+    check()
