@@ -165,11 +165,11 @@ def main() -> int:
         if "error" in r:
             print(f"{r['op']:34} {r['shape']:>10} {r['width']:>6}  error: {r['error'][:60]}")
             continue
-        print(f"{r['op']:34} {r['shape']:>10} {r['width']:>6} {str(r['launched']):>8} "
+        print(f"{r['op']:34} {r['shape']:>10} {r['width']:>6} {r['launched']!s:>8} "
               f"{'ok' if r['ok'] else 'BAD':>3} {r['max_diff']:9.1e} {r['kernel_us']:10.1f} "
               f"{r['body_us']:9.1f} {r['floor_us']:9.2f}")
-    return 0 if all(r.get("ok") and r.get("launched") for r in rows) or DRY and all(
-        r.get("ok") for r in rows) else 1
+    return 0 if all(r.get("ok") and r.get("launched") for r in rows) or (DRY and all(
+        r.get("ok") for r in rows)) else 1
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ traced) and compares with the op's body. Kernels run under LINNET_PALLAS_INTERPR
 from __future__ import annotations
 
 import builtins
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +73,7 @@ def test_interpreted_kernel_equals_the_body(model, interpret, shape):
     path = model()
     fast = load_source(path, "run", {"x": shape}, numerics="fast")
     body = load_source(path, "run", {"x": shape}, numerics="exact")
-    assert "pl.pallas_call(" in open(fast.__file__).read()
+    assert "pl.pallas_call(" in Path(fast.__file__).read_text()
     assert not hasattr(body, "RUNS")  # exact: the body alone, no kernel written
     x = poisoned(shape)
     run = entry(fast)
@@ -118,7 +119,7 @@ def test_no_launch_is_written_where_the_kernel_cannot_run(model, interpret, case
     shape = [2, 2048] if case == "where false" else [3, 5]  # rows longer than B = 1024
     m = load_source(model(), "run", {"x": shape},
                     numerics="exact" if case == "exact" else "fast")
-    text = open(m.__file__).read()
+    text = Path(m.__file__).read_text()
     assert "kernels_ready" not in text and "pallas" not in text
     x = poisoned(shape)
     np.testing.assert_allclose(np.asarray(entry(m)(x)), np.asarray(jax.nn.softmax(x, -1)),
@@ -141,7 +142,7 @@ def test_grad_through_a_kernel_equals_grad_of_the_body(model, interpret):
 
 def test_a_grad_clause_is_the_kernels_backward(model, interpret):
     m = load_source(model(CLAUSE), "run", {"x": [10]}, numerics="fast")
-    text = open(m.__file__).read()
+    text = Path(m.__file__).read_text()
     assert "def twice_grad(x, dy):" in text
     assert "launch_twice_k_10_4(twice_body, twice_grad, x)" in text
     x = poisoned([10])

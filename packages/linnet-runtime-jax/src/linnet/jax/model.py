@@ -257,7 +257,7 @@ def load_source(path: str | Path, entry: str, shapes: dict[str, Sequence[int]],
     return _module(prep.program, graph, numerics, fast, clauses)
 
 
-def _lower(program: Program, entry: str, shapes: dict, config: dict, weights: dict
+def _lower(program: Program, entry: str, shapes: dict, config: dict | None, weights: dict | None
            ) -> tuple[Graph, dict[int, Any] | None]:
     """The entry's graph and, where the program has grad clauses, each call's clause: a
     Pallas kernel's backward under jax.grad (emit/jax.py). Recording clauses lowers every

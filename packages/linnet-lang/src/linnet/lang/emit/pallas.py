@@ -30,18 +30,20 @@ from __future__ import annotations
 import ast
 import math
 import re
-from dataclasses import dataclass
 
 from linnet.lang.emit.triton import (
     DOT_MIN,
-    RESERVED as TRITON_RESERVED,
     Context,
+    KernelText,
     Names,
     TileRule,
     _comment,
     _expand,
     instance_name,
     literal,
+)
+from linnet.lang.emit.triton import (
+    RESERVED as TRITON_RESERVED,
 )
 from linnet.lang.ir.graph import Step
 from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the doctest)
@@ -387,17 +389,6 @@ def _unsupported(what: str, s: Step) -> Exception:
 # ---------------------------------------------------------------- functions
 
 
-@dataclass
-class PallasText:
-    """One kernel instance as generated text (emit/triton.py's KernelText, for Pallas)."""
-
-    kernel: TileKernel
-    function: str  # the kernel function's name
-    launcher: str  # the launcher's name
-    key: str  # its RUNS key
-    source: str  # the kernel function's and the launcher's text
-
-
 def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
                     precision: str = "lax.Precision.HIGHEST") -> str:
     """The Pallas kernel function for ``k``: one ref per tensor parameter and result (named
@@ -455,7 +446,7 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
 
 
 def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
-                taken: set[str]) -> PallasText:
+                taken: set[str]) -> KernelText:
     """The kernel function and launcher for ``k``, named ``instance_name(k)`` (made unique
     against ``taken``, which this extends).
 
@@ -475,7 +466,7 @@ def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
     taken |= {name, f"launch_{name}", f"run_{name}"}
     text = kernel_function(k, name, sources, precision) + "\n\n\n" + launcher_function(
         k, name, f"launch_{name}", name)
-    return PallasText(k, name, f"launch_{name}", name, text)
+    return KernelText(k, name, f"launch_{name}", name, text)
 
 
 # The module's own part: written only where a kernel is launched.
@@ -532,7 +523,7 @@ def runs_table(keys: list[str]) -> str:
             f"RUNS = {{{inner}}}")
 
 
-def launch_statement(text: PallasText, args: list[str], outs: list[str], body: list[str],
+def launch_statement(text: KernelText, args: list[str], outs: list[str], body: list[str],
                      body_name: str, backward: str | None = None
                      ) -> tuple[str, frozenset[str], frozenset[str]]:
     """The statements at a bound op's call: the op's ``body`` (its lines, as the emitter
@@ -542,13 +533,14 @@ def launch_statement(text: PallasText, args: list[str], outs: list[str], body: l
     level for the function body), the names it defines and those it reads."""
     target = ", ".join(outs) + ("," if len(outs) == 1 and len(text.kernel.results) > 1 else "")
     returned = ", ".join(outs) + ("," if len(outs) > 1 else "")
-    fn = [f"def {body_name}({', '.join(args)}):"] + ["    " + b for b in body] + [
-        f"    return {returned}" if len(outs) == 1 else f"    return ({returned})"]
-    lines = fn + [f"if kernels_ready({text.key!r}):",
-                  f"    {target} = {text.launcher}({body_name}, {backward or 'None'}, "
-                  f"{', '.join(args)})",
-                  "else:",
-                  f"    {target} = {body_name}({', '.join(args)})"]
+    lines = [f"def {body_name}({', '.join(args)}):",
+             *["    " + b for b in body],
+             f"    return {returned}" if len(outs) == 1 else f"    return ({returned})",
+             f"if kernels_ready({text.key!r}):",
+             f"    {target} = {text.launcher}({body_name}, {backward or 'None'}, "
+             f"{', '.join(args)})",
+             "else:",
+             f"    {target} = {body_name}({', '.join(args)})"]
     tree = ast.parse("\n".join(lines))
     stored = frozenset(x.id for x in ast.walk(tree)
                        if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store)) | {body_name}
