@@ -134,6 +134,13 @@ def _scatter(step: Step, x: list[Any], device: torch.device) -> None:
         state.index_put_(tuple(i.long() for i in indices), value)
 
 
+def _slice(step: Step, x: torch.Tensor) -> torch.Tensor:
+    view = x[tuple(slice(a, b) for a, b in zip(step.attributes["starts"],
+                                                step.attributes["limits"]))]
+    # A view of a state would change with the state's next write: a @path operand is copied.
+    return view.clone() if step.operands[0].startswith("@") else view
+
+
 def _max(fn: Callable) -> Rule:
     return lambda s, x, d: fn(*x)
 
@@ -163,6 +170,7 @@ RULES: dict[str, Rule] = {
     "broadcast": lambda s, x, d: x[0].expand(s.attributes["shape"]),
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
     "scatter": _scatter,  # in place: the state tensor is updated, no result
+    "slice": lambda s, x, d: _slice(s, x[0]),
 }
 """One rule per primitive (``tests/test_coverage.py`` in linnet-lang checks it covers
 :data:`~linnet.lang.ir.primitives.PRIMITIVES`): ``rule(step, operands, device)``."""
