@@ -256,9 +256,11 @@ class Indexing(EvaluatorBase):
         for axis, idx in enumerate(expr.indices):
             size = base.shape[axis]
             if not isinstance(idx, A.Slice):
+                one = (f"{idx.value}..{idx.value + 1}" if isinstance(idx, A.IntLit)
+                       else f"{self.src(idx)}..{self.src(idx)} + 1")
                 raise fail("E0344", "a slice takes a range for every axis", idx.span,
                            "not a range", help=f"write `..` for the whole axis, or a range "
-                           f"`{self.src(idx)}..{self.src(idx)} + 1` for one position")
+                           f"`{one}` for one position")
             start = self.range_bound(idx.start, frame) if idx.start is not None else Dim.const(0)
             stop = self.range_bound(idx.stop, frame) if idx.stop is not None else size
             if idx.inclusive:
