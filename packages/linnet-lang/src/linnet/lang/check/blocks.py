@@ -93,6 +93,8 @@ def config_value(ev: Evaluator, m: A.Member, frame: Frame, config: dict[str, Any
                 raise ValueError
             return Const(raw, "bool")
         if t in DT.FLOATS:
+            if isinstance(raw, bool):  # float(True) is 1.0: never what a config means
+                raise ValueError
             return Const(float(raw), t)
         if t in DT.INTS or t == "Dim":
             if isinstance(raw, bool) or float(raw) != int(raw):

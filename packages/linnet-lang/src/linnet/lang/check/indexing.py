@@ -120,8 +120,10 @@ class Indexing(EvaluatorBase):
                            f"{type_str(v)} without indices", help="index it: `x[i, j]`")
             return v.relabel(()) if isinstance(v, Tensor) else v
         if isinstance(expr, A.Tuple):
-            raise fail("E0333", "a composite index `(a, b)` is only allowed inside `[...]`",
-                       expr.span)
+            raise fail("E0333", "a composite index `(a, b)` is only allowed as a whole index "
+                       "of `x[...]`, not inside an expression", expr.span,
+                       help="split the axis with the composite itself: `x[n, (h, d + 1)]` is "
+                            "allowed, `x[n, (h, d) + 1]` is not")
         return self.value(expr, frame)
 
     def positions(self, expr: A.Index, base: Tensor, frame: Frame) -> list[tuple[str, Any]]:
@@ -138,6 +140,18 @@ class Indexing(EvaluatorBase):
                 names = [i.name for i in idx.items]  # type: ignore[union-attr]
                 out.append(("composite", names))
                 used.update(names)
+            elif isinstance(idx, A.Tuple):
+                # `gu[n, (0, f)]`: some parts are positions (constants, expressions): the
+                # axis is split as for a composite, then those parts are read like any index.
+                parts: list[tuple[str, Any]] = []
+                for i in idx.items:
+                    if isinstance(i, A.Name) and i.name in frame.ivars and i.name not in used \
+                            and frame.lookup_local(i.name) is None:
+                        parts.append(("var", i.name))
+                        used.add(i.name)
+                    else:
+                        parts.append(("expr", i))
+                out.append(("mixed", parts))
             else:
                 out.append(("expr", idx))
         return out
@@ -187,7 +201,36 @@ class Indexing(EvaluatorBase):
         flat: list[tuple[str, Any]] = []
         split = False
         for axis, (kind, what) in enumerate(positions):
-            if kind == "composite":
+            if kind == "mixed":
+                dims_or_none = [self.label_dim(frame, w) if k == "var" else None
+                                for k, w in what]
+                known = Dim.const(1)
+                for d in dims_or_none:
+                    if d is not None:
+                        known = known * d
+                unknown = [i for i, d in enumerate(dims_or_none) if d is None]
+                if len(unknown) > 1:
+                    raise fail("E0307", "cannot tell the sizes of the computed parts of this "
+                               "composite index", expr.indices[axis].span,
+                               "more than one part without a range",
+                               help="give all but one part a range: an index variable of a "
+                                    "known range, such as `(0, f)` where `f` has one")
+                rest = base.shape[axis] / known
+                mixed_dims = [d if d is not None else rest for d in dims_or_none]
+                prod = Dim.const(1)
+                for d in mixed_dims:
+                    prod = prod * d
+                if prod != base.shape[axis] or (rest.value is None and rest.exact is not None
+                                                and rest.exact.denominator != 1):
+                    raise fail("E0381", f"composite index parts of sizes "
+                               f"{' * '.join(str(d) for d in mixed_dims)} do not cover the "
+                               f"axis of size {base.shape[axis]}", expr.indices[axis].span,
+                               f"axis of size {base.shape[axis]}",
+                               help="the parts' ranges must multiply to the axis size")
+                shape.extend(mixed_dims)
+                flat.extend(what)
+                split = True
+            elif kind == "composite":
                 dims = [self.label_dim(frame, n) for n in what]
                 prod = Dim.const(1)
                 for d in dims:
