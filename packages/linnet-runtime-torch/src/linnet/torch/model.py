@@ -409,6 +409,10 @@ def load(path: str | Path, weights: Any = None,
          progress: Callable[[str], None] | bool = False) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
+    ``path`` is a model file, or a model the linnet-lang wheel ships by its module name:
+    ``std.models.llama``, ``std.models.qwen2``, ``std.models.mistral``, ``std.models.gemma``,
+    ``std.models.gpt2``, ``std.models.phi3`` (docs/models.md).
+
     ``weights`` is a safetensors file, a checkpoint directory (its
     ``model.safetensors.index.json``, else every ``*.safetensors`` in it), an index file,
     a list of files, or a dict of tensors. Files are never unpickled: their headers are
@@ -439,7 +443,9 @@ def load(path: str | Path, weights: Any = None,
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
     dev = resolve_device(device)
-    model_path = Path(path)
+    from linnet.lang.syntax.program import model_file
+
+    model_path = model_file(path)
     program = Program.from_file(model_path)
     errors = check_program(program)
     if errors:
