@@ -108,7 +108,7 @@ FAST = {
     "gemma": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(",
               "F.gelu(", "approximate='tanh'"],
     "phi3": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(", "F.silu("],
-    "gpt2": ["torch.addmm(", "F.scaled_dot_product_attention(", "F.layer_norm(", "F.gelu(",
+    "gpt2": ["F.linear(", ".t(), ", "F.scaled_dot_product_attention(", "F.layer_norm(", "F.gelu(",
              "F.embedding("],
 }
 
