@@ -341,6 +341,19 @@ class Model:
                     raise index_error(entry, str(exc)) from None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any) -> list[list[int]]:
+        """Generate tokens after each prompt on ``prefill`` and ``decode``: greedy by
+        default; ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_tokens`` and
+        ``on_token`` as :func:`linnet.torch.generate.generate` says (docs/torch.md,
+        "Generating").
+
+        >>> model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)          # doctest: +SKIP
+        [[17, 9, 9, 30, 2, 88, 7, 7], [5, 5, 211, 2, 40, 40, 9, 1]]
+        """
+        from .generate import generate
+
+        return generate(self, prompts, max_new_tokens, **options)
+
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
         return self._lower(entry, inputs).path
