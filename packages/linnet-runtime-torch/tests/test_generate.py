@@ -117,3 +117,23 @@ def test_a_model_without_prefill_is_coded(tmp_path):
     with pytest.raises(LinnetError) as info:
         load(src).generate([[1]], 2)
     assert info.value.diagnostics[0].code == "E0816"
+
+
+def test_linnet_run_a_shipped_model_generates(pair, capsys, tmp_path):
+    from linnet.lang.cli import main
+
+    hf, model = pair
+    path = tmp_path / "ckpt"
+    hf.save_pretrained(path)
+    prompt = ",".join(map(str, PROMPTS[2]))
+    greedy = model.generate([PROMPTS[2]], 6)[0]
+    assert main(["run", "std.models.mistral", "--weights", str(path), "--prompt", prompt,
+                 "--tokens", "6"]) == 0
+    assert f"decoded 6 tokens: {greedy}" in capsys.readouterr().out
+    sampled = model.generate([PROMPTS[2]], 6, temperature=0.9, top_k=20, seed=5)[0]
+    argv = ["run", "std.models.mistral", "--weights", str(path), "--prompt", prompt,
+            "--tokens", "6", "--temperature", "0.9", "--top-k", "20", "--sampling-seed", "5"]
+    assert main(argv) == 0
+    assert f"decoded 6 tokens: {sampled}" in capsys.readouterr().out
+    assert main(argv + ["--stop", str(sampled[1])]) == 0
+    assert f"decoded 2 tokens: {sampled[:2]}" in capsys.readouterr().out
