@@ -143,3 +143,35 @@ def test_model_files_are_short():
         assert len(lines) <= (130 if name == "gpt2" else 50), (name, len(lines))
         assert (STD_ROOT / "models" / f"{name}.hf.json").is_file()
     assert Path(STD_ROOT / "nn" / "decoder.linnet").is_file()
+
+
+def _decode_graph(name: str, **extra):
+    from linnet.lang import Program, lower
+    from linnet.lang.syntax.program import model_file
+
+    dims = ({"V": 256, "P": 64, "F": 512, "NL": 2, "H": 4, "HD": 64, "S": 64, "T": "bf16"}
+            if name == "gpt2" else
+            {"V": 256, "D": 256, "F": 512, "NL": 2, "H": 4, "KV": 2, "HD": 64, "S": 64,
+             "T": "bf16"})
+    program = Program.from_file(model_file(f"std.models.{name}"))
+    return lower(program, "decode", {"token": [2], "pos": [2]}, dims | extra)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_plugins_match_every_model(name):
+    """The backends key on the std calls the shared blocks make: cuBLASLt takes each model's
+    bias-free linear calls, FlashInfer its decode attention (not a sliding window's, which
+    it does not implement: there the call is a different op and nothing matches)."""
+    cublaslt = pytest.importorskip("linnet.torch.cublaslt._graph")
+    flashinfer = pytest.importorskip("linnet.torch.flashinfer")
+    graph = _decode_graph(name)
+    assert cublaslt.linear_calls(graph) and cublaslt.find_regions(graph)
+    calls = graph.semantic_calls(flashinfer.DECODE_ATTENTION)
+    assert len(calls) == 2  # one per layer
+    for call in calls:
+        site, why = flashinfer.analyse(graph, call)
+        assert site is not None, why
+    if name in ("mistral", "phi3"):
+        windowed = _decode_graph(name, sliding_window=16)
+        assert not windowed.semantic_calls(flashinfer.DECODE_ATTENTION)
+        assert windowed.semantic_calls("std.nn.attention::window_decode_attention")
