@@ -135,6 +135,6 @@ def test_linnet_run_a_shipped_model_generates(pair, capsys, tmp_path):
             "--tokens", "6", "--temperature", "0.9", "--top-k", "20", "--sampling-seed", "5"]
     assert main(argv) == 0
     assert f"decoded 6 tokens: {sampled}" in capsys.readouterr().out
-    assert main(argv + ["--stop", str(sampled[1])]) == 0
+    assert main([*argv, "--stop", str(sampled[1])]) == 0
     cut = sampled[:sampled.index(sampled[1]) + 1]
     assert f"decoded {len(cut)} tokens: {cut}" in capsys.readouterr().out

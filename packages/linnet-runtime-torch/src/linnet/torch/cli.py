@@ -88,13 +88,10 @@ def _is_hf_config(path: Path) -> bool:
 
 def run_command(args: argparse.Namespace) -> int:
     from linnet.lang.cli import load_config
+    from linnet.lang.syntax.program import model_file
     from linnet.lang.weights.safetensors import resolve_checkpoint
 
-    import torch
-
     from .model import load
-
-    from linnet.lang.syntax.program import model_file
 
     model_path = model_file(args.file) if args.file else default_model()
     # A checkpoint with a config.json (a Hugging Face directory) brings its own config; the
