@@ -43,7 +43,8 @@ class Statements(EvaluatorBase):
     def statement(self, stmt: A.Stmt, frame: Frame) -> None:
         if self.poisoned(stmt, frame):
             if isinstance(stmt, A.Return):
-                frame.returned = [POISON]
+                # One poisoned value per result: a count mismatch (E0441) would be noise.
+                frame.returned = [POISON] * max(1, len(stmt.values))
             raise Fail(Diagnostic("E0000", "depends on an earlier error"))
         if isinstance(stmt, A.Let):
             if stmt.names is not None:
