@@ -30,6 +30,13 @@ def _configs() -> dict:
     return {
         "llama": (t.LlamaForCausalLM, t.LlamaConfig(**SMALL, head_dim=16, rms_norm_eps=1e-6,
                                                     rope_parameters=LLAMA3)),
+        # The other rope scalings through the shared blocks (generated source only).
+        "llama-linear": (t.LlamaForCausalLM, t.LlamaConfig(
+            **SMALL, head_dim=16, rope_parameters={"rope_type": "linear", "factor": 4.0,
+                                                   "rope_theta": 10000.0})),
+        "llama-dynamic": (t.LlamaForCausalLM, t.LlamaConfig(
+            **(SMALL | {"max_position_embeddings": 16}), head_dim=16,
+            rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0})),
         "qwen2": (t.Qwen2ForCausalLM, t.Qwen2Config(**SMALL)),
         # A window shorter than the prompt: the sliding mask matters in prefill and decode.
         "mistral": (t.MistralForCausalLM, t.MistralConfig(**SMALL, sliding_window=8)),
@@ -84,15 +91,16 @@ def greedy(model, prompt, steps: int):
 
 
 CASES = [(m, mode) for m in MODELS for mode in ("interpret", "generated")] + [
-    (m, "compile") for m in MODELS if m in COMPILED]
+    (m, "compile") for m in MODELS if m in COMPILED] + [
+    ("llama-linear", "generated"), ("llama-dynamic", "generated")]
 
 
 @pytest.mark.parametrize("name,mode", CASES, ids=[f"{m}-{k}" for m, k in CASES])
 def test_matches_transformers(checkpoints, name, mode):
     prompt, ckpts = checkpoints
     path, hf_logits, hf_tokens, _ = ckpts[name]
-    model = load(f"std.models.{name}", weights=path, interpret=mode == "interpret",
-                 compile=mode == "compile", config={"S": 64})
+    model = load(f"std.models.{name.split('-')[0]}", weights=path,
+                 interpret=mode == "interpret", compile=mode == "compile", config={"S": 64})
     logits, tokens = greedy(model, prompt, STEPS)
     assert logits.shape == hf_logits.shape
     assert (logits - hf_logits).abs().max().item() < TOLERANCE
