@@ -183,3 +183,12 @@ def test_the_plugins_match_every_model(name):
         windowed = _decode_graph(name, sliding_window=16)
         assert not windowed.semantic_calls(flashinfer.DECODE_ATTENTION)
         assert windowed.semantic_calls("std.nn.attention::window_decode_attention")
+
+
+def test_an_unknown_std_model_is_coded():
+    from linnet.lang import LinnetError
+
+    with pytest.raises(LinnetError) as info:
+        load("std.models.lama")
+    d = info.value.diagnostics[0]
+    assert d.code == "E0211" and "did you mean `std.models.llama`" in d.help
