@@ -381,6 +381,18 @@ class Model:
 
         return lowered_grad(self, entry, inputs, wrt,
                             "cotangents" if cotangents else "scalar").graph
+    def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any) -> list[list[int]]:
+        """Generate tokens after each prompt on ``prefill`` and ``decode``: greedy by
+        default; ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_tokens`` and
+        ``on_token`` as :func:`linnet.torch.generate.generate` says (docs/torch.md,
+        "Generating").
+
+        >>> model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)          # doctest: +SKIP
+        [[17, 9, 9, 30, 2, 88, 7, 7], [5, 5, 211, 2, 40, 40, 9, 1]]
+        """
+        from .generate import generate
+
+        return generate(self, prompts, max_new_tokens, **options)
 
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
@@ -490,6 +502,10 @@ def load(path: str | Path, weights: Any = None,
          progress: Callable[[str], None] | bool = False) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
+    ``path`` is a model file, or a model the linnet-lang wheel ships by its module name:
+    ``std.models.llama``, ``std.models.qwen2``, ``std.models.mistral``, ``std.models.gemma``,
+    ``std.models.gpt2``, ``std.models.phi3`` (docs/models.md).
+
     ``weights`` is a safetensors file, a checkpoint directory (its
     ``model.safetensors.index.json``, else every ``*.safetensors`` in it), an index file,
     a list of files, or a dict of tensors. Files are never unpickled: their headers are
@@ -520,7 +536,9 @@ def load(path: str | Path, weights: Any = None,
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
     dev = resolve_device(device)
-    model_path = Path(path)
+    from linnet.lang.syntax.program import model_file
+
+    model_path = model_file(path)
     program = Program.from_file(model_path)
     errors = check_program(program)
     if errors:
