@@ -329,7 +329,7 @@ def cmd_torch(args: argparse.Namespace) -> int:
                                          help="give them with --input NAME=D0,D1"))
         sources = {m.source.name: m.source.text for m in program.modules.values()}
         text = emit_torch(graphs, sources, numerics=args.numerics, fast=not args.no_fast,
-                          origin=args.file)
+                          origin=args.file, program=program)
         if args.output:
             write_output(args.output, text)
     except LinnetError as err:

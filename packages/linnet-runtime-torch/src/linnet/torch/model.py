@@ -224,7 +224,7 @@ class Model:
         if not self.interpret:
             sources = {m.source.name: m.source.text for m in self.program.modules.values()}
             text = emit_torch(graph, sources, numerics=self.numerics,
-                              origin=self.program.root.source.name)
+                              origin=self.program.root.source.name, program=self.program)
             module = import_source(text, f"linnet_{graph.model.lower()}_{entry}")
             module.DEVICE = self.device  # type: ignore[attr-defined]
             lowered.module = module
@@ -379,6 +379,16 @@ class Model:
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
         return self._lower(entry, inputs).path
+
+    def module(self, entry: str, inputs: list[torch.Tensor]) -> ModuleType | None:
+        """The imported generated module for ``entry`` with these inputs (None with
+        ``interpret=True``). Its ``RUNS`` counts, per kernel instance, the calls that
+        launched the kernel and those that ran the op's body (docs/torch.md, "Kernels").
+
+        >>> model.module("run", [x]).RUNS                          # doctest: +SKIP
+        {'row_softmax_4_8_1024': [1, 0]}
+        """
+        return self._lower(entry, inputs).module
 
 
 def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) -> dict[str, Any]:

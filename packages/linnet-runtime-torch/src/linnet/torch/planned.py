@@ -510,7 +510,8 @@ class PlanBuilder:
 
     def emit(self, slices: list[Slice], label: str) -> Any:
         text = emit_torch(self.graph, self.sources, numerics=self.model.numerics,
-                          origin=self.model.program.root.source.name, slices=[slices])
+                          origin=self.model.program.root.source.name, slices=[slices],
+                          program=self.model.program)
         module = import_source(text, f"linnet_plan_{label}")
         module.DEVICE = self.device  # type: ignore[attr-defined]
         return module

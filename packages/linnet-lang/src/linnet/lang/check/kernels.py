@@ -18,6 +18,7 @@ from linnet.lang.check.core import (
     type_str,
 )
 from linnet.lang.diagnostics.core import Span
+from linnet.lang.ir.graph import Step, ValueType
 from linnet.lang.ir.primitives import BINARY_FUNCTIONS, UNARY_FUNCTIONS
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import Const, FuncRef, Poison, Tensor
@@ -85,6 +86,9 @@ class Kernels(EvaluatorBase):
                            if grid <= 1 else f"grid axes are numbered from 0 to {grid - 1}",
                            secondary=[(grid_exprs[0].span.to(grid_exprs[-1].span), "the grid")]
                            if grid_exprs else [])
+            if self.lowering:  # lowering a kernel to its tile graph (ir/tiles.py)
+                return self.builder.emit("program_id", [], (), "i32",
+                                         {"axis": axis.value.value}, span=expr.span)
             return Tensor("%?", (), "i32", kind="tile")
         if name == "load":
             return self.kernel_load(expr, frame)
@@ -117,13 +121,99 @@ class Kernels(EvaluatorBase):
         return {"kernel": kdecl.decl.qualified_name, "kernel_generics": kenv,
                 "kernel_applies": holds}
 
+    def kernel_loop(self, stmt: A.For, lo: Any, hi: Any, frame: Frame) -> None:
+        """A `for` loop of a kernel being lowered to its tile graph (ir/tiles.py): one
+        ``for`` step whose ``body`` holds the loop's steps. Names the body assigns that were
+        bound before the loop are carried: the loop starts from their values (the step's
+        operands), its body reads them as ``carried`` values and ends with ``yields``, and
+        after it they are the step's results."""
+        assert isinstance(stmt.iterable, A.RangeExpr)
+        it = stmt.iterable
+        step = self.value(it.step, frame) if it.step is not None else Const(Dim.const(1), "int")
+        bounds = []
+        for v, e in ((lo, it.start), (hi, it.stop), (step, it.step or it.stop)):
+            if not (isinstance(v, Const) and isinstance(v.value, Dim) and v.value.value
+                    is not None):
+                raise fail("E0530", "a kernel's loop bounds must be known when the kernel is "
+                           "compiled", e.span, "not a compile-time integer",
+                           help="loop over dims and generics (`for k in 0..K / BK`), and "
+                                "mask the last partial tile")
+            bounds.append(v.value.value)
+        start, stop, stride = bounds
+        stop += 1 if it.inclusive else 0
+        g = self.builder.graph
+        assert g is not None
+        lets = set()
+        carried_names = []
+        for name, is_let in assigned_names(stmt.body):
+            if is_let:
+                lets.add(name)
+            elif name not in lets and name not in carried_names and \
+                    frame.lookup_local(name) is not None:
+                carried_names.append(name)
+        inits, args = [], []
+        for name in carried_names:
+            v = frame.lookup_local(name)
+            if isinstance(v, Const):
+                v = self.constant(v, "f32" if v.dtype in ("float", *DT.FLOATS) else (
+                    "bool" if v.dtype == "bool" else "i32"), stmt.span)
+            if not isinstance(v, Tensor):
+                raise fail("E0531", f"`{name}` is assigned in a kernel loop but is "
+                           f"{self.describe(v)}, not a value the loop can carry", stmt.span,
+                           "this loop", help="carry numbers and tiles through a loop")
+            arg = self.builder.fresh(name.lstrip("_") or "carry")
+            g.values[arg] = ValueType(tuple(self.concrete(d) for d in v.shape), v.dtype)
+            inits.append(v)
+            args.append(arg)
+            rebind(frame, name, Tensor(arg, v.shape, v.dtype, kind="tile"))
+        var = self.builder.fresh(stmt.var)
+        g.values[var] = ValueType((), "i32")
+        seen, key_of = dict(self.builder._seen), dict(self.builder._key_of)
+        first_step, first_call = len(g.steps), len(g.calls)
+        frame.scopes.append({stmt.var: Tensor(var, (), "i32", kind="tile")})
+        try:
+            self.run_body(stmt.body, frame)
+            yields = []
+            for name, init in zip(carried_names, inits):
+                v = frame.lookup_local(name)
+                if isinstance(v, Const):
+                    v = self.constant(v, init.dtype, stmt.span)
+                if not isinstance(v, Tensor) or v.shape != init.shape or v.dtype != init.dtype:
+                    raise fail("E0531", f"`{name}` changes type in a kernel loop: "
+                               f"{type_str(init)} before it, {self.describe(v)} after",
+                               stmt.span, "this loop",
+                               help="a value carried from one iteration to the next keeps "
+                                    f"its shape and dtype: convert it (`... as {init.dtype}`)")
+                yields.append(v.ref)
+        finally:
+            frame.scopes.pop()
+        body = g.steps[first_step:]
+        del g.steps[first_step:]
+        del g.calls[first_call:]  # spans of steps that now live in the loop's body
+        # A value made in the body exists only there: later steps must not share it.
+        self.builder._seen, self.builder._key_of = seen, key_of
+        self.builder._last_fresh = None
+        results = []
+        for name, init in zip(carried_names, inits):
+            r = self.builder.fresh(name.lstrip("_") or "carry")
+            g.values[r] = g.values[init.ref] if init.ref in g.values else ValueType(
+                tuple(self.concrete(d) for d in init.shape), init.dtype)
+            results.append(r)
+            rebind(frame, name, Tensor(r, init.shape, init.dtype, kind="tile"))
+        g.steps.append(Step("for", [i.ref for i in inits], results, {
+            "var": var, "start": start, "stop": stop, "step": stride, "carried": args,
+            "yields": yields, "body": body}, self.builder._loc(stmt.span)))
+
     def check_tile(self, n: Dim, span: Span, frame: Frame) -> None:
         if frame.in_kernel and n.value is not None and not is_pow2(n.value):
             raise fail("E0505", f"tile size {n.value} is not a power of two", span,
                        "tile size", help=f"use {1 << max(0, (n.value - 1).bit_length())} and "
                        "mask the extra lanes")
 
-    def memory_index(self, target: A.Expr, frame: Frame, what: str) -> tuple[Tensor, tuple]:
+    def memory_index(self, target: A.Expr, frame: Frame, what: str,
+                     refs: list[Any] | None = None) -> tuple[Tensor, tuple]:
+        """The tensor ``target`` reads or writes and the tile shape its indices make; with
+        ``refs`` (lowering), each index is appended to it: a value's ref or an int."""
         if not isinstance(target, A.Index) or not isinstance(target.base, A.Name):
             raise fail("E0506", f"the first argument of `{what}` is a tensor parameter with "
                        "indices", target.span, "expected `x[i, j]`",
@@ -146,29 +236,61 @@ class Kernels(EvaluatorBase):
         for idx in target.indices:
             v = self.value(idx, frame)
             if isinstance(v, Const):
+                if refs is not None:
+                    refs.append(self.concrete(v.value) if isinstance(v.value, Dim) else v.value)
                 continue
             if not isinstance(v, Tensor) or not (DT.is_int(v.dtype)):
                 raise fail("E0382", "a kernel index is an integer or an integer tile", idx.span,
                            "not an integer")
             shape = shape + v.shape
+            if refs is not None:
+                refs.append(v.ref)
         return base, shape
 
     def kernel_load(self, expr: A.Call, frame: Frame) -> Tensor:
         if not 1 <= len(expr.args) <= 3:
             raise fail("E0371", "`load` takes x[...], then an optional mask and other value",
                        expr.span)
-        base, shape = self.memory_index(expr.args[0], frame, "load")
-        self.kernel_mask(expr.args[1:2], shape, frame)
+        refs: list[Any] | None = [] if self.lowering else None
+        base, shape = self.memory_index(expr.args[0], frame, "load", refs)
+        mask = self.kernel_mask(expr.args[1:2], shape, frame)
+        other = None
         if len(expr.args) == 3:
-            self.kernel_other(expr.args[2], base.dtype, shape, frame)
+            other = self.kernel_other(expr.args[2], base.dtype, shape, frame)
+        if refs is not None:
+            op, operands, attrs = self.memory_step(base, refs, mask, other)
+            return self.builder.emit(op, operands, shape, base.dtype, attrs, span=expr.span)
         return Tensor("%?", shape, base.dtype, kind="tile")
 
-    def kernel_other(self, arg: A.Expr, dtype: str, shape: tuple, frame: Frame) -> None:
+    def memory_step(self, base: Tensor, refs: list[Any], mask: Any, other: Any = None
+                    ) -> tuple[str, list[str], dict[str, Any]]:
+        """A `load`'s step for the tile graph (op, operands, attributes): operands are the
+        tensor, the index tiles, then the mask and `other` where they are tiles; the
+        attributes say which operand is which (``index``: per axis an operand position or
+        an int), and hold a constant mask or other."""
+        operands = [base.ref]
+        index: list[Any] = []
+        for r in refs:
+            if isinstance(r, str):
+                index.append({"operand": len(operands)})
+                operands.append(r)
+            else:
+                index.append(r)
+        attrs: dict[str, Any] = {"index": index}
+        for key, v in (("mask", mask), ("other", other)):
+            if isinstance(v, Tensor):
+                attrs[key] = {"operand": len(operands)}
+                operands.append(v.ref)
+            elif isinstance(v, Const) and v.value is not None:
+                attrs[key] = v.value.value if isinstance(v.value, Dim) else v.value
+        return "load", operands, attrs
+
+    def kernel_other(self, arg: A.Expr, dtype: str, shape: tuple, frame: Frame) -> Any:
         """`load`'s `other`: a scalar or a tile that broadcasts to the loaded tile, of a
         dtype the loaded values can take (it fills the masked-off lanes)."""
         v = self.value(arg, frame)
         if isinstance(v, Poison):  # already reported where it was made
-            return
+            return v
         if isinstance(v, Const):
             fits = (v.dtype == "bool") == (dtype == "bool") and not (
                 v.dtype in ("float", *DT.FLOATS) and not DT.is_float(dtype))
@@ -177,7 +299,7 @@ class Kernels(EvaluatorBase):
                            f"is {dtype}", arg.span, f"{v.dtype} here",
                            help="`other` fills the lanes the mask leaves out: give a value "
                                 f"of the tensor's dtype ({dtype})")
-            return
+            return v
         if not isinstance(v, Tensor):
             raise fail("E0524", f"`load`'s other value is {self.describe(v)}, not a scalar "
                        "or a tile", arg.span, "not a value",
@@ -191,11 +313,13 @@ class Kernels(EvaluatorBase):
                        f"does not broadcast to the loaded tile's {shape_str(shape)}",
                        arg.span, "shape differs",
                        help="give a scalar, or a tile of the loaded tile's shape")
+        return v
 
     def kernel_store(self, expr: A.Call, frame: Frame) -> None:
         if not 2 <= len(expr.args) <= 3:
             raise fail("E0371", "`store` takes y[...], a value and an optional mask", expr.span)
-        base, shape = self.memory_index(expr.args[0], frame, "store")
+        refs: list[Any] | None = [] if self.lowering else None
+        base, shape = self.memory_index(expr.args[0], frame, "store", refs)
         value = self.value(expr.args[1], frame)
         if isinstance(value, Tensor):
             if value.dtype != base.dtype:
@@ -206,14 +330,20 @@ class Kernels(EvaluatorBase):
                 raise fail("E0509", f"storing a tile of shape {shape_str(value.shape)} at "
                            f"positions of shape {shape_str(shape)}", expr.args[1].span,
                            "shape differs")
-        self.kernel_mask(expr.args[2:3], shape, frame)
+        mask = self.kernel_mask(expr.args[2:3], shape, frame)
         assert isinstance(expr.args[0], A.Index) and isinstance(expr.args[0].base, A.Name)
         frame.stored_results.add(expr.args[0].base.name)
+        if refs is not None:
+            if isinstance(value, Const):
+                value = self.constant(value, base.dtype, expr.args[1].span)
+            _, operands, attrs = self.memory_step(base, refs, mask)
+            attrs["value"] = {"operand": len(operands)}
+            self.builder.effect("store", [*operands, value.ref], attrs, expr.span)
         return None
 
-    def kernel_mask(self, args: list[A.Expr], shape: tuple, frame: Frame) -> None:
+    def kernel_mask(self, args: list[A.Expr], shape: tuple, frame: Frame) -> Any:
         if not args:
-            return
+            return None
         m = self.value(args[0], frame)
         if isinstance(m, Tensor | Const) and m.dtype != "bool":
             raise fail("E0353", "a mask must be bool", args[0].span, f"{m.dtype} here",
@@ -223,6 +353,7 @@ class Kernels(EvaluatorBase):
                        f"the tile's shape {shape_str(shape)}", args[0].span, "mask shape",
                        help="build the mask from the same index tiles as the access: "
                             "`cols < C` for `x[row, cols]`")
+        return m
 
 
 def broadcasts(have: tuple, want: tuple) -> bool:
@@ -235,3 +366,26 @@ def broadcasts(have: tuple, want: tuple) -> bool:
     if len(have) > len(want):
         return False
     return all(h == w or h == Dim.const(1) for h, w in zip(reversed(have), reversed(want)))
+
+
+def assigned_names(block: A.Block) -> list[tuple[str, bool]]:
+    """The names a block binds, in order: ``(name, True)`` for a `let`, ``(name, False)``
+    for an assignment, nested loops included (what a kernel loop carries)."""
+    out: list[tuple[str, bool]] = []
+    for stmt in block.statements:
+        if isinstance(stmt, A.Let):
+            out.append((stmt.name, True))
+        elif isinstance(stmt, A.Assign) and isinstance(stmt.target, A.Name):
+            out.append((stmt.target.name, False))
+        elif isinstance(stmt, A.For):
+            out.extend(assigned_names(stmt.body))
+    return out
+
+
+def rebind(frame: Frame, name: str, value: Any) -> None:
+    """Set ``name`` in the innermost scope that binds it."""
+    for scope in reversed(frame.scopes):
+        if name in scope:
+            scope[name] = value
+            return
+    frame.bind(name, value)

@@ -110,6 +110,9 @@ class Statements(EvaluatorBase):
         if isinstance(it, A.RangeExpr):
             lo = self.value(it.start, frame)
             hi = self.value(it.stop, frame)
+            if frame.in_kernel and self.lowering:  # a loop of the tile graph (ir/tiles.py)
+                self.kernel_loop(stmt, lo, hi, frame)
+                return
             if frame.in_kernel or not self.lowering:
                 var: Any = (Tensor("%?", (), "i32") if frame.in_kernel
                             else Const(Dim.symbol(stmt.var), "int"))

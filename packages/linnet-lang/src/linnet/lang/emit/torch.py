@@ -32,6 +32,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.emit.python import (
@@ -40,6 +41,15 @@ from linnet.lang.emit.python import (
     Statement,
     docstring,
     wrap,
+)
+from linnet.lang.emit.triton import (
+    HEADER,
+    READY,
+    KernelText,
+    kernel_args,
+    kernel_text,
+    launch_statement,
+    runs_table,
 )
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
@@ -562,6 +572,8 @@ class TorchEmitter:
         self.entries: list[str] = []
         self.metadata: list[str] = []
         self._repeated_user: dict[int, list[int | None]] = {}
+        self.program: Any = None  # a Program: bound ops launch their kernels (emit/triton)
+        self.kernel_texts: dict[tuple, KernelText] = {}
 
     def comment(self, loc: str, width: int = WIDTH - 4) -> str:
         if "|" in loc:
@@ -631,6 +643,46 @@ class TorchEmitter:
                 best = deeper
         return f"{best.loc}|{own}" if best else own
 
+    def kernel_launch(self, graph: Graph, index: int, stop: int, starts: dict[int, list[Call]],
+                      users_outside: Callable[[int, int], set[str]], members: set[int],
+                      scope: Scope) -> tuple[Call, KernelText] | None:
+        """A call of a bound op starting at step ``index`` whose kernel this module
+        launches (numerics fast, a program to lower kernels from, the `where` clause true),
+        with its kernel's text; None otherwise. See emit/triton.py."""
+        if self.program is None or self.options.numerics != "fast":
+            return None
+        for call in starts.get(index, []):
+            if not call.attributes.get("kernel") or not call.attributes.get("kernel_applies") \
+                    or call.stop > stop or call.stop <= call.start:
+                continue
+            results = call.attributes.get("results") or []
+            if any(not isinstance(r, str) for r in results) or not all(
+                    j in members for j in range(call.start, call.stop)):
+                continue
+            if users_outside(call.start, call.stop) - set(results):
+                continue
+            if not all(a in scope.names or a in scope.literals
+                       for a in call.attributes.get("args", [])
+                       if isinstance(a, str) and a.startswith("%")):
+                continue
+            return call, self.kernel_text(call)
+        return None
+
+    def kernel_text(self, call: Call) -> KernelText:
+        """The kernel instance a bound call launches, written once per module."""
+        from linnet.lang.ir.tiles import find_kernel, lower_kernel
+
+        assert self.program is not None
+        name = call.attributes["kernel"]
+        scalars = kernel_args(call.attributes.get("args", []), find_kernel(self.program, name))
+        key = (name, repr(sorted(call.attributes["kernel_generics"].items())),
+               repr(sorted(scalars.items())))
+        if key not in self.kernel_texts:
+            k = lower_kernel(self.program, name, call.attributes["kernel_generics"], scalars)
+            precision = "tf32" if self.options.numerics == "fast" else "ieee"
+            self.kernel_texts[key] = kernel_text(k, self.sources, precision, self.used_names)
+        return self.kernel_texts[key]
+
     def fast_call(self, graph: Graph, index: int, stop: int, starts: dict[int, list[Call]],
                   users_outside: Callable[[int, int], set[str]]) -> Call | None:
         if not self.options.fast:
@@ -673,37 +725,62 @@ class TorchEmitter:
                         out.add(r)
             return out
 
-        last_loc = None
         order = sl.steps or list(range(sl.start, sl.stop))
         members = set(order)
-        k = 0
-        while k < len(order):
-            i = order[k]
-            step = graph.steps[i]
-            call = self.fast_call(graph, i, sl.stop, starts, users_outside)
-            if call is not None and not all(j in members for j in range(call.start, call.stop)):
-                call = None
-            if call is not None and not all(
-                    a in scope.names or a in scope.literals for a in call.attributes["args"]
-                    if isinstance(a, str) and a.startswith("%")):
-                call = None  # the fused call reads a value this slice does not have
-            if call is not None:
-                args = [scope(a) if isinstance(a, str) else literal(a)
-                        for a in call.attributes["args"]]
-                outs = [scope(r) for r in call.attributes["results"]]
-                lines = FAST_CALLS[call.callee](call, scope, args, outs)
-                loc = self.user_loc(graph, call.start, call.loc)
-                op = call.callee
-                k += call.stop - call.start
-            else:
-                lines = RULES[step.op](step, scope, self.options.numerics)
-                loc = self.user_loc(graph, i, step.loc)
-                op = step.op
-                k += 1
-            if lines and loc and loc != last_loc:
-                body.append(Statement(self.comment(loc), comment=True))
-                last_loc = loc
-            body.extend(_statement(line, i, op, loc) for line in lines)
+        last_loc: list[str | None] = [None]
+
+        def run(k: int, end: int, out: list[Statement], launching: bool = True) -> None:
+            while k < end:
+                i = order[k]
+                step = graph.steps[i]
+                launch = self.kernel_launch(graph, i, sl.stop, starts, users_outside, members,
+                                            scope) if launching else None
+                if launch is not None:
+                    # A bound op: its kernel where kernels_ready, else its body (emit/triton).
+                    kcall, text = launch
+                    stop_k = k + kcall.stop - kcall.start
+                    loc = self.user_loc(graph, kcall.start, kcall.loc)
+                    if loc and loc != last_loc[0]:
+                        out.append(Statement(self.comment(loc), comment=True))
+                    last_loc[0] = loc
+                    inner: list[Statement] = []
+                    run(k, stop_k, inner, launching=False)
+                    args = [scope(a) if isinstance(a, str) else literal(a)
+                            for a in kcall.attributes["args"]]
+                    outs = [scope(r) for r in kcall.attributes["results"]]
+                    line, targets, reads = launch_statement(
+                        text, args, outs, [st.text for st in inner])
+                    out.append(Statement(line, targets, reads))
+                    last_loc[0] = None
+                    k = stop_k
+                    continue
+                call = self.fast_call(graph, i, sl.stop, starts, users_outside)
+                if call is not None and not all(j in members
+                                                for j in range(call.start, call.stop)):
+                    call = None
+                if call is not None and not all(
+                        a in scope.names or a in scope.literals for a in call.attributes["args"]
+                        if isinstance(a, str) and a.startswith("%")):
+                    call = None  # the fused call reads a value this slice does not have
+                if call is not None:
+                    args = [scope(a) if isinstance(a, str) else literal(a)
+                            for a in call.attributes["args"]]
+                    outs = [scope(r) for r in call.attributes["results"]]
+                    lines = FAST_CALLS[call.callee](call, scope, args, outs)
+                    loc = self.user_loc(graph, call.start, call.loc)
+                    op = call.callee
+                    k += call.stop - call.start
+                else:
+                    lines = RULES[step.op](step, scope, self.options.numerics)
+                    loc = self.user_loc(graph, i, step.loc)
+                    op = step.op
+                    k += 1
+                if lines and loc and loc != last_loc[0]:
+                    out.append(Statement(self.comment(loc), comment=True))
+                    last_loc[0] = loc
+                out.extend(_statement(line, i, op, loc) for line in lines)
+
+        run(0, len(order), body)
         outputs = [scope(v) for v in sl.outputs]
         where = (f"Steps {sl.start}..{sl.stop}" if len(order) == sl.stop - sl.start
                  else f"{len(order)} of steps {sl.start}..{sl.stop}")
@@ -885,6 +962,12 @@ class TorchEmitter:
             "DEVICE = torch.device('cpu')  # the runtime sets this to the model's device",
             "",
         ]
+        if self.kernel_texts:  # the kernels this module launches, first (emit/triton.py)
+            texts = list(self.kernel_texts.values())
+            at = header.index("import torch.nn.functional as F") + 1
+            header[at:at] = HEADER.rstrip("\n").split("\n")
+            header += [runs_table([t.key for t in texts]), "", ""]
+            self.functions[:0] = [READY] + [t.source for t in texts]
         body = "\n\n\n".join(self.functions + entries)
         meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
         text = "\n".join(header) + "\n" + body + "\n\n\n" + meta
@@ -900,8 +983,12 @@ class TorchEmitter:
 
 def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
                numerics: str = "exact", fast: bool = True, origin: str = "",
-               slices: list[list[Slice]] | None = None) -> str:
+               slices: list[list[Slice]] | None = None, program: Any = None) -> str:
     """PyTorch source for one or more lowered entries of a model.
+
+    With ``program`` (the :class:`~linnet.lang.Program` the graphs came from) and numerics
+    "fast", each call of an op bound to a kernel launches the kernel where it can (see
+    :mod:`linnet.lang.emit.triton`); without, the op's body runs.
 
     The text always compiles: a rule that writes invalid Python is an internal error
     (E0910, naming the step and its source line) and so is a module that does not compile
@@ -918,4 +1005,5 @@ def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = Non
         raise ValueError(f"numerics must be one of {NUMERICS}")
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
     emitter = TorchEmitter(sources, Options(numerics, fast))
+    emitter.program = program
     return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"), slices)

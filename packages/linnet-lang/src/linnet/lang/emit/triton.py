@@ -1,0 +1,592 @@
+"""Tile kernels → `@triton.jit` functions, and their launches in generated PyTorch.
+
+Writes text only: this module imports neither torch nor triton. For each bound kernel and
+each set of concrete generics a call uses, the generated PyTorch module gets:
+
+* a ``@triton.jit`` function written from the kernel's tile graph (``ir/tiles.py``), one
+  rule per tile primitive (:data:`TILE_RULES`), names from the source, and the kernel's
+  source lines as comments;
+* a launcher (``launch_row_softmax_4_8_1024``) that makes the inputs contiguous,
+  allocates the results and launches the kernel on its grid. Strides are ``tl.constexpr``
+  arguments known when the module is written (the inputs are contiguous). Under
+  torch.compile (not interpreted) it goes through a ``torch.library.triton_op`` whose body
+  launches with ``torch.library.wrap_triton``, so compiled code does not break its graph;
+* at the call, ``if kernels_ready(key, x): y = launch_...(x) else: <the op's body>``.
+  ``kernels_ready`` is true when Triton is importable and the tensors are on CUDA, or
+  ``TRITON_INTERPRET=1`` was set before the module was imported and they are on the CPU.
+
+The emitter launches a kernel only under numerics "fast" and where the kernel's ``where``
+clause holds for the call's shapes (``kernel_applies`` in the graph); elsewhere it writes the
+body alone, as without kernels. ``RUNS[key]`` counts, per kernel instance, the calls that
+launched it and the calls that ran the body instead (tests read it).
+
+>>> sorted(TILE_RULES) == sorted(TILE_PRIMITIVES - EXPECTED_MISSING)
+True
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from linnet.lang.ir.graph import Step, ValueType
+from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel
+
+TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
+             "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
+             "i8": "tl.int8", "u8": "tl.uint8", "bool": "tl.int1"}
+_INTS = {"i8", "i16", "i32", "i64", "u8"}
+# Below this many elements a side, a product of two tiles is a broadcast multiply and a sum:
+# tl.dot needs every side of both operands to be at least 16.
+DOT_MIN = 16
+RESERVED = {"tl", "triton", "torch", "math", "range", "min", "max", "abs", "float", "int",
+            "len", "print", "pid"}
+
+
+# ---------------------------------------------------------------- names
+
+
+@dataclass
+class Names:
+    """Python names inside one kernel function: values keep their source names."""
+
+    kernel: TileKernel
+    names: dict[str, str] = field(default_factory=dict)
+    literals: dict[str, str] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+    producers: dict[str, Step] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for s in self.kernel.walk():
+            for r in s.results:
+                self.producers[r] = s
+
+    def fresh(self, base: str) -> str:
+        base = re.sub(r"[^0-9A-Za-z_]", "_", base) or "v"
+        if base[0].isdigit() or base in RESERVED:
+            base = "v_" + base
+        name, n = base, 1
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        return name
+
+    def __call__(self, ref: str) -> str:
+        if ref in self.literals:
+            return self.literals[ref]
+        if ref not in self.names:
+            if re.match(r"^%t(\.\d+)?$", ref) and ref in self.producers:
+                base = self.producers[ref].op
+            else:
+                base = re.sub(r"\.\d+$", "", ref.lstrip("%@"))
+            self.names[ref] = self.fresh(base)
+        return self.names[ref]
+
+    def alias(self, ref: str, name: str) -> None:
+        self.names[ref] = name
+
+    def value(self, ref: str) -> ValueType:
+        if ref.startswith("@"):
+            for n, shape, dtype in self.kernel.params + self.kernel.results:
+                if n == ref[1:]:
+                    return ValueType(shape, dtype)
+        return self.kernel.values[ref]
+
+    def shape(self, ref: str) -> tuple[int, ...]:
+        return self.value(ref).shape
+
+    def dtype(self, ref: str) -> str:
+        return self.value(ref).dtype
+
+    def tensor(self, ref: str) -> str:
+        """``ref`` as a Triton value: a literal becomes a typed scalar (where Triton must
+        see a tensor: a loop-carried value, a stored value, a conversion)."""
+        if ref in self.literals:
+            return f"tl.full((), {self.literals[ref]}, {TL_DTYPES[self.dtype(ref)]})"
+        return self(ref)
+
+
+def literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "float('-inf')"
+        if math.isnan(value):
+            return "float('nan')"
+    return repr(value)
+
+
+# ---------------------------------------------------------------- rules
+
+@dataclass
+class Context:
+    """What a rule may need beside the step: the dot precision and how to write a body."""
+
+    precision: str  # "ieee" (full f32) or "tf32"
+    body: Callable[[list[Step], Names, int], list[str]]
+    indent: int = 0
+
+
+TileRule = Callable[[Step, Names, Context], list[str]]
+
+
+def _unary(fmt: str) -> TileRule:
+    return lambda s, n, c: [f"{n(s.results[0])} = {fmt.format(n(s.operands[0]))}"]
+
+
+def _binary(fmt: str) -> TileRule:
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        a, b = (n(o) for o in s.operands)
+        return [f"{n(s.results[0])} = {fmt.format(a, b)}"]
+    return rule
+
+
+def _is_int(n: Names, ref: str) -> bool:
+    return n.dtype(ref) in _INTS
+
+
+def _div(s: Step, n: Names, c: Context) -> list[str]:
+    a, b = (n(o) for o in s.operands)
+    out = n(s.results[0])
+    if not _is_int(n, s.results[0]):
+        return [f"{out} = {a} / {b}"]
+    # Linnet's integer division floors (as torch.div(..., rounding_mode='floor')); Triton's
+    # `//` truncates toward zero: step down where the signs differ and it was inexact.
+    return [f"{out} = {a} // {b}",
+            f"{out} = {out} - (({out} * {b} != {a}) & (({a} < 0) != ({b} < 0))).to({out}.dtype)"]
+
+
+def _rem(s: Step, n: Names, c: Context) -> list[str]:
+    a, b = (n(o) for o in s.operands)
+    out = n(s.results[0])
+    if not _is_int(n, s.results[0]):
+        return [f"{out} = {a} - {b} * tl.floor({a} / {b})"]
+    # Linnet's remainder takes the divisor's sign (torch.remainder); Triton's `%` the dividend's.
+    return [f"{out} = {a} % {b}",
+            f"{out} = tl.where(({out} != 0) & (({out} < 0) != ({b} < 0)), {out} + {b}, {out})"]
+
+
+def _extreme(fn: str) -> TileRule:
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        a, b = s.operands
+        # tl.maximum wants tensors: a literal side is written as a typed scalar.
+        return [f"{n(s.results[0])} = tl.{fn}({n.tensor(a)}, {n.tensor(b)})"]
+    return rule
+
+
+def _constant(s: Step, n: Names, c: Context) -> list[str]:
+    n.literals[s.results[0]] = literal(s.attributes["value"])
+    return []
+
+
+def _iota(s: Step, n: Names, c: Context) -> list[str]:
+    shape, axis = s.attributes["shape"], s.attributes["axis"]
+    expr = f"tl.arange(0, {shape[axis]})"
+    if len(shape) > 1:
+        expr = f"tl.broadcast_to({expr}{_expand(axis, 1, len(shape))}, {tuple(shape)})"
+    if s.attributes["dtype"] != "i32":
+        expr += f".to({TL_DTYPES[s.attributes['dtype']]})"
+    return [f"{n(s.results[0])} = {expr}"]
+
+
+def _expand(start: int, count: int, rank: int) -> str:
+    """The subscript that puts ``count`` axes at ``start..`` of a rank-``rank`` tile
+    (``[:, None]``); empty when it would be every axis."""
+    if count == rank:
+        return ""
+    parts = ["None"] * start + [":"] * count + ["None"] * (rank - start - count)
+    return "[" + ", ".join(parts) + "]"
+
+
+def _convert(s: Step, n: Names, c: Context) -> list[str]:
+    src = s.operands[0]
+    dtype = s.attributes["dtype"]
+    if dtype == "bool":
+        return [f"{n(s.results[0])} = {n.tensor(src)} != 0"]
+    return [f"{n(s.results[0])} = {n.tensor(src)}.to({TL_DTYPES[dtype]})"]
+
+
+def _reshape(s: Step, n: Names, c: Context) -> list[str]:
+    shape = tuple(s.attributes["shape"])
+    if not shape:  # a one-element tile to a scalar
+        return [f"{n(s.results[0])} = tl.sum({_flat(n, s.operands[0])}, axis=0)"]
+    return [f"{n(s.results[0])} = tl.reshape({n.tensor(s.operands[0])}, {shape})"]
+
+
+def _flat(n: Names, ref: str) -> str:
+    shape = n.shape(ref)
+    return n(ref) if len(shape) == 1 else f"tl.reshape({n(ref)}, ({math.prod(shape)},))"
+
+
+def _transpose(s: Step, n: Names, c: Context) -> list[str]:
+    perm = tuple(s.attributes["perm"])
+    return [f"{n(s.results[0])} = tl.permute({n(s.operands[0])}, {perm})"]
+
+
+def _broadcast(s: Step, n: Names, c: Context) -> list[str]:
+    src = s.operands[0]
+    shape = tuple(s.attributes["shape"])
+    out = n(s.results[0])
+    if src in n.literals:
+        return [f"{out} = tl.full({shape}, {n(src)}, {TL_DTYPES[n.dtype(s.results[0])]})"]
+    have = n.shape(src)
+    x = n(src)
+    if have and len(have) < len(shape):  # numpy's rule: new axes on the left
+        x += _expand(len(shape) - len(have), len(have), len(shape))
+    return [f"{out} = tl.broadcast_to({x}, {shape})"]
+
+
+def _reduce(s: Step, n: Names, c: Context) -> list[str]:
+    kind, axes, acc = s.attributes["kind"], sorted(s.attributes["axes"]), s.attributes["accumulate"]
+    src = s.operands[0]
+    x = n(src)
+    if n.dtype(src) != acc and kind in ("sum", "mean"):
+        x = f"{x}.to({TL_DTYPES[acc]})"
+    fn = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}.get(kind)
+    if fn is None:
+        raise _unsupported(f"a `{kind}` reduction", s)
+    # One axis at a time, the last first, so that the other axes keep their numbers.
+    for axis in reversed(axes):
+        x = f"{fn}({x}, axis={axis})"
+    if kind == "mean":
+        shape = n.shape(src)
+        x = f"{x} / {math.prod(shape[a] for a in axes)}"
+    return [f"{n(s.results[0])} = {x}"]
+
+
+def _contract(s: Step, n: Names, c: Context) -> list[str]:
+    a, b = s.operands
+    spec = s.attributes["spec"]
+    acc = s.attributes["accumulate"]
+    ins, out_labels = spec.split("->")
+    la, lb = ins.split(",")
+    out = n(s.results[0])
+    sa, sb = n.shape(a), n.shape(b)
+    size = dict(zip(la, sa)) | dict(zip(lb, sb))
+    summed = [x for x in dict.fromkeys(la + lb) if x not in out_labels]
+    # A matrix product of two tiles at least DOT_MIN a side: tl.dot (tensor cores), f32 at
+    # full precision unless numerics "fast" ("tf32").
+    if len(la) == 2 and len(lb) == 2 and len(out_labels) == 2 and len(summed) == 1:
+        k = summed[0]
+        m = next(x for x in la if x != k)
+        nn = next(x for x in lb if x != k)
+        if out_labels == m + nn and all(size[x] >= DOT_MIN for x in (m, nn, k)):
+            lhs = n(a) if la == m + k else f"tl.trans({n(a)})"
+            rhs = n(b) if lb == k + nn else f"tl.trans({n(b)})"
+            prec = f", input_precision={c.precision!r}" if n.dtype(a) == "f32" else ""
+            expr = f"tl.dot({lhs}, {rhs}{prec}, out_dtype={TL_DTYPES[acc]})" if acc in (
+                "f32", "f16", "i32") else f"tl.dot({lhs}, {rhs}{prec}).to({TL_DTYPES[acc]})"
+            return [f"{out} = {expr}"]
+    # Otherwise: both operands laid out over every label (the result's, then the summed
+    # ones), multiplied with broadcasting, and summed over the summed labels.
+    order = list(out_labels) + summed
+    parts = []
+    for ref, labels in ((a, la), (b, lb)):
+        perm = tuple(sorted(range(len(labels)), key=lambda i: order.index(labels[i])))
+        x = n(ref)
+        if perm != tuple(range(len(labels))):
+            x = f"tl.permute({x}, {perm})"
+        kept = sorted(labels, key=order.index)
+        sub = ["(:)" if lab in kept else "None" for lab in order]
+        if len(kept) < len(order):
+            x += "[" + ", ".join(":" if lab in kept else "None" for lab in order) + "]"
+        del sub
+        if n.dtype(ref) != acc:
+            x = f"{x}.to({TL_DTYPES[acc]})"
+        parts.append(x)
+    expr = f"{parts[0]} * {parts[1]}"
+    for axis in reversed(range(len(out_labels), len(order))):
+        expr = f"tl.sum({expr}, axis={axis})"
+    return [f"{out} = {expr}"]
+
+
+def _select(s: Step, n: Names, c: Context) -> list[str]:
+    cond, a, b = s.operands
+    return [f"{n(s.results[0])} = tl.where({n(cond)}, {n.tensor(a)}, {n.tensor(b)})"]
+
+
+def _program_id(s: Step, n: Names, c: Context) -> list[str]:
+    return [f"{n(s.results[0])} = tl.program_id({s.attributes['axis']})"]
+
+
+def pointer(s: Step, n: Names) -> str:
+    """The pointers a `load` or `store` reads or writes: the tensor's base plus, per axis,
+    its index times its stride; each index tile's axes take their place in the tile."""
+    base = s.operands[0]
+    name = base[1:]
+    index = s.attributes["index"]
+    tiles = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
+    rank = sum(len(t) for t in tiles)
+    terms, at = [], 0
+    for axis, (i, t) in enumerate(zip(index, tiles)):
+        stride = f"{name.upper()}_STRIDE_{axis}"
+        if isinstance(i, dict):
+            term = n(s.operands[i["operand"]]) + (_expand(at, len(t), rank) if t else "")
+            at += len(t)
+        else:
+            if i == 0:
+                continue
+            term = str(i)
+        terms.append(f"{term} * {stride}")
+    return " + ".join([n(base), *terms])
+
+
+def _operand(s: Step, n: Names, key: str) -> str | None:
+    v = s.attributes.get(key)
+    if isinstance(v, dict):
+        return n(s.operands[v["operand"]])
+    return None if v is None else literal(v)
+
+
+def _load(s: Step, n: Names, c: Context) -> list[str]:
+    args = [pointer(s, n)]
+    mask = _operand(s, n, "mask")
+    if mask is not None:
+        args.append(f"mask={mask}")
+        other = _operand(s, n, "other")
+        if other is not None:
+            args.append(f"other={other}")
+    return [f"{n(s.results[0])} = tl.load({', '.join(args)})"]
+
+
+def _store(s: Step, n: Names, c: Context) -> list[str]:
+    value = s.operands[s.attributes["value"]["operand"]]
+    args = [pointer(s, n), n(value)]
+    mask = _operand(s, n, "mask")
+    if mask is not None:
+        args.append(f"mask={mask}")
+    return [f"tl.store({', '.join(args)})"]
+
+
+def _for(s: Step, n: Names, c: Context) -> list[str]:
+    a = s.attributes
+    lines = []
+    for init, arg, res in zip(s.operands, a["carried"], s.results):
+        var = n.fresh(re.sub(r"\.\d+$", "", arg.lstrip("%")))
+        n.alias(arg, var)
+        n.alias(res, var)
+        lines.append(f"{var} = {n.tensor(init)}")
+    step = f", {a['step']}" if a["step"] != 1 else ""
+    lines.append(f"for {n(a['var'])} in range({a['start']}, {a['stop']}{step}):")
+    body = c.body(a["body"], n, c.indent + 1)
+    for arg, y in zip(a["carried"], a["yields"]):
+        if n(y) != n(arg):
+            body.append(f"{n(arg)} = {n.tensor(y)}")
+    lines += ["    " + line for line in body] or ["    pass"]
+    return lines
+
+
+# Primitives a kernel may not use yet, and why: `pow` has no Triton function that runs in
+# both the interpreter and compiled code of every Triton we support (3.6 to 3.9).
+EXPECTED_MISSING: frozenset[str] = frozenset({"pow"})
+
+TILE_RULES: dict[str, TileRule] = {
+    "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("tl.exp({})"),
+    "log": _unary("tl.log({})"), "sqrt": _unary("tl.sqrt({})"),
+    "rsqrt": _unary("tl.rsqrt({})"), "sin": _unary("tl.sin({})"),
+    "cos": _unary("tl.cos({})"), "tanh": _unary("2 * tl.sigmoid(2 * {}) - 1"),
+    "sigmoid": _unary("tl.sigmoid({})"), "erf": _unary("tl.erf({})"),
+    "abs": _unary("tl.abs({})"), "floor": _unary("tl.floor({})"),
+    "add": _binary("{} + {}"), "sub": _binary("{} - {}"), "mul": _binary("{} * {}"),
+    "div": _div, "rem": _rem,
+    "maximum": _extreme("maximum"), "minimum": _extreme("minimum"),
+    "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
+    "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),
+    "and": _binary("{} & {}"), "or": _binary("{} | {}"),
+    "select": _select, "convert": _convert, "constant": _constant, "iota": _iota,
+    "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
+    "reduce": _reduce, "contract": _contract,
+    "program_id": _program_id, "load": _load, "store": _store, "for": _for,
+}
+
+
+def _unsupported(what: str, s: Step) -> Exception:
+    from linnet.lang.diagnostics import Diagnostic, LinnetError
+
+    where = f" (from {s.loc})" if s.loc else ""
+    return LinnetError(Diagnostic(
+        "E0532", f"a kernel uses {what}{where}, which has no Triton form yet",
+        help="rewrite that part of the kernel, or run the op's body (numerics 'exact' "
+             "never launches kernels)"))
+
+
+# ---------------------------------------------------------------- functions
+
+
+@dataclass
+class KernelText:
+    """One kernel instance as generated text."""
+
+    kernel: TileKernel
+    function: str  # the @triton.jit function's name
+    launcher: str  # the launcher's name
+    key: str  # its RUNS key
+    source: str  # both functions' text
+
+
+def instance_name(k: TileKernel) -> str:
+    """``row_softmax_4_8_1024``: the kernel's name and its generics' values."""
+    parts = [k.short_name] + [str(v) for v in k.generics.values()]
+    parts += [re.sub(r"[^0-9A-Za-z]", "_", literal(v)) for v in k.scalars.values()]
+    return re.sub(r"_+", "_", "_".join(parts)).strip("_")
+
+
+def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
+                    precision: str = "ieee") -> str:
+    """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters and
+    results, then each one's strides as ``tl.constexpr``."""
+    n = Names(k)
+    n.used |= {p for p, _, _ in k.params + k.results}
+    args = [p for p, _, _ in k.params + k.results]
+    for p, shape, _ in k.params + k.results:
+        args += [f"{p.upper()}_STRIDE_{i}: tl.constexpr" for i in range(len(shape))]
+        n.used |= {f"{p.upper()}_STRIDE_{i}" for i in range(len(shape))}
+    for p in args:
+        n.alias("@" + p, p)
+    last: list[str | None] = [None]
+
+    def body(steps: list[Step], names: Names, depth: int) -> list[str]:
+        out: list[str] = []
+        for s in steps:
+            rule = TILE_RULES.get(s.op)
+            if rule is None:
+                raise _unsupported(f"`{s.op}`", s)
+            lines = rule(s, names, Context(precision, body, depth))
+            if lines and s.loc and s.loc != last[0]:
+                out.append(_comment(s.loc, sources))
+                last[0] = s.loc
+            out += lines
+        return out
+
+    lines = body(k.steps, n, 0)
+    gen = ", ".join(f"{g}={v}" for g, v in k.generics.items())
+    head = [f"# kernel {k.short_name}<{gen}> ({k.loc}), grid {k.grid}",
+            "@triton.jit", f"def {name}({', '.join(args)}):"]
+    return "\n".join(head + ["    " + line for line in lines])
+
+
+def _comment(loc: str, sources: dict[str, list[str]]) -> str:
+    file, _, line = loc.rpartition(":")
+    text = ""
+    src = sources.get(file)
+    if src and line.isdigit() and 0 < int(line) <= len(src):
+        text = "  " + src[int(line) - 1].strip()
+    out = f"# {file}:{line}{text}"
+    return out if len(out) <= 92 else out[:89].rstrip() + "..."
+
+
+def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
+    """The Python function that launches ``function`` on the kernel's grid: inputs made
+    contiguous, results allocated on the inputs' device, strides passed as constants."""
+    from linnet.lang.emit.torch import TORCH_DTYPES
+
+    ins = [p for p, _, _ in k.params]
+    lines = [f"def {name}({', '.join(ins)}):",
+             f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns '
+             f'{", ".join(r for r, _, _ in k.results)}."""']
+    for p in ins:
+        lines.append(f"    {p} = {p}.contiguous()")
+    device = f"{ins[0]}.device" if ins else "DEVICE"
+    for r, shape, dtype in k.results:
+        lines.append(f"    {r} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, "
+                     f"device={device})")
+    strides = []
+    for p, shape, _ in k.params + k.results:
+        st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+        strides += [f"{p.upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
+    args = [p for p, _, _ in k.params + k.results] + strides
+    lines.append(f"    {function}[{k.grid}]({', '.join(args)})")
+    outs = ", ".join(r for r, _, _ in k.results)
+    lines.append(f"    return {outs}" + ("," if len(k.results) > 1 else ""))
+    return "\n".join(lines)
+
+
+def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
+                taken: set[str]) -> KernelText:
+    base = instance_name(k)
+    name, i = base, 1
+    while name in taken or f"launch_{name}" in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken |= {name, f"launch_{name}"}
+    text = kernel_function(k, name, sources, precision) + "\n\n\n" + launcher_function(
+        k, name, f"launch_{name}", name)
+    return KernelText(k, name, f"launch_{name}", name, text)
+
+
+# The module's own part: imported only where a kernel is launched.
+HEADER = '''import os
+import types
+
+try:
+    import triton
+    import triton.language as tl
+    TRITON = True
+except ImportError:  # no Triton: every bound op runs its body; `@triton.jit` does nothing
+    triton = types.SimpleNamespace(jit=lambda fn: fn)
+    tl = types.SimpleNamespace(constexpr=int)  # the kernels' annotations
+    TRITON = False
+
+# Triton's interpreter runs kernels on CPU tensors; it must be chosen before the kernels
+# below are decorated, so it is read once, here.
+INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
+'''
+
+READY = '''def kernels_ready(key, *tensors):
+    """Whether a bound op launches kernel `key` on these tensors (Triton importable, and the
+    tensors on CUDA, or on the CPU under TRITON_INTERPRET=1); counts the answer in RUNS."""
+    ready = TRITON and (all(t.is_cuda for t in tensors) or INTERPRET and not any(
+        t.is_cuda for t in tensors))
+    RUNS[key][0 if ready else 1] += 1
+    return ready'''
+
+
+def runs_table(keys: list[str]) -> str:
+    """``RUNS``: per kernel instance, [calls that launched it, calls that ran the body]."""
+    inner = ", ".join(f"{k!r}: [0, 0]" for k in keys)
+    return ("# Per kernel instance: [calls that launched it, calls that ran the op's body].\n"
+            f"RUNS = {{{inner}}}")
+
+
+def launch_statement(text: KernelText, args: list[str], outs: list[str],
+                     body: list[str]) -> tuple[str, frozenset[str], frozenset[str]]:
+    """The statement at a bound op's call: the launch if ``kernels_ready``, else the op's
+    ``body`` (its lines as the emitter wrote them). Returns the text (lines after the first
+    indented one level for the function body), the names it defines and those it reads."""
+    tensors = [a for a, (p, _, _) in zip(args, text.kernel.params)]
+    target = ", ".join(outs) + ("," if len(outs) == 1 and len(text.kernel.results) > 1 else "")
+    lines = [f"if kernels_ready({text.key!r}, {', '.join(tensors)}):",
+             f"    {target} = {text.launcher}({', '.join(tensors)})",
+             "else:"] + ["    " + b for b in body]
+    flat = "\n".join(lines)
+    tree = ast.parse(flat)
+    stored = frozenset(x.id for x in ast.walk(tree)
+                       if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store))
+    loaded = frozenset(x.id for x in ast.walk(tree)
+                       if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)) - stored
+    indented = lines[0] + "".join("\n    " + line for line in lines[1:])
+    return indented, stored, loaded
+
+
+def kernel_args(call_args: list[Any], kernel: Any) -> dict[str, Any]:
+    """The scalar arguments a call passes to the kernel's scalar parameters (by position)."""
+    out = {}
+    for p, a in zip(kernel.params, call_args):
+        if not isinstance(a, str) and a is not None:
+            out[p.name] = a
+    return out
+
+
+def _unused(*_: Any) -> None:
+    return None
+
+
+__all__ = ["EXPECTED_MISSING", "TILE_RULES", "TL_DTYPES", "KernelText", "kernel_function",
+           "kernel_text", "launch_statement", "launcher_function", "runs_table",
+           "Any", "Step"]

@@ -1,0 +1,172 @@
+"""Launching one tile kernel on given tensors, outside any model: the seam that kernel
+checkers (``linnet kernels``, tests) build on.
+
+:func:`launch` lowers a kernel (or the kernel an op is bound to) for concrete generics,
+writes it as generated PyTorch would (a ``@triton.jit`` function and its launcher, from
+``linnet.lang.emit.triton``), imports that from a file (Triton reads the source) and
+launches it. Set ``TRITON_INTERPRET=1`` before the first launch to run on CPU tensors in
+Triton's interpreter; on CUDA tensors it compiles and runs for real.
+
+>>> import os; os.environ["TRITON_INTERPRET"] = "1"                      # doctest: +SKIP
+>>> x = torch.randn(4, 8)
+>>> y, = launch("std.nn.activation::softmax", {"R": 4, "C": 8}, x)      # doctest: +SKIP
+>>> torch.allclose(y, torch.softmax(x, -1))                              # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from linnet.lang import LinnetError, Program
+from linnet.lang.diagnostics.core import Diagnostic
+
+import torch
+
+from .home import import_source
+
+_MODULES: dict[tuple, Any] = {}
+
+
+def _error(code: str, message: str, help: str = "") -> LinnetError:
+    return LinnetError(Diagnostic(code, message, help=help))
+
+
+def _program(program: Program | str | Path | None) -> Program:
+    if isinstance(program, Program):
+        return program
+    if program is None:  # the std library: modules are loaded as names need them
+        return Program.from_text("", name="linnet_kernels")
+    return Program.from_file(program)
+
+
+def resolve(program: Program | str | Path | None, name: str, generics: dict[str, Any]
+            ) -> tuple[str, dict[str, Any], bool]:
+    """``(kernel, kernel generics, where-clause holds)`` for ``name``: a kernel's qualified
+    name with the kernel's generics, or an op bound to a kernel with the op's generics
+    (the binding `kernel row_softmax<R, C, 1024>` gives the kernel's)."""
+    import linnet.lang.syntax.tree as A
+    from linnet.lang.check.evaluate import Evaluator, Fail, Frame
+    from linnet.lang.ir.builder import Builder
+    from linnet.lang.ir.tiles import find_kernel
+    from linnet.lang.tensors.dims import Dim
+
+    prog = _program(program)
+    module, _, short = name.rpartition("::")
+    _ensure_module(prog, module, short)
+    mod = prog.module(module)
+    item = mod.find(short) if mod is not None else None
+    if isinstance(item, A.FuncDecl) and item.kind == "kernel":
+        ev = Evaluator(prog, Builder(None))
+        env = {k: Dim.const(v) if isinstance(v, int) else v for k, v in generics.items()}
+        frame = Frame(item.module, env, None, item)  # type: ignore[arg-type]
+        holds = True
+        for clause in item.where:
+            try:
+                c = ev.value(clause, frame)
+            except Fail as f:
+                raise LinnetError(f.diag) from None
+            holds = holds and bool(getattr(c, "value", False))
+        return item.qualified_name, dict(generics), holds
+    if isinstance(item, A.FuncDecl) and item.kernel is not None:
+        ev = Evaluator(prog, Builder(None))
+        env = {k: Dim.const(v) if isinstance(v, int) else v for k, v in generics.items()}
+        missing = [g.name for g in item.generics if g.name not in env]
+        if missing:
+            raise _error("E0760", f"op `{name}` needs generics {', '.join(missing)} to "
+                         "bind its kernel", help="give every generic of the op: "
+                         + ", ".join(f"{g.name}: {g.kind}" for g in item.generics))
+        try:
+            attrs = ev.kernel_binding_attrs(item, Frame(item.module, env, None, item))  # type: ignore[arg-type]
+        except Fail as f:
+            raise LinnetError(f.diag) from None
+        return attrs["kernel"], attrs["kernel_generics"], attrs["kernel_applies"]
+    find_kernel(prog, name)  # E0533: not a kernel
+    raise AssertionError("unreachable")
+
+
+def _ensure_module(prog: Program, module: str, item: str) -> None:
+    """Load ``module`` (a std module, say) into ``prog`` if it is not there yet."""
+    if prog.module(module) is not None or not module:
+        return
+    extra = Program.from_text(f"use {module}::{{{item}}}\n", name="linnet_kernels")
+    prog.modules.update({k: v for k, v in extra.modules.items() if k != "linnet_kernels"})
+
+
+def kernel_module(program: Program | str | Path | None, kernel: str, generics: dict[str, Any],
+                  scalars: dict[str, Any] | None = None, precision: str = "ieee") -> Any:
+    """The imported module holding kernel ``kernel`` for ``generics`` and its launcher
+    (``module.LAUNCH``); written once per process and arguments."""
+    from linnet.lang.emit.triton import HEADER, kernel_text
+    from linnet.lang.ir.tiles import lower_kernel
+
+    prog = _program(program)
+    key = (id(prog), kernel, repr(sorted(generics.items())), repr(sorted((scalars or {}).items())),
+           precision)
+    if key in _MODULES:
+        return _MODULES[key]
+    k = lower_kernel(prog, kernel, generics, scalars)
+    sources = {m.source.name: m.source.text.splitlines() for m in prog.modules.values()}
+    text = kernel_text(k, sources, precision, set())
+    body = "\n".join([f'"""Kernel {kernel} for {generics}, written by linnet.torch.kernels."""',
+                      "", "import torch", "", HEADER, "", text.source, "",
+                      f"LAUNCH = {text.launcher}", ""])
+    module = import_source(body, "linnet_kernel_" + k.short_name)
+    _MODULES[key] = module
+    return module
+
+
+def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
+           program: Program | str | Path | None = None, scalars: dict[str, Any] | None = None,
+           precision: str = "ieee") -> tuple[torch.Tensor, ...]:
+    """Launch one kernel on ``tensors`` and return its results (a tuple).
+
+    ``name`` is a kernel (``std.nn.activation::row_softmax``, with the kernel's generics)
+    or an op bound to one (``std.nn.activation::softmax``, with the op's generics);
+    ``program`` is the ``Program`` or ``.linnet`` file it lives in (default: the std
+    library). ``scalars`` gives the kernel's scalar parameters (``{"eps": 1e-5}``);
+    ``precision`` is ``tl.dot``'s for f32 tiles (``"ieee"``, or ``"tf32"`` as numerics fast
+    launches them). The kernel runs even where its ``where`` clause does not hold for these
+    generics only if it lowers; a clause that is false is error E0535. Tensors must match the
+    kernel's parameter shapes and dtypes (E0761), and be on CUDA, or on the CPU with
+    ``TRITON_INTERPRET=1`` set before the first launch (E0762). Without Triton: E0763.
+
+    >>> y, = launch("std.nn.activation::softmax", {"R": 4, "C": 8}, torch.randn(4, 8))  # doctest: +SKIP
+    """
+    import os
+
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        raise _error("E0763", "Triton is not importable, so no kernel can be launched",
+                     help="install triton (it comes with torch on Linux), or run the op's "
+                          "body") from None
+    prog = _program(program)
+    kernel, kgen, holds = resolve(prog, name, generics)
+    if not holds:
+        raise _error("E0764", f"`{kernel}`'s where clause does not hold for {kgen}",
+                     help="choose generics that satisfy the kernel's `where` clause")
+    module = kernel_module(prog, kernel, kgen, scalars, precision)
+    from linnet.lang.ir.tiles import lower_kernel
+
+    k = lower_kernel(prog, kernel, kgen, scalars)
+    if len(tensors) != len(k.params):
+        raise _error("E0761", f"kernel `{kernel}` takes {len(k.params)} tensors, got "
+                     f"{len(tensors)}", help="pass one tensor per tensor parameter: "
+                     + ", ".join(p for p, _, _ in k.params))
+    from linnet.lang.emit.torch import TORCH_DTYPES
+
+    for (p, shape, dtype), t in zip(k.params, tensors):
+        if tuple(t.shape) != shape or str(t.dtype) != TORCH_DTYPES[dtype]:
+            raise _error("E0761", f"kernel `{kernel}` takes `{p}` as {dtype}{list(shape)}, got "
+                         f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}",
+                         help="pass tensors of the shapes its generics give")
+    on_cuda = all(t.is_cuda for t in tensors)
+    if not on_cuda and not (module.INTERPRET and not any(t.is_cuda for t in tensors)):
+        raise _error("E0762", "the tensors are not all on CUDA and TRITON_INTERPRET=1 was not "
+                     "set before the kernel was first written" if not on_cuda else "",
+                     help="move them to CUDA, or set TRITON_INTERPRET=1 in the environment "
+                          f"before importing Triton (now: {os.environ.get('TRITON_INTERPRET')!r})")
+    out = module.LAUNCH(*tensors)
+    return out if isinstance(out, tuple) else (out,)
