@@ -7,6 +7,7 @@ Triton until the command runs (listing commands stays fast).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -46,6 +47,11 @@ def kernels_command(args: argparse.Namespace) -> int:
     if args.count < 1 or args.max_size < 1:
         print("linnet kernels: --count and --max-size are at least 1", file=sys.stderr)
         return 2
+    if args.device in (None, "cpu") and "triton" not in sys.modules:
+        # On the CPU, kernels run in Triton's interpreter, which must be chosen before Triton
+        # is first imported (its own library functions are decorated then). Harmless on
+        # CUDA: the interpreter only runs kernels whose tensors are on the CPU.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
         import triton  # noqa: F401
     except ImportError:

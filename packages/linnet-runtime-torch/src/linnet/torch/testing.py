@@ -112,6 +112,8 @@ def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0
     program = _program(source)
     dev = torch.device(device if device is not None else
                        ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type != "cuda":
+        use_interpreter()
     findings: list[KernelFinding] = []
     chosen = [op for op in bound_ops(program)
               if ops is None or op.name in ops or op.qualified_name in ops]
@@ -323,10 +325,39 @@ def _inputs(case: KernelCase, seed: int, device: torch.device) -> list[torch.Ten
     return out
 
 
+def use_interpreter() -> None:
+    """Make sure kernels can run on the CPU, in Triton's interpreter: set
+    ``TRITON_INTERPRET=1`` for this process if Triton is not imported yet (it must be set
+    before: Triton decorates its own library functions, ``tl.sum`` and the rest, when it is
+    imported), or raise E0770 if Triton was imported without it.
+
+    >>> use_interpreter()   # doctest: +SKIP
+    """
+    import sys
+
+    if "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language.standard as standard
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        raise LinnetError(Diagnostic(
+            "E0768", "checking kernels needs Triton, which is not installed here",
+            help="install it: `pip install 'linnet-runtime-torch[triton]'` (on the CPU, "
+                 "kernels run in Triton's interpreter)")) from None
+    if not isinstance(getattr(standard, "sum", None), InterpretedFunction):
+        raise LinnetError(Diagnostic(
+            "E0770", "Triton was imported before TRITON_INTERPRET=1 was set, so kernels "
+            "cannot run on the CPU in this process",
+            help="set TRITON_INTERPRET=1 in the environment before Python starts "
+                 "(`TRITON_INTERPRET=1 pytest ...`), or check on CUDA (device='cuda')"))
+
+
 @contextmanager
 def triton_interpreter(on: bool) -> Iterator[None]:
-    """``TRITON_INTERPRET=1`` while generated source is imported (``@triton.jit`` reads it
-    when it decorates), restored afterwards."""
+    """``TRITON_INTERPRET=1`` while generated source is imported and run (``@triton.jit``
+    reads it when it decorates a kernel, and Triton again when it runs one), restored
+    afterwards."""
     before = os.environ.get("TRITON_INTERPRET")
     if on:
         os.environ["TRITON_INTERPRET"] = "1"
@@ -348,29 +379,34 @@ def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: to
     from .home import import_source
 
     sources = {m.source.name: m.source.text for m in wrapper.modules.values()}
-    text = emit_torch(graph, sources, numerics="fast", origin=wrapper.root.source.name)
+    text = emit_torch(graph, sources, numerics="fast", origin=wrapper.root.source.name,
+                      program=wrapper)
+    # Triton reads TRITON_INTERPRET when it decorates a kernel and again when it runs one.
     with triton_interpreter(device.type != "cuda"):
         module = import_source(text, "linnet_kernel_check")
-    module.DEVICE = device  # type: ignore[attr-defined]
-    fn = getattr(module, module.ENTRIES[ENTRY].get("function", ENTRY))
-    before = _launch_count(module)
-    with _poisoned(module), torch.inference_mode():
-        outs = fn(*inputs, {}, {})
+        module.DEVICE = device  # type: ignore[attr-defined]
+        fn = getattr(module, module.ENTRIES[ENTRY].get("function", ENTRY))
+        before = _launch_count(module)
+        with _poisoned(module), torch.inference_mode():
+            outs = fn(*inputs, {}, {})
     return list(outs), _launch_count(module) - before
 
 
 def _launch_count(module: Any) -> int:
-    return int(getattr(module, "KERNEL_LAUNCHES", 0))
+    """Launches so far: ``RUNS`` counts [launched, ran the body] per kernel instance."""
+    return sum(int(n[0]) for n in getattr(module, "RUNS", {}).values())
 
 
 @contextmanager
 def _poisoned(module: Any) -> Iterator[None]:
-    before = getattr(module, "KERNEL_POISON", None)
-    module.KERNEL_POISON = True
+    """Kernel results start as NaN (integers: their smallest value), not torch.empty's
+    leftovers, so a lane the kernel never stores cannot pass for a right answer."""
+    before = getattr(module, "POISON", False)
+    module.POISON = True
     try:
         yield
     finally:
-        module.KERNEL_POISON = before
+        module.POISON = before
 
 
 __all__ = ["TOLERANCES", "KernelCheck", "KernelFinding", "assert_kernels", "check_case",
