@@ -494,8 +494,7 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
         lines.append(f"    {p} = {p}.contiguous()")
     device = f"{ins[0]}.device" if ins else "DEVICE"
     for r, shape, dtype in k.results:
-        lines.append(f"    {r} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, "
-                     f"device={device})")
+        lines.append(f"    {r} = new_result({shape}, {TORCH_DTYPES[dtype]}, {device})")
     strides = []
     for p, shape, _ in k.params + k.results:
         st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
@@ -536,6 +535,18 @@ except ImportError:  # no Triton: every bound op runs its body; `@triton.jit` do
 # Triton's interpreter runs kernels on CPU tensors; it must be chosen before the kernels
 # below are decorated, so it is read once, here.
 INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
+
+# Kernel checkers (linnet.torch.testing) set POISON: results then start as NaN (integers:
+# their smallest value) instead of torch.empty's leftovers, so an unstored lane shows.
+POISON = False
+
+
+def new_result(shape, dtype, device):
+    if not POISON:
+        return torch.empty(shape, dtype=dtype, device=device)
+    fill = float('nan') if dtype.is_floating_point else torch.iinfo(dtype).min \
+        if dtype != torch.bool else True
+    return torch.full(shape, fill, dtype=dtype, device=device)
 '''
 
 READY = '''def kernels_ready(key, *tensors):
