@@ -19,7 +19,8 @@ def register_kernels(subparsers: Any) -> None:
         description="Run every kernel an op binds on random shapes its where clauses allow "
                     "(under Triton's interpreter on the CPU), with its outputs poisoned with "
                     "NaN, and compare with the op's body; exits 1 on a finding.")
-    p.add_argument("file", nargs="?", help="a .linnet file (its std imports are checked too)")
+    p.add_argument("file", nargs="*", help=".linnet files (the std kernels they use are "
+                                           "checked too; each kernel once)")
     p.add_argument("--std", action="store_true", help="check the std library's kernels")
     p.add_argument("--count", type=int, default=3, help="cases per kernel (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the cases (default 0)")
@@ -64,8 +65,7 @@ def kernels_command(args: argparse.Namespace) -> int:
     sources: list[Any] = []
     if args.std:
         sources.append(std_program())
-    if args.file:
-        sources.append(args.file)
+    sources += args.file
     dtypes = tuple(args.dtype) or DEFAULT_DTYPES
     checked = 0
 
@@ -80,10 +80,11 @@ def kernels_command(args: argparse.Namespace) -> int:
             print(f"FAIL  {check.finding}")
 
     findings = []
+    done: set[str] = set()  # ops already checked (a std op two files use, say)
     for source in sources:
         findings += check_kernels(source, count=args.count, seed=args.seed,
                                   max_size=args.max_size, dtypes=dtypes, ops=args.op or None,
-                                  device=args.device, on_check=show)
+                                  device=args.device, on_check=show, skip=done)
     unrun = [f for f in findings if f.case == "no case"]
     for f in unrun:
         print(f"FAIL  {f}")

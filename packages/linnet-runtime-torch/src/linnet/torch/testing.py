@@ -91,8 +91,8 @@ class KernelCheck:
 def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0,
                   max_size: int = 48, dtypes: tuple[str, ...] = DEFAULT_DTYPES,
                   ops: list[str] | None = None, device: str | torch.device | None = None,
-                  on_check: Callable[[KernelCheck], None] | None = None
-                  ) -> list[KernelFinding]:
+                  on_check: Callable[[KernelCheck], None] | None = None,
+                  skip: set[str] | None = None) -> list[KernelFinding]:
     """Check every bound kernel of ``source`` (a ``.linnet`` file or a checked
     :class:`~linnet.lang.Program`; std kernels are checked when the file uses their
     modules) against its op's body on ``count`` random cases each; returns the findings
@@ -104,6 +104,8 @@ def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0
     or qualified name (``std.nn.norm::rms_norm``). ``device`` is where kernels run:
     ``"cpu"`` runs them in Triton's interpreter, ``"cuda"`` for real (default: CUDA when
     available). ``on_check`` is called with each :class:`KernelCheck` as it finishes.
+    ``skip`` is a set of qualified op names not to check; the ops checked are added to it
+    (so that several files sharing std ops check each once).
 
     >>> for f in check_kernels("kernels.linnet", count=5, seed=1):   # doctest: +SKIP
     ...     print(f)
@@ -115,12 +117,15 @@ def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0
     if dev.type != "cuda":
         use_interpreter()
     findings: list[KernelFinding] = []
-    chosen = [op for op in bound_ops(program)
-              if ops is None or op.name in ops or op.qualified_name in ops]
+    done = skip if skip is not None else set()
+    chosen = [op for op in bound_ops(program) if op.qualified_name not in done and (
+        ops is None or op.name in ops or op.qualified_name in ops)]
     for op in chosen:
+        done.add(op.qualified_name)
         cases = sample_cases(program, op, count, seed, max_size, dtypes)
         if not cases:
-            kname = op.kernel.name if op.kernel else "?"
+            assert op.module is not None and op.kernel is not None
+            kname = f"{op.module.name}::{op.kernel.name}"
             findings.append(KernelFinding(
                 kname, op.qualified_name, "no case",
                 f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
