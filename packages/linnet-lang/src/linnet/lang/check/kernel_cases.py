@@ -32,7 +32,7 @@ from linnet.lang.ir.graph import Graph
 from linnet.lang.syntax.program import Program
 from linnet.lang.syntax.walk import walk
 from linnet.lang.tensors.dims import Dim
-from linnet.lang.tensors.values import Const, FuncRef
+from linnet.lang.tensors.values import FuncRef
 
 SOFTMAX_EXAMPLE = """
 kernel row_softmax<R: Dim, C: Dim, B: Dim>(x: Tensor[R, C; f32]) -> y: Tensor[R, C; f32] grid(R)

@@ -112,7 +112,14 @@ def backward_graph(program: Any, op: A.FuncDecl, arg_types: list[tuple[tuple[int
     prog = Program(parse(SourceFile(module.source.name, wrapper), module.name),
                    list(program.search))
     inputs = {n: (list(shape), dtype) for n, (shape, dtype) in zip(names, types)}
-    graph = lower(prog, entry, inputs, {}, model=MODEL, check=False)
+    # Element-type generics are not bound from inputs: give them as config.
+    dtypes = {g.name for g in op.generics if g.kind == "DType"}
+    config = {}
+    for p, (_, dtype) in zip(tensors, arg_types):
+        name = getattr(getattr(p.type, "dtype", None), "name", None)
+        if name in dtypes:
+            config[name] = dtype
+    graph = lower(prog, entry, inputs, config, model=MODEL, check=False)
     for call_ in graph.calls:
         # The differentiated body never launches a kernel itself.
         call_.attributes.pop("kernel_applies", None)
@@ -146,4 +153,61 @@ def _literal(v: Any) -> str:
     return str(v)
 
 
-__all__ = ["GRAD_HELPERS", "backward_function", "backward_graph"]
+
+
+class Backwards:
+    """The backward functions one generated module needs: one per bound call's op, kernel
+    instance and argument types, each with its lowered graph (written as an extra entry
+    function of the module, kernels off)."""
+
+    def __init__(self, program: Any):
+        self.program = program
+        self.names: dict[tuple, str] = {}
+        self.graphs: list[Graph] = []
+        self.functions: list[str] = []
+
+    def backward(self, graph: Graph, call: Any, key: str) -> str:
+        """The name of the ``backward(inputs, grads)`` function for this launch of kernel
+        instance ``key`` at ``call`` (an op's call in ``graph``)."""
+        op = _find_op(self.program, call.callee)
+        args = call.attributes.get("args", [])
+        arg_types = []
+        scalars = {}
+        for p, a in zip(op.params, args):
+            if isinstance(p.type, A.TensorType):
+                vt = _value_type(graph, a)
+                arg_types.append((tuple(vt.shape), vt.dtype))
+            else:
+                scalars[p.name] = a
+        result_types = [(tuple(_value_type(graph, r).shape), _value_type(graph, r).dtype)
+                        for r in call.attributes.get("results", [])]
+        ident = (call.callee, key, repr(arg_types), repr(sorted(scalars.items())))
+        if ident in self.names:
+            return self.names[ident]
+        n = len(self.names) + 1
+        entry = f"linnet_backward_{n}_{op.name}"
+        g, clause = backward_graph(self.program, op, arg_types, result_types, scalars, entry)
+        name = f"backward_{n}_{op.name}"
+        self.names[ident] = name
+        self.graphs.append(g)
+        self.functions.append(backward_function(name, entry, clause, len(result_types)))
+        return name
+
+
+def _value_type(graph: Graph, ref: str) -> Any:
+    """A value's type: a step's result or input (``%x``), a parameter or state (``@w``)."""
+    if ref.startswith("@"):
+        path = ref[1:]
+        return graph.parameters[path] if path in graph.parameters else graph.states[path]
+    return graph.values[ref]
+
+
+def _find_op(program: Any, qualified: str) -> A.FuncDecl:
+    module, _, short = qualified.rpartition("::")
+    mod = program.module(module)
+    item = mod.find(short) if mod is not None else None
+    assert isinstance(item, A.FuncDecl), qualified  # the graph's callee is the program's
+    return item
+
+
+__all__ = ["GRAD_HELPERS", "Backwards", "backward_function", "backward_graph"]

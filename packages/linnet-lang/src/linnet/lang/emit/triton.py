@@ -566,14 +566,19 @@ def runs_table(keys: list[str]) -> str:
 
 
 def launch_statement(text: KernelText, args: list[str], outs: list[str],
-                     body: list[str]) -> tuple[str, frozenset[str], frozenset[str]]:
+                     body: list[str], backward: str | None = None
+                     ) -> tuple[str, frozenset[str], frozenset[str]]:
     """The statement at a bound op's call: the launch if ``kernels_ready``, else the op's
     ``body`` (its lines as the emitter wrote them). Returns the text (lines after the first
-    indented one level for the function body), the names it defines and those it reads."""
+    indented one level for the function body), the names it defines and those it reads.
+    With ``backward`` (emit/kernel_grad.py) the launch goes through ``launch_with_grad``, so
+    that autograd differentiates it with that function."""
     tensors = [a for a, (p, _, _) in zip(args, text.kernel.params)]
     target = ", ".join(outs) + ("," if len(outs) == 1 and len(text.kernel.results) > 1 else "")
+    launch = (f"launch_with_grad({text.launcher}, {backward}, {', '.join(tensors)})"
+              if backward else f"{text.launcher}({', '.join(tensors)})")
     lines = [f"if kernels_ready({text.key!r}, {', '.join(tensors)}):",
-             f"    {target} = {text.launcher}({', '.join(tensors)})",
+             f"    {target} = {launch}",
              "else:"] + ["    " + b for b in body]
     flat = "\n".join(lines)
     tree = ast.parse(flat)
