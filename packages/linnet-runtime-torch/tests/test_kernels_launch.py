@@ -3,7 +3,7 @@ case at a time; each case says which path ran (the module's RUNS counters) and c
 with the op's body."""
 
 import builtins
-import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -42,7 +42,7 @@ def test_interpreter_launches_row_softmax(softmax_model, interpret):
     y = model.run("run", [x])
     assert runs(model, x) == {"row_softmax_5_24_1024": [1, 0]}
     torch.testing.assert_close(y, torch.softmax(x, -1), atol=1e-6, rtol=1e-5)
-    text = open(model.source("run", [x])).read()
+    text = Path(model.source("run", [x])).read_text()
     assert "@triton.jit" in text and "# std/nn/activation.linnet:21  let v = load(" in text
 
 
@@ -95,3 +95,84 @@ def test_launch_seam(interpret):
     y, = launch("std.nn.activation::row_softmax", {"R": 4, "C": 8, "B": 8}, x,
                 program=Program.from_text(""))
     torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+# A tiled matrix product: a loop over K tiles carrying the accumulator, and a product of two
+# [16, 16] tiles that becomes tl.dot (a smaller tile is a broadcast multiply and a sum).
+MATMUL = """
+kernel mm<M: Dim, N: Dim, K: Dim, BM: Dim, BN: Dim, BK: Dim>(
+    a: Tensor[M, K; f32], b: Tensor[K, N; f32],
+) -> c: Tensor[M, N; f32] grid((M + BM - 1) / BM, (N + BN - 1) / BN) {
+    let rows = program_id(0) * BM + iota<i32>(BM)
+    let cols = program_id(1) * BN + iota<i32>(BN)
+    let acc = fill<f32>(0.0, BM, BN)
+    for kb in 0..(K + BK - 1) / BK {
+        let ks = kb * BK + iota<i32>(BK)
+        let ma[i, k] = rows[i] < M && ks[k] < K
+        let mb[k, j] = ks[k] < K && cols[j] < N
+        let x = load(a[rows, ks], ma, 0.0)
+        let y = load(b[ks, cols], mb, 0.0)
+        let p[i, j] = sum[k] x[i, k] * y[k, j]
+        acc = acc + p
+    }
+    let mc[i, j] = rows[i] < M && cols[j] < N
+    store(c[rows, cols], acc, mc)
+}
+
+op matmul<M: Dim, N: Dim, K: Dim>(a: Tensor[M, K; f32], b: Tensor[K, N; f32])
+    -> Tensor[M, N; f32] kernel mm<M, N, K, TILE, TILE, TILE> {
+    let c[i, j] = sum[k] a[i, k] * b[k, j]
+    return c
+}
+
+model T<M: Dim, N: Dim, K: Dim> {
+    entry run(a: Tensor[M, K; f32], b: Tensor[K, N; f32]) -> Tensor[M, N; f32] {
+        return matmul(a, b)
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("tile", [16, 4])
+def test_tiled_matmul_through_generated_pytorch(tmp_path, interpret, tile):
+    path = tmp_path / "mm.linnet"
+    path.write_text(MATMUL.replace("TILE", str(tile)))
+    model = load(path, weights={}, numerics="fast")
+    a, b = torch.randn(40, 50), torch.randn(50, 24)
+    c = model.run("run", [a, b])
+    key = f"mm_40_24_50_{tile}_{tile}_{tile}"
+    assert {key: [1, 0]} == model.module("run", [a, b]).RUNS
+    text = Path(model.source("run", [a, b])).read_text()
+    # numerics fast: tl.dot may use tf32 (the interpreter computes in f32 regardless)
+    assert ("tl.dot(x, y, input_precision='tf32'" in text) == (tile == 16)
+    assert "for kb in range(0, " in text
+    torch.testing.assert_close(c, a @ b, atol=1e-4, rtol=1e-4)
+
+
+def test_compiled_slice_has_no_graph_break_on_the_launch(softmax_model, interpret):
+    # Under the interpreter the launch is an opaque custom op (wrap_triton rejects
+    # interpreted kernels); on CUDA it is a triton_op (benchmarks/kernels.py shows that).
+    model = load(softmax_model, weights={}, numerics="fast")
+    x = torch.randn(4, 8)
+    module = model.module("run", [x])
+    fn = getattr(module, module.ENTRIES["run"]["slices"][0]["function"])
+    explained = torch._dynamo.explain(fn)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    code = explained.graphs[0].code
+    assert f"torch.ops.{module.LIBRARY}.row_softmax_4_8_1024" in code
+    compiled = load(softmax_model, weights={}, numerics="fast", compile="aot_eager")
+    before = list(module.RUNS["row_softmax_4_8_1024"])  # the same text: the same module
+    y = compiled.run("run", [x])
+    after = compiled.module("run", [x]).RUNS["row_softmax_4_8_1024"]
+    assert [a - b for a, b in zip(after, before)] == [1, 0]
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+def test_triton_op_registered_without_interpreter(softmax_model, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    model = load(softmax_model, weights={}, numerics="fast")
+    x = torch.randn(6, 8)
+    module = model.module("run", [x])
+    op = getattr(torch.ops, module.LIBRARY).row_softmax_6_8_1024
+    assert op.default is not None  # the triton_op torch.compile calls on CUDA
+    assert module.wrap_triton is torch.library.wrap_triton

@@ -98,7 +98,7 @@ def kernel_module(program: Program | str | Path | None, kernel: str, generics: d
                   scalars: dict[str, Any] | None = None, precision: str = "ieee") -> Any:
     """The imported module holding kernel ``kernel`` for ``generics`` and its launcher
     (``module.LAUNCH``); written once per process and arguments."""
-    from linnet.lang.emit.triton import HEADER, kernel_text
+    from linnet.lang.emit.triton import HEADER, READY, kernel_text, runs_table
     from linnet.lang.ir.tiles import lower_kernel
 
     prog = _program(program)
@@ -109,9 +109,13 @@ def kernel_module(program: Program | str | Path | None, kernel: str, generics: d
     k = lower_kernel(prog, kernel, generics, scalars)
     sources = {m.source.name: m.source.text.splitlines() for m in prog.modules.values()}
     text = kernel_text(k, sources, precision, set())
+    from linnet.lang.emit.python import wrap
+
     body = "\n".join([f'"""Kernel {kernel} for {generics}, written by linnet.torch.kernels."""',
-                      "", "import torch", "", HEADER, "", text.source, "",
+                      "", "import torch", "", HEADER, runs_table([text.key]), "", "", READY,
+                      "", "", text.source, "",
                       f"LAUNCH = {text.launcher}", ""])
+    body = "\n".join(w for line in body.split("\n") for w in wrap(line))
     module = import_source(body, "linnet_kernel_" + k.short_name)
     _MODULES[key] = module
     return module

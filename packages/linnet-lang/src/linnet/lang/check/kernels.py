@@ -132,13 +132,20 @@ class Kernels(EvaluatorBase):
         step = self.value(it.step, frame) if it.step is not None else Const(Dim.const(1), "int")
         bounds = []
         for v, e in ((lo, it.start), (hi, it.stop), (step, it.step or it.stop)):
-            if not (isinstance(v, Const) and isinstance(v.value, Dim) and v.value.value
-                    is not None):
+            if isinstance(v, Poison):
+                return
+            # Checking, a bound may be a dim still symbolic (`K / BK`); lowering, it is known.
+            if not (isinstance(v, Const) and isinstance(v.value, Dim) and (
+                    v.value.value is not None or not self.lowering)):
                 raise fail("E0530", "a kernel's loop bounds must be known when the kernel is "
-                           "compiled", e.span, "not a compile-time integer",
+                           f"compiled; this is {self.describe(v)}", e.span,
+                           "not a compile-time integer",
                            help="loop over dims and generics (`for k in 0..K / BK`), and "
                                 "mask the last partial tile")
             bounds.append(v.value.value)
+        if not self.lowering:
+            self.check_kernel_loop(stmt, frame)
+            return
         start, stop, stride = bounds
         stop += 1 if it.inclusive else 0
         g = self.builder.graph
@@ -203,6 +210,25 @@ class Kernels(EvaluatorBase):
         g.steps.append(Step("for", [i.ref for i in inits], results, {
             "var": var, "start": start, "stop": stop, "step": stride, "carried": args,
             "yields": yields, "body": body}, self.builder._loc(stmt.span)))
+
+    def check_kernel_loop(self, stmt: A.For, frame: Frame) -> None:
+        """Checking a kernel's loop: its body once, and what it carries keeps its type."""
+        before = {name: frame.lookup_local(name) for name, is_let in assigned_names(stmt.body)
+                  if not is_let and frame.lookup_local(name) is not None}
+        frame.scopes.append({stmt.var: Tensor("%?", (), "i32", kind="tile")})
+        try:
+            self.run_body(stmt.body, frame)
+            for name, init in before.items():
+                v = frame.lookup_local(name)
+                if isinstance(init, Tensor) and isinstance(v, Tensor) and (
+                        v.shape != init.shape or v.dtype != init.dtype):
+                    raise fail("E0531", f"`{name}` changes type in a kernel loop: "
+                               f"{type_str(init)} before it, {type_str(v)} after",
+                               stmt.span, "this loop",
+                               help="a value carried from one iteration to the next keeps "
+                                    f"its shape and dtype: convert it (`... as {init.dtype}`)")
+        finally:
+            frame.scopes.pop()
 
     def check_tile(self, n: Dim, span: Span, frame: Frame) -> None:
         if frame.in_kernel and n.value is not None and not is_pow2(n.value):

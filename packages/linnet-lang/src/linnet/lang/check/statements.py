@@ -110,7 +110,7 @@ class Statements(EvaluatorBase):
         if isinstance(it, A.RangeExpr):
             lo = self.value(it.start, frame)
             hi = self.value(it.stop, frame)
-            if frame.in_kernel and self.lowering:  # a loop of the tile graph (ir/tiles.py)
+            if frame.in_kernel:  # a loop of the tile graph (check/kernels.py, ir/tiles.py)
                 self.kernel_loop(stmt, lo, hi, frame)
                 return
             if frame.in_kernel or not self.lowering:

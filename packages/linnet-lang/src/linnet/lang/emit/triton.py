@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linnet.lang.ir.graph import Step, ValueType
-from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel
+from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the doctest)
 
 TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
              "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
@@ -136,14 +136,34 @@ class Context:
 TileRule = Callable[[Step, Names, Context], list[str]]
 
 
+_HALF = {"bf16", "f16"}
+
+
+def _wide(s: Step, n: Names, ref: str) -> str:
+    """An operand of 16-bit floats read as f32: each element-wise step computes in f32 and
+    rounds its result once, as torch does (and Triton's interpreter multiplies bf16 wrongly)."""
+    if ref not in n.literals and n.dtype(ref) in _HALF:
+        return f"{n(ref)}.to(tl.float32)"
+    return n(ref)
+
+
+def _narrow(s: Step, n: Names, expr: str) -> str:
+    dtype = n.dtype(s.results[0])
+    if dtype in _HALF and any(o not in n.literals and n.dtype(o) in _HALF for o in s.operands):
+        return f"({expr}).to({TL_DTYPES[dtype]})"
+    return expr
+
+
 def _unary(fmt: str) -> TileRule:
-    return lambda s, n, c: [f"{n(s.results[0])} = {fmt.format(n(s.operands[0]))}"]
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(_wide(s, n, s.operands[0])))}"]
+    return rule
 
 
 def _binary(fmt: str) -> TileRule:
     def rule(s: Step, n: Names, c: Context) -> list[str]:
-        a, b = (n(o) for o in s.operands)
-        return [f"{n(s.results[0])} = {fmt.format(a, b)}"]
+        a, b = (_wide(s, n, o) for o in s.operands)
+        return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(a, b))}"]
     return rule
 
 
@@ -155,7 +175,8 @@ def _div(s: Step, n: Names, c: Context) -> list[str]:
     a, b = (n(o) for o in s.operands)
     out = n(s.results[0])
     if not _is_int(n, s.results[0]):
-        return [f"{out} = {a} / {b}"]
+        wa, wb = (_wide(s, n, o) for o in s.operands)
+        return [f"{out} = {_narrow(s, n, f'{wa} / {wb}')}"]
     # Linnet's integer division floors (as torch.div(..., rounding_mode='floor')); Triton's
     # `//` truncates toward zero: step down where the signs differ and it was inexact.
     return [f"{out} = {a} // {b}",
@@ -166,7 +187,8 @@ def _rem(s: Step, n: Names, c: Context) -> list[str]:
     a, b = (n(o) for o in s.operands)
     out = n(s.results[0])
     if not _is_int(n, s.results[0]):
-        return [f"{out} = {a} - {b} * tl.floor({a} / {b})"]
+        wa, wb = (_wide(s, n, o) for o in s.operands)
+        return [f"{out} = {_narrow(s, n, f'{wa} - {wb} * tl.floor({wa} / {wb})')}"]
     # Linnet's remainder takes the divisor's sign (torch.remainder); Triton's `%` the dividend's.
     return [f"{out} = {a} % {b}",
             f"{out} = tl.where(({out} != 0) & (({out} < 0) != ({b} < 0)), {out} + {b}, {out})"]
@@ -176,7 +198,8 @@ def _extreme(fn: str) -> TileRule:
     def rule(s: Step, n: Names, c: Context) -> list[str]:
         a, b = s.operands
         # tl.maximum wants tensors: a literal side is written as a typed scalar.
-        return [f"{n(s.results[0])} = tl.{fn}({n.tensor(a)}, {n.tensor(b)})"]
+        x, y = (n.tensor(o) if o in n.literals else _wide(s, n, o) for o in (a, b))
+        return [f"{n(s.results[0])} = {_narrow(s, n, f'tl.{fn}({x}, {y})')}"]
     return rule
 
 
@@ -214,8 +237,15 @@ def _convert(s: Step, n: Names, c: Context) -> list[str]:
 
 def _reshape(s: Step, n: Names, c: Context) -> list[str]:
     shape = tuple(s.attributes["shape"])
+    src = s.operands[0]
     if not shape:  # a one-element tile to a scalar
-        return [f"{n(s.results[0])} = tl.sum({_flat(n, s.operands[0])}, axis=0)"]
+        return [f"{n(s.results[0])} = tl.sum({_flat(n, src)}, axis=0)"]
+    have = n.shape(src)
+    if src not in n.literals and have and [d for d in shape if d != 1] == list(have) \
+            and 1 not in have:
+        # Only new axes of size 1 (`rows[i] < M` in a [BM, BK] mask): `rows[:, None]`.
+        return [f"{n(s.results[0])} = {n(src)}["
+                + ", ".join("None" if d == 1 else ":" for d in shape) + "]"]
     return [f"{n(s.results[0])} = tl.reshape({n.tensor(s.operands[0])}, {shape})"]
 
 
@@ -248,6 +278,8 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
     x = n(src)
     if n.dtype(src) != acc and kind in ("sum", "mean"):
         x = f"{x}.to({TL_DTYPES[acc]})"
+    elif n.dtype(src) in _HALF:  # max and min of 16-bit floats: exact in f32
+        x = f"{x}.to(tl.float32)"
     fn = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}.get(kind)
     if fn is None:
         raise _unsupported(f"a `{kind}` reduction", s)
@@ -257,6 +289,9 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
     if kind == "mean":
         shape = n.shape(src)
         x = f"{x} / {math.prod(shape[a] for a in axes)}"
+    out = n.dtype(s.results[0])
+    if out in _HALF:
+        x = f"({x}).to({TL_DTYPES[out]})"
     return [f"{n(s.results[0])} = {x}"]
 
 
@@ -293,10 +328,8 @@ def _contract(s: Step, n: Names, c: Context) -> list[str]:
         if perm != tuple(range(len(labels))):
             x = f"tl.permute({x}, {perm})"
         kept = sorted(labels, key=order.index)
-        sub = ["(:)" if lab in kept else "None" for lab in order]
         if len(kept) < len(order):
             x += "[" + ", ".join(":" if lab in kept else "None" for lab in order) + "]"
-        del sub
         if n.dtype(ref) != acc:
             x = f"{x}.to({TL_DTYPES[acc]})"
         parts.append(x)
@@ -350,8 +383,10 @@ def _load(s: Step, n: Names, c: Context) -> list[str]:
     if mask is not None:
         args.append(f"mask={mask}")
         other = _operand(s, n, "other")
-        if other is not None:
-            args.append(f"other={other}")
+        if other is None:  # the spec's default: masked-off lanes read 0
+            dtype = n.dtype(s.results[0])
+            other = "False" if dtype == "bool" else ("0" if dtype in _INTS else "0.0")
+        args.append(f"other={other}")
     return [f"{n(s.results[0])} = tl.load({', '.join(args)})"]
 
 
@@ -482,27 +517,48 @@ def _comment(loc: str, sources: dict[str, list[str]]) -> str:
 
 
 def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
-    """The Python function that launches ``function`` on the kernel's grid: inputs made
-    contiguous, results allocated on the inputs' device, strides passed as constants."""
+    """The Python functions that launch ``function`` on the kernel's grid: ``run_*``
+    allocates the results on the inputs' device and launches, strides passed as constants;
+    ``op_*`` is it as a custom op (what torch.compile sees); ``launch_*`` makes the inputs
+    contiguous and calls the op under torch.compile, ``run_*`` otherwise."""
     from linnet.lang.emit.torch import TORCH_DTYPES
 
     ins = [p for p, _, _ in k.params]
-    lines = [f"def {name}({', '.join(ins)}):",
-             f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns '
-             f'{", ".join(r for r, _, _ in k.results)}."""']
-    for p in ins:
-        lines.append(f"    {p} = {p}.contiguous()")
     device = f"{ins[0]}.device" if ins else "DEVICE"
-    for r, shape, dtype in k.results:
-        lines.append(f"    {r} = new_result({shape}, {TORCH_DTYPES[dtype]}, {device})")
+    outs = ", ".join(r for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
+    many = len(k.results) > 1
+    ret = ("tuple[" + ", ".join(["torch.Tensor"] * len(k.results)) + "]") if many \
+        else "torch.Tensor"
+    typed = ", ".join(f"{p}: torch.Tensor" for p in ins)
+    alloc = [f"    {r} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, device={device})"
+             for r, shape, dtype in k.results]
+    # What a launch writes into: NaN instead of leftovers when a checker asks (POISON).
+    results_new = [f"    {r} = new_result({shape}, {TORCH_DTYPES[dtype]}, {device})"
+                   for r, shape, dtype in k.results]
     strides = []
     for p, shape, _ in k.params + k.results:
         st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
         strides += [f"{p.upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
     args = [p for p, _, _ in k.params + k.results] + strides
-    lines.append(f"    {function}[{k.grid}]({', '.join(args)})")
-    outs = ", ".join(r for r, _, _ in k.results)
-    lines.append(f"    return {outs}" + ("," if len(k.results) > 1 else ""))
+    results = ", ".join(r for r, _, _ in k.results)
+    lines = [f"def run_{key}({typed}) -> {ret}:",
+             f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
+             *results_new,
+             f"    wrap_triton({function})[{k.grid}]({', '.join(args)})",
+             f"    return {outs}",
+             "", "",
+             f"def fake_{key}({', '.join(ins)}):",
+             '    """What `run_' + key + '` returns, without running it (for torch.compile)."""',
+             *alloc, f"    return {outs}",
+             "", "",
+             f"op_{key} = kernel_op({key!r}, run_{key}, fake_{key})",
+             "", "",
+             f"def {name}({', '.join(ins)}):",
+             f'    """`{k.short_name}` on contiguous inputs; a custom op under torch.compile."""',
+             *[f"    {p} = {p}.contiguous()" for p in ins],
+             "    if torch.compiler.is_compiling():",
+             f"        return op_{key}({', '.join(ins)})",
+             f"    return run_{key}({', '.join(ins)})"]
     return "\n".join(lines)
 
 
@@ -547,6 +603,13 @@ def new_result(shape, dtype, device):
     fill = float('nan') if dtype.is_floating_point else torch.iinfo(dtype).min \
         if dtype != torch.bool else True
     return torch.full(shape, fill, dtype=dtype, device=device)
+
+# torch.compile sees each launch as a custom op, so compiled code does not break its graph
+# there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
+# be wrapped (pytorch#152868): there the op is opaque and calls the kernel directly.
+wrap_triton = torch.library.wrap_triton if TRITON and not INTERPRET else (lambda fn: fn)
+_LIBRARY = object()  # alive as long as this module's ops: its id names their library
+LIBRARY = f'linnet_{id(_LIBRARY):x}'
 '''
 
 READY = '''def kernels_ready(key, *tensors):
@@ -555,7 +618,19 @@ READY = '''def kernels_ready(key, *tensors):
     ready = TRITON and (all(t.is_cuda for t in tensors) or INTERPRET and not any(
         t.is_cuda for t in tensors))
     RUNS[key][0 if ready else 1] += 1
-    return ready'''
+    return ready
+
+
+def kernel_op(name, run, fake):
+    """`run` (a kernel's launch) as a custom op in this module's library: what torch.compile
+    sees in place of the launch; `fake` gives its results' shapes without running it."""
+    if not TRITON:
+        return run
+    if INTERPRET:
+        op = torch.library.custom_op(f'{LIBRARY}::{name}', run, mutates_args=())
+        op.register_fake(fake)
+        return op
+    return torch.library.triton_op(f'{LIBRARY}::{name}', run, mutates_args=())'''
 
 
 def runs_table(keys: list[str]) -> str:
@@ -597,12 +672,3 @@ def kernel_args(call_args: list[Any], kernel: Any) -> dict[str, Any]:
         if not isinstance(a, str) and a is not None:
             out[p.name] = a
     return out
-
-
-def _unused(*_: Any) -> None:
-    return None
-
-
-__all__ = ["EXPECTED_MISSING", "TILE_RULES", "TL_DTYPES", "KernelText", "kernel_function",
-           "kernel_text", "launch_statement", "launcher_function", "runs_table",
-           "Any", "Step"]
