@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import linnet.lang.syntax.tree as A
 from linnet.lang import LinnetError, Program, check_program, lower
 from linnet.lang.check.kernel_cases import DEFAULT_DTYPES, KernelCase, bound_ops, sample_cases
 from linnet.lang.diagnostics.core import Diagnostic, SourceFile
@@ -264,7 +265,8 @@ def std_program() -> Program:
     for dotted in sorted(std_modules()):
         path = STD_ROOT.joinpath(*dotted.split(".")[1:]).with_suffix(".linnet")
         module = parse(SourceFile(path.name, path.read_text()), dotted)
-        names = [i.name for i in module.items if getattr(i, "public", False)]
+        names = [i.name for i in module.items
+                 if not isinstance(i, A.Use) and getattr(i, "public", False)]
         if names:
             lines.append(f"use {dotted}::{{{', '.join(names)}}}\n")
     return Program.from_text("".join(lines), "linnet_std_kernels")

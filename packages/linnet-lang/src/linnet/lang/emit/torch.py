@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linnet.lang import __version__
+from linnet.lang.emit.kernel_grad import GRAD_HELPERS, Backwards
 from linnet.lang.emit.python import (
     WIDTH,
     Draft,
@@ -42,7 +43,6 @@ from linnet.lang.emit.python import (
     docstring,
     wrap,
 )
-from linnet.lang.emit.kernel_grad import GRAD_HELPERS, Backwards
 from linnet.lang.emit.triton import (
     HEADER,
     READY,
