@@ -46,6 +46,9 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "f16": (1e-2, 2e-3),
     "bf16": (4e-2, 1.6e-2),
 }
+# f32 results of a kernel whose f32 products are `tl.dot`s in TF32 (numerics "fast" launches
+# them so on CUDA: 10 bits of mantissa in, f32 accumulation); the interpreter computes in f32.
+TF32 = (5e-3, 2e-3)
 EXACT = (0.0, 0.0)
 MODEL = "LinnetKernelCheck"
 ENTRY = "check"
@@ -163,7 +166,7 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
     inputs = _inputs(case, seed, device)
     want = run_graph(graph, [t.clone() for t in inputs], {}, {}, device)
     try:
-        got, launches = _launch(wrapper, graph, inputs, device)
+        got, launches, tf32 = _launch(wrapper, graph, inputs, device)
     except Exception as exc:  # a kernel that fails to compile or run is a finding
         return KernelCheck(case, float("inf"), _finding(
             case, f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
@@ -173,7 +176,8 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
     worst = 0.0
     for k, (g, w) in enumerate(zip(got, want)):
         name = "result" if len(want) == 1 else f"result {k}"
-        finding, diff = compare(g, w, case.results[k][1], name)
+        dtype = case.results[k][1]
+        finding, diff = compare(g, w, "tf32" if tf32 and dtype == "f32" else dtype, name)
         worst = max(worst, diff)
         if finding is not None:
             problem, diff, tol, where = finding
@@ -184,8 +188,8 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
 def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "result"
             ) -> tuple[tuple[str, float, float, str] | None, float]:
     """Whether ``got`` (the kernel's) equals ``want`` (the body's) within ``dtype``'s
-    tolerance: ``(None, largest difference)`` or ``((problem, difference, tolerance,
-    where), difference)``.
+    tolerance (``"tf32"``: an f32 result of TF32 products): ``(None, largest difference)``
+    or ``((problem, difference, tolerance, where), difference)``.
 
     >>> compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]), "f32")[0][:2]
     ('differs', 0.5)
@@ -193,7 +197,7 @@ def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "resu
     if tuple(got.shape) != tuple(want.shape):
         return ((f"{name} has shape {list(got.shape)}, the body's {list(want.shape)}",
                  float("inf"), 0.0, ""), float("inf"))
-    rtol, atol = TOLERANCES.get(dtype, EXACT)
+    rtol, atol = TF32 if dtype == "tf32" else TOLERANCES.get(dtype, EXACT)
     g = got.detach().to("cpu", torch.float64)
     w = want.detach().to("cpu", torch.float64)
     stray = torch.isnan(g) & ~torch.isnan(w)
@@ -378,9 +382,10 @@ def triton_interpreter(on: bool) -> Iterator[None]:
 
 
 def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: torch.device
-            ) -> tuple[list[torch.Tensor], int]:
+            ) -> tuple[list[torch.Tensor], int, bool]:
     """The generated PyTorch of the wrapper's entry under numerics "fast", with kernel
-    outputs poisoned with NaN: its results and how many kernels it launched."""
+    outputs poisoned with NaN: its results, how many kernels it launched, and whether an
+    f32 `tl.dot` ran in TF32 (on CUDA; the interpreter computes in f32)."""
     from linnet.lang.emit.torch import emit_torch
 
     from .home import import_source
@@ -396,7 +401,8 @@ def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: to
         before = _launch_count(module)
         with _poisoned(module), torch.inference_mode():
             outs = fn(*inputs, {}, {})
-    return list(outs), _launch_count(module) - before
+    tf32 = device.type == "cuda" and "input_precision='tf32'" in text
+    return list(outs), _launch_count(module) - before, tf32
 
 
 def _launch_count(module: Any) -> int:
@@ -416,5 +422,5 @@ def _poisoned(module: Any) -> Iterator[None]:
         module.POISON = before
 
 
-__all__ = ["TOLERANCES", "KernelCheck", "KernelFinding", "assert_kernels", "check_case",
+__all__ = ["TF32", "TOLERANCES", "KernelCheck", "KernelFinding", "assert_kernels", "check_case",
            "check_kernels", "compare", "triton_interpreter", "wrapper_program"]
