@@ -8,6 +8,8 @@
 #                                          carried, the latter with pytest's wheels)
 #   bash benchmarks/gpu.sh --steps [--parts t,s --models ...]   (.whl/ with nvmath-python too;
 #                                          whole steps with both plugins: gpu_steps.py)
+#   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
+#                                          its body, timed, floors, graph breaks: kernels.py)
 # Results land in $OUT (or ./gpu-results) and the summary tables are printed last.
 set -uo pipefail
 OUT=${OUT:-gpu-results}
@@ -62,6 +64,10 @@ if [ "${1:-}" = "--gpu-tests" ]; then
   if [ -n "${GPU_STEPS_PARTS:-}" ]; then
     python3 benchmarks/gpu_steps.py --parts "$GPU_STEPS_PARTS" 2>&1 | tee "$OUT/steps.log" | grep -v Warning | tail -30
   fi
+  exit 0
+fi
+if [ "${1:-}" = "--kernels" ]; then
+  python3 benchmarks/kernels.py "${@:2}" 2>&1 | tee "$OUT/kernels.log" | grep -v Warning | tail -40
   exit 0
 fi
 if [ "${1:-}" = "--steps" ]; then

@@ -31,8 +31,9 @@ def _load(module: str) -> ModuleType:
     return importlib.import_module(module)
 
 
-def problems(module: ModuleType, table_name: str) -> list[str]:
+def problems(module: ModuleType, table_name: str, registry: object = PRIMITIVES) -> list[str]:
     """What is wrong with one table, as sentences (empty: it covers the registry)."""
+    PRIMITIVES = registry
     table = getattr(module, table_name)
     where = f"{module.__name__}.{table_name}"
     if not isinstance(table, dict):
@@ -113,3 +114,18 @@ def test_the_checker_sets_are_derived_from_the_rows() -> None:
     assert primitives.in_category("shape") == {"reshape", "transpose", "broadcast"}
     assert set().union(*(primitives.in_category(c) for c in Category)) == set(PRIMITIVES)
     assert differentiable <= set(PRIMITIVES) and "floor" not in differentiable
+
+
+# Tables keyed by tile primitive (linnet.lang.ir.tiles.TILE_PRIMITIVES: a kernel lowered for
+# concrete generics), each against that registry.
+TILE_TABLES: list[tuple[str, str]] = [
+    ("linnet.lang.emit.triton", "TILE_RULES"),  # @triton.jit kernels in generated PyTorch
+]
+
+
+@pytest.mark.parametrize("module,table", TILE_TABLES, ids=[f"{m}.{t}" for m, t in TILE_TABLES])
+def test_every_tile_table_covers_every_tile_primitive(module: str, table: str) -> None:
+    from linnet.lang.ir.tiles import TILE_PRIMITIVES
+
+    found = problems(_load(module), table, TILE_PRIMITIVES)
+    assert not found, "\n".join(found)

@@ -176,3 +176,109 @@ def test_triton_op_registered_without_interpreter(softmax_model, monkeypatch):
     op = getattr(torch.ops, module.LIBRARY).row_softmax_6_8_1024
     assert op.default is not None  # the triton_op torch.compile calls on CUDA
     assert module.wrap_triton is torch.library.wrap_triton
+
+
+INTS = """
+kernel divmod<N: Dim>(x: Tensor[N; i32], d: Tensor[N; i32])
+    -> (q: Tensor[N; i32], r: Tensor[N; i32]) grid(1) {
+    let i = iota<i32>(N)
+    let a = load(x[i])
+    let b = load(d[i])
+    store(q[i], a / b)
+    store(r[i], a % b)
+}
+"""
+
+
+def test_integer_division_floors_as_the_body_does(tmp_path, interpret):
+    path = tmp_path / "ints.linnet"
+    path.write_text(INTS)
+    x = torch.tensor([7, -7, 7, -7, 6, -6, 0, 5], dtype=torch.int32)
+    d = torch.tensor([2, 2, -2, -2, 3, 3, 4, -5], dtype=torch.int32)
+    q, r = launch("ints::divmod", {"N": 8}, x, d, program=path)
+    assert q.tolist() == torch.div(x, d, rounding_mode="floor").tolist()
+    assert r.tolist() == torch.remainder(x, d).tolist()
+
+
+def test_launch_seam_errors(interpret, monkeypatch):
+    from linnet.lang import LinnetError
+
+    with pytest.raises(LinnetError, match="E0761"):
+        launch("std.nn.activation::softmax", {"R": 4, "C": 8}, torch.randn(4, 9))
+    with pytest.raises(LinnetError, match="E0764"):
+        launch("std.nn.activation::softmax", {"R": 2, "C": 2048}, torch.randn(2, 2048))
+    with pytest.raises(LinnetError, match="E0760"):
+        launch("std.nn.activation::softmax", {"R": 2}, torch.randn(2, 8))
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(LinnetError, match="E0762"):
+        launch("std.nn.activation::softmax", {"R": 3, "C": 7}, torch.randn(3, 7))
+
+
+# ---------------------------------------------------------------- on CUDA (the H200)
+def _bindings():
+    from linnet.torch.kernels import std_bindings
+
+    return std_bindings()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op,kernel", _bindings())
+@pytest.mark.parametrize("rows", [1, 100])
+def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_path, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from linnet.torch.kernels import example_generics, op_case
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    generics = example_generics(op, rows, 1024)
+    assert generics is not None, f"no generics let {kernel} run"
+    case = op_case(op, generics)
+    path = tmp_path / "case.linnet"
+    path.write_text(case.text)
+    inputs = case.random_inputs("cuda", seed=rows)
+    want = load(path, weights={}, device="cuda", numerics="exact").run("run", inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    got = launch(op, generics, *inputs, scalars=case.scalars)
+    tol = {torch.float32: 1e-4, torch.bfloat16: 2e-2}.get(want[0].dtype, 1e-3)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w.float(), atol=tol, rtol=tol)
+    fast = load(path, weights={}, device="cuda", numerics="fast")
+    out = fast.run("run", inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    assert list(fast.module("run", inputs).RUNS.values()) == [[1, 0]]
+    for o, w in zip(out, want):  # numerics fast: tl.dot may use tf32
+        torch.testing.assert_close(o.float(), w.float(), atol=10 * tol, rtol=10 * tol)
+
+
+LOOPS = """
+kernel loops<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
+    let i = iota<i32>(N)
+    let acc = load(x[i])
+    let tot = fill<f32>(0.0, N)
+    for a in 0..3 {
+        let nxt = acc * 2.0
+        let diff = nxt - acc
+        acc = nxt
+        for b in 0..2 {
+            tot = tot + diff
+        }
+    }
+    store(y[i], tot + acc)
+}
+"""
+
+
+def test_loops_carry_old_and_new_values(tmp_path, interpret):
+    # the old `acc` is read after the new one is made; a loop nested in a loop carries `tot`
+    path = tmp_path / "loops.linnet"
+    path.write_text(LOOPS)
+    x = torch.randn(8)
+    (y,) = launch("loops::loops", {"N": 8}, x, program=path)
+    acc, tot = x.clone(), torch.zeros(8)
+    for _ in range(3):
+        nxt = acc * 2
+        diff = nxt - acc
+        acc = nxt
+        for _ in range(2):
+            tot = tot + diff
+    torch.testing.assert_close(y, tot + acc)

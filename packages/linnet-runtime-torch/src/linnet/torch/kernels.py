@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,6 @@ from linnet.lang.diagnostics.core import Diagnostic
 import torch
 
 from .home import import_source
-
-_MODULES: dict[tuple, Any] = {}
 
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
@@ -97,28 +96,29 @@ def _ensure_module(prog: Program, module: str, item: str) -> None:
 def kernel_module(program: Program | str | Path | None, kernel: str, generics: dict[str, Any],
                   scalars: dict[str, Any] | None = None, precision: str = "ieee") -> Any:
     """The imported module holding kernel ``kernel`` for ``generics`` and its launcher
-    (``module.LAUNCH``); written once per process and arguments."""
+    (``module.LAUNCH``), imported from a file under $LINNET_HOME."""
     from linnet.lang.emit.triton import HEADER, READY, kernel_text, runs_table
     from linnet.lang.ir.tiles import lower_kernel
 
     prog = _program(program)
-    key = (id(prog), kernel, repr(sorted(generics.items())), repr(sorted((scalars or {}).items())),
-           precision)
-    if key in _MODULES:
-        return _MODULES[key]
+    module, _, short = kernel.rpartition("::")
+    _ensure_module(prog, module, short)
     k = lower_kernel(prog, kernel, generics, scalars)
     sources = {m.source.name: m.source.text.splitlines() for m in prog.modules.values()}
     text = kernel_text(k, sources, precision, set())
+    import os
+
     from linnet.lang.emit.python import wrap
 
+    # The interpreter is chosen when the module is imported: a module written under one
+    # setting is not the one imported under the other (import_source keys files by text).
+    mode = "TRITON_INTERPRET=1" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
     body = "\n".join([f'"""Kernel {kernel} for {generics}, written by linnet.torch.kernels."""',
-                      "", "import torch", "", HEADER, runs_table([text.key]), "", "", READY,
+                      "", f"# for: {mode}", "import torch", "", HEADER, runs_table([text.key]), "", "", READY,
                       "", "", text.source, "",
                       f"LAUNCH = {text.launcher}", ""])
     body = "\n".join(w for line in body.split("\n") for w in wrap(line))
-    module = import_source(body, "linnet_kernel_" + k.short_name)
-    _MODULES[key] = module
-    return module
+    return import_source(body, "linnet_kernel_" + k.short_name)
 
 
 def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
@@ -174,3 +174,161 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
                           f"before importing Triton (now: {os.environ.get('TRITON_INTERPRET')!r})")
     out = module.LAUNCH(*tensors)
     return out if isinstance(out, tuple) else (out,)
+
+
+# ---------------------------------------------------------------- ops bound to kernels
+
+
+def std_bindings() -> list[tuple[str, str]]:
+    """Every op of the std library bound to a kernel, as ``(op, kernel)`` qualified names,
+    sorted: what benchmarks and kernel checks discover instead of a hard-coded list.
+
+    >>> ("std.nn.activation::softmax", "std.nn.activation::row_softmax") in std_bindings()
+    True
+    """
+    import linnet.lang.syntax.tree as A
+    from linnet.lang.syntax.program import std_modules
+
+    out = []
+    for module in sorted(std_modules()):
+        prog = Program.from_text("", name="linnet_kernels")
+        _ensure_module(prog, module, _any_item(module))
+        m = prog.module(module)
+        if m is None:
+            continue
+        for item in m.items:
+            if isinstance(item, A.FuncDecl) and item.kind == "op" and item.kernel is not None:
+                kdecl = m.find(item.kernel.name)
+                kname = kdecl.qualified_name if isinstance(kdecl, A.FuncDecl) else \
+                    f"{module}::{item.kernel.name}"
+                out.append((item.qualified_name, kname))
+    return sorted(out)
+
+
+@dataclass
+class OpCase:
+    """One call of an op bound to a kernel, for concrete generics: a one-entry model that
+    calls it (``text``), its inputs, and the kernel it binds. Built by :func:`op_case`."""
+
+    op: str
+    generics: dict[str, Any]
+    kernel: str
+    kernel_generics: dict[str, Any]
+    applies: bool  # the kernel's where clause holds
+    scalars: dict[str, Any]  # the op's (and kernel's) scalar arguments
+    inputs: list[tuple[str, tuple[int, ...], str]]  # tensor parameters: name, shape, dtype
+    results: list[tuple[str, tuple[int, ...], str]]
+    text: str
+
+    def random_inputs(self, device: str | torch.device = "cpu", seed: int = 0
+                      ) -> list[torch.Tensor]:
+        """Normal random floats (integers in 0..7) of the inputs' shapes and dtypes."""
+        from linnet.lang.emit.torch import TORCH_DTYPES
+
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for _, shape, dtype in self.inputs:
+            dt = eval(TORCH_DTYPES[dtype], {"torch": torch})
+            t = (torch.randn(shape, generator=g) if dt.is_floating_point
+                 else torch.randint(0, 8, shape, generator=g))
+            out.append(t.to(dtype=dt, device=device))
+        return out
+
+
+def op_case(name: str, generics: dict[str, Any], scalars: dict[str, Any] | None = None,
+            program: Program | str | Path | None = None) -> OpCase:
+    """The :class:`OpCase` of op ``name`` for the op's ``generics``; ``scalars`` gives its
+    scalar parameters (default 1e-5 for floats, 1 for ints).
+
+    >>> case = op_case("std.nn.activation::softmax", {"R": 2, "C": 8})
+    >>> case.kernel_generics, case.inputs
+    ({'R': 2, 'C': 8, 'B': 1024}, [('x', (2, 8), 'f32')])
+    """
+    import linnet.lang.syntax.tree as A
+    from linnet.lang.check.evaluate import Evaluator, Fail, Frame
+    from linnet.lang.ir.builder import Builder
+    from linnet.lang.tensors.dims import Dim
+
+    prog = _program(program)
+    kernel, kgen, holds = resolve(prog, name, generics)
+    module, _, short = name.rpartition("::")
+    decl = prog.module(module).find(short)  # type: ignore[union-attr]
+    assert isinstance(decl, A.FuncDecl)
+    ev = Evaluator(prog, Builder(None))
+    env = {k: Dim.const(v) if isinstance(v, int) else v for k, v in generics.items()}
+    frame = Frame(decl.module, env, None, decl)  # type: ignore[arg-type]
+    inputs, args, given = [], [], dict(scalars or {})
+    try:
+        for p in decl.params:
+            shape, dtype = ev.tensor_type(p.type, frame)  # type: ignore[arg-type]
+            if isinstance(p.type, A.TensorType):
+                inputs.append((p.name, tuple(int(d.value) for d in shape), dtype))  # type: ignore[arg-type]
+                args.append(p.name)
+            else:
+                v = given.setdefault(p.name, 1e-5 if dtype.startswith(("f", "bf")) else 1)
+                args.append(repr(v))
+        results = []
+        for i, r in enumerate(decl.results):
+            shape, dtype = ev.tensor_type(r.type, frame)
+            results.append((r.name or f"out{i}", tuple(int(d.value) for d in shape), dtype))  # type: ignore[arg-type]
+    except Fail as f:
+        raise LinnetError(f.diag) from None
+
+    def ty(shape: tuple[int, ...], dtype: str) -> str:
+        return f"Tensor[{', '.join(map(str, shape))}; {dtype}]"
+
+    params = ", ".join(f"{n}: {ty(s, d)}" for n, s, d in inputs)
+    rets = ", ".join(ty(s, d) for _, s, d in results)
+    text = (f"use {module}::{{{short}}}\n\nmodel Case {{\n    entry run({params}) -> "
+            f"{rets if len(results) == 1 else '(' + rets + ')'} {{\n"
+            f"        return {short}({', '.join(args)})\n    }}\n}}\n")
+    return OpCase(name, dict(generics), kernel, kgen, holds,
+                  {k: v for k, v in given.items()}, inputs, results, text)
+
+
+def _any_item(module: str) -> str:
+    """A public item of std module ``module``, for a `use` that loads it."""
+    import linnet.lang.syntax.tree as A
+    from linnet.lang.syntax.parser import parse
+    from linnet.lang.syntax.program import STD_ROOT
+
+    path = STD_ROOT.joinpath(*module.split(".")[1:]).with_suffix(".linnet")
+    from linnet.lang.diagnostics.core import SourceFile
+
+    tree = parse(SourceFile(str(path), path.read_text()), module)
+    for item in tree.items:
+        if isinstance(item, A.FuncDecl | A.BlockDecl) and item.public:
+            return item.name
+    return ""
+
+
+def example_generics(name: str, rows: int, width: int, dtype: str = "bf16",
+                     program: Program | str | Path | None = None) -> dict[str, Any] | None:
+    """Generics for op ``name`` like a model's: the first dim ``rows`` (1 for decode, a
+    prompt's length for prefill), the other dims ``width`` or, where the kernel's where
+    clause needs smaller, the largest power of two below it that it takes; DTypes
+    ``dtype``. None if no such choice lets the kernel run.
+
+    >>> example_generics("std.nn.activation::softmax", 1, 4096)
+    {'R': 1, 'C': 1024}
+    """
+    import linnet.lang.syntax.tree as A
+
+    prog = _program(program)
+    module, _, short = name.rpartition("::")
+    _ensure_module(prog, module, short)
+    decl = prog.module(module).find(short)  # type: ignore[union-attr]
+    assert isinstance(decl, A.FuncDecl)
+    dims = [g.name for g in decl.generics if g.kind == "Dim"]
+    w = width
+    while w >= 1:
+        gen: dict[str, Any] = {}
+        for g in decl.generics:
+            gen[g.name] = dtype if g.kind == "DType" else (rows if g.name == dims[0] else w)
+        try:
+            if resolve(prog, name, gen)[2]:
+                return gen
+        except LinnetError:
+            pass
+        w //= 2
+    return None

@@ -137,8 +137,10 @@ class Kernels(EvaluatorBase):
             # Checking, a bound may be a dim still symbolic (`K / BK`); lowering, it is known.
             if not (isinstance(v, Const) and isinstance(v.value, Dim) and (
                     v.value.value is not None or not self.lowering)):
+                what = "a value computed in the kernel" if isinstance(v, Tensor) else \
+                    self.describe(v)
                 raise fail("E0530", "a kernel's loop bounds must be known when the kernel is "
-                           f"compiled; this is {self.describe(v)}", e.span,
+                           f"compiled; this is {what}", e.span,
                            "not a compile-time integer",
                            help="loop over dims and generics (`for k in 0..K / BK`), and "
                                 "mask the last partial tile")
@@ -146,7 +148,7 @@ class Kernels(EvaluatorBase):
         if not self.lowering:
             self.check_kernel_loop(stmt, frame)
             return
-        start, stop, stride = bounds
+        start, stop, stride = (b or 0 for b in bounds)  # known when lowering (above)
         stop += 1 if it.inclusive else 0
         g = self.builder.graph
         assert g is not None
@@ -189,8 +191,7 @@ class Kernels(EvaluatorBase):
                     raise fail("E0531", f"`{name}` changes type in a kernel loop: "
                                f"{type_str(init)} before it, {self.describe(v)} after",
                                stmt.span, "this loop",
-                               help="a value carried from one iteration to the next keeps "
-                                    f"its shape and dtype: convert it (`... as {init.dtype}`)")
+                               help=carry_help(init, v))
                 yields.append(v.ref)
         finally:
             frame.scopes.pop()
@@ -225,8 +226,7 @@ class Kernels(EvaluatorBase):
                     raise fail("E0531", f"`{name}` changes type in a kernel loop: "
                                f"{type_str(init)} before it, {type_str(v)} after",
                                stmt.span, "this loop",
-                               help="a value carried from one iteration to the next keeps "
-                                    f"its shape and dtype: convert it (`... as {init.dtype}`)")
+                               help=carry_help(init, v))
         finally:
             frame.scopes.pop()
 
@@ -415,3 +415,11 @@ def rebind(frame: Frame, name: str, value: Any) -> None:
             scope[name] = value
             return
     frame.bind(name, value)
+
+
+def carry_help(before: Tensor, after: Any) -> str:
+    """E0531's help: what keeps a loop-carried value's type."""
+    head = "a value carried from one iteration to the next keeps its shape and dtype: "
+    if isinstance(after, Tensor) and after.shape == before.shape:
+        return head + f"convert it (`... as {before.dtype}`)"
+    return head + "give a value of another shape a new name (`let total = ...`)"

@@ -60,10 +60,15 @@ class Names:
     used: set[str] = field(default_factory=set)
     producers: dict[str, Step] = field(default_factory=dict)
 
+    uses: dict[str, int] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
         for s in self.kernel.walk():
             for r in s.results:
                 self.producers[r] = s
+            reads = s.operands + (s.attributes["yields"] if s.op == "for" else [])
+            for o in reads:
+                self.uses[o] = self.uses.get(o, 0) + 1
 
     def fresh(self, base: str) -> str:
         base = re.sub(r"[^0-9A-Za-z_]", "_", base) or "v"
@@ -403,10 +408,23 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
     a = s.attributes
     lines = []
     for init, arg, res in zip(s.operands, a["carried"], s.results):
-        var = n.fresh(re.sub(r"\.\d+$", "", arg.lstrip("%")))
+        if init not in n.literals and init.startswith("%") and n.uses.get(init) == 1:
+            var = n(init)  # read only to start the loop: the loop's variable itself
+        else:
+            var = n.fresh(re.sub(r"\.\d+$", "", arg.lstrip("%")))
+            lines.append(f"{var} = {n.tensor(init)}")
         n.alias(arg, var)
         n.alias(res, var)
-        lines.append(f"{var} = {n.tensor(init)}")
+    body_steps = a["body"]
+    for arg, y in zip(a["carried"], a["yields"]):
+        # `acc = acc + p` rather than `add = acc + p` then `acc = add`: the new value is made
+        # by a step of the body after which nothing reads the old one.
+        at = next((i for i, st in enumerate(body_steps) if y in st.results), None)
+        if at is None or n.uses.get(y) != 1 or y in n.names or any(
+                arg in st.operands or arg in st.attributes.get("yields", [])
+                for later in body_steps[at + 1:] for st in n.kernel.walk([later])):
+            continue
+        n.alias(y, n(arg))
     step = f", {a['step']}" if a["step"] != 1 else ""
     lines.append(f"for {n(a['var'])} in range({a['start']}, {a['stop']}{step}):")
     body = c.body(a["body"], n, c.indent + 1)

@@ -1,0 +1,130 @@
+"""Tile kernels as @triton.jit text (linnet.lang.emit.triton) and their launches in generated
+PyTorch: what is written where, and when the body is written alone. (Running them is
+linnet-runtime-torch's tests/test_kernels_launch.py, under Triton's interpreter.)"""
+
+import ast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from linnet.lang import LinnetError, Program, check_text, lower
+from linnet.lang.emit.torch import emit_torch
+from linnet.lang.emit.triton import EXPECTED_MISSING, TILE_RULES, kernel_text
+from linnet.lang.ir.tiles import TILE_PRIMITIVES, lower_kernel
+
+SOFTMAX_MODEL = """
+use std.nn.activation::{softmax}
+model M<R: Dim, C: Dim> {
+    entry run(x: Tensor[R, C; f32]) -> Tensor[R, C; f32] { return softmax(x) }
+}
+"""
+
+MM = """
+kernel mm<M: Dim, N: Dim, K: Dim, BM: Dim, BN: Dim, BK: Dim>(
+    a: Tensor[M, K; f32], b: Tensor[K, N; f32],
+) -> c: Tensor[M, N; f32] grid((M + BM - 1) / BM, (N + BN - 1) / BN) {
+    let rows = program_id(0) * BM + iota<i32>(BM)
+    let cols = program_id(1) * BN + iota<i32>(BN)
+    let acc = fill<f32>(0.0, BM, BN)
+    for kb in 0..(K + BK - 1) / BK {
+        let ks = kb * BK + iota<i32>(BK)
+        let ma[i, k] = rows[i] < M && ks[k] < K
+        let mb[k, j] = ks[k] < K && cols[j] < N
+        let x = load(a[rows, ks], ma, 0.0)
+        let y = load(b[ks, cols], mb, 0.0)
+        let p[i, j] = sum[k] x[i, k] * y[k, j]
+        acc = acc + p
+    }
+    let mc[i, j] = rows[i] < M && cols[j] < N
+    store(c[rows, cols], acc, mc)
+}
+"""
+
+
+def sources(prog: Program) -> dict[str, list[str]]:
+    return {m.source.name: m.source.text.splitlines() for m in prog.modules.values()}
+
+
+def module_text(shape: list[int], numerics: str = "fast", program: bool = True) -> str:
+    prog = Program.from_text(SOFTMAX_MODEL)
+    g = lower(prog, "run", {"x": shape})
+    src = {m.source.name: m.source.text for m in prog.modules.values()}
+    return emit_torch(g, src, numerics=numerics, program=prog if program else None)
+
+
+def test_every_tile_primitive_has_a_triton_rule():
+    assert sorted(set(TILE_PRIMITIVES) - set(TILE_RULES)) == sorted(EXPECTED_MISSING)
+
+
+def test_row_softmax_kernel_text():
+    prog = Program.from_text(SOFTMAX_MODEL)
+    k = lower_kernel(prog, "std.nn.activation::row_softmax", {"R": 4, "C": 8, "B": 16})
+    text = kernel_text(k, sources(prog), "ieee", set())
+    assert text.function == "row_softmax_4_8_16" and text.launcher == "launch_row_softmax_4_8_16"
+    src = text.source
+    ast.parse(src)
+    assert "@triton.jit\ndef row_softmax_4_8_16(x, y, X_STRIDE_0: tl.constexpr," in src
+    # names from the source, the source lines as comments, masked loads with `other`
+    assert "# std/nn/activation.linnet:21  let v = load(x[row, cols], mask, -1e30)" in src
+    assert "v = tl.load(x + row * X_STRIDE_0 + cols * X_STRIDE_1, mask=mask, other=-1e+30)" \
+        in src
+    assert "tl.store(y + row * Y_STRIDE_0 + cols * Y_STRIDE_1, div, mask=mask)" in src
+    # the launcher: contiguous inputs, results allocated, strides as constants
+    assert "    x = x.contiguous()" in src
+    assert "y = torch.empty((4, 8), dtype=torch.float32, device=x.device)" in src
+    assert "X_STRIDE_0=8, X_STRIDE_1=1" in src
+
+
+def test_the_call_launches_or_runs_the_body():
+    text = module_text([3, 5])
+    compile(text, "generated", "exec")
+    assert "@triton.jit" in text and "RUNS = {'row_softmax_3_5_1024': [0, 0]}" in text
+    assert "    if kernels_ready('row_softmax_3_5_1024', x):\n" \
+           "        y = launch_row_softmax_3_5_1024(x)\n    else:\n" in text
+    assert "        y = torch.softmax(x, dim=-1)" in text  # the body (its fast call)
+
+
+@pytest.mark.parametrize("case", ["exact", "where false", "no program"])
+def test_no_launch_is_written_where_the_kernel_cannot_run(case):
+    shape = [2, 2048] if case == "where false" else [3, 5]
+    text = module_text(shape, "exact" if case == "exact" else "fast", case != "no program")
+    assert "triton" not in text and "kernels_ready" not in text
+    assert "y = torch.softmax(x, dim=-1)" in text
+    # without kernels the module is what it was before kernels existed
+    assert text.replace("Numerics: fast", "Numerics: exact") == module_text(
+        shape, "exact", False)
+
+
+@settings(max_examples=20, deadline=None)
+@given(bm=st.sampled_from([4, 8, 16, 32]), bn=st.sampled_from([8, 16, 64]),
+       bk=st.sampled_from([2, 16, 32]))
+def test_tl_dot_only_for_tiles_of_16_a_side(bm, bn, bk):
+    prog = check_text(MM, "mm")
+    k = lower_kernel(prog, "mm::mm", dict(M=40, N=24, K=50, BM=bm, BN=bn, BK=bk))
+    src = kernel_text(k, sources(prog), "ieee", set()).source
+    ast.parse(src)
+    dot = min(bm, bn, bk) >= 16
+    assert ("p = tl.dot(x, y, input_precision='ieee', out_dtype=tl.float32)" in src) == dot
+    assert ("p = tl.sum(" in src) == (not dot)
+    assert f"for kb in range(0, {(50 + bk - 1) // bk}):" in src
+    # the carried accumulator: the loop's variable from its first value, updated in place
+    assert "acc = tl.full((" in src and "        acc = acc + p\n" in src
+
+
+def test_fast_numerics_may_use_tf32():
+    prog = check_text(MM, "mm")
+    k = lower_kernel(prog, "mm::mm", dict(M=32, N=32, K=32, BM=16, BN=16, BK=16))
+    assert "input_precision='tf32'" in kernel_text(k, sources(prog), "tf32", set()).source
+
+
+def test_a_primitive_without_a_triton_form_is_E0532():
+    prog = check_text("""
+kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
+    let cols = iota<i32>(N)
+    store(y[cols], pow(load(x[cols]), 3.0))
+}""", "p")
+    k = lower_kernel(prog, "p::k", {"N": 4})
+    with pytest.raises(LinnetError) as info:
+        kernel_text(k, sources(prog), "ieee", set())
+    assert info.value.diagnostics[0].code == "E0532"
+    assert "p.linnet:4" in info.value.diagnostics[0].message
