@@ -178,3 +178,38 @@ def test_llama_gradients_through_kernels_match_the_body(kernel_grads: dict) -> N
     assert r["launches"] > 0 and r["bodies"] == 0
     assert len(r["diff"]) == 21
     assert max(r["diff"].values()) < 1e-4, r["diff"]
+
+
+def test_a_backward_that_cannot_be_lowered_fails_only_when_differentiated() -> None:
+    """`scaled_by<N, K>` has a generic no tensor parameter determines: its backward pass
+    cannot be lowered from the parameters, so the launch's backward raises E0545; the module
+    (and the forward launch) is written as usual."""
+    from linnet.lang import Program
+    from linnet.lang import lower as lower_graph
+    from linnet.lang.emit.torch import emit_torch
+
+    prog = Program.from_text("""
+kernel scale_k<N: Dim, K: Dim, B: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32]
+grid((N + B - 1) / B) {
+    let i = program_id(0) * B + iota<i32>(B)
+    store(y[i], load(x[i], i < N) * (K as f32), i < N)
+}
+
+pub op scaled_by<N: Dim, K: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] kernel scale_k<N, K, 16> {
+    let y[n] = x[n] * (K as f32)
+    return y
+}
+
+model M<N: Dim> {
+    entry go(x: Tensor[N; f32]) -> Tensor[N; f32] {
+        return scaled_by<N, 3>(x)
+    }
+}
+""")
+    text = emit_torch(lower_graph(prog, "go", {"x": [5]}), numerics="fast", program=prog)
+    compile(text, "generated", "exec")
+    assert "launch_with_grad(launch_scale_k_5_3_16, backward_1_scaled_by, x)" in text
+    assert "def backward_1_scaled_by(inputs, grads):" in text
+    assert "raise RuntimeError(" in text and "E0545: the kernel launch of " \
+           "`main::scaled_by` cannot be differentiated" in text and "cannot determine `K`" in text
+    assert "linnet_backward_1" not in text  # no backward entry was written

@@ -25,10 +25,12 @@ from __future__ import annotations
 from typing import Any
 
 import linnet.lang.syntax.tree as A
-from linnet.lang.diagnostics.core import SourceFile
+from linnet.lang.diagnostics.core import LinnetError, SourceFile
 from linnet.lang.ir.graph import Graph
 
 MODEL = "LinnetKernelGrad"
+# Raised by generated code when autograd reaches a launch whose backward could not be lowered.
+NO_BACKWARD = "E0545"
 
 # Written once into a module that launches kernels.
 GRAD_HELPERS = '''class KernelGrad(torch.autograd.Function):
@@ -186,12 +188,30 @@ class Backwards:
             return self.names[ident]
         n = len(self.names) + 1
         entry = f"linnet_backward_{n}_{op.name}"
-        g, clause = backward_graph(self.program, op, arg_types, result_types, scalars, entry)
         name = f"backward_{n}_{op.name}"
         self.names[ident] = name
+        try:
+            g, clause = backward_graph(self.program, op, arg_types, result_types, scalars,
+                                       entry)
+        except LinnetError as err:
+            # The forward pass must not fail for want of a backward one: the launch runs,
+            # and only differentiating it is an error (E0545), naming why.
+            first = err.diagnostics[0]
+            self.functions.append(_no_backward(name, op, f"{first.code}: {first.message}"))
+            return name
         self.graphs.append(g)
         self.functions.append(backward_function(name, entry, clause, len(result_types)))
         return name
+
+
+def _no_backward(name: str, op: A.FuncDecl, why: str) -> str:
+    message = (f"{NO_BACKWARD}: the kernel launch of `{op.qualified_name}` cannot be differentiated: "
+               f"its backward pass could not be lowered for these shapes ({why}); let every "
+               "generic of the op appear in a tensor parameter's type, or run it with "
+               "numerics='exact' (its body, differentiated by torch autograd)")
+    return (f"def {name}(inputs, grads):\n"
+            f'    """No backward pass could be written for `{op.name}` (E0545)."""\n'
+            f"    raise RuntimeError({message!r})")
 
 
 def _value_type(graph: Graph, ref: str) -> Any:
