@@ -131,3 +131,45 @@ kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
         kernel_text(k, sources(prog), "ieee", set())
     assert info.value.diagnostics[0].code == "E0532"
     assert "p.linnet:4" in info.value.diagnostics[0].message
+
+
+def test_the_launchers_dtypes_are_the_emitters():
+    from linnet.lang.emit import torch as torch_emit
+    from linnet.lang.emit import triton as triton_emit
+
+    assert triton_emit.TORCH_DTYPES == torch_emit.TORCH_DTYPES
+
+
+def test_source_names_that_python_reserves_are_prefixed():
+    prog = check_text("""
+kernel k<N: Dim>(float: Tensor[N; f32]) -> len: Tensor[N; f32] grid(1) {
+    let range = iota<i32>(N)
+    let tl = load(float[range])
+    store(len[range], tl * 2.0)
+}""", "names")
+    k = lower_kernel(prog, "names::k", {"N": 8})
+    src = kernel_text(k, sources(prog), "ieee", set()).source
+    compile(src, "kernel", "exec")
+    assert "def k_8(v_float, v_len, V_FLOAT_STRIDE_0: tl.constexpr" in src
+    assert "v_range = tl.arange(0, 8)" in src and "v_tl = tl.load(v_float + v_range" in src
+
+
+def test_one_kernel_instance_per_set_of_generics():
+    prog = Program.from_text("""
+use std.nn.activation::{softmax}
+model M<R: Dim, C: Dim> {
+    entry run(x: Tensor[R, C; f32], z: Tensor[C, R; f32]) -> Tensor[R, C; f32] {
+        let a = softmax(x)
+        let b = softmax(x * 2.0)
+        let c = softmax(z)
+        return a + b
+    }
+}""")
+    g = lower(prog, "run", {"x": [3, 5], "z": [5, 3]})
+    src = {m.source.name: m.source.text for m in prog.modules.values()}
+    text = emit_torch(g, src, numerics="fast", program=prog)
+    compile(text, "generated", "exec")
+    # two calls launch one instance; z's softmax is dead, and so is its kernel: not written
+    assert text.count("@triton.jit\ndef ") == 1
+    assert "RUNS = {'row_softmax_3_5_1024': [0, 0]}" in text
+    assert text.count("kernels_ready('row_softmax_3_5_1024', ") == 2

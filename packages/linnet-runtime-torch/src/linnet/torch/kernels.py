@@ -8,7 +8,7 @@ launches it. Set ``TRITON_INTERPRET=1`` before the first launch to run on CPU te
 Triton's interpreter; on CUDA tensors it compiles and runs for real.
 
 >>> import os; os.environ["TRITON_INTERPRET"] = "1"                      # doctest: +SKIP
->>> x = torch.randn(4, 8)
+>>> x = torch.randn(4, 8)                                                 # doctest: +SKIP
 >>> y, = launch("std.nn.activation::softmax", {"R": 4, "C": 8}, x)      # doctest: +SKIP
 >>> torch.allclose(y, torch.softmax(x, -1))                              # doctest: +SKIP
 True

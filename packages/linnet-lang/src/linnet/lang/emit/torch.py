@@ -80,6 +80,9 @@ def identifier(text: str) -> str:
 # Names the generated module itself uses, and every builtin (a value named `float` would
 # shadow the `float('-inf')` of a masked softmax, `len` or `type` any later call of them).
 RESERVED = {"torch", "F", "DEVICE", "params", "states", "math", "ENTRIES"} | set(dir(builtins))
+# ... and what a module that launches kernels defines (emit/triton.py's HEADER and READY).
+RESERVED |= {"os", "types", "triton", "tl", "TRITON", "INTERPRET", "wrap_triton", "LIBRARY",
+             "RUNS", "kernels_ready", "kernel_op"}
 
 
 _ANONYMOUS = re.compile(r"^%t(\.\d+)?$")
@@ -747,8 +750,8 @@ class TorchEmitter:
                     last_loc[0] = loc
                     inner: list[Statement] = []
                     run(k, stop_k, inner, launching=False)
-                    args = [scope(a) if isinstance(a, str) else literal(a)
-                            for a in kcall.attributes["args"]]
+                    # The tensors only: scalar arguments are constants of the kernel.
+                    args = [scope(a) for a in kcall.attributes["args"] if isinstance(a, str)]
                     outs = [scope(r) for r in kcall.attributes["results"]]
                     backward = (self.backwards.backward(graph, kcall, text.key)
                                 if self.backwards is not None else None)
@@ -977,8 +980,11 @@ class TorchEmitter:
             "DEVICE = torch.device('cpu')  # the runtime sets this to the model's device",
             "",
         ]
-        if self.kernel_texts:  # the kernels this module launches, first (emit/triton.py)
-            texts = list(self.kernel_texts.values())
+        written = "\n".join(self.functions + entries)
+        # The kernels this module launches, first (emit/triton.py); one whose every call
+        # turned out dead is not written.
+        texts = [t for t in self.kernel_texts.values() if f" = {t.launcher}(" in written]
+        if texts:
             at = header.index("import torch.nn.functional as F") + 1
             header[at:at] = HEADER.rstrip("\n").split("\n")
             header += [runs_table([t.key for t in texts]), "", ""]

@@ -27,6 +27,8 @@ True
 from __future__ import annotations
 
 import ast
+import builtins
+import keyword
 import math
 import re
 from collections.abc import Callable
@@ -39,12 +41,15 @@ from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the 
 TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
              "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
              "i8": "tl.int8", "u8": "tl.uint8", "bool": "tl.int1"}
+# What the launcher allocates results as (emit/torch.py's table; not imported from there, which
+# imports this module).
+TORCH_DTYPES = {k: v.replace("tl.", "torch.") for k, v in TL_DTYPES.items()} | {
+    "bool": "torch.bool"}
 _INTS = {"i8", "i16", "i32", "i64", "u8"}
 # Below this many elements a side, a product of two tiles is a broadcast multiply and a sum:
 # tl.dot needs every side of both operands to be at least 16.
 DOT_MIN = 16
-RESERVED = {"tl", "triton", "torch", "math", "range", "min", "max", "abs", "float", "int",
-            "len", "print", "pid"}
+RESERVED = {"tl", "triton", "torch", "math"} | set(dir(builtins))
 
 
 # ---------------------------------------------------------------- names
@@ -71,9 +76,7 @@ class Names:
                 self.uses[o] = self.uses.get(o, 0) + 1
 
     def fresh(self, base: str) -> str:
-        base = re.sub(r"[^0-9A-Za-z_]", "_", base) or "v"
-        if base[0].isdigit() or base in RESERVED:
-            base = "v_" + base
+        base = safe(base)
         name, n = base, 1
         while name in self.used:
             n += 1
@@ -114,6 +117,19 @@ class Names:
         if ref in self.literals:
             return f"tl.full((), {self.literals[ref]}, {TL_DTYPES[self.dtype(ref)]})"
         return self(ref)
+
+
+def safe(name: str) -> str:
+    """``name`` as a Python name a kernel may use: not a keyword, a builtin or `tl`.
+
+    >>> safe("lambda"), safe("range"), safe("x")
+    ('v_lambda', 'v_range', 'x')
+    """
+    name = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
+    if name[0].isdigit() or name in RESERVED or keyword.iskeyword(name) \
+            or keyword.issoftkeyword(name):
+        name = "v_" + name
+    return name
 
 
 def literal(value: object) -> str:
@@ -185,7 +201,8 @@ def _div(s: Step, n: Names, c: Context) -> list[str]:
     # Linnet's integer division floors (as torch.div(..., rounding_mode='floor')); Triton's
     # `//` truncates toward zero: step down where the signs differ and it was inexact.
     return [f"{out} = {a} // {b}",
-            f"{out} = {out} - (({out} * {b} != {a}) & (({a} < 0) != ({b} < 0))).to({out}.dtype)"]
+            f"{out} = {out} - (({out} * {b} != {a}) & (({a} < 0) != ({b} < 0)))"
+            f".to({TL_DTYPES[n.dtype(s.results[0])]})"]
 
 
 def _rem(s: Step, n: Names, c: Context) -> list[str]:
@@ -357,7 +374,7 @@ def pointer(s: Step, n: Names) -> str:
     """The pointers a `load` or `store` reads or writes: the tensor's base plus, per axis,
     its index times its stride; each index tile's axes take their place in the tile."""
     base = s.operands[0]
-    name = base[1:]
+    name = safe(base[1:])
     index = s.attributes["index"]
     tiles = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
     rank = sum(len(t) for t in tiles)
@@ -495,13 +512,13 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters and
     results, then each one's strides as ``tl.constexpr``."""
     n = Names(k)
-    n.used |= {p for p, _, _ in k.params + k.results}
-    args = [p for p, _, _ in k.params + k.results]
+    n.used |= {safe(p) for p, _, _ in k.params + k.results}
+    args = [safe(p) for p, _, _ in k.params + k.results]
+    for p, _, _ in k.params + k.results:
+        n.alias("@" + p, safe(p))
     for p, shape, _ in k.params + k.results:
-        args += [f"{p.upper()}_STRIDE_{i}: tl.constexpr" for i in range(len(shape))]
-        n.used |= {f"{p.upper()}_STRIDE_{i}" for i in range(len(shape))}
-    for p in args:
-        n.alias("@" + p, p)
+        args += [f"{safe(p).upper()}_STRIDE_{i}: tl.constexpr" for i in range(len(shape))]
+        n.used |= {f"{safe(p).upper()}_STRIDE_{i}" for i in range(len(shape))}
     last: list[str | None] = [None]
 
     def body(steps: list[Step], names: Names, depth: int) -> list[str]:
@@ -519,7 +536,8 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
 
     lines = body(k.steps, n, 0)
     gen = ", ".join(f"{g}={v}" for g, v in k.generics.items())
-    head = [f"# kernel {k.short_name}<{gen}> ({k.loc}), grid {k.grid}",
+    title = f"# kernel {k.short_name}<{gen}> ({k.loc}), grid {k.grid}"
+    head = [title if len(title) <= 100 else title[:97] + "...",
             "@triton.jit", f"def {name}({', '.join(args)}):"]
     return "\n".join(head + ["    " + line for line in lines])
 
@@ -539,25 +557,23 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     allocates the results on the inputs' device and launches, strides passed as constants;
     ``op_*`` is it as a custom op (what torch.compile sees); ``launch_*`` makes the inputs
     contiguous and calls the op under torch.compile, ``run_*`` otherwise."""
-    from linnet.lang.emit.torch import TORCH_DTYPES
-
-    ins = [p for p, _, _ in k.params]
+    ins = [safe(p) for p, _, _ in k.params]
     device = f"{ins[0]}.device" if ins else "DEVICE"
-    outs = ", ".join(r for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
+    outs = ", ".join(safe(r) for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
     many = len(k.results) > 1
     ret = ("tuple[" + ", ".join(["torch.Tensor"] * len(k.results)) + "]") if many \
         else "torch.Tensor"
     typed = ", ".join(f"{p}: torch.Tensor" for p in ins)
-    alloc = [f"    {r} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, device={device})"
-             for r, shape, dtype in k.results]
+    alloc = [f"    {safe(r)} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, "
+             f"device={device})" for r, shape, dtype in k.results]
     # What a launch writes into: NaN instead of leftovers when a checker asks (POISON).
-    results_new = [f"    {r} = new_result({shape}, {TORCH_DTYPES[dtype]}, {device})"
+    results_new = [f"    {safe(r)} = new_result({shape}, {TORCH_DTYPES[dtype]}, {device})"
                    for r, shape, dtype in k.results]
     strides = []
     for p, shape, _ in k.params + k.results:
         st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-        strides += [f"{p.upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
-    args = [p for p, _, _ in k.params + k.results] + strides
+        strides += [f"{safe(p).upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
+    args = [safe(p) for p, _, _ in k.params + k.results] + strides
     results = ", ".join(r for r, _, _ in k.results)
     lines = [f"def run_{key}({typed}) -> {ret}:",
              f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
@@ -632,10 +648,13 @@ LIBRARY = f'linnet_{id(_LIBRARY):x}'
 
 READY = '''def kernels_ready(key, *tensors):
     """Whether a bound op launches kernel `key` on these tensors (Triton importable, and the
-    tensors on CUDA, or on the CPU under TRITON_INTERPRET=1); counts the answer in RUNS."""
+    tensors on CUDA, or on the CPU under TRITON_INTERPRET=1); counts the answer in RUNS.
+    Compiled code does not count: torch.compile would guard on the counter's value and
+    recompile at every call (compiled graphs show the launch as a custom op instead)."""
     ready = TRITON and (all(t.is_cuda for t in tensors) or INTERPRET and not any(
         t.is_cuda for t in tensors))
-    RUNS[key][0 if ready else 1] += 1
+    if not torch.compiler.is_compiling():
+        RUNS[key][0 if ready else 1] += 1
     return ready
 
 
@@ -662,11 +681,12 @@ def launch_statement(text: KernelText, args: list[str], outs: list[str],
                      body: list[str], backward: str | None = None
                      ) -> tuple[str, frozenset[str], frozenset[str]]:
     """The statement at a bound op's call: the launch if ``kernels_ready``, else the op's
-    ``body`` (its lines as the emitter wrote them). Returns the text (lines after the first
-    indented one level for the function body), the names it defines and those it reads.
-    With ``backward`` (emit/kernel_grad.py) the launch goes through ``launch_with_grad``, so
-    that autograd differentiates it with that function."""
-    tensors = [a for a, (p, _, _) in zip(args, text.kernel.params)]
+    ``body`` (its lines as the emitter wrote them). ``args`` are the call's tensor arguments
+    (the kernel's parameters, in order), ``outs`` the names of its results. Returns the text
+    (lines after the first indented one level for the function body), the names it defines
+    and those it reads. With ``backward`` (emit/kernel_grad.py) the launch goes through
+    ``launch_with_grad``, so that autograd differentiates it with that function."""
+    tensors = args
     target = ", ".join(outs) + ("," if len(outs) == 1 and len(text.kernel.results) > 1 else "")
     launch = (f"launch_with_grad({text.launcher}, {backward}, {', '.join(tensors)})"
               if backward else f"{text.launcher}({', '.join(tensors)})")

@@ -1,0 +1,217 @@
+"""The kernel cases that run in Triton's interpreter on the CPU: run by
+test_kernels_launch.py's test_the_interpreted_cases in a fresh process with TRITON_INTERPRET=1
+set before anything imports Triton (not collected on its own: the name is not test_*)."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from linnet.lang import Program
+from linnet.torch import load
+from linnet.torch.kernels import launch
+
+SOFTMAX = """
+use std.nn.activation::{softmax}
+model M<R: Dim, C: Dim> {
+    entry run(x: Tensor[R, C; f32]) -> Tensor[R, C; f32] { return softmax(x) }
+}
+"""
+
+
+@pytest.fixture
+def softmax_model(tmp_path):
+    path = tmp_path / "m.linnet"
+    path.write_text(SOFTMAX)
+    return path
+
+
+@pytest.fixture
+def interpret():
+    """Triton's interpreter: chosen by the parent process, before Triton was imported."""
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run by test_the_interpreted_cases"
+
+
+def runs(model, x):
+    return model.module("run", [x]).RUNS
+
+
+def test_interpreter_launches_row_softmax(softmax_model, interpret):
+    model = load(softmax_model, weights={}, numerics="fast")
+    x = torch.randn(5, 24)
+    y = model.run("run", [x])
+    assert runs(model, x) == {"row_softmax_5_24_1024": [1, 0]}
+    torch.testing.assert_close(y, torch.softmax(x, -1), atol=1e-6, rtol=1e-5)
+    text = Path(model.source("run", [x])).read_text()
+    assert "@triton.jit" in text and "# std/nn/activation.linnet:21  let v = load(" in text
+
+
+def test_exact_numerics_runs_the_body(softmax_model, interpret):
+    model = load(softmax_model, weights={}, numerics="exact")
+    x = torch.randn(3, 8)
+    y = model.run("run", [x])
+    assert not hasattr(model.module("run", [x]), "RUNS")  # nothing to launch was written
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+def test_where_clause_false_runs_the_body(softmax_model, interpret):
+    model = load(softmax_model, weights={}, numerics="fast")
+    x = torch.randn(2, 1500)  # rows longer than the kernel's 1024-lane tile: B >= C fails
+    y = model.run("run", [x])
+    assert not hasattr(model.module("run", [x]), "RUNS")
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+def test_launch_seam(interpret):
+    x = torch.randn(4, 8)
+    y, = launch("std.nn.activation::softmax", {"R": 4, "C": 8}, x)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    y, = launch("std.nn.activation::row_softmax", {"R": 4, "C": 8, "B": 8}, x,
+                program=Program.from_text(""))
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+# A tiled matrix product: a loop over K tiles carrying the accumulator, and a product of two
+# [16, 16] tiles that becomes tl.dot (a smaller tile is a broadcast multiply and a sum).
+MATMUL = """
+kernel mm<M: Dim, N: Dim, K: Dim, BM: Dim, BN: Dim, BK: Dim>(
+    a: Tensor[M, K; f32], b: Tensor[K, N; f32],
+) -> c: Tensor[M, N; f32] grid((M + BM - 1) / BM, (N + BN - 1) / BN) {
+    let rows = program_id(0) * BM + iota<i32>(BM)
+    let cols = program_id(1) * BN + iota<i32>(BN)
+    let acc = fill<f32>(0.0, BM, BN)
+    for kb in 0..(K + BK - 1) / BK {
+        let ks = kb * BK + iota<i32>(BK)
+        let ma[i, k] = rows[i] < M && ks[k] < K
+        let mb[k, j] = ks[k] < K && cols[j] < N
+        let x = load(a[rows, ks], ma, 0.0)
+        let y = load(b[ks, cols], mb, 0.0)
+        let p[i, j] = sum[k] x[i, k] * y[k, j]
+        acc = acc + p
+    }
+    let mc[i, j] = rows[i] < M && cols[j] < N
+    store(c[rows, cols], acc, mc)
+}
+
+op matmul<M: Dim, N: Dim, K: Dim>(a: Tensor[M, K; f32], b: Tensor[K, N; f32])
+    -> Tensor[M, N; f32] kernel mm<M, N, K, TILE, TILE, TILE> {
+    let c[i, j] = sum[k] a[i, k] * b[k, j]
+    return c
+}
+
+model T<M: Dim, N: Dim, K: Dim> {
+    entry run(a: Tensor[M, K; f32], b: Tensor[K, N; f32]) -> Tensor[M, N; f32] {
+        return matmul(a, b)
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("tile", [16, 4])
+def test_tiled_matmul_through_generated_pytorch(tmp_path, interpret, tile):
+    path = tmp_path / "mm.linnet"
+    path.write_text(MATMUL.replace("TILE", str(tile)))
+    model = load(path, weights={}, numerics="fast")
+    a, b = torch.randn(40, 50), torch.randn(50, 24)
+    c = model.run("run", [a, b])
+    key = f"mm_40_24_50_{tile}_{tile}_{tile}"
+    assert {key: [1, 0]} == model.module("run", [a, b]).RUNS
+    text = Path(model.source("run", [a, b])).read_text()
+    # numerics fast: tl.dot may use tf32 (the interpreter computes in f32 regardless)
+    assert ("tl.dot(x, y, input_precision='tf32'" in text) == (tile == 16)
+    assert "for kb in range(0, " in text
+    torch.testing.assert_close(c, a @ b, atol=1e-4, rtol=1e-4)
+
+
+def test_compiled_slice_has_no_graph_break_on_the_launch(softmax_model, interpret):
+    # Under the interpreter the launch is an opaque custom op (wrap_triton rejects
+    # interpreted kernels); on CUDA it is a triton_op (benchmarks/kernels.py shows that).
+    model = load(softmax_model, weights={}, numerics="fast")
+    x = torch.randn(4, 8)
+    module = model.module("run", [x])
+    fn = getattr(module, module.ENTRIES["run"]["slices"][0]["function"])
+    explained = torch._dynamo.explain(fn)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    code = explained.graphs[0].code
+    assert f"torch.ops.{module.LIBRARY}.row_softmax_4_8_1024" in code
+    compiled = load(softmax_model, weights={}, numerics="fast", compile="aot_eager")
+    y = compiled.run("run", [x])
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    # Compiled calls do not touch RUNS: a counter read inside the graph made dynamo guard on
+    # its value and recompile at every call (seen on the H200: the recompile limit, then a
+    # hard failure under fullgraph=True). More calls than the limit, with no recompile:
+    before = list(module.RUNS["row_softmax_4_8_1024"])
+    whole = torch.compile(fn, backend="aot_eager", fullgraph=True, dynamic=False)
+    for _ in range(torch._dynamo.config.recompile_limit + 2):
+        torch.testing.assert_close(whole(x)[0], torch.softmax(x, -1))
+    assert module.RUNS["row_softmax_4_8_1024"] == before
+
+
+INTS = """
+kernel divmod<N: Dim>(x: Tensor[N; i32], d: Tensor[N; i32])
+    -> (q: Tensor[N; i32], r: Tensor[N; i32]) grid(1) {
+    let i = iota<i32>(N)
+    let a = load(x[i])
+    let b = load(d[i])
+    store(q[i], a / b)
+    store(r[i], a % b)
+}
+"""
+
+
+def test_integer_division_floors_as_the_body_does(tmp_path, interpret):
+    path = tmp_path / "ints.linnet"
+    path.write_text(INTS)
+    x = torch.tensor([7, -7, 7, -7, 6, -6, 0, 5], dtype=torch.int32)
+    d = torch.tensor([2, 2, -2, -2, 3, 3, 4, -5], dtype=torch.int32)
+    q, r = launch("ints::divmod", {"N": 8}, x, d, program=path)
+    assert q.tolist() == torch.div(x, d, rounding_mode="floor").tolist()
+    assert r.tolist() == torch.remainder(x, d).tolist()
+
+
+def test_launch_seam_errors(interpret, monkeypatch):
+    from linnet.lang import LinnetError
+
+    with pytest.raises(LinnetError, match="E0761"):
+        launch("std.nn.activation::softmax", {"R": 4, "C": 8}, torch.randn(4, 9))
+    with pytest.raises(LinnetError, match="E0764"):
+        launch("std.nn.activation::softmax", {"R": 2, "C": 2048}, torch.randn(2, 2048))
+    with pytest.raises(LinnetError, match="E0760"):
+        launch("std.nn.activation::softmax", {"R": 2}, torch.randn(2, 8))
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(LinnetError, match="E0762"):
+        launch("std.nn.activation::softmax", {"R": 3, "C": 7}, torch.randn(3, 7))
+
+
+LOOPS = """
+kernel loops<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
+    let i = iota<i32>(N)
+    let acc = load(x[i])
+    let tot = fill<f32>(0.0, N)
+    for a in 0..3 {
+        let nxt = acc * 2.0
+        let diff = nxt - acc
+        acc = nxt
+        for b in 0..2 {
+            tot = tot + diff
+        }
+    }
+    store(y[i], tot + acc)
+}
+"""
+
+
+def test_loops_carry_old_and_new_values(tmp_path, interpret):
+    # the old `acc` is read after the new one is made; a loop nested in a loop carries `tot`
+    path = tmp_path / "loops.linnet"
+    path.write_text(LOOPS)
+    x = torch.randn(8)
+    (y,) = launch("loops::loops", {"N": 8}, x, program=path)
+    acc, tot = x.clone(), torch.zeros(8)
+    for _ in range(3):
+        nxt = acc * 2
+        diff = nxt - acc
+        acc = nxt
+        for _ in range(2):
+            tot = tot + diff
+    torch.testing.assert_close(y, tot + acc)
