@@ -82,7 +82,9 @@ def identifier(text: str) -> str:
 RESERVED = {"torch", "F", "DEVICE", "params", "states", "math", "ENTRIES"} | set(dir(builtins))
 # ... and what a module that launches kernels defines (emit/triton.py's HEADER and READY).
 RESERVED |= {"os", "types", "triton", "tl", "TRITON", "INTERPRET", "wrap_triton", "LIBRARY",
-             "RUNS", "kernels_ready", "kernel_op"}
+             "RUNS", "kernels_ready", "kernel_op", "POISON", "new_result"}
+# ... and emit/kernel_grad.py's helpers for launches under autograd.
+RESERVED |= {"KernelGrad", "launch_with_grad", "body_backward"}
 
 
 _ANONYMOUS = re.compile(r"^%t(\.\d+)?$")
@@ -983,7 +985,8 @@ class TorchEmitter:
         written = "\n".join(self.functions + entries)
         # The kernels this module launches, first (emit/triton.py); one whose every call
         # turned out dead is not written.
-        texts = [t for t in self.kernel_texts.values() if f" = {t.launcher}(" in written]
+        texts = [t for t in self.kernel_texts.values()
+                 if re.search(rf"[ (]{re.escape(t.launcher)}[(,]", written)]
         if texts:
             at = header.index("import torch.nn.functional as F") + 1
             header[at:at] = HEADER.rstrip("\n").split("\n")
