@@ -14,3 +14,31 @@ def verify_graphs(monkeypatch):
     """Every graph lowered is verified after lowering and each pass (as under LINNET_DEBUG=1,
     without its other effects)."""
     monkeypatch.setattr(verify, "ALWAYS", True)
+
+
+def _import_triton_for_the_interpreter() -> None:
+    """On a machine without CUDA, import Triton once with TRITON_INTERPRET=1 (then restore
+    the variable). Triton decorates its own library (`tl.sum`...) when first imported, in the
+    mode the variable says then: an import without it (a generated module of a test that
+    runs numerics "fast" on the CPU) would leave every later interpreter test unable to run
+    kernels. Generated modules still read the variable when they are imported, so tests
+    without it run the op's body as before. With CUDA, Triton is imported as it is."""
+    import importlib.util
+    import os
+
+    import torch
+
+    if torch.cuda.is_available() or importlib.util.find_spec("triton") is None:
+        return
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+_import_triton_for_the_interpreter()

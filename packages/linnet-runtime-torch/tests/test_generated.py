@@ -42,6 +42,27 @@ FAST_CASES = {
         "use std.nn.attention::{causal_attention}", "causal_attention(q, k, v, 0.25)",
         {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"),
          "v": ([2, 5, 2, 16], "f32")}, "[2, 5, 2, 3, 16]"),
+    # Issue 19's fast calls: sliding windows, Gemma's norm, LayerNorm, tanh gelu, Conv1D.
+    "std.nn.attention::window_attention": (
+        "use std.nn.attention::{window_attention}", "window_attention(q, k, v, 0.25, 3)",
+        {"q": ([2, 7, 2, 3, 16], "f32"), "k": ([2, 7, 2, 16], "f32"),
+         "v": ([2, 7, 2, 16], "f32")}, "[2, 7, 2, 3, 16]"),
+    "std.nn.attention::window_decode_attention": (
+        "use std.nn.attention::{window_decode_attention}",
+        "window_decode_attention(q, kc, vc, pos, 0.25, 5)",
+        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
+         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
+    "std.nn.norm::rms_norm_offset": ("use std.nn.norm::{rms_norm_offset}",
+                                     "rms_norm_offset(x, w, 1e-5)",
+                                     {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
+    "std.nn.norm::layer_norm": ("use std.nn.norm::{layer_norm}", "layer_norm(x, w, b, 1e-5)",
+                                {"x": ([3, 8], "f32"), "w": ([8], "f32"), "b": ([8], "f32")},
+                                "[3, 8]"),
+    "std.nn.activation::gelu_tanh": ("use std.nn.activation::{gelu_tanh}", "gelu_tanh(x)",
+                                     {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.linear::linear_in_out_bias": (
+        "use std.nn.linear::{linear_in_out_bias}", "linear_in_out_bias(x, w, b)",
+        {"x": ([3, 8], "f32"), "w": ([8, 5], "f32"), "b": ([5], "f32")}, "[3, 5]"),
 }
 
 
@@ -73,7 +94,8 @@ def test_fast_call_equals_the_op_body(callee):
     assert graph.semantic_calls(callee), "the case must call the op"
     gen = torch.Generator().manual_seed(0)
     args = [random_input(s, t, gen) for s, t in inputs.values()]
-    if callee == "std.nn.attention::decode_attention":
+    if callee in ("std.nn.attention::decode_attention",
+                  "std.nn.attention::window_decode_attention"):
         args[3] = torch.tensor([4, 11], dtype=torch.int32)
     fast = import_source(emit_torch(graph, fast=True), "fast_case")
     body = import_source(emit_torch(graph, fast=False), "body_case")

@@ -37,7 +37,9 @@ def register_run(subparsers: Any) -> None:
     if "run" in subparsers.choices:
         return  # linnet-runtime-jax's, registered first: it runs torch through --runtime torch
     p = subparsers.add_parser("run", help="run a model's prefill and decode (default: demo)")
-    p.add_argument("file", nargs="?", help="a .linnet model (default: the Llama example)")
+    p.add_argument("file", nargs="?", help="a .linnet model, or a shipped one by name "
+                                           "(std.models.llama, std.models.qwen2, ...; "
+                                           "default: the Llama example)")
     p.add_argument("--weights", help="a safetensors file, a checkpoint directory (a Hugging Face "
                                      "download: its config.json is read too), an index JSON "
                                      "(default: a generated toy checkpoint)")
@@ -50,6 +52,13 @@ def register_run(subparsers: Any) -> None:
     p.add_argument("--interpret", action="store_true", help="use the PyTorch interpreter")
     p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated checkpoint")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sample at this temperature (default 0: greedy)")
+    p.add_argument("--top-k", type=int, help="sample among the k most likely tokens")
+    p.add_argument("--top-p", type=float, help="sample among the most likely tokens reaching p")
+    p.add_argument("--sampling-seed", type=int, help="seed of the sampling (same seed, same "
+                                                     "tokens)")
+    p.add_argument("--stop", default="", help="comma-separated token ids that end generation")
     p.set_defaults(run=run_command)
 
 
@@ -81,13 +90,12 @@ def _is_hf_config(path: Path) -> bool:
 
 def run_command(args: argparse.Namespace) -> int:
     from linnet.lang.cli import load_config
+    from linnet.lang.syntax.program import model_file
     from linnet.lang.weights.safetensors import resolve_checkpoint
-
-    import torch
 
     from .model import load
 
-    model_path = Path(args.file) if args.file else default_model()
+    model_path = model_file(args.file) if args.file else default_model()
     # A checkpoint with a config.json (a Hugging Face directory) brings its own config; the
     # demo's toy config is the default only without one.
     ckpt_config = resolve_checkpoint(args.weights).config_path if args.weights else None
@@ -101,8 +109,9 @@ def run_command(args: argparse.Namespace) -> int:
         weights = demo_checkpoint(model_path, config, args.seed)
     try:
         prompt = [int(t) for t in args.prompt.split(",") if t.strip()]
+        stop = [int(t) for t in args.stop.split(",") if t.strip()]
     except ValueError:
-        print("linnet run: --prompt takes comma-separated integers", file=sys.stderr)
+        print("linnet run: --prompt and --stop take comma-separated integers", file=sys.stderr)
         return 2
     if not prompt:
         raise LinnetError(Diagnostic("E0786", "--prompt is empty: prefill needs at least one "
@@ -116,27 +125,26 @@ def run_command(args: argparse.Namespace) -> int:
     print(f"loaded {model_path} on {model.device} in {time.perf_counter() - start:.2f} s "
           f"(entries: {', '.join(model.entries)})")
     check_length(model, len(prompt), args.tokens)
-    tokens = torch.tensor([prompt], dtype=torch.int32)
-    start = time.perf_counter()
-    logits = model.prefill(tokens)
-    sync(model.device)
-    print(f"prefill {len(prompt)} tokens: {1000 * (time.perf_counter() - start):.1f} ms "
-          "(includes lowering and compiling on the first call)")
-    token = int(logits[0, -1].argmax())
-    pos = len(prompt)
-    out = [token]
-    times = []
-    for i in range(args.tokens - 1):
-        start = time.perf_counter()
-        step = model.decode(torch.tensor([token], dtype=torch.int32),
-                            torch.tensor([pos], dtype=torch.int32))
-        token = int(step[0].argmax())
+    # Model.generate runs prefill, then one decode per token; each step is timed as it ends.
+    times: list[float] = []
+    clock = [time.perf_counter()]
+
+    def on_token(step: int, tokens: list[int]) -> None:
         sync(model.device)
-        ms = 1000 * (time.perf_counter() - start)
-        times.append(ms)
-        out.append(token)
-        pos += 1
-        print(f"  token {i + 1:3d} at position {pos - 1:4d}: {token:6d}   {ms:8.2f} ms")
+        now = time.perf_counter()
+        ms = 1000 * (now - clock[0])
+        clock[0] = now
+        if step == 0:
+            print(f"prefill {len(prompt)} tokens: {ms:.1f} ms "
+                  "(includes lowering and compiling on the first call)")
+        else:
+            times.append(ms)
+            print(f"  token {step:3d} at position {len(prompt) + step - 1:4d}: {tokens[0]:6d}"
+                  f"   {ms:8.2f} ms")
+
+    out = model.generate([prompt], args.tokens, temperature=args.temperature,
+                         top_k=args.top_k, top_p=args.top_p, seed=args.sampling_seed,
+                         stop_tokens=stop, on_token=on_token)[0]
     steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else float("nan")
     print(f"decoded {len(out)} tokens: {out}")
     print(f"per-token decode: median {steady:.2f} ms after the first (first: "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -76,6 +77,11 @@ class Model:
     E0782; see docs/torch.md, "Inputs"). Each distinct input shape is lowered once; its
     generated source is imported from a file under $LINNET_HOME/generated.
 
+    Entries run under ``torch.inference_mode()`` unless the model was loaded with
+    ``grad=True`` (or :meth:`requires_grad_` turned gradients on): then floating-point
+    parameters require grad, entries run in the caller's grad mode, and
+    ``loss.backward()`` fills ``model.params[...].grad`` (docs/torch.md, "Gradients").
+
     >>> model = load("examples/llama/llama.linnet", config="toy")          # doctest: +SKIP
     >>> token, pos = torch.tensor([1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
     >>> model.decode(token=token, pos=pos).shape                            # doctest: +SKIP
@@ -85,9 +91,10 @@ class Model:
     def __init__(self, program: Program, params: dict[str, torch.Tensor],
                  config: dict[str, Any], device: torch.device, compile: bool | str | dict,
                  numerics: str, interpret: bool, weight_shapes: dict[str, tuple] | None,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, grad: bool = False):
         self.program = program
         self.params = params
+        self.grad = False
         self.config = dict(config)
         self.device = device
         self.compile = compile
@@ -99,6 +106,32 @@ class Model:
         self._contexts: dict[tuple, Context] = {}
         self._compiled: dict[str, Callable] = {}
         self.entries = [m.name for m in self._model_decl().methods if m.kind == "entry"]
+        if grad:
+            self.requires_grad_(True)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Model:
+        """Turn gradients on (or off) for this model, as ``nn.Module.requires_grad_`` does:
+        floating-point parameters become leaves that require grad, and entries run in the
+        caller's grad mode instead of ``torch.inference_mode()`` (so ``torch.no_grad()``
+        around a call still turns them off). Off, entries run under inference mode again.
+        Plans and ``Captured`` always run in inference mode. Returns the model.
+
+        >>> model = load("examples/llama/llama.linnet", weights=w, config="toy")  # doctest: +SKIP
+        >>> model.requires_grad_()                                                # doctest: +SKIP
+        >>> model.prefill(tokens).logsumexp(-1).mean().backward()                 # doctest: +SKIP
+        >>> model.params["lm_head.weight"].grad.shape                             # doctest: +SKIP
+        torch.Size([256, 64])
+        """
+        if not isinstance(requires_grad, bool):
+            raise _error("E0769", f"grad must be True or False, not {requires_grad!r}",
+                         help="load(..., grad=True) or model.requires_grad_(True)")
+        for name, p in list(self.params.items()):
+            if p.is_floating_point() and p.requires_grad != requires_grad:
+                # A new leaf over the same memory: the caller's own tensors (weights given
+                # as a dict) keep their flags.
+                self.params[name] = p.detach().requires_grad_(requires_grad)
+        self.grad = requires_grad
+        return self
 
     def _model_decl(self):
         from linnet.lang.check.driver import find_model
@@ -325,7 +358,9 @@ class Model:
                              f"{None if have is None else list(have.shape)}, this call needs "
                              f"{list(vt.shape)}", help="make a context for these inputs: "
                              f"model.new_context({entry!r}, inputs)")
-        with numerics_mode(self.numerics), torch.inference_mode():
+        # With gradients on, the caller's grad mode applies (torch.no_grad() still works).
+        grad_mode = contextlib.nullcontext() if self.grad else torch.inference_mode()
+        with numerics_mode(self.numerics), grad_mode:
             if self.interpret:
                 outs = run_graph(graph, inputs, self.params, ctx.states, self.device)
             else:
@@ -381,6 +416,18 @@ class Model:
 
         return lowered_grad(self, entry, inputs, wrt,
                             "cotangents" if cotangents else "scalar").graph
+    def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any) -> list[list[int]]:
+        """Generate tokens after each prompt on ``prefill`` and ``decode``: greedy by
+        default; ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_tokens`` and
+        ``on_token`` as :func:`linnet.torch.generate.generate` says (docs/torch.md,
+        "Generating").
+
+        >>> model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)          # doctest: +SKIP
+        [[17, 9, 9, 30, 2, 88, 7, 7], [5, 5, 211, 2, 40, 40, 9, 1]]
+        """
+        from .generate import generate
+
+        return generate(self, prompts, max_new_tokens, **options)
 
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
@@ -487,8 +534,12 @@ def load(path: str | Path, weights: Any = None,
          device: str | torch.device = "cpu", compile: bool | str | dict = False,
          numerics: str = "exact", config: dict[str, Any] | str | Path | None = None,
          interpret: bool = False, dtype: torch.dtype | str | None = None,
-         progress: Callable[[str], None] | bool = False) -> Model:
+         progress: Callable[[str], None] | bool = False, grad: bool = False) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
+
+    ``path`` is a model file, or a model the linnet-lang wheel ships by its module name:
+    ``std.models.llama``, ``std.models.qwen2``, ``std.models.mistral``, ``std.models.gemma``,
+    ``std.models.gpt2``, ``std.models.phi3`` (docs/models.md).
 
     ``weights`` is a safetensors file, a checkpoint directory (its
     ``model.safetensors.index.json``, else every ``*.safetensors`` in it), an index file,
@@ -509,6 +560,9 @@ def load(path: str | Path, weights: Any = None,
     torch.compile mode (``"max-autotune-no-cudagraphs"``...) or backend (``"aot_eager"``), a
     dict inductor's options (see :func:`compile_options`);
     ``interpret=True`` runs the PyTorch interpreter instead of generated source.
+    ``grad=True`` runs entries with autograd (see :meth:`Model.requires_grad_`): parameters
+    require grad and ``backward()`` through an entry's result reaches them; a kernel an op
+    launches then differentiates through the op's `grad` clause, or its body run again.
 
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/",
     ...              dtype="bf16", device="cuda")                    # doctest: +SKIP
@@ -516,11 +570,16 @@ def load(path: str | Path, weights: Any = None,
     """
     if numerics not in NUMERICS:
         raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    if not isinstance(grad, bool):
+        raise _error("E0769", f"grad must be True or False, not {grad!r}",
+                     help="load(..., grad=True) runs entries with autograd")
     compile_options(compile)  # a bad value fails here, before anything is loaded
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
     dev = resolve_device(device)
-    model_path = Path(path)
+    from linnet.lang.syntax.program import model_file
+
+    model_path = model_file(path)
     program = Program.from_file(model_path)
     errors = check_program(program)
     if errors:
@@ -572,7 +631,7 @@ def load(path: str | Path, weights: Any = None,
         report(f"loading weights from {weights}"
                + (f" ({len(ckpt.files)} shards)" if len(ckpt.files) > 1 else ""))
         params = load_checkpoint(ckpt, dev, convert)
-    return Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report)
+    return Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report, grad)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -15,25 +15,33 @@ from linnet.lang.tensors.values import BlockArray, BlockInst, Const, Tensor
 
 
 def instantiate(ev: Evaluator, decl: A.BlockDecl, env: dict[str, Any], path: str,
-                config: dict[str, Any] | None = None) -> BlockInst:
-    """Build a block's members (parameters and states by path, sub-blocks) under ``env``."""
+                config: dict[str, Any] | None = None,
+                given: dict[str, Const] | None = None) -> BlockInst:
+    """Build a block's members (parameters and states by path, sub-blocks) under ``env``.
+
+    ``config`` holds the user's raw values (a model's config); ``given`` the values a block
+    member passes (`Attention<...>(window = 8)`) over the configs the enclosing blocks see
+    (a model's `config rms_norm_eps` reaches every block that declares `rms_norm_eps`)."""
     ev.block_stack.append(decl)
     try:
-        return _instantiate(ev, decl, env, path, config)
+        return _instantiate(ev, decl, env, path, config, given or {})
     finally:
         ev.block_stack.pop()
 
 
 def _instantiate(ev: Evaluator, decl: A.BlockDecl, env: dict[str, Any], path: str,
-                 config: dict[str, Any] | None = None) -> BlockInst:
+                 config: dict[str, Any] | None, given: dict[str, Const]) -> BlockInst:
     inst = BlockInst(decl, path, env)
     assert decl.module is not None
     frame = Frame(decl.module, env, inst)
+    # What this block's sub-blocks see: the configs from above, with this block's own.
+    visible = dict(given)
     for m in decl.members:
         if m.kind == "config":
-            env[m.name] = config_value(ev, m, frame, config or {})
+            env[m.name] = config_value(ev, m, frame, config or {}, given)
             inst.members[m.name] = env[m.name] if not isinstance(env[m.name], Dim) else Const(
                 env[m.name], "int")
+            visible[m.name] = inst.members[m.name]
             continue
         if m.condition is not None:
             c = ev.value(m.condition, frame)
@@ -51,13 +59,25 @@ def _instantiate(ev: Evaluator, decl: A.BlockDecl, env: dict[str, Any], path: st
             shape, dtype = ev.tensor_type(m.type, frame)
             inst.members[m.name] = Tensor("@" + child_path, shape, dtype, kind=m.kind)
         elif m.kind == "block":
-            inst.members[m.name] = instantiate_member_block(ev, m, frame, child_path)
+            inst.members[m.name] = instantiate_member_block(ev, m, frame, child_path, visible)
     return inst
 
 
-def config_value(ev: Evaluator, m: A.Member, frame: Frame, config: dict[str, Any]) -> Any:
+def config_value(ev: Evaluator, m: A.Member, frame: Frame, config: dict[str, Any],
+                 given: dict[str, Const] | None = None) -> Any:
     if m.name in config:
         raw = config[m.name]
+    elif given and m.name in given and isinstance(given[m.name], Const):
+        c = given[m.name]
+        t = type_name(m.type)
+        if c.value is None or (isinstance(c.value, Dim) and c.value.value is None):
+            # Checking before lowering: the value is not known yet, only its kind.
+            if (t == "bool") != (c.dtype == "bool"):
+                raw = c.value  # reported as a mismatch below
+            else:
+                return c if isinstance(c.value, Dim) else Const(None, t)
+        else:
+            raw = c.value.value if isinstance(c.value, Dim) else c.value
     elif m.default is not None:
         return ev.value(m.default, frame)
     elif not ev.lowering:
@@ -73,6 +93,8 @@ def config_value(ev: Evaluator, m: A.Member, frame: Frame, config: dict[str, Any
                 raise ValueError
             return Const(raw, "bool")
         if t in DT.FLOATS:
+            if isinstance(raw, bool):  # float(True) is 1.0: never what a config means
+                raise ValueError
             return Const(float(raw), t)
         if t in DT.INTS or t == "Dim":
             if isinstance(raw, bool) or float(raw) != int(raw):
@@ -89,8 +111,10 @@ def type_name(t: A.TypeExpr) -> str:
     return t.name if isinstance(t, A.ScalarType) else "tensor"
 
 
-def instantiate_member_block(ev: Evaluator, m: A.Member, frame: Frame, path: str) -> Any:
+def instantiate_member_block(ev: Evaluator, m: A.Member, frame: Frame, path: str,
+                             visible: dict[str, Const] | None = None) -> Any:
     typ = m.type
+    visible = visible or {}
     if isinstance(typ, A.ScalarType):
         typ = A.BlockType(typ.name, [], typ.span)
     if isinstance(typ, A.ArrayType):
@@ -101,22 +125,50 @@ def instantiate_member_block(ev: Evaluator, m: A.Member, frame: Frame, path: str
                        help=f"every block is lowered one by one; choose a count of at most "
                             f"{MAX_REPEAT} in the config")
         child, env = block_env(ev, typ.element, frame)
+        given = config_args(ev, child, typ.element, frame, visible)
         n = 1 if count.value is None else count.value
         if instantiation.ENABLED:
             # The elements differ only in their paths: copy the first (check/instantiate.py).
-            first = instantiate(ev, child, dict(env), f"{path}.0")
+            first = instantiate(ev, child, dict(env), f"{path}.0", given=given)
             items = [first] + [clone_element(first, f"{path}.0", f"{path}.{i}")
                                for i in range(1, n)]
         else:
-            items = [instantiate(ev, child, dict(env), f"{path}.{i}") for i in range(n)]
+            items = [instantiate(ev, child, dict(env), f"{path}.{i}", given=given)
+                     for i in range(n)]
         for i, item in enumerate(items):
             item.iteration, item.repeated = i, path
         return BlockArray(typ.element, path, count, items)
     if isinstance(typ, A.BlockType):
         child, env = block_env(ev, typ, frame)
-        return instantiate(ev, child, env, path)
+        return instantiate(ev, child, env, path,
+                           given=config_args(ev, child, typ, frame, visible))
     raise fail("E0614", "a `block` member needs a block type", m.type.span, "not a block type",
                help="write `block attn: Attention<...>`, or `param` for tensors")
+
+
+def config_args(ev: Evaluator, decl: A.BlockDecl, typ: A.BlockType, frame: Frame,
+                visible: dict[str, Const]) -> dict[str, Const]:
+    """The config values a block member passes its block: those the enclosing blocks see,
+    then the member's own `(name = value)`, each evaluated where the member is declared."""
+    names = [m.name for m in decl.members if m.kind == "config"]
+    out = dict(visible)  # passed on through blocks that do not declare them
+    for arg in getattr(typ, "config", []):
+        if arg.name not in names:
+            listed = ", ".join(f"`{n}`" for n in names) or "none"
+            raise fail("E0210", f"block `{decl.name}` has no config `{arg.name}`", arg.span,
+                       "not a config of the block",
+                       help=f"its configs: {listed}" + (
+                           "" if names else f"; declare one in `{decl.name}`: "
+                           f"`config {arg.name}: bool = false`"),
+                       secondary=[(decl.name_span, f"`{decl.name}` declared here")])
+        v = ev.value(arg.value, frame)
+        if not isinstance(v, Const):
+            raise fail("E0349", f"config `{arg.name}` of `{decl.name}` must be known when "
+                       "lowering", arg.value.span, f"{ev.describe(v)}",
+                       help="pass a literal, a dim or a config of the enclosing block: "
+                            f"`{arg.name} = attention_bias`")
+        out[arg.name] = v
+    return out
 
 
 def block_env(ev: Evaluator, typ: A.BlockType, frame: Frame) -> tuple[A.BlockDecl, dict]:

@@ -28,7 +28,8 @@ class Statements(EvaluatorBase):
                 if f.diag.code != "E0000":
                     self.errors.append(f.diag)
                 if isinstance(stmt, A.Let):
-                    frame.bind(stmt.name, POISON)
+                    for name in stmt.names or [stmt.name]:
+                        frame.bind(name, POISON)
                 elif isinstance(stmt, A.Assign) and isinstance(stmt.target, A.Name) and \
                         frame.lookup_local(stmt.target.name) is None:
                     frame.bind(stmt.target.name, POISON)  # E0312: later uses stay quiet
@@ -42,14 +43,22 @@ class Statements(EvaluatorBase):
     def statement(self, stmt: A.Stmt, frame: Frame) -> None:
         if self.poisoned(stmt, frame):
             if isinstance(stmt, A.Return):
-                frame.returned = [POISON]
+                # One poisoned value per result: a count mismatch (E0441) would be noise.
+                frame.returned = [POISON] * max(1, len(stmt.values))
             raise Fail(Diagnostic("E0000", "depends on an earlier error"))
         if isinstance(stmt, A.Let):
-            if stmt.binders is None:
+            if stmt.names is not None:
+                self.unpack(stmt, frame)
+            elif stmt.binders is None:
                 v = self.value(stmt.value, frame)
                 if isinstance(v, Tensor) and v.kind == "value":
                     v = self.builder.rename_last(v, stmt.name,
                                                  force=isinstance(stmt.value, A.Call | A.IfExpr))
+                if isinstance(v, tuple):
+                    raise fail("E0347", f"this call returns {len(v)} values, bound to one name",
+                               stmt.value.span, f"{len(v)} results",
+                               help=f"unpack them: `let ({', '.join(f'r{i}' for i in range(len(v)))})"
+                                    f" = ...`")
                 frame.bind(stmt.name, v)
             else:
                 frame.bind(stmt.name, self.index_let(stmt, frame))
@@ -65,6 +74,23 @@ class Statements(EvaluatorBase):
             self.assign(stmt, frame)
         elif isinstance(stmt, A.For):
             self.for_loop(stmt, frame)
+
+    def unpack(self, stmt: A.Let, frame: Frame) -> None:
+        """`let (q, k, v) = f(x)`: each result of a call that returns several, in order."""
+        assert stmt.names is not None
+        v = self.value(stmt.value, frame)
+        if isinstance(v, Poison):
+            raise Fail(Diagnostic("E0000", "poisoned"))
+        got = len(v) if isinstance(v, tuple) else 1
+        if not isinstance(v, tuple) or got != len(stmt.names):
+            what = (f"a call that returns {got} values" if isinstance(v, tuple) else
+                    f"{self.describe(v)}, one value")
+            raise fail("E0348", f"{len(stmt.names)} names unpack {what}",
+                       stmt.name_span, f"{len(stmt.names)} names",
+                       help="unpack a call that returns several results (`return a, b`), with "
+                            "one name per result")
+        for name, item in zip(stmt.names, v):
+            frame.bind(name, item)
 
     def poisoned(self, stmt: A.Stmt, frame: Frame) -> bool:
         """Whether the statement reads a variable whose definition already failed."""

@@ -450,7 +450,8 @@ class JaxEmitter(TorchEmitter):
         return self.kernel_texts[key]
 
     def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],
-                         call: Call, scope: Scope) -> tuple[str, frozenset[str], frozenset[str]]:
+                         call: Call, scope: Scope, backward: Any = None
+                         ) -> tuple[str, frozenset[str], frozenset[str]]:
         """The op's body as a local function, then its Pallas launch or that function."""
         from linnet.lang.emit.pallas import launch_statement
 

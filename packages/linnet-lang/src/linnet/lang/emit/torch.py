@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linnet.lang import __version__
+from linnet.lang.emit.kernel_grad import GRAD_HELPERS, Backwards
 from linnet.lang.emit.python import (
     WIDTH,
     Draft,
@@ -81,7 +82,9 @@ def identifier(text: str) -> str:
 RESERVED = {"torch", "F", "DEVICE", "params", "states", "math", "ENTRIES"} | set(dir(builtins))
 # ... and what a module that launches kernels defines (emit/triton.py's HEADER and READY).
 RESERVED |= {"os", "types", "triton", "tl", "TRITON", "INTERPRET", "wrap_triton", "LIBRARY",
-             "RUNS", "kernels_ready", "kernel_op"}
+             "RUNS", "kernels_ready", "kernel_op", "POISON", "new_result"}
+# ... and emit/kernel_grad.py's helpers for launches under autograd.
+RESERVED |= {"KernelGrad", "launch_with_grad", "body_backward"}
 
 
 _ANONYMOUS = re.compile(r"^%t(\.\d+)?$")
@@ -234,6 +237,20 @@ def _transpose(s: Step, n: Scope, numerics: str) -> list[str]:
     return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}.permute({tuple(s.attributes['perm'])})"]
 
 
+def _slice(s: Step, n: Scope, numerics: str) -> list[str]:
+    """A static range of each axis as Python slicing (a view: no gather, no copy), with
+    whole axes after the last sliced one left out (`w[0:64]`, `qkv[:, 64:96]`)."""
+    x = s.operands[0]
+    shape = n.shape(x)
+    parts = [":" if (a, b) == (0, size) else f"{a}:{b}"
+             for a, b, size in zip(s.attributes["starts"], s.attributes["limits"], shape)]
+    while len(parts) > 1 and parts[-1] == ":":
+        parts.pop()
+    # A view of a state would change with the state's next write: copy it.
+    copy = ".clone()" if x.startswith("@") and x[1:] in n.graph.states else ""
+    return [f"{n(s.results[0])} = {n.tensor(x)}[{', '.join(parts)}]{copy}"]
+
+
 def _broadcast(s: Step, n: Scope, numerics: str) -> list[str]:
     src = n(s.operands[0])
     if s.operands[0] in n.literals:
@@ -312,7 +329,7 @@ def _range(n: Scope, ref: str, depth: int = 0) -> tuple[int, int] | None:
         return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
     if op == "iota":
         return (0, step.attributes["shape"][step.attributes["axis"]] - 1)
-    if op in ("reshape", "broadcast", "transpose", "convert"):
+    if op in ("reshape", "broadcast", "transpose", "convert", "slice"):
         src = step.operands[0]
         if src.startswith("@") or n.graph.values[src].dtype not in TORCH_INT:
             return None
@@ -471,6 +488,7 @@ RULES: dict[str, Rule] = {
     "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
     "scatter_add": _scatter_add,
+    "slice": _slice,
 }
 
 
@@ -526,6 +544,60 @@ def _fast_causal_attention(call: Call, n: Scope, args: list[str], out: list[str]
     ]
 
 
+def _fast_rms_norm_offset(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    x, w, eps = args
+    d = n.shape(call.attributes["args"][0])[-1]
+    # Gemma: the (1 + w) scale in f32 too, then one conversion (the op body's order).
+    return [f"{out[0]} = (F.rms_norm({x}.float(), ({d},), eps={eps}) * (1.0 + {w}.float()))"
+            f".to({x}.dtype)"]
+
+
+def _fast_layer_norm(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    x, w, b, eps = args
+    d = n.shape(call.attributes["args"][0])[-1]
+    return [f"{out[0]} = F.layer_norm({x}.float(), ({d},), eps={eps}).to({x}.dtype) * {w} + {b}"]
+
+
+def _fast_gelu_tanh(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    return [f"{out[0]} = F.gelu({args[0]}.float(), approximate='tanh').to({args[0]}.dtype)"]
+
+
+def _fast_linear_in_out(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    x, w, b = args
+    return [f"{out[0]} = F.linear({x}, {w}.t(), {b})"]  # weight stored [in, out] (Conv1D)
+
+
+def _fast_window_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    q, k, v, scale, window = args
+    b, seq, kv, g, hd = n.shape(call.attributes["args"][0])
+    o = out[0]
+    # Key s is seen from query t when t - window < s <= t: a boolean mask for SDPA.
+    return [
+        f"{o}_i = torch.arange({seq}, device=DEVICE)",
+        f"{o}_mask = ({o}_i[None, :] <= {o}_i[:, None]) & ({o}_i[:, None] - {o}_i[None, :] "
+        f"< {window})",
+        f"{o} = F.scaled_dot_product_attention({q}.reshape({b}, {seq}, {kv * g}, {hd})"
+        f".transpose(1, 2), {k}.transpose(1, 2), {v}.transpose(1, 2), attn_mask={o}_mask, "
+        f"scale={scale}, enable_gqa=True)",
+        f"{o} = {o}.transpose(1, 2).reshape({b}, {seq}, {kv}, {g}, {hd})",
+    ]
+
+
+def _fast_window_decode_attention(call: Call, n: Scope, args: list[str],
+                                  out: list[str]) -> list[str]:
+    q, k, v, pos, scale, window = args
+    s = n.shape(call.attributes["args"][1])[1]
+    o = out[0]
+    return [
+        f"{o}_i = torch.arange({s}, device=DEVICE)",
+        f"{o}_mask = (({o}_i <= {pos}[:, None]) & ({pos}[:, None] - {o}_i < {window}))"
+        f"[:, None, None, :]",
+        f"{o}_scores = torch.matmul({q}, {k}.permute(0, 2, 3, 1)).float() * {scale}",
+        f"{o}_p = torch.softmax({o}_scores.masked_fill(~{o}_mask, float('-inf')), dim=-1)",
+        f"{o} = torch.matmul({o}_p.to({q}.dtype), {v}.permute(0, 2, 1, 3))",
+    ]
+
+
 FAST_CALLS: dict[str, FastRule] = {
     "std.nn.linear::linear": _fast_linear,
     "std.nn.linear::linear_bias": _fast_linear,
@@ -535,6 +607,12 @@ FAST_CALLS: dict[str, FastRule] = {
     "std.nn.activation::softmax": _fast_softmax,
     "std.nn.attention::decode_attention": _fast_decode_attention,
     "std.nn.attention::causal_attention": _fast_causal_attention,
+    "std.nn.attention::window_attention": _fast_window_attention,
+    "std.nn.attention::window_decode_attention": _fast_window_decode_attention,
+    "std.nn.norm::rms_norm_offset": _fast_rms_norm_offset,
+    "std.nn.norm::layer_norm": _fast_layer_norm,
+    "std.nn.activation::gelu_tanh": _fast_gelu_tanh,
+    "std.nn.linear::linear_in_out_bias": _fast_linear_in_out,
 }
 
 
@@ -619,6 +697,7 @@ class TorchEmitter:
         self._repeated_user: dict[int, list[int | None]] = {}
         self.program: Any = None  # a Program: bound ops launch their kernels (emit/triton)
         self.kernel_texts: dict[tuple, KernelText] = {}
+        self.backwards: Backwards | None = None  # launches under autograd (emit/kernel_grad)
 
     def comment(self, loc: str, width: int = WIDTH - 4) -> str:
         if "|" in loc:
@@ -729,9 +808,10 @@ class TorchEmitter:
         return self.kernel_texts[key]
 
     def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],
-                         call: Call, scope: Scope) -> tuple[str, frozenset[str], frozenset[str]]:
+                         call: Call, scope: Scope, backward: Any = None
+                         ) -> tuple[str, frozenset[str], frozenset[str]]:
         """The statement at a bound op's call (emit/triton.py's; emit/jax.py writes Pallas's)."""
-        return launch_statement(text, args, outs, body)
+        return launch_statement(text, args, outs, body, backward)
 
     def fast_call(self, graph: Graph, index: int, stop: int, starts: dict[int, list[Call]],
                   users_outside: Callable[[int, int], set[str]]) -> Call | None:
@@ -798,8 +878,10 @@ class TorchEmitter:
                     # The tensors only: scalar arguments are constants of the kernel.
                     args = [scope(a) for a in kcall.attributes["args"] if isinstance(a, str)]
                     outs = [scope(r) for r in kcall.attributes["results"]]
+                    backward = (self.backwards.backward(graph, kcall, text.key)
+                                if self.backwards is not None else None)
                     line, targets, reads = self.launch_statement(
-                        text, args, outs, [st.text for st in inner], kcall, scope)
+                        text, args, outs, [st.text for st in inner], kcall, scope, backward)
                     out.append(Statement(line, targets, reads))
                     last_loc[0] = None
                     k = stop_k
@@ -997,7 +1079,18 @@ class TorchEmitter:
                          stop=sl.stop, inputs=sl.inputs, outputs=sl.outputs,
                          parameters=sl.parameters, states=sl.states) for sl in sls]))
         else:
+            self.backwards = Backwards(self.program) if self.program is not None else None
             entries = [self.entry_function(g, cut(g)) for g in graphs]
+            # Each launch's backward pass, as entries of their own (emit/kernel_grad.py).
+            while self.backwards is not None and len(self.backwards.graphs) > len(entries) \
+                    - len(graphs):
+                g = self.backwards.graphs[len(entries) - len(graphs)]
+                # Its own slice kinds: a body with kernels off must not share a function
+                # with the same steps where they launch.
+                sls = cut(g)
+                for sl in sls:
+                    sl.kind = f"{g.entry}:{sl.kind}"
+                entries.append(self.entry_function(g, sls))
         header = [
             f'"""PyTorch source generated by linnet-lang {__version__} from {origin}.',
             "",
@@ -1015,12 +1108,15 @@ class TorchEmitter:
         written = "\n".join(self.functions + entries)
         # The kernels this module launches, first (emit/triton.py); one whose every call
         # turned out dead is not written.
-        texts = [t for t in self.kernel_texts.values() if f" = {t.launcher}(" in written]
+        texts = [t for t in self.kernel_texts.values()
+                 if re.search(rf"[ (]{re.escape(t.launcher)}[(,]", written)]
         if texts:
             at = header.index("import torch.nn.functional as F") + 1
             header[at:at] = HEADER.rstrip("\n").split("\n")
             header += [runs_table([t.key for t in texts]), "", ""]
             self.functions[:0] = [READY] + [t.source for t in texts]
+            if self.backwards is not None and self.backwards.functions:
+                self.functions[1:1] = [GRAD_HELPERS, *self.backwards.functions]
         body = "\n\n\n".join(self.functions + entries)
         meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
         text = "\n".join(header) + "\n" + body + "\n\n\n" + meta

@@ -566,6 +566,9 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     typed = ", ".join(f"{p}: torch.Tensor" for p in ins)
     alloc = [f"    {safe(r)} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, "
              f"device={device})" for r, shape, dtype in k.results]
+    # What a launch writes into: NaN instead of leftovers when a checker asks (POISON).
+    results_new = [f"    {safe(r)} = new_result({shape}, {TORCH_DTYPES[dtype]}, {device})"
+                   for r, shape, dtype in k.results]
     strides = []
     for p, shape, _ in k.params + k.results:
         st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
@@ -574,7 +577,7 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     results = ", ".join(r for r, _, _ in k.results)
     lines = [f"def run_{key}({typed}) -> {ret}:",
              f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
-             *alloc,
+             *results_new,
              f"    wrap_triton({function})[{k.grid}]({', '.join(args)})",
              f"    return {outs}",
              "", "",
@@ -623,6 +626,18 @@ except ImportError:  # no Triton: every bound op runs its body; `@triton.jit` do
 # below are decorated, so it is read once, here.
 INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
 
+# Kernel checkers (linnet.torch.testing) set POISON: results then start as NaN (integers:
+# their smallest value) instead of torch.empty's leftovers, so an unstored lane shows.
+POISON = False
+
+
+def new_result(shape, dtype, device):
+    if not POISON:
+        return torch.empty(shape, dtype=dtype, device=device)
+    fill = float('nan') if dtype.is_floating_point else torch.iinfo(dtype).min \
+        if dtype != torch.bool else True
+    return torch.full(shape, fill, dtype=dtype, device=device)
+
 # torch.compile sees each launch as a custom op, so compiled code does not break its graph
 # there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
 # be wrapped (pytorch#152868): there the op is opaque and calls the kernel directly.
@@ -663,15 +678,20 @@ def runs_table(keys: list[str]) -> str:
 
 
 def launch_statement(text: KernelText, args: list[str], outs: list[str],
-                     body: list[str]) -> tuple[str, frozenset[str], frozenset[str]]:
+                     body: list[str], backward: str | None = None
+                     ) -> tuple[str, frozenset[str], frozenset[str]]:
     """The statement at a bound op's call: the launch if ``kernels_ready``, else the op's
     ``body`` (its lines as the emitter wrote them). ``args`` are the call's tensor arguments
-    (the kernel's parameters, in order), ``outs`` the names of its results. Returns the text (lines after the first
-    indented one level for the function body), the names it defines and those it reads."""
+    (the kernel's parameters, in order), ``outs`` the names of its results. Returns the text
+    (lines after the first indented one level for the function body), the names it defines
+    and those it reads. With ``backward`` (emit/kernel_grad.py) the launch goes through
+    ``launch_with_grad``, so that autograd differentiates it with that function."""
     tensors = args
     target = ", ".join(outs) + ("," if len(outs) == 1 and len(text.kernel.results) > 1 else "")
+    launch = (f"launch_with_grad({text.launcher}, {backward}, {', '.join(tensors)})"
+              if backward else f"{text.launcher}({', '.join(tensors)})")
     lines = [f"if kernels_ready({text.key!r}, {', '.join(tensors)}):",
-             f"    {target} = {text.launcher}({', '.join(tensors)})",
+             f"    {target} = {launch}",
              "else:"] + ["    " + b for b in body]
     flat = "\n".join(lines)
     tree = ast.parse(flat)

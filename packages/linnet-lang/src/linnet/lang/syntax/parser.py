@@ -470,11 +470,33 @@ class Parser:
             return A.TensorType(dims, A.Name(dt.text, dt.span), self.span_from(start))
         if self.at("<") and t.text[:1].isupper() and t.text not in ("Dim", "DType"):
             args = self.parse_generic_args()
-            return A.BlockType(t.text, args or [], self.span_from(start))
+            return A.BlockType(t.text, args or [], self.span_from(start),
+                               self.parse_config_args())
         if t.text[:1].isupper() and t.text not in ("Dim", "DType") and len(t.text) > 2 \
                 and not t.text.isupper():
-            return A.BlockType(t.text, [], self.span_from(start))
+            return A.BlockType(t.text, [], self.span_from(start), self.parse_config_args())
         return A.ScalarType(t.text, t.span)
+
+    def parse_config_args(self) -> list[A.ConfigArg]:
+        """`(name = value, ...)` after a block type: its `config` members' values."""
+        if not self.at("(") or self.tok.newline_before:
+            return []
+        self.advance()
+        out: list[A.ConfigArg] = []
+        self.nesting += 1
+        try:
+            while not self.at(")"):
+                name = self.ident("a config name")
+                self.expect("=", help="a block's config is given by name: "
+                                      "`Attention<...>(attention_bias = true)`")
+                value = self.parse_expr()
+                out.append(A.ConfigArg(name.text, value, name.span.to(value.span)))
+                if not self.accept(","):
+                    break
+            self.expect(")", help="config values are separated by `,`")
+        finally:
+            self.nesting -= 1
+        return out
 
     def parse_type_or_dim(self) -> A.Expr | A.TypeExpr:
         if (self.tok.kind == "ident" and self.tok.text == "Tensor") or self.at("["):
@@ -546,9 +568,37 @@ class Parser:
             self.nesting = saved
         return A.Block(statements, self.span_from(start))
 
+    def parse_unpacking_let(self, start: Span) -> A.Let:
+        """`let (q, k, v) = f(x)`: one plain name per result of the call."""
+        open_tok = self.expect("(")
+        names: list[str] = []
+        self.nesting += 1
+        try:
+            while not self.at(")"):
+                names.append(self.ident("a variable name").text)
+                if not self.accept(","):
+                    break
+            self.expect(")", help="names are separated by `,`: `let (q, k, v) = f(x)`")
+        finally:
+            self.nesting -= 1
+        name_span = self.span_from(open_tok.span)
+        if len(names) < 2:
+            raise self.error("unpacking needs at least two names", name_span,
+                             "one name", help="bind one result with `let y = f(x)`",
+                             code="E0122")
+        if len(set(names)) != len(names):
+            raise self.error("a name is unpacked twice", name_span, "repeated name",
+                             help="give each result its own name", code="E0122")
+        self.expect("=", help="unpacking binds a call's results: `let (a, b) = f(x)`")
+        value = self.parse_expr()
+        return A.Let("(" + ", ".join(names) + ")", None, value, self.span_from(start),
+                     name_span, names)
+
     def parse_statement(self) -> A.Stmt:
         start = self.tok.span
         if self.accept("let"):
+            if self.at("("):
+                return self.parse_unpacking_let(start)
             name_tok = self.ident("a variable name")
             binders = None
             if self.at("["):
@@ -768,7 +818,7 @@ class Parser:
                 indices: list[A.Expr] = []
                 try:
                     while not self.at("]"):
-                        indices.append(self.parse_expr())
+                        indices.append(self.parse_index())
                         if not self.accept(","):
                             break
                     self.expect("]", help="indices are separated by `,`")
@@ -784,6 +834,38 @@ class Parser:
                 expr = A.Field(expr, t.text, expr.span.to(t.span))
             else:
                 return expr
+
+    def parse_index(self) -> A.Expr:
+        """One index of `x[...]`: an expression, or a static range of the axis (`a..b`,
+        `a..=b`, `a..`, `..b`, and `..` or `:` for the whole axis)."""
+        start = self.tok.span
+        if self.at(":"):
+            self.advance()
+            return A.Slice(None, None, False, start)
+        if self.at("if"):
+            return self.parse_expr()
+        left: A.Expr | None = None
+        if not self.at("..") and not self.at("..="):
+            self.enter()
+            try:
+                left = self.parse_binary(self.parse_unary(), 0)
+            finally:
+                self.depth -= 1
+            if not self.at("..") and not self.at("..="):
+                return left
+        inclusive = self.advance().text == "..="
+        stop: A.Expr | None = None
+        if not self.at(",") and not self.at("]"):
+            self.enter()
+            try:
+                stop = self.parse_binary(self.parse_unary(), 0)
+            finally:
+                self.depth -= 1
+        elif inclusive:
+            raise self.error("`..=` needs an end", self.tok.span, "expected the last index",
+                             help="write `a..=b`, or `a..` for the rest of the axis",
+                             code="E0121")
+        return A.Slice(left, stop, inclusive, self.span_from(start))
 
     def finish_call(self, callee: A.Expr, generic_args: list) -> A.Call:
         self.expect("(")

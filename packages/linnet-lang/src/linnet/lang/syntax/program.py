@@ -89,6 +89,31 @@ class Program:
         return self.modules.get(dotted)
 
 
+def model_file(model: str | Path) -> Path:
+    """The file of a model given by path, or by std module name for the models the wheel
+    ships (``std.models.llama`` is ``linnet/lang/std/models/llama.linnet``; its checkpoint
+    mapping ``llama.hf.json`` lies beside it).
+
+    >>> model_file("std.models.llama").name
+    'llama.linnet'
+    >>> model_file("examples/llama/llama.linnet").name
+    'llama.linnet'
+    """
+    text = str(model)
+    if text.startswith("std.") and not text.endswith(".linnet") and not Path(text).exists():
+        parts = text.split(".")[1:]
+        candidate = STD_ROOT / Path(*parts).with_suffix(".linnet")
+        if all(p.isidentifier() for p in parts) and candidate.is_file():
+            return candidate
+        models = sorted(m for m in std_modules() if m.startswith("std.models."))
+        raise LinnetError(Diagnostic(
+            "E0211", f"`{text}` is no model of the std library",
+            help="the std library's models: " + ", ".join(models) + (
+                "; " + "did you mean `" + close[0] + "`?" if (close := difflib.get_close_matches(
+                    text, models, n=1, cutoff=0.6)) else "")))
+    return Path(model)
+
+
 def std_modules() -> list[str]:
     return [
         "std." + ".".join(p.relative_to(STD_ROOT).with_suffix("").parts)

@@ -27,6 +27,17 @@ class BlockType:
     name: str
     args: list[Expr | TypeExpr]
     span: Span
+    # `Attention<...>(attention_bias = true)`: values for the block's `config` members.
+    config: list[ConfigArg] = field(default_factory=list)
+
+
+@dataclass
+class ConfigArg:
+    """One `name = value` of a block type's configuration, `Attention<...>(window = 4096)`."""
+
+    name: str
+    value: Expr
+    span: Span
 
 
 @dataclass
@@ -153,8 +164,19 @@ class RangeExpr:
     span: Span
 
 
+@dataclass
+class Slice:
+    """A static range of one axis in an index, `x[a..b, ..]` (only there): `start` None is
+    the axis' start, `stop` None its end; `..` and `:` alone are the whole axis."""
+
+    start: Expr | None
+    stop: Expr | None
+    inclusive: bool
+    span: Span
+
+
 Expr = (Name | IntLit | FloatLit | BoolLit | Binary | Unary | Call | Index | Field | Tuple
-        | Reduce | Cast | IfExpr | RangeExpr)
+        | Reduce | Cast | IfExpr | RangeExpr | Slice)
 
 # ---------------------------------------------------------------- statements
 
@@ -166,6 +188,8 @@ class Let:
     value: Expr
     span: Span
     name_span: Span
+    # `let (q, k, v) = f(x)`: one name per result of a call (`name` is then "(q, k, v)").
+    names: list[str] | None = None
 
 
 @dataclass

@@ -48,8 +48,10 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile, Sp
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 _MISSING = object()
 MAPPING_KEYS = {"model", "architectures", "model_types", "set", "check", "runtime", "require",
+                "require_each",
                 "ignore", "rope"}
-SPEC_KEYS = {"key", "default", "else", "at_most"}
+# "null": the value a JSON null stands for (Mistral's `"sliding_window": null` is no window).
+SPEC_KEYS = {"key", "default", "else", "at_most", "null"}
 
 
 @dataclass
@@ -153,9 +155,10 @@ def validate_mapping(data: dict, name: str = "the mapping") -> None:
         value = data.get(section, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             problems.append(f"`{section}` must be a list of strings")
-    for key, allowed in _dict(data.get("require"), problems, "require").items():
-        if not isinstance(allowed, list):
-            problems.append(f"`require.{key}` must be a list of the values the model runs")
+    for section in ("require", "require_each"):
+        for key, allowed in _dict(data.get(section), problems, section).items():
+            if not isinstance(allowed, list):
+                problems.append(f"`{section}.{key}` must be a list of the values the model runs")
     rope = _dict(data.get("rope"), problems, "rope")
     for rtype, values in _dict(rope.get("types"), problems, "rope.types").items():
         _dict(values, problems, f"rope.types.{rtype}")
@@ -218,7 +221,7 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
     architecture_errors(hf, mapping, model, name, diag)
     rope_sections = list(mapping.get("rope", {}).get("keys", []))
     read = {"architectures", "model_type", *mapping.get("ignore", []), *rope_sections,
-            *mapping.get("require", {})}
+            *mapping.get("require", {}), *mapping.get("require_each", {})}
     for section in ("set", "check", "runtime"):
         for spec in mapping.get(section, {}).values():
             spec = _spec(spec)
@@ -240,10 +243,24 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
             diag("E0656", f"{name} sets `{key}` to {json.dumps(value)[:40]}; model `{model}` "
                  f"{shown}", key, "not what the model computes",
                  help="use a model that implements it, or a checkpoint of this architecture")
+    # `require_each`: every element of a list (Qwen2's `layer_types`, one per layer).
+    for key, allowed in mapping.get("require_each", {}).items():
+        value = lookup(hf, key)
+        if value is _MISSING or value is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        bad = [v for v in items if not any(_same(v, a) for a in allowed)]
+        if bad:
+            diag("E0656", f"{name} sets `{key}` to {json.dumps(value)[:60]}; model `{model}` "
+                 f"runs only {' or '.join(json.dumps(a) for a in allowed)} in each element",
+                 key, "not what the model computes",
+                 help="use a model that implements it, or a checkpoint of this architecture")
     for section in ("set", "check", "runtime"):
         for lname, spec in mapping.get(section, {}).items():
             spec = _spec(spec)
             key, value = _first(hf, _keys(spec))
+            if value is None and "null" in spec:
+                value = spec["null"]
             if value is _MISSING and "else" in spec:
                 key, value = str(spec["else"]), lookup(hf, str(spec["else"]))
             if value is _MISSING:

@@ -1,0 +1,218 @@
+"""Shapes to check a bound kernel on: concrete generics of an op that satisfy its `where`
+clause and its kernel's (under the binding), drawn at random with a seed.
+
+`linnet kernels` and ``linnet.torch.testing.check_kernels`` run each bound kernel on these
+cases and compare it with the op's body. The sampler is a small solver over the clauses:
+candidate sizes are small numbers plus the boundaries the clauses and the binding name (each
+integer literal ``c`` there gives ``c - 1``, ``c`` and ``c + 1``: the edge of a tile, of a
+`B >= C` limit), kept under ``max_size``; a draw is kept when every clause holds, as the
+checker evaluates it.
+
+>>> from linnet.lang import check_text
+>>> prog = check_text(SOFTMAX_EXAMPLE)
+>>> [op.name for op in bound_ops(prog)]
+['softmax']
+>>> cases = sample_cases(prog, bound_ops(prog)[0], count=2, seed=0, max_size=8)
+>>> [sorted(c.generics) for c in cases], cases[0].kernel
+([['C', 'R'], ['C', 'R']], 'main::row_softmax')
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import linnet.lang.syntax.tree as A
+from linnet.lang.check.core import Fail, Frame
+from linnet.lang.check.evaluate import Evaluator
+from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.ir.builder import Builder
+from linnet.lang.ir.graph import Graph
+from linnet.lang.syntax.program import Program
+from linnet.lang.syntax.walk import walk
+from linnet.lang.tensors.dims import Dim
+from linnet.lang.tensors.values import FuncRef
+
+SOFTMAX_EXAMPLE = """
+kernel row_softmax<R: Dim, C: Dim, B: Dim>(x: Tensor[R, C; f32]) -> y: Tensor[R, C; f32] grid(R)
+where B >= C {
+    let row = program_id(0)
+    let cols = iota<i32>(B)
+    let mask = cols < C
+    let v = load(x[row, cols], mask, -1e30)
+    let e = exp(v - max[c] v[c])
+    store(y[row, cols], e / sum[c] e[c], mask)
+}
+
+pub op softmax<R: Dim, C: Dim>(x: Tensor[R, C; f32]) -> Tensor[R, C; f32]
+kernel row_softmax<R, C, 1024> {
+    let top[r] = max[c] x[r, c]
+    let e[r, c] = exp(x[r, c] - top[r])
+    let y[r, c] = e[r, c] / sum[j] e[r, j]
+    return y
+}
+"""
+
+# Float element types a generic `T: DType` is drawn from unless the caller names others.
+DEFAULT_DTYPES = ("f32", "bf16")
+# Draws tried per case wanted before the sampler gives up on a clause nothing small satisfies.
+ATTEMPTS_PER_CASE = 200
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    """One set of concrete generics for a bound op: the op's generics (dims as ints, dtypes
+    as names), the shape and dtype of each tensor parameter and result, the scalar
+    parameters' types, and the kernel with its bound generics."""
+
+    op: str
+    kernel: str
+    generics: dict[str, int | str]
+    params: dict[str, tuple[tuple[int, ...], str]]
+    scalars: dict[str, str]
+    results: list[tuple[tuple[int, ...], str]]
+    kernel_generics: dict[str, int | str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """``x: [3, 40] bf16, w: [40] bf16`` and the generics, for messages.
+
+        >>> KernelCase("m::f", "m::k", {"N": 3}, {"x": ((3,), "f32")}, {}, []).describe()
+        'x: [3] f32 (N=3)'
+        """
+        shapes = ", ".join(f"{n}: {list(s)} {d}" for n, (s, d) in self.params.items())
+        gens = ", ".join(f"{k}={v}" for k, v in self.generics.items())
+        return f"{shapes} ({gens})" if gens else shapes
+
+
+def bound_ops(program: Program) -> list[A.FuncDecl]:
+    """Every op of the program's modules bound to a kernel, std modules included, in module
+    order (the root module first)."""
+    out = []
+    for module in program.modules.values():
+        for item in module.items:
+            if isinstance(item, A.FuncDecl) and item.kind == "op" and item.kernel is not None:
+                out.append(item)
+    return out
+
+
+def boundary_sizes(op: A.FuncDecl, kernel: A.FuncDecl | None) -> set[int]:
+    """The integer literals of the op's and kernel's `where` clauses and of the binding's
+    arguments, each with its neighbours: where a mask or a limit changes."""
+    exprs: list[Any] = list(op.where)
+    if op.kernel is not None:
+        exprs += [a for a in op.kernel.args if isinstance(a, A.Expr)]
+    if kernel is not None:
+        exprs += list(kernel.where)
+    found = set()
+    for e in exprs:
+        for n in walk(e):
+            if isinstance(n, A.IntLit) and n.value > 0:
+                found.update({n.value - 1, n.value, n.value + 1})
+    return {v for v in found if v > 0}
+
+
+def candidate_sizes(max_size: int, boundaries: set[int]) -> list[int]:
+    """Small sizes (1 to 8, then a few odd and even ones) and the boundaries, up to
+    ``max_size``.
+
+    >>> candidate_sizes(20, {15, 16, 17})
+    [1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 15, 16, 17, 20]
+    """
+    base = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 20, 31, 33, 48, 63, 64, 65, 100, 127, 129}
+    return sorted(v for v in base | boundaries if 1 <= v <= max_size)
+
+
+def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0,
+                 max_size: int = 48, dtypes: tuple[str, ...] = DEFAULT_DTYPES,
+                 max_numel: int = 1 << 16) -> list[KernelCase]:
+    """Up to ``count`` distinct cases for ``op`` (a bound op of ``program``) on which its
+    kernel applies: the op's `where` holds and so does the kernel's under the binding.
+    Each dim is at most ``max_size`` and each tensor at most ``max_numel`` elements; a
+    generic element type is one of ``dtypes``. Fewer come back when fewer exist (none: no
+    small shapes satisfy the clauses).
+
+    >>> from linnet.lang import check_text
+    >>> prog = check_text(SOFTMAX_EXAMPLE)
+    >>> [c.params["x"] for c in sample_cases(prog, bound_ops(prog)[0], 2, seed=1)]
+    [((3, 31), 'f32'), ((48, 12), 'f32')]
+    """
+    assert op.kernel is not None and op.module is not None
+    rng = random.Random(f"{op.qualified_name}/{seed}")
+    ev = Evaluator(program, Builder(Graph(entry="", model="")), {})
+    kernel = _kernel_decl(ev, op)
+    sizes = candidate_sizes(max_size, boundary_sizes(op, kernel))
+    out: list[KernelCase] = []
+    seen: set[tuple] = set()
+    for _ in range(ATTEMPTS_PER_CASE * max(count, 1)):
+        if len(out) >= count:
+            break
+        env: dict[str, Any] = {}
+        for g in op.generics:
+            env[g.name] = rng.choice(dtypes) if g.kind == "DType" else rng.choice(sizes)
+        key = tuple(sorted(env.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        case = _case(ev, op, env, max_numel)
+        if case is not None:
+            out.append(case)
+    return out
+
+
+def _kernel_decl(ev: Evaluator, op: A.FuncDecl) -> A.FuncDecl | None:
+    assert op.kernel is not None and op.module is not None
+    try:
+        ref = ev.resolve_global(op.module, op.kernel.name, op.kernel.span)
+    except Fail:
+        return None
+    return ref.decl if isinstance(ref, FuncRef) else None
+
+
+def _case(ev: Evaluator, op: A.FuncDecl, env: dict[str, Any], max_numel: int
+          ) -> KernelCase | None:
+    """The case for these generics, or None where a clause fails or a size is too big."""
+    assert op.module is not None
+    frame = Frame(op.module, {k: Dim.const(v) if isinstance(v, int) else v
+                              for k, v in env.items()})
+    try:
+        ev.check_where(op, frame, op.name_span)
+        attrs = ev.kernel_binding_attrs(op, frame)
+        if not attrs.get("kernel_applies"):
+            return None
+        params: dict[str, tuple[tuple[int, ...], str]] = {}
+        scalars: dict[str, str] = {}
+        for p in op.params:
+            if isinstance(p.type, A.TensorType):
+                params[p.name] = _concrete(ev.tensor_type(p.type, frame))
+            else:
+                scalars[p.name] = p.type.name if isinstance(p.type, A.ScalarType) else "f32"
+        results = [_concrete(ev.tensor_type(r.type, frame)) for r in op.results]
+    except Fail:
+        return None
+    for shape, _ in [*params.values(), *results]:
+        if any(s <= 0 for s in shape) or _numel(shape) > max_numel:
+            return None
+    kgen = {k: v for k, v in attrs.get("kernel_generics", {}).items()}
+    return KernelCase(op.qualified_name, attrs.get("kernel", ""), dict(env), params, scalars,
+                      results, kgen)
+
+
+def _concrete(typ: tuple) -> tuple[tuple[int, ...], str]:
+    dims, dtype = typ
+    values = tuple(d.value for d in dims)
+    if any(v is None for v in values):
+        # A symbolic size is not a case (it never happens with every generic concrete).
+        raise Fail(Diagnostic("E0000", "a size is not concrete"))
+    return values, dtype
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+__all__ = ["DEFAULT_DTYPES", "KernelCase", "bound_ops", "boundary_sizes", "candidate_sizes",
+           "sample_cases"]

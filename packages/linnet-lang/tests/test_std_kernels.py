@@ -1,0 +1,171 @@
+"""The std library's kernels (issue 14, item 7): each checks, is bound to the std op whose
+body defines it, says in its `where` clause when it applies, and binding it changes nothing
+where it does not launch (numerics exact, the interpreter, the reference). The kernels'
+results against their bodies are checked by `linnet kernels` (linnet-runtime-torch's
+test_kernel_checks_run.py); the shapes it draws are checked here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import linnet.lang.syntax.tree as A
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from linnet.lang import Program, check_program, check_text, lower
+from linnet.lang.check.kernel_cases import (
+    bound_ops,
+    boundary_sizes,
+    candidate_sizes,
+    sample_cases,
+)
+from linnet.lang.emit.torch import emit_torch
+from linnet.lang.syntax.program import STD_ROOT
+
+# op -> (kernel, its binding's arguments, what its `where` clause must say)
+STD_KERNELS = {
+    "std.nn.activation::softmax": ("row_softmax", "<R, C, 1024>", ["B >= C"]),
+    "std.nn.linear::linear": ("tiled_matmul", "<N, I, O, T, 32, 32, 32>",
+                              ["BM >= 16", "BN >= 16", "BK >= 16"]),
+    "std.nn.norm::rms_norm": ("rms_norm_rows", "<N, D, T, 4096>", ["B >= D"]),
+    "std.nn.activation::silu_mul": ("silu_mul_tiles", "<N, F, T, 1024>", ["B >= 16"]),
+}
+
+STD_USES = """
+use std.nn.activation::{softmax, silu_mul, silu}
+use std.nn.linear::{linear}
+use std.nn.norm::{rms_norm}
+"""
+
+
+@pytest.fixture(scope="module")
+def std() -> Program:
+    program = Program.from_text(STD_USES)
+    assert not check_program(program)
+    return program
+
+
+def _ops(program: Program) -> dict[str, A.FuncDecl]:
+    return {op.qualified_name: op for op in bound_ops(program)}
+
+
+@pytest.mark.parametrize("path", sorted(STD_ROOT.rglob("*.linnet")), ids=lambda p: p.name)
+def test_every_std_module_checks(path: Path) -> None:
+    check_text(path.read_text(), name="std." + ".".join(path.relative_to(STD_ROOT)
+                                                       .with_suffix("").parts))
+
+
+def test_each_std_kernel_is_bound_to_its_op(std: Program) -> None:
+    ops = _ops(std)
+    assert set(ops) == set(STD_KERNELS)
+    for name, (kernel, args, clauses) in STD_KERNELS.items():
+        op = ops[name]
+        assert op.kernel is not None and op.kernel.name == kernel
+        text = op.module.source.text  # type: ignore[union-attr]
+        assert f"kernel {kernel}{args} {{" in text, name
+        kdecl = op.module.find(kernel)  # type: ignore[union-attr]
+        assert isinstance(kdecl, A.FuncDecl) and kdecl.kind == "kernel"
+        where = [text[w.span.start:w.span.stop] for w in kdecl.where]
+        assert where == clauses, name
+
+
+def test_the_matmul_is_a_dot_in_a_loop_with_a_carried_accumulator() -> None:
+    text = (STD_ROOT / "nn" / "linear.linnet").read_text()
+    kernel = text[text.index("pub kernel tiled_matmul"):]
+    assert "let acc = fill(0.0, BM, BN)" in kernel
+    assert "for k0 in 0..(I + BK - 1) / BK {" in kernel and "acc = acc + p" in kernel
+    assert "let p[m, n] = sum[k] (a[m, k] as f32) * (b[n, k] as f32)" in kernel
+
+
+def test_silu_mul_body_is_silu_times_up(std: Program) -> None:
+    """The new op's body is `silu(gate) * up` step for step: the same graph steps as calling
+    `silu` and multiplying (so results equal wherever the kernel does not run)."""
+    def graph(body: str):
+        prog = Program.from_text(STD_USES + f"""
+model M<N: Dim, F: Dim> {{
+    entry go(g: Tensor[N, F; f32], u: Tensor[N, F; f32]) -> Tensor[N, F; f32] {{
+        {body}
+    }}
+}}""")
+        return lower(prog, "go", {"g": [3, 5], "u": [3, 5]})
+
+    fused, plain = graph("return silu_mul(g, u)"), graph("return silu(g) * u")
+    assert [s.op for s in fused.steps] == [s.op for s in plain.steps]
+
+
+@pytest.mark.parametrize("numerics", ["exact", "fast"])
+def test_llama_generated_source_without_a_program_has_no_launch(numerics: str) -> None:
+    """Without the program (as `linnet torch` emits by default for exact numerics and every
+    emitter without kernels), the bound ops' generated code is the body or the fused torch
+    call it always was: no kernel, no Triton."""
+    prog = Program.from_file(Path(__file__).resolve().parents[3] / "examples" / "llama" /
+                             "llama.linnet")
+    config = {"V": 64, "D": 32, "F": 48, "NL": 1, "H": 4, "KV": 2, "HD": 8, "S": 8, "B": 1,
+              "T": "f32"}
+    graph = lower(prog, "decode", {"token": [1], "pos": [1]}, config)
+    bound = [c for c in graph.calls if c.attributes.get("kernel")]
+    assert {c.attributes["kernel"] for c in bound} == {"std.nn.linear::tiled_matmul",
+                                                        "std.nn.norm::rms_norm_rows"}
+    text = emit_torch(graph, numerics=numerics)
+    assert "triton" not in text and "kernels_ready" not in text
+    assert "F.linear(" in text and "F.rms_norm(" in text
+    exact = emit_torch(graph, numerics="exact", program=prog)
+    assert "triton" not in exact and "kernels_ready" not in exact  # exact: the body
+
+
+def test_where_clauses_bound_the_sampled_shapes(std: Program) -> None:
+    ops = _ops(std)
+    for c in sample_cases(std, ops["std.nn.norm::rms_norm"], 6, seed=0, max_size=5000,
+                          max_numel=1 << 20):
+        assert c.generics["D"] <= 4096 and c.kernel_generics["B"] == 4096
+    # softmax: C <= 1024, and the sampler tries the edge (1023, 1024, 1025 -> not 1025).
+    softmax = ops["std.nn.activation::softmax"]
+    assert {1023, 1024, 1025} <= boundary_sizes(softmax, None)
+    cs = sample_cases(std, softmax, 40, seed=1, max_size=1100, max_numel=1 << 22)
+    assert cs and all(c.generics["C"] <= 1024 for c in cs)
+    assert any(c.generics["C"] in (1023, 1024) for c in cs)
+
+
+def test_a_false_where_clause_gives_no_case() -> None:
+    prog = check_text("""
+kernel k<R: Dim, C: Dim, B: Dim>(x: Tensor[R, C; f32]) -> y: Tensor[R, C; f32] grid(R)
+where B >= C, C >= 5000 {
+    let row = program_id(0)
+    let cols = iota<i32>(B)
+    store(y[row, cols], load(x[row, cols], cols < C, 0.0), cols < C)
+}
+
+pub op o<R: Dim, C: Dim>(x: Tensor[R, C; f32]) -> Tensor[R, C; f32] kernel k<R, C, 8192> {
+    let y[r, c] = x[r, c]
+    return y
+}
+""")
+    [op] = bound_ops(prog)
+    assert sample_cases(prog, op, 3, seed=0, max_size=64) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), max_size=st.integers(1, 80))
+def test_sampled_cases_satisfy_every_clause(seed: int, max_size: int) -> None:
+    """Whatever the seed and size limit: dims within the limit, generics of the op's kinds,
+    parameter shapes consistent with the op's types, and the kernel's where clause true."""
+    prog = Program.from_text(STD_USES)
+    for op in bound_ops(prog):
+        for c in sample_cases(prog, op, 2, seed=seed, max_size=max_size):
+            kinds = {g.name: g.kind for g in op.generics}
+            for name, v in c.generics.items():
+                assert (isinstance(v, int) and 1 <= v <= max_size) if kinds[name] == "Dim" \
+                    else v in ("f32", "bf16")
+            assert set(c.params) == {p.name for p in op.params
+                                     if isinstance(p.type, A.TensorType)}
+            if op.name == "linear":
+                (n, i), (o, i2) = c.params["x"][0], c.params["w"][0]
+                assert (i, c.results[0][0]) == (i2, (n, o))
+            if op.name == "softmax":
+                assert c.generics["C"] <= 1024
+
+
+def test_candidate_sizes_stay_in_range() -> None:
+    assert candidate_sizes(1, {5}) == [1]
+    assert max(candidate_sizes(48, {1023, 1024})) == 48

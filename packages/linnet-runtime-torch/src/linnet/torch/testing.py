@@ -1,0 +1,426 @@
+"""Checking kernels against their ops: what `linnet kernels FILE` runs, for pytest too.
+
+Every op bound to a kernel is run both ways on random cases that its `where` clauses allow
+(see :mod:`linnet.lang.check.kernel_cases`): the kernel, launched by the generated PyTorch
+under Triton (its interpreter on the CPU, ``TRITON_INTERPRET=1``; for real on CUDA) with its
+outputs filled with NaN before the launch, and the op's body, run by the PyTorch interpreter
+(the semantic reference). They must agree within the tolerance of the result's element type
+(:data:`TOLERANCES`, the one table). Anything else is a finding, naming the kernel, the case
+and the largest difference.
+
+>>> from linnet.torch.testing import assert_kernels, check_kernels
+>>> findings = check_kernels("my_kernels.linnet", count=3, seed=0)   # doctest: +SKIP
+>>> assert_kernels("my_kernels.linnet")                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import linnet.lang.syntax.tree as A
+from linnet.lang import LinnetError, Program, check_program, lower
+from linnet.lang.check.kernel_cases import DEFAULT_DTYPES, KernelCase, bound_ops, sample_cases
+from linnet.lang.diagnostics.core import Diagnostic, SourceFile
+from linnet.lang.syntax.parser import parse
+from linnet.lang.syntax.program import STD_ROOT, std_modules
+
+import torch
+
+from .interpreter import DTYPES, run_graph
+
+# The tolerance of a comparison, by the result's element type: (rtol, atol). An element
+# passes when |kernel - body| <= atol * scale + rtol * |body|, with scale the largest |body|
+# of the result (at least 1), so that sums over long axes are not held to the scale of one
+# element. 16-bit types: the body rounds every step to 8 (bf16) or 11 (f16) bits of mantissa,
+# a kernel rounds once (and Triton's interpreter has no bf16 arithmetic: it computes in f32),
+# so they differ by a few units in the last place. Integers and bools are exact.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "f64": (1e-9, 1e-12),
+    "f32": (1e-4, 1e-5),
+    "f16": (1e-2, 2e-3),
+    "bf16": (4e-2, 1.6e-2),
+}
+# f32 results of a kernel whose f32 products are `tl.dot`s in TF32 (numerics "fast" launches
+# them so on CUDA: 10 bits of mantissa in, f32 accumulation); the interpreter computes in f32.
+TF32 = (5e-3, 2e-3)
+EXACT = (0.0, 0.0)
+MODEL = "LinnetKernelCheck"
+ENTRY = "check"
+
+
+@dataclass(frozen=True)
+class KernelFinding:
+    """A kernel that disagrees with its op's body on one case (or could not be checked).
+
+    ``difference`` is the largest ``|kernel - body|`` (``inf`` where the kernel left a NaN
+    the body does not have, or nothing could be compared), ``where`` the element it is at.
+    """
+
+    kernel: str
+    op: str
+    case: str
+    problem: str
+    difference: float = float("inf")
+    tolerance: float = 0.0
+    where: str = ""
+    generics: dict[str, int | str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        at = f" at {self.where}" if self.where else ""
+        diff = (f": largest difference {self.difference:.3g}{at} (tolerance {self.tolerance:.3g})"
+                if self.difference != float("inf") and self.problem == "differs" else
+                f"{at}" if self.where else "")
+        return f"kernel {self.kernel} (op {self.op}) on {self.case}: {self.problem}{diff}"
+
+
+@dataclass(frozen=True)
+class KernelCheck:
+    """One case run both ways: passed, or with its finding."""
+
+    case: KernelCase
+    difference: float
+    finding: KernelFinding | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.finding is None
+
+
+def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0,
+                  max_size: int = 48, dtypes: tuple[str, ...] = DEFAULT_DTYPES,
+                  ops: list[str] | None = None, device: str | torch.device | None = None,
+                  on_check: Callable[[KernelCheck], None] | None = None,
+                  skip: set[str] | None = None) -> list[KernelFinding]:
+    """Check every bound kernel of ``source`` (a ``.linnet`` file or a checked
+    :class:`~linnet.lang.Program`; std kernels are checked when the file uses their
+    modules) against its op's body on ``count`` random cases each; returns the findings
+    (empty: every kernel agrees).
+
+    ``seed`` makes the cases reproducible; ``max_size`` bounds every dim (the Triton
+    interpreter is slow: keep it small); ``dtypes`` are the element types a generic
+    ``T: DType`` is drawn from; ``ops`` restricts the check to ops by name (``rms_norm``)
+    or qualified name (``std.nn.norm::rms_norm``). ``device`` is where kernels run:
+    ``"cpu"`` runs them in Triton's interpreter, ``"cuda"`` for real (default: CUDA when
+    available). ``on_check`` is called with each :class:`KernelCheck` as it finishes.
+    ``skip`` is a set of qualified op names not to check; the ops checked are added to it
+    (so that several files sharing std ops check each once).
+
+    >>> for f in check_kernels("kernels.linnet", count=5, seed=1):   # doctest: +SKIP
+    ...     print(f)
+    kernel main::row_sum (op main::total) on x: [3, 40] f32 (R=3, C=40): differs: ...
+    """
+    program = _program(source)
+    dev = torch.device(device if device is not None else
+                       ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type != "cuda":
+        use_interpreter()
+    findings: list[KernelFinding] = []
+    done = skip if skip is not None else set()
+    chosen = [op for op in bound_ops(program) if op.qualified_name not in done and (
+        ops is None or op.name in ops or op.qualified_name in ops)]
+    for op in chosen:
+        done.add(op.qualified_name)
+        cases = sample_cases(program, op, count, seed, max_size, dtypes)
+        if not cases:
+            assert op.module is not None and op.kernel is not None
+            kname = f"{op.module.name}::{op.kernel.name}"
+            findings.append(KernelFinding(
+                kname, op.qualified_name, "no case",
+                f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
+                "the op and its kernel, so the kernel was never run (raise max_size)"))
+            continue
+        for i, case in enumerate(cases):
+            check = check_case(program, op, case, seed * 1000 + i, dev)
+            if check.finding is not None:
+                findings.append(check.finding)
+            if on_check is not None:
+                on_check(check)
+    return findings
+
+
+def assert_kernels(source: str | Path | Program, **options: Any) -> None:
+    """:func:`check_kernels`, raising ``AssertionError`` that lists every finding.
+
+    >>> def test_my_kernels():                       # doctest: +SKIP
+    ...     assert_kernels("kernels.linnet", count=4)
+    """
+    findings = check_kernels(source, **options)
+    if findings:
+        raise AssertionError(f"{len(findings)} kernel finding(s):\n"
+                             + "\n".join(f"  {f}" for f in findings))
+
+
+def check_case(program: Program, op: Any, case: KernelCase, seed: int,
+               device: torch.device) -> KernelCheck:
+    """Run one case both ways and compare (see :func:`check_kernels`)."""
+    wrapper = wrapper_program(program, op, case)
+    config = {name: _scalar_value(dtype, seed, name) for name, dtype in case.scalars.items()}
+    shapes = {name: list(shape) for name, (shape, _) in case.params.items()}
+    graph = lower(wrapper, ENTRY, shapes, config, model=MODEL, check=False)
+    inputs = _inputs(case, seed, device)
+    want = run_graph(graph, [t.clone() for t in inputs], {}, {}, device)
+    try:
+        got, launches, tf32 = _launch(wrapper, graph, inputs, device)
+    except Exception as exc:  # a kernel that fails to compile or run is a finding
+        return KernelCheck(case, float("inf"), _finding(
+            case, f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
+    if launches == 0:
+        return KernelCheck(case, float("inf"), _finding(
+            case, "the kernel did not launch (the generated code ran the body)"))
+    worst = 0.0
+    for k, (g, w) in enumerate(zip(got, want)):
+        name = "result" if len(want) == 1 else f"result {k}"
+        dtype = case.results[k][1]
+        finding, diff = compare(g, w, "tf32" if tf32 and dtype == "f32" else dtype, name)
+        worst = max(worst, diff)
+        if finding is not None:
+            problem, diff, tol, where = finding
+            return KernelCheck(case, diff, _finding(case, problem, diff, tol, where))
+    return KernelCheck(case, worst)
+
+
+def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "result"
+            ) -> tuple[tuple[str, float, float, str] | None, float]:
+    """Whether ``got`` (the kernel's) equals ``want`` (the body's) within ``dtype``'s
+    tolerance (``"tf32"``: an f32 result of TF32 products): ``(None, largest difference)``
+    or ``((problem, difference, tolerance, where), difference)``.
+
+    >>> compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]), "f32")[0][:2]
+    ('differs', 0.5)
+    """
+    if tuple(got.shape) != tuple(want.shape):
+        return ((f"{name} has shape {list(got.shape)}, the body's {list(want.shape)}",
+                 float("inf"), 0.0, ""), float("inf"))
+    rtol, atol = TF32 if dtype == "tf32" else TOLERANCES.get(dtype, EXACT)
+    g = got.detach().to("cpu", torch.float64)
+    w = want.detach().to("cpu", torch.float64)
+    stray = torch.isnan(g) & ~torch.isnan(w)
+    if bool(stray.any()):
+        pos = _position(name, stray.nonzero()[0].tolist())
+        return ((f"{int(stray.sum())} element(s) of the {name} are NaN where the body's are "
+                 "not (lanes the kernel never stored?), the first", float("inf"), 0.0, pos),
+                float("inf"))
+    both = torch.isnan(g) & torch.isnan(w)
+    diff = torch.where(both, torch.zeros_like(g), (g - w).abs())
+    diff = torch.where(torch.isinf(g) & (g == w), torch.zeros_like(diff), diff)
+    scale = max(1.0, float(w[torch.isfinite(w)].abs().max()) if bool(torch.isfinite(w).any())
+                else 1.0)
+    limit = atol * scale + rtol * w.abs().nan_to_num(0.0, 0.0, 0.0)
+    largest = float(diff.max()) if diff.numel() else 0.0
+    over = diff > limit
+    if bool(over.any()):
+        ratio = torch.where(over, diff, torch.zeros_like(diff))
+        flat = int(ratio.argmax())
+        idx = list(torch.unravel_index(torch.tensor(flat), tuple(g.shape)))
+        pos = _position(name, [int(i) for i in idx])
+        return (("differs", float(diff.reshape(-1)[flat]),
+                 float(limit.reshape(-1)[flat]), pos), largest)
+    return None, largest
+
+
+def _position(name: str, idx: list[int]) -> str:
+    return f"{name}[{', '.join(str(i) for i in idx)}]"
+
+
+def _finding(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
+             where: str = "") -> KernelFinding:
+    return KernelFinding(case.kernel, case.op, case.describe(), problem, diff, tol, where,
+                         dict(case.generics))
+
+
+def _program(source: str | Path | Program) -> Program:
+    if isinstance(source, Program):
+        program = source
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise LinnetError(Diagnostic("E0767", f"`{source}` is not a file",
+                                         help="give a .linnet file: "
+                                              "`linnet kernels my_kernels.linnet`"))
+        program = _std_program(path) or Program.from_file(path)
+    errors = [*program.errors, *check_program(program)]
+    if errors:
+        raise LinnetError(errors)
+    return program
+
+
+def _std_program(path: Path) -> Program | None:
+    """A file of the std library as the module it is (`std.nn.norm`, not `norm`), so that
+    its names read as everywhere else."""
+    try:
+        rel = path.resolve().relative_to(STD_ROOT.resolve())
+    except ValueError:
+        return None
+    dotted = ".".join(("std", *rel.with_suffix("").parts))
+    source = SourceFile("std/" + rel.as_posix(), path.read_text())
+    return Program(parse(source, dotted), [path.resolve().parent])
+
+
+def std_program() -> Program:
+    """Every module of the std library, as one program (what `linnet kernels --std`
+    checks)."""
+    lines = []
+    for dotted in sorted(std_modules()):
+        path = STD_ROOT.joinpath(*dotted.split(".")[1:]).with_suffix(".linnet")
+        module = parse(SourceFile(path.name, path.read_text()), dotted)
+        names = [i.name for i in module.items
+                 if not isinstance(i, A.Use) and getattr(i, "public", False)]
+        if names:
+            lines.append(f"use {dotted}::{{{', '.join(names)}}}\n")
+    return Program.from_text("".join(lines), "linnet_std_kernels")
+
+
+def wrapper_program(program: Program, op: Any, case: KernelCase) -> Program:
+    """The op's module with a model appended whose one entry calls the op with the case's
+    generics: ``check(x: Tensor[3, 40; f32], ...)`` returning ``op<3, 40, f32>(x, ...)``.
+    Appended to the op's own module, so that private ops and kernels are reachable and
+    every name means what it means there."""
+    module = op.module
+    params = []
+    args = []
+    for p in op.params:
+        if p.name in case.params:
+            shape, dtype = case.params[p.name]
+            params.append(f"{p.name}: Tensor[{', '.join(map(str, shape))}; {dtype}]")
+        args.append(p.name)
+    configs = "".join(f"    config {n}: {t} = {_default(t)}\n" for n, t in case.scalars.items())
+    results = [f"Tensor[{', '.join(map(str, s))}; {d}]" for s, d in case.results]
+    result = results[0] if len(results) == 1 else f"({', '.join(results)})"
+    generics = ", ".join(str(case.generics[g.name]) for g in op.generics)
+    call = f"{op.name}<{generics}>({', '.join(args)})" if generics else \
+        f"{op.name}({', '.join(args)})"
+    body = f"        return {call}\n"
+    text = (module.source.text.rstrip("\n") + "\n\n// Added by linnet.torch.testing.\n"
+            f"pub model {MODEL} {{\n{configs}"
+            f"    entry {ENTRY}({', '.join(params)}) -> {result} {{\n{body}    }}\n}}\n")
+    source = SourceFile(module.source.name, text)
+    root = parse(source, module.name)
+    return Program(root, list(program.search))
+
+
+def _default(dtype: str) -> str:
+    return "false" if dtype == "bool" else "0" if dtype.startswith(("i", "u")) else "0.0"
+
+
+def _scalar_value(dtype: str, seed: int, name: str) -> Any:
+    """A scalar parameter's value: a small positive number (an epsilon, a scale)."""
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{seed}/{name}".encode()))
+    u = float(torch.rand((), generator=gen))
+    if dtype == "bool":
+        return u < 0.5
+    if dtype.startswith(("i", "u")):
+        return 1 + int(u * 4)
+    return 1e-3 + u
+
+
+def _inputs(case: KernelCase, seed: int, device: torch.device) -> list[torch.Tensor]:
+    """Random tensor inputs: normal floats; integers in 0..3 (small enough to index any
+    case's axes, which are at least that long only when drawn so: they are checked)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for shape, dtype in case.params.values():
+        dt = DTYPES[dtype]
+        if dt.is_floating_point:
+            t = torch.randn(shape, generator=gen, dtype=torch.float32).to(dt)
+        elif dt == torch.bool:
+            t = torch.rand(shape, generator=gen) < 0.5
+        else:
+            t = torch.randint(0, 4, shape, generator=gen, dtype=torch.int64).to(dt)
+        out.append(t.to(device))
+    return out
+
+
+def use_interpreter() -> None:
+    """Make sure kernels can run on the CPU, in Triton's interpreter: set
+    ``TRITON_INTERPRET=1`` for this process if Triton is not imported yet (it must be set
+    before: Triton decorates its own library functions, ``tl.sum`` and the rest, when it is
+    imported), or raise E0770 if Triton was imported without it.
+
+    >>> use_interpreter()   # doctest: +SKIP
+    """
+    import sys
+
+    if "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language.standard as standard
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        raise LinnetError(Diagnostic(
+            "E0768", "checking kernels needs Triton, which is not installed here",
+            help="install it: `pip install 'linnet-runtime-torch[triton]'` (on the CPU, "
+                 "kernels run in Triton's interpreter)")) from None
+    if not isinstance(getattr(standard, "sum", None), InterpretedFunction):
+        raise LinnetError(Diagnostic(
+            "E0770", "Triton was imported before TRITON_INTERPRET=1 was set, so kernels "
+            "cannot run on the CPU in this process",
+            help="set TRITON_INTERPRET=1 in the environment before Python starts "
+                 "(`TRITON_INTERPRET=1 pytest ...`), or check on CUDA (device='cuda')"))
+
+
+@contextmanager
+def triton_interpreter(on: bool) -> Iterator[None]:
+    """``TRITON_INTERPRET=1`` while generated source is imported and run (``@triton.jit``
+    reads it when it decorates a kernel, and Triton again when it runs one), restored
+    afterwards."""
+    before = os.environ.get("TRITON_INTERPRET")
+    if on:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: torch.device
+            ) -> tuple[list[torch.Tensor], int, bool]:
+    """The generated PyTorch of the wrapper's entry under numerics "fast", with kernel
+    outputs poisoned with NaN: its results, how many kernels it launched, and whether an
+    f32 `tl.dot` ran in TF32 (on CUDA; the interpreter computes in f32)."""
+    from linnet.lang.emit.torch import emit_torch
+
+    from .home import import_source
+
+    sources = {m.source.name: m.source.text for m in wrapper.modules.values()}
+    text = emit_torch(graph, sources, numerics="fast", origin=wrapper.root.source.name,
+                      program=wrapper)
+    # Triton reads TRITON_INTERPRET when it decorates a kernel and again when it runs one.
+    with triton_interpreter(device.type != "cuda"):
+        module = import_source(text, "linnet_kernel_check")
+        module.DEVICE = device  # type: ignore[attr-defined]
+        fn = getattr(module, module.ENTRIES[ENTRY].get("function", ENTRY))
+        before = _launch_count(module)
+        with _poisoned(module), torch.inference_mode():
+            outs = fn(*inputs, {}, {})
+    tf32 = device.type == "cuda" and "input_precision='tf32'" in text
+    return list(outs), _launch_count(module) - before, tf32
+
+
+def _launch_count(module: Any) -> int:
+    """Launches so far: ``RUNS`` counts [launched, ran the body] per kernel instance."""
+    return sum(int(n[0]) for n in getattr(module, "RUNS", {}).values())
+
+
+@contextmanager
+def _poisoned(module: Any) -> Iterator[None]:
+    """Kernel results start as NaN (integers: their smallest value), not torch.empty's
+    leftovers, so a lane the kernel never stores cannot pass for a right answer."""
+    before = getattr(module, "POISON", False)
+    module.POISON = True
+    try:
+        yield
+    finally:
+        module.POISON = before
+
+
+__all__ = ["TF32", "TOLERANCES", "KernelCheck", "KernelFinding", "assert_kernels", "check_case",
+           "check_kernels", "compare", "triton_interpreter", "wrapper_program"]

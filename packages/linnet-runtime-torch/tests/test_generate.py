@@ -1,0 +1,140 @@
+"""`Model.generate` (issue 19): greedy generation equals transformers' greedy `generate` token
+for token, for a batch of prompts of different lengths run as one batch; sampling with a
+seed is deterministic and stays inside top-k / top-p; stop tokens end a sequence; mistakes
+are coded (E0810-E0817)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from linnet.lang import LinnetError  # noqa: E402
+from linnet.torch import load  # noqa: E402
+from linnet.torch.generate import pick  # noqa: E402
+
+STEPS = 24
+PROMPTS = [[5, 17, 200, 3, 9, 41, 77, 120, 8, 66, 1], [250, 4], [7, 7, 7, 31, 90, 12]]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """A small random Mistral (sliding window 4: shorter than the prompts) and its linnet
+    model, loaded from the directory transformers saved."""
+    cfg = transformers.MistralConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        sliding_window=4, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    hf = transformers.MistralForCausalLM(cfg).eval()
+    path = tmp_path_factory.mktemp("mistral")
+    hf.save_pretrained(path)
+    return hf, load("std.models.mistral", weights=path, config={"S": 64})
+
+
+def hf_greedy(hf, prompt: list[int], steps: int) -> list[int]:
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([prompt]), max_new_tokens=steps, min_new_tokens=steps,
+                          do_sample=False, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def test_greedy_batch_equals_transformers_token_for_token(pair):
+    hf, model = pair
+    got = model.generate(PROMPTS, max_new_tokens=STEPS)
+    assert got == [hf_greedy(hf, p, STEPS) for p in PROMPTS]
+    assert model.generate(PROMPTS[1], max_new_tokens=STEPS) == [got[1]]  # one prompt alone
+    assert model.generate(torch.tensor([PROMPTS[1]]), STEPS) == [got[1]]
+
+
+def test_sampling_with_a_seed_is_deterministic(pair):
+    _, model = pair
+    kw = dict(max_new_tokens=12, temperature=1.0, seed=7)
+    first = model.generate(PROMPTS, **kw)
+    assert model.generate(PROMPTS, **kw) == first
+    others = [model.generate(PROMPTS, **(kw | {"seed": s})) for s in (8, 9)]
+    assert any(o != first for o in others)  # the seed is used (3 x 12 draws over 256 ids)
+    assert model.generate(PROMPTS, 12, temperature=1.0, top_k=1, seed=3) == \
+        model.generate(PROMPTS, 12)  # top_k=1 is greedy
+    assert model.generate(PROMPTS, 12, temperature=0.5, top_p=1e-6, seed=3) == \
+        model.generate(PROMPTS, 12)  # the most likely token alone reaches a tiny top_p
+
+
+def test_samples_stay_within_top_k(pair):
+    """Each sampled token is among the k most likely of the model's logits at its step
+    (recomputed by a teacher-forced prefill of the prompt and the tokens before it)."""
+    _, model = pair
+    prompt = PROMPTS[0]
+    tokens = model.generate([prompt], 10, temperature=2.0, top_k=3, seed=0)[0]
+    full = torch.tensor([prompt + tokens], dtype=torch.int32)
+    logits = model.prefill(full)[0]
+    for i, t in enumerate(tokens):
+        top = torch.topk(logits[len(prompt) - 1 + i], 3).indices.tolist()
+        assert t in top
+
+
+def test_pick_top_p_keeps_the_smallest_set_reaching_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    gen = torch.Generator().manual_seed(0)
+    seen = {int(pick(logits, 1.0, top_p=0.8, generator=gen)) for _ in range(200)}
+    assert seen == {0, 1}  # 0.5 + 0.3 reaches 0.8; 0.15 and 0.05 are dropped
+    seen = {int(pick(logits, 1.0, top_p=0.81, generator=gen)) for _ in range(300)}
+    assert seen == {0, 1, 2}
+
+
+def test_stop_tokens_end_each_sequence(pair):
+    _, model = pair
+    greedy = model.generate(PROMPTS, max_new_tokens=STEPS)
+    stop = greedy[0][3]
+    got = model.generate(PROMPTS, max_new_tokens=STEPS, stop_tokens=[stop])
+    for full, cut in zip(greedy, got):
+        end = full.index(stop) + 1 if stop in full else len(full)
+        assert cut == full[:end]
+
+
+@pytest.mark.parametrize("call,code", [
+    (lambda m: m.generate([], 4), "E0810"),
+    (lambda m: m.generate([[1, 2], []], 4), "E0810"),
+    (lambda m: m.generate([[1.5]], 4), "E0810"),
+    (lambda m: m.generate([[1]], 0), "E0811"),
+    (lambda m: m.generate([[1]], 4, temperature=-1.0), "E0812"),
+    (lambda m: m.generate([[1]], 4, temperature=1.0, top_k=0), "E0813"),
+    (lambda m: m.generate([[1]], 4, temperature=1.0, top_p=1.5), "E0814"),
+    (lambda m: m.generate([[1]], 4, seed="x"), "E0815"),
+    (lambda m: m.generate([[1]], 4, stop_tokens=2), "E0815"),
+    (lambda m: m.generate([[1] * 60], 10), "E0817"),
+])
+def test_mistakes_are_coded(pair, call, code):
+    with pytest.raises(LinnetError) as info:
+        call(pair[1])
+    assert info.value.diagnostics[0].code == code
+
+
+def test_a_model_without_prefill_is_coded(tmp_path):
+    src = tmp_path / "m.linnet"
+    src.write_text("pub model M {\n    entry run(x: Tensor[2; f32]) -> Tensor[2; f32] {\n"
+                   "        return x\n    }\n}\n")
+    with pytest.raises(LinnetError) as info:
+        load(src).generate([[1]], 2)
+    assert info.value.diagnostics[0].code == "E0816"
+
+
+def test_linnet_run_a_shipped_model_generates(pair, capsys, tmp_path):
+    from linnet.lang.cli import main
+
+    hf, model = pair
+    path = tmp_path / "ckpt"
+    hf.save_pretrained(path)
+    prompt = ",".join(map(str, PROMPTS[2]))
+    greedy = model.generate([PROMPTS[2]], 6)[0]
+    assert main(["run", "std.models.mistral", "--weights", str(path), "--prompt", prompt,
+                 "--tokens", "6"]) == 0
+    assert f"decoded 6 tokens: {greedy}" in capsys.readouterr().out
+    sampled = model.generate([PROMPTS[2]], 6, temperature=0.9, top_k=20, seed=5)[0]
+    argv = ["run", "std.models.mistral", "--weights", str(path), "--prompt", prompt,
+            "--tokens", "6", "--temperature", "0.9", "--top-k", "20", "--sampling-seed", "5"]
+    assert main(argv) == 0
+    assert f"decoded 6 tokens: {sampled}" in capsys.readouterr().out
+    assert main([*argv, "--stop", str(sampled[1])]) == 0
+    cut = sampled[:sampled.index(sampled[1]) + 1]
+    assert f"decoded {len(cut)} tokens: {cut}" in capsys.readouterr().out

@@ -1,0 +1,192 @@
+"""`linnet kernels` and linnet.torch.testing (issue 14, item 6): every bound kernel runs
+under Triton's interpreter on sampled shapes, outputs poisoned with NaN, against its op's
+body; the std library's and the examples' kernels pass, and deliberately broken kernels
+(tests/kernels/broken.linnet) are each reported, naming the kernel, the shapes and the
+largest difference.
+
+Kernels run in subprocesses: Triton's interpreter must be chosen before Triton is first
+imported, which this pytest process may already have done.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from linnet.lang import Program, check_program
+from linnet.lang.check.kernel_cases import bound_ops, sample_cases
+from linnet.torch.testing import TOLERANCES, compare, std_program
+
+# Found, not imported: Triton imported here without TRITON_INTERPRET=1 would stop later
+# in-process tests from interpreting kernels.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                reason="needs Triton")
+
+ROOT = Path(__file__).resolve().parents[3]
+BROKEN = Path(__file__).parent / "kernels" / "broken.linnet"
+EXAMPLES = sorted(str(p) for p in (ROOT / "examples").rglob("*.linnet"))
+
+
+DRIVER = """
+import contextlib, io, json, sys
+from linnet.lang.cli import main
+from linnet.torch.testing import assert_kernels, check_kernels
+
+broken, std_examples, cli, extra = sys.argv[1], sys.argv[2:-1], {}, {}
+out = {"findings": {}}
+for f in check_kernels(broken, count=3, seed=0):
+    out["findings"].setdefault(f.op.split("::")[-1], []).append(
+        {"kernel": f.kernel, "case": f.case, "problem": f.problem,
+         "difference": f.difference, "where": f.where, "text": str(f)})
+for name, argv in [("std", ["kernels", "--std", *std_examples, "--count", "2",
+                            "--max-size", "40"]),
+                   ("broken", ["kernels", broken, "--count", "1", "--op", "off_by_one",
+                               "--op", "good_double"])]:
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        rc = main(argv)
+    out[name] = {"rc": rc, "stdout": text.getvalue()}
+try:
+    assert_kernels(broken, count=1, ops=["off_by_one", "good_double"])
+    out["assert_raised"] = ""
+except AssertionError as e:
+    out["assert_raised"] = str(e)
+assert_kernels(broken, count=1, ops=["good_double"])  # passes: no exception
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def run() -> dict:
+    """Everything that launches kernels, in one fresh process (TRITON_INTERPRET=1 before
+    Triton is imported): check_kernels over broken.linnet, `linnet kernels` over the std
+    library and the examples and over broken.linnet, and assert_kernels."""
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(BROKEN), *EXAMPLES, "end"],
+                          cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def broken_findings(run: dict) -> dict[str, list[dict]]:
+    """Findings by op name."""
+    return run["findings"]
+
+
+def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
+    """CI: `linnet kernels --std` plus every example: each kernel once, all agree, exit 0."""
+    done = run["std"]
+    assert done["rc"] == 0, done["stdout"]
+    lines = done["stdout"].splitlines()
+    assert "every kernel agrees with its op" in lines[-1]
+    for kernel in ("row_softmax", "tiled_matmul", "rms_norm_rows", "silu_mul_tiles"):
+        assert sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == 2, \
+            done["stdout"]
+
+
+def test_cli_reports_broken_kernels_and_exits_nonzero(run: dict) -> None:
+    done = run["broken"]
+    assert done["rc"] == 1, done["stdout"]
+    assert "FAIL  kernel broken::off_by_one_k (op broken::off_by_one) on x: [" in done["stdout"]
+    assert "ok    broken::good_double_k" in done["stdout"]
+    assert done["stdout"].splitlines()[-1].endswith("1 finding(s) in 1 kernel(s)")
+
+
+def test_assert_form_raises_with_every_finding(run: dict) -> None:
+    text = run["assert_raised"]
+    assert text.startswith("1 kernel finding(s):") and "broken::off_by_one_k" in text
+
+
+def test_the_right_kernel_passes(broken_findings: dict) -> None:
+    assert "good_double" not in broken_findings
+
+
+def test_off_by_one_mask_is_reported(broken_findings: dict) -> None:
+    found = broken_findings["off_by_one"]
+    assert len(found) == 3  # every case: the last column is never stored
+    for f in found:
+        assert f["kernel"] == "broken::off_by_one_k"
+        assert "NaN where the body's are not" in f["problem"]
+        # The first unstored lane is the last column of row 0, named with the shapes.
+        cols = int(f["case"].split("[")[1].split("]")[0].split(", ")[1])
+        assert f["where"] == f"result[0, {cols - 1}]", f
+        assert f["case"] in f["text"] and "(R=" in f["case"]
+
+
+def test_missing_store_region_is_reported(broken_findings: dict) -> None:
+    found = broken_findings["half_grid"]
+    assert found and all("NaN" in f["problem"] for f in found)
+    for f in found:
+        rows = int(f["case"].split("[")[1].split(",")[0])
+        assert f["where"].startswith(f"result[{rows // 2}, 0]"), f
+
+
+def test_wrong_value_is_reported_with_its_difference(broken_findings: dict) -> None:
+    found = broken_findings["wrong_value"]
+    assert len(found) == 3
+    for f in found:
+        assert f["problem"] == "differs"
+        # Each padded lane read -1 instead of 0: the sum is off by the padding's width.
+        assert f["difference"] >= 64 - 48 - 1e-3, f
+        assert "largest difference" in f["text"] and "tolerance" in f["text"]
+
+
+def test_a_kernel_no_shape_reaches_is_reported(broken_findings: dict) -> None:
+    [f] = broken_findings["huge"]
+    assert f["case"] == "no case" and "never run" in f["problem"]
+
+
+# ---------------------------------------------------------------- in this process
+
+
+def test_tolerance_table_covers_every_float_dtype() -> None:
+    from linnet.torch.interpreter import DTYPES
+
+    floats = {n for n, d in DTYPES.items() if d.is_floating_point}
+    assert set(TOLERANCES) == floats
+    # Tighter types get tighter tolerances.
+    assert TOLERANCES["f64"] < TOLERANCES["f32"] < TOLERANCES["f16"] < TOLERANCES["bf16"]
+
+
+def test_compare_finds_nan_differences_and_passes_equal_results() -> None:
+    want = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert compare(want.clone(), want, "f32") == (None, 0.0)
+    got = want.clone()
+    got[1, 0] = float("nan")
+    (problem, diff, _, where), _ = compare(got, want, "f32")
+    assert "NaN" in problem and where == "result[1, 0]" and diff == float("inf")
+    got = want.clone()
+    got[0, 1] += 0.5
+    (problem, diff, tol, where), largest = compare(got, want, "f32")
+    assert (problem, diff, where, largest) == ("differs", 0.5, "result[0, 1]", 0.5)
+    assert tol < 0.01
+    # Within bf16's tolerance, not within f32's.
+    got = want * (1 + 2e-3)
+    assert compare(got, want, "bf16")[0] is None and compare(got, want, "f32")[0] is not None
+    # NaN in both (a body that makes NaN) is agreement; integers are exact.
+    both = torch.tensor([float("nan"), 1.0])
+    assert compare(both.clone(), both, "f32")[0] is None
+    ints = torch.tensor([1, 2], dtype=torch.int32)
+    assert compare(ints + 1, ints, "i32")[0] is not None
+
+
+def test_std_program_has_every_std_kernel() -> None:
+    program = std_program()
+    assert not check_program(program)
+    names = {op.kernel.name for op in bound_ops(program) if op.kernel is not None}
+    assert {"row_softmax", "tiled_matmul", "rms_norm_rows", "silu_mul_tiles"} <= names
+
+
+def test_cases_are_reproducible_and_seeded() -> None:
+    program = Program.from_file(BROKEN)
+    op = next(o for o in bound_ops(program) if o.name == "good_double")
+    a = sample_cases(program, op, 4, seed=3)
+    assert a == sample_cases(program, op, 4, seed=3)
+    assert a != sample_cases(program, op, 4, seed=4)

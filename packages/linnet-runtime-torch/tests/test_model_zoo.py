@@ -1,0 +1,194 @@
+"""The model zoo (issue 19): every model the linnet-lang wheel ships (std.models.*) against
+Hugging Face transformers, on a small random checkpoint made here with `save_pretrained`
+(no config=, the checkpoint's config.json maps through the model's `.hf.json`): f32 prefill
+logits within 1e-4 and 24 greedy tokens equal, through the interpreter, generated source
+and (for Phi-3, it is slow on the CPU) compile=True. Each model's generated source uses
+the fast calls its blocks allow (F.linear, SDPA, F.rms_norm, F.embedding...)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from linnet.lang.syntax.program import STD_ROOT  # noqa: E402
+from linnet.torch import load  # noqa: E402
+
+TOLERANCE = 1e-4
+PROMPT = 20
+STEPS = 24
+SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16, "rope_theta": 10000.0}
+
+
+def _configs() -> dict:
+    t = transformers
+    return {
+        "llama": (t.LlamaForCausalLM, t.LlamaConfig(**SMALL, head_dim=16, rms_norm_eps=1e-6,
+                                                    rope_parameters=LLAMA3)),
+        # The other rope scalings through the shared blocks (generated source only).
+        "llama-linear": (t.LlamaForCausalLM, t.LlamaConfig(
+            **SMALL, head_dim=16, rope_parameters={"rope_type": "linear", "factor": 4.0,
+                                                   "rope_theta": 10000.0})),
+        "llama-dynamic": (t.LlamaForCausalLM, t.LlamaConfig(
+            **(SMALL | {"max_position_embeddings": 16}), head_dim=16,
+            rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0})),
+        "qwen2": (t.Qwen2ForCausalLM, t.Qwen2Config(**SMALL)),
+        # A window shorter than the prompt: the sliding mask matters in prefill and decode.
+        "mistral": (t.MistralForCausalLM, t.MistralConfig(**SMALL, sliding_window=8)),
+        "gemma": (t.GemmaForCausalLM, t.GemmaConfig(**SMALL, head_dim=16, pad_token_id=0,
+                                                    bos_token_id=1, eos_token_id=2)),
+        "phi3": (t.Phi3ForCausalLM, t.Phi3Config(**SMALL, pad_token_id=0, bos_token_id=1,
+                                                 eos_token_id=2, sliding_window=12)),
+        "gpt2": (t.GPT2LMHeadModel, t.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
+                                                 n_positions=128, bos_token_id=1,
+                                                 eos_token_id=2)),
+    }
+
+
+MODELS = ["llama", "qwen2", "mistral", "gemma", "phi3", "gpt2"]
+COMPILED = {"phi3"}  # compile=True: ~40 s of inductor on a CI core, so one model (the fused one)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Each architecture saved by transformers, with its logits and greedy tokens."""
+    prompt = torch.randint(0, 256, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    out = {}
+    for name, (cls, cfg) in _configs().items():
+        torch.manual_seed(0)
+        model = cls(cfg).eval()
+        with torch.no_grad():
+            # Random norms and biases, not ones and zeros: every parameter must matter.
+            for pname, p in model.named_parameters():
+                if p.dim() == 1:
+                    p.normal_(0.0 if pname.endswith("bias") else 1.0, 0.1)
+        path = tmp_path_factory.mktemp(name)
+        model.save_pretrained(path)
+        with torch.no_grad():
+            logits = model(prompt).logits
+            generated = model.generate(prompt, max_new_tokens=STEPS, min_new_tokens=STEPS,
+                                       do_sample=False, pad_token_id=0)
+        out[name] = (path, logits, generated[0, PROMPT:].tolist(), model)
+    return prompt, out
+
+
+def greedy(model, prompt, steps: int):
+    tokens = prompt.to(torch.int32)
+    logits = model.prefill(tokens)
+    out = [int(logits[0, -1].argmax())]
+    pos = tokens.shape[1]
+    for _ in range(steps - 1):
+        step = model.decode(torch.tensor([out[-1]], dtype=torch.int32),
+                            torch.tensor([pos], dtype=torch.int32))
+        out.append(int(step[0].argmax()))
+        pos += 1
+    return logits, out
+
+
+CASES = [(m, mode) for m in MODELS for mode in ("interpret", "generated")] + [
+    (m, "compile") for m in MODELS if m in COMPILED] + [
+    ("llama-linear", "generated"), ("llama-dynamic", "generated")]
+
+
+@pytest.mark.parametrize("name,mode", CASES, ids=[f"{m}-{k}" for m, k in CASES])
+def test_matches_transformers(checkpoints, name, mode):
+    prompt, ckpts = checkpoints
+    path, hf_logits, hf_tokens, _ = ckpts[name]
+    model = load(f"std.models.{name.split('-')[0]}", weights=path,
+                 interpret=mode == "interpret", compile=mode == "compile", config={"S": 64})
+    logits, tokens = greedy(model, prompt, STEPS)
+    assert logits.shape == hf_logits.shape
+    assert (logits - hf_logits).abs().max().item() < TOLERANCE
+    assert tokens == hf_tokens
+
+
+# What each model's generated source must call: the fast paths its blocks lower to.
+FAST = {
+    "llama": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(", "F.embedding(",
+              "F.silu("],
+    "qwen2": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(", "F.silu("],
+    "mistral": ["F.linear(", "F.scaled_dot_product_attention(", "attn_mask=", "F.rms_norm("],
+    "gemma": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(",
+              "F.gelu(", "approximate='tanh'"],
+    "phi3": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(", "F.silu("],
+    "gpt2": ["F.linear(", ".t(), ", "F.scaled_dot_product_attention(", "F.layer_norm(", "F.gelu(",
+             "F.embedding("],
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_generated_source_uses_the_fast_calls(checkpoints, name):
+    _, ckpts = checkpoints
+    model = load(f"std.models.{name}", weights=ckpts[name][0], config={"S": 64})
+    prefill = model.source("prefill", [torch.zeros(1, 4, dtype=torch.int32)])
+    decode = model.source("decode", [torch.zeros(1, dtype=torch.int32),
+                                     torch.tensor([4], dtype=torch.int32)])
+    text = Path(prefill).read_text() + Path(decode).read_text()
+    for call in FAST[name]:
+        assert call in text, f"{name}: generated source has no {call}"
+    assert "torch.einsum" not in text  # every product went to a library call
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_parameter_paths_are_the_checkpoint_names(checkpoints, name):
+    _, ckpts = checkpoints
+    model = load(f"std.models.{name}", weights=ckpts[name][0], config={"S": 64})
+    hf = {k for k, _ in ckpts[name][3].state_dict().items()}
+    if ckpts[name][3].config.tie_word_embeddings:
+        hf.discard("lm_head.weight")
+    assert set(model.params) == hf
+
+
+def test_model_files_are_short():
+    """Each shipped model is a few dozen lines on the shared std.nn.decoder blocks."""
+    for name in MODELS:
+        lines = (STD_ROOT / "models" / f"{name}.linnet").read_text().splitlines()
+        assert len(lines) <= (110 if name == "gpt2" else 40), (name, len(lines))
+        assert (STD_ROOT / "models" / f"{name}.hf.json").is_file()
+    assert Path(STD_ROOT / "nn" / "decoder.linnet").is_file()
+
+
+def _decode_graph(name: str, **extra):
+    from linnet.lang import Program, lower
+    from linnet.lang.syntax.program import model_file
+
+    dims = ({"V": 256, "P": 64, "F": 512, "NL": 2, "H": 4, "HD": 64, "S": 64, "T": "bf16"}
+            if name == "gpt2" else
+            {"V": 256, "D": 256, "F": 512, "NL": 2, "H": 4, "KV": 2, "HD": 64, "S": 64,
+             "T": "bf16"})
+    program = Program.from_file(model_file(f"std.models.{name}"))
+    return lower(program, "decode", {"token": [2], "pos": [2]}, dims | extra)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_plugins_match_every_model(name):
+    """The backends key on the std calls the shared blocks make: cuBLASLt takes each model's
+    bias-free linear calls, FlashInfer its decode attention (not a sliding window's, which
+    it does not implement: there the call is a different op and nothing matches)."""
+    cublaslt = pytest.importorskip("linnet.torch.cublaslt._graph")
+    flashinfer = pytest.importorskip("linnet.torch.flashinfer")
+    graph = _decode_graph(name)
+    assert cublaslt.linear_calls(graph) and cublaslt.find_regions(graph)
+    calls = graph.semantic_calls(flashinfer.DECODE_ATTENTION)
+    assert len(calls) == 2  # one per layer
+    for call in calls:
+        site, why = flashinfer.analyse(graph, call)
+        assert site is not None, why
+    if name in ("mistral", "phi3"):
+        windowed = _decode_graph(name, sliding_window=16)
+        assert not windowed.semantic_calls(flashinfer.DECODE_ATTENTION)
+        assert windowed.semantic_calls("std.nn.attention::window_decode_attention")
+
+
+def test_an_unknown_std_model_is_coded():
+    from linnet.lang import LinnetError
+
+    with pytest.raises(LinnetError) as info:
+        load("std.models.lama")
+    d = info.value.diagnostics[0]
+    assert d.code == "E0211" and "did you mean `std.models.llama`" in d.help
