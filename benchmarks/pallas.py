@@ -6,8 +6,8 @@ decode-like shape (one row) and prefill-like ones (64 and 4096 rows), widths 100
 (a partial tile and a full one) where the kernel's where clause allows:
 
 (a) check: ``load_source(..., numerics="fast")`` (the call launches the kernel: RUNS says so)
-    against ``numerics="exact"`` (the body alone), largest difference, on poisoned inputs
-    (normal * 4, so a lane read from outside the array shows);
+    against the same module's body (Pallas switched off, same numerics), largest difference
+    against the result's scale, on normal * 4 inputs;
 (b) time: both entries under ``jax.jit``, median of N runs after warm-up
     (``block_until_ready``), and the floor: bytes moved (inputs + results) over the copy
     bandwidth measured here.
@@ -72,20 +72,20 @@ def std_bindings() -> list[tuple[Any, str]]:
 
 def case_text(op: Any, module: str, rows: int, width: int) -> tuple[str, dict[str, list[int]]]:
     """A one-entry model calling ``op`` on f32 tensors: its first Dim generic ``rows``, the
-    others ``width`` (the std kernels' ops take tensors of their Dim generics)."""
+    others ``width``; a scalar parameter (rms_norm's eps) gets a constant."""
     dims = [g.name for g in op.generics if g.kind == "Dim"]
     value = {d: rows if i == 0 else width for i, d in enumerate(dims)}
-    params, args, shapes = [], [], {}
-    for p in op.params:
-        ty = p.type
-        shape = [value[getattr(d, "name", str(d))] for d in getattr(ty, "dims", [])]
-        params.append(f"{p.name}: Tensor[{', '.join(map(str, shape))}; f32]")
-        args.append(p.name)
-        shapes[p.name] = shape
-    ret_shape = [value[getattr(d, "name", str(d))] for d in getattr(op.results[0].type, "dims", [])]
-    text = (f"use {module}::{{{op.name}}}\n\nmodel Case {{\n    entry run({', '.join(params)}) "
-            f"-> Tensor[{', '.join(map(str, ret_shape))}; f32] {{\n"
-            f"        return {op.name}({', '.join(args)})\n    }}\n}}\n")
+
+    def shape(ty: Any) -> list[int]:
+        return [value[d.name] for d in ty.dims]
+
+    shapes = {p.name: shape(p.type) for p in op.params if hasattr(p.type, "dims")}
+    args = [p.name if p.name in shapes else ("1e-5" if p.type.name.startswith(("f", "bf"))
+                                             else "1") for p in op.params]
+    params = ", ".join(f"{n}: Tensor[{', '.join(map(str, s))}; f32]" for n, s in shapes.items())
+    out = ", ".join(map(str, shape(op.results[0].type)))
+    text = (f"use {module}::{{{op.name}}}\n\nmodel Case {{\n    entry run({params}) "
+            f"-> Tensor[{out}; f32] {{\n        return {op.name}({', '.join(args)})\n    }}\n}}\n")
     return text, shapes
 
 
@@ -132,18 +132,26 @@ def main() -> int:
                     path = tmp / f"{op.name}_{r}_{w}.linnet"
                     path.write_text(text)
                     fast = load_source(path, "run", ins, numerics="fast")
-                    body = load_source(path, "run", ins, numerics="exact")
                     rng = np.random.default_rng(0)
                     xs = tuple(jnp.asarray(rng.standard_normal(s).astype(np.float32) * 4)
                                for s in ins.values())
                     f = jax.jit(lambda *a, m=fast: m.run(*a, {}, {})[0][0])
-                    b = jax.jit(lambda *a, m=body: m.run(*a, {}, {})[0][0])
-                    y, y0 = f(*xs), b(*xs)
-                    runs_table = getattr(fast, "RUNS", {})
+                    y = f(*xs)
+                    runs_table = dict(getattr(fast, "RUNS", {}))
                     row["launched"] = bool(runs_table) and all(
                         c[0] >= 1 and c[1] == 0 for c in runs_table.values())
+                    # The body in the same numerics: the same module with Pallas off (its
+                    # kernels_ready is asked when a new jit traces it).
+                    fast.PALLAS = False
+                    b = jax.jit(lambda *a, m=fast: m.run(*a, {}, {})[0][0])
+                    y0 = b(*xs)
+                    fast.PALLAS = True
+                    scale = float(jnp.max(jnp.abs(y0)))
                     row["max_diff"] = float(jnp.max(jnp.abs(y - y0)))
-                    row["ok"] = bool(jnp.allclose(y, y0, rtol=1e-5, atol=1e-6)) and bool(
+                    # f32 rounding of sums in another order, or TF32 products (numerics
+                    # fast on the GPU) in a kernel with a product of tiles.
+                    tol = 1e-2 if "jnp.dot(" in Path(fast.__file__).read_text() else 1e-5
+                    row["ok"] = row["max_diff"] <= tol * max(scale, 1.0) and bool(
                         jnp.all(jnp.isfinite(y)))
                     row["kernel_us"] = median_us(f, xs, runs)
                     row["body_us"] = median_us(b, xs, runs)
