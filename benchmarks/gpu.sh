@@ -10,7 +10,8 @@
 #                                          whole steps with both plugins: gpu_steps.py)
 #   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
 #                                          its body, timed, floors, graph breaks: kernels.py)
-#   bash benchmarks/gpu.sh --pallas [--runs N]   (every std kernel launched through Pallas from
+#   bash benchmarks/gpu.sh --pallas [--runs N]   (linnet-runtime-jax's gpu-marked Pallas tests,
+#                                          then every std kernel launched through Pallas from
 #                                          generated JAX against its body, timed: pallas.py)
 # Results land in $OUT (or ./gpu-results) and the summary tables are printed last.
 set -uo pipefail
@@ -72,7 +73,9 @@ if [ "${1:-}" = "--gpu-tests" ]; then
 fi
 if [ "${1:-}" = "--pallas" ]; then
   python3 -c "import jax; print('jax', jax.__version__, jax.default_backend())" | tee -a "$OUT/gpu.txt"
-  python3 benchmarks/pallas.py "${@:2}" 2>&1 | tee "$OUT/pallas.log" | grep -v Warning | tail -14
+  (cd packages/linnet-runtime-jax && LINNET_GPU_TESTS=1 python3 -m pytest -q -p no:cacheprovider \
+      -m gpu tests/test_jax_pallas.py 2>&1 | tee "$OUT/pallas-tests.log" | tail -6)
+  python3 benchmarks/pallas.py "${@:2}" 2>&1 | tee "$OUT/pallas.log" | grep -v Warning | tail -24
   exit 0
 fi
 if [ "${1:-}" = "--kernels" ]; then
