@@ -305,3 +305,46 @@ def test_std_kernels_equal_their_bodies_interpreted(module, op, interpret, tmp_p
         close(y, want[0])
 
     check()
+
+
+# ---------------------------------------------------------------- linnet kernels --runtime jax
+def test_linnet_kernels_checks_the_std_kernels_through_pallas(capsys):
+    from linnet.lang.cli import main
+
+    assert main(["kernels", "--std", "--runtime", "jax", "--count", "1", "--device",
+                 "cpu"]) == 0
+    out = capsys.readouterr().out
+    for kernel in ("activation::row_softmax", "linear::tiled_matmul", "norm::rms_norm_rows",
+                   "activation::silu_mul_tiles"):
+        assert f"ok    std.nn.{kernel}  " in out
+    assert "case(s) checked through Pallas: every kernel agrees with its op" in out
+
+
+BROKEN = """
+pub kernel k<N: Dim, B: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid((N + B - 1) / B) {
+    let cols = program_id(0) * B + iota<i32>(B)
+    store(y[cols], load(x[cols], cols < N) * FACTOR, cols < LIMIT)
+}
+
+pub op twice<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] kernel k<N, 4> where N >= 2 {
+    let y[n] = x[n] * 2.0
+    return y
+}
+"""
+
+
+@pytest.mark.parametrize("factor,limit,problem", [
+    ("2.0", "N", None), ("3.0", "N", "differs"), ("2.0", "N - 1", "are NaN where the body's")])
+def test_a_wrong_kernel_is_a_finding(tmp_path, factor, limit, problem):
+    """The Pallas check finds a kernel that computes something else, and one that leaves an
+    element unwritten (its NaN poison shows), and passes the right one."""
+    from linnet.jax.testing import check_kernels
+
+    path = tmp_path / "k.linnet"
+    path.write_text(BROKEN.replace("FACTOR", factor).replace("LIMIT", limit))
+    findings = check_kernels(path, count=2, seed=0, interpret=True)
+    if problem is None:
+        assert findings == []
+    else:
+        assert findings and all(problem in f.problem for f in findings), findings
+        assert str(findings[0]).startswith("kernel k::k (op k::twice, Pallas) on x: [")
