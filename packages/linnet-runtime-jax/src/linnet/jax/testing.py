@@ -150,7 +150,8 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
         fast = import_source(text, "linnet_kernel_check")
         runs = getattr(fast, "RUNS", {})
         before = sum(n for n, _ in runs.values())
-        fast.INTERPRET = interpret  # read when a launch runs; the module may be a cached one
+        # Read when a launch runs; the module may be one imported before, under another setting.
+        fast.INTERPRET = interpret  # type: ignore[attr-defined]
         with _poisoned(fast):
             got = _entry(fast)(*inputs, {}, {})[0]
         launches = sum(n for n, _ in runs.values()) - before
@@ -242,6 +243,7 @@ def _inputs(case: KernelCase, seed: int) -> list[Any]:
     rng = np.random.default_rng(seed)
     out = []
     for shape, dtype in case.params.values():
+        x: np.ndarray
         if dtype.startswith(("f", "bf")):
             x = rng.standard_normal(shape).astype(np.float32)
         elif dtype == "bool":
