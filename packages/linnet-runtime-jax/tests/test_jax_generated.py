@@ -42,6 +42,28 @@ FAST_CASES = {
         "use std.nn.attention::{causal_attention}", "causal_attention(q, k, v, 0.25)",
         {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"),
          "v": ([2, 5, 2, 16], "f32")}, "[2, 5, 2, 3, 16]"),
+    # The issue-19 ops (the shipped models'); windows shorter than the sequence and the
+    # cache, so that the sliding mask drops keys the causal one keeps.
+    "std.nn.attention::window_attention": (
+        "use std.nn.attention::{window_attention}", "window_attention(q, k, v, 0.25, 3)",
+        {"q": ([2, 7, 2, 3, 16], "f32"), "k": ([2, 7, 2, 16], "f32"),
+         "v": ([2, 7, 2, 16], "f32")}, "[2, 7, 2, 3, 16]"),
+    "std.nn.attention::window_decode_attention": (
+        "use std.nn.attention::{window_decode_attention}",
+        "window_decode_attention(q, kc, vc, pos, 0.25, 4)",
+        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
+         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
+    "std.nn.norm::rms_norm_offset": ("use std.nn.norm::{rms_norm_offset}",
+                                     "rms_norm_offset(x, w, 1e-5)",
+                                     {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
+    "std.nn.norm::layer_norm": ("use std.nn.norm::{layer_norm}", "layer_norm(x, w, b, 1e-5)",
+                                {"x": ([3, 8], "f32"), "w": ([8], "f32"), "b": ([8], "f32")},
+                                "[3, 8]"),
+    "std.nn.activation::gelu_tanh": ("use std.nn.activation::{gelu_tanh}", "gelu_tanh(x)",
+                                     {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.linear::linear_in_out_bias": (
+        "use std.nn.linear::{linear_in_out_bias}", "linear_in_out_bias(x, w, b)",
+        {"x": ([3, 8], "f32"), "w": ([8, 5], "f32"), "b": ([5], "f32")}, "[3, 5]"),
 }
 
 
@@ -69,8 +91,9 @@ def random_inputs(callee: str, inputs: dict, dtype: str, seed: int = 0) -> list[
         else:
             x = rng.standard_normal(shape).astype(np.float32)
             out.append(x.astype(jnp.bfloat16) if dtype == "bf16" else x)
-    if callee == "std.nn.attention::decode_attention":
-        out[3] = np.array([4, 11], dtype=np.int32)
+    if callee in ("std.nn.attention::decode_attention",
+                  "std.nn.attention::window_decode_attention"):
+        out[3] = np.array([4, 11], dtype=np.int32)  # pos 11 with window 4: 0..7 masked
     return out
 
 
