@@ -113,3 +113,21 @@ def test_an_unknown_std_model_is_coded():
         load("std.models.lama")
     d = info.value.diagnostics[0]
     assert d.code == "E0211" and "did you mean `std.models.llama`" in d.help
+
+
+def test_load_function_by_name_and_the_cli(checkpoints, capsys):
+    """`load_function` and `linnet run --runtime jax` take a shipped model by name too."""
+    from linnet.jax import load_function
+    from linnet.lang.cli import main
+
+    prompt, ckpts = checkpoints
+    path, hf_logits, hf_tokens = ckpts["qwen2"]
+    prefill = load_function("std.models.qwen2", "prefill", weights=path, config={"S": 64})
+    (logits,), _ = prefill(prefill.params, prefill.new_states([prompt]), [prompt])
+    assert np.abs(np.asarray(logits) - hf_logits).max() < TOLERANCE
+    given = ",".join(str(t) for t in prompt[0].tolist())
+    assert main(["run", "--runtime", "jax", "std.models.qwen2", "--weights", str(path),
+                 "--prompt", given, "--tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "(jax)" in out and "decoded 3 tokens" in out
+    assert f"token   1 at position   {PROMPT}: {hf_tokens[1]:6d}" in out
