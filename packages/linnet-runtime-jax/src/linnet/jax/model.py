@@ -561,7 +561,6 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
     [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     """
     from linnet.lang.check.driver import find_model
-
     from linnet.lang.syntax.program import model_file
 
     program = Program.from_file(model_file(model_path))
