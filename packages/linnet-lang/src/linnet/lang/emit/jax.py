@@ -12,8 +12,8 @@ updated in place on the device).
 
 Where JAX has a fused call with the same semantics as a std op's body, the whole call span
 becomes that call (``jax.nn.dot_product_attention``, ``jax.nn.silu``, ...): the table
-:data:`FAST_CALLS`. linnet-runtime-jax's ``tests/test_generated.py`` proves each one equal to
-the op's body. Every primitive has a rule in :data:`RULES` (tests/test_coverage.py checks).
+:data:`FAST_CALLS`. linnet-runtime-jax's ``tests/test_jax_generated.py`` proves each one
+equal to the op's body. Every primitive has a rule in :data:`RULES` (tests/test_coverage.py checks).
 
 Numerics: ``exact`` writes every matrix product with ``precision=PRECISION``, the module's
 ``jax.lax.Precision.HIGHEST`` (full f32 products on every backend, no TF32); ``fast`` sets it
