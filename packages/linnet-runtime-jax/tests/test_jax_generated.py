@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from indexgen import index_programs, state_programs
 from jax_support import LLAMA, toy_config, x64
 from linnet.jax import load, load_function, load_source, random_weights
@@ -42,6 +43,28 @@ FAST_CASES = {
         "use std.nn.attention::{causal_attention}", "causal_attention(q, k, v, 0.25)",
         {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"),
          "v": ([2, 5, 2, 16], "f32")}, "[2, 5, 2, 3, 16]"),
+    # The issue-19 ops (the shipped models'); windows shorter than the sequence and the
+    # cache, so that the sliding mask drops keys the causal one keeps.
+    "std.nn.attention::window_attention": (
+        "use std.nn.attention::{window_attention}", "window_attention(q, k, v, 0.25, 3)",
+        {"q": ([2, 7, 2, 3, 16], "f32"), "k": ([2, 7, 2, 16], "f32"),
+         "v": ([2, 7, 2, 16], "f32")}, "[2, 7, 2, 3, 16]"),
+    "std.nn.attention::window_decode_attention": (
+        "use std.nn.attention::{window_decode_attention}",
+        "window_decode_attention(q, kc, vc, pos, 0.25, 4)",
+        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
+         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
+    "std.nn.norm::rms_norm_offset": ("use std.nn.norm::{rms_norm_offset}",
+                                     "rms_norm_offset(x, w, 1e-5)",
+                                     {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
+    "std.nn.norm::layer_norm": ("use std.nn.norm::{layer_norm}", "layer_norm(x, w, b, 1e-5)",
+                                {"x": ([3, 8], "f32"), "w": ([8], "f32"), "b": ([8], "f32")},
+                                "[3, 8]"),
+    "std.nn.activation::gelu_tanh": ("use std.nn.activation::{gelu_tanh}", "gelu_tanh(x)",
+                                     {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.linear::linear_in_out_bias": (
+        "use std.nn.linear::{linear_in_out_bias}", "linear_in_out_bias(x, w, b)",
+        {"x": ([3, 8], "f32"), "w": ([8, 5], "f32"), "b": ([5], "f32")}, "[3, 5]"),
 }
 
 
@@ -69,8 +92,9 @@ def random_inputs(callee: str, inputs: dict, dtype: str, seed: int = 0) -> list[
         else:
             x = rng.standard_normal(shape).astype(np.float32)
             out.append(x.astype(jnp.bfloat16) if dtype == "bf16" else x)
-    if callee == "std.nn.attention::decode_attention":
-        out[3] = np.array([4, 11], dtype=np.int32)
+    if callee in ("std.nn.attention::decode_attention",
+                  "std.nn.attention::window_decode_attention"):
+        out[3] = np.array([4, 11], dtype=np.int32)  # pos 11 with window 4: 0..7 masked
     return out
 
 
@@ -99,6 +123,63 @@ def test_fast_call_equals_the_op_body(callee, dtype):
     if dtype == "f32":  # and the body is what the NumPy reference computes
         (ref,) = run_graph(graph, {v[1:]: a for v, a in zip(graph.inputs, args)}, {}, {})
         np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
+
+
+# The sliding-window ops with the window an input (a traced value under jit, as a config
+# computed one may be): each module is generated and jitted once, hypothesis draws windows
+# from 1 (the diagonal alone) past the sequence (the causal mask alone) and decode positions.
+WINDOW_PROGRAMS = {
+    "prefill": """
+use std.nn.attention::{window_attention}
+model M {
+    entry run(q: Tensor[2, 9, 2, 2, 16; f32], k: Tensor[2, 9, 2, 16; f32],
+              v: Tensor[2, 9, 2, 16; f32], w: Tensor[1; i32]) -> Tensor[2, 9, 2, 2, 16; f32] {
+        return window_attention(q, k, v, 0.25, w[0])
+    }
+}""",
+    "decode": """
+use std.nn.attention::{window_decode_attention}
+model M {
+    entry run(q: Tensor[2, 2, 2, 16; f32], kc: Tensor[2, 9, 2, 16; f32],
+              vc: Tensor[2, 9, 2, 16; f32], pos: Tensor[2; i32], w: Tensor[1; i32])
+              -> Tensor[2, 2, 2, 16; f32] {
+        return window_decode_attention(q, kc, vc, pos, 0.25, w[0])
+    }
+}""",
+}
+_WINDOW_MODULES: dict = {}
+
+
+def window_functions(kind: str):
+    """The fused and the body form of a window op's program, jitted (made once)."""
+    if kind not in _WINDOW_MODULES:
+        program = Program.from_text(WINDOW_PROGRAMS[kind])
+        shapes = ({"q": [2, 9, 2, 2, 16], "k": [2, 9, 2, 16], "v": [2, 9, 2, 16], "w": [1]}
+                  if kind == "prefill" else
+                  {"q": [2, 2, 2, 16], "kc": [2, 9, 2, 16], "vc": [2, 9, 2, 16], "pos": [2],
+                   "w": [1]})
+        graph = lower(program, "run", shapes)
+        fast = import_source(emit_jax(graph, fast=True), f"window_{kind}_fast")
+        body = import_source(emit_jax(graph, fast=False), f"window_{kind}_body")
+        assert Path(fast.__file__).read_text() != Path(body.__file__).read_text()
+        _WINDOW_MODULES[kind] = (shapes, jax.jit(fast.run), jax.jit(body.run))
+    return _WINDOW_MODULES[kind]
+
+
+@settings(PROFILE, max_examples=10 * SCALE, deadline=None)
+@given(kind=st.sampled_from(["prefill", "decode"]), window=st.integers(1, 11),
+       pos=st.lists(st.integers(0, 8), min_size=2, max_size=2), seed=st.integers(0, 2**16))
+def test_window_fast_calls_equal_the_bodies_for_any_window(kind, window, pos, seed):
+    shapes, fast, body = window_functions(kind)
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()
+            if n not in ("pos", "w")]
+    if kind == "decode":
+        args.append(np.array(pos, np.int32))
+    args.append(np.array([window], np.int32))
+    (got,), _ = fast(*args, {}, {})
+    (want,), _ = body(*args, {}, {})
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 # Random index-notation programs (computed positions, shifts, reductions, casts, every

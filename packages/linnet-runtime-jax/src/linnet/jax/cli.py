@@ -116,7 +116,9 @@ def run_command(args: argparse.Namespace) -> int:
         raise LinnetError(Diagnostic(
             "E0790", f"`{flag}` is an option of the torch runtime; `--runtime jax` always runs "
             "generated JAX under jax.jit", help=f"drop {flag}, or use `--runtime torch`"))
-    model_path = Path(args.file) if args.file else default_model()
+    from linnet.lang.syntax.program import model_file
+
+    model_path = model_file(args.file) if args.file else default_model()
     ckpt_config = resolve_checkpoint(args.weights).config_path if args.weights else None
     own_config = False
     if ckpt_config is not None:
