@@ -126,6 +126,21 @@ def cases() -> list[tuple[str, Graph, dict[str, np.ndarray], dict[str, np.ndarra
     add("gather-unchecked", "gather", [X34, rows[:2]], {"indexed_axes": 1,
                                                          "bounds": "unchecked"},
         ((2, 1, 4), "f32"))
+    # scatter_add: coinciding positions add up; under bounds zero a position outside either
+    # axis (-1, 3 on axis 0; -1 on axis 1) adds nothing.
+    add("scatter_add-zero", "scatter_add",
+        [X34, np.arange(1, 21, dtype=np.float32).reshape(5, 4),
+         np.array([1, 2, -1, 1, 3], np.int32)], {"indexed_axes": 1, "bounds": "zero"},
+        ((3, 4), "f32"))
+    add("scatter_add-zero-2d", "scatter_add",
+        [X34, np.arange(1, 13, dtype=np.float32).reshape(4, 3),
+         np.array([[0], [2], [0], [3]], np.int32), np.array([[1, -1, 1]], np.int32)],
+        {"indexed_axes": 2, "bounds": "zero"}, ((3, 4), "f32"))
+    add("scatter_add-unchecked", "scatter_add",
+        [X34, np.arange(1, 13, dtype=np.float32).reshape(3, 4), np.array([2, 0, 2], np.int32)],
+        {"indexed_axes": 1, "bounds": "unchecked"}, ((3, 4), "f32"))
+    add("scatter_add-whole", "scatter_add", [X34, X34 * 2], {"indexed_axes": 0,
+                                                           "bounds": "zero"}, ((3, 4), "f32"))
     scatter_inputs = {"v": np.arange(6, dtype=np.float32).reshape(2, 3) + 1,
                       "i": np.array([3, 1], np.int32)}
     out.append(("scatter", scatter_graph(), scatter_inputs,
