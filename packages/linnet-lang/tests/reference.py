@@ -188,6 +188,15 @@ def _broadcast(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.nd
     return np.broadcast_to(x, shape).copy()
 
 
+def _slice(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
+    (x,) = xs
+    starts, limits = list(attrs["starts"]), list(attrs["limits"])
+    if len(starts) != x.ndim or len(limits) != x.ndim or any(
+            not 0 <= a <= b <= n for a, b, n in zip(starts, limits, x.shape)):
+        raise GraphRunError(f"slice {starts}..{limits} of {list(x.shape)}")
+    return x[tuple(slice(a, b) for a, b in zip(starts, limits))].copy()
+
+
 def _reduce(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
     (x,) = xs
     kind = attrs["kind"]
@@ -357,6 +366,7 @@ REFERENCE_RULES: dict[str, Rule] = {
     "take": _take,
     "gather": _gather,
     "scatter_add": _scatter_add,
+    "slice": _slice,
     # "scatter" writes a state; run_graph handles it (see _scatter)
 }
 RULES = REFERENCE_RULES  # the name tests/test_reference.py imports

@@ -115,7 +115,7 @@ def test_the_checker_sets_are_derived_from_the_rows() -> None:
         ">": "gt", ">=": "ge", "==": "eq", "!=": "ne", "&&": "and", "||": "or"}
     for op, name in primitives.BINARY_OPERATORS.items():
         assert PRIMITIVES[name].operator == op and PRIMITIVES[name].arity == 2
-    assert primitives.in_category("shape") == {"reshape", "transpose", "broadcast"}
+    assert primitives.in_category("shape") == {"reshape", "transpose", "broadcast", "slice"}
     assert set().union(*(primitives.in_category(c) for c in Category)) == set(PRIMITIVES)
     assert differentiable <= set(PRIMITIVES) and "floor" not in differentiable
 

@@ -154,6 +154,13 @@ def _scatter_add(step: Step, x: list[Any], device: torch.device) -> Any:
     return torch.index_put(data, safe, value, accumulate=True)
 
 
+def _slice(step: Step, x: torch.Tensor) -> torch.Tensor:
+    view = x[tuple(slice(a, b) for a, b in zip(step.attributes["starts"],
+                                                step.attributes["limits"]))]
+    # A view of a state would change with the state's next write: a @path operand is copied.
+    return view.clone() if step.operands[0].startswith("@") else view
+
+
 def _max(fn: Callable) -> Rule:
     return lambda s, x, d: fn(*x)
 
@@ -184,6 +191,7 @@ RULES: dict[str, Rule] = {
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
     "scatter": _scatter,  # in place: the state tensor is updated, no result
     "scatter_add": _scatter_add,  # a new tensor (the reverse pass's transpose of gathers)
+    "slice": lambda s, x, d: _slice(s, x[0]),
 }
 """One rule per primitive (``tests/test_coverage.py`` in linnet-lang checks it covers
 :data:`~linnet.lang.ir.primitives.PRIMITIVES`): ``rule(step, operands, device)``."""

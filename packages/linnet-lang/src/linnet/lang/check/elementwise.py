@@ -140,10 +140,10 @@ TYPING_RULES: dict[str, TypingRule] = {
 # `constant` by Typing.constant (the literal takes the dtype it meets); the others by index
 # notation and the kernel builtins, whose result shapes come from the statement's labels and
 # whose dtypes from the accumulator (check/indexing.py, reductions.py, binders.py,
-# kernels.py).
+# kernels.py); `slice` by Indexing.slice (its shape comes from the ranges).
 EXPECTED_MISSING: frozenset[str] = frozenset({
     "convert", "constant", "iota", "reshape", "transpose", "broadcast", "reduce", "contract",
-    "take", "gather", "scatter",
+    "take", "gather", "scatter", "slice",
     # Made only by the reverse pass (linnet.lang.grad), never by source the checker types.
     "scatter_add",
 })

@@ -62,6 +62,8 @@ class Expressions(EvaluatorBase):
                     raise fail("E0332", f"block index {i.value} is out of range 0..{len(base.items)}",
                                expr.indices[0].span, "out of range")
                 return base.items[i.value]
+            if any(isinstance(i, A.Slice) for i in expr.indices):
+                return self.slice(expr, base, frame)
             return self.whole(expr, frame)
         if isinstance(expr, A.Reduce):
             return self.whole(expr, frame)
@@ -72,6 +74,11 @@ class Expressions(EvaluatorBase):
                        expr.span, "not a value", help="composite indices look like `x[(h, d)]`")
         if isinstance(expr, A.RangeExpr):
             raise fail("E0334", "a range is only allowed in a `for` loop", expr.span)
+        if isinstance(expr, A.Slice):
+            raise fail("E0343", "a range slice is only allowed as a whole index of a tensor",
+                       expr.span, "a range inside an expression",
+                       help="slice in its own statement: `let part = x[0..N, ..]`, then use "
+                            "`part`")
         raise fail("E0335", "unsupported expression", getattr(expr, "span", None))
 
     def whole(self, expr: A.Expr, frame: Frame) -> Any:

@@ -127,7 +127,7 @@ FOLDING_RULES: dict[str, FoldRule] = {
 # write (those are only emitted for tensors).
 EXPECTED_MISSING: frozenset[str] = frozenset({
     "constant", "iota", "reshape", "transpose", "broadcast", "reduce", "contract", "take",
-    "gather", "scatter",
+    "gather", "scatter", "slice",
     "scatter_add",  # made only by the reverse pass (linnet.lang.grad), on tensors
 })
 

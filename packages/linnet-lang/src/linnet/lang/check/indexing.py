@@ -164,6 +164,13 @@ class Indexing(EvaluatorBase):
                        f"ind{'ices' if len(expr.indices) != 1 else 'ex'}", expr.span,
                        f"{type_str(base)}",
                        help="give one index per dimension")
+        sliced = next((i for i in expr.indices if isinstance(i, A.Slice)), None)
+        if sliced is not None:
+            raise fail("E0343", "a range slice is only allowed as a whole index of a tensor",
+                       sliced.span, "a range inside index notation",
+                       help="slice in its own statement: `let part = x[0..N, ..]`, then index "
+                            "`part[...]` (inside index notation, write the shift: "
+                            "`x[i + N, j]`)")
         positions = self.positions(expr, base, frame)
         if frame.in_kernel and any(kind != "var" for kind, _ in positions):
             # Index notation on a tile only names its axes (`max[c] v[c]`); a computed or
@@ -226,6 +233,67 @@ class Indexing(EvaluatorBase):
             if taken is not None:
                 return taken
         return self.gather(t, tuple(shape), flat, expr, frame)
+
+    def slice(self, expr: A.Index, base: Any, frame: Frame) -> Any:
+        """`x[a..b, ..]`: a static range of every axis, bounds known when lowering (a `slice`
+        step: a view in generated PyTorch, never a gather)."""
+        if isinstance(base, Poison):
+            return base
+        if not isinstance(base, Tensor):
+            raise fail("E0380", f"cannot index {self.describe(base)}", expr.span, "not a tensor")
+        if frame.in_kernel:
+            raise fail("E0526", f"{self.name_of(expr.base)} cannot be sliced inside a kernel",
+                       expr.span, "a range slice",
+                       help="`load` the part you need: `load(x[row, cols + 1], mask)`")
+        if len(expr.indices) != base.rank:
+            raise fail("E0303", f"{self.name_of(expr.base)} has {base.rank} "
+                       f"dimension{'s' if base.rank != 1 else ''} but {len(expr.indices)} "
+                       f"ind{'ices' if len(expr.indices) != 1 else 'ex'}", expr.span,
+                       f"{type_str(base)}", help="give one range per dimension: `..` for a "
+                       "whole axis")
+        starts: list[Dim] = []
+        stops: list[Dim] = []
+        for axis, idx in enumerate(expr.indices):
+            size = base.shape[axis]
+            if not isinstance(idx, A.Slice):
+                raise fail("E0344", "a slice takes a range for every axis", idx.span,
+                           "not a range", help=f"write `..` for the whole axis, or a range "
+                           f"`{self.src(idx)}..{self.src(idx)} + 1` for one position")
+            start = self.range_bound(idx.start, frame) if idx.start is not None else Dim.const(0)
+            stop = self.range_bound(idx.stop, frame) if idx.stop is not None else size
+            if idx.inclusive:
+                stop = stop + 1
+            self.check_range(start, stop, size, idx, expr, axis)
+            starts.append(start)
+            stops.append(stop)
+        shape = tuple(b - a for a, b in zip(starts, stops))
+        return self.builder.emit("slice", [base.ref], shape, base.dtype,
+                                 {"starts": [self.concrete(d) for d in starts],
+                                  "limits": [self.concrete(d) for d in stops]}, span=expr.span)
+
+    def range_bound(self, expr: A.Expr, frame: Frame) -> Dim:
+        v = self.value(expr, frame)
+        if isinstance(v, Poison):
+            raise Fail(Diagnostic("E0000", "poisoned"))
+        if isinstance(v, Const) and isinstance(v.value, Dim):
+            return v.value
+        raise fail("E0345", "a slice's bounds must be integers known when lowering", expr.span,
+                   f"{self.describe(v)}", help="use integers, dims and `+ - * /` "
+                   "(`q[.., Q..Q + K]`); for positions that tensors give, index "
+                   "(`x[ids[n], d]`)")
+
+    def check_range(self, start: Dim, stop: Dim, size: Dim, idx: A.Slice, expr: A.Index,
+                    axis: int) -> None:
+        """Raise E0346 when a range is known to leave its axis (or to run backwards)."""
+        def negative(d: Dim) -> bool:
+            return d.value is not None and d.value < 0
+
+        if negative(start) or negative(stop - start) or negative(size - stop):
+            shown = f"{start}..{stop}"
+            raise fail("E0346", f"range {shown} is outside axis {axis} of "
+                       f"{self.name_of(expr.base)}, which has {size} elements", idx.span,
+                       f"axis of size {size}", help="a slice's range `a..b` needs "
+                       "0 <= a <= b <= the axis size")
 
     def index_tensor(self, what: A.Expr, frame: Frame) -> Any:
         v = self.lab(what, frame)

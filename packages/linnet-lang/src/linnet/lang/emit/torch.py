@@ -234,6 +234,20 @@ def _transpose(s: Step, n: Scope, numerics: str) -> list[str]:
     return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}.permute({tuple(s.attributes['perm'])})"]
 
 
+def _slice(s: Step, n: Scope, numerics: str) -> list[str]:
+    """A static range of each axis as Python slicing (a view: no gather, no copy), with
+    whole axes after the last sliced one left out (`w[0:64]`, `qkv[:, 64:96]`)."""
+    x = s.operands[0]
+    shape = n.shape(x)
+    parts = [":" if (a, b) == (0, size) else f"{a}:{b}"
+             for a, b, size in zip(s.attributes["starts"], s.attributes["limits"], shape)]
+    while len(parts) > 1 and parts[-1] == ":":
+        parts.pop()
+    # A view of a state would change with the state's next write: copy it.
+    copy = ".clone()" if x.startswith("@") and x[1:] in n.graph.states else ""
+    return [f"{n(s.results[0])} = {n.tensor(x)}[{', '.join(parts)}]{copy}"]
+
+
 def _broadcast(s: Step, n: Scope, numerics: str) -> list[str]:
     src = n(s.operands[0])
     if s.operands[0] in n.literals:
@@ -312,7 +326,7 @@ def _range(n: Scope, ref: str, depth: int = 0) -> tuple[int, int] | None:
         return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
     if op == "iota":
         return (0, step.attributes["shape"][step.attributes["axis"]] - 1)
-    if op in ("reshape", "broadcast", "transpose", "convert"):
+    if op in ("reshape", "broadcast", "transpose", "convert", "slice"):
         src = step.operands[0]
         if src.startswith("@") or n.graph.values[src].dtype not in TORCH_INT:
             return None
@@ -471,6 +485,7 @@ RULES: dict[str, Rule] = {
     "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
     "scatter_add": _scatter_add,
+    "slice": _slice,
 }
 
 

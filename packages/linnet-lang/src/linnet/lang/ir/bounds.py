@@ -458,7 +458,7 @@ def _transfer(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
         if isinstance(value, float) and value.is_integer():
             return Term.const(int(value))
         return None
-    if op in ("reshape", "broadcast", "transpose"):
+    if op in ("reshape", "broadcast", "transpose", "slice"):
         return args[0]
     if op == "convert":
         src = graph.values.get(step.operands[0])

@@ -127,6 +127,11 @@ _TABLE: list[Primitive] = [
     _P("transpose", S, 1, "axes permuted: result axis i is operand axis perm[i]",
        differentiable=True),
     _P("broadcast", S, 1, "size-1 axes repeated up to attributes.shape", differentiable=True),
+    # A static range of every axis (issue 19: fused weights split by `w[0..Q, ..]`): elements
+    # kept, not moved, so it is a shape step; no position is computed, so nothing is gathered.
+    _P("slice", S, 1, "operand[starts[0]:limits[0], ...]: along each axis i the elements "
+                      "attributes.starts[i] <= k < attributes.limits[i] (0 <= start <= limit "
+                      "<= size)", differentiable=True),
     # reductions and contractions
     _P("reduce", R, 1, "attributes.kind (sum|max|min|prod|mean) over attributes.axes, "
                        "accumulated in attributes.accumulate from attributes.identity",
@@ -167,7 +172,7 @@ def in_category(category: Category | str) -> frozenset[str]:
     """The names of the primitives of one category.
 
     >>> sorted(in_category("shape"))
-    ['broadcast', 'reshape', 'transpose']
+    ['broadcast', 'reshape', 'slice', 'transpose']
     """
     return frozenset(p.name for p in _TABLE if p.category == category)
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.ir.graph import Graph, ValueType
+from linnet.lang.ir.graph import Graph, Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES, Category
 from linnet.lang.tensors.dtypes import DTYPES
 
@@ -153,6 +153,10 @@ def _verify(graph: Graph, stage: str) -> None:
             if r not in graph.values:
                 raise fail("E0926", f"{where} makes {r}, which has no type in graph.values")
             defined[r] = i
+        if step.op == "slice":
+            problem = _slice_problem(graph, step)
+            if problem:
+                raise fail("E0926", f"{where} {problem}")
     for o in graph.outputs:
         if not isinstance(o, str):
             raise fail("E0926", f"entry output {o!r} is not a value name or a path")
@@ -162,6 +166,26 @@ def _verify(graph: Graph, stage: str) -> None:
         elif o not in defined:
             raise fail("E0920", f"entry output {o} is not made by any step")
     _verify_calls(graph, stage)
+
+
+def _slice_problem(graph: Graph, step: Step) -> str | None:
+    """Why a slice step's ranges do not fit its operand or its result type (None: they do)."""
+    o = step.operands[0]
+    vt = (graph.parameters.get(o[1:]) or graph.states.get(o[1:]) if o.startswith("@")
+          else graph.values.get(o))
+    starts, limits = step.attributes.get("starts"), step.attributes.get("limits")
+    if vt is None or not isinstance(starts, list) or not isinstance(limits, list):
+        return "has no `starts` and `limits` lists"
+    shape = tuple(vt.shape)
+    if len(starts) != len(shape) or len(limits) != len(shape) or any(
+            not isinstance(a, int) or not isinstance(b, int) or not 0 <= a <= b <= n
+            for a, b, n in zip(starts, limits, shape)):
+        return f"slices {starts}..{limits} out of an operand of shape {list(shape)}"
+    want = [b - a for a, b in zip(starts, limits)]
+    got = graph.values.get(step.results[0])
+    if got is not None and list(got.shape) != want:
+        return f"makes shape {list(got.shape)}, but its ranges give {want}"
+    return None
 
 
 def _verify_calls(graph: Graph, stage: str) -> None:

@@ -768,7 +768,7 @@ class Parser:
                 indices: list[A.Expr] = []
                 try:
                     while not self.at("]"):
-                        indices.append(self.parse_expr())
+                        indices.append(self.parse_index())
                         if not self.accept(","):
                             break
                     self.expect("]", help="indices are separated by `,`")
@@ -784,6 +784,38 @@ class Parser:
                 expr = A.Field(expr, t.text, expr.span.to(t.span))
             else:
                 return expr
+
+    def parse_index(self) -> A.Expr:
+        """One index of `x[...]`: an expression, or a static range of the axis (`a..b`,
+        `a..=b`, `a..`, `..b`, and `..` or `:` for the whole axis)."""
+        start = self.tok.span
+        if self.at(":"):
+            self.advance()
+            return A.Slice(None, None, False, start)
+        if self.at("if"):
+            return self.parse_expr()
+        left: A.Expr | None = None
+        if not self.at("..") and not self.at("..="):
+            self.enter()
+            try:
+                left = self.parse_binary(self.parse_unary(), 0)
+            finally:
+                self.depth -= 1
+            if not self.at("..") and not self.at("..="):
+                return left
+        inclusive = self.advance().text == "..="
+        stop: A.Expr | None = None
+        if not self.at(",") and not self.at("]"):
+            self.enter()
+            try:
+                stop = self.parse_binary(self.parse_unary(), 0)
+            finally:
+                self.depth -= 1
+        elif inclusive:
+            raise self.error("`..=` needs an end", self.tok.span, "expected the last index",
+                             help="write `a..=b`, or `a..` for the rest of the axis",
+                             code="E0121")
+        return A.Slice(left, stop, inclusive, self.span_from(start))
 
     def finish_call(self, callee: A.Expr, generic_args: list) -> A.Call:
         self.expect("(")

@@ -153,8 +153,19 @@ class RangeExpr:
     span: Span
 
 
+@dataclass
+class Slice:
+    """A static range of one axis in an index, `x[a..b, ..]` (only there): `start` None is
+    the axis' start, `stop` None its end; `..` and `:` alone are the whole axis."""
+
+    start: Expr | None
+    stop: Expr | None
+    inclusive: bool
+    span: Span
+
+
 Expr = (Name | IntLit | FloatLit | BoolLit | Binary | Unary | Call | Index | Field | Tuple
-        | Reduce | Cast | IfExpr | RangeExpr)
+        | Reduce | Cast | IfExpr | RangeExpr | Slice)
 
 # ---------------------------------------------------------------- statements
 

@@ -67,6 +67,8 @@ def _walk(expr: Any) -> Iterator[Any]:
                 stack.append(node.otherwise)
         elif isinstance(node, A.RangeExpr):
             stack += [node.stop, node.start]
+        elif isinstance(node, A.Slice):
+            stack += [e for e in (node.stop, node.start) if e is not None]
 
 
 def leaves(b: A.IndexBinder) -> list[A.IndexBinder]:
