@@ -104,6 +104,10 @@ def cases() -> list[tuple[str, Graph, dict[str, np.ndarray], dict[str, np.ndarra
     add("reshape", "reshape", [F], {"shape": [3, 2]}, ((3, 2), "f32"))
     add("transpose", "transpose", [F], {"perm": [1, 0]}, ((3, 2), "f32"))
     add("broadcast", "broadcast", [ROW], {"shape": [4, 3]}, ((4, 3), "f32"))
+    add("slice", "slice", [X34], {"starts": [1, 0], "limits": [3, 4]}, ((2, 4), "f32"))
+    add("slice-inner", "slice", [np.arange(24, dtype=np.float32).reshape(2, 3, 4)],
+        {"starts": [0, 1, 2], "limits": [2, 3, 4]}, ((2, 2, 2), "f32"))
+    add("slice-empty", "slice", [X34], {"starts": [2, 0], "limits": [2, 4]}, ((0, 4), "f32"))
     for kind in ("sum", "mean", "max", "min", "prod"):
         add(f"reduce-{kind}", "reduce", [F], _red(kind), ((2,), "f32"))
     add("contract-matmul", "contract", [F, X34[:, :3].T.copy()[:3]],

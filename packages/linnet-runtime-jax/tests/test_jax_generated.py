@@ -299,3 +299,24 @@ def test_generated_scatter_add_matches_numpy(bounds, k) -> None:
     with x64():
         (got,), _ = jax.jit(ns["run"])(*[np.asarray(data[v[1:]]) for v in g.inputs], {}, {})
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, err_msg=text)
+
+
+# slice (issue 19's static ranges): Python slicing in the generated JAX, against NumPy, with
+# the leading axis alone, inner axes, an empty range and every axis whole.
+@pytest.mark.parametrize("starts,limits", [([1, 0, 0], [3, 3, 2]), ([0, 1, 1], [4, 3, 2]),
+                                           ([2, 0, 0], [2, 3, 2]), ([0, 0, 0], [4, 3, 2])])
+def test_generated_slice_matches_numpy(starts, limits) -> None:
+    from test_grad_rules import graph
+
+    out = tuple(b - a for a, b in zip(starts, limits))
+    g = graph({"x": ((4, 3, 2), "f64")}, [("slice", ["%x"], "%r", out, "f64",
+                                            {"starts": starts, "limits": limits})], ["%r"])
+    x = np.random.default_rng(0).standard_normal((4, 3, 2))
+    (want,) = run_graph(g, {"x": x}, {}, {})
+    ns: dict = {}
+    text = emit_jax(g)
+    exec(compile(text, "case", "exec"), ns)
+    with x64():
+        (got,), _ = jax.jit(ns["run"])(x, {}, {})
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), want, err_msg=text)

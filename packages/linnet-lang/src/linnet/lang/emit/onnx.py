@@ -287,6 +287,14 @@ def _broadcast(s: Step, n: Scope) -> Any:
                 hint=s.results[0])
 
 
+def _slice(s: Step, n: Scope) -> Any:
+    """ONNX Slice over every axis (static starts and ends; steps of 1)."""
+    rank = len(s.attributes["starts"])
+    return n.op("Slice", [n.get(s.operands[0]), n.ints(s.attributes["starts"], "starts"),
+                          n.ints(s.attributes["limits"], "ends"), n.ints(list(range(rank)), "axes")],
+                hint=s.results[0])
+
+
 _REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin",
            "prod": "ReduceProd"}
 
@@ -425,7 +433,7 @@ RULES: dict[str, Rule] = {
     "convert": _convert, "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-    "scatter": _scatter, "scatter_add": _scatter_add,
+    "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
 }
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 

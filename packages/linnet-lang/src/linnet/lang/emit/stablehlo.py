@@ -458,6 +458,15 @@ def _take(s: Step, n: Scope) -> str:
     return _masked(n, s, out, valid, [1] * axis + list(ishape) + [1] * (len(xshape) - axis - 1))
 
 
+def _slice(s: Step, n: Scope) -> str:
+    """``stablehlo.slice``: static start and limit indices, strides of 1."""
+    shape, dt = _res(s, n)
+    rank = len(shape)
+    attrs = (f"start_indices = {_array(s.attributes['starts'])}, "
+             f"limit_indices = {_array(s.attributes['limits'])}, strides = {_array([1] * rank)}")
+    return n.op("stablehlo.slice", [n.get(s.operands[0])], shape, dt, attrs, hint=s.results[0])
+
+
 def _broadcast_shape(shapes: list[tuple[int, ...]]) -> list[int]:
     rank = max((len(sh) for sh in shapes), default=0)
     out = [1] * rank
@@ -585,7 +594,7 @@ RULES: dict[str, Rule] = {
     "convert": _convert, "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-    "scatter": _scatter, "scatter_add": _scatter_add,
+    "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
 }
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
