@@ -320,3 +320,41 @@ def test_generated_slice_matches_numpy(starts, limits) -> None:
         (got,), _ = jax.jit(ns["run"])(x, {}, {})
     assert got.shape == want.shape
     np.testing.assert_array_equal(np.asarray(got), want, err_msg=text)
+
+
+# model.export_onnx / export_stablehlo: thin calls into linnet.lang.export (as the torch
+# runtime's), with the model's own weights; the exported entry computes what the model does.
+def test_model_export_onnx_runs_like_the_model(toy_weights, tmp_path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    model = load(LLAMA, weights=toy_weights, config="toy")
+    token, pos = np.array([5], np.int32), np.array([0], np.int32)
+    written = model.export_onnx("decode", [token, pos], tmp_path / "decode.onnx")
+    assert written == [tmp_path / "decode.onnx"]
+    sess = ort.InferenceSession(str(written[0]), providers=["CPUExecutionProvider"])
+    graph = model.graph("decode", [token, pos])
+    states = {p: np.zeros(vt.shape, np.float32) for p, vt in graph.states.items()}
+    for step in range(3):
+        p = np.array([step], np.int32)
+        want = model.decode(token, p)
+        outs = sess.run(None, {"token": token, "pos": p, **states})
+        np.testing.assert_allclose(outs[0], np.asarray(want), rtol=1e-4, atol=1e-5)
+        states = dict(zip(graph.states, outs[1:]))
+        for path, value in states.items():  # the exported cache is the model's own
+            np.testing.assert_allclose(value, np.asarray(model.states[path]), atol=1e-5)
+
+
+def test_model_export_stablehlo_runs_like_the_model(toy_weights, tmp_path) -> None:
+    from linnet.lang.emit.stablehlo import compile_cpu
+
+    model = load(LLAMA, weights=toy_weights, config="toy")
+    tokens = np.array([[3, 1, 4, 1]], np.int32)
+    order = model.export_stablehlo("prefill", [tokens], tmp_path / "prefill.mlir", verify=True)
+    assert order[0] == "tokens"
+    run = compile_cpu((tmp_path / "prefill.mlir").read_text())
+    graph = model.graph("prefill", [tokens])
+    named = {"tokens": tokens, **{p: np.zeros(vt.shape, np.float32)
+                                  for p, vt in graph.states.items()},
+             **{p: np.asarray(v) for p, v in model.params.items()}}
+    outs = run(*(named[n] for n in order))
+    np.testing.assert_allclose(outs[0], np.asarray(model.prefill(tokens)), rtol=1e-4,
+                               atol=1e-5)
