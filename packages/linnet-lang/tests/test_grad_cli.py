@@ -67,3 +67,13 @@ def test_every_layers_backward_shares_one_generated_function(tmp_path, capsys):
     assert text.count("def decoder_layer_prefill_grad(") == 1
     assert "def decoder_layer_prefill_grad_2(" not in text
     assert text.count("= decoder_layer_prefill_grad(") == 3  # called once per layer
+
+
+def test_jax_grad_writes_a_module_computing_the_gradients(tmp_path, capsys):
+    """`linnet jax --grad`: the same flags (lower_for_command), the JAX emitter."""
+    target = tmp_path / "loss_grad.py"
+    assert main(["jax", *LOSS, "--grad", "-o", str(target)]) == 0
+    text = target.read_text()
+    compile(text, str(target), "exec")
+    assert "import jax" in text and "d_head_weight" in text
+    assert ".add(" in text  # scatter_add, the embedding's transpose: .at[...].add

@@ -358,3 +358,57 @@ def test_model_export_stablehlo_runs_like_the_model(toy_weights, tmp_path) -> No
     outs = run(*(named[n] for n in order))
     np.testing.assert_allclose(outs[0], np.asarray(model.prefill(tokens)), rtol=1e-4,
                                atol=1e-5)
+
+
+def _cross_entropy(logits, targets):
+    """The mean next-token cross-entropy of [1, L, V] logits (a loss of the prefill)."""
+    logp = jax.nn.log_softmax(logits[0], axis=-1)
+    return -jnp.take_along_axis(logp, jnp.asarray(targets[0])[:, None], axis=-1).mean()
+
+
+def test_linnet_jax_grad_matches_jax_grad_and_the_torch_gradient(tmp_path, capsys) -> None:
+    """Issue 18's acceptance on JAX: `linnet jax --grad` (the reverse pass, as generated JAX)
+    on the toy Llama's prefill loss equals jax.grad of the generated forward and the torch
+    runtime's value_and_grad, for every parameter."""
+    torch = pytest.importorskip("torch")
+    from linnet.lang.cli import main
+    from linnet.torch import load as torch_load
+
+    cfg = toy_config(B=1)
+    target = tmp_path / "prefill_grad.py"
+    assert main(["jax", str(LLAMA), "--config", "toy", "--set", "B=1", "--entry", "prefill",
+                 "--input", "tokens=1,8", "--grad", "--grad-seed", "cotangents",
+                 "-o", str(target)]) == 0
+    grad_ns: dict = {}
+    exec(compile(target.read_text(), str(target), "exec"), grad_ns)
+    weights = random_weights(LLAMA, cfg, scale=0.05)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, cfg["V"], (1, 8)).astype(np.int32)
+    targets = rng.integers(0, cfg["V"], (1, 8)).astype(np.int32)
+    fn = load_function(LLAMA, "prefill", weights=weights, config=cfg)
+    module, states = fn.lowered([tokens]).module, fn.new_states([tokens])
+
+    def loss(params):
+        (logits,), _ = module.prefill(tokens, params, states)
+        return _cross_entropy(logits, targets)
+
+    with jax.default_matmul_precision("highest"):
+        want = jax.jit(jax.grad(loss))(fn.params)
+        (logits,), _ = jax.jit(module.prefill)(tokens, fn.params, states)
+        d_logits = jax.grad(_cross_entropy)(logits, targets)
+        outs, _ = jax.jit(grad_ns["prefill"])(tokens, d_logits, fn.params, states)
+    np.testing.assert_allclose(np.asarray(outs[0]), np.asarray(logits), rtol=1e-5, atol=1e-6)
+    paths = sorted(fn.params)  # "params": every float parameter, by path
+    got = dict(zip(paths, outs[1:], strict=True))
+    tm = torch_load(LLAMA, weights={k: torch.from_numpy(v) for k, v in weights.items()},
+                    config=cfg)
+    _, torch_grads = tm.value_and_grad("prefill", [torch.from_numpy(tokens)],
+                                       cotangents=[torch.from_numpy(np.array(d_logits))])
+    assert set(torch_grads) == set(paths) == set(want)
+    for path in paths:
+        ref = np.asarray(want[path])
+        scale = float(np.abs(ref).max())
+        assert scale > 0, path
+        for name, other in (("linnet jax --grad", got[path]), ("torch", torch_grads[path])):
+            np.testing.assert_allclose(np.asarray(other), ref, rtol=1e-4, atol=1e-4 * scale,
+                                       err_msg=f"{path}: {name} against jax.grad")
