@@ -207,7 +207,8 @@ def test_the_text_computes_what_jax_export_of_the_generated_jax_computes(llama):
         fn = ns[ns["ENTRIES"][graph.entry]["function"]]
         args = ([inputs[r.lstrip("%")] for r in graph.inputs],
                 {p: params[p] for p in graph.parameters}, states)
-        exported = jexport.export(jax.jit(lambda i, p, s: fn(*i, p, s), keep_unused=True))(*args)
+        exported = jexport.export(jax.jit(lambda i, p, s, fn=fn: fn(*i, p, s),
+                                          keep_unused=True))(*args)
         text = exported.mlir_module()
         assert "stablehlo." in text
         theirs = emit.compile_cpu(text)(*jax.tree_util.tree_leaves(args))
