@@ -168,6 +168,35 @@ def cases() -> list[tuple[str, Graph, dict[str, np.ndarray], dict[str, np.ndarra
     return out
 
 
+def scatter_adds() -> Any:
+    """A hypothesis strategy: one-step scatter_add graphs (rank 1-3, 0 to rank indexed axes,
+    broadcast positions, repeats likely) and their inputs; under bounds zero positions fall
+    up to 2 outside each axis, under unchecked they are inside."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw_case(draw: Any) -> tuple[Graph, dict[str, np.ndarray]]:
+        shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+        k = draw(st.integers(0, len(shape)))
+        bounds = draw(st.sampled_from(["zero", "unchecked"]))
+        common = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=2))) if k else ()
+        rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+        args = [rng.standard_normal(shape).astype(np.float32),
+                rng.standard_normal(common + shape[k:]).astype(np.float32)]
+        for a in range(k):
+            # each index broadcasts along the common shape's other axes (some of size 1)
+            ishape = tuple(d if draw(st.booleans()) else 1 for d in common)
+            lo, hi = (-2, shape[a] + 2) if bounds == "zero" else (0, shape[a])
+            args.append(rng.integers(lo, hi, ishape).astype(np.int32))
+        if k and all(a.shape != common for a in args[2:]):
+            args[2] = np.broadcast_to(args[2], common).copy()
+        g = one_step("scatter_add", args, {"indexed_axes": k, "bounds": bounds},
+                     (shape, "f32"))
+        return g, {f"a{i}": a for i, a in enumerate(args)}
+
+    return draw_case()
+
+
 def expected(graph: Graph, inputs: dict, states: dict) -> tuple[list[np.ndarray], dict]:
     """The NumPy reference's outputs and the states it leaves."""
     after = {k: v.copy() for k, v in states.items()}

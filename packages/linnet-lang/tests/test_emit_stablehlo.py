@@ -23,11 +23,15 @@ from export_cases import (
     llama_params,
     one_step,
     reference_step,
+    scatter_adds,
 )
+from hypothesis import given, settings
 from linnet.lang import LinnetError
 from linnet.lang.emit import stablehlo as emit
 from linnet.lang.ir.graph import ValueType
 from linnet.lang.ir.primitives import PRIMITIVES
+from reference import run_graph
+from test_properties import PROFILE, SCALE
 
 CASES = cases()
 
@@ -223,3 +227,14 @@ def test_the_text_computes_what_jax_export_of_the_generated_jax_computes(llama):
         for path, value in zip(graph.states, ours[n:]):
             np.testing.assert_allclose(value, by_path[path], rtol=1e-5, atol=1e-5,
                                        err_msg=f"{graph.entry}: state {path}")
+
+
+@settings(PROFILE, max_examples=10 * SCALE)
+@given(scatter_adds())
+def test_scatter_add_matches_the_reference_on_random_positions(case):
+    graph, inputs = case
+    (want,) = run_graph(graph, inputs, {}, {})
+    text = emit.emit_stablehlo(graph)
+    emit.verify(text)
+    (got,) = emit.compile_cpu(text)(*arguments(graph, inputs, {}))
+    assert_close(got, want, "scatter_add on StableHLO")
