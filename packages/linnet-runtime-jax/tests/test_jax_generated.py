@@ -380,3 +380,116 @@ def test_generated_scatter_add_matches_numpy(bounds, k) -> None:
     with x64():
         (got,), _ = jax.jit(ns["run"])(*[np.asarray(data[v[1:]]) for v in g.inputs], {}, {})
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, err_msg=text)
+
+
+# slice (issue 19's static ranges): Python slicing in the generated JAX, against NumPy, with
+# the leading axis alone, inner axes, an empty range and every axis whole.
+@pytest.mark.parametrize("starts,limits", [([1, 0, 0], [3, 3, 2]), ([0, 1, 1], [4, 3, 2]),
+                                           ([2, 0, 0], [2, 3, 2]), ([0, 0, 0], [4, 3, 2])])
+def test_generated_slice_matches_numpy(starts, limits) -> None:
+    from test_grad_rules import graph
+
+    out = tuple(b - a for a, b in zip(starts, limits))
+    g = graph({"x": ((4, 3, 2), "f64")}, [("slice", ["%x"], "%r", out, "f64",
+                                            {"starts": starts, "limits": limits})], ["%r"])
+    x = np.random.default_rng(0).standard_normal((4, 3, 2))
+    (want,) = run_graph(g, {"x": x}, {}, {})
+    ns: dict = {}
+    text = emit_jax(g)
+    exec(compile(text, "case", "exec"), ns)
+    with x64():
+        (got,), _ = jax.jit(ns["run"])(x, {}, {})
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), want, err_msg=text)
+
+
+# model.export_onnx / export_stablehlo: thin calls into linnet.lang.export (as the torch
+# runtime's), with the model's own weights; the exported entry computes what the model does.
+def test_model_export_onnx_runs_like_the_model(toy_weights, tmp_path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    model = load(LLAMA, weights=toy_weights, config="toy")
+    token, pos = np.array([5], np.int32), np.array([0], np.int32)
+    written = model.export_onnx("decode", [token, pos], tmp_path / "decode.onnx")
+    assert written == [tmp_path / "decode.onnx"]
+    sess = ort.InferenceSession(str(written[0]), providers=["CPUExecutionProvider"])
+    graph = model.graph("decode", [token, pos])
+    states = {p: np.zeros(vt.shape, np.float32) for p, vt in graph.states.items()}
+    for step in range(3):
+        p = np.array([step], np.int32)
+        want = model.decode(token, p)
+        outs = sess.run(None, {"token": token, "pos": p, **states})
+        np.testing.assert_allclose(outs[0], np.asarray(want), rtol=1e-4, atol=1e-5)
+        states = dict(zip(graph.states, outs[1:]))
+        for path, value in states.items():  # the exported cache is the model's own
+            np.testing.assert_allclose(value, np.asarray(model.states[path]), atol=1e-5)
+
+
+def test_model_export_stablehlo_runs_like_the_model(toy_weights, tmp_path) -> None:
+    from linnet.lang.emit.stablehlo import compile_cpu
+
+    model = load(LLAMA, weights=toy_weights, config="toy")
+    tokens = np.array([[3, 1, 4, 1]], np.int32)
+    order = model.export_stablehlo("prefill", [tokens], tmp_path / "prefill.mlir", verify=True)
+    assert order[0] == "tokens"
+    run = compile_cpu((tmp_path / "prefill.mlir").read_text())
+    graph = model.graph("prefill", [tokens])
+    named = {"tokens": tokens, **{p: np.zeros(vt.shape, np.float32)
+                                  for p, vt in graph.states.items()},
+             **{p: np.asarray(v) for p, v in model.params.items()}}
+    outs = run(*(named[n] for n in order))
+    np.testing.assert_allclose(outs[0], np.asarray(model.prefill(tokens)), rtol=1e-4,
+                               atol=1e-5)
+
+
+def _cross_entropy(logits, targets):
+    """The mean next-token cross-entropy of [1, L, V] logits (a loss of the prefill)."""
+    logp = jax.nn.log_softmax(logits[0], axis=-1)
+    return -jnp.take_along_axis(logp, jnp.asarray(targets[0])[:, None], axis=-1).mean()
+
+
+def test_linnet_jax_grad_matches_jax_grad_and_the_torch_gradient(tmp_path, capsys) -> None:
+    """Issue 18's acceptance on JAX: `linnet jax --grad` (the reverse pass, as generated JAX)
+    on the toy Llama's prefill loss equals jax.grad of the generated forward and the torch
+    runtime's value_and_grad, for every parameter."""
+    torch = pytest.importorskip("torch")
+    from linnet.lang.cli import main
+    from linnet.torch import load as torch_load
+
+    cfg = toy_config(B=1)
+    target = tmp_path / "prefill_grad.py"
+    assert main(["jax", str(LLAMA), "--config", "toy", "--set", "B=1", "--entry", "prefill",
+                 "--input", "tokens=1,8", "--grad", "--grad-seed", "cotangents",
+                 "-o", str(target)]) == 0
+    grad_ns: dict = {}
+    exec(compile(target.read_text(), str(target), "exec"), grad_ns)
+    weights = random_weights(LLAMA, cfg, scale=0.05)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, cfg["V"], (1, 8)).astype(np.int32)
+    targets = rng.integers(0, cfg["V"], (1, 8)).astype(np.int32)
+    fn = load_function(LLAMA, "prefill", weights=weights, config=cfg)
+    module, states = fn.lowered([tokens]).module, fn.new_states([tokens])
+
+    def loss(params):
+        (logits,), _ = module.prefill(tokens, params, states)
+        return _cross_entropy(logits, targets)
+
+    with jax.default_matmul_precision("highest"):
+        want = jax.jit(jax.grad(loss))(fn.params)
+        (logits,), _ = jax.jit(module.prefill)(tokens, fn.params, states)
+        d_logits = jax.grad(_cross_entropy)(logits, targets)
+        outs, _ = jax.jit(grad_ns["prefill"])(tokens, d_logits, fn.params, states)
+    np.testing.assert_allclose(np.asarray(outs[0]), np.asarray(logits), rtol=1e-5, atol=1e-6)
+    paths = sorted(fn.params)  # "params": every float parameter, by path
+    got = dict(zip(paths, outs[1:], strict=True))
+    tm = torch_load(LLAMA, weights={k: torch.from_numpy(v) for k, v in weights.items()},
+                    config=cfg)
+    _, torch_grads = tm.value_and_grad("prefill", [torch.from_numpy(tokens)],
+                                       cotangents=[torch.from_numpy(np.array(d_logits))])
+    assert set(torch_grads) == set(paths) == set(want)
+    for path in paths:
+        ref = np.asarray(want[path])
+        scale = float(np.abs(ref).max())
+        assert scale > 0, path
+        for name, other in (("linnet jax --grad", got[path]), ("torch", torch_grads[path])):
+            np.testing.assert_allclose(np.asarray(other), ref, rtol=1e-4, atol=1e-4 * scale,
+                                       err_msg=f"{path}: {name} against jax.grad")

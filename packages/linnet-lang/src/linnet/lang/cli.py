@@ -395,8 +395,9 @@ def _export_graph(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
     if errors:
         raise LinnetError(errors)
     weights = read_safetensors_header(args.weights) if args.weights else None
-    graph = lower(program, args.entry, parse_inputs(args.input), config, weights, args.model,
-                  check=False)
+    # lower_for_command: `--grad` exports the gradient graph (it was parsed, so never ignored)
+    graph = lower_for_command(args, program, args.entry, parse_inputs(args.input), config,
+                              weights, check=False)
     sources = {m.source.name: m.source.text for m in program.modules.values()}
     return graph, sources
 

@@ -521,6 +521,37 @@ class Model:
         """The graph of ``entry`` for inputs shaped like ``inputs``."""
         return self.function(entry).lowered(inputs).graph
 
+    # ------------------------------------------------------------ export
+    def export_onnx(self, entry: str, inputs: Any, path: str | Path, check: bool = True,
+                    external_threshold: int | None = None) -> list[Path]:
+        """Write ``entry``, lowered for inputs shaped like ``inputs``, as an ONNX model at
+        ``path``, as ``linnet.torch``'s ``model.export_onnx`` does: the entry's inputs then
+        its states as graph inputs, its outputs then each state after the call
+        (``<path>.next``) as outputs, this model's weights as initializers (in
+        ``path.data`` above ``external_threshold`` bytes, 1 GiB). Checked with
+        ``onnx.checker`` unless ``check=False``. Needs ``linnet-lang[onnx]``. Returns the
+        files written; see docs/export.md.
+
+        >>> model.export_onnx("decode", [token, pos], "decode.onnx")      # doctest: +SKIP
+        [PosixPath('decode.onnx')]
+        """
+        from .export import export_onnx
+
+        return export_onnx(self, entry, inputs, path, check, external_threshold)
+
+    def export_stablehlo(self, entry: str, inputs: Any, path: str | Path,
+                         verify: bool = False) -> list[str]:
+        """Write ``entry``, lowered for inputs shaped like ``inputs``, as StableHLO MLIR text
+        at ``path``; ``verify=True`` parses and verifies it with jaxlib first. Returns the
+        names of ``@main``'s arguments in order: the inputs, the states, then the parameters
+        (pass ``model.params[name]`` for those).
+
+        >>> order = model.export_stablehlo("prefill", [tokens], "prefill.mlir")  # doctest: +SKIP
+        """
+        from .export import export_stablehlo
+
+        return export_stablehlo(self, entry, inputs, path, verify)
+
 
 def load(path: str | Path, weights: Any = None, device: Any = None, numerics: str = "exact",
          config: Any = None, dtype: Any = None, fast: bool = True) -> Model:

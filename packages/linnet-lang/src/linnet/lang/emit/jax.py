@@ -140,6 +140,18 @@ def _transpose(s: Step, n: Scope, numerics: str) -> list[str]:
             f"{tuple(s.attributes['perm'])})"]
 
 
+def _slice(s: Step, n: Scope, numerics: str) -> list[str]:
+    """A static range of each axis as Python slicing (``lax.slice`` under jit), with whole
+    axes after the last sliced one left out (``w[0:64]``, ``qkv[:, 64:96]``). Arrays are
+    values: a slice of a state is not changed by the state's next write, so no copy."""
+    x = s.operands[0]
+    parts = [":" if (a, b) == (0, size) else f"{a}:{b}"
+             for a, b, size in zip(s.attributes["starts"], s.attributes["limits"], n.shape(x))]
+    while len(parts) > 1 and parts[-1] == ":":
+        parts.pop()
+    return [f"{n(s.results[0])} = {n.tensor(x)}[{', '.join(parts)}]"]
+
+
 def _broadcast(s: Step, n: Scope, numerics: str) -> list[str]:
     shape = tuple(s.attributes["shape"])
     if s.operands[0] in n.literals:
@@ -306,7 +318,7 @@ RULES: dict[str, Rule] = {
     "select": _select, "convert": _convert, "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
-    "scatter_add": _scatter_add,
+    "scatter_add": _scatter_add, "slice": _slice,
 }
 
 
