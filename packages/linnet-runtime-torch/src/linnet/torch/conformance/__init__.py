@@ -94,6 +94,11 @@ def cases() -> list[Case]:
                 inv_freq=((2,), "normal")),
            _std("embedding_op", ids=((4,), 16)), _std("causal_attention_op", **qkv),
            _std("decode_attention_op", q=((2, 2, 2, 4), "normal"),
+                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
+           _std("linear_in_out_bias_op", x=x), _std("linear_tiled_op", x=x),
+           _std("rms_norm_offset_op", x=x), _std("gelu_tanh_op", x=x),
+           _std("silu_mul_op", x=x, up=x), _std("window_attention_op", **qkv),
+           _std("window_decode_attention_op", q=((2, 2, 2, 4), "normal"),
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
     llama = _llama()
     prompt = {"tokens": ((1, 6), 256)}
