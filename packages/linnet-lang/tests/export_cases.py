@@ -104,6 +104,10 @@ def cases() -> list[tuple[str, Graph, dict[str, np.ndarray], dict[str, np.ndarra
     add("reshape", "reshape", [F], {"shape": [3, 2]}, ((3, 2), "f32"))
     add("transpose", "transpose", [F], {"perm": [1, 0]}, ((3, 2), "f32"))
     add("broadcast", "broadcast", [ROW], {"shape": [4, 3]}, ((4, 3), "f32"))
+    add("slice", "slice", [X34], {"starts": [1, 0], "limits": [3, 4]}, ((2, 4), "f32"))
+    add("slice-inner", "slice", [np.arange(24, dtype=np.float32).reshape(2, 3, 4)],
+        {"starts": [0, 1, 2], "limits": [2, 3, 4]}, ((2, 2, 2), "f32"))
+    add("slice-empty", "slice", [X34], {"starts": [2, 0], "limits": [2, 4]}, ((0, 4), "f32"))
     for kind in ("sum", "mean", "max", "min", "prod"):
         add(f"reduce-{kind}", "reduce", [F], _red(kind), ((2,), "f32"))
     add("contract-matmul", "contract", [F, X34[:, :3].T.copy()[:3]],
@@ -126,6 +130,21 @@ def cases() -> list[tuple[str, Graph, dict[str, np.ndarray], dict[str, np.ndarra
     add("gather-unchecked", "gather", [X34, rows[:2]], {"indexed_axes": 1,
                                                          "bounds": "unchecked"},
         ((2, 1, 4), "f32"))
+    # scatter_add: coinciding positions add up; under bounds zero a position outside either
+    # axis (-1, 3 on axis 0; -1 on axis 1) adds nothing.
+    add("scatter_add-zero", "scatter_add",
+        [X34, np.arange(1, 21, dtype=np.float32).reshape(5, 4),
+         np.array([1, 2, -1, 1, 3], np.int32)], {"indexed_axes": 1, "bounds": "zero"},
+        ((3, 4), "f32"))
+    add("scatter_add-zero-2d", "scatter_add",
+        [X34, np.arange(1, 13, dtype=np.float32).reshape(4, 3),
+         np.array([[0], [2], [0], [3]], np.int32), np.array([[1, -1, 1]], np.int32)],
+        {"indexed_axes": 2, "bounds": "zero"}, ((3, 4), "f32"))
+    add("scatter_add-unchecked", "scatter_add",
+        [X34, np.arange(1, 13, dtype=np.float32).reshape(3, 4), np.array([2, 0, 2], np.int32)],
+        {"indexed_axes": 1, "bounds": "unchecked"}, ((3, 4), "f32"))
+    add("scatter_add-whole", "scatter_add", [X34, X34 * 2], {"indexed_axes": 0,
+                                                           "bounds": "zero"}, ((3, 4), "f32"))
     scatter_inputs = {"v": np.arange(6, dtype=np.float32).reshape(2, 3) + 1,
                       "i": np.array([3, 1], np.int32)}
     out.append(("scatter", scatter_graph(), scatter_inputs,
@@ -147,6 +166,35 @@ def cases() -> list[tuple[str, Graph, dict[str, np.ndarray], dict[str, np.ndarra
                 Call("std.test::inner", "op", 1, 2, 1, "a", depth=1)]
     out.append(("call-two-results-nested", g, {"x": F}, {}))
     return out
+
+
+def scatter_adds() -> Any:
+    """A hypothesis strategy: one-step scatter_add graphs (rank 1-3, 0 to rank indexed axes,
+    broadcast positions, repeats likely) and their inputs; under bounds zero positions fall
+    up to 2 outside each axis, under unchecked they are inside."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw_case(draw: Any) -> tuple[Graph, dict[str, np.ndarray]]:
+        shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+        k = draw(st.integers(0, len(shape)))
+        bounds = draw(st.sampled_from(["zero", "unchecked"]))
+        common = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=2))) if k else ()
+        rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+        args = [rng.standard_normal(shape).astype(np.float32),
+                rng.standard_normal(common + shape[k:]).astype(np.float32)]
+        for a in range(k):
+            # each index broadcasts along the common shape's other axes (some of size 1)
+            ishape = tuple(d if draw(st.booleans()) else 1 for d in common)
+            lo, hi = (-2, shape[a] + 2) if bounds == "zero" else (0, shape[a])
+            args.append(rng.integers(lo, hi, ishape).astype(np.int32))
+        if k and all(a.shape != common for a in args[2:]):
+            args[2] = np.broadcast_to(args[2], common).copy()
+        g = one_step("scatter_add", args, {"indexed_axes": k, "bounds": bounds},
+                     (shape, "f32"))
+        return g, {f"a{i}": a for i, a in enumerate(args)}
+
+    return draw_case()
 
 
 def expected(graph: Graph, inputs: dict, states: dict) -> tuple[list[np.ndarray], dict]:

@@ -22,12 +22,16 @@ from export_cases import (  # noqa: E402
     llama_params,
     one_step,
     reference_step,
+    scatter_adds,
 )
+from hypothesis import given, settings  # noqa: E402
 from linnet.lang import LinnetError  # noqa: E402
 from linnet.lang.emit import onnx as emit  # noqa: E402
 from linnet.lang.ir.graph import ValueType  # noqa: E402
 from linnet.lang.ir.primitives import PRIMITIVES  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from reference import run_graph  # noqa: E402
+from test_properties import PROFILE, SCALE  # noqa: E402
 
 CASES = cases()
 
@@ -242,3 +246,14 @@ def test_a_model_the_checker_rejects_is_E0934():
         emit.check(model)
     d = err.value.diagnostics[0]
     assert d.code == "E0934" and "NoSuchOp" in d.message
+
+
+@settings(PROFILE, max_examples=10 * SCALE)
+@given(scatter_adds())
+def test_scatter_add_matches_the_reference_on_random_positions(case):
+    graph, inputs = case
+    (want,) = run_graph(graph, inputs, {}, {})
+    model = emit.emit_onnx(graph)
+    emit.check(model)
+    (got,) = session(model).run(None, inputs)
+    assert_close(got, want, "scatter_add on onnxruntime")

@@ -23,11 +23,15 @@ from export_cases import (
     llama_params,
     one_step,
     reference_step,
+    scatter_adds,
 )
+from hypothesis import given, settings
 from linnet.lang import LinnetError
 from linnet.lang.emit import stablehlo as emit
 from linnet.lang.ir.graph import ValueType
 from linnet.lang.ir.primitives import PRIMITIVES
+from reference import run_graph
+from test_properties import PROFILE, SCALE
 
 CASES = cases()
 
@@ -182,3 +186,55 @@ def test_composites_nest_and_hand_on_several_values():
     pair = text[text.index("func.func private @test_pair("):]
     assert 'name = "linnet.std.test.inner"' in pair.split("func.func", 2)[1]
     assert "#1" in text.split("func.func public @main", 1)[1]
+
+
+def test_the_text_computes_what_jax_export_of_the_generated_jax_computes(llama):
+    """Issue 17's cross-check: the StableHLO that `jax.export` writes for the generated JAX
+    of each entry (`jax.export.export(jax.jit(f))(...).mlir_module()`), compiled the same way
+    as ours, gives our text's results on the same inputs: outputs and every state after the
+    call, for the prefill and for a decode step from a filled cache."""
+    import jax
+    from jax import export as jexport
+    from linnet.lang.emit.jax import emit_jax
+
+    prefill, decode, params, texts = llama
+    rng = np.random.default_rng(11)
+    cases = [(prefill, {"tokens": rng.integers(0, 256, (1, 6)).astype(np.int32)},
+              {p: np.zeros(v.shape, np.float32) for p, v in prefill.states.items()}),
+             (decode, {"token": np.array([17], np.int32), "pos": np.array([6], np.int32)},
+              {p: rng.standard_normal(v.shape).astype(np.float32)
+               for p, v in decode.states.items()})]
+    for graph, inputs, states in cases:
+        ours = emit.compile_cpu(texts[graph.entry])(*arguments(graph, inputs, states, params))
+        ns: dict = {}
+        exec(compile(emit_jax(graph), f"{graph.entry}_jax", "exec"), ns)
+        fn = ns[ns["ENTRIES"][graph.entry]["function"]]
+        args = ([inputs[r.lstrip("%")] for r in graph.inputs],
+                {p: params[p] for p in graph.parameters}, states)
+        exported = jexport.export(jax.jit(lambda i, p, s, fn=fn: fn(*i, p, s),
+                                          keep_unused=True))(*args)
+        text = exported.mlir_module()
+        assert "stablehlo." in text
+        theirs = emit.compile_cpu(text)(*jax.tree_util.tree_leaves(args))
+        # Theirs: the outputs, then the new states as a pytree (sorted by path); ours: the
+        # outputs, then the states in the graph's order.
+        n = len(graph.outputs)
+        by_path = dict(zip(sorted(graph.states), theirs[n:]))
+        assert len(theirs) == len(ours) == n + len(graph.states)
+        for k in range(n):
+            np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-5, atol=1e-5,
+                                       err_msg=f"{graph.entry}: output {k}")
+        for path, value in zip(graph.states, ours[n:]):
+            np.testing.assert_allclose(value, by_path[path], rtol=1e-5, atol=1e-5,
+                                       err_msg=f"{graph.entry}: state {path}")
+
+
+@settings(PROFILE, max_examples=10 * SCALE)
+@given(scatter_adds())
+def test_scatter_add_matches_the_reference_on_random_positions(case):
+    graph, inputs = case
+    (want,) = run_graph(graph, inputs, {}, {})
+    text = emit.emit_stablehlo(graph)
+    emit.verify(text)
+    (got,) = emit.compile_cpu(text)(*arguments(graph, inputs, {}))
+    assert_close(got, want, "scatter_add on StableHLO")

@@ -67,3 +67,49 @@ def test_every_layers_backward_shares_one_generated_function(tmp_path, capsys):
     assert text.count("def decoder_layer_prefill_grad(") == 1
     assert "def decoder_layer_prefill_grad_2(" not in text
     assert text.count("= decoder_layer_prefill_grad(") == 3  # called once per layer
+
+
+def test_jax_grad_writes_a_module_computing_the_gradients(tmp_path, capsys):
+    """`linnet jax --grad`: the same flags (lower_for_command), the JAX emitter."""
+    target = tmp_path / "loss_grad.py"
+    assert main(["jax", *LOSS, "--grad", "-o", str(target)]) == 0
+    text = target.read_text()
+    compile(text, str(target), "exec")
+    assert "import jax" in text and "d_head_weight" in text
+    assert ".add(" in text  # scatter_add, the embedding's transpose: .at[...].add
+
+
+def test_onnx_and_stablehlo_grad_export_the_gradient_graph(tmp_path, capsys):
+    """`linnet onnx --grad` / `linnet stablehlo --grad` export the gradient graph (with
+    scatter_add, the embedding's transpose), which computes what the NumPy reference does."""
+    import numpy as np
+    import pytest
+
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("jax")
+    from linnet.lang import Program
+    from linnet.lang.cli import load_config
+    from linnet.lang.emit import stablehlo
+    from linnet.lang.grad import lower_grad
+    from reference import run_graph
+
+    graph = lower_grad(Program.from_file(TINYLM), "loss", {"tokens": [8, 4], "targets": [8, 4]},
+                       load_config("tiny", [], str(TINYLM)), check=False)
+    rng = np.random.default_rng(5)
+    named = {"tokens": rng.integers(0, 16, (8, 4)).astype(np.int32),
+             "targets": rng.integers(0, 16, (8, 4)).astype(np.int32)}
+    named |= {p: (0.2 * rng.standard_normal(vt.shape)).astype(np.float32)
+              for p, vt in graph.parameters.items()}
+    params = {p: named[p] for p in graph.parameters}
+    want = run_graph(graph, {k: named[k] for k in ("tokens", "targets")}, params, {})
+    assert main(["onnx", *LOSS, "--grad", "-o", str(tmp_path / "g.onnx")]) == 0
+    sess = ort.InferenceSession(str(tmp_path / "g.onnx"), providers=["CPUExecutionProvider"])
+    got_onnx = sess.run(None, {i.name: named[i.name] for i in sess.get_inputs()})
+    assert main(["stablehlo", *LOSS, "--grad", "-o", str(tmp_path / "g.mlir")]) == 0
+    run = stablehlo.compile_cpu((tmp_path / "g.mlir").read_text())
+    got_hlo = run(*(named[n] for n in stablehlo.argument_order(graph)))
+    assert len(want) == len(graph.outputs) == len(got_onnx) == len(got_hlo)
+    assert any(s.op == "scatter_add" for s in graph.steps)
+    for name, got in (("onnx", got_onnx), ("stablehlo", got_hlo)):
+        for ref, g, w in zip(graph.outputs, got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{name}: {ref}")

@@ -105,6 +105,15 @@ def _cases() -> dict[str, list[Graph]]:
               ["%r"]),
         graph({"x": ((), F)}, [("broadcast", ["%x"], "%r", (4, 3), F, {"shape": [4, 3]})],
               ["%r"])]
+    # slice: the leading axis alone, inner axes (the last one too), and every axis whole
+    cases["slice"] = [
+        graph({"x": ((4, 5, 3), F)}, [("slice", ["%x"], "%r", (2, 5, 3), F,
+                                       {"starts": [1, 0, 0], "limits": [3, 5, 3]})], ["%r"]),
+        graph({"x": ((4, 5, 3), F)}, [("slice", ["%x"], "%r", (4, 2, 2), F,
+                                       {"starts": [0, 2, 1], "limits": [4, 4, 3]})], ["%r"]),
+        graph({"x": ((2, 3), F)}, [("slice", ["%x"], "%s", (2, 3), F,
+                                    {"starts": [0, 0], "limits": [2, 3]}),
+                                   ("mul", ["%s", "%x"], "%r", (2, 3), F, None)], ["%r"])]
     cases["reduce"] = []
     for kind, identity in (("sum", 0.0), ("mean", 0.0), ("max", float("-inf")),
                            ("min", float("inf")), ("prod", 1.0)):

@@ -49,8 +49,27 @@ def kernels() -> Program:
 
 def test_tile_primitives_are_the_op_levels_and_the_kernels_own():
     assert TILE_PRIMITIVES - set(PRIMITIVES) == {"program_id", "load", "store", "for"}
-    # A tile is never gathered from nor scattered into: those primitives are not tile ones.
-    assert set(PRIMITIVES) - TILE_PRIMITIVES == {"take", "gather", "scatter_add", "scatter"}
+    # A tile is never gathered from, scattered into nor sliced: those primitives are not
+    # tile ones.
+    assert set(PRIMITIVES) - TILE_PRIMITIVES == {"take", "gather", "scatter_add", "scatter",
+                                                 "slice"}
+
+
+def test_a_range_slice_inside_a_kernel_is_E0526():
+    # Of a tile, and of a tensor parameter: a kernel loads the part it needs instead.
+    assert codes("""
+kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
+    let cols = iota<i32>(N)
+    let v = load(x[cols])
+    let part = v[0..2]
+    store(y[cols], v)
+}""") == ["E0526"]
+    assert codes("""
+kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
+    let cols = iota<i32>(N)
+    let part = x[0..2]
+    store(y[cols], load(x[cols]))
+}""") == ["E0526"]
 
 
 def test_row_softmax_lowers_to_a_tile_graph():

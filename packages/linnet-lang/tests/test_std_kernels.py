@@ -26,15 +26,15 @@ from linnet.lang.syntax.program import STD_ROOT
 # op -> (kernel, its binding's arguments, what its `where` clause must say)
 STD_KERNELS = {
     "std.nn.activation::softmax": ("row_softmax", "<R, C, 1024>", ["B >= C"]),
-    "std.nn.linear::linear": ("tiled_matmul", "<N, I, O, T, 32, 32, 32>",
-                              ["BM >= 16", "BN >= 16", "BK >= 16"]),
+    "std.nn.linear::linear_tiled": ("tiled_matmul", "<N, I, O, T, 32, 32, 32>",
+                                    ["BM >= 16", "BN >= 16", "BK >= 16"]),
     "std.nn.norm::rms_norm": ("rms_norm_rows", "<N, D, T, 4096>", ["B >= D"]),
     "std.nn.activation::silu_mul": ("silu_mul_tiles", "<N, F, T, 1024>", ["B >= 16"]),
 }
 
 STD_USES = """
 use std.nn.activation::{softmax, silu_mul, silu}
-use std.nn.linear::{linear}
+use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
 """
 
@@ -105,8 +105,7 @@ def test_llama_generated_source_without_a_program_has_no_launch(numerics: str) -
               "T": "f32"}
     graph = lower(prog, "decode", {"token": [1], "pos": [1]}, config)
     bound = [c for c in graph.calls if c.attributes.get("kernel")]
-    assert {c.attributes["kernel"] for c in bound} == {"std.nn.linear::tiled_matmul",
-                                                        "std.nn.norm::rms_norm_rows"}
+    assert {c.attributes["kernel"] for c in bound} == {"std.nn.norm::rms_norm_rows"}
     text = emit_torch(graph, numerics=numerics)
     assert "triton" not in text and "kernels_ready" not in text
     assert "F.linear(" in text and "F.rms_norm(" in text
@@ -159,7 +158,7 @@ def test_sampled_cases_satisfy_every_clause(seed: int, max_size: int) -> None:
                     else v in ("f32", "bf16")
             assert set(c.params) == {p.name for p in op.params
                                      if isinstance(p.type, A.TensorType)}
-            if op.name == "linear":
+            if op.name == "linear_tiled":
                 (n, i), (o, i2) = c.params["x"][0], c.params["w"][0]
                 assert (i, c.results[0][0]) == (i2, (n, o))
             if op.name == "softmax":

@@ -148,3 +148,14 @@ def test_one_run_command_whichever_registers_first(first, monkeypatch):
         args = parser.parse_args(argv)
         assert args.run(args) == 0
         assert ran.pop() == want
+
+
+def test_an_export_to_a_missing_folder_or_a_folder_is_E0800(model, tmp_path):
+    token, pos = np.array([5], np.int32), np.array([0], np.int32)
+    for call in (model.export_onnx, model.export_stablehlo):
+        with pytest.raises(LinnetError) as err:
+            call("decode", [token, pos], tmp_path / "no" / "such" / "m.out")
+        assert code(err) == "E0800" and "does not exist" in err.value.diagnostics[0].message
+        with pytest.raises(LinnetError) as err:
+            call("decode", [token, pos], tmp_path)
+        assert code(err) == "E0800" and "is a folder" in err.value.diagnostics[0].message

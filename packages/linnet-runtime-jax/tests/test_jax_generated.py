@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from indexgen import index_programs, state_programs
 from jax_support import LLAMA, toy_config, x64
 from linnet.jax import load, load_function, load_source, random_weights
@@ -42,6 +43,28 @@ FAST_CASES = {
         "use std.nn.attention::{causal_attention}", "causal_attention(q, k, v, 0.25)",
         {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"),
          "v": ([2, 5, 2, 16], "f32")}, "[2, 5, 2, 3, 16]"),
+    # The issue-19 ops (the shipped models'); windows shorter than the sequence and the
+    # cache, so that the sliding mask drops keys the causal one keeps.
+    "std.nn.attention::window_attention": (
+        "use std.nn.attention::{window_attention}", "window_attention(q, k, v, 0.25, 3)",
+        {"q": ([2, 7, 2, 3, 16], "f32"), "k": ([2, 7, 2, 16], "f32"),
+         "v": ([2, 7, 2, 16], "f32")}, "[2, 7, 2, 3, 16]"),
+    "std.nn.attention::window_decode_attention": (
+        "use std.nn.attention::{window_decode_attention}",
+        "window_decode_attention(q, kc, vc, pos, 0.25, 4)",
+        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
+         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
+    "std.nn.norm::rms_norm_offset": ("use std.nn.norm::{rms_norm_offset}",
+                                     "rms_norm_offset(x, w, 1e-5)",
+                                     {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
+    "std.nn.norm::layer_norm": ("use std.nn.norm::{layer_norm}", "layer_norm(x, w, b, 1e-5)",
+                                {"x": ([3, 8], "f32"), "w": ([8], "f32"), "b": ([8], "f32")},
+                                "[3, 8]"),
+    "std.nn.activation::gelu_tanh": ("use std.nn.activation::{gelu_tanh}", "gelu_tanh(x)",
+                                     {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.linear::linear_in_out_bias": (
+        "use std.nn.linear::{linear_in_out_bias}", "linear_in_out_bias(x, w, b)",
+        {"x": ([3, 8], "f32"), "w": ([8, 5], "f32"), "b": ([5], "f32")}, "[3, 5]"),
 }
 
 
@@ -69,8 +92,9 @@ def random_inputs(callee: str, inputs: dict, dtype: str, seed: int = 0) -> list[
         else:
             x = rng.standard_normal(shape).astype(np.float32)
             out.append(x.astype(jnp.bfloat16) if dtype == "bf16" else x)
-    if callee == "std.nn.attention::decode_attention":
-        out[3] = np.array([4, 11], dtype=np.int32)
+    if callee in ("std.nn.attention::decode_attention",
+                  "std.nn.attention::window_decode_attention"):
+        out[3] = np.array([4, 11], dtype=np.int32)  # pos 11 with window 4: 0..7 masked
     return out
 
 
@@ -99,6 +123,63 @@ def test_fast_call_equals_the_op_body(callee, dtype):
     if dtype == "f32":  # and the body is what the NumPy reference computes
         (ref,) = run_graph(graph, {v[1:]: a for v, a in zip(graph.inputs, args)}, {}, {})
         np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
+
+
+# The sliding-window ops with the window an input (a traced value under jit, as a config
+# computed one may be): each module is generated and jitted once, hypothesis draws windows
+# from 1 (the diagonal alone) past the sequence (the causal mask alone) and decode positions.
+WINDOW_PROGRAMS = {
+    "prefill": """
+use std.nn.attention::{window_attention}
+model M {
+    entry run(q: Tensor[2, 9, 2, 2, 16; f32], k: Tensor[2, 9, 2, 16; f32],
+              v: Tensor[2, 9, 2, 16; f32], w: Tensor[1; i32]) -> Tensor[2, 9, 2, 2, 16; f32] {
+        return window_attention(q, k, v, 0.25, w[0])
+    }
+}""",
+    "decode": """
+use std.nn.attention::{window_decode_attention}
+model M {
+    entry run(q: Tensor[2, 2, 2, 16; f32], kc: Tensor[2, 9, 2, 16; f32],
+              vc: Tensor[2, 9, 2, 16; f32], pos: Tensor[2; i32], w: Tensor[1; i32])
+              -> Tensor[2, 2, 2, 16; f32] {
+        return window_decode_attention(q, kc, vc, pos, 0.25, w[0])
+    }
+}""",
+}
+_WINDOW_MODULES: dict = {}
+
+
+def window_functions(kind: str):
+    """The fused and the body form of a window op's program, jitted (made once)."""
+    if kind not in _WINDOW_MODULES:
+        program = Program.from_text(WINDOW_PROGRAMS[kind])
+        shapes = ({"q": [2, 9, 2, 2, 16], "k": [2, 9, 2, 16], "v": [2, 9, 2, 16], "w": [1]}
+                  if kind == "prefill" else
+                  {"q": [2, 2, 2, 16], "kc": [2, 9, 2, 16], "vc": [2, 9, 2, 16], "pos": [2],
+                   "w": [1]})
+        graph = lower(program, "run", shapes)
+        fast = import_source(emit_jax(graph, fast=True), f"window_{kind}_fast")
+        body = import_source(emit_jax(graph, fast=False), f"window_{kind}_body")
+        assert Path(fast.__file__).read_text() != Path(body.__file__).read_text()
+        _WINDOW_MODULES[kind] = (shapes, jax.jit(fast.run), jax.jit(body.run))
+    return _WINDOW_MODULES[kind]
+
+
+@settings(PROFILE, max_examples=10 * SCALE, deadline=None)
+@given(kind=st.sampled_from(["prefill", "decode"]), window=st.integers(1, 11),
+       pos=st.lists(st.integers(0, 8), min_size=2, max_size=2), seed=st.integers(0, 2**16))
+def test_window_fast_calls_equal_the_bodies_for_any_window(kind, window, pos, seed):
+    shapes, fast, body = window_functions(kind)
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()
+            if n not in ("pos", "w")]
+    if kind == "decode":
+        args.append(np.array(pos, np.int32))
+    args.append(np.array([window], np.int32))
+    (got,), _ = fast(*args, {}, {})
+    (want,), _ = body(*args, {}, {})
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 # Random index-notation programs (computed positions, shifts, reductions, casts, every
@@ -299,3 +380,116 @@ def test_generated_scatter_add_matches_numpy(bounds, k) -> None:
     with x64():
         (got,), _ = jax.jit(ns["run"])(*[np.asarray(data[v[1:]]) for v in g.inputs], {}, {})
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, err_msg=text)
+
+
+# slice (issue 19's static ranges): Python slicing in the generated JAX, against NumPy, with
+# the leading axis alone, inner axes, an empty range and every axis whole.
+@pytest.mark.parametrize("starts,limits", [([1, 0, 0], [3, 3, 2]), ([0, 1, 1], [4, 3, 2]),
+                                           ([2, 0, 0], [2, 3, 2]), ([0, 0, 0], [4, 3, 2])])
+def test_generated_slice_matches_numpy(starts, limits) -> None:
+    from test_grad_rules import graph
+
+    out = tuple(b - a for a, b in zip(starts, limits))
+    g = graph({"x": ((4, 3, 2), "f64")}, [("slice", ["%x"], "%r", out, "f64",
+                                            {"starts": starts, "limits": limits})], ["%r"])
+    x = np.random.default_rng(0).standard_normal((4, 3, 2))
+    (want,) = run_graph(g, {"x": x}, {}, {})
+    ns: dict = {}
+    text = emit_jax(g)
+    exec(compile(text, "case", "exec"), ns)
+    with x64():
+        (got,), _ = jax.jit(ns["run"])(x, {}, {})
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), want, err_msg=text)
+
+
+# model.export_onnx / export_stablehlo: thin calls into linnet.lang.export (as the torch
+# runtime's), with the model's own weights; the exported entry computes what the model does.
+def test_model_export_onnx_runs_like_the_model(toy_weights, tmp_path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    model = load(LLAMA, weights=toy_weights, config="toy")
+    token, pos = np.array([5], np.int32), np.array([0], np.int32)
+    written = model.export_onnx("decode", [token, pos], tmp_path / "decode.onnx")
+    assert written == [tmp_path / "decode.onnx"]
+    sess = ort.InferenceSession(str(written[0]), providers=["CPUExecutionProvider"])
+    graph = model.graph("decode", [token, pos])
+    states = {p: np.zeros(vt.shape, np.float32) for p, vt in graph.states.items()}
+    for step in range(3):
+        p = np.array([step], np.int32)
+        want = model.decode(token, p)
+        outs = sess.run(None, {"token": token, "pos": p, **states})
+        np.testing.assert_allclose(outs[0], np.asarray(want), rtol=1e-4, atol=1e-5)
+        states = dict(zip(graph.states, outs[1:]))
+        for path, value in states.items():  # the exported cache is the model's own
+            np.testing.assert_allclose(value, np.asarray(model.states[path]), atol=1e-5)
+
+
+def test_model_export_stablehlo_runs_like_the_model(toy_weights, tmp_path) -> None:
+    from linnet.lang.emit.stablehlo import compile_cpu
+
+    model = load(LLAMA, weights=toy_weights, config="toy")
+    tokens = np.array([[3, 1, 4, 1]], np.int32)
+    order = model.export_stablehlo("prefill", [tokens], tmp_path / "prefill.mlir", verify=True)
+    assert order[0] == "tokens"
+    run = compile_cpu((tmp_path / "prefill.mlir").read_text())
+    graph = model.graph("prefill", [tokens])
+    named = {"tokens": tokens, **{p: np.zeros(vt.shape, np.float32)
+                                  for p, vt in graph.states.items()},
+             **{p: np.asarray(v) for p, v in model.params.items()}}
+    outs = run(*(named[n] for n in order))
+    np.testing.assert_allclose(outs[0], np.asarray(model.prefill(tokens)), rtol=1e-4,
+                               atol=1e-5)
+
+
+def _cross_entropy(logits, targets):
+    """The mean next-token cross-entropy of [1, L, V] logits (a loss of the prefill)."""
+    logp = jax.nn.log_softmax(logits[0], axis=-1)
+    return -jnp.take_along_axis(logp, jnp.asarray(targets[0])[:, None], axis=-1).mean()
+
+
+def test_linnet_jax_grad_matches_jax_grad_and_the_torch_gradient(tmp_path, capsys) -> None:
+    """Issue 18's acceptance on JAX: `linnet jax --grad` (the reverse pass, as generated JAX)
+    on the toy Llama's prefill loss equals jax.grad of the generated forward and the torch
+    runtime's value_and_grad, for every parameter."""
+    torch = pytest.importorskip("torch")
+    from linnet.lang.cli import main
+    from linnet.torch import load as torch_load
+
+    cfg = toy_config(B=1)
+    target = tmp_path / "prefill_grad.py"
+    assert main(["jax", str(LLAMA), "--config", "toy", "--set", "B=1", "--entry", "prefill",
+                 "--input", "tokens=1,8", "--grad", "--grad-seed", "cotangents",
+                 "-o", str(target)]) == 0
+    grad_ns: dict = {}
+    exec(compile(target.read_text(), str(target), "exec"), grad_ns)
+    weights = random_weights(LLAMA, cfg, scale=0.05)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, cfg["V"], (1, 8)).astype(np.int32)
+    targets = rng.integers(0, cfg["V"], (1, 8)).astype(np.int32)
+    fn = load_function(LLAMA, "prefill", weights=weights, config=cfg)
+    module, states = fn.lowered([tokens]).module, fn.new_states([tokens])
+
+    def loss(params):
+        (logits,), _ = module.prefill(tokens, params, states)
+        return _cross_entropy(logits, targets)
+
+    with jax.default_matmul_precision("highest"):
+        want = jax.jit(jax.grad(loss))(fn.params)
+        (logits,), _ = jax.jit(module.prefill)(tokens, fn.params, states)
+        d_logits = jax.grad(_cross_entropy)(logits, targets)
+        outs, _ = jax.jit(grad_ns["prefill"])(tokens, d_logits, fn.params, states)
+    np.testing.assert_allclose(np.asarray(outs[0]), np.asarray(logits), rtol=1e-5, atol=1e-6)
+    paths = sorted(fn.params)  # "params": every float parameter, by path
+    got = dict(zip(paths, outs[1:], strict=True))
+    tm = torch_load(LLAMA, weights={k: torch.from_numpy(v) for k, v in weights.items()},
+                    config=cfg)
+    _, torch_grads = tm.value_and_grad("prefill", [torch.from_numpy(tokens)],
+                                       cotangents=[torch.from_numpy(np.array(d_logits))])
+    assert set(torch_grads) == set(paths) == set(want)
+    for path in paths:
+        ref = np.asarray(want[path])
+        scale = float(np.abs(ref).max())
+        assert scale > 0, path
+        for name, other in (("linnet jax --grad", got[path]), ("torch", torch_grads[path])):
+            np.testing.assert_allclose(np.asarray(other), ref, rtol=1e-4, atol=1e-4 * scale,
+                                       err_msg=f"{path}: {name} against jax.grad")

@@ -117,7 +117,7 @@ for entry, x in [("bodies", torch.randn(3, 24)), ("clause", torch.randn(24)),
     out[entry] = {"diff": diff(fast, exact), "runs": runs, "exact_runs": none,
                   "ratio": {k: float((fast[k] / exact[k]).median()) for k in fast}}
 
-# The toy Llama: every linear and norm a kernel launch, differentiated by its body.
+# The toy Llama: every norm a kernel launch, differentiated by its body.
 w = random_weights(llama, toy, seed=1, scale=0.2)
 tokens = torch.tensor([[1, 2, 3]], dtype=torch.int32)
 res = {}
@@ -148,7 +148,7 @@ def kernel_grads() -> dict:
 
 
 def test_kernels_without_grad_clause_differentiate_their_body(kernel_grads: dict) -> None:
-    """rms_norm, linear (tl.dot in a loop), silu_mul and softmax launched under autograd:
+    """rms_norm, linear_tiled (tl.dot in a loop), silu_mul and softmax launched under autograd:
     the gradients of the input and of every parameter equal autograd of the bodies."""
     r = kernel_grads["bodies"]
     assert {k.split("_")[0] for k, (launched, _) in r["runs"].items() if launched} == \

@@ -133,3 +133,34 @@ def test_decode_reads_back_the_cache_it_wrote_so_it_has_no_gradient(llama):
     with pytest.raises(LinnetError) as err:
         model.value_and_grad("decode", [token, pos], cotangents=[torch.ones(1, config["V"])])
     assert err.value.diagnostics[0].code == "E0953"
+
+
+SLICED = """
+model M {
+    param w: Tensor[6, 4; f32]
+    entry loss(x: Tensor[4; f32]) -> f32 {
+        let a = self.w[1..3, ..]
+        let b = self.w[.., 2..4]
+        let s = sum[i, j](a[i, j] * x[j]) + sum[i, j](b[i, j] * b[i, j])
+        return s
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["generated", "interpreter"])
+def test_the_gradient_through_static_slices_of_a_parameter(tmp_path, interpret):
+    """`slice`'s VJP (issue 19's `w[a..b, ..]`): each slice's gradient placed into zeros of
+    the parameter's shape, the overlapping ones added, as torch.autograd says."""
+    path = tmp_path / "sliced.linnet"
+    path.write_text(SLICED)
+    w = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    x = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    model = load(path, weights={"w": w}, interpret=interpret)
+    loss, grads = model.value_and_grad("loss", [x])
+    leaf = w.clone().requires_grad_(True)
+    with torch.enable_grad():
+        ref = (leaf[1:3] * x).sum() + (leaf[:, 2:4] ** 2).sum()
+        (want,) = torch.autograd.grad(ref, [leaf])
+    torch.testing.assert_close(loss, ref.detach())
+    torch.testing.assert_close(grads["w"], want)

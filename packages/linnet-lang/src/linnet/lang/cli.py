@@ -395,8 +395,9 @@ def _export_graph(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
     if errors:
         raise LinnetError(errors)
     weights = read_safetensors_header(args.weights) if args.weights else None
-    graph = lower(program, args.entry, parse_inputs(args.input), config, weights, args.model,
-                  check=False)
+    # lower_for_command: `--grad` exports the gradient graph (it was parsed, so never ignored)
+    graph = lower_for_command(args, program, args.entry, parse_inputs(args.input), config,
+                              weights, check=False)
     sources = {m.source.name: m.source.text for m in program.modules.values()}
     return graph, sources
 
@@ -534,6 +535,40 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             if os.environ.get("LINNET_DEBUG"):
                 print(f"linnet: skipped command plugin {ep.name}: {exc}", file=sys.stderr)
     return parser
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `linnet run`, whichever runtime registers the command first (each
+    runtime's `linnet.commands` entry point calls this, so the two never drift apart).
+
+    >>> p = argparse.ArgumentParser(); add_run_arguments(p)
+    >>> p.parse_args(["--tokens", "4"]).tokens
+    4
+    """
+    p.add_argument("file", nargs="?", help="a .linnet model, or a shipped one by name "
+                                           "(std.models.llama, std.models.qwen2, ...; "
+                                           "default: the Llama example)")
+    p.add_argument("--weights", help="a safetensors file, a checkpoint directory (a Hugging Face "
+                                     "download: its config.json is read too), an index JSON "
+                                     "(default: a generated toy checkpoint)")
+    p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy "
+                                    "without --weights; with them, the checkpoint's config.json)")
+    p.add_argument("--prompt", default="1,2,3,4,5,6,7,8", help="comma-separated token ids")
+    p.add_argument("--tokens", type=int, default=16, help="tokens to decode")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--compile", action="store_true", help="torch.compile each slice kind once "
+                                                          "(torch runtime)")
+    p.add_argument("--interpret", action="store_true",
+                   help="use the PyTorch interpreter (torch runtime)")
+    p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated checkpoint")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sample at this temperature (default 0: greedy)")
+    p.add_argument("--top-k", type=int, help="sample among the k most likely tokens")
+    p.add_argument("--top-p", type=float, help="sample among the most likely tokens reaching p")
+    p.add_argument("--sampling-seed", type=int, help="seed of the sampling (same seed, same "
+                                                     "tokens)")
+    p.add_argument("--stop", default="", help="comma-separated token ids that end generation")
 
 
 def add_lowering_arguments(p: argparse.ArgumentParser, entry_required: bool = True) -> None:

@@ -37,23 +37,11 @@ def register_run(subparsers: Any) -> None:
         torch_run = existing.get_default("run")
         existing.set_defaults(run=lambda args: dispatch(args, torch_run))
         return
+    from linnet.lang.cli import add_run_arguments
+
     default = "torch" if _torch_installed() else "jax"
     p = subparsers.add_parser("run", help="run a model's prefill and decode (default: demo)")
-    p.add_argument("file", nargs="?", help="a .linnet model (default: the Llama example)")
-    p.add_argument("--weights", help="a safetensors file, a checkpoint directory (a Hugging Face "
-                                     "download: its config.json is read too), an index JSON "
-                                     "(default: a generated toy checkpoint)")
-    p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy "
-                                    "without --weights; with them, the checkpoint's config.json)")
-    p.add_argument("--prompt", default="1,2,3,4,5,6,7,8", help="comma-separated token ids")
-    p.add_argument("--tokens", type=int, default=16, help="tokens to decode")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--compile", action="store_true", help="torch.compile each slice kind once "
-                                                          "(torch runtime)")
-    p.add_argument("--interpret", action="store_true",
-                   help="use the PyTorch interpreter (torch runtime)")
-    p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated checkpoint")
+    add_run_arguments(p)
     p.add_argument("--runtime", choices=RUNTIMES, default=default,
                    help=f"the runtime that runs the model (default here: {default})")
     p.set_defaults(run=lambda args: dispatch(args, None))
@@ -116,7 +104,18 @@ def run_command(args: argparse.Namespace) -> int:
         raise LinnetError(Diagnostic(
             "E0790", f"`{flag}` is an option of the torch runtime; `--runtime jax` always runs "
             "generated JAX under jax.jit", help=f"drop {flag}, or use `--runtime torch`"))
-    model_path = Path(args.file) if args.file else default_model()
+    sampling = [flag for flag, given in (
+        ("--temperature", args.temperature), ("--top-k", args.top_k is not None),
+        ("--top-p", args.top_p is not None), ("--sampling-seed", args.sampling_seed is not None),
+        ("--stop", args.stop)) if given]
+    if sampling:  # the torch runtime's Model.generate samples; here decoding is greedy
+        raise LinnetError(Diagnostic(
+            "E0790", f"`{sampling[0]}` is an option of the torch runtime's generation; "
+            "`--runtime jax` decodes greedily", help=f"drop {sampling[0]}, or use "
+                                                     "`--runtime torch`"))
+    from linnet.lang.syntax.program import model_file
+
+    model_path = model_file(args.file) if args.file else default_model()
     ckpt_config = resolve_checkpoint(args.weights).config_path if args.weights else None
     own_config = False
     if ckpt_config is not None:

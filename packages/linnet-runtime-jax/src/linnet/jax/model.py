@@ -153,7 +153,9 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
     dev = resolve_device(device) if read else None
-    model_path = Path(path)
+    from linnet.lang.syntax.program import model_file
+
+    model_path = model_file(path)  # a file, or a shipped model by name (std.models.llama)
     program = Program.from_file(model_path)
     errors = check_program(program)
     if errors:
@@ -424,7 +426,8 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     device). Its ``params`` attribute holds the loaded weights and ``new_states(inputs)``
     makes zeroed states.
 
-    ``weights``, ``config``, ``device``, ``dtype`` and ``numerics`` are as for :func:`load`;
+    ``path``, ``weights``, ``config``, ``device``, ``dtype`` and ``numerics`` are as for
+    :func:`load` (``path`` may name a shipped model: ``std.models.gemma``);
     ``fast=False`` runs std ops' bodies instead of fused JAX calls; ``check=False`` skips
     the input range checks (one small host copy per index input and call).
 
@@ -531,10 +534,45 @@ class Model:
         """The graph of ``entry`` for inputs shaped like ``inputs``."""
         return self.function(entry).lowered(inputs).graph
 
+    # ------------------------------------------------------------ export
+    def export_onnx(self, entry: str, inputs: Any, path: str | Path, check: bool = True,
+                    external_threshold: int | None = None) -> list[Path]:
+        """Write ``entry``, lowered for inputs shaped like ``inputs``, as an ONNX model at
+        ``path``, as ``linnet.torch``'s ``model.export_onnx`` does: the entry's inputs then
+        its states as graph inputs, its outputs then each state after the call
+        (``<path>.next``) as outputs, this model's weights as initializers (in
+        ``path.data`` above ``external_threshold`` bytes, 1 GiB). Checked with
+        ``onnx.checker`` unless ``check=False``. Needs ``linnet-lang[onnx]``. Returns the
+        files written; see docs/export.md.
+
+        >>> model.export_onnx("decode", [token, pos], "decode.onnx")      # doctest: +SKIP
+        [PosixPath('decode.onnx')]
+        """
+        from .export import export_onnx
+
+        return export_onnx(self, entry, inputs, path, check, external_threshold)
+
+    def export_stablehlo(self, entry: str, inputs: Any, path: str | Path,
+                         verify: bool = False) -> list[str]:
+        """Write ``entry``, lowered for inputs shaped like ``inputs``, as StableHLO MLIR text
+        at ``path``; ``verify=True`` parses and verifies it with jaxlib first. Returns the
+        names of ``@main``'s arguments in order: the inputs, the states, then the parameters
+        (pass ``model.params[name]`` for those).
+
+        >>> order = model.export_stablehlo("prefill", [tokens], "prefill.mlir")  # doctest: +SKIP
+        """
+        from .export import export_stablehlo
+
+        return export_stablehlo(self, entry, inputs, path, verify)
+
 
 def load(path: str | Path, weights: Any = None, device: Any = None, numerics: str = "exact",
          config: Any = None, dtype: Any = None, fast: bool = True) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
+
+    ``path`` is a model file, or a model the linnet-lang wheel ships by its module name
+    (``std.models.llama``, ``std.models.qwen2``, ``std.models.mistral``, ``std.models.gemma``,
+    ``std.models.phi3``, ``std.models.gpt2``: docs/models.md); an unknown one is E0211.
 
     ``weights`` is a safetensors file, a checkpoint directory (its
     ``model.safetensors.index.json``, else every ``*.safetensors`` in it; a Hugging Face
@@ -549,6 +587,7 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
 
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/", dtype="bf16",
     ...              device="gpu")                                       # doctest: +SKIP
+    >>> qwen = load("std.models.qwen2", weights="Qwen2.5-0.5B/")         # doctest: +SKIP
     >>> logits = model.prefill(jnp.asarray([[1, 2, 3]], jnp.int32))       # doctest: +SKIP
     """
     if numerics not in NUMERICS:
@@ -566,8 +605,9 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
     [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     """
     from linnet.lang.check.driver import find_model
+    from linnet.lang.syntax.program import model_file
 
-    program = Program.from_file(model_path)
+    program = Program.from_file(model_file(model_path))
     decl = find_model(program, None)
     entry = next(m for m in decl.methods if m.kind == "entry")
     inputs = {p.name: [1] * len(p.type.dims) for p in entry.params}  # type: ignore[union-attr]

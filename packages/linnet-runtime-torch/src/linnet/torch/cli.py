@@ -36,29 +36,10 @@ def register_run(subparsers: Any) -> None:
     """Adds `linnet run` to the `linnet` CLI (the `linnet.commands` entry point)."""
     if "run" in subparsers.choices:
         return  # linnet-runtime-jax's, registered first: it runs torch through --runtime torch
+    from linnet.lang.cli import add_run_arguments
+
     p = subparsers.add_parser("run", help="run a model's prefill and decode (default: demo)")
-    p.add_argument("file", nargs="?", help="a .linnet model, or a shipped one by name "
-                                           "(std.models.llama, std.models.qwen2, ...; "
-                                           "default: the Llama example)")
-    p.add_argument("--weights", help="a safetensors file, a checkpoint directory (a Hugging Face "
-                                     "download: its config.json is read too), an index JSON "
-                                     "(default: a generated toy checkpoint)")
-    p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy "
-                                    "without --weights; with them, the checkpoint's config.json)")
-    p.add_argument("--prompt", default="1,2,3,4,5,6,7,8", help="comma-separated token ids")
-    p.add_argument("--tokens", type=int, default=16, help="tokens to decode")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--compile", action="store_true", help="torch.compile each slice kind once")
-    p.add_argument("--interpret", action="store_true", help="use the PyTorch interpreter")
-    p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated checkpoint")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="sample at this temperature (default 0: greedy)")
-    p.add_argument("--top-k", type=int, help="sample among the k most likely tokens")
-    p.add_argument("--top-p", type=float, help="sample among the most likely tokens reaching p")
-    p.add_argument("--sampling-seed", type=int, help="seed of the sampling (same seed, same "
-                                                     "tokens)")
-    p.add_argument("--stop", default="", help="comma-separated token ids that end generation")
+    add_run_arguments(p)
     p.set_defaults(run=run_command)
 
 

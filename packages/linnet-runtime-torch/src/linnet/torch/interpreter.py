@@ -152,6 +152,8 @@ def _scatter_add(step: Step, x: list[Any], device: torch.device) -> Any:
         valid = valid.reshape(valid.shape + (1,) * (data.dim() - len(indices)))
         value = torch.where(valid, value, torch.zeros((), dtype=value.dtype, device=device))
     return torch.index_put(data, safe, value, accumulate=True)
+
+
 def _slice(step: Step, x: torch.Tensor) -> torch.Tensor:
     view = x[tuple(slice(a, b) for a, b in zip(step.attributes["starts"],
                                                 step.attributes["limits"]))]

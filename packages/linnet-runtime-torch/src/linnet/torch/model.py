@@ -94,7 +94,9 @@ class Model:
                  progress: Callable[[str], None] | None = None, grad: bool = False):
         self.program = program
         self.params = params
-        self.grad = False
+        # Whether entries run with autograd (load(grad=True), requires_grad_): not `grad`,
+        # which is the method computing gradients through the reverse pass (issue 18).
+        self.autograd = False
         self.config = dict(config)
         self.device = device
         self.compile = compile
@@ -130,7 +132,7 @@ class Model:
                 # A new leaf over the same memory: the caller's own tensors (weights given
                 # as a dict) keep their flags.
                 self.params[name] = p.detach().requires_grad_(requires_grad)
-        self.grad = requires_grad
+        self.autograd = requires_grad
         return self
 
     def _model_decl(self):
@@ -359,7 +361,7 @@ class Model:
                              f"{list(vt.shape)}", help="make a context for these inputs: "
                              f"model.new_context({entry!r}, inputs)")
         # With gradients on, the caller's grad mode applies (torch.no_grad() still works).
-        grad_mode = contextlib.nullcontext() if self.grad else torch.inference_mode()
+        grad_mode = contextlib.nullcontext() if self.autograd else torch.inference_mode()
         with numerics_mode(self.numerics), grad_mode:
             if self.interpret:
                 outs = run_graph(graph, inputs, self.params, ctx.states, self.device)

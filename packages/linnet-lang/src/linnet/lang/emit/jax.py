@@ -12,8 +12,8 @@ updated in place on the device).
 
 Where JAX has a fused call with the same semantics as a std op's body, the whole call span
 becomes that call (``jax.nn.dot_product_attention``, ``jax.nn.silu``, ...): the table
-:data:`FAST_CALLS`. linnet-runtime-jax's ``tests/test_generated.py`` proves each one equal to
-the op's body. Every primitive has a rule in :data:`RULES` (tests/test_coverage.py checks).
+:data:`FAST_CALLS`. linnet-runtime-jax's ``tests/test_jax_generated.py`` proves each one
+equal to the op's body. Every primitive has a rule in :data:`RULES` (tests/test_coverage.py checks).
 
 Numerics: ``exact`` writes every matrix product with ``precision=PRECISION``, the module's
 ``jax.lax.Precision.HIGHEST`` (full f32 products on every backend, no TF32); ``fast`` sets it
@@ -142,6 +142,18 @@ def _reshape(s: Step, n: Scope, numerics: str) -> list[str]:
 def _transpose(s: Step, n: Scope, numerics: str) -> list[str]:
     return [f"{n(s.results[0])} = jnp.transpose({n.tensor(s.operands[0])}, "
             f"{tuple(s.attributes['perm'])})"]
+
+
+def _slice(s: Step, n: Scope, numerics: str) -> list[str]:
+    """A static range of each axis as Python slicing (``lax.slice`` under jit), with whole
+    axes after the last sliced one left out (``w[0:64]``, ``qkv[:, 64:96]``). Arrays are
+    values: a slice of a state is not changed by the state's next write, so no copy."""
+    x = s.operands[0]
+    parts = [":" if (a, b) == (0, size) else f"{a}:{b}"
+             for a, b, size in zip(s.attributes["starts"], s.attributes["limits"], n.shape(x))]
+    while len(parts) > 1 and parts[-1] == ":":
+        parts.pop()
+    return [f"{n(s.results[0])} = {n.tensor(x)}[{', '.join(parts)}]"]
 
 
 def _broadcast(s: Step, n: Scope, numerics: str) -> list[str]:
@@ -310,7 +322,7 @@ RULES: dict[str, Rule] = {
     "select": _select, "convert": _convert, "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
-    "scatter_add": _scatter_add,
+    "scatter_add": _scatter_add, "slice": _slice,
 }
 
 
@@ -383,6 +395,83 @@ def _fast_causal_attention(call: Call, n: Scope, args: list[str], out: list[str]
     ]
 
 
+def _fast_rms_norm_offset(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    x, w, eps = args
+    t = _dt(n, call.attributes["args"][0])
+    o = out[0]
+    # Gemma: the (1 + w) scale in f32 too, then one conversion (the op body's order).
+    return [
+        f"{o}_x = {x}.astype(jnp.float32)",
+        f"{o}_ms = jnp.mean({o}_x * {o}_x, axis=-1, keepdims=True)",
+        f"{o} = ({o}_x * lax.rsqrt({o}_ms + {eps}) * (1.0 + {w}{_cast('jnp.float32', t)}))"
+        f"{_cast(t, 'jnp.float32')}",
+    ]
+
+
+def _fast_layer_norm(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    x, w, b, eps = args
+    t = _dt(n, call.attributes["args"][0])
+    o = out[0]
+    # Statistics in f32 with the centred (two-pass) variance, as the body; jax.nn.standardize
+    # would take E[x^2] - E[x]^2, which loses digits when the mean is large.
+    return [
+        f"{o}_x = {x}.astype(jnp.float32)",
+        f"{o}_c = {o}_x - jnp.mean({o}_x, axis=-1, keepdims=True)",
+        f"{o}_var = jnp.mean({o}_c * {o}_c, axis=-1, keepdims=True)",
+        f"{o} = ({o}_c * lax.rsqrt({o}_var + {eps})){_cast(t, 'jnp.float32')} * {w} + {b}",
+    ]
+
+
+def _fast_gelu_tanh(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    t = _dt(n, call.attributes["args"][0])
+    # jax.nn.gelu's approximate form is the tanh one (0.044715 x^3), computed in f32.
+    return [f"{out[0]} = jax.nn.gelu({args[0]}{_cast('jnp.float32', t)}, approximate=True)"
+            f"{_cast(t, 'jnp.float32')}"]
+
+
+def _fast_linear_in_out(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    x, w, b = args
+    t = _dt(n, call.attributes["args"][0])
+    # The weight is stored [in, out] (GPT-2's Conv1D): no transpose; f32 products, then T.
+    return [f"{out[0]} = jnp.matmul({x}, {w}, precision=PRECISION, "
+            f"preferred_element_type=jnp.float32){_cast(t, 'jnp.float32')} + {b}"]
+
+
+def _fast_window_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    q, k, v, scale, window = args
+    b, seq, kv, g, hd = n.shape(call.attributes["args"][0])
+    o = out[0]
+    # Key s is seen from query t when t - window < s <= t: a boolean [T, S] mask broadcast
+    # over batch and heads (the window may be a traced value, so not local_window_size=).
+    return [
+        f"{o}_i = jnp.arange({seq})",
+        f"{o}_mask = ({o}_i[None, :] <= {o}_i[:, None]) & ({o}_i[:, None] - {o}_i[None, :] "
+        f"< {window})",
+        f"{o} = jax.nn.dot_product_attention(jnp.reshape({q}, ({b}, {seq}, {kv * g}, {hd})), "
+        f"{k}, {v}, mask={o}_mask[None, None], scale={scale})",
+        f"{o} = jnp.reshape({o}, ({b}, {seq}, {kv}, {g}, {hd}))",
+    ]
+
+
+def _fast_window_decode_attention(call: Call, n: Scope, args: list[str],
+                                  out: list[str]) -> list[str]:
+    q, k, v, pos, scale, window = args
+    s = n.shape(call.attributes["args"][1])[1]
+    t = _dt(n, call.attributes["args"][0])
+    o = out[0]
+    # decode_attention's two products, with cache positions outside the window masked too.
+    return [
+        f"{o}_i = jnp.arange({s})",
+        f"{o}_mask = (({o}_i <= {pos}[:, None]) & ({pos}[:, None] - {o}_i < {window}))"
+        f"[:, None, None, :]",
+        f"{o}_scores = jnp.einsum('bhgd,bjhd->bhgj', {q}, {k}, precision=PRECISION, "
+        f"preferred_element_type=jnp.float32) * {scale}",
+        f"{o}_p = jax.nn.softmax(jnp.where({o}_mask, {o}_scores, -jnp.inf), axis=-1)",
+        f"{o} = jnp.einsum('bhgj,bjhd->bhgd', {o}_p{_cast(t, 'jnp.float32')}, {v}, "
+        f"precision=PRECISION, preferred_element_type=jnp.float32){_cast(t, 'jnp.float32')}",
+    ]
+
+
 FAST_CALLS: dict[str, FastRule] = {
     "std.nn.linear::linear": _fast_linear,
     "std.nn.linear::linear_bias": _fast_linear,
@@ -392,6 +481,12 @@ FAST_CALLS: dict[str, FastRule] = {
     "std.nn.activation::softmax": _fast_softmax,
     "std.nn.attention::decode_attention": _fast_decode_attention,
     "std.nn.attention::causal_attention": _fast_causal_attention,
+    "std.nn.attention::window_attention": _fast_window_attention,
+    "std.nn.attention::window_decode_attention": _fast_window_decode_attention,
+    "std.nn.norm::rms_norm_offset": _fast_rms_norm_offset,
+    "std.nn.norm::layer_norm": _fast_layer_norm,
+    "std.nn.activation::gelu_tanh": _fast_gelu_tanh,
+    "std.nn.linear::linear_in_out_bias": _fast_linear_in_out,
 }
 
 

@@ -287,6 +287,14 @@ def _broadcast(s: Step, n: Scope) -> Any:
                 hint=s.results[0])
 
 
+def _slice(s: Step, n: Scope) -> Any:
+    """ONNX Slice over every axis (static starts and ends; steps of 1)."""
+    rank = len(s.attributes["starts"])
+    return n.op("Slice", [n.get(s.operands[0]), n.ints(s.attributes["starts"], "starts"),
+                          n.ints(s.attributes["limits"], "ends"), n.ints(list(range(rank)), "axes")],
+                hint=s.results[0])
+
+
 _REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin",
            "prod": "ReduceProd"}
 
@@ -391,6 +399,26 @@ def _scatter(s: Step, n: Scope) -> None:
     return None
 
 
+def _scatter_add(s: Step, n: Scope) -> Any:
+    """A copy of the operand with the value added at the positions: ScatterND with
+    ``reduction="add"`` (coinciding positions add up). Under bounds zero a position outside
+    adds nothing: its index is clamped into the axis and its value masked to 0 (ScatterND
+    would wrap a negative index), as emit/torch.py and emit/jax.py do."""
+    x, value, *refs = s.operands
+    dt, shape = _out(s, n), n.shape(x)
+    v = n.get(value, dt)
+    if not refs:
+        return n.op("Add", [n.get(x, dt), v], hint=s.results[0])
+    k = len(refs)
+    idx, valid, common = _stacked(n, refs, shape, s.attributes["bounds"] == "zero")
+    if valid is not None:
+        mask = n.op("Reshape", [valid, n.ints(common + [1] * (len(shape) - k))])
+        v = n.op("Where", [mask, v, n.const(0, dt)])
+    updates = n.op("Expand", [v, n.ints(common + list(shape[k:]))])
+    return n.op("ScatterND", [n.get(x, dt), idx, updates], {"reduction": "add"},
+                hint=s.results[0])
+
+
 RULES: dict[str, Rule] = {
     "neg": _unary("Neg"), "not": _unary("Not"), "exp": _unary("Exp"), "log": _unary("Log"),
     "sqrt": _unary("Sqrt"), "rsqrt": _rsqrt, "sin": _unary("Sin"), "cos": _unary("Cos"),
@@ -405,7 +433,7 @@ RULES: dict[str, Rule] = {
     "convert": _convert, "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-    "scatter": _scatter,
+    "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
 }
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 

@@ -458,6 +458,15 @@ def _take(s: Step, n: Scope) -> str:
     return _masked(n, s, out, valid, [1] * axis + list(ishape) + [1] * (len(xshape) - axis - 1))
 
 
+def _slice(s: Step, n: Scope) -> str:
+    """``stablehlo.slice``: static start and limit indices, strides of 1."""
+    shape, dt = _res(s, n)
+    rank = len(shape)
+    attrs = (f"start_indices = {_array(s.attributes['starts'])}, "
+             f"limit_indices = {_array(s.attributes['limits'])}, strides = {_array([1] * rank)}")
+    return n.op("stablehlo.slice", [n.get(s.operands[0])], shape, dt, attrs, hint=s.results[0])
+
+
 def _broadcast_shape(shapes: list[tuple[int, ...]]) -> list[int]:
     rank = max((len(sh) for sh in shapes), default=0)
     out = [1] * rank
@@ -528,6 +537,44 @@ def _scatter(s: Step, n: Scope) -> None:
     return None
 
 
+def _scatter_add(s: Step, n: Scope) -> str:
+    """A copy of the operand with the value added at the positions: ``stablehlo.scatter``
+    with an add region (coinciding positions add up). Under bounds zero a position outside
+    adds nothing: its index is clamped into the axes and its value masked to 0 (what a
+    backend does with an index outside is implementation-defined), as emit/torch.py does."""
+    shape, dt = _res(s, n)
+    x, value, *refs = s.operands
+    if not refs:
+        return n.op("stablehlo.add", [n.get(x, dt, shape), n.get(value, dt, shape)], shape, dt,
+                    hint=s.results[0])
+    k = len(refs)
+    idx, valid, common = _stacked(n, refs, shape, s.attributes["bounds"] == "zero")
+    window = [*common, *shape[k:]]
+    updates = n.get(value, dt, window)
+    if valid is not None:
+        where_ = [*common, k]
+        lo = n.broadcast(n.const(0, "i64"), where_)
+        top = n.op("stablehlo.constant", [], (k,), "i64",
+                   f"value = dense<{_ints([d - 1 for d in shape[:k]])}> : {n.ty((k,), 'i64')}",
+                   hint="top")
+        idx = n.op("stablehlo.clamp", [lo, idx, n.broadcast(top, where_)], where_, "i64")
+        mask = n.broadcast(n.reshape(valid, [*common, *[1] * (len(shape) - k)]), window)
+        zero = n.broadcast(n.const(0, dt), window)
+        updates = n.op("stablehlo.select", [mask, updates, zero], window, dt)
+    t = n.ty((), dt)
+    old, new, total = n.fresh("old"), n.fresh("new"), n.fresh("sum")  # names unused outside
+    region = (f"{{\n  ^bb0({old}: {t}, {new}: {t}):\n"
+              f'    {total} = "stablehlo.add"({old}, {new}) : ({t}, {t}) -> {t}\n'
+              f'    "stablehlo.return"({total}) : ({t}) -> ()\n  }}')
+    attrs = (f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = "
+             f"{_ints(range(len(common), len(window)))}, inserted_window_dims "
+             f"= {_ints(range(k))}, scatter_dims_to_operand_dims = {_ints(range(k))}, "
+             f"index_vector_dim = {len(common)}>, indices_are_sorted = false, "
+             "unique_indices = false")
+    return n.op("stablehlo.scatter", [n.get(x, dt), idx, updates], shape, dt, attrs, region,
+                hint=s.results[0])
+
+
 RULES: dict[str, Rule] = {
     "neg": _unary("stablehlo.negate"), "not": _unary("stablehlo.not"),
     "exp": _unary("stablehlo.exponential"), "log": _unary("stablehlo.log"),
@@ -547,7 +594,7 @@ RULES: dict[str, Rule] = {
     "convert": _convert, "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-    "scatter": _scatter,
+    "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
 }
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 

@@ -368,6 +368,30 @@ def _broadcast(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | Non
     return [t.fit(g, *_operand(t, step, 0)) if needs[0] else None]
 
 
+def _slice(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
+    """The transpose of a static slice: ``g`` placed into zeros of the operand's shape at
+    the sliced range. The positions are one iota per axis up to the last sliced one, shifted
+    by its start (``scatter_add``; every position is inside, and none coincide), so the axes
+    after it are whole and ``g`` is the scatter's value as it is."""
+    x = step.operands[0]
+    shape, dtype = t.shape(x), t.dtype(x)
+    starts, limits = list(step.attributes["starts"]), list(step.attributes["limits"])
+    if not needs[0]:
+        return [None]
+    cut = [a for a, (lo, hi) in enumerate(zip(starts, limits)) if (lo, hi) != (0, shape[a])]
+    if not cut:
+        return [g]
+    k = cut[-1] + 1
+    indices = []
+    for a in range(k):
+        view = [1] * k
+        view[a] = limits[a] - starts[a]
+        i = t.emit("iota", [], tuple(view), "i64", {"shape": view, "axis": a, "dtype": "i64"})
+        indices.append(t.binary("add", i, t.const(starts[a], "i64")) if starts[a] else i)
+    return [t.emit("scatter_add", [t.zeros(shape, dtype), g, *indices], shape, dtype,
+                   {"indexed_axes": k, "bounds": "unchecked"})]
+
+
 def _reduce(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
     x = step.operands[0]
     shape, dtype = t.shape(x), t.dtype(x)
@@ -509,7 +533,7 @@ VJP_RULES: dict[str, Rule] = {
     "select": _float_only(_select), "convert": _convert,
     "constant": zero, "iota": zero,
     "reshape": _float_only(_reshape), "transpose": _float_only(_transpose),
-    "broadcast": _float_only(_broadcast),
+    "broadcast": _float_only(_broadcast), "slice": _float_only(_slice),
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
     "scatter_add": _float_only(_scatter_add),
     "scatter": zero,  # a state write: gradients never flow through states (E0953)

@@ -94,6 +94,11 @@ def cases() -> list[Case]:
                 inv_freq=((2,), "normal")),
            _std("embedding_op", ids=((4,), 16)), _std("causal_attention_op", **qkv),
            _std("decode_attention_op", q=((2, 2, 2, 4), "normal"),
+                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
+           _std("linear_in_out_bias_op", x=x), _std("linear_tiled_op", x=x),
+           _std("rms_norm_offset_op", x=x), _std("gelu_tanh_op", x=x),
+           _std("silu_mul_op", x=x, up=x), _std("window_attention_op", **qkv),
+           _std("window_decode_attention_op", q=((2, 2, 2, 4), "normal"),
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
     llama = _llama()
     prompt = {"tokens": ((1, 6), 256)}
@@ -104,10 +109,31 @@ def cases() -> list[Case]:
             Case("llama rope llama3, prefill", llama,
                  _toy(rope_llama3=True, rope_factor=8.0, rope_original_max_positions=64.0),
                  "prefill", prompt)]
+    tinylm = _tinylm()
+    if tinylm is not None:  # a checkout (a wheel ships the llama example alone)
+        model, config = tinylm
+        batch = {"tokens": ((config["B"], 8), config["V"])}
+        out += [Case("tinylm forward", model, config, "forward", batch),
+                Case("tinylm loss", model, config, "loss",
+                     {**batch, "targets": ((config["B"], 8), config["V"])})]
     return out
 
 
-MODELS_COVERED = ("examples/llama/llama.linnet",)
+def _tinylm() -> tuple[Path, dict[str, Any]] | None:
+    """examples/tinylm (issue 18's training example) and its config, where there is one."""
+    import json
+
+    from linnet.lang.bundled import example
+
+    try:
+        folder = example("tinylm")
+    except LookupError:
+        return None
+    data = json.loads((folder / "configs" / "tiny.json").read_text())
+    return folder / "tinylm.linnet", {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+MODELS_COVERED = ("examples/llama/llama.linnet", "examples/tinylm/tinylm.linnet")
 """The repository's models the cases run (a test fails when examples/ has one more)."""
 
 
@@ -232,24 +258,38 @@ def _stablehlo_step(setup: Setup, graph: Any) -> StepFn:
 
 
 def _jax_step(setup: Setup, graph: Any) -> StepFn:
-    """Generated JAX (linnet-runtime-jax), called as the torch runtime's models are: a model
-    loaded with the same weights and config, each call given its states."""
-    import linnet.jax as lj  # type: ignore[import-not-found]
+    """Generated JAX (linnet-runtime-jax): the entry as ``linnet.jax``'s pure function
+    ``fn(params, states, inputs) -> (outputs, new_states)`` of a model loaded with the same
+    weights (NumPy arrays of their dtypes) and config; each call is given the states the
+    previous one returned."""
+    import jax.numpy as jnp
+    from linnet.jax import load  # type: ignore[import-not-found]
+    from linnet.jax.weights import numpy_dtype  # type: ignore[import-not-found]
 
-    model = setup.models.get("jax") or lj.load(setup.case.model, weights={
-        k: v.float().numpy() for k, v in setup.weights.items()}, config=setup.case.config)
-    setup.models["jax"] = model
+    model = setup.models.get("jax")
+    if model is None:
+        weights = {k: v.float().numpy().astype(numpy_dtype(_linnet_dtype(v)))
+                   for k, v in setup.weights.items()}
+        model = setup.models["jax"] = load(setup.case.model, weights=weights,
+                                           config=setup.case.config)
+    fn = model.function(graph.entry)
 
     def step(inputs: Arrays, states: Arrays) -> tuple[list[np.ndarray], Arrays]:
-        ctx = model.context_for_graph(graph) if hasattr(model, "context_for_graph") else None
-        if ctx is not None:
-            ctx.states.update(states)
-        out = model.run(graph.entry, [inputs[r.lstrip("%")] for r in graph.inputs],
-                        context=ctx)
-        outs = list(out) if isinstance(out, tuple) else [out]
-        return ([np.asarray(o) for o in outs],
-                {k: np.asarray(v) for k, v in (ctx.states if ctx else states).items()})
+        args = [inputs[r.lstrip("%")] for r in graph.inputs]
+        # Fresh arrays of the states' dtypes: fn donates its states argument.
+        mine = {p: jnp.asarray(states[p], numpy_dtype(vt.dtype))
+                for p, vt in graph.states.items()}
+        outs, new = fn(model.params, mine, args)
+        return ([np.asarray(o, np.float32 if o.dtype.name == "bfloat16" else None)
+                 for o in outs], {k: np.asarray(v, np.float32) for k, v in new.items()})
     return step
+
+
+def _linnet_dtype(tensor: Any) -> str:
+    """A torch tensor's dtype as a Linnet name (``torch.bfloat16`` -> ``bf16``)."""
+    from ..interpreter import DTYPES
+
+    return next(name for name, dt in DTYPES.items() if dt == tensor.dtype)
 
 
 def _needs(*modules: str) -> Callable[[], str]:

@@ -1,0 +1,82 @@
+"""``model.export_onnx`` and ``model.export_stablehlo`` of the JAX runtime: the entry lowered
+as the model runs it (its config, the dims its weights fixed), then a thin call into
+linnet-lang's exporters (:mod:`linnet.lang.export`), with the model's own arrays as the
+weights. The same as linnet-runtime-torch's ``linnet.torch.export`` (which this package does
+not import: it never depends on torch), with the same code, E0800, for a path it cannot write.
+
+>>> model = load("examples/llama/llama.linnet", config="toy")            # doctest: +SKIP
+>>> model.export_onnx("decode", [token, pos], "decode.onnx")            # doctest: +SKIP
+[PosixPath('decode.onnx')]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from linnet.lang import LinnetError
+from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.ir.graph import Graph
+
+from .inputs import check_inputs
+
+
+def _target(path: str | Path) -> Path:
+    """E0800 before any work when ``path`` cannot be written: no such folder, or a folder."""
+    p = Path(path)
+    if p.is_dir():
+        raise LinnetError(Diagnostic("E0800", f"cannot export to `{path}`: it is a folder",
+                                     help="name a file inside it, such as `decode.onnx`"))
+    if not p.parent.is_dir():
+        raise LinnetError(Diagnostic(
+            "E0800", f"cannot export to `{path}`: folder `{p.parent}` does not exist",
+            help=f"create it first (`mkdir -p {p.parent}`) or write elsewhere"))
+    return p
+
+
+def _unwritable(path: Path, exc: OSError) -> LinnetError:
+    return LinnetError(Diagnostic("E0800", f"cannot export to `{path}`: "
+                                  f"{exc.strerror or exc}",
+                                  help="check the folder's permissions and free space"))
+
+
+def _sources(model: Any) -> dict[str, str]:
+    return {m.source.name: m.source.text for m in model.program.modules.values()}
+
+
+def _checked(model: Any, entry: str, inputs: Any) -> Graph:
+    """The graph ``model.run`` would call for ``inputs``, after the same input checks."""
+    fn = model.function(entry)
+    given = fn._ordered(inputs)
+    graph = fn.lowered(given).graph
+    check_inputs(graph, given, entry)
+    return graph
+
+
+def export_onnx(model: Any, entry: str, inputs: Any, path: str | Path, check: bool = True,
+                external_threshold: int | None = None) -> list[Path]:
+    """See :meth:`linnet.jax.Model.export_onnx`."""
+    from linnet.lang.export import export_onnx as export
+
+    target = _target(path)
+    graph = _checked(model, entry, inputs)
+    params = {p: model.params[p] for p in graph.parameters}
+    try:
+        return export(graph, params, target, _sources(model), check, external_threshold)
+    except OSError as exc:
+        raise _unwritable(target, exc) from None
+
+
+def export_stablehlo(model: Any, entry: str, inputs: Any, path: str | Path,
+                     verify: bool = False) -> list[str]:
+    """See :meth:`linnet.jax.Model.export_stablehlo`."""
+    from linnet.lang.emit.stablehlo import argument_order
+    from linnet.lang.export import export_stablehlo as export
+
+    target = _target(path)
+    graph = _checked(model, entry, inputs)
+    try:
+        export(graph, target, _sources(model), verify)
+    except OSError as exc:
+        raise _unwritable(target, exc) from None
+    return argument_order(graph)

@@ -1,0 +1,133 @@
+"""The models the linnet-lang wheel ships (std.models.*) on the JAX runtime, loaded by name
+through `linnet.jax.load` from a small random Hugging Face checkpoint made here with
+`save_pretrained` (no config= but the cache length: config.json maps through the model's
+`.hf.json`): f32 prefill logits within 1e-4 of transformers' and 8 greedy tokens equal,
+through generated JAX with the fused calls (sliding windows shorter than the prompt for
+Mistral and Phi-3, so that the window masks matter in prefill and decode).
+
+The architectures and their configs are the PyTorch runtime's model zoo's
+(linnet-runtime-torch/tests/test_model_zoo.py), imported from there so that both runtimes
+are held to the same checkpoints. torch and transformers only build the reference.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from linnet.jax import load
+from linnet.lang import LinnetError
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TOLERANCE = 1e-4
+PROMPT = 20
+STEPS = 8
+
+
+def _zoo():
+    """linnet-runtime-torch's model zoo module, under a name of its own (not collected)."""
+    path = Path(__file__).resolve().parents[2] / "linnet-runtime-torch" / "tests" / \
+        "test_model_zoo.py"
+    spec = importlib.util.spec_from_file_location("linnet_torch_model_zoo", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ZOO = _zoo()
+MODELS = ZOO.MODELS  # llama, qwen2, mistral, gemma, phi3, gpt2
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Each shipped architecture saved by transformers, with its logits and greedy tokens."""
+    prompt = torch.randint(0, 256, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    configs = ZOO._configs()
+    out = {}
+    for name in MODELS:
+        cls, cfg = configs[name]
+        torch.manual_seed(0)
+        model = cls(cfg).eval()
+        with torch.no_grad():
+            # Random norms and biases, not ones and zeros: every parameter must matter.
+            for pname, p in model.named_parameters():
+                if p.dim() == 1:
+                    p.normal_(0.0 if pname.endswith("bias") else 1.0, 0.1)
+        path = tmp_path_factory.mktemp(name)
+        model.save_pretrained(path)
+        with torch.no_grad():
+            logits = model(prompt).logits.numpy()
+            generated = model.generate(prompt, max_new_tokens=STEPS, min_new_tokens=STEPS,
+                                       do_sample=False, pad_token_id=0)
+        out[name] = (path, logits, generated[0, PROMPT:].tolist())
+    return prompt.numpy().astype(np.int32), out
+
+
+def greedy(model, prompt: np.ndarray, steps: int) -> tuple[np.ndarray, list[int]]:
+    """Prefill, then greedy decode steps on the model's own (donated) KV cache."""
+    logits = np.asarray(model.prefill(prompt))
+    out = [int(logits[0, -1].argmax())]
+    pos = prompt.shape[1]
+    for _ in range(steps - 1):
+        step = model.decode(np.array([out[-1]], np.int32), np.array([pos], np.int32))
+        out.append(int(np.asarray(step)[0].argmax()))
+        pos += 1
+    return logits, out
+
+
+# What each model's generated JAX must call: the fused forms its std ops lower to.
+FAST = {
+    "llama": ["jax.nn.dot_product_attention(", "is_causal=True", "jax.nn.silu(", "lax.rsqrt("],
+    "qwen2": ["jax.nn.dot_product_attention(", "jax.nn.silu("],
+    "mistral": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.silu("],
+    "gemma": ["jax.nn.dot_product_attention(", "jax.nn.gelu(", "approximate=True",
+              "(1.0 + "],
+    "phi3": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.silu("],
+    "gpt2": ["jax.nn.dot_product_attention(", "jax.nn.gelu(", "jnp.matmul("],
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_shipped_model_matches_transformers(checkpoints, name):
+    prompt, ckpts = checkpoints
+    path, hf_logits, hf_tokens = ckpts[name]
+    model = load(f"std.models.{name}", weights=path, config={"S": 64})
+    logits, tokens = greedy(model, prompt, STEPS)
+    assert logits.shape == hf_logits.shape
+    assert np.abs(logits - hf_logits).max() < TOLERANCE
+    assert tokens == hf_tokens
+    # The run above went through the fused JAX calls, not the op bodies.
+    text = Path(model.source("prefill", [prompt])).read_text() + Path(model.source(
+        "decode", [np.zeros(1, np.int32), np.array([PROMPT], np.int32)])).read_text()
+    for call in FAST[name]:
+        assert call in text, f"{name}: generated JAX has no {call}"
+
+
+def test_an_unknown_std_model_is_coded():
+    with pytest.raises(LinnetError) as info:
+        load("std.models.lama")
+    d = info.value.diagnostics[0]
+    assert d.code == "E0211" and "did you mean `std.models.llama`" in d.help
+
+
+def test_load_function_by_name_and_the_cli(checkpoints, capsys):
+    """`load_function` and `linnet run --runtime jax` take a shipped model by name too."""
+    from linnet.jax import load_function
+    from linnet.lang.cli import main
+
+    prompt, ckpts = checkpoints
+    path, hf_logits, hf_tokens = ckpts["qwen2"]
+    prefill = load_function("std.models.qwen2", "prefill", weights=path, config={"S": 64})
+    (logits,), _ = prefill(prefill.params, prefill.new_states([prompt]), [prompt])
+    assert np.abs(np.asarray(logits) - hf_logits).max() < TOLERANCE
+    given = ",".join(str(t) for t in prompt[0].tolist())
+    assert main(["run", "--runtime", "jax", "std.models.qwen2", "--weights", str(path),
+                 "--prompt", given, "--tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "(jax)" in out and "decoded 3 tokens" in out
+    assert f"token   1 at position   {PROMPT}: {hf_tokens[1]:6d}" in out
