@@ -353,9 +353,8 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
 
 
 # Primitives a kernel may not use yet, and why: `erf` has no lowering in Pallas's Triton
-# backend (jax 0.10 to 0.11); `slice` (issue 19's static slice) is never in a tile graph:
-# the checker rejects a slice of a tile (E0526: load the memory instead).
-EXPECTED_MISSING: frozenset[str] = frozenset({"erf", "slice"})
+# backend (jax 0.10 to 0.11).
+EXPECTED_MISSING: frozenset[str] = frozenset({"erf"})
 
 PALLAS_RULES: dict[str, TileRule] = {
     "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("jnp.exp({})"),
