@@ -10,6 +10,9 @@
 #                                          whole steps with both plugins: gpu_steps.py)
 #   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
 #                                          its body, timed, floors, graph breaks: kernels.py)
+#   bash benchmarks/gpu.sh --pallas [--runs N]   (linnet-runtime-jax's gpu-marked Pallas tests,
+#                                          then every std kernel launched through Pallas from
+#                                          generated JAX against its body, timed: pallas.py)
 # Results land in $OUT (or ./gpu-results) and the summary tables are printed last.
 set -uo pipefail
 OUT=${OUT:-gpu-results}
@@ -66,6 +69,13 @@ if [ "${1:-}" = "--gpu-tests" ]; then
   if [ -n "${GPU_STEPS_PARTS:-}" ]; then
     python3 benchmarks/gpu_steps.py --parts "$GPU_STEPS_PARTS" 2>&1 | tee "$OUT/steps.log" | grep -v Warning | tail -30
   fi
+  exit 0
+fi
+if [ "${1:-}" = "--pallas" ]; then
+  python3 -c "import jax; print('jax', jax.__version__, jax.default_backend())" | tee -a "$OUT/gpu.txt"
+  (cd packages/linnet-runtime-jax && LINNET_GPU_TESTS=1 python3 -m pytest -q -p no:cacheprovider \
+      -m gpu tests/test_jax_pallas.py 2>&1 | tee "$OUT/pallas-tests.log" | tail -6)
+  python3 benchmarks/pallas.py "${@:2}" 2>&1 | tee "$OUT/pallas.log" | grep -v Warning | tail -24
   exit 0
 fi
 if [ "${1:-}" = "--kernels" ]; then

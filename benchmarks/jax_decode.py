@@ -114,7 +114,12 @@ def time_jax(name: str, cfg: dict, context: int, steps: int, numerics: str, devi
     kv_row = sum(v.size // v.shape[1] * v.dtype.itemsize for v in states.values())
     floor = (weights + kv_row * (context + steps // 2)) / bandwidth
     ms = 1000 * statistics.median(times)
+    # Pallas kernels the step launched (numerics fast, on a GPU: the std kernel-bound ops'
+    # `RUNS` counters of the generated module), as "launched/instances".
+    runs = getattr(low.module, "RUNS", {})
+    pallas = f"{sum(1 for c in runs.values() if c[0])}/{len(runs)}"
     return dict(config=name, runtime=f"jax ({numerics})", ms=ms, floor_ms=1000 * floor,
+                pallas=pallas,
                 of_floor=floor * 1000 / ms, compile_s=compile_s, weights_gb=weights / 1e9,
                 context=context, steps=steps)
 
@@ -202,10 +207,10 @@ def main() -> int:
             jax=jax.__version__, device=device.device_kind, bandwidth=bandwidth, rows=rows),
             indent=1))
     print(f"\n{'config':14} {'runtime':30} {'ms/token':>9} {'floor ms':>9} {'of floor':>8} "
-          f"{'compile s':>9}")
+          f"{'compile s':>9} {'pallas':>7}")
     for r in rows:
         print(f"{r['config']:14} {r['runtime']:30} {r['ms']:9.3f} {r['floor_ms']:9.3f} "
-              f"{r['of_floor']:8.0%} {r['compile_s']:9.1f}")
+              f"{r['of_floor']:8.0%} {r['compile_s']:9.1f} {r.get('pallas', '-'):>7}")
     return 0
 
 

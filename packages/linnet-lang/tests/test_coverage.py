@@ -124,6 +124,7 @@ def test_the_checker_sets_are_derived_from_the_rows() -> None:
 # concrete generics), each against that registry.
 TILE_TABLES: list[tuple[str, str]] = [
     ("linnet.lang.emit.triton", "TILE_RULES"),  # @triton.jit kernels in generated PyTorch
+    ("linnet.lang.emit.pallas", "PALLAS_RULES"),  # Pallas kernels in generated JAX
 ]
 
 

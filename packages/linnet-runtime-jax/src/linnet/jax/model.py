@@ -253,15 +253,28 @@ def load_source(path: str | Path, entry: str, shapes: dict[str, Sequence[int]],
         raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
     prep = prepare(path, weights, config, None, None, read=False)
     _entry_params(prep.program, entry)
-    graph = lower(prep.program, entry, {k: list(v) for k, v in shapes.items()}, prep.config,
-                  prep.weight_shapes, check=False)
+    graph, clauses = _lower(prep.program, entry, {k: list(v) for k, v in shapes.items()},
+                            prep.config, prep.weight_shapes)
     check_static(graph, entry)
-    return _module(prep.program, graph, numerics, fast)
+    return _module(prep.program, graph, numerics, fast, clauses)
 
 
-def _module(program: Program, graph: Graph, numerics: str, fast: bool) -> ModuleType:
+def _lower(program: Program, entry: str, shapes: dict, config: dict | None, weights: dict | None
+           ) -> tuple[Graph, dict[int, Any] | None]:
+    """The entry's graph and, where the program has grad clauses, each call's clause: a
+    Pallas kernel's backward under jax.grad (emit/jax.py). Recording clauses lowers every
+    layer on its own, so a program without one is lowered as before."""
+    from linnet.lang.grad import has_grad_clauses
+
+    clauses: dict[int, Any] | None = {} if has_grad_clauses(program) else None
+    graph = lower(program, entry, shapes, config, weights, check=False, grad_clauses=clauses)
+    return graph, clauses
+
+
+def _module(program: Program, graph: Graph, numerics: str, fast: bool,
+            clauses: dict[int, Any] | None = None) -> ModuleType:
     text = emit_jax(graph, _sources(program), numerics=numerics, fast=fast,
-                    origin=program.root.source.name)
+                    origin=program.root.source.name, program=program, clauses=clauses)
     return import_source(text, f"linnet_jax_{graph.model.lower()}_{graph.entry}")
 
 
@@ -355,11 +368,11 @@ class Function:
         import jax
 
         shapes = {p: _shape_of(t) for p, t in zip(self._names, given)}
-        graph = lower(self._prep.program, self.entry, shapes, self._prep.config,
-                      self._prep.weight_shapes, check=False)
+        graph, clauses = _lower(self._prep.program, self.entry, shapes, self._prep.config,
+                                self._prep.weight_shapes)
         check_static(graph, self.entry)
         check_x64(graph)
-        module = _module(self._prep.program, graph, self.numerics, self._fast)
+        module = _module(self._prep.program, graph, self.numerics, self._fast, clauses)
         fn = getattr(module, module.ENTRIES[self.entry].get("function", self.entry))
 
         def pure(params: dict, states: dict, inputs: tuple) -> tuple:

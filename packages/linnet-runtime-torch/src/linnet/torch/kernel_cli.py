@@ -33,6 +33,10 @@ def register_kernels(subparsers: Any) -> None:
                    help="check only this op (repeatable; a name or a qualified name)")
     p.add_argument("--device", default=None,
                    help="cpu (Triton's interpreter) or cuda (default: cuda when available)")
+    p.add_argument("--runtime", choices=("torch", "jax"), default="torch",
+                   help="torch: kernels through Triton from generated PyTorch (default); "
+                        "jax: through Pallas from generated JAX (Pallas's interpreter on the "
+                        "CPU, `--device cpu`; for real on a GPU), linnet-runtime-jax's check")
     p.set_defaults(run=kernels_command)
 
 
@@ -48,6 +52,8 @@ def kernels_command(args: argparse.Namespace) -> int:
     if args.count < 1 or args.max_size < 1:
         print("linnet kernels: --count and --max-size are at least 1", file=sys.stderr)
         return 2
+    if getattr(args, "runtime", "torch") == "jax":
+        return _jax_kernels(args)
     if args.device in (None, "cpu") and "triton" not in sys.modules:
         # On the CPU, kernels run in Triton's interpreter, which must be chosen before Triton
         # is first imported (its own library functions are decorated then). Harmless on
@@ -95,4 +101,54 @@ def kernels_command(args: argparse.Namespace) -> int:
     print(f"{checked} case(s) checked: " + (f"{len(findings)} finding(s) in {kernels} "
                                              "kernel(s)" if findings else "every kernel agrees "
                                              "with its op"))
+    return 1 if findings else 0
+
+
+def _jax_kernels(args: argparse.Namespace) -> int:
+    """`linnet kernels --runtime jax`: the same cases through Pallas (linnet.jax.testing)."""
+    from linnet.lang import LinnetError
+    from linnet.lang.check.kernel_cases import DEFAULT_DTYPES, std_program
+    from linnet.lang.diagnostics.core import Diagnostic
+
+    try:
+        from linnet.jax.testing import KernelCheck, check_kernels
+    except ImportError:
+        raise LinnetError(Diagnostic(
+            "E0792", "`linnet kernels --runtime jax` needs linnet-runtime-jax, which is not "
+            "installed here", help="install it: `pip install linnet-runtime-jax`")) from None
+    if args.device not in (None, "cpu", "gpu", "cuda"):
+        print("linnet kernels: --device is cpu or gpu with --runtime jax", file=sys.stderr)
+        return 2
+    interpret = None if args.device is None else args.device == "cpu"
+    sources: list[Any] = [std_program()] if args.std else []
+    sources += args.file
+    checked = 0
+
+    def show(check: KernelCheck) -> None:
+        nonlocal checked
+        checked += 1
+        c = check.case
+        if check.finding is None:
+            print(f"ok    {c.kernel}  {c.describe()}  (Pallas; largest difference "
+                  f"{check.difference:.3g})")
+        else:
+            print(f"FAIL  {check.finding}")
+
+    findings = []
+    done: set[str] = set()
+    for source in sources:
+        findings += check_kernels(source, count=args.count, seed=args.seed,
+                                  max_size=args.max_size, dtypes=tuple(args.dtype) or
+                                  DEFAULT_DTYPES, ops=args.op or None, interpret=interpret,
+                                  on_check=show, skip=done)
+    for f in findings:
+        if f.case == "no case":
+            print(f"FAIL  {f}")
+    if not checked and not findings:
+        print("no op here is bound to a kernel: nothing to check")
+        return 0
+    kernels = len({f.kernel for f in findings})
+    print(f"{checked} case(s) checked through Pallas: " + (
+        f"{len(findings)} finding(s) in {kernels} kernel(s)" if findings
+        else "every kernel agrees with its op"))
     return 1 if findings else 0

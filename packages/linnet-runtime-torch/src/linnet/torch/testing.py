@@ -23,35 +23,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import linnet.lang.syntax.tree as A
-from linnet.lang import LinnetError, Program, check_program, lower
-from linnet.lang.check.kernel_cases import DEFAULT_DTYPES, KernelCase, bound_ops, sample_cases
-from linnet.lang.diagnostics.core import Diagnostic, SourceFile
-from linnet.lang.syntax.parser import parse
-from linnet.lang.syntax.program import STD_ROOT, std_modules
+from linnet.lang import LinnetError, Program, lower
+from linnet.lang.check.kernel_cases import (
+    DEFAULT_DTYPES,
+    ENTRY,
+    EXACT,
+    MODEL,
+    TF32,
+    TOLERANCES,
+    KernelCase,
+    bound_ops,
+    sample_cases,
+    std_program,
+    wrapper_program,
+)
+from linnet.lang.check.kernel_cases import checked_program as _program
+from linnet.lang.diagnostics.core import Diagnostic
 
 import torch
 
 from .interpreter import DTYPES, run_graph
-
-# The tolerance of a comparison, by the result's element type: (rtol, atol). An element
-# passes when |kernel - body| <= atol * scale + rtol * |body|, with scale the largest |body|
-# of the result (at least 1), so that sums over long axes are not held to the scale of one
-# element. 16-bit types: the body rounds every step to 8 (bf16) or 11 (f16) bits of mantissa,
-# a kernel rounds once (and Triton's interpreter has no bf16 arithmetic: it computes in f32),
-# so they differ by a few units in the last place. Integers and bools are exact.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "f64": (1e-9, 1e-12),
-    "f32": (1e-4, 1e-5),
-    "f16": (1e-2, 2e-3),
-    "bf16": (4e-2, 1.6e-2),
-}
-# f32 results of a kernel whose f32 products are `tl.dot`s in TF32 (numerics "fast" launches
-# them so on CUDA: 10 bits of mantissa in, f32 accumulation); the interpreter computes in f32.
-TF32 = (5e-3, 2e-3)
-EXACT = (0.0, 0.0)
-MODEL = "LinnetKernelCheck"
-ENTRY = "check"
 
 
 @dataclass(frozen=True)
@@ -234,80 +225,6 @@ def _finding(case: KernelCase, problem: str, diff: float = float("inf"), tol: fl
                          dict(case.generics))
 
 
-def _program(source: str | Path | Program) -> Program:
-    if isinstance(source, Program):
-        program = source
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise LinnetError(Diagnostic("E0767", f"`{source}` is not a file",
-                                         help="give a .linnet file: "
-                                              "`linnet kernels my_kernels.linnet`"))
-        program = _std_program(path) or Program.from_file(path)
-    errors = [*program.errors, *check_program(program)]
-    if errors:
-        raise LinnetError(errors)
-    return program
-
-
-def _std_program(path: Path) -> Program | None:
-    """A file of the std library as the module it is (`std.nn.norm`, not `norm`), so that
-    its names read as everywhere else."""
-    try:
-        rel = path.resolve().relative_to(STD_ROOT.resolve())
-    except ValueError:
-        return None
-    dotted = ".".join(("std", *rel.with_suffix("").parts))
-    source = SourceFile("std/" + rel.as_posix(), path.read_text())
-    return Program(parse(source, dotted), [path.resolve().parent])
-
-
-def std_program() -> Program:
-    """Every module of the std library, as one program (what `linnet kernels --std`
-    checks)."""
-    lines = []
-    for dotted in sorted(std_modules()):
-        path = STD_ROOT.joinpath(*dotted.split(".")[1:]).with_suffix(".linnet")
-        module = parse(SourceFile(path.name, path.read_text()), dotted)
-        names = [i.name for i in module.items
-                 if not isinstance(i, A.Use) and getattr(i, "public", False)]
-        if names:
-            lines.append(f"use {dotted}::{{{', '.join(names)}}}\n")
-    return Program.from_text("".join(lines), "linnet_std_kernels")
-
-
-def wrapper_program(program: Program, op: Any, case: KernelCase) -> Program:
-    """The op's module with a model appended whose one entry calls the op with the case's
-    generics: ``check(x: Tensor[3, 40; f32], ...)`` returning ``op<3, 40, f32>(x, ...)``.
-    Appended to the op's own module, so that private ops and kernels are reachable and
-    every name means what it means there."""
-    module = op.module
-    params = []
-    args = []
-    for p in op.params:
-        if p.name in case.params:
-            shape, dtype = case.params[p.name]
-            params.append(f"{p.name}: Tensor[{', '.join(map(str, shape))}; {dtype}]")
-        args.append(p.name)
-    configs = "".join(f"    config {n}: {t} = {_default(t)}\n" for n, t in case.scalars.items())
-    results = [f"Tensor[{', '.join(map(str, s))}; {d}]" for s, d in case.results]
-    result = results[0] if len(results) == 1 else f"({', '.join(results)})"
-    generics = ", ".join(str(case.generics[g.name]) for g in op.generics)
-    call = f"{op.name}<{generics}>({', '.join(args)})" if generics else \
-        f"{op.name}({', '.join(args)})"
-    body = f"        return {call}\n"
-    text = (module.source.text.rstrip("\n") + "\n\n// Added by linnet.torch.testing.\n"
-            f"pub model {MODEL} {{\n{configs}"
-            f"    entry {ENTRY}({', '.join(params)}) -> {result} {{\n{body}    }}\n}}\n")
-    source = SourceFile(module.source.name, text)
-    root = parse(source, module.name)
-    return Program(root, list(program.search))
-
-
-def _default(dtype: str) -> str:
-    return "false" if dtype == "bool" else "0" if dtype.startswith(("i", "u")) else "0.0"
-
-
 def _scalar_value(dtype: str, seed: int, name: str) -> Any:
     """A scalar parameter's value: a small positive number (an epsilon, a scale)."""
     gen = torch.Generator().manual_seed(zlib.crc32(f"{seed}/{name}".encode()))
@@ -423,4 +340,4 @@ def _poisoned(module: Any) -> Iterator[None]:
 
 
 __all__ = ["TF32", "TOLERANCES", "KernelCheck", "KernelFinding", "assert_kernels", "check_case",
-           "check_kernels", "compare", "triton_interpreter", "wrapper_program"]
+           "check_kernels", "compare", "std_program", "triton_interpreter", "wrapper_program"]

@@ -29,6 +29,7 @@ are the graph's (``preferred_element_type``) in both modes.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.emit.python import Draft, docstring, wrap
@@ -54,6 +55,9 @@ NUMERICS = ("exact", "fast")
 
 # Names the generated module itself uses (on top of the PyTorch emitter's).
 RESERVED = {"jax", "jnp", "lax", "PRECISION"}
+# ... and what a module that launches Pallas kernels defines (emit/pallas.py HEADER, READY).
+RESERVED |= {"os", "pl", "plgpu", "PALLAS", "INTERPRET", "COMPILER_PARAMS", "RUNS",
+             "kernels_ready", "kernel_vjp"}
 
 
 class JaxScope(Scope):
@@ -512,11 +516,90 @@ class JaxEmitter(TorchEmitter):
     rules = RULES
     fast_calls = FAST_CALLS
     scope_class = JaxScope
+    # Grad clauses lowered per call (call index -> ClauseTemplate): a launched kernel's
+    # backward. Without them (or for a call not in them) it is the vjp of the op's body.
+    clauses: dict[int, Any] | None = None
 
-    def kernel_launch(self, *args: object, **kwargs: object) -> None:
-        """Kernels through Pallas are not written yet (issue 16, item 3): an op bound to a
-        kernel runs from its body (the PyTorch emitter launches Triton kernels here)."""
-        return None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.clause_functions: list[str] = []
+
+    def kernel_text(self, call: Call) -> Any:
+        """The Pallas kernel instance a bound call launches, written once per module (the
+        PyTorch emitter's hook, which writes Triton's); see emit/pallas.py."""
+        from linnet.lang.emit.pallas import kernel_text
+        from linnet.lang.emit.triton import kernel_args
+        from linnet.lang.ir.tiles import find_kernel, lower_kernel
+
+        assert self.program is not None
+        name = call.attributes["kernel"]
+        scalars = kernel_args(call.attributes.get("args", []), find_kernel(self.program, name))
+        key = (name, repr(sorted(call.attributes["kernel_generics"].items())),
+               repr(sorted(scalars.items())))
+        if key not in self.kernel_texts:
+            k = lower_kernel(self.program, name, call.attributes["kernel_generics"], scalars)
+            # Kernels launch under numerics "fast" alone, as in generated PyTorch: products
+            # take the backend's default precision there, as the module's PRECISION does.
+            precision = "PRECISION"
+            self.kernel_texts[key] = kernel_text(k, self.sources, precision, self.used_names)
+        return self.kernel_texts[key]
+
+    def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],
+                         call: Call, scope: Scope, backward: Any = None
+                         ) -> tuple[str, frozenset[str], frozenset[str]]:
+        """The op's body as a local function, then its Pallas launch or that function."""
+        from linnet.lang.emit.pallas import launch_statement
+
+        short = identifier(call.callee.rsplit("::", 1)[-1])
+        name, i = f"{short}_body", 1
+        while name in scope.used:
+            i += 1
+            name = f"{short}_body_{i}"
+        scope.reserve(name)
+        template = (self.clauses or {}).get(call.index)
+        backward = self.clause_function(call, template, scope.graph) if template else None
+        return launch_statement(text, args, outs, body, name, backward)
+
+    def clause_function(self, call: Call, template: Any, graph: Graph) -> str:
+        """A module-level function of the op's ``grad`` clause as lowered for this call
+        (a :class:`~linnet.lang.grad.reverse.ClauseTemplate`): the call's tensor arguments
+        and one incoming gradient per result -> one gradient per tensor argument. It is the
+        kernel's backward under jax.grad."""
+        mini = Graph(graph.entry, graph.model, parameters=graph.parameters, states=graph.states)
+        mini.values = {**{t: graph.values[t] for t in template.targets if t in graph.values},
+                       **template.values}
+        mini.steps = list(template.steps)
+        scope = self.scope_class(mini)
+        short = identifier(call.callee.rsplit("::", 1)[-1])
+        name, i = f"{short}_grad", 1
+        while name in self.used_names:
+            i += 1
+            name = f"{short}_grad_{i}"
+        self.used_names.add(name)
+        params = [scope(t) for t in template.targets] + [scope(g) for g in template.incoming]
+        lines = [f"def {name}({', '.join(params)}):",
+                 docstring(f"The grad clause of `{call.callee}` ({template.loc}) for this call: "
+                           "the kernel's backward under jax.grad.")]
+        last = None
+        for step in template.steps:
+            rows = self.rules[step.op](step, scope, self.options.numerics)
+            if rows and step.loc and step.loc != last:
+                lines.append("    " + self.comment(step.loc))
+                last = step.loc
+            lines += ["    " + r for r in rows]
+        outs = []
+        for target, ret in zip(template.targets, template.returned):
+            want = graph.values[target] if target in graph.values else graph.parameters[target[1:]]
+            have = mini.values.get(ret, want)
+            expr = scope.tensor(ret)
+            if tuple(have.shape) != tuple(want.shape):
+                expr = f"jnp.reshape({expr}, {tuple(want.shape)})"
+            if have.dtype != want.dtype:
+                expr += f".astype({JAX_DTYPES[want.dtype]})"
+            outs.append(expr)
+        lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        self.clause_functions.append("\n".join(lines))
+        return name
 
     def entry_function(self, graph: Graph, slices: list[Slice]) -> str:
         # Each slice's written states become outputs of it ("@path"), so that liveness keeps
@@ -629,6 +712,17 @@ class JaxEmitter(TorchEmitter):
             "",
             "",
         ]
+        # The Pallas kernels this module launches, first (emit/pallas.py); one whose every
+        # call turned out dead is not written.
+        written = "\n".join(self.functions + entries)
+        texts = [t for t in self.kernel_texts.values() if f" = {t.launcher}(" in written]
+        if texts:
+            from linnet.lang.emit.pallas import HEADER, READY, runs_table
+
+            at = header.index("from jax import lax") + 1
+            header[at:at] = HEADER.rstrip("\n").split("\n")
+            header += [runs_table([t.key for t in texts]), "", ""]
+            self.functions[:0] = [READY] + [t.source for t in texts] + self.clause_functions
         body = "\n\n\n".join(self.functions + entries)
         meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
         text = "\n".join(header) + "\n" + body + "\n\n\n" + meta
@@ -644,13 +738,17 @@ class JaxEmitter(TorchEmitter):
 
 def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
              numerics: str = "exact", fast: bool = True, origin: str = "",
-             program: object = None) -> str:
+             program: object = None, clauses: dict[int, Any] | None = None) -> str:
     """JAX source for one or more lowered entries of a model (text; jax is not imported).
 
     Each entry becomes ``f(*inputs, params, states) -> (outputs, new_states)``, a pure
     function; ``fast=False`` lowers std ops from their bodies instead of fused JAX calls.
-    ``program`` is taken for the same signature as ``emit_torch``: generated JAX does not
-    launch kernels yet (Pallas is not written), so every bound op runs its body.
+    With ``program`` (the :class:`~linnet.lang.Program` the graphs came from) and numerics
+    "fast", each call of an op bound to a kernel launches the kernel through
+    ``pl.pallas_call`` where it can (see :mod:`linnet.lang.emit.pallas`); without, the op's
+    body runs. Under jax.grad a launched kernel's backward is the op's ``grad`` clause where
+    ``clauses`` (``lower(..., grad_clauses=clauses)``: call index -> clause) has its call,
+    else the vjp of the op's body.
 
     >>> from linnet.lang import Program, lower
     >>> prog = Program.from_text('''
@@ -663,4 +761,6 @@ def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
         raise ValueError(f"numerics must be one of {NUMERICS}")
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
     emitter = JaxEmitter(sources, Options(numerics, fast))
+    emitter.program = program
+    emitter.clauses = clauses
     return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"))

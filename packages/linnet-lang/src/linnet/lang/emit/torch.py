@@ -807,6 +807,12 @@ class TorchEmitter:
             self.kernel_texts[key] = kernel_text(k, self.sources, precision, self.used_names)
         return self.kernel_texts[key]
 
+    def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],
+                         call: Call, scope: Scope, backward: Any = None
+                         ) -> tuple[str, frozenset[str], frozenset[str]]:
+        """The statement at a bound op's call (emit/triton.py's; emit/jax.py writes Pallas's)."""
+        return launch_statement(text, args, outs, body, backward)
+
     def fast_call(self, graph: Graph, index: int, stop: int, starts: dict[int, list[Call]],
                   users_outside: Callable[[int, int], set[str]]) -> Call | None:
         if not self.options.fast:
@@ -874,8 +880,8 @@ class TorchEmitter:
                     outs = [scope(r) for r in kcall.attributes["results"]]
                     backward = (self.backwards.backward(graph, kcall, text.key)
                                 if self.backwards is not None else None)
-                    line, targets, reads = launch_statement(
-                        text, args, outs, [st.text for st in inner], backward)
+                    line, targets, reads = self.launch_statement(
+                        text, args, outs, [st.text for st in inner], kcall, scope, backward)
                     out.append(Statement(line, targets, reads))
                     last_loc[0] = None
                     k = stop_k

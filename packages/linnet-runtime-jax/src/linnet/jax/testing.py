@@ -1,0 +1,301 @@
+"""Checking kernels against their ops through Pallas: `linnet kernels --runtime jax FILE`,
+for pytest too.
+
+Every op bound to a kernel is run both ways on random cases that its `where` clauses allow
+(linnet-lang's :mod:`linnet.lang.check.kernel_cases`, the sampler `linnet kernels` uses for
+Triton too): the kernel, launched by generated JAX through ``pl.pallas_call`` (Pallas's
+interpreter on the CPU, for real on a GPU) with its results starting as NaN (the
+``pallas_call`` aliases NaN-filled buffers to them), and the op's body (generated JAX under
+numerics "exact", which launches nothing). They must agree within the tolerance of the
+result's element type (``kernel_cases.TOLERANCES``, the table the Triton check uses).
+
+>>> from linnet.jax.testing import assert_kernels, check_kernels
+>>> findings = check_kernels("my_kernels.linnet", count=3, seed=0)   # doctest: +SKIP
+>>> assert_kernels("my_kernels.linnet")                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from linnet.lang import Program, lower
+from linnet.lang.check.kernel_cases import (
+    DEFAULT_DTYPES,
+    ENTRY,
+    EXACT,
+    MODEL,
+    TF32,
+    TOLERANCES,
+    KernelCase,
+    bound_ops,
+    checked_program,
+    sample_cases,
+    std_program,
+    wrapper_program,
+)
+
+
+@dataclass(frozen=True)
+class KernelFinding:
+    """A kernel that disagrees with its op's body on one case (or could not be checked);
+    the same fields as ``linnet.torch.testing.KernelFinding``."""
+
+    kernel: str
+    op: str
+    case: str
+    problem: str
+    difference: float = float("inf")
+    tolerance: float = 0.0
+    where: str = ""
+    generics: dict[str, int | str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        at = f" at {self.where}" if self.where else ""
+        diff = (f": largest difference {self.difference:.3g}{at} (tolerance {self.tolerance:.3g})"
+                if self.difference != float("inf") and self.problem == "differs" else at)
+        return (f"kernel {self.kernel} (op {self.op}, Pallas) on {self.case}: "
+                f"{self.problem}{diff}")
+
+
+@dataclass(frozen=True)
+class KernelCheck:
+    """One case run both ways: passed, or with its finding."""
+
+    case: KernelCase
+    difference: float
+    finding: KernelFinding | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.finding is None
+
+
+def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0,
+                  max_size: int = 48, dtypes: tuple[str, ...] = DEFAULT_DTYPES,
+                  ops: list[str] | None = None, interpret: bool | None = None,
+                  on_check: Callable[[KernelCheck], None] | None = None,
+                  skip: set[str] | None = None) -> list[KernelFinding]:
+    """Check every bound kernel of ``source`` (a ``.linnet`` file or a checked Program; the
+    std kernels it uses too) through Pallas against its op's body on ``count`` random cases
+    each; returns the findings (empty: every kernel agrees). ``interpret``: run kernels in
+    Pallas's interpreter (default: unless jax's default backend is a GPU). The other options
+    are ``linnet.torch.testing.check_kernels``'s.
+
+    >>> for f in check_kernels("kernels.linnet", count=5, seed=1):   # doctest: +SKIP
+    ...     print(f)
+    """
+    import jax
+
+    program = checked_program(source)
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
+    findings: list[KernelFinding] = []
+    done = skip if skip is not None else set()
+    chosen = [op for op in bound_ops(program) if op.qualified_name not in done and (
+        ops is None or op.name in ops or op.qualified_name in ops)]
+    for op in chosen:
+        done.add(op.qualified_name)
+        cases = sample_cases(program, op, count, seed, max_size, dtypes)
+        if not cases:
+            assert op.module is not None and op.kernel is not None
+            findings.append(KernelFinding(
+                f"{op.module.name}::{op.kernel.name}", op.qualified_name, "no case",
+                f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
+                "the op and its kernel, so the kernel was never run (raise max_size)"))
+            continue
+        for i, case in enumerate(cases):
+            check = check_case(program, op, case, seed * 1000 + i, interpret)
+            if check.finding is not None:
+                findings.append(check.finding)
+            if on_check is not None:
+                on_check(check)
+    return findings
+
+
+def assert_kernels(source: str | Path | Program, **options: Any) -> None:
+    """:func:`check_kernels`, raising ``AssertionError`` that lists every finding.
+
+    >>> def test_my_kernels():                       # doctest: +SKIP
+    ...     assert_kernels("kernels.linnet", count=4)
+    """
+    findings = check_kernels(source, **options)
+    if findings:
+        raise AssertionError(f"{len(findings)} kernel finding(s):\n"
+                             + "\n".join(f"  {f}" for f in findings))
+
+
+def check_case(program: Program, op: Any, case: KernelCase, seed: int,
+               interpret: bool) -> KernelCheck:
+    """Run one case both ways and compare (see :func:`check_kernels`)."""
+    from linnet.lang.emit.jax import emit_jax
+
+    from .home import import_source
+
+    wrapper = wrapper_program(program, op, case)
+    config = {name: _scalar_value(dtype, seed, name) for name, dtype in case.scalars.items()}
+    shapes = {name: list(shape) for name, (shape, _) in case.params.items()}
+    graph = lower(wrapper, ENTRY, shapes, config, model=MODEL, check=False)
+    sources = {m.source.name: m.source.text for m in wrapper.modules.values()}
+    inputs = _inputs(case, seed)
+    body = import_source(emit_jax(graph, sources, numerics="exact"), "linnet_kernel_body")
+    want = _entry(body)(*inputs, {}, {})[0]
+    text = emit_jax(graph, sources, numerics="fast", program=wrapper)
+    try:
+        fast = import_source(text, "linnet_kernel_check")
+        runs = getattr(fast, "RUNS", {})
+        before = sum(n for n, _ in runs.values())
+        # Read when a launch runs; the module may be one imported before, under another setting.
+        fast.INTERPRET = interpret  # type: ignore[attr-defined]
+        with _poisoned(fast):
+            got = _entry(fast)(*inputs, {}, {})[0]
+        launches = sum(n for n, _ in runs.values()) - before
+    except Exception as exc:  # a kernel that fails to compile or run is a finding
+        return KernelCheck(case, float("inf"), _finding(
+            case, f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
+    if launches == 0:
+        return KernelCheck(case, float("inf"), _finding(
+            case, "the kernel did not launch (the generated code ran the body)"))
+    tf32 = not interpret and "jnp.dot(" in text
+    worst = 0.0
+    for k, (g, w) in enumerate(zip(got, want)):
+        name = "result" if len(want) == 1 else f"result {k}"
+        dtype = case.results[k][1]
+        found, diff = compare(g, w, "tf32" if tf32 and dtype == "f32" else dtype, name)
+        worst = max(worst, diff)
+        if found is not None:
+            problem, diff, tol, where = found
+            return KernelCheck(case, diff, _finding(case, problem, diff, tol, where))
+    return KernelCheck(case, worst)
+
+
+def compare(got: Any, want: Any, dtype: str, name: str = "result"
+            ) -> tuple[tuple[str, float, float, str] | None, float]:
+    """Whether ``got`` (the kernel's) equals ``want`` (the body's) within ``dtype``'s
+    tolerance: ``(None, largest difference)`` or ``((problem, difference, tolerance,
+    where), difference)`` (``linnet.torch.testing.compare`` on arrays).
+
+    >>> compare(np.array([1.0, 2.0]), np.array([1.0, 2.5]), "f32")[0][:2]
+    ('differs', 0.5)
+    """
+    g = np.asarray(got).astype(np.float64)
+    w = np.asarray(want).astype(np.float64)
+    if g.shape != w.shape:
+        return ((f"{name} has shape {list(g.shape)}, the body's {list(w.shape)}",
+                 float("inf"), 0.0, ""), float("inf"))
+    rtol, atol = TF32 if dtype == "tf32" else TOLERANCES.get(dtype, EXACT)
+    stray = np.isnan(g) & ~np.isnan(w)
+    if stray.any():
+        pos = _position(name, [int(i) for i in np.argwhere(stray)[0]])
+        return ((f"{int(stray.sum())} element(s) of the {name} are NaN where the body's are "
+                 "not (lanes the kernel never stored?), the first", float("inf"), 0.0, pos),
+                float("inf"))
+    diff = np.where(np.isnan(g) & np.isnan(w), 0.0, np.abs(g - w))
+    diff = np.where(np.isinf(g) & (g == w), 0.0, diff)
+    finite = w[np.isfinite(w)]
+    scale = max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
+    limit = atol * scale + rtol * np.nan_to_num(np.abs(w), nan=0.0, posinf=0.0, neginf=0.0)
+    largest = float(diff.max()) if diff.size else 0.0
+    over = diff > limit
+    if over.any():
+        flat = int(np.argmax(np.where(over, diff, 0.0)))
+        idx = [int(i) for i in np.unravel_index(flat, g.shape)]
+        return (("differs", float(diff.reshape(-1)[flat]), float(limit.reshape(-1)[flat]),
+                 _position(name, idx)), largest)
+    return None, largest
+
+
+def _entry(module: Any) -> Any:
+    return getattr(module, module.ENTRIES[ENTRY].get("function", ENTRY))
+
+
+def _position(name: str, idx: list[int]) -> str:
+    return f"{name}[{', '.join(str(i) for i in idx)}]"
+
+
+def _finding(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
+             where: str = "") -> KernelFinding:
+    return KernelFinding(case.kernel, case.op, case.describe(), problem, diff, tol, where,
+                         dict(case.generics))
+
+
+def _scalar_value(dtype: str, seed: int, name: str) -> Any:
+    """A scalar parameter's value: a small positive number (an epsilon, a scale)."""
+    u = float(np.random.default_rng(zlib.crc32(f"{seed}/{name}".encode())).random())
+    if dtype == "bool":
+        return u < 0.5
+    if dtype.startswith(("i", "u")):
+        return 1 + int(u * 4)
+    return 1e-3 + u
+
+
+def _inputs(case: KernelCase, seed: int) -> list[Any]:
+    """Random inputs: normal floats; integers in 0..3; bools."""
+    import jax.numpy as jnp
+
+    from .weights import numpy_dtype
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape, dtype in case.params.values():
+        x: np.ndarray
+        if dtype.startswith(("f", "bf")):
+            x = rng.standard_normal(shape).astype(np.float32)
+        elif dtype == "bool":
+            x = rng.random(shape) < 0.5
+        else:
+            x = rng.integers(0, 4, shape)
+        out.append(jnp.asarray(x, dtype=numpy_dtype(dtype)))
+    return out
+
+
+class _PoisonedPallas:
+    """``jax.experimental.pallas`` whose ``pallas_call`` starts each result as NaN (integers:
+    their smallest value), aliased to the results, so a lane the kernel never stores shows;
+    everything else is Pallas's own."""
+
+    def __init__(self, pl: Any) -> None:
+        self._pl = pl
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pl, name)
+
+    def pallas_call(self, kernel: Any, out_shape: Any, **options: Any) -> Any:
+        import jax.numpy as jnp
+
+        many = isinstance(out_shape, tuple | list)
+        outs = list(out_shape) if many else [out_shape]
+
+        def call(*args: Any) -> Any:
+            n = len(args)
+            fills = [jnp.full(o.shape, jnp.nan if jnp.issubdtype(o.dtype, jnp.floating)
+                              else jnp.iinfo(o.dtype).min if jnp.issubdtype(o.dtype, jnp.integer)
+                              else False, o.dtype) for o in outs]
+
+            def poisoned(*refs: Any) -> None:  # the NaN buffers' own refs are read by no one
+                kernel(*refs[:n], *refs[n + len(outs):])
+
+            return self._pl.pallas_call(
+                poisoned, out_shape=out_shape,
+                input_output_aliases={n + i: i for i in range(len(outs))}, **options)(
+                *args, *fills)
+        return call
+
+
+@contextmanager
+def _poisoned(module: Any) -> Iterator[None]:
+    before = module.pl
+    module.pl = _PoisonedPallas(before)
+    try:
+        yield
+    finally:
+        module.pl = before
+
+
+__all__ = ["KernelCheck", "KernelFinding", "assert_kernels", "check_case", "check_kernels",
+           "compare", "std_program"]

@@ -1,0 +1,350 @@
+"""Bound ops launch their kernels from generated JAX through `pl.pallas_call`, and fall back
+to the body, one case at a time; each case reads the module's RUNS counters (which path was
+traced) and compares with the op's body. Kernels run under LINNET_PALLAS_INTERPRET=1
+(`interpret=True`) on the CPU; the `gpu` case launches them for real."""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from linnet.jax import load_source
+
+SOFTMAX = """
+use std.nn.activation::{softmax}
+model M<R: Dim, C: Dim> {
+    entry run(x: Tensor[R, C; f32]) -> Tensor[R, C; f32] { return softmax(x) }
+}
+"""
+
+# A kernel-bound op with a deliberately wrong grad clause (a constant 7): under jax.grad the
+# launched kernel's backward must be it, not the body's derivative.
+CLAUSE = """
+pub kernel twice_k<N: Dim, B: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid((N + B - 1) / B)
+{
+    let cols = program_id(0) * B + iota<i32>(B)
+    store(y[cols], load(x[cols], cols < N) * 2.0, cols < N)
+}
+
+pub op twice<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] kernel twice_k<N, 4> {
+    let y[n] = x[n] * 2.0
+    return y
+} grad(dy) {
+    let dx[n] = dy[n] * 0.0 + 7.0
+    return dx
+}
+
+model M<N: Dim> {
+    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return twice(x) }
+}
+"""
+
+
+@pytest.fixture
+def model(tmp_path):
+    def write(text: str = SOFTMAX):
+        path = tmp_path / "m.linnet"
+        path.write_text(text)
+        return path
+    return write
+
+
+@pytest.fixture
+def interpret(monkeypatch):
+    monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
+
+
+def entry(module):
+    """The entry `run` as a function of x alone, jitted (as the runtime jits entries)."""
+    return jax.jit(lambda x: module.run(x, {}, {})[0][0])
+
+
+def poisoned(shape, seed=0):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return jnp.asarray(x * 4)
+
+
+@pytest.mark.parametrize("shape", [[1, 1], [3, 5], [2, 1024]])
+def test_interpreted_kernel_equals_the_body(model, interpret, shape):
+    path = model()
+    fast = load_source(path, "run", {"x": shape}, numerics="fast")
+    body = load_source(path, "run", {"x": shape}, numerics="exact")
+    assert "pl.pallas_call(" in Path(fast.__file__).read_text()
+    assert not hasattr(body, "RUNS")  # exact: the body alone, no kernel written
+    x = poisoned(shape)
+    run = entry(fast)
+    y = run(x)
+    (key, counts), = fast.RUNS.items()
+    assert counts == [1, 0]  # traced once, launching the kernel
+    np.testing.assert_allclose(np.asarray(y), np.asarray(entry(body)(x)), rtol=1e-6, atol=1e-7)
+    y2 = run(x + 1)  # jit reuses the compiled launch: no new trace
+    assert fast.RUNS[key] == [1, 0]
+    np.testing.assert_allclose(np.asarray(y2), np.asarray(y), rtol=1e-5, atol=1e-7)
+
+
+def test_cpu_without_the_interpreter_runs_the_body(model, monkeypatch):
+    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
+    m = load_source(model(), "run", {"x": [3, 5]}, numerics="fast")
+    x = poisoned([3, 5])
+    y = entry(m)(x)
+    assert list(m.RUNS.values()) == [[0, 1]]
+    np.testing.assert_allclose(np.asarray(y), np.asarray(jax.nn.softmax(x, -1)), rtol=1e-6)
+
+
+def test_no_pallas_runs_the_body(model, interpret, monkeypatch):
+    real = builtins.__import__
+
+    def no_pallas(name, *args, **kwargs):
+        if name.startswith("jax.experimental.pallas") or (
+                name == "jax.experimental" and "pallas" in (args[2] or ())):
+            raise ImportError("no pallas here")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pallas)
+    m = load_source(model(), "run", {"x": [3, 5]}, numerics="fast")
+    monkeypatch.setattr(builtins, "__import__", real)
+    assert m.PALLAS is False
+    x = poisoned([3, 5])
+    y = entry(m)(x)
+    assert list(m.RUNS.values()) == [[0, 1]]
+    np.testing.assert_allclose(np.asarray(y), np.asarray(jax.nn.softmax(x, -1)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["where false", "exact"])
+def test_no_launch_is_written_where_the_kernel_cannot_run(model, interpret, case):
+    shape = [2, 2048] if case == "where false" else [3, 5]  # rows longer than B = 1024
+    m = load_source(model(), "run", {"x": shape},
+                    numerics="exact" if case == "exact" else "fast")
+    text = Path(m.__file__).read_text()
+    assert "kernels_ready" not in text and "pallas" not in text
+    x = poisoned(shape)
+    np.testing.assert_allclose(np.asarray(entry(m)(x)), np.asarray(jax.nn.softmax(x, -1)),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_grad_through_a_kernel_equals_grad_of_the_body(model, interpret):
+    path = model()
+    fast = load_source(path, "run", {"x": [3, 5]}, numerics="fast")
+    body = load_source(path, "run", {"x": [3, 5]}, numerics="exact")
+    x, w = poisoned([3, 5]), poisoned([3, 5], seed=1)
+
+    def loss(module):
+        return jax.jit(jax.grad(lambda x: jnp.sum(module.run(x, {}, {})[0][0] * w)))
+
+    g = loss(fast)(x)
+    assert list(fast.RUNS.values()) == [[1, 0]]  # the forward pass launched the kernel
+    np.testing.assert_allclose(np.asarray(g), np.asarray(loss(body)(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_a_grad_clause_is_the_kernels_backward(model, interpret):
+    m = load_source(model(CLAUSE), "run", {"x": [10]}, numerics="fast")
+    text = Path(m.__file__).read_text()
+    assert "def twice_grad(x, dy):" in text
+    assert "launch_twice_k_10_4(twice_body, twice_grad, x)" in text
+    x = poisoned([10])
+    y = entry(m)(x)
+    np.testing.assert_allclose(np.asarray(y), 2 * np.asarray(x))
+    g = jax.grad(lambda x: jnp.sum(m.run(x, {}, {})[0][0]))(x)
+    assert m.RUNS["twice_k_10_4"][0] >= 1  # launched, and differentiated by the clause
+    np.testing.assert_array_equal(np.asarray(g), np.full(10, 7.0, np.float32))
+
+
+def test_the_llama_decode_step_launches_pallas_kernels_and_equals_exact(interpret, tmp_path):
+    """The example model's decode step under numerics fast: its kernel-bound std ops (the
+    RMS norms) launch through Pallas's interpreter, and the logits equal numerics exact's
+    (the bodies alone) within f32 rounding."""
+    from jax_support import LLAMA, toy_config
+    from linnet.jax import load_function, random_weights, save_safetensors
+
+    path = tmp_path / "toy.safetensors"
+    save_safetensors(random_weights(LLAMA, toy_config(), scale=0.2), str(path))
+    inputs = [np.array([4], np.int32), np.array([3], np.int32)]
+    logits = {}
+    for numerics in ("exact", "fast"):
+        f = load_function(LLAMA, "decode", weights=str(path), config="toy", numerics=numerics)
+        (logits[numerics],), _ = f(f.params, f.new_states(inputs), inputs)
+        runs = getattr(f.lowered(inputs).module, "RUNS", {})
+        if numerics == "fast":
+            launched = {k for k, (n, body) in runs.items() if n and not body}
+            assert launched == set(runs), runs  # every instance written was launched
+            assert any(k.startswith("rms_norm_rows") for k in launched), runs
+        else:
+            assert runs == {}
+    scale = float(np.abs(np.asarray(logits["exact"])).max())
+    np.testing.assert_allclose(np.asarray(logits["fast"]), np.asarray(logits["exact"]),
+                               rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,cols", [(1, 1000), (64, 1024)])
+def test_std_kernels_launch_on_the_gpu_and_equal_their_bodies(rows, cols, monkeypatch,
+                                                              tmp_path):
+    """For real (no interpreter): each std binding's kernel against the same module's body
+    (Pallas switched off, same numerics), TF32 products allowed where the kernel has one."""
+    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs jax with a GPU backend")
+    for module, op in std_bindings():
+        text, ins = op_model(module, op, rows, cols)
+        path = tmp_path / f"{op}_{rows}_{cols}.linnet"
+        path.write_text(text)
+        m = load_source(path, "run", ins, numerics="fast")
+        xs = [poisoned(s) for s in ins.values()]
+        y = jax.jit(lambda *a, m=m: m.run(*a, {}, {})[0][0])(*xs)
+        assert all(n >= 1 and body == 0 for n, body in m.RUNS.values()), (op, m.RUNS)
+        monkeypatch.setattr(m, "PALLAS", False)
+        want = jax.jit(lambda *a, m=m: m.run(*a, {}, {})[0][0])(*xs)
+        monkeypatch.setattr(m, "PALLAS", True)
+        tol = 1e-2 if "jnp.dot(" in Path(m.__file__).read_text() else 1e-5
+        scale = float(np.abs(np.asarray(want)).max())
+        np.testing.assert_allclose(np.asarray(y), np.asarray(want), rtol=tol,
+                                   atol=tol * scale, err_msg=op)
+
+
+# ---------------------------------------------------------------- the std kernels, checked
+def std_bindings() -> list[tuple[str, str]]:
+    """Every public std op bound to a kernel, ``(module, op)``: parsed from the std files,
+    so a new binding is checked here without being listed."""
+    import linnet.lang.syntax.tree as A
+    from linnet.lang.diagnostics.core import SourceFile
+    from linnet.lang.syntax.parser import parse
+    from linnet.lang.syntax.program import STD_ROOT, std_modules
+
+    out = []
+    for module in sorted(std_modules()):
+        path = STD_ROOT.joinpath(*module.split(".")[1:]).with_suffix(".linnet")
+        for item in parse(SourceFile(str(path), path.read_text()), module).items:
+            if isinstance(item, A.FuncDecl) and item.kind == "op" and item.kernel is not None \
+                    and item.public:
+                out.append((module, item.name))
+    return out
+
+
+def op_model(module: str, op: str, rows: int, cols: int):
+    """A one-entry model calling ``op`` on f32 tensors whose first Dim is ``rows`` and other
+    Dims ``cols``, and its input shapes."""
+    from linnet.lang import Program
+
+    decl = Program.from_text(f"use {module}::{{{op}}}").module(module).find(op)
+    dims = [g.name for g in decl.generics if g.kind == "Dim"]
+    value = {d: rows if i == 0 else cols for i, d in enumerate(dims)}
+
+    def shape(ty):
+        return [value[d.name] for d in ty.dims]
+
+    ins = {p.name: shape(p.type) for p in decl.params if hasattr(p.type, "dims")}
+    # A scalar parameter (rms_norm's eps) gets a constant, as a model's call gives it.
+    args = [p.name if p.name in ins else ("1e-5" if p.type.name.startswith(("f", "bf"))
+                                          else "1") for p in decl.params]
+    params = ", ".join(f"{n}: Tensor[{', '.join(map(str, s))}; f32]" for n, s in ins.items())
+    out = ", ".join(map(str, shape(decl.results[0].type)))
+    text = (f"use {module}::{{{op}}}\nmodel Case {{\n    entry run({params}) -> "
+            f"Tensor[{out}; f32] {{ return {op}({', '.join(args)}) }}\n}}\n")
+    return text, ins
+
+
+def test_the_std_bindings_are_found():
+    assert ("std.nn.activation", "softmax") in std_bindings()
+
+
+@pytest.mark.parametrize("module,op", std_bindings())
+def test_std_kernels_equal_their_bodies_interpreted(module, op, interpret, tmp_path):
+    """Random shapes (the first Dim 1..6, the others 1..1024; those where the kernel's where
+    clause fails are not drawn), NaN-poisoned results: every element the body has, the kernel
+    writes, and equal to it within f32 rounding."""
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import strategies as st
+    from jax.experimental import pallas as pl
+    from linnet.lang import Program, lower
+    from linnet.lang.emit.triton import instance_name, kernel_args
+    from linnet.lang.ir.tiles import find_kernel, lower_kernel
+
+    @settings(max_examples=8, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(rows=st.integers(1, 6), cols=st.integers(1, 1024))
+    def check(rows, cols):
+        text, ins = op_model(module, op, rows, cols)
+        path = tmp_path / f"case_{rows}_{cols}.linnet"
+        path.write_text(text)
+        prog = Program.from_file(path)
+        call = next(c for c in lower(prog, "run", ins).calls if c.attributes.get("kernel"))
+        assume(call.attributes["kernel_applies"])
+        name = call.attributes["kernel"]
+        scalars = kernel_args(call.attributes["args"], find_kernel(prog, name))
+        k = lower_kernel(prog, name, call.attributes["kernel_generics"], scalars)
+        fast = load_source(path, "run", ins, numerics="fast")
+        body = load_source(path, "run", ins, numerics="exact")
+        xs = [poisoned(s, seed=rows * 7919 + cols) for s in ins.values()]
+        kernel = getattr(fast, instance_name(k))
+        outs = [jax.ShapeDtypeStruct(shape, jnp.float32) for _, shape, _ in k.results]
+        nan = [jnp.full(o.shape, jnp.nan, o.dtype) for o in outs]
+        n = len(xs)
+
+        def poisoned_kernel(*refs):  # the aliased NaN buffers are read by no one
+            kernel(*refs[:n], *refs[n + len(outs):])
+
+        got = pl.pallas_call(poisoned_kernel, out_shape=outs, grid=k.grid, interpret=True,
+                             input_output_aliases={n + i: i for i in range(len(outs))}
+                             )(*xs, *nan)
+        want = body.run(*xs, {}, {})[0]
+        # f32 rounding: sums in another order differ by a few ulps of the largest term.
+        def close(a, b):
+            scale = float(np.max(np.abs(np.asarray(b)), initial=1.0))
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
+                                       atol=1e-6 * scale)
+
+        for g, w in zip(got, want):
+            assert not np.isnan(np.asarray(g)).any()  # every element written
+            close(g, w)
+        (y,), _ = jax.jit(fast.run)(*xs, {}, {})  # and through the generated call
+        assert list(fast.RUNS.values()) == [[1, 0]]
+        close(y, want[0])
+
+    check()
+
+
+# ---------------------------------------------------------------- linnet kernels --runtime jax
+def test_linnet_kernels_checks_the_std_kernels_through_pallas(capsys):
+    from linnet.lang.cli import main
+
+    assert main(["kernels", "--std", "--runtime", "jax", "--count", "1", "--device",
+                 "cpu"]) == 0
+    out = capsys.readouterr().out
+    for kernel in ("activation::row_softmax", "linear::tiled_matmul", "norm::rms_norm_rows",
+                   "activation::silu_mul_tiles"):
+        assert f"ok    std.nn.{kernel}  " in out
+    assert "case(s) checked through Pallas: every kernel agrees with its op" in out
+
+
+BROKEN = """
+pub kernel k<N: Dim, B: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid((N + B - 1) / B) {
+    let cols = program_id(0) * B + iota<i32>(B)
+    store(y[cols], load(x[cols], cols < N) * FACTOR, cols < LIMIT)
+}
+
+pub op twice<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] kernel k<N, 4> where N >= 2 {
+    let y[n] = x[n] * 2.0
+    return y
+}
+"""
+
+
+@pytest.mark.parametrize("factor,limit,problem", [
+    ("2.0", "N", None), ("3.0", "N", "differs"), ("2.0", "N - 1", "are NaN where the body's")])
+def test_a_wrong_kernel_is_a_finding(tmp_path, factor, limit, problem):
+    """The Pallas check finds a kernel that computes something else, and one that leaves an
+    element unwritten (its NaN poison shows), and passes the right one."""
+    from linnet.jax.testing import check_kernels
+
+    path = tmp_path / "k.linnet"
+    path.write_text(BROKEN.replace("FACTOR", factor).replace("LIMIT", limit))
+    findings = check_kernels(path, count=2, seed=0, interpret=True)
+    if problem is None:
+        assert findings == []
+    else:
+        assert findings and all(problem in f.problem for f in findings), findings
+        assert str(findings[0]).startswith("kernel k::k (op k::twice, Pallas) on x: [")
