@@ -493,3 +493,49 @@ def test_linnet_jax_grad_matches_jax_grad_and_the_torch_gradient(tmp_path, capsy
         for name, other in (("linnet jax --grad", got[path]), ("torch", torch_grads[path])):
             np.testing.assert_allclose(np.asarray(other), ref, rtol=1e-4, atol=1e-4 * scale,
                                        err_msg=f"{path}: {name} against jax.grad")
+
+
+# Issue 18's acceptance on JAX for the std ops: the reverse pass's graph of each std op,
+# written as generated JAX, equals jax.vjp of the op's generated JAX forward.
+STD_GRAD_OPS = ["silu", "gelu", "softmax", "linear", "linear_bias", "rms_norm", "layer_norm",
+                "embedding", "rope", "causal_attention", "decode_attention"]
+
+
+@pytest.mark.parametrize("name", STD_GRAD_OPS)
+def test_std_op_gradient_as_generated_jax_matches_jax_vjp(name) -> None:
+    from linnet.lang.grad import differentiate
+    from test_grad_std import STD, _graph
+
+    assert sorted(STD_GRAD_OPS) == sorted(STD)  # every std op linnet-lang's grad tests cover
+    graph, _ = _graph(name)
+    wrt = [r for r in graph.inputs if graph.values[r].dtype == "f32"]
+    forward: dict = {}
+    backward: dict = {}
+    exec(compile(emit_jax(graph), f"{name}_forward", "exec"), forward)
+    exec(compile(emit_jax(differentiate(graph, wrt, seed="cotangents")), f"{name}_grad",
+                 "exec"), backward)
+    rng = np.random.default_rng(len(name))
+    args = [rng.integers(0, 3, size=graph.values[r].shape).astype(np.int32)
+            if graph.values[r].dtype == "i32"
+            else rng.standard_normal(graph.values[r].shape).astype(np.float32)
+            for r in graph.inputs]
+    cot = np.random.default_rng(1).standard_normal(
+        graph.values[graph.outputs[0]].shape).astype(np.float32)
+    floats = [i for i, r in enumerate(graph.inputs) if r in wrt]
+
+    def f(*xs):
+        full = list(args)
+        for i, x in zip(floats, xs, strict=True):
+            full[i] = x
+        (out,), _ = forward["run"](*full, {}, {})
+        return out
+
+    with jax.default_matmul_precision("highest"):
+        _, vjp = jax.vjp(f, *[args[i] for i in floats])
+        want = vjp(cot)
+        outs, _ = jax.jit(backward["run"])(*args, cot, {}, {})
+    assert len(outs) == 1 + len(floats)
+    for got, ref in zip(outs[1:], want, strict=True):
+        ref = np.asarray(ref)
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-4,
+                                   atol=1e-5 * max(1.0, float(np.abs(ref).max())))
