@@ -95,6 +95,14 @@ def test_every_model_of_the_repository_is_a_case():
     used = {c.model.resolve() for c in conf.cases()}
     assert {(ROOT / m).resolve() for m in models} <= used
     assert conf.STD_OPS.resolve() in used
+    # ... and every model linnet-lang ships (std.models.*, issue 19)
+    import linnet.lang
+
+    shipped = {p.stem for p in (Path(linnet.lang.__file__).parent / "std" / "models")
+               .glob("*.linnet")}
+    assert shipped == set(conf.SHIPPED_MODELS)
+    assert {p.resolve() for p in (Path(linnet.lang.__file__).parent / "std" / "models")
+            .glob("*.linnet")} <= used
 
 
 def test_every_std_op_has_a_case():

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from linnet.lang.syntax.program import model_file
 
 TOLERANCES: dict[str, float] = {"f64": 1e-9, "f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
 """Largest difference an output may have from the reference, by its dtype, relative to the
@@ -60,6 +61,7 @@ class Case:
     entry: str
     inputs: Mapping[str, tuple[tuple[int, ...], str | int]]
     decode: int = 0
+
 
 
 def _llama() -> Path:
@@ -109,6 +111,8 @@ def cases() -> list[Case]:
             Case("llama rope llama3, prefill", llama,
                  _toy(rope_llama3=True, rope_factor=8.0, rope_original_max_positions=64.0),
                  "prefill", prompt)]
+    out += [Case(f"std.models.{name} prefill", model_file(f"std.models.{name}"), config,
+                 "prefill", prompt) for name, config in SHIPPED_MODELS.items()]
     tinylm = _tinylm()
     if tinylm is not None:  # a checkout (a wheel ships the llama example alone)
         model, config = tinylm
@@ -117,6 +121,18 @@ def cases() -> list[Case]:
                 Case("tinylm loss", model, config, "loss",
                      {**batch, "targets": ((config["B"], 8), config["V"])})]
     return out
+
+
+_SMALL = {"V": 256, "D": 64, "F": 128, "NL": 2, "H": 4, "KV": 2, "HD": 16, "S": 128, "B": 1,
+          "T": "f32"}
+#: The models linnet-lang ships (std.models.*, issue 19), each at a small config; Mistral's and
+#: Phi-3's sliding window (4) is shorter than the 6-token prompt, so the window matters.
+SHIPPED_MODELS: dict[str, dict[str, Any]] = {
+    "llama": _SMALL, "qwen2": _SMALL, "mistral": _SMALL | {"sliding_window": 4},
+    "gemma": _SMALL, "phi3": _SMALL | {"sliding_window": 4},
+    "gpt2": {"V": 256, "P": 128, "F": 128, "NL": 2, "H": 4, "HD": 16, "S": 128, "B": 1,
+             "T": "f32"},
+}
 
 
 def _tinylm() -> tuple[Path, dict[str, Any]] | None:
