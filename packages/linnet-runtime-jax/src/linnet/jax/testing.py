@@ -19,7 +19,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,47 +32,16 @@ from linnet.lang.check.kernel_cases import (
     TF32,
     TOLERANCES,
     KernelCase,
-    bound_ops,
+    KernelCheck,
+    KernelFinding,
     checked_program,
-    sample_cases,
+    finding,
+    position,
+    raise_findings,
+    run_checks,
     std_program,
     wrapper_program,
 )
-
-
-@dataclass(frozen=True)
-class KernelFinding:
-    """A kernel that disagrees with its op's body on one case (or could not be checked);
-    the same fields as ``linnet.torch.testing.KernelFinding``."""
-
-    kernel: str
-    op: str
-    case: str
-    problem: str
-    difference: float = float("inf")
-    tolerance: float = 0.0
-    where: str = ""
-    generics: dict[str, int | str] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        at = f" at {self.where}" if self.where else ""
-        diff = (f": largest difference {self.difference:.3g}{at} (tolerance {self.tolerance:.3g})"
-                if self.difference != float("inf") and self.problem == "differs" else at)
-        return (f"kernel {self.kernel} (op {self.op}, Pallas) on {self.case}: "
-                f"{self.problem}{diff}")
-
-
-@dataclass(frozen=True)
-class KernelCheck:
-    """One case run both ways: passed, or with its finding."""
-
-    case: KernelCase
-    difference: float
-    finding: KernelFinding | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.finding is None
 
 
 def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0,
@@ -95,27 +63,9 @@ def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0
     program = checked_program(source)
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
-    findings: list[KernelFinding] = []
-    done = skip if skip is not None else set()
-    chosen = [op for op in bound_ops(program) if op.qualified_name not in done and (
-        ops is None or op.name in ops or op.qualified_name in ops)]
-    for op in chosen:
-        done.add(op.qualified_name)
-        cases = sample_cases(program, op, count, seed, max_size, dtypes)
-        if not cases:
-            assert op.module is not None and op.kernel is not None
-            findings.append(KernelFinding(
-                f"{op.module.name}::{op.kernel.name}", op.qualified_name, "no case",
-                f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
-                "the op and its kernel, so the kernel was never run (raise max_size)"))
-            continue
-        for i, case in enumerate(cases):
-            check = check_case(program, op, case, seed * 1000 + i, interpret)
-            if check.finding is not None:
-                findings.append(check.finding)
-            if on_check is not None:
-                on_check(check)
-    return findings
+    return run_checks(program, lambda op, case, s: check_case(program, op, case, s, interpret),
+                      count=count, seed=seed, max_size=max_size, dtypes=dtypes, ops=ops,
+                      on_check=on_check, skip=skip)
 
 
 def assert_kernels(source: str | Path | Program, **options: Any) -> None:
@@ -124,10 +74,7 @@ def assert_kernels(source: str | Path | Program, **options: Any) -> None:
     >>> def test_my_kernels():                       # doctest: +SKIP
     ...     assert_kernels("kernels.linnet", count=4)
     """
-    findings = check_kernels(source, **options)
-    if findings:
-        raise AssertionError(f"{len(findings)} kernel finding(s):\n"
-                             + "\n".join(f"  {f}" for f in findings))
+    raise_findings(check_kernels(source, **options))
 
 
 def check_case(program: Program, op: Any, case: KernelCase, seed: int,
@@ -156,10 +103,10 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
             got = _entry(fast)(*inputs, {}, {})[0]
         launches = sum(n for n, _ in runs.values()) - before
     except Exception as exc:  # a kernel that fails to compile or run is a finding
-        return KernelCheck(case, float("inf"), _finding(
+        return KernelCheck(case, float("inf"), _found(
             case, f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
     if launches == 0:
-        return KernelCheck(case, float("inf"), _finding(
+        return KernelCheck(case, float("inf"), _found(
             case, "the kernel did not launch (the generated code ran the body)"))
     tf32 = not interpret and "jnp.dot(" in text
     worst = 0.0
@@ -170,7 +117,7 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
         worst = max(worst, diff)
         if found is not None:
             problem, diff, tol, where = found
-            return KernelCheck(case, diff, _finding(case, problem, diff, tol, where))
+            return KernelCheck(case, diff, _found(case, problem, diff, tol, where))
     return KernelCheck(case, worst)
 
 
@@ -191,7 +138,7 @@ def compare(got: Any, want: Any, dtype: str, name: str = "result"
     rtol, atol = TF32 if dtype == "tf32" else TOLERANCES.get(dtype, EXACT)
     stray = np.isnan(g) & ~np.isnan(w)
     if stray.any():
-        pos = _position(name, [int(i) for i in np.argwhere(stray)[0]])
+        pos = position(name, [int(i) for i in np.argwhere(stray)[0]])
         return ((f"{int(stray.sum())} element(s) of the {name} are NaN where the body's are "
                  "not (lanes the kernel never stored?), the first", float("inf"), 0.0, pos),
                 float("inf"))
@@ -206,7 +153,7 @@ def compare(got: Any, want: Any, dtype: str, name: str = "result"
         flat = int(np.argmax(np.where(over, diff, 0.0)))
         idx = [int(i) for i in np.unravel_index(flat, g.shape)]
         return (("differs", float(diff.reshape(-1)[flat]), float(limit.reshape(-1)[flat]),
-                 _position(name, idx)), largest)
+                 position(name, idx)), largest)
     return None, largest
 
 
@@ -214,14 +161,9 @@ def _entry(module: Any) -> Any:
     return getattr(module, module.ENTRIES[ENTRY].get("function", ENTRY))
 
 
-def _position(name: str, idx: list[int]) -> str:
-    return f"{name}[{', '.join(str(i) for i in idx)}]"
-
-
-def _finding(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
-             where: str = "") -> KernelFinding:
-    return KernelFinding(case.kernel, case.op, case.describe(), problem, diff, tol, where,
-                         dict(case.generics))
+def _found(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
+           where: str = "") -> KernelFinding:
+    return finding(case, problem, diff, tol, where, via='Pallas')
 
 
 def _scalar_value(dtype: str, seed: int, name: str) -> Any:

@@ -19,7 +19,6 @@ import os
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,12 @@ from linnet.lang.check.kernel_cases import (
     TF32,
     TOLERANCES,
     KernelCase,
-    bound_ops,
-    sample_cases,
+    KernelCheck,
+    KernelFinding,
+    finding,
+    position,
+    raise_findings,
+    run_checks,
     std_program,
     wrapper_program,
 )
@@ -43,44 +46,6 @@ from linnet.lang.diagnostics.core import Diagnostic
 import torch
 
 from .interpreter import DTYPES, run_graph
-
-
-@dataclass(frozen=True)
-class KernelFinding:
-    """A kernel that disagrees with its op's body on one case (or could not be checked).
-
-    ``difference`` is the largest ``|kernel - body|`` (``inf`` where the kernel left a NaN
-    the body does not have, or nothing could be compared), ``where`` the element it is at.
-    """
-
-    kernel: str
-    op: str
-    case: str
-    problem: str
-    difference: float = float("inf")
-    tolerance: float = 0.0
-    where: str = ""
-    generics: dict[str, int | str] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        at = f" at {self.where}" if self.where else ""
-        diff = (f": largest difference {self.difference:.3g}{at} (tolerance {self.tolerance:.3g})"
-                if self.difference != float("inf") and self.problem == "differs" else
-                f"{at}" if self.where else "")
-        return f"kernel {self.kernel} (op {self.op}) on {self.case}: {self.problem}{diff}"
-
-
-@dataclass(frozen=True)
-class KernelCheck:
-    """One case run both ways: passed, or with its finding."""
-
-    case: KernelCase
-    difference: float
-    finding: KernelFinding | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.finding is None
 
 
 def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0,
@@ -111,28 +76,9 @@ def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0
                        ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type != "cuda":
         use_interpreter()
-    findings: list[KernelFinding] = []
-    done = skip if skip is not None else set()
-    chosen = [op for op in bound_ops(program) if op.qualified_name not in done and (
-        ops is None or op.name in ops or op.qualified_name in ops)]
-    for op in chosen:
-        done.add(op.qualified_name)
-        cases = sample_cases(program, op, count, seed, max_size, dtypes)
-        if not cases:
-            assert op.module is not None and op.kernel is not None
-            kname = f"{op.module.name}::{op.kernel.name}"
-            findings.append(KernelFinding(
-                kname, op.qualified_name, "no case",
-                f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
-                "the op and its kernel, so the kernel was never run (raise max_size)"))
-            continue
-        for i, case in enumerate(cases):
-            check = check_case(program, op, case, seed * 1000 + i, dev)
-            if check.finding is not None:
-                findings.append(check.finding)
-            if on_check is not None:
-                on_check(check)
-    return findings
+    return run_checks(program, lambda op, case, s: check_case(program, op, case, s, dev),
+                      count=count, seed=seed, max_size=max_size, dtypes=dtypes, ops=ops,
+                      on_check=on_check, skip=skip)
 
 
 def assert_kernels(source: str | Path | Program, **options: Any) -> None:
@@ -141,10 +87,7 @@ def assert_kernels(source: str | Path | Program, **options: Any) -> None:
     >>> def test_my_kernels():                       # doctest: +SKIP
     ...     assert_kernels("kernels.linnet", count=4)
     """
-    findings = check_kernels(source, **options)
-    if findings:
-        raise AssertionError(f"{len(findings)} kernel finding(s):\n"
-                             + "\n".join(f"  {f}" for f in findings))
+    raise_findings(check_kernels(source, **options))
 
 
 def check_case(program: Program, op: Any, case: KernelCase, seed: int,
@@ -159,10 +102,10 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
     try:
         got, launches, tf32 = _launch(wrapper, graph, inputs, device)
     except Exception as exc:  # a kernel that fails to compile or run is a finding
-        return KernelCheck(case, float("inf"), _finding(
+        return KernelCheck(case, float("inf"), _found(
             case, f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
     if launches == 0:
-        return KernelCheck(case, float("inf"), _finding(
+        return KernelCheck(case, float("inf"), _found(
             case, "the kernel did not launch (the generated code ran the body)"))
     worst = 0.0
     for k, (g, w) in enumerate(zip(got, want)):
@@ -172,7 +115,7 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
         worst = max(worst, diff)
         if finding is not None:
             problem, diff, tol, where = finding
-            return KernelCheck(case, diff, _finding(case, problem, diff, tol, where))
+            return KernelCheck(case, diff, _found(case, problem, diff, tol, where))
     return KernelCheck(case, worst)
 
 
@@ -193,7 +136,7 @@ def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "resu
     w = want.detach().to("cpu", torch.float64)
     stray = torch.isnan(g) & ~torch.isnan(w)
     if bool(stray.any()):
-        pos = _position(name, stray.nonzero()[0].tolist())
+        pos = position(name, stray.nonzero()[0].tolist())
         return ((f"{int(stray.sum())} element(s) of the {name} are NaN where the body's are "
                  "not (lanes the kernel never stored?), the first", float("inf"), 0.0, pos),
                 float("inf"))
@@ -209,20 +152,15 @@ def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "resu
         ratio = torch.where(over, diff, torch.zeros_like(diff))
         flat = int(ratio.argmax())
         idx = list(torch.unravel_index(torch.tensor(flat), tuple(g.shape)))
-        pos = _position(name, [int(i) for i in idx])
+        pos = position(name, [int(i) for i in idx])
         return (("differs", float(diff.reshape(-1)[flat]),
                  float(limit.reshape(-1)[flat]), pos), largest)
     return None, largest
 
 
-def _position(name: str, idx: list[int]) -> str:
-    return f"{name}[{', '.join(str(i) for i in idx)}]"
-
-
-def _finding(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
-             where: str = "") -> KernelFinding:
-    return KernelFinding(case.kernel, case.op, case.describe(), problem, diff, tol, where,
-                         dict(case.generics))
+def _found(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
+           where: str = "") -> KernelFinding:
+    return finding(case, problem, diff, tol, where, via='')
 
 
 def _scalar_value(dtype: str, seed: int, name: str) -> Any:

@@ -321,3 +321,100 @@ def _default(dtype: str) -> str:
 __all__ = ["DEFAULT_DTYPES", "ENTRY", "EXACT", "MODEL", "TF32", "TOLERANCES", "KernelCase",
            "bound_ops", "boundary_sizes", "candidate_sizes", "checked_program", "sample_cases",
            "std_program", "wrapper_program"]
+
+
+# ---------------------------------------------------------------- findings (every runtime)
+@dataclass(frozen=True)
+class KernelFinding:
+    """A kernel that disagrees with its op's body on one case (or could not be checked).
+
+    ``difference`` is the largest ``|kernel - body|`` (``inf`` where the kernel left a NaN
+    the body does not have, or nothing could be compared), ``where`` the element it is at;
+    ``via`` names the launcher where it is not Triton (``"Pallas"``).
+    """
+
+    kernel: str
+    op: str
+    case: str
+    problem: str
+    difference: float = float("inf")
+    tolerance: float = 0.0
+    where: str = ""
+    generics: dict[str, int | str] = field(default_factory=dict)
+    via: str = ""
+
+    def __str__(self) -> str:
+        at = f" at {self.where}" if self.where else ""
+        diff = (f": largest difference {self.difference:.3g}{at} (tolerance {self.tolerance:.3g})"
+                if self.difference != float("inf") and self.problem == "differs" else at)
+        via = f", {self.via}" if self.via else ""
+        return f"kernel {self.kernel} (op {self.op}{via}) on {self.case}: {self.problem}{diff}"
+
+
+@dataclass(frozen=True)
+class KernelCheck:
+    """One case run both ways: passed, or with its finding."""
+
+    case: KernelCase
+    difference: float
+    finding: KernelFinding | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.finding is None
+
+
+def finding(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
+            where: str = "", via: str = "") -> KernelFinding:
+    """The finding of ``case``: its kernel, op, shapes and generics with the ``problem``."""
+    return KernelFinding(case.kernel, case.op, case.describe(), problem, diff, tol, where,
+                         dict(case.generics), via)
+
+
+def position(name: str, idx: list[int]) -> str:
+    """``name[i, j]``: where in a result a finding is."""
+    return f"{name}[{', '.join(str(i) for i in idx)}]"
+
+
+def run_checks(program: Program, check_case: Any, *, count: int, seed: int, max_size: int,
+               dtypes: tuple[str, ...], ops: list[str] | None, on_check: Any,
+               skip: set[str] | None) -> list[KernelFinding]:
+    """What every runtime's ``check_kernels`` does around its own launch: each bound op of
+    ``program`` (by name or qualified name in ``ops``, none of those in ``skip``; the ops run
+    are added to it) on ``count`` sampled cases, each run by ``check_case(op, case, seed)``
+    -> :class:`KernelCheck`; an op whose where clauses no small shape meets is a finding.
+
+    >>> # run_checks(program, lambda op, case, s: KernelCheck(case, 0.0), count=2, seed=0,
+    >>> #            max_size=48, dtypes=("f32",), ops=None, on_check=None, skip=None)
+    """
+    findings: list[KernelFinding] = []
+    done = skip if skip is not None else set()
+    chosen = [op for op in bound_ops(program) if op.qualified_name not in done and (
+        ops is None or op.name in ops or op.qualified_name in ops)]
+    for op in chosen:
+        done.add(op.qualified_name)
+        cases = sample_cases(program, op, count, seed, max_size, dtypes)
+        if not cases:
+            assert op.module is not None and op.kernel is not None
+            findings.append(KernelFinding(
+                f"{op.module.name}::{op.kernel.name}", op.qualified_name, "no case",
+                f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
+                "the op and its kernel, so the kernel was never run (raise max_size)"))
+            continue
+        for i, case in enumerate(cases):
+            check = check_case(op, case, seed * 1000 + i)
+            if check.finding is not None:
+                findings.append(check.finding)
+            if on_check is not None:
+                on_check(check)
+    return findings
+
+
+def raise_findings(findings: list[KernelFinding]) -> None:
+    """``AssertionError`` listing every finding (the ``assert_kernels`` form); none: nothing.
+
+    >>> raise_findings([])
+    """
+    if findings:
+        raise AssertionError(f"{len(findings)} kernel finding(s):\n"
+                             + "\n".join(f"  {f}" for f in findings))
