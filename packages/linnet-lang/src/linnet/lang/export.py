@@ -95,3 +95,35 @@ def read_safetensors(path: str | Path) -> dict[str, Any]:
         lo, hi = info["data_offsets"]
         out[name] = data[lo:hi].view(dt).reshape(info["shape"])
     return out
+
+
+# ---------------------------------------------------------------- what every runtime's
+# `model.export_*` shares (E0800, and the sources for the line comments)
+def export_target(path: str | Path) -> Path:
+    """``path`` as a Path, or E0800 before any work when it cannot be written: no such
+    folder, or a folder.
+
+    >>> export_target("decode.onnx").name
+    'decode.onnx'
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise LinnetError(Diagnostic("E0800", f"cannot export to `{path}`: it is a folder",
+                                     help="name a file inside it, such as `decode.onnx`"))
+    if not p.parent.is_dir():
+        raise LinnetError(Diagnostic(
+            "E0800", f"cannot export to `{path}`: folder `{p.parent}` does not exist",
+            help=f"create it first (`mkdir -p {p.parent}`) or write elsewhere"))
+    return p
+
+
+def unwritable(path: Path, exc: OSError) -> LinnetError:
+    """E0800 for a write that failed (permissions, a full disk)."""
+    return LinnetError(Diagnostic("E0800", f"cannot export to `{path}`: "
+                                  f"{exc.strerror or exc}",
+                                  help="check the folder's permissions and free space"))
+
+
+def program_sources(program: Any) -> dict[str, str]:
+    """Every module's text by file name: what the exporters' source-line comments read."""
+    return {m.source.name: m.source.text for m in program.modules.values()}

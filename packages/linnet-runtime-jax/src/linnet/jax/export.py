@@ -14,34 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from linnet.lang import LinnetError
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.export import export_target, program_sources, unwritable
 from linnet.lang.ir.graph import Graph
 
 from .inputs import check_inputs
-
-
-def _target(path: str | Path) -> Path:
-    """E0800 before any work when ``path`` cannot be written: no such folder, or a folder."""
-    p = Path(path)
-    if p.is_dir():
-        raise LinnetError(Diagnostic("E0800", f"cannot export to `{path}`: it is a folder",
-                                     help="name a file inside it, such as `decode.onnx`"))
-    if not p.parent.is_dir():
-        raise LinnetError(Diagnostic(
-            "E0800", f"cannot export to `{path}`: folder `{p.parent}` does not exist",
-            help=f"create it first (`mkdir -p {p.parent}`) or write elsewhere"))
-    return p
-
-
-def _unwritable(path: Path, exc: OSError) -> LinnetError:
-    return LinnetError(Diagnostic("E0800", f"cannot export to `{path}`: "
-                                  f"{exc.strerror or exc}",
-                                  help="check the folder's permissions and free space"))
-
-
-def _sources(model: Any) -> dict[str, str]:
-    return {m.source.name: m.source.text for m in model.program.modules.values()}
 
 
 def _checked(model: Any, entry: str, inputs: Any) -> Graph:
@@ -58,13 +34,14 @@ def export_onnx(model: Any, entry: str, inputs: Any, path: str | Path, check: bo
     """See :meth:`linnet.jax.Model.export_onnx`."""
     from linnet.lang.export import export_onnx as export
 
-    target = _target(path)
+    target = export_target(path)
     graph = _checked(model, entry, inputs)
     params = {p: model.params[p] for p in graph.parameters}
     try:
-        return export(graph, params, target, _sources(model), check, external_threshold)
+        return export(graph, params, target, program_sources(model.program), check,
+                      external_threshold)
     except OSError as exc:
-        raise _unwritable(target, exc) from None
+        raise unwritable(target, exc) from None
 
 
 def export_stablehlo(model: Any, entry: str, inputs: Any, path: str | Path,
@@ -73,10 +50,10 @@ def export_stablehlo(model: Any, entry: str, inputs: Any, path: str | Path,
     from linnet.lang.emit.stablehlo import argument_order
     from linnet.lang.export import export_stablehlo as export
 
-    target = _target(path)
+    target = export_target(path)
     graph = _checked(model, entry, inputs)
     try:
-        export(graph, target, _sources(model), verify)
+        export(graph, target, program_sources(model.program), verify)
     except OSError as exc:
-        raise _unwritable(target, exc) from None
+        raise unwritable(target, exc) from None
     return argument_order(graph)
