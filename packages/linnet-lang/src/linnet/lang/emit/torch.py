@@ -775,7 +775,8 @@ class TorchEmitter:
         with its kernel's text; None otherwise. See emit/triton.py."""
         if self.program is None or self.options.numerics != "fast":
             return None
-        for call in starts.get(index, []):
+        # The longest first: a span op's call (ir/spans.py) over an op call it contains.
+        for call in sorted(starts.get(index, []), key=lambda c: c.start - c.stop):
             if not call.attributes.get("kernel") or not call.attributes.get("kernel_applies") \
                     or call.stop > stop or call.stop <= call.start:
                 continue

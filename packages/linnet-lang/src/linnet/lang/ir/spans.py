@@ -1,0 +1,536 @@
+"""Span ops: an op whose body composes other op calls and whose kernel runs them as one.
+
+``rms_norm_linear(x, nw, eps, w)`` in std has the body ``linear(rms_norm(x, nw, eps), w)``
+and a kernel that computes both in one launch. A model never calls it: it calls `rms_norm`
+and then `linear`, as it always did. :func:`claim_spans` finds, in a lowered graph, every run
+of steps that computes what a span op's body computes (the same op calls, wired the same
+way, with nothing in between and no value of the run used outside it except what the span
+op returns) and records it as a call of the span op over those steps. The recorded call
+carries the span op's kernel binding, so the emitters launch its kernel there exactly as for
+any bound op (``emit/torch.py``'s ``kernel_launch`` prefers the longest bound call starting
+at a step), and the planner offers it as a candidate region measured against the steps'
+own code (``linnet.torch.planned``). The op bodies stay the definition: a span op's body is
+the composition, and `linnet kernels` checks its kernel against that body.
+
+Matching works at the level a user writes: an op call is one node (compared by callee; its
+own steps are the callee's body), every step outside op calls is a node (compared by
+primitive and attributes). A span op's pattern comes from its body lowered once at small
+sample shapes; each match is then confirmed by lowering the span op again at the matched
+values' own shapes and scalars, comparing node by node with attributes, and taking the
+kernel binding (its generics, its `where` clause) from that lowering.
+
+>>> # graph = claim_spans(graph, program)   # graph.calls gains the span calls it found
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import linnet.lang.syntax.tree as A
+from linnet.lang.diagnostics.core import LinnetError
+from linnet.lang.ir.graph import Call, Graph, ValueType
+from linnet.lang.syntax.program import Program
+
+# Scalar parameters take these values in the sample lowering, so that a literal in the
+# body can be told apart from a parameter: distinct, exact in binary, unlikely constants.
+_SENTINELS = (0.3828125, 0.6171875, 0.8671875, 1.1328125, 1.3671875, 1.6171875)
+
+
+@dataclass
+class Node:
+    """One op call (``kind == "call"``, ``key`` its callee) or one step outside op calls
+    (``kind == "step"``, ``key`` its primitive) of a graph."""
+
+    kind: str
+    key: str
+    inputs: list[Any]
+    outputs: list[Any]
+    start: int
+    stop: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    call: Call | None = None
+
+
+@dataclass
+class Pattern:
+    """A span op's body as nodes, from one lowering: ``params`` are its parameters' refs in
+    that lowering (tensors) or sentinel values (scalars), in the op's order."""
+
+    op: A.FuncDecl
+    params: list[Any]
+    scalars: dict[int, Any]  # param position -> sentinel value
+    results: list[Any]
+    nodes: list[Node]
+    producers: dict[Any, Node]
+
+
+@dataclass
+class SpanMatch:
+    """Where a span op's body stands in a graph: the steps, and the graph values bound to
+    the op's parameters (refs, or literals for scalars) and results."""
+
+    op: A.FuncDecl
+    start: int
+    stop: int
+    args: list[Any]
+    results: list[Any]
+    calls: list[Call]
+
+
+# ---------------------------------------------------------------- nodes of a graph
+def graph_nodes(graph: Graph, lo: int = 0, hi: int | None = None,
+                skip: Call | None = None) -> list[Node]:
+    """The nodes of steps ``lo..hi``: outermost op calls there (span calls and ``skip``
+    left out), and the steps outside them, in step order."""
+    hi = len(graph.steps) if hi is None else hi
+    calls = [c for c in graph.calls if c.kind == "op" and c is not skip
+             and not c.attributes.get("span") and lo <= c.start < c.stop <= hi]
+    outer = [c for c in calls if not any(
+        o is not c and o.start <= c.start and c.stop <= o.stop
+        and (o.start, -o.stop, o.index) < (c.start, -c.stop, c.index) for o in calls)]
+    covered: dict[int, Call] = {}
+    for c in outer:
+        for i in range(c.start, c.stop):
+            covered.setdefault(i, c)
+    out: list[Node] = []
+    i = lo
+    while i < hi:
+        c = covered.get(i)
+        if c is not None:
+            attrs = c.attributes
+            out.append(Node("call", c.callee, list(attrs.get("args") or []),
+                            list(attrs.get("results") or []), c.start, c.stop, call=c))
+            i = c.stop
+            continue
+        s = graph.steps[i]
+        out.append(Node("step", s.op, list(s.operands), list(s.results), i, i + 1,
+                        dict(s.attributes)))
+        i += 1
+    return out
+
+
+def _producers(nodes: Iterable[Node]) -> dict[Any, Node]:
+    out: dict[Any, Node] = {}
+    for n in nodes:
+        for r in n.outputs:
+            if isinstance(r, str):
+                out[r] = n
+    return out
+
+
+# ---------------------------------------------------------------- span ops and patterns
+def span_ops(program: Program) -> list[A.FuncDecl]:
+    """The ops of ``program`` that are span ops: bound to a kernel, with a body that calls
+    at least one other op."""
+    out = []
+    for module in program.modules.values():
+        for item in module.items:
+            if isinstance(item, A.FuncDecl) and item.kind == "op" and item.kernel is not None \
+                    and _calls_an_op(item, program):
+                out.append(item)
+    return out
+
+
+def _calls_an_op(decl: A.FuncDecl, program: Program) -> bool:
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, A.Call) and isinstance(node.callee, A.Name):
+            names.add(node.callee.name)
+        if isinstance(node, list | tuple):
+            for x in node:
+                walk(x)
+        elif hasattr(node, "__dataclass_fields__"):
+            for f in node.__dataclass_fields__:
+                if f != "span":
+                    walk(getattr(node, f))
+
+    walk(decl.body)
+    module = decl.module
+    for name in names:
+        target = _resolve(program, module, name)
+        if isinstance(target, A.FuncDecl) and target.kind == "op":
+            return True
+    return False
+
+
+def _resolve(program: Program, module: A.Module | None, name: str) -> Any:
+    if module is None:
+        return None
+    item = module.find(name)
+    if item is not None:
+        return item
+    for use in module.items:
+        if isinstance(use, A.Use) and name in [n for n, _ in use.names]:
+            other = program.module(".".join(use.module))
+            if other is not None:
+                return other.find(name)
+    return None
+
+
+def pattern(program: Program, op: A.FuncDecl) -> Pattern | None:
+    """``op``'s body as nodes, lowered at a small sample of its generics on which its
+    kernel applies (None: no such sample, or the body does not lower)."""
+    from linnet.lang.check.kernel_cases import ENTRY, MODEL, sample_cases, wrapper_program
+    from linnet.lang.check.lowering import lower
+
+    cases = sample_cases(program, op, count=1, seed=0, max_size=24)
+    if not cases:
+        return None
+    case = cases[0]
+    config = {}
+    scalar_names = list(case.scalars)
+    for k, name in enumerate(scalar_names[:len(_SENTINELS)]):
+        config[name] = _SENTINELS[k] if case.scalars[name].startswith("f") else k + 3
+    try:
+        g = lower(wrapper_program(program, op, case), ENTRY,
+                  {n: list(s) for n, (s, _) in case.params.items()}, config, model=MODEL,
+                  check=False)
+    except LinnetError:
+        return None
+    return _pattern_of(op, g, config)
+
+
+def _pattern_of(op: A.FuncDecl, g: Graph, config: dict[str, Any]) -> Pattern | None:
+    call = next((c for c in g.calls if c.callee == op.qualified_name), None)
+    if call is None:
+        return None
+    params: list[Any] = []
+    scalars: dict[int, Any] = {}
+    args = list(call.attributes.get("args") or [])
+    for k, p in enumerate(op.params):
+        value = args[k] if k < len(args) else None
+        if p.name in config:
+            scalars[k] = config[p.name]
+            params.append(config[p.name])
+        else:
+            params.append(value)
+    nodes = graph_nodes(g, call.start, call.stop, skip=call)
+    return Pattern(op, params, scalars, list(call.attributes.get("results") or []), nodes,
+                   _producers(nodes))
+
+
+# ---------------------------------------------------------------- matching
+class _Unify:
+    """Pattern nodes against graph nodes, backwards from the results: each pattern node to
+    one graph node of the same callee (or primitive), each parameter to one graph value."""
+
+    def __init__(self, pat: Pattern, producers: dict[Any, Node], strict: bool):
+        self.pat = pat
+        self.producers = producers
+        self.strict = strict
+        self.nodes: dict[int, Node] = {}  # id(pattern node) -> graph node
+        self.used: set[int] = set()  # id(graph node)
+        self.params: dict[int, Any] = {}  # param position -> graph ref or literal
+
+    def value(self, pv: Any, gv: Any) -> bool:
+        pat = self.pat
+        for k, p in enumerate(pat.params):
+            if k in pat.scalars:
+                if not isinstance(pv, str) and pv == p and not isinstance(gv, str):
+                    return self.bind(k, gv)
+            elif isinstance(pv, str) and pv == p:
+                return self.bind(k, gv)
+        if not isinstance(pv, str):  # a literal of the body
+            return not isinstance(gv, str) and _same_literal(pv, gv)
+        pn = pat.producers.get(pv)
+        if pn is None:
+            return False  # a value of the sample's own (cannot happen): no match
+        if not isinstance(gv, str):
+            return False
+        gn = self.producers.get(gv)
+        if gn is None or not self.node(pn, gn):
+            return False
+        return pn.outputs.index(pv) == gn.outputs.index(gv)
+
+    def bind(self, k: int, gv: Any) -> bool:
+        if k in self.params:
+            return _same_ref(self.params[k], gv)
+        self.params[k] = gv
+        return True
+
+    def node(self, pn: Node, gn: Node) -> bool:
+        seen = self.nodes.get(id(pn))
+        if seen is not None:
+            return seen is gn
+        if id(gn) in self.used or pn.kind != gn.kind or pn.key != gn.key \
+                or len(pn.inputs) != len(gn.inputs) or len(pn.outputs) != len(gn.outputs):
+            return False
+        if pn.kind == "step" and not self.same_attributes(pn, gn):
+            return False
+        self.nodes[id(pn)] = gn
+        self.used.add(id(gn))
+        return all(self.value(pv, gv) for pv, gv in zip(pn.inputs, gn.inputs))
+
+    def same_attributes(self, pn: Node, gn: Node) -> bool:
+        if self.strict:
+            return _canon(pn.attributes) == _canon(gn.attributes)
+        # At the sample's shapes only what does not scale with them can be compared.
+        keys = {k for k in pn.attributes if k in ("fn", "dtype", "kind", "op")}
+        if pn.key == "constant" and any(pn.attributes.get("value") == s for s in _SENTINELS):
+            return True
+        if pn.key == "constant":
+            keys.add("value")
+        return all(_canon(pn.attributes.get(k)) == _canon(gn.attributes.get(k)) for k in keys)
+
+
+def _same_literal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return a == b
+
+
+def _same_ref(a: Any, b: Any) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return _same_literal(a, b)
+
+
+def _canon(v: Any) -> Any:
+    if isinstance(v, dict):
+        return tuple(sorted((k, _canon(x)) for k, x in v.items()))
+    if isinstance(v, list | tuple):
+        return tuple(_canon(x) for x in v)
+    return v
+
+
+def find_matches(graph: Graph, pat: Pattern, nodes: list[Node] | None = None
+                 ) -> list[tuple[_Unify, list[Node]]]:
+    """Every place where ``pat`` stands in ``graph``, at the sample's level of detail: the
+    unification and the graph nodes of each result, result 0 anchoring the search."""
+    nodes = graph_nodes(graph) if nodes is None else nodes
+    producers = _producers(nodes)
+    first = pat.producers.get(pat.results[0]) if pat.results else None
+    if first is None:
+        return []
+    out = []
+    for gn in nodes:
+        if gn.kind != first.kind or gn.key != first.key:
+            continue
+        u = _Unify(pat, producers, strict=False)
+        gv = gn.outputs[first.outputs.index(pat.results[0])]
+        if not u.value(pat.results[0], gv):
+            continue
+        results = [gv]
+        ok = True
+        for pr in pat.results[1:]:
+            found = _other_result(pat, u, pr, nodes)
+            if found is None:
+                ok = False
+                break
+            results.append(found)
+        if ok and len(u.nodes) == len(pat.nodes):
+            out.append((u, results))
+    return out
+
+
+def _other_result(pat: Pattern, u: _Unify, pr: Any, nodes: list[Node]) -> Any:
+    """The graph value of a further result: the first graph node that unifies with its
+    producer under the bindings so far (a copy is tried on each)."""
+    pn = pat.producers.get(pr)
+    if pn is None:
+        return None
+    if id(pn) in u.nodes:
+        gn = u.nodes[id(pn)]
+        return gn.outputs[pn.outputs.index(pr)]
+    for gn in nodes:
+        if gn.kind != pn.kind or gn.key != pn.key or id(gn) in u.used:
+            continue
+        trial = copy.copy(u)
+        trial.nodes, trial.used, trial.params = dict(u.nodes), set(u.used), dict(u.params)
+        gv = gn.outputs[pn.outputs.index(pr)]
+        if trial.value(pr, gv):
+            u.nodes, u.used, u.params = trial.nodes, trial.used, trial.params
+            return gv
+    return None
+
+
+def _closed(graph: Graph, lo: int, hi: int, results: list[Any]) -> bool:
+    """Nothing the steps ``lo..hi`` make is read after them, or is an output of the
+    graph, except ``results``."""
+    keep = {r for r in results if isinstance(r, str)}
+    made = {r for s in graph.steps[lo:hi] for r in s.results}
+    inner = made - keep
+    if inner & set(graph.outputs):
+        return False
+    return all(not inner & set(s.operands) for s in graph.steps[:lo] + graph.steps[hi:])
+
+
+# ---------------------------------------------------------------- confirming and claiming
+class Spans:
+    """The span ops of some programs, their patterns, and :meth:`claim` for graphs. One
+    per process is enough (:func:`claim_spans` keeps one for the std library)."""
+
+    def __init__(self, programs: list[Program]):
+        self.programs = programs
+        self.ops: list[tuple[Program, A.FuncDecl]] = []
+        seen: set[str] = set()
+        for p in programs:
+            for op in span_ops(p):
+                if op.qualified_name not in seen:
+                    seen.add(op.qualified_name)
+                    self.ops.append((p, op))
+        self._patterns: dict[str, Pattern | None] = {}
+        self._confirmed: dict[tuple, dict[str, Any] | None] = {}
+
+    def pattern(self, program: Program, op: A.FuncDecl) -> Pattern | None:
+        if op.qualified_name not in self._patterns:
+            self._patterns[op.qualified_name] = pattern(program, op)
+        return self._patterns[op.qualified_name]
+
+    def matches(self, graph: Graph) -> list[SpanMatch]:
+        """Every confirmed span of ``graph`` whose kernel applies, longest first where two
+        start at one step."""
+        nodes = graph_nodes(graph)
+        out: list[SpanMatch] = []
+        for program, op in self.ops:
+            pat = self.pattern(program, op)
+            if pat is None:
+                continue
+            for u, results in find_matches(graph, pat, nodes):
+                got = list(u.nodes.values())
+                lo, hi = min(n.start for n in got), max(n.stop for n in got)
+                if sum(n.stop - n.start for n in got) != hi - lo:
+                    continue  # other steps stand between: not one span
+                if not _closed(graph, lo, hi, results):
+                    continue
+                args = [u.params.get(k) for k in range(len(op.params))]
+                if any(a is None for a in args):
+                    continue
+                m = SpanMatch(op, lo, hi, args, results,
+                              sorted((n.call for n in got if n.call is not None),
+                                     key=lambda c: c.start))
+                if self.confirm(program, graph, m, pat) is not None:
+                    out.append(m)
+        out.sort(key=lambda m: (m.start, m.start - m.stop))
+        return out
+
+    def confirm(self, program: Program, graph: Graph, m: SpanMatch, pat: Pattern
+                ) -> dict[str, Any] | None:
+        """Lower the span op at the match's own types and scalars; its kernel binding if
+        the body is node for node what the graph has there and the kernel applies."""
+        types = [graph.values.get(a) or graph.parameters.get(a[1:]) or graph.states.get(a[1:])
+                 if isinstance(a, str) else a for a in m.args]
+        outs = [graph.values.get(r) for r in m.results]
+        if any(t is None for t in types) or any(t is None for t in outs):
+            return None
+        key = (m.op.qualified_name, repr(types), repr(outs))
+        if key not in self._confirmed:
+            self._confirmed[key] = self._lower_at(program, m.op, types, outs)
+        found = self._confirmed[key]
+        if found is None:
+            return None
+        g2, binding = found["graph"], found["binding"]
+        pat2 = _pattern_of(m.op, g2, found["config"])
+        if pat2 is None:
+            return None
+        lo_nodes = graph_nodes(graph, m.start, m.stop)
+        producers = _producers(lo_nodes)
+        u = _Unify(pat2, producers, strict=True)
+        if not all(u.value(pr, gr) for pr, gr in zip(pat2.results, m.results)):
+            return None
+        if len(u.nodes) != len(pat2.nodes) or any(
+                not _same_ref(u.params.get(k), a) for k, a in enumerate(m.args)
+                if k not in pat2.scalars):
+            return None
+        return binding if binding.get("kernel_applies") else None
+
+    def _lower_at(self, program: Program, op: A.FuncDecl, types: list[Any],
+                  outs: list[Any]) -> dict[str, Any] | None:
+        from linnet.lang.check.kernel_cases import ENTRY, MODEL, KernelCase, wrapper_program
+        from linnet.lang.check.lowering import lower
+
+        params: dict[str, tuple[tuple[int, ...], str]] = {}
+        scalars: dict[str, str] = {}
+        config: dict[str, Any] = {}
+        for p, t in zip(op.params, types):
+            if isinstance(t, ValueType):
+                params[p.name] = (tuple(t.shape), t.dtype)
+            else:
+                kind = p.type.name if isinstance(p.type, A.ScalarType) else "f32"
+                scalars[p.name] = kind
+                config[p.name] = t
+        case = KernelCase(op.qualified_name, "", {}, params, scalars,
+                          [(tuple(o.shape), o.dtype) for o in outs])
+        try:
+            g = lower(wrapper_program(program, op, case), ENTRY,
+                      {n: list(s) for n, (s, _) in params.items()}, config, model=MODEL,
+                      check=False)
+        except LinnetError:
+            return None
+        call = next((c for c in g.calls if c.callee == op.qualified_name), None)
+        if call is None or not call.attributes.get("kernel"):
+            return None
+        binding = {k: call.attributes[k] for k in ("kernel", "kernel_generics",
+                                                    "kernel_applies")}
+        return {"graph": g, "binding": binding, "config": config}
+
+    def claim(self, graph: Graph) -> Graph:
+        """A copy of ``graph`` with a call of each span op recorded where it stands (see
+        the module docstring); ``graph`` itself is left as it is."""
+        out = copy.copy(graph)
+        out.calls = list(graph.calls)
+        index = max((c.index for c in graph.calls), default=-1) + 1
+        for m in self.matches(graph):
+            program = next(p for p, op in self.ops if op is m.op)
+            pat = self.pattern(program, m.op)
+            assert pat is not None
+            binding = self.confirm(program, graph, m, pat)
+            assert binding is not None
+            inner = [c for c in graph.calls if m.start <= c.start and c.stop <= m.stop]
+            depth = min((c.depth for c in m.calls), default=0)
+            paths = [c.path for c in m.calls if c.path]
+            iters = {c.iteration for c in m.calls}
+            repeated = {c.repeated for c in m.calls}
+            out.calls.append(Call(
+                m.op.qualified_name, "op", m.start, m.stop, index, _common_path(paths), depth,
+                m.calls[0].loc if m.calls else "",
+                {**binding, "args": list(m.args), "results": list(m.results), "span": True,
+                 "claims": [c.callee for c in m.calls], "inner": len(inner)},
+                iters.pop() if len(iters) == 1 else None,
+                repeated.pop() if len(repeated) == 1 else ""))
+            index += 1
+        return out
+
+
+def _common_path(paths: list[str]) -> str:
+    if not paths:
+        return ""
+    parts = [p.split(".") for p in paths]
+    common = []
+    for segs in zip(*parts):
+        if len(set(segs)) != 1:
+            break
+        common.append(segs[0])
+    return ".".join(common)
+
+
+@lru_cache(maxsize=1)
+def std_spans() -> Spans:
+    """The std library's span ops (parsed and checked once per process)."""
+    from linnet.lang.check.kernel_cases import std_program
+
+    return Spans([std_program()])
+
+
+def claim_spans(graph: Graph, program: Program | None = None) -> Graph:
+    """``graph`` with every span of a span op recorded as a call of it: the std library's
+    span ops, and ``program``'s own (a user's file may define span ops too).
+
+    >>> # planned = claim_spans(model.graph("decode", [token, pos]), model.program)
+    """
+    spans = std_spans()
+    if program is not None and span_ops(program):
+        spans = Spans([*spans.programs, program])
+    return spans.claim(graph)
+
+
+__all__ = ["Node", "Pattern", "SpanMatch", "Spans", "claim_spans", "graph_nodes", "span_ops",
+           "std_spans"]
