@@ -215,3 +215,114 @@ def test_loops_carry_old_and_new_values(tmp_path, interpret):
         for _ in range(2):
             tot = tot + diff
     torch.testing.assert_close(y, tot + acc)
+
+
+# ---------------------------------------------------------------- the planner's kernel paths
+SPAN_OPS = Path(__file__).resolve().parents[2] / "linnet-lang" / "tests" / "spans" / \
+    "norm_linear.linnet"
+SPAN_MODEL = """
+pub model M<D: Dim, O: Dim, T: DType> {
+    param nw: Tensor[D; T]
+    param w: Tensor[O, D; T]
+    param nw2: Tensor[O; T]
+    param w2: Tensor[D, O; T]
+    entry run<N: Dim>(x: Tensor[N, D; T]) -> Tensor[N, D; T] {
+        let h = linear(rms_norm(x, self.nw, 1e-5), self.w)
+        let y = linear(rms_norm(h, self.nw2, 1e-6), self.w2)
+        return y + x
+    }
+}
+"""
+
+
+@pytest.fixture
+def span_model(tmp_path):
+    """A model that calls rms_norm then linear, twice, in a file that also defines the span
+    op `norm_linear` (and its kernel): the model never calls it."""
+    path = tmp_path / "m.linnet"
+    path.write_text(SPAN_OPS.read_text() + SPAN_MODEL)
+    g = torch.Generator().manual_seed(0)
+    weights = {"nw": torch.randn(40, generator=g), "w": torch.randn(24, 40, generator=g) / 6,
+               "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g) / 5}
+    return load(path, weights=weights, numerics="fast", config={"D": 40, "O": 24, "T": "f32"})
+
+
+def kernel_rows(plan):
+    return [c for c in plan.candidates if c.backend_name == "linnet-kernels"]
+
+
+def test_plan_runs_a_span_ops_kernel_over_the_calls_it_claims(span_model, interpret):
+    x = torch.randn(3, 40)
+    want = span_model.run("run", [x])
+    plan = span_model.plan_for("run", [x], backends=[], measure=False, progress=False)
+    rows = {(c.region.callee.rsplit("::", 1)[-1], c.region.start): c.status
+            for c in kernel_rows(plan)}
+    # Each norm + linear is claimed, and overlaps the norm's own kernel region (rms_norm_rows).
+    assert rows == {("norm_linear", 0): "taken", ("rms_norm", 0): "overlap",
+                    ("norm_linear", 10): "taken", ("rms_norm", 10): "overlap"}
+    assert [i.label for i in plan.items] == [
+        "linnet-kernels Region(norm_linear @0, 10 steps)",
+        "linnet-kernels Region(norm_linear @10, 10 steps)", "slice"]
+    (got,) = plan.run([x], span_model.context_for(plan))
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+    # The executables launched the span kernel (not the body): their modules count launches.
+    ex = plan.items[0].run
+    module = __import__("sys").modules[ex.fn.__module__]
+    # Once when the plan checked each executable's outputs, once in plan.run; the norms'
+    # own regions (rms_norm_rows) ran only in the check.
+    assert module.RUNS == {"norm_linear_rows_3_40_24_f32_64_16_1e_05": [2, 0],
+                           "norm_linear_rows_3_24_40_f32_64_16_1e_06": [2, 0],
+                           "rms_norm_rows_3_40_f32_4096_1e_05": [1, 0],
+                           "rms_norm_rows_3_24_f32_4096_1e_06": [1, 0]}
+    assert "norm_linear" in plan.explain() and "linnet-kernels" in plan.explain()
+
+
+def test_a_measured_plan_takes_kernel_regions_only_where_they_save_the_margin(span_model,
+                                                                            interpret):
+    x = torch.randn(3, 40)
+    plan = span_model.plan_for("run", [x], backends=[], progress=False)
+    rows = kernel_rows(plan)
+    assert len(rows) == 4
+    for c in rows:  # every kernel region was timed against the op bodies' generated code
+        assert c.backend_seconds and c.generated_seconds
+        saves = c.generated_seconds - c.backend_seconds >= 0.02 * c.generated_seconds
+        assert (c.status in ("taken", "overlap")) == saves, (c.status, c.reason)
+    taken = {c.region.start for c in rows if c.status == "taken"}
+    assert {i.label for i in plan.items if i.kind == "region"} == {
+        f"linnet-kernels {c.region!r}" for c in rows if c.status == "taken"}
+    assert taken <= {0, 10}
+
+
+def test_kernels_false_leaves_linnet_kernels_out_of_the_plan(span_model, interpret):
+    x = torch.randn(3, 40)
+    plan = span_model.plan_for("run", [x], backends=[], measure=False, progress=False,
+                               kernels=False)
+    assert kernel_rows(plan) == [] and [i.kind for i in plan.items] == ["slice"]
+    text = Path(plan.items[0].run.__code__.co_filename).read_text()
+    assert "@triton.jit" not in text  # a plan's generated source launches no kernel
+
+
+def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
+    from linnet.torch import random_weights
+    from support import LLAMA, toy_config
+
+    weights = random_weights(LLAMA, toy_config(), seed=4)
+    model = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
+    token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
+    plan = model.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
+    kinds = {c.region.callee.rsplit("::", 1)[-1] for c in kernel_rows(plan)}
+    assert "rms_norm" in kinds
+    want = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
+    ctx, ctx_want = model.context_for(plan), want.context_for_graph(plan.graph)
+    for step in range(3):  # the cache the kernel plan writes is read back by later steps
+        (got,) = plan.run([token, pos + step], ctx)
+        ref = want.run("decode", [token, pos + step])
+        torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    del ctx_want
+
+
+def test_conform_runs_each_kernel_region_both_ways(span_model, interpret):
+    from linnet.torch.kernel_paths import KernelPaths
+
+    findings = span_model.conform("run", [torch.randn(3, 40)], KernelPaths(span_model.program))
+    assert len(findings) == 4 and all(f.passed for f in findings), findings

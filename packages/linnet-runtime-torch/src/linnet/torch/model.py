@@ -279,7 +279,8 @@ class Model:
     # ------------------------------------------------------------ plans
     def plan_for(self, entry: str, inputs: list[torch.Tensor], backends: Any = None,
                  compile: Any = None, memory: int | None = None, measure: bool = True,
-                 margin: float = 0.02, progress: Any = True, cache: Any = None) -> Any:
+                 margin: float = 0.02, progress: Any = True, cache: Any = None,
+                 kernels: bool = True) -> Any:
         """Plan ``entry`` for inputs like ``inputs`` over ``backends`` (default: every backend
         ``linnet.backends.available()`` lists). Each region kind is timed once on its backend
         and on the generated source; a backend takes a region only if it saves ``margin``
@@ -288,7 +289,10 @@ class Model:
         hold; ``measure=False`` skips timing; ``progress`` (True: stderr; or a callable
         taking a line) shows a bar while regions are timed and a line when each slice
         compiles; ``cache`` is the ``linnet.plan.TimingCache`` to read and write (default:
-        the one under $LINNET_HOME).
+        the one under $LINNET_HOME). ``kernels`` (under numerics "fast"): Linnet's own
+        kernels, bound ops' and span ops' (std's fused decode kernels), are candidates too,
+        as the backend ``linnet-kernels``, each timed against the op bodies' generated code;
+        False leaves them out (the plan's generated source never launches a kernel).
 
         >>> plan = model.plan_for("decode", [token, pos], backends=[MyLinear()])  # doctest: +SKIP
         >>> print(plan.explain())                                                # doctest: +SKIP
@@ -297,7 +301,7 @@ class Model:
 
         self._checked(entry, inputs)  # the plan runs them to record and time regions
         return plan_for(self, entry, inputs, backends, compile, memory, measure, margin,
-                        progress, cache)
+                        progress, cache, kernels)
 
     def _checked(self, entry: str, inputs: Sequence[torch.Tensor]) -> Graph:
         """The graph for ``inputs``, after checking them (see :meth:`run`)."""

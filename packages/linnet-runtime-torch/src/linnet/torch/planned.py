@@ -36,6 +36,7 @@ from linnet.lang.diagnostics.core import Diagnostic
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph, ValueType
 from linnet.lang.ir.slices import Slice, slice_steps
+from linnet.lang.ir.spans import claim_spans
 from linnet.plan import Candidate, TimingCache, cache_key, choose, explain_table
 
 import torch
@@ -44,6 +45,7 @@ from .context import Context
 from .home import import_source
 from .inputs import check_inputs
 from .interpreter import DTYPES
+from .kernel_paths import KernelPaths
 from .options import announce_compile, compile_label, compile_options, numerics_mode
 
 
@@ -408,6 +410,19 @@ class PlanBuilder:
         self.skipped.extend(r for r in records if not any(r is k for k in self.skipped))
         return ready
 
+    def kernel_paths(self) -> list[Any]:
+        """Linnet's own kernels as a backend (``linnet-kernels``, see
+        :mod:`linnet.torch.kernel_paths`), with span ops claimed in the graph; none where
+        kernels cannot launch on this target (recorded, with why)."""
+        paths = KernelPaths(self.model.program, self.sources)
+        if paths.probe(self.target) is None:
+            self.skipped.append(SkipRecord(paths.name, "linnet-runtime-torch", paths.version,
+                                           "", paths.last_reason or "declined", ""))
+            return []
+        self.say("finding span ops' claims (ir/spans.py)")
+        self.graph = claim_spans(self.graph, self.model.program)
+        return [paths]
+
     def candidates(self, backends: list[Any]) -> list[Candidate]:
         """Each backend's regions and executables. A backend whose ``match`` fails is
         recorded in ``skipped``; a region that is not valid, an executable that is not one
@@ -509,9 +524,10 @@ class PlanBuilder:
         return env
 
     def emit(self, slices: list[Slice], label: str) -> Any:
+        # Without the program, no kernel launches: a plan's generated source is the op
+        # bodies, and a kernel runs only where its region (KernelPaths) measured faster.
         text = emit_torch(self.graph, self.sources, numerics=self.model.numerics,
-                          origin=self.model.program.root.source.name, slices=[slices],
-                          program=self.model.program)
+                          origin=self.model.program.root.source.name, slices=[slices])
         module = import_source(text, f"linnet_plan_{label}")
         module.DEVICE = self.device  # type: ignore[attr-defined]
         return module
@@ -536,8 +552,9 @@ class PlanBuilder:
     def keys(self, backend: Any, kind: str) -> tuple[str, str]:
         target_key = self.target.key()
         bkey = cache_key(target_key, backend.name, str(backend.version), CONTRACT, kind)
+        # "bodies": the generated source of a plan launches no kernel (see `emit`).
         gkey = cache_key(target_key, "generated", f"{lang_version}/{self.model.numerics}/"
-                         f"{compile_label(self.options.compile)}", CONTRACT, kind)
+                         f"bodies/{compile_label(self.options.compile)}", CONTRACT, kind)
         return bkey, gkey
 
     def time_candidates(self, candidates: list[Candidate], env: dict[str, Any],
@@ -808,13 +825,15 @@ def _torch_compile(fn: Callable, compile: Any) -> Callable:
 def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
              backends: Sequence[Any] | None = None, compile: Any = None,
              memory: int | None = None, measure: bool = True, margin: float = 0.02,
-             progress: bool | Callable[[str], None] = True, cache: TimingCache | None = None
-             ) -> Plan:
+             progress: bool | Callable[[str], None] = True, cache: TimingCache | None = None,
+             kernels: bool = True) -> Plan:
     """See :meth:`linnet.torch.Model.plan_for`."""
     compile_options(compile)  # a bad value fails here, before any lowering or timing
     options = Options(margin=margin, measure=measure, memory=memory, compile=compile)
     builder = PlanBuilder(model, entry, list(inputs), options, progress)
     ready = builder.probe(backends)
+    if kernels and model.numerics == "fast":
+        ready += builder.kernel_paths()
     candidates = builder.candidates(ready)
     context = model.context_for_graph(builder.graph)
     live = [c for c in candidates if c.status != "failed"]
@@ -938,6 +957,8 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
     options = Options(measure=False, tolerance=float(tolerance))
     builder = PlanBuilder(model, entry, list(inputs), options, progress=False)
     ready = builder.probe([backend])
+    if ready and isinstance(backend, KernelPaths):  # span ops' claims are its regions too
+        builder.graph = claim_spans(builder.graph, model.program)
     if not ready:
         reason = builder.skipped[-1].reason if builder.skipped else "declined"
         raise _error("E0754", f"backend `{getattr(backend, 'name', backend)}` cannot run here: "

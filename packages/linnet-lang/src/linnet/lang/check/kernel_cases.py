@@ -308,7 +308,11 @@ def wrapper_program(program: Program, op: Any, case: KernelCase) -> Program:
         else ""
     call = f"{op.name}<{generics}>({', '.join(args)})" if generics else \
         f"{op.name}({', '.join(args)})"
-    body = f"        return {call}\n"
+    if len(results) > 1:  # an op of several results: `return f(...)` would be one value
+        names = ", ".join(f"result_{i}" for i in range(len(results)))
+        body = f"        let ({names}) = {call}\n        return {names}\n"
+    else:
+        body = f"        return {call}\n"
     text = (module.source.text.rstrip("\n") + "\n\n// Added by linnet kernels.\n"
             f"pub model {MODEL} {{\n{configs}"
             f"    entry {ENTRY}({', '.join(params)}) -> {result} {{\n{body}    }}\n}}\n")

@@ -99,12 +99,12 @@ def graph_nodes(graph: Graph, lo: int = 0, hi: int | None = None,
     out: list[Node] = []
     i = lo
     while i < hi:
-        c = covered.get(i)
-        if c is not None:
-            attrs = c.attributes
-            out.append(Node("call", c.callee, list(attrs.get("args") or []),
-                            list(attrs.get("results") or []), c.start, c.stop, call=c))
-            i = c.stop
+        here = covered.get(i)
+        if here is not None:
+            attrs = here.attributes
+            out.append(Node("call", here.callee, list(attrs.get("args") or []),
+                            list(attrs.get("results") or []), here.start, here.stop, call=here))
+            i = here.stop
             continue
         s = graph.steps[i]
         out.append(Node("step", s.op, list(s.operands), list(s.results), i, i + 1,
@@ -390,6 +390,7 @@ class Spans:
         start at one step."""
         nodes = graph_nodes(graph)
         out: list[SpanMatch] = []
+        seen: set[tuple[str, int, int]] = set()
         for program, op in self.ops:
             pat = self.pattern(program, op)
             if pat is None:
@@ -399,6 +400,9 @@ class Spans:
                 lo, hi = min(n.start for n in got), max(n.stop for n in got)
                 if sum(n.stop - n.start for n in got) != hi - lo:
                     continue  # other steps stand between: not one span
+                if (op.qualified_name, lo, hi) in seen:
+                    continue  # the same steps with the results matched in another order
+                seen.add((op.qualified_name, lo, hi))
                 if not _closed(graph, lo, hi, results):
                     continue
                 args = [u.params.get(k) for k in range(len(op.params))]
@@ -472,6 +476,16 @@ class Spans:
                                                     "kernel_applies")}
         return {"graph": g, "binding": binding, "config": config}
 
+    def program_for(self, program: Program) -> Program:
+        """A copy of ``program`` that also holds the span ops' modules: what an emitter
+        lowers a span op's kernel from (``program`` itself is left as it is)."""
+        view = copy.copy(program)
+        view.modules = dict(program.modules)
+        for p in self.programs:
+            for name, module in p.modules.items():
+                view.modules.setdefault(name, module)
+        return view
+
     def claim(self, graph: Graph) -> Graph:
         """A copy of ``graph`` with a call of each span op recorded where it stands (see
         the module docstring); ``graph`` itself is left as it is."""
@@ -520,17 +534,28 @@ def std_spans() -> Spans:
     return Spans([std_program()])
 
 
+def spans_for(program: Program | None) -> Spans:
+    """The span ops of the std library and of ``program`` (a user's file may define span
+    ops too; one :class:`Spans` is kept per program)."""
+    spans = std_spans()
+    if program is None or not span_ops(program):
+        return spans
+    # Kept on the program itself: it lives as long as the program does, and no longer.
+    found = getattr(program, "_spans", None)
+    if not isinstance(found, Spans):
+        found = Spans([*spans.programs, program])
+        program._spans = found  # type: ignore[attr-defined]
+    return found
+
+
 def claim_spans(graph: Graph, program: Program | None = None) -> Graph:
     """``graph`` with every span of a span op recorded as a call of it: the std library's
-    span ops, and ``program``'s own (a user's file may define span ops too).
+    span ops, and ``program``'s own.
 
     >>> # planned = claim_spans(model.graph("decode", [token, pos]), model.program)
     """
-    spans = std_spans()
-    if program is not None and span_ops(program):
-        spans = Spans([*spans.programs, program])
-    return spans.claim(graph)
+    return spans_for(program).claim(graph)
 
 
 __all__ = ["Node", "Pattern", "SpanMatch", "Spans", "claim_spans", "graph_nodes", "span_ops",
-           "std_spans"]
+           "spans_for", "std_spans"]

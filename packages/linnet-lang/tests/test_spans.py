@@ -1,0 +1,149 @@
+"""Span ops (ir/spans.py): where a span op's body stands in a lowered graph, it is claimed as
+one call of the span op, with the kernel binding of the graph's own shapes; where it does not
+stand whole (a value used outside, other steps between, other wiring, a kernel whose `where`
+fails) nothing is claimed."""
+
+from pathlib import Path
+
+import pytest
+from linnet.lang import Program
+from linnet.lang.check.lowering import lower
+from linnet.lang.ir.spans import Spans, claim_spans, span_ops, spans_for, std_spans
+from linnet.lang.ir.verify import verify
+
+SPANS = (Path(__file__).parent / "spans" / "norm_linear.linnet").read_text()
+
+TWO_NORMS = """
+pub model M<D: Dim, O: Dim, T: DType> {
+    param nw: Tensor[D; T]
+    param w: Tensor[O, D; T]
+    param nw2: Tensor[O; T]
+    param w2: Tensor[D, O; T]
+    entry run<N: Dim>(x: Tensor[N, D; T]) -> Tensor[N, D; T] {
+        let h = linear(rms_norm(x, self.nw, 1e-5), self.w)
+        let y = linear(rms_norm(h, self.nw2, 1e-6), self.w2)
+        return y + x
+    }
+}
+"""
+
+
+def lowered(model: str, d: int = 40, o: int | None = 24, n: int = 3):
+    program = Program.from_text(SPANS + model, "m")
+    assert not program.errors
+    config = {"D": d, "T": "f32", **({"O": o} if o is not None else {})}
+    graph = lower(program, "run", {"x": [n, d]}, config, model="M")
+    return program, graph
+
+
+def spans_of(graph, before):
+    return [c for c in graph.calls[len(before.calls):]]
+
+
+def test_span_ops_are_the_bound_ops_whose_body_calls_ops():
+    program = Program.from_text(SPANS, "m")
+    assert sorted(op.name for op in span_ops(program)) == ["norm_linear", "norm_linear2"]
+    # rms_norm is bound to a kernel, but its body calls no op: not a span op.
+    assert "rms_norm" not in {op.name for op in span_ops(std_spans().programs[0])}
+
+
+def test_each_norm_then_linear_is_claimed_with_its_own_scalars_and_shapes():
+    program, graph = lowered(TWO_NORMS)
+    claimed = claim_spans(graph, program)
+    found = spans_of(claimed, graph)
+    assert [c.callee for c in found] == ["m::norm_linear", "m::norm_linear"]
+    first, second = found
+    assert first.attributes["args"] == ["%x", "@nw", 1e-05, "@w"]
+    assert second.attributes["args"][1:3] == ["@nw2", 1e-06]
+    assert first.attributes["kernel"] == "m::norm_linear_rows"
+    assert first.attributes["kernel_generics"] == {"N": 3, "D": 40, "O": 24, "T": "f32",
+                                                  "BD": 64, "BO": 16}
+    assert second.attributes["kernel_generics"]["D"] == 24  # the second norm's own rows
+    assert first.attributes["claims"] == ["std.nn.norm::rms_norm", "std.nn.linear::linear"]
+    # Each claim covers exactly its two calls' steps, and the graph is left as it was.
+    norm, lin = [c for c in graph.calls if c.kind == "op"][:2]
+    assert (first.start, first.stop) == (norm.start, lin.stop)
+    assert len(graph.calls) + 2 == len(claimed.calls)
+    verify(claimed, "claim_spans")
+
+
+def test_a_value_used_outside_the_span_stops_the_claim():
+    program, graph = lowered("""
+pub model M<D: Dim, T: DType> {
+    param nw: Tensor[D; T]
+    param w: Tensor[D, D; T]
+    entry run<N: Dim>(x: Tensor[N, D; T]) -> Tensor[N, D; T] {
+        let n = rms_norm(x, self.nw, 1e-5)
+        let y = linear(n, self.w)
+        return y + n
+    }
+}
+""", o=None)
+    assert spans_of(claim_spans(graph, program), graph) == []
+
+
+def test_other_wiring_is_not_claimed():
+    program, graph = lowered("""
+pub model M<D: Dim, T: DType> {
+    param nw: Tensor[D; T]
+    param w: Tensor[D, D; T]
+    entry run<N: Dim>(x: Tensor[N, D; T]) -> Tensor[N, D; T] {
+        let n = rms_norm(x, self.nw, 1e-5)
+        return linear(x, self.w) + n
+    }
+}
+""", o=None)
+    assert spans_of(claim_spans(graph, program), graph) == []
+
+
+def test_a_kernel_whose_where_fails_is_not_claimed():
+    # norm_linear_rows holds rows of up to 64 features (BD = 64 >= D).
+    program, graph = lowered(TWO_NORMS, d=80)
+    found = spans_of(claim_spans(graph, program), graph)
+    assert [c.attributes["kernel_generics"]["D"] for c in found] == [24]
+
+
+def test_one_norm_feeding_two_products_is_one_span_with_two_results():
+    program, graph = lowered("""
+pub model M<D: Dim, O: Dim, T: DType> {
+    param nw: Tensor[D; T]
+    param wq: Tensor[O, D; T]
+    param wk: Tensor[O, D; T]
+    entry run<N: Dim>(x: Tensor[N, D; T]) -> Tensor[N, O; T] {
+        let h = rms_norm(x, self.nw, 1e-5)
+        let q = linear(h, self.wq)
+        let k = linear(h, self.wk)
+        return q * k
+    }
+}
+""")
+    found = spans_of(claim_spans(graph, program), graph)
+    assert [c.callee for c in found] == ["m::norm_linear2"]
+    (span,) = found
+    assert span.attributes["args"] == ["%x", "@nw", 1e-05, "@wq", "@wk"]
+    assert len(span.attributes["results"]) == 2
+
+
+def test_the_patterns_are_made_once_per_program():
+    program, graph = lowered(TWO_NORMS)
+    spans = spans_for(program)
+    assert spans is spans_for(program)
+    assert isinstance(spans, Spans)
+    claim_spans(graph, program)
+    assert set(spans._patterns) == {"m::norm_linear", "m::norm_linear2"}
+
+
+@pytest.mark.parametrize("model", ["std.models.llama", "examples/llama/llama.linnet"])
+def test_std_models_lower_and_claim_what_std_has(model):
+    from linnet.lang.syntax.program import model_file
+
+    root = Path(__file__).parents[3]
+    path = model_file(model) if model.startswith("std.") else root / model
+    program = Program.from_file(path)
+    config = {"V": 64, "D": 32, "F": 48, "NL": 2, "KV": 2, "G": 2, "HD": 8, "B": 1, "S": 16,
+              "T": "f32"}
+    graph = lower(program, "decode", {"token": [1], "pos": [1]}, config)
+    claimed = claim_spans(graph, program)
+    verify(claimed, "claim_spans")
+    for c in spans_of(claimed, graph):  # whatever std's span ops claim is one whole span
+        assert c.attributes["kernel_applies"] and c.stop > c.start

@@ -1,0 +1,203 @@
+"""Linnet's own kernels as the planner's candidates, measured like any backend's.
+
+Under numerics "fast", a bound op's call (``op rms_norm ... kernel rms_norm_rows``) and a
+span op's claim over several calls (``linear(rms_norm(x, nw, eps), w)`` claimed by a span
+op, see :mod:`linnet.lang.ir.spans`) are regions of :class:`KernelPaths`, the built-in
+backend ``linnet-kernels``. Its executable for a region is the generated PyTorch of those
+steps with the kernel launched; the generated source it is timed against (and that the plan
+runs wherever it is not faster by the margin) is the same steps without kernels. So a kernel
+runs in a plan only where it measured faster, exactly as a plugin's region does, and
+``plan.explain()`` lists each kernel region beside the others.
+
+>>> from linnet.backends import Target
+>>> KernelPaths().probe(Target("cpu")) is None   # kernels launch on CUDA (or interpreted)
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from linnet.backends import Capabilities, ExecutableMeta, Options, Region, RegionError, Target
+from linnet.lang import __version__ as lang_version
+from linnet.lang.emit.torch import emit_torch
+from linnet.lang.ir.graph import Call, Graph
+from linnet.lang.ir.slices import slice_steps
+from linnet.lang.ir.spans import spans_for, std_spans
+
+from .home import import_source
+
+NAME = "linnet-kernels"
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def kernel_calls(graph: Graph) -> list[Call]:
+    """The calls of ``graph`` whose kernel applies and whose values stay inside them except
+    their results (the emitter launches only those): bound ops' own calls and span calls."""
+    out = []
+    users = graph.users()
+    for c in graph.calls:
+        a = c.attributes
+        if c.kind != "op" or not a.get("kernel") or not a.get("kernel_applies") \
+                or c.stop <= c.start:
+            continue
+        results = a.get("results") or []
+        if any(not isinstance(r, str) for r in results):
+            continue
+        keep = set(results)
+        escapes = False
+        for step in graph.steps[c.start:c.stop]:
+            for r in step.results:
+                if r in keep:
+                    continue
+                if r in graph.outputs or any(u < c.start or u >= c.stop
+                                             for u in users.get(r, [])):
+                    escapes = True
+        if not escapes:
+            out.append(c)
+    return out
+
+
+class KernelExecutable:
+    """A region's steps as generated PyTorch that launches the region's kernel."""
+
+    def __init__(self, fn: Any, region: Region, inputs: list[str], outputs: list[str],
+                 parameters: list[str], states: list[str], kernel: str):
+        self.fn = fn
+        self.region = region
+        self.kernel = kernel
+        self._inputs = [list(region.inputs).index(v) for v in inputs]
+        self._outputs = [outputs.index(v) for v in region.outputs]
+        self._parameters = parameters
+        self._states = states
+        self.meta = ExecutableMeta(tuple(region.inputs), tuple(region.outputs), 0)
+
+    def prepare(self, context: Any) -> None:
+        """Nothing to lay out: the kernel reads the model's own weights."""
+
+    def execute(self, inputs: list[Any], outputs: list[Any], context: Any) -> list[Any]:
+        """Run the region's steps, launching its kernel; the outputs in the region's order."""
+        args = [inputs[i] for i in self._inputs]
+        params = context.parameters
+        states = context.states
+        res = self.fn(*args, *[params[p] for p in self._parameters],
+                      *[states[s] for s in self._states])
+        res = list(res) if isinstance(res, tuple | list) else [res]
+        return [res[i] for i in self._outputs]
+
+
+class KernelPaths:
+    """The built-in backend ``linnet-kernels``: regions where a Linnet kernel would run
+    (bound ops' calls and span ops' claims) under numerics "fast", each compiled to the
+    generated PyTorch that launches it. The planner adds it on its own (``plan_for(...,
+    kernels=True)``, the default); it is not an entry-point plugin.
+
+    ``program`` is the model's :class:`~linnet.lang.Program` (span ops and kernels it defines
+    are found there as well as in the std library); ``sources`` the source texts for the
+    generated files' line comments.
+
+    >>> paths = KernelPaths()
+    >>> paths.name
+    'linnet-kernels'
+    """
+
+    name = NAME
+    version = lang_version
+    contract = 1
+
+    def __init__(self, program: Any = None, sources: dict[str, str] | None = None,
+                 label: str = "kernels"):
+        spans = std_spans() if program is None else spans_for(program)
+        self.program = spans.program_for(program) if program is not None else None
+        self.sources = dict(sources or {})
+        # Timings are cached per version: the kernels' own text is part of it, so that an
+        # edited kernel (a user's, or std's between releases) is timed again.
+        texts = sorted(m.source.text for m in (self.program.modules.values()
+                                               if self.program is not None else []))
+        digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]
+        self.version = f"{lang_version}+{digest}"
+        self.label = label
+        self.last_reason: str | None = None
+
+    def probe(self, target: Target) -> Capabilities | None:
+        """Capabilities where Triton launches kernels: CUDA with Triton importable, or the CPU
+        under ``TRITON_INTERPRET=1`` (tests); None elsewhere (reason in ``last_reason``)."""
+        reason = None
+        if target.framework != "torch":
+            reason = f"kernels launch from generated PyTorch, not {target.framework}"
+        elif not triton_available():
+            reason = "Triton is not importable"
+        elif target.kind != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            reason = (f"kernels launch on CUDA devices (or on the CPU under "
+                      f"TRITON_INTERPRET=1); this target is {target.kind}")
+        self.last_reason = reason
+        if reason is not None:
+            return None
+        return Capabilities(("f32", "f16", "bf16"), "Linnet tile kernels through Triton")
+
+    def match(self, graph: Graph, target: Target) -> list[Region]:
+        """One region per call whose kernel applies (see :func:`kernel_calls`): a span op's
+        claim and the bound calls inside it are both regions; the planner keeps at most one
+        of two overlapping regions, the one that saves more."""
+        out = []
+        for c in kernel_calls(graph):
+            try:
+                out.append(Region.of(graph, c.start, c.stop, c.index))
+            except RegionError:
+                continue
+        return out
+
+    def compile(self, region: Region, target: Target, options: Options) -> KernelExecutable:
+        """The executable for one region (see :meth:`compile_regions`)."""
+        return self.compile_regions([region], target, options)[0]
+
+    def compile_regions(self, regions: Sequence[Region], target: Target,
+                        options: Options) -> list[Any]:
+        """One generated module for every region (one function per kind of region), each
+        function compiled with the plan's ``compile`` option as the generated slices are."""
+        if not regions:
+            return []
+        graph = regions[0].graph
+        slices = [slice_steps(graph, list(r.steps), f"kernel_{i}")
+                  for i, r in enumerate(regions)]
+        text = emit_torch(graph, self.sources, numerics="fast", origin=graph.model,
+                          slices=[slices], program=self.program)
+        module = import_source(text, f"linnet_plan_{self.label}")
+        if target.kind == "cuda":
+            import torch
+
+            module.DEVICE = torch.device(target.device or "cuda")  # type: ignore[attr-defined]
+        meta = module.ENTRIES[graph.entry]["slices"]
+        compiled: dict[str, Any] = {}
+        out = []
+        for r, sl, m in zip(regions, slices, meta):
+            fn = getattr(module, m["function"])
+            if options.compile:
+                if m["function"] not in compiled:
+                    from .planned import _torch_compile
+
+                    compiled[m["function"]] = _torch_compile(fn, options.compile)
+                fn = compiled[m["function"]]
+            call = next((c for c in graph.calls if c.index == r.index), None)
+            kernel = call.attributes.get("kernel", "") if call is not None else ""
+            out.append(KernelExecutable(fn, r, list(sl.inputs), list(sl.outputs),
+                                        list(sl.parameters), list(sl.states), kernel))
+        return out
+
+    def estimate_cost(self, region: Region, target: Target) -> None:
+        """No estimate: kernel regions are measured (with ``measure=False`` the largest
+        regions go first)."""
+        return None
+
+
+__all__ = ["NAME", "KernelExecutable", "KernelPaths", "kernel_calls"]
