@@ -59,6 +59,7 @@ from gpu_flashinfer import LLAMA, config
 from torch_decode import hf_config
 
 SUMMARY: list[str] = []
+ONLY: list[str] = []  # --only: words a Linnet row's label must hold one of
 CONTEXT = 1024
 STEPS = 64
 CACHE = 1152
@@ -242,11 +243,13 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
     prompt = torch.randint(0, cfg["V"], (1, CONTEXT), dtype=torch.int32, device=dev)
     first_token = torch.ones(1, dtype=torch.int32, device=dev)
 
-    def captured(label: str, backends: list, compile: Any) -> None:
+    def captured(label: str, backends: list, compile: Any, kernels: bool = False) -> None:
+        if ONLY and not any(w in label for w in ONLY):
+            return
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
         plan = plan_for(model, "decode", [cpu_i32(1), cpu_i32(CONTEXT)], backends=backends,
-                        compile=compile, progress=False,
+                        compile=compile, progress=False, kernels=kernels,
                         cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
         planned = time.perf_counter() - t0
         taken: dict[str, int] = {}
@@ -265,9 +268,17 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
         rows.append((name, label, (queued, one, f"{what}; plan {planned:.0f} s")))
         print(f"  {name} {label}: {queued:.3f} ms/token queued, {one:.3f} one by one; {what}",
               flush=True)
-        if backends:
+        if backends or kernels:
             print("\n".join(ln for ln in plan.explain().splitlines()
                             if "taken" in ln or "declined" in ln)[:3000])
+        if kernels:  # every kernel region's fate, one line per kind
+            seen: set[str] = set()
+            for c in plan.candidates:
+                if c.backend_name == "linnet-kernels" and c.region.kind not in seen:
+                    seen.add(c.region.kind)
+                    print(f"    kernel {c.region!r}: {c.status}; kernel "
+                          f"{(c.backend_seconds or 0) * 1e6:.1f} us, bodies "
+                          f"{(c.generated_seconds or 0) * 1e6:.1f} us", flush=True)
 
     both = [CublasLt(), FlashInfer()]
     mat = "max-autotune-no-cudagraphs"
@@ -277,6 +288,15 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
     guarded(f"{name} {mat}", lambda: captured(f"Linnet compile {mat}, Captured", [], mat))
     guarded(f"{name} {mat} + plugins", lambda: captured(
         f"Linnet compile {mat} + CublasLt + FlashInfer, Captured", both, mat))
+    # Linnet's own kernels (bound ops and span ops, issue 15) as planner candidates.
+    guarded(f"{name} generated + kernels", lambda: captured(
+        "Linnet generated + linnet-kernels, Captured", [], None, True))
+    guarded(f"{name} generated + plugins + kernels", lambda: captured(
+        "Linnet generated + CublasLt + FlashInfer + linnet-kernels, Captured", both, None,
+        True))
+    guarded(f"{name} {mat} + plugins + kernels", lambda: captured(
+        f"Linnet compile {mat} + CublasLt + FlashInfer + linnet-kernels, Captured", both, mat,
+        True))
     return weight_bytes
 
 
@@ -544,7 +564,11 @@ def main() -> int:
     parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
     parser.add_argument("--rows", default="linnet,hf",
                         help="(s): linnet (Linnet's configurations), hf (transformers baselines)")
+    parser.add_argument("--only", default="",
+                        help="(s): keep only the Linnet rows whose label holds one of these "
+                             "comma-separated words (e.g. 'max-autotune')")
     args = parser.parse_args()
+    ONLY[:] = [w for w in args.only.split(",") if w]
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 1
