@@ -137,22 +137,34 @@ def token_for_token(dev: torch.device) -> None:
     from linnet.torch.flashinfer import FlashInfer
     from linnet.torch.planned import Captured
 
-    print("\n== (t) FlashInfer under Captured vs the generated source, 256 steps, trained model")
+    print("\n== (t) FlashInfer, and Linnet's kernels, under Captured vs the generated source, "
+          "256 steps, trained model")
     cfg = config("toy", V=64, D=256, F=512, NL=2, H=4, KV=2, HD=64, S=512, T="bf16")
     weights, accuracy = train_copy_model(dev, cfg)
     print(f"  trained: accuracy {accuracy:.4f} on predictable positions (bf16)")
     model = load(LLAMA, weights=weights, config=cfg, device=dev)
+    # Every kernel region taken (measure=False: the largest first), against the generated
+    # source without kernels (numerics exact) as the reference.
+    fast = load(LLAMA, weights=weights, config=cfg, device=dev, numerics="fast")
     gen = torch.Generator().manual_seed(7)
     seqs = periodic(2, 40 + 256 + 1, cfg["V"], gen, periods=(7, 13))
     prompt = seqs[:, :40].clone()
     prompt[1, 24:] = torch.randint(0, cfg["V"], (16,), generator=gen)  # must stay masked
     start = (40, 24)
     steps = 256
-    for where in ("host", "device"):
-        plan = model.plan_for("decode", [cpu_i32(1, 1), cpu_i32(*start)],
-                              backends=[FlashInfer()], measure=False, progress=False)
-        assert len(plan.regions) == cfg["NL"], plan.explain()
-        ctx = model.context_for(plan)
+    for where in ("host", "device", "kernels"):
+        if where == "kernels":
+            plan = fast.plan_for("decode", [cpu_i32(1, 1), cpu_i32(*start)], backends=[],
+                                 measure=False, progress=False, kernels=True)
+            kinds = sorted({c.region.callee.rsplit("::", 1)[-1] for c in plan.regions})
+            print(f"  kernel regions taken: {len(plan.regions)} ({', '.join(kinds)})")
+            assert plan.regions, plan.explain()
+            ctx = fast.context_for(plan)
+        else:
+            plan = model.plan_for("decode", [cpu_i32(1, 1), cpu_i32(*start)],
+                                  backends=[FlashInfer()], measure=False, progress=False)
+            assert len(plan.regions) == cfg["NL"], plan.explain()
+            ctx = model.context_for(plan)
         ref = model.new_context("decode", [cpu_i32(1, 1), cpu_i32(*start)])
         prompt_dev = prompt.to(dev, torch.int32)
         model.prefill(prompt_dev, context=ctx)
@@ -164,7 +176,7 @@ def token_for_token(dev: torch.device) -> None:
         diverged = None
         for i in range(steps):
             pos = cpu_i32(start[0] + i, start[1] + i)
-            if where == "device":
+            if where != "host":
                 pos = pos.to(dev)
             got = first(step([cpu_i32(*mine).to(dev), pos])).float()
             want = first(model.run("decode", [cpu_i32(*theirs).to(dev), pos.to(dev)],
@@ -180,12 +192,14 @@ def token_for_token(dev: torch.device) -> None:
             truth = [int(seqs[0, 41 + i]), int(seqs[1, 25 + i])]
             true += int(b == truth)
             mine, theirs = a, b
-        planner = plan.executables[0].planner
-        line = (f"(t) pos on the {where}: tokens identical {same}/{steps} steps "
+        planner = getattr(plan.executables[0], "planner", None)
+        line = (f"(t) {'Linnet kernels' if where == 'kernels' else 'pos on the ' + where}: "
+                f"tokens identical {same}/{steps} steps "
                 f"(first difference: {diverged}); max |logit diff| {worst:.3f}; smallest "
-                f"top-2 margin {margin:.2f}; generated = true continuation {true}/{steps}; "
-                f"{planner.plans} plan() calls, {planner.host_reads} host / {planner.reads} "
-                f"device reads of pos")
+                f"top-2 margin {margin:.2f}; generated = true continuation {true}/{steps}")
+        if planner is not None:
+            line += (f"; {planner.plans} plan() calls, {planner.host_reads} host / "
+                     f"{planner.reads} device reads of pos")
         print("  " + line, flush=True)
         SUMMARY.append(line)
     SUMMARY.append(f"(t) trained copy model: accuracy {accuracy:.4f}")
