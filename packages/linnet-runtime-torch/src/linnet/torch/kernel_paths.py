@@ -163,8 +163,11 @@ class KernelPaths:
 
     def compile_regions(self, regions: Sequence[Region], target: Target,
                         options: Options) -> list[Any]:
-        """One generated module for every region (one function per kind of region), each
-        function compiled with the plan's ``compile`` option as the generated slices are."""
+        """One generated module for every region (one function per kind of region). The
+        functions are not torch.compiled, whatever the plan's ``compile``: a region is the
+        kernel's launch and the views around it, nothing inductor would fuse, and compiling
+        each kind would add its compile time to planning; timings and ``Captured`` run them in
+        CUDA graphs, where the host's launch cost is not paid."""
         if not regions:
             return []
         graph = regions[0].graph
@@ -178,16 +181,9 @@ class KernelPaths:
 
             module.DEVICE = torch.device(target.device or "cuda")  # type: ignore[attr-defined]
         meta = module.ENTRIES[graph.entry]["slices"]
-        compiled: dict[str, Any] = {}
         out = []
         for r, sl, m in zip(regions, slices, meta):
             fn = getattr(module, m["function"])
-            if options.compile:
-                if m["function"] not in compiled:
-                    from .planned import _torch_compile
-
-                    compiled[m["function"]] = _torch_compile(fn, options.compile)
-                fn = compiled[m["function"]]
             call = next((c for c in graph.calls if c.index == r.index), None)
             kernel = call.attributes.get("kernel", "") if call is not None else ""
             out.append(KernelExecutable(fn, r, list(sl.inputs), list(sl.outputs),
