@@ -60,7 +60,8 @@ from torch_decode import hf_config
 
 SUMMARY: list[str] = []
 ONLY: list[str] = []  # --only: words a Linnet row's label must hold one of
-CONTEXT = 1024
+CONTEXT = 1024  # (s): --context and --batch change these three
+BATCH = 1
 STEPS = 64
 CACHE = 1152
 
@@ -251,19 +252,19 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
     from linnet.torch.flashinfer import FlashInfer
     from linnet.torch.planned import Captured, plan_for
 
-    cfg = config(name, S=CACHE)
+    cfg = config(name, S=CACHE, B=BATCH)
     weights = random_weights(LLAMA, cfg, seed=0, device=dev)
     weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
-    prompt = torch.randint(0, cfg["V"], (1, CONTEXT), dtype=torch.int32, device=dev)
-    first_token = torch.ones(1, dtype=torch.int32, device=dev)
+    prompt = torch.randint(0, cfg["V"], (BATCH, CONTEXT), dtype=torch.int32, device=dev)
+    first_token = torch.ones(BATCH, dtype=torch.int32, device=dev)
 
     def captured(label: str, backends: list, compile: Any, kernels: bool = False) -> None:
         if ONLY and not any(w in label for w in ONLY):
             return
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
-        plan = plan_for(model, "decode", [cpu_i32(1), cpu_i32(CONTEXT)], backends=backends,
-                        compile=compile, progress=False, kernels=kernels,
+        plan = plan_for(model, "decode", [cpu_i32(*[1] * BATCH), cpu_i32(*[CONTEXT] * BATCH)],
+                        backends=backends, compile=compile, progress=False, kernels=kernels,
                         cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
         planned = time.perf_counter() - t0
         taken: dict[str, int] = {}
@@ -274,7 +275,7 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
         step = Captured(plan, ctx)
 
         def run(token: torch.Tensor, i: int) -> torch.Tensor:
-            logits = first(step([token, cpu_i32(CONTEXT + i)]))
+            logits = first(step([token, cpu_i32(*[CONTEXT + i] * BATCH)]))
             return logits.argmax(-1).to(torch.int32)
 
         queued, one = timed(run, first_token)
@@ -328,11 +329,13 @@ def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> N
         torch.set_default_dtype(torch.float32)
     params = inspect.signature(hf.model.forward).parameters
     cache_kw = "cache" if "cache" in params else "past_key_values"
-    prompt = torch.randint(0, cfg["V"], (1, CONTEXT), device=dev)
-    positions = [torch.tensor([[CONTEXT + i]], device=dev) for i in range(STEPS + 8)]
+    prompt = torch.randint(0, cfg["V"], (BATCH, CONTEXT), device=dev)
+    positions = [torch.tensor([[CONTEXT + i]] * BATCH, device=dev) for i in range(STEPS + 8)]
+    cache_args = inspect.signature(transformers.StaticCache).parameters
+    batch_kw = {"max_batch_size": BATCH} if "max_batch_size" in cache_args else {}
 
     def fresh_cache() -> Any:
-        cache = transformers.StaticCache(config=hf_cfg, max_cache_len=CACHE)
+        cache = transformers.StaticCache(config=hf_cfg, max_cache_len=CACHE, **batch_kw)
         with torch.no_grad():
             hf(input_ids=prompt, use_cache=True, **{cache_kw: cache})
         return cache
@@ -360,14 +363,14 @@ def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> N
             with torch.no_grad():
                 return fn(token, positions[i]).argmax(-1).clone()
 
-        queued, one = timed(run, torch.ones(1, 1, dtype=torch.long, device=dev))
+        queued, one = timed(run, torch.ones(BATCH, 1, dtype=torch.long, device=dev))
         rows.append((name, "HF StaticCache, torch.compile reduce-overhead", (queued, one, "")))
         print(f"  {name} HF reduce-overhead: {queued:.3f} ms/token", flush=True)
 
     def autotune_graph() -> None:
         cache = fresh_cache()
         fn = torch.compile(forward(cache), mode="max-autotune-no-cudagraphs")
-        ids = torch.ones(1, 1, dtype=torch.long, device=dev)
+        ids = torch.ones(BATCH, 1, dtype=torch.long, device=dev)
         pos = positions[0].clone()
         with torch.no_grad():
             stream = torch.cuda.Stream()
@@ -388,7 +391,7 @@ def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> N
             graph.replay()
             return logits.argmax(-1)
 
-        queued, one = timed(run, torch.ones(1, 1, dtype=torch.long, device=dev))
+        queued, one = timed(run, torch.ones(BATCH, 1, dtype=torch.long, device=dev))
         rows.append((name, "HF StaticCache, compile max-autotune-no-cudagraphs + CUDA graph",
                      (queued, one, "")))
         print(f"  {name} HF max-autotune + graph: {queued:.3f} ms/token", flush=True)
@@ -418,9 +421,9 @@ def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
             weight_bytes = sum(2 * math.prod(v.shape)
                                for v in graph.parameters.values())
         cfg = config(name)
-        kv = 2 * cfg["NL"] * (CONTEXT + STEPS // 2) * cfg["KV"] * cfg["HD"] * 2
+        kv = 2 * cfg["NL"] * (CONTEXT + STEPS // 2) * cfg["KV"] * cfg["HD"] * 2 * BATCH
         floor = ((weight_bytes or 0) + kv) / bandwidth * 1e3
-        SUMMARY.append(f"\n(s) {name}, batch 1, positions {CONTEXT}..{CONTEXT + STEPS - 1}, "
+        SUMMARY.append(f"\n(s) {name}, batch {BATCH}, positions {CONTEXT}..{CONTEXT + STEPS - 1}, "
                        f"cache {CACHE}; floor {floor:.3f} ms (weights + KV over "
                        f"{bandwidth / 1e12:.3f} TB/s)")
         SUMMARY.append("| configuration | ms/token (queued) | floor / time | ms, one by one | "
@@ -531,7 +534,7 @@ def compile_variants(name: str, dev: torch.device) -> None:
     from linnet.torch.flashinfer import FlashInfer
     from linnet.torch.planned import Captured, plan_for
 
-    cfg = config(name, S=CACHE)
+    cfg = config(name, S=CACHE, B=BATCH)
     weights = random_weights(LLAMA, cfg, seed=0, device=dev)
     prompt = torch.randint(0, cfg["V"], (1, CONTEXT), dtype=torch.int32, device=dev)
     SUMMARY.append(f"\n(v) {name}: inductor options, FlashInfer on every attention (measure="
@@ -571,6 +574,7 @@ def compile_variants(name: str, dev: torch.device) -> None:
 
 
 def main() -> int:
+    global CONTEXT, CACHE, BATCH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--parts", default="t,s",
                         help="t (token for token), s (whole steps), p (kernels of a step), "
@@ -581,8 +585,13 @@ def main() -> int:
     parser.add_argument("--only", default="",
                         help="(s): keep only the Linnet rows whose label holds one of these "
                              "comma-separated words (e.g. 'max-autotune')")
+    parser.add_argument("--context", type=int, default=CONTEXT,
+                        help="(s): prompt length; decode runs positions context.. (cache: "
+                             "context + 128)")
+    parser.add_argument("--batch", type=int, default=BATCH, help="(s): sequences a step")
     args = parser.parse_args()
     ONLY[:] = [w for w in args.only.split(",") if w]
+    CONTEXT, CACHE, BATCH = args.context, args.context + 128, args.batch
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 1
