@@ -283,7 +283,7 @@ def _report_unreadable(record: logging.LogRecord) -> None:
                      "; it could not be moved aside and is left as it is")
         else:
             where = "; it is in your own cache directory: left it as it is"
-    message = (f"linnet: {what} could not be read ({why}): compiling again{where} "
+    message = (f"{what} could not be read ({why}): compiling again{where} "
                "(`linnet cache clear --only inductor` empties the cache)")
     from linnet.plan import CacheWarning
 
