@@ -199,8 +199,8 @@ def compile_cache_counts() -> tuple[int, int]:
         from torch._dynamo.utils import counters
     except Exception:
         return 0, 0
-    inductor = counters.get("inductor") or {}
-    aot = counters.get("aot_autograd") or {}
+    inductor: Any = counters.get("inductor") or {}
+    aot: Any = counters.get("aot_autograd") or {}
     hits = int(inductor.get("fxgraph_cache_hit", 0)) + int(aot.get("autograd_cache_hit", 0))
     misses = int(inductor.get("fxgraph_cache_miss", 0)) + \
         int(inductor.get("fxgraph_cache_bypass", 0))
