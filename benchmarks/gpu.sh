@@ -85,8 +85,8 @@ if [ "${1:-}" = "--kernels" ]; then
   exit 0
 fi
 if [ "${1:-}" = "--start" ]; then
-  # Start-up with a cold and a warm $LINNET_HOME, both plugins (gpu_start.py).
-  flashinfer_env
+  # Start-up with a cold and a warm $LINNET_HOME (gpu_start.py); the plugins when .whl/ is here.
+  if ls .whl/*.whl >/dev/null 2>&1; then flashinfer_env; fi
   python3 benchmarks/gpu_start.py "${@:2}" 2>&1 | tee "$OUT/start.log" | grep -v Warning | tail -40
   exit 0
 fi
