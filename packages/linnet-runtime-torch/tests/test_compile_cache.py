@@ -49,6 +49,10 @@ print(json.dumps({"said": said, "logits": logits.flatten().tolist(),
 def run_child(linnet_home: Path, script: Path) -> tuple[dict, str]:
     env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     env["LINNET_HOME"] = str(linnet_home)
+    # Bytecode of torch's own modules in a folder of this test (none written into the
+    # environment): the later children start seconds faster where bytecode is not kept.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(script.parent / "pycache")
     env["PYTHONWARNINGS"] = "always::UserWarning"
     done = subprocess.run([sys.executable, str(script), str(HERE)], env=env, text=True,
                           capture_output=True, timeout=300)
