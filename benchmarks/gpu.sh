@@ -8,6 +8,8 @@
 #                                          carried, the latter with pytest's wheels)
 #   bash benchmarks/gpu.sh --steps [--parts t,s --models ...]   (.whl/ with nvmath-python too;
 #                                          whole steps with both plugins: gpu_steps.py)
+#   bash benchmarks/gpu.sh --start [--models ...]   (.whl/ as for --steps; load -> first planned
+#                                          token, cold and warm $LINNET_HOME: gpu_start.py)
 #   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
 #                                          its body, timed, floors, graph breaks: kernels.py)
 #   bash benchmarks/gpu.sh --pallas [--runs N]   (linnet-runtime-jax's gpu-marked Pallas tests,
@@ -80,6 +82,12 @@ if [ "${1:-}" = "--pallas" ]; then
 fi
 if [ "${1:-}" = "--kernels" ]; then
   python3 benchmarks/kernels.py "${@:2}" 2>&1 | tee "$OUT/kernels.log" | grep -v Warning | tail -40
+  exit 0
+fi
+if [ "${1:-}" = "--start" ]; then
+  # Start-up with a cold and a warm $LINNET_HOME (gpu_start.py); the plugins when .whl/ is here.
+  if ls .whl/*.whl >/dev/null 2>&1; then flashinfer_env; fi
+  python3 benchmarks/gpu_start.py "${@:2}" 2>&1 | tee "$OUT/start.log" | grep -v Warning | tail -40
   exit 0
 fi
 if [ "${1:-}" = "--steps" ]; then

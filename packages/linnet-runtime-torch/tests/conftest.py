@@ -1,5 +1,20 @@
+import getpass
+import os
+import tempfile
+
 import pytest
 from linnet.lang.ir import verify
+
+# torch.compile's caches: one for the whole session, shared by every test, as torch's own
+# default in /tmp was before Linnet placed them under $LINNET_HOME (which is per test here):
+# tests that compile the same graphs reuse them. Set like a user's own, so Linnet keeps it;
+# test_compile_cache.py removes it where it tests Linnet's placement.
+try:
+    _USER = getpass.getuser()
+except Exception:  # no user entry (a container)
+    _USER = str(os.getuid()) if hasattr(os, "getuid") else "user"
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"linnet-tests-torchinductor-{_USER}"))
 
 
 @pytest.fixture(autouse=True)

@@ -270,3 +270,66 @@ def conform_command(args: argparse.Namespace) -> int:
         print(f"linnet conform-all: {len(failed)} runtime(s) differ from the interpreter: "
               + ", ".join(sorted(set(failed))), file=sys.stderr)
     return 1 if failed else 0
+
+
+# ---------------------------------------------------------------- linnet cache
+def register_cache(subparsers: Any) -> None:
+    """Adds `linnet cache [info|clear]`: what is cached under $LINNET_HOME, and clearing it."""
+    from .home import cache_entries
+
+    names = [e.name for e in cache_entries()]
+    p = subparsers.add_parser("cache", help="show or clear what is cached under $LINNET_HOME "
+                                            "(timings, generated source, torch.compile)")
+    p.add_argument("action", nargs="?", choices=["info", "clear"], default="info",
+                   help="info (default): each cache's place and size; clear: remove them")
+    p.add_argument("--only", action="append", choices=names, metavar="NAME",
+                   help=f"with clear: only this cache (repeatable; one of {', '.join(names)})")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(run=cache_command)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def cache_command(args: argparse.Namespace) -> int:
+    """`linnet cache`: a table of the caches (name, files, size, place, what), or clear."""
+    from .home import cache_entries, clear_caches, linnet_home, shown
+
+    home = linnet_home(create=False)
+    if args.action == "clear":
+        cleared = clear_caches(args.only)
+        total = sum(e.bytes for e in cleared)
+        kept = [e for e in cache_entries() if not e.ours and (not args.only or
+                                                                e.name in args.only)]
+        if args.format == "json":
+            print(json.dumps({"home": str(home), "cleared": [e.name for e in cleared],
+                              "bytes": total, "kept": [str(e.path) for e in kept]}))
+            return 0
+        print(f"cleared {', '.join(e.name for e in cleared) or 'nothing'} under {home} "
+              f"({_bytes(total)})")
+        for e in kept:
+            print(f"kept {e.name} at {e.path}: {e.note}")
+        return 0
+    entries = cache_entries()
+    if args.format == "json":
+        print(json.dumps({"home": str(home), "caches": [
+            {"name": e.name, "path": str(e.path), "files": e.files, "bytes": e.bytes,
+             "what": e.what, "note": e.note, "under_home": e.ours} for e in entries]},
+            indent=1))
+        return 0
+    print(f"$LINNET_HOME = {home}")
+    rows = [(e.name, str(e.files), _bytes(e.bytes), shown(e.path),
+             e.what + (f" ({e.note})" if e.note else "")) for e in entries]
+    rows.insert(0, ("cache", "files", "size", "place", "holds"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  "
+              f"{r[3]:<{widths[3]}}  {r[4]}")
+    print(f"total {_bytes(sum(e.bytes for e in entries if e.ours))} under $LINNET_HOME; "
+          "`linnet cache clear` removes it (`--only NAME` one cache)")
+    return 0

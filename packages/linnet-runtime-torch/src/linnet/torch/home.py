@@ -1,8 +1,423 @@
-"""Generated source under $LINNET_HOME, imported from files (see linnet.lang.home, where
-:func:`import_source` lives: every runtime imports its generated module the same way)."""
+"""What the torch runtime keeps under $LINNET_HOME: generated source (imported from files, see
+linnet.lang.home, where :func:`import_source` lives: every runtime imports its generated
+module the same way) and torch.compile's on-disk caches.
+
+When Linnet first compiles in a process (``compile=`` anything but None/False), it points
+inductor's cache (``TORCHINDUCTOR_CACHE_DIR``: FX graphs, AOTAutograd entries, generated
+kernels, autotuning results) and Triton's (``TRITON_CACHE_DIR``) into
+``$LINNET_HOME/cache/inductor`` and ``$LINNET_HOME/cache/triton``, unless they are set
+already, so that a second process planning the same model on the same machine reuses what
+the first compiled and tuned; ``linnet cache`` shows and clears them.
+
+>>> sorted(use_compile_caches())
+['inductor', 'triton']
+"""
 
 from __future__ import annotations
 
+import contextlib
+import getpass
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import types
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from linnet.lang import LinnetError
+from linnet.lang.diagnostics.core import Diagnostic
 from linnet.lang.home import atomic_write, import_source, linnet_home
 
-__all__ = ["atomic_write", "import_source", "linnet_home"]
+__all__ = ["COMPILE_CACHES", "CacheEntry", "atomic_write", "cache_entries", "clear_caches",
+           "compile_cache_counts", "import_source", "linnet_home", "shown",
+           "use_compile_caches"]
+
+#: (name, environment variable, what it holds): torch.compile's caches Linnet places.
+COMPILE_CACHES = (
+    ("inductor", "TORCHINDUCTOR_CACHE_DIR",
+     "torch.compile (inductor): FX graphs, AOTAutograd entries, kernels, autotuning results"),
+    ("triton", "TRITON_CACHE_DIR", "Triton's compiled kernels and autotuning results"),
+)
+
+# The value Linnet gave each variable (so that a later $LINNET_HOME moves it along, while a
+# value the user set is never touched), and the directories known to exist.
+_SET: dict[str, str] = {}
+_MADE: set[str] = set()
+
+
+def _error(code: str, message: str, help: str = "") -> LinnetError:
+    return LinnetError(Diagnostic(code, message, help=help))
+
+
+def _warn(message: str) -> None:
+    from linnet.plan import CacheWarning
+
+    warnings.warn(f"linnet: {message}", CacheWarning, stacklevel=4)
+
+
+def shown(path: Path | str) -> str:
+    """``path`` as progress lines write it: ``$LINNET_HOME/...`` when it is under it.
+
+    >>> shown(linnet_home() / "cache" / "inductor")
+    '$LINNET_HOME/cache/inductor'
+    """
+    p = Path(path)
+    try:
+        home = linnet_home(create=False)
+        rel = p.resolve().relative_to(home.resolve())
+    except (LinnetError, OSError, RuntimeError, ValueError):
+        return str(p)
+    return "$LINNET_HOME" if str(rel) == "." else f"$LINNET_HOME/{rel.as_posix()}"
+
+
+def _usable_given(env: str, given: str) -> Path:
+    """The user's own cache directory ``given`` (from ``env``), or E0830 when torch.compile
+    could not write there (it would fail deep inside a compile, with a traceback)."""
+    path = Path(given).expanduser()
+    fix = f"point {env} at a directory you may write to, or unset it (Linnet then uses " \
+          f"$LINNET_HOME/cache)"
+    if path.exists() and not path.is_dir():
+        raise _error("E0830", f"{env}={given} is a file: torch.compile caches its compiled "
+                     "artefacts in that directory", help=fix)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _error("E0830", f"{env}={given} cannot be created: {exc.strerror or exc}",
+                     help=fix) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise _error("E0830", f"{env}={given} is not writable: torch.compile caches its "
+                     "compiled artefacts there", help=fix)
+    return path
+
+
+def _inductor_default() -> str:
+    """The directory inductor picks when ``TORCHINDUCTOR_CACHE_DIR`` is unset (the same
+    rule in torch 2.4 .. 2.15; computed here, since importing inductor sets the variable)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        getuid = getattr(os, "getuid", None)
+        user = f"uid_{getuid()}" if callable(getuid) else "unknown_user"
+    user = re.sub(r'[\\/:*?"<>|]', "_", user)
+    return os.path.abspath(os.path.join(tempfile.gettempdir(), "torchinductor_" + user))
+
+
+def _initial_environment() -> dict[str, str] | None:
+    """The environment this process was started with (Linux), or None where unknown."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return None
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def _users(env: str, value: str) -> bool:
+    """Whether ``value`` of ``env`` is the user's choice, not one torch made for itself.
+
+    Importing parts of torch (torch._dynamo, inductor) sets ``TORCHINDUCTOR_CACHE_DIR`` to
+    inductor's default, and inductor's first Triton kernel sets ``TRITON_CACHE_DIR`` to
+    ``<inductor's cache>/triton/<device>``: such a value, when the process was not started
+    with it, is torch's, and Linnet places the cache itself. Anything else is the user's.
+    """
+    if _SET.get(env) == value:
+        return False
+    if env == "TORCHINDUCTOR_CACHE_DIR":
+        torchs = os.path.abspath(value) == _inductor_default()
+    else:
+        torchs = Path(value).parent == Path(_inductor_default()) / "triton"
+    if not torchs:
+        return True
+    initial = _initial_environment()
+    return initial is None or initial.get(env) == value
+
+
+def use_compile_caches() -> dict[str, Path]:
+    """Point torch.compile's caches under ``$LINNET_HOME/cache`` (unless the user set them);
+    their directories by name (``inductor``, ``triton``). Called before every compile
+    Linnet starts (``compile_options``), so it holds before torch.compile first runs.
+
+    A variable the user set is used as it is (E0830 when it names a file or a directory
+    that cannot be written); one that torch set to its own default when part of it was
+    imported is not the user's, and is replaced. A ``$LINNET_HOME/cache``
+    that cannot be created is a warning, and torch keeps its own default place. Also
+    turns on Triton's autotuning cache (``TRITON_CACHE_AUTOTUNING=1``, unless set): results
+    are keyed by the kernel's source, configurations, arguments' key and GPU.
+
+    >>> use_compile_caches()["inductor"] == linnet_home() / "cache" / "inductor"
+    True
+    """
+    used: dict[str, Path] = {}
+    for name, env, _ in COMPILE_CACHES:
+        given = os.environ.get(env)
+        if given and _users(env, given):
+            if given not in _MADE:
+                _usable_given(env, given)
+                _MADE.add(given)
+            used[name] = Path(given)
+            continue
+        try:
+            path = linnet_home() / "cache" / name
+            if str(path) not in _MADE:
+                path.mkdir(parents=True, exist_ok=True, mode=0o700)
+                if not os.access(path, os.W_OK | os.X_OK):
+                    raise PermissionError(13, "permission denied")
+                _MADE.add(str(path))
+        except LinnetError as err:
+            _warn(f"{err.diagnostics[0].message}; torch.compile caches in its default place")
+            continue
+        except OSError as exc:
+            _warn(f"cannot use {path} for {name}'s cache ({exc.strerror or exc}); "
+                  "torch.compile caches in its default place")
+            continue
+        os.environ[env] = _SET[env] = str(path)
+        used[name] = path
+    os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
+    _watch_torch_logs()
+    return used
+
+
+# ---------------------------------------------------------------- reused or compiled
+def compile_cache_counts() -> tuple[int, int]:
+    """(graphs torch.compile loaded from its caches, graphs it compiled) in this process so
+    far, from torch._dynamo's counters (FX graph cache and AOTAutograd cache); (0, 0) where
+    this torch does not count them. Compare two readings around a first call.
+
+    >>> hits, misses = compile_cache_counts()
+    """
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return 0, 0
+    inductor: Any = counters.get("inductor") or {}
+    aot: Any = counters.get("aot_autograd") or {}
+    hits = int(inductor.get("fxgraph_cache_hit", 0)) + int(aot.get("autograd_cache_hit", 0))
+    misses = int(inductor.get("fxgraph_cache_miss", 0)) + \
+        int(inductor.get("fxgraph_cache_bypass", 0))
+    return hits, misses
+
+
+def caching_off() -> str:
+    """Why inductor will not reuse compiled graphs in another process, or ""."""
+    try:
+        from torch._inductor import config
+    except Exception:
+        return ""
+    if getattr(config, "force_disable_caches", False):
+        return "torch._inductor.config.force_disable_caches is on"
+    if getattr(config, "fx_graph_cache", True) is False:
+        return "inductor's FX graph cache is off (torch._inductor.config.fx_graph_cache)"
+    return ""
+
+
+# ---------------------------------------------------------------- unreadable artefacts
+_LOGGERS = ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
+_REPORTED: set[str] = set()
+
+
+class _UnreadableArtefacts(logging.Filter):
+    """Torch logs an unreadable cache entry (truncated, not a pickle) with its traceback and
+    compiles again. This turns that record into one CacheWarning that names the file, and
+    moves a file under $LINNET_HOME/cache aside, so that no later process trips on it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        if "unable to load compiled graph" not in message:
+            return True
+        try:
+            _report_unreadable(record)
+        except Exception:  # reporting must never stop a compile
+            return True
+        return False
+
+
+def _watch_torch_logs() -> None:
+    for name in _LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _UnreadableArtefacts) for f in logger.filters):
+            logger.addFilter(_UnreadableArtefacts())
+
+
+def _artefact_of(tb: types.TracebackType | None) -> str | None:
+    """The file torch was reading, from the frames of its failed load (``subdir`` and
+    ``path`` in FxGraphCache/AOTAutogradCache lookups)."""
+    found = None
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        subdir, path = local.get("subdir"), local.get("path")
+        if isinstance(path, str):
+            candidate = os.path.join(subdir, path) if isinstance(subdir, str) else path
+            if os.path.isfile(candidate):
+                found = candidate
+        tb = tb.tb_next
+    return found
+
+
+def _report_unreadable(record: logging.LogRecord) -> None:
+    exc = record.exc_info[1] if record.exc_info else None
+    why = f"{type(exc).__name__}: {exc}" if exc is not None else record.getMessage()
+    path = _artefact_of(record.exc_info[2]) if record.exc_info else None
+    if path is not None and path in _REPORTED:
+        return
+    what = f"`{shown(path)}`" if path else "an entry of torch.compile's cache"
+    where = ""
+    if path is not None:
+        _REPORTED.add(path)
+        cache = linnet_home(create=False) / "cache"
+        if shown(path).startswith("$LINNET_HOME/cache/"):
+            aside = _move_aside(Path(path), cache / "unreadable")
+            where = (f"; moved it to {shown(aside)}" if aside else
+                     "; it could not be moved aside and is left as it is")
+        else:
+            where = "; it is in your own cache directory: left it as it is"
+    message = (f"{what} could not be read ({why}): compiling again{where} "
+               "(`linnet cache clear --only inductor` empties the cache)")
+    from linnet.plan import CacheWarning
+
+    warnings.warn_explicit(message, CacheWarning, "linnet", 0, module="linnet.torch.home")
+
+
+def _move_aside(path: Path, folder: Path) -> Path | None:
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, aside = tempfile.mkstemp(prefix=f"{stamp}-{path.name[:40]}-", dir=folder)
+        os.close(fd)
+        os.replace(path, aside)
+    except OSError:
+        return None
+    return Path(aside)
+
+
+# ---------------------------------------------------------------- `linnet cache`
+@dataclass
+class CacheEntry:
+    """One of the caches under $LINNET_HOME, as ``linnet cache info`` lists it: its name,
+    where it is, how many files and bytes it holds, what it is for, and a note (a variable
+    that moves it elsewhere, files set aside as unreadable)."""
+
+    name: str
+    path: Path
+    files: int
+    bytes: int
+    what: str
+    note: str = ""
+    #: Under $LINNET_HOME (cleared by ``linnet cache clear``); False for the user's own.
+    ours: bool = True
+
+
+def _size(path: Path) -> tuple[int, int]:
+    """(files, bytes) under ``path``, or of the file ``path``; links are not followed."""
+    if path.is_symlink():
+        return 1, 0
+    if path.is_file():
+        try:
+            return 1, path.stat().st_size
+        except OSError:
+            return 1, 0
+    files = size = 0
+    for root, _dirs, names in os.walk(path):
+        for n in names:
+            files += 1
+            with contextlib.suppress(OSError):
+                size += os.lstat(os.path.join(root, n)).st_size
+    return files, size
+
+
+def cache_entries() -> list[CacheEntry]:
+    """Every cache the runtime writes under $LINNET_HOME, with its size (nothing is
+    created: a cache not written yet has 0 files).
+
+    >>> [e.name for e in cache_entries()]
+    ['timings', 'generated', 'inductor', 'triton', 'unreadable', 'demo']
+    """
+    home = linnet_home(create=False)
+    out = []
+    timings = home / "benchmarks.json"
+    files, size = _size(timings) if timings.exists() else (0, 0)
+    aside = sorted(home.glob("benchmarks.json.corrupt-*")) if home.is_dir() else []
+    for a in aside:
+        files, size = files + 1, size + _size(a)[1]
+    out.append(CacheEntry("timings", timings, files, size,
+                          "the planner's timings of region kinds",
+                          f"{len(aside)} unreadable file(s) set aside" if aside else ""))
+    generated = home / "generated"
+    out.append(CacheEntry("generated", generated, *_size_or_none(generated),
+                          "generated source, imported from files"))
+    for name, env, what in COMPILE_CACHES:
+        path = home / "cache" / name
+        given = os.environ.get(env)
+        if given and _users(env, given):
+            out.append(CacheEntry(name, Path(given), *_size_or_none(Path(given)), what,
+                                  f"{env} is set: yours, not cleared", ours=False))
+        else:
+            out.append(CacheEntry(name, path, *_size_or_none(path), what))
+    unreadable = home / "cache" / "unreadable"
+    out.append(CacheEntry("unreadable", unreadable, *_size_or_none(unreadable),
+                          "compiled artefacts torch could not read, set aside"))
+    demo = home / "demo"
+    out.append(CacheEntry("demo", demo, *_size_or_none(demo),
+                          "`linnet run`'s generated demo checkpoints"))
+    return out
+
+
+def _size_or_none(path: Path) -> tuple[int, int]:
+    return _size(path) if path.exists() or path.is_symlink() else (0, 0)
+
+
+def clear_caches(names: list[str] | None = None) -> list[CacheEntry]:
+    """Remove the caches ``names`` (default: all) under $LINNET_HOME; those cleared, as
+    they were. A cache a variable moved elsewhere (the user's ``TORCHINDUCTOR_CACHE_DIR``)
+    is never removed. A file that cannot be removed is E0831, naming it.
+
+    >>> [e.name for e in clear_caches(["demo"])]
+    ['demo']
+    """
+    entries = [e for e in cache_entries() if names is None or e.name in names]
+    cleared = []
+    for e in entries:
+        if not e.ours:
+            continue
+        targets = [e.path]
+        if e.name == "timings":
+            home = e.path.parent
+            targets += sorted(home.glob("benchmarks.json.corrupt-*"))
+        for target in targets:
+            _remove(target)
+        cleared.append(e)
+    return cleared
+
+
+def _remove(path: Path) -> None:
+    def failed(_fn: Any, name: str, exc: Any) -> None:
+        error = exc[1] if isinstance(exc, tuple) else exc
+        why = getattr(error, "strerror", None) or error
+        raise _error("E0831", f"cannot remove `{name}`: {why}",
+                     help="fix its permissions (or those of its directory) and run "
+                          "`linnet cache clear` again") from None
+
+    try:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            if sys.version_info >= (3, 12):
+                shutil.rmtree(path, onexc=failed)
+            else:
+                shutil.rmtree(path, onerror=failed)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        failed(None, str(path), exc)

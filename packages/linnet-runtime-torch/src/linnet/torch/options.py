@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +18,8 @@ from linnet.lang import LinnetError
 from linnet.lang.diagnostics.core import Diagnostic
 
 import torch
+
+from .home import caching_off, compile_cache_counts, shown, use_compile_caches
 
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
@@ -38,6 +41,8 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
     first call: a backend torch._dynamo does not know (``"no-such-backend"``; custom ones
     registered with ``torch._dynamo.register_backend`` are known) or an inductor option it
     does not have is error E0714 here, before anything is loaded, lowered or timed.
+    Asking to compile also points torch.compile's caches under ``$LINNET_HOME/cache``
+    (see :func:`linnet.torch.home.use_compile_caches`), before torch.compile first runs.
 
     >>> compile_options("max-autotune-no-cudagraphs")
     {'mode': 'max-autotune-no-cudagraphs'}
@@ -49,6 +54,7 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
     if compile is None or compile is False:
         return None
     if compile is True:
+        use_compile_caches()
         return {"backend": "inductor"}
     if isinstance(compile, str) and compile:
         options: dict[str, Any] = ({"mode": compile} if compile in COMPILE_MODES
@@ -60,6 +66,7 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
                      f"a dict of inductor options, not {compile!r}",
                      help="e.g. compile='max-autotune-no-cudagraphs', or compile="
                           "{'max_autotune': True, 'benchmark_fusion': True}")
+    use_compile_caches()
     _check_compile(options)
     return options
 
@@ -138,7 +145,9 @@ def numerics_mode(numerics: str) -> Iterator[None]:
 def announce_compile(compiled: Callable, name: str, kind: str,
                      say: Callable[[str], None]) -> Callable:
     """``compiled`` (a torch.compile'd slice), reporting through ``say`` when its first call
-    starts compiling and how long that took (max-autotune takes minutes: say so).
+    starts compiling and how long that took (max-autotune takes minutes: say so), or that
+    torch.compile reused what an earlier process compiled and tuned (its FX graph and
+    AOTAutograd caches, under ``$LINNET_HOME/cache/inductor``).
 
     >>> f = announce_compile(lambda x: x + 1, "slice_0", "ab12cd34ef", print)
     >>> f(1)
@@ -153,9 +162,35 @@ def announce_compile(compiled: Callable, name: str, kind: str,
             return compiled(*args)
         state["first"] = False
         say(f"compiling {name} (kind {kind[:8]})...")
+        hits, misses = compile_cache_counts()
         start = time.perf_counter()
         out = compiled(*args)
-        say(f"compiled {name} in {time.perf_counter() - start:.1f} s")
+        seconds = time.perf_counter() - start
+        hits, misses = (a - b for a, b in zip(compile_cache_counts(), (hits, misses)))
+        say(reuse_line(name, seconds, hits, misses))
         return out
 
     return call
+
+
+def reuse_line(name: str, seconds: float, hits: int, misses: int) -> str:
+    """The line a slice's first call ends with: reused from the cache (every graph of it
+    loaded, none compiled) or compiled (with how many graphs were reused, if some were).
+
+    >>> reuse_line("slice_0", 0.4, 2, 0)  # doctest: +ELLIPSIS
+    'reused slice_0 from ... in 0.4 s (compiled and tuned by an earlier process)'
+    >>> reuse_line("slice_0", 12.0, 0, 1)
+    'compiled slice_0 in 12.0 s'
+    """
+    where = shown(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "torch.compile's cache")
+    if hits and not misses:
+        return (f"reused {name} from {where} in {seconds:.1f} s (compiled and tuned by an "
+                "earlier process)")
+    line = f"compiled {name} in {seconds:.1f} s"
+    if hits:
+        line += f" ({hits} graph(s) reused from {where})"
+    if misses:
+        off = caching_off()
+        if off:
+            line += f"; not saved for the next process: {off}"
+    return line

@@ -42,7 +42,7 @@ from linnet.plan import Candidate, TimingCache, cache_key, choose, explain_table
 import torch
 
 from .context import Context
-from .home import import_source
+from .home import import_source, shown
 from .inputs import check_inputs
 from .interpreter import DTYPES
 from .kernel_paths import KernelPaths
@@ -588,8 +588,12 @@ class PlanBuilder:
             generated_times[kind] = g_seconds
             for c in group:
                 c.backend_seconds, c.generated_seconds, c.cached = b_seconds, g_seconds, cached
-            progress.step(f"{backend.name} {group[0].region!r}")
+            progress.step(f"{backend.name} {group[0].region!r}" + (" (cached)" if cached else ""))
         cache.flush()
+        reused = sum(1 for g in groups.values() if g[0].cached)
+        if reused:  # a second process: no region was compiled or timed for these
+            self.say(f"reused the timings of {reused} of {len(groups)} region kinds from "
+                     f"{shown(cache.path)}")
 
     def rotation(self, group: list[Candidate]) -> list[Candidate]:
         # Distinct parameters first: that is what keeps the weights out of the L2 cache.
