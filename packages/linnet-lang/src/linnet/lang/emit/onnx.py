@@ -35,6 +35,7 @@ from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.export import SymInt, poly_text
 from linnet.lang.ir.graph import Call, Graph, Step
 
 OPSET = 21  # onnxruntime 1.20+ and onnx 1.17+ run and check opset 21
@@ -90,6 +91,12 @@ class Scope:
     names: set[str] = field(default_factory=set)
     step: int = 0
     current: Step | None = None
+    # Symbolic dims (graph.symbolic): each one's ONNX value, a [1]-shaped int64 tensor. The
+    # model's graph reads them off its inputs' shapes; a function body takes each one it
+    # needs as an extra input, after the values it reads (``dim_inputs``, in first-use order).
+    dims: dict[str, Any] = field(default_factory=dict)
+    dim_inputs: list[str] | None = None
+    sizes: dict[Any, Any] = field(default_factory=dict)  # poly -> its value (computed once)
 
     def fresh(self, hint: str) -> str:
         base = re.sub(r"[^0-9A-Za-z_.]", "_", hint.lstrip("%@")) or "v"
@@ -136,6 +143,10 @@ class Scope:
         import numpy as np
 
         ir = self.ir
+        if isinstance(value, SymInt):  # a size as a scalar: [1] -> [], in the dtype wanted
+            scalar = self.op("Squeeze", [self.size(value), self.ints([0], "axes")], hint=hint)
+            return scalar if dtype == "i64" else self.op("Cast", [scalar], {
+                "to": _dtype(ir, dtype, self)}, hint=hint)
         if dtype == "bf16":
             import ml_dtypes
 
@@ -145,7 +156,58 @@ class Scope:
         return self.op("Constant", [], {"value": ir.tensor(arr)}, hint=hint)
 
     def ints(self, values: list[int] | tuple[int, ...], hint: str = "shape") -> Any:
-        return self.const(list(values), "i64", hint)
+        """An int64 vector (a shape, bounds); computed from the symbolic dims where some of
+        ``values`` are :class:`~linnet.lang.export.SymInt`s (``[B*L, 64]``)."""
+        if not any(isinstance(v, SymInt) for v in values):
+            return self.const(list(values), "i64", hint)
+        key = ("vector", tuple(SymInt.poly_of(v) for v in values))
+        if key in self.sizes:
+            return self.sizes[key]
+        parts: list[Any] = []
+        run: list[int] = []
+        for v in values:
+            if isinstance(v, SymInt):
+                if run:
+                    parts.append(self.const(run, "i64", hint))
+                    run = []
+                parts.append(self.size(v))
+            else:
+                run.append(int(v))
+        if run:
+            parts.append(self.const(run, "i64", hint))
+        out = parts[0] if len(parts) == 1 else self.op("Concat", parts, {"axis": 0}, hint=hint)
+        self.sizes[key] = out
+        return out
+
+    def dim(self, name: str) -> Any:
+        """The ONNX value of symbolic dim ``name`` (shape [1], int64)."""
+        if name not in self.dims:
+            assert self.dim_inputs is not None, f"dim {name} has no source"
+            self.dims[name] = self.ir.Value(name=self.fresh(name))
+            self.dim_inputs.append(name)
+        return self.dims[name]
+
+    def size(self, n: Any) -> Any:
+        """A [1]-shaped int64 value of ``n``: an int, or a SymInt's polynomial of the dims
+        (``6*B`` is ``Mul(B, 6)``), each computed once per graph."""
+        poly = SymInt.poly_of(n)
+        key = ("size", poly)
+        if key in self.sizes:
+            return self.sizes[key]
+        total = None
+        for mono, coef in sorted(poly, key=lambda t: (-len(t[0]), t[0])):
+            term = None
+            for d in mono:
+                term = self.dim(d) if term is None else self.op("Mul", [term, self.dim(d)])
+            if term is None:
+                term = self.const([coef], "i64", "c")
+            elif coef != 1:
+                term = self.op("Mul", [term, self.const([coef], "i64", "c")])
+            total = term if total is None else self.op("Add", [total, term])
+        if total is None:
+            total = self.const([0], "i64", "c")
+        self.sizes[key] = total
+        return total
 
     def cast(self, value: Any, src: str, dst: str) -> Any:
         if src == dst:
@@ -263,7 +325,12 @@ def _constant(s: Step, n: Scope) -> Any:
 
 def _iota(s: Step, n: Scope) -> Any:
     shape, axis, dt = s.attributes["shape"], s.attributes["axis"], s.attributes["dtype"]
-    line = n.const(list(range(shape[axis])), dt, hint="iota")
+    if isinstance(shape[axis], SymInt):  # Range(0, L, 1), made in int64 then cast
+        line = n.op("Range", [n.const(0, "i64"), n.const(shape[axis], "i64"),
+                              n.const(1, "i64")], hint="iota")
+        line = n.cast(line, "i64", dt)
+    else:
+        line = n.const(list(range(shape[axis])), dt, hint="iota")
     if len(shape) == 1:
         return n.op("Identity", [line], hint=s.results[0])
     view = [1] * len(shape)
@@ -454,6 +521,7 @@ class OnnxEmitter:
         self.sources = {k: v.splitlines() for k, v in (sources or graph.sources or {}).items()}
         self.functions: dict[tuple, Any] = {}  # body key -> ir.Function
         self.function_names: set[str] = set()
+        self.fn_dims: dict[str, list[str]] = {}  # function -> the symbolic dims it takes
         self.calls = std_op_calls(graph)
         self.users = graph.users()
         self.last_write: dict[str, int] = {}
@@ -530,7 +598,10 @@ class OnnxEmitter:
         local: dict[str, str] = {r: f"in{k}" for k, r in enumerate(sp.reads)}
         for j, st in enumerate(self.graph.steps[call.start:call.stop]):
             ops = [local.get(o, o if not o.startswith("%") else "?") for o in st.operands]
-            types = [(scope.shape(o), scope.dtype(o)) for o in st.operands]
+            # repr: a SymInt shows its polynomial, so bodies whose sizes are different
+            # functions of the dims (B and KV, both 2 here) are never one function
+            types = [(repr(scope.shape(o)), scope.dtype(o)) for o in [*st.operands,
+                                                                      *st.results]]
             for r in st.results:
                 local[r] = f"v{j}"
             key_steps.append((st.op, repr(sorted(st.attributes.items(), key=lambda kv: kv[0])),
@@ -539,7 +610,7 @@ class OnnxEmitter:
         fn = self.functions.get(key)
         if fn is None:
             fn = self.function(call, sp, key)
-        args = [scope.env[r] for r in sp.reads]
+        args = [scope.env[r] for r in sp.reads] + [scope.dim(d) for d in self.fn_dims[fn.name]]
         scope.step, scope.current = call.start, self.graph.steps[call.start]
         outs = scope.op(fn.name, args, domain=DOMAIN, outputs=max(len(sp.writes), 1),
                         hint=sp.writes[0] if sp.writes else call.callee.rsplit(":", 1)[-1])
@@ -557,7 +628,7 @@ class OnnxEmitter:
 
     def function(self, call: Call, sp: _Span, key: tuple) -> Any:
         ir = self.ir
-        inner = Scope(ir, self.graph, self.sources)
+        inner = Scope(ir, self.graph, self.sources, dim_inputs=[])
         inputs = []
         for ref in sp.reads:
             hint = ref.rsplit(".", 1)[-1] if ref.startswith("@") else ref
@@ -565,6 +636,8 @@ class OnnxEmitter:
             inner.env[ref] = v
             inputs.append(v)
         self.body(inner, call.start, call.stop, call)
+        assert inner.dim_inputs is not None
+        inputs += [inner.dims[d] for d in inner.dim_inputs]
         outputs = [inner.env[w] for w in sp.writes]
         if not outputs:  # a call whose results nothing reads: keep one so the node is valid
             outputs = [inner.nodes[-1].outputs[0]] if inner.nodes else inputs[:1]
@@ -574,6 +647,7 @@ class OnnxEmitter:
             k += 1
             name = f"{base}_{k}"
         self.function_names.add(name)
+        self.fn_dims[name] = list(inner.dim_inputs)
         body = ir.Graph(inputs, outputs, nodes=inner.nodes, name=name,
                         opset_imports={"": OPSET, DOMAIN: 1})
         fn = ir.Function(DOMAIN, name, graph=body, attributes=[])
@@ -588,7 +662,7 @@ class OnnxEmitter:
 
         def value(name: str, dtype: str, shape: tuple[int, ...]) -> Any:
             return ir.Value(name=scope.fresh(name), type=ir.TensorType(_dtype(ir, dtype)),
-                            shape=ir.Shape(list(shape)))
+                            shape=_shape(ir, shape))
 
         for ref in g.inputs:
             v = value(ref.lstrip("%"), g.values[ref].dtype, g.values[ref].shape)
@@ -610,6 +684,15 @@ class OnnxEmitter:
                         help="pass every parameter the entry reads (the model's weights)"))
                 v.const_value = _tensor(ir, params[path], vt.dtype, path)
                 initializers.append(v)
+        # Each symbolic dim is read once off the first input or state with an axis of that
+        # size: `B = Shape(tokens)[0:1]`.
+        for dim in getattr(g, "symbolic", {}):
+            for ref in [*g.inputs, *("@" + p for p in g.states)]:
+                axes = [a for a, d in enumerate(scope.shape(ref)) if _is_dim(d, dim)]
+                if axes:
+                    scope.dims[dim] = scope.op("Shape", [scope.env[ref]], {
+                        "start": axes[0], "end": axes[0] + 1}, hint=dim)
+                    break
         # The outputs' names are taken first, so that no value inside gets them.
         out_refs = [*g.outputs, *("@" + p for p in g.states)]
         out_names = [scope.fresh(r[1:] + ".value" if r.startswith("@") else r.lstrip("%"))
@@ -620,7 +703,7 @@ class OnnxEmitter:
                    for ref, name in zip(out_refs, out_names)]
         for v, ref in zip(outputs, out_refs):
             v.type = ir.TensorType(_dtype(ir, scope.dtype(ref)))
-            v.shape = ir.Shape(list(scope.shape(ref)))
+            v.shape = _shape(ir, scope.shape(ref))
         graph = ir.Graph(inputs, outputs, nodes=scope.nodes, initializers=initializers,
                          name=f"{g.model}.{g.entry}", opset_imports={"": OPSET, DOMAIN: 1})
         model = ir.Model(graph, ir_version=IR_VERSION, producer_name="linnet-lang",
@@ -631,7 +714,19 @@ class OnnxEmitter:
         model.metadata_props["linnet.inputs"] = json.dumps([r.lstrip("%") for r in g.inputs])
         model.metadata_props["linnet.states"] = json.dumps(list(g.states))
         model.metadata_props["linnet.parameters"] = json.dumps(list(g.parameters))
+        if getattr(g, "symbolic", None):
+            model.metadata_props["linnet.symbolic"] = json.dumps(list(g.symbolic))
         return model
+
+
+def _is_dim(d: Any, name: str) -> bool:
+    return isinstance(d, SymInt) and d.poly == (((name,), 1),)
+
+
+def _shape(ir: Any, shape: tuple[int, ...]) -> Any:
+    """An ONNX shape: a symbolic size is a ``dim_param`` named by its polynomial (``B``,
+    ``B*L``), the rest are numbers."""
+    return ir.Shape([poly_text(d.poly) if isinstance(d, SymInt) else int(d) for d in shape])
 
 
 def _tensor(ir: Any, value: Any, dtype: str, name: str) -> Any:
