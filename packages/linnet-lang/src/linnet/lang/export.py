@@ -279,6 +279,24 @@ def relowering(program: Any, entry: str, inputs: Mapping[str, Any], config: Mapp
     return relower
 
 
+def symbolic_graph(graph: Graph, program: Any, inputs: Mapping[str, Any],
+                   config: Mapping[str, Any], lower_fn: Any, dynamic: Any = None) -> Graph:
+    """:func:`symbolic_dims` for a graph ``lower_fn(inputs, config)`` lowered: what the
+    runtimes' ``model.export_onnx(..., dynamic=...)`` call, each with its own lowering.
+
+    >>> g = symbolic_graph(graph, program, {"tokens": [1, 6]}, config,
+    ...                    lambda i, c: lower(program, "prefill", i, c), "B,L")  # doctest: +SKIP
+    """
+    if dynamic is not None and not isinstance(dynamic, str | list | tuple):
+        raise LinnetError(Diagnostic(
+            "E0935", f"`dynamic` is a list of dim names or a string such as \"B,L\", got "
+                     f"{type(dynamic).__name__} {dynamic!r}",
+            help="pass dynamic=[\"B\", \"L\"], dynamic=\"none\" (all concrete) or leave it out "
+                 "(B and L where the graph allows)"))
+    relower = relowering(program, graph.entry, inputs, config, lower_fn, graph.model)
+    return symbolic_dims(graph, relower, dynamic)
+
+
 def symbolic_dims(graph: Graph, relower: Relower, dynamic: Any = None) -> Graph:
     """``graph`` with the sizes that depend on the ``dynamic`` dims made :class:`SymInt`s,
     for :func:`linnet.lang.emit.onnx.emit_onnx` (``graph.symbolic``: each dim's value).
@@ -318,10 +336,11 @@ def symbolic_dims(graph: Graph, relower: Relower, dynamic: Any = None) -> Graph:
 
 
 def _points(graph: Graph, names: list[str], skip: int
-            ) -> tuple[dict[str, int], list[dict], dict]:
+            ) -> tuple[dict[str, int], list[dict], dict, dict]:
     """The sizes lowered at: per dim a start of at least 2 (size 1 broadcasts), every corner
-    of start and start + 1, and a check point at start + 2 (a polynomial of degree at most
-    one in each dim is fixed by the corners; the check catches any other). No size is a
+    of start and start + 1, and check points at start + 2 and far beyond every number of
+    the graph (a polynomial of degree at most one in each dim is fixed by the corners; the
+    checks catch any other, and a branch on the size between them). No size is a
     number the graph has already (HD / 2 = 8 would let lowering share an iota of length L = 8
     with the frequencies' one), nor another dim's; ``skip`` moves past that many more."""
     taken: set[int] = set()
@@ -337,7 +356,9 @@ def _points(graph: Graph, names: list[str], skip: int
     corners = []
     for mask in range(1 << len(names)):
         corners.append({d: start[d] + (mask >> i & 1) for i, d in enumerate(names)})
-    return start, corners, {d: start[d] + 2 for d in names}
+    top = 2 * max(taken, default=8) + 1
+    far = {d: top + 2 * i for i, d in enumerate(names)}
+    return start, corners, {d: start[d] + 2 for d in names}, far
 
 
 def _lowered(graph: Graph, relower: Relower, dims: dict[str, int], names: list[str]) -> Graph:
@@ -427,12 +448,19 @@ def _fit(graph: Graph, relower: Relower, names: list[str]) -> Graph:
 def _fit_at(graph: Graph, relower: Relower, names: list[str], skip: int) -> Graph:
     import copy
 
-    start, corners, check_at = _points(graph, names, skip)
+    start, corners, check_at, far = _points(graph, names, skip)
     graphs = [_lowered(graph, relower, c, names) for c in corners]
-    checked = _lowered(graph, relower, check_at, names)
-    forms = [_structure(g) for g in (*graphs, checked)]
+    checks = [check_at]
+    graphs.append(_lowered(graph, relower, check_at, names))
+    try:  # far sizes catch a branch on the dim (`if L > 16`) that the near ones do not cross
+        graphs.append(relower(far, graph.dims))
+        checks.append(far)
+    except LinnetError:
+        pass  # sizes that large are not allowed (a `where` clause, a cache of S positions)
+    forms = [_structure(g) for g in graphs]
     base = graphs[0]
-    for g, form, dims in zip((*graphs[1:], checked), forms[1:], (*corners[1:], check_at)):
+    n = len(corners)
+    for form, dims in zip(forms[1:], [*corners[1:], *checks]):
         if len(form) != len(forms[0]) or any(
                 a[0] != b[0] or a[1] != b[1] or len(a[2]) != len(b[2])
                 for a, b in zip(forms[0], form)):
@@ -463,8 +491,8 @@ def _fit_at(graph: Graph, relower: Relower, names: list[str], skip: int) -> Grap
                          "concrete (leave it out of --dynamic)"))
             elif not where.startswith(("values:", "states:")):
                 raise _structure_error(graph, base, k, forms[0], names, check_at)
-            poly = _solve(values[:-1], corners, names, start)
-            if poly is None or _value(poly, check_at) != values[-1]:
+            poly = _solve(values[:n], corners, names, start)
+            if poly is None or any(_value(poly, at) != v for at, v in zip(checks, values[n:])):
                 raise _attribute_error(graph, base, int(step_at.group(1)) if step_at else None,
                                        step_at.group(2) if step_at else where, names)
             row.append(SymInt(int(v0), poly))
