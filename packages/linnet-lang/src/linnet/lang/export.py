@@ -316,15 +316,16 @@ def symbolic_dims(graph: Graph, relower: Relower, dynamic: Any = None) -> Graph:
             [d.strip() for d in dynamic.split(",") if d.strip()]
     if dynamic is None:
         chosen: list[str] = []
+        result = graph
         for name in DEFAULT_DYNAMIC:
             if name not in graph.dims:
                 continue
             try:
-                _fit(graph, relower, [*chosen, name])
+                result = _fit(graph, relower, [*chosen, name])
             except LinnetError:
                 continue  # only the default: this dim stays concrete
             chosen.append(name)
-        return _fit(graph, relower, chosen) if chosen else graph
+        return result
     names = list(dict.fromkeys(dynamic))
     for name in names:
         if name not in graph.dims:
