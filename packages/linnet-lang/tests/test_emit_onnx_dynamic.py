@@ -72,7 +72,7 @@ def at(program, entry: str, cfg: dict, **sizes) -> object:
 
 
 def test_prefill_with_symbolic_B_and_L_runs_at_every_size(llama):
-    program, cfg, params, (graph, sym, model), _ = llama
+    program, cfg, params, (_graph, sym, model), _ = llama
     assert sym.symbolic == {"B": sym.symbolic["B"], "L": sym.symbolic["L"]}  # the default
     emit.check(model)
     proto = emit.to_proto(model)
@@ -231,7 +231,7 @@ def test_a_dim_no_input_axis_measures_is_E0938():
 
 
 def test_slice_bounds_and_a_constant_that_is_the_dim_follow_it():
-    graph, sym, model = small("shift", [5, 3], "N")
+    _graph, sym, model = small("shift", [5, 3], "N")
     assert [type(v) for v in sym.steps[0].attributes["limits"]] == [SymInt, int]
     emit.check(model)
     sess = session(model)
@@ -247,14 +247,14 @@ def test_the_cli_takes_dynamic(tmp_path, capsys):
     out = tmp_path / "prefill.onnx"
     base = ["onnx", str(LLAMA), "--entry", "prefill", "--config", "toy", "--set", "B=1",
             "--input", "tokens=1,8", "-o", str(out)]
-    assert main(base + ["--dynamic", "B,L"]) == 0
+    assert main([*base, "--dynamic", "B,L"]) == 0
     assert "symbolic dims: B, L" in capsys.readouterr().err
     proto = onnx.load(str(out))
     assert dims(proto.graph.input[0]) == ["B", "L"]
-    assert main(base + ["--dynamic", "none"]) == 0
+    assert main([*base, "--dynamic", "none"]) == 0
     assert "symbolic dims: none" in capsys.readouterr().err
     assert dims(onnx.load(str(out)).graph.input[0]) == [1, 8]
-    assert main(base + ["--dynamic", "D"]) == 1
+    assert main([*base, "--dynamic", "D"]) == 1
     assert "E0937" in capsys.readouterr().err
 
 

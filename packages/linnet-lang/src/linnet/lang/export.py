@@ -260,11 +260,13 @@ def relowering(program: Any, entry: str, inputs: Mapping[str, Any], config: Mapp
 
     decl = find_model(program, model)
     method = decl.method(entry)
+    module = decl.module
+    assert method is not None and module is not None  # the graph was lowered from them
 
     def relower(dims: dict[str, int], base: Mapping[str, int]) -> Graph:
         env: dict[str, Any] = {k: Dim.const(v) for k, v in {**base, **dims}.items()}
         ev = Evaluator(program, Builder(Graph(entry=entry, model=decl.name)), dict(config))
-        frame = Frame(decl.module, env)
+        frame = Frame(module, env)
         shapes: dict[str, Any] = {}
         for p in method.params:
             given = inputs[p.name]
@@ -594,9 +596,11 @@ def _check_measured(graph: Graph, names: list[str]) -> None:
                 have.add(d.poly[0][0][0])
     for name in names:
         if name not in have:
+            axes = sorted({poly_text(d.poly) for r in graph.inputs for d in graph.values[r].shape
+                           if isinstance(d, SymInt) and any(name in m for m, _ in d.poly)})
+            seen = f" (its inputs' axes have sizes {', '.join(axes)})" if axes else ""
             raise LinnetError(Diagnostic(
                 "E0938", f"cannot make `{name}` of `{graph.model}.{graph.entry}` symbolic: no "
-                         f"input or state has an axis of size `{name}`",
+                         f"input or state has an axis of size `{name}`{seen}",
                 help=f"the exported model reads `{name}` from an input's shape; give the entry "
-                     f"an input with an axis `{name}` (not only `{name} * ...`), or keep it "
-                     "concrete"))
+                     f"an input with an axis of exactly `{name}`, or keep it concrete"))

@@ -15,8 +15,14 @@ with no rule, or a dtype ONNX lacks, is error E0930 / E0931 naming the step and 
 line. Each node keeps the source line it came from (``doc_string``, and the metadata key
 ``linnet.loc``), and its name is the step's index and op (``s45_contract``).
 
-Shapes are those the entry was lowered for (ONNX dims are concrete: lower again for another
-batch or sequence length).
+Shapes are those the entry was lowered for, except the dims a graph from
+:func:`linnet.lang.export.symbolic_dims` has symbolic (``graph.symbolic``: the batch B, a
+prompt's length L): there a size is a :class:`~linnet.lang.export.SymInt`, a polynomial of the
+dims, and the model computes it at run time. Each dim is read once off an input's or a
+state's shape (``B = Shape(tokens)[0:1]``); reshape and broadcast targets, iota lengths, slice
+bounds and constants are built from the dims with ``Mul``/``Add``/``Concat``; inputs, states
+and outputs get ``dim_param`` names (``B``, ``B*L``); a local function takes each dim its body
+uses as an extra input after the values it reads.
 
 >>> from linnet.lang.emit.onnx import RULES
 >>> from linnet.lang.ir.primitives import PRIMITIVES
@@ -714,8 +720,9 @@ class OnnxEmitter:
         model.metadata_props["linnet.inputs"] = json.dumps([r.lstrip("%") for r in g.inputs])
         model.metadata_props["linnet.states"] = json.dumps(list(g.states))
         model.metadata_props["linnet.parameters"] = json.dumps(list(g.parameters))
-        if getattr(g, "symbolic", None):
-            model.metadata_props["linnet.symbolic"] = json.dumps(list(g.symbolic))
+        symbolic = getattr(g, "symbolic", None)  # set by linnet.lang.export.symbolic_dims
+        if symbolic:
+            model.metadata_props["linnet.symbolic"] = json.dumps(list(symbolic))
         return model
 
 
