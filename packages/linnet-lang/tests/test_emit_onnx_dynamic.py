@@ -57,8 +57,7 @@ def dims(value_info) -> list:
 def llama():
     program = Program.from_file(LLAMA)
     cfg = toy_config()
-    prefill = exported(program, "prefill", {"tokens": [1, 6]}, cfg)
-    params = llama_params(prefill[0])
+    params = llama_params(lower(program, "prefill", {"tokens": [1, 6]}, cfg, check=False))
     prefill = exported(program, "prefill", {"tokens": [1, 6]}, cfg, None, params)
     decode = exported(program, "decode", {"token": [1], "pos": [1]}, cfg, None, params)
     return program, cfg, params, prefill, decode
@@ -130,6 +129,23 @@ def test_decode_with_symbolic_B_carries_the_cache_at_two_batch_sizes(llama):
             token = want.argmax(-1).astype(np.int32)
         for path in order:
             close(got_states[path], want_states[path], f"{path} after decoding at B={b}")
+
+
+def test_any_free_dim_can_be_named_the_cache_length_too(llama):
+    program, cfg, params, _, _ = llama
+    _, sym, model = exported(program, "decode", {"token": [1], "pos": [1]}, cfg, "B,S", params)
+    assert list(sym.symbolic) == ["B", "S"]
+    assert dims(emit.to_proto(model).graph.input[2]) == ["B", "S", 2, 16]
+    g = lower(program, "decode", {"token": [2], "pos": [2]}, cfg | {"B": 2, "S": 40},
+              check=False)
+    rng = np.random.default_rng(5)
+    feed = {"token": np.array([3, 200], np.int32), "pos": np.array([39, 7], np.int32)}
+    states = {p: rng.standard_normal(v.shape).astype(np.float32) for p, v in g.states.items()}
+    want, after = reference_step(g, params)(feed, states)
+    got = session(model).run(None, {**feed, **states})
+    close(got[0], want, "decode at B=2, S=40")
+    for (path, state), value in zip(after.items(), got[1:]):
+        close(value, state, f"{path} at B=2, S=40")
 
 
 def test_function_bodies_take_the_dims_they_use(llama):

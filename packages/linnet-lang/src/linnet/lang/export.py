@@ -347,8 +347,9 @@ def _points(graph: Graph, names: list[str], skip: int
     number the graph has already (HD / 2 = 8 would let lowering share an iota of length L = 8
     with the frequencies' one), nor another dim's; ``skip`` moves past that many more."""
     taken: set[int] = set()
-    for _, _, nums in _structure(graph):
-        taken.update(int(n) for n in nums if isinstance(n, int) and not isinstance(n, bool))
+    for where, _, nums in _structure(graph):
+        if where != "calls":  # step indices are no sizes
+            taken.update(int(n) for n in nums if isinstance(n, int) and not isinstance(n, bool))
     start: dict[str, int] = {}
     for d in names:
         n = max(graph.dims[d], 2) + skip
