@@ -296,3 +296,31 @@ def test_the_corners_fix_a_multilinear_polynomial(coefs, b0, l0):
     got = _solve([_value(poly, c) for c in corners], corners, names, start)
     assert got == poly
     assert _value(got, {"B": 7, "L": 1000}) == _value(poly, {"B": 7, "L": 1000})
+
+
+def test_an_attribute_no_rule_computes_at_run_time_is_E0936():
+    """A number outside SYMBOLIC_ATTRIBUTES that changes with the dim (here a reduction's
+    identity, made to follow N) is an error naming the step, never a number fixed silently."""
+    from export_cases import one_step
+    from linnet.lang.export import symbolic_dims
+
+    def at(n: int):
+        g = one_step("reduce", [np.ones((n, 3), np.float32)],
+                     {"kind": "sum", "axes": [1], "accumulate": "f32", "identity": float(n)},
+                     ((n,), "f32"))
+        g.dims = {"N": n}
+        return g
+
+    with pytest.raises(LinnetError) as err:
+        symbolic_dims(at(4), lambda dims, base: at(dims["N"]), ["N"])
+    d = err.value.diagnostics[0]
+    assert d.code == "E0936" and "attribute `identity` of step 0 (reduce)" in d.message
+    assert "case.linnet:1" in d.message
+    def fixed(n: int):  # the same graph with an identity that stays put
+        g = at(n)
+        g.steps[0].attributes["identity"] = 0.0
+        return g
+
+    sym = symbolic_dims(fixed(4), lambda dims, base: fixed(dims["N"]), ["N"])
+    assert isinstance(sym.values["%a0"].shape[0], SymInt)
+    emit.check(emit.emit_onnx(sym))

@@ -139,10 +139,6 @@ def program_sources(program: Any) -> dict[str, str]:
 DEFAULT_DYNAMIC = ("B", "L")
 """The dims made symbolic when the caller names none (each only where the graph allows)."""
 
-# The attributes whose numbers may change with a dim (each is a size or a bound the ONNX
-# emitter can compute at run time); any other that changes is E0936, never silently fixed.
-SYMBOLIC_ATTRIBUTES = {("iota", "shape"), ("reshape", "shape"), ("broadcast", "shape"),
-                       ("slice", "starts"), ("slice", "limits"), ("constant", "value")}
 
 Poly = tuple[tuple[tuple[str, ...], int], ...]
 """Sum of ``coefficient * product(dims)`` terms, sorted: ``((("B", "L"), 1),)`` is B * L."""
@@ -452,6 +448,9 @@ def _fit(graph: Graph, relower: Relower, names: list[str]) -> Graph:
 def _fit_at(graph: Graph, relower: Relower, names: list[str], skip: int) -> Graph:
     import copy
 
+    # which attributes may change: the ONNX emitter's table (pure Python; onnx_ir is lazy)
+    from linnet.lang.emit.onnx import SYMBOLIC_ATTRIBUTES
+
     start, corners, check_at, far = _points(graph, names, skip)
     graphs = [_lowered(graph, relower, c, names) for c in corners]
     checks = [check_at]
@@ -484,7 +483,7 @@ def _fit_at(graph: Graph, relower: Relower, names: list[str], skip: int) -> Grap
             step_at = re.fullmatch(r"s(\d+)\.(\w+)", where)
             if step_at is not None:
                 i = int(step_at.group(1))
-                if (base.steps[i].op, step_at.group(2)) not in SYMBOLIC_ATTRIBUTES:
+                if step_at.group(2) not in SYMBOLIC_ATTRIBUTES.get(base.steps[i].op, ()):
                     raise _attribute_error(graph, base, i, step_at.group(2), names)
             elif where.startswith("parameters:"):
                 raise LinnetError(Diagnostic(

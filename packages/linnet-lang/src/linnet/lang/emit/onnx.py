@@ -510,6 +510,26 @@ RULES: dict[str, Rule] = {
 }
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
+_NONE: frozenset[str] = frozenset()
+SYMBOLIC_ATTRIBUTES: dict[str, frozenset[str]] = {
+    **{op: _NONE for op in ("neg", "not", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
+                            "sigmoid", "erf", "abs", "floor", "add", "sub", "mul", "div", "rem",
+                            "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne",
+                            "and", "or", "select", "convert")},
+    "constant": frozenset({"value"}),  # `L as f32`: a size, cast (Scope.const)
+    "iota": frozenset({"shape"}),  # Range(0, L) reshaped and expanded (_iota)
+    "reshape": frozenset({"shape"}), "broadcast": frozenset({"shape"}),  # Scope.ints
+    "slice": frozenset({"starts", "limits"}),  # Slice's starts and ends (Scope.ints)
+    # The rest read their sizes off the operands' shapes (SymInts too); an attribute of theirs
+    # (an axis, an einsum spec, a bounds mode) that changed with a dim would be a new graph.
+    "transpose": _NONE, "reduce": _NONE, "contract": _NONE, "take": _NONE, "gather": _NONE,
+    "scatter_add": _NONE, "scatter": _NONE,
+}
+"""Per primitive, the attributes whose numbers may be :class:`~linnet.lang.export.SymInt`s
+(the rule computes them from the dims at run time): what
+:func:`linnet.lang.export.symbolic_dims` lets change with a symbolic dim. Any other attribute
+that changes is E0936, never a number fixed silently."""
+
 
 # ---------------------------------------------------------------- the emitter
 @dataclass
