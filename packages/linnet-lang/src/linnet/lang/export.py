@@ -249,7 +249,7 @@ def relowering(program: Any, entry: str, inputs: Mapping[str, Any], config: Mapp
     """
     import linnet.lang.syntax.tree as A
     from linnet.lang.check.core import Frame
-    from linnet.lang.check.evaluate import Evaluator
+    from linnet.lang.check.evaluate import Evaluator, Fail
     from linnet.lang.check.lowering import find_model
     from linnet.lang.ir.builder import Builder
     from linnet.lang.tensors.dims import Dim
@@ -269,7 +269,10 @@ def relowering(program: Any, entry: str, inputs: Mapping[str, Any], config: Mapp
             if not isinstance(p.type, A.TensorType):
                 shapes[p.name] = given
                 continue
-            sizes = [ev.eval_dim(d, frame).value for d in p.type.dims]
+            try:
+                sizes = [ev.eval_dim(d, frame).value for d in p.type.dims]
+            except Fail as f:  # a size the new dims do not determine: lowering's own error
+                raise LinnetError(f.diag) from None
             old = list(given[0] if isinstance(given, tuple) else given)
             new = [int(s) if s is not None else o for s, o in zip(sizes, old)]
             shapes[p.name] = (new, given[1]) if isinstance(given, tuple) else new

@@ -718,6 +718,10 @@ class OnnxEmitter:
                 if axes:
                     scope.dims[dim] = scope.op("Shape", [scope.env[ref]], {
                         "start": axes[0], "end": axes[0] + 1}, hint=dim)
+                    node = scope.nodes[-1]
+                    node.name = scope.fresh(f"dim_{dim}")
+                    node.doc_string = (f"symbolic dim {dim}: axis {axes[0]} of "
+                                       f"{scope.env[ref].name}")
                     break
         # The outputs' names are taken first, so that no value inside gets them.
         out_refs = [*g.outputs, *("@" + p for p in g.states)]
