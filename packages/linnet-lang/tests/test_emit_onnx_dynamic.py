@@ -282,6 +282,11 @@ def test_sym_ints_keep_their_polynomial_through_arithmetic():
     assert b - b == 0 and type(b - b) is int  # no dim left: a plain int
     assert poly_text(SymInt.poly_of(10 - b)) == "-B+10"
     assert str(b) == "3"
+    import copy
+    import pickle
+
+    assert repr(copy.deepcopy([b * n])) == "[<B*L=15>]"
+    assert repr(pickle.loads(pickle.dumps(n + 1))) == "<L+1=6>"
 
 
 @settings(PROFILE, max_examples=30 * SCALE)

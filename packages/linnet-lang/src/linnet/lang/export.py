@@ -198,6 +198,9 @@ class SymInt(int):
 
     __str__ = int.__repr__
 
+    def __reduce__(self) -> Any:  # copy, deepcopy and pickle keep the polynomial
+        return (SymInt, (int(self), self.poly))
+
     @staticmethod
     def poly_of(x: int) -> Poly:
         return x.poly if isinstance(x, SymInt) else (((), int(x)),) if x else ()
