@@ -176,3 +176,30 @@ def test_an_export_to_a_missing_folder_is_E0800(toy, tmp_path):
     with pytest.raises(LinnetError) as err:
         toy.export_onnx("decode", [token, pos], tmp_path)
     assert err.value.diagnostics[0].code == "E0800"
+
+
+def test_model_export_onnx_with_symbolic_B_and_L_equals_the_interpreter(toy, tmp_path):
+    """One prefill export with B and L symbolic runs at three (B, L) under onnxruntime
+    within the conformance tolerance of the PyTorch interpreter lowered at each."""
+    from linnet.lang import lower
+    from linnet.torch import run_graph
+
+    tokens = torch.tensor([[3, 1, 4, 1, 5, 9]], dtype=torch.int32)
+    (path,) = toy.export_onnx("prefill", [tokens], tmp_path / "prefill.onnx", dynamic="B,L")
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert sess.get_inputs()[0].shape == ["B", "L"]
+    assert sess.get_inputs()[1].shape[0] == "B"  # the KV cache's batch axis
+    rng = np.random.default_rng(0)
+    for b, length in ((1, 6), (2, 3), (3, 9)):
+        graph = lower(toy.program, "prefill", {"tokens": [b, length]},
+                      {**toy.config, "B": b}, toy.weight_shapes, check=False)
+        ids = rng.integers(0, 256, (b, length)).astype(np.int32)
+        states = {p: torch.zeros(v.shape) for p, v in graph.states.items()}
+        feed = {"tokens": ids, **{p: v.numpy().copy() for p, v in states.items()}}
+        (want,) = run_graph(graph, [torch.from_numpy(ids)], toy.params, states)
+        got = sess.run(None, feed)
+        scale = max(1.0, float(want.abs().max()))
+        tol = conf.TOLERANCES["f32"] * scale
+        assert float(np.abs(got[0] - want.numpy()).max()) <= tol, (b, length)
+        for value, state in zip(got[1:], states.values()):
+            assert float(np.abs(value - state.numpy()).max()) <= tol, (b, length)

@@ -539,3 +539,31 @@ def test_std_op_gradient_as_generated_jax_matches_jax_vjp(name) -> None:
         ref = np.asarray(ref)
         np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-4,
                                    atol=1e-5 * max(1.0, float(np.abs(ref).max())))
+
+
+def test_model_export_onnx_with_a_symbolic_batch_runs_at_any_batch(toy_weights, tmp_path):
+    """dynamic="B": the decode export runs at the model's B = 1 like the model, and at B = 3
+    like the NumPy reference lowered there."""
+    ort = pytest.importorskip("onnxruntime")
+    model = load(LLAMA, weights=toy_weights, config="toy")
+    token, pos = np.array([5], np.int32), np.array([0], np.int32)
+    (path,) = model.export_onnx("decode", [token, pos], tmp_path / "decode.onnx", dynamic="B")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.shape[0] for i in sess.get_inputs()[:3]] == ["B", "B", "B"]
+    graph = model.graph("decode", [token, pos])
+    zeros = {p: np.zeros(vt.shape, np.float32) for p, vt in graph.states.items()}
+    outs = sess.run(None, {"token": token, "pos": pos, **zeros})
+    np.testing.assert_allclose(outs[0], np.asarray(model.decode(token, pos)), rtol=1e-4,
+                               atol=1e-5)
+    params = {p: np.asarray(v) for p, v in model.params.items()}
+    cfg = {**model.function("decode")._prep.config, "B": 3}
+    wide = lower(Program.from_file(LLAMA), "decode", {"token": [3], "pos": [3]}, cfg,
+                 check=False)
+    feed = {"token": np.array([5, 7, 9], np.int32), "pos": np.array([0, 3, 1], np.int32)}
+    states = {p: np.zeros(vt.shape, np.float32) for p, vt in wide.states.items()}
+    after = {k: v.copy() for k, v in states.items()}
+    (want,) = run_graph(wide, feed, params, after)
+    outs = sess.run(None, {**feed, **states})
+    np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=1e-5)
+    for value, path in zip(outs[1:], wide.states):
+        np.testing.assert_allclose(value, after[path], rtol=1e-4, atol=1e-5)

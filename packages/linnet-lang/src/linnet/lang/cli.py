@@ -387,7 +387,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- export (issue 17)
-def _export_graph(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
+def _export_graph(args: argparse.Namespace, dynamic: bool = False) -> tuple[Any, dict[str, str]]:
+    """The graph an export command writes; ``dynamic``: with the dims `--dynamic` names
+    symbolic (`linnet onnx`; :func:`linnet.lang.export.symbolic_dims`)."""
     config = load_config(args.config, args.set, args.file)
     program = Program.from_file(args.file)
     check_output(args.output, inputs_of(args, program))
@@ -396,8 +398,14 @@ def _export_graph(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
         raise LinnetError(errors)
     weights = read_safetensors_header(args.weights) if args.weights else None
     # lower_for_command: `--grad` exports the gradient graph (it was parsed, so never ignored)
-    graph = lower_for_command(args, program, args.entry, parse_inputs(args.input), config,
-                              weights, check=False)
+    inputs = parse_inputs(args.input)
+    graph = lower_for_command(args, program, args.entry, inputs, config, weights, check=False)
+    if dynamic:
+        from linnet.lang.export import relowering, symbolic_dims
+
+        relower = relowering(program, args.entry, inputs, config, lambda i, c: lower_for_command(
+            args, program, args.entry, i, c, weights, check=False), args.model)
+        graph = symbolic_dims(graph, relower, args.dynamic)
     sources = {m.source.name: m.source.text for m in program.modules.values()}
     return graph, sources
 
@@ -407,16 +415,17 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     from linnet.lang.export import export_onnx, read_safetensors
 
     try:
-        graph, sources = _export_graph(args)
+        graph, sources = _export_graph(args, dynamic=True)
         params = read_safetensors(args.weights) if args.weights else None
         written = export_onnx(graph, params, args.output, sources, check=not args.no_check,
                               external_threshold=args.external_threshold)
     except LinnetError as err:
         return report(err, "text")
     how = "initializers" if args.weights else "graph inputs (no --weights)"
+    symbolic = ", ".join(getattr(graph, "symbolic", {})) or "none"
     print(f"wrote {', '.join(str(p) for p in written)} ({graph.model}.{graph.entry}: "
           f"{len(graph.inputs)} inputs, {len(graph.states)} states, {len(graph.parameters)} "
-          f"parameters as {how})", file=sys.stderr)
+          f"parameters as {how}; symbolic dims: {symbolic})", file=sys.stderr)
     return 0
 
 
@@ -447,6 +456,9 @@ def register_export(sub: Any) -> None:
     p.add_argument("--no-check", action="store_true", help="skip onnx.checker's full check")
     p.add_argument("--external-threshold", type=int, default=None, metavar="BYTES",
                    help="weights over this many bytes in all go to OUTPUT.data (default 1 GiB)")
+    p.add_argument("--dynamic", default=None, metavar="DIM[,DIM]",
+                   help="dims to make symbolic in the model (e.g. B,L; `none` for all "
+                        "concrete); default: B and L, each where the graph allows")
     p.set_defaults(run=cmd_onnx)
 
     p = sub.add_parser("stablehlo", help="export an entry as StableHLO MLIR text")

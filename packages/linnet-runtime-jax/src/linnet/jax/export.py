@@ -30,12 +30,21 @@ def _checked(model: Any, entry: str, inputs: Any) -> Graph:
 
 
 def export_onnx(model: Any, entry: str, inputs: Any, path: str | Path, check: bool = True,
-                external_threshold: int | None = None) -> list[Path]:
+                external_threshold: int | None = None, dynamic: Any = None) -> list[Path]:
     """See :meth:`linnet.jax.Model.export_onnx`."""
+    import numpy as np
     from linnet.lang.export import export_onnx as export
+    from linnet.lang.export import symbolic_graph
+
+    from .model import _lower
 
     target = export_target(path)
     graph = _checked(model, entry, inputs)
+    fn = model.function(entry)
+    prep = fn._prep
+    shapes = {n: list(np.shape(t)) for n, t in zip(fn._names, fn._ordered(inputs))}
+    graph = symbolic_graph(graph, prep.program, shapes, prep.config, lambda i, c: _lower(
+        prep.program, entry, i, c, prep.weight_shapes)[0], dynamic)
     params = {p: model.params[p] for p in graph.parameters}
     try:
         return export(graph, params, target, program_sources(model.program), check,

@@ -536,7 +536,8 @@ class Model:
 
     # ------------------------------------------------------------ export
     def export_onnx(self, entry: str, inputs: Any, path: str | Path, check: bool = True,
-                    external_threshold: int | None = None) -> list[Path]:
+                    external_threshold: int | None = None,
+                    dynamic: str | list[str] | None = None) -> list[Path]:
         """Write ``entry``, lowered for inputs shaped like ``inputs``, as an ONNX model at
         ``path``, as ``linnet.torch``'s ``model.export_onnx`` does: the entry's inputs then
         its states as graph inputs, its outputs then each state after the call
@@ -545,12 +546,17 @@ class Model:
         ``onnx.checker`` unless ``check=False``. Needs ``linnet-lang[onnx]``. Returns the
         files written; see docs/export.md.
 
+        ``dynamic``: the dims to make symbolic (``["B", "L"]`` or ``"B,L"``; their inputs,
+        states and outputs get ONNX ``dim_param`` names and the model runs at any size of
+        them); left out, B and L where the graph allows; ``"none"``: every dim concrete.
+        A named dim that cannot be symbolic is E0935-E0938.
+
         >>> model.export_onnx("decode", [token, pos], "decode.onnx")      # doctest: +SKIP
         [PosixPath('decode.onnx')]
         """
         from .export import export_onnx
 
-        return export_onnx(self, entry, inputs, path, check, external_threshold)
+        return export_onnx(self, entry, inputs, path, check, external_threshold, dynamic)
 
     def export_stablehlo(self, entry: str, inputs: Any, path: str | Path,
                          verify: bool = False) -> list[str]:

@@ -16,12 +16,18 @@ from linnet.lang.export import export_target, program_sources, unwritable
 
 
 def export_onnx(model: Any, entry: str, inputs: Any, path: str | Path, check: bool = True,
-                external_threshold: int | None = None) -> list[Path]:
+                external_threshold: int | None = None, dynamic: Any = None) -> list[Path]:
     """See :meth:`linnet.torch.Model.export_onnx`."""
+    from linnet.lang import lower
     from linnet.lang.export import export_onnx as export
+    from linnet.lang.export import symbolic_graph
 
     target = export_target(path)
     graph = model._checked(entry, list(inputs))
+    names = [p.name for p in model._entry_method(entry).params]
+    shapes = {n: list(t.shape) for n, t in zip(names, inputs)}
+    graph = symbolic_graph(graph, model.program, shapes, model.config, lambda i, c: lower(
+        model.program, entry, i, c, model.weight_shapes, check=False), dynamic)
     params = {p: model.params[p] for p in graph.parameters}
     try:
         return export(graph, params, target, program_sources(model.program), check,

@@ -15,8 +15,14 @@ with no rule, or a dtype ONNX lacks, is error E0930 / E0931 naming the step and 
 line. Each node keeps the source line it came from (``doc_string``, and the metadata key
 ``linnet.loc``), and its name is the step's index and op (``s45_contract``).
 
-Shapes are those the entry was lowered for (ONNX dims are concrete: lower again for another
-batch or sequence length).
+Shapes are those the entry was lowered for, except the dims a graph from
+:func:`linnet.lang.export.symbolic_dims` has symbolic (``graph.symbolic``: the batch B, a
+prompt's length L): there a size is a :class:`~linnet.lang.export.SymInt`, a polynomial of the
+dims, and the model computes it at run time. Each dim is read once off an input's or a
+state's shape (``B = Shape(tokens)[0:1]``); reshape and broadcast targets, iota lengths, slice
+bounds and constants are built from the dims with ``Mul``/``Add``/``Concat``; inputs, states
+and outputs get ``dim_param`` names (``B``, ``B*L``); a local function takes each dim its body
+uses as an extra input after the values it reads.
 
 >>> from linnet.lang.emit.onnx import RULES
 >>> from linnet.lang.ir.primitives import PRIMITIVES
@@ -77,6 +83,100 @@ def std_op_calls(graph: Graph) -> list[Call]:
             if c.kind == "op" and c.callee.startswith("std.") and c.stop > c.start]
 
 
+# ---------------------------------------------------------------- symbolic sizes
+# A size that depends on a symbolic dim (linnet.lang.export.symbolic_dims fits them from
+# lowerings at other sizes): a reshape to [B * L, D], an iota of length L, a slice to L - 1.
+Poly = tuple[tuple[tuple[str, ...], int], ...]
+"""Sum of ``coefficient * product(dims)`` terms, sorted: ``((("B", "L"), 1),)`` is B * L."""
+
+
+def poly_add(a: Poly, b: Poly, sign: int = 1) -> Poly:
+    out: dict[tuple[str, ...], int] = dict(a)
+    for mono, c in b:
+        out[mono] = out.get(mono, 0) + sign * c
+    return tuple(sorted((m, c) for m, c in out.items() if c))
+
+
+def poly_mul(a: Poly, b: Poly) -> Poly:
+    out: Poly = ()
+    for ma, ca in a:
+        for mb, cb in b:
+            out = poly_add(out, ((tuple(sorted(ma + mb)), ca * cb),))
+    return out
+
+
+def poly_text(poly: Poly) -> str:
+    """``B*L``, ``L-1``, ``2*B+3``: how ONNX names a symbolic dim (``dim_param``).
+
+    >>> poly_text(((("B", "L"), 1),)), poly_text((((), -1), (("L",), 1)))
+    ('B*L', 'L-1')
+    """
+    parts = []
+    for mono, c in sorted(poly, key=lambda t: (-len(t[0]), t[0])):
+        body = "*".join(mono)
+        term = (body if abs(c) == 1 else f"{abs(c)}*{body}") if body else str(abs(c))
+        parts.append(("-" if c < 0 else "+") + term)
+    text = "".join(parts) or "0"
+    return text[1:] if text.startswith("+") else text
+
+
+class SymInt(int):
+    """A size or bound that is a polynomial in symbolic dims, with its value at the sizes
+    the graph was lowered for: arithmetic keeps the polynomial, so a rule that computes
+    ``size - 1`` gets ``L-1``.
+
+    >>> n = SymInt(6, ((("L",), 1),))
+    >>> n - 1, int(n * 2)
+    (<L-1=5>, 12)
+    """
+
+    poly: Poly
+
+    def __new__(cls, value: int, poly: Poly) -> Any:
+        if all(not mono for mono, _ in poly):  # no dim left: a plain int
+            return int(value)
+        out = super().__new__(cls, value)
+        out.poly = poly
+        return out
+
+    def __repr__(self) -> str:
+        return f"<{poly_text(self.poly)}={int(self)}>"
+
+    __str__ = int.__repr__
+
+    def __reduce__(self) -> Any:  # copy, deepcopy and pickle keep the polynomial
+        return (SymInt, (int(self), self.poly))
+
+    @staticmethod
+    def poly_of(x: int) -> Poly:
+        return x.poly if isinstance(x, SymInt) else (((), int(x)),) if x else ()
+
+    def _op(self, other: Any, fn: Any, poly: Any) -> Any:
+        if not isinstance(other, int) or isinstance(other, bool):
+            return fn(int(self), other)
+        return SymInt(fn(int(self), int(other)), poly(SymInt.poly_of(self),
+                                                      SymInt.poly_of(other)))
+
+    def __add__(self, o: Any) -> Any:
+        return self._op(o, int.__add__, poly_add)
+
+    __radd__ = __add__
+
+    def __sub__(self, o: Any) -> Any:
+        return self._op(o, int.__sub__, lambda a, b: poly_add(a, b, -1))
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._op(o, lambda a, b: b - a, lambda a, b: poly_add(b, a, -1))
+
+    def __mul__(self, o: Any) -> Any:
+        return self._op(o, int.__mul__, poly_mul)
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> Any:
+        return SymInt(-int(self), poly_add((), self.poly, -1))
+
+
 # ---------------------------------------------------------------- the builder
 @dataclass
 class Scope:
@@ -90,6 +190,12 @@ class Scope:
     names: set[str] = field(default_factory=set)
     step: int = 0
     current: Step | None = None
+    # Symbolic dims (graph.symbolic): each one's ONNX value, a [1]-shaped int64 tensor. The
+    # model's graph reads them off its inputs' shapes; a function body takes each one it
+    # needs as an extra input, after the values it reads (``dim_inputs``, in first-use order).
+    dims: dict[str, Any] = field(default_factory=dict)
+    dim_inputs: list[str] | None = None
+    sizes: dict[Any, Any] = field(default_factory=dict)  # poly -> its value (computed once)
 
     def fresh(self, hint: str) -> str:
         base = re.sub(r"[^0-9A-Za-z_.]", "_", hint.lstrip("%@")) or "v"
@@ -136,6 +242,10 @@ class Scope:
         import numpy as np
 
         ir = self.ir
+        if isinstance(value, SymInt):  # a size as a scalar: [1] -> [], in the dtype wanted
+            scalar = self.op("Squeeze", [self.size(value), self.ints([0], "axes")], hint=hint)
+            return scalar if dtype == "i64" else self.op("Cast", [scalar], {
+                "to": _dtype(ir, dtype, self)}, hint=hint)
         if dtype == "bf16":
             import ml_dtypes
 
@@ -145,7 +255,58 @@ class Scope:
         return self.op("Constant", [], {"value": ir.tensor(arr)}, hint=hint)
 
     def ints(self, values: list[int] | tuple[int, ...], hint: str = "shape") -> Any:
-        return self.const(list(values), "i64", hint)
+        """An int64 vector (a shape, bounds); computed from the symbolic dims where some of
+        ``values`` are :class:`~linnet.lang.export.SymInt`s (``[B*L, 64]``)."""
+        if not any(isinstance(v, SymInt) for v in values):
+            return self.const(list(values), "i64", hint)
+        key = ("vector", tuple(SymInt.poly_of(v) for v in values))
+        if key in self.sizes:
+            return self.sizes[key]
+        parts: list[Any] = []
+        run: list[int] = []
+        for v in values:
+            if isinstance(v, SymInt):
+                if run:
+                    parts.append(self.const(run, "i64", hint))
+                    run = []
+                parts.append(self.size(v))
+            else:
+                run.append(int(v))
+        if run:
+            parts.append(self.const(run, "i64", hint))
+        out = parts[0] if len(parts) == 1 else self.op("Concat", parts, {"axis": 0}, hint=hint)
+        self.sizes[key] = out
+        return out
+
+    def dim(self, name: str) -> Any:
+        """The ONNX value of symbolic dim ``name`` (shape [1], int64)."""
+        if name not in self.dims:
+            assert self.dim_inputs is not None, f"dim {name} has no source"
+            self.dims[name] = self.ir.Value(name=self.fresh(name))
+            self.dim_inputs.append(name)
+        return self.dims[name]
+
+    def size(self, n: Any) -> Any:
+        """A [1]-shaped int64 value of ``n``: an int, or a SymInt's polynomial of the dims
+        (``6*B`` is ``Mul(B, 6)``), each computed once per graph."""
+        poly = SymInt.poly_of(n)
+        key = ("size", poly)
+        if key in self.sizes:
+            return self.sizes[key]
+        total = None
+        for mono, coef in sorted(poly, key=lambda t: (-len(t[0]), t[0])):
+            term = None
+            for d in mono:
+                term = self.dim(d) if term is None else self.op("Mul", [term, self.dim(d)])
+            if term is None:
+                term = self.const([coef], "i64", "c")
+            elif coef != 1:
+                term = self.op("Mul", [term, self.const([coef], "i64", "c")])
+            total = term if total is None else self.op("Add", [total, term])
+        if total is None:
+            total = self.const([0], "i64", "c")
+        self.sizes[key] = total
+        return total
 
     def cast(self, value: Any, src: str, dst: str) -> Any:
         if src == dst:
@@ -263,7 +424,12 @@ def _constant(s: Step, n: Scope) -> Any:
 
 def _iota(s: Step, n: Scope) -> Any:
     shape, axis, dt = s.attributes["shape"], s.attributes["axis"], s.attributes["dtype"]
-    line = n.const(list(range(shape[axis])), dt, hint="iota")
+    if isinstance(shape[axis], SymInt):  # Range(0, L, 1), made in int64 then cast
+        line = n.op("Range", [n.const(0, "i64"), n.const(shape[axis], "i64"),
+                              n.const(1, "i64")], hint="iota")
+        line = n.cast(line, "i64", dt)
+    else:
+        line = n.const(list(range(shape[axis])), dt, hint="iota")
     if len(shape) == 1:
         return n.op("Identity", [line], hint=s.results[0])
     view = [1] * len(shape)
@@ -437,6 +603,26 @@ RULES: dict[str, Rule] = {
 }
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
+_NONE: frozenset[str] = frozenset()
+SYMBOLIC_ATTRIBUTES: dict[str, frozenset[str]] = {
+    **{op: _NONE for op in ("neg", "not", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
+                            "sigmoid", "erf", "abs", "floor", "add", "sub", "mul", "div", "rem",
+                            "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne",
+                            "and", "or", "select", "convert")},
+    "constant": frozenset({"value"}),  # `L as f32`: a size, cast (Scope.const)
+    "iota": frozenset({"shape"}),  # Range(0, L) reshaped and expanded (_iota)
+    "reshape": frozenset({"shape"}), "broadcast": frozenset({"shape"}),  # Scope.ints
+    "slice": frozenset({"starts", "limits"}),  # Slice's starts and ends (Scope.ints)
+    # The rest read their sizes off the operands' shapes (SymInts too); an attribute of theirs
+    # (an axis, an einsum spec, a bounds mode) that changed with a dim would be a new graph.
+    "transpose": _NONE, "reduce": _NONE, "contract": _NONE, "take": _NONE, "gather": _NONE,
+    "scatter_add": _NONE, "scatter": _NONE,
+}
+"""Per primitive, the attributes whose numbers may be :class:`~linnet.lang.export.SymInt`s
+(the rule computes them from the dims at run time): what
+:func:`linnet.lang.export.symbolic_dims` lets change with a symbolic dim. Any other attribute
+that changes is E0936, never a number fixed silently."""
+
 
 # ---------------------------------------------------------------- the emitter
 @dataclass
@@ -454,6 +640,7 @@ class OnnxEmitter:
         self.sources = {k: v.splitlines() for k, v in (sources or graph.sources or {}).items()}
         self.functions: dict[tuple, Any] = {}  # body key -> ir.Function
         self.function_names: set[str] = set()
+        self.fn_dims: dict[str, list[str]] = {}  # function -> the symbolic dims it takes
         self.calls = std_op_calls(graph)
         self.users = graph.users()
         self.last_write: dict[str, int] = {}
@@ -530,7 +717,10 @@ class OnnxEmitter:
         local: dict[str, str] = {r: f"in{k}" for k, r in enumerate(sp.reads)}
         for j, st in enumerate(self.graph.steps[call.start:call.stop]):
             ops = [local.get(o, o if not o.startswith("%") else "?") for o in st.operands]
-            types = [(scope.shape(o), scope.dtype(o)) for o in st.operands]
+            # repr: a SymInt shows its polynomial, so bodies whose sizes are different
+            # functions of the dims (B and KV, both 2 here) are never one function
+            types = [(repr(scope.shape(o)), scope.dtype(o)) for o in [*st.operands,
+                                                                      *st.results]]
             for r in st.results:
                 local[r] = f"v{j}"
             key_steps.append((st.op, repr(sorted(st.attributes.items(), key=lambda kv: kv[0])),
@@ -539,7 +729,7 @@ class OnnxEmitter:
         fn = self.functions.get(key)
         if fn is None:
             fn = self.function(call, sp, key)
-        args = [scope.env[r] for r in sp.reads]
+        args = [scope.env[r] for r in sp.reads] + [scope.dim(d) for d in self.fn_dims[fn.name]]
         scope.step, scope.current = call.start, self.graph.steps[call.start]
         outs = scope.op(fn.name, args, domain=DOMAIN, outputs=max(len(sp.writes), 1),
                         hint=sp.writes[0] if sp.writes else call.callee.rsplit(":", 1)[-1])
@@ -557,7 +747,7 @@ class OnnxEmitter:
 
     def function(self, call: Call, sp: _Span, key: tuple) -> Any:
         ir = self.ir
-        inner = Scope(ir, self.graph, self.sources)
+        inner = Scope(ir, self.graph, self.sources, dim_inputs=[])
         inputs = []
         for ref in sp.reads:
             hint = ref.rsplit(".", 1)[-1] if ref.startswith("@") else ref
@@ -565,6 +755,8 @@ class OnnxEmitter:
             inner.env[ref] = v
             inputs.append(v)
         self.body(inner, call.start, call.stop, call)
+        assert inner.dim_inputs is not None
+        inputs += [inner.dims[d] for d in inner.dim_inputs]
         outputs = [inner.env[w] for w in sp.writes]
         if not outputs:  # a call whose results nothing reads: keep one so the node is valid
             outputs = [inner.nodes[-1].outputs[0]] if inner.nodes else inputs[:1]
@@ -574,6 +766,7 @@ class OnnxEmitter:
             k += 1
             name = f"{base}_{k}"
         self.function_names.add(name)
+        self.fn_dims[name] = list(inner.dim_inputs)
         body = ir.Graph(inputs, outputs, nodes=inner.nodes, name=name,
                         opset_imports={"": OPSET, DOMAIN: 1})
         fn = ir.Function(DOMAIN, name, graph=body, attributes=[])
@@ -588,7 +781,7 @@ class OnnxEmitter:
 
         def value(name: str, dtype: str, shape: tuple[int, ...]) -> Any:
             return ir.Value(name=scope.fresh(name), type=ir.TensorType(_dtype(ir, dtype)),
-                            shape=ir.Shape(list(shape)))
+                            shape=_shape(ir, shape))
 
         for ref in g.inputs:
             v = value(ref.lstrip("%"), g.values[ref].dtype, g.values[ref].shape)
@@ -610,6 +803,19 @@ class OnnxEmitter:
                         help="pass every parameter the entry reads (the model's weights)"))
                 v.const_value = _tensor(ir, params[path], vt.dtype, path)
                 initializers.append(v)
+        # Each symbolic dim is read once off the first input or state with an axis of that
+        # size: `B = Shape(tokens)[0:1]`.
+        for dim in getattr(g, "symbolic", {}):
+            for ref in [*g.inputs, *("@" + p for p in g.states)]:
+                axes = [a for a, d in enumerate(scope.shape(ref)) if _is_dim(d, dim)]
+                if axes:
+                    scope.dims[dim] = scope.op("Shape", [scope.env[ref]], {
+                        "start": axes[0], "end": axes[0] + 1}, hint=dim)
+                    node = scope.nodes[-1]
+                    node.name = scope.fresh(f"dim_{dim}")
+                    node.doc_string = (f"symbolic dim {dim}: axis {axes[0]} of "
+                                       f"{scope.env[ref].name}")
+                    break
         # The outputs' names are taken first, so that no value inside gets them.
         out_refs = [*g.outputs, *("@" + p for p in g.states)]
         out_names = [scope.fresh(r[1:] + ".value" if r.startswith("@") else r.lstrip("%"))
@@ -620,7 +826,7 @@ class OnnxEmitter:
                    for ref, name in zip(out_refs, out_names)]
         for v, ref in zip(outputs, out_refs):
             v.type = ir.TensorType(_dtype(ir, scope.dtype(ref)))
-            v.shape = ir.Shape(list(scope.shape(ref)))
+            v.shape = _shape(ir, scope.shape(ref))
         graph = ir.Graph(inputs, outputs, nodes=scope.nodes, initializers=initializers,
                          name=f"{g.model}.{g.entry}", opset_imports={"": OPSET, DOMAIN: 1})
         model = ir.Model(graph, ir_version=IR_VERSION, producer_name="linnet-lang",
@@ -631,7 +837,20 @@ class OnnxEmitter:
         model.metadata_props["linnet.inputs"] = json.dumps([r.lstrip("%") for r in g.inputs])
         model.metadata_props["linnet.states"] = json.dumps(list(g.states))
         model.metadata_props["linnet.parameters"] = json.dumps(list(g.parameters))
+        symbolic = getattr(g, "symbolic", None)  # set by linnet.lang.export.symbolic_dims
+        if symbolic:
+            model.metadata_props["linnet.symbolic"] = json.dumps(list(symbolic))
         return model
+
+
+def _is_dim(d: Any, name: str) -> bool:
+    return isinstance(d, SymInt) and d.poly == (((name,), 1),)
+
+
+def _shape(ir: Any, shape: tuple[int, ...]) -> Any:
+    """An ONNX shape: a symbolic size is a ``dim_param`` named by its polynomial (``B``,
+    ``B*L``), the rest are numbers."""
+    return ir.Shape([poly_text(d.poly) if isinstance(d, SymInt) else int(d) for d in shape])
 
 
 def _tensor(ir: Any, value: Any, dtype: str, name: str) -> Any:
