@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -34,11 +35,10 @@ NAME = "linnet-kernels"
 
 
 def triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether Triton is installed, without importing it: Triton decorates its own library
+    in the mode TRITON_INTERPRET says when first imported, so a probe must not be the first
+    import (a later interpreter run in the same process would then fail)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def kernel_calls(graph: Graph) -> list[Call]:
