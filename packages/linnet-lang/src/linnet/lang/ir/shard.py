@@ -518,6 +518,19 @@ class _Pass:
                          if a is not None and a is not _UNDECIDED and p in g.states})
 
 
+def one_process(step: Step, target: str) -> LinnetError:
+    """E0963: a collective step reached ``target``, which runs one process (the JAX
+    emitter, the reverse pass): only the PyTorch runtime runs a rank's graph.
+
+    >>> one_process(Step("all_reduce", ["%x"], ["%y"]), "generated JAX").diagnostics[0].code
+    'E0963'
+    """
+    return _error("E0963", f"`{step.op}` at {step.loc or '?'} communicates between the ranks of "
+                           f"a tensor-parallel graph, and {target} runs one process",
+                  help="run the rank's graph with linnet.torch (load(..., world=N), "
+                       "docs/parallel.md), or shard nothing (world=1) for this target")
+
+
 def _axis(layout: dict[str, Any], path: str) -> int | None:
     a = layout.get(path)
     return None if a is _UNDECIDED else a
