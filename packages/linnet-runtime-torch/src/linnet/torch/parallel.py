@@ -163,6 +163,9 @@ def _rank_main(rank: int, world: int, port: int, fn: Callable[..., int], args: A
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(port)})
+    if "OMP_NUM_THREADS" not in os.environ:
+        # As torchrun does: the ranks share the machine's cores, not each take all of them.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     if rank != 0:  # rank 0 prints; the others' output would repeat it
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
     from linnet.lang.cli import report

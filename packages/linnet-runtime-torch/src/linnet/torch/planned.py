@@ -150,11 +150,31 @@ class Plan:
                   f"{self.options.margin:.0%}, measure={self.options.measure}"
                   + (f", memory budget {self.options.memory} bytes"
                      if self.options.memory is not None else ""))
-        return explain_table(self.candidates, self.skipped, header)
+        return explain_table(self.candidates, self.skipped, header) + collectives_text(self.graph)
 
     def __repr__(self) -> str:
         return (f"Plan({self.graph.model}.{self.entry}: {len(self.regions)} backend regions, "
                 f"{sum(1 for i in self.items if i.kind == 'slice')} generated slices)")
+
+
+def collectives_text(graph: Graph) -> str:
+    """The lines of ``plan.explain()`` that list a rank's collective steps (tensor
+    parallelism, linnet.lang.ir.shard): each runs inside a generated slice, in order."""
+    from linnet.lang.ir.shard import COLLECTIVES
+
+    found = [(i, s) for i, s in enumerate(graph.steps) if s.op in COLLECTIVES]
+    if not found:
+        return ""
+    tp = graph.config.get("tensor_parallel", {})
+    lines = ["", f"collectives of rank {tp.get('rank', '?')} of {tp.get('world', '?')} "
+                 f"(torch.distributed, in the generated slices; not timed by the planner):"]
+    for i, s in found:
+        vt = graph.values[s.results[0]]
+        what = s.attributes.get("kind") if s.op == "all_reduce" else \
+            f"axis {s.attributes.get('axis')}"
+        lines.append(f"  step {i:4d}  {s.op} {what}  {vt.dtype}{list(vt.shape)}"
+                     + (f"  ({s.loc})" if s.loc else ""))
+    return "\n".join(lines)
 
 
 class Captured:
@@ -374,6 +394,16 @@ class Progress:
             print(line, file=sys.stderr, flush=True)
 
 
+def _collective_problem(graph: Graph, region: Region) -> str | None:
+    """A backend region may not hold a collective step: the generated slices run those."""
+    from linnet.lang.ir.shard import COLLECTIVES
+
+    held = [i for i in region.steps if graph.steps[i].op in COLLECTIVES]
+    if held:
+        return f"the region holds collective step {held[0]} ({graph.steps[held[0]].op})"
+    return None
+
+
 # ---------------------------------------------------------------- building plans
 class PlanBuilder:
     def __init__(self, model: Any, entry: str, inputs: list[torch.Tensor], options: Options,
@@ -431,7 +461,7 @@ class PlanBuilder:
                        and r.steps]
             valid: list[Region] = []
             for r in regions:
-                problem = region_problem(r)
+                problem = region_problem(r) or _collective_problem(self.graph, r)
                 if problem is None:
                     valid.append(r)
                 else:
