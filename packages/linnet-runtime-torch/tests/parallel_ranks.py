@@ -39,6 +39,9 @@ def main(weights: str, out: str) -> None:
             "plan_decode": plan_logits.tolist(), "decode": decode_logits.tolist(),
             "explain": plan.explain(), "held": held,
             "source": Path(model.source("prefill", [tokens])).read_text()}))
+    # Leave together: a rank that exits while another still talks to it aborts that one.
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -172,8 +172,12 @@ def collectives_text(graph: Graph) -> str:
         vt = graph.values[s.results[0]]
         what = s.attributes.get("kind") if s.op == "all_reduce" else \
             f"axis {s.attributes.get('axis')}"
+        # The block it ends (the deepest call with a path around it): o_proj, down_proj...
+        around = [c for c in graph.calls if c.start <= i < c.stop and c.path]
+        path = max(around, key=lambda c: c.depth).path if around else (
+            "the entry's result" if s.results[0] in graph.outputs else "")
         lines.append(f"  step {i:4d}  {s.op} {what}  {vt.dtype}{list(vt.shape)}"
-                     + (f"  ({s.loc})" if s.loc else ""))
+                     + (f"  [{path}]" if path else "") + (f"  ({s.loc})" if s.loc else ""))
     return "\n".join(lines)
 
 
