@@ -248,3 +248,20 @@ def rank_params_states(s: Sharding, whole: dict[str, np.ndarray]) -> dict[str, n
         out[path] = arr if where is None else np.take(arr, np.arange(*where[1:]),
                                                       axis=where[0])
     return out
+
+
+def test_a_16_bit_model_reduces_after_the_linear_in_its_type():
+    _, prefill, _ = llama_graphs(T="f16")
+    s = shard(prefill, 2, 0)
+    # Every linear stays a std.nn.linear::linear call: the all-reduce of o and down follows
+    # the call's `as T`, in f16 (half the bytes of the f32 accumulator).
+    assert len(s.graph.semantic_calls("std.nn.linear::linear")) == \
+        len(prefill.semantic_calls("std.nn.linear::linear"))
+    reduced = [s.graph.steps[i] for i in s.collectives() if s.graph.steps[i].op == "all_reduce"]
+    assert {s.graph.values[st.operands[0]].dtype for st in reduced} == {"f16"}
+    params = {k: v.astype(np.float16) for k, v in llama_params(prefill).items()}
+    step, ranks = sharded_step(prefill, 2, params)
+    prompt = {"tokens": np.array([[3, 17, 100, 255, 9, 0]], np.int32)}
+    got, _ = step(prompt, [zero_states(r.graph) for r in ranks])
+    want, _ = reference_step(prefill, params)(prompt, zero_states(prefill))
+    np.testing.assert_allclose(got, want, rtol=0.01, atol=0.02)  # f16 rounding of sums

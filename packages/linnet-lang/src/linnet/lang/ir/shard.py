@@ -132,6 +132,11 @@ class _Pass:
             for i in range(c.start, c.stop):
                 self.innermost[i] = c if self._op_call(c) else self.innermost[i]
         self.where = ""
+        self.users = graph.users()
+        # A partial sum whose one user is the `as T` of its own linear (16-bit models): the
+        # all-reduce follows that convert instead, inside no std op's span (result -> the
+        # partial's fresh name), and moves T-sized data, as Megatron-LM's does.
+        self.deferred: dict[str, str] = {}
 
     # ------------------------------------------------------------ helpers
     @staticmethod
@@ -250,6 +255,8 @@ class _Pass:
     def step(self, s: Step) -> Step:
         op = s.op
         prim = PRIMITIVES[op]
+        if op == "convert":
+            return self._convert(s)
         if prim.category is Category.ELEMENTWISE:
             return self.elementwise(s)
         handler = getattr(self, "_" + op, None)
@@ -278,9 +285,30 @@ class _Pass:
         new.results = [part]
         self.values[part] = vt
         self.g_values_extra[part] = vt
+        nxt = self.index + 1
+        call = self.innermost[self.index]
+        if kind == "sum" and self.users.get(r) == [nxt] and nxt < len(self.g.steps) \
+                and self.g.steps[nxt].op == "convert" and call is not None \
+                and call.stop == nxt + 1 and self.innermost[nxt] is call:
+            del self.values[r]
+            self.deferred[r] = part
+            return new
         self.post.append(Step("all_reduce", [part], [r], {"kind": kind, "world": self.world},
                               s.loc))
         return new
+
+    def _convert(self, s: Step) -> Step:
+        x = s.operands[0]
+        if x not in self.deferred:
+            return self.elementwise(s)
+        r = s.results[0]
+        part = self.fresh(r)
+        vt = ValueType(self.g.values[r].shape, self.g.values[r].dtype)
+        self.split[r] = None
+        self.values[r] = self.values[part] = self.g_values_extra[part] = vt
+        self.post.append(Step("all_reduce", [part], [r], {"kind": "sum", "world": self.world},
+                              s.loc))
+        return Step(s.op, [self.deferred[x]], [part], dict(s.attributes), s.loc)
 
     def replicated(self, s: Step) -> Step:
         ops = [self.need(o, None) for o in s.operands]
