@@ -27,7 +27,11 @@ std calls and the dataflow, never from parameter names:
   V, each rank reads the rows it holds (ids shifted by its offset, zero elsewhere), then an
   all-reduce sums the ranks' rows;
 * an entry's split outputs (the LM head's logits, split along the vocabulary) are
-  all-gathered: every rank returns the whole result.
+  all-gathered: every rank returns the whole result;
+* a column-parallel linear whose split output would have to be gathered before it reaches
+  a row-parallel one or the result (a fused qkv or gate_up sliced apart, a norm over its
+  features) is kept replicated instead: the pass runs again without it (once per linear at
+  most), so the only gather left is the result's.
 
 A size the layout must split that does not divide by ``world`` is error E0960, naming the
 dim (the KV heads, the vocabulary...). The result passes :func:`~linnet.lang.ir.verify.verify`.
@@ -56,7 +60,8 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Call, Graph, Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES, Category
 
-LINEARS = ("std.nn.linear::linear", "std.nn.linear::linear_bias")
+LINEARS = ("std.nn.linear::linear", "std.nn.linear::linear_bias",
+           "std.nn.linear::linear_in_out_bias")
 EMBEDDINGS = ("std.nn.embedding::embedding",)
 COLLECTIVES = ("all_reduce", "all_gather")
 
@@ -115,8 +120,15 @@ def dim_names(graph: Graph, size: int) -> str:
 
 
 class _Pass:
-    def __init__(self, graph: Graph, world: int, rank: int):
+    def __init__(self, graph: Graph, world: int, rank: int, keep: frozenset[int] = frozenset()):
         self.g, self.world, self.rank = graph, world, rank
+        # Linears (by call index) kept replicated: their column-parallel output had to be
+        # gathered before it reached a row-parallel linear (a fused qkv sliced apart, a
+        # norm over it), which costs more than it saves. `bad` collects those of this run.
+        self.keep, self.bad = keep, set()
+        self.origin: dict[str, frozenset[int]] = {}  # split value -> the linears it comes from
+        self.step_origin: frozenset[int] = frozenset()
+        self.final = False
         self.split: dict[str, int | None] = {v: None for v in graph.inputs}
         self.layout: dict[str, Any] = {}  # parameter/state path -> axis, None, or undecided
         self.steps: list[Step] = []
@@ -214,6 +226,8 @@ class _Pass:
             return self.converted[key]
         shape, dtype, cur = self.gshape(ref), self.dtype(ref), ref
         if have is not None:  # gather the blocks: the whole value on every rank
+            if not self.final:
+                self.bad |= self.origin.get(ref, frozenset())
             cur = self.emit(self.pre, "all_gather", [cur], {"axis": have, "world": self.world},
                             shape, dtype, ref.lstrip("%@"), None, shape)
             self.converted[(ref, None)] = cur
@@ -233,6 +247,7 @@ class _Pass:
         groups: list[tuple[list[Step], Step | None, list[Step], bool]] = []
         for i, step in enumerate(self.g.steps):
             self.pre, self.post, self.rewritten = [], [], False
+            self.step_origin = frozenset()
             self.loc = step.loc
             self.index = i
             call = self.innermost[i]
@@ -242,6 +257,7 @@ class _Pass:
             groups.append((self.pre, new, self.post, self.rewritten))
         tail: list[Step] = []
         outputs = []
+        self.final = True  # gathering a result (the LM head's logits) is the plan
         for o in self.g.outputs:
             if o.startswith("%"):
                 self.pre = []
@@ -268,6 +284,9 @@ class _Pass:
             ) -> Step:
         r = s.results[0]
         self.split[r] = axis
+        if axis is not None:
+            self.origin[r] = self.step_origin.union(
+                *(self.origin.get(o, frozenset()) for o in operands))
         self.values[r] = ValueType(self.local(self.g.values[r].shape, axis),
                                    self.g.values[r].dtype)
         return Step(s.op, operands, list(s.results), dict(s.attributes if attrs is None
@@ -407,8 +426,9 @@ class _Pass:
         call = self.innermost[self.index]
         if call is not None and call.callee in LINEARS and len(ops) == 2 \
                 and ops[1].startswith("@") and self.axis_of(ops[1]) is _UNDECIDED \
-                and self.axis_of(ops[0]) is None:
+                and self.axis_of(ops[0]) is None and call.index not in self.keep:
             # Column-parallel: the weight split along its output features.
+            self.step_origin = frozenset({call.index})
             w = ops[1]
             out_letter = next(ch for ch in letters[1] if ch in result)
             axis = letters[1].index(out_letter)
@@ -585,7 +605,13 @@ def shard(graph: Graph, world: int, rank: int) -> Sharding:
                      help="the rank comes from torch.distributed.get_rank()")
     if world == 1:
         return Sharding(graph, graph, 1, 0)
-    out = _Pass(graph, world, rank).run()
+    keep: frozenset[int] = frozenset()
+    while True:  # each run keeps more linears replicated: at most one run per linear
+        p = _Pass(graph, world, rank, keep)
+        out = p.run()
+        if not p.bad - keep:
+            break
+        keep |= p.bad
     from linnet.lang.ir.verify import verify
 
     verify(out.graph, "sharding")
