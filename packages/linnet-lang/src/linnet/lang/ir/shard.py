@@ -125,7 +125,8 @@ class _Pass:
         # Linears (by call index) kept replicated: their column-parallel output had to be
         # gathered before it reached a row-parallel linear (a fused qkv sliced apart, a
         # norm over it), which costs more than it saves. `bad` collects those of this run.
-        self.keep, self.bad = keep, set()
+        self.keep = keep
+        self.bad: set[int] = set()
         self.origin: dict[str, frozenset[int]] = {}  # split value -> the linears it comes from
         self.step_origin: frozenset[int] = frozenset()
         self.final = False
