@@ -90,7 +90,11 @@ def init(world: int, device: str | torch.device) -> tuple[int, str | torch.devic
 
 def entry_inputs(program: Program) -> dict[str, dict[str, list[int]]]:
     """Each entry's inputs with every dim 1: the shapes the layout is found for (the
-    layout does not depend on the inputs' sizes)."""
+    layout does not depend on the inputs' sizes).
+
+    >>> entry_inputs(Program.from_file("examples/llama/llama.linnet"))["decode"]
+    {'token': [1], 'pos': [1]}
+    """
     from linnet.lang.check.driver import find_model
 
     decl = find_model(program, None)
@@ -101,7 +105,11 @@ def entry_inputs(program: Program) -> dict[str, dict[str, list[int]]]:
 def parameter_axes(program: Program, config: dict[str, Any], shapes: Any, world: int,
                    rank: int) -> dict[str, int]:
     """The split axis of each parameter split over ``world`` ranks, from every entry's
-    sharded graph; entries that split one parameter differently are E0822."""
+    sharded graph; entries that split one parameter differently are E0822.
+
+    >>> parameter_axes(program, toy_config, None, 2, 0)["lm_head.weight"]   # doctest: +SKIP
+    0
+    """
     axes: dict[str, int | None] = {}
     seen: dict[str, str] = {}
     for entry, inputs in entry_inputs(program).items():
@@ -122,7 +130,11 @@ def parameter_axes(program: Program, config: dict[str, Any], shapes: Any, world:
 def layout_of(axes: dict[str, int], world: int, rank: int,
               shapes: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
     """``(axis, start, stop)`` of this rank's block of each split parameter (``shapes``:
-    the whole tensors' shapes, or TensorInfo-like pairs whose first item is the shape)."""
+    the whole tensors' shapes, or TensorInfo-like pairs whose first item is the shape).
+
+    >>> layout_of({"w": 1}, 4, 3, {"w": ((8, 16), "f32")})
+    {'w': (1, 12, 16)}
+    """
     out = {}
     for path, axis in axes.items():
         shape = shapes[path]
@@ -133,7 +145,11 @@ def layout_of(axes: dict[str, int], world: int, rank: int,
 
 
 def block(t: torch.Tensor, where: tuple[int, int, int] | None) -> torch.Tensor:
-    """This rank's block of a whole tensor (a copy of its own), or ``t`` where replicated."""
+    """This rank's block of a whole tensor (a copy of its own), or ``t`` where replicated.
+
+    >>> block(torch.arange(6).reshape(2, 3), (0, 1, 2)).tolist()
+    [[3, 4, 5]]
+    """
     if where is None:
         return t
     axis, start, stop = where
@@ -141,7 +157,10 @@ def block(t: torch.Tensor, where: tuple[int, int, int] | None) -> torch.Tensor:
 
 
 def check_layout(graph_axes: dict[str, int], loaded: dict[str, int], entry: str) -> None:
-    """A lowered entry splits the parameters as they were loaded (E0822 otherwise)."""
+    """A lowered entry splits the parameters as they were loaded (E0822 otherwise).
+
+    >>> check_layout({"w": 0}, {"w": 0, "v": 1}, "decode")
+    """
     for path, axis in graph_axes.items():
         if loaded.get(path) != axis:
             raise _error(
@@ -153,7 +172,11 @@ def check_layout(graph_axes: dict[str, int], loaded: dict[str, int], entry: str)
 
 # ---------------------------------------------------------------- linnet run --nproc
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for the ranks' rendezvous)."""
+    """A TCP port free on 127.0.0.1 now (for the ranks' rendezvous).
+
+    >>> 0 < free_port() < 65536
+    True
+    """
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -173,7 +196,9 @@ def _rank_main(rank: int, world: int, port: int, fn: Callable[..., int], args: A
     try:
         code = int(fn(args) or 0)
     except LinnetError as err:
-        code = report(err, "text") if rank == 0 else 1
+        if rank:
+            print(f"rank {rank} of {world}:", file=sys.stderr)
+        code = report(err, "text")
     finally:
         import torch.distributed as dist
 

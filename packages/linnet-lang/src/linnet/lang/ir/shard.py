@@ -194,9 +194,7 @@ class _Pass:
             raise _error(
                 "E0960", f"{what} has {dim_names(self.g, size)}, which does not divide by the "
                          f"world size {self.world}{self.where}",
-                help=f"run on a number of ranks that divides {size} (1, "
-                     + ", ".join(str(d) for d in range(2, size + 1) if size % d == 0)
-                     + "), or leave tensor parallelism off")
+                help=_ranks_help(size))
 
     def emit(self, into: list[Step], op: str, operands: list[str], attrs: dict,
              shape: tuple[int, ...], dtype: str, base: str, axis: int | None,
@@ -252,8 +250,10 @@ class _Pass:
             self.loc = step.loc
             self.index = i
             call = self.innermost[i]
-            self.where = f" (step {i}, {call.callee} at `{call.path}`)" if call and call.path \
-                else ""
+            block = max((c for c in self.g.calls if c.start <= i < c.stop and c.path),
+                        key=lambda c: c.depth, default=None)
+            at = call or block
+            self.where = f" (step {i}, {at.callee} at `{at.path}`)" if at and at.path else ""
             new = self.step(step)
             groups.append((self.pre, new, self.post, self.rewritten))
         tail: list[Step] = []
@@ -371,9 +371,7 @@ class _Pass:
                                  f"axis {r} of its reshape to {list(out_shape)}, which has "
                                  f"{dim_names(self.g, size)}: it does not divide by the world "
                                  f"size {self.world}{self.where}",
-                        help=f"run on a number of ranks that divides {size} (the heads, KV "
-                             f"heads or features the model splits), or leave tensor "
-                             f"parallelism off")
+                        help=_ranks_help(size))
                 attrs = dict(s.attributes, shape=list(self.local(out_shape, r)))
                 return self.out(s, [x], r, attrs)
             if math.prod(out_shape[:r + 1]) > before:
@@ -578,6 +576,17 @@ def one_process(step: Step, target: str) -> LinnetError:
                            f"a tensor-parallel graph, and {target} runs one process",
                   help="run the rank's graph with linnet.torch (load(..., world=N), "
                        "docs/parallel.md), or shard nothing (world=1) for this target")
+
+
+def _ranks_help(size: int) -> str:
+    """The help of E0960: the world sizes that divide ``size``.
+
+    >>> _ranks_help(6)
+    'run on a number of ranks that divides 6 (1, 2, 3, 6), or leave tensor parallelism off'
+    """
+    ok = ", ".join(str(d) for d in range(1, size + 1) if size % d == 0)
+    return f"run on a number of ranks that divides {size} ({ok}), or leave tensor " \
+           "parallelism off"
 
 
 def _axis(layout: dict[str, Any], path: str) -> int | None:
