@@ -28,6 +28,7 @@ def main(weights: str, out: str) -> None:
     generated = model.generate(PROMPT, max_new_tokens=16)
     one = torch.tensor([5], dtype=torch.int32)
     plan = model.plan_for("decode", [one, one], backends=[], measure=False, progress=False)
+    measured = model.plan_for("decode", [one, one], backends=[], progress=False)
     ctx = model.context_for(plan)
     (plan_logits,) = plan.run([one, one], ctx)
     decode_logits = model.decode(one, one, context=model.new_context("decode", [one, one]))
@@ -37,7 +38,7 @@ def main(weights: str, out: str) -> None:
             "rank": model.rank, "world": model.world, "prefill": logits.tolist(),
             "prefill_interpreted": logits_i.tolist(), "generated": generated,
             "plan_decode": plan_logits.tolist(), "decode": decode_logits.tolist(),
-            "explain": plan.explain(), "held": held,
+            "explain": plan.explain(), "explain_measured": measured.explain(), "held": held,
             "source": Path(model.source("prefill", [tokens])).read_text()}))
     # Leave together: a rank that exits while another still talks to it aborts that one.
     torch.distributed.barrier()

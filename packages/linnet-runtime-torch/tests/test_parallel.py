@@ -91,6 +91,11 @@ def test_a_plan_runs_on_each_rank_and_explains_its_collectives(ranks, single):
     for block in ("model.embed_tokens", "model.layers.1.self_attn.o_proj",
                   "model.layers.1.mlp.down_proj", "the entry's result"):
         assert f"[{block}]" in text, block
+    assert "not timed: measure=False" in text and " us  [" not in text
+    # Measured (every rank plans alike): each collective's time alone, and their sum.
+    timed = ranks["explain_measured"]
+    assert "each timed alone" in timed and timed.count(" us  [") == 6
+    assert "us of collectives a step" in timed
 
 
 def test_each_rank_holds_only_its_blocks(ranks, single):
