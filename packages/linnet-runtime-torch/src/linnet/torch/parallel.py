@@ -181,8 +181,9 @@ def time_collectives(graph: Any, device: torch.device, runs: int = 10) -> dict[i
     import statistics
     import time
 
-    import torch.distributed as dist
     from linnet.lang.ir.shard import COLLECTIVES
+
+    import torch.distributed as dist
 
     from .interpreter import DTYPES, RULES
 
