@@ -1,6 +1,7 @@
 """Tensor parallelism (issue 21): the decode step at TP 1, 2, 4 against each rank's floor.
 
     python benchmarks/tp_decode.py --config llama-3-8b --tp 1,2,4 --context 1024
+    python benchmarks/tp_decode.py --config llama-3-70b --tp 2,4 --blocks    # 70B: see below
     python benchmarks/tp_decode.py --config toy --device cpu --tp 1,2 --steps 8   # a smoke run
 
 For each TP size it starts that many ranks (torch.multiprocessing; NCCL on CUDA, gloo on the
@@ -12,6 +13,12 @@ inside; its failure is reported, not fatal). Logits of rank 0 are checked agains
 The floor is the bytes one rank must read in a step (its weight blocks and its KV cache up
 to the position) over the copy bandwidth measured on that rank. Writes JSON to $OUT if set;
 prints a table last.
+
+``--blocks`` makes each rank's random blocks directly instead of a whole random model cut
+down (a 70B model in bf16, 141 GB, fits no single H200): logits are then not comparable
+between TP sizes (``|dlogits|`` is left out). ``--config`` is a name in
+examples/llama/configs/ or a JSON file (``llama-3-70b``: give one with V 128256, D 8192,
+F 28672, NL 80, H 64, KV 8, HD 128).
 """
 
 from __future__ import annotations
@@ -54,6 +61,31 @@ def copy_bandwidth(device: torch.device) -> float:
     return 2 * n / min(times)
 
 
+def rank_blocks(cfg: dict, tp: int, device: torch.device):
+    """A model of this rank's random blocks, made on its device (never the whole model)."""
+    from linnet.lang import Program, lower
+    from linnet.torch.model import Model
+    from linnet.torch.parallel import init, layout_of, parameter_axes
+
+    program = Program.from_file(LLAMA)
+    rank, _ = init(tp, device) if tp > 1 else (0, device)
+    graph = lower(program, "decode", {"token": [1], "pos": [1]}, cfg)
+    axes = parameter_axes(program, cfg, None, tp, rank) if tp > 1 else {}
+    blocks = layout_of(axes, tp, rank, {p: vt.shape for p, vt in graph.parameters.items()})
+    gen = torch.Generator(device).manual_seed(rank)
+    params = {}
+    for path, vt in graph.parameters.items():
+        shape = list(vt.shape)
+        if path in blocks:
+            axis, a, b = blocks[path]
+            shape[axis] = b - a
+        t = torch.empty(shape, dtype=DTYPES[vt.dtype], device=device)
+        params[path] = t.fill_(1.0) if path.endswith("norm.weight") else \
+            t.normal_(0.0, 0.02, generator=gen)
+    return Model(program, params, cfg, device, False, "exact", False, None, None, False,
+                 tp, rank, axes)
+
+
 def rank_main(rank: int, tp: int, port: int, opts: dict, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(tp), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -70,9 +102,13 @@ def rank_main(rank: int, tp: int, port: int, opts: dict, out: str) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // tp))
     cfg = load_config(opts["config"], [], str(LLAMA))
     cfg["S"] = max(cfg.get("S", 0), opts["context"] + opts["steps"] + 1)
-    weights = random_weights(LLAMA, cfg, seed=0, dtype=DTYPES[cfg["T"]], device=device)
-    model = load(LLAMA, weights=weights, config=cfg, device=device, world=tp if tp > 1 else None)
-    del weights
+    if opts["blocks"]:
+        model = rank_blocks(cfg, tp, device)
+    else:
+        weights = random_weights(LLAMA, cfg, seed=0, dtype=DTYPES[cfg["T"]], device=device)
+        model = load(LLAMA, weights=weights, config=cfg, device=device,
+                     world=tp if tp > 1 else None)
+        del weights
     if cuda:
         torch.cuda.empty_cache()
     prompt = torch.ones(1, opts["context"], dtype=torch.int32, device=device)
@@ -131,6 +167,8 @@ def main() -> None:
     ap.add_argument("--tp", default="1,2,4")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--blocks", action="store_true",
+                    help="make each rank's random blocks directly (models that fit no GPU)")
     args = ap.parse_args()
     import torch.multiprocessing as mp
     from linnet.torch.parallel import free_port
@@ -139,7 +177,7 @@ def main() -> None:
     if args.device == "cuda":
         sizes = [n for n in sizes if n <= torch.cuda.device_count()]
     opts = {"config": args.config, "device": args.device, "context": args.context,
-            "steps": args.steps}
+            "steps": args.steps, "blocks": args.blocks}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for tp in sizes:
@@ -148,7 +186,8 @@ def main() -> None:
             rows.append(json.loads(Path(out).read_text()))
     base = torch.tensor(rows[0]["logits"])
     for r in rows:
-        r["logits_vs_tp1"] = float((torch.tensor(r["logits"]) - base).abs().max())
+        r["logits_vs_tp1"] = None if args.blocks else float(
+            (torch.tensor(r["logits"]) - base).abs().max())
     result = {"date": time.strftime("%Y-%m-%d"), "config": args.config, "device": args.device,
               "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
               "torch": torch.__version__, "context": args.context, "rows": rows}
@@ -164,7 +203,8 @@ def main() -> None:
             "failed" if r["captured_error"] else "-")
         print(f"{r['tp']:>3} {r['median_ms']:>9.3f} {cap:>12} {r['floor_ms']:>9.3f} "
               f"{best / r['floor_ms']:>8.2f} {r['weight_bytes_per_rank'] / 1e9:>8.2f} "
-              f"{r['logits_vs_tp1']:>10.2e}")
+              + (f"{r['logits_vs_tp1']:>10.2e}" if r["logits_vs_tp1"] is not None
+                 else f"{'-':>10}"))
         if r["captured_error"]:
             print(f"    captured at TP {r['tp']}: {r['captured_error']}")
 

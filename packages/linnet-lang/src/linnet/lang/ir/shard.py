@@ -132,7 +132,6 @@ class _Pass:
         self.final = False
         self.split: dict[str, int | None] = {v: None for v in graph.inputs}
         self.layout: dict[str, Any] = {}  # parameter/state path -> axis, None, or undecided
-        self.steps: list[Step] = []
         self.values: dict[str, ValueType] = {v: graph.values[v] for v in graph.inputs}
         self.taken: set[str] = set(graph.values)
         self.pre: list[Step] = []
@@ -462,7 +461,9 @@ class _Pass:
         irank = len(self.gshape(idx))
         if ax == axis and ai is None:
             # Vocab-parallel: this rank holds rows offset.. of the table; it reads those of
-            # its ids (zero for the others) and the all-reduce adds the ranks' rows up.
+            # its ids (zero for the others) and the all-reduce adds the ranks' rows up. Rank 0
+            # subtracts 0 too: every rank's graph has the same steps, so its slices are of
+            # the same kinds (one generated function per layer on every rank).
             size = self.gshape(x)[axis] // self.world
             dtype = self.dtype(idx)
             off = self.emit(self.pre, "constant", [], {"value": self.rank * size,
