@@ -12,6 +12,7 @@
 #                                          token, cold and warm $LINNET_HOME: gpu_start.py)
 #   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
 #                                          its body, timed, floors, graph breaks: kernels.py)
+#   bash benchmarks/gpu.sh --tp [tp_decode.py's options]   (several GPUs: TP 1, 2, 4 decode)
 #   bash benchmarks/gpu.sh --pallas [--runs N]   (linnet-runtime-jax's gpu-marked Pallas tests,
 #                                          then every std kernel launched through Pallas from
 #                                          generated JAX against its body, timed: pallas.py)
@@ -25,6 +26,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
 [ "${1:-}" = "--cublaslt" ] && { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1; python3 benchmarks/gpu_cublaslt.py 2>&1 | tee "$OUT/cublaslt.log" | grep -v Warning | tail -70; exit 0; }
+# Tensor parallelism (issue 21; a kind with 2+ GPUs): benchmarks/tp_decode.py, e.g.
+#   bash benchmarks/gpu.sh --tp --config llama-3-8b --tp 1,2,4 --context 1024
+[ "${1:-}" = "--tp" ] && { python3 benchmarks/tp_decode.py "${@:2}" 2>&1 | tee "$OUT/tp.log" | grep -v Warning | tail -12; exit 0; }
 # linnet-runtime-jax's decode step (jax 0.11.2 is preinstalled there): benchmarks/jax_decode.py.
 [ "${1:-}" = "--jax" ] && { python3 benchmarks/jax_decode.py "${@:2}" 2>&1 | tee "$OUT/jax.log" | grep -v Warning | tail -12; exit 0; }
 if [ "${1:-}" = "--decode" ]; then

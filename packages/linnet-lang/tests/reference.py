@@ -324,6 +324,10 @@ def _scatter_add(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.
     return out
 
 
+def _one_process(xs: list, attrs: dict, step: Step) -> Any:
+    raise GraphRunError(f"`{step.op}` needs {attrs['world']} ranks; run_graph runs one")
+
+
 REFERENCE_RULES: dict[str, Rule] = {
     "neg": _neg,
     "not": _logical(np.logical_not),
@@ -368,6 +372,8 @@ REFERENCE_RULES: dict[str, Rule] = {
     "scatter_add": _scatter_add,
     "slice": _slice,
     # "scatter" writes a state; run_graph handles it (see _scatter)
+    # One process: a rank's collectives are run by tests/test_shard.py's lockstep runner.
+    "all_reduce": _one_process, "all_gather": _one_process,
 }
 RULES = REFERENCE_RULES  # the name tests/test_reference.py imports
 STATE_RULES = {"scatter"}

@@ -38,7 +38,18 @@ CASES = cases()
 
 def test_the_cases_cover_every_primitive():
     ops = {s.op for _, g, _, _ in CASES for s in g.steps}
-    assert ops == set(PRIMITIVES), sorted(set(PRIMITIVES) - ops)
+    # A rank's collectives are not exported (emit.EXPECTED_MISSING): E0940, tested below.
+    assert ops == set(PRIMITIVES) - emit.EXPECTED_MISSING, sorted(set(PRIMITIVES) - ops)
+
+
+def test_a_collective_is_not_exported_E0940():
+    g = one_step("exp", [np.ones(3, np.float32)])
+    g.steps[0] = type(g.steps[0])("all_gather", ["%x"], ["%y"], {"axis": 0, "world": 2},
+                                  g.steps[0].loc)
+    with pytest.raises(LinnetError) as err:
+        emit.emit_stablehlo(g)
+    assert err.value.diagnostics[0].code == "E0940"
+    assert "all_gather" in err.value.diagnostics[0].message
 
 
 def arguments(graph, inputs: dict, states: dict, params: dict | None = None) -> list:

@@ -18,7 +18,7 @@ from indexgen import index_programs
 from linnet.lang import LinnetError, Program, check_program, lower
 from linnet.lang.grad import VJP_RULES, differentiate
 from linnet.lang.ir.graph import Graph, Step, ValueType
-from linnet.lang.ir.primitives import PRIMITIVES
+from linnet.lang.ir.primitives import PRIMITIVES, in_category
 from test_properties import budget
 
 torch = pytest.importorskip("torch")
@@ -161,8 +161,18 @@ CASES = _cases()
 
 
 def test_cases_cover_every_primitive_and_rule():
-    assert set(CASES) == set(PRIMITIVES)
+    # The collectives (tensor parallelism) have no gradient: their rule is E0963, below.
+    assert set(CASES) | in_category("collective") == set(PRIMITIVES)
     assert set(VJP_RULES) == set(PRIMITIVES)
+
+
+@pytest.mark.parametrize("op", sorted(in_category("collective")))
+def test_a_collective_is_E0963_not_an_identity(op):
+    step = Step(op, ["%x"], ["%y"], {"world": 2, "kind": "sum", "axis": 0}, "m.linnet:3")
+    with pytest.raises(LinnetError) as err:
+        VJP_RULES[op](step, "%g", None, [True])  # type: ignore[arg-type]
+    assert err.value.diagnostics[0].code == "E0963"
+    assert "the reverse pass runs one process" in err.value.diagnostics[0].message
 
 
 def _data(g: Graph, rng: np.random.Generator) -> list:

@@ -50,9 +50,9 @@ def kernels() -> Program:
 def test_tile_primitives_are_the_op_levels_and_the_kernels_own():
     assert TILE_PRIMITIVES - set(PRIMITIVES) == {"program_id", "load", "store", "for"}
     # A tile is never gathered from, scattered into nor sliced: those primitives are not
-    # tile ones.
+    # tile ones; nor is a collective (a kernel runs on one device).
     assert set(PRIMITIVES) - TILE_PRIMITIVES == {"take", "gather", "scatter_add", "scatter",
-                                                 "slice"}
+                                                 "slice", "all_reduce", "all_gather"}
 
 
 def test_a_range_slice_inside_a_kernel_is_E0526():

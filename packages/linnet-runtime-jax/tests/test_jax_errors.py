@@ -120,6 +120,12 @@ def test_cli_run_on_jax_rejects_torch_options(capsys):
     assert "E0790" in capsys.readouterr().err
 
 
+def test_cli_run_on_jax_rejects_nproc(capsys):
+    assert main(["run", "--runtime", "jax", "--nproc", "2", "--tokens", "2"]) != 0
+    err = capsys.readouterr().err
+    assert "E0790" in err and "`--nproc`" in err
+
+
 def test_cli_runs_the_demo_on_jax(capsys):
     assert main(["run", "--runtime", "jax", "--tokens", "3", "--prompt", "1,2,3"]) == 0
     out = capsys.readouterr().out

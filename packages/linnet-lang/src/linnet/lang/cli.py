@@ -581,6 +581,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampling-seed", type=int, help="seed of the sampling (same seed, same "
                                                      "tokens)")
     p.add_argument("--stop", default="", help="comma-separated token ids that end generation")
+    p.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="tensor parallelism: split the model over N ranks, started here (gloo "
+                        "on the CPU, NCCL on CUDA; torch runtime); rank 0 prints")
 
 
 def add_lowering_arguments(p: argparse.ArgumentParser, entry_required: bool = True) -> None:

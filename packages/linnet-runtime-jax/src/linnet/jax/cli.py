@@ -99,8 +99,8 @@ def run_command(args: argparse.Namespace) -> int:
     from linnet.lang.weights.checkpoint import read_json_object
     from linnet.lang.weights.safetensors import resolve_checkpoint
 
-    if args.compile or args.interpret:
-        flag = "--compile" if args.compile else "--interpret"
+    if args.compile or args.interpret or getattr(args, "nproc", 1) > 1:
+        flag = "--compile" if args.compile else "--interpret" if args.interpret else "--nproc"
         raise LinnetError(Diagnostic(
             "E0790", f"`{flag}` is an option of the torch runtime; `--runtime jax` always runs "
             "generated JAX under jax.jit", help=f"drop {flag}, or use `--runtime torch`"))

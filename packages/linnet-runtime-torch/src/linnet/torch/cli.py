@@ -70,6 +70,8 @@ def _is_hf_config(path: Path) -> bool:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    import os
+
     from linnet.lang.cli import load_config
     from linnet.lang.syntax.program import model_file
     from linnet.lang.weights.safetensors import resolve_checkpoint
@@ -84,10 +86,25 @@ def run_command(args: argparse.Namespace) -> int:
     config_name = args.config or ("toy" if not args.file and not own_config else None)
     config = load_config(config_name, [], str(model_path)) if config_name else {}
     weights = args.weights
+    nproc = getattr(args, "nproc", 1)
+    if not isinstance(nproc, int) or nproc < 1:
+        raise LinnetError(Diagnostic("E0824", f"--nproc {nproc}: start at least one rank",
+                                     help="e.g. --nproc 2"))
+    # A rank: started by --nproc below, or by torchrun (its environment names the rank).
+    is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if weights is None:
         print(f"linnet: generating a deterministic checkpoint for {model_path.name} "
               f"({config_name} config, seed {args.seed})", file=sys.stderr)
         weights = demo_checkpoint(model_path, config, args.seed)
+    if nproc > 1 and not is_rank:
+        from .parallel import spawn
+
+        # The ranks run this command again, on the checkpoint made once here.
+        ranks = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "run"})
+        ranks.weights = str(weights)
+        print(f"linnet: starting {nproc} ranks (tensor parallelism over torch.distributed, "
+              f"{'NCCL' if str(args.device).startswith('cuda') else 'gloo'})", file=sys.stderr)
+        return spawn(nproc, run_command, ranks)
     try:
         prompt = [int(t) for t in args.prompt.split(",") if t.strip()]
         stop = [int(t) for t in args.stop.split(",") if t.strip()]
@@ -102,9 +119,12 @@ def run_command(args: argparse.Namespace) -> int:
                                      "token", help="e.g. --tokens 16"))
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, compile=args.compile,
-                 numerics=args.numerics, config=config, interpret=args.interpret, progress=True)
+                 numerics=args.numerics, config=config, interpret=args.interpret,
+                 progress=not is_rank or os.environ.get("RANK") == "0",
+                 world=nproc if nproc > 1 else None)
+    ranks_text = f", rank {model.rank} of {model.world}" if model.world > 1 else ""
     print(f"loaded {model_path} on {model.device} in {time.perf_counter() - start:.2f} s "
-          f"(entries: {', '.join(model.entries)})")
+          f"(entries: {', '.join(model.entries)}{ranks_text})")
     check_length(model, len(prompt), args.tokens)
     # Model.generate runs prefill, then one decode per token; each step is timed as it ends.
     times: list[float] = []

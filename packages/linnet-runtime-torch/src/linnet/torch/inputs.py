@@ -50,6 +50,18 @@ def bounds_for(graph: Graph) -> Bounds:
     return found
 
 
+def share_bounds(graph: Graph, like: Graph) -> None:
+    """Check ``graph``'s inputs as ``like``'s are: a rank's graph (linnet.lang.ir.shard) takes
+    the inputs of the whole graph it came from, whose index ranges (the vocabulary, the
+    cache) its split tables no longer show.
+
+    >>> share_bounds(Graph("e", "m"), Graph("e", "m"))
+    """
+    key = id(graph)
+    _CACHE[key] = bounds_for(like)
+    weakref.finalize(graph, _CACHE.pop, key, None)
+
+
 def check_static(graph: Graph, entry: str) -> None:
     """Raise E0782 where an index is out of range whatever the inputs' values are: the
     inputs' shapes make it so (a prompt of L tokens into a cache of S < L positions).

@@ -161,6 +161,39 @@ def _slice(step: Step, x: torch.Tensor) -> torch.Tensor:
     return view.clone() if step.operands[0].startswith("@") else view
 
 
+def _group(step: Step) -> Any:
+    """The process group a collective step runs on: the default one, of ``world`` ranks."""
+    import torch.distributed as dist
+
+    world = step.attributes["world"]
+    have = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
+    if have != world:
+        raise LinnetError(Diagnostic(
+            "E0820", f"step {step.op} at {step.loc or '?'} runs across {world} ranks, but "
+            + ("torch.distributed is not initialised in this process" if have is None
+               else f"this process group has {have}"),
+            help=f"load the model with world={have or 1} under torchrun, or start the ranks "
+                 f"with `linnet run --nproc {world}` (docs/parallel.md)"))
+    return dist
+
+
+def _all_reduce(step: Step, x: list[Any], device: torch.device) -> Any:
+    dist = _group(step)
+    out = x[0].clone()  # the operand stays as it was: values are never written in place
+    op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+          "min": dist.ReduceOp.MIN}[step.attributes["kind"]]
+    dist.all_reduce(out, op=op)
+    return out
+
+
+def _all_gather(step: Step, x: list[Any], device: torch.device) -> Any:
+    dist = _group(step)
+    part = x[0].contiguous()
+    parts = [torch.empty_like(part) for _ in range(step.attributes["world"])]
+    dist.all_gather(parts, part)
+    return torch.cat(parts, dim=step.attributes["axis"])
+
+
 def _max(fn: Callable) -> Rule:
     return lambda s, x, d: fn(*x)
 
@@ -192,6 +225,8 @@ RULES: dict[str, Rule] = {
     "scatter": _scatter,  # in place: the state tensor is updated, no result
     "scatter_add": _scatter_add,  # a new tensor (the reverse pass's transpose of gathers)
     "slice": lambda s, x, d: _slice(s, x[0]),
+    # Tensor parallelism (issue 21): torch.distributed's collectives on the default group.
+    "all_reduce": _all_reduce, "all_gather": _all_gather,
 }
 """One rule per primitive (``tests/test_coverage.py`` in linnet-lang checks it covers
 :data:`~linnet.lang.ir.primitives.PRIMITIVES`): ``rule(step, operands, device)``."""

@@ -91,8 +91,12 @@ class Model:
     def __init__(self, program: Program, params: dict[str, torch.Tensor],
                  config: dict[str, Any], device: torch.device, compile: bool | str | dict,
                  numerics: str, interpret: bool, weight_shapes: dict[str, tuple] | None,
-                 progress: Callable[[str], None] | None = None, grad: bool = False):
+                 progress: Callable[[str], None] | None = None, grad: bool = False,
+                 world: int = 1, rank: int = 0, split: dict[str, int] | None = None):
         self.program = program
+        # Tensor parallelism (linnet.torch.parallel): this process is rank `rank` of `world`;
+        # `split` is each split parameter's axis (the params here are this rank's blocks).
+        self.world, self.rank, self.split = world, rank, dict(split or {})
         self.params = params
         # Whether entries run with autograd (load(grad=True), requires_grad_): not `grad`,
         # which is the method computing gradients through the reverse pass (issue 18).
@@ -216,6 +220,8 @@ class Model:
         shapes = {p.name: list(t.shape) for p, t in zip(method.params, inputs)}
         graph = lower(self.program, entry, shapes, self.config, self.weight_shapes, check=False)
         check_static(graph, entry)
+        if self.world > 1:
+            graph = self._shard(graph, entry)
         for p, t, name in zip(method.params, inputs, graph.inputs):
             want = DTYPES[graph.values[name].dtype]
             if t.dtype != want:
@@ -235,6 +241,25 @@ class Model:
                 self._compile_slices(module, entry)
         self._lowered[key] = lowered
         return lowered
+
+    def _shard(self, graph: Graph, entry: str) -> Graph:
+        """This rank's graph of ``graph`` (linnet.lang.ir.shard); its inputs are checked as
+        the whole graph's are (the same inputs reach every rank)."""
+        from linnet.lang.ir.shard import shard
+
+        from .inputs import share_bounds
+        from .parallel import check_layout
+
+        sharded = shard(graph, self.world, self.rank)
+        check_layout(sharded.parameters, self.split, entry)
+        share_bounds(sharded.graph, graph)
+        return sharded.graph
+
+    def _single(self, what: str) -> None:
+        if self.world > 1:
+            raise _error("E0823", f"{what} is not supported on a tensor-parallel model "
+                                  f"(world={self.world})",
+                         help="load the model without world= (one process) for this")
 
     def _compile_slices(self, module: ModuleType, entry: str) -> None:
         options = compile_options(self.compile) or {}
@@ -404,6 +429,7 @@ class Model:
         """
         from .grad import value_and_grad
 
+        self._single("value_and_grad")
         return value_and_grad(self, entry, inputs, wrt, cotangents, context)
 
     def grad(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, Any],
@@ -420,6 +446,7 @@ class Model:
         """The gradient graph that :meth:`value_and_grad` runs (``linnet graph --grad``)."""
         from .grad import lowered_grad
 
+        self._single("grad_graph")
         return lowered_grad(self, entry, inputs, wrt,
                             "cotangents" if cotangents else "scalar").graph
     def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any) -> list[list[int]]:
@@ -470,6 +497,7 @@ class Model:
         """
         from .export import export_onnx
 
+        self._single("export_onnx")
         return export_onnx(self, entry, inputs, path, check, external_threshold, dynamic)
 
     def export_stablehlo(self, entry: str, inputs: Sequence[torch.Tensor], path: str | Path,
@@ -483,6 +511,7 @@ class Model:
         """
         from .export import export_stablehlo
 
+        self._single("export_stablehlo")
         return export_stablehlo(self, entry, inputs, path, verify)
 
 
@@ -546,7 +575,8 @@ def load(path: str | Path, weights: Any = None,
          device: str | torch.device = "cpu", compile: bool | str | dict = False,
          numerics: str = "exact", config: dict[str, Any] | str | Path | None = None,
          interpret: bool = False, dtype: torch.dtype | str | None = None,
-         progress: Callable[[str], None] | bool = False, grad: bool = False) -> Model:
+         progress: Callable[[str], None] | bool = False, grad: bool = False,
+         world: int | None = None) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name:
@@ -576,6 +606,16 @@ def load(path: str | Path, weights: Any = None,
     require grad and ``backward()`` through an entry's result reaches them; a kernel an op
     launches then differentiates through the op's `grad` clause, or its body run again.
 
+    ``world=N`` (N > 1) loads this process's rank of the model split over N ranks of
+    torch.distributed's default process group (tensor parallelism, docs/parallel.md): the
+    group already initialised, or started here from torchrun's environment (NCCL on CUDA,
+    gloo on the CPU); ``device="cuda"`` is the rank's own GPU (``LOCAL_RANK``). Each rank
+    reads only its block of each split tensor; entries return the whole result on every
+    rank. ``linnet run --nproc N`` starts the ranks itself.
+
+    >>> model = load("examples/llama/llama.linnet", weights="toy.safetensors",
+    ...              config="toy", world=2)                      # doctest: +SKIP
+
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/",
     ...              dtype="bf16", device="cuda")                    # doctest: +SKIP
     >>> logits = model.decode(torch.tensor([1]), torch.tensor([0]))  # doctest: +SKIP
@@ -588,6 +628,17 @@ def load(path: str | Path, weights: Any = None,
     compile_options(compile)  # a bad value fails here, before anything is loaded
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
+    from .parallel import check_world
+
+    world = check_world(world)
+    rank = 0
+    if world > 1:
+        if grad:
+            raise _error("E0823", "grad=True is not supported on a tensor-parallel model",
+                         help="load without world= to train or differentiate")
+        from .parallel import init
+
+        rank, device = init(world, device)
     dev = resolve_device(device)
     from linnet.lang.syntax.program import model_file
 
@@ -608,10 +659,22 @@ def load(path: str | Path, weights: Any = None,
     report = _progress(progress)
     params: dict[str, torch.Tensor] = {}
     shapes: dict[str, tuple] | None = None
+    split: dict[str, int] = {}
     if isinstance(weights, dict):
+        shapes = {k: (tuple(v.shape), _dtype_name(convert if convert is not None
+                                                  and v.is_floating_point() else v.dtype))
+                  for k, v in weights.items()}
+        blocks = {}
+        if world > 1:
+            from .parallel import layout_of, parameter_axes
+
+            split = parameter_axes(program, cfg, shapes, world, rank)
+            blocks = layout_of(split, world, rank, shapes)
+        from .parallel import block
+
         params = {k: (v.to(dev, convert) if convert is not None and v.is_floating_point()
-                      else v.to(dev)) for k, v in weights.items()}
-        shapes = {k: (tuple(v.shape), _dtype_name(v.dtype)) for k, v in params.items()}
+                      else v.to(dev)) for k, v in ((k, block(v, blocks.get(k)))
+                                                   for k, v in weights.items())}
     elif weights is not None:
         from linnet.lang.check.driver import find_model
         from linnet.lang.weights.checkpoint import (
@@ -642,8 +705,18 @@ def load(path: str | Path, weights: Any = None,
         cfg = fit_checkpoint(program, cfg, shapes, ckpt_config)
         report(f"loading weights from {weights}"
                + (f" ({len(ckpt.files)} shards)" if len(ckpt.files) > 1 else ""))
-        params = load_checkpoint(ckpt, dev, convert)
-    return Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report, grad)
+        blocks = {}
+        if world > 1:
+            from .parallel import layout_of, parameter_axes
+
+            split = parameter_axes(program, cfg, shapes, world, rank)
+            blocks = layout_of(split, world, rank, shapes)
+        params = load_checkpoint(ckpt, dev, convert, blocks)
+    elif world > 1:
+        raise _error("E0821", "world > 1 needs weights: each rank holds its block of them",
+                     help="pass weights= (a safetensors checkpoint or a dict of tensors)")
+    return Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report, grad,
+                 world, rank, split)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -85,6 +85,8 @@ class Plan:
         self.target = target
         self.source_path = source_path
         self.device = model.device
+        # Tensor parallelism: each collective step's time alone, by step (plan_for measures).
+        self.collective_seconds: dict[int, float] = {}
 
     @property
     def executables(self) -> list[Any]:
@@ -152,11 +154,42 @@ class Plan:
                   f"{self.options.margin:.0%}, measure={self.options.measure}"
                   + (f", memory budget {self.options.memory} bytes"
                      if self.options.memory is not None else ""))
-        return explain_table(self.candidates, self.skipped, header)
+        return explain_table(self.candidates, self.skipped, header) + collectives_text(
+            self.graph, self.collective_seconds)
 
     def __repr__(self) -> str:
         return (f"Plan({self.graph.model}.{self.entry}: {len(self.regions)} backend regions, "
                 f"{sum(1 for i in self.items if i.kind == 'slice')} generated slices)")
+
+
+def collectives_text(graph: Graph, seconds: dict[int, float] | None = None) -> str:
+    """The lines of ``plan.explain()`` that list a rank's collective steps (tensor
+    parallelism, linnet.lang.ir.shard): each runs inside a generated slice, in order, with
+    its time alone where the plan measured (``seconds`` by step)."""
+    seconds = seconds or {}
+    from linnet.lang.ir.shard import COLLECTIVES
+
+    found = [(i, s) for i, s in enumerate(graph.steps) if s.op in COLLECTIVES]
+    if not found:
+        return ""
+    tp = graph.config.get("tensor_parallel", {})
+    timed = "each timed alone" if seconds else "not timed: measure=False"
+    lines = ["", f"collectives of rank {tp.get('rank', '?')} of {tp.get('world', '?')} "
+                 f"(torch.distributed, in the generated slices; {timed}):"]
+    for i, s in found:
+        vt = graph.values[s.results[0]]
+        what = s.attributes.get("kind") if s.op == "all_reduce" else \
+            f"axis {s.attributes.get('axis')}"
+        # The block it ends (the deepest call with a path around it): o_proj, down_proj...
+        around = [c for c in graph.calls if c.start <= i < c.stop and c.path]
+        path = max(around, key=lambda c: c.depth).path if around else (
+            "the entry's result" if s.results[0] in graph.outputs else "")
+        took = f"  {1e6 * seconds[i]:.1f} us" if i in seconds else ""
+        lines.append(f"  step {i:4d}  {s.op} {what}  {vt.dtype}{list(vt.shape)}{took}"
+                     + (f"  [{path}]" if path else "") + (f"  ({s.loc})" if s.loc else ""))
+    if seconds:
+        lines.append(f"  {1e6 * sum(seconds.values()):.1f} us of collectives a step")
+    return "\n".join(lines)
 
 
 class Captured:
@@ -376,6 +409,16 @@ class Progress:
             print(line, file=sys.stderr, flush=True)
 
 
+def _collective_problem(graph: Graph, region: Region) -> str | None:
+    """A backend region may not hold a collective step: the generated slices run those."""
+    from linnet.lang.ir.shard import COLLECTIVES
+
+    held = [i for i in region.steps if graph.steps[i].op in COLLECTIVES]
+    if held:
+        return f"the region holds collective step {held[0]} ({graph.steps[held[0]].op})"
+    return None
+
+
 # ---------------------------------------------------------------- building plans
 class PlanBuilder:
     def __init__(self, model: Any, entry: str, inputs: list[torch.Tensor], options: Options,
@@ -446,7 +489,7 @@ class PlanBuilder:
                        and r.steps]
             valid: list[Region] = []
             for r in regions:
-                problem = region_problem(r)
+                problem = region_problem(r) or _collective_problem(self.graph, r)
                 if problem is None:
                     valid.append(r)
                 else:
@@ -852,8 +895,13 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
             builder.time_candidates(live, env, context, cache or TimingCache())
     decision = choose(candidates, options)
     items, path = builder.items(decision.taken)
-    return Plan(model, entry, builder.graph, items, candidates, builder.skipped, options,
+    plan = Plan(model, entry, builder.graph, items, candidates, builder.skipped, options,
                 builder.target, path)
+    if measure and getattr(model, "world", 1) > 1:  # tensor parallelism: every rank times
+        from .parallel import time_collectives
+
+        plan.collective_seconds = time_collectives(builder.graph, model.device)
+    return plan
 
 
 # ---------------------------------------------------------------- conformance

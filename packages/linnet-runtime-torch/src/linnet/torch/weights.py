@@ -39,12 +39,17 @@ def load_safetensors(path: Any, device: torch.device,
 
 
 def load_checkpoint(ckpt: Checkpoint, device: torch.device,
-                    dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+                    dtype: torch.dtype | None = None,
+                    blocks: dict[str, tuple[int, int, int]] | None = None
+                    ) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint whose headers :func:`checkpoint_shapes` validated.
 
     Each shard is opened once (``safe_open``) and read tensor by tensor straight to
-    ``device``: no shard is ever held whole in host memory.
+    ``device``: no shard is ever held whole in host memory. ``blocks`` (tensor parallelism,
+    linnet.torch.parallel) maps a tensor to the ``(axis, start, stop)`` block this rank
+    holds: only that block is read (``get_slice``).
     """
+    blocks = blocks or {}
     from safetensors import SafetensorError, safe_open
 
     out: dict[str, torch.Tensor] = {}
@@ -52,7 +57,13 @@ def load_checkpoint(ckpt: Checkpoint, device: torch.device,
         try:
             with safe_open(str(shard), framework="pt", device=_target(device)) as f:
                 for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
-                    out[name] = _owned(f.get_tensor(name), dtype)
+                    where = blocks.get(name)
+                    if where is None:
+                        out[name] = _owned(f.get_tensor(name), dtype)
+                        continue
+                    axis, start, stop = where
+                    index = tuple([slice(None)] * axis + [slice(start, stop)])
+                    out[name] = _owned(f.get_slice(name)[index], dtype)
         except (SafetensorError, OSError, RuntimeError) as exc:
             raise LinnetError(Diagnostic(
                 "E0650", f"`{shard}` could not be read as safetensors: {exc}",

@@ -146,6 +146,8 @@ EXPECTED_MISSING: frozenset[str] = frozenset({
     "take", "gather", "scatter", "slice",
     # Made only by the reverse pass (linnet.lang.grad), never by source the checker types.
     "scatter_add",
+    # Made only by the sharding pass (linnet.lang.ir.shard) on lowered graphs.
+    "all_reduce", "all_gather",
 })
 
 

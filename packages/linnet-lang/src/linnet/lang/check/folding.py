@@ -129,6 +129,7 @@ EXPECTED_MISSING: frozenset[str] = frozenset({
     "constant", "iota", "reshape", "transpose", "broadcast", "reduce", "contract", "take",
     "gather", "scatter", "slice",
     "scatter_add",  # made only by the reverse pass (linnet.lang.grad), on tensors
+    "all_reduce", "all_gather",  # made only by the sharding pass (linnet.lang.ir.shard)
 })
 
 

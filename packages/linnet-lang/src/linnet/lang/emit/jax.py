@@ -306,6 +306,12 @@ def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
     return lines
 
 
+def _one_process(s: Step, n: Scope, numerics: str) -> list[str]:
+    from linnet.lang.ir.shard import one_process
+
+    raise one_process(s, "generated JAX")
+
+
 RULES: dict[str, Rule] = {
     "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("jnp.exp({})"),
     "log": _unary("jnp.log({})"), "sqrt": _unary("jnp.sqrt({})"),
@@ -323,6 +329,9 @@ RULES: dict[str, Rule] = {
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
     "scatter_add": _scatter_add, "slice": _slice,
+    # A rank's graph (linnet.lang.ir.shard) communicates; the generated JAX function is one
+    # process with no named mesh axis to psum over: E0963, not an identity.
+    "all_reduce": _one_process, "all_gather": _one_process,
 }
 
 

@@ -598,6 +598,10 @@ RULES: dict[str, Rule] = {
 }
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
+# A rank's graph (linnet.lang.ir.shard) is not exported: StableHLO's collectives need a
+# replica mesh the export does not describe (E0940 names the step).
+EXPECTED_MISSING: frozenset[str] = frozenset({"all_reduce", "all_gather"})
+
 
 # ---------------------------------------------------------------- the emitter
 def _std_name(callee: str) -> str:

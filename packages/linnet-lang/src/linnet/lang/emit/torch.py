@@ -469,6 +469,26 @@ def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
     return lines
 
 
+_REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
+
+
+def _all_reduce(s: Step, n: Scope, numerics: str) -> list[str]:
+    """torch.distributed on the default group (the runtime started it: docs/parallel.md),
+    into a copy: the operand is a value, never written in place."""
+    out, x = n(s.results[0]), n.tensor(s.operands[0])
+    op = _REDUCE_OPS[s.attributes["kind"]]
+    return [f"{out} = {x}.clone()",
+            f"torch.distributed.all_reduce({out}, op=torch.distributed.ReduceOp.{op})"]
+
+
+def _all_gather(s: Step, n: Scope, numerics: str) -> list[str]:
+    out, x = n(s.results[0]), n.tensor(s.operands[0])
+    world, axis = s.attributes["world"], s.attributes["axis"]
+    return [f"{out}_parts = [torch.empty_like({x}) for _ in range({world})]",
+            f"torch.distributed.all_gather({out}_parts, {x}.contiguous())",
+            f"{out} = torch.cat({out}_parts, dim={axis})"]
+
+
 RULES: dict[str, Rule] = {
     "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("torch.exp({})"),
     "log": _unary("torch.log({})"), "sqrt": _unary("torch.sqrt({})"),
@@ -489,6 +509,7 @@ RULES: dict[str, Rule] = {
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
     "scatter_add": _scatter_add,
     "slice": _slice,
+    "all_reduce": _all_reduce, "all_gather": _all_gather,  # tensor parallelism (issue 21)
 }
 
 
@@ -1119,6 +1140,8 @@ class TorchEmitter:
             if self.backwards is not None and self.backwards.functions:
                 self.functions[1:1] = [GRAD_HELPERS, *self.backwards.functions]
         body = "\n\n\n".join(self.functions + entries)
+        if "torch.distributed." in body:  # a rank's graph (tensor parallelism, issue 21)
+            header.insert(header.index("import torch") + 1, "import torch.distributed")
         meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
         text = "\n".join(header) + "\n" + body + "\n\n\n" + meta
         text = "\n".join(w for line in text.split("\n") for w in wrap(line))

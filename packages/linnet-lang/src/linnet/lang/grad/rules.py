@@ -517,6 +517,12 @@ def _float_only(rule: Rule) -> Rule:
     return wrapped
 
 
+def _one_process(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
+    from linnet.lang.ir.shard import one_process
+
+    raise one_process(step, "the reverse pass")
+
+
 VJP_RULES: dict[str, Rule] = {
     "neg": _float_only(_neg), "not": zero,
     "exp": _unary(lambda s, y, t: y), "log": _unary(_d_log),
@@ -537,6 +543,9 @@ VJP_RULES: dict[str, Rule] = {
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
     "scatter_add": _float_only(_scatter_add),
     "scatter": zero,  # a state write: gradients never flow through states (E0953)
+    # A rank's graph (linnet.lang.ir.shard): the reverse pass differentiates one process's
+    # graph; the transpose of a collective needs the other ranks' cotangents (E0963).
+    "all_reduce": _one_process, "all_gather": _one_process,
 }
 """One VJP rule per primitive (``tests/test_coverage.py`` checks it covers
 :data:`~linnet.lang.ir.primitives.PRIMITIVES`): ``rule(step, g, tape, needs)``."""

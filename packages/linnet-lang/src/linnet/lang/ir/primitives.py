@@ -31,6 +31,7 @@ class Category(StrEnum):
     REDUCE = "reduce"  # reductions and contractions
     GATHER = "gather"  # reads at computed positions
     STATE = "state"  # writes a state in place (no result)
+    COLLECTIVE = "collective"  # communicates between the ranks of tensor parallelism
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,14 @@ _TABLE: list[Primitive] = [
        min_arity=2),
     _P("scatter", Category.STATE, None, "state[i0, ..., ik-1, :, ...] = value, in place; "
                                         "operands (@state, value, i0, ..., ik-1)", min_arity=2),
+    # Issue 21: tensor parallelism (linnet.lang.ir.shard) over torch.distributed. Each rank
+    # holds its own value; attributes.world is the number of ranks.
+    _P("all_reduce", Category.COLLECTIVE, 1, "every rank's operand combined by "
+                                             "attributes.kind (sum|max|min), the same result "
+                                             "on every rank"),
+    _P("all_gather", Category.COLLECTIVE, 1, "the ranks' operands concatenated in rank order "
+                                             "along attributes.axis, the same result on every "
+                                             "rank"),
 ]
 
 

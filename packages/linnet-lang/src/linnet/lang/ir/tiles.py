@@ -49,9 +49,11 @@ from linnet.lang.syntax.program import Program
 # Primitives of the op level a kernel's body also uses, on tiles. The gathers (`take`,
 # `gather`, `scatter_add`: a tile cannot be gathered from or into, E0526), `slice` (a tile
 # cannot be sliced either, E0526: a kernel loads the part it needs) and the state writes
-# (`scatter`: results are written with `store`) are not among them.
+# (`scatter`: results are written with `store`) are not among them, nor the collectives
+# (a tile program runs on one device; tensor parallelism communicates between slices).
 _SHARED = frozenset(name for name, p in PRIMITIVES.items()
-                    if p.category not in (Category.GATHER, Category.STATE)
+                    if p.category not in (Category.GATHER, Category.STATE,
+                                          Category.COLLECTIVE)
                     and name != "slice")
 #: Every primitive a tile graph holds: the shared ones, then the kernel's own.
 TILE_PRIMITIVES: frozenset[str] = _SHARED | {"program_id", "load", "store", "for"}
