@@ -43,6 +43,7 @@ import argparse
 import gc
 import inspect
 import math
+import re
 import statistics
 import sys
 import tempfile
@@ -59,7 +60,7 @@ from gpu_flashinfer import LLAMA, config
 from torch_decode import hf_config
 
 SUMMARY: list[str] = []
-ONLY: list[str] = []  # --only: words a Linnet row's label must hold one of
+ONLY: list[str] = []  # --only: a regular expression a Linnet row's label must match
 CONTEXT = 1024  # (s): --context and --batch change these three
 BATCH = 1
 STEPS = 64
@@ -259,7 +260,7 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
     first_token = torch.ones(BATCH, dtype=torch.int32, device=dev)
 
     def captured(label: str, backends: list, compile: Any, kernels: bool = False) -> None:
-        if ONLY and not any(w in label for w in ONLY):
+        if ONLY and not re.search(ONLY[0], label):
             return
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
@@ -586,14 +587,14 @@ def main() -> int:
     parser.add_argument("--rows", default="linnet,hf",
                         help="(s): linnet (Linnet's configurations), hf (transformers baselines)")
     parser.add_argument("--only", default="",
-                        help="(s): keep only the Linnet rows whose label holds one of these "
-                             "comma-separated words (e.g. 'max-autotune')")
+                        help="(s): keep only the Linnet rows whose label this regular "
+                             "expression finds (e.g. 'compile.*FlashInfer')")
     parser.add_argument("--context", type=int, default=CONTEXT,
                         help="(s): prompt length; decode runs positions context.. (cache: "
                              "context + 128)")
     parser.add_argument("--batch", type=int, default=BATCH, help="(s): sequences a step")
     args = parser.parse_args()
-    ONLY[:] = [w for w in args.only.split(",") if w]
+    ONLY[:] = [args.only] if args.only else []
     CONTEXT, CACHE, BATCH = args.context, args.context + 128, args.batch
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
