@@ -30,12 +30,14 @@ STD_KERNELS = {
                                     ["BM >= 16", "BN >= 16", "BK >= 16"]),
     "std.nn.norm::rms_norm": ("rms_norm_rows", "<N, D, T, 4096>", ["B >= D"]),
     "std.nn.activation::silu_mul": ("silu_mul_tiles", "<N, F, T, 1024>", ["B >= 16"]),
+    "std.nn.decode::linear_gemv": ("gemv_rows", "<N, I, O, T, 16, 32, 256>", ["BR >= N"]),
 }
 
 STD_USES = """
 use std.nn.activation::{softmax, silu_mul, silu}
 use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
+use std.nn.decode::{linear_gemv}
 """
 
 
