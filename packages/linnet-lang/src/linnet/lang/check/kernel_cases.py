@@ -306,6 +306,9 @@ def wrapper_program(program: Program, op: Any, case: KernelCase) -> Program:
     call = f"{op.name}<{generics}>({', '.join(args)})" if generics else \
         f"{op.name}({', '.join(args)})"
     body = f"        return {call}\n"
+    if len(results) > 1:  # an entry returns each result: `return op(...)` would be one value
+        names = ", ".join(f"r{i}" for i in range(len(results)))
+        body = f"        let ({names}) = {call}\n        return {names}\n"
     text = (module.source.text.rstrip("\n") + "\n\n// Added by linnet kernels.\n"
             f"pub model {MODEL} {{\n{configs}"
             f"    entry {ENTRY}({', '.join(params)}) -> {result} {{\n{body}    }}\n}}\n")
