@@ -1,0 +1,99 @@
+"""std.nn.decode's span kernels (issue 15) under Triton's interpreter, against their op
+bodies: at the std bindings' tiles through `linnet kernels --std` (test_kernel_checks_run.py),
+and here at small tiles (tests/kernels/decode_tiles.linnet: BR 4, BO 8, BK 16), so that the
+sampled cases of a few dozen columns run several programs, several chunks of the reduction
+and ragged last tiles, with outputs poisoned with NaN.
+
+Kernels run in a subprocess: Triton's interpreter must be chosen before Triton is first
+imported, which this pytest process may already have done.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from linnet.lang import Program
+from linnet.lang.check.kernel_cases import bound_ops
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                reason="needs Triton")
+
+TILES = Path(__file__).parent / "kernels" / "decode_tiles.linnet"
+OPS = ["small_gemv", "small_norm_gemv", "small_qkv", "small_norm_gate_up", "small_gate_up"]
+# Chosen shapes: reductions of several BK = 16 chunks with a ragged last one, outputs over
+# several BO = 8 programs with a ragged last one, 1 to BR = 4 rows; for the qkv kernel a
+# program whose outputs straddle q and k, and k and v (Q, K not multiples of BO).
+CHOSEN = {
+    "small_gemv": [(1, 40, 17, "f32"), (3, 33, 24, "bf16"), (4, 16, 8, "bf16")],
+    "small_norm_gemv": [(1, 37, 20, "bf16"), (4, 48, 9, "f32")],
+    "small_qkv": [(2, 35, 12, 5, "bf16"), (3, 20, 3, 11, "f32"), (1, 16, 8, 8, "f32")],
+    "small_norm_gate_up": [(1, 40, 19, "bf16"), (4, 17, 8, "f32")],
+    "small_gate_up": [(2, 33, 20, "bf16"), (1, 16, 9, "f32")],
+}
+
+DRIVER = """
+import json, sys
+import torch
+from linnet.lang import Program
+from linnet.lang.check.kernel_cases import bound_ops, case_for, checked_program
+from linnet.torch.testing import check_case, check_kernels, use_interpreter
+
+path, chosen = sys.argv[1], json.loads(sys.argv[2])
+checks = []
+def seen(c):
+    checks.append({"op": c.case.op, "generics": c.case.generics, "difference": c.difference,
+                   "finding": str(c.finding) if c.finding else None})
+# Sampled cases, then the chosen ones.
+check_kernels(path, count=2, seed=3, max_size=40, ops=list(chosen), on_check=seen)
+use_interpreter()
+program = checked_program(path)
+for op in bound_ops(program):
+    for shape in chosen.get(op.name, []):
+        names = [g.name for g in op.generics]
+        case = case_for(program, op, dict(zip(names, shape)))
+        seen(check_case(program, op, case, 0, torch.device("cpu")))
+print(json.dumps(checks))
+"""
+
+
+@pytest.fixture(scope="module")
+def checks() -> list[dict]:
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN)],
+                          env={**os.environ, "TRITON_INTERPRET": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_small_tile_kernels_agree_with_their_bodies(checks: list[dict]) -> None:
+    assert [c["finding"] for c in checks if c["finding"]] == []
+    ops = [c["op"].rsplit("::", 1)[-1] for c in checks]
+    # Two sampled cases and every chosen one of each op ran.
+    assert {o: ops.count(o) for o in OPS} == {o: 2 + len(CHOSEN[o]) for o in OPS}
+    assert all(c["difference"] < float("inf") for c in checks)
+
+
+def test_the_chosen_cases_reach_several_chunks_and_programs() -> None:
+    """Each op has a chosen case whose reduction spans more than one BK = 16 chunk, whose
+    outputs span more than one BO = 8 program, and one with more than one row."""
+    for op, shapes in CHOSEN.items():
+        assert max(s[1] for s in shapes) > 16, op
+        assert max(max(v for v in s[2:] if isinstance(v, int)) for s in shapes) > 8, op
+        assert max(s[0] for s in shapes) > 1, op
+
+
+def test_the_small_bindings_are_the_std_kernels() -> None:
+    """Each small binding names a std.nn.decode kernel, so the small cases check the std
+    kernels' own code."""
+    program = Program.from_file(TILES)
+    kernels = {op.name: op.kernel.name for op in bound_ops(program) if op.name in OPS}
+    assert kernels == {"small_gemv": "gemv_rows", "small_norm_gemv": "rms_norm_gemv",
+                       "small_qkv": "rms_norm_qkv_gemv",
+                       "small_norm_gate_up": "rms_norm_gate_up_gemv",
+                       "small_gate_up": "gate_up_gemv"}
