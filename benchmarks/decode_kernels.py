@@ -75,16 +75,38 @@ class Span:
 
 
 def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
-    """The span ops of std.nn.decode at one model shape."""
+    """The span ops of std.nn.decode at one model shape: every product of a decoder layer
+    by `linear_gemv`, then the fused spans as a decoder layer has them."""
     d, q, kv, f = shape["D"], shape["Q"], shape["KV"], shape["F"]
-    gemv = "std.nn.decode::linear_gemv"
+    mod = "std.nn.decode::"
+    eps = {"eps": EPS}
+
+    def norm(x: torch.Tensor, nw: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), nw, EPS)
 
     def lin(label: str, i: int, o: int) -> Span:
-        return Span(label, gemv, {"N": rows, "I": i, "O": o, "T": "bf16"},
+        return Span(label, mod + "linear_gemv", {"N": rows, "I": i, "O": o, "T": "bf16"},
                     lambda x, w: F.linear(x, w))
 
-    return [lin(f"q {d}->{q}", d, q), lin(f"kv {d}->{kv}", d, kv),
-            lin(f"gate {d}->{f}", d, f), lin(f"down {f}->{d}", f, d)]
+    return [
+        lin(f"q {d}->{q}", d, q), lin(f"kv {d}->{kv}", d, kv), lin(f"o {q}->{d}", q, d),
+        lin(f"gate {d}->{f}", d, f), lin(f"down {f}->{d}", f, d),
+        Span(f"norm+q {d}->{q}", mod + "rms_norm_linear",
+             {"N": rows, "D": d, "O": q, "T": "bf16"},
+             lambda x, nw, w: F.linear(norm(x, nw), w), scalars=eps),
+        Span(f"norm+qkv {d}->{q}+2x{kv}", mod + "rms_norm_qkv",
+             {"N": rows, "D": d, "Q": q, "K": kv, "T": "bf16"},
+             lambda x, nw, wq, wk, wv: (lambda h: (F.linear(h, wq), F.linear(h, wk),
+                                                   F.linear(h, wv)))(norm(x, nw)),
+             scalars=eps),
+        Span(f"norm+gate/up {d}->2x{f}", mod + "rms_norm_gate_up",
+             {"N": rows, "D": d, "F": f, "T": "bf16"},
+             lambda x, nw, wg, wu: (lambda h: F.silu(F.linear(h, wg)) * F.linear(h, wu))(
+                 norm(x, nw)), scalars=eps),
+        Span(f"gate/up {d}->2x{f}", mod + "gate_up_silu",
+             {"N": rows, "D": d, "F": f, "T": "bf16"},
+             lambda x, wg, wu: F.silu(F.linear(x, wg)) * F.linear(x, wu)),
+    ]
 
 
 # ---------------------------------------------------------------- timing
@@ -157,7 +179,12 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
     configs = [base] + [base | dict(zip(span.sweep_keys, pair)) for pair in args.sweep
                         if tuple(base[k] for k in span.sweep_keys) != pair]
     ncopies = args.copies if device == "cuda" else 1
-    copies = [case.random_inputs(device, seed=i) for i in range(ncopies)]
+    # Weights (w*) scaled by 1 / sqrt(fan-in), as a trained layer's are, so that products
+    # stay near 1 and the bf16 differences read as a model's would.
+    scale = [1 / (shape[-1] ** 0.5) if name.startswith("w") else 1.0
+             for name, shape, _ in case.inputs]
+    copies = [[t * s if s != 1.0 else t for t, s in zip(case.random_inputs(device, seed=i),
+                                                         scale)] for i in range(ncopies)]
     inputs = copies[0]
     out: list[dict[str, Any]] = []
     nbytes = sum(t.numel() * t.element_size() for t in inputs)
@@ -269,25 +296,25 @@ def main() -> int:
     print(f"\nus per call inside a CUDA graph ({args.reps} calls over {args.copies} input "
           "copies); body.c = the op's body compiled (max-autotune-no-cudagraphs); cublas = "
           "the torch.nn.functional form; * = the op's own binding")
-    print(f"{'shape':<5} {'op':<20} {'product':<18} {'tiles':<22} {'ok':<3} {'diff':>8} "
+    print(f"{'shape':<5} {'op':<16} {'product':<24} {'tiles':<22} {'ok':<3} {'diff':>8} "
           f"{'kernel':>8} {'body.c':>8} {'cublas':>8} {'floor':>8} {'%floor':>6}")
     ok = True
     for r in rows:
         if "error" in r and "kernel_generics" not in r:
-            print(f"{r['shape']:<5} {r['op']:<20} {r['label']:<18} error: {r['error'][:60]}")
+            print(f"{r['shape']:<5} {r['op']:<16} {r['label']:<24} error: {r['error'][:60]}")
             ok = False
             continue
         kg = r["kernel_generics"]
         tiles = ("*" if r["bound"] else " ") + ",".join(
             f"{k}={kg[k]}" for k in kg if k.startswith("B"))
         if "error" in r:
-            print(f"{r['shape']:<5} {r['op']:<20} {r['label']:<18} {tiles:<22} error: "
+            print(f"{r['shape']:<5} {r['op']:<16} {r['label']:<24} {tiles:<22} error: "
                   f"{r['error'][:50]}")
             ok = ok and r["error"] == "where clause false"
             continue
         ok = ok and r["ok"]
         k_us = r.get("kernel_us", float("nan"))
-        print(f"{r['shape']:<5} {r['op']:<20} {r['label']:<18} {tiles:<22} "
+        print(f"{r['shape']:<5} {r['op']:<16} {r['label']:<24} {tiles:<22} "
               f"{'yes' if r['ok'] else 'NO':<3} {r['max_diff']:>8.1e} {k_us:>8.2f} "
               f"{r.get('body_compiled_us', float('nan')):>8.2f} "
               f"{r.get('cublas_us', float('nan')):>8.2f} {r['floor_us']:>8.2f} "
