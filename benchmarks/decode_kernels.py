@@ -107,6 +107,10 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
         Span(f"gate/up {d}->2x{f}", mod + "gate_up_silu",
              {"N": rows, "D": d, "F": f, "T": "bf16"},
              lambda x, wg, wu: F.silu(F.linear(x, wg)) * F.linear(x, wu)),
+        Span(f"o+residual {q}->{d}", mod + "linear_residual",
+             {"N": rows, "I": q, "O": d, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w)),
+        Span(f"down+residual {f}->{d}", mod + "linear_residual",
+             {"N": rows, "I": f, "O": d, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w)),
     ]
 
 

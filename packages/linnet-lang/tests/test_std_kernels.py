@@ -38,13 +38,16 @@ STD_KERNELS = {
     "std.nn.decode::rms_norm_gate_up": ("rms_norm_gate_up_gemv", "<N, D, F, T, 16, 16, 256>",
                                         ["BR >= N"]),
     "std.nn.decode::gate_up_silu": ("gate_up_gemv", "<N, D, F, T, 16, 16, 256>", ["BR >= N"]),
+    "std.nn.decode::linear_residual": ("gemv_residual", "<N, I, O, T, 16, 32, 256>",
+                                       ["BR >= N"]),
 }
 
 STD_USES = """
 use std.nn.activation::{softmax, silu_mul, silu}
 use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
-use std.nn.decode::{linear_gemv, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu}
+use std.nn.decode::{linear_gemv, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
+                    linear_residual}
 """
 
 

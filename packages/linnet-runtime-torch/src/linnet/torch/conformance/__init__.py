@@ -105,7 +105,8 @@ def cases() -> list[Case]:
            # Issue 15's span ops (std.nn.decode): their bodies compose std calls.
            _std("linear_gemv_op", x=x), _std("rms_norm_linear_op", x=x),
            _std("rms_norm_qkv_op", x=x), _std("rms_norm_gate_up_op", x=x),
-           _std("gate_up_silu_op", x=x)]
+           _std("gate_up_silu_op", x=x), _std("residual_add_op", x=x, up=x),
+           _std("linear_residual_op", x=x, r=((4, 6), "normal"))]
     llama = _llama()
     prompt = {"tokens": ((1, 6), 256)}
     out += [Case("llama prefill", llama, _toy(), "prefill", prompt),
