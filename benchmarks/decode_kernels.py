@@ -53,9 +53,12 @@ from linnet.torch.testing import compare  # noqa: E402
 
 FLOOR_BW = 4.0e12  # B/s: the bytes floor's bandwidth
 # Decode shapes: model width D, q width Q (heads * head dim), k/v width KV, MLP width F.
-SHAPES = {"8b": {"D": 4096, "Q": 4096, "KV": 1024, "F": 14336},
-          "1b": {"D": 2048, "Q": 2048, "KV": 512, "F": 8192}}
-DRY_SHAPES = {"tiny": {"D": 64, "Q": 64, "KV": 32, "F": 96}}
+# HD: head dim (KV / HD k/v heads, Q / KV query heads each). Attention at position POS of a
+# cache of CACHE positions (the issue's runs: positions 1024..1087).
+SHAPES = {"8b": {"D": 4096, "Q": 4096, "KV": 1024, "F": 14336, "HD": 128},
+          "1b": {"D": 2048, "Q": 2048, "KV": 512, "F": 8192, "HD": 64}}
+DRY_SHAPES = {"tiny": {"D": 64, "Q": 64, "KV": 32, "F": 96, "HD": 16}}
+POS, CACHE = 1087, 2048
 # (BO, BK) pairs each GEMV-like kernel is also instantiated with.
 SWEEP = [(8, 512), (16, 256), (16, 512), (32, 128), (32, 256), (64, 128)]
 DRY_SWEEP = [(16, 32)]
@@ -73,6 +76,9 @@ class Span:
     reference: Callable[..., Any]
     sweep_keys: tuple[str, str] = ("BO", "BK")
     scalars: dict[str, Any] = field(default_factory=dict)
+    sweep: list[tuple[int, int]] | None = None  # pairs for sweep_keys (default: --sweep's)
+    prepare: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # fix inputs
+    live_bytes: int | None = None  # the floor's bytes, where not every input is read
 
 
 def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
@@ -111,7 +117,37 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
              {"N": rows, "I": q, "O": d, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w)),
         Span(f"down+residual {f}->{d}", mod + "linear_residual",
              {"N": rows, "I": f, "O": d, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w)),
+        attention(shape, rows),
     ]
+
+
+def attention(shape: dict[str, int], rows: int) -> Span:
+    """Decode attention of `rows` sequences at position POS of a cache of CACHE positions."""
+    hd = shape["HD"]
+    kv, g = shape["KV"] // hd, shape["Q"] // shape["KV"]
+    scale = hd ** -0.5
+    last = min(POS, CACHE - 1) if not DRY else 5
+
+    def prepare(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        q, k, v, pos = inputs
+        return [q, k, v, torch.full_like(pos, last)]
+
+    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor
+             ) -> torch.Tensor:
+        b, s = k.shape[0], k.shape[1]
+        mask = (torch.arange(s, device=q.device)[None, :] <= pos[:, None])[:, None, None, :]
+        o = F.scaled_dot_product_attention(
+            q.reshape(b, kv * g, 1, hd), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3),
+            attn_mask=mask, scale=scale, enable_gqa=True)
+        return o.reshape(b, kv, g, hd)
+
+    cache = CACHE if not DRY else 8
+    live = 2 * rows * (last + 1) * kv * hd * 2 + 2 * rows * kv * g * hd * 2
+    return Span(f"attention pos {last} of {cache}", "std.nn.decode::decode_attention_flash",
+                {"B": rows, "S": cache, "KV": kv, "G": g, "HD": hd, "T": "bf16"}, sdpa,
+                sweep_keys=("BS", "BD"), scalars={"scale": scale},
+                sweep=[(32, 16), (64, 32), (128, 16), (32, 32)], prepare=prepare,
+                live_bytes=live)
 
 
 # ---------------------------------------------------------------- timing
@@ -172,8 +208,16 @@ def body_function(path: Path, device: str, inputs: list[torch.Tensor]) -> Callab
     """The generated PyTorch of the case's one slice (the op's body), numerics exact."""
     model = load(path, weights={}, device=device, numerics="exact")
     module = model.module("run", inputs)
-    (sl,) = module.ENTRIES["run"]["slices"]
-    return getattr(module, sl["function"])
+    entry = module.ENTRIES["run"]
+    (sl,) = entry["slices"]
+    fn = getattr(module, sl["function"])
+    # The slice takes the values it reads in its own order: pick them from the entry's.
+    order = [entry["inputs"].index(name) for name in sl["inputs"]]
+
+    def body(*args: torch.Tensor) -> Any:
+        return fn(*(args[i] for i in order))
+
+    return body
 
 
 def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -181,7 +225,8 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
     tile configuration of the kernel (its check and its time)."""
     case = op_case(span.op, span.generics, span.scalars or None)
     base = dict(case.kernel_generics)
-    configs = [base] + [base | dict(zip(span.sweep_keys, pair)) for pair in args.sweep
+    pairs = span.sweep if span.sweep is not None and not args.dry_run else args.sweep
+    configs = [base] + [base | dict(zip(span.sweep_keys, pair)) for pair in pairs
                         if tuple(base[k] for k in span.sweep_keys) != pair]
     ncopies = args.copies if device == "cuda" else 1
     # Weights (w*) scaled by 1 / sqrt(fan-in), as a trained layer's are, so that products
@@ -190,11 +235,15 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
              for name, shape, _ in case.inputs]
     copies = [[t * s if s != 1.0 else t for t, s in zip(case.random_inputs(device, seed=i),
                                                          scale)] for i in range(ncopies)]
+    if span.prepare is not None:
+        copies = [span.prepare(c) for c in copies]
     inputs = copies[0]
     out: list[dict[str, Any]] = []
     nbytes = sum(t.numel() * t.element_size() for t in inputs)
     nbytes += sum(math_prod(s) * torch.empty((), dtype=_dt(d)).element_size()
                   for _, s, d in case.results)
+    if span.live_bytes is not None:
+        nbytes = span.live_bytes
     common = {"op": span.op.rsplit("::", 1)[-1], "label": span.label, "generics": span.generics,
               "bytes": nbytes, "floor_us": nbytes / FLOOR_BW * 1e6}
     with tempfile.TemporaryDirectory() as tmp:
@@ -304,25 +353,25 @@ def main() -> int:
     print(f"\nus per call inside a CUDA graph ({args.reps} calls over {args.copies} input "
           "copies); body.c = the op's body compiled (max-autotune-no-cudagraphs); cublas = "
           "the torch.nn.functional form; * = the op's own binding")
-    print(f"{'shape':<5} {'op':<16} {'product':<24} {'tiles':<22} {'ok':<3} {'diff':>8} "
+    print(f"{'shape':<5} {'op':<22} {'product':<24} {'tiles':<26} {'ok':<3} {'diff':>8} "
           f"{'kernel':>8} {'body.c':>8} {'cublas':>8} {'floor':>8} {'%floor':>6}")
     ok = True
     for r in rows:
         if "error" in r and "kernel_generics" not in r:
-            print(f"{r['shape']:<5} {r['op']:<16} {r['label']:<24} error: {r['error'][:60]}")
+            print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} error: {r['error'][:60]}")
             ok = False
             continue
         kg = r["kernel_generics"]
         tiles = ("*" if r["bound"] else " ") + ",".join(
-            f"{k}={kg[k]}" for k in kg if k.startswith("B"))
+            f"{k}={kg[k]}" for k in kg if k.startswith("B") and k not in r["generics"])
         if "error" in r:
-            print(f"{r['shape']:<5} {r['op']:<16} {r['label']:<24} {tiles:<22} error: "
+            print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} error: "
                   f"{r['error'][:50]}")
             ok = ok and r["error"] == "where clause false"
             continue
         ok = ok and r["ok"]
         k_us = r.get("kernel_us", float("nan"))
-        print(f"{r['shape']:<5} {r['op']:<16} {r['label']:<24} {tiles:<22} "
+        print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} "
               f"{'yes' if r['ok'] else 'NO':<3} {r['max_diff']:>8.1e} {k_us:>8.2f} "
               f"{r.get('body_compiled_us', float('nan')):>8.2f} "
               f"{r.get('cublas_us', float('nan')):>8.2f} {r['floor_us']:>8.2f} "

@@ -40,6 +40,9 @@ STD_KERNELS = {
     "std.nn.decode::gate_up_silu": ("gate_up_gemv", "<N, D, F, T, 16, 16, 256>", ["BR >= N"]),
     "std.nn.decode::linear_residual": ("gemv_residual", "<N, I, O, T, 16, 32, 256>",
                                        ["BR >= N"]),
+    "std.nn.decode::decode_attention_flash": (
+        "decode_attention_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, 16>",
+        ["BG >= G", "BH >= HD"]),
 }
 
 STD_USES = """
@@ -47,7 +50,7 @@ use std.nn.activation::{softmax, silu_mul, silu}
 use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
-                    linear_residual}
+                    linear_residual, decode_attention_flash}
 """
 
 

@@ -39,6 +39,12 @@ CHOSEN = {
     "small_residual": [(3, 40, 17, "bf16"), (1, 17, 8, "f32")],
 }
 
+# Decode attention (B, S, KV, G, HD, T, pos): caches of 40 and 33 positions (three blocks of
+# 16, the last ragged), heads of 32 and 24 dims (two value blocks, one ragged), G 4 and 3 (of
+# 16 lanes), positions at the end, the middle and the start of the cache.
+ATTENTION = [(2, 40, 2, 4, 32, "f32", [39, 20]), (1, 33, 3, 3, 24, "bf16", [32]),
+             (3, 40, 1, 1, 16, "f32", [0, 17, 31])]
+
 DRIVER = """
 import json, sys
 import torch
@@ -60,17 +66,48 @@ for op in bound_ops(program):
         names = [g.name for g in op.generics]
         case = case_for(program, op, dict(zip(names, shape)))
         seen(check_case(program, op, case, 0, torch.device("cpu")))
-print(json.dumps(checks))
+# Decode attention at small tiles (16 positions a block, whole heads of up to 32 dims, 16
+# value columns a program) with positions chosen across the cache (the checker's random ones
+# are 0..3: one block): the online softmax's rescaling across blocks runs.
+import tempfile
+from pathlib import Path
+from linnet.torch import load
+from linnet.torch.kernels import kernel_module, op_case
+attention = []
+for b, s, kv, g, hd, dtype, last in json.loads(sys.argv[3]):
+    generics = {"B": b, "S": s, "KV": kv, "G": g, "HD": hd, "T": dtype}
+    case = op_case("std.nn.decode::decode_attention_flash", generics, {"scale": 0.3})
+    q, k, v, pos = case.random_inputs("cpu", seed=len(attention))
+    pos = torch.tensor(last, dtype=torch.int32)
+    mod = kernel_module(None, "std.nn.decode::decode_attention_tiles",
+                        generics | {"BG": 16, "BS": 16, "BH": 32, "BD": 16}, {"scale": 0.3})
+    mod.POISON = True
+    got = mod.LAUNCH(q, k, v, pos)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "case.linnet"
+        path.write_text(case.text)
+        want = load(path, weights={}, numerics="exact").run("run", [q, k, v, pos])
+    from linnet.torch.testing import compare
+    found, diff = compare(got, want, dtype)
+    attention.append({"generics": generics, "pos": last, "difference": diff,
+                      "finding": None if found is None else str(found)})
+print(json.dumps({"checks": checks, "attention": attention}))
 """
 
 
 @pytest.fixture(scope="module")
-def checks() -> list[dict]:
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN)],
+def run() -> dict:
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN),
+                           json.dumps(ATTENTION)],
                           env={**os.environ, "TRITON_INTERPRET": "1"},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def checks(run: dict) -> list[dict]:
+    return run["checks"]
 
 
 def test_small_tile_kernels_agree_with_their_bodies(checks: list[dict]) -> None:
@@ -99,3 +136,10 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
                        "small_qkv": "rms_norm_qkv_gemv",
                        "small_norm_gate_up": "rms_norm_gate_up_gemv",
                        "small_gate_up": "gate_up_gemv", "small_residual": "gemv_residual"}
+
+
+def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
+    found = run["attention"]
+    assert len(found) == len(ATTENTION)
+    assert [c["finding"] for c in found] == [None] * len(ATTENTION)
+    assert all(c["difference"] < 1e-2 for c in found)
