@@ -91,13 +91,14 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
     def norm(x: torch.Tensor, nw: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), nw, EPS)
 
-    def lin(label: str, i: int, o: int) -> Span:
-        return Span(label, mod + "linear_gemv", {"N": rows, "I": i, "O": o, "T": "bf16"},
+    def lin(label: str, i: int, o: int, op: str = "linear_gemv") -> Span:
+        return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
                     lambda x, w: F.linear(x, w))
 
+    products = [(f"q {d}->{q}", d, q), (f"kv {d}->{kv}", d, kv), (f"o {q}->{d}", q, d),
+                (f"gate {d}->{f}", d, f), (f"down {f}->{d}", f, d)]
     return [
-        lin(f"q {d}->{q}", d, q), lin(f"kv {d}->{kv}", d, kv), lin(f"o {q}->{d}", q, d),
-        lin(f"gate {d}->{f}", d, f), lin(f"down {f}->{d}", f, d),
+        *(lin(*p) for p in products), *(lin(*p, op="linear_gemv_row") for p in products),
         Span(f"norm+q {d}->{q}", mod + "rms_norm_linear",
              {"N": rows, "D": d, "O": q, "T": "bf16"},
              lambda x, nw, w: F.linear(norm(x, nw), w), scalars=eps),

@@ -31,6 +31,7 @@ STD_KERNELS = {
     "std.nn.norm::rms_norm": ("rms_norm_rows", "<N, D, T, 4096>", ["B >= D"]),
     "std.nn.activation::silu_mul": ("silu_mul_tiles", "<N, F, T, 1024>", ["B >= 16"]),
     "std.nn.decode::linear_gemv": ("gemv_rows", "<N, I, O, T, 16, 16, 256>", ["BR >= N"]),
+    "std.nn.decode::linear_gemv_row": ("gemv_row", "<N, I, O, T, 16, 256>", ["N <= 4"]),
     "std.nn.decode::rms_norm_linear": ("rms_norm_gemv", "<N, D, O, T, 16, 16, 256>",
                                        ["BR >= N"]),
     "std.nn.decode::rms_norm_qkv": ("rms_norm_qkv_gemv", "<N, D, Q, K, T, 16, 16, 256>",
@@ -49,7 +50,7 @@ STD_USES = """
 use std.nn.activation::{softmax, silu_mul, silu}
 use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
-use std.nn.decode::{linear_gemv, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
+use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
                     linear_residual, decode_attention_flash}
 """
 

@@ -316,6 +316,7 @@ def test_linnet_kernels_checks_the_std_kernels_through_pallas(capsys):
     out = capsys.readouterr().out
     for kernel in ("activation::row_softmax", "linear::tiled_matmul", "norm::rms_norm_rows",
                    "activation::silu_mul_tiles", "decode::gemv_rows", "decode::rms_norm_gemv",
+                   "decode::gemv_row",
                    "decode::rms_norm_qkv_gemv", "decode::rms_norm_gate_up_gemv",
                    "decode::gate_up_gemv", "decode::gemv_residual",
                    "decode::decode_attention_tiles"):

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 TILES = Path(__file__).parent / "kernels" / "decode_tiles.linnet"
 OPS = ["small_gemv", "small_norm_gemv", "small_qkv", "small_norm_gate_up", "small_gate_up",
-       "small_residual"]
+       "small_residual", "small_gemv_row"]
 # Chosen shapes: reductions of several BK = 16 chunks with a ragged last one, outputs over
 # several BO = 8 programs with a ragged last one, 1 to BR = 4 rows; for the qkv kernel a
 # program whose outputs straddle q and k, and k and v (Q, K not multiples of BO).
@@ -37,6 +37,7 @@ CHOSEN = {
     "small_norm_gate_up": [(1, 40, 19, "bf16"), (4, 17, 8, "f32")],
     "small_gate_up": [(2, 33, 20, "bf16"), (1, 16, 9, "f32")],
     "small_residual": [(3, 40, 17, "bf16"), (1, 17, 8, "f32")],
+    "small_gemv_row": [(1, 40, 17, "bf16"), (4, 33, 9, "f32")],
 }
 
 # Decode attention (B, S, KV, G, HD, T, pos): caches of 40 and 33 positions (three blocks of
@@ -135,7 +136,8 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
     assert kernels == {"small_gemv": "gemv_rows", "small_norm_gemv": "rms_norm_gemv",
                        "small_qkv": "rms_norm_qkv_gemv",
                        "small_norm_gate_up": "rms_norm_gate_up_gemv",
-                       "small_gate_up": "gate_up_gemv", "small_residual": "gemv_residual"}
+                       "small_gate_up": "gate_up_gemv", "small_residual": "gemv_residual",
+                       "small_gemv_row": "gemv_row"}
 
 
 def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:

@@ -108,7 +108,8 @@ def cases() -> list[Case]:
            _std("gate_up_silu_op", x=x), _std("residual_add_op", x=x, up=x),
            _std("linear_residual_op", x=x, r=((4, 6), "normal")),
            _std("decode_attention_flash_op", q=((2, 2, 2, 4), "normal"),
-                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
+                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
+           _std("linear_gemv_row_op", x=x)]
     llama = _llama()
     prompt = {"tokens": ((1, 6), 256)}
     out += [Case("llama prefill", llama, _toy(), "prefill", prompt),
