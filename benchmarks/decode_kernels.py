@@ -22,6 +22,7 @@ device machine with the wheels installed (``bash benchmarks/gpu.sh --decode-kern
 
     python3 benchmarks/decode_kernels.py [--shapes 8b,1b] [--ops linear_gemv] [--reps 64]
                                          [--copies 8] [--sweep BO:BK,...] [--no-compile]
+                                         [--rows 1] [--precision tf32]
     python3 benchmarks/decode_kernels.py --dry-run   # CPU, Triton's interpreter, tiny shapes
 
 ``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs.
@@ -278,7 +279,7 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
                     row["error"] = "where clause false"
                     out.append(row)
                     continue
-                mod = kernel_module(None, case.kernel, kgen, case.scalars, "ieee")
+                mod = kernel_module(None, case.kernel, kgen, case.scalars, args.precision)
                 got = _outs(mod.LAUNCH(*inputs))
                 diff = max(float((g.float() - w.float()).abs().max()) for g, w in zip(got, want))
                 # The kernel checker's tolerance (linnet kernels): per element, relative to
@@ -318,6 +319,9 @@ def main() -> int:
     parser.add_argument("--copies", type=int, default=8)
     parser.add_argument("--sweep", default="", help="BO:BK pairs, comma-separated")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--rows", type=int, default=1, help="rows (batch) of the step")
+    parser.add_argument("--precision", default="tf32", choices=["tf32", "ieee"],
+                        help="f32 tl.dot precision (numerics fast launches tf32)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
     device = "cpu" if args.dry_run else "cuda"
@@ -334,7 +338,7 @@ def main() -> int:
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; floors at {FLOOR_BW / 1e12:.1f} TB/s")
     rows: list[dict[str, Any]] = []
     for name, shape in shapes.items():
-        for span in spans(shape):
+        for span in spans(shape, args.rows):
             if wanted and span.op.rsplit("::", 1)[-1] not in wanted:
                 continue
             try:
