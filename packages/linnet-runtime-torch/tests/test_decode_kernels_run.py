@@ -145,3 +145,22 @@ def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
     assert len(found) == len(ATTENTION)
     assert [c["finding"] for c in found] == [None] * len(ATTENTION)
     assert all(c["difference"] < 1e-2 for c in found)
+
+
+def test_op_case_of_a_several_result_op_returns_each(tmp_path: Path) -> None:
+    """`op_case` (what benchmarks/decode_kernels.py builds its bodies from) unpacks a span
+    op's three results; its body equals the three products of one norm."""
+    import torch
+    import torch.nn.functional as F
+    from linnet.torch import load
+    from linnet.torch.kernels import op_case
+
+    case = op_case("std.nn.decode::rms_norm_qkv", {"N": 2, "D": 8, "Q": 6, "K": 4, "T": "f32"})
+    assert "let (r0, r1, r2) = rms_norm_qkv(x, nw, wq, wk, wv, 1e-05)" in case.text
+    path = tmp_path / "case.linnet"
+    path.write_text(case.text)
+    x, nw, wq, wk, wv = case.random_inputs(seed=2)
+    q, k, v = load(path, weights={}, numerics="exact").run("run", [x, nw, wq, wk, wv])
+    h = F.rms_norm(x, (8,), nw, 1e-5)
+    for got, w in zip((q, k, v), (wq, wk, wv)):
+        torch.testing.assert_close(got, F.linear(h, w), rtol=1e-5, atol=1e-5)
