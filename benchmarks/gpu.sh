@@ -13,6 +13,8 @@
 #   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
 #                                          its body, timed, floors, graph breaks: kernels.py)
 #   bash benchmarks/gpu.sh --tp [tp_decode.py's options]   (several GPUs: TP 1, 2, 4 decode)
+#   bash benchmarks/gpu.sh --decode-kernels [--shapes 8b,1b --sweep BO:BK,...]   (std.nn.decode's
+#                                          span kernels at decode shapes: decode_kernels.py)
 #   bash benchmarks/gpu.sh --pallas [--runs N]   (linnet-runtime-jax's gpu-marked Pallas tests,
 #                                          then every std kernel launched through Pallas from
 #                                          generated JAX against its body, timed: pallas.py)
@@ -82,6 +84,10 @@ if [ "${1:-}" = "--pallas" ]; then
   (cd packages/linnet-runtime-jax && LINNET_GPU_TESTS=1 python3 -m pytest -q -p no:cacheprovider \
       -m gpu tests/test_jax_pallas.py 2>&1 | tee "$OUT/pallas-tests.log" | tail -6)
   python3 benchmarks/pallas.py "${@:2}" 2>&1 | tee "$OUT/pallas.log" | grep -v Warning | tail -24
+  exit 0
+fi
+if [ "${1:-}" = "--decode-kernels" ]; then
+  python3 benchmarks/decode_kernels.py "${@:2}" 2>&1 | tee "$OUT/decode_kernels.log" | grep -v Warning | tail -60
   exit 0
 fi
 if [ "${1:-}" = "--kernels" ]; then

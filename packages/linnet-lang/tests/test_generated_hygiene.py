@@ -177,6 +177,20 @@ def test_wrap_keeps_the_statement() -> None:
         ast.parse(line.strip()))
 
 
+def test_wrap_keeps_a_returned_call_one_value() -> None:
+    """A long `return f(...)(a, b)` stays one value (its commas are inside brackets), and a
+    returned tuple stays a tuple (seen: a Pallas launcher with a long kernel name returned a
+    1-tuple)."""
+    call = "    return kernel_vjp(run_" + "x" * 80 + ", body, backward)(x, nw, w)"
+    for line in (call, "    return " + ", ".join(f"value_{i}" for i in range(30)),
+                 "    return " + "y" * 90 + ","):
+        lines = wrap(line)
+        assert all(len(x) <= 100 for x in lines)
+        got = ast.parse("def f():\n" + "\n".join(lines))
+        want = ast.parse("def f():\n" + line)
+        assert ast.dump(got) == ast.dump(want), "\n".join(lines)
+
+
 def test_broken_rule_is_an_internal_error_naming_the_step(monkeypatch) -> None:
     monkeypatch.setitem(RULES, "mul", lambda s, n, nu: [f"{n(s.results[0])} = 0.clamp(0, 1)"])
     with pytest.raises(LinnetError) as err:

@@ -30,12 +30,28 @@ STD_KERNELS = {
                                     ["BM >= 16", "BN >= 16", "BK >= 16"]),
     "std.nn.norm::rms_norm": ("rms_norm_rows", "<N, D, T, 4096>", ["B >= D"]),
     "std.nn.activation::silu_mul": ("silu_mul_tiles", "<N, F, T, 1024>", ["B >= 16"]),
+    "std.nn.decode::linear_gemv": ("gemv_rows", "<N, I, O, T, 16, 16, 256>", ["BR >= N"]),
+    "std.nn.decode::linear_gemv_row": ("gemv_row", "<N, I, O, T, 16, 256>", ["N <= 4"]),
+    "std.nn.decode::rms_norm_linear": ("rms_norm_gemv", "<N, D, O, T, 16, 16, 256>",
+                                       ["BR >= N"]),
+    "std.nn.decode::rms_norm_qkv": ("rms_norm_qkv_gemv", "<N, D, Q, K, T, 16, 16, 256>",
+                                    ["BR >= N"]),
+    "std.nn.decode::rms_norm_gate_up": ("rms_norm_gate_up_gemv", "<N, D, F, T, 16, 8, 256>",
+                                        ["BR >= N"]),
+    "std.nn.decode::gate_up_silu": ("gate_up_gemv", "<N, D, F, T, 16, 8, 256>", ["BR >= N"]),
+    "std.nn.decode::linear_residual": ("gemv_residual", "<N, I, O, T, 16, 16, 256>",
+                                       ["BR >= N"]),
+    "std.nn.decode::decode_attention_flash": (
+        "decode_attention_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, 16>",
+        ["BG >= G", "BH >= HD"]),
 }
 
 STD_USES = """
 use std.nn.activation::{softmax, silu_mul, silu}
 use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
+use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
+                    linear_residual, decode_attention_flash}
 """
 
 
@@ -105,10 +121,13 @@ def test_llama_generated_source_without_a_program_has_no_launch(numerics: str) -
               "T": "f32"}
     graph = lower(prog, "decode", {"token": [1], "pos": [1]}, config)
     bound = [c for c in graph.calls if c.attributes.get("kernel")]
-    assert {c.attributes["kernel"] for c in bound} == {"std.nn.norm::rms_norm_rows"}
+    # The norms, and the SwiGLU MLP's `silu_mul` (issue 15: the span the gate/up kernels claim).
+    assert {c.attributes["kernel"] for c in bound} == {"std.nn.norm::rms_norm_rows",
+                                                        "std.nn.activation::silu_mul_tiles"}
     text = emit_torch(graph, numerics=numerics)
     assert "triton" not in text and "kernels_ready" not in text
     assert "F.linear(" in text and "F.rms_norm(" in text
+    assert "F.silu(" in text  # silu_mul's fast call
     exact = emit_torch(graph, numerics="exact", program=prog)
     assert "triton" not in exact and "kernels_ready" not in exact  # exact: the body
 

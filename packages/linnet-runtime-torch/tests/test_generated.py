@@ -31,6 +31,8 @@ FAST_CASES = {
                               {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
     "std.nn.activation::silu": ("use std.nn.activation::{silu}", "silu(x)",
                                 {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.activation::silu_mul": ("use std.nn.activation::{silu_mul}", "silu_mul(x, u)",
+                                    {"x": ([3, 8], "f32"), "u": ([3, 8], "f32")}, "[3, 8]"),
     "std.nn.activation::softmax": ("use std.nn.activation::{softmax}", "softmax(x)",
                                    {"x": ([3, 8], "f32")}, "[3, 8]"),
     "std.nn.attention::decode_attention": (

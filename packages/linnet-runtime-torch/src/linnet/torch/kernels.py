@@ -279,9 +279,14 @@ def op_case(name: str, generics: dict[str, Any], scalars: dict[str, Any] | None 
 
     params = ", ".join(f"{n}: {ty(s, d)}" for n, s, d in inputs)
     rets = ", ".join(ty(s, d) for _, s, d in results)
+    call = f"{short}({', '.join(args)})"
+    # An entry returns each result: `return op(...)` of a several-result op is one value.
+    names = ", ".join(f"r{i}" for i in range(len(results)))
+    body = f"        return {call}\n" if len(results) == 1 else \
+        f"        let ({names}) = {call}\n        return {names}\n"
     text = (f"use {module}::{{{short}}}\n\nmodel Case {{\n    entry run({params}) -> "
             f"{rets if len(results) == 1 else '(' + rets + ')'} {{\n"
-            f"        return {short}({', '.join(args)})\n    }}\n}}\n")
+            f"{body}    }}\n}}\n")
     return OpCase(name, dict(generics), kernel, kgen, holds,
                   {k: v for k, v in given.items()}, inputs, results, text)
 

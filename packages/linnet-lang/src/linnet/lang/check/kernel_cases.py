@@ -162,6 +162,21 @@ def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0
     return out
 
 
+def case_for(program: Program, op: A.FuncDecl, generics: dict[str, Any],
+             max_numel: int = 1 << 22) -> KernelCase | None:
+    """The case of ``op`` for the op's ``generics`` (ints for dims, dtype names), chosen
+    rather than sampled (a test's edge shapes); None where a clause does not hold or a
+    tensor has more than ``max_numel`` elements.
+
+    >>> from linnet.lang import check_text
+    >>> prog = check_text(SOFTMAX_EXAMPLE)
+    >>> case_for(prog, bound_ops(prog)[0], {"R": 2, "C": 40}).params["x"]
+    ((2, 40), 'f32')
+    """
+    ev = Evaluator(program, Builder(Graph(entry="", model="")), {})
+    return _case(ev, op, dict(generics), max_numel)
+
+
 def _kernel_decl(ev: Evaluator, op: A.FuncDecl) -> A.FuncDecl | None:
     assert op.kernel is not None and op.module is not None
     try:

@@ -369,6 +369,10 @@ def _fast_silu(call: Call, n: Scope, args: list[str], out: list[str]) -> list[st
     return [f"{out[0]} = jax.nn.silu({args[0]})"]
 
 
+def _fast_silu_mul(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
+    return [f"{out[0]} = jax.nn.silu({args[0]}) * {args[1]}"]
+
+
 def _fast_softmax(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
     return [f"{out[0]} = jax.nn.softmax({args[0]}, axis=-1)"]
 
@@ -496,6 +500,7 @@ FAST_CALLS: dict[str, FastRule] = {
     "std.nn.norm::layer_norm": _fast_layer_norm,
     "std.nn.activation::gelu_tanh": _fast_gelu_tanh,
     "std.nn.linear::linear_in_out_bias": _fast_linear_in_out,
+    "std.nn.activation::silu_mul": _fast_silu_mul,
 }
 
 

@@ -122,7 +122,9 @@ def wrap(line: str, width: int = WIDTH) -> list[str]:
     indent = line[:len(line) - len(line.lstrip())]
     text = line.strip()
     if text.startswith("return ") and split_last(text[7:]) != (0, len(text) - 8):
-        text = f"return ({text[7:].rstrip(',')},)" if "," in text else text
+        # A tuple (commas at depth 0) gets its brackets; `return f(a, b)` is one value.
+        tuple_ = len(commas(text[7:])) > 1 or text.endswith(",")
+        text = f"return ({text[7:].rstrip(',')},)" if tuple_ else text
     pair = split_last(text)
     if pair is None:
         return [line]

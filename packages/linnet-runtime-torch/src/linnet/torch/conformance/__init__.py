@@ -101,7 +101,15 @@ def cases() -> list[Case]:
            _std("rms_norm_offset_op", x=x), _std("gelu_tanh_op", x=x),
            _std("silu_mul_op", x=x, up=x), _std("window_attention_op", **qkv),
            _std("window_decode_attention_op", q=((2, 2, 2, 4), "normal"),
-                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
+                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
+           # Issue 15's span ops (std.nn.decode): their bodies compose std calls.
+           _std("linear_gemv_op", x=x), _std("rms_norm_linear_op", x=x),
+           _std("rms_norm_qkv_op", x=x), _std("rms_norm_gate_up_op", x=x),
+           _std("gate_up_silu_op", x=x), _std("residual_add_op", x=x, up=x),
+           _std("linear_residual_op", x=x, r=((4, 6), "normal")),
+           _std("decode_attention_flash_op", q=((2, 2, 2, 4), "normal"),
+                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
+           _std("linear_gemv_row_op", x=x)]
     llama = _llama()
     prompt = {"tokens": ((1, 6), 256)}
     out += [Case("llama prefill", llama, _toy(), "prefill", prompt),

@@ -1,0 +1,397 @@
+"""The decode-step kernels of std.nn.decode (issue 15) at Llama-3-8B and Llama-3.2-1B decode
+shapes, each against its op's body and against cuBLAS, on the device alone (CUDA graphs).
+
+For each span op bound to a kernel (``linear_gemv``, ...), each shape of the step where the
+op applies (batch 1: the q, k/v, gate/up and down products; D 4096 / 2048, q 4096 / 2048,
+kv 1024 / 512, F 14336 / 8192), and each tile configuration of a small sweep (the kernel's
+BO and BK generics, instantiated here; the op's own binding is marked ``*``):
+
+(a) check: the kernel's result against the op's body (generated PyTorch, numerics "exact"):
+    the largest absolute difference, and ok within `linnet kernels`' bf16 tolerance;
+(b) time, per call, inside one CUDA graph of ``--reps`` calls that rotates over ``--copies``
+    (>= 8) copies of every input, so the weights come from HBM and not from L2 (50 MiB on the
+    H200): the kernel; the body's generated code compiled (torch.compile,
+    max-autotune-no-cudagraphs); the same composition written with torch.nn.functional
+    (F.linear is cuBLAS);
+(c) the bytes floor: bytes read and written over 4.0e12 B/s (the H200's copy bandwidth is
+    about that; the measured copy rate is printed too).
+
+The table prints last; JSON goes to $OUT/decode_kernels.json when $OUT is set. On the
+device machine with the wheels installed (``bash benchmarks/gpu.sh --decode-kernels``, or
+``python3 benchmarks/decode_kernels.py`` where linnet is importable)::
+
+    python3 benchmarks/decode_kernels.py [--shapes 8b,1b] [--ops linear_gemv] [--reps 64]
+                                         [--copies 8] [--sweep BO:BK,...] [--no-compile]
+                                         [--rows 1] [--precision tf32]
+    python3 benchmarks/decode_kernels.py --dry-run   # CPU, Triton's interpreter, tiny shapes
+
+``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DRY = "--dry-run" in sys.argv
+if DRY:  # before Triton is imported: the interpreter is chosen when kernels are decorated
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from linnet.torch import load  # noqa: E402
+from linnet.torch.kernels import kernel_module, op_case, resolve  # noqa: E402
+from linnet.torch.testing import compare  # noqa: E402
+
+FLOOR_BW = 4.0e12  # B/s: the bytes floor's bandwidth
+# Decode shapes: model width D, q width Q (heads * head dim), k/v width KV, MLP width F.
+# HD: head dim (KV / HD k/v heads, Q / KV query heads each). Attention at position POS of a
+# cache of CACHE positions (the issue's runs: positions 1024..1087).
+SHAPES = {"8b": {"D": 4096, "Q": 4096, "KV": 1024, "F": 14336, "HD": 128},
+          "1b": {"D": 2048, "Q": 2048, "KV": 512, "F": 8192, "HD": 64}}
+DRY_SHAPES = {"tiny": {"D": 64, "Q": 64, "KV": 32, "F": 96, "HD": 16}}
+POS, CACHE = 1087, 2048
+# (BO, BK) pairs each GEMV-like kernel is also instantiated with.
+SWEEP = [(8, 512), (16, 256), (16, 512), (32, 128), (32, 256), (64, 128)]
+DRY_SWEEP = [(16, 32)]
+EPS = 1e-5
+
+
+@dataclass
+class Span:
+    """One span op at one shape: its generics, a torch.nn.functional form of its body
+    (``reference``: cuBLAS products), and which kernel generics the sweep varies."""
+
+    label: str  # what the row is (q, kv, gate, down, ...)
+    op: str
+    generics: dict[str, Any]
+    reference: Callable[..., Any]
+    sweep_keys: tuple[str, str] = ("BO", "BK")
+    scalars: dict[str, Any] = field(default_factory=dict)
+    sweep: list[tuple[int, int]] | None = None  # pairs for sweep_keys (default: --sweep's)
+    prepare: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # fix inputs
+    live_bytes: int | None = None  # the floor's bytes, where not every input is read
+
+
+def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
+    """The span ops of std.nn.decode at one model shape: every product of a decoder layer
+    by `linear_gemv`, then the fused spans as a decoder layer has them."""
+    d, q, kv, f = shape["D"], shape["Q"], shape["KV"], shape["F"]
+    mod = "std.nn.decode::"
+    eps = {"eps": EPS}
+
+    def norm(x: torch.Tensor, nw: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), nw, EPS)
+
+    def lin(label: str, i: int, o: int, op: str = "linear_gemv") -> Span:
+        return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
+                    lambda x, w: F.linear(x, w))
+
+    products = [(f"q {d}->{q}", d, q), (f"kv {d}->{kv}", d, kv), (f"o {q}->{d}", q, d),
+                (f"gate {d}->{f}", d, f), (f"down {f}->{d}", f, d)]
+    return [
+        *(lin(*p) for p in products), *(lin(*p, op="linear_gemv_row") for p in products),
+        Span(f"norm+q {d}->{q}", mod + "rms_norm_linear",
+             {"N": rows, "D": d, "O": q, "T": "bf16"},
+             lambda x, nw, w: F.linear(norm(x, nw), w), scalars=eps),
+        Span(f"norm+qkv {d}->{q}+2x{kv}", mod + "rms_norm_qkv",
+             {"N": rows, "D": d, "Q": q, "K": kv, "T": "bf16"},
+             lambda x, nw, wq, wk, wv: (lambda h: (F.linear(h, wq), F.linear(h, wk),
+                                                   F.linear(h, wv)))(norm(x, nw)),
+             scalars=eps),
+        Span(f"norm+gate/up {d}->2x{f}", mod + "rms_norm_gate_up",
+             {"N": rows, "D": d, "F": f, "T": "bf16"},
+             lambda x, nw, wg, wu: (lambda h: F.silu(F.linear(h, wg)) * F.linear(h, wu))(
+                 norm(x, nw)), scalars=eps),
+        Span(f"gate/up {d}->2x{f}", mod + "gate_up_silu",
+             {"N": rows, "D": d, "F": f, "T": "bf16"},
+             lambda x, wg, wu: F.silu(F.linear(x, wg)) * F.linear(x, wu)),
+        Span(f"o+residual {q}->{d}", mod + "linear_residual",
+             {"N": rows, "I": q, "O": d, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w)),
+        Span(f"down+residual {f}->{d}", mod + "linear_residual",
+             {"N": rows, "I": f, "O": d, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w)),
+        attention(shape, rows),
+    ]
+
+
+def attention(shape: dict[str, int], rows: int) -> Span:
+    """Decode attention of `rows` sequences at position POS of a cache of CACHE positions."""
+    hd = shape["HD"]
+    kv, g = shape["KV"] // hd, shape["Q"] // shape["KV"]
+    scale = hd ** -0.5
+    last = min(POS, CACHE - 1) if not DRY else 5
+
+    def prepare(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        q, k, v, pos = inputs
+        return [q, k, v, torch.full_like(pos, last)]
+
+    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor
+             ) -> torch.Tensor:
+        b, s = k.shape[0], k.shape[1]
+        mask = (torch.arange(s, device=q.device)[None, :] <= pos[:, None])[:, None, None, :]
+        o = F.scaled_dot_product_attention(
+            q.reshape(b, kv * g, 1, hd), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3),
+            attn_mask=mask, scale=scale, enable_gqa=True)
+        return o.reshape(b, kv, g, hd)
+
+    cache = CACHE if not DRY else 8
+    live = 2 * rows * (last + 1) * kv * hd * 2 + 2 * rows * kv * g * hd * 2
+    return Span(f"attention pos {last} of {cache}", "std.nn.decode::decode_attention_flash",
+                {"B": rows, "S": cache, "KV": kv, "G": g, "HD": hd, "T": "bf16"}, sdpa,
+                sweep_keys=("BS", "BD"), scalars={"scale": scale},
+                sweep=[(32, 16), (64, 32), (128, 16), (32, 32)], prepare=prepare,
+                live_bytes=live)
+
+
+# ---------------------------------------------------------------- timing
+
+
+def graph_us(fn: Callable[..., Any], copies: list[list[torch.Tensor]], reps: int,
+             repeats: int = 5) -> float:
+    """Device microseconds per call of ``fn(*inputs)``: ``reps`` calls captured in one CUDA
+    graph, call i reading ``copies[i % len(copies)]``, replayed ``repeats`` times (median)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for c in copies:
+            fn(*c)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(reps):
+            fn(*copies[i % len(copies)])
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e3 / reps)
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """This device's copy rate in B/s (a 1 GiB device-to-device copy, read + write)."""
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start, stop = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    start.record()
+    for _ in range(5):
+        dst.copy_(src)
+    stop.record()
+    stop.synchronize()
+    return 2 * n * 5 / (start.elapsed_time(stop) * 1e-3)
+
+
+# ---------------------------------------------------------------- one span
+
+
+def _outs(v: Any) -> tuple[torch.Tensor, ...]:
+    return v if isinstance(v, tuple) else (v,)
+
+
+def body_function(path: Path, device: str, inputs: list[torch.Tensor]) -> Callable[..., Any]:
+    """The generated PyTorch of the case's one slice (the op's body), numerics exact."""
+    model = load(path, weights={}, device=device, numerics="exact")
+    module = model.module("run", inputs)
+    entry = module.ENTRIES["run"]
+    (sl,) = entry["slices"]
+    fn = getattr(module, sl["function"])
+    # The slice takes the values it reads in its own order: pick them from the entry's.
+    order = [entry["inputs"].index(name) for name in sl["inputs"]]
+
+    def body(*args: torch.Tensor) -> Any:
+        return fn(*(args[i] for i in order))
+
+    return body
+
+
+def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Rows for one span at one shape: the body's and cuBLAS's times, then one row per
+    tile configuration of the kernel (its check and its time)."""
+    case = op_case(span.op, span.generics, span.scalars or None)
+    base = dict(case.kernel_generics)
+    pairs = span.sweep if span.sweep is not None and not args.dry_run else args.sweep
+    configs = [base] + [base | dict(zip(span.sweep_keys, pair)) for pair in pairs
+                        if tuple(base[k] for k in span.sweep_keys) != pair]
+    ncopies = args.copies if device == "cuda" else 1
+    # Weights (w*) scaled by 1 / sqrt(fan-in), as a trained layer's are, so that products
+    # stay near 1 and the bf16 differences read as a model's would.
+    scale = [1 / (shape[-1] ** 0.5) if name.startswith("w") else 1.0
+             for name, shape, _ in case.inputs]
+    copies = [[t * s if s != 1.0 else t for t, s in zip(case.random_inputs(device, seed=i),
+                                                         scale)] for i in range(ncopies)]
+    if span.prepare is not None:
+        copies = [span.prepare(c) for c in copies]
+    inputs = copies[0]
+    out: list[dict[str, Any]] = []
+    nbytes = sum(t.numel() * t.element_size() for t in inputs)
+    nbytes += sum(math_prod(s) * torch.empty((), dtype=_dt(d)).element_size()
+                  for _, s, d in case.results)
+    if span.live_bytes is not None:
+        nbytes = span.live_bytes
+    common = {"op": span.op.rsplit("::", 1)[-1], "label": span.label, "generics": span.generics,
+              "bytes": nbytes, "floor_us": nbytes / FLOOR_BW * 1e6}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "case.linnet"
+        path.write_text(case.text)
+        body = body_function(path, device, inputs)
+        want = _outs(body(*inputs))
+        dtypes = [d for _, _, d in case.results]
+        ref = _outs(span.reference(*inputs))
+        ref_diff = max(float((r.float() - w.float()).abs().max()) for r, w in zip(ref, want))
+        times: dict[str, float] = {}
+        if device == "cuda":
+            times["cublas_us"] = graph_us(span.reference, copies, args.reps)
+            if not args.no_compile:
+                try:
+                    compiled = torch.compile(body, mode="max-autotune-no-cudagraphs",
+                                             dynamic=False)
+                    got = _outs(compiled(*inputs))
+                    times["body_compiled_us"] = graph_us(compiled, copies, args.reps)
+                    times["body_compiled_diff"] = max(
+                        float((g.float() - w.float()).abs().max()) for g, w in zip(got, want))
+                except Exception as exc:  # the kernel rows still stand
+                    traceback.print_exc()
+                    times["body_compiled_error"] = f"{type(exc).__name__}: {exc}"[:200]
+        for i, kgen in enumerate(configs):
+            row = dict(common) | times | {"kernel": case.kernel.rsplit("::", 1)[-1],
+                                          "kernel_generics": kgen, "bound": i == 0,
+                                          "reference_diff": ref_diff}
+            try:
+                if not resolve(None, case.kernel, kgen)[2]:
+                    row["error"] = "where clause false"
+                    out.append(row)
+                    continue
+                mod = kernel_module(None, case.kernel, kgen, case.scalars, args.precision)
+                got = _outs(mod.LAUNCH(*inputs))
+                diff = max(float((g.float() - w.float()).abs().max()) for g, w in zip(got, want))
+                # The kernel checker's tolerance (linnet kernels): per element, relative to
+                # the body's value and the result's scale.
+                ok = all(compare(g, w, d)[0] is None for g, w, d in zip(got, want, dtypes))
+                row.update(max_diff=diff, ok=ok)
+                if device == "cuda":
+                    row["kernel_us"] = graph_us(mod.LAUNCH, copies, args.reps)
+            except Exception as exc:  # one configuration's failure does not hide the others
+                traceback.print_exc()
+                row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+            out.append(row)
+    return out
+
+
+def math_prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _dt(dtype: str) -> torch.dtype:
+    from linnet.lang.emit.torch import TORCH_DTYPES
+
+    return eval(TORCH_DTYPES[dtype], {"torch": torch})
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", default="8b,1b")
+    parser.add_argument("--ops", default="", help="comma-separated op names (default: all)")
+    parser.add_argument("--reps", type=int, default=64)
+    parser.add_argument("--copies", type=int, default=8)
+    parser.add_argument("--sweep", default="", help="BO:BK pairs, comma-separated")
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--rows", type=int, default=1, help="rows (batch) of the step")
+    parser.add_argument("--precision", default="tf32", choices=["tf32", "ieee"],
+                        help="f32 tl.dot precision (numerics fast launches tf32)")
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args()
+    device = "cpu" if args.dry_run else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device: run with --dry-run on the CPU", file=sys.stderr)
+        return 2
+    args.copies = max(args.copies, 8)
+    args.reps = max(args.reps, args.copies)
+    args.sweep = ([tuple(int(v) for v in p.split(":")) for p in args.sweep.split(",")]
+                  if args.sweep else (DRY_SWEEP if args.dry_run else SWEEP))
+    shapes = DRY_SHAPES if args.dry_run else {k: SHAPES[k] for k in args.shapes.split(",")}
+    wanted = {o for o in args.ops.split(",") if o}
+    bw = copy_bandwidth() if device == "cuda" else float("nan")
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; floors at {FLOOR_BW / 1e12:.1f} TB/s")
+    rows: list[dict[str, Any]] = []
+    for name, shape in shapes.items():
+        for span in spans(shape, args.rows):
+            if wanted and span.op.rsplit("::", 1)[-1] not in wanted:
+                continue
+            try:
+                for r in run_span(span, device, args):
+                    rows.append({"shape": name} | r)
+            except Exception as exc:
+                traceback.print_exc()
+                rows.append({"shape": name, "op": span.op, "label": span.label,
+                             "error": f"{type(exc).__name__}: {exc}"[:300]})
+    result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+              "torch": torch.__version__, "triton": _triton_version(),
+              "copy_bytes_per_s": bw, "floor_bytes_per_s": FLOOR_BW, "rows": rows}
+    out = os.environ.get("OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        Path(out, "decode_kernels.json").write_text(json.dumps(result, indent=1))
+    print(f"\nus per call inside a CUDA graph ({args.reps} calls over {args.copies} input "
+          "copies); body.c = the op's body compiled (max-autotune-no-cudagraphs); cublas = "
+          "the torch.nn.functional form; * = the op's own binding")
+    print(f"{'shape':<5} {'op':<22} {'product':<24} {'tiles':<26} {'ok':<3} {'diff':>8} "
+          f"{'kernel':>8} {'body.c':>8} {'cublas':>8} {'floor':>8} {'%floor':>6}")
+    ok = True
+    for r in rows:
+        if "error" in r and "kernel_generics" not in r:
+            print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} error: {r['error'][:60]}")
+            ok = False
+            continue
+        kg = r["kernel_generics"]
+        tiles = ("*" if r["bound"] else " ") + ",".join(
+            f"{k}={kg[k]}" for k in kg if k.startswith("B") and k not in r["generics"])
+        if "error" in r:
+            print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} error: "
+                  f"{r['error'][:50]}")
+            ok = ok and r["error"] == "where clause false"
+            continue
+        ok = ok and r["ok"]
+        k_us = r.get("kernel_us", float("nan"))
+        print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} "
+              f"{'yes' if r['ok'] else 'NO':<3} {r['max_diff']:>8.1e} {k_us:>8.2f} "
+              f"{r.get('body_compiled_us', float('nan')):>8.2f} "
+              f"{r.get('cublas_us', float('nan')):>8.2f} {r['floor_us']:>8.2f} "
+              f"{100 * r['floor_us'] / k_us if k_us == k_us else float('nan'):>6.1f}")
+    return 0 if ok else 1
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "none"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

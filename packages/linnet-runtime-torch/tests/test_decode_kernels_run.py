@@ -1,0 +1,166 @@
+"""std.nn.decode's span kernels (issue 15) under Triton's interpreter, against their op
+bodies: at the std bindings' tiles through `linnet kernels --std` (test_kernel_checks_run.py),
+and here at small tiles (tests/kernels/decode_tiles.linnet: BR 4, BO 8, BK 16), so that the
+sampled cases of a few dozen columns run several programs, several chunks of the reduction
+and ragged last tiles, with outputs poisoned with NaN.
+
+Kernels run in a subprocess: Triton's interpreter must be chosen before Triton is first
+imported, which this pytest process may already have done.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from linnet.lang import Program
+from linnet.lang.check.kernel_cases import bound_ops
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                reason="needs Triton")
+
+TILES = Path(__file__).parent / "kernels" / "decode_tiles.linnet"
+OPS = ["small_gemv", "small_norm_gemv", "small_qkv", "small_norm_gate_up", "small_gate_up",
+       "small_residual", "small_gemv_row"]
+# Chosen shapes: reductions of several BK = 16 chunks with a ragged last one, outputs over
+# several BO = 8 programs with a ragged last one, 1 to BR = 4 rows; for the qkv kernel a
+# program whose outputs straddle q and k, and k and v (Q, K not multiples of BO).
+CHOSEN = {
+    "small_gemv": [(1, 40, 17, "f32"), (3, 33, 24, "bf16"), (4, 16, 8, "bf16")],
+    "small_norm_gemv": [(1, 37, 20, "bf16"), (4, 48, 9, "f32")],
+    "small_qkv": [(2, 35, 12, 5, "bf16"), (3, 20, 3, 11, "f32"), (1, 16, 8, 8, "f32")],
+    "small_norm_gate_up": [(1, 40, 19, "bf16"), (4, 17, 8, "f32")],
+    "small_gate_up": [(2, 33, 20, "bf16"), (1, 16, 9, "f32")],
+    "small_residual": [(3, 40, 17, "bf16"), (1, 17, 8, "f32")],
+    "small_gemv_row": [(1, 40, 17, "bf16"), (4, 33, 9, "f32")],
+}
+
+# Decode attention (B, S, KV, G, HD, T, pos): caches of 40 and 33 positions (three blocks of
+# 16, the last ragged), heads of 32 and 24 dims (two value blocks, one ragged), G 4 and 3 (of
+# 16 lanes), positions at the end, the middle and the start of the cache.
+ATTENTION = [(2, 40, 2, 4, 32, "f32", [39, 20]), (1, 33, 3, 3, 24, "bf16", [32]),
+             (3, 40, 1, 1, 16, "f32", [0, 17, 31])]
+
+DRIVER = """
+import json, sys
+import torch
+from linnet.lang import Program
+from linnet.lang.check.kernel_cases import bound_ops, case_for, checked_program
+from linnet.torch.testing import check_case, check_kernels, use_interpreter
+
+path, chosen = sys.argv[1], json.loads(sys.argv[2])
+checks = []
+def seen(c):
+    checks.append({"op": c.case.op, "generics": c.case.generics, "difference": c.difference,
+                   "finding": str(c.finding) if c.finding else None})
+# Sampled cases, then the chosen ones.
+check_kernels(path, count=2, seed=3, max_size=40, ops=list(chosen), on_check=seen)
+use_interpreter()
+program = checked_program(path)
+for op in bound_ops(program):
+    for shape in chosen.get(op.name, []):
+        names = [g.name for g in op.generics]
+        case = case_for(program, op, dict(zip(names, shape)))
+        seen(check_case(program, op, case, 0, torch.device("cpu")))
+# Decode attention at small tiles (16 positions a block, whole heads of up to 32 dims, 16
+# value columns a program) with positions chosen across the cache (the checker's random ones
+# are 0..3: one block): the online softmax's rescaling across blocks runs.
+import tempfile
+from pathlib import Path
+from linnet.torch import load
+from linnet.torch.kernels import kernel_module, op_case
+attention = []
+for b, s, kv, g, hd, dtype, last in json.loads(sys.argv[3]):
+    generics = {"B": b, "S": s, "KV": kv, "G": g, "HD": hd, "T": dtype}
+    case = op_case("std.nn.decode::decode_attention_flash", generics, {"scale": 0.3})
+    q, k, v, pos = case.random_inputs("cpu", seed=len(attention))
+    pos = torch.tensor(last, dtype=torch.int32)
+    mod = kernel_module(None, "std.nn.decode::decode_attention_tiles",
+                        generics | {"BG": 16, "BS": 16, "BH": 32, "BD": 16}, {"scale": 0.3})
+    mod.POISON = True
+    got = mod.LAUNCH(q, k, v, pos)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "case.linnet"
+        path.write_text(case.text)
+        want = load(path, weights={}, numerics="exact").run("run", [q, k, v, pos])
+    from linnet.torch.testing import compare
+    found, diff = compare(got, want, dtype)
+    attention.append({"generics": generics, "pos": last, "difference": diff,
+                      "finding": None if found is None else str(found)})
+print(json.dumps({"checks": checks, "attention": attention}))
+"""
+
+
+@pytest.fixture(scope="module")
+def run() -> dict:
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN),
+                           json.dumps(ATTENTION)],
+                          env={**os.environ, "TRITON_INTERPRET": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def checks(run: dict) -> list[dict]:
+    return run["checks"]
+
+
+def test_small_tile_kernels_agree_with_their_bodies(checks: list[dict]) -> None:
+    assert [c["finding"] for c in checks if c["finding"]] == []
+    ops = [c["op"].rsplit("::", 1)[-1] for c in checks]
+    # Two sampled cases and every chosen one of each op ran.
+    assert {o: ops.count(o) for o in OPS} == {o: 2 + len(CHOSEN[o]) for o in OPS}
+    assert all(c["difference"] < float("inf") for c in checks)
+
+
+def test_the_chosen_cases_reach_several_chunks_and_programs() -> None:
+    """Each op has a chosen case whose reduction spans more than one BK = 16 chunk, whose
+    outputs span more than one BO = 8 program, and one with more than one row."""
+    for op, shapes in CHOSEN.items():
+        assert max(s[1] for s in shapes) > 16, op
+        assert max(max(v for v in s[2:] if isinstance(v, int)) for s in shapes) > 8, op
+        assert max(s[0] for s in shapes) > 1, op
+
+
+def test_the_small_bindings_are_the_std_kernels() -> None:
+    """Each small binding names a std.nn.decode kernel, so the small cases check the std
+    kernels' own code."""
+    program = Program.from_file(TILES)
+    kernels = {op.name: op.kernel.name for op in bound_ops(program) if op.name in OPS}
+    assert kernels == {"small_gemv": "gemv_rows", "small_norm_gemv": "rms_norm_gemv",
+                       "small_qkv": "rms_norm_qkv_gemv",
+                       "small_norm_gate_up": "rms_norm_gate_up_gemv",
+                       "small_gate_up": "gate_up_gemv", "small_residual": "gemv_residual",
+                       "small_gemv_row": "gemv_row"}
+
+
+def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
+    found = run["attention"]
+    assert len(found) == len(ATTENTION)
+    assert [c["finding"] for c in found] == [None] * len(ATTENTION)
+    assert all(c["difference"] < 1e-2 for c in found)
+
+
+def test_op_case_of_a_several_result_op_returns_each(tmp_path: Path) -> None:
+    """`op_case` (what benchmarks/decode_kernels.py builds its bodies from) unpacks a span
+    op's three results; its body equals the three products of one norm."""
+    import torch
+    import torch.nn.functional as F
+    from linnet.torch import load
+    from linnet.torch.kernels import op_case
+
+    case = op_case("std.nn.decode::rms_norm_qkv", {"N": 2, "D": 8, "Q": 6, "K": 4, "T": "f32"})
+    assert "let (r0, r1, r2) = rms_norm_qkv(x, nw, wq, wk, wv, 1e-05)" in case.text
+    path = tmp_path / "case.linnet"
+    path.write_text(case.text)
+    x, nw, wq, wk, wv = case.random_inputs(seed=2)
+    q, k, v = load(path, weights={}, numerics="exact").run("run", [x, nw, wq, wk, wv])
+    h = F.rms_norm(x, (8,), nw, 1e-5)
+    for got, w in zip((q, k, v), (wq, wk, wv)):
+        torch.testing.assert_close(got, F.linear(h, w), rtol=1e-5, atol=1e-5)
