@@ -199,8 +199,11 @@ def _verify_calls(graph: Graph, stage: str) -> None:
                                  f"outside the graph's {n} steps")
     # Sorted by start, longest first, spans nest exactly when each one either lies inside
     # the innermost open span or starts after it ends (a stack walk, linear after the sort).
-    # Empty spans (a call that made no step) nest anywhere.
-    spans = sorted((c for c in graph.calls if c.start < c.stop),
+    # Empty spans (a call that made no step) nest anywhere. A span op's claim
+    # (`attributes["span"]`, ir/spans.py) is an overlay over the calls it claims, which may lie
+    # in different functions (a layer's norm, its attention's q/k/v): it need not nest.
+    spans = sorted((c for c in graph.calls if c.start < c.stop
+                    and not c.attributes.get("span")),
                    key=lambda c: (c.start, -c.stop, c.depth))
     open_calls: list = []
     for c in spans:
