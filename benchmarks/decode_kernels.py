@@ -210,13 +210,18 @@ def _outs(v: Any) -> tuple[torch.Tensor, ...]:
     return v if isinstance(v, tuple) else (v,)
 
 
-def body_function(path: Path, device: str, inputs: list[torch.Tensor]) -> Callable[..., Any]:
-    """The generated PyTorch of the case's one slice (the op's body), numerics exact."""
+def body_function(path: Path, device: str, inputs: list[torch.Tensor], compile_mode: str = ""
+                  ) -> Callable[..., Any]:
+    """The generated PyTorch of the case's one slice (the op's body), numerics exact; with
+    ``compile_mode``, the slice's function compiled (torch.compile of the generated function
+    itself: each case's is its own code object, so no case recompiles another's)."""
     model = load(path, weights={}, device=device, numerics="exact")
     module = model.module("run", inputs)
     entry = module.ENTRIES["run"]
     (sl,) = entry["slices"]
     fn = getattr(module, sl["function"])
+    if compile_mode:
+        fn = torch.compile(fn, mode=compile_mode, dynamic=False)
     # The slice takes the values it reads in its own order: pick them from the entry's.
     order = [entry["inputs"].index(name) for name in sl["inputs"]]
 
@@ -265,7 +270,7 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
             times["cublas_us"] = graph_us(span.reference, copies, args.reps)
             if not args.no_compile:
                 try:
-                    compiled = torch.compile(body, mode=args.compile_mode, dynamic=False)
+                    compiled = body_function(path, device, inputs, args.compile_mode)
                     got = _outs(compiled(*inputs))
                     times["body_compiled_us"] = graph_us(compiled, copies, args.reps)
                     times["body_compiled_diff"] = max(
