@@ -60,6 +60,7 @@ from gpu_flashinfer import LLAMA, config
 from torch_decode import hf_config
 
 SUMMARY: list[str] = []
+HF_BEST_ONLY = False  # --hf-best: only transformers' best configuration (max-autotune + graph)
 ONLY: list[str] = []  # --only: a regular expression a Linnet row's label must match
 CONTEXT = 1024  # (s): --context and --batch change these three
 BATCH = 1
@@ -400,7 +401,8 @@ def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> N
                      (queued, one, "")))
         print(f"  {name} HF max-autotune + graph: {queued:.3f} ms/token", flush=True)
 
-    guarded(f"{name} HF reduce-overhead", reduce_overhead)
+    if not HF_BEST_ONLY:
+        guarded(f"{name} HF reduce-overhead", reduce_overhead)
     guarded(f"{name} HF max-autotune + graph", autotune_graph)
 
 
@@ -578,7 +580,7 @@ def compile_variants(name: str, dev: torch.device) -> None:
 
 
 def main() -> int:
-    global CONTEXT, CACHE, BATCH
+    global CONTEXT, CACHE, BATCH, HF_BEST_ONLY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--parts", default="t,s",
                         help="t (token for token), s (whole steps), p (kernels of a step), "
@@ -589,12 +591,16 @@ def main() -> int:
     parser.add_argument("--only", default="",
                         help="(s): keep only the Linnet rows whose label this regular "
                              "expression finds (e.g. 'compile.*FlashInfer')")
+    parser.add_argument("--hf-best", action="store_true",
+                        help="(s): only transformers' best configuration (max-autotune-no-"
+                             "cudagraphs + a CUDA graph), not reduce-overhead too")
     parser.add_argument("--context", type=int, default=CONTEXT,
                         help="(s): prompt length; decode runs positions context.. (cache: "
                              "context + 128)")
     parser.add_argument("--batch", type=int, default=BATCH, help="(s): sequences a step")
     args = parser.parse_args()
     ONLY[:] = [args.only] if args.only else []
+    HF_BEST_ONLY = args.hf_best
     CONTEXT, CACHE, BATCH = args.context, args.context + 128, args.batch
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
