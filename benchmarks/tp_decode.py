@@ -36,29 +36,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def copy_bandwidth(device: torch.device) -> float:
-    """Bytes per second of a device-to-device copy (read + write counted)."""
-    n = (1 << 30) if device.type == "cuda" else (1 << 26)
-    a = torch.empty(n, dtype=torch.uint8, device=device)
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    sync(device)
-    times = []
-    for _ in range(10):
-        start = time.perf_counter()
-        b.copy_(a)
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return 2 * n / min(times)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_decode import DTYPES, copy_bandwidth, sync  # noqa: E402
 
 
 def rank_blocks(cfg: dict, tp: int, device: torch.device):

@@ -223,19 +223,7 @@ SPAN_OPS = Path(__file__).resolve().parents[2] / "linnet-lang" / "tests" / "span
 # More rows than std.nn.decode's span ops take (16), so that only this file's span op and
 # rms_norm's own kernel claim the model's steps.
 ROWS = 20
-SPAN_MODEL = """
-pub model M<D: Dim, O: Dim, T: DType> {
-    param nw: Tensor[D; T]
-    param w: Tensor[O, D; T]
-    param nw2: Tensor[O; T]
-    param w2: Tensor[D, O; T]
-    entry run<N: Dim>(x: Tensor[N, D; T]) -> Tensor[N, D; T] {
-        let h = linear(rms_norm(x, self.nw, 1e-5), self.w)
-        let y = linear(rms_norm(h, self.nw2, 1e-6), self.w2)
-        return y + x
-    }
-}
-"""
+SPAN_MODEL = (SPAN_OPS.parent / "two_norms.linnet.part").read_text()
 
 
 @pytest.fixture
