@@ -499,3 +499,15 @@ print("ok", tuple(out.shape))
                           timeout=120, env={**os.environ})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ok (1, 256)" in proc.stdout
+
+
+def test_random_weights_take_a_config_that_sets_the_batch():
+    """The weights do not depend on the batch: a config with B = 8 (a benchmark's) gives the
+    same tensors as B = 1 instead of failing to lower the entry at batch 1 (E0607)."""
+    from linnet.torch import random_weights
+    from support import LLAMA, toy_config
+
+    eight = random_weights(LLAMA, toy_config(B=8), seed=1)
+    one = random_weights(LLAMA, toy_config(B=1), seed=1)
+    assert eight.keys() == one.keys()
+    assert all(torch.equal(eight[k], one[k]) for k in eight)

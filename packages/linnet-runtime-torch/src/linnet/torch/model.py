@@ -748,7 +748,14 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
 
     decl = find_model(program, None)
     entry = next(m for m in decl.methods if m.kind == "entry")
-    inputs = {p.name: [1] * len(p.type.dims) for p in entry.params}  # type: ignore[union-attr]
+
+    def size(dim: Any) -> int:
+        # A dim the config sets (the batch B, say) takes its value; any other is 1.
+        value = config.get(getattr(dim, "name", ""))
+        return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+    inputs = {p.name: [size(d) for d in p.type.dims]  # type: ignore[union-attr]
+              for p in entry.params}
     graph = lower(program, entry.name, inputs, config)
     dev = torch.device(device)
     gen = torch.Generator(dev).manual_seed(seed)
