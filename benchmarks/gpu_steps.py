@@ -292,10 +292,11 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
             print("\n".join(ln for ln in plan.explain().splitlines()
                             if "taken" in ln or "declined" in ln)[:3000])
         if kernels:  # every kernel region's fate, one line per kind
-            seen: set[str] = set()
+            seen: set[tuple[str, str]] = set()
             for c in plan.candidates:
-                if c.backend_name == "linnet-kernels" and c.region.kind not in seen:
-                    seen.add(c.region.kind)
+                key = (c.region.kind, c.region.callee)
+                if c.backend_name == "linnet-kernels" and key not in seen:
+                    seen.add(key)
                     print(f"    kernel {c.region!r}: {c.status}; kernel "
                           f"{(c.backend_seconds or 0) * 1e6:.1f} us, bodies "
                           f"{(c.generated_seconds or 0) * 1e6:.1f} us", flush=True)

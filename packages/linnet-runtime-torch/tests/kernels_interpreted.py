@@ -318,3 +318,31 @@ def test_conform_runs_each_kernel_region_both_ways(span_model, interpret):
 
     findings = span_model.conform("run", [torch.randn(ROWS, 40)], KernelPaths(span_model.program))
     assert len(findings) == 4 and all(f.passed for f in findings), findings
+
+
+def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret):
+    """`norm_linear` and a copy bound to other tiles claim the same steps (one region kind):
+    each kernel is timed, and cached, on its own."""
+    from linnet.plan import TimingCache
+
+    other = SPAN_OPS.read_text().split("/// Two products of one norm")[0].replace(
+        "pub op norm_linear<", "pub op norm_linear_wide<").replace(
+        "kernel norm_linear_rows<N, D, O, T, 64, 16>", "kernel norm_linear_rows<N, D, O, T, 64, 32>")
+    other = other[other.index("/// linear(rms_norm(x, nw, eps), w), rows of up to 64"):]
+    path = tmp_path / "m.linnet"
+    path.write_text(SPAN_OPS.read_text() + other + SPAN_MODEL)
+    g = torch.Generator().manual_seed(0)
+    weights = {"nw": torch.randn(40, generator=g), "w": torch.randn(24, 40, generator=g),
+               "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g)}
+    model = load(path, weights=weights, numerics="fast", config={"D": 40, "O": 24, "T": "f32"})
+    cache = TimingCache(tmp_path / "t.json")
+    plan = model.plan_for("run", [torch.randn(ROWS, 40)], backends=[], progress=False,
+                          cache=cache)
+    ops = {c.region.callee.rsplit("::", 1)[-1] for c in kernel_rows(plan)}
+    assert {"norm_linear", "norm_linear_wide"} <= ops
+    import json
+
+    entries = json.loads(cache.path.read_text())["entries"]
+    kinds = [json.loads(k)[-1] for k in entries if json.loads(k)[1] == "linnet-kernels"]
+    variants = {kind.rsplit("/", 1)[-1] for kind in kinds if "/" in kind}
+    assert {"m::norm_linear", "m::norm_linear_wide"} <= variants, kinds

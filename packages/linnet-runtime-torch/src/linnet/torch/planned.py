@@ -592,9 +592,10 @@ class PlanBuilder:
         return items
 
     # -- timing
-    def keys(self, backend: Any, kind: str) -> tuple[str, str]:
+    def keys(self, backend: Any, kind: str, variant: str = "") -> tuple[str, str]:
         target_key = self.target.key()
-        bkey = cache_key(target_key, backend.name, str(backend.version), CONTRACT, kind)
+        bkey = cache_key(target_key, backend.name, str(backend.version), CONTRACT,
+                         kind + (f"/{variant}" if variant else ""))
         # "bodies": the generated source of a plan launches no kernel (see `emit`).
         gkey = cache_key(target_key, "generated", f"{lang_version}/{self.model.numerics}/"
                          f"bodies/{compile_label(self.options.compile)}", CONTRACT, kind)
@@ -602,14 +603,14 @@ class PlanBuilder:
 
     def time_candidates(self, candidates: list[Candidate], env: dict[str, Any],
                         context: Context, cache: TimingCache) -> None:
-        groups: dict[tuple[int, str], list[Candidate]] = {}
+        groups: dict[tuple[int, str, str], list[Candidate]] = {}
         for c in candidates:
-            groups.setdefault((id(c.backend), c.region.kind), []).append(c)
+            groups.setdefault((id(c.backend), c.region.kind, variant_of(c)), []).append(c)
         progress = Progress(len(groups), "linnet: timing regions", self.progress)
         generated_times: dict[str, float] = {}
-        for (_, kind), group in groups.items():
+        for (_, kind, variant), group in groups.items():
             backend = group[0].backend
-            bkey, gkey = self.keys(backend, kind)
+            bkey, gkey = self.keys(backend, kind, variant)
             b_seconds = cache.get(bkey)
             g_seconds = generated_times.get(kind, cache.get(gkey))
             cached = b_seconds is not None and g_seconds is not None
@@ -734,6 +735,13 @@ class _Failed:
 
     def __init__(self, reason: str):
         self.reason = reason
+
+
+def variant_of(c: Candidate) -> str:
+    """What tells apart one backend's candidates over the same steps: for Linnet's kernels,
+    the op whose kernel runs (`linear_gemv` and `linear_gemv_row` claim the same steps with
+    different kernels, so they share a region kind but must be timed, and cached, apart)."""
+    return c.region.callee if isinstance(c.backend, KernelPaths) else ""
 
 
 def region_problem(region: Region) -> str | None:
