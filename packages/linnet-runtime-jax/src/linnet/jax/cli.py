@@ -180,8 +180,7 @@ def check_length(model: Any, prompt: int, tokens: int) -> None:
     """E0788 before prefill when the decode steps would run past the KV cache (as the torch
     runtime's `linnet run` does)."""
     import numpy as np
-
-    from .inputs import bounds_for
+    from linnet.lang.ir.bounds import bounds_for
 
     if "decode" not in model.entries:
         return

@@ -11,68 +11,20 @@ have no values to check: only their dtypes are.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from linnet.lang import LinnetError
 from linnet.lang.diagnostics.core import Diagnostic
-from linnet.lang.ir.bounds import Bounds, InputRange, dim_names, input_bounds
+from linnet.lang.ir.bounds import InputRange, bounds_for, dim_names
 from linnet.lang.ir.graph import Graph
 
 from .weights import numpy_dtype
 
-_CACHE: dict[int, Bounds] = {}
-
 
 def _error(code: str, message: str, help: str = "") -> LinnetError:
     return LinnetError(Diagnostic(code, message, help=help))
-
-
-def bounds_for(graph: Graph) -> Bounds:
-    """``input_bounds(graph)``, computed once per graph object.
-
-    >>> bounds_for(Graph("e", "m")).inputs
-    {}
-    """
-    key = id(graph)
-    found = _CACHE.get(key)
-    if found is None:
-        found = _CACHE[key] = input_bounds(graph)
-        weakref.finalize(graph, _CACHE.pop, key, None)
-    return found
-
-
-def check_static(graph: Graph, entry: str) -> None:
-    """Raise E0782 where the inputs' shapes alone make an index go past its axis (a prompt
-    of L tokens into a cache of S < L positions), as the PyTorch runtime does.
-
-    >>> check_static(Graph("e", "m"), "e")   # nothing to find in an empty graph
-    """
-    found = bounds_for(graph).static
-    if not found:
-        return
-    v = found[0]
-    what = v.use.describe(graph)
-    culprits = [f"`{name.lstrip('%')}` is {list(graph.values[name].shape)}"
-                for name in graph.inputs
-                if v.hi >= v.use.size and v.hi + 1 in graph.values[name].shape]
-    names = dim_names(graph, v.use.size)
-    dim = f" ({' or '.join(names)} = {v.use.size})" if names else ""
-    verb = "write" if v.use.op == "scatter" else "read"
-    if culprits:
-        raise _error(
-            "E0782", f"the shapes of the inputs of `{entry}` (input {', '.join(culprits)}) make "
-            f"step {v.use.step} ({v.use.op}) {verb} positions {v.lo}..{v.hi} of {what}, which "
-            f"holds {v.use.size}", help=f"an input is longer than the axis it indexes{dim}: "
-            f"e.g. a prompt longer than the KV cache; shorten the input to at most "
-            f"{v.use.size} along that axis, or load the model with a larger size in the config")
-    raise _error(
-        "E0782", f"`{entry}` would {verb} positions {v.lo}..{v.hi} of {what}, which holds "
-        f"{v.use.size} (step {v.use.step}, {v.use.op})",
-        help=f"the model indexes past the end of that axis for these dims{dim}: check the "
-             "config's sizes and the model's constant indices")
 
 
 def is_array(value: Any) -> bool:

@@ -22,9 +22,10 @@ import numpy as np
 from linnet.lang import Graph, LinnetError, Program, check_program, lower
 from linnet.lang.diagnostics.core import Diagnostic
 from linnet.lang.emit.jax import emit_jax
+from linnet.lang.ir.bounds import check_static
 
 from .home import import_source
-from .inputs import check_inputs, check_static, is_array, type_error
+from .inputs import check_inputs, is_array, type_error
 from .weights import load_checkpoint, numpy_dtype
 
 NUMERICS = ("exact", "fast")

@@ -156,9 +156,9 @@ def run_command(args: argparse.Namespace) -> int:
 def check_length(model: Any, prompt: int, tokens: int) -> None:
     """Fail before prefill when decoding ``tokens`` after a ``prompt``-token prompt would
     run past the positions the decode entry accepts (the KV cache's length)."""
-    import torch
+    from linnet.lang.ir.bounds import bounds_for
 
-    from .inputs import bounds_for
+    import torch
 
     if "decode" not in model.entries:
         return

@@ -103,7 +103,7 @@ def _check(model: Any, max_new_tokens: Any, temperature: Any, top_k: Any, top_p:
 def _check_length(model: Any, prompt: int, tokens: int) -> None:
     """E0817 before anything runs when the last decode step would pass the positions the
     model's decode entry takes (its KV cache's length)."""
-    from .inputs import bounds_for
+    from linnet.lang.ir.bounds import bounds_for
 
     one = torch.zeros(1, dtype=torch.int32)
     graph = model.graph("decode", [one, one])

@@ -14,12 +14,13 @@ from typing import Any
 from linnet.lang import Graph, LinnetError, Program, check_program, lower
 from linnet.lang.diagnostics.core import Diagnostic
 from linnet.lang.emit.torch import emit_torch
+from linnet.lang.ir.bounds import check_static
 
 import torch
 
 from .context import Context
 from .home import import_source
-from .inputs import check_inputs, check_static
+from .inputs import check_inputs
 from .interpreter import DTYPES, index_error, run_graph
 
 # Re-exported: `linnet.torch.model.compile_options` is how tests and users name them.
@@ -245,9 +246,9 @@ class Model:
     def _shard(self, graph: Graph, entry: str) -> Graph:
         """This rank's graph of ``graph`` (linnet.lang.ir.shard); its inputs are checked as
         the whole graph's are (the same inputs reach every rank)."""
+        from linnet.lang.ir.bounds import share_bounds
         from linnet.lang.ir.shard import shard
 
-        from .inputs import share_bounds
         from .parallel import check_layout
 
         sharded = shard(graph, self.world, self.rank)

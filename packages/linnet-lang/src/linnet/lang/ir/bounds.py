@@ -37,9 +37,11 @@ Indices with ``bounds = zero`` read zero outside their axis (they are never out 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Graph, Step
 
 INTS = {"i8", "i16", "i32", "i64", "u8"}
@@ -521,3 +523,72 @@ def dim_names(graph: Graph | None, size: int) -> list[str]:
     if graph is None:
         return []
     return sorted(k for k, v in graph.dims.items() if v == size and isinstance(v, int))
+
+
+# ---------------------------------------------------------------- what the runtimes share
+# The input checks that need no framework: every runtime calls these (linnet.torch.inputs,
+# linnet.jax.inputs), so a model rejects the same bad input the same way on each.
+_CACHE: dict[int, Bounds] = {}
+
+
+def _error(code: str, message: str, help: str = "") -> LinnetError:
+    return LinnetError(Diagnostic(code, message, help=help))
+
+
+def bounds_for(graph: Graph) -> Bounds:
+    """``input_bounds(graph)``, computed once per graph object (both runtimes' input checks
+    and generation read it).
+
+    >>> bounds_for(Graph("e", "m")).inputs
+    {}
+    """
+    key = id(graph)
+    found = _CACHE.get(key)
+    if found is None:
+        found = _CACHE[key] = input_bounds(graph)
+        weakref.finalize(graph, _CACHE.pop, key, None)
+    return found
+
+
+def share_bounds(graph: Graph, like: Graph) -> None:
+    """Check ``graph``'s inputs as ``like``'s are: a rank's graph (linnet.lang.ir.shard) takes
+    the inputs of the whole graph it came from, whose index ranges (the vocabulary, the
+    cache) its split tables no longer show.
+
+    >>> share_bounds(Graph("e", "m"), Graph("e", "m"))
+    """
+    key = id(graph)
+    _CACHE[key] = bounds_for(like)
+    weakref.finalize(graph, _CACHE.pop, key, None)
+
+
+def check_static(graph: Graph, entry: str) -> None:
+    """Raise E0782 where an index is out of range whatever the inputs' values are: the
+    inputs' shapes make it so (a prompt of L tokens into a cache of S < L positions). The
+    runtimes call it before anything runs, so both reject such inputs alike.
+
+    >>> check_static(Graph("e", "m"), "e")   # nothing to find in an empty graph
+    """
+    found = bounds_for(graph).static
+    if not found:
+        return
+    v = found[0]
+    what = v.use.describe(graph)
+    culprits = [f"`{name.lstrip('%')}` is {list(graph.values[name].shape)}"
+                for name in graph.inputs
+                if v.hi >= v.use.size and v.hi + 1 in graph.values[name].shape]
+    names = dim_names(graph, v.use.size)
+    dim = f" ({' or '.join(names)} = {v.use.size})" if names else ""
+    verb = "write" if v.use.op == "scatter" else "read"
+    if culprits:
+        raise _error(
+            "E0782", f"the shapes of the inputs of `{entry}` (input {', '.join(culprits)}) make "
+            f"step {v.use.step} ({v.use.op}) {verb} positions {v.lo}..{v.hi} of {what}, which "
+            f"holds {v.use.size}", help=f"an input is longer than the axis it indexes{dim}: "
+            f"e.g. a prompt longer than the KV cache; shorten the input to at most "
+            f"{v.use.size} along that axis, or load the model with a larger size in the config")
+    raise _error(
+        "E0782", f"`{entry}` would {verb} positions {v.lo}..{v.hi} of {what}, which holds "
+        f"{v.use.size} (step {v.use.step}, {v.use.op})",
+        help=f"the model indexes past the end of that axis for these dims{dim}: check the "
+             "config's sizes and the model's constant indices")
