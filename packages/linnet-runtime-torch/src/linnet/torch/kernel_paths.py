@@ -27,7 +27,7 @@ from linnet.lang import __version__ as lang_version
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Call, Graph
 from linnet.lang.ir.slices import slice_steps
-from linnet.lang.ir.spans import spans_for, std_spans
+from linnet.lang.ir.spans import closed, spans_for, std_spans
 
 from .home import import_source
 
@@ -45,7 +45,6 @@ def kernel_calls(graph: Graph) -> list[Call]:
     """The calls of ``graph`` whose kernel applies and whose values stay inside them except
     their results (the emitter launches only those): bound ops' own calls and span calls."""
     out = []
-    users = graph.users()
     for c in graph.calls:
         a = c.attributes
         if c.kind != "op" or not a.get("kernel") or not a.get("kernel_applies") \
@@ -54,16 +53,7 @@ def kernel_calls(graph: Graph) -> list[Call]:
         results = a.get("results") or []
         if any(not isinstance(r, str) for r in results):
             continue
-        keep = set(results)
-        escapes = False
-        for step in graph.steps[c.start:c.stop]:
-            for r in step.results:
-                if r in keep:
-                    continue
-                if r in graph.outputs or any(u < c.start or u >= c.stop
-                                             for u in users.get(r, [])):
-                    escapes = True
-        if not escapes:
+        if closed(graph, c.start, c.stop, results):
             out.append(c)
     return out
 

@@ -79,6 +79,7 @@ class SpanMatch:
     args: list[Any]
     results: list[Any]
     calls: list[Call]
+    binding: dict[str, Any] = field(default_factory=dict)  # the kernel's, once confirmed
 
 
 # ---------------------------------------------------------------- nodes of a graph
@@ -352,7 +353,7 @@ def _other_result(pat: Pattern, u: _Unify, pr: Any, nodes: list[Node]) -> Any:
     return None
 
 
-def _closed(graph: Graph, lo: int, hi: int, results: list[Any]) -> bool:
+def closed(graph: Graph, lo: int, hi: int, results: list[Any]) -> bool:
     """Nothing the steps ``lo..hi`` make is read after them, or is an output of the
     graph, except ``results``."""
     keep = {r for r in results if isinstance(r, str)}
@@ -403,7 +404,7 @@ class Spans:
                 if (op.qualified_name, lo, hi) in seen:
                     continue  # the same steps with the results matched in another order
                 seen.add((op.qualified_name, lo, hi))
-                if not _closed(graph, lo, hi, results):
+                if not closed(graph, lo, hi, results):
                     continue
                 args = [u.params.get(k) for k in range(len(op.params))]
                 if any(a is None for a in args):
@@ -411,7 +412,9 @@ class Spans:
                 m = SpanMatch(op, lo, hi, args, results,
                               sorted((n.call for n in got if n.call is not None),
                                      key=lambda c: c.start))
-                if self.confirm(program, graph, m, pat) is not None:
+                binding = self.confirm(program, graph, m, pat)
+                if binding is not None:
+                    m.binding = binding
                     out.append(m)
         out.sort(key=lambda m: (m.start, m.start - m.stop))
         return out
@@ -493,11 +496,6 @@ class Spans:
         out.calls = list(graph.calls)
         index = max((c.index for c in graph.calls), default=-1) + 1
         for m in self.matches(graph):
-            program = next(p for p, op in self.ops if op is m.op)
-            pat = self.pattern(program, m.op)
-            assert pat is not None
-            binding = self.confirm(program, graph, m, pat)
-            assert binding is not None
             inner = [c for c in graph.calls if m.start <= c.start and c.stop <= m.stop]
             depth = min((c.depth for c in m.calls), default=0)
             paths = [c.path for c in m.calls if c.path]
@@ -506,7 +504,7 @@ class Spans:
             out.calls.append(Call(
                 m.op.qualified_name, "op", m.start, m.stop, index, _common_path(paths), depth,
                 m.calls[0].loc if m.calls else "",
-                {**binding, "args": list(m.args), "results": list(m.results), "span": True,
+                {**m.binding, "args": list(m.args), "results": list(m.results), "span": True,
                  "claims": [c.callee for c in m.calls], "inner": len(inner)},
                 iters.pop() if len(iters) == 1 else None,
                 repeated.pop() if len(repeated) == 1 else ""))
@@ -557,5 +555,5 @@ def claim_spans(graph: Graph, program: Program | None = None) -> Graph:
     return spans_for(program).claim(graph)
 
 
-__all__ = ["Node", "Pattern", "SpanMatch", "Spans", "claim_spans", "graph_nodes", "span_ops",
+__all__ = ["Node", "Pattern", "SpanMatch", "Spans", "claim_spans", "closed", "graph_nodes", "span_ops",
            "spans_for", "std_spans"]
