@@ -346,3 +346,40 @@ def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret):
     kinds = [json.loads(k)[-1] for k in entries if json.loads(k)[1] == "linnet-kernels"]
     variants = {kind.rsplit("/", 1)[-1] for kind in kinds if "/" in kind}
     assert {"m::norm_linear", "m::norm_linear_wide"} <= variants, kinds
+
+
+def test_a_kernel_that_cannot_be_written_fails_its_own_regions_only(tmp_path, interpret,
+                                                                     monkeypatch):
+    """Where writing one span op's kernel raises a coded error (here made to, for
+    `norm_linear_wide`: a checked program reaches none such today), its regions are failed
+    candidates with that error as the reason; the other kernel regions still run."""
+    from linnet.lang import LinnetError
+    from linnet.lang.diagnostics.core import Diagnostic
+    from linnet.torch.kernel_paths import KernelPaths
+
+    other = SPAN_OPS.read_text().split("/// Two products of one norm")[0].replace(
+        "pub op norm_linear<", "pub op norm_linear_wide<").replace(
+        "kernel norm_linear_rows<N, D, O, T, 64, 16>", "kernel norm_linear_rows<N, D, O, T, 64, 32>")
+    other = other[other.index("/// linear(rms_norm(x, nw, eps), w), rows of up to 64"):]
+    path = tmp_path / "m.linnet"
+    path.write_text(SPAN_OPS.read_text() + other + SPAN_MODEL)
+    real = KernelPaths._compile
+
+    def failing(self, regions, target):
+        if any(r.callee.endswith("norm_linear_wide") for r in regions):
+            raise LinnetError(Diagnostic("E0532", "a kernel uses `x`, which has no Triton form"))
+        return real(self, regions, target)
+
+    monkeypatch.setattr(KernelPaths, "_compile", failing)
+    g = torch.Generator().manual_seed(0)
+    weights = {"nw": torch.randn(40, generator=g), "w": torch.randn(24, 40, generator=g),
+               "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g)}
+    model = load(path, weights=weights, numerics="fast", config={"D": 40, "O": 24, "T": "f32"})
+    x = torch.randn(ROWS, 40)
+    plan = model.plan_for("run", [x], backends=[], measure=False, progress=False)
+    wide = [c for c in kernel_rows(plan) if c.region.callee.endswith("norm_linear_wide")]
+    assert wide and all(c.status == "failed" and "E0532" in c.reason for c in wide)
+    assert any(c.status == "taken" for c in kernel_rows(plan))
+    assert not any("kernels" in getattr(s, "name", "") for s in plan.skipped)
+    (got,) = plan.run([x], model.context_for(plan))
+    torch.testing.assert_close(got, model.run("run", [x]), atol=2e-5, rtol=1e-5)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from linnet.backends import Capabilities, ExecutableMeta, Options, Region, RegionError, Target
+from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Call, Graph
@@ -84,6 +85,22 @@ class KernelExecutable:
                       *[states[s] for s in self._states])
         res = list(res) if isinstance(res, tuple | list) else [res]
         return [res[i] for i in self._outputs]
+
+
+class Unbuilt:
+    """A region whose kernel could not be written: the planner's check runs it once and the
+    candidate fails with the kernel's coded error as its reason."""
+
+    def __init__(self, error: LinnetError):
+        self.error = error
+        self.meta = ExecutableMeta((), (), 0)
+
+    def prepare(self, context: Any) -> None:
+        """Nothing to prepare."""
+
+    def execute(self, inputs: list[Any], outputs: list[Any], context: Any) -> list[Any]:
+        """Raise the error that stopped the kernel being written."""
+        raise self.error
 
 
 class KernelPaths:
@@ -160,6 +177,19 @@ class KernelPaths:
         CUDA graphs, where the host's launch cost is not paid."""
         if not regions:
             return []
+        try:
+            return self._compile(regions, target)
+        except LinnetError as exc:
+            if len(regions) == 1:
+                return [Unbuilt(exc)]
+        # One kernel that does not lower (a user's kernel with an op Triton has no rule for,
+        # say) fails its own regions, not every kernel region of the plan.
+        out: list[Any] = []
+        for r in regions:
+            out += self.compile_regions([r], target, options)
+        return out
+
+    def _compile(self, regions: Sequence[Region], target: Target) -> list[Any]:
         graph = regions[0].graph
         slices = [slice_steps(graph, list(r.steps), f"kernel_{i}")
                   for i, r in enumerate(regions)]
@@ -186,4 +216,4 @@ class KernelPaths:
         return None
 
 
-__all__ = ["NAME", "KernelExecutable", "KernelPaths", "kernel_calls"]
+__all__ = ["NAME", "KernelExecutable", "KernelPaths", "Unbuilt", "kernel_calls"]
