@@ -46,6 +46,14 @@ CHOSEN = {
 ATTENTION = [(2, 40, 2, 4, 32, "f32", [39, 20]), (1, 33, 3, 3, 24, "bf16", [32]),
              (3, 40, 1, 1, 16, "f32", [0, 17, 31])]
 
+# Flash-decoding, the two stages composed (B, S, KV, G, HD, T, pos, NS) at BS 16, BH 32 (or
+# 16), BN 2 splits a step of the combine: 5 blocks of 16 (the last ragged) in 2 splits of 3
+# blocks, the second wholly masked at pos 20; 4 blocks in 3 splits of 2, the third past the
+# cache's end; pos 0 (the second split empty), 17 and 39; pos 63 at a block's end, 7 blocks
+# in 3 splits (the third empty). HD 24 is ragged against BH 32; G 4, 3, 1 of 16 lanes.
+FLASH = [(2, 75, 2, 4, 32, "f32", [74, 20], 2), (1, 50, 3, 3, 24, "bf16", [49], 3),
+         (3, 40, 1, 1, 16, "f32", [0, 17, 39], 2), (1, 100, 2, 4, 32, "bf16", [63], 3)]
+
 DRIVER = """
 import json, sys
 import torch
@@ -92,14 +100,43 @@ for b, s, kv, g, hd, dtype, last in json.loads(sys.argv[3]):
     found, diff = compare(got, want, dtype)
     attention.append({"generics": generics, "pos": last, "difference": diff,
                       "finding": None if found is None else str(found)})
-print(json.dumps({"checks": checks, "attention": attention}))
+# Flash-decoding: decode_attention_split_tiles then decode_attention_combine_tiles, each
+# module's results poisoned with NaN, composed as the chain binding launches them.
+flash = []
+for b, s, kv, g, hd, dtype, last, ns in json.loads(sys.argv[4]):
+    generics = {"B": b, "S": s, "KV": kv, "G": g, "HD": hd, "T": dtype}
+    case = op_case("std.nn.decode::decode_attention_flash", generics, {"scale": 0.3})
+    q, k, v, pos = case.random_inputs("cpu", seed=10 + len(flash))
+    pos = torch.tensor(last, dtype=torch.int32)
+    bh = 32 if hd > 16 else 16
+    split = kernel_module(None, "std.nn.decode::decode_attention_split_tiles",
+                          generics | {"BG": 16, "BS": 16, "BH": bh, "NS": ns}, {"scale": 0.3})
+    combine = kernel_module(None, "std.nn.decode::decode_attention_combine_tiles",
+                            generics | {"NS": ns, "BN": 2, "BH": bh}, {"scale": 0.3})
+    split.POISON = combine.POISON = True
+    parts = split.LAUNCH(q, k, v, pos)
+    got = combine.LAUNCH(q, k, v, pos, *parts)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "case.linnet"
+        path.write_text(case.text)
+        want = load(path, weights={}, numerics="exact").run("run", [q, k, v, pos])
+    found, diff = compare(got, want, dtype)
+    acc, top, total = parts
+    # Per split: did it see a live position (its max is a score, not -1e30)?
+    flash.append({"generics": generics, "pos": last, "difference": diff,
+                  "finding": None if found is None else str(found),
+                  "nan_parts": [bool(t.isnan().any()) for t in parts],
+                  "live_splits": (top[:, 0, :, 0] > -1e29).tolist(),
+                  "empty_totals": total[top <= -1e29].abs().max().item() if
+                  bool((top <= -1e29).any()) else 0.0})
+print(json.dumps({"checks": checks, "attention": attention, "flash": flash}))
 """
 
 
 @pytest.fixture(scope="module")
 def run() -> dict:
     done = subprocess.run([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN),
-                           json.dumps(ATTENTION)],
+                           json.dumps(ATTENTION), json.dumps(FLASH)],
                           env={**os.environ, "TRITON_INTERPRET": "1"},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -164,3 +201,21 @@ def test_op_case_of_a_several_result_op_returns_each(tmp_path: Path) -> None:
     h = F.rms_norm(x, (8,), nw, 1e-5)
     for got, w in zip((q, k, v), (wq, wk, wv)):
         torch.testing.assert_close(got, F.linear(h, w), rtol=1e-5, atol=1e-5)
+
+
+def test_flash_decoding_stages_agree_with_the_body(run: dict) -> None:
+    """decode_attention_split_tiles then decode_attention_combine_tiles equal
+    decode_attention's body, every partial result is written (none left NaN), and each split
+    is live exactly where its first position is at most pos: a split wholly past pos (or
+    past the cache's end) writes max -1e30 and sum 0."""
+    found = run["flash"]
+    assert len(found) == len(FLASH)
+    assert [c["finding"] for c in found] == [None] * len(FLASH)
+    assert all(c["difference"] < 1e-2 for c in found)
+    assert all(c["nan_parts"] == [False, False, False] for c in found)
+    for c, (_, s, _, _, _, _, last, ns) in zip(found, FLASH):
+        per = -(-(-(-s // 16)) // ns) * 16  # positions a split: ceil(ceil(S / 16) / NS) blocks
+        assert c["live_splits"] == [[i * per <= p for i in range(ns)] for p in last]
+        assert c["empty_totals"] == 0.0
+    # The cases reach an empty split, one past the cache's end, and a multi-block split.
+    assert any(not all(row) for c in found for row in c["live_splits"])
