@@ -47,7 +47,7 @@ ATTENTION = [(2, 40, 2, 4, 32, "f32", [39, 20]), (1, 33, 3, 3, 24, "bf16", [32])
              (3, 40, 1, 1, 16, "f32", [0, 17, 31])]
 
 # Flash-decoding, the two stages composed (B, S, KV, G, HD, T, pos, NS) at BS 16, BH 32 (or
-# 16), BN 2 splits a step of the combine: 5 blocks of 16 (the last ragged) in 2 splits of 3
+# 16), BN 2 splits a step and BG 2 query heads a program of the combine: 5 blocks of 16 (the last ragged) in 2 splits of 3
 # blocks, the second wholly masked at pos 20; 4 blocks in 3 splits of 2, the third past the
 # cache's end; pos 0 (the second split empty), 17 and 39; pos 63 at a block's end, 7 blocks
 # in 3 splits (the third empty). HD 24 is ragged against BH 32; G 4, 3, 1 of 16 lanes.
@@ -112,7 +112,7 @@ for b, s, kv, g, hd, dtype, last, ns in json.loads(sys.argv[4]):
     split = kernel_module(None, "std.nn.decode::decode_attention_split_tiles",
                           generics | {"BG": 16, "BS": 16, "BH": bh, "NS": ns}, {"scale": 0.3})
     combine = kernel_module(None, "std.nn.decode::decode_attention_combine_tiles",
-                            generics | {"NS": ns, "BN": 2, "BH": bh}, {"scale": 0.3})
+                            generics | {"NS": ns, "BN": 2, "BG": 2, "BH": bh}, {"scale": 0.3})
     split.POISON = combine.POISON = True
     parts = split.LAUNCH(q, k, v, pos)
     got = combine.LAUNCH(q, k, v, pos, *parts)
