@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 TILES = Path(__file__).parent / "kernels" / "decode_tiles.linnet"
 OPS = ["small_gemv", "small_norm_gemv", "small_qkv", "small_norm_gate_up", "small_gate_up",
-       "small_residual", "small_gemv_row"]
+       "small_residual", "small_gemv_row", "small_flash"]
 # Chosen shapes: reductions of several BK = 16 chunks with a ragged last one, outputs over
 # several BO = 8 programs with a ragged last one, 1 to BR = 4 rows; for the qkv kernel a
 # program whose outputs straddle q and k, and k and v (Q, K not multiples of BO).
@@ -38,6 +38,11 @@ CHOSEN = {
     "small_gate_up": [(2, 33, 20, "bf16"), (1, 16, 9, "f32")],
     "small_residual": [(3, 40, 17, "bf16"), (1, 17, 8, "f32")],
     "small_gemv_row": [(1, 40, 17, "bf16"), (4, 33, 9, "f32")],
+    # Flash-decoding (B, S, KV, G, HD, T), the checker's positions (0..7): 3 splits of 32
+    # positions, HD ragged against BH 32, G 3 and 5 in programs of 2 query heads.
+    # (small_flash3 runs only in FLASH below: its 3 splits and the combine's 2 query heads a
+    # program make a sampled case of 31 x 8 heads cost 30 s in the interpreter.)
+    "small_flash": [(2, 75, 2, 3, 24, "bf16"), (1, 90, 3, 5, 17, "f32")],
 }
 
 # Decode attention (B, S, KV, G, HD, T, pos): caches of 40 and 33 positions (three blocks of
@@ -46,13 +51,20 @@ CHOSEN = {
 ATTENTION = [(2, 40, 2, 4, 32, "f32", [39, 20]), (1, 33, 3, 3, 24, "bf16", [32]),
              (3, 40, 1, 1, 16, "f32", [0, 17, 31])]
 
-# Flash-decoding, the two stages composed (B, S, KV, G, HD, T, pos, NS) at BS 16, BH 32 (or
-# 16), BN 2 splits a step and BG 2 query heads a program of the combine: 5 blocks of 16 (the last ragged) in 2 splits of 3
-# blocks, the second wholly masked at pos 20; 4 blocks in 3 splits of 2, the third past the
-# cache's end; pos 0 (the second split empty), 17 and 39; pos 63 at a block's end, 7 blocks
-# in 3 splits (the third empty). HD 24 is ragged against BH 32; G 4, 3, 1 of 16 lanes.
-FLASH = [(2, 75, 2, 4, 32, "f32", [74, 20], 2), (1, 50, 3, 3, 24, "bf16", [49], 3),
-         (3, 40, 1, 1, 16, "f32", [0, 17, 39], 2), (1, 100, 2, 4, 32, "bf16", [63], 3)]
+# Flash-decoding at small tiles (decode_tiles.linnet: BS 16, BH 32, the combine's BN 2
+# splits a step and BG 2 query heads a program), the two stages launched in turn as the
+# chain's launcher does, each stage's results poisoned with NaN, with chosen positions (op,
+# B, S, KV, G, HD, T, pos). small_flash splits the cache every 32 positions (two blocks),
+# small_flash3 into 3 runs of ceil(ceil(S / 16) / 3) blocks. Covered: several blocks a split
+# and a ragged last block (S 75, 50); splits wholly past pos (pos 20 of 75, 0 of 40, 63 of
+# 100: the end of a split); a split past the cache's end (S 20: 2 blocks in 3 splits);
+# positions at the start, middle and end; G 4, 3, 2, 1; HD 24 and 20 ragged against BH 32.
+FLASH = [("small_flash3", 2, 75, 2, 4, 32, "f32", [74, 20]),
+         ("small_flash", 1, 50, 3, 3, 24, "bf16", [49]),
+         ("small_flash3", 3, 40, 1, 1, 16, "f32", [0, 17, 39]),
+         ("small_flash3", 1, 20, 2, 4, 32, "bf16", [19]),
+         ("small_flash", 1, 100, 2, 4, 32, "bf16", [63]),
+         ("small_flash", 2, 75, 2, 2, 20, "f32", [40, 74])]
 
 DRIVER = """
 import json, sys
@@ -100,19 +112,17 @@ for b, s, kv, g, hd, dtype, last in json.loads(sys.argv[3]):
     found, diff = compare(got, want, dtype)
     attention.append({"generics": generics, "pos": last, "difference": diff,
                       "finding": None if found is None else str(found)})
-# Flash-decoding: decode_attention_split_tiles then decode_attention_combine_tiles, each
-# module's results poisoned with NaN, composed as the chain binding launches them.
+# Flash-decoding: each small op's two stages (their generics from the binding), composed.
+from linnet.torch.kernels import stages
 flash = []
-for b, s, kv, g, hd, dtype, last, ns in json.loads(sys.argv[4]):
+for name, b, s, kv, g, hd, dtype, last in json.loads(sys.argv[4]):
     generics = {"B": b, "S": s, "KV": kv, "G": g, "HD": hd, "T": dtype}
     case = op_case("std.nn.decode::decode_attention_flash", generics, {"scale": 0.3})
     q, k, v, pos = case.random_inputs("cpu", seed=10 + len(flash))
     pos = torch.tensor(last, dtype=torch.int32)
-    bh = 32 if hd > 16 else 16
-    split = kernel_module(None, "std.nn.decode::decode_attention_split_tiles",
-                          generics | {"BG": 16, "BS": 16, "BH": bh, "NS": ns}, {"scale": 0.3})
-    combine = kernel_module(None, "std.nn.decode::decode_attention_combine_tiles",
-                            generics | {"NS": ns, "BN": 2, "BG": 2, "BH": bh}, {"scale": 0.3})
+    (first, fgen), (second, sgen) = stages(program, "decode_tiles::" + name, generics)[0]
+    split = kernel_module(program, first, fgen, {"scale": 0.3})
+    combine = kernel_module(program, second, sgen, {"scale": 0.3})
     split.POISON = combine.POISON = True
     parts = split.LAUNCH(q, k, v, pos)
     got = combine.LAUNCH(q, k, v, pos, *parts)
@@ -122,13 +132,13 @@ for b, s, kv, g, hd, dtype, last, ns in json.loads(sys.argv[4]):
         want = load(path, weights={}, numerics="exact").run("run", [q, k, v, pos])
     found, diff = compare(got, want, dtype)
     acc, top, total = parts
-    # Per split: did it see a live position (its max is a score, not -1e30)?
-    flash.append({"generics": generics, "pos": last, "difference": diff,
+    empty = top <= -1e29  # a split that saw no live position
+    flash.append({"op": name, "kernels": [first, second], "ns": fgen["NS"], "difference": diff,
                   "finding": None if found is None else str(found),
                   "nan_parts": [bool(t.isnan().any()) for t in parts],
-                  "live_splits": (top[:, 0, :, 0] > -1e29).tolist(),
-                  "empty_totals": total[top <= -1e29].abs().max().item() if
-                  bool((top <= -1e29).any()) else 0.0})
+                  "live_splits": (~empty[:, 0, :, 0]).tolist(),
+                  "empty_parts": max(float(total[empty].abs().max()) if empty.any() else 0.0,
+                                     float(acc[empty].abs().max()) if empty.any() else 0.0)})
 print(json.dumps({"checks": checks, "attention": attention, "flash": flash}))
 """
 
@@ -174,7 +184,7 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
                        "small_qkv": "rms_norm_qkv_gemv",
                        "small_norm_gate_up": "rms_norm_gate_up_gemv",
                        "small_gate_up": "gate_up_gemv", "small_residual": "gemv_residual",
-                       "small_gemv_row": "gemv_row"}
+                       "small_gemv_row": "gemv_row", "small_flash": "decode_attention_split_tiles"}
 
 
 def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
@@ -204,18 +214,23 @@ def test_op_case_of_a_several_result_op_returns_each(tmp_path: Path) -> None:
 
 
 def test_flash_decoding_stages_agree_with_the_body(run: dict) -> None:
-    """decode_attention_split_tiles then decode_attention_combine_tiles equal
-    decode_attention's body, every partial result is written (none left NaN), and each split
-    is live exactly where its first position is at most pos: a split wholly past pos (or
-    past the cache's end) writes max -1e30 and sum 0."""
+    """The small flash-decoding ops' split then combine kernels equal decode_attention's
+    body, leave no partial result unwritten (none NaN), and a split is live exactly where
+    its first position is at most pos: one wholly past pos or past the cache's end writes
+    max -1e30, sum 0 and accumulator 0."""
     found = run["flash"]
     assert len(found) == len(FLASH)
     assert [c["finding"] for c in found] == [None] * len(FLASH)
     assert all(c["difference"] < 1e-2 for c in found)
     assert all(c["nan_parts"] == [False, False, False] for c in found)
-    for c, (_, s, _, _, _, _, last, ns) in zip(found, FLASH):
+    assert {tuple(c["kernels"]) for c in found} == {
+        ("std.nn.decode::decode_attention_split_tiles",
+         "std.nn.decode::decode_attention_combine_tiles")}
+    for c, (_, _, s, _, _, _, _, last) in zip(found, FLASH):
+        ns = c["ns"]
         per = -(-(-(-s // 16)) // ns) * 16  # positions a split: ceil(ceil(S / 16) / NS) blocks
         assert c["live_splits"] == [[i * per <= p for i in range(ns)] for p in last]
-        assert c["empty_totals"] == 0.0
-    # The cases reach an empty split, one past the cache's end, and a multi-block split.
-    assert any(not all(row) for c in found for row in c["live_splits"])
+        assert c["empty_parts"] == 0.0
+    assert [c["ns"] for c in found] == [3, 2, 3, 3, 4, 3]
+    # Some split is empty: past pos (a live cache) or past the cache's end.
+    assert sum(not all(row) for c in found for row in c["live_splits"]) >= 4
