@@ -23,10 +23,13 @@ device machine with the wheels installed (``bash benchmarks/gpu.sh --decode-kern
     python3 benchmarks/decode_kernels.py [--shapes 8b,1b] [--ops linear_gemv] [--reps 64]
                                          [--copies 8] [--sweep BO:BK,...] [--no-compile]
                                          [--rows 1] [--precision tf32]
+                                         [--cache 2048] [--pos 1087]
     python3 benchmarks/decode_kernels.py --dry-run   # CPU, Triton's interpreter, tiny shapes
 
-``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs (the attention row sweeps its
-own (BS, BD) pairs). Each span compiles its body with max-autotune (tens of seconds) and one
+``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs (the attention rows sweep their
+own: (BS, BD) for ``decode_attention_flash``, (BS, NS) for the flash-decoding chains
+``decode_attention_split`` and ``decode_attention_split_long``, the combine taking the same NS;
+``--cache 32768 --pos 32767`` times them at a long context). Each span compiles its body with max-autotune (tens of seconds) and one
 Triton kernel per tile configuration: a whole run takes minutes. Within the device tool's
 10-minute limit, run one shape at a time (``--shapes 8b``), or ``--no-compile`` first (the
 kernels against cuBLAS alone), or ``--compile-mode default``, or a few ``--ops``.
@@ -53,7 +56,7 @@ if DRY:  # before Triton is imported: the interpreter is chosen when kernels are
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from linnet.torch import load  # noqa: E402
-from linnet.torch.kernels import kernel_module, op_case, resolve  # noqa: E402
+from linnet.torch.kernels import kernel_module, op_case, resolve, stages  # noqa: E402
 from linnet.torch.testing import compare  # noqa: E402
 
 FLOOR_BW = 4.0e12  # B/s: the bytes floor's bandwidth
@@ -124,10 +127,13 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
         Span(f"down+residual {f}->{d}", mod + "linear_residual",
              {"N": rows, "I": f, "O": d, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w)),
         attention(shape, rows),
+        *flash_attention(shape, rows),
     ]
 
 
-def attention(shape: dict[str, int], rows: int) -> Span:
+def attention(shape: dict[str, int], rows: int, op: str = "decode_attention_flash",
+              sweep_keys: tuple[str, str] = ("BS", "BD"),
+              sweep: list[tuple[int, int]] | None = None) -> Span:
     """Decode attention of `rows` sequences at position POS of a cache of CACHE positions."""
     hd = shape["HD"]
     kv, g = shape["KV"] // hd, shape["Q"] // shape["KV"]
@@ -149,11 +155,27 @@ def attention(shape: dict[str, int], rows: int) -> Span:
 
     cache = CACHE if not DRY else 8
     live = 2 * rows * (last + 1) * kv * hd * 2 + 2 * rows * kv * g * hd * 2
-    return Span(f"attention pos {last} of {cache}", "std.nn.decode::decode_attention_flash",
+    return Span(f"attention pos {last} of {cache}", "std.nn.decode::" + op,
                 {"B": rows, "S": cache, "KV": kv, "G": g, "HD": hd, "T": "bf16"}, sdpa,
-                sweep_keys=("BS", "BD"), scalars={"scale": scale},
-                sweep=[(32, 16), (64, 32), (128, 16), (32, 32)], prepare=prepare,
-                live_bytes=live)
+                sweep_keys=sweep_keys, scalars={"scale": scale},
+                sweep=[(32, 16), (64, 32), (128, 16), (32, 32)] if sweep is None else sweep,
+                prepare=prepare, live_bytes=live)
+
+
+def flash_attention(shape: dict[str, int], rows: int) -> list[Span]:
+    """The flash-decoding ops (a split kernel then a combine kernel) at the same position and
+    cache as `attention`, each swept over (BS, NS): cache blocks of BS positions, NS splits
+    (the combine's NS follows). decode_attention_split: splits of 64 to 256 positions;
+    decode_attention_split_long: of 256 to 1024 (for `--cache 32768`)."""
+    cache = CACHE if not DRY else 8
+
+    def splits(length: int) -> int:
+        return -(-cache // length)
+
+    short = [(bs, splits(n)) for bs, n in [(16, 64), (64, 64), (32, 128), (64, 128), (32, 256)]]
+    long = [(bs, splits(n)) for bs, n in [(64, 256), (32, 512), (64, 1024), (128, 512)]]
+    return [attention(shape, rows, "decode_attention_split", ("BS", "NS"), short),
+            attention(shape, rows, "decode_attention_split_long", ("BS", "NS"), long)]
 
 
 # ---------------------------------------------------------------- timing
@@ -235,6 +257,7 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
     """Rows for one span at one shape: the body's and cuBLAS's times, then one row per
     tile configuration of the kernel (its check and its time)."""
     case = op_case(span.op, span.generics, span.scalars or None)
+    chain = stages(None, span.op, span.generics)[0]  # [(kernel, generics)]: two for a chain
     base = dict(case.kernel_generics)
     pairs = span.sweep if span.sweep is not None and not args.dry_run else args.sweep
     configs = [base] + [base | dict(zip(span.sweep_keys, pair)) for pair in pairs
@@ -279,28 +302,54 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
                     traceback.print_exc()
                     times["body_compiled_error"] = f"{type(exc).__name__}: {exc}"[:200]
         for i, kgen in enumerate(configs):
-            row = dict(common) | times | {"kernel": case.kernel.rsplit("::", 1)[-1],
-                                          "kernel_generics": kgen, "bound": i == 0,
-                                          "reference_diff": ref_diff}
+            row = dict(common) | times | {"kernel": " then ".join(
+                k.rsplit("::", 1)[-1] for k, _ in chain), "kernel_generics": kgen,
+                "bound": i == 0, "reference_diff": ref_diff}
             try:
-                if not resolve(None, case.kernel, kgen)[2]:
+                launch = chain_launcher(chain, kgen, span.sweep_keys, case.scalars,
+                                        args.precision)
+                if launch is None:
                     row["error"] = "where clause false"
                     out.append(row)
                     continue
-                mod = kernel_module(None, case.kernel, kgen, case.scalars, args.precision)
-                got = _outs(mod.LAUNCH(*inputs))
+                got = _outs(launch(*inputs))
                 diff = max(float((g.float() - w.float()).abs().max()) for g, w in zip(got, want))
                 # The kernel checker's tolerance (linnet kernels): per element, relative to
                 # the body's value and the result's scale.
                 ok = all(compare(g, w, d)[0] is None for g, w, d in zip(got, want, dtypes))
                 row.update(max_diff=diff, ok=ok)
                 if device == "cuda":
-                    row["kernel_us"] = graph_us(mod.LAUNCH, copies, args.reps)
+                    row["kernel_us"] = graph_us(launch, copies, args.reps)
             except Exception as exc:  # one configuration's failure does not hide the others
                 traceback.print_exc()
                 row["error"] = f"{type(exc).__name__}: {exc}"[:200]
             out.append(row)
     return out
+
+
+def chain_launcher(chain: list[tuple[str, dict[str, Any]]], kgen: dict[str, Any],
+                   keys: tuple[str, ...], scalars: dict[str, Any], precision: str
+                   ) -> Callable[..., Any] | None:
+    """The launcher of a binding's kernels with the first's generics ``kgen`` (a sweep's):
+    one kernel's LAUNCH, or for a chain (`kernel a<...> then b<...>`) one that launches the
+    second on the inputs and the first's results, the second's generics taking the swept
+    ``keys`` it shares (a split count). None where a `where` clause does not hold."""
+    (first, _), *rest = chain
+    if not resolve(None, first, kgen)[2]:
+        return None
+    launch = kernel_module(None, first, kgen, scalars, precision).LAUNCH
+    if not rest:
+        return launch  # type: ignore[no-any-return]
+    second, sgen = rest[0]
+    sgen = sgen | {k: kgen[k] for k in keys if k in sgen}
+    if not resolve(None, second, sgen)[2]:
+        return None
+    tail = kernel_module(None, second, sgen, scalars, precision).LAUNCH
+
+    def both(*xs: torch.Tensor) -> Any:
+        return tail(*xs, *_outs(launch(*xs)))
+
+    return both
 
 
 def math_prod(shape: tuple[int, ...]) -> int:
@@ -320,6 +369,7 @@ def _dt(dtype: str) -> torch.dtype:
 
 
 def main() -> int:
+    global CACHE, POS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", default="8b,1b")
     parser.add_argument("--ops", default="", help="comma-separated op names (default: all)")
@@ -328,12 +378,17 @@ def main() -> int:
     parser.add_argument("--sweep", default="", help="BO:BK pairs, comma-separated")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--rows", type=int, default=1, help="rows (batch) of the step")
+    parser.add_argument("--cache", type=int, default=CACHE,
+                        help="attention: the cache's positions (default %(default)s)")
+    parser.add_argument("--pos", type=int, default=POS,
+                        help="attention: the last position attended (default %(default)s)")
     parser.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                         help="torch.compile mode of the body column (default: %(default)s)")
     parser.add_argument("--precision", default="tf32", choices=["tf32", "ieee"],
                         help="f32 tl.dot precision (numerics fast launches tf32)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
+    CACHE, POS = args.cache, args.pos
     device = "cpu" if args.dry_run else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: run with --dry-run on the CPU", file=sys.stderr)
@@ -369,25 +424,26 @@ def main() -> int:
     print(f"\nus per call inside a CUDA graph ({args.reps} calls over {args.copies} input "
           "copies); body.c = the op's body compiled (max-autotune-no-cudagraphs); cublas = "
           "the torch.nn.functional form; * = the op's own binding")
-    print(f"{'shape':<5} {'op':<22} {'product':<24} {'tiles':<26} {'ok':<3} {'diff':>8} "
+    print(f"{'shape':<5} {'op':<27} {'product':<24} {'tiles':<26} {'ok':<3} {'diff':>8} "
           f"{'kernel':>8} {'body.c':>8} {'cublas':>8} {'floor':>8} {'%floor':>6}")
     ok = True
     for r in rows:
         if "error" in r and "kernel_generics" not in r:
-            print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} error: {r['error'][:60]}")
+            print(f"{r['shape']:<5} {r['op']:<27} {r['label']:<24} error: {r['error'][:60]}")
             ok = False
             continue
         kg = r["kernel_generics"]
         tiles = ("*" if r["bound"] else " ") + ",".join(
-            f"{k}={kg[k]}" for k in kg if k.startswith("B") and k not in r["generics"])
+            f"{k}={kg[k]}" for k in kg if k.startswith("B") and k not in r["generics"]
+            or k == "NS")
         if "error" in r:
-            print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} error: "
+            print(f"{r['shape']:<5} {r['op']:<27} {r['label']:<24} {tiles:<26} error: "
                   f"{r['error'][:50]}")
             ok = ok and r["error"] == "where clause false"
             continue
         ok = ok and r["ok"]
         k_us = r.get("kernel_us", float("nan"))
-        print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} "
+        print(f"{r['shape']:<5} {r['op']:<27} {r['label']:<24} {tiles:<26} "
               f"{'yes' if r['ok'] else 'NO':<3} {r['max_diff']:>8.1e} {k_us:>8.2f} "
               f"{r.get('body_compiled_us', float('nan')):>8.2f} "
               f"{r.get('cublas_us', float('nan')):>8.2f} {r['floor_us']:>8.2f} "
