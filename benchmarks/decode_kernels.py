@@ -434,8 +434,8 @@ def main() -> int:
             continue
         kg = r["kernel_generics"]
         tiles = ("*" if r["bound"] else " ") + ",".join(
-            f"{k}={kg[k]}" for k in kg if k.startswith("B") and k not in r["generics"]
-            or k == "NS")
+            f"{k}={kg[k]}" for k in kg
+            if (k.startswith("B") and k not in r["generics"]) or k == "NS")
         if "error" in r:
             print(f"{r['shape']:<5} {r['op']:<27} {r['label']:<24} {tiles:<26} error: "
                   f"{r['error'][:50]}")

@@ -228,7 +228,8 @@ def test_flash_decoding_stages_agree_with_the_body(run: dict) -> None:
          "std.nn.decode::decode_attention_combine_tiles")}
     for c, (_, _, s, _, _, _, _, last) in zip(found, FLASH):
         ns = c["ns"]
-        per = -(-(-(-s // 16)) // ns) * 16  # positions a split: ceil(ceil(S / 16) / NS) blocks
+        blocks = (s + 15) // 16
+        per = (blocks + ns - 1) // ns * 16  # positions a split: ceil(ceil(S / 16) / NS) blocks
         assert c["live_splits"] == [[i * per <= p for i in range(ns)] for p in last]
         assert c["empty_parts"] == 0.0
     assert [c["ns"] for c in found] == [3, 2, 3, 3, 4, 3]
