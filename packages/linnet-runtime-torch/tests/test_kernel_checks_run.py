@@ -92,6 +92,9 @@ def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
                    "decode_attention_tiles"):
         assert sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == 2, \
             done["stdout"]
+    # The flash-decoding chains (two ops, one chain of kernels): each op's two cases.
+    chain = "::decode_attention_split_tiles then decode_attention_combine_tiles "
+    assert sum(line.startswith("ok") and chain in line for line in lines) == 4, done["stdout"]
 
 
 def test_cli_reports_broken_kernels_and_exits_nonzero(run: dict) -> None:
