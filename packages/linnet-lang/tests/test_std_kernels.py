@@ -44,6 +44,8 @@ STD_KERNELS = {
     "std.nn.decode::decode_attention_flash": (
         "decode_attention_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, 16>",
         ["BG >= G", "BH >= HD"]),
+    "std.nn.decode::linear_gemv_dot": ("gemv_dot", "<N, I, O, T, 16, 16, 256>",
+                                       ["BR >= N", "BR >= 16", "BO >= 16", "BK >= 16"]),
 }
 
 STD_USES = """
@@ -51,7 +53,7 @@ use std.nn.activation::{softmax, silu_mul, silu}
 use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
-                    linear_residual, decode_attention_flash}
+                    linear_residual, decode_attention_flash, linear_gemv_dot}
 """
 
 
