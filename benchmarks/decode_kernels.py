@@ -434,7 +434,7 @@ def main() -> int:
             continue
         kg = r["kernel_generics"]
         tiles = ("*" if r["bound"] else " ") + ",".join(
-            f"{k}={kg[k]}" for k in kg if k.startswith("B") and k not in r["generics"]
+            f"{k}={kg[k]}" for k in kg if (k.startswith("B") and k not in r["generics"])
             or k == "KS")
         if "error" in r:
             print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} error: "
