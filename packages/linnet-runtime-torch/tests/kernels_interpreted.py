@@ -383,3 +383,80 @@ def test_a_kernel_that_cannot_be_written_fails_its_own_regions_only(tmp_path, in
     assert not any("kernels" in getattr(s, "name", "") for s in plan.skipped)
     (got,) = plan.run([x], model.context_for(plan))
     torch.testing.assert_close(got, model.run("run", [x]), atol=2e-5, rtol=1e-5)
+
+
+# A chain (`kernel part_sums<...> then add_parts<...>`): the first kernel writes KS partial
+# sums a row (scratch), the second adds them; the module's RUNS counts the chain as one.
+CHAIN = """
+kernel part_sums<R: Dim, C: Dim, T: DType, BC: Dim, KS: Dim>(x: Tensor[R, C; T])
+    -> parts: Tensor[R, KS; f32] grid(R, KS) {
+    let r = program_id(0)
+    let s = program_id(1)
+    let cs = iota<i32>(BC)
+    let acc = fill(0.0, BC)
+    let per = ((C + BC - 1) / BC + KS - 1) / KS
+    for c0 in 0..per {
+        let cc = (s * per + c0) * BC + cs
+        acc = acc + (load(x[r, cc], cc < C, 0) as f32)
+    }
+    store(parts[r, s], sum[c] acc[c])
+}
+
+kernel add_parts<R: Dim, C: Dim, T: DType, KS: Dim>(x: Tensor[R, C; T],
+                                                     parts: Tensor[R, KS; f32])
+    -> y: Tensor[R; T] grid(R) {
+    let r = program_id(0)
+    let ks = iota<i32>(KS)
+    let p = load(parts[r, ks])
+    store(y[r], (sum[k] p[k]) as T)
+}
+
+pub op row_total<R: Dim, C: Dim, T: DType>(x: Tensor[R, C; T]) -> Tensor[R; T]
+    kernel part_sums<R, C, T, 4, 4> then add_parts<R, C, T, 4> {
+    let y[r] = sum[c] x[r, c] as f32
+    return y as T
+}
+
+model M<R: Dim, C: Dim> {
+    entry run(x: Tensor[R, C; f32]) -> Tensor[R; f32] {
+        return row_total(x)
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("shape", [(3, 40), (1, 5), (2, 64)])
+def test_a_chain_launches_both_kernels_and_equals_the_body(tmp_path, interpret, shape):
+    # 40 columns: 10 chunks of 4 over 4 splits of 3 (the last split has 1); 5 columns: splits
+    # 2..3 past the end write zeros; 64: every split full.
+    path = tmp_path / "chain.linnet"
+    path.write_text(CHAIN)
+    model = load(path, weights={}, numerics="fast")
+    x = torch.randn(*shape)
+    y = model.run("run", [x])
+    key = f"part_sums_{shape[0]}_{shape[1]}_f32_4_4_then_add_parts"
+    runs = model.module("run", [x]).RUNS
+    assert runs == {key: [1, 0]}
+    torch.testing.assert_close(y, x.sum(-1), atol=1e-5, rtol=1e-5)
+    y, = launch("chain::row_total", {"R": shape[0], "C": shape[1], "T": "f32"}, x,
+                program=Program.from_file(path))
+    torch.testing.assert_close(y, x.sum(-1), atol=1e-5, rtol=1e-5)
+    # Under torch.compile each kernel of the chain is a custom op of its own.
+    module = model.module("run", [x])
+    fn = getattr(module, module.ENTRIES["run"]["slices"][0]["function"])
+    explained = torch._dynamo.explain(fn)(x)
+    assert explained.graph_break_count == 0
+    code = explained.graphs[0].code
+    assert f"torch.ops.{module.LIBRARY}.part_sums_" in code
+    assert f"torch.ops.{module.LIBRARY}.add_parts_" in code
+
+
+def test_linnet_kernels_checks_a_chain(tmp_path, interpret):
+    from linnet.torch.testing import check_kernels
+
+    path = tmp_path / "chain.linnet"
+    path.write_text(CHAIN)
+    seen = []
+    assert check_kernels(path, count=3, on_check=seen.append) == []
+    assert len(seen) == 3 and all(c.case.kernel == "chain::part_sums then add_parts"
+                                  for c in seen)

@@ -25,6 +25,7 @@ from typing import Any
 from linnet.backends import Capabilities, ExecutableMeta, Options, Region, RegionError, Target
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
+from linnet.lang.check.kernel_cases import binding_name
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Call, Graph
 from linnet.lang.ir.slices import slice_steps
@@ -205,7 +206,7 @@ class KernelPaths:
         for r, sl, m in zip(regions, slices, meta):
             fn = getattr(module, m["function"])
             call = next((c for c in graph.calls if c.index == r.index), None)
-            kernel = call.attributes.get("kernel", "") if call is not None else ""
+            kernel = binding_name(call.attributes) if call is not None else ""
             out.append(KernelExecutable(fn, r, list(sl.inputs), list(sl.outputs),
                                         list(sl.parameters), list(sl.states), kernel))
         return out

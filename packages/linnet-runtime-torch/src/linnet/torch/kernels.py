@@ -44,7 +44,20 @@ def resolve(program: Program | str | Path | None, name: str, generics: dict[str,
             ) -> tuple[str, dict[str, Any], bool]:
     """``(kernel, kernel generics, where-clause holds)`` for ``name``: a kernel's qualified
     name with the kernel's generics, or an op bound to a kernel with the op's generics
-    (the binding `kernel row_softmax<R, C, 1024>` gives the kernel's)."""
+    (the binding `kernel row_softmax<R, C, 1024>` gives the kernel's; a chain's first
+    kernel, with ``holds`` for both: :func:`stages` gives both)."""
+    found, holds = stages(program, name, generics)
+    return found[0][0], found[0][1], holds
+
+
+def stages(program: Program | str | Path | None, name: str, generics: dict[str, Any]
+           ) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+    """The kernels ``name`` launches in turn, ``[(kernel, kernel generics)]`` (two for an op
+    bound to a chain, `kernel a<...> then b<...>`), and whether every `where` clause holds.
+
+    >>> stages(None, "std.nn.activation::softmax", {"R": 4, "C": 8})
+    ([('std.nn.activation::row_softmax', {'R': 4, 'C': 8, 'B': 1024})], True)
+    """
     import linnet.lang.syntax.tree as A
     from linnet.lang.check.evaluate import Evaluator, Fail, Frame
     from linnet.lang.ir.builder import Builder
@@ -67,7 +80,7 @@ def resolve(program: Program | str | Path | None, name: str, generics: dict[str,
             except Fail as f:
                 raise LinnetError(f.diag) from None
             holds = holds and bool(getattr(c, "value", False))
-        return item.qualified_name, dict(generics), holds
+        return [(item.qualified_name, dict(generics))], holds
     if isinstance(item, A.FuncDecl) and item.kernel is not None:
         ev = Evaluator(prog, Builder(None))
         env = {k: Dim.const(v) if isinstance(v, int) else v for k, v in generics.items()}
@@ -80,7 +93,10 @@ def resolve(program: Program | str | Path | None, name: str, generics: dict[str,
             attrs = ev.kernel_binding_attrs(item, Frame(item.module, env, None, item))  # type: ignore[arg-type]
         except Fail as f:
             raise LinnetError(f.diag) from None
-        return attrs["kernel"], attrs["kernel_generics"], attrs["kernel_applies"]
+        found = [(attrs["kernel"], attrs["kernel_generics"])]
+        if attrs.get("kernel_then"):
+            found.append((attrs["kernel_then"]["kernel"], attrs["kernel_then"]["kernel_generics"]))
+        return found, attrs["kernel_applies"]
     find_kernel(prog, name)  # E0533: not a kernel
     raise AssertionError("unreachable")
 
@@ -127,7 +143,8 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
     """Launch one kernel on ``tensors`` and return its results (a tuple).
 
     ``name`` is a kernel (``std.nn.activation::row_softmax``, with the kernel's generics)
-    or an op bound to one (``std.nn.activation::softmax``, with the op's generics);
+    or an op bound to one (``std.nn.activation::softmax``, with the op's generics; an op
+    bound to a chain launches both kernels and returns the second's results);
     ``program`` is the ``Program`` or ``.linnet`` file it lives in (default: the std
     library). ``scalars`` gives the kernel's scalar parameters (``{"eps": 1e-5}``);
     ``precision`` is ``tl.dot``'s for f32 tiles (``"ieee"``, or ``"tf32"`` as numerics fast
@@ -147,9 +164,12 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
                      help="install triton (it comes with torch on Linux), or run the op's "
                           "body") from None
     prog = _program(program)
-    kernel, kgen, holds = resolve(prog, name, generics)
+    found, holds = stages(prog, name, generics)
+    (kernel, kgen) = found[0]
     if not holds:
-        raise _error("E0764", f"`{kernel}`'s where clause does not hold for {kgen}",
+        raise _error("E0764", f"`{kernel}`'s where clause does not hold for {kgen}"
+                     if len(found) == 1 else f"a where clause of `{kernel}` or "
+                     f"`{found[1][0]}` does not hold for {generics}",
                      help="choose generics that satisfy the kernel's `where` clause")
     module = kernel_module(prog, kernel, kgen, scalars, precision)
     from linnet.lang.ir.tiles import lower_kernel
@@ -173,7 +193,12 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
                      help="move them to CUDA, or set TRITON_INTERPRET=1 in the environment "
                           f"before importing Triton (now: {os.environ.get('TRITON_INTERPRET')!r})")
     out = module.LAUNCH(*tensors)
-    return out if isinstance(out, tuple) else (out,)
+    out = out if isinstance(out, tuple) else (out,)
+    if len(found) == 2:  # a chain: the second kernel reads the op's tensors and the first's
+        second = kernel_module(prog, found[1][0], found[1][1], scalars, precision)
+        out = second.LAUNCH(*tensors, *out)
+        out = out if isinstance(out, tuple) else (out,)
+    return out
 
 
 # ---------------------------------------------------------------- ops bound to kernels

@@ -153,69 +153,100 @@ def check_kernel_header(ev: Evaluator, decl: A.FuncDecl, frame: Frame) -> None:
 
 
 def check_kernel_binding(ev: Evaluator, decl: A.FuncDecl, frame: Frame, params: list) -> None:
+    """An op's `kernel` binding: one kernel taking the op's parameters and writing its
+    results, or a chain `kernel first<...> then second<...>` whose first kernel takes the op's
+    parameters and writes scratch results, and whose second takes the op's parameters, then
+    those results, and writes the op's results."""
     binding = decl.kernel
     assert binding is not None and decl.module is not None
     try:
-        ref = ev.resolve_global(decl.module, binding.name, binding.span)
-        if not (isinstance(ref, FuncRef) and ref.decl.kind == "kernel"):
-            raise fail("E0513", f"`{binding.name}` is not a kernel", binding.span, "expected a kernel",
-                       help=f"declare `kernel {binding.name}<...>(...)` in this module or import it")
-        k = ref.decl
         if decl.kind != "op":
             raise fail("E0514", "only an `op` can be bound to a kernel", binding.span,
                        help="change `fn` to `op`")
-        if len(binding.args) != len(k.generics):
-            raise fail("E0515", f"kernel `{k.name}` takes {len(k.generics)} generic arguments, "
-                       f"the op gives {len(binding.args)}", binding.span,
-                       f"{len(binding.args)} given",
-                       secondary=[(k.name_span, f"`{k.name}` declared here")])
-        kenv = {g.name: ev.generic_value(g, a, frame) for g, a in zip(k.generics, binding.args)}
-        assert k.module is not None
-        kframe = Frame(k.module, kenv)
-        if len(k.params) != len(decl.params):
-            raise fail("E0516", f"kernel `{k.name}` takes {len(k.params)} parameter"
-                       f"{'s' if len(k.params) != 1 else ''} but op `{decl.name}` has "
-                       f"{len(decl.params)}", binding.span,
-                       "parameters differ", secondary=[(k.name_span, "kernel declared here")],
-                       help="a kernel takes the op's parameters, in order")
-        for kp, op_p in zip(k.params, decl.params):
-            want = ev.tensor_type(kp.type, kframe)
-            have = ev.tensor_type(op_p.type, frame)
-            if want != have:
-                raise fail("E0517", f"kernel parameter `{kp.name}` is "
-                           f"{fmt_type(want)} but the op passes `{op_p.name}`: {fmt_type(have)}",
-                           binding.span, "bound here", secondary=[(kp.span, "kernel parameter"),
-                                                                 (op_p.span, "op parameter")],
-                           help="the kernel must take the op's parameters with the same types")
-        if len(k.results) != len(decl.results):
+        given = [(p.name, ev.tensor_type(p.type, frame), p.span, "op parameter")
+                 for p in decl.params]
+        wanted = [(r.name or f"result {i}", ev.tensor_type(r.type, frame), r.span)
+                  for i, r in enumerate(decl.results)]
+        if binding.then is None:
+            check_kernel_stage(ev, decl, binding, frame, given, wanted)
+            return
+        first, kframe = check_kernel_stage(ev, decl, binding, frame, given, None)
+        scratch = [(r.name or f"result {i}", ev.tensor_type(r.type, kframe), r.span,
+                    f"`{first.name}` result") for i, r in enumerate(first.results)]
+        check_kernel_stage(ev, decl, binding.then, frame, given + scratch, wanted,
+                           chained=first.name)
+    except Fail as f:
+        ev.errors.append(f.diag)
+
+
+def check_kernel_stage(ev: Evaluator, decl: A.FuncDecl, binding: A.KernelBinding,
+                       frame: Frame, given: list[tuple], wanted: list[tuple] | None,
+                       chained: str = "") -> tuple[A.FuncDecl, Frame]:
+    """One kernel of a binding: it takes ``given`` (name, type, span, what) in order and, if
+    ``wanted`` is given, writes those results; returns the kernel and its bound frame."""
+    assert decl.module is not None
+    ref = ev.resolve_global(decl.module, binding.name, binding.span)
+    if not (isinstance(ref, FuncRef) and ref.decl.kind == "kernel"):
+        raise fail("E0513", f"`{binding.name}` is not a kernel", binding.span, "expected a kernel",
+                   help=f"declare `kernel {binding.name}<...>(...)` in this module or import it")
+    k = ref.decl
+    if len(binding.args) != len(k.generics):
+        raise fail("E0515", f"kernel `{k.name}` takes {len(k.generics)} generic arguments, "
+                   f"the op gives {len(binding.args)}", binding.span,
+                   f"{len(binding.args)} given",
+                   secondary=[(k.name_span, f"`{k.name}` declared here")])
+    kenv = {g.name: ev.generic_value(g, a, frame) for g, a in zip(k.generics, binding.args)}
+    assert k.module is not None
+    kframe = Frame(k.module, kenv)
+    what = (f"the op's parameters, then `{chained}`'s results, in order" if chained
+            else "the op's parameters, in order")
+    if len(k.params) != len(given):
+        raise fail("E0516", f"kernel `{k.name}` takes {len(k.params)} parameter"
+                   f"{'s' if len(k.params) != 1 else ''} but op `{decl.name}` "
+                   + (f"and `{chained}` give {len(given)}" if chained
+                      else f"has {len(given)}"), binding.span,
+                   "parameters differ", secondary=[(k.name_span, "kernel declared here")],
+                   help=f"a kernel takes {what}")
+    for kp, (name, have, span, role) in zip(k.params, given):
+        want = ev.tensor_type(kp.type, kframe)
+        if want != have:
+            passes = (f"the op passes `{name}`" if role == "op parameter"
+                      else f"`{chained}` writes `{name}`")
+            raise fail("E0517", f"kernel parameter `{kp.name}` is "
+                       f"{fmt_type(want)} but {passes}: {fmt_type(have)}",
+                       binding.span, "bound here", secondary=[(kp.span, "kernel parameter"),
+                                                             (span, role)],
+                       help="the kernel must take the op's parameters"
+                            + (f", then `{chained}`'s results," if chained else "")
+                            + " with the same types")
+    if wanted is not None:
+        if len(k.results) != len(wanted):
             raise fail("E0518", f"kernel `{k.name}` writes {len(k.results)} results but op "
-                       f"`{decl.name}` returns {len(decl.results)}", binding.span)
-        for kr, orr in zip(k.results, decl.results):
+                       f"`{decl.name}` returns {len(wanted)}", binding.span)
+        for kr, (_, have, span) in zip(k.results, wanted):
             want = ev.tensor_type(kr.type, kframe)
-            have = ev.tensor_type(orr.type, frame)
             if want != have:
                 raise fail("E0519", f"kernel result `{kr.name}` is {fmt_type(want)} but the op "
                            f"returns {fmt_type(have)}", binding.span, "bound here",
-                           secondary=[(kr.span, "kernel result"), (orr.span, "op result")])
-        tile_check_frame = Frame(k.module, {**kenv}, None, k)
-        # Tile sizes the kernel uses must be powers of two once bound.
-        for node in walk_body(k.body):
-            if isinstance(node, A.Call) and isinstance(node.callee, A.Name) and \
-                    node.callee.name in ("iota", "fill"):
-                for a in node.args[(1 if node.callee.name == "fill" else 0):]:
-                    try:
-                        n = ev.eval_dim(a, tile_check_frame)
-                    except Fail:
-                        continue
-                    if n.value is not None and not (n.value > 0 and n.value & (n.value - 1) == 0):
-                        raise fail("E0505", f"tile size {n.value} is not a power of two",
-                                   binding.span, "bound here",
-                                   secondary=[(a.span, "used as a tile size")],
-                                   help=f"tile sizes must be powers of two: bind "
-                                        f"{1 << max(0, (n.value - 1).bit_length())} and mask "
-                                        "the extra lanes")
-    except Fail as f:
-        ev.errors.append(f.diag)
+                           secondary=[(kr.span, "kernel result"), (span, "op result")])
+    tile_check_frame = Frame(k.module, {**kenv}, None, k)
+    # Tile sizes the kernel uses must be powers of two once bound.
+    for node in walk_body(k.body):
+        if isinstance(node, A.Call) and isinstance(node.callee, A.Name) and \
+                node.callee.name in ("iota", "fill"):
+            for a in node.args[(1 if node.callee.name == "fill" else 0):]:
+                try:
+                    n = ev.eval_dim(a, tile_check_frame)
+                except Fail:
+                    continue
+                if n.value is not None and not (n.value > 0 and n.value & (n.value - 1) == 0):
+                    raise fail("E0505", f"tile size {n.value} is not a power of two",
+                               binding.span, "bound here",
+                               secondary=[(a.span, "used as a tile size")],
+                               help=f"tile sizes must be powers of two: bind "
+                                    f"{1 << max(0, (n.value - 1).bit_length())} and mask "
+                                    "the extra lanes")
+    return k, kframe
 
 
 def fmt_type(t: tuple) -> str:

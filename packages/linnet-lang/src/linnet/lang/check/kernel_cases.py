@@ -98,14 +98,18 @@ def bound_ops(program: Program) -> list[A.FuncDecl]:
     return out
 
 
-def boundary_sizes(op: A.FuncDecl, kernel: A.FuncDecl | None) -> set[int]:
-    """The integer literals of the op's and kernel's `where` clauses and of the binding's
-    arguments, each with its neighbours: where a mask or a limit changes."""
+def boundary_sizes(op: A.FuncDecl, *kernels: A.FuncDecl | None) -> set[int]:
+    """The integer literals of the op's and kernels' `where` clauses and of the binding's
+    arguments (both kernels' of a chain), each with its neighbours: where a mask or a limit
+    changes."""
     exprs: list[Any] = list(op.where)
-    if op.kernel is not None:
-        exprs += [a for a in op.kernel.args if isinstance(a, A.Expr)]
-    if kernel is not None:
-        exprs += list(kernel.where)
+    binding = op.kernel
+    while binding is not None:
+        exprs += [a for a in binding.args if isinstance(a, A.Expr)]
+        binding = binding.then
+    for kernel in kernels:
+        if kernel is not None:
+            exprs += list(kernel.where)
     found = set()
     for e in exprs:
         for n in walk(e):
@@ -142,8 +146,7 @@ def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0
     assert op.kernel is not None and op.module is not None
     rng = random.Random(f"{op.qualified_name}/{seed}")
     ev = Evaluator(program, Builder(Graph(entry="", model="")), {})
-    kernel = _kernel_decl(ev, op)
-    sizes = candidate_sizes(max_size, boundary_sizes(op, kernel))
+    sizes = candidate_sizes(max_size, boundary_sizes(op, *_kernel_decls(ev, op)))
     out: list[KernelCase] = []
     seen: set[tuple] = set()
     for _ in range(ATTEMPTS_PER_CASE * max(count, 1)):
@@ -177,13 +180,31 @@ def case_for(program: Program, op: A.FuncDecl, generics: dict[str, Any],
     return _case(ev, op, dict(generics), max_numel)
 
 
-def _kernel_decl(ev: Evaluator, op: A.FuncDecl) -> A.FuncDecl | None:
+def _kernel_decls(ev: Evaluator, op: A.FuncDecl) -> list[A.FuncDecl | None]:
+    """The kernel (or a chain's two) ``op`` binds; None for a name that does not resolve."""
     assert op.kernel is not None and op.module is not None
-    try:
-        ref = ev.resolve_global(op.module, op.kernel.name, op.kernel.span)
-    except Fail:
-        return None
-    return ref.decl if isinstance(ref, FuncRef) else None
+    out: list[A.FuncDecl | None] = []
+    binding: A.KernelBinding | None = op.kernel
+    while binding is not None:
+        try:
+            ref = ev.resolve_global(op.module, binding.name, binding.span)
+        except Fail:
+            ref = None
+        out.append(ref.decl if isinstance(ref, FuncRef) else None)
+        binding = binding.then
+    return out
+
+
+def binding_name(attrs: dict[str, Any]) -> str:
+    """The kernel a call's binding attributes name, as messages show it: a chain's
+    ``m::split then combine``.
+
+    >>> binding_name({"kernel": "m::split", "kernel_then": {"kernel": "m::combine"}})
+    'm::split then combine'
+    """
+    name = attrs.get("kernel", "")
+    then = attrs.get("kernel_then")
+    return f"{name} then {then['kernel'].rpartition('::')[2]}" if then else name
 
 
 def _case(ev: Evaluator, op: A.FuncDecl, env: dict[str, Any], max_numel: int
@@ -211,7 +232,7 @@ def _case(ev: Evaluator, op: A.FuncDecl, env: dict[str, Any], max_numel: int
         if any(s <= 0 for s in shape) or _numel(shape) > max_numel:
             return None
     kgen = {k: v for k, v in attrs.get("kernel_generics", {}).items()}
-    return KernelCase(op.qualified_name, attrs.get("kernel", ""), dict(env), params, scalars,
+    return KernelCase(op.qualified_name, binding_name(attrs), dict(env), params, scalars,
                       results, kgen)
 
 
@@ -341,8 +362,8 @@ def _default(dtype: str) -> str:
 
 
 __all__ = ["DEFAULT_DTYPES", "ENTRY", "EXACT", "MODEL", "TF32", "TOLERANCES", "KernelCase",
-           "bound_ops", "boundary_sizes", "candidate_sizes", "checked_program", "sample_cases",
-           "std_program", "wrapper_program"]
+           "binding_name", "bound_ops", "boundary_sizes", "candidate_sizes", "checked_program",
+           "sample_cases", "std_program", "wrapper_program"]
 
 
 # ---------------------------------------------------------------- findings (every runtime)
@@ -419,7 +440,9 @@ def run_checks(program: Program, check_case: Any, *, count: int, seed: int, max_
         if not cases:
             assert op.module is not None and op.kernel is not None
             findings.append(KernelFinding(
-                f"{op.module.name}::{op.kernel.name}", op.qualified_name, "no case",
+                f"{op.module.name}::{op.kernel.name}"
+                + (f" then {op.kernel.then.name}" if op.kernel.then else ""),
+                op.qualified_name, "no case",
                 f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
                 "the op and its kernel, so the kernel was never run (raise max_size)"))
             continue

@@ -104,12 +104,33 @@ class Kernels(EvaluatorBase):
         return self.eval_dtype(A.Name(name, g.span), frame)
 
     def kernel_binding_attrs(self, decl: A.FuncDecl, frame: Frame) -> dict[str, Any]:
+        """What a call of the bound op ``decl`` records: ``kernel`` and ``kernel_generics``
+        (the kernel and its generics), ``kernel_applies`` (every `where` clause holds), and
+        for a chain (`kernel a<...> then b<...>`) ``kernel_then``, the second kernel's
+        ``{"kernel", "kernel_generics"}``."""
         assert decl.kernel is not None
-        kdecl = self.resolve_global(decl.module, decl.kernel.name, decl.kernel.span)  # type: ignore[arg-type]
-        if not isinstance(kdecl, FuncRef):
+        first = self.kernel_stage(decl, decl.kernel, frame)
+        if first is None:
             return {}
+        (name, kenv, holds) = first
+        attrs: dict[str, Any] = {"kernel": name, "kernel_generics": kenv,
+                                 "kernel_applies": holds}
+        if decl.kernel.then is not None:
+            second = self.kernel_stage(decl, decl.kernel.then, frame)
+            if second is None:
+                return {}
+            attrs["kernel_then"] = {"kernel": second[0], "kernel_generics": second[1]}
+            attrs["kernel_applies"] = holds and second[2]
+        return attrs
+
+    def kernel_stage(self, decl: A.FuncDecl, binding: A.KernelBinding, frame: Frame
+                     ) -> tuple[str, dict[str, Any], bool] | None:
+        """(qualified name, generics, where clause holds) of one kernel of a binding."""
+        kdecl = self.resolve_global(decl.module, binding.name, binding.span)  # type: ignore[arg-type]
+        if not isinstance(kdecl, FuncRef):
+            return None
         kenv = {}
-        for g, a in zip(kdecl.decl.generics, decl.kernel.args):
+        for g, a in zip(kdecl.decl.generics, binding.args):
             v = self.generic_value(g, a, frame)
             kenv[g.name] = v.value if isinstance(v, Dim) else v
         kframe = Frame(kdecl.decl.module, {k: (Dim.const(v) if isinstance(v, int) else v)  # type: ignore[arg-type]
@@ -118,8 +139,7 @@ class Kernels(EvaluatorBase):
         for clause in kdecl.decl.where:
             c = self.value(clause, kframe)
             holds = holds and bool(isinstance(c, Const) and c.value)
-        return {"kernel": kdecl.decl.qualified_name, "kernel_generics": kenv,
-                "kernel_applies": holds}
+        return kdecl.decl.qualified_name, kenv, holds
 
     def kernel_loop(self, stmt: A.For, lo: Any, hi: Any, frame: Frame) -> None:
         """A `for` loop of a kernel being lowered to its tile graph (ir/tiles.py): one

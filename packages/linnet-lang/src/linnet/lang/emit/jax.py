@@ -541,22 +541,11 @@ class JaxEmitter(TorchEmitter):
     def kernel_text(self, call: Call) -> Any:
         """The Pallas kernel instance a bound call launches, written once per module (the
         PyTorch emitter's hook, which writes Triton's); see emit/pallas.py."""
-        from linnet.lang.emit.pallas import kernel_text
-        from linnet.lang.emit.triton import kernel_args
-        from linnet.lang.ir.tiles import find_kernel, lower_kernel
+        from linnet.lang.emit import pallas
 
-        assert self.program is not None
-        name = call.attributes["kernel"]
-        scalars = kernel_args(call.attributes.get("args", []), find_kernel(self.program, name))
-        key = (name, repr(sorted(call.attributes["kernel_generics"].items())),
-               repr(sorted(scalars.items())))
-        if key not in self.kernel_texts:
-            k = lower_kernel(self.program, name, call.attributes["kernel_generics"], scalars)
-            # Kernels launch under numerics "fast" alone, as in generated PyTorch: products
-            # take the backend's default precision there, as the module's PRECISION does.
-            precision = "PRECISION"
-            self.kernel_texts[key] = kernel_text(k, self.sources, precision, self.used_names)
-        return self.kernel_texts[key]
+        # Kernels launch under numerics "fast" alone, as in generated PyTorch: products take
+        # the backend's default precision there, as the module's PRECISION does.
+        return self.stage_texts(call, "PRECISION", pallas.kernel_text, pallas.chain_text)
 
     def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],
                          call: Call, scope: Scope, backward: Any = None

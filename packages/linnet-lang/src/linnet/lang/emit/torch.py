@@ -47,6 +47,7 @@ from linnet.lang.emit.triton import (
     HEADER,
     READY,
     KernelText,
+    chain_text,
     kernel_args,
     kernel_text,
     launch_statement,
@@ -821,17 +822,32 @@ class TorchEmitter:
 
     def kernel_text(self, call: Call) -> KernelText:
         """The kernel instance a bound call launches, written once per module."""
+        precision = "tf32" if self.options.numerics == "fast" else "ieee"
+        return self.stage_texts(call, precision, kernel_text, chain_text)
+
+    def stage_texts(self, call: Call, precision: str, text_of: Callable[..., Any],
+                    chain_of: Callable[..., Any]) -> Any:
+        """The text of the kernel a call binds, or of its chain's two kernels and the
+        launcher that runs them in turn, written once per module (``text_of`` and
+        ``chain_of``: emit/triton.py's or emit/pallas.py's)."""
         from linnet.lang.ir.tiles import find_kernel, lower_kernel
 
         assert self.program is not None
-        name = call.attributes["kernel"]
-        scalars = kernel_args(call.attributes.get("args", []), find_kernel(self.program, name))
-        key = (name, repr(sorted(call.attributes["kernel_generics"].items())),
-               repr(sorted(scalars.items())))
+        program = self.program
+        args = call.attributes.get("args", [])
+        stages = [(call.attributes["kernel"], call.attributes["kernel_generics"])]
+        if call.attributes.get("kernel_then"):
+            then = call.attributes["kernel_then"]
+            stages.append((then["kernel"], then["kernel_generics"]))
+        found = [(name, gen, kernel_args(args, find_kernel(program, name)))
+                 for name, gen in stages]
+        key = tuple((name, repr(sorted(gen.items())), repr(sorted(sc.items())))
+                    for name, gen, sc in found)
         if key not in self.kernel_texts:
-            k = lower_kernel(self.program, name, call.attributes["kernel_generics"], scalars)
-            precision = "tf32" if self.options.numerics == "fast" else "ieee"
-            self.kernel_texts[key] = kernel_text(k, self.sources, precision, self.used_names)
+            texts = [text_of(lower_kernel(program, name, gen, sc), self.sources, precision,
+                             self.used_names) for name, gen, sc in found]
+            self.kernel_texts[key] = texts[0] if len(texts) == 1 else chain_of(
+                texts[0], texts[1], self.used_names)
         return self.kernel_texts[key]
 
     def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],

@@ -37,12 +37,9 @@ from typing import Any
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.grad.rules import VJP_RULES, Tape, is_float
 from linnet.lang.ir import verify as _verify
-from linnet.lang.ir.graph import Call, Graph, Step, ValueType
+from linnet.lang.ir.graph import KERNEL_ATTRIBUTES, Call, Graph, Step, ValueType
 
 SEEDS = ("scalar", "cotangents")
-# Under --grad an op bound to a kernel runs its body (the spec's table of where kernels run):
-# the gradient graph's calls carry no kernel binding for an emitter to launch.
-KERNEL_ATTRIBUTES = frozenset({"kernel", "kernel_generics", "kernel_applies"})
 _ANONYMOUS = re.compile(r"^%t(\.\d+)?$")  # values the source never named (`%t.37`)
 
 
@@ -134,6 +131,8 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
     if seed not in SEEDS:
         raise ValueError(f"seed must be one of {SEEDS}")
     targets = resolve_wrt(graph, wrt)
+    # Under --grad an op bound to a kernel runs its body (the spec's table of where kernels
+    # run): the gradient graph's calls carry no kernel binding for an emitter to launch.
     out = Graph(graph.entry, graph.model, list(graph.inputs), list(graph.outputs),
                 [Step(s.op, list(s.operands), list(s.results), dict(s.attributes), s.loc)
                  for s in graph.steps],

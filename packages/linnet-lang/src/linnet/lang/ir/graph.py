@@ -82,6 +82,11 @@ class Step:
         return out
 
 
+# What a call of an op bound to a kernel records (check/kernels.py): the kernel and its
+# generics, whether its `where` clause holds, and a chain's second kernel.
+KERNEL_ATTRIBUTES = frozenset({"kernel", "kernel_generics", "kernel_applies", "kernel_then"})
+
+
 @dataclass
 class Call:
     """An inlined call: steps ``start..stop`` (stop exclusive) came from calling ``callee``."""

@@ -32,7 +32,7 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.diagnostics.core import LinnetError
-from linnet.lang.ir.graph import Call, Graph, ValueType
+from linnet.lang.ir.graph import KERNEL_ATTRIBUTES, Call, Graph, ValueType
 from linnet.lang.syntax.program import Program
 
 # Scalar parameters take these values in the sample lowering, so that a literal in the
@@ -475,8 +475,7 @@ class Spans:
         call = next((c for c in g.calls if c.callee == op.qualified_name), None)
         if call is None or not call.attributes.get("kernel"):
             return None
-        binding = {k: call.attributes[k] for k in ("kernel", "kernel_generics",
-                                                    "kernel_applies")}
+        binding = {k: call.attributes[k] for k in KERNEL_ATTRIBUTES if k in call.attributes}
         return {"graph": g, "binding": binding, "config": config}
 
     def program_for(self, program: Program) -> Program:

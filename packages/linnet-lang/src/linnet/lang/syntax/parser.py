@@ -337,15 +337,11 @@ class Parser:
             self.expect(")")
         if self.at("kernel"):
             kstart = self.advance().span
-            kname = self.ident("a kernel name").text
-            args: list = []
-            if self.accept("<"):
-                while not self.at(">"):
-                    args.append(self.parse_type_or_dim_noangle())
-                    if not self.accept(","):
-                        break
-                self.expect(">")
-            kernel = A.KernelBinding(kname, args, self.span_from(kstart))
+            kernel = self.parse_kernel_ref(kstart)
+            # `then` is a word only here (a chain's second kernel), not a keyword.
+            if self.tok.kind == "ident" and self.tok.text == "then":
+                tstart = self.advance().span
+                kernel.then = self.parse_kernel_ref(tstart)
         where = self.parse_where()
         if not self.at("{"):
             raise self.error(f"expected `{{` to start the body of `{name_tok.text}`, found "
@@ -367,6 +363,18 @@ class Parser:
             grad = A.GradClause(names, self.parse_block(), self.span_from(gstart))
         return A.FuncDecl(kind, public, name_tok.text, generics, params, results, where, body,
                           self.span_from(start), name_tok.span, kernel, grid, grad)
+
+    def parse_kernel_ref(self, start: Span) -> A.KernelBinding:
+        """`name<args>` of a kernel binding (after `kernel` or `then`)."""
+        kname = self.ident("a kernel name").text
+        args: list = []
+        if self.accept("<"):
+            while not self.at(">"):
+                args.append(self.parse_type_or_dim_noangle())
+                if not self.accept(","):
+                    break
+            self.expect(">")
+        return A.KernelBinding(kname, args, self.span_from(start))
 
     def parse_block_decl(self, kind: str, public: bool, start: Span) -> A.BlockDecl:
         name_tok = self.ident(f"the {kind}'s name")
