@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 TILES = Path(__file__).parent / "kernels" / "decode_tiles.linnet"
 OPS = ["small_gemv", "small_norm_gemv", "small_qkv", "small_norm_gate_up", "small_gate_up",
-       "small_residual", "small_gemv_row", "small_gemv_dot"]
+       "small_residual", "small_gemv_row", "small_gemv_dot", "small_split", "small_split_two",
+       "small_residual_split"]
 # Chosen shapes: reductions of several BK = 16 chunks with a ragged last one, outputs over
 # several BO = 8 programs with a ragged last one, 1 to BR = 4 rows; for the qkv kernel a
 # program whose outputs straddle q and k, and k and v (Q, K not multiples of BO).
@@ -41,6 +42,12 @@ CHOSEN = {
     # Rows in registers: 5..16 rows (a batch), one row (15 padding rows), 16 rows exactly.
     "small_gemv_dot": [(8, 40, 17, "bf16"), (5, 33, 40, "f32"), (16, 16, 16, "f32"),
                        (1, 20, 3, "bf16")],
+    # Split-K chains (KS 3, 2): 3 chunks of 16 over 3 splits (the last ragged); 1 chunk (two
+    # splits past I); 5 chunks over 3 splits of 2 (the last split's second chunk past I);
+    # 3 chunks over 2 splits of 2 (one past I).
+    "small_split": [(1, 40, 17, "f32"), (4, 16, 8, "bf16"), (2, 70, 20, "bf16")],
+    "small_split_two": [(3, 40, 17, "bf16"), (2, 16, 9, "f32")],
+    "small_residual_split": [(3, 40, 17, "bf16"), (1, 17, 8, "f32")],
 }
 
 # Decode attention (B, S, KV, G, HD, T, pos): caches of 40 and 33 positions (three blocks of
@@ -175,12 +182,17 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
     """Each small binding names a std.nn.decode kernel, so the small cases check the std
     kernels' own code."""
     program = Program.from_file(TILES)
-    kernels = {op.name: op.kernel.name for op in bound_ops(program) if op.name in OPS}
+    kernels = {op.name: op.kernel.name + (f" then {op.kernel.then.name}" if op.kernel.then
+                                          else "") for op in bound_ops(program) if op.name in OPS}
     assert kernels == {"small_gemv": "gemv_rows", "small_norm_gemv": "rms_norm_gemv",
                        "small_qkv": "rms_norm_qkv_gemv",
                        "small_norm_gate_up": "rms_norm_gate_up_gemv",
                        "small_gate_up": "gate_up_gemv", "small_residual": "gemv_residual",
-                       "small_gemv_row": "gemv_row", "small_gemv_dot": "gemv_dot"}
+                       "small_gemv_row": "gemv_row", "small_gemv_dot": "gemv_dot",
+                       "small_split": "gemv_split_part then gemv_split_sum",
+                       "small_split_two": "gemv_split_part then gemv_split_sum",
+                       "small_residual_split":
+                           "gemv_split_residual_part then gemv_split_residual_sum"}
 
 
 def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
