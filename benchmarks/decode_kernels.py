@@ -59,7 +59,7 @@ if DRY:  # before Triton is imported: the interpreter is chosen when kernels are
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from linnet.torch import load  # noqa: E402
-from linnet.torch.kernels import kernel_module, op_case, resolve  # noqa: E402
+from linnet.torch.kernels import kernel_module, op_case, resolve, stages  # noqa: E402
 from linnet.torch.testing import compare  # noqa: E402
 
 FLOOR_BW = 4.0e12  # B/s: the bytes floor's bandwidth
@@ -74,9 +74,6 @@ POS, CACHE = 1087, 2048
 SWEEP = [(8, 512), (16, 512), (32, 256), (64, 128)]
 DRY_SWEEP = [(16, 32)]
 EPS = 1e-5
-# The split-K ops' bindings (BR, BO, BK, KS), as std.nn.decode binds them.
-SPLIT_TILES = {"linear_split": (16, 8, 512, 4), "linear_split_wide": (16, 8, 256, 8),
-               "linear_residual_split": (16, 8, 512, 4)}
 
 
 @dataclass
@@ -93,11 +90,6 @@ class Span:
     sweep: list[tuple[int, int]] | None = None  # pairs for sweep_keys (default: --sweep's)
     prepare: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # fix inputs
     live_bytes: int | None = None  # the floor's bytes, where not every input is read
-    # A chain of two kernels (split-K): (first, second, the tile generics of the binding).
-    # The second takes the op's inputs then the first's results; each row composes the two
-    # (the second's generics are the first's less BK), as a chain binding launches them.
-    chain: tuple[str, str, dict[str, int]] | None = None
-    name: str = ""  # the op timed, for --ops and the table (default: the op's short name)
 
 
 def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
@@ -114,31 +106,23 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
         return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
                     lambda x, w: F.linear(x, w))
 
-    # Split-K chains: (op, its tiles BR, BO, BK, KS), the body that of `linear_gemv`
-    # (`linear`) or `linear_residual`; swept over (BK, KS) at BO = 8.
+    # Split-K chains, swept over (BK, KS) at BO = 8.
     split_sweep = [(512, 2), (512, 4), (512, 8), (256, 4), (256, 8), (256, 16)]
 
-    def split(label: str, i: int, o: int, op: str, tiles: tuple[int, int, int, int],
-              residual: bool = False) -> Span:
-        first, second = (("gemv_split_residual_part", "gemv_split_residual_sum") if residual
-                         else ("gemv_split_part", "gemv_split_sum"))
-        ref = ((lambda x, w, r: r + F.linear(x, w)) if residual
-               else (lambda x, w: F.linear(x, w)))
-        return Span(label, mod + ("linear_residual" if residual else "linear_gemv"),
-                    {"N": rows, "I": i, "O": o, "T": "bf16"}, ref, sweep_keys=("BK", "KS"),
-                    sweep=split_sweep, chain=(mod + first, mod + second,
-                                              dict(zip(("BR", "BO", "BK", "KS"), tiles))),
-                    name=op)
+    def split(label: str, i: int, o: int, op: str) -> Span:
+        return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
+                    lambda x, w: F.linear(x, w), sweep_keys=("BK", "KS"), sweep=split_sweep)
 
     products = [(f"q {d}->{q}", d, q), (f"kv {d}->{kv}", d, kv), (f"o {q}->{d}", q, d),
                 (f"gate {d}->{f}", d, f), (f"down {f}->{d}", f, d)]
     return [
         *(lin(*p) for p in products), *(lin(*p, op="linear_gemv_row") for p in products),
         *(lin(*p, op="linear_gemv_dot") for p in products),
-        *(split(*p, "linear_split", SPLIT_TILES["linear_split"]) for p in products),
-        *(split(*p, "linear_split_wide", SPLIT_TILES["linear_split_wide"]) for p in products),
-        *(split(f"{lab}+residual {i}->{o}", i, o, "linear_residual_split",
-                SPLIT_TILES["linear_residual_split"], residual=True)
+        *(split(*p, "linear_split") for p in products),
+        *(split(*p, "linear_split_wide") for p in products),
+        *(Span(f"{lab}+residual {i}->{o}", mod + "linear_residual_split",
+               {"N": rows, "I": i, "O": o, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w),
+               sweep_keys=("BK", "KS"), sweep=split_sweep)
           for lab, i, o in [("o", q, d), ("down", f, d)]),
         Span(f"norm+q {d}->{q}", mod + "rms_norm_linear",
              {"N": rows, "D": d, "O": q, "T": "bf16"},
@@ -271,9 +255,12 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
     """Rows for one span at one shape: the body's and cuBLAS's times, then one row per
     tile configuration of the kernel (its check and its time)."""
     case = op_case(span.op, span.generics, span.scalars or None)
-    base = dict(case.kernel_generics) if span.chain is None else span.generics | span.chain[2]
+    # The kernels the op launches in turn (two for a chain: the second takes the op's inputs
+    # then the first's results); a sweep's generics replace those of each that has them.
+    bound, _ = stages(None, span.op, span.generics)
+    base = dict(case.kernel_generics)
     pairs = span.sweep if span.sweep is not None and not args.dry_run else args.sweep
-    if span.chain is not None and args.dry_run:
+    if len(bound) == 2 and args.dry_run:
         pairs = [(16, 3)]  # the tiny shapes: several chunks a split, one split past I
     configs = [base] + [base | dict(zip(span.sweep_keys, pair)) for pair in pairs
                         if tuple(base[k] for k in span.sweep_keys) != pair]
@@ -293,8 +280,7 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
                   for _, s, d in case.results)
     if span.live_bytes is not None:
         nbytes = span.live_bytes
-    common = {"op": span.name or span.op.rsplit("::", 1)[-1], "label": span.label,
-              "generics": span.generics,
+    common = {"op": span.op.rsplit("::", 1)[-1], "label": span.label, "generics": span.generics,
               "bytes": nbytes, "floor_us": nbytes / FLOOR_BW * 1e6}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "case.linnet"
@@ -318,21 +304,18 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
                     traceback.print_exc()
                     times["body_compiled_error"] = f"{type(exc).__name__}: {exc}"[:200]
         for i, kgen in enumerate(configs):
-            kernel = case.kernel.rsplit("::", 1)[-1] if span.chain is None else \
-                " then ".join(k.rsplit("::", 1)[-1] for k in span.chain[:2])
+            kernel = " then ".join(k.rsplit("::", 1)[-1] for k, _ in bound)
             row = dict(common) | times | {"kernel": kernel, "kernel_generics": kgen,
                                           "bound": i == 0, "reference_diff": ref_diff}
             try:
-                stages = [(case.kernel, kgen)] if span.chain is None else [
-                    (span.chain[0], kgen), (span.chain[1], {k: v for k, v in kgen.items()
-                                                            if k != "BK"})]
-                if not all(resolve(None, k, g)[2] for k, g in stages):
+                chain = [(k, g | {n: v for n, v in kgen.items() if n in g}) for k, g in bound]
+                if not all(resolve(None, k, g)[2] for k, g in chain):
                     row["error"] = "where clause false"
                     out.append(row)
                     continue
                 mods = [kernel_module(None, k, g, case.scalars, args.precision)
-                        for k, g in stages]
-                launch = mods[0].LAUNCH if span.chain is None else _chain(*mods)
+                        for k, g in chain]
+                launch = mods[0].LAUNCH if len(mods) == 1 else _chain(*mods)
                 got = _outs(launch(*inputs))
                 diff = max(float((g.float() - w.float()).abs().max()) for g, w in zip(got, want))
                 # The kernel checker's tolerance (linnet kernels): per element, relative to
@@ -403,7 +386,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for name, shape in shapes.items():
         for span in spans(shape, args.rows):
-            short = span.name or span.op.rsplit("::", 1)[-1]
+            short = span.op.rsplit("::", 1)[-1]
             if wanted and short not in wanted:
                 continue
             print(f"{name} {span.label} ({short})", flush=True)
