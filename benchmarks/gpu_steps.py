@@ -22,6 +22,10 @@
     argmax (on the device) and a host position; ms/token over 64 steps queued back to back,
     and the median of steps timed one by one (synchronised, so host time shows).
 
+(f) Prefill, batch 1, 1024 tokens, for the same shapes: Linnet's compiled plan (both plugins,
+    max-autotune-no-cudagraphs) with and without Linnet's kernels as candidates, against
+    transformers under torch.compile max-autotune-no-cudagraphs; median ms of 10 synchronised
+    runs and the share of the 781 TFLOP/s bf16 rate. Not in the default parts.
 (p) Where a step goes: every kernel the best configuration launches, from torch.profiler
     over 8 replays (launches and microseconds a step, and the kernels' busy share of the wall
     time). Not in the default parts.
@@ -441,6 +445,110 @@ def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
                            f"{what} |")
 
 
+# ---------------------------------------------------------------- (f) prefill
+PREFILL = 1024  # (f): prompt length, batch 1
+BF16_RATE = 781e12  # the H200's dense bf16 tensor-core rate (GPU.md), FLOP/s
+
+
+def prefill_flops(cfg: dict, length: int) -> float:
+    """Matrix-product FLOPs of one causal prefill: 2 per weight (the LM head included, the
+    embedding not) per token, plus the attention's two products over the causal half."""
+    d, f, h, kv, hd, nl, v = (cfg[k] for k in ("D", "F", "H", "KV", "HD", "NL", "V"))
+    per_layer = d * h * hd + 2 * d * kv * hd + h * hd * d + 3 * d * f
+    weights = nl * per_layer + d * v
+    attention = nl * 2 * 2 * h * hd * length * (length + 1) / 2
+    return 2.0 * weights * length + attention
+
+
+def prefill_rows(name: str, dev: torch.device) -> None:
+    """Batch 1, PREFILL tokens: Linnet's compiled plan (both plugins, max-autotune) with and
+    without its kernels as candidates, against transformers compiled the same way; ms
+    (median of 10, synchronised) and the share of the bf16 rate."""
+    import transformers
+    from linnet.plan import TimingCache
+    from linnet.torch import load, random_weights
+    from linnet.torch.cublaslt import CublasLt
+    from linnet.torch.flashinfer import FlashInfer
+    from linnet.torch.planned import plan_for
+
+    cfg = config(name, S=PREFILL + 128, B=1)
+    flops = prefill_flops(cfg, PREFILL)
+    prompt = torch.randint(0, cfg["V"], (1, PREFILL), dtype=torch.int32)
+    mat = "max-autotune-no-cudagraphs"
+    rows: list[tuple[str, float, str]] = []
+
+    def median_ms(fn: Callable[[], Any]) -> float:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e3
+
+    weights = random_weights(LLAMA, cfg, seed=0, device=dev)
+
+    def linnet(kernels: bool) -> None:
+        model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
+        t0 = time.perf_counter()
+        plan = plan_for(model, "prefill", [prompt], backends=[CublasLt(), FlashInfer()],
+                        compile=mat, progress=False, kernels=kernels,
+                        cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
+        planned = time.perf_counter() - t0
+        ctx = model.context_for(plan)
+        ins = [prompt.to(dev)]
+        ms = median_ms(lambda: plan.run(ins, ctx))
+        taken: dict[str, int] = {}
+        for c in plan.regions:
+            taken[c.backend.name] = taken.get(c.backend.name, 0) + 1
+        what = ", ".join(f"{k} {v}" for k, v in sorted(taken.items())) or "no regions"
+        label = f"Linnet compile {mat} + CublasLt + FlashInfer" + (
+            " + linnet-kernels" if kernels else "")
+        rows.append((label, ms, f"{what}; plan {planned:.0f} s"))
+        print(f"  {name} prefill {label}: {ms:.2f} ms; {what}", flush=True)
+
+    def hf() -> None:
+        hf_cfg = hf_config(cfg)
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            with torch.device(dev):
+                model = transformers.LlamaForCausalLM(hf_cfg).eval()
+        finally:
+            torch.set_default_dtype(torch.float32)
+        params = inspect.signature(model.model.forward).parameters
+        cache_kw = "cache" if "cache" in params else "past_key_values"
+        cache_args = inspect.signature(transformers.StaticCache).parameters
+        batch_kw = {"max_batch_size": 1} if "max_batch_size" in cache_args else {}
+        cache = transformers.StaticCache(config=hf_cfg, max_cache_len=PREFILL + 128, **batch_kw)
+        ids = prompt.to(dev, torch.long)
+        fn = torch.compile(lambda: model(input_ids=ids, use_cache=True,
+                                         **{cache_kw: cache}).logits, mode=mat)
+
+        def run() -> Any:
+            for layer in getattr(cache, "layers", []):
+                if hasattr(layer, "cumulative_length"):
+                    layer.cumulative_length.fill_(0)
+            with torch.no_grad():
+                return fn()
+
+        ms = median_ms(run)
+        rows.append((f"HF StaticCache, torch.compile {mat}", ms, ""))
+        print(f"  {name} prefill HF compiled: {ms:.2f} ms", flush=True)
+
+    guarded(f"(f) {name} HF", hf)
+    guarded(f"(f) {name} Linnet", lambda: linnet(False))
+    guarded(f"(f) {name} Linnet + kernels", lambda: linnet(True))
+    SUMMARY.append(f"\n(f) {name} prefill, batch 1, {PREFILL} tokens; {flops / 1e12:.2f} TFLOP "
+                   f"(at {BF16_RATE / 1e12:.0f} TFLOP/s: {flops / BF16_RATE * 1e3:.2f} ms)")
+    SUMMARY.append("| configuration | ms | of the bf16 rate | regions |")
+    SUMMARY.append("|---|---|---|---|")
+    for label, ms, what in rows:
+        SUMMARY.append(f"| {label} | {ms:.2f} | {flops / BF16_RATE * 1e3 / ms:.0%} | {what} |")
+
+
 # ---------------------------------------------------------------- (p) where a step goes
 def device_us(event: Any) -> float:
     """An averaged profiler event's own device time, in us (the attribute's name changed)."""
@@ -584,8 +692,8 @@ def main() -> int:
     global CONTEXT, CACHE, BATCH, HF_BEST_ONLY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--parts", default="t,s",
-                        help="t (token for token), s (whole steps), p (kernels of a step), "
-                             "v (inductor's options)")
+                        help="t (token for token), s (whole steps), f (prefill), p (kernels "
+                             "of a step), v (inductor's options)")
     parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
     parser.add_argument("--rows", default="linnet,hf",
                         help="(s): linnet (Linnet's configurations), hf (transformers baselines)")
@@ -614,6 +722,9 @@ def main() -> int:
         guarded("(t)", lambda: token_for_token(dev))
     if "s" in parts:
         whole_steps(dev, args.models.split(","), args.rows.split(","))
+    if "f" in parts:
+        for name in args.models.split(","):
+            prefill_rows(name, dev)
     if "p" in parts:
         for name in args.models.split(","):
             guarded(f"(p) {name}", lambda n=name: profile_step(n, dev))

@@ -45,6 +45,9 @@ from linnet.lang.emit.triton import (
 from linnet.lang.emit.triton import (
     RESERVED as TRITON_RESERVED,
 )
+from linnet.lang.emit.triton import (
+    chain_text as triton_chain_text,
+)
 from linnet.lang.ir.graph import Step
 from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the doctest)
 
@@ -473,29 +476,13 @@ def chain_text(first: KernelText, second: KernelText, taken: set[str]) -> Kernel
     """A chain's launcher (`kernel a<...> then b<...>`): ``first``'s ``pallas_call`` on
     the op's arrays, then ``second``'s on them and ``first``'s results, as one function
     inside the ``jax.custom_vjp`` (its backward is the op's, as a single kernel's)."""
-    key = f"{first.key}_then_{second.kernel.short_name}"
-    base, i = key, 1
-    while key in taken or f"launch_{key}" in taken or f"run_{key}" in taken:
-        i += 1
-        key = f"{base}_{i}"
-    taken |= {key, f"launch_{key}", f"run_{key}"}
-    ins = [safe(p) for p, _, _ in first.kernel.params]
-    scratch = [safe(r) for r, _, _ in first.kernel.results]
-    got = ", ".join(scratch)  # a launcher of one result returns it, not a tuple
-    k1, k2 = first.kernel, second.kernel
-    text = "\n".join([
-        f"def run_{key}({', '.join(ins)}):",
-        f'    """`{k1.short_name}` then `{k2.short_name}`, which reads its '
-        f'{", ".join(scratch)}\n    ({k1.loc}, {k2.loc})."""',
-        f"    {got} = run_{first.key}({', '.join(ins)})",
-        f"    return run_{second.key}({', '.join(ins + scratch)})",
-        "", "",
-        f"def launch_{key}(body, backward, {', '.join(ins)}):",
-        '    """The chain forward; under jax.grad, `backward` (the op\'s grad clause, or '
-        'the vjp\n    of its `body`)."""',
-        f"    return kernel_vjp(run_{key}, body, backward)({', '.join(ins)})"])
-    return KernelText(second.kernel, second.function, f"launch_{key}", key,
-                      first.source + "\n\n\n" + second.source + "\n\n\n" + text)
+    def launch(key: str, ins: list[str]) -> list[str]:
+        return [f"def launch_{key}(body, backward, {', '.join(ins)}):",
+                '    """The chain forward; under jax.grad, `backward` (the op\'s grad clause, '
+                'or the vjp\n    of its `body`)."""',
+                f"    return kernel_vjp(run_{key}, body, backward)({', '.join(ins)})"]
+
+    return triton_chain_text(first, second, taken, "run_", launch)
 
 
 # The module's own part: written only where a kernel is launched.

@@ -609,28 +609,35 @@ def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
     return KernelText(k, name, f"launch_{name}", name, text)
 
 
-def chain_text(first: KernelText, second: KernelText, taken: set[str]) -> KernelText:
+def chain_text(first: KernelText, second: KernelText, taken: set[str],
+               stage: str = "launch_", tail: Callable[[str, list[str]], list[str]] | None = None
+               ) -> KernelText:
     """A chain's launcher (`kernel a<...> then b<...>`): ``first`` on the op's tensors,
     then ``second`` on them and ``first``'s results (its scratch, allocated by its
-    launcher). Each stage stays a custom op of its own under torch.compile."""
+    launcher). Each stage stays a custom op of its own under torch.compile. Pallas's
+    (emit/pallas.py) calls the stages' ``run_*`` (``stage``) inside one function and adds
+    ``tail(key, inputs)``, its ``launch_*``."""
     key = f"{first.key}_then_{second.kernel.short_name}"
     base, i = key, 1
-    while key in taken or f"launch_{key}" in taken:
+    names = {"launch_", stage}
+    while any(f"{n}{key}" in taken for n in names) or key in taken:
         i += 1
         key = f"{base}_{i}"
-    taken |= {key, f"launch_{key}"}
+    taken |= {key} | {f"{n}{key}" for n in names}
     ins = [safe(p) for p, _, _ in first.kernel.params]
     scratch = [safe(r) for r, _, _ in first.kernel.results]
     got = ", ".join(scratch)  # a launcher of one result returns it, not a tuple
     k1, k2 = first.kernel, second.kernel
-    text = "\n".join([
-        f"def launch_{key}({', '.join(ins)}):",
+    lines = [
+        f"def {stage}{key}({', '.join(ins)}):",
         f'    """`{k1.short_name}` then `{k2.short_name}`, which reads its '
         f'{", ".join(scratch)}\n    ({k1.loc}, {k2.loc})."""',
-        f"    {got} = {first.launcher}({', '.join(ins)})",
-        f"    return {second.launcher}({', '.join(ins + scratch)})"])
+        f"    {got} = {stage}{first.key}({', '.join(ins)})",
+        f"    return {stage}{second.key}({', '.join(ins + scratch)})"]
+    if tail is not None:
+        lines += ["", "", *tail(key, ins)]
     return KernelText(second.kernel, second.function, f"launch_{key}", key,
-                      first.source + "\n\n\n" + second.source + "\n\n\n" + text)
+                      first.source + "\n\n\n" + second.source + "\n\n\n" + "\n".join(lines))
 
 
 # The module's own part: imported only where a kernel is launched.
