@@ -26,7 +26,13 @@ device machine with the wheels installed (``bash benchmarks/gpu.sh --decode-kern
     python3 benchmarks/decode_kernels.py --dry-run   # CPU, Triton's interpreter, tiny shapes
 
 ``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs (the attention row sweeps its
-own (BS, BD) pairs). Each span compiles its body with max-autotune (tens of seconds) and one
+own (BS, BD) pairs, the split-K rows their own (BK, KS) pairs at BO = 8).
+
+Split-K (``--ops linear_split,linear_split_wide,linear_residual_split``): the two kernels of
+each chain (``gemv_split_part`` then ``gemv_split_sum``; the residual forms) composed as a
+chain binding launches them, the first's f32 partial sums allocated inside the timed graph,
+against the same body (``linear``, ``residual_add(r, linear(x, w))``) and F.linear. The rows
+in registers GEMV for a batch: ``--ops linear_gemv_dot,linear_gemv --rows 8``. Each span compiles its body with max-autotune (tens of seconds) and one
 Triton kernel per tile configuration: a whole run takes minutes. Within the device tool's
 10-minute limit, run one shape at a time (``--shapes 8b``), or ``--no-compile`` first (the
 kernels against cuBLAS alone), or ``--compile-mode default``, or a few ``--ops``.
@@ -53,7 +59,7 @@ if DRY:  # before Triton is imported: the interpreter is chosen when kernels are
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from linnet.torch import load  # noqa: E402
-from linnet.torch.kernels import kernel_module, op_case, resolve  # noqa: E402
+from linnet.torch.kernels import kernel_module, op_case, resolve, stages  # noqa: E402
 from linnet.torch.testing import compare  # noqa: E402
 
 FLOOR_BW = 4.0e12  # B/s: the bytes floor's bandwidth
@@ -100,10 +106,24 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
         return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
                     lambda x, w: F.linear(x, w))
 
+    # Split-K chains, swept over (BK, KS) at BO = 8.
+    split_sweep = [(512, 2), (512, 4), (512, 8), (256, 4), (256, 8), (256, 16)]
+
+    def split(label: str, i: int, o: int, op: str) -> Span:
+        return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
+                    lambda x, w: F.linear(x, w), sweep_keys=("BK", "KS"), sweep=split_sweep)
+
     products = [(f"q {d}->{q}", d, q), (f"kv {d}->{kv}", d, kv), (f"o {q}->{d}", q, d),
                 (f"gate {d}->{f}", d, f), (f"down {f}->{d}", f, d)]
     return [
         *(lin(*p) for p in products), *(lin(*p, op="linear_gemv_row") for p in products),
+        *(lin(*p, op="linear_gemv_dot") for p in products),
+        *(split(*p, "linear_split") for p in products),
+        *(split(*p, "linear_split_wide") for p in products),
+        *(Span(f"{lab}+residual {i}->{o}", mod + "linear_residual_split",
+               {"N": rows, "I": i, "O": o, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w),
+               sweep_keys=("BK", "KS"), sweep=split_sweep)
+          for lab, i, o in [("o", q, d), ("down", f, d)]),
         Span(f"norm+q {d}->{q}", mod + "rms_norm_linear",
              {"N": rows, "D": d, "O": q, "T": "bf16"},
              lambda x, nw, w: F.linear(norm(x, nw), w), scalars=eps),
@@ -235,8 +255,13 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
     """Rows for one span at one shape: the body's and cuBLAS's times, then one row per
     tile configuration of the kernel (its check and its time)."""
     case = op_case(span.op, span.generics, span.scalars or None)
+    # The kernels the op launches in turn (two for a chain: the second takes the op's inputs
+    # then the first's results); a sweep's generics replace those of each that has them.
+    bound, _ = stages(None, span.op, span.generics)
     base = dict(case.kernel_generics)
     pairs = span.sweep if span.sweep is not None and not args.dry_run else args.sweep
+    if len(bound) == 2 and args.dry_run:
+        pairs = [(16, 3)]  # the tiny shapes: several chunks a split, one split past I
     configs = [base] + [base | dict(zip(span.sweep_keys, pair)) for pair in pairs
                         if tuple(base[k] for k in span.sweep_keys) != pair]
     ncopies = args.copies if device == "cuda" else 1
@@ -279,28 +304,40 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
                     traceback.print_exc()
                     times["body_compiled_error"] = f"{type(exc).__name__}: {exc}"[:200]
         for i, kgen in enumerate(configs):
-            row = dict(common) | times | {"kernel": case.kernel.rsplit("::", 1)[-1],
-                                          "kernel_generics": kgen, "bound": i == 0,
-                                          "reference_diff": ref_diff}
+            kernel = " then ".join(k.rsplit("::", 1)[-1] for k, _ in bound)
+            row = dict(common) | times | {"kernel": kernel, "kernel_generics": kgen,
+                                          "bound": i == 0, "reference_diff": ref_diff}
             try:
-                if not resolve(None, case.kernel, kgen)[2]:
+                chain = [(k, g | {n: v for n, v in kgen.items() if n in g}) for k, g in bound]
+                if not all(resolve(None, k, g)[2] for k, g in chain):
                     row["error"] = "where clause false"
                     out.append(row)
                     continue
-                mod = kernel_module(None, case.kernel, kgen, case.scalars, args.precision)
-                got = _outs(mod.LAUNCH(*inputs))
+                mods = [kernel_module(None, k, g, case.scalars, args.precision)
+                        for k, g in chain]
+                launch = mods[0].LAUNCH if len(mods) == 1 else _chain(*mods)
+                got = _outs(launch(*inputs))
                 diff = max(float((g.float() - w.float()).abs().max()) for g, w in zip(got, want))
                 # The kernel checker's tolerance (linnet kernels): per element, relative to
                 # the body's value and the result's scale.
                 ok = all(compare(g, w, d)[0] is None for g, w, d in zip(got, want, dtypes))
                 row.update(max_diff=diff, ok=ok)
                 if device == "cuda":
-                    row["kernel_us"] = graph_us(mod.LAUNCH, copies, args.reps)
+                    row["kernel_us"] = graph_us(launch, copies, args.reps)
             except Exception as exc:  # one configuration's failure does not hide the others
                 traceback.print_exc()
                 row["error"] = f"{type(exc).__name__}: {exc}"[:200]
             out.append(row)
     return out
+
+
+def _chain(first: Any, second: Any) -> Callable[..., Any]:
+    """A chain's launch: the first kernel on the op's inputs, the second on the op's inputs
+    then the first's results (allocated by the first's launcher, as the chain's are)."""
+    def launch(*inputs: torch.Tensor) -> Any:
+        return second.LAUNCH(*inputs, *_outs(first.LAUNCH(*inputs)))
+
+    return launch
 
 
 def math_prod(shape: tuple[int, ...]) -> int:
@@ -349,15 +386,16 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for name, shape in shapes.items():
         for span in spans(shape, args.rows):
-            if wanted and span.op.rsplit("::", 1)[-1] not in wanted:
+            short = span.op.rsplit("::", 1)[-1]
+            if wanted and short not in wanted:
                 continue
-            print(f"{name} {span.label} ({span.op.rsplit('::', 1)[-1]})", flush=True)
+            print(f"{name} {span.label} ({short})", flush=True)
             try:
                 for r in run_span(span, device, args):
                     rows.append({"shape": name} | r)
             except Exception as exc:
                 traceback.print_exc()
-                rows.append({"shape": name, "op": span.op, "label": span.label,
+                rows.append({"shape": name, "op": short, "label": span.label,
                              "error": f"{type(exc).__name__}: {exc}"[:300]})
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "torch": torch.__version__, "triton": _triton_version(),
@@ -379,7 +417,8 @@ def main() -> int:
             continue
         kg = r["kernel_generics"]
         tiles = ("*" if r["bound"] else " ") + ",".join(
-            f"{k}={kg[k]}" for k in kg if k.startswith("B") and k not in r["generics"])
+            f"{k}={kg[k]}" for k in kg if (k.startswith("B") and k not in r["generics"])
+            or k == "KS")
         if "error" in r:
             print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} error: "
                   f"{r['error'][:50]}")
