@@ -26,10 +26,18 @@ device machine with the wheels installed (``bash benchmarks/gpu.sh --decode-kern
                                          [--cache 2048] [--pos 1087]
     python3 benchmarks/decode_kernels.py --dry-run   # CPU, Triton's interpreter, tiny shapes
 
-``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs (the attention rows sweep their
-own: (BS, BD) for ``decode_attention_flash``, (BS, NS) for the flash-decoding chains
-``decode_attention_split`` and ``decode_attention_split_long``, the combine taking the same NS;
-``--cache 32768 --pos 32767`` times them at a long context). Each span compiles its body with max-autotune (tens of seconds) and one
+``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs (the attention row sweeps its
+own (BS, BD) pairs, the split-K rows their own (BK, KS) pairs at BO = 8).
+
+Flash-decoding (``--ops decode_attention_split,decode_attention_split_long``): the split
+kernel then the combine, swept over (BS, NS) (the combine takes the same NS), at the attention
+row's position and cache; ``--cache 32768 --pos 32767`` times them at a long context.
+
+Split-K (``--ops linear_split,linear_split_wide,linear_residual_split``): the two kernels of
+each chain (``gemv_split_part`` then ``gemv_split_sum``; the residual forms) composed as a
+chain binding launches them, the first's f32 partial sums allocated inside the timed graph,
+against the same body (``linear``, ``residual_add(r, linear(x, w))``) and F.linear. The rows
+in registers GEMV for a batch: ``--ops linear_gemv_dot,linear_gemv --rows 8``. Each span compiles its body with max-autotune (tens of seconds) and one
 Triton kernel per tile configuration: a whole run takes minutes. Within the device tool's
 10-minute limit, run one shape at a time (``--shapes 8b``), or ``--no-compile`` first (the
 kernels against cuBLAS alone), or ``--compile-mode default``, or a few ``--ops``.
@@ -103,10 +111,24 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
         return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
                     lambda x, w: F.linear(x, w))
 
+    # Split-K chains, swept over (BK, KS) at BO = 8.
+    split_sweep = [(512, 2), (512, 4), (512, 8), (256, 4), (256, 8), (256, 16)]
+
+    def split(label: str, i: int, o: int, op: str) -> Span:
+        return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
+                    lambda x, w: F.linear(x, w), sweep_keys=("BK", "KS"), sweep=split_sweep)
+
     products = [(f"q {d}->{q}", d, q), (f"kv {d}->{kv}", d, kv), (f"o {q}->{d}", q, d),
                 (f"gate {d}->{f}", d, f), (f"down {f}->{d}", f, d)]
     return [
         *(lin(*p) for p in products), *(lin(*p, op="linear_gemv_row") for p in products),
+        *(lin(*p, op="linear_gemv_dot") for p in products),
+        *(split(*p, "linear_split") for p in products),
+        *(split(*p, "linear_split_wide") for p in products),
+        *(Span(f"{lab}+residual {i}->{o}", mod + "linear_residual_split",
+               {"N": rows, "I": i, "O": o, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w),
+               sweep_keys=("BK", "KS"), sweep=split_sweep)
+          for lab, i, o in [("o", q, d), ("down", f, d)]),
         Span(f"norm+q {d}->{q}", mod + "rms_norm_linear",
              {"N": rows, "D": d, "O": q, "T": "bf16"},
              lambda x, nw, w: F.linear(norm(x, nw), w), scalars=eps),
@@ -257,9 +279,13 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
     """Rows for one span at one shape: the body's and cuBLAS's times, then one row per
     tile configuration of the kernel (its check and its time)."""
     case = op_case(span.op, span.generics, span.scalars or None)
-    chain = stages(None, span.op, span.generics)[0]  # [(kernel, generics)]: two for a chain
+    # The kernels the op launches in turn (two for a chain: the second takes the op's inputs
+    # then the first's results); a sweep's generics replace those of each that has them.
+    bound, _ = stages(None, span.op, span.generics)
     base = dict(case.kernel_generics)
     pairs = span.sweep if span.sweep is not None and not args.dry_run else args.sweep
+    if len(bound) == 2 and args.dry_run:
+        pairs = [(16, 3)]  # the tiny shapes: several chunks a split, one split past I
     configs = [base] + [base | dict(zip(span.sweep_keys, pair)) for pair in pairs
                         if tuple(base[k] for k in span.sweep_keys) != pair]
     ncopies = args.copies if device == "cuda" else 1
@@ -302,16 +328,21 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
                     traceback.print_exc()
                     times["body_compiled_error"] = f"{type(exc).__name__}: {exc}"[:200]
         for i, kgen in enumerate(configs):
-            row = dict(common) | times | {"kernel": " then ".join(
-                k.rsplit("::", 1)[-1] for k, _ in chain), "kernel_generics": kgen,
-                "bound": i == 0, "reference_diff": ref_diff}
+            kernel = " then ".join(k.rsplit("::", 1)[-1] for k, _ in bound)
+            row = dict(common) | times | {"kernel": kernel, "kernel_generics": kgen,
+                                          "bound": i == 0, "reference_diff": ref_diff}
             try:
-                launch = chain_launcher(chain, kgen, span.sweep_keys, case.scalars,
-                                        args.precision)
-                if launch is None:
+                # The swept generics only: the stages' own tiles may differ (flash-decoding's
+                # split takes 16 query heads a program, its combine 4).
+                chain = [(k, g | {n: kgen[n] for n in span.sweep_keys if n in g})
+                         for k, g in bound]
+                if not all(resolve(None, k, g)[2] for k, g in chain):
                     row["error"] = "where clause false"
                     out.append(row)
                     continue
+                mods = [kernel_module(None, k, g, case.scalars, args.precision)
+                        for k, g in chain]
+                launch = mods[0].LAUNCH if len(mods) == 1 else _chain(*mods)
                 got = _outs(launch(*inputs))
                 diff = max(float((g.float() - w.float()).abs().max()) for g, w in zip(got, want))
                 # The kernel checker's tolerance (linnet kernels): per element, relative to
@@ -327,29 +358,13 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
     return out
 
 
-def chain_launcher(chain: list[tuple[str, dict[str, Any]]], kgen: dict[str, Any],
-                   keys: tuple[str, ...], scalars: dict[str, Any], precision: str
-                   ) -> Callable[..., Any] | None:
-    """The launcher of a binding's kernels with the first's generics ``kgen`` (a sweep's):
-    one kernel's LAUNCH, or for a chain (`kernel a<...> then b<...>`) one that launches the
-    second on the inputs and the first's results, the second's generics taking the swept
-    ``keys`` it shares (a split count). None where a `where` clause does not hold."""
-    (first, _), *rest = chain
-    if not resolve(None, first, kgen)[2]:
-        return None
-    launch = kernel_module(None, first, kgen, scalars, precision).LAUNCH
-    if not rest:
-        return launch  # type: ignore[no-any-return]
-    second, sgen = rest[0]
-    sgen = sgen | {k: kgen[k] for k in keys if k in sgen}
-    if not resolve(None, second, sgen)[2]:
-        return None
-    tail = kernel_module(None, second, sgen, scalars, precision).LAUNCH
+def _chain(first: Any, second: Any) -> Callable[..., Any]:
+    """A chain's launch: the first kernel on the op's inputs, the second on the op's inputs
+    then the first's results (allocated by the first's launcher, as the chain's are)."""
+    def launch(*inputs: torch.Tensor) -> Any:
+        return second.LAUNCH(*inputs, *_outs(first.LAUNCH(*inputs)))
 
-    def both(*xs: torch.Tensor) -> Any:
-        return tail(*xs, *_outs(launch(*xs)))
-
-    return both
+    return launch
 
 
 def math_prod(shape: tuple[int, ...]) -> int:
@@ -404,15 +419,16 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for name, shape in shapes.items():
         for span in spans(shape, args.rows):
-            if wanted and span.op.rsplit("::", 1)[-1] not in wanted:
+            short = span.op.rsplit("::", 1)[-1]
+            if wanted and short not in wanted:
                 continue
-            print(f"{name} {span.label} ({span.op.rsplit('::', 1)[-1]})", flush=True)
+            print(f"{name} {span.label} ({short})", flush=True)
             try:
                 for r in run_span(span, device, args):
                     rows.append({"shape": name} | r)
             except Exception as exc:
                 traceback.print_exc()
-                rows.append({"shape": name, "op": span.op, "label": span.label,
+                rows.append({"shape": name, "op": short, "label": span.label,
                              "error": f"{type(exc).__name__}: {exc}"[:300]})
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "torch": torch.__version__, "triton": _triton_version(),
@@ -434,8 +450,8 @@ def main() -> int:
             continue
         kg = r["kernel_generics"]
         tiles = ("*" if r["bound"] else " ") + ",".join(
-            f"{k}={kg[k]}" for k in kg
-            if (k.startswith("B") and k not in r["generics"]) or k == "NS")
+            f"{k}={kg[k]}" for k in kg if (k.startswith("B") and k not in r["generics"])
+            or k in ("KS", "NS"))
         if "error" in r:
             print(f"{r['shape']:<5} {r['op']:<27} {r['label']:<24} {tiles:<26} error: "
                   f"{r['error'][:50]}")

@@ -98,6 +98,41 @@ def test_the_second_kernel_takes_the_ops_parameters_then_the_firsts_results(seco
     assert diag.code == code and words in (diag.message + (diag.help or "")), str(info.value)
 
 
+PLUS = """
+kernel add_parts_plus<R: Dim, C: Dim, T: DType, KS: Dim>(x: Tensor[R, C; T], b: Tensor[R; T],
+                                                          parts: Tensor[R, KS; f32])
+    -> y: Tensor[R; T] grid(R) {
+    let r = program_id(0)
+    let p = load(parts[r, iota<i32>(KS)])
+    store(y[r], ((sum[k] p[k]) + (load(b[r]) as f32)) as T)
+}
+
+pub op row_total_plus<R: Dim, C: Dim, T: DType>(x: Tensor[R, C; T], b: Tensor[R; T])
+    -> Tensor[R; T] kernel part_sums<R, C, T, 4, 2> then add_parts_plus<R, C, T, 2> {
+    let y[r] = (sum[c] x[r, c] as f32) + (b[r] as f32)
+    return y as T
+}
+
+model P<R: Dim, C: Dim> {
+    entry run(x: Tensor[R, C; f32], b: Tensor[R; f32]) -> Tensor[R; f32] {
+        return row_total_plus(x, b)
+    }
+}
+"""
+
+
+def test_the_first_kernel_may_take_the_ops_leading_parameters_only():
+    prog = check_text(PARTS + PLUS)
+    text = emit_torch(lower(prog, "run", {"x": [3, 40], "b": [3]}, model="P"),
+                      numerics="fast", program=prog)
+    assert "    parts = launch_part_sums_3_40_f32_4_2(x)\n" \
+           "    return launch_add_parts_plus_3_40_f32_2(x, b, parts)\n" in text
+    # Not the trailing ones, nor more than the op has.
+    swapped = PLUS.replace("x: Tensor[R, C; T], b: Tensor[R; T])\n    -> Tensor[R; T]",
+                           "b: Tensor[R; T], x: Tensor[R, C; T])\n    -> Tensor[R; T]")
+    assert "E0517" in codes(PARTS + swapped)
+
+
 def test_the_second_name_must_be_a_kernel():
     text = CHAIN.replace("then add_parts<R, C, T, 2>", "then row_total<R, C, T>")
     assert codes(text) == ["E0513"]

@@ -44,6 +44,18 @@ STD_KERNELS = {
     "std.nn.decode::decode_attention_flash": (
         "decode_attention_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, 16>",
         ["BG >= G", "BH >= HD"]),
+    "std.nn.decode::linear_gemv_dot": ("gemv_dot", "<N, I, O, T, 16, 16, 256>",
+                                       ["BR >= N", "BR >= 16", "BO >= 16", "BK >= 16"]),
+    # Chains: the first kernel, and the binding's text from its arguments to the second's.
+    "std.nn.decode::linear_split": (
+        "gemv_split_part", "<N, I, O, T, 16, 8, 512, 4> then gemv_split_sum<N, I, O, T, 16, 8, 4>",
+        ["BR >= N"]),
+    "std.nn.decode::linear_split_wide": (
+        "gemv_split_part", "<N, I, O, T, 16, 8, 256, 8> then gemv_split_sum<N, I, O, T, 16, 8, 8>",
+        ["BR >= N"]),
+    "std.nn.decode::linear_residual_split": (
+        "gemv_split_residual_part", "<N, I, O, T, 16, 8, 512, 4> then "
+        "gemv_split_residual_sum<N, I, O, T, 16, 8, 4>", ["BR >= N"]),
 }
 
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
@@ -66,7 +78,8 @@ use std.nn.activation::{softmax, silu_mul, silu}
 use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
-                    linear_residual, decode_attention_flash}
+                    linear_residual, decode_attention_flash, linear_gemv_dot, linear_split,
+                    linear_split_wide, linear_residual_split}
 """
 
 

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 TILES = Path(__file__).parent / "kernels" / "decode_tiles.linnet"
 OPS = ["small_gemv", "small_norm_gemv", "small_qkv", "small_norm_gate_up", "small_gate_up",
-       "small_residual", "small_gemv_row", "small_flash"]
+       "small_residual", "small_gemv_row", "small_gemv_dot", "small_split", "small_split_two",
+       "small_residual_split", "small_flash"]
 # Chosen shapes: reductions of several BK = 16 chunks with a ragged last one, outputs over
 # several BO = 8 programs with a ragged last one, 1 to BR = 4 rows; for the qkv kernel a
 # program whose outputs straddle q and k, and k and v (Q, K not multiples of BO).
@@ -38,6 +39,15 @@ CHOSEN = {
     "small_gate_up": [(2, 33, 20, "bf16"), (1, 16, 9, "f32")],
     "small_residual": [(3, 40, 17, "bf16"), (1, 17, 8, "f32")],
     "small_gemv_row": [(1, 40, 17, "bf16"), (4, 33, 9, "f32")],
+    # Rows in registers: 5..16 rows (a batch), one row (15 padding rows), 16 rows exactly.
+    "small_gemv_dot": [(8, 40, 17, "bf16"), (5, 33, 40, "f32"), (16, 16, 16, "f32"),
+                       (1, 20, 3, "bf16")],
+    # Split-K chains (KS 3, 2): 3 chunks of 16 over 3 splits (the last ragged); 1 chunk (two
+    # splits past I); 5 chunks over 3 splits of 2 (the last split's second chunk past I);
+    # 3 chunks over 2 splits of 2 (one past I).
+    "small_split": [(1, 40, 17, "f32"), (4, 16, 8, "bf16"), (2, 70, 20, "bf16")],
+    "small_split_two": [(3, 40, 17, "bf16"), (2, 16, 9, "f32")],
+    "small_residual_split": [(3, 40, 17, "bf16"), (1, 17, 8, "f32")],
     # Flash-decoding (B, S, KV, G, HD, T), the checker's positions (0..7): 3 splits of 32
     # positions, HD ragged against BH 32, G 3 and 5 in programs of 2 query heads.
     # (small_flash3 runs only in FLASH below: its 3 splits and the combine's 2 query heads a
@@ -50,6 +60,14 @@ CHOSEN = {
 # 16 lanes), positions at the end, the middle and the start of the cache.
 ATTENTION = [(2, 40, 2, 4, 32, "f32", [39, 20]), (1, 33, 3, 3, 24, "bf16", [32]),
              (3, 40, 1, 1, 16, "f32", [0, 17, 31])]
+
+# Split-K (kind, (N, I, O, T, KS)) at BR 4, BO 8, BK 16, stage by stage (gemv_split_part then
+# gemv_split_sum, or gemv_split_residual_part then gemv_split_residual_sum): 40 columns in 3 chunks over KS 2 (2 a split, the
+# second split's last chunk past I), 33 in 3 ragged chunks over KS 3, 16 in 1 over KS 3 (two
+# splits wholly past I: they write zeros), 70 in 5 over KS 2 (3 a split, one past I).
+SPLIT = [("sum", (1, 40, 17, "f32", 2)), ("sum", (3, 33, 24, "bf16", 3)),
+         ("sum", (4, 16, 8, "bf16", 3)), ("sum", (2, 70, 20, "f32", 2)),
+         ("residual", (3, 40, 17, "bf16", 2)), ("residual", (1, 17, 8, "f32", 3))]
 
 # Flash-decoding at small tiles (decode_tiles.linnet: BS 16, BH 32, the combine's BN 2
 # splits a step and BG 2 query heads a program), the two stages launched in turn as the
@@ -112,20 +130,52 @@ for b, s, kv, g, hd, dtype, last in json.loads(sys.argv[3]):
     found, diff = compare(got, want, dtype)
     attention.append({"generics": generics, "pos": last, "difference": diff,
                       "finding": None if found is None else str(found)})
+# Split-K GEMV, its two kernels composed as a chain launches them (the second takes the op's
+# inputs, then the first's results), both with NaN-poisoned results, against the body of the
+# op whose span it computes (linear_gemv's `linear`, linear_residual's).
+split = []
+for kind, (n, i, o, dtype, ks) in json.loads(sys.argv[4]):
+    generics = {"N": n, "I": i, "O": o, "T": dtype}
+    op = "linear_gemv" if kind == "sum" else "linear_residual"
+    case = op_case("std.nn.decode::" + op, generics)
+    ins = case.random_inputs("cpu", seed=len(split))
+    tiles = generics | {"BR": 4, "BO": 8, "KS": ks}
+    first = kernel_module(None, "std.nn.decode::gemv_split_" + (
+        "part" if kind == "sum" else "residual_part"), tiles | {"BK": 16})
+    second = kernel_module(None, "std.nn.decode::gemv_split_" + (
+        "sum" if kind == "sum" else "residual_sum"), tiles)
+    first.POISON = second.POISON = True
+    parts = first.LAUNCH(*ins)
+    got = second.LAUNCH(*ins, parts)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "case.linnet"
+        path.write_text(case.text)
+        want = load(path, weights={}, numerics="exact").run("run", ins)
+    found, diff = compare(got, want, dtype)
+    # The partial sums add up to the f32 product; splits that start past I are all zero.
+    exact = ins[0].double() @ ins[1].double().T
+    per = (-(-i // 16) + ks - 1) // ks
+    split.append({"kind": kind, "shape": [n, i, o, dtype, ks], "difference": diff,
+                  "finding": None if found is None else str(found),
+                  "parts_shape": list(parts.shape),
+                  "parts_error": float((parts.double().sum(0) - exact).abs().max()),
+                  "past": [s for s in range(ks) if s * per * 16 >= i],
+                  "past_zero": [bool((parts[s] == 0).all()) for s in range(ks)
+                                if s * per * 16 >= i]})
 # Flash-decoding: each small op's two stages (their generics from the binding), composed.
 from linnet.torch.kernels import stages
 flash = []
-for name, b, s, kv, g, hd, dtype, last in json.loads(sys.argv[4]):
+for name, b, s, kv, g, hd, dtype, last in json.loads(sys.argv[5]):
     generics = {"B": b, "S": s, "KV": kv, "G": g, "HD": hd, "T": dtype}
     case = op_case("std.nn.decode::decode_attention_flash", generics, {"scale": 0.3})
     q, k, v, pos = case.random_inputs("cpu", seed=10 + len(flash))
     pos = torch.tensor(last, dtype=torch.int32)
     (first, fgen), (second, sgen) = stages(program, "decode_tiles::" + name, generics)[0]
-    split = kernel_module(program, first, fgen, {"scale": 0.3})
-    combine = kernel_module(program, second, sgen, {"scale": 0.3})
-    split.POISON = combine.POISON = True
-    parts = split.LAUNCH(q, k, v, pos)
-    got = combine.LAUNCH(q, k, v, pos, *parts)
+    split_mod = kernel_module(program, first, fgen, {"scale": 0.3})
+    combine_mod = kernel_module(program, second, sgen, {"scale": 0.3})
+    split_mod.POISON = combine_mod.POISON = True
+    parts = split_mod.LAUNCH(q, k, v, pos)
+    got = combine_mod.LAUNCH(q, k, v, pos, *parts)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "case.linnet"
         path.write_text(case.text)
@@ -139,14 +189,16 @@ for name, b, s, kv, g, hd, dtype, last in json.loads(sys.argv[4]):
                   "live_splits": (~empty[:, 0, :, 0]).tolist(),
                   "empty_parts": max(float(total[empty].abs().max()) if empty.any() else 0.0,
                                      float(acc[empty].abs().max()) if empty.any() else 0.0)})
-print(json.dumps({"checks": checks, "attention": attention, "flash": flash}))
+print(json.dumps({"checks": checks, "attention": attention, "split": split,
+                  "flash": flash}))
 """
 
 
 @pytest.fixture(scope="module")
 def run() -> dict:
     done = subprocess.run([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN),
-                           json.dumps(ATTENTION), json.dumps(FLASH)],
+                           json.dumps(ATTENTION), json.dumps(SPLIT),
+                           json.dumps(FLASH)],
                           env={**os.environ, "TRITON_INTERPRET": "1"},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -179,12 +231,18 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
     """Each small binding names a std.nn.decode kernel, so the small cases check the std
     kernels' own code."""
     program = Program.from_file(TILES)
-    kernels = {op.name: op.kernel.name for op in bound_ops(program) if op.name in OPS}
+    kernels = {op.name: op.kernel.name + (f" then {op.kernel.then.name}" if op.kernel.then
+                                          else "") for op in bound_ops(program) if op.name in OPS}
     assert kernels == {"small_gemv": "gemv_rows", "small_norm_gemv": "rms_norm_gemv",
                        "small_qkv": "rms_norm_qkv_gemv",
                        "small_norm_gate_up": "rms_norm_gate_up_gemv",
                        "small_gate_up": "gate_up_gemv", "small_residual": "gemv_residual",
-                       "small_gemv_row": "gemv_row", "small_flash": "decode_attention_split_tiles"}
+                       "small_gemv_row": "gemv_row", "small_gemv_dot": "gemv_dot",
+                       "small_split": "gemv_split_part then gemv_split_sum",
+                       "small_split_two": "gemv_split_part then gemv_split_sum",
+                       "small_residual_split":
+                           "gemv_split_residual_part then gemv_split_residual_sum",
+                       "small_flash": "decode_attention_split_tiles then decode_attention_combine_tiles"}
 
 
 def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
@@ -211,6 +269,30 @@ def test_op_case_of_a_several_result_op_returns_each(tmp_path: Path) -> None:
     h = F.rms_norm(x, (8,), nw, 1e-5)
     for got, w in zip((q, k, v), (wq, wk, wv)):
         torch.testing.assert_close(got, F.linear(h, w), rtol=1e-5, atol=1e-5)
+
+
+def test_split_k_stages_compose_to_the_bodies(run: dict) -> None:
+    """gemv_split_part then gemv_split_sum equal `linear`, and gemv_split_residual_part then
+    gemv_split_residual_sum `residual_add(r, linear(x, w))`, at every chosen case, with every
+    partial sum written."""
+    found = run["split"]
+    assert [(c["kind"], tuple(c["shape"])) for c in found] == SPLIT
+    assert [c["finding"] for c in found] == [None] * len(SPLIT)
+    for c in found:
+        n, _, o, _, ks = c["shape"]
+        assert c["parts_shape"] == [ks, n, o]
+        assert c["parts_error"] < 1e-4, c
+        assert c["past_zero"] == [True] * len(c["past"]), c
+
+
+def test_the_split_cases_reach_ragged_chunks_and_splits_past_i() -> None:
+    """Some chosen split has a ragged last chunk, one split lies wholly past I, one split
+    takes several chunks, and each second kernel runs with more than one row."""
+    shapes = [s for _, s in SPLIT]
+    assert any(i % 16 for _, i, _, _, _ in shapes)
+    assert any(ks * ((-(-i // 16) + ks - 1) // ks) > -(-i // 16) for _, i, _, _, ks in shapes)
+    assert any((-(-i // 16) + ks - 1) // ks > 1 for _, i, _, _, ks in shapes)
+    assert {k for k, (n, *_) in SPLIT if n > 1} == {"sum", "residual"}
 
 
 def test_flash_decoding_stages_agree_with_the_body(run: dict) -> None:

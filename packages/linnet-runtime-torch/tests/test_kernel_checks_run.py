@@ -89,10 +89,14 @@ def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
     for kernel in ("row_softmax", "tiled_matmul", "rms_norm_rows", "silu_mul_tiles",
                    "gemv_rows", "gemv_row", "rms_norm_gemv", "rms_norm_qkv_gemv",
                    "rms_norm_gate_up_gemv", "gate_up_gemv", "gemv_residual",
-                   "decode_attention_tiles"):
+                   "decode_attention_tiles", "gemv_dot",
+                   "gemv_split_residual_part then gemv_split_residual_sum"):
         assert sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == 2, \
             done["stdout"]
-    # The flash-decoding chains (two ops, one chain of kernels): each op's two cases.
+    # One chain bound by two ops (linear_split, linear_split_wide): two cases each.
+    chain = "::gemv_split_part then gemv_split_sum "
+    assert sum(line.startswith("ok") and chain in line for line in lines) == 4, done["stdout"]
+    # The flash-decoding chains (decode_attention_split, _long): two cases each.
     chain = "::decode_attention_split_tiles then decode_attention_combine_tiles "
     assert sum(line.startswith("ok") and chain in line for line in lines) == 4, done["stdout"]
 

@@ -175,13 +175,19 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
     from linnet.lang.ir.tiles import lower_kernel
 
     k = lower_kernel(prog, kernel, kgen, scalars)
-    if len(tensors) != len(k.params):
-        raise _error("E0761", f"kernel `{kernel}` takes {len(k.params)} tensors, got "
+    # A chain's op tensors: the second kernel's parameters but the first's results; the
+    # first kernel takes the leading ones it declares.
+    params = k.params
+    if len(found) == 2:
+        k2 = lower_kernel(prog, found[1][0], found[1][1], scalars)
+        params = k2.params[:len(k2.params) - len(k.results)]
+    if len(tensors) != len(params):
+        raise _error("E0761", f"kernel `{kernel}` takes {len(params)} tensors, got "
                      f"{len(tensors)}", help="pass one tensor per tensor parameter: "
-                     + ", ".join(p for p, _, _ in k.params))
+                     + ", ".join(p for p, _, _ in params))
     from linnet.lang.emit.torch import TORCH_DTYPES
 
-    for (p, shape, dtype), t in zip(k.params, tensors):
+    for (p, shape, dtype), t in zip(params, tensors):
         if tuple(t.shape) != shape or str(t.dtype) != TORCH_DTYPES[dtype]:
             raise _error("E0761", f"kernel `{kernel}` takes `{p}` as {dtype}{list(shape)}, got "
                          f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}",
@@ -192,7 +198,7 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
                      "set before the kernel was first written" if not on_cuda else "",
                      help="move them to CUDA, or set TRITON_INTERPRET=1 in the environment "
                           f"before importing Triton (now: {os.environ.get('TRITON_INTERPRET')!r})")
-    out = module.LAUNCH(*tensors)
+    out = module.LAUNCH(*tensors[:len(k.params)])
     out = out if isinstance(out, tuple) else (out,)
     if len(found) == 2:  # a chain: the second kernel reads the op's tensors and the first's
         second = kernel_module(prog, found[1][0], found[1][1], scalars, precision)

@@ -170,7 +170,7 @@ def check_kernel_binding(ev: Evaluator, decl: A.FuncDecl, frame: Frame, params: 
         if binding.then is None:
             check_kernel_stage(ev, decl, binding, frame, given, wanted)
             return
-        first, kframe = check_kernel_stage(ev, decl, binding, frame, given, None)
+        first, kframe = check_kernel_stage(ev, decl, binding, frame, given, None, prefix=True)
         scratch = [(r.name or f"result {i}", ev.tensor_type(r.type, kframe), r.span,
                     f"`{first.name}` result") for i, r in enumerate(first.results)]
         check_kernel_stage(ev, decl, binding.then, frame, given + scratch, wanted,
@@ -181,9 +181,10 @@ def check_kernel_binding(ev: Evaluator, decl: A.FuncDecl, frame: Frame, params: 
 
 def check_kernel_stage(ev: Evaluator, decl: A.FuncDecl, binding: A.KernelBinding,
                        frame: Frame, given: list[tuple], wanted: list[tuple] | None,
-                       chained: str = "") -> tuple[A.FuncDecl, Frame]:
-    """One kernel of a binding: it takes ``given`` (name, type, span, what) in order and, if
-    ``wanted`` is given, writes those results; returns the kernel and its bound frame."""
+                       chained: str = "", prefix: bool = False) -> tuple[A.FuncDecl, Frame]:
+    """One kernel of a binding: it takes ``given`` (name, type, span, what) in order (with
+    ``prefix``, a chain's first kernel, the first of them: the op's leading parameters) and,
+    if ``wanted`` is given, writes those results; returns the kernel and its bound frame."""
     assert decl.module is not None
     ref = ev.resolve_global(decl.module, binding.name, binding.span)
     if not (isinstance(ref, FuncRef) and ref.decl.kind == "kernel"):
@@ -199,8 +200,9 @@ def check_kernel_stage(ev: Evaluator, decl: A.FuncDecl, binding: A.KernelBinding
     assert k.module is not None
     kframe = Frame(k.module, kenv)
     what = (f"the op's parameters, then `{chained}`'s results, in order" if chained
+            else "the op's leading parameters, in order" if prefix
             else "the op's parameters, in order")
-    if len(k.params) != len(given):
+    if len(k.params) > len(given) or (not prefix and len(k.params) != len(given)):
         raise fail("E0516", f"kernel `{k.name}` takes {len(k.params)} parameter"
                    f"{'s' if len(k.params) != 1 else ''} but op `{decl.name}` "
                    + (f"and `{chained}` give {len(given)}" if chained

@@ -624,15 +624,17 @@ def chain_text(first: KernelText, second: KernelText, taken: set[str],
         i += 1
         key = f"{base}_{i}"
     taken |= {key} | {f"{n}{key}" for n in names}
-    ins = [safe(p) for p, _, _ in first.kernel.params]
-    scratch = [safe(r) for r, _, _ in first.kernel.results]
-    got = ", ".join(scratch)  # a launcher of one result returns it, not a tuple
     k1, k2 = first.kernel, second.kernel
+    # The op's tensors are the second kernel's leading parameters; the first takes the
+    # leading ones of those it needs (checked: check/checker.py).
+    scratch = [safe(r) for r, _, _ in k1.results]
+    ins = [safe(p) for p, _, _ in k2.params[:len(k2.params) - len(scratch)]]
+    got = ", ".join(scratch)  # a launcher of one result returns it, not a tuple
     lines = [
         f"def {stage}{key}({', '.join(ins)}):",
         f'    """`{k1.short_name}` then `{k2.short_name}`, which reads its '
         f'{", ".join(scratch)}\n    ({k1.loc}, {k2.loc})."""',
-        f"    {got} = {stage}{first.key}({', '.join(ins)})",
+        f"    {got} = {stage}{first.key}({', '.join(ins[:len(k1.params)])})",
         f"    return {stage}{second.key}({', '.join(ins + scratch)})"]
     if tail is not None:
         lines += ["", "", *tail(key, ins)]
