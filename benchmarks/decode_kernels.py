@@ -359,10 +359,15 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
 
 
 def _chain(first: Any, second: Any) -> Callable[..., Any]:
-    """A chain's launch: the first kernel on the op's inputs, the second on the op's inputs
-    then the first's results (allocated by the first's launcher, as the chain's are)."""
+    """A chain's launch: the first kernel on the op's leading inputs it takes, the second on
+    the op's inputs then the first's results (allocated by the first's launcher, as the
+    chain's are)."""
+    import inspect
+
+    taken = len(inspect.signature(first.LAUNCH).parameters)
+
     def launch(*inputs: torch.Tensor) -> Any:
-        return second.LAUNCH(*inputs, *_outs(first.LAUNCH(*inputs)))
+        return second.LAUNCH(*inputs, *_outs(first.LAUNCH(*inputs[:taken])))
 
     return launch
 

@@ -54,7 +54,7 @@ STD_KERNELS = {
         "gemv_split_part", "<N, I, O, T, 16, 8, 256, 8> then gemv_split_sum<N, I, O, T, 16, 8, 8>",
         ["BR >= N"]),
     "std.nn.decode::linear_residual_split": (
-        "gemv_split_residual_part", "<N, I, O, T, 16, 8, 512, 4> then "
+        "gemv_split_part", "<N, I, O, T, 16, 8, 512, 4> then "
         "gemv_split_residual_sum<N, I, O, T, 16, 8, 4>", ["BR >= N"]),
 }
 

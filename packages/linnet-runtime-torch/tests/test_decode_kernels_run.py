@@ -62,7 +62,7 @@ ATTENTION = [(2, 40, 2, 4, 32, "f32", [39, 20]), (1, 33, 3, 3, 24, "bf16", [32])
              (3, 40, 1, 1, 16, "f32", [0, 17, 31])]
 
 # Split-K (kind, (N, I, O, T, KS)) at BR 4, BO 8, BK 16, stage by stage (gemv_split_part then
-# gemv_split_sum, or gemv_split_residual_part then gemv_split_residual_sum): 40 columns in 3 chunks over KS 2 (2 a split, the
+# gemv_split_sum, or gemv_split_residual_sum): 40 columns in 3 chunks over KS 2 (2 a split, the
 # second split's last chunk past I), 33 in 3 ragged chunks over KS 3, 16 in 1 over KS 3 (two
 # splits wholly past I: they write zeros), 70 in 5 over KS 2 (3 a split, one past I).
 SPLIT = [("sum", (1, 40, 17, "f32", 2)), ("sum", (3, 33, 24, "bf16", 3)),
@@ -140,12 +140,11 @@ for kind, (n, i, o, dtype, ks) in json.loads(sys.argv[4]):
     case = op_case("std.nn.decode::" + op, generics)
     ins = case.random_inputs("cpu", seed=len(split))
     tiles = generics | {"BR": 4, "BO": 8, "KS": ks}
-    first = kernel_module(None, "std.nn.decode::gemv_split_" + (
-        "part" if kind == "sum" else "residual_part"), tiles | {"BK": 16})
+    first = kernel_module(None, "std.nn.decode::gemv_split_part", tiles | {"BK": 16})
     second = kernel_module(None, "std.nn.decode::gemv_split_" + (
         "sum" if kind == "sum" else "residual_sum"), tiles)
     first.POISON = second.POISON = True
-    parts = first.LAUNCH(*ins)
+    parts = first.LAUNCH(*ins[:2])  # x and w: the first kernel takes the op's leading ones
     got = second.LAUNCH(*ins, parts)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "case.linnet"
@@ -241,7 +240,7 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
                        "small_split": "gemv_split_part then gemv_split_sum",
                        "small_split_two": "gemv_split_part then gemv_split_sum",
                        "small_residual_split":
-                           "gemv_split_residual_part then gemv_split_residual_sum",
+                           "gemv_split_part then gemv_split_residual_sum",
                        "small_flash": "decode_attention_split_tiles then decode_attention_combine_tiles"}
 
 
@@ -272,7 +271,7 @@ def test_op_case_of_a_several_result_op_returns_each(tmp_path: Path) -> None:
 
 
 def test_split_k_stages_compose_to_the_bodies(run: dict) -> None:
-    """gemv_split_part then gemv_split_sum equal `linear`, and gemv_split_residual_part then
+    """gemv_split_part then gemv_split_sum equal `linear`, and gemv_split_part then
     gemv_split_residual_sum `residual_add(r, linear(x, w))`, at every chosen case, with every
     partial sum written."""
     found = run["split"]

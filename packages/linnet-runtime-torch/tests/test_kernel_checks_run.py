@@ -90,7 +90,7 @@ def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
                    "gemv_rows", "gemv_row", "rms_norm_gemv", "rms_norm_qkv_gemv",
                    "rms_norm_gate_up_gemv", "gate_up_gemv", "gemv_residual",
                    "decode_attention_tiles", "gemv_dot",
-                   "gemv_split_residual_part then gemv_split_residual_sum"):
+                   "gemv_split_part then gemv_split_residual_sum"):
         assert sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == 2, \
             done["stdout"]
     # One chain bound by two ops (linear_split, linear_split_wide): two cases each.
