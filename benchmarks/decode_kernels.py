@@ -23,10 +23,15 @@ device machine with the wheels installed (``bash benchmarks/gpu.sh --decode-kern
     python3 benchmarks/decode_kernels.py [--shapes 8b,1b] [--ops linear_gemv] [--reps 64]
                                          [--copies 8] [--sweep BO:BK,...] [--no-compile]
                                          [--rows 1] [--precision tf32]
+                                         [--cache 2048] [--pos 1087]
     python3 benchmarks/decode_kernels.py --dry-run   # CPU, Triton's interpreter, tiny shapes
 
 ``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs (the attention row sweeps its
 own (BS, BD) pairs, the split-K rows their own (BK, KS) pairs at BO = 8).
+
+Flash-decoding (``--ops decode_attention_split,decode_attention_split_long``): the split
+kernel then the combine, swept over (BS, NS) (the combine takes the same NS), at the attention
+row's position and cache; ``--cache 32768 --pos 32767`` times them at a long context.
 
 Split-K (``--ops linear_split,linear_split_wide,linear_residual_split``): the two kernels of
 each chain (``gemv_split_part`` then ``gemv_split_sum``; the residual forms) composed as a
@@ -144,10 +149,13 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
         Span(f"down+residual {f}->{d}", mod + "linear_residual",
              {"N": rows, "I": f, "O": d, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w)),
         attention(shape, rows),
+        *flash_attention(shape, rows),
     ]
 
 
-def attention(shape: dict[str, int], rows: int) -> Span:
+def attention(shape: dict[str, int], rows: int, op: str = "decode_attention_flash",
+              sweep_keys: tuple[str, str] = ("BS", "BD"),
+              sweep: list[tuple[int, int]] | None = None) -> Span:
     """Decode attention of `rows` sequences at position POS of a cache of CACHE positions."""
     hd = shape["HD"]
     kv, g = shape["KV"] // hd, shape["Q"] // shape["KV"]
@@ -169,11 +177,27 @@ def attention(shape: dict[str, int], rows: int) -> Span:
 
     cache = CACHE if not DRY else 8
     live = 2 * rows * (last + 1) * kv * hd * 2 + 2 * rows * kv * g * hd * 2
-    return Span(f"attention pos {last} of {cache}", "std.nn.decode::decode_attention_flash",
+    return Span(f"attention pos {last} of {cache}", "std.nn.decode::" + op,
                 {"B": rows, "S": cache, "KV": kv, "G": g, "HD": hd, "T": "bf16"}, sdpa,
-                sweep_keys=("BS", "BD"), scalars={"scale": scale},
-                sweep=[(32, 16), (64, 32), (128, 16), (32, 32)], prepare=prepare,
-                live_bytes=live)
+                sweep_keys=sweep_keys, scalars={"scale": scale},
+                sweep=[(32, 16), (64, 32), (128, 16), (32, 32)] if sweep is None else sweep,
+                prepare=prepare, live_bytes=live)
+
+
+def flash_attention(shape: dict[str, int], rows: int) -> list[Span]:
+    """The flash-decoding ops (a split kernel then a combine kernel) at the same position and
+    cache as `attention`, each swept over (BS, NS): cache blocks of BS positions, NS splits
+    (the combine's NS follows). decode_attention_split: splits of 64 to 256 positions;
+    decode_attention_split_long: of 256 to 1024 (for `--cache 32768`)."""
+    cache = CACHE if not DRY else 8
+
+    def splits(length: int) -> int:
+        return -(-cache // length)
+
+    short = [(bs, splits(n)) for bs, n in [(16, 64), (64, 64), (32, 128), (64, 128), (32, 256)]]
+    long = [(bs, splits(n)) for bs, n in [(64, 256), (32, 512), (64, 1024), (128, 512)]]
+    return [attention(shape, rows, "decode_attention_split", ("BS", "NS"), short),
+            attention(shape, rows, "decode_attention_split_long", ("BS", "NS"), long)]
 
 
 # ---------------------------------------------------------------- timing
@@ -308,7 +332,10 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
             row = dict(common) | times | {"kernel": kernel, "kernel_generics": kgen,
                                           "bound": i == 0, "reference_diff": ref_diff}
             try:
-                chain = [(k, g | {n: v for n, v in kgen.items() if n in g}) for k, g in bound]
+                # The swept generics only: the stages' own tiles may differ (flash-decoding's
+                # split takes 16 query heads a program, its combine 4).
+                chain = [(k, g | {n: kgen[n] for n in span.sweep_keys if n in g})
+                         for k, g in bound]
                 if not all(resolve(None, k, g)[2] for k, g in chain):
                     row["error"] = "where clause false"
                     out.append(row)
@@ -362,6 +389,7 @@ def _dt(dtype: str) -> torch.dtype:
 
 
 def main() -> int:
+    global CACHE, POS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", default="8b,1b")
     parser.add_argument("--ops", default="", help="comma-separated op names (default: all)")
@@ -370,12 +398,17 @@ def main() -> int:
     parser.add_argument("--sweep", default="", help="BO:BK pairs, comma-separated")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--rows", type=int, default=1, help="rows (batch) of the step")
+    parser.add_argument("--cache", type=int, default=CACHE,
+                        help="attention: the cache's positions (default %(default)s)")
+    parser.add_argument("--pos", type=int, default=POS,
+                        help="attention: the last position attended (default %(default)s)")
     parser.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                         help="torch.compile mode of the body column (default: %(default)s)")
     parser.add_argument("--precision", default="tf32", choices=["tf32", "ieee"],
                         help="f32 tl.dot precision (numerics fast launches tf32)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
+    CACHE, POS = args.cache, args.pos
     device = "cpu" if args.dry_run else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: run with --dry-run on the CPU", file=sys.stderr)
@@ -412,26 +445,26 @@ def main() -> int:
     print(f"\nus per call inside a CUDA graph ({args.reps} calls over {args.copies} input "
           "copies); body.c = the op's body compiled (max-autotune-no-cudagraphs); cublas = "
           "the torch.nn.functional form; * = the op's own binding")
-    print(f"{'shape':<5} {'op':<22} {'product':<24} {'tiles':<26} {'ok':<3} {'diff':>8} "
+    print(f"{'shape':<5} {'op':<27} {'product':<24} {'tiles':<26} {'ok':<3} {'diff':>8} "
           f"{'kernel':>8} {'body.c':>8} {'cublas':>8} {'floor':>8} {'%floor':>6}")
     ok = True
     for r in rows:
         if "error" in r and "kernel_generics" not in r:
-            print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} error: {r['error'][:60]}")
+            print(f"{r['shape']:<5} {r['op']:<27} {r['label']:<24} error: {r['error'][:60]}")
             ok = False
             continue
         kg = r["kernel_generics"]
         tiles = ("*" if r["bound"] else " ") + ",".join(
             f"{k}={kg[k]}" for k in kg if (k.startswith("B") and k not in r["generics"])
-            or k == "KS")
+            or k in ("KS", "NS"))
         if "error" in r:
-            print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} error: "
+            print(f"{r['shape']:<5} {r['op']:<27} {r['label']:<24} {tiles:<26} error: "
                   f"{r['error'][:50]}")
             ok = ok and r["error"] == "where clause false"
             continue
         ok = ok and r["ok"]
         k_us = r.get("kernel_us", float("nan"))
-        print(f"{r['shape']:<5} {r['op']:<22} {r['label']:<24} {tiles:<26} "
+        print(f"{r['shape']:<5} {r['op']:<27} {r['label']:<24} {tiles:<26} "
               f"{'yes' if r['ok'] else 'NO':<3} {r['max_diff']:>8.1e} {k_us:>8.2f} "
               f"{r.get('body_compiled_us', float('nan')):>8.2f} "
               f"{r.get('cublas_us', float('nan')):>8.2f} {r['floor_us']:>8.2f} "

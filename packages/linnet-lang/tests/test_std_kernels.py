@@ -58,6 +58,21 @@ STD_KERNELS = {
         "gemv_split_residual_sum<N, I, O, T, 16, 8, 4>", ["BR >= N"]),
 }
 
+# op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
+# chain, `kernel first<...> then second<...>` (flash-decoding).
+STD_CHAINS = {
+    "std.nn.decode::decode_attention_split": (
+        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64>",
+         ["BG >= G", "BH >= HD"]),
+        ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 16, 4, 128>",
+         ["BH >= HD"])),
+    "std.nn.decode::decode_attention_split_long": (
+        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, (S + 511) / 512>",
+         ["BG >= G", "BH >= HD"]),
+        ("decode_attention_combine_tiles",
+         "<B, S, KV, G, HD, T, (S + 511) / 512, 16, 4, 128>", ["BH >= HD"])),
+}
+
 STD_USES = """
 use std.nn.activation::{softmax, silu_mul, silu}
 use std.nn.linear::{linear_tiled}
@@ -87,7 +102,7 @@ def test_every_std_module_checks(path: Path) -> None:
 
 def test_each_std_kernel_is_bound_to_its_op(std: Program) -> None:
     ops = _ops(std)
-    assert set(ops) == set(STD_KERNELS)
+    assert set(ops) == set(STD_KERNELS) | set(STD_CHAINS)
     for name, (kernel, args, clauses) in STD_KERNELS.items():
         op = ops[name]
         assert op.kernel is not None and op.kernel.name == kernel
@@ -97,6 +112,25 @@ def test_each_std_kernel_is_bound_to_its_op(std: Program) -> None:
         assert isinstance(kdecl, A.FuncDecl) and kdecl.kind == "kernel"
         where = [text[w.span.start:w.span.stop] for w in kdecl.where]
         assert where == clauses, name
+
+
+def test_each_std_chain_is_bound_to_its_op(std: Program) -> None:
+    """An op bound to two kernels names both, with their arguments, in order; each kernel's
+    `where` clause says when it applies, and the op's bounds what it takes."""
+    ops = _ops(std)
+    for name, stages in STD_CHAINS.items():
+        op = ops[name]
+        text = op.module.source.text  # type: ignore[union-attr]
+        binding: A.KernelBinding | None = op.kernel
+        for kernel, args, clauses in stages:
+            assert binding is not None and binding.name == kernel, name
+            assert text[binding.span.start:binding.span.stop].endswith(f"{kernel}{args}"), name
+            kdecl = op.module.find(kernel)  # type: ignore[union-attr]
+            assert isinstance(kdecl, A.FuncDecl) and kdecl.kind == "kernel"
+            assert [text[w.span.start:w.span.stop] for w in kdecl.where] == clauses, name
+            binding = binding.then
+        assert binding is None
+        assert [text[w.span.start:w.span.stop] for w in op.where] == ["G <= 16", "HD <= 128"]
 
 
 def test_the_matmul_is_a_dot_in_a_loop_with_a_carried_accumulator() -> None:

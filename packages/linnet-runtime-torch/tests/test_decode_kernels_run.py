@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 TILES = Path(__file__).parent / "kernels" / "decode_tiles.linnet"
 OPS = ["small_gemv", "small_norm_gemv", "small_qkv", "small_norm_gate_up", "small_gate_up",
        "small_residual", "small_gemv_row", "small_gemv_dot", "small_split", "small_split_two",
-       "small_residual_split"]
+       "small_residual_split", "small_flash"]
 # Chosen shapes: reductions of several BK = 16 chunks with a ragged last one, outputs over
 # several BO = 8 programs with a ragged last one, 1 to BR = 4 rows; for the qkv kernel a
 # program whose outputs straddle q and k, and k and v (Q, K not multiples of BO).
@@ -48,6 +48,11 @@ CHOSEN = {
     "small_split": [(1, 40, 17, "f32"), (4, 16, 8, "bf16"), (2, 70, 20, "bf16")],
     "small_split_two": [(3, 40, 17, "bf16"), (2, 16, 9, "f32")],
     "small_residual_split": [(3, 40, 17, "bf16"), (1, 17, 8, "f32")],
+    # Flash-decoding (B, S, KV, G, HD, T), the checker's positions (0..7): 3 splits of 32
+    # positions, HD ragged against BH 32, G 3 and 5 in programs of 2 query heads.
+    # (small_flash3 runs only in FLASH below: its 3 splits and the combine's 2 query heads a
+    # program make a sampled case of 31 x 8 heads cost 30 s in the interpreter.)
+    "small_flash": [(2, 75, 2, 3, 24, "bf16"), (1, 90, 3, 5, 17, "f32")],
 }
 
 # Decode attention (B, S, KV, G, HD, T, pos): caches of 40 and 33 positions (three blocks of
@@ -63,6 +68,21 @@ ATTENTION = [(2, 40, 2, 4, 32, "f32", [39, 20]), (1, 33, 3, 3, 24, "bf16", [32])
 SPLIT = [("sum", (1, 40, 17, "f32", 2)), ("sum", (3, 33, 24, "bf16", 3)),
          ("sum", (4, 16, 8, "bf16", 3)), ("sum", (2, 70, 20, "f32", 2)),
          ("residual", (3, 40, 17, "bf16", 2)), ("residual", (1, 17, 8, "f32", 3))]
+
+# Flash-decoding at small tiles (decode_tiles.linnet: BS 16, BH 32, the combine's BN 2
+# splits a step and BG 2 query heads a program), the two stages launched in turn as the
+# chain's launcher does, each stage's results poisoned with NaN, with chosen positions (op,
+# B, S, KV, G, HD, T, pos). small_flash splits the cache every 32 positions (two blocks),
+# small_flash3 into 3 runs of ceil(ceil(S / 16) / 3) blocks. Covered: several blocks a split
+# and a ragged last block (S 75, 50); splits wholly past pos (pos 20 of 75, 0 of 40, 63 of
+# 100: the end of a split); a split past the cache's end (S 20: 2 blocks in 3 splits);
+# positions at the start, middle and end; G 4, 3, 2, 1; HD 24 and 20 ragged against BH 32.
+FLASH = [("small_flash3", 2, 75, 2, 4, 32, "f32", [74, 20]),
+         ("small_flash", 1, 50, 3, 3, 24, "bf16", [49]),
+         ("small_flash3", 3, 40, 1, 1, 16, "f32", [0, 17, 39]),
+         ("small_flash3", 1, 20, 2, 4, 32, "bf16", [19]),
+         ("small_flash", 1, 100, 2, 4, 32, "bf16", [63]),
+         ("small_flash", 2, 75, 2, 2, 20, "f32", [40, 74])]
 
 DRIVER = """
 import json, sys
@@ -141,14 +161,43 @@ for kind, (n, i, o, dtype, ks) in json.loads(sys.argv[4]):
                   "past": [s for s in range(ks) if s * per * 16 >= i],
                   "past_zero": [bool((parts[s] == 0).all()) for s in range(ks)
                                 if s * per * 16 >= i]})
-print(json.dumps({"checks": checks, "attention": attention, "split": split}))
+# Flash-decoding: each small op's two stages (their generics from the binding), composed.
+from linnet.torch.kernels import stages
+flash = []
+for name, b, s, kv, g, hd, dtype, last in json.loads(sys.argv[5]):
+    generics = {"B": b, "S": s, "KV": kv, "G": g, "HD": hd, "T": dtype}
+    case = op_case("std.nn.decode::decode_attention_flash", generics, {"scale": 0.3})
+    q, k, v, pos = case.random_inputs("cpu", seed=10 + len(flash))
+    pos = torch.tensor(last, dtype=torch.int32)
+    (first, fgen), (second, sgen) = stages(program, "decode_tiles::" + name, generics)[0]
+    split_mod = kernel_module(program, first, fgen, {"scale": 0.3})
+    combine_mod = kernel_module(program, second, sgen, {"scale": 0.3})
+    split_mod.POISON = combine_mod.POISON = True
+    parts = split_mod.LAUNCH(q, k, v, pos)
+    got = combine_mod.LAUNCH(q, k, v, pos, *parts)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "case.linnet"
+        path.write_text(case.text)
+        want = load(path, weights={}, numerics="exact").run("run", [q, k, v, pos])
+    found, diff = compare(got, want, dtype)
+    acc, top, total = parts
+    empty = top <= -1e29  # a split that saw no live position
+    flash.append({"op": name, "kernels": [first, second], "ns": fgen["NS"], "difference": diff,
+                  "finding": None if found is None else str(found),
+                  "nan_parts": [bool(t.isnan().any()) for t in parts],
+                  "live_splits": (~empty[:, 0, :, 0]).tolist(),
+                  "empty_parts": max(float(total[empty].abs().max()) if empty.any() else 0.0,
+                                     float(acc[empty].abs().max()) if empty.any() else 0.0)})
+print(json.dumps({"checks": checks, "attention": attention, "split": split,
+                  "flash": flash}))
 """
 
 
 @pytest.fixture(scope="module")
 def run() -> dict:
     done = subprocess.run([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN),
-                           json.dumps(ATTENTION), json.dumps(SPLIT)],
+                           json.dumps(ATTENTION), json.dumps(SPLIT),
+                           json.dumps(FLASH)],
                           env={**os.environ, "TRITON_INTERPRET": "1"},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -191,7 +240,8 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
                        "small_split": "gemv_split_part then gemv_split_sum",
                        "small_split_two": "gemv_split_part then gemv_split_sum",
                        "small_residual_split":
-                           "gemv_split_part then gemv_split_residual_sum"}
+                           "gemv_split_part then gemv_split_residual_sum",
+                       "small_flash": "decode_attention_split_tiles then decode_attention_combine_tiles"}
 
 
 def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
@@ -242,3 +292,27 @@ def test_the_split_cases_reach_ragged_chunks_and_splits_past_i() -> None:
     assert any(ks * ((-(-i // 16) + ks - 1) // ks) > -(-i // 16) for _, i, _, _, ks in shapes)
     assert any((-(-i // 16) + ks - 1) // ks > 1 for _, i, _, _, ks in shapes)
     assert {k for k, (n, *_) in SPLIT if n > 1} == {"sum", "residual"}
+
+
+def test_flash_decoding_stages_agree_with_the_body(run: dict) -> None:
+    """The small flash-decoding ops' split then combine kernels equal decode_attention's
+    body, leave no partial result unwritten (none NaN), and a split is live exactly where
+    its first position is at most pos: one wholly past pos or past the cache's end writes
+    max -1e30, sum 0 and accumulator 0."""
+    found = run["flash"]
+    assert len(found) == len(FLASH)
+    assert [c["finding"] for c in found] == [None] * len(FLASH)
+    assert all(c["difference"] < 1e-2 for c in found)
+    assert all(c["nan_parts"] == [False, False, False] for c in found)
+    assert {tuple(c["kernels"]) for c in found} == {
+        ("std.nn.decode::decode_attention_split_tiles",
+         "std.nn.decode::decode_attention_combine_tiles")}
+    for c, (_, _, s, _, _, _, _, last) in zip(found, FLASH):
+        ns = c["ns"]
+        blocks = (s + 15) // 16
+        per = (blocks + ns - 1) // ns * 16  # positions a split: ceil(ceil(S / 16) / NS) blocks
+        assert c["live_splits"] == [[i * per <= p for i in range(ns)] for p in last]
+        assert c["empty_parts"] == 0.0
+    assert [c["ns"] for c in found] == [3, 2, 3, 3, 4, 3]
+    # Some split is empty: past pos (a live cache) or past the cache's end.
+    assert sum(not all(row) for c in found for row in c["live_splits"]) >= 4
