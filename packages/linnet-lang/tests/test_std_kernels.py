@@ -48,13 +48,13 @@ STD_KERNELS = {
                                        ["BR >= N", "BR >= 16", "BO >= 16", "BK >= 16"]),
     # Chains: the first kernel, and the binding's text from its arguments to the second's.
     "std.nn.decode::linear_split": (
-        "gemv_split_part", "<N, I, O, T, 16, 8, 512, 4> then gemv_split_sum<N, I, O, T, 16, 8, 4>",
+        "gemv_split_part", "<N, I, O, T, 16, 8, 256, 4> then gemv_split_sum<N, I, O, T, 16, 8, 4>",
         ["BR >= N"]),
     "std.nn.decode::linear_split_wide": (
         "gemv_split_part", "<N, I, O, T, 16, 8, 256, 8> then gemv_split_sum<N, I, O, T, 16, 8, 8>",
         ["BR >= N"]),
     "std.nn.decode::linear_residual_split": (
-        "gemv_split_part", "<N, I, O, T, 16, 8, 512, 4> then "
+        "gemv_split_part", "<N, I, O, T, 16, 8, 256, 4> then "
         "gemv_split_residual_sum<N, I, O, T, 16, 8, 4>", ["BR >= N"]),
 }
 
@@ -67,10 +67,10 @@ STD_CHAINS = {
         ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 16, 4, 128>",
          ["BH >= HD"])),
     "std.nn.decode::decode_attention_split_long": (
-        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, (S + 511) / 512>",
+        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, (S + 1023) / 1024>",
          ["BG >= G", "BH >= HD"]),
         ("decode_attention_combine_tiles",
-         "<B, S, KV, G, HD, T, (S + 511) / 512, 16, 4, 128>", ["BH >= HD"])),
+         "<B, S, KV, G, HD, T, (S + 1023) / 1024, 16, 4, 128>", ["BH >= HD"])),
 }
 
 STD_USES = """

@@ -109,7 +109,15 @@ def cases() -> list[Case]:
            _std("linear_residual_op", x=x, r=((4, 6), "normal")),
            _std("decode_attention_flash_op", q=((2, 2, 2, 4), "normal"),
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
-           _std("linear_gemv_row_op", x=x)]
+           _std("linear_gemv_row_op", x=x),
+           # Kernel chains (split-K, flash-decoding) and the rows-in-registers GEMV.
+           _std("linear_split_op", x=x), _std("linear_split_wide_op", x=x),
+           _std("linear_residual_split_op", x=x, r=((4, 6), "normal")),
+           _std("linear_gemv_dot_op", x=x),
+           _std("decode_attention_split_op", q=((2, 2, 2, 4), "normal"),
+                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
+           _std("decode_attention_split_long_op", q=((2, 2, 2, 4), "normal"),
+                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
     llama = _llama()
     prompt = {"tokens": ((1, 6), 256)}
     out += [Case("llama prefill", llama, _toy(), "prefill", prompt),
