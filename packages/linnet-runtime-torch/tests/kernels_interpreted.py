@@ -259,12 +259,11 @@ def test_plan_runs_a_span_ops_kernel_over_the_calls_it_claims(span_model, interp
     # The executables launched the span kernel (not the body): their modules count launches.
     ex = plan.items[0].run
     module = __import__("sys").modules[ex.fn.__module__]
-    # Once when the plan checked each executable's outputs, once in plan.run; the norms'
-    # own regions (rms_norm_rows) ran only in the check.
+    # Once when the plan checked each executable's outputs, once in plan.run. The norms' own
+    # regions (rms_norm_rows) are written in a module of their own (one per op whose kernel
+    # regions launch, so that span ops over the same steps each launch their own kernel).
     launched = {f"norm_linear_rows_{ROWS}_40_24_f32_64_16_1e_05": [2, 0],
-                f"norm_linear_rows_{ROWS}_24_40_f32_64_16_1e_06": [2, 0],
-                f"rms_norm_rows_{ROWS}_40_f32_4096_1e_05": [1, 0],
-                f"rms_norm_rows_{ROWS}_24_f32_4096_1e_06": [1, 0]}
+                f"norm_linear_rows_{ROWS}_24_40_f32_64_16_1e_06": [2, 0]}
     assert launched == module.RUNS
     assert "norm_linear" in plan.explain() and "linnet-kernels" in plan.explain()
 
@@ -320,17 +319,54 @@ def test_conform_runs_each_kernel_region_both_ways(span_model, interpret):
     assert len(findings) == 4 and all(f.passed for f in findings), findings
 
 
-def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret):
-    """`norm_linear` and a copy bound to other tiles claim the same steps (one region kind):
-    each kernel is timed, and cached, on its own."""
-    from linnet.plan import TimingCache
-
+def two_span_ops(tmp_path):
+    """The span model with `norm_linear` and `norm_linear_wide`, a copy bound to other tiles:
+    two span ops over the same steps."""
     other = SPAN_OPS.read_text().split("/// Two products of one norm")[0].replace(
         "pub op norm_linear<", "pub op norm_linear_wide<").replace(
         "kernel norm_linear_rows<N, D, O, T, 64, 16>", "kernel norm_linear_rows<N, D, O, T, 64, 32>")
     other = other[other.index("/// linear(rms_norm(x, nw, eps), w), rows of up to 64"):]
     path = tmp_path / "m.linnet"
     path.write_text(SPAN_OPS.read_text() + other + SPAN_MODEL)
+    return path
+
+
+def test_each_span_op_over_the_same_steps_launches_its_own_kernel(tmp_path, interpret):
+    """The emitter launches the first of equally long bound calls at a step: a region's
+    executable must launch its own op's kernel, not another claim's of the same steps (the
+    H200 runs of 2026-12-01 timed `linear_gemv`'s kernel for every op over its steps)."""
+    from linnet.backends import Options, Target
+    from linnet.lang.ir.spans import claim_spans
+    from linnet.torch.kernel_paths import KernelPaths
+
+    path = two_span_ops(tmp_path)
+    g = torch.Generator().manual_seed(0)
+    weights = {"nw": torch.randn(40, generator=g), "w": torch.randn(24, 40, generator=g),
+               "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g)}
+    model = load(path, weights=weights, numerics="fast", config={"D": 40, "O": 24, "T": "f32"})
+    x = torch.randn(ROWS, 40)
+    paths = KernelPaths(model.program)
+    graph = claim_spans(model.graph("run", [x]), model.program)
+    target = Target("cpu")
+    regions = [r for r in paths.match(graph, target) if r.callee.endswith(("::norm_linear",
+                                                                          "::norm_linear_wide"))]
+    steps = {(r.callee.rsplit("::", 1)[-1], tuple(r.steps)) for r in regions}
+    assert {op for op, _ in steps} == {"norm_linear", "norm_linear_wide"}
+    # Both ops claim the same steps at each place.
+    assert all({op for op, st2 in steps if st2 == st} == {"norm_linear", "norm_linear_wide"}
+               for _, st in steps)
+    for r, ex in zip(regions, paths.compile_regions(regions, target, Options())):
+        tiles = "_f32_64_32_" if r.callee.endswith("_wide") else "_f32_64_16_"
+        launched = [k for k in ex.fn.__globals__["RUNS"] if "norm_linear_rows" in k]
+        assert launched and all(tiles in k for k in launched), (r.callee, launched)
+
+
+def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret):
+    """`norm_linear` and a copy bound to other tiles claim the same steps (one region kind):
+    each kernel is timed, and cached, on its own."""
+    from linnet.plan import TimingCache
+
+    path = two_span_ops(tmp_path)
     g = torch.Generator().manual_seed(0)
     weights = {"nw": torch.randn(40, generator=g), "w": torch.randn(24, 40, generator=g),
                "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g)}
@@ -357,12 +393,7 @@ def test_a_kernel_that_cannot_be_written_fails_its_own_regions_only(tmp_path, in
     from linnet.lang.diagnostics.core import Diagnostic
     from linnet.torch.kernel_paths import KernelPaths
 
-    other = SPAN_OPS.read_text().split("/// Two products of one norm")[0].replace(
-        "pub op norm_linear<", "pub op norm_linear_wide<").replace(
-        "kernel norm_linear_rows<N, D, O, T, 64, 16>", "kernel norm_linear_rows<N, D, O, T, 64, 32>")
-    other = other[other.index("/// linear(rms_norm(x, nw, eps), w), rows of up to 64"):]
-    path = tmp_path / "m.linnet"
-    path.write_text(SPAN_OPS.read_text() + other + SPAN_MODEL)
+    path = two_span_ops(tmp_path)
     real = KernelPaths._compile
 
     def failing(self, regions, target):

@@ -60,6 +60,20 @@ def kernel_calls(graph: Graph) -> list[Call]:
     return out
 
 
+def own_calls(graph: Graph, regions: Sequence[Region]) -> Graph:
+    """A view of ``graph`` whose bound calls over exactly a region's steps are the region's
+    own call alone: other span ops' claims of the same steps are left out, so the emitter
+    launches the kernel of the region's op (the graph itself is not changed)."""
+    import copy
+
+    spans = {(min(r.steps), max(r.steps) + 1): r.index for r in regions}
+    view = copy.copy(graph)
+    view.calls = [c for c in graph.calls
+                  if not (c.attributes.get("kernel") and (c.start, c.stop) in spans
+                          and spans[(c.start, c.stop)] != c.index)]
+    return view
+
+
 class KernelExecutable:
     """A region's steps as generated PyTorch that launches the region's kernel."""
 
@@ -191,24 +205,36 @@ class KernelPaths:
         return out
 
     def _compile(self, regions: Sequence[Region], target: Target) -> list[Any]:
+        """One module per op whose kernel the regions launch: several span ops may claim
+        the same steps (`linear_gemv`, `linear_split`, ...), and the emitter launches the
+        longest bound call at a step, the first of equals; each module's graph keeps, of the
+        bound calls over a region's steps, only the region's own (:func:`own_calls`)."""
         graph = regions[0].graph
-        slices = [slice_steps(graph, list(r.steps), f"kernel_{i}")
-                  for i, r in enumerate(regions)]
-        text = emit_torch(graph, self.sources, numerics="fast", origin=graph.model,
-                          slices=[slices], program=self.program)
-        module = import_source(text, f"linnet_plan_{self.label}")
-        if target.kind == "cuda":
-            import torch
+        by_op: dict[str, list[int]] = {}
+        calls = {c.index: c for c in graph.calls}
+        for i, r in enumerate(regions):
+            call = calls.get(r.index)
+            by_op.setdefault(call.callee if call is not None else "", []).append(i)
+        out: list[Any] = [None] * len(regions)
+        for members in by_op.values():
+            chosen = [regions[i] for i in members]
+            view = own_calls(graph, chosen)
+            slices = [slice_steps(view, list(r.steps), f"kernel_{i}")
+                      for i, r in enumerate(chosen)]
+            text = emit_torch(view, self.sources, numerics="fast", origin=graph.model,
+                              slices=[slices], program=self.program)
+            module = import_source(text, f"linnet_plan_{self.label}")
+            if target.kind == "cuda":
+                import torch
 
-            module.DEVICE = torch.device(target.device or "cuda")  # type: ignore[attr-defined]
-        meta = module.ENTRIES[graph.entry]["slices"]
-        out = []
-        for r, sl, m in zip(regions, slices, meta):
-            fn = getattr(module, m["function"])
-            call = next((c for c in graph.calls if c.index == r.index), None)
-            kernel = binding_name(call.attributes) if call is not None else ""
-            out.append(KernelExecutable(fn, r, list(sl.inputs), list(sl.outputs),
-                                        list(sl.parameters), list(sl.states), kernel))
+                module.DEVICE = torch.device(target.device or "cuda")  # type: ignore[attr-defined]
+            meta = module.ENTRIES[graph.entry]["slices"]
+            for i, r, sl, m in zip(members, chosen, slices, meta):
+                fn = getattr(module, m["function"])
+                call = calls.get(r.index)
+                kernel = binding_name(call.attributes) if call is not None else ""
+                out[i] = KernelExecutable(fn, r, list(sl.inputs), list(sl.outputs),
+                                          list(sl.parameters), list(sl.states), kernel)
         return out
 
     def estimate_cost(self, region: Region, target: Target) -> None:
