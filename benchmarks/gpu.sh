@@ -55,7 +55,7 @@ flashinfer_env() {
       export LIBRARY_PATH=/tmp/libcuda${LIBRARY_PATH:+:$LIBRARY_PATH}
     fi
   fi
-  python3 -m linnet.torch.flashinfer --warm --head-dims 64,128 2>&1 | tee "$OUT/flashinfer-warm.log"
+  python3 -m linnet.torch.flashinfer --warm --head-dims "${FLASHINFER_HEAD_DIMS:-64,128}" 2>&1 | tee "$OUT/flashinfer-warm.log"
 }
 if [ "${1:-}" = "--flashinfer" ]; then
   flashinfer_env

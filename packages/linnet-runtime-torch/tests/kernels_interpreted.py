@@ -312,6 +312,33 @@ def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
     del ctx_want
 
 
+def test_every_kernel_region_of_the_toy_llama_decode_launches_its_kernel(interpret):
+    """Each region's executable launches its op's kernel: decode attention's steps read masks
+    of `pos` hoisted out of the layers, not `pos`, so a region of exactly its steps had `pos`
+    out of scope and ran the op's body instead (every attention kernel region, until
+    2026-12-01); and span ops over the same steps each launch their own kernel."""
+    from linnet.backends import Options, Target
+    from linnet.lang.ir.spans import claim_spans
+    from linnet.torch import random_weights
+    from linnet.torch.kernel_paths import KernelPaths
+    from support import LLAMA, toy_config
+
+    model = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=4),
+                 config=toy_config(), numerics="fast")
+    token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([5], dtype=torch.int32)
+    graph = claim_spans(model.graph("decode", [token, pos]), model.program)
+    paths = KernelPaths(model.program)
+    regions = paths.match(graph, Target("cpu"))
+    ops = {r.callee.rsplit("::", 1)[-1] for r in regions}
+    assert {"decode_attention_flash", "decode_attention_split", "linear_gemv",
+            "linear_split", "rms_norm_qkv"} <= ops, ops
+    calls = {c.index: c for c in graph.calls}
+    for r, ex in zip(regions, paths.compile_regions(regions, Target("cpu"), Options())):
+        short = calls[r.index].attributes["kernel"].rsplit("::", 1)[-1]
+        launched = list(ex.fn.__globals__.get("RUNS", {}))
+        assert launched and all(k.startswith(short) for k in launched), (r, launched)
+
+
 def test_conform_runs_each_kernel_region_both_ways(span_model, interpret):
     from linnet.torch.kernel_paths import KernelPaths
 

@@ -60,6 +60,19 @@ def kernel_calls(graph: Graph) -> list[Call]:
     return out
 
 
+def with_arguments(region: Region, call: Call) -> Region:
+    """``region`` taking each tensor argument of ``call`` as an input: the kernel reads the
+    call's arguments, where the steps may read only values made from them before the region
+    (decode attention's steps read masks of `pos` that lowering hoisted out of the layers, not
+    `pos`), and the emitter launches a kernel only where its arguments are in scope."""
+    import dataclasses
+
+    missing = tuple(a for a in call.attributes.get("args", [])
+                    if isinstance(a, str) and a.startswith("%") and a not in region.inputs)
+    return dataclasses.replace(region, inputs=tuple(region.inputs) + missing) if missing \
+        else region
+
+
 def own_calls(graph: Graph, regions: Sequence[Region]) -> Graph:
     """A view of ``graph`` whose bound calls over exactly a region's steps are the region's
     own call alone: other span ops' claims of the same steps are left out, so the emitter
@@ -174,7 +187,7 @@ class KernelPaths:
         out = []
         for c in kernel_calls(graph):
             try:
-                out.append(Region.of(graph, c.start, c.stop, c.index))
+                out.append(with_arguments(Region.of(graph, c.start, c.stop, c.index), c))
             except RegionError:
                 continue
         return out
@@ -221,6 +234,8 @@ class KernelPaths:
             view = own_calls(graph, chosen)
             slices = [slice_steps(view, list(r.steps), f"kernel_{i}")
                       for i, r in enumerate(chosen)]
+            for r, sl in zip(chosen, slices):  # the call's arguments too (with_arguments)
+                sl.inputs += [v for v in r.inputs if v not in sl.inputs]
             text = emit_torch(view, self.sources, numerics="fast", origin=graph.model,
                               slices=[slices], program=self.program)
             module = import_source(text, f"linnet_plan_{self.label}")
