@@ -303,6 +303,12 @@ def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
     plan = model.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
     kinds = {c.region.callee.rsplit("::", 1)[-1] for c in kernel_rows(plan)}
     assert "rms_norm" in kinds
+    # Decode attention's kernel regions pass the plan's checks and run (their kind counts the
+    # call's `pos`, which the steps read only through masks hoisted out of the layers).
+    taken = {c.region.callee.rsplit("::", 1)[-1] for c in kernel_rows(plan)
+             if c.status == "taken"}
+    assert "decode_attention_flash" in taken, [(c.region, c.status, c.reason)
+                                               for c in kernel_rows(plan)]
     want = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
     ctx, ctx_want = model.context_for(plan), want.context_for_graph(plan.graph)
     for step in range(3):  # the cache the kernel plan writes is read back by later steps

@@ -22,7 +22,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from linnet.backends import Capabilities, ExecutableMeta, Options, Region, RegionError, Target
+from linnet.backends import (
+    Capabilities,
+    ExecutableMeta,
+    Options,
+    Region,
+    RegionError,
+    Target,
+    region_kind,
+)
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
 from linnet.lang.check.kernel_cases import binding_name
@@ -69,8 +77,10 @@ def with_arguments(region: Region, call: Call) -> Region:
 
     missing = tuple(a for a in call.attributes.get("args", [])
                     if isinstance(a, str) and a.startswith("%") and a not in region.inputs)
-    return dataclasses.replace(region, inputs=tuple(region.inputs) + missing) if missing \
-        else region
+    if not missing:
+        return region
+    wider = dataclasses.replace(region, inputs=tuple(region.inputs) + missing)
+    return dataclasses.replace(wider, kind=region_kind(wider))
 
 
 def own_calls(graph: Graph, regions: Sequence[Region]) -> Graph:
