@@ -234,7 +234,7 @@ class KernelPaths:
         bound calls over a region's steps, only the region's own (:func:`own_calls`)."""
         graph = regions[0].graph
         by_op: dict[str, list[int]] = {}
-        calls = {c.index: c for c in graph.calls}
+        calls: dict[int | None, Call] = {c.index: c for c in graph.calls}
         for i, r in enumerate(regions):
             call = calls.get(r.index)
             by_op.setdefault(call.callee if call is not None else "", []).append(i)
