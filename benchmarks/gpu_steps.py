@@ -326,12 +326,12 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
     return weight_bytes
 
 
-def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> None:
-    """Hugging Face transformers, StaticCache, torch.compile: GPU.md's baselines, here."""
+def hf_model(hf_cfg: Any, dev: torch.device, batch: int) -> tuple[Any, str, dict[str, int]]:
+    """A bf16 `LlamaForCausalLM` of ``hf_cfg`` on ``dev`` (random weights), the name its
+    forward gives the cache argument, and StaticCache's batch keyword (both changed across
+    transformers versions)."""
     import transformers
 
-    cfg = config(name, S=CACHE)
-    hf_cfg = hf_config(cfg)
     torch.set_default_dtype(torch.bfloat16)
     try:
         with torch.device(dev):
@@ -340,10 +340,20 @@ def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> N
         torch.set_default_dtype(torch.float32)
     params = inspect.signature(hf.model.forward).parameters
     cache_kw = "cache" if "cache" in params else "past_key_values"
+    cache_args = inspect.signature(transformers.StaticCache).parameters
+    batch_kw = {"max_batch_size": batch} if "max_batch_size" in cache_args else {}
+    return hf, cache_kw, batch_kw
+
+
+def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> None:
+    """Hugging Face transformers, StaticCache, torch.compile: GPU.md's baselines, here."""
+    import transformers
+
+    cfg = config(name, S=CACHE)
+    hf_cfg = hf_config(cfg)
+    hf, cache_kw, batch_kw = hf_model(hf_cfg, dev, BATCH)
     prompt = torch.randint(0, cfg["V"], (BATCH, CONTEXT), device=dev)
     positions = [torch.tensor([[CONTEXT + i]] * BATCH, device=dev) for i in range(STEPS + 8)]
-    cache_args = inspect.signature(transformers.StaticCache).parameters
-    batch_kw = {"max_batch_size": BATCH} if "max_batch_size" in cache_args else {}
 
     def fresh_cache() -> Any:
         cache = transformers.StaticCache(config=hf_cfg, max_cache_len=CACHE, **batch_kw)
@@ -513,16 +523,7 @@ def prefill_rows(name: str, dev: torch.device) -> None:
 
     def hf() -> None:
         hf_cfg = hf_config(cfg)
-        torch.set_default_dtype(torch.bfloat16)
-        try:
-            with torch.device(dev):
-                model = transformers.LlamaForCausalLM(hf_cfg).eval()
-        finally:
-            torch.set_default_dtype(torch.float32)
-        params = inspect.signature(model.model.forward).parameters
-        cache_kw = "cache" if "cache" in params else "past_key_values"
-        cache_args = inspect.signature(transformers.StaticCache).parameters
-        batch_kw = {"max_batch_size": 1} if "max_batch_size" in cache_args else {}
+        model, cache_kw, batch_kw = hf_model(hf_cfg, dev, 1)
         cache = transformers.StaticCache(config=hf_cfg, max_cache_len=PREFILL + 128, **batch_kw)
         ids = prompt.to(dev, torch.long)
         fn = torch.compile(lambda: model(input_ids=ids, use_cache=True,

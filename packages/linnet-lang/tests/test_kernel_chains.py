@@ -6,6 +6,8 @@ Launching them is tested in linnet-runtime-torch (kernels_interpreted.py) and th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from linnet.lang import LinnetError, Program, check_text, lower
 from linnet.lang.check.kernel_cases import binding_name, bound_ops, sample_cases
@@ -14,48 +16,10 @@ from linnet.lang.emit.torch import emit_torch
 
 # Row sums in two kernels: KS partial sums a row (each of KS programs reduces its run of
 # BC-wide chunks), then their sum. The second kernel takes the op's x, then the parts.
-PARTS = """
-kernel part_sums<R: Dim, C: Dim, T: DType, BC: Dim, KS: Dim>(x: Tensor[R, C; T])
-    -> parts: Tensor[R, KS; f32] grid(R, KS) {
-    let r = program_id(0)
-    let s = program_id(1)
-    let cs = iota<i32>(BC)
-    let acc = fill(0.0, BC)
-    let per = ((C + BC - 1) / BC + KS - 1) / KS
-    for c0 in 0..per {
-        let cc = (s * per + c0) * BC + cs
-        acc = acc + (load(x[r, cc], cc < C, 0) as f32)
-    }
-    store(parts[r, s], sum[c] acc[c])
-}
-"""
-
-SUM = """
-kernel add_parts<R: Dim, C: Dim, T: DType, KS: Dim>(x: Tensor[R, C; T],
-                                                     parts: Tensor[R, KS; f32])
-    -> y: Tensor[R; T] grid(R) where KS <= 8 {
-    let r = program_id(0)
-    let ks = iota<i32>(KS)
-    let p = load(parts[r, ks])
-    store(y[r], (sum[k] p[k]) as T)
-}
-"""
-
-OP = """
-pub op row_total<R: Dim, C: Dim, T: DType>(x: Tensor[R, C; T]) -> Tensor[R; T]
-    kernel part_sums<R, C, T, 4, {ks}> then add_parts<R, C, T, {ks}> {{
-    let y[r] = sum[c] x[r, c] as f32
-    return y as T
-}}
-
-model M<R: Dim, C: Dim> {{
-    entry run(x: Tensor[R, C; f32]) -> Tensor[R; f32] {{
-        return row_total(x)
-    }}
-}}
-"""
-
-CHAIN = PARTS + SUM + OP.format(ks=2)
+CHAIN = (Path(__file__).parent / "chains" / "row_total.linnet").read_text()
+PARTS = CHAIN[CHAIN.index("kernel part_sums"):CHAIN.index("kernel add_parts")]
+SUM = CHAIN[CHAIN.index("kernel add_parts"):CHAIN.index("pub op row_total")]
+OP = CHAIN[CHAIN.index("pub op row_total"):]
 
 
 def codes(text: str) -> list[str]:
@@ -93,7 +57,7 @@ def test_a_chain_checks_and_parses_both_kernels():
 def test_the_second_kernel_takes_the_ops_parameters_then_the_firsts_results(second, code,
                                                                             words):
     with pytest.raises(LinnetError) as info:
-        check_text(PARTS + second + OP.format(ks=2))
+        check_text(PARTS + second + OP)
     diag, = info.value.diagnostics
     assert diag.code == code and words in (diag.message + (diag.help or "")), str(info.value)
 
@@ -134,7 +98,7 @@ def test_the_first_kernel_may_take_the_ops_leading_parameters_only():
 
 
 def test_the_second_name_must_be_a_kernel():
-    text = CHAIN.replace("then add_parts<R, C, T, 2>", "then row_total<R, C, T>")
+    text = CHAIN.replace("then add_parts<R, C, T, 4>", "then row_total<R, C, T>")
     assert codes(text) == ["E0513"]
 
 
@@ -143,15 +107,17 @@ def test_a_call_records_both_kernels():
     call, = [c for c in lower(prog, "run", {"x": [3, 40]}).calls if c.attributes.get("kernel")]
     a = call.attributes
     assert a["kernel"] == "main::part_sums" and a["kernel_generics"] == {
-        "R": 3, "C": 40, "T": "f32", "BC": 4, "KS": 2}
+        "R": 3, "C": 40, "T": "f32", "BC": 4, "KS": 4}
     assert a["kernel_then"] == {"kernel": "main::add_parts",
-                                "kernel_generics": {"R": 3, "C": 40, "T": "f32", "KS": 2}}
+                                "kernel_generics": {"R": 3, "C": 40, "T": "f32", "KS": 4}}
     assert a["kernel_applies"] is True
     assert binding_name(a) == "main::part_sums then add_parts"
 
 
 def test_either_where_clause_false_runs_the_body():
-    prog = check_text(PARTS + SUM + OP.format(ks=16))  # add_parts wants KS <= 8
+    prog = check_text(PARTS + SUM + OP.replace("4, 4> then add_parts<R, C, T, 4>",
+                                               "4, 16> then add_parts<R, C, T, 16>"))
+    # add_parts wants KS <= 8
     call, = [c for c in lower(prog, "run", {"x": [3, 40]}).calls if c.attributes.get("kernel")]
     assert call.attributes["kernel_applies"] is False
     assert "launch_" not in emit_torch(lower(prog, "run", {"x": [3, 40]}), numerics="fast",
@@ -162,11 +128,11 @@ def test_either_where_clause_false_runs_the_body():
 def test_generated_pytorch_launches_the_first_then_the_second():
     prog = check_text(CHAIN)
     text = emit_torch(lower(prog, "run", {"x": [3, 40]}), numerics="fast", program=prog)
-    chain = "launch_part_sums_3_40_f32_4_2_then_add_parts"
+    chain = "launch_part_sums_3_40_f32_4_4_then_add_parts"
     assert f"def {chain}(x):" in text
-    assert "    parts = launch_part_sums_3_40_f32_4_2(x)\n" \
-           "    return launch_add_parts_3_40_f32_2(x, parts)\n" in text
-    assert "if kernels_ready('part_sums_3_40_f32_4_2_then_add_parts', x):" in text
+    assert "    parts = launch_part_sums_3_40_f32_4_4(x)\n" \
+           "    return launch_add_parts_3_40_f32_4(x, parts)\n" in text
+    assert "if kernels_ready('part_sums_3_40_f32_4_4_then_add_parts', x):" in text
     assert text.count("@triton.jit\ndef ") == 2
     compile(text, "<chain>", "exec")
 
@@ -174,9 +140,9 @@ def test_generated_pytorch_launches_the_first_then_the_second():
 def test_generated_jax_runs_both_pallas_calls_in_one_custom_vjp():
     prog = check_text(CHAIN)
     text = emit_jax(lower(prog, "run", {"x": [3, 40]}), numerics="fast", program=prog)
-    assert "    parts = run_part_sums_3_40_f32_4_2(x)\n" \
-           "    return run_add_parts_3_40_f32_2(x, parts)\n" in text
-    assert ("return kernel_vjp(run_part_sums_3_40_f32_4_2_then_add_parts, body, backward)(x)"
+    assert "    parts = run_part_sums_3_40_f32_4_4(x)\n" \
+           "    return run_add_parts_3_40_f32_4(x, parts)\n" in text
+    assert ("return kernel_vjp(run_part_sums_3_40_f32_4_4_then_add_parts, body, backward)(x)"
             in text)
     assert text.count("pl.pallas_call(") == 2
     compile(text, "<chain>", "exec")

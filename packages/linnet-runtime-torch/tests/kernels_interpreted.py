@@ -451,42 +451,7 @@ def test_a_kernel_that_cannot_be_written_fails_its_own_regions_only(tmp_path, in
 
 # A chain (`kernel part_sums<...> then add_parts<...>`): the first kernel writes KS partial
 # sums a row (scratch), the second adds them; the module's RUNS counts the chain as one.
-CHAIN = """
-kernel part_sums<R: Dim, C: Dim, T: DType, BC: Dim, KS: Dim>(x: Tensor[R, C; T])
-    -> parts: Tensor[R, KS; f32] grid(R, KS) {
-    let r = program_id(0)
-    let s = program_id(1)
-    let cs = iota<i32>(BC)
-    let acc = fill(0.0, BC)
-    let per = ((C + BC - 1) / BC + KS - 1) / KS
-    for c0 in 0..per {
-        let cc = (s * per + c0) * BC + cs
-        acc = acc + (load(x[r, cc], cc < C, 0) as f32)
-    }
-    store(parts[r, s], sum[c] acc[c])
-}
-
-kernel add_parts<R: Dim, C: Dim, T: DType, KS: Dim>(x: Tensor[R, C; T],
-                                                     parts: Tensor[R, KS; f32])
-    -> y: Tensor[R; T] grid(R) {
-    let r = program_id(0)
-    let ks = iota<i32>(KS)
-    let p = load(parts[r, ks])
-    store(y[r], (sum[k] p[k]) as T)
-}
-
-pub op row_total<R: Dim, C: Dim, T: DType>(x: Tensor[R, C; T]) -> Tensor[R; T]
-    kernel part_sums<R, C, T, 4, 4> then add_parts<R, C, T, 4> {
-    let y[r] = sum[c] x[r, c] as f32
-    return y as T
-}
-
-model M<R: Dim, C: Dim> {
-    entry run(x: Tensor[R, C; f32]) -> Tensor[R; f32] {
-        return row_total(x)
-    }
-}
-"""
+CHAIN = (SPAN_OPS.parents[1] / "chains" / "row_total.linnet").read_text()
 
 
 @pytest.mark.parametrize("shape", [(3, 40), (1, 5), (2, 64)])
