@@ -44,6 +44,8 @@ STD_KERNELS = {
     "std.nn.decode::decode_attention_flash": (
         "decode_attention_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, 16>",
         ["BG >= G", "BH >= HD"]),
+    "std.nn.decode::residual_rms_norm": ("residual_rms_norm_rows", "<N, D, T, 4096>",
+                                         ["B >= D"]),
     "std.nn.decode::linear_gemv_dot": ("gemv_dot", "<N, I, O, T, 16, 16, 256>",
                                        ["BR >= N", "BR >= 16", "BO >= 16", "BK >= 16"]),
     # Chains: the first kernel, and the binding's text from its arguments to the second's.
@@ -79,7 +81,7 @@ use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
                     linear_residual, decode_attention_flash, linear_gemv_dot, linear_split,
-                    linear_split_wide, linear_residual_split}
+                    linear_split_wide, linear_residual_split, residual_rms_norm}
 """
 
 

@@ -89,7 +89,7 @@ def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
     for kernel in ("row_softmax", "tiled_matmul", "rms_norm_rows", "silu_mul_tiles",
                    "gemv_rows", "gemv_row", "rms_norm_gemv", "rms_norm_qkv_gemv",
                    "rms_norm_gate_up_gemv", "gate_up_gemv", "gemv_residual",
-                   "decode_attention_tiles", "gemv_dot",
+                   "decode_attention_tiles", "gemv_dot", "residual_rms_norm_rows",
                    "gemv_split_part then gemv_split_residual_sum"):
         assert sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == 2, \
             done["stdout"]
