@@ -34,8 +34,7 @@ from linnet.lang.emit.tiles import (
     Names,
     TileRule,
     carry,
-    dot_layout,
-    elementwise,
+    common_rules,
     expand,
     literal,
     safe_name,
@@ -133,19 +132,14 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
     return [f"{n(s.results[0])} = {x}"]
 
 
-def _contract(s: Step, n: Names, c: Context) -> list[str]:
+def _dot(s: Step, n: Names, c: Context, layout: tuple[bool, bool]) -> str:
+    """jnp.dot (tensor cores through Triton's tl.dot), f32 at full precision (HIGHEST: IEEE)
+    unless numerics "fast"."""
     a, b = s.operands
-    acc = s.attributes["accumulate"]
-    out = n(s.results[0])
-    layout = dot_layout(s, n)
-    if layout is None:
-        return [f"{out} = {tiles.contract_by_sum(s, n)}"]
-    # A dot: jnp.dot (tensor cores through Triton's tl.dot), f32 at full precision (HIGHEST:
-    # IEEE) unless numerics "fast".
     lhs = f"{n(a)}.T" if layout[0] else n(a)
     rhs = f"{n(b)}.T" if layout[1] else n(b)
-    return [f"{out} = jnp.dot({lhs}, {rhs}, precision={c.precision}, "
-            f"preferred_element_type={JNP_DTYPES[acc]})"]
+    return (f"jnp.dot({lhs}, {rhs}, precision={c.precision}, "
+            f"preferred_element_type={JNP_DTYPES[s.attributes['accumulate']]})")
 
 
 def _tile_shape(s: Step, n: Names) -> tuple[int, ...]:
@@ -245,15 +239,13 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
 # backend (jax 0.10 to 0.11).
 EXPECTED_MISSING: frozenset[str] = frozenset({"erf"})
 
-PALLAS_RULES: dict[str, TileRule] = elementwise(_unary, _binary, "jnp") | {
+PALLAS_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "jnp") | {
     "rsqrt": _unary("lax.rsqrt({})"), "tanh": _unary("jnp.tanh({})"),
     "sigmoid": _unary("jax.nn.sigmoid({})"),
     "div": _div, "rem": _binary("jnp.remainder({}, {})"), "pow": _binary("jnp.power({}, {})"),
     "maximum": _binary("jnp.maximum({}, {})"), "minimum": _binary("jnp.minimum({}, {})"),
-    "select": tiles.select, "convert": tiles.convert, "constant": tiles.constant, "iota": _iota,
-    "reshape": _reshape, "transpose": tiles.transpose, "broadcast": tiles.broadcast,
-    "reduce": _reduce, "contract": _contract,
-    "program_id": tiles.program_id, "load": _load, "store": _store, "for": _for,
+    "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
+    "load": _load, "store": _store, "for": _for,
 }
 
 

@@ -184,16 +184,20 @@ class Context:
 TileRule = Callable[[Step, Names, Context], list[str]]
 
 
-def elementwise(unary: Callable[[str], TileRule], binary: Callable[[str], TileRule],
-                ns: str) -> dict[str, TileRule]:
-    """The element-wise rules both dialects spell alike (``{ns}.exp``, ``a + b``), from
-    each one's ``unary`` and ``binary`` rule makers."""
+def common_rules(unary: Callable[[str], TileRule], binary: Callable[[str], TileRule],
+                 ns: str) -> dict[str, TileRule]:
+    """The rules both dialects write alike: the element-wise ones spelled the same but for
+    the namespace (``{ns}.exp``, ``a + b``, from each one's ``unary`` and ``binary`` rule
+    makers), and those below, which read their spellings from the names' dialect. Each
+    emitter's table (``TILE_RULES``, ``PALLAS_RULES``) is these and its own."""
     rules = {"neg": unary("-{}"), "not": unary("~{}")}
     rules |= {f: unary(f"{ns}.{f}({{}})") for f in ("exp", "log", "sqrt", "sin", "cos", "abs",
                                                       "floor")}
     ops = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
            "eq": "==", "ne": "!=", "and": "&", "or": "|"}
-    return rules | {p: binary(f"{{}} {op} {{}}") for p, op in ops.items()}
+    rules |= {p: binary(f"{{}} {op} {{}}") for p, op in ops.items()}
+    return rules | {"select": select, "convert": convert, "constant": constant,
+                    "transpose": transpose, "broadcast": broadcast, "program_id": program_id}
 
 
 def constant(s: Step, n: Names, c: Context) -> list[str]:
@@ -311,6 +315,22 @@ def contract_by_sum(s: Step, n: Names) -> str:
     for axis in reversed(range(len(out_labels), len(order))):
         expr = f"{d.sum}({expr}, axis={axis})"
     return expr
+
+
+# Writes a dot (``tl.dot(a, b, ...)``) of a `contract` step, given which operands
+# dot_layout transposes.
+DotWriter = Callable[[Step, Names, Context, tuple[bool, bool]], str]
+
+
+def contract(dot: DotWriter) -> TileRule:
+    """The `contract` rule: a dot (written by ``dot``) where :func:`dot_layout` finds one,
+    else :func:`contract_by_sum`."""
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        out = n(s.results[0])
+        layout = dot_layout(s, n)
+        expr = contract_by_sum(s, n) if layout is None else dot(s, n, c, layout)
+        return [f"{out} = {expr}"]
+    return rule
 
 
 def carry(s: Step, n: Names) -> tuple[list[str], list[str]]:

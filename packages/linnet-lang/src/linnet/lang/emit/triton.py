@@ -38,8 +38,7 @@ from linnet.lang.emit.tiles import (  # noqa: F401 (emit/pallas.py and others im
     KernelText,
     TileRule,
     carry,
-    dot_layout,
-    elementwise,
+    common_rules,
     expand,
     instance_name,
     literal,
@@ -193,20 +192,15 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
     return [f"{n(s.results[0])} = {x}"]
 
 
-def _contract(s: Step, n: Names, c: Context) -> list[str]:
+def _dot(s: Step, n: Names, c: Context, layout: tuple[bool, bool]) -> str:
+    """tl.dot (tensor cores), f32 at full precision unless numerics "fast" ("tf32")."""
     a, b = s.operands
     acc = s.attributes["accumulate"]
-    out = n(s.results[0])
-    layout = dot_layout(s, n)
-    if layout is None:
-        return [f"{out} = {tiles.contract_by_sum(s, n)}"]
-    # A dot: tl.dot (tensor cores), f32 at full precision unless numerics "fast" ("tf32").
     lhs = f"tl.trans({n(a)})" if layout[0] else n(a)
     rhs = f"tl.trans({n(b)})" if layout[1] else n(b)
     prec = f", input_precision={c.precision!r}" if n.dtype(a) == "f32" else ""
-    expr = f"tl.dot({lhs}, {rhs}{prec}, out_dtype={TL_DTYPES[acc]})" if acc in (
+    return f"tl.dot({lhs}, {rhs}{prec}, out_dtype={TL_DTYPES[acc]})" if acc in (
         "f32", "f16", "i32") else f"tl.dot({lhs}, {rhs}{prec}).to({TL_DTYPES[acc]})"
-    return [f"{out} = {expr}"]
 
 
 def pointer(s: Step, n: Names) -> str:
@@ -277,15 +271,13 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
 # both the interpreter and compiled code of every Triton we support (3.6 to 3.9).
 EXPECTED_MISSING: frozenset[str] = frozenset({"pow"})
 
-TILE_RULES: dict[str, TileRule] = elementwise(_unary, _binary, "tl") | {
+TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "tl") | {
     "rsqrt": _unary("tl.rsqrt({})"), "tanh": _unary("2 * tl.sigmoid(2 * {}) - 1"),
     "sigmoid": _unary("tl.sigmoid({})"), "erf": _unary("tl.erf({})"),
     "div": _div, "rem": _rem,
     "maximum": _extreme("maximum"), "minimum": _extreme("minimum"),
-    "select": tiles.select, "convert": tiles.convert, "constant": tiles.constant, "iota": _iota,
-    "reshape": _reshape, "transpose": tiles.transpose, "broadcast": tiles.broadcast,
-    "reduce": _reduce, "contract": _contract,
-    "program_id": tiles.program_id, "load": _load, "store": _store, "for": _for,
+    "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
+    "load": _load, "store": _store, "for": _for,
 }
 
 
