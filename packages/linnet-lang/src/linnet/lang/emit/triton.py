@@ -88,7 +88,7 @@ def safe(name: str) -> str:
 _HALF = {"bf16", "f16"}
 
 
-def _wide(s: Step, n: Names, ref: str) -> str:
+def _wide(s: Step, n: tiles.Names, ref: str) -> str:
     """An operand of 16-bit floats read as f32: each element-wise step computes in f32 and
     rounds its result once, as torch does (and Triton's interpreter multiplies bf16 wrongly)."""
     if ref not in n.literals and n.dtype(ref) in _HALF:
@@ -96,7 +96,7 @@ def _wide(s: Step, n: Names, ref: str) -> str:
     return n(ref)
 
 
-def _narrow(s: Step, n: Names, expr: str) -> str:
+def _narrow(s: Step, n: tiles.Names, expr: str) -> str:
     dtype = n.dtype(s.results[0])
     if dtype in _HALF and any(o not in n.literals and n.dtype(o) in _HALF for o in s.operands):
         return f"({expr}).to({TL_DTYPES[dtype]})"
@@ -104,23 +104,23 @@ def _narrow(s: Step, n: Names, expr: str) -> str:
 
 
 def _unary(fmt: str) -> TileRule:
-    def rule(s: Step, n: Names, c: Context) -> list[str]:
+    def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
         return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(_wide(s, n, s.operands[0])))}"]
     return rule
 
 
 def _binary(fmt: str) -> TileRule:
-    def rule(s: Step, n: Names, c: Context) -> list[str]:
+    def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
         a, b = (_wide(s, n, o) for o in s.operands)
         return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(a, b))}"]
     return rule
 
 
-def _is_int(n: Names, ref: str) -> bool:
+def _is_int(n: tiles.Names, ref: str) -> bool:
     return n.dtype(ref) in _INTS
 
 
-def _div(s: Step, n: Names, c: Context) -> list[str]:
+def _div(s: Step, n: tiles.Names, c: Context) -> list[str]:
     a, b = (n(o) for o in s.operands)
     out = n(s.results[0])
     if not _is_int(n, s.results[0]):
@@ -133,7 +133,7 @@ def _div(s: Step, n: Names, c: Context) -> list[str]:
             f".to({TL_DTYPES[n.dtype(s.results[0])]})"]
 
 
-def _rem(s: Step, n: Names, c: Context) -> list[str]:
+def _rem(s: Step, n: tiles.Names, c: Context) -> list[str]:
     a, b = (n(o) for o in s.operands)
     out = n(s.results[0])
     if not _is_int(n, s.results[0]):
@@ -145,7 +145,7 @@ def _rem(s: Step, n: Names, c: Context) -> list[str]:
 
 
 def _extreme(fn: str) -> TileRule:
-    def rule(s: Step, n: Names, c: Context) -> list[str]:
+    def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
         a, b = s.operands
         # tl.maximum wants tensors: a literal side is written as a typed scalar.
         x, y = (n.tensor(o) if o in n.literals else _wide(s, n, o) for o in (a, b))
@@ -153,7 +153,7 @@ def _extreme(fn: str) -> TileRule:
     return rule
 
 
-def _iota(s: Step, n: Names, c: Context) -> list[str]:
+def _iota(s: Step, n: tiles.Names, c: Context) -> list[str]:
     shape, axis = s.attributes["shape"], s.attributes["axis"]
     expr = f"tl.arange(0, {shape[axis]})"
     if len(shape) > 1:
@@ -163,18 +163,18 @@ def _iota(s: Step, n: Names, c: Context) -> list[str]:
     return [f"{n(s.results[0])} = {expr}"]
 
 
-def _reshape(s: Step, n: Names, c: Context) -> list[str]:
+def _reshape(s: Step, n: tiles.Names, c: Context) -> list[str]:
     if not s.attributes["shape"]:  # a one-element tile to a scalar
         return [f"{n(s.results[0])} = tl.sum({_flat(n, s.operands[0])}, axis=0)"]
     return tiles.reshape(s, n, c)
 
 
-def _flat(n: Names, ref: str) -> str:
+def _flat(n: tiles.Names, ref: str) -> str:
     shape = n.shape(ref)
     return n(ref) if len(shape) == 1 else f"tl.reshape({n(ref)}, ({math.prod(shape)},))"
 
 
-def _reduce(s: Step, n: Names, c: Context) -> list[str]:
+def _reduce(s: Step, n: tiles.Names, c: Context) -> list[str]:
     kind, acc = s.attributes["kind"], s.attributes["accumulate"]
     src = s.operands[0]
     x = n(src)
@@ -192,7 +192,7 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
     return [f"{n(s.results[0])} = {x}"]
 
 
-def _dot(s: Step, n: Names, c: Context, layout: tuple[bool, bool]) -> str:
+def _dot(s: Step, n: tiles.Names, c: Context, layout: tuple[bool, bool]) -> str:
     """tl.dot (tensor cores), f32 at full precision unless numerics "fast" ("tf32")."""
     a, b = s.operands
     acc = s.attributes["accumulate"]
@@ -203,7 +203,7 @@ def _dot(s: Step, n: Names, c: Context, layout: tuple[bool, bool]) -> str:
         "f32", "f16", "i32") else f"tl.dot({lhs}, {rhs}{prec}).to({TL_DTYPES[acc]})"
 
 
-def pointer(s: Step, n: Names) -> str:
+def pointer(s: Step, n: tiles.Names) -> str:
     """The pointers a `load` or `store` reads or writes: the tensor's base plus, per axis,
     its index times its stride; each index tile's axes take their place in the tile."""
     base = s.operands[0]
@@ -225,14 +225,14 @@ def pointer(s: Step, n: Names) -> str:
     return " + ".join([n(base), *terms])
 
 
-def _operand(s: Step, n: Names, key: str) -> str | None:
+def _operand(s: Step, n: tiles.Names, key: str) -> str | None:
     v = s.attributes.get(key)
     if isinstance(v, dict):
         return n(s.operands[v["operand"]])
     return None if v is None else literal(v)
 
 
-def _load(s: Step, n: Names, c: Context) -> list[str]:
+def _load(s: Step, n: tiles.Names, c: Context) -> list[str]:
     args = [pointer(s, n)]
     mask = _operand(s, n, "mask")
     if mask is not None:
@@ -245,7 +245,7 @@ def _load(s: Step, n: Names, c: Context) -> list[str]:
     return [f"{n(s.results[0])} = tl.load({', '.join(args)})"]
 
 
-def _store(s: Step, n: Names, c: Context) -> list[str]:
+def _store(s: Step, n: tiles.Names, c: Context) -> list[str]:
     value = s.operands[s.attributes["value"]["operand"]]
     args = [pointer(s, n), n(value)]
     mask = _operand(s, n, "mask")
@@ -254,7 +254,7 @@ def _store(s: Step, n: Names, c: Context) -> list[str]:
     return [f"tl.store({', '.join(args)})"]
 
 
-def _for(s: Step, n: Names, c: Context) -> list[str]:
+def _for(s: Step, n: tiles.Names, c: Context) -> list[str]:
     a = s.attributes
     lines, _ = carry(s, n)
     step = f", {a['step']}" if a["step"] != 1 else ""
