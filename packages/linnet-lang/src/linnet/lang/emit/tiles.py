@@ -189,7 +189,12 @@ def common_rules(unary: Callable[[str], TileRule], binary: Callable[[str], TileR
     """The rules both dialects write alike: the element-wise ones spelled the same but for
     the namespace (``{ns}.exp``, ``a + b``, from each one's ``unary`` and ``binary`` rule
     makers), and those below, which read their spellings from the names' dialect. Each
-    emitter's table (``TILE_RULES``, ``PALLAS_RULES``) is these and its own."""
+    emitter's table (``TILE_RULES``, ``PALLAS_RULES``) is these and its own.
+
+    >>> rules = common_rules(lambda f: f, lambda f: f, "tl")
+    >>> rules["exp"], rules["add"], rules["select"] is select
+    ('tl.exp({})', '{} + {}', True)
+    """
     rules = {"neg": unary("-{}"), "not": unary("~{}")}
     rules |= {f: unary(f"{ns}.{f}({{}})") for f in ("exp", "log", "sqrt", "sin", "cos", "abs",
                                                       "floor")}
@@ -324,7 +329,8 @@ DotWriter = Callable[[Step, Names, Context, tuple[bool, bool]], str]
 
 def contract(dot: DotWriter) -> TileRule:
     """The `contract` rule: a dot (written by ``dot``) where :func:`dot_layout` finds one,
-    else :func:`contract_by_sum`."""
+    else :func:`contract_by_sum`. Each emitter's table holds ``contract(its _dot)``.
+    """
     def rule(s: Step, n: Names, c: Context) -> list[str]:
         out = n(s.results[0])
         layout = dot_layout(s, n)
@@ -394,7 +400,16 @@ def instance_name(k: TileKernel) -> str:
 
 def unique_instance(k: TileKernel, taken: set[str], prefixes: tuple[str, ...]) -> str:
     """``instance_name(k)``, numbered until no prefix of ``prefixes`` (``""``, ``"launch_"``)
-    with it is in ``taken``; the names it makes are added to ``taken``."""
+    with it is in ``taken``; the names it makes are added to ``taken``.
+
+    >>> from linnet.lang.syntax.program import Program
+    >>> from linnet.lang.ir.tiles import lower_kernel
+    >>> prog = Program.from_text("use std.nn.activation::{softmax}")
+    >>> k = lower_kernel(prog, "std.nn.activation::row_softmax", {"R": 2, "C": 3, "B": 4})
+    >>> taken = {"row_softmax_2_3_4"}
+    >>> unique_instance(k, taken, ("", "launch_")), sorted(taken)
+    ('row_softmax_2_3_4_2', ['launch_row_softmax_2_3_4_2', 'row_softmax_2_3_4', 'row_softmax_2_3_4_2'])
+    """
     base = instance_name(k)
     name, i = base, 1
     while any(f"{p}{name}" in taken for p in prefixes):
@@ -434,7 +449,11 @@ def kernel_title(k: TileKernel) -> str:
 
 
 def comment(loc: str, sources: dict[str, list[str]]) -> str:
-    """``# file:line  the source line``, cut to 92 characters."""
+    """``# file:line  the source line``, cut to 92 characters.
+
+    >>> comment("m.linnet:2", {"m.linnet": ["let a = 1", "  let b = a * 2"]})
+    '# m.linnet:2  let b = a * 2'
+    """
     file, _, line = loc.rpartition(":")
     text = ""
     src = sources.get(file)
@@ -445,14 +464,23 @@ def comment(loc: str, sources: dict[str, list[str]]) -> str:
 
 
 def runs_table(keys: list[str], counted: str) -> str:
-    """``RUNS``: per kernel instance, [``counted`` that launched it, those that ran the body]."""
+    """``RUNS``: per kernel instance, [``counted`` that launched it, those that ran the body].
+
+    >>> print(runs_table(["k"], "calls"))
+    # Per kernel instance: [calls that launched it, calls that ran the op's body].
+    RUNS = {'k': [0, 0]}
+    """
     inner = ", ".join(f"{k!r}: [0, 0]" for k in keys)
     return (f"# Per kernel instance: [{counted} that launched it, {counted} that ran the op's "
             f"body].\nRUNS = {{{inner}}}")
 
 
 def stored_and_loaded(lines: list[str]) -> tuple[frozenset[str], frozenset[str]]:
-    """The names ``lines`` (Python statements) assign and those they read."""
+    """The names ``lines`` (Python statements) assign and those they read.
+
+    >>> stored_and_loaded(["y = f(x)"]) == ({"y"}, {"f", "x"})
+    True
+    """
     tree = ast.parse("\n".join(lines))
     names = [x for x in ast.walk(tree) if isinstance(x, ast.Name)]
     return (frozenset(x.id for x in names if isinstance(x.ctx, ast.Store)),
@@ -460,5 +488,10 @@ def stored_and_loaded(lines: list[str]) -> tuple[frozenset[str], frozenset[str]]
 
 
 def indented(lines: list[str]) -> str:
-    """The lines after the first indented one level (for a function body)."""
+    """The lines after the first indented one level (for a function body).
+
+    >>> print(indented(["if a:", "    b = 1"]))
+    if a:
+            b = 1
+    """
     return lines[0] + "".join("\n    " + line for line in lines[1:])
