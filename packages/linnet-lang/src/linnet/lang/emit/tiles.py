@@ -35,7 +35,11 @@ class Dialect:
     ``name`` and ``code`` are for the error of a primitive it has no form for; ``dtypes``
     maps Linnet's element types to its own; ``reserved`` are names a kernel must not shadow;
     the others are the functions' names (``full``: ``tl.full``) and the conversion method
-    (``cast``: ``to`` for ``x.to(tl.float32)``).
+    (``method``: ``to`` for ``x.to(tl.float32)``, see :meth:`cast`).
+
+    >>> from linnet.lang.emit.pallas import PALLAS
+    >>> PALLAS.cast("x", "f32"), PALLAS.permute
+    ('x.astype(jnp.float32)', 'jnp.transpose')
     """
 
     name: str
