@@ -156,10 +156,10 @@ def reference(s: Step, n: Names) -> str:
     index tile's axes take their place in the tile (Linnet's outer indexing, written as
     NumPy's broadcasting advanced indexing)."""
     index = s.attributes["index"]
-    tiles = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
-    rank = sum(len(t) for t in tiles)
+    shapes = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
+    rank = sum(len(t) for t in shapes)
     parts, at = [], 0
-    for i, t in zip(index, tiles):
+    for i, t in zip(index, shapes):
         if isinstance(i, dict):
             parts.append(n(s.operands[i["operand"]]) + (expand(at, len(t), rank) if t else ""))
             at += len(t)

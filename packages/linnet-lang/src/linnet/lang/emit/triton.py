@@ -209,10 +209,10 @@ def pointer(s: Step, n: tiles.Names) -> str:
     base = s.operands[0]
     name = safe(base[1:])
     index = s.attributes["index"]
-    tiles = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
-    rank = sum(len(t) for t in tiles)
+    shapes = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
+    rank = sum(len(t) for t in shapes)
     terms, at = [], 0
-    for axis, (i, t) in enumerate(zip(index, tiles)):
+    for axis, (i, t) in enumerate(zip(index, shapes)):
         stride = f"{name.upper()}_STRIDE_{axis}"
         if isinstance(i, dict):
             term = n(s.operands[i["operand"]]) + (expand(at, len(t), rank) if t else "")
