@@ -27,20 +27,17 @@ True
 
 from __future__ import annotations
 
-import ast
-import math
-import re
-
-from linnet.lang.emit.triton import (
-    DOT_MIN,
+from linnet.lang.emit import tiles
+from linnet.lang.emit.tiles import (
     Context,
     KernelText,
     Names,
     TileRule,
-    _comment,
-    _expand,
-    instance_name,
+    carry,
+    common_rules,
+    expand,
     literal,
+    safe_name,
 )
 from linnet.lang.emit.triton import (
     RESERVED as TRITON_RESERVED,
@@ -59,25 +56,18 @@ _INTS = {"i8", "i16", "i32", "i64", "u8"}
 RESERVED = (TRITON_RESERVED - {"tl", "triton", "torch"}) | {
     "jax", "jnp", "lax", "pl", "plgpu", "PALLAS", "INTERPRET", "PRECISION", "RUNS"}
 
+# Pallas's spellings of what the shared rules (emit/tiles.py) write.
+PALLAS = tiles.Dialect(
+    name="Pallas", code="E0560", dtypes=JNP_DTYPES, reserved=frozenset(RESERVED),
+    full="jnp.full", broadcast_to="jnp.broadcast_to", reshape="jnp.reshape",
+    permute="jnp.transpose", where="jnp.where", sum="jnp.sum", program_id="pl.program_id",
+    method="astype")
+
 
 class PallasNames(Names):
-    """:class:`~linnet.lang.emit.triton.Names` with JAX's literals and reserved names."""
+    """:class:`~linnet.lang.emit.tiles.Names` with JAX's literals and reserved names."""
 
-    def fresh(self, base: str) -> str:
-        base = safe(base)
-        name, n = base, 1
-        while name in self.used:
-            n += 1
-            name = f"{base}_{n}"
-        self.used.add(name)
-        return name
-
-    def tensor(self, ref: str) -> str:
-        """``ref`` as a JAX value: a literal becomes a typed 0-d array where a rule needs
-        one (a loop-carried value, a stored value, a conversion)."""
-        if ref in self.literals:
-            return f"jnp.full((), {self.literals[ref]}, {JNP_DTYPES[self.dtype(ref)]})"
-        return self(ref)
+    dialect = PALLAS
 
 
 def safe(name: str) -> str:
@@ -86,13 +76,7 @@ def safe(name: str) -> str:
     >>> safe("jnp"), safe("lambda"), safe("x")
     ('v_jnp', 'v_lambda', 'x')
     """
-    import keyword
-
-    name = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
-    if name[0].isdigit() or name in RESERVED or keyword.iskeyword(name) \
-            or keyword.issoftkeyword(name):
-        name = "v_" + name
-    return name
+    return safe_name(name, PALLAS.reserved)
 
 
 # ---------------------------------------------------------------- rules
@@ -120,126 +104,42 @@ def _div(s: Step, n: Names, c: Context) -> list[str]:
     return [f"{n(s.results[0])} = {a} / {b}"]
 
 
-def _constant(s: Step, n: Names, c: Context) -> list[str]:
-    n.literals[s.results[0]] = literal(s.attributes["value"])
-    return []
-
-
 def _iota(s: Step, n: Names, c: Context) -> list[str]:
     shape, axis = tuple(s.attributes["shape"]), s.attributes["axis"]
     dtype = JNP_DTYPES[s.attributes["dtype"]]
     return [f"{n(s.results[0])} = lax.broadcasted_iota({dtype}, {shape}, {axis})"]
 
 
-def _convert(s: Step, n: Names, c: Context) -> list[str]:
-    dtype = s.attributes["dtype"]
-    if dtype == "bool":
-        return [f"{n(s.results[0])} = {n.tensor(s.operands[0])} != 0"]
-    return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}.astype({JNP_DTYPES[dtype]})"]
-
-
 def _reshape(s: Step, n: Names, c: Context) -> list[str]:
-    shape = tuple(s.attributes["shape"])
-    src = s.operands[0]
-    out = n(s.results[0])
-    if not shape:  # a one-element tile to a scalar (Triton has no reshape to rank 0)
-        return [f"{out} = jnp.sum({n.tensor(src)})"]
-    have = n.shape(src)
-    if src not in n.literals and have and [d for d in shape if d != 1] == list(have) \
-            and 1 not in have:
-        # Only new axes of size 1 (`rows[i] < M` in a [BM, BK] mask): `rows[:, None]`.
-        return [f"{out} = {n(src)}[" + ", ".join("None" if d == 1 else ":" for d in shape)
-                + "]"]
-    return [f"{out} = jnp.reshape({n.tensor(src)}, {shape})"]
-
-
-def _transpose(s: Step, n: Names, c: Context) -> list[str]:
-    perm = tuple(s.attributes["perm"])
-    return [f"{n(s.results[0])} = jnp.transpose({n(s.operands[0])}, {perm})"]
-
-
-def _broadcast(s: Step, n: Names, c: Context) -> list[str]:
-    src = s.operands[0]
-    shape = tuple(s.attributes["shape"])
-    out = n(s.results[0])
-    if src in n.literals:
-        return [f"{out} = jnp.full({shape}, {n(src)}, {JNP_DTYPES[n.dtype(s.results[0])]})"]
-    have = n.shape(src)
-    x = n(src)
-    if have and len(have) < len(shape):  # numpy's rule: new axes on the left
-        x += _expand(len(shape) - len(have), len(have), len(shape))
-    return [f"{out} = jnp.broadcast_to({x}, {shape})"]
+    # A one-element tile to a scalar (Triton has no reshape to rank 0).
+    if not s.attributes["shape"]:
+        return [f"{n(s.results[0])} = jnp.sum({n.tensor(s.operands[0])})"]
+    return tiles.reshape(s, n, c)
 
 
 def _reduce(s: Step, n: Names, c: Context) -> list[str]:
-    kind, axes, acc = s.attributes["kind"], sorted(s.attributes["axes"]), s.attributes["accumulate"]
+    kind, acc = s.attributes["kind"], s.attributes["accumulate"]
     src = s.operands[0]
     x = n.tensor(src)
     if n.dtype(src) != acc and kind in ("sum", "mean", "prod"):
         x = f"{x}.astype({JNP_DTYPES[acc]})"
     fn = {"sum": "jnp.sum", "mean": "jnp.sum", "max": "jnp.max", "min": "jnp.min",
           "prod": "jnp.prod"}[kind]
-    # One axis at a time, the last first, so that the other axes keep their numbers (the
-    # Triton backend reduces one axis per op).
-    for axis in reversed(axes):
-        x = f"{fn}({x}, axis={axis})"
-    if kind == "mean":
-        x = f"{x} / {math.prod(n.shape(src)[a] for a in axes)}"
+    x = tiles.reduced(s, n, fn, x)
     out = n.dtype(s.results[0])
     if out != acc and kind in ("sum", "mean", "prod"):
         x = f"({x}).astype({JNP_DTYPES[out]})"
     return [f"{n(s.results[0])} = {x}"]
 
 
-def _contract(s: Step, n: Names, c: Context) -> list[str]:
+def _dot(s: Step, n: Names, c: Context, layout: tuple[bool, bool]) -> str:
+    """jnp.dot (tensor cores through Triton's tl.dot), f32 at full precision (HIGHEST: IEEE)
+    unless numerics "fast"."""
     a, b = s.operands
-    spec = s.attributes["spec"]
-    acc = s.attributes["accumulate"]
-    ins, out_labels = spec.split("->")
-    la, lb = ins.split(",")
-    out = n(s.results[0])
-    sa, sb = n.shape(a), n.shape(b)
-    size = dict(zip(la, sa)) | dict(zip(lb, sb))
-    summed = [x for x in dict.fromkeys(la + lb) if x not in out_labels]
-    # A matrix product of two tiles at least DOT_MIN a side: jnp.dot (tensor cores through
-    # Triton's tl.dot), f32 at full precision (HIGHEST: IEEE) unless numerics "fast".
-    if len(la) == 2 and len(lb) == 2 and len(out_labels) == 2 and len(summed) == 1:
-        k = summed[0]
-        m = next(x for x in la if x != k)
-        nn = next(x for x in lb if x != k)
-        if out_labels == m + nn and all(size[x] >= DOT_MIN for x in (m, nn, k)):
-            lhs = n(a) if la == m + k else f"{n(a)}.T"
-            rhs = n(b) if lb == k + nn else f"{n(b)}.T"
-            return [f"{out} = jnp.dot({lhs}, {rhs}, precision={c.precision}, "
-                    f"preferred_element_type={JNP_DTYPES[acc]})"]
-    # Otherwise: both operands laid out over every label (the result's, then the summed
-    # ones), multiplied with broadcasting, and summed over the summed labels.
-    order = list(out_labels) + summed
-    parts = []
-    for ref, labels in ((a, la), (b, lb)):
-        perm = tuple(sorted(range(len(labels)), key=lambda i: order.index(labels[i])))
-        x = n(ref)
-        if perm != tuple(range(len(labels))):
-            x = f"jnp.transpose({x}, {perm})"
-        kept = sorted(labels, key=order.index)
-        if len(kept) < len(order):
-            x += "[" + ", ".join(":" if lab in kept else "None" for lab in order) + "]"
-        if n.dtype(ref) != acc:
-            x = f"{x}.astype({JNP_DTYPES[acc]})"
-        parts.append(x)
-    expr = f"{parts[0]} * {parts[1]}"
-    for axis in reversed(range(len(out_labels), len(order))):
-        expr = f"jnp.sum({expr}, axis={axis})"
-    return [f"{out} = {expr}"]
-
-
-def _select(s: Step, n: Names, c: Context) -> list[str]:
-    cond, a, b = s.operands
-    return [f"{n(s.results[0])} = jnp.where({n(cond)}, {n.tensor(a)}, {n.tensor(b)})"]
-
-
-def _program_id(s: Step, n: Names, c: Context) -> list[str]:
-    return [f"{n(s.results[0])} = pl.program_id({s.attributes['axis']})"]
+    lhs = f"{n(a)}.T" if layout[0] else n(a)
+    rhs = f"{n(b)}.T" if layout[1] else n(b)
+    return (f"jnp.dot({lhs}, {rhs}, precision={c.precision}, "
+            f"preferred_element_type={JNP_DTYPES[s.attributes['accumulate']]})")
 
 
 def _tile_shape(s: Step, n: Names) -> tuple[int, ...]:
@@ -256,12 +156,12 @@ def reference(s: Step, n: Names) -> str:
     index tile's axes take their place in the tile (Linnet's outer indexing, written as
     NumPy's broadcasting advanced indexing)."""
     index = s.attributes["index"]
-    tiles = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
-    rank = sum(len(t) for t in tiles)
+    shapes = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
+    rank = sum(len(t) for t in shapes)
     parts, at = [], 0
-    for i, t in zip(index, tiles):
+    for i, t in zip(index, shapes):
         if isinstance(i, dict):
-            parts.append(n(s.operands[i["operand"]]) + (_expand(at, len(t), rank) if t else ""))
+            parts.append(n(s.operands[i["operand"]]) + (expand(at, len(t), rank) if t else ""))
             at += len(t)
         else:
             parts.append(str(i))
@@ -315,27 +215,7 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
     """A loop as ``lax.fori_loop`` over a function of the index and the carried values (a
     Python loop would be unrolled when traced)."""
     a = s.attributes
-    lines = []
-    carried = []
-    for init, arg, res in zip(s.operands, a["carried"], s.results):
-        if init not in n.literals and init.startswith("%") and n.uses.get(init) == 1:
-            var = n(init)  # read only to start the loop: the loop's variable itself
-        else:
-            var = n.fresh(re.sub(r"\.\d+$", "", arg.lstrip("%")))
-            lines.append(f"{var} = {n.tensor(init)}")
-        n.alias(arg, var)
-        n.alias(res, var)
-        carried.append(var)
-    body_steps = a["body"]
-    for arg, y in zip(a["carried"], a["yields"]):
-        # `acc = acc + p` rather than `add = acc + p`: the new value is made by a step of
-        # the body after which nothing reads the old one (as emit/triton.py writes it).
-        at = next((i for i, st in enumerate(body_steps) if y in st.results), None)
-        if at is None or n.uses.get(y) != 1 or y in n.names or any(
-                arg in st.operands or arg in st.attributes.get("yields", [])
-                for later in body_steps[at + 1:] for st in n.kernel.walk([later])):
-            continue
-        n.alias(y, n(arg))
+    lines, carried = carry(s, n)
     index = n(a["var"])
     fn = n.fresh(f"loop_{index}")
     count = max(0, -(-(a["stop"] - a["start"]) // a["step"]))
@@ -359,34 +239,14 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
 # backend (jax 0.10 to 0.11).
 EXPECTED_MISSING: frozenset[str] = frozenset({"erf"})
 
-PALLAS_RULES: dict[str, TileRule] = {
-    "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("jnp.exp({})"),
-    "log": _unary("jnp.log({})"), "sqrt": _unary("jnp.sqrt({})"),
-    "rsqrt": _unary("lax.rsqrt({})"), "sin": _unary("jnp.sin({})"),
-    "cos": _unary("jnp.cos({})"), "tanh": _unary("jnp.tanh({})"),
-    "sigmoid": _unary("jax.nn.sigmoid({})"), "abs": _unary("jnp.abs({})"),
-    "floor": _unary("jnp.floor({})"),
-    "add": _binary("{} + {}"), "sub": _binary("{} - {}"), "mul": _binary("{} * {}"),
+PALLAS_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "jnp") | {
+    "rsqrt": _unary("lax.rsqrt({})"), "tanh": _unary("jnp.tanh({})"),
+    "sigmoid": _unary("jax.nn.sigmoid({})"),
     "div": _div, "rem": _binary("jnp.remainder({}, {})"), "pow": _binary("jnp.power({}, {})"),
     "maximum": _binary("jnp.maximum({}, {})"), "minimum": _binary("jnp.minimum({}, {})"),
-    "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
-    "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),
-    "and": _binary("{} & {}"), "or": _binary("{} | {}"),
-    "select": _select, "convert": _convert, "constant": _constant, "iota": _iota,
-    "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
-    "reduce": _reduce, "contract": _contract,
-    "program_id": _program_id, "load": _load, "store": _store, "for": _for,
+    "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
+    "load": _load, "store": _store, "for": _for,
 }
-
-
-def _unsupported(what: str, s: Step) -> Exception:
-    from linnet.lang.diagnostics import Diagnostic, LinnetError
-
-    where = f" (from {s.loc})" if s.loc else ""
-    return LinnetError(Diagnostic(
-        "E0560", f"a kernel uses {what}{where}, which has no Pallas form yet",
-        help="rewrite that part of the kernel, or run the op's body (numerics 'exact' "
-             "never launches kernels)"))
 
 
 # ---------------------------------------------------------------- functions
@@ -401,26 +261,8 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     n.used |= set(args)
     for p, _, _ in k.params + k.results:
         n.alias("@" + p, safe(p))
-    last: list[str | None] = [None]
-
-    def body(steps: list[Step], names: Names, depth: int) -> list[str]:
-        out: list[str] = []
-        for s in steps:
-            rule = PALLAS_RULES.get(s.op)
-            if rule is None:
-                raise _unsupported(f"`{s.op}`", s)
-            lines = rule(s, names, Context(precision, body, depth))
-            if lines and s.loc and s.loc != last[0]:
-                out.append(_comment(s.loc, sources))
-                last[0] = s.loc
-            out += lines
-        return out
-
-    lines = body(k.steps, n, 0) or ["pass"]
-    gen = ", ".join(f"{g}={v}" for g, v in k.generics.items())
-    title = f"# kernel {k.short_name}<{gen}> ({k.loc}), grid {k.grid}"
-    head = [title if len(title) <= 100 else title[:97] + "...",
-            f"def {name}({', '.join(args)}):"]
+    lines = tiles.kernel_body(k, n, PALLAS_RULES, sources, precision) or ["pass"]
+    head = [tiles.kernel_title(k), f"def {name}({', '.join(args)}):"]
     return "\n".join(head + ["    " + line for line in lines])
 
 
@@ -461,12 +303,7 @@ def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
     >>> t.launcher, "plgpu.load(x.at[row, cols], mask=mask, other=-1e+30)" in t.source
     ('launch_row_softmax_2_3_4', True)
     """
-    base = instance_name(k)
-    name, i = base, 1
-    while name in taken or f"launch_{name}" in taken or f"run_{name}" in taken:
-        i += 1
-        name = f"{base}_{i}"
-    taken |= {name, f"launch_{name}", f"run_{name}"}
+    name = tiles.unique_instance(k, taken, ("", "launch_", "run_"))
     text = kernel_function(k, name, sources, precision) + "\n\n\n" + launcher_function(
         k, name, f"launch_{name}", name)
     return KernelText(k, name, f"launch_{name}", name, text)
@@ -534,9 +371,7 @@ def kernel_vjp(run, body, backward):
 
 def runs_table(keys: list[str]) -> str:
     """``RUNS``: per kernel instance, [traces that launched it, traces that ran the body]."""
-    inner = ", ".join(f"{k!r}: [0, 0]" for k in keys)
-    return ("# Per kernel instance: [traces that launched it, traces that ran the op's body].\n"
-            f"RUNS = {{{inner}}}")
+    return tiles.runs_table(keys, "traces")
 
 
 def launch_statement(text: KernelText, args: list[str], outs: list[str], body: list[str],
@@ -557,11 +392,7 @@ def launch_statement(text: KernelText, args: list[str], outs: list[str], body: l
              f"{', '.join(args)})",
              "else:",
              f"    {target} = {body_name}({', '.join(args)})"]
-    tree = ast.parse("\n".join(lines))
-    stored = frozenset(x.id for x in ast.walk(tree)
-                       if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store)) | {body_name}
-    loaded = frozenset(args) | frozenset(
-        x.id for x in ast.walk(tree) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load))
-    loaded = (loaded - stored) | ({backward} if backward else set())
-    indented = lines[0] + "".join("\n    " + line for line in lines[1:])
-    return indented, stored, loaded
+    stored, loaded = tiles.stored_and_loaded(lines)
+    stored |= {body_name}
+    loaded = ((frozenset(args) | loaded) - stored) | ({backward} if backward else set())
+    return tiles.indented(lines), stored, loaded

@@ -26,16 +26,25 @@ True
 
 from __future__ import annotations
 
-import ast
 import builtins
-import keyword
 import math
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from linnet.lang.ir.graph import Step, ValueType
+from linnet.lang.emit import tiles
+from linnet.lang.emit.tiles import (  # noqa: F401 (emit/pallas.py and others import them here)
+    DOT_MIN,
+    Context,
+    KernelText,
+    TileRule,
+    carry,
+    common_rules,
+    expand,
+    instance_name,
+    literal,
+    safe_name,
+)
+from linnet.lang.ir.graph import Step
 from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the doctest)
 
 TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
@@ -46,77 +55,22 @@ TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
 TORCH_DTYPES = {k: v.replace("tl.", "torch.") for k, v in TL_DTYPES.items()} | {
     "bool": "torch.bool"}
 _INTS = {"i8", "i16", "i32", "i64", "u8"}
-# Below this many elements a side, a product of two tiles is a broadcast multiply and a sum:
-# tl.dot needs every side of both operands to be at least 16.
-DOT_MIN = 16
 RESERVED = {"tl", "triton", "torch", "math"} | set(dir(builtins))
+
+# Triton's spellings of what the shared rules (emit/tiles.py) write.
+TRITON = tiles.Dialect(
+    name="Triton", code="E0532", dtypes=TL_DTYPES, reserved=frozenset(RESERVED),
+    full="tl.full", broadcast_to="tl.broadcast_to", reshape="tl.reshape", permute="tl.permute",
+    where="tl.where", sum="tl.sum", program_id="tl.program_id", method="to")
 
 
 # ---------------------------------------------------------------- names
 
 
-@dataclass
-class Names:
+class Names(tiles.Names):
     """Python names inside one kernel function: values keep their source names."""
 
-    kernel: TileKernel
-    names: dict[str, str] = field(default_factory=dict)
-    literals: dict[str, str] = field(default_factory=dict)
-    used: set[str] = field(default_factory=set)
-    producers: dict[str, Step] = field(default_factory=dict)
-
-    uses: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for s in self.kernel.walk():
-            for r in s.results:
-                self.producers[r] = s
-            reads = s.operands + (s.attributes["yields"] if s.op == "for" else [])
-            for o in reads:
-                self.uses[o] = self.uses.get(o, 0) + 1
-
-    def fresh(self, base: str) -> str:
-        base = safe(base)
-        name, n = base, 1
-        while name in self.used:
-            n += 1
-            name = f"{base}_{n}"
-        self.used.add(name)
-        return name
-
-    def __call__(self, ref: str) -> str:
-        if ref in self.literals:
-            return self.literals[ref]
-        if ref not in self.names:
-            if re.match(r"^%t(\.\d+)?$", ref) and ref in self.producers:
-                base = self.producers[ref].op
-            else:
-                base = re.sub(r"\.\d+$", "", ref.lstrip("%@"))
-            self.names[ref] = self.fresh(base)
-        return self.names[ref]
-
-    def alias(self, ref: str, name: str) -> None:
-        self.names[ref] = name
-
-    def value(self, ref: str) -> ValueType:
-        if ref.startswith("@"):
-            for n, shape, dtype in self.kernel.params + self.kernel.results:
-                if n == ref[1:]:
-                    return ValueType(shape, dtype)
-        return self.kernel.values[ref]
-
-    def shape(self, ref: str) -> tuple[int, ...]:
-        return self.value(ref).shape
-
-    def dtype(self, ref: str) -> str:
-        return self.value(ref).dtype
-
-    def tensor(self, ref: str) -> str:
-        """``ref`` as a Triton value: a literal becomes a typed scalar (where Triton must
-        see a tensor: a loop-carried value, a stored value, a conversion)."""
-        if ref in self.literals:
-            return f"tl.full((), {self.literals[ref]}, {TL_DTYPES[self.dtype(ref)]})"
-        return self(ref)
+    dialect = TRITON
 
 
 def safe(name: str) -> str:
@@ -125,42 +79,16 @@ def safe(name: str) -> str:
     >>> safe("lambda"), safe("range"), safe("x")
     ('v_lambda', 'v_range', 'x')
     """
-    name = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
-    if name[0].isdigit() or name in RESERVED or keyword.iskeyword(name) \
-            or keyword.issoftkeyword(name):
-        name = "v_" + name
-    return name
-
-
-def literal(value: object) -> str:
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "float('inf')" if value > 0 else "float('-inf')"
-        if math.isnan(value):
-            return "float('nan')"
-    return repr(value)
+    return safe_name(name, TRITON.reserved)
 
 
 # ---------------------------------------------------------------- rules
-
-@dataclass
-class Context:
-    """What a rule may need beside the step: the dot precision and how to write a body."""
-
-    precision: str  # "ieee" (full f32) or "tf32"
-    body: Callable[[list[Step], Names, int], list[str]]
-    indent: int = 0
-
-
-TileRule = Callable[[Step, Names, Context], list[str]]
 
 
 _HALF = {"bf16", "f16"}
 
 
-def _wide(s: Step, n: Names, ref: str) -> str:
+def _wide(s: Step, n: tiles.Names, ref: str) -> str:
     """An operand of 16-bit floats read as f32: each element-wise step computes in f32 and
     rounds its result once, as torch does (and Triton's interpreter multiplies bf16 wrongly)."""
     if ref not in n.literals and n.dtype(ref) in _HALF:
@@ -168,7 +96,7 @@ def _wide(s: Step, n: Names, ref: str) -> str:
     return n(ref)
 
 
-def _narrow(s: Step, n: Names, expr: str) -> str:
+def _narrow(s: Step, n: tiles.Names, expr: str) -> str:
     dtype = n.dtype(s.results[0])
     if dtype in _HALF and any(o not in n.literals and n.dtype(o) in _HALF for o in s.operands):
         return f"({expr}).to({TL_DTYPES[dtype]})"
@@ -176,23 +104,23 @@ def _narrow(s: Step, n: Names, expr: str) -> str:
 
 
 def _unary(fmt: str) -> TileRule:
-    def rule(s: Step, n: Names, c: Context) -> list[str]:
+    def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
         return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(_wide(s, n, s.operands[0])))}"]
     return rule
 
 
 def _binary(fmt: str) -> TileRule:
-    def rule(s: Step, n: Names, c: Context) -> list[str]:
+    def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
         a, b = (_wide(s, n, o) for o in s.operands)
         return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(a, b))}"]
     return rule
 
 
-def _is_int(n: Names, ref: str) -> bool:
+def _is_int(n: tiles.Names, ref: str) -> bool:
     return n.dtype(ref) in _INTS
 
 
-def _div(s: Step, n: Names, c: Context) -> list[str]:
+def _div(s: Step, n: tiles.Names, c: Context) -> list[str]:
     a, b = (n(o) for o in s.operands)
     out = n(s.results[0])
     if not _is_int(n, s.results[0]):
@@ -205,7 +133,7 @@ def _div(s: Step, n: Names, c: Context) -> list[str]:
             f".to({TL_DTYPES[n.dtype(s.results[0])]})"]
 
 
-def _rem(s: Step, n: Names, c: Context) -> list[str]:
+def _rem(s: Step, n: tiles.Names, c: Context) -> list[str]:
     a, b = (n(o) for o in s.operands)
     out = n(s.results[0])
     if not _is_int(n, s.results[0]):
@@ -217,7 +145,7 @@ def _rem(s: Step, n: Names, c: Context) -> list[str]:
 
 
 def _extreme(fn: str) -> TileRule:
-    def rule(s: Step, n: Names, c: Context) -> list[str]:
+    def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
         a, b = s.operands
         # tl.maximum wants tensors: a literal side is written as a typed scalar.
         x, y = (n.tensor(o) if o in n.literals else _wide(s, n, o) for o in (a, b))
@@ -225,77 +153,29 @@ def _extreme(fn: str) -> TileRule:
     return rule
 
 
-def _constant(s: Step, n: Names, c: Context) -> list[str]:
-    n.literals[s.results[0]] = literal(s.attributes["value"])
-    return []
-
-
-def _iota(s: Step, n: Names, c: Context) -> list[str]:
+def _iota(s: Step, n: tiles.Names, c: Context) -> list[str]:
     shape, axis = s.attributes["shape"], s.attributes["axis"]
     expr = f"tl.arange(0, {shape[axis]})"
     if len(shape) > 1:
-        expr = f"tl.broadcast_to({expr}{_expand(axis, 1, len(shape))}, {tuple(shape)})"
+        expr = f"tl.broadcast_to({expr}{expand(axis, 1, len(shape))}, {tuple(shape)})"
     if s.attributes["dtype"] != "i32":
         expr += f".to({TL_DTYPES[s.attributes['dtype']]})"
     return [f"{n(s.results[0])} = {expr}"]
 
 
-def _expand(start: int, count: int, rank: int) -> str:
-    """The subscript that puts ``count`` axes at ``start..`` of a rank-``rank`` tile
-    (``[:, None]``); empty when it would be every axis."""
-    if count == rank:
-        return ""
-    parts = ["None"] * start + [":"] * count + ["None"] * (rank - start - count)
-    return "[" + ", ".join(parts) + "]"
+def _reshape(s: Step, n: tiles.Names, c: Context) -> list[str]:
+    if not s.attributes["shape"]:  # a one-element tile to a scalar
+        return [f"{n(s.results[0])} = tl.sum({_flat(n, s.operands[0])}, axis=0)"]
+    return tiles.reshape(s, n, c)
 
 
-def _convert(s: Step, n: Names, c: Context) -> list[str]:
-    src = s.operands[0]
-    dtype = s.attributes["dtype"]
-    if dtype == "bool":
-        return [f"{n(s.results[0])} = {n.tensor(src)} != 0"]
-    return [f"{n(s.results[0])} = {n.tensor(src)}.to({TL_DTYPES[dtype]})"]
-
-
-def _reshape(s: Step, n: Names, c: Context) -> list[str]:
-    shape = tuple(s.attributes["shape"])
-    src = s.operands[0]
-    if not shape:  # a one-element tile to a scalar
-        return [f"{n(s.results[0])} = tl.sum({_flat(n, src)}, axis=0)"]
-    have = n.shape(src)
-    if src not in n.literals and have and [d for d in shape if d != 1] == list(have) \
-            and 1 not in have:
-        # Only new axes of size 1 (`rows[i] < M` in a [BM, BK] mask): `rows[:, None]`.
-        return [f"{n(s.results[0])} = {n(src)}["
-                + ", ".join("None" if d == 1 else ":" for d in shape) + "]"]
-    return [f"{n(s.results[0])} = tl.reshape({n.tensor(s.operands[0])}, {shape})"]
-
-
-def _flat(n: Names, ref: str) -> str:
+def _flat(n: tiles.Names, ref: str) -> str:
     shape = n.shape(ref)
     return n(ref) if len(shape) == 1 else f"tl.reshape({n(ref)}, ({math.prod(shape)},))"
 
 
-def _transpose(s: Step, n: Names, c: Context) -> list[str]:
-    perm = tuple(s.attributes["perm"])
-    return [f"{n(s.results[0])} = tl.permute({n(s.operands[0])}, {perm})"]
-
-
-def _broadcast(s: Step, n: Names, c: Context) -> list[str]:
-    src = s.operands[0]
-    shape = tuple(s.attributes["shape"])
-    out = n(s.results[0])
-    if src in n.literals:
-        return [f"{out} = tl.full({shape}, {n(src)}, {TL_DTYPES[n.dtype(s.results[0])]})"]
-    have = n.shape(src)
-    x = n(src)
-    if have and len(have) < len(shape):  # numpy's rule: new axes on the left
-        x += _expand(len(shape) - len(have), len(have), len(shape))
-    return [f"{out} = tl.broadcast_to({x}, {shape})"]
-
-
-def _reduce(s: Step, n: Names, c: Context) -> list[str]:
-    kind, axes, acc = s.attributes["kind"], sorted(s.attributes["axes"]), s.attributes["accumulate"]
+def _reduce(s: Step, n: tiles.Names, c: Context) -> list[str]:
+    kind, acc = s.attributes["kind"], s.attributes["accumulate"]
     src = s.operands[0]
     x = n(src)
     if n.dtype(src) != acc and kind in ("sum", "mean"):
@@ -304,85 +184,38 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
         x = f"{x}.to(tl.float32)"
     fn = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}.get(kind)
     if fn is None:
-        raise _unsupported(f"a `{kind}` reduction", s)
-    # One axis at a time, the last first, so that the other axes keep their numbers.
-    for axis in reversed(axes):
-        x = f"{fn}({x}, axis={axis})"
-    if kind == "mean":
-        shape = n.shape(src)
-        x = f"{x} / {math.prod(shape[a] for a in axes)}"
+        raise tiles.unsupported(TRITON, f"a `{kind}` reduction", s)
+    x = tiles.reduced(s, n, fn, x)
     out = n.dtype(s.results[0])
     if out in _HALF:
         x = f"({x}).to({TL_DTYPES[out]})"
     return [f"{n(s.results[0])} = {x}"]
 
 
-def _contract(s: Step, n: Names, c: Context) -> list[str]:
+def _dot(s: Step, n: tiles.Names, c: Context, layout: tuple[bool, bool]) -> str:
+    """tl.dot (tensor cores), f32 at full precision unless numerics "fast" ("tf32")."""
     a, b = s.operands
-    spec = s.attributes["spec"]
     acc = s.attributes["accumulate"]
-    ins, out_labels = spec.split("->")
-    la, lb = ins.split(",")
-    out = n(s.results[0])
-    sa, sb = n.shape(a), n.shape(b)
-    size = dict(zip(la, sa)) | dict(zip(lb, sb))
-    summed = [x for x in dict.fromkeys(la + lb) if x not in out_labels]
-    # A matrix product of two tiles at least DOT_MIN a side: tl.dot (tensor cores), f32 at
-    # full precision unless numerics "fast" ("tf32").
-    if len(la) == 2 and len(lb) == 2 and len(out_labels) == 2 and len(summed) == 1:
-        k = summed[0]
-        m = next(x for x in la if x != k)
-        nn = next(x for x in lb if x != k)
-        if out_labels == m + nn and all(size[x] >= DOT_MIN for x in (m, nn, k)):
-            lhs = n(a) if la == m + k else f"tl.trans({n(a)})"
-            rhs = n(b) if lb == k + nn else f"tl.trans({n(b)})"
-            prec = f", input_precision={c.precision!r}" if n.dtype(a) == "f32" else ""
-            expr = f"tl.dot({lhs}, {rhs}{prec}, out_dtype={TL_DTYPES[acc]})" if acc in (
-                "f32", "f16", "i32") else f"tl.dot({lhs}, {rhs}{prec}).to({TL_DTYPES[acc]})"
-            return [f"{out} = {expr}"]
-    # Otherwise: both operands laid out over every label (the result's, then the summed
-    # ones), multiplied with broadcasting, and summed over the summed labels.
-    order = list(out_labels) + summed
-    parts = []
-    for ref, labels in ((a, la), (b, lb)):
-        perm = tuple(sorted(range(len(labels)), key=lambda i: order.index(labels[i])))
-        x = n(ref)
-        if perm != tuple(range(len(labels))):
-            x = f"tl.permute({x}, {perm})"
-        kept = sorted(labels, key=order.index)
-        if len(kept) < len(order):
-            x += "[" + ", ".join(":" if lab in kept else "None" for lab in order) + "]"
-        if n.dtype(ref) != acc:
-            x = f"{x}.to({TL_DTYPES[acc]})"
-        parts.append(x)
-    expr = f"{parts[0]} * {parts[1]}"
-    for axis in reversed(range(len(out_labels), len(order))):
-        expr = f"tl.sum({expr}, axis={axis})"
-    return [f"{out} = {expr}"]
+    lhs = f"tl.trans({n(a)})" if layout[0] else n(a)
+    rhs = f"tl.trans({n(b)})" if layout[1] else n(b)
+    prec = f", input_precision={c.precision!r}" if n.dtype(a) == "f32" else ""
+    return f"tl.dot({lhs}, {rhs}{prec}, out_dtype={TL_DTYPES[acc]})" if acc in (
+        "f32", "f16", "i32") else f"tl.dot({lhs}, {rhs}{prec}).to({TL_DTYPES[acc]})"
 
 
-def _select(s: Step, n: Names, c: Context) -> list[str]:
-    cond, a, b = s.operands
-    return [f"{n(s.results[0])} = tl.where({n(cond)}, {n.tensor(a)}, {n.tensor(b)})"]
-
-
-def _program_id(s: Step, n: Names, c: Context) -> list[str]:
-    return [f"{n(s.results[0])} = tl.program_id({s.attributes['axis']})"]
-
-
-def pointer(s: Step, n: Names) -> str:
+def pointer(s: Step, n: tiles.Names) -> str:
     """The pointers a `load` or `store` reads or writes: the tensor's base plus, per axis,
     its index times its stride; each index tile's axes take their place in the tile."""
     base = s.operands[0]
     name = safe(base[1:])
     index = s.attributes["index"]
-    tiles = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
-    rank = sum(len(t) for t in tiles)
+    shapes = [n.shape(s.operands[i["operand"]]) if isinstance(i, dict) else () for i in index]
+    rank = sum(len(t) for t in shapes)
     terms, at = [], 0
-    for axis, (i, t) in enumerate(zip(index, tiles)):
+    for axis, (i, t) in enumerate(zip(index, shapes)):
         stride = f"{name.upper()}_STRIDE_{axis}"
         if isinstance(i, dict):
-            term = n(s.operands[i["operand"]]) + (_expand(at, len(t), rank) if t else "")
+            term = n(s.operands[i["operand"]]) + (expand(at, len(t), rank) if t else "")
             at += len(t)
         else:
             if i == 0:
@@ -392,14 +225,14 @@ def pointer(s: Step, n: Names) -> str:
     return " + ".join([n(base), *terms])
 
 
-def _operand(s: Step, n: Names, key: str) -> str | None:
+def _operand(s: Step, n: tiles.Names, key: str) -> str | None:
     v = s.attributes.get(key)
     if isinstance(v, dict):
         return n(s.operands[v["operand"]])
     return None if v is None else literal(v)
 
 
-def _load(s: Step, n: Names, c: Context) -> list[str]:
+def _load(s: Step, n: tiles.Names, c: Context) -> list[str]:
     args = [pointer(s, n)]
     mask = _operand(s, n, "mask")
     if mask is not None:
@@ -412,7 +245,7 @@ def _load(s: Step, n: Names, c: Context) -> list[str]:
     return [f"{n(s.results[0])} = tl.load({', '.join(args)})"]
 
 
-def _store(s: Step, n: Names, c: Context) -> list[str]:
+def _store(s: Step, n: tiles.Names, c: Context) -> list[str]:
     value = s.operands[s.attributes["value"]["operand"]]
     args = [pointer(s, n), n(value)]
     mask = _operand(s, n, "mask")
@@ -421,27 +254,9 @@ def _store(s: Step, n: Names, c: Context) -> list[str]:
     return [f"tl.store({', '.join(args)})"]
 
 
-def _for(s: Step, n: Names, c: Context) -> list[str]:
+def _for(s: Step, n: tiles.Names, c: Context) -> list[str]:
     a = s.attributes
-    lines = []
-    for init, arg, res in zip(s.operands, a["carried"], s.results):
-        if init not in n.literals and init.startswith("%") and n.uses.get(init) == 1:
-            var = n(init)  # read only to start the loop: the loop's variable itself
-        else:
-            var = n.fresh(re.sub(r"\.\d+$", "", arg.lstrip("%")))
-            lines.append(f"{var} = {n.tensor(init)}")
-        n.alias(arg, var)
-        n.alias(res, var)
-    body_steps = a["body"]
-    for arg, y in zip(a["carried"], a["yields"]):
-        # `acc = acc + p` rather than `add = acc + p` then `acc = add`: the new value is made
-        # by a step of the body after which nothing reads the old one.
-        at = next((i for i, st in enumerate(body_steps) if y in st.results), None)
-        if at is None or n.uses.get(y) != 1 or y in n.names or any(
-                arg in st.operands or arg in st.attributes.get("yields", [])
-                for later in body_steps[at + 1:] for st in n.kernel.walk([later])):
-            continue
-        n.alias(y, n(arg))
+    lines, _ = carry(s, n)
     step = f", {a['step']}" if a["step"] != 1 else ""
     lines.append(f"for {n(a['var'])} in range({a['start']}, {a['stop']}{step}):")
     body = c.body(a["body"], n, c.indent + 1)
@@ -456,55 +271,17 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
 # both the interpreter and compiled code of every Triton we support (3.6 to 3.9).
 EXPECTED_MISSING: frozenset[str] = frozenset({"pow"})
 
-TILE_RULES: dict[str, TileRule] = {
-    "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("tl.exp({})"),
-    "log": _unary("tl.log({})"), "sqrt": _unary("tl.sqrt({})"),
-    "rsqrt": _unary("tl.rsqrt({})"), "sin": _unary("tl.sin({})"),
-    "cos": _unary("tl.cos({})"), "tanh": _unary("2 * tl.sigmoid(2 * {}) - 1"),
+TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "tl") | {
+    "rsqrt": _unary("tl.rsqrt({})"), "tanh": _unary("2 * tl.sigmoid(2 * {}) - 1"),
     "sigmoid": _unary("tl.sigmoid({})"), "erf": _unary("tl.erf({})"),
-    "abs": _unary("tl.abs({})"), "floor": _unary("tl.floor({})"),
-    "add": _binary("{} + {}"), "sub": _binary("{} - {}"), "mul": _binary("{} * {}"),
     "div": _div, "rem": _rem,
     "maximum": _extreme("maximum"), "minimum": _extreme("minimum"),
-    "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
-    "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),
-    "and": _binary("{} & {}"), "or": _binary("{} | {}"),
-    "select": _select, "convert": _convert, "constant": _constant, "iota": _iota,
-    "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
-    "reduce": _reduce, "contract": _contract,
-    "program_id": _program_id, "load": _load, "store": _store, "for": _for,
+    "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
+    "load": _load, "store": _store, "for": _for,
 }
 
 
-def _unsupported(what: str, s: Step) -> Exception:
-    from linnet.lang.diagnostics import Diagnostic, LinnetError
-
-    where = f" (from {s.loc})" if s.loc else ""
-    return LinnetError(Diagnostic(
-        "E0532", f"a kernel uses {what}{where}, which has no Triton form yet",
-        help="rewrite that part of the kernel, or run the op's body (numerics 'exact' "
-             "never launches kernels)"))
-
-
 # ---------------------------------------------------------------- functions
-
-
-@dataclass
-class KernelText:
-    """One kernel instance as generated text."""
-
-    kernel: TileKernel
-    function: str  # the @triton.jit function's name
-    launcher: str  # the launcher's name
-    key: str  # its RUNS key
-    source: str  # both functions' text
-
-
-def instance_name(k: TileKernel) -> str:
-    """``row_softmax_4_8_1024``: the kernel's name and its generics' values."""
-    parts = [k.short_name] + [str(v) for v in k.generics.values()]
-    parts += [re.sub(r"[^0-9A-Za-z]", "_", literal(v)) for v in k.scalars.values()]
-    return re.sub(r"_+", "_", "_".join(parts)).strip("_")
 
 
 def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
@@ -519,37 +296,9 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     for p, shape, _ in k.params + k.results:
         args += [f"{safe(p).upper()}_STRIDE_{i}: tl.constexpr" for i in range(len(shape))]
         n.used |= {f"{safe(p).upper()}_STRIDE_{i}" for i in range(len(shape))}
-    last: list[str | None] = [None]
-
-    def body(steps: list[Step], names: Names, depth: int) -> list[str]:
-        out: list[str] = []
-        for s in steps:
-            rule = TILE_RULES.get(s.op)
-            if rule is None:
-                raise _unsupported(f"`{s.op}`", s)
-            lines = rule(s, names, Context(precision, body, depth))
-            if lines and s.loc and s.loc != last[0]:
-                out.append(_comment(s.loc, sources))
-                last[0] = s.loc
-            out += lines
-        return out
-
-    lines = body(k.steps, n, 0)
-    gen = ", ".join(f"{g}={v}" for g, v in k.generics.items())
-    title = f"# kernel {k.short_name}<{gen}> ({k.loc}), grid {k.grid}"
-    head = [title if len(title) <= 100 else title[:97] + "...",
-            "@triton.jit", f"def {name}({', '.join(args)}):"]
+    lines = tiles.kernel_body(k, n, TILE_RULES, sources, precision)
+    head = [tiles.kernel_title(k), "@triton.jit", f"def {name}({', '.join(args)}):"]
     return "\n".join(head + ["    " + line for line in lines])
-
-
-def _comment(loc: str, sources: dict[str, list[str]]) -> str:
-    file, _, line = loc.rpartition(":")
-    text = ""
-    src = sources.get(file)
-    if src and line.isdigit() and 0 < int(line) <= len(src):
-        text = "  " + src[int(line) - 1].strip()
-    out = f"# {file}:{line}{text}"
-    return out if len(out) <= 92 else out[:89].rstrip() + "..."
 
 
 def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
@@ -598,12 +347,7 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
 
 def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
                 taken: set[str]) -> KernelText:
-    base = instance_name(k)
-    name, i = base, 1
-    while name in taken or f"launch_{name}" in taken:
-        i += 1
-        name = f"{base}_{i}"
-    taken |= {name, f"launch_{name}"}
+    name = tiles.unique_instance(k, taken, ("", "launch_"))
     text = kernel_function(k, name, sources, precision) + "\n\n\n" + launcher_function(
         k, name, f"launch_{name}", name)
     return KernelText(k, name, f"launch_{name}", name, text)
@@ -705,9 +449,7 @@ def kernel_op(name, run, fake):
 
 def runs_table(keys: list[str]) -> str:
     """``RUNS``: per kernel instance, [calls that launched it, calls that ran the body]."""
-    inner = ", ".join(f"{k!r}: [0, 0]" for k in keys)
-    return ("# Per kernel instance: [calls that launched it, calls that ran the op's body].\n"
-            f"RUNS = {{{inner}}}")
+    return tiles.runs_table(keys, "calls")
 
 
 def launch_statement(text: KernelText, args: list[str], outs: list[str],
@@ -726,14 +468,8 @@ def launch_statement(text: KernelText, args: list[str], outs: list[str],
     lines = [f"if kernels_ready({text.key!r}, {', '.join(tensors)}):",
              f"    {target} = {launch}",
              "else:"] + ["    " + b for b in body]
-    flat = "\n".join(lines)
-    tree = ast.parse(flat)
-    stored = frozenset(x.id for x in ast.walk(tree)
-                       if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store))
-    loaded = frozenset(x.id for x in ast.walk(tree)
-                       if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)) - stored
-    indented = lines[0] + "".join("\n    " + line for line in lines[1:])
-    return indented, stored, loaded
+    stored, loaded = tiles.stored_and_loaded(lines)
+    return tiles.indented(lines), stored, loaded - stored
 
 
 def kernel_args(call_args: list[Any], kernel: Any) -> dict[str, Any]:
