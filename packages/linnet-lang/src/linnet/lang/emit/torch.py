@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import builtins
 import keyword
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from linnet.lang.emit.python import (
     docstring,
     wrap,
 )
+from linnet.lang.emit.tiles import literal
 from linnet.lang.emit.triton import (
     HEADER,
     READY,
@@ -162,16 +162,6 @@ class Scope:
             table = self.graph.states if path in self.graph.states else self.graph.parameters
             return table[path].dtype
         return self.graph.values[ref].dtype
-
-
-def literal(value: object) -> str:
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "float('inf')" if value > 0 else "float('-inf')"
-        if math.isnan(value):
-            return "float('nan')"
-        return repr(value)
-    return repr(value)
 
 
 # ---------------------------------------------------------------- primitive rules
