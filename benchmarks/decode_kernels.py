@@ -66,6 +66,7 @@ import torch.nn.functional as F  # noqa: E402
 from linnet.torch import load  # noqa: E402
 from linnet.torch.kernels import kernel_module, op_case, resolve, stages  # noqa: E402
 from linnet.torch.testing import compare  # noqa: E402
+from torch_decode import copy_bandwidth, triton_version  # noqa: E402
 
 FLOOR_BW = 4.0e12  # B/s: the bytes floor's bandwidth
 # Decode shapes: model width D, q width Q (heads * head dim), k/v width KV, MLP width F.
@@ -229,22 +230,6 @@ def graph_us(fn: Callable[..., Any], copies: list[list[torch.Tensor]], reps: int
         stop.synchronize()
         times.append(start.elapsed_time(stop) * 1e3 / reps)
     return statistics.median(times)
-
-
-def copy_bandwidth() -> float:
-    """This device's copy rate in B/s (a 1 GiB device-to-device copy, read + write)."""
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    start, stop = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-    start.record()
-    for _ in range(5):
-        dst.copy_(src)
-    stop.record()
-    stop.synchronize()
-    return 2 * n * 5 / (start.elapsed_time(stop) * 1e-3)
 
 
 # ---------------------------------------------------------------- one span
@@ -419,7 +404,7 @@ def main() -> int:
                   if args.sweep else (DRY_SWEEP if args.dry_run else SWEEP))
     shapes = DRY_SHAPES if args.dry_run else {k: SHAPES[k] for k in args.shapes.split(",")}
     wanted = {o for o in args.ops.split(",") if o}
-    bw = copy_bandwidth() if device == "cuda" else float("nan")
+    bw = copy_bandwidth(torch.device("cuda")) if device == "cuda" else float("nan")
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; floors at {FLOOR_BW / 1e12:.1f} TB/s")
     rows: list[dict[str, Any]] = []
     for name, shape in shapes.items():
@@ -436,7 +421,7 @@ def main() -> int:
                 rows.append({"shape": name, "op": short, "label": span.label,
                              "error": f"{type(exc).__name__}: {exc}"[:300]})
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "torch": torch.__version__, "triton": _triton_version(),
+              "torch": torch.__version__, "triton": triton_version(),
               "copy_bytes_per_s": bw, "floor_bytes_per_s": FLOOR_BW, "rows": rows}
     out = os.environ.get("OUT")
     if out:
@@ -470,15 +455,6 @@ def main() -> int:
               f"{r.get('cublas_us', float('nan')):>8.2f} {r['floor_us']:>8.2f} "
               f"{100 * r['floor_us'] / k_us if k_us == k_us else float('nan'):>6.1f}")
     return 0 if ok else 1
-
-
-def _triton_version() -> str:
-    try:
-        import triton
-
-        return triton.__version__
-    except ImportError:
-        return "none"
 
 
 if __name__ == "__main__":

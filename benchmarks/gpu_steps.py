@@ -61,7 +61,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_flashinfer import LLAMA, config
-from torch_decode import hf_config
+from torch_decode import copy_bandwidth, hf_config
 
 SUMMARY: list[str] = []
 HF_BEST_ONLY = False  # --hf-best: only transformers' best configuration (max-autotune + graph)
@@ -213,22 +213,6 @@ def token_for_token(dev: torch.device) -> None:
 
 
 # ---------------------------------------------------------------- (s) whole steps
-def copy_bandwidth() -> float:
-    n = 1 << 30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        b.copy_(a)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return 2 * n / min(times)
-
-
 def timed(step: Callable[[torch.Tensor, int], torch.Tensor], token: torch.Tensor
           ) -> tuple[float, float]:
     """(ms/token queued back to back, median ms of steps timed one by one). ``step(token,
@@ -424,7 +408,7 @@ def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> N
 
 
 def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(torch.device("cuda"))
     print(f"\n== (s) whole decode steps; copy bandwidth {bandwidth / 1e12:.3f} TB/s")
     for name in models:
         rows: list[tuple[str, str, Any]] = []

@@ -48,6 +48,7 @@ from linnet.torch.kernels import (  # noqa: E402
     op_case,
     std_bindings,
 )
+from torch_decode import triton_version  # noqa: E402
 
 ROWS = {"decode": 1, "prefill": 512}
 WIDTH = 4096
@@ -228,7 +229,7 @@ def main() -> int:
                 rows.append({"op": op, "kernel": kernel, "regime": regime,
                              "error": f"{type(exc).__name__}: {exc}"[:300]})
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "torch": torch.__version__, "triton": _triton_version(),
+              "torch": torch.__version__, "triton": triton_version(),
               "copy_bytes_per_s": bw, "bf16_flops_per_s": peak, "rows": rows}
     out = os.environ.get("OUT")
     if out:
@@ -253,15 +254,6 @@ def main() -> int:
               f"{r['kernel_graph_us']:>8.1f} {r['body_graph_us']:>8.1f} "
               f"{r['floor_us']:>8.2f} {r['graph_breaks']:>6}")
     return 0 if all(r.get("ok") and r.get("graph_breaks") == 0 for r in rows) else 1
-
-
-def _triton_version() -> str:
-    try:
-        import triton
-
-        return triton.__version__
-    except ImportError:
-        return "none"
 
 
 if __name__ == "__main__":

@@ -53,6 +53,16 @@ def copy_bandwidth(device: torch.device) -> float:
     return 2 * n / min(times)
 
 
+def triton_version() -> str:
+    """The installed Triton's version, or "none" (recorded beside each benchmark's figures)."""
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "none"
+
+
 def hf_config(cfg: dict):
     """The transformers LlamaConfig of a Linnet Llama config (default rope)."""
     import transformers
