@@ -470,6 +470,12 @@ def test_a_chain_launches_both_kernels_and_equals_the_body(tmp_path, interpret, 
     y, = launch("chain::row_total", {"R": shape[0], "C": shape[1], "T": "f32"}, x,
                 program=Program.from_file(path))
     torch.testing.assert_close(y, x.sum(-1), atol=1e-5, rtol=1e-5)
+    # A chain takes the op's tensors, not the first kernel's or the scratch: else E0761.
+    from linnet.lang import LinnetError
+
+    with pytest.raises(LinnetError, match="E0761"):
+        launch("chain::row_total", {"R": shape[0], "C": shape[1], "T": "f32"}, x, x,
+               program=Program.from_file(path))
     # Under torch.compile each kernel of the chain is a custom op of its own.
     module = model.module("run", [x])
     fn = getattr(module, module.ENTRIES["run"]["slices"][0]["function"])
