@@ -285,7 +285,8 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
                 key = (c.region.kind, c.region.callee)
                 if c.backend_name == "linnet-kernels" and key not in seen:
                     seen.add(key)
-                    why = f" ({(c.reason or '')[:240]})" if c.status == "failed" else ""
+                    said = c.status == "failed" or "context" in (c.reason or "")
+                    why = f" ({(c.reason or '')[:240]})" if said else ""
                     print(f"    kernel {c.region!r}: {c.status}{why}; kernel "
                           f"{(c.backend_seconds or 0) * 1e6:.1f} us, bodies "
                           f"{(c.generated_seconds or 0) * 1e6:.1f} us", flush=True)

@@ -211,6 +211,9 @@ def test_an_unusable_cache_folder_warns_and_torch_keeps_its_default(clean):
 def test_first_call_lines():
     assert reuse_line("slice_0", 0.25, 3, 0).startswith("reused slice_0 from ")
     assert reuse_line("slice_0", 9.0, 0, 2) == "compiled slice_0 in 9.0 s"
+    # a slice the plan's timing in context compiled earlier in this process
+    assert reuse_line("slice_0", 0.5, 3, 0, here=True).startswith(
+        "compiled slice_0 in 0.5 s (as earlier in this process, from ")
     assert reuse_line("slice_0", 4.0, 1, 1).startswith("compiled slice_0 in 4.0 s (1 graph(s) "
                                                       "reused from ")
 

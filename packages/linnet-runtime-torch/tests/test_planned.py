@@ -340,3 +340,87 @@ def test_scratch_copies_keep_inference_mode_as_their_originals(model):
         assert scratch.states[path].is_inference() == state.is_inference() is False
         assert scratch.states[path] is not state
         assert made_inside.states[path].data_ptr() != state.data_ptr()
+
+
+# ---------------------------------------------------------------- regions in context
+def _fast_backend(monkeypatch):
+    """Every RefLinear region times as 1 ns alone: each is taken before the context check."""
+    from linnet.torch.planned import PlanBuilder
+
+    monkeypatch.setattr(PlanBuilder, "time_backend", lambda self, group, env, context: 1e-9)
+
+
+def test_compiled_plans_check_each_kind_of_region_in_context(model, weights, monkeypatch,
+                                                             tmp_path):
+    """Compiled, each kind of taken region is timed against the compiled slices around it
+    (linnet.plan.context): every taken one says what it saves there, the slices are cached
+    by kind, and a second plan with the cache times no slice again."""
+    from linnet.torch.planned import PlanBuilder
+
+    _fast_backend(monkeypatch)
+    said = []
+    cache = TimingCache(tmp_path / "t.json")
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile="aot_eager",
+                          progress=said.append, cache=cache)
+    checked = [c for c in plan.candidates if c.context_seconds is not None]
+    assert checked and all(c.status in ("taken", "slower in context") for c in checked)
+    assert all("in context" in c.reason for c in plan.candidates if c.status == "taken")
+    assert any(m.startswith("checking ") and m.endswith(" in context") for m in said)
+    assert "in context" in plan.explain()
+    got, = plan.run([TOKEN, POS], model.context_for(plan))
+    torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
+
+    def untimed(self, *args, **kwargs):
+        raise AssertionError("a slice was timed again")
+
+    monkeypatch.setattr(PlanBuilder, "time_slices", untimed)
+    again = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile="aot_eager",
+                           progress=False, cache=TimingCache(tmp_path / "t.json"))
+    assert [c.status for c in again.candidates] == [c.status for c in plan.candidates]
+
+
+def test_a_region_slower_in_context_runs_as_generated_source(model, weights, monkeypatch):
+    """Where the compiled steps around a region are faster together than apart with it,
+    the region is dropped: the plan runs those steps as generated source."""
+    from linnet.torch.planned import SliceTimes
+
+    _fast_backend(monkeypatch)
+    graph = model.graph("decode", [TOKEN, POS])
+    products = {s for r in RefLinear().match(graph, None) for s in r.steps}
+    # a slice with a product's steps costs nothing (fused), any other 1 us
+    monkeypatch.setattr(SliceTimes, "seconds",
+                        lambda self, slices: 0.0 if products & set(slices[0]) else 1e-6)
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile="aot_eager",
+                          progress=False)
+    assert plan.regions == []
+    assert {c.status for c in plan.candidates} == {"slower in context"}
+    assert all("us compiled without it" in c.reason for c in plan.candidates)
+    got, = plan.run([TOKEN, POS], model.context_for(plan))
+    torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
+
+
+def test_uncompiled_plans_are_not_checked_in_context(model, monkeypatch):
+    """Uncompiled, every step runs alone, so a region's timing alone is what the step pays."""
+    from linnet.torch.planned import SliceTimes
+
+    _fast_backend(monkeypatch)
+
+    def untimed(self, slices):
+        raise AssertionError("checked in context")
+
+    monkeypatch.setattr(SliceTimes, "seconds", untimed)
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], progress=False)
+    assert len(plan.regions) == 15
+    assert all(c.context_seconds is None for c in plan.candidates)
+
+
+def test_a_timed_graph_repeats_its_turn_to_share_its_fixed_cost():
+    """A kind with one region (parameter-free SiLU x up, the LM head) is called 16 times in
+    its CUDA graph, so the replay's fixed cost is not one call's; longer turns repeat whole."""
+    from linnet.torch.planned import GRAPH_CALLS, rotation_calls
+
+    one, two = (lambda: 1), (lambda: 2)
+    assert rotation_calls([one]) == [one] * GRAPH_CALLS
+    assert rotation_calls([one, two], 3) == [one, two, one, two]
+    assert rotation_calls([one] * 20) == [one] * 20
+    assert rotation_calls([]) == []

@@ -7,7 +7,9 @@ regions never both run; ``memory=`` caps the bytes executables hold. With ``meas
 nothing is timed: the candidates whose backend gave an estimate (``estimate_cost`` returned a
 :class:`~linnet.backends.Cost`) go first, fastest per step of the graph they cover first (the
 most estimated time saved for the steps claimed), then the others, the largest regions first.
-``plan.explain()`` shows each estimate beside the measured times.
+``plan.explain()`` shows each estimate beside the measured times. Where the generated source
+is compiled, :func:`choose_in_context` (:mod:`linnet.plan.context`) then checks each kind of
+taken region against the compiled steps around it.
 
 >>> from linnet.plan import Candidate, choose
 """
@@ -21,8 +23,8 @@ from linnet.backends.contract import Options, Region
 
 from .cache import CacheWarning, TimingCache, cache_key
 
-__all__ = ["CacheWarning", "Candidate", "Decision", "TimingCache", "cache_key", "choose",
-           "explain_table"]
+__all__ = ["CacheWarning", "Candidate", "Decision", "SliceTimer", "TimingCache", "cache_key",
+           "choose", "choose_in_context", "explain_table", "layout", "rotation", "window"]
 
 
 @dataclass
@@ -35,11 +37,13 @@ class Candidate:
     backend_seconds: float | None = None
     generated_seconds: float | None = None
     holds: int = 0
-    status: str = "pending"  # taken | below margin | overlap | memory | failed
+    status: str = "pending"  # taken | below margin | overlap | memory | slower in context | failed
     reason: str = ""
     cached: bool = False
     estimate: float | None = None  # seconds, from the backend's estimate_cost
     estimate_note: str = ""  # why an estimate was ignored (it raised, or was not a Cost)
+    # (apart, together) seconds where it was checked in context (see linnet.plan.context)
+    context_seconds: tuple[float, float] | None = None
 
     @property
     def saving(self) -> float | None:
@@ -169,3 +173,6 @@ def explain_table(candidates: list[Candidate], skipped: list[Any], header: str =
     lines.append(f"{taken} of {len(candidates)} candidate regions taken by backends; the rest "
                  "of the entry runs as generated source.")
     return "\n".join(lines)
+
+
+from .context import SliceTimer, choose_in_context, layout, rotation, window  # noqa: E402

@@ -311,7 +311,9 @@ class Model:
         ``linnet.backends.available()`` lists). Each region kind is timed once on its backend
         and on the generated source; a backend takes a region only if it saves ``margin``
         (2%) of the time. ``compile`` is the torch.compile mode, backend or inductor options
-        (as in :func:`load`) of the generated slices; ``memory`` caps the bytes executables
+        (as in :func:`load`) of the generated slices; compiled, each kind of region taken is
+        also timed against the compiled slices around it, and dropped ("slower in context")
+        where cutting them costs more than it saves (``linnet.plan.context``); ``memory`` caps the bytes executables
         hold; ``measure=False`` skips timing; ``progress`` (True: stderr; or a callable
         taking a line) shows a bar while regions are timed and a line when each slice
         compiles; ``cache`` is the ``linnet.plan.TimingCache`` to read and write (default:

@@ -162,20 +162,29 @@ def announce_compile(compiled: Callable, name: str, kind: str,
             return compiled(*args)
         state["first"] = False
         say(f"compiling {name} (kind {kind[:8]})...")
+        here = kind in _COMPILED_HERE
         hits, misses = compile_cache_counts()
         start = time.perf_counter()
         out = compiled(*args)
         seconds = time.perf_counter() - start
         hits, misses = (a - b for a, b in zip(compile_cache_counts(), (hits, misses)))
-        say(reuse_line(name, seconds, hits, misses))
+        _COMPILED_HERE.add(kind)
+        say(reuse_line(name, seconds, hits, misses, here))
         return out
 
     return call
 
 
-def reuse_line(name: str, seconds: float, hits: int, misses: int) -> str:
+#: The kinds of slice this process has compiled: a plan compiles a slice its timing in
+#: context compiled already, which torch.compile's cache then answers from this process.
+_COMPILED_HERE: set[str] = set()
+
+
+def reuse_line(name: str, seconds: float, hits: int, misses: int, here: bool = False) -> str:
     """The line a slice's first call ends with: reused from the cache (every graph of it
     loaded, none compiled) or compiled (with how many graphs were reused, if some were).
+    ``here``: a slice of this kind was compiled earlier in this process (timed in context
+    while planning), so a cache hit is this process's own work, not an earlier process's.
 
     >>> reuse_line("slice_0", 0.4, 2, 0)  # doctest: +ELLIPSIS
     'reused slice_0 from ... in 0.4 s (compiled and tuned by an earlier process)'
@@ -183,6 +192,8 @@ def reuse_line(name: str, seconds: float, hits: int, misses: int) -> str:
     'compiled slice_0 in 12.0 s'
     """
     where = shown(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "torch.compile's cache")
+    if hits and not misses and here:
+        return f"compiled {name} in {seconds:.1f} s (as earlier in this process, from {where})"
     if hits and not misses:
         return (f"reused {name} from {where} in {seconds:.1f} s (compiled and tuned by an "
                 "earlier process)")

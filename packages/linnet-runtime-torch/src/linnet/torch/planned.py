@@ -37,7 +37,15 @@ from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph, ValueType
 from linnet.lang.ir.slices import Slice, slice_steps
 from linnet.lang.ir.spans import claim_spans
-from linnet.plan import Candidate, TimingCache, cache_key, choose, explain_table
+from linnet.plan import (
+    Candidate,
+    TimingCache,
+    cache_key,
+    choose,
+    choose_in_context,
+    explain_table,
+    rotation,
+)
 
 import torch
 
@@ -337,12 +345,36 @@ def torch_target(device: torch.device) -> Target:
     return Target(device.type, str(device), device.type, None, "torch", tuple(versions))
 
 
+#: The fewest calls a timed CUDA graph makes. Replaying a graph has a fixed cost (the host's
+#: launch) that the events around it measure; a kind with one region (SiLU x up, the LM head:
+#: a parameter-free kind rotates over one) was charged all of it (on the H200, inferred: SiLU
+#: x up timed 10.7 us in an 8B plan, its kernel 1.3 us alone at F = 4096; decode.md).
+GRAPH_CALLS = 16
+#: The timing method's version, in every timing cache key: timings made before
+#: ``GRAPH_CALLS`` (one call's graph for a one-region kind) are not reused.
+TIMING = 2
+
+
+def rotation_calls(calls: Sequence[Callable[..., Any]], minimum: int = GRAPH_CALLS
+                   ) -> list[Callable[..., Any]]:
+    """``calls`` in turn, the whole turn repeated until there are at least ``minimum``.
+
+    >>> len(rotation_calls([print], 16)), len(rotation_calls([print] * 5, 16))
+    (16, 20)
+    """
+    if not calls:
+        return []
+    return list(calls) * -(-minimum // len(calls))
+
+
 def time_rotation(calls: Sequence[Callable[..., Any]], device: torch.device, options: Options,
                   prepare: Callable[[], None] | None = None) -> float:
     """Median seconds per call, calling each of ``calls`` in turn (one per region of a kind).
 
     On CUDA the rotation is captured in a CUDA graph and timed with events, as `Captured`
-    runs; on the CPU it is timed by the wall clock.
+    runs, the turn repeated to at least ``GRAPH_CALLS`` calls (:func:`rotation_calls`) so that
+    the graph's fixed cost is shared as in a whole step; on the CPU it is timed by the wall
+    clock.
     """
     prepare = prepare or (lambda: None)
     for _ in range(options.warmup):
@@ -359,8 +391,9 @@ def time_rotation(calls: Sequence[Callable[..., Any]], device: torch.device, opt
                 c()
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
+        captured = rotation_calls(calls)
         with torch.cuda.graph(graph):
-            for c in calls:
+            for c in captured:
                 c()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
@@ -370,7 +403,7 @@ def time_rotation(calls: Sequence[Callable[..., Any]], device: torch.device, opt
             graph.replay()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / len(calls))
+            times.append(start.elapsed_time(end) / 1e3 / len(captured))
         return statistics.median(times)
     times = []
     for _ in range(options.repeat):
@@ -593,19 +626,26 @@ class PlanBuilder:
 
     # -- timing
     def keys(self, backend: Any, kind: str, variant: str = "") -> tuple[str, str]:
-        target_key = self.target.key()
-        bkey = cache_key(target_key, backend.name, str(backend.version), CONTRACT,
+        bkey = cache_key(self.timing_key(), backend.name, str(backend.version), CONTRACT,
                          kind + (f"/{variant}" if variant else ""))
+        return bkey, self.generated_key(kind)
+
+    def timing_key(self) -> str:
+        """The target's part of a timing cache key, with the timing method's version."""
+        return f"{self.target.key()}/timing{TIMING}"
+
+    def generated_key(self, kind: str) -> str:
+        """The timing cache's key for the generated source of steps of ``kind`` (a region's
+        steps or a slice's: both are fingerprints of what the steps compute)."""
         # "bodies": the generated source of a plan launches no kernel (see `emit`).
-        gkey = cache_key(target_key, "generated", f"{lang_version}/{self.model.numerics}/"
+        return cache_key(self.timing_key(), "generated", f"{lang_version}/{self.model.numerics}/"
                          f"bodies/{compile_label(self.options.compile)}", CONTRACT, kind)
-        return bkey, gkey
 
     def time_candidates(self, candidates: list[Candidate], env: dict[str, Any],
                         context: Context, cache: TimingCache) -> None:
         groups: dict[tuple[int, str, str], list[Candidate]] = {}
         for c in candidates:
-            groups.setdefault((id(c.backend), c.region.kind, variant_of(c)), []).append(c)
+            groups.setdefault(group_key(c), []).append(c)
         progress = Progress(len(groups), "linnet: timing regions", self.progress)
         generated_times: dict[str, float] = {}
         for (_, kind, variant), group in groups.items():
@@ -639,19 +679,9 @@ class PlanBuilder:
             self.say(f"reused the timings of {reused} of {len(groups)} region kinds from "
                      f"{shown(cache.path)}")
 
-    def rotation(self, group: list[Candidate]) -> list[Candidate]:
-        # Distinct parameters first: that is what keeps the weights out of the L2 cache.
-        seen, out = set(), []
-        for c in group:
-            key = c.region.parameters + c.region.states
-            if key not in seen:
-                seen.add(key)
-                out.append(c)
-        return out or group[:1]
-
     def time_backend(self, group: list[Candidate], env: dict[str, Any],
                      context: Context) -> float:
-        chosen = self.rotation(group)
+        chosen = rotation(group)
         calls = []
         for c in chosen:
             args = [env[v] for v in c.region.inputs]
@@ -667,13 +697,19 @@ class PlanBuilder:
 
     def time_generated(self, group: list[Candidate], env: dict[str, Any],
                        context: Context) -> float:
-        chosen = self.rotation(group)
-        slices = [slice_steps(self.graph, list(c.region.steps), "region") for c in chosen]
+        slices = [slice_steps(self.graph, list(c.region.steps), "region")
+                  for c in rotation(group)]
+        return self.time_slices(slices, env, context, f"{group[0].region!r}")
+
+    def time_slices(self, slices: list[Slice], env: dict[str, Any], context: Context,
+                    label: str) -> float:
+        """Median seconds per slice of the generated source (compiled as the plan compiles
+        it) running each of ``slices`` (of one kind) in turn on the recorded values."""
         module = self.emit(slices[:1], "region")
         fn = getattr(module, module.ENTRIES[self.graph.entry]["slices"][0]["function"])
         if self.options.compile:
-            fn = announce_compile(_torch_compile(fn, self.options.compile),
-                                  f"{chosen[0].region!r}", chosen[0].region.kind, self.say)
+            fn = announce_compile(_torch_compile(fn, self.options.compile), label,
+                                  slices[0].kind, self.say)
         calls = []
         for sl in slices:
             args = [env[v] for v in sl.inputs] + [context.parameters[p] for p in sl.parameters] \
@@ -730,11 +766,53 @@ class PlanBuilder:
         return best.callee.rsplit("::", 1)[-1].replace(".", "_").lower() + "_part"
 
 
+class SliceTimes:
+    """The :class:`linnet.plan.SliceTimer` of a plan being made: slices of the generated
+    source timed on the values one run recorded (``record_values``), compiled as the plan
+    compiles them, and kept in the timing cache by kind (a second process reuses them)."""
+
+    def __init__(self, builder: PlanBuilder, env: dict[str, Any], context: Context,
+                 cache: TimingCache):
+        self.builder, self.env, self.context, self.cache = builder, env, context, cache
+        self.slices: dict[tuple[int, ...], Slice] = {}
+
+    def slice(self, steps: tuple[int, ...]) -> Slice:
+        if steps not in self.slices:
+            self.slices[steps] = slice_steps(self.builder.graph, list(steps), "context")
+        return self.slices[steps]
+
+    def kind(self, steps: tuple[int, ...]) -> str:
+        return self.slice(steps).kind
+
+    def seconds(self, slices: list[tuple[int, ...]]) -> float:
+        chosen = [self.slice(s) for s in slices]
+        key = self.builder.generated_key(chosen[0].kind)
+        seconds = self.cache.get(key)
+        if seconds is not None:
+            return seconds
+        for sl in chosen:
+            missing = [v for v in sl.inputs if v not in self.env]
+            if missing:  # made inside a region the recording did not cut at
+                raise LookupError(f"{missing[0]}, read by steps {sl.start}..{sl.stop}, was not "
+                                  "recorded")
+        seconds = self.builder.time_slices(chosen, self.env, self.context.scratch(),
+                                           f"steps {chosen[0].start}..{chosen[0].stop}")
+        self.cache.put(key, seconds, backend="generated", kind=chosen[0].kind,
+                       region=f"steps {chosen[0].start}..{chosen[0].stop}")
+        return seconds
+
+
 class _Failed:
     """Stands for an executable that ``compile`` did not give (it raised)."""
 
     def __init__(self, reason: str):
         self.reason = reason
+
+
+def group_key(c: Candidate) -> tuple[int, str, str]:
+    """Candidates that share one timing (and one verdict in context): one backend, one
+    region kind, one variant."""
+    return (id(c.backend), c.region.kind, variant_of(c))
 
 
 def variant_of(c: Candidate) -> str:
@@ -892,6 +970,8 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
     candidates = builder.candidates(ready)
     context = model.context_for_graph(builder.graph)
     live = [c for c in candidates if c.status != "failed"]
+    timed = False
+    cache = cache or TimingCache()
     if live:
         # One run of the generated source records every region's inputs; each executable
         # then runs once on them and must give the region's outputs before it is timed (or,
@@ -900,8 +980,17 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
         builder.check_outputs(live, env, context)
         live = [c for c in live if c.status != "failed"]
         if measure and live:
-            builder.time_candidates(live, env, context, cache or TimingCache())
-    decision = choose(candidates, options)
+            builder.time_candidates(live, env, context, cache)
+            timed = True
+    if timed and options.compile:
+        # Compiled, the steps between regions fuse: each kind of region taken is checked
+        # against the compiled steps around it (linnet.plan.context).
+        decision = choose_in_context(candidates, options, len(builder.graph.steps),
+                                     SliceTimes(builder, env, context, cache),
+                                     key=group_key, say=builder.say)
+        cache.flush()
+    else:
+        decision = choose(candidates, options)
     items, path = builder.items(decision.taken)
     plan = Plan(model, entry, builder.graph, items, candidates, builder.skipped, options,
                 builder.target, path)
