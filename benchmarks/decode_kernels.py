@@ -138,6 +138,11 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
              lambda x, nw, wq, wk, wv: (lambda h: (F.linear(h, wq), F.linear(h, wk),
                                                    F.linear(h, wv)))(norm(x, nw)),
              scalars=eps),
+        Span(f"norm+qkv {d}->{q}+2x{kv}", mod + "rms_norm_qkv_split",
+             {"N": rows, "D": d, "Q": q, "K": kv, "T": "bf16"},
+             lambda x, nw, wq, wk, wv: (lambda h: (F.linear(h, wq), F.linear(h, wk),
+                                                   F.linear(h, wv)))(norm(x, nw)),
+             scalars=eps, sweep_keys=("BK", "KS"), sweep=split_sweep),
         Span(f"norm+gate/up {d}->2x{f}", mod + "rms_norm_gate_up",
              {"N": rows, "D": d, "F": f, "T": "bf16"},
              lambda x, nw, wg, wu: (lambda h: F.silu(F.linear(h, wg)) * F.linear(h, wu))(

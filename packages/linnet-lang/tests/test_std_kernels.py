@@ -58,6 +58,9 @@ STD_KERNELS = {
     "std.nn.decode::linear_residual_split": (
         "gemv_split_part", "<N, I, O, T, 16, 8, 256, 4> then "
         "gemv_split_residual_sum<N, I, O, T, 16, 8, 4>", ["BR >= N"]),
+    "std.nn.decode::rms_norm_qkv_split": (
+        "rms_norm_qkv_split_part", "<N, D, Q, K, T, 16, 8, 256, 4> then "
+        "rms_norm_qkv_split_sum<N, D, Q, K, T, 16, 32, 256, 4>", ["BR >= N"]),
 }
 
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
@@ -81,7 +84,7 @@ use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
                     linear_residual, decode_attention_flash, linear_gemv_dot, linear_split,
-                    linear_split_wide, linear_residual_split, residual_rms_norm}
+                    linear_split_wide, linear_residual_split, residual_rms_norm, rms_norm_qkv_split}
 """
 
 

@@ -114,6 +114,7 @@ def cases() -> list[Case]:
            _std("linear_split_op", x=x), _std("linear_split_wide_op", x=x),
            _std("linear_residual_split_op", x=x, r=((4, 6), "normal")),
            _std("linear_gemv_dot_op", x=x), _std("residual_rms_norm_op", x=x, up=x),
+           _std("rms_norm_qkv_split_op", x=x),
            _std("decode_attention_split_op", q=((2, 2, 2, 4), "normal"),
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
            _std("decode_attention_split_long_op", q=((2, 2, 2, 4), "normal"),
