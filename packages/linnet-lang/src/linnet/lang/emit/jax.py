@@ -28,11 +28,9 @@ are the graph's (``preferred_element_type``) in both modes.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from linnet.lang import __version__
-from linnet.lang.emit.python import Draft, docstring, wrap
+from linnet.lang.emit.python import docstring, fresh
 from linnet.lang.emit.torch import (
     TORCH_INT,
     FastRule,
@@ -530,6 +528,9 @@ class JaxEmitter(TorchEmitter):
     rules = RULES
     fast_calls = FAST_CALLS
     scope_class = JaxScope
+    returns_states = True
+    module_names = RESERVED
+    framework, command = "JAX", "linnet jax"
     # Grad clauses lowered per call (call index -> ClauseTemplate): a launched kernel's
     # backward. Without them (or for a call not in them) it is the vjp of the op's body.
     clauses: dict[int, Any] | None = None
@@ -553,11 +554,7 @@ class JaxEmitter(TorchEmitter):
         """The op's body as a local function, then its Pallas launch or that function."""
         from linnet.lang.emit.pallas import launch_statement
 
-        short = identifier(call.callee.rsplit("::", 1)[-1])
-        name, i = f"{short}_body", 1
-        while name in scope.used:
-            i += 1
-            name = f"{short}_body_{i}"
+        name = fresh(identifier(call.callee.rsplit("::", 1)[-1]) + "_body", scope.used)
         scope.reserve(name)
         template = (self.clauses or {}).get(call.index)
         backward = self.clause_function(call, template, scope.graph) if template else None
@@ -573,11 +570,7 @@ class JaxEmitter(TorchEmitter):
                        **template.values}
         mini.steps = list(template.steps)
         scope = self.scope_class(mini)
-        short = identifier(call.callee.rsplit("::", 1)[-1])
-        name, i = f"{short}_grad", 1
-        while name in self.used_names:
-            i += 1
-            name = f"{short}_grad_{i}"
+        name = fresh(identifier(call.callee.rsplit("::", 1)[-1]) + "_grad", self.used_names)
         self.used_names.add(name)
         params = [scope(t) for t in template.targets] + [scope(g) for g in template.incoming]
         lines = [f"def {name}({', '.join(params)}):",
@@ -604,90 +597,9 @@ class JaxEmitter(TorchEmitter):
         self.clause_functions.append("\n".join(lines))
         return name
 
-    def entry_function(self, graph: Graph, slices: list[Slice]) -> str:
-        # Each slice's written states become outputs of it ("@path"), so that liveness keeps
-        # the writes and the entry stores the new values.
-        writes = {id(sl): written_states(graph, sl) for sl in slices}
-        slices = [dataclasses.replace(sl, outputs=sl.outputs + ["@" + p for p in writes[id(sl)]])
-                  for sl in slices]
-        written = {"@" + p for ps in writes.values() for p in ps}
-        constants = self.constants(graph, slices)
-        drafts: dict[str, Draft] = {}
-        for sl in slices:
-            if sl.kind not in drafts:
-                self.function_name(sl)
-                drafts[sl.kind] = self.draft(graph, sl, constants[sl.kind])
-        keep: dict[str, set[int]] = {k: set() for k in drafts}
-        reads: dict[str, set[str]] = {}
-        while True:  # a fixed point, as in the PyTorch emitter
-            grew = False
-            needed = set(graph.outputs) | written
-            for sl in reversed(slices):
-                want = {j for j, o in enumerate(sl.outputs) if o in needed}
-                if not want <= keep[sl.kind]:
-                    keep[sl.kind] |= want
-                    grew = True
-                if sl.kind not in reads or grew:
-                    reads[sl.kind] = drafts[sl.kind].finish(keep[sl.kind])[1]
-                d = drafts[sl.kind]
-                needed |= {sl.inputs[j] for j, v in enumerate(d.inputs) if v in reads[sl.kind]}
-            if not grew:
-                break
-        taken: dict[str, tuple[list[int], list[int]]] = {}
-        for sl in slices:
-            if sl.kind not in taken:
-                taken[sl.kind] = self.write_function(self.kinds[sl.kind], drafts[sl.kind],
-                                                     keep[sl.kind], narrow=True)
-        scope = JaxScope(graph)
-        for fn in self.kinds.values():
-            scope.reserve(fn)
-        scope.reserve("states")
-        for sl in slices:  # the local names of the new states (`self_attn_k_cache`)
-            for o in sl.outputs:
-                if o.startswith("@"):
-                    scope.reserve(identifier(sl.relative(o[1:])))
-        inputs = [scope(v) for v in graph.inputs]
-        read = {v for sl in slices for j in taken[sl.kind][0] for v in [sl.inputs[j]]}
-        read |= set(graph.outputs)
-        signature = [n if v in read else "_" + n for v, n in zip(graph.inputs, inputs)]
-        name = identifier(graph.entry)
-        while name in self.used_names or name in RESERVED:
-            name = "entry_" + name
-        self.used_names.add(name)
-        lines = [f"def {name}({', '.join([*signature, 'params', 'states'])}):"]
-        shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
-                           for v in graph.inputs)
-        outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
-        lines.append(docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> ({outs}), "
-                               "and the new states."))
-        lines.append("    states = dict(states)  # the caller's dict is not changed")
-        rows = []
-        for sl in slices:
-            fn = self.kinds[sl.kind]
-            tin, tp = taken[sl.kind]
-            paths = sl.parameters + sl.states
-            args = [scope(sl.inputs[j]) for j in tin]
-            args += [f"{'states' if paths[j] in graph.states else 'params'}[{paths[j]!r}]"
-                     for j in tp]
-            kept = [sl.outputs[j] for j in sorted(keep[sl.kind])]
-            outputs = [identifier(sl.relative(o[1:])) if o.startswith("@") else scope(o)
-                       for o in kept]
-            target = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
-            call = f"{fn}({', '.join(args)})"
-            lines.append(f"    {target} = {call}" if outputs else f"    {call}")
-            lines += [f"    states[{o[1:]!r}] = {name}" for o, name in zip(kept, outputs)
-                      if o.startswith("@")]
-            rows.append(dict(function=fn, kind=sl.kind, start=sl.start, stop=sl.stop,
-                             inputs=[sl.inputs[j] for j in tin],
-                             outputs=[o for o in kept if not o.startswith("@")],
-                             parameters=[paths[j] for j in tp if paths[j] not in graph.states],
-                             states=[paths[j] for j in tp if paths[j] in graph.states],
-                             writes=[o[1:] for o in kept if o.startswith("@")]))
-        results = [f"{'states' if v[1:] in graph.states else 'params'}[{v[1:]!r}]"
-                   if v.startswith("@") else scope(v) for v in graph.outputs]
-        lines.append(f"    return ({', '.join(results)},), states")
-        self.metadata.append(self.entry_metadata(graph, rows, name))
-        return "\n".join(lines)
+    def returned_states(self, graph: Graph, sl: Slice) -> list[str]:
+        """The states ``sl`` writes: its function returns their new values."""
+        return written_states(graph, sl)
 
     def module(self, graphs: list[Graph], origin: str,
                slices: list[list[Slice]] | None = None) -> str:
@@ -697,10 +609,7 @@ class JaxEmitter(TorchEmitter):
                      if self.options.numerics == "exact" else
                      "None  # fast: the backend's default (TF32 or bf16 passes for f32 on a GPU)")
         header = [
-            f'"""JAX source generated by linnet-lang {__version__} from {origin}.',
-            "",
-            "Do not edit: regenerate with `linnet jax`. Each function below is one slice of an",
-            "entry; slices of one kind (every layer) share a function. Comments give the .linnet",
+            *self.doc_head(origin),
             "line each group of steps came from. Functions are pure: an entry returns its outputs",
             "and the new states (jit it with the states donated to update them in place).",
             f"Numerics: {self.options.numerics}.",
@@ -715,28 +624,22 @@ class JaxEmitter(TorchEmitter):
             "",
             "",
         ]
-        # The Pallas kernels this module launches, first (emit/pallas.py); one whose every
-        # call turned out dead is not written.
-        written = "\n".join(self.functions + entries)
-        texts = [t for t in self.kernel_texts.values() if f" = {t.launcher}(" in written]
-        if texts:
-            from linnet.lang.emit.pallas import HEADER, READY, runs_table
+        return self.module_text(header, entries, origin)
 
-            at = header.index("from jax import lax") + 1
-            header[at:at] = HEADER.rstrip("\n").split("\n")
-            header += [runs_table([t.key for t in texts]), "", ""]
-            self.functions[:0] = [READY] + [t.source for t in texts] + self.clause_functions
-        body = "\n\n\n".join(self.functions + entries)
-        meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
-        text = "\n".join(header) + "\n" + body + "\n\n\n" + meta
-        text = "\n".join(w for line in text.split("\n") for w in wrap(line))
-        try:
-            compile(text, origin or "<linnet>", "exec")
-        except SyntaxError as exc:
-            shown = (exc.text or "").strip()
-            raise _internal("E0911", f"the generated JAX module does not compile: {exc.msg} "
-                            f"at line {exc.lineno}: `{shown}`") from None
-        return text
+    def kernel_parts(self, texts: list[Any]) -> tuple[str, str, list[str]]:
+        """emit/pallas.py's header and table of runs; its kernels, then the grad clauses'
+        functions (:meth:`clause_function`), before the slices' functions."""
+        from linnet.lang.emit.pallas import HEADER, READY, runs_table
+
+        return (HEADER, runs_table([t.key for t in texts]),
+                [READY] + [t.source for t in texts] + self.clause_functions)
+
+    def finish_header(self, header: list[str], body: str) -> None:
+        """Nothing to add: the header imports all a JAX module reads."""
+
+    @staticmethod
+    def internal(code: str, message: str) -> Exception:
+        return _internal(code, message)
 
 
 def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
