@@ -38,10 +38,12 @@ from linnet.lang.emit.torch import (
     Rule,
     Scope,
     TorchEmitter,
+    _clamped,
+    _constant,
     _in_range,
+    _inside,
     _shift,
     identifier,
-    literal,
 )
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
@@ -114,11 +116,6 @@ def _select(s: Step, n: Scope, numerics: str) -> list[str]:
     if a in n.literals and b in n.literals:
         expr += f".astype({JAX_DTYPES[n.graph.values[s.results[0]].dtype]})"
     return [f"{n(s.results[0])} = {expr}"]
-
-
-def _constant(s: Step, n: Scope, numerics: str) -> list[str]:
-    n.literals[s.results[0]] = literal(s.attributes["value"])
-    return []
 
 
 def _iota(s: Step, n: Scope, numerics: str) -> list[str]:
@@ -230,30 +227,22 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     return [f"{out} = jnp.take({n(x)}, {i}, axis={axis}, mode='fill')"]
 
 
+# How a gather's or a scatter-add's index is clamped into its axis, and used (torch's _clamped).
+_CLAMP = ("jnp.clip({}, 0, {})", "{}")
+
+
 def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
     x, *indices = s.operands
     shape = n.shape(x)
     out = n(s.results[0])
-    lines = []
-    names = []
-    zero = s.attributes["bounds"] == "zero"
-    checked = [_in_range(n, r, shape[a]) for a, r in enumerate(indices)]
-    for axis, ref in enumerate(indices):
-        i = n.tensor(ref)
-        if zero and not checked[axis]:
-            lines.append(f"{out}_i{axis} = jnp.clip({i}, 0, {shape[axis] - 1})")
-            names.append(f"{out}_i{axis}")
-        else:
-            names.append(i)
-    if all(checked) or zero:
+    lines, names, guarded = _clamped(s, n, out, indices, shape, *_CLAMP)
+    if s.attributes["bounds"] == "zero" or all(_in_range(n, r, shape[a])
+                                               for a, r in enumerate(indices)):
         lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
     else:  # unchecked: NaN outside (see _take)
         lines.append(f"{out} = {n(x)}.at[{', '.join(names)}].get(mode='fill')")
-    if zero and not all(checked):
-        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                           for a, r in enumerate(indices) if not checked[a])
-        trailing = len(shape) - len(indices)
-        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+    if any(guarded):
+        mask = _inside(n, indices, shape, guarded)
         lines.append(f"{out} = jnp.where({mask}, {out}, 0)")
     return lines
 
@@ -283,21 +272,9 @@ def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
     v = n.tensor(value)
     if not indices:
         return [f"{out} = {n.tensor(x)} + {v}"]
-    lines = []
-    names = []
-    guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
-               for a, r in enumerate(indices)]
-    for axis, ref in enumerate(indices):
-        if guarded[axis]:
-            lines.append(f"{out}_i{axis} = jnp.clip({n.tensor(ref)}, 0, {shape[axis] - 1})")
-            names.append(f"{out}_i{axis}")
-        else:
-            names.append(n.tensor(ref))
+    lines, names, guarded = _clamped(s, n, out, indices, shape, *_CLAMP)
     if any(guarded):
-        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                           for a, r in enumerate(indices) if guarded[a])
-        trailing = len(shape) - len(indices)
-        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+        mask = _inside(n, indices, shape, guarded)
         lines.append(f"{out}_v = jnp.where({mask}, {v}, 0)")
         v = f"{out}_v"
     lines.append(f"{out} = {n.tensor(x)}.at[{', '.join(names)}].add({v})")

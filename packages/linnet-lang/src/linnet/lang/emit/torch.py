@@ -348,6 +348,16 @@ def _in_range(n: Scope, ref: str, size: int) -> bool:
     return r is not None and r[0] >= 0 and r[1] < size
 
 
+def _inside(n: Scope, indices: list[str], shape: tuple[int, ...], guarded: list[bool]) -> str:
+    """The mask of the positions where each ``guarded`` index is within its axis, broadcast
+    over the axes after the indexed ones: ``((i >= 0) & (i < 8))[..., None]`` (a gather or
+    a scatter-add under bounds zero; the JAX emitter's too)."""
+    valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
+                       for a, r in enumerate(indices) if guarded[a])
+    trailing = len(shape) - len(indices)
+    return f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+
+
 def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     x, idx = s.operands
     axis = s.attributes["axis"]
@@ -396,27 +406,35 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     return lines
 
 
-def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
-    x, *indices = s.operands
-    shape = n.shape(x)
-    out = n(s.results[0])
-    lines = []
-    names = []
+def _clamped(s: Step, n: Scope, out: str, indices: list[str], shape: tuple[int, ...],
+             clamp: str = "{}.long().clamp(0, {})", plain: str = "{}.long()"
+             ) -> tuple[list[str], list[str], list[bool]]:
+    """The indices of a gather or a scatter-add (``x[i, j]``): under bounds zero, one that
+    may fall outside its axis is clamped into it first (``out_i0 = ...``; :func:`_inside`
+    masks its positions after); the others are used as they are. Returns the clamping lines,
+    the index expressions and which indices are guarded; ``clamp`` and ``plain`` spell them
+    (the JAX emitter's: ``jnp.clip({}, 0, {})`` and ``{}``)."""
+    lines, names = [], []
     guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
                for a, r in enumerate(indices)]
     for axis, ref in enumerate(indices):
         i = n.tensor(ref)
         if guarded[axis]:
-            lines.append(f"{out}_i{axis} = {i}.long().clamp(0, {shape[axis] - 1})")
+            lines.append(f"{out}_i{axis} = {clamp.format(i, shape[axis] - 1)}")
             names.append(f"{out}_i{axis}")
         else:
-            names.append(f"{i}.long()")
+            names.append(plain.format(i))
+    return lines, names, guarded
+
+
+def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
+    x, *indices = s.operands
+    shape = n.shape(x)
+    out = n(s.results[0])
+    lines, names, guarded = _clamped(s, n, out, indices, shape)
     lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
     if any(guarded):
-        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                           for a, r in enumerate(indices) if guarded[a])
-        trailing = len(shape) - len(indices)
-        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+        mask = _inside(n, indices, shape, guarded)
         lines.append(f"{out} = torch.where({mask}, {out}, 0)")
     return lines
 
@@ -435,23 +453,10 @@ def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
     x, value, *indices = s.operands
     out = n(s.results[0])
     shape = n.shape(x)
-    lines = []
-    names = []
-    guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
-               for a, r in enumerate(indices)]
-    for axis, ref in enumerate(indices):
-        i = n.tensor(ref)
-        if guarded[axis]:
-            lines.append(f"{out}_i{axis} = {i}.long().clamp(0, {shape[axis] - 1})")
-            names.append(f"{out}_i{axis}")
-        else:
-            names.append(f"{i}.long()")
+    lines, names, guarded = _clamped(s, n, out, indices, shape)
     v = n.tensor(value)
     if any(guarded):
-        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                           for a, r in enumerate(indices) if guarded[a])
-        trailing = len(shape) - len(indices)
-        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+        mask = _inside(n, indices, shape, guarded)
         lines.append(f"{out}_v = torch.where({mask}, {v}, 0)")
         v = f"{out}_v"
     if not indices:
