@@ -2,11 +2,12 @@
 never imports jax.
 
 The structure is the PyTorch emitter's (:mod:`linnet.lang.emit.torch`, whose slicing, naming,
-liveness and source-line comments it reuses by subclassing): one Python function per slice
-kind (every layer shares one), one function per entry that calls them in order, and metadata
-(``ENTRIES``). What differs is that JAX arrays are immutable, so generated functions are
-pure: a slice that writes a state (a KV cache) returns the state's new value as an extra
-result, and each entry function is ``f(*inputs, params, states) -> (outputs, new_states)``,
+liveness, source-line comments, entry functions and module layout it reuses by subclassing,
+overriding the hooks that differ: ``returns_states``, ``kernel_parts``, ...): one Python
+function per slice kind (every layer shares one), one function per entry that calls them in
+order, and metadata (``ENTRIES``). What differs is that JAX arrays are immutable, so generated
+functions are pure: a slice that writes a state (a KV cache) returns the state's new value as
+an extra result, and each entry function is ``f(*inputs, params, states) -> (outputs, new_states)``,
 ready for ``jax.jit`` with ``states`` donated (linnet-runtime-jax does that, so the cache is
 updated in place on the device).
 
@@ -42,6 +43,7 @@ from linnet.lang.emit.torch import (
     _constant,
     _in_range,
     _inside,
+    _internal,
     _shift,
     identifier,
 )
@@ -480,13 +482,10 @@ FAST_CALLS: dict[str, FastRule] = {
 
 
 # ---------------------------------------------------------------- functions
-def _internal(code: str, message: str) -> Exception:
-    from linnet.lang.diagnostics import Diagnostic, LinnetError
-
-    return LinnetError(Diagnostic(code, message, help=(
-        "this is a bug in linnet-lang's JAX emitter, not in your model: please report it with "
-        "the model and the command; `linnet jax --no-fast` (bodies instead of fused calls) or "
-        "the PyTorch runtime runs the model meanwhile")))
+# An internal error's help: a bug in this emitter, and what runs the model meanwhile.
+_HELP = ("this is a bug in linnet-lang's JAX emitter, not in your model: please report it with "
+         "the model and the command; `linnet jax --no-fast` (bodies instead of fused calls) or "
+         "the PyTorch runtime runs the model meanwhile")
 
 
 def written_states(graph: Graph, sl: Slice) -> list[str]:
@@ -616,7 +615,8 @@ class JaxEmitter(TorchEmitter):
 
     @staticmethod
     def internal(code: str, message: str) -> Exception:
-        return _internal(code, message)
+        """An internal error of the JAX emitter; its help names what runs the model meanwhile."""
+        return _internal(code, message, help=_HELP)
 
 
 def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
