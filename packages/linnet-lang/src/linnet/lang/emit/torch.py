@@ -693,6 +693,13 @@ def _statement(text: str, step: int, op: str, loc: str) -> Statement:
 
 
 class TorchEmitter:
+    """Writes a module of generated Python: one function per slice kind, one per entry
+    calling them in turn, and ``ENTRIES``. The spelling is PyTorch's; emit/jax.py's subclass
+    swaps the attributes below and overrides the hooks where its text differs
+    (:meth:`returned_states`, :meth:`kernel_text`, :meth:`launch_statement`,
+    :meth:`kernel_parts`, :meth:`finish_header`, :meth:`internal`, and :meth:`module` for
+    the header)."""
+
     # What a subclass writing another framework's Python swaps (emit/jax.py): the rules, the
     # fused calls and the scope that names values and writes constants as tensors.
     rules: dict[str, Rule] = RULES
