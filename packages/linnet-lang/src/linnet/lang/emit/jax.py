@@ -2,11 +2,12 @@
 never imports jax.
 
 The structure is the PyTorch emitter's (:mod:`linnet.lang.emit.torch`, whose slicing, naming,
-liveness and source-line comments it reuses by subclassing): one Python function per slice
-kind (every layer shares one), one function per entry that calls them in order, and metadata
-(``ENTRIES``). What differs is that JAX arrays are immutable, so generated functions are
-pure: a slice that writes a state (a KV cache) returns the state's new value as an extra
-result, and each entry function is ``f(*inputs, params, states) -> (outputs, new_states)``,
+liveness, source-line comments, entry functions and module layout it reuses by subclassing,
+overriding the hooks that differ: ``returns_states``, ``kernel_parts``, ...): one Python
+function per slice kind (every layer shares one), one function per entry that calls them in
+order, and metadata (``ENTRIES``). What differs is that JAX arrays are immutable, so generated
+functions are pure: a slice that writes a state (a KV cache) returns the state's new value as
+an extra result, and each entry function is ``f(*inputs, params, states) -> (outputs, new_states)``,
 ready for ``jax.jit`` with ``states`` donated (linnet-runtime-jax does that, so the cache is
 updated in place on the device).
 
@@ -28,11 +29,9 @@ are the graph's (``preferred_element_type``) in both modes.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from linnet.lang import __version__
-from linnet.lang.emit.python import Draft, docstring, wrap
+from linnet.lang.emit.python import docstring, fresh
 from linnet.lang.emit.torch import (
     TORCH_INT,
     FastRule,
@@ -40,10 +39,13 @@ from linnet.lang.emit.torch import (
     Rule,
     Scope,
     TorchEmitter,
+    _clamped,
+    _constant,
     _in_range,
+    _inside,
+    _internal,
     _shift,
     identifier,
-    literal,
 )
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
@@ -116,11 +118,6 @@ def _select(s: Step, n: Scope, numerics: str) -> list[str]:
     if a in n.literals and b in n.literals:
         expr += f".astype({JAX_DTYPES[n.graph.values[s.results[0]].dtype]})"
     return [f"{n(s.results[0])} = {expr}"]
-
-
-def _constant(s: Step, n: Scope, numerics: str) -> list[str]:
-    n.literals[s.results[0]] = literal(s.attributes["value"])
-    return []
 
 
 def _iota(s: Step, n: Scope, numerics: str) -> list[str]:
@@ -232,30 +229,22 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     return [f"{out} = jnp.take({n(x)}, {i}, axis={axis}, mode='fill')"]
 
 
+# How a gather's or a scatter-add's index is clamped into its axis, and used (torch's _clamped).
+_CLAMP = ("jnp.clip({}, 0, {})", "{}")
+
+
 def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
     x, *indices = s.operands
     shape = n.shape(x)
     out = n(s.results[0])
-    lines = []
-    names = []
-    zero = s.attributes["bounds"] == "zero"
-    checked = [_in_range(n, r, shape[a]) for a, r in enumerate(indices)]
-    for axis, ref in enumerate(indices):
-        i = n.tensor(ref)
-        if zero and not checked[axis]:
-            lines.append(f"{out}_i{axis} = jnp.clip({i}, 0, {shape[axis] - 1})")
-            names.append(f"{out}_i{axis}")
-        else:
-            names.append(i)
-    if all(checked) or zero:
+    lines, names, guarded = _clamped(s, n, out, indices, shape, *_CLAMP)
+    if s.attributes["bounds"] == "zero" or all(_in_range(n, r, shape[a])
+                                               for a, r in enumerate(indices)):
         lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
     else:  # unchecked: NaN outside (see _take)
         lines.append(f"{out} = {n(x)}.at[{', '.join(names)}].get(mode='fill')")
-    if zero and not all(checked):
-        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                           for a, r in enumerate(indices) if not checked[a])
-        trailing = len(shape) - len(indices)
-        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+    if any(guarded):
+        mask = _inside(n, indices, shape, guarded)
         lines.append(f"{out} = jnp.where({mask}, {out}, 0)")
     return lines
 
@@ -285,21 +274,9 @@ def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
     v = n.tensor(value)
     if not indices:
         return [f"{out} = {n.tensor(x)} + {v}"]
-    lines = []
-    names = []
-    guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
-               for a, r in enumerate(indices)]
-    for axis, ref in enumerate(indices):
-        if guarded[axis]:
-            lines.append(f"{out}_i{axis} = jnp.clip({n.tensor(ref)}, 0, {shape[axis] - 1})")
-            names.append(f"{out}_i{axis}")
-        else:
-            names.append(n.tensor(ref))
+    lines, names, guarded = _clamped(s, n, out, indices, shape, *_CLAMP)
     if any(guarded):
-        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                           for a, r in enumerate(indices) if guarded[a])
-        trailing = len(shape) - len(indices)
-        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+        mask = _inside(n, indices, shape, guarded)
         lines.append(f"{out}_v = jnp.where({mask}, {v}, 0)")
         v = f"{out}_v"
     lines.append(f"{out} = {n.tensor(x)}.at[{', '.join(names)}].add({v})")
@@ -505,13 +482,10 @@ FAST_CALLS: dict[str, FastRule] = {
 
 
 # ---------------------------------------------------------------- functions
-def _internal(code: str, message: str) -> Exception:
-    from linnet.lang.diagnostics import Diagnostic, LinnetError
-
-    return LinnetError(Diagnostic(code, message, help=(
-        "this is a bug in linnet-lang's JAX emitter, not in your model: please report it with "
-        "the model and the command; `linnet jax --no-fast` (bodies instead of fused calls) or "
-        "the PyTorch runtime runs the model meanwhile")))
+# An internal error's help: a bug in this emitter, and what runs the model meanwhile.
+_HELP = ("this is a bug in linnet-lang's JAX emitter, not in your model: please report it with "
+         "the model and the command; `linnet jax --no-fast` (bodies instead of fused calls) or "
+         "the PyTorch runtime runs the model meanwhile")
 
 
 def written_states(graph: Graph, sl: Slice) -> list[str]:
@@ -530,6 +504,9 @@ class JaxEmitter(TorchEmitter):
     rules = RULES
     fast_calls = FAST_CALLS
     scope_class = JaxScope
+    returns_states = True
+    module_names = RESERVED
+    framework, command = "JAX", "linnet jax"
     # Grad clauses lowered per call (call index -> ClauseTemplate): a launched kernel's
     # backward. Without them (or for a call not in them) it is the vjp of the op's body.
     clauses: dict[int, Any] | None = None
@@ -553,11 +530,7 @@ class JaxEmitter(TorchEmitter):
         """The op's body as a local function, then its Pallas launch or that function."""
         from linnet.lang.emit.pallas import launch_statement
 
-        short = identifier(call.callee.rsplit("::", 1)[-1])
-        name, i = f"{short}_body", 1
-        while name in scope.used:
-            i += 1
-            name = f"{short}_body_{i}"
+        name = fresh(identifier(call.callee.rsplit("::", 1)[-1]) + "_body", scope.used)
         scope.reserve(name)
         template = (self.clauses or {}).get(call.index)
         backward = self.clause_function(call, template, scope.graph) if template else None
@@ -573,11 +546,7 @@ class JaxEmitter(TorchEmitter):
                        **template.values}
         mini.steps = list(template.steps)
         scope = self.scope_class(mini)
-        short = identifier(call.callee.rsplit("::", 1)[-1])
-        name, i = f"{short}_grad", 1
-        while name in self.used_names:
-            i += 1
-            name = f"{short}_grad_{i}"
+        name = fresh(identifier(call.callee.rsplit("::", 1)[-1]) + "_grad", self.used_names)
         self.used_names.add(name)
         params = [scope(t) for t in template.targets] + [scope(g) for g in template.incoming]
         lines = [f"def {name}({', '.join(params)}):",
@@ -604,90 +573,9 @@ class JaxEmitter(TorchEmitter):
         self.clause_functions.append("\n".join(lines))
         return name
 
-    def entry_function(self, graph: Graph, slices: list[Slice]) -> str:
-        # Each slice's written states become outputs of it ("@path"), so that liveness keeps
-        # the writes and the entry stores the new values.
-        writes = {id(sl): written_states(graph, sl) for sl in slices}
-        slices = [dataclasses.replace(sl, outputs=sl.outputs + ["@" + p for p in writes[id(sl)]])
-                  for sl in slices]
-        written = {"@" + p for ps in writes.values() for p in ps}
-        constants = self.constants(graph, slices)
-        drafts: dict[str, Draft] = {}
-        for sl in slices:
-            if sl.kind not in drafts:
-                self.function_name(sl)
-                drafts[sl.kind] = self.draft(graph, sl, constants[sl.kind])
-        keep: dict[str, set[int]] = {k: set() for k in drafts}
-        reads: dict[str, set[str]] = {}
-        while True:  # a fixed point, as in the PyTorch emitter
-            grew = False
-            needed = set(graph.outputs) | written
-            for sl in reversed(slices):
-                want = {j for j, o in enumerate(sl.outputs) if o in needed}
-                if not want <= keep[sl.kind]:
-                    keep[sl.kind] |= want
-                    grew = True
-                if sl.kind not in reads or grew:
-                    reads[sl.kind] = drafts[sl.kind].finish(keep[sl.kind])[1]
-                d = drafts[sl.kind]
-                needed |= {sl.inputs[j] for j, v in enumerate(d.inputs) if v in reads[sl.kind]}
-            if not grew:
-                break
-        taken: dict[str, tuple[list[int], list[int]]] = {}
-        for sl in slices:
-            if sl.kind not in taken:
-                taken[sl.kind] = self.write_function(self.kinds[sl.kind], drafts[sl.kind],
-                                                     keep[sl.kind], narrow=True)
-        scope = JaxScope(graph)
-        for fn in self.kinds.values():
-            scope.reserve(fn)
-        scope.reserve("states")
-        for sl in slices:  # the local names of the new states (`self_attn_k_cache`)
-            for o in sl.outputs:
-                if o.startswith("@"):
-                    scope.reserve(identifier(sl.relative(o[1:])))
-        inputs = [scope(v) for v in graph.inputs]
-        read = {v for sl in slices for j in taken[sl.kind][0] for v in [sl.inputs[j]]}
-        read |= set(graph.outputs)
-        signature = [n if v in read else "_" + n for v, n in zip(graph.inputs, inputs)]
-        name = identifier(graph.entry)
-        while name in self.used_names or name in RESERVED:
-            name = "entry_" + name
-        self.used_names.add(name)
-        lines = [f"def {name}({', '.join([*signature, 'params', 'states'])}):"]
-        shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
-                           for v in graph.inputs)
-        outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
-        lines.append(docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> ({outs}), "
-                               "and the new states."))
-        lines.append("    states = dict(states)  # the caller's dict is not changed")
-        rows = []
-        for sl in slices:
-            fn = self.kinds[sl.kind]
-            tin, tp = taken[sl.kind]
-            paths = sl.parameters + sl.states
-            args = [scope(sl.inputs[j]) for j in tin]
-            args += [f"{'states' if paths[j] in graph.states else 'params'}[{paths[j]!r}]"
-                     for j in tp]
-            kept = [sl.outputs[j] for j in sorted(keep[sl.kind])]
-            outputs = [identifier(sl.relative(o[1:])) if o.startswith("@") else scope(o)
-                       for o in kept]
-            target = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
-            call = f"{fn}({', '.join(args)})"
-            lines.append(f"    {target} = {call}" if outputs else f"    {call}")
-            lines += [f"    states[{o[1:]!r}] = {name}" for o, name in zip(kept, outputs)
-                      if o.startswith("@")]
-            rows.append(dict(function=fn, kind=sl.kind, start=sl.start, stop=sl.stop,
-                             inputs=[sl.inputs[j] for j in tin],
-                             outputs=[o for o in kept if not o.startswith("@")],
-                             parameters=[paths[j] for j in tp if paths[j] not in graph.states],
-                             states=[paths[j] for j in tp if paths[j] in graph.states],
-                             writes=[o[1:] for o in kept if o.startswith("@")]))
-        results = [f"{'states' if v[1:] in graph.states else 'params'}[{v[1:]!r}]"
-                   if v.startswith("@") else scope(v) for v in graph.outputs]
-        lines.append(f"    return ({', '.join(results)},), states")
-        self.metadata.append(self.entry_metadata(graph, rows, name))
-        return "\n".join(lines)
+    def returned_states(self, graph: Graph, sl: Slice) -> list[str]:
+        """The states ``sl`` writes: its function returns their new values."""
+        return written_states(graph, sl)
 
     def module(self, graphs: list[Graph], origin: str,
                slices: list[list[Slice]] | None = None) -> str:
@@ -697,10 +585,7 @@ class JaxEmitter(TorchEmitter):
                      if self.options.numerics == "exact" else
                      "None  # fast: the backend's default (TF32 or bf16 passes for f32 on a GPU)")
         header = [
-            f'"""JAX source generated by linnet-lang {__version__} from {origin}.',
-            "",
-            "Do not edit: regenerate with `linnet jax`. Each function below is one slice of an",
-            "entry; slices of one kind (every layer) share a function. Comments give the .linnet",
+            *self.doc_head(origin),
             "line each group of steps came from. Functions are pure: an entry returns its outputs",
             "and the new states (jit it with the states donated to update them in place).",
             f"Numerics: {self.options.numerics}.",
@@ -715,28 +600,23 @@ class JaxEmitter(TorchEmitter):
             "",
             "",
         ]
-        # The Pallas kernels this module launches, first (emit/pallas.py); one whose every
-        # call turned out dead is not written.
-        written = "\n".join(self.functions + entries)
-        texts = [t for t in self.kernel_texts.values() if f" = {t.launcher}(" in written]
-        if texts:
-            from linnet.lang.emit.pallas import HEADER, READY, runs_table
+        return self.module_text(header, entries, origin)
 
-            at = header.index("from jax import lax") + 1
-            header[at:at] = HEADER.rstrip("\n").split("\n")
-            header += [runs_table([t.key for t in texts]), "", ""]
-            self.functions[:0] = [READY] + [t.source for t in texts] + self.clause_functions
-        body = "\n\n\n".join(self.functions + entries)
-        meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
-        text = "\n".join(header) + "\n" + body + "\n\n\n" + meta
-        text = "\n".join(w for line in text.split("\n") for w in wrap(line))
-        try:
-            compile(text, origin or "<linnet>", "exec")
-        except SyntaxError as exc:
-            shown = (exc.text or "").strip()
-            raise _internal("E0911", f"the generated JAX module does not compile: {exc.msg} "
-                            f"at line {exc.lineno}: `{shown}`") from None
-        return text
+    def kernel_parts(self, texts: list[Any]) -> tuple[str, str, list[str]]:
+        """emit/pallas.py's header and table of runs; its kernels, then the grad clauses'
+        functions (:meth:`clause_function`), before the slices' functions."""
+        from linnet.lang.emit.pallas import HEADER, READY, runs_table
+
+        return (HEADER, runs_table([t.key for t in texts]),
+                [READY] + [t.source for t in texts] + self.clause_functions)
+
+    def finish_header(self, header: list[str], body: str) -> None:
+        """Nothing to add: the header imports all a JAX module reads."""
+
+    @staticmethod
+    def internal(code: str, message: str) -> Exception:
+        """An internal error of the JAX emitter; its help names what runs the model meanwhile."""
+        return _internal(code, message, help=_HELP)
 
 
 def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,

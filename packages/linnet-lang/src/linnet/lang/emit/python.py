@@ -1,4 +1,4 @@
-"""Readable Python source, for every emitter that writes Python (torch now, jax next): the
+"""Readable Python source, for every emitter that writes Python (torch, jax): the
 statements of a function body with what each defines and reads, function drafts whose dead
 statements and arguments a liveness pass drops, and line wrapping at :data:`WIDTH`.
 
@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from linnet.lang.ir.slices import Slice
 
 WIDTH = 100  # the longest line written (ruff's limit in this repository)
 
@@ -59,6 +63,52 @@ class Draft:
                 kept.append(st)
         kept.reverse()
         return kept, live
+
+
+def kept_outputs(slices: list[Slice], drafts: dict[str, Draft],
+                 needed: Iterable[str]) -> dict[str, set[int]]:
+    """Per slice kind, the positions of the outputs its function must return: those a later
+    slice reads, or the entry (``needed``: its outputs, and the states it stores), the union
+    over the kind's slices. A fixed point: what a kind keeps grows what its body reads, which
+    may ask an earlier slice of the same kind for more.
+
+    >>> from linnet.lang.ir.slices import Slice
+    >>> sl = Slice(0, 1, "s", "", inputs=["%x"], outputs=["%y", "%z"], kind="k")
+    >>> d = Draft("s", ["x"], [], ["y", "z"], [Statement("y = x + 1", frozenset({"y"}),
+    ...                                                   frozenset({"x"}))], "")
+    >>> kept_outputs([sl], {"k": d}, ["%y"])
+    {'k': {0}}
+    """
+    needed = set(needed)
+    keep: dict[str, set[int]] = {k: set() for k in drafts}
+    reads: dict[str, set[str]] = {}
+    while True:
+        grew = False
+        wanted = set(needed)
+        for sl in reversed(slices):
+            want = {j for j, o in enumerate(sl.outputs) if o in wanted}
+            if not want <= keep[sl.kind]:
+                keep[sl.kind] |= want
+                grew = True
+            if sl.kind not in reads or grew:
+                reads[sl.kind] = drafts[sl.kind].finish(keep[sl.kind])[1]
+            d = drafts[sl.kind]
+            wanted |= {sl.inputs[j] for j, v in enumerate(d.inputs) if v in reads[sl.kind]}
+        if not grew:
+            return keep
+
+
+def fresh(base: str, used: set[str]) -> str:
+    """``base``, or the first of ``base_2``, ``base_3``, ... not in ``used`` (not added to it).
+
+    >>> fresh("rms_norm_body", {"rms_norm_body"})
+    'rms_norm_body_2'
+    """
+    name, n = base, 1
+    while name in used:
+        n += 1
+        name = f"{base}_{n}"
+    return name
 
 
 def names_in(expr: str) -> set[str]:

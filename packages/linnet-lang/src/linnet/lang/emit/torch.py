@@ -30,7 +30,7 @@ import builtins
 import keyword
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from linnet.lang import __version__
@@ -40,6 +40,8 @@ from linnet.lang.emit.python import (
     Draft,
     Statement,
     docstring,
+    fresh,
+    kept_outputs,
     wrap,
 )
 from linnet.lang.emit.tiles import literal
@@ -346,6 +348,16 @@ def _in_range(n: Scope, ref: str, size: int) -> bool:
     return r is not None and r[0] >= 0 and r[1] < size
 
 
+def _inside(n: Scope, indices: list[str], shape: tuple[int, ...], guarded: list[bool]) -> str:
+    """The mask of the positions where each ``guarded`` index is within its axis, broadcast
+    over the axes after the indexed ones: ``((i >= 0) & (i < 8))[..., None]`` (a gather or
+    a scatter-add under bounds zero; the JAX emitter's too)."""
+    valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
+                       for a, r in enumerate(indices) if guarded[a])
+    trailing = len(shape) - len(indices)
+    return f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+
+
 def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     x, idx = s.operands
     axis = s.attributes["axis"]
@@ -394,27 +406,35 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     return lines
 
 
-def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
-    x, *indices = s.operands
-    shape = n.shape(x)
-    out = n(s.results[0])
-    lines = []
-    names = []
+def _clamped(s: Step, n: Scope, out: str, indices: list[str], shape: tuple[int, ...],
+             clamp: str = "{}.long().clamp(0, {})", plain: str = "{}.long()"
+             ) -> tuple[list[str], list[str], list[bool]]:
+    """The indices of a gather or a scatter-add (``x[i, j]``): under bounds zero, one that
+    may fall outside its axis is clamped into it first (``out_i0 = ...``; :func:`_inside`
+    masks its positions after); the others are used as they are. Returns the clamping lines,
+    the index expressions and which indices are guarded; ``clamp`` and ``plain`` spell them
+    (the JAX emitter's: ``jnp.clip({}, 0, {})`` and ``{}``)."""
+    lines, names = [], []
     guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
                for a, r in enumerate(indices)]
     for axis, ref in enumerate(indices):
         i = n.tensor(ref)
         if guarded[axis]:
-            lines.append(f"{out}_i{axis} = {i}.long().clamp(0, {shape[axis] - 1})")
+            lines.append(f"{out}_i{axis} = {clamp.format(i, shape[axis] - 1)}")
             names.append(f"{out}_i{axis}")
         else:
-            names.append(f"{i}.long()")
+            names.append(plain.format(i))
+    return lines, names, guarded
+
+
+def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
+    x, *indices = s.operands
+    shape = n.shape(x)
+    out = n(s.results[0])
+    lines, names, guarded = _clamped(s, n, out, indices, shape)
     lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
     if any(guarded):
-        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                           for a, r in enumerate(indices) if guarded[a])
-        trailing = len(shape) - len(indices)
-        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+        mask = _inside(n, indices, shape, guarded)
         lines.append(f"{out} = torch.where({mask}, {out}, 0)")
     return lines
 
@@ -433,23 +453,10 @@ def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
     x, value, *indices = s.operands
     out = n(s.results[0])
     shape = n.shape(x)
-    lines = []
-    names = []
-    guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
-               for a, r in enumerate(indices)]
-    for axis, ref in enumerate(indices):
-        i = n.tensor(ref)
-        if guarded[axis]:
-            lines.append(f"{out}_i{axis} = {i}.long().clamp(0, {shape[axis] - 1})")
-            names.append(f"{out}_i{axis}")
-        else:
-            names.append(f"{i}.long()")
+    lines, names, guarded = _clamped(s, n, out, indices, shape)
     v = n.tensor(value)
     if any(guarded):
-        valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                           for a, r in enumerate(indices) if guarded[a])
-        trailing = len(shape) - len(indices)
-        mask = f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+        mask = _inside(n, indices, shape, guarded)
         lines.append(f"{out}_v = torch.where({mask}, {v}, 0)")
         v = f"{out}_v"
     if not indices:
@@ -646,17 +653,6 @@ class Options:
     fast: bool = True  # use FAST_CALLS where they apply
 
 
-def _output(graph: Graph, scope: Scope, ref: str) -> str:
-    """An entry's output: a value, or a whole state or parameter (``return self.cache``),
-    returned as a copy (as the interpreter does): the next call writes the state in place,
-    and a result the caller holds must not change under them."""
-    if ref.startswith("@"):
-        path = ref[1:]
-        table = "states" if path in graph.states else "params"
-        return f"{table}[{path!r}].clone()"
-    return scope(ref)
-
-
 def _internal(code: str, message: str, help: str = "") -> Exception:
     from linnet.lang.diagnostics import Diagnostic, LinnetError
 
@@ -697,11 +693,27 @@ def _statement(text: str, step: int, op: str, loc: str) -> Statement:
 
 
 class TorchEmitter:
+    """Writes a module of generated Python: one function per slice kind, one per entry
+    calling them in turn, and ``ENTRIES``. The spelling is PyTorch's; emit/jax.py's subclass
+    swaps the attributes below and overrides the hooks where its text differs
+    (:meth:`returned_states`, :meth:`kernel_text`, :meth:`launch_statement`,
+    :meth:`kernel_parts`, :meth:`finish_header`, :meth:`internal`, and :meth:`module` for
+    the header)."""
+
     # What a subclass writing another framework's Python swaps (emit/jax.py): the rules, the
     # fused calls and the scope that names values and writes constants as tensors.
     rules: dict[str, Rule] = RULES
     fast_calls: dict[str, FastRule] = FAST_CALLS
     scope_class: type[Scope] = Scope
+    # ... how the entry treats the states its slices write: False (PyTorch), a slice writes
+    # them in place; True (JAX's immutable arrays), a slice returns each state it writes
+    # (:meth:`returned_states`), the entry stores it in its copy of `states` and returns the
+    # new states after its outputs (`ENTRIES` rows then say which slice `writes` which);
+    returns_states = False
+    # ... the names the generated module defines, which no entry function may take;
+    module_names: set[str] = RESERVED
+    # ... and the words the module's docstring and errors name it by.
+    framework, command = "PyTorch", "linnet torch"
 
     def __init__(self, sources: dict[str, str] | None = None, options: Options | None = None):
         self.sources = {name: text.splitlines() for name, text in (sources or {}).items()}
@@ -957,11 +969,7 @@ class TorchEmitter:
     def function_name(self, sl: Slice) -> str:
         if sl.kind in self.kinds:
             return self.kinds[sl.kind]
-        name = identifier(sl.name)
-        n = 2
-        while name in self.used_names:
-            name = f"{identifier(sl.name)}_{n}"
-            n += 1
+        name = fresh(identifier(sl.name), self.used_names)
         self.used_names.add(name)
         self.kinds[sl.kind] = name
         return name
@@ -1015,39 +1023,42 @@ class TorchEmitter:
                 j: lit for j, lit in found[sl.kind].items() if mine.get(j) == lit}
         return found
 
+    def returned_states(self, graph: Graph, sl: Slice) -> list[str]:
+        """The states ``sl``'s function returns as extra results, where
+        :attr:`returns_states`; none here: PyTorch writes a state in place (``index_put_``)."""
+        return []
+
     def entry_function(self, graph: Graph, slices: list[Slice]) -> str:
+        """The entry's function: each slice's function called in turn (written here, once
+        per kind, returning only what a later slice or the entry reads), its outputs
+        returned. Its row of ``ENTRIES`` is added to :attr:`metadata`."""
+        # Where states are returned, each slice's written states become outputs of it
+        # ("@path"), so that liveness keeps the writes and the entry stores the new values.
+        writes = {id(sl): self.returned_states(graph, sl) for sl in slices}
+        slices = [replace(sl, outputs=sl.outputs + ["@" + p for p in writes[id(sl)]])
+                  if writes[id(sl)] else sl for sl in slices]
+        written = {"@" + p for ps in writes.values() for p in ps}
         constants = self.constants(graph, slices)
         drafts: dict[str, Draft] = {}
         for sl in slices:
             if sl.kind not in drafts:
                 self.function_name(sl)
                 drafts[sl.kind] = self.draft(graph, sl, constants[sl.kind])
-        # Which outputs each kind must return: what a later slice (or the entry) reads, the
-        # union over the kind's slices; a fixed point, as a kind's needs grow its reads.
-        keep: dict[str, set[int]] = {k: set() for k in drafts}
-        reads: dict[str, set[str]] = {}
-        while True:
-            grew = False
-            needed = set(graph.outputs)
-            for sl in reversed(slices):
-                want = {j for j, o in enumerate(sl.outputs) if o in needed}
-                if not want <= keep[sl.kind]:
-                    keep[sl.kind] |= want
-                    grew = True
-                if sl.kind not in reads or grew:
-                    reads[sl.kind] = drafts[sl.kind].finish(keep[sl.kind])[1]
-                d = drafts[sl.kind]
-                needed |= {sl.inputs[j] for j, v in enumerate(d.inputs) if v in reads[sl.kind]}
-            if not grew:
-                break
+        keep = kept_outputs(slices, drafts, set(graph.outputs) | written)
         taken: dict[str, tuple[list[int], list[int]]] = {}
         for sl in slices:
             if sl.kind not in taken:
                 taken[sl.kind] = self.write_function(self.kinds[sl.kind], drafts[sl.kind],
                                                      keep[sl.kind], narrow=True)
-        scope = Scope(graph)
+        scope = self.scope_class(graph)
         for fn in self.kinds.values():
             scope.reserve(fn)
+        if self.returns_states:
+            scope.reserve("states")
+        for sl in slices:  # the local names of the new states (`self_attn_k_cache`)
+            for o in sl.outputs:
+                if o.startswith("@"):
+                    scope.reserve(identifier(sl.relative(o[1:])))
         inputs = [scope(v) for v in graph.inputs]
         read = {v for sl in slices for j in taken[sl.kind][0] for v in [sl.inputs[j]]}
         read |= set(graph.outputs)
@@ -1055,15 +1066,17 @@ class TorchEmitter:
         # one the model never reads is named `_x`, Python's mark of an unused argument.
         signature = [n if v in read else "_" + n for v, n in zip(graph.inputs, inputs)]
         name = identifier(graph.entry)
-        while name in self.used_names:
+        while name in self.used_names or name in self.module_names:
             name = "entry_" + name
         self.used_names.add(name)
         lines = [f"def {name}({', '.join([*signature, 'params', 'states'])}):"]
         shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
                            for v in graph.inputs)
         outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
-        doc = docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> {outs}.")
-        lines.append(doc)
+        arrow = f"({outs}), and the new states" if self.returns_states else outs
+        lines.append(docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> {arrow}."))
+        if self.returns_states:
+            lines.append("    states = dict(states)  # the caller's dict is not changed")
         rows = []
         for sl in slices:
             fn = self.kinds[sl.kind]
@@ -1072,18 +1085,37 @@ class TorchEmitter:
             args = [scope(sl.inputs[j]) for j in tin]
             args += [f"{'states' if paths[j] in graph.states else 'params'}[{paths[j]!r}]"
                      for j in tp]
-            outputs = [scope(sl.outputs[j]) for j in sorted(keep[sl.kind])]
+            kept = [sl.outputs[j] for j in sorted(keep[sl.kind])]
+            outputs = [identifier(sl.relative(o[1:])) if o.startswith("@") else scope(o)
+                       for o in kept]
             target = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
             call = f"{fn}({', '.join(args)})"
             lines.append(f"    {target} = {call}" if outputs else f"    {call}")
-            rows.append(dict(function=fn, kind=sl.kind, start=sl.start, stop=sl.stop,
-                             inputs=[sl.inputs[j] for j in tin],
-                             outputs=[sl.outputs[j] for j in sorted(keep[sl.kind])],
-                             parameters=[paths[j] for j in tp if paths[j] not in graph.states],
-                             states=[paths[j] for j in tp if paths[j] in graph.states]))
-        lines.append(f"    return ({', '.join(_output(graph, scope, v) for v in graph.outputs)},)")
+            lines += [f"    states[{o[1:]!r}] = {local}" for o, local in zip(kept, outputs)
+                      if o.startswith("@")]
+            row = dict(function=fn, kind=sl.kind, start=sl.start, stop=sl.stop,
+                       inputs=[sl.inputs[j] for j in tin],
+                       outputs=[o for o in kept if not o.startswith("@")],
+                       parameters=[paths[j] for j in tp if paths[j] not in graph.states],
+                       states=[paths[j] for j in tp if paths[j] in graph.states])
+            if self.returns_states:
+                row["writes"] = [o[1:] for o in kept if o.startswith("@")]
+            rows.append(row)
+        results = ", ".join(self.entry_output(graph, scope, v) for v in graph.outputs)
+        lines.append(f"    return ({results},)" + (", states" if self.returns_states else ""))
         self.metadata.append(self.entry_metadata(graph, rows, name))
         return "\n".join(lines)
+
+    def entry_output(self, graph: Graph, scope: Scope, ref: str) -> str:
+        """An entry's output: a value, or a whole state or parameter (``return self.cache``),
+        returned as a copy (as the interpreter does): the next call writes the state in
+        place, and a result the caller holds must not change under them. Where states are
+        returned (JAX's immutable arrays), no copy is needed."""
+        if ref.startswith("@"):
+            path = ref[1:]
+            table = "states" if path in graph.states else "params"
+            return f"{table}[{path!r}]" + ("" if self.returns_states else ".clone()")
+        return scope(ref)
 
     def entry_metadata(self, graph: Graph, rows: list[dict], function: str = "") -> str:
         out = [f"    {graph.entry!r}: dict("]
@@ -1125,10 +1157,7 @@ class TorchEmitter:
                     sl.kind = f"{g.entry}:{sl.kind}"
                 entries.append(self.entry_function(g, sls))
         header = [
-            f'"""PyTorch source generated by linnet-lang {__version__} from {origin}.',
-            "",
-            "Do not edit: regenerate with `linnet torch`. Each function below is one slice of an",
-            "entry; slices of one kind (every layer) share a function. Comments give the .linnet",
+            *self.doc_head(origin),
             f'line each group of steps came from. Numerics: {self.options.numerics}.',
             '"""',
             "",
@@ -1138,21 +1167,47 @@ class TorchEmitter:
             "DEVICE = torch.device('cpu')  # the runtime sets this to the model's device",
             "",
         ]
+        return self.module_text(header, entries, origin)
+
+    def doc_head(self, origin: str) -> list[str]:
+        """The first lines of the generated module's docstring."""
+        return [
+            f'"""{self.framework} source generated by linnet-lang {__version__} from {origin}.',
+            "",
+            f"Do not edit: regenerate with `{self.command}`. Each function below is one slice of an",
+            "entry; slices of one kind (every layer) share a function. Comments give the .linnet",
+        ]
+
+    def kernel_parts(self, texts: list[Any]) -> tuple[str, str, list[str]]:
+        """What a module that launches the kernels ``texts`` adds (emit/triton.py's): lines
+        after its imports, its table of runs, and the functions before the slices'."""
+        functions = [READY] + [t.source for t in texts]
+        if self.backwards is not None and self.backwards.functions:
+            functions[1:1] = [GRAD_HELPERS, *self.backwards.functions]
+        return HEADER, runs_table([t.key for t in texts]), functions
+
+    def finish_header(self, header: list[str], body: str) -> None:
+        """Imports that only some modules need, added to ``header`` once ``body`` is known."""
+        if "torch.distributed." in body:  # a rank's graph (tensor parallelism, issue 21)
+            header.insert(header.index("import torch") + 1, "import torch.distributed")
+
+    def module_text(self, header: list[str], entries: list[str], origin: str) -> str:
+        """The module: ``header`` (its docstring, imports and constants), the kernels its
+        functions launch, the slices' functions, ``entries`` and ``ENTRIES``, with lines
+        wrapped at :data:`WIDTH`; compiled first (E0911 where it does not)."""
         written = "\n".join(self.functions + entries)
-        # The kernels this module launches, first (emit/triton.py); one whose every call
-        # turned out dead is not written.
+        # The kernels this module launches, first; one whose every call turned out dead is
+        # not written.
         texts = [t for t in self.kernel_texts.values()
                  if re.search(rf"[ (]{re.escape(t.launcher)}[(,]", written)]
         if texts:
-            at = header.index("import torch.nn.functional as F") + 1
-            header[at:at] = HEADER.rstrip("\n").split("\n")
-            header += [runs_table([t.key for t in texts]), "", ""]
-            self.functions[:0] = [READY] + [t.source for t in texts]
-            if self.backwards is not None and self.backwards.functions:
-                self.functions[1:1] = [GRAD_HELPERS, *self.backwards.functions]
+            lines, runs, functions = self.kernel_parts(texts)
+            at = max(i for i, h in enumerate(header) if h.startswith(("import ", "from "))) + 1
+            header[at:at] = lines.rstrip("\n").split("\n")
+            header += [runs, "", ""]
+            self.functions[:0] = functions
         body = "\n\n\n".join(self.functions + entries)
-        if "torch.distributed." in body:  # a rank's graph (tensor parallelism, issue 21)
-            header.insert(header.index("import torch") + 1, "import torch.distributed")
+        self.finish_header(header, body)
         meta = "ENTRIES = {\n" + "\n".join(self.metadata) + "\n}\n"
         text = "\n".join(header) + "\n" + body + "\n\n\n" + meta
         text = "\n".join(w for line in text.split("\n") for w in wrap(line))
@@ -1160,9 +1215,14 @@ class TorchEmitter:
             compile(text, origin or "<linnet>", "exec")
         except SyntaxError as exc:
             shown = (exc.text or "").strip()
-            raise _internal("E0911", f"the generated PyTorch module does not compile: {exc.msg} "
-                            f"at line {exc.lineno}: `{shown}`") from None
+            raise self.internal("E0911", f"the generated {self.framework} module does not "
+                                f"compile: {exc.msg} at line {exc.lineno}: `{shown}`") from None
         return text
+
+    @staticmethod
+    def internal(code: str, message: str) -> Exception:
+        """An internal error of this emitter (a bug in it, not in the model)."""
+        return _internal(code, message)
 
 
 def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
