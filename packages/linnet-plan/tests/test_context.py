@@ -221,3 +221,15 @@ def test_a_kernel_over_the_same_steps_as_one_region_is_not_tried_again_in_contex
     decision = choose_in_context([one, other], Options(), 3, timer)
     assert decision.taken == [one] and other.status == "overlap"
     assert timer.asked == [str((0,)), str((2,)), str((0, 1, 2))]  # the check of `one` only
+
+
+def test_a_kind_covering_less_than_what_it_overlaps_is_not_tried_in_its_place():
+    """One product of a fused norm + product kernel that was taken: trying it would compile
+    the slices around it for a swap that gives up the fusion; it is left an overlap."""
+    k = Backend("k")
+    fused = candidate(k, [1, 2, 3], "fused", 1.0, 9.0)
+    product = candidate(k, [2], "product", 0.5, 3.0)
+    timer = Timer({str((0,)): 1.0, str((4,)): 1.0, str((0, 1, 2, 3, 4)): 12.0})
+    decision = choose_in_context([fused, product], Options(), 5, timer)
+    assert decision.taken == [fused] and product.status == "overlap"
+    assert timer.asked == [str((0,)), str((4,)), str((0, 1, 2, 3, 4))]  # the check of `fused`

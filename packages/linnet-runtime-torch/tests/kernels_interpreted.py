@@ -495,3 +495,44 @@ def test_linnet_kernels_checks_a_chain(tmp_path, interpret):
     assert check_kernels(path, count=3, on_check=seen.append) == []
     assert len(seen) == 3 and all(c.case.kernel == "chain::part_sums then add_parts"
                                   for c in seen)
+
+
+def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(interpret,
+                                                                             monkeypatch):
+    """Every real kernel region of the toy Llama's decode (span ops over the same steps,
+    chains, attention with its hoisted masks) through the check in context and its
+    replacements, with a cost model in place of the clock: a region's steps take 1 us each
+    alone, its kernel nothing; a compiled slice costs 2 us plus 0.1 us a step, so cutting a
+    slice in two costs 2 us. A region of fewer than 25 steps in the middle of a slice is
+    dropped and the kinds it had beaten are tried; one next to another region, or of more
+    steps, stays. The plan that results runs as the generated source does."""
+    from linnet.torch import random_weights
+    from linnet.torch.planned import PlanBuilder, SliceTimes
+    from support import LLAMA, toy_config
+
+    monkeypatch.setattr(PlanBuilder, "time_backend", lambda self, group, env, context: 1e-9)
+    monkeypatch.setattr(PlanBuilder, "time_generated",
+                        lambda self, group, env, context: 1e-6 * len(group[0].region.steps))
+    monkeypatch.setattr(SliceTimes, "seconds",
+                        lambda self, slices: 2e-6 + 1e-7 * len(slices[0]))
+    weights = random_weights(LLAMA, toy_config(), seed=4)
+    model = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
+    token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
+    said = []
+    plan = model.plan_for("decode", [token, pos], backends=[], compile="aot_eager",
+                          progress=said.append)
+    rows = kernel_rows(plan)
+    statuses = {c.status for c in rows}
+    assert statuses <= {"taken", "below margin", "overlap", "slower in context", "failed"}
+    assert "slower in context" in statuses and "taken" in statuses, statuses
+    assert all(c.context_seconds is not None for c in rows if c.status == "taken")
+    assert any(m.startswith("checking ") for m in said)
+    # no two taken regions share a step
+    steps = [s for c in plan.regions for s in c.region.steps]
+    assert len(steps) == len(set(steps))
+    want = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
+    ctx = model.context_for(plan)
+    for step in range(2):
+        (got,) = plan.run([token, pos + step], ctx)
+        ref = want.run("decode", [token, pos + step])
+        torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)

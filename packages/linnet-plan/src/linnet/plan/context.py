@@ -135,10 +135,10 @@ def choose_in_context(candidates: list[Candidate], options: Options, n_steps: in
     1. **Check**, smallest saving first: a kind is kept when taking it saves at least
        ``options.margin`` of its steps' generated time alone over not taking it. A kind that
        does not is dropped, status "slower in context", and the rest are chosen again.
-    2. **Replace**: a kind that lost to several taken regions over other steps (one kernel
-       for norm + gate/up + SiLU, against a norm, two products and SiLU apart) replaces them
-       where, in context, it saves the margin of its own generated time over them. They get
-       status "overlap" (replaced), and the rest are chosen again.
+    2. **Replace**: a kind that lost to several taken regions whose steps it all covers (one
+       kernel for norm + gate/up + SiLU, against a norm, two products and SiLU apart)
+       replaces them where, in context, it saves the margin of its own generated time over
+       them. They get status "overlap" (replaced), and the rest are chosen again.
 
     Only comparisons whose stretch changed are timed again. Each kept candidate records
     ``context_seconds = (with it, without it)``.
@@ -207,7 +207,7 @@ def choose_in_context(candidates: list[Candidate], options: Options, n_steps: in
         waiting = [c for c in live if c.status == "overlap"]
         for group in sorted(_groups(waiting, key), key=lambda g: -sum(c.saving or 0.0 for c in g)):
             if not all(_replaces_several(c, taken) for c in group):
-                continue  # one region over the same steps: the timings alone decided
+                continue  # not a fusion of what is taken: the timings alone decided
             verdict = compare("trying", group, taken, _swapping)
             if isinstance(verdict, str):
                 continue
@@ -256,11 +256,15 @@ def _overlapping(c: Candidate, taken: Sequence[Candidate]) -> list[Candidate]:
 
 
 def _replaces_several(c: Candidate, taken: Sequence[Candidate]) -> bool:
-    """Whether ``c`` would replace taken regions over other steps than its own (several
-    regions, or one over different steps): only then does the swap change the slices."""
+    """Whether ``c`` is one kernel for what several taken regions do apart: it covers every
+    step of each taken region it overlaps, and more than one region's (one over the same
+    steps: the timings alone decided between them). A kind covering less than what it
+    overlaps (one product of a fused norm + gate/up) is not tried: each try compiles."""
     over = _overlapping(c, taken)
-    return bool(over) and not (len(over) == 1
-                               and tuple(over[0].region.steps) == tuple(c.region.steps))
+    own = set(c.region.steps)
+    covered = {s for t in over for s in t.region.steps}
+    return bool(over) and covered <= own and not (
+        len(over) == 1 and tuple(over[0].region.steps) == tuple(c.region.steps))
 
 
 def _signature(timer: SliceTimer, key: Callable[[Candidate], Hashable],
