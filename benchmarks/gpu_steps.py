@@ -66,6 +66,7 @@ from torch_decode import copy_bandwidth, hf_config
 SUMMARY: list[str] = []
 HF_BEST_ONLY = False  # --hf-best: only transformers' best configuration (max-autotune + graph)
 ONLY: list[str] = []  # --only: a regular expression a Linnet row's label must match
+PROFILE = False  # --profile: (s) also profiles the first row with Linnet's kernels (p's table)
 CONTEXT = 1024  # (s): --context and --batch change these three
 BATCH = 1
 STEPS = 64
@@ -272,6 +273,11 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
             return logits.argmax(-1).to(torch.int32)
 
         queued, one = timed(run, first_token)
+        if PROFILE and kernels and BATCH == 1:
+            events, wall = profiled(step, first_token)
+            SUMMARY.append(f"\n(s) {name} {label}: kernels of one step (profiled, so slower "
+                           f"than queued)")
+            SUMMARY.extend(kernel_table(events, 8, wall * 1e3))
         what = ", ".join(f"{k} {v}" for k, v in sorted(taken.items())) or "no regions"
         rows.append((name, label, (queued, one, f"{what}; plan {planned:.0f} s")))
         print(f"  {name} {label}: {queued:.3f} ms/token queued, {one:.3f} one by one; {what}",
@@ -677,7 +683,7 @@ def compile_variants(name: str, dev: torch.device) -> None:
 
 
 def main() -> int:
-    global CONTEXT, CACHE, BATCH, HF_BEST_ONLY
+    global CONTEXT, CACHE, BATCH, HF_BEST_ONLY, PROFILE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--parts", default="t,s",
                         help="t (token for token), s (whole steps), f (prefill), p (kernels "
@@ -695,9 +701,13 @@ def main() -> int:
                         help="(s): prompt length; decode runs positions context.. (cache: "
                              "context + 128)")
     parser.add_argument("--batch", type=int, default=BATCH, help="(s): sequences a step")
+    parser.add_argument("--profile", action="store_true",
+                        help="(s): also the kernel table (as p makes) of each row with Linnet's "
+                             "kernels, from the very plan that row timed")
     args = parser.parse_args()
     ONLY[:] = [args.only] if args.only else []
     HF_BEST_ONLY = args.hf_best
+    PROFILE = args.profile
     CONTEXT, CACHE, BATCH = args.context, args.context + 128, args.batch
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
