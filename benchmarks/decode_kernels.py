@@ -29,7 +29,7 @@ device machine with the wheels installed (``bash benchmarks/gpu.sh --decode-kern
 ``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs (the attention row sweeps its
 own (BS, BD) pairs, the split-K rows their own (BK, KS) pairs at BO = 8).
 
-Flash-decoding (``--ops decode_attention_split,decode_attention_split_long``): the split
+Flash-decoding (``--ops decode_attention_split,decode_attention_split_short,decode_attention_split_long``): the split
 kernel then the combine, swept over (BS, NS) (the combine takes the same NS), at the attention
 row's position and cache; ``--cache 32768 --pos 32767`` times them at a long context.
 
@@ -193,8 +193,9 @@ def attention(shape: dict[str, int], rows: int, op: str = "decode_attention_flas
 def flash_attention(shape: dict[str, int], rows: int) -> list[Span]:
     """The flash-decoding ops (a split kernel then a combine kernel) at the same position and
     cache as `attention`, each swept over (BS, NS): cache blocks of BS positions, NS splits
-    (the combine's NS follows). decode_attention_split: splits of 64 to 256 positions;
-    decode_attention_split_long: of 256 to 1024 (for `--cache 32768`)."""
+    (the combine's NS follows). decode_attention_split and decode_attention_split_short (its
+    one-step combine over 32 value columns a program, up to 32 splits): splits of 64 to 256
+    positions; decode_attention_split_long: of 256 to 1024 (for `--cache 32768`)."""
     cache = CACHE if not DRY else 8
 
     def splits(length: int) -> int:
@@ -203,6 +204,8 @@ def flash_attention(shape: dict[str, int], rows: int) -> list[Span]:
     short = [(bs, splits(n)) for bs, n in [(16, 64), (64, 64), (32, 128), (64, 128), (32, 256)]]
     long = [(bs, splits(n)) for bs, n in [(64, 256), (32, 512), (64, 1024), (128, 512)]]
     return [attention(shape, rows, "decode_attention_split", ("BS", "NS"), short),
+            attention(shape, rows, "decode_attention_split_short", ("BS", "NS"),
+                      [(bs, ns) for bs, ns in short if ns <= 32]),
             attention(shape, rows, "decode_attention_split_long", ("BS", "NS"), long)]
 
 

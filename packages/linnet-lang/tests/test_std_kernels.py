@@ -70,12 +70,17 @@ STD_CHAINS = {
         ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64>",
          ["BG >= G", "BH >= HD"]),
         ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 16, 4, 128>",
-         ["BH >= HD"])),
+         [])),
+    "std.nn.decode::decode_attention_split_short": (
+        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64>",
+         ["BG >= G", "BH >= HD"]),
+        ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 32, 4, 32>",
+         [])),
     "std.nn.decode::decode_attention_split_long": (
         ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, (S + 1023) / 1024>",
          ["BG >= G", "BH >= HD"]),
         ("decode_attention_combine_tiles",
-         "<B, S, KV, G, HD, T, (S + 1023) / 1024, 16, 4, 128>", ["BH >= HD"])),
+         "<B, S, KV, G, HD, T, (S + 1023) / 1024, 16, 4, 128>", [])),
 }
 
 STD_USES = """
@@ -84,7 +89,8 @@ use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
                     linear_residual, decode_attention_flash, linear_gemv_dot, linear_split,
-                    linear_split_wide, linear_residual_split, residual_rms_norm, rms_norm_qkv_split}
+                    linear_split_wide, linear_residual_split, residual_rms_norm, rms_norm_qkv_split,
+                    decode_attention_split, decode_attention_split_short, decode_attention_split_long}
 """
 
 
@@ -135,7 +141,8 @@ def test_each_std_chain_is_bound_to_its_op(std: Program) -> None:
             assert [text[w.span.start:w.span.stop] for w in kdecl.where] == clauses, name
             binding = binding.then
         assert binding is None
-        assert [text[w.span.start:w.span.stop] for w in op.where] == ["G <= 16", "HD <= 128"]
+        bounds = ["G <= 16", "HD <= 128"] + (["S <= 2048"] if name.endswith("_short") else [])
+        assert [text[w.span.start:w.span.stop] for w in op.where] == bounds, name
 
 
 def test_the_matmul_is_a_dot_in_a_loop_with_a_carried_accumulator() -> None:

@@ -332,7 +332,8 @@ def test_linnet_kernels_checks_the_std_kernels_through_pallas(capsys):
                    "decode::decode_attention_tiles", "decode::gemv_dot",
                    "decode::gemv_split_part then gemv_split_sum",
                    "decode::gemv_split_part then gemv_split_residual_sum",
-                   "decode::rms_norm_qkv_split_part then rms_norm_qkv_split_sum"):
+                   "decode::rms_norm_qkv_split_part then rms_norm_qkv_split_sum",
+                   "decode::decode_attention_split_tiles then decode_attention_combine_tiles"):
         assert f"ok    std.nn.{kernel}  " in out
     assert "case(s) checked through Pallas: every kernel agrees with its op" in out
 

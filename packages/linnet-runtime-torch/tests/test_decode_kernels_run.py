@@ -73,14 +73,17 @@ SPLIT = [("sum", (1, 40, 17, "f32", 2)), ("sum", (3, 33, 24, "bf16", 3)),
          ("sum", (4, 16, 8, "bf16", 3)), ("sum", (2, 70, 20, "f32", 2)),
          ("residual", (3, 40, 17, "bf16", 2)), ("residual", (1, 17, 8, "f32", 3))]
 
-# Flash-decoding at small tiles (decode_tiles.linnet: BS 16, BH 32, the combine's BN 2
-# splits a step and BG 2 query heads a program), the two stages launched in turn as the
+# Flash-decoding at small tiles (decode_tiles.linnet: BS 16, BH 32; the combine's BG 2 query
+# heads a program, and small_flash3's BN 2 splits a step of whole heads, small_flash's BN 4 of
+# 8 value columns), the two stages launched in turn as the
 # chain's launcher does, each stage's results poisoned with NaN, with chosen positions (op,
 # B, S, KV, G, HD, T, pos). small_flash splits the cache every 32 positions (two blocks),
 # small_flash3 into 3 runs of ceil(ceil(S / 16) / 3) blocks. Covered: several blocks a split
 # and a ragged last block (S 75, 50); splits wholly past pos (pos 20 of 75, 0 of 40, 63 of
 # 100: the end of a split); a split past the cache's end (S 20: 2 blocks in 3 splits);
-# positions at the start, middle and end; G 4, 3, 2, 1; HD 24 and 20 ragged against BH 32.
+# positions at the start, middle and end; G 4, 3, 2, 1; HD 24 and 20 ragged against BH 32;
+# the combine in one step (small_flash: NS 2 to 4) and in two (small_flash3: NS 3), over
+# column blocks of 8 (HD 24, 32, and 20 ragged) and whole heads.
 FLASH = [("small_flash3", 2, 75, 2, 4, 32, "f32", [74, 20]),
          ("small_flash", 1, 50, 3, 3, 24, "bf16", [49]),
          ("small_flash3", 3, 40, 1, 1, 16, "f32", [0, 17, 39]),

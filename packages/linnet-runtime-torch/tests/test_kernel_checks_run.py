@@ -96,9 +96,9 @@ def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
     # One chain bound by two ops (linear_split, linear_split_wide): two cases each.
     chain = "::gemv_split_part then gemv_split_sum "
     assert sum(line.startswith("ok") and chain in line for line in lines) == 4, done["stdout"]
-    # The flash-decoding chains (decode_attention_split, _long): two cases each.
+    # The flash-decoding chains (decode_attention_split, _short, _long): two cases each.
     chain = "::decode_attention_split_tiles then decode_attention_combine_tiles "
-    assert sum(line.startswith("ok") and chain in line for line in lines) == 4, done["stdout"]
+    assert sum(line.startswith("ok") and chain in line for line in lines) == 6, done["stdout"]
 
 
 def test_cli_reports_broken_kernels_and_exits_nonzero(run: dict) -> None:

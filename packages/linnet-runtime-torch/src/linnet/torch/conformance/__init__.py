@@ -117,6 +117,8 @@ def cases() -> list[Case]:
            _std("rms_norm_qkv_split_op", x=x),
            _std("decode_attention_split_op", q=((2, 2, 2, 4), "normal"),
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
+           _std("decode_attention_split_short_op", q=((2, 2, 2, 4), "normal"),
+                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
            _std("decode_attention_split_long_op", q=((2, 2, 2, 4), "normal"),
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
     llama = _llama()
