@@ -15,22 +15,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from linnet.lang import LinnetError
+from linnet.lang import LinnetError, hosting
 from linnet.lang.diagnostics.core import Diagnostic
-
-# default_model is re-exported: `linnet.jax.cli.default_model` names it as before.
-from linnet.lang.hosting import (  # noqa: F401
-    announce_demo,
-    default_model,
-    loaded_line,
-    prefill_line,
-    run_config,
-    run_tokens,
-    summary_lines,
-    token_line,
-)
-from linnet.lang.hosting import check_length as _check_length
-from linnet.lang.hosting import demo_checkpoint as _demo_checkpoint
+from linnet.lang.hosting import default_model  # noqa: F401  (re-exported, as before)
 
 RUNTIMES = ("torch", "jax")
 
@@ -82,7 +69,7 @@ def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
     def write(path: Path) -> None:
         save_safetensors(random_weights(model, config, seed=seed), str(path))
 
-    return _demo_checkpoint(model, config, seed, write, tag="jax")
+    return hosting.demo_checkpoint(model, config, seed, write, tag="jax")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -101,12 +88,12 @@ def run_command(args: argparse.Namespace) -> int:
             "E0790", f"`{sampling[0]}` is an option of the torch runtime's generation; "
             "`--runtime jax` decodes greedily", help=f"drop {sampling[0]}, or use "
                                                      "`--runtime torch`"))
-    model_path, config_name, config = run_config(args)
+    model_path, config_name, config = hosting.run_config(args)
     weights = args.weights
     if weights is None:
-        announce_demo(model_path, config_name, args.seed)
+        hosting.announce_demo(model_path, config_name, args.seed)
         weights = demo_checkpoint(model_path, config, args.seed)
-    parsed = run_tokens(args, stop=False)
+    parsed = hosting.run_tokens(args, stop=False)
     if parsed is None:
         return 2
     prompt, _ = parsed
@@ -119,13 +106,13 @@ def run_command(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, numerics=args.numerics,
                  config=config)
-    print(loaded_line(model_path, model.device, time.perf_counter() - start, model.entries,
-                      runtime="jax"))
+    print(hosting.loaded_line(model_path, model.device, time.perf_counter() - start,
+                              model.entries, runtime="jax"))
     check_length(model, len(prompt), args.tokens)
     start = time.perf_counter()
     logits = model.prefill(jnp.asarray([prompt], dtype=jnp.int32))
     token = int(np.asarray(logits[0, -1]).argmax())
-    print(prefill_line(len(prompt), 1000 * (time.perf_counter() - start)))
+    print(hosting.prefill_line(len(prompt), 1000 * (time.perf_counter() - start)))
     pos = len(prompt)
     out = [token]
     times = []
@@ -138,8 +125,8 @@ def run_command(args: argparse.Namespace) -> int:
         times.append(ms)
         out.append(token)
         pos += 1
-        print(token_line(i + 1, pos - 1, token, ms))
-    print("\n".join(summary_lines(out, times, "includes lowering and compiling")))
+        print(hosting.token_line(i + 1, pos - 1, token, ms))
+    print("\n".join(hosting.summary_lines(out, times, "includes lowering and compiling")))
     return 0
 
 
@@ -148,4 +135,4 @@ def check_length(model: Any, prompt: int, tokens: int) -> None:
     runtime's `linnet run` does)."""
     import numpy as np
 
-    _check_length(model, prompt, tokens, np.zeros(1, dtype=np.int32))
+    hosting.check_length(model, prompt, tokens, np.zeros(1, dtype=np.int32))

@@ -13,22 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from linnet.lang import LinnetError
+from linnet.lang import LinnetError, hosting
 from linnet.lang.diagnostics.core import Diagnostic
-
-# default_model is re-exported: `linnet.torch.cli.default_model` names it as before.
-from linnet.lang.hosting import (  # noqa: F401
-    announce_demo,
-    default_model,
-    loaded_line,
-    prefill_line,
-    run_config,
-    run_tokens,
-    summary_lines,
-    token_line,
-)
-from linnet.lang.hosting import check_length as _check_length
-from linnet.lang.hosting import demo_checkpoint as _demo_checkpoint
+from linnet.lang.hosting import default_model  # noqa: F401  (re-exported, as before)
 
 
 def register_run(subparsers: Any) -> None:
@@ -52,7 +39,7 @@ def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
         weights = random_weights(model, config, seed=seed)
         save_file({k: v.contiguous() for k, v in weights.items()}, str(path))
 
-    return _demo_checkpoint(model, config, seed, write)
+    return hosting.demo_checkpoint(model, config, seed, write)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -60,7 +47,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from .model import load
 
-    model_path, config_name, config = run_config(args)
+    model_path, config_name, config = hosting.run_config(args)
     weights = args.weights
     nproc = getattr(args, "nproc", 1)
     if not isinstance(nproc, int) or nproc < 1:
@@ -69,7 +56,7 @@ def run_command(args: argparse.Namespace) -> int:
     # A rank: started by --nproc below, or by torchrun (its environment names the rank).
     is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if weights is None:
-        announce_demo(model_path, config_name, args.seed)
+        hosting.announce_demo(model_path, config_name, args.seed)
         weights = demo_checkpoint(model_path, config, args.seed)
     if nproc > 1 and not is_rank:
         from .parallel import spawn
@@ -80,7 +67,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"linnet: starting {nproc} ranks (tensor parallelism over torch.distributed, "
               f"{'NCCL' if str(args.device).startswith('cuda') else 'gloo'})", file=sys.stderr)
         return spawn(nproc, run_command, ranks)
-    parsed = run_tokens(args)
+    parsed = hosting.run_tokens(args)
     if parsed is None:
         return 2
     prompt, stop = parsed
@@ -90,8 +77,8 @@ def run_command(args: argparse.Namespace) -> int:
                  progress=not is_rank or os.environ.get("RANK") == "0",
                  world=nproc if nproc > 1 else None)
     ranks_text = f", rank {model.rank} of {model.world}" if model.world > 1 else ""
-    print(loaded_line(model_path, model.device, time.perf_counter() - start, model.entries,
-                      extra=ranks_text))
+    print(hosting.loaded_line(model_path, model.device, time.perf_counter() - start,
+                              model.entries, extra=ranks_text))
     check_length(model, len(prompt), args.tokens)
     # Model.generate runs prefill, then one decode per token; each step is timed as it ends.
     times: list[float] = []
@@ -103,15 +90,15 @@ def run_command(args: argparse.Namespace) -> int:
         ms = 1000 * (now - clock[0])
         clock[0] = now
         if step == 0:
-            print(prefill_line(len(prompt), ms))
+            print(hosting.prefill_line(len(prompt), ms))
         else:
             times.append(ms)
-            print(token_line(step, len(prompt) + step - 1, tokens[0], ms))
+            print(hosting.token_line(step, len(prompt) + step - 1, tokens[0], ms))
 
     out = model.generate([prompt], args.tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.sampling_seed,
                          stop_tokens=stop, on_token=on_token)[0]
-    print("\n".join(summary_lines(out, times, "includes lowering")))
+    print("\n".join(hosting.summary_lines(out, times, "includes lowering")))
     return 0
 
 
@@ -120,7 +107,7 @@ def check_length(model: Any, prompt: int, tokens: int) -> None:
     run past the positions the decode entry accepts (the KV cache's length)."""
     import torch
 
-    _check_length(model, prompt, tokens, torch.zeros(1, dtype=torch.int32))
+    hosting.check_length(model, prompt, tokens, torch.zeros(1, dtype=torch.int32))
 
 
 def sync(device: Any) -> None:
