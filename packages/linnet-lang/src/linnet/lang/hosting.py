@@ -18,7 +18,6 @@ torch, jax or NumPy (linnet-lang is pure Python).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -442,6 +441,8 @@ def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
     >>> demo_checkpoint(Path("llama.linnet"), cfg, 0, write)   # doctest: +SKIP
     PosixPath('/home/me/.cache/linnet/demo/llama-3f2a....safetensors')
     """
+    import hashlib
+
     from linnet.lang.home import linnet_home
 
     key = hashlib.sha256(f"{tag}{model.read_text()}{sorted(config.items())}{seed}".encode())
