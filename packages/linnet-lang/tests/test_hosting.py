@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError, Program, lower
 from linnet.lang.hosting import (
+    GATHER_EXAMPLE,
     bind_inputs,
     check_count,
     check_numerics,
@@ -33,15 +34,7 @@ from linnet.lang.ir.bounds import input_bounds
 
 LLAMA = Path(__file__).resolve().parents[3] / "examples" / "llama" / "llama.linnet"
 
-GATHER = Program.from_text("""
-model M<V: Dim> {
-    param t: Tensor[V; f32]
-    entry get(i: Tensor[1; i32]) -> Tensor[1; f32] {
-        let out[k] = self.t[i[k]]
-        return out
-    }
-}""")
-GRAPH = lower(GATHER, "get", {"i": [1]}, {"V": 4})
+GRAPH = lower(Program.from_text(GATHER_EXAMPLE), "get", {"i": [1]}, {"V": 4})
 RANGE = input_bounds(GRAPH).inputs["%i"]  # 0..3: `i` indexes the 4 rows of `t`
 
 

@@ -40,6 +40,16 @@ NUMERICS = ("exact", "fast")
 # Linnet's floating-point element types: the ones `dtype=` converts weights to.
 FLOATS = ("f64", "f32", "f16", "bf16")
 
+# The examples' model: `get` reads row `i[k]` of a table of V rows, so `i` is an index input.
+GATHER_EXAMPLE = """
+model M<V: Dim, N: Dim> {
+    param t: Tensor[V; f32]
+    entry get(i: Tensor[N; i32]) -> Tensor[N; f32] {
+        let out[k] = self.t[i[k]]
+        return out
+    }
+}"""
+
 # A comparison's finding: (problem, difference, tolerance, where), or None.
 Found = tuple[str, float, float, str] | None
 
@@ -139,16 +149,9 @@ def in_range(r: InputRange, lo: int, hi: int) -> bool:
     """Whether an index input whose smallest value is ``lo`` and largest ``hi`` is in its
     range ``r`` (each runtime computes the two on its device, then calls this).
 
-    >>> from linnet.lang.ir.bounds import input_bounds
     >>> from linnet.lang import Program, lower
-    >>> g = lower(Program.from_text('''
-    ... model M<V: Dim> {
-    ...     param t: Tensor[V; f32]
-    ...     entry get(i: Tensor[1; i32]) -> Tensor[1; f32] {
-    ...         let out[k] = self.t[i[k]]
-    ...         return out
-    ...     }
-    ... }'''), "get", {"i": [1]}, {"V": 4})
+    >>> from linnet.lang.ir.bounds import input_bounds
+    >>> g = lower(Program.from_text(GATHER_EXAMPLE), "get", {"i": [1]}, {"V": 4})
     >>> r = input_bounds(g).inputs["%i"]
     >>> in_range(r, 0, 3), in_range(r, 0, 4)
     (True, False)
@@ -163,16 +166,9 @@ def range_error(graph: Graph, entry: str, r: InputRange, values: Sequence[int],
     its shape. Names the input, the first bad index and value, how many are bad, the range
     and what the input indexes, and says how to fix it.
 
-    >>> from linnet.lang.ir.bounds import input_bounds
     >>> from linnet.lang import Program, lower
-    >>> g = lower(Program.from_text('''
-    ... model M<V: Dim> {
-    ...     param t: Tensor[V; f32]
-    ...     entry get(i: Tensor[2; i32]) -> Tensor[2; f32] {
-    ...         let out[k] = self.t[i[k]]
-    ...         return out
-    ...     }
-    ... }'''), "get", {"i": [2]}, {"V": 4})
+    >>> from linnet.lang.ir.bounds import input_bounds
+    >>> g = lower(Program.from_text(GATHER_EXAMPLE), "get", {"i": [2]}, {"V": 4})
     >>> range_error(g, "get", input_bounds(g).inputs["%i"], [1, 9], [2]).diagnostics[0].message
     'input `i` of `get` has 9 at index [1]; every value must be in [0, 4): `i` indexes axis 0 ...'
     """
