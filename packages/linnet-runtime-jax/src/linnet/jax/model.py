@@ -9,7 +9,6 @@ KV cache is updated in place on the device.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -19,21 +18,30 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from linnet.lang import Graph, LinnetError, Program, check_program, lower
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang import Graph, Program, lower
 from linnet.lang.emit.jax import emit_jax
+
+# NUMERICS is re-exported: `linnet.jax.model.NUMERICS` is how users name it.
+from linnet.lang.hosting import (  # noqa: F401
+    FLOATS,
+    NUMERICS,
+    bind_inputs,
+    check_count,
+    check_dtype_config,
+    check_numerics,
+    check_weights_type,
+    entry_method,
+    load_program,
+    parameter_types,
+    read_config,
+    read_headers,
+)
+from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
 
 from .home import import_source
 from .inputs import check_inputs, is_array, type_error
 from .weights import load_checkpoint, numpy_dtype
-
-NUMERICS = ("exact", "fast")
-FLOATS = ("f64", "f32", "f16", "bf16")
-
-
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
 
 
 def resolve_device(device: Any) -> Any:
@@ -71,33 +79,8 @@ def resolve_device(device: Any) -> Any:
     return found[n]
 
 
-def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) -> dict[str, Any]:
-    """The user's ``config=`` as a dict: a dict as given (keys starting with ``_`` are
-    comments), a JSON file, or a name in the model's configs/ folder (E0744 otherwise)."""
-    if config is None:
-        return {}
-    if isinstance(config, dict):
-        return {k: v for k, v in config.items() if not str(k).startswith("_")}
-    if not isinstance(config, str | Path):
-        raise _error("E0744", f"config must be a dict, a JSON file or a config name, not "
-                     f"{type(config).__name__}", help="e.g. config='toy' or config={'H': 4}")
-    from linnet.lang.cli import load_config
-
-    return load_config(str(config), [], str(model_path))
-
-
 def _check_weights_type(weights: Any) -> None:
-    ok = weights is None or isinstance(weights, str | os.PathLike) or (
-        isinstance(weights, list | tuple) and bool(weights)
-        and all(isinstance(w, str | os.PathLike) for w in weights)) or (
-        isinstance(weights, dict) and all(isinstance(k, str) and is_array(v)
-                                          for k, v in weights.items()))
-    if not ok:
-        shown = repr(weights)
-        raise _error("E0741", f"weights must be a safetensors file, a checkpoint directory, an "
-                     f"index JSON, a list of files or a dict of arrays, not "
-                     f"{type(weights).__name__} {shown[:50]}{'...' if len(shown) > 50 else ''}",
-                     help="e.g. weights='Llama-3.2-1B/'")
+    check_weights_type(weights, is_array, "arrays")
 
 
 def resolve_dtype(dtype: Any) -> str | None:
@@ -154,24 +137,9 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
     dev = resolve_device(device) if read else None
-    from linnet.lang.syntax.program import model_file
-
-    model_path = model_file(path)  # a file, or a shipped model by name (std.models.llama)
-    program = Program.from_file(model_path)
-    errors = check_program(program)
-    if errors:
-        raise LinnetError(errors)
+    program, model_path = load_program(path)
     cfg = read_config(config, model_path)
-    if convert is not None:
-        from linnet.lang.check.driver import find_model
-
-        decl = find_model(program, None)
-        for g in (g.name for g in decl.generics if g.kind == "DType"):
-            if g in cfg and cfg[g] != convert:
-                raise _error("E0743", f"dtype={convert} converts the weights to {convert}, but "
-                             f"the config sets `{g}` to {cfg[g]!r}",
-                             help=f"drop `{g}` from the config (it follows dtype=), or load "
-                                  f"with dtype={cfg[g]!r}")
+    check_dtype_config(program, cfg, convert)
     params: dict[str, Any] = {}
     shapes: dict[str, tuple] | None = None
     if isinstance(weights, dict):
@@ -186,45 +154,14 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
             if read:
                 params[k] = jax.device_put(v, dev)
     elif weights is not None:
-        from linnet.lang.check.driver import find_model
-        from linnet.lang.weights.checkpoint import (
-            fit_checkpoint,
-            merge_config,
-            read_checkpoint_config,
-        )
-        from linnet.lang.weights.safetensors import (
-            TensorInfo,
-            checkpoint_shapes,
-            resolve_checkpoint,
-        )
-
-        ckpt = resolve_checkpoint(weights)
-        shapes = checkpoint_shapes(ckpt)
-        ckpt_config = None
-        if ckpt.config_path is not None:
-            ckpt_config = read_checkpoint_config(ckpt.config_path, model_path,
-                                                 find_model(program, None).name)
-            if ckpt_config is not None:
-                cfg = merge_config(cfg, ckpt_config)
-        if convert is not None:
-            shapes = {k: TensorInfo(s[0], convert if s[1] in FLOATS else s[1],
-                                    getattr(s, "shard", "")) for k, s in shapes.items()}
-        cfg = fit_checkpoint(program, cfg, shapes, ckpt_config)
+        ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg, convert)
         if read:
             params = load_checkpoint(ckpt, dev, convert)
     return Prepared(program, model_path, cfg, shapes, params, dev)
 
 
 def _entry_params(program: Program, entry: str) -> list[str]:
-    from linnet.lang.check.driver import find_model
-
-    decl = find_model(program, None)
-    method = decl.method(entry)
-    if method is None or method.kind != "entry":
-        entries = [m.name for m in decl.methods if m.kind == "entry"]
-        raise _error("E0601", f"model `{decl.name}` has no entry `{entry}`",
-                     help="entries: " + ", ".join(entries))
-    return [p.name for p in method.params]
+    return [p.name for p in entry_method(program, entry).params]
 
 
 def _sources(program: Program) -> dict[str, str]:
@@ -250,8 +187,7 @@ def load_source(path: str | Path, entry: str, shapes: dict[str, Sequence[int]],
     >>> m.decode.__doc__                                                # doctest: +SKIP
     'Entry Llama.decode(token i32[1], pos i32[1]) -> (f32[1, 256]), and the new states.'
     """
-    if numerics not in NUMERICS:
-        raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    check_numerics(numerics)
     prep = prepare(path, weights, config, None, None, read=False)
     _entry_params(prep.program, entry)
     graph, clauses = _lower(prep.program, entry, {k: list(v) for k, v in shapes.items()},
@@ -338,22 +274,8 @@ class Function:
 
     def _ordered(self, inputs: Any) -> list[Any]:
         if isinstance(inputs, dict):
-            unknown = [k for k in inputs if k not in self._names]
-            if unknown:
-                raise _error("E0783", f"entry `{self.entry}` has no input `{unknown[0]}`",
-                             help=f"its inputs are: {', '.join(self._names)}")
-            missing = [p for p in self._names if p not in inputs]
-            if missing:
-                raise _error("E0720", f"entry `{self.entry}` takes {len(self._names)} inputs "
-                             f"({', '.join(self._names)}); missing: {', '.join(missing)}")
-            return [inputs[p] for p in self._names]
-        if not isinstance(inputs, list | tuple):
-            raise _error("E0784", f"the inputs of `{self.entry}` must be a list or tuple of "
-                         f"arrays, got {type(inputs).__name__}",
-                         help=f"pass one array per input: [{', '.join(self._names)}]")
-        if len(inputs) != len(self._names):
-            raise _error("E0720", f"entry `{self.entry}` takes {len(self._names)} inputs "
-                         f"({', '.join(self._names)}), got {len(inputs)}")
+            return bind_inputs(self.entry, self._names, [], inputs)
+        check_count(self.entry, self._names, inputs, "array")
         return list(inputs)
 
     def lowered(self, inputs: Any) -> Lowered:
@@ -438,8 +360,7 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     >>> (logits,), states = prefill(prefill.params, prefill.new_states([tokens]), [tokens])
     ...                                                                       # doctest: +SKIP
     """
-    if numerics not in NUMERICS:
-        raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    check_numerics(numerics)
     prep = prepare(path, weights, config, dtype, device)
     return Function(prep, entry, numerics, fast, check)
 
@@ -481,15 +402,8 @@ class Model:
 
         def entry(*inputs: Any, **named: Any) -> Any:
             if named:
-                names = _entry_params(self.program, name)
-                given = dict(zip(names, inputs))
-                for k, v in named.items():
-                    if k in given:
-                        raise _error("E0783", f"input `{k}` of `{name}` is given twice (by "
-                                     "position and by name)",
-                                     help=f"its inputs are, in order: {', '.join(names)}")
-                    given[k] = v
-                return self.run(name, given)
+                return self.run(name, bind_inputs(name, _entry_params(self.program, name),
+                                                  inputs, named))
             return self.run(name, list(inputs))
 
         entry.__name__ = entry.__qualname__ = name
@@ -597,8 +511,7 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     >>> qwen = load("std.models.qwen2", weights="Qwen2.5-0.5B/")         # doctest: +SKIP
     >>> logits = model.prefill(jnp.asarray([[1, 2, 3]], jnp.int32))       # doctest: +SKIP
     """
-    if numerics not in NUMERICS:
-        raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    check_numerics(numerics)
     return Model(prepare(path, weights, config, dtype, device), numerics, fast)
 
 
@@ -611,19 +524,11 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
     >>> w["model.norm.weight"].tolist()
     [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     """
-    from linnet.lang.check.driver import find_model
-    from linnet.lang.syntax.program import model_file
-
-    program = Program.from_file(model_file(model_path))
-    decl = find_model(program, None)
-    entry = next(m for m in decl.methods if m.kind == "entry")
-    inputs = {p.name: [1] * len(p.type.dims) for p in entry.params}  # type: ignore[union-attr]
-    graph = lower(program, entry.name, inputs, config)
     rng = np.random.default_rng(seed)
     out = {}
-    for path, vt in sorted(graph.parameters.items()):
+    for path, vt, ones in parameter_types(model_path, config):
         dt = numpy_dtype(dtype or vt.dtype)
-        if path.endswith("norm.weight") or path.endswith("layernorm.weight"):
+        if ones:
             out[path] = np.ones(vt.shape, dtype=dt)
         else:
             out[path] = (rng.standard_normal(vt.shape, dtype=np.float32) * scale).astype(dt)

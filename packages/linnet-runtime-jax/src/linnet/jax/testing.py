@@ -23,24 +23,29 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from linnet.lang import Program, lower
+from linnet.lang import Program
 from linnet.lang.check.kernel_cases import (
     DEFAULT_DTYPES,
     ENTRY,
     EXACT,
-    MODEL,
     TF32,
     TOLERANCES,
     KernelCase,
     KernelCheck,
     KernelFinding,
     checked_program,
-    finding,
     position,
     raise_findings,
     run_checks,
     std_program,
-    wrapper_program,
+)
+from linnet.lang.hosting import (
+    Found,
+    case_graph,
+    check_launch,
+    nan_found,
+    scalar_value,
+    shape_found,
 )
 
 
@@ -84,16 +89,14 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
 
     from .home import import_source
 
-    wrapper = wrapper_program(program, op, case)
-    config = {name: _scalar_value(dtype, seed, name) for name, dtype in case.scalars.items()}
-    shapes = {name: list(shape) for name, (shape, _) in case.params.items()}
-    graph = lower(wrapper, ENTRY, shapes, config, model=MODEL, check=False)
+    wrapper, graph = case_graph(program, op, case, lambda d, name: _scalar_value(d, seed, name))
     sources = {m.source.name: m.source.text for m in wrapper.modules.values()}
     inputs = _inputs(case, seed)
     body = import_source(emit_jax(graph, sources, numerics="exact"), "linnet_kernel_body")
     want = _entry(body)(*inputs, {}, {})[0]
     text = emit_jax(graph, sources, numerics="fast", program=wrapper)
-    try:
+
+    def launch() -> tuple[Any, int, bool]:
         fast = import_source(text, "linnet_kernel_check")
         runs = getattr(fast, "RUNS", {})
         before = sum(n for n, _ in runs.values())
@@ -102,27 +105,12 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
         with _poisoned(fast):
             got = _entry(fast)(*inputs, {}, {})[0]
         launches = sum(n for n, _ in runs.values()) - before
-    except Exception as exc:  # a kernel that fails to compile or run is a finding
-        return KernelCheck(case, float("inf"), _found(
-            case, f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
-    if launches == 0:
-        return KernelCheck(case, float("inf"), _found(
-            case, "the kernel did not launch (the generated code ran the body)"))
-    tf32 = not interpret and "jnp.dot(" in text
-    worst = 0.0
-    for k, (g, w) in enumerate(zip(got, want)):
-        name = "result" if len(want) == 1 else f"result {k}"
-        dtype = case.results[k][1]
-        found, diff = compare(g, w, "tf32" if tf32 and dtype == "f32" else dtype, name)
-        worst = max(worst, diff)
-        if found is not None:
-            problem, diff, tol, where = found
-            return KernelCheck(case, diff, _found(case, problem, diff, tol, where))
-    return KernelCheck(case, worst)
+        return got, launches, not interpret and "jnp.dot(" in text
+
+    return check_launch(case, want, launch, compare, via="Pallas")
 
 
-def compare(got: Any, want: Any, dtype: str, name: str = "result"
-            ) -> tuple[tuple[str, float, float, str] | None, float]:
+def compare(got: Any, want: Any, dtype: str, name: str = "result") -> tuple[Found, float]:
     """Whether ``got`` (the kernel's) equals ``want`` (the body's) within ``dtype``'s
     tolerance: ``(None, largest difference)`` or ``((problem, difference, tolerance,
     where), difference)`` (``linnet.torch.testing.compare`` on arrays).
@@ -133,15 +121,11 @@ def compare(got: Any, want: Any, dtype: str, name: str = "result"
     g = np.asarray(got).astype(np.float64)
     w = np.asarray(want).astype(np.float64)
     if g.shape != w.shape:
-        return ((f"{name} has shape {list(g.shape)}, the body's {list(w.shape)}",
-                 float("inf"), 0.0, ""), float("inf"))
+        return shape_found(name, g.shape, w.shape)
     rtol, atol = TF32 if dtype == "tf32" else TOLERANCES.get(dtype, EXACT)
     stray = np.isnan(g) & ~np.isnan(w)
     if stray.any():
-        pos = position(name, [int(i) for i in np.argwhere(stray)[0]])
-        return ((f"{int(stray.sum())} element(s) of the {name} are NaN where the body's are "
-                 "not (lanes the kernel never stored?), the first", float("inf"), 0.0, pos),
-                float("inf"))
+        return nan_found(name, int(stray.sum()), [int(i) for i in np.argwhere(stray)[0]])
     diff = np.where(np.isnan(g) & np.isnan(w), 0.0, np.abs(g - w))
     diff = np.where(np.isinf(g) & (g == w), 0.0, diff)
     finite = w[np.isfinite(w)]
@@ -161,19 +145,10 @@ def _entry(module: Any) -> Any:
     return getattr(module, module.ENTRIES[ENTRY].get("function", ENTRY))
 
 
-def _found(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
-           where: str = "") -> KernelFinding:
-    return finding(case, problem, diff, tol, where, via='Pallas')
-
-
 def _scalar_value(dtype: str, seed: int, name: str) -> Any:
     """A scalar parameter's value: a small positive number (an epsilon, a scale)."""
-    u = float(np.random.default_rng(zlib.crc32(f"{seed}/{name}".encode())).random())
-    if dtype == "bool":
-        return u < 0.5
-    if dtype.startswith(("i", "u")):
-        return 1 + int(u * 4)
-    return 1e-3 + u
+    return scalar_value(dtype, float(np.random.default_rng(
+        zlib.crc32(f"{seed}/{name}".encode())).random()))
 
 
 def _inputs(case: KernelCase, seed: int) -> list[Any]:

@@ -7,29 +7,15 @@ a small deterministic checkpoint generated locally (nothing is downloaded).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from linnet.lang import LinnetError
+from linnet.lang import LinnetError, hosting
 from linnet.lang.diagnostics.core import Diagnostic
-
-
-def default_model() -> Path:
-    here = Path.cwd() / "examples" / "llama" / "llama.linnet"
-    if here.is_file():
-        return here
-    import linnet.lang
-
-    shipped = Path(linnet.lang.__file__).parent / "examples" / "llama" / "llama.linnet"
-    if shipped.is_file():
-        return shipped
-    raise LinnetError(Diagnostic(
-        "E0740", "no model given and the Llama example was not found",
-        help="run from the repository root, or pass a model: `linnet run model.linnet`"))
+from linnet.lang.hosting import default_model  # noqa: F401  (re-exported, as before)
 
 
 def register_run(subparsers: Any) -> None:
@@ -47,44 +33,21 @@ def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
     """A deterministic random checkpoint for ``model`` and ``config`` under $LINNET_HOME."""
     from safetensors.torch import save_file
 
-    from .home import linnet_home
     from .model import random_weights
 
-    key = hashlib.sha256(f"{model.read_text()}{sorted(config.items())}{seed}".encode())
-    path = linnet_home() / "demo" / f"{model.stem}-{key.hexdigest()[:12]}.safetensors"
-    if not path.is_file():
+    def write(path: Path) -> None:
         weights = random_weights(model, config, seed=seed)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_suffix(".tmp")
-        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp))
-        tmp.replace(path)
-    return path
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(path))
 
-
-def _is_hf_config(path: Path) -> bool:
-    """Whether a checkpoint's config.json is a Hugging Face one (which `load` reads)."""
-    from linnet.lang.weights.checkpoint import read_json_object
-
-    data, _ = read_json_object(path, "E0652", "checkpoint config")
-    return "model_type" in data or "architectures" in data
+    return hosting.demo_checkpoint(model, config, seed, write)
 
 
 def run_command(args: argparse.Namespace) -> int:
     import os
 
-    from linnet.lang.cli import load_config
-    from linnet.lang.syntax.program import model_file
-    from linnet.lang.weights.safetensors import resolve_checkpoint
-
     from .model import load
 
-    model_path = model_file(args.file) if args.file else default_model()
-    # A checkpoint with a config.json (a Hugging Face directory) brings its own config; the
-    # demo's toy config is the default only without one.
-    ckpt_config = resolve_checkpoint(args.weights).config_path if args.weights else None
-    own_config = ckpt_config is not None and _is_hf_config(ckpt_config)
-    config_name = args.config or ("toy" if not args.file and not own_config else None)
-    config = load_config(config_name, [], str(model_path)) if config_name else {}
+    model_path, config_name, config = hosting.run_config(args)
     weights = args.weights
     nproc = getattr(args, "nproc", 1)
     if not isinstance(nproc, int) or nproc < 1:
@@ -93,8 +56,7 @@ def run_command(args: argparse.Namespace) -> int:
     # A rank: started by --nproc below, or by torchrun (its environment names the rank).
     is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if weights is None:
-        print(f"linnet: generating a deterministic checkpoint for {model_path.name} "
-              f"({config_name} config, seed {args.seed})", file=sys.stderr)
+        hosting.announce_demo(model_path, config_name, args.seed)
         weights = demo_checkpoint(model_path, config, args.seed)
     if nproc > 1 and not is_rank:
         from .parallel import spawn
@@ -105,26 +67,18 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"linnet: starting {nproc} ranks (tensor parallelism over torch.distributed, "
               f"{'NCCL' if str(args.device).startswith('cuda') else 'gloo'})", file=sys.stderr)
         return spawn(nproc, run_command, ranks)
-    try:
-        prompt = [int(t) for t in args.prompt.split(",") if t.strip()]
-        stop = [int(t) for t in args.stop.split(",") if t.strip()]
-    except ValueError:
-        print("linnet run: --prompt and --stop take comma-separated integers", file=sys.stderr)
+    parsed = hosting.run_tokens(args)
+    if parsed is None:
         return 2
-    if not prompt:
-        raise LinnetError(Diagnostic("E0786", "--prompt is empty: prefill needs at least one "
-                                     "token", help="e.g. --prompt 1,2,3"))
-    if args.tokens < 1:
-        raise LinnetError(Diagnostic("E0787", f"--tokens {args.tokens}: decode at least one "
-                                     "token", help="e.g. --tokens 16"))
+    prompt, stop = parsed
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, compile=args.compile,
                  numerics=args.numerics, config=config, interpret=args.interpret,
                  progress=not is_rank or os.environ.get("RANK") == "0",
                  world=nproc if nproc > 1 else None)
     ranks_text = f", rank {model.rank} of {model.world}" if model.world > 1 else ""
-    print(f"loaded {model_path} on {model.device} in {time.perf_counter() - start:.2f} s "
-          f"(entries: {', '.join(model.entries)}{ranks_text})")
+    print(hosting.loaded_line(model_path, model.device, time.perf_counter() - start,
+                              model.entries, extra=ranks_text))
     check_length(model, len(prompt), args.tokens)
     # Model.generate runs prefill, then one decode per token; each step is timed as it ends.
     times: list[float] = []
@@ -136,43 +90,24 @@ def run_command(args: argparse.Namespace) -> int:
         ms = 1000 * (now - clock[0])
         clock[0] = now
         if step == 0:
-            print(f"prefill {len(prompt)} tokens: {ms:.1f} ms "
-                  "(includes lowering and compiling on the first call)")
+            print(hosting.prefill_line(len(prompt), ms))
         else:
             times.append(ms)
-            print(f"  token {step:3d} at position {len(prompt) + step - 1:4d}: {tokens[0]:6d}"
-                  f"   {ms:8.2f} ms")
+            print(hosting.token_line(step, len(prompt) + step - 1, tokens[0], ms))
 
     out = model.generate([prompt], args.tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.sampling_seed,
                          stop_tokens=stop, on_token=on_token)[0]
-    steady = sorted(times[1:])[len(times[1:]) // 2] if len(times) > 1 else float("nan")
-    print(f"decoded {len(out)} tokens: {out}")
-    print(f"per-token decode: median {steady:.2f} ms after the first (first: "
-          f"{times[0] if times else float('nan'):.1f} ms, includes lowering)")
+    print("\n".join(hosting.summary_lines(out, times, "includes lowering")))
     return 0
 
 
 def check_length(model: Any, prompt: int, tokens: int) -> None:
     """Fail before prefill when decoding ``tokens`` after a ``prompt``-token prompt would
     run past the positions the decode entry accepts (the KV cache's length)."""
-    from linnet.lang.ir.bounds import bounds_for
-
     import torch
 
-    if "decode" not in model.entries:
-        return
-    one = torch.zeros(1, dtype=torch.int32)
-    graph = model.graph("decode", [one, one])
-    r = next((r for name, r in bounds_for(graph).inputs.items() if name == "%pos"), None)
-    last = prompt + tokens - 2  # the position of the last decode step
-    if r is None or tokens < 2 or last < r.hi:
-        return
-    raise LinnetError(Diagnostic(
-        "E0788", f"a prompt of {prompt} tokens and --tokens {tokens} decode up to position "
-        f"{last}, but `decode` takes positions below {r.hi} ({r.upper.describe(graph)})",
-        help=f"decode at most --tokens {max(1, r.hi - prompt + 1)} after this prompt, or "
-             "give a config with a longer cache (--config)"))
+    hosting.check_length(model, prompt, tokens, torch.zeros(1, dtype=torch.int32))
 
 
 def sync(device: Any) -> None:

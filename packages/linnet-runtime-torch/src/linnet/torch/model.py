@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -11,9 +10,26 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from linnet.lang import Graph, LinnetError, Program, check_program, lower
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang import Graph, Program, lower
 from linnet.lang.emit.torch import emit_torch
+
+# NUMERICS is re-exported: `linnet.torch.model.NUMERICS` is how users name it.
+from linnet.lang.hosting import (  # noqa: F401
+    NUMERICS,
+    bind_inputs,
+    check_count,
+    check_dtype_config,
+    check_numerics,
+    check_weights_type,
+    dtype_error,
+    entry_method,
+    load_program,
+    parameter_types,
+    read_config,
+    read_headers,
+    short,
+)
+from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
 
 import torch
@@ -31,17 +47,6 @@ from .options import (  # noqa: F401
     compile_options,
     numerics_mode,
 )
-
-NUMERICS = ("exact", "fast")
-
-
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -157,38 +162,16 @@ class Model:
 
     def _inputs(self, entry: str, given: list[Any], named: dict[str, Any]) -> list[Any]:
         """Positional inputs, then inputs by the entry's parameter names, in its order."""
-        method = self._entry_method(entry)
-        params = [p.name for p in method.params]
         if not named:
             return given
-        out: dict[str, Any] = dict(zip(params, given))
-        if len(given) > len(params):
-            raise _error("E0720", f"entry `{entry}` takes {len(params)} inputs "
-                         f"({', '.join(params)}), got {len(given) + len(named)}")
-        for key, value in named.items():
-            if key not in params:
-                raise _error("E0783", f"entry `{entry}` has no input `{key}`",
-                             help=f"its inputs are: {', '.join(params)}")
-            if key in out:
-                raise _error("E0783", f"input `{key}` of `{entry}` is given twice (by position "
-                             "and by name)", help=f"its inputs are, in order: {', '.join(params)}")
-            out[key] = value
-        missing = [p for p in params if p not in out]
-        if missing:
-            raise _error("E0720", f"entry `{entry}` takes {len(params)} inputs "
-                         f"({', '.join(params)}); missing: {', '.join(missing)}")
-        return [out[p] for p in params]
+        return bind_inputs(entry, [p.name for p in self._entry_method(entry).params], given,
+                           named)
 
     def _entry_method(self, entry: str) -> Any:
         cache = self.__dict__.setdefault("_methods", {})
         if entry in cache:
             return cache[entry]
-        decl = self._model_decl()
-        method = decl.method(entry)
-        if method is None or method.kind != "entry":
-            raise _error("E0601", f"model `{decl.name}` has no entry `{entry}`",
-                         help="entries: " + ", ".join(self.entries))
-        cache[entry] = method
+        method = cache[entry] = entry_method(self.program, entry)
         return method
 
     def __dir__(self) -> list[str]:
@@ -201,17 +184,13 @@ class Model:
 
     def _lower(self, entry: str, inputs: Sequence[torch.Tensor]) -> Lowered:
         method = self._entry_method(entry)
-        if not isinstance(inputs, list | tuple):
-            raise _error("E0784", f"the inputs of `{entry}` must be a list or tuple of tensors, "
-                         f"got {type(inputs).__name__}", help="pass one tensor per input: "
-                         f"model.run({entry!r}, [{', '.join(p.name for p in method.params)}])")
-        if len(inputs) != len(method.params):
-            raise _error("E0720", f"entry `{entry}` takes {len(method.params)} inputs "
-                         f"({', '.join(p.name for p in method.params)}), got {len(inputs)}")
+        names = [p.name for p in method.params]
+        check_count(entry, names, inputs, "tensor",
+                    example=f"model.run({entry!r}, [{', '.join(names)}])")
         for p, t in zip(method.params, inputs):
             if not isinstance(t, torch.Tensor):
                 raise _error("E0721", f"input `{p.name}` of `{entry}` must be a torch.Tensor, "
-                             f"got {type(t).__name__} {_short(t)}",
+                             f"got {type(t).__name__} {short(t)}",
                              help="wrap it: torch.tensor(..., dtype=torch.int32) for token ids "
                                   "and positions (Python ints and lists are not converted: "
                                   "their dtype and device would be guesses)")
@@ -226,9 +205,8 @@ class Model:
         for p, t, name in zip(method.params, inputs, graph.inputs):
             want = DTYPES[graph.values[name].dtype]
             if t.dtype != want:
-                raise _error("E0722", f"input `{p.name}` of `{entry}` is {t.dtype}, the entry "
-                             f"declares {graph.values[name].dtype}",
-                             help=f"convert it: `{p.name}.to({want})`")
+                raise dtype_error(entry, p.name, str(t.dtype), graph.values[name].dtype,
+                                  f"{p.name}.to({want})", why=False)
         lowered = Lowered(graph)
         if not self.interpret:
             sources = {m.source.name: m.source.text for m in self.program.modules.values()}
@@ -518,21 +496,6 @@ class Model:
         return export_stablehlo(self, entry, inputs, path, verify)
 
 
-def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) -> dict[str, Any]:
-    """The user's ``config=`` as a dict: a dict as given (keys starting with ``_`` are
-    comments), a JSON file, or a name in the model's configs/ folder."""
-    if config is None:
-        return {}
-    if isinstance(config, dict):
-        return {k: v for k, v in config.items() if not str(k).startswith("_")}
-    if not isinstance(config, str | Path):
-        raise _error("E0744", f"config must be a dict, a JSON file or a config name, not "
-                     f"{type(config).__name__}", help="e.g. config='toy' or config={'H': 4}")
-    from linnet.lang.cli import load_config
-
-    return load_config(str(config), [], str(model_path))
-
-
 def resolve_dtype(dtype: Any) -> torch.dtype | None:
     """``dtype=`` as a floating-point torch dtype: a torch dtype or a Linnet name ('bf16').
 
@@ -553,25 +516,8 @@ def resolve_dtype(dtype: Any) -> torch.dtype | None:
 
 
 def _check_weights_type(weights: Any) -> None:
-    ok = weights is None or isinstance(weights, str | os.PathLike) or (
-        isinstance(weights, list | tuple) and bool(weights)
-        and all(isinstance(w, str | os.PathLike) for w in weights)) or (
-        isinstance(weights, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                          for k, v in weights.items()))
-    if not ok:
-        shown = repr(weights)
-        raise _error("E0741", f"weights must be a safetensors file, a checkpoint directory, an "
-                     f"index JSON, a list of files or a dict of tensors, not "
-                     f"{type(weights).__name__} {shown[:50]}{'...' if len(shown) > 50 else ''}",
-                     help="e.g. weights='Llama-3.2-1B/' (a path is never read as a file "
-                          "descriptor)")
-
-
-def _dtype_generics(program: Program) -> list[str]:
-    from linnet.lang.check.driver import find_model
-
-    decl = find_model(program, None)
-    return [g.name for g in decl.generics if g.kind == "DType"]
+    check_weights_type(weights, lambda v: isinstance(v, torch.Tensor), "tensors",
+                       note="a path is never read as a file descriptor")
 
 
 def load(path: str | Path, weights: Any = None,
@@ -623,8 +569,7 @@ def load(path: str | Path, weights: Any = None,
     ...              dtype="bf16", device="cuda")                    # doctest: +SKIP
     >>> logits = model.decode(torch.tensor([1]), torch.tensor([0]))  # doctest: +SKIP
     """
-    if numerics not in NUMERICS:
-        raise _error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    check_numerics(numerics)
     if not isinstance(grad, bool):
         raise _error("E0769", f"grad must be True or False, not {grad!r}",
                      help="load(..., grad=True) runs entries with autograd")
@@ -643,22 +588,9 @@ def load(path: str | Path, weights: Any = None,
 
         rank, device = init(world, device)
     dev = resolve_device(device)
-    from linnet.lang.syntax.program import model_file
-
-    model_path = model_file(path)
-    program = Program.from_file(model_path)
-    errors = check_program(program)
-    if errors:
-        raise LinnetError(errors)
+    program, model_path = load_program(path)
     cfg = read_config(config, model_path)
-    if convert is not None:
-        want = _dtype_name(convert)
-        for g in _dtype_generics(program):
-            if g in cfg and cfg[g] != want:
-                raise _error("E0743", f"dtype={want} converts the weights to {want}, but the "
-                             f"config sets `{g}` to {cfg[g]!r}",
-                             help=f"drop `{g}` from the config (it follows dtype=), or load "
-                                  f"with dtype={cfg[g]!r}")
+    check_dtype_config(program, cfg, None if convert is None else _dtype_name(convert))
     report = _progress(progress)
     params: dict[str, torch.Tensor] = {}
     shapes: dict[str, tuple] | None = None
@@ -679,33 +611,10 @@ def load(path: str | Path, weights: Any = None,
                       else v.to(dev)) for k, v in ((k, block(v, blocks.get(k)))
                                                    for k, v in weights.items())}
     elif weights is not None:
-        from linnet.lang.check.driver import find_model
-        from linnet.lang.weights.checkpoint import (
-            fit_checkpoint,
-            merge_config,
-            read_checkpoint_config,
-        )
-        from linnet.lang.weights.safetensors import (
-            TensorInfo,
-            checkpoint_shapes,
-            resolve_checkpoint,
-        )
-
         from .weights import load_checkpoint
 
-        ckpt = resolve_checkpoint(weights)
-        shapes = checkpoint_shapes(ckpt)
-        ckpt_config = None
-        if ckpt.config_path is not None:
-            ckpt_config = read_checkpoint_config(ckpt.config_path, model_path,
-                                                 find_model(program, None).name)
-            if ckpt_config is not None:
-                cfg = merge_config(cfg, ckpt_config)
-        if convert is not None:
-            want = _dtype_name(convert)
-            shapes = {k: TensorInfo(s[0], want if s[1] in ("f16", "bf16", "f32", "f64") else s[1],
-                                    getattr(s, "shard", "")) for k, s in shapes.items()}
-        cfg = fit_checkpoint(program, cfg, shapes, ckpt_config)
+        ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg,
+                                         None if convert is None else _dtype_name(convert))
         report(f"loading weights from {weights}"
                + (f" ({len(ckpt.files)} shards)" if len(ckpt.files) > 1 else ""))
         blocks = {}
@@ -746,26 +655,12 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
 
     >>> w = random_weights("examples/llama/llama.linnet", toy_config)   # doctest: +SKIP
     """
-    program = Program.from_file(model_path)
-    from linnet.lang.check.driver import find_model
-
-    decl = find_model(program, None)
-    entry = next(m for m in decl.methods if m.kind == "entry")
-
-    def size(dim: Any) -> int:
-        # A dim the config sets (the batch B, say) takes its value; any other is 1.
-        value = config.get(getattr(dim, "name", ""))
-        return value if isinstance(value, int) and not isinstance(value, bool) else 1
-
-    inputs = {p.name: [size(d) for d in p.type.dims]  # type: ignore[union-attr]
-              for p in entry.params}
-    graph = lower(program, entry.name, inputs, config)
     dev = torch.device(device)
     gen = torch.Generator(dev).manual_seed(seed)
     out = {}
-    for path, vt in sorted(graph.parameters.items()):
+    for path, vt, ones in parameter_types(model_path, config):
         dt = dtype or DTYPES[vt.dtype]
-        if path.endswith("norm.weight") or path.endswith("layernorm.weight"):
+        if ones:
             out[path] = torch.ones(vt.shape, dtype=dt, device=dev)
         else:
             t = torch.empty(vt.shape, dtype=dt, device=dev)

@@ -22,18 +22,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from linnet.lang import LinnetError, Program, lower
+from linnet.lang import LinnetError, Program
 from linnet.lang.check.kernel_cases import (
     DEFAULT_DTYPES,
     ENTRY,
     EXACT,
-    MODEL,
     TF32,
     TOLERANCES,
     KernelCase,
     KernelCheck,
     KernelFinding,
-    finding,
     position,
     raise_findings,
     run_checks,
@@ -42,6 +40,14 @@ from linnet.lang.check.kernel_cases import (
 )
 from linnet.lang.check.kernel_cases import checked_program as _program
 from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.hosting import (
+    Found,
+    case_graph,
+    check_launch,
+    nan_found,
+    scalar_value,
+    shape_found,
+)
 
 import torch
 
@@ -93,34 +99,14 @@ def assert_kernels(source: str | Path | Program, **options: Any) -> None:
 def check_case(program: Program, op: Any, case: KernelCase, seed: int,
                device: torch.device) -> KernelCheck:
     """Run one case both ways and compare (see :func:`check_kernels`)."""
-    wrapper = wrapper_program(program, op, case)
-    config = {name: _scalar_value(dtype, seed, name) for name, dtype in case.scalars.items()}
-    shapes = {name: list(shape) for name, (shape, _) in case.params.items()}
-    graph = lower(wrapper, ENTRY, shapes, config, model=MODEL, check=False)
+    wrapper, graph = case_graph(program, op, case, lambda d, name: _scalar_value(d, seed, name))
     inputs = _inputs(case, seed, device)
     want = run_graph(graph, [t.clone() for t in inputs], {}, {}, device)
-    try:
-        got, launches, tf32 = _launch(wrapper, graph, inputs, device)
-    except Exception as exc:  # a kernel that fails to compile or run is a finding
-        return KernelCheck(case, float("inf"), _found(
-            case, f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
-    if launches == 0:
-        return KernelCheck(case, float("inf"), _found(
-            case, "the kernel did not launch (the generated code ran the body)"))
-    worst = 0.0
-    for k, (g, w) in enumerate(zip(got, want)):
-        name = "result" if len(want) == 1 else f"result {k}"
-        dtype = case.results[k][1]
-        finding, diff = compare(g, w, "tf32" if tf32 and dtype == "f32" else dtype, name)
-        worst = max(worst, diff)
-        if finding is not None:
-            problem, diff, tol, where = finding
-            return KernelCheck(case, diff, _found(case, problem, diff, tol, where))
-    return KernelCheck(case, worst)
+    return check_launch(case, want, lambda: _launch(wrapper, graph, inputs, device), compare)
 
 
 def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "result"
-            ) -> tuple[tuple[str, float, float, str] | None, float]:
+            ) -> tuple[Found, float]:
     """Whether ``got`` (the kernel's) equals ``want`` (the body's) within ``dtype``'s
     tolerance (``"tf32"``: an f32 result of TF32 products): ``(None, largest difference)``
     or ``((problem, difference, tolerance, where), difference)``.
@@ -129,17 +115,13 @@ def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "resu
     ('differs', 0.5)
     """
     if tuple(got.shape) != tuple(want.shape):
-        return ((f"{name} has shape {list(got.shape)}, the body's {list(want.shape)}",
-                 float("inf"), 0.0, ""), float("inf"))
+        return shape_found(name, got.shape, want.shape)
     rtol, atol = TF32 if dtype == "tf32" else TOLERANCES.get(dtype, EXACT)
     g = got.detach().to("cpu", torch.float64)
     w = want.detach().to("cpu", torch.float64)
     stray = torch.isnan(g) & ~torch.isnan(w)
     if bool(stray.any()):
-        pos = position(name, stray.nonzero()[0].tolist())
-        return ((f"{int(stray.sum())} element(s) of the {name} are NaN where the body's are "
-                 "not (lanes the kernel never stored?), the first", float("inf"), 0.0, pos),
-                float("inf"))
+        return nan_found(name, int(stray.sum()), stray.nonzero()[0].tolist())
     both = torch.isnan(g) & torch.isnan(w)
     diff = torch.where(both, torch.zeros_like(g), (g - w).abs())
     diff = torch.where(torch.isinf(g) & (g == w), torch.zeros_like(diff), diff)
@@ -158,20 +140,10 @@ def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "resu
     return None, largest
 
 
-def _found(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
-           where: str = "") -> KernelFinding:
-    return finding(case, problem, diff, tol, where, via='')
-
-
 def _scalar_value(dtype: str, seed: int, name: str) -> Any:
     """A scalar parameter's value: a small positive number (an epsilon, a scale)."""
     gen = torch.Generator().manual_seed(zlib.crc32(f"{seed}/{name}".encode()))
-    u = float(torch.rand((), generator=gen))
-    if dtype == "bool":
-        return u < 0.5
-    if dtype.startswith(("i", "u")):
-        return 1 + int(u * 4)
-    return 1e-3 + u
+    return scalar_value(dtype, float(torch.rand((), generator=gen)))
 
 
 def _inputs(case: KernelCase, seed: int, device: torch.device) -> list[torch.Tensor]:

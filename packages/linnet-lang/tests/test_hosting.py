@@ -1,0 +1,186 @@
+"""linnet.lang.hosting: the runtimes' shared, framework-free half (inputs, loading, `linnet run`,
+kernel checks). Both runtimes' own suites check the errors end to end; these check the pure
+functions alone, and that the module stays free of array libraries."""
+
+import argparse
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from linnet.lang import LinnetError, Program, lower
+from linnet.lang.hosting import (
+    GATHER_EXAMPLE,
+    bind_inputs,
+    check_count,
+    check_numerics,
+    check_weights_type,
+    dtype_error,
+    entry_method,
+    in_range,
+    load_program,
+    parameter_types,
+    range_error,
+    read_config,
+    run_tokens,
+    scalar_value,
+    summary_lines,
+    token_line,
+)
+from linnet.lang.ir.bounds import input_bounds
+
+LLAMA = Path(__file__).resolve().parents[3] / "examples" / "llama" / "llama.linnet"
+
+GRAPH = lower(Program.from_text(GATHER_EXAMPLE), "get", {"i": [1]}, {"V": 4})
+RANGE = input_bounds(GRAPH).inputs["%i"]  # 0..3: `i` indexes the 4 rows of `t`
+
+
+def code_of(excinfo: pytest.ExceptionInfo) -> str:
+    return excinfo.value.diagnostics[0].code
+
+
+def test_importing_it_imports_no_array_library():
+    code = ("import sys, linnet.lang.hosting; "
+            "bad = [m for m in ('torch', 'jax', 'numpy') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_check_count_names_the_noun_and_the_inputs():
+    with pytest.raises(LinnetError) as e:
+        check_count("decode", ["%token", "%pos"], "abc", "array")
+    d = e.value.diagnostics[0]
+    assert (d.code, d.message) == ("E0784", "the inputs of `decode` must be a list or tuple of "
+                                            "arrays, got str")
+    assert d.help == "pass one array per input: [token, pos]"
+    with pytest.raises(LinnetError) as e:
+        check_count("decode", ["token", "pos"], {}, "tensor", example="model.run('decode', [])")
+    assert e.value.diagnostics[0].help == "pass one tensor per input: model.run('decode', [])"
+    with pytest.raises(LinnetError) as e:
+        check_count("decode", ["%token", "%pos"], (1, 2, 3), "tensor")
+    assert e.value.diagnostics[0].message == "entry `decode` takes 2 inputs (token, pos), got 3"
+    check_count("decode", ["%token", "%pos"], (1, 2), "tensor")  # the right count passes
+
+
+@pytest.mark.parametrize("given_,named,code,message", [
+    ([1, 2, 3], {"pos": 0}, "E0720", "entry `decode` takes 2 inputs (token, pos), got 4"),
+    ([], {"tok": 1}, "E0783", "entry `decode` has no input `tok`"),
+    ([1], {"token": 1}, "E0783", "input `token` of `decode` is given twice (by position and "
+                                 "by name)"),
+    ([], {"pos": 1}, "E0720", "entry `decode` takes 2 inputs (token, pos); missing: token"),
+])
+def test_bind_inputs_errors(given_, named, code, message):
+    with pytest.raises(LinnetError) as e:
+        bind_inputs("decode", ["token", "pos"], given_, named)
+    assert (code_of(e), e.value.diagnostics[0].message) == (code, message)
+
+
+@given(st.permutations(["a", "b", "c", "d"]), st.integers(0, 4))
+def test_bind_inputs_orders_any_split_of_position_and_name(names, cut):
+    # The first `cut` inputs by position, the rest by name in any order: the entry's order.
+    values = {n: f"value of {n}" for n in names}
+    named = {n: values[n] for n in reversed(names[cut:])}
+    assert bind_inputs("e", names, [values[n] for n in names[:cut]], named) == [
+        values[n] for n in names]
+
+
+def test_dtype_error_with_and_without_the_reason():
+    d = dtype_error("get", "%i", "torch.float32", "i32", "i.to(torch.int32)").diagnostics[0]
+    assert d.message == "input `i` of `get` is torch.float32, the entry declares i32"
+    assert d.help.startswith("convert it: `i.to(torch.int32)` (nothing is converted silently")
+    short = dtype_error("get", "i", "float32", "i32", "i.to(torch.int32)", why=False)
+    assert short.diagnostics[0].help == "convert it: `i.to(torch.int32)`"
+
+
+def test_in_range_is_the_half_open_range():
+    assert (RANGE.lo, RANGE.hi) == (0, 4)
+    assert in_range(RANGE, 0, 3)
+    assert not in_range(RANGE, -1, 3)
+    assert not in_range(RANGE, 0, 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=0, max_size=3).flatmap(
+    lambda shape: st.tuples(st.just(shape), st.lists(
+        st.integers(-3, 6), min_size=_numel(shape), max_size=_numel(shape)))))
+def test_range_error_names_the_first_bad_element(case):
+    shape, values = case
+    if all(0 <= v < 4 for v in values):
+        values = [*values[:-1], 4]  # at least one out of range
+    msg = range_error(GRAPH, "get", RANGE, values, shape).diagnostics[0]
+    # The first bad element in row-major order, by enumerating every index.
+    indices = list(itertools.product(*(range(n) for n in shape)))
+    bad = [(idx, v) for idx, v in zip(indices, values) if not 0 <= v < 4]
+    where, value = bad[0]
+    more = f" ({len(bad)} values are out of range)" if len(bad) > 1 else ""
+    assert msg.code == "E0780"
+    assert msg.message.startswith(f"input `i` of `get` has {value} at index {list(where)}{more};")
+    if value < 0:
+        assert "negative values do not count from the end" in msg.help
+    else:
+        assert "the size comes from the weights or the config" in msg.help
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def test_loading_errors():
+    with pytest.raises(LinnetError) as e:
+        check_numerics("quick")
+    assert code_of(e) == "E0713"
+    with pytest.raises(LinnetError) as e:
+        read_config(42, LLAMA)
+    assert code_of(e) == "E0744"
+    assert read_config({"H": 2, "_why": "a comment"}, LLAMA) == {"H": 2}
+    with pytest.raises(LinnetError) as e:
+        check_weights_type({"w": 1.0}, lambda v: False, "tensors", note="a path is never read")
+    d = e.value.diagnostics[0]
+    assert d.code == "E0741" and "a dict of tensors, not dict" in d.message
+    assert d.help == "e.g. weights='Llama-3.2-1B/' (a path is never read)"
+    program, path = load_program(LLAMA)
+    assert path == LLAMA
+    with pytest.raises(LinnetError) as e:
+        entry_method(program, "decod")
+    assert code_of(e) == "E0601" and "entries: " in e.value.diagnostics[0].help
+
+
+def test_parameter_types_mark_norm_weights():
+    cfg = {"V": 16, "D": 8, "F": 16, "NL": 1, "H": 2, "KV": 1, "HD": 4, "S": 8, "T": "f32"}
+    found = {path: (vt.shape, ones) for path, vt, ones in parameter_types(LLAMA, cfg)}
+    assert found["model.norm.weight"] == ((8,), True)
+    assert found["lm_head.weight"] == ((16, 8), False)
+    assert list(found) == sorted(found)
+
+
+def test_run_tokens(capsys):
+    args = argparse.Namespace(prompt="1, 2,3", stop="7", tokens=4)
+    assert run_tokens(args) == ([1, 2, 3], [7])
+    assert run_tokens(args, stop=False) == ([1, 2, 3], [])
+    assert run_tokens(argparse.Namespace(prompt="1,x", stop="", tokens=4), stop=False) is None
+    assert "--prompt takes comma-separated integers" in capsys.readouterr().err
+    with pytest.raises(LinnetError) as e:
+        run_tokens(argparse.Namespace(prompt=" ", stop="", tokens=4))
+    assert code_of(e) == "E0786"
+    with pytest.raises(LinnetError) as e:
+        run_tokens(argparse.Namespace(prompt="1", stop="", tokens=0))
+    assert code_of(e) == "E0787"
+
+
+def test_run_lines():
+    assert token_line(12, 40, 7, 3.25) == "  token  12 at position   40:      7       3.25 ms"
+    assert summary_lines([1, 2], [5.0], "includes lowering") == [
+        "decoded 2 tokens: [1, 2]",
+        "per-token decode: median nan ms after the first (first: 5.0 ms, includes lowering)"]
+
+
+def test_scalar_values():
+    assert scalar_value("bool", 0.2) is True
+    assert scalar_value("u8", 0.99) == 4
+    assert scalar_value("bf16", 0.0) == pytest.approx(1e-3)
