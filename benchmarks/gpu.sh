@@ -103,6 +103,10 @@ fi
 if [ "${1:-}" = "--steps" ]; then
   # Whole decode steps with both plugins, and FlashInfer token for token (gpu_steps.py).
   flashinfer_env
+  # How large $LINNET_HOME (timings, compiled slices) grows, every minute: a call that runs
+  # out of time keeps the last count (could a later call carry it back?).
+  ( while sleep 60; do du -sh "$LINNET_HOME" "$LINNET_HOME"/* "$LINNET_HOME"/cache/* \
+      > "$OUT/home-size.txt" 2>/dev/null; done ) &
   python3 benchmarks/gpu_steps.py "${@:2}" 2>&1 | tee "$OUT/steps.log" | grep -v Warning | tail -60
   exit 0
 fi
