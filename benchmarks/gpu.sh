@@ -105,8 +105,12 @@ if [ "${1:-}" = "--steps" ]; then
   flashinfer_env
   # How large $LINNET_HOME (timings, compiled slices) grows, every minute: a call that runs
   # out of time keeps the last count (could a later call carry it back?).
+  # (Its output goes nowhere else, and it stops with the script: an open pipe would hold the
+  # caller's `| tail` until the call's limit.)
   ( while sleep 60; do du -sh "$LINNET_HOME" "$LINNET_HOME"/* "$LINNET_HOME"/cache/* \
-      > "$OUT/home-size.txt" 2>/dev/null; done ) &
+      > "$OUT/home-size.txt" 2>/dev/null; done ) >/dev/null 2>&1 </dev/null &
+  sizes=$!
+  trap 'kill $sizes 2>/dev/null' EXIT
   python3 benchmarks/gpu_steps.py "${@:2}" 2>&1 | tee "$OUT/steps.log" | grep -v Warning | tail -60
   exit 0
 fi
