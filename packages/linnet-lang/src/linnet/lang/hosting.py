@@ -453,7 +453,11 @@ def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
 
 
 def announce_demo(model: Path, config_name: str | None, seed: int) -> None:
-    """The line `linnet run` prints on stderr before it makes the demo checkpoint."""
+    """The line `linnet run` prints on stderr before it makes the demo checkpoint.
+
+    >>> announce_demo(Path("llama.linnet"), "small", 0)  # doctest: +SKIP
+    linnet: generating a deterministic checkpoint for llama.linnet (small config, seed 0)
+    """
     print(f"linnet: generating a deterministic checkpoint for {model.name} "
           f"({config_name} config, seed {seed})", file=sys.stderr)
 
