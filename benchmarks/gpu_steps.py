@@ -515,10 +515,12 @@ def prefill_flops(cfg: dict, length: int) -> float:
     return 2.0 * weights * length + attention
 
 
-def prefill_rows(name: str, dev: torch.device) -> None:
+def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
     """Batch 1, PREFILL tokens: Linnet's compiled plan (both plugins, max-autotune) with and
     without its kernels as candidates, against transformers compiled the same way; ms
-    (median of 10, synchronised) and the share of the bf16 rate."""
+    (median of 10, synchronised) and the share of the bf16 rate. `kinds` (--rows) and --only
+    pick the rows: each compile of a 1024-token prefill takes 220-230 s on the H200 (session
+    10), so one device call covers about two rows."""
     import transformers
     from linnet.plan import TimingCache
     from linnet.torch import load, random_weights
@@ -584,9 +586,13 @@ def prefill_rows(name: str, dev: torch.device) -> None:
         rows.append((f"HF StaticCache, torch.compile {mat}", ms, ""))
         print(f"  {name} prefill HF compiled: {ms:.2f} ms", flush=True)
 
-    guarded(f"(f) {name} HF", hf)
-    guarded(f"(f) {name} Linnet", lambda: linnet(False))
-    guarded(f"(f) {name} Linnet + kernels", lambda: linnet(True))
+    if "hf" in kinds:
+        guarded(f"(f) {name} HF", hf)
+    for kernels in (False, True):
+        label = f"Linnet compile {mat} + CublasLt + FlashInfer" + (
+            " + linnet-kernels" if kernels else "")
+        if "linnet" in kinds and not (ONLY and not re.search(ONLY[0], label)):
+            guarded(f"(f) {name} {label}", lambda k=kernels: linnet(k))
     SUMMARY.append(f"\n(f) {name} prefill, batch 1, {PREFILL} tokens; {flops / 1e12:.2f} TFLOP "
                    f"(at {BF16_RATE / 1e12:.0f} TFLOP/s: {flops / BF16_RATE * 1e3:.2f} ms)")
     SUMMARY.append("| configuration | ms | of the bf16 rate | regions |")
@@ -742,9 +748,9 @@ def main() -> int:
                              "of a step), v (inductor's options)")
     parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
     parser.add_argument("--rows", default="linnet,hf",
-                        help="(s): linnet (Linnet's configurations), hf (transformers baselines)")
+                        help="(s, f): linnet (Linnet's configurations), hf (transformers baselines)")
     parser.add_argument("--only", default="",
-                        help="(s): keep only the Linnet rows whose label this regular "
+                        help="(s, f): keep only the Linnet rows whose label this regular "
                              "expression finds (e.g. 'compile.*FlashInfer')")
     parser.add_argument("--hf-best", action="store_true",
                         help="(s): only transformers' best configuration (max-autotune-no-"
@@ -774,7 +780,7 @@ def main() -> int:
         whole_steps(dev, args.models.split(","), args.rows.split(","))
     if "f" in parts:
         for name in args.models.split(","):
-            prefill_rows(name, dev)
+            prefill_rows(name, dev, args.rows.split(","))
     if "p" in parts:
         for name in args.models.split(","):
             guarded(f"(p) {name}", lambda n=name: profile_step(n, dev))
