@@ -66,7 +66,8 @@ from torch_decode import copy_bandwidth, hf_config
 SUMMARY: list[str] = []
 HF_BEST_ONLY = False  # --hf-best: only transformers' best configuration (max-autotune + graph)
 ONLY: list[str] = []  # --only: a regular expression a Linnet row's label must match
-PROFILE = False  # --profile: (s) also profiles the first row with Linnet's kernels (p's table)
+PROFILE = False  # --profile: (s) also profiles the first row with Linnet's kernels (p's table);
+# (f) the kernel table of every prefill row
 CONTEXT = 1024  # (s): --context and --batch change these three
 BATCH = 1
 STEPS = 64
@@ -546,6 +547,23 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
             times.append(time.perf_counter() - t0)
         return statistics.median(times) * 1e3
 
+    def kernels_of(label: str, fn: Callable[[], Any], calls: int = 3) -> None:
+        """--profile: the kernel table of `calls` synchronised calls of `fn` (after the
+        timing, so compiled and warm), printed at once and kept for the summary."""
+        if not PROFILE:
+            return
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) / calls
+        table = [f"\n(f) {name} prefill, {label}: kernels of one call (profiled)"]
+        table += kernel_table(prof.key_averages(), calls, wall * 1e3, top=20)
+        print("\n".join(table), flush=True)
+        SUMMARY.extend(table)
+
     weights = random_weights(LLAMA, cfg, seed=0, device=dev)
 
     def linnet(kernels: bool) -> None:
@@ -558,6 +576,7 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         ctx = model.context_for(plan)
         ins = [prompt.to(dev)]
         ms = median_ms(lambda: plan.run(ins, ctx))
+        kernels_of("Linnet" + (" + kernels" if kernels else ""), lambda: plan.run(ins, ctx))
         taken: dict[str, int] = {}
         for c in plan.regions:
             taken[c.backend.name] = taken.get(c.backend.name, 0) + 1
@@ -583,6 +602,7 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
                 return fn()
 
         ms = median_ms(run)
+        kernels_of("HF compiled", run)
         rows.append((f"HF StaticCache, torch.compile {mat}", ms, ""))
         print(f"  {name} prefill HF compiled: {ms:.2f} ms", flush=True)
 
@@ -761,7 +781,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=BATCH, help="(s): sequences a step")
     parser.add_argument("--profile", action="store_true",
                         help="(s): also the kernel table (as p makes) of each row with Linnet's "
-                             "kernels, from the very plan that row timed")
+                             "kernels, from the very plan that row timed; (f): of every row")
     args = parser.parse_args()
     ONLY[:] = [args.only] if args.only else []
     HF_BEST_ONLY = args.hf_best
