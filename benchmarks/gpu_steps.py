@@ -549,11 +549,14 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
 
     def kernels_of(label: str, fn: Callable[[], Any], calls: int = 3) -> None:
         """--profile: the kernel table of `calls` synchronised calls of `fn` (after the
-        timing, so compiled and warm), printed at once and kept for the summary."""
+        timing and after its row is kept, so compiled and warm, and a failure here loses no
+        figure), printed at once and kept for the summary."""
         if not PROFILE:
             return
+        activity = (torch.profiler.ProfilerActivity.CUDA if dev.type == "cuda"
+                    else torch.profiler.ProfilerActivity.CPU)  # a dry run on the CPU
         torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        with torch.profiler.profile(activities=[activity]) as prof:
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
@@ -576,7 +579,6 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         ctx = model.context_for(plan)
         ins = [prompt.to(dev)]
         ms = median_ms(lambda: plan.run(ins, ctx))
-        kernels_of("Linnet" + (" + kernels" if kernels else ""), lambda: plan.run(ins, ctx))
         taken: dict[str, int] = {}
         for c in plan.regions:
             taken[c.backend.name] = taken.get(c.backend.name, 0) + 1
@@ -585,6 +587,7 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
             " + linnet-kernels" if kernels else "")
         rows.append((label, ms, f"{what}; plan {planned:.0f} s"))
         print(f"  {name} prefill {label}: {ms:.2f} ms; {what}", flush=True)
+        guarded(f"(f) {name} {label}: profile", lambda: kernels_of(label, lambda: plan.run(ins, ctx)))
 
     def hf() -> None:
         hf_cfg = hf_config(cfg)
@@ -602,9 +605,9 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
                 return fn()
 
         ms = median_ms(run)
-        kernels_of("HF compiled", run)
         rows.append((f"HF StaticCache, torch.compile {mat}", ms, ""))
         print(f"  {name} prefill HF compiled: {ms:.2f} ms", flush=True)
+        guarded(f"(f) {name} HF: profile", lambda: kernels_of("HF compiled", run))
 
     if "hf" in kinds:
         guarded(f"(f) {name} HF", hf)
