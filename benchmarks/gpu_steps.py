@@ -82,6 +82,11 @@ def first(outputs: Any) -> torch.Tensor:
     return outputs[0] if isinstance(outputs, list | tuple) else outputs
 
 
+def wanted(label: str) -> bool:
+    """Whether a Linnet row's label passes --only."""
+    return not ONLY or re.search(ONLY[0], label) is not None
+
+
 def guarded(label: str, fn: Callable[[], Any]) -> Any:
     """Run ``fn``; print its error and return None if it fails (each row on its own)."""
     t0 = time.perf_counter()
@@ -298,7 +303,7 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
     first_token = torch.ones(BATCH, dtype=torch.int32, device=dev)
 
     def captured(label: str, backends: list, compile: Any, kernels: bool = False) -> None:
-        if ONLY and not re.search(ONLY[0], label):
+        if not wanted(label):
             return
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
@@ -569,7 +574,7 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
 
     weights = random_weights(LLAMA, cfg, seed=0, device=dev)
 
-    def linnet(kernels: bool) -> None:
+    def linnet(kernels: bool, label: str) -> None:
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
         plan = plan_for(model, "prefill", [prompt], backends=[CublasLt(), FlashInfer()],
@@ -583,8 +588,6 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         for c in plan.regions:
             taken[c.backend.name] = taken.get(c.backend.name, 0) + 1
         what = ", ".join(f"{k} {v}" for k, v in sorted(taken.items())) or "no regions"
-        label = f"Linnet compile {mat} + CublasLt + FlashInfer" + (
-            " + linnet-kernels" if kernels else "")
         rows.append((label, ms, f"{what}; plan {planned:.0f} s"))
         print(f"  {name} prefill {label}: {ms:.2f} ms; {what}", flush=True)
         guarded(f"(f) {name} {label}: profile", lambda: kernels_of(label, lambda: plan.run(ins, ctx)))
@@ -614,8 +617,8 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
     for kernels in (False, True):
         label = f"Linnet compile {mat} + CublasLt + FlashInfer" + (
             " + linnet-kernels" if kernels else "")
-        if "linnet" in kinds and not (ONLY and not re.search(ONLY[0], label)):
-            guarded(f"(f) {name} {label}", lambda k=kernels: linnet(k))
+        if "linnet" in kinds and wanted(label):
+            guarded(f"(f) {name} {label}", lambda k=kernels, lb=label: linnet(k, lb))
     SUMMARY.append(f"\n(f) {name} prefill, batch 1, {PREFILL} tokens; {flops / 1e12:.2f} TFLOP "
                    f"(at {BF16_RATE / 1e12:.0f} TFLOP/s: {flops / BF16_RATE * 1e3:.2f} ms)")
     SUMMARY.append("| configuration | ms | of the bf16 rate | regions |")
