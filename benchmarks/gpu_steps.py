@@ -714,11 +714,16 @@ def profile_step(name: str, dev: torch.device) -> None:
 MAT = "max-autotune-no-cudagraphs"
 # Measured 2026-11-29 (8B, at 7ccd1ce): the mode 4.654 ms, without coordinate descent 6.349,
 # with benchmark_fusion 4.697; see docs/benchmarks/flashinfer.md.
+# The mode spelled out (the same options), so that a variant can add one to it.
+MAT_OPTIONS = {"max_autotune": True, "coordinate_descent_tuning": True}
 VARIANTS: list[tuple[str, Any]] = [
     (MAT, MAT),
     ("max_autotune, no coordinate descent", {"max_autotune": True}),
     ("max_autotune + coordinate descent + benchmark_fusion",
-     {"max_autotune": True, "coordinate_descent_tuning": True, "benchmark_fusion": True}),
+     {**MAT_OPTIONS, "benchmark_fusion": True}),
+    # Programmatic dependent launch (Hopper and later): each inductor kernel may start while
+    # the one before it drains, waiting in `gdc_wait` for the data it reads.
+    (f"{MAT} + PDL", {**MAT_OPTIONS, "triton.enable_pdl": True}),
 ]
 
 
@@ -763,6 +768,8 @@ def compile_variants(name: str, dev: torch.device) -> None:
         print("  " + SUMMARY[-1], flush=True)
 
     for label, compile in VARIANTS:
+        if not wanted(label):
+            continue
         guarded(f"(v) {name} {label}", lambda la=label, c=compile: one(la, c))
 
 
@@ -776,8 +783,8 @@ def main() -> int:
     parser.add_argument("--rows", default="linnet,hf",
                         help="(s, f): linnet (Linnet's configurations), hf (transformers baselines)")
     parser.add_argument("--only", default="",
-                        help="(s, f): keep only the Linnet rows whose label this regular "
-                             "expression finds (e.g. 'compile.*FlashInfer')")
+                        help="(s, f, v): keep only the Linnet rows (v: the variants) whose label "
+                             "this regular expression finds (e.g. 'compile.*FlashInfer')")
     parser.add_argument("--hf-best", action="store_true",
                         help="(s): only transformers' best configuration (max-autotune-no-"
                              "cudagraphs + a CUDA graph), not reduce-overhead too")
