@@ -796,6 +796,18 @@ def compile_variants(name: str, dev: torch.device) -> None:
         run(token, 0)
         built = time.perf_counter() - t0
         queued, single = timed(run, token)
+        if pdl_modules():  # the same plan with Linnet's kernels launched without PDL
+            set_pdl(False)
+            try:
+                plain = Captured(plan, ctx)
+                q2, s2 = timed(lambda t, i: first(plain([t, cpu_i32(CONTEXT + i)])).argmax(
+                    -1).to(torch.int32), token)
+            finally:
+                set_pdl(True)
+            SUMMARY.append(f"| {label}, Linnet's kernels without PDL | {q2:.3f} | {s2:.3f} | "
+                           "same plan | | |")
+            print("  " + SUMMARY[-1], flush=True)
+            del plain
         events, _ = profiled(step, token)
         kernels = sorted(((device_us(e) / 8, e.count / 8, e.key) for e in events
                           if device_us(e) and e.count), reverse=True)
