@@ -65,6 +65,7 @@ from torch_decode import copy_bandwidth, hf_config
 
 SUMMARY: list[str] = []
 HF_BEST_ONLY = False  # --hf-best: only transformers' best configuration (max-autotune + graph)
+INDUCTOR_PDL = False  # --inductor-pdl: Linnet's compiled rows with inductor's triton.enable_pdl
 ONLY: list[str] = []  # --only: a regular expression a Linnet row's label must match
 PROFILE = False  # --profile: (s) also profiles the first row with Linnet's kernels (p's table);
 # (f) the kernel table of every prefill row
@@ -80,6 +81,22 @@ def cpu_i32(*values: int) -> torch.Tensor:
 
 def first(outputs: Any) -> torch.Tensor:
     return outputs[0] if isinstance(outputs, list | tuple) else outputs
+
+
+def pdl_modules() -> list[Any]:
+    """The generated modules loaded so far that launch kernels with programmatic dependent
+    launch (their PDL flag is on: CUDA, a Triton with gdc_wait, LINNET_PDL not 0)."""
+    return [m for n, m in list(sys.modules.items())
+            if n.startswith("linnet_") and getattr(m, "PDL", False) is True
+            and hasattr(m, "PDL_LAUNCH")]
+
+
+def set_pdl(on: bool) -> None:
+    """Turn PDL on or off in every generated kernel module loaded so far (read at each
+    launch, so a graph captured after this launches accordingly)."""
+    for n, m in list(sys.modules.items()):
+        if n.startswith("linnet_") and hasattr(m, "PDL_LAUNCH"):
+            m.PDL = on
 
 
 def wanted(label: str) -> bool:
@@ -326,6 +343,24 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
             return logits.argmax(-1).to(torch.int32)
 
         queued, one = timed(run, first_token)
+        if kernels and pdl_modules():
+            # The same plan, captured again with Linnet's kernels launched without
+            # programmatic dependent launch: what PDL is worth, in one run.
+            set_pdl(False)
+            try:
+                plain = Captured(plan, ctx)
+
+                def run_plain(token: torch.Tensor, i: int) -> torch.Tensor:
+                    logits = first(plain([token, cpu_i32(*[CONTEXT + i] * BATCH)]))
+                    return logits.argmax(-1).to(torch.int32)
+
+                q2, o2 = timed(run_plain, first_token)
+            finally:
+                set_pdl(True)
+            rows.append((name, f"{label}, Linnet's kernels without PDL", (q2, o2, "same plan")))
+            print(f"  {name} {label}, kernels without PDL: {q2:.3f} ms/token queued, {o2:.3f} "
+                  f"one by one", flush=True)
+            del plain
         if PROFILE and kernels and BATCH == 1:
             events, wall = profiled(step, first_token)
             table = [f"\n(s) {name} {label}: kernels of one step (profiled, so slower "
@@ -352,17 +387,20 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
                           f"{(c.generated_seconds or 0) * 1e6:.1f} us", flush=True)
 
     both = [CublasLt(), FlashInfer()]
-    mat = "max-autotune-no-cudagraphs"
+    mat: Any = "max-autotune-no-cudagraphs"
+    if INDUCTOR_PDL:  # the mode's options and inductor's PDL; the labels say the mode + PDL
+        mat = {**MAT_OPTIONS, "triton.enable_pdl": True}
     guarded(f"{name} generated", lambda: captured("Linnet generated, Captured", [], None))
     guarded(f"{name} generated + plugins",
             lambda: captured("Linnet generated + CublasLt + FlashInfer, Captured", both, None))
-    guarded(f"{name} {mat}", lambda: captured(f"Linnet compile {mat}, Captured", [], mat))
+    ml = MAT + (" (inductor PDL)" if INDUCTOR_PDL else "")
+    guarded(f"{name} {ml}", lambda: captured(f"Linnet compile {ml}, Captured", [], mat))
     # The best configuration first: a call that runs out of time still has it.
-    guarded(f"{name} {mat} + plugins + kernels", lambda: captured(
-        f"Linnet compile {mat} + CublasLt + FlashInfer + linnet-kernels, Captured", both, mat,
+    guarded(f"{name} {ml} + plugins + kernels", lambda: captured(
+        f"Linnet compile {ml} + CublasLt + FlashInfer + linnet-kernels, Captured", both, mat,
         True))
-    guarded(f"{name} {mat} + plugins", lambda: captured(
-        f"Linnet compile {mat} + CublasLt + FlashInfer, Captured", both, mat))
+    guarded(f"{name} {ml} + plugins", lambda: captured(
+        f"Linnet compile {ml} + CublasLt + FlashInfer, Captured", both, mat))
     # Linnet's own kernels (bound ops and span ops, issue 15) as planner candidates.
     guarded(f"{name} generated + kernels", lambda: captured(
         "Linnet generated + linnet-kernels, Captured", [], None, True))
@@ -758,6 +796,18 @@ def compile_variants(name: str, dev: torch.device) -> None:
         run(token, 0)
         built = time.perf_counter() - t0
         queued, single = timed(run, token)
+        if pdl_modules():  # the same plan with Linnet's kernels launched without PDL
+            set_pdl(False)
+            try:
+                plain = Captured(plan, ctx)
+                q2, s2 = timed(lambda t, i: first(plain([t, cpu_i32(CONTEXT + i)])).argmax(
+                    -1).to(torch.int32), token)
+            finally:
+                set_pdl(True)
+            SUMMARY.append(f"| {label}, Linnet's kernels without PDL | {q2:.3f} | {s2:.3f} | "
+                           "same plan | | |")
+            print("  " + SUMMARY[-1], flush=True)
+            del plain
         events, _ = profiled(step, token)
         kernels = sorted(((device_us(e) / 8, e.count / 8, e.key) for e in events
                           if device_us(e) and e.count), reverse=True)
@@ -774,7 +824,7 @@ def compile_variants(name: str, dev: torch.device) -> None:
 
 
 def main() -> int:
-    global CONTEXT, CACHE, BATCH, HF_BEST_ONLY, PROFILE
+    global CONTEXT, CACHE, BATCH, HF_BEST_ONLY, PROFILE, INDUCTOR_PDL
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--parts", default="t,s",
                         help="t (token for token), s (whole steps), f (prefill), p (kernels "
@@ -792,6 +842,9 @@ def main() -> int:
                         help="(s): prompt length; decode runs positions context.. (cache: "
                              "context + 128)")
     parser.add_argument("--batch", type=int, default=BATCH, help="(s): sequences a step")
+    parser.add_argument("--inductor-pdl", action="store_true",
+                        help="(s): Linnet's compiled rows with inductor's programmatic "
+                             "dependent launch (triton.enable_pdl) on")
     parser.add_argument("--profile", action="store_true",
                         help="(s): also the kernel table (as p makes) of each row with Linnet's "
                              "kernels, from the very plan that row timed; (f): of every row")
@@ -799,6 +852,7 @@ def main() -> int:
     ONLY[:] = [args.only] if args.only else []
     HF_BEST_ONLY = args.hf_best
     PROFILE = args.profile
+    INDUCTOR_PDL = args.inductor_pdl
     CONTEXT, CACHE, BATCH = args.context, args.context + 128, args.batch
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)

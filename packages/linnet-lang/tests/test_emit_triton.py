@@ -75,6 +75,62 @@ def test_row_softmax_kernel_text():
     assert "X_STRIDE_0=8, X_STRIDE_1=1" in src
 
 
+def test_every_kernel_waits_before_touching_memory_under_pdl():
+    """Programmatic dependent launch: the kernel's first lines, before any load or store,
+    wait for the kernel before it and then let the next start, behind a constexpr the
+    launcher sets from `pdl_launch` (with `launch_pdl` only when it is true)."""
+    prog = Program.from_text(SOFTMAX_MODEL)
+    k = lower_kernel(prog, "std.nn.activation::row_softmax", {"R": 4, "C": 8, "B": 16})
+    src = kernel_text(k, sources(prog), "ieee", set()).source
+    fn = next(n for n in ast.parse(src).body
+              if isinstance(n, ast.FunctionDef) and n.name == "row_softmax_4_8_16")
+    assert fn.args.args[-1].arg == "USE_PDL"
+    first = fn.body[0]
+    assert isinstance(first, ast.If) and ast.unparse(first.test) == "USE_PDL"
+    assert [ast.unparse(s) for s in first.body] == [
+        "tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()"]
+    assert "tl.load" not in ast.unparse(first) and "tl.load" in ast.unparse(fn)
+    assert "    pdl = pdl_launch(x.device)\n" in src
+    assert "X_STRIDE_0=8, X_STRIDE_1=1, Y_STRIDE_0=8, Y_STRIDE_1=1, USE_PDL=pdl, " \
+           "**PDL_LAUNCH[pdl])" in src
+
+
+class _Device:
+    def __init__(self, kind: str, index: int | None = 0):
+        self.type, self.index = kind, index
+
+
+@pytest.mark.parametrize("env, capability, compiling, expected", [
+    ({}, (9, 0), False, True),                     # Hopper: on
+    ({}, (10, 0), False, True),                    # and later
+    ({}, (8, 0), False, False),                    # Ampere has no PDL
+    ({}, (9, 0), True, False),                     # torch.compile traces the launch
+    ({"LINNET_PDL": "0"}, (9, 0), False, False),   # turned off
+])
+def test_when_a_launch_uses_pdl(monkeypatch, env, capability, compiling, expected):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from linnet.lang.emit.triton import HEADER, READY
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("LINNET_PDL", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    namespace: dict = {"torch": torch}
+    exec(compile(HEADER + READY, "header", "exec"), namespace)
+    import triton.language as tl
+
+    if not hasattr(tl.extra.cuda, "gdc_wait"):
+        assert namespace["PDL"] is False  # a Triton without it never launches with PDL
+        return
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+    assert namespace["pdl_launch"](_Device("cuda")) is expected
+    assert namespace["pdl_launch"](_Device("cpu")) is False
+    assert namespace["PDL_LAUNCH"][namespace["pdl_launch"](_Device("cuda", 1))] == (
+        {"launch_pdl": True} if expected else {})
+
+
 def test_the_call_launches_or_runs_the_body():
     text = module_text([3, 5])
     compile(text, "generated", "exec")

@@ -284,10 +284,24 @@ TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "tl") | {
 # ---------------------------------------------------------------- functions
 
 
+# Programmatic dependent launch (Hopper and later; see ``pdl_launch`` in HEADER): a kernel
+# launched with it may start while the kernel before it in the stream drains. So before any
+# load or store it waits for that kernel to finish (its writes visible, and its reads of
+# what this kernel may overwrite done); then it lets the next kernel start. Every program
+# waits, so the order holds from kernel to kernel down the stream.
+PDL_ARG = "USE_PDL"
+PDL_PROLOGUE = [
+    f"if {PDL_ARG}:  # launched with programmatic dependent launch (pdl_launch)",
+    "    tl.extra.cuda.gdc_wait()  # the kernel before this one has finished",
+    "    tl.extra.cuda.gdc_launch_dependents()  # the next one may start (it waits too)",
+]
+
+
 def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
                     precision: str = "ieee") -> str:
     """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters and
-    results, then each one's strides as ``tl.constexpr``."""
+    results, then each one's strides as ``tl.constexpr``, then ``USE_PDL`` (whether it was
+    launched with programmatic dependent launch: it then waits for the kernel before it)."""
     n = Names(k)
     n.used |= {safe(p) for p, _, _ in k.params + k.results}
     args = [safe(p) for p, _, _ in k.params + k.results]
@@ -296,7 +310,9 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     for p, shape, _ in k.params + k.results:
         args += [f"{safe(p).upper()}_STRIDE_{i}: tl.constexpr" for i in range(len(shape))]
         n.used |= {f"{safe(p).upper()}_STRIDE_{i}" for i in range(len(shape))}
-    lines = tiles.kernel_body(k, n, TILE_RULES, sources, precision)
+    args.append(f"{PDL_ARG}: tl.constexpr")
+    n.used.add(PDL_ARG)
+    lines = PDL_PROLOGUE + tiles.kernel_body(k, n, TILE_RULES, sources, precision)
     head = [tiles.kernel_title(k), "@triton.jit", f"def {name}({', '.join(args)}):"]
     return "\n".join(head + ["    " + line for line in lines])
 
@@ -327,7 +343,9 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     lines = [f"def run_{key}({typed}) -> {ret}:",
              f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
              *results_new,
-             f"    wrap_triton({function})[{k.grid}]({', '.join(args)})",
+             f"    pdl = pdl_launch({device})",
+             f"    wrap_triton({function})[{k.grid}]({', '.join(args)}, {PDL_ARG}=pdl, "
+             f"**PDL_LAUNCH[pdl])",
              f"    return {outs}",
              "", "",
              f"def fake_{key}({', '.join(ins)}):",
@@ -414,6 +432,27 @@ def new_result(shape, dtype, device):
     fill = float('nan') if dtype.is_floating_point else torch.iinfo(dtype).min \
         if dtype != torch.bool else True
     return torch.full(shape, fill, dtype=dtype, device=device)
+
+# Programmatic dependent launch (CUDA, compute capability 9.0 and later, and a Triton with
+# `gdc_wait`): a kernel may be scheduled while the one before it in the stream drains, and
+# waits on the device, in its first lines, for that one to finish (PDL_PROLOGUE in
+# emit/triton.py). It hides a launch's ramp behind the kernel before it, which is what a
+# decode step of hundreds of short kernels pays for. LINNET_PDL=0 turns it off. Not while
+# torch.compile traces a launch (inductor launches the kernel then), nor interpreted.
+PDL = TRITON and not INTERPRET and os.environ.get('LINNET_PDL', '1') != '0' and hasattr(
+    getattr(getattr(tl, 'extra', None), 'cuda', None), 'gdc_wait')
+PDL_LAUNCH = {False: {}, True: {'launch_pdl': True}}
+_PDL_DEVICES = {}
+
+
+def pdl_launch(device):
+    """Whether a kernel launched on ``device`` now uses programmatic dependent launch."""
+    if not PDL or device.type != 'cuda' or torch.compiler.is_compiling():
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _PDL_DEVICES:
+        _PDL_DEVICES[index] = torch.cuda.get_device_capability(index)[0] >= 9
+    return _PDL_DEVICES[index]
 
 # torch.compile sees each launch as a custom op, so compiled code does not break its graph
 # there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
