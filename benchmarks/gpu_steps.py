@@ -83,20 +83,50 @@ def first(outputs: Any) -> torch.Tensor:
     return outputs[0] if isinstance(outputs, list | tuple) else outputs
 
 
+PDL_OTHER = (1, 0)  # what each kernel row is timed again with, on the same plan (LINNET_PDL)
+PDL_NAMES = {0: "without PDL", 1: "PDL early", 2: "PDL late"}
+
+
 def pdl_modules() -> list[Any]:
     """The generated modules loaded so far that launch kernels with programmatic dependent
-    launch (their PDL flag is on: CUDA, a Triton with gdc_wait, LINNET_PDL not 0)."""
+    launch (their PDL mode is not 0: CUDA, a Triton with gdc_wait, LINNET_PDL not 0)."""
     return [m for n, m in list(sys.modules.items())
-            if n.startswith("linnet_") and getattr(m, "PDL", False) is True
-            and hasattr(m, "PDL_LAUNCH")]
+            if n.startswith("linnet_") and getattr(m, "PDL", 0) and hasattr(m, "PDL_LAUNCH")]
 
 
-def set_pdl(on: bool) -> None:
-    """Turn PDL on or off in every generated kernel module loaded so far (read at each
-    launch, so a graph captured after this launches accordingly)."""
+def set_pdl(mode: int) -> None:
+    """Set the PDL mode (0 off, 1 early, 2 late) of every generated kernel module loaded so
+    far (read at each launch, so a graph captured after this launches accordingly)."""
     for n, m in list(sys.modules.items()):
         if n.startswith("linnet_") and hasattr(m, "PDL_LAUNCH"):
-            m.PDL = on
+            m.PDL = mode
+
+
+def pdl_said() -> str:
+    """", Linnet's kernels PDL late" (their mode now), or nothing where none launches with it."""
+    mods = pdl_modules()
+    return f", Linnet's kernels {PDL_NAMES[mods[0].PDL]}" if mods else ""
+
+
+def other_pdl(label: str, time_step: Callable[[], tuple[float, float]]) -> list[str]:
+    """``time_step()`` (capture the plan again, time it) under each of PDL_OTHER, the modes'
+    own setting restored after: one line a mode, "label, Linnet's kernels PDL early: ..."."""
+    mods = pdl_modules()
+    if not mods:
+        return []
+    own = mods[0].PDL
+    out = []
+    for mode in PDL_OTHER:
+        if mode == own:
+            continue
+        set_pdl(mode)
+        try:
+            q, o = time_step()
+        finally:
+            set_pdl(own)
+        out.append(f"{label}, Linnet's kernels {PDL_NAMES[mode]}|{q:.3f}|{o:.3f}")
+        print(f"  {out[-1]}", flush=True)
+    return out
 
 
 def wanted(label: str) -> bool:
@@ -343,24 +373,16 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
             return logits.argmax(-1).to(torch.int32)
 
         queued, one = timed(run, first_token)
-        if kernels and pdl_modules():
-            # The same plan, captured again with Linnet's kernels launched without
-            # programmatic dependent launch: what PDL is worth, in one run.
-            set_pdl(False)
-            try:
+        if kernels:  # the same plan, captured again, the kernels under other PDL modes
+
+            def again() -> tuple[float, float]:
                 plain = Captured(plan, ctx)
+                return timed(lambda t, i: first(plain([t, cpu_i32(*[CONTEXT + i] * BATCH)]))
+                             .argmax(-1).to(torch.int32), first_token)
 
-                def run_plain(token: torch.Tensor, i: int) -> torch.Tensor:
-                    logits = first(plain([token, cpu_i32(*[CONTEXT + i] * BATCH)]))
-                    return logits.argmax(-1).to(torch.int32)
-
-                q2, o2 = timed(run_plain, first_token)
-            finally:
-                set_pdl(True)
-            rows.append((name, f"{label}, Linnet's kernels without PDL", (q2, o2, "same plan")))
-            print(f"  {name} {label}, kernels without PDL: {q2:.3f} ms/token queued, {o2:.3f} "
-                  f"one by one", flush=True)
-            del plain
+            for line in other_pdl(label, again):
+                what_, q2, o2 = line.split("|")
+                rows.append((name, what_, (float(q2), float(o2), "same plan")))
         if PROFILE and kernels and BATCH == 1:
             events, wall = profiled(step, first_token)
             table = [f"\n(s) {name} {label}: kernels of one step (profiled, so slower "
@@ -368,7 +390,8 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
             print("\n".join(table), flush=True)  # now: a call that runs out of time keeps it
             SUMMARY.extend(table)
         what = ", ".join(f"{k} {v}" for k, v in sorted(taken.items())) or "no regions"
-        rows.append((name, label, (queued, one, f"{what}; plan {planned:.0f} s")))
+        rows.append((name, label + (pdl_said() if kernels else ""),
+                     (queued, one, f"{what}; plan {planned:.0f} s")))
         print(f"  {name} {label}: {queued:.3f} ms/token queued, {one:.3f} one by one; {what}",
               flush=True)
         if backends or kernels:
@@ -796,24 +819,20 @@ def compile_variants(name: str, dev: torch.device) -> None:
         run(token, 0)
         built = time.perf_counter() - t0
         queued, single = timed(run, token)
-        if pdl_modules():  # the same plan with Linnet's kernels launched without PDL
-            set_pdl(False)
-            try:
-                plain = Captured(plan, ctx)
-                q2, s2 = timed(lambda t, i: first(plain([t, cpu_i32(CONTEXT + i)])).argmax(
-                    -1).to(torch.int32), token)
-            finally:
-                set_pdl(True)
-            SUMMARY.append(f"| {label}, Linnet's kernels without PDL | {q2:.3f} | {s2:.3f} | "
-                           "same plan | | |")
-            print("  " + SUMMARY[-1], flush=True)
-            del plain
+        def again() -> tuple[float, float]:
+            plain = Captured(plan, ctx)
+            return timed(lambda t, i: first(plain([t, cpu_i32(CONTEXT + i)])).argmax(-1)
+                         .to(torch.int32), token)
+
+        for line in other_pdl(label, again):
+            what_, q2, o2 = line.split("|")
+            SUMMARY.append(f"| {what_} | {q2} | {o2} | same plan | | |")
         events, _ = profiled(step, token)
         kernels = sorted(((device_us(e) / 8, e.count / 8, e.key) for e in events
                           if device_us(e) and e.count), reverse=True)
         launches = sum(k[1] for k in kernels)
         top = "; ".join(f"{k[2][:40]} x{k[1]:.0f} {k[0]:.0f}" for k in kernels[:5])
-        SUMMARY.append(f"| {label} | {queued:.3f} | {single:.3f} | {built:.0f} | "
+        SUMMARY.append(f"| {label}{pdl_said()} | {queued:.3f} | {single:.3f} | {built:.0f} | "
                        f"{launches:.0f} | {top} |")
         print("  " + SUMMARY[-1], flush=True)
 

@@ -77,22 +77,34 @@ def test_row_softmax_kernel_text():
 
 def test_every_kernel_waits_before_touching_memory_under_pdl():
     """Programmatic dependent launch: the kernel's first lines, before any load or store,
-    wait for the kernel before it and then let the next start, behind a constexpr the
-    launcher sets from `pdl_launch` (with `launch_pdl` only when it is true)."""
+    wait for the kernel before it; the next may be scheduled at once (mode 1) or before the
+    first store outside a loop (mode 2), behind a constexpr the launcher sets from
+    `pdl_launch` (with `launch_pdl` only where it is not 0)."""
     prog = Program.from_text(SOFTMAX_MODEL)
     k = lower_kernel(prog, "std.nn.activation::row_softmax", {"R": 4, "C": 8, "B": 16})
     src = kernel_text(k, sources(prog), "ieee", set()).source
     fn = next(n for n in ast.parse(src).body
               if isinstance(n, ast.FunctionDef) and n.name == "row_softmax_4_8_16")
     assert fn.args.args[-1].arg == "USE_PDL"
-    first = fn.body[0]
-    assert isinstance(first, ast.If) and ast.unparse(first.test) == "USE_PDL"
-    assert [ast.unparse(s) for s in first.body] == [
-        "tl.extra.cuda.gdc_wait()", "tl.extra.cuda.gdc_launch_dependents()"]
-    assert "tl.load" not in ast.unparse(first) and "tl.load" in ast.unparse(fn)
+    body = [ast.unparse(s) for s in fn.body]
+    assert body[0] == "if USE_PDL:\n    tl.extra.cuda.gdc_wait()"
+    assert body[1] == "if USE_PDL == 1:\n    tl.extra.cuda.gdc_launch_dependents()"
+    late = body.index("if USE_PDL == 2:\n    tl.extra.cuda.gdc_launch_dependents()")
+    loads = [i for i, b in enumerate(body) if "tl.load" in b]
+    stores = [i for i, b in enumerate(body) if b.startswith("tl.store")]
+    assert loads and min(loads) > 1 and stores and late == min(stores) - 1
     assert "    pdl = pdl_launch(x.device)\n" in src
     assert "X_STRIDE_0=8, X_STRIDE_1=1, Y_STRIDE_0=8, Y_STRIDE_1=1, USE_PDL=pdl, " \
            "**PDL_LAUNCH[pdl])" in src
+
+
+def test_a_kernel_that_stores_only_in_loops_lets_the_next_go_at_its_exit():
+    from linnet.lang.emit.triton import PDL_LATE, PDL_PROLOGUE, with_pdl
+
+    lines = ["for i in range(4):", "    tl.store(y + i, 0)"]
+    assert with_pdl(lines) == PDL_PROLOGUE + lines
+    lines = ["a = tl.load(x)", "# f.linnet:3  store(y[i], a)", "tl.store(y, a)"]
+    assert with_pdl(lines) == PDL_PROLOGUE + lines[:1] + PDL_LATE + lines[1:]
 
 
 class _Device:
@@ -101,11 +113,12 @@ class _Device:
 
 
 @pytest.mark.parametrize("env, capability, compiling, expected", [
-    ({}, (9, 0), False, True),                     # Hopper: on
-    ({}, (10, 0), False, True),                    # and later
-    ({}, (8, 0), False, False),                    # Ampere has no PDL
-    ({}, (9, 0), True, False),                     # torch.compile traces the launch
-    ({"LINNET_PDL": "0"}, (9, 0), False, False),   # turned off
+    ({}, (9, 0), False, 2),                        # Hopper: on, late by default
+    ({}, (10, 0), False, 2),                       # and later
+    ({"LINNET_PDL": "1"}, (9, 0), False, 1),       # early
+    ({}, (8, 0), False, 0),                        # Ampere has no PDL
+    ({}, (9, 0), True, 0),                         # torch.compile traces the launch
+    ({"LINNET_PDL": "0"}, (9, 0), False, 0),       # turned off
 ])
 def test_when_a_launch_uses_pdl(monkeypatch, env, capability, compiling, expected):
     torch = pytest.importorskip("torch")
@@ -121,14 +134,26 @@ def test_when_a_launch_uses_pdl(monkeypatch, env, capability, compiling, expecte
     import triton.language as tl
 
     if not hasattr(tl.extra.cuda, "gdc_wait"):
-        assert namespace["PDL"] is False  # a Triton without it never launches with PDL
+        assert namespace["PDL"] == 0  # a Triton without it never launches with PDL
         return
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
-    assert namespace["pdl_launch"](_Device("cuda")) is expected
-    assert namespace["pdl_launch"](_Device("cpu")) is False
+    assert namespace["pdl_launch"](_Device("cuda")) == expected
+    assert namespace["pdl_launch"](_Device("cpu")) == 0
     assert namespace["PDL_LAUNCH"][namespace["pdl_launch"](_Device("cuda", 1))] == (
         {"launch_pdl": True} if expected else {})
+
+
+def test_an_unknown_pdl_mode_is_said_and_the_default_used(monkeypatch):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from linnet.lang.emit.triton import HEADER
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("LINNET_PDL", "yes")
+    namespace: dict = {"torch": torch}
+    with pytest.warns(UserWarning, match="LINNET_PDL='yes' is not 0, 1 or 2; using 2"):
+        exec(compile(HEADER, "header", "exec"), namespace)
 
 
 def test_the_call_launches_or_runs_the_body():

@@ -285,22 +285,42 @@ TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "tl") | {
 
 
 # Programmatic dependent launch (Hopper and later; see ``pdl_launch`` in HEADER): a kernel
-# launched with it may start while the kernel before it in the stream drains. So before any
-# load or store it waits for that kernel to finish (its writes visible, and its reads of
-# what this kernel may overwrite done); then it lets the next kernel start. Every program
-# waits, so the order holds from kernel to kernel down the stream.
+# launched with it may be scheduled while the kernel before it in the stream drains. So
+# before any load or store it waits for that kernel to finish (its writes visible, and its
+# reads of what this kernel may overwrite done). Every program waits, so the order holds
+# from kernel to kernel down the stream. It then lets the next kernel be scheduled: at once
+# (USE_PDL 1, "early"), or after its main work, before its first store outside a loop
+# (USE_PDL 2, "late"; a kernel that stores only inside loops lets it go at its exit).
+# Early hides more of the next kernel's launch, but its programs then wait on SMs as they
+# free, which can crowd a large grid onto the first SMs to free.
 PDL_ARG = "USE_PDL"
 PDL_PROLOGUE = [
     f"if {PDL_ARG}:  # launched with programmatic dependent launch (pdl_launch)",
     "    tl.extra.cuda.gdc_wait()  # the kernel before this one has finished",
-    "    tl.extra.cuda.gdc_launch_dependents()  # the next one may start (it waits too)",
+    f"if {PDL_ARG} == 1:  # the next kernel may be scheduled now (it waits too)",
+    "    tl.extra.cuda.gdc_launch_dependents()",
 ]
+PDL_LATE = [
+    f"if {PDL_ARG} == 2:  # the next kernel may be scheduled now (it waits too)",
+    "    tl.extra.cuda.gdc_launch_dependents()",
+]
+
+
+def with_pdl(lines: list[str]) -> list[str]:
+    """A kernel body's lines with PDL_PROLOGUE first and PDL_LATE before its first store
+    outside a loop (and before that store's source comment)."""
+    at = next((i for i, line in enumerate(lines) if line.startswith("tl.store(")), None)
+    if at is None:
+        return PDL_PROLOGUE + lines
+    if at and lines[at - 1].startswith("# "):
+        at -= 1
+    return PDL_PROLOGUE + lines[:at] + PDL_LATE + lines[at:]
 
 
 def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
                     precision: str = "ieee") -> str:
     """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters and
-    results, then each one's strides as ``tl.constexpr``, then ``USE_PDL`` (whether it was
+    results, then each one's strides as ``tl.constexpr``, then ``USE_PDL`` (0, or how it was
     launched with programmatic dependent launch: it then waits for the kernel before it)."""
     n = Names(k)
     n.used |= {safe(p) for p, _, _ in k.params + k.results}
@@ -312,7 +332,7 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
         n.used |= {f"{safe(p).upper()}_STRIDE_{i}" for i in range(len(shape))}
     args.append(f"{PDL_ARG}: tl.constexpr")
     n.used.add(PDL_ARG)
-    lines = PDL_PROLOGUE + tiles.kernel_body(k, n, TILE_RULES, sources, precision)
+    lines = with_pdl(tiles.kernel_body(k, n, TILE_RULES, sources, precision))
     head = [tiles.kernel_title(k), "@triton.jit", f"def {name}({', '.join(args)}):"]
     return "\n".join(head + ["    " + line for line in lines])
 
@@ -436,23 +456,31 @@ def new_result(shape, dtype, device):
 # Programmatic dependent launch (CUDA, compute capability 9.0 and later, and a Triton with
 # `gdc_wait`): a kernel may be scheduled while the one before it in the stream drains, and
 # waits on the device, in its first lines, for that one to finish (PDL_PROLOGUE in
-# emit/triton.py). It hides a launch's ramp behind the kernel before it, which is what a
-# decode step of hundreds of short kernels pays for. LINNET_PDL=0 turns it off. Not while
-# torch.compile traces a launch (inductor launches the kernel then), nor interpreted.
-PDL = TRITON and not INTERPRET and os.environ.get('LINNET_PDL', '1') != '0' and hasattr(
-    getattr(getattr(tl, 'extra', None), 'cuda', None), 'gdc_wait')
-PDL_LAUNCH = {False: {}, True: {'launch_pdl': True}}
+# emit/triton.py). It hides a launch behind the kernel before it, which is what a decode
+# step of hundreds of short kernels pays for. LINNET_PDL: 0 off, 1 each kernel lets the next
+# be scheduled at its start, 2 (the default) after its main work, before its first store.
+# Not while torch.compile traces a launch (inductor launches the kernel then), nor
+# interpreted.
+_PDL_MODE = os.environ.get('LINNET_PDL', '2')
+if _PDL_MODE not in ('0', '1', '2'):
+    import warnings
+    warnings.warn(f'LINNET_PDL={_PDL_MODE!r} is not 0, 1 or 2; using 2', stacklevel=1)
+    _PDL_MODE = '2'
+PDL = int(_PDL_MODE) if TRITON and not INTERPRET and hasattr(
+    getattr(getattr(tl, 'extra', None), 'cuda', None), 'gdc_wait') else 0
+PDL_LAUNCH = {0: {}, 1: {'launch_pdl': True}, 2: {'launch_pdl': True}}
 _PDL_DEVICES = {}
 
 
 def pdl_launch(device):
-    """Whether a kernel launched on ``device`` now uses programmatic dependent launch."""
+    """How a kernel launched on ``device`` now uses programmatic dependent launch: 0 not,
+    else the mode PDL says (compute capability 9.0 and later, not under torch.compile)."""
     if not PDL or device.type != 'cuda' or torch.compiler.is_compiling():
-        return False
+        return 0
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _PDL_DEVICES:
         _PDL_DEVICES[index] = torch.cuda.get_device_capability(index)[0] >= 9
-    return _PDL_DEVICES[index]
+    return PDL if _PDL_DEVICES[index] else 0
 
 # torch.compile sees each launch as a custom op, so compiled code does not break its graph
 # there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
