@@ -47,6 +47,7 @@ import argparse
 import gc
 import inspect
 import math
+import os
 import re
 import statistics
 import sys
@@ -83,7 +84,7 @@ def first(outputs: Any) -> torch.Tensor:
     return outputs[0] if isinstance(outputs, list | tuple) else outputs
 
 
-PDL_OTHER = (1, 0)  # what each kernel row is timed again with, on the same plan (LINNET_PDL)
+PDL_OTHER = (2, 1, 0)  # each kernel row is timed again under the others, on the same plan
 PDL_NAMES = {0: "without PDL", 1: "PDL early", 2: "PDL late"}
 
 
@@ -864,10 +865,16 @@ def main() -> int:
     parser.add_argument("--inductor-pdl", action="store_true",
                         help="(s): Linnet's compiled rows with inductor's programmatic "
                              "dependent launch (triton.enable_pdl) on")
+    parser.add_argument("--pdl", choices=("0", "1", "2"), default=None,
+                        help="LINNET_PDL for the whole run (plans are made under it; each "
+                             "kernel row is timed again under the other modes): 0 off, 1 "
+                             "early, 2 late (the default)")
     parser.add_argument("--profile", action="store_true",
                         help="(s): also the kernel table (as p makes) of each row with Linnet's "
                              "kernels, from the very plan that row timed; (f): of every row")
     args = parser.parse_args()
+    if args.pdl is not None:  # read when each generated module is imported: before any is
+        os.environ["LINNET_PDL"] = args.pdl
     ONLY[:] = [args.only] if args.only else []
     HF_BEST_ONLY = args.hf_best
     PROFILE = args.profile
