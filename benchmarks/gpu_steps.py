@@ -84,8 +84,8 @@ def first(outputs: Any) -> torch.Tensor:
     return outputs[0] if isinstance(outputs, list | tuple) else outputs
 
 
-PDL_OTHER = (2, 1, 0)  # each kernel row is timed again under the others, on the same plan
-PDL_NAMES = {0: "without PDL", 1: "PDL early", 2: "PDL late"}
+PDL_OTHER = (2, 1, 3, 0)  # each kernel row is timed again under the others, on the same plan
+PDL_NAMES = {0: "without PDL", 1: "PDL early", 2: "PDL late", 3: "PDL by grid"}
 
 
 def pdl_modules() -> list[Any]:
@@ -96,7 +96,7 @@ def pdl_modules() -> list[Any]:
 
 
 def set_pdl(mode: int) -> None:
-    """Set the PDL mode (0 off, 1 early, 2 late) of every generated kernel module loaded so
+    """Set the PDL mode (0 off, 1 early, 2 late, 3 by grid) of every generated kernel module loaded so
     far (read at each launch, so a graph captured after this launches accordingly)."""
     for n, m in list(sys.modules.items()):
         if n.startswith("linnet_") and hasattr(m, "PDL_LAUNCH"):
@@ -865,10 +865,11 @@ def main() -> int:
     parser.add_argument("--inductor-pdl", action="store_true",
                         help="(s): Linnet's compiled rows with inductor's programmatic "
                              "dependent launch (triton.enable_pdl) on")
-    parser.add_argument("--pdl", choices=("0", "1", "2"), default=None,
+    parser.add_argument("--pdl", choices=("0", "1", "2", "3"), default=None,
                         help="LINNET_PDL for the whole run (plans are made under it; each "
                              "kernel row is timed again under the other modes): 0 off, 1 "
-                             "early, 2 late (the default)")
+                             "early, 2 late (the default), 3 early for grids of one program "
+                             "an SM")
     parser.add_argument("--profile", action="store_true",
                         help="(s): also the kernel table (as p makes) of each row with Linnet's "
                              "kernels, from the very plan that row timed; (f): of every row")

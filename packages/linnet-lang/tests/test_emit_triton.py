@@ -93,7 +93,7 @@ def test_every_kernel_waits_before_touching_memory_under_pdl():
     loads = [i for i, b in enumerate(body) if "tl.load" in b]
     stores = [i for i, b in enumerate(body) if b.startswith("tl.store")]
     assert loads and min(loads) > 1 and stores and late == min(stores) - 1
-    assert "    pdl = pdl_launch(x.device)\n" in src
+    assert "    pdl = pdl_launch(x.device, 4)\n" in src  # grid (4,): 4 programs
     assert "X_STRIDE_0=8, X_STRIDE_1=1, Y_STRIDE_0=8, Y_STRIDE_1=1, USE_PDL=pdl, " \
            "**PDL_LAUNCH[pdl])" in src
 
@@ -112,17 +112,21 @@ class _Device:
         self.type, self.index = kind, index
 
 
-@pytest.mark.parametrize("env, capability, compiling, expected", [
-    ({}, (9, 0), False, 2),                        # Hopper: on, late by default
-    ({}, (10, 0), False, 2),                       # and later
-    ({"LINNET_PDL": "1"}, (9, 0), False, 1),       # early
-    ({}, (8, 0), False, 0),                        # Ampere has no PDL
-    ({}, (9, 0), True, 0),                         # torch.compile traces the launch
-    ({"LINNET_PDL": "0"}, (9, 0), False, 0),       # turned off
+@pytest.mark.parametrize("env, major, programs, compiling, expected", [
+    ({}, 9, 64, False, 2),                         # Hopper: on, late by default
+    ({}, 10, 64, False, 2),                        # and later
+    ({"LINNET_PDL": "1"}, 9, 64, False, 1),        # early
+    ({"LINNET_PDL": "3"}, 9, 132, False, 1),       # by the grid: one program an SM, early
+    ({"LINNET_PDL": "3"}, 9, 133, False, 2),       # more, late
+    ({}, 8, 64, False, 0),                         # Ampere has no PDL
+    ({}, 9, 64, True, 0),                          # torch.compile traces the launch
+    ({"LINNET_PDL": "0"}, 9, 64, False, 0),        # turned off
 ])
-def test_when_a_launch_uses_pdl(monkeypatch, env, capability, compiling, expected):
+def test_when_a_launch_uses_pdl(monkeypatch, env, major, programs, compiling, expected):
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
+    from types import SimpleNamespace
+
     from linnet.lang.emit.triton import HEADER, READY
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -136,11 +140,13 @@ def test_when_a_launch_uses_pdl(monkeypatch, env, capability, compiling, expecte
     if not hasattr(tl.extra.cuda, "gdc_wait"):
         assert namespace["PDL"] == 0  # a Triton without it never launches with PDL
         return
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(
+        major=major, multi_processor_count=132))
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
-    assert namespace["pdl_launch"](_Device("cuda")) == expected
-    assert namespace["pdl_launch"](_Device("cpu")) == 0
-    assert namespace["PDL_LAUNCH"][namespace["pdl_launch"](_Device("cuda", 1))] == (
+    launch = namespace["pdl_launch"]
+    assert launch(_Device("cuda"), programs) == expected
+    assert launch(_Device("cpu"), programs) == 0
+    assert namespace["PDL_LAUNCH"][launch(_Device("cuda", 1), programs)] == (
         {"launch_pdl": True} if expected else {})
 
 
@@ -152,7 +158,7 @@ def test_an_unknown_pdl_mode_is_said_and_the_default_used(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("LINNET_PDL", "yes")
     namespace: dict = {"torch": torch}
-    with pytest.warns(UserWarning, match="LINNET_PDL='yes' is not 0, 1 or 2; using 2"):
+    with pytest.warns(UserWarning, match="LINNET_PDL='yes' is not 0, 1, 2 or 3; using 2"):
         exec(compile(HEADER, "header", "exec"), namespace)
 
 

@@ -363,7 +363,7 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     lines = [f"def run_{key}({typed}) -> {ret}:",
              f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
              *results_new,
-             f"    pdl = pdl_launch({device})",
+             f"    pdl = pdl_launch({device}, {math.prod(k.grid)})",
              f"    wrap_triton({function})[{k.grid}]({', '.join(args)}, {PDL_ARG}=pdl, "
              f"**PDL_LAUNCH[pdl])",
              f"    return {outs}",
@@ -457,14 +457,16 @@ def new_result(shape, dtype, device):
 # `gdc_wait`): a kernel may be scheduled while the one before it in the stream drains, and
 # waits on the device, in its first lines, for that one to finish (PDL_PROLOGUE in
 # emit/triton.py). It hides a launch behind the kernel before it, which is what a decode
-# step of hundreds of short kernels pays for. LINNET_PDL: 0 off, 1 each kernel lets the next
-# be scheduled at its start, 2 (the default) after its main work, before its first store.
+# step of hundreds of short kernels pays for. LINNET_PDL: 0 off; 1 each kernel lets the next
+# be scheduled at its start ("early"); 2 (the default) after its main work, before its first
+# store ("late"); 3 early for a grid of at most one program an SM, late for larger ones (a
+# large grid's last wave frees SMs one by one, and an early next kernel crowds onto them).
 # Not while torch.compile traces a launch (inductor launches the kernel then), nor
 # interpreted.
 _PDL_MODE = os.environ.get('LINNET_PDL', '2')
-if _PDL_MODE not in ('0', '1', '2'):
+if _PDL_MODE not in ('0', '1', '2', '3'):
     import warnings
-    warnings.warn(f'LINNET_PDL={_PDL_MODE!r} is not 0, 1 or 2; using 2', stacklevel=1)
+    warnings.warn(f'LINNET_PDL={_PDL_MODE!r} is not 0, 1, 2 or 3; using 2', stacklevel=1)
     _PDL_MODE = '2'
 PDL = int(_PDL_MODE) if TRITON and not INTERPRET and hasattr(
     getattr(getattr(tl, 'extra', None), 'cuda', None), 'gdc_wait') else 0
@@ -472,15 +474,20 @@ PDL_LAUNCH = {0: {}, 1: {'launch_pdl': True}, 2: {'launch_pdl': True}}
 _PDL_DEVICES = {}
 
 
-def pdl_launch(device):
-    """How a kernel launched on ``device`` now uses programmatic dependent launch: 0 not,
-    else the mode PDL says (compute capability 9.0 and later, not under torch.compile)."""
+def pdl_launch(device, programs):
+    """How a kernel of ``programs`` programs launched on ``device`` now uses programmatic
+    dependent launch: 0 not, 1 early, 2 late (PDL's mode; 3 picks by ``programs``), on compute
+    capability 9.0 and later, not under torch.compile."""
     if not PDL or device.type != 'cuda' or torch.compiler.is_compiling():
         return 0
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _PDL_DEVICES:
-        _PDL_DEVICES[index] = torch.cuda.get_device_capability(index)[0] >= 9
-    return PDL if _PDL_DEVICES[index] else 0
+        props = torch.cuda.get_device_properties(index)
+        _PDL_DEVICES[index] = props.multi_processor_count if props.major >= 9 else 0
+    sms = _PDL_DEVICES[index]
+    if not sms:
+        return 0
+    return PDL if PDL != 3 else 1 if programs <= sms else 2
 
 # torch.compile sees each launch as a custom op, so compiled code does not break its graph
 # there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
