@@ -95,36 +95,33 @@ def pdl_modules() -> list[Any]:
             if n.startswith("linnet_") and getattr(m, "PDL", 0) and hasattr(m, "PDL_LAUNCH")]
 
 
-def set_pdl(mode: int) -> None:
-    """Set the PDL mode (0 off, 1 early, 2 late, 3 by grid) of every generated kernel module loaded so
-    far (read at each launch, so a graph captured after this launches accordingly)."""
-    for n, m in list(sys.modules.items()):
-        if n.startswith("linnet_") and hasattr(m, "PDL_LAUNCH"):
-            m.PDL = mode
-
-
-def pdl_said() -> str:
-    """", Linnet's kernels PDL late" (their mode now), or nothing where none launches with it."""
-    mods = pdl_modules()
-    return f", Linnet's kernels {PDL_NAMES[mods[0].PDL]}" if mods else ""
-
-
-def other_pdl(label: str, time_step: Callable[[], tuple[float, float]]) -> list[str]:
-    """``time_step()`` (capture the plan again, time it) under each of PDL_OTHER, the modes'
-    own setting restored after: one line a mode, "label, Linnet's kernels PDL early: ..."."""
+def own_pdl(plan: Any) -> int | None:
+    """The mode ``plan`` launches Linnet's kernels under (its choice, else the modules'), or
+    None where none launches with PDL."""
     mods = pdl_modules()
     if not mods:
+        return None
+    return plan.pdl if getattr(plan, "pdl", None) is not None else mods[0].PDL
+
+
+def pdl_said(plan: Any) -> str:
+    """", Linnet's kernels PDL late" (the plan's mode), or nothing where none launches with it."""
+    own = own_pdl(plan)
+    return "" if own is None else f", Linnet's kernels {PDL_NAMES[own]}"
+
+
+def other_pdl(label: str, plan: Any, time_step: Callable[[int], tuple[float, float]]
+              ) -> list[str]:
+    """``time_step(mode)`` (capture the plan again under the mode, time it) for each of
+    PDL_OTHER but the plan's own: one line a mode, "label, Linnet's kernels PDL early|q|o"."""
+    own = own_pdl(plan)
+    if own is None:
         return []
-    own = mods[0].PDL
     out = []
     for mode in PDL_OTHER:
         if mode == own:
             continue
-        set_pdl(mode)
-        try:
-            q, o = time_step()
-        finally:
-            set_pdl(own)
+        q, o = time_step(mode)
         out.append(f"{label}, Linnet's kernels {PDL_NAMES[mode]}|{q:.3f}|{o:.3f}")
         print(f"  {out[-1]}", flush=True)
     return out
@@ -376,14 +373,17 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
         queued, one = timed(run, first_token)
         if kernels:  # the same plan, captured again, the kernels under other PDL modes
 
-            def again() -> tuple[float, float]:
-                plain = Captured(plan, ctx)
+            def again(mode: int) -> tuple[float, float]:
+                plain = Captured(plan, ctx, pdl=mode)
                 return timed(lambda t, i: first(plain([t, cpu_i32(*[CONTEXT + i] * BATCH)]))
                              .argmax(-1).to(torch.int32), first_token)
 
-            for line in other_pdl(label, again):
+            for line in other_pdl(label, plan, again):
                 what_, q2, o2 = line.split("|")
                 rows.append((name, what_, (float(q2), float(o2), "same plan")))
+            launch = plan.explain().splitlines()[-1]
+            if launch.startswith("launch mode"):
+                print(f"    {launch}", flush=True)
         if PROFILE and kernels and BATCH == 1:
             events, wall = profiled(step, first_token)
             table = [f"\n(s) {name} {label}: kernels of one step (profiled, so slower "
@@ -391,7 +391,7 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
             print("\n".join(table), flush=True)  # now: a call that runs out of time keeps it
             SUMMARY.extend(table)
         what = ", ".join(f"{k} {v}" for k, v in sorted(taken.items())) or "no regions"
-        rows.append((name, label + (pdl_said() if kernels else ""),
+        rows.append((name, label + (pdl_said(plan) if kernels else ""),
                      (queued, one, f"{what}; plan {planned:.0f} s")))
         print(f"  {name} {label}: {queued:.3f} ms/token queued, {one:.3f} one by one; {what}",
               flush=True)
@@ -820,12 +820,12 @@ def compile_variants(name: str, dev: torch.device) -> None:
         run(token, 0)
         built = time.perf_counter() - t0
         queued, single = timed(run, token)
-        def again() -> tuple[float, float]:
-            plain = Captured(plan, ctx)
+        def again(mode: int) -> tuple[float, float]:
+            plain = Captured(plan, ctx, pdl=mode)
             return timed(lambda t, i: first(plain([t, cpu_i32(CONTEXT + i)])).argmax(-1)
                          .to(torch.int32), token)
 
-        for line in other_pdl(label, again):
+        for line in other_pdl(label, plan, again):
             what_, q2, o2 = line.split("|")
             SUMMARY.append(f"| {what_} | {q2} | {o2} | same plan | | |")
         events, _ = profiled(step, token)
@@ -833,7 +833,7 @@ def compile_variants(name: str, dev: torch.device) -> None:
                           if device_us(e) and e.count), reverse=True)
         launches = sum(k[1] for k in kernels)
         top = "; ".join(f"{k[2][:40]} x{k[1]:.0f} {k[0]:.0f}" for k in kernels[:5])
-        SUMMARY.append(f"| {label}{pdl_said()} | {queued:.3f} | {single:.3f} | {built:.0f} | "
+        SUMMARY.append(f"| {label}{pdl_said(plan)} | {queued:.3f} | {single:.3f} | {built:.0f} | "
                        f"{launches:.0f} | {top} |")
         print("  " + SUMMARY[-1], flush=True)
 

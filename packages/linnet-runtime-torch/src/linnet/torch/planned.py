@@ -54,6 +54,7 @@ from .home import import_source, shown
 from .inputs import check_inputs
 from .interpreter import DTYPES
 from .kernel_paths import KernelPaths
+from .launch_modes import choose_pdl, kernel_namespaces, pdl_mode, pdl_text, time_captured
 from .options import announce_compile, compile_label, compile_options, numerics_mode
 
 
@@ -95,6 +96,19 @@ class Plan:
         self.device = model.device
         # Tensor parallelism: each collective step's time alone, by step (plan_for measures).
         self.collective_seconds: dict[int, float] = {}
+        # Linnet's kernels' launch mode (linnet.torch.launch_modes): None is the generated
+        # modules' own; plan_for times the whole step under each and sets it.
+        self.pdl: int | None = None
+        self.pdl_seconds: dict[int, float] = {}
+        self.pdl_reason = ""
+        self.pdl_margin = options.margin / 2
+        self._pdl_namespaces: list[dict[str, Any]] | None = None
+
+    def pdl_namespaces(self) -> list[dict[str, Any]]:
+        """The generated kernel modules' namespaces whose launch mode the plan sets."""
+        if self._pdl_namespaces is None:
+            self._pdl_namespaces = kernel_namespaces(self.executables)
+        return self._pdl_namespaces
 
     @property
     def executables(self) -> list[Any]:
@@ -117,7 +131,8 @@ class Plan:
         context.host_inputs = host_inputs(self.graph, inputs)
         on_device = [t.to(self.device) for t in inputs]
         context.inputs = dict(zip(self.graph.inputs, on_device))
-        return self._run(on_device, context)
+        with pdl_mode(self.pdl_namespaces(), self.pdl):
+            return self._run(on_device, context)
 
     def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
         graph = self.graph
@@ -162,8 +177,9 @@ class Plan:
                   f"{self.options.margin:.0%}, measure={self.options.measure}"
                   + (f", memory budget {self.options.memory} bytes"
                      if self.options.memory is not None else ""))
+        launch = pdl_text(self)
         return explain_table(self.candidates, self.skipped, header) + collectives_text(
-            self.graph, self.collective_seconds)
+            self.graph, self.collective_seconds) + (f"\n{launch}" if launch else "")
 
     def __repr__(self) -> str:
         return (f"Plan({self.graph.model}.{self.entry}: {len(self.regions)} backend regions, "
@@ -211,19 +227,21 @@ class Captured:
     waiting for the device (through pinned buffers) and handed to ``prepare`` as
     ``context.host_inputs``, so a step never waits for the previous one to finish. Device
     inputs (the last step's argmax) are copied on the device. Outputs are fresh tensors each
-    call.
+    call. Linnet's kernels launch under ``pdl`` (a mode of :mod:`linnet.torch.launch_modes`),
+    by default the plan's (``plan.pdl``), and the graph keeps it.
 
     >>> step = Captured(plan, model.context_for(plan))              # doctest: +SKIP
     >>> logits, = step([token, torch.tensor([pos], dtype=torch.int32)])  # doctest: +SKIP
     """
 
-    def __init__(self, plan: Plan, context: Context):
+    def __init__(self, plan: Plan, context: Context, pdl: int | None = None):
         if plan.device.type != "cuda":
             raise _error("E0750", f"Captured replays a CUDA graph, but this plan runs on "
                          f"{plan.device}", help="run plan.run(inputs, context) on the CPU, or "
                          "load the model with device='cuda'")
         self.plan = plan
         self.context = context
+        self.pdl = plan.pdl if pdl is None else pdl
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
@@ -250,7 +268,8 @@ class Captured:
             # capture, where neither can run.
             static = [t.to(device, copy=True) for t in inputs]
             self.context.inputs = dict(zip(names, static))
-            outputs = list(self.plan._run(static, self.context))
+            with pdl_mode(self.plan.pdl_namespaces(), self.pdl):
+                outputs = list(self.plan._run(static, self.context))
             self.static_inputs, self.calls = static, 1
             return outputs
         self.calls += 1
@@ -291,7 +310,7 @@ class Captured:
         torch.cuda.synchronize(self.plan.device)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            with pdl_mode(self.plan.pdl_namespaces(), self.pdl), torch.cuda.graph(graph):
                 self.static_outputs = self.plan._run(self.static_inputs, self.context)
         except Exception as exc:
             raise _error("E0753", f"the plan could not be captured as a CUDA graph: {exc}",
@@ -998,6 +1017,9 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
         from .parallel import time_collectives
 
         plan.collective_seconds = time_collectives(builder.graph, model.device)
+    if measure:  # Linnet's kernels' launch mode, by the whole captured step (launch_modes)
+        choose_pdl(plan, time_captured(plan, list(inputs), lambda: model.context_for(plan)),
+                   plan.pdl_margin, builder.say)
     return plan
 
 
