@@ -88,6 +88,7 @@ def test_a_plan_takes_the_mode_its_timer_says(monkeypatch):
 
 @pytest.mark.parametrize("setup, reason", [
     ("env", "LINNET_PDL=1 is set"),
+    ("ranks", "tensor parallelism"),
     ("ampere", "compute capability below 9.0"),
     ("raises", "timing the modes raised RuntimeError: capture failed"),
 ])
@@ -98,6 +99,8 @@ def test_where_a_plan_does_not_choose_it_says_why(monkeypatch, setup, reason):
     major = 8 if setup == "ampere" else 9
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, 0))
     plan = _plan([_kernel_module()])
+    if setup == "ranks":
+        plan.model = SimpleNamespace(world=2)
 
     def timer(modes):
         raise RuntimeError("capture failed")

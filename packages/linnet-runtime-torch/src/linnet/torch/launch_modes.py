@@ -93,6 +93,10 @@ def pdl_possible(plan: Any) -> str | None:
         return f"LINNET_PDL={os.environ['LINNET_PDL']} is set"
     if plan.device.type != "cuda":
         return f"the plan runs on {plan.device}"
+    if getattr(getattr(plan, "model", None), "world", 1) > 1:
+        # Each rank plans apart: one that times whole steps, collectives inside, while
+        # another does not would wait for it forever.
+        return "tensor parallelism: each rank's plan launches under the modules' mode"
     if not kernel_namespaces(plan.executables):
         return "no Linnet kernel region launches with it"
     if torch.cuda.get_device_capability(plan.device)[0] < 9:
