@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from linnet.lang import LinnetError
 from linnet.torch import load, random_weights
 from linnet.torch.launch_modes import (
     DEFAULT,
@@ -122,6 +123,10 @@ def test_captured_launches_under_the_plans_mode_unless_told():
     assert Captured(plan, None, pdl=0).pdl == 0
     plan.pdl = None
     assert Captured(plan, None).pdl is None  # the modules' own
+    for bad in ("early", 4, -1, True, 1.5):
+        with pytest.raises(LinnetError) as err:
+            Captured(plan, None, pdl=bad)
+        assert err.value.diagnostics[0].code == "E0759" and "launch mode" in str(err.value)
 
 
 def test_a_cpu_plan_explains_no_launch_mode():

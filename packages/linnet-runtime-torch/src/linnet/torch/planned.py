@@ -54,7 +54,14 @@ from .home import import_source, shown
 from .inputs import check_inputs
 from .interpreter import DTYPES
 from .kernel_paths import KernelPaths
-from .launch_modes import choose_pdl, kernel_namespaces, pdl_mode, pdl_text, time_captured
+from .launch_modes import (
+    MODES,
+    choose_pdl,
+    kernel_namespaces,
+    pdl_mode,
+    pdl_text,
+    time_captured,
+)
 from .options import announce_compile, compile_label, compile_options, numerics_mode
 
 
@@ -239,6 +246,10 @@ class Captured:
             raise _error("E0750", f"Captured replays a CUDA graph, but this plan runs on "
                          f"{plan.device}", help="run plan.run(inputs, context) on the CPU, or "
                          "load the model with device='cuda'")
+        if pdl is not None and (isinstance(pdl, bool) or pdl not in MODES):
+            raise _error("E0759", f"pdl={pdl!r} is not a launch mode of Linnet's kernels",
+                         help="0 off, 1 early, 2 late, 3 by grid, or None for the plan's "
+                              "choice (plan.pdl)")
         self.plan = plan
         self.context = context
         self.pdl = plan.pdl if pdl is None else pdl
