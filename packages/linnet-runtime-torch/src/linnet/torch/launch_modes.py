@@ -104,22 +104,22 @@ def pdl_possible(plan: Any) -> str | None:
     return None
 
 
-def time_captured(plan: Any, inputs: Sequence[torch.Tensor], make_context: Callable[[], Any],
-                  rounds: int = 3, calls: int = 16) -> Callable[[Sequence[int]], dict[int, float]]:
-    """A timer of ``plan``'s whole step under each mode: one :class:`Captured` a mode on a
-    context of its own (``make_context()``, zeroed states: the steps write them), run once
-    eagerly and captured, then ``rounds`` rounds of ``calls`` queued calls a mode, the modes
-    taking turns; each mode's median seconds a call.
+def time_captured(make_step: Callable[[int], Callable[[Sequence[torch.Tensor]], Any]],
+                  inputs: Sequence[torch.Tensor], device: torch.device, rounds: int = 3,
+                  calls: int = 16) -> Callable[[Sequence[int]], dict[int, float]]:
+    """A timer of a plan's whole step under each mode: ``make_step(mode)`` gives the step
+    captured under it (``Captured(plan, context, pdl=mode)`` on a context of fresh states:
+    the steps write them), run once eagerly and once to capture; then ``rounds`` rounds of
+    ``calls`` queued calls a mode, the modes taking turns; each mode's median seconds a call.
 
-    >>> timer = time_captured(plan, [token, pos], lambda: model.context_for(plan))  # doctest: +SKIP
+    >>> timer = time_captured(lambda m: Captured(plan, ctx, pdl=m), [token, pos],
+    ...                       plan.device)                          # doctest: +SKIP
     >>> timer((2, 1))                                               # doctest: +SKIP
     {2: 0.004642, 1: 0.004592}
     """
-    from .planned import Captured
 
     def timer(modes: Sequence[int]) -> dict[int, float]:
-        context = make_context()
-        steps = {m: Captured(plan, context, pdl=m) for m in modes}
+        steps = {m: make_step(m) for m in modes}
         for step in steps.values():
             step(inputs)  # eagerly
             step(inputs)  # captured
@@ -127,7 +127,7 @@ def time_captured(plan: Any, inputs: Sequence[torch.Tensor], make_context: Calla
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for _ in range(rounds):
             for m, step in steps.items():
-                torch.cuda.synchronize(plan.device)
+                torch.cuda.synchronize(device)
                 start.record()
                 for _ in range(calls):
                     step(inputs)
@@ -145,7 +145,7 @@ def choose_pdl(plan: Any, timer: Callable[[Sequence[int]], dict[int, float]],
     ``timer`` (see :func:`time_captured`), unless :func:`pdl_possible` says no. A timer that
     raises leaves the modules' own mode, with the reason.
 
-    >>> choose_pdl(plan, time_captured(plan, inputs, make), 0.01)   # doctest: +SKIP
+    >>> choose_pdl(plan, time_captured(make_step, inputs, plan.device), 0.01)  # doctest: +SKIP
     >>> plan.pdl, plan.pdl_seconds                                  # doctest: +SKIP
     (1, {2: 0.004642, 1: 0.004592, 3: 0.004611, 0: 0.004665})
     """

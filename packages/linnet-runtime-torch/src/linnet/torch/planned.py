@@ -1029,8 +1029,15 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
 
         plan.collective_seconds = time_collectives(builder.graph, model.device)
     if measure:  # Linnet's kernels' launch mode, by the whole captured step (launch_modes)
-        choose_pdl(plan, time_captured(plan, list(inputs), lambda: model.context_for(plan)),
-                   plan.pdl_margin, builder.say)
+        contexts: list[Context] = []  # one, of fresh states, made only if the modes are timed
+
+        def step_for(mode: int) -> Captured:
+            if not contexts:
+                contexts.append(model.context_for(plan))
+            return Captured(plan, contexts[0], pdl=mode)
+
+        choose_pdl(plan, time_captured(step_for, list(inputs), plan.device), plan.pdl_margin,
+                   builder.say)
     return plan
 
 
