@@ -101,9 +101,16 @@ class Span:
 def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
     """The span ops of std.nn.decode at one model shape: every product of a decoder layer
     by `linear_gemv`, then the fused spans as a decoder layer has them."""
-    d, q, kv, f = shape["D"], shape["Q"], shape["KV"], shape["F"]
+    d, q, kv, f, hd = shape["D"], shape["Q"], shape["KV"], shape["F"], shape["HD"]
     mod = "std.nn.decode::"
     eps = {"eps": EPS}
+
+    def rope(y: torch.Tensor, pos: torch.Tensor, inv: torch.Tensor, hd: int) -> torch.Tensor:
+        """`rope_with` of y's heads (rotate-half, the angle pos * inv_freq in f32)."""
+        x = y.view(y.shape[0], -1, hd)
+        angle = (pos.float()[:, None] * inv[None, :]).repeat(1, 2)[:, None, :]
+        turned = torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1)
+        return (x.float() * angle.cos() + turned.float() * angle.sin()).to(x.dtype)
 
     def norm(x: torch.Tensor, nw: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), nw, EPS)
@@ -143,6 +150,12 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
              lambda x, nw, wq, wk, wv: (lambda h: (F.linear(h, wq), F.linear(h, wk),
                                                    F.linear(h, wv)))(norm(x, nw)),
              scalars=eps, sweep_keys=("BK", "KS"), sweep=split_sweep),
+        Span(f"norm+qkv+rope {d}->{q}+2x{kv}", mod + "rms_norm_qkv_rope",
+             {"N": rows, "D": d, "H": q // hd, "KV": kv // hd, "HD": hd, "T": "bf16"},
+             lambda x, nw, wq, wk, wv, pos, inv: (lambda h: (
+                 rope(F.linear(h, wq), pos, inv, hd), rope(F.linear(h, wk), pos, inv, hd),
+                 F.linear(h, wv).view(rows, -1, hd)))(norm(x, nw)),
+             scalars=eps, sweep=[(4, 512), (8, 512), (8, 256), (16, 256)]),
         Span(f"norm+gate/up {d}->2x{f}", mod + "rms_norm_gate_up",
              {"N": rows, "D": d, "F": f, "T": "bf16"},
              lambda x, nw, wg, wu: (lambda h: F.silu(F.linear(h, wg)) * F.linear(h, wu))(
@@ -259,11 +272,15 @@ def body_function(path: Path, device: str, inputs: list[torch.Tensor], compile_m
     fn = getattr(module, sl["function"])
     if compile_mode:
         fn = torch.compile(fn, mode=compile_mode, dynamic=False)
-    # The slice takes the values it reads in its own order: pick them from the entry's.
+    # The slice takes the values it reads in its own order, and returns what it makes in
+    # its own (not the entry's: rms_norm_qkv_rope's v comes first): pick both by name.
     order = [entry["inputs"].index(name) for name in sl["inputs"]]
+    pick = [sl["outputs"].index(name) for name in entry["outputs"]]
 
     def body(*args: torch.Tensor) -> Any:
-        return fn(*(args[i] for i in order))
+        made = _outs(fn(*(args[i] for i in order)))
+        picked = tuple(made[i] for i in pick)
+        return picked if len(picked) > 1 else picked[0]
 
     return body
 

@@ -138,3 +138,29 @@ def test_std_models_lower_and_claim_what_std_has(model):
     verify(claimed, "claim_spans")
     for c in spans_of(claimed, graph, None):  # whatever std's span ops claim is one span
         assert c.attributes["kernel_applies"] and c.stop > c.start
+
+
+@pytest.mark.parametrize("model", ["std.models.llama", "examples/llama/llama.linnet"])
+def test_the_attention_input_is_one_span_up_to_the_rotations(model):
+    """`rms_norm_qkv_rope` claims each layer's norm, q/k/v products, head split and both
+    rotations (inv_freq and the angles are hoisted out of the layers; the span's rope_with
+    nodes are calls), and returns what the cache writes and the attention read."""
+    from linnet.lang.syntax.program import model_file
+
+    root = Path(__file__).parents[3]
+    path = model_file(model) if model.startswith("std.") else root / model
+    program = Program.from_file(path)
+    config = {"V": 64, "D": 32, "F": 48, "NL": 2, "KV": 2, "G": 2, "HD": 16, "B": 1, "S": 16,
+              "T": "f32"}
+    graph = lower(program, "decode", {"token": [1], "pos": [1]}, config)
+    claimed = claim_spans(graph, program)
+    verify(claimed, "claim_spans")
+    spans = [c for c in claimed.calls if c.callee == "std.nn.decode::rms_norm_qkv_rope"]
+    assert len(spans) == 2 and all(c.attributes["kernel_applies"] for c in spans)
+    for span in spans:
+        inside = [c.callee for c in claimed.calls if span.start <= c.start < span.stop
+                  and c.kind == "op" and c is not span and not c.attributes.get("kernel")]
+        assert inside.count("std.nn.linear::linear") == 3
+        assert inside.count("std.nn.rope::rope_with") == 2
+        shapes = [claimed.values[r].shape for r in span.attributes["results"]]
+        assert shapes == [(1, 4, 16), (1, 2, 16), (1, 2, 16)]

@@ -7,6 +7,7 @@ test_kernel_checks_run.py); the shapes it draws are checked here.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import linnet.lang.syntax.tree as A
@@ -36,6 +37,9 @@ STD_KERNELS = {
                                        ["BR >= N"]),
     "std.nn.decode::rms_norm_qkv": ("rms_norm_qkv_gemv", "<N, D, Q, K, T, 16, 16, 256>",
                                     ["BR >= N"]),
+    "std.nn.decode::rms_norm_qkv_rope": (
+        "rms_norm_qkv_rope_gemv", "<N, D, H, KV, HD, T, 16, 8, 512>",
+        ["BR >= N", "HD % (2 * BO) == 0"]),
     "std.nn.decode::rms_norm_gate_up": ("rms_norm_gate_up_gemv", "<N, D, F, T, 16, 16, 256>",
                                         ["BR >= N"]),
     "std.nn.decode::gate_up_silu": ("gate_up_gemv", "<N, D, F, T, 16, 16, 256>", ["BR >= N"]),
@@ -89,7 +93,7 @@ use std.nn.linear::{linear_tiled}
 use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
                     linear_residual, decode_attention_flash, linear_gemv_dot, linear_split,
-                    linear_split_wide, linear_residual_split, residual_rms_norm, rms_norm_qkv_split,
+                    linear_split_wide, linear_residual_split, residual_rms_norm, rms_norm_qkv_split, rms_norm_qkv_rope,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long}
 """
 
@@ -118,7 +122,8 @@ def test_each_std_kernel_is_bound_to_its_op(std: Program) -> None:
         op = ops[name]
         assert op.kernel is not None and op.kernel.name == kernel
         text = op.module.source.text  # type: ignore[union-attr]
-        assert f"kernel {kernel}{args} {{" in text, name
+        # the binding, then the op's body (or the op's own `where` first)
+        assert re.search(re.escape(f"kernel {kernel}{args}") + r"(\nwhere [^{]*)? \{", text), name
         kdecl = op.module.find(kernel)  # type: ignore[union-attr]
         assert isinstance(kdecl, A.FuncDecl) and kdecl.kind == "kernel"
         where = [text[w.span.start:w.span.stop] for w in kdecl.where]

@@ -309,6 +309,11 @@ def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
              if c.status == "taken"}
     assert "decode_attention_flash" in taken, [(c.region, c.status, c.reason)
                                                for c in kernel_rows(plan)]
+    # The norm, q/k/v and both rotations as one region (the largest over those steps): its
+    # kernel reads the rotations' inv_freq, made before the layers and read there by no step
+    # (the angles are hoisted), so the slices before it return it for the region.
+    assert "rms_norm_qkv_rope" in taken, [(c.region, c.status, c.reason)
+                                          for c in kernel_rows(plan)]
     want = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
     ctx, ctx_want = model.context_for(plan), want.context_for_graph(plan.graph)
     for step in range(3):  # the cache the kernel plan writes is read back by later steps
@@ -337,7 +342,7 @@ def test_every_kernel_region_of_the_toy_llama_decode_launches_its_kernel(interpr
     regions = paths.match(graph, Target("cpu"))
     ops = {r.callee.rsplit("::", 1)[-1] for r in regions}
     assert {"decode_attention_flash", "decode_attention_split", "linear_gemv",
-            "linear_split", "rms_norm_qkv"} <= ops, ops
+            "linear_split", "rms_norm_qkv", "rms_norm_qkv_rope"} <= ops, ops
     calls = {c.index: c for c in graph.calls}
     for r, ex in zip(regions, paths.compile_regions(regions, Target("cpu"), Options())):
         short = calls[r.index].attributes["kernel"].rsplit("::", 1)[-1]

@@ -617,6 +617,7 @@ class PlanBuilder:
         bounds = sorted(cuts)
         slices = [slice_steps(self.graph, list(range(a, b)), f"part_{i}")
                   for i, (a, b) in enumerate(itertools.pairwise(bounds)) if b > a]
+        export_arguments(self.graph, slices, [c.region for c in candidates])
         module = self.emit(slices, "record")
         items = self.slice_items(module, slices)
         env: dict[str, Any] = dict(zip(self.graph.inputs, self.inputs))
@@ -770,6 +771,7 @@ class PlanBuilder:
             elif i not in claimed:
                 pending.append(i)
         flush()
+        export_arguments(self.graph, slices, [c.region for c in taken])
         module = self.emit(slices, "plan") if slices else None
         slice_items = iter(self.slice_items(module, slices, self.options.compile)
                            if module else [])
@@ -794,6 +796,18 @@ class PlanBuilder:
         if best is None:
             return "slice"
         return best.callee.rsplit("::", 1)[-1].replace(".", "_").lower() + "_part"
+
+
+def export_arguments(graph: Graph, slices: list[Slice], regions: Sequence[Region]) -> None:
+    """Each slice also returns the values it makes that a region reads where no later step
+    does: a kernel region reads its call's arguments (``kernel_paths.with_arguments``), and
+    a value made before the layers and read there only by hoisted steps (the rotations'
+    ``inv_freq``, read by ``rms_norm_qkv_rope``'s kernel) is otherwise no slice's output."""
+    wanted = {v for r in regions for v in r.inputs}
+    for sl in slices:
+        made = [v for i in (sl.steps or range(sl.start, sl.stop))
+                for v in graph.steps[i].results]
+        sl.outputs += [v for v in made if v in wanted and v not in sl.outputs]
 
 
 class SliceTimes:

@@ -115,6 +115,8 @@ def cases() -> list[Case]:
            _std("linear_residual_split_op", x=x, r=((4, 6), "normal")),
            _std("linear_gemv_dot_op", x=x), _std("residual_rms_norm_op", x=x, up=x),
            _std("rms_norm_qkv_split_op", x=x),
+           _std("rms_norm_qkv_rope_op", x=x, wq=((8, 8), "normal"), wk=((8, 8), "normal"),
+                wv=((8, 8), "normal"), pos=((4,), 64), inv_freq=((2,), "normal")),
            _std("decode_attention_split_op", q=((2, 2, 2, 4), "normal"),
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
            _std("decode_attention_split_short_op", q=((2, 2, 2, 4), "normal"),
