@@ -4,6 +4,7 @@ stand whole (a value used outside, other steps between, other wiring, a kernel w
 fails) nothing is claimed."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from linnet.lang import Program
@@ -124,18 +125,25 @@ def test_the_patterns_are_made_once_per_program():
     assert {"m::norm_linear", "m::norm_linear2"} <= set(spans._patterns)
 
 
-@pytest.mark.parametrize("model", ["std.models.llama", "examples/llama/llama.linnet"])
-def test_std_models_lower_and_claim_what_std_has(model):
+def llama_decode(model: str, head_dim: int) -> tuple[Any, Any]:
+    """A Llama source's decode graph at a small config, and it with std's spans claimed
+    (checked by the verifier)."""
     from linnet.lang.syntax.program import model_file
 
     root = Path(__file__).parents[3]
     path = model_file(model) if model.startswith("std.") else root / model
     program = Program.from_file(path)
-    config = {"V": 64, "D": 32, "F": 48, "NL": 2, "KV": 2, "G": 2, "HD": 8, "B": 1, "S": 16,
-              "T": "f32"}
+    config = {"V": 64, "D": 32, "F": 48, "NL": 2, "KV": 2, "G": 2, "HD": head_dim, "B": 1,
+              "S": 16, "T": "f32"}
     graph = lower(program, "decode", {"token": [1], "pos": [1]}, config)
     claimed = claim_spans(graph, program)
     verify(claimed, "claim_spans")
+    return graph, claimed
+
+
+@pytest.mark.parametrize("model", ["std.models.llama", "examples/llama/llama.linnet"])
+def test_std_models_lower_and_claim_what_std_has(model):
+    graph, claimed = llama_decode(model, 8)
     for c in spans_of(claimed, graph, None):  # whatever std's span ops claim is one span
         assert c.attributes["kernel_applies"] and c.stop > c.start
 
@@ -145,16 +153,7 @@ def test_the_attention_input_is_one_span_up_to_the_rotations(model):
     """`rms_norm_qkv_rope` claims each layer's norm, q/k/v products, head split and both
     rotations (inv_freq and the angles are hoisted out of the layers; the span's rope_with
     nodes are calls), and returns what the cache writes and the attention read."""
-    from linnet.lang.syntax.program import model_file
-
-    root = Path(__file__).parents[3]
-    path = model_file(model) if model.startswith("std.") else root / model
-    program = Program.from_file(path)
-    config = {"V": 64, "D": 32, "F": 48, "NL": 2, "KV": 2, "G": 2, "HD": 16, "B": 1, "S": 16,
-              "T": "f32"}
-    graph = lower(program, "decode", {"token": [1], "pos": [1]}, config)
-    claimed = claim_spans(graph, program)
-    verify(claimed, "claim_spans")
+    _, claimed = llama_decode(model, 16)
     spans = [c for c in claimed.calls if c.callee == "std.nn.decode::rms_norm_qkv_rope"]
     assert len(spans) == 2 and all(c.attributes["kernel_applies"] for c in spans)
     for span in spans:
