@@ -820,6 +820,7 @@ def compile_variants(name: str, dev: torch.device) -> None:
         run(token, 0)
         built = time.perf_counter() - t0
         queued, single = timed(run, token)
+
         def again(mode: int) -> tuple[float, float]:
             plain = Captured(plan, ctx, pdl=mode)
             return timed(lambda t, i: first(plain([t, cpu_i32(CONTEXT + i)])).argmax(-1)
