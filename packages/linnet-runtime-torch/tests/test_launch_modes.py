@@ -16,6 +16,7 @@ from linnet.torch.launch_modes import (
     pdl_choice,
     pdl_mode,
     pdl_text,
+    time_captured,
 )
 from linnet.torch.planned import Captured
 from support import LLAMA, toy_config
@@ -147,17 +148,22 @@ def test_a_gpu_plan_times_each_mode_and_captures_under_its_choice(monkeypatch):
     model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=4, device="cuda"), config=cfg,
                  device="cuda", numerics="fast")
     i32 = lambda v: torch.tensor([v], dtype=torch.int32)  # noqa: E731
-    plan = model.plan_for("decode", [i32(3), i32(4)], backends=[], progress=False,
-                          measure=False)
-    assert plan.pdl is None  # unmeasured: nothing timed
-    plan = model.plan_for("decode", [i32(3), i32(4)], backends=[], progress=False)
-    if not plan.pdl_namespaces():
-        pytest.skip("the plan took no Linnet kernel region")
-    assert set(plan.pdl_seconds) == set(ORDER) and plan.pdl in ORDER
+    inputs = [i32(3), i32(4)]
+    # Unmeasured, a plan takes every kernel region and times nothing; the choice is then
+    # made on it with the real timer, as plan_for makes it on a measured plan.
+    plan = model.plan_for("decode", inputs, backends=[], progress=False, measure=False)
+    assert plan.pdl is None and plan.pdl_namespaces()
+    choose_pdl(plan, time_captured(lambda m: Captured(plan, model.context_for(plan), pdl=m),
+                                   inputs, plan.device), plan.pdl_margin)
+    assert set(plan.pdl_seconds) == set(ORDER) and plan.pdl in ORDER, plan.pdl_reason
+    assert all(s > 0 for s in plan.pdl_seconds.values())
     assert "launch mode of Linnet's kernels" in plan.explain()
-    want = plan.run([i32(3), i32(4)], model.context_for(plan))[0]
-    for mode in ORDER:
+    want = plan.run(inputs, model.context_for(plan))[0]
+    ref = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=4, device="cuda"), config=cfg,
+               device="cuda").run("decode", inputs)
+    torch.testing.assert_close(want, ref, atol=1e-4, rtol=1e-4)  # the kernels, the body
+    for mode in ORDER:  # each launch mode, captured, gives the eager plan's logits exactly
         step = Captured(plan, model.context_for(plan), pdl=mode)
         for _ in range(3):  # eager, capture, replay
-            (got,) = step([i32(3), i32(4)])
+            (got,) = step(inputs)
         torch.testing.assert_close(got, want, atol=0, rtol=0)
