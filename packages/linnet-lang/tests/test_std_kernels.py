@@ -38,7 +38,7 @@ STD_KERNELS = {
     "std.nn.decode::rms_norm_qkv": ("rms_norm_qkv_gemv", "<N, D, Q, K, T, 16, 16, 256>",
                                     ["BR >= N"]),
     "std.nn.decode::rms_norm_qkv_rope": (
-        "rms_norm_qkv_rope_gemv", "<N, D, H, KV, HD, T, 16, 8, 512>",
+        "rms_norm_qkv_rope_gemv", "<N, D, H, KV, HD, T, 16, 4, 512>",
         ["BR >= N", "HD % (2 * BO) == 0"]),
     "std.nn.decode::rms_norm_gate_up": ("rms_norm_gate_up_gemv", "<N, D, F, T, 16, 16, 256>",
                                         ["BR >= N"]),

@@ -111,9 +111,13 @@ def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_pat
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     from linnet.torch.kernels import example_generics, op_case
+    from linnet.torch.planned import compare
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    generics = example_generics(op, rows, 1024)
+    # At `rows`, or at the most rows below it (powers of two) that the kernel takes: the
+    # decode kernels take at most 16.
+    tries = [rows] + [2 ** k for k in range(6, -1, -1) if 2 ** k < rows]
+    generics = next((g for r in tries if (g := example_generics(op, r, 1024)) is not None), None)
     assert generics is not None, f"no generics let {kernel} run"
     case = op_case(op, generics)
     path = tmp_path / "case.linnet"
@@ -122,12 +126,18 @@ def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_pat
     want = load(path, weights={}, device="cuda", numerics="exact").run("run", inputs)
     want = want if isinstance(want, tuple) else (want,)
     got = launch(op, generics, *inputs, scalars=case.scalars)
+    # Within tol x max(1, max|want|), as a plan's conformance check (`compare`) takes it: a
+    # bf16 kernel that rounds an intermediate differently (the norm's output, a product
+    # before its rotation) is a unit of the intermediate's rounding off where the result
+    # cancels to near zero, which no elementwise relative bound admits.
     tol = {torch.float32: 1e-4, torch.bfloat16: 2e-2}.get(want[0].dtype, 1e-3)
     for g, w in zip(got, want):
-        torch.testing.assert_close(g.float(), w.float(), atol=tol, rtol=tol)
+        diff, why = compare(g, w, tol)
+        assert why is None, f"{kernel}: {why}"
     fast = load(path, weights={}, device="cuda", numerics="fast")
     out = fast.run("run", inputs)
     out = out if isinstance(out, tuple) else (out,)
     assert list(fast.module("run", inputs).RUNS.values()) == [[1, 0]]
     for o, w in zip(out, want):  # numerics fast: tl.dot may use tf32
-        torch.testing.assert_close(o.float(), w.float(), atol=10 * tol, rtol=10 * tol)
+        diff, why = compare(o, w, 10 * tol)
+        assert why is None, f"{kernel}, numerics fast: {why}"
