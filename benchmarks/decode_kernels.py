@@ -156,6 +156,12 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
                  rope(F.linear(h, wq), pos, inv, hd), rope(F.linear(h, wk), pos, inv, hd),
                  F.linear(h, wv).view(rows, -1, hd)))(norm(x, nw)),
              scalars=eps, sweep=[(4, 512), (8, 512), (8, 256), (16, 256)]),
+        Span(f"norm+qkv+rope {d}->{q}+2x{kv}", mod + "rms_norm_qkv_rope_split",
+             {"N": rows, "D": d, "H": q // hd, "KV": kv // hd, "HD": hd, "T": "bf16"},
+             lambda x, nw, wq, wk, wv, pos, inv: (lambda h: (
+                 rope(F.linear(h, wq), pos, inv, hd), rope(F.linear(h, wk), pos, inv, hd),
+                 F.linear(h, wv).view(rows, -1, hd)))(norm(x, nw)),
+             scalars=eps, sweep_keys=("BK", "KS"), sweep=split_sweep),
         Span(f"norm+gate/up {d}->2x{f}", mod + "rms_norm_gate_up",
              {"N": rows, "D": d, "F": f, "T": "bf16"},
              lambda x, nw, wg, wu: (lambda h: F.silu(F.linear(h, wg)) * F.linear(h, wu))(

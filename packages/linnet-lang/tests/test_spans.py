@@ -148,13 +148,15 @@ def test_std_models_lower_and_claim_what_std_has(model):
         assert c.attributes["kernel_applies"] and c.stop > c.start
 
 
+@pytest.mark.parametrize("op", ["rms_norm_qkv_rope", "rms_norm_qkv_rope_split"])
 @pytest.mark.parametrize("model", ["std.models.llama", "examples/llama/llama.linnet"])
-def test_the_attention_input_is_one_span_up_to_the_rotations(model):
-    """`rms_norm_qkv_rope` claims each layer's norm, q/k/v products, head split and both
-    rotations (inv_freq and the angles are hoisted out of the layers; the span's rope_with
-    nodes are calls), and returns what the cache writes and the attention read."""
+def test_the_attention_input_is_one_span_up_to_the_rotations(model, op):
+    """`rms_norm_qkv_rope` (and its split-K chain, the same span) claims each layer's norm,
+    q/k/v products, head split and both rotations (inv_freq and the angles are hoisted out
+    of the layers; the span's rope_with nodes are calls), and returns what the cache writes
+    and the attention read."""
     _, claimed = llama_decode(model, 16)
-    spans = [c for c in claimed.calls if c.callee == "std.nn.decode::rms_norm_qkv_rope"]
+    spans = [c for c in claimed.calls if c.callee == f"std.nn.decode::{op}"]
     assert len(spans) == 2 and all(c.attributes["kernel_applies"] for c in spans)
     for span in spans:
         inside = [c.callee for c in claimed.calls if span.start <= c.start < span.stop

@@ -65,6 +65,9 @@ STD_KERNELS = {
     "std.nn.decode::rms_norm_qkv_split": (
         "rms_norm_qkv_split_part", "<N, D, Q, K, T, 16, 8, 256, 4> then "
         "rms_norm_qkv_split_sum<N, D, Q, K, T, 16, 32, 256, 4>", ["BR >= N"]),
+    "std.nn.decode::rms_norm_qkv_rope_split": (
+        "rms_norm_qkv_split_part", "<N, D, H * HD, KV * HD, T, 16, 8, 256, 4> then "
+        "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 256, 4>", ["BR >= N"]),
 }
 
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
@@ -94,6 +97,7 @@ use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
                     linear_residual, decode_attention_flash, linear_gemv_dot, linear_split,
                     linear_split_wide, linear_residual_split, residual_rms_norm, rms_norm_qkv_split, rms_norm_qkv_rope,
+                    rms_norm_qkv_rope_split,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long}
 """
 

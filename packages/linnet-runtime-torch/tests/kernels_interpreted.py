@@ -342,7 +342,8 @@ def test_every_kernel_region_of_the_toy_llama_decode_launches_its_kernel(interpr
     regions = paths.match(graph, Target("cpu"))
     ops = {r.callee.rsplit("::", 1)[-1] for r in regions}
     assert {"decode_attention_flash", "decode_attention_split", "linear_gemv",
-            "linear_split", "rms_norm_qkv", "rms_norm_qkv_rope"} <= ops, ops
+            "linear_split", "rms_norm_qkv", "rms_norm_qkv_rope", "rms_norm_qkv_rope_split"} \
+        <= ops, ops
     calls = {c.index: c for c in graph.calls}
     for r, ex in zip(regions, paths.compile_regions(regions, Target("cpu"), Options())):
         short = calls[r.index].attributes["kernel"].rsplit("::", 1)[-1]

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 TILES = Path(__file__).parent / "kernels" / "decode_tiles.linnet"
 OPS = ["small_gemv", "small_norm_gemv", "small_qkv", "small_norm_gate_up", "small_gate_up",
        "small_residual", "small_gemv_row", "small_gemv_dot", "small_split", "small_split_two",
-       "small_residual_split", "small_flash", "small_qkv_split", "small_qkv_rope"]
+       "small_residual_split", "small_flash", "small_qkv_split", "small_qkv_rope",
+       "small_qkv_rope_split"]
 # Chosen shapes: reductions of several BK = 16 chunks with a ragged last one, outputs over
 # several BO = 8 programs with a ragged last one, 1 to BR = 4 rows; for the qkv kernel a
 # program whose outputs straddle q and k, and k and v (Q, K not multiples of BO).
@@ -56,6 +57,11 @@ CHOSEN = {
     # program a head) and 16 (two), 1 to 4 rows.
     "small_qkv_rope": [(2, 35, 3, 1, 8, "bf16"), (4, 20, 2, 2, 16, "f32"),
                        (1, 16, 1, 2, 8, "f32")],
+    # The same by split-K (KS 3): 5 chunks over 3 splits of 2 (the last split's second chunk
+    # past D), 3 ragged chunks, 1 chunk (two splits past D); the part's programs of 8
+    # outputs straddle q, k and v (H * HD = 24, KV * HD = 8), the sum's take 4 pairs.
+    "small_qkv_rope_split": [(2, 70, 3, 1, 8, "bf16"), (4, 35, 2, 2, 16, "f32"),
+                             (1, 16, 1, 1, 16, "bf16")],
     # Flash-decoding (B, S, KV, G, HD, T), the checker's positions (0..7): 3 splits of 32
     # positions, HD ragged against BH 32, G 3 and 5 in programs of 2 query heads.
     # (small_flash3 runs only in FLASH below: its 3 splits and the combine's 2 query heads a
@@ -254,7 +260,9 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
                            "gemv_split_part then gemv_split_residual_sum",
                        "small_flash": "decode_attention_split_tiles then decode_attention_combine_tiles",
                        "small_qkv_split": "rms_norm_qkv_split_part then rms_norm_qkv_split_sum",
-                       "small_qkv_rope": "rms_norm_qkv_rope_gemv"}
+                       "small_qkv_rope": "rms_norm_qkv_rope_gemv",
+                       "small_qkv_rope_split":
+                           "rms_norm_qkv_split_part then rms_norm_qkv_rope_split_sum"}
 
 
 def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
