@@ -231,6 +231,29 @@ pub op o<R: Dim, C: Dim>(x: Tensor[R, C; f32]) -> Tensor[R, C; f32] kernel k<R, 
     assert sample_cases(prog, op, 3, seed=0, max_size=64) == []
 
 
+def test_a_divisibility_clause_no_boundary_names_gets_powers_of_two() -> None:
+    """`C % (2 * B) == 0` with B 16 needs C = 32: none of the small sizes, nor the clauses'
+    literals and their neighbours, but a power of two (rms_norm_qkv_rope_split_sum's
+    `HD % (2 * BO) == 0` at BO 16)."""
+    prog = check_text("""
+kernel k<R: Dim, C: Dim, B: Dim>(x: Tensor[R, C; f32]) -> y: Tensor[R, C; f32] grid(R, C / B)
+where C % (2 * B) == 0 {
+    let row = program_id(0)
+    let cols = program_id(1) * B + iota<i32>(B)
+    store(y[row, cols], load(x[row, cols], cols < C, 0.0), cols < C)
+}
+
+pub op o<R: Dim, C: Dim>(x: Tensor[R, C; f32]) -> Tensor[R, C; f32] kernel k<R, C, 16> {
+    let y[r, c] = x[r, c]
+    return y
+}
+""")
+    [op] = bound_ops(prog)
+    assert 32 not in candidate_sizes(48, boundary_sizes(op, None))
+    cases = sample_cases(prog, op, 2, seed=0, max_size=48)
+    assert cases and all(c.generics["C"] == 32 for c in cases)
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), max_size=st.integers(1, 80))
 def test_sampled_cases_satisfy_every_clause(seed: int, max_size: int) -> None:

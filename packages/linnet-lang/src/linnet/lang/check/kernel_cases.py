@@ -135,8 +135,9 @@ def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0
     """Up to ``count`` distinct cases for ``op`` (a bound op of ``program``) on which its
     kernel applies: the op's `where` holds and so does the kernel's under the binding.
     Each dim is at most ``max_size`` and each tensor at most ``max_numel`` elements; a
-    generic element type is one of ``dtypes``. Fewer come back when fewer exist (none: no
-    small shapes satisfy the clauses).
+    generic element type is one of ``dtypes``. Where none of the small sizes and the
+    clauses' boundaries gives a case, powers of two are tried (divisibility clauses). Fewer
+    come back when fewer exist (none: no small shapes satisfy the clauses).
 
     >>> from linnet.lang import check_text
     >>> prog = check_text(SOFTMAX_EXAMPLE)
@@ -149,19 +150,25 @@ def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0
     sizes = candidate_sizes(max_size, boundary_sizes(op, *_kernel_decls(ev, op)))
     out: list[KernelCase] = []
     seen: set[tuple] = set()
-    for _ in range(ATTEMPTS_PER_CASE * max(count, 1)):
-        if len(out) >= count:
+    # Where no small size satisfies the clauses, powers of two do the divisibility ones
+    # (`HD % (2 * BO) == 0` with BO 16 needs 32, which no boundary names).
+    powers = [1 << k for k in range(max_size.bit_length()) if 1 << k <= max_size]
+    for pool in (sizes, powers):
+        if out:
             break
-        env: dict[str, Any] = {}
-        for g in op.generics:
-            env[g.name] = rng.choice(dtypes) if g.kind == "DType" else rng.choice(sizes)
-        key = tuple(sorted(env.items()))
-        if key in seen:
-            continue
-        seen.add(key)
-        case = _case(ev, op, env, max_numel)
-        if case is not None:
-            out.append(case)
+        for _ in range(ATTEMPTS_PER_CASE * max(count, 1)):
+            if len(out) >= count:
+                break
+            env: dict[str, Any] = {}
+            for g in op.generics:
+                env[g.name] = rng.choice(dtypes) if g.kind == "DType" else rng.choice(pool)
+            key = tuple(sorted(env.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            case = _case(ev, op, env, max_numel)
+            if case is not None:
+                out.append(case)
     return out
 
 
