@@ -148,20 +148,20 @@ def test_std_models_lower_and_claim_what_std_has(model):
         assert c.attributes["kernel_applies"] and c.stop > c.start
 
 
-@pytest.mark.parametrize("op", ["rms_norm_qkv_rope", "rms_norm_qkv_rope_split"])
 @pytest.mark.parametrize("model", ["std.models.llama", "examples/llama/llama.linnet"])
-def test_the_attention_input_is_one_span_up_to_the_rotations(model, op):
+def test_the_attention_input_is_one_span_up_to_the_rotations(model):
     """`rms_norm_qkv_rope` (and its split-K chain, the same span) claims each layer's norm,
     q/k/v products, head split and both rotations (inv_freq and the angles are hoisted out
     of the layers; the span's rope_with nodes are calls), and returns what the cache writes
     and the attention read."""
     _, claimed = llama_decode(model, 16)
-    spans = [c for c in claimed.calls if c.callee == f"std.nn.decode::{op}"]
-    assert len(spans) == 2 and all(c.attributes["kernel_applies"] for c in spans)
-    for span in spans:
-        inside = [c.callee for c in claimed.calls if span.start <= c.start < span.stop
-                  and c.kind == "op" and c is not span and not c.attributes.get("kernel")]
-        assert inside.count("std.nn.linear::linear") == 3
-        assert inside.count("std.nn.rope::rope_with") == 2
-        shapes = [claimed.values[r].shape for r in span.attributes["results"]]
-        assert shapes == [(1, 4, 16), (1, 2, 16), (1, 2, 16)]
+    for op in ("rms_norm_qkv_rope", "rms_norm_qkv_rope_split"):
+        spans = [c for c in claimed.calls if c.callee == f"std.nn.decode::{op}"]
+        assert len(spans) == 2 and all(c.attributes["kernel_applies"] for c in spans), op
+        for span in spans:
+            inside = [c.callee for c in claimed.calls if span.start <= c.start < span.stop
+                      and c.kind == "op" and c is not span and not c.attributes.get("kernel")]
+            assert inside.count("std.nn.linear::linear") == 3
+            assert inside.count("std.nn.rope::rope_with") == 2
+            shapes = [claimed.values[r].shape for r in span.attributes["results"]]
+            assert shapes == [(1, 4, 16), (1, 2, 16), (1, 2, 16)]
