@@ -119,6 +119,14 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
         return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
                     lambda x, w: F.linear(x, w))
 
+    def qkv_rope(x: torch.Tensor, nw: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
+                 wv: torch.Tensor, pos: torch.Tensor, inv: torch.Tensor) -> tuple:
+        """`rms_norm_qkv_rope`'s body in torch: q and k rotated, v as heads."""
+        h = norm(x, nw)
+        return (rope(F.linear(h, wq), pos, inv, hd), rope(F.linear(h, wk), pos, inv, hd),
+                F.linear(h, wv).view(rows, -1, hd))
+
+    rope_generics = {"N": rows, "D": d, "H": q // hd, "KV": kv // hd, "HD": hd, "T": "bf16"}
     # Split-K chains, swept over (BK, KS) at BO = 8.
     split_sweep = [(512, 2), (512, 4), (512, 8), (256, 4), (256, 8), (256, 16)]
 
@@ -150,18 +158,12 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
              lambda x, nw, wq, wk, wv: (lambda h: (F.linear(h, wq), F.linear(h, wk),
                                                    F.linear(h, wv)))(norm(x, nw)),
              scalars=eps, sweep_keys=("BK", "KS"), sweep=split_sweep),
-        Span(f"norm+qkv+rope {d}->{q}+2x{kv}", mod + "rms_norm_qkv_rope",
-             {"N": rows, "D": d, "H": q // hd, "KV": kv // hd, "HD": hd, "T": "bf16"},
-             lambda x, nw, wq, wk, wv, pos, inv: (lambda h: (
-                 rope(F.linear(h, wq), pos, inv, hd), rope(F.linear(h, wk), pos, inv, hd),
-                 F.linear(h, wv).view(rows, -1, hd)))(norm(x, nw)),
-             scalars=eps, sweep=[(4, 512), (8, 512), (8, 256), (16, 256)]),
+        # The attention input up to the cache writes, in one launch and by split-K.
+        Span(f"norm+qkv+rope {d}->{q}+2x{kv}", mod + "rms_norm_qkv_rope", rope_generics,
+             qkv_rope, scalars=eps, sweep=[(4, 512), (8, 512), (8, 256), (16, 256)]),
         Span(f"norm+qkv+rope {d}->{q}+2x{kv}", mod + "rms_norm_qkv_rope_split",
-             {"N": rows, "D": d, "H": q // hd, "KV": kv // hd, "HD": hd, "T": "bf16"},
-             lambda x, nw, wq, wk, wv, pos, inv: (lambda h: (
-                 rope(F.linear(h, wq), pos, inv, hd), rope(F.linear(h, wk), pos, inv, hd),
-                 F.linear(h, wv).view(rows, -1, hd)))(norm(x, nw)),
-             scalars=eps, sweep_keys=("BK", "KS"), sweep=split_sweep),
+             rope_generics, qkv_rope, scalars=eps, sweep_keys=("BK", "KS"),
+             sweep=split_sweep),
         Span(f"norm+gate/up {d}->2x{f}", mod + "rms_norm_gate_up",
              {"N": rows, "D": d, "F": f, "T": "bf16"},
              lambda x, nw, wg, wu: (lambda h: F.silu(F.linear(h, wg)) * F.linear(h, wu))(
