@@ -109,6 +109,30 @@ class HandBuilt(Base):
         return Interpret(region)
 
 
+class CacheWrite(Base):
+    """Claims layer 0's k_rot and its write into k_cache; ``wrong`` doubles the cache after
+    (k_rot, the region's output, stays right): only the state shows the fault."""
+
+    def __init__(self, wrong: bool = False):
+        self.wrong = wrong
+        self.name = "wrong-cache-write" if wrong else "cache-write"
+
+    def match(self, graph, target):
+        write = next(i for i, s in enumerate(graph.steps)
+                     if s.op == "scatter" and s.operands[0] == "@" + K_CACHE)
+        return [Region.of(graph, write - 1, write + 1)]
+
+    def compile(self, region, target, options):
+        return _Doubling(region) if self.wrong else Interpret(region)
+
+
+class _Doubling(Interpret):
+    def execute(self, inputs, outputs, context):
+        out = super().execute(inputs, outputs, context)
+        context.parameters[K_CACHE].mul_(2)
+        return out
+
+
 class MadeUpKind(RefLinear):
     """Linear regions whose kind is made up (they would share one timing)."""
 

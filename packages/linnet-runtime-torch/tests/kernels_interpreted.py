@@ -314,6 +314,8 @@ def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
     # (the angles are hoisted), so the slices before it return it for the region.
     assert "rms_norm_qkv_rope" in taken, [(c.region, c.status, c.reason)
                                           for c in kernel_rows(plan)]
+    # ... with the cache writes after it: its kernel stores k and v into the cache.
+    assert any(c.status == "taken" and c.region.writes_state for c in kernel_rows(plan))
     want = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
     ctx, ctx_want = model.context_for(plan), want.context_for_graph(plan.graph)
     for step in range(3):  # the cache the kernel plan writes is read back by later steps
@@ -321,6 +323,45 @@ def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
         ref = want.run("decode", [token, pos + step])
         torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
     del ctx_want
+
+
+def test_the_toy_llama_decode_kernels_store_k_and_v_into_the_cache(interpret):
+    """`rms_norm_qkv_rope` and its split-K chain, claimed with the cache writes after them
+    (ir/spans.py's `state_writes`): each region's kernel stores k and v into the layer's
+    cache itself (an `_into_k_v` instance) and leaves q and both caches as the generated
+    source does (conform compares the states a region writes), on caches that already hold
+    other positions."""
+    from linnet.torch import random_weights
+    from linnet.torch.kernel_paths import KernelPaths
+    from support import LLAMA, toy_config
+
+    class Writing(KernelPaths):
+        """The kernel regions that write states, and the executables made for them."""
+
+        made: tuple = ()
+
+        def match(self, graph, target):
+            return [r for r in super().match(graph, target) if r.writes_state]
+
+        def compile_regions(self, regions, target, options):
+            self.made = super().compile_regions(regions, target, options)
+            return self.made
+
+    model = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=4),
+                 config=toy_config(), numerics="fast")
+    token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([5], dtype=torch.int32)
+    ctx = model.context_for_graph(model.graph("decode", [token, pos]))
+    g = torch.Generator().manual_seed(1)
+    for state in ctx.states.values():
+        state.copy_(torch.randn(state.shape, generator=g))
+    paths = Writing(model.program)
+    findings = model.conform("decode", [token, pos], paths, context=ctx)
+    assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == [
+        "rms_norm_qkv_rope"] * 2 + ["rms_norm_qkv_rope_split"] * 2
+    assert all(f.passed and f.difference is not None for f in findings), findings
+    for ex in paths.made:
+        runs = ex.fn.__globals__["RUNS"]
+        assert any("_into_k_v" in key and n[0] for key, n in runs.items()), runs
 
 
 def test_every_kernel_region_of_the_toy_llama_decode_launches_its_kernel(interpret):

@@ -16,6 +16,7 @@ from broken_backends import (
     K_CACHE,
     AcrossScatter,
     BadOutputs,
+    CacheWrite,
     CompileGives,
     CompileRaises,
     EstimatedSiblings,
@@ -164,6 +165,15 @@ def test_conform_fails_broken_outputs_and_says_which(model, how, words):
     (f,) = conform(model, "decode", [TOKEN, POS], BadOutputs(how))
     assert not f.passed and words in f.note, f.note
     assert f.region.outputs[0] in f.note  # it names the output
+
+
+def test_conform_compares_the_states_a_region_writes(model):
+    """A region that writes the KV cache is compared on it: a right write passes with a
+    difference, a wrong one (its output right) fails and names the state."""
+    (ok,) = conform(model, "decode", [TOKEN, POS], CacheWrite())
+    assert ok.passed and ok.difference == 0.0, ok
+    (bad,) = conform(model, "decode", [TOKEN, POS], CacheWrite(wrong=True))
+    assert not bad.passed and f"state {K_CACHE}" in bad.note and "bound" in bad.note, bad
 
 
 def test_conform_tolerance_is_relative_to_the_reference(model):

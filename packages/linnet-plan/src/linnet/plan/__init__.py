@@ -142,7 +142,10 @@ def explain_table(candidates: list[Candidate], skipped: list[Any], header: str =
              "decision")]
     for c in sorted(candidates, key=lambda c: (c.region.start, c.backend_name)):
         r = c.region
+        # "+ writes": the region's steps end with state writes (a kernel that stores k and v
+        # into the cache, beside the same op's region without them).
         what = (r.callee.rsplit("::", 1)[-1] if r.callee else "steps") + (
+            " + writes" if r.callee and r.writes_state else "") + (
             f" [{r.path}]" if r.path else "")
         span = f"{r.start}..{r.stop}" + ("" if len(r.steps) == r.stop - r.start
                                           else f" ({len(r.steps)})")

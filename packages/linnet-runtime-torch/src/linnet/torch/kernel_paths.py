@@ -34,7 +34,7 @@ from linnet.backends import (
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
 from linnet.lang.check.kernel_cases import binding_name
-from linnet.lang.emit.torch import emit_torch
+from linnet.lang.emit.torch import emit_torch, launch_args
 from linnet.lang.ir.graph import Call, Graph
 from linnet.lang.ir.slices import slice_steps
 from linnet.lang.ir.spans import closed, spans_for, std_spans
@@ -75,8 +75,8 @@ def with_arguments(region: Region, call: Call) -> Region:
     `pos`), and the emitter launches a kernel only where its arguments are in scope."""
     import dataclasses
 
-    missing = tuple(a for a in call.attributes.get("args", [])
-                    if isinstance(a, str) and a.startswith("%") and a not in region.inputs)
+    missing = tuple(a for a in launch_args(call)
+                    if a.startswith("%") and a not in region.inputs)
     if not missing:
         return region
     wider = dataclasses.replace(region, inputs=tuple(region.inputs) + missing)

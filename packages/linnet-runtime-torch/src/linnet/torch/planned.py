@@ -1059,10 +1059,10 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
 @dataclass
 class Finding:
     """One region run both ways. ``difference`` is the largest absolute difference between
-    the backend's outputs and the generated source's, over every output (None where nothing
-    was compared: the region writes state and ran once, or the backend failed before giving
-    outputs that could be compared). ``passed`` is whether every output is within the bound
-    (see :func:`conform`); ``note`` says what failed, naming the output.
+    the backend's outputs and the generated source's, over every output and every state the
+    region writes (None where nothing was compared: the backend failed before giving outputs
+    that could be compared). ``passed`` is whether every one is within the bound (see
+    :func:`conform`); ``note`` says what failed, naming the output or the state.
 
     >>> f = Finding(region, 0.003, True)                              # doctest: +SKIP
     """
@@ -1146,7 +1146,8 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
     (relative to the output's scale), at least 4 units of rounding of the output's dtype,
     and 0 for integer outputs; NaN and infinities must sit where the reference has them.
     A region the backend cannot compile, prepare or execute fails with the reason in its
-    note; one that writes state runs once and its outputs are checked but not compared.
+    note. A region that writes states (a kernel that stores k and v into the KV cache) is
+    compared on them too: each state it writes, as each side left it, within the same bound.
     ``context`` gives the states to start from (a prefilled KV cache, say); it is not
     modified: both sides run on copies.
 
@@ -1188,9 +1189,6 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
             if problem is not None:
                 findings.append(Finding(r, None, False, problem))
                 continue
-            if r.writes_state:
-                findings.append(Finding(r, None, True, "writes state: ran once, not compared"))
-                continue
             sl = slice_steps(builder.graph, list(r.steps), "region")
             module = builder.emit([sl], "conform")
             fn = getattr(module, module.ENTRIES[builder.graph.entry]["slices"][0]["function"])
@@ -1200,16 +1198,31 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
                       *[ref_ctx.states[p] for p in sl.states])
         by_name = dict(zip(sl.outputs, want))
         worst, notes = 0.0, []
-        for k, (name, value) in enumerate(zip(r.outputs, got)):
-            if name not in by_name:  # region_problem keeps this from happening
-                notes.append(f"output {k} ({name}) is not one the generated steps make")
+        # The outputs, then each state the region writes (a KV cache), as the two runs left it.
+        pairs = [(f"output {k} ({name})", value, by_name.get(name))
+                 for k, (name, value) in enumerate(zip(r.outputs, got))]
+        pairs += [(f"state {name}", scratch.states[name], ref_ctx.states[name])
+                  for name in written_states(r)]
+        for what, value, reference in pairs:
+            if reference is None:  # region_problem keeps this from happening
+                notes.append(f"{what} is not one the generated steps make")
                 continue
-            diff, why = compare(value, by_name[name], options.tolerance)
+            diff, why = compare(value, reference, options.tolerance)
             worst = math.nan if math.isnan(diff) or math.isnan(worst) else max(worst, diff)
             if why is not None:
-                notes.append(f"output {k} ({name}) {why}")
+                notes.append(f"{what} {why}")
         findings.append(Finding(r, worst, not notes, "; ".join(notes)))
     return findings
+
+
+def written_states(region: Region) -> list[str]:
+    """The states ``region``'s steps write (`scatter`), in the order of their first write."""
+    out: list[str] = []
+    for i in region.steps:
+        step = region.graph.steps[i]
+        if step.op == "scatter" and step.operands[0][1:] not in out:
+            out.append(step.operands[0][1:])
+    return out
 
 
 def _run_once(c: Candidate, env: dict[str, Any], context: Context) -> tuple[str | None, Any]:

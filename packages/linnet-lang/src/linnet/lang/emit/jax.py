@@ -505,6 +505,7 @@ class JaxEmitter(TorchEmitter):
     fast_calls = FAST_CALLS
     scope_class = JaxScope
     returns_states = True
+    kernels_write_states = False  # a Pallas kernel's results are new arrays
     module_names = RESERVED
     framework, command = "JAX", "linnet jax"
     # Grad clauses lowered per call (call index -> ClauseTemplate): a launched kernel's

@@ -396,8 +396,11 @@ class KernelText:
 
 
 def instance_name(k: TileKernel) -> str:
-    """``row_softmax_4_8_1024``: the kernel's name and its generics' values."""
-    parts = [k.short_name] + [str(v) for v in k.generics.values()]
+    """``row_softmax_4_8_1024``: the kernel's name and its generics' values (after the name,
+    ``into_k_v`` where it stores results ``k`` and ``v`` into states: ir/tiles.py's
+    ``redirect_stores``)."""
+    parts = [k.short_name] + (["into", *k.inplace] if k.inplace else []) + [
+        str(v) for v in k.generics.values()]
     parts += [re.sub(r"[^0-9A-Za-z]", "_", literal(v)) for v in k.scalars.values()]
     return re.sub(r"_+", "_", "_".join(parts)).strip("_")
 

@@ -644,6 +644,15 @@ FAST_CALLS: dict[str, FastRule] = {
 # ---------------------------------------------------------------- functions
 
 
+def launch_args(call: Call) -> list[str]:
+    """The tensors a bound call's launch passes: its tensor arguments, then, for each state
+    it writes (``writes``: ir/spans.py's ``state_writes``), the state and its positions."""
+    out = [a for a in call.attributes.get("args", []) if isinstance(a, str)]
+    for w in call.attributes.get("writes") or []:
+        out += [w["state"], w["at"]]
+    return out
+
+
 def _is_std(loc: str) -> bool:
     return loc.startswith("std/")
 
@@ -711,6 +720,10 @@ class TorchEmitter:
     # (:meth:`returned_states`), the entry stores it in its copy of `states` and returns the
     # new states after its outputs (`ENTRIES` rows then say which slice `writes` which);
     returns_states = False
+    # ... whether a kernel may store results into states (a call's `writes`: the KV-cache
+    # writes of a decode step in the kernel that makes k and v): PyTorch's launches write
+    # the state in place; JAX's immutable arrays would need Pallas's aliasing;
+    kernels_write_states = True
     # ... the names the generated module defines, which no entry function may take;
     module_names: set[str] = RESERVED
     # ... and the words the module's docstring and errors name it by.
@@ -814,11 +827,13 @@ class TorchEmitter:
             if any(not isinstance(r, str) for r in results) or not all(
                     j in members for j in range(call.start, call.stop)):
                 continue
+            if call.attributes.get("writes") and (not self.kernels_write_states
+                                                  or self.backwards is not None):
+                continue  # its kernel stores into states: the call without the writes
             if users_outside(call.start, call.stop) - set(results):
                 continue
-            if not all(a in scope.names or a in scope.literals
-                       for a in call.attributes.get("args", [])
-                       if isinstance(a, str) and a.startswith("%")):
+            if not all(a in scope.names or a in scope.literals for a in launch_args(call)
+                       if a.startswith("%")):
                 continue
             return call, self.kernel_text(call)
         return None
@@ -833,7 +848,7 @@ class TorchEmitter:
         """The text of the kernel a call binds, or of its chain's two kernels and the
         launcher that runs them in turn, written once per module (``text_of`` and
         ``chain_of``: emit/triton.py's or emit/pallas.py's)."""
-        from linnet.lang.ir.tiles import find_kernel, lower_kernel
+        from linnet.lang.ir.tiles import find_kernel, lower_kernel, redirect_stores
 
         assert self.program is not None
         program = self.program
@@ -844,11 +859,16 @@ class TorchEmitter:
             stages.append((then["kernel"], then["kernel_generics"]))
         found = [(name, gen, kernel_args(args, find_kernel(program, name)))
                  for name, gen in stages]
-        key = tuple((name, repr(sorted(gen.items())), repr(sorted(sc.items())))
-                    for name, gen, sc in found)
+        # The last stage makes the op's results: those the call writes into states, it
+        # stores there (ir/tiles.py's redirect_stores).
+        writes = [(w["result"], w["positions"]) for w in call.attributes.get("writes") or []]
+        key = (*((name, repr(sorted(gen.items())), repr(sorted(sc.items())))
+                 for name, gen, sc in found), repr(writes))
         if key not in self.kernel_texts:
-            texts = [text_of(lower_kernel(program, name, gen, sc), self.sources, precision,
-                             self.used_names) for name, gen, sc in found]
+            kernels = [lower_kernel(program, name, gen, sc) for name, gen, sc in found]
+            if writes:
+                kernels[-1] = redirect_stores(kernels[-1], writes)
+            texts = [text_of(k, self.sources, precision, self.used_names) for k in kernels]
             self.kernel_texts[key] = texts[0] if len(texts) == 1 else chain_of(
                 texts[0], texts[1], self.used_names)
         return self.kernel_texts[key]
@@ -922,7 +942,7 @@ class TorchEmitter:
                     inner: list[Statement] = []
                     run(k, stop_k, inner, launching=False)
                     # The tensors only: scalar arguments are constants of the kernel.
-                    args = [scope(a) for a in kcall.attributes["args"] if isinstance(a, str)]
+                    args = [scope(a) for a in launch_args(kcall)]
                     outs = [scope(r) for r in kcall.attributes["results"]]
                     backward = (self.backwards.backward(graph, kcall, text.key)
                                 if self.backwards is not None else None)

@@ -360,6 +360,9 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
         strides += [f"{safe(p).upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
     args = [safe(p) for p, _, _ in k.params + k.results] + strides
     results = ", ".join(r for r, _, _ in k.results)
+    inplace = [safe(p) for p in k.inplace]
+    # A state the kernel stores into is written where it is: never a contiguous copy.
+    checks = [f"    check_inplace({p}, {p!r}, {k.short_name!r})" for p in inplace]
     lines = [f"def run_{key}({typed}) -> {ret}:",
              f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
              *results_new,
@@ -372,11 +375,13 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
              '    """What `run_' + key + '` returns, without running it (for torch.compile)."""',
              *alloc, f"    return {outs}",
              "", "",
-             f"op_{key} = kernel_op({key!r}, run_{key}, fake_{key})",
+             f"op_{key} = kernel_op({key!r}, run_{key}, fake_{key}"
+             + (f", mutates={tuple(inplace)!r})" if inplace else ")"),
              "", "",
              f"def {name}({', '.join(ins)}):",
              f'    """`{k.short_name}` on contiguous inputs; a custom op under torch.compile."""',
-             *[f"    {p} = {p}.contiguous()" for p in ins],
+             *checks,
+             *[f"    {p} = {p}.contiguous()" for p in ins if p not in inplace],
              "    if torch.compiler.is_compiling():",
              f"        return op_{key}({', '.join(ins)})",
              f"    return run_{key}({', '.join(ins)})"]
@@ -399,7 +404,8 @@ def chain_text(first: KernelText, second: KernelText, taken: set[str],
     launcher). Each stage stays a custom op of its own under torch.compile. Pallas's
     (emit/pallas.py) calls the stages' ``run_*`` (``stage``) inside one function and adds
     ``tail(key, inputs)``, its ``launch_*``."""
-    key = f"{first.key}_then_{second.kernel.short_name}"
+    written = "".join(f"_{safe(p)}" for p in second.kernel.inplace)
+    key = f"{first.key}_then_{second.kernel.short_name}" + (f"_into{written}" if written else "")
     base, i = key, 1
     names = {"launch_", stage}
     while any(f"{n}{key}" in taken for n in names) or key in taken:
@@ -409,15 +415,18 @@ def chain_text(first: KernelText, second: KernelText, taken: set[str],
     k1, k2 = first.kernel, second.kernel
     # The op's tensors are the second kernel's leading parameters; the first takes the
     # leading ones of those it needs (checked: check/checker.py).
+    # ... then the states it stores into and their positions (`redirect_stores`), last.
     scratch = [safe(r) for r, _, _ in k1.results]
-    ins = [safe(p) for p, _, _ in k2.params[:len(k2.params) - len(scratch)]]
+    ops = len(k2.params) - len(scratch) - k2.tail
+    ins = [safe(p) for p, _, _ in k2.params[:ops]]
+    into = [safe(p) for p, _, _ in k2.params[len(k2.params) - k2.tail:]] if k2.tail else []
     got = ", ".join(scratch)  # a launcher of one result returns it, not a tuple
     lines = [
-        f"def {stage}{key}({', '.join(ins)}):",
+        f"def {stage}{key}({', '.join(ins + into)}):",
         f'    """`{k1.short_name}` then `{k2.short_name}`, which reads its '
         f'{", ".join(scratch)}\n    ({k1.loc}, {k2.loc})."""',
         f"    {got} = {stage}{first.key}({', '.join(ins[:len(k1.params)])})",
-        f"    return {stage}{second.key}({', '.join(ins + scratch)})"]
+        f"    return {stage}{second.key}({', '.join(ins + scratch + into)})"]
     if tail is not None:
         lines += ["", "", *tail(key, ins)]
     return KernelText(second.kernel, second.function, f"launch_{key}", key,
@@ -509,16 +518,26 @@ READY = '''def kernels_ready(key, *tensors):
     return ready
 
 
-def kernel_op(name, run, fake):
+def kernel_op(name, run, fake, mutates=()):
     """`run` (a kernel's launch) as a custom op in this module's library: what torch.compile
-    sees in place of the launch; `fake` gives its results' shapes without running it."""
+    sees in place of the launch; `fake` gives its results' shapes without running it;
+    `mutates` names the arguments it writes in place (states it stores into)."""
     if not TRITON:
         return run
     if INTERPRET:
-        op = torch.library.custom_op(f'{LIBRARY}::{name}', run, mutates_args=())
+        op = torch.library.custom_op(f'{LIBRARY}::{name}', run, mutates_args=mutates)
         op.register_fake(fake)
         return op
-    return torch.library.triton_op(f'{LIBRARY}::{name}', run, mutates_args=())'''
+    return torch.library.triton_op(f'{LIBRARY}::{name}', run, mutates_args=mutates)
+
+
+def check_inplace(state, name, kernel):
+    """A state that kernel `kernel` stores into (`name`) must be contiguous: it is written
+    where it is, with the strides the kernel was written for."""
+    if not state.is_contiguous():
+        raise ValueError(f'kernel `{kernel}` stores into `{name}`, which is not contiguous '
+                         f'(strides {tuple(state.stride())}); states are allocated '
+                         'contiguous: pass the state itself, not a view of it')'''
 
 
 def runs_table(keys: list[str]) -> str:

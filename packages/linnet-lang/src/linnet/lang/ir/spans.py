@@ -508,7 +508,76 @@ class Spans:
                 iters.pop() if len(iters) == 1 else None,
                 repeated.pop() if len(repeated) == 1 else ""))
             index += 1
+        producers, users = out.producers(), out.users()
+        for c in list(out.calls):
+            writes = state_writes(out, c, producers, users)
+            if writes:
+                written = {w["result"] for w in writes}
+                results = list(c.attributes.get("results") or [])
+                out.calls.append(Call(
+                    c.callee, "op", c.start, max(w["step"] for w in writes) + 1, index, c.path,
+                    c.depth, c.loc,
+                    {**c.attributes, "results": [r for j, r in enumerate(results)
+                                                 if j not in written],
+                     "writes": writes, "span": True, "claims": c.attributes.get(
+                         "claims", [c.callee])},
+                    c.iteration, c.repeated))
+                index += 1
         return out
+
+
+def state_writes(graph: Graph, call: Call, producers: dict[str, int] | None = None,
+                 users: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:
+    """The state writes a kernel call's launch can do itself: the `scatter` steps right
+    after it that write a result of the call, and nothing else reads, into a state at
+    ``[b, at[b]]`` for every row ``b`` of the result (``self.k[b, pos[b], h, d] = k_rot[b,
+    h, d]``, a decode step's cache write). Each is ``{"result": position among the call's
+    results, "state": the state's ref, "at": the positions' ref, "step": the scatter's step,
+    "positions": the state's second axis}``; none where the call has no kernel, a result
+    would be left for nothing, or the steps are not of that form. A call over the call's
+    steps and these (its written results left out of its results, ``writes`` set) is a second
+    claim: its kernel stores those results into the state (``ir/tiles.py``'s
+    :func:`~linnet.lang.ir.tiles.redirect_stores`), and a planner times it beside the first.
+    """
+    a = call.attributes
+    if call.kind != "op" or not a.get("kernel") or not a.get("kernel_applies") \
+            or a.get("writes") or call.stop <= call.start:
+        return []
+    results = list(a.get("results") or [])
+    if any(not isinstance(r, str) for r in results):
+        return []
+    producers = graph.producers() if producers is None else producers
+    users = graph.users() if users is None else users
+    out: list[dict[str, Any]] = []
+    i = call.stop
+    while i < len(graph.steps) and graph.steps[i].op == "scatter":
+        step = graph.steps[i]
+        if len(step.operands) != 4 or step.attributes.get("indexed_axes") != 2:
+            break
+        state, value, rows, at = step.operands
+        if value not in results or any(w["result"] == results.index(value) for w in out):
+            break
+        vt, st = graph.values.get(value), graph.states.get(state[1:])
+        at_t = graph.values.get(at)
+        rows_step = producers.get(rows)
+        if vt is None or st is None or at_t is None or rows_step is None:
+            break
+        r = graph.steps[rows_step]
+        n = vt.shape[0] if vt.shape else None
+        if not (r.op == "iota" and list(r.attributes.get("shape", [])) == [n]
+                and r.attributes.get("axis") == 0 and tuple(at_t.shape) == (n,)
+                and at_t.dtype == "i32" and len(st.shape) == len(vt.shape) + 1
+                and st.shape[0] == n and tuple(st.shape[2:]) == tuple(vt.shape[1:])
+                and st.dtype == vt.dtype):
+            break
+        if value in graph.outputs or set(users.get(value, [])) != {i}:
+            break  # another step reads the result: it is still needed
+        out.append({"result": results.index(value), "state": state, "at": at, "step": i,
+                    "positions": st.shape[1]})
+        i += 1
+    if len(out) == len(results):
+        return []  # a launch with no result left: not written (nothing measured needs it)
+    return out
 
 
 def _common_path(paths: list[str]) -> str:
@@ -555,4 +624,4 @@ def claim_spans(graph: Graph, program: Program | None = None) -> Graph:
 
 
 __all__ = ["Node", "Pattern", "SpanMatch", "Spans", "claim_spans", "closed", "graph_nodes", "span_ops",
-           "spans_for", "std_spans"]
+           "spans_for", "state_writes", "std_spans"]

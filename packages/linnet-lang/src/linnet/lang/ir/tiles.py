@@ -73,6 +73,10 @@ class TileKernel:
     values: dict[str, ValueType] = field(default_factory=dict)
     loc: str = ""  # file:line of the kernel's declaration
     lines: tuple[int, int] = (0, 0)  # its first and last source line
+    # Results stored into states instead (:func:`redirect_stores`): these parameters are
+    # written in place, and the last `tail` parameters are the ones the redirection added.
+    inplace: tuple[str, ...] = ()
+    tail: int = 0
 
     @property
     def short_name(self) -> str:
@@ -201,6 +205,96 @@ def lower_kernel(program: Program, name: str, generics: dict[str, Any],
     return TileKernel(name, dict(generics), grid, params, results, scalars_out, graph.steps,
                       graph.values, f"{span.source.name}:{first}" if span.source else "",
                       (first, last))
+
+
+def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
+    """``k`` with results stored into states: for each ``(j, S)`` of ``writes``, result ``j``
+    (``[N, ...]``) becomes a parameter of shape ``[N * S, ...]`` (a ``[N, S, ...]`` state, its
+    first two axes as one), followed by a parameter ``<name>_at`` (``[N]``, i32): a store to
+    row ``n`` of the result goes to row ``n * S + at[n]`` of the state, which is what
+    ``state[n, at[n], ...] = result[n, ...]`` writes (a decode step's KV-cache write, done by
+    the kernel that makes the result: ``ir/spans.py``'s :func:`state_writes`). The kernel
+    loads ``at`` at each such store, for the rows it stores (rows past N read 0: their
+    stores are masked off, as they were into the result). The new parameters come last, in
+    ``writes``' order; ``k`` itself is left as it is.
+
+    >>> from linnet.lang.syntax.program import Program
+    >>> prog = Program.from_text('''
+    ... kernel twice<N: Dim, D: Dim>(x: Tensor[N, D; f32]) -> y: Tensor[N, D; f32] grid(1) {
+    ...     let rows = iota<i32>(N)
+    ...     let cols = iota<i32>(D)
+    ...     store(y[rows, cols], load(x[rows, cols]) * 2.0)
+    ... }''')
+    >>> k = redirect_stores(lower_kernel(prog, "main::twice", {"N": 2, "D": 4}), [(0, 8)])
+    >>> k.params, k.results, k.inplace, k.tail
+    ([('x', (2, 4), 'f32'), ('y', (16, 4), 'f32'), ('y_at', (2,), 'i32')], [], ('y',), 2)
+    """
+    import copy
+
+    values = dict(k.values)
+    taken = {p for p, _, _ in k.params + k.results}
+    counter = [0]
+
+    def fresh(shape: tuple[int, ...], dtype: str) -> str:
+        while True:
+            counter[0] += 1
+            name = f"%at.{counter[0]}"
+            if name not in values:
+                values[name] = ValueType(shape, dtype)
+                return name
+
+    params = list(k.params)
+    moved: dict[str, tuple[str, int, int]] = {}  # result -> (positions param, N, S)
+    for j, positions in writes:
+        name, shape, dtype = k.results[j]
+        at = name + "_at"
+        while at in taken:
+            at += "_"
+        taken.add(at)
+        params += [(name, (shape[0] * positions, *shape[1:]), dtype), (at, (shape[0],), "i32")]
+        moved[name] = (at, shape[0], positions)
+
+    def redirected(s: Step, out: list[Step]) -> Step:
+        """The store ``s`` into the state: the steps making its row added to ``out``."""
+        at, n, positions = moved[s.operands[0][1:]]
+        index = list(s.attributes["index"])
+        if isinstance(index[0], dict):
+            rows = s.operands[index[0]["operand"]]
+        else:  # a constant row
+            rows = fresh((), "i32")
+            out.append(Step("constant", [], [rows], {"value": index[0], "dtype": "i32"}, s.loc))
+        shape = values[rows].shape
+        bound, live, got = fresh((), "i32"), fresh(shape, "bool"), fresh(shape, "i32")
+        stride, start, row = fresh((), "i32"), fresh(shape, "i32"), fresh(shape, "i32")
+        out += [Step("constant", [], [bound], {"value": n, "dtype": "i32"}, s.loc),
+                Step("lt", [rows, bound], [live], {}, s.loc),
+                Step("load", ["@" + at, rows, live], [got],
+                     {"index": [{"operand": 1}], "mask": {"operand": 2}, "other": 0}, s.loc),
+                Step("constant", [], [stride], {"value": positions, "dtype": "i32"}, s.loc),
+                Step("mul", [rows, stride], [start], {}, s.loc),
+                Step("add", [start, got], [row], {}, s.loc)]
+        s = copy.copy(s)
+        s.operands = [*s.operands, row]
+        index[0] = {"operand": len(s.operands) - 1}
+        s.attributes = {**s.attributes, "index": index}
+        return s
+
+    def rewrite(steps: list[Step]) -> list[Step]:
+        out: list[Step] = []
+        for s in steps:
+            if s.op == "for":
+                s = copy.copy(s)
+                s.attributes = {**s.attributes, "body": rewrite(s.attributes["body"])}
+            elif s.op == "store" and s.operands[0][1:] in moved:
+                s = redirected(s, out)
+            out.append(s)
+        return out
+
+    steps = rewrite(k.steps)
+    written = [k.results[j][0] for j, _ in writes]
+    return TileKernel(k.name, dict(k.generics), k.grid, params,
+                      [r for r in k.results if r[0] not in written], dict(k.scalars), steps,
+                      values, k.loc, k.lines, (*k.inplace, *written), k.tail + 2 * len(writes))
 
 
 def _generics(generics: dict[str, Any]) -> str:
