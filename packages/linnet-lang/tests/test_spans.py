@@ -179,3 +179,57 @@ def test_the_attention_input_is_one_span_up_to_the_rotations(model):
             assert inside.count("std.nn.rope::rope_with") == 2
             shapes = [claimed.values[r].shape for r in span.attributes["results"]]
             assert shapes == [(1, 4, 16), (1, 2, 16), (1, 2, 16)]
+
+
+WRITER = """
+/// y = 2x and z = x + 1, as one kernel.
+op pair<N: Dim, D: Dim>(x: Tensor[N, D; f32]) -> (Tensor[N, D; f32], Tensor[N, D; f32])
+    kernel pair_rows<N, D> {
+    return x * 2.0, x + 1.0
+}
+kernel pair_rows<N: Dim, D: Dim>(x: Tensor[N, D; f32]) -> (y: Tensor[N, D; f32], z: Tensor[N, D; f32]) grid(1) {
+    let rows = iota<i32>(N)
+    let cols = iota<i32>(D)
+    let v = load(x[rows, cols])
+    store(y[rows, cols], v * 2.0)
+    store(z[rows, cols], v + 1.0)
+}
+model M<N: Dim, S: Dim, D: Dim> {
+    state cache: Tensor[N, S, D; f32]
+    entry put(x: Tensor[N, D; f32], pos: Tensor[N; i32]) -> Tensor[N, D; f32] {
+        let (y, z) = pair(x)
+        self.cache[b, pos[b], d] = y[b, d]
+        return z
+    }
+}
+"""
+
+
+def test_a_claim_with_state_writes_launches_from_generated_pytorch_only():
+    """A bound op's call followed by the write of one of its results into a state is
+    claimed again with the write (the iota of its rows between them claimed too): a plan's
+    generated PyTorch launches its kernel storing that result into the state (written in
+    place: the launcher checks the state is contiguous and names it mutated under
+    torch.compile) and takes the other result; generated JAX, whose arrays are immutable,
+    launches the kernel without the write and writes the state with its own steps."""
+    from linnet.lang.emit.jax import emit_jax
+    from linnet.lang.emit.torch import emit_torch
+    from linnet.lang.ir.slices import slice_steps
+
+    program = Program.from_text(WRITER)
+    graph = lower(program, "put", {"x": [2, 4], "pos": [2]}, {"N": 2, "S": 8, "D": 4})
+    claimed = claim_spans(graph, program)
+    (call,) = [c for c in claimed.calls if c.attributes.get("writes")]
+    assert call.callee == "main::pair" and call.attributes["writes"] == [
+        {"result": 0, "state": "@cache", "at": "%pos", "step": call.stop - 1, "positions": 8}]
+    assert claimed.steps[call.stop - 1].op == "scatter" and len(call.attributes["results"]) == 1
+    # As a plan's slice (the whole entry here); a whole model's source launches kernels with
+    # their backward (autograd), and a kernel that writes a state has none: the steps write.
+    sl = slice_steps(claimed, list(range(len(claimed.steps))), "all")
+    torch_src = emit_torch(claimed, numerics="fast", program=program, slices=[[sl]])
+    assert "def launch_pair_rows_into_y_2_4(x, y, y_at):" in torch_src
+    assert "launch_pair_rows_into_y" not in emit_torch(claimed, numerics="fast",
+                                                       program=program)
+    assert "mutates=('y',)" in torch_src and "check_inplace(y, 'y', 'pair_rows')" in torch_src
+    jax_src = emit_jax(claimed, numerics="fast", program=program)
+    assert "_into_" not in jax_src and "pair_rows_2_4" in jax_src

@@ -549,9 +549,14 @@ def state_writes(graph: Graph, call: Call, producers: dict[str, int] | None = No
     producers = graph.producers() if producers is None else producers
     users = graph.users() if users is None else users
     out: list[dict[str, Any]] = []
+    between: list[int] = []  # steps making the writes' indices (an iota of the rows)
     i = call.stop
-    while i < len(graph.steps) and graph.steps[i].op == "scatter":
+    while i < len(graph.steps) and graph.steps[i].op in ("scatter", *_INDEX_STEPS):
         step = graph.steps[i]
+        if step.op != "scatter":
+            between.append(i)
+            i += 1
+            continue
         if len(step.operands) != 4 or step.attributes.get("indexed_axes") != 2:
             break
         state, value, rows, at = step.operands
@@ -575,9 +580,19 @@ def state_writes(graph: Graph, call: Call, producers: dict[str, int] | None = No
         out.append({"result": results.index(value), "state": state, "at": at, "step": i,
                     "positions": st.shape[1]})
         i += 1
-    if len(out) == len(results):
+    if not out or len(out) == len(results):
         return []  # a launch with no result left: not written (nothing measured needs it)
+    # What the index steps claimed with the writes make is read by those writes alone.
+    last = max(w["step"] for w in out)
+    for j in between:
+        if j < last and any(r in graph.outputs or any(not j < u <= last for u in users.get(r, []))
+                            for r in graph.steps[j].results):
+            return []
     return out
+
+
+# Steps that may stand between a call and its state writes: they make the writes' indices.
+_INDEX_STEPS = ("iota", "constant", "broadcast", "reshape", "convert")
 
 
 def _common_path(paths: list[str]) -> str:
