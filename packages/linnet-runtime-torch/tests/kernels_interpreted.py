@@ -330,7 +330,7 @@ def test_the_toy_llama_decode_kernels_store_k_and_v_into_the_cache(interpret):
     (ir/spans.py's `state_writes`): each region's kernel stores k and v into the layer's
     cache itself (an `_into_k_v` instance) and leaves q and both caches as the generated
     source does (conform compares the states a region writes), on caches that already hold
-    other positions."""
+    other positions, for two sequences at different positions."""
     from linnet.torch import random_weights
     from linnet.torch.kernel_paths import KernelPaths
     from support import LLAMA, toy_config
@@ -347,9 +347,11 @@ def test_the_toy_llama_decode_kernels_store_k_and_v_into_the_cache(interpret):
             self.made = super().compile_regions(regions, target, options)
             return self.made
 
+    # Two sequences at different positions: each row's k and v go to its own position.
     model = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=4),
-                 config=toy_config(), numerics="fast")
-    token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([5], dtype=torch.int32)
+                 config=toy_config(B=2), numerics="fast")
+    token = torch.tensor([3, 7], dtype=torch.int32)
+    pos = torch.tensor([5, 9], dtype=torch.int32)
     ctx = model.context_for_graph(model.graph("decode", [token, pos]))
     g = torch.Generator().manual_seed(1)
     for state in ctx.states.values():
