@@ -330,38 +330,15 @@ def test_the_toy_llama_decode_kernels_store_k_and_v_into_the_cache(interpret):
     (ir/spans.py's `state_writes`): each region's kernel stores k and v into the layer's
     cache itself (an `_into_k_v` instance) and leaves q and both caches as the generated
     source does (conform compares the states a region writes), on caches that already hold
-    other positions, for two sequences at different positions."""
-    from linnet.torch import random_weights
-    from linnet.torch.kernel_paths import KernelPaths
-    from support import LLAMA, toy_config
+    other positions, for two sequences at different positions (support.py; on CUDA:
+    test_kernels_launch.py)."""
+    from support import cache_writing_findings
 
-    class Writing(KernelPaths):
-        """The kernel regions that write states, and the executables made for them."""
-
-        made: tuple = ()
-
-        def match(self, graph, target):
-            return [r for r in super().match(graph, target) if r.writes_state]
-
-        def compile_regions(self, regions, target, options):
-            self.made = super().compile_regions(regions, target, options)
-            return self.made
-
-    # Two sequences at different positions: each row's k and v go to its own position.
-    model = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=4),
-                 config=toy_config(B=2), numerics="fast")
-    token = torch.tensor([3, 7], dtype=torch.int32)
-    pos = torch.tensor([5, 9], dtype=torch.int32)
-    ctx = model.context_for_graph(model.graph("decode", [token, pos]))
-    g = torch.Generator().manual_seed(1)
-    for state in ctx.states.values():
-        state.copy_(torch.randn(state.shape, generator=g))
-    paths = Writing(model.program)
-    findings = model.conform("decode", [token, pos], paths, context=ctx)
+    findings, made = cache_writing_findings()
     assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == [
         "rms_norm_qkv_rope"] * 2 + ["rms_norm_qkv_rope_split"] * 2
     assert all(f.passed and f.difference is not None for f in findings), findings
-    for ex in paths.made:
+    for ex in made:
         runs = ex.fn.__globals__["RUNS"]
         assert any("_into_k_v" in key and n[0] for key, n in runs.items()), runs
 

@@ -141,3 +141,20 @@ def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_pat
     for o, w in zip(out, want):  # numerics fast: tl.dot may use tf32
         _, why = compare(o, w, 10 * tol)
         assert why is None, f"{kernel}, numerics fast: {why}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_the_cache_writing_kernels_conform_on_cuda(dtype, monkeypatch):
+    """kernels_interpreted.py's cache-writing case launched for real: the attention input's
+    kernels store k and v into the cache (two sequences at different positions) and leave q
+    and both caches as the generated source does."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from support import cache_writing_findings
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    findings, made = cache_writing_findings("cuda", dtype)
+    assert len(findings) == 4 and all(f.passed for f in findings), findings
+    assert all(any("_into_k_v" in k and n[0] for k, n in ex.fn.__globals__["RUNS"].items())
+               for ex in made)
