@@ -235,13 +235,13 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
     taken = {p for p, _, _ in k.params + k.results}
     counter = [0]
 
-    def fresh(shape: tuple[int, ...], dtype: str) -> str:
-        while True:
+    def fresh(base: str, shape: tuple[int, ...], dtype: str) -> str:
+        name = f"%{base}"
+        while name in values:
             counter[0] += 1
-            name = f"%at.{counter[0]}"
-            if name not in values:
-                values[name] = ValueType(shape, dtype)
-                return name
+            name = f"%{base}.{counter[0]}"
+        values[name] = ValueType(shape, dtype)
+        return name
 
     params = list(k.params)
     moved: dict[str, tuple[str, int, int]] = {}  # result -> (positions param, N, S)
@@ -261,11 +261,12 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
         if isinstance(index[0], dict):
             rows = s.operands[index[0]["operand"]]
         else:  # a constant row
-            rows = fresh((), "i32")
+            rows = fresh("result_row", (), "i32")
             out.append(Step("constant", [], [rows], {"value": index[0], "dtype": "i32"}, s.loc))
         shape = values[rows].shape
-        bound, live, got = fresh((), "i32"), fresh(shape, "bool"), fresh(shape, "i32")
-        stride, start, row = fresh((), "i32"), fresh(shape, "i32"), fresh(shape, "i32")
+        bound, live = fresh("result_rows", (), "i32"), fresh("row_live", shape, "bool")
+        got, stride = fresh("row_at", shape, "i32"), fresh("positions", (), "i32")
+        start, row = fresh("row_start", shape, "i32"), fresh("state_row", shape, "i32")
         out += [Step("constant", [], [bound], {"value": n, "dtype": "i32"}, s.loc),
                 Step("lt", [rows, bound], [live], {}, s.loc),
                 Step("load", ["@" + at, rows, live], [got],
