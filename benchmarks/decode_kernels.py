@@ -227,7 +227,10 @@ def flash_attention(shape: dict[str, int], rows: int) -> list[Span]:
     return [attention(shape, rows, "decode_attention_split", ("BS", "NS"), short),
             attention(shape, rows, "decode_attention_split_short", ("BS", "NS"),
                       [(bs, ns) for bs, ns in short if ns <= 32]),
-            attention(shape, rows, "decode_attention_split_long", ("BS", "NS"), long)]
+            attention(shape, rows, "decode_attention_split_long", ("BS", "NS"), long),
+            # One launch: the last split of each head combines (BN = 32 >= NS).
+            attention(shape, rows, "decode_attention_split_once", ("BS", "NS"),
+                      [(bs, ns) for bs, ns in short if ns <= 32])]
 
 
 # ---------------------------------------------------------------- timing

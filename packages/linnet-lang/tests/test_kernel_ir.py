@@ -48,7 +48,8 @@ def kernels() -> Program:
 
 
 def test_tile_primitives_are_the_op_levels_and_the_kernels_own():
-    assert TILE_PRIMITIVES - set(PRIMITIVES) == {"program_id", "load", "store", "for"}
+    assert TILE_PRIMITIVES - set(PRIMITIVES) == {"program_id", "load", "store", "atomic_add",
+                                                 "for"}
     # A tile is never gathered from, scattered into nor sliced: those primitives are not
     # tile ones; nor is a collective (a kernel runs on one device).
     assert set(PRIMITIVES) - TILE_PRIMITIVES == {"take", "gather", "scatter_add", "scatter",

@@ -45,6 +45,10 @@ STD_KERNELS = {
     "std.nn.decode::gate_up_silu": ("gate_up_gemv", "<N, D, F, T, 16, 16, 256>", ["BR >= N"]),
     "std.nn.decode::linear_residual": ("gemv_residual", "<N, I, O, T, 16, 8, 512>",
                                        ["BR >= N"]),
+    "std.nn.decode::decode_attention_split_once": (
+        "decode_attention_split_once_tiles",
+        "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64, 32, 4, 8>",
+        ["BG >= G", "BH >= HD", "BN >= NS", "BC >= G"]),
     "std.nn.decode::decode_attention_flash": (
         "decode_attention_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, 16>",
         ["BG >= G", "BH >= HD"]),
@@ -98,7 +102,8 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     linear_residual, decode_attention_flash, linear_gemv_dot, linear_split,
                     linear_split_wide, linear_residual_split, residual_rms_norm, rms_norm_qkv_split, rms_norm_qkv_rope,
                     rms_norm_qkv_rope_split,
-                    decode_attention_split, decode_attention_split_short, decode_attention_split_long}
+                    decode_attention_split, decode_attention_split_short, decode_attention_split_long,
+                    decode_attention_split_once}
 """
 
 

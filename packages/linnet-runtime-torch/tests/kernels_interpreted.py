@@ -562,3 +562,14 @@ def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(in
         (got,) = plan.run([token, pos + step], ctx)
         ref = want.run("decode", [token, pos + step])
         torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_one_launch_flash_decoding_combines_in_each_heads_last_split(interpret):
+    """`decode_attention_split_once`: each split counts itself (`atomic_add`) and the head's
+    last one combines them all (support.py's case: 4 splits; positions in the first split,
+    across three, at the cache's end). Its counters are back at 0 after each launch (the
+    launcher keeps them), so the second launch, at other positions, is right too."""
+    from support import one_launch_attention_errors
+
+    results = one_launch_attention_errors("cpu", "f32")
+    assert len(results) == 2 and all(e < 1e-5 and c == 0 for e, c in results), results

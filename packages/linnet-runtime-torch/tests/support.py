@@ -46,3 +46,55 @@ def cache_writing_findings(device: str = "cpu", dtype: str = "f32") -> tuple[lis
     paths = Writing(model.program)
     findings = model.conform("decode", [token, pos], paths, context=ctx)
     return findings, list(paths.made)
+
+
+def one_launch_attention_errors(device: str = "cpu", dtype: str = "f32",
+                                graph: bool = False) -> list[tuple[float, int]]:
+    """`decode_attention_split_once` (flash-decoding whose last split per head combines)
+    at 4 splits of 64 positions (S = 200), three sequences at positions in one split, across
+    three and at the cache's end, then at other positions: per launch, the largest difference
+    from softmax attention in f32 and the sum of the kernel's counters after it (0: they are
+    left as found). With ``graph`` (CUDA), the launches are captured in one CUDA graph,
+    replayed twice."""
+    import torch
+    from linnet.torch.kernels import kernel_module, launch
+
+    B, S, KV, G, HD = 3, 200, 2, 4, 16
+    generics = {"B": B, "S": S, "KV": KV, "G": G, "HD": HD, "T": dtype}
+    tdtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(*shape, generator=gen).to(device, tdtype) for shape in
+               ((B, KV, G, HD), (B, S, KV, HD), (B, S, KV, HD)))
+    scale = 0.25
+    module = kernel_module(None, "std.nn.decode::decode_attention_split_once_tiles",
+                           {**generics, "BG": 16, "BS": 32, "BH": 128, "NS": 4, "BN": 32,
+                            "BC": 4, "BNC": 8}, {"scale": scale})
+    runs = [[3, 130, 199], [64, 0, 127]]
+    poss = [torch.tensor(p, dtype=torch.int32, device=device) for p in runs]
+
+    def attend(pos):
+        return launch("std.nn.decode::decode_attention_split_once", generics, q, k, v, pos,
+                      scalars={"scale": scale})[0]
+
+    outs = [attend(p) for p in poss]  # eager: the first launch makes the scratch buffers
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            captured = [attend(p) for p in poss]
+        g.replay()
+        g.replay()
+        torch.cuda.synchronize()
+        outs = captured
+    out = []
+    for o, positions in zip(outs, runs):
+        want = torch.empty(o.shape)
+        for b, p in enumerate(positions):
+            qf, kf, vf = q[b].float().cpu(), k[b, :p + 1].float().cpu(), v[b, :p + 1].float().cpu()
+            scores = torch.einsum("hgd,jhd->hgj", qf, kf) * scale
+            # The body rounds the probabilities to T before the product with v.
+            probs = scores.softmax(-1).to(tdtype).float()
+            want[b] = torch.einsum("hgj,jhd->hgd", probs, vf)
+        counters = sum(int(t.abs().sum()) for (_, name, _), t in module._SCRATCH.items()
+                       if name == "arrived")
+        out.append((float((o.float().cpu() - want).abs().max()), counters))
+    return out

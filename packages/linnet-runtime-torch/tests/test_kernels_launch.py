@@ -158,3 +158,20 @@ def test_the_cache_writing_kernels_conform_on_cuda(dtype, monkeypatch):
     assert len(findings) == 4 and all(f.passed for f in findings), findings
     assert all(any("_into_k_v" in k and n[0] for k, n in ex.fn.__globals__["RUNS"].items())
                for ex in made)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_one_launch_flash_decoding_is_right_launch_after_launch_on_cuda(dtype, monkeypatch):
+    """kernels_interpreted.py's one-launch flash-decoding case on CUDA, where the splits
+    really run at once: eager launches, then the same launches captured in a CUDA graph and
+    replayed twice (the counters must be 0 again at each launch's end)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from support import one_launch_attention_errors
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    tol = {"f32": 1e-4, "bf16": 2e-2}[dtype]
+    for graph in (False, True):
+        results = one_launch_attention_errors("cuda", dtype, graph=graph)
+        assert all(e < tol and c == 0 for e, c in results), (graph, results)

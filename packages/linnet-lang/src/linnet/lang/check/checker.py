@@ -150,6 +150,21 @@ def check_kernel_header(ev: Evaluator, decl: A.FuncDecl, frame: Frame) -> None:
         t = Tensor("%?", shape, dtype, kind="global")
         frame.results[r.name] = t
         frame.bind(r.name, t)
+    taken = {p.name: p.span for p in decl.params} | {r.name: r.span for r in decl.results
+                                                      if r.name}
+    for p in decl.scratch:
+        if p.name in taken:
+            raise fail("E0546", f"scratch buffer `{p.name}` has the name of a parameter or "
+                       "result", p.span, "taken", secondary=[(taken[p.name], "first here")],
+                       help="give each scratch buffer a name of its own")
+        taken[p.name] = p.span
+        if not isinstance(p.type, A.TensorType):
+            raise fail("E0546", f"scratch buffer `{p.name}` is a tensor", p.type.span,
+                       "not a tensor type", help=f"write `scratch({p.name}: Tensor[N; i32])`")
+        shape, dtype = ev.tensor_type(p.type, frame)
+        frame.bind(p.name, Tensor("%?", shape, dtype, kind="global"))
+        frame.tensor_params.add(p.name)
+        frame.scratch.add(p.name)
 
 
 def check_kernel_binding(ev: Evaluator, decl: A.FuncDecl, frame: Frame, params: list) -> None:

@@ -14,7 +14,7 @@ from linnet.lang.syntax.program import Program
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import BlockInst, Tensor
 
-KERNEL_BUILTINS = {"program_id", "load", "store"}
+KERNEL_BUILTINS = {"program_id", "load", "store", "atomic_add"}
 # How users write a primitive, for messages: `+` rather than `add`.
 OPERATOR_SYMBOLS = {prim: op for op, prim in BINARY_OPERATORS.items()} | {
     "not": "!", "neg": "-", "maximum": "max", "minimum": "min"}
@@ -58,6 +58,7 @@ class Frame:
         self.tensor_params: set[str] = set()
         self.results: dict[str, Tensor] = {}
         self.stored_results: set[str] = set()  # results a `store` in the body writes
+        self.scratch: set[str] = set()  # a kernel's scratch buffers (also in tensor_params)
         self.memory_access = False  # evaluating the first argument of load/store
         self.tile_sizes: list[tuple[Dim, Span]] = []
         self.returned: list[Any] | None = None

@@ -74,8 +74,6 @@ class Indexing(EvaluatorBase):
             if isinstance(v, Tensor):
                 if v.rank == 0:
                     return v.relabel(())
-                if frame.in_kernel and v.labels is None and frame.lookup_local(expr.name) is v:
-                    return v.relabel(None)
                 raise fail("E0304", f"tensor `{expr.name}` needs indices here", expr.span,
                            f"{type_str(v)} without indices",
                            help=f"index it: `{expr.name}[{self.suggest_indices(v, frame)}]`")
@@ -103,7 +101,15 @@ class Indexing(EvaluatorBase):
                 args = [self.lab(a, frame) for a in expr.args]
                 return self.builtin_elementwise(name, args, expr, frame, labelled=True)
             if frame.in_kernel:
-                return self.value(expr, frame)
+                v = self.value(expr, frame)
+                if isinstance(v, Tensor) and v.rank > 0:
+                    # A tile has no index names: inside index notation it would not say
+                    # which of its axes is which.
+                    raise fail("E0304", f"this {type_str(v)} tile needs indices here",
+                               expr.span, "a tile without indices",
+                               help="name it first (`let t = " + self.src(expr) + "`), then "
+                                    "index it: `t[i, j]`")
+                return v.relabel(()) if isinstance(v, Tensor) else v
             raise fail("E0370", "only elementwise functions can be called inside index notation",
                        expr.span, "a call on whole tensors",
                        help="compute it in its own statement: `let t = f(x)`, then index `t`")

@@ -94,6 +94,8 @@ class Kernels(EvaluatorBase):
             return self.kernel_load(expr, frame)
         if name == "store":
             return self.kernel_store(expr, frame)
+        if name == "atomic_add":
+            return self.kernel_atomic_add(expr, frame)
         raise fail("E0432", f"cannot call `{name}`", expr.span)
 
     def generic_dtype(self, expr: A.Call, frame: Frame, default: str) -> str:
@@ -265,9 +267,19 @@ class Kernels(EvaluatorBase):
                        "indices", target.span, "expected `x[i, j]`",
                        help=f"write `{what}(x[row, cols], ...)`")
         base = frame.lookup_local(target.base.name)
-        allowed = frame.tensor_params if what == "load" else set(frame.results)
+        allowed = frame.tensor_params if what == "load" else frame.scratch if \
+            what == "atomic_add" else set(frame.results) | frame.scratch
         if target.base.name not in allowed or not isinstance(base, Tensor):
-            which = "tensor parameters" if what == "load" else "the kernel's named results"
+            extra = " and scratch buffers" if frame.scratch else ""
+            which = {"load": "tensor parameters" + extra,
+                     "atomic_add": "the kernel's scratch buffers"}.get(
+                what, "the kernel's named results" + extra)
+            if what == "atomic_add":
+                raise fail("E0507", f"`atomic_add` counts in {which}; `{target.base.name}` "
+                           "is not one", target.base.span, "not a scratch buffer",
+                           help="declare the counters after the grid, zeroed at first and "
+                                "kept between launches: `grid(G) scratch(count: Tensor[G; "
+                                "i32])`; the program that sees the last count resets it")
             raise fail("E0507", f"`{what}` works on {which}; `{target.base.name}` is not one",
                        target.base.span, "not allowed here",
                        help=("tensor parameters are read-only: store into a named result "
@@ -386,6 +398,39 @@ class Kernels(EvaluatorBase):
             attrs["value"] = {"operand": len(operands)}
             self.builder.effect("store", [*operands, value.ref], attrs, expr.span)
         return None
+
+    def kernel_atomic_add(self, expr: A.Call, frame: Frame) -> Tensor:
+        """`atomic_add(count[i, ...], v)`: adds the i32 scalar ``v`` to one element of a
+        scratch buffer and returns the element's value before, as one indivisible step of the
+        whole grid. It orders memory: what the program loaded and stored before it happens
+        before what a program does after an `atomic_add` of the same element that returns
+        a later count (acquire and release, at device scope). So the program that sees
+        ``count`` reach the number of programs that add to it reads every other one's stores."""
+        if len(expr.args) != 2:
+            raise fail("E0371", "`atomic_add` takes count[...] and the i32 value to add",
+                       expr.span)
+        refs: list[Any] | None = [] if self.lowering else None
+        base, shape = self.memory_index(expr.args[0], frame, "atomic_add", refs)
+        if shape or base.dtype != "i32":
+            what = (f"a tile of shape {shape_str(shape)}" if shape else
+                    f"{base.dtype}, not i32")
+            raise fail("E0547", f"`atomic_add` counts in one i32 element; this is {what}",
+                       expr.args[0].span, "not one i32 element",
+                       help="index every axis with a scalar (`count[b, h]`) of an i32 "
+                            "scratch buffer (`scratch(count: Tensor[B, H; i32])`)")
+        value = self.value(expr.args[1], frame)
+        if not (isinstance(value, Const) and value.dtype in ("int", "i32")
+                or isinstance(value, Tensor) and not value.shape and value.dtype == "i32"):
+            raise fail("E0547", f"`atomic_add` adds an i32 scalar, not {self.describe(value)}",
+                       expr.args[1].span, "not an i32 scalar", help="add a count: `1`")
+        if refs is None:
+            return Tensor("%?", (), "i32", kind="tile")
+        if isinstance(value, Const):
+            value = self.constant(value, "i32", expr.args[1].span)
+        _, operands, attrs = self.memory_step(base, refs, None)
+        attrs["value"] = {"operand": len(operands)}
+        return self.builder.emit("atomic_add", [*operands, value.ref], (), "i32", attrs,
+                                 span=expr.span)
 
     def kernel_mask(self, args: list[A.Expr], shape: tuple, frame: Frame) -> Any:
         if not args:

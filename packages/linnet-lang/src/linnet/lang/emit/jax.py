@@ -506,6 +506,7 @@ class JaxEmitter(TorchEmitter):
     scope_class = JaxScope
     returns_states = True
     kernels_write_states = False  # a Pallas kernel's results are new arrays
+    kernels_scratch = False  # nor can it keep scratch buffers between launches
     module_names = RESERVED
     framework, command = "JAX", "linnet jax"
     # Grad clauses lowered per call (call index -> ClauseTemplate): a launched kernel's

@@ -724,6 +724,7 @@ class TorchEmitter:
     # writes of a decode step in the kernel that makes k and v): PyTorch's launches write
     # the state in place; JAX's immutable arrays would need Pallas's aliasing;
     kernels_write_states = True
+    kernels_scratch = True  # kernels with scratch buffers launch (emit/triton.py's `scratch`)
     # ... the names the generated module defines, which no entry function may take;
     module_names: set[str] = RESERVED
     # ... and the words the module's docstring and errors name it by.
@@ -830,6 +831,8 @@ class TorchEmitter:
             if call.attributes.get("writes") and (not self.kernels_write_states
                                                   or self.backwards is not None):
                 continue  # its kernel stores into states: the call without the writes
+            if not self.kernels_scratch and self.uses_scratch(call):
+                continue  # its kernel keeps scratch buffers, which this target cannot
             if users_outside(call.start, call.stop) - set(results):
                 continue
             if not all(a in scope.names or a in scope.literals for a in launch_args(call)
@@ -837,6 +840,15 @@ class TorchEmitter:
                 continue
             return call, self.kernel_text(call)
         return None
+
+    def uses_scratch(self, call: Call) -> bool:
+        """Whether a kernel the call launches declares `scratch(...)` buffers."""
+        from linnet.lang.ir.tiles import find_kernel
+
+        assert self.program is not None
+        names = [call.attributes["kernel"]] + ([call.attributes["kernel_then"]["kernel"]]
+                                               if call.attributes.get("kernel_then") else [])
+        return any(find_kernel(self.program, name).scratch for name in names)
 
     def kernel_text(self, call: Call) -> KernelText:
         """The kernel instance a bound call launches, written once per module."""

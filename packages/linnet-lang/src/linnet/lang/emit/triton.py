@@ -116,6 +116,29 @@ def _binary(fmt: str) -> TileRule:
     return rule
 
 
+def _bool_tile(n: tiles.Names, ref: str, shape: tuple[int, ...]) -> str:
+    """A bool operand as a ``shape`` tile: a scalar bool (an `atomic_add`'s count compared,
+    say) is broadcast through int8, as Triton's interpreter splats a scalar bool into an int
+    tile (3.9: a mask of that "has unsupported dtype"); compiled code folds it."""
+    if ref in n.literals or n.shape(ref) or not shape or n.dtype(ref) != "bool":
+        return n(ref)
+    return f"(tl.zeros({shape}, tl.int8) + {n(ref)}.to(tl.int8) != 0)"
+
+
+def _logical(op: str) -> TileRule:
+    def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
+        shape = n.shape(s.results[0])
+        a, b = (_bool_tile(n, o, shape) for o in s.operands)
+        return [f"{n(s.results[0])} = {a} {op} {b}"]
+    return rule
+
+
+def _select(s: Step, n: tiles.Names, c: Context) -> list[str]:
+    cond, a, b = s.operands
+    return [f"{n(s.results[0])} = tl.where({_bool_tile(n, cond, n.shape(s.results[0]))}, "
+            f"{n.tensor(a)}, {n.tensor(b)})"]
+
+
 def _is_int(n: tiles.Names, ref: str) -> bool:
     return n.dtype(ref) in _INTS
 
@@ -254,6 +277,17 @@ def _store(s: Step, n: tiles.Names, c: Context) -> list[str]:
     return [f"tl.store({', '.join(args)})"]
 
 
+def _atomic_add(s: Step, n: tiles.Names, c: Context) -> list[str]:
+    """One lane adds (a scalar atomic); the barriers make it the whole program's: every
+    lane's stores are done before the count is released, and what each lane does after it
+    comes after the count's acquire."""
+    value = s.operands[s.attributes["value"]["operand"]]
+    return ["tl.debug_barrier()  # every lane's loads and stores before the count",
+            f"{n(s.results[0])} = tl.atomic_add({pointer(s, n)}, {n(value)}, sem='acq_rel', "
+            "scope='gpu')",
+            "tl.debug_barrier()  # and every lane's next steps after it"]
+
+
 def _for(s: Step, n: tiles.Names, c: Context) -> list[str]:
     a = s.attributes
     lines, _ = carry(s, n)
@@ -277,7 +311,8 @@ TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "tl") | {
     "div": _div, "rem": _rem,
     "maximum": _extreme("maximum"), "minimum": _extreme("minimum"),
     "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
-    "load": _load, "store": _store, "for": _for,
+    "load": _load, "store": _store, "atomic_add": _atomic_add, "for": _for,
+    "and": _logical("&"), "or": _logical("|"), "select": _select,
 }
 
 
@@ -319,15 +354,16 @@ def with_pdl(lines: list[str]) -> list[str]:
 
 def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
                     precision: str = "ieee") -> str:
-    """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters and
-    results, then each one's strides as ``tl.constexpr``, then ``USE_PDL`` (0, or how it was
+    """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters, results
+    and scratch buffers, then each one's strides as ``tl.constexpr``, then ``USE_PDL`` (0, or how it was
     launched with programmatic dependent launch: it then waits for the kernel before it)."""
     n = Names(k)
-    n.used |= {safe(p) for p, _, _ in k.params + k.results}
-    args = [safe(p) for p, _, _ in k.params + k.results]
-    for p, _, _ in k.params + k.results:
+    tensors = k.params + k.results + k.scratch
+    n.used |= {safe(p) for p, _, _ in tensors}
+    args = [safe(p) for p, _, _ in tensors]
+    for p, _, _ in tensors:
         n.alias("@" + p, safe(p))
-    for p, shape, _ in k.params + k.results:
+    for p, shape, _ in tensors:
         args += [f"{safe(p).upper()}_STRIDE_{i}: tl.constexpr" for i in range(len(shape))]
         n.used |= {f"{safe(p).upper()}_STRIDE_{i}" for i in range(len(shape))}
     args.append(f"{PDL_ARG}: tl.constexpr")
@@ -354,18 +390,21 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     # What a launch writes into: NaN instead of leftovers when a checker asks (POISON).
     results_new = [f"    {safe(r)} = new_result({shape}, {TORCH_DTYPES[dtype]}, {device})"
                    for r, shape, dtype in k.results]
+    # Scratch buffers: the launcher's own, kept between launches (see `scratch` in HEADER).
+    kept = [f"    {safe(r)} = scratch({key!r}, {r!r}, {shape}, {TORCH_DTYPES[dtype]}, {device})"
+            for r, shape, dtype in k.scratch]
     strides = []
-    for p, shape, _ in k.params + k.results:
+    for p, shape, _ in k.params + k.results + k.scratch:
         st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
         strides += [f"{safe(p).upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
-    args = [safe(p) for p, _, _ in k.params + k.results] + strides
+    args = [safe(p) for p, _, _ in k.params + k.results + k.scratch] + strides
     results = ", ".join(r for r, _, _ in k.results)
     inplace = [safe(p) for p in k.inplace]
     # A state the kernel stores into is written where it is: never a contiguous copy.
     checks = [f"    check_inplace({p}, {p!r}, {k.short_name!r})" for p in inplace]
     lines = [f"def run_{key}({typed}) -> {ret}:",
              f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
-             *results_new,
+             *results_new, *kept,
              f"    pdl = pdl_launch({device}, {math.prod(k.grid)})",
              f"    wrap_triton({function})[{k.grid}]({', '.join(args)}, {PDL_ARG}=pdl, "
              f"**PDL_LAUNCH[pdl])",
@@ -376,7 +415,8 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
              *alloc, f"    return {outs}",
              "", "",
              f"op_{key} = kernel_op({key!r}, run_{key}, fake_{key}"
-             + (f", mutates={tuple(inplace)!r})" if inplace else ")"),
+             + (f", mutates={tuple(inplace)!r}" if inplace else "")
+             + (", opaque=True)" if k.scratch else ")"),
              "", "",
              f"def {name}({', '.join(ins)}):",
              f'    """`{k.short_name}` on contiguous inputs; a custom op under torch.compile."""',
@@ -518,17 +558,34 @@ READY = '''def kernels_ready(key, *tensors):
     return ready
 
 
-def kernel_op(name, run, fake, mutates=()):
+def kernel_op(name, run, fake, mutates=(), opaque=False):
     """`run` (a kernel's launch) as a custom op in this module's library: what torch.compile
     sees in place of the launch; `fake` gives its results' shapes without running it;
-    `mutates` names the arguments it writes in place (states it stores into)."""
+    `mutates` names the arguments it writes in place (states it stores into). `opaque`
+    (a kernel with scratch buffers, which torch.compile cannot trace): a custom op that
+    runs the launch as it is, not a triton_op."""
     if not TRITON:
         return run
-    if INTERPRET:
+    if INTERPRET or opaque:
         op = torch.library.custom_op(f'{LIBRARY}::{name}', run, mutates_args=mutates)
         op.register_fake(fake)
         return op
     return torch.library.triton_op(f'{LIBRARY}::{name}', run, mutates_args=mutates)
+
+
+_SCRATCH = {}
+
+
+def scratch(key, name, shape, dtype, device):
+    """Scratch buffer `name` of kernel instance `key` on `device`: made zeroed at the first
+    launch there (before a CUDA graph captures one) and kept, so that its counters start
+    each launch at 0, as the kernel leaves them. Launches of one instance run in stream order
+    on one device; a buffer is never shared between instances."""
+    at = (key, name, str(device))
+    buffer = _SCRATCH.get(at)
+    if buffer is None:
+        buffer = _SCRATCH[at] = torch.zeros(shape, dtype=dtype, device=device)
+    return buffer
 
 
 def check_inplace(state, name, kernel):

@@ -16,6 +16,10 @@ and conversions mean what they mean everywhere), with the generics bound, into a
   (``{"operand": k}``) or which int indexes it, ``mask`` and ``other`` the same (or a
   constant). Each index tile adds its axes in order (``x[rows, cols]`` is [BM, BN]);
 * ``store``: no result; operands as ``load``'s, plus ``value`` (the stored tile);
+* ``atomic_add``: operands a scratch buffer (``@count``: the kernel's ``scratch(...)``),
+  its scalar indices and ``value`` (an i32 scalar); the result is the element's value
+  before the addition (i32). Acquire and release at device scope: the program that sees
+  the last count reads every other program's stores made before their counts;
 * ``for``: a loop ``start..stop`` by ``step`` whose ``body`` is a list of steps; it carries
   values from one iteration to the next: the operands are their values before the loop,
   ``carried`` names them inside the body, ``yields`` are their values at the end of an
@@ -56,7 +60,8 @@ _SHARED = frozenset(name for name, p in PRIMITIVES.items()
                                           Category.COLLECTIVE)
                     and name != "slice")
 #: Every primitive a tile graph holds: the shared ones, then the kernel's own.
-TILE_PRIMITIVES: frozenset[str] = _SHARED | {"program_id", "load", "store", "for"}
+TILE_PRIMITIVES: frozenset[str] = _SHARED | {"program_id", "load", "store", "atomic_add",
+                                              "for"}
 
 
 @dataclass
@@ -77,6 +82,9 @@ class TileKernel:
     # written in place, and the last `tail` parameters are the ones the redirection added.
     inplace: tuple[str, ...] = ()
     tail: int = 0
+    # `scratch(...)` buffers: name, shape, dtype. Its launcher keeps them between launches
+    # (zeroed when first made, per device); counters a kernel adds to, it leaves at 0.
+    scratch: list[tuple[str, tuple[int, ...], str]] = field(default_factory=list)
 
     @property
     def short_name(self) -> str:
@@ -193,6 +201,17 @@ def lower_kernel(program: Program, name: str, generics: dict[str, Any],
             frame.bind(r.name, t)
             results.append((r.name, concrete, dtype))  # type: ignore[arg-type]
             graph.parameters[r.name] = ValueType(concrete, dtype)  # type: ignore[arg-type]
+        scratch: list[tuple[str, tuple[int, ...], str]] = []
+        for p in decl.scratch:
+            shape, dtype = ev.tensor_type(p.type, frame)
+            concrete = tuple(ev.concrete(d) for d in shape)
+            frame.bind(p.name, Tensor(f"@{p.name}", shape, dtype, kind="global"))
+            frame.tensor_params.add(p.name)
+            frame.scratch.add(p.name)
+            scratch.append((p.name, concrete, dtype))  # type: ignore[arg-type]
+            graph.parameters[p.name] = ValueType(concrete, dtype)  # type: ignore[arg-type]
+            # As a state's: its loads are never shared (a store or a count may come between).
+            graph.states[p.name] = ValueType(concrete, dtype)  # type: ignore[arg-type]
         grid = tuple(int(ev.concrete(ev.eval_dim(e, frame))) for e in decl.grid or [])
         ev.run_body(decl.body, frame)
     except Fail as f:
@@ -204,7 +223,7 @@ def lower_kernel(program: Program, name: str, generics: dict[str, Any],
     last = first + span.source.text[span.start:span.stop].count("\n") if span.source else first
     return TileKernel(name, dict(generics), grid, params, results, scalars_out, graph.steps,
                       graph.values, f"{span.source.name}:{first}" if span.source else "",
-                      (first, last))
+                      (first, last), scratch=scratch)
 
 
 def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
@@ -295,7 +314,8 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
     written = [k.results[j][0] for j, _ in writes]
     return TileKernel(k.name, dict(k.generics), k.grid, params,
                       [r for r in k.results if r[0] not in written], dict(k.scalars), steps,
-                      values, k.loc, k.lines, (*k.inplace, *written), k.tail + 2 * len(writes))
+                      values, k.loc, k.lines, (*k.inplace, *written), k.tail + 2 * len(writes),
+                      list(k.scratch))
 
 
 def _generics(generics: dict[str, Any]) -> str:

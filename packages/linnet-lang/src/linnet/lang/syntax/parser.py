@@ -335,6 +335,13 @@ class Parser:
                     break
             self.nesting -= 1
             self.expect(")")
+        # `scratch(name: Tensor[...], ...)`: a word only here (after a kernel's grid), not a
+        # keyword, as `then` is in a chain.
+        scratch: list[A.Param] = []
+        if kind == "kernel" and self.tok.kind == "ident" and self.tok.text == "scratch" \
+                and self.peek().is_("("):
+            self.advance()
+            scratch = self.parse_params()
         if self.at("kernel"):
             kstart = self.advance().span
             kernel = self.parse_kernel_ref(kstart)
@@ -362,7 +369,8 @@ class Parser:
             self.expect(")")
             grad = A.GradClause(names, self.parse_block(), self.span_from(gstart))
         return A.FuncDecl(kind, public, name_tok.text, generics, params, results, where, body,
-                          self.span_from(start), name_tok.span, kernel, grid, grad)
+                          self.span_from(start), name_tok.span, kernel, grid, grad,
+                          scratch=scratch)
 
     def parse_kernel_ref(self, start: Span) -> A.KernelBinding:
         """`name<args>` of a kernel binding (after `kernel` or `then`)."""

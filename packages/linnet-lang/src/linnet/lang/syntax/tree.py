@@ -290,6 +290,9 @@ class FuncDecl:
     kernel: KernelBinding | None = None
     grid: list[Expr] | None = None
     grad: GradClause | None = None
+    # A kernel's `scratch(...)` buffers: kept by its launcher between launches, zeroed when
+    # first made; the kernel loads, stores and counts (`atomic_add`) in them.
+    scratch: list[Param] = field(default_factory=list)
     owner: BlockDecl | None = None
     module: Module | None = None
 
