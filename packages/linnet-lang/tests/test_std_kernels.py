@@ -47,7 +47,7 @@ STD_KERNELS = {
                                        ["BR >= N"]),
     "std.nn.decode::decode_attention_split_once": (
         "decode_attention_split_once_tiles",
-        "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64, 32, 4, 8>",
+        "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64, 32, 4, 32>",
         ["BG >= G", "BH >= HD", "BN >= NS", "BC >= G"]),
     "std.nn.decode::decode_attention_flash": (
         "decode_attention_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, 16>",
@@ -72,6 +72,9 @@ STD_KERNELS = {
     "std.nn.decode::rms_norm_qkv_rope_split": (
         "rms_norm_qkv_split_part", "<N, D, H * HD, KV * HD, T, 16, 8, 256, 4> then "
         "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 256, 4>", ["BR >= N"]),
+    "std.nn.decode::rms_norm_qkv_rope_split_wide": (
+        "rms_norm_qkv_split_part", "<N, D, H * HD, KV * HD, T, 16, 8, 512, 8> then "
+        "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 512, 8>", ["BR >= N"]),
 }
 
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
@@ -101,7 +104,7 @@ use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
                     linear_residual, decode_attention_flash, linear_gemv_dot, linear_split,
                     linear_split_wide, linear_residual_split, residual_rms_norm, rms_norm_qkv_split, rms_norm_qkv_rope,
-                    rms_norm_qkv_rope_split,
+                    rms_norm_qkv_rope_split, rms_norm_qkv_rope_split_wide,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long,
                     decode_attention_split_once}
 """

@@ -57,8 +57,9 @@ def one_launch_attention_errors(device: str = "cpu", dtype: str = "f32",
     left as found). With ``graph`` (CUDA), the launches are captured in one CUDA graph,
     replayed twice."""
     import torch
-    from linnet.torch.kernels import kernel_module, launch
+    from linnet.torch.kernels import _program, kernel_module, launch, stages
 
+    OP = "std.nn.decode::decode_attention_split_once"
     B, S, KV, G, HD = 3, 200, 2, 4, 16
     generics = {"B": B, "S": S, "KV": KV, "G": G, "HD": HD, "T": dtype}
     tdtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
@@ -66,14 +67,14 @@ def one_launch_attention_errors(device: str = "cpu", dtype: str = "f32",
     q, k, v = (torch.randn(*shape, generator=gen).to(device, tdtype) for shape in
                ((B, KV, G, HD), (B, S, KV, HD), (B, S, KV, HD)))
     scale = 0.25
-    module = kernel_module(None, "std.nn.decode::decode_attention_split_once_tiles",
-                           {**generics, "BG": 16, "BS": 32, "BH": 128, "NS": 4, "BN": 32,
-                            "BC": 4, "BNC": 8}, {"scale": scale})
+    # The module `launch` writes the op's kernel into (its generics as the op binds them).
+    (kernel, kernel_generics), = stages(_program(None), OP, generics)[0]
+    module = kernel_module(None, kernel, kernel_generics, {"scale": scale})
     runs = [[3, 130, 199], [64, 0, 127]]
     poss = [torch.tensor(p, dtype=torch.int32, device=device) for p in runs]
 
     def attend(pos):
-        return launch("std.nn.decode::decode_attention_split_once", generics, q, k, v, pos,
+        return launch(OP, generics, q, k, v, pos,
                       scalars={"scale": scale})[0]
 
     outs = [attend(p) for p in poss]  # eager: the first launch makes the scratch buffers
@@ -94,7 +95,8 @@ def one_launch_attention_errors(device: str = "cpu", dtype: str = "f32",
             # The body rounds the probabilities to T before the product with v.
             probs = scores.softmax(-1).to(tdtype).float()
             want[b] = torch.einsum("hgj,jhd->hgd", probs, vf)
-        counters = sum(int(t.abs().sum()) for (_, name, _), t in module._SCRATCH.items()
-                       if name == "arrived")
+        kept = [t for (_, name, _), t in module._SCRATCH.items() if name == "arrived"]
+        assert len(kept) == 1, module._SCRATCH.keys()  # the buffer the launches counted in
+        counters = int(kept[0].abs().sum())
         out.append((float((o.float().cpu() - want).abs().max()), counters))
     return out
