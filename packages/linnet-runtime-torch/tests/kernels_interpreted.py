@@ -326,17 +326,16 @@ def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
 
 
 def test_the_toy_llama_decode_kernels_store_k_and_v_into_the_cache(interpret):
-    """`rms_norm_qkv_rope` and its split-K chain, claimed with the cache writes after them
+    """`rms_norm_qkv_rope` and its split-K chains, claimed with the cache writes after them
     (ir/spans.py's `state_writes`): each region's kernel stores k and v into the layer's
     cache itself (an `_into_k_v` instance) and leaves q and both caches as the generated
     source does (conform compares the states a region writes), on caches that already hold
     other positions, for two sequences at different positions (support.py; on CUDA:
     test_kernels_launch.py)."""
-    from support import cache_writing_findings
+    from support import CACHE_WRITING_OPS, cache_writing_findings
 
     findings, made = cache_writing_findings()
-    assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == [
-        "rms_norm_qkv_rope"] * 2 + ["rms_norm_qkv_rope_split"] * 2
+    assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == CACHE_WRITING_OPS
     assert all(f.passed and f.difference is not None for f in findings), findings
     for ex in made:
         runs = ex.fn.__globals__["RUNS"]

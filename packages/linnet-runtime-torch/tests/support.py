@@ -14,6 +14,11 @@ def toy_config(**extra) -> dict:
     return data
 
 
+# The toy Llama decode's kernel regions that write the cache, two layers each.
+CACHE_WRITING_OPS = sorted(["rms_norm_qkv_rope", "rms_norm_qkv_rope_split",
+                            "rms_norm_qkv_rope_split_wide"] * 2)
+
+
 def cache_writing_findings(device: str = "cpu", dtype: str = "f32") -> tuple[list, list]:
     """conform's findings for the toy Llama decode's kernel regions that write states (the
     attention input's kernels with the k/v cache writes), and their executables: two
