@@ -366,3 +366,21 @@ def test_a_wrong_kernel_is_a_finding(tmp_path, factor, limit, problem):
     else:
         assert findings and all(problem in f.problem for f in findings), findings
         assert str(findings[0]).startswith("kernel k::k (op k::twice, Pallas) on x: [")
+
+
+def test_an_op_whose_kernel_keeps_scratch_buffers_is_skipped_and_said():
+    """Pallas cannot keep a kernel's scratch buffers between launches, so generated JAX runs
+    such an op's body; the Pallas check says so rather than failing on a launch that never
+    happens, and checks the other ops."""
+    from linnet.jax.testing import check_kernels
+    from linnet.lang.check.kernel_cases import std_program
+
+    skipped, checked = [], []
+    findings = check_kernels(std_program(), count=1, seed=0, interpret=True,
+                             ops=["decode_attention_split_once", "decode_attention_split_short"],
+                             on_check=checked.append,
+                             on_skip=lambda op, why: skipped.append((op, why)))
+    assert findings == []
+    assert [op for op, _ in skipped] == ["std.nn.decode::decode_attention_split_once"]
+    assert "scratch buffers" in skipped[0][1]
+    assert checked and all("decode_attention_split_tiles" in c.case.kernel for c in checked)

@@ -33,6 +33,7 @@ from linnet.lang.check.kernel_cases import (
     KernelCase,
     KernelCheck,
     KernelFinding,
+    bound_ops,
     checked_program,
     position,
     raise_findings,
@@ -49,16 +50,40 @@ from linnet.lang.hosting import (
 )
 
 
+def unlaunchable(program: Program) -> dict[str, str]:
+    """The bound ops of ``program`` whose kernels generated JAX never launches, with why: a
+    kernel that declares scratch buffers (Pallas cannot keep one between launches; the op's
+    body runs instead).
+
+    >>> from linnet.lang.check.kernel_cases import std_program
+    >>> sorted(unlaunchable(std_program()))
+    ['std.nn.decode::decode_attention_split_once']
+    """
+    out = {}
+    for op in bound_ops(program):
+        assert op.module is not None
+        binding = op.kernel
+        while binding is not None:
+            kernel = op.module.find(binding.name)
+            if getattr(kernel, "scratch", None):
+                out[op.qualified_name] = (f"its kernel `{binding.name}` keeps scratch buffers, "
+                                          "which Pallas cannot: generated JAX runs the op's body")
+            binding = binding.then
+    return out
+
+
 def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0,
                   max_size: int = 48, dtypes: tuple[str, ...] = DEFAULT_DTYPES,
                   ops: list[str] | None = None, interpret: bool | None = None,
                   on_check: Callable[[KernelCheck], None] | None = None,
-                  skip: set[str] | None = None) -> list[KernelFinding]:
+                  skip: set[str] | None = None,
+                  on_skip: Callable[[str, str], None] | None = None) -> list[KernelFinding]:
     """Check every bound kernel of ``source`` (a ``.linnet`` file or a checked Program; the
     std kernels it uses too) through Pallas against its op's body on ``count`` random cases
     each; returns the findings (empty: every kernel agrees). ``interpret``: run kernels in
-    Pallas's interpreter (default: unless jax's default backend is a GPU). The other options
-    are ``linnet.torch.testing.check_kernels``'s.
+    Pallas's interpreter (default: unless jax's default backend is a GPU). Ops whose kernels
+    generated JAX never launches (:func:`unlaunchable`) are not run: ``on_skip(op, why)``
+    hears of each. The other options are ``linnet.torch.testing.check_kernels``'s.
 
     >>> for f in check_kernels("kernels.linnet", count=5, seed=1):   # doctest: +SKIP
     ...     print(f)
@@ -68,6 +93,12 @@ def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0
     program = checked_program(source)
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
+    skip = skip if skip is not None else set()
+    for name, why in unlaunchable(program).items():
+        if name not in skip and (ops is None or name in ops or name.rsplit("::", 1)[-1] in ops):
+            skip.add(name)
+            if on_skip is not None:
+                on_skip(name, why)
     return run_checks(program, lambda op, case, s: check_case(program, op, case, s, interpret),
                       count=count, seed=seed, max_size=max_size, dtypes=dtypes, ops=ops,
                       on_check=on_check, skip=skip)

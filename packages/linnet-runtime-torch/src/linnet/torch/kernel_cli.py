@@ -134,13 +134,16 @@ def _jax_kernels(args: argparse.Namespace) -> int:
         else:
             print(f"FAIL  {check.finding}")
 
+    def skipped(op: str, why: str) -> None:
+        print(f"skip  {op}: {why}")
+
     findings = []
     done: set[str] = set()
     for source in sources:
         findings += check_kernels(source, count=args.count, seed=args.seed,
                                   max_size=args.max_size, dtypes=tuple(args.dtype) or
                                   DEFAULT_DTYPES, ops=args.op or None, interpret=interpret,
-                                  on_check=show, skip=done)
+                                  on_check=show, skip=done, on_skip=skipped)
     for f in findings:
         if f.case == "no case":
             print(f"FAIL  {f}")
