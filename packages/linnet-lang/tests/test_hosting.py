@@ -23,6 +23,7 @@ from linnet.lang.hosting import (
     in_range,
     load_program,
     parameter_types,
+    programs_kept,
     range_error,
     read_config,
     run_tokens,
@@ -149,6 +150,21 @@ def test_loading_errors():
     with pytest.raises(LinnetError) as e:
         entry_method(program, "decod")
     assert code_of(e) == "E0601" and "entries: " in e.value.diagnostics[0].help
+
+
+def test_programs_kept_loads_each_file_once_within_the_block(tmp_path):
+    assert load_program(LLAMA)[0] is not load_program(LLAMA)[0]  # outside: read afresh
+    with programs_kept():
+        program, path = load_program(LLAMA)
+        assert path == LLAMA
+        assert load_program(LLAMA)[0] is program
+        assert load_program(LLAMA.parent / ".." / "llama" / LLAMA.name)[0] is program
+        bad = tmp_path / "bad.linnet"
+        bad.write_text("pub fn f() -> f32 { return nope }\n")
+        for _ in range(2):  # an error is raised every time, never kept
+            with pytest.raises(LinnetError):
+                load_program(bad)
+    assert load_program(LLAMA)[0] is not program
 
 
 def test_parameter_types_mark_norm_weights():

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -225,11 +226,38 @@ def load_program(path: str | Path) -> tuple[Program, Path]:
     from linnet.lang.syntax.program import model_file
 
     model_path = model_file(path)  # a file, or a shipped model by name (std.models.llama)
+    kept = _KEPT[-1] if _KEPT else None
+    key = model_path.resolve()
+    if kept is not None and key in kept:
+        return kept[key], model_path
     program = Program.from_file(model_path)
     errors = check_program(program)
     if errors:
         raise LinnetError(errors)
+    if kept is not None:
+        kept[key] = program
     return program, model_path
+
+
+_KEPT: list[dict[Path, Program]] = []
+
+
+@contextmanager
+def programs_kept() -> Iterator[None]:
+    """Within the block, :func:`load_program` parses and checks each model file once and
+    returns that same checked program for it again: for a run that loads the same files many
+    times over (the conformance suite loads each case's model on every runtime), while the
+    files do not change. Outside it every call reads the file afresh.
+
+    >>> with programs_kept():
+    ...     load_program("std.models.llama")[0] is load_program("std.models.llama")[0]
+    True
+    """
+    _KEPT.append({})
+    try:
+        yield
+    finally:
+        _KEPT.pop()
 
 
 def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) -> dict[str, Any]:

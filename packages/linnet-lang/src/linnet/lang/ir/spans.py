@@ -367,10 +367,15 @@ def closed(graph: Graph, lo: int, hi: int, results: list[Any]) -> bool:
 # ---------------------------------------------------------------- confirming and claiming
 class Spans:
     """The span ops of some programs, their patterns, and :meth:`claim` for graphs. One
-    per process is enough (:func:`claim_spans` keeps one for the std library)."""
+    per process is enough (:func:`claim_spans` keeps one for the std library).
 
-    def __init__(self, programs: list[Program]):
+    ``base``: a :class:`Spans` (std's, :func:`std_spans`) whose patterns and confirmations
+    are reused for the ops it holds (the same program, the same declaration), so that a
+    user program's :class:`Spans` does not redo std's work; what it finds is the same."""
+
+    def __init__(self, programs: list[Program], base: Spans | None = None):
         self.programs = programs
+        self.base = base
         self.ops: list[tuple[Program, A.FuncDecl]] = []
         seen: set[str] = set()
         for p in programs:
@@ -381,7 +386,18 @@ class Spans:
         self._patterns: dict[str, Pattern | None] = {}
         self._confirmed: dict[tuple, dict[str, Any] | None] = {}
 
+    def _owner(self, program: Program, op: A.FuncDecl) -> Spans:
+        """The :class:`Spans` that keeps ``op``'s patterns and confirmations: the base's
+        where it holds this very op of this very program, else this one."""
+        base = self.base
+        if base is not None and any(p is program and o is op for p, o in base.ops):
+            return base._owner(program, op)
+        return self
+
     def pattern(self, program: Program, op: A.FuncDecl) -> Pattern | None:
+        owner = self._owner(program, op)
+        if owner is not self:
+            return owner.pattern(program, op)
         if op.qualified_name not in self._patterns:
             self._patterns[op.qualified_name] = pattern(program, op)
         return self._patterns[op.qualified_name]
@@ -429,9 +445,10 @@ class Spans:
         if any(t is None for t in types) or any(t is None for t in outs):
             return None
         key = (m.op.qualified_name, repr(types), repr(outs))
-        if key not in self._confirmed:
-            self._confirmed[key] = self._lower_at(program, m.op, types, outs)
-        found = self._confirmed[key]
+        confirmed = self._owner(program, m.op)._confirmed
+        if key not in confirmed:
+            confirmed[key] = self._lower_at(program, m.op, types, outs)
+        found = confirmed[key]
         if found is None:
             return None
         g2, binding = found["graph"], found["binding"]
@@ -624,7 +641,7 @@ def spans_for(program: Program | None) -> Spans:
     # Kept on the program itself: it lives as long as the program does, and no longer.
     found = getattr(program, "_spans", None)
     if not isinstance(found, Spans):
-        found = Spans([*spans.programs, program])
+        found = Spans([*spans.programs, program], base=spans)  # std's work done once
         program._spans = found  # type: ignore[attr-defined]
     return found
 

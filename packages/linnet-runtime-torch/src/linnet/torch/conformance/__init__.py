@@ -423,14 +423,15 @@ def _trace(case: Case, setup: Setup, make: Callable[[Setup, Any], StepFn]
 
 def lower_case(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
     """The case's graphs (its entry, and decode for a loop) and the weights for them."""
-    from linnet.lang import Program, lower
+    from linnet.lang import lower
+    from linnet.lang.hosting import load_program
 
-    program = Program.from_file(case.model)
+    program, _ = load_program(case.model)  # parsed and checked (once a suite: run_suite)
     graphs = {}
     for entry in [case.entry] + (["decode"] if case.decode else []):
         shapes = ({k: list(v[0]) for k, v in case.inputs.items()} if entry == case.entry
                   else {"token": [1], "pos": [1]})
-        graphs[entry] = lower(program, entry, shapes, case.config)
+        graphs[entry] = lower(program, entry, shapes, case.config, check=False)
     return graphs, make_weights(list(graphs.values()))
 
 
@@ -475,8 +476,12 @@ def _torch_dtype(name: str) -> Any:
 
 def run_suite(select: Callable[[Case], bool] | None = None,
               runtimes: list[Runtime] | None = None) -> list[Row]:
-    """Every case (those ``select`` keeps) on every runtime."""
-    return [run_case(c, runtimes) for c in cases() if select is None or select(c)]
+    """Every case (those ``select`` keeps) on every runtime; each model file is parsed and
+    checked once for them all (:func:`~linnet.lang.hosting.programs_kept`)."""
+    from linnet.lang.hosting import programs_kept
+
+    with programs_kept():
+        return [run_case(c, runtimes) for c in cases() if select is None or select(c)]
 
 
 # ---------------------------------------------------------------- the table
