@@ -419,8 +419,8 @@ class Kernels(EvaluatorBase):
                        help="index every axis with a scalar (`count[b, h]`) of an i32 "
                             "scratch buffer (`scratch(count: Tensor[B, H; i32])`)")
         value = self.value(expr.args[1], frame)
-        if not (isinstance(value, Const) and value.dtype in ("int", "i32")
-                or isinstance(value, Tensor) and not value.shape and value.dtype == "i32"):
+        if not ((isinstance(value, Const) and value.dtype in ("int", "i32"))
+                or (isinstance(value, Tensor) and not value.shape and value.dtype == "i32")):
             raise fail("E0547", f"`atomic_add` adds an i32 scalar, not {self.describe(value)}",
                        expr.args[1].span, "not an i32 scalar", help="add a count: `1`")
         if refs is None:
