@@ -572,3 +572,42 @@ def test_one_launch_flash_decoding_combines_in_each_heads_last_split(interpret):
 
     results = one_launch_attention_errors("cpu", "f32")
     assert len(results) == 2 and all(e < 1e-5 and c == 0 for e, c in results), results
+
+
+NO_RESET = """
+kernel block_total<N: Dim, B: Dim>(x: Tensor[N; f32]) -> y: Tensor[1; f32]
+    grid((N + B - 1) / B) scratch(parts: Tensor[(N + B - 1) / B; f32], seen: Tensor[1; i32]) {
+    let p = program_id(0)
+    let cols = p * B + iota<i32>(B)
+    let v = load(x[cols], cols < N)
+    store(parts[p], sum[c] v[c])
+    let last = atomic_add(seen[0], 1) == (N + B - 1) / B - 1
+    let blocks = iota<i32>(B)
+    let got = load(parts[blocks], blocks < (N + B - 1) / B && last, 0)
+    store(y[0], sum[c] got[c], last)
+    RESET
+}
+
+op total<N: Dim>(x: Tensor[N; f32]) -> Tensor[1; f32] kernel block_total<N, 8>
+where N <= 64 {
+    let s = sum[i] x[i]
+    let y[j: 1] = s
+    return y
+}
+"""
+
+
+@pytest.mark.parametrize("reset", [True, False])
+def test_a_kernel_that_leaves_its_counter_set_is_a_finding(tmp_path, interpret, reset):
+    """A kernel whose last program does not set its count back would start the next launch
+    from it: `linnet kernels` reports it (the right kernel passes)."""
+    from linnet.torch.testing import check_kernels
+
+    path = tmp_path / "counts.linnet"
+    path.write_text(NO_RESET.replace("RESET", "store(seen[0], 0, last)" if reset else ""))
+    findings = check_kernels(path, count=2, seed=0)
+    if reset:
+        assert findings == []
+    else:
+        assert findings and "left its scratch buffer `seen` non-zero" in findings[0].problem, \
+            findings

@@ -228,8 +228,28 @@ def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: to
         before = _launch_count(module)
         with _poisoned(module), torch.inference_mode():
             outs = fn(*inputs, {}, {})
+    _check_counters(module)
     tf32 = device.type == "cuda" and "input_precision='tf32'" in text
     return list(outs), _launch_count(module) - before, tf32
+
+
+class CountersLeftSet(RuntimeError):
+    """A kernel left an integer scratch buffer (its counters) other than all zeros."""
+
+
+def _check_counters(module: Any) -> None:
+    """The module's kernels kept integer scratch buffers (`atomic_add`'s counters) at 0, as
+    the next launch needs them: a kernel that does not set its count back would start the
+    next launch from it (no program would see the last count) and return stale results."""
+    for (key, name, _), buffer in getattr(module, "_SCRATCH", {}).items():
+        if buffer.dtype.is_floating_point or not bool(buffer.any()):
+            continue
+        left = int(buffer.count_nonzero())
+        raise CountersLeftSet(
+            f"kernel instance `{key}` left its scratch buffer `{name}` non-zero ({left} of "
+            f"{buffer.numel()} elements, largest {int(buffer.abs().max())}): the program "
+            f"that sees the last count must set it back (`store({name}[...], 0, last)`), "
+            "or the next launch counts on from it")
 
 
 def _launch_count(module: Any) -> int:
