@@ -27,7 +27,8 @@ device machine with the wheels installed (``bash benchmarks/gpu.sh --decode-kern
     python3 benchmarks/decode_kernels.py --dry-run   # CPU, Triton's interpreter, tiny shapes
 
 ``--sweep 16:256,32:512`` replaces the built-in (BO, BK) pairs (the attention row sweeps its
-own (BS, BD) pairs, the split-K rows their own (BK, KS) pairs at BO = 8).
+own (BS, BD) pairs, the split-K rows their own (BK, KS) pairs at BO = 8, the q/k/v and o
+split-K chains (BO, BK, KS) triples, BO the first kernel's only: a key ``BO@0``).
 
 Flash-decoding (``--ops decode_attention_split,decode_attention_split_short,decode_attention_split_long``): the split
 kernel then the combine, swept over (BS, NS) (the combine takes the same NS), at the attention
@@ -91,9 +92,9 @@ class Span:
     op: str
     generics: dict[str, Any]
     reference: Callable[..., Any]
-    sweep_keys: tuple[str, str] = ("BO", "BK")
+    sweep_keys: tuple[str, ...] = ("BO", "BK")
     scalars: dict[str, Any] = field(default_factory=dict)
-    sweep: list[tuple[int, int]] | None = None  # pairs for sweep_keys (default: --sweep's)
+    sweep: list[tuple[int, ...]] | None = None  # values for sweep_keys (default: --sweep's)
     prepare: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None  # fix inputs
     live_bytes: int | None = None  # the floor's bytes, where not every input is read
 
@@ -127,8 +128,12 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
                 F.linear(h, wv).view(rows, -1, hd))
 
     rope_generics = {"N": rows, "D": d, "H": q // hd, "KV": kv // hd, "HD": hd, "T": "bf16"}
-    # Split-K chains, swept over (BK, KS) at BO = 8.
+    # Split-K chains, swept over (BK, KS) at BO = 8; the q/k/v and o chains over (BO, BK, KS):
+    # a program's share of a small weight (50 MB at 8B, 12.6 MB at 1B) is a few KiB at BO = 8.
     split_sweep = [(512, 2), (512, 4), (512, 8), (256, 4), (256, 8), (256, 16)]
+    wide_sweep = [(8, 256, 4), (8, 512, 8), (16, 256, 2), (16, 256, 4), (16, 512, 4),
+                  (32, 256, 2), (32, 128, 4), (16, 128, 8), (4, 512, 8), (32, 512, 2),
+                  (64, 256, 1), (16, 256, 1)]
 
     def split(label: str, i: int, o: int, op: str) -> Span:
         return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
@@ -143,7 +148,7 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
         *(split(*p, "linear_split_wide") for p in products),
         *(Span(f"{lab}+residual {i}->{o}", mod + "linear_residual_split",
                {"N": rows, "I": i, "O": o, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w),
-               sweep_keys=("BK", "KS"), sweep=split_sweep)
+               sweep_keys=("BO@0", "BK", "KS"), sweep=wide_sweep)
           for lab, i, o in [("o", q, d), ("down", f, d)]),
         Span(f"norm+q {d}->{q}", mod + "rms_norm_linear",
              {"N": rows, "D": d, "O": q, "T": "bf16"},
@@ -162,8 +167,8 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
         Span(f"norm+qkv+rope {d}->{q}+2x{kv}", mod + "rms_norm_qkv_rope", rope_generics,
              qkv_rope, scalars=eps, sweep=[(4, 512), (8, 512), (8, 256), (16, 256)]),
         Span(f"norm+qkv+rope {d}->{q}+2x{kv}", mod + "rms_norm_qkv_rope_split",
-             rope_generics, qkv_rope, scalars=eps, sweep_keys=("BK", "KS"),
-             sweep=split_sweep),
+             rope_generics, qkv_rope, scalars=eps, sweep_keys=("BO@0", "BK", "KS"),
+             sweep=wide_sweep),
         Span(f"norm+gate/up {d}->2x{f}", mod + "rms_norm_gate_up",
              {"N": rows, "D": d, "F": f, "T": "bf16"},
              lambda x, nw, wg, wu: (lambda h: F.silu(F.linear(h, wg)) * F.linear(h, wu))(
@@ -181,8 +186,8 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
 
 
 def attention(shape: dict[str, int], rows: int, op: str = "decode_attention_flash",
-              sweep_keys: tuple[str, str] = ("BS", "BD"),
-              sweep: list[tuple[int, int]] | None = None) -> Span:
+              sweep_keys: tuple[str, ...] = ("BS", "BD"),
+              sweep: list[tuple[int, ...]] | None = None) -> Span:
     """Decode attention of `rows` sequences at position POS of a cache of CACHE positions."""
     hd = shape["HD"]
     kv, g = shape["KV"] // hd, shape["Q"] // shape["KV"]
@@ -215,18 +220,18 @@ def flash_attention(shape: dict[str, int], rows: int) -> list[Span]:
     """The flash-decoding ops (a split kernel then a combine kernel) at the same position and
     cache as `attention`, each swept over (BS, NS): cache blocks of BS positions, NS splits
     (the combine's NS follows). decode_attention_split and decode_attention_split_short (its
-    one-step combine over 32 value columns a program, up to 32 splits): splits of 64 to 256
+    combine over 32 value columns a program, one step up to 32 splits): splits of 32 to 256
     positions; decode_attention_split_long: of 256 to 1024 (for `--cache 32768`)."""
     cache = CACHE if not DRY else 8
 
     def splits(length: int) -> int:
         return -(-cache // length)
 
-    short = [(bs, splits(n)) for bs, n in [(16, 64), (64, 64), (32, 128), (64, 128), (32, 256)]]
+    short = [(bs, splits(n)) for bs, n in [(16, 64), (64, 64), (32, 128), (64, 128), (32, 256),
+                                            (32, 32), (16, 32)]]
     long = [(bs, splits(n)) for bs, n in [(64, 256), (32, 512), (64, 1024), (128, 512)]]
     return [attention(shape, rows, "decode_attention_split", ("BS", "NS"), short),
-            attention(shape, rows, "decode_attention_split_short", ("BS", "NS"),
-                      [(bs, ns) for bs, ns in short if ns <= 32]),
+            attention(shape, rows, "decode_attention_split_short", ("BS", "NS"), short),
             attention(shape, rows, "decode_attention_split_long", ("BS", "NS"), long),
             # One launch: the last split of each head combines (BN = 32 >= NS).
             attention(shape, rows, "decode_attention_split_once", ("BS", "NS"),
@@ -296,6 +301,17 @@ def body_function(path: Path, device: str, inputs: list[torch.Tensor], compile_m
     return body
 
 
+def _key(name: str) -> str:
+    """A sweep key's generic: ``BO`` of ``BO@0`` (the first stage's BO only)."""
+    return name.partition("@")[0]
+
+
+def _stage(name: str) -> int | None:
+    """Which stage of a chain a sweep key sets (``BO@0``: the first), or None for all."""
+    at = name.partition("@")[2]
+    return int(at) if at else None
+
+
 def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Rows for one span at one shape: the body's and cuBLAS's times, then one row per
     tile configuration of the kernel (its check and its time)."""
@@ -305,10 +321,13 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
     bound, _ = stages(None, span.op, span.generics)
     base = dict(case.kernel_generics)
     pairs = span.sweep if span.sweep is not None and not args.dry_run else args.sweep
-    if len(bound) == 2 and args.dry_run:
-        pairs = [(16, 3)]  # the tiny shapes: several chunks a split, one split past I
-    configs = [base] + [base | dict(zip(span.sweep_keys, pair)) for pair in pairs
-                        if tuple(base[k] for k in span.sweep_keys) != pair]
+    if len(bound) == 2 and args.dry_run:  # the tiny shapes: several chunks a split, one past I
+        pairs = [tuple({"BK": 16, "KS": 3}.get(_key(k), base[_key(k)]) for k in span.sweep_keys)]
+    # A staged key (``BO@0``) stands in its config for the generic it sets (``BO``).
+    staged = {_key(k) for k in span.sweep_keys if _stage(k) is not None}
+    configs = [base] + [{k: v for k, v in base.items() if k not in staged}
+                        | dict(zip(span.sweep_keys, pair)) for pair in pairs
+                        if tuple(base[_key(k)] for k in span.sweep_keys) != pair]
     ncopies = args.copies if device == "cuda" else 1
     # Weights (w*) scaled by 1 / sqrt(fan-in), as a trained layer's are, so that products
     # stay near 1 and the bf16 differences read as a model's would.
@@ -355,8 +374,9 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
             try:
                 # The swept generics only: the stages' own tiles may differ (flash-decoding's
                 # split takes 16 query heads a program, its combine 4).
-                chain = [(k, g | {n: kgen[n] for n in span.sweep_keys if n in g})
-                         for k, g in bound]
+                chain = [(k, g | {_key(n): kgen.get(n, kgen.get(_key(n))) for n in span.sweep_keys
+                                  if _key(n) in g and _stage(n) in (None, at)})
+                         for at, (k, g) in enumerate(bound)]
                 if not all(resolve(None, k, g)[2] for k, g in chain):
                     row["error"] = "where clause false"
                     out.append(row)

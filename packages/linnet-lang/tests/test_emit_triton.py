@@ -201,6 +201,21 @@ def test_tl_dot_only_for_tiles_of_16_a_side(bm, bn, bk):
     assert "acc = tl.full((" in src and "        acc = acc + p\n" in src
 
 
+@pytest.mark.parametrize("bt", ["bf16", "f16", "f32"])
+def test_a_dot_of_widened_16_bit_tiles_runs_at_their_width(bt):
+    """`load(...) as f32` of two 16-bit tiles: the dot takes the 16-bit tiles (dot16, f32
+    accumulator), unless one side is f32 data or the two widths differ."""
+    text = MM.replace("a: Tensor[M, K; f32], b: Tensor[K, N; f32]",
+                      f"a: Tensor[M, K; bf16], b: Tensor[K, N; {bt}]")
+    text = text.replace("load(a[rows, ks], ma, 0.0)", "load(a[rows, ks], ma, 0) as f32")
+    text = text.replace("load(b[ks, cols], mb, 0.0)", "load(b[ks, cols], mb, 0) as f32")
+    prog = check_text(text, "mm")
+    k = lower_kernel(prog, "mm::mm", dict(M=32, N=32, K=32, BM=16, BN=16, BK=16))
+    src = kernel_text(k, sources(prog), "ieee", set()).source
+    assert ("p = dot16(load, load_2)" in src) == (bt == "bf16")
+    assert ("p = tl.dot(x, y, input_precision='ieee'" in src) == (bt != "bf16")
+
+
 def test_fast_numerics_may_use_tf32():
     prog = check_text(MM, "mm")
     k = lower_kernel(prog, "mm::mm", dict(M=32, N=32, K=32, BM=16, BN=16, BK=16))

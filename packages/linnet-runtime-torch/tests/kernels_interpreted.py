@@ -611,3 +611,22 @@ def test_a_kernel_that_leaves_its_counter_set_is_a_finding(tmp_path, interpret, 
     else:
         assert findings and "left its scratch buffer `seen` non-zero" in findings[0].problem, \
             findings
+
+
+def test_flash_decoding_of_bf16_tiles_dots_them_at_their_width(interpret):
+    """bf16 query, keys and values: the split kernel's two products are `dot16` of the bf16
+    tiles (HEADER's; interpreted it widens them first, as the interpreter's own bf16 dot
+    multiplies raw bits) and the result is the attention's, within bf16's rounding."""
+    torch.manual_seed(0)
+    b, s, kv, g, hd, last = 1, 64, 2, 4, 32, 50
+    q = torch.randn(b, kv, g, hd).bfloat16()
+    k, v = torch.randn(2, b, s, kv, hd).bfloat16()
+    pos = torch.tensor([last], dtype=torch.int32)
+    (o,) = launch("std.nn.decode::decode_attention_split",
+                  dict(B=b, S=s, KV=kv, G=g, HD=hd, T="bf16"), q, k, v, pos,
+                  scalars={"scale": hd ** -0.5})
+    live = slice(0, last + 1)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float().reshape(b, kv * g, 1, hd), k.float().permute(0, 2, 1, 3)[:, :, live],
+        v.float().permute(0, 2, 1, 3)[:, :, live], scale=hd ** -0.5, enable_gqa=True)
+    torch.testing.assert_close(o.float(), want.reshape(b, kv, g, hd), atol=2e-2, rtol=2e-2)

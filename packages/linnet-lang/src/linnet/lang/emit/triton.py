@@ -55,7 +55,8 @@ TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
 TORCH_DTYPES = {k: v.replace("tl.", "torch.") for k, v in TL_DTYPES.items()} | {
     "bool": "torch.bool"}
 _INTS = {"i8", "i16", "i32", "i64", "u8"}
-RESERVED = {"tl", "triton", "torch", "math"} | set(dir(builtins))
+# `dot16` is HEADER's, which kernels call.
+RESERVED = {"tl", "triton", "torch", "math", "dot16"} | set(dir(builtins))
 
 # Triton's spellings of what the shared rules (emit/tiles.py) write.
 TRITON = tiles.Dialect(
@@ -215,10 +216,32 @@ def _reduce(s: Step, n: tiles.Names, c: Context) -> list[str]:
     return [f"{n(s.results[0])} = {x}"]
 
 
+def _widened(n: tiles.Names, ref: str) -> str | None:
+    """The 16-bit float tile that f32 tile ``ref`` was converted from (``x.to(tl.float32)``
+    of a bf16 or f16 ``x``), or None."""
+    p = n.producers.get(ref)
+    if p is None or p.op != "convert" or n.dtype(ref) != "f32":
+        return None
+    src = p.operands[0]
+    return src if n.dtype(src) in _HALF else None
+
+
 def _dot(s: Step, n: tiles.Names, c: Context, layout: tuple[bool, bool]) -> str:
-    """tl.dot (tensor cores), f32 at full precision unless numerics "fast" ("tf32")."""
+    """tl.dot (tensor cores), f32 at full precision unless numerics "fast" ("tf32").
+
+    A product of two f32 tiles that are both widened from the same 16-bit type (``load(...)
+    as f32`` of bf16 data, say) is a dot of the 16-bit tiles with an f32 accumulator: each
+    product of two bf16 values is exact in f32, so only the order of the f32 sums differs
+    from the f32 dot, and the tensor cores take it at their 16-bit rate, where a full
+    precision f32 dot is FMA on the CUDA cores. It is written ``dot16(a, b)`` (HEADER's,
+    which works around the interpreter's bf16 dot)."""
     a, b = s.operands
     acc = s.attributes["accumulate"]
+    wa, wb = _widened(n, a), _widened(n, b)
+    if acc == "f32" and wa is not None and wb is not None and n.dtype(wa) == n.dtype(wb):
+        lhs = f"tl.trans({n(wa)})" if layout[0] else n(wa)
+        rhs = f"tl.trans({n(wb)})" if layout[1] else n(wb)
+        return f"dot16({lhs}, {rhs})"
     lhs = f"tl.trans({n(a)})" if layout[0] else n(a)
     rhs = f"tl.trans({n(b)})" if layout[1] else n(b)
     prec = f", input_precision={c.precision!r}" if n.dtype(a) == "f32" else ""
@@ -537,6 +560,22 @@ def pdl_launch(device, programs):
     if not sms:
         return 0
     return PDL if PDL != 3 else 1 if programs <= sms else 2
+
+
+
+# A dot of two 16-bit float tiles into f32 (the tensor cores' 16-bit rate). Triton's
+# interpreter multiplies a bf16 dot's raw bits (it holds bf16 as uint16 and hands those to
+# np.matmul: results off by 1e10), so interpreted the tiles are widened to f32 first, which
+# gives the same products (each exact in f32) summed in another order.
+if INTERPRET:
+    @triton.jit
+    def dot16(a, b):
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision='ieee',
+                      out_dtype=tl.float32)
+else:
+    @triton.jit
+    def dot16(a, b):
+        return tl.dot(a, b, out_dtype=tl.float32)
 
 # torch.compile sees each launch as a custom op, so compiled code does not break its graph
 # there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
