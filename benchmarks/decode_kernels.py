@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -131,9 +132,8 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
     # Split-K chains, swept over (BK, KS) at BO = 8; the q/k/v and o chains over (BO, BK, KS):
     # a program's share of a small weight (50 MB at 8B, 12.6 MB at 1B) is a few KiB at BO = 8.
     split_sweep = [(512, 2), (512, 4), (512, 8), (256, 4), (256, 8), (256, 16)]
-    wide_sweep = [(8, 256, 4), (8, 512, 8), (16, 256, 2), (16, 256, 4), (16, 512, 4),
-                  (32, 256, 2), (32, 128, 4), (16, 128, 8), (4, 512, 8), (32, 512, 2),
-                  (64, 256, 1), (16, 256, 1)]
+    # (H200, session 15: every triple within 2% of the binding's or slower; KS = 1 2x slower.)
+    wide_sweep = [(8, 512, 8), (16, 256, 4), (32, 256, 2), (16, 128, 8), (8, 256, 8)]
 
     def split(label: str, i: int, o: int, op: str) -> Span:
         return Span(label, mod + op, {"N": rows, "I": i, "O": o, "T": "bf16"},
@@ -371,6 +371,7 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
             kernel = " then ".join(k.rsplit("::", 1)[-1] for k, _ in bound)
             row = dict(common) | times | {"kernel": kernel, "kernel_generics": kgen,
                                           "bound": i == 0, "reference_diff": ref_diff}
+            extra: list[dict[str, Any]] = []
             try:
                 # The swept generics only: the stages' own tiles may differ (flash-decoding's
                 # split takes 16 query heads a program, its combine 4).
@@ -392,11 +393,40 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
                 row.update(max_diff=diff, ok=ok)
                 if device == "cuda":
                     row["kernel_us"] = graph_us(launch, copies, args.reps)
+                # The same kernels under other Triton launch options (every kernel of the
+                # chain: num_warps, num_stages), each checked and timed as above.
+                for opt in args.launch:
+                    saved = [m.PDL_LAUNCH for m in mods]
+                    again = dict(row, kernel_generics=kgen | {"launch": _opt_name(opt)},
+                                 bound=False)
+                    try:
+                        for m in mods:
+                            m.PDL_LAUNCH = {k: dict(v, **opt) for k, v in m.PDL_LAUNCH.items()}
+                        got = _outs(launch(*inputs))
+                        again.update(ok=all(compare(g, w, d)[0] is None
+                                            for g, w, d in zip(got, want, dtypes)),
+                                     max_diff=max(float((g.float() - w.float()).abs().max())
+                                                  for g, w in zip(got, want)))
+                        if device == "cuda":
+                            again["kernel_us"] = graph_us(launch, copies, args.reps)
+                    except Exception as exc:
+                        traceback.print_exc()
+                        again["error"] = f"{type(exc).__name__}: {exc}"[:200]
+                    finally:
+                        for m, v in zip(mods, saved):
+                            m.PDL_LAUNCH = v
+                    extra.append(again)
             except Exception as exc:  # one configuration's failure does not hide the others
                 traceback.print_exc()
                 row["error"] = f"{type(exc).__name__}: {exc}"[:200]
             out.append(row)
+            out.extend(extra)
     return out
+
+
+def _opt_name(opt: dict[str, int]) -> str:
+    """``w4s1`` for num_warps 4, num_stages 1."""
+    return f"w{opt.get('num_warps', 4)}s{opt.get('num_stages', 3)}"
 
 
 def _chain(first: Any, second: Any) -> Callable[..., Any]:
@@ -437,6 +467,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=64)
     parser.add_argument("--copies", type=int, default=8)
     parser.add_argument("--sweep", default="", help="BO:BK pairs, comma-separated")
+    parser.add_argument("--launch", default="",
+                        help="also time each configuration under these Triton launch options: "
+                             "w4s1 = num_warps 4, num_stages 1 (comma-separated)")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--rows", type=int, default=1, help="rows (batch) of the step")
     parser.add_argument("--cache", type=int, default=CACHE,
@@ -458,6 +491,9 @@ def main() -> int:
     args.reps = max(args.reps, args.copies)
     args.sweep = ([tuple(int(v) for v in p.split(":")) for p in args.sweep.split(",")]
                   if args.sweep else (DRY_SWEEP if args.dry_run else SWEEP))
+    args.launch = [{"num_warps": int(w), "num_stages": int(st)} for w, st in
+                   (re.fullmatch(r"w(\d+)s(\d+)", o).groups()  # type: ignore[union-attr]
+                    for o in args.launch.split(",") if o)]
     shapes = DRY_SHAPES if args.dry_run else {k: SHAPES[k] for k in args.shapes.split(",")}
     wanted = {o for o in args.ops.split(",") if o}
     bw = copy_bandwidth(torch.device("cuda")) if device == "cuda" else float("nan")
@@ -497,7 +533,7 @@ def main() -> int:
         kg = r["kernel_generics"]
         tiles = ("*" if r["bound"] else " ") + ",".join(
             f"{k}={kg[k]}" for k in kg if (k.startswith("B") and k not in r["generics"])
-            or k in ("KS", "NS"))
+            or k in ("KS", "NS", "launch"))
         if "error" in r:
             print(f"{r['shape']:<5} {r['op']:<27} {r['label']:<24} {tiles:<26} error: "
                   f"{r['error'][:50]}")
