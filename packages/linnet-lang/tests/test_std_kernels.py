@@ -86,7 +86,7 @@ STD_CHAINS = {
         ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 16, 4, 128>",
          [])),
     "std.nn.decode::decode_attention_split_short": (
-        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64>",
+        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, (S + 63) / 64>",
          ["BG >= G", "BH >= HD"]),
         ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 32, 4, 32>",
          [])),
