@@ -396,11 +396,14 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
                 # The same kernels under other Triton launch options (every kernel of the
                 # chain: num_warps, num_stages), each checked and timed as above.
                 for opt in args.launch:
-                    saved = [m.PDL_LAUNCH for m in mods]
+                    saved = [(m.PDL_LAUNCH, m.PDL) for m in mods]
                     again = dict(row, kernel_generics=kgen | {"launch": _opt_name(opt)},
                                  bound=False)
                     try:
                         for m in mods:
+                            if "pdl" in opt:  # a PDL mode (4, 5: prefetching), not an option
+                                m.PDL = opt["pdl"] if m.PDL else 0
+                                continue
                             m.PDL_LAUNCH = {k: dict(v, **opt) for k, v in m.PDL_LAUNCH.items()}
                         got = _outs(launch(*inputs))
                         again.update(ok=all(compare(g, w, d)[0] is None
@@ -413,8 +416,8 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
                         traceback.print_exc()
                         again["error"] = f"{type(exc).__name__}: {exc}"[:200]
                     finally:
-                        for m, v in zip(mods, saved):
-                            m.PDL_LAUNCH = v
+                        for m, (launch_opts, pdl) in zip(mods, saved):
+                            m.PDL_LAUNCH, m.PDL = launch_opts, pdl
                     extra.append(again)
             except Exception as exc:  # one configuration's failure does not hide the others
                 traceback.print_exc()
@@ -425,8 +428,21 @@ def run_span(span: Span, device: str, args: argparse.Namespace) -> list[dict[str
 
 
 def _opt_name(opt: dict[str, int]) -> str:
-    """``w4s1`` for num_warps 4, num_stages 1."""
+    """``w4s1`` for num_warps 4, num_stages 1; ``pdl4`` for PDL mode 4."""
+    if "pdl" in opt:
+        return f"pdl{opt['pdl']}"
     return f"w{opt.get('num_warps', 4)}s{opt.get('num_stages', 3)}"
+
+
+def _launch_option(text: str) -> dict[str, int]:
+    """``w4s1`` -> num_warps 4, num_stages 1; ``pdl4`` -> PDL mode 4 (late, prefetching)."""
+    pdl = re.fullmatch(r"pdl([0-5])", text)
+    if pdl:
+        return {"pdl": int(pdl.group(1))}
+    opts = re.fullmatch(r"w(\d+)s(\d+)", text)
+    if opts is None:
+        raise SystemExit(f"--launch {text!r}: not wNsM (num_warps, num_stages) nor pdlN")
+    return {"num_warps": int(opts.group(1)), "num_stages": int(opts.group(2))}
 
 
 def _chain(first: Any, second: Any) -> Callable[..., Any]:
@@ -469,7 +485,8 @@ def main() -> int:
     parser.add_argument("--sweep", default="", help="BO:BK pairs, comma-separated")
     parser.add_argument("--launch", default="",
                         help="also time each configuration under these Triton launch options: "
-                             "w4s1 = num_warps 4, num_stages 1 (comma-separated)")
+                             "w4s1 = num_warps 4, num_stages 1; pdl4 = PDL mode 4 (late, "
+                             "prefetching), pdl5 (early, prefetching) (comma-separated)")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--rows", type=int, default=1, help="rows (batch) of the step")
     parser.add_argument("--cache", type=int, default=CACHE,
@@ -491,9 +508,7 @@ def main() -> int:
     args.reps = max(args.reps, args.copies)
     args.sweep = ([tuple(int(v) for v in p.split(":")) for p in args.sweep.split(",")]
                   if args.sweep else (DRY_SWEEP if args.dry_run else SWEEP))
-    args.launch = [{"num_warps": int(w), "num_stages": int(st)} for w, st in
-                   (re.fullmatch(r"w(\d+)s(\d+)", o).groups()  # type: ignore[union-attr]
-                    for o in args.launch.split(",") if o)]
+    args.launch = [_launch_option(o) for o in args.launch.split(",") if o]
     shapes = DRY_SHAPES if args.dry_run else {k: SHAPES[k] for k in args.shapes.split(",")}
     wanted = {o for o in args.ops.split(",") if o}
     bw = copy_bandwidth(torch.device("cuda")) if device == "cuda" else float("nan")

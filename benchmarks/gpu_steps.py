@@ -84,8 +84,9 @@ def first(outputs: Any) -> torch.Tensor:
     return outputs[0] if isinstance(outputs, list | tuple) else outputs
 
 
-PDL_OTHER = (2, 1, 3, 0)  # each kernel row is timed again under the others, on the same plan
-PDL_NAMES = {0: "without PDL", 1: "PDL early", 2: "PDL late", 3: "PDL by grid"}
+PDL_OTHER = (2, 1, 3, 0, 4, 5)  # each kernel row is timed again under the others, same plan
+PDL_NAMES = {0: "without PDL", 1: "PDL early", 2: "PDL late", 3: "PDL by grid",
+             4: "PDL late, prefetching", 5: "PDL early, prefetching"}
 
 
 def pdl_modules() -> list[Any]:

@@ -85,17 +85,20 @@ def test_every_kernel_waits_before_touching_memory_under_pdl():
     src = kernel_text(k, sources(prog), "ieee", set()).source
     fn = next(n for n in ast.parse(src).body
               if isinstance(n, ast.FunctionDef) and n.name == "row_softmax_4_8_16")
-    assert fn.args.args[-1].arg == "USE_PDL"
+    assert [a.arg for a in fn.args.args[-2:]] == ["USE_PDL", "PREFETCH"]
     body = [ast.unparse(s) for s in fn.body]
-    assert body[0] == "if USE_PDL:\n    tl.extra.cuda.gdc_wait()"
-    assert body[1] == "if USE_PDL == 1:\n    tl.extra.cuda.gdc_launch_dependents()"
+    # the prefetch (PDL modes 4 and 5) only loads, volatile and dropped, before the wait
+    assert body[0].startswith("if PREFETCH:") and "volatile=True" in body[0]
+    assert "tl.store" not in body[0] and " = tl.load" not in body[0]
+    assert body[1] == "if USE_PDL:\n    tl.extra.cuda.gdc_wait()"
+    assert body[2] == "if USE_PDL == 1:\n    tl.extra.cuda.gdc_launch_dependents()"
     late = body.index("if USE_PDL == 2:\n    tl.extra.cuda.gdc_launch_dependents()")
     loads = [i for i, b in enumerate(body) if "tl.load" in b]
     stores = [i for i, b in enumerate(body) if b.startswith("tl.store")]
-    assert loads and min(loads) > 1 and stores and late == min(stores) - 1
+    assert loads and min(loads[1:]) > 2 and stores and late == min(stores) - 1
     assert "    pdl = pdl_launch(x.device, 4)\n" in src  # grid (4,): 4 programs
     assert "X_STRIDE_0=8, X_STRIDE_1=1, Y_STRIDE_0=8, Y_STRIDE_1=1, USE_PDL=pdl, " \
-           "**PDL_LAUNCH[pdl])" in src
+           "PREFETCH=prefetching(pdl), **PDL_LAUNCH[pdl])" in src
 
 
 def test_a_kernel_that_stores_only_in_loops_lets_the_next_go_at_its_exit():
@@ -112,6 +115,15 @@ class _Device:
         self.type, self.index = kind, index
 
 
+def _header(tmp_path, text: str) -> dict:
+    """The namespace of ``text`` run from a file (Triton's jit reads its functions' source)."""
+    import runpy
+
+    path = tmp_path / "header.py"
+    path.write_text("import torch\n" + text)
+    return runpy.run_path(str(path))
+
+
 @pytest.mark.parametrize("env, major, programs, compiling, expected", [
     ({}, 9, 64, False, 2),                         # Hopper: on, late by default
     ({}, 10, 64, False, 2),                        # and later
@@ -121,8 +133,12 @@ class _Device:
     ({}, 8, 64, False, 0),                         # Ampere has no PDL
     ({}, 9, 64, True, 0),                          # torch.compile traces the launch
     ({"LINNET_PDL": "0"}, 9, 64, False, 0),        # turned off
+    ({"LINNET_PDL": "4"}, 9, 64, False, 2),        # late, prefetching
+    ({"LINNET_PDL": "5"}, 9, 64, False, 1),        # early, prefetching
+    ({"LINNET_PDL": "5"}, 8, 64, False, 0),        # (no PDL: no prefetch)
 ])
-def test_when_a_launch_uses_pdl(monkeypatch, env, major, programs, compiling, expected):
+def test_when_a_launch_uses_pdl(monkeypatch, tmp_path, env, major, programs, compiling,
+                                expected):
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     from types import SimpleNamespace
@@ -133,8 +149,7 @@ def test_when_a_launch_uses_pdl(monkeypatch, env, major, programs, compiling, ex
     monkeypatch.delenv("LINNET_PDL", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    namespace: dict = {"torch": torch}
-    exec(compile(HEADER + READY, "header", "exec"), namespace)
+    namespace = _header(tmp_path, HEADER + READY)
     import triton.language as tl
 
     if not hasattr(tl.extra.cuda, "gdc_wait"):
@@ -148,18 +163,20 @@ def test_when_a_launch_uses_pdl(monkeypatch, env, major, programs, compiling, ex
     assert launch(_Device("cpu"), programs) == 0
     assert namespace["PDL_LAUNCH"][launch(_Device("cuda", 1), programs)] == (
         {"launch_pdl": True} if expected else {})
+    # modes 4 and 5 (late and early, prefetching) launch as 2 and 1 and prefetch
+    assert namespace["prefetching"](launch(_Device("cuda"), programs)) == (
+        1 if expected and env.get("LINNET_PDL") in ("4", "5") else 0)
 
 
-def test_an_unknown_pdl_mode_is_said_and_the_default_used(monkeypatch):
-    torch = pytest.importorskip("torch")
+def test_an_unknown_pdl_mode_is_said_and_the_default_used(monkeypatch, tmp_path):
+    pytest.importorskip("torch")
     pytest.importorskip("triton")
     from linnet.lang.emit.triton import HEADER
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("LINNET_PDL", "yes")
-    namespace: dict = {"torch": torch}
-    with pytest.warns(UserWarning, match="LINNET_PDL='yes' is not 0, 1, 2 or 3; using 2"):
-        exec(compile(HEADER, "header", "exec"), namespace)
+    with pytest.warns(UserWarning, match="LINNET_PDL='yes' is not 0 to 5; using 2"):
+        _header(tmp_path, HEADER)
 
 
 def test_the_call_launches_or_runs_the_body():
@@ -275,3 +292,52 @@ model M<R: Dim, C: Dim> {
     assert text.count("@triton.jit\ndef ") == 1
     assert "RUNS = {'row_softmax_3_5_1024': [0, 0]}" in text
     assert text.count("kernels_ready('row_softmax_3_5_1024', ") == 2
+
+
+GATHER = """
+kernel gather<N: Dim, B: Dim>(x: Tensor[N; f32], at: Tensor[B; i32], w: Tensor[N; f32])
+    -> y: Tensor[B; f32] grid(1) {
+    let lanes = iota<i32>(B)
+    let picked = load(at[lanes])
+    let acc = fill(0.0, B)
+    for i in 2..4 {
+        acc = acc + load(w[(lanes + i * B) % N]) + load(x[picked], picked < N, 0.0)
+    }
+    store(y[lanes], acc)
+}
+"""
+
+
+def test_the_prefetch_loads_the_first_iteration_by_the_tensors_bounds():
+    """Under PREFETCH (PDL modes 4, 5) a kernel reloads, before its wait, what its indices
+    allow: `at` (top level) and `w` at the loop's start (i = 2), under fresh names and masked
+    by the tensors' bounds; not `x`, whose index is a loaded value. The body's own names and
+    lines are as they were without it."""
+    from linnet.lang.emit.triton import prefetch_loads
+
+    prog = check_text(GATHER, "g")
+    k = lower_kernel(prog, "g::gather", {"N": 16, "B": 4})
+    assert [s.operands[0] for s, _ in prefetch_loads(k)] == ["@at", "@w"]
+    src = kernel_text(k, sources(prog), "ieee", set()).source
+    fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef))
+    assert [a.arg for a in fn.args.args[-2:]] == ["USE_PDL", "PREFETCH"]
+    block = ast.unparse(fn.body[0])
+    assert block.startswith("if PREFETCH:") and block.count("volatile=True") == 2
+    assert "tl.load(at + pre_lanes * AT_STRIDE_0, mask=(pre_lanes >= 0) & (pre_lanes < 4), " \
+           "volatile=True)" in block
+    assert "pre_mul = 2 * 4" in block  # the loop's index at its start (i = 2)
+    assert "x +" not in block and "= tl.load" not in block
+    rest = "\n".join(ast.unparse(s) for s in fn.body[1:])
+    assert "pre_" not in rest and "lanes = tl.arange(0, 4)" in rest
+    assert "PREFETCH=prefetching(pdl), " in src
+
+
+def test_a_kernel_with_nothing_to_prefetch_has_no_prefetch_argument():
+    prog = check_text("""
+kernel fill_y<N: Dim>() -> y: Tensor[N; f32] grid(1) {
+    let cols = iota<i32>(N)
+    store(y[cols], fill(1.0, N))
+}""", "f")
+    src = kernel_text(lower_kernel(prog, "f::fill_y", {"N": 8}), sources(prog), "ieee",
+                      set()).source
+    assert "PREFETCH" not in src and "USE_PDL=pdl, **PDL_LAUNCH[pdl])" in src

@@ -124,7 +124,8 @@ def test_captured_launches_under_the_plans_mode_unless_told():
     assert Captured(plan, None, pdl=0).pdl == 0
     plan.pdl = None
     assert Captured(plan, None).pdl is None  # the modules' own
-    for bad in ("early", 4, -1, True, 1.5):
+    assert Captured(plan, None, pdl=4).pdl == 4  # late, prefetching (not timed by plans)
+    for bad in ("early", 6, -1, True, 1.5):
         with pytest.raises(LinnetError) as err:
             Captured(plan, None, pdl=bad)
         assert err.value.diagnostics[0].code == "E0759" and "launch mode" in str(err.value)

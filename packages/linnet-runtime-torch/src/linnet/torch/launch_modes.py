@@ -28,7 +28,11 @@ from typing import Any
 
 import torch
 
-MODES = {0: "off", 1: "early", 2: "late", 3: "by grid"}
+# 4 and 5: late and early, each kernel first prefetching into L2 what its first steps load
+# (emit/triton.py, PREFETCH). Not in ORDER: a plan does not time them until they are measured
+# on a GPU; LINNET_PDL=4 or Captured(plan, ctx, pdl=4) launches under them.
+MODES = {0: "off", 1: "early", 2: "late", 3: "by grid", 4: "late, prefetching",
+         5: "early, prefetching"}
 DEFAULT = 2  # the generated modules' own default (LINNET_PDL unset)
 ORDER = (2, 1, 3, 0)  # the modes a plan times, the default first
 

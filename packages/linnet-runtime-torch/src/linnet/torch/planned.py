@@ -248,8 +248,8 @@ class Captured:
                          "load the model with device='cuda'")
         if pdl is not None and (isinstance(pdl, bool) or pdl not in MODES):
             raise _error("E0759", f"pdl={pdl!r} is not a launch mode of Linnet's kernels",
-                         help="0 off, 1 early, 2 late, 3 by grid, or None for the plan's "
-                              "choice (plan.pdl)")
+                         help="0 off, 1 early, 2 late, 3 by grid, 4 late and 5 early with "
+                              "prefetching, or None for the plan's choice (plan.pdl)")
         self.plan = plan
         self.context = context
         self.pdl = plan.pdl if pdl is None else pdl

@@ -364,6 +364,157 @@ PDL_LATE = [
 ]
 
 
+# Prefetch under PDL (LINNET_PDL 4 "late, prefetching" and 5 "early, prefetching"): before
+# it waits for the kernel before it, each program loads the tiles its first steps will load
+# from its tensor parameters (the loads at the top level, and those of the first iteration
+# of each top-level loop, whose places follow from program ids, iotas and constants alone),
+# as volatile loads whose values are dropped, masked by the tensor's bounds only. They cannot
+# give the kernel stale data: the values are never used, and the kernel's own loads come
+# after the wait. What they do is bring the lines into L2 (the point of coherence: a store by
+# the kernel before still lands there) while that kernel drains, so that the first loads
+# after the wait hit L2 rather than wait on DRAM. A kernel with nothing to prefetch has no
+# PREFETCH argument.
+PREFETCH_ARG = "PREFETCH"
+_NOT_PURE = {"load", "store", "atomic_add", "for"}
+
+
+def _index_operands(load: Step) -> list[tuple[int, str]]:
+    """(axis, operand) of each index of ``load`` that is a tile (not a constant)."""
+    return [(axis, load.operands[i["operand"]])
+            for axis, i in enumerate(load.attributes["index"]) if isinstance(i, dict)]
+
+
+def prefetch_loads(k: TileKernel) -> list[tuple[Step, Step | None]]:
+    """The loads ``k``'s programs can issue before their PDL wait: (the load, the top-level
+    ``for`` whose first iteration it is in, or None at the top level), in kernel order. A
+    load qualifies where it reads a tensor parameter and every value its indices depend on is
+    pure (no load, store, atomic or loop result) and, inside a loop, not carried from one
+    iteration to the next (the loop's index is its start). Its mask does not matter: the
+    prefetch is masked by the tensor's bounds.
+
+    >>> from linnet.lang.syntax.program import Program
+    >>> from linnet.lang.ir.tiles import lower_kernel
+    >>> prog = Program.from_text('''
+    ... kernel total<N: Dim, B: Dim>(x: Tensor[N; f32], n: Tensor[1; i32]) -> y: Tensor[1; f32]
+    ...     grid(1) {
+    ...     let acc = fill(0.0, B)
+    ...     for i in 0..N / B {
+    ...         let cols = i * B + iota<i32>(B)
+    ...         acc = acc + load(x[cols], cols < load(n[0]), 0.0)
+    ...     }
+    ...     store(y[0], sum[c] acc[c])
+    ... }''')
+    >>> [(s.operands[0], loop is not None) for s, loop in
+    ...  prefetch_loads(lower_kernel(prog, "main::total", {"N": 16, "B": 4}))]
+    [('@n', True), ('@x', True)]
+    """
+    params = {"@" + p for p, _, _ in k.params}
+    made: dict[str, tuple[Step, Step | None]] = {}
+    for s in k.steps:
+        for r in s.results:
+            made[r] = (s, None)
+        if s.op == "for":
+            for b in s.attributes["body"]:
+                for r in b.results:
+                    made[r] = (b, s)
+
+    def pure(ref: str, loop: Step | None, seen: set[str]) -> bool:
+        if ref in seen or ref.startswith("@"):
+            return True
+        seen.add(ref)
+        if loop is not None and ref == loop.attributes["var"]:
+            return True
+        if ref not in made:  # a loop's carried value, or another loop's index
+            return False
+        step, at = made[ref]
+        if step.op in _NOT_PURE or at not in (None, loop):
+            return False
+        return all(pure(o, loop, seen) for o in step.operands)
+
+    found: list[tuple[Step, Step | None]] = []
+    for s in k.steps:
+        inner: list[tuple[Step, Step | None]] = [(s, None)] if s.op == "load" else []
+        a = s.attributes
+        if s.op == "for" and isinstance(a["start"], int) and isinstance(a["stop"], int) \
+                and a["stop"] > a["start"]:
+            inner = [(b, s) for b in a["body"] if b.op == "load"]
+        for load, loop in inner:
+            if load.operands[0] in params and all(pure(o, loop, set())
+                                                   for _, o in _index_operands(load)):
+                found.append((load, loop))
+    return found
+
+
+def prefetch_lines(k: TileKernel, n: tiles.Names, precision: str) -> list[str]:
+    """``if PREFETCH:`` and, under it, the values the indices of :func:`prefetch_loads`'
+    loads need (each step again under a fresh name; a loop's index as its start) and the
+    loads, volatile and dropped, masked by the tensor's bounds. Empty where there is nothing
+    to prefetch. Called after the body is written: the body's names stay as they were."""
+    loads = prefetch_loads(k)
+    if not loads:
+        return []
+    names, literals = dict(n.names), dict(n.literals)
+    shapes = {p: shape for p, shape, _ in k.params}
+    lines: list[str] = []
+    done: set[str] = set()
+
+    def need(ref: str, loop: Step | None, steps: list[Step]) -> None:
+        if ref in done or ref.startswith("@") or ref in n.literals:
+            return
+        done.add(ref)
+        producer = next(st for st in k.steps + (loop.attributes["body"] if loop else [])
+                        if ref in st.results)
+        for o in producer.operands:
+            need(o, loop, steps)
+        steps.append(producer)
+
+    def no_body(steps: list[Step], names_: tiles.Names, depth: int) -> list[str]:
+        raise AssertionError("a prefetched index is pure: it has no loop")
+
+    try:
+        loops: list[Step | None] = []
+        for _, at in loads:  # each once, in order (steps are not hashable)
+            if not any(at is x for x in loops):
+                loops.append(at)
+        for loop in loops:
+            if loop is not None:  # the loop's steps again, as its first iteration's
+                n.literals[loop.attributes["var"]] = str(loop.attributes["start"])
+                done -= {r for st in loop.attributes["body"] for r in st.results}
+            for load, at in loads:
+                if at is not loop:
+                    continue
+                steps: list[Step] = []
+                for _, o in _index_operands(load):
+                    need(o, loop, steps)
+                for st in steps:
+                    for r in st.results:
+                        n.alias(r, n.fresh("pre_" + names.get(r, "v")))
+                    lines += TILE_RULES[st.op](st, n, Context(precision, no_body, 1))
+                lines.append(f"tl.load({pointer(load, n)}, mask={_bounds(load, n, shapes)}, "
+                             "volatile=True)")
+            if loop is not None:
+                del n.literals[loop.attributes["var"]]
+    finally:
+        n.names, n.literals = names, literals
+    return [f"if {PREFETCH_ARG}:  # warm L2 with the first loads, before the wait (LINNET_PDL 4, 5)",
+            *("    " + line for line in lines)]
+
+
+def _bounds(load: Step, n: tiles.Names, shapes: dict[str, tuple[int, ...]]) -> str:
+    """``load``'s lanes whose every index is inside the tensor (a tile index's axes in
+    their places, as :func:`pointer` lays them out)."""
+    tensor = shapes[load.operands[0][1:]]
+    index = _index_operands(load)
+    rank = sum(len(n.shape(o)) for _, o in index)
+    terms, at = [], 0
+    for axis, o in index:
+        t = n.shape(o)
+        x = n(o) + (expand(at, len(t), rank) if t else "")
+        at += len(t)
+        terms.append(f"({x} >= 0) & ({x} < {tensor[axis]})")
+    return " & ".join(terms) if terms else "True"
+
+
 def with_pdl(lines: list[str]) -> list[str]:
     """A kernel body's lines with PDL_PROLOGUE first and PDL_LATE before its first store
     outside a loop (and before that store's source comment)."""
@@ -392,6 +543,11 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     args.append(f"{PDL_ARG}: tl.constexpr")
     n.used.add(PDL_ARG)
     lines = with_pdl(tiles.kernel_body(k, n, TILE_RULES, sources, precision))
+    n.used.add(PREFETCH_ARG)
+    early = prefetch_lines(k, n, precision)
+    if early:
+        args.append(f"{PREFETCH_ARG}: tl.constexpr")
+        lines = early + lines
     head = [tiles.kernel_title(k), "@triton.jit", f"def {name}({', '.join(args)}):"]
     return "\n".join(head + ["    " + line for line in lines])
 
@@ -430,7 +586,8 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
              *results_new, *kept,
              f"    pdl = pdl_launch({device}, {math.prod(k.grid)})",
              f"    wrap_triton({function})[{k.grid}]({', '.join(args)}, {PDL_ARG}=pdl, "
-             f"**PDL_LAUNCH[pdl])",
+             + (f"{PREFETCH_ARG}=prefetching(pdl), " if prefetch_loads(k) else "")
+             + "**PDL_LAUNCH[pdl])",
              f"    return {outs}",
              "", "",
              f"def fake_{key}({', '.join(ins)}):",
@@ -532,13 +689,14 @@ def new_result(shape, dtype, device):
 # step of hundreds of short kernels pays for. LINNET_PDL: 0 off; 1 each kernel lets the next
 # be scheduled at its start ("early"); 2 (the default) after its main work, before its first
 # store ("late"); 3 early for a grid of at most one program an SM, late for larger ones (a
-# large grid's last wave frees SMs one by one, and an early next kernel crowds onto them).
-# Not while torch.compile traces a launch (inductor launches the kernel then), nor
-# interpreted.
+# large grid's last wave frees SMs one by one, and an early next kernel crowds onto them);
+# 4 late and 5 early, each kernel first prefetching into L2 what its first steps load
+# (PREFETCH in emit/triton.py). Not while torch.compile traces a launch (inductor launches
+# the kernel then), nor interpreted.
 _PDL_MODE = os.environ.get('LINNET_PDL', '2')
-if _PDL_MODE not in ('0', '1', '2', '3'):
+if _PDL_MODE not in ('0', '1', '2', '3', '4', '5'):
     import warnings
-    warnings.warn(f'LINNET_PDL={_PDL_MODE!r} is not 0, 1, 2 or 3; using 2', stacklevel=1)
+    warnings.warn(f'LINNET_PDL={_PDL_MODE!r} is not 0 to 5; using 2', stacklevel=1)
     _PDL_MODE = '2'
 PDL = int(_PDL_MODE) if TRITON and not INTERPRET and hasattr(
     getattr(getattr(tl, 'extra', None), 'cuda', None), 'gdc_wait') else 0
@@ -548,8 +706,8 @@ _PDL_DEVICES = {}
 
 def pdl_launch(device, programs):
     """How a kernel of ``programs`` programs launched on ``device`` now uses programmatic
-    dependent launch: 0 not, 1 early, 2 late (PDL's mode; 3 picks by ``programs``), on compute
-    capability 9.0 and later, not under torch.compile."""
+    dependent launch: 0 not, 1 early, 2 late (PDL's mode; 3 picks by ``programs``; 4 is late
+    and 5 early, prefetching), on compute capability 9.0 and later, not under torch.compile."""
     if not PDL or device.type != 'cuda' or torch.compiler.is_compiling():
         return 0
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -559,7 +717,15 @@ def pdl_launch(device, programs):
     sms = _PDL_DEVICES[index]
     if not sms:
         return 0
-    return PDL if PDL != 3 else 1 if programs <= sms else 2
+    if PDL == 3:
+        return 1 if programs <= sms else 2
+    return {4: 2, 5: 1}.get(PDL, PDL)
+
+
+def prefetching(pdl):
+    """1 where a kernel launched under ``pdl`` (pdl_launch's answer) first prefetches what it
+    will load (PDL modes 4 and 5), else 0."""
+    return 1 if pdl and PDL >= 4 else 0
 
 
 

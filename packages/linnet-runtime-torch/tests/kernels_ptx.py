@@ -1,0 +1,72 @@
+"""Std decode kernels compiled for the H200's architecture (sm_90) without a GPU: Triton
+compiles to PTX here. Run by test_kernels_ptx.py in a fresh process without TRITON_INTERPRET
+(this directory's conftest imports Triton interpreted, which cannot compile); prints one JSON
+object: per case, where the prefetch's volatile loads and the PDL wait fall in the PTX, with
+and without PREFETCH, and whether the products are tensor-core MMAs."""
+
+import json
+import sys
+
+import triton
+from linnet.lang.ir.tiles import lower_kernel
+from linnet.torch.kernels import _ensure_module, _program, kernel_module
+
+# Triton's pointer spellings of Linnet's element types.
+POINTERS = {"f32": "*fp32", "bf16": "*bf16", "f16": "*fp16", "i32": "*i32"}
+
+CASES = {
+    "rms_norm_qkv_split_part": (
+        {"N": 1, "D": 4096, "Q": 4096, "K": 1024, "T": "bf16", "BR": 16, "BO": 8, "BK": 256,
+         "KS": 4}, None),
+    "decode_attention_split_tiles": (
+        {"B": 1, "S": 1152, "KV": 8, "G": 4, "HD": 128, "T": "bf16", "BG": 16, "BS": 64,
+         "BH": 128, "NS": 18}, {"scale": 0.088}),
+}
+
+
+def ptx(kernel: str, generics: dict, scalars: dict | None, use_pdl: int, prefetch: int) -> str:
+    """The PTX of std kernel ``kernel`` for sm_90, launched as its launcher would (strides
+    of contiguous tensors) under ``USE_PDL`` and ``PREFETCH``."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    module = kernel_module(None, kernel, generics, scalars)
+    prog = _program(None)
+    mod_name, _, short = kernel.rpartition("::")
+    _ensure_module(prog, mod_name, short)
+    k = lower_kernel(prog, kernel, generics, scalars)
+    fn = next(v for name, v in vars(module).items()
+              if isinstance(v, triton.runtime.JITFunction) and name.startswith(short))
+    tensors = k.params + k.results + k.scratch
+    signature = {p: POINTERS[dtype] for p, _, dtype in tensors}
+    constants: dict = {"USE_PDL": use_pdl, "PREFETCH": prefetch}
+    for p, shape, _ in tensors:
+        stride = 1
+        for axis in reversed(range(len(shape))):
+            constants[f"{p.upper()}_STRIDE_{axis}"] = stride
+            stride *= shape[axis]
+    constants = {a: constants[a] for a in fn.arg_names if a not in signature}
+    signature |= dict.fromkeys(constants, "constexpr")
+    return triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constants),
+                          target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+
+
+def where(text: str) -> dict:
+    lines = text.splitlines()
+    return {"wait": [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln],
+            "volatile": [i for i, ln in enumerate(lines) if "ld.volatile.global" in ln],
+            "mma": any("mma" in ln and "bf16" in ln for ln in lines)}
+
+
+def main() -> int:
+    out = {}
+    for name, (generics, scalars) in CASES.items():
+        kernel = "std.nn.decode::" + name
+        out[name] = {"prefetch": where(ptx(kernel, generics, scalars, 2, 1)),
+                     "plain": where(ptx(kernel, generics, scalars, 2, 0))}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
