@@ -728,7 +728,6 @@ def prefetching(pdl):
     return 1 if pdl and PDL >= 4 else 0
 
 
-
 # A dot of two 16-bit float tiles into f32 (the tensor cores' 16-bit rate). Triton's
 # interpreter multiplies a bf16 dot's raw bits (it holds bf16 as uint16 and hands those to
 # np.matmul: results off by 1e10), so interpreted the tiles are widened to f32 first, which
