@@ -70,7 +70,7 @@ STD_KERNELS = {
         "rms_norm_qkv_split_part", "<N, D, Q, K, T, 16, 8, 256, 4> then "
         "rms_norm_qkv_split_sum<N, D, Q, K, T, 16, 32, 256, 4>", ["BR >= N"]),
     "std.nn.decode::rms_norm_qkv_rope_split": (
-        "rms_norm_qkv_split_part", "<N, D, H * HD, KV * HD, T, 16, 8, 256, 4> then "
+        "rms_norm_qkv_split_part", "<N, D, H * HD, KV * HD, T, 16, 16, 256, 4> then "
         "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 256, 4>", ["BR >= N"]),
     "std.nn.decode::rms_norm_qkv_rope_split_wide": (
         "rms_norm_qkv_split_part", "<N, D, H * HD, KV * HD, T, 16, 8, 512, 8> then "
