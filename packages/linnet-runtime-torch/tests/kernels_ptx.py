@@ -58,7 +58,30 @@ def where(text: str) -> dict:
             "mma": any("mma" in ln and "bf16" in ln for ln in lines)}
 
 
+def can_compile() -> str | None:
+    """Why this Triton cannot compile for sm_90 here (a kernel of Triton's own, not Linnet's),
+    or None where it can."""
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    @triton.jit
+    def copy(x, y):
+        tl.store(y + tl.arange(0, 16), tl.load(x + tl.arange(0, 16)))
+
+    try:
+        triton.compile(ASTSource(fn=copy, signature={"x": "*fp32", "y": "*fp32"}),
+                       target=GPUTarget("cuda", 90, 32))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None
+
+
 def main() -> int:
+    why = can_compile()
+    if why is not None:  # the test skips, saying why; a Linnet kernel's failure is not this
+        print(json.dumps({"skip": why}))
+        return 0
     out = {}
     for name, (generics, scalars) in CASES.items():
         kernel = "std.nn.decode::" + name

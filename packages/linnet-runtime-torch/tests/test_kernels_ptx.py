@@ -20,10 +20,11 @@ def compiled():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, str(HERE / "kernels_ptx.py")], env=env,
                           capture_output=True, text=True, timeout=600)
-    if done.returncode != 0 and "GPUTarget" in done.stderr + done.stdout:
-        pytest.skip("this Triton cannot compile for sm_90 here")
     assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skip" in found:  # Triton's own copy kernel does not compile for sm_90 here
+        pytest.skip(f"this Triton cannot compile for sm_90 here: {found['skip']}")
+    return found
 
 
 @pytest.mark.parametrize("kernel", ["rms_norm_qkv_split_part", "decode_attention_split_tiles"])

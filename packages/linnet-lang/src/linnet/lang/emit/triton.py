@@ -445,12 +445,13 @@ def prefetch_loads(k: TileKernel) -> list[tuple[Step, Step | None]]:
     return found
 
 
-def prefetch_lines(k: TileKernel, n: tiles.Names, precision: str) -> list[str]:
+def prefetch_lines(k: TileKernel, n: tiles.Names, precision: str,
+                   loads: list[tuple[Step, Step | None]]) -> list[str]:
     """``if PREFETCH:`` and, under it, the values the indices of :func:`prefetch_loads`'
     loads need (each step again under a fresh name; a loop's index as its start) and the
     loads, volatile and dropped, masked by the tensor's bounds. Empty where there is nothing
-    to prefetch. Called after the body is written: the body's names stay as they were."""
-    loads = prefetch_loads(k)
+    to prefetch. Called after the body is written: the body's names stay as they were.
+    ``loads`` is ``prefetch_loads(k)``."""
     if not loads:
         return []
     names, literals = dict(n.names), dict(n.literals)
@@ -527,7 +528,8 @@ def with_pdl(lines: list[str]) -> list[str]:
 
 
 def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
-                    precision: str = "ieee") -> str:
+                    precision: str = "ieee",
+                    prefetched: list[tuple[Step, Step | None]] | None = None) -> str:
     """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters, results
     and scratch buffers, then each one's strides as ``tl.constexpr``, then ``USE_PDL`` (0, or how it was
     launched with programmatic dependent launch: it then waits for the kernel before it)."""
@@ -544,7 +546,8 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     n.used.add(PDL_ARG)
     lines = with_pdl(tiles.kernel_body(k, n, TILE_RULES, sources, precision))
     n.used.add(PREFETCH_ARG)
-    early = prefetch_lines(k, n, precision)
+    early = prefetch_lines(k, n, precision,
+                           prefetch_loads(k) if prefetched is None else prefetched)
     if early:
         args.append(f"{PREFETCH_ARG}: tl.constexpr")
         lines = early + lines
@@ -552,7 +555,8 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     return "\n".join(head + ["    " + line for line in lines])
 
 
-def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
+def launcher_function(k: TileKernel, function: str, name: str, key: str,
+                      prefetches: bool | None = None) -> str:
     """The Python functions that launch ``function`` on the kernel's grid: ``run_*``
     allocates the results on the inputs' device and launches, strides passed as constants;
     ``op_*`` is it as a custom op (what torch.compile sees); ``launch_*`` makes the inputs
@@ -586,7 +590,8 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
              *results_new, *kept,
              f"    pdl = pdl_launch({device}, {math.prod(k.grid)})",
              f"    wrap_triton({function})[{k.grid}]({', '.join(args)}, {PDL_ARG}=pdl, "
-             + (f"{PREFETCH_ARG}=prefetching(pdl), " if prefetch_loads(k) else "")
+             + (f"{PREFETCH_ARG}=prefetching(pdl), " if (
+                 bool(prefetch_loads(k)) if prefetches is None else prefetches) else "")
              + "**PDL_LAUNCH[pdl])",
              f"    return {outs}",
              "", "",
@@ -611,8 +616,9 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
 def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
                 taken: set[str]) -> KernelText:
     name = tiles.unique_instance(k, taken, ("", "launch_"))
-    text = kernel_function(k, name, sources, precision) + "\n\n\n" + launcher_function(
-        k, name, f"launch_{name}", name)
+    loads = prefetch_loads(k)  # once: the kernel's PREFETCH block and its launcher's argument
+    text = kernel_function(k, name, sources, precision, loads) + "\n\n\n" + launcher_function(
+        k, name, f"launch_{name}", name, bool(loads))
     return KernelText(k, name, f"launch_{name}", name, text)
 
 
