@@ -133,7 +133,7 @@ def test_generated_pytorch_launches_the_first_then_the_second():
     assert "    parts = launch_part_sums_3_40_f32_4_4(x)\n" \
            "    return launch_add_parts_3_40_f32_4(x, parts)\n" in text
     assert "if kernels_ready('part_sums_3_40_f32_4_4_then_add_parts', x):" in text
-    assert text.count("@triton.jit\ndef ") == 2
+    assert text.count("@triton.jit\ndef part_sums") == text.count("@triton.jit\ndef add_parts") == 1
     compile(text, "<chain>", "exec")
 
 

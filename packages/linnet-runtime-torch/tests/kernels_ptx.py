@@ -1,7 +1,7 @@
 """Std decode kernels compiled for the H200's architecture (sm_90) without a GPU: Triton
 compiles to PTX here. Run by test_kernels_ptx.py in a fresh process without TRITON_INTERPRET
 (this directory's conftest imports Triton interpreted, which cannot compile); prints one JSON
-object: per case, where the prefetch's volatile loads and the PDL wait fall in the PTX, with
+object: per case, where the L2 prefetches, the loads and the PDL wait fall in the PTX, with
 and without PREFETCH, and whether the products are tensor-core MMAs."""
 
 import json
@@ -54,7 +54,8 @@ def ptx(kernel: str, generics: dict, scalars: dict | None, use_pdl: int, prefetc
 def where(text: str) -> dict:
     lines = text.splitlines()
     return {"wait": [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln],
-            "volatile": [i for i, ln in enumerate(lines) if "ld.volatile.global" in ln],
+            "prefetch": [i for i, ln in enumerate(lines) if "prefetch.global.L2" in ln],
+            "loads": [i for i, ln in enumerate(lines) if "ld.global" in ln or "ld.volatile" in ln],
             "mma": any("mma" in ln and "bf16" in ln for ln in lines)}
 
 

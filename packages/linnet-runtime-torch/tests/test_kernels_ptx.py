@@ -1,7 +1,7 @@
 """What the CPU's interpreter cannot show, from PTX compiled for sm_90 on this machine
 (kernels_ptx.py, in a fresh process without TRITON_INTERPRET): under PREFETCH (PDL modes 4
-and 5) every prefetch is a volatile load issued before `griddepcontrol.wait`, without it
-there is none, and flash-decoding's products of bf16 tiles are tensor-core MMAs (dot16)."""
+and 5) the L2 prefetches are issued before `griddepcontrol.wait` and no load is, without it
+there is no prefetch, and flash-decoding's products of bf16 tiles are tensor-core MMAs (dot16)."""
 
 import json
 import os
@@ -28,10 +28,13 @@ def compiled():
 
 
 @pytest.mark.parametrize("kernel", ["rms_norm_qkv_split_part", "decode_attention_split_tiles"])
-def test_the_prefetch_is_volatile_loads_before_the_wait(compiled, kernel):
+def test_the_prefetch_is_l2_prefetches_before_the_wait(compiled, kernel):
     pre, plain = compiled[kernel]["prefetch"], compiled[kernel]["plain"]
-    assert len(pre["wait"]) == 1 and pre["volatile"] and max(pre["volatile"]) < pre["wait"][0]
-    assert len(plain["wait"]) == 1 and not plain["volatile"]
+    wait = pre["wait"]
+    assert len(wait) == 1 and pre["prefetch"] and max(pre["prefetch"]) < wait[0]
+    assert pre["loads"] and min(pre["loads"]) > wait[0]  # no register loaded before the wait
+    assert len(plain["wait"]) == 1 and not plain["prefetch"]
+    assert plain["loads"] and min(plain["loads"]) > plain["wait"][0]
 
 
 def test_flash_decoding_multiplies_bf16_tiles_on_the_tensor_cores(compiled):

@@ -55,8 +55,8 @@ TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
 TORCH_DTYPES = {k: v.replace("tl.", "torch.") for k, v in TL_DTYPES.items()} | {
     "bool": "torch.bool"}
 _INTS = {"i8", "i16", "i32", "i64", "u8"}
-# `dot16` is HEADER's, which kernels call.
-RESERVED = {"tl", "triton", "torch", "math", "dot16"} | set(dir(builtins))
+# `dot16` and `prefetch_l2` are HEADER's, which kernels call.
+RESERVED = {"tl", "triton", "torch", "math", "dot16", "prefetch_l2"} | set(dir(builtins))
 
 # Triton's spellings of what the shared rules (emit/tiles.py) write.
 TRITON = tiles.Dialect(
@@ -365,14 +365,17 @@ PDL_LATE = [
 
 
 # Prefetch under PDL (LINNET_PDL 4 "late, prefetching" and 5 "early, prefetching"): before
-# it waits for the kernel before it, each program loads the tiles its first steps will load
-# from its tensor parameters (the loads at the top level, and those of the first iteration
-# of each top-level loop, whose places follow from program ids, iotas and constants alone),
-# as volatile loads whose values are dropped, masked by the tensor's bounds only. They cannot
-# give the kernel stale data: the values are never used, and the kernel's own loads come
-# after the wait. What they do is bring the lines into L2 (the point of coherence: a store by
-# the kernel before still lands there) while that kernel drains, so that the first loads
-# after the wait hit L2 rather than wait on DRAM. A kernel with nothing to prefetch has no
+# it waits for the kernel before it, each program asks L2 for the lines its first steps will
+# load from its tensor parameters (the loads at the top level, and those of the first
+# iteration of each top-level loop, whose places follow from program ids, iotas and
+# constants alone): HEADER's `prefetch_l2`, one `prefetch.global.L2` a 128-byte line, masked
+# by the tensor's bounds only. A prefetch loads no register, so it cannot give the kernel
+# stale data (the kernel's own loads come after the wait) and nothing waits on it. It brings
+# the lines into L2 (the point of coherence: a store by the kernel before still lands there)
+# while that kernel drains, so that the first loads after the wait hit L2 rather than wait on
+# DRAM. (Session 15 built this with volatile loads whose values were dropped: Triton issues
+# those one element at a time, 16-bit loads where the kernel's own are 16-byte vectors, and
+# on the H200 they made the 8B step 8% slower.) A kernel with nothing to prefetch has no
 # PREFETCH argument.
 PREFETCH_ARG = "PREFETCH"
 _NOT_PURE = {"load", "store", "atomic_add", "for"}
@@ -389,8 +392,9 @@ def prefetch_loads(k: TileKernel) -> list[tuple[Step, Step | None]]:
     ``for`` whose first iteration it is in, or None at the top level), in kernel order. A
     load qualifies where it reads a tensor parameter and every value its indices depend on is
     pure (no load, store, atomic or loop result) and, inside a loop, not carried from one
-    iteration to the next (the loop's index is its start). Its mask does not matter: the
-    prefetch is masked by the tensor's bounds.
+    iteration to the next (the loop's index is its start), and at least one index is a tile
+    (a load of constant places is one element, not worth a prefetch). Its mask does not
+    matter: the prefetch is masked by the tensor's bounds.
 
     >>> from linnet.lang.syntax.program import Program
     >>> from linnet.lang.ir.tiles import lower_kernel
@@ -406,7 +410,7 @@ def prefetch_loads(k: TileKernel) -> list[tuple[Step, Step | None]]:
     ... }''')
     >>> [(s.operands[0], loop is not None) for s, loop in
     ...  prefetch_loads(lower_kernel(prog, "main::total", {"N": 16, "B": 4}))]
-    [('@n', True), ('@x', True)]
+    [('@x', True)]
     """
     params = {"@" + p for p, _, _ in k.params}
     made: dict[str, tuple[Step, Step | None]] = {}
@@ -439,8 +443,9 @@ def prefetch_loads(k: TileKernel) -> list[tuple[Step, Step | None]]:
                 and a["stop"] > a["start"]:
             inner = [(b, s) for b in a["body"] if b.op == "load"]
         for load, loop in inner:
-            if load.operands[0] in params and all(pure(o, loop, set())
-                                                   for _, o in _index_operands(load)):
+            index = _index_operands(load)
+            if load.operands[0] in params and index and all(pure(o, loop, set())
+                                                            for _, o in index):
                 found.append((load, loop))
     return found
 
@@ -448,8 +453,9 @@ def prefetch_loads(k: TileKernel) -> list[tuple[Step, Step | None]]:
 def prefetch_lines(k: TileKernel, n: tiles.Names, precision: str,
                    loads: list[tuple[Step, Step | None]]) -> list[str]:
     """``if PREFETCH:`` and, under it, the values the indices of :func:`prefetch_loads`'
-    loads need (each step again under a fresh name; a loop's index as its start) and the
-    loads, volatile and dropped, masked by the tensor's bounds. Empty where there is nothing
+    loads need (each step again under a fresh name; a loop's index as its start) and, for
+    each load, HEADER's ``prefetch_l2`` of its places masked by the tensor's bounds (one L2
+    prefetch a 128-byte line, no register loaded). Empty where there is nothing
     to prefetch. Called after the body is written: the body's names stay as they were.
     ``loads`` is ``prefetch_loads(k)``."""
     if not loads:
@@ -491,8 +497,7 @@ def prefetch_lines(k: TileKernel, n: tiles.Names, precision: str,
                     for r in st.results:
                         n.alias(r, n.fresh("pre_" + names.get(r, "v")))
                     lines += TILE_RULES[st.op](st, n, Context(precision, no_body, 1))
-                lines.append(f"tl.load({pointer(load, n)}, mask={_bounds(load, n, shapes)}, "
-                             "volatile=True)")
+                lines.append(f"prefetch_l2({pointer(load, n)}, {_bounds(load, n, shapes)})")
             if loop is not None:
                 del n.literals[loop.attributes["var"]]
     finally:
@@ -513,7 +518,7 @@ def _bounds(load: Step, n: tiles.Names, shapes: dict[str, tuple[int, ...]]) -> s
         x = n(o) + (expand(at, len(t), rank) if t else "")
         at += len(t)
         terms.append(f"({x} >= 0) & ({x} < {tensor[axis]})")
-    return " & ".join(terms) if terms else "True"
+    return " & ".join(terms)
 
 
 def with_pdl(lines: list[str]) -> list[str]:
@@ -747,6 +752,19 @@ else:
     @triton.jit
     def dot16(a, b):
         return tl.dot(a, b, out_dtype=tl.float32)
+
+
+# An L2 prefetch of the 128-byte lines under `pointers` where `mask` holds (PDL modes 4 and
+# 5: the PREFETCH block in emit/triton.py): the lane whose address starts a line issues one
+# `prefetch.global.L2`; no register is loaded and nothing waits on it. The kernel's own loads
+# fetch a line the prefetch missed (a tile that starts inside a line).
+@triton.jit
+def prefetch_l2(pointers, mask):
+    tl.inline_asm_elementwise(
+        '{ .reg .pred %lp, %lq; .reg .b64 %lt; and.b64 %lt, $1, 127; '
+        'setp.eq.b64 %lq, %lt, 0; setp.ne.b32 %lp, $2, 0; and.pred %lp, %lp, %lq; '
+        '@%lp prefetch.global.L2 [$1]; mov.u32 $0, 0; }',
+        '=r,l,r', [pointers, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
 
 # torch.compile sees each launch as a custom op, so compiled code does not break its graph
 # there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
