@@ -23,9 +23,11 @@
     and the median of steps timed one by one (synchronised, so host time shows).
 
 (f) Prefill, batch 1, 1024 tokens, for the same shapes: Linnet's compiled plan (both plugins,
-    max-autotune-no-cudagraphs) with and without Linnet's kernels as candidates, against
-    transformers under torch.compile max-autotune-no-cudagraphs; median ms of 10 synchronised
-    runs and the share of the 781 TFLOP/s bf16 rate. Not in the default parts.
+    max-autotune-no-cudagraphs), Linnet's kernels as candidates or not, planned for plan.run
+    (captured=False) and run by it, then the same plan under Captured; against transformers
+    under torch.compile max-autotune-no-cudagraphs, called and replayed as a CUDA graph;
+    median ms of 10 synchronised runs and the share of the 781 TFLOP/s bf16 rate. Not in the
+    default parts.
 (p) Where a step goes: every kernel the best configuration launches, from torch.profiler
     over 8 replays (launches and microseconds a step, and the kernels' busy share of the wall
     time). Not in the default parts.
@@ -586,17 +588,20 @@ def prefill_flops(cfg: dict, length: int) -> float:
 
 
 def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
-    """Batch 1, PREFILL tokens: Linnet's compiled plan (both plugins, max-autotune) with and
-    without its kernels as candidates, against transformers compiled the same way; ms
-    (median of 10, synchronised) and the share of the bf16 rate. `kinds` (--rows) and --only
-    pick the rows: each compile of a 1024-token prefill takes 220-230 s on the H200 (session
-    10), so one device call covers about two rows."""
+    """Batch 1, PREFILL tokens: Linnet's compiled plan (both plugins, max-autotune, its
+    kernels as candidates) against transformers compiled the same way; ms (median of 10,
+    synchronised) and the share of the bf16 rate. Linnet's plan is made as a prefill runs,
+    by plan.run (``captured=False``: timed with the host's launches, session 17), and also
+    run under Captured (the same plan replayed as one CUDA graph, as a server that pads
+    prompts to one length could), beside transformers' compiled call also replayed as a CUDA
+    graph. `kinds` (--rows) and --only pick the rows: each compile of a 1024-token prefill
+    takes 220-230 s on the H200 (session 10), so one device call covers about two."""
     import transformers
     from linnet.plan import TimingCache
     from linnet.torch import load, random_weights
     from linnet.torch.cublaslt import CublasLt
     from linnet.torch.flashinfer import FlashInfer
-    from linnet.torch.planned import plan_for
+    from linnet.torch.planned import Captured, plan_for
 
     cfg = config(name, S=PREFILL + 128, B=1)
     flops = prefill_flops(cfg, PREFILL)
@@ -632,9 +637,14 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
             torch.cuda.synchronize()
             wall = (time.perf_counter() - t0) / calls
         table = [f"\n(f) {name} prefill, {label}: kernels of one call (profiled)"]
-        table += kernel_table(prof.key_averages(), calls, wall * 1e3, top=20)
+        table += kernel_table(prof.key_averages(), calls, wall * 1e3, top=12)
         print("\n".join(table), flush=True)
         SUMMARY.extend(table)
+
+    def keep(label: str, ms: float, what: str = "") -> None:
+        rows.append((label, ms, what))
+        print(f"  {name} prefill {label}: {ms:.2f} ms" + (f"; {what}" if what else ""),
+              flush=True)
 
     weights = random_weights(LLAMA, cfg, seed=0, device=dev)
 
@@ -642,19 +652,26 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
         plan = plan_for(model, "prefill", [prompt], backends=[CublasLt(), FlashInfer()],
-                        compile=mat, progress=False, kernels=kernels,
+                        compile=mat, progress=False, kernels=kernels, captured=False,
                         cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
         planned = time.perf_counter() - t0
         ctx = model.context_for(plan)
         ins = [prompt.to(dev)]
-        ms = median_ms(lambda: plan.run(ins, ctx))
         taken: dict[str, int] = {}
         for c in plan.regions:
             taken[c.backend.name] = taken.get(c.backend.name, 0) + 1
         what = ", ".join(f"{k} {v}" for k, v in sorted(taken.items())) or "no regions"
-        rows.append((label, ms, f"{what}; plan {planned:.0f} s"))
-        print(f"  {name} prefill {label}: {ms:.2f} ms; {what}", flush=True)
+        slices = sum(1 for i in plan.items if i.kind == "slice")
+        keep(f"{label}, plan.run", median_ms(lambda: plan.run(ins, ctx)),
+             f"{what}, {slices} slices; plan {planned:.0f} s")
+        declined = {}
+        for c in plan.candidates:
+            if c.status != "taken":
+                declined[c.status] = declined.get(c.status, 0) + 1
+        print(f"  declined: {declined}", flush=True)
         guarded(f"(f) {name} {label}: profile", lambda: kernels_of(label, lambda: plan.run(ins, ctx)))
+        step = Captured(plan, ctx)
+        keep(f"{label}, the same plan under Captured", median_ms(lambda: step(ins)), what)
 
     def hf() -> None:
         hf_cfg = hf_config(cfg)
@@ -671,14 +688,27 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
             with torch.no_grad():
                 return fn()
 
-        ms = median_ms(run)
-        rows.append((f"HF StaticCache, torch.compile {mat}", ms, ""))
-        print(f"  {name} prefill HF compiled: {ms:.2f} ms", flush=True)
+        keep(f"HF StaticCache, torch.compile {mat}", median_ms(run))
         guarded(f"(f) {name} HF: profile", lambda: kernels_of("HF compiled", run))
+
+        def graphed() -> None:  # the same compiled call replayed as one CUDA graph
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    run()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run()
+            keep(f"HF StaticCache, torch.compile {mat}, replayed as a CUDA graph",
+                 median_ms(graph.replay))
+
+        guarded(f"(f) {name} HF graph", graphed)
 
     if "hf" in kinds:
         guarded(f"(f) {name} HF", hf)
-    for kernels in (False, True):
+    for kernels in (True, False):
         label = f"Linnet compile {mat} + CublasLt + FlashInfer" + (
             " + linnet-kernels" if kernels else "")
         if "linnet" in kinds and wanted(label):

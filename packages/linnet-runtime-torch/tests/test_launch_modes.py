@@ -1,5 +1,5 @@
 """The launch mode of Linnet's kernels (programmatic dependent launch), chosen per plan by
-timing its whole captured step: the choice, what the plan and Captured launch under, what
+timing its whole step as it runs: the choice, what the plan and Captured launch under, what
 explain says. The timing itself needs a Hopper GPU (the gpu-marked test at the end)."""
 
 from types import SimpleNamespace
@@ -16,7 +16,7 @@ from linnet.torch.launch_modes import (
     pdl_choice,
     pdl_mode,
     pdl_text,
-    time_captured,
+    time_steps,
 )
 from linnet.torch.planned import Captured
 from support import LLAMA, toy_config
@@ -86,6 +86,8 @@ def test_a_plan_takes_the_mode_its_timer_says(monkeypatch):
         "launch mode of Linnet's kernels: PDL early (whole captured steps: late 4642.0 us, "
         "early 4592.0 us, by grid 4611.0 us, off 4665.0 us; early saves 1.1% over late, "
         "margin 1%)")
+    plan.captured = False  # a plan for plan.run timed whole plan.run calls
+    assert "PDL early (whole steps by plan.run: late 4642.0 us," in pdl_text(plan)
 
 
 @pytest.mark.parametrize("setup, reason", [
@@ -154,8 +156,8 @@ def test_a_gpu_plan_times_each_mode_and_captures_under_its_choice(monkeypatch):
     # made on it with the real timer, as plan_for makes it on a measured plan.
     plan = model.plan_for("decode", inputs, backends=[], progress=False, measure=False)
     assert plan.pdl is None and plan.pdl_namespaces()
-    choose_pdl(plan, time_captured(lambda m: Captured(plan, model.context_for(plan), pdl=m),
-                                   inputs, plan.device), plan.pdl_margin)
+    choose_pdl(plan, time_steps(lambda m: Captured(plan, model.context_for(plan), pdl=m),
+                                inputs, plan.device), plan.pdl_margin)
     assert set(plan.pdl_seconds) == set(ORDER) and plan.pdl in ORDER, plan.pdl_reason
     assert all(s > 0 for s in plan.pdl_seconds.values())
     assert "launch mode of Linnet's kernels" in plan.explain()
@@ -168,3 +170,9 @@ def test_a_gpu_plan_times_each_mode_and_captures_under_its_choice(monkeypatch):
         for _ in range(3):  # eager, capture, replay
             (got,) = step(inputs)
         torch.testing.assert_close(got, want, atol=0, rtol=0)
+        # and plan.run under it (how a plan made with captured=False times the modes)
+        (got,) = plan.run(inputs, model.context_for(plan), pdl=mode)
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+    with pytest.raises(LinnetError) as err:
+        plan.run(inputs, model.context_for(plan), pdl="early")
+    assert err.value.diagnostics[0].code == "E0759"

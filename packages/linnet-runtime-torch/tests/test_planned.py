@@ -3,6 +3,7 @@
 import json
 import multiprocessing
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -432,3 +433,66 @@ def test_a_timed_graph_repeats_its_turn_to_share_its_fixed_cost():
     assert rotation_calls([one, two], 3) == [one, two, one, two]
     assert rotation_calls([one] * 20) == [one] * 20
     assert rotation_calls([]) == []
+
+
+# ---------------------------------------------------------------- captured or not
+def test_a_plan_for_plan_run_runs_and_says_how_it_was_timed(model, weights, monkeypatch):
+    """captured=False plans for plan.run (a prefill): it runs and matches, and records how it
+    was timed; anything but a bool is E0765; the CLI's --uncaptured asks for it."""
+    prompt = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    plan = model.plan_for("prefill", [prompt], backends=[RefLinear()], progress=False,
+                          captured=False)
+    assert plan.captured is False and plan.options.captured is False
+    got = plan.run([prompt], model.context_for(plan))[0]
+    torch.testing.assert_close(got, reference(weights, [prompt], "prefill"), rtol=1e-5,
+                               atol=1e-5)
+    assert model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], measure=False,
+                          progress=False).captured is True
+    with pytest.raises(LinnetError) as err:  # plan.run's launch mode, as Captured's
+        plan.run([prompt], model.context_for(plan), pdl="early")
+    assert err.value.diagnostics[0].code == "E0759"
+    for bad in ("no", 0, None):
+        with pytest.raises(LinnetError) as err:
+            model.plan_for("prefill", [prompt], backends=[], progress=False, captured=bad)
+        assert err.value.diagnostics[0].code == "E0765" and "True or False" in str(err.value)
+
+    from linnet.lang.cli import main
+    from linnet.torch import model as model_module
+
+    seen = []
+    real = model_module.Model.plan_for
+    monkeypatch.setattr(model_module.Model, "plan_for",
+                        lambda self, *a, **kw: seen.append(kw["captured"]) or real(self, *a, **kw))
+    base = ["plan", str(LLAMA), "--entry", "decode", "--config", "toy", "--input", "token=1",
+            "--input", "pos=1", "--no-measure"]
+    assert main([*base, "--uncaptured"]) == 0 and main(base) == 0
+    assert seen == [False, True]
+
+
+@pytest.mark.parametrize("captured", [True, False])
+def test_cuda_timings_are_made_the_way_the_plan_runs(monkeypatch, captured):
+    """On CUDA a plan for Captured times a rotation inside a CUDA graph; a plan for plan.run
+    launches the same calls from the host, queued (at least GRAPH_CALLS of them, as many as
+    a graph holds) and waits for the device once a repeat; its timings are cached apart."""
+    from linnet.backends import Options, Target
+    from linnet.torch import planned
+
+    synced, graphed, calls = [], [], []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    monkeypatch.setattr(planned, "_time_graph",
+                        lambda calls, device, options, prepare: graphed.append(len(calls)) or 1.0)
+    options = Options(warmup=1, repeat=3, captured=captured)
+    device = torch.device("cuda")
+    rotation = [lambda: calls.append("a"), lambda: calls.append("b"), lambda: calls.append("c")]
+    seconds = planned.time_rotation(rotation, device, options)
+    assert calls[:3] == ["a", "b", "c"]  # the warm-up, launched either way
+    if captured:
+        assert seconds == 1.0 and graphed == [3] and len(calls) == 3 and not synced
+    else:
+        assert not graphed and seconds >= 0.0
+        assert len(calls) == 3 + 3 * 18  # a turn repeated to 16 calls or more, each repeat
+        assert len(synced) == 2 * 3  # before and after each repeat's queue
+    target = Target("cuda", "cuda:0", "NVIDIA H200", (9, 0), "torch")
+    builder = SimpleNamespace(device=device, options=options, target=target)
+    key = planned.PlanBuilder.timing_key(builder)  # type: ignore[arg-type]
+    assert key.endswith("/timing2") if captured else key.endswith("/timing2/launched")

@@ -79,12 +79,16 @@ class ExecutableMeta:
 @dataclass(frozen=True)
 class Options:
     """Planning options. ``margin``: the fraction of the generated source's time a backend
-    must save to take a region (2% by default)."""
+    must save to take a region (2% by default). ``captured``: the plan will run as one
+    captured CUDA graph (``Captured``), so regions and slices are timed inside one, where the
+    host's launch costs are not paid; False: it will run item by item from the host
+    (``plan.run``, a prefill), so they are timed as launched, host costs included."""
 
     margin: float = 0.02
     measure: bool = True
     memory: int | None = None
     compile: str | bool | None = None
+    captured: bool = True
     warmup: int = 3
     repeat: int = 20
     tolerance: float = 0.01

@@ -132,6 +132,9 @@ def register_plan(subparsers: Any) -> None:
     p.add_argument("--compile", metavar="MODE|BACKEND|JSON",
                    help="torch.compile mode or backend for the generated slices, or inductor's "
                         "options as a JSON object: '{\"max_autotune\": true}'")
+    p.add_argument("--uncaptured", action="store_true",
+                   help="time for plan.run, item by item from the host (a prefill), not for "
+                        "Captured's CUDA graph (the default)")
     p.set_defaults(run=plan_command)
 
 
@@ -193,7 +196,8 @@ def plan_command(args: argparse.Namespace) -> int:
                   "(see `linnet backends`)", file=sys.stderr)
             return 1
     plan = model.plan_for(args.entry, inputs, backends=backends, compile=compile,
-                          memory=args.memory, measure=not args.no_measure, margin=args.margin)
+                          memory=args.memory, measure=not args.no_measure, margin=args.margin,
+                          captured=not args.uncaptured)
     print(plan.explain())
     if args.backend and skipped():
         print("\nplugins skipped by discovery (see `linnet backends`):")

@@ -6,8 +6,9 @@ this one starts), 2 "late", the module default (after this kernel's main work), 
 (early for a grid of at most one program an SM, late for larger). Which is fastest depends
 on the kernels' neighbours: on the H200, early saved 1.6-2.7% on two planned decode steps
 and cost 8% on a third plan (docs/benchmarks/decode.md, session 11). So a plan with Linnet's
-kernels, on a GPU that has PDL, times its whole step captured as a CUDA graph under each mode
-(on copies of the states) and keeps the fastest where it beats the default by the margin;
+kernels, on a GPU that has PDL, times its whole step under each mode as it will run
+(captured as a CUDA graph, or by ``plan.run`` for a plan made with ``captured=False``; on
+fresh states) and keeps the fastest where it beats the default by the margin;
 :class:`~linnet.torch.planned.Captured` and ``plan.run`` launch under the plan's mode, and
 ``plan.explain()`` says what was timed. ``LINNET_PDL`` set in the environment is the user's
 choice: no plan overrides it.
@@ -108,16 +109,18 @@ def pdl_possible(plan: Any) -> str | None:
     return None
 
 
-def time_captured(make_step: Callable[[int], Callable[[Sequence[torch.Tensor]], Any]],
-                  inputs: Sequence[torch.Tensor], device: torch.device, rounds: int = 3,
-                  calls: int = 16) -> Callable[[Sequence[int]], dict[int, float]]:
-    """A timer of a plan's whole step under each mode: ``make_step(mode)`` gives the step
-    captured under it (``Captured(plan, context, pdl=mode)`` on a context of fresh states:
-    the steps write them), run once eagerly and once to capture; then ``rounds`` rounds of
-    ``calls`` queued calls a mode, the modes taking turns; each mode's median seconds a call.
+def time_steps(make_step: Callable[[int], Callable[[Sequence[torch.Tensor]], Any]],
+               inputs: Sequence[torch.Tensor], device: torch.device, rounds: int = 3,
+               calls: int = 16) -> Callable[[Sequence[int]], dict[int, float]]:
+    """A timer of a plan's whole step under each mode: ``make_step(mode)`` gives the step as
+    the plan runs it, under that mode (``Captured(plan, context, pdl=mode)`` on a context of
+    fresh states, as the steps write them; or ``plan.run`` with ``pdl=mode`` for a plan made
+    with ``captured=False``), called twice first (a Captured step runs eagerly, then
+    captures); then ``rounds`` rounds of ``calls`` queued calls a mode, the modes taking
+    turns; each mode's median seconds a call.
 
-    >>> timer = time_captured(lambda m: Captured(plan, ctx, pdl=m), [token, pos],
-    ...                       plan.device)                          # doctest: +SKIP
+    >>> timer = time_steps(lambda m: Captured(plan, ctx, pdl=m), [token, pos],
+    ...                    plan.device)                             # doctest: +SKIP
     >>> timer((2, 1))                                               # doctest: +SKIP
     {2: 0.004642, 1: 0.004592}
     """
@@ -146,10 +149,10 @@ def time_captured(make_step: Callable[[int], Callable[[Sequence[torch.Tensor]], 
 def choose_pdl(plan: Any, timer: Callable[[Sequence[int]], dict[int, float]],
                margin: float, say: Callable[[str], None] | None = None) -> None:
     """Set ``plan.pdl`` (the mode), ``plan.pdl_seconds`` and ``plan.pdl_reason`` from
-    ``timer`` (see :func:`time_captured`), unless :func:`pdl_possible` says no. A timer that
+    ``timer`` (see :func:`time_steps`), unless :func:`pdl_possible` says no. A timer that
     raises leaves the modules' own mode, with the reason.
 
-    >>> choose_pdl(plan, time_captured(make_step, inputs, plan.device), 0.01)  # doctest: +SKIP
+    >>> choose_pdl(plan, time_steps(make_step, inputs, plan.device), 0.01)  # doctest: +SKIP
     >>> plan.pdl, plan.pdl_seconds                                  # doctest: +SKIP
     (1, {2: 0.004642, 1: 0.004592, 3: 0.004611, 0: 0.004665})
     """
@@ -194,8 +197,9 @@ def pdl_text(plan: Any) -> str:
         verdict = (f"{MODES[chosen]} saves {1 - seconds[chosen] / base:.1%} over "
                    f"{MODES[DEFAULT]}, margin {margin:.0%}")
     name = "off" if chosen == 0 else f"PDL {MODES[chosen]}"
-    return f"launch mode of Linnet's kernels: {name} (whole captured steps: {times}; {verdict})"
+    how = "captured steps" if getattr(plan, "captured", True) else "steps by plan.run"
+    return f"launch mode of Linnet's kernels: {name} (whole {how}: {times}; {verdict})"
 
 
 __all__ = ["DEFAULT", "MODES", "choose_pdl", "kernel_namespaces", "pdl_choice", "pdl_mode",
-           "pdl_possible", "pdl_text", "time_captured"]
+           "pdl_possible", "pdl_text", "time_steps"]

@@ -284,7 +284,7 @@ class Model:
     def plan_for(self, entry: str, inputs: list[torch.Tensor], backends: Any = None,
                  compile: Any = None, memory: int | None = None, measure: bool = True,
                  margin: float = 0.02, progress: Any = True, cache: Any = None,
-                 kernels: bool = True) -> Any:
+                 kernels: bool = True, captured: bool = True) -> Any:
         """Plan ``entry`` for inputs like ``inputs`` over ``backends`` (default: every backend
         ``linnet.backends.available()`` lists). Each region kind is timed once on its backend
         and on the generated source; a backend takes a region only if it saves ``margin``
@@ -299,15 +299,22 @@ class Model:
         kernels, bound ops' and span ops' (std's fused decode kernels), are candidates too,
         as the backend ``linnet-kernels``, each timed against the op bodies' generated code;
         False leaves them out (the plan's generated source never launches a kernel).
+        ``captured`` says how the plan will run on CUDA, which decides how it is timed: True
+        (the default), as one CUDA graph (:class:`~linnet.torch.planned.Captured`, a decode
+        step), where the host's launch costs are not paid; False, by ``plan.run`` (a prefill
+        of one prompt), item by item from the host, where each region and each cut between
+        compiled slices costs its launch too, so a region that saves microseconds of device
+        time and costs more on the host is not taken.
 
         >>> plan = model.plan_for("decode", [token, pos], backends=[MyLinear()])  # doctest: +SKIP
         >>> print(plan.explain())                                                # doctest: +SKIP
+        >>> prefill = model.plan_for("prefill", [prompt], captured=False)        # doctest: +SKIP
         """
         from .planned import plan_for
 
         self._checked(entry, inputs)  # the plan runs them to record and time regions
         return plan_for(self, entry, inputs, backends, compile, memory, measure, margin,
-                        progress, cache, kernels)
+                        progress, cache, kernels, captured)
 
     def _checked(self, entry: str, inputs: Sequence[torch.Tensor]) -> Graph:
         """The graph for ``inputs``, after checking them (see :meth:`run`)."""

@@ -60,7 +60,7 @@ from .launch_modes import (
     kernel_namespaces,
     pdl_mode,
     pdl_text,
-    time_captured,
+    time_steps,
 )
 from .options import announce_compile, compile_label, compile_options, numerics_mode
 
@@ -101,6 +101,8 @@ class Plan:
         self.target = target
         self.source_path = source_path
         self.device = model.device
+        # How the plan was timed, for how it will run: Captured (True) or plan.run.
+        self.captured = options.captured
         # Tensor parallelism: each collective step's time alone, by step (plan_for measures).
         self.collective_seconds: dict[int, float] = {}
         # Linnet's kernels' launch mode (linnet.torch.launch_modes): None is the generated
@@ -125,12 +127,16 @@ class Plan:
     def regions(self) -> list[Candidate]:
         return [c for c in self.candidates if c.status == "taken"]
 
-    def run(self, inputs: Sequence[torch.Tensor], context: Context) -> list[Any]:
+    def run(self, inputs: Sequence[torch.Tensor], context: Context,
+            pdl: int | None = None) -> list[Any]:
         """Run the plan once, step by step: backend regions and the generated slices between
-        them. Returns the entry's outputs as a list, as :class:`Captured` does.
+        them. Returns the entry's outputs as a list, as :class:`Captured` does. Linnet's
+        kernels launch under ``pdl`` (a mode of :mod:`linnet.torch.launch_modes`), by default
+        the plan's. A plan made with ``captured=False`` was timed the way this runs.
 
         >>> logits, = plan.run([token, pos], model.context_for(plan))   # doctest: +SKIP
         """
+        mode = self.pdl if pdl is None else _launch_mode(pdl)
         check_inputs(self.graph, inputs, self.entry)  # count, types, dtypes, index ranges
         # Executables were prepared by `context_for`; per-step host work that needs the step's
         # values (FlashInfer's plan) runs inside `execute` here, and in `prepare` under Captured.
@@ -138,7 +144,7 @@ class Plan:
         context.host_inputs = host_inputs(self.graph, inputs)
         on_device = [t.to(self.device) for t in inputs]
         context.inputs = dict(zip(self.graph.inputs, on_device))
-        with pdl_mode(self.pdl_namespaces(), self.pdl):
+        with pdl_mode(self.pdl_namespaces(), mode):
             return self._run(on_device, context)
 
     def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
@@ -183,7 +189,9 @@ class Plan:
                   f" ({self.target.name or self.target.device}); margin "
                   f"{self.options.margin:.0%}, measure={self.options.measure}"
                   + (f", memory budget {self.options.memory} bytes"
-                     if self.options.memory is not None else ""))
+                     if self.options.memory is not None else "")
+                  + ("" if self.captured or self.target.kind != "cuda" else
+                     "; timed for plan.run (host launches counted), not Captured"))
         launch = pdl_text(self)
         return explain_table(self.candidates, self.skipped, header) + collectives_text(
             self.graph, self.collective_seconds) + (f"\n{launch}" if launch else "")
@@ -246,13 +254,9 @@ class Captured:
             raise _error("E0750", f"Captured replays a CUDA graph, but this plan runs on "
                          f"{plan.device}", help="run plan.run(inputs, context) on the CPU, or "
                          "load the model with device='cuda'")
-        if pdl is not None and (isinstance(pdl, bool) or pdl not in MODES):
-            raise _error("E0759", f"pdl={pdl!r} is not a launch mode of Linnet's kernels",
-                         help="0 off, 1 early, 2 late, 3 by grid, 4 late and 5 early with "
-                              "prefetching, or None for the plan's choice (plan.pdl)")
         self.plan = plan
         self.context = context
-        self.pdl = plan.pdl if pdl is None else pdl
+        self.pdl = plan.pdl if pdl is None else _launch_mode(pdl)
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
@@ -330,6 +334,15 @@ class Captured:
         self.graph = graph
 
 
+def _launch_mode(pdl: Any) -> int:
+    """``pdl`` if it is a launch mode of Linnet's kernels, else error E0759."""
+    if isinstance(pdl, bool) or pdl not in MODES:
+        raise _error("E0759", f"pdl={pdl!r} is not a launch mode of Linnet's kernels",
+                     help="0 off, 1 early, 2 late, 3 by grid, 4 late and 5 early with "
+                          "prefetching, or None for the plan's choice (plan.pdl)")
+    return int(pdl)
+
+
 def prepare_all(plan: Plan, context: Context, code: str = "E0756") -> None:
     """Each of the plan's executables' ``prepare(context)``; one that raises is a coded error
     naming its backend and region (``E0756`` where a context is made for the plan, ``E0757``
@@ -401,47 +414,61 @@ def time_rotation(calls: Sequence[Callable[..., Any]], device: torch.device, opt
                   prepare: Callable[[], None] | None = None) -> float:
     """Median seconds per call, calling each of ``calls`` in turn (one per region of a kind).
 
-    On CUDA the rotation is captured in a CUDA graph and timed with events, as `Captured`
-    runs, the turn repeated to at least ``GRAPH_CALLS`` calls (:func:`rotation_calls`) so that
-    the graph's fixed cost is shared as in a whole step; on the CPU it is timed by the wall
-    clock.
+    On CUDA, for a plan that will run captured (``options.captured``, the default), the
+    rotation is captured in a CUDA graph and timed with events, as `Captured` runs, the turn
+    repeated to at least ``GRAPH_CALLS`` calls (:func:`rotation_calls`) so that the graph's
+    fixed cost is shared as in a whole step. For a plan that will run by ``plan.run`` the
+    same calls are launched from the host, queued, and timed by the wall clock up to the
+    device finishing them: a call costs the larger of its host time and its device time,
+    as it does in ``plan.run``. On the CPU it is timed by the wall clock.
     """
     prepare = prepare or (lambda: None)
     for _ in range(options.warmup):
         prepare()
         for c in calls:
             c()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            prepare()
-            for c in calls:
-                c()
-        torch.cuda.current_stream(device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        captured = rotation_calls(calls)
-        with torch.cuda.graph(graph):
-            for c in captured:
-                c()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(options.repeat):
-            prepare()
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / len(captured))
-        return statistics.median(times)
+    if device.type == "cuda" and options.captured:
+        return _time_graph(calls, device, options, prepare)
+    queued = rotation_calls(calls) if device.type == "cuda" else list(calls)
     times = []
     for _ in range(options.repeat):
         prepare()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         t0 = time.perf_counter()
+        for c in queued:
+            c()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - t0) / len(queued))
+    return statistics.median(times)
+
+
+def _time_graph(calls: Sequence[Callable[..., Any]], device: torch.device, options: Options,
+                prepare: Callable[[], None]) -> float:
+    """:func:`time_rotation` inside a captured CUDA graph (after its warm-up)."""
+    torch.cuda.synchronize(device)
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        prepare()
         for c in calls:
             c()
-        times.append((time.perf_counter() - t0) / len(calls))
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    captured = rotation_calls(calls)
+    with torch.cuda.graph(graph):
+        for c in captured:
+            c()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(options.repeat):
+        prepare()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / len(captured))
     return statistics.median(times)
 
 
@@ -662,8 +689,11 @@ class PlanBuilder:
         return bkey, self.generated_key(kind)
 
     def timing_key(self) -> str:
-        """The target's part of a timing cache key, with the timing method's version."""
-        return f"{self.target.key()}/timing{TIMING}"
+        """The target's part of a timing cache key, with the timing method's version and, for
+        a plan that runs by ``plan.run`` on CUDA, that its timings count the host's launches
+        (they differ from captured ones most for small regions)."""
+        eager = "/launched" if self.device.type == "cuda" and not self.options.captured else ""
+        return f"{self.target.key()}/timing{TIMING}{eager}"
 
     def generated_key(self, kind: str) -> str:
         """The timing cache's key for the generated source of steps of ``kind`` (a region's
@@ -1003,10 +1033,15 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
              backends: Sequence[Any] | None = None, compile: Any = None,
              memory: int | None = None, measure: bool = True, margin: float = 0.02,
              progress: bool | Callable[[str], None] = True, cache: TimingCache | None = None,
-             kernels: bool = True) -> Plan:
+             kernels: bool = True, captured: bool = True) -> Plan:
     """See :meth:`linnet.torch.Model.plan_for`."""
     compile_options(compile)  # a bad value fails here, before any lowering or timing
-    options = Options(margin=margin, measure=measure, memory=memory, compile=compile)
+    if not isinstance(captured, bool):
+        raise _error("E0765", f"captured={captured!r} is not True or False",
+                     help="captured=True (the default) plans for Captured, a CUDA graph "
+                          "replayed; captured=False for plan.run, item by item from the host")
+    options = Options(margin=margin, measure=measure, memory=memory, compile=compile,
+                      captured=captured)
     builder = PlanBuilder(model, entry, list(inputs), options, progress)
     ready = builder.probe(backends)
     if kernels and model.numerics == "fast":
@@ -1042,15 +1077,17 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
         from .parallel import time_collectives
 
         plan.collective_seconds = time_collectives(builder.graph, model.device)
-    if measure:  # Linnet's kernels' launch mode, by the whole captured step (launch_modes)
+    if measure:  # Linnet's kernels' launch mode, by the whole step as it runs (launch_modes)
         contexts: list[Context] = []  # one, of fresh states, made only if the modes are timed
 
-        def step_for(mode: int) -> Captured:
+        def step_for(mode: int) -> Callable[[Sequence[torch.Tensor]], Any]:
             if not contexts:
                 contexts.append(model.context_for(plan))
-            return Captured(plan, contexts[0], pdl=mode)
+            if captured:
+                return Captured(plan, contexts[0], pdl=mode)
+            return lambda ins: plan.run(ins, contexts[0], pdl=mode)
 
-        choose_pdl(plan, time_captured(step_for, list(inputs), plan.device), plan.pdl_margin,
+        choose_pdl(plan, time_steps(step_for, list(inputs), plan.device), plan.pdl_margin,
                    builder.say)
     return plan
 
