@@ -656,7 +656,8 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
                         cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
         planned = time.perf_counter() - t0
         ctx = model.context_for(plan)
-        ins = [prompt.to(dev)]
+        with torch.inference_mode():  # as Captured's own buffers: no compiled slice recompiles
+            ins = [prompt.to(dev)]
         taken: dict[str, int] = {}
         for c in plan.regions:
             taken[c.backend.name] = taken.get(c.backend.name, 0) + 1
