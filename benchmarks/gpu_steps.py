@@ -670,7 +670,12 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
             if c.status != "taken":
                 declined[c.status] = declined.get(c.status, 0) + 1
         print(f"  declined: {declined}", flush=True)
+        out = Path(os.environ.get("OUT", "gpu-results"))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"explain-{name}-prefill.txt").write_text(plan.explain())
         guarded(f"(f) {name} {label}: profile", lambda: kernels_of(label, lambda: plan.run(ins, ctx)))
+        guarded(f"(f) {name} {label}: host profile",
+                lambda: host_profile(out / f"host-{name}-prefill.txt", lambda: plan.run(ins, ctx)))
         step = Captured(plan, ctx)
         keep(f"{label}, the same plan under Captured", median_ms(lambda: step(ins)), what)
 
@@ -707,19 +712,32 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
 
         guarded(f"(f) {name} HF graph", graphed)
 
-    if "hf" in kinds:
-        guarded(f"(f) {name} HF", hf)
-    for kernels in (True, False):
+    for kernels in (True, False):  # Linnet first: the call's time runs out on transformers
         label = f"Linnet compile {mat} + CublasLt + FlashInfer" + (
             " + linnet-kernels" if kernels else "")
         if "linnet" in kinds and wanted(label):
             guarded(f"(f) {name} {label}", lambda k=kernels, lb=label: linnet(k, lb))
+    if "hf" in kinds:
+        guarded(f"(f) {name} HF", hf)
     SUMMARY.append(f"\n(f) {name} prefill, batch 1, {PREFILL} tokens; {flops / 1e12:.2f} TFLOP "
                    f"(at {BF16_RATE / 1e12:.0f} TFLOP/s: {flops / BF16_RATE * 1e3:.2f} ms)")
     SUMMARY.append("| configuration | ms | of the bf16 rate | regions |")
     SUMMARY.append("|---|---|---|---|")
     for label, ms, what in rows:
         SUMMARY.append(f"| {label} | {ms:.2f} | {flops / BF16_RATE * 1e3 / ms:.0%} | {what} |")
+
+
+def host_profile(path: Path, fn: Callable[[], Any], calls: int = 3) -> None:
+    """--profile: where the host's time goes in `calls` calls of `fn` (torch.profiler's CPU
+    activity, by own CPU time), written to `path`."""
+    if not PROFILE:
+        return
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    path.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
 
 
 # ---------------------------------------------------------------- (p) where a step goes

@@ -82,7 +82,7 @@ class Options:
     must save to take a region (2% by default). ``captured``: the plan will run as one
     captured CUDA graph (``Captured``), so regions and slices are timed inside one, where the
     host's launch costs are not paid; False: it will run item by item from the host
-    (``plan.run``, a prefill), so they are timed as launched, host costs included."""
+    (``plan.run``, a prefill), so each is charged its host time beside its device time."""
 
     margin: float = 0.02
     measure: bool = True

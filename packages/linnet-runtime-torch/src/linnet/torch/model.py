@@ -303,8 +303,9 @@ class Model:
         (the default), as one CUDA graph (:class:`~linnet.torch.planned.Captured`, a decode
         step), where the host's launch costs are not paid; False, by ``plan.run`` (a prefill
         of one prompt), item by item from the host, where each region and each cut between
-        compiled slices costs its launch too, so a region that saves microseconds of device
-        time and costs more on the host is not taken.
+        compiled slices costs its Python and launches too: each is charged its host time
+        beside its device time, so a region that saves less device time than it costs the
+        host is not taken.
 
         >>> plan = model.plan_for("decode", [token, pos], backends=[MyLinear()])  # doctest: +SKIP
         >>> print(plan.explain())                                                # doctest: +SKIP

@@ -414,33 +414,51 @@ def time_rotation(calls: Sequence[Callable[..., Any]], device: torch.device, opt
                   prepare: Callable[[], None] | None = None) -> float:
     """Median seconds per call, calling each of ``calls`` in turn (one per region of a kind).
 
-    On CUDA, for a plan that will run captured (``options.captured``, the default), the
-    rotation is captured in a CUDA graph and timed with events, as `Captured` runs, the turn
-    repeated to at least ``GRAPH_CALLS`` calls (:func:`rotation_calls`) so that the graph's
-    fixed cost is shared as in a whole step. For a plan that will run by ``plan.run`` the
-    same calls are launched from the host, queued, and timed by the wall clock up to the
-    device finishing them: a call costs the larger of its host time and its device time,
-    as it does in ``plan.run``. On the CPU it is timed by the wall clock.
+    On CUDA the rotation is captured in a CUDA graph and timed with events, as `Captured`
+    runs, the turn repeated to at least ``GRAPH_CALLS`` calls (:func:`rotation_calls`) so that
+    the graph's fixed cost is shared as in a whole step. For a plan that will run by
+    ``plan.run`` (``options.captured`` False) each call is also charged its host time: the
+    same calls launched from the host, the time to issue them (:func:`host_seconds`). A
+    region then has to save more device time than it costs the host, as it must in a
+    ``plan.run`` that the host's launches already pace. On the CPU it is timed by the wall
+    clock.
     """
     prepare = prepare or (lambda: None)
     for _ in range(options.warmup):
         prepare()
         for c in calls:
             c()
-    if device.type == "cuda" and options.captured:
-        return _time_graph(calls, device, options, prepare)
-    queued = rotation_calls(calls) if device.type == "cuda" else list(calls)
+    if device.type == "cuda":
+        seconds = _time_graph(calls, device, options, prepare)
+        if not options.captured:
+            seconds += host_seconds(calls, device, options, prepare)
+        return seconds
     times = []
     for _ in range(options.repeat):
         prepare()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for c in calls:
+            c()
+        times.append((time.perf_counter() - t0) / len(calls))
+    return statistics.median(times)
+
+
+def host_seconds(calls: Sequence[Callable[..., Any]], device: torch.device, options: Options,
+                 prepare: Callable[[], None] | None = None) -> float:
+    """Median seconds the host takes to issue one of ``calls`` (the turn repeated to at
+    least ``GRAPH_CALLS``), from an idle device, not waiting for it: what each region or
+    compiled slice costs ``plan.run`` in Python and launches beside its device time."""
+    prepare = prepare or (lambda: None)
+    queued = rotation_calls(calls)
+    times = []
+    for _ in range(options.repeat):
+        prepare()
+        torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         for c in queued:
             c()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
         times.append((time.perf_counter() - t0) / len(queued))
+    torch.cuda.synchronize(device)
     return statistics.median(times)
 
 
