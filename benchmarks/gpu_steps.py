@@ -574,6 +574,7 @@ def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
 
 # ---------------------------------------------------------------- (f) prefill
 PREFILL = 1024  # (f): prompt length, batch 1
+PREFILL_COMPILE = "max-autotune-no-cudagraphs"  # (f): --prefill-compile, both sides' mode
 BF16_RATE = 781e12  # the H200's dense bf16 tensor-core rate (GPU.md), FLOP/s
 
 
@@ -606,7 +607,8 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
     cfg = config(name, S=PREFILL + 128, B=1)
     flops = prefill_flops(cfg, PREFILL)
     prompt = torch.randint(0, cfg["V"], (1, PREFILL), dtype=torch.int32)
-    mat = "max-autotune-no-cudagraphs"
+    mat = PREFILL_COMPILE
+    mode = "default" if mat is True else mat  # for the labels
     rows: list[tuple[str, float, str]] = []
 
     def median_ms(fn: Callable[[], Any]) -> float:
@@ -652,7 +654,7 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
         plan = plan_for(model, "prefill", [prompt], backends=[CublasLt(), FlashInfer()],
-                        compile=mat, progress=False, kernels=kernels, captured=False,
+                        compile=mat, progress=print, kernels=kernels, captured=False,
                         cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
         planned = time.perf_counter() - t0
         ctx = model.context_for(plan)
@@ -685,7 +687,8 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         cache = transformers.StaticCache(config=hf_cfg, max_cache_len=PREFILL + 128, **batch_kw)
         ids = prompt.to(dev, torch.long)
         fn = torch.compile(lambda: model(input_ids=ids, use_cache=True,
-                                         **{cache_kw: cache}).logits, mode=mat)
+                                         **{cache_kw: cache}).logits,
+                           mode=None if mat is True else mat)
 
         def run() -> Any:
             for layer in getattr(cache, "layers", []):
@@ -694,7 +697,7 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
             with torch.no_grad():
                 return fn()
 
-        keep(f"HF StaticCache, torch.compile {mat}", median_ms(run))
+        keep(f"HF StaticCache, torch.compile {mode}", median_ms(run))
         guarded(f"(f) {name} HF: profile", lambda: kernels_of("HF compiled", run))
 
         def graphed() -> None:  # the same compiled call replayed as one CUDA graph
@@ -707,13 +710,13 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 run()
-            keep(f"HF StaticCache, torch.compile {mat}, replayed as a CUDA graph",
+            keep(f"HF StaticCache, torch.compile {mode}, replayed as a CUDA graph",
                  median_ms(graph.replay))
 
         guarded(f"(f) {name} HF graph", graphed)
 
     for kernels in (True, False):  # Linnet first: the call's time runs out on transformers
-        label = f"Linnet compile {mat} + CublasLt + FlashInfer" + (
+        label = f"Linnet compile {mode} + CublasLt + FlashInfer" + (
             " + linnet-kernels" if kernels else "")
         if "linnet" in kinds and wanted(label):
             guarded(f"(f) {name} {label}", lambda k=kernels, lb=label: linnet(k, lb))
@@ -896,12 +899,16 @@ def compile_variants(name: str, dev: torch.device) -> None:
 
 
 def main() -> int:
-    global CONTEXT, CACHE, BATCH, HF_BEST_ONLY, PROFILE, INDUCTOR_PDL
+    global CONTEXT, CACHE, BATCH, HF_BEST_ONLY, PROFILE, INDUCTOR_PDL, PREFILL_COMPILE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--parts", default="t,s",
                         help="t (token for token), s (whole steps), f (prefill), p (kernels "
                              "of a step), v (inductor's options)")
     parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
+    parser.add_argument("--prefill-compile", default=PREFILL_COMPILE, metavar="MODE",
+                        help="(f): the torch.compile mode of both sides (default: "
+                             "max-autotune-no-cudagraphs; 'default' is inductor's default, "
+                             "which compiles in a fraction of the time)")
     parser.add_argument("--rows", default="linnet,hf",
                         help="(s, f): linnet (Linnet's configurations), hf (transformers baselines)")
     parser.add_argument("--only", default="",
@@ -929,6 +936,7 @@ def main() -> int:
     if args.pdl is not None:  # read when each generated module is imported: before any is
         os.environ["LINNET_PDL"] = args.pdl
     ONLY[:] = [args.only] if args.only else []
+    PREFILL_COMPILE = True if args.prefill_compile == "default" else args.prefill_compile
     HF_BEST_ONLY = args.hf_best
     PROFILE = args.profile
     INDUCTOR_PDL = args.inductor_pdl

@@ -498,3 +498,49 @@ def test_cuda_timings_are_made_the_way_the_plan_runs(monkeypatch, captured):
     builder = SimpleNamespace(device=device, options=options, target=target)
     key = planned.PlanBuilder.timing_key(builder)  # type: ignore[arg-type]
     assert key.endswith("/timing2") if captured else key.endswith("/timing2/launched")
+
+
+@pytest.mark.parametrize("faster", ["regions", "bare"])
+def test_a_plan_for_plan_run_is_checked_whole(model, weights, monkeypatch, tmp_path, faster):
+    """captured=False: after the regions are chosen, the plan is timed whole by plan.run
+    against the same entry with no region; the regions stay only where they save the
+    margin, else every one becomes "slower whole" and the generated source runs alone."""
+    from linnet.torch import planned
+
+    prompt = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    timed = []
+
+    def fake_time_run(plan, inputs):
+        timed.append(len(plan.regions))
+        bare = not any(i.kind == "region" for i in plan.items)
+        return {("regions", False): 1e-3, ("regions", True): 2e-3,
+                ("bare", False): 1e-3, ("bare", True): 1.01e-3}[(faster, bare)]
+
+    monkeypatch.setattr(planned, "time_run", fake_time_run)
+    # Each region measures faster alone (so the piece-by-piece choice takes them).
+    monkeypatch.setattr(planned.PlanBuilder, "time_backend", lambda self, *a: 1e-9)
+    plan = model.plan_for("prefill", [prompt], backends=[RefLinear()], progress=False,
+                          captured=False, cache=TimingCache(tmp_path / "t.json"))
+    assert len(timed) == 2 and timed[0] > 0  # the plan with its regions, then without
+    items = [i.kind for i in plan.items]
+    text = plan.explain()
+    if faster == "regions":
+        assert plan.regions and "region" in items
+        assert plan.whole_seconds == (1e-3, 2e-3) and "the regions stay" in text
+    else:  # 1% is under the 2% margin: the generated source alone
+        assert not plan.regions and items == ["slice"]
+        assert {c.status for c in plan.candidates} >= {"slower whole"}
+        assert "the generated source runs alone" in text and "1000.0 us a run with" in text
+        assert "the plan with its" in text  # each dropped region says why
+    got = plan.run([prompt], model.context_for(plan))[0]
+    torch.testing.assert_close(got, reference(weights, [prompt], "prefill"), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_time_run_times_whole_runs(model):
+    from linnet.torch.planned import time_run
+
+    prompt = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    plan = model.plan_for("prefill", [prompt], backends=[], progress=False, measure=False)
+    seconds = time_run(plan, [prompt], rounds=2, calls=2)
+    assert 0 < seconds < 10

@@ -37,7 +37,8 @@ class Candidate:
     backend_seconds: float | None = None
     generated_seconds: float | None = None
     holds: int = 0
-    status: str = "pending"  # taken | below margin | overlap | memory | slower in context | failed
+    # taken | below margin | overlap | memory | slower in context | slower whole | failed
+    status: str = "pending"
     reason: str = ""
     cached: bool = False
     estimate: float | None = None  # seconds, from the backend's estimate_cost

@@ -112,6 +112,8 @@ class Plan:
         self.pdl_reason = ""
         self.pdl_margin = options.margin / 2
         self._pdl_namespaces: list[dict[str, Any]] | None = None
+        # A plan for plan.run: seconds a run with its regions and with none (faster_whole).
+        self.whole_seconds: tuple[float, float] | None = None
 
     def pdl_namespaces(self) -> list[dict[str, Any]]:
         """The generated kernel modules' namespaces whose launch mode the plan sets."""
@@ -194,11 +196,24 @@ class Plan:
                      "; timed for plan.run (host launches counted), not Captured"))
         launch = pdl_text(self)
         return explain_table(self.candidates, self.skipped, header) + collectives_text(
-            self.graph, self.collective_seconds) + (f"\n{launch}" if launch else "")
+            self.graph, self.collective_seconds) + whole_text(self) + (
+            f"\n{launch}" if launch else "")
 
     def __repr__(self) -> str:
         return (f"Plan({self.graph.model}.{self.entry}: {len(self.regions)} backend regions, "
                 f"{sum(1 for i in self.items if i.kind == 'slice')} generated slices)")
+
+
+def whole_text(plan: Plan) -> str:
+    """``plan.explain()``'s line on the whole-run check of a plan for ``plan.run``
+    (:func:`faster_whole`), or "" where there was none."""
+    if plan.whole_seconds is None:
+        return ""
+    with_regions, without = plan.whole_seconds
+    verdict = ("the regions stay" if plan.regions else
+               "the generated source runs alone")
+    return (f"\nchecked whole by plan.run: {with_regions * 1e6:.1f} us a run with the regions "
+            f"taken above, {without * 1e6:.1f} us with none; {verdict}")
 
 
 def collectives_text(graph: Graph, seconds: dict[int, float] | None = None) -> str:
@@ -1091,6 +1106,14 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
     items, path = builder.items(decision.taken)
     plan = Plan(model, entry, builder.graph, items, candidates, builder.skipped, options,
                 builder.target, path)
+    if measure and not captured and decision.taken:
+        # Run by plan.run, the regions are checked whole: against the generated source alone
+        # (one compiled slice, no region), each timed as plan.run runs it.
+        builder.say("checking the plan whole against the generated source alone, by plan.run")
+        bare_items, bare_path = builder.items([])
+        bare = Plan(model, entry, builder.graph, bare_items, candidates, builder.skipped,
+                    options, builder.target, bare_path)
+        plan = faster_whole(plan, bare, lambda p: time_run(p, list(inputs)), options.margin)
     if measure and getattr(model, "world", 1) > 1:  # tensor parallelism: every rank times
         from .parallel import time_collectives
 
@@ -1108,6 +1131,56 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
         choose_pdl(plan, time_steps(step_for, list(inputs), plan.device), plan.pdl_margin,
                    builder.say)
     return plan
+
+
+def time_run(plan: Plan, inputs: list[torch.Tensor], rounds: int = 3, calls: int = 8) -> float:
+    """Median seconds of one ``plan.run`` on a context of fresh states (the runs write them):
+    two calls first (compiling), then ``rounds`` of ``calls`` runs queued, each round
+    waiting for the device at its end.
+
+    >>> time_run(plan, [prompt])                                    # doctest: +SKIP
+    0.00617
+    """
+    context = plan.model.context_for(plan)
+    on_device = [t.to(plan.device) for t in inputs]
+    for _ in range(2):
+        plan.run(on_device, context)
+    samples = []
+    for _ in range(rounds):
+        if plan.device.type == "cuda":
+            torch.cuda.synchronize(plan.device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            plan.run(on_device, context)
+        if plan.device.type == "cuda":
+            torch.cuda.synchronize(plan.device)
+        samples.append((time.perf_counter() - t0) / calls)
+    return statistics.median(samples)
+
+
+def faster_whole(plan: Plan, bare: Plan, timer: Callable[[Plan], float], margin: float) -> Plan:
+    """``plan`` if, run whole, it saves ``margin`` of ``bare``'s time (the same entry with no
+    region: the generated source alone), else ``bare``, its regions' candidates then status
+    "slower whole" with both times. Either way the plan returned records both times
+    (``whole_seconds``: with its regions, without) for ``explain()``. Regions are chosen
+    piece by piece, each timed alone and in its stretch; a plan that runs by ``plan.run``
+    pays each one's host time in a sequence whose host and device times overlap in ways no
+    piece shows, so the whole run decides.
+
+    >>> faster_whole(plan, bare, lambda p: time_run(p, [prompt]), 0.02)  # doctest: +SKIP
+    """
+    with_regions, without = timer(plan), timer(bare)
+    kept = with_regions < without * (1 - margin)
+    chosen = plan if kept else bare
+    chosen.whole_seconds = (with_regions, without)
+    if not kept:
+        taken = plan.regions
+        for c in taken:
+            c.status = "slower whole"
+            c.reason = (f"{c.reason}; but the plan with its {len(taken)} regions took "
+                        f"{with_regions * 1e6:.1f} us a plan.run, the generated source alone "
+                        f"{without * 1e6:.1f} us (needs {margin:.0%} less)")
+    return chosen
 
 
 # ---------------------------------------------------------------- conformance
