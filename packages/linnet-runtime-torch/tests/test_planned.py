@@ -544,3 +544,26 @@ def test_time_run_times_whole_runs(model):
     plan = model.plan_for("prefill", [prompt], backends=[], progress=False, measure=False)
     seconds = time_run(plan, [prompt], rounds=2, calls=2)
     assert 0 < seconds < 10
+
+
+def test_a_prefill_plan_and_a_decode_plan_share_one_context(model, weights):
+    """docs/torch.md's pattern: the decode plan's context, the prefill plan's executables
+    prepared on it too (prepare_all), the prefill by plan.run filling the cache the decode
+    plan then reads."""
+    from linnet.torch.planned import prepare_all
+
+    prompt = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    decode = model.plan_for("decode", [TOKEN, POS], backends=[RefSiblings()], measure=False,
+                            progress=False)
+    prefill = model.plan_for("prefill", [prompt], backends=[RefSiblings()], measure=False,
+                             progress=False, captured=False)
+    assert prefill.regions and decode.regions
+    ctx = model.context_for(decode)
+    prepare_all(prefill, ctx)
+    first = prefill.run([prompt], ctx)[0]
+    torch.testing.assert_close(first, reference(weights, [prompt], "prefill"), rtol=1e-5,
+                               atol=1e-5)
+    got, = decode.run([torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)],
+                      ctx)
+    want = reference(weights, [torch.tensor([[1, 2, 3, 4]], dtype=torch.int32)], "prefill")
+    torch.testing.assert_close(got[0], want[0, -1], rtol=1e-5, atol=1e-5)

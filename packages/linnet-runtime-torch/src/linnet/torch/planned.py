@@ -1106,9 +1106,10 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
     items, path = builder.items(decision.taken)
     plan = Plan(model, entry, builder.graph, items, candidates, builder.skipped, options,
                 builder.target, path)
-    if measure and not captured and decision.taken:
+    if measure and not captured and decision.taken and getattr(model, "world", 1) == 1:
         # Run by plan.run, the regions are checked whole: against the generated source alone
-        # (one compiled slice, no region), each timed as plan.run runs it.
+        # (one compiled slice, no region), each timed as plan.run runs it. Not under tensor
+        # parallelism: ranks whose choices differ would run collectives that never meet.
         builder.say("checking the plan whole against the generated source alone, by plan.run")
         bare_items, bare_path = builder.items([])
         bare = Plan(model, entry, builder.graph, bare_items, candidates, builder.skipped,
