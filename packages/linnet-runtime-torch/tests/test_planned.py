@@ -567,3 +567,33 @@ def test_a_prefill_plan_and_a_decode_plan_share_one_context(model, weights):
                       ctx)
     want = reference(weights, [torch.tensor([[1, 2, 3, 4]], dtype=torch.int32)], "prefill")
     torch.testing.assert_close(got[0], want[0, -1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_gpu_plan_for_plan_run_is_timed_and_checked_whole():
+    """On CUDA, with Linnet's kernels as candidates: a prefill plan for plan.run charges host
+    time (its timings cached under a key of their own), is checked whole when it took any
+    region, and gives the generated source's logits."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    pytest.importorskip("triton")
+    from linnet.torch.planned import Captured
+
+    cfg = toy_config()
+    weights = random_weights(LLAMA, cfg, seed=4, device="cuda")
+    model = load(LLAMA, weights=dict(weights), config=cfg, device="cuda", numerics="fast")
+    prompt = torch.randint(0, cfg["V"], (1, 16), dtype=torch.int32)
+    cache = TimingCache()
+    plan = model.plan_for("prefill", [prompt], backends=[], progress=False, captured=False,
+                          cache=cache)
+    assert "timed for plan.run" in plan.explain()
+    if any(c.status in ("taken", "slower whole") for c in plan.candidates):
+        assert plan.whole_seconds is not None and all(s > 0 for s in plan.whole_seconds)
+        assert "checked whole by plan.run" in plan.explain()
+    got = plan.run([prompt], model.context_for(plan))[0]
+    want = load(LLAMA, weights=dict(weights), config=cfg, device="cuda").run("prefill", [prompt])
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    step = Captured(plan, model.context_for(plan))  # a plan for plan.run captures too
+    for _ in range(3):
+        (again,) = step([prompt])
+    torch.testing.assert_close(again, got, atol=1e-5, rtol=1e-5)
