@@ -1137,22 +1137,23 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
 def time_run(plan: Plan, inputs: list[torch.Tensor], rounds: int = 3, calls: int = 8) -> float:
     """Median seconds of one ``plan.run`` on a context of fresh states (the runs write them):
     two calls first (compiling), then ``rounds`` of ``calls`` runs queued, each round
-    waiting for the device at its end.
+    waiting for the device at its end. ``inputs`` are given as the plan was asked for them
+    (a prompt on the host is range-checked there; one on the device costs ``plan.run`` a
+    synchronisation, and is timed with it).
 
     >>> time_run(plan, [prompt])                                    # doctest: +SKIP
     0.00617
     """
     context = plan.model.context_for(plan)
-    on_device = [t.to(plan.device) for t in inputs]
     for _ in range(2):
-        plan.run(on_device, context)
+        plan.run(inputs, context)
     samples = []
     for _ in range(rounds):
         if plan.device.type == "cuda":
             torch.cuda.synchronize(plan.device)
         t0 = time.perf_counter()
         for _ in range(calls):
-            plan.run(on_device, context)
+            plan.run(inputs, context)
         if plan.device.type == "cuda":
             torch.cuda.synchronize(plan.device)
         samples.append((time.perf_counter() - t0) / calls)
