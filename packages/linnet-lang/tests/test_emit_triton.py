@@ -341,3 +341,44 @@ kernel fill_y<N: Dim>() -> y: Tensor[N; f32] grid(1) {
     src = kernel_text(lower_kernel(prog, "f::fill_y", {"N": 8}), sources(prog), "ieee",
                       set()).source
     assert "PREFETCH" not in src and "USE_PDL=pdl, **PDL_LAUNCH[pdl])" in src
+
+
+def _defined(text: str) -> set[str]:
+    """The module-level names ``text`` defines (functions, assignments, imports), also
+    inside its top-level ``if``/``try`` blocks."""
+    names: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.If):
+                visit(node.body + node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body + [s for h in node.handlers for s in h.body] + node.orelse)
+
+    visit(ast.parse(text).body)
+    return names
+
+
+def test_every_name_a_kernel_module_defines_is_reserved():
+    """A model's value or function named like a helper of the module's header (`scratch`,
+    `direct`, `prefetch_l2`) would shadow it: emit/torch.py's RESERVED holds them all."""
+    from linnet.lang.emit.torch import RESERVED
+    from linnet.lang.emit.triton import HEADER, READY
+
+    assert _defined(HEADER + "\n" + READY) - RESERVED == set()
+
+
+def test_an_eager_launch_bypasses_wrap_triton():
+    """Each launcher's eager branch runs under `direct()` (wrap_triton then gives the kernel
+    itself: no higher-order op a launch), its compiled branch calls the custom op."""
+    text = module_text([4, 16])
+    assert ("    if torch.compiler.is_compiling():\n"
+            "        return op_row_softmax_4_16_1024(x)\n"
+            "    with direct():  # the kernel itself, not wrap_triton's higher-order op\n"
+            "        return run_row_softmax_4_16_1024(x)\n") in text

@@ -176,3 +176,34 @@ def test_one_launch_flash_decoding_is_right_launch_after_launch_on_cuda(dtype, m
     for graph in (False, True):
         results = one_launch_attention_errors("cuda", dtype, graph=graph)
         assert all(e < tol and c == 0 for e, c in results), (graph, results)
+
+
+def test_direct_gives_the_kernel_itself(softmax_model, monkeypatch):
+    """Outside torch.compile a launcher runs under the module's `direct()`: wrap_triton then
+    returns the kernel itself (no higher-order op dispatched a launch), and only there."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    model = load(softmax_model, weights={}, numerics="fast")
+    module = model.module("run", [torch.randn(6, 8)])
+    kernel = next(v for k, v in vars(module).items() if k.startswith("row_softmax_"))
+    assert module.wrap_triton(kernel) is not kernel  # traceable by torch.compile
+    with module.direct():
+        assert module.wrap_triton(kernel) is kernel
+    assert module.wrap_triton(kernel) is not kernel
+
+
+@pytest.mark.gpu
+def test_eager_launches_leave_nothing_in_torchs_kernel_side_table(softmax_model):
+    """Run eagerly, a launch does not go through wrap_triton's higher-order op, which keeps
+    an entry in torch's kernel side table for every launch (a leak over a long run)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    model = load(softmax_model, weights={}, numerics="fast", device="cuda")
+    x = torch.randn(6, 8, device="cuda")
+    model.run("run", [x])
+    before = len(kernel_side_table.constant_args)
+    for _ in range(3):
+        y = model.run("run", [x])
+    assert len(kernel_side_table.constant_args) == before
+    torch.testing.assert_close(y, torch.softmax(x, -1))

@@ -86,7 +86,9 @@ RESERVED = {"torch", "F", "DEVICE", "params", "states", "math", "ENTRIES"} | set
 # ... and what a module that launches kernels defines (emit/triton.py's HEADER and READY).
 RESERVED |= {"os", "types", "triton", "tl", "TRITON", "INTERPRET", "wrap_triton", "LIBRARY",
              "RUNS", "kernels_ready", "kernel_op", "POISON", "new_result", "PDL",
-             "PDL_LAUNCH", "pdl_launch", "_PDL_DEVICES", "_PDL_MODE"}
+             "PDL_LAUNCH", "pdl_launch", "_PDL_DEVICES", "_PDL_MODE", "contextlib",
+             "set_wrap_triton_enabled", "direct", "_LIBRARY", "_SCRATCH", "check_inplace",
+             "dot16", "prefetch_l2", "prefetching", "scratch", "warnings"}
 # ... and emit/kernel_grad.py's helpers for launches under autograd.
 RESERVED |= {"KernelGrad", "launch_with_grad", "body_backward"}
 

@@ -614,7 +614,8 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str,
              *[f"    {p} = {p}.contiguous()" for p in ins if p not in inplace],
              "    if torch.compiler.is_compiling():",
              f"        return op_{key}({', '.join(ins)})",
-             f"    return run_{key}({', '.join(ins)})"]
+             "    with direct():  # the kernel itself, not wrap_triton's higher-order op",
+             f"        return run_{key}({', '.join(ins)})"]
     return "\n".join(lines)
 
 
@@ -665,7 +666,8 @@ def chain_text(first: KernelText, second: KernelText, taken: set[str],
 
 
 # The module's own part: imported only where a kernel is launched.
-HEADER = '''import os
+HEADER = '''import contextlib
+import os
 import types
 
 try:
@@ -770,6 +772,22 @@ def prefetch_l2(pointers, mask):
 # there: a triton_op whose body launches through wrap_triton. The interpreter's kernels cannot
 # be wrapped (pytorch#152868): there the op is opaque and calls the kernel directly.
 wrap_triton = torch.library.wrap_triton if TRITON and not INTERPRET else (lambda fn: fn)
+# Run eagerly (no torch.compile tracing it), a launch through wrap_triton dispatches a
+# higher-order op: torch's own note puts that at up to a millisecond of host time, and each
+# launch leaves an entry in torch's kernel side table for good. A launcher's eager branch runs
+# under `direct()`, where wrap_triton gives the kernel itself, as triton_op's own eager path
+# does; torch.compile, tracing the op, still sees wrap_triton's launch.
+try:
+    from torch._library.triton import set_wrap_triton_enabled
+except ImportError:  # a torch without the switch: eager launches go through wrap_triton
+    set_wrap_triton_enabled = None
+
+
+def direct():
+    if set_wrap_triton_enabled is None:
+        return contextlib.nullcontext()
+    return set_wrap_triton_enabled(False)
+
 _LIBRARY = object()  # alive as long as this module's ops: its id names their library
 LIBRARY = f'linnet_{id(_LIBRARY):x}'
 '''
