@@ -809,11 +809,17 @@ def kernel_op(name, run, fake, mutates=(), opaque=False):
     sees in place of the launch; `fake` gives its results' shapes without running it;
     `mutates` names the arguments it writes in place (states it stores into). `opaque`
     (a kernel with scratch buffers, which torch.compile cannot trace): a custom op that
-    runs the launch as it is, not a triton_op."""
+    runs the launch as it is (the kernel itself, see `direct`), not a triton_op."""
     if not TRITON:
         return run
     if INTERPRET or opaque:
-        op = torch.library.custom_op(f'{LIBRARY}::{name}', run, mutates_args=mutates)
+        def launch(*tensors):  # compiled code calls it at run time: the kernel itself
+            with direct():
+                return run(*tensors)
+
+        schema = torch.library.infer_schema(run, mutates_args=mutates)
+        op = torch.library.custom_op(f'{LIBRARY}::{name}', launch, mutates_args=mutates,
+                                     schema=schema)
         op.register_fake(fake)
         return op
     return torch.library.triton_op(f'{LIBRARY}::{name}', run, mutates_args=mutates)
