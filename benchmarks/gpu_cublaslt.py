@@ -51,7 +51,8 @@ from linnet.backends import Capabilities, Options, Target  # noqa: E402
 from linnet.plan import TimingCache  # noqa: E402
 from linnet.torch import load, random_weights  # noqa: E402
 from linnet.torch.cublaslt import CublasLt, spec_for  # noqa: E402
-from linnet.torch.planned import Captured, PlanBuilder, plan_for, time_rotation  # noqa: E402
+from linnet.torch.planned import Captured, PlanBuilder, plan_for  # noqa: E402
+from linnet.torch.timing import time_rotation  # noqa: E402
 
 
 class ReferenceOnCpu(CublasLt):
@@ -384,7 +385,7 @@ def header(run: Run) -> None:
         print(f"nvmath-python: {type(exc).__name__}: {exc}")
     if torch.cuda.is_available():
         print(f"device: {torch.cuda.get_device_name()}")
-    from linnet.torch.planned import torch_target
+    from linnet.torch.timing import torch_target
 
     target = torch_target(run.device)
     backend = CublasLt()

@@ -476,16 +476,16 @@ def test_cuda_timings_are_made_the_way_the_plan_runs(monkeypatch, captured):
     the host (at least GRAPH_CALLS of them), timed as they are issued. Such timings are
     cached apart from captured ones."""
     from linnet.backends import Options, Target
-    from linnet.torch import planned
+    from linnet.torch import planned, timing
 
     synced, graphed, calls = [], [], []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
-    monkeypatch.setattr(planned, "_time_graph",
+    monkeypatch.setattr(timing, "graph_seconds",
                         lambda calls, device, options, prepare: graphed.append(len(calls)) or 1.0)
     options = Options(warmup=1, repeat=3, captured=captured)
     device = torch.device("cuda")
     rotation = [lambda: calls.append("a"), lambda: calls.append("b"), lambda: calls.append("c")]
-    seconds = planned.time_rotation(rotation, device, options)
+    seconds = timing.time_rotation(rotation, device, options)
     assert calls[:3] == ["a", "b", "c"]  # the warm-up
     assert graphed == [3]  # the device time, captured, either way
     if captured:
