@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the device machine runs for the PyTorch runtime, in one call:
-#   uv build --all-packages   (here), then through the device tool:
+#   uv build --all-packages && git describe --always --dirty > dist/COMMIT   (here), then
+#   through the device tool:
 #   bash benchmarks/gpu.sh    (there; needs dist/ carried)
 #   bash benchmarks/gpu.sh --flashinfer   (also needs .whl/ carried: flashinfer-python,
 #                                          apache-tvm-ffi; see benchmarks/gpu_flashinfer.py)
@@ -26,7 +27,9 @@ python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} LINNET_HOME=/tmp/linnet-home PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
-git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+# The commit the carried wheels were built from: dist/COMMIT where the build wrote it (the
+# device's copy of .git can name an older HEAD than the working tree it carries).
+{ cat dist/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null; } | tee -a "$OUT/gpu.txt"
 [ "${1:-}" = "--cublaslt" ] && { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1; python3 benchmarks/gpu_cublaslt.py 2>&1 | tee "$OUT/cublaslt.log" | grep -v Warning | tail -70; exit 0; }
 # Tensor parallelism (issue 21; a kind with 2+ GPUs): benchmarks/tp_decode.py, e.g.
 #   bash benchmarks/gpu.sh --tp --config llama-3-8b --tp 1,2,4 --context 1024
