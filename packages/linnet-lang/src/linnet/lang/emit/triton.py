@@ -788,6 +788,7 @@ def direct():
         return contextlib.nullcontext()
     return set_wrap_triton_enabled(False)
 
+
 _LIBRARY = object()  # alive as long as this module's ops: its id names their library
 LIBRARY = f'linnet_{id(_LIBRARY):x}'
 '''
