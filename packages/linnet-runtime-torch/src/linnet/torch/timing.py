@@ -109,7 +109,7 @@ def host_seconds(calls: Sequence[Callable[..., Any]], device: torch.device, opti
 
 
 def graph_seconds(calls: Sequence[Callable[..., Any]], device: torch.device, options: Options,
-                prepare: Callable[[], None]) -> float:
+                  prepare: Callable[[], None]) -> float:
     """Median seconds per call of ``calls`` in turn inside a captured CUDA graph, timed with
     events (after :func:`time_rotation`'s warm-up): the device's time, as `Captured` runs it."""
     torch.cuda.synchronize(device)
