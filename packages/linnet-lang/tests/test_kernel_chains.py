@@ -163,3 +163,46 @@ def test_linnet_kernels_checks_a_chain_through_pallas(tmp_path, capsys, monkeypa
 def test_a_program_with_a_chain_round_trips_through_program_from_text():
     prog = Program.from_text(CHAIN)
     assert prog.module("main") is not None
+
+
+# A chain of three (row_total.linnet's kernels with a middle one): KS partial sums, their
+# pairs added, then the halves added.
+THREE = (Path(__file__).parent / "chains" / "row_total_three.linnet").read_text()
+
+
+def test_a_chain_of_three_checks_records_and_launches_each_on_the_one_before():
+    prog = check_text(PARTS + SUM + THREE)
+    op, = [o for o in bound_ops(prog) if o.name == "row_total3"]
+    assert (op.kernel.name, op.kernel.then.name, op.kernel.then.then.name) == (
+        "part_sums", "pair_sums", "add_parts")
+    graph = lower(prog, "run3", {"x": [3, 40]}, model="Three")
+    call, = [c for c in graph.calls if c.attributes.get("kernel")]
+    assert binding_name(call.attributes) == "main::part_sums then pair_sums then add_parts"
+    assert call.attributes["kernel_then"]["kernel_then"] == {
+        "kernel": "main::add_parts", "kernel_generics": {"R": 3, "C": 40, "T": "f32", "KS": 2}}
+    text = emit_torch(graph, numerics="fast", program=prog)
+    assert "def launch_part_sums_3_40_f32_4_4_then_pair_sums_then_add_parts(x):\n" in text
+    assert ("    parts = launch_part_sums_3_40_f32_4_4(x)\n"
+            "    halves = launch_pair_sums_3_40_f32_4(x, parts)\n"
+            "    return launch_add_parts_3_40_f32_2(x, halves)\n") in text
+    compile(text, "<chain>", "exec")
+    jax_text = emit_jax(graph, numerics="fast", program=prog)
+    assert "    halves = run_pair_sums_3_40_f32_4(x, parts)\n" in jax_text
+    assert jax_text.count("pl.pallas_call(") == 3
+
+
+def test_a_middle_kernel_takes_the_ops_parameters_then_the_results_before_it():
+    # pair_sums without the op's x: E0516, naming the kernel before it.
+    bad = THREE.replace("(x: Tensor[R, C; T],\n                                                     parts",
+                        "(parts")
+    assert bad != THREE
+    with pytest.raises(LinnetError) as info:
+        check_text(PARTS + SUM + bad)
+    diag, = info.value.diagnostics
+    assert diag.code == "E0516" and "then `part_sums`'s results" in diag.help, str(info.value)
+    # add_parts reads pair_sums' halves ([R, 2]) where a 4-way binding wants [R, 4]: E0517.
+    wrong = THREE.replace("then add_parts<R, C, T, 2>", "then add_parts<R, C, T, 4>")
+    with pytest.raises(LinnetError) as info:
+        check_text(PARTS + SUM + wrong)
+    diag, = info.value.diagnostics
+    assert diag.code == "E0517" and "`pair_sums` writes `halves`" in diag.message, str(info.value)

@@ -522,6 +522,28 @@ def test_linnet_kernels_checks_a_chain(tmp_path, interpret):
                                   for c in seen)
 
 
+# A chain of three (row_total.linnet's kernels with `pair_sums` between): each kernel reads
+# the results of the one before it.
+THREE = CHAIN[:CHAIN.index("pub op row_total")] + (
+    SPAN_OPS.parents[1] / "chains" / "row_total_three.linnet").read_text()
+
+
+def test_a_chain_of_three_launches_each_kernel_and_equals_the_body(tmp_path, interpret):
+    path = tmp_path / "three.linnet"
+    path.write_text(THREE)
+    model = load(path, weights={}, numerics="fast")
+    x = torch.randn(3, 40)
+    y = model.run("run3", [x])
+    assert model.module("run3", [x]).RUNS == {
+        "part_sums_3_40_f32_4_4_then_pair_sums_then_add_parts": [1, 0]}
+    torch.testing.assert_close(y, x.sum(-1), atol=1e-5, rtol=1e-5)
+    from linnet.torch.testing import check_kernels
+
+    seen = []
+    assert check_kernels(path, count=2, on_check=seen.append) == []
+    assert {c.case.kernel for c in seen} == {"three::part_sums then pair_sums then add_parts"}
+
+
 def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(interpret,
                                                                              monkeypatch):
     """Every real kernel region of the toy Llama's decode (span ops over the same steps,

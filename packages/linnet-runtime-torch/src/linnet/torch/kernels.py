@@ -61,6 +61,7 @@ def stages(program: Program | str | Path | None, name: str, generics: dict[str, 
     import linnet.lang.syntax.tree as A
     from linnet.lang.check.evaluate import Evaluator, Fail, Frame
     from linnet.lang.ir.builder import Builder
+    from linnet.lang.ir.graph import kernel_stages
     from linnet.lang.ir.tiles import find_kernel
     from linnet.lang.tensors.dims import Dim
 
@@ -93,10 +94,7 @@ def stages(program: Program | str | Path | None, name: str, generics: dict[str, 
             attrs = ev.kernel_binding_attrs(item, Frame(item.module, env, None, item))  # type: ignore[arg-type]
         except Fail as f:
             raise LinnetError(f.diag) from None
-        found = [(attrs["kernel"], attrs["kernel_generics"])]
-        if attrs.get("kernel_then"):
-            found.append((attrs["kernel_then"]["kernel"], attrs["kernel_then"]["kernel_generics"]))
-        return found, attrs["kernel_applies"]
+        return kernel_stages(attrs), attrs["kernel_applies"]
     find_kernel(prog, name)  # E0533: not a kernel
     raise AssertionError("unreachable")
 

@@ -169,9 +169,10 @@ def check_kernel_header(ev: Evaluator, decl: A.FuncDecl, frame: Frame) -> None:
 
 def check_kernel_binding(ev: Evaluator, decl: A.FuncDecl, frame: Frame, params: list) -> None:
     """An op's `kernel` binding: one kernel taking the op's parameters and writing its
-    results, or a chain `kernel first<...> then second<...>` whose first kernel takes the op's
-    parameters and writes scratch results, and whose second takes the op's parameters, then
-    those results, and writes the op's results."""
+    results, or a chain `kernel first<...> then second<...>` (or longer: `then third<...>`)
+    whose first kernel takes the op's leading parameters and writes scratch results, each
+    next kernel the op's parameters then the results of the one before it, and whose last
+    writes the op's results."""
     binding = decl.kernel
     assert binding is not None and decl.module is not None
     try:
@@ -185,11 +186,15 @@ def check_kernel_binding(ev: Evaluator, decl: A.FuncDecl, frame: Frame, params: 
         if binding.then is None:
             check_kernel_stage(ev, decl, binding, frame, given, wanted)
             return
-        first, kframe = check_kernel_stage(ev, decl, binding, frame, given, None, prefix=True)
-        scratch = [(r.name or f"result {i}", ev.tensor_type(r.type, kframe), r.span,
-                    f"`{first.name}` result") for i, r in enumerate(first.results)]
-        check_kernel_stage(ev, decl, binding.then, frame, given + scratch, wanted,
-                           chained=first.name)
+        stage, kframe = check_kernel_stage(ev, decl, binding, frame, given, None, prefix=True)
+        step: A.KernelBinding | None = binding.then
+        while step is not None:
+            scratch = [(r.name or f"result {i}", ev.tensor_type(r.type, kframe), r.span,
+                        f"`{stage.name}` result") for i, r in enumerate(stage.results)]
+            stage, kframe = check_kernel_stage(ev, decl, step, frame, given + scratch,
+                                               wanted if step.then is None else None,
+                                               chained=stage.name)
+            step = step.then
     except Fail as f:
         ev.errors.append(f.diag)
 

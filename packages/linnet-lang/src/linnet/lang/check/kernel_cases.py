@@ -211,7 +211,10 @@ def binding_name(attrs: dict[str, Any]) -> str:
     """
     name = attrs.get("kernel", "")
     then = attrs.get("kernel_then")
-    return f"{name} then {then['kernel'].rpartition('::')[2]}" if then else name
+    while then:
+        name += f" then {then['kernel'].rpartition('::')[2]}"
+        then = then.get("kernel_then")
+    return name
 
 
 def _case(ev: Evaluator, op: A.FuncDecl, env: dict[str, Any], max_numel: int
@@ -446,9 +449,12 @@ def run_checks(program: Program, check_case: Any, *, count: int, seed: int, max_
         cases = sample_cases(program, op, count, seed, max_size, dtypes)
         if not cases:
             assert op.module is not None and op.kernel is not None
+            stages, binding = [], op.kernel
+            while binding is not None:
+                stages.append(binding.name)
+                binding = binding.then
             findings.append(KernelFinding(
-                f"{op.module.name}::{op.kernel.name}"
-                + (f" then {op.kernel.then.name}" if op.kernel.then else ""),
+                f"{op.module.name}::" + " then ".join(stages),
                 op.qualified_name, "no case",
                 f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
                 "the op and its kernel, so the kernel was never run (raise max_size)"))

@@ -108,8 +108,9 @@ class Kernels(EvaluatorBase):
     def kernel_binding_attrs(self, decl: A.FuncDecl, frame: Frame) -> dict[str, Any]:
         """What a call of the bound op ``decl`` records: ``kernel`` and ``kernel_generics``
         (the kernel and its generics), ``kernel_applies`` (every `where` clause holds), and
-        for a chain (`kernel a<...> then b<...>`) ``kernel_then``, the second kernel's
-        ``{"kernel", "kernel_generics"}``."""
+        for a chain (`kernel a<...> then b<...>`) ``kernel_then``, the next kernel's
+        ``{"kernel", "kernel_generics"}`` (with its own ``kernel_then`` in a longer chain:
+        ir/graph.py's ``kernel_stages`` lists them)."""
         assert decl.kernel is not None
         first = self.kernel_stage(decl, decl.kernel, frame)
         if first is None:
@@ -117,12 +118,14 @@ class Kernels(EvaluatorBase):
         (name, kenv, holds) = first
         attrs: dict[str, Any] = {"kernel": name, "kernel_generics": kenv,
                                  "kernel_applies": holds}
-        if decl.kernel.then is not None:
-            second = self.kernel_stage(decl, decl.kernel.then, frame)
-            if second is None:
+        into, step = attrs, decl.kernel.then
+        while step is not None:
+            found = self.kernel_stage(decl, step, frame)
+            if found is None:
                 return {}
-            attrs["kernel_then"] = {"kernel": second[0], "kernel_generics": second[1]}
-            attrs["kernel_applies"] = holds and second[2]
+            into["kernel_then"] = {"kernel": found[0], "kernel_generics": found[1]}
+            attrs["kernel_applies"] = attrs["kernel_applies"] and found[2]
+            into, step = into["kernel_then"], step.then
         return attrs
 
     def kernel_stage(self, decl: A.FuncDecl, binding: A.KernelBinding, frame: Frame

@@ -311,17 +311,18 @@ def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
     return KernelText(k, name, f"launch_{name}", name, text)
 
 
-def chain_text(first: KernelText, second: KernelText, taken: set[str]) -> KernelText:
-    """A chain's launcher (`kernel a<...> then b<...>`): ``first``'s ``pallas_call`` on
-    the op's arrays, then ``second``'s on them and ``first``'s results, as one function
-    inside the ``jax.custom_vjp`` (its backward is the op's, as a single kernel's)."""
+def chain_text(texts: list[KernelText], taken: set[str]) -> KernelText:
+    """A chain's launcher (`kernel a<...> then b<...>`, or longer): the first kernel's
+    ``pallas_call`` on the op's arrays, then each next one's on them and the results of the
+    one before it, as one function inside the ``jax.custom_vjp`` (its backward is the op's,
+    as a single kernel's)."""
     def launch(key: str, ins: list[str]) -> list[str]:
         return [f"def launch_{key}(body, backward, {', '.join(ins)}):",
                 '    """The chain forward; under jax.grad, `backward` (the op\'s grad clause, '
                 'or the vjp\n    of its `body`)."""',
                 f"    return kernel_vjp(run_{key}, body, backward)({', '.join(ins)})"]
 
-    return triton_chain_text(first, second, taken, "run_", launch)
+    return triton_chain_text(texts, taken, "run_", launch)
 
 
 # The module's own part: written only where a kernel is launched.

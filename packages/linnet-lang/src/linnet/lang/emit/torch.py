@@ -55,7 +55,7 @@ from linnet.lang.emit.triton import (
     launch_statement,
     runs_table,
 )
-from linnet.lang.ir.graph import Call, Graph, Step
+from linnet.lang.ir.graph import Call, Graph, Step, kernel_stages
 from linnet.lang.ir.slices import Slice, cut
 
 TORCH_DTYPES = {"f64": "torch.float64", "f32": "torch.float32", "f16": "torch.float16",
@@ -848,9 +848,8 @@ class TorchEmitter:
         from linnet.lang.ir.tiles import find_kernel
 
         assert self.program is not None
-        names = [call.attributes["kernel"]] + ([call.attributes["kernel_then"]["kernel"]]
-                                               if call.attributes.get("kernel_then") else [])
-        return any(find_kernel(self.program, name).scratch for name in names)
+        return any(find_kernel(self.program, name).scratch
+                   for name, _ in kernel_stages(call.attributes))
 
     def kernel_text(self, call: Call) -> KernelText:
         """The kernel instance a bound call launches, written once per module."""
@@ -859,18 +858,15 @@ class TorchEmitter:
 
     def stage_texts(self, call: Call, precision: str, text_of: Callable[..., Any],
                     chain_of: Callable[..., Any]) -> Any:
-        """The text of the kernel a call binds, or of its chain's two kernels and the
-        launcher that runs them in turn, written once per module (``text_of`` and
-        ``chain_of``: emit/triton.py's or emit/pallas.py's)."""
+        """The text of the kernel a call binds, or of its chain's kernels and the launcher
+        that runs them in turn, written once per module (``text_of`` and ``chain_of``:
+        emit/triton.py's or emit/pallas.py's)."""
         from linnet.lang.ir.tiles import find_kernel, lower_kernel, redirect_stores
 
         assert self.program is not None
         program = self.program
         args = call.attributes.get("args", [])
-        stages = [(call.attributes["kernel"], call.attributes["kernel_generics"])]
-        if call.attributes.get("kernel_then"):
-            then = call.attributes["kernel_then"]
-            stages.append((then["kernel"], then["kernel_generics"]))
+        stages = kernel_stages(call.attributes)
         found = [(name, gen, kernel_args(args, find_kernel(program, name)))
                  for name, gen in stages]
         # The last stage makes the op's results: those the call writes into states, it
@@ -884,7 +880,7 @@ class TorchEmitter:
                 kernels[-1] = redirect_stores(kernels[-1], writes)
             texts = [text_of(k, self.sources, precision, self.used_names) for k in kernels]
             self.kernel_texts[key] = texts[0] if len(texts) == 1 else chain_of(
-                texts[0], texts[1], self.used_names)
+                texts, self.used_names)
         return self.kernel_texts[key]
 
     def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],

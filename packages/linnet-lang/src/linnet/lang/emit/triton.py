@@ -628,41 +628,59 @@ def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
     return KernelText(k, name, f"launch_{name}", name, text)
 
 
-def chain_text(first: KernelText, second: KernelText, taken: set[str],
-               stage: str = "launch_", tail: Callable[[str, list[str]], list[str]] | None = None
-               ) -> KernelText:
-    """A chain's launcher (`kernel a<...> then b<...>`): ``first`` on the op's tensors,
-    then ``second`` on them and ``first``'s results (its scratch, allocated by its
-    launcher). Each stage stays a custom op of its own under torch.compile. Pallas's
-    (emit/pallas.py) calls the stages' ``run_*`` (``stage``) inside one function and adds
-    ``tail(key, inputs)``, its ``launch_*``."""
-    written = "".join(f"_{safe(p)}" for p in second.kernel.inplace)
-    key = f"{first.key}_then_{second.kernel.short_name}" + (f"_into{written}" if written else "")
+def chain_text(texts: list[KernelText], taken: set[str], stage: str = "launch_",
+               tail: Callable[[str, list[str]], list[str]] | None = None) -> KernelText:
+    """A chain's launcher (`kernel a<...> then b<...>`, or longer): the first kernel on the
+    op's tensors, then each next one on them and the results of the one before it (its
+    scratch, allocated by its launcher); the last one's results are the op's. Each stage
+    stays a custom op of its own under torch.compile. Pallas's (emit/pallas.py) calls the
+    stages' ``run_*`` (``stage``) inside one function and adds ``tail(key, inputs)``, its
+    ``launch_*``."""
+    first, last = texts[0], texts[-1]
+    written = "".join(f"_{safe(p)}" for p in last.kernel.inplace)
+    key = first.key + "".join(f"_then_{t.kernel.short_name}" for t in texts[1:]) \
+        + (f"_into{written}" if written else "")
     base, i = key, 1
     names = {"launch_", stage}
     while any(f"{n}{key}" in taken for n in names) or key in taken:
         i += 1
         key = f"{base}_{i}"
     taken |= {key} | {f"{n}{key}" for n in names}
-    k1, k2 = first.kernel, second.kernel
-    # The op's tensors are the second kernel's leading parameters; the first takes the
-    # leading ones of those it needs (checked: check/checker.py).
+    k1, kn = first.kernel, last.kernel
+    # The op's tensors are the last kernel's leading parameters; the first takes the
+    # leading ones of those it needs, each other all of them (checked: check/checker.py).
     # ... then the states it stores into and their positions (`redirect_stores`), last.
-    scratch = [safe(r) for r, _, _ in k1.results]
-    ops = len(k2.params) - len(scratch) - k2.tail
-    ins = [safe(p) for p, _, _ in k2.params[:ops]]
-    into = [safe(p) for p, _, _ in k2.params[len(k2.params) - k2.tail:]] if k2.tail else []
-    got = ", ".join(scratch)  # a launcher of one result returns it, not a tuple
-    lines = [
-        f"def {stage}{key}({', '.join(ins + into)}):",
-        f'    """`{k1.short_name}` then `{k2.short_name}`, which reads its '
-        f'{", ".join(scratch)}\n    ({k1.loc}, {k2.loc})."""',
-        f"    {got} = {stage}{first.key}({', '.join(ins[:len(k1.params)])})",
-        f"    return {stage}{second.key}({', '.join(ins + scratch + into)})"]
+    ops = len(kn.params) - len(texts[-2].kernel.results) - kn.tail
+    ins = [safe(p) for p, _, _ in kn.params[:ops]]
+    into = [safe(p) for p, _, _ in kn.params[len(kn.params) - kn.tail:]] if kn.tail else []
+    used = set(ins + into)
+    results: list[list[str]] = []  # each stage's but the last, named apart from the rest
+    for j, t in enumerate(texts[:-1]):
+        mine = []
+        for r, _, _ in t.kernel.results:
+            name = safe(r)
+            while name in used:
+                name = f"{name}_{j + 1}"
+            used.add(name)
+            mine.append(name)
+        results.append(mine)
+    if len(texts) == 2:
+        doc = (f'    """`{k1.short_name}` then `{kn.short_name}`, which reads its '
+               f'{", ".join(results[0])}\n    ({k1.loc}, {kn.loc})."""')
+    else:
+        doc = ('    """' + " then ".join(f"`{t.kernel.short_name}`" for t in texts)
+               + ", each reading the results\n    of the one before ("
+               + ", ".join(t.kernel.loc for t in texts) + ')."""')
+    lines = [f"def {stage}{key}({', '.join(ins + into)}):", doc]
+    for j, t in enumerate(texts[:-1]):
+        args = ins[:len(k1.params)] if j == 0 else ins + results[j - 1]
+        # a launcher of one result returns it, not a tuple
+        lines.append(f"    {', '.join(results[j])} = {stage}{t.key}({', '.join(args)})")
+    lines.append(f"    return {stage}{last.key}({', '.join(ins + results[-1] + into)})")
     if tail is not None:
         lines += ["", "", *tail(key, ins)]
-    return KernelText(second.kernel, second.function, f"launch_{key}", key,
-                      first.source + "\n\n\n" + second.source + "\n\n\n" + "\n".join(lines))
+    return KernelText(last.kernel, last.function, f"launch_{key}", key,
+                      "\n\n\n".join(t.source for t in texts) + "\n\n\n" + "\n".join(lines))
 
 
 # The module's own part: imported only where a kernel is launched.

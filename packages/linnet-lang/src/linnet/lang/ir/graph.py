@@ -83,8 +83,25 @@ class Step:
 
 
 # What a call of an op bound to a kernel records (check/kernels.py): the kernel and its
-# generics, whether its `where` clause holds, and a chain's second kernel.
+# generics, whether its `where` clause holds, and a chain's next kernel (each stage's
+# ``kernel_then`` holds the one after it).
 KERNEL_ATTRIBUTES = frozenset({"kernel", "kernel_generics", "kernel_applies", "kernel_then"})
+
+
+def kernel_stages(attributes: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(kernel, generics) of each kernel a bound call launches, in order: one, or a chain's
+    (`kernel a<...> then b<...> then c<...>`).
+
+    >>> kernel_stages({"kernel": "m::a", "kernel_generics": {"N": 2},
+    ...                "kernel_then": {"kernel": "m::b", "kernel_generics": {"N": 2}}})
+    [('m::a', {'N': 2}), ('m::b', {'N': 2})]
+    """
+    out: list[tuple[str, dict[str, Any]]] = []
+    stage: dict[str, Any] | None = attributes
+    while stage and stage.get("kernel"):
+        out.append((stage["kernel"], stage.get("kernel_generics") or {}))
+        stage = stage.get("kernel_then")
+    return out
 
 
 @dataclass

@@ -345,10 +345,12 @@ class Parser:
         if self.at("kernel"):
             kstart = self.advance().span
             kernel = self.parse_kernel_ref(kstart)
-            # `then` is a word only here (a chain's second kernel), not a keyword.
-            if self.tok.kind == "ident" and self.tok.text == "then":
+            # `then` is a word only here (a chain's next kernel), not a keyword.
+            stage = kernel
+            while self.tok.kind == "ident" and self.tok.text == "then":
                 tstart = self.advance().span
-                kernel.then = self.parse_kernel_ref(tstart)
+                stage.then = self.parse_kernel_ref(tstart)
+                stage = stage.then
         where = self.parse_where()
         if not self.at("{"):
             raise self.error(f"expected `{{` to start the body of `{name_tok.text}`, found "

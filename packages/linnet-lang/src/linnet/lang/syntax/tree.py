@@ -256,9 +256,9 @@ class Result:
 
 @dataclass
 class KernelBinding:
-    """`kernel name<args>` after an op's signature; ``then`` is the second kernel of a
-    chain (`kernel split<...> then combine<...>`): it takes the op's parameters, then the
-    first kernel's results, and writes the op's results."""
+    """`kernel name<args>` after an op's signature; ``then`` is the next kernel of a
+    chain (`kernel split<...> then combine<...>`, or longer): it takes the op's parameters,
+    then this kernel's results; the last kernel writes the op's results."""
 
     name: str
     args: list[Expr | TypeExpr]
