@@ -637,6 +637,71 @@ def nan_found(name: str, count: int, first: Sequence[int]) -> tuple[Found, float
              position(name, list(first))), float("inf"))
 
 
+# Float types whose body rounds every step to few bits: their results are also held to the
+# exact result (the body in f64) where the body's own rounding leaves it far from it.
+SHORT_FLOATS = ("bf16", "f16")
+
+
+def exact_case(case: KernelCase, wide: str = "f64") -> KernelCase | None:
+    """``case`` with its 16-bit float tensors and results (and a dtype generic bound to
+    such a type) in ``wide`` (f64; JAX without x64: f32, 2^16 times finer than bf16): the
+    case whose body gives the (all but) exact result that the body's own 16-bit evaluation
+    approximates. None for a case with no 16-bit tensor.
+
+    >>> from linnet.lang.check.kernel_cases import KernelCase
+    >>> exact_case(KernelCase("m::f", "m::k", {"T": "bf16"}, {"x": ((3,), "bf16"),
+    ...                       "i": ((3,), "i32")}, {}, [((3,), "bf16")])).params
+    {'x': ((3,), 'f64'), 'i': ((3,), 'i32')}
+    """
+    from dataclasses import replace
+
+    def widen(dtype: Any) -> Any:
+        return wide if dtype in SHORT_FLOATS else dtype
+
+    if not any(d in SHORT_FLOATS for _, d in [*case.params.values(), *case.results]):
+        return None
+    return replace(case, generics={k: widen(v) for k, v in case.generics.items()},
+                   params={n: (s, widen(d)) for n, (s, d) in case.params.items()},
+                   results=[(s, widen(d)) for s, d in case.results])
+
+
+def no_further_than_the_body(compare: Callable[[Any, Any, str, str], tuple[Found, float]],
+                             want: Sequence[Any], exact: Sequence[Any] | None,
+                             as_f64: Callable[[Any], Any]
+                             ) -> Callable[[Any, Any, str, str], tuple[Found, float]]:
+    """``compare``, except that a 16-bit result found to differ from the body's (``want``)
+    passes where, element by element, it is within the tolerance of the exact result
+    (``exact``: the body of :func:`exact_case`, widened) plus the body's own distance from it.
+    An op whose body rounds an intermediate (a product) and then amplifies it (a softmax of
+    scores tens of units apart, as random inputs give) has a 16-bit body as far from the
+    exact result as a kernel that rounds elsewhere; a kernel that is wrong is far from both.
+    ``as_f64`` makes a runtime's tensor a numpy float64 array.
+
+    >>> checked = no_further_than_the_body(compare, want, exact, np.asarray)  # doctest: +SKIP
+    """
+    if exact is None:
+        return compare
+
+    def checked(got: Any, body: Any, dtype: str, name: str) -> tuple[Found, float]:
+        import numpy as np
+        from linnet.lang.check.kernel_cases import TOLERANCES
+
+        found, diff = compare(got, body, dtype, name)
+        k = next((i for i, w in enumerate(want) if w is body), None)
+        if found is None or found[0] != "differs" or dtype not in SHORT_FLOATS or k is None:
+            return found, diff
+        g, w, x = as_f64(got), as_f64(body), as_f64(exact[k])
+        rtol, atol = TOLERANCES[dtype]
+        finite = np.isfinite(x)
+        scale = max(1.0, float(np.abs(x[finite]).max()) if finite.any() else 1.0)
+        limit = atol * scale + rtol * np.abs(x) + np.abs(w - x)
+        with np.errstate(invalid="ignore"):
+            ok = ~finite | (np.abs(g - x) <= limit)
+        return (None, diff) if bool(ok.all()) else (found, diff)
+
+    return checked
+
+
 def check_launch(case: KernelCase, want: Sequence[Any],
                  launch: Callable[[], tuple[Sequence[Any], int, bool]],
                  compare: Callable[[Any, Any, str, str], tuple[Found, float]],

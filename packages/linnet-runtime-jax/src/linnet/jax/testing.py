@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from linnet.lang import Program
+from linnet.lang import LinnetError, Program
 from linnet.lang.check.kernel_cases import (
     DEFAULT_DTYPES,
     ENTRY,
@@ -44,7 +44,9 @@ from linnet.lang.hosting import (
     Found,
     case_graph,
     check_launch,
+    exact_case,
     nan_found,
+    no_further_than_the_body,
     scalar_value,
     shape_found,
 )
@@ -138,7 +140,35 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
         launches = sum(n for n, _ in runs.values()) - before
         return got, launches, not interpret and "jnp.dot(" in text
 
-    return check_launch(case, want, launch, compare, via="Pallas")
+    checked = no_further_than_the_body(compare, want, _exact(program, op, case, seed, inputs),
+                                       lambda a: np.asarray(a).astype(np.float64))
+    return check_launch(case, want, launch, checked, via="Pallas")
+
+
+def _exact(program: Program, op: Any, case: KernelCase, seed: int, inputs: list[Any]
+           ) -> list[Any] | None:
+    """The body's results in f32 (JAX runs without x64) on the same inputs, its 16-bit
+    tensors widened exactly: what its 16-bit evaluation approximates; None for a case with no
+    16-bit tensor, or a body that cannot be lowered so."""
+    from linnet.lang.emit.jax import emit_jax
+
+    import jax.numpy as jnp
+
+    from .home import import_source
+
+    wide = exact_case(case, "f32")
+    if wide is None:
+        return None
+    try:
+        wrapper, graph = case_graph(program, op, wide,
+                                    lambda d, name: _scalar_value(d, seed, name))
+    except LinnetError:
+        return None
+    sources = {m.source.name: m.source.text for m in wrapper.modules.values()}
+    body = import_source(emit_jax(graph, sources, numerics="exact"), "linnet_kernel_exact")
+    short = (jnp.bfloat16, jnp.float16)
+    return _entry(body)(*[x.astype(jnp.float32) if x.dtype in short else x for x in inputs],
+                        {}, {})[0]
 
 
 def compare(got: Any, want: Any, dtype: str, name: str = "result") -> tuple[Found, float]:

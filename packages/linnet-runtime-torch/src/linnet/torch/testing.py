@@ -5,8 +5,10 @@ Every op bound to a kernel is run both ways on random cases that its `where` cla
 under Triton (its interpreter on the CPU, ``TRITON_INTERPRET=1``; for real on CUDA) with its
 outputs filled with NaN before the launch, and the op's body, run by the PyTorch interpreter
 (the semantic reference). They must agree within the tolerance of the result's element type
-(:data:`TOLERANCES`, the one table). Anything else is a finding, naming the kernel, the case
-and the largest difference.
+(:data:`TOLERANCES`, the one table), or, for a 16-bit result, the kernel's must be within it
+of the exact result (the body in f64) plus the body's own distance from that
+(:func:`linnet.lang.hosting.no_further_than_the_body`). Anything else is a finding, naming
+the kernel, the case and the largest difference.
 
 >>> from linnet.torch.testing import assert_kernels, check_kernels
 >>> findings = check_kernels("my_kernels.linnet", count=3, seed=0)   # doctest: +SKIP
@@ -44,7 +46,9 @@ from linnet.lang.hosting import (
     Found,
     case_graph,
     check_launch,
+    exact_case,
     nan_found,
+    no_further_than_the_body,
     scalar_value,
     shape_found,
 )
@@ -102,7 +106,30 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
     wrapper, graph = case_graph(program, op, case, lambda d, name: _scalar_value(d, seed, name))
     inputs = _inputs(case, seed, device)
     want = run_graph(graph, [t.clone() for t in inputs], {}, {}, device)
-    return check_launch(case, want, lambda: _launch(wrapper, graph, inputs, device), compare)
+    checked = no_further_than_the_body(compare, want, _exact(program, op, case, seed, inputs),
+                                       _as_f64)
+    return check_launch(case, want, lambda: _launch(wrapper, graph, inputs, device), checked)
+
+
+def _exact(program: Program, op: Any, case: KernelCase, seed: int,
+           inputs: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    """The body's results in f64 on the same inputs (its 16-bit tensors widened exactly):
+    what its 16-bit evaluation approximates; None for a case with no 16-bit tensor, or a
+    body that cannot be lowered in f64."""
+    wide = exact_case(case)
+    if wide is None:
+        return None
+    try:
+        _, graph = case_graph(program, op, wide, lambda d, name: _scalar_value(d, seed, name))
+    except LinnetError:
+        return None
+    short = (torch.bfloat16, torch.float16)
+    return run_graph(graph, [t.detach().cpu().double() if t.dtype in short else t.cpu()
+                             for t in inputs], {}, {}, torch.device("cpu"))
+
+
+def _as_f64(t: Any) -> Any:
+    return t.detach().cpu().double().numpy()
 
 
 def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "result"
