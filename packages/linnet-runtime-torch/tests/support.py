@@ -14,9 +14,11 @@ def toy_config(**extra) -> dict:
     return data
 
 
-# The toy Llama decode's kernel regions that write the cache, two layers each.
+# The toy Llama decode's kernel regions that write the cache, two layers each: the attention
+# input's, and the attention input's with the attention (the writes between them).
 CACHE_WRITING_OPS = sorted(["rms_norm_qkv_rope", "rms_norm_qkv_rope_split",
-                            "rms_norm_qkv_rope_split_wide"] * 2)
+                            "rms_norm_qkv_rope_split_wide", "rms_norm_qkv_rope_attention",
+                            "rms_norm_qkv_rope_attention_wide"] * 2)
 
 
 def cache_writing_findings(device: str = "cpu", dtype: str = "f32") -> tuple[list, list]:

@@ -82,6 +82,64 @@ class SpanMatch:
     binding: dict[str, Any] = field(default_factory=dict)  # the kernel's, once confirmed
 
 
+# The std op whose call in a fused span op's body stands for a state write (a decode
+# step's cache write) read after it: `with_rows(cache, at, rows)`, the cache with rows
+# written at `at` (std.nn.decode).
+WITH_ROWS = "std.nn.decode::with_rows"
+
+
+@dataclass
+class Fusion:
+    """How a fused span op composes two span ops, read from its body (:func:`_fusion_of`):
+    ``first`` (called first), then `with_rows` of some of its results into states, then
+    ``last`` on those states (and reshapes of its other results).
+
+    ``writes``: per `with_rows` call, (the fused op's cache parameter, its positions
+    parameter, the index of ``first``'s result written, the index of ``last``'s argument
+    that reads the state). ``params``: per other parameter of the fused op, (the index of
+    ``first``'s argument it is, or None; the index of ``last``'s, or None). The fused op
+    returns ``last``'s results, then the rows written, in ``writes``' order."""
+
+    first: str
+    last: str
+    writes: list[tuple[int, int, int, int]]
+    params: dict[int, tuple[int | None, int | None]]
+
+
+def _fusion_of(pat: Pattern) -> Fusion | None:
+    """The :class:`Fusion` a fused span op's body (its pattern) describes, or None."""
+    calls = [n for n in pat.nodes if n.kind == "call"]
+    if len(calls) < 3:
+        return None
+    first, middle, last = calls[0], calls[1:-1], calls[-1]
+    if first.key == WITH_ROWS or last.key == WITH_ROWS or any(n.key != WITH_ROWS for n in middle):
+        return None
+    index = {ref: k for k, ref in enumerate(pat.params) if isinstance(ref, str)}
+    writes = []
+    for n in middle:
+        cache, at, rows = n.inputs
+        if cache not in index or at not in index or rows not in first.outputs \
+                or n.outputs[0] not in last.inputs:
+            return None
+        writes.append((index[cache], index[at], first.outputs.index(rows),
+                       last.inputs.index(n.outputs[0])))
+    caches = {w[0] for w in writes}
+    params: dict[int, tuple[int | None, int | None]] = {}
+    for k, ref in enumerate(pat.params):
+        if k in caches:
+            continue
+        i = next((j for j, x in enumerate(first.inputs) if _same_ref(x, ref)), None)
+        p = next((j for j, x in enumerate(last.inputs) if _same_ref(x, ref)), None)
+        if i is None and p is None:
+            return None
+        params[k] = (i, p)
+    # Results: `last`'s, then the rows written, in order.
+    rows = [first.outputs[w[2]] for w in writes]
+    if list(pat.results) != [*last.outputs, *rows]:
+        return None
+    return Fusion(first.key, last.key, writes, params)
+
+
 # ---------------------------------------------------------------- nodes of a graph
 def graph_nodes(graph: Graph, lo: int = 0, hi: int | None = None,
                 skip: Call | None = None) -> list[Node]:
@@ -137,6 +195,11 @@ def span_ops(program: Program) -> list[A.FuncDecl]:
 
 
 def _calls_an_op(decl: A.FuncDecl, program: Program) -> bool:
+    return bool(_called(decl, program))
+
+
+def _called(decl: A.FuncDecl, program: Program) -> set[str]:
+    """The qualified names of the ops ``decl``'s body calls by name."""
     names: set[str] = set()
 
     def walk(node: Any) -> None:
@@ -151,12 +214,12 @@ def _calls_an_op(decl: A.FuncDecl, program: Program) -> bool:
                     walk(getattr(node, f))
 
     walk(decl.body)
-    module = decl.module
+    out = set()
     for name in names:
-        target = _resolve(program, module, name)
+        target = _resolve(program, decl.module, name)
         if isinstance(target, A.FuncDecl) and target.kind == "op":
-            return True
-    return False
+            out.add(target.qualified_name)
+    return out
 
 
 def _resolve(program: Program, module: A.Module | None, name: str) -> Any:
@@ -377,14 +440,18 @@ class Spans:
         self.programs = programs
         self.base = base
         self.ops: list[tuple[Program, A.FuncDecl]] = []
+        # Span ops whose bodies read a state after a write (`with_rows`): claimed over two
+        # claims and the writes between them (:meth:`fuse`), not matched as patterns.
+        self.fused: list[tuple[Program, A.FuncDecl]] = []
         seen: set[str] = set()
         for p in programs:
             for op in span_ops(p):
                 if op.qualified_name not in seen:
                     seen.add(op.qualified_name)
-                    self.ops.append((p, op))
+                    (self.fused if WITH_ROWS in _called(op, p) else self.ops).append((p, op))
         self._patterns: dict[str, Pattern | None] = {}
         self._confirmed: dict[tuple, dict[str, Any] | None] = {}
+        self._fusions: dict[str, Fusion | None] = {}
 
     def _owner(self, program: Program, op: A.FuncDecl) -> Spans:
         """The :class:`Spans` that keeps ``op``'s patterns and confirmations: the base's
@@ -540,7 +607,129 @@ class Spans:
                          "claims", [c.callee])},
                     c.iteration, c.repeated))
                 index += 1
+        for c in self.fuse(out, index):
+            out.calls.append(c)
         return out
+
+    def fusion(self, program: Program, op: A.FuncDecl) -> Fusion | None:
+        """How the fused span op ``op`` composes two span ops (see :class:`Fusion`), read
+        from its body lowered once; None where the body is not of that form."""
+        owner = self._owner(program, op)
+        if owner is not self:
+            return owner.fusion(program, op)
+        if op.qualified_name not in self._fusions:
+            pat = self.pattern(program, op)
+            self._fusions[op.qualified_name] = None if pat is None else _fusion_of(pat)
+        return self._fusions[op.qualified_name]
+
+    def fuse(self, graph: Graph, index: int) -> list[Call]:
+        """Calls of the fused span ops over ``graph``'s claims: where a claim of ``first``
+        with its state writes (:func:`state_writes`) is followed, after reshapes of its
+        remaining results alone, by a claim of ``last`` that reads those states at the
+        written positions, one call of the fused op spans both, the writes and the reshapes,
+        with the first claim's writes (its last kernel stores the rows into the states, after
+        every kernel before it has read them). ``index`` numbers the new calls."""
+        if not self.fused:
+            return []
+        steps = graph.steps
+        users = graph.users()
+        starts: dict[int, list[Call]] = {}
+        for c in graph.calls:
+            if c.kind == "op" and c.attributes.get("span") and not c.attributes.get("writes"):
+                starts.setdefault(c.start, []).append(c)
+        out: list[Call] = []
+        for program, op in self.fused:
+            f = self.fusion(program, op)
+            if f is None:
+                continue
+            for w in graph.calls:
+                if w.callee != f.first or not w.attributes.get("writes"):
+                    continue
+                j = w.stop
+                while j < len(steps) and steps[j].op == "reshape":
+                    j += 1
+                for a in starts.get(j, []):
+                    if a.callee != f.last:
+                        continue
+                    call = self._fused_call(program, op, f, graph, w, a, users, index)
+                    if call is not None:
+                        out.append(call)
+                        index += 1
+        return out
+
+    def _fused_call(self, program: Program, op: A.FuncDecl, f: Fusion, graph: Graph,
+                    w: Call, a: Call, users: dict[str, list[int]], index: int) -> Call | None:
+        """The call of ``op`` over claim ``w`` (``f.first`` with writes), the reshapes after
+        it and claim ``a`` (``f.last``), if the graph wires them as ``op``'s body does and its
+        kernel applies at these shapes; else None."""
+        wa, aa = list(w.attributes.get("args") or []), list(a.attributes.get("args") or [])
+        writes = list(w.attributes.get("writes") or [])
+        # The writes: each of the body's `with_rows` is one of the claim's, into the state
+        # `last` reads there, at the positions the body names.
+        args: dict[int, Any] = {}
+        for cache, at, result, into in f.writes:
+            found = [x for x in writes if x["result"] == result and x["state"] == aa[into]]
+            if len(found) != 1:
+                return None
+            args[cache] = aa[into]
+            args.setdefault(at, found[0]["at"])
+            if not _same_ref(args[at], found[0]["at"]):
+                return None
+        if len(writes) != len(f.writes):
+            return None
+        for k, (i, p) in f.params.items():
+            got = [wa[i]] if i is not None else []
+            got += [aa[p]] if p is not None else []
+            if k in args:
+                got.append(args[k])
+            if not got or any(not _same_ref(got[0], g) for g in got[1:]):
+                return None
+            args[k] = got[0]
+        if sorted(args) != list(range(len(op.params))):
+            return None
+        # Between the claims: reshapes of `first`'s results alone, making `last`'s arguments
+        # where the body reshapes them.
+        kept = list(w.attributes.get("results") or [])
+        made: set[str] = set()
+        for j in range(w.stop, a.start):
+            step = graph.steps[j]
+            if len(step.operands) != 1 or step.operands[0] not in set(kept) | made:
+                return None
+            made.update(step.results)
+            if any(not (w.stop < u < a.stop) for r in step.results for u in users.get(r, [])):
+                return None
+        results = list(a.attributes.get("results") or [])
+        if not closed(graph, w.start, a.stop, results):
+            return None
+        types = [graph.values.get(x) or graph.parameters.get(x[1:]) or graph.states.get(x[1:])
+                 if isinstance(x, str) else x for x in (args[k] for k in range(len(op.params)))]
+        outs = [graph.values.get(r) for r in results]
+        outs += [graph.states[x["state"][1:]] for x in writes if x["state"][1:] in graph.states]
+        if any(t is None for t in types) or any(t is None for t in outs):
+            return None
+        # The written rows' types: one row a sequence of the state.
+        outs = outs[:len(results)] + [ValueType(t.shape[:1] + t.shape[2:], t.dtype)
+                                       for t in outs[len(results):]]
+        key = (op.qualified_name, repr(types), repr(outs))
+        confirmed = self._owner(program, op)._confirmed
+        if key not in confirmed:
+            confirmed[key] = self._lower_at(program, op, types, outs)
+        found = confirmed[key]
+        if found is None or not found["binding"].get("kernel_applies"):
+            return None
+        first_writes = {x["result"]: x for x in writes}
+        claims = list(w.attributes.get("claims") or [w.callee]) + list(
+            a.attributes.get("claims") or [a.callee])
+        return Call(op.qualified_name, "op", w.start, a.stop, index,
+                    _common_path([c for c in (w.path, a.path) if c]), min(w.depth, a.depth),
+                    w.loc, {**found["binding"], "args": [args[k] for k in range(len(op.params))],
+                            "results": results, "span": True, "claims": claims,
+                            "writes": [{**first_writes[result], "result": len(results) + n}
+                                       for n, (_, _, result, _) in enumerate(f.writes)],
+                            "inner": sum(1 for c in graph.calls
+                                         if w.start <= c.start and c.stop <= a.stop)},
+                    w.iteration if w.iteration == a.iteration else None,
+                    w.repeated if w.repeated == a.repeated else "")
 
 
 def state_writes(graph: Graph, call: Call, producers: dict[str, int] | None = None,
@@ -655,5 +844,5 @@ def claim_spans(graph: Graph, program: Program | None = None) -> Graph:
     return spans_for(program).claim(graph)
 
 
-__all__ = ["Node", "Pattern", "SpanMatch", "Spans", "claim_spans", "closed", "graph_nodes", "span_ops",
-           "spans_for", "state_writes", "std_spans"]
+__all__ = ["WITH_ROWS", "Fusion", "Node", "Pattern", "SpanMatch", "Spans", "claim_spans", "closed",
+           "graph_nodes", "span_ops", "spans_for", "state_writes", "std_spans"]
