@@ -449,7 +449,8 @@ def run_checks(program: Program, check_case: Any, *, count: int, seed: int, max_
         cases = sample_cases(program, op, count, seed, max_size, dtypes)
         if not cases:
             assert op.module is not None and op.kernel is not None
-            stages, binding = [], op.kernel
+            stages: list[str] = []
+            binding: A.KernelBinding | None = op.kernel
             while binding is not None:
                 stages.append(binding.name)
                 binding = binding.then

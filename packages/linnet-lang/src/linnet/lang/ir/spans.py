@@ -703,26 +703,26 @@ class Spans:
             return None
         types = [graph.values.get(x) or graph.parameters.get(x[1:]) or graph.states.get(x[1:])
                  if isinstance(x, str) else x for x in (args[k] for k in range(len(op.params)))]
-        outs = [graph.values.get(r) for r in results]
-        outs += [graph.states[x["state"][1:]] for x in writes if x["state"][1:] in graph.states]
+        outs: list[Any] = [graph.values.get(r) for r in results]
+        for x in writes:  # the rows written: one a sequence of the state
+            state = graph.states.get(x["state"][1:])
+            outs.append(None if state is None else
+                        ValueType(state.shape[:1] + state.shape[2:], state.dtype))
         if any(t is None for t in types) or any(t is None for t in outs):
             return None
-        # The written rows' types: one row a sequence of the state.
-        outs = outs[:len(results)] + [ValueType(t.shape[:1] + t.shape[2:], t.dtype)
-                                       for t in outs[len(results):]]
         key = (op.qualified_name, repr(types), repr(outs))
         confirmed = self._owner(program, op)._confirmed
         if key not in confirmed:
             confirmed[key] = self._lower_at(program, op, types, outs)
-        found = confirmed[key]
-        if found is None or not found["binding"].get("kernel_applies"):
+        lowered = confirmed[key]
+        if lowered is None or not lowered["binding"].get("kernel_applies"):
             return None
         first_writes = {x["result"]: x for x in writes}
         claims = list(w.attributes.get("claims") or [w.callee]) + list(
             a.attributes.get("claims") or [a.callee])
         return Call(op.qualified_name, "op", w.start, a.stop, index,
                     _common_path([c for c in (w.path, a.path) if c]), min(w.depth, a.depth),
-                    w.loc, {**found["binding"], "args": [args[k] for k in range(len(op.params))],
+                    w.loc, {**lowered["binding"], "args": [args[k] for k in range(len(op.params))],
                             "results": results, "span": True, "claims": claims,
                             "writes": [{**first_writes[result], "result": len(results) + n}
                                        for n, (_, _, result, _) in enumerate(f.writes)],
