@@ -182,7 +182,48 @@ def spans(shape: dict[str, int], rows: int = 1) -> list[Span]:
              {"N": rows, "I": f, "O": d, "T": "bf16"}, lambda x, w, r: r + F.linear(x, w)),
         attention(shape, rows),
         *flash_attention(shape, rows),
+        *(qkv_attention(shape, rows, op, qkv_rope)
+          for op in ("rms_norm_qkv_rope_attention", "rms_norm_qkv_rope_attention_wide")),
     ]
+
+
+def qkv_attention(shape: dict[str, int], rows: int, op: str, qkv_rope: Callable[..., Any]
+                  ) -> Span:
+    """The attention input and the attention as one chain (`rms_norm_qkv_rope_attention`:
+    the q/k/v products' split-K part, the splits that finish them and attend, the combine),
+    at the attention row's position and cache; the reference is `rms_norm_qkv_rope`'s
+    (cuBLAS products), the rows written into the cache in place, then SDPA."""
+    hd = shape["HD"]
+    kv, g = shape["KV"] // hd, shape["Q"] // shape["KV"]
+    scale = hd ** -0.5
+    last = min(POS, CACHE - 1) if not DRY else 5
+    cache = CACHE if not DRY else 8
+
+    def prepare(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        x, nw, wq, wk, wv, pos, inv, k, v = inputs
+        return [x, nw, wq, wk, wv, torch.full_like(pos, last), inv, k, v]
+
+    def reference(x: torch.Tensor, nw: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
+                  wv: torch.Tensor, pos: torch.Tensor, inv: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor) -> tuple:
+        qr, kr, vr = qkv_rope(x, nw, wq, wk, wv, pos, inv)
+        b, s = k.shape[0], k.shape[1]
+        rows_ = torch.arange(b, device=k.device)
+        k.index_put_((rows_, pos), kr)
+        v.index_put_((rows_, pos), vr)
+        mask = (torch.arange(s, device=x.device)[None, :] <= pos[:, None])[:, None, None, :]
+        o = F.scaled_dot_product_attention(
+            qr.reshape(b, kv * g, 1, hd), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3),
+            attn_mask=mask, scale=scale, enable_gqa=True)
+        return o.reshape(b, kv, g, hd), kr, vr
+
+    weights = (shape["Q"] + 2 * shape["KV"]) * shape["D"] * 2
+    live = weights + 2 * rows * (last + 1) * kv * hd * 2
+    generics = {"N": rows, "D": shape["D"], "KV": kv, "G": g, "HD": hd, "S": cache,
+                "T": "bf16"}
+    return Span(f"norm+qkv+rope+attention pos {last} of {cache}", "std.nn.decode::" + op,
+                generics, reference, sweep_keys=("BK",), scalars={"eps": EPS, "scale": scale},
+                sweep=[], prepare=prepare, live_bytes=live)
 
 
 def attention(shape: dict[str, int], rows: int, op: str = "decode_attention_flash",
@@ -445,16 +486,19 @@ def _launch_option(text: str) -> dict[str, int]:
     return {"num_warps": int(opts.group(1)), "num_stages": int(opts.group(2))}
 
 
-def _chain(first: Any, second: Any) -> Callable[..., Any]:
-    """A chain's launch: the first kernel on the op's leading inputs it takes, the second on
-    the op's inputs then the first's results (allocated by the first's launcher, as the
-    chain's are)."""
+def _chain(first: Any, *rest: Any) -> Callable[..., Any]:
+    """A chain's launch: the first kernel on the op's leading inputs it takes, each next one
+    on the op's inputs then the results of the one before it (allocated by its launcher, as
+    the chain's are)."""
     import inspect
 
     taken = len(inspect.signature(first.LAUNCH).parameters)
 
     def launch(*inputs: torch.Tensor) -> Any:
-        return second.LAUNCH(*inputs, *_outs(first.LAUNCH(*inputs[:taken])))
+        got = first.LAUNCH(*inputs[:taken])
+        for m in rest:
+            got = m.LAUNCH(*inputs, *_outs(got))
+        return got
 
     return launch
 

@@ -95,6 +95,16 @@ STD_CHAINS = {
          ["BG >= G", "BH >= HD"]),
         ("decode_attention_combine_tiles",
          "<B, S, KV, G, HD, T, (S + 1023) / 1024, 16, 4, 128>", [])),
+    # Three kernels: the attention input's split-K part, the splits that finish it and
+    # attend, the combine (claimed across the cache writes: ir/spans.py's Spans.fuse).
+    **{f"std.nn.decode::rms_norm_qkv_rope_attention{wide}": (
+        ("rms_norm_qkv_split_part", f"<N, D, KV * G * HD, KV * HD, T, 16, {bo}, {bk}, {ks}>",
+         ["BR >= N"]),
+        ("qkv_rope_attention_split_tiles",
+         f"<N, D, KV, G, HD, S, T, {ks}, 1024, 16, 64, 128, (S + 63) / 64>",
+         ["BG >= G", "BH >= HD", "HD % 2 == 0", "NS * BS >= S"]),
+        ("qkv_attention_combine_tiles", "<N, D, KV, G, HD, S, T, (S + 63) / 64, 32, 4, 32>",
+         [])) for wide, bo, bk, ks in [("", 16, 256, 4), ("_wide", 8, 512, 8)]},
 }
 
 STD_USES = """
@@ -159,6 +169,8 @@ def test_each_std_chain_is_bound_to_its_op(std: Program) -> None:
             binding = binding.then
         assert binding is None
         bounds = ["G <= 16", "HD <= 128"] + (["S <= 2048"] if name.endswith("_short") else [])
+        if "rope_attention" in name:  # the rotations, and the short attention's bounds
+            bounds = ["HD % 2 == 0", "G <= 16", "HD <= 128", "S <= 2048"]
         assert [text[w.span.start:w.span.stop] for w in op.where] == bounds, name
 
 

@@ -670,12 +670,13 @@ def no_further_than_the_body(compare: Callable[[Any, Any, str, str], tuple[Found
                              as_f64: Callable[[Any], Any]
                              ) -> Callable[[Any, Any, str, str], tuple[Found, float]]:
     """``compare``, except that a 16-bit result found to differ from the body's (``want``)
-    passes where, element by element, it is within the tolerance of the exact result
-    (``exact``: the body of :func:`exact_case`, widened) plus the body's own distance from it.
-    An op whose body rounds an intermediate (a product) and then amplifies it (a softmax of
-    scores tens of units apart, as random inputs give) has a 16-bit body as far from the
-    exact result as a kernel that rounds elsewhere; a kernel that is wrong is far from both.
-    ``as_f64`` makes a runtime's tensor a numpy float64 array.
+    passes where every element is within the tolerance of the exact result (``exact``: the
+    body of :func:`exact_case`, widened) plus twice the body's largest distance from it. An
+    op whose body rounds an intermediate (a product) and then amplifies it (a softmax of
+    scores tens of units apart, as random inputs give) has a 16-bit body far from the exact
+    result, and a kernel that rounds elsewhere is as far, by other amounts at other elements;
+    a kernel that is wrong is farther. ``as_f64`` makes a runtime's tensor a numpy float64
+    array.
 
     >>> checked = no_further_than_the_body(compare, want, exact, np.asarray)  # doctest: +SKIP
     """
@@ -694,7 +695,9 @@ def no_further_than_the_body(compare: Callable[[Any, Any, str, str], tuple[Found
         rtol, atol = TOLERANCES[dtype]
         finite = np.isfinite(x)
         scale = max(1.0, float(np.abs(x[finite]).max()) if finite.any() else 1.0)
-        limit = atol * scale + rtol * np.abs(x) + np.abs(w - x)
+        off = np.abs(w - x)
+        worst = float(off[finite].max()) if finite.any() else 0.0
+        limit = atol * scale + rtol * np.abs(x) + 2 * worst
         with np.errstate(invalid="ignore"):
             ok = ~finite | (np.abs(g - x) <= limit)
         return (None, diff) if bool(ok.all()) else (found, diff)
