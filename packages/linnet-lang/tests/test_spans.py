@@ -233,3 +233,53 @@ def test_a_claim_with_state_writes_launches_from_generated_pytorch_only():
     assert "mutates=('y',)" in torch_src and "check_inplace(y, 'y', 'pair_rows')" in torch_src
     jax_src = emit_jax(claimed, numerics="fast", program=program)
     assert "_into_" not in jax_src and "pair_rows_2_4" in jax_src
+
+
+@pytest.mark.parametrize("model", ["std.models.llama", "examples/llama/llama.linnet"])
+def test_the_attention_input_and_the_attention_are_one_call_across_the_cache_writes(model):
+    """`rms_norm_qkv_rope_attention` (and `_wide`) is claimed over each layer's attention
+    input with its cache writes, the heads' reshape and the attention (`Spans.fuse`): its
+    arguments are the two claims' (the caches the attention reads, its scale), its result
+    the attention's, and the writes the first claim's, now of the fused op's results 1 and
+    2 (the rows it returns after the attention's output)."""
+    _, claimed = llama_decode(model, 16)
+    for op, first in (("rms_norm_qkv_rope_attention", "rms_norm_qkv_rope_split"),
+                      ("rms_norm_qkv_rope_attention_wide", "rms_norm_qkv_rope_split_wide")):
+        fused = [c for c in claimed.calls if c.callee == f"std.nn.decode::{op}"]
+        writing = [c for c in claimed.calls if c.callee == f"std.nn.decode::{first}"
+                   and c.attributes.get("writes")]
+        attention = [c for c in claimed.calls
+                     if c.callee == "std.nn.decode::decode_attention_split_short"]
+        assert len(fused) == len(writing) == len(attention) == 2, op
+        for f, w, a in zip(fused, writing, attention):
+            assert (f.start, f.stop) == (w.start, a.stop)
+            assert all(claimed.steps[i].op == "reshape" for i in range(w.stop, a.start))
+            assert f.attributes["kernel_applies"] and f.attributes["span"]
+            assert f.attributes["results"] == a.attributes["results"]
+            assert f.attributes["args"] == (w.attributes["args"]
+                                            + a.attributes["args"][1:3] + a.attributes["args"][4:])
+            assert [(x["result"], x["state"]) for x in f.attributes["writes"]] == [
+                (1, a.attributes["args"][1]), (2, a.attributes["args"][2])]
+            assert f.attributes["claims"] == w.attributes["claims"] + a.attributes["claims"]
+            assert f.attributes["claims"][-1] == "std.nn.attention::decode_attention"
+
+
+def test_the_attention_is_not_fused_where_the_writes_go_elsewhere():
+    """With k written into the v cache and v into the k cache, the attention no longer reads
+    what `with_rows` says it reads: each claim stands, the fused op is not claimed."""
+    root = Path(__file__).parents[3]
+    text = (root / "examples" / "llama" / "llama.linnet").read_text()
+    swapped = text.replace("self.k_cache[b, pos[b], h, d] = k_rot[b, h, d]\n"
+                           "        self.v_cache[b, pos[b], h, d] = v_heads[b, h, d]",
+                           "self.k_cache[b, pos[b], h, d] = v_heads[b, h, d]\n"
+                           "        self.v_cache[b, pos[b], h, d] = k_rot[b, h, d]")
+    assert swapped != text
+    program = Program.from_text(swapped, "llama")
+    config = {"V": 64, "D": 32, "F": 48, "NL": 2, "KV": 2, "G": 2, "HD": 16, "B": 1,
+              "S": 16, "T": "f32"}
+    claimed = claim_spans(lower(program, "decode", {"token": [1], "pos": [1]}, config),
+                          program)
+    callees = {c.callee.rsplit("::", 1)[-1] for c in claimed.calls}
+    assert {"rms_norm_qkv_rope_split", "decode_attention_split_short"} <= callees
+    assert any(c.attributes.get("writes") for c in claimed.calls)
+    assert not {"rms_norm_qkv_rope_attention", "rms_norm_qkv_rope_attention_wide"} & callees

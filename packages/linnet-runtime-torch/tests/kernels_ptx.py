@@ -21,6 +21,13 @@ CASES = {
     "decode_attention_split_tiles": (
         {"B": 1, "S": 1152, "KV": 8, "G": 4, "HD": 128, "T": "bf16", "BG": 16, "BS": 64,
          "BH": 128, "NS": 18}, {"scale": 0.088}),
+    # rms_norm_qkv_rope_attention_wide's last two kernels at the 8B step's shape.
+    "qkv_rope_attention_split_tiles": (
+        {"N": 1, "D": 4096, "KV": 8, "G": 4, "HD": 128, "S": 1152, "T": "bf16", "KS": 8,
+         "BK": 1024, "BG": 16, "BS": 64, "BH": 128, "NS": 18}, {"eps": 1e-5, "scale": 0.088}),
+    "qkv_attention_combine_tiles": (
+        {"N": 1, "D": 4096, "KV": 8, "G": 4, "HD": 128, "S": 1152, "T": "bf16", "NS": 18,
+         "BN": 32, "BG": 4, "BD": 32}, {"eps": 1e-5, "scale": 0.088}),
 }
 
 

@@ -27,7 +27,9 @@ def compiled():
     return found
 
 
-@pytest.mark.parametrize("kernel", ["rms_norm_qkv_split_part", "decode_attention_split_tiles"])
+@pytest.mark.parametrize("kernel", ["rms_norm_qkv_split_part", "decode_attention_split_tiles",
+                                    "qkv_rope_attention_split_tiles",
+                                    "qkv_attention_combine_tiles"])
 def test_the_prefetch_is_l2_prefetches_before_the_wait(compiled, kernel):
     pre, plain = compiled[kernel]["prefetch"], compiled[kernel]["plain"]
     wait = pre["wait"]
@@ -39,3 +41,9 @@ def test_the_prefetch_is_l2_prefetches_before_the_wait(compiled, kernel):
 
 def test_flash_decoding_multiplies_bf16_tiles_on_the_tensor_cores(compiled):
     assert compiled["decode_attention_split_tiles"]["plain"]["mma"]
+
+
+def test_the_attention_splits_that_finish_q_k_v_multiply_bf16_tiles_on_the_tensor_cores(compiled):
+    """`rms_norm_qkv_rope_attention`'s splits select the new k and v rows into the cache
+    block in bf16 and widen it after, so both products stay 16-bit MMAs (dot16)."""
+    assert compiled["qkv_rope_attention_split_tiles"]["plain"]["mma"]

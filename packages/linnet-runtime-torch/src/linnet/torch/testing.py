@@ -6,7 +6,7 @@ under Triton (its interpreter on the CPU, ``TRITON_INTERPRET=1``; for real on CU
 outputs filled with NaN before the launch, and the op's body, run by the PyTorch interpreter
 (the semantic reference). They must agree within the tolerance of the result's element type
 (:data:`TOLERANCES`, the one table), or, for a 16-bit result, the kernel's must be within it
-of the exact result (the body in f64) plus the body's own distance from that
+of the exact result (the body in f64) plus twice the body's largest distance from it
 (:func:`linnet.lang.hosting.no_further_than_the_body`). Anything else is a finding, naming
 the kernel, the case and the largest difference.
 

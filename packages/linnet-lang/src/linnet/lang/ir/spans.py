@@ -19,6 +19,16 @@ sample shapes; each match is then confirmed by lowering the span op again at the
 values' own shapes and scalars, comparing node by node with attributes, and taking the
 kernel binding (its generics, its `where` clause) from that lowering.
 
+A claim whose results a decode step writes into states right after it is claimed a second
+time with those writes (:func:`state_writes`: its kernel stores them). A *fused* span op
+composes two span ops with the writes between them: its body calls the first, then
+``with_rows(cache, at, rows)`` (std.nn.decode: the state with the rows written, as a value)
+for each write, then the second on those caches (`rms_norm_qkv_rope_attention`: the attention
+input, the KV-cache writes, the attention). No pattern can match it, since a model writes
+states rather than calling ``with_rows``; :meth:`Spans.fuse` claims it over a claim of the
+first with its writes, the reshapes after it and a claim of the second that reads the
+written states at the written positions.
+
 >>> # graph = claim_spans(graph, program)   # graph.calls gains the span calls it found
 """
 
