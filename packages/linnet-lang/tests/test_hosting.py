@@ -200,3 +200,34 @@ def test_scalar_values():
     assert scalar_value("bool", 0.2) is True
     assert scalar_value("u8", 0.99) == 4
     assert scalar_value("bf16", 0.0) == pytest.approx(1e-3)
+
+
+def test_a_16bit_result_is_held_to_the_exact_result_where_the_body_is_far_from_it():
+    """`no_further_than_the_body`: a bf16 result that differs from the body's by more than
+    the tolerance passes where it is within it of the exact result plus twice the body's
+    largest distance from it; farther, it is still a finding; other types and problems are
+    left to the runtime's own comparison."""
+    np = pytest.importorskip("numpy")
+    from linnet.lang.check.kernel_cases import KernelCase
+    from linnet.lang.hosting import exact_case, no_further_than_the_body
+
+    def compare(got, want, dtype, name):
+        diff = float(np.abs(got - want).max())
+        return (("differs", diff, 0.1, name) if diff > 0.1 else None), diff
+
+    exact = [np.array([0.0, 10.0, 20.0])]
+    body = np.array([0.0, 11.0, 20.0])  # the body's own bf16 evaluation: 1.0 off at [1]
+    want = [body]
+    checked = no_further_than_the_body(compare, want, exact, np.asarray)
+    # 2.5 from the body, 1.5 from the exact result: within 0.04 * 20 + 2 * 1.0
+    assert checked(np.array([0.0, 8.5, 20.0]), body, "bf16", "result")[0] is None
+    # 5 from the exact result: a finding, as the plain comparison found
+    assert checked(np.array([0.0, 15.0, 20.0]), body, "bf16", "result")[0][0] == "differs"
+    # f32 results and other problems keep the runtime's verdict
+    assert checked(np.array([0.0, 8.5, 20.0]), body, "f32", "result")[0][0] == "differs"
+    assert no_further_than_the_body(compare, want, None, np.asarray) is compare
+    case = KernelCase("m::f", "m::k", {"T": "f32"}, {"x": ((3,), "f32")}, {}, [((3,), "f32")])
+    assert exact_case(case) is None
+    wide = exact_case(KernelCase("m::f", "m::k", {"T": "bf16"}, {"x": ((3,), "bf16")}, {},
+                                 [((3,), "bf16")]), "f32")
+    assert wide is not None and wide.generics == {"T": "f32"} and wide.results == [((3,), "f32")]
