@@ -64,6 +64,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_flashinfer import LLAMA, config
+from kernels import graphed_us
 from torch_decode import copy_bandwidth, hf_config
 
 SUMMARY: list[str] = []
@@ -701,17 +702,10 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         guarded(f"(f) {name} HF: profile", lambda: kernels_of("HF compiled", run))
 
         def graphed() -> None:  # the same compiled call replayed as one CUDA graph
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    run()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                run()
+            # kernels.py's capture (warm-up on a side stream, one call a graph); its time is
+            # in median_ms's unit, ms.
             keep(f"HF StaticCache, torch.compile {mode}, replayed as a CUDA graph",
-                 median_ms(graph.replay))
+                 graphed_us(run, median_ms, "cuda", reps=1))
 
         guarded(f"(f) {name} HF graph", graphed)
 

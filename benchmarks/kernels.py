@@ -177,9 +177,10 @@ def one(op: str, kernel: str, regime: str, device: str, runs: int, bw: float, pe
 
 
 def graphed_us(fn: Callable[[], Any], measure: Callable, device: str, reps: int = 20) -> float:
-    """Device time per call of ``fn``: ``reps`` calls captured in one CUDA graph and replayed,
-    so the host's launch overhead (Python, the launcher, the dispatcher) drops out; what a
-    ``Captured`` decode step pays. NaN on the CPU or when the capture fails."""
+    """Device time per call of ``fn`` (in ``measure``'s unit, us here): ``reps`` calls
+    captured in one CUDA graph and replayed, so the host's launch overhead (Python, the
+    launcher, the dispatcher) drops out; what a ``Captured`` decode step pays. NaN on the CPU
+    or when the capture fails (gpu_steps.py's transformers graph row uses it too)."""
     if device != "cuda":
         return float("nan")
     try:
