@@ -218,14 +218,19 @@ def test_a_16bit_result_is_held_to_the_exact_result_where_the_body_is_far_from_i
     exact = [np.array([0.0, 10.0, 20.0])]
     body = np.array([0.0, 11.0, 20.0])  # the body's own bf16 evaluation: 1.0 off at [1]
     want = [body]
-    checked = no_further_than_the_body(compare, want, exact, np.asarray)
+    runs = []
+    checked = no_further_than_the_body(compare, want, lambda: runs.append(1) or exact,
+                                       np.asarray)
+    assert checked(body, body, "bf16", "result")[0] is None and not runs  # agrees: not run
     # 2.5 from the body, 1.5 from the exact result: within 0.04 * 20 + 2 * 1.0
     assert checked(np.array([0.0, 8.5, 20.0]), body, "bf16", "result")[0] is None
     # 5 from the exact result: a finding, as the plain comparison found
     assert checked(np.array([0.0, 15.0, 20.0]), body, "bf16", "result")[0][0] == "differs"
     # f32 results and other problems keep the runtime's verdict
     assert checked(np.array([0.0, 8.5, 20.0]), body, "f32", "result")[0][0] == "differs"
-    assert no_further_than_the_body(compare, want, None, np.asarray) is compare
+    assert runs == [1]  # the exact result is made once
+    none = no_further_than_the_body(compare, want, lambda: None, np.asarray)
+    assert none(np.array([0.0, 8.5, 20.0]), body, "bf16", "result")[0][0] == "differs"
     case = KernelCase("m::f", "m::k", {"T": "f32"}, {"x": ((3,), "f32")}, {}, [((3,), "f32")])
     assert exact_case(case) is None
     wide = exact_case(KernelCase("m::f", "m::k", {"T": "bf16"}, {"x": ((3,), "bf16")}, {},

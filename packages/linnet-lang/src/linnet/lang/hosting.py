@@ -666,22 +666,23 @@ def exact_case(case: KernelCase, wide: str = "f64") -> KernelCase | None:
 
 
 def no_further_than_the_body(compare: Callable[[Any, Any, str, str], tuple[Found, float]],
-                             want: Sequence[Any], exact: Sequence[Any] | None,
+                             want: Sequence[Any],
+                             exact: Callable[[], Sequence[Any] | None],
                              as_f64: Callable[[Any], Any]
                              ) -> Callable[[Any, Any, str, str], tuple[Found, float]]:
     """``compare``, except that a 16-bit result found to differ from the body's (``want``)
-    passes where every element is within the tolerance of the exact result (``exact``: the
-    body of :func:`exact_case`, widened) plus twice the body's largest distance from it. An
+    passes where every element is within the tolerance of the exact result (``exact()``: the
+    body of :func:`exact_case`, widened, run only the first time a result needs it; None
+    where there is none) plus twice the body's largest distance from it. An
     op whose body rounds an intermediate (a product) and then amplifies it (a softmax of
     scores tens of units apart, as random inputs give) has a 16-bit body far from the exact
     result, and a kernel that rounds elsewhere is as far, by other amounts at other elements;
     a kernel that is wrong is farther. ``as_f64`` makes a runtime's tensor a numpy float64
     array.
 
-    >>> checked = no_further_than_the_body(compare, want, exact, np.asarray)  # doctest: +SKIP
+    >>> checked = no_further_than_the_body(compare, want, run_exact, np.asarray)  # doctest: +SKIP
     """
-    if exact is None:
-        return compare
+    made: list[Sequence[Any] | None] = []
 
     def checked(got: Any, body: Any, dtype: str, name: str) -> tuple[Found, float]:
         import numpy as np
@@ -691,7 +692,11 @@ def no_further_than_the_body(compare: Callable[[Any, Any, str, str], tuple[Found
         k = next((i for i, w in enumerate(want) if w is body), None)
         if found is None or found[0] != "differs" or dtype not in SHORT_FLOATS or k is None:
             return found, diff
-        g, w, x = as_f64(got), as_f64(body), as_f64(exact[k])
+        if not made:
+            made.append(exact())
+        if made[0] is None:
+            return found, diff
+        g, w, x = as_f64(got), as_f64(body), as_f64(made[0][k])
         rtol, atol = TOLERANCES[dtype]
         finite = np.isfinite(x)
         scale = max(1.0, float(np.abs(x[finite]).max()) if finite.any() else 1.0)

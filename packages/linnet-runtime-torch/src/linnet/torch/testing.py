@@ -106,8 +106,8 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
     wrapper, graph = case_graph(program, op, case, lambda d, name: _scalar_value(d, seed, name))
     inputs = _inputs(case, seed, device)
     want = run_graph(graph, [t.clone() for t in inputs], {}, {}, device)
-    checked = no_further_than_the_body(compare, want, _exact(program, op, case, seed, inputs),
-                                       _as_f64)
+    checked = no_further_than_the_body(compare, want,
+                                       lambda: _exact(program, op, case, seed, inputs), _as_f64)
     return check_launch(case, want, lambda: _launch(wrapper, graph, inputs, device), checked)
 
 
