@@ -544,6 +544,11 @@ def test_a_chain_of_three_launches_each_kernel_and_equals_the_body(tmp_path, int
     seen = []
     assert check_kernels(path, count=2, on_check=seen.append) == []
     assert {c.case.kernel for c in seen} == {"three::part_sums then pair_sums then add_parts"}
+    # The launch seam takes the op's tensors and launches each of the three in turn (it
+    # took the first kernel's parameters past two stages: issue 38 item 21's E0761).
+    y, = launch("three::row_total3", {"R": 3, "C": 40, "T": "f32"}, x,
+                program=Program.from_file(path))
+    torch.testing.assert_close(y, x.sum(-1), atol=1e-5, rtol=1e-5)
 
 
 def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(interpret,

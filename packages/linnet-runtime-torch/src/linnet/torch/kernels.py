@@ -52,7 +52,7 @@ def resolve(program: Program | str | Path | None, name: str, generics: dict[str,
 
 def stages(program: Program | str | Path | None, name: str, generics: dict[str, Any]
            ) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
-    """The kernels ``name`` launches in turn, ``[(kernel, kernel generics)]`` (two for an op
+    """The kernels ``name`` launches in turn, ``[(kernel, kernel generics)]`` (several for an op
     bound to a chain, `kernel a<...> then b<...>`), and whether every `where` clause holds.
 
     >>> stages(None, "std.nn.activation::softmax", {"R": 4, "C": 8})
@@ -142,7 +142,7 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
 
     ``name`` is a kernel (``std.nn.activation::row_softmax``, with the kernel's generics)
     or an op bound to one (``std.nn.activation::softmax``, with the op's generics; an op
-    bound to a chain launches both kernels and returns the second's results);
+    bound to a chain launches each kernel in turn and returns the last one's results);
     ``program`` is the ``Program`` or ``.linnet`` file it lives in (default: the std
     library). ``scalars`` gives the kernel's scalar parameters (``{"eps": 1e-5}``);
     ``precision`` is ``tl.dot``'s for f32 tiles (``"ieee"``, or ``"tf32"`` as numerics fast
@@ -173,14 +173,17 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
     from linnet.lang.ir.tiles import lower_kernel
 
     k = lower_kernel(prog, kernel, kgen, scalars)
-    # A chain's op tensors: the second kernel's parameters but the first's results; the
-    # first kernel takes the leading ones it declares.
+    # A chain's op tensors: the last kernel's parameters less the results of the kernel
+    # before it (each next kernel takes the op's tensors, then the previous one's results);
+    # the first kernel takes the leading ones it declares.
     params = k.params
-    if len(found) == 2:
-        k2 = lower_kernel(prog, found[1][0], found[1][1], scalars)
-        params = k2.params[:len(k2.params) - len(k.results)]
+    if len(found) > 1:
+        before = lower_kernel(prog, found[-2][0], found[-2][1], scalars)
+        last = lower_kernel(prog, found[-1][0], found[-1][1], scalars)
+        params = last.params[:len(last.params) - len(before.results)]
     if len(tensors) != len(params):
-        raise _error("E0761", f"kernel `{kernel}` takes {len(params)} tensors, got "
+        raise _error("E0761", f"{'op' if len(found) > 1 else 'kernel'} `"
+                     f"{name if len(found) > 1 else kernel}` takes {len(params)} tensors, got "
                      f"{len(tensors)}", help="pass one tensor per tensor parameter: "
                      + ", ".join(p for p, _, _ in params))
     from linnet.lang.emit.torch import TORCH_DTYPES
@@ -198,9 +201,9 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
                           f"before importing Triton (now: {os.environ.get('TRITON_INTERPRET')!r})")
     out = module.LAUNCH(*tensors[:len(k.params)])
     out = out if isinstance(out, tuple) else (out,)
-    if len(found) == 2:  # a chain: the second kernel reads the op's tensors and the first's
-        second = kernel_module(prog, found[1][0], found[1][1], scalars, precision)
-        out = second.LAUNCH(*tensors, *out)
+    for stage, stage_generics in found[1:]:  # a chain: each next kernel reads the op's
+        nxt = kernel_module(prog, stage, stage_generics, scalars, precision)  # tensors and
+        out = nxt.LAUNCH(*tensors, *out)  # the results of the one before it
         out = out if isinstance(out, tuple) else (out,)
     return out
 
