@@ -107,3 +107,92 @@ def one_launch_attention_errors(device: str = "cpu", dtype: str = "f32",
         counters = int(kept[0].abs().sum())
         out.append((float((o.float().cpu() - want).abs().max()), counters))
     return out
+
+
+# ---------------------------------------------------------------- hang guards
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time used so far by process ``pid`` and its waited-for children (Linux), or None."""
+    import os
+
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # utime, stime, cutime, cstime: fields 14-17 of stat(5), here 11-14 after the name.
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` and every live descendant (a pytest child's own children too)."""
+    import os
+
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += _cpu_seconds(p) or 0.0
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return total
+
+
+def run_guarded(cmd: list[str], *, idle: float = 300, limit: float = 3600, **kwargs):
+    """``subprocess.run(cmd, capture_output=True, text=True, **kwargs)`` behind hang guards
+    that a busy machine does not trip (issue 38 item 23: fixed 300-900 s timeouts errored 12
+    tests on a loaded 2-core machine). The child is stopped, and the test fails naming the
+    guard, only where it made no progress for ``idle`` seconds (no output and no CPU time used
+    by it or its children: a deadlock, a wait on a peer that never comes) or ran ``limit``
+    seconds in all (a loop that never ends)."""
+    import subprocess
+    import threading
+    import time
+
+    import pytest
+
+    env = dict(kwargs.pop("env", None) or __import__("os").environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True, **kwargs)
+    chunks: dict[str, list[str]] = {"out": [], "err": []}
+    last = [time.monotonic()]
+
+    def read(stream, into):
+        for line in iter(stream.readline, ""):
+            into.append(line)
+            last[0] = time.monotonic()
+
+    readers = [threading.Thread(target=read, args=(proc.stdout, chunks["out"]), daemon=True),
+               threading.Thread(target=read, args=(proc.stderr, chunks["err"]), daemon=True)]
+    for r in readers:
+        r.start()
+    start, cpu, why = time.monotonic(), -1.0, ""
+    while proc.poll() is None:
+        time.sleep(1.0)
+        now, used = time.monotonic(), _tree_cpu_seconds(proc.pid)
+        if used > cpu + 0.5:  # still computing: a slow machine, not a hang
+            cpu, last[0] = used, max(last[0], now)
+        if now - last[0] > idle:
+            why = f"no output and no CPU time used for {idle:.0f} s (a hang)"
+        elif now - start > limit:
+            why = f"still running after {limit:.0f} s"
+        if why:
+            import os
+            import signal
+
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            break
+    for r in readers:
+        r.join(timeout=10)
+    out, err = "".join(chunks["out"]), "".join(chunks["err"])
+    if why:
+        pytest.fail(f"{' '.join(map(str, cmd))[:200]}: stopped, {why}\n--- stdout\n"
+                    f"{out[-3000:]}\n--- stderr\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

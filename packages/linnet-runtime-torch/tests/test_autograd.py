@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 import torch
 from linnet.lang import LinnetError
 from linnet.torch import load, random_weights
+from support import run_guarded
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
@@ -140,9 +140,8 @@ print(json.dumps(out))
 def kernel_grads() -> dict:
     if importlib.util.find_spec("triton") is None:  # found, not imported (see above)
         pytest.skip("needs Triton")
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(GRADS), str(LLAMA), json.dumps(TOY)],
-                          cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"},
-                          capture_output=True, text=True, timeout=300)
+    done = run_guarded([sys.executable, "-c", DRIVER, str(GRADS), str(LLAMA), json.dumps(TOY)],
+                       cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from linnet.lang.cli import main
 from linnet.plan import CacheWarning
 from linnet.torch import home
 from linnet.torch.options import compile_options, reuse_line
+from support import run_guarded
 
 HERE = Path(__file__).resolve().parent
 VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING")
@@ -54,8 +54,7 @@ def run_child(linnet_home: Path, script: Path) -> tuple[dict, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(script.parent / "pycache")
     env["PYTHONWARNINGS"] = "always::UserWarning"
-    done = subprocess.run([sys.executable, str(script), str(HERE)], env=env, text=True,
-                          capture_output=True, timeout=300)
+    done = run_guarded([sys.executable, str(script), str(HERE)], env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Traceback" not in done.stderr, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr

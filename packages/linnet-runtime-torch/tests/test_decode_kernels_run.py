@@ -13,13 +13,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from linnet.lang import Program
 from linnet.lang.check.kernel_cases import bound_ops
+from support import run_guarded
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="needs Triton")
@@ -212,11 +212,10 @@ print(json.dumps({"checks": checks, "attention": attention, "split": split,
 
 @pytest.fixture(scope="module")
 def run() -> dict:
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN),
-                           json.dumps(ATTENTION), json.dumps(SPLIT),
-                           json.dumps(FLASH)],
-                          env={**os.environ, "TRITON_INTERPRET": "1"},
-                          capture_output=True, text=True, timeout=300)
+    done = run_guarded([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN),
+                        json.dumps(ATTENTION), json.dumps(SPLIT),
+                        json.dumps(FLASH)],
+                       env={**os.environ, "TRITON_INTERPRET": "1"})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 from linnet.lang import Program, check_program
 from linnet.lang.check.kernel_cases import bound_ops, sample_cases
 from linnet.torch.testing import TOLERANCES, compare, std_program
+from support import run_guarded
 
 # Found, not imported: Triton imported here without TRITON_INTERPRET=1 would stop later
 # in-process tests from interpreting kernels.
@@ -67,9 +67,8 @@ def run() -> dict:
     """Everything that launches kernels, in one fresh process (TRITON_INTERPRET=1 before
     Triton is imported): check_kernels over broken.linnet, `linnet kernels` over the std
     library and the examples and over broken.linnet, and assert_kernels."""
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(BROKEN), *EXAMPLES, "end"],
-                          cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"},
-                          capture_output=True, text=True, timeout=900)
+    done = run_guarded([sys.executable, "-c", DRIVER, str(BROKEN), *EXAMPLES, "end"],
+                       cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -14,7 +14,6 @@ import ast
 import builtins
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 import torch
 from linnet.torch import load
 from linnet.torch.kernels import launch
+from support import run_guarded
 
 HERE = Path(__file__).parent
 INTERPRETED = HERE / "kernels_interpreted.py"
@@ -29,9 +29,8 @@ INTERPRETED = HERE / "kernels_interpreted.py"
 
 def test_the_interpreted_cases():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", "no:logging", str(INTERPRETED)], env=env, cwd=HERE.parent,
-                          capture_output=True, text=True, timeout=900)
+    done = run_guarded([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-p", "no:logging", str(INTERPRETED)], env=env, cwd=HERE.parent)
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
     # Every case ran and passed: none skipped, none lost.
     tree = ast.parse(INTERPRETED.read_text())

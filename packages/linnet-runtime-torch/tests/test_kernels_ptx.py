@@ -5,11 +5,11 @@ there is no prefetch, and flash-decoding's products of bf16 tiles are tensor-cor
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import run_guarded
 
 pytest.importorskip("triton")
 HERE = Path(__file__).parent
@@ -18,8 +18,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="module")
 def compiled():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(HERE / "kernels_ptx.py")], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = run_guarded([sys.executable, str(HERE / "kernels_ptx.py")], env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     if "skip" in found:  # Triton's own copy kernel does not compile for sm_90 here
