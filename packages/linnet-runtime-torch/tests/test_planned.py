@@ -569,6 +569,10 @@ def test_a_prefill_plan_and_a_decode_plan_share_one_context(model, weights):
     torch.testing.assert_close(got[0], want[0, -1], rtol=1e-5, atol=1e-5)
 
 
+def plan_took_nothing(plan) -> bool:
+    return not any(c.status == "taken" for c in plan.candidates)
+
+
 @pytest.mark.gpu
 def test_a_gpu_plan_for_plan_run_is_timed_and_checked_whole():
     """On CUDA, with Linnet's kernels as candidates: a prefill plan for plan.run charges host
@@ -591,8 +595,19 @@ def test_a_gpu_plan_for_plan_run_is_timed_and_checked_whole():
         assert plan.whole_seconds is not None and all(s > 0 for s in plan.whole_seconds)
         assert "checked whole by plan.run" in plan.explain()
     got = plan.run([prompt], model.context_for(plan))[0]
-    want = load(LLAMA, weights=dict(weights), config=cfg, device="cuda").run("prefill", [prompt])
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    # numerics "fast" lets products round their inputs to TF32 (the generated source's too):
+    # on an H100 the fast generated source itself was 2.5e-4 from the exact one's logits
+    # (largest 0.65; issue 38 item 22), where this test asked 1e-4 of the plan. So the plan
+    # is held to the fast generated source it replaces, and both to the exact logits within
+    # TF32's rounding, as numerics fast's kernel checks are (10x f32's 1e-4).
+    from linnet.torch.planned import compare
+
+    fast = model.run("prefill", [prompt])
+    exact = load(LLAMA, weights=dict(weights), config=cfg, device="cuda").run("prefill", [prompt])
+    for a, b, tol in [(got, fast, 1e-4 if plan_took_nothing(plan) else 1e-3),
+                      (got, exact, 1e-3), (fast, exact, 1e-3)]:
+        _, why = compare(a, b, tol)
+        assert why is None, why
     step = Captured(plan, model.context_for(plan))  # a plan for plan.run captures too
     for _ in range(3):
         (again,) = step([prompt])
