@@ -171,3 +171,26 @@ model M {{
     x = torch.randn(3, 8)
     got = import_source(emit_torch(graph), "shift_case").run(x, {}, {})[0]
     torch.testing.assert_close(got, run_graph(graph, [x], {}, {})[0])
+
+
+def test_two_models_of_one_source_on_two_devices_run_side_by_side():
+    """Issue 38 item 19: the generated module kept DEVICE as a global that each model set,
+    and one module served every model of a source text, so a cpu model run after a meta one
+    made its tensors on meta ("Tensor on device meta is not on the expected device cpu").
+    The device is written into the text: a module per device."""
+    cfg = toy_config()
+    w = random_weights(LLAMA, cfg, seed=0)
+    i32 = lambda v: torch.tensor([v], dtype=torch.int32)  # noqa: E731
+    cpu = load(LLAMA, weights=w, config=cfg)
+    want = [cpu.run("decode", [i32(1), i32(p)]) for p in (0, 1)]
+    cpu = load(LLAMA, weights=w, config=cfg)
+    first = cpu.run("decode", [i32(1), i32(0)])
+    meta = load(LLAMA, weights={k: v.to("meta") for k, v in w.items()}, config=cfg,
+                device="meta")
+    for tokens in ([i32(1), i32(0)], [i32(1).to("meta"), i32(0).to("meta")]):
+        out = meta.run("decode", tokens)
+        assert out.device.type == "meta" and out.shape == want[0].shape
+    second = cpu.run("decode", [i32(1), i32(1)])
+    assert second.device.type == "cpu"
+    torch.testing.assert_close([first, second], want, rtol=0, atol=0)
+    assert cpu.module("decode", [i32(1), i32(0)]) is not meta.module("decode", [i32(1), i32(0)])

@@ -72,9 +72,8 @@ def lowered_grad(model: Model, entry: str, inputs: Sequence[torch.Tensor], wrt: 
     if not model.interpret:
         sources = {m.source.name: m.source.text for m in model.program.modules.values()}
         text = emit_torch(graph, sources, numerics=model.numerics,
-                          origin=model.program.root.source.name)
+                          origin=model.program.root.source.name, device=str(model.device))
         module = import_source(text, f"linnet_{graph.model.lower()}_{entry}_grad")
-        module.DEVICE = model.device  # type: ignore[attr-defined]
         lowered.module = module
         lowered.path = module.__file__ or ""
     cache[key] = lowered

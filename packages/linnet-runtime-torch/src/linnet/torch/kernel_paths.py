@@ -246,13 +246,10 @@ class KernelPaths:
                       for i, r in enumerate(chosen)]
             for r, sl in zip(chosen, slices):  # the call's arguments too (with_arguments)
                 sl.inputs += [v for v in r.inputs if v not in sl.inputs]
+            device = target.device or ("cuda" if target.kind == "cuda" else "cpu")
             text = emit_torch(view, self.sources, numerics="fast", origin=graph.model,
-                              slices=[slices], program=self.program)
+                              slices=[slices], program=self.program, device=str(device))
             module = import_source(text, f"linnet_plan_{self.label}")
-            if target.kind == "cuda":
-                import torch
-
-                module.DEVICE = torch.device(target.device or "cuda")  # type: ignore[attr-defined]
             meta = module.ENTRIES[graph.entry]["slices"]
             for i, r, sl, m in zip(members, chosen, slices, meta):
                 fn = getattr(module, m["function"])

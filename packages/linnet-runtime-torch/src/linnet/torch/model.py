@@ -211,9 +211,9 @@ class Model:
         if not self.interpret:
             sources = {m.source.name: m.source.text for m in self.program.modules.values()}
             text = emit_torch(graph, sources, numerics=self.numerics,
-                              origin=self.program.root.source.name, program=self.program)
+                              origin=self.program.root.source.name, program=self.program,
+                              device=str(self.device))
             module = import_source(text, f"linnet_{graph.model.lower()}_{entry}")
-            module.DEVICE = self.device  # type: ignore[attr-defined]
             lowered.module = module
             lowered.path = module.__file__ or ""
             if self.compile:

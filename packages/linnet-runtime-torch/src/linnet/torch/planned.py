@@ -588,9 +588,9 @@ class PlanBuilder:
         # Without the program, no kernel launches: a plan's generated source is the op
         # bodies, and a kernel runs only where its region (KernelPaths) measured faster.
         text = emit_torch(self.graph, self.sources, numerics=self.model.numerics,
-                          origin=self.model.program.root.source.name, slices=[slices])
+                          origin=self.model.program.root.source.name, slices=[slices],
+                          device=str(self.device))
         module = import_source(text, f"linnet_plan_{label}")
-        module.DEVICE = self.device  # type: ignore[attr-defined]
         return module
 
     def slice_items(self, module: Any, slices: list[Slice], compile: Any = None) -> list[Item]:

@@ -246,11 +246,10 @@ def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: to
 
     sources = {m.source.name: m.source.text for m in wrapper.modules.values()}
     text = emit_torch(graph, sources, numerics="fast", origin=wrapper.root.source.name,
-                      program=wrapper)
+                      program=wrapper, device=str(device))
     # Triton reads TRITON_INTERPRET when it decorates a kernel and again when it runs one.
     with triton_interpreter(device.type != "cuda"):
         module = import_source(text, "linnet_kernel_check")
-        module.DEVICE = device  # type: ignore[attr-defined]
         fn = getattr(module, module.ENTRIES[ENTRY].get("function", ENTRY))
         before = _launch_count(module)
         with _poisoned(module), torch.inference_mode():

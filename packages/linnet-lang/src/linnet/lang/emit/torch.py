@@ -663,6 +663,7 @@ def _is_std(loc: str) -> bool:
 class Options:
     numerics: str = "exact"
     fast: bool = True  # use FAST_CALLS where they apply
+    device: str = "cpu"  # the model's torch device, written into the module (DEVICE)
 
 
 def _internal(code: str, message: str, help: str = "") -> Exception:
@@ -1195,7 +1196,7 @@ class TorchEmitter:
             "import torch",
             "import torch.nn.functional as F",
             "",
-            "DEVICE = torch.device('cpu')  # the runtime sets this to the model's device",
+            f"DEVICE = torch.device({self.options.device!r})  # the model's: a module per device",
             "",
         ]
         return self.module_text(header, entries, origin)
@@ -1258,7 +1259,8 @@ class TorchEmitter:
 
 def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
                numerics: str = "exact", fast: bool = True, origin: str = "",
-               slices: list[list[Slice]] | None = None, program: Any = None) -> str:
+               slices: list[list[Slice]] | None = None, program: Any = None,
+               device: str = "cpu") -> str:
     """PyTorch source for one or more lowered entries of a model.
 
     With ``program`` (the :class:`~linnet.lang.Program` the graphs came from) and numerics
@@ -1268,6 +1270,10 @@ def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = Non
     The text always compiles: a rule that writes invalid Python is an internal error
     (E0910, naming the step and its source line) and so is a module that does not compile
     (E0911), never a file that fails when imported.
+
+    ``device`` is the torch device the module makes its tensors on (``DEVICE``, a constant
+    of the text): two models of one source on two devices import two modules, so neither
+    can move the other's (issue 38 item 19).
 
     >>> from linnet.lang import Program, lower
     >>> prog = Program.from_text('''
@@ -1279,6 +1285,6 @@ def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = Non
     if numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {NUMERICS}")
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
-    emitter = TorchEmitter(sources, Options(numerics, fast))
+    emitter = TorchEmitter(sources, Options(numerics, fast, str(device)))
     emitter.program = program
     return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"), slices)
