@@ -12,14 +12,22 @@ Every fenced block in docs/**/*.md tagged
                        (keep these rare too).
 
 Every relative link ``[text](path)`` or ``[text](path#anchor)`` must name an existing file, and
-an anchor into a Markdown file must name one of its headings.
+an anchor into a Markdown file must name one of its headings; a repository path in inline code
+(`` `benchmarks/gpu.sh` ``) must exist too.
+
+The site (`mkdocs build --strict`) builds without a line of output but mkdocs' own three
+progress lines; every Linnet block on it is highlighted by linnet-lang's Pygments lexer; the
+benchmark plots' legends cover no bar.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,3 +282,150 @@ def test_every_benchmark_plot_comes_from_its_table():
             for path, png in module.plots(page) if png.startswith(b"\x89PNG")]
     assert len(made) == sum(page.read_text().count("<!-- plot:")
                             for page in (DOCS / "benchmarks").glob("*.md")) >= 6
+
+
+# A path in inline code that names a file of the repository: its first part is one of the
+# repository's top-level folders, or one of the project's design-note folders (never in the
+# repository: issue 46 item 16 found two pages citing `shared/design/GPU.md`).
+CODE_PATH = re.compile(r"`([\w.-]+(?:/[\w.-]+)+/?)`")
+NOTES = {"shared", "design", "spec"}
+# An upper-case Markdown file named alone (`ARCHITECTURE.md`, `CHANGELOG.md`): it must be one
+# of the repository's, at the root or in a package or plugin.
+NOTE_FILE = re.compile(r"`([A-Z][A-Z_]*\.md)`")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_repository_paths_in_prose_exist(page: Path):
+    top = {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} | NOTES
+    homes = [ROOT, *ROOT.glob("packages/*"), *ROOT.glob("plugins/*")]
+    text = "\n".join(outside_fences(page))
+    missing = [m[1] for m in CODE_PATH.finditer(text)
+               if m[1].split("/")[0] in top and "XXXX" not in m[1] and not (ROOT / m[1]).exists()]
+    missing += [m[1] for m in NOTE_FILE.finditer(text)
+                if not any((home / m[1]).exists() for home in homes)]
+    assert not missing, (f"{page.relative_to(ROOT)} names files that are not in the repository: "
+                         f"{missing} (point at what exists, or say in place where it lives)")
+
+
+def linnet_lexer():
+    """The lexer Pygments finds for `linnet`, as pymdownx.highlight asks for it."""
+    from pygments.lexers import get_lexer_by_name
+
+    lexer = get_lexer_by_name("linnet")
+    assert type(lexer).__name__ == "LinnetLexer", "the pygments.lexers entry point `linnet`"
+    return lexer
+
+
+@pytest.mark.parametrize("block", LINNET + FRAGMENTS, ids=lambda b: b.id)
+def test_linnet_block_lexes_without_error_tokens(block: Block):
+    from pygments.token import Error
+
+    bad = [v for t, v in linnet_lexer().get_tokens(block.text) if t in Error]
+    assert not bad, f"{block.id}: the Linnet lexer marks {bad} as errors"
+
+
+def test_error_page_examples_are_fenced_and_fixed_ones_lex():
+    """The error pages' examples (indented in `linnet explain`'s text) are fenced with their
+    language for the site; a `Fixed:` Linnet example lexes without an Error token."""
+    from pygments.token import Error
+
+    lexer = linnet_lexer()
+    languages: dict[str, int] = {}
+    for path, text in hooks().error_pages().items():
+        fence = None
+        label = ""
+        for n, line in enumerate(text.splitlines()):
+            opening = FENCE.match(line)
+            if fence is None and opening:
+                fence, language, body = opening[1], opening[2], []
+                languages[language] = languages.get(language, 0) + 1
+                continue
+            if fence is not None:
+                if line.startswith(fence):
+                    fence = None
+                    if label == "Fixed:" and language == "linnet":
+                        bad = [v for t, v in lexer.get_tokens("\n".join(body)) if t in Error]
+                        assert not bad, f"{path}: the Fixed: example lexes with errors {bad}"
+                else:
+                    body.append(line)
+                continue
+            assert not (line.startswith("    ") and line.strip()), \
+                f"{path}:{n + 1}: an indented example left unfenced"
+            if line.strip():
+                label = line.strip()
+    assert languages.get("linnet", 0) >= 200 and {"console", "pycon"} <= set(languages)
+
+
+LIFECYCLE = re.compile(r"INFO +- +(Cleaning site directory|Building documentation to directory: "
+                       r".*|Documentation built in [0-9.]+ seconds)$")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`mkdocs build --strict` as scripts/check runs it (without --quiet), into a folder."""
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    return out, done
+
+
+def test_site_builds_without_info_or_warning_lines(site):
+    """Every line the build prints is a problem to fix (issue 46 item 16: 317 INFO lines, the
+    error pages missing from the nav, hid any new one), but mkdocs' three progress lines."""
+    _, done = site
+    lines = (done.stdout + done.stderr).splitlines()
+    noise = [line for line in lines if line.strip() and not LIFECYCLE.match(line)]
+    assert done.returncode == 0 and not noise, "\n".join(lines[-60:])
+
+
+HIGHLIGHT = re.compile(r'<div class="language-(linnet(?:-error|-fragment)?) highlight">'
+                       r"(.*?)</code></pre></div>", re.DOTALL)
+KEYWORD = re.compile(r'<span class="k[dnt]?">')
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if any(
+    b.tag.startswith("linnet") for b in fenced_blocks(p))], ids=lambda p: str(p.relative_to(DOCS)))
+def test_site_highlights_every_linnet_block(site, page: Path):
+    """On the built page each ```linnet (-error, -fragment) block, in order, is highlighted
+    by the Linnet lexer (keywords are spans), and a ```linnet block has no error token."""
+    out, done = site
+    assert done.returncode == 0, done.stderr[-3000:]
+    html = (out / page.relative_to(DOCS).with_suffix(".html")).read_text(encoding="utf-8")
+    blocks = [b for b in fenced_blocks(page) if b.tag.startswith("linnet")]
+    shown = HIGHLIGHT.findall(html)
+    assert [tag for tag, _ in shown] == [b.tag for b in blocks]
+    for block, (tag, code) in zip(blocks, shown):
+        assert KEYWORD.search(code), f"{block.id}: not highlighted as Linnet"
+        assert tag == "linnet-error" or 'class="err"' not in code, f"{block.id}: error tokens"
+
+
+def test_error_pages_on_the_site_highlight_their_examples(site):
+    out, done = site
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = (out / "errors" / "E0301.html").read_text(encoding="utf-8")
+    assert len(HIGHLIGHT.findall(page)) == 2 and KEYWORD.search(page)
+
+
+def test_benchmark_plot_legends_cover_no_bar():
+    """Each plot's legend lies inside the picture and over none of its bars (issue 46 item 16:
+    the planner plot's legend covered the longest bars)."""
+    from matplotlib import pyplot
+
+    checked = 0
+    for page in sorted((DOCS / "benchmarks").glob("*.md")):
+        for path, chart in hooks().figures(page):
+            chart.canvas.draw()
+            renderer = chart.canvas.get_renderer()
+            legends = [*chart.legends, *(a.get_legend() for a in chart.axes if a.get_legend())]
+            bars = [bar.get_window_extent(renderer) for a in chart.axes for bar in a.patches]
+            for legend in legends:
+                box = legend.get_window_extent(renderer)
+                assert chart.bbox.x0 <= box.x0 and box.x1 <= chart.bbox.x1 and \
+                    chart.bbox.y0 <= box.y0 and box.y1 <= chart.bbox.y1, f"{path}: legend cut off"
+                covered = [b for b in bars if box.overlaps(b) and b.width > 0]
+                assert not covered, f"{path}: the legend covers {len(covered)} bars"
+                checked += 1
+            pyplot.close(chart)
+    assert checked >= 4  # the plots with several columns have legends

@@ -2,7 +2,9 @@
 
 * `errors/index.md` and one `errors/EXXXX.md` per code, from
   `linnet.lang.diagnostics.codes.EXPLANATIONS` (the files `diagnostics/explanations/EXXXX.md`,
-  the text `linnet explain` prints), so the pages cannot go stale;
+  the text `linnet explain` prints), so the pages cannot go stale; their indented examples
+  are fenced as Linnet, a shell session or a Python session, to be highlighted (mkdocs.yml
+  lists the error pages in `not_in_nav`: errors/index.md links them);
 * benchmark plots: a table in docs/benchmarks/*.md right under
   `<!-- plot: TITLE | COLUMN; COLUMN | UNIT | LABEL COLUMN; ... -->` becomes a bar chart
   (matplotlib, PNG) of those columns' recorded figures, one bar group per row named by the
@@ -34,6 +36,41 @@ NUMBER = re.compile(r"^\**\s*(-?[0-9][0-9.,]*(?:e-?[0-9]+)?)")
 CODE = re.compile(r"^\| (E\d{4}) \|", re.MULTILINE)
 
 
+def example_language(lines: list[str]) -> str:
+    """The fence language of an explanation's example: a shell session, a Python session, a
+    remark in parentheses, or else Linnet source (a `Wrong:` one may not lex cleanly: E0002)."""
+    first = lines[0].lstrip()
+    if first.startswith("$ "):
+        return "console"
+    if first.startswith(">>> "):
+        return "pycon"
+    if len(lines) == 1 and first.startswith("(") and first.endswith(")"):
+        return "text"
+    return "linnet"
+
+
+def fenced_examples(body: str) -> str:
+    """``body`` with each indented code block (the form `linnet explain` prints) fenced with
+    its language, so that the site highlights the examples."""
+    lines = body.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("    ") and (not out or not out[-1].strip()):
+            j = i
+            while j < len(lines) and (lines[j].startswith("    ") or not lines[j].strip()):
+                j += 1
+            while not lines[j - 1].strip():  # trailing blank lines stay outside the fence
+                j -= 1
+            block = [line[4:] for line in lines[i:j]]
+            out += [f"```{example_language(block)}", *block, "```"]
+            i = j
+        else:
+            out.append(lines[i])
+            i += 1
+    return "\n".join(out)
+
+
 def error_pages() -> dict[str, str]:
     """Markdown for errors/index.md and errors/EXXXX.md, from the explanations."""
     from linnet.lang.diagnostics.codes import EXPLANATIONS
@@ -43,7 +80,7 @@ def error_pages() -> dict[str, str]:
     for code in sorted(EXPLANATIONS):
         summary, _, body = EXPLANATIONS[code].strip().partition("\n")
         pages[f"errors/{code}.md"] = (
-            f"# {code}: {summary.strip()}\n\n{body.strip()}\n\n"
+            f"# {code}: {summary.strip()}\n\n{fenced_examples(body.strip())}\n\n"
             f"`linnet explain {code}` prints this page. [All codes](index.md)\n")
         rows.append(f"| [{code}]({code}.md) | {summary.strip().replace('|', '/')} |")
     pages["errors/index.md"] = (
@@ -71,9 +108,10 @@ def number(cell: str) -> float | None:
     return None if match is None else float(match.group(1).replace(",", ""))
 
 
-def plot(title: str, columns: list[str], unit: str, label_columns: list[str],
-         rows: list[list[str]], where: str) -> bytes:
-    """A horizontal grouped bar chart of ``columns`` for each row of the table."""
+def figure(title: str, columns: list[str], unit: str, label_columns: list[str],
+           rows: list[list[str]], where: str) -> Any:
+    """A horizontal grouped bar chart of ``columns`` for each row of the table: a matplotlib
+    Figure, its legend (several columns) under the axes, never over the bars."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,7 +128,14 @@ def plot(title: str, columns: list[str], unit: str, label_columns: list[str],
     unplottable = [row[0] for row in body if all(number(row[i]) is None for i in index)]
     if len(unplottable) == len(body):
         raise PluginError(f"{where}: no number in columns {columns} of the table under it")
-    figure, axes = pyplot.subplots(figsize=(8, 0.3 * len(body) * len(columns) + 1.5))
+    # The legend takes rows of its own under the axes (a legend inside them covered the longest
+    # bars: issue 46), as many entries a row as fit the figure's width, rows balanced.
+    fit = max(1, min(len(columns), 110 // (max(len(c) for c in columns) + 8)))
+    legend_rows = 0 if len(columns) == 1 else -(-len(columns) // fit)
+    per_row = -(-len(columns) // max(legend_rows, 1))
+    figure, axes = pyplot.subplots(
+        figsize=(8, 0.3 * len(body) * len(columns) + 1.5 + 0.25 * legend_rows),
+        layout="constrained")
     height = 0.8 / len(columns)
     for k, (column, i) in enumerate(zip(columns, index)):
         values = [number(row[i]) if i < len(row) else None for row in body]
@@ -103,17 +148,23 @@ def plot(title: str, columns: list[str], unit: str, label_columns: list[str],
     if "log" in unit:
         axes.set_xscale("log")
     axes.set_title(title.strip(), fontsize=10)
-    if len(columns) > 1:
-        axes.legend(fontsize=8)
-    figure.tight_layout()
+    if legend_rows:
+        figure.legend(loc="outside lower center", ncols=per_row, fontsize=8, frameon=False)
+    return figure
+
+
+def png(chart: Any) -> bytes:
+    """A matplotlib Figure as PNG bytes (closed after)."""
+    from matplotlib import pyplot
+
     out = io.BytesIO()
-    figure.savefig(out, format="png", dpi=100, metadata={"Software": None})
-    pyplot.close(figure)
+    chart.savefig(out, format="png", dpi=100, metadata={"Software": None})
+    pyplot.close(chart)
     return out.getvalue()
 
 
-def plots(page: Path) -> list[tuple[str, bytes]]:
-    """(site path, PNG) for each plot comment of a benchmark page, in order."""
+def figures(page: Path) -> list[tuple[str, Any]]:
+    """(site path, matplotlib Figure) for each plot comment of a benchmark page, in order."""
     text = page.read_text(encoding="utf-8")
     found = []
     for n, match in enumerate(PLOT.finditer(text)):
@@ -122,8 +173,13 @@ def plots(page: Path) -> list[tuple[str, bytes]]:
         rows = table_after(text, match.end())
         where = f"{page.relative_to(ROOT)}:{text[:match.start()].count(chr(10)) + 1}"
         found.append((f"benchmarks/plots/{page.stem}-{n}.png",
-                      plot(match["title"], columns, match["unit"], labels, rows, where)))
+                      figure(match["title"], columns, match["unit"], labels, rows, where)))
     return found
+
+
+def plots(page: Path) -> list[tuple[str, bytes]]:
+    """(site path, PNG) for each plot comment of a benchmark page, in order."""
+    return [(path, png(chart)) for path, chart in figures(page)]
 
 
 def on_files(files: Files, config: Any) -> Files:
