@@ -352,7 +352,7 @@ def read_headers(weights: Any, program: Program, model_path: Path, config: dict[
     ckpt_config = None
     if ckpt.config_path is not None:
         ckpt_config = read_checkpoint_config(ckpt.config_path, model_path,
-                                             find_model(program, None).name)
+                                             find_model(program, None).name, program)
         if ckpt_config is not None:
             config = merge_config(config, ckpt_config)
     if convert is not None:

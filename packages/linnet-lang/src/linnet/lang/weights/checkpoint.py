@@ -78,6 +78,9 @@ class CheckpointConfig:
     sources: dict[str, str] = field(default_factory=dict)
     source: SourceFile | None = None
     name: str = "config.json"
+    # Where the mapping was inferred (no `<model>.hf.json`): (model decl, model file,
+    # config.json path), so that a weights mismatch says the inference was not exact.
+    inferred: tuple | None = None
 
     def span(self, key: str) -> Span | None:
         """Where ``key`` (dotted for nested keys) is written in config.json, if known."""
@@ -498,13 +501,15 @@ def contradiction(ckpt: CheckpointConfig, key: str, other: str) -> Diagnostic:
 
 
 def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
-                           model: str = "the model") -> CheckpointConfig | None:
+                           model: str = "the model", program: Any = None
+                           ) -> CheckpointConfig | None:
     """Read a checkpoint's config.json for the model in ``model_file`` through its mapping.
 
     A JSON object with neither ``model_type`` nor ``architectures`` is not a Hugging Face
-    config (a Linnet config someone named config.json, say): None. A checkpoint with a
-    config.json for a model without a mapping is E0670: its values (rope scaling, say)
-    would otherwise be silently ignored.
+    config (a Linnet config someone named config.json, say): None. For a model without a
+    mapping file, the mapping is inferred from ``program`` where it is exact (each key names
+    a config of the model: :mod:`.infer`); otherwise, or without ``program``, E0670: its
+    values (rope scaling, say) would otherwise be silently ignored.
 
     >>> cfg = read_checkpoint_config("Llama-3.2-1B/config.json",
     ...                              "examples/llama/llama.linnet")   # doctest: +SKIP
@@ -516,6 +521,15 @@ def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
     if "model_type" not in hf and "architectures" not in hf:
         return None
     mapping = read_mapping(model_file)
+    if mapping is None and program is not None:
+        from linnet.lang.check.driver import find_model
+        from linnet.lang.weights.infer import infer_mapping
+
+        decl = find_model(program, None)
+        mapping = infer_mapping(hf, decl, model_file, path)
+        out = checkpoint_config(hf, mapping, model, source, path.name)
+        out.inferred = (decl, model_file, path)
+        return out
     if mapping is None:
         raise LinnetError(Diagnostic(
             "E0670", f"the checkpoint has a config.json (`{path}`), but model `{model}` has "
@@ -576,6 +590,10 @@ def fit_checkpoint(program: Any, config: dict[str, Any], shapes: dict[str, tuple
         else:
             assert ckpt_config is not None
             check_dims(ckpt_config, graph.dims)  # raises E0658 naming key and value
+    if ckpt_config is not None and ckpt_config.inferred is not None:
+        from linnet.lang.weights.infer import weights_not_exact
+
+        diags = weights_not_exact(*ckpt_config.inferred, diags)
     if ckpt_config is not None and any(d.code in ("E0460", "E0603", "E0632") for d in diags):
         used = ", ".join(f"{ckpt_config.sources.get(k, k)} = {json.dumps(v)} ({k})"
                          for k, v in {**ckpt_config.values, **checks}.items()
