@@ -65,6 +65,37 @@ def error(code: str, message: str, help: str = "") -> LinnetError:
     return LinnetError(Diagnostic(code, message, help=help))
 
 
+def nonfinite_weight(name: str, nan: int, inf: int, first: Sequence[int]) -> Diagnostic:
+    """E0666: weight ``name`` holds ``nan`` NaN and ``inf`` infinite values, the first at
+    index ``first``; the runtimes' load-time check raises it.
+
+    >>> print(nonfinite_weight("lm_head.weight", 1, 0, [3, 7]).message)
+    weight `lm_head.weight` holds 1 NaN value (the first at [3, 7])
+    """
+    parts = [f"{n} {what} value{'s' if n != 1 else ''}"
+             for n, what in ((nan, "NaN"), (inf, "infinite")) if n]
+    return Diagnostic(
+        "E0666", f"weight `{name}` holds {' and '.join(parts)} (the first at {list(first)})",
+        help="one NaN or infinite weight makes every result NaN (greedy decoding then repeats "
+             "one token forever): the checkpoint is damaged, or was saved after training "
+             "diverged; save or download it again. To load it anyway (to inspect it), pass "
+             "check_finite=False")
+
+
+def check_finite_flag(value: Any) -> None:
+    """E0667 unless ``check_finite=`` is True or False (a typo must not mean either).
+
+    >>> check_finite_flag("no")
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0667]: check_finite must be True or False, not 'no'
+    """
+    if not isinstance(value, bool):
+        raise error("E0667", f"check_finite must be True or False, not {short(value)}",
+                    help="load(..., check_finite=False) skips the NaN check of the weights; "
+                         "leave it out to check them")
+
+
 def short(value: Any) -> str:
     """``repr(value)`` cut to 40 characters, for messages that show what was passed.
 
