@@ -486,27 +486,27 @@ def run_config(args: argparse.Namespace) -> tuple[Path, str | None, dict[str, An
     return model_path, config_name, config
 
 
-def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
-                    write: Callable[[Path], None], tag: str = "") -> Path:
+def demo_checkpoint(model: Path, config: dict[str, Any], seed: int) -> Path:
     """The demo's deterministic random checkpoint for ``model``, ``config`` and ``seed``
-    under $LINNET_HOME/demo, made once: ``write(path)`` writes the safetensors file (to a
-    temporary name, renamed into place). ``tag`` keeps runtimes whose random numbers differ
-    apart (``"jax"``).
+    under $LINNET_HOME/demo, made once (to a temporary name, renamed into place) by the one
+    generator every runtime shares (:mod:`linnet.lang.weights.demo`): `linnet run` and
+    `linnet run --runtime jax` load the same file and decode the same tokens.
 
-    >>> demo_checkpoint(Path("llama.linnet"), cfg, 0, write)   # doctest: +SKIP
+    >>> demo_checkpoint(Path("llama.linnet"), cfg, 0)   # doctest: +SKIP
     PosixPath('/home/me/.cache/linnet/demo/llama-3f2a....safetensors')
     """
     import hashlib
 
     from linnet.lang.home import linnet_home
+    from linnet.lang.weights.demo import GENERATOR, write_demo
 
-    key = hashlib.sha256(f"{tag}{model.read_text()}{sorted(config.items())}{seed}".encode())
-    name = f"{model.stem}-{tag + '-' if tag else ''}{key.hexdigest()[:12]}.safetensors"
-    path = linnet_home() / "demo" / name
+    key = hashlib.sha256(f"{GENERATOR}{model.read_text()}{sorted(config.items())}{seed}"
+                         .encode())
+    path = linnet_home() / "demo" / f"{model.stem}-{key.hexdigest()[:12]}.safetensors"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_suffix(".tmp")
-        write(tmp)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        write_demo(tmp, model, config, seed)
         tmp.replace(path)
     return path
 
