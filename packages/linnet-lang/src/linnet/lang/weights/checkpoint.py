@@ -297,9 +297,12 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
                 value
             out.sources[lname] = key
     rope_config(hf, mapping.get("rope", {}), model, name, out, diag, reported)
-    ranges = {**PRETRAINED_CONFIG_RANGES, **mapping.get("ranges", {})}
-    range_errors(lambda k: _value(hf, k), ranges, lambda k: _value(hf, k), "", model, name,
-                 diag, reported)
+    ranges = {**mapping.get("ranges", {}), **{k: v for k, v in PRETRAINED_CONFIG_RANGES.items()
+                                              if k not in mapping.get("ranges", {})}}
+    # A bound naming a key reported already (a vocab_size of 0) is not checked against.
+    range_errors(lambda k: _value(hf, k), ranges,
+                 lambda k: None if k in reported else _value(hf, k), "", model, name, diag,
+                 reported)
     if diags:
         raise LinnetError(diags)
     return out
@@ -412,10 +415,14 @@ def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConf
         # The rope parameters' own ranges (`factor` >= 1...); bounds name other parameters
         # (`low_freq_factor` below `high_freq_factor`) or top-level keys.
         def bound(k: str) -> Any:
+            if f"{key}.{k}" in seen or k in seen:
+                return None
             return params[k] if params.get(k) is not None else _value(hf, k)
 
+        seen = reported if reported is not None else set()
+
         range_errors(lambda k: params.get(k), rope.get("ranges", {}), bound, f"{key}.", model,
-                     name, diag, reported if reported is not None else set())
+                     name, diag, seen)
 
 
 def _first(hf: dict, keys: list[str]) -> tuple[str, Any]:

@@ -72,7 +72,7 @@ def infer_mapping(hf: dict, decl: Any, model_file: str | Path, config_path: str 
         raise LinnetError(not_exact(
             decl, model_file, config_path, f"config.json key{'s' if many else ''} "
             f"{_names(unmatched)} name{'' if many else 's'} no config of the model (its "
-            f"configs: {_names(sorted(dims | set(configs)))})"))
+            f"configs: {_names(sorted(dims | set(configs)), 40)})"))
     return mapping
 
 
@@ -105,7 +105,8 @@ def weights_not_exact(decl: Any, model_file: str | Path, config_path: str | Path
                       f"({shown})"), *diags]
 
 
-def _names(keys: list[str]) -> str:
-    shown = ", ".join(f"`{k}`" for k in keys[:8])
-    return shown + (f" and {len(keys) - 8} more" if len(keys) > 8 else "") if keys else "none"
+def _names(keys: list[str], limit: int = 12) -> str:
+    shown = ", ".join(f"`{k}`" for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "") if keys \
+        else "none"
 
