@@ -88,7 +88,7 @@ def check_finite_flag(value: Any) -> None:
     >>> check_finite_flag("no")
     Traceback (most recent call last):
     ...
-    linnet.lang.diagnostics.core.LinnetError: error[E0667]: check_finite must be True or False, not 'no'
+    linnet.lang.diagnostics.core.LinnetError: error[E0667]: check_finite must be True or False, not 'no'...
     """
     if not isinstance(value, bool):
         raise error("E0667", f"check_finite must be True or False, not {short(value)}",

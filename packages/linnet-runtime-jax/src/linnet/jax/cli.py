@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import time
 from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 
 from linnet.lang import LinnetError, hosting

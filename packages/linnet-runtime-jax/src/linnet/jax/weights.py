@@ -155,7 +155,7 @@ def _all_finite(a: np.ndarray) -> bool:
     mask_value = 0x7F80 if a.dtype.name == "bfloat16" else _EXPONENT[a.dtype.itemsize]
     uint = _UINT[a.dtype.itemsize]
     bits = np.ascontiguousarray(a).reshape(-1).view(uint)
-    mask = uint(mask_value)
+    mask: Any = uint(mask_value)
     buf = np.empty(min(_CHUNK, bits.size), uint)
     for i in range(0, bits.size, _CHUNK):
         part = bits[i:i + _CHUNK]

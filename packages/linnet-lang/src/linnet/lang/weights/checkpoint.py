@@ -80,7 +80,7 @@ class CheckpointConfig:
     name: str = "config.json"
     # Where the mapping was inferred (no `<model>.hf.json`): (model decl, model file,
     # config.json path), so that a weights mismatch says the inference was not exact.
-    inferred: tuple | None = None
+    inferred: tuple[Any, str | Path, Path] | None = None
 
     def span(self, key: str) -> Span | None:
         """Where ``key`` (dotted for nested keys) is written in config.json, if known."""

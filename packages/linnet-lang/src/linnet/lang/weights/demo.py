@@ -36,7 +36,6 @@ def demo_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,
     [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     """
     import numpy as np
-
     from linnet.lang.hosting import parameter_types
 
     rng = np.random.default_rng(seed)

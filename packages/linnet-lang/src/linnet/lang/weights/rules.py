@@ -167,7 +167,8 @@ def parse_rule(text: Any) -> Rule:
 def rule_problems(mapping: dict) -> list[str]:
     """What is wrong with a mapping's ``ranges`` and ``rope.ranges`` (for E0653)."""
     problems = []
-    rope = mapping.get("rope") if isinstance(mapping.get("rope"), dict) else {}
+    found = mapping.get("rope")
+    rope: dict = found if isinstance(found, dict) else {}
     for where, table in (("ranges", mapping.get("ranges")), ("rope.ranges", rope.get("ranges"))):
         if table is None:
             continue
