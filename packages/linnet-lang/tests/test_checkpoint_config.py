@@ -196,7 +196,7 @@ def test_any_index_or_header_is_read_or_a_coded_error(tmp_path, index, header):
     try:
         checkpoint_shapes(resolve_checkpoint(tmp_path))
     except LinnetError as err:
-        assert all(d.code in ("E0634", "E0635", "E0636", "E0637", "E0650", "E0651")
+        assert all(d.code in ("E0634", "E0635", "E0636", "E0637", "E0650", "E0651", "E0723")
                    for d in err.diagnostics)
 
 

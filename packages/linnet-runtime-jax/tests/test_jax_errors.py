@@ -165,3 +165,81 @@ def test_an_export_to_a_missing_folder_or_a_folder_is_E0800(model, tmp_path):
         with pytest.raises(LinnetError) as err:
             call("decode", [token, pos], tmp_path)
         assert code(err) == "E0800" and "is a folder" in err.value.diagnostics[0].message
+
+
+# ---------------------------------------------------------------- issue 38: items 8, 16, 20
+@pytest.fixture(scope="module")
+def nan_weights(tmp_path_factory):
+    w = random_weights(LLAMA, toy_config())
+    w["model.layers.1.mlp.down_proj.weight"][3, 7] = np.nan
+    w["lm_head.weight"][0, 5] = np.inf
+    path = tmp_path_factory.mktemp("nan") / "model.safetensors"
+    save_safetensors(w, str(path))
+    return path, w
+
+
+def test_a_nan_weight_is_E0666_at_load(nan_weights):
+    """Item 8: a NaN weight made greedy decoding repeat one token forever."""
+    path, w = nan_weights
+    want = [("E0666", "weight `lm_head.weight` holds 1 infinite value (the first at [0, 5])"),
+            ("E0666", "weight `model.layers.1.mlp.down_proj.weight` holds 1 NaN value (the "
+                      "first at [3, 7])")]
+    for call in (lambda: load(LLAMA, weights=path, config="toy"),
+                 lambda: load(LLAMA, weights=w, config="toy"),
+                 lambda: load_function(LLAMA, "decode", weights=path, config="toy")):
+        with pytest.raises(LinnetError) as exc:
+            call()
+        assert sorted((d.code, d.message) for d in exc.value.diagnostics) == want
+    model = load(LLAMA, weights=path, config="toy", check_finite=False)
+    assert np.isnan(np.asarray(model.params["model.layers.1.mlp.down_proj.weight"])).sum() == 1
+    with pytest.raises(LinnetError) as exc:
+        load(LLAMA, weights=path, config="toy", check_finite="no")
+    assert code(exc) == "E0667"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_the_finite_check_by_dtype(dtype):
+    """16-bit floats by their exponent bits, wider ones by their sum (f64 where it
+    overflows): a NaN or infinity anywhere is found, finite values never flagged."""
+    import ml_dtypes
+    from linnet.jax.weights import check_finite_weights
+
+    kind = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    big = np.full((3, 5_000_001), 60000.0, np.float32).astype(kind)  # over 4M: two chunks
+    check_finite_weights({"w": big})
+    for value in (np.nan, np.inf, -np.inf):
+        bad = big.copy()
+        bad[2, 5_000_000] = value
+        with pytest.raises(LinnetError) as exc:
+            check_finite_weights({"w": bad})
+        assert "[2, 5000000]" in exc.value.diagnostics[0].message
+
+
+def test_a_float8_checkpoint_is_unsupported_not_corrupt(tmp_path, weights):
+    """Item 16: a valid float8 file was E0650 (corrupt); it is E0723 (unsupported)."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(weights))
+    tensors["lm_head.weight"] = tensors["lm_head.weight"].to(torch.float8_e4m3fn)
+    path = tmp_path / "fp8.safetensors"
+    save_file(tensors, str(path))
+    with pytest.raises(LinnetError) as exc:
+        load(LLAMA, weights=path, config="toy")
+    assert code(exc) == "E0723" and "F8_E4M3" in exc.value.diagnostics[0].message
+
+
+def test_both_runtimes_run_one_demo_checkpoint(capsys, linnet_home):
+    """Item 20: `linnet run` and `linnet run --runtime jax` load the same demo file and
+    decode the same tokens."""
+    pytest.importorskip("linnet.torch")
+
+    def tokens(runtime: str) -> str:
+        assert main(["run", "--runtime", runtime, "--tokens", "6", "--prompt", "5,6,7"]) == 0
+        out = capsys.readouterr().out
+        return next(line for line in out.splitlines() if line.startswith("decoded"))
+
+    jax_tokens = tokens("jax")
+    made = sorted((linnet_home / "demo").iterdir())
+    assert tokens("torch") == jax_tokens
+    assert sorted((linnet_home / "demo").iterdir()) == made and len(made) == 1

@@ -393,7 +393,9 @@ def test_bad_values_in_config_json(checkpoints, tmp_path, value):
     (path / "config.json").write_text(text)
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
-    assert {d.code for d in err.value.diagnostics} <= {"E0671", "E0613", "E0603", "E0658"}
+    # -4 is out of num_attention_heads's range ([1, 4096], E0665), caught before lowering.
+    assert {d.code for d in err.value.diagnostics} <= {"E0671", "E0665", "E0613", "E0603",
+                                                       "E0658"}
 
 
 def test_a_config_json_that_is_not_a_hugging_face_one_is_not_read(tmp_path):
@@ -511,3 +513,142 @@ def test_random_weights_take_a_config_that_sets_the_batch():
     one = random_weights(LLAMA, toy_config(B=1), seed=1)
     assert eight.keys() == one.keys()
     assert all(torch.equal(eight[k], one[k]) for k in eight)
+
+
+# ---------------------------------------------------------------- issue 38: items 7, 8, 16, 18
+
+
+def test_an_out_of_range_value_in_config_json_is_E0665_not_nan_logits(checkpoints, tmp_path):
+    """Item 7: `rms_norm_eps: -1` gave NaN logits and a zero rope theta other logits."""
+    path = copy(checkpoints[1]["default"][0], tmp_path / "ckpt")
+    edit_config(path, rms_norm_eps=-1,
+                rope_parameters={"rope_type": "default", "rope_theta": 0.0})
+    with pytest.raises(LinnetError) as err:
+        load(LLAMA, weights=path)
+    messages = sorted((d.code, d.message) for d in err.value.diagnostics)
+    assert messages == [
+        ("E0665", "config.json's `rms_norm_eps` is -1, outside its valid range (0, 1]"),
+        ("E0665", "config.json's `rope_parameters.rope_theta` is 0.0, outside its valid range "
+                  "(0, 1e12]")]
+
+
+@pytest.fixture(scope="module")
+def nan_checkpoint(tmp_path_factory):
+    from linnet.torch import random_weights
+
+    weights = random_weights(LLAMA, toy_config(), seed=0)
+    weights["model.layers.1.mlp.down_proj.weight"][3, 7] = float("nan")
+    weights["lm_head.weight"][0, 5] = float("-inf")
+    path = tmp_path_factory.mktemp("nan") / "model.safetensors"
+    save_file(weights, str(path))
+    return path, weights
+
+
+def test_a_nan_weight_is_E0666_at_load(nan_checkpoint):
+    """Item 8: a NaN weight made greedy generate repeat one token forever."""
+    path, weights = nan_checkpoint
+    for given in (path, weights):
+        with pytest.raises(LinnetError) as err:
+            load(LLAMA, weights=given, config=toy_config())
+        assert [(d.code, d.message) for d in err.value.diagnostics] == [
+            ("E0666", "weight `lm_head.weight` holds 1 infinite value (the first at [0, 5])"),
+            ("E0666", "weight `model.layers.1.mlp.down_proj.weight` holds 1 NaN value (the "
+                      "first at [3, 7])")]
+        assert "check_finite=False" in err.value.diagnostics[0].help
+    with pytest.raises(LinnetError) as err:
+        load(LLAMA, weights=path, config={k: v for k, v in toy_config().items() if k != "T"},
+             dtype="bf16")
+    assert {d.code for d in err.value.diagnostics} == {"E0666"}
+
+
+def test_check_finite_false_loads_a_damaged_checkpoint(nan_checkpoint):
+    path, _ = nan_checkpoint
+    model = load(LLAMA, weights=path, config=toy_config(), check_finite=False)
+    assert torch.isnan(model.params["model.layers.1.mlp.down_proj.weight"]).sum() == 1
+    for bad in ("no", 0, None):
+        with pytest.raises(LinnetError) as err:
+            load(LLAMA, weights=path, config=toy_config(), check_finite=bad)
+        assert err.value.diagnostics[0].code == "E0667"
+
+
+def test_finite_weights_whose_sum_overflows_are_not_flagged():
+    """The check sums each tensor: a sum past f32's range is not a NaN (f64 decides)."""
+    from linnet.torch import random_weights
+    from linnet.torch.weights import check_finite_weights
+
+    weights = random_weights(LLAMA, toy_config(), seed=0)
+    weights["model.norm.weight"].fill_(3e38)
+    check_finite_weights(weights)
+    load(LLAMA, weights=weights, config=toy_config())
+    half = {"w": torch.full((100_000,), 60000.0, dtype=torch.float16)}  # sums to inf in f16
+    check_finite_weights(half)
+    half["w"][-1] = float("nan")
+    with pytest.raises(LinnetError):
+        check_finite_weights(half)
+
+
+def test_a_float8_checkpoint_is_unsupported_not_corrupt(tmp_path):
+    """Item 16: a valid fp8 safetensors file was reported as corrupt (E0650)."""
+    from linnet.torch import random_weights
+
+    weights = random_weights(LLAMA, toy_config(), seed=0)
+    weights["model.layers.0.mlp.up_proj.weight"] = \
+        weights["model.layers.0.mlp.up_proj.weight"].to(torch.float8_e4m3fn)
+    weights["model.layers.1.mlp.up_proj.weight"] = \
+        weights["model.layers.1.mlp.up_proj.weight"].to(torch.float8_e5m2)
+    path = tmp_path / "fp8.safetensors"
+    save_file(weights, str(path))
+    with pytest.raises(LinnetError) as err:
+        load(LLAMA, weights=path, config=toy_config())
+    got = sorted((d.code, d.message.split(" (")[0]) for d in err.value.diagnostics)
+    assert got == [("E0723", f"`{path}` holds 1 tensor of dtype F8_E4M3"),
+                   ("E0723", f"`{path}` holds 1 tensor of dtype F8_E5M2")]
+    with pytest.raises(LinnetError) as err:
+        load(LLAMA, weights={k: v for k, v in weights.items()}, config=toy_config())
+    assert err.value.diagnostics[0].code == "E0723"
+
+
+TINY = """\
+use std.nn.linear::{Linear}
+
+pub model Tiny<vocab_size: Dim, hidden_size: Dim, B: Dim, T: DType> {
+    config scale: f32 = 1.0
+    param embed: Tensor[vocab_size, hidden_size; T]
+    block head: Linear<hidden_size, vocab_size, T>
+
+    entry forward(tokens: Tensor[B; i32]) -> Tensor[B, vocab_size; f32] {
+        let h[b, d] = self.embed[tokens[b], d] * scale
+        return self.head(h) as f32
+    }
+}
+"""
+
+
+def test_a_users_model_named_as_its_checkpoint_needs_no_mapping_file(tmp_path):
+    """Item 18: the mapping is inferred where every config.json key names a config of the
+    model and every parameter path a tensor of its shape; E0670 says what did not match."""
+    model_file = tmp_path / "tiny.linnet"
+    model_file.write_text(TINY)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    torch.manual_seed(0)
+    embed, head = torch.randn(16, 8), torch.randn(16, 8)
+    save_file({"embed": embed, "head.weight": head}, str(ckpt / "model.safetensors"))
+    config = {"architectures": ["TinyForCausalLM"], "model_type": "tiny", "vocab_size": 16,
+              "hidden_size": 8, "scale": 0.5, "torch_dtype": "float32",
+              "_name_or_path": "me/tiny", "transformers_version": "4.46.0"}
+    (ckpt / "config.json").write_text(json.dumps(config))
+    model = load(model_file, weights=ckpt, config={"T": "f32"})
+    tokens = torch.tensor([1, 2], dtype=torch.int32)
+    assert torch.allclose(model.forward(tokens), (embed[[1, 2]] * 0.5) @ head.T)
+    (ckpt / "config.json").write_text(json.dumps({**config, "num_attention_heads": 4}))
+    with pytest.raises(LinnetError) as err:
+        load(model_file, weights=ckpt, config={"T": "f32"})
+    d = err.value.diagnostics[0]
+    assert d.code == "E0670" and "`num_attention_heads` names no config" in d.message
+    (ckpt / "config.json").write_text(json.dumps(config))
+    save_file({"embed": embed, "lm_head.weight": head}, str(ckpt / "model.safetensors"))
+    with pytest.raises(LinnetError) as err:
+        load(model_file, weights=ckpt, config={"T": "f32"})
+    assert [d.code for d in err.value.diagnostics] == ["E0670", "E0630", "E0631"]
+    assert "weight `head.weight` is missing" in err.value.diagnostics[0].message

@@ -7,6 +7,7 @@ the fast calls its blocks allow (F.linear, SDPA, F.rms_norm, F.embedding...)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,53 @@ def test_an_unknown_std_model_is_coded():
         load("std.models.lama")
     d = info.value.diagnostics[0]
     assert d.code == "E0211" and "did you mean `std.models.llama`" in d.help
+
+
+# What transformers 4.x's `PretrainedConfig.__init__` set on every config (and so wrote into
+# every config.json saved with `use_diff=False`, or re-saved from the hub): transformers 5
+# keeps fewer, so they are written here as 4.x wrote them, with their defaults.
+LEGACY_4X = {
+    "return_dict": True, "output_hidden_states": False, "output_attentions": False,
+    "torchscript": False, "torch_dtype": "float32", "use_bfloat16": False,
+    "tf_legacy_loss": False, "pruned_heads": {}, "chunk_size_feed_forward": 0,
+    "is_encoder_decoder": False, "is_decoder": False, "cross_attention_hidden_size": None,
+    "add_cross_attention": False, "tie_encoder_decoder": False, "max_length": 20,
+    "min_length": 0, "do_sample": False, "early_stopping": False, "num_beams": 1,
+    "num_beam_groups": 1, "diversity_penalty": 0.0, "temperature": 1.0, "top_k": 50,
+    "top_p": 1.0, "typical_p": 1.0, "repetition_penalty": 1.0, "length_penalty": 1.0,
+    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None,
+    "num_return_sequences": 1, "output_scores": False, "return_dict_in_generate": False,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "remove_invalid_values": False,
+    "exponential_decay_length_penalty": None, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "finetuning_task": None, "tokenizer_class": None,
+    "prefix": None, "sep_token_id": None, "decoder_start_token_id": None,
+    "task_specific_params": None, "problem_type": None, "_commit_hash": "0123abcd",
+    "_attn_implementation_autoset": True, "transformers_version": "4.46.0",
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_save_pretrained_directory_with_transformers_metadata_loads(checkpoints, name,
+                                                                      tmp_path):
+    """Item 17: a real `save_pretrained` directory whose config.json carries everything
+    transformers writes for the family (`to_dict()`, not only the differences), what 4.x
+    wrote, a hub model's `_model_name_or_path` and an `unk_token_id` loads with no
+    config= and computes what transformers computes."""
+    import copy as copying
+    import shutil
+
+    prompt, ckpts = checkpoints
+    path, hf_logits, _, hf_model = ckpts[name]
+    copy = tmp_path / name
+    shutil.copytree(path, copy)
+    config = copying.deepcopy(hf_model.config)
+    config._model_name_or_path = f"org/{name}"
+    config.unk_token_id = 0
+    config.save_pretrained(copy)
+    load(f"std.models.{name}", weights=copy, config={"S": 64})  # as transformers 5 saves it
+    full = json.loads(config.to_json_string(use_diff=False))
+    assert "_model_name_or_path" in full and "unk_token_id" in full
+    (copy / "config.json").write_text(json.dumps({**LEGACY_4X, **full}, indent=2))
+    model = load(f"std.models.{name}", weights=copy, config={"S": 64})
+    logits = model.prefill(prompt.to(torch.int32))
+    assert (logits - hf_logits).abs().max().item() < TOLERANCE

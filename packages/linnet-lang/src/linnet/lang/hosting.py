@@ -65,6 +65,37 @@ def error(code: str, message: str, help: str = "") -> LinnetError:
     return LinnetError(Diagnostic(code, message, help=help))
 
 
+def nonfinite_weight(name: str, nan: int, inf: int, first: Sequence[int]) -> Diagnostic:
+    """E0666: weight ``name`` holds ``nan`` NaN and ``inf`` infinite values, the first at
+    index ``first``; the runtimes' load-time check raises it.
+
+    >>> print(nonfinite_weight("lm_head.weight", 1, 0, [3, 7]).message)
+    weight `lm_head.weight` holds 1 NaN value (the first at [3, 7])
+    """
+    parts = [f"{n} {what} value{'s' if n != 1 else ''}"
+             for n, what in ((nan, "NaN"), (inf, "infinite")) if n]
+    return Diagnostic(
+        "E0666", f"weight `{name}` holds {' and '.join(parts)} (the first at {list(first)})",
+        help="one NaN or infinite weight makes every result NaN (greedy decoding then repeats "
+             "one token forever): the checkpoint is damaged, or was saved after training "
+             "diverged; save or download it again. To load it anyway (to inspect it), pass "
+             "check_finite=False")
+
+
+def check_finite_flag(value: Any) -> None:
+    """E0667 unless ``check_finite=`` is True or False (a typo must not mean either).
+
+    >>> check_finite_flag("no")
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0667]: check_finite must be True or False, not 'no'...
+    """
+    if not isinstance(value, bool):
+        raise error("E0667", f"check_finite must be True or False, not {short(value)}",
+                    help="load(..., check_finite=False) skips the NaN check of the weights; "
+                         "leave it out to check them")
+
+
 def short(value: Any) -> str:
     """``repr(value)`` cut to 40 characters, for messages that show what was passed.
 
@@ -352,7 +383,7 @@ def read_headers(weights: Any, program: Program, model_path: Path, config: dict[
     ckpt_config = None
     if ckpt.config_path is not None:
         ckpt_config = read_checkpoint_config(ckpt.config_path, model_path,
-                                             find_model(program, None).name)
+                                             find_model(program, None).name, program)
         if ckpt_config is not None:
             config = merge_config(config, ckpt_config)
     if convert is not None:
@@ -455,27 +486,27 @@ def run_config(args: argparse.Namespace) -> tuple[Path, str | None, dict[str, An
     return model_path, config_name, config
 
 
-def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
-                    write: Callable[[Path], None], tag: str = "") -> Path:
+def demo_checkpoint(model: Path, config: dict[str, Any], seed: int) -> Path:
     """The demo's deterministic random checkpoint for ``model``, ``config`` and ``seed``
-    under $LINNET_HOME/demo, made once: ``write(path)`` writes the safetensors file (to a
-    temporary name, renamed into place). ``tag`` keeps runtimes whose random numbers differ
-    apart (``"jax"``).
+    under $LINNET_HOME/demo, made once (to a temporary name, renamed into place) by the one
+    generator every runtime shares (:mod:`linnet.lang.weights.demo`): `linnet run` and
+    `linnet run --runtime jax` load the same file and decode the same tokens.
 
-    >>> demo_checkpoint(Path("llama.linnet"), cfg, 0, write)   # doctest: +SKIP
+    >>> demo_checkpoint(Path("llama.linnet"), cfg, 0)   # doctest: +SKIP
     PosixPath('/home/me/.cache/linnet/demo/llama-3f2a....safetensors')
     """
     import hashlib
 
     from linnet.lang.home import linnet_home
+    from linnet.lang.weights.demo import GENERATOR, write_demo
 
-    key = hashlib.sha256(f"{tag}{model.read_text()}{sorted(config.items())}{seed}".encode())
-    name = f"{model.stem}-{tag + '-' if tag else ''}{key.hexdigest()[:12]}.safetensors"
-    path = linnet_home() / "demo" / name
+    key = hashlib.sha256(f"{GENERATOR}{model.read_text()}{sorted(config.items())}{seed}"
+                         .encode())
+    path = linnet_home() / "demo" / f"{model.stem}-{key.hexdigest()[:12]}.safetensors"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_suffix(".tmp")
-        write(tmp)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        write_demo(tmp, model, config, seed)
         tmp.replace(path)
     return path
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import time
 from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 
 from linnet.lang import LinnetError, hosting
@@ -60,18 +59,6 @@ def dispatch(args: argparse.Namespace, torch_run: Any) -> int:
     return int(torch_run(args))
 
 
-def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
-    """A deterministic random checkpoint for ``model`` and ``config`` under $LINNET_HOME
-    (NumPy's generator: not the torch runtime's demo numbers)."""
-    from .model import random_weights
-    from .weights import save_safetensors
-
-    def write(path: Path) -> None:
-        save_safetensors(random_weights(model, config, seed=seed), str(path))
-
-    return hosting.demo_checkpoint(model, config, seed, write, tag="jax")
-
-
 def run_command(args: argparse.Namespace) -> int:
     """`linnet run --runtime jax`: load, prefill the prompt, decode greedily, with timings."""
     if args.compile or args.interpret or getattr(args, "nproc", 1) > 1:
@@ -92,7 +79,7 @@ def run_command(args: argparse.Namespace) -> int:
     weights = args.weights
     if weights is None:
         hosting.announce_demo(model_path, config_name, args.seed)
-        weights = demo_checkpoint(model_path, config, args.seed)
+        weights = hosting.demo_checkpoint(model_path, config, args.seed)
     parsed = hosting.run_tokens(args, stop=False)
     if parsed is None:
         return 2

@@ -28,6 +28,7 @@ from linnet.lang.hosting import (  # noqa: F401
     bind_inputs,
     check_count,
     check_dtype_config,
+    check_finite_flag,
     check_numerics,
     check_weights_type,
     entry_method,
@@ -41,7 +42,7 @@ from linnet.lang.ir.bounds import check_static
 
 from .home import import_source
 from .inputs import check_inputs, is_array, type_error
-from .weights import load_checkpoint, numpy_dtype
+from .weights import check_finite_weights, load_checkpoint, numpy_dtype
 
 
 def resolve_device(device: Any) -> Any:
@@ -131,10 +132,11 @@ class Prepared:
 
 
 def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any,
-            read: bool = True) -> Prepared:
+            read: bool = True, check_finite: bool = True) -> Prepared:
     """Check the model, read its config and the checkpoint's headers; with ``read``, load
-    the parameters onto ``device``."""
+    the parameters onto ``device`` and (``check_finite``) check they hold no NaN (E0666)."""
     _check_weights_type(weights)
+    check_finite_flag(check_finite)
     convert = resolve_dtype(dtype)
     dev = resolve_device(device) if read else None
     program, model_path = load_program(path)
@@ -156,7 +158,9 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
     elif weights is not None:
         ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg, convert)
         if read:
-            params = load_checkpoint(ckpt, dev, convert)
+            params = load_checkpoint(ckpt, dev, convert, check_finite)
+    if isinstance(weights, dict) and read and check_finite:
+        check_finite_weights(weights)
     return Prepared(program, model_path, cfg, shapes, params, dev)
 
 
@@ -343,7 +347,8 @@ class Function:
 
 def load_function(path: str | Path, entry: str, weights: Any = None, config: Any = None,
                   device: Any = None, dtype: Any = None, numerics: str = "exact",
-                  fast: bool = True, check: bool = True) -> Function:
+                  fast: bool = True, check: bool = True, check_finite: bool = True
+                  ) -> Function:
     """Load ``entry`` of a `.linnet` model as a jitted pure function of ``(params, states,
     inputs)`` returning ``(outputs, new_states)``, states donated (updated in place on the
     device). Its ``params`` attribute holds the loaded weights and ``new_states(inputs)``
@@ -352,7 +357,8 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     ``path``, ``weights``, ``config``, ``device``, ``dtype`` and ``numerics`` are as for
     :func:`load` (``path`` may name a shipped model: ``std.models.gemma``);
     ``fast=False`` runs std ops' bodies instead of fused JAX calls; ``check=False`` skips
-    the input range checks (one small host copy per index input and call).
+    the input range checks (one small host copy per index input and call);
+    ``check_finite=False`` skips the load-time NaN check of the weights (E0666).
 
     >>> prefill = load_function("examples/llama/llama.linnet", "prefill",
     ...                         weights="model.safetensors", config="toy")   # doctest: +SKIP
@@ -361,7 +367,7 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     ...                                                                       # doctest: +SKIP
     """
     check_numerics(numerics)
-    prep = prepare(path, weights, config, dtype, device)
+    prep = prepare(path, weights, config, dtype, device, check_finite=check_finite)
     return Function(prep, entry, numerics, fast, check)
 
 
@@ -488,7 +494,8 @@ class Model:
 
 
 def load(path: str | Path, weights: Any = None, device: Any = None, numerics: str = "exact",
-         config: Any = None, dtype: Any = None, fast: bool = True) -> Model:
+         config: Any = None, dtype: Any = None, fast: bool = True,
+         check_finite: bool = True) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name
@@ -504,7 +511,10 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     (``"bf16"``) converts floating-point weights. ``device``: None (jax's default), ``"cpu"``,
     ``"gpu"``, ``"gpu:N"`` or a jax device. ``numerics``: ``"exact"`` (every product at
     ``Precision.HIGHEST``) or ``"fast"`` (the backend's default precision; accumulation
-    dtypes stay the model's).
+    dtypes stay the model's). Every floating-point weight is checked for NaN and infinite
+    values once, on the host as it is read (one sum, or for 16-bit floats one test of the
+    exponent bits, per tensor: no compilation); one is E0666, naming the tensor and its
+    first bad value; ``check_finite=False`` skips the check.
 
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/", dtype="bf16",
     ...              device="gpu")                                       # doctest: +SKIP
@@ -512,7 +522,8 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     >>> logits = model.prefill(jnp.asarray([[1, 2, 3]], jnp.int32))       # doctest: +SKIP
     """
     check_numerics(numerics)
-    return Model(prepare(path, weights, config, dtype, device), numerics, fast)
+    return Model(prepare(path, weights, config, dtype, device, check_finite=check_finite),
+                 numerics, fast)
 
 
 def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,

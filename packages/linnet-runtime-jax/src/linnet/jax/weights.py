@@ -15,12 +15,14 @@ from typing import Any
 
 import numpy as np
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.hosting import nonfinite_weight
 from linnet.lang.weights.safetensors import (
     SAFETENSORS_DTYPES,
     Checkpoint,
     checkpoint_shapes,
     resolve_checkpoint,
     safetensors_header,
+    shard_of,
 )
 
 
@@ -51,16 +53,19 @@ def load_safetensors(path: Any, device: Any = None, dtype: str | None = None) ->
     return load_checkpoint(ckpt, device, dtype)
 
 
-def load_checkpoint(ckpt: Checkpoint, device: Any = None,
-                    dtype: str | None = None) -> dict[str, Any]:
+def load_checkpoint(ckpt: Checkpoint, device: Any = None, dtype: str | None = None,
+                    check_finite: bool = False) -> dict[str, Any]:
     """The tensors of a checkpoint whose headers :func:`checkpoint_shapes` validated, each
-    read from a memory map of its shard straight to ``device``."""
+    read from a memory map of its shard straight to ``device``; with ``check_finite``, each
+    floating-point tensor is checked for NaN and infinite values on the way (E0666, every
+    such tensor of every shard in one error)."""
     import jax
 
     on_cpu = (device is None and jax.default_backend() == "cpu") or (
         device is not None and device.platform == "cpu")
     convert = numpy_dtype(dtype) if dtype is not None else None
     out: dict[str, Any] = {}
+    nonfinite: list[Diagnostic] = []
     for shard in ckpt.files:
         try:
             header, start = safetensors_header(shard)
@@ -76,6 +81,10 @@ def load_checkpoint(ckpt: Checkpoint, device: Any = None,
             lo, hi = info["data_offsets"]
             kind = numpy_dtype(SAFETENSORS_DTYPES[info["dtype"]])
             view = data[start + lo:start + hi].view(kind).reshape(info["shape"])
+            if check_finite:
+                bad = finite_diagnostic(name, view, {name: _shard(ckpt, shard)})
+                if bad is not None:
+                    nonfinite.append(bad)
             floating = view.dtype.kind == "f" or view.dtype.name == "bfloat16"
             if convert is not None and floating and view.dtype != convert:
                 view = view.astype(convert)  # a new array: it does not share the file's pages
@@ -83,7 +92,14 @@ def load_checkpoint(ckpt: Checkpoint, device: Any = None,
                 view = np.array(view, copy=True)
             out[name] = jax.device_put(view, device)
         del data
+    raise_nonfinite(nonfinite)
     return out
+
+
+def _shard(ckpt: Checkpoint, shard: Any) -> Any:
+    from linnet.lang.weights.safetensors import TensorInfo
+
+    return TensorInfo((), "", shard.name if len(ckpt.files) > 1 else "")
 
 
 def save_safetensors(tensors: dict[str, Any], path: str) -> None:
@@ -94,3 +110,73 @@ def save_safetensors(tensors: dict[str, Any], path: str) -> None:
     from safetensors.numpy import save_file
 
     save_file({k: np.ascontiguousarray(np.asarray(v)) for k, v in tensors.items()}, path)
+
+
+
+def check_finite_weights(params: dict[str, Any], shapes: dict[str, Any] | None = None) -> None:
+    """E0666 for each floating-point weight holding a NaN or an infinity (``shapes``, the
+    checkpoint's headers, name the shard each is in), as the torch runtime checks them.
+    Checked on the host (:func:`finite_diagnostic`): no compilation, and a checkpoint is
+    checked there as it is read (:func:`load_checkpoint`), before it reaches the device.
+
+    >>> check_finite_weights({"w": np.array([1.0, np.inf], np.float32)})
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0666]: weight `w` holds 1 infinite ...
+    """
+    diags = [d for k, v in params.items()
+             if (d := finite_diagnostic(k, np.asarray(v), shapes)) is not None]
+    raise_nonfinite(diags)
+
+
+def raise_nonfinite(diags: list[Diagnostic]) -> None:
+    """Raise the E0666 diagnostics, ten at most and a count of the rest."""
+    if diags:
+        raise LinnetError(diags[:10] + ([Diagnostic(
+            "E0666", f"... and {len(diags) - 10} more weights with NaN or infinite values")]
+            if len(diags) > 10 else []))
+
+
+# Exponent bits of each float: all set is an infinity or a NaN.
+_EXPONENT = {2: 0x7C00, 4: 0x7F800000, 8: 0x7FF0000000000000}
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+_CHUNK = 1 << 22
+
+
+def _all_finite(a: np.ndarray) -> bool:
+    """Whether host array ``a`` (a float) holds no NaN or infinity, cheaply: a 32- or
+    64-bit array is summed once (any NaN or infinity makes the sum non-finite; a finite sum
+    proves every value finite), and only where that overflows, or for 16-bit floats (which
+    NumPy sums slowly), the exponent bits are tested in chunks of 4M elements."""
+    if a.dtype.itemsize >= 4:
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(np.sum(a)):
+                return True
+    mask_value = 0x7F80 if a.dtype.name == "bfloat16" else _EXPONENT[a.dtype.itemsize]
+    uint = _UINT[a.dtype.itemsize]
+    bits = np.ascontiguousarray(a).reshape(-1).view(uint)
+    mask: Any = uint(mask_value)
+    buf = np.empty(min(_CHUNK, bits.size), uint)
+    for i in range(0, bits.size, _CHUNK):
+        part = bits[i:i + _CHUNK]
+        np.bitwise_and(part, mask, out=buf[:part.size])
+        if (buf[:part.size] == mask).any():
+            return False
+    return True
+
+
+def finite_diagnostic(name: str, a: np.ndarray, shapes: dict[str, Any] | None
+                      ) -> Diagnostic | None:
+    """E0666 for weight ``name`` (a host array) if it holds a NaN or an infinity, naming how
+    many and where the first is; None otherwise (and for integer arrays)."""
+    if not _floating(a.dtype) or not a.size or _all_finite(a):
+        return None
+    wide = a.astype(np.float64)
+    nan, inf = np.isnan(wide), np.isinf(wide)
+    first = np.argwhere(nan | inf)[0].tolist()
+    where = shard_of(shapes.get(name)) if shapes else ""
+    return nonfinite_weight(name + where, int(nan.sum()), int(inf.sum()), first)
+
+
+def _floating(dtype: Any) -> bool:
+    return np.dtype(dtype).kind == "f" or np.dtype(dtype).name == "bfloat16"

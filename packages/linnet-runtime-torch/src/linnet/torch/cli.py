@@ -29,19 +29,6 @@ def register_run(subparsers: Any) -> None:
     p.set_defaults(run=run_command)
 
 
-def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
-    """A deterministic random checkpoint for ``model`` and ``config`` under $LINNET_HOME."""
-    from safetensors.torch import save_file
-
-    from .model import random_weights
-
-    def write(path: Path) -> None:
-        weights = random_weights(model, config, seed=seed)
-        save_file({k: v.contiguous() for k, v in weights.items()}, str(path))
-
-    return hosting.demo_checkpoint(model, config, seed, write)
-
-
 def run_command(args: argparse.Namespace) -> int:
     import os
 
@@ -57,7 +44,7 @@ def run_command(args: argparse.Namespace) -> int:
     is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if weights is None:
         hosting.announce_demo(model_path, config_name, args.seed)
-        weights = demo_checkpoint(model_path, config, args.seed)
+        weights = hosting.demo_checkpoint(model_path, config, args.seed)
     if nproc > 1 and not is_rank:
         from .parallel import spawn
 

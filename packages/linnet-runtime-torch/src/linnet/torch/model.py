@@ -19,6 +19,7 @@ from linnet.lang.hosting import (  # noqa: F401
     bind_inputs,
     check_count,
     check_dtype_config,
+    check_finite_flag,
     check_numerics,
     check_weights_type,
     dtype_error,
@@ -533,7 +534,7 @@ def load(path: str | Path, weights: Any = None,
          numerics: str = "exact", config: dict[str, Any] | str | Path | None = None,
          interpret: bool = False, dtype: torch.dtype | str | None = None,
          progress: Callable[[str], None] | bool = False, grad: bool = False,
-         world: int | None = None) -> Model:
+         world: int | None = None, check_finite: bool = True) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name:
@@ -563,6 +564,11 @@ def load(path: str | Path, weights: Any = None,
     require grad and ``backward()`` through an entry's result reaches them; a kernel an op
     launches then differentiates through the op's `grad` clause, or its body run again.
 
+    Every floating-point weight is checked for NaN and infinite values once, on the device
+    (one sum per tensor: a few percent of the time reading it takes); one is E0666, naming
+    the tensor and where its first bad value is. ``check_finite=False`` skips the check (to
+    load a damaged checkpoint and inspect it).
+
     ``world=N`` (N > 1) loads this process's rank of the model split over N ranks of
     torch.distributed's default process group (tensor parallelism, docs/parallel.md): the
     group already initialised, or started here from torchrun's environment (NCCL on CUDA,
@@ -581,6 +587,7 @@ def load(path: str | Path, weights: Any = None,
     if not isinstance(grad, bool):
         raise _error("E0769", f"grad must be True or False, not {grad!r}",
                      help="load(..., grad=True) runs entries with autograd")
+    check_finite_flag(check_finite)
     compile_options(compile)  # a bad value fails here, before anything is loaded
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
@@ -635,6 +642,10 @@ def load(path: str | Path, weights: Any = None,
     elif world > 1:
         raise _error("E0821", "world > 1 needs weights: each rank holds its block of them",
                      help="pass weights= (a safetensors checkpoint or a dict of tensors)")
+    if check_finite:
+        from .weights import check_finite_weights
+
+        check_finite_weights(params, shapes)
     return Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report, grad,
                  world, rank, split)
 

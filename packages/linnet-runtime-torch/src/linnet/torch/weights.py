@@ -89,3 +89,58 @@ def checkpoint_files(path: str | Path) -> tuple[Path, ...]:
     (PosixPath('Llama-3.2-1B/model.safetensors'),)
     """
     return resolve_checkpoint(path).files
+
+
+def check_finite_weights(params: dict[str, torch.Tensor],
+                         shapes: dict[str, Any] | None = None) -> None:
+    """E0666 for each floating-point weight holding a NaN or an infinity (``shapes``, the
+    checkpoint's headers, name the shard each is in).
+
+    Cheap: one sum per tensor, on its device, and one synchronisation for the lot (a NaN or
+    infinity anywhere makes the sum non-finite, so a finite sum proves the tensor finite).
+    Only a tensor whose sum is not finite is looked at again: summed in f64, where finite
+    values cannot overflow, then element by element to say where.
+
+    >>> check_finite_weights({"w": torch.tensor([1.0, float("nan")])})
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0666]: weight `w` holds 1 NaN ...
+    """
+    floats = [(k, t) for k, t in params.items() if t.is_floating_point() and t.numel()]
+    suspects = []
+    by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
+    for k, t in floats:
+        by_device.setdefault(t.device, []).append((k, t))
+    with torch.no_grad():
+        for group in by_device.values():
+            sums = torch.stack([t.sum().to(torch.float32) for _, t in group])
+            suspects += [k for (k, _), ok in zip(group, torch.isfinite(sums).tolist()) if not ok]
+        diags = []
+        for k in suspects:
+            t = params[k]
+            if t.dtype != torch.float64 and bool(torch.isfinite(t.sum(dtype=torch.float64))):
+                continue  # the sum overflowed f32; every value is finite
+            diag = nonfinite_diagnostic(k, t, shapes)
+            if diag is not None:
+                diags.append(diag)
+    if diags:
+        raise LinnetError(diags[:10] + ([Diagnostic(
+            "E0666", f"... and {len(diags) - 10} more weights with NaN or infinite values")]
+            if len(diags) > 10 else []))
+
+
+def nonfinite_diagnostic(name: str, t: torch.Tensor, shapes: dict[str, Any] | None
+                         ) -> Diagnostic | None:
+    """E0666 for weight ``name`` naming how many NaN and infinite values it holds and where
+    the first is; None when it holds none."""
+    from linnet.lang.hosting import nonfinite_weight
+    from linnet.lang.weights.safetensors import shard_of
+
+    nan = torch.isnan(t)
+    inf = torch.isinf(t)
+    n_nan, n_inf = int(nan.sum()), int(inf.sum())
+    if not n_nan and not n_inf:
+        return None
+    first = torch.nonzero(nan | inf)[0].tolist()
+    where = shard_of(shapes.get(name)) if shapes else ""
+    return nonfinite_weight(name + where, n_nan, n_inf, first)

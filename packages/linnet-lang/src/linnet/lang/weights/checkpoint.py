@@ -13,7 +13,8 @@ for ``llama.linnet``)::
       "check":   {"D": "hidden_size"},             // bound by the weights; must agree
       "runtime": {"S": {"key": "max_position_embeddings", "at_most": 4096}},
       "require": {"attention_bias": [false]},      // values the model's math assumes
-      "ignore":  ["bos_token_id", "torch_dtype"],  // keys that do not change the math
+      "ignore":  ["attention_dropout"],            // keys that do not change the math
+      "ranges":  {"rms_norm_eps": "(0, 1]"},       // each value's valid range (rules.py)
       "rope":    {"keys": ["rope_parameters", "rope_scaling"],
                   "types": {"default": {}, "linear": {"rope_factor": "factor"},
                             "dynamic": {"rope_factor": "factor", "rope_max_positions":
@@ -21,8 +22,10 @@ for ``llama.linnet``)::
                   "ignore": ["rope_type", "rope_theta"]}
     }
 
-Every key of ``config.json`` must be one the mapping reads, requires or ignores: a key that
-would change the math and is not modelled is an error, never silently dropped. The values
+Every key of ``config.json`` must be one the mapping reads, requires or ignores (besides
+the metadata every transformers config carries and ``_`` keys: :mod:`.rules`): a key that
+would change the math and is not modelled is an error, never silently dropped; a value
+outside its valid range (``"rms_norm_eps": -1``) is E0665. The values
 that come out are facts about the checkpoint: a user's ``config=`` may repeat them but not
 contradict them (E0659); ``runtime`` values (the cache length) are only defaults.
 
@@ -44,12 +47,18 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile, Span
+from linnet.lang.weights.rules import (
+    PRETRAINED_CONFIG_RANGES,
+    PRETRAINED_CONFIG_REQUIRE,
+    ignored,
+    range_diagnostics,
+    rule_problems,
+)
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 _MISSING = object()
 MAPPING_KEYS = {"model", "architectures", "model_types", "set", "check", "runtime", "require",
-                "require_each",
-                "ignore", "rope"}
+                "require_each", "ignore", "rope", "ranges"}
 # "null": the value a JSON null stands for (Mistral's `"sliding_window": null` is no window).
 SPEC_KEYS = {"key", "default", "else", "at_most", "null"}
 
@@ -69,6 +78,9 @@ class CheckpointConfig:
     sources: dict[str, str] = field(default_factory=dict)
     source: SourceFile | None = None
     name: str = "config.json"
+    # Where the mapping was inferred (no `<model>.hf.json`): (model decl, model file,
+    # config.json path), so that a weights mismatch says the inference was not exact.
+    inferred: tuple[Any, str | Path, Path] | None = None
 
     def span(self, key: str) -> Span | None:
         """Where ``key`` (dotted for nested keys) is written in config.json, if known."""
@@ -162,6 +174,7 @@ def validate_mapping(data: dict, name: str = "the mapping") -> None:
     rope = _dict(data.get("rope"), problems, "rope")
     for rtype, values in _dict(rope.get("types"), problems, "rope.types").items():
         _dict(values, problems, f"rope.types.{rtype}")
+    problems.extend(rule_problems(data))
     if problems:
         raise LinnetError([Diagnostic("E0653", f"checkpoint mapping `{name}`: {p}",
                                       help="see docs/torch.md, `Checkpoint mappings`")
@@ -203,7 +216,8 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
 
     Every problem is reported at once: an architecture the model does not run (E0654), a
     key the mapping neither reads nor ignores (E0655), a value the model's math does not
-    cover (E0656), an unknown rope type (E0657), a value of the wrong kind (E0671).
+    cover (E0656), an unknown rope type (E0657), a value outside the range its mapping
+    declares (E0665), a value of the wrong kind (E0671).
 
     >>> checkpoint_config({"rope_scaling": {"rope_type": "yarn"}},
     ...                   {"rope": {"keys": ["rope_scaling"], "types": {"default": {}}}}
@@ -213,15 +227,20 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
     """
     out = CheckpointConfig(source=source, name=name)
     diags: list[Diagnostic] = []
+    reported: set[str] = set()
 
     def diag(code: str, message: str, key: str, label: str, help: str) -> None:
+        reported.add(key)
         diags.append(Diagnostic(code, message, out.span(key), label if source else "",
                                 help=help))
 
     architecture_errors(hf, mapping, model, name, diag)
     rope_sections = list(mapping.get("rope", {}).get("keys", []))
-    read = {"architectures", "model_type", *mapping.get("ignore", []), *rope_sections,
-            *mapping.get("require", {}), *mapping.get("require_each", {})}
+    # transformers' generic requirements, unless the mapping ignores or requires the key.
+    require = {**{k: v for k, v in PRETRAINED_CONFIG_REQUIRE.items()
+                  if k not in mapping.get("ignore", [])}, **mapping.get("require", {})}
+    read = {"architectures", "model_type", *rope_sections, *require,
+            *mapping.get("require_each", {})}
     for section in ("set", "check", "runtime"):
         for spec in mapping.get(section, {}).values():
             spec = _spec(spec)
@@ -229,13 +248,13 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
             if "else" in spec:
                 read.add(str(spec["else"]).split(".")[0])
     for key in hf:
-        if key not in read:
+        if key not in read and not ignored(key, mapping):
             diag("E0655", f"{name} sets `{key}`, which model `{model}` does not model", key,
                  "not read by the model",
                  help="a key that changes the model's math needs the model to implement it; "
                       "if it does not change the math, add it to `ignore` in the model's "
                       "checkpoint mapping")
-    for key, allowed in mapping.get("require", {}).items():
+    for key, allowed in require.items():
         value = lookup(hf, key)
         if value is not _MISSING and not any(_same(value, a) for a in allowed):
             shown = (f"runs only {' or '.join(json.dumps(a) for a in allowed)}" if allowed
@@ -277,10 +296,31 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
             {"set": out.values, "check": out.checks, "runtime": out.runtime}[section][lname] = \
                 value
             out.sources[lname] = key
-    rope_config(hf, mapping.get("rope", {}), model, name, out, diag)
+    rope_config(hf, mapping.get("rope", {}), model, name, out, diag, reported)
+    ranges = {**mapping.get("ranges", {}), **{k: v for k, v in PRETRAINED_CONFIG_RANGES.items()
+                                              if k not in mapping.get("ranges", {})}}
+    # A bound naming a key reported already (a vocab_size of 0) is not checked against.
+    range_errors(lambda k: _value(hf, k), ranges,
+                 lambda k: None if k in reported else _value(hf, k), "", model, name, diag,
+                 reported)
     if diags:
         raise LinnetError(diags)
     return out
+
+
+def _value(hf: dict, key: str) -> Any:
+    value = lookup(hf, key)
+    return None if value is _MISSING else value
+
+
+def range_errors(value_of: Any, rules: dict[str, str], bound: Any, prefix: str, model: str,
+                 name: str, diag: Any, reported: set[str]) -> None:
+    """E0665 (E0671 for the wrong kind) for each value outside its mapping's rule."""
+    for code, key, why, rule in range_diagnostics(value_of, rules, bound, prefix, reported):
+        diag(code, f"{name}'s `{key}` {why}", key, f"valid: {rule}",
+             help=f"model `{model}` computes with `{key}` in {rule}; a value outside it "
+                  "gives wrong or non-finite results. Restore config.json from the "
+                  "checkpoint, or correct the value")
 
 
 def architecture_errors(hf: dict, mapping: dict, model: str, name: str, diag: Any) -> None:
@@ -305,7 +345,7 @@ def architecture_errors(hf: dict, mapping: dict, model: str, name: str, diag: An
 
 
 def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConfig,
-                diag: Any) -> None:
+                diag: Any, reported: set[str] | None = None) -> None:
     """The rope type's values (``rope_scaling`` or transformers 5's ``rope_parameters``)."""
     if not rope:
         return
@@ -366,10 +406,23 @@ def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConf
         if value is _MISSING or not _scalar(value) or isinstance(value, bool):
             diag("E0671", f"{name}'s `{key}` (rope type {json.dumps(kind)}) needs a number "
                  f"`{spec}`" + ("" if value is _MISSING else f", not {json.dumps(value)}"),
-                 key, "rope parameters", help="restore config.json from the checkpoint")
+                 f"{key}.{spec}", "rope parameters",
+                 help="restore config.json from the checkpoint")
             continue
         out.values[lname] = value
         out.sources[lname] = f"{key}.{spec}"
+    if found:
+        # The rope parameters' own ranges (`factor` >= 1...); bounds name other parameters
+        # (`low_freq_factor` below `high_freq_factor`) or top-level keys.
+        def bound(k: str) -> Any:
+            if f"{key}.{k}" in seen or k in seen:
+                return None
+            return params[k] if params.get(k) is not None else _value(hf, k)
+
+        seen = reported if reported is not None else set()
+
+        range_errors(lambda k: params.get(k), rope.get("ranges", {}), bound, f"{key}.", model,
+                     name, diag, seen)
 
 
 def _first(hf: dict, keys: list[str]) -> tuple[str, Any]:
@@ -455,13 +508,15 @@ def contradiction(ckpt: CheckpointConfig, key: str, other: str) -> Diagnostic:
 
 
 def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
-                           model: str = "the model") -> CheckpointConfig | None:
+                           model: str = "the model", program: Any = None
+                           ) -> CheckpointConfig | None:
     """Read a checkpoint's config.json for the model in ``model_file`` through its mapping.
 
     A JSON object with neither ``model_type`` nor ``architectures`` is not a Hugging Face
-    config (a Linnet config someone named config.json, say): None. A checkpoint with a
-    config.json for a model without a mapping is E0670: its values (rope scaling, say)
-    would otherwise be silently ignored.
+    config (a Linnet config someone named config.json, say): None. For a model without a
+    mapping file, the mapping is inferred from ``program`` where it is exact (each key names
+    a config of the model: :mod:`.infer`); otherwise, or without ``program``, E0670: its
+    values (rope scaling, say) would otherwise be silently ignored.
 
     >>> cfg = read_checkpoint_config("Llama-3.2-1B/config.json",
     ...                              "examples/llama/llama.linnet")   # doctest: +SKIP
@@ -473,6 +528,15 @@ def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
     if "model_type" not in hf and "architectures" not in hf:
         return None
     mapping = read_mapping(model_file)
+    if mapping is None and program is not None:
+        from linnet.lang.check.driver import find_model
+        from linnet.lang.weights.infer import infer_mapping
+
+        decl = find_model(program, None)
+        mapping = infer_mapping(hf, decl, model_file, path)
+        out = checkpoint_config(hf, mapping, model, source, path.name)
+        out.inferred = (decl, model_file, path)
+        return out
     if mapping is None:
         raise LinnetError(Diagnostic(
             "E0670", f"the checkpoint has a config.json (`{path}`), but model `{model}` has "
@@ -533,6 +597,10 @@ def fit_checkpoint(program: Any, config: dict[str, Any], shapes: dict[str, tuple
         else:
             assert ckpt_config is not None
             check_dims(ckpt_config, graph.dims)  # raises E0658 naming key and value
+    if ckpt_config is not None and ckpt_config.inferred is not None:
+        from linnet.lang.weights.infer import weights_not_exact
+
+        diags = weights_not_exact(*ckpt_config.inferred, diags)
     if ckpt_config is not None and any(d.code in ("E0460", "E0603", "E0632") for d in diags):
         used = ", ".join(f"{ckpt_config.sources.get(k, k)} = {json.dumps(v)} ({k})"
                          for k, v in {**ckpt_config.values, **checks}.items()

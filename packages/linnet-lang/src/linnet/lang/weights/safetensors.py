@@ -24,6 +24,15 @@ SAFETENSORS_DTYPES = {"F64": "f64", "F32": "f32", "F16": "f16", "BF16": "bf16", 
                       "I32": "i32", "I16": "i16", "I8": "i8", "U8": "u8", "BOOL": "bool"}
 DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
                "u8": 1, "bool": 1}
+# The rest of the dtypes the safetensors format defines (safetensors 0.8's `Dtype`), with
+# their bits per element: a valid file of these is read for its header and reported as
+# unsupported (E0723), not as corrupt, until quantised weights exist.
+UNSUPPORTED_DTYPES = {"F8_E4M3": (8, "float8 e4m3"), "F8_E5M2": (8, "float8 e5m2"),
+                      "F8_E4M3FNUZ": (8, "float8 e4m3fnuz"), "F8_E5M2FNUZ": (8, "float8 e5m2fnuz"),
+                      "F8_E8M0": (8, "float8 e8m0 (a scale format)"),
+                      "F6_E2M3": (6, "float6 e2m3"), "F6_E3M2": (6, "float6 e3m2"),
+                      "F4": (4, "float4 e2m1"), "U16": (16, "uint16"), "U32": (32, "uint32"),
+                      "U64": (64, "uint64"), "C64": (64, "complex64")}
 INDEX_NAME = "model.safetensors.index.json"
 # An index of a 405B model is about 100 KB; anything past this is not an index.
 MAX_INDEX_BYTES = 64 * 1024 * 1024
@@ -101,7 +110,7 @@ def safetensors_header(path: str | Path) -> tuple[dict, int]:
             continue
         try:
             start, stop = info["data_offsets"]
-            dtype = SAFETENSORS_DTYPES[info["dtype"]]
+            bits = dtype_bits(info["dtype"])
             count = 1
             for d in info["shape"]:
                 if isinstance(d, bool) or not isinstance(d, int) or d < 0:
@@ -111,9 +120,28 @@ def safetensors_header(path: str | Path) -> tuple[dict, int]:
                 raise ValueError
         except (KeyError, TypeError, ValueError):
             raise _corrupt(path, f"tensor `{name}` has a malformed entry") from None
-        if stop > data_size or stop - start != count * DTYPE_BYTES[dtype]:
+        if bits is None:
+            raise _corrupt(path, f"tensor `{name}` has dtype {json.dumps(info['dtype'])[:40]}, "
+                           "which the safetensors format does not define")
+        if count * bits % 8:
+            raise _corrupt(path, f"tensor `{name}` ({info['dtype']}) does not end on a byte")
+        if stop > data_size or stop - start != count * bits // 8:
             raise _corrupt(path, f"tensor `{name}` lies outside the file (truncated?)")
     return header, 8 + n
+
+
+def dtype_bits(name: Any) -> int | None:
+    """Bits per element of a safetensors dtype name, read or not; None for a name the
+    format does not define.
+
+    >>> dtype_bits("BF16"), dtype_bits("F8_E4M3"), dtype_bits("F4"), dtype_bits("F7")
+    (16, 8, 4, None)
+    """
+    if not isinstance(name, str):
+        return None
+    if name in SAFETENSORS_DTYPES:
+        return 8 * DTYPE_BYTES[SAFETENSORS_DTYPES[name]]
+    return UNSUPPORTED_DTYPES[name][0] if name in UNSUPPORTED_DTYPES else None
 
 
 def safetensors_shapes(path: str | Path | Sequence[str | Path]) -> dict[str, tuple]:
@@ -251,18 +279,33 @@ def read_index(index: Path) -> Checkpoint:
                       dict(weight_map))
 
 
+def unsupported_dtype(file: str, dtype: str, names: list[str]) -> Diagnostic:
+    """E0723: a valid safetensors file holds tensors of a dtype Linnet does not load (float8,
+    float4, unsigned wider than 8 bits, complex): one diagnostic per file and dtype."""
+    shown = ", ".join(f"`{n}`" for n in names[:3]) + (
+        f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return Diagnostic(
+        "E0723", f"`{file}` holds {len(names)} tensor{'s' if len(names) != 1 else ''} of dtype "
+        f"{dtype} ({UNSUPPORTED_DTYPES[dtype][1]}), which Linnet does not load: {shown}",
+        help="quantised and other non-native weights are not supported yet; load a "
+             "bf16, f16 or f32 checkpoint of the model (the same model's unquantised "
+             "release, or the weights dequantised and saved again)")
+
+
 def checkpoint_shapes(ckpt: Checkpoint) -> dict[str, tuple]:
     """Every tensor of ``ckpt`` as a :class:`TensorInfo`, its headers read and validated.
 
     Each shard's header is checked (E0650), and against the index when there is one: a
     shard holding a tensor the index does not list (or lists in another shard) is E0636,
-    a tensor the index lists but its shard lacks E0637, a tensor in two files E0638. Every
+    a tensor the index lists but its shard lacks E0637, a tensor in two files E0638, a
+    tensor of a dtype the format defines but Linnet does not load (float8...) E0723. Every
     problem in every shard is reported in one error.
     """
     diags: list[Diagnostic] = []
     out: dict[str, TensorInfo] = {}
     where: dict[str, str] = {}
     unreadable: set[str] = set()
+    unsupported: dict[tuple[str, str], list[str]] = {}
     for path in ckpt.files:
         try:
             header, _ = safetensors_header(path)
@@ -288,8 +331,13 @@ def checkpoint_shapes(ckpt: Checkpoint) -> dict[str, tuple]:
                          "save the checkpoint again"))
                 continue
             where[name] = path.name
+            if info["dtype"] not in SAFETENSORS_DTYPES:
+                unsupported.setdefault((str(path), info["dtype"]), []).append(name)
+                continue
             out[name] = TensorInfo(tuple(info["shape"]), SAFETENSORS_DTYPES[info["dtype"]],
                                    path.name if len(ckpt.files) > 1 else "")
+    diags.extend(unsupported_dtype(file, dtype, names)
+                 for (file, dtype), names in unsupported.items())
     if ckpt.weight_map is not None:
         absent = [n for n, s in ckpt.weight_map.items() if n not in out and n not in where
                   and s not in unreadable and not any(f"`{n}`" in d.message for d in diags)]
