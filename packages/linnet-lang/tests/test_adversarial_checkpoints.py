@@ -80,7 +80,8 @@ OUT_OF_RANGE = [
     ({"hidden_size": 2**40}, "hidden_size"),
     ({"bos_token_id": 256}, "bos_token_id"),  # the vocabulary is 0..255
     ({"eos_token_id": [2, 999]}, "eos_token_id"),
-    ({"pad_token_id": -1}, "pad_token_id"),
+    ({"pad_token_id": -2}, "pad_token_id"),
+    ({"eos_token_id": -1}, "eos_token_id"),
     ({"unk_token_id": 300}, "unk_token_id"),
 ]
 
@@ -201,6 +202,7 @@ def test_any_value_of_a_ranged_key_runs_only_in_range(key, value):
 def test_transformers_metadata_and_underscore_keys_are_ignored():
     hub = {**HF, "_name_or_path": "meta-llama/Llama-3.2-1B", "_model_name_or_path": "x",
            "_commit_hash": "abc", "_attn_implementation_autoset": True, "unk_token_id": 0,
+           "pad_token_id": -1,  # older hub configs say "no pad token" so
            "torchscript": False, "use_bfloat16": False, "tf_legacy_loss": False,
            "pruned_heads": {}, "is_decoder": False, "temperature": 0.6, "top_p": 0.9,
            "max_length": 4096, "do_sample": True, "num_beams": 1, "output_attentions": False,

@@ -65,8 +65,11 @@ PRETRAINED_CONFIG_REQUIRE: dict[str, list[Any]] = {
 }
 TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "unk_token_id",
              "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")
-# Token ids name rows of the vocabulary (a mapping's own `ranges` win).
-PRETRAINED_CONFIG_RANGES = {key: "int [0, vocab_size)" for key in TOKEN_IDS}
+# Token ids name rows of the vocabulary (a mapping's own `ranges` win). The ids Linnet never
+# reads may also be -1, the "none" that older hub configs write (`"pad_token_id": -1`): a real
+# checkpoint is not refused for metadata. bos and eos start and stop generation: rows only.
+PRETRAINED_CONFIG_RANGES = {key: "int [0, vocab_size)" if key in ("bos_token_id", "eos_token_id")
+                            else "int [-1, vocab_size)" for key in TOKEN_IDS}
 
 
 def ignored(key: str, mapping: dict) -> bool:
