@@ -7,7 +7,16 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
-from linnet.lang.check.core import MAX_DEPTH, EvaluatorBase, Fail, Frame, fail, shape_str
+from linnet.lang.check.core import (
+    MAX_DEPTH,
+    EvaluatorBase,
+    Fail,
+    Frame,
+    fail,
+    integer_gradient,
+    integer_gradient_error,
+    shape_str,
+)
 from linnet.lang.diagnostics.core import Diagnostic, Span
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import POISON, BlockInst, Builtin, Const, FuncRef, Poison, Tensor
@@ -169,6 +178,12 @@ class Calls(EvaluatorBase):
                            grad.span, "grad clause",
                            help=f"return a tensor of `{name}`'s shape (a gradient computed "
                                 "from the incoming one: `return dy * 2.0`)")
+        for name, r, a in zip(names, returned, tensors):
+            if integer_gradient(r.dtype, a.dtype):
+                # The reverse pass converts a gradient to its parameter's type: an integer
+                # one would silently drop every fraction (issue 38).
+                raise Fail(integer_gradient_error(decl.name, name, r.dtype, a.dtype,
+                                                  grad.span))
         if len(returned) != len(tensors):
             raise fail("E0954", f"the grad clause of `{decl.name}` returns {len(returned)} "
                        f"gradient(s) for {len(tensors)} tensor parameter(s)", grad.span,
