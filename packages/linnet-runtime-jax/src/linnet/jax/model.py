@@ -131,13 +131,23 @@ class Prepared:
 
 
 def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any,
-            read: bool = True) -> Prepared:
+            read: bool = True, check_grads: bool = False) -> Prepared:
     """Check the model, read its config and the checkpoint's headers; with ``read``, load
-    the parameters onto ``device``."""
+    the parameters onto ``device``; with ``check_grads``, check every grad clause first
+    (:mod:`linnet.jax.grad_checks`)."""
     _check_weights_type(weights)
+    if not isinstance(check_grads, bool):
+        raise _error("E0541", f"check_grads must be True or False, not {check_grads!r}",
+                     help="load(..., check_grads=True) checks every grad clause against its "
+                          "op's body first")
     convert = resolve_dtype(dtype)
     dev = resolve_device(device) if read else None
     program, model_path = load_program(path)
+    if check_grads:
+        from .grad_checks import assert_grad_clauses
+
+        # The torch runtime's quick look (linnet.torch.model.LOAD_CHECK_*): 2 cases a clause.
+        assert_grad_clauses(program, count=2, max_size=12)
     cfg = read_config(config, model_path)
     check_dtype_config(program, cfg, convert)
     params: dict[str, Any] = {}
@@ -343,7 +353,8 @@ class Function:
 
 def load_function(path: str | Path, entry: str, weights: Any = None, config: Any = None,
                   device: Any = None, dtype: Any = None, numerics: str = "exact",
-                  fast: bool = True, check: bool = True) -> Function:
+                  fast: bool = True, check: bool = True, check_grads: bool = False
+                  ) -> Function:
     """Load ``entry`` of a `.linnet` model as a jitted pure function of ``(params, states,
     inputs)`` returning ``(outputs, new_states)``, states donated (updated in place on the
     device). Its ``params`` attribute holds the loaded weights and ``new_states(inputs)``
@@ -352,7 +363,8 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     ``path``, ``weights``, ``config``, ``device``, ``dtype`` and ``numerics`` are as for
     :func:`load` (``path`` may name a shipped model: ``std.models.gemma``);
     ``fast=False`` runs std ops' bodies instead of fused JAX calls; ``check=False`` skips
-    the input range checks (one small host copy per index input and call).
+    the input range checks (one small host copy per index input and call);
+    ``check_grads=True`` checks every grad clause first, as :func:`load` does.
 
     >>> prefill = load_function("examples/llama/llama.linnet", "prefill",
     ...                         weights="model.safetensors", config="toy")   # doctest: +SKIP
@@ -361,7 +373,7 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     ...                                                                       # doctest: +SKIP
     """
     check_numerics(numerics)
-    prep = prepare(path, weights, config, dtype, device)
+    prep = prepare(path, weights, config, dtype, device, check_grads=check_grads)
     return Function(prep, entry, numerics, fast, check)
 
 
@@ -488,7 +500,8 @@ class Model:
 
 
 def load(path: str | Path, weights: Any = None, device: Any = None, numerics: str = "exact",
-         config: Any = None, dtype: Any = None, fast: bool = True) -> Model:
+         config: Any = None, dtype: Any = None, fast: bool = True,
+         check_grads: bool = False) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name
@@ -504,7 +517,10 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     (``"bf16"``) converts floating-point weights. ``device``: None (jax's default), ``"cpu"``,
     ``"gpu"``, ``"gpu:N"`` or a jax device. ``numerics``: ``"exact"`` (every product at
     ``Precision.HIGHEST``) or ``"fast"`` (the backend's default precision; accumulation
-    dtypes stay the model's).
+    dtypes stay the model's). ``check_grads=True`` first checks every `grad` clause of the
+    model's ops against ``jax.vjp`` of the op's body (as `linnet grads --runtime jax`, in f64
+    with x64 enabled, else f32): a Pallas kernel's backward under ``jax.grad`` is its op's
+    clause, so a wrong one is a coded error (E0537-E0539) here, not a wrong gradient later.
 
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/", dtype="bf16",
     ...              device="gpu")                                       # doctest: +SKIP
@@ -512,7 +528,8 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     >>> logits = model.prefill(jnp.asarray([[1, 2, 3]], jnp.int32))       # doctest: +SKIP
     """
     check_numerics(numerics)
-    return Model(prepare(path, weights, config, dtype, device), numerics, fast)
+    return Model(prepare(path, weights, config, dtype, device, check_grads=check_grads),
+                 numerics, fast)
 
 
 def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,

@@ -141,8 +141,8 @@ class Calls(EvaluatorBase):
         gradient to a placeholder of its result's type. The reverse pass appends it with
         the real cotangents (linnet.lang.grad.reverse)."""
         from linnet.lang.grad.reverse import ClauseTemplate
-        from linnet.lang.ir.builder import Builder
-        from linnet.lang.ir.graph import Graph
+        from linnet.lang.ir.builder import Builder, _concrete
+        from linnet.lang.ir.graph import Graph, ValueType
 
         grad = decl.grad
         assert grad is not None and decl.module is not None
@@ -160,8 +160,13 @@ class Calls(EvaluatorBase):
         self.builder, templates, self.grad_templates = builder, self.grad_templates, None
         try:
             for name, value in zip(grad.names, out):
-                t = builder.emit("input", [], value.shape, value.dtype, {}, hint=name)
+                # A placeholder of its own for each incoming gradient, never shared: `emit`
+                # would make the second `input` step of an op of several results the first's
+                # (the same op, operands and attributes), binding both gradients to one.
+                ref = builder.emit_step("input", [], ValueType(
+                    tuple(_concrete(d) for d in value.shape), value.dtype), {}, name, "", None)
                 scratch.steps.pop()
+                t = Tensor(ref, value.shape, value.dtype)
                 template.incoming.append(t.ref)
                 frame.bind(name, t)
             self.run_body(grad.body, frame)

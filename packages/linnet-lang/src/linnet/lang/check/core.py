@@ -170,6 +170,6 @@ def integer_gradient_error(op: str, param: str, grad: str, declared: str,
                       f"for `{param}` ({declared}): a gradient of a floating-point parameter is "
                       "floating point, and an integer one would be silently truncated",
                       span, "grad clause",
-                      help=f"compute `{param}`'s gradient in its own type (not `as "
-                           f"{grad}`), e.g. `let d{param}[n] = dy[n] * w[n]`")
+                      help=f"compute `{param}`'s gradient in its own type, {declared} "
+                           f"(not `as {grad}`): a gradient is a rate, not a count")
 

@@ -80,7 +80,7 @@ DEFAULT_GRAD_DTYPES = ("f64",)
 DEFAULT_MAX_SIZE = 24
 
 # Why a block method's clause is not checked, and what to do.
-METHOD = ("`{op.name}` is a method of a block (it reads the block's parameters); only "
+METHOD = ("`{op.name}` is a method of a block (called through the block's instance); only "
           "top-level ops and functions are checked",
           "move the computation and its clause to a top-level op that the method calls")
 
