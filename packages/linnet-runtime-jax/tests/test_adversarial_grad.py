@@ -7,7 +7,10 @@ check_grads=True)` refuses a wrong clause."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
+import numpy as np
 import pytest
 from linnet.jax import load
 from linnet.jax.grad_checks import check_grad_clauses
@@ -133,3 +136,35 @@ pub op g<N: Dim>(x: Tensor[N; f64]) -> Tensor[N; f64] {
     assert f.code == "E0539" and "32 bits" in f.problem
     with jax.enable_x64(True):
         assert check_grad_clauses(Program.from_text(src), count=1) == []
+
+
+MULTI = (Path(__file__).resolve().parents[2] / "linnet-runtime-torch" / "tests" / "kernels"
+         / "multi_grads.linnet")
+
+
+@pytest.mark.parametrize("entry", ["clause", "body"])
+def test_jax_grad_through_a_pallas_kernel_of_several_results(monkeypatch, entry):
+    """(issue 46, item 2, on JAX) The clause of an op of several results takes one incoming
+    gradient per result: the custom_vjp passed their tuple as one argument (TypeError:
+    `pair_grad() missing 1 required positional argument: 'dz'`)."""
+    import jax.numpy as jnp
+    from linnet.jax import load_source
+
+    monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
+    rng = np.random.default_rng(0)
+    x, v = (jnp.asarray(rng.standard_normal(13), jnp.float32) for _ in range(2))
+    grads, runs = [], {}
+    for numerics in ("fast", "exact"):
+        m = load_source(MULTI, entry, {"x": [13]}, weights={"v": np.zeros(13, np.float32)},
+                        numerics=numerics)
+        fn = getattr(m, entry)
+
+        def loss(x, v, fn=fn):
+            y, z = fn(x, {"v": v}, {})[0]
+            return jnp.sum(y * jnp.linspace(-1, 1, 13)) + jnp.sum(z * 3.0)
+
+        grads.append(jax.grad(loss, argnums=(0, 1))(x, v))
+        runs = runs or getattr(m, "RUNS", {})
+    assert list(runs.values()) == [[1, 0]]  # the fast pass launched the kernel
+    for got, want in zip(*grads):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
