@@ -152,6 +152,10 @@ def test_the_kernel_tests_deliberately_skewed_clause_is_found():
     findings = check_grad_clauses(KERNELS / "grads.linnet", count=2)
     assert {f.op for f in findings} == {"grads::skewed"}
     assert all("is 1.5 times the body's" in f.problem for f in findings)
+    with pytest.raises(LinnetError) as info:  # the pytest form: one diagnostic a finding
+        assert_grad_clauses(KERNELS / "grads.linnet", count=2)
+    assert [d.code for d in info.value.diagnostics] == ["E0537", "E0537"]
+    assert_grad_clauses(KERNELS / "grads.linnet", count=2, skip={"grads::skewed"})
 
 
 def test_a_clause_that_cannot_be_checked_says_so():

@@ -104,10 +104,11 @@ def check_clause_case(program: Program, op: Any, case: KernelCase, seed: int) ->
 def _run(gcase: GradCase) -> tuple[list[Any], list[Any]]:
     """The clause's gradients (its gradient graph as generated JAX) and the body's
     (``jax.vjp`` of the one-op entry as generated JAX, numerics "exact")."""
-    import jax
-    import jax.numpy as jnp
     from linnet.lang.emit.jax import emit_jax
     from linnet.lang.grad.rules import is_float
+
+    import jax
+    import jax.numpy as jnp
 
     from .home import import_source
     from .weights import numpy_dtype

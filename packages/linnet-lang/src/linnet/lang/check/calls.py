@@ -163,10 +163,10 @@ class Calls(EvaluatorBase):
                 # A placeholder of its own for each incoming gradient, never shared: `emit`
                 # would make the second `input` step of an op of several results the first's
                 # (the same op, operands and attributes), binding both gradients to one.
-                ref = builder.emit_step("input", [], ValueType(
+                placeholder = builder.emit_step("input", [], ValueType(
                     tuple(_concrete(d) for d in value.shape), value.dtype), {}, name, "", None)
                 scratch.steps.pop()
-                t = Tensor(ref, value.shape, value.dtype)
+                t = Tensor(placeholder, value.shape, value.dtype)
                 template.incoming.append(t.ref)
                 frame.bind(name, t)
             self.run_body(grad.body, frame)
