@@ -366,3 +366,30 @@ def test_backward_through_a_kernel_of_several_results_equals_the_bodys(
     assert r["outputs"] < 1e-4
     assert r["nonzero"]
     assert all(d is None or d < 1e-5 for d in r["grads"]), r["grads"]
+
+
+@pytest.mark.parametrize(("options", "code"), [
+    ({"count": 0}, "E0542"), ({"count": "3"}, "E0542"), ({"count": True}, "E0542"),
+    ({"max_size": -1}, "E0542"), ({"dtypes": ("i32",)}, "E0542"), ({"dtypes": ()}, "E0542"),
+    ({"ops": [3]}, "E0542"), ({"ops": "nope"}, "E0540"),
+])
+def test_bad_options_are_coded(options, code):
+    """A count of 0 used to read as "no shapes satisfy the where clauses", a string of ops
+    as one op a character, integer dtypes as "no floating-point parameter"."""
+    with pytest.raises(LinnetError) as info:
+        check_grad_clauses(Program.from_text(clause("right")), **options)
+    assert code_of(info) == code
+
+
+@pytest.mark.parametrize("source", [3, None, ["a.linnet"]])
+def test_a_source_that_is_no_file_is_coded(source):
+    with pytest.raises(LinnetError) as info:
+        check_grad_clauses(source)
+    assert code_of(info) == "E0767"
+
+
+def test_ops_and_skip_as_one_name_or_a_list():
+    prog = Program.from_text(clause("sign"))
+    assert len(check_grad_clauses(prog, ops="f", count=1)) == 1
+    assert check_grad_clauses(prog, skip=["main::f"], count=1) == []
+    assert main(["grads", "--std", "--dtype", "i32"]) == 1

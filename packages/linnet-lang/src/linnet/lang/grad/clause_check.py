@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,7 @@ DIFFERS = "E0537"
 INTEGER = "E0538"
 UNCHECKED = "E0539"
 UNKNOWN_OP = "E0540"
+OPTIONS = "E0542"
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,8 @@ def checked_source(source: str | Path | Program) -> Program:
     as `linnet kernels` checks it; E0767 where the file is not there."""
     from linnet.lang.check.kernel_cases import checked_program
 
-    if not isinstance(source, Program) and not Path(source).is_file():
+    if not isinstance(source, Program | str | Path) or (
+            not isinstance(source, Program) and not Path(source).is_file()):
         raise LinnetError(Diagnostic("E0767", f"`{source}` is not a file",
                                      help="give a .linnet file: `linnet grads my_ops.linnet`"))
     return checked_program(source)
@@ -421,7 +423,8 @@ def run_grad_checks(program: Program, check_case: Callable[[A.FuncDecl, KernelCa
                                                            GradCheck], *,
                     count: int = 3, seed: int = 0, max_size: int = DEFAULT_MAX_SIZE,
                     dtypes: tuple[str, ...] = DEFAULT_GRAD_DTYPES,
-                    ops: list[str] | None = None, skip: set[str] | None = None,
+                    ops: Sequence[str] | str | None = None,
+                    skip: Iterable[str] | None = None,
                     on_check: Callable[[GradCheck], None] | None = None,
                     on_unchecked: Callable[[GradFinding], None] | None = None
                     ) -> list[GradFinding]:
@@ -434,7 +437,11 @@ def run_grad_checks(program: Program, check_case: Callable[[A.FuncDecl, KernelCa
 
     >>> # run_grad_checks(program, lambda op, case, s: GradCheck(case, 0.0), count=2)
     """
-    done = skip if skip is not None else set()
+    ops = [ops] if isinstance(ops, str) else ops
+    dtypes = (dtypes,) if isinstance(dtypes, str) else dtypes
+    check_options(count, max_size, dtypes, ops)
+    done = skip if isinstance(skip, set) else set([skip] if isinstance(skip, str)
+                                                  else skip or [])
     candidates = clause_ops(program)
     for name in ops or []:
         if not any(name in (op.name, op.qualified_name) for op in candidates):
@@ -472,6 +479,35 @@ def run_grad_checks(program: Program, check_case: Callable[[A.FuncDecl, KernelCa
     return findings
 
 
+def check_options(count: Any, max_size: Any, dtypes: Any, ops: Any) -> None:
+    """E0542 for options a check cannot run with: a ``count`` or ``max_size`` that is not a
+    positive integer (no case would be drawn, and that would read as "no shapes satisfy the
+    `where` clauses"), element types that are not floating point (a case with no float
+    input has no gradient to compare), ``ops`` that are not names.
+
+    >>> check_options(3, 24, ("f64",), None)
+    """
+    from linnet.lang.tensors.dtypes import FLOATS
+
+    for name, value in (("count", count), ("max_size", max_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LinnetError(Diagnostic(
+                OPTIONS, f"{name} must be a positive integer, not {value!r}",
+                help=f"e.g. {name}=3 (`--{name.replace('_', '-')} 3`)"))
+    bad = [d for d in dtypes if d not in FLOATS] if isinstance(dtypes, tuple | list) else [dtypes]
+    if bad or not dtypes:
+        raise LinnetError(Diagnostic(
+            OPTIONS, f"the element types a generic `T` is drawn from must be floating point "
+            f"({', '.join(FLOATS)}), not {', '.join(map(repr, bad)) or 'none'}",
+            help="e.g. dtypes=('f64',) (`--dtype f64`): gradients are of floating-point "
+                 "values"))
+    if ops is not None and not (isinstance(ops, list | tuple)
+                                and all(isinstance(o, str) for o in ops)):
+        raise LinnetError(Diagnostic(
+            OPTIONS, f"ops must be a list of op names, not {ops!r}",
+            help="e.g. ops=['scale', 'main::scale']"))
+
+
 def raise_grad_findings(findings: Sequence[GradFinding]) -> None:
     """A :class:`LinnetError` with one diagnostic per finding; none: nothing.
 
@@ -482,6 +518,6 @@ def raise_grad_findings(findings: Sequence[GradFinding]) -> None:
 
 
 __all__ = ["DEFAULT_GRAD_DTYPES", "DEFAULT_MAX_SIZE", "GRAD_TOLERANCES", "GradCase",
-           "GradCheck", "GradFinding", "checked_source", "clause_cases", "clause_ops", "compare_case",
+           "GradCheck", "GradFinding", "check_options", "checked_source", "clause_cases", "clause_ops", "compare_case",
            "finding_of", "grad_case", "gradients", "raise_grad_findings", "run_grad_checks",
            "unchecked"]
