@@ -352,9 +352,10 @@ def test_every_std_kernel_op_of_several_results_is_in_the_table():
         assert case_for(program, several[name], generics) is not None, name  # it launches
 
 
-# The five (and the kernel ops of multi_grads.linnet) in CI; every one elsewhere.
-CHECKED = ["residual_rms_norm", "rms_norm_qkv", "rms_norm_qkv_split",
-           "rms_norm_qkv_rope_attention", "rms_norm_qkv_rope_attention_wide"] if CI \
+# In CI one of each form (and the kernel ops of multi_grads.linnet): one kernel of two
+# results, a two-kernel chain of three, a three-kernel chain with integer inputs and caches;
+# every one elsewhere. (test_adversarial_grad.py of linnet-lang lowers every one's backward.)
+CHECKED = ["residual_rms_norm", "rms_norm_qkv_split", "rms_norm_qkv_rope_attention"] if CI \
     else sorted(STD_MULTI)
 
 
