@@ -132,14 +132,25 @@ class Prepared:
 
 
 def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any,
-            read: bool = True, check_finite: bool = True) -> Prepared:
+            read: bool = True, check_finite: bool = True,
+            check_grads: bool = False) -> Prepared:
     """Check the model, read its config and the checkpoint's headers; with ``read``, load
-    the parameters onto ``device`` and (``check_finite``) check they hold no NaN (E0666)."""
+    the parameters onto ``device`` and (``check_finite``) check they hold no NaN (E0666);
+    with ``check_grads``, check every grad clause first (:mod:`linnet.jax.grad_checks`)."""
     _check_weights_type(weights)
     check_finite_flag(check_finite)
+    if not isinstance(check_grads, bool):
+        raise _error("E0541", f"check_grads must be True or False, not {check_grads!r}",
+                     help="load(..., check_grads=True) checks every grad clause against its "
+                          "op's body first")
     convert = resolve_dtype(dtype)
     dev = resolve_device(device) if read else None
     program, model_path = load_program(path)
+    if check_grads:
+        from .grad_checks import assert_grad_clauses
+
+        # The torch runtime's quick look (linnet.torch.model.LOAD_CHECK_*): 2 cases a clause.
+        assert_grad_clauses(program, count=2, max_size=12)
     cfg = read_config(config, model_path)
     check_dtype_config(program, cfg, convert)
     params: dict[str, Any] = {}
@@ -347,7 +358,8 @@ class Function:
 
 def load_function(path: str | Path, entry: str, weights: Any = None, config: Any = None,
                   device: Any = None, dtype: Any = None, numerics: str = "exact",
-                  fast: bool = True, check: bool = True, check_finite: bool = True
+                  fast: bool = True, check: bool = True, check_finite: bool = True,
+                  check_grads: bool = False
                   ) -> Function:
     """Load ``entry`` of a `.linnet` model as a jitted pure function of ``(params, states,
     inputs)`` returning ``(outputs, new_states)``, states donated (updated in place on the
@@ -358,7 +370,8 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     :func:`load` (``path`` may name a shipped model: ``std.models.gemma``);
     ``fast=False`` runs std ops' bodies instead of fused JAX calls; ``check=False`` skips
     the input range checks (one small host copy per index input and call);
-    ``check_finite=False`` skips the load-time NaN check of the weights (E0666).
+    ``check_finite=False`` skips the load-time NaN check of the weights (E0666);
+    ``check_grads=True`` checks every grad clause first, as :func:`load` does.
 
     >>> prefill = load_function("examples/llama/llama.linnet", "prefill",
     ...                         weights="model.safetensors", config="toy")   # doctest: +SKIP
@@ -367,7 +380,8 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     ...                                                                       # doctest: +SKIP
     """
     check_numerics(numerics)
-    prep = prepare(path, weights, config, dtype, device, check_finite=check_finite)
+    prep = prepare(path, weights, config, dtype, device, check_finite=check_finite,
+                   check_grads=check_grads)
     return Function(prep, entry, numerics, fast, check)
 
 
@@ -495,7 +509,7 @@ class Model:
 
 def load(path: str | Path, weights: Any = None, device: Any = None, numerics: str = "exact",
          config: Any = None, dtype: Any = None, fast: bool = True,
-         check_finite: bool = True) -> Model:
+         check_finite: bool = True, check_grads: bool = False) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name
@@ -514,7 +528,10 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     dtypes stay the model's). Every floating-point weight is checked for NaN and infinite
     values once, on the host as it is read (one sum, or for 16-bit floats one test of the
     exponent bits, per tensor: no compilation); one is E0666, naming the tensor and its
-    first bad value; ``check_finite=False`` skips the check.
+    first bad value; ``check_finite=False`` skips the check. ``check_grads=True`` first checks every `grad` clause of the
+    model's ops against ``jax.vjp`` of the op's body (as `linnet grads --runtime jax`, in f64
+    with x64 enabled, else f32): a Pallas kernel's backward under ``jax.grad`` is its op's
+    clause, so a wrong one is a coded error (E0537-E0539) here, not a wrong gradient later.
 
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/", dtype="bf16",
     ...              device="gpu")                                       # doctest: +SKIP
@@ -522,7 +539,8 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     >>> logits = model.prefill(jnp.asarray([[1, 2, 3]], jnp.int32))       # doctest: +SKIP
     """
     check_numerics(numerics)
-    return Model(prepare(path, weights, config, dtype, device, check_finite=check_finite),
+    return Model(prepare(path, weights, config, dtype, device, check_finite=check_finite,
+                         check_grads=check_grads),
                  numerics, fast)
 
 

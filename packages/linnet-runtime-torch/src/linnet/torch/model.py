@@ -529,12 +529,19 @@ def _check_weights_type(weights: Any) -> None:
                        note="a path is never read as a file descriptor")
 
 
+# load(..., check_grads=True): cases per grad clause, and the largest dim they take (a
+# quick look at every clause; `linnet grads` checks more).
+LOAD_CHECK_CASES = 2
+LOAD_CHECK_MAX_SIZE = 12
+
+
 def load(path: str | Path, weights: Any = None,
          device: str | torch.device = "cpu", compile: bool | str | dict = False,
          numerics: str = "exact", config: dict[str, Any] | str | Path | None = None,
          interpret: bool = False, dtype: torch.dtype | str | None = None,
          progress: Callable[[str], None] | bool = False, grad: bool = False,
-         world: int | None = None, check_finite: bool = True) -> Model:
+         world: int | None = None, check_finite: bool = True,
+         check_grads: bool = False) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name:
@@ -569,6 +576,12 @@ def load(path: str | Path, weights: Any = None,
     the tensor and where its first bad value is. ``check_finite=False`` skips the check (to
     load a damaged checkpoint and inspect it).
 
+    ``check_grads=True`` first checks every `grad` clause of the model's ops (its own
+    and the std ops it uses) against the reverse pass of the op's body on a few random
+    cases (as `linnet grads` does, docs/grad.md): a clause that differs is a coded error
+    (E0537-E0539) before anything is loaded. Off by default: each clause costs a fraction
+    of a second to check.
+
     ``world=N`` (N > 1) loads this process's rank of the model split over N ranks of
     torch.distributed's default process group (tensor parallelism, docs/parallel.md): the
     group already initialised, or started here from torchrun's environment (NCCL on CUDA,
@@ -588,6 +601,10 @@ def load(path: str | Path, weights: Any = None,
         raise _error("E0769", f"grad must be True or False, not {grad!r}",
                      help="load(..., grad=True) runs entries with autograd")
     check_finite_flag(check_finite)
+    if not isinstance(check_grads, bool):
+        raise _error("E0541", f"check_grads must be True or False, not {check_grads!r}",
+                     help="load(..., check_grads=True) checks every grad clause against its "
+                          "op's body first")
     compile_options(compile)  # a bad value fails here, before anything is loaded
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
@@ -604,6 +621,10 @@ def load(path: str | Path, weights: Any = None,
         rank, device = init(world, device)
     dev = resolve_device(device)
     program, model_path = load_program(path)
+    if check_grads:
+        from .grad_checks import assert_grad_clauses
+
+        assert_grad_clauses(program, count=LOAD_CHECK_CASES, max_size=LOAD_CHECK_MAX_SIZE)
     cfg = read_config(config, model_path)
     check_dtype_config(program, cfg, None if convert is None else _dtype_name(convert))
     report = _progress(progress)

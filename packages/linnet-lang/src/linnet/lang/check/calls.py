@@ -7,7 +7,16 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
-from linnet.lang.check.core import MAX_DEPTH, EvaluatorBase, Fail, Frame, fail, shape_str
+from linnet.lang.check.core import (
+    MAX_DEPTH,
+    EvaluatorBase,
+    Fail,
+    Frame,
+    fail,
+    integer_gradient,
+    integer_gradient_error,
+    shape_str,
+)
 from linnet.lang.diagnostics.core import Diagnostic, Span
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import POISON, BlockInst, Builtin, Const, FuncRef, Poison, Tensor
@@ -132,8 +141,8 @@ class Calls(EvaluatorBase):
         gradient to a placeholder of its result's type. The reverse pass appends it with
         the real cotangents (linnet.lang.grad.reverse)."""
         from linnet.lang.grad.reverse import ClauseTemplate
-        from linnet.lang.ir.builder import Builder
-        from linnet.lang.ir.graph import Graph
+        from linnet.lang.ir.builder import Builder, _concrete
+        from linnet.lang.ir.graph import Graph, ValueType
 
         grad = decl.grad
         assert grad is not None and decl.module is not None
@@ -151,8 +160,13 @@ class Calls(EvaluatorBase):
         self.builder, templates, self.grad_templates = builder, self.grad_templates, None
         try:
             for name, value in zip(grad.names, out):
-                t = builder.emit("input", [], value.shape, value.dtype, {}, hint=name)
+                # A placeholder of its own for each incoming gradient, never shared: `emit`
+                # would make the second `input` step of an op of several results the first's
+                # (the same op, operands and attributes), binding both gradients to one.
+                placeholder = builder.emit_step("input", [], ValueType(
+                    tuple(_concrete(d) for d in value.shape), value.dtype), {}, name, "", None)
                 scratch.steps.pop()
+                t = Tensor(placeholder, value.shape, value.dtype)
                 template.incoming.append(t.ref)
                 frame.bind(name, t)
             self.run_body(grad.body, frame)
@@ -169,6 +183,12 @@ class Calls(EvaluatorBase):
                            grad.span, "grad clause",
                            help=f"return a tensor of `{name}`'s shape (a gradient computed "
                                 "from the incoming one: `return dy * 2.0`)")
+        for name, r, a in zip(names, returned, tensors):
+            if integer_gradient(r.dtype, a.dtype):
+                # The reverse pass converts a gradient to its parameter's type: an integer
+                # one would silently drop every fraction (issue 38).
+                raise Fail(integer_gradient_error(decl.name, name, r.dtype, a.dtype,
+                                                  grad.span))
         if len(returned) != len(tensors):
             raise fail("E0954", f"the grad clause of `{decl.name}` returns {len(returned)} "
                        f"gradient(s) for {len(tensors)} tensor parameter(s)", grad.span,

@@ -10,6 +10,7 @@ from typing import Any
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.check.blocks import instantiate
+from linnet.lang.check.core import integer_gradient, integer_gradient_error
 from linnet.lang.check.evaluate import Evaluator, Fail, Frame, call_cycles, fail, shape_str
 from linnet.lang.diagnostics.core import Diagnostic, Label, LinnetError, Span
 from linnet.lang.ir.builder import Builder
@@ -304,6 +305,9 @@ def check_grad(ev: Evaluator, decl: A.FuncDecl, env: dict, params: list,
             ev.errors.append(Diagnostic("E0522", f"gradient for `{p.name}` has shape "
                                         f"{shape_str(g.shape)}, expected {shape_str(v.shape)}",
                                         grad.span, "grad clause"))
+        elif isinstance(g, Tensor) and integer_gradient(g.dtype, v.dtype):
+            ev.errors.append(integer_gradient_error(decl.name, p.name, g.dtype, v.dtype,
+                                                    grad.span))
 
 
 def check_block(ev: Evaluator, decl: A.BlockDecl) -> None:

@@ -12,6 +12,7 @@ from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.primitives import BINARY_FUNCTIONS, BINARY_OPERATORS, UNARY_FUNCTIONS
 from linnet.lang.syntax.program import Program
 from linnet.lang.tensors.dims import Dim
+from linnet.lang.tensors.dtypes import is_int as _is_int
 from linnet.lang.tensors.values import BlockInst, Tensor
 
 KERNEL_BUILTINS = {"program_id", "load", "store", "atomic_add"}
@@ -148,3 +149,27 @@ class EvaluatorBase:
         # The mixins call one another through `self`; for mypy those calls go through here
         # (typed Any), while each method is checked against its own signature.
         def __getattr__(self, name: str) -> Any: ...
+
+
+def integer_gradient(grad: str, param: str) -> bool:
+    """Whether a grad clause's gradient of element type ``grad`` for a parameter of type
+    ``param`` is an integer (or bool) one for a parameter that is not: the reverse pass
+    would convert it to the parameter's type, silently dropping every fraction.
+
+    >>> integer_gradient("i32", "f32"), integer_gradient("i32", "T"), integer_gradient("f32", "T")
+    (True, True, False)
+    """
+    whole = _is_int(grad) or grad == "bool"
+    return whole and not (_is_int(param) or param == "bool")
+
+
+def integer_gradient_error(op: str, param: str, grad: str, declared: str,
+                           span: Span | None) -> Diagnostic:
+    """E0538: a grad clause returns an integer gradient for a floating-point parameter."""
+    return Diagnostic("E0538", f"the grad clause of `{op}` returns a gradient of type {grad} "
+                      f"for `{param}` ({declared}): a gradient of a floating-point parameter is "
+                      "floating point, and an integer one would be silently truncated",
+                      span, "grad clause",
+                      help=f"compute `{param}`'s gradient in its own type, {declared} "
+                           f"(not `as {grad}`): a gradient is a rate, not a count")
+

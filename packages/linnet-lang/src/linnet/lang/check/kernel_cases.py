@@ -131,11 +131,13 @@ def candidate_sizes(max_size: int, boundaries: set[int]) -> list[int]:
 
 def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0,
                  max_size: int = 48, dtypes: tuple[str, ...] = DEFAULT_DTYPES,
-                 max_numel: int = 1 << 16) -> list[KernelCase]:
+                 max_numel: int = 1 << 16, kernel: bool = True) -> list[KernelCase]:
     """Up to ``count`` distinct cases for ``op`` (a bound op of ``program``) on which its
     kernel applies: the op's `where` holds and so does the kernel's under the binding.
     Each dim is at most ``max_size`` and each tensor at most ``max_numel`` elements; a
-    generic element type is one of ``dtypes``. Where none of the small sizes and the
+    generic element type is one of ``dtypes``. ``kernel=False``: cases of any op (its own
+    `where` holds; a grad clause's check, linnet.lang.grad.clause_check), not only where a
+    kernel applies. Where none of the small sizes and the
     clauses' boundaries gives a case, powers of two are tried (divisibility clauses). Fewer
     come back when fewer exist (none: no small shapes satisfy the clauses).
 
@@ -144,10 +146,11 @@ def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0
     >>> [c.params["x"] for c in sample_cases(prog, bound_ops(prog)[0], 2, seed=1)]
     [((3, 31), 'f32'), ((48, 12), 'f32')]
     """
-    assert op.kernel is not None and op.module is not None
+    assert op.module is not None and (op.kernel is not None or not kernel)
     rng = random.Random(f"{op.qualified_name}/{seed}")
     ev = Evaluator(program, Builder(Graph(entry="", model="")), {})
-    sizes = candidate_sizes(max_size, boundary_sizes(op, *_kernel_decls(ev, op)))
+    kernels = _kernel_decls(ev, op) if op.kernel is not None else []
+    sizes = candidate_sizes(max_size, boundary_sizes(op, *kernels))
     out: list[KernelCase] = []
     seen: set[tuple] = set()
     # Where no small size satisfies the clauses, powers of two do the divisibility ones
@@ -166,7 +169,7 @@ def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0
             if key in seen:
                 continue
             seen.add(key)
-            case = _case(ev, op, env, max_numel)
+            case = _case(ev, op, env, max_numel, kernel)
             if case is not None:
                 out.append(case)
     return out
@@ -217,16 +220,17 @@ def binding_name(attrs: dict[str, Any]) -> str:
     return name
 
 
-def _case(ev: Evaluator, op: A.FuncDecl, env: dict[str, Any], max_numel: int
-          ) -> KernelCase | None:
-    """The case for these generics, or None where a clause fails or a size is too big."""
+def _case(ev: Evaluator, op: A.FuncDecl, env: dict[str, Any], max_numel: int,
+          kernel: bool = True) -> KernelCase | None:
+    """The case for these generics, or None where a clause fails or a size is too big
+    (or, with ``kernel``, the op's kernel does not apply)."""
     assert op.module is not None
     frame = Frame(op.module, {k: Dim.const(v) if isinstance(v, int) else v
                               for k, v in env.items()})
     try:
         ev.check_where(op, frame, op.name_span)
-        attrs = ev.kernel_binding_attrs(op, frame)
-        if not attrs.get("kernel_applies"):
+        attrs = ev.kernel_binding_attrs(op, frame) if op.kernel is not None else {}
+        if kernel and not attrs.get("kernel_applies"):
             return None
         params: dict[str, tuple[tuple[int, ...], str]] = {}
         scalars: dict[str, str] = {}

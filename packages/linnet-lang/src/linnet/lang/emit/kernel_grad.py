@@ -62,8 +62,22 @@ def body_backward(body, inputs, grads):
         xs = [t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
         outs = body(*xs, {}, {})
         wrt = [x for x in xs if x.requires_grad]
-        got = iter(torch.autograd.grad(list(outs), wrt, list(grads), allow_unused=True))
-        return [next(got) if x.requires_grad else None for x in xs]'''
+        # Only results that depend on a float input carry a gradient back (an integer
+        # result, or one computed from integers alone, has none).
+        pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
+        got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
+                                       allow_unused=True) if pairs else [None] * len(wrt))
+        return [next(got) if x.requires_grad else None for x in xs]
+
+
+def no_backward(message, help):
+    """E0545, as a LinnetError where linnet-lang is importable (a RuntimeError otherwise:
+    generated source also runs on its own)."""
+    try:
+        from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+    except ImportError:
+        return RuntimeError(f"E0545: {message} (help: {help})")
+    return LinnetError(Diagnostic("E0545", message, help=help))'''
 
 
 def backward_graph(program: Any, op: A.FuncDecl, arg_types: list[tuple[tuple[int, ...], str]],
@@ -104,7 +118,7 @@ def backward_graph(program: Any, op: A.FuncDecl, arg_types: list[tuple[tuple[int
         body = src(op.grad.body.span)
     else:
         results = [src(r.type.span) for r in op.results]
-        body = f"{{\n        return {op.name}({', '.join(p.name for p in op.params)})\n    }}"
+        body = _call_body(op)
     generics = ", ".join(src(g.span) for g in op.generics)
     where = (" where " + ", ".join(src(w.span) for w in op.where)) if op.where else ""
     result = results[0] if len(results) == 1 else f"({', '.join(results)})"
@@ -114,13 +128,7 @@ def backward_graph(program: Any, op: A.FuncDecl, arg_types: list[tuple[tuple[int
     prog = Program(parse(SourceFile(module.source.name, wrapper), module.name),
                    list(program.search))
     inputs = {n: (list(shape), dtype) for n, (shape, dtype) in zip(names, types)}
-    # Element-type generics are not bound from inputs: give them as config.
-    dtypes = {g.name for g in op.generics if g.kind == "DType"}
-    config = {}
-    for p, (_, dtype) in zip(tensors, arg_types):
-        name = getattr(getattr(p.type, "dtype", None), "name", None)
-        if name in dtypes:
-            config[name] = dtype
+    config = _generics(op, tensors, arg_types, result_types)
     graph = lower(prog, entry, inputs, config, model=MODEL, check=False)
     for call_ in graph.calls:
         # The differentiated body never launches a kernel itself.
@@ -140,6 +148,54 @@ def backward_function(name: str, entry_function: str, uses_grad_clause: bool,
     return (f"def {name}(inputs, grads):\n"
             f'    """Autograd of the op\'s body ({entry_function}), run again."""\n'
             f"    return body_backward({entry_function}, inputs, grads)")
+
+
+def _generics(op: A.FuncDecl, tensors: list[A.Param],
+              arg_types: list[tuple[tuple[int, ...], str]],
+              result_types: list[tuple[tuple[int, ...], str]]) -> dict[str, Any]:
+    """The op's generics that the call's types give directly, as the wrapper model's config.
+
+    Element types are not bound from inputs, and a dim is bound from an input only where it
+    can be solved (`Tensor[H * HD, D; T]` does not give `H` alone): every generic that a
+    parameter's or a result's type names on its own (`Tensor[N, H, HD; T]`) is given here,
+    so an op whose results name a generic its parameters only multiply (the fused QKV ops'
+    `H`, `KV`, `G`) has a backward pass too.
+    """
+    kinds = {g.name: g.kind for g in op.generics}
+    config: dict[str, Any] = {}
+    typed = list(zip(tensors, arg_types)) + list(zip(op.results, result_types))
+    for p, (shape, dtype) in typed:
+        if not isinstance(p.type, A.TensorType):
+            continue
+        name = p.type.dtype.name
+        if kinds.get(name) == "DType":
+            config.setdefault(name, dtype)
+        if len(p.type.dims) != len(shape):
+            continue
+        for dim, size in zip(p.type.dims, shape):
+            if isinstance(dim, A.Name) and kinds.get(dim.name) == "Dim":
+                config.setdefault(dim.name, size)
+    return config
+
+
+def _call_body(op: A.FuncDecl) -> str:
+    """The body of an entry that calls ``op`` and returns each of its results.
+
+    `return op(...)` of an op with several results returns one value (the tuple), not each
+    result, so the results are bound by name first (issue 46: E0441 "returns 1 values but
+    declares 3" was the backward of every several-result kernel op)."""
+    call = f"{op.name}({', '.join(p.name for p in op.params)})"
+    if len(op.results) == 1:
+        return f"{{\n        return {call}\n    }}"
+    taken = {p.name for p in op.params}
+    names = []
+    for i in range(len(op.results)):
+        name = f"linnet_result_{i}"
+        while name in taken:
+            name += "_"
+        names.append(name)
+    joined = ", ".join(names)
+    return f"{{\n        let ({joined}) = {call}\n        return {joined}\n    }}"
 
 
 def _tensor(t: tuple[tuple[int, ...], str]) -> str:
@@ -196,22 +252,43 @@ class Backwards:
         except LinnetError as err:
             # The forward pass must not fail for want of a backward one: the launch runs,
             # and only differentiating it is an error (E0545), naming why.
-            first = err.diagnostics[0]
-            self.functions.append(_no_backward(name, op, f"{first.code}: {first.message}"))
+            self.functions.append(_no_backward(name, op, err.diagnostics[0]))
             return name
         self.graphs.append(g)
         self.functions.append(backward_function(name, entry, clause, len(result_types)))
         return name
 
 
-def _no_backward(name: str, op: A.FuncDecl, why: str) -> str:
-    message = (f"{NO_BACKWARD}: the kernel launch of `{op.qualified_name}` cannot be differentiated: "
-               f"its backward pass could not be lowered for these shapes ({why}); let every "
-               "generic of the op appear in a tensor parameter's type, or run it with "
-               "numerics='exact' (its body, differentiated by torch autograd)")
+def no_backward_advice(op: A.FuncDecl, cause: Any) -> tuple[str, str]:
+    """E0545's message and help for ``op``, matched to why its backward did not lower
+    (``cause``: the first diagnostic of that lowering).
+
+    >>> # no_backward_advice(op, Diagnostic("E0603", "cannot determine `K`"))
+    """
+    what = "its grad clause" if op.grad is not None else "its body (run again)"
+    message = (f"the kernel launch of `{op.qualified_name}` cannot be differentiated: "
+               f"its backward pass, {what}, could not be lowered for these shapes "
+               f"({cause.code}: {cause.message})")
+    exact = "or load the model with numerics='exact', where the body runs and torch " \
+            "autograd differentiates it"
+    if cause.code == "E0603":
+        # A generic of the op that no tensor parameter or result names on its own (it is
+        # only given at the call, `op<N, 3>(x)`, or only in a product, `Tensor[H * HD]`).
+        return message, ("the backward pass is lowered from the types of the op's tensor "
+                         "parameters and results: name every generic of "
+                         f"`{op.name}` on its own in one of them (`Tensor[K; f32]`), " + exact)
+    if op.grad is not None and cause.code.startswith(("E052", "E095")):
+        return message, (f"fix `{op.name}`'s grad clause ({cause.help or cause.message}), "
+                         + exact)
+    return message, ("this is a limitation of Linnet's kernel backward passes, not of your "
+                     "model: please report it with the op's signature, " + exact)
+
+
+def _no_backward(name: str, op: A.FuncDecl, cause: Any) -> str:
+    message, help = no_backward_advice(op, cause)
     return (f"def {name}(inputs, grads):\n"
-            f'    """No backward pass could be written for `{op.name}` (E0545)."""\n'
-            f"    raise RuntimeError({message!r})")
+            f'    """No backward pass could be written for `{op.name}` ({NO_BACKWARD})."""\n'
+            f"    raise no_backward({message!r}, {help!r})")
 
 
 def _value_type(graph: Graph, ref: str) -> Any:

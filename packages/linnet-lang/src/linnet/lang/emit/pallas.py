@@ -365,7 +365,10 @@ def kernel_vjp(run, body, backward):
 
     def reverse(args, cotangent):
         if backward is not None:
-            return tuple(backward(*args, cotangent))
+            # The clause takes one incoming gradient per result: a kernel of several
+            # results has a tuple of them.
+            given = cotangent if isinstance(cotangent, tuple) else (cotangent,)
+            return tuple(backward(*args, *given))
         return jax.vjp(body, *args)[1](cotangent)
 
     launch.defvjp(forward, reverse)

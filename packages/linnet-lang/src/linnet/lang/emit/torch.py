@@ -90,7 +90,7 @@ RESERVED |= {"os", "types", "triton", "tl", "TRITON", "INTERPRET", "wrap_triton"
              "set_wrap_triton_enabled", "direct", "_LIBRARY", "_SCRATCH", "check_inplace",
              "dot16", "prefetch_l2", "prefetching", "scratch", "warnings"}
 # ... and emit/kernel_grad.py's helpers for launches under autograd.
-RESERVED |= {"KernelGrad", "launch_with_grad", "body_backward"}
+RESERVED |= {"KernelGrad", "launch_with_grad", "body_backward", "no_backward"}
 
 
 _ANONYMOUS = re.compile(r"^%t(\.\d+)?$")

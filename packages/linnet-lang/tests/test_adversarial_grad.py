@@ -1,0 +1,216 @@
+"""Adversarial grad clauses and kernel backward passes in linnet-lang (issue 38, item 2;
+issue 46, item 2): an integer gradient is a coded error at check and lowering time (it was
+silently truncated); a clause of several results gets one placeholder per incoming gradient
+(lowering crashed); the backward of every std kernel op of several results lowers (the
+torch runtime's `.backward()` raised E0545 "returns 1 values but declares 3", then "cannot
+determine `H`"), and E0545's advice names the real cause; the clause check's comparison
+finds each wrong class and says so where it cannot compare."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from linnet.lang import LinnetError, Program, check_text, lower
+from linnet.lang.check.kernel_cases import KernelCase, bound_ops, case_for, std_program
+from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.emit.kernel_grad import Backwards, no_backward_advice
+from linnet.lang.grad import lower_grad
+from linnet.lang.grad.clause_check import (
+    GradCase,
+    clause_cases,
+    clause_ops,
+    compare_case,
+    grad_case,
+)
+
+INTEGER = """
+pub op f<N: Dim, T: DType>(x: Tensor[N; T]) -> Tensor[N; T] {
+    let y[n] = x[n] * 3.0
+    return y
+} grad(dy) {
+    let dx[n] = (dy[n] * 3.0) as %s
+    return dx
+}
+model M<N: Dim> {
+    entry run(x: Tensor[N; f32]) -> f32 {
+        let y = f(x)
+        let s = sum[i](y[i])
+        return s
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("whole", ["i32", "i64", "u8", "bool"])
+def test_an_integer_gradient_is_an_error_when_checked_and_when_lowered(whole):
+    with pytest.raises(LinnetError) as info:
+        check_text(INTEGER % whole)
+    assert info.value.diagnostics[0].code == "E0538"
+    assert f"type {whole} for `x`" in info.value.diagnostics[0].message
+    prog = Program.from_text(INTEGER % whole)
+    with pytest.raises(LinnetError) as info:  # value_and_grad lowers with check=False
+        lower_grad(prog, "run", {"x": [3]}, {"N": 3}, wrt=["x"], check=False)
+    assert info.value.diagnostics[0].code == "E0538"
+
+
+def test_a_float_gradient_of_another_width_is_not_an_integer_one():
+    check_text((INTEGER % "f64").replace("(dy[n] * 3.0) as f64", "(dy[n] * 3.0) as f64"))
+
+
+PAIR = """
+pub op pair<N: Dim, M: Dim>(x: Tensor[N; f32], w: Tensor[M; f32]) -> (Tensor[N; f32], Tensor[M; f32]) {
+    let y[n] = x[n] * 2.0
+    let z[m] = w[m] * 3.0
+    return y, z
+} grad(dy, dz) {
+    let dx[n] = dy[n] * 2.0
+    let dw[m] = dz[m] * 3.0
+    return dx, dw
+}
+model P { entry run(x: Tensor[3; f32], w: Tensor[%d; f32]) -> f32 {
+    let (y, z) = pair(x, w)
+    let s = sum[i](y[i]) + sum[j](z[j])
+    return s } }
+"""
+
+
+@pytest.mark.parametrize("m", [3, 5])
+def test_each_incoming_gradient_of_a_clause_is_its_own_placeholder(m):
+    """The second `input` placeholder was shared with the first (the builder's common
+    subexpressions): IndexError for any clause of several results."""
+    templates: dict = {}
+    lower(Program.from_text(PAIR % m), "run", {"x": [3], "w": [m]}, grad_clauses=templates)
+    (template,) = templates.values()
+    assert len(set(template.incoming)) == 2
+    assert [template.values[r].shape for r in template.incoming] == [(3,), (m,)]
+    g = lower_grad(Program.from_text(PAIR % m), "run", {"x": [3], "w": [m]}, wrt=["x", "w"])
+    assert g.outputs[-2:] == ["%d_x", "%d_w"]
+
+
+# ---------------------------------------------------------------- kernel backward passes
+def _several_result_kernel_ops():
+    program = std_program()
+    return program, [op for op in bound_ops(program) if len(op.results) > 1]
+
+
+def test_the_backward_of_every_std_kernel_op_of_several_results_lowers():
+    """The body's backward entry returned `op(...)` (one value, the tuple) where the op has
+    several results (E0441), and the fused QKV ops' `H`, `KV`, `G`, which only their results
+    name on their own, could not be bound (E0603): E0545 at `.backward()`."""
+    from linnet.lang.check.kernel_cases import wrapper_program
+
+    program, ops = _several_result_kernel_ops()
+    assert len(ops) >= 5
+    for op in ops:
+        gens = {g.name: ("f32" if g.kind == "DType" else 4) for g in op.generics}
+        gens.update({"HD": 32, "D": 12, "N": 2, "S": 5})  # HD % 32: the split kernels
+        case = case_for(program, op, {k: v for k, v in gens.items()
+                                      if k in {g.name for g in op.generics}})
+        assert case is not None, op.name
+        wrapper = wrapper_program(program, op, case)
+        graph = lower(wrapper, "check", {n: list(s) for n, (s, _) in case.params.items()},
+                      {n: 1e-5 for n in case.scalars}, model="LinnetKernelCheck",
+                      check=False)
+        (call,) = [c for c in graph.calls if c.callee == op.qualified_name]
+        backwards = Backwards(wrapper)
+        backwards.backward(graph, call, "key")
+        assert "no_backward" not in backwards.functions[0], (op.name, backwards.functions[0])
+        (bg,) = backwards.graphs
+        assert len(bg.outputs) == len(op.results)
+
+
+def test_e0545_advice_matches_its_cause():
+    prog = check_text("""
+pub op f<N: Dim, K: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {
+    let y[n] = x[n] * (K as f32)
+    return y
+} grad(dy) {
+    let dx[n] = dy[n] * (K as f32)
+    return dx
+}
+""")
+    (op,) = clause_ops(prog)
+    message, help = no_backward_advice(op, Diagnostic("E0603", "cannot determine `K`"))
+    assert "its grad clause" in message and "cannot determine `K`" in message
+    assert "name every generic of `f` on its own" in help and "numerics='exact'" in help
+    _, help = no_backward_advice(op, Diagnostic("E0522", "gradient for `x` has shape [2]",
+                                                help=""))
+    assert help.startswith("fix `f`'s grad clause (gradient for `x` has shape [2])")
+    _, help = no_backward_advice(op, Diagnostic("E0441", "returns 1 values but declares 3"))
+    assert "limitation of Linnet" in help and "report it" in help
+    assert "generic" not in help  # the old advice named generics whatever the cause
+
+
+# ---------------------------------------------------------------- the comparison
+SQUARE = """
+pub op sq<N: Dim, T: DType>(x: Tensor[N; T], w: Tensor[N; T]) -> Tensor[N; T] {
+    let y[n] = x[n] * x[n] * w[n]
+    return y
+} grad(dy) {
+    let dx[n] = dy[n] * x[n] * w[n] * 2.0
+    let dw[n] = dy[n] * x[n] * x[n]
+    return dx, dw
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def square() -> GradCase:
+    prog = check_text(SQUARE)
+    (op,) = clause_ops(prog)
+    cases = clause_cases(prog, op, count=1, seed=0)
+    return grad_case(prog, op, cases[0], 0)
+
+
+def _gradients(gcase: GradCase) -> tuple[np.ndarray, np.ndarray]:
+    x, w = (np.asarray(v, dtype=np.float64) for v in gcase.inputs)
+    (dy,) = (np.asarray(v, dtype=np.float64) for v in gcase.cotangents)
+    return dy * x * w * 2.0, dy * x * x
+
+
+def test_the_comparison_names_each_wrong_class(square):
+    dx, dw = _gradients(square)
+    assert compare_case(square, [dx, dw], [dx, dw]).passed
+    assert compare_case(square, [dx * (1 + 1e-12), dw], [dx, dw]).passed  # rounding
+    cases = {
+        "is 0.5 times the body's": [dx * 0.5, dw],
+        "the body's gradient of `w` (swapped?)": [dw, dx],
+        "opposite sign": [-dx, dw],
+        "is all zeros": [np.zeros_like(dx), dw],
+    }
+    for said, clause in cases.items():
+        f = compare_case(square, clause, [dx, dw]).finding
+        assert f is not None and f.code == "E0537" and said in f.problem, (said, f)
+        assert f.input == "x" and f.where.startswith("x[")
+        k = int(f.where[2:-1])
+        assert f.clause == pytest.approx(clause[0][k]) and f.body == pytest.approx(dx[k])
+
+
+def test_non_finite_gradients(square):
+    dx, dw = _gradients(square)
+    nan_body = dx.copy()
+    nan_body[0] = np.nan
+    both = dx.copy()
+    both[0] = np.nan
+    assert compare_case(square, [both, dw], [nan_body, dw]).passed  # NaN where the body is
+    stray = dx.copy()
+    stray[-1] = np.nan
+    f = compare_case(square, [stray, dw], [dx, dw]).finding
+    assert f is not None and f.code == "E0537" and f.difference == np.inf
+    f = compare_case(square, [dx, dw], [np.full_like(dx, np.nan), dw]).finding
+    assert f is not None and f.code == "E0539" and "not finite" in f.problem
+
+
+def test_a_body_that_passes_no_gradient_is_unchecked_not_a_pass(square):
+    dx, dw = _gradients(square)
+    f = compare_case(square, [dx, dw], [np.zeros_like(dx), dw]).finding
+    assert f is not None and f.code == "E0539" and "passes no gradient to `x`" in f.problem
+    assert "--skip" in f.diagnostic().help
+
+
+def test_a_case_describes_itself_in_findings(square):
+    assert isinstance(square.case, KernelCase)
+    f = compare_case(square, [-_gradients(square)[0], _gradients(square)[1]],
+                     list(_gradients(square))).finding
+    assert f is not None and str(f).startswith("E0537 grad clause of main::sq on x: [")
+    assert f.diagnostic().message.startswith("grad clause of main::sq")
