@@ -197,6 +197,27 @@ block B<N: Dim> {
                               skip={"main::round_ste", "main::big", "main::B.scaled"}) == []
 
 
+def test_load_warns_of_a_clause_it_cannot_check_and_loads(tmp_path):
+    """A straight-through estimator's body passes no gradient: `load(check_grads=True)` says
+    it could not check the clause (E0539, a warning) rather than refusing the model."""
+    path = tmp_path / "ste.linnet"
+    path.write_text("""
+pub op round_ste<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {
+    let y[n] = floor(x[n] + 0.5)
+    return y
+} grad(dy) {
+    return dy
+}
+model M<N: Dim> {
+    param w: Tensor[N; f32]
+    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return round_ste(x) * self.w }
+}
+""")
+    with pytest.warns(UserWarning, match="not checked: E0539.*round_ste"):
+        model = load(path, weights={"w": torch.ones(3)}, check_grads=True)
+    assert model.run("run", [torch.tensor([0.4, 0.6, 1.5])]).tolist() == [0.0, 1.0, 2.0]
+
+
 def test_op_names_that_match_no_clause_are_an_error():
     with pytest.raises(LinnetError) as info:
         check_grad_clauses(Program.from_text(clause("right")), ops=["g"])

@@ -70,14 +70,15 @@ def check_grad_clauses(source: str | Path | Program, *, count: int = 3, seed: in
                            skip=skip, on_check=on_check, on_unchecked=on_unchecked)
 
 
-def assert_grad_clauses(source: str | Path | Program, **options: Any) -> None:
+def assert_grad_clauses(source: str | Path | Program, unchecked: str = "error",
+                        **options: Any) -> None:
     """:func:`check_grad_clauses`, raising a :class:`LinnetError` with one coded diagnostic
-    per finding (E0537-E0539).
+    per finding (E0537-E0539); ``unchecked="warn"`` warns of the E0539 ones instead.
 
     >>> def test_my_clauses():                          # doctest: +SKIP
     ...     assert_grad_clauses("ops.linnet", count=4)
     """
-    raise_grad_findings(check_grad_clauses(source, **options))
+    raise_grad_findings(check_grad_clauses(source, **options), unchecked)
 
 
 def check_clause_case(program: Program, op: Any, case: KernelCase, seed: int) -> GradCheck:

@@ -508,11 +508,22 @@ def check_options(count: Any, max_size: Any, dtypes: Any, ops: Any) -> None:
             help="e.g. ops=['scale', 'main::scale']"))
 
 
-def raise_grad_findings(findings: Sequence[GradFinding]) -> None:
+def raise_grad_findings(findings: Sequence[GradFinding], unchecked: str = "error") -> None:
     """A :class:`LinnetError` with one diagnostic per finding; none: nothing.
+
+    ``unchecked="warn"`` (how ``load(..., check_grads=True)`` takes them) turns the E0539
+    findings, cases the check could not see into (a straight-through estimator's body passes
+    no gradient), into warnings that say so; the clauses found wrong still raise.
 
     >>> raise_grad_findings([])
     """
+    if unchecked == "warn":
+        import warnings
+
+        for f in findings:
+            if f.code == UNCHECKED:
+                warnings.warn(f"not checked: {f}", stacklevel=3)
+        findings = [f for f in findings if f.code != UNCHECKED]
     if findings:
         raise LinnetError([f.diagnostic() for f in findings])
 
