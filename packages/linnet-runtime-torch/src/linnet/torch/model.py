@@ -319,9 +319,10 @@ class Model:
         """
         from .planned import plan_arguments, plan_for
 
-        # Each argument checked before anything is lowered (a coded error naming it).
-        plan_arguments(backends, compile, memory, measure, margin, progress, cache, kernels,
-                       captured)
+        # Each argument checked before anything is lowered (a coded error naming it); the
+        # backends as a list (a generator given is read once, here).
+        backends = plan_arguments(backends, compile, memory, measure, margin, progress, cache,
+                                  kernels, captured)[1]
         self._checked(entry, inputs)  # the plan runs them to record and time regions
         return plan_for(self, entry, inputs, backends, compile, memory, measure, margin,
                         progress, cache, kernels, captured)
