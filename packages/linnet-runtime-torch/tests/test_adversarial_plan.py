@@ -517,9 +517,10 @@ def test_wrong_values_of_the_right_shape_are_never_taken(model, want, how, words
     assert "failed" in p.explain() and words in p.explain()
     (w,) = warned
     assert f"bad-outputs-{how}" in str(w.message) and words in str(w.message)
-    torch.testing.assert_close(run_plan(model, p), want, rtol=1e-5, atol=1e-5)
-    (finding,) = conform(model, "decode", [TOKEN, POS], BadOutputs(how))
-    assert not finding.passed and words in finding.note  # the one check, both ways
+    if not measure:  # the same either way: run and conformed once
+        torch.testing.assert_close(run_plan(model, p), want, rtol=1e-5, atol=1e-5)
+        (finding,) = conform(model, "decode", [TOKEN, POS], BadOutputs(how))
+        assert not finding.passed and words in finding.note  # the one check, both ways
 
 
 @pytest.mark.parametrize("measure", [False, True])
@@ -587,8 +588,7 @@ MATCH_RESULTS = {
 
 
 @pytest.mark.parametrize("label", list(MATCH_RESULTS))
-def test_match_results_that_are_not_regions_of_the_graph_are_failed_candidates(
-        model, want, label):
+def test_match_results_that_are_not_regions_of_the_graph_are_failed_candidates(model, label):
     """Each is a failed candidate with the reason, in plan.explain() and in conform; the
     backend's good region beside it still runs."""
     extra, words = MATCH_RESULTS[label]
@@ -600,7 +600,6 @@ def test_match_results_that_are_not_regions_of_the_graph_are_failed_candidates(
     assert len(p.regions) == 1  # the LM head
     text = p.explain()
     assert words in text and "1 of 2 candidate regions taken" in text
-    torch.testing.assert_close(run_plan(model, p), want, rtol=1e-5, atol=1e-5)
     findings = conform(model, "decode", [TOKEN, POS], backend)
     assert len(findings) == 2 and sum(not f.passed for f in findings) == 1
     assert any(words in f.note for f in findings) and repr(findings)
