@@ -709,7 +709,7 @@ ARGUMENTS = [
 
 
 @pytest.mark.parametrize("kw, code, words", ARGUMENTS,
-                         ids=[f"{list(a[0])[0]}-{i}" for i, a in enumerate(ARGUMENTS)])
+                         ids=[f"{next(iter(a[0]))}-{i}" for i, a in enumerate(ARGUMENTS)])
 def test_plan_for_arguments_are_checked_before_anything_runs(model, monkeypatch, kw, code,
                                                              words):
     """A coded error naming the argument, before lowering, matching or timing (never a
