@@ -7,7 +7,9 @@ regions never both run; ``memory=`` caps the bytes executables hold. With ``meas
 nothing is timed: the candidates whose backend gave an estimate (``estimate_cost`` returned a
 :class:`~linnet.backends.Cost`) go first, fastest per step of the graph they cover first (the
 most estimated time saved for the steps claimed), then the others, the largest regions first.
-``plan.explain()`` shows each estimate beside the measured times. Where the generated source
+``plan.explain()`` shows each estimate beside the measured times. A backend's several
+executables for the same steps (two algorithms) are told apart by :func:`label_algorithms`
+and timed and decided each on its own. Where the generated source
 is compiled, :func:`choose_in_context` (:mod:`linnet.plan.context`) then checks each kind of
 taken region against the compiled steps around it.
 
