@@ -749,3 +749,35 @@ def test_linnet_plan_refuses_a_margin_of_two(capsys):
                "token=1", "--input", "pos=1", "--no-measure", "--margin", "2"])
     err = capsys.readouterr().err
     assert rc != 0 and "E0772" in err and "margin=2.0" in err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_linnet_kernels_pass_the_plans_check_on_cuda(dtype, monkeypatch):
+    """The check plan_for now makes of every executable must not drop right kernels: on a
+    GPU, each of Linnet's kernel regions in the toy Llama decode (norms, the fused
+    norm + q/k/v + rope spans, those that write the cache, attention) is within tolerance
+    of the generated source's outputs and written states, at two positions of two
+    sequences."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    pytest.importorskip("triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    config = toy_config(B=2, T=dtype)
+    m = load(LLAMA, weights=random_weights(LLAMA, config, seed=4, device="cuda"),
+             config=config, numerics="fast", device="cuda")
+    token = torch.tensor([3, 7], dtype=torch.int32, device="cuda")
+    pos = torch.tensor([5, 9], dtype=torch.int32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = m.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
+    kernels = [c for c in p.candidates if c.backend_name == "linnet-kernels"]
+    assert kernels, p.explain()
+    wrong = [(c.region, c.reason) for c in kernels if c.status == "failed"]
+    assert not wrong, wrong
+    assert not [w for w in caught if issubclass(w.category, BackendWarning)]
+    got = p.run([token, pos], m.context_for(p))[0]
+    want = load(LLAMA, weights=random_weights(LLAMA, config, seed=4, device="cuda"),
+                config=config, numerics="fast", device="cuda").run("decode", [token, pos])
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.05)
