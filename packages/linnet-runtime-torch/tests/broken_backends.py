@@ -2,7 +2,9 @@
 
 Each misbehaves in one way a plugin could: regions that reorder a KV cache's write and read,
 outputs that are not the region's, executables that are not executables, meta that lies,
-prepare or execute that raise, estimates that are garbage.
+prepare or execute that raise, estimates that are garbage; and (issue 38) outputs of the
+right shape with wrong values, `match` results that are not Regions of the graph, and two
+algorithms for one region.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 import torch
 from linnet.backends import CONTRACT, Capabilities, Cost, ExecutableMeta, Region, region_kind
 from linnet.torch.interpreter import RULES
-from reference_backends import LinearCall, RefLinear, linear_calls
+from reference_backends import LINEAR, LinearCall, RefLinear, linear_calls
 
 K_CACHE = "model.layers.0.self_attn.k_cache"
 
@@ -181,6 +183,12 @@ class BadOutputCall(LinearCall):
             return [None]
         if how == "nan":
             return [torch.full_like(good, math.nan)]
+        if how == "inf":
+            return [torch.full_like(good, math.inf)]
+        if how == "zeros":  # of the right shape, dtype and device: only the values are wrong
+            return [torch.zeros_like(good)]
+        if how == "scaled":
+            return [good * 1.5]
         if how == "int":
             return [good.to(torch.int32)]
         raise AssertionError(how)
@@ -325,3 +333,93 @@ class EstimatedSiblings(Base):
 
     def estimate_cost(self, region, target):
         return None if self.seconds is None else Cost(self.seconds)
+
+
+# ------------------------------------------------------------ issue 38: wrong values, right shape
+ATTENTION = "std.nn.attention::decode_attention"
+
+
+class Zeros(Interpret):
+    """The region's outputs as zeros of the declared shape and dtype."""
+
+    def execute(self, inputs, outputs, context):
+        return [torch.zeros_like(t) for t in super().execute(inputs, outputs, context)]
+
+
+class DecodeAttention(Base):
+    """Claims each layer's decode attention (it reads the KV cache the step just wrote);
+    ``zeros``: returns zeros, which equal the generated source's only on a cache that does
+    not hold this step's k and v."""
+
+    def __init__(self, zeros: bool = False):
+        self.zeros = zeros
+        self.name = "zero-attention" if zeros else "interpreted-attention"
+
+    def match(self, graph, target):
+        return [Region.of(graph, c.start, c.stop, c.index)
+                for c in graph.semantic_calls(ATTENTION)]
+
+    def compile(self, region, target, options):
+        return Zeros(region) if self.zeros else Interpret(region)
+
+
+# ------------------------------------------------------------ issue 38: match results
+class MatchGivesEach(RefLinear):
+    """``match`` gives the LM head's region, then whatever ``extra(graph)`` returns."""
+
+    def __init__(self, extra, label: str):
+        super().__init__()
+        self.extra = extra
+        self.name = f"match-gives-{label}"
+
+    def match(self, graph, target):
+        head = linear_calls(graph)[-1]
+        return [Region.of(graph, head.start, head.stop, head.index), *self.extra(graph)]
+
+
+def hand_region(graph, steps, callee: str = LINEAR) -> Region:
+    """A Region built by hand (no checks), with a callee so ``explain`` names it."""
+    return Region(graph, steps, None, (), (), (), (), "", callee, "lm_head")
+
+
+# ------------------------------------------------------------ issue 38: two algorithms
+class SlowCall(LinearCall):
+    """The same product as LinearCall, another class (an algorithm told apart by class)."""
+
+
+class TwoAlgorithms(RefLinear):
+    """The LM head offered twice: a slow executable first, then a fast one. ``how`` tells
+    them apart: "named" (ExecutableMeta.algorithm), "class" (two classes, no names) or
+    "order" (one class, no names: told apart by order)."""
+
+    def __init__(self, how: str, delay: float = 0.005):
+        super().__init__()
+        self.how, self.delay = how, delay
+        self.name = f"two-algorithms-{how}"
+        self.slow: set[int] = set()
+
+    def match(self, graph, target):
+        head = linear_calls(graph)[-1]
+        slow = Region.of(graph, head.start, head.stop, head.index)
+        fast = Region.of(graph, head.start, head.stop, head.index)
+        self.slow.add(id(slow))
+        return [slow, fast]
+
+    def compile(self, region, target, options):
+        slow = id(region) in self.slow
+        kind = SlowCall if slow and self.how == "class" else LinearCall
+        call = kind(region, delay=self.delay if slow else 0.0)
+        if self.how == "named":
+            call.meta = ExecutableMeta(algorithm="slow" if slow else "fast")
+        return call
+
+
+class BadAlgorithm(RefLinear):
+    """An executable whose meta.algorithm is not a str."""
+
+    name = "bad-algorithm"
+
+    def compile(self, region, target, options):
+        call = LinearCall(region)
+        call.meta = ExecutableMeta(algorithm=3)  # type: ignore[arg-type]
+        return call

@@ -1,5 +1,7 @@
 """Plans, contexts and conform against misbehaving backends (issue 11, items 1-3 and 11, the
-spec audit's estimate_cost / context.parameters / join, and compile= names from item 12).
+spec audit's estimate_cost / context.parameters / join, and compile= names from item 12;
+issue 38, items 6, 13, 14 and 15: wrong values of the right shape, plan_for's arguments, two
+algorithms for one region, match results that are not Regions of the graph).
 
 Every case must end in a recorded failure (a "failed" candidate, a skipped backend, a
 failing finding) or a coded error, and a plan that runs must give model.run's logits.
@@ -7,7 +9,10 @@ failing finding) or a coded error, and a plan that runs must give model.run's lo
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import warnings
 
 import pytest
 import torch
@@ -15,28 +20,34 @@ from broken_backends import (
     BAD_OUTPUTS,
     K_CACHE,
     AcrossScatter,
+    BadAlgorithm,
     BadOutputs,
     CacheWrite,
     CompileGives,
     CompileRaises,
+    DecodeAttention,
     EstimatedSiblings,
     Estimates,
     HandBuilt,
     LyingHolds,
     MadeUpKind,
     MatchGives,
+    MatchGivesEach,
     NoMethods,
     NotCallable,
     Raises,
+    TwoAlgorithms,
+    hand_region,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from linnet.backends import Cost
+from linnet.backends import CONTRACT, Cost, Region
 from linnet.lang import LinnetError
+from linnet.plan import BackendWarning, TimingCache, cache_key
 from linnet.torch import load, random_weights
 from linnet.torch.model import compile_options
 from linnet.torch.planned import compare, conform, tolerance_for
-from reference_backends import RefLinear, RefSiblings
+from reference_backends import RefLinear, RefSiblings, linear_calls
 from support import LLAMA, toy_config
 
 TOKEN = torch.tensor([3], dtype=torch.int32)
@@ -477,3 +488,296 @@ def test_join_lays_out_or_declines_and_is_shared_by_every_context(rows, trailing
         assert torch.equal(params[k], originals[k])
         assert params[k].untyped_storage().data_ptr() == joined.untyped_storage().data_ptr()
     assert a.parameters["s"] is a.states["s"] and b.parameters["s"] is b.states["s"]
+
+
+# ------------------------------------------------------------ issue 38, item 6: wrong values
+def plan_warned(model, backends, measure, tmp_path, **kw):
+    """The plan, and the BackendWarnings planning gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = plan(model, backends, measure=measure,
+                 cache=TimingCache(tmp_path / "benchmarks.json"), **kw)
+    return p, [w for w in caught if issubclass(w.category, BackendWarning)]
+
+
+@pytest.mark.parametrize("measure", [False, True])
+@pytest.mark.parametrize("how, words", [
+    ("nan", "256 NaN where the generated source has none"), ("inf", "infinities"),
+    ("zeros", "differs by"), ("scaled", "differs by"),
+])
+def test_wrong_values_of_the_right_shape_are_never_taken(model, want, how, words, measure,
+                                                         tmp_path):
+    """The outputs have the region's count, shape, dtype and device; only their values are
+    wrong. Measured or not, the candidate fails where the plan is made (as conform fails
+    it), a BackendWarning says so, and the generated source runs the LM head."""
+    p, warned = plan_warned(model, [BadOutputs(how)], measure, tmp_path)
+    (c,) = p.candidates
+    assert c.status == "failed" and words in c.reason and "%logits" in c.reason, c.reason
+    assert c.backend_seconds is None and p.regions == []  # never timed, never taken
+    assert "failed" in p.explain() and words in p.explain()
+    (w,) = warned
+    assert f"bad-outputs-{how}" in str(w.message) and words in str(w.message)
+    if not measure:  # the same either way: run and conformed once
+        torch.testing.assert_close(run_plan(model, p), want, rtol=1e-5, atol=1e-5)
+        (finding,) = conform(model, "decode", [TOKEN, POS], BadOutputs(how))
+        assert not finding.passed and words in finding.note  # the one check, both ways
+
+
+@pytest.mark.parametrize("measure", [False, True])
+def test_a_wrong_state_write_is_never_taken(model, want, measure, tmp_path):
+    """k_rot (the output) is right, the cache it writes is doubled: compared on the state,
+    on copies, the region fails; the right write passes and the plan runs as model.run."""
+    p, warned = plan_warned(model, [CacheWrite(wrong=True)], measure, tmp_path)
+    (c,) = p.candidates
+    assert c.status == "failed" and f"state {K_CACHE} differs by" in c.reason, c.reason
+    assert warned and p.regions == []
+    torch.testing.assert_close(run_plan(model, p), want, rtol=1e-5, atol=1e-5)
+    good, warned = plan_warned(model, [CacheWrite()], False, tmp_path)
+    assert [c.status for c in good.candidates] == ["taken"] and not warned
+    torch.testing.assert_close(run_plan(model, good), want, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_is_checked_on_the_cache_the_step_wrote(model, want, tmp_path):
+    """Decode attention reads the KV cache the step's scatter has just written: checked on a
+    cache without that write (fresh zeros at position 0), zeros would equal the generated
+    source's. Each region is checked where it stands in the recorded run, so zeros fail,
+    in plan_for and in conform, and a right executable passes."""
+    p, warned = plan_warned(model, [DecodeAttention(zeros=True)], False, tmp_path)
+    assert len(p.candidates) == 2 and p.regions == [] and warned
+    assert all(c.status == "failed" and "differs by" in c.reason for c in p.candidates)
+    findings = conform(model, "decode", [TOKEN, POS], DecodeAttention(zeros=True))
+    assert len(findings) == 2 and not any(f.passed for f in findings)
+    good, warned = plan_warned(model, [DecodeAttention()], False, tmp_path)
+    assert len(good.regions) == 2 and not warned
+    torch.testing.assert_close(run_plan(model, good), want, rtol=1e-5, atol=1e-5)
+    assert all(f.passed for f in conform(model, "decode", [TOKEN, POS], DecodeAttention()))
+
+
+def test_the_check_leaves_the_planning_context_and_inputs_alone(model, tmp_path):
+    """Each side of a check writes copies of the states its region touches: a plan whose
+    regions write the cache (right or wrong) leaves a given conform context as it was."""
+    ctx = model.new_context("decode", [TOKEN, POS])
+    model.prefill(torch.tensor([[1, 2, 3]], dtype=torch.int32), context=ctx)
+    before = {k: v.clone() for k, v in ctx.states.items()}
+    for backend in (CacheWrite(), CacheWrite(wrong=True), DecodeAttention(zeros=True)):
+        conform(model, "decode", [TOKEN, torch.tensor([3], dtype=torch.int32)], backend,
+                context=ctx)
+    assert all(torch.equal(before[k], ctx.states[k]) for k in before)
+
+
+# ------------------------------------------------------------ issue 38, item 15: match results
+def _head(graph):
+    c = linear_calls(graph)[-1]
+    return c.start, c.stop, c.index
+
+
+MATCH_RESULTS = {
+    "str": (lambda g: ["lm_head"], "match gave 'lm_head' (a str), not a Region"),
+    "none": (lambda g: [None], "(a NoneType), not a Region"),
+    "dict": (lambda g: [{"steps": [1]}], "(a dict), not a Region"),
+    "tuple": (lambda g: [(0, 1)], "(a tuple), not a Region"),
+    "other-graph": (lambda g: [Region.of(dataclasses.replace(g), *_head(g))],
+                    "of another graph"),
+    "empty-steps": (lambda g: [hand_region(g, ())], "not a non-empty sequence"),
+    "none-steps": (lambda g: [hand_region(g, None)], "not a non-empty sequence"),
+    "str-steps": (lambda g: [hand_region(g, "165")], "not a non-empty sequence"),
+    "bool-steps": (lambda g: [hand_region(g, (True,))], "not a non-empty sequence"),
+    "past-the-end": (lambda g: [hand_region(g, (len(g.steps) + 5,))], "outside the graph"),
+    "negative": (lambda g: [hand_region(g, (-1,))], "outside the graph"),
+}
+
+
+@pytest.mark.parametrize("label", list(MATCH_RESULTS))
+def test_match_results_that_are_not_regions_of_the_graph_are_failed_candidates(model, label):
+    """Each is a failed candidate with the reason, in plan.explain() and in conform; the
+    backend's good region beside it still runs."""
+    extra, words = MATCH_RESULTS[label]
+    backend = MatchGivesEach(extra, label)
+    p = plan(model, [backend])
+    assert len(p.candidates) == 2, p.candidates
+    bad = [c for c in p.candidates if c.status == "failed"]
+    assert len(bad) == 1 and words in bad[0].reason, [c.reason for c in p.candidates]
+    assert len(p.regions) == 1  # the LM head
+    text = p.explain()
+    assert words in text and "1 of 2 candidate regions taken" in text
+    findings = conform(model, "decode", [TOKEN, POS], backend)
+    assert len(findings) == 2 and sum(not f.passed for f in findings) == 1
+    assert any(words in f.note for f in findings) and repr(findings)
+
+
+# ------------------------------------------------------------ issue 38, item 14: two algorithms
+@pytest.mark.parametrize("how", ["named", "class", "order"])
+def test_two_algorithms_for_one_region_are_timed_apart_and_the_faster_taken(
+        model, monkeypatch, tmp_path, how):
+    """The slow one comes first. Both save against a generated source timed at 1 s: each
+    must be timed (and cached) on its own, so the fast one saves more and is taken."""
+    from linnet.torch.planned import PlanBuilder
+
+    monkeypatch.setattr(PlanBuilder, "time_generated", lambda self, *a: 1.0)
+    backend = TwoAlgorithms(how)
+    cache_path = tmp_path / "benchmarks.json"
+    for round in (1, 2):  # timed, then read from the cache
+        p = plan(model, [backend], measure=True, cache=TimingCache(cache_path))
+        slow, fast = p.candidates
+        assert slow.algorithm != fast.algorithm and slow.algorithm and fast.algorithm
+        assert slow.backend_seconds >= backend.delay > fast.backend_seconds, (
+            slow.backend_seconds, fast.backend_seconds)
+        assert p.regions == [fast] and slow.status == "overlap"
+        assert all(c.cached == (round == 2) for c in p.candidates)
+        assert fast.label in p.explain() and slow.label in p.explain()
+    entries = json.loads(cache_path.read_text())["entries"]
+    kinds = [json.loads(k)[4] for k in entries if json.loads(k)[1] == backend.name]
+    assert len(kinds) == 2 and all("/algorithm=" in k for k in kinds)
+    if how == "named":
+        assert {slow.algorithm, fast.algorithm} == {"slow", "fast"}
+
+
+def test_a_timing_older_versions_gave_every_algorithm_is_not_read(model, monkeypatch,
+                                                                   tmp_path):
+    """Before issue 38 a backend's algorithms shared one key (the region kind): an entry
+    there holds the first one's timing. Their keys now name the algorithm, so it is read
+    for neither; a backend with one executable per region keeps the key it had."""
+    from linnet.torch.planned import PlanBuilder
+
+    monkeypatch.setattr(PlanBuilder, "time_generated", lambda self, *a: 1.0)
+    graph = model.graph("decode", [TOKEN, POS])
+    kind = Region.of(graph, *_head(graph)).kind
+    builder = PlanBuilder(model, "decode", [TOKEN, POS], default_options(), progress=False)
+    path = tmp_path / "benchmarks.json"
+    stale = {cache_key(builder.timing_key(), name, "1.0", CONTRACT, kind): {"seconds": 1e-9}
+             for name in ("two-algorithms-named", "ref-linear")}
+    path.write_text(json.dumps({"format": "linnet.benchmarks", "version": 1,
+                                "entries": stale}))
+    p = plan(model, [TwoAlgorithms("named")], measure=True, cache=TimingCache(path))
+    assert not any(c.cached for c in p.candidates)
+    assert p.candidates[0].backend_seconds >= 0.005
+    one = plan(model, [RefLinear()], measure=True, cache=TimingCache(path))
+    (head,) = [c for c in one.candidates if c.region.kind == kind]
+    assert head.cached and head.backend_seconds == 1e-9 and head.algorithm == ""
+
+
+def test_an_algorithm_that_is_not_a_string_fails_the_candidate(model):
+    p = plan(model, [BadAlgorithm()])
+    assert len(p.candidates) == LINEARS and p.regions == []
+    assert all(c.status == "failed" and "algorithm=3" in c.reason for c in p.candidates)
+
+
+# ------------------------------------------------------------ issue 38, item 13: arguments
+def default_options():
+    from linnet.plan.arguments import plan_options
+
+    return plan_options()
+
+
+ARGUMENTS = [
+    (dict(memory="lots"), "E0771", "not a number of bytes"),
+    (dict(memory=-1), "E0771", "negative"),
+    (dict(memory=math.nan), "E0771", "finite"),
+    (dict(memory=math.inf), "E0771", "finite"),
+    (dict(memory=True), "E0771", "bool"),
+    (dict(memory=[1]), "E0771", "list"),
+    (dict(margin="2%"), "E0772", "string"),
+    (dict(margin=-0.01), "E0772", "negative"),
+    (dict(margin=1.0), "E0772", "none would ever be taken"),
+    (dict(margin=2), "E0772", "none would ever be taken"),
+    (dict(margin=math.nan), "E0772", "finite"),
+    (dict(margin=None), "E0772", "NoneType"),
+    (dict(margin=True), "E0772", "bool"),
+    (dict(backends="cublaslt"), "E0773", "is a string"),
+    (dict(backends=b"cublaslt"), "E0773", "is a string"),
+    (dict(backends=RefLinear()), "E0773", "not a list of backends"),
+    (dict(backends={"ref": RefLinear()}), "E0773", "not a list of backends"),
+    (dict(backends=3), "E0773", "not a list of backends"),
+    (dict(backends=[None]), "E0773", "backends[0] is None"),
+    (dict(backends=["cublaslt"]), "E0773", "backends[0] is 'cublaslt'"),
+    (dict(backends=[RefLinear]), "E0773", "is the class RefLinear"),
+    (dict(backends=[RefLinear(), 3]), "E0773", "backends[1] is 3"),
+    (dict(backends=[[RefLinear()]]), "E0773", "(a list)"),
+    (dict(backends=[RefLinear(), RefLinear()]), "E0773", "both named `ref-linear`"),
+    (dict(measure="no"), "E0774", "measure='no'"),
+    (dict(measure=0), "E0774", "measure=0"),
+    (dict(measure=None), "E0774", "measure=None"),
+    (dict(kernels="yes"), "E0774", "kernels='yes'"),
+    (dict(captured="no"), "E0765", "captured='no'"),
+    (dict(compile=1.5), "E0714", "compile must be"),
+    (dict(compile=["inductor"]), "E0714", "compile must be"),
+    (dict(progress="plan.log"), "E0775", "progress='plan.log'"),
+    (dict(progress=3), "E0775", "progress=3"),
+    (dict(cache="benchmarks.json"), "E0776", "cache='benchmarks.json'"),
+    (dict(cache={}), "E0776", "cache={}"),
+]
+
+
+@pytest.mark.parametrize("kw, code, words", ARGUMENTS,
+                         ids=[f"{next(iter(a[0]))}-{i}" for i, a in enumerate(ARGUMENTS)])
+def test_plan_for_arguments_are_checked_before_anything_runs(model, monkeypatch, kw, code,
+                                                             words):
+    """A coded error naming the argument, before lowering, matching or timing (never a
+    TypeError deep in the planner, nor eight backends named by a string's characters)."""
+    from linnet.torch import planned
+
+    monkeypatch.setattr(planned.PlanBuilder, "__init__", _never)
+    call = {"backends": [RefLinear()], "measure": False, "progress": False, **kw}
+    for run in (lambda: model.plan_for("decode", [TOKEN, POS], **call),
+                lambda: planned.plan_for(model, "decode", [TOKEN, POS], **call)):
+        with pytest.raises(LinnetError) as err:
+            run()
+        assert code_of(err.value) == code and words in str(err.value), str(err.value)
+        assert err.value.diagnostics[0].help
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("planning started before the arguments were checked")
+
+
+@pytest.mark.parametrize("kw", [
+    dict(margin=0), dict(margin=0.5), dict(memory=1e9), dict(memory=0), dict(progress=None),
+    dict(backends=(RefLinear(),)), dict(backends=iter([RefLinear()])), dict(kernels=False),
+    dict(cache=None),
+])
+def test_good_plan_for_arguments_still_plan(model, kw):
+    call = {"backends": [RefLinear()], "measure": False, "progress": False, **kw}
+    p = model.plan_for("decode", [TOKEN, POS], **call)
+    assert len(p.regions) == LINEARS  # RefLinear holds 0 bytes: within any budget
+
+
+def test_linnet_plan_refuses_a_margin_of_two(capsys):
+    from linnet.lang.cli import main
+    from support import LLAMA as FILE
+
+    rc = main(["plan", str(FILE), "--entry", "decode", "--config", "toy", "--input",
+               "token=1", "--input", "pos=1", "--no-measure", "--margin", "2"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "E0772" in err and "margin=2.0" in err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_linnet_kernels_pass_the_plans_check_on_cuda(dtype, monkeypatch):
+    """The check plan_for now makes of every executable must not drop right kernels: on a
+    GPU, each of Linnet's kernel regions in the toy Llama decode (norms, the fused
+    norm + q/k/v + rope spans, those that write the cache, attention) is within tolerance
+    of the generated source's outputs and written states, at two positions of two
+    sequences."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    pytest.importorskip("triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    config = toy_config(B=2, T=dtype)
+    m = load(LLAMA, weights=random_weights(LLAMA, config, seed=4, device="cuda"),
+             config=config, numerics="fast", device="cuda")
+    token = torch.tensor([3, 7], dtype=torch.int32, device="cuda")
+    pos = torch.tensor([5, 9], dtype=torch.int32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = m.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
+    kernels = [c for c in p.candidates if c.backend_name == "linnet-kernels"]
+    assert kernels, p.explain()
+    wrong = [(c.region, c.reason) for c in kernels if c.status == "failed"]
+    assert not wrong, wrong
+    assert not [w for w in caught if issubclass(w.category, BackendWarning)]
+    got = p.run([token, pos], m.context_for(p))[0]
+    want = load(LLAMA, weights=random_weights(LLAMA, config, seed=4, device="cuda"),
+                config=config, numerics="fast", device="cuda").run("decode", [token, pos])
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.05)

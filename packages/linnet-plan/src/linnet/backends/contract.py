@@ -66,14 +66,21 @@ class Cost:
 class ExecutableMeta:
     """What an executable declares about itself. ``holds``: bytes it keeps beyond the
     model's weights (converted weights, workspaces); the plan's ``memory=`` budget counts it.
+    ``algorithm``: where a backend offers several executables for one region (two
+    algorithms: ``match`` returns the region once for each, ``compile`` gives each its
+    executable), a name that tells this one apart; each is timed, cached and decided on its
+    own (the planner otherwise tells them apart by class, then by order).
 
     >>> ExecutableMeta((), ()).holds
     0
+    >>> ExecutableMeta(algorithm="split-k").algorithm
+    'split-k'
     """
 
     inputs: tuple = ()
     outputs: tuple = ()
     holds: int = 0
+    algorithm: str = ""
 
 
 @dataclass(frozen=True)
@@ -143,9 +150,13 @@ class Region:
         return bool(set(self.steps) & set(other.steps))
 
     def __repr__(self) -> str:
-        what = self.callee.rsplit("::", 1)[-1] if self.callee else "steps"
-        where = f" {self.path}" if self.path else ""
-        return f"Region({what}{where} @{self.start}, {len(self.steps)} steps)"
+        what = self.callee.rsplit("::", 1)[-1] if isinstance(self.callee, str) and \
+            self.callee else "steps"
+        where = f" {self.path}" if isinstance(self.path, str) and self.path else ""
+        try:  # a region a backend built by hand may hold anything: its repr never raises
+            return f"Region({what}{where} @{self.start}, {len(self.steps)} steps)"
+        except Exception:
+            return f"Region({what}{where}, steps={self.steps!r:.40})"
 
     @classmethod
     def of(cls, graph: Graph, start: int, stop: int, index: int | None = None) -> Region:

@@ -7,7 +7,9 @@ regions never both run; ``memory=`` caps the bytes executables hold. With ``meas
 nothing is timed: the candidates whose backend gave an estimate (``estimate_cost`` returned a
 :class:`~linnet.backends.Cost`) go first, fastest per step of the graph they cover first (the
 most estimated time saved for the steps claimed), then the others, the largest regions first.
-``plan.explain()`` shows each estimate beside the measured times. Where the generated source
+``plan.explain()`` shows each estimate beside the measured times. A backend's several
+executables for the same steps (two algorithms) are told apart by :func:`label_algorithms`
+and timed and decided each on its own. Where the generated source
 is compiled, :func:`choose_in_context` (:mod:`linnet.plan.context`) then checks each kind of
 taken region against the compiled steps around it.
 
@@ -16,6 +18,8 @@ taken region against the compiled steps around it.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +27,15 @@ from linnet.backends.contract import Options, Region
 
 from .cache import CacheWarning, TimingCache, cache_key
 
-__all__ = ["CacheWarning", "Candidate", "Decision", "SliceTimer", "TimingCache", "cache_key",
-           "choose", "choose_in_context", "explain_table", "layout", "rotation", "window"]
+__all__ = ["BackendWarning", "CacheWarning", "Candidate", "Decision", "SliceTimer",
+           "TimingCache", "cache_key", "choose", "choose_in_context", "explain_table",
+           "label_algorithms", "layout", "rotation", "warn_failed", "window"]
+
+
+class BackendWarning(UserWarning):
+    """A backend's executables failed the check run where the plan was made (they raised,
+    or gave outputs that are not the generated source's): those regions run as generated
+    source, and ``plan.explain()`` says why for each."""
 
 
 @dataclass
@@ -45,6 +56,9 @@ class Candidate:
     estimate_note: str = ""  # why an estimate was ignored (it raised, or was not a Cost)
     # (apart, together) seconds where it was checked in context (see linnet.plan.context)
     context_seconds: tuple[float, float] | None = None
+    # What tells this executable apart from the backend's others over the same steps (two
+    # algorithms for one region): see label_algorithms. "" where the backend offers one.
+    algorithm: str = ""
 
     @property
     def saving(self) -> float | None:
@@ -55,6 +69,11 @@ class Candidate:
     @property
     def backend_name(self) -> str:
         return str(getattr(self.backend, "name", "?"))
+
+    @property
+    def label(self) -> str:
+        """The backend's name, and the algorithm where it offers several for one region."""
+        return self.backend_name + (f"[{self.algorithm}]" if self.algorithm else "")
 
 
 @dataclass
@@ -95,7 +114,7 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
         clash = next((used_steps[s] for s in c.region.steps if s in used_steps), None)
         if clash is not None:
             c.status = "overlap"
-            c.reason = f"overlaps {clash.backend_name}'s {clash.region!r}, which saves more"
+            c.reason = f"overlaps {clash.label}'s {clash.region!r}, which saves more"
             continue
         if options.memory is not None and held + c.holds > options.memory:
             c.status = "memory"
@@ -115,6 +134,61 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
         decision.taken.append(c)
     decision.taken.sort(key=lambda c: c.region.start)
     return decision
+
+
+def label_algorithms(candidates: list[Candidate],
+                     key: Callable[[Candidate], Hashable] | None = None) -> None:
+    """Set ``algorithm`` on each candidate whose backend offers more than one executable for
+    the same steps (two algorithms for one region), so that each is timed, cached and
+    decided apart: the executable's ``meta.algorithm`` where it declares one, else (where
+    two of one ``key``, by default backend and region kind, claim the same steps) the
+    executable's class name; ``#2``, ``#3`` ... after the first where even those are equal.
+    Candidates of a kind whose regions all differ keep ``algorithm`` "" (and the timing
+    cache keys they always had) unless their executable names an algorithm.
+
+    >>> label_algorithms([])
+    """
+    key = key or (lambda c: (id(c.backend), c.region.kind))
+    live = [c for c in candidates if c.status != "failed" and c.executable is not None]
+    shared: dict[Hashable, set[tuple[int, ...]]] = {}
+    twice: set[Hashable] = set()
+    for c in live:
+        steps = tuple(c.region.steps)
+        seen = shared.setdefault(key(c), set())
+        if steps in seen:
+            twice.add(key(c))
+        seen.add(steps)
+    count: dict[tuple, int] = {}
+    for c in live:
+        declared = getattr(getattr(c.executable, "meta", None), "algorithm", "")
+        name = declared if isinstance(declared, str) else ""
+        if not name and key(c) in twice:
+            name = type(c.executable).__qualname__
+        if not name:
+            continue
+        slot = (key(c), tuple(c.region.steps), name)
+        count[slot] = count.get(slot, 0) + 1
+        c.algorithm = name if count[slot] == 1 else f"{name}#{count[slot]}"
+
+
+def warn_failed(candidates: list[Candidate], what: str, stacklevel: int = 3) -> None:
+    """One :class:`BackendWarning` per backend with candidates in ``candidates`` that
+    failed: how many of its regions, the first one's reason, that the generated source runs
+    them. ``what`` says what they failed ("the check against the generated source").
+
+    >>> warn_failed([], "the check")
+    """
+    by_backend: dict[int, list[Candidate]] = {}
+    for c in candidates:
+        if c.status == "failed":
+            by_backend.setdefault(id(c.backend), []).append(c)
+    for failed in by_backend.values():
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        regions = f"{len(failed)} region{'s' if len(failed) != 1 else ''}"
+        warnings.warn(f"linnet: {regions} of backend `{first.backend_name}` failed {what} "
+                      f"and run as generated source: {first.region!r}: {first.reason}{more}; "
+                      "plan.explain() lists each", BackendWarning, stacklevel=stacklevel)
 
 
 def _unmeasured_order(c: Candidate) -> tuple:
@@ -141,22 +215,16 @@ def explain_table(candidates: list[Candidate], skipped: list[Any], header: str =
     lines = [header] if header else []
     rows = [("region", "steps", "backend", "estimate us", "backend us", "generated us", "saving",
              "decision")]
-    for c in sorted(candidates, key=lambda c: (c.region.start, c.backend_name)):
+    for c in sorted(candidates, key=lambda c: (_first_step(c.region), c.backend_name)):
         r = c.region
-        # "+ writes": the region's steps end with state writes (a kernel that stores k and v
-        # into the cache, beside the same op's region without them).
-        what = (r.callee.rsplit("::", 1)[-1] if r.callee else "steps") + (
-            " + writes" if r.callee and r.writes_state else "") + (
-            f" [{r.path}]" if r.path else "")
-        span = f"{r.start}..{r.stop}" + ("" if len(r.steps) == r.stop - r.start
-                                          else f" ({len(r.steps)})")
+        what, span = _where(r)
         saving = "-" if c.saving is None else _pct(c.saving, c.generated_seconds)
         decision = c.status + (f": {c.reason}" if c.reason else "")
         if c.cached:
             decision += " (cached timing)"
         if c.estimate_note:
             decision += f" (estimate ignored: {c.estimate_note})"
-        rows.append((what, span, c.backend_name, _us(c.estimate), _us(c.backend_seconds),
+        rows.append((what, span, c.label, _us(c.estimate), _us(c.backend_seconds),
                      _us(c.generated_seconds), saving, decision))
     widths = [max(len(row[i]) for row in rows) for i in range(7)]
     for row in rows:
@@ -177,6 +245,31 @@ def explain_table(candidates: list[Candidate], skipped: list[Any], header: str =
     lines.append(f"{taken} of {len(candidates)} candidate regions taken by backends; the rest "
                  "of the entry runs as generated source.")
     return "\n".join(lines)
+
+
+def _first_step(region: Region) -> int:
+    """Where ``region`` stands in the table: its first step; -1 for what a backend's
+    ``match`` gave that names no steps of the graph (recorded as a failed candidate)."""
+    try:
+        return int(region.steps[0])
+    except Exception:
+        return -1
+
+
+def _where(r: Region) -> tuple[str, str]:
+    """The table's region and steps cells. A failed candidate's region may be anything a
+    backend made (steps outside the graph, of another graph, none): never trust it here."""
+    try:
+        # "+ writes": the region's steps end with state writes (a kernel that stores k and
+        # v into the cache, beside the same op's region without them).
+        what = (r.callee.rsplit("::", 1)[-1] if r.callee else "steps") + (
+            " + writes" if r.callee and r.writes_state else "") + (
+            f" [{r.path}]" if r.path else "")
+        span = f"{r.start}..{r.stop}" + ("" if len(r.steps) == r.stop - r.start
+                                          else f" ({len(r.steps)})")
+        return what, span
+    except Exception:
+        return "-", "-"
 
 
 from .context import SliceTimer, choose_in_context, layout, rotation, window  # noqa: E402

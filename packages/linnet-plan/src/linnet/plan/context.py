@@ -118,7 +118,7 @@ def rotation(group: Sequence[Candidate]) -> list[Candidate]:
 
 
 def _default_key(c: Candidate) -> Hashable:
-    return (id(c.backend), c.region.kind)
+    return (id(c.backend), c.region.kind, c.algorithm)
 
 
 def choose_in_context(candidates: list[Candidate], options: Options, n_steps: int,
@@ -161,7 +161,7 @@ def choose_in_context(candidates: list[Candidate], options: Options, n_steps: in
         alike = [m for m in members if signatures[id(m)] == common]
         vkey = (purpose, key(group[0]), common)
         if vkey not in verdicts:
-            say(f"{purpose} {len(group)} {group[0].backend_name} region(s) "
+            say(f"{purpose} {len(group)} {group[0].label} region(s) "
                 f"{group[0].region!r} in context")
             verdicts[vkey] = _costs(timer, alike, shapes)
         return verdicts[vkey]
@@ -218,7 +218,7 @@ def choose_in_context(candidates: list[Candidate], options: Options, n_steps: in
         if replaced is None:
             return decision
         group, now, instead = replaced
-        name = f"{group[0].backend_name}'s {group[0].region!r}"
+        name = f"{group[0].label}'s {group[0].region!r}"
         for x in group:
             for c in _overlapping(x, taken):
                 c.status, c.context_seconds = "overlap", None

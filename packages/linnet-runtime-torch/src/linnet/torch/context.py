@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -176,13 +176,21 @@ class Context:
             offset += t.shape[0]
         return joined
 
-    def scratch(self) -> Context:
+    def scratch(self, only: Iterable[str] | None = None) -> Context:
         """A context with copies of the states, for timing and checking without side effects.
         Each copy is an inference tensor exactly where its original is (torch.compile guards
         on that: a compiled slice run on the copies must not compile again for the
-        originals)."""
-        return Context(self._params, {k: _copy(v) for k, v in self._states.items()},
-                       self.device)
+        originals). ``only``: copy just those states, the others shared with this context
+        (checking one region, which touches its own states: one layer's KV cache, not all).
+
+        >>> ctx = Context({}, {"a": torch.zeros(1), "b": torch.zeros(1)}, torch.device("cpu"))
+        >>> part = ctx.scratch(only=["a"])
+        >>> part.states["a"] is ctx.states["a"], part.states["b"] is ctx.states["b"]
+        (False, True)
+        """
+        keep = None if only is None else set(only)
+        return Context(self._params, {k: _copy(v) if keep is None or k in keep else v
+                                      for k, v in self._states.items()}, self.device)
 
     def reset(self) -> None:
         """Zero every state (start new sequences)."""

@@ -306,14 +306,24 @@ class Model:
         of one prompt), item by item from the host, where each region and each cut between
         compiled slices costs its Python and launches too: each is charged its host time
         beside its device time, so a region that saves less device time than it costs the
-        host is not taken.
+        host is not taken. Every executable runs once where the plan is made, measured or
+        not, and is checked against the generated source as :meth:`conform` checks it: one
+        that raises or gives other outputs (NaN, zeros, a wrong scale, a wrong state write)
+        is not taken ("failed" in ``plan.explain()``, with a
+        :class:`~linnet.plan.BackendWarning`). ``margin`` is a fraction in [0, 1),
+        ``memory`` None or bytes, ``backends`` a list of backend objects; a value of the
+        wrong kind is a coded error (E0765, E0771-E0776, E0714) before anything is lowered.
 
         >>> plan = model.plan_for("decode", [token, pos], backends=[MyLinear()])  # doctest: +SKIP
         >>> print(plan.explain())                                                # doctest: +SKIP
         >>> prefill = model.plan_for("prefill", [prompt], captured=False)        # doctest: +SKIP
         """
-        from .planned import plan_for
+        from .planned import plan_arguments, plan_for
 
+        # Each argument checked before anything is lowered (a coded error naming it); the
+        # backends as a list (a generator given is read once, here).
+        backends = plan_arguments(backends, compile, memory, measure, margin, progress, cache,
+                                  kernels, captured)[1]
         self._checked(entry, inputs)  # the plan runs them to record and time regions
         return plan_for(self, entry, inputs, backends, compile, memory, measure, margin,
                         progress, cache, kernels, captured)

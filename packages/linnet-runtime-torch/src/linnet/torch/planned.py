@@ -42,15 +42,28 @@ from linnet.plan import (
     choose,
     choose_in_context,
     explain_table,
+    label_algorithms,
     rotation,
+    warn_failed,
 )
+from linnet.plan.arguments import check_backends, check_cache, check_progress, plan_options
 
 import torch
 
+from .checking import (  # noqa: F401  (Finding, compare and the rest: importable from here too)
+    Finding,
+    References,
+    check_candidate,
+    compare,
+    output_problem,
+    run_once,
+    same_device,
+    tolerance_for,
+    written_states,
+)
 from .context import Context
 from .home import import_source, shown
 from .inputs import check_inputs
-from .interpreter import DTYPES
 from .kernel_paths import KernelPaths
 from .launch_modes import (
     MODES,
@@ -485,10 +498,16 @@ class PlanBuilder:
 
     def candidates(self, backends: list[Any]) -> list[Candidate]:
         """Each backend's regions and executables. A backend whose ``match`` fails is
-        recorded in ``skipped``; a region that is not valid, an executable that is not one
-        (``compile`` returned None, say) or declares a ``holds`` that is not a byte count,
-        becomes a candidate with status "failed" and the reason. Estimates come from
-        ``estimate_cost``; one that raises or is not a Cost is ignored, with the reason."""
+        recorded in ``skipped``; what ``match`` gave that is not a Region of this graph
+        (:func:`match_problem`), a region that is not valid, an executable that is not one
+        (``compile`` returned None, say) or declares a ``holds`` that is not a byte count
+        or an ``algorithm`` that is not a string, becomes a candidate with status "failed"
+        and the reason. Estimates come from ``estimate_cost``; one that raises or is not a
+        Cost is ignored, with the reason. Where a backend gives several executables for the
+        same steps, each is labelled (:func:`linnet.plan.label_algorithms`) and timed apart.
+
+        >>> candidates = builder.candidates(builder.probe([MyLinear()]))  # doctest: +SKIP
+        """
         out: list[Candidate] = []
         for b in backends:
             try:
@@ -502,10 +521,14 @@ class PlanBuilder:
                 self.skipped.append(_record(b, f"match returned a {type(found).__name__}, not "
                                                "a list of Regions"))
                 continue
-            regions = [r for r in regions if isinstance(r, Region) and r.graph is self.graph
-                       and r.steps]
             valid: list[Region] = []
             for r in regions:
+                problem = match_problem(r, self.graph)
+                if problem is not None:  # not a region of this graph: said, never run
+                    out.append(Candidate(b, r if isinstance(r, Region) else
+                                         _no_region(self.graph), status="failed",
+                                         reason=problem))
+                    continue
                 problem = region_problem(r) or _collective_problem(self.graph, r)
                 if problem is None:
                     valid.append(r)
@@ -542,29 +565,68 @@ class PlanBuilder:
                     c.holds = ex.meta.holds
                     c.estimate, c.estimate_note = estimate(b, r, self.target)
                 out.append(c)
+        # Two executables for the same steps (two algorithms): each is timed on its own.
+        label_algorithms(out, lambda c: (id(c.backend), c.region.kind, variant_of(c)))
         return out
 
-    def check_outputs(self, candidates: list[Candidate], env: dict[str, Any],
-                      context: Context) -> None:
-        """One run of each executable on the recorded inputs: an executable whose ``prepare``
-        or ``execute`` raises, or whose outputs are not the region's (count, torch.Tensor,
-        shape, dtype, device), fails, and the generated source runs its steps. Done once,
-        where the plan is made; a plan's runs and replays trust what passed here."""
-        scratch = context.scratch()  # one for all: only shapes and types are looked at
-        # As plan.run hands them over: the step's inputs, and those given on the host.
-        scratch.inputs = dict(zip(self.graph.inputs, self.inputs))
-        scratch.host_inputs = host_inputs(self.graph, self.given)
-        with numerics_mode(self.model.numerics), torch.inference_mode():
-            for c in candidates:
-                if c.status == "failed":
-                    continue
-                problem = run_problem(c, env, scratch, self.device)
-                if problem is not None:
-                    c.status, c.reason = "failed", problem
+    def check_outputs(self, candidates: list[Candidate], context: Context) -> dict[str, Any]:
+        """Record the generated source's values (:meth:`record_values`) and check each
+        executable once against the generated source (:meth:`check`): one whose
+        ``prepare`` or ``execute`` raises, whose outputs are not the region's (count,
+        torch.Tensor, shape, dtype, device), or whose outputs or written states are not
+        within ``Options.tolerance`` of the generated source's (NaN, zeros, a wrong scale)
+        fails with the reason, a :class:`~linnet.plan.BackendWarning` says so, and the
+        generated source runs its steps. Done once, where the plan is made, measured or
+        not; a plan's runs and replays trust what passed here. Returns the recorded values.
+
+        >>> env = builder.check_outputs(candidates, context)            # doctest: +SKIP
+        """
+        env, findings = self.check(candidates, context)
+        failed = []
+        for c in candidates:
+            finding = findings.get(id(c))
+            if finding is not None and not finding.passed:
+                c.status, c.reason = "failed", finding.note
+                failed.append(c)
+        # Pointed at the caller of Model.plan_for (here, plan_for, Model.plan_for, caller).
+        warn_failed(failed, "the check against the generated source", stacklevel=5)
+        return env
+
+    def check(self, candidates: list[Candidate], context: Context
+              ) -> tuple[dict[str, Any], dict[int, Finding]]:
+        """(the recorded values, a :class:`~linnet.torch.checking.Finding` by ``id`` of
+        each candidate not failed already). Each executable is checked where its region
+        starts in the one recorded run of the generated source, on the states as the
+        steps before it left them (the KV cache with this step's k and v written, where
+        attention reads it), against the generated source of its steps
+        (:func:`~linnet.torch.checking.check_candidate`); ``context`` is not changed."""
+        live = [c for c in candidates if c.status != "failed"]
+        starts: dict[int, list[Candidate]] = {}
+        for c in live:
+            starts.setdefault(c.region.start, []).append(c)
+        references = References(self)
+        references.emit([c.region for c in live])
+        findings: dict[int, Finding] = {}
+
+        def at(step: int, env: dict[str, Any], states: Context) -> None:
+            for c in starts.get(step, []):
+                findings[id(c)] = check_candidate(c.executable, c.region, env, states,
+                                                  references, self.options.tolerance,
+                                                  self.device)
+
+        env = self.record_values(candidates, context, at)
+        return env, findings
 
     # -- values at region boundaries, from one run of the generated source
-    def record_values(self, candidates: list[Candidate], context: Context
+    def record_values(self, candidates: list[Candidate], context: Context,
+                      at: Callable[[int, dict[str, Any], Context], None] | None = None
                       ) -> dict[str, Any]:
+        """The values of one run of the generated source (on a scratch copy of
+        ``context``'s states), cut where every candidate region starts and stops, by
+        name. ``at(step, values, states)`` is called where each cut begins, before the
+        steps from ``step`` on run: the values made so far and the scratch context (its
+        states as the steps before left them; the step's inputs and host inputs set as
+        ``plan.run`` sets them)."""
         cuts = {0, len(self.graph.steps)}
         for c in candidates:
             cuts.update((c.region.start, c.region.stop))
@@ -576,8 +638,13 @@ class PlanBuilder:
         items = self.slice_items(module, slices)
         env: dict[str, Any] = dict(zip(self.graph.inputs, self.inputs))
         scratch = context.scratch()
+        # As plan.run hands them over: the step's inputs, and those given on the host.
+        scratch.inputs = dict(zip(self.graph.inputs, self.inputs))
+        scratch.host_inputs = host_inputs(self.graph, self.given)
         with numerics_mode(self.model.numerics), torch.inference_mode():
-            for item in items:
+            for sl, item in zip(slices, items):
+                if at is not None:
+                    at(sl.start, env, scratch)
                 res = item.run(*[env[v] for v in item.inputs],
                                *[scratch.parameters[p] for p in item.parameters],
                                *[scratch.states[p] for p in item.states])
@@ -610,9 +677,17 @@ class PlanBuilder:
         return items
 
     # -- timing
-    def keys(self, backend: Any, kind: str, variant: str = "") -> tuple[str, str]:
-        bkey = cache_key(self.timing_key(), backend.name, str(backend.version), CONTRACT,
-                         kind + (f"/{variant}" if variant else ""))
+    def keys(self, backend: Any, kind: str, variant: str = "", algorithm: str = ""
+             ) -> tuple[str, str]:
+        """The timing cache's keys for a backend's regions of ``kind`` (its ``variant``, and
+        its ``algorithm`` where it offers several executables for the same steps) and for
+        the generated source of the same steps. A key without an algorithm is what every
+        version wrote: timings of backends with one executable per region stay valid,
+        and one that older versions gave every algorithm (the first one's) is never read
+        for any of them."""
+        what = kind + (f"/{variant}" if variant else "") + (
+            f"/algorithm={algorithm}" if algorithm else "")
+        bkey = cache_key(self.timing_key(), backend.name, str(backend.version), CONTRACT, what)
         return bkey, self.generated_key(kind)
 
     def timing_key(self) -> str:
@@ -631,14 +706,14 @@ class PlanBuilder:
 
     def time_candidates(self, candidates: list[Candidate], env: dict[str, Any],
                         context: Context, cache: TimingCache) -> None:
-        groups: dict[tuple[int, str, str], list[Candidate]] = {}
+        groups: dict[tuple[int, str, str, str], list[Candidate]] = {}
         for c in candidates:
             groups.setdefault(group_key(c), []).append(c)
         progress = Progress(len(groups), "linnet: timing regions", self.progress)
         generated_times: dict[str, float] = {}
-        for (_, kind, variant), group in groups.items():
+        for (_, kind, variant, algorithm), group in groups.items():
             backend = group[0].backend
-            bkey, gkey = self.keys(backend, kind, variant)
+            bkey, gkey = self.keys(backend, kind, variant, algorithm)
             b_seconds = cache.get(bkey)
             g_seconds = generated_times.get(kind, cache.get(gkey))
             cached = b_seconds is not None and g_seconds is not None
@@ -647,11 +722,12 @@ class PlanBuilder:
                 if b_seconds is None:
                     b_seconds = self.time_backend(group, env, scratch)
                     cache.put(bkey, b_seconds, backend=backend.name, kind=kind,
-                              region=repr(group[0].region))
+                              region=repr(group[0].region),
+                              **({"algorithm": algorithm} if algorithm else {}))
             except Exception as exc:
                 for c in group:
                     c.status, c.reason = "failed", f"timing raised {type(exc).__name__}: {exc}"
-                progress.step(f"{backend.name}: failed")
+                progress.step(f"{group[0].label}: failed")
                 continue
             if g_seconds is None:
                 g_seconds = self.time_generated(group, env, scratch)
@@ -660,7 +736,8 @@ class PlanBuilder:
             generated_times[kind] = g_seconds
             for c in group:
                 c.backend_seconds, c.generated_seconds, c.cached = b_seconds, g_seconds, cached
-            progress.step(f"{backend.name} {group[0].region!r}" + (" (cached)" if cached else ""))
+            progress.step(f"{group[0].label} {group[0].region!r}"
+                          + (" (cached)" if cached else ""))
         cache.flush()
         reused = sum(1 for g in groups.values() if g[0].cached)
         if reused:  # a second process: no region was compiled or timed for these
@@ -740,7 +817,7 @@ class PlanBuilder:
                 r = entry.region
                 items.append(Item("region", entry.executable, list(r.inputs), list(r.outputs),
                                   output_types=[self.graph.values[o] for o in r.outputs],
-                                  label=f"{entry.backend_name} {r!r}",
+                                  label=f"{entry.label} {r!r}",
                                   backend=entry.backend_name))
         return items, (module.__file__ if module else "")
 
@@ -810,10 +887,11 @@ class _Failed:
         self.reason = reason
 
 
-def group_key(c: Candidate) -> tuple[int, str, str]:
+def group_key(c: Candidate) -> tuple[int, str, str, str]:
     """Candidates that share one timing (and one verdict in context): one backend, one
-    region kind, one variant."""
-    return (id(c.backend), c.region.kind, variant_of(c))
+    region kind, one variant, one algorithm (where the backend offers several executables
+    for the same steps: :func:`linnet.plan.label_algorithms`)."""
+    return (id(c.backend), c.region.kind, variant_of(c), c.algorithm)
 
 
 def variant_of(c: Candidate) -> str:
@@ -878,7 +956,52 @@ def executable_problem(ex: Any) -> str | None:
     if type(holds) is not int or holds < 0:
         return (f"its executable declares holds={holds!r}; holds is a number of bytes, an "
                 "int >= 0")
+    algorithm = getattr(ex.meta, "algorithm", "")
+    if not isinstance(algorithm, str):
+        return (f"its executable declares algorithm={algorithm!r}; algorithm is a name (a "
+                "str) that tells it apart from the backend's other executables for the "
+                "same steps")
     return None
+
+
+def match_problem(region: Any, graph: Graph) -> str | None:
+    """Why what a backend's ``match`` gave is not a Region of ``graph`` whose steps are step
+    numbers of it, or None (then :func:`region_problem` checks what the steps do)."""
+    if not isinstance(region, Region):
+        return (f"match gave {_shown(region, 60)} (a {type(region).__name__}), not a Region "
+                "(build regions with Region.of or Region.of_steps)")
+    if region.graph is not graph:
+        other = region.graph
+        what = (f"{other.model}.{other.entry}, {len(other.steps)} steps"
+                if isinstance(other, Graph) else f"a {type(other).__name__}")
+        return (f"its region is of another graph ({what}), not of the graph match was "
+                f"given ({graph.model}.{graph.entry}, {len(graph.steps)} steps): build "
+                "regions from the graph passed to this match, not one kept from an earlier "
+                "call")
+    steps = region.steps
+    if not isinstance(steps, tuple | list | range) or not steps or any(
+            not isinstance(i, int) or isinstance(i, bool) for i in steps):
+        return f"its steps {_shown(steps, 40)} are not a non-empty sequence of step numbers"
+    outside = [i for i in steps if not 0 <= i < len(graph.steps)]
+    if outside:
+        return (f"its step {outside[0]} is outside the graph, whose steps are "
+                f"0..{len(graph.steps) - 1}")
+    return None
+
+
+def _shown(value: Any, width: int) -> str:
+    """``repr(value)``, cut to ``width`` characters; a repr that raises is not shown."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"a {type(value).__name__} whose repr raised"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _no_region(graph: Graph) -> Region:
+    """The region a failed candidate stands for where ``match`` gave no Region at all:
+    no steps (``plan.explain()`` shows "-"), never run."""
+    return Region(graph, (), None, (), (), (), (), "")
 
 
 def estimate(backend: Any, region: Region, target: Target) -> tuple[float | None, str]:
@@ -897,50 +1020,6 @@ def estimate(backend: Any, region: Region, target: Target) -> tuple[float | None
             not math.isfinite(seconds) or seconds < 0:
         return None, f"estimate_cost gave seconds={seconds!r}, not a finite time >= 0"
     return float(seconds), ""
-
-
-def output_problem(got: Any, names: Sequence[str], graph: Graph,
-                   device: torch.device) -> str | None:
-    """Why ``got`` (what an executable's ``execute`` returned) is not the outputs ``names``
-    of ``graph`` on ``device``, or None: a list (or tuple) of one torch.Tensor per output,
-    each of the declared shape and dtype, on the plan's device."""
-    count = f"{len(names)} output{'s' if len(names) != 1 else ''} ({', '.join(names)})"
-    if not isinstance(got, list | tuple):
-        return f"execute returned a {type(got).__name__}, not a list of the region's {count}"
-    if len(got) != len(names):
-        return f"execute returned {len(got)} values; the region has {count}"
-    for k, (name, value) in enumerate(zip(names, got)):
-        vt = graph.values[name]
-        what = f"output {k} ({name})"
-        if not isinstance(value, torch.Tensor):
-            return f"{what} is a {type(value).__name__}, not a torch.Tensor"
-        if tuple(value.shape) != tuple(vt.shape):
-            return f"{what} has shape {list(value.shape)}; the region declares {list(vt.shape)}"
-        want = DTYPES.get(vt.dtype)
-        if value.dtype != want:
-            return f"{what} is {value.dtype}; the region declares {vt.dtype} ({want})"
-        if not same_device(value.device, device):
-            return f"{what} is on {value.device}; the plan runs on {device}"
-    return None
-
-
-def same_device(a: torch.device, b: torch.device) -> bool:
-    """``a`` and ``b`` are one device ("cuda" standing for the current CUDA device)."""
-    if a.type != b.type:
-        return False
-    if a.type != "cuda" or a.index == b.index:
-        return True
-    current = torch.cuda.current_device()
-    return (current if a.index is None else a.index) == (current if b.index is None else b.index)
-
-
-def run_problem(c: Candidate, env: dict[str, Any], context: Context,
-                device: torch.device) -> str | None:
-    """Run ``c``'s executable once on ``context``; why it failed, or None."""
-    problem, got = _run_once(c, env, context)
-    if problem is not None:
-        return problem
-    return output_problem(got, c.region.outputs, c.region.graph, device)
 
 
 def _record(backend: Any, reason: str) -> Any:
@@ -962,13 +1041,8 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
              progress: bool | Callable[[str], None] = True, cache: TimingCache | None = None,
              kernels: bool = True, captured: bool = True) -> Plan:
     """See :meth:`linnet.torch.Model.plan_for`."""
-    compile_options(compile)  # a bad value fails here, before any lowering or timing
-    if not isinstance(captured, bool):
-        raise _error("E0765", f"captured={captured!r} is not True or False",
-                     help="captured=True (the default) plans for Captured, a CUDA graph "
-                          "replayed; captured=False for plan.run, item by item from the host")
-    options = Options(margin=margin, measure=measure, memory=memory, compile=compile,
-                      captured=captured)
+    options, backends = plan_arguments(backends, compile, memory, measure, margin, progress,
+                                       cache, kernels, captured)
     builder = PlanBuilder(model, entry, list(inputs), options, progress)
     ready = builder.probe(backends)
     if kernels and model.numerics == "fast":
@@ -977,13 +1051,12 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
     context = model.context_for_graph(builder.graph)
     live = [c for c in candidates if c.status != "failed"]
     timed = False
-    cache = cache or TimingCache()
+    cache = cache if cache is not None else TimingCache()
     if live:
         # One run of the generated source records every region's inputs; each executable
-        # then runs once on them and must give the region's outputs before it is timed (or,
-        # unmeasured, taken).
-        env = builder.record_values(live, context)
-        builder.check_outputs(live, env, context)
+        # runs once there and must give the region's outputs, within tolerance of the
+        # generated source's, before it is timed (or, unmeasured, taken).
+        env = builder.check_outputs(live, context)
         live = [c for c in live if c.status != "failed"]
         if measure and live:
             builder.time_candidates(live, env, context, cache)
@@ -1028,6 +1101,28 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
     return plan
 
 
+def plan_arguments(backends: Any = None, compile: Any = None, memory: Any = None,
+                   measure: Any = True, margin: Any = 0.02, progress: Any = True,
+                   cache: Any = None, kernels: Any = True, captured: Any = True
+                   ) -> tuple[Options, list[Any] | None]:
+    """``plan_for``'s arguments checked, before anything is lowered or timed: the plan's
+    :class:`~linnet.backends.Options` and the backends as a list (None: every available
+    one). A value it cannot use is a coded error naming the argument (see
+    :mod:`linnet.plan.arguments`; ``compile=`` as :func:`~linnet.torch.options.compile_options`
+    checks it, E0714).
+
+    >>> options, backends = plan_arguments(margin=0.05)
+    >>> options.margin, backends
+    (0.05, None)
+    """
+    compile_options(compile)
+    options = plan_options(margin=margin, measure=measure, memory=memory, compile=compile,
+                           captured=captured, kernels=kernels)
+    check_progress(progress)
+    check_cache(cache)
+    return options, check_backends(backends)
+
+
 def faster_whole(plan: Plan, bare: Plan, timer: Callable[[Plan], float], margin: float) -> Plan:
     """``plan`` if, run whole, it saves ``margin`` of ``bare``'s time (the same entry with no
     region: the generated source alone), else ``bare``, its regions' candidates then status
@@ -1054,85 +1149,6 @@ def faster_whole(plan: Plan, bare: Plan, timer: Callable[[Plan], float], margin:
 
 
 # ---------------------------------------------------------------- conformance
-@dataclass
-class Finding:
-    """One region run both ways. ``difference`` is the largest absolute difference between
-    the backend's outputs and the generated source's, over every output and every state the
-    region writes (None where nothing was compared: the backend failed before giving outputs
-    that could be compared). ``passed`` is whether every one is within the bound (see
-    :func:`conform`); ``note`` says what failed, naming the output or the state.
-
-    >>> f = Finding(region, 0.003, True)                              # doctest: +SKIP
-    """
-
-    region: Region
-    difference: float | None
-    passed: bool
-    note: str = ""
-
-    def __repr__(self) -> str:
-        diff = "not compared" if self.difference is None else f"{self.difference:.3g}"
-        note = f", note={self.note!r}" if self.note else ""
-        return f"Finding({self.region!r}, difference={diff}, passed={self.passed}{note})"
-
-
-def tolerance_for(dtype: torch.dtype, tolerance: float) -> float:
-    """The relative tolerance that ``conform`` applies to an output of ``dtype``:
-    ``tolerance``, but never below 4 units of the dtype's rounding (bf16: 0.031), which no
-    reordered accumulation can promise to beat; 0 for integer and bool outputs (an index
-    or a flag is right or wrong).
-
-    >>> tolerance_for(torch.float32, 0.01), tolerance_for(torch.bfloat16, 0.01)
-    (0.01, 0.03125)
-    """
-    if not dtype.is_floating_point:
-        return 0.0
-    return max(tolerance, 4 * torch.finfo(dtype).eps)
-
-
-def compare(got: torch.Tensor, want: torch.Tensor, tolerance: float
-            ) -> tuple[float, str | None]:
-    """(the largest absolute difference, why ``got`` fails against ``want`` or None).
-
-    Passed when ``max|got - want| <= tol * max(1, max|want|)`` over the finite values of
-    ``want``, with ``tol = tolerance_for(want.dtype, tolerance)``, and ``got`` has NaN and
-    infinities exactly where ``want`` has them (the same infinities).
-
-    >>> compare(torch.tensor([100.0]), torch.tensor([100.5]), 0.01)
-    (0.5, None)
-    >>> compare(torch.tensor([float("nan")]), torch.tensor([1.0]), 0.01)[1]
-    'has 1 NaN where the generated source has none'
-    """
-    if want.numel() == 0:
-        return 0.0, None
-    if not want.dtype.is_floating_point:
-        diff = (got.long() - want.long()).abs().max().item() if got.dtype != torch.bool \
-            else float((got != want).any().item())
-        return float(diff), (None if diff == 0 else f"differs by {diff} (exact values expected)")
-    a, b = got.double(), want.double()
-    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
-    if not torch.equal(nan_a, nan_b):
-        extra = int((nan_a & ~nan_b).sum().item())
-        if extra:
-            return math.nan, (f"has {extra} NaN where the generated source has none")
-        return math.nan, (f"has no NaN where the generated source has "
-                          f"{int((nan_b & ~nan_a).sum().item())}")
-    inf_a, inf_b = torch.isinf(a), torch.isinf(b)
-    if not torch.equal(inf_a, inf_b) or not torch.equal(a[inf_b], b[inf_b]):
-        return math.inf, "has infinities where the generated source has finite values, or " \
-                         "the other way round"
-    finite = ~(nan_b | inf_b)
-    if not bool(finite.any()):
-        return 0.0, None
-    diff = (a[finite] - b[finite]).abs().max().item()
-    scale = max(1.0, b[finite].abs().max().item())
-    tol = tolerance_for(want.dtype, tolerance)
-    if diff <= tol * scale:
-        return diff, None
-    return diff, (f"differs by {diff:.3g}; the bound is {tol:.3g} x max(1, max|ref| = "
-                  f"{scale:.3g}) = {tol * scale:.3g}")
-
-
 def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any,
             tolerance: float = 0.01, context: Context | None = None) -> list[Finding]:
     """Run every region ``backend`` takes both ways, on the same inputs: a finding each.
@@ -1144,10 +1160,13 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
     (relative to the output's scale), at least 4 units of rounding of the output's dtype,
     and 0 for integer outputs; NaN and infinities must sit where the reference has them.
     A region the backend cannot compile, prepare or execute fails with the reason in its
-    note. A region that writes states (a kernel that stores k and v into the KV cache) is
-    compared on them too: each state it writes, as each side left it, within the same bound.
-    ``context`` gives the states to start from (a prefilled KV cache, say); it is not
-    modified: both sides run on copies.
+    note, as does what ``match`` gave that is not a Region of the graph. A region that
+    writes states (a kernel that stores k and v into the KV cache) is compared on them too:
+    each state it writes, as each side left it, within the same bound. This is the check
+    ``plan_for`` makes of every executable (:mod:`linnet.torch.checking`): each region runs
+    where it stands in one run of the generated source, on the states the steps before it
+    left. ``context`` gives the states that run starts from (a prefilled KV cache, say); it
+    is not modified: everything runs on copies.
 
     >>> for f in conform(model, "decode", [token, pos], MyLinear()):  # doctest: +SKIP
     ...     print(f.region, f.difference, f.passed, f.note)
@@ -1170,67 +1189,6 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
         raise _error("E0755", f"backend `{backend.name}` failed: {builder.skipped[-1].reason}")
     context = context if context is not None else model.context_for_graph(builder.graph)
     live = [c for c in candidates if c.status != "failed"]
-    env = builder.record_values(live, context) if live else {}
-    findings = []
-    for c in candidates:
-        r = c.region
-        if c.status == "failed":
-            findings.append(Finding(r, None, False, c.reason))
-            continue
-        with numerics_mode(model.numerics), torch.inference_mode():
-            scratch = context.scratch()
-            scratch.inputs = dict(zip(builder.graph.inputs, builder.inputs))
-            scratch.host_inputs = host_inputs(builder.graph, builder.given)
-            problem, got = _run_once(c, env, scratch)
-            if problem is None:
-                problem = output_problem(got, r.outputs, r.graph, builder.device)
-            if problem is not None:
-                findings.append(Finding(r, None, False, problem))
-                continue
-            sl = slice_steps(builder.graph, list(r.steps), "region")
-            module = builder.emit([sl], "conform")
-            fn = getattr(module, module.ENTRIES[builder.graph.entry]["slices"][0]["function"])
-            ref_ctx = context.scratch()
-            want = fn(*[env[v] for v in sl.inputs],
-                      *[ref_ctx._params[p] for p in sl.parameters],
-                      *[ref_ctx.states[p] for p in sl.states])
-        by_name = dict(zip(sl.outputs, want))
-        worst, notes = 0.0, []
-        # The outputs, then each state the region writes (a KV cache), as the two runs left it.
-        pairs = [(f"output {k} ({name})", value, by_name.get(name))
-                 for k, (name, value) in enumerate(zip(r.outputs, got))]
-        pairs += [(f"state {name}", scratch.states[name], ref_ctx.states[name])
-                  for name in written_states(r)]
-        for what, value, reference in pairs:
-            if reference is None:  # region_problem keeps this from happening
-                notes.append(f"{what} is not one the generated steps make")
-                continue
-            diff, why = compare(value, reference, options.tolerance)
-            worst = math.nan if math.isnan(diff) or math.isnan(worst) else max(worst, diff)
-            if why is not None:
-                notes.append(f"{what} {why}")
-        findings.append(Finding(r, worst, not notes, "; ".join(notes)))
-    return findings
-
-
-def written_states(region: Region) -> list[str]:
-    """The states ``region``'s steps write (`scatter`), in the order of their first write."""
-    out: list[str] = []
-    for i in region.steps:
-        step = region.graph.steps[i]
-        if step.op == "scatter" and step.operands[0][1:] not in out:
-            out.append(step.operands[0][1:])
-    return out
-
-
-def _run_once(c: Candidate, env: dict[str, Any], context: Context) -> tuple[str | None, Any]:
-    r = c.region
-    try:
-        c.executable.prepare(context)
-    except Exception as exc:
-        return f"prepare raised {type(exc).__name__}: {exc}", None
-    try:
-        return None, c.executable.execute([env[v] for v in r.inputs],
-                                          [r.graph.values[o] for o in r.outputs], context)
-    except Exception as exc:
-        return f"execute raised {type(exc).__name__}: {exc}", None
+    found = builder.check(live, context)[1] if live else {}
+    return [found[id(c)] if id(c) in found else Finding(c.region, None, False, c.reason)
+            for c in candidates]
