@@ -523,6 +523,22 @@ def test_wrong_values_of_the_right_shape_are_never_taken(model, want, how, words
         assert not finding.passed and words in finding.note  # the one check, both ways
 
 
+def test_zeros_are_wrong_where_every_reference_value_is_small(tmp_path):
+    """Weights a 40th of the usual scale: every logit is below 0.01, where the absolute
+    bound alone (0.01 x max(1, max|ref|)) admitted zeros. The 2-norm bound fails them."""
+    small = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=4, scale=5e-4),
+                 config=toy_config())
+    assert small.run("decode", [TOKEN, POS]).abs().max() < 0.01
+    for measure in (False, True):
+        p, warned = plan_warned(small, [BadOutputs("zeros")], measure, tmp_path)
+        (c,) = p.candidates
+        assert c.status == "failed" and "of its size in the 2-norm" in c.reason, c.reason
+        assert warned and p.regions == []
+    assert compare(torch.zeros(3), torch.tensor([0.004, -0.002, 0.003]), 0.01)[1]
+    assert compare(torch.tensor([4.04, -2.02, 3.03]) * 1e-3,
+                   torch.tensor([0.004, -0.002, 0.003]), 0.01)[1] is None
+
+
 @pytest.mark.parametrize("measure", [False, True])
 def test_a_wrong_state_write_is_never_taken(model, want, measure, tmp_path):
     """k_rot (the output) is right, the cache it writes is doubled: compared on the state,
