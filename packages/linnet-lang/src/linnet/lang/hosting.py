@@ -465,18 +465,30 @@ def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
     >>> demo_checkpoint(Path("llama.linnet"), cfg, 0, write)   # doctest: +SKIP
     PosixPath('/home/me/.cache/linnet/demo/llama-3f2a....safetensors')
     """
+    import contextlib
     import hashlib
+    import tempfile
 
     from linnet.lang.home import linnet_home
+    from linnet.lang.home_files import record
 
     key = hashlib.sha256(f"{tag}{model.read_text()}{sorted(config.items())}{seed}".encode())
     name = f"{model.stem}-{tag + '-' if tag else ''}{key.hexdigest()[:12]}.safetensors"
     path = linnet_home() / "demo" / name
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_suffix(".tmp")
-        write(tmp)
-        tmp.replace(path)
+        # A name of its own (two processes making it at once), renamed onto the place: a
+        # link there is replaced, never written through.
+        fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            write(Path(tmp))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        record(path)  # so that `linnet cache clear` knows the file as Linnet's
     return path
 
 

@@ -234,13 +234,14 @@ def conform_command(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- linnet cache
 def register_cache(subparsers: Any) -> None:
     """Adds `linnet cache [info|clear]`: what is cached under $LINNET_HOME, and clearing it."""
-    from .home import cache_entries
+    from .home import CACHE_NAMES
 
-    names = [e.name for e in cache_entries()]
+    names = list(CACHE_NAMES)
     p = subparsers.add_parser("cache", help="show or clear what is cached under $LINNET_HOME "
                                             "(timings, generated source, torch.compile)")
     p.add_argument("action", nargs="?", choices=["info", "clear"], default="info",
-                   help="info (default): each cache's place and size; clear: remove them")
+                   help="info (default): each cache's place and size; clear: remove the "
+                        "files Linnet wrote (only in a home Linnet made; others are kept)")
     p.add_argument("--only", action="append", choices=names, metavar="NAME",
                    help=f"with clear: only this cache (repeatable; one of {', '.join(names)})")
     p.add_argument("--format", choices=["text", "json"], default="text")
@@ -256,10 +257,14 @@ def _bytes(n: int) -> str:
 
 
 def cache_command(args: argparse.Namespace) -> int:
-    """`linnet cache`: a table of the caches (name, files, size, place, what), or clear."""
-    from .home import cache_entries, clear_caches, linnet_home, shown
+    """`linnet cache`: a table of the caches (name, files, size, place, what), or clear.
 
-    home = linnet_home(create=False)
+    Only Linnet's own files are counted and cleared, in a home Linnet made (E0745 for any
+    other: see linnet.lang.home_files); files that are not Linnet's are kept and named.
+    """
+    from .home import MARKER, cache_entries, cache_owner, clear_caches, shown
+
+    owner, home, foreign = cache_owner()
     if args.action == "clear":
         cleared = clear_caches(args.only)
         total = sum(e.bytes for e in cleared)
@@ -267,21 +272,39 @@ def cache_command(args: argparse.Namespace) -> int:
                                                                 e.name in args.only)]
         if args.format == "json":
             print(json.dumps({"home": str(home), "cleared": [e.name for e in cleared],
-                              "bytes": total, "kept": [str(e.path) for e in kept]}))
+                              "files": sum(e.files for e in cleared), "bytes": total,
+                              "adopted": owner == "earlier",
+                              "kept": [str(e.path) for e in kept],
+                              "not_linnets": {e.name: e.kept for e in cleared if e.kept},
+                              "links": {e.name: e.links for e in cleared if e.links}}))
             return 0
+        if owner == "earlier":
+            print(f"marked {home} as Linnet's home (made by an earlier version): only "
+                  "Linnet's own files are removed from it")
         print(f"cleared {', '.join(e.name for e in cleared) or 'nothing'} under {home} "
-              f"({_bytes(total)})")
+              f"({sum(e.files for e in cleared)} file(s), {_bytes(total)})")
+        for e in cleared:
+            if e.note:
+                print(f"kept in {e.name}: {e.note}")
         for e in kept:
             print(f"kept {e.name} at {e.path}: {e.note}")
         return 0
     entries = cache_entries()
     if args.format == "json":
-        print(json.dumps({"home": str(home), "caches": [
+        print(json.dumps({"home": str(home), "owner": owner, "not_linnets": foreign,
+                          "caches": [
             {"name": e.name, "path": str(e.path), "files": e.files, "bytes": e.bytes,
-             "what": e.what, "note": e.note, "under_home": e.ours} for e in entries]},
+             "what": e.what, "note": e.note, "under_home": e.ours, "kept": e.kept,
+             "links": e.links} for e in entries]},
             indent=1))
         return 0
     print(f"$LINNET_HOME = {home}")
+    if owner == "foreign":
+        print(f"not Linnet's home (no {MARKER} of Linnet's; holds "
+              f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): "
+              "`linnet cache clear` removes nothing here (E0745)")
+    elif owner == "earlier":
+        print("made by an earlier Linnet: the next `linnet cache clear` marks it as Linnet's")
     rows = [(e.name, str(e.files), _bytes(e.bytes), shown(e.path),
              e.what + (f" ({e.note})" if e.note else "")) for e in entries]
     rows.insert(0, ("cache", "files", "size", "place", "holds"))
@@ -289,6 +312,6 @@ def cache_command(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  "
               f"{r[3]:<{widths[3]}}  {r[4]}")
-    print(f"total {_bytes(sum(e.bytes for e in entries if e.ours))} under $LINNET_HOME; "
-          "`linnet cache clear` removes it (`--only NAME` one cache)")
+    print(f"total {_bytes(sum(e.bytes for e in entries if e.ours))} of Linnet's under "
+          "$LINNET_HOME; `linnet cache clear` removes it (`--only NAME` one cache)")
     return 0
