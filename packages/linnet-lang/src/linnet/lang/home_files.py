@@ -180,6 +180,19 @@ class HomeFile:
                 self._digest = ""
         return self._digest
 
+    def siblings(self) -> list[str]:
+        """The names in its directory ([] when it cannot be listed)."""
+        try:
+            return os.listdir(self.dir_fd if self.dir_fd is not None else self.dirpath)
+        except OSError:
+            return []
+
+    def sibling(self, name: str, limit: int = 1 << 20) -> bytes:
+        """The first ``limit`` bytes of the file ``name`` beside it, not through a link
+        (b"" when there is none)."""
+        other = HomeFile(self.dir_fd, self.dirpath, name, "", "", 0, {})
+        return other.read(limit)
+
     def recorded(self) -> bool:
         """Whether Linnet recorded writing this file with the content it has now."""
         sizes = self._record.get(self.rel)

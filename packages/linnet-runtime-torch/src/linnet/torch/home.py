@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import json
 import logging
 import os
 import re
@@ -315,13 +316,16 @@ def _move_aside(path: Path, folder: Path) -> Path | None:
 
 
 # ---------------------------------------------------------------- `linnet cache`
-# Which files under torch.compile's and Triton's caches are theirs: inductor names each file
-# (`fxgraph/kq/<hash>/<hash>`, `5a/c<hash>.so`, `locks/c<hash>.lock`) by a base32 or hex hash,
-# Triton each directory (`<HASH>/triton_poi_fused_0.cubin`). A name without one (a user's
-# `notes.txt` beside them) is not theirs, and is kept.
+# Which files under torch.compile's and Triton's caches are theirs. Inductor names each file by
+# a base32 hash, with a letter before it and suffixes after (`5a/c<hash>.so.load_ok`,
+# `locks/c<hash>.lock`, `fxgraph/kq/f<hash>/<hash>`). Triton keeps each compilation in a
+# directory named by a hash, whose `__grp__<kernel>.json` lists its files; beside them, an
+# autotuning result (`<fn>.autotune.json`), a compiled launcher, its `lock`, and the temporary
+# folders of interrupted writes. Anything else (a user's `notes.txt`, `backup-<hash>.tar`, a
+# `results.json` in a Triton directory) is not theirs, and is kept.
 _HASH = re.compile(r"(?<![A-Za-z0-9])(?:[a-z0-9]{32,}|[A-Z0-9]{32,})(?![A-Za-z0-9])")
-_COMPILED = {".json", ".ttir", ".ttgir", ".llir", ".ptx", ".cubin", ".hsaco", ".amdgcn",
-             ".so", ".source", ".spv", ".c", ".cpp", ".h", ".py", ".o", ".lock", ".tmp"}
+_HASH_NAMED = re.compile(r"^[a-z]?(?P<hash>[a-z0-9]{32,}|[A-Z0-9]{32,})(?:\.[A-Za-z0-9_]+)*$")
+_TRITON_TMP = re.compile(r"^tmp\.pid_\d+_[0-9a-f-]{36}$")
 
 
 def _hash_like(text: str) -> bool:
@@ -338,14 +342,56 @@ def _hash_like(text: str) -> bool:
     return False
 
 
-def _compiled(f: HomeFile) -> bool:
-    """A file torch.compile or Triton wrote: named by a hash, or a compiler output in a
-    directory named by one."""
-    parts = f.inner.split("/")
-    if _hash_like(parts[-1]):
+def _hash_named(name: str) -> bool:
+    """Whether ``name`` is a hash (a letter before it, suffixes after), as inductor names.
+
+    >>> _hash_named("c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.so.load_ok")
+    True
+    >>> _hash_named("backup-c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.tar")
+    False
+    """
+    m = _HASH_NAMED.match(name)
+    return m is not None and _hash_like(m["hash"])
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _triton_file(f: HomeFile, directory: str, name: str) -> bool:
+    """A file of Triton's in its cache directory ``directory`` (named by a hash)."""
+    if not _hash_named(directory):
+        return False
+    if name == "lock":
+        return f.size == 0
+    data = _json(f.read(1 << 22)) if name.endswith(".json") else None
+    if name.startswith("__grp__"):
+        return isinstance(data, dict) and "child_paths" in data
+    if name.endswith(".autotune.json"):
+        return isinstance(data, dict) and "configs_timings" in data
+    if name.endswith(".so") and f.read(4) == b"\x7fELF" and \
+            name.startswith(("cuda_utils", "__triton_launcher", "hip_utils")):
         return True
-    return (len(parts) >= 2 and _hash_like(parts[-2]) and _HASH.fullmatch(parts[-2]) is not None
-            and os.path.splitext(parts[-1])[1] in _COMPILED)
+    for group in f.siblings():  # a file its compilation's group lists
+        if group.startswith("__grp__") and group != name:
+            listed = _json(f.sibling(group))
+            children = listed.get("child_paths") if isinstance(listed, dict) else None
+            if isinstance(children, dict | list) and name in children:
+                return True
+    return False
+
+
+def _compiled(f: HomeFile) -> bool:
+    """A file torch.compile or Triton wrote (see above)."""
+    parts = f.inner.split("/")
+    if _hash_named(parts[-1]):
+        return True
+    if len(parts) >= 3 and _TRITON_TMP.match(parts[-2]) and _hash_named(parts[-3]):
+        return True  # a write Triton did not finish
+    return len(parts) >= 2 and _triton_file(f, parts[-2], parts[-1])
 
 
 _ASIDE = re.compile(r"^\d{8}T\d{6}-(?P<name>.+)-[a-z0-9_]{8}$")
