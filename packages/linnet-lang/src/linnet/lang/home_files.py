@@ -528,16 +528,22 @@ def scan_home(folders: Iterable[Folder]) -> tuple[str, Path, dict[str, Tally]]:
     record = _recorded(home)
     out = {}
     for folder in folders:
+        take: Callable[[HomeFile], bool] = folder.owns
         if owner == "foreign":
-            def take(f: HomeFile) -> bool:
-                return False
-        elif owner == "earlier":
-            def take(f: HomeFile, folder: Folder = folder) -> bool:
-                return folder.owns(f) or bool(folder.legacy and folder.legacy(f))
-        else:
-            take = folder.owns
+            take = _nothing
+        elif owner == "earlier" and folder.legacy is not None:
+            take = _either(folder.owns, folder.legacy)
         out[folder.name] = _scan_folder(home, folder, record, False, take, set())
     return owner, home, out
+
+
+def _nothing(f: HomeFile) -> bool:
+    return False
+
+
+def _either(a: Callable[[HomeFile], bool], b: Callable[[HomeFile], bool]
+            ) -> Callable[[HomeFile], bool]:
+    return lambda f: a(f) or b(f)
 
 
 def _adopt(home: Path, folders: list[Folder]) -> None:
