@@ -502,6 +502,46 @@ def announce_demo(model: Path, config_name: str | None, seed: int) -> None:
           f"({config_name} config, seed {seed})", file=sys.stderr)
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system says it).
+
+    >>> usable_cores() >= 1
+    True
+    """
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+#: Ranks `--nproc` may start per usable CPU core (each rank is a process of its own).
+RANKS_PER_CORE = 4
+
+
+def check_nproc(nproc: Any) -> int:
+    """`linnet run --nproc`: an int from 1 to :data:`RANKS_PER_CORE` ranks per usable core,
+    checked before anything is imported or started; E0824 otherwise. (On CUDA the runtime
+    also checks it against the GPUs: one rank each.)
+
+    >>> check_nproc(1)
+    1
+    """
+    cores = usable_cores()
+    most = RANKS_PER_CORE * cores
+    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
+        raise LinnetError(Diagnostic("E0824", f"--nproc {nproc}: start at least one rank",
+                                     help="e.g. --nproc 2 (tensor parallelism over 2 ranks)"))
+    if nproc > most:
+        shown = f"{nproc}" if len(str(nproc)) <= 12 else f"{str(nproc)[:6]}... " \
+                                                        f"({len(str(nproc))} digits)"
+        raise LinnetError(Diagnostic(
+            "E0824", f"--nproc {shown}: more ranks than this machine can start ({cores} "
+                     f"usable CPU core(s) run at most {most} ranks, each a process of its own)",
+            help=f"start at most {most} ranks here (and at most one per GPU with --device "
+                 "cuda)"))
+    return nproc
+
+
 def run_tokens(args: argparse.Namespace, stop: bool = True
                ) -> tuple[list[int], list[int]] | None:
     """`linnet run`'s ``--prompt`` (and, with ``stop``, ``--stop``) as token lists; None

@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from linnet.lang import LinnetError, hosting
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang import hosting
 from linnet.lang.hosting import default_model  # noqa: F401  (re-exported, as before)
 
 
@@ -47,14 +46,24 @@ def run_command(args: argparse.Namespace) -> int:
 
     from .model import load
 
-    model_path, config_name, config = hosting.run_config(args)
-    weights = args.weights
-    nproc = getattr(args, "nproc", 1)
-    if not isinstance(nproc, int) or nproc < 1:
-        raise LinnetError(Diagnostic("E0824", f"--nproc {nproc}: start at least one rank",
-                                     help="e.g. --nproc 2"))
+    # Checked before anything is imported or started: a number of ranks this machine can
+    # start, the time a rank waits for the others, and a rank's own environment.
+    nproc = hosting.check_nproc(getattr(args, "nproc", 1))
     # A rank: started by --nproc below, or by torchrun (its environment names the rank).
     is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if nproc > 1:
+        from .parallel import TIMEOUT_ENV, check_environment, check_ranks, rank_timeout
+
+        given = getattr(args, "rank_timeout", None)
+        if given is not None:  # the ranks (spawned below, or torchrun's) read it from here
+            os.environ[TIMEOUT_ENV] = repr(rank_timeout(given, "--rank-timeout"))
+        rank_timeout()
+        if is_rank:
+            check_environment(nproc, args.device)
+        else:
+            check_ranks(nproc, args.device)
+    model_path, config_name, config = hosting.run_config(args)
+    weights = args.weights
     if weights is None:
         hosting.announce_demo(model_path, config_name, args.seed)
         weights = demo_checkpoint(model_path, config, args.seed)
