@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -50,11 +51,19 @@ def hangs(tmp_path_factory) -> dict:
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                 "MASTER_PORT"):
         env.pop(key, None)
-    # The hang guard: every case together must end well within this.
-    done = subprocess.run([sys.executable, str(HERE / "parallel_ranks.py"), "hangs", str(out),
-                           *ENVIRONMENTS, *PEERS, *SPAWNED], capture_output=True, text=True,
-                          timeout=400, cwd=ROOT, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # The hang guard: every case together must end well within this; if they do not, the
+    # whole session (the script and the ranks it started) is killed, and the test fails.
+    proc = subprocess.Popen([sys.executable, str(HERE / "parallel_ranks.py"), "hangs", str(out),
+                             *ENVIRONMENTS, *PEERS, *SPAWNED], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the ranks hung: killed after 400 s")
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
     return json.loads(out.read_text())
 
 
