@@ -67,6 +67,10 @@ def misbehave(how: str) -> int:
     from linnet.torch.parallel import init
 
     rank, _ = init(2, "cpu")
+    if how == "stop-late":  # both past joining (rank 1 may otherwise lose rank 0 in it)
+        dist.barrier()
+        if rank == 0:
+            time.sleep(1)
     if rank == 1:
         if how in ("stop", "stop-late"):
             os.kill(os.getpid(), signal.SIGSTOP)

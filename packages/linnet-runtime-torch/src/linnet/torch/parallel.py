@@ -532,7 +532,8 @@ def _end(processes: list[Any]) -> None:
 
 
 def _watch(context: Any, world: int, timeout: float, grace: float) -> int:
-    """Wait for the ranks; say which failed, or which did not stop; 0 when all succeeded."""
+    """Wait for the ranks; say which failed (each), and which did not stop (ended); 0 when
+    all succeeded."""
     from multiprocessing.connection import wait
 
     procs = context.processes
@@ -548,9 +549,9 @@ def _watch(context: Any, world: int, timeout: float, grace: float) -> int:
             i = pending.pop(sentinel)
             procs[i].join()
             if procs[i].exitcode != 0:
-                failed = i
-                break
-            first_done = first_done or time.monotonic()
+                failed = i if failed is None else failed
+            else:
+                first_done = first_done or time.monotonic()
     alive = [i for i, p in enumerate(procs) if p.is_alive()]
     if failed is not None and alive:
         # The others usually fail too (their collectives lose the failed rank) and say so.
@@ -559,9 +560,9 @@ def _watch(context: Any, world: int, timeout: float, grace: float) -> int:
             procs[i].join(max(0.0, deadline - time.monotonic()))
         alive = [i for i in alive if procs[i].is_alive()]
     _end([procs[i] for i in alive])
-    if failed is not None:
-        print(f"error[E0824]: rank {failed} of {world} {_how(context, failed)}",
-              file=sys.stderr)
+    for i, p in enumerate(procs):
+        if i not in alive and p.exitcode != 0:
+            print(f"error[E0824]: rank {i} of {world} {_how(context, i)}", file=sys.stderr)
     if alive:
         ranks = ", ".join(str(i) for i in alive)
         after = (f"{grace:g} s after rank {failed} failed" if failed is not None else
