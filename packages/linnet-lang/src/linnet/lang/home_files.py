@@ -15,13 +15,15 @@ hold (issue 38, item 1):
 
 Symbolic links are never followed and never removed (a link to a user's folder inside the
 home, a cache folder that is a link); the home itself may be a link (it is resolved once).
-Directories are walked with ``os.fwalk`` (file descriptors: a folder swapped for a link
-while clearing is not followed) and only directories that clearing emptied are removed.
+Directories are walked through file descriptors, never opening a link (a folder swapped
+for a link while clearing is not entered), and only directories that clearing emptied are
+removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -391,17 +393,59 @@ def _real_dir(home: Path, rel: str) -> tuple[Path | None, bool]:
 
 
 def _walk(top: Path) -> Iterator[tuple[str, list[str], list[str], int | None]]:
-    """Bottom-up (dirpath, dirnames, filenames, dir_fd or None): links are listed, not
-    entered; an unreadable directory is E0831."""
-    def failed(exc: OSError) -> None:
-        raise _error("E0831", f"cannot read `{exc.filename}`: {exc.strerror or exc}",
-                     help="fix its permissions and run `linnet cache clear` again")
+    """Bottom-up (dirpath, dirnames, filenames, dir_fd or None). Links are never opened:
+    they are among the filenames (with anything else that is not a directory); a directory
+    swapped for a link meanwhile is not entered (O_NOFOLLOW); one that cannot be read is
+    E0831."""
+    if not hasattr(os, "O_DIRECTORY") or os.open not in os.supports_dir_fd:
+        # No directory descriptors (Windows): paths, still without following links.
+        for dirpath, dirnames, filenames in os.walk(top, topdown=False, onerror=_unreadable):
+            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+            yield dirpath, [d for d in dirnames if d not in links], filenames + links, None
+        return
+    try:
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+    except OSError as exc:
+        _unreadable(exc)
+        return
+    try:
+        yield from _fd_walk(fd, str(top))
+    finally:
+        os.close(fd)
 
-    if hasattr(os, "fwalk"):
-        yield from os.fwalk(top, topdown=False, onerror=failed, follow_symlinks=False)
-    else:  # no fwalk (Windows): paths, still without following links
-        for dirpath, dirnames, filenames in os.walk(top, topdown=False, onerror=failed):
-            yield dirpath, dirnames, filenames, None
+
+def _fd_walk(dir_fd: int, dirpath: str
+             ) -> Iterator[tuple[str, list[str], list[str], int | None]]:
+    try:
+        names = sorted(os.listdir(dir_fd))
+    except OSError as exc:
+        exc.filename = dirpath
+        _unreadable(exc)
+        return
+    dirs: list[str] = []
+    files: list[str] = []
+    for name in names:
+        info = _lstat(dirpath, dir_fd, name)
+        (dirs if info is not None and stat.S_ISDIR(info.st_mode) else files).append(name)
+    for name in dirs:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                continue  # swapped for a link or a file, or gone, meanwhile: not entered
+            exc.filename = os.path.join(dirpath, name)
+            _unreadable(exc)
+            continue
+        try:
+            yield from _fd_walk(fd, os.path.join(dirpath, name))
+        finally:
+            os.close(fd)
+    yield dirpath, dirs, files, dir_fd
+
+
+def _unreadable(exc: OSError) -> None:
+    raise _error("E0831", f"cannot read `{exc.filename}`: {exc.strerror or exc}",
+                 help="fix its permissions and run `linnet cache clear` again")
 
 
 def _lstat(dirpath: str, dir_fd: int | None, name: str) -> os.stat_result | None:
@@ -453,13 +497,15 @@ def _scan_folder(home: Path, folder: Folder, record: dict[str, dict[int, set[str
         return tally
     prefix = f"{folder.rel}/" if folder.rel else ""
     if not folder.rel:  # files in the home itself: only the names of this folder
-        fd = os.open(top, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) \
-            if hasattr(os, "fwalk") else None
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY) \
+            if hasattr(os, "O_DIRECTORY") and os.open in os.supports_dir_fd else None
         try:
             names = sorted(n for n in os.listdir(top) if folder.member and folder.member(n))
-            for name in names:
-                _consider(str(top), fd, name, name, name, tally, folder, record, remove,
-                          take, removed)
+            doomed = [name for name in names
+                      if _consider(str(top), fd, name, name, name, tally, record, take)]
+            for name in doomed if remove else ():
+                _unlink(str(top), fd, name)
+                removed.add(name)
         finally:
             if fd is not None:
                 os.close(fd)
@@ -469,17 +515,19 @@ def _scan_folder(home: Path, folder: Folder, record: dict[str, dict[int, set[str
         inner_dir = os.path.relpath(dirpath, top)
         inner_dir = "" if inner_dir == "." else inner_dir.replace(os.sep, "/") + "/"
         changed = False
-        for name in dirnames:
-            info = _lstat(dirpath, dir_fd, name)
-            if info is not None and stat.S_ISLNK(info.st_mode):
-                tally.links += 1
-            elif remove and f"{inner_dir}{name}" in emptied:
+        for name in dirnames:  # real directories (links are among the filenames)
+            if remove and f"{inner_dir}{name}" in emptied:
                 _rmdir(dirpath, dir_fd, name)
                 changed = True
-        for name in filenames:
-            inner = f"{inner_dir}{name}"
-            changed |= _consider(dirpath, dir_fd, name, prefix + inner, inner, tally, folder,
-                                 record, remove, take, removed)
+        # Every file of the directory is judged before any is removed (a rule may read a
+        # sibling: Triton's group file lists its compilation's files).
+        doomed = [name for name in filenames
+                  if _consider(dirpath, dir_fd, name, f"{prefix}{inner_dir}{name}",
+                               f"{inner_dir}{name}", tally, record, take)]
+        for name in doomed if remove else ():
+            _unlink(dirpath, dir_fd, name)
+            removed.add(f"{prefix}{inner_dir}{name}")
+            changed = True
         if remove and changed and not _listdir(dirpath, dir_fd):
             emptied.add(inner_dir.rstrip("/"))
     if remove and "" in emptied:
@@ -488,29 +536,25 @@ def _scan_folder(home: Path, folder: Folder, record: dict[str, dict[int, set[str
 
 
 def _consider(dirpath: str, dir_fd: int | None, name: str, rel: str, inner: str,
-              tally: Tally, folder: Folder, record: dict[str, dict[int, set[str]]],
-              remove: bool, take: Callable[[HomeFile], bool], removed: set[str]) -> bool:
-    """Count (and with ``remove``, remove) one entry; whether it was removed."""
+              tally: Tally, record: dict[str, dict[int, set[str]]],
+              take: Callable[[HomeFile], bool]) -> bool:
+    """Count one entry in ``tally``; whether it is Linnet's own (a regular file its folder's
+    rule takes: never a link, a fifo or a socket)."""
     info = _lstat(dirpath, dir_fd, name)
     if info is None:
         return False
     if stat.S_ISLNK(info.st_mode):
         tally.links += 1
         return False
-    if not stat.S_ISREG(info.st_mode):  # a fifo, a socket: never Linnet's
+    if not stat.S_ISREG(info.st_mode):
         tally.keep(rel)
         return False
-    f = HomeFile(dir_fd, dirpath, name, rel, inner, info.st_size, record)
-    if not take(f):
+    if not take(HomeFile(dir_fd, dirpath, name, rel, inner, info.st_size, record)):
         tally.keep(rel, info.st_size)
         return False
     tally.files += 1
     tally.bytes += info.st_size
-    if remove:
-        _unlink(dirpath, dir_fd, name)
-        removed.add(rel)
-        return True
-    return False
+    return True
 
 
 # ---------------------------------------------------------------- scan, adopt, clear
