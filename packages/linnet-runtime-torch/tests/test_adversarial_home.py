@@ -404,3 +404,15 @@ def test_random_user_files_in_a_linnet_home_survive_a_clear(tmp_path, capsys, cl
     assert rc == 0
     for rel, data in mine.items():
         assert (clean / rel).read_bytes() == data, rel
+
+
+def test_a_fifo_and_a_dangling_link_in_linnets_folders_are_kept(tmp_path, capsys, clean):
+    made = linnet_writes(clean, tmp_path)
+    fifo = clean / "generated" / "pipe"
+    os.mkfifo(fifo)  # opening it would block: it is never read
+    dangling = clean / "cache" / "inductor" / "gone"
+    dangling.symlink_to(tmp_path / "nowhere")
+    rc, text = clear(capsys)
+    assert rc == 0 and fifo.exists() and dangling.is_symlink()
+    assert "kept, not followed" in text
+    assert_cleared(clean, made)
