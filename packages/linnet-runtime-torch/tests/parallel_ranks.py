@@ -66,7 +66,9 @@ def misbehave(how: str) -> int:
     import torch.distributed as dist
     from linnet.torch.parallel import init
 
-    rank, _ = init(2, "cpu")
+    cuda = how.endswith("-cuda")  # NCCL on two GPUs (the gpu-marked test)
+    how = how.removesuffix("-cuda")
+    rank, device = init(2, "cuda" if cuda else "cpu")
     if how == "stop-late":  # both past joining (rank 1 may otherwise lose rank 0 in it)
         dist.barrier()
         if rank == 0:
@@ -79,7 +81,9 @@ def misbehave(how: str) -> int:
         elif how == "sleep":
             time.sleep(120)
     if how != "stop-late":
-        dist.all_reduce(torch.ones(4))
+        dist.all_reduce(torch.ones(4, device=device))
+        if cuda:
+            torch.cuda.synchronize()  # NCCL's collectives are asynchronous
     return 0
 
 

@@ -221,3 +221,24 @@ def test_a_models_entry_whose_collective_times_out_is_E0825(monkeypatch):
         model.decode(token, pos)
     d = err.value.diagnostics[0]
     assert d.code == "E0825" and "rank 1 of 2" in d.message and "LINNET_RANK_TIMEOUT" in d.help
+
+
+@pytest.mark.gpu
+def test_a_stopped_rank_on_two_gpus_ends_the_run(tmp_path):
+    """NCCL: its watchdog ends rank 0 after the rank timeout; `spawn` ends and names rank 1."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    out = tmp_path / "report.json"
+    env = {**os.environ, "LINNET_RANK_TIMEOUT": str(TIMEOUT), "LINNET_HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, str(HERE / "parallel_ranks.py"), "hangs", str(out),
+                             "stop-cuda"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the ranks hung: killed after 300 s")
+    said = json.loads(out.read_text())["stop-cuda"]
+    assert said["rc"] == 1 and said["seconds"] < 120
+    assert "rank 1 of 2 still ran" in said["stderr"]
