@@ -416,3 +416,8 @@ def test_a_fifo_and_a_dangling_link_in_linnets_folders_are_kept(tmp_path, capsys
     assert rc == 0 and fifo.exists() and dangling.is_symlink()
     assert "kept, not followed" in text
     assert_cleared(clean, made)
+
+
+def test_the_cache_names_the_cli_offers_are_the_folders_it_clears(clean):
+    assert [e.name for e in torch_home.cache_entries()] == list(torch_home.CACHE_NAMES)
+    assert list(torch_home.CACHE_NAMES) == sorted(CACHE_FOLDERS, key=CACHE_FOLDERS.index)
