@@ -598,3 +598,57 @@ def test_no_home_directory_at_all(monkeypatch):
     with pytest.raises(LinnetError) as err:
         linnet_home()
     assert codes(err) == ["E0660"] and "LINNET_HOME" in err.value.diagnostics[0].help
+
+
+# ---------------------------------------------------------------- issue 38 item 1: whose home
+def test_a_home_linnet_makes_is_marked_as_linnets(home):
+    from linnet.lang.home import MARKER, is_linnet_home
+
+    assert not home.exists()
+    linnet_home()
+    assert is_linnet_home(home)
+    assert (home / MARKER).read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+
+
+def test_an_empty_folder_is_marked_and_a_full_one_is_not(tmp_path, monkeypatch):
+    from linnet.lang.home import MARKER, is_linnet_home
+
+    empty, full = tmp_path / "empty", tmp_path / "full"
+    empty.mkdir()
+    full.mkdir()
+    (full / "notes.txt").write_text("mine")
+    for folder in (empty, full):
+        monkeypatch.setenv("LINNET_HOME", str(folder))
+        linnet_home()
+    assert is_linnet_home(empty)
+    assert not is_linnet_home(full) and sorted(p.name for p in full.iterdir()) == ["notes.txt"]
+    (full / MARKER).write_text("Signature: 8a477f597d28d172789f06886806bc55\n# another tool\n")
+    assert not is_linnet_home(full)  # a cache tag, but not Linnet's
+
+
+def test_generated_source_never_writes_through_a_link(home, tmp_path):
+    import hashlib
+
+    from linnet.lang.home import import_source
+
+    text = "v = 5\n"
+    name = f"linnet_linked_{hashlib.sha256(text.encode()).hexdigest()[:20]}.py"
+    (linnet_home() / "generated").mkdir()
+    theirs = tmp_path / "theirs.py"
+    theirs.write_text("precious")
+    (home / "generated" / name).symlink_to(theirs)
+    assert import_source(text, "linnet_linked").v == 5
+    assert theirs.read_text() == "precious"
+    assert not (home / "generated" / name).is_symlink()
+
+
+def test_atomic_write_can_replace_a_link_instead_of_its_target(tmp_path):
+    target, link = tmp_path / "target", tmp_path / "link"
+    target.write_text("keep")
+    link.symlink_to(target)
+    atomic_write(link, "new", follow_symlinks=False)
+    assert target.read_text() == "keep" and link.read_text() == "new" and not link.is_symlink()
+    link.unlink()
+    link.symlink_to(target)
+    atomic_write(link, "through")  # the default: the link is followed, as for `-o`
+    assert target.read_text() == "through" and link.is_symlink()

@@ -309,3 +309,31 @@ def test_no_home_directory_at_all(monkeypatch):
     cache, warned = recorded(TimingCache)
     assert warned and "LINNET_HOME" in warned[0]
     assert put_and_flush(cache)
+
+
+# ---------------------------------------------------------------- whose home (issue 38, item 1)
+@pytest.mark.parametrize("data", [b"my own benchmark results", b'{"format": "other"}', b"[]"])
+def test_a_users_benchmarks_json_in_a_home_linnet_did_not_make_is_left_alone(home, data):
+    home.mkdir()
+    (home / "benchmarks.json").write_bytes(data)
+    (home / "thesis.tex").write_bytes(b"\\begin")  # LINNET_HOME=$HOME, say
+    cache, warned = recorded(TimingCache)
+    assert warned and "left it as it is" in warned[0] and "may be yours" in warned[0]
+    warned = put_and_flush(cache)
+    assert warned and "not saved" in warned[0]
+    assert (home / "benchmarks.json").read_bytes() == data
+    assert not asides(home)
+
+
+def test_a_corrupt_timing_cache_in_linnets_home_is_moved_aside_and_recorded(home):
+    from linnet.lang.home import linnet_home
+
+    linnet_home()  # Linnet makes the home (and marks it)
+    (home / "benchmarks.json").write_bytes(b"{ truncated")
+    cache, warned = recorded(TimingCache)
+    assert warned and "moved it" in warned[0]
+    [aside] = asides(home)
+    assert aside.read_bytes() == b"{ truncated"
+    lines = [json.loads(x) for x in (home / "linnet-files.jsonl").read_text().splitlines()]
+    assert [x["path"] for x in lines] == [aside.name]  # so that a clear may remove it
+    assert put_and_flush(cache) == []

@@ -248,10 +248,17 @@ def test_an_unreadable_artefact_record_becomes_one_warning(clean, caplog):
 
 # ---------------------------------------------------------------- linnet cache
 def test_linnet_cache_info_and_clear(clean, tmp_path, monkeypatch, capsys):
-    (clean / "generated").mkdir(parents=True)
-    (clean / "generated" / "m.py").write_text("x = 1\n")
-    (clean / "benchmarks.json").write_text("{}")
-    (clean / "benchmarks.json.corrupt-1-a").write_text("old")
+    # Linnet's own files, written by Linnet (a clear removes only those: issue 38, item 1).
+    from linnet.lang.home import import_source
+    from linnet.plan import TimingCache
+
+    import_source("x = 1\n", "linnet_t")
+    (clean / "benchmarks.json").write_text("{}")  # not a timing cache: moved aside, recorded
+    with pytest.warns(CacheWarning, match="moved it"):
+        cache = TimingCache()
+    cache.put("k", 1.0)
+    cache.flush()
+    (clean / "generated" / "m.py").write_text("x = 1\n")  # the user's: kept
     mine = tmp_path / "mine"
     (mine / "fxgraph").mkdir(parents=True)
     (mine / "fxgraph" / "g").write_bytes(b"12345")
@@ -260,6 +267,7 @@ def test_linnet_cache_info_and_clear(clean, tmp_path, monkeypatch, capsys):
     assert main(["cache", "--format", "json"]) == 0
     info = {c["name"]: c for c in json.loads(capsys.readouterr().out)["caches"]}
     assert info["generated"]["files"] == 1 and info["generated"]["bytes"] == 6
+    assert info["generated"]["kept"] == 1 and "generated/m.py" in info["generated"]["note"]
     assert info["timings"]["files"] == 2 and "set aside" in info["timings"]["note"]
     assert info["inductor"]["path"] == str(mine) and not info["inductor"]["under_home"]
     assert main(["cache"]) == 0
@@ -267,26 +275,31 @@ def test_linnet_cache_info_and_clear(clean, tmp_path, monkeypatch, capsys):
     assert "$LINNET_HOME/generated" in text and "TORCHINDUCTOR_CACHE_DIR is set" in text
 
     assert main(["cache", "clear", "--only", "generated"]) == 0
-    assert "cleared generated" in capsys.readouterr().out
-    assert not (clean / "generated").exists() and (clean / "benchmarks.json").exists()
+    out = capsys.readouterr().out
+    assert "cleared generated" in out and "kept in generated" in out
+    assert [p.name for p in (clean / "generated").iterdir()] == ["m.py"]
+    assert (clean / "benchmarks.json").exists()
     assert main(["cache", "clear"]) == 0
     out = capsys.readouterr().out
     assert "kept inductor at" in out
     assert not (clean / "benchmarks.json").exists()
     assert not list(clean.glob("benchmarks.json.corrupt-*"))
     assert (mine / "fxgraph" / "g").read_bytes() == b"12345"  # the user's: never removed
+    assert (clean / "generated" / "m.py").read_text() == "x = 1\n"
 
 
 def test_linnet_cache_clear_that_cannot_remove_is_E0831(clean, monkeypatch, capsys):
-    (clean / "demo").mkdir(parents=True)
-    (clean / "demo" / "x.safetensors").write_text("w")
+    from linnet.lang.hosting import demo_checkpoint
+
+    model = clean.parent / "m.linnet"  # what the demo checkpoint is keyed by
+    model.write_text("model")
+    made = demo_checkpoint(model, {}, 0, lambda p: p.write_bytes(b"w"))
 
     def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(home.shutil, "rmtree", refuse)
+    monkeypatch.setattr(os, "unlink", refuse)
     assert main(["cache", "clear", "--only", "demo"]) != 0
     err = capsys.readouterr().err
     assert "E0831" in err and "demo" in err
-    assert (clean / "demo" / "x.safetensors").exists()
-
+    assert made.read_bytes() == b"w"

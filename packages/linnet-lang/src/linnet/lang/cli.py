@@ -584,6 +584,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, default=1, metavar="N",
                    help="tensor parallelism: split the model over N ranks, started here (gloo "
                         "on the CPU, NCCL on CUDA; torch runtime); rank 0 prints")
+    p.add_argument("--rank-timeout", type=float, metavar="SECONDS",
+                   help="with --nproc: how long a rank waits for the others, to join and in "
+                        "each collective, before it stops with E0825 (default 300; also "
+                        "$LINNET_RANK_TIMEOUT)")
 
 
 def add_lowering_arguments(p: argparse.ArgumentParser, entry_required: bool = True) -> None:

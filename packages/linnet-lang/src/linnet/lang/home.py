@@ -84,7 +84,69 @@ def linnet_home(*, create: bool = True) -> Path:
     except OSError as exc:
         raise LinnetError(Diagnostic(
             "E0660", f"{where} `{path}` cannot be created: {_reason(exc)}", help=fix)) from None
+    _mark_if_new(path)
     return path
+
+
+# ---------------------------------------------------------------- whose home it is
+#: The file that says Linnet made a directory its home: a cache directory tag
+#: (https://bford.info/cachedir/, so that backup tools skip it), whose second line says it is
+#: Linnet's. `linnet cache clear` removes nothing in a home without it (linnet.lang.home_files).
+MARKER = "CACHEDIR.TAG"
+_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55\n"
+_MARKER_LINE = "# Linnet's cache ($LINNET_HOME), made by Linnet."
+MARKER_TEXT = (f"{_SIGNATURE}{_MARKER_LINE} `linnet cache clear` removes only the files "
+               "Linnet wrote here.\n# For information about cache directory tags see "
+               "https://bford.info/cachedir/\n")
+_MARKED: set[str] = set()
+
+
+def is_linnet_home(path: Path | str) -> bool:
+    """Whether the directory ``path`` holds Linnet's marker (a regular file, not a link):
+    Linnet made it, or adopted it as an earlier version's home (``linnet cache clear``).
+
+    >>> is_linnet_home(linnet_home())
+    True
+    """
+    marker = os.path.join(path, MARKER)
+    try:
+        info = os.lstat(marker)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > 4096:
+            return False
+        with open(marker, "rb") as f:
+            head = f.read(len(_SIGNATURE) + len(_MARKER_LINE))
+    except OSError:
+        return False
+    return head == (_SIGNATURE + _MARKER_LINE).encode()
+
+
+def mark_home(path: Path | str) -> None:
+    """Write Linnet's marker into the directory ``path`` (E0661 when it cannot be written).
+
+    >>> mark_home(linnet_home()); is_linnet_home(linnet_home())
+    True
+    """
+    atomic_write(Path(path) / MARKER, MARKER_TEXT, parents=False, follow_symlinks=False)
+    _MARKED.add(str(path))
+
+
+def _mark_if_new(path: Path) -> None:
+    """Mark ``path`` as Linnet's when it holds nothing yet (Linnet just made it, or the user
+    made it empty for Linnet). A directory that holds anything else (an earlier version's
+    home, or the user's own folder) is not marked here: ``linnet cache clear`` decides."""
+    key = str(path)
+    if key in _MARKED and os.path.lexists(os.path.join(key, MARKER)):
+        return
+    if is_linnet_home(path):
+        _MARKED.add(key)
+        return
+    try:
+        with os.scandir(path) as entries:
+            if next(entries, None) is not None:
+                return
+        mark_home(path)
+    except (OSError, LinnetError):
+        pass  # a home that cannot be written fails where Linnet writes to it, with E0661
 
 
 def _under_home(path: Path) -> bool:
@@ -116,20 +178,25 @@ def _write_all(f: IO[str], text: str) -> None:
 
 
 def atomic_write(path: Path | str, text: str, *, parents: bool = True,
-                 new_mode: int = 0o600) -> None:
+                 new_mode: int = 0o600, follow_symlinks: bool = True) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never half.
 
     A file that exists keeps its permission bits; a new one gets ``new_mode``. ``parents``
     creates missing directories (mode 0700). A symbolic link is followed, so its target is
-    replaced and the link kept. A read-only target (no write bit) is refused. Every failure
-    (a missing or read-only directory, a directory as the target, a full disk) is E0661, and
-    leaves the old file as it was.
+    replaced and the link kept; with ``follow_symlinks=False`` (Linnet's own files under
+    $LINNET_HOME) the link itself is replaced by the file and its target is left as it was.
+    A read-only target (no write bit) is refused. Every failure (a missing or read-only
+    directory, a directory as the target, a full disk) is E0661, and leaves the old file as
+    it was.
 
     >>> p = linnet_home() / "example.txt"; atomic_write(p, "hi"); p.read_text()
     'hi'
     """
     target = Path(path)
     if target.is_symlink():
+        if not follow_symlinks:
+            _replace_file(target, text, new_mode)
+            return
         target = Path(os.path.realpath(target))
     mode = new_mode
     try:
@@ -153,16 +220,26 @@ def atomic_write(path: Path | str, text: str, *, parents: bool = True,
             raise _write_error(target, "the file is read-only",
                                OSError(errno.EACCES, "Permission denied"))
         mode = stat.S_IMODE(info.st_mode)
-    parent = target.parent
     if parents:
-        try:
-            parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except FileExistsError as exc:
-            raise _write_error(target, f"`{parent}` is a file, not a directory",
-                               OSError(errno.ENOTDIR, exc.strerror)) from None
-        except OSError as exc:
-            raise _write_error(target, f"cannot create `{parent}`: {_reason(exc)}",
-                               exc) from None
+        _make_parent(target)
+    _replace_file(target, text, mode)
+
+
+def _make_parent(target: Path) -> None:
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError as exc:
+        raise _write_error(target, f"`{parent}` is a file, not a directory",
+                           OSError(errno.ENOTDIR, exc.strerror)) from None
+    except OSError as exc:
+        raise _write_error(target, f"cannot create `{parent}`: {_reason(exc)}", exc) from None
+
+
+def _replace_file(target: Path, text: str, mode: int) -> None:
+    """Write ``text`` to a new file beside ``target`` and rename it onto ``target`` (a link
+    there is replaced, never followed)."""
+    parent = target.parent
     try:
         fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=parent)
     except FileNotFoundError as exc:
@@ -232,7 +309,9 @@ def import_source(text: str, stem: str = "linnet_generated") -> ModuleType:
     if loaded is not None and getattr(loaded, "__file__", None) == str(path) and path.is_file():
         return loaded
     if _read(path) != text.encode("utf-8"):
-        atomic_write(path, text)
+        # A link in Linnet's folder is replaced, never written through (its target may be
+        # anyone's file).
+        atomic_write(path, text, follow_symlinks=False)
     loader = _VerifiedSource(text, path)
     spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     assert spec is not None

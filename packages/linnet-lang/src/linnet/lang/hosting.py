@@ -495,19 +495,32 @@ def demo_checkpoint(model: Path, config: dict[str, Any], seed: int) -> Path:
     >>> demo_checkpoint(Path("llama.linnet"), cfg, 0)   # doctest: +SKIP
     PosixPath('/home/me/.cache/linnet/demo/llama-3f2a....safetensors')
     """
+    import contextlib
     import hashlib
+    import tempfile
 
     from linnet.lang.home import linnet_home
+    from linnet.lang.home_files import record
     from linnet.lang.weights.demo import GENERATOR, write_demo
 
     key = hashlib.sha256(f"{GENERATOR}{model.read_text()}{sorted(config.items())}{seed}"
                          .encode())
-    path = linnet_home() / "demo" / f"{model.stem}-{key.hexdigest()[:12]}.safetensors"
-    if not path.is_file():
+    name = f"{model.stem}-{key.hexdigest()[:12]}.safetensors"
+    path = linnet_home() / "demo" / name
+    if not path.is_file() or path.is_symlink():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        write_demo(tmp, model, config, seed)
-        tmp.replace(path)
+        # A name of its own (two processes making it at once), renamed onto the place: a
+        # link there is replaced, never written through.
+        fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            write_demo(Path(tmp), model, config, seed)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        record(path)  # so that `linnet cache clear` knows the file as Linnet's
     return path
 
 
@@ -519,6 +532,46 @@ def announce_demo(model: Path, config_name: str | None, seed: int) -> None:
     """
     print(f"linnet: generating a deterministic checkpoint for {model.name} "
           f"({config_name} config, seed {seed})", file=sys.stderr)
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system says it).
+
+    >>> usable_cores() >= 1
+    True
+    """
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+#: Ranks `--nproc` may start per usable CPU core (each rank is a process of its own).
+RANKS_PER_CORE = 4
+
+
+def check_nproc(nproc: Any) -> int:
+    """`linnet run --nproc`: an int from 1 to :data:`RANKS_PER_CORE` ranks per usable core,
+    checked before anything is imported or started; E0824 otherwise. (On CUDA the runtime
+    also checks it against the GPUs: one rank each.)
+
+    >>> check_nproc(1)
+    1
+    """
+    cores = usable_cores()
+    most = RANKS_PER_CORE * cores
+    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
+        raise LinnetError(Diagnostic("E0824", f"--nproc {nproc}: start at least one rank",
+                                     help="e.g. --nproc 2 (tensor parallelism over 2 ranks)"))
+    if nproc > most:
+        shown = f"{nproc}" if len(str(nproc)) <= 12 else f"{str(nproc)[:6]}... " \
+                                                        f"({len(str(nproc))} digits)"
+        raise LinnetError(Diagnostic(
+            "E0824", f"--nproc {shown}: more ranks than this machine can start ({cores} "
+                     f"usable CPU core(s) run at most {most} ranks, each a process of its own)",
+            help=f"start at most {most} ranks here (and at most one per GPU with --device "
+                 "cuda)"))
+    return nproc
 
 
 def run_tokens(args: argparse.Namespace, stop: bool = True

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang import LinnetError
-from linnet.lang.home import atomic_write, linnet_home
+from linnet.lang.home import atomic_write, is_linnet_home, linnet_home
+from linnet.lang.home_files import Folder, HomeFile, is_temporary, record
 
 FORMAT = "linnet.benchmarks"
 VERSION = 1
@@ -98,6 +99,10 @@ class TimingCache:
     def __init__(self, path: Path | None = None):
         #: Why nothing can be saved (a $LINNET_HOME that cannot be used), or None.
         self.unsaved: str | None = None
+        #: In $LINNET_HOME (not a path the caller gave): a file there that is not a timing
+        #: cache is moved aside only where Linnet made the home (it may be the user's own,
+        #: such as ~/benchmarks.json under LINNET_HOME=$HOME).
+        self._in_home = path is None
         if path is None:
             try:
                 path = linnet_home() / "benchmarks.json"
@@ -144,6 +149,9 @@ class TimingCache:
 
     def _move_aside(self, why: str) -> str:
         """Under the lock: move the corrupt file to a name no other file has; say where."""
+        if self._in_home and not is_linnet_home(self.path.parent):
+            raise _Unusable(f"it is not a timing cache of Linnet's ({why}), in a "
+                            "$LINNET_HOME that Linnet did not make (it may be yours)")
         stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(time.time()))
         try:
             fd, aside = tempfile.mkstemp(prefix=f"{self.path.name}.corrupt-{stamp}-",
@@ -159,6 +167,7 @@ class TimingCache:
                 os.unlink(aside)
             raise _Unusable(f"it is unreadable ({why}) and cannot be moved aside "
                             f"({_why(exc)})") from None
+        record(aside)  # Linnet's to remove (`linnet cache clear`): it moved it
         return (f"the timing cache {self.path} is unreadable ({why}); moved it to "
                 f"{Path(aside).name} and starting a new one")
 
@@ -228,3 +237,32 @@ class TimingCache:
             return
         self.entries = current
         self.pending = {}
+
+
+# ---------------------------------------------------------------- `linnet cache clear`
+_NAME = "benchmarks.json"
+
+
+def _timings_member(name: str) -> bool:
+    return name == _NAME or name.startswith(_NAME + ".corrupt-") or \
+        is_temporary(name, lambda base: base == _NAME)
+
+
+def _timings_owned(f: HomeFile) -> bool:
+    """The timing cache (in Linnet's format), a file Linnet moved aside (recorded), or a
+    leftover of an interrupted write of it."""
+    if f.name == _NAME:
+        try:
+            data = json.loads(f.read())
+        except (ValueError, RecursionError):
+            return False
+        return isinstance(data, dict) and data.get("format") == FORMAT
+    if f.name.startswith(_NAME + ".corrupt-"):
+        return f.recorded()
+    return is_temporary(f.name, lambda base: base == _NAME)
+
+
+#: The timing cache among $LINNET_HOME's folders (linnet.lang.home_files): its files are in
+#: the home itself; the lock file is Linnet's and is left.
+TIMINGS = Folder("timings", "", _timings_owned, "the planner's timings of region kinds",
+                 member=_timings_member, extra=(_NAME + ".lock",))

@@ -61,6 +61,7 @@ def dispatch(args: argparse.Namespace, torch_run: Any) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     """`linnet run --runtime jax`: load, prefill the prompt, decode greedily, with timings."""
+    hosting.check_nproc(getattr(args, "nproc", 1))  # 0, -1, 10**20: E0824 here too
     if args.compile or args.interpret or getattr(args, "nproc", 1) > 1:
         flag = "--compile" if args.compile else "--interpret" if args.interpret else "--nproc"
         raise LinnetError(Diagnostic(

@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from linnet.lang import LinnetError, hosting
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang import hosting
 from linnet.lang.hosting import default_model  # noqa: F401  (re-exported, as before)
 
 
@@ -34,14 +33,24 @@ def run_command(args: argparse.Namespace) -> int:
 
     from .model import load
 
-    model_path, config_name, config = hosting.run_config(args)
-    weights = args.weights
-    nproc = getattr(args, "nproc", 1)
-    if not isinstance(nproc, int) or nproc < 1:
-        raise LinnetError(Diagnostic("E0824", f"--nproc {nproc}: start at least one rank",
-                                     help="e.g. --nproc 2"))
+    # Checked before anything is imported or started: a number of ranks this machine can
+    # start, the time a rank waits for the others, and a rank's own environment.
+    nproc = hosting.check_nproc(getattr(args, "nproc", 1))
     # A rank: started by --nproc below, or by torchrun (its environment names the rank).
     is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if nproc > 1:
+        from .parallel import TIMEOUT_ENV, check_environment, check_ranks, rank_timeout
+
+        given = getattr(args, "rank_timeout", None)
+        if given is not None:  # the ranks (spawned below, or torchrun's) read it from here
+            os.environ[TIMEOUT_ENV] = repr(rank_timeout(given, "--rank-timeout"))
+        rank_timeout()
+        if is_rank:
+            check_environment(nproc, args.device)
+        else:
+            check_ranks(nproc, args.device)
+    model_path, config_name, config = hosting.run_config(args)
+    weights = args.weights
     if weights is None:
         hosting.announce_demo(model_path, config_name, args.seed)
         weights = hosting.demo_checkpoint(model_path, config, args.seed)
@@ -221,13 +230,14 @@ def conform_command(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- linnet cache
 def register_cache(subparsers: Any) -> None:
     """Adds `linnet cache [info|clear]`: what is cached under $LINNET_HOME, and clearing it."""
-    from .home import cache_entries
+    from .home import CACHE_NAMES
 
-    names = [e.name for e in cache_entries()]
+    names = list(CACHE_NAMES)
     p = subparsers.add_parser("cache", help="show or clear what is cached under $LINNET_HOME "
                                             "(timings, generated source, torch.compile)")
     p.add_argument("action", nargs="?", choices=["info", "clear"], default="info",
-                   help="info (default): each cache's place and size; clear: remove them")
+                   help="info (default): each cache's place and size; clear: remove the "
+                        "files Linnet wrote (only in a home Linnet made; others are kept)")
     p.add_argument("--only", action="append", choices=names, metavar="NAME",
                    help=f"with clear: only this cache (repeatable; one of {', '.join(names)})")
     p.add_argument("--format", choices=["text", "json"], default="text")
@@ -243,10 +253,14 @@ def _bytes(n: int) -> str:
 
 
 def cache_command(args: argparse.Namespace) -> int:
-    """`linnet cache`: a table of the caches (name, files, size, place, what), or clear."""
-    from .home import cache_entries, clear_caches, linnet_home, shown
+    """`linnet cache`: a table of the caches (name, files, size, place, what), or clear.
 
-    home = linnet_home(create=False)
+    Only Linnet's own files are counted and cleared, in a home Linnet made (E0745 for any
+    other: see linnet.lang.home_files); files that are not Linnet's are kept and named.
+    """
+    from .home import MARKER, cache_entries, cache_owner, clear_caches, shown
+
+    owner, home, foreign = cache_owner()
     if args.action == "clear":
         cleared = clear_caches(args.only)
         total = sum(e.bytes for e in cleared)
@@ -254,21 +268,39 @@ def cache_command(args: argparse.Namespace) -> int:
                                                                 e.name in args.only)]
         if args.format == "json":
             print(json.dumps({"home": str(home), "cleared": [e.name for e in cleared],
-                              "bytes": total, "kept": [str(e.path) for e in kept]}))
+                              "files": sum(e.files for e in cleared), "bytes": total,
+                              "adopted": owner == "earlier",
+                              "kept": [str(e.path) for e in kept],
+                              "not_linnets": {e.name: e.kept for e in cleared if e.kept},
+                              "links": {e.name: e.links for e in cleared if e.links}}))
             return 0
+        if owner == "earlier":
+            print(f"marked {home} as Linnet's home (made by an earlier version): only "
+                  "Linnet's own files are removed from it")
         print(f"cleared {', '.join(e.name for e in cleared) or 'nothing'} under {home} "
-              f"({_bytes(total)})")
+              f"({sum(e.files for e in cleared)} file(s), {_bytes(total)})")
+        for e in cleared:
+            if e.note:
+                print(f"kept in {e.name}: {e.note}")
         for e in kept:
             print(f"kept {e.name} at {e.path}: {e.note}")
         return 0
     entries = cache_entries()
     if args.format == "json":
-        print(json.dumps({"home": str(home), "caches": [
+        print(json.dumps({"home": str(home), "owner": owner, "not_linnets": foreign,
+                          "caches": [
             {"name": e.name, "path": str(e.path), "files": e.files, "bytes": e.bytes,
-             "what": e.what, "note": e.note, "under_home": e.ours} for e in entries]},
+             "what": e.what, "note": e.note, "under_home": e.ours, "kept": e.kept,
+             "links": e.links} for e in entries]},
             indent=1))
         return 0
     print(f"$LINNET_HOME = {home}")
+    if owner == "foreign":
+        print(f"not Linnet's home (no {MARKER} of Linnet's; holds "
+              f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): "
+              "`linnet cache clear` removes nothing here (E0745)")
+    elif owner == "earlier":
+        print("made by an earlier Linnet: the next `linnet cache clear` marks it as Linnet's")
     rows = [(e.name, str(e.files), _bytes(e.bytes), shown(e.path),
              e.what + (f" ({e.note})" if e.note else "")) for e in entries]
     rows.insert(0, ("cache", "files", "size", "place", "holds"))
@@ -276,6 +308,6 @@ def cache_command(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  "
               f"{r[3]:<{widths[3]}}  {r[4]}")
-    print(f"total {_bytes(sum(e.bytes for e in entries if e.ours))} under $LINNET_HOME; "
-          "`linnet cache clear` removes it (`--only NAME` one cache)")
+    print(f"total {_bytes(sum(e.bytes for e in entries if e.ours))} of Linnet's under "
+          "$LINNET_HOME; `linnet cache clear` removes it (`--only NAME` one cache)")
     return 0

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import json
 import logging
 import os
 import re
-import shutil
-import sys
 import tempfile
 import time
 import types
@@ -32,11 +31,22 @@ from typing import Any
 
 from linnet.lang import LinnetError
 from linnet.lang.diagnostics.core import Diagnostic
-from linnet.lang.home import atomic_write, import_source, linnet_home
+from linnet.lang.home import MARKER, atomic_write, import_source, linnet_home
+from linnet.lang.home_files import (
+    DEMO,
+    GENERATED,
+    Folder,
+    HomeFile,
+    Tally,
+    clear_home,
+    home_owner,
+    record,
+    scan_home,
+)
 
-__all__ = ["COMPILE_CACHES", "CacheEntry", "atomic_write", "cache_entries", "clear_caches",
-           "compile_cache_counts", "import_source", "linnet_home", "shown",
-           "use_compile_caches"]
+__all__ = ["CACHE_NAMES", "COMPILE_CACHES", "MARKER", "CacheEntry", "atomic_write",
+           "cache_entries", "cache_owner", "clear_caches", "compile_cache_counts",
+           "import_source", "linnet_home", "shown", "use_compile_caches"]
 
 #: (name, environment variable, what it holds): torch.compile's caches Linnet places.
 COMPILE_CACHES = (
@@ -277,7 +287,9 @@ def _report_unreadable(record: logging.LogRecord) -> None:
     if path is not None:
         _REPORTED.add(path)
         cache = linnet_home(create=False) / "cache"
-        if shown(path).startswith("$LINNET_HOME/cache/"):
+        # Only a file torch read as its own, in the cache Linnet placed (not a link), is
+        # moved: it is recorded then, so that `linnet cache clear` may remove it.
+        if shown(path).startswith("$LINNET_HOME/cache/") and not Path(path).is_symlink():
             aside = _move_aside(Path(path), cache / "unreadable")
             where = (f"; moved it to {shown(aside)}" if aside else
                      "; it could not be moved aside and is left as it is")
@@ -299,15 +311,126 @@ def _move_aside(path: Path, folder: Path) -> Path | None:
         os.replace(path, aside)
     except OSError:
         return None
+    record(aside)  # Linnet's to remove (`linnet cache clear`): it moved it
     return Path(aside)
 
 
 # ---------------------------------------------------------------- `linnet cache`
+# Which files under torch.compile's and Triton's caches are theirs. Inductor names each file by
+# a base32 hash, with a letter before it and suffixes after (`5a/c<hash>.so.load_ok`,
+# `locks/c<hash>.lock`, `fxgraph/kq/f<hash>/<hash>`). Triton keeps each compilation in a
+# directory named by a hash, whose `__grp__<kernel>.json` lists its files; beside them, an
+# autotuning result (`<fn>.autotune.json`), a compiled launcher, its `lock`, and the temporary
+# folders of interrupted writes. Anything else (a user's `notes.txt`, `backup-<hash>.tar`, a
+# `results.json` in a Triton directory) is not theirs, and is kept.
+_HASH = re.compile(r"(?<![A-Za-z0-9])(?:[a-z0-9]{32,}|[A-Z0-9]{32,})(?![A-Za-z0-9])")
+_HASH_NAMED = re.compile(r"^[a-z]?(?P<hash>[a-z0-9]{32,}|[A-Z0-9]{32,})(?:\.[A-Za-z0-9_]+)*$")
+_TRITON_TMP = re.compile(r"^tmp\.pid_\d+_[0-9a-f-]{36}$")
+
+
+def _hash_like(text: str) -> bool:
+    """Whether ``text`` holds a hash (32 or more lower- or upper-case letters and digits,
+    with at least two of each: a word is not one).
+
+    >>> _hash_like("c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.so"), _hash_like("notes")
+    (True, False)
+    """
+    for m in _HASH.finditer(text):
+        token = m.group()
+        if sum(c.isdigit() for c in token) >= 2 and sum(c.isalpha() for c in token) >= 2:
+            return True
+    return False
+
+
+def _hash_named(name: str) -> bool:
+    """Whether ``name`` is a hash (a letter before it, suffixes after), as inductor names.
+
+    >>> _hash_named("c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.so.load_ok")
+    True
+    >>> _hash_named("backup-c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.tar")
+    False
+    """
+    m = _HASH_NAMED.match(name)
+    return m is not None and _hash_like(m["hash"])
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _triton_file(f: HomeFile, directory: str, name: str) -> bool:
+    """A file of Triton's in its cache directory ``directory`` (named by a hash)."""
+    if not _hash_named(directory):
+        return False
+    if name == "lock":
+        return f.size == 0
+    data = _json(f.read(1 << 22)) if name.endswith(".json") else None
+    if name.startswith("__grp__"):
+        return isinstance(data, dict) and "child_paths" in data
+    if name.endswith(".autotune.json"):
+        return isinstance(data, dict) and "configs_timings" in data
+    if name.endswith(".so") and f.read(4) == b"\x7fELF" and \
+            name.startswith(("cuda_utils", "__triton_launcher", "hip_utils")):
+        return True
+    for group in f.siblings():  # a file its compilation's group lists
+        if group.startswith("__grp__") and group != name:
+            listed = _json(f.sibling(group))
+            children = listed.get("child_paths") if isinstance(listed, dict) else None
+            if isinstance(children, dict | list) and name in children:
+                return True
+    return False
+
+
+def _compiled(f: HomeFile) -> bool:
+    """A file torch.compile or Triton wrote (see above)."""
+    parts = f.inner.split("/")
+    if _hash_named(parts[-1]):
+        return True
+    if len(parts) >= 3 and _TRITON_TMP.match(parts[-2]) and _hash_named(parts[-3]):
+        return True  # a write Triton did not finish
+    return len(parts) >= 2 and _triton_file(f, parts[-2], parts[-1])
+
+
+_ASIDE = re.compile(r"^\d{8}T\d{6}-(?P<name>.+)-[a-z0-9_]{8}$")
+
+
+def _unreadable(f: HomeFile) -> bool:
+    """A file of torch's that Linnet moved aside (recorded when it moved it)."""
+    return "/" not in f.inner and f.recorded()
+
+
+def _unreadable_legacy(f: HomeFile) -> bool:
+    """One an earlier version moved aside: its name, of a file named by a hash."""
+    m = _ASIDE.match(f.name)
+    return "/" not in f.inner and m is not None and _hash_like(m["name"])
+
+
+#: The caches `linnet cache` lists, in its order (known without scanning the home).
+CACHE_NAMES = ("timings", "generated", "inductor", "triton", "unreadable", "demo")
+
+
+def _folders() -> list[Folder]:
+    """Every cache under $LINNET_HOME the torch runtime lists, in `linnet cache`'s order
+    (:data:`CACHE_NAMES`)."""
+    from linnet.plan.cache import TIMINGS
+
+    compiled = [Folder(name, f"cache/{name}", _compiled, what) for name, _, what in
+                COMPILE_CACHES]
+    return [TIMINGS, GENERATED, *compiled,
+            Folder("unreadable", "cache/unreadable", _unreadable,
+                   "compiled artefacts torch could not read, set aside",
+                   legacy=_unreadable_legacy), DEMO]
+
+
 @dataclass
 class CacheEntry:
     """One of the caches under $LINNET_HOME, as ``linnet cache info`` lists it: its name,
-    where it is, how many files and bytes it holds, what it is for, and a note (a variable
-    that moves it elsewhere, files set aside as unreadable)."""
+    where it is, how many of Linnet's files and bytes it holds (what ``linnet cache clear``
+    removes), what it is for, and a note (a variable that moves it elsewhere, files that are
+    not Linnet's, kept)."""
 
     name: str
     path: Path
@@ -317,6 +440,9 @@ class CacheEntry:
     note: str = ""
     #: Under $LINNET_HOME (cleared by ``linnet cache clear``); False for the user's own.
     ours: bool = True
+    #: Files in it that are not Linnet's (kept by a clear), and links (never followed).
+    kept: int = 0
+    links: int = 0
 
 
 def _size(path: Path) -> tuple[int, int]:
@@ -337,87 +463,74 @@ def _size(path: Path) -> tuple[int, int]:
     return files, size
 
 
+def _entries(tallies: dict[str, Tally], home: Path, owner: str) -> list[CacheEntry]:
+    out = []
+    for folder in _folders():
+        if folder.name not in tallies and owner != "missing":
+            continue
+        path = home / folder.rel if folder.rel else home / "benchmarks.json"
+        env = next((e for n, e, _ in COMPILE_CACHES if n == folder.name), None)
+        given = os.environ.get(env) if env else None
+        if env and given and _users(env, given):
+            files, size = _size(Path(given)) if Path(given).exists() else (0, 0)
+            out.append(CacheEntry(folder.name, Path(given), files, size, folder.what,
+                                  f"{env} is set: yours, not cleared", ours=False))
+            continue
+        t = tallies.get(folder.name) or Tally()
+        note = t.note()
+        if folder.name == "timings" and home.is_dir():
+            aside = len(list(home.glob("benchmarks.json.corrupt-*")))
+            note = "; ".join(n for n in (f"{aside} unreadable file(s) set aside" if aside
+                                         else "", note) if n)
+        out.append(CacheEntry(folder.name, path, t.files, t.bytes, folder.what, note,
+                              kept=t.kept, links=t.links))
+    return out
+
+
 def cache_entries() -> list[CacheEntry]:
-    """Every cache the runtime writes under $LINNET_HOME, with its size (nothing is
-    created: a cache not written yet has 0 files).
+    """Every cache the runtime writes under $LINNET_HOME, with the files and bytes of
+    Linnet's own in it (nothing is created or removed: a cache not written yet has 0 files;
+    in a home Linnet did not make, none is Linnet's).
 
     >>> [e.name for e in cache_entries()]
     ['timings', 'generated', 'inductor', 'triton', 'unreadable', 'demo']
     """
-    home = linnet_home(create=False)
-    out = []
-    timings = home / "benchmarks.json"
-    files, size = _size(timings) if timings.exists() else (0, 0)
-    aside = sorted(home.glob("benchmarks.json.corrupt-*")) if home.is_dir() else []
-    for a in aside:
-        files, size = files + 1, size + _size(a)[1]
-    out.append(CacheEntry("timings", timings, files, size,
-                          "the planner's timings of region kinds",
-                          f"{len(aside)} unreadable file(s) set aside" if aside else ""))
-    generated = home / "generated"
-    out.append(CacheEntry("generated", generated, *_size_or_none(generated),
-                          "generated source, imported from files"))
-    for name, env, what in COMPILE_CACHES:
-        path = home / "cache" / name
-        given = os.environ.get(env)
-        if given and _users(env, given):
-            out.append(CacheEntry(name, Path(given), *_size_or_none(Path(given)), what,
-                                  f"{env} is set: yours, not cleared", ours=False))
-        else:
-            out.append(CacheEntry(name, path, *_size_or_none(path), what))
-    unreadable = home / "cache" / "unreadable"
-    out.append(CacheEntry("unreadable", unreadable, *_size_or_none(unreadable),
-                          "compiled artefacts torch could not read, set aside"))
-    demo = home / "demo"
-    out.append(CacheEntry("demo", demo, *_size_or_none(demo),
-                          "`linnet run`'s generated demo checkpoints"))
-    return out
+    owner, home, tallies = scan_home(_folders())
+    return _entries(tallies, home, owner)
 
 
-def _size_or_none(path: Path) -> tuple[int, int]:
-    return _size(path) if path.exists() or path.is_symlink() else (0, 0)
+def cache_owner() -> tuple[str, Path, list[str]]:
+    """Whose $LINNET_HOME is (:func:`linnet.lang.home_files.home_owner`): "linnet",
+    "earlier" (an earlier version's, adopted by the next clear), "foreign" (refused by a
+    clear, E0745) or "missing"; the home; the entries that are not Linnet's.
+
+    >>> cache_owner()[0]
+    'linnet'
+    """
+    return home_owner(_folders())
 
 
 def clear_caches(names: list[str] | None = None) -> list[CacheEntry]:
-    """Remove the caches ``names`` (default: all) under $LINNET_HOME; those cleared, as
-    they were. A cache a variable moved elsewhere (the user's ``TORCHINDUCTOR_CACHE_DIR``)
-    is never removed. A file that cannot be removed is E0831, naming it.
+    """Remove Linnet's own files from the caches ``names`` (default: all) under
+    $LINNET_HOME; those cleared, with what was removed (``files``, ``bytes``) and kept.
+    Only what Linnet wrote is removed, in a home Linnet made (E0745 otherwise: see
+    :mod:`linnet.lang.home_files`); a cache a variable moved elsewhere (the user's
+    ``TORCHINDUCTOR_CACHE_DIR``) is never touched. A file that cannot be removed is E0831.
 
     >>> [e.name for e in clear_caches(["demo"])]
     ['demo']
     """
-    entries = [e for e in cache_entries() if names is None or e.name in names]
-    cleared = []
-    for e in entries:
-        if not e.ours:
-            continue
-        targets = [e.path]
-        if e.name == "timings":
-            home = e.path.parent
-            targets += sorted(home.glob("benchmarks.json.corrupt-*"))
-        for target in targets:
-            _remove(target)
-        cleared.append(e)
-    return cleared
+    folders = [f for f in _folders() if not _moved(f.name)]
+    chosen = [n for n in (names or [f.name for f in folders])
+              if any(f.name == n for f in folders)]
+    if names is not None and not chosen:
+        return []
+    home, owner, tallies = clear_home(folders, chosen)
+    return [e for e in _entries(tallies, home, owner) if e.name in tallies]
 
 
-def _remove(path: Path) -> None:
-    def failed(_fn: Any, name: str, exc: Any) -> None:
-        error = exc[1] if isinstance(exc, tuple) else exc
-        why = getattr(error, "strerror", None) or error
-        raise _error("E0831", f"cannot remove `{name}`: {why}",
-                     help="fix its permissions (or those of its directory) and run "
-                          "`linnet cache clear` again") from None
-
-    try:
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.is_dir():
-            if sys.version_info >= (3, 12):
-                shutil.rmtree(path, onexc=failed)
-            else:
-                shutil.rmtree(path, onerror=failed)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        failed(None, str(path), exc)
+def _moved(name: str) -> bool:
+    """Whether a variable the user set moves the cache ``name`` out of $LINNET_HOME."""
+    env = next((e for n, e, _ in COMPILE_CACHES if n == name), None)
+    given = os.environ.get(env) if env else None
+    return bool(env and given and _users(env, given))

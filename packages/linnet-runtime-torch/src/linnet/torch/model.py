@@ -48,6 +48,7 @@ from .options import (  # noqa: F401
     compile_options,
     numerics_mode,
 )
+from .parallel import rank_errors
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -391,7 +392,8 @@ class Model:
                              f"model.new_context({entry!r}, inputs)")
         # With gradients on, the caller's grad mode applies (torch.no_grad() still works).
         grad_mode = contextlib.nullcontext() if self.autograd else torch.inference_mode()
-        with numerics_mode(self.numerics), grad_mode:
+        # A rank whose collectives lose the other ranks (timeout, a peer gone) says so: E0825.
+        with numerics_mode(self.numerics), grad_mode, rank_errors(self.rank, self.world):
             if self.interpret:
                 outs = run_graph(graph, inputs, self.params, ctx.states, self.device)
             else:

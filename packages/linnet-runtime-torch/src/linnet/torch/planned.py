@@ -74,6 +74,7 @@ from .launch_modes import (
     time_steps,
 )
 from .options import announce_compile, compile_label, compile_options, numerics_mode
+from .parallel import rank_errors
 from .timing import (  # noqa: F401  (time_rotation and the rest: importable from here too)
     GRAPH_CALLS,
     TIMING,
@@ -166,7 +167,9 @@ class Plan:
         context.host_inputs = host_inputs(self.graph, inputs)
         on_device = [t.to(self.device) for t in inputs]
         context.inputs = dict(zip(self.graph.inputs, on_device))
-        with pdl_mode(self.pdl_namespaces(), mode):
+        # A rank's collectives that lose the other ranks (a timeout, a peer gone): E0825.
+        ranks = rank_errors(getattr(self.model, "rank", 0), getattr(self.model, "world", 1))
+        with pdl_mode(self.pdl_namespaces(), mode), ranks:
             return self._run(on_device, context)
 
     def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
