@@ -486,11 +486,13 @@ def run_config(args: argparse.Namespace) -> tuple[Path, str | None, dict[str, An
     return model_path, config_name, config
 
 
-def demo_checkpoint(model: Path, config: dict[str, Any], seed: int) -> Path:
+def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
+                    write: Callable[[Path], None] | None = None) -> Path:
     """The demo's deterministic random checkpoint for ``model``, ``config`` and ``seed``
     under $LINNET_HOME/demo, made once (to a temporary name, renamed into place) by the one
     generator every runtime shares (:mod:`linnet.lang.weights.demo`): `linnet run` and
-    `linnet run --runtime jax` load the same file and decode the same tokens.
+    `linnet run --runtime jax` load the same file and decode the same tokens. ``write``
+    (a function of the path) writes it instead (tests).
 
     >>> demo_checkpoint(Path("llama.linnet"), cfg, 0)   # doctest: +SKIP
     PosixPath('/home/me/.cache/linnet/demo/llama-3f2a....safetensors')
@@ -514,7 +516,10 @@ def demo_checkpoint(model: Path, config: dict[str, Any], seed: int) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=path.parent)
         os.close(fd)
         try:
-            write_demo(Path(tmp), model, config, seed)
+            if write is None:
+                write_demo(Path(tmp), model, config, seed)
+            else:
+                write(Path(tmp))
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
