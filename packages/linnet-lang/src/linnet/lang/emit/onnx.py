@@ -41,6 +41,7 @@ from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.emit import onnx_edges
 from linnet.lang.ir.graph import Call, Graph, Step
 
 OPSET = 21  # onnxruntime 1.20+ and onnx 1.17+ run and check opset 21
@@ -377,31 +378,6 @@ def _floor(s: Step, n: Scope) -> Any:
     return n.op("Floor", [x], hint=s.results[0])
 
 
-def _div(s: Step, n: Scope) -> Any:
-    dt = _out(s, n)
-    a, b = (n.get(o, dt) for o in s.operands)
-    if dt not in _INTS:
-        return n.op("Div", [a, b], hint=s.results[0])
-    # ONNX's integer Div truncates; Linnet's rounds toward -inf: one less where the
-    # remainder is nonzero and the operands' signs differ.
-    q = n.op("Div", [a, b])
-    r = n.op("Sub", [a, n.op("Mul", [q, b])])
-    zero = n.const(0, dt)
-    inexact = n.op("Not", [n.op("Equal", [r, zero])])
-    signs = n.op("Xor", [n.op("Less", [r, zero]), n.op("Less", [b, zero])])
-    fix = n.op("Cast", [n.op("And", [inexact, signs])], {"to": _dtype(n.ir, dt)})
-    return n.op("Sub", [q, fix], hint=s.results[0])
-
-
-def _rem(s: Step, n: Scope) -> Any:
-    dt = _out(s, n)
-    a, b = (n.get(o, dt) for o in s.operands)
-    if dt in _INTS:  # fmod=0: the result takes the divisor's sign, as torch.remainder
-        return n.op("Mod", [a, b], {"fmod": 0}, hint=s.results[0])
-    return n.op("Sub", [a, n.op("Mul", [n.op("Floor", [n.op("Div", [a, b])]), b])],
-                hint=s.results[0])
-
-
 def _ne(s: Step, n: Scope) -> Any:
     return n.op("Not", [_binary("Equal", compare=True)(s, n)], hint=s.results[0])
 
@@ -410,11 +386,6 @@ def _select(s: Step, n: Scope) -> Any:
     c, a, b = s.operands
     dt = _out(s, n)
     return n.op("Where", [n.get(c, "bool"), n.get(a, dt), n.get(b, dt)], hint=s.results[0])
-
-
-def _convert(s: Step, n: Scope) -> Any:
-    return n.op("Cast", [n.get(s.operands[0])], {"to": _dtype(n.ir, s.attributes["dtype"], n)},
-                hint=s.results[0])
 
 
 def _constant(s: Step, n: Scope) -> Any:
@@ -474,6 +445,8 @@ def _reduce(s: Step, n: Scope) -> Any:
         out = n.op("Identity", [x])
     else:
         out = n.op(_REDUCE[kind], [x, n.ints(axes, "axes")], {"keepdims": 0})
+        if kind in ("max", "min") and n.dtype(src) not in _INTS | {"bool"}:
+            out = onnx_edges.nan_through(n, x, out, n.dtype(src), n.ints(axes, "axes"))
     have = n.dtype(src) if kind in ("max", "min") else s.attributes["accumulate"]
     return n.op("Identity", [n.cast(out, have, _out(s, n))], hint=s.results[0])
 
@@ -590,13 +563,14 @@ RULES: dict[str, Rule] = {
     "sqrt": _unary("Sqrt"), "rsqrt": _rsqrt, "sin": _unary("Sin"), "cos": _unary("Cos"),
     "tanh": _unary("Tanh"), "sigmoid": _unary("Sigmoid"), "erf": _unary("Erf"),
     "abs": _unary("Abs"), "floor": _floor,
-    "add": _binary("Add"), "sub": _binary("Sub"), "mul": _binary("Mul"), "div": _div,
-    "rem": _rem, "pow": _binary("Pow"), "maximum": _binary("Max"), "minimum": _binary("Min"),
+    "add": _binary("Add"), "sub": _binary("Sub"), "mul": _binary("Mul"),
+    "div": onnx_edges.RULES["div"], "rem": onnx_edges.RULES["rem"], "pow": _binary("Pow"),
+    "maximum": _binary("Max"), "minimum": _binary("Min"),
     "lt": _binary("Less", True), "le": _binary("LessOrEqual", True),
     "gt": _binary("Greater", True), "ge": _binary("GreaterOrEqual", True),
     "eq": _binary("Equal", True), "ne": _ne,
     "and": _binary("And", True), "or": _binary("Or", True), "select": _select,
-    "convert": _convert, "constant": _constant, "iota": _iota,
+    "convert": onnx_edges.RULES["convert"], "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
     "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
