@@ -80,6 +80,12 @@ def int_remainder(lib: Library, s: Step, n: Any) -> list[str]:
     a_ref, b_ref = s.operands
     out = n(s.results[0])
     a = n.tensor(a_ref) if a_ref in n.literals and b_ref in n.literals else n(a_ref)
+    if n.dtype(s.results[0]) not in _INTS and lib is TORCH:
+        # Exact fmod, moved to the divisor's sign: torch.compile's remainder is
+        # `a - floor(a / b) * b`, NaN for an infinite b where eager torch gives Python's.
+        r, x, y = _temp(n, s, "fmod"), n.tensor(a_ref), n.tensor(b_ref)
+        return [f"{r} = torch.fmod({x}, {y})",
+                f"{out} = torch.where(({r} != 0) & (({r} < 0) != ({y} < 0)), {r} + {y}, {r})"]
     if n.dtype(s.results[0]) not in _INTS or nonzero_constant(n.graph, b_ref):
         return [f"{out} = {lib.remainder.format(a, n(b_ref))}"]
     lines, zero, safe = _safe_divisor(lib, n, s, n.tensor(b_ref))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from linnet.lang.ir.edges import FLOAT_BITS, INT_RANGES, nonzero_constant, saturation
+from linnet.lang.ir.edges import FLOAT_BITS, INT_RANGES, constant_of, saturation
 from linnet.lang.ir.graph import Step
 
 if TYPE_CHECKING:
@@ -28,13 +28,17 @@ def _out(s: Step, n: Scope) -> str:
     return n.graph.values[s.results[0]].dtype
 
 
-def _safe_divisor(s: Step, n: Scope, b: Any, dt: str) -> tuple[Any, Any]:
-    """``(zero, divisor)``: where the divisor is 0 (None for a nonzero constant) and the
-    divisor with 1 there, so that no integer division by zero runs."""
-    if nonzero_constant(n.graph, s.operands[1]):
-        return None, b
+def _safe_divisor(s: Step, n: Scope, b: Any, dt: str) -> tuple[Any, Any, Any]:
+    """``(zero, minus_one, divisor)``: where the divisor is 0 and where it is -1 (None when
+    it cannot be: a constant, or unsigned), and the divisor with 1 there, so that no integer
+    division by zero runs, nor ``MIN / -1`` (onnxruntime's Div dies of SIGFPE on it)."""
+    value = constant_of(n.graph, s.operands[1])
+    if isinstance(value, int) and value not in (0, -1):
+        return None, None, b
     zero = n.op("Equal", [b, n.const(0, dt)])
-    return zero, n.op("Where", [zero, n.const(1, dt), b])
+    minus = None if dt == "u8" else n.op("Equal", [b, n.const(-1, dt)])
+    special = zero if minus is None else n.op("Or", [zero, minus])
+    return zero, minus, n.op("Where", [special, n.const(1, dt), b])
 
 
 def _div(s: Step, n: Scope) -> Any:
@@ -42,7 +46,7 @@ def _div(s: Step, n: Scope) -> Any:
     a, b = (n.get(o, dt) for o in s.operands)
     if dt not in _INTS:
         return n.op("Div", [a, b], hint=s.results[0])
-    zero_divisor, b = _safe_divisor(s, n, b, dt)
+    zero_divisor, minus_one, b = _safe_divisor(s, n, b, dt)
     # ONNX's integer Div truncates; Linnet's rounds toward -inf: one less where the
     # remainder is nonzero and the operands' signs differ.
     q = n.op("Div", [a, b])
@@ -53,14 +57,17 @@ def _div(s: Step, n: Scope) -> Any:
     fix = n.cast(n.op("And", [inexact, signs]), "bool", dt)
     if zero_divisor is None:
         return n.op("Sub", [q, fix], hint=s.results[0])
-    return n.op("Where", [zero_divisor, zero, n.op("Sub", [q, fix])], hint=s.results[0])
+    out = n.op("Sub", [q, fix])
+    if minus_one is not None:  # a / -1 is -a, wrapping (MIN / -1 is MIN)
+        out = n.op("Where", [minus_one, n.op("Sub", [zero, a]), out])
+    return n.op("Where", [zero_divisor, zero, out], hint=s.results[0])
 
 
 def _rem(s: Step, n: Scope) -> Any:
     dt = _out(s, n)
     a, b = (n.get(o, dt) for o in s.operands)
     if dt in _INTS:  # fmod=0: the result takes the divisor's sign, as torch.remainder
-        zero_divisor, safe = _safe_divisor(s, n, b, dt)
+        zero_divisor, _, safe = _safe_divisor(s, n, b, dt)  # a % -1 is a % 1: 0
         r = n.op("Mod", [a, safe], {"fmod": 0})
         if zero_divisor is None:
             return n.op("Identity", [r], hint=s.results[0])
