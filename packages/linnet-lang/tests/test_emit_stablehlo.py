@@ -249,3 +249,28 @@ def test_scatter_add_matches_the_reference_on_random_positions(case):
     emit.verify(text)
     (got,) = emit.compile_cpu(text)(*arguments(graph, inputs, {}))
     assert_close(got, want, "scatter_add on StableHLO")
+
+
+def test_std_layer_norm_exports_and_runs():
+    """Issue 46 item 1: every reduce region was `^bb0(%a, %b)`, so a function with an
+    argument named `b` (layer_norm's bias) redefined it and the text did not verify (E0943).
+    std.nn's layer_norm, exported whole, against the NumPy formula."""
+    from linnet.lang import Program, lower
+
+    prog = Program.from_text('''
+use std.nn.norm::{layer_norm}
+model M<N: Dim, D: Dim> {
+    entry run(x: Tensor[N, D; f32], w: Tensor[D; f32], b: Tensor[D; f32]) -> Tensor[N, D; f32] {
+        return layer_norm(x, w, b, 1e-5)
+    }
+}''')
+    graph = lower(prog, "run", {"x": [3, 5], "w": [5], "b": [5]}, {})
+    text = emit.emit_stablehlo(graph)
+    assert 'name = "linnet.std.nn.norm.layer_norm"' in text
+    emit.verify(text)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    w, b = (rng.standard_normal(5).astype(np.float32) for _ in range(2))
+    (got,) = emit.compile_cpu(text)(x, w, b)
+    want = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5) * w + b
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

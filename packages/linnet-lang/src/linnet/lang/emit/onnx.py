@@ -769,11 +769,13 @@ class OnnxEmitter:
             v = value(path, vt.dtype, vt.shape)
             scope.env["@" + path] = v
             inputs.append(v)
+            _named_by_path(g, "state", path, v.name)
         for path, vt in g.parameters.items():
             v = value(path, vt.dtype, vt.shape)
             scope.env["@" + path] = v
             if params is None:
                 inputs.append(v)
+                _named_by_path(g, "parameter", path, v.name)
             else:
                 if path not in params:
                     raise LinnetError(Diagnostic(
@@ -819,6 +821,17 @@ class OnnxEmitter:
         if symbolic:
             model.metadata_props["linnet.symbolic"] = json.dumps(list(symbolic))
         return model
+
+
+def _named_by_path(g: Graph, kind: str, path: str, name: str) -> None:
+    """E0944 where an entry input took a state's or parameter's path as its ONNX name: a
+    caller feeds both by name (``{"s": x, **states}``), and the metadata lists the path."""
+    if name != path:
+        raise LinnetError(Diagnostic(
+            "E0944", f"the ONNX model of `{g.model}.{g.entry}` would name input `{path}` and "
+                     f"{kind} `{path}` alike: ONNX feeds inputs by name",
+            help=f"rename the entry's input `{path}` (its inputs, states and parameters share "
+                 "one namespace in ONNX)"))
 
 
 def _is_dim(d: Any, name: str) -> bool:
