@@ -459,12 +459,14 @@ def _contract(s: Step, n: Scope) -> Any:
 
 
 def _index(n: Scope, ref: str, size: int, zero: bool) -> tuple[Any, Any]:
-    """An index as int64 (clamped into the axis when out-of-range reads give zero), and
-    the bool mask of the positions inside the axis (None when reads are unchecked)."""
+    """An index as int64, clamped into the axis, and the bool mask of the positions inside
+    it (None when reads are unchecked). An index that must be in range is clamped too:
+    ONNX's Gather would count -1 from the end and ScatterND fail or write outside; a caller
+    reads the model's `linnet.valid` output (linnet.lang.ir.validity) to know."""
     idx = n.get(ref, "i64")
-    if not zero:
-        return idx, None
     lo, hi = n.const(0, "i64"), n.const(size - 1, "i64")
+    if not zero:
+        return n.op("Max", [n.op("Min", [idx, hi]), lo]), None
     valid = n.op("And", [n.op("GreaterOrEqual", [idx, lo]), n.op("LessOrEqual", [idx, hi])])
     return n.op("Max", [n.op("Min", [idx, hi]), lo]), valid
 
@@ -752,7 +754,8 @@ class OnnxEmitter:
         self.functions[key] = fn
         return fn
 
-    def model(self, params: Mapping[str, Any] | None) -> Any:
+    def model(self, params: Mapping[str, Any] | None, flag: str | None = None,
+              checks: Mapping[str, Any] | None = None) -> Any:
         ir, g = self.ir, self.graph
         scope = Scope(ir, g, self.sources)
         inputs, initializers = [], []
@@ -797,10 +800,11 @@ class OnnxEmitter:
                                        f"{scope.env[ref].name}")
                     break
         # The outputs' names are taken first, so that no value inside gets them.
-        out_refs = [*g.outputs, *("@" + p for p in g.states)]
+        out_refs = [*g.outputs, *("@" + p for p in g.states), *([flag] if flag else [])]
         out_names = [scope.fresh(r[1:] + ".value" if r.startswith("@") else r.lstrip("%"))
                      for r in g.outputs]
         out_names += [scope.fresh(p + ".next") for p in g.states]
+        out_names += [scope.fresh("linnet.valid")] if flag else []
         self.body(scope, 0, len(g.steps), None)
         outputs = [scope.op("Identity", [scope.env[ref]], exact=name)
                    for ref, name in zip(out_refs, out_names)]
@@ -817,6 +821,8 @@ class OnnxEmitter:
         model.metadata_props["linnet.inputs"] = json.dumps([r.lstrip("%") for r in g.inputs])
         model.metadata_props["linnet.states"] = json.dumps(list(g.states))
         model.metadata_props["linnet.parameters"] = json.dumps(list(g.parameters))
+        if checks is not None:
+            model.metadata_props["linnet.valid"] = json.dumps(checks)
         symbolic = getattr(g, "symbolic", None)  # set by linnet.lang.export.symbolic_dims
         if symbolic:
             model.metadata_props["linnet.symbolic"] = json.dumps(list(symbolic))
@@ -865,11 +871,13 @@ def _torch_int16() -> Any:
 
 
 def emit_onnx(graph: Graph, params: Mapping[str, Any] | None = None,
-              sources: Mapping[str, str] | None = None) -> Any:
+              sources: Mapping[str, str] | None = None, validity: bool = True) -> Any:
     """An ``onnx_ir.Model`` for one lowered entry (see the module docstring for its form).
 
     ``params``: the weights by path (numpy arrays or torch tensors), stored as initializers;
-    without them the parameters are graph inputs after the states.
+    without them the parameters are graph inputs after the states. ``validity``: the last
+    output is ``linnet.valid`` (:mod:`linnet.lang.export_checks`), what it checks in the
+    metadata key ``linnet.valid``.
 
     >>> from linnet.lang import Program, lower
     >>> prog = Program.from_text('''
@@ -878,7 +886,13 @@ def emit_onnx(graph: Graph, params: Mapping[str, Any] | None = None,
     >>> [v.name for v in m.graph.inputs], m.graph.node(0).op_type      # doctest: +SKIP
     (['x'], 'Constant')
     """
-    return OnnxEmitter(graph, sources).model(params)
+    if not validity:
+        return OnnxEmitter(graph, sources).model(params)
+    from linnet.lang.export_checks import describe
+    from linnet.lang.ir.validity import with_validity
+
+    checked, flag = with_validity(graph)
+    return OnnxEmitter(checked, sources).model(params, flag, describe(graph))
 
 
 def to_proto(model: Any) -> Any:
