@@ -580,3 +580,28 @@ model M<S: Dim> {
     assert code_of(err) == "E0782" and "positions 5..5" in str(err.value)
     out = load(path, config={"S": 6}, interpret=interpret).put(torch.ones(1))
     assert out.tolist() == [0.0] * 5 + [1.0]
+
+
+# ---------------------------------------------------------------- exported models (issue 38)
+@pytest.mark.parametrize("token,pos", [(-1, 0), (V, 0), (5, -1), (5, S)])
+def test_an_exported_model_flags_what_model_run_refuses_with_the_same_error(
+        weights, tmp_path, token, pos):
+    """ONNX decode with token -1 returned token 255's logits and position -1 wrote cache
+    slot 127: the export's `linnet.valid` output is false there, and check_outputs raises
+    the very error model.run raises."""
+    ort = pytest.importorskip("onnxruntime")
+    from linnet.lang.export_checks import check_outputs
+
+    model = load(LLAMA, weights=weights, config=toy_config())
+    (path,) = model.export_onnx("decode", [i32(1), i32(0)], tmp_path / "decode.onnx")
+    with pytest.raises(LinnetError) as want:
+        model.run("decode", [i32(token), i32(pos)])
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ctx = model.new_context("decode", [i32(1), i32(0)])
+    feeds = {"token": np.array([token], np.int32), "pos": np.array([pos], np.int32),
+             **{p: v.numpy().copy() for p, v in ctx.states.items()}}
+    outs = sess.run(None, feeds)
+    assert not outs[-1]
+    with pytest.raises(LinnetError) as got:
+        check_outputs(sess, feeds, outs)
+    assert str(got.value) == str(want.value)
