@@ -151,7 +151,7 @@ model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return x * 2.
     g = lower(prog, "run", {"x": [3]}, {"N": 3})
     text = stablehlo.emit_stablehlo(g)
     got, valid = stablehlo.compile_cpu(text)(np.ones(3, np.float32))
-    assert valid and description_of(text)["inputs"] == []
+    assert valid and description_of(text)["inputs"] == [] and got.tolist() == [2.0] * 3
 
 
 def test_check_outputs_needs_the_flag_and_the_description_E0945(decode_onnx):

@@ -51,9 +51,10 @@ def describe(graph: Graph) -> dict[str, Any]:
     []
     """
     bounds = input_bounds(graph)
-    symbolic = list(getattr(graph, "symbolic", {}) or {})
+    sizes: dict[str, int] = getattr(graph, "symbolic", None) or {}  # linnet.lang.export's
+    symbolic = list(sizes)
     others = [input_bounds(_at(graph, {d: v + 1 + k for k, (d, v) in enumerate(
-        getattr(graph, "symbolic").items())}))] if symbolic else []
+        sizes.items())}))] if symbolic else []
     kept = []
     for name, r in bounds.inputs.items():
         if all(o.inputs.get(name) is not None and (o.inputs[name].lo, o.inputs[name].hi)

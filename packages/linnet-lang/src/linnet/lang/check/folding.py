@@ -89,7 +89,8 @@ def _fold_convert(args: list[Const], span: Span | None, attrs: dict[str, Any]) -
     if isinstance(v.value, float):
         return Const(Dim.const(E.float_to_int(v.value, dtype if dtype in E.INT_RANGES
                                               else "i64")), dtype)
-    ix = int(v.value.value if isinstance(v.value, Dim) else v.value)
+    raw: Any = v.value.value if isinstance(v.value, Dim) else v.value  # known: not None
+    ix = int(raw)
     return Const(Dim.const(E.wrap_int(ix, dtype) if dtype in E.INT_RANGES else ix), dtype)
 
 
