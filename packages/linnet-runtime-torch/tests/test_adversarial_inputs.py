@@ -605,3 +605,27 @@ def test_an_exported_model_flags_what_model_run_refuses_with_the_same_error(
     with pytest.raises(LinnetError) as got:
         check_outputs(sess, feeds, outs)
     assert str(got.value) == str(want.value)
+
+
+def test_a_literal_written_into_a_state_runs_in_generated_source():
+    """`self.s[i[0]] = 1.5` gave generated PyTorch `index_put_(..., 1.5)`: a TypeError
+    traceback (found checking the emitters' names for issue 46 item 1)."""
+    from linnet.lang.emit.torch import emit_torch
+
+    prog = Program.from_text('''
+model M<N: Dim> {
+    state s: Tensor[N; f32]
+    entry run(i: Tensor[1; i32]) -> Tensor[N; f32] {
+        self.s[i[0]] = 1.5
+        let y[k] = self.s[k] * 2.0
+        return y
+    }
+}''')
+    g = lower(prog, "run", {"i": [1]}, {"N": 3})
+    ns: dict = {}
+    exec(compile(emit_torch(g), "generated", "exec"), ns)
+    mine, ref = {"s": torch.zeros(3)}, {"s": torch.zeros(3)}
+    (got,) = ns["run"](i32(1), {}, mine)
+    (want,) = run_graph(g, [i32(1)], {}, ref)
+    assert got.tolist() == want.tolist() == [0.0, 3.0, 0.0]
+    assert mine["s"].tolist() == ref["s"].tolist() == [0.0, 1.5, 0.0]

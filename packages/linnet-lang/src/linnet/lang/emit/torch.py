@@ -452,10 +452,11 @@ def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
 
 def _scatter(s: Step, n: Scope, numerics: str) -> list[str]:
     state, value, *indices = s.operands
+    # n.tensor: a literal value (`self.s[i] = 1.0`) must be a tensor for copy_ and index_put_
     if not indices:
-        return [f"{n(state)}.copy_({n(value)})"]
+        return [f"{n(state)}.copy_({n.tensor(value)})"]
     idx = ", ".join(f"{n.tensor(i)}.long()" for i in indices)
-    return [f"{n(state)}.index_put_(({idx},), {n(value)})"]
+    return [f"{n(state)}.index_put_(({idx},), {n.tensor(value)})"]
 
 
 def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
