@@ -583,20 +583,27 @@ model M<S: Dim> {
 
 
 # ---------------------------------------------------------------- exported models (issue 38)
+@pytest.fixture(scope="module")
+def exported_decode(weights, tmp_path_factory):
+    """The toy Llama and its decode exported to ONNX, in an onnxruntime session."""
+    ort = pytest.importorskip("onnxruntime")
+    model = load(LLAMA, weights=weights, config=toy_config())
+    (path,) = model.export_onnx("decode", [i32(1), i32(0)],
+                                tmp_path_factory.mktemp("export") / "decode.onnx")
+    return model, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
 @pytest.mark.parametrize("token,pos", [(-1, 0), (V, 0), (5, -1), (5, S)])
 def test_an_exported_model_flags_what_model_run_refuses_with_the_same_error(
-        weights, tmp_path, token, pos):
+        exported_decode, token, pos):
     """ONNX decode with token -1 returned token 255's logits and position -1 wrote cache
     slot 127: the export's `linnet.valid` output is false there, and check_outputs raises
     the very error model.run raises."""
-    ort = pytest.importorskip("onnxruntime")
     from linnet.lang.export_checks import check_outputs
 
-    model = load(LLAMA, weights=weights, config=toy_config())
-    (path,) = model.export_onnx("decode", [i32(1), i32(0)], tmp_path / "decode.onnx")
+    model, sess = exported_decode
     with pytest.raises(LinnetError) as want:
         model.run("decode", [i32(token), i32(pos)])
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     ctx = model.new_context("decode", [i32(1), i32(0)])
     feeds = {"token": np.array([token], np.int32), "pos": np.array([pos], np.int32),
              **{p: v.numpy().copy() for p, v in ctx.states.items()}}
