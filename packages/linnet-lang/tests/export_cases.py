@@ -60,6 +60,7 @@ IY = np.array([2, 2, -2, -2, 3], dtype=np.int32)
 B = np.array([[True, False, True], [False, False, True]])
 B2 = np.array([[True, True, False], [False, True, True]])
 X34 = np.arange(12, dtype=np.float32).reshape(3, 4)
+EDGE = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 2.7, -2.7, 300.0], np.float32)
 
 
 def _red(kind: str) -> dict:
@@ -98,6 +99,21 @@ def cases() -> list[tuple[str, Graph, dict[str, np.ndarray], dict[str, np.ndarra
     add("convert-f32-i32", "convert", [F * 3], {"dtype": "i32"}, ((2, 3), "i32"))
     add("convert-i32-f32", "convert", [IX], {"dtype": "f32"}, ((5,), "f32"))
     add("convert-f32-bool", "convert", [F * (F > 0)], {"dtype": "bool"}, ((2, 3), "bool"))
+    # Edge values (linnet.lang.ir.edges, issue 38): every exporter gives the runtimes' value.
+    add("div-int-by-zero", "div", [IX, np.array([0, 0, 2, -1, 0], np.int32)])
+    add("rem-int-by-zero", "rem", [IX, np.array([0, 0, 2, -1, 0], np.int32)])
+    add("div-int-min-by-minus-one", "div", [np.array([-2 ** 31, 7], np.int32),
+                                            np.array([-1, -1], np.int32)])
+    add("rem-float-by-zero-and-inf", "rem", [np.array([1.0, -1.0, 5.5, -5.5], np.float32),
+                                             np.array([0.0, 0.0, np.inf, np.inf], np.float32)])
+    for dt in ("i32", "i8", "u8"):
+        add(f"convert-f32-{dt}-saturates", "convert", [EDGE], {"dtype": dt}, ((8,), dt))
+    add("floor-tiny-negatives", "floor", [np.array([-1e-45, -1e-30, -0.0, 1e-45], np.float32)])
+    for kind in ("max", "min"):
+        add(f"reduce-{kind}-nan", "reduce", [F * np.array([[1, np.nan, 1], [1, 1, 1]],
+                                                         np.float32)], _red(kind),
+            ((2,), "f32"))
+        add(f"{kind}imum-nan", f"{kind}imum", [F, np.full((1, 3), np.nan, np.float32)])
     add("constant", "constant", [], {"value": -np.inf, "dtype": "f32"}, ((), "f32"))
     add("constant-int", "constant", [], {"value": 7, "dtype": "i32"}, ((), "i32"))
     add("iota", "iota", [], {"shape": [2, 3], "axis": 1, "dtype": "i32"}, ((2, 3), "i32"))

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from linnet.lang.ir.edges import float_to_int
 from linnet.lang.ir.graph import Graph, Step
 
 NUMPY_DTYPES: dict[str, Any] = {
@@ -106,8 +107,20 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def _div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if np.issubdtype(x.dtype, np.integer):
-        return np.floor_divide(x, y)  # rounds toward -inf; x // 0 reads 0
+        # Rounds toward -inf; x / 0 is 0 (linnet.lang.ir.edges).
+        with np.errstate(divide="ignore", over="ignore"):
+            return np.where(y == 0, 0, np.floor_divide(x, np.where(y == 0, 1, y))).astype(
+                np.result_type(x, y))
     return np.true_divide(x, y)
+
+
+def _rem(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The divisor's sign, as Python's % and torch.remainder; an integer x % 0 is x."""
+    if np.issubdtype(x.dtype, np.integer):
+        return np.where(y == 0, x, np.remainder(x, np.where(y == 0, 1, y))).astype(
+            np.result_type(x, y))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.remainder(x, y)
 
 
 def _logical(fn: Callable[..., np.ndarray]) -> Rule:
@@ -143,8 +156,13 @@ def _select(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarr
 
 def _convert(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
     (x,) = xs
-    # Float to integer truncates toward zero (C, PyTorch's .to()); anything to bool is `!= 0`.
-    return x.astype(np_dtype(attrs["dtype"]))
+    # Float to integer: NaN is 0, the rest truncates toward zero and saturates
+    # (linnet.lang.ir.edges); integers wrap; anything to bool is `!= 0`.
+    want = np_dtype(attrs["dtype"])
+    if np.issubdtype(x.dtype, np.floating) and np.issubdtype(want, np.integer):
+        flat = [float_to_int(float(v), attrs["dtype"]) for v in x.reshape(-1)]
+        return np.array(flat, dtype=want).reshape(x.shape)
+    return x.astype(want)
 
 
 def _constant(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
@@ -346,7 +364,7 @@ REFERENCE_RULES: dict[str, Rule] = {
     "sub": _binary(np.subtract),
     "mul": _binary(np.multiply),
     "div": _binary(_div),
-    "rem": _binary(np.remainder),  # sign of y, as Python's % and torch.remainder
+    "rem": _binary(_rem),
     "pow": _binary(np.power),
     "maximum": _binary(np.maximum),
     "minimum": _binary(np.minimum),

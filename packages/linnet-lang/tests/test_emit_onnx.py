@@ -140,7 +140,9 @@ def test_the_model_s_form(llama):
     names = [i.name for i in g.input]
     assert names[:2] == ["token", "pos"]
     assert names[2:] == list(decode.states)  # states follow the inputs
-    assert [o.name for o in g.output] == ["logits"] + [p + ".next" for p in decode.states]
+    # ... then the validity flag (issue 38: what the runtimes check, as an output)
+    assert [o.name for o in g.output] == ["logits"] + [p + ".next" for p in decode.states] \
+        + ["linnet.valid"]
     assert {i.name for i in g.initializer} == set(decode.parameters)
     # Every std op is a call of a local function; a layer's linears share one function.
     calls = [n for n in g.node if n.domain == "linnet.std"]
@@ -266,5 +268,6 @@ def test_scatter_add_matches_the_reference_on_random_positions(case):
     (want,) = run_graph(graph, inputs, {}, {})
     model = emit.emit_onnx(graph)
     emit.check(model)
-    (got,) = session(model).run(None, inputs)
+    got, valid = session(model).run(None, inputs)
+    assert valid
     assert_close(got, want, "scatter_add on onnxruntime")

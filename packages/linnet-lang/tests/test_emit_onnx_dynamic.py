@@ -254,7 +254,8 @@ def test_slice_bounds_and_a_constant_that_is_the_dim_follow_it():
     sess = session(model)
     for n in (2, 5, 11):
         x = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
-        (got,) = sess.run(None, {"x": x})
+        got, valid = sess.run(None, {"x": x})
+        assert valid
         np.testing.assert_array_equal(got, x[1:] * n)
 
 

@@ -228,10 +228,10 @@ def test_the_text_computes_what_jax_export_of_the_generated_jax_computes(llama):
         assert "stablehlo." in text
         theirs = emit.compile_cpu(text)(*jax.tree_util.tree_leaves(args))
         # Theirs: the outputs, then the new states as a pytree (sorted by path); ours: the
-        # outputs, then the states in the graph's order.
+        # outputs, then the states in the graph's order, then linnet.valid.
         n = len(graph.outputs)
         by_path = dict(zip(sorted(graph.states), theirs[n:]))
-        assert len(theirs) == len(ours) == n + len(graph.states)
+        assert len(theirs) == len(ours) - 1 == n + len(graph.states) and ours[-1]
         for k in range(n):
             np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-5, atol=1e-5,
                                        err_msg=f"{graph.entry}: output {k}")
@@ -247,5 +247,32 @@ def test_scatter_add_matches_the_reference_on_random_positions(case):
     (want,) = run_graph(graph, inputs, {}, {})
     text = emit.emit_stablehlo(graph)
     emit.verify(text)
-    (got,) = emit.compile_cpu(text)(*arguments(graph, inputs, {}))
+    got, valid = emit.compile_cpu(text)(*arguments(graph, inputs, {}))
+    assert valid
     assert_close(got, want, "scatter_add on StableHLO")
+
+
+def test_std_layer_norm_exports_and_runs():
+    """Issue 46 item 1: every reduce region was `^bb0(%a, %b)`, so a function with an
+    argument named `b` (layer_norm's bias) redefined it and the text did not verify (E0943).
+    std.nn's layer_norm, exported whole, against the NumPy formula."""
+    from linnet.lang import Program, lower
+
+    prog = Program.from_text('''
+use std.nn.norm::{layer_norm}
+model M<N: Dim, D: Dim> {
+    entry run(x: Tensor[N, D; f32], w: Tensor[D; f32], b: Tensor[D; f32]) -> Tensor[N, D; f32] {
+        return layer_norm(x, w, b, 1e-5)
+    }
+}''')
+    graph = lower(prog, "run", {"x": [3, 5], "w": [5], "b": [5]}, {})
+    text = emit.emit_stablehlo(graph)
+    assert 'name = "linnet.std.nn.norm.layer_norm"' in text
+    emit.verify(text)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    w, b = (rng.standard_normal(5).astype(np.float32) for _ in range(2))
+    got, valid = emit.compile_cpu(text)(x, w, b)
+    assert valid
+    want = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5) * w + b
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

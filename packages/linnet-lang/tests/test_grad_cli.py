@@ -108,7 +108,9 @@ def test_onnx_and_stablehlo_grad_export_the_gradient_graph(tmp_path, capsys):
     assert main(["stablehlo", *LOSS, "--grad", "-o", str(tmp_path / "g.mlir")]) == 0
     run = stablehlo.compile_cpu((tmp_path / "g.mlir").read_text())
     got_hlo = run(*(named[n] for n in stablehlo.argument_order(graph)))
-    assert len(want) == len(graph.outputs) == len(got_onnx) == len(got_hlo)
+    # Each export ends with linnet.valid (issue 38), true for token ids in the vocabulary.
+    assert len(want) == len(graph.outputs) == len(got_onnx) - 1 == len(got_hlo) - 1
+    assert got_onnx[-1] and got_hlo[-1]
     assert any(s.op == "scatter_add" for s in graph.steps)
     for name, got in (("onnx", got_onnx), ("stablehlo", got_hlo)):
         for ref, g, w in zip(graph.outputs, got, want):

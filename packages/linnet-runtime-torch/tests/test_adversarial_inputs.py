@@ -580,3 +580,59 @@ model M<S: Dim> {
     assert code_of(err) == "E0782" and "positions 5..5" in str(err.value)
     out = load(path, config={"S": 6}, interpret=interpret).put(torch.ones(1))
     assert out.tolist() == [0.0] * 5 + [1.0]
+
+
+# ---------------------------------------------------------------- exported models (issue 38)
+@pytest.fixture(scope="module")
+def exported_decode(weights, tmp_path_factory):
+    """The toy Llama and its decode exported to ONNX, in an onnxruntime session."""
+    ort = pytest.importorskip("onnxruntime")
+    model = load(LLAMA, weights=weights, config=toy_config())
+    (path,) = model.export_onnx("decode", [i32(1), i32(0)],
+                                tmp_path_factory.mktemp("export") / "decode.onnx")
+    return model, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("token,pos", [(-1, 0), (V, 0), (5, -1), (5, S)])
+def test_an_exported_model_flags_what_model_run_refuses_with_the_same_error(
+        exported_decode, token, pos):
+    """ONNX decode with token -1 returned token 255's logits and position -1 wrote cache
+    slot 127: the export's `linnet.valid` output is false there, and check_outputs raises
+    the very error model.run raises."""
+    from linnet.lang.export_checks import check_outputs
+
+    model, sess = exported_decode
+    with pytest.raises(LinnetError) as want:
+        model.run("decode", [i32(token), i32(pos)])
+    ctx = model.new_context("decode", [i32(1), i32(0)])
+    feeds = {"token": np.array([token], np.int32), "pos": np.array([pos], np.int32),
+             **{p: v.numpy().copy() for p, v in ctx.states.items()}}
+    outs = sess.run(None, feeds)
+    assert not outs[-1]
+    with pytest.raises(LinnetError) as got:
+        check_outputs(sess, feeds, outs)
+    assert str(got.value) == str(want.value)
+
+
+def test_a_literal_written_into_a_state_runs_in_generated_source():
+    """`self.s[i[0]] = 1.5` gave generated PyTorch `index_put_(..., 1.5)`: a TypeError
+    traceback (found checking the emitters' names for issue 46 item 1)."""
+    from linnet.lang.emit.torch import emit_torch
+
+    prog = Program.from_text('''
+model M<N: Dim> {
+    state s: Tensor[N; f32]
+    entry run(i: Tensor[1; i32]) -> Tensor[N; f32] {
+        self.s[i[0]] = 1.5
+        let y[k] = self.s[k] * 2.0
+        return y
+    }
+}''')
+    g = lower(prog, "run", {"i": [1]}, {"N": 3})
+    ns: dict = {}
+    exec(compile(emit_torch(g), "generated", "exec"), ns)
+    mine, ref = {"s": torch.zeros(3)}, {"s": torch.zeros(3)}
+    (got,) = ns["run"](i32(1), {}, mine)
+    (want,) = run_graph(g, [i32(1)], {}, ref)
+    assert got.tolist() == want.tolist() == [0.0, 3.0, 0.0]
+    assert mine["s"].tolist() == ref["s"].tolist() == [0.0, 1.5, 0.0]

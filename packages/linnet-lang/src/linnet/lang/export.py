@@ -33,6 +33,7 @@ from linnet.lang.emit.onnx import (
     poly_mul,
     poly_text,
 )
+from linnet.lang.ir.bounds import check_static
 from linnet.lang.ir.graph import Graph
 
 
@@ -41,13 +42,19 @@ def export_onnx(graph: Graph, params: Mapping[str, Any] | None, path: str | Path
                 external_threshold: int | None = None) -> list[Path]:
     """Write ``graph`` as an ONNX model to ``path`` (weights as initializers, as external
     data ``<path>.data`` above ``external_threshold`` bytes, 1 GiB by default); checked with
-    ``onnx.checker`` (full check) unless ``check=False``. Returns the files written.
+    ``onnx.checker`` (full check) unless ``check=False``. Returns the files written. Shapes
+    that index past a state whatever the values (a prompt longer than the cache) are E0782
+    before anything is written (for a graph of :func:`symbolic_dims`, check the concrete
+    graph before: :func:`linnet.lang.ir.bounds.check_static`); the model's last output,
+    ``linnet.valid``, checks the values (:mod:`linnet.lang.export_checks`).
 
     >>> export_onnx(graph, {"w": np.ones((4, 4), "float32")}, "m.onnx")  # doctest: +SKIP
     [PosixPath('m.onnx')]
     """
     from linnet.lang.emit import onnx as emit
 
+    if not symbolic_dims_of(graph):  # (a symbolic graph's sizes are the fit's, not the
+        check_static(graph, graph.entry)  # caller's: they checked theirs, as _export_graph)
     model = emit.emit_onnx(graph, params, sources)
     if check:
         emit.check(model)
@@ -59,12 +66,15 @@ def export_stablehlo(graph: Graph, path: str | Path | None,
                      sources: Mapping[str, str] | None = None, verify: bool = False) -> str:
     """StableHLO text for ``graph``, written to ``path`` (if given); ``verify=True`` parses
     and verifies it with jaxlib first. ``@main`` takes the inputs, the states, then the
-    parameters (:func:`linnet.lang.emit.stablehlo.argument_order`).
+    parameters (:func:`linnet.lang.emit.stablehlo.argument_order`); it returns the outputs,
+    the states, then ``linnet.valid``. Shapes that index past a state are E0782, as in
+    :func:`export_onnx`.
 
     >>> text = export_stablehlo(graph, "prefill.mlir")                  # doctest: +SKIP
     """
     from linnet.lang.emit import stablehlo as emit
 
+    check_static(graph, graph.entry)  # E0782: shapes that index past a state, as model.run
     text = emit.emit_stablehlo(graph, sources)
     if verify:
         emit.verify(text)

@@ -204,12 +204,44 @@ def range_error(graph: Graph, entry: str, r: InputRange, values: Sequence[int],
     >>> range_error(g, "get", input_bounds(g).inputs["%i"], [1, 9], [2]).diagnostics[0].message
     'input `i` of `get` has 9 at index [1]; every value must be in [0, 4): `i` indexes axis 0 ...'
     """
-    name = r.input.lstrip("%")
-    if r.empty:
+    return range_error_of(entry, range_parts(graph, r), values, shape)
+
+
+def range_parts(graph: Graph, r: InputRange) -> dict[str, Any]:
+    """What E0780 says of range ``r``, as plain data (JSON): an exported model keeps it
+    (linnet.lang.export_checks) to raise the runtimes' error without the graph.
+
+    >>> from linnet.lang import Program, lower
+    >>> from linnet.lang.ir.bounds import input_bounds
+    >>> g = lower(Program.from_text(GATHER_EXAMPLE), "get", {"i": [2]}, {"V": 4})
+    >>> parts = range_parts(g, input_bounds(g).inputs["%i"])
+    >>> parts["input"], parts["lo"], parts["hi"], parts["text"]
+    ('i', 0, 4, 'in [0, 4)')
+    """
+    def help_for(use: Any) -> str:
+        if use.target.startswith("@") and use.target[1:] in graph.states:
+            names = dim_names(graph, use.size)
+            dim = " or ".join(names) if names else "the size of that axis"
+            return (f"give values {r.text()}; the state holds {use.size} entries along "
+                    f"that axis: to go further, load the model with a larger {dim} in the "
+                    "config")
+        return (f"give values {r.text()}; the size comes from the weights or the config: is "
+                "this input from another vocabulary or model?")
+
+    return {"input": r.input.lstrip("%"), "lo": r.lo, "hi": r.hi, "text": r.text(),
+            "empty": r.empty, "lower": r.lower.describe(graph), "upper": r.upper.describe(graph),
+            "lower_help": help_for(r.lower), "upper_help": help_for(r.upper)}
+
+
+def range_error_of(entry: str, parts: dict[str, Any], values: Sequence[int],
+                   shape: Sequence[int]) -> LinnetError:
+    """E0780 from :func:`range_parts`' data and the input's values and shape."""
+    name, lo, hi, text = parts["input"], parts["lo"], parts["hi"], parts["text"]
+    if parts["empty"]:
         return error("E0780", f"no value of input `{name}` of `{entry}` is valid: it indexes "
-                     f"{r.lower.describe(graph)} and {r.upper.describe(graph)}",
+                     f"{parts['lower']} and {parts['upper']}",
                      help="the model's indices cannot all be in range for these shapes")
-    bad = [k for k, v in enumerate(values) if v < r.lo or v >= r.hi]
+    bad = [k for k, v in enumerate(values) if v < lo or v >= hi]
     first = bad[0] if bad else 0
     where: list[int] = []
     rest = first
@@ -218,21 +250,13 @@ def range_error(graph: Graph, entry: str, r: InputRange, values: Sequence[int],
         rest = rest // size if size else 0
     value = int(values[first])
     more = f" ({len(bad)} values are out of range)" if len(bad) > 1 else ""
-    low = value < r.lo
-    use = r.lower if low else r.upper
+    low = value < lo
     message = (f"input `{name}` of `{entry}` has {value} at index {where}{more}; every value "
-               f"must be {r.text()}: `{name}` indexes {use.describe(graph)}")
+               f"must be {text}: `{name}` indexes {parts['lower' if low else 'upper']}")
     if low and value < 0:
-        help = (f"give values {r.text()}; negative values do not count from the end "
-                "in Linnet")
-    elif use.target.startswith("@") and use.target[1:] in graph.states:
-        names = dim_names(graph, use.size)
-        dim = " or ".join(names) if names else "the size of that axis"
-        help = (f"give values {r.text()}; the state holds {use.size} entries along "
-                f"that axis: to go further, load the model with a larger {dim} in the config")
+        help = f"give values {text}; negative values do not count from the end in Linnet"
     else:
-        help = (f"give values {r.text()}; the size comes from the weights or the "
-                "config: is this input from another vocabulary or model?")
+        help = parts["lower_help" if low else "upper_help"]
     return error("E0780", message, help=help)
 
 

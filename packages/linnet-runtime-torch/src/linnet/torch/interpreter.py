@@ -11,6 +11,7 @@ from typing import Any
 
 from linnet.lang import LinnetError
 from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.ir.edges import INT_RANGES, saturation
 from linnet.lang.ir.graph import Graph, Step
 from linnet.lang.ir.primitives import PRIMITIVES
 
@@ -20,15 +21,41 @@ DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
           "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32, "i16": torch.int16,
           "i8": torch.int8, "u8": torch.uint8, "bool": torch.bool}
 INTS = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8}
+_NAMES = {dt: name for name, dt in DTYPES.items()}
 
 Rule = Callable[[Step, list[Any], torch.device], Any]
 
 
 def _div(step: Step, x: list[Any], device: torch.device) -> Any:
+    """Integer ``/`` rounds toward -inf and gives 0 for a zero divisor (linnet.lang.ir.edges;
+    torch raises ZeroDivisionError)."""
     a, b = x
     if isinstance(a, torch.Tensor) and a.dtype in INTS:
-        return torch.div(a, b, rounding_mode="floor")
+        zero = b == 0
+        return torch.div(a, b.masked_fill(zero, 1), rounding_mode="floor").masked_fill(zero, 0)
     return a / b
+
+
+def _rem(step: Step, x: list[Any], device: torch.device) -> Any:
+    """``%`` takes the divisor's sign; an integer ``a % 0`` is ``a`` (linnet.lang.ir.edges)."""
+    a, b = x
+    if a.dtype in INTS:
+        zero = b == 0
+        return torch.where(zero, a, torch.remainder(a, b.masked_fill(zero, 1)))
+    return torch.remainder(a, b)
+
+
+def _convert(step: Step, x: list[Any], device: torch.device) -> Any:
+    """Float to integer: NaN is 0, the rest truncated and saturated at the type's ends
+    (linnet.lang.ir.edges.saturation; torch's ``.to`` leaves them undefined)."""
+    (v,), dtype = x, step.attributes["dtype"]
+    if not v.is_floating_point() or dtype not in INT_RANGES:
+        return v.to(DTYPES[dtype])
+    compute, lo, top, smallest, largest = saturation(_NAMES[v.dtype], dtype)
+    w = v.to(DTYPES[compute])
+    inside = (w >= lo) & (w < top)
+    out = torch.where(inside, w, torch.zeros((), dtype=w.dtype, device=w.device))
+    return out.to(DTYPES[dtype]).masked_fill(w >= top, largest).masked_fill(w < lo, smallest)
 
 
 def index_error(entry: str, detail: str) -> LinnetError:
@@ -208,7 +235,7 @@ RULES: dict[str, Rule] = {
     "floor": lambda s, x, d: torch.floor(x[0]),
     "add": lambda s, x, d: x[0] + x[1], "sub": lambda s, x, d: x[0] - x[1],
     "mul": lambda s, x, d: x[0] * x[1], "div": _div,
-    "rem": lambda s, x, d: torch.remainder(x[0], x[1]),
+    "rem": _rem,
     "pow": lambda s, x, d: torch.pow(x[0], x[1]),
     "maximum": _max(torch.maximum), "minimum": _max(torch.minimum),
     "lt": lambda s, x, d: x[0] < x[1], "le": lambda s, x, d: x[0] <= x[1],
@@ -216,7 +243,7 @@ RULES: dict[str, Rule] = {
     "eq": lambda s, x, d: x[0] == x[1], "ne": lambda s, x, d: x[0] != x[1],
     "and": lambda s, x, d: x[0] & x[1], "or": lambda s, x, d: x[0] | x[1],
     "select": lambda s, x, d: torch.where(x[0], x[1], x[2]),
-    "convert": lambda s, x, d: x[0].to(DTYPES[s.attributes["dtype"]]),
+    "convert": _convert,
     "constant": _constant, "iota": _iota,
     "reshape": lambda s, x, d: x[0].reshape(s.attributes["shape"]),
     "transpose": lambda s, x, d: x[0].permute(s.attributes["perm"]),

@@ -90,6 +90,27 @@ def _arithmetic(prim: str) -> TypingRule:
     return TypingRule(_no_bool(prim), _same)
 
 
+def _division(prim: str) -> TypingRule:
+    """`/` and `%`: an integer divisor that is a constant zero is E0350 here, as it is when
+    both operands are constants (at run time `a / 0` is 0 and `a % 0` is `a`:
+    linnet.lang.ir.edges)."""
+    no_bool = _no_bool(prim)
+
+    def check(dtype: str, args: list[Any], span: Span) -> None:
+        no_bool(dtype, args, span)
+        divisor = args[1] if len(args) > 1 else None
+        if (DT.is_int(dtype) or dtype == "int") and isinstance(divisor, Const) \
+                and divisor.known and not isinstance(divisor.value, bool) \
+                and (divisor.value.exact if isinstance(divisor.value, Dim)
+                     else divisor.value) == 0:
+            raise fail("E0350", f"integer `{OPERATOR_SYMBOLS.get(prim, prim)}` by a constant "
+                       "zero", span, "the divisor is 0 here",
+                       help="divide by a nonzero constant; where a divisor tensor holds 0 at "
+                            "run time, `a / 0` is 0 and `a % 0` is `a` (docs/language.md, "
+                            "edge values)")
+    return TypingRule(check, _same)
+
+
 def _transcendental(prim: str) -> TypingRule:
     return TypingRule(_floating(prim), _same)
 
@@ -119,8 +140,8 @@ TYPING_RULES: dict[str, TypingRule] = {
     "add": _arithmetic("add"),
     "sub": _arithmetic("sub"),
     "mul": _arithmetic("mul"),
-    "div": _arithmetic("div"),
-    "rem": _arithmetic("rem"),
+    "div": _division("div"),
+    "rem": _division("rem"),
     "pow": _transcendental("pow"),
     "maximum": _arithmetic("maximum"),
     "minimum": _arithmetic("minimum"),

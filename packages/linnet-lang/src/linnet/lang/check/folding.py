@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import linnet.lang.ir.edges as E
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.check.core import EvaluatorBase, fail
 from linnet.lang.diagnostics.core import Span
@@ -83,8 +84,14 @@ def _fold_convert(args: list[Const], span: Span | None, attrs: dict[str, Any]) -
     if DT.is_float(dtype):
         fx: Any = v.value.exact if isinstance(v.value, Dim) else v.value
         return Const(float(fx), dtype)
-    ix: Any = v.value.value if isinstance(v.value, Dim) else int(v.value)
-    return Const(Dim.const(int(ix)), dtype)
+    # The runtimes' rules (linnet.lang.ir.edges): a float saturates (NaN is 0), an integer
+    # wraps into a narrower type.
+    if isinstance(v.value, float):
+        return Const(Dim.const(E.float_to_int(v.value, dtype if dtype in E.INT_RANGES
+                                              else "i64")), dtype)
+    raw: Any = v.value.value if isinstance(v.value, Dim) else v.value  # known: not None
+    ix = int(raw)
+    return Const(Dim.const(E.wrap_int(ix, dtype) if dtype in E.INT_RANGES else ix), dtype)
 
 
 FOLDING_RULES: dict[str, FoldRule] = {
@@ -100,7 +107,7 @@ FOLDING_RULES: dict[str, FoldRule] = {
     "sigmoid": _rule(lambda x: 1 / (1 + math.exp(-x)), real=True),
     "erf": _rule(math.erf, real=True),
     "abs": _rule(abs),
-    "floor": _rule(math.floor),
+    "floor": _rule(E.floor, on_ints=lambda x: x),
     "add": _rule(lambda x, y: x + y, symbolic=lambda x, y: x + y),
     "sub": _rule(lambda x, y: x - y, symbolic=lambda x, y: x - y),
     "mul": _rule(lambda x, y: x * y, symbolic=lambda x, y: x * y),
@@ -108,8 +115,8 @@ FOLDING_RULES: dict[str, FoldRule] = {
                  symbolic=lambda x, y: x / y),
     "rem": _rule(lambda x, y: x % y),
     "pow": _rule(lambda x, y: x ** y),
-    "maximum": _rule(max),
-    "minimum": _rule(min),
+    "maximum": _rule(lambda x, y: E.nan_extreme(x, y, "max")),  # NaN propagates
+    "minimum": _rule(lambda x, y: E.nan_extreme(x, y, "min")),
     "lt": _rule(lambda x, y: x < y, boolean=True),
     "le": _rule(lambda x, y: x <= y, boolean=True),
     "gt": _rule(lambda x, y: x > y, boolean=True),

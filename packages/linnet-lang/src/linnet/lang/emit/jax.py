@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from linnet.lang.emit import edge_rules
 from linnet.lang.emit.python import docstring, fresh
 from linnet.lang.emit.torch import (
     TORCH_INT,
@@ -106,10 +107,18 @@ def _binary(fmt: str) -> Rule:
 
 
 def _div(s: Step, n: Scope, numerics: str) -> list[str]:
-    a, b = (n(o) for o in s.operands)
     if n.graph.values[s.results[0]].dtype in TORCH_INT:
-        return [f"{n(s.results[0])} = jnp.floor_divide({n.tensor(s.operands[0])}, {b})"]
+        return edge_rules.int_division(edge_rules.JAX, s, n)  # a / 0 is 0, not XLA's -1
+    a, b = (n(o) for o in s.operands)
     return [f"{n(s.results[0])} = {a} / {b}"]
+
+
+def _rem(s: Step, n: Scope, numerics: str) -> list[str]:
+    return edge_rules.int_remainder(edge_rules.JAX, s, n)  # an integer a % 0 is a
+
+
+def _floor(s: Step, n: Scope, numerics: str) -> list[str]:
+    return edge_rules.jax_floor(s, n)  # -1 for a subnormal below 0 (XLA flushes them)
 
 
 def _select(s: Step, n: Scope, numerics: str) -> list[str]:
@@ -127,6 +136,9 @@ def _iota(s: Step, n: Scope, numerics: str) -> list[str]:
 
 
 def _convert(s: Step, n: Scope, numerics: str) -> list[str]:
+    saturated = edge_rules.float_to_int(edge_rules.JAX, s, n, n.dtype(s.operands[0]))
+    if saturated is not None:  # float to integer: NaN is 0, the rest saturates
+        return saturated
     return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}"
             f".astype({JAX_DTYPES[s.attributes['dtype']]})"]
 
@@ -295,9 +307,9 @@ RULES: dict[str, Rule] = {
     "rsqrt": _unary("lax.rsqrt({})"), "sin": _unary("jnp.sin({})"),
     "cos": _unary("jnp.cos({})"), "tanh": _unary("jnp.tanh({})"),
     "sigmoid": _unary("jax.nn.sigmoid({})"), "erf": _unary("jax.scipy.special.erf({})"),
-    "abs": _unary("jnp.abs({})"), "floor": _unary("jnp.floor({})"),
+    "abs": _unary("jnp.abs({})"), "floor": _floor,
     "add": _binary("{} + {}"), "sub": _binary("{} - {}"), "mul": _binary("{} * {}"),
-    "div": _div, "rem": _binary("jnp.remainder({}, {})"), "pow": _binary("jnp.power({}, {})"),
+    "div": _div, "rem": _rem, "pow": _binary("jnp.power({}, {})"),
     "maximum": _binary("jnp.maximum({}, {})"), "minimum": _binary("jnp.minimum({}, {})"),
     "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
     "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),

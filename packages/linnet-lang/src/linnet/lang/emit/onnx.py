@@ -41,6 +41,7 @@ from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.emit import onnx_edges
 from linnet.lang.ir.graph import Call, Graph, Step
 
 OPSET = 21  # onnxruntime 1.20+ and onnx 1.17+ run and check opset 21
@@ -377,31 +378,6 @@ def _floor(s: Step, n: Scope) -> Any:
     return n.op("Floor", [x], hint=s.results[0])
 
 
-def _div(s: Step, n: Scope) -> Any:
-    dt = _out(s, n)
-    a, b = (n.get(o, dt) for o in s.operands)
-    if dt not in _INTS:
-        return n.op("Div", [a, b], hint=s.results[0])
-    # ONNX's integer Div truncates; Linnet's rounds toward -inf: one less where the
-    # remainder is nonzero and the operands' signs differ.
-    q = n.op("Div", [a, b])
-    r = n.op("Sub", [a, n.op("Mul", [q, b])])
-    zero = n.const(0, dt)
-    inexact = n.op("Not", [n.op("Equal", [r, zero])])
-    signs = n.op("Xor", [n.op("Less", [r, zero]), n.op("Less", [b, zero])])
-    fix = n.op("Cast", [n.op("And", [inexact, signs])], {"to": _dtype(n.ir, dt)})
-    return n.op("Sub", [q, fix], hint=s.results[0])
-
-
-def _rem(s: Step, n: Scope) -> Any:
-    dt = _out(s, n)
-    a, b = (n.get(o, dt) for o in s.operands)
-    if dt in _INTS:  # fmod=0: the result takes the divisor's sign, as torch.remainder
-        return n.op("Mod", [a, b], {"fmod": 0}, hint=s.results[0])
-    return n.op("Sub", [a, n.op("Mul", [n.op("Floor", [n.op("Div", [a, b])]), b])],
-                hint=s.results[0])
-
-
 def _ne(s: Step, n: Scope) -> Any:
     return n.op("Not", [_binary("Equal", compare=True)(s, n)], hint=s.results[0])
 
@@ -410,11 +386,6 @@ def _select(s: Step, n: Scope) -> Any:
     c, a, b = s.operands
     dt = _out(s, n)
     return n.op("Where", [n.get(c, "bool"), n.get(a, dt), n.get(b, dt)], hint=s.results[0])
-
-
-def _convert(s: Step, n: Scope) -> Any:
-    return n.op("Cast", [n.get(s.operands[0])], {"to": _dtype(n.ir, s.attributes["dtype"], n)},
-                hint=s.results[0])
 
 
 def _constant(s: Step, n: Scope) -> Any:
@@ -474,6 +445,8 @@ def _reduce(s: Step, n: Scope) -> Any:
         out = n.op("Identity", [x])
     else:
         out = n.op(_REDUCE[kind], [x, n.ints(axes, "axes")], {"keepdims": 0})
+        if kind in ("max", "min") and n.dtype(src) not in _INTS | {"bool"}:
+            out = onnx_edges.nan_through(n, x, out, n.dtype(src), n.ints(axes, "axes"))
     have = n.dtype(src) if kind in ("max", "min") else s.attributes["accumulate"]
     return n.op("Identity", [n.cast(out, have, _out(s, n))], hint=s.results[0])
 
@@ -486,12 +459,14 @@ def _contract(s: Step, n: Scope) -> Any:
 
 
 def _index(n: Scope, ref: str, size: int, zero: bool) -> tuple[Any, Any]:
-    """An index as int64 (clamped into the axis when out-of-range reads give zero), and
-    the bool mask of the positions inside the axis (None when reads are unchecked)."""
+    """An index as int64, clamped into the axis, and the bool mask of the positions inside
+    it (None when reads are unchecked). An index that must be in range is clamped too:
+    ONNX's Gather would count -1 from the end and ScatterND fail or write outside; a caller
+    reads the model's `linnet.valid` output (linnet.lang.ir.validity) to know."""
     idx = n.get(ref, "i64")
-    if not zero:
-        return idx, None
     lo, hi = n.const(0, "i64"), n.const(size - 1, "i64")
+    if not zero:
+        return n.op("Max", [n.op("Min", [idx, hi]), lo]), None
     valid = n.op("And", [n.op("GreaterOrEqual", [idx, lo]), n.op("LessOrEqual", [idx, hi])])
     return n.op("Max", [n.op("Min", [idx, hi]), lo]), valid
 
@@ -590,13 +565,14 @@ RULES: dict[str, Rule] = {
     "sqrt": _unary("Sqrt"), "rsqrt": _rsqrt, "sin": _unary("Sin"), "cos": _unary("Cos"),
     "tanh": _unary("Tanh"), "sigmoid": _unary("Sigmoid"), "erf": _unary("Erf"),
     "abs": _unary("Abs"), "floor": _floor,
-    "add": _binary("Add"), "sub": _binary("Sub"), "mul": _binary("Mul"), "div": _div,
-    "rem": _rem, "pow": _binary("Pow"), "maximum": _binary("Max"), "minimum": _binary("Min"),
+    "add": _binary("Add"), "sub": _binary("Sub"), "mul": _binary("Mul"),
+    "div": onnx_edges.RULES["div"], "rem": onnx_edges.RULES["rem"], "pow": _binary("Pow"),
+    "maximum": _binary("Max"), "minimum": _binary("Min"),
     "lt": _binary("Less", True), "le": _binary("LessOrEqual", True),
     "gt": _binary("Greater", True), "ge": _binary("GreaterOrEqual", True),
     "eq": _binary("Equal", True), "ne": _ne,
     "and": _binary("And", True), "or": _binary("Or", True), "select": _select,
-    "convert": _convert, "constant": _constant, "iota": _iota,
+    "convert": onnx_edges.RULES["convert"], "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
     "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
@@ -778,7 +754,8 @@ class OnnxEmitter:
         self.functions[key] = fn
         return fn
 
-    def model(self, params: Mapping[str, Any] | None) -> Any:
+    def model(self, params: Mapping[str, Any] | None, flag: str | None = None,
+              checks: Mapping[str, Any] | None = None) -> Any:
         ir, g = self.ir, self.graph
         scope = Scope(ir, g, self.sources)
         inputs, initializers = [], []
@@ -795,11 +772,13 @@ class OnnxEmitter:
             v = value(path, vt.dtype, vt.shape)
             scope.env["@" + path] = v
             inputs.append(v)
+            _named_by_path(g, "state", path, v.name)
         for path, vt in g.parameters.items():
             v = value(path, vt.dtype, vt.shape)
             scope.env["@" + path] = v
             if params is None:
                 inputs.append(v)
+                _named_by_path(g, "parameter", path, v.name)
             else:
                 if path not in params:
                     raise LinnetError(Diagnostic(
@@ -821,10 +800,11 @@ class OnnxEmitter:
                                        f"{scope.env[ref].name}")
                     break
         # The outputs' names are taken first, so that no value inside gets them.
-        out_refs = [*g.outputs, *("@" + p for p in g.states)]
+        out_refs = [*g.outputs, *("@" + p for p in g.states), *([flag] if flag else [])]
         out_names = [scope.fresh(r[1:] + ".value" if r.startswith("@") else r.lstrip("%"))
                      for r in g.outputs]
         out_names += [scope.fresh(p + ".next") for p in g.states]
+        out_names += [scope.fresh("linnet.valid")] if flag else []
         self.body(scope, 0, len(g.steps), None)
         outputs = [scope.op("Identity", [scope.env[ref]], exact=name)
                    for ref, name in zip(out_refs, out_names)]
@@ -841,10 +821,23 @@ class OnnxEmitter:
         model.metadata_props["linnet.inputs"] = json.dumps([r.lstrip("%") for r in g.inputs])
         model.metadata_props["linnet.states"] = json.dumps(list(g.states))
         model.metadata_props["linnet.parameters"] = json.dumps(list(g.parameters))
+        if checks is not None:
+            model.metadata_props["linnet.valid"] = json.dumps(checks)
         symbolic = getattr(g, "symbolic", None)  # set by linnet.lang.export.symbolic_dims
         if symbolic:
             model.metadata_props["linnet.symbolic"] = json.dumps(list(symbolic))
         return model
+
+
+def _named_by_path(g: Graph, kind: str, path: str, name: str) -> None:
+    """E0944 where an entry input took a state's or parameter's path as its ONNX name: a
+    caller feeds both by name (``{"s": x, **states}``), and the metadata lists the path."""
+    if name != path:
+        raise LinnetError(Diagnostic(
+            "E0944", f"the ONNX model of `{g.model}.{g.entry}` would name input `{path}` and "
+                     f"{kind} `{path}` alike: ONNX feeds inputs by name",
+            help=f"rename the entry's input `{path}` (its inputs, states and parameters share "
+                 "one namespace in ONNX)"))
 
 
 def _is_dim(d: Any, name: str) -> bool:
@@ -878,11 +871,13 @@ def _torch_int16() -> Any:
 
 
 def emit_onnx(graph: Graph, params: Mapping[str, Any] | None = None,
-              sources: Mapping[str, str] | None = None) -> Any:
+              sources: Mapping[str, str] | None = None, validity: bool = True) -> Any:
     """An ``onnx_ir.Model`` for one lowered entry (see the module docstring for its form).
 
     ``params``: the weights by path (numpy arrays or torch tensors), stored as initializers;
-    without them the parameters are graph inputs after the states.
+    without them the parameters are graph inputs after the states. ``validity``: the last
+    output is ``linnet.valid`` (:mod:`linnet.lang.export_checks`), what it checks in the
+    metadata key ``linnet.valid``.
 
     >>> from linnet.lang import Program, lower
     >>> prog = Program.from_text('''
@@ -891,7 +886,13 @@ def emit_onnx(graph: Graph, params: Mapping[str, Any] | None = None,
     >>> [v.name for v in m.graph.inputs], m.graph.node(0).op_type      # doctest: +SKIP
     (['x'], 'Constant')
     """
-    return OnnxEmitter(graph, sources).model(params)
+    if not validity:
+        return OnnxEmitter(graph, sources).model(params)
+    from linnet.lang.export_checks import describe
+    from linnet.lang.ir.validity import with_validity
+
+    checked, flag = with_validity(graph)
+    return OnnxEmitter(checked, sources).model(params, flag, describe(graph))
 
 
 def to_proto(model: Any) -> Any:

@@ -32,6 +32,9 @@ from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.emit import stablehlo_edges
+from linnet.lang.emit.stablehlo_edges import compare as _cmp
+from linnet.lang.export_checks import mlir_attribute
 from linnet.lang.ir.graph import Call, Graph, Step
 
 MLIR_DTYPES = {"f64": "f64", "f32": "f32", "f16": "f16", "bf16": "bf16", "i64": "i64",
@@ -195,14 +198,6 @@ def _unary(name: str) -> Rule:
     return rule
 
 
-def _floor(s: Step, n: Scope) -> str:
-    shape, dt = _res(s, n)
-    x = n.get(s.operands[0], dt, shape)
-    if dt in _INTS:  # an integer is its own floor
-        return x
-    return n.op("stablehlo.floor", [x], shape, dt, hint=s.results[0])
-
-
 def _binary(name: str) -> Rule:
     def rule(s: Step, n: Scope) -> str:
         shape, dt = _res(s, n)
@@ -233,62 +228,11 @@ def _logic(name: str) -> Rule:
     return rule
 
 
-def _cmp(n: Scope, a: str, b: str, direction: str) -> str:
-    shape, dt = n.types[a]
-    kind = "FLOAT" if dt in _FLOATS else "UNSIGNED" if dt in ("u8", "bool") else "SIGNED"
-    return n.op("stablehlo.compare", [a, b], shape, "bool",
-                f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
-                f"compare_type = #stablehlo<comparison_type {kind}>")
-
-
-def _div(s: Step, n: Scope) -> str:
-    shape, dt = _res(s, n)
-    a, b = (n.get(o, dt, shape) for o in s.operands)
-    if dt not in _INTS:
-        return n.op("stablehlo.divide", [a, b], shape, dt, hint=s.results[0])
-    # StableHLO's integer divide truncates; Linnet's rounds toward -inf: one less where the
-    # remainder is nonzero and the operands' signs differ.
-    q = n.op("stablehlo.divide", [a, b], shape, dt)
-    r = n.op("stablehlo.remainder", [a, b], shape, dt)
-    zero = n.broadcast(n.const(0, dt), shape)
-    fix = n.op("stablehlo.and", [_cmp(n, r, zero, "NE"), n.op(
-        "stablehlo.xor", [_cmp(n, r, zero, "LT"), _cmp(n, b, zero, "LT")], shape, "bool")],
-        shape, "bool")
-    one = n.op("stablehlo.convert", [fix], shape, dt)
-    return n.op("stablehlo.subtract", [q, one], shape, dt, hint=s.results[0])
-
-
-def _rem(s: Step, n: Scope) -> str:
-    shape, dt = _res(s, n)
-    a, b = (n.get(o, dt, shape) for o in s.operands)
-    # StableHLO's remainder takes the dividend's sign; Linnet's the divisor's (Python, torch):
-    # add the divisor where the remainder is nonzero and the signs differ.
-    r = n.op("stablehlo.remainder", [a, b], shape, dt)
-    zero = n.broadcast(n.const(0, dt), shape)
-    fix = n.op("stablehlo.and", [_cmp(n, r, zero, "NE"), n.op(
-        "stablehlo.xor", [_cmp(n, r, zero, "LT"), _cmp(n, b, zero, "LT")], shape, "bool")],
-        shape, "bool")
-    moved = n.op("stablehlo.add", [r, b], shape, dt)
-    return n.op("stablehlo.select", [fix, moved, r], shape, dt, hint=s.results[0])
-
-
 def _select(s: Step, n: Scope) -> str:
     shape, dt = _res(s, n)
     c, a, b = s.operands
     return n.op("stablehlo.select", [n.get(c, "bool", shape), n.get(a, dt, shape),
                                      n.get(b, dt, shape)], shape, dt, hint=s.results[0])
-
-
-def _convert(s: Step, n: Scope) -> str:
-    shape, dt = _res(s, n)
-    x = n.get(s.operands[0])
-    src = n.types[x][1]
-    if src in _FLOATS and dt == "bool":  # nonzero is true, as torch's .to(torch.bool)
-        zero = n.broadcast(n.const(0.0, src), shape) if shape else n.const(0.0, src)
-        return n.op("stablehlo.compare", [x, zero], shape, "bool",
-                    "comparison_direction = #stablehlo<comparison_direction NE>, "
-                    "compare_type = #stablehlo<comparison_type FLOAT>", hint=s.results[0])
-    return n.op("stablehlo.convert", [x], shape, dt, hint=s.results[0])
 
 
 def _constant(s: Step, n: Scope) -> str:
@@ -343,8 +287,11 @@ def reduce(n: Scope, x: str, axes: Sequence[int], kind: str, hint: str = "") -> 
     out_shape = [d for i, d in enumerate(shape) if i not in set(axes)]
     init = n.const(_identity(kind, dt), dt)
     t = n.ty((), dt)
-    region = (f'{{\n  ^bb0(%a: {t}, %b: {t}):\n    %r = "{_COMBINE[kind]}"(%a, %b) : ({t}, {t}) '
-              f'-> {t}\n    "stablehlo.return"(%r) : ({t}) -> ()\n  }}')
+    # The region's names come from the scope: a function argument named `a` or `b` (the
+    # bias of layer_norm) would otherwise be redefined inside it, which MLIR rejects.
+    a, b, r = n.fresh("lhs"), n.fresh("rhs"), n.fresh(kind)
+    region = (f'{{\n  ^bb0({a}: {t}, {b}: {t}):\n    {r} = "{_COMBINE[kind]}"({a}, {b}) : '
+              f'({t}, {t}) -> {t}\n    "stablehlo.return"({r}) : ({t}) -> ()\n  }}')
     return n.op("stablehlo.reduce", [x, init], out_shape, dt,
                 f"dimensions = {_array(sorted(axes))}", region, hint=hint)
 
@@ -414,14 +361,16 @@ def _contract(s: Step, n: Scope) -> str:
 
 
 def _index(n: Scope, ref: str, size: int, zero: bool) -> tuple[str, str | None]:
-    """An index as i64 and, where an out-of-range read gives zero, the bool mask of the
-    positions inside the axis (StableHLO's gather clamps; the mask zeroes those reads)."""
+    """An index as i64, clamped into the axis, and, where an out-of-range read gives zero,
+    the bool mask of the positions inside it. An index that must be in range is clamped
+    too: StableHLO leaves a scatter outside the operand to the implementation, and a
+    caller reads the model's `linnet.valid` output (linnet.lang.ir.validity) to know."""
     idx = n.get(ref, "i64")
-    if not zero:
-        return idx, None
     shape = n.types[idx][0]
     lo = n.coerce(n.const(0, "i64"), None, shape)
     hi = n.coerce(n.const(size - 1, "i64"), None, shape)
+    if not zero:
+        return n.op("stablehlo.clamp", [lo, idx, hi], shape, "i64"), None
     return idx, n.op("stablehlo.and", [_cmp(n, idx, lo, "GE"), _cmp(n, idx, hi, "LE")],
                      shape, "bool")
 
@@ -525,7 +474,8 @@ def _scatter(s: Step, n: Scope) -> None:
     idx, _, common = _stacked(n, refs, shape, zero=False)
     updates = n.get(value, dt, [*common, *shape[k:]])
     t = n.ty((), dt)
-    region = (f'{{\n  ^bb0(%old: {t}, %new: {t}):\n    "stablehlo.return"(%new) : ({t}) -> ()'
+    old, new = n.fresh("old"), n.fresh("new")  # never an argument's name (see reduce)
+    region = (f'{{\n  ^bb0({old}: {t}, {new}: {t}):\n    "stablehlo.return"({new}) : ({t}) -> ()'
               "\n  }")
     attrs = (f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = "
              f"{_ints(range(len(common), len(common) + len(shape) - k))}, inserted_window_dims "
@@ -583,15 +533,17 @@ RULES: dict[str, Rule] = {
     "tanh": _unary("stablehlo.tanh"), "sigmoid": _unary("stablehlo.logistic"),
     # StableHLO has no erf: CHLO's (which every StableHLO consumer legalises) is the standard
     # spelling, and what JAX itself emits.
-    "erf": _unary("chlo.erf"), "abs": _unary("stablehlo.abs"), "floor": _floor,
+    "erf": _unary("chlo.erf"), "abs": _unary("stablehlo.abs"),
+    "floor": stablehlo_edges.RULES["floor"],
     "add": _binary("stablehlo.add"), "sub": _binary("stablehlo.subtract"),
-    "mul": _binary("stablehlo.multiply"), "div": _div, "rem": _rem,
+    "mul": _binary("stablehlo.multiply"), "div": stablehlo_edges.RULES["div"],
+    "rem": stablehlo_edges.RULES["rem"],
     "pow": _binary("stablehlo.power"), "maximum": _binary("stablehlo.maximum"),
     "minimum": _binary("stablehlo.minimum"),
     "lt": _compare("LT"), "le": _compare("LE"), "gt": _compare("GT"), "ge": _compare("GE"),
     "eq": _compare("EQ"), "ne": _compare("NE"),
     "and": _logic("stablehlo.and"), "or": _logic("stablehlo.or"), "select": _select,
-    "convert": _convert, "constant": _constant, "iota": _iota,
+    "convert": stablehlo_edges.RULES["convert"], "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
     "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
@@ -757,7 +709,7 @@ class StablehloEmitter:
         lines.append("  }")
         return "\n".join(lines)
 
-    def module(self) -> str:
+    def module(self, flag: str | None = None, checks: Mapping[str, Any] | None = None) -> str:
         g = self.graph
         scope = Scope(g)
         params = []
@@ -768,21 +720,31 @@ class StablehloEmitter:
             params.append(f"{ssa}: {scope.ty(ssa)}")
         self.body(scope, 0, len(g.steps), None)
         outs = [scope.env[r] for r in g.outputs] + [scope.env["@" + p] for p in g.states]
+        outs += [scope.env[flag]] if flag else []
         main = self.function_text(
             "public @main", params, outs, scope,
             f"entry {g.model}.{g.entry}: arguments are its inputs, then its states, then its "
-            "parameters; results its outputs, then its states after the call")
+            "parameters; results its outputs, then its states after the call"
+            + (", then linnet.valid" if flag else ""))
         header = [f"// StableHLO generated by linnet-lang {__version__} for {g.model}.{g.entry}.",
                   "// Arguments of @main, in order: "
                   + ", ".join(r.lstrip("%") for r in g.inputs)
                   + (", the states " + ", ".join(g.states) if g.states else "")
                   + ", then the parameters by path.",
-                  f"module @{re.sub(r'[^0-9A-Za-z_]', '_', g.model + '_' + g.entry)} {{"]
+                  f"module @{re.sub(r'[^0-9A-Za-z_]', '_', g.model + '_' + g.entry)}"
+                  + (f" attributes {{{mlir_attribute(checks)}}}" if checks is not None else "")
+                  + " {"]
+        if flag:
+            header.insert(2, "// The last result, linnet.valid, is false where an index left "
+                             "its axis (docs/export.md).")
         return "\n".join([*header, *self.texts, main, "}"]) + "\n"
 
 
-def emit_stablehlo(graph: Graph, sources: Mapping[str, str] | None = None) -> str:
+def emit_stablehlo(graph: Graph, sources: Mapping[str, str] | None = None,
+                   validity: bool = True) -> str:
     """StableHLO MLIR text for one lowered entry (see the module docstring for its form).
+    ``validity``: the last result is ``linnet.valid`` (:mod:`linnet.lang.export_checks`),
+    what it checks in the module attribute ``linnet.valid``.
 
     >>> from linnet.lang import Program, lower
     >>> prog = Program.from_text('''
@@ -791,7 +753,13 @@ def emit_stablehlo(graph: Graph, sources: Mapping[str, str] | None = None) -> st
     >>> "func.func public @main(%x: tensor<3xf32>)" in text
     True
     """
-    return StablehloEmitter(graph, sources).module()
+    if not validity:
+        return StablehloEmitter(graph, sources).module()
+    from linnet.lang.export_checks import describe
+    from linnet.lang.ir.validity import with_validity
+
+    checked, flag = with_validity(graph)
+    return StablehloEmitter(checked, sources).module(flag, describe(graph))
 
 
 def argument_order(graph: Graph) -> list[str]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from linnet.lang import __version__
+from linnet.lang.emit import edge_rules
 from linnet.lang.emit.kernel_grad import GRAD_HELPERS, Backwards
 from linnet.lang.emit.python import (
     WIDTH,
@@ -185,10 +186,14 @@ def _binary(fmt: str) -> Rule:
 
 
 def _div(s: Step, n: Scope, numerics: str) -> list[str]:
-    a, b = (n(o) for o in s.operands)
     if n.graph.values[s.results[0]].dtype in TORCH_INT:
-        return [f"{n(s.results[0])} = torch.div({a}, {b}, rounding_mode='floor')"]
+        return edge_rules.int_division(edge_rules.TORCH, s, n)  # a / 0 is 0
+    a, b = (n(o) for o in s.operands)
     return [f"{n(s.results[0])} = {a} / {b}"]
+
+
+def _rem(s: Step, n: Scope, numerics: str) -> list[str]:
+    return edge_rules.int_remainder(edge_rules.TORCH, s, n)  # an integer a % 0 is a
 
 
 TORCH_INT = {"i8", "i16", "i32", "i64", "u8"}
@@ -222,6 +227,9 @@ def _iota(s: Step, n: Scope, numerics: str) -> list[str]:
 
 
 def _convert(s: Step, n: Scope, numerics: str) -> list[str]:
+    saturated = edge_rules.float_to_int(edge_rules.TORCH, s, n, n.dtype(s.operands[0]))
+    if saturated is not None:  # float to integer: NaN is 0, the rest saturates
+        return saturated
     return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}.to({TORCH_DTYPES[s.attributes['dtype']]})"]
 
 
@@ -444,10 +452,11 @@ def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
 
 def _scatter(s: Step, n: Scope, numerics: str) -> list[str]:
     state, value, *indices = s.operands
+    # n.tensor: a literal value (`self.s[i] = 1.0`) must be a tensor for copy_ and index_put_
     if not indices:
-        return [f"{n(state)}.copy_({n(value)})"]
+        return [f"{n(state)}.copy_({n.tensor(value)})"]
     idx = ", ".join(f"{n.tensor(i)}.long()" for i in indices)
-    return [f"{n(state)}.index_put_(({idx},), {n(value)})"]
+    return [f"{n(state)}.index_put_(({idx},), {n.tensor(value)})"]
 
 
 def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
@@ -498,7 +507,7 @@ RULES: dict[str, Rule] = {
     "sigmoid": _unary("torch.sigmoid({})"), "erf": _unary("torch.erf({})"),
     "abs": _unary("torch.abs({})"), "floor": _unary("torch.floor({})"),
     "add": _binary("{} + {}"), "sub": _binary("{} - {}"), "mul": _binary("{} * {}"),
-    "div": _div, "rem": _binary("torch.remainder({}, {})"), "pow": _binary("torch.pow({}, {})"),
+    "div": _div, "rem": _rem, "pow": _binary("torch.pow({}, {})"),
     "maximum": _extreme("maximum", "min"), "minimum": _extreme("minimum", "max"),
     "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
     "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),

@@ -40,6 +40,7 @@ reference's largest magnitude (at least 1): ``|got - want| <= tol * max(1, max |
 Integer and bool outputs, and the tokens a decode loop picks, must be equal."""
 
 STD_OPS = Path(str(resources.files("linnet.torch.conformance").joinpath("std_ops.linnet")))
+EDGES = Path(str(resources.files("linnet.torch.conformance").joinpath("edges.linnet")))
 
 Arrays = dict[str, np.ndarray]
 StepFn = Callable[[Arrays, Arrays], tuple[list[np.ndarray], Arrays]]
@@ -51,15 +52,16 @@ StepFn = Callable[[Arrays, Arrays], tuple[list[np.ndarray], Arrays]]
 class Case:
     """One row: an entry of a model (or a prefill + greedy decode loop) and its inputs.
 
-    ``inputs``: each input's shape and what fills it (``"normal"``, or an int ``n``: integers
-    in ``0..n-1``). ``decode``: for a loop, the decode steps after a prefill of ``inputs``.
+    ``inputs``: each input's shape and what fills it (``"normal"``; an int ``n``: integers
+    in ``0..n-1``; a tuple: those values, i32 if all are ints, else f32, in row-major order).
+    ``decode``: for a loop, the decode steps after a prefill of ``inputs``.
     """
 
     name: str
     model: Path
     config: dict[str, Any]
     entry: str
-    inputs: Mapping[str, tuple[tuple[int, ...], str | int]]
+    inputs: Mapping[str, tuple[tuple[int, ...], str | int | tuple[float, ...]]]
     decode: int = 0
 
 
@@ -84,8 +86,40 @@ def _std(entry: str, **inputs: tuple[tuple[int, ...], str | int]) -> Case:
     return Case(f"std {entry.removesuffix('_op')}", STD_OPS, _STD, entry, inputs)
 
 
+_NAN, _INF = float("nan"), float("inf")
+_F = (1.0, _NAN, -2.0, _NAN, _INF, -_INF, -0.0, 3.5)
+_G = (_NAN, 3.0, _NAN, _NAN, 0.0, _NAN, 0.0, -1.0)
+_PAST = (_NAN, _INF, -_INF, 3e9, -3e9, 2.7, -2.7, 300.0)
+_ROWS = (1.0, _NAN, 3.0, 0.0, -1.0, 2.0, 4.0, 5.0,
+         -_INF, 2.0, 1.0, 0.5, 0.25, -1.0, 7.0, 6.0,
+         _NAN, _NAN, _NAN, _NAN, _NAN, _NAN, _NAN, _NAN)
+_A = (7, -7, 7, -7, 0, 5, -2147483648, -2147483648)
+_B = (0, 0, 2, -2, 0, -1, -1, 0)
+
+
+def _edge(entry: str, **inputs: tuple[tuple[int, ...], tuple[float, ...]]) -> Case:
+    return Case(f"edges {entry}", EDGES, {"N": 8, "R": 3}, entry, inputs)
+
+
+def edge_cases() -> list[Case]:
+    """One case per edge-value rule (docs/language.md, "Edge values"), on values that hit
+    it: every runtime must give the interpreter's integers and NaNs."""
+    pair = {"a": ((8,), _F), "b": ((8,), _G)}
+    past = {"x": ((8,), _PAST)}
+    rows = {"a": ((3, 8), _ROWS)}
+    return [_edge("max_nan", **pair), _edge("min_nan", **pair),
+            _edge("reduce_max_nan", **rows), _edge("reduce_min_nan", **rows),
+            _edge("to_i32", **past), _edge("to_i8", **past), _edge("to_u8", **past),
+            _edge("floor_tiny", x=((8,), (-1e-45, -1e-30, -0.0, 0.0, 1e-45, -0.5, -1.5, 2.5))),
+            _edge("int_div", a=((8,), _A), b=((8,), _B)),
+            _edge("int_rem", a=((8,), _A), b=((8,), _B)),
+            _edge("float_rem", a=((8,), (1.0, -1.0, 5.5, -5.5, _INF, 7.5, -7.5, 0.0)),
+                  b=((8,), (0.0, 0.0, _INF, _INF, 2.0, -2.0, 2.0, 0.0)))]
+
+
 def cases() -> list[Case]:
-    """Every case, in the table's order: the std ops, then each model of the repository."""
+    """Every case, in the table's order: the std ops, the edge values, then each model of
+    the repository."""
     x = ((4, 8), "normal")
     qkv = {"q": ((2, 3, 2, 2, 4), "normal"), "k": ((2, 3, 2, 4), "normal"),
            "v": ((2, 3, 2, 4), "normal")}
@@ -137,6 +171,7 @@ def cases() -> list[Case]:
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
            _std("decode_attention_split_long_op", q=((2, 2, 2, 4), "normal"),
                 k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
+    out += edge_cases()
     llama = _llama()
     prompt = {"tokens": ((1, 6), 256)}
     out += [Case("llama prefill", llama, _toy(), "prefill", prompt),
@@ -194,6 +229,9 @@ def make_inputs(case: Case, seed: int = 0) -> Arrays:
     for name, (shape, fill) in case.inputs.items():
         if fill == "normal":
             out[name] = rng.standard_normal(shape).astype(np.float32)
+        elif isinstance(fill, tuple):
+            ints = all(isinstance(v, int) for v in fill)
+            out[name] = np.array(fill, np.int32 if ints else np.float32).reshape(shape)
         else:
             out[name] = rng.integers(0, int(fill), shape).astype(np.int32)
     return out
@@ -400,8 +438,16 @@ def _difference(got: np.ndarray, want: np.ndarray) -> tuple[float, bool]:
     if want.dtype.kind in "biu":
         diff = float(np.max(np.abs(got.astype(np.int64) - want.astype(np.int64)), initial=0))
         return diff, diff == 0
-    diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0))
-    return diff, diff <= _tolerance(want) * max(1.0, float(np.max(np.abs(want), initial=0)))
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    # NaN and infinities must be where the reference has them (the edge-value cases); the
+    # difference is taken over the finite rest.
+    same = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
+    if np.any(~same & ~np.isfinite(g)) or np.any(~same & ~np.isfinite(w)):
+        return math.inf, False
+    with np.errstate(invalid="ignore"):  # inf - inf where `same` already holds
+        diff = float(np.max(np.abs(np.where(same, 0.0, g - w)), initial=0))
+    finite = np.where(np.isfinite(w), np.abs(w), 0.0)
+    return diff, diff <= _tolerance(want) * max(1.0, float(np.max(finite, initial=0)))
 
 
 def _tolerance(want: np.ndarray) -> float:
