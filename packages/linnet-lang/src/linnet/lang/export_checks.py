@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.hosting import range_error_of, range_parts
+from linnet.lang.host.inputs import range_error_of, range_parts
 from linnet.lang.ir.bounds import input_bounds
 from linnet.lang.ir.graph import Graph, ValueType
 from linnet.lang.ir.validity import index_uses
+from linnet.lang.tensors.poly import poly_text
 
 OUTPUT = "linnet.valid"
 """The flag's output name (ONNX) and the metadata key (ONNX metadata, a StableHLO module
@@ -76,8 +77,6 @@ def _text(size: Any) -> Any:
     poly = getattr(size, "poly", None)
     if poly is None:
         return int(size)
-    from linnet.lang.emit.onnx import poly_text
-
     return poly_text(poly)
 
 

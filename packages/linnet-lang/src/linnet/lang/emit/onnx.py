@@ -43,6 +43,7 @@ from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.emit import onnx_edges
 from linnet.lang.ir.graph import Call, Graph, Step
+from linnet.lang.tensors.poly import Poly, poly_add, poly_mul, poly_text
 
 OPSET = 21  # onnxruntime 1.20+ and onnx 1.17+ run and check opset 21
 IR_VERSION = 10
@@ -87,40 +88,6 @@ def std_op_calls(graph: Graph) -> list[Call]:
 # ---------------------------------------------------------------- symbolic sizes
 # A size that depends on a symbolic dim (linnet.lang.export.symbolic_dims fits them from
 # lowerings at other sizes): a reshape to [B * L, D], an iota of length L, a slice to L - 1.
-Poly = tuple[tuple[tuple[str, ...], int], ...]
-"""Sum of ``coefficient * product(dims)`` terms, sorted: ``((("B", "L"), 1),)`` is B * L."""
-
-
-def poly_add(a: Poly, b: Poly, sign: int = 1) -> Poly:
-    out: dict[tuple[str, ...], int] = dict(a)
-    for mono, c in b:
-        out[mono] = out.get(mono, 0) + sign * c
-    return tuple(sorted((m, c) for m, c in out.items() if c))
-
-
-def poly_mul(a: Poly, b: Poly) -> Poly:
-    out: Poly = ()
-    for ma, ca in a:
-        for mb, cb in b:
-            out = poly_add(out, ((tuple(sorted(ma + mb)), ca * cb),))
-    return out
-
-
-def poly_text(poly: Poly) -> str:
-    """``B*L``, ``L-1``, ``2*B+3``: how ONNX names a symbolic dim (``dim_param``).
-
-    >>> poly_text(((("B", "L"), 1),)), poly_text((((), -1), (("L",), 1)))
-    ('B*L', 'L-1')
-    """
-    parts = []
-    for mono, c in sorted(poly, key=lambda t: (-len(t[0]), t[0])):
-        body = "*".join(mono)
-        term = (body if abs(c) == 1 else f"{abs(c)}*{body}") if body else str(abs(c))
-        parts.append(("-" if c < 0 else "+") + term)
-    text = "".join(parts) or "0"
-    return text[1:] if text.startswith("+") else text
-
-
 class SymInt(int):
     """A size or bound that is a polynomial in symbolic dims, with its value at the sizes
     the graph was lowered for: arithmetic keeps the polynomial, so a rule that computes

@@ -13,13 +13,23 @@ returns the result's value, as the rules of :data:`linnet.lang.emit.onnx.RULES` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from linnet.lang.ir.edges import FLOAT_BITS, INT_RANGES, constant_of, saturation
-from linnet.lang.ir.graph import Step
+from linnet.lang.ir.graph import Graph, Step
 
-if TYPE_CHECKING:
-    from linnet.lang.emit.onnx import Scope
+
+class Scope(Protocol):
+    """What these rules use of :class:`linnet.lang.emit.onnx.Scope` (the emitter imports
+    this module: a type of its own keeps the two modules out of an import cycle)."""
+
+    graph: Graph
+
+    def op(self, *args: Any, **kwargs: Any) -> Any: ...
+    def const(self, *args: Any, **kwargs: Any) -> Any: ...
+    def cast(self, *args: Any, **kwargs: Any) -> Any: ...
+    def dtype(self, *args: Any, **kwargs: Any) -> Any: ...
+    def get(self, *args: Any, **kwargs: Any) -> Any: ...
 
 _INTS = set(INT_RANGES)
 

@@ -14,13 +14,24 @@ returns the result's SSA name, as the rules of :data:`linnet.lang.emit.stablehlo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from linnet.lang.ir.edges import FLOAT_BITS, INT_RANGES, nonzero_constant, saturation
-from linnet.lang.ir.graph import Step
+from linnet.lang.ir.graph import Graph, Step
 
-if TYPE_CHECKING:
-    from linnet.lang.emit.stablehlo import Scope
+
+class Scope(Protocol):
+    """What these rules use of :class:`linnet.lang.emit.stablehlo.Scope` (the emitter imports
+    this module: a type of its own keeps the two modules out of an import cycle)."""
+
+    graph: Graph
+    types: dict[str, tuple[tuple[int, ...], str]]
+
+    def op(self, *args: Any, **kwargs: Any) -> Any: ...
+    def const(self, *args: Any, **kwargs: Any) -> Any: ...
+    def get(self, *args: Any, **kwargs: Any) -> Any: ...
+    def broadcast(self, *args: Any, **kwargs: Any) -> Any: ...
+    def coerce(self, *args: Any, **kwargs: Any) -> Any: ...
 
 _INTS = set(INT_RANGES)
 

@@ -51,6 +51,7 @@ from linnet.lang.weights.rules import (
     PRETRAINED_CONFIG_RANGES,
     PRETRAINED_CONFIG_REQUIRE,
     ignored,
+    mapping_path,
     range_diagnostics,
     rule_problems,
 )
@@ -126,16 +127,6 @@ def read_json_object(path: Path, code: str, what: str) -> tuple[dict, SourceFile
     if not isinstance(data, dict):
         raise bad(f"it is a JSON {type(data).__name__}")
     return data, SourceFile(str(path), text)
-
-
-def mapping_path(model_file: str | Path) -> Path:
-    """Where a model's checkpoint mapping lives: ``llama.linnet`` -> ``llama.hf.json``.
-
-    >>> mapping_path("examples/llama/llama.linnet").name
-    'llama.hf.json'
-    """
-    p = Path(model_file)
-    return p.with_name(p.stem + ".hf.json")
 
 
 def read_mapping(model_file: str | Path) -> dict | None:

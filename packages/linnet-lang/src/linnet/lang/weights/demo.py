@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from linnet.lang.ir.graph import ValueType
 
 # Part of the demo file's name: a change to how the numbers are drawn or written changes it,
 # so that a file made by an earlier generator (or by one runtime's own, before there was one
@@ -36,7 +39,6 @@ def demo_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,
     [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     """
     import numpy as np
-    from linnet.lang.hosting import parameter_types
 
     rng = np.random.default_rng(seed)
     out = {}
@@ -94,3 +96,34 @@ def write_demo(path: str | Path, model_path: str | Path, config: dict[str, Any],
     >>> write_demo("/tmp/demo.safetensors", "std.models.llama", toy, 0)   # doctest: +SKIP
     """
     Path(path).write_bytes(safetensors_bytes(demo_weights(model_path, config, seed)))
+
+
+def parameter_types(model_path: str | Path, config: dict[str, Any]
+                    ) -> list[tuple[str, ValueType, bool]]:
+    """Each parameter of a model under ``config``, sorted by path: ``(path, type, ones)``,
+    ``ones`` for a norm's weight (random weights make those ones, the rest small normal
+    numbers). Read from the first entry, lowered for inputs of size 1 in every dim the
+    config does not set.
+
+    >>> cfg = {"V": 16, "D": 8, "F": 16, "NL": 1, "H": 2, "KV": 1, "HD": 4, "S": 8, "T": "f32"}
+    >>> [(p, t.shape, ones) for p, t, ones in parameter_types("std.models.llama", cfg)][-1]
+    ('model.norm.weight', (8,), True)
+    """
+    from linnet.lang import Program, lower
+    from linnet.lang.check.driver import find_model
+    from linnet.lang.syntax.program import model_file
+
+    program = Program.from_file(model_file(model_path))
+    decl = find_model(program, None)
+    entry = next(m for m in decl.methods if m.kind == "entry")
+
+    def size(dim: Any) -> int:
+        # A dim the config sets (the batch B, say) takes its value; any other is 1.
+        value = config.get(getattr(dim, "name", ""))
+        return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+    inputs = {p.name: [size(d) for d in p.type.dims]  # type: ignore[union-attr]
+              for p in entry.params}
+    graph = lower(program, entry.name, inputs, config)
+    return [(path, vt, path.endswith("norm.weight") or path.endswith("layernorm.weight"))
+            for path, vt in sorted(graph.parameters.items())]

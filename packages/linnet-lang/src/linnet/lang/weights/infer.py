@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.weights.rules import ignored
+from linnet.lang.weights.rules import ignored, mapping_path
 
 # Set in an inferred mapping (never in a file: `_` keys of a mapping are comments).
 INFERRED = "_inferred"
@@ -79,8 +79,6 @@ def infer_mapping(hf: dict, decl: Any, model_file: str | Path, config_path: str 
 def not_exact(decl: Any, model_file: str | Path, config_path: str | Path, why: str
               ) -> Diagnostic:
     """E0670: model ``decl`` has no mapping file and the one inferred is not exact."""
-    from linnet.lang.weights.checkpoint import mapping_path
-
     return Diagnostic(
         "E0670", f"the checkpoint has a config.json (`{config_path}`), but model "
         f"`{decl.name}` has no checkpoint mapping `{mapping_path(model_file).name}` and "

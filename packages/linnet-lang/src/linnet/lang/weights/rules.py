@@ -30,6 +30,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # Keys that transformers' `PretrainedConfig` (4.x and 5.x) writes for every model and that
@@ -216,3 +217,13 @@ def range_diagnostics(value_of: Callable[[str], Any], rules: dict[str, str],
                 out.append((code, prefix + key, f"is {shown}, {why}", rule.text))
                 break
     return out
+
+
+def mapping_path(model_file: str | Path) -> Path:
+    """Where a model's checkpoint mapping lives: ``llama.linnet`` -> ``llama.hf.json``.
+
+    >>> mapping_path("examples/llama/llama.linnet").name
+    'llama.hf.json'
+    """
+    p = Path(model_file)
+    return p.with_name(p.stem + ".hf.json")

@@ -1,0 +1,2 @@
+"""What every runtime hosting Linnet models shares (pure Python, no array library): entry
+inputs (:mod:`.inputs`). The rest of :mod:`linnet.lang.hosting` moves here by idea."""
