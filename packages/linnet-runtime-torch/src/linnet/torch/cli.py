@@ -45,6 +45,12 @@ def demo_checkpoint(model: Path, config: dict, seed: int) -> Path:
 def run_command(args: argparse.Namespace) -> int:
     import os
 
+    # The options first, before a checkpoint is read or made or torch is imported.
+    parsed = hosting.run_tokens(args)
+    if parsed is None:
+        return 2
+    prompt, stop = parsed
+    hosting.check_run_options(args, stop)
     from .model import load
 
     model_path, config_name, config = hosting.run_config(args)
@@ -67,10 +73,6 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"linnet: starting {nproc} ranks (tensor parallelism over torch.distributed, "
               f"{'NCCL' if str(args.device).startswith('cuda') else 'gloo'})", file=sys.stderr)
         return spawn(nproc, run_command, ranks)
-    parsed = hosting.run_tokens(args)
-    if parsed is None:
-        return 2
-    prompt, stop = parsed
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, compile=args.compile,
                  numerics=args.numerics, config=config, interpret=args.interpret,

@@ -20,6 +20,7 @@ from linnet.lang.hosting import (  # noqa: F401
     check_count,
     check_dtype_config,
     check_numerics,
+    check_seed,
     check_weights_type,
     dtype_error,
     entry_method,
@@ -447,8 +448,9 @@ class Model:
         >>> model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)          # doctest: +SKIP
         [[17, 9, 9, 30, 2, 88, 7, 7], [5, 5, 211, 2, 40, 40, 9, 1]]
         """
-        from .generate import generate
+        from .generate import check_options, generate
 
+        check_options(options)  # E0794, not a TypeError, for an option generate lacks
         return generate(self, prompts, max_new_tokens, **options)
 
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
@@ -663,7 +665,8 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
 
     >>> w = random_weights("examples/llama/llama.linnet", toy_config)   # doctest: +SKIP
     """
-    dev = torch.device(device)
+    check_seed(seed, optional=False)  # E0815, not an OverflowError from manual_seed
+    dev = resolve_device(device)
     gen = torch.Generator(dev).manual_seed(seed)
     out = {}
     for path, vt, ones in parameter_types(model_path, config):
