@@ -205,6 +205,17 @@ def test_cli_run_bad_options(capsys, argv, code):
     assert f"error[{code}]" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_cli_run_jax_checks_its_seed(capsys, seed):
+    pytest.importorskip("linnet.jax")
+    from linnet.lang.cli import main
+
+    # Before: NumPy's ValueError for -1 from the demo checkpoint's generator.
+    assert main(["run", "--runtime", "jax", "--seed", seed]) == 1
+    err = capsys.readouterr().err
+    assert "error[E0815]: --seed must be an int in [0, 2**64)" in err and "Traceback" not in err
+
+
 def test_cli_run_a_tiny_temperature_is_greedy(capsys):
     from linnet.lang.cli import main
 
@@ -249,6 +260,14 @@ def test_kernels_on_a_device_this_machine_lacks(capsys, device, code):
         pytest.skip("this machine has CUDA")
     rc, text = kernels(capsys, "--std", "--op", "rms_norm", "--device", device)
     assert rc == 1 and f"error[{code}]" in text and "case(s) checked" not in text
+
+
+@pytest.mark.parametrize("device", ["tpu", "gpu:x"])
+def test_kernels_through_pallas_on_a_device_that_is_none(capsys, device):
+    pytest.importorskip("linnet.jax")
+    # Before: a usage message (exit status 2) for `tpu`, a traceback for `gpu:x`.
+    rc, text = kernels(capsys, "--std", "--runtime", "jax", "--device", device)
+    assert rc == 1 and "error[E0710]" in text
 
 
 def test_check_kernels_refuses_a_device_this_machine_lacks():
