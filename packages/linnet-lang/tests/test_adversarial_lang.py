@@ -192,8 +192,8 @@ def test_every_prefix_cut_at_a_token_is_a_diagnostic_or_clean(name):
     for stop in prefix_cuts(name, text):
         cut = text[:stop]
         try:
-            outcome = classify(lambda: compile_and_lower(cut, "main", cfg))
-        except Exception as exc:  # noqa: BLE001  (the point: say which prefix, then fail)
+            outcome = classify(lambda cut=cut: compile_and_lower(cut, "main", cfg))
+        except Exception as exc:  # the point: say which prefix, then fail
             pytest.fail(f"{name} cut after {cut[-50:]!r}: {type(exc).__name__}: {exc}")
         OUTCOMES[f"prefix:{outcome}"] += 1
 
