@@ -249,7 +249,8 @@ def kernels(capsys, *argv: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize(("device", "code"), [("tpu", "E0710"), ("cuda:x", "E0710"),
-                                              ("cuda", "E0711"), ("cuda:7", "E0711")])
+                                              ("cuda", "E0711"), ("cuda:7", "E0711"),
+                                              ("xla", "E0711")])
 def test_kernels_on_a_device_this_machine_lacks(capsys, device, code):
     if torch.cuda.is_available() and code == "E0711":
         pytest.skip("this machine has CUDA")
@@ -262,6 +263,19 @@ def test_kernels_through_pallas_on_a_device_that_is_none(capsys):
     # Before: a usage message and exit status 2, unlike the torch runtime's check.
     rc, text = kernels(capsys, "--std", "--runtime", "jax", "--device", "tpu")
     assert rc == 1 and "error[E0710]" in text
+
+
+@pytest.mark.parametrize("device", ["xla", "vulkan"])
+def test_a_device_torch_names_but_cannot_use_here(capsys, device):
+    """Before: `linnet run --device xla` said the checkpoint was corrupt (E0650, with torch's
+    dispatcher listing), `linnet kernels --device xla` a RuntimeError traceback."""
+    from linnet.lang.cli import main
+
+    assert main(["run", str(LLAMA), "--config", "toy", "--tokens", "1", "--device",
+                 device]) == 1
+    err = capsys.readouterr().err
+    assert f"error[E0711]: device `{device}` was asked for, but this torch cannot use it" \
+        in err and "E0650" not in err and len(err) < 600, err
 
 
 def test_check_kernels_refuses_a_device_this_machine_lacks():

@@ -51,8 +51,9 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     prompt, stop = parsed
     hosting.check_run_options(args, stop)
-    from .model import load
+    from .model import load, resolve_device
 
+    resolve_device(args.device)  # E0710-E0712 before a demo checkpoint is made for nothing
     model_path, config_name, config = hosting.run_config(args)
     weights = args.weights
     nproc = getattr(args, "nproc", 1)

@@ -63,6 +63,17 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise _error("E0712", f"device `{device}` does not exist: this machine has "
                      f"{torch.cuda.device_count()} CUDA device(s)", help="pick another index")
+    if dev.type not in ("cpu", "cuda", "meta"):
+        # A name torch parses but cannot use here (`xla` without torch_xla, `mps` off a Mac):
+        # found now, not as a misleading error from the first tensor made there.
+        try:
+            torch.empty(0, device=dev)
+        except (RuntimeError, AssertionError) as exc:
+            text = str(exc).strip() or type(exc).__name__
+            first = text.splitlines()[0].split(". ")[0]  # torch's first sentence, not its list
+            raise _error("E0711", f"device `{device}` was asked for, but this torch cannot "
+                         f"use it here: {first}", help="use 'cpu', or 'cuda' on a machine with "
+                                                    "an NVIDIA GPU") from None
     return dev
 
 
