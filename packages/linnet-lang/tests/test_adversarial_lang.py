@@ -8,6 +8,8 @@ traceback (RecursionError, ValueError, ZeroDivisionError, MemoryError), never a 
   constants, integer literals over Python's 4,300-digit limit, impossible sizes accepted by
   lowering, an odd or unit rope head dim, a stray layer index in the weights, and the
   quadratic times in the number of diagnostics and in the length of an entry.
+* Truncation: every prefix of a real program cut after a token (sampled in CI; all with
+  ``LINNET_FUZZ_PREFIXES=all``) is a diagnostic or clean (issue 38 item 12).
 * Property-based: Hypothesis mutates the std library and the Llama example with the edits
   an adversary tries (deep nesting, huge literals, recursion, cycles, long chains, on top of
   token and character edits); sources that still check are lowered with the toy config
@@ -22,6 +24,7 @@ import atexit
 import difflib
 import json
 import os
+import random
 import time
 from collections import Counter
 from datetime import timedelta
@@ -137,6 +140,62 @@ def test_a_use_path_too_long_for_the_file_system_is_a_diagnostic():
 def test_a_std_use_path_too_long_for_the_file_system_is_a_diagnostic():
     """The same under `std.` (found by the hostile-std-sources fuzz): OSError, not E0200."""
     assert codes(lambda: check_text("use std.nn" + "9" * 3000 + "linear::{c}")) == ["E0200"]
+
+
+@pytest.mark.parametrize("ending", ["use std", "use std\n", "use std;", "use  std // c"])
+@pytest.mark.parametrize("command", ["check", "graph", "torch"])
+def test_a_file_ending_in_use_std_is_a_diagnostic(tmp_path, capsys, ending, command):
+    """Issue 38 item 12 (the token fuzz's only cause): `use std` names the library, not a
+    module; looking for its file made `Path()` with no name, a ValueError traceback from
+    `linnet check`, `graph` and `torch`."""
+    from linnet.lang.cli import main
+
+    path = tmp_path / "m.linnet"
+    path.write_text("pub fn f(x: f32) -> f32 { return x }\n" + ending)
+    argv = [command, str(path)] + (["--entry", "run"] if command == "graph" else [])
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "error[E0200]: module `std` not found" in err and "Traceback" not in err
+    assert "`std` is the library, not a module" in err
+
+
+def test_a_std_model_name_with_no_module_is_a_diagnostic():
+    """`linnet run std.` made the same `Path()` with no name while looking for the model."""
+    from linnet.lang.syntax.program import model_file
+
+    assert codes(lambda: model_file("std.")) == ["E0211"]
+    assert codes(lambda: model_file("std..llama")) == ["E0211"]
+
+
+# Every prefix of a real program cut after a token (the `use std` crash was the prefix of a
+# model cut inside its header): CI cuts every token of the spec's softmax kernel and of the
+# llama example's header, and a seeded sample elsewhere; LINNET_FUZZ_PREFIXES=all cuts every
+# token of every source (about 30,000 prefixes: minutes).
+ALL_PREFIXES = os.environ.get("LINNET_FUZZ_PREFIXES") == "all"
+PREFIX_SOURCES = dict(SOURCES) | {"llama_example": LLAMA_SOURCE}
+
+
+def prefix_cuts(name: str, text: str) -> list[int]:
+    """Where ``text`` is cut: after these character offsets (each a token's end)."""
+    stops = [t.span.stop for t in tokens_of(text)]
+    if ALL_PREFIXES or name == "softmax_spec":
+        return stops
+    rng = random.Random(f"prefix:{name}")
+    head = stops[:60] if name == "llama_example" else []
+    return sorted(set(head + rng.sample(stops, min(len(stops), 6 * SCALE))))
+
+
+@pytest.mark.parametrize("name", sorted(PREFIX_SOURCES))
+def test_every_prefix_cut_at_a_token_is_a_diagnostic_or_clean(name):
+    text = PREFIX_SOURCES[name]
+    cfg = toy_config() if name == "llama_example" else None
+    for stop in prefix_cuts(name, text):
+        cut = text[:stop]
+        try:
+            outcome = classify(lambda cut=cut: compile_and_lower(cut, "main", cfg))
+        except Exception as exc:  # the point: say which prefix, then fail
+            pytest.fail(f"{name} cut after {cut[-50:]!r}: {type(exc).__name__}: {exc}")
+        OUTCOMES[f"prefix:{outcome}"] += 1
 
 
 @pytest.mark.parametrize("terms", [MAX_TREE_DEPTH + 2, 1000, 20000])

@@ -8,10 +8,10 @@ name, a host copy of an index input as ints, a function that writes a checkpoint
 the rest. Named "hosting" because this is the runtimes' side of the compiler: what hosting a
 model takes beyond emitting its code.
 
-Sections: loading (E0601, E0713, E0741, E0743, E0744), `linnet run` (E0740, E0786-E0788)
-and kernel checks; entry inputs (E0720, E0722, E0780, E0783, E0784) are in
-:mod:`linnet.lang.host.inputs`, imported here too. Nothing here imports torch, jax or NumPy
-(linnet-lang is pure Python).
+Sections: loading (E0601, E0713, E0741, E0743, E0744), `linnet run` and generate's options
+(E0740, E0786-E0788, E0812-E0815, E0819) and kernel checks; entry inputs (E0720, E0722,
+E0780, E0783, E0784) are in :mod:`linnet.lang.host.inputs`, imported here too. Nothing here
+imports torch, jax or NumPy (linnet-lang is pure Python).
 
 >>> error("E0713", "numerics must be 'exact' or 'fast', not 'quick'").diagnostics[0].code
 'E0713'
@@ -425,6 +425,103 @@ def run_tokens(args: argparse.Namespace, stop: bool = True
         raise error("E0787", f"--tokens {args.tokens}: decode at least one token",
                     help="e.g. --tokens 16")
     return prompt, stops
+
+
+# A seed is a 64-bit unsigned int: what torch.Generator.manual_seed and NumPy keep of it (a
+# negative seed or 2**64 would be wrapped or refused with a raw OverflowError).
+SEED_RANGE = (0, 2**64)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_seed(seed: Any, name: str = "seed", optional: bool = True) -> None:
+    """E0815 unless ``seed`` is an int in [0, 2**64) (or None when ``optional``); ``name``
+    is how the caller spells it (``seed``, ``--sampling-seed``).
+
+    >>> check_seed(2**64 - 1)
+    >>> check_seed(-1)
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0815]: seed must be None or an int in ...
+    """
+    if seed is None and optional:
+        return
+    if not _is_int(seed) or not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
+        none = "None or " if optional else ""
+        raise error("E0815", f"{name} must be {none}an int in [0, 2**64), not {seed!r}",
+                    help=f"e.g. {name}{' ' if name.startswith('--') else '='}0 (the same "
+                         "seed gives the same numbers)")
+
+
+def check_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any,
+                   cli: bool = False) -> None:
+    """The rules of `generate`'s sampling options, shared by ``Model.generate`` and `linnet
+    run` (which checks its options with ``cli=True`` before it imports an array library):
+    E0812 ``temperature`` (a finite number >= 0), E0813 ``top_k`` (None or an int >= 1),
+    E0814 ``top_p`` (None or a number in (0, 1]), E0815 ``seed`` (see :func:`check_seed`).
+
+    >>> check_sampling(0.7, 40, 0.9, 0)
+    >>> check_sampling(float("nan"), None, None, None)
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0812]: temperature must be a finite ...
+    """
+    def named(keyword: str) -> str:
+        return "--" + keyword.replace("_", "-") if cli else keyword
+
+    def example(keyword: str, value: str) -> str:
+        return f"{named(keyword)} {value}" if cli else f"{keyword}={value}"
+
+    if not isinstance(temperature, int | float) or isinstance(temperature, bool) \
+            or not 0 <= temperature < float("inf"):
+        raise error("E0812", f"{named('temperature')} must be a finite number >= 0, not "
+                    f"{temperature!r}",
+                    help="0 picks the most likely token (greedy); 0.7 samples, 1.0 samples "
+                         "the model's distribution")
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise error("E0813", f"{named('top_k')} must be {'' if cli else 'None or '}an int "
+                    f">= 1, not {top_k!r}",
+                    help=f"e.g. {example('top_k', '50')} keeps the 50 most likely tokens")
+    if top_p is not None and (not isinstance(top_p, int | float) or isinstance(top_p, bool)
+                              or not 0 < top_p <= 1):
+        raise error("E0814", f"{named('top_p')} must be {'' if cli else 'None or '}a number "
+                    f"in (0, 1], not {top_p!r}",
+                    help=f"e.g. {example('top_p', '0.9')} keeps the most likely tokens that "
+                         "reach 90%")
+    check_seed(seed, named("sampling_seed") if cli else "seed", optional=True)
+
+
+def check_run_options(args: argparse.Namespace, stops: Sequence[int]) -> None:
+    """`linnet run`'s numeric options checked before anything is loaded or imported: the
+    sampling options (:func:`check_sampling`), ``--seed``, and the ``--stop`` ids ``stops``
+    (E0819 for a negative one; the model's vocabulary bounds them from above once loaded).
+
+    >>> import argparse
+    >>> check_run_options(argparse.Namespace(temperature=0.0, top_k=None, top_p=None,
+    ...                                      sampling_seed=None, seed=0), [2])
+    """
+    check_sampling(args.temperature, args.top_k, args.top_p, args.sampling_seed, cli=True)
+    check_seed(args.seed, "--seed", optional=False)
+    for token in stops:
+        if token < 0:
+            raise stop_token_error(token, None, "--stop")
+
+
+def stop_token_error(token: int, vocabulary: int | None, name: str = "stop_tokens"
+                     ) -> LinnetError:
+    """E0819: a stop token the model can never emit (negative, or ``vocabulary`` or more),
+    so it would never stop a sequence.
+
+    >>> stop_token_error(300, 256).diagnostics[0].message
+    'stop token 300 (in stop_tokens) is not a token id of this model: its ids are [0, 256)'
+    """
+    ids = f"[0, {vocabulary})" if vocabulary is not None else "at least 0"
+    return error("E0819", f"stop token {token} (in {name}) is not a token id of this model: "
+                 f"its ids are {ids}",
+                 help="a stop token is an id the model emits (the tokenizer's EOS id, say); "
+                      "one outside the vocabulary would never end a sequence")
 
 
 def check_length(model: Any, prompt: int, tokens: int, one: Any) -> None:

@@ -76,6 +76,7 @@ def run_command(args: argparse.Namespace) -> int:
             "E0790", f"`{sampling[0]}` is an option of the torch runtime's generation; "
             "`--runtime jax` decodes greedily", help=f"drop {sampling[0]}, or use "
                                                      "`--runtime torch`"))
+    hosting.check_seed(args.seed, "--seed", optional=False)  # before a checkpoint is made
     model_path, config_name, config = hosting.run_config(args)
     weights = args.weights
     if weights is None:

@@ -30,6 +30,7 @@ from linnet.lang.hosting import (  # noqa: F401
     check_dtype_config,
     check_finite_flag,
     check_numerics,
+    check_seed,
     check_weights_type,
     entry_method,
     load_program,
@@ -553,6 +554,7 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
     >>> w["model.norm.weight"].tolist()
     [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     """
+    check_seed(seed, optional=False)  # E0815, not NumPy's ValueError for -1
     rng = np.random.default_rng(seed)
     out = {}
     for path, vt, ones in parameter_types(model_path, config):

@@ -31,11 +31,18 @@ def register_run(subparsers: Any) -> None:
 def run_command(args: argparse.Namespace) -> int:
     import os
 
-    from .model import load
-
+    # The options first, before a checkpoint is read or made or torch is imported.
+    parsed = hosting.run_tokens(args)
+    if parsed is None:
+        return 2
+    prompt, stop = parsed
+    hosting.check_run_options(args, stop)
     # Checked before anything is imported or started: a number of ranks this machine can
     # start, the time a rank waits for the others, and a rank's own environment.
     nproc = hosting.check_nproc(getattr(args, "nproc", 1))
+    from .model import load, resolve_device
+
+    resolve_device(args.device)  # E0710-E0712 before a demo checkpoint is made for nothing
     # A rank: started by --nproc below, or by torchrun (its environment names the rank).
     is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if nproc > 1:
@@ -63,10 +70,6 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"linnet: starting {nproc} ranks (tensor parallelism over torch.distributed, "
               f"{'NCCL' if str(args.device).startswith('cuda') else 'gloo'})", file=sys.stderr)
         return spawn(nproc, run_command, ranks)
-    parsed = hosting.run_tokens(args)
-    if parsed is None:
-        return 2
-    prompt, stop = parsed
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, compile=args.compile,
                  numerics=args.numerics, config=config, interpret=args.interpret,

@@ -30,14 +30,37 @@ def register_kernels(subparsers: Any) -> None:
                    help="element types a generic T is drawn from (repeatable; default f32, "
                         "bf16)")
     p.add_argument("--op", action="append", default=[], metavar="NAME",
-                   help="check only this op (repeatable; a name or a qualified name)")
+                   help="check only this op (repeatable; a name or a qualified name; one "
+                        "bound to no kernel here is error E0793)")
     p.add_argument("--device", default=None,
-                   help="cpu (Triton's interpreter) or cuda (default: cuda when available)")
+                   help="cpu (Triton's interpreter) or cuda (default: cuda when available); "
+                        "a device this machine lacks is error E0710-E0712")
     p.add_argument("--runtime", choices=("torch", "jax"), default="torch",
                    help="torch: kernels through Triton from generated PyTorch (default); "
                         "jax: through Pallas from generated JAX (Pallas's interpreter on the "
                         "CPU, `--device cpu`; for real on a GPU), linnet-runtime-jax's check")
     p.set_defaults(run=kernels_command)
+
+
+def _programs(args: argparse.Namespace, std_program: Any) -> list[Any]:
+    """The checked programs of ``--std`` and the files, with ``--op`` names checked against
+    all of them at once (E0793 before any kernel runs)."""
+    from linnet.lang.check.kernel_cases import check_op_names, checked_program
+
+    programs = ([std_program()] if args.std else []) + [checked_program(f) for f in args.file]
+    check_op_names(programs, args.op)
+    return programs
+
+
+def _ops(program: Any, ops: list[str]) -> list[str] | None:
+    """The ``--op`` names that name a bound op of ``program`` (None: every op); each program
+    checks only its own, once :func:`_programs` has checked every name names one."""
+    from linnet.lang.check.kernel_cases import bound_ops
+
+    if not ops:
+        return None
+    names = {n for op in bound_ops(program) for n in (op.name, op.qualified_name)}
+    return [n for n in ops if n in names]
 
 
 def kernels_command(args: argparse.Namespace) -> int:
@@ -54,7 +77,15 @@ def kernels_command(args: argparse.Namespace) -> int:
         return 2
     if getattr(args, "runtime", "torch") == "jax":
         return _jax_kernels(args)
-    if args.device in (None, "cpu") and "triton" not in sys.modules:
+    device = None
+    if args.device is not None:
+        from .model import resolve_device  # imports torch, not Triton
+
+        device = resolve_device(args.device)  # E0710-E0712: `tpu`, or cuda without a GPU
+    from linnet.lang.check.kernel_cases import std_program
+
+    sources = _programs(args, std_program)  # E0793 before Triton is imported
+    if (device is None or device.type == "cpu") and "triton" not in sys.modules:
         # On the CPU, kernels run in Triton's interpreter, which must be chosen before Triton
         # is first imported (its own library functions are decorated then). Harmless on
         # CUDA: the interpreter only runs kernels whose tensors are on the CPU.
@@ -66,12 +97,8 @@ def kernels_command(args: argparse.Namespace) -> int:
             "E0768", "`linnet kernels` needs Triton, which is not installed here",
             help="install it: `pip install 'linnet-runtime-torch[triton]'` (on the CPU, "
                  "kernels run in Triton's interpreter)")) from None
-    from .testing import KernelCheck, check_kernels, std_program
+    from .testing import KernelCheck, check_kernels
 
-    sources: list[Any] = []
-    if args.std:
-        sources.append(std_program())
-    sources += args.file
     dtypes = tuple(args.dtype) or DEFAULT_DTYPES
     checked = 0
 
@@ -89,8 +116,9 @@ def kernels_command(args: argparse.Namespace) -> int:
     done: set[str] = set()  # ops already checked (a std op two files use, say)
     for source in sources:
         findings += check_kernels(source, count=args.count, seed=args.seed,
-                                  max_size=args.max_size, dtypes=dtypes, ops=args.op or None,
-                                  device=args.device, on_check=show, skip=done)
+                                  max_size=args.max_size, dtypes=dtypes,
+                                  ops=_ops(source, args.op), device=device, on_check=show,
+                                  skip=done)
     unrun = [f for f in findings if f.case == "no case"]
     for f in unrun:
         print(f"FAIL  {f}")
@@ -116,12 +144,11 @@ def _jax_kernels(args: argparse.Namespace) -> int:
         raise LinnetError(Diagnostic(
             "E0792", "`linnet kernels --runtime jax` needs linnet-runtime-jax, which is not "
             "installed here", help="install it: `pip install linnet-runtime-jax`")) from None
-    if args.device not in (None, "cpu", "gpu", "cuda"):
-        print("linnet kernels: --device is cpu or gpu with --runtime jax", file=sys.stderr)
-        return 2
-    interpret = None if args.device is None else args.device == "cpu"
-    sources: list[Any] = [std_program()] if args.std else []
-    sources += args.file
+    from linnet.jax.model import resolve_device
+
+    # E0710-E0712 as for torch: `tpu`, or a GPU jax does not see here.
+    interpret = None if args.device is None else resolve_device(args.device).platform == "cpu"
+    sources = _programs(args, std_program)
     checked = 0
 
     def show(check: KernelCheck) -> None:
@@ -142,7 +169,7 @@ def _jax_kernels(args: argparse.Namespace) -> int:
     for source in sources:
         findings += check_kernels(source, count=args.count, seed=args.seed,
                                   max_size=args.max_size, dtypes=tuple(args.dtype) or
-                                  DEFAULT_DTYPES, ops=args.op or None, interpret=interpret,
+                                  DEFAULT_DTYPES, ops=_ops(source, args.op), interpret=interpret,
                                   on_check=show, skip=done, on_skip=skipped)
     for f in findings:
         if f.case == "no case":

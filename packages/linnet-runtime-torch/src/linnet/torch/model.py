@@ -21,6 +21,7 @@ from linnet.lang.hosting import (  # noqa: F401
     check_dtype_config,
     check_finite_flag,
     check_numerics,
+    check_seed,
     check_weights_type,
     dtype_error,
     entry_method,
@@ -64,6 +65,17 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise _error("E0712", f"device `{device}` does not exist: this machine has "
                      f"{torch.cuda.device_count()} CUDA device(s)", help="pick another index")
+    if dev.type not in ("cpu", "cuda", "meta"):
+        # A name torch parses but cannot use here (`xla` without torch_xla, `mps` off a Mac):
+        # found now, not as a misleading error from the first tensor made there.
+        try:
+            torch.empty(0, device=dev)
+        except (RuntimeError, AssertionError) as exc:
+            text = str(exc).strip() or type(exc).__name__
+            first = text.splitlines()[0].split(". ")[0]  # torch's first sentence, not its list
+            raise _error("E0711", f"device `{device}` was asked for, but this torch cannot "
+                         f"use it here: {first}", help="use 'cpu', or 'cuda' on a machine with "
+                                                    "an NVIDIA GPU") from None
     return dev
 
 
@@ -460,8 +472,9 @@ class Model:
         >>> model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)          # doctest: +SKIP
         [[17, 9, 9, 30, 2, 88, 7, 7], [5, 5, 211, 2, 40, 40, 9, 1]]
         """
-        from .generate import generate
+        from .generate import check_options, generate
 
+        check_options(options)  # E0794, not a TypeError, for an option generate lacks
         return generate(self, prompts, max_new_tokens, **options)
 
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
@@ -709,7 +722,8 @@ def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0
 
     >>> w = random_weights("examples/llama/llama.linnet", toy_config)   # doctest: +SKIP
     """
-    dev = torch.device(device)
+    check_seed(seed, optional=False)  # E0815, not an OverflowError from manual_seed
+    dev = resolve_device(device)
     gen = torch.Generator(dev).manual_seed(seed)
     out = {}
     for path, vt, ones in parameter_types(model_path, config):

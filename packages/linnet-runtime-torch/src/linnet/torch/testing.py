@@ -75,15 +75,20 @@ def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0
     ``"cpu"`` runs them in Triton's interpreter, ``"cuda"`` for real (default: CUDA when
     available). ``on_check`` is called with each :class:`KernelCheck` as it finishes.
     ``skip`` is a set of qualified op names not to check; the ops checked are added to it
-    (so that several files sharing std ops check each once).
+    (so that several files sharing std ops check each once). A device this machine lacks is
+    E0710-E0712; a name in ``ops`` that is no bound op is E0793.
 
     >>> for f in check_kernels("kernels.linnet", count=5, seed=1):   # doctest: +SKIP
     ...     print(f)
     kernel main::row_sum (op main::total) on x: [3, 40] f32 (R=3, C=40): differs: ...
     """
+    from .model import resolve_device
+
     program = _program(source)
-    dev = torch.device(device if device is not None else
-                       ("cuda" if torch.cuda.is_available() else "cpu"))
+    # E0710-E0712 for a device this machine lacks (`tpu`, cuda without a GPU), not a
+    # RuntimeError from the first tensor made there.
+    dev = resolve_device(device if device is not None else
+                         ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type != "cuda":
         use_interpreter()
     return run_checks(program, lambda op, case, s: check_case(program, op, case, s, dev),

@@ -98,6 +98,31 @@ def bound_ops(program: Program) -> list[A.FuncDecl]:
     return out
 
 
+def check_op_names(programs: list[Program], ops: list[str] | None) -> None:
+    """E0793 for a name in ``ops`` (`linnet kernels --op`) that is no bound op of any of
+    ``programs``, by name or qualified name: checking nothing and passing would hide the
+    typo. The help names the closest op.
+
+    >>> from linnet.lang import check_text
+    >>> check_op_names([check_text(SOFTMAX_EXAMPLE)], ["softmax", "main::softmax"])
+    >>> check_op_names([check_text(SOFTMAX_EXAMPLE)], ["sofmax"])
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0793]: no op bound to a kernel is ...
+    """
+    from linnet.lang.check.hints import did_you_mean
+
+    names = {n for p in programs for op in bound_ops(p) for n in (op.name, op.qualified_name)}
+    for name in ops or []:
+        if name not in names:
+            shown = sorted(n for n in names if "::" not in n)
+            raise LinnetError(Diagnostic(
+                "E0793", f"no op bound to a kernel is named `{name}` here, so `--op {name}` "
+                "would check nothing",
+                help=did_you_mean(name, sorted(names), "the ops bound to a kernel here: "
+                                  + (", ".join(shown) or "none"))))
+
+
 def boundary_sizes(op: A.FuncDecl, *kernels: A.FuncDecl | None) -> set[int]:
     """The integer literals of the op's and kernels' `where` clauses and of the binding's
     arguments (both kernels' of a chain), each with its neighbours: where a mask or a limit
@@ -376,8 +401,8 @@ def _default(dtype: str) -> str:
 
 
 __all__ = ["DEFAULT_DTYPES", "ENTRY", "EXACT", "MODEL", "TF32", "TOLERANCES", "KernelCase",
-           "binding_name", "bound_ops", "boundary_sizes", "candidate_sizes", "checked_program",
-           "sample_cases", "std_program", "wrapper_program"]
+           "binding_name", "bound_ops", "boundary_sizes", "candidate_sizes", "check_op_names",
+           "checked_program", "sample_cases", "std_program", "wrapper_program"]
 
 
 # ---------------------------------------------------------------- findings (every runtime)
@@ -445,6 +470,7 @@ def run_checks(program: Program, check_case: Any, *, count: int, seed: int, max_
     >>> #            max_size=48, dtypes=("f32",), ops=None, on_check=None, skip=None)
     """
     findings: list[KernelFinding] = []
+    check_op_names([program], ops)
     done = skip if skip is not None else set()
     chosen = [op for op in bound_ops(program) if op.qualified_name not in done and (
         ops is None or op.name in ops or op.qualified_name in ops)]

@@ -41,6 +41,8 @@ class Program:
     def _locate(self, dotted: list[str]) -> Path | None:
         rel = Path(*dotted).with_suffix(".linnet")
         if dotted[0] == "std":
+            if len(dotted) == 1:  # `use std`: the library, no module (Path() has no name)
+                return None
             candidate = STD_ROOT / Path(*dotted[1:]).with_suffix(".linnet")
             try:
                 return candidate if candidate.is_file() else None
@@ -69,6 +71,9 @@ class Program:
                 close = difflib.get_close_matches(dotted, std_modules(), n=1, cutoff=0.8)
                 if close:
                     hint = f"did you mean `{close[0]}`?"
+                if item.module == ["std"]:
+                    hint = ("`std` is the library, not a module: name one of its modules, "
+                            "e.g. `use std.nn.linear::{linear}`; " + hint)
                 self.errors.append(Diagnostic("E0200", f"module `{dotted}` not found", item.span,
                                               "no such module", help=hint))
                 continue
@@ -102,8 +107,9 @@ def model_file(model: str | Path) -> Path:
     text = str(model)
     if text.startswith("std.") and not text.endswith(".linnet") and not Path(text).exists():
         parts = text.split(".")[1:]
-        candidate = STD_ROOT / Path(*parts).with_suffix(".linnet")
-        if all(p.isidentifier() for p in parts) and candidate.is_file():
+        # `std.` names no module: Path("") has no name to give a suffix to.
+        if all(p.isidentifier() for p in parts) and \
+                (candidate := STD_ROOT / Path(*parts).with_suffix(".linnet")).is_file():
             return candidate
         models = sorted(m for m in std_modules() if m.startswith("std.models."))
         raise LinnetError(Diagnostic(
