@@ -138,9 +138,17 @@ def test_a_nonsensical_nproc_is_E0824_before_anything_starts(capsys, monkeypatch
     assert rc == 1 and "error[E0824]" in err and len(err) < 600
 
 
-def test_more_ranks_than_gpus_is_E0824(capsys, no_spawn):
+def test_more_ranks_than_gpus_is_E0824(capsys, monkeypatch, no_spawn):
     if torch.cuda.device_count() >= 2:
         pytest.skip("this machine has GPUs for 2 ranks")
+    if not torch.cuda.is_available():  # no GPU at all: the device is refused first
+        rc, err = cli(capsys, "--nproc", "2", "--device", "cuda")
+        assert rc == 1 and "error[E0711]" in err
+        # ... and on a machine with one GPU, the second rank has none
+        import linnet.torch.model
+
+        monkeypatch.setattr(linnet.torch.model, "resolve_device", lambda d: d)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     rc, err = cli(capsys, "--nproc", "2", "--device", "cuda")
     assert rc == 1 and "error[E0824]" in err and "one rank per GPU" in err
 
