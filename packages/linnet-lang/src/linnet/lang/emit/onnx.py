@@ -42,7 +42,6 @@ from typing import Any
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Call, Graph, Step
-from linnet.lang.tensors.dtypes import promote
 
 OPSET = 21  # onnxruntime 1.20+ and onnx 1.17+ run and check opset 21
 IR_VERSION = 10
@@ -360,9 +359,8 @@ def _unary(op_type: str) -> Rule:
 def _binary(op_type: str, compare: bool = False) -> Rule:
     def rule(s: Step, n: Scope) -> Any:
         a, b = s.operands
-        # Comparisons and logic read operands of one dtype (two dtypes: the one that holds
-        # both, never f32 for an f64); arithmetic computes in the result's.
-        want = (promote(n.dtype(a), n.dtype(b)) or "f32") if compare else _out(s, n)
+        # Comparisons and logic read operands of one dtype; arithmetic computes in the result's.
+        want = (n.dtype(a) if n.dtype(a) == n.dtype(b) else "f32") if compare else _out(s, n)
         return n.op(op_type, [n.get(a, want), n.get(b, want)], hint=s.results[0])
     return rule
 

@@ -33,7 +33,6 @@ from typing import Any
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Call, Graph, Step
-from linnet.lang.tensors.dtypes import promote
 
 MLIR_DTYPES = {"f64": "f64", "f32": "f32", "f16": "f16", "bf16": "bf16", "i64": "i64",
                "i32": "i32", "i16": "i16", "i8": "i8", "u8": "ui8", "bool": "i1"}
@@ -217,7 +216,7 @@ def _compare(direction: str) -> Rule:
         shape, _ = _res(s, n)
         a, b = s.operands
         da, db = n.ref_type(a)[1], n.ref_type(b)[1]
-        dt = promote(da, db) or "f32"  # the dtype that holds both: never f32 for an f64
+        dt = da if da == db else "f32"
         kind = "FLOAT" if dt in _FLOATS else "UNSIGNED" if dt in ("u8", "bool") else "SIGNED"
         return n.op("stablehlo.compare", [n.get(a, dt, shape), n.get(b, dt, shape)], shape,
                     "bool", f"comparison_direction = #stablehlo<comparison_direction "
