@@ -17,7 +17,7 @@ import pytest
 from jax.test_util import check_grads
 from jax_support import x64
 from linnet.jax.home import import_source
-from linnet.lang import Program, lower
+from linnet.lang import lower
 from linnet.lang.emit.jax import FAST_CALLS, emit_jax
 from reference import run_graph
 from test_jax_generated import FAST_CASES, fast_case_program

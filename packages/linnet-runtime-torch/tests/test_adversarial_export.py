@@ -185,3 +185,28 @@ def test_exported_decode_on_cuda_refuses_and_the_device_stays_usable(weights):
     # A RuntimeError, not a device-side assert: the next call runs.
     torch.testing.assert_close(step(i32(2).cuda(), i32(1).cuda()),
                                want.decode(i32(2).cuda(), i32(1).cuda()))
+
+
+def test_parameters_named_like_module_attributes(tmp_path):
+    """`forward`, `training`, `eval`: names nn.Module has. Each is registered beside it
+    (`forward_`) instead of failing, or of replacing the module's forward."""
+    path = tmp_path / "named.linnet"
+    path.write_text("""
+model M {
+    param forward: Tensor[4; f32]
+    param training: Tensor[4; f32]
+    param eval: Tensor[4; f32]
+    entry run(x: Tensor[4; f32]) -> Tensor[4; f32] {
+        let y[i] = x[i] * self.forward[i] + self.training[i] + self.eval[i]
+        return y
+    }
+}
+""")
+    weights = {"forward": torch.full((4,), 2.0), "training": torch.ones(4),
+               "eval": torch.full((4,), 10.0)}
+    model = load(path, weights=weights)
+    x = torch.arange(4.0)
+    module = model.as_module("run", [x])
+    assert sorted(module.state_dict()) == ["eval_", "forward_", "training_"]
+    program = torch.export.export(module, (x,))
+    torch.testing.assert_close(program.module()(x), model.run("run", [x]), rtol=0, atol=0)

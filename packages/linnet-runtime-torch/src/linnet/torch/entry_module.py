@@ -34,6 +34,8 @@ class EntryModule(torch.nn.Module):
     ['lm_head.weight']
     """
 
+    _linnet_model: Any  # the Model (set past nn.Module's __setattr__: not a submodule)
+
     def __init__(self, model: Any, entry: str, inputs: Sequence[torch.Tensor],
                  context: Context | None):
         super().__init__()

@@ -436,8 +436,7 @@ class Model:
         from .entry_module import EntryModule
 
         self._single("as_module")
-        inputs = self._inputs(entry, list(inputs), {})
-        return EntryModule(self, entry, inputs, context)
+        return EntryModule(self, entry, list(inputs), context)
 
     # ------------------------------------------------------------ gradients
     def value_and_grad(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, Any],
