@@ -11,6 +11,11 @@ checked by ``Model.run`` and ``Plan.run`` at the cost of one synchronisation per
 inputs' minima and maxima come back in one copy); ``Captured`` does not check them (its
 device inputs are the previous step's argmax, in range by construction), so a replay never
 waits for the device. See docs/torch.md, "Bad inputs".
+
+Under ``torch.export`` the inputs are fake tensors with no values to read: each range
+becomes assertions that the exported program carries and checks on every call
+(:func:`traced_range_checks`). Fake tensors outside export (a ``FakeTensorMode`` run for
+shapes) are skipped, like meta tensors.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from linnet.lang.ir.bounds import InputRange, bounds_for
 from linnet.lang.ir.graph import Graph
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .interpreter import DTYPES
 
@@ -80,11 +86,16 @@ def check_inputs(graph: Graph, inputs: Sequence[Any], entry: str,
         return
     checks: list[tuple[torch.Tensor, InputRange]] = []
     device_checks: list[tuple[torch.Tensor, InputRange]] = []
+    exporting = torch.compiler.is_exporting()
     for name, t in zip(graph.inputs, inputs):
         r = bounds.inputs.get(name)
         if r is None or t.numel() == 0 or t.device.type == "meta":
             continue  # a meta tensor has a shape and no values: nothing to range-check
-        if t.device.type == "cpu":
+        if exporting:
+            traced_range_checks(graph, entry, t, r)
+        elif is_fake(t):
+            continue  # shapes only (FakeTensorMode): no values, as on meta
+        elif t.device.type == "cpu":
             checks.append((t, r))
         elif device_inputs:
             device_checks.append((t, r))
@@ -103,3 +114,65 @@ def check_inputs(graph: Graph, inputs: Sequence[Any], entry: str,
 def _range_error(graph: Graph, entry: str, t: torch.Tensor, r: InputRange) -> LinnetError:
     # The message's first bad index and value, read from a flat host copy as ints.
     return range_error(graph, entry, r, t.reshape(-1).long().tolist(), tuple(t.shape))
+
+
+def traced_range_checks(graph: Graph, entry: str, t: torch.Tensor, r: InputRange,
+                        read: bool | None = None) -> None:
+    """The range check of index input ``t`` as operations ``torch.export`` keeps in the
+    program, for a tensor that has no values yet (a fake tensor being traced): the exported
+    program refuses an out-of-range value on every call instead of reading past an axis (or
+    clamping to its last entry). ``int(t.min())`` would be a data-dependent guard that export
+    cannot trace (issue 46 item 6).
+
+    On the CPU, ``torch._assert_async`` (no synchronisation; RuntimeError with an E0780
+    message naming the input, its range and what it indexes). On a GPU that would be a
+    device-side assert, which leaves the CUDA context unusable, so there the program reads
+    the minimum and maximum (one synchronisation, as eager checks do) and ``torch._check``
+    turns them into runtime assertions: a RuntimeError naming the bound (``u1 <= 255``).
+    ``read`` picks the second form (None: off the CPU). A range no value satisfies is E0780
+    at export time.
+
+    >>> from linnet.lang import Program, lower
+    >>> from linnet.lang.ir.bounds import bounds_for
+    >>> g = lower(Program.from_text(GATHER), "get", {"i": [1]}, {"V": 4})
+    >>> traced_range_checks(g, "get", torch.tensor([5]), bounds_for(g).inputs["%i"])
+    Traceback (most recent call last):
+    ...
+    RuntimeError: error[E0780]: input `i` of `get` has a value of 4 or more; every value must be in [0, 4)...
+    """
+    if r.empty:
+        raise range_error(graph, entry, r, [], tuple(t.shape))
+    name = r.input.lstrip("%")
+    where = f"every value must be {r.text()}: `{name}` indexes"
+    low = (f"error[E0780]: input `{name}` of `{entry}` has a value below {r.lo}; {where} "
+           f"{r.lower.describe(graph)}")
+    high = (f"error[E0780]: input `{name}` of `{entry}` has a value of {r.hi} or more; "
+            f"{where} {r.upper.describe(graph)}")
+    bounded = (r.lo > _MIN, r.hi < _MAX)
+    lo, hi = torch.aminmax(t)
+    if read is None:
+        read = t.device.type != "cpu"
+    if not read:
+        if bounded[0]:
+            torch._assert_async(lo >= r.lo, low)
+        if bounded[1]:
+            torch._assert_async(hi < r.hi, high)
+        return
+    lo_v, hi_v = lo.item(), hi.item()
+    if bounded[0]:
+        torch._check(lo_v >= r.lo, lambda: low)
+    if bounded[1]:
+        torch._check(hi_v < r.hi, lambda: high)
+
+
+# Outside these the range has no end on that side (InputRange.text: "at least 0").
+_MIN, _MAX = -(2 ** 63), 2 ** 63
+# The doctest's model: one gather from a table of V entries.
+GATHER = """
+model M<V: Dim> {
+    param t: Tensor[V; f32]
+    entry get(i: Tensor[1; i32]) -> Tensor[1; f32] {
+        let out[k] = self.t[i[k]]
+        return out
+    }
+}"""

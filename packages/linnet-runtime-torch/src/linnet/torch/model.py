@@ -35,6 +35,7 @@ from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .context import Context
 from .home import import_source
@@ -291,7 +292,18 @@ class Model:
     def _context_for_graph(self, graph: Graph) -> Context:
         key = tuple(sorted((p, v.shape, v.dtype) for p, v in graph.states.items()))
         if key not in self._contexts:
-            self._contexts[key] = self.context_for_graph(graph)
+            ctx = self.context_for_graph(graph)
+            if graph.states and (torch.compiler.is_exporting()
+                                 or any(is_fake(s) for s in ctx.states.values())):
+                # Made now, the states would be the tracer's fake tensors, kept by the model
+                # for every later call (which would then return fake tensors).
+                raise _error("E0732", f"`{graph.entry}` keeps states (KV caches) that the model "
+                             "has not made yet, and torch.export (or a FakeTensorMode) is "
+                             "tracing it: they would be made of fake tensors",
+                             help=f"export model.as_module({graph.entry!r}, inputs) (its states "
+                                  "are buffers of the module), or run the entry once before "
+                                  "tracing it")
+            self._contexts[key] = ctx
         return self._contexts[key]
 
     # ------------------------------------------------------------ plans
@@ -395,6 +407,12 @@ class Model:
         check_inputs(graph, list(given), entry)
         inputs = [t.to(self.device) for t in given]
         ctx = context if context is not None else self._context_for_graph(graph)
+        self._check_context(graph, ctx, entry)
+        return self._execute(lowered, entry, inputs, self.params, ctx.states)
+
+    @staticmethod
+    def _check_context(graph: Graph, ctx: Context, entry: str) -> None:
+        """E0731 where ``ctx`` lacks a state ``graph`` writes, or holds one of another shape."""
         for path, vt in graph.states.items():
             have = ctx.states.get(path)
             if have is None or tuple(have.shape) != vt.shape:
@@ -402,24 +420,48 @@ class Model:
                              f"{None if have is None else list(have.shape)}, this call needs "
                              f"{list(vt.shape)}", help="make a context for these inputs: "
                              f"model.new_context({entry!r}, inputs)")
+
+    def _execute(self, lowered: Lowered, entry: str, inputs: list[torch.Tensor],
+                 params: dict[str, torch.Tensor], states: dict[str, torch.Tensor]) -> Any:
+        """Run a lowered entry on checked inputs against ``params`` and ``states`` (the
+        model's and a context's, or an :meth:`as_module` module's own)."""
         # With gradients on, the caller's grad mode applies (torch.no_grad() still works).
         grad_mode = contextlib.nullcontext() if self.autograd else torch.inference_mode()
         # A rank whose collectives lose the other ranks (timeout, a peer gone) says so: E0825.
         with numerics_mode(self.numerics), grad_mode, rank_errors(self.rank, self.world):
             if self.interpret:
-                outs = run_graph(graph, inputs, self.params, ctx.states, self.device)
+                outs = run_graph(lowered.graph, inputs, params, states, self.device)
             else:
                 assert lowered.module is not None
                 # An entry named like a builtin (`input`) has a function named apart.
                 module = lowered.module
                 fn = getattr(module, module.ENTRIES[entry].get("function", entry))
                 try:
-                    outs = fn(*inputs, self.params, ctx.states)
+                    outs = fn(*inputs, params, states)
                 except IndexError as exc:
                     # An index the bounds analysis could not follow to an input (one
                     # computed from a parameter, say): the same code as the interpreter's.
                     raise index_error(entry, str(exc)) from None
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def as_module(self, entry: str, inputs: Sequence[torch.Tensor],
+                  context: Context | None = None) -> torch.nn.Module:
+        """``entry`` as a ``torch.nn.Module`` for ``torch.export`` and AOTInductor: the
+        entry's parameters are the module's parameters and its states (the KV caches) its
+        buffers, under their paths, sharing memory with the model and ``context`` (by
+        default the context :meth:`run` uses). ``forward(*inputs)`` runs the entry; an
+        exported program writes the caches as the model does and refuses out-of-range token
+        ids and positions (docs/torch.md, "Exporting with torch.export").
+
+        >>> decode = model.as_module("decode", [token, pos])                 # doctest: +SKIP
+        >>> program = torch.export.export(decode, (token, pos))              # doctest: +SKIP
+        >>> program.module()(token, pos).shape                                # doctest: +SKIP
+        torch.Size([1, 256])
+        """
+        from .entry_module import EntryModule
+
+        self._single("as_module")
+        return EntryModule(self, entry, list(inputs), context)
 
     # ------------------------------------------------------------ gradients
     def value_and_grad(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, Any],

@@ -50,6 +50,7 @@ from linnet.lang.emit.torch import (
 )
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
+from linnet.lang.tensors.dtypes import accumulator
 
 JAX_DTYPES = {"f64": "jnp.float64", "f32": "jnp.float32", "f16": "jnp.float16",
               "bf16": "jnp.bfloat16", "i64": "jnp.int64", "i32": "jnp.int32",
@@ -85,6 +86,14 @@ class JaxScope(Scope):
 
 def _dt(n: Scope, ref: str) -> str:
     return JAX_DTYPES[n.dtype(ref)]
+
+
+def _acc(n: Scope, ref: str) -> str:
+    """The accumulator of the op body's `sum` over ``ref``'s dtype: f32 for 16-bit floats
+    and f32, f64 for f64. Fused forms accumulate in it, not in a hard-coded f32, which made
+    f64 products 1e-7 off the body (issue 46 item 3); a body's explicit ``as f32`` (the
+    norms' statistics, gelu) stays f32, as the body computes it at every T."""
+    return JAX_DTYPES[accumulator("sum", n.dtype(ref))]
 
 
 def _cast(want: str, have: str) -> str:
@@ -327,10 +336,11 @@ RULES: dict[str, Rule] = {
 # ---------------------------------------------------------------- fast calls
 def _fast_linear(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
     x, w, *bias = args
-    # The body: f32 products (for 16-bit T) converted back to T; then the bias, in T.
-    t = _dt(n, call.attributes["args"][0])
+    # The body: products accumulated in f32 (for 16-bit T; f64 for f64) converted back to
+    # T; then the bias, in T.
+    t, acc = _dt(n, call.attributes["args"][0]), _acc(n, call.attributes["args"][0])
     line = (f"{out[0]} = jnp.matmul({x}, {w}.T, precision=PRECISION, "
-            f"preferred_element_type=jnp.float32)" + _cast(t, "jnp.float32"))
+            f"preferred_element_type={acc})" + _cast(t, acc))
     return [line] + [f"{out[0]} = {out[0]} + {bias[0]}" for _ in bias]
 
 
@@ -369,17 +379,37 @@ def _fast_softmax(call: Call, n: Scope, args: list[str], out: list[str]) -> list
 def _fast_decode_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
     q, k, v, pos, scale = args
     s = n.shape(call.attributes["args"][1])[1]
-    t = _dt(n, call.attributes["args"][0])
+    t, acc = _dt(n, call.attributes["args"][0]), _acc(n, call.attributes["args"][0])
     o = out[0]
-    # One query a row: two products over the whole cache, f32 scores and softmax; positions
-    # after pos[b] are masked (they hold zeros or an older sequence's keys).
+    # One query a row: two products over the whole cache, scores and softmax in the body's
+    # accumulator; positions after pos[b] are masked (zeros or an older sequence's keys).
     return [
         f"{o}_mask = (jnp.arange({s}) <= {pos}[:, None])[:, None, None, :]",
         f"{o}_scores = jnp.einsum('bhgd,bjhd->bhgj', {q}, {k}, precision=PRECISION, "
-        f"preferred_element_type=jnp.float32) * {scale}",
+        f"preferred_element_type={acc}) * {scale}",
         f"{o}_p = jax.nn.softmax(jnp.where({o}_mask, {o}_scores, -jnp.inf), axis=-1)",
-        f"{o} = jnp.einsum('bhgj,bjhd->bhgd', {o}_p{_cast(t, 'jnp.float32')}, {v}, "
-        f"precision=PRECISION, preferred_element_type=jnp.float32){_cast(t, 'jnp.float32')}",
+        f"{o} = jnp.einsum('bhgj,bjhd->bhgd', {o}_p{_cast(t, acc)}, {v}, "
+        f"precision=PRECISION, preferred_element_type={acc}){_cast(t, acc)}",
+    ]
+
+
+def _prefill_attention(call: Call, n: Scope, args: list[str], out: list[str],
+                       seen: str) -> list[str]:
+    """Prefill attention as the body computes it, for f64: jax.nn.dot_product_attention
+    rounds scores and softmax to f32 whatever its inputs. ``seen`` is the [T, S] mask over
+    ``{out}_i`` (positions)."""
+    q, k, v = args[:3]
+    scale = args[3]
+    seq = n.shape(call.attributes["args"][0])[1]
+    t, acc = _dt(n, call.attributes["args"][0]), _acc(n, call.attributes["args"][0])
+    o = out[0]
+    return [
+        f"{o}_i = jnp.arange({seq})",
+        f"{o}_scores = jnp.einsum('bthgd,bshd->bhgts', {q}, {k}, precision=PRECISION, "
+        f"preferred_element_type={acc}) * {scale}",
+        f"{o}_p = jax.nn.softmax(jnp.where({seen}, {o}_scores, -jnp.inf), axis=-1)",
+        f"{o} = jnp.einsum('bhgts,bshd->bthgd', {o}_p{_cast(t, acc)}, {v}, "
+        f"precision=PRECISION, preferred_element_type={acc}){_cast(t, acc)}",
     ]
 
 
@@ -387,9 +417,11 @@ def _fast_causal_attention(call: Call, n: Scope, args: list[str], out: list[str]
     q, k, v, scale = args
     b, seq, kv, g, hd = n.shape(call.attributes["args"][0])
     o = out[0]
+    if _acc(n, call.attributes["args"][0]) != "jnp.float32":
+        return _prefill_attention(call, n, args, out, f"{o}_i[None, :] <= {o}_i[:, None]")
     # jax.nn.dot_product_attention takes [B, T, N, H] queries over [B, S, K, H] keys, query
     # head n reading key head n // (N / K): the op's (h, g) order flattened. Its XLA path
-    # computes the scores and the softmax in f32.
+    # computes the scores and the softmax in f32 (f64 inputs too: _prefill_attention then).
     return [
         f"{o} = jax.nn.dot_product_attention(jnp.reshape({q}, ({b}, {seq}, {kv * g}, {hd})), "
         f"{k}, {v}, scale={scale}, is_causal=True)",
@@ -433,10 +465,11 @@ def _fast_gelu_tanh(call: Call, n: Scope, args: list[str], out: list[str]) -> li
 
 def _fast_linear_in_out(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
     x, w, b = args
-    t = _dt(n, call.attributes["args"][0])
-    # The weight is stored [in, out] (GPT-2's Conv1D): no transpose; f32 products, then T.
+    t, acc = _dt(n, call.attributes["args"][0]), _acc(n, call.attributes["args"][0])
+    # The weight is stored [in, out] (GPT-2's Conv1D): no transpose; f32 products (f64 for
+    # f64), then T.
     return [f"{out[0]} = jnp.matmul({x}, {w}, precision=PRECISION, "
-            f"preferred_element_type=jnp.float32){_cast(t, 'jnp.float32')} + {b}"]
+            f"preferred_element_type={acc}){_cast(t, acc)} + {b}"]
 
 
 def _fast_window_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
@@ -445,10 +478,12 @@ def _fast_window_attention(call: Call, n: Scope, args: list[str], out: list[str]
     o = out[0]
     # Key s is seen from query t when t - window < s <= t: a boolean [T, S] mask broadcast
     # over batch and heads (the window may be a traced value, so not local_window_size=).
+    seen = f"({o}_i[None, :] <= {o}_i[:, None]) & ({o}_i[:, None] - {o}_i[None, :] < {window})"
+    if _acc(n, call.attributes["args"][0]) != "jnp.float32":
+        return _prefill_attention(call, n, args, out, seen)
     return [
         f"{o}_i = jnp.arange({seq})",
-        f"{o}_mask = ({o}_i[None, :] <= {o}_i[:, None]) & ({o}_i[:, None] - {o}_i[None, :] "
-        f"< {window})",
+        f"{o}_mask = {seen}",
         f"{o} = jax.nn.dot_product_attention(jnp.reshape({q}, ({b}, {seq}, {kv * g}, {hd})), "
         f"{k}, {v}, mask={o}_mask[None, None], scale={scale})",
         f"{o} = jnp.reshape({o}, ({b}, {seq}, {kv}, {g}, {hd}))",
@@ -459,7 +494,7 @@ def _fast_window_decode_attention(call: Call, n: Scope, args: list[str],
                                   out: list[str]) -> list[str]:
     q, k, v, pos, scale, window = args
     s = n.shape(call.attributes["args"][1])[1]
-    t = _dt(n, call.attributes["args"][0])
+    t, acc = _dt(n, call.attributes["args"][0]), _acc(n, call.attributes["args"][0])
     o = out[0]
     # decode_attention's two products, with cache positions outside the window masked too.
     return [
@@ -467,10 +502,10 @@ def _fast_window_decode_attention(call: Call, n: Scope, args: list[str],
         f"{o}_mask = (({o}_i <= {pos}[:, None]) & ({pos}[:, None] - {o}_i < {window}))"
         f"[:, None, None, :]",
         f"{o}_scores = jnp.einsum('bhgd,bjhd->bhgj', {q}, {k}, precision=PRECISION, "
-        f"preferred_element_type=jnp.float32) * {scale}",
+        f"preferred_element_type={acc}) * {scale}",
         f"{o}_p = jax.nn.softmax(jnp.where({o}_mask, {o}_scores, -jnp.inf), axis=-1)",
-        f"{o} = jnp.einsum('bhgj,bjhd->bhgd', {o}_p{_cast(t, 'jnp.float32')}, {v}, "
-        f"precision=PRECISION, preferred_element_type=jnp.float32){_cast(t, 'jnp.float32')}",
+        f"{o} = jnp.einsum('bhgj,bjhd->bhgd', {o}_p{_cast(t, acc)}, {v}, "
+        f"precision=PRECISION, preferred_element_type={acc}){_cast(t, acc)}",
     ]
 
 

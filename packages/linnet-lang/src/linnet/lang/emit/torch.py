@@ -58,6 +58,7 @@ from linnet.lang.emit.triton import (
 )
 from linnet.lang.ir.graph import Call, Graph, Step, kernel_stages
 from linnet.lang.ir.slices import Slice, cut
+from linnet.lang.tensors.dtypes import accumulator
 
 TORCH_DTYPES = {"f64": "torch.float64", "f32": "torch.float32", "f16": "torch.float16",
                 "bf16": "torch.bfloat16", "i64": "torch.int64", "i32": "torch.int32",
@@ -553,15 +554,24 @@ def _fast_softmax(call: Call, n: Scope, args: list[str], out: list[str]) -> list
     return [f"{out[0]} = torch.softmax({args[0]}, dim=-1)"]
 
 
+def _widen(n: Scope, ref: str) -> str:
+    """``.float()``, or ``.double()`` for f64: to the accumulator of the body's `sum` over
+    ``ref``'s dtype (a hard-coded ``.float()`` computed f64 attention in f32: issue 46 item
+    3). A body's explicit ``as f32`` (the norms' statistics, gelu) stays ``.float()``."""
+    return ".double()" if accumulator("sum", n.dtype(ref)) == "f64" else ".float()"
+
+
 def _fast_decode_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
     q, k, v, pos, scale = args
     s = n.shape(call.attributes["args"][1])[1]
     o = out[0]
+    wide = _widen(n, call.attributes["args"][0])
     # One query a row: two batched products over the cache in place (the permutes are views)
-    # and an f32 softmax. SDPA with a boolean mask takes a slow general path for this shape.
+    # and the softmax in f32 (f64 for f64). SDPA with a boolean mask takes a slow general
+    # path for this shape.
     return [
         f"{o}_mask = (torch.arange({s}, device=DEVICE) <= {pos}[:, None])[:, None, None, :]",
-        f"{o}_scores = torch.matmul({q}, {k}.permute(0, 2, 3, 1)).float() * {scale}",
+        f"{o}_scores = torch.matmul({q}, {k}.permute(0, 2, 3, 1)){wide} * {scale}",
         f"{o}_p = torch.softmax({o}_scores.masked_fill(~{o}_mask, float('-inf')), dim=-1)",
         f"{o} = torch.matmul({o}_p.to({q}.dtype), {v}.permute(0, 2, 1, 3))",
     ]
@@ -623,11 +633,12 @@ def _fast_window_decode_attention(call: Call, n: Scope, args: list[str],
     q, k, v, pos, scale, window = args
     s = n.shape(call.attributes["args"][1])[1]
     o = out[0]
+    wide = _widen(n, call.attributes["args"][0])
     return [
         f"{o}_i = torch.arange({s}, device=DEVICE)",
         f"{o}_mask = (({o}_i <= {pos}[:, None]) & ({pos}[:, None] - {o}_i < {window}))"
         f"[:, None, None, :]",
-        f"{o}_scores = torch.matmul({q}, {k}.permute(0, 2, 3, 1)).float() * {scale}",
+        f"{o}_scores = torch.matmul({q}, {k}.permute(0, 2, 3, 1)){wide} * {scale}",
         f"{o}_p = torch.softmax({o}_scores.masked_fill(~{o}_mask, float('-inf')), dim=-1)",
         f"{o} = torch.matmul({o}_p.to({q}.dtype), {v}.permute(0, 2, 1, 3))",
     ]
