@@ -467,7 +467,10 @@ def test_a_kernel_that_cannot_be_written_fails_its_own_regions_only(tmp_path, in
                "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g)}
     model = load(path, weights=weights, numerics="fast", config={"D": 40, "O": 24, "T": "f32"})
     x = torch.randn(ROWS, 40)
-    plan = model.plan_for("run", [x], backends=[], measure=False, progress=False)
+    from linnet.plan import BackendWarning
+
+    with pytest.warns(BackendWarning, match="2 regions of backend `linnet-kernels` failed.*E0532"):
+        plan = model.plan_for("run", [x], backends=[], measure=False, progress=False)
     wide = [c for c in kernel_rows(plan) if c.region.callee.endswith("norm_linear_wide")]
     assert wide and all(c.status == "failed" and "E0532" in c.reason for c in wide)
     assert any(c.status == "taken" for c in kernel_rows(plan))

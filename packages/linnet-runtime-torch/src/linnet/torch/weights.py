@@ -106,7 +106,9 @@ def check_finite_weights(params: dict[str, torch.Tensor],
     ...
     linnet.lang.diagnostics.core.LinnetError: error[E0666]: weight `w` holds 1 NaN ...
     """
-    floats = [(k, t) for k, t in params.items() if t.is_floating_point() and t.numel()]
+    # A meta tensor has a shape and no values (a model loaded to size it): nothing to check.
+    floats = [(k, t) for k, t in params.items()
+              if t.is_floating_point() and t.numel() and t.device.type != "meta"]
     suspects = []
     by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
     for k, t in floats:
