@@ -323,10 +323,10 @@ def _load_all(entry_points: Iterable[Any]) -> Discovery:
     working, faults = [], []
     with contextlib.redirect_stdout(sys.stderr):
         for f in found:
-            outcome = probe_outcome(f.backend, HOST)
-            if outcome.state == "fault":
+            answer = probe_outcome(f.backend, HOST)
+            if answer.state == "fault":
                 faults.append(SkipRecord(f.name, f.distribution, f.version, f.path,
-                                         outcome.reason, outcome.detail, outcome.code))
+                                         answer.reason, answer.detail, answer.code))
             else:
                 working.append(f)
     records.extend(faults)
