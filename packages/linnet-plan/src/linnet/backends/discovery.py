@@ -13,6 +13,9 @@ host down: it is left out, and :func:`skipped` says which distribution it came f
 written for another contract version, its ``probe`` raised or returned something other than
 Capabilities or None when asked about the CPU (:data:`HOST`), or another backend already has
 its name). A probe that declines the CPU (returns None) is fine: the backend may run on a GPU.
+So ``available()`` means "loaded"; which of them can run on this machine is
+:func:`linnet.backends.runnable`'s answer (:mod:`linnet.backends.here`), and ``linnet
+backends`` lists only those as available.
 
 >>> from linnet.backends import available, skipped
 >>> names = [backend.name for backend in available()]
@@ -143,7 +146,10 @@ def discover(refresh: bool = False) -> Discovery:
 
 
 def available(refresh: bool = False) -> list[Any]:
-    """The backends found through entry points, sorted by name.
+    """The backends found through entry points, sorted by name: every one that loaded and
+    meets the contract, whether or not it can run on this machine
+    (:func:`linnet.backends.runnable` keeps those that can). ``plan_for`` takes these and
+    asks each about its target.
 
     >>> sorted(b.name for b in available()) == [b.name for b in available()]
     True

@@ -13,8 +13,9 @@ backends`` prints this; :func:`runnable` gives the backends.
 >>> from linnet.backends import runnable
 >>> names = [backend.name for backend in runnable()]
 >>> report = survey()
->>> for entry in report.not_runnable:
-...     print(entry.name, "; ".join(str(result) for result in entry.results))
+>>> for entry in report.not_runnable:  # doctest: +SKIP
+...     print(entry.name, "; ".join(outcome_text(result) for result in entry.results))
+cublaslt cpu: declines: cuBLASLt runs on CUDA devices only; this target is cpu; ...
 """
 
 from __future__ import annotations
@@ -221,7 +222,11 @@ def runnable(refresh: bool = False) -> list[Any]:
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
     """An :class:`~linnet.backends.discovery.Outcome` as JSON: the target, ``state``
     (``runs``, ``declines``, ``fault``), ``reason``, ``detail``, ``code`` and, where it runs,
-    the Capabilities' dtypes and notes."""
+    the Capabilities' dtypes and notes.
+
+    >>> outcome_json(Outcome("declines", Target("cpu", "cpu"), "needs a GPU"))["state"]
+    'declines'
+    """
     out: dict[str, Any] = {"target": _target_json(outcome.target), "state": outcome.state,
                            "reason": outcome.reason, "detail": outcome.detail,
                            "code": outcome.code}
