@@ -18,7 +18,16 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from linnet.backends import CONTRACT, Capabilities, Region, RegionError, discovery, skipped
+from linnet.backends import (
+    CONTRACT,
+    Capabilities,
+    Region,
+    RegionError,
+    Target,
+    discovery,
+    here,
+    skipped,
+)
 from linnet.backends.cli import register_backends
 from linnet.lang import Graph, check_file, lower
 
@@ -270,6 +279,119 @@ def test_linnet_backends_lists_probe_failures_as_skipped(installed, capsys):
     args = parser.parse_args(["backends", "--format", "json"])
     assert args.run(args) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [a["name"] for a in data["available"]] == ["good-one", "probe-declines"]
+    # "available" means it can run here (issue 46 item 13): a backend whose probe declines
+    # every target of this machine loaded, but is listed as unavailable, with its answers.
+    assert [a["name"] for a in data["available"]] == ["good-one"]
+    assert [a["name"] for a in data["unavailable"]] == ["probe-declines"]
+    assert {t["state"] for t in data["unavailable"][0]["targets"]} == {"declines"}
     assert {s["name"] for s in data["skipped"]} == {"probe-raises", "probe-garbage",
                                                     "probe-exits"}
+    # A probe at fault is a coded finding (E0777), never a traceback.
+    assert {s["code"] for s in data["skipped"]} == {"E0777"}
+
+
+# ------------------------------------------------------------------ issue 46 item 13
+# `linnet backends` probes every loaded backend on every target of the machine: whatever a
+# plugin's probe or decline_reason does there, the command answers (text or parseable JSON),
+# never with a traceback, and never calls a backend that declines everything available.
+CPU = discovery.HOST
+GPU = Target("cuda", "cuda:0", "NVIDIA H100", (9, 0), "torch")
+
+
+def _backend(name, probe, decline_reason=None):
+    attributes = {"name": name, "probe": probe}
+    if decline_reason is not None:
+        attributes["decline_reason"] = decline_reason
+    return type(f"Backend_{name.replace('-', '_')}", (_Good,), attributes)
+
+
+def _raise(error):
+    def method(self, target):
+        raise error
+    return method
+
+
+def _declines(self, target):
+    return None
+
+
+def _cpu_or_raise(error):
+    """A probe that accepts the CPU and raises ``error`` on any other target."""
+    def probe(self, target):
+        if target.kind == "cpu":
+            return Capabilities()
+        raise error
+    return probe
+
+
+def _answer(value):
+    return lambda self, target: value
+
+
+def _prints(self, target):
+    print("probing", target.kind, "{not json")
+    return Capabilities()
+
+
+def _garbage_on_gpu(self, target):
+    return Capabilities() if target.kind == "cpu" else {"dtypes": ["f16"]}
+
+
+HERE_CASES = [
+    # (backend, state on the CPU, state on the GPU, text expected in the GPU's reason)
+    (_backend("reason-raises", _declines, _raise(RuntimeError("no nvml"))), "declines",
+     "declines", "(its decline_reason raised RuntimeError: no nvml)"),
+    (_backend("reason-exits", _declines, _raise(SystemExit(4))), "declines", "declines",
+     "(its decline_reason raised SystemExit: 4)"),
+    (_backend("reason-list", _declines, _answer(["no", "gpu"])), "declines", "declines",
+     "(its decline_reason returned a list, not a sentence)"),
+    (_backend("reason-lines", _declines, _answer("needs\n  a GPU\n")), "declines", "declines",
+     "needs a GPU"),
+    (_backend("reason-none", _declines, _answer(None)), "declines", "declines", ""),
+    (_backend("accepts-despite-reason", _answer(Capabilities()), _raise(AssertionError)),
+     "runs", "runs", ""),
+    (_backend("raises-on-gpu", _cpu_or_raise(RuntimeError("CUDA error: no kernel image"))),
+     "runs", "fault", "probe for cuda raised RuntimeError"),
+    (_backend("exits-on-gpu", _cpu_or_raise(SystemExit(1))), "runs", "fault",
+     "probe for cuda raised SystemExit"),
+    (_backend("garbage-on-gpu", _garbage_on_gpu), "runs", "fault",
+     "probe for cuda returned a dict, not Capabilities or None"),
+    (_backend("prints", _prints), "runs", "runs", ""),
+]
+
+
+@pytest.mark.parametrize(("backend", "on_cpu", "on_gpu", "reason"), HERE_CASES,
+                         ids=[case[0].name for case in HERE_CASES])
+def test_linnet_backends_survives_any_probe_on_any_target(backend, on_cpu, on_gpu, reason,
+                                                         monkeypatch, capsys):
+    module = types.ModuleType("adversarial_here_plugins")
+    module.Factory = backend
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda **kw: [_EP(backend.name, f"{module.__name__}:Factory")])
+    monkeypatch.setattr(discovery, "_cache", None)
+    monkeypatch.setattr(here, "this_machine", lambda: here.Machine((CPU, GPU)))
+    parser = argparse.ArgumentParser(prog="linnet")
+    register_backends(parser.add_subparsers())
+    for form in ("json", "text"):
+        args = parser.parse_args(["backends", "--format", form])
+        assert args.run(args) == 0
+        out = capsys.readouterr().out
+        assert "Traceback" not in out
+        if form == "text":
+            assert backend.name in out and reason in out
+            continue
+        data = json.loads(out)  # a probe that prints never corrupts the JSON
+        (entry,) = data["available"] + data["unavailable"]
+        assert [t["state"] for t in entry["targets"]] == [on_cpu, on_gpu]
+        assert entry["runnable"] is (on_cpu == "runs" or on_gpu == "runs")
+        gpu = entry["targets"][1]
+        assert gpu["reason"] == reason
+        assert gpu["code"] == ("E0777" if on_gpu == "fault" else "")
+
+
+def test_keyboard_interrupt_in_a_probe_of_the_gpu_propagates(monkeypatch):
+    backend = _backend("interrupts", _cpu_or_raise(KeyboardInterrupt()))()
+    found = discovery.Found(backend, "dist", "1", "m:a")
+    with pytest.raises(KeyboardInterrupt):
+        here.survey(discovery.Discovery((found,), ()), here.Machine((CPU, GPU)))

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import importlib
 import importlib.metadata
+import importlib.util
 import itertools
 import json
 import sys
@@ -25,6 +26,8 @@ from linnet.backends import (
     available,
     discover,
     discovery,
+    here,
+    runnable,
     skipped,
 )
 from linnet.backends.cli import register_backends
@@ -429,14 +432,246 @@ class TestCommand:
         self.run("--format", "json")
         data = json.loads(capsys.readouterr().out)
         assert data["contract"] == CONTRACT
+        # Each available backend also says, target by target, what its probe answered here.
+        targets = data["available"][0]["targets"]
+        assert targets and all(t["state"] == "runs" for t in targets)
         assert data["available"] == [{
             "name": "fast-linear", "version": "0.4", "contract": CONTRACT,
             "distribution": "linnet-fast", "distribution_version": "0.4.1",
-            "path": data["available"][0]["path"]}]
+            "path": data["available"][0]["path"], "runnable": True, "targets": targets}]
+        assert data["unavailable"] == []
         (record,) = data["skipped"]
         assert (record["name"], record["distribution"]) == ("broken", "linnet-broken")
-        assert set(record) == {"name", "distribution", "version", "path", "reason", "detail"}
+        assert set(record) == {"name", "distribution", "version", "path", "reason", "detail",
+                               "code"}
+        assert record["code"] == ""
 
     def test_nothing_installed(self, plugins, capsys):
         self.run()
         assert "available: none" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ runnable here
+CPU = discovery.HOST
+H100 = Target("cuda", "cuda:0", "NVIDIA H100 80GB HBM3", (9, 0), "torch",
+              (("torch", "2.9"), ("cuda", "12.8")))
+CPU_ONLY = here.Machine((CPU,), ("no CUDA device: torch 2.9 (CUDA 12.8) sees none",))
+WITH_GPU = here.Machine((CPU, H100))
+
+
+class CudaOnly(Backend):
+    """A GPU backend as the plugins write one: declines the CPU, and says why."""
+
+    name = "cuda-only"
+
+    def probe(self, target):
+        return Capabilities() if self.decline_reason(target) is None else None
+
+    def decline_reason(self, target):
+        if target.kind != "cuda":
+            return f"runs on CUDA devices only; this target is {target.kind}"
+        return None
+
+
+class Silent(Backend):
+    """A contract-1 backend written before `decline_reason`: it declines without a reason."""
+
+    name = "silent"
+
+    def probe(self, target):
+        return None
+
+
+class FaultsOnCuda(Backend):
+    """Its probe runs on the CPU and raises on a GPU (a driver call that fails)."""
+
+    name = "faults-on-cuda"
+
+    def probe(self, target):
+        if target.kind == "cuda":
+            raise OSError("CUDA driver version is insufficient")
+        return Capabilities()
+
+
+class TestRunnableHere:
+    def install(self, plugins, machine, monkeypatch) -> None:
+        monkeypatch.setattr(here, "this_machine", lambda: machine)
+        plugins.add_backend(backend_class("anywhere"), distribution="dist-any")
+        plugins.add_backend(CudaOnly, distribution="dist-cuda", version="0.3")
+        plugins.add_backend(Silent, distribution="dist-silent")
+
+    def command(self, *argv: str) -> None:
+        TestCommand().run(*argv)
+
+    def test_cpu_machine_lists_a_gpu_backend_as_unavailable_with_why(self, plugins, monkeypatch,
+                                                                     capsys):
+        self.install(plugins, CPU_ONLY, monkeypatch)
+        self.command()
+        out = capsys.readouterr().out
+        assert "this machine: cpu; no CUDA device: torch 2.9 (CUDA 12.8) sees none" in out
+        available_part, rest = out.split("unavailable (loaded, but cannot run here):")
+        assert "available (can run here):" in available_part
+        assert "anywhere" in available_part and "cuda-only" not in available_part
+        assert ("  cuda-only 0.1 (dist-cuda 0.3)\n      cpu: declines: runs on CUDA devices "
+                "only; this target is cpu") in rest
+        assert "  silent 0.1 (dist-silent 1.0)\n      cpu: declines: (the backend gives no " \
+               "reason)" in rest
+
+    def test_json_available_means_runnable_here(self, plugins, monkeypatch, capsys):
+        self.install(plugins, CPU_ONLY, monkeypatch)
+        self.command("--format", "json")
+        data = json.loads(capsys.readouterr().out)
+        assert [a["name"] for a in data["available"]] == ["anywhere"]
+        assert [a["name"] for a in data["unavailable"]] == ["cuda-only", "silent"]
+        assert data["machine"]["notes"] == list(CPU_ONLY.notes)
+        assert [t["kind"] for t in data["machine"]["targets"]] == ["cpu"]
+        cuda_only = data["unavailable"][0]
+        assert cuda_only["runnable"] is False and cuda_only["distribution"] == "dist-cuda"
+        (result,) = cuda_only["targets"]
+        assert result["target"]["device"] == "cpu"
+        assert (result["state"], result["code"]) == ("declines", "")
+        assert result["reason"] == "runs on CUDA devices only; this target is cpu"
+        (anywhere,) = data["available"]
+        assert anywhere["runnable"] is True and anywhere["targets"][0]["state"] == "runs"
+        assert anywhere["targets"][0]["dtypes"] == []
+
+    def test_a_gpu_machine_probes_each_device(self, plugins, monkeypatch, capsys):
+        self.install(plugins, WITH_GPU, monkeypatch)
+        self.command("--format", "json")
+        data = json.loads(capsys.readouterr().out)
+        assert [a["name"] for a in data["available"]] == ["anywhere", "cuda-only"]
+        states = [(t["target"]["device"], t["state"]) for t in data["available"][1]["targets"]]
+        assert states == [("cpu", "declines"), ("cuda:0", "runs")]
+        assert data["machine"]["targets"][1]["capability"] == [9, 0]
+        self.command()
+        out = capsys.readouterr().out
+        assert "this machine: cpu, cuda:0 (NVIDIA H100 80GB HBM3, compute capability 9.0)" in out
+        assert "RUNS ON" in out and "cuda:0" in out
+
+    def test_a_probe_that_raises_on_one_target_is_a_coded_finding(self, plugins, monkeypatch,
+                                                                 capsys):
+        monkeypatch.setattr(here, "this_machine", lambda: WITH_GPU)
+        plugins.add_backend(FaultsOnCuda, distribution="dist-faulty")
+        self.command()
+        out = capsys.readouterr().out
+        assert "Traceback" not in out
+        assert ("faults-on-cuda on cuda:0 (NVIDIA H100 80GB HBM3, compute capability 9.0): "
+                "error[E0777]: probe for cuda raised OSError") in out
+        assert "OSError: CUDA driver version is insufficient" in out
+        assert "linnet explain E0777" in out
+        self.command("--format", "json")
+        (entry,) = json.loads(capsys.readouterr().out)["available"]  # it runs on the CPU
+        fault = entry["targets"][1]
+        assert (fault["state"], fault["code"]) == ("fault", "E0777")
+        assert fault["detail"] == "OSError: CUDA driver version is insufficient"
+
+    def test_runnable_keeps_only_what_runs_here(self, plugins, monkeypatch):
+        self.install(plugins, CPU_ONLY, monkeypatch)
+        assert [b.name for b in available()] == ["anywhere", "cuda-only", "silent"]
+        assert [b.name for b in runnable()] == ["anywhere"]
+        monkeypatch.setattr(here, "this_machine", lambda: WITH_GPU)
+        assert [b.name for b in runnable()] == ["anywhere", "cuda-only"]
+
+    def test_planning_still_sees_every_loaded_backend(self, plugins, monkeypatch):
+        # A plan asks each backend about its own target: available() stays "loaded".
+        self.install(plugins, CPU_ONLY, monkeypatch)
+        capable, records = discovery.probe_all(H100)
+        assert [b.name for b in capable] == ["anywhere", "cuda-only"]
+        assert [(r.name, r.reason) for r in records] == [("silent", "declined cuda")]
+        capable, records = discovery.probe_all(CPU)
+        assert [(r.name, r.reason) for r in records] == [
+            ("cuda-only", "declined cpu: runs on CUDA devices only; this target is cpu"),
+            ("silent", "declined cpu")]
+
+    def test_nothing_installed_never_imports_torch(self, plugins, monkeypatch, capsys):
+        def looked():
+            raise AssertionError("no backend to ask: the machine is not looked at")
+
+        monkeypatch.setattr(here, "this_machine", looked)
+        self.command()
+        out = capsys.readouterr().out
+        assert "available: none (no installed package" in out and "this machine" not in out
+
+
+class TestThisMachine:
+    """this_machine() with stand-ins for torch: never an exception, always a reason."""
+
+    def fake_torch(self, monkeypatch, *, available=True, count=1, cuda="12.8", props=None,
+                   warn=None):
+        def is_available():
+            if warn:
+                import warnings
+
+                warnings.warn(warn, UserWarning, stacklevel=1)
+            return available
+
+        def device_count():
+            if isinstance(count, BaseException):
+                raise count
+            return count
+
+        def get_device_properties(index):
+            value = (props or {}).get(index, types.SimpleNamespace(
+                name="NVIDIA H100 80GB HBM3", major=9, minor=0))
+            if isinstance(value, BaseException):
+                raise value
+            return value
+
+        fake = types.SimpleNamespace(
+            __version__="2.9", version=types.SimpleNamespace(cuda=cuda),
+            cuda=types.SimpleNamespace(is_available=is_available, device_count=device_count,
+                                       get_device_properties=get_device_properties))
+        monkeypatch.setitem(sys.modules, "torch", fake)
+
+    def test_each_cuda_device_is_a_target(self, monkeypatch):
+        self.fake_torch(monkeypatch, count=2, props={1: types.SimpleNamespace(
+            name="NVIDIA A100", major=8, minor=0)})
+        machine = here.this_machine()
+        assert machine.targets == (CPU, H100, Target("cuda", "cuda:1", "NVIDIA A100", (8, 0),
+                                                      "torch", H100.versions))
+        assert machine.notes == ()
+
+    def test_torch_without_cuda_says_so(self, monkeypatch):
+        self.fake_torch(monkeypatch, available=False, cuda=None)
+        assert here.this_machine().notes == ("no CUDA device: torch 2.9 is built without CUDA",)
+
+    def test_an_old_driver_warning_is_the_reason(self, monkeypatch):
+        self.fake_torch(monkeypatch, available=False,
+                        warn="CUDA initialization: The NVIDIA driver on your system is too old")
+        (note,) = here.this_machine().notes
+        assert note == ("no CUDA device: torch 2.9 (CUDA 12.8) sees none (CUDA initialization: "
+                        "The NVIDIA driver on your system is too old)")
+
+    @pytest.mark.parametrize("error", [RuntimeError("CUDA error: unknown error"), SystemExit(2)])
+    def test_a_cuda_query_that_raises_is_a_note(self, monkeypatch, error):
+        self.fake_torch(monkeypatch, count=error)
+        machine = here.this_machine()
+        assert machine.targets == (CPU,)
+        assert machine.notes[0].startswith("no CUDA device: torch 2.9 could not query CUDA (")
+
+    def test_a_device_whose_properties_fail_is_left_out_with_why(self, monkeypatch):
+        self.fake_torch(monkeypatch, count=2, props={0: RuntimeError("device busy")})
+        machine = here.this_machine()
+        assert [t.device for t in machine.targets] == ["cpu", "cuda:1"]
+        assert machine.notes == ("cuda:0 left out: torch could not read its properties "
+                                 "(RuntimeError: device busy)",)
+
+    def test_torch_not_installed_is_never_imported(self, monkeypatch):
+        monkeypatch.setitem(sys.modules, "torch", None)  # what a missing module looks like
+        real = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: None if name == "torch" else real(name, *a))
+        machine = here.this_machine()
+        assert machine.targets == (CPU,)
+        assert machine.notes == ("no CUDA device looked for: torch is not installed",)
+        assert sys.modules["torch"] is None
+
+    def test_torch_that_fails_to_import_is_a_note(self, monkeypatch, tmp_path):
+        (tmp_path / "torch.py").write_text("raise OSError('libcudart.so.12: cannot open')\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, "torch", raising=False)
+        importlib.invalidate_caches()
+        machine = here.this_machine()
+        assert machine.targets == (CPU,)
+        assert machine.notes == ("no CUDA device looked for: torch failed to import (OSError: "
+                                 "libcudart.so.12: cannot open)",)

@@ -151,8 +151,38 @@ def test_skipped_backends_are_explained(model):
     text = plan.explain()
     assert "declines" in text and "declined cpu" in text
     assert "probe-raises" in text and "no driver" in text
+    assert "probe-raises: error[E0777]: probe for cpu raised" in text  # coded, not a traceback
     assert "old-contract" in text and "contract 0" in text
     assert "ref-linear" in text and plan.regions == []
+
+
+def test_linnet_backends_asks_about_the_targets_a_plan_would_have():
+    """`linnet backends` (linnet.backends.here) describes each CUDA device to probes as a
+    plan on it does (torch_target): a backend answers the same in both."""
+    from linnet.backends import here
+    from linnet.torch.timing import torch_target
+
+    machine = here.this_machine()
+    assert machine.targets[0].kind == "cpu"
+    assert len(machine.targets) == 1 + torch.cuda.device_count()
+    for index, target in enumerate(machine.targets[1:]):
+        assert target == torch_target(torch.device("cuda", index))
+    if torch.cuda.device_count() == 0:
+        (note,) = machine.notes
+        assert note.startswith("no CUDA device: torch ")
+
+
+@pytest.mark.gpu
+def test_linnet_backends_lists_every_cuda_device():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from linnet.backends import here
+    from linnet.torch.timing import torch_target
+
+    machine = here.this_machine()
+    assert machine.notes == ()
+    assert machine.targets[1:] == tuple(torch_target(torch.device("cuda", i))
+                                        for i in range(torch.cuda.device_count()))
 
 
 def test_conform_compares_each_region(model):

@@ -60,13 +60,49 @@ def test_declares_this_hosts_contract():
     assert CublasLt.version == cl.__version__
 
 
-def test_probe_declines_the_cpu_with_a_reason():
+def test_probe_declines_the_cpu_with_a_reason(monkeypatch):
+    monkeypatch.setattr(cl._backend, "_nvmath_installed", lambda: True)
     backend = CublasLt()
     assert backend.probe(Target("cpu")) is None
     assert backend.last_reason == "cuBLASLt runs on CUDA devices only; this target is cpu"
     assert backend.decline_reason(Target("cpu")) == backend.last_reason
     assert backend.probe(Target("tpu")) is None
     assert "tpu" in (backend.last_reason or "")
+
+
+def test_declining_the_cpu_also_says_nvmath_is_missing(monkeypatch):
+    # Every reason at once: on a CPU machine without nvmath-python the user learns both.
+    monkeypatch.setitem(sys.modules, "nvmath", None)  # not installed, as find_spec sees it
+    backend = CublasLt()
+    assert backend.probe(Target("cpu")) is None
+    assert backend.last_reason == (
+        "cuBLASLt runs on CUDA devices only; this target is cpu; nvmath-python is not "
+        "installed either: install `linnet-cublaslt[cu13]` on CUDA 13 or "
+        "`linnet-cublaslt[cu12]` on CUDA 12")
+    old_gpu = Target("cuda", "cuda:0", "Tesla P100", (6, 0))
+    assert "compute capability 7.0" in (backend.decline_reason(old_gpu) or "")
+    assert "nvmath-python is not installed either" in (backend.decline_reason(old_gpu) or "")
+
+
+def test_linnet_backends_on_a_cpu_machine_without_nvmath(monkeypatch, capsys):
+    """Issue 46 item 13: on a machine without a GPU or nvmath-python, `linnet backends` lists
+    cuBLASLt as unavailable, saying why, never as available."""
+    from linnet.backends import cli, discover, here
+
+    monkeypatch.setitem(sys.modules, "nvmath", None)
+    machine = here.Machine((here.HOST,), ("no CUDA device: torch sees none",))
+    report = here.survey(discover(), machine)
+    assert "cublaslt" not in [a.name for a in report.runnable]
+    data = json.loads(cli.to_json(discover(), report))
+    (entry,) = [a for a in data["unavailable"] if a["name"] == "cublaslt"]
+    (cpu,) = entry["targets"]
+    assert cpu["state"] == "declines"
+    assert "CUDA devices only" in cpu["reason"] and "nvmath-python is not installed" in \
+        cpu["reason"]
+    text = cli.to_text(discover(), report)
+    assert "this machine: cpu; no CUDA device: torch sees none" in text
+    assert "  cublaslt 0.1.0 (linnet-cublaslt 0.1.0)\n      cpu: declines: cuBLASLt runs on " \
+           "CUDA devices only" in text
 
 
 def test_probe_declines_cuda_without_nvmath_with_an_install_hint(monkeypatch):

@@ -73,10 +73,50 @@ def test_declares_this_hosts_contract():
     assert FlashInfer().name == "flashinfer"
 
 
-def test_probe_declines_cpu_with_a_reason():
+def test_probe_declines_cpu_with_a_reason(installed):
     backend = FlashInfer()
     assert backend.probe(Target("cpu")) is None
     assert backend.decline_reason(Target("cpu")) == "FlashInfer runs on CUDA GPUs; this target is cpu"
+
+
+def test_declining_also_says_flashinfer_is_missing(monkeypatch):
+    # Every reason at once: no GPU (or one before Hopper) and no flashinfer-python.
+    monkeypatch.setattr(fi, "_flashinfer_installed", lambda: False)
+    backend = FlashInfer()
+    assert backend.decline_reason(Target("cpu")) == (
+        "FlashInfer runs on CUDA GPUs; this target is cpu; flashinfer-python is not installed "
+        "either: pip install 'linnet-flashinfer[cuda]' (see the linnet-flashinfer README)")
+    ampere = backend.decline_reason(AMPERE) or ""
+    assert "compute capability 8.0" in ampere and "flashinfer-python is not installed" in ampere
+    assert backend.decline_reason(HOPPER) == (
+        "flashinfer-python is not installed: pip install 'linnet-flashinfer[cuda]' (see the "
+        "linnet-flashinfer README)")
+
+
+def test_flashinfer_installed_asks_without_importing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flashinfer", None)  # what a missing module looks like
+    assert fi._flashinfer_installed() is False
+
+
+def test_linnet_backends_on_a_cpu_machine_without_flashinfer(monkeypatch):
+    """Issue 46 item 13: on a machine without a GPU or flashinfer-python, `linnet backends`
+    lists FlashInfer as unavailable, saying why, never as available."""
+    from linnet.backends import cli, discover, here
+
+    monkeypatch.setattr(fi, "_flashinfer_installed", lambda: False)
+    machine = here.Machine((here.HOST,), ("no CUDA device: torch sees none",))
+    report = here.survey(discover(), machine)
+    assert "flashinfer" not in [a.name for a in report.runnable]
+    data = json.loads(cli.to_json(discover(), report))
+    assert "flashinfer" not in [a["name"] for a in data["available"]]
+    (entry,) = [a for a in data["unavailable"] if a["name"] == "flashinfer"]
+    (cpu,) = entry["targets"]
+    assert cpu["state"] == "declines"
+    assert "CUDA GPUs" in cpu["reason"] and "flashinfer-python is not installed" in cpu["reason"]
+    # A Hopper machine with FlashInfer missing: the GPU is fine, the library is the reason.
+    gpu = here.survey(discover(), here.Machine((here.HOST, HOPPER)))
+    (entry,) = [a for a in gpu.not_runnable if a.name == "flashinfer"]
+    assert entry.results[1].reason.startswith("flashinfer-python is not installed")
 
 
 def test_probe_declines_gpus_before_hopper(installed):

@@ -11,7 +11,7 @@ import types
 
 import pytest
 import torch
-from linnet.backends import CONTRACT, Options, Target, available, skipped
+from linnet.backends import CONTRACT, Options, Target, available, runnable, skipped
 from linnet.lang.bundled import example
 from linnet_backend_example import LINEAR, ExampleLinear
 
@@ -47,6 +47,17 @@ def test_probe_accepts_cpu_and_cuda():
     assert backend.probe(Target("cpu")) is not None
     assert backend.probe(Target("cuda", capability=(9, 0))) is not None
     assert backend.probe(Target("tpu")) is None
+
+
+def test_decline_reason_says_why_probe_declines():
+    backend = ExampleLinear()
+    assert backend.decline_reason(Target("cpu")) is None
+    assert "this target is tpu" in (backend.decline_reason(Target("tpu")) or "")
+
+
+def test_linnet_can_run_it_here():
+    # `linnet backends` lists it under "available": it runs on this machine's CPU.
+    assert "example-linear" in [backend.name for backend in runnable()]
 
 
 def test_match_finds_every_linear(decode_graph):

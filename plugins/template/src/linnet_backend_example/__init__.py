@@ -41,9 +41,20 @@ class ExampleLinear:
 
     def probe(self, target: Target) -> Capabilities | None:
         """Whether this backend runs on ``target``; None declines it."""
-        if target.kind not in ("cpu", "cuda"):
+        if self.decline_reason(target) is not None:
             return None
         return Capabilities(dtypes=("f32", "f16", "bf16"), notes="torch.nn.functional.linear")
+
+    def decline_reason(self, target: Target) -> str | None:
+        """Why ``probe`` declines ``target``, or None where it accepts it. Optional, but
+        `linnet backends` and `plan.explain()` show this sentence: say what is missing and
+        how to get it (no CUDA device, your library not installed and its install command,
+        a compute capability too low). Ask whether a library is installed with
+        ``importlib.util.find_spec``, without importing it."""
+        if target.kind not in ("cpu", "cuda"):
+            return f"torch.nn.functional.linear runs on CPU and CUDA devices; this target is " \
+                   f"{target.kind}"
+        return None
 
     def match(self, graph: Any, target: Target) -> list[Region]:
         """The regions this backend can run: one per linear call."""

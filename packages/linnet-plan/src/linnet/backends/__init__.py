@@ -1,6 +1,10 @@
 """linnet.backends: the backend contract and plugin discovery.
 
->>> from linnet.backends import CONTRACT, Region, available, skipped
+``available()`` lists the backends that loaded and meet the contract; ``runnable()`` those of
+them that can run on this machine (a probe accepts one of its targets); ``skipped()`` the
+plugins left out, with why. ``linnet backends`` prints all three.
+
+>>> from linnet.backends import CONTRACT, Region, available, runnable, skipped
 >>> CONTRACT
 1
 """
@@ -12,6 +16,7 @@ from .contract import (
     Cost,
     Executable,
     ExecutableMeta,
+    ExplainsDeclines,
     Options,
     Region,
     RegionError,
@@ -19,6 +24,7 @@ from .contract import (
     region_kind,
 )
 from .discovery import SkipRecord, available, discover, skipped
+from .here import runnable, survey
 
 __version__ = "0.1.0"
 """linnet-plan's version (`linnet.plan` shares it): the one place it is written."""
@@ -30,6 +36,7 @@ __all__ = [
     "Cost",
     "Executable",
     "ExecutableMeta",
+    "ExplainsDeclines",
     "Options",
     "Region",
     "RegionError",
@@ -39,5 +46,7 @@ __all__ = [
     "available",
     "discover",
     "region_kind",
+    "runnable",
     "skipped",
+    "survey",
 ]

@@ -1,9 +1,9 @@
 """The backend contract, version :data:`CONTRACT`.
 
 A backend is an object with ``name``, ``version``, ``contract`` and four methods
-(``probe``, ``match``, ``compile``, ``estimate_cost``; optionally ``compile_regions``).
-Executables have ``meta``, ``prepare(context)`` and ``execute(inputs, outputs, context)``.
-See docs/backends.md.
+(``probe``, ``match``, ``compile``, ``estimate_cost``; optionally ``compile_regions``, and
+``decline_reason``: :class:`ExplainsDeclines`). Executables have ``meta``,
+``prepare(context)`` and ``execute(inputs, outputs, context)``. See docs/backends.md.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ class Target:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can do on a target (returned by ``probe``; None declines)."""
+    """What a backend can do on a target (returned by ``probe``; None declines, and the
+    optional ``decline_reason(target)`` says why: :class:`ExplainsDeclines`)."""
 
     dtypes: tuple[str, ...] = ()
     notes: str = ""
@@ -247,3 +248,30 @@ class Backend(Protocol):
     def compile(self, region: Region, target: Target, options: Options) -> Executable: ...
 
     def estimate_cost(self, region: Region, target: Target) -> Cost | None: ...
+
+
+@runtime_checkable
+class ExplainsDeclines(Protocol):
+    """The optional part of contract 1 that says why ``probe`` declines a target.
+
+    ``decline_reason(target)`` returns a sentence for the user (no CUDA device here, the
+    library is not installed and how to install it, the GPU's compute capability is too
+    low), or None where ``probe`` accepts the target. Linnet asks it only after ``probe``
+    returned None, and shows the sentence in ``linnet backends`` and in a plan's "backends
+    not used". A backend without it still meets contract 1 (its declines are listed without
+    a reason), and a host that predates it never calls it, so adding it needs no new
+    contract version. One that raises, or returns something other than a string or None, is
+    shown as such in place of the reason; it never breaks planning.
+
+    >>> class Gpu:
+    ...     def probe(self, target):
+    ...         return None if self.decline_reason(target) else Capabilities()
+    ...     def decline_reason(self, target):
+    ...         if target.kind != "cuda":
+    ...             return f"runs on CUDA devices only; this target is {target.kind}"
+    ...         return None
+    >>> isinstance(Gpu(), ExplainsDeclines), Gpu().probe(Target("cpu"))
+    (True, None)
+    """
+
+    def decline_reason(self, target: Target) -> str | None: ...

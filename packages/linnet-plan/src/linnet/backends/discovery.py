@@ -13,6 +13,9 @@ host down: it is left out, and :func:`skipped` says which distribution it came f
 written for another contract version, its ``probe`` raised or returned something other than
 Capabilities or None when asked about the CPU (:data:`HOST`), or another backend already has
 its name). A probe that declines the CPU (returns None) is fine: the backend may run on a GPU.
+So ``available()`` means "loaded"; which of them can run on this machine is
+:func:`linnet.backends.runnable`'s answer (:mod:`linnet.backends.here`), and ``linnet
+backends`` lists only those as available.
 
 >>> from linnet.backends import available, skipped
 >>> names = [backend.name for backend in available()]
@@ -46,6 +49,10 @@ HOST = Target("cpu", "cpu", "cpu")
 that raises there (or answers neither Capabilities nor None) is broken, and its backend is
 left out of :func:`available` rather than listed and then failing in every plan."""
 METHODS = ("probe", "match", "compile", "estimate_cost")
+PROBE_FAULT = "E0777"
+"""The code of a backend whose ``probe`` raised or answered neither Capabilities nor None:
+a fault for the plugin's author, reported (``skipped()``, ``linnet backends``, the plan's
+"backends not used"), never raised."""
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +78,9 @@ class SkipRecord:
     path: str
     reason: str
     detail: str = ""
+    code: str = ""
+    """The error code of a fault the plugin's author should fix (:data:`PROBE_FAULT`: its
+    ``probe`` raised or answered neither Capabilities nor None), or ""."""
 
     def __str__(self) -> str:
         origin = " ".join(part for part in (self.distribution, self.version) if part)
@@ -78,7 +88,8 @@ class SkipRecord:
 
     def to_json(self) -> dict[str, str]:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
-                "path": self.path, "reason": self.reason, "detail": self.detail}
+                "path": self.path, "reason": self.reason, "detail": self.detail,
+                "code": self.code}
 
 
 @dataclass(frozen=True)
@@ -135,7 +146,10 @@ def discover(refresh: bool = False) -> Discovery:
 
 
 def available(refresh: bool = False) -> list[Any]:
-    """The backends found through entry points, sorted by name.
+    """The backends found through entry points, sorted by name: every one that loaded and
+    meets the contract, whether or not it can run on this machine
+    (:func:`linnet.backends.runnable` keeps those that can). ``plan_for`` takes these and
+    asks each about its target.
 
     >>> sorted(b.name for b in available()) == [b.name for b in available()]
     True
@@ -157,10 +171,11 @@ def probe_all(target: Target, backends: Iterable[Any] | None = None
     """Ask each backend whether it runs on ``target``.
 
     Returns the backends whose ``probe`` gave :class:`Capabilities`, in the order given, and a
-    record for each of the others: one that declined (``probe`` returned None), one whose
-    ``probe`` raised or returned something else, and one that does not meet the contract
-    (a backend passed in by hand is checked as a discovered one is). ``backends`` defaults to
-    :func:`available`.
+    record for each of the others: one that declined (``probe`` returned None; the reason
+    its optional ``decline_reason(target)`` gives is part of the record's), one whose
+    ``probe`` raised or returned something else (code :data:`PROBE_FAULT`), and one that
+    does not meet the contract (a backend passed in by hand is checked as a discovered one
+    is). ``backends`` defaults to :func:`available`.
 
     >>> from linnet.backends import Target
     >>> capable, records = probe_all(Target("cpu"))
@@ -170,48 +185,100 @@ def probe_all(target: Target, backends: Iterable[Any] | None = None
     # as if they had been probed again, so that a plan over every backend lists them.
     records: list[SkipRecord] = list(discover().probe_faults) if backends is None else []
     for backend in available() if backends is None else backends:
-        outcome = _probe_one(backend, target)
-        if outcome is None:
+        outcome = probe_outcome(backend, target)
+        if outcome.state == "runs":
             capable.append(backend)
         else:
             origin = _origin_of(backend)
             records.append(SkipRecord(_name_of(backend), origin.distribution, origin.version,
-                                      origin.path, *outcome))
+                                      origin.path, outcome.sentence, outcome.detail,
+                                      outcome.code))
     return capable, records
 
 
-def _probe_one(backend: Any, target: Target) -> tuple[str, str] | None:
-    """None when ``backend`` runs on ``target``, else (reason, detail)."""
-    return _probe_outcome(backend, target)[1]
+class Outcome(NamedTuple):
+    """What asking one backend about one target gave (:func:`probe_outcome`).
+
+    ``state``: ``"runs"`` (``probe`` gave Capabilities), ``"declines"`` (it gave None) or
+    ``"fault"`` (it raised or gave something else: ``code`` is :data:`PROBE_FAULT`; or the
+    object does not meet the contract). ``reason``: why not, for the user: the backend's own
+    ``decline_reason(target)`` for a decline ("" where it gives none). ``detail``: the
+    exception's text, or "".
+
+    >>> Outcome("declines", Target("cpu"), "needs a GPU").sentence
+    'declined cpu: needs a GPU'
+    """
+
+    state: str
+    target: Target
+    reason: str = ""
+    detail: str = ""
+    code: str = ""
+    capabilities: Capabilities | None = None
+
+    @property
+    def sentence(self) -> str:
+        """The reason as the planner lists it under "backends not used"."""
+        if self.state == "declines":
+            return f"declined {self.target.kind}" + (f": {self.reason}" if self.reason else "")
+        return self.reason
 
 
-def _probe_outcome(backend: Any, target: Target) -> tuple[str, tuple[str, str] | None]:
-    """("ok", None), ("declined", why) or ("broken", why): a probe that raised or returned
-    something else, or a backend that does not meet the contract."""
+def probe_outcome(backend: Any, target: Target) -> Outcome:
+    """Ask ``backend`` whether it runs on ``target``, never raising but for
+    KeyboardInterrupt: a probe that raises (SystemExit included) or answers neither
+    :class:`Capabilities` nor None is a ``"fault"`` with code :data:`PROBE_FAULT`. A probe
+    that declines (None) is asked why through the backend's optional
+    ``decline_reason(target)`` (see :class:`linnet.backends.contract.ExplainsDeclines`).
+
+    >>> from linnet.backends import Target
+    >>> class Gpu:
+    ...     name, version, contract = "gpu", "1", 1
+    ...     def probe(self, target): return None
+    ...     def decline_reason(self, target): return "runs on CUDA only"
+    ...     def match(self, graph, target): return []
+    ...     def compile(self, region, target, options): ...
+    ...     def estimate_cost(self, region, target): return None
+    >>> probe_outcome(Gpu(), Target("cpu")).reason
+    'runs on CUDA only'
+    """
     try:
         problem = contract_problem(backend)
         if problem is not None:
-            return "broken", problem
+            return Outcome("fault", target, *problem)
         capabilities = backend.probe(target)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        return "broken", (f"probe for {target.kind} raised {type(exc).__name__}",
-                          _exception_text(exc))
+        return Outcome("fault", target, f"probe for {target.kind} raised {type(exc).__name__}",
+                       _exception_text(exc), PROBE_FAULT)
     if capabilities is None:
-        # A backend may say why (optional: `decline_reason(target)` returning a sentence).
-        why = ""
-        explain = getattr(backend, "decline_reason", None)
-        if callable(explain):
-            try:
-                why = str(explain(target) or "")
-            except Exception:  # the reason is a courtesy; never let it break planning
-                why = ""
-        return "declined", ((f"declined {target.kind}" + (f": {why}" if why else "")), "")
+        return Outcome("declines", target, _decline_reason(backend, target))
     if not isinstance(capabilities, Capabilities):
-        return "broken", (f"probe for {target.kind} returned a {type(capabilities).__name__}, "
-                          "not Capabilities or None", "")
-    return "ok", None
+        return Outcome("fault", target, f"probe for {target.kind} returned a "
+                       f"{type(capabilities).__name__}, not Capabilities or None", "",
+                       PROBE_FAULT)
+    return Outcome("runs", target, capabilities=capabilities)
+
+
+def _decline_reason(backend: Any, target: Target) -> str:
+    """The sentence the backend's optional ``decline_reason(target)`` gives, or "". The
+    reason is a courtesy: one that raises or is not a string never breaks planning, and
+    says so in place of the reason."""
+    explain = getattr(backend, "decline_reason", None)
+    if not callable(explain):
+        return ""
+    try:
+        why = explain(target)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return f"(its decline_reason raised {_exception_text(exc)})"
+    if why is None:
+        return ""
+    if not isinstance(why, str):
+        return f"(its decline_reason returned a {type(why).__name__}, not a sentence)"
+    return " ".join(why.split())  # one line: it is listed beside the target's name
 
 
 def contract_problem(backend: Any) -> tuple[str, str] | None:
@@ -262,9 +329,10 @@ def _load_all(entry_points: Iterable[Any]) -> Discovery:
     working, faults = [], []
     with contextlib.redirect_stdout(sys.stderr):
         for f in found:
-            state, why = _probe_outcome(f.backend, HOST)
-            if state == "broken" and why is not None:
-                faults.append(SkipRecord(f.name, f.distribution, f.version, f.path, *why))
+            answer = probe_outcome(f.backend, HOST)
+            if answer.state == "fault":
+                faults.append(SkipRecord(f.name, f.distribution, f.version, f.path,
+                                         answer.reason, answer.detail, answer.code))
             else:
                 working.append(f)
     records.extend(faults)

@@ -238,7 +238,9 @@ def explain_table(candidates: list[Candidate], skipped: list[Any], header: str =
             dist = getattr(s, "distribution", "")
             reason = getattr(s, "reason", str(s))
             detail = getattr(s, "detail", "")
-            lines.append(f"  {name}" + (f" ({dist})" if dist else "") + f": {reason}"
+            code = getattr(s, "code", "")  # E0777: a probe at fault, for the plugin's author
+            lines.append(f"  {name}" + (f" ({dist})" if dist else "") + ": "
+                         + (f"error[{code}]: " if code else "") + reason
                          + (f" [{detail}]" if detail else ""))
     taken = sum(1 for c in candidates if c.status == "taken")
     lines.append("")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import torch
 from linnet.backends import Capabilities, Cost, Options, Region, Target
 
+from ._common import INSTALL
 from ._executable import LinearGemm
 from ._graph import GemmSpec, LinearCall, find_regions, linear_calls, spec_for
 
@@ -65,7 +67,7 @@ class CublasLt:
     >>> backend = CublasLt()
     >>> backend.probe(Target("cpu")) is None
     True
-    >>> backend.last_reason
+    >>> backend.last_reason.split("; nvmath-python")[0]
     'cuBLASLt runs on CUDA devices only; this target is cpu'
     """
 
@@ -102,16 +104,23 @@ class CublasLt:
                                   f"({_nvmath.status()[1]})")
 
     def decline_reason(self, target: Target) -> str | None:
-        """Why this backend cannot run on ``target``, or None when it can. Never imports
-        nvmath for a target that is not CUDA."""
+        """Why this backend cannot run on ``target``, or None when it can: every reason that
+        applies (not a CUDA device, a compute capability below 7.0, nvmath-python not
+        installed), so that one look says all that is missing. Never imports nvmath for a
+        target it declines for another reason (it only asks whether nvmath is installed)."""
+        reason = None
         if target.kind != "cuda":
-            return f"cuBLASLt runs on CUDA devices only; this target is {target.kind}"
-        if target.framework != "torch":
-            return f"this backend runs under PyTorch, not {target.framework}"
-        if target.capability is not None and tuple(target.capability) < (7, 0):
+            reason = f"cuBLASLt runs on CUDA devices only; this target is {target.kind}"
+        elif target.framework != "torch":
+            reason = f"this backend runs under PyTorch, not {target.framework}"
+        elif target.capability is not None and tuple(target.capability) < (7, 0):
             major, minor = target.capability
-            return f"needs compute capability 7.0 or later; {target.name or 'this GPU'} has " \
-                   f"{major}.{minor}"
+            reason = (f"needs compute capability 7.0 or later; {target.name or 'this GPU'} "
+                      f"has {major}.{minor}")
+        if reason is not None:
+            if not _nvmath_installed():
+                reason += f"; nvmath-python is not installed either: {INSTALL}"
+            return reason
         from . import _nvmath
 
         ok, note = _nvmath.status()
@@ -227,6 +236,15 @@ class CublasLt:
 
     def __repr__(self) -> str:
         return f"CublasLt(version={self.version}, autotune={self.autotune})"
+
+
+def _nvmath_installed() -> bool:
+    """Whether nvmath-python is installed, asked of the import system without importing it
+    (a broken install is found, and said, when a CUDA target is probed)."""
+    try:
+        return importlib.util.find_spec("nvmath") is not None
+    except (ImportError, ValueError):  # a module in sys.modules without a spec
+        return False
 
 
 def _device(target: Target) -> torch.device:

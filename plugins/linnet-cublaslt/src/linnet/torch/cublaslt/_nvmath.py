@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ._common import A_ALIGNMENT, TORCH_TYPES
+from ._common import A_ALIGNMENT, INSTALL, TORCH_TYPES
 
 log = logging.getLogger("linnet.torch.cublaslt")
 
@@ -52,8 +52,7 @@ def _load() -> tuple[bool, str]:
         import nvmath
         from nvmath.bindings import cublasLt
     except ImportError as exc:
-        return False, (f"nvmath-python is not installed ({exc}); install "
-                       "`linnet-cublaslt[cu13]` on CUDA 13 or `linnet-cublaslt[cu12]` on CUDA 12")
+        return False, f"nvmath-python is not installed ({exc}); {INSTALL}"
     except Exception as exc:  # a broken install must decline, not crash the planner
         return False, f"nvmath-python failed to import ({type(exc).__name__}: {exc})"
     try:

@@ -31,7 +31,7 @@ How it runs (the README says more):
   for the device (its output buffer is made once per executable).
 
 >>> from linnet.backends import Target
->>> FlashInfer().decline_reason(Target("cpu"))
+>>> FlashInfer().decline_reason(Target("cpu")).split("; flashinfer-python")[0]
 'FlashInfer runs on CUDA GPUs; this target is cpu'
 """
 
@@ -88,6 +88,8 @@ WORKSPACE_BYTES = 128 * 1024 * 1024
 INT_WORKSPACE_BYTES = 8 * 1024 * 1024
 """The int workspace each FlashInfer wrapper allocates for itself on the device."""
 PAGE_SIZE = 16
+INSTALL = "pip install 'linnet-flashinfer[cuda]' (see the linnet-flashinfer README)"
+"""How to get flashinfer-python, which a plain install leaves out."""
 
 
 def flashinfer_version() -> str | None:
@@ -99,7 +101,11 @@ def flashinfer_version() -> str | None:
 
 
 def _flashinfer_installed() -> bool:
-    return importlib.util.find_spec("flashinfer") is not None
+    """Whether flashinfer-python is installed, asked without importing it."""
+    try:
+        return importlib.util.find_spec("flashinfer") is not None
+    except (ImportError, ValueError):  # a module in sys.modules without a spec
+        return False
 
 
 def _flashinfer() -> Any:
@@ -342,20 +348,23 @@ class FlashInfer:
 
     # -- probe
     def decline_reason(self, target: Target) -> str | None:
-        """Why this backend cannot run on ``target``, or None when it can."""
-        if target.kind != "cuda":
-            return f"FlashInfer runs on CUDA GPUs; this target is {target.kind}"
+        """Why this backend cannot run on ``target``, or None when it can: every reason that
+        applies (not a CUDA GPU, or one before Hopper; flashinfer-python not installed), so
+        that one look says all that is missing. Never imports FlashInfer."""
+        reason = None
         where = target.name or target.device or "this GPU"
-        if target.capability is None:
-            return f"{where} did not report its compute capability; FlashInfer here needs 9.0+"
-        if tuple(target.capability) < (9, 0):
+        if target.kind != "cuda":
+            reason = f"FlashInfer runs on CUDA GPUs; this target is {target.kind}"
+        elif target.capability is None:
+            reason = f"{where} did not report its compute capability; FlashInfer here needs 9.0+"
+        elif tuple(target.capability) < (9, 0):
             major, minor = target.capability
-            return (f"{where} has compute capability {major}.{minor}; this backend needs "
-                    "Hopper or later (9.0+)")
-        if not _flashinfer_installed():
-            return ("flashinfer-python is not installed: pip install 'linnet-flashinfer[cuda]' "
-                    "(see the linnet-flashinfer README)")
-        return None
+            reason = (f"{where} has compute capability {major}.{minor}; this backend needs "
+                      "Hopper or later (9.0+)")
+        if _flashinfer_installed():
+            return reason
+        missing = f"flashinfer-python is not installed{' either' if reason else ''}: {INSTALL}"
+        return missing if reason is None else f"{reason}; {missing}"
 
     def probe(self, target: Target) -> Capabilities | None:
         """Capabilities on a CUDA GPU of compute capability 9.0 or later with FlashInfer
