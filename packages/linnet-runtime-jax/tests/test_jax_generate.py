@@ -147,7 +147,7 @@ def test_each_step_is_traced_once_and_reused(pair):
                     {"temperature": 2.5, "top_k": 2, "top_p": 0.99, "seed": 2**64 - 1,
                      "stop_tokens": [0, 255]}):
         model.generate(prompts, 31, **options)
-    assert TRACES == after_first
+    assert after_first == TRACES
 
 
 # ---------------------------------------------------------------- `linnet run --runtime jax`
@@ -184,3 +184,27 @@ def test_run_help_lists_what_the_runtimes_take(monkeypatch, torch_installed):
         assert taken in text
     for torch_only in ("--compile", "--interpret", "--nproc", "--rank-timeout"):
         assert (torch_only in text) == torch_installed, torch_only
+
+
+@pytest.mark.gpu
+def test_generate_on_the_gpu(tmp_path):
+    """On a GPU (states donated: the KV cache written in place): the CPU's greedy tokens on the
+    demo checkpoint, sampling reproducible per seed, each step traced once."""
+    import jax
+    from linnet.lang.weights.demo import write_demo
+
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs jax with a GPU backend")
+    path = tmp_path / "demo.safetensors"
+    write_demo(path, LLAMA, toy_config(), 0)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [42, 9]]
+    on_gpu = load(LLAMA, weights=path, config="toy", device="gpu")
+    on_cpu = load(LLAMA, weights=path, config="toy", device="cpu")
+    assert on_gpu.generate(prompts, 16) == on_cpu.generate(prompts, 16)
+    kw = dict(temperature=0.8, top_k=40, top_p=0.9, seed=11)
+    first = on_gpu.generate(prompts, 32, **kw)
+    traces = TRACES.copy()
+    assert on_gpu.generate(prompts, 32, **kw) == first
+    other = on_gpu.generate(prompts, 64, **(kw | {"seed": 12, "temperature": 1.1}))
+    assert [o[:32] for o in other] != first
+    assert traces == TRACES

@@ -84,13 +84,14 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     prompt, stop = parsed
     hosting.check_run_options(args, stop)
+    from .model import load, resolve_device
+
+    resolve_device(args.device)  # E0710-E0712 before a demo checkpoint is made for nothing
     model_path, config_name, config = hosting.run_config(args)
     weights = args.weights
     if weights is None:
         hosting.announce_demo(model_path, config_name, args.seed)
         weights = hosting.demo_checkpoint(model_path, config, args.seed)
-    from .model import load
-
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, numerics=args.numerics,
                  config=config)

@@ -157,9 +157,9 @@ def pick(logits: Any, temperature: float = 0.0, top_k: int | None = None,
     >>> pick(jnp.array([[0.0, float("nan"), 1.0]])).tolist()
     [-1]
     """
-    import jax
-
     from linnet.lang.hosting import check_sampling
+
+    import jax
 
     check_sampling(temperature, top_k, top_p, None)
     picking, values = settings(temperature, top_k, top_p, int(np.shape(logits)[-1]))
@@ -180,8 +180,9 @@ def seed_key(seed: int) -> Any:
     [4294967295, 4294967295]
     """
     import jax
+    import jax.numpy as jnp
 
-    return jax.random.wrap_key_data(np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32),
+    return jax.random.wrap_key_data(jnp.asarray([seed >> 32, seed & 0xFFFFFFFF], jnp.uint32),
                                      impl="threefry2x32")
 
 

@@ -24,7 +24,9 @@ the copy of each step's tokens to the host that generation makes anyway (no extr
 synchronisation).
 
 Mistakes are coded errors E0810-E0819 and E0794 (an option generate does not have); prompt
-ids outside the vocabulary are E0780, as from ``prefill`` itself.
+ids outside the vocabulary are E0780, as from ``prefill`` itself. The checks, the errors and
+the host's side of each step are :mod:`linnet.lang.host.generate`'s, shared with
+``linnet.jax``'s generate.
 
 >>> model = load("std.models.llama", weights="Llama-3.2-1B/")          # doctest: +SKIP
 >>> model.generate([[128000, 791, 6864], [128000, 9906]], max_new_tokens=8,
@@ -108,20 +110,6 @@ def pick(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = Non
     probs = scores.softmax(dim=-1).cpu()
     picked = torch.multinomial(probs, 1, generator=generator)[:, 0].to(logits.device)
     return torch.where(finite, picked, -1)
-
-
-def _not_finite(batch: list[list[int]], b: int, step: int, out: list[list[int]]
-                ) -> LinnetError:
-    """E0818: sequence ``b``'s logits at ``step`` are not all finite."""
-    position = len(batch[b]) + step - 1
-    entry = "prefill" if step == 0 else "decode"
-    return _error("E0818", f"the logits of sequence {b} at step {step} (`{entry}` at position "
-                  f"{position}, after {len(out[b])} generated token(s)) are not all finite: "
-                  "no token can be picked from NaN or infinity",
-                  help="a NaN or infinite weight, or a config value out of range (a "
-                       "negative rms_norm_eps, say), makes the logits non-finite: check "
-                       "the checkpoint and the config; `model.prefill` on the prompt shows "
-                       "the logits")
 
 
 def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature: float = 0.0,
