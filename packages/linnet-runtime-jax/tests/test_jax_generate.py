@@ -176,9 +176,9 @@ def test_run_help_lists_what_the_runtimes_take(monkeypatch, torch_installed):
     import linnet.jax.cli as jax_cli
 
     monkeypatch.setattr(jax_cli, "_torch_installed", lambda: torch_installed)
-    parser = argparse.ArgumentParser(prog="linnet")
-    jax_cli.register_run(parser.add_subparsers())
-    text = parser._subparsers._group_actions[0].choices["run"].format_help()  # type: ignore
+    commands = argparse.ArgumentParser(prog="linnet").add_subparsers()
+    jax_cli.register_run(commands)
+    text = commands.choices["run"].format_help()
     for taken in ("--temperature", "--top-k", "--top-p", "--sampling-seed", "--stop",
                   "--numerics", "--device", "--runtime"):
         assert taken in text
