@@ -68,11 +68,16 @@ def test_runtime_jax_installs_and_runs_without_torch(tmp_path):
     assert "'torch'" not in names and "'jax'" in names and "linnet-runtime-torch" not in names
 
     # The CLI: the demo (the example from linnet-lang's wheel, a generated checkpoint); jax
-    # is the default runtime where torch is not installed.
-    done = run([venv / "bin" / "linnet", "run", "--runtime", "jax", "--tokens", "3"],
+    # is the default runtime where torch is not installed. It samples (issue 46 item 14),
+    # and its --help lists only the options JAX takes.
+    done = run([venv / "bin" / "linnet", "run", "--runtime", "jax", "--tokens", "3",
+                "--temperature", "0.8", "--top-k", "50", "--sampling-seed", "1"],
                cwd=outside, env=env)
     assert "(jax)" in done.stdout and "decoded 3 tokens" in done.stdout, done.stdout
     assert "Traceback" not in done.stderr
+    usage = run([venv / "bin" / "linnet", "run", "--help"], cwd=outside, env=env).stdout
+    assert "--temperature" in usage and "--stop" in usage, usage
+    assert not any(o in usage for o in ("--compile", "--interpret", "--nproc", "--rank-timeout"))
     default = run([venv / "bin" / "linnet", "run", "--tokens", "2"], cwd=outside, env=env)
     assert "(jax)" in default.stdout
     torch_asked = subprocess.run([venv / "bin" / "linnet", "run", "--runtime", "torch"],

@@ -552,13 +552,19 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
+def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
     """The options of `linnet run`, whichever runtime registers the command first (each
     runtime's `linnet.commands` entry point calls this, so the two never drift apart).
+    ``torch=False`` (linnet-runtime-jax where linnet-runtime-torch is not installed) leaves
+    out the options only the torch runtime takes (``--compile``, ``--interpret``,
+    ``--nproc``, ``--rank-timeout``): `--help` lists what the installed runtimes take.
 
     >>> p = argparse.ArgumentParser(); add_run_arguments(p)
     >>> p.parse_args(["--tokens", "4"]).tokens
     4
+    >>> p = argparse.ArgumentParser(); add_run_arguments(p, torch=False)
+    >>> "--compile" in p.format_help(), "--temperature" in p.format_help()
+    (False, True)
     """
     p.add_argument("file", nargs="?", help="a .linnet model, or a shipped one by name "
                                            "(std.models.llama, std.models.qwen2, ...; "
@@ -571,10 +577,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default="1,2,3,4,5,6,7,8", help="comma-separated token ids")
     p.add_argument("--tokens", type=int, default=16, help="tokens to decode")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--compile", action="store_true", help="torch.compile each slice kind once "
-                                                          "(torch runtime)")
-    p.add_argument("--interpret", action="store_true",
-                   help="use the PyTorch interpreter (torch runtime)")
+    if torch:
+        p.add_argument("--compile", action="store_true",
+                       help="torch.compile each slice kind once (torch runtime)")
+        p.add_argument("--interpret", action="store_true",
+                       help="use the PyTorch interpreter (torch runtime)")
     p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated checkpoint")
     p.add_argument("--temperature", type=float, default=0.0,
@@ -584,6 +591,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampling-seed", type=int, help="seed of the sampling (same seed, same "
                                                      "tokens)")
     p.add_argument("--stop", default="", help="comma-separated token ids that end generation")
+    if not torch:
+        return
     p.add_argument("--nproc", type=int, default=1, metavar="N",
                    help="tensor parallelism: split the model over N ranks, started here (gloo "
                         "on the CPU, NCCL on CUDA; torch runtime); rank 0 prints")

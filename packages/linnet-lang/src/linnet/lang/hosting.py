@@ -10,7 +10,8 @@ model takes beyond emitting its code.
 
 Sections: loading (E0601, E0713, E0741, E0743, E0744), `linnet run` and generate's options
 (E0740, E0786-E0788, E0812-E0815, E0819) and kernel checks; entry inputs (E0720, E0722,
-E0780, E0783, E0784) are in :mod:`linnet.lang.host.inputs`, imported here too. Nothing here
+E0780, E0783, E0784) are in :mod:`linnet.lang.host.inputs`, imported here too, and the rest
+of ``Model.generate`` (E0794, E0810-E0819) in :mod:`linnet.lang.host.generate`. Nothing here
 imports torch, jax or NumPy (linnet-lang is pure Python).
 
 >>> error("E0713", "numerics must be 'exact' or 'fast', not 'quick'").diagnostics[0].code

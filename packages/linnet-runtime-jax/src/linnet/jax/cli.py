@@ -2,9 +2,9 @@
 
 `linnet run` is one command whichever runtimes are installed: this module's registration
 adds ``--runtime`` to linnet-runtime-torch's `run` when that registered first, or registers
-`run` itself (with every option of the torch runtime's, so that ``--runtime torch`` still
-works) when it is first or alone. The default runtime is torch where it is installed, else
-jax. Importing this module imports neither jax nor torch.
+`run` itself when it is first (with every option of the torch runtime's, so that ``--runtime
+torch`` still works) or alone (with only the options JAX takes). The default runtime is
+torch where it is installed, else jax. Importing this module imports neither jax nor torch.
 """
 
 from __future__ import annotations
@@ -37,9 +37,12 @@ def register_run(subparsers: Any) -> None:
         return
     from linnet.lang.cli import add_run_arguments
 
-    default = "torch" if _torch_installed() else "jax"
+    torch = _torch_installed()
+    default = "torch" if torch else "jax"
     p = subparsers.add_parser("run", help="run a model's prefill and decode (default: demo)")
-    add_run_arguments(p)
+    # Without linnet-runtime-torch, only the options JAX takes (`--help` lists those);
+    # `--runtime torch` stays, to say how to install it (E0790).
+    add_run_arguments(p, torch=torch)
     p.add_argument("--runtime", choices=RUNTIMES, default=default,
                    help=f"the runtime that runs the model (default here: {default})")
     p.set_defaults(run=lambda args: dispatch(args, None))
@@ -60,61 +63,59 @@ def dispatch(args: argparse.Namespace, torch_run: Any) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """`linnet run --runtime jax`: load, prefill the prompt, decode greedily, with timings."""
+    """`linnet run --runtime jax`: load, then generate with ``Model.generate`` (greedy, or
+    sampling with ``--temperature``, ``--top-k``, ``--top-p``, ``--sampling-seed``; ``--stop``)
+    and time prefill and each decode step, as the torch runtime's `linnet run` does."""
     hosting.check_nproc(getattr(args, "nproc", 1))  # 0, -1, 10**20: E0824 here too
-    if args.compile or args.interpret or getattr(args, "nproc", 1) > 1:
-        flag = "--compile" if args.compile else "--interpret" if args.interpret else "--nproc"
+    given = [flag for flag, value in (
+        ("--compile", getattr(args, "compile", False)),
+        ("--interpret", getattr(args, "interpret", False)),
+        ("--nproc", getattr(args, "nproc", 1) != 1),
+        ("--rank-timeout", getattr(args, "rank_timeout", None) is not None)) if value]
+    if given:
+        flag = given[0]
         raise LinnetError(Diagnostic(
             "E0790", f"`{flag}` is an option of the torch runtime; `--runtime jax` always runs "
-            "generated JAX under jax.jit", help=f"drop {flag}, or use `--runtime torch`"))
-    sampling = [flag for flag, given in (
-        ("--temperature", args.temperature), ("--top-k", args.top_k is not None),
-        ("--top-p", args.top_p is not None), ("--sampling-seed", args.sampling_seed is not None),
-        ("--stop", args.stop)) if given]
-    if sampling:  # the torch runtime's Model.generate samples; here decoding is greedy
-        raise LinnetError(Diagnostic(
-            "E0790", f"`{sampling[0]}` is an option of the torch runtime's generation; "
-            "`--runtime jax` decodes greedily", help=f"drop {sampling[0]}, or use "
-                                                     "`--runtime torch`"))
-    hosting.check_seed(args.seed, "--seed", optional=False)  # before a checkpoint is made
+            "generated JAX under jax.jit, on one device", help=f"drop {flag}, or use "
+                                                               "`--runtime torch`"))
+    # The options first, before a checkpoint is read or made or jax is imported.
+    parsed = hosting.run_tokens(args)
+    if parsed is None:
+        return 2
+    prompt, stop = parsed
+    hosting.check_run_options(args, stop)
+    from .model import load, resolve_device
+
+    resolve_device(args.device)  # E0710-E0712 before a demo checkpoint is made for nothing
     model_path, config_name, config = hosting.run_config(args)
     weights = args.weights
     if weights is None:
         hosting.announce_demo(model_path, config_name, args.seed)
         weights = hosting.demo_checkpoint(model_path, config, args.seed)
-    parsed = hosting.run_tokens(args, stop=False)
-    if parsed is None:
-        return 2
-    prompt, _ = parsed
-    import numpy as np
-
-    import jax.numpy as jnp
-
-    from .model import load
-
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, numerics=args.numerics,
                  config=config)
     print(hosting.loaded_line(model_path, model.device, time.perf_counter() - start,
                               model.entries, runtime="jax"))
     check_length(model, len(prompt), args.tokens)
-    start = time.perf_counter()
-    logits = model.prefill(jnp.asarray([prompt], dtype=jnp.int32))
-    token = int(np.asarray(logits[0, -1]).argmax())
-    print(hosting.prefill_line(len(prompt), 1000 * (time.perf_counter() - start)))
-    pos = len(prompt)
-    out = [token]
-    times = []
-    for i in range(args.tokens - 1):
-        start = time.perf_counter()
-        step = model.decode(jnp.asarray([token], dtype=jnp.int32),
-                            jnp.asarray([pos], dtype=jnp.int32))
-        token = int(np.asarray(step[0]).argmax())  # waits for the device
-        ms = 1000 * (time.perf_counter() - start)
-        times.append(ms)
-        out.append(token)
-        pos += 1
-        print(hosting.token_line(i + 1, pos - 1, token, ms))
+    # Model.generate runs prefill, then one decode step per token; each step is timed when
+    # its tokens reach the host (on_token), which waits for the device.
+    times: list[float] = []
+    clock = [time.perf_counter()]
+
+    def on_token(step: int, tokens: list[int]) -> None:
+        now = time.perf_counter()
+        ms = 1000 * (now - clock[0])
+        clock[0] = now
+        if step == 0:
+            print(hosting.prefill_line(len(prompt), ms))
+        else:
+            times.append(ms)
+            print(hosting.token_line(step, len(prompt) + step - 1, tokens[0], ms))
+
+    out = model.generate([prompt], args.tokens, temperature=args.temperature,
+                         top_k=args.top_k, top_p=args.top_p, seed=args.sampling_seed,
+                         stop_tokens=stop, on_token=on_token)[0]
     print("\n".join(hosting.summary_lines(out, times, "includes lowering and compiling")))
     return 0
 

@@ -255,6 +255,10 @@ def check_x64(graph: Graph) -> None:
                           "jax.config.update('jax_enable_x64', True) (or JAX_ENABLE_X64=1)")
 
 
+def _entry_function(module: ModuleType, entry: str) -> Callable:
+    return getattr(module, module.ENTRIES[entry].get("function", entry))
+
+
 @dataclass
 class Lowered:
     """One entry lowered for one set of input shapes: its graph, module and jitted function."""
@@ -266,6 +270,12 @@ class Lowered:
     @property
     def path(self) -> str:
         return self.module.__file__ or ""
+
+    @property
+    def function(self) -> Callable:
+        """The generated entry function, not jitted: ``f(*inputs, params, states) ->
+        (outputs, new_states)`` (for a caller's own ``jax.jit``, as generate's step)."""
+        return _entry_function(self.module, self.graph.entry)
 
 
 class Function:
@@ -312,7 +322,7 @@ class Function:
         check_static(graph, self.entry)
         check_x64(graph)
         module = _module(self._prep.program, graph, self.numerics, self._fast, clauses)
-        fn = getattr(module, module.ENTRIES[self.entry].get("function", self.entry))
+        fn = _entry_function(module, self.entry)
 
         def pure(params: dict, states: dict, inputs: tuple) -> tuple:
             outs, new = fn(*inputs, params, states)
@@ -413,6 +423,9 @@ class Model:
         self._prep = prep
         self._fast = fast
         self._functions: dict[str, Function] = {}
+        # generate's jitted steps, made once per batch shape and way of picking
+        # (linnet.jax.generate): later calls reuse them, never tracing again.
+        self._generation: dict[tuple, Callable] = {}
         self.states: dict[str, Any] = {}
         self.entries = [m.name for m in find_model(self.program, None).methods
                         if m.kind == "entry"]
@@ -461,6 +474,22 @@ class Model:
         outs, new = fn(self.params, mine, inputs)
         self.states = {**self.states, **new}
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any
+                 ) -> list[list[int]]:
+        """Generate tokens after each prompt on ``prefill`` and ``decode``: greedy by
+        default; ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_tokens`` and
+        ``on_token`` as :func:`linnet.jax.generate.generate` says (docs/jax.md,
+        "Generating"): the torch runtime's ``generate``, sampling with ``jax.random`` on the
+        device.
+
+        >>> model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)          # doctest: +SKIP
+        [[17, 9, 9, 30, 2, 88, 7, 7], [5, 5, 211, 2, 40, 40, 9, 1]]
+        """
+        from .generate import check_options, generate
+
+        check_options(options)  # E0794, not a TypeError, for an option generate lacks
+        return generate(self, prompts, max_new_tokens, **options)
 
     def source(self, entry: str, inputs: Any) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""

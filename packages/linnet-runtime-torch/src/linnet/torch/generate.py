@@ -24,7 +24,9 @@ the copy of each step's tokens to the host that generation makes anyway (no extr
 synchronisation).
 
 Mistakes are coded errors E0810-E0819 and E0794 (an option generate does not have); prompt
-ids outside the vocabulary are E0780, as from ``prefill`` itself.
+ids outside the vocabulary are E0780, as from ``prefill`` itself. The checks, the errors and
+the host's side of each step are :mod:`linnet.lang.host.generate`'s, shared with
+``linnet.jax``'s generate.
 
 >>> model = load("std.models.llama", weights="Llama-3.2-1B/")          # doctest: +SKIP
 >>> model.generate([[128000, 791, 6864], [128000, 9906]], max_new_tokens=8,
@@ -37,126 +39,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from linnet.lang import LinnetError
-from linnet.lang.check.hints import did_you_mean
-from linnet.lang.diagnostics.core import Diagnostic
-from linnet.lang.hosting import check_sampling, range_error, stop_token_error
+# OPTIONS and check_options are re-exported: Model.generate checks its options with them.
+from linnet.lang.host.generate import (  # noqa: F401
+    OPTIONS,
+    Progress,
+    array_prompts_error,
+    check_cache,
+    check_generate,
+    check_options,
+    check_vocabulary,
+    padded,
+    prompt_lists,
+    sampling_seed,
+)
 
 import torch
-
-# generate's keyword options: Model.generate(**options) checks the names against these.
-OPTIONS = ("temperature", "top_k", "top_p", "seed", "stop_tokens", "on_token",
-           "max_new_tokens")
-
-
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
 
 
 def _prompts(prompts: Any) -> list[list[int]]:
     """The prompts as lists of ints: a list of token lists, one token list, or a tensor."""
     if isinstance(prompts, torch.Tensor):
         if prompts.dim() not in (1, 2) or prompts.is_floating_point():
-            raise _error("E0810", f"prompts must be token ids: a list of lists of ints or an "
-                         f"integer tensor [B, L], not a {prompts.dtype} tensor of shape "
-                         f"{list(prompts.shape)}", help="e.g. [[1, 2, 3], [4, 5]]")
+            raise array_prompts_error("tensor", prompts.dtype, prompts.shape)
         prompts = prompts.tolist()
-        if prompts and isinstance(prompts[0], int):
-            prompts = [prompts]
-    if isinstance(prompts, Sequence) and prompts and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompts):
-        prompts = [prompts]
-    if not isinstance(prompts, Sequence) or isinstance(prompts, str) or not prompts or not all(
-            isinstance(p, Sequence) and not isinstance(p, str) and all(
-                isinstance(t, int) and not isinstance(t, bool) for t in p) for p in prompts):
-        raise _error("E0810", "prompts must be token ids: a non-empty list of lists of ints "
-                     "(or one list, or an integer tensor [B, L])",
-                     help="e.g. model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)")
-    empty = [i for i, p in enumerate(prompts) if not p]
-    if empty:
-        raise _error("E0810", f"prompt {empty[0]} is empty: prefill needs at least one token",
-                     help="start each prompt with at least one token (a BOS token, say)")
-    return [list(p) for p in prompts]
-
-
-def check_options(options: dict[str, Any]) -> None:
-    """E0794 for a keyword option ``generate`` does not have (``repetition_penalty``, a
-    misspelt ``top-k``), before anything runs: not Python's TypeError.
-
-    >>> check_options({"temperature": 0.7, "top_k": 40})
-    >>> check_options({"tempreature": 0.7})
-    Traceback (most recent call last):
-    ...
-    linnet.lang.diagnostics.core.LinnetError: error[E0794]: generate has no option ...
-    """
-    for name in options:
-        if name not in OPTIONS:
-            raise _error("E0794", f"generate has no option `{name}`",
-                         help=did_you_mean(name, OPTIONS, "its options are: "
-                                           + ", ".join(OPTIONS)))
-
-
-def _check(model: Any, max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any,
-           seed: Any, stop_tokens: Any, on_token: Any) -> None:
-    missing = [e for e in ("prefill", "decode") if e not in model.entries]
-    if missing:
-        raise _error("E0816", f"generate runs a model's `prefill` and `decode` entries; this "
-                     f"model has no {' and no '.join(f'`{m}`' for m in missing)} (entries: "
-                     f"{', '.join(model.entries)})",
-                     help="give the model `entry prefill<L: Dim>(tokens: Tensor[B, L; i32]) -> "
-                          "Tensor[B, L, V; f32]` and `entry decode(token: Tensor[B; i32], pos: "
-                          "Tensor[B; i32]) -> Tensor[B, V; f32]`, as std.models.llama does")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-            or max_new_tokens < 1:
-        raise _error("E0811", f"max_new_tokens must be a positive int, not {max_new_tokens!r}",
-                     help="e.g. max_new_tokens=16")
-    check_sampling(temperature, top_k, top_p, seed)
-    if not isinstance(stop_tokens, Sequence | set | frozenset) or isinstance(stop_tokens, str) \
-            or not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_tokens):
-        raise _error("E0815", f"stop_tokens must be a list of token ids, not {stop_tokens!r}",
-                     help="e.g. stop_tokens=[2] (the tokenizer's EOS id)")
-    if on_token is not None and not callable(on_token):
-        raise _error("E0815", f"on_token must be None or a function of (step, tokens), not "
-                     f"{type(on_token).__name__} {on_token!r:.40}",
-                     help="e.g. on_token=lambda step, tokens: print(step, tokens)")
-
-
-def _vocabulary(model: Any, tokens: list[list[int]], stop_tokens: Any) -> None:
-    """Before anything runs: every prompt id in the range ``prefill``'s token input takes
-    (E0780, the message ``prefill`` itself gives, also for ids no int32 holds, such as
-    2**64), and every stop token an id the model can emit (E0819: one it cannot would never
-    stop a sequence). The graph is the one ``prefill`` runs (lowered once for both)."""
-    from linnet.lang.ir.bounds import bounds_for
-
-    shape = (len(tokens), len(tokens[0]))
-    graph = model.graph("prefill", [torch.zeros(shape, dtype=torch.int32)])
-    r = bounds_for(graph).inputs.get(graph.inputs[0])
-    flat = [t for row in tokens for t in row]
-    if r is not None and any(t < r.lo or t >= r.hi for t in flat):
-        raise range_error(graph, "prefill", r, flat, shape)
-    logits = graph.values[graph.outputs[0]].shape
-    vocabulary = logits[-1] if logits else None
-    for t in stop_tokens:
-        if t < 0 or (isinstance(vocabulary, int) and t >= vocabulary):
-            raise stop_token_error(t, vocabulary if isinstance(vocabulary, int) else None)
-
-
-def _check_length(model: Any, prompt: int, tokens: int) -> None:
-    """E0817 before anything runs when the last decode step would pass the positions the
-    model's decode entry takes (its KV cache's length)."""
-    from linnet.lang.ir.bounds import bounds_for
-
-    one = torch.zeros(1, dtype=torch.int32)
-    graph = model.graph("decode", [one, one])
-    r = next((r for name, r in bounds_for(graph).inputs.items() if name == "%pos"), None)
-    last = prompt + tokens - 2  # the position of the last decode step
-    if r is None or tokens < 2 or last < r.hi:
-        return
-    raise _error("E0817", f"a prompt of {prompt} tokens and max_new_tokens={tokens} decode up "
-                 f"to position {last}, but `decode` takes positions below {r.hi} "
-                 f"({r.upper.describe(graph)})",
-                 help=f"generate at most {max(1, r.hi - prompt + 1)} tokens after this prompt, "
-                      "or load the model with a longer cache (config={'S': ...})")
+    return prompt_lists(prompts, "tensor")
 
 
 def pick(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
@@ -206,20 +112,6 @@ def pick(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = Non
     return torch.where(finite, picked, -1)
 
 
-def _not_finite(batch: list[list[int]], b: int, step: int, out: list[list[int]]
-                ) -> LinnetError:
-    """E0818: sequence ``b``'s logits at ``step`` are not all finite."""
-    position = len(batch[b]) + step - 1
-    entry = "prefill" if step == 0 else "decode"
-    return _error("E0818", f"the logits of sequence {b} at step {step} (`{entry}` at position "
-                  f"{position}, after {len(out[b])} generated token(s)) are not all finite: "
-                  "no token can be picked from NaN or infinity",
-                  help="a NaN or infinite weight, or a config value out of range (a "
-                       "negative rms_norm_eps, say), makes the logits non-finite: check "
-                       "the checkpoint and the config; `model.prefill` on the prompt shows "
-                       "the logits")
-
-
 def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              stop_tokens: Sequence[int] = (), on_token: Callable[[int, list[int]], None]
@@ -238,46 +130,33 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     [[17, 230, 9, 41]]
     """
     batch = _prompts(prompts)
-    _check(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
-    stops = {int(t) for t in stop_tokens}
+    check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens,
+                   on_token)
     lengths = [len(p) for p in batch]
-    longest = max(lengths)
-    # Right padding with each prompt's own last token: a valid id for any vocabulary.
-    rows = [p + [p[-1]] * (longest - len(p)) for p in batch]
-    _vocabulary(model, rows, stop_tokens)
-    _check_length(model, longest, max_new_tokens)
+    rows = padded(batch)
+    check_vocabulary(model, rows, stop_tokens,
+                     lambda shape: torch.zeros(shape, dtype=torch.int32))
+    check_cache(model, max(lengths), max_new_tokens, torch.zeros(1, dtype=torch.int32))
     tokens = torch.tensor(rows, dtype=torch.int32)
     generator = None
     if temperature != 0:
         generator = torch.Generator()
-        if seed is not None:
-            generator.manual_seed(seed)
-        else:
-            generator.seed()
+        generator.manual_seed(sampling_seed(seed))
     context = model.new_context("prefill", [tokens])
     logits = model.prefill(tokens, context=context)
     last = torch.tensor([n - 1 for n in lengths], device=logits.device)
     step_logits = logits[torch.arange(len(batch), device=logits.device), last]
-    out: list[list[int]] = [[] for _ in batch]
-    done = [False] * len(batch)
+    progress = Progress(batch, stop_tokens, on_token)
     pos = list(lengths)
     for step in range(max_new_tokens):
         # The step's one copy to the host: its tokens, -1 where the logits are not finite.
         picked = pick(step_logits, temperature, top_k, top_p, generator).tolist()
-        for b, token in enumerate(picked):
-            if not done[b]:
-                if token < 0:
-                    raise _not_finite(batch, b, step, out)
-                out[b].append(int(token))
-                done[b] = int(token) in stops
-        if on_token is not None:
-            on_token(step, [o[-1] for o in out])
-        if all(done) or step == max_new_tokens - 1:
+        if not progress.take(step, picked) or step == max_new_tokens - 1:
             break
         # A finished sequence repeats its last token at a position that no longer moves: it
         # writes the same cache entry again, and its logits are not used.
-        feed = torch.tensor([o[-1] for o in out], dtype=torch.int32)
+        feed = torch.tensor([o[-1] for o in progress.out], dtype=torch.int32)
         at = torch.tensor(pos, dtype=torch.int32)
         step_logits = model.decode(feed, at, context=context)
-        pos = [p + (0 if done[b] else 1) for b, p in enumerate(pos)]
-    return out
+        pos = [p + (0 if progress.done[b] else 1) for b, p in enumerate(pos)]
+    return progress.out

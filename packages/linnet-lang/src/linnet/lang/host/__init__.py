@@ -1,2 +1,3 @@
 """What every runtime hosting Linnet models shares (pure Python, no array library): entry
-inputs (:mod:`.inputs`). The rest of :mod:`linnet.lang.hosting` moves here by idea."""
+inputs (:mod:`.inputs`) and ``Model.generate``'s checks and host side (:mod:`.generate`).
+The rest of :mod:`linnet.lang.hosting` moves here by idea."""

@@ -1,0 +1,256 @@
+"""What ``Model.generate`` is in every runtime, written once: its options and their checks,
+the checks against the model made before anything runs, and the host's side of each step.
+
+``linnet.torch`` and ``linnet.jax`` generate the same way: the prompts padded on the right
+to the longest, one ``prefill`` from position 0, each sequence's first token from the logits
+at its own last prompt position, then one ``decode`` step per token at each sequence's own
+position; a finished sequence repeats its last token at a position that no longer moves.
+Each runtime picks the tokens on its device (its own random numbers); what the host does
+with each step's tokens, and every check and coded error, is here, so that a mistake is the
+same error with the same message whichever runtime runs the model.
+
+Codes: E0810 (prompts), E0811 (``max_new_tokens``), E0812-E0815 (the sampling options,
+:func:`linnet.lang.hosting.check_sampling`; ``stop_tokens`` and ``on_token``), E0816 (no
+``prefill``/``decode``), E0817 (past the cache), E0818 (non-finite logits), E0819 (a stop
+token outside the vocabulary), E0794 (an option ``generate`` does not have), E0780 (a prompt
+id outside the vocabulary, ``prefill``'s own message). Pure Python: nothing here imports an
+array library.
+
+>>> progress = Progress([[1, 2, 3], [4]], stop_tokens=[9])
+>>> progress.take(0, [7, 9]), progress.take(1, [8, 9]), progress.out
+(True, True, [[7, 8], [9]])
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from linnet.lang.diagnostics.core import LinnetError
+from linnet.lang.host.inputs import error, range_error
+from linnet.lang.hosting import check_sampling, stop_token_error
+
+#: ``generate``'s keyword options: ``Model.generate(**options)`` checks the names against
+#: these (E0794 for another).
+OPTIONS = ("temperature", "top_k", "top_p", "seed", "stop_tokens", "on_token",
+           "max_new_tokens")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """E0794 for a keyword option ``generate`` does not have (``repetition_penalty``, a
+    misspelt ``top-k``), before anything runs: not Python's TypeError.
+
+    >>> check_options({"temperature": 0.7, "top_k": 40})
+    >>> check_options({"tempreature": 0.7})
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0794]: generate has no option ...
+    """
+    from linnet.lang.check.hints import did_you_mean
+
+    for name in options:
+        if name not in OPTIONS:
+            raise error("E0794", f"generate has no option `{name}`",
+                        help=did_you_mean(name, OPTIONS, "its options are: "
+                                          + ", ".join(OPTIONS)))
+
+
+def array_prompts_error(kind: str, dtype: Any, shape: Sequence[int]) -> LinnetError:
+    """E0810 for prompts given as an array that holds no token ids (floats, or not 1 or 2
+    dims); ``kind`` is what the runtime calls its arrays ("tensor", "array").
+
+    >>> array_prompts_error("array", "float32", [2, 3]).diagnostics[0].message
+    'prompts must be token ids: a list of lists of ints or an integer array [B, L], not a float32 array of shape [2, 3]'
+    """
+    return error("E0810", f"prompts must be token ids: a list of lists of ints or an integer "
+                 f"{kind} [B, L], not a {dtype} {kind} of shape {list(shape)}",
+                 help="e.g. [[1, 2, 3], [4, 5]]")
+
+
+def prompt_lists(prompts: Any, kind: str = "tensor") -> list[list[int]]:
+    """The prompts as lists of ints: a list of token lists, or one token list (a runtime
+    turns its own integer arrays into lists first); E0810 for anything else or an empty
+    prompt. ``kind`` names the runtime's arrays in the message.
+
+    >>> prompt_lists([1, 2, 3]), prompt_lists([[1, 2], [3]])
+    ([[1, 2, 3]], [[1, 2], [3]])
+    """
+    if isinstance(prompts, Sequence) and prompts and all(_is_int(t) for t in prompts):
+        prompts = [prompts]
+    if not isinstance(prompts, Sequence) or isinstance(prompts, str) or not prompts or not all(
+            isinstance(p, Sequence) and not isinstance(p, str) and all(_is_int(t) for t in p)
+            for p in prompts):
+        raise error("E0810", "prompts must be token ids: a non-empty list of lists of ints "
+                    f"(or one list, or an integer {kind} [B, L])",
+                    help="e.g. model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)")
+    empty = [i for i, p in enumerate(prompts) if not p]
+    if empty:
+        raise error("E0810", f"prompt {empty[0]} is empty: prefill needs at least one token",
+                    help="start each prompt with at least one token (a BOS token, say)")
+    return [list(p) for p in prompts]
+
+
+def check_generate(model: Any, max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any,
+                   seed: Any, stop_tokens: Any, on_token: Any) -> None:
+    """``generate``'s arguments, before anything runs: the model's entries (E0816),
+    ``max_new_tokens`` (E0811), the sampling options (E0812-E0815), ``stop_tokens`` and
+    ``on_token`` (E0815). ``model`` needs only ``entries``.
+
+    >>> from types import SimpleNamespace
+    >>> check_generate(SimpleNamespace(entries=["prefill", "decode"]), 4, 0.7, 40, 0.9, 0,
+    ...                [2], None)
+    """
+    missing = [e for e in ("prefill", "decode") if e not in model.entries]
+    if missing:
+        raise error("E0816", f"generate runs a model's `prefill` and `decode` entries; this "
+                    f"model has no {' and no '.join(f'`{m}`' for m in missing)} (entries: "
+                    f"{', '.join(model.entries)})",
+                    help="give the model `entry prefill<L: Dim>(tokens: Tensor[B, L; i32]) -> "
+                         "Tensor[B, L, V; f32]` and `entry decode(token: Tensor[B; i32], pos: "
+                         "Tensor[B; i32]) -> Tensor[B, V; f32]`, as std.models.llama does")
+    if not _is_int(max_new_tokens) or max_new_tokens < 1:
+        raise error("E0811", f"max_new_tokens must be a positive int, not {max_new_tokens!r}",
+                    help="e.g. max_new_tokens=16")
+    check_sampling(temperature, top_k, top_p, seed)
+    if not isinstance(stop_tokens, Sequence | set | frozenset) or isinstance(stop_tokens, str) \
+            or not all(_is_int(t) for t in stop_tokens):
+        raise error("E0815", f"stop_tokens must be a list of token ids, not {stop_tokens!r}",
+                    help="e.g. stop_tokens=[2] (the tokenizer's EOS id)")
+    if on_token is not None and not callable(on_token):
+        raise error("E0815", f"on_token must be None or a function of (step, tokens), not "
+                    f"{type(on_token).__name__} {on_token!r:.40}",
+                    help="e.g. on_token=lambda step, tokens: print(step, tokens)")
+
+
+def padded(batch: list[list[int]]) -> list[list[int]]:
+    """The prompts padded on the right to the longest, each with its own last token (a valid
+    id for any vocabulary; the padding is written into the cache but never attended).
+
+    >>> padded([[1, 2, 3], [4]])
+    [[1, 2, 3], [4, 4, 4]]
+    """
+    longest = max(len(p) for p in batch)
+    return [p + [p[-1]] * (longest - len(p)) for p in batch]
+
+
+def check_vocabulary(model: Any, rows: list[list[int]], stop_tokens: Any,
+                     zeros: Callable[[tuple[int, int]], Any]) -> int | None:
+    """Before anything runs: every prompt id in the range ``prefill``'s token input takes
+    (E0780, the message ``prefill`` itself gives, also for ids no int32 holds, such as
+    2**64), and every stop token an id the model can emit (E0819: one it cannot would never
+    stop a sequence). ``rows`` are the padded prompts; ``zeros(shape)`` is an int32 array of
+    the runtime's, to lower ``prefill`` for (the graph it then runs). Returns the vocabulary
+    (the logits' last dim), None where it is not a number.
+
+    >>> check_vocabulary(model, [[1, 2]], [2], lambda s: np.zeros(s, np.int32))  # doctest: +SKIP
+    256
+    """
+    from linnet.lang.ir.bounds import bounds_for
+
+    shape = (len(rows), len(rows[0]))
+    graph = model.graph("prefill", [zeros(shape)])
+    r = bounds_for(graph).inputs.get(graph.inputs[0])
+    flat = [t for row in rows for t in row]
+    if r is not None and any(t < r.lo or t >= r.hi for t in flat):
+        raise range_error(graph, "prefill", r, flat, shape)
+    logits = graph.values[graph.outputs[0]].shape
+    vocabulary = logits[-1] if logits and isinstance(logits[-1], int) else None
+    for t in stop_tokens:
+        if t < 0 or (vocabulary is not None and t >= vocabulary):
+            raise stop_token_error(t, vocabulary)
+    return vocabulary
+
+
+def check_cache(model: Any, prompt: int, tokens: int, one: Any) -> None:
+    """E0817 before anything runs when the last decode step would pass the positions the
+    model's decode entry takes (its KV cache's length); ``prompt`` is the longest prompt and
+    ``one`` a one-element int32 array of the runtime's (to lower ``decode`` for).
+
+    >>> check_cache(model, 60, 10, np.zeros(1, np.int32))                  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0817]: a prompt of 60 tokens and ...
+    """
+    from linnet.lang.ir.bounds import bounds_for
+
+    graph = model.graph("decode", [one, one])
+    r = next((r for name, r in bounds_for(graph).inputs.items() if name == "%pos"), None)
+    last = prompt + tokens - 2  # the position of the last decode step
+    if r is None or tokens < 2 or last < r.hi:
+        return
+    raise error("E0817", f"a prompt of {prompt} tokens and max_new_tokens={tokens} decode up "
+                f"to position {last}, but `decode` takes positions below {r.hi} "
+                f"({r.upper.describe(graph)})",
+                help=f"generate at most {max(1, r.hi - prompt + 1)} tokens after this prompt, "
+                     "or load the model with a longer cache (config={'S': ...})")
+
+
+def sampling_seed(seed: int | None) -> int:
+    """The seed sampling draws from: ``seed``, or a fresh one in [0, 2**64) for None.
+
+    >>> sampling_seed(7)
+    7
+    >>> 0 <= sampling_seed(None) < 2**64
+    True
+    """
+    return seed if seed is not None else secrets.randbits(64)
+
+
+def not_finite(batch: list[list[int]], b: int, step: int, generated: int) -> LinnetError:
+    """E0818: sequence ``b``'s logits at ``step`` (after ``generated`` tokens of its own) are
+    not all finite; ``batch`` holds the prompts (their lengths give the position).
+
+    >>> print(not_finite([[1, 2, 3]], 0, 0, 0).diagnostics[0].message)
+    the logits of sequence 0 at step 0 (`prefill` at position 2, after 0 generated token(s)) are not all finite: no token can be picked from NaN or infinity
+    """
+    position = len(batch[b]) + step - 1
+    entry = "prefill" if step == 0 else "decode"
+    return error("E0818", f"the logits of sequence {b} at step {step} (`{entry}` at position "
+                 f"{position}, after {generated} generated token(s)) are not all finite: "
+                 "no token can be picked from NaN or infinity",
+                 help="a NaN or infinite weight, or a config value out of range (a "
+                      "negative rms_norm_eps, say), makes the logits non-finite: check "
+                      "the checkpoint and the config; `model.prefill` on the prompt shows "
+                      "the logits")
+
+
+class Progress:
+    """The host's side of generation: each step's tokens (one copy to the host per step,
+    -1 where a row's logits were not finite) appended to the sequences not yet stopped,
+    E0818 for a -1 in one of them, ``on_token(step, tokens)`` called with the batch's last
+    tokens, and whether another step is needed.
+
+    >>> progress = Progress([[1, 2]], stop_tokens=[], on_token=print)
+    >>> progress.take(0, [5])
+    0 [5]
+    True
+    >>> progress.take(1, [-1])
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0818]: the logits of sequence 0 at step 1 ...
+    """
+
+    def __init__(self, batch: list[list[int]], stop_tokens: Any,
+                 on_token: Callable[[int, list[int]], None] | None = None):
+        self.batch = batch
+        self.stops = {int(t) for t in stop_tokens}
+        self.on_token = on_token
+        self.out: list[list[int]] = [[] for _ in batch]
+        self.done = [False] * len(batch)
+
+    def take(self, step: int, picked: Sequence[int]) -> bool:
+        """Record ``step``'s tokens (one per sequence); True while a sequence goes on."""
+        for b, token in enumerate(picked):
+            if not self.done[b]:
+                if token < 0:
+                    raise not_finite(self.batch, b, step, len(self.out[b]))
+                self.out[b].append(int(token))
+                self.done[b] = int(token) in self.stops
+        if self.on_token is not None:
+            self.on_token(step, [o[-1] for o in self.out])
+        return not all(self.done)
