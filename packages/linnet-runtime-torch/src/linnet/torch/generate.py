@@ -14,7 +14,9 @@ to the ``top_k`` most likely tokens and to the smallest set whose probability re
 ``top_p`` (transformers' warpers, in that order). Sampling draws from a CPU
 ``torch.Generator`` seeded with ``seed``: the same seed gives the same tokens, on every
 device. A sequence stops after it emits one of ``stop_tokens`` (the stop token is kept) or
-after ``max_new_tokens``.
+after ``max_new_tokens``; left out, ``stop_tokens`` are the model's own (``model.stop_tokens``:
+the checkpoint's end-of-sequence tokens, from its generation_config.json or config.json, as
+transformers stops), and ``stop_tokens=[]`` runs every sequence to ``max_new_tokens``.
 
 Edge values have one meaning each: a tiny positive temperature (down to the smallest
 double) samples among the most likely tokens only (greedy, but for exact ties), a huge one
@@ -121,7 +123,8 @@ def _check(model: Any, max_new_tokens: Any, temperature: Any, top_k: Any, top_p:
                      help="e.g. on_token=lambda step, tokens: print(step, tokens)")
 
 
-def _vocabulary(model: Any, tokens: list[list[int]], stop_tokens: Any) -> None:
+def _vocabulary(model: Any, tokens: list[list[int]], stop_tokens: Any,
+                stops_from: str = "stop_tokens") -> None:
     """Before anything runs: every prompt id in the range ``prefill``'s token input takes
     (E0780, the message ``prefill`` itself gives, also for ids no int32 holds, such as
     2**64), and every stop token an id the model can emit (E0819: one it cannot would never
@@ -138,7 +141,8 @@ def _vocabulary(model: Any, tokens: list[list[int]], stop_tokens: Any) -> None:
     vocabulary = logits[-1] if logits else None
     for t in stop_tokens:
         if t < 0 or (isinstance(vocabulary, int) and t >= vocabulary):
-            raise stop_token_error(t, vocabulary if isinstance(vocabulary, int) else None)
+            raise stop_token_error(t, vocabulary if isinstance(vocabulary, int) else None,
+                                   stops_from)
 
 
 def _check_length(model: Any, prompt: int, tokens: int) -> None:
@@ -222,11 +226,12 @@ def _not_finite(batch: list[list[int]], b: int, step: int, out: list[list[int]]
 
 def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             stop_tokens: Sequence[int] = (), on_token: Callable[[int, list[int]], None]
+             stop_tokens: Sequence[int] | None = None, on_token: Callable[[int, list[int]], None]
              | None = None) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
     any lengths; one list or an integer tensor [B, L] also do); returns each prompt's new
-    tokens, ending at its first stop token. ``on_token(step, tokens)`` is called after each
+    tokens, ending at its first stop token (``stop_tokens``; None: the model's own,
+    ``model.stop_tokens``; ``[]``: none). ``on_token(step, tokens)`` is called after each
     step with the batch's tokens of that step (timing, streaming). The model's own cache is
     not touched: the generation runs in a fresh context. Everything is checked before
     anything runs (prompt ids and stop tokens against the vocabulary, the options' types
@@ -238,13 +243,17 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     [[17, 230, 9, 41]]
     """
     batch = _prompts(prompts)
+    stops_from = "stop_tokens"
+    if stop_tokens is None:  # the checkpoint's end-of-sequence tokens
+        stop_tokens = tuple(getattr(model, "stop_tokens", ()))
+        stops_from = getattr(model, "stop_tokens_source", "") or "model.stop_tokens"
     _check(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
     stops = {int(t) for t in stop_tokens}
     lengths = [len(p) for p in batch]
     longest = max(lengths)
     # Right padding with each prompt's own last token: a valid id for any vocabulary.
     rows = [p + [p[-1]] * (longest - len(p)) for p in batch]
-    _vocabulary(model, rows, stop_tokens)
+    _vocabulary(model, rows, stop_tokens, stops_from)
     _check_length(model, longest, max_new_tokens)
     tokens = torch.tensor(rows, dtype=torch.int32)
     generator = None
