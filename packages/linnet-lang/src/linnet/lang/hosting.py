@@ -417,7 +417,7 @@ def run_tokens(args: argparse.Namespace, stop: bool = True
     """
     try:
         prompt = [int(t) for t in args.prompt.split(",") if t.strip()]
-        text = args.stop if stop else None
+        text = args.stop if stop else "none"
         stops = None if text is None else [] if text.strip().lower() == "none" else \
             [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
@@ -563,9 +563,18 @@ def loaded_line(model_path: Path, device: Any, seconds: float, entries: Sequence
 
     >>> loaded_line(Path("llama.linnet"), "cpu", 0.5, ["prefill", "decode"], runtime="jax")
     'loaded llama.linnet on cpu (jax) in 0.50 s (entries: prefill, decode)'
+    >>> from linnet.lang.syntax.program import model_file
+    >>> loaded_line(model_file("std.models.qwen2"), "cpu", 0.5, ["prefill"])
+    'loaded std.models.qwen2 on cpu in 0.50 s (entries: prefill)'
     """
+    from linnet.lang.syntax.program import STD_ROOT
+
     on = f" ({runtime})" if runtime else ""
-    return (f"loaded {model_path} on {device}{on} in {seconds:.2f} s "
+    shown: Path | str = model_path
+    if Path(model_path).resolve().is_relative_to(STD_ROOT.resolve()):  # a shipped model
+        shown = "std." + ".".join(Path(model_path).resolve().relative_to(
+            STD_ROOT.resolve()).with_suffix("").parts)
+    return (f"loaded {shown} on {device}{on} in {seconds:.2f} s "
             f"(entries: {', '.join(entries)}{extra})")
 
 
