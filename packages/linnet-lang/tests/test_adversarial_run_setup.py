@@ -68,6 +68,19 @@ def test_the_default_model_is_found_from_any_directory(tmp_path, monkeypatch):
     assert s.config_name == "toy" and s.config["V"] == 256 and s.weights is None
 
 
+def test_an_install_without_the_example_is_E0740_naming_a_shipped_model(monkeypatch):
+    import linnet.lang.bundled as bundled
+
+    def missing(name="llama"):
+        raise LookupError(name)
+
+    monkeypatch.setattr(bundled, "example", missing)
+    with pytest.raises(LinnetError) as info:
+        setup()
+    assert code_of(info) == "E0740" and "linnet run std.models.llama" in \
+        info.value.diagnostics[0].help
+
+
 def test_a_model_file_that_is_not_there_is_refused_before_anything(tmp_path):
     with pytest.raises(LinnetError) as info:
         setup(str(tmp_path / "nope.linnet"))

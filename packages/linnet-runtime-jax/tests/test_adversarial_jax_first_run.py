@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 pytest.importorskip("jax")
-from linnet.lang.cli import main  # noqa: E402
-from linnet.jax import load  # noqa: E402
+from linnet.jax import load
+from linnet.lang.cli import main
 
 # The toy Qwen2 (std/models/configs/qwen2/toy.json) as transformers' config.json says it.
 QWEN2_TOY = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 256,

@@ -327,8 +327,9 @@ def announce_demo(model: Path, config_name: str | None, seed: int) -> None:
     >>> announce_demo(Path("llama.linnet"), "small", 0)  # doctest: +SKIP
     linnet: generating a deterministic checkpoint for llama.linnet (small config, seed 0)
     """
+    which = f"{config_name} config" if config_name else "no named config: --set and defaults"
     print(f"linnet: generating a deterministic checkpoint for {model.name} "
-          f"({config_name} config, seed {seed})", file=sys.stderr)
+          f"({which}, seed {seed})", file=sys.stderr)
 
 
 def usable_cores() -> int:
