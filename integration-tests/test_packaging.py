@@ -86,6 +86,9 @@ def test_runtime_wheel_runs_the_demo_alone(fresh_venv, built_wheels, runtime, tm
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert list((venv.root / "home" / "demo").glob("llama-*.safetensors")), "no demo checkpoint"
+    # A shipped model runs on its toy config, which the wheel carries beside it (issue 46).
+    done = venv.run("linnet", "run", "std.models.gpt2", "--tokens", "2", cwd=outside)
+    assert done.returncode == 0 and "decoded 2 tokens" in done.stdout, done.stderr
     listed = venv.run("python", "-c", "import importlib.metadata as m; "
                       "print(sorted(d.metadata['Name'] for d in m.distributions()))")
     names = set(eval(listed.stdout))  # a list literal printed by the venv's own python

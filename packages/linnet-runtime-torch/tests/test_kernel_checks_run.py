@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -47,11 +48,13 @@ for f in check_kernels(broken, count=3, seed=0):
 for name, argv in [("std", ["kernels", "--std", *std_examples, "--count", "2",
                             "--max-size", "40"]),
                    ("broken", ["kernels", broken, "--count", "1", "--op", "off_by_one",
-                               "--op", "good_double"])]:
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
+                               "--op", "good_double"]),
+                   ("quiet", ["kernels", broken, "--count", "1", "--op", "good_double",
+                              "--quiet"])]:
+    text, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(text), contextlib.redirect_stderr(err):
         rc = main(argv)
-    out[name] = {"rc": rc, "stdout": text.getvalue()}
+    out[name] = {"rc": rc, "stdout": text.getvalue(), "stderr": err.getvalue()}
 try:
     assert_kernels(broken, count=1, ops=["off_by_one", "good_double"])
     out["assert_raised"] = ""
@@ -106,6 +109,26 @@ def test_cli_reports_broken_kernels_and_exits_nonzero(run: dict) -> None:
     assert "FAIL  kernel broken::off_by_one_k (op broken::off_by_one) on x: [" in done["stdout"]
     assert "ok    broken::good_double_k" in done["stdout"]
     assert done["stdout"].splitlines()[-1].endswith("1 finding(s) in 1 kernel(s)")
+
+
+def test_cli_shows_its_progress_on_stderr(run: dict) -> None:
+    """Issue 46 item 12: before, 23 checks ran 600 s in silence. The total first, a line per
+    case as it finishes, a summary last; `--quiet` silences it, the report stays."""
+    lines = run["broken"]["stderr"].splitlines()
+    assert lines[0] == "linnet kernels: 2 case(s) of 2 op(s) bound to a kernel to check"
+    assert re.fullmatch(r"\[1/2\] broken::(off_by_one|good_double)  x: \[\d+, \d+\] f32 "
+                        r"\(R=\d+, C=\d+\) \.\.\. (ok|FAIL) \d+\.\d s", lines[1]), lines
+    assert lines[2].startswith("[2/2] broken::") and sorted(
+        line.split(" ... ")[1].split()[0] for line in lines[1:3]) == ["FAIL", "ok"]
+    assert re.fullmatch(r"linnet kernels: 2 case\(s\) checked in \d+\.\d s: 1 finding\(s\)",
+                        lines[3]) and len(lines) == 4
+    quiet = run["quiet"]
+    assert quiet["rc"] == 0 and quiet["stderr"] == "", quiet
+    assert "ok    broken::good_double_k" in quiet["stdout"]
+    # the std run's progress counts exactly the cases its report lists
+    std = run["std"]
+    checked = sum(line.startswith(("ok", "FAIL")) for line in std["stdout"].splitlines())
+    assert std["stderr"].splitlines()[0].startswith(f"linnet kernels: {checked} case(s) of ")
 
 
 def test_assert_form_raises_with_every_finding(run: dict) -> None:

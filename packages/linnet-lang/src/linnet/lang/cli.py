@@ -40,13 +40,45 @@ def parse_value(text: str) -> Any:
 
 
 def config_path(path: str, model_file: str | None = None) -> Path:
-    """Where `--config PATH` is read from: the path, or `configs/PATH.json` beside the model."""
+    """Where `--config PATH` is read from: the path, or a named config beside the model:
+    `configs/<model>/PATH.json` (a folder of several models, as `std/models/`), else
+    `configs/PATH.json`.
+
+    >>> from linnet.lang.syntax.program import model_file
+    >>> config_path("toy", str(model_file("std.models.qwen2"))).parts[-3:]
+    ('configs', 'qwen2', 'toy.json')
+    """
     p = Path(path)
     if not p.is_file() and model_file is not None:
-        candidate = Path(model_file).parent / "configs" / f"{path}.json"
-        if candidate.is_file():
-            return candidate
+        for candidate in named_config_paths(model_file, path):
+            if candidate.is_file():
+                return candidate
     return p
+
+
+def named_config_paths(model_file: str | Path, name: str) -> list[Path]:
+    """Where a config named ``name`` of the model in ``model_file`` may be, in order.
+
+    >>> [str(p) for p in named_config_paths("m/llama.linnet", "toy")]
+    ['m/configs/llama/toy.json', 'm/configs/toy.json']
+    """
+    folder = Path(model_file).parent / "configs"
+    return [folder / Path(model_file).stem / f"{name}.json", folder / f"{name}.json"]
+
+
+def config_names(model_file: str | Path) -> list[str]:
+    """The named configs of the model in ``model_file`` (what `--config NAME` takes).
+
+    >>> from linnet.lang.syntax.program import model_file
+    >>> config_names(model_file("std.models.gpt2"))
+    ['toy']
+    """
+    folder = Path(model_file).parent / "configs"
+    own = folder / Path(model_file).stem
+    found = {p.stem for p in own.glob("*.json")} if own.is_dir() else set()
+    if not own.is_dir():  # a folder of one model's configs
+        found |= {p.stem for p in folder.glob("*.json")} if folder.is_dir() else set()
+    return sorted(found)
 
 
 class _DuplicateKey(Exception):
@@ -118,9 +150,11 @@ def load_config(path: str | None, sets: list[str], model_file: str | None = None
         try:
             raw = p.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
+            names = config_names(model_file) if model_file is not None else []
+            listed = (f"; this model's named configs: {', '.join(names)}" if names else "")
             raise LinnetError(Diagnostic("E0640", f"config `{path}` not found",
                                          help="pass a JSON file, or the name of one in the "
-                                              "model's configs/ folder")) from None
+                                              "model's configs/ folder" + listed)) from None
         except IsADirectoryError:
             raise LinnetError(Diagnostic("E0647", f"config `{path}` is a directory",
                                          help="pass the JSON file inside it")) from None
@@ -566,14 +600,20 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
     >>> "--compile" in p.format_help(), "--temperature" in p.format_help()
     (False, True)
     """
-    p.add_argument("file", nargs="?", help="a .linnet model, or a shipped one by name "
-                                           "(std.models.llama, std.models.qwen2, ...; "
-                                           "default: the Llama example)")
+    p.add_argument("file", nargs="?", help="a .linnet model, a shipped one by name "
+                                           "(std.models.llama, std.models.qwen2, ...: each "
+                                           "runs on random weights of its toy config), or a "
+                                           "Hugging Face checkpoint directory (the model is "
+                                           "picked from its config.json; default: the Llama "
+                                           "example)")
     p.add_argument("--weights", help="a safetensors file, a checkpoint directory (a Hugging Face "
                                      "download: its config.json is read too), an index JSON "
                                      "(default: a generated toy checkpoint)")
     p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy "
                                     "without --weights; with them, the checkpoint's config.json)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a config value or model generic, typed as written (int, float, "
+                        "true/false, else a string; repeatable): --set S=256 --set T=bf16")
     p.add_argument("--prompt", default="1,2,3,4,5,6,7,8", help="comma-separated token ids")
     p.add_argument("--tokens", type=int, default=16, help="tokens to decode")
     p.add_argument("--device", default="cpu")
@@ -590,9 +630,15 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
     p.add_argument("--top-p", type=float, help="sample among the most likely tokens reaching p")
     p.add_argument("--sampling-seed", type=int, help="seed of the sampling (same seed, same "
                                                      "tokens)")
-    p.add_argument("--stop", default="", help="comma-separated token ids that end generation")
+    p.add_argument("--stop", default=None, help="comma-separated token ids that end generation "
+                                                "(default: the checkpoint's end-of-sequence "
+                                                "tokens; `none`: decode every --tokens)")
     if not torch:
         return
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads torch runs on (default: OMP_NUM_THREADS if set, else 1 "
+                        "for a small model, up to 4 physical cores for a large one; torch "
+                        "runtime)")
     p.add_argument("--nproc", type=int, default=1, metavar="N",
                    help="tensor parallelism: split the model over N ranks, started here (gloo "
                         "on the CPU, NCCL on CUDA; torch runtime); rank 0 prints")

@@ -20,6 +20,7 @@ imports torch, jax or NumPy (linnet-lang is pure Python).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +43,7 @@ from linnet.lang.host.inputs import (  # noqa: F401
     range_parts,
     short,
 )
+from linnet.lang.host.run import RunSetup, default_model, run_setup  # noqa: F401
 from linnet.lang.weights.demo import parameter_types  # noqa: F401  (the runtimes' random_weights)
 
 if TYPE_CHECKING:
@@ -266,48 +268,15 @@ def entry_method(program: Program, entry: str) -> Any:
 
 
 # ---------------------------------------------------------------- linnet run
-def default_model() -> Path:
-    """The model `linnet run` runs when none is given: the Llama example, from the
-    repository root or as the wheel ships it (E0740 when neither is there).
+def run_config(args: argparse.Namespace) -> RunSetup:
+    """`linnet run`'s model, config and weights (:func:`linnet.lang.host.run.run_setup`):
+    every path, name and ``--set`` key checked before anything is loaded or imported.
 
-    >>> default_model().name   # doctest: +SKIP
-    'llama.linnet'
+    >>> run_config(argparse.Namespace(file=None, weights=None, config=None, set=[]))
+    ...                                                                   # doctest: +SKIP
+    RunSetup(model=PosixPath('.../examples/llama/llama.linnet'), config_name='toy', ...)
     """
-    here = Path.cwd() / "examples" / "llama" / "llama.linnet"
-    if here.is_file():
-        return here
-    import linnet.lang
-
-    shipped = Path(linnet.lang.__file__).parent / "examples" / "llama" / "llama.linnet"
-    if shipped.is_file():
-        return shipped
-    raise error("E0740", "no model given and the Llama example was not found",
-                help="run from the repository root, or pass a model: `linnet run model.linnet`")
-
-
-def run_config(args: argparse.Namespace) -> tuple[Path, str | None, dict[str, Any]]:
-    """`linnet run`'s model file, config name and config: ``--config``, or the toy config
-    for the demo unless the checkpoint brings its own (a Hugging Face config.json).
-
-    >>> run_config(argparse.Namespace(file=None, weights=None, config=None))  # doctest: +SKIP
-    (PosixPath('.../examples/llama/llama.linnet'), 'toy', {'V': 256, ...})
-    """
-    from linnet.lang.cli import load_config
-    from linnet.lang.syntax.program import model_file
-    from linnet.lang.weights.checkpoint import read_json_object
-    from linnet.lang.weights.safetensors import resolve_checkpoint
-
-    model_path = model_file(args.file) if args.file else default_model()
-    # A checkpoint with a config.json (a Hugging Face directory) brings its own config; the
-    # demo's toy config is the default only without one.
-    ckpt_config = resolve_checkpoint(args.weights).config_path if args.weights else None
-    own_config = False
-    if ckpt_config is not None:
-        data, _ = read_json_object(ckpt_config, "E0652", "checkpoint config")
-        own_config = "model_type" in data or "architectures" in data
-    config_name = args.config or ("toy" if not args.file and not own_config else None)
-    config = load_config(config_name, [], str(model_path)) if config_name else {}
-    return model_path, config_name, config
+    return run_setup(args)
 
 
 def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
@@ -359,8 +328,9 @@ def announce_demo(model: Path, config_name: str | None, seed: int) -> None:
     >>> announce_demo(Path("llama.linnet"), "small", 0)  # doctest: +SKIP
     linnet: generating a deterministic checkpoint for llama.linnet (small config, seed 0)
     """
+    which = f"{config_name} config" if config_name else "no named config: --set and defaults"
     print(f"linnet: generating a deterministic checkpoint for {model.name} "
-          f"({config_name} config, seed {seed})", file=sys.stderr)
+          f"({which}, seed {seed})", file=sys.stderr)
 
 
 def usable_cores() -> int:
@@ -403,18 +373,55 @@ def check_nproc(nproc: Any) -> int:
     return nproc
 
 
+#: Seconds a rank waits for the others, to join and in each collective, before E0825
+#: (``LINNET_RANK_TIMEOUT`` or ``linnet run --rank-timeout`` sets it).
+DEFAULT_TIMEOUT = 300.0
+TIMEOUT_ENV = "LINNET_RANK_TIMEOUT"
+_MOST_TIMEOUT = 7 * 24 * 3600.0
+
+
+def rank_timeout(given: Any = None, name: str = TIMEOUT_ENV) -> float:
+    """The seconds a rank waits for the others: ``given`` (an option, named ``name``), else
+    ``$LINNET_RANK_TIMEOUT``, else :data:`DEFAULT_TIMEOUT`; E0827 when it is not a number of
+    seconds above 0.
+
+    >>> rank_timeout(), rank_timeout("2.5", "--rank-timeout")
+    (300.0, 2.5)
+    """
+    raw = str(given).strip() if given is not None else os.environ.get(TIMEOUT_ENV, "").strip()
+    if given is None and not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= _MOST_TIMEOUT):
+        shown = f"{name} {raw}" if name.startswith("-") else f"{name}={raw!r}"
+        raise error("E0827", f"{shown}: the time a rank waits for the others must be a "
+                    "number of seconds above 0 (at most a week)",
+                    help=f"e.g. {name}{' ' if name.startswith('-') else '='}600, or leave it "
+                         f"out for the default {DEFAULT_TIMEOUT:.0f} s")
+    return value
+
+
 def run_tokens(args: argparse.Namespace, stop: bool = True
-               ) -> tuple[list[int], list[int]] | None:
+               ) -> tuple[list[int], list[int] | None] | None:
     """`linnet run`'s ``--prompt`` (and, with ``stop``, ``--stop``) as token lists; None
     after printing the usage error (exit status 2) when they are not integers; E0786 for an
-    empty prompt, E0787 for ``--tokens`` below 1.
+    empty prompt, E0787 for ``--tokens`` below 1. The stop tokens are None where ``--stop``
+    is not given (the checkpoint's own end-of-sequence tokens), ``[]`` for ``--stop none``.
 
-    >>> run_tokens(argparse.Namespace(prompt="1,2", stop="", tokens=4))  # doctest: +SKIP
+    >>> import argparse
+    >>> run_tokens(argparse.Namespace(prompt="1,2", stop="none", tokens=4))
     ([1, 2], [])
+    >>> run_tokens(argparse.Namespace(prompt="1,2", stop=None, tokens=4))
+    ([1, 2], None)
     """
     try:
         prompt = [int(t) for t in args.prompt.split(",") if t.strip()]
-        stops = [int(t) for t in args.stop.split(",") if t.strip()] if stop else []
+        text = args.stop if stop else "none"
+        stops = None if text is None else [] if text.strip().lower() == "none" else \
+            [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
         what = "--prompt and --stop take" if stop else "--prompt takes"
         print(f"linnet run: {what} comma-separated integers", file=sys.stderr)
@@ -494,20 +501,24 @@ def check_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any,
     check_seed(seed, named("sampling_seed") if cli else "seed", optional=True)
 
 
-def check_run_options(args: argparse.Namespace, stops: Sequence[int]) -> None:
+def check_run_options(args: argparse.Namespace, stops: Sequence[int] | None) -> None:
     """`linnet run`'s numeric options checked before anything is loaded or imported: the
-    sampling options (:func:`check_sampling`), ``--seed``, and the ``--stop`` ids ``stops``
-    (E0819 for a negative one; the model's vocabulary bounds them from above once loaded).
+    sampling options (:func:`check_sampling`), ``--seed``, the ``--stop`` ids ``stops``
+    (E0819 for a negative one; the model's vocabulary bounds them from above once loaded),
+    and ``--threads`` (E0799).
 
     >>> import argparse
     >>> check_run_options(argparse.Namespace(temperature=0.0, top_k=None, top_p=None,
     ...                                      sampling_seed=None, seed=0), [2])
     """
+    from linnet.lang.host.run import check_threads
+
     check_sampling(args.temperature, args.top_k, args.top_p, args.sampling_seed, cli=True)
     check_seed(args.seed, "--seed", optional=False)
-    for token in stops:
+    for token in stops or []:
         if token < 0:
             raise stop_token_error(token, None, "--stop")
+    check_threads(getattr(args, "threads", None), usable_cores())
 
 
 def stop_token_error(token: int, vocabulary: int | None, name: str = "stop_tokens"
@@ -554,9 +565,18 @@ def loaded_line(model_path: Path, device: Any, seconds: float, entries: Sequence
 
     >>> loaded_line(Path("llama.linnet"), "cpu", 0.5, ["prefill", "decode"], runtime="jax")
     'loaded llama.linnet on cpu (jax) in 0.50 s (entries: prefill, decode)'
+    >>> from linnet.lang.syntax.program import model_file
+    >>> loaded_line(model_file("std.models.qwen2"), "cpu", 0.5, ["prefill"])
+    'loaded std.models.qwen2 on cpu in 0.50 s (entries: prefill)'
     """
+    from linnet.lang.syntax.program import STD_ROOT
+
     on = f" ({runtime})" if runtime else ""
-    return (f"loaded {model_path} on {device}{on} in {seconds:.2f} s "
+    shown: Path | str = model_path
+    if Path(model_path).resolve().is_relative_to(STD_ROOT.resolve()):  # a shipped model
+        shown = "std." + ".".join(Path(model_path).resolve().relative_to(
+            STD_ROOT.resolve()).with_suffix("").parts)
+    return (f"loaded {shown} on {device}{on} in {seconds:.2f} s "
             f"(entries: {', '.join(entries)}{extra})")
 
 

@@ -10,6 +10,7 @@ torch where it is installed, else jax. Importing this module imports neither jax
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from importlib.util import find_spec
 from typing import Any
@@ -70,6 +71,7 @@ def run_command(args: argparse.Namespace) -> int:
     given = [flag for flag, value in (
         ("--compile", getattr(args, "compile", False)),
         ("--interpret", getattr(args, "interpret", False)),
+        ("--threads", getattr(args, "threads", None) is not None),
         ("--nproc", getattr(args, "nproc", 1) != 1),
         ("--rank-timeout", getattr(args, "rank_timeout", None) is not None)) if value]
     if given:
@@ -78,6 +80,7 @@ def run_command(args: argparse.Namespace) -> int:
             "E0790", f"`{flag}` is an option of the torch runtime; `--runtime jax` always runs "
             "generated JAX under jax.jit, on one device", help=f"drop {flag}, or use "
                                                                "`--runtime torch`"))
+    hosting.check_seed(args.seed, "--seed", optional=False)  # before a checkpoint is made
     # The options first, before a checkpoint is read or made or jax is imported.
     parsed = hosting.run_tokens(args)
     if parsed is None:
@@ -87,17 +90,24 @@ def run_command(args: argparse.Namespace) -> int:
     from .model import load, resolve_device
 
     resolve_device(args.device)  # E0710-E0712 before a demo checkpoint is made for nothing
-    model_path, config_name, config = hosting.run_config(args)
-    weights = args.weights
+    # The model, its config and weights: paths, names and --set keys (E0602, E0795-E0797).
+    setup = hosting.run_config(args)
+    for note in setup.notes:
+        print(note, file=sys.stderr)
+    model_path = setup.model
+    weights = setup.weights
     if weights is None:
-        hosting.announce_demo(model_path, config_name, args.seed)
-        weights = hosting.demo_checkpoint(model_path, config, args.seed)
+        hosting.announce_demo(model_path, setup.config_name, args.seed)
+        weights = str(hosting.demo_checkpoint(model_path, setup.config, args.seed))
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, numerics=args.numerics,
-                 config=config)
+                 config=setup.config)
     print(hosting.loaded_line(model_path, model.device, time.perf_counter() - start,
                               model.entries, runtime="jax"))
     check_length(model, len(prompt), args.tokens)
+    if stop is None and model.stop_tokens:
+        print(f"linnet: stopping at {model.stop_tokens_source} {list(model.stop_tokens)} "
+              "(--stop none decodes every --tokens)", file=sys.stderr)
     # Model.generate runs prefill, then one decode step per token; each step is timed when
     # its tokens reach the host (on_token), which waits for the device.
     times: list[float] = []

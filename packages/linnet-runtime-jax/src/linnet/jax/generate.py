@@ -53,6 +53,7 @@ from linnet.lang.host.generate import (  # noqa: F401  (check_options: Model.gen
     padded,
     prompt_lists,
     sampling_seed,
+    stop_tokens_of,
 )
 from linnet.lang.hosting import error
 
@@ -272,7 +273,8 @@ def _check_states(model: Any, tokens: Any, states: dict[str, Any]) -> None:
 
 def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             stop_tokens: Sequence[int] = (), on_token: Callable[[int, list[int]], None]
+             stop_tokens: Sequence[int] | None = None,
+             on_token: Callable[[int, list[int]], None]
              | None = None) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
     any lengths; one list or an integer array [B, L] also do); returns each prompt's new
@@ -291,11 +293,12 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     from .model import _precision
 
     batch = _prompts(prompts)
+    stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
     check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens,
                    on_token)
     rows = padded(batch)
     vocabulary = check_vocabulary(model, rows, stop_tokens,
-                                  lambda shape: np.zeros(shape, np.int32))
+                                  lambda shape: np.zeros(shape, np.int32), stops_from)
     check_cache(model, len(rows[0]), max_new_tokens, np.zeros(1, np.int32))
     stops = sorted({int(t) for t in stop_tokens})
     size = vocabulary if vocabulary is not None else max(stops, default=0) + 1

@@ -40,6 +40,7 @@ from linnet.lang.hosting import (  # noqa: F401
 )
 from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
+from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
 from .home import import_source
 from .inputs import check_inputs, is_array, type_error
@@ -130,6 +131,8 @@ class Prepared:
     weight_shapes: dict[str, tuple] | None
     params: dict[str, Any] = field(default_factory=dict)
     device: Any = None
+    # The checkpoint's end-of-sequence tokens (linnet.lang.weights.generation).
+    stops: StopTokens = field(default_factory=StopTokens)
 
 
 def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any,
@@ -156,6 +159,7 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
     check_dtype_config(program, cfg, convert)
     params: dict[str, Any] = {}
     shapes: dict[str, tuple] | None = None
+    stops = StopTokens()
     if isinstance(weights, dict):
         import jax
 
@@ -169,11 +173,12 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
                 params[k] = jax.device_put(v, dev)
     elif weights is not None:
         ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg, convert)
+        stops = read_stop_tokens(ckpt.directory)  # E0798 before any tensor is read
         if read:
             params = load_checkpoint(ckpt, dev, convert, check_finite)
     if isinstance(weights, dict) and read and check_finite:
         check_finite_weights(weights)
-    return Prepared(program, model_path, cfg, shapes, params, dev)
+    return Prepared(program, model_path, cfg, shapes, params, dev, stops)
 
 
 def _entry_params(program: Program, entry: str) -> list[str]:
@@ -292,6 +297,11 @@ class Function:
         self.params = prep.params
         self.device = prep.device
         self.numerics = numerics
+        # The checkpoint's end-of-sequence tokens (generation_config.json's, else
+        # config.json's eos_token_id, as transformers reads them): where generation stops
+        # by default, as linnet.torch's Model.generate does.
+        self.stop_tokens: tuple[int, ...] = prep.stops.tokens
+        self.stop_tokens_source = prep.stops.source
         self._prep = prep
         self._fast = fast
         self._check = check
@@ -420,6 +430,11 @@ class Model:
         self.config = dict(prep.config)
         self.device = prep.device
         self.numerics = numerics
+        # The checkpoint's end-of-sequence tokens (generation_config.json's, else
+        # config.json's eos_token_id, as transformers reads them): where generation stops
+        # by default, as linnet.torch's Model.generate does.
+        self.stop_tokens: tuple[int, ...] = prep.stops.tokens
+        self.stop_tokens_source = prep.stops.source
         self._prep = prep
         self._fast = fast
         self._functions: dict[str, Function] = {}
@@ -549,7 +564,9 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     ``weights`` is a safetensors file, a checkpoint directory (its
     ``model.safetensors.index.json``, else every ``*.safetensors`` in it; a Hugging Face
     ``config.json`` beside them gives the config), an index file, a list of files, or a
-    dict of arrays. Headers are validated first (the PyTorch runtime's codes), then each
+    dict of arrays; the checkpoint's end-of-sequence tokens (``generation_config.json``'s
+    ``eos_token_id``, else ``config.json``'s) become ``model.stop_tokens``, as in
+    ``linnet.torch.load``. Headers are validated first (the PyTorch runtime's codes), then each
     shard is memory-mapped and read tensor by tensor to the device. ``config`` (a dict, a
     JSON file, or a name in the model's configs/ folder) gives the rest; ``dtype``
     (``"bf16"``) converts floating-point weights. ``device``: None (jax's default), ``"cpu"``,

@@ -31,7 +31,7 @@ def register_run(subparsers: Any) -> None:
 def run_command(args: argparse.Namespace) -> int:
     import os
 
-    # The options first, before a checkpoint is read or made or torch is imported.
+    # Every option first, before a checkpoint is read or made or torch is imported.
     parsed = hosting.run_tokens(args)
     if parsed is None:
         return 2
@@ -40,45 +40,64 @@ def run_command(args: argparse.Namespace) -> int:
     # Checked before anything is imported or started: a number of ranks this machine can
     # start, the time a rank waits for the others, and a rank's own environment.
     nproc = hosting.check_nproc(getattr(args, "nproc", 1))
+    # A rank: started by --nproc below, or by torchrun (its environment names the rank).
+    is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    speaks = not is_rank or os.environ.get("RANK") == "0"
+    if nproc > 1:
+        given = getattr(args, "rank_timeout", None)
+        timeout = hosting.rank_timeout(given, "--rank-timeout") if given is not None else \
+            hosting.rank_timeout()
+        if given is not None:  # the ranks (spawned below, or torchrun's) read it from here
+            os.environ[hosting.TIMEOUT_ENV] = repr(timeout)
+    # The model, its config and weights: paths, names and --set keys (E0602, E0795-E0797).
+    setup = hosting.run_config(args)
+    if speaks:
+        for note in setup.notes:
+            print(note, file=sys.stderr)
     from .model import load, resolve_device
 
     resolve_device(args.device)  # E0710-E0712 before a demo checkpoint is made for nothing
-    # A rank: started by --nproc below, or by torchrun (its environment names the rank).
-    is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if nproc > 1:
-        from .parallel import TIMEOUT_ENV, check_environment, check_ranks, rank_timeout
+        from .parallel import check_environment, check_ranks
 
-        given = getattr(args, "rank_timeout", None)
-        if given is not None:  # the ranks (spawned below, or torchrun's) read it from here
-            os.environ[TIMEOUT_ENV] = repr(rank_timeout(given, "--rank-timeout"))
-        rank_timeout()
         if is_rank:
             check_environment(nproc, args.device)
         else:
             check_ranks(nproc, args.device)
-    model_path, config_name, config = hosting.run_config(args)
-    weights = args.weights
+    weights = setup.weights
     if weights is None:
-        hosting.announce_demo(model_path, config_name, args.seed)
-        weights = hosting.demo_checkpoint(model_path, config, args.seed)
+        hosting.announce_demo(setup.model, setup.config_name, args.seed)
+        weights = str(hosting.demo_checkpoint(setup.model, setup.config, args.seed))
     if nproc > 1 and not is_rank:
         from .parallel import spawn
 
         # The ranks run this command again, on the checkpoint made once here.
         ranks = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "run"})
-        ranks.weights = str(weights)
+        ranks.file, ranks.weights, ranks.config = str(setup.model), weights, setup.config_name
         print(f"linnet: starting {nproc} ranks (tensor parallelism over torch.distributed, "
               f"{'NCCL' if str(args.device).startswith('cuda') else 'gloo'})", file=sys.stderr)
         return spawn(nproc, run_command, ranks)
     start = time.perf_counter()
-    model = load(model_path, weights=weights, device=args.device, compile=args.compile,
-                 numerics=args.numerics, config=config, interpret=args.interpret,
-                 progress=not is_rank or os.environ.get("RANK") == "0",
-                 world=nproc if nproc > 1 else None)
+    model = load(setup.model, weights=weights, device=args.device, compile=args.compile,
+                 numerics=args.numerics, config=setup.config, interpret=args.interpret,
+                 progress=speaks, world=nproc if nproc > 1 else None)
+    seconds = time.perf_counter() - start
+    on = str(model.device)
+    if model.device.type == "cpu":
+        from .threads import set_threads, threads_text
+
+        threads, why = set_threads(getattr(args, "threads", None),
+                                   sum(p.numel() for p in model.params.values()), nproc)
+        on += f", {threads_text(threads)}"
+        if speaks:
+            print(f"linnet: {threads_text(threads)} on the CPU ({why}; --threads N to "
+                  "change)", file=sys.stderr)
     ranks_text = f", rank {model.rank} of {model.world}" if model.world > 1 else ""
-    print(hosting.loaded_line(model_path, model.device, time.perf_counter() - start,
-                              model.entries, extra=ranks_text))
+    print(hosting.loaded_line(setup.model, on, seconds, model.entries, extra=ranks_text))
     check_length(model, len(prompt), args.tokens)
+    if stop is None and model.stop_tokens and speaks:
+        print(f"linnet: stopping at {model.stop_tokens_source} {list(model.stop_tokens)} "
+              "(--stop none decodes every --tokens)", file=sys.stderr)
     # Model.generate runs prefill, then one decode per token; each step is timed as it ends.
     times: list[float] = []
     clock = [time.perf_counter()]

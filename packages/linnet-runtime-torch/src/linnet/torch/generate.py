@@ -51,6 +51,7 @@ from linnet.lang.host.generate import (  # noqa: F401
     padded,
     prompt_lists,
     sampling_seed,
+    stop_tokens_of,
 )
 
 import torch
@@ -114,7 +115,8 @@ def pick(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = Non
 
 def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             stop_tokens: Sequence[int] = (), on_token: Callable[[int, list[int]], None]
+             stop_tokens: Sequence[int] | None = None,
+             on_token: Callable[[int, list[int]], None]
              | None = None) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
     any lengths; one list or an integer tensor [B, L] also do); returns each prompt's new
@@ -130,12 +132,13 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     [[17, 230, 9, 41]]
     """
     batch = _prompts(prompts)
+    stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
     check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens,
                    on_token)
     lengths = [len(p) for p in batch]
     rows = padded(batch)
     check_vocabulary(model, rows, stop_tokens,
-                     lambda shape: torch.zeros(shape, dtype=torch.int32))
+                     lambda shape: torch.zeros(shape, dtype=torch.int32), stops_from)
     check_cache(model, max(lengths), max_new_tokens, torch.zeros(1, dtype=torch.int32))
     tokens = torch.tensor(rows, dtype=torch.int32)
     generator = None

@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from linnet.lang.check.kernel_progress import Progress
 
 
 def register_kernels(subparsers: Any) -> None:
@@ -39,6 +42,9 @@ def register_kernels(subparsers: Any) -> None:
                    help="torch: kernels through Triton from generated PyTorch (default); "
                         "jax: through Pallas from generated JAX (Pallas's interpreter on the "
                         "CPU, `--device cpu`; for real on a GPU), linnet-runtime-jax's check")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (the number of cases, a line per case as it "
+                        "finishes, a summary); the report on stdout is unchanged")
     p.set_defaults(run=kernels_command)
 
 
@@ -61,6 +67,19 @@ def _ops(program: Any, ops: list[str]) -> list[str] | None:
         return None
     names = {n for op in bound_ops(program) for n in (op.name, op.qualified_name)}
     return [n for n in ops if n in names]
+
+
+def _progress(args: argparse.Namespace, sources: list[Any], dtypes: tuple[str, ...],
+              via: str = "") -> Progress:
+    """The progress printer of this run (nothing printed with ``--quiet``), its first line
+    printed: the cases about to be checked, drawn as the checks will draw them."""
+    from linnet.lang.check.kernel_progress import Progress, planned_cases
+
+    plan = planned_cases(sources, args.op or None, count=args.count, seed=args.seed,
+                         max_size=args.max_size, dtypes=dtypes)
+    progress = Progress(plan, None if args.quiet else sys.stderr, via=via)
+    progress.begin()
+    return progress
 
 
 def kernels_command(args: argparse.Namespace) -> int:
@@ -100,6 +119,7 @@ def kernels_command(args: argparse.Namespace) -> int:
     from .testing import KernelCheck, check_kernels
 
     dtypes = tuple(args.dtype) or DEFAULT_DTYPES
+    progress = _progress(args, sources, dtypes)
     checked = 0
 
     def show(check: KernelCheck) -> None:
@@ -108,9 +128,10 @@ def kernels_command(args: argparse.Namespace) -> int:
         c = check.case
         if check.finding is None:
             print(f"ok    {c.kernel}  {c.describe()}  (largest difference "
-                  f"{check.difference:.3g})")
+                  f"{check.difference:.3g})", flush=True)
         else:
-            print(f"FAIL  {check.finding}")
+            print(f"FAIL  {check.finding}", flush=True)
+        progress.check(check)
 
     findings = []
     done: set[str] = set()  # ops already checked (a std op two files use, say)
@@ -122,6 +143,7 @@ def kernels_command(args: argparse.Namespace) -> int:
     unrun = [f for f in findings if f.case == "no case"]
     for f in unrun:
         print(f"FAIL  {f}")
+    progress.end(len(findings))
     if not checked and not findings:
         print("no op here is bound to a kernel: nothing to check")
         return 0
@@ -149,6 +171,8 @@ def _jax_kernels(args: argparse.Namespace) -> int:
     # E0710-E0712 as for torch: `tpu`, or a GPU jax does not see here.
     interpret = None if args.device is None else resolve_device(args.device).platform == "cpu"
     sources = _programs(args, std_program)
+    dtypes = tuple(args.dtype) or DEFAULT_DTYPES
+    progress = _progress(args, sources, dtypes, via="Pallas")
     checked = 0
 
     def show(check: KernelCheck) -> None:
@@ -157,23 +181,26 @@ def _jax_kernels(args: argparse.Namespace) -> int:
         c = check.case
         if check.finding is None:
             print(f"ok    {c.kernel}  {c.describe()}  (Pallas; largest difference "
-                  f"{check.difference:.3g})")
+                  f"{check.difference:.3g})", flush=True)
         else:
-            print(f"FAIL  {check.finding}")
+            print(f"FAIL  {check.finding}", flush=True)
+        progress.check(check)
 
     def skipped(op: str, why: str) -> None:
-        print(f"skip  {op}: {why}")
+        print(f"skip  {op}: {why}", flush=True)
+        progress.skipped(op, why)
 
     findings = []
     done: set[str] = set()
     for source in sources:
         findings += check_kernels(source, count=args.count, seed=args.seed,
-                                  max_size=args.max_size, dtypes=tuple(args.dtype) or
-                                  DEFAULT_DTYPES, ops=_ops(source, args.op), interpret=interpret,
+                                  max_size=args.max_size, dtypes=dtypes,
+                                  ops=_ops(source, args.op), interpret=interpret,
                                   on_check=show, skip=done, on_skip=skipped)
     for f in findings:
         if f.case == "no case":
             print(f"FAIL  {f}")
+    progress.end(len(findings))
     if not checked and not findings:
         print("no op here is bound to a kernel: nothing to check")
         return 0

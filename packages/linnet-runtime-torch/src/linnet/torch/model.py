@@ -33,6 +33,7 @@ from linnet.lang.hosting import (  # noqa: F401
 )
 from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
+from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -113,8 +114,14 @@ class Model:
                  config: dict[str, Any], device: torch.device, compile: bool | str | dict,
                  numerics: str, interpret: bool, weight_shapes: dict[str, tuple] | None,
                  progress: Callable[[str], None] | None = None, grad: bool = False,
-                 world: int = 1, rank: int = 0, split: dict[str, int] | None = None):
+                 world: int = 1, rank: int = 0, split: dict[str, int] | None = None,
+                 stops: StopTokens | None = None):
         self.program = program
+        # The checkpoint's end-of-sequence tokens (generation_config.json's, else
+        # config.json's eos_token_id): where generate stops unless given stop_tokens.
+        stops = stops or StopTokens()
+        self.stop_tokens: tuple[int, ...] = stops.tokens
+        self.stop_tokens_source = stops.source
         # Tensor parallelism (linnet.torch.parallel): this process is rank `rank` of `world`;
         # `split` is each split parameter's axis (the params here are this rank's blocks).
         self.world, self.rank, self.split = world, rank, dict(split or {})
@@ -509,7 +516,8 @@ class Model:
         """Generate tokens after each prompt on ``prefill`` and ``decode``: greedy by
         default; ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_tokens`` and
         ``on_token`` as :func:`linnet.torch.generate.generate` says (docs/torch.md,
-        "Generating").
+        "Generating"). A sequence stops after one of ``model.stop_tokens`` (the checkpoint's
+        end-of-sequence tokens) unless ``stop_tokens=`` says otherwise (``[]``: never).
 
         >>> model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)          # doctest: +SKIP
         [[17, 9, 9, 30, 2, 88, 7, 7], [5, 5, 211, 2, 40, 40, 9, 1]]
@@ -627,6 +635,9 @@ def load(path: str | Path, weights: Any = None,
     else is needed. ``config`` (a dict, a JSON file, or a name in the model's configs/
     folder) gives the rest, or overrides runtime choices such as the cache length ``S``;
     it may not contradict config.json. Dims that the weights determine are read from them.
+    The checkpoint's end-of-sequence tokens (``generation_config.json``'s ``eos_token_id``,
+    else ``config.json``'s, as transformers reads them) become ``model.stop_tokens``, where
+    :meth:`Model.generate` stops by default.
 
     ``dtype`` (``torch.bfloat16`` or ``"bf16"``) converts floating-point weights on load;
     the model's element type ``T`` then follows it (a config ``T`` must agree).
@@ -673,6 +684,7 @@ def load(path: str | Path, weights: Any = None,
         raise _error("E0541", f"check_grads must be True or False, not {check_grads!r}",
                      help="load(..., check_grads=True) checks every grad clause against its "
                           "op's body first")
+    stops = StopTokens()
     compile_options(compile)  # a bad value fails here, before anything is loaded
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
@@ -720,6 +732,7 @@ def load(path: str | Path, weights: Any = None,
 
         ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg,
                                          None if convert is None else _dtype_name(convert))
+        stops = read_stop_tokens(ckpt.directory)  # E0798 before any tensor is read
         report(f"loading weights from {weights}"
                + (f" ({len(ckpt.files)} shards)" if len(ckpt.files) > 1 else ""))
         blocks = {}
@@ -737,7 +750,7 @@ def load(path: str | Path, weights: Any = None,
 
         check_finite_weights(params, shapes)
     return Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report, grad,
-                 world, rank, split)
+                 world, rank, split, stops)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

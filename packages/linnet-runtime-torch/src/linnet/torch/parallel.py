@@ -20,7 +20,6 @@ straight to its device: no rank ever reads a whole split tensor).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import socket
@@ -31,6 +30,10 @@ from typing import Any
 
 from linnet.lang import LinnetError, Program, lower
 from linnet.lang.diagnostics.core import Diagnostic
+
+# The time a rank waits (E0827) is checked by `linnet run` before torch is imported: it
+# lives in linnet.lang.hosting, re-exported here where the ranks use it.
+from linnet.lang.hosting import DEFAULT_TIMEOUT, TIMEOUT_ENV, rank_timeout
 from linnet.lang.ir.shard import shard
 
 import torch
@@ -53,37 +56,6 @@ def check_world(world: Any) -> int:
                               f"{world!r}", help="e.g. load(..., world=2) under torchrun "
                                                  "--nproc-per-node 2")
     return world
-
-
-#: Seconds a rank waits for the others, to join and in each collective, before E0825
-#: (``LINNET_RANK_TIMEOUT`` or ``linnet run --rank-timeout`` sets it).
-DEFAULT_TIMEOUT = 300.0
-TIMEOUT_ENV = "LINNET_RANK_TIMEOUT"
-_MOST_TIMEOUT = 7 * 24 * 3600.0
-
-
-def rank_timeout(given: Any = None, name: str = TIMEOUT_ENV) -> float:
-    """The seconds a rank waits for the others: ``given`` (an option, named ``name``), else
-    ``$LINNET_RANK_TIMEOUT``, else :data:`DEFAULT_TIMEOUT`; E0827 when it is not a number of
-    seconds above 0.
-
-    >>> rank_timeout(), rank_timeout("2.5", "--rank-timeout")
-    (300.0, 2.5)
-    """
-    raw = str(given).strip() if given is not None else os.environ.get(TIMEOUT_ENV, "").strip()
-    if given is None and not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= _MOST_TIMEOUT):
-        shown = f"{name} {raw}" if name.startswith("-") else f"{name}={raw!r}"
-        raise _error("E0827", f"{shown}: the time a rank waits for the others must be a "
-                              "number of seconds above 0 (at most a week)",
-                     help=f"e.g. {name}{' ' if name.startswith('-') else '='}600, or leave it "
-                          f"out for the default {DEFAULT_TIMEOUT:.0f} s")
-    return value
 
 
 def check_ranks(nproc: int, device: Any) -> None:

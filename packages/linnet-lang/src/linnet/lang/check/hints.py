@@ -21,8 +21,13 @@ def did_you_mean(name: str, candidates: Iterable[str], otherwise: str,
     'did you mean `f32`?'
     >>> did_you_mean("zzz", ["f32"], "element types are ...")
     'element types are ...'
+    >>> did_you_mean("h", ["H", "D"], "")
+    'did you mean `H`?'
     """
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=cutoff)
+    names = list(candidates)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=cutoff)
+    # A name in the wrong case (`h` for `H`) is too short for difflib to call close.
+    close = close or [c for c in names if c.lower() == name.lower()][:1]
     return f"did you mean `{close[0]}`?" if close else otherwise
 
 

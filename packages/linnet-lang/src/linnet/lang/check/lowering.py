@@ -39,6 +39,22 @@ def find_model(program: Program, model: str | None) -> A.BlockDecl:
     return models[0]
 
 
+def config_key_help(key: str, known: list[str]) -> str:
+    """E0602's help for a config key ``key`` that is none of the model's ``known`` names: the
+    closest one (a misspelling, or the right name in another case), then all of them.
+
+    >>> config_key_help("rms_eps", ["H", "rms_norm_eps"])
+    'did you mean `rms_norm_eps`? (known names: H, rms_norm_eps)'
+    >>> config_key_help("h", ["H", "rms_norm_eps"])
+    'did you mean `H`? (known names: H, rms_norm_eps)'
+    """
+    from linnet.lang.check.hints import did_you_mean
+
+    names = ", ".join(known)
+    return did_you_mean(key, known, f"known names: {names}").replace("?", f"? (known names: "
+                                                                          f"{names})", 1)
+
+
 def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
           config: dict[str, Any] | None = None, weights: dict[str, tuple] | None = None,
           model: str | None = None, check: bool = True,
@@ -128,7 +144,7 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
         if key not in generics and key not in config_names:
             raise fail("E0602", f"`{key}` is not a generic or config of model `{decl.name}`",
                        decl.name_span, "model declared here",
-                       help="known names: " + ", ".join(list(generics) + sorted(config_names)))
+                       help=config_key_help(key, list(generics) + sorted(config_names)))
     env: dict[str, Any] = {}
     for name, value in config.items():
         if name in generics:

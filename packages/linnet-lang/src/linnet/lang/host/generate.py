@@ -138,8 +138,24 @@ def padded(batch: list[list[int]]) -> list[list[int]]:
     return [p + [p[-1]] * (longest - len(p)) for p in batch]
 
 
+def stop_tokens_of(model: Any, stop_tokens: Any) -> tuple[Any, str]:
+    """``(stop tokens, where they came from)``: ``stop_tokens`` as given, or where it is None
+    the model's own (``model.stop_tokens``: the checkpoint's end-of-sequence tokens, from its
+    generation_config.json or config.json as transformers reads them); ``[]`` is none.
+
+    >>> class M: stop_tokens, stop_tokens_source = (2,), "generation_config.json"
+    >>> stop_tokens_of(M(), None), stop_tokens_of(M(), [7])
+    (((2,), 'generation_config.json'), ([7], 'stop_tokens'))
+    """
+    if stop_tokens is not None:
+        return stop_tokens, "stop_tokens"
+    return (tuple(getattr(model, "stop_tokens", ())),
+            getattr(model, "stop_tokens_source", "") or "model.stop_tokens")
+
+
 def check_vocabulary(model: Any, rows: list[list[int]], stop_tokens: Any,
-                     zeros: Callable[[tuple[int, int]], Any]) -> int | None:
+                     zeros: Callable[[tuple[int, int]], Any],
+                     stops_from: str = "stop_tokens") -> int | None:
     """Before anything runs: every prompt id in the range ``prefill``'s token input takes
     (E0780, the message ``prefill`` itself gives, also for ids no int32 holds, such as
     2**64), and every stop token an id the model can emit (E0819: one it cannot would never
@@ -162,7 +178,7 @@ def check_vocabulary(model: Any, rows: list[list[int]], stop_tokens: Any,
     vocabulary = logits[-1] if logits and isinstance(logits[-1], int) else None
     for t in stop_tokens:
         if t < 0 or (vocabulary is not None and t >= vocabulary):
-            raise stop_token_error(t, vocabulary)
+            raise stop_token_error(t, vocabulary, stops_from)
     return vocabulary
 
 
