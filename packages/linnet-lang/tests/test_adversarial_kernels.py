@@ -284,3 +284,58 @@ def test_check_program_can_leave_accesses_to_linnet_kernels() -> None:
     program = Program.from_text(WRONG["unmasked load past each row"][0])
     assert check_program(program, kernel_accesses=False) == []
     assert [d.code for d in kernel_access_errors(program)] == ["E0548"]
+
+
+def test_the_pass_computes_indices_as_numpy_does() -> None:
+    """The pass's tiles (elements kept over the axes they vary along) against NumPy:
+    broadcasts, reshapes, transposes, reductions, masks kept as factors."""
+    import itertools
+
+    import numpy as np
+    from linnet.lang.ir.accesses import Tile, _and, _live, _map, _reduce, _reshape, _transpose
+
+    def tile(a: np.ndarray) -> Tile:
+        return Tile(a.shape, _live(a.shape), a.reshape(-1).tolist())
+
+    def array(t: Tile) -> np.ndarray:
+        return np.array(t.over(tuple(range(len(t.shape)))), dtype=object).reshape(t.shape)
+
+    rng = np.random.default_rng(0)
+    for shape in [(2, 3), (1, 4), (3, 1, 2), (2, 3, 4)]:
+        a = rng.integers(-5, 5, shape)
+        for perm in itertools.permutations(range(len(shape))):
+            assert (array(_transpose(tile(a), perm)) == a.transpose(perm)).all()
+        for axes in ([0], [len(shape) - 1], list(range(len(shape)))):
+            want = a.sum(axis=tuple(axes))
+            got = _reduce(tile(a), "sum", axes, want.shape)
+            assert got is not None and (array(got) == want).all()
+        flat = (int(np.prod(shape)),)
+        assert (array(_reshape(tile(a), flat)) == a.reshape(flat)).all()
+    rows, cols = np.arange(4).reshape(4, 1), np.arange(8).reshape(1, 8)
+    lt = _map(lambda x, y: x < y, (4, 8), [tile(rows), tile(np.array(3))])
+    both = _and((4, 8), lt, _map(lambda x, y: x >= y, (4, 8), [tile(cols), tile(np.array(5))]))
+    assert both.factors and (array(both) == ((rows < 3) & (cols >= 5))).all()
+    wide = both.broadcast((2, 4, 8))
+    assert (array(wide) == np.broadcast_to((rows < 3) & (cols >= 5), (2, 4, 8))).all()
+    spread = _map(lambda x, y: x * 10 + y, (4, 8), [tile(rows), tile(cols)])
+    assert (array(spread) == rows * 10 + cols).all()
+
+
+@pytest.mark.parametrize("body", [
+    # a tile of 2^24 lanes: not computed (left to `linnet kernels`), not a minute of Python
+    "    let i = program_id(0) + iota<i32>(16777216)\n"
+    "    store(y[i], load(x[i], i < N, 0.0), i < N)\n",
+    # three nested loops of a thousand, each carrying an index: the pass stops in time
+    "    let at = program_id(0)\n"
+    "    for a in 0..1000 {\n        for b in 0..1000 {\n            for c in 0..1000 {\n"
+    "                at = (at + 1) % N\n            }\n        }\n    }\n"
+    "    store(y[at], load(x[at]))\n",
+], ids=["a tile of 2^24 lanes", "three nested loops carrying an index"])
+def test_a_hostile_kernel_is_checked_in_bounded_time(body: str) -> None:
+    import time
+
+    source = op_of("kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(N) {\n"
+                   + body + "}", "N: Dim", "k<N>", body="let y[i] = x[i]")
+    start = time.perf_counter()
+    assert check_program(Program.from_text(source)) == []
+    assert time.perf_counter() - start < 60

@@ -262,8 +262,14 @@ def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: to
         fn = getattr(module, module.ENTRIES[ENTRY].get("function", ENTRY))
         before = _launch_count(module)
         guard = guarded_launches(reverse) if device.type != "cuda" else nullcontext()
-        with _poisoned(module), torch.inference_mode(), guard:
-            outs = fn(*inputs, {}, {})
+        try:
+            with _poisoned(module), torch.inference_mode(), guard:
+                outs = fn(*inputs, {}, {})
+        except BaseException:
+            # A launch stopped part way leaves its counters where they were: the next launch
+            # of this module (the same case again) starts from fresh scratch buffers.
+            getattr(module, "_SCRATCH", {}).clear()
+            raise
     _check_counters(module)
     tf32 = device.type == "cuda" and "input_precision='tf32'" in text
     return list(outs), _launch_count(module) - before, tf32

@@ -57,6 +57,13 @@ WHOLE = 5
 # A loop that carries a value an index needs runs in order, at most this many iterations
 # (past them, what it carries is unknown and its accesses are not looked at).
 CARRIED_ITERATIONS = 1024
+# A tile of more lanes than this is not computed (its value is unknown): no kernel's index
+# tiles come near it, and a hostile source's `iota<i32>(1 << 30)` must not fill memory.
+LANES = 1 << 16
+# The work done for one kernel before the pass stops with what it found (a step costs
+# STEP_COST plus its lanes): deep loop nests over large grids stay near a second.
+BUDGET = 4_000_000
+STEP_COST = 64
 
 @dataclass(frozen=True)
 class AccessFault:
@@ -132,10 +139,17 @@ def access_faults(k: TileKernel) -> list[AccessFault]:
     """
     shapes = {name: (shape, dtype) for name, shape, dtype in k.params + k.results + k.scratch}
     run = _Run(k, shapes, _needed(k), _tracked(k))
-    for program in _programs(k.grid):
-        run.program, run.synced, run.loops = program, False, ()
-        run.steps(k.steps, {})
+    try:
+        for program in _programs(k.grid):
+            run.program, run.synced, run.loops = program, False, ()
+            run.steps(k.steps, {})
+    except _Spent:
+        pass  # what was found holds; the rest is not looked at
     return list(run.faults.values()) + run.races
+
+
+class _Spent(Exception):
+    """The pass has computed BUDGET lanes for this kernel."""
 
 
 # ---------------------------------------------------------------- what to run
@@ -235,11 +249,6 @@ class Tile:
         return Tile(shape, tuple(a + shift for a in self.live), self.data,
                     tuple(f.broadcast(shape) for f in self.factors))
 
-    def values(self) -> list[Any]:
-        """Its distinct-position elements (those of its live axes)."""
-        return self.over(tuple(sorted({a for f in self.factors for a in f.live}))) \
-            if self.factors else self.data
-
 
 def _live(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(a for a, n in enumerate(shape) if n != 1)
@@ -274,11 +283,13 @@ def _coords(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def _map(fn: Callable[..., Any], shape: tuple[int, ...], tiles: list[Tile]) -> Tile:
+def _map(fn: Callable[..., Any], shape: tuple[int, ...], tiles: list[Tile]) -> Tile | None:
     """``fn`` of the tiles element by element, each broadcast to ``shape``, over the axes
-    any of them varies along."""
+    any of them varies along (None past LANES)."""
     spread = [t.broadcast(shape) for t in tiles]
     live = tuple(sorted({a for t in spread for a in _all_live(t)}))
+    if math.prod(shape[a] for a in live) > LANES:
+        return None
     return Tile(shape, live, [fn(*xs) for xs in zip(*(t.over(live) for t in spread))])
 
 
@@ -292,12 +303,17 @@ def _and(shape: tuple[int, ...], a: Tile, b: Tile) -> Tile:
     return Tile(shape, tuple(sorted({x for f in parts for x in f.live})), [], tuple(parts))
 
 
-def _reshape(t: Tile, shape: tuple[int, ...]) -> Tile:
-    """``t`` in ``shape``: where only axes of size 1 come or go, the same elements."""
-    if [n for n in t.shape if n != 1] == [n for n in shape if n != 1] and not t.factors:
-        old, new = _live(t.shape), _live(shape)
-        where = dict(zip(old, new))
-        return Tile(shape, tuple(where[a] for a in t.live), t.data)
+def _reshape(t: Tile, shape: tuple[int, ...]) -> Tile | None:
+    """``t`` in ``shape``: where only axes of size 1 come or go, the same elements (a mask's
+    factors each so); otherwise its elements laid out again (None past LANES)."""
+    if [n for n in t.shape if n != 1] == [n for n in shape if n != 1]:
+        where = dict(zip(_live(t.shape), _live(shape)))
+        factors = tuple(_reshape(f, shape) for f in t.factors)
+        if any(f is None for f in factors):
+            return None
+        return Tile(shape, tuple(where[a] for a in t.live), t.data, factors)  # type: ignore[arg-type]
+    if math.prod(shape) > LANES:
+        return None
     return Tile(shape, _live(shape), t.over(_live(t.shape)))
 
 
@@ -359,6 +375,8 @@ def _witness(factors: list[Tile], shape: tuple[int, ...]) -> tuple[int, ...] | N
     lane = [0] * len(shape)
     for axes, members in groups:
         live = tuple(sorted(axes))
+        if math.prod(shape[a] for a in live) > LANES:
+            return None  # too large to look at: not known to be out of bounds
         both = [f.over(live) for f in members]
         try:
             hit = list(map(all, zip(*both))).index(True)
@@ -381,6 +399,7 @@ class _Run:
         self.faults: dict[int, AccessFault] = {}  # by access step, its first
         self.races: list[AccessFault] = []
         self.seen: set[int] = set()  # accesses looked at (see access)
+        self.budget = BUDGET
         # Per tracked tensor: element -> (program, loc) of its first store; and the
         # programs (two at most) that loaded it.
         self.stored: dict[str, dict[int, tuple[tuple[int, ...], str]]] = {}
@@ -410,6 +429,7 @@ class _Run:
         outer = self.loops
         name = a["var"].lstrip("%")
         for i in picked:
+            self.spend(0)
             env[a["var"]] = Tile.scalar(i)
             self.loops = (*outer, (name, i))
             self.steps(a["body"], env)
@@ -429,6 +449,9 @@ class _Run:
         if vt is None or vt.dtype not in INTS | {"bool"}:
             return None
         shape, a = tuple(vt.shape), s.attributes
+        self.spend(math.prod(shape))
+        if math.prod(shape) > LANES and s.op not in ("broadcast", "reshape", "and"):
+            return None
         ops = [env.get(o) for o in s.operands]
         if any(o is None for o in ops):
             return None
@@ -470,6 +493,11 @@ class _Run:
             return _reduce(tiles[0], a["kind"], a["axes"], shape)
         return None
 
+    def spend(self, lanes: int) -> None:
+        self.budget -= STEP_COST + lanes
+        if self.budget < 0:
+            raise _Spent
+
     def access(self, s: Step, env: dict[str, Tile]) -> None:
         a = s.attributes
         tensor = s.operands[0][1:]
@@ -500,8 +528,10 @@ class _Run:
         # (Its hash is kept, not the tuple: thousands of big tuples slow the collector.)
         key = hash((id(s), *((v.live, tuple(v.data)) for v in placed),
                     *((f.live, tuple(f.data)) for f in active)))
+        self.spend(0)
         if id(s) not in self.faults and key not in self.seen:
             self.seen.add(key)
+            self.spend(math.prod(tile))
             for axis, v in enumerate(placed):
                 n = size[axis]
                 if all(0 <= x < n for x in v.data):
@@ -512,7 +542,8 @@ class _Run:
                     self.faults[id(s)] = self.fault("out of bounds", s, tensor, placed, lane,
                                                     axis)
                     break
-        if tensor in self.tracked and not self.synced:
+        if tensor in self.tracked and not self.synced and math.prod(tile) <= LANES:
+            self.spend(math.prod(tile))
             self.track(s, tensor, placed, active, tile)
 
     def track(self, s: Step, tensor: str, placed: list[Tile], active: list[Tile],
