@@ -41,7 +41,7 @@ import itertools
 import math
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -90,7 +90,6 @@ class AccessFault:
     loops: tuple[tuple[str, int], ...] = ()
     other: tuple[int, ...] = ()
     other_loc: str = ""
-    grid: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def code(self) -> str:
@@ -149,7 +148,7 @@ def access_faults(k: TileKernel) -> list[AccessFault]:
 
 
 class _Spent(Exception):
-    """The pass has computed BUDGET lanes for this kernel."""
+    """The pass has done BUDGET's work for this kernel."""
 
 
 # ---------------------------------------------------------------- what to run
@@ -580,7 +579,7 @@ class _Run:
                         self.add_race(AccessFault(
                             "race", "load", tensor, *self.shapes[tensor], x.loc, x.element,
                             x.program, lane=x.lane, loops=x.loops, other=self.program,
-                            other_loc=s.loc, grid=self.k.grid))
+                            other_loc=s.loc))
                         return
                 stored.setdefault(flat, (self.program, s.loc))
 
@@ -593,7 +592,7 @@ class _Run:
         shape, dtype = self.shapes[tensor]
         return AccessFault(kind, s.op, tensor, shape, dtype, s.loc,
                            tuple(_at(v, lane) for v in placed), self.program, axis, lane,
-                           self.loops, grid=self.k.grid)
+                           self.loops)
 
 
 def _at(t: Tile, lane: tuple[int, ...]) -> Any:
