@@ -47,7 +47,8 @@ for f in check_kernels(broken, count=3, seed=0):
 for name, argv in [("std", ["kernels", "--std", *std_examples, "--count", "2",
                             "--max-size", "40"]),
                    ("broken", ["kernels", broken, "--count", "1", "--op", "off_by_one",
-                               "--op", "good_double"])]:
+                               "--op", "good_double"]),
+                   ("floor_grid", ["kernels", broken, "--count", "2", "--op", "floor_grid"])]:
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         rc = main(argv)
@@ -163,9 +164,13 @@ def sizes(f: dict) -> dict[str, int]:
     return {k: int(v) for k, v in (part.split("=") for part in inside.split(", "))}
 
 
-def test_a_grid_that_drops_the_last_partial_tile_is_reported(broken_findings: dict) -> None:
+def test_a_grid_that_drops_the_last_partial_tile_is_reported(run: dict,
+                                                             broken_findings: dict) -> None:
     """(a): the first case has an odd size, so the tile of 4 the grid rounds away shows as
-    NaN lanes (before, sizes drawn at random could all be multiples of the tile)."""
+    NaN lanes. Before, `--count 2` drew sizes 4 and 12, multiples of the tile, and passed."""
+    done = run["floor_grid"]
+    assert done["rc"] == 1, done["stdout"]
+    assert "FAIL  kernel broken::floor_grid_k (op broken::floor_grid) on x: [" in done["stdout"]
     found = broken_findings["floor_grid"]
     assert found and all("NaN where the body's are not" in f["problem"] for f in found)
     assert any(sizes(f)["N"] % 2 == 1 for f in found)

@@ -83,6 +83,7 @@ class Guard:
     launches: int = 0
     regions: list[_Region] = field(default_factory=list)
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    stops: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     program: tuple[int, ...] = (0,)  # as the kernel's grid has axes
     rank: int = 3
     linear: int = 0
@@ -102,6 +103,7 @@ class Guard:
         regions.sort(key=lambda r: r.start)
         self.regions = regions
         self.starts = np.array([r.start for r in regions], np.uint64)
+        self.stops = np.array([r.stop for r in regions], np.uint64)
         self.race = ""
         self.launches += 1
 
@@ -130,9 +132,8 @@ class Guard:
             return
         which = np.searchsorted(self.starts, addresses, side="right").astype(np.int64) - 1
         if self.regions:
-            stops = np.array([r.stop for r in self.regions], np.uint64)
             inside = (which >= 0) & (addresses + np.uint64(size)
-                                     <= stops[np.clip(which, 0, None)])
+                                     <= self.stops[np.clip(which, 0, None)])
         else:
             inside = np.zeros(addresses.shape, bool)
         if not np.all(inside):
