@@ -115,10 +115,12 @@ GOOD = {
                                       "    let v = load(x[row, cols], mask, pad)\n" + STORE,
     "reduced scalar other": "    let a = load(x[row, cols], mask, 0.0)\n"
                             "    let v = load(x[row, cols], mask, max[c] a[c])\n" + STORE,
-    "scalar mask": "    let v = load(x[row, cols], row < R)\n"
-                   "    store(y[row, cols], v, row < R)\n",
+    # (Each lane past the row reads and writes the row's last element: a scalar mask lets
+    # every lane through, and a lane past the row would be out of bounds, E0548.)
+    "scalar mask": "    let v = load(x[row, min(cols, C - 1)], row < R)\n"
+                   "    store(y[row, min(cols, C - 1)], v, row < R)\n",
     "size-one mask broadcasts": "    let m = iota<i32>(1) < C\n"
-                                "    let v = load(x[row, cols], m)\n" + STORE,
+                                "    let v = load(x[row, min(cols, C - 1)], m)\n" + STORE,
     "scalar load and fill": "    let first = load(x[row, 0])\n"
                             "    store(y[row, cols], fill(first, B), mask)\n",
     "sum and max over a tile": "    let v = load(x[row, cols], mask, 0.0)\n"

@@ -368,6 +368,22 @@ def test_a_wrong_kernel_is_a_finding(tmp_path, factor, limit, problem):
         assert str(findings[0]).startswith("kernel k::k (op k::twice, Pallas) on x: [")
 
 
+def test_a_store_past_the_end_is_a_finding_before_any_launch(tmp_path):
+    """Issue 38, item 11: the store's mask lets lane N through. Pallas's interpreter would
+    drop the store silently (a compiled launch writes past `y`): the kernel's indices, run
+    for the case's shapes, make it a finding, and the case is not launched."""
+    from linnet.jax.testing import check_kernels
+
+    path = tmp_path / "k.linnet"
+    path.write_text(BROKEN.replace("FACTOR", "2.0").replace("LIMIT", "N + 1"))
+    findings = check_kernels(path, count=2, seed=0, interpret=True)
+    assert len(findings) == 2
+    for f in findings:
+        n = f.generics["N"]
+        assert f"`store` writes y[{n}], outside `y`" in f.problem and "[E0548]" in f.problem
+        assert "not launched" in f.problem
+
+
 def test_an_op_whose_kernel_keeps_scratch_buffers_is_skipped_and_said():
     """Pallas cannot keep a kernel's scratch buffers between launches, so generated JAX runs
     such an op's body; the Pallas check says so rather than failing on a launch that never

@@ -663,3 +663,111 @@ def test_flash_decoding_of_bf16_tiles_dots_them_at_their_width(interpret):
         q.float().reshape(b, kv * g, 1, hd), k.float().permute(0, 2, 1, 3)[:, :, live],
         v.float().permute(0, 2, 1, 3)[:, :, live], scale=hd ** -0.5, enable_gqa=True)
     torch.testing.assert_close(o.float(), want.reshape(b, kv, g, hd), atol=2e-2, rtol=2e-2)
+
+
+# ---------------------------------------------------------------- guarded memory (issue 38)
+GUARDED = """
+kernel order_k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; i32] grid(N)
+    scratch(seen: Tensor[1; i32]) {
+    let i = program_id(0)
+    let before = atomic_add(seen[0], 1)
+    store(y[i], before)
+    store(seen[0], 0, before == N - 1)
+}
+
+kernel scatter_k<N: Dim>(x: Tensor[N; f32], at: Tensor[N; i32]) -> y: Tensor[N; f32] grid(N) {
+    let i = program_id(0)
+    store(y[load(at[i])], load(x[i]))
+}
+
+kernel race_k<N: Dim>(x: Tensor[N; f32], at: Tensor[N; i32]) -> y: Tensor[N; f32] grid(N)
+    scratch(t: Tensor[N; f32]) {
+    let i = program_id(0)
+    store(t[i], load(x[i]))
+    store(y[i], load(t[load(at[i])]))
+}
+
+kernel last_k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[1; f32] grid(N) {
+    store(y[0], load(x[program_id(0)]))
+}
+
+kernel wild_k<N: Dim, B: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid((N + B - 1) / B) {
+    let cols = program_id(0) * B + iota<i32>(B)
+    store(y[cols], load(x[cols], cols < N, 0.0))
+}
+"""
+
+
+@pytest.fixture
+def guarded(tmp_path, interpret):
+    path = tmp_path / "guarded.linnet"
+    path.write_text(GUARDED)
+    return path
+
+
+def test_guarded_launches_run_the_programs_in_reverse(guarded):
+    """The order the interpreter runs programs in, as each counts: 0 first, or N - 1 first
+    under ``reverse`` (a kernel right only in one order shows in the other)."""
+    from linnet.torch.guarded import guarded_launches
+
+    x = torch.zeros(5)
+    (y,) = launch("guarded::order_k", {"N": 5}, x, program=guarded)
+    assert y.tolist() == [0, 1, 2, 3, 4]
+    with guarded_launches(reverse=True) as guard:
+        (y,) = launch("guarded::order_k", {"N": 5}, x, program=guarded)
+    assert y.tolist() == [4, 3, 2, 1, 0] and guard.launches == 1
+
+
+def test_a_wild_store_is_stopped_before_it_runs(guarded):
+    """Item 11: a store past `y` at an index read from data raises WildAccess before the
+    interpreter writes there (unguarded it overwrites the allocator's memory: SIGABRT)."""
+    from linnet.torch.guarded import WildAccess, guarded_launches
+
+    x = torch.arange(4.0)
+    at = torch.tensor([3, 2, 1, 0], dtype=torch.int32)
+    with guarded_launches():
+        (y,) = launch("guarded::scatter_k", {"N": 4}, x, at, program=guarded)
+    assert y.tolist() == [3.0, 2.0, 1.0, 0.0]  # in range: the guard lets it run
+    at[2] = 1 << 20
+    with guarded_launches(), pytest.raises(WildAccess) as info:
+        launch("guarded::scatter_k", {"N": 4}, x, at, program=guarded)
+    message = str(info.value)
+    assert "`store` in program (2,) writes outside every tensor of the launch" in message
+    assert "past the end of" in message and "stopped before it ran" in message
+
+
+def test_programs_racing_through_data_are_found(guarded):
+    from linnet.torch.guarded import Race, guarded_launches
+
+    x = torch.arange(4.0)
+    own = torch.arange(4, dtype=torch.int32)  # each program reads back its own store
+    with guarded_launches():
+        (y,) = launch("guarded::race_k", {"N": 4}, x, own, program=guarded)
+    assert y.tolist() == x.tolist()
+    for reverse in (False, True):  # program 1 reads program 2's element: before or after
+        with guarded_launches(reverse), pytest.raises(Race) as info:
+            launch("guarded::race_k", {"N": 4}, x, torch.tensor([0, 2, 2, 3], dtype=torch.int32),
+                   program=guarded)
+        assert "programs race on `t`" in str(info.value), str(info.value)
+        assert "t[2]" in str(info.value) and "no `atomic_add` orders them" in str(info.value)
+
+
+def test_two_programs_storing_one_element_race_only_with_different_values(guarded):
+    from linnet.torch.guarded import Race, guarded_launches
+
+    with guarded_launches():
+        (y,) = launch("guarded::last_k", {"N": 3}, torch.ones(3), program=guarded)
+    assert y.tolist() == [1.0]
+    with guarded_launches(), pytest.raises(Race, match="store different values into y"):
+        launch("guarded::last_k", {"N": 3}, torch.arange(3.0), program=guarded)
+
+
+def test_launch_refuses_a_kernel_out_of_bounds_for_its_generics(guarded):
+    """A store past the end whatever the data: E0548 before anything is written."""
+    from linnet.lang import LinnetError
+
+    with pytest.raises(LinnetError, match="E0548") as info:
+        launch("guarded::wild_k", {"N": 5, "B": 4}, torch.ones(5), program=guarded)
+    assert "`store` writes y[5]" in str(info.value)
+    (y,) = launch("guarded::wild_k", {"N": 8, "B": 4}, torch.ones(8), program=guarded)
+    assert y.tolist() == [1.0] * 8

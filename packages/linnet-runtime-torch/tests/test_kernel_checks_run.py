@@ -50,7 +50,8 @@ for name, argv in [("std", ["kernels", "--std", *std_examples, "--count", "2",
                    ("broken", ["kernels", broken, "--count", "1", "--op", "off_by_one",
                                "--op", "good_double"]),
                    ("quiet", ["kernels", broken, "--count", "1", "--op", "good_double",
-                              "--quiet"])]:
+                              "--quiet"]),
+                   ("floor_grid", ["kernels", broken, "--count", "2", "--op", "floor_grid"])]:
     text, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(text), contextlib.redirect_stderr(err):
         rc = main(argv)
@@ -173,6 +174,77 @@ def test_wrong_value_is_reported_with_its_difference(broken_findings: dict) -> N
 def test_a_kernel_no_shape_reaches_is_reported(broken_findings: dict) -> None:
     [f] = broken_findings["huge"]
     assert f["case"] == "no case" and "never run" in f["problem"]
+
+
+# ---------------------------------------------------------------- issue 38, items 3 and 11
+# Each of these passed (or, the wild store, killed the process) before.
+
+
+def sizes(f: dict) -> dict[str, int]:
+    """The generics of a finding's case: ``{"N": 13}``."""
+    inside = f["case"].rsplit("(", 1)[1].rstrip(")")
+    return {k: int(v) for k, v in (part.split("=") for part in inside.split(", "))}
+
+
+def test_a_grid_that_drops_the_last_partial_tile_is_reported(run: dict,
+                                                             broken_findings: dict) -> None:
+    """(a): the first case has an odd size, so the tile of 4 the grid rounds away shows as
+    NaN lanes. Before, `--count 2` drew sizes 4 and 12, multiples of the tile, and passed."""
+    done = run["floor_grid"]
+    assert done["rc"] == 1, done["stdout"]
+    assert "FAIL  kernel broken::floor_grid_k (op broken::floor_grid) on x: [" in done["stdout"]
+    found = broken_findings["floor_grid"]
+    assert found and all("NaN where the body's are not" in f["problem"] for f in found)
+    assert any(sizes(f)["N"] % 2 == 1 for f in found)
+    for f in found:
+        n = sizes(f)["N"]
+        assert n % 4 and f["where"] == f"result[{n - n % 4}]", f
+
+
+def test_a_race_between_programs_is_reported(broken_findings: dict) -> None:
+    """(b): program i reads the scratch element program i - 1 stored. Triton's interpreter
+    runs programs in order, so its results were right: now every case is a finding, found
+    from the indices, and not launched."""
+    found = broken_findings["neighbour"]
+    assert len(found) == 3
+    for f in found:
+        assert "`load` of t[0] in program (1,) races with the `store` of program (0,)" \
+            in f["problem"] and "[E0549]" in f["problem"] and "not launched" in f["problem"]
+
+
+def test_a_race_through_data_is_found_by_the_guard(broken_findings: dict) -> None:
+    """(b), the element read coming from data: the launch records each program's stores and
+    loads, and two programs on one element of `t` are a finding."""
+    found = broken_findings["gather_race"]
+    assert found and all("programs race on `t`" in f["problem"] and "no `atomic_add` "
+                         "orders them" in f["problem"] for f in found), found
+
+
+def test_an_unmasked_load_past_each_row_is_reported(broken_findings: dict) -> None:
+    """(c): each row read a whole tile (64) wide: the lane past the row, in every case."""
+    found = broken_findings["past_row"]
+    assert len(found) == 3
+    for f in found:
+        c = sizes(f)["C"]
+        assert f"`load` reads x[0, {c}], outside `x`" in f["problem"], f
+        assert "[E0548]" in f["problem"] and f["kernel"] == "broken::past_row_k"
+
+
+def test_a_wild_store_is_a_finding_not_a_crash(broken_findings: dict) -> None:
+    """Item 11: the unmasked store past `y` killed this process (SIGABRT) in Triton's
+    interpreter; found from the indices, it is never launched. One whose index comes from
+    data is stopped by guarded memory before it writes."""
+    found = broken_findings["wild_store"]
+    assert len(found) == 3
+    for f in found:
+        n = sizes(f)["N"]
+        assert f"`store` writes y[{n}], outside `y`" in f["problem"] and "not launched" in \
+            f["problem"], f
+    found = broken_findings["wild_scatter"]
+    assert len(found) == 3
+    for f in found:
+        assert "`store` in program (" in f["problem"] and "writes outside every tensor of " \
+            "the launch" in f["problem"] and "stopped before it ran" in f["problem"], f
 
 
 # ---------------------------------------------------------------- in this process

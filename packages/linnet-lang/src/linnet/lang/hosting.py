@@ -740,6 +740,16 @@ def no_further_than_the_body(compare: Callable[[Any, Any, str, str], tuple[Found
     return checked
 
 
+class KernelFault(Exception):
+    """What a guarded kernel launch found wrong while it ran (an access outside every
+    tensor of the launch, two programs racing on an element): its message is the finding's
+    problem. A runtime's guard raises it before the access it stops.
+
+    >>> str(KernelFault("`store` writes 4 bytes past the end of `y`"))
+    '`store` writes 4 bytes past the end of `y`'
+    """
+
+
 def check_launch(case: KernelCase, want: Sequence[Any],
                  launch: Callable[[], tuple[Sequence[Any], int, bool]],
                  compare: Callable[[Any, Any, str, str], tuple[Found, float]],
@@ -747,7 +757,8 @@ def check_launch(case: KernelCase, want: Sequence[Any],
     """One kernel check: ``launch()`` runs the kernel, returning its results, how many
     launches ran and whether f32 products ran in TF32; each result is compared with the
     body's (``want``) by the runtime's ``compare(got, want, dtype, name)``. A launch that
-    raises, or that launches nothing, is a finding; ``via`` names the launcher in findings.
+    raises, or that launches nothing, is a finding (a :class:`KernelFault` says what its
+    guard found); ``via`` names the launcher in findings.
 
     >>> check_launch(case, want, lambda: (outs, 1, False), compare)   # doctest: +SKIP
     KernelCheck(case=..., difference=0.0, finding=None)
@@ -756,6 +767,8 @@ def check_launch(case: KernelCase, want: Sequence[Any],
 
     try:
         got, launches, tf32 = launch()
+    except KernelFault as exc:
+        return KernelCheck(case, float("inf"), finding(case, str(exc), via=via))
     except Exception as exc:  # a kernel that fails to compile or run is a finding
         return KernelCheck(case, float("inf"), finding(
             case, f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",

@@ -20,8 +20,12 @@ def register_kernels(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "kernels", help="check each bound kernel against its op's body on random shapes",
         description="Run every kernel an op binds on random shapes its where clauses allow "
-                    "(under Triton's interpreter on the CPU), with its outputs poisoned with "
-                    "NaN, and compare with the op's body; exits 1 on a finding.")
+                    "(an odd size first; under Triton's interpreter on the CPU, with guarded "
+                    "memory: an access outside the launch's tensors or a race between "
+                    "programs is a finding, not a crash), with its outputs poisoned with NaN, "
+                    "and compare with the op's body; a case whose kernel indexes out of "
+                    "bounds or races whatever the data is a finding without a launch; exits "
+                    "1 on a finding.")
     p.add_argument("file", nargs="*", help=".linnet files (the std kernels they use are "
                                            "checked too; each kernel once)")
     p.add_argument("--std", action="store_true", help="check the std library's kernels")

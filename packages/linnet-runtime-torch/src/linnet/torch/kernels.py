@@ -147,7 +147,8 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
     library). ``scalars`` gives the kernel's scalar parameters (``{"eps": 1e-5}``);
     ``precision`` is ``tl.dot``'s for f32 tiles (``"ieee"``, or ``"tf32"`` as numerics fast
     launches them). The kernel runs even where its ``where`` clause does not hold for these
-    generics only if it lowers; a clause that is false is error E0535. Tensors must match the
+    generics only if it lowers; a clause that is false is error E0535. One that accesses out
+    of bounds or races whatever the data, for these generics, is E0548 or E0549. Tensors must match the
     kernel's parameter shapes and dtypes (E0761), and be on CUDA, or on the CPU with
     ``TRITON_INTERPRET=1`` set before the first launch (E0762). Without Triton: E0763.
 
@@ -170,17 +171,21 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
                      f"`{found[1][0]}` does not hold for {generics}",
                      help="choose generics that satisfy the kernel's `where` clause")
     module = kernel_module(prog, kernel, kgen, scalars, precision)
+    from linnet.lang.check.kernel_access import raise_access_faults
     from linnet.lang.ir.tiles import lower_kernel
 
-    k = lower_kernel(prog, kernel, kgen, scalars)
     # A chain's op tensors: the last kernel's parameters less the results of the kernel
     # before it (each next kernel takes the op's tensors, then the previous one's results);
     # the first kernel takes the leading ones it declares.
+    lowered = [lower_kernel(prog, kernel_name, kernel_generics, scalars)
+               for kernel_name, kernel_generics in found]
+    k = lowered[0]
     params = k.params
     if len(found) > 1:
-        before = lower_kernel(prog, found[-2][0], found[-2][1], scalars)
-        last = lower_kernel(prog, found[-1][0], found[-1][1], scalars)
-        params = last.params[:len(last.params) - len(before.results)]
+        params = lowered[-1].params[:len(lowered[-1].params) - len(lowered[-2].results)]
+    # E0548, E0549: a kernel that would access out of bounds or race for these generics is
+    # not launched (a wild store kills the process).
+    raise_access_faults(prog, lowered, f"launch of `{name}`")
     if len(tensors) != len(params):
         raise _error("E0761", f"{'op' if len(found) > 1 else 'kernel'} `"
                      f"{name if len(found) > 1 else kernel}` takes {len(params)} tensors, got "

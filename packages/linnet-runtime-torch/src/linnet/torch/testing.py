@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from linnet.lang.hosting import (
 
 import torch
 
+from .guarded import guarded_launches
 from .interpreter import DTYPES, run_graph
 
 
@@ -113,7 +114,11 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
     want = run_graph(graph, [t.clone() for t in inputs], {}, {}, device)
     checked = no_further_than_the_body(compare, want,
                                        lambda: _exact(program, op, case, seed, inputs), _as_f64)
-    return check_launch(case, want, lambda: _launch(wrapper, graph, inputs, device), checked)
+    # Every other case runs the grid's programs last to first (Triton's interpreter runs
+    # them in order, which hides a kernel that needs one program to run before another).
+    reverse = seed % 2 == 1
+    return check_launch(case, want, lambda: _launch(wrapper, graph, inputs, device, reverse),
+                        checked)
 
 
 def _exact(program: Program, op: Any, case: KernelCase, seed: int,
@@ -240,11 +245,14 @@ def triton_interpreter(on: bool) -> Iterator[None]:
             os.environ["TRITON_INTERPRET"] = before
 
 
-def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: torch.device
-            ) -> tuple[list[torch.Tensor], int, bool]:
+def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: torch.device,
+            reverse: bool = False) -> tuple[list[torch.Tensor], int, bool]:
     """The generated PyTorch of the wrapper's entry under numerics "fast", with kernel
     outputs poisoned with NaN: its results, how many kernels it launched, and whether an
-    f32 `tl.dot` ran in TF32 (on CUDA; the interpreter computes in f32)."""
+    f32 `tl.dot` ran in TF32 (on CUDA; the interpreter computes in f32). Interpreted, the
+    launches run under guarded memory (:mod:`linnet.torch.guarded`: an access outside the
+    launch's tensors or a race between programs is a KernelFault), programs in reverse
+    order with ``reverse``."""
     from linnet.lang.emit.torch import emit_torch
 
     from .home import import_source
@@ -257,8 +265,15 @@ def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: to
         module = import_source(text, "linnet_kernel_check")
         fn = getattr(module, module.ENTRIES[ENTRY].get("function", ENTRY))
         before = _launch_count(module)
-        with _poisoned(module), torch.inference_mode():
-            outs = fn(*inputs, {}, {})
+        guard = guarded_launches(reverse) if device.type != "cuda" else nullcontext()
+        try:
+            with _poisoned(module), torch.inference_mode(), guard:
+                outs = fn(*inputs, {}, {})
+        except BaseException:
+            # A launch stopped part way leaves its counters where they were: the next launch
+            # of this module (the same case again) starts from fresh scratch buffers.
+            getattr(module, "_SCRATCH", {}).clear()
+            raise
     _check_counters(module)
     tf32 = device.type == "cuda" and "input_precision='tf32'" in text
     return list(outs), _launch_count(module) - before, tf32

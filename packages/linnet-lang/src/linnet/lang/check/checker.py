@@ -335,8 +335,11 @@ def check_block(ev: Evaluator, decl: A.BlockDecl) -> None:
                                     help="add one: `entry decode(token: Tensor[B; i32]) -> ...`"))
 
 
-def check_program(program: Program) -> list[Diagnostic]:
-    """Check every module of ``program``; returns all diagnostics (empty when clean)."""
+def check_program(program: Program, kernel_accesses: bool = True) -> list[Diagnostic]:
+    """Check every module of ``program``; returns all diagnostics (empty when clean).
+    ``kernel_accesses``: also run the bound kernels of its own modules on their first
+    sampled shapes for accesses out of bounds or racing (E0548, E0549; `linnet kernels`
+    turns them into findings instead)."""
     ev = Evaluator(program, Builder(None))
     ev.errors.extend(program.errors)
     for module in program.modules.values():
@@ -367,6 +370,12 @@ def check_program(program: Program) -> list[Diagnostic]:
                 # (E0206-E0208) keep the checker's recursion shallow; this is the last line.
                 ev.errors.append(too_deep(item))
     ev.errors.extend(call_cycles(ev.call_edges))
+    if kernel_accesses and not ev.errors:
+        # Kernels that index out of bounds or race for some shapes their op allows (E0548,
+        # E0549): only a program that checks can be lowered to see it.
+        from linnet.lang.check.kernel_access import kernel_access_errors
+
+        ev.errors.extend(kernel_access_errors(program))
     return dedupe(ev.errors)
 
 

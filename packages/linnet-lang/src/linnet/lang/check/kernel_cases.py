@@ -162,14 +162,15 @@ def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0
     Each dim is at most ``max_size`` and each tensor at most ``max_numel`` elements; a
     generic element type is one of ``dtypes``. ``kernel=False``: cases of any op (its own
     `where` holds; a grad clause's check, linnet.lang.grad.clause_check), not only where a
-    kernel applies. Where none of the small sizes and the
-    clauses' boundaries gives a case, powers of two are tried (divisibility clauses). Fewer
-    come back when fewer exist (none: no small shapes satisfy the clauses).
+    kernel applies. The first case has every dim odd where the clauses allow (no dim a
+    multiple of a tile: each tiled axis ends in a partial tile). Where none of the small
+    sizes and the clauses' boundaries gives a case, powers of two are tried (divisibility
+    clauses). Fewer come back when fewer exist (none: no small shapes satisfy the clauses).
 
     >>> from linnet.lang import check_text
     >>> prog = check_text(SOFTMAX_EXAMPLE)
     >>> [c.params["x"] for c in sample_cases(prog, bound_ops(prog)[0], 2, seed=1)]
-    [((3, 31), 'f32'), ((48, 12), 'f32')]
+    [((5, 1), 'f32'), ((7, 31), 'f32')]
     """
     assert op.module is not None and (op.kernel is not None or not kernel)
     rng = random.Random(f"{op.qualified_name}/{seed}")
@@ -181,11 +182,15 @@ def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0
     # Where no small size satisfies the clauses, powers of two do the divisibility ones
     # (`HD % (2 * BO) == 0` with BO 16 needs 32, which no boundary names).
     powers = [1 << k for k in range(max_size.bit_length()) if 1 << k <= max_size]
-    for pool in (sizes, powers):
-        if out:
+    # The first case has every dim odd where the clauses allow it: a multiple of no tile
+    # size (tiles are powers of two), so that every tiled axis ends in a partial tile, which
+    # a grid that rounds down, or a mask that assumes whole tiles, leaves wrong.
+    odd = [v for v in sizes if v % 2]
+    for pool, want in ((odd, 1), (sizes, count), (powers, count)):
+        if pool is powers and out:
             break
-        for _ in range(ATTEMPTS_PER_CASE * max(count, 1)):
-            if len(out) >= count:
+        for _ in range(ATTEMPTS_PER_CASE * max(want, 1)):
+            if len(out) >= min(want, count):
                 break
             env: dict[str, Any] = {}
             for g in op.generics:
@@ -317,7 +322,8 @@ ENTRY = "check"
 
 def checked_program(source: str | Path | Program) -> Program:
     """``source`` (a ``.linnet`` file, a std file as its std module, or a Program) checked:
-    what `linnet kernels` checks; E0767 where the file is not there."""
+    what `linnet kernels` checks; E0767 where the file is not there. The bound kernels'
+    accesses are left to :func:`run_checks`, which reports each fault as a finding."""
     from linnet.lang.check.checker import check_program
 
     if isinstance(source, Program):
@@ -329,7 +335,9 @@ def checked_program(source: str | Path | Program) -> Program:
                                          help="give a .linnet file: "
                                               "`linnet kernels my_kernels.linnet`"))
         program = _std_program(path) or Program.from_file(path)
-    errors = [*program.errors, *check_program(program)]
+    # Accesses out of bounds or racing are each case's finding here (run_checks), not an
+    # error that stops every other kernel's check.
+    errors = [*program.errors, *check_program(program, kernel_accesses=False)]
     if errors:
         raise LinnetError(errors)
     return program
@@ -491,12 +499,33 @@ def run_checks(program: Program, check_case: Any, *, count: int, seed: int, max_
                 "the op and its kernel, so the kernel was never run (raise max_size)"))
             continue
         for i, case in enumerate(cases):
-            check = check_case(op, case, seed * 1000 + i)
+            check = access_check(program, op, case) or check_case(op, case, seed * 1000 + i)
             if check.finding is not None:
                 findings.append(check.finding)
             if on_check is not None:
                 on_check(check)
     return findings
+
+
+def access_check(program: Program, op: A.FuncDecl, case: KernelCase) -> KernelCheck | None:
+    """The case's finding where one of its kernels accesses out of bounds or races whatever
+    the data (``ir/accesses.py``; E0548, E0549 in `linnet check`): then it is not launched,
+    since a wild store would corrupt or crash this process. None where nothing is found.
+
+    >>> from linnet.lang import check_text
+    >>> prog = check_text(SOFTMAX_EXAMPLE)
+    >>> access_check(prog, bound_ops(prog)[0], case_for(prog, bound_ops(prog)[0], {"R": 2,
+    ...                                                                          "C": 9}))
+    """
+    from linnet.lang.check.kernel_access import case_faults
+
+    found = case_faults(program, op, case)
+    if not found:
+        return None
+    kernel, fault = found[0]
+    problem = f"{fault.describe()} [{fault.code}] (at {fault.loc}; not launched)"
+    return KernelCheck(case, float("inf"), KernelFinding(
+        kernel.name, case.op, case.describe(), problem, generics=dict(case.generics)))
 
 
 def raise_findings(findings: list[KernelFinding]) -> None:

@@ -882,6 +882,7 @@ class TorchEmitter:
         """The text of the kernel a call binds, or of its chain's kernels and the launcher
         that runs them in turn, written once per module (``text_of`` and ``chain_of``:
         emit/triton.py's or emit/pallas.py's)."""
+        from linnet.lang.check.kernel_access import raise_access_faults
         from linnet.lang.ir.tiles import find_kernel, lower_kernel, redirect_stores
 
         assert self.program is not None
@@ -899,6 +900,8 @@ class TorchEmitter:
             kernels = [lower_kernel(program, name, gen, sc) for name, gen, sc in found]
             if writes:
                 kernels[-1] = redirect_stores(kernels[-1], writes)
+            # Never written where it would index out of bounds or race for these shapes.
+            raise_access_faults(program, kernels, f"`{call.callee}` at {call.loc}")
             texts = [text_of(k, self.sources, precision, self.used_names) for k in kernels]
             self.kernel_texts[key] = texts[0] if len(texts) == 1 else chain_of(
                 texts, self.used_names)
