@@ -294,8 +294,9 @@ def test_threads_out_of_range_are_E0799(threads):
 def test_kernel_progress_counts_the_cases_the_checks_run():
     """The total printed first is the number of cases run_checks then runs; a line per
     case as it finishes; the summary last."""
-    from linnet.lang.check.kernel_cases import KernelCheck, run_checks, std_program
+    from linnet.lang.check.kernel_cases import KernelCheck, std_program
     from linnet.lang.check.kernel_progress import Progress, planned_cases
+    from linnet.lang.check.kernel_runs import run_checks
 
     program = std_program()
     ops = ["rms_norm", "std.nn.activation::silu_mul", "linear_gemv"]

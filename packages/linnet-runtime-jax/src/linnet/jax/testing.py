@@ -37,9 +37,9 @@ from linnet.lang.check.kernel_cases import (
     checked_program,
     position,
     raise_findings,
-    run_checks,
     std_program,
 )
+from linnet.lang.check.kernel_runs import run_checks
 from linnet.lang.hosting import (
     Found,
     case_graph,

@@ -36,11 +36,11 @@ from linnet.lang.check.kernel_cases import (
     KernelFinding,
     position,
     raise_findings,
-    run_checks,
     std_program,
     wrapper_program,
 )
 from linnet.lang.check.kernel_cases import checked_program as _program
+from linnet.lang.check.kernel_runs import run_checks
 from linnet.lang.diagnostics.core import Diagnostic
 from linnet.lang.hosting import (
     Found,

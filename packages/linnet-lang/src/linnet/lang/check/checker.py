@@ -4,7 +4,6 @@ symbolic dims (`check_program`, `check_file`, `check_text`)."""
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 from typing import Any
 
 import linnet.lang.syntax.tree as A
@@ -12,7 +11,7 @@ import linnet.lang.tensors.dtypes as DT
 from linnet.lang.check.blocks import instantiate
 from linnet.lang.check.core import integer_gradient, integer_gradient_error
 from linnet.lang.check.evaluate import Evaluator, Fail, Frame, call_cycles, fail, shape_str
-from linnet.lang.diagnostics.core import Diagnostic, Label, LinnetError, Span
+from linnet.lang.diagnostics.core import Diagnostic, Label, Span
 from linnet.lang.ir.builder import Builder
 from linnet.lang.syntax.program import Program
 from linnet.lang.syntax.walk import walk_body
@@ -335,11 +334,10 @@ def check_block(ev: Evaluator, decl: A.BlockDecl) -> None:
                                     help="add one: `entry decode(token: Tensor[B; i32]) -> ...`"))
 
 
-def check_program(program: Program, kernel_accesses: bool = True) -> list[Diagnostic]:
-    """Check every module of ``program``; returns all diagnostics (empty when clean).
-    ``kernel_accesses``: also run the bound kernels of its own modules on their first
-    sampled shapes for accesses out of bounds or racing (E0548, E0549; `linnet kernels`
-    turns them into findings instead)."""
+def check_modules(program: Program) -> list[Diagnostic]:
+    """Check every module of ``program``; returns all diagnostics (empty when clean). The
+    kernels' accesses are checked after this by :func:`linnet.lang.check.driver.check_program`
+    (which lowers them: a later stage)."""
     ev = Evaluator(program, Builder(None))
     ev.errors.extend(program.errors)
     for module in program.modules.values():
@@ -370,12 +368,6 @@ def check_program(program: Program, kernel_accesses: bool = True) -> list[Diagno
                 # (E0206-E0208) keep the checker's recursion shallow; this is the last line.
                 ev.errors.append(too_deep(item))
     ev.errors.extend(call_cycles(ev.call_edges))
-    if kernel_accesses and not ev.errors:
-        # Kernels that index out of bounds or race for some shapes their op allows (E0548,
-        # E0549): only a program that checks can be lowered to see it.
-        from linnet.lang.check.kernel_access import kernel_access_errors
-
-        ev.errors.extend(kernel_access_errors(program))
     return dedupe(ev.errors)
 
 
@@ -400,24 +392,3 @@ def dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
             seen.add(key)
             out.append(d)
     return out
-
-
-def check_file(path: str | Path) -> Program:
-    """Parse and check a file and what it uses; raises :class:`LinnetError` on any mistake.
-
-    >>> prog = check_file("examples/llama/llama.linnet")   # doctest: +SKIP
-    """
-    program = Program.from_file(path)
-    errors = check_program(program)
-    if errors:
-        raise LinnetError(errors)
-    return program
-
-
-def check_text(text: str, name: str = "main") -> Program:
-    """Like :func:`check_file`, for source held in a string."""
-    program = Program.from_text(text, name)
-    errors = check_program(program)
-    if errors:
-        raise LinnetError(errors)
-    return program

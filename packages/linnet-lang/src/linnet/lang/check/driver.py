@@ -9,6 +9,8 @@ linnet.lang.diagnostics.core.LinnetError: error[E0201]: unknown name `N`...
 
 from __future__ import annotations
 
+from pathlib import Path
+
 # The pipeline's stages live in their own modules; this one keeps the names that
 # linnet.lang, the CLI, the runtimes and the benchmarks import from it.
 from linnet.lang.check.blocks import (
@@ -23,14 +25,12 @@ from linnet.lang.check.blocks import (
 from linnet.lang.check.checker import (
     bind_params,
     check_block,
-    check_file,
     check_function,
     check_grad,
     check_kernel_binding,
     check_kernel_header,
-    check_program,
+    check_modules,
     check_returns,
-    check_text,
     dedupe,
     fmt_type,
     symbolic_env,
@@ -52,9 +52,49 @@ from linnet.lang.check.weight_checks import (
     dense_count,
     param_spans,
 )
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.syntax.program import Program
 from linnet.lang.syntax.walk import (
     walk_body,
 )
+
+
+def check_program(program: Program, kernel_accesses: bool = True) -> list[Diagnostic]:
+    """Check every module of ``program``; returns all diagnostics (empty when clean).
+    ``kernel_accesses``: then, where it checks, lower the bound kernels of its own modules on
+    their first sampled shapes and look for accesses out of bounds or racing (E0548, E0549;
+    `linnet kernels` turns them into findings instead).
+
+    >>> check_program(Program.from_text("pub fn f(x: Tensor[3; f32]) -> Tensor[3; f32] { return x }"))
+    []
+    """
+    from linnet.lang.check.kernel_access import kernel_access_errors
+
+    errors = check_modules(program)
+    if kernel_accesses and not errors:
+        errors = kernel_access_errors(program)
+    return errors
+
+
+def check_file(path: str | Path) -> Program:
+    """Parse and check a file and what it uses; raises :class:`LinnetError` on any mistake.
+
+    >>> prog = check_file("examples/llama/llama.linnet")   # doctest: +SKIP
+    """
+    program = Program.from_file(path)
+    errors = check_program(program)
+    if errors:
+        raise LinnetError(errors)
+    return program
+
+
+def check_text(text: str, name: str = "main") -> Program:
+    """Like :func:`check_file`, for source held in a string."""
+    program = Program.from_text(text, name)
+    errors = check_program(program)
+    if errors:
+        raise LinnetError(errors)
+    return program
 
 __all__ = [
     "MAX_REPEAT",
@@ -68,6 +108,7 @@ __all__ = [
     "check_grad",
     "check_kernel_binding",
     "check_kernel_header",
+    "check_modules",
     "check_numel",
     "check_program",
     "check_returns",

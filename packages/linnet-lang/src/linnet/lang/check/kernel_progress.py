@@ -24,7 +24,7 @@ def planned_cases(programs: Iterable[Program], ops: list[str] | None, *, count: 
                   skip: Iterable[str] = ()) -> dict[str, int]:
     """The cases each op will be checked on (qualified op name -> number), in the order
     the checks run them: the ops of ``programs`` bound to a kernel, named by ``ops`` (None:
-    all), each once, none of ``skip``; as :func:`~linnet.lang.check.kernel_cases.run_checks`
+    all), each once, none of ``skip``; as :func:`~linnet.lang.check.kernel_runs.run_checks`
     chooses them, drawing the same cases (drawing them is quick: no kernel runs).
 
     >>> from linnet.lang.check.kernel_cases import std_program

@@ -9,7 +9,7 @@ from typing import Any
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.check.blocks import instantiate, walk_instance
-from linnet.lang.check.checker import check_program, dedupe, too_deep
+from linnet.lang.check.checker import check_modules, dedupe, too_deep
 from linnet.lang.check.evaluate import NEGATIVE_HELP, Evaluator, Fail, Frame, fail, walk
 from linnet.lang.check.weight_checks import check_weights, dense_count, param_spans
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, Span
@@ -72,7 +72,7 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
     >>> g = lower(prog, "decode", {"token": [1], "pos": [1]}, config)     # doctest: +SKIP
     """
     if check:
-        errors = check_program(program)
+        errors = check_modules(program)
         if errors:
             raise LinnetError(errors)
     decl = find_model(program, model)
