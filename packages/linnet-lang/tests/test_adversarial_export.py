@@ -12,6 +12,10 @@ exported model returns ``linnet.valid`` after its states, which
 Names: a function argument named `a` or `b` with a reduction made invalid StableHLO (every
 reduce region was `^bb0(%a, %b)`); an entry input named like a state was renamed silently in
 ONNX while the metadata listed the state's path.
+Shapes (issue 46 item 8): onnxruntime's `symbolic_shape_infer` (auto_merge=False) stopped on
+the dynamic prefill ("Incomplete symbolic shape inference": rms_norm's body reshaped its mean
+to a computed [B*L, 1], which shape inference inside a function cannot follow), and on the
+decode it gave the logits a made-up dim instead of B.
 """
 
 from __future__ import annotations
@@ -225,3 +229,57 @@ model M<N: Dim> {
     d = err.value.diagnostics[0]
     assert d.code == "E0944" and "state `s`" in d.message and "rename" in d.help
     stablehlo.verify(stablehlo.emit_stablehlo(g))  # StableHLO's arguments are positional
+
+
+# ---------------------------------------------------------------- symbolic shape inference
+WINDOW = """
+use std.nn.attention::{window_attention}
+model M<B: Dim, L: Dim> {
+    entry prefill(q: Tensor[B, L, 2, 2, 8; f32], k: Tensor[B, L, 2, 8; f32],
+                  v: Tensor[B, L, 2, 8; f32]) -> Tensor[B, L, 2, 2, 8; f32] {
+        return window_attention(q, k, v, 0.5, 3)
+    }
+}
+"""
+
+
+def _symbolic_model(program, entry: str, inputs: dict, config: dict, dynamic):
+    from linnet.lang.export import symbolic_graph
+
+    def lower_at(i, c):
+        return lower(program, entry, i, c, check=False)
+
+    sym = symbolic_graph(lower_at(inputs, config), program, inputs, config, lower_at, dynamic)
+    return sym, onnx_emit.to_proto(onnx_emit.emit_onnx(sym))
+
+
+@pytest.mark.parametrize("case", ["prefill", "decode", "window"])
+def test_onnxruntime_symbolic_shape_inference_completes_without_merging(case, tmp_path,
+                                                                        monkeypatch):
+    """Every output's and every intermediate's dims come out in terms of the input dims
+    (`B`, `L`, `B*L`), with auto_merge=False: no dim made up for a function's result."""
+    import re
+
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    monkeypatch.chdir(tmp_path)  # it saves sym_shape_infer_temp.onnx where it stops
+    if case == "window":  # an iota of length L inside the function's body
+        sym, proto = _symbolic_model(Program.from_text(WINDOW, "window"), "prefill",
+                                     {"q": [1, 6, 2, 2, 8], "k": [1, 6, 2, 8],
+                                      "v": [1, 6, 2, 8]}, {}, "B,L")
+        want = [["B", "L", 2, 2, 8], []]
+    else:
+        inputs = {"tokens": [1, 6]} if case == "prefill" else {"token": [1], "pos": [1]}
+        sym, proto = _symbolic_model(Program.from_file(LLAMA), case, inputs, toy_config(),
+                                     None)
+        cache = ["B", 128, 2, 16]
+        want = [["B", "L", 256] if case == "prefill" else ["B", 256], *[cache] * 4, []]
+    out = SymbolicShapeInference.infer_shapes(proto, auto_merge=False)
+    got = [[d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]
+           for o in out.graph.output]
+    assert got == want
+    names = set(sym.symbolic)
+    made_up = {(vi.name, d.dim_param) for vi in out.graph.value_info
+               for d in vi.type.tensor_type.shape.dim
+               if d.dim_param and set(re.findall(r"[A-Za-z_][\w.]*", d.dim_param)) - names}
+    assert not made_up
