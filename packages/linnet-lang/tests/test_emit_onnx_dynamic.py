@@ -165,8 +165,8 @@ def test_function_bodies_take_the_dims_they_use(llama):
     assert [(n.output[0], n.input[0]) for n in shapes] == [("B", "tokens"), ("L", "tokens")]
     # window_attention's mask is an iota of length L in its body: it takes L, after the
     # values it reads, as the iota Range(0, L) the model's graph computes once
-    _, sym, model = exported(Program.from_text(WINDOW, "window"), "prefill", WINDOW_INPUTS, {},
-                             "B,L")
+    _, _, model = exported(Program.from_text(WINDOW, "window"), "prefill", WINDOW_INPUTS, {},
+                           "B,L")
     proto = emit.to_proto(model)
     (fn,) = proto.functions
     assert list(fn.input) == ["q", "k", "v", "L"]
