@@ -142,5 +142,5 @@ def slice_rule(s: Step, n: Scope) -> Any:
     """ONNX Slice over every axis (static starts and ends; steps of 1)."""
     rank = len(s.attributes["starts"])
     return n.op("Slice", [n.get(s.operands[0]), n.ints(s.attributes["starts"], "starts"),
-                          n.ints(s.attributes["limits"], "ends"), n.ints(list(range(rank)), "axes")],
-                hint=s.results[0])
+                          n.ints(s.attributes["limits"], "ends"),
+                          n.ints(list(range(rank)), "axes")], hint=s.results[0])
