@@ -23,6 +23,7 @@ from linnet.lang.emit.onnx import SymInt  # noqa: E402
 from linnet.lang.export import _solve, _value, symbolic_graph  # noqa: E402
 from linnet.lang.tensors.poly import poly_text  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from reference import run_graph  # noqa: E402
 from test_properties import PROFILE, SCALE  # noqa: E402
 
 TOL = 1e-4  # the conformance suite's f32 tolerance, relative to the largest magnitude
@@ -156,13 +157,44 @@ def test_function_bodies_take_the_dims_they_use(llama):
     fns = {f.name: f for f in proto.functions}
     concrete = emit.to_proto(emit.emit_onnx(graph))
     assert len(fns) == len(concrete.functions)  # the layers still share their functions
-    # rms_norm reshapes to [B * L, 1]: it takes both dims, after the values it reads
-    assert list(fns["nn.norm.rms_norm"].input)[-2:] == ["B", "L"]
+    # rms_norm puts its [B * L] mean back as [B * L, 1]: an Unsqueeze, which needs no size
+    # (a Reshape to a computed [B * L, 1] took B and L before: issue 46 item 8)
+    assert not {"B", "L"} & set(fns["nn.norm.rms_norm"].input)
+    assert "Unsqueeze" in [n.op_type for n in fns["nn.norm.rms_norm"].node]
     assert not {"B", "L"} & set(fns["nn.linear.linear"].input)  # an einsum needs no size
     shapes = [n for n in proto.graph.node if n.op_type == "Shape"]
     assert [(n.output[0], n.input[0]) for n in shapes] == [("B", "tokens"), ("L", "tokens")]
-    calls = [n for n in proto.graph.node if n.op_type == "nn.norm.rms_norm"]
-    assert calls and all(set(n.input) & {"B", "L"} for n in calls)
+    # window_attention's mask is an iota of length L in its body: it takes L, after the
+    # values it reads, as the iota Range(0, L) the model's graph computes once
+    _, _, model = exported(Program.from_text(WINDOW, "window"), "prefill", WINDOW_INPUTS, {},
+                           "B,L")
+    proto = emit.to_proto(model)
+    (fn,) = proto.functions
+    assert list(fn.input) == ["q", "k", "v", "L"]
+    (call,) = [n for n in proto.graph.node if n.domain == emit.DOMAIN]
+    (iota,) = [n for n in proto.graph.node if n.output[0] == call.input[3]]
+    assert iota.op_type == "Range"
+    sess = session(model)
+    rng = np.random.default_rng(7)
+    for b, n in ((1, 6), (2, 9)):
+        q = rng.standard_normal((b, n, 2, 2, 8)).astype(np.float32)
+        k, v = (rng.standard_normal((b, n, 2, 8)).astype(np.float32) for _ in range(2))
+        g = lower(Program.from_text(WINDOW, "window"), "prefill",
+                  {"q": list(q.shape), "k": list(k.shape), "v": list(v.shape)}, {})
+        (want,) = run_graph(g, {"q": q, "k": k, "v": v}, {}, {})
+        close(sess.run(None, {"q": q, "k": k, "v": v})[0], want, f"window at B={b}, L={n}")
+
+
+WINDOW = """
+use std.nn.attention::{window_attention}
+model M<B: Dim, L: Dim> {
+    entry prefill(q: Tensor[B, L, 2, 2, 8; f32], k: Tensor[B, L, 2, 8; f32],
+                  v: Tensor[B, L, 2, 8; f32]) -> Tensor[B, L, 2, 2, 8; f32] {
+        return window_attention(q, k, v, 0.5, 3)
+    }
+}
+"""
+WINDOW_INPUTS = {"q": [1, 6, 2, 2, 8], "k": [1, 6, 2, 8], "v": [1, 6, 2, 8]}
 
 
 def test_dynamic_none_and_an_empty_list_keep_every_dim_concrete(llama):

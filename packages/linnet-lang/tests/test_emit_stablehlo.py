@@ -276,3 +276,110 @@ model M<N: Dim, D: Dim> {
     assert valid
     want = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5) * w + b
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- portable artifacts
+GELU = '''
+use std.nn.activation::{gelu}
+model M<N: Dim, D: Dim> {
+    entry run(x: Tensor[N, D; f32]) -> Tensor[N, D; f32] { return gelu(x) }
+}'''
+
+
+def _erf_graph(dtype: str, n: int):
+    from linnet.lang import Program, lower
+
+    prog = Program.from_text(f"model M {{ entry run<N: Dim>(x: Tensor[N; {dtype}]) -> "
+                             f"Tensor[N; {dtype}] {{ return erf(x) }} }}")
+    return lower(prog, "run", {"x": [n]}, {})
+
+
+def test_a_portable_gelu_serializes_at_every_version_jaxlib_writes():
+    """Issue 46 item 7: `gelu`'s bare chlo.erf is refused by StableHLO's serializer at every
+    version (and jax's wraps it as a composite, from 0.19.0 only). The portable text has no
+    CHLO: StableHLO's serializer and jax's take it from the oldest version jaxlib writes to
+    its own, std ops as calls below 0.19.0 and composites from it, and the artifact read
+    back computes gelu."""
+    import math
+
+    from jax.extend.mlir import serialize_portable_artifact
+    from jaxlib.mlir.dialects import stablehlo as shlo
+    from linnet.lang import Program, lower
+    from linnet.lang.emit import stablehlo_portable as portable
+    from linnet.lang.export import portable_stablehlo
+
+    graph = lower(Program.from_text(GELU), "run", {"x": [3, 5]}, {})
+    with pytest.raises(Exception, match="failed to serialize"):  # why the portable form
+        shlo.serialize_portable_artifact_str(emit.emit_stablehlo(graph), "1.0.0")
+    oldest, newest = portable.supported()
+    x = np.random.default_rng(2).standard_normal((3, 5)).astype(np.float32) * 3
+    want = np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))(
+        x.astype(np.float64))
+    versions = sorted({oldest, (0, 18, 0), portable.COMPOSITE_SINCE, (1, 0, 0), newest})
+    for v in versions:
+        text, artifact = portable_stablehlo(graph, portable.version_text(v))
+        assert "chlo." not in text
+        assert ('"stablehlo.composite"' in text) == (v >= (0, 19, 0))
+        assert ('"func.call"' in text) == (v < (0, 19, 0))
+        assert artifact.startswith(b"ML\xefR")
+        serialize_portable_artifact(text, portable.version_text(v))  # jax's serializer too
+        got, valid = emit.compile_cpu(portable.deserialize(artifact))(x)
+        assert valid
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6,
+                                   err_msg=portable.version_text(v))
+    text, _ = portable_stablehlo(graph, None)  # no version: the oldest jaxlib writes
+    assert '"func.call"' in text and oldest < (0, 19, 0)
+
+
+def _ulps(got: np.ndarray, want: np.ndarray, dtype) -> np.ndarray:
+    spacing = np.spacing(np.abs(want).astype(dtype)).astype(np.float64)
+    return np.abs(got.astype(np.float64) - want) / spacing
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "bf16"])
+def test_portable_erf_is_accurate_to_the_dtype_s_rounding(dtype):
+    """The portable erf (XLA's own expansions: Eigen's rational for f32, f16 and bf16 in f32,
+    Cephes' for f64) against math.erf over [-6, 6] and the edge values: within 6 ulp in f32
+    (XLA's CPU chlo.erf: 5), 2 in f64, 1 in f16 and bf16; NaN stays NaN, +-inf gives +-1,
+    +-0 stays +-0."""
+    import math
+
+    import jax
+    import ml_dtypes
+
+    np_dtype = {"f32": np.float32, "f64": np.float64, "f16": np.float16,
+                "bf16": ml_dtypes.bfloat16}[dtype]
+    sweep = np.linspace(-6, 6, 4001 if dtype in ("f16", "bf16") else 20001)
+    edges = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-3, -1e-3, 0.5, 1.0, -1.0, 3.9,
+                      4.0, 4.1, 7.99, 8.0, 8.01, 27.0, -27.0])
+    x = np.concatenate([sweep, edges]).astype(np_dtype)
+    graph = _erf_graph(dtype, len(x))
+    text = emit.emit_stablehlo(graph, portable=(0, 9, 0))
+    assert "chlo." not in text
+    with jax.enable_x64(dtype == "f64"):
+        got = emit.compile_cpu(text)(x)[0]
+    assert got.dtype == np_dtype
+    xf = x.astype(np.float64)
+    want = np.array([math.erf(v) if not math.isnan(v) else np.nan for v in xf])
+    finite = np.isfinite(xf)
+    bound = {"f32": 6, "f64": 2, "f16": 1, "bf16": 1}[dtype]
+    assert _ulps(got[finite], want[finite], np_dtype).max() <= bound
+    tail = got[len(sweep):].astype(np.float64)
+    assert np.isnan(tail[0]) and tail[1] == 1 and tail[2] == -1
+    assert tail[3] == 0 and not np.signbit(tail[3]) and np.signbit(tail[4])
+
+
+def test_portable_calls_hand_on_several_values_and_nest():
+    """Below 0.19.0 a std op is a func.call of its decomposition: the nested case with two
+    results, serialized at the oldest version and read back, computes the reference."""
+    from linnet.lang.emit import stablehlo_portable as portable
+
+    name, graph, inputs, states = next(c for c in CASES if c[0] == "call-two-results-nested")
+    oldest = portable.supported()[0]
+    text = emit.emit_stablehlo(graph, portable=oldest)
+    assert ':2 = "func.call"' in text and "stablehlo.composite" not in text
+    got = emit.compile_cpu(portable.deserialize(portable.serialize(text, oldest)))(
+        *arguments(graph, inputs, states))
+    want, _ = expected(graph, inputs, states)
+    for o, w in zip(got, want):
+        assert_close(o, w, name)

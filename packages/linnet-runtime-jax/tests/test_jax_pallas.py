@@ -6,6 +6,7 @@ traced) and compares with the op's body. Kernels run under LINNET_PALLAS_INTERPR
 from __future__ import annotations
 
 import builtins
+import math
 from pathlib import Path
 
 import jax
@@ -203,6 +204,80 @@ def test_std_kernels_launch_on_the_gpu_and_equal_their_bodies(rows, cols, monkey
         scale = float(np.abs(np.asarray(want)).max())
         np.testing.assert_allclose(np.asarray(y), np.asarray(want), rtol=tol,
                                    atol=tol * scale, err_msg=op)
+
+
+# ---------------------------------------------------------------- edge values
+# tests/kernels/edges.linnet of the PyTorch runtime (its kernels_interpreted.py runs it in
+# Triton's interpreter): NaN through max and min, integer / and % by 0 and MIN / -1, floats
+# past i32 and i8, floors of subnormals.
+EDGES = (Path(__file__).resolve().parents[2] / "linnet-runtime-torch" / "tests" / "kernels"
+         / "edges.linnet")
+_NAN, _INF = math.nan, math.inf
+EDGE_INPUTS = {
+    "x": np.array([_NAN, 1.0, -2.0, 3e9, -_INF, _INF, 0.5, -7.9], np.float32),
+    "y": np.array([2.0, _NAN, -1.0, 300.0, -300.0, _NAN, -0.0, 1.5], np.float32),
+    "z": np.array([-1e-45, -1e-30, -0.0, 0.0, 1e-45, -0.5, -1.5, 2.5], np.float32),
+    "a": np.array([7, -7, 5, -2 ** 31, -2 ** 31, 0, 9, -9], np.int32),
+    "b": np.array([0, 0, 2, -1, 1, 0, -2, 4], np.int32),
+}
+
+
+def edge_rules() -> list[list]:
+    """Each result by the rules' Python definitions (linnet.lang.ir.edges)."""
+    from linnet.lang.ir import edges as E
+
+    x, y, z = (EDGE_INPUTS[k].tolist() for k in "xyz")
+    a, b = EDGE_INPUTS["a"].tolist(), EDGE_INPUTS["b"].tolist()
+
+    def reduced(values, kind):
+        out = values[0]
+        for v in values[1:]:
+            out = E.nan_extreme(out, v, kind)
+        return out
+    top = [reduced(x, "max"), reduced(y, "min")] + [reduced(z, "max")] * 6
+    return [[E.nan_extreme(p, q, "max") for p, q in zip(x, y)],
+            [E.nan_extreme(p, q, "min") for p, q in zip(x, y)], top,
+            [E.int_div(p, q, "i32") for p, q in zip(a, b)],
+            [E.int_rem(p, q) for p, q in zip(a, b)],
+            [E.float_to_int(v, "i32") for v in x], [E.float_to_int(v, "i8") for v in y],
+            [E.floor(v) for v in z]]
+
+
+def edge_results(numerics: str) -> tuple[list, object]:
+    m = load_source(EDGES, "run", {k: list(v.shape) for k, v in EDGE_INPUTS.items()},
+                    numerics=numerics)
+    out = jax.jit(lambda *a: m.run(*a, {}, {})[0])(*(EDGE_INPUTS[k] for k in "xyzab"))
+    return [np.asarray(o).tolist() for o in out], m
+
+
+def assert_edge_values(got: list, want: list) -> None:
+    """The kernel's results equal the body's and the rules', NaN for NaN, zeros' signs too."""
+    for k, (g, w, r) in enumerate(zip(got, want, edge_rules())):
+        for row in (w, r):
+            assert all((v != v and u != u) or (v == u and math.copysign(1, v) ==
+                                                math.copysign(1, u)) for v, u in zip(g, row)), (
+                k, g, w, r)
+
+
+def test_a_kernel_follows_the_edge_value_rules_as_its_body_does(interpret):
+    """Before: 7 / 0 gave -2 (the body 0), 7 % 0 gave 0 (the body 7), floor(-1e-45) -0.0 (XLA's
+    CPU flushes the subnormal; the body -1); on a GPU, Pallas's Triton backend lowers
+    jnp.maximum and jnp.max to maxnumf, which skips NaN (the GPU case below)."""
+    got, m = edge_results("fast")
+    assert m.RUNS == {"edge_tiles_8": [1, 0]}
+    want, body = edge_results("exact")
+    assert not hasattr(body, "RUNS")
+    assert_edge_values(got, want)
+
+
+@pytest.mark.gpu
+def test_a_kernel_follows_the_edge_value_rules_on_the_gpu(monkeypatch):
+    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs jax with a GPU backend")
+    got, m = edge_results("fast")
+    assert m.RUNS == {"edge_tiles_8": [1, 0]}
+    assert_edge_values(got, edge_results("exact")[0])
 
 
 # ---------------------------------------------------------------- the std kernels, checked

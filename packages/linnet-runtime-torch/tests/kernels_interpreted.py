@@ -771,3 +771,24 @@ def test_launch_refuses_a_kernel_out_of_bounds_for_its_generics(guarded):
     assert "`store` writes y[5]" in str(info.value)
     (y,) = launch("guarded::wild_k", {"N": 8, "B": 4}, torch.ones(8), program=guarded)
     assert y.tolist() == [1.0] * 8
+def test_a_kernel_follows_the_edge_value_rules_as_its_body_does(interpret):
+    """tests/kernels/edges.linnet: NaN through max and min (elementwise and reduced),
+    integer / and % by 0 and MIN / -1, floats past i32 and i8, floors of subnormals; the
+    kernel gives its body's values, which are the rules' (before: Triton's tl.maximum and
+    tl.max skipped NaN, 7 / 0 and 7 % 0 gave 0, inf as i32 gave -2147483648)."""
+    from test_adversarial_edges import (
+        KERNEL_EDGES,
+        KERNEL_INPUTS,
+        kernel_results_agree,
+        kernel_rules,
+    )
+
+    args = [torch.tensor(KERNEL_INPUTS[k], dtype=torch.float32 if k in "xyz" else torch.int32)
+            for k in "xyzab"]
+    fast = load(KERNEL_EDGES, weights={}, numerics="fast")
+    got = fast.run("run", args)
+    assert fast.module("run", args).RUNS == {"edge_tiles_8": [1, 0]}
+    text = Path(fast.source("run", args)).read_text()
+    assert "propagate_nan=tl.PropagateNan.ALL" in text and "tl.reduce(" in text
+    want = load(KERNEL_EDGES, weights={}, numerics="exact").run("run", args)
+    kernel_results_agree(got, want, kernel_rules())

@@ -58,6 +58,32 @@ def ptx(kernel: str, generics: dict, scalars: dict | None, use_pdl: int, prefetc
                           target=GPUTarget("cuda", 90, 32)).asm["ptx"]
 
 
+def edge_instructions() -> list[str]:
+    """The max, min, division and float-to-integer instructions of tests/kernels/edges.linnet
+    compiled for sm_90 (a NaN must win: `max.NaN.f32`, never Triton's default `max.f32`)."""
+    import re
+    from pathlib import Path
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    path = Path(__file__).parent / "kernels" / "edges.linnet"
+    generics = {"N": 8}
+    module = kernel_module(path, "edges::edge_tiles", generics)
+    k = lower_kernel(_program(path), "edges::edge_tiles", generics)
+    fn = next(v for name, v in vars(module).items()
+              if isinstance(v, triton.runtime.JITFunction) and name.startswith("edge_tiles"))
+    tensors = k.params + k.results
+    signature = {p: POINTERS.get(dtype, "*i8") for p, _, dtype in tensors}
+    constants = {"USE_PDL": 0, "PREFETCH": 0} | {f"{p.upper()}_STRIDE_0": 1
+                                                  for p, _, _ in tensors}
+    constants = {a: constants[a] for a in fn.arg_names if a not in signature}
+    signature |= dict.fromkeys(constants, "constexpr")
+    text = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constants),
+                          target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    return sorted(set(re.findall(r"\b(?:max|min|div|cvt\.rzi)\.[\w.]+", text)))
+
+
 def where(text: str) -> dict:
     lines = text.splitlines()
     return {"wait": [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln],
@@ -95,6 +121,7 @@ def main() -> int:
         kernel = "std.nn.decode::" + name
         out[name] = {"prefetch": where(ptx(kernel, generics, scalars, 2, 1)),
                      "plain": where(ptx(kernel, generics, scalars, 2, 0))}
+    out["edges"] = edge_instructions()
     print(json.dumps(out))
     return 0
 

@@ -8,12 +8,19 @@ Before the fix: integer division and remainder by zero raised a raw ZeroDivision
 (RuntimeError) in the interpreter and generated PyTorch and gave -1 and other numbers in JAX;
 `inf as i32` gave -2147483648 in PyTorch and 2147483647 in JAX; `300.0 as i8` 44 against 127;
 generated JAX floored -1e-45 to -0.0.
+
+Tile kernels (issue 46): a kernel bound to an op (tests/kernels/edges.linnet) gave other
+values than the op's body: Triton's `tl.maximum` and `tl.max` skipped NaN, its integer `/`
+and `%` by 0 gave NumPy's 0 and 0 (interpreted; garbage on a GPU), `inf as i32` gave
+-2147483648 and `300.0 as i8` 44; Pallas's gave -2 for `7 / 0`, 0 for `7 % 0` and -0.0 for
+`floor(-1e-45)`. Interpreted in kernels_interpreted.py and test_jax_pallas.py; on a GPU here.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,3 +123,63 @@ def test_every_rule_has_a_conformance_row():
     assert set(CASES) == rules
     names = {c.name for c in conf.cases()}
     assert {f"edges {r}" for r in rules} <= names
+
+
+# ---------------------------------------------------------------- tile kernels
+KERNEL_EDGES = Path(__file__).parent / "kernels" / "edges.linnet"
+_NAN, _INF, _MIN = math.nan, math.inf, -2 ** 31
+KERNEL_INPUTS = {
+    "x": [_NAN, 1.0, -2.0, 3e9, -_INF, _INF, 0.5, -7.9],
+    "y": [2.0, _NAN, -1.0, 300.0, -300.0, _NAN, -0.0, 1.5],
+    "z": [-1e-45, -1e-30, -0.0, 0.0, 1e-45, -0.5, -1.5, 2.5],
+    "a": [7, -7, 5, _MIN, _MIN, 0, 9, -9],
+    "b": [0, 0, 2, -1, 1, 0, -2, 4],
+}
+
+
+def kernel_rules() -> list[list]:
+    """Each result of tests/kernels/edges.linnet on KERNEL_INPUTS, by the rules' Python
+    definitions (the f32 inputs rounded to f32 first)."""
+    x, y, z = (torch.tensor(KERNEL_INPUTS[k], dtype=torch.float32).tolist() for k in "xyz")
+    a, b = KERNEL_INPUTS["a"], KERNEL_INPUTS["b"]
+    top = [E.nan_extreme(*x[:2], "max"), E.nan_extreme(*y[:2], "min"), max(z)]
+    for v in x[2:]:
+        top[0] = E.nan_extreme(top[0], v, "max")
+    for v in y[2:]:
+        top[1] = E.nan_extreme(top[1], v, "min")
+    return [[E.nan_extreme(p, q, "max") for p, q in zip(x, y)],
+            [E.nan_extreme(p, q, "min") for p, q in zip(x, y)],
+            [top[0], top[1]] + [top[2]] * 6,
+            [E.int_div(p, q, "i32") for p, q in zip(a, b)],
+            [E.int_rem(p, q) for p, q in zip(a, b)],
+            [E.float_to_int(v, "i32") for v in x], [E.float_to_int(v, "i8") for v in y],
+            [E.floor(v) for v in z]]
+
+
+def kernel_results_agree(got: list, want: list, rules: list) -> None:
+    """The kernel's results equal the body's and the rules', NaN for NaN and the sign of a
+    zero included."""
+    for k, (g, w, r) in enumerate(zip(got, want, rules)):
+        g, w = g.cpu().tolist(), w.cpu().tolist()
+        assert same(g, w) and same(g, r), (k, g, w, r)
+        assert [math.copysign(1, v) for v in g if v == 0] == [
+            math.copysign(1, v) for v in r if v == 0], (k, g, r)
+
+
+@pytest.mark.gpu
+def test_a_kernel_follows_the_edge_value_rules_on_cuda(monkeypatch):
+    """On the GPU, Triton's compiled `max`/`min` (PTX max.f32 drops NaN), integer division
+    by zero and out-of-range conversions are the hardware's: the kernel must still give the
+    body's values."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from linnet.torch import load
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    args = [torch.tensor(KERNEL_INPUTS[k], dtype=torch.float32 if k in "xyz" else torch.int32,
+                         device="cuda") for k in "xyzab"]
+    fast = load(KERNEL_EDGES, weights={}, device="cuda", numerics="fast")
+    got = fast.run("run", args)
+    assert fast.module("run", args).RUNS == {"edge_tiles_8": [1, 0]}
+    want = load(KERNEL_EDGES, weights={}, device="cuda", numerics="exact").run("run", args)
+    kernel_results_agree(got, want, kernel_rules())

@@ -46,3 +46,12 @@ def test_the_attention_splits_that_finish_q_k_v_multiply_bf16_tiles_on_the_tenso
     """`rms_norm_qkv_rope_attention`'s splits select the new k and v rows into the cache
     block in bf16 and widen it after, so both products stay 16-bit MMAs (dot16)."""
     assert compiled["qkv_rope_attention_split_tiles"]["plain"]["mma"]
+
+
+def test_the_edge_kernel_s_max_and_min_let_a_nan_win_in_ptx(compiled):
+    """tests/kernels/edges.linnet compiled for sm_90: every float max and min, elementwise
+    and in reductions, is `max.NaN.f32`/`min.NaN.f32` (before: Triton's default `max.f32`,
+    which returns the other operand; issue 46, the edge-value rules in kernels)."""
+    found = compiled["edges"]
+    extremes = [i for i in found if i.startswith(("max.", "min.")) and i.endswith("f32")]
+    assert extremes and all(".NaN." in i for i in extremes), found

@@ -269,7 +269,7 @@ def check_output(output: str | None, inputs: list[Path]) -> None:
                 help="write the output to another file, such as `-o out.py`"))
 
 
-def write_output(output: str, text: str) -> None:
+def write_output(output: str, text: str | bytes) -> None:
     """Write `-o OUTPUT` atomically: on any failure (E0661) the old file stays as it was.
     A new file gets the usual permissions (0666 less the umask), an old one keeps its own."""
     from linnet.lang.home import atomic_write
@@ -470,8 +470,25 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
     """`linnet stablehlo FILE --entry E ... [-o model.mlir]`."""
     from linnet.lang.export import export_stablehlo
 
+    portable = args.portable
     try:
+        if portable is not None and not args.output:
+            raise LinnetError(Diagnostic(
+                "E0947", "a portable StableHLO artifact is binary (MLIR bytecode): it is "
+                         "written to a file, never to the terminal",
+                help="name the file with `-o model.mlirbc`, or leave out --portable for the "
+                     "text"))
         graph, sources = _export_graph(args)
+        if portable is not None:
+            from linnet.lang.emit.stablehlo_portable import target, version_text
+            from linnet.lang.export import portable_stablehlo
+
+            version = version_text(target(portable or None))
+            _, artifact = portable_stablehlo(graph, version, sources, verify=args.verify)
+            write_output(args.output, artifact)
+            print(f"wrote {args.output} (portable StableHLO artifact, version {version}, "
+                  f"{len(artifact)} bytes, {graph.model}.{graph.entry})", file=sys.stderr)
+            return 0
         text = export_stablehlo(graph, None, sources, verify=args.verify)
         if args.output:
             write_output(args.output, text)
@@ -503,6 +520,9 @@ def register_export(sub: Any) -> None:
     p.add_argument("-o", "--output", help="the .mlir file to write (default: stdout)")
     p.add_argument("--verify", action="store_true",
                    help="parse and verify the text with jaxlib's MLIR bindings (needs jax)")
+    p.add_argument("--portable", nargs="?", const="", default=None, metavar="VERSION",
+                   help="write a portable artifact (MLIR bytecode, needs jax and -o) for "
+                        "StableHLO VERSION (default: the oldest jaxlib writes)")
     p.set_defaults(run=cmd_stablehlo)
 
 

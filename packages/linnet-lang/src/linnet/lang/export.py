@@ -57,17 +57,30 @@ def export_onnx(graph: Graph, params: Mapping[str, Any] | None, path: str | Path
 
 
 def export_stablehlo(graph: Graph, path: str | Path | None,
-                     sources: Mapping[str, str] | None = None, verify: bool = False) -> str:
+                     sources: Mapping[str, str] | None = None, verify: bool = False,
+                     portable: bool | str = False) -> str:
     """StableHLO text for ``graph``, written to ``path`` (if given); ``verify=True`` parses
     and verifies it with jaxlib first. ``@main`` takes the inputs, the states, then the
     parameters (:func:`linnet.lang.emit.stablehlo.argument_order`); it returns the outputs,
     the states, then ``linnet.valid``. Shapes that index past a state are E0782, as in
     :func:`export_onnx`.
 
+    ``portable``: a StableHLO version (``"1.0.0"``), or True for the oldest the installed
+    jaxlib writes: ``path`` gets the portable artifact (VHLO bytecode, written by StableHLO's
+    serializer) of the text returned, which holds StableHLO operations only
+    (:mod:`linnet.lang.emit.stablehlo_portable`; a version jaxlib does not write is E0946).
+
     >>> text = export_stablehlo(graph, "prefill.mlir")                  # doctest: +SKIP
+    >>> text = export_stablehlo(graph, "prefill.mlirbc", portable="1.0.0")  # doctest: +SKIP
     """
     from linnet.lang.emit import stablehlo as emit
 
+    if portable is not False:
+        text, artifact = portable_stablehlo(graph, None if portable is True else str(portable),
+                                            sources, verify)
+        if path is not None:
+            Path(path).write_bytes(artifact)
+        return text
     check_static(graph, graph.entry)  # E0782: shapes that index past a state, as model.run
     text = emit.emit_stablehlo(graph, sources)
     if verify:
@@ -75,6 +88,26 @@ def export_stablehlo(graph: Graph, path: str | Path | None,
     if path is not None:
         Path(path).write_text(text, encoding="utf-8")
     return text
+
+
+def portable_stablehlo(graph: Graph, version: str | None,
+                       sources: Mapping[str, str] | None = None, verify: bool = False
+                       ) -> tuple[str, bytes]:
+    """The portable text of ``graph`` for StableHLO ``version`` (None: the oldest the
+    installed jaxlib writes; E0946 for one it does not) and its portable artifact, as
+    :func:`export_stablehlo` writes them (``linnet stablehlo --portable``).
+
+    >>> text, artifact = portable_stablehlo(graph, "1.0.0")              # doctest: +SKIP
+    """
+    from linnet.lang.emit import stablehlo as emit
+    from linnet.lang.emit import stablehlo_portable
+
+    check_static(graph, graph.entry)
+    target = stablehlo_portable.target(version)
+    text = emit.emit_stablehlo(graph, sources, portable=target)
+    if verify:
+        emit.verify(text)
+    return text, stablehlo_portable.serialize(text, target)
 
 
 # ---------------------------------------------------------------- safetensors, with numpy

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import IO
+from typing import IO, Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
@@ -173,13 +173,18 @@ def _write_error(path: Path, why: str, exc: OSError | None = None) -> LinnetErro
     return LinnetError(Diagnostic("E0661", f"cannot write `{path}`: {why}", help=fix))
 
 
-def _write_all(f: IO[str], text: str) -> None:
+def _write_all(f: IO[Any], text: str | bytes) -> None:
     f.write(text)
 
 
-def atomic_write(path: Path | str, text: str, *, parents: bool = True,
+def _open_args(text: str | bytes) -> dict[str, Any]:
+    return {"mode": "wb"} if isinstance(text, bytes) else {"mode": "w", "encoding": "utf-8"}
+
+
+def atomic_write(path: Path | str, text: str | bytes, *, parents: bool = True,
                  new_mode: int = 0o600, follow_symlinks: bool = True) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never half.
+    ``text`` may be ``bytes`` (a binary file, such as a portable StableHLO artifact).
 
     A file that exists keeps its permission bits; a new one gets ``new_mode``. ``parents``
     creates missing directories (mode 0700). A symbolic link is followed, so its target is
@@ -211,7 +216,7 @@ def atomic_write(path: Path | str, text: str, *, parents: bool = True,
                                OSError(errno.EISDIR, "Is a directory"))
         if not stat.S_ISREG(info.st_mode):  # /dev/stdout, a pipe: write through, in order
             try:
-                with open(target, "w", encoding="utf-8") as f:
+                with open(target, **_open_args(text)) as f:
                     _write_all(f, text)
             except OSError as exc:
                 raise _write_error(target, _reason(exc), exc) from None
@@ -236,7 +241,7 @@ def _make_parent(target: Path) -> None:
         raise _write_error(target, f"cannot create `{parent}`: {_reason(exc)}", exc) from None
 
 
-def _replace_file(target: Path, text: str, mode: int) -> None:
+def _replace_file(target: Path, text: str | bytes, mode: int) -> None:
     """Write ``text`` to a new file beside ``target`` and rename it onto ``target`` (a link
     there is replaced, never followed)."""
     parent = target.parent
@@ -247,7 +252,7 @@ def _replace_file(target: Path, text: str, mode: int) -> None:
     except OSError as exc:
         raise _write_error(target, _reason(exc), exc) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, **_open_args(text)) as f:
             _write_all(f, text)
             f.flush()
             os.fsync(f.fileno())

@@ -22,7 +22,10 @@ dims, and the model computes it at run time. Each dim is read once off an input'
 state's shape (``B = Shape(tokens)[0:1]``); reshape and broadcast targets, iota lengths, slice
 bounds and constants are built from the dims with ``Mul``/``Add``/``Concat``; inputs, states
 and outputs get ``dim_param`` names (``B``, ``B*L``); a local function takes each dim its body
-uses as an extra input after the values it reads.
+uses as an extra input after the values it reads: the dim's iota ``Range(0, L)``, whose shape
+is the dim. Reshapes and expands say which dims they keep (:mod:`.onnx_shapes`), so shape
+inference that reads no values (onnxruntime's ``symbolic_shape_infer`` on a function call)
+carries every dim by name.
 
 >>> from linnet.lang.emit.onnx import RULES
 >>> from linnet.lang.ir.primitives import PRIMITIVES
@@ -41,7 +44,7 @@ from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.emit import onnx_edges
+from linnet.lang.emit import onnx_edges, onnx_shapes
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.tensors.poly import Poly, poly_add, poly_mul, poly_text
 
@@ -160,9 +163,12 @@ class Scope:
     current: Step | None = None
     # Symbolic dims (graph.symbolic): each one's ONNX value, a [1]-shaped int64 tensor. The
     # model's graph reads them off its inputs' shapes; a function body takes each one it
-    # needs as an extra input, after the values it reads (``dim_inputs``, in first-use order).
+    # needs as an extra input, after the values it reads (``dim_inputs``, in first-use order):
+    # the dim's iota ``Range(0, L)`` (``ranges``), whose *shape* is the dim, so that shape
+    # inference that reads no values (inside a function) follows it (onnx_shapes).
     dims: dict[str, Any] = field(default_factory=dict)
     dim_inputs: list[str] | None = None
+    ranges: dict[str, Any] = field(default_factory=dict)
     sizes: dict[Any, Any] = field(default_factory=dict)  # poly -> its value (computed once)
 
     def fresh(self, hint: str) -> str:
@@ -248,11 +254,22 @@ class Scope:
 
     def dim(self, name: str) -> Any:
         """The ONNX value of symbolic dim ``name`` (shape [1], int64)."""
-        if name not in self.dims:
-            assert self.dim_inputs is not None, f"dim {name} has no source"
-            self.dims[name] = self.ir.Value(name=self.fresh(name))
-            self.dim_inputs.append(name)
+        if name not in self.dims:  # a function body: the shape of the dim's iota input
+            self.dims[name] = self.op("Shape", [self.range(name)], hint=name)
         return self.dims[name]
+
+    def range(self, name: str) -> Any:
+        """``Range(0, name)`` (int64, shape ``[name]``): in a function body an input after
+        the values it reads, in the model's graph computed once from the dim."""
+        if name not in self.ranges:
+            if self.dim_inputs is not None:
+                self.ranges[name] = self.ir.Value(name=self.fresh(name))
+                self.dim_inputs.append(name)
+            else:
+                size = self.op("Squeeze", [self.dim(name), self.ints([0], "axes")])
+                self.ranges[name] = self.op("Range", [self.const(0, "i64"), size,
+                                                      self.const(1, "i64")], hint=name + ".iota")
+        return self.ranges[name]
 
     def size(self, n: Any) -> Any:
         """A [1]-shaped int64 value of ``n``: an int, or a SymInt's polynomial of the dims
@@ -360,42 +377,8 @@ def _constant(s: Step, n: Scope) -> Any:
     return n.const(s.attributes["value"], s.attributes["dtype"], hint=s.results[0])
 
 
-def _iota(s: Step, n: Scope) -> Any:
-    shape, axis, dt = s.attributes["shape"], s.attributes["axis"], s.attributes["dtype"]
-    if isinstance(shape[axis], SymInt):  # Range(0, L, 1), made in int64 then cast
-        line = n.op("Range", [n.const(0, "i64"), n.const(shape[axis], "i64"),
-                              n.const(1, "i64")], hint="iota")
-        line = n.cast(line, "i64", dt)
-    else:
-        line = n.const(list(range(shape[axis])), dt, hint="iota")
-    if len(shape) == 1:
-        return n.op("Identity", [line], hint=s.results[0])
-    view = [1] * len(shape)
-    view[axis] = shape[axis]
-    return n.op("Expand", [n.op("Reshape", [line, n.ints(view)]), n.ints(shape)],
-                hint=s.results[0])
-
-
-def _reshape(s: Step, n: Scope) -> Any:
-    return n.op("Reshape", [n.get(s.operands[0]), n.ints(s.attributes["shape"])],
-                hint=s.results[0])
-
-
 def _transpose(s: Step, n: Scope) -> Any:
     return n.op("Transpose", [n.get(s.operands[0])], {"perm": list(s.attributes["perm"])},
-                hint=s.results[0])
-
-
-def _broadcast(s: Step, n: Scope) -> Any:
-    return n.op("Expand", [n.get(s.operands[0], _out(s, n)), n.ints(s.attributes["shape"])],
-                hint=s.results[0])
-
-
-def _slice(s: Step, n: Scope) -> Any:
-    """ONNX Slice over every axis (static starts and ends; steps of 1)."""
-    rank = len(s.attributes["starts"])
-    return n.op("Slice", [n.get(s.operands[0]), n.ints(s.attributes["starts"], "starts"),
-                          n.ints(s.attributes["limits"], "ends"), n.ints(list(range(rank)), "axes")],
                 hint=s.results[0])
 
 
@@ -438,9 +421,9 @@ def _index(n: Scope, ref: str, size: int, zero: bool) -> tuple[Any, Any]:
     return n.op("Max", [n.op("Min", [idx, hi]), lo]), valid
 
 
-def _masked(n: Scope, s: Step, out: Any, valid: Any, view: list[int]) -> Any:
-    """Zero where ``valid`` (reshaped to ``view``) is false."""
-    mask = n.op("Reshape", [valid, n.ints(view)])
+def _masked(n: Scope, s: Step, out: Any, valid: Any, have: list[int], view: list[int]) -> Any:
+    """Zero where ``valid`` (of shape ``have``, reshaped to ``view``) is false."""
+    mask = onnx_shapes.reshape(n, valid, have, view)
     return n.op("Where", [mask, out, n.const(0, _out(s, n))], hint=s.results[0])
 
 
@@ -453,7 +436,7 @@ def _take(s: Step, n: Scope) -> Any:
     if valid is None:
         return n.op("Identity", [out], hint=s.results[0])
     view = [1] * axis + list(ishape) + [1] * (len(shape) - axis - 1)
-    return _masked(n, s, out, valid, view)
+    return _masked(n, s, out, valid, list(ishape), view)
 
 
 def _broadcast_shape(shapes: list[tuple[int, ...]]) -> list[int]:
@@ -473,10 +456,10 @@ def _stacked(n: Scope, refs: list[str], sizes: tuple[int, ...], zero: bool
     parts, valid = [], None
     for a, ref in enumerate(refs):
         idx, ok = _index(n, ref, sizes[a], zero)
-        idx = n.op("Expand", [idx, n.ints(common)])
+        idx = onnx_shapes.expand(n, idx, n.shape(ref), common)
         parts.append(n.op("Unsqueeze", [idx, n.ints([-1], "axes")]))
         if ok is not None:
-            ok = n.op("Expand", [ok, n.ints(common)])
+            ok = onnx_shapes.expand(n, ok, n.shape(ref), common)
             valid = ok if valid is None else n.op("And", [valid, ok])
     stacked = parts[0] if len(parts) == 1 else n.op("Concat", parts, {"axis": -1})
     return stacked, valid, common
@@ -491,7 +474,7 @@ def _gather(s: Step, n: Scope) -> Any:
     out = n.op("GatherND", [n.get(x), idx])
     if valid is None:
         return n.op("Identity", [out], hint=s.results[0])
-    return _masked(n, s, out, valid, common + [1] * (len(shape) - len(refs)))
+    return _masked(n, s, out, valid, common, common + [1] * (len(shape) - len(refs)))
 
 
 def _scatter(s: Step, n: Scope) -> None:
@@ -520,7 +503,7 @@ def _scatter_add(s: Step, n: Scope) -> Any:
     k = len(refs)
     idx, valid, common = _stacked(n, refs, shape, s.attributes["bounds"] == "zero")
     if valid is not None:
-        mask = n.op("Reshape", [valid, n.ints(common + [1] * (len(shape) - k))])
+        mask = onnx_shapes.reshape(n, valid, common, common + [1] * (len(shape) - k))
         v = n.op("Where", [mask, v, n.const(0, dt)])
     updates = n.op("Expand", [v, n.ints(common + list(shape[k:]))])
     return n.op("ScatterND", [n.get(x, dt), idx, updates], {"reduction": "add"},
@@ -539,10 +522,11 @@ RULES: dict[str, Rule] = {
     "gt": _binary("Greater", True), "ge": _binary("GreaterOrEqual", True),
     "eq": _binary("Equal", True), "ne": _ne,
     "and": _binary("And", True), "or": _binary("Or", True), "select": _select,
-    "convert": onnx_edges.RULES["convert"], "constant": _constant, "iota": _iota,
-    "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
+    "convert": onnx_edges.RULES["convert"], "constant": _constant, "iota": onnx_shapes.iota,
+    "reshape": onnx_shapes.reshape_rule, "transpose": _transpose,
+    "broadcast": onnx_shapes.broadcast_rule,
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-    "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
+    "scatter": _scatter, "scatter_add": _scatter_add, "slice": onnx_shapes.slice_rule,
 }
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
@@ -676,7 +660,7 @@ class OnnxEmitter:
         fn = self.functions.get(key)
         if fn is None:
             fn = self.function(call, sp, key)
-        args = [scope.env[r] for r in sp.reads] + [scope.dim(d) for d in self.fn_dims[fn.name]]
+        args = [scope.env[r] for r in sp.reads] + [scope.range(d) for d in self.fn_dims[fn.name]]
         scope.step, scope.current = call.start, self.graph.steps[call.start]
         outs = scope.op(fn.name, args, domain=DOMAIN, outputs=max(len(sp.writes), 1),
                         hint=sp.writes[0] if sp.writes else call.callee.rsplit(":", 1)[-1])
@@ -703,7 +687,7 @@ class OnnxEmitter:
             inputs.append(v)
         self.body(inner, call.start, call.stop, call)
         assert inner.dim_inputs is not None
-        inputs += [inner.dims[d] for d in inner.dim_inputs]
+        inputs += [inner.ranges[d] for d in inner.dim_inputs]
         outputs = [inner.env[w] for w in sp.writes]
         if not outputs:  # a call whose results nothing reads: keep one so the node is valid
             outputs = [inner.nodes[-1].outputs[0]] if inner.nodes else inputs[:1]

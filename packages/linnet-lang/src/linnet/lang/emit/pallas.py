@@ -27,7 +27,7 @@ True
 
 from __future__ import annotations
 
-from linnet.lang.emit import tiles
+from linnet.lang.emit import tile_edges, tiles
 from linnet.lang.emit.tiles import (
     Context,
     KernelText,
@@ -97,10 +97,9 @@ def _binary(fmt: str) -> TileRule:
     return rule
 
 
-def _div(s: Step, n: Names, c: Context) -> list[str]:
+def _fdiv(s: Step, n: Names, c: Context) -> list[str]:
+    """Float ``/`` (integers: tile_edges.int_div, floored and by zero too)."""
     a, b = (n(o) for o in s.operands)
-    if n.dtype(s.results[0]) in _INTS:  # Linnet's integer division floors, as jnp's does
-        return [f"{n(s.results[0])} = jnp.floor_divide({n.tensor(s.operands[0])}, {b})"]
     return [f"{n(s.results[0])} = {a} / {b}"]
 
 
@@ -125,11 +124,14 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
         x = f"{x}.astype({JNP_DTYPES[acc]})"
     fn = {"sum": "jnp.sum", "mean": "jnp.sum", "max": "jnp.max", "min": "jnp.min",
           "prod": "jnp.prod"}[kind]
-    x = tiles.reduced(s, n, fn, x)
+    operand, x = x, tiles.reduced(s, n, fn, x)
+    lines: list[str] = []
+    if kind in ("max", "min") and n.dtype(src) not in _INTS | {"bool"}:  # a NaN wins
+        lines, x = tile_edges.pallas_nan_through(s, n, operand, x)
     out = n.dtype(s.results[0])
     if out != acc and kind in ("sum", "mean", "prod"):
         x = f"({x}).astype({JNP_DTYPES[out]})"
-    return [f"{n(s.results[0])} = {x}"]
+    return [*lines, f"{n(s.results[0])} = {x}"]
 
 
 def _dot(s: Step, n: Names, c: Context, layout: tuple[bool, bool]) -> str:
@@ -244,8 +246,11 @@ EXPECTED_MISSING: frozenset[str] = frozenset({"erf", "atomic_add"})
 PALLAS_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "jnp") | {
     "rsqrt": _unary("lax.rsqrt({})"), "tanh": _unary("jnp.tanh({})"),
     "sigmoid": _unary("jax.nn.sigmoid({})"),
-    "div": _div, "rem": _binary("jnp.remainder({}, {})"), "pow": _binary("jnp.power({}, {})"),
-    "maximum": _binary("jnp.maximum({}, {})"), "minimum": _binary("jnp.minimum({}, {})"),
+    "div": tile_edges.int_div("pallas", _fdiv),
+    "rem": tile_edges.int_rem("pallas", _binary("jnp.remainder({}, {})")),
+    "pow": _binary("jnp.power({}, {})"), "maximum": tile_edges.pallas_extreme("maximum"),
+    "minimum": tile_edges.pallas_extreme("minimum"), "convert": tile_edges.convert,
+    "floor": tile_edges.pallas_floor,
     "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
     "load": _load, "store": _store, "for": _for,
 }

@@ -15,6 +15,9 @@ Every primitive has a rule in :data:`RULES` (``tests/test_coverage.py`` checks i
 with no rule, or a dtype StableHLO lacks, is error E0940 / E0941 naming the step and its
 source line.
 
+``erf`` is CHLO's ``chlo.erf`` (as JAX writes it); a portable text (``portable=``, for
+:func:`linnet.lang.emit.stablehlo_portable.serialize`) holds StableHLO operations only.
+
 >>> from linnet.lang.emit.stablehlo import RULES
 >>> from linnet.lang.ir.primitives import PRIMITIVES
 >>> sorted(set(PRIMITIVES) - set(RULES))
@@ -32,7 +35,7 @@ from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.emit import stablehlo_edges
+from linnet.lang.emit import stablehlo_edges, stablehlo_portable
 from linnet.lang.emit.stablehlo_edges import compare as _cmp
 from linnet.lang.export_checks import mlir_attribute
 from linnet.lang.ir.graph import Call, Graph, Step
@@ -93,6 +96,7 @@ class Scope:
     step: int = 0
     current: Step | None = None
     loc: str = ""
+    portable: bool = False  # StableHLO operations only (stablehlo_portable): no chlo.erf
 
     def fresh(self, hint: str) -> str:
         base = re.sub(r"[^0-9A-Za-z_]", "_", hint.lstrip("%@")) or "v"
@@ -525,15 +529,23 @@ def _scatter_add(s: Step, n: Scope) -> str:
                 hint=s.results[0])
 
 
+def _erf(s: Step, n: Scope) -> str:
+    """StableHLO has no erf: CHLO's (which XLA and IREE legalise) is the standard spelling,
+    and what JAX itself emits; a portable artifact, which may hold no CHLO, computes it
+    (:func:`linnet.lang.emit.stablehlo_portable.erf`)."""
+    if not n.portable:
+        return _unary("chlo.erf")(s, n)
+    shape, dt = _res(s, n)
+    return n.coerce(stablehlo_portable.erf(n, n.get(s.operands[0], dt, shape)), dt)
+
+
 RULES: dict[str, Rule] = {
     "neg": _unary("stablehlo.negate"), "not": _unary("stablehlo.not"),
     "exp": _unary("stablehlo.exponential"), "log": _unary("stablehlo.log"),
     "sqrt": _unary("stablehlo.sqrt"), "rsqrt": _unary("stablehlo.rsqrt"),
     "sin": _unary("stablehlo.sine"), "cos": _unary("stablehlo.cosine"),
     "tanh": _unary("stablehlo.tanh"), "sigmoid": _unary("stablehlo.logistic"),
-    # StableHLO has no erf: CHLO's (which every StableHLO consumer legalises) is the standard
-    # spelling, and what JAX itself emits.
-    "erf": _unary("chlo.erf"), "abs": _unary("stablehlo.abs"),
+    "erf": _erf, "abs": _unary("stablehlo.abs"),
     "floor": stablehlo_edges.RULES["floor"],
     "add": _binary("stablehlo.add"), "sub": _binary("stablehlo.subtract"),
     "mul": _binary("stablehlo.multiply"), "div": stablehlo_edges.RULES["div"],
@@ -561,10 +573,15 @@ def _std_name(callee: str) -> str:
 
 
 class StablehloEmitter:
-    def __init__(self, graph: Graph, sources: Mapping[str, str] | None) -> None:
+    def __init__(self, graph: Graph, sources: Mapping[str, str] | None,
+                 portable: tuple[int, int, int] | None = None) -> None:
         from linnet.lang.emit.onnx import std_op_calls
 
         self.graph = graph
+        # A portable text (a target version): StableHLO operations only, and std ops as
+        # func.call below the first version with composites (stablehlo_portable).
+        self.portable = portable
+        self.composites = portable is None or stablehlo_portable.composites_at(portable)
         self.sources = {k: v.splitlines() for k, v in (sources or graph.sources or {}).items()}
         self.calls = std_op_calls(graph)
         self.users = graph.users()
@@ -659,6 +676,10 @@ class StablehloEmitter:
         attrs = (f'name = "linnet.std.{_std_name(call.callee)}", composite_attributes = '
                  f'{{callee = "{_escape(call.callee)}", path = "{_escape(call.path)}"}}, '
                  f"decomposition = @{symbol}, version = 0 : i32")
+        op = "stablehlo.composite"
+        if not self.composites:  # an older target: a plain call of the decomposition
+            scope.lines.append(f"// linnet.std.{_std_name(call.callee)} `{call.path}`")
+            op, attrs = "func.call", f"callee = @{symbol}"
         names = [scope.fresh(w.rsplit(".", 1)[-1] if w.startswith("@") else w) for w in writes]
         ins = ", ".join(scope.ty(a) for a in args)
         outs = ", ".join(scope.ty(sh, dt) for sh, dt in out_types)
@@ -666,7 +687,7 @@ class StablehloEmitter:
             lhs = names[0]
         else:
             lhs = f"{names[0]}:{len(names)}"
-        text = (f'{lhs} = "stablehlo.composite"({", ".join(args)}) {{{attrs}}} : ({ins}) -> '
+        text = (f'{lhs} = "{op}"({", ".join(args)}) {{{attrs}}} : ({ins}) -> '
                 f"({outs})")
         if call.loc:
             text += f' loc("{_escape(call.loc)}")'
@@ -678,7 +699,7 @@ class StablehloEmitter:
         scope.current = None
 
     def function(self, call: Call, reads: list[str], writes: list[str], key: tuple) -> str:
-        inner = Scope(self.graph)
+        inner = Scope(self.graph, portable=self.portable is not None)
         params = []
         for ref in reads:
             hint = ref.rsplit(".", 1)[-1] if ref.startswith("@") else ref
@@ -711,7 +732,7 @@ class StablehloEmitter:
 
     def module(self, flag: str | None = None, checks: Mapping[str, Any] | None = None) -> str:
         g = self.graph
-        scope = Scope(g)
+        scope = Scope(g, portable=self.portable is not None)
         params = []
         for ref in [*g.inputs, *("@" + p for p in g.states), *("@" + p for p in g.parameters)]:
             ssa = scope.fresh(ref)
@@ -741,10 +762,12 @@ class StablehloEmitter:
 
 
 def emit_stablehlo(graph: Graph, sources: Mapping[str, str] | None = None,
-                   validity: bool = True) -> str:
+                   validity: bool = True, portable: tuple[int, int, int] | None = None) -> str:
     """StableHLO MLIR text for one lowered entry (see the module docstring for its form).
     ``validity``: the last result is ``linnet.valid`` (:mod:`linnet.lang.export_checks`),
-    what it checks in the module attribute ``linnet.valid``.
+    what it checks in the module attribute ``linnet.valid``. ``portable``: a target version
+    (``(1, 0, 0)``): the text StableHLO's serializer takes at it (erf from arithmetic, std
+    ops as calls below 0.19.0; :mod:`linnet.lang.emit.stablehlo_portable`).
 
     >>> from linnet.lang import Program, lower
     >>> prog = Program.from_text('''
@@ -754,12 +777,12 @@ def emit_stablehlo(graph: Graph, sources: Mapping[str, str] | None = None,
     True
     """
     if not validity:
-        return StablehloEmitter(graph, sources).module()
+        return StablehloEmitter(graph, sources, portable).module()
     from linnet.lang.export_checks import describe
     from linnet.lang.ir.validity import with_validity
 
     checked, flag = with_validity(graph)
-    return StablehloEmitter(checked, sources).module(flag, describe(graph))
+    return StablehloEmitter(checked, sources, portable).module(flag, describe(graph))
 
 
 def argument_order(graph: Graph) -> list[str]:

@@ -90,7 +90,8 @@ RESERVED |= {"os", "types", "triton", "tl", "TRITON", "INTERPRET", "wrap_triton"
              "RUNS", "kernels_ready", "kernel_op", "POISON", "new_result", "PDL",
              "PDL_LAUNCH", "pdl_launch", "_PDL_DEVICES", "_PDL_MODE", "contextlib",
              "set_wrap_triton_enabled", "direct", "_LIBRARY", "_SCRATCH", "check_inplace",
-             "dot16", "prefetch_l2", "prefetching", "scratch", "warnings"}
+             "dot16", "prefetch_l2", "prefetching", "scratch", "warnings", "max_nan",
+             "min_nan"}
 # ... and emit/kernel_grad.py's helpers for launches under autograd.
 RESERVED |= {"KernelGrad", "launch_with_grad", "body_backward", "no_backward"}
 

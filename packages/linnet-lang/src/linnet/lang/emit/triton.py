@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from linnet.lang.emit import tiles
+from linnet.lang.emit import tile_edges, tiles
 from linnet.lang.emit.tiles import (  # noqa: F401 (emit/pallas.py and others import them here)
     DOT_MIN,
     Context,
@@ -55,8 +55,9 @@ TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
 TORCH_DTYPES = {k: v.replace("tl.", "torch.") for k, v in TL_DTYPES.items()} | {
     "bool": "torch.bool"}
 _INTS = {"i8", "i16", "i32", "i64", "u8"}
-# `dot16` and `prefetch_l2` are HEADER's, which kernels call.
-RESERVED = {"tl", "triton", "torch", "math", "dot16", "prefetch_l2"} | set(dir(builtins))
+# `dot16`, `prefetch_l2`, `max_nan` and `min_nan` are HEADER's, which kernels call.
+RESERVED = {"tl", "triton", "torch", "math", "dot16", "prefetch_l2"} | set(dir(builtins)) \
+    | tile_edges.HEADER_NAMES
 
 # Triton's spellings of what the shared rules (emit/tiles.py) write.
 TRITON = tiles.Dialect(
@@ -140,41 +141,16 @@ def _select(s: Step, n: tiles.Names, c: Context) -> list[str]:
             f"{n.tensor(a)}, {n.tensor(b)})"]
 
 
-def _is_int(n: tiles.Names, ref: str) -> bool:
-    return n.dtype(ref) in _INTS
+def _fdiv(s: Step, n: tiles.Names, c: Context) -> list[str]:
+    """Float ``/`` (integers: tile_edges.int_div, by zero too)."""
+    wa, wb = (_wide(s, n, o) for o in s.operands)
+    return [f"{n(s.results[0])} = {_narrow(s, n, f'{wa} / {wb}')}"]
 
 
-def _div(s: Step, n: tiles.Names, c: Context) -> list[str]:
-    a, b = (n(o) for o in s.operands)
-    out = n(s.results[0])
-    if not _is_int(n, s.results[0]):
-        wa, wb = (_wide(s, n, o) for o in s.operands)
-        return [f"{out} = {_narrow(s, n, f'{wa} / {wb}')}"]
-    # Linnet's integer division floors (as torch.div(..., rounding_mode='floor')); Triton's
-    # `//` truncates toward zero: step down where the signs differ and it was inexact.
-    return [f"{out} = {a} // {b}",
-            f"{out} = {out} - (({out} * {b} != {a}) & (({a} < 0) != ({b} < 0)))"
-            f".to({TL_DTYPES[n.dtype(s.results[0])]})"]
-
-
-def _rem(s: Step, n: tiles.Names, c: Context) -> list[str]:
-    a, b = (n(o) for o in s.operands)
-    out = n(s.results[0])
-    if not _is_int(n, s.results[0]):
-        wa, wb = (_wide(s, n, o) for o in s.operands)
-        return [f"{out} = {_narrow(s, n, f'{wa} - {wb} * tl.floor({wa} / {wb})')}"]
-    # Linnet's remainder takes the divisor's sign (torch.remainder); Triton's `%` the dividend's.
-    return [f"{out} = {a} % {b}",
-            f"{out} = tl.where(({out} != 0) & (({out} < 0) != ({b} < 0)), {out} + {b}, {out})"]
-
-
-def _extreme(fn: str) -> TileRule:
-    def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
-        a, b = s.operands
-        # tl.maximum wants tensors: a literal side is written as a typed scalar.
-        x, y = (n.tensor(o) if o in n.literals else _wide(s, n, o) for o in (a, b))
-        return [f"{n(s.results[0])} = {_narrow(s, n, f'tl.{fn}({x}, {y})')}"]
-    return rule
+def _frem(s: Step, n: tiles.Names, c: Context) -> list[str]:
+    """Float ``%``, the divisor's sign (integers: tile_edges.int_rem, by zero too)."""
+    wa, wb = (_wide(s, n, o) for o in s.operands)
+    return [f"{n(s.results[0])} = {_narrow(s, n, f'{wa} - {wb} * tl.floor({wa} / {wb})')}"]
 
 
 def _iota(s: Step, n: tiles.Names, c: Context) -> list[str]:
@@ -206,10 +182,13 @@ def _reduce(s: Step, n: tiles.Names, c: Context) -> list[str]:
         x = f"{x}.to({TL_DTYPES[acc]})"
     elif n.dtype(src) in _HALF:  # max and min of 16-bit floats: exact in f32
         x = f"{x}.to(tl.float32)"
-    fn = {"sum": "tl.sum", "mean": "tl.sum", "max": "tl.max", "min": "tl.min"}.get(kind)
-    if fn is None:
+    fn = {"sum": "tl.sum", "mean": "tl.sum"}.get(kind)
+    if kind in ("max", "min"):  # a NaN wins (tile_edges: tl.max skips it)
+        x = tile_edges.triton_reduced(s, n, kind, x)
+    elif fn is None:
         raise tiles.unsupported(TRITON, f"a `{kind}` reduction", s)
-    x = tiles.reduced(s, n, fn, x)
+    else:
+        x = tiles.reduced(s, n, fn, x)
     out = n.dtype(s.results[0])
     if out in _HALF:
         x = f"({x}).to({TL_DTYPES[out]})"
@@ -331,8 +310,9 @@ EXPECTED_MISSING: frozenset[str] = frozenset({"pow"})
 TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "tl") | {
     "rsqrt": _unary("tl.rsqrt({})"), "tanh": _unary("2 * tl.sigmoid(2 * {}) - 1"),
     "sigmoid": _unary("tl.sigmoid({})"), "erf": _unary("tl.erf({})"),
-    "div": _div, "rem": _rem,
-    "maximum": _extreme("maximum"), "minimum": _extreme("minimum"),
+    "div": tile_edges.int_div("triton", _fdiv), "rem": tile_edges.int_rem("triton", _frem),
+    "maximum": tile_edges.triton_extreme("maximum"),
+    "minimum": tile_edges.triton_extreme("minimum"), "convert": tile_edges.convert,
     "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
     "load": _load, "store": _store, "atomic_add": _atomic_add, "for": _for,
     "and": _logical("&"), "or": _logical("|"), "select": _select,
@@ -809,7 +789,7 @@ def direct():
 
 _LIBRARY = object()  # alive as long as this module's ops: its id names their library
 LIBRARY = f'linnet_{id(_LIBRARY):x}'
-'''
+''' + tile_edges.TRITON_HEADER
 
 READY = '''def kernels_ready(key, *tensors):
     """Whether a bound op launches kernel `key` on these tensors (Triton importable, and the

@@ -1,0 +1,235 @@
+"""The edge-value rules of :mod:`linnet.lang.ir.edges` in tile kernels: Triton (generated
+PyTorch's ``@triton.jit`` functions, :mod:`.triton`) and Pallas (generated JAX's kernel
+functions, :mod:`.pallas`), so that a kernel gives what its op's body gives on every
+runtime (docs/language.md, "Edge values"):
+
+* ``max``/``min`` with a NaN give NaN, elementwise and as reductions. Triton's
+  ``tl.maximum`` and ``tl.max`` skip NaN by default (``maxnumf``: the interpreter's
+  ``np.fmax``); kernels pass ``propagate_nan=tl.PropagateNan.ALL`` and reduce with
+  HEADER's ``max_nan``/``min_nan`` (:data:`TRITON_HEADER`). Pallas's Triton backend lowers
+  ``jnp.maximum`` and ``jnp.max`` to ``maxnumf`` too, so a Pallas kernel puts the NaN back
+  with ``jnp.where``.
+* Integer ``a / 0`` is 0 and ``a % 0`` is ``a``; ``MIN / -1`` wraps to ``MIN``. Triton's and
+  XLA's integer division by zero give -1 or garbage (the interpreter, NumPy's 0 with a
+  warning), and ``MIN / -1`` traps on x86: the divisor is made 1 where it is 0 or -1.
+* A float converted to an integer type: NaN is 0, the rest truncated and saturated at the
+  type's ends (C, LLVM's ``fptosi`` and NumPy leave it undefined).
+* (Pallas) ``floor`` of a negative subnormal is -1: XLA's CPU, which Pallas's interpreter
+  runs on, flushes subnormals to zero, so the sign is read from the bits (as the JAX
+  emitter does).
+
+Each rule takes the step, the kernel's names and the context, as
+:data:`linnet.lang.emit.triton.TILE_RULES` and :data:`linnet.lang.emit.pallas.PALLAS_RULES`
+(which use them) do.
+
+>>> "propagate_nan=tl.PropagateNan.ALL" in TRITON_HEADER, sorted(HEADER_NAMES)
+(True, ['max_nan', 'min_nan'])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from linnet.lang.emit import edge_rules, tiles
+from linnet.lang.ir.edges import FLOAT_BITS, INT_RANGES, saturation
+from linnet.lang.ir.graph import Step
+
+if TYPE_CHECKING:
+    from linnet.lang.emit.tiles import Context, Names
+
+_INTS = set(INT_RANGES)
+_HALF = {"bf16", "f16"}
+
+TRITON_HEADER = '''
+
+# NaN-propagating max and min (Linnet's edge rule: a NaN wins), for `tl.reduce`: `tl.max`
+# and `tl.min` combine with `tl.maximum`'s default, which skips NaN (emit/tile_edges.py).
+@triton.jit
+def max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+'''
+"""What the generated PyTorch module's Triton header adds (:data:`.triton.HEADER`)."""
+
+HEADER_NAMES = frozenset({"max_nan", "min_nan"})
+"""The names :data:`TRITON_HEADER` defines (a kernel's values must not shadow them)."""
+
+
+def _constant(n: Names, ref: str) -> Any:
+    """The value of ``ref`` where a ``constant`` step makes it, else None."""
+    p = n.producers.get(ref)
+    return p.attributes.get("value") if p is not None and p.op == "constant" else None
+
+
+def _temp(n: Names, s: Step, what: str) -> str:
+    return n(f"{s.results[0]}.{what}")
+
+
+# ---------------------------------------------------------------- max and min
+def _wide(n: Names, ref: str) -> str:
+    """Triton: a 16-bit float operand read as f32 (each step computes in f32, as torch)."""
+    if ref in n.literals:
+        return n.tensor(ref)  # tl.maximum wants tensors: a typed scalar
+    return f"{n(ref)}.to(tl.float32)" if n.dtype(ref) in _HALF else n(ref)
+
+
+def triton_extreme(fn: str) -> tiles.TileRule:
+    """``tl.maximum``/``tl.minimum``; for floats ``propagate_nan=tl.PropagateNan.ALL``."""
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        a, b = (_wide(n, o) for o in s.operands)
+        dtype = n.dtype(s.results[0])
+        nan = ", propagate_nan=tl.PropagateNan.ALL" if dtype in FLOAT_BITS else ""
+        expr = f"tl.{fn}({a}, {b}{nan})"
+        if dtype in _HALF and any(o not in n.literals and n.dtype(o) in _HALF
+                                  for o in s.operands):
+            expr = f"({expr}).to({n.dialect.dtypes[dtype]})"
+        return [f"{n(s.results[0])} = {expr}"]
+    return rule
+
+
+def triton_reduced(s: Step, n: Names, kind: str, x: str) -> str:
+    """A Triton `max` or `min` reduction of ``x`` over the step's axes (one at a time, the
+    last first, as :func:`.tiles.reduced`): for floats ``tl.reduce`` with HEADER's
+    NaN-propagating ``max_nan``/``min_nan``, for integers ``tl.max``/``tl.min``."""
+    for axis in reversed(sorted(s.attributes["axes"])):
+        if n.dtype(s.operands[0]) in FLOAT_BITS:
+            x = f"tl.reduce({x}, {axis}, {kind}_nan)"
+        else:
+            x = f"tl.{kind}({x}, axis={axis})"
+    return x
+
+
+def pallas_extreme(fn: str) -> tiles.TileRule:
+    """``jnp.maximum``/``jnp.minimum``, NaN put back for floats (Pallas's Triton backend
+    lowers them to ``maxnumf``/``minnumf``, which skip it)."""
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        a, b = (n(o) for o in s.operands)
+        if all(o in n.literals for o in s.operands):
+            a = n.tensor(s.operands[0])
+        out = n(s.results[0])
+        expr = f"jnp.{fn}({a}, {b})"
+        if n.dtype(s.results[0]) not in FLOAT_BITS:
+            return [f"{out} = {expr}"]
+        return [f"{out} = jnp.where({a} != {a}, {a}, jnp.where({b} != {b}, {b}, {expr}))"]
+    return rule
+
+
+def pallas_nan_through(s: Step, n: Names, x: str, reduced: str) -> tuple[list[str], str]:
+    """``reduced`` (a `max` or `min` reduction of ``x``) NaN where a NaN was reduced: the
+    sum of ``x``'s NaNs (the other elements as 0) is NaN exactly there. Returns the line
+    that sums them and the expression."""
+    nans = _temp(n, s, "nans")
+    line = f"{nans} = {tiles.reduced(s, n, 'jnp.sum', f'jnp.where({x} != {x}, {x}, 0)')}"
+    return [line], f"jnp.where({nans} != {nans}, {nans}, {reduced})"
+
+
+# ---------------------------------------------------------------- integer / and %
+def _guarded(s: Step, n: Names, c: Context, dialect: str) -> tuple[list[str], str, str, str,
+                                                                   str | None]:
+    """Lines making the divisor safe: ``(lines, a, b, divisor, zero)``; ``zero`` names where
+    ``b`` is 0 (None where it cannot be), and where ``b`` is -1 the divisor is 1 too."""
+    a_ref, b_ref = s.operands
+    dtype = n.dtype(s.results[0])
+    a = n.tensor(a_ref) if a_ref in n.literals and b_ref in n.literals else n(a_ref)
+    b = n(b_ref)
+    value = _constant(n, b_ref)
+    if isinstance(value, int) and value != 0:  # (-1: the rules write the result directly)
+        return [], a, b, b, None
+    where = "tl.where" if dialect == "triton" else "jnp.where"
+    zero = _temp(n, s, "zero")
+    special = f"({b} == 0)" if dtype == "u8" else f"({b} == 0) | ({b} == -1)"
+    safe = _temp(n, s, "divisor")
+    cast = n.dialect.cast(f"{where}({special}, 1, {b})", dtype)
+    return [f"{zero} = {b} == 0", f"{safe} = {cast}"], a, b, safe, zero
+
+
+def int_div(dialect: str, float_rule: tiles.TileRule) -> tiles.TileRule:
+    """Integer ``a / b``: rounded toward -inf; 0 where ``b`` is 0; ``MIN / -1`` is ``MIN``
+    (``float_rule`` for floats)."""
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        if n.dtype(s.results[0]) not in _INTS:
+            return float_rule(s, n, c)
+        lines, a, b, d, zero = _guarded(s, n, c, dialect)
+        out, result = n(s.results[0]), n.dtype(s.results[0])
+        dtype = n.dialect.dtypes[result]
+        if _constant(n, s.operands[1]) == -1:  # -a, wrapping (MIN / -1 is MIN)
+            return [f"{out} = {n.dialect.cast(f'(0 - {a})', result)}"]
+        if dialect == "triton":
+            # Triton's `//` truncates toward zero: step down where the signs differ and it
+            # was inexact.
+            lines += [f"{out} = {a} // {d}",
+                      f"{out} = {out} - (({out} * {d} != {a}) & (({a} < 0) != ({d} < 0)))"
+                      f".to({dtype})"]
+            where = "tl.where"
+        else:
+            lines.append(f"{out} = jnp.floor_divide({n.tensor(s.operands[0])}, {d})")
+            where = "jnp.where"
+        if zero is not None:
+            cast = n.dialect.cast
+            if result != "u8":  # -a, wrapping (MIN / -1 is MIN)
+                lines.append(f"{out} = {cast(f'{where}({b} == -1, 0 - {a}, {out})', result)}")
+            lines.append(f"{out} = {cast(f'{where}({zero}, 0, {out})', result)}")
+        return lines
+    return rule
+
+
+def int_rem(dialect: str, float_rule: tiles.TileRule) -> tiles.TileRule:
+    """``a % b``: the divisor's sign; for integers ``a`` where ``b`` is 0 (``float_rule``
+    for floats)."""
+    def rule(s: Step, n: Names, c: Context) -> list[str]:
+        if n.dtype(s.results[0]) not in _INTS:
+            return float_rule(s, n, c)
+        lines, a, _, d, zero = _guarded(s, n, c, dialect)
+        out = n(s.results[0])
+        if _constant(n, s.operands[1]) == -1:  # every integer's remainder by -1 is 0
+            return [f"{out} = {n.dialect.cast(f'({a} * 0)', n.dtype(s.results[0]))}"]
+        if dialect == "triton":
+            # Triton's `%` takes the dividend's sign; Linnet's (torch.remainder) the divisor's.
+            lines += [f"{out} = {a} % {d}",
+                      f"{out} = tl.where(({out} != 0) & (({out} < 0) != ({d} < 0)), "
+                      f"{out} + {d}, {out})"]
+            where = "tl.where"
+        else:
+            lines.append(f"{out} = jnp.remainder({n.tensor(s.operands[0])}, {d})")
+            where = "jnp.where"
+        if zero is not None:
+            lines.append(f"{out} = {where}({zero}, {n.tensor(s.operands[0])}, {out})")
+        return lines
+    return rule
+
+
+# ---------------------------------------------------------------- float -> integer
+def convert(s: Step, n: Names, c: Context) -> list[str]:
+    """``x as i32`` of a float ``x``: NaN is 0, the rest truncated and saturated at the
+    type's ends; any other conversion is the plain cast (:func:`.tiles.convert`)."""
+    src, dst = n.dtype(s.operands[0]), s.attributes["dtype"]
+    if dst not in _INTS or src not in FLOAT_BITS:
+        return tiles.convert(s, n, c)
+    compute, lo, top, smallest, largest = saturation(src, dst)
+    d = n.dialect
+    x = n.tensor(s.operands[0])
+    lines = []
+    if src != compute:
+        wide = _temp(n, s, "wide")
+        lines.append(f"{wide} = {d.cast(x, compute)}")
+        x = wide
+    kept = _temp(n, s, "truncated")
+    inside = f"({x} >= {lo!r}) & ({x} < {top!r})"
+    lines.append(f"{kept} = {d.cast(f'{d.where}({inside}, {x}, 0.0)', dst)}")
+    out = f"{d.where}({x} >= {top!r}, {largest}, {d.where}({x} < {lo!r}, {smallest}, {kept}))"
+    lines.append(f"{n(s.results[0])} = {d.cast(out, dst)}")
+    return lines
+
+
+# ---------------------------------------------------------------- floor (Pallas)
+def pallas_floor(s: Step, n: Names, c: Context) -> list[str]:
+    """``jnp.floor``, -1 for a negative subnormal (XLA's CPU flushes it: the sign is read
+    from the bits, as :func:`.edge_rules.jax_floor` does); an integer is its own floor."""
+    if n.dtype(s.operands[0]) not in FLOAT_BITS:
+        return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}"]
+    return edge_rules.jax_floor(s, n)
+
