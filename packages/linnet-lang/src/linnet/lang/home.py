@@ -105,7 +105,12 @@ def is_linnet_home(path: Path | str) -> bool:
     """Whether the directory ``path`` holds Linnet's marker (a regular file, not a link):
     Linnet made it, or adopted it as an earlier version's home (``linnet cache clear``).
 
-    >>> is_linnet_home(linnet_home())
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> is_linnet_home(folder)
+    False
+    >>> mark_home(folder)
+    >>> is_linnet_home(folder)
     True
     """
     marker = os.path.join(path, MARKER)

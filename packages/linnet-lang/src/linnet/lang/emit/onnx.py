@@ -29,8 +29,8 @@ carries every dim by name.
 
 >>> from linnet.lang.emit.onnx import RULES
 >>> from linnet.lang.ir.primitives import PRIMITIVES
->>> sorted(set(PRIMITIVES) - set(RULES))
-[]
+>>> sorted(set(PRIMITIVES) - set(RULES))  # collectives: an exported graph is one rank's
+['all_gather', 'all_reduce']
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.emit import onnx_edges, onnx_shapes
 from linnet.lang.ir.graph import Call, Graph, Step
-from linnet.lang.tensors.poly import Poly, poly_add, poly_mul, poly_text
+from linnet.lang.tensors.poly import SymInt, poly_text
 
 OPSET = 21  # onnxruntime 1.20+ and onnx 1.17+ run and check opset 21
 IR_VERSION = 10
@@ -86,66 +86,6 @@ def std_op_calls(graph: Graph) -> list[Call]:
     """The calls that become local functions: std ops with at least one step."""
     return [c for c in graph.calls
             if c.kind == "op" and c.callee.startswith("std.") and c.stop > c.start]
-
-
-# ---------------------------------------------------------------- symbolic sizes
-# A size that depends on a symbolic dim (linnet.lang.export.symbolic_dims fits them from
-# lowerings at other sizes): a reshape to [B * L, D], an iota of length L, a slice to L - 1.
-class SymInt(int):
-    """A size or bound that is a polynomial in symbolic dims, with its value at the sizes
-    the graph was lowered for: arithmetic keeps the polynomial, so a rule that computes
-    ``size - 1`` gets ``L-1``.
-
-    >>> n = SymInt(6, ((("L",), 1),))
-    >>> n - 1, int(n * 2)
-    (<L-1=5>, 12)
-    """
-
-    poly: Poly
-
-    def __new__(cls, value: int, poly: Poly) -> Any:
-        if all(not mono for mono, _ in poly):  # no dim left: a plain int
-            return int(value)
-        out = super().__new__(cls, value)
-        out.poly = poly
-        return out
-
-    def __repr__(self) -> str:
-        return f"<{poly_text(self.poly)}={int(self)}>"
-
-    __str__ = int.__repr__
-
-    def __reduce__(self) -> Any:  # copy, deepcopy and pickle keep the polynomial
-        return (SymInt, (int(self), self.poly))
-
-    @staticmethod
-    def poly_of(x: int) -> Poly:
-        return x.poly if isinstance(x, SymInt) else (((), int(x)),) if x else ()
-
-    def _op(self, other: Any, fn: Any, poly: Any) -> Any:
-        if not isinstance(other, int) or isinstance(other, bool):
-            return fn(int(self), other)
-        return SymInt(fn(int(self), int(other)), poly(SymInt.poly_of(self),
-                                                      SymInt.poly_of(other)))
-
-    def __add__(self, o: Any) -> Any:
-        return self._op(o, int.__add__, poly_add)
-
-    __radd__ = __add__
-
-    def __sub__(self, o: Any) -> Any:
-        return self._op(o, int.__sub__, lambda a, b: poly_add(a, b, -1))
-
-    def __rsub__(self, o: Any) -> Any:
-        return self._op(o, lambda a, b: b - a, lambda a, b: poly_add(b, a, -1))
-
-    def __mul__(self, o: Any) -> Any:
-        return self._op(o, int.__mul__, poly_mul)
-
-    __rmul__ = __mul__
-
-    def __neg__(self) -> Any:
-        return SymInt(-int(self), poly_add((), self.poly, -1))
 
 
 # ---------------------------------------------------------------- the builder

@@ -30,16 +30,28 @@ True
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from linnet.lang.emit.onnx import Scope
-    from linnet.lang.ir.graph import Step
+from linnet.lang.ir.graph import Graph, Step
+from linnet.lang.tensors.poly import SymInt
+
+
+class Scope(Protocol):
+    """What these rules use of :class:`linnet.lang.emit.onnx.Scope` (the emitter imports
+    this module: a type of its own keeps the two modules out of an import cycle)."""
+
+    graph: Graph
+
+    def op(self, *args: Any, **kwargs: Any) -> Any: ...
+    def const(self, *args: Any, **kwargs: Any) -> Any: ...
+    def cast(self, *args: Any, **kwargs: Any) -> Any: ...
+    def get(self, *args: Any, **kwargs: Any) -> Any: ...
+    def ints(self, *args: Any, **kwargs: Any) -> Any: ...
+    def range(self, *args: Any, **kwargs: Any) -> Any: ...
+    def shape(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def _key(d: Any) -> Any:
-    from linnet.lang.emit.onnx import SymInt
-
     return ("sym", SymInt.poly_of(d)) if isinstance(d, SymInt) else ("int", int(d))
 
 
@@ -61,8 +73,6 @@ def reshape(n: Scope, x: Any, have: Sequence[int], want: Sequence[int], hint: st
 
     >>> reshape(scope, value, (SymInt(6, L),), (SymInt(6, L), 1))      # doctest: +SKIP
     """
-    from linnet.lang.emit.onnx import SymInt
-
     axes = unit_axes(have, want)
     if axes is not None and (axes[0] or axes[1]):
         squeeze, unsqueeze = axes
@@ -90,8 +100,6 @@ def expand(n: Scope, x: Any, have: Sequence[int], want: Sequence[int], hint: str
 
     >>> expand(scope, value, (SymInt(6, L), 1), (SymInt(6, L), 4))     # doctest: +SKIP
     """
-    from linnet.lang.emit.onnx import SymInt
-
     offset = len(want) - len(have)
     target = [1 if isinstance(d, SymInt) and i >= offset and _key(have[i - offset]) == _key(d)
               else d for i, d in enumerate(want)]
@@ -104,8 +112,6 @@ def expand(n: Scope, x: Any, have: Sequence[int], want: Sequence[int], hint: str
 def iota(s: Step, n: Scope) -> Any:
     """``iota``: a constant, or ``Range(0, size)`` for a symbolic size, then reshaped to
     its axis and expanded."""
-    from linnet.lang.emit.onnx import SymInt
-
     shape, axis, dt = s.attributes["shape"], s.attributes["axis"], s.attributes["dtype"]
     if isinstance(shape[axis], SymInt):  # Range(0, L, 1), made in int64 then cast
         (mono, coef), *more = shape[axis].poly

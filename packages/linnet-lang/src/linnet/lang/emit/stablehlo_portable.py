@@ -26,12 +26,10 @@ from __future__ import annotations
 import re
 import struct
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-
-if TYPE_CHECKING:
-    from linnet.lang.emit.stablehlo import Scope
+from linnet.lang.emit.stablehlo_edges import Scope, compare
 
 COMPOSITE_SINCE = (0, 19, 0)
 """The first VHLO version with ``stablehlo.composite`` (``vhlo.composite_v1``)."""
@@ -173,8 +171,6 @@ def _horner(n: Scope, coefs: list[float], x: str) -> str:
 
 
 def _lt(n: Scope, a: str, b: str) -> str:
-    from linnet.lang.emit.stablehlo_edges import compare
-
     return compare(n, a, b, "LT")
 
 
