@@ -236,17 +236,20 @@ def test_hessian_and_grad_of_grad_through_a_kernel_equal_the_bodys(tmp_path, mon
     equal them through the op's body (numerics "exact": no kernel)."""
     monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
     with jax.enable_x64(True):
+        def derivatives(m, x, w):
+            c = jax.numpy.linspace(-1.0, 2.0, x.size).reshape(x.shape)
+
+            def loss(x, w):
+                return jax.numpy.sum(m.run(x, w, {}, {})[0][0] * c)
+
+            return [jax.hessian(loss)(x, w),
+                    jax.grad(lambda x: jax.numpy.sum(jax.grad(loss)(x, w) ** 2))(x),
+                    jax.jacfwd(lambda w: m.run(x, w, {}, {})[0][0])(w)]
+
         got, modules = [], []
         for numerics in ("fast", "exact"):
             m, (x, w) = kernel_op_module(tmp_path, "rms_norm", numerics)
-            c = jax.numpy.linspace(-1.0, 2.0, x.size).reshape(x.shape)
-
-            def loss(x, w, m=m):
-                return jax.numpy.sum(m.run(x, w, {}, {})[0][0] * c)
-
-            got.append([jax.hessian(loss)(x, w),
-                        jax.grad(lambda x: jax.numpy.sum(jax.grad(loss)(x, w) ** 2))(x),
-                        jax.jacfwd(lambda w: m.run(x, w, {}, {})[0][0])(w)])
+            got.append(derivatives(m, x, w))
             modules.append(m)
     fast, exact = modules
     assert all(n >= 3 and body == 0 for n, body in fast.RUNS.values())  # launched each time

@@ -249,3 +249,42 @@ def test_second_derivatives_through_generated_attention_on_the_cpu(tmp_path, ent
     text = Path(model.source(entry, [q, k, v])).read_text()
     assert "if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or " \
            "v.requires_grad):" in text and "F.scaled_dot_product_attention(" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["std.nn.norm::rms_norm", "std.nn.decode::residual_rms_norm"])
+def test_peer_checks_through_a_kernel_launched_on_cuda(tmp_path, monkeypatch, name):
+    """For real (Triton compiled, the launch's custom op wrapping the kernel's triton_op):
+    gradgradcheck, opcheck with inputs that require grad, and a fullgraph compile (inductor)
+    of a backward through the launch."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from linnet.torch.kernels import op_case
+    from torch._library.custom_ops import CustomOpDef
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    case = op_case(name, CASES[name])
+    path = tmp_path / "case.linnet"
+    path.write_text(case.text)
+    model = load(path, weights={}, device="cuda", numerics="fast", grad=True)
+    xs = [x.requires_grad_() for x in case.random_inputs("cuda", seed=1)]
+
+    def f(*xs):
+        got = model.run("run", list(xs))
+        return tuple(got) if isinstance(got, (list, tuple)) else got
+
+    assert torch.autograd.gradcheck(f, xs, eps=1e-3, atol=1e-3, rtol=1e-3)
+    assert torch.autograd.gradgradcheck(f, xs, eps=1e-3, atol=1e-3, rtol=1e-3)
+    module = model.module("run", xs)
+    assert all(n >= 1 and body == 0 for n, body in module.RUNS.values())
+    (op,) = [v for v in vars(module).values() if isinstance(v, CustomOpDef)
+             and v._name.startswith("grad_")]
+    torch.library.opcheck(op, [x.detach().requires_grad_() for x in xs])
+    entry = module.run
+
+    def loss(*xs):
+        return sum(o.square().sum() for o in entry(*xs, {}, {}))  # a tuple of the outputs
+
+    compiled = torch.compile(loss, fullgraph=True)
+    for a, b in zip(torch.autograd.grad(compiled(*xs), xs), torch.autograd.grad(loss(*xs), xs)):
+        torch.testing.assert_close(a, b)

@@ -989,12 +989,12 @@ class TorchEmitter:
                             and self.options.device.split(":")[0] == "cpu":
                         if loc and loc != last_loc[0]:
                             out.append(Statement(self.comment(loc), comment=True))
-                        inner: list[Statement] = []
-                        run(k, k + call.stop - call.start, inner, launching=False, fusing=False)
+                        steps: list[Statement] = []
+                        run(k, k + call.stop - call.start, steps, launching=False, fusing=False)
                         tensors = [a for a, v in zip(args, call.attributes["args"])
                                    if isinstance(v, str) and a.isidentifier()]
                         out.append(Statement(*body_under_autograd(
-                            tensors, [st.text for st in inner if not st.comment], lines)))
+                            tensors, [st.text for st in steps if not st.comment], lines)))
                         last_loc[0] = None
                         k += call.stop - call.start
                         continue
