@@ -214,3 +214,57 @@ def test_a_case_describes_itself_in_findings(square):
                      list(_gradients(square))).finding
     assert f is not None and str(f).startswith("E0537 grad clause of main::sq on x: [")
     assert f.diagnostic().message.startswith("grad clause of main::sq")
+
+
+# ---------------------------------------------------------------- linear grad clauses (issue 46)
+# Generated JAX differentiates a kernel launch through the transpose of its op's clause, which
+# only a clause linear in its incoming gradients has: jax.linear_transpose dropped the 7 of
+# `dy * 0.0 + 7.0` without a word. linnet.lang.grad.linearity says which clauses are.
+LINEAR = """
+pub op f<N: Dim>(x: Tensor[N; f32], w: Tensor[N; f32], i: Tensor[N; i32]) -> Tensor[N; f32] {
+    let y[n] = x[n] * w[n]
+    return y
+} grad(dy) {
+    let dx[n] = %s
+    let dw[n] = dy[n] * x[n]
+    let di[n] = i[n] * 0
+    return dx, dw, di
+}
+model M<N: Dim> {
+    entry run(x: Tensor[N; f32], w: Tensor[N; f32], i: Tensor[N; i32]) -> Tensor[N; f32] {
+        return f(x, w, i)
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("dx,why", [
+    ("dy[n] * w[n]", None),
+    ("dy[n]", None),  # a straight-through estimator
+    ("select(x[n] > 0.0, dy[n] * w[n], 0.0)", None),  # a mask: zeros where it is off
+    ("(sum[m] dy[m] * w[m]) * x[n] - dy[n] / (w[n] * w[n] + 1.0)", None),
+    ("-(dy[n] as f32) * exp(w[n])", None),
+    ("dy[n] * 0.0 + 7.0", "does not depend on the incoming gradients"),
+    ("x[n] * 2.0", "does not depend on the incoming gradients"),
+    ("dy[n] + x[n]", "adds a term that does not depend on the incoming gradients (`add` at"),
+    ("dy[n] * dy[n]", "multiplies two values computed from the incoming gradients"),
+    ("(sum[m] dy[m]) * dy[n]", "multiplies two values computed from the incoming gradients"),
+    ("exp(dy[n])", "applies `exp` to a gradient"),
+    ("max(dy[n], 0.0)", "applies `maximum` to a gradient"),
+    ("w[n] / dy[n]", "divides by a value computed from the incoming gradients"),
+    ("select(dy[n] > 0.0, dy[n], 0.0)", "applies `gt` to a gradient"),
+    ("select(x[n] > 0.0, dy[n], 1.0)", "selects between a gradient and a value that does not"),
+])
+def test_a_clause_is_linear_in_its_incoming_gradients_or_says_why_not(dx, why):
+    from linnet.lang.grad.linearity import nonlinear_gradients
+
+    prog = check_text(LINEAR % dx)
+    clauses: dict = {}
+    lower(prog, "run", {"x": [4], "w": [4], "i": [4]}, grad_clauses=clauses)
+    (t,) = clauses.values()
+    # the integer parameter's gradient is not asked about (JAX passes it no tangent)
+    found = nonlinear_gradients(t.steps, t.incoming, t.returned, [True, True, False])
+    if why is None:
+        assert found == []
+    else:
+        assert [i for i, _ in found] == [0] and why in found[0][1], found

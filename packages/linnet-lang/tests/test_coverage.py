@@ -25,6 +25,7 @@ TABLES: list[tuple[str, str]] = [
     ("linnet.torch.interpreter", "RULES"),  # the PyTorch interpreter (linnet-runtime-torch)
     ("reference", "REFERENCE_RULES"),  # tests/reference.py, the NumPy reference
     ("linnet.lang.grad.rules", "VJP_RULES"),  # reverse mode: one VJP per primitive (issue 18)
+    ("linnet.lang.grad.linearity", "LINEARITY_RULES"),  # grad clauses linear in dy (issue 46)
     ("linnet.lang.emit.jax", "RULES"),  # generated JAX source (issue 16)
     ("linnet.lang.emit.onnx", "RULES"),  # ONNX export (issue 17)
     ("linnet.lang.emit.onnx", "SYMBOLIC_ATTRIBUTES"),  # ONNX: attributes a dim may change

@@ -8,9 +8,8 @@ import doctest
 import importlib
 from pathlib import Path
 
-import pytest
-
 import linnet.lang
+import pytest
 
 ROOT = Path(linnet.lang.__file__).parent
 

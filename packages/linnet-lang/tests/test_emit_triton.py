@@ -183,10 +183,10 @@ def test_the_call_launches_or_runs_the_body():
     text = module_text([3, 5])
     compile(text, "generated", "exec")
     assert "@triton.jit" in text and "RUNS = {'row_softmax_3_5_1024': [0, 0]}" in text
-    # The launch goes through launch_with_grad: under autograd its backward is the op's
-    # (emit/kernel_grad.py); otherwise it is the launcher call.
+    # The launch goes through launch_with_grad: under autograd it is a custom op whose
+    # autograd is the op's backward (emit/kernel_grad.py); otherwise the launcher call.
     assert "    if kernels_ready('row_softmax_3_5_1024', x):\n" \
-           "        y = launch_with_grad(launch_row_softmax_3_5_1024, backward_1_softmax, x)\n" \
+           "        y = launch_with_grad(launch_row_softmax_3_5_1024, grad_op_1_softmax, x)\n" \
            "    else:\n" in text
     assert "        y = torch.softmax(x, dim=-1)" in text  # the body (its fast call)
 

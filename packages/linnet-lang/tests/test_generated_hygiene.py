@@ -181,7 +181,7 @@ def test_wrap_keeps_a_returned_call_one_value() -> None:
     """A long `return f(...)(a, b)` stays one value (its commas are inside brackets), and a
     returned tuple stays a tuple (seen: a Pallas launcher with a long kernel name returned a
     1-tuple)."""
-    call = "    return kernel_vjp(run_" + "x" * 80 + ", body, backward)(x, nw, w)"
+    call = "    return kernel_jvp(run_" + "x" * 80 + ", body, backward)(x, nw, w)"
     for line in (call, "    return " + ", ".join(f"value_{i}" for i in range(30)),
                  "    return " + "y" * 90 + ","):
         lines = wrap(line)

@@ -137,12 +137,12 @@ def test_generated_pytorch_launches_the_first_then_the_second():
     compile(text, "<chain>", "exec")
 
 
-def test_generated_jax_runs_both_pallas_calls_in_one_custom_vjp():
+def test_generated_jax_runs_both_pallas_calls_in_one_custom_jvp():
     prog = check_text(CHAIN)
     text = emit_jax(lower(prog, "run", {"x": [3, 40]}), numerics="fast", program=prog)
     assert "    parts = run_part_sums_3_40_f32_4_4(x)\n" \
            "    return run_add_parts_3_40_f32_4(x, parts)\n" in text
-    assert ("return kernel_vjp(run_part_sums_3_40_f32_4_4_then_add_parts, body, backward)(x)"
+    assert ("return kernel_jvp(run_part_sums_3_40_f32_4_4_then_add_parts, body, backward)(x)"
             in text)
     assert text.count("pl.pallas_call(") == 2
     compile(text, "<chain>", "exec")

@@ -7,6 +7,7 @@ check_grads=True)` refuses a wrong clause."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import jax
@@ -168,3 +169,155 @@ def test_jax_grad_through_a_pallas_kernel_of_several_results(monkeypatch, entry)
     assert list(runs.values()) == [[1, 0]]  # the fast pass launched the kernel
     for got, want in zip(*grads):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- autodiff through Pallas kernels
+# (issue 46, item 4) A kernel launch is a jax.custom_jvp (emit/pallas.py's kernel_jvp): the
+# kernel runs forward, the JVP of the op's body (or the transpose of its grad clause) is its
+# tangent, and JAX transposes that for reverse mode. Forward mode used to fail ("can't apply
+# forward-mode autodiff (jvp) to a custom_vjp function"), and grad(grad(...)) with a bare
+# AssertionError inside Pallas. The ops: a kernel of one f32 result, one generic in T (run
+# at f64), and one of two results; their kernels compute in f32, so the finite differences
+# take eps 1e-3 and a tolerance of 1e-3 (the derivatives themselves are the bodies').
+KERNEL_OPS = {
+    "softmax": ("use std.nn.activation::{softmax}", "softmax(x)",
+                {"x": ((3, 5), "f32")}, ["Tensor[3, 5; f32]"]),
+    "rms_norm": ("use std.nn.norm::{rms_norm}", "rms_norm(x, w, 1e-5)",
+                 {"x": ((2, 6), "f64"), "w": ((6,), "f64")}, ["Tensor[2, 6; f64]"]),
+    "residual_rms_norm": ("use std.nn.decode::{residual_rms_norm}",
+                          "residual_rms_norm(x, y, w, 1e-5)",
+                          {"x": ((2, 6), "f64"), "y": ((2, 6), "f64"), "w": ((6,), "f64")},
+                          ["Tensor[2, 6; f64]", "Tensor[2, 6; f64]"]),
+}
+
+
+def kernel_op_module(tmp_path, name: str, numerics: str = "fast"):
+    """The generated JAX module of a one-entry model calling std op ``name``, and its
+    inputs (normal random, fixed seed)."""
+    from linnet.jax import load_source
+
+    use, call, ins, results = KERNEL_OPS[name]
+    params = ", ".join(f"{n}: Tensor[{', '.join(map(str, s))}; {d}]"
+                       for n, (s, d) in ins.items())
+    result = results[0] if len(results) == 1 else f"({', '.join(results)})"
+    body = f"return {call}" if len(results) == 1 else \
+        f"let (a, b) = {call}\n        return a, b"
+    path = tmp_path / f"{name}.linnet"
+    path.write_text(f"{use}\nmodel M {{\n    entry run({params}) -> {result} {{\n"
+                    f"        {body}\n    }}\n}}\n")
+    m = load_source(path, "run", {n: list(s) for n, (s, _) in ins.items()}, numerics=numerics)
+    rng = np.random.default_rng(7)
+    xs = [jax.numpy.asarray(rng.standard_normal(s), d.replace("f", "float"))
+          for s, d in ins.values()]
+    return m, xs
+
+
+CI = bool(os.environ.get("CI"))
+
+
+# In CI a kernel of each form (one result; two results, generic in T at f64); rms_norm's
+# derivatives are checked against its body's below.
+@pytest.mark.parametrize("name", ["residual_rms_norm", "softmax"] if CI else sorted(KERNEL_OPS))
+def test_check_grads_forward_and_reverse_to_order_two_through_a_pallas_kernel(
+        tmp_path, monkeypatch, name):
+    from jax.test_util import check_grads
+
+    monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
+    with jax.enable_x64(True):
+        m, xs = kernel_op_module(tmp_path, name)
+        f = jax.jit(lambda *xs: m.run(*xs, {}, {})[0])
+        check_grads(f, xs, order=2, modes=["fwd", "rev"], eps=1e-3, atol=1e-3, rtol=1e-3)
+    (launched, body), = m.RUNS.values()
+    assert launched >= 1 and body == 0  # every trace launched the kernel
+
+
+def test_hessian_and_grad_of_grad_through_a_kernel_equal_the_bodys(tmp_path, monkeypatch):
+    """jax.hessian (forward over reverse), grad(grad(...)) and jacfwd through the launch
+    equal them through the op's body (numerics "exact": no kernel)."""
+    monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
+    with jax.enable_x64(True):
+        def derivatives(m, x, w):
+            c = jax.numpy.linspace(-1.0, 2.0, x.size).reshape(x.shape)
+
+            def loss(x, w):
+                return jax.numpy.sum(m.run(x, w, {}, {})[0][0] * c)
+
+            return [jax.hessian(loss)(x, w),
+                    jax.grad(lambda x: jax.numpy.sum(jax.grad(loss)(x, w) ** 2))(x),
+                    jax.jacfwd(lambda w: m.run(x, w, {}, {})[0][0])(w)]
+
+        got, modules = [], []
+        for numerics in ("fast", "exact"):
+            m, (x, w) = kernel_op_module(tmp_path, "rms_norm", numerics)
+            got.append(derivatives(m, x, w))
+            modules.append(m)
+    fast, exact = modules
+    assert all(n >= 3 and body == 0 for n, body in fast.RUNS.values())  # launched each time
+    assert not hasattr(exact, "RUNS")  # numerics exact: the body alone
+    for a, b in zip(*got):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-9)
+
+
+# A grad clause is the launch's derivative in both modes: its transpose is the tangent, and
+# reverse mode transposes it back to the clause. `dy * 7.0` (the body says 2) shows it used.
+SEVEN = PALLAS.replace("dy[n] * 0.0 + 7.0", "dy[n] * 7.0")
+
+
+def test_a_linear_clause_is_the_launchs_derivative_forward_and_reverse(tmp_path, monkeypatch):
+    from linnet.jax import load_source
+
+    monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
+    path = tmp_path / "m.linnet"
+    path.write_text(SEVEN)
+    m = load_source(path, "run", {"x": [10]}, numerics="fast")
+    x, t = (jax.numpy.linspace(-1.0, 1.0, 10) + s for s in (0.0, 0.5))
+
+    def f(x):
+        return m.run(x, {}, {})[0][0]
+
+    y, tangent = jax.jvp(f, (x,), (t,))
+    np.testing.assert_allclose(np.asarray(y), 2 * np.asarray(x), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(tangent), 7 * np.asarray(t), rtol=1e-6)
+    g = jax.grad(lambda x: jax.numpy.sum(f(x) * t))(x)
+    np.testing.assert_allclose(np.asarray(g), 7 * np.asarray(t), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(jax.jacfwd(f)(x)), 7 * np.eye(10))
+    # The clause does not depend on x: its second derivative is zero.
+    np.testing.assert_array_equal(np.asarray(jax.hessian(lambda x: jax.numpy.sum(f(x)))(x)),
+                                  np.zeros((10, 10)))
+    assert m.RUNS["twice_k_10_4"][0] >= 4 and m.RUNS["twice_k_10_4"][1] == 0
+
+
+@pytest.mark.parametrize("clause,why", [
+    ("dy[n] * 0.0 + 7.0", "does not depend on the incoming gradients"),
+    ("dy[n] * dy[n] * x[n]", "multiplies two values computed from the incoming gradients"),
+    ("exp(dy[n])", "applies `exp` to a gradient"),
+    ("dy[n] + x[n]", "adds a term that does not depend on the incoming gradients"),
+])
+def test_a_clause_that_is_not_linear_is_a_coded_error_when_differentiated(
+        tmp_path, monkeypatch, clause, why):
+    """JAX's linear_transpose drops a constant term without a word (`dy * 0 + 7` gave zeros,
+    not the clause's 7) and fails with a bare AssertionError on `dy * dy`: such a clause is
+    E0561 where the launch is differentiated, in either mode; the forward pass runs."""
+    from linnet.jax import load_source
+
+    monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
+    path = tmp_path / "m.linnet"
+    path.write_text(PALLAS.replace("dy[n] * 0.0 + 7.0", clause))
+    m = load_source(path, "run", {"x": [10]}, numerics="fast")
+    x = jax.numpy.linspace(-1.0, 1.0, 10)
+
+    def f(x):
+        return m.run(x, {}, {})[0][0]
+
+    np.testing.assert_allclose(np.asarray(jax.jit(f)(x)), 2 * np.asarray(x), rtol=1e-6)
+    for differentiate in (lambda: jax.grad(lambda x: jax.numpy.sum(f(x)))(x),
+                          lambda: jax.jvp(f, (x,), (x,))):
+        with pytest.raises(LinnetError) as info:
+            differentiate()
+        d = info.value.diagnostics[0]
+        assert d.code == "E0561" and "m::twice" in d.message and why in d.message
+        assert "the gradient of `x`" in d.message and "numerics='exact'" in d.help
+    # numerics exact: the body, which JAX differentiates
+    exact = load_source(path, "run", {"x": [10]}, numerics="exact")
+    g = jax.grad(lambda x: jax.numpy.sum(exact.run(x, {}, {})[0][0]))(x)
+    np.testing.assert_allclose(np.asarray(g), np.full(10, 2.0))

@@ -22,8 +22,10 @@ model M<R: Dim, C: Dim> {
 }
 """
 
-# A kernel-bound op with a deliberately wrong grad clause (a constant 7): under jax.grad the
-# launched kernel's backward must be it, not the body's derivative.
+# A kernel-bound op with a deliberately wrong grad clause (7 where the body says 2): under
+# jax.grad the launched kernel's backward must be it, not the body's derivative. (It was the
+# constant `dy * 0.0 + 7.0`; a launch is now differentiated through the clause's transpose,
+# which only a clause linear in `dy` has: test_adversarial_grad.py's E0561 cases.)
 CLAUSE = """
 pub kernel twice_k<N: Dim, B: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid((N + B - 1) / B)
 {
@@ -35,7 +37,7 @@ pub op twice<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] kernel twice_k<N, 4> {
     let y[n] = x[n] * 2.0
     return y
 } grad(dy) {
-    let dx[n] = dy[n] * 0.0 + 7.0
+    let dx[n] = dy[n] * 7.0
     return dx
 }
 

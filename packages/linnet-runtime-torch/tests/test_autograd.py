@@ -207,7 +207,7 @@ model M<N: Dim> {
 """)
     text = emit_torch(lower_graph(prog, "go", {"x": [5]}), numerics="fast", program=prog)
     compile(text, "generated", "exec")
-    assert "launch_with_grad(launch_scale_k_5_3_16, backward_1_scaled_by, x)" in text
+    assert "launch_with_grad(launch_scale_k_5_3_16, grad_op_1_scaled_by, x)" in text
     assert "def backward_1_scaled_by(inputs, grads):" in text
     assert "the kernel launch of `main::scaled_by` cannot be differentiated" in text \
         and "cannot determine `K`" in text

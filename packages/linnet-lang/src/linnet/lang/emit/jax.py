@@ -61,7 +61,7 @@ NUMERICS = ("exact", "fast")
 RESERVED = {"jax", "jnp", "lax", "PRECISION"}
 # ... and what a module that launches Pallas kernels defines (emit/pallas.py HEADER, READY).
 RESERVED |= {"os", "pl", "plgpu", "PALLAS", "INTERPRET", "COMPILER_PARAMS", "RUNS",
-             "kernels_ready", "kernel_vjp"}
+             "kernels_ready", "kernel_jvp", "no_tangent", "linnet_error"}
 
 
 class JaxScope(Scope):
@@ -554,6 +554,7 @@ class JaxEmitter(TorchEmitter):
     returns_states = True
     kernels_write_states = False  # a Pallas kernel's results are new arrays
     kernels_scratch = False  # nor can it keep scratch buffers between launches
+    cpu_autograd_bodies = frozenset()  # JAX's fused attention differentiates to any order
     module_names = RESERVED
     framework, command = "JAX", "linnet jax"
     # Grad clauses lowered per call (call index -> ClauseTemplate): a launched kernel's
@@ -619,6 +620,15 @@ class JaxEmitter(TorchEmitter):
                 expr += f".astype({JAX_DTYPES[want.dtype]})"
             outs.append(expr)
         lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        from linnet.lang.emit.kernel_grad import NOT_LINEAR, clause_not_linear
+
+        problem = clause_not_linear(self.program, call, template, graph)
+        if problem is not None:
+            # JAX differentiates the launch through the clause's transpose (emit/pallas.py's
+            # kernel_jvp), which a clause that is not linear has not: differentiating the
+            # launch is E0561, never a gradient silently other than the clause's.
+            lines = [*lines[:2], f"    raise linnet_error({NOT_LINEAR!r}, {problem[0]!r}, "
+                     f"{problem[1]!r})"]
         self.clause_functions.append("\n".join(lines))
         return name
 

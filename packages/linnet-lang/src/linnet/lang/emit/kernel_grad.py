@@ -1,13 +1,19 @@
 """Kernel launches under autograd, in generated PyTorch.
 
 A kernel's launch is opaque to torch autograd, so where gradients are wanted (grad mode on
-and an input that requires grad) the generated code launches it through
-``KernelGrad``, a ``torch.autograd.Function`` whose backward is
+and an input that requires grad) the generated code launches it through a custom op of its
+own (``kernel_grad_op``: ``torch.library.custom_op`` with ``register_autograd``, so that
+torch.compile, ``torch.library.opcheck`` and double backward see the op's autograd, not a
+wrapper's) whose backward is
 
 * the op's `grad` clause, lowered for the call's shapes and emitted as PyTorch (a function
   of the op's tensor parameters and the incoming gradients), or, for an op without one,
 * torch autograd of the op's body, run again on the saved inputs (recomputation: nothing
   but the inputs is kept for the backward pass).
+
+Both are differentiable torch code: under ``create_graph=True`` the gradient has a graph
+(the body's backward is taken with ``create_graph``), so second derivatives differentiate
+the clause, or the body twice; the kernel runs forward only.
 
 Both backward functions are ordinary lowered graphs: the op's module with a small model
 appended, whose one entry calls the op (the body) or a copy of the grad clause as an op of
@@ -16,7 +22,7 @@ module as extra entry functions, with kernels off (the body that is differentiat
 launches a kernel itself). Without grad mode nothing changes: the launch is the launcher
 call as before.
 
->>> "class KernelGrad(torch.autograd.Function):" in GRAD_HELPERS
+>>> "op.register_autograd(differentiate, setup_context=setup)" in GRAD_HELPERS
 True
 """
 
@@ -26,47 +32,75 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.diagnostics.core import LinnetError, SourceFile
+from linnet.lang.emit.triton import TORCH_DTYPES
 from linnet.lang.ir.graph import Graph
 
 MODEL = "LinnetKernelGrad"
 # Raised by generated code when autograd reaches a launch whose backward could not be lowered.
 NO_BACKWARD = "E0545"
+# Raised by generated JAX when a launch whose op's grad clause is not linear is differentiated.
+NOT_LINEAR = "E0561"
 
 # Written once into a module that launches kernels.
-GRAD_HELPERS = '''class KernelGrad(torch.autograd.Function):
-    """A kernel launch that autograd differentiates with `backward(inputs, grads)`: the
-    op's grad clause, or autograd of the op's body run again (emit/kernel_grad.py)."""
+GRAD_HELPERS = '''def kernel_grad_op(name, launch, arity, backward, results):
+    """`launch` (a kernel launch: the op's `arity` tensors -> its results) as a custom op of
+    this module's library whose autograd is `backward(inputs, grads)`: the op's grad clause, or
+    autograd of the op's body run again (emit/kernel_grad.py). Registered on the op itself
+    (torch.library.register_autograd), so torch.compile and torch.library.opcheck see it;
+    `backward` is made of differentiable torch ops, so second derivatives work. `results`
+    are the results' shapes and dtypes (what the op returns without running it)."""
+    if not TRITON:  # no kernel is launched: the op's body runs, under torch autograd
+        return None
+    many = len(results) > 1
+    args = ', '.join(f'Tensor t{i}' for i in range(arity))
+    made = '(' + ', '.join(['Tensor'] * len(results)) + ')' if many else 'Tensor'
+    op = torch.library.custom_op(f'{LIBRARY}::{name}', launch, mutates_args=(),
+                                 schema=f'({args}) -> {made}')
 
-    @staticmethod
-    def forward(ctx, launch, backward, *tensors):
-        ctx.backward = backward
-        ctx.save_for_backward(*tensors)
-        return launch(*tensors)
+    @op.register_fake
+    def fake(*tensors):
+        device = tensors[0].device if tensors else DEVICE
+        out = tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in results)
+        return out if many else out[0]
 
-    @staticmethod
-    def backward(ctx, *grads):
-        return (None, None, *ctx.backward(ctx.saved_tensors, grads))
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def differentiate(ctx, *grads):
+        inputs = ctx.saved_tensors
+        got = list(backward(inputs, grads))
+        return tuple(g if t.is_floating_point() else None for g, t in zip(got, inputs))
+
+    op.register_autograd(differentiate, setup_context=setup)
+    return op
 
 
-def launch_with_grad(launch, backward, *tensors):
-    """`launch(*tensors)`, through KernelGrad where autograd records this call."""
+def launch_with_grad(launch, op, *tensors):
+    """`launch(*tensors)`, or the same launch through `op` (kernel_grad_op: a custom op
+    with its autograd) where autograd records this call."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return KernelGrad.apply(launch, backward, *tensors)
+        return op(*tensors)
     return launch(*tensors)
 
 
 def body_backward(body, inputs, grads):
     """Gradients of the op's body, run again on `inputs` (autograd of the recomputation);
-    None for inputs that are not floating point."""
+    None for inputs that are not floating point. Where the backward pass is itself
+    differentiated (grad mode on in it: `create_graph=True`), the gradients are computed
+    from the inputs as they are, with a graph: second derivatives differentiate the body
+    twice (a gradient computed from detached copies would have no grad_fn)."""
+    higher = torch.is_grad_enabled()
     with torch.enable_grad():
-        xs = [t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
+        xs = [t if higher and t.requires_grad else
+              t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
         outs = body(*xs, {}, {})
         wrt = [x for x in xs if x.requires_grad]
         # Only results that depend on a float input carry a gradient back (an integer
         # result, or one computed from integers alone, has none).
         pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
         got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs],
-                                       allow_unused=True) if pairs else [None] * len(wrt))
+                                       allow_unused=True, create_graph=higher)
+                   if pairs else [None] * len(wrt))
         return [next(got) if x.requires_grad else None for x in xs]
 
 
@@ -150,6 +184,31 @@ def backward_function(name: str, entry_function: str, uses_grad_clause: bool,
             f"    return body_backward({entry_function}, inputs, grads)")
 
 
+def body_under_autograd(tensors: list[str], body: list[str], fused: list[str]
+                        ) -> tuple[str, frozenset[str], frozenset[str]]:
+    """The statement of a fused call whose torch function cannot be differentiated twice
+    (``F.scaled_dot_product_attention``'s CPU backward has no derivative of its own): the
+    op's ``body`` (its statements, fused calls off) where autograd records the call (grad
+    mode on and one of ``tensors`` requiring grad: ``create_graph=True`` may follow), the
+    ``fused`` lines elsewhere. Returns the text (lines after the first indented one level),
+    the names it defines and those it reads.
+
+    >>> print(body_under_autograd(["q"], ["o = q * 2.0"], ["o = f(q)"])[0])
+    if torch.is_grad_enabled() and (q.requires_grad):
+            o = q * 2.0
+        else:
+            o = f(q)
+    """
+    from linnet.lang.emit.tiles import indented, stored_and_loaded
+
+    recorded = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
+    lines = [f"if torch.is_grad_enabled() and ({recorded}):",
+             *["    " + b.replace("\n", "\n    ") for b in body], "else:",
+             *["    " + f for f in fused]]
+    stored, loaded = stored_and_loaded(lines)
+    return indented(lines), stored, loaded - stored
+
+
 def _generics(op: A.FuncDecl, tensors: list[A.Param],
               arg_types: list[tuple[tuple[int, ...], str]],
               result_types: list[tuple[tuple[int, ...], str]]) -> dict[str, Any]:
@@ -224,9 +283,10 @@ class Backwards:
         self.graphs: list[Graph] = []
         self.functions: list[str] = []
 
-    def backward(self, graph: Graph, call: Any, key: str) -> str:
-        """The name of the ``backward(inputs, grads)`` function for this launch of kernel
-        instance ``key`` at ``call`` (an op's call in ``graph``)."""
+    def backward(self, graph: Graph, call: Any, key: str, launcher: str | None = None) -> str:
+        """The name of the custom op (``kernel_grad_op``) a launch of kernel instance ``key``
+        at ``call`` (an op's call in ``graph``) goes through under autograd: the launcher
+        (``launch_<key>`` unless ``launcher`` says) with the op's backward function."""
         op = _find_op(self.program, call.callee)
         args = call.attributes.get("args", [])
         arg_types = []
@@ -245,7 +305,8 @@ class Backwards:
         n = len(self.names) + 1
         entry = f"linnet_backward_{n}_{op.name}"
         name = f"backward_{n}_{op.name}"
-        self.names[ident] = name
+        grad_op = f"grad_op_{n}_{op.name}"
+        self.names[ident] = grad_op
         try:
             g, clause = backward_graph(self.program, op, arg_types, result_types, scalars,
                                        entry)
@@ -253,10 +314,17 @@ class Backwards:
             # The forward pass must not fail for want of a backward one: the launch runs,
             # and only differentiating it is an error (E0545), naming why.
             self.functions.append(_no_backward(name, op, err.diagnostics[0]))
-            return name
-        self.graphs.append(g)
-        self.functions.append(backward_function(name, entry, clause, len(result_types)))
-        return name
+        else:
+            self.graphs.append(g)
+            self.functions.append(backward_function(name, entry, clause, len(result_types)))
+        # The launcher is defined further down the module: the lambda reads it when called.
+        results = ", ".join(f"({shape!r}, {TORCH_DTYPES[dtype]})"
+                            for shape, dtype in result_types)
+        self.functions.append(
+            f"{grad_op} = kernel_grad_op({f'grad_{n}_{op.name}'!r}, "
+            f"lambda *tensors: {launcher or f'launch_{key}'}(*tensors), {len(arg_types)}, "
+            f"{name}, ({results},))")
+        return grad_op
 
 
 def no_backward_advice(op: A.FuncDecl, cause: Any) -> tuple[str, str]:
@@ -284,6 +352,41 @@ def no_backward_advice(op: A.FuncDecl, cause: Any) -> tuple[str, str]:
                      "model: please report it with the op's signature, " + exact)
 
 
+def clause_not_linear(program: Any, call: Any, template: Any, graph: Graph
+                      ) -> tuple[str, str] | None:
+    """E0561's message and help where the grad clause ``template`` (lowered for ``call``, a
+    bound op's call in ``graph``) is not linear in its incoming gradients; None where it is.
+
+    Generated JAX differentiates a kernel launch through the clause's transpose
+    (emit/pallas.py's ``kernel_jvp``), which only a linear clause has
+    (linnet.lang.grad.linearity says why one is not).
+
+    >>> # clause_not_linear(program, call, template, graph)  -> None, or (message, help)
+    """
+    from linnet.lang.grad.linearity import nonlinear_gradients
+
+    def dtype(ref: str) -> str:
+        return str(_value_type(graph, ref).dtype)
+
+    floats = [dtype(t).startswith(("f", "bf")) for t in template.targets]
+    found = nonlinear_gradients(template.steps, template.incoming, template.returned, floats)
+    if not found:
+        return None
+    op = _find_op(program, call.callee)
+    names = [p.name for p in op.params if isinstance(p.type, A.TensorType)]
+    index, why = found[0]
+    incoming = ", ".join(f"`{n}`" for n in (op.grad.names if op.grad else []))
+    message = (f"the grad clause of `{op.qualified_name}` ({template.loc}) is not linear in "
+               f"its incoming gradient(s) {incoming}: the gradient of `{names[index]}` {why}; "
+               "JAX differentiates the op's kernel launch through the transpose of its clause "
+               "(forward and reverse mode alike), which only a linear clause has")
+    help = ("a gradient is a linear function of the incoming one: scale it by values of the "
+            "op's arguments (`let dx[n] = dy[n] * 2.0 * x[n]`), never add a constant to it "
+            "or multiply it by itself; or load the model with numerics='exact', where the "
+            "op's body runs and JAX differentiates it")
+    return message, help
+
+
 def _no_backward(name: str, op: A.FuncDecl, cause: Any) -> str:
     message, help = no_backward_advice(op, cause)
     return (f"def {name}(inputs, grads):\n"
@@ -307,4 +410,5 @@ def _find_op(program: Any, qualified: str) -> A.FuncDecl:
     return item
 
 
-__all__ = ["GRAD_HELPERS", "Backwards", "backward_function", "backward_graph"]
+__all__ = ["GRAD_HELPERS", "Backwards", "backward_function", "backward_graph",
+           "clause_not_linear"]

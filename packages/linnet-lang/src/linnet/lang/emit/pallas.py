@@ -10,8 +10,9 @@ set of concrete generics a call uses, the generated JAX module gets:
   ``ref.at[index tiles]``, the form that compiles through Pallas's Triton backend on a GPU
   (jax 0.10 to 0.11.2) and runs under ``interpret=True`` on the CPU;
 * a launcher (``launch_row_softmax_4_8_1024``) that calls ``pl.pallas_call`` on the
-  kernel's grid, inside a ``jax.custom_vjp`` whose backward is the op's ``grad`` clause where
-  it has one, else ``jax.vjp`` of the op's body (run again);
+  kernel's grid, inside a ``jax.custom_jvp`` whose tangent is the JVP of the op's body, or
+  the transpose of its ``grad`` clause where it has one: forward mode, reverse mode (JAX
+  transposes the tangent back: the clause's gradient exactly) and every higher order;
 * at the call, ``if kernels_ready(key): y = launch_...(x) else: y = <the op's body>(x)``.
   ``kernels_ready`` is true when Pallas is importable and jax's default backend is a GPU, or
   ``LINNET_PALLAS_INTERPRET=1`` was set when the module was imported (``interpret=True``).
@@ -275,8 +276,9 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
 
 def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     """``run_*``: the ``pl.pallas_call`` of ``function`` on the kernel's grid (interpreted
-    under LINNET_PALLAS_INTERPRET=1); ``launch_*``: it inside a ``jax.custom_vjp`` whose
-    backward is ``backward`` (the op's grad clause, or ``jax.vjp`` of its body)."""
+    under LINNET_PALLAS_INTERPRET=1); ``launch_*``: it inside a ``jax.custom_jvp`` whose
+    tangent is the JVP of ``body``, or the transpose of ``backward`` (the op's grad clause;
+    READY's ``kernel_jvp``)."""
     ins = [safe(p) for p, _, _ in k.params]
     many = len(k.results) > 1
     shapes = ", ".join(f"jax.ShapeDtypeStruct({shape}, {JNP_DTYPES[dtype]})"
@@ -291,9 +293,9 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
              f"                          name={function!r})({', '.join(ins)})",
              "", "",
              f"def {name}(body, backward, {', '.join(ins)}):",
-             f'    """`{k.short_name}` forward; under jax.grad, `backward` (the op\'s grad clause,'
-             ' or the\n    vjp of its `body`)."""',
-             "    return kernel_vjp(" + f"run_{key}, body, backward)({', '.join(ins)})"]
+             f'    """`{k.short_name}`; differentiated by JAX through the JVP of `body` (the op\'s'
+             ' body),\n    or the transpose of `backward` (its grad clause)."""',
+             "    return kernel_jvp(" + f"run_{key}, body, backward)({', '.join(ins)})"]
     return "\n".join(lines)
 
 
@@ -319,13 +321,13 @@ def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
 def chain_text(texts: list[KernelText], taken: set[str]) -> KernelText:
     """A chain's launcher (`kernel a<...> then b<...>`, or longer): the first kernel's
     ``pallas_call`` on the op's arrays, then each next one's on them and the results of the
-    one before it, as one function inside the ``jax.custom_vjp`` (its backward is the op's,
-    as a single kernel's)."""
+    one before it, as one function inside the ``jax.custom_jvp`` (differentiated through
+    the op's body or grad clause, as a single kernel's)."""
     def launch(key: str, ins: list[str]) -> list[str]:
         return [f"def launch_{key}(body, backward, {', '.join(ins)}):",
-                '    """The chain forward; under jax.grad, `backward` (the op\'s grad clause, '
-                'or the vjp\n    of its `body`)."""',
-                f"    return kernel_vjp(run_{key}, body, backward)({', '.join(ins)})"]
+                '    """The chain; differentiated by JAX through the JVP of `body` (the op\'s '
+                'body),\n    or the transpose of `backward` (its grad clause)."""',
+                f"    return kernel_jvp(run_{key}, body, backward)({', '.join(ins)})"]
 
     return triton_chain_text(texts, taken, "run_", launch)
 
@@ -357,27 +359,55 @@ READY = '''def kernels_ready(key):
     return ready
 
 
-def kernel_vjp(run, body, backward):
-    """`run` (a kernel's launch) as a function whose backward pass is `backward(residuals,
-    cotangents)` if given (the op's grad clause), else the vjp of `body` (the op's body, run
-    again from the saved inputs)."""
-    @jax.custom_vjp
+def kernel_jvp(run, body, backward):
+    """`run` (a kernel's launch) as a function JAX differentiates in every mode, to any
+    order: a jax.custom_jvp whose primal is the launch and whose tangent is the JVP of `body`
+    (the op's body), or, given `backward` (the op's grad clause: the op's tensors and one
+    incoming gradient per result -> one gradient per tensor), the clause's transpose.
+    Reverse mode transposes the tangent back, so jax.grad gets the body's gradient, or the
+    clause's exactly. The rule's primal is the launch again: at each higher order the
+    kernel runs forward and the body (or the clause) is differentiated once more."""
+    @jax.custom_jvp
     def launch(*args):
         return run(*args)
 
-    def forward(*args):
-        return run(*args), args
+    def tangent(primals, tangents):
+        out = launch(*primals)
+        if backward is None:
+            return out, jax.jvp(body, primals, tangents)[1]
+        outs = out if isinstance(out, tuple) else (out,)
+        floats = [jnp.issubdtype(a.dtype, jnp.inexact) for a in primals]
+        results = [jnp.issubdtype(o.dtype, jnp.inexact) for o in outs]
 
-    def reverse(args, cotangent):
-        if backward is not None:
-            # The clause takes one incoming gradient per result: a kernel of several
-            # results has a tuple of them.
-            given = cotangent if isinstance(cotangent, tuple) else (cotangent,)
-            return tuple(backward(*args, *given))
-        return jax.vjp(body, *args)[1](cotangent)
+        def vjp(*cotangents):  # of the float results -> gradients of the float arguments
+            given = iter(cotangents)
+            full = [next(given) if r else jnp.zeros_like(o) for o, r in zip(outs, results)]
+            grads = backward(*primals, *full)
+            return tuple(g for g, f in zip(grads, floats) if f)
 
-    launch.defvjp(forward, reverse)
-    return launch'''
+        transposed = jax.linear_transpose(vjp, *[o for o, r in zip(outs, results) if r])
+        got = iter(transposed(tuple(t for t, f in zip(tangents, floats) if f)))
+        made = tuple(next(got) if r else no_tangent(o) for o, r in zip(outs, results))
+        return out, (made if isinstance(out, tuple) else made[0])
+
+    launch.defjvp(tangent)
+    return launch
+
+
+def no_tangent(value):
+    """The tangent of an integer result: float0 zeros."""
+    import numpy
+    return numpy.zeros(value.shape, jax.dtypes.float0)
+
+
+def linnet_error(code, message, help):
+    """A coded LinnetError where linnet-lang is importable (a RuntimeError otherwise:
+    generated source also runs on its own)."""
+    try:
+        from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+    except ImportError:
+        return RuntimeError(f"{code}: {message} (help: {help})")
+    return LinnetError(Diagnostic(code, message, help=help))'''
 
 
 def runs_table(keys: list[str]) -> str:
