@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu.sh    (there; needs dist/ carried)
 #   bash benchmarks/gpu.sh --flashinfer   (also needs .whl/ carried: flashinfer-python,
 #                                          apache-tvm-ffi; see benchmarks/gpu_flashinfer.py)
-#   bash benchmarks/gpu.sh --gpu-tests   (the plugins' gpu-marked tests; .whl/ and .whl-test/
+#   bash benchmarks/gpu.sh --gpu-tests   (both runtimes' and the plugins' gpu-marked tests; .whl/ and .whl-test/
 #                                          carried, the latter with pytest's wheels)
 #   bash benchmarks/gpu.sh --steps [--parts t,s --models ...]   (.whl/ with nvmath-python too;
 #                                          whole steps with both plugins: gpu_steps.py)
@@ -73,9 +73,10 @@ if [ "${1:-}" = "--gpu-tests" ]; then
   fi
   flashinfer_env
   export LINNET_GPU_TESTS=1
-  for dir in packages/linnet-runtime-torch plugins/linnet-cublaslt plugins/linnet-flashinfer; do
+  for dir in packages/linnet-runtime-torch packages/linnet-runtime-jax plugins/linnet-cublaslt \
+      plugins/linnet-flashinfer; do
     echo "== $dir"
-    (cd "$dir" && python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tee -a "$OUT/gpu-tests.log" | tail -8)
+    (cd "$dir" && python3 -m pytest -q -p no:cacheprovider -m gpu -rfs tests 2>&1 | tee -a "$OUT/gpu-tests.log" | grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" | tail -25)
   done
   if [ -n "${GPU_STEPS_PARTS:-}" ]; then
     python3 benchmarks/gpu_steps.py --parts "$GPU_STEPS_PARTS" 2>&1 | tee "$OUT/steps.log" | grep -v Warning | tail -30
