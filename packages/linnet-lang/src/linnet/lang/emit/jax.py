@@ -554,7 +554,7 @@ class JaxEmitter(TorchEmitter):
     returns_states = True
     kernels_write_states = False  # a Pallas kernel's results are new arrays
     kernels_scratch = False  # nor can it keep scratch buffers between launches
-    cpu_autograd_bodies = frozenset()  # JAX's fused attention differentiates to any order
+    cpu_autograd_math = frozenset()  # JAX's fused attention differentiates to any order
     module_names = RESERVED
     framework, command = "JAX", "linnet jax"
     # Grad clauses lowered per call (call index -> ClauseTemplate): a launched kernel's

@@ -184,26 +184,29 @@ def backward_function(name: str, entry_function: str, uses_grad_clause: bool,
             f"    return body_backward({entry_function}, inputs, grads)")
 
 
-def body_under_autograd(tensors: list[str], body: list[str], fused: list[str]
+def math_under_autograd(tensors: list[str], fused: list[str]
                         ) -> tuple[str, frozenset[str], frozenset[str]]:
-    """The statement of a fused call whose torch function cannot be differentiated twice
-    (``F.scaled_dot_product_attention``'s CPU backward has no derivative of its own): the
-    op's ``body`` (its statements, fused calls off) where autograd records the call (grad
-    mode on and one of ``tensors`` requiring grad: ``create_graph=True`` may follow), the
-    ``fused`` lines elsewhere. Returns the text (lines after the first indented one level),
-    the names it defines and those it reads.
+    """The statement of a fused attention call on the CPU, whose default SDPA kernel
+    (``_scaled_dot_product_flash_attention_for_cpu``) has a backward that cannot be
+    differentiated again: where autograd records the call (grad mode on and one of
+    ``tensors`` requiring grad: ``create_graph=True`` may follow) the ``fused`` lines run
+    under SDPA's math backend, made of differentiable ops; elsewhere as they are. Returns
+    the text (lines after the first indented one level), the names it defines and those it
+    reads.
 
-    >>> print(body_under_autograd(["q"], ["o = q * 2.0"], ["o = f(q)"])[0])
+    >>> print(math_under_autograd(["q"], ["o = F.scaled_dot_product_attention(q, q, q)"])[0])
     if torch.is_grad_enabled() and (q.requires_grad):
-            o = q * 2.0
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                o = F.scaled_dot_product_attention(q, q, q)
         else:
-            o = f(q)
+            o = F.scaled_dot_product_attention(q, q, q)
     """
     from linnet.lang.emit.tiles import indented, stored_and_loaded
 
     recorded = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
     lines = [f"if torch.is_grad_enabled() and ({recorded}):",
-             *["    " + b.replace("\n", "\n    ") for b in body], "else:",
+             "    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):",
+             *["        " + f for f in fused], "else:",
              *["    " + f for f in fused]]
     stored, loaded = stored_and_loaded(lines)
     return indented(lines), stored, loaded - stored

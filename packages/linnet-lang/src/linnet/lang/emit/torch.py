@@ -35,7 +35,7 @@ from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.emit import edge_rules
-from linnet.lang.emit.kernel_grad import GRAD_HELPERS, Backwards, body_under_autograd
+from linnet.lang.emit.kernel_grad import GRAD_HELPERS, Backwards, math_under_autograd
 from linnet.lang.emit.python import (
     WIDTH,
     Draft,
@@ -749,11 +749,11 @@ class TorchEmitter:
     # the state in place; JAX's immutable arrays would need Pallas's aliasing;
     kernels_write_states = True
     kernels_scratch = True  # kernels with scratch buffers launch (emit/triton.py's `scratch`)
-    # ... the fused calls whose torch function a CPU module runs only where autograd does not
-    # record the call (SDPA's CPU backward cannot be differentiated again: issue 46 item 5);
-    # where it does, the op's body (emit/kernel_grad.py's body_under_autograd);
-    cpu_autograd_bodies = frozenset({"std.nn.attention::causal_attention",
-                                     "std.nn.attention::window_attention"})
+    # ... the fused calls whose torch function's CPU backward cannot be differentiated again
+    # (SDPA's CPU flash kernel: issue 46 item 5): where autograd records the call, a CPU
+    # module runs them under SDPA's math backend (emit/kernel_grad.py's math_under_autograd);
+    cpu_autograd_math = frozenset({"std.nn.attention::causal_attention",
+                                   "std.nn.attention::window_attention"})
     # ... the names the generated module defines, which no entry function may take;
     module_names: set[str] = RESERVED
     # ... and the words the module's docstring and errors name it by.
@@ -965,8 +965,7 @@ class TorchEmitter:
         members = set(order)
         last_loc: list[str | None] = [None]
 
-        def run(k: int, end: int, out: list[Statement], launching: bool = True,
-                fusing: bool = True) -> None:
+        def run(k: int, end: int, out: list[Statement], launching: bool = True) -> None:
             while k < end:
                 i = order[k]
                 step = graph.steps[i]
@@ -993,8 +992,7 @@ class TorchEmitter:
                     last_loc[0] = None
                     k = stop_k
                     continue
-                call = self.fast_call(graph, i, sl.stop, starts, users_outside) if fusing \
-                    else None
+                call = self.fast_call(graph, i, sl.stop, starts, users_outside)
                 if call is not None and not all(j in members
                                                 for j in range(call.start, call.stop)):
                     call = None
@@ -1009,17 +1007,14 @@ class TorchEmitter:
                     lines = self.fast_calls[call.callee](call, scope, args, outs)
                     loc = self.user_loc(graph, call.start, call.loc)
                     op = call.callee
-                    if call.callee in self.cpu_autograd_bodies \
+                    if call.callee in self.cpu_autograd_math \
                             and self.options.device.split(":")[0] == "cpu":
                         if loc and loc != last_loc[0]:
                             out.append(Statement(self.comment(loc), comment=True))
-                        steps: list[Statement] = []
-                        run(k, k + call.stop - call.start, steps, launching=False, fusing=False)
                         tensors = [a for a, v in zip(args, call.attributes["args"])
                                    if isinstance(v, str) and a.isidentifier()]
-                        out.append(Statement(*body_under_autograd(
-                            tensors, [st.text for st in steps if not st.comment], lines)))
-                        last_loc[0] = None
+                        out.append(Statement(*math_under_autograd(tensors, lines)))
+                        last_loc[0] = loc
                         k += call.stop - call.start
                         continue
                     k += call.stop - call.start
