@@ -296,5 +296,7 @@ def test_peer_checks_through_a_kernel_launched_on_cuda(tmp_path, monkeypatch, na
         return sum(o.square().sum() for o in entry(*xs, {}, {}))  # a tuple of the outputs
 
     compiled = torch.compile(loss, fullgraph=True)
+    # The norms compute in f32 whatever T (their bodies' `f32` accumulation; an f64 input
+    # narrows), so inductor's fused backward and eager autograd agree to f32 rounding.
     for a, b in zip(torch.autograd.grad(compiled(*xs), xs), torch.autograd.grad(loss(*xs), xs)):
-        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -14,9 +14,10 @@ runtime (docs/language.md, "Edge values"):
   warning), and ``MIN / -1`` traps on x86: the divisor is made 1 where it is 0 or -1.
 * A float converted to an integer type: NaN is 0, the rest truncated and saturated at the
   type's ends (C, LLVM's ``fptosi`` and NumPy leave it undefined).
-* (Pallas) ``floor`` of a negative subnormal is -1: XLA's CPU, which Pallas's interpreter
-  runs on, flushes subnormals to zero, so the sign is read from the bits (as the JAX
-  emitter does).
+* ``floor`` of a negative subnormal is -1: XLA's CPU, which Pallas's interpreter runs on,
+  flushes subnormals to zero, and so does compiled Triton on CUDA (libdevice's ``floorf``
+  under ``nvvm-reflect-ftz``: ``floor(-1e-45)`` is -0.0 there), so the sign is read from the
+  bits (as the JAX emitter does).
 
 Each rule takes the step, the kernel's names and the context, as
 :data:`linnet.lang.emit.triton.TILE_RULES` and :data:`linnet.lang.emit.pallas.PALLAS_RULES`
@@ -225,7 +226,25 @@ def convert(s: Step, n: Names, c: Context) -> list[str]:
     return lines
 
 
-# ---------------------------------------------------------------- floor (Pallas)
+# ---------------------------------------------------------------- floor
+def triton_floor(s: Step, n: Names, c: Context) -> list[str]:
+    """``tl.floor``, -1 for a negative subnormal (compiled Triton flushes f32 subnormals to
+    zero, so the sign is read from the bits, which no flush touches); a 16-bit float is
+    floored as f32 (where none is subnormal) and rounded back; an integer is its own floor."""
+    out, dt = n(s.results[0]), n.dtype(s.operands[0])
+    if dt not in FLOAT_BITS:
+        return [f"{out} = {n.tensor(s.operands[0])}"]
+    x = _wide(n, s.operands[0])
+    bits = 32 if dt in _HALF else FLOAT_BITS[dt]
+    floored, sign = _temp(n, s, "floored"), _temp(n, s, "bits")
+    value = (f"tl.where(({sign} < 0) & ({sign} != {-(2 ** (bits - 1))}) & ({floored} == 0), "
+             f"-1.0, {floored})")
+    if dt in _HALF:
+        value = f"({value}).to({'tl.bfloat16' if dt == 'bf16' else 'tl.float16'})"
+    return [f"{floored} = tl.floor({x})", f"{sign} = ({x}).to(tl.int{bits}, bitcast=True)",
+            f"{out} = {value}"]
+
+
 def pallas_floor(s: Step, n: Names, c: Context) -> list[str]:
     """``jnp.floor``, -1 for a negative subnormal (XLA's CPU flushes it: the sign is read
     from the bits, as :func:`.edge_rules.jax_floor` does); an integer is its own floor."""

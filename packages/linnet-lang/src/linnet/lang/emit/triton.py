@@ -311,6 +311,7 @@ TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "tl") | {
     "rsqrt": _unary("tl.rsqrt({})"), "tanh": _unary("2 * tl.sigmoid(2 * {}) - 1"),
     "sigmoid": _unary("tl.sigmoid({})"), "erf": _unary("tl.erf({})"),
     "div": tile_edges.int_div("triton", _fdiv), "rem": tile_edges.int_rem("triton", _frem),
+    "floor": tile_edges.triton_floor,
     "maximum": tile_edges.triton_extreme("maximum"),
     "minimum": tile_edges.triton_extreme("minimum"), "convert": tile_edges.convert,
     "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
