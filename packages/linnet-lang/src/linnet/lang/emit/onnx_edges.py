@@ -20,8 +20,8 @@ from linnet.lang.ir.graph import Graph, Step
 
 
 class Scope(Protocol):
-    """What these rules use of :class:`linnet.lang.emit.onnx.Scope` (the emitter imports
-    this module: a type of its own keeps the two modules out of an import cycle)."""
+    """What these rules and :mod:`.onnx_shapes`'s use of :class:`linnet.lang.emit.onnx.Scope`
+    (the emitter imports both: a type of their own keeps them out of an import cycle)."""
 
     graph: Graph
 
@@ -30,6 +30,9 @@ class Scope(Protocol):
     def cast(self, *args: Any, **kwargs: Any) -> Any: ...
     def dtype(self, *args: Any, **kwargs: Any) -> Any: ...
     def get(self, *args: Any, **kwargs: Any) -> Any: ...
+    def ints(self, *args: Any, **kwargs: Any) -> Any: ...
+    def range(self, *args: Any, **kwargs: Any) -> Any: ...
+    def shape(self, *args: Any, **kwargs: Any) -> Any: ...
 
 _INTS = set(INT_RANGES)
 

@@ -30,25 +30,11 @@ True
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from linnet.lang.ir.graph import Graph, Step
+from linnet.lang.emit.onnx_edges import Scope
+from linnet.lang.ir.graph import Step
 from linnet.lang.tensors.poly import SymInt
-
-
-class Scope(Protocol):
-    """What these rules use of :class:`linnet.lang.emit.onnx.Scope` (the emitter imports
-    this module: a type of its own keeps the two modules out of an import cycle)."""
-
-    graph: Graph
-
-    def op(self, *args: Any, **kwargs: Any) -> Any: ...
-    def const(self, *args: Any, **kwargs: Any) -> Any: ...
-    def cast(self, *args: Any, **kwargs: Any) -> Any: ...
-    def get(self, *args: Any, **kwargs: Any) -> Any: ...
-    def ints(self, *args: Any, **kwargs: Any) -> Any: ...
-    def range(self, *args: Any, **kwargs: Any) -> Any: ...
-    def shape(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def _key(d: Any) -> Any:
