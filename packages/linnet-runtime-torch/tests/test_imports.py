@@ -1,6 +1,6 @@
 """Every module of linnet.torch imports on its own, in a fresh interpreter (an import
 cycle shows as a partially initialised module when one is imported first); the
-import-graph walk is in linnet-lang's tests/test_import_graph.py."""
+import-graph walk is in integration-tests/test_import_graph.py."""
 
 from __future__ import annotations
 

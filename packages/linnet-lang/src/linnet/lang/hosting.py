@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# The runtimes' kernel checks draw scalar parameters with scalar_value.
+from linnet.lang.check.kernel_cases import scalar_value  # noqa: F401
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 # Entry inputs live in linnet.lang.host.inputs; the runtimes import them from here too.
@@ -110,8 +112,8 @@ def load_program(path: str | Path) -> tuple[Program, Path]:
     >>> load_program("std.models.llama")[1].name
     'llama.linnet'
     """
-    from linnet.lang import Program, check_program
-    from linnet.lang.syntax.program import model_file
+    from linnet.lang.check.driver import check_program
+    from linnet.lang.syntax.program import Program, model_file
 
     model_path = model_file(path)  # a file, or a shipped model by name (std.models.llama)
     kept = _KEPT[-1] if _KEPT else None
@@ -621,27 +623,13 @@ def case_graph(program: Program, op: Any, case: KernelCase,
 
     >>> wrapper, graph = case_graph(program, op, case, scalar)   # doctest: +SKIP
     """
-    from linnet.lang import lower
+    from linnet.lang.check.driver import lower
     from linnet.lang.check.kernel_cases import ENTRY, MODEL, wrapper_program
 
     wrapper = wrapper_program(program, op, case)
     config = {name: scalar(dtype, name) for name, dtype in case.scalars.items()}
     shapes = {name: list(shape) for name, (shape, _) in case.params.items()}
     return wrapper, lower(wrapper, ENTRY, shapes, config, model=MODEL, check=False)
-
-
-def scalar_value(dtype: str, u: float) -> Any:
-    """A scalar parameter's value from a uniform draw ``u`` in [0, 1): a small positive
-    number (an epsilon, a scale), an int in 1..4 or a bool.
-
-    >>> scalar_value("f32", 0.5), scalar_value("i32", 0.5), scalar_value("bool", 0.5)
-    (0.501, 3, False)
-    """
-    if dtype == "bool":
-        return u < 0.5
-    if dtype.startswith(("i", "u")):
-        return 1 + int(u * 4)
-    return 1e-3 + u
 
 
 def shape_found(name: str, got: Sequence[int], want: Sequence[int]) -> tuple[Found, float]:

@@ -29,7 +29,7 @@ from typing import Protocol, TypeAlias
 
 from linnet.backends.contract import Options
 
-from . import Candidate, Decision, _pct, _us, choose
+from .decide import Candidate, Decision, _pct, _us, choose
 
 Steps: TypeAlias = tuple[int, ...]
 Entry: TypeAlias = "Steps | Candidate"  # a slice's steps, or a taken region

@@ -18,6 +18,7 @@ from linnet.lang.export import export_target, program_sources, unwritable
 from linnet.lang.ir.graph import Graph
 
 from .inputs import check_inputs
+from .lowering import lower_entry
 
 
 def _checked(model: Any, entry: str, inputs: Any) -> Graph:
@@ -36,14 +37,12 @@ def export_onnx(model: Any, entry: str, inputs: Any, path: str | Path, check: bo
     from linnet.lang.export import export_onnx as export
     from linnet.lang.export import symbolic_graph
 
-    from .model import _lower
-
     target = export_target(path)
     graph = _checked(model, entry, inputs)
     fn = model.function(entry)
     prep = fn._prep
     shapes = {n: list(np.shape(t)) for n, t in zip(fn._names, fn._ordered(inputs))}
-    graph = symbolic_graph(graph, prep.program, shapes, prep.config, lambda i, c: _lower(
+    graph = symbolic_graph(graph, prep.program, shapes, prep.config, lambda i, c: lower_entry(
         prep.program, entry, i, c, prep.weight_shapes)[0], dynamic)
     params = {p: model.params[p] for p in graph.parameters}
     try:

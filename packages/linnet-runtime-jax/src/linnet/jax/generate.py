@@ -58,6 +58,7 @@ from linnet.lang.host.generate import (  # noqa: F401  (check_options: Model.gen
 from linnet.lang.hosting import error
 
 from .inputs import is_array
+from .lowering import matmul_precision
 
 #: How many times each of generate's jitted steps was traced ("prefill": the prefill and
 #: the first pick; "decode": a decode step and its pick): once per batch shape and way of
@@ -290,8 +291,6 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     """
     import jax
 
-    from .model import _precision
-
     batch = _prompts(prompts)
     stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
     check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens,
@@ -315,7 +314,7 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     first = _first_step(model, tokens, picking)
     step = _decode_step(model, len(batch), picking)  # traced on its first call only
     progress = Progress(batch, stop_tokens, on_token)
-    with _precision(model.numerics), warnings.catch_warnings():
+    with matmul_precision(model.numerics), warnings.catch_warnings():
         # jax's CPU backend cannot reuse donated buffers and says so once per compile.
         warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
         last, done, states = first(model.params, states, tokens, lengths, key, *values,

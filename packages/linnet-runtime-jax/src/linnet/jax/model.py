@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
-from linnet.lang import Graph, Program, lower
+from linnet.lang import Graph, Program
 from linnet.lang.emit.jax import emit_jax
 
 # NUMERICS is re-exported: `linnet.jax.model.NUMERICS` is how users name it.
@@ -44,6 +43,7 @@ from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
 from .home import import_source
 from .inputs import check_inputs, is_array, type_error
+from .lowering import lower_entry, matmul_precision
 from .weights import check_finite_weights, load_checkpoint, numpy_dtype
 
 
@@ -211,22 +211,10 @@ def load_source(path: str | Path, entry: str, shapes: dict[str, Sequence[int]],
     check_numerics(numerics)
     prep = prepare(path, weights, config, None, None, read=False)
     _entry_params(prep.program, entry)
-    graph, clauses = _lower(prep.program, entry, {k: list(v) for k, v in shapes.items()},
-                            prep.config, prep.weight_shapes)
+    graph, clauses = lower_entry(prep.program, entry, {k: list(v) for k, v in shapes.items()},
+                                 prep.config, prep.weight_shapes)
     check_static(graph, entry)
     return _module(prep.program, graph, numerics, fast, clauses)
-
-
-def _lower(program: Program, entry: str, shapes: dict, config: dict | None, weights: dict | None
-           ) -> tuple[Graph, dict[int, Any] | None]:
-    """The entry's graph and, where the program has grad clauses, each call's clause: a
-    Pallas kernel's backward under jax.grad (emit/jax.py). Recording clauses lowers every
-    layer on its own, so a program without one is lowered as before."""
-    from linnet.lang.grad import has_grad_clauses
-
-    clauses: dict[int, Any] | None = {} if has_grad_clauses(program) else None
-    graph = lower(program, entry, shapes, config, weights, check=False, grad_clauses=clauses)
-    return graph, clauses
 
 
 def _module(program: Program, graph: Graph, numerics: str, fast: bool,
@@ -234,16 +222,6 @@ def _module(program: Program, graph: Graph, numerics: str, fast: bool,
     text = emit_jax(graph, _sources(program), numerics=numerics, fast=fast,
                     origin=program.root.source.name, program=program, clauses=clauses)
     return import_source(text, f"linnet_jax_{graph.model.lower()}_{graph.entry}")
-
-
-def _precision(numerics: str) -> AbstractContextManager:
-    """Exact: every product at full precision, also those inside library calls (the fused
-    attention) that take no ``precision=``; fast: the backend's default."""
-    if numerics != "exact":
-        return nullcontext()
-    import jax
-
-    return jax.default_matmul_precision("highest")
 
 
 def check_x64(graph: Graph) -> None:
@@ -327,8 +305,8 @@ class Function:
         import jax
 
         shapes = {p: _shape_of(t) for p, t in zip(self._names, given)}
-        graph, clauses = _lower(self._prep.program, self.entry, shapes, self._prep.config,
-                                self._prep.weight_shapes)
+        graph, clauses = lower_entry(self._prep.program, self.entry, shapes, self._prep.config,
+                                     self._prep.weight_shapes)
         check_static(graph, self.entry)
         check_x64(graph)
         module = _module(self._prep.program, graph, self.numerics, self._fast, clauses)
@@ -371,7 +349,7 @@ class Function:
                              f"{None if have is None else list(np.shape(have))}, this call "
                              f"needs {list(vt.shape)}", help="make states for these inputs: "
                              "fn.new_states(inputs)")
-        with _precision(self.numerics), warnings.catch_warnings():
+        with matmul_precision(self.numerics), warnings.catch_warnings():
             # jax's CPU backend cannot reuse donated buffers and says so once per compile.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
             return low.jitted(params, states, tuple(given))

@@ -58,6 +58,22 @@ kernel row_softmax<R, C, 1024> {
 
 # Float element types a generic `T: DType` is drawn from unless the caller names others.
 DEFAULT_DTYPES = ("f32", "bf16")
+
+
+def scalar_value(dtype: str, u: float) -> Any:
+    """A scalar parameter's value from a uniform draw ``u`` in [0, 1): a small positive
+    number (an epsilon, a scale), an int in 1..4 or a bool.
+
+    >>> scalar_value("f32", 0.5), scalar_value("i32", 0.5), scalar_value("bool", 0.5)
+    (0.501, 3, False)
+    """
+    if dtype == "bool":
+        return u < 0.5
+    if dtype.startswith(("i", "u")):
+        return 1 + int(u * 4)
+    return 1e-3 + u
+
+
 # Draws tried per case wanted before the sampler gives up on a clause nothing small satisfies.
 ATTEMPTS_PER_CASE = 200
 

@@ -45,6 +45,7 @@ from linnet.lang.check.kernel_cases import (
     MODEL,
     KernelCase,
     sample_cases,
+    scalar_value,
     wrapper_program,
 )
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
@@ -288,9 +289,7 @@ def _random(shape: Sequence[int], dtype: str, rng: random.Random) -> Any:
 
 def _scalar(dtype: str, seed: int, name: str) -> Any:
     """A scalar parameter's value: a small positive number (an epsilon, a scale), an int
-    in 1..4 or a bool (:func:`linnet.lang.hosting.scalar_value`)."""
-    from linnet.lang.hosting import scalar_value
-
+    in 1..4 or a bool (:func:`linnet.lang.check.kernel_cases.scalar_value`)."""
     return scalar_value(dtype, random.Random(zlib.crc32(f"{seed}/{name}".encode())).random())
 
 

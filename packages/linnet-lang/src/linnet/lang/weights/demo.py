@@ -109,9 +109,8 @@ def parameter_types(model_path: str | Path, config: dict[str, Any]
     >>> [(p, t.shape, ones) for p, t, ones in parameter_types("std.models.llama", cfg)][-1]
     ('model.norm.weight', (8,), True)
     """
-    from linnet.lang import Program, lower
-    from linnet.lang.check.driver import find_model
-    from linnet.lang.syntax.program import model_file
+    from linnet.lang.check.driver import find_model, lower
+    from linnet.lang.syntax.program import Program, model_file
 
     program = Program.from_file(model_file(model_path))
     decl = find_model(program, None)
