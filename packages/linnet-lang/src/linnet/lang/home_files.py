@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.diagnostics.core import LinnetError, coded_error
 from linnet.lang.home import MARKER, is_linnet_home, linnet_home, mark_home
 
 #: Linnet's record of the files it wrote (or moved) under the home whose names do not say
@@ -43,10 +43,6 @@ MANIFEST = "linnet-files.jsonl"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: A leftover of an interrupted atomic write (``<name>.<8 random>.tmp``, tempfile's names).
 _TMP = re.compile(r"^(?P<base>.+)\.[a-z0-9_]{8}\.tmp$")
-
-
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
 
 
 def home_path() -> Path:
@@ -365,7 +361,7 @@ def home_owner(folders: Iterable[Folder]) -> tuple[str, Path, list[str]]:
 
 def _refuse(home: Path, foreign: list[str]) -> LinnetError:
     shown = ", ".join(f"`{e}`" for e in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-    return _error(
+    return coded_error(
         "E0745", f"$LINNET_HOME `{home}` was not made by Linnet (it has no {MARKER} of "
                  f"Linnet's) and holds files that are not Linnet's ({shown}): `linnet cache "
                  "clear` removes nothing there",
@@ -444,7 +440,7 @@ def _fd_walk(dir_fd: int, dirpath: str
 
 
 def _unreadable(exc: OSError) -> None:
-    raise _error("E0831", f"cannot read `{exc.filename}`: {exc.strerror or exc}",
+    raise coded_error("E0831", f"cannot read `{exc.filename}`: {exc.strerror or exc}",
                  help="fix its permissions and run `linnet cache clear` again")
 
 
@@ -466,7 +462,7 @@ def _unlink(dirpath: str, dir_fd: int | None, name: str) -> None:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise _error("E0831", f"cannot remove `{os.path.join(dirpath, name)}`: "
+        raise coded_error("E0831", f"cannot remove `{os.path.join(dirpath, name)}`: "
                               f"{exc.strerror or exc}",
                      help="fix its permissions (or those of its directory) and run "
                           "`linnet cache clear` again") from None

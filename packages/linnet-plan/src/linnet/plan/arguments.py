@@ -17,16 +17,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from linnet.backends.contract import Options
-from linnet.lang import LinnetError
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.diagnostics.core import coded_error
 
 from .cache import TimingCache
 
 __all__ = ["check_backends", "check_cache", "check_progress", "plan_options"]
-
-
-def _error(code: str, message: str, help: str) -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
 
 
 def _number(value: Any) -> bool:
@@ -57,7 +52,7 @@ def plan_options(margin: Any = 0.02, measure: Any = True, memory: Any = None,
         else:
             why = (f"is {margin:.0%} of the generated source's time: no region can save that "
                    "much, so none would ever be taken")
-        raise _error("E0772", f"margin={margin!r} {why}",
+        raise coded_error("E0772", f"margin={margin!r} {why}",
                      "margin is the fraction of the generated source's time a backend must "
                      "save to take a region, at least 0 and below 1: margin=0.02 for 2% "
                      "(the default), margin=0 to take every region that is not slower")
@@ -66,17 +61,17 @@ def plan_options(margin: Any = 0.02, measure: Any = True, memory: Any = None,
             what = (f"is a {type(memory).__name__}" if not _number(memory)
                     else "is not a finite number" if not math.isfinite(memory)
                     else "is negative")
-            raise _error("E0771", f"memory={memory!r} {what}, not a number of bytes",
+            raise coded_error("E0771", f"memory={memory!r} {what}, not a number of bytes",
                          "memory caps the bytes backends' executables hold beyond the model's "
                          "weights: memory=8 * 2**30 for 8 GiB, or memory=None (the default) "
                          "for no cap")
         memory = int(memory)
     for name, value in (("measure", measure), ("kernels", kernels)):
         if not isinstance(value, bool):
-            raise _error("E0774", f"{name}={value!r} is not True or False",
+            raise coded_error("E0774", f"{name}={value!r} is not True or False",
                          _FLAG_HELP[name])
     if not isinstance(captured, bool):
-        raise _error("E0765", f"captured={captured!r} is not True or False",
+        raise coded_error("E0765", f"captured={captured!r} is not True or False",
                      "captured=True (the default) plans for Captured, a CUDA graph "
                      "replayed; captured=False for plan.run, item by item from the host")
     return Options(margin=float(margin), measure=measure, memory=memory, compile=compile,
@@ -109,25 +104,25 @@ def check_backends(backends: Any) -> list[Any] | None:
                  "installed ones by name; backends=None (the default) takes every available "
                  "one, backends=[] none")
     if isinstance(backends, str | bytes):
-        raise _error("E0773", f"backends={backends!r} is a string, not a list of backends "
+        raise coded_error("E0773", f"backends={backends!r} is a string, not a list of backends "
                      "(each of its characters would be taken for a backend)", help_list)
     if isinstance(backends, Mapping) or not isinstance(backends, Iterable):
-        raise _error("E0773", f"backends={_short(backends)} is a {type(backends).__name__}, "
+        raise coded_error("E0773", f"backends={_short(backends)} is a {type(backends).__name__}, "
                      "not a list of backends", help_list)
     out = list(backends)
     names: dict[str, int] = {}
     for i, b in enumerate(out):
         problem = _not_a_backend(b)
         if problem is not None:
-            raise _error("E0773", f"backends[{i}] {problem}", help_list)
+            raise coded_error("E0773", f"backends[{i}] {problem}", help_list)
         for j in range(i):
             if out[j] is b:
-                raise _error("E0773", f"backends[{i}] is backends[{j}] again",
+                raise coded_error("E0773", f"backends[{i}] is backends[{j}] again",
                              "give each backend once")
         name = getattr(b, "name", None)
         if isinstance(name, str):
             if name in names:
-                raise _error("E0773", f"backends[{names[name]}] and backends[{i}] are both "
+                raise coded_error("E0773", f"backends[{names[name]}] and backends[{i}] are both "
                              f"named `{name}`: timings are cached by backend name and version, "
                              "so the second would be given the first one's",
                              "give each backend object a name of its own (its `name` "
@@ -162,7 +157,7 @@ def check_progress(progress: Any) -> None:
     """
     if progress is None or isinstance(progress, bool) or callable(progress):
         return
-    raise _error("E0775", f"progress={_short(progress)} is not True, False or a callable",
+    raise coded_error("E0775", f"progress={_short(progress)} is not True, False or a callable",
                  "progress=True (the default) shows a bar on stderr, progress=False nothing; "
                  "progress=lines.append (any callable taking a str) receives each line")
 
@@ -176,6 +171,6 @@ def check_cache(cache: Any) -> None:
     if cache is None or isinstance(cache, TimingCache) or all(
             callable(getattr(cache, m, None)) for m in ("get", "put", "flush")):
         return
-    raise _error("E0776", f"cache={_short(cache)} is not a linnet.plan.TimingCache",
+    raise coded_error("E0776", f"cache={_short(cache)} is not a linnet.plan.TimingCache",
                  "cache=None (the default) uses $LINNET_HOME/benchmarks.json; "
                  "cache=TimingCache(Path('benchmarks.json')) names another file")

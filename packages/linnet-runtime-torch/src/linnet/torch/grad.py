@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from linnet.lang import Graph, LinnetError
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang import Graph
+from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.grad import lower_grad
 
@@ -39,16 +39,12 @@ class GradLowered:
     path: str = ""
 
 
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
-
-
 def _wrt_key(wrt: Any) -> tuple[str, ...]:
     if isinstance(wrt, str):
         return (wrt,)
     if isinstance(wrt, list | tuple) and all(isinstance(w, str) for w in wrt):
         return tuple(wrt)
-    raise _error("E0805", f"wrt must be an input name, a parameter path, 'params', or a list "
+    raise coded_error("E0805", f"wrt must be an input name, a parameter path, 'params', or a list "
                  f"of them, not {type(wrt).__name__} {str(wrt)[:40]}",
                  help="e.g. wrt='params' or wrt=['model.norm.weight', 'x']")
 
@@ -88,7 +84,7 @@ def _cotangents(graph: Graph, forward_inputs: int, entry: str, given: Any) -> li
         given = [given]
     if not isinstance(given, list | tuple) or len(given) != len(wanted):
         count = len(given) if isinstance(given, list | tuple) else type(given).__name__
-        raise _error("E0806", f"`{entry}` needs {len(wanted)} cotangent(s), one per float "
+        raise coded_error("E0806", f"`{entry}` needs {len(wanted)} cotangent(s), one per float "
                      f"output, got {count}",
                      help="pass cotangents=[d_out, ...]: tensors shaped like the outputs")
     out = []
@@ -98,7 +94,7 @@ def _cotangents(graph: Graph, forward_inputs: int, entry: str, given: Any) -> li
                 or t.dtype != DTYPES[vt.dtype]:
             have = (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor)
                     else type(t).__name__)
-            raise _error("E0807", f"the cotangent `{ref[1:]}` of `{entry}` must be "
+            raise coded_error("E0807", f"the cotangent `{ref[1:]}` of `{entry}` must be "
                          f"{vt.dtype}{list(vt.shape)}, got {have}",
                          help="a cotangent has its output's shape and dtype")
         out.append(t)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang import LinnetError
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.home import MARKER, atomic_write, import_source, linnet_home
 from linnet.lang.home_files import (
     DEMO,
@@ -61,10 +61,6 @@ _SET: dict[str, str] = {}
 _MADE: set[str] = set()
 
 
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
-
-
 def _warn(message: str) -> None:
     from linnet.plan import CacheWarning
 
@@ -93,15 +89,15 @@ def _usable_given(env: str, given: str) -> Path:
     fix = f"point {env} at a directory you may write to, or unset it (Linnet then uses " \
           f"$LINNET_HOME/cache)"
     if path.exists() and not path.is_dir():
-        raise _error("E0830", f"{env}={given} is a file: torch.compile caches its compiled "
+        raise coded_error("E0830", f"{env}={given} is a file: torch.compile caches its compiled "
                      "artefacts in that directory", help=fix)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise _error("E0830", f"{env}={given} cannot be created: {exc.strerror or exc}",
+        raise coded_error("E0830", f"{env}={given} cannot be created: {exc.strerror or exc}",
                      help=fix) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise _error("E0830", f"{env}={given} is not writable: torch.compile caches its "
+        raise coded_error("E0830", f"{env}={given} is not writable: torch.compile caches its "
                      "compiled artefacts there", help=fix)
     return path
 

@@ -21,15 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang import LinnetError, Program
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.diagnostics.core import coded_error
 
 import torch
 
 from .home import import_source
-
-
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
 
 
 def _program(program: Program | str | Path | None) -> Program:
@@ -87,7 +83,7 @@ def stages(program: Program | str | Path | None, name: str, generics: dict[str, 
         env = {k: Dim.const(v) if isinstance(v, int) else v for k, v in generics.items()}
         missing = [g.name for g in item.generics if g.name not in env]
         if missing:
-            raise _error("E0760", f"op `{name}` needs generics {', '.join(missing)} to "
+            raise coded_error("E0760", f"op `{name}` needs generics {', '.join(missing)} to "
                          "bind its kernel", help="give every generic of the op: "
                          + ", ".join(f"{g.name}: {g.kind}" for g in item.generics))
         try:
@@ -159,14 +155,14 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
     try:
         import triton  # noqa: F401
     except ImportError:
-        raise _error("E0763", "Triton is not importable, so no kernel can be launched",
+        raise coded_error("E0763", "Triton is not importable, so no kernel can be launched",
                      help="install triton (it comes with torch on Linux), or run the op's "
                           "body") from None
     prog = _program(program)
     found, holds = stages(prog, name, generics)
     (kernel, kgen) = found[0]
     if not holds:
-        raise _error("E0764", f"`{kernel}`'s where clause does not hold for {kgen}"
+        raise coded_error("E0764", f"`{kernel}`'s where clause does not hold for {kgen}"
                      if len(found) == 1 else f"a where clause of `{kernel}` or "
                      f"`{found[1][0]}` does not hold for {generics}",
                      help="choose generics that satisfy the kernel's `where` clause")
@@ -187,7 +183,7 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
     # not launched (a wild store kills the process).
     raise_access_faults(prog, lowered, f"launch of `{name}`")
     if len(tensors) != len(params):
-        raise _error("E0761", f"{'op' if len(found) > 1 else 'kernel'} `"
+        raise coded_error("E0761", f"{'op' if len(found) > 1 else 'kernel'} `"
                      f"{name if len(found) > 1 else kernel}` takes {len(params)} tensors, got "
                      f"{len(tensors)}", help="pass one tensor per tensor parameter: "
                      + ", ".join(p for p, _, _ in params))
@@ -195,12 +191,12 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
 
     for (p, shape, dtype), t in zip(params, tensors):
         if tuple(t.shape) != shape or str(t.dtype) != TORCH_DTYPES[dtype]:
-            raise _error("E0761", f"kernel `{kernel}` takes `{p}` as {dtype}{list(shape)}, got "
+            raise coded_error("E0761", f"kernel `{kernel}` takes `{p}` as {dtype}{list(shape)}, got "
                          f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}",
                          help="pass tensors of the shapes its generics give")
     on_cuda = all(t.is_cuda for t in tensors)
     if not on_cuda and not (module.INTERPRET and not any(t.is_cuda for t in tensors)):
-        raise _error("E0762", "the tensors are not all on CUDA and TRITON_INTERPRET=1 was not "
+        raise coded_error("E0762", "the tensors are not all on CUDA and TRITON_INTERPRET=1 was not "
                      "set before the kernel was first written" if not on_cuda else "",
                      help="move them to CUDA, or set TRITON_INTERPRET=1 in the environment "
                           f"before importing Triton (now: {os.environ.get('TRITON_INTERPRET')!r})")

@@ -14,17 +14,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from linnet.lang import LinnetError
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.diagnostics.core import coded_error
 
 import torch
 
 from .home import caching_off, compile_cache_counts, shown, use_compile_caches
-
-
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
-
 
 # `compile=` strings that are torch.compile modes (of inductor); any other string is a backend.
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -62,7 +56,7 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
     elif isinstance(compile, dict) and all(isinstance(k, str) for k in compile):
         options = {"options": dict(compile)}
     else:
-        raise _error("E0714", f"compile must be True, a torch.compile mode or backend name, or "
+        raise coded_error("E0714", f"compile must be True, a torch.compile mode or backend name, or "
                      f"a dict of inductor options, not {compile!r}",
                      help="e.g. compile='max-autotune-no-cudagraphs', or compile="
                           "{'max_autotune': True, 'benchmark_fusion': True}")
@@ -93,13 +87,13 @@ def _check_compile(options: dict[str, Any]) -> None:
                                           "eager"}))
             except Exception:
                 known = "inductor, aot_eager, eager"
-            raise _error("E0714", f"compile={options['backend']!r} is not a torch.compile mode "
+            raise coded_error("E0714", f"compile={options['backend']!r} is not a torch.compile mode "
                          f"or a backend torch knows: {message}",
                          help=f"modes: {', '.join(COMPILE_MODES)}; backends: {known}") from None
         if "mode" in options:
-            raise _error("E0714", f"compile={options['mode']!r}: {message}",
+            raise coded_error("E0714", f"compile={options['mode']!r}: {message}",
                          help=f"modes: {', '.join(COMPILE_MODES)}") from None
-        raise _error("E0714", f"compile={options['options']!r}: inductor does not take these "
+        raise coded_error("E0714", f"compile={options['options']!r}: inductor does not take these "
                      f"options: {message}",
                      help="the keys are torch._inductor.config's names, e.g. "
                           "{'max_autotune': True}") from None

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from linnet.lang import LinnetError, Program, lower
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.diagnostics.core import coded_error
 
 # The time a rank waits (E0827) is checked by `linnet run` before torch is imported: it
 # lives in linnet.lang.hosting, re-exported here where the ranks use it.
@@ -37,10 +37,6 @@ from linnet.lang.hosting import DEFAULT_TIMEOUT, TIMEOUT_ENV, rank_timeout
 from linnet.lang.ir.shard import shard
 
 import torch
-
-
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
 
 
 def check_world(world: Any) -> int:
@@ -52,7 +48,7 @@ def check_world(world: Any) -> int:
     if world is None:
         return 1
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-        raise _error("E0821", f"world must be a positive int (the number of ranks), not "
+        raise coded_error("E0821", f"world must be a positive int (the number of ranks), not "
                               f"{world!r}", help="e.g. load(..., world=2) under torchrun "
                                                  "--nproc-per-node 2")
     return world
@@ -67,7 +63,7 @@ def check_ranks(nproc: int, device: Any) -> None:
     if str(device).startswith("cuda"):
         gpus = torch.cuda.device_count()
         if nproc > gpus:
-            raise _error("E0824", f"--nproc {nproc} --device cuda: one rank per GPU, and "
+            raise coded_error("E0824", f"--nproc {nproc} --device cuda: one rank per GPU, and "
                                   f"{gpus} GPU(s) are visible here",
                          help=f"start at most {gpus} rank(s) (check CUDA_VISIBLE_DEVICES), "
                               "or run the ranks on the CPU (--device cpu)")
@@ -80,7 +76,7 @@ def _int_env(name: str) -> int | None:
     try:
         return int(raw.strip())
     except ValueError:
-        raise _error("E0826", f"{name}={raw!r} in the environment is not an integer",
+        raise coded_error("E0826", f"{name}={raw!r} in the environment is not an integer",
                      help=f"set {name} to a whole number (torchrun sets it for each rank), or "
                           f"unset it and let `linnet run --nproc N` start the ranks") from None
 
@@ -97,7 +93,7 @@ def check_environment(world: int, device: str | torch.device = "cpu") -> tuple[i
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     missing = [k for k in needed if k not in os.environ]
     if missing:
-        raise _error(
+        raise coded_error(
             "E0821", f"world={world} needs a torch.distributed process group, and none is "
                      f"initialised here (no {', '.join(missing)} in the environment)",
             help=f"start the ranks with `torchrun --nproc-per-node {world} script.py`, or "
@@ -109,35 +105,35 @@ def check_environment(world: int, device: str | torch.device = "cpu") -> tuple[i
     rank = _int_env("RANK")
     assert size is not None and rank is not None
     if size != world:
-        raise _error("E0826", f"WORLD_SIZE={size} in the environment, but this process is "
+        raise coded_error("E0826", f"WORLD_SIZE={size} in the environment, but this process is "
                               f"one of world={world} ranks (`--nproc {world}`, `world=`)",
                      help=f"make them agree: {fix}, or load with world={size}")
     if not 0 <= rank < size:
-        raise _error("E0826", f"RANK={rank} is not a rank of WORLD_SIZE={size} (ranks are 0 to "
+        raise coded_error("E0826", f"RANK={rank} is not a rank of WORLD_SIZE={size} (ranks are 0 to "
                               f"{size - 1}): it would wait for ranks that never come",
                      help=f"give each process its own RANK from 0 to {size - 1}: {fix}")
     local_size = _int_env("LOCAL_WORLD_SIZE")
     if local_size is not None and not 1 <= local_size <= size:
-        raise _error("E0826", f"LOCAL_WORLD_SIZE={local_size} is not between 1 and "
+        raise coded_error("E0826", f"LOCAL_WORLD_SIZE={local_size} is not between 1 and "
                               f"WORLD_SIZE={size}", help=fix)
     local = _int_env("LOCAL_RANK")
     top = local_size if local_size is not None else size
     if local is not None and not 0 <= local < top:
-        raise _error("E0826", f"LOCAL_RANK={local} is not a rank on this machine (0 to "
+        raise coded_error("E0826", f"LOCAL_RANK={local} is not a rank on this machine (0 to "
                               f"{top - 1}, from {'LOCAL_WORLD_SIZE' if local_size else 'WORLD_SIZE'}"
                               f"={top})", help=fix)
     if not os.environ["MASTER_ADDR"].strip():
-        raise _error("E0826", "MASTER_ADDR is empty: the ranks meet at rank 0's address",
+        raise coded_error("E0826", "MASTER_ADDR is empty: the ranks meet at rank 0's address",
                      help="set MASTER_ADDR to rank 0's host (127.0.0.1 on one machine)")
     port = _int_env("MASTER_PORT")
     if port is None or not 1 <= port <= 65535:
-        raise _error("E0826", f"MASTER_PORT={port} is not a TCP port (1 to 65535)",
+        raise coded_error("E0826", f"MASTER_PORT={port} is not a TCP port (1 to 65535)",
                      help="set MASTER_PORT to a free port on rank 0's host, such as 29500")
     if torch.device(device).type == "cuda":
         gpus = torch.cuda.device_count()
         use = local if local is not None else rank % max(gpus, 1)
         if use >= gpus:
-            raise _error("E0826", f"rank {rank} of {size} would use GPU {use}, and this machine "
+            raise coded_error("E0826", f"rank {rank} of {size} would use GPU {use}, and this machine "
                                   f"has {gpus} GPU(s) visible",
                          help="start at most one rank per GPU (check CUDA_VISIBLE_DEVICES)")
     return rank, (local if local is not None else rank)
@@ -157,7 +153,7 @@ def init(world: int, device: str | torch.device) -> tuple[int, str | torch.devic
     import torch.distributed as dist
 
     if not dist.is_available():
-        raise _error("E0821", "world > 1 needs torch.distributed, which this torch build lacks",
+        raise coded_error("E0821", "world > 1 needs torch.distributed, which this torch build lacks",
                      help="install a torch build with distributed support")
     cuda = torch.device(device).type == "cuda"
     if not dist.is_initialized():
@@ -174,7 +170,7 @@ def init(world: int, device: str | torch.device) -> tuple[int, str | torch.devic
             raise _join_error(exc, rank, world, timeout) from None
     have = dist.get_world_size()
     if have != world:
-        raise _error("E0821", f"world={world}, but the process group has {have} ranks",
+        raise coded_error("E0821", f"world={world}, but the process group has {have} ranks",
                      help=f"load with world={have}, or start {world} ranks")
     rank = dist.get_rank()
     if cuda and torch.device(device).index is None:
@@ -199,7 +195,7 @@ def _reach_rank_0(rank: int, world: int, timeout: float) -> None:
         if left <= 0:
             break
         time.sleep(min(0.2, max(0.0, left)))
-    raise _error("E0825", f"rank {rank} of {world} could not join the other ranks: rank 0 did "
+    raise coded_error("E0825", f"rank {rank} of {world} could not join the other ranks: rank 0 did "
                           f"not answer at {host}:{port} within {timeout:g} s ({why})",
                  help=f"start rank 0 too (all {world} ranks, each with its own RANK) and check "
                       f"that MASTER_ADDR/MASTER_PORT reach it; {_LONGER}")
@@ -216,7 +212,7 @@ def _join_error(exc: Exception, rank: int, world: int, timeout: float) -> Linnet
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
     if "EADDRINUSE" in text or "address already in use" in text:
-        return _error("E0826", f"rank {rank} of {world} cannot listen at {where}: the port "
+        return coded_error("E0826", f"rank {rank} of {world} cannot listen at {where}: the port "
                                "MASTER_PORT is in use on this machine",
                       help="set MASTER_PORT to a free port (`linnet run --nproc` picks one)")
     joined = re.search(r"(\d+)/(\d+) clients joined", text)
@@ -226,7 +222,7 @@ def _join_error(exc: Exception, rank: int, world: int, timeout: float) -> Linnet
         why = f"rank 0 did not answer at {where} within {timeout:g} s"
     else:
         why = text
-    return _error("E0825", f"rank {rank} of {world} could not join the other ranks: {why}",
+    return coded_error("E0825", f"rank {rank} of {world} could not join the other ranks: {why}",
                   help=f"start all {world} ranks (each with its own RANK) and check that "
                        f"MASTER_ADDR/MASTER_PORT reach rank 0; {_LONGER}")
 
@@ -252,12 +248,12 @@ def collective_error(exc: BaseException, rank: int, world: int) -> LinnetError |
     if "timed out" in lowered or "timeout" in lowered:
         seconds = rank_timeout_or_none()
         waited = f" {seconds:g} s" if seconds is not None else ""
-        return _error("E0825", f"rank {rank} of {world} waited{waited} in a collective for the "
+        return coded_error("E0825", f"rank {rank} of {world} waited{waited} in a collective for the "
                                f"other ranks, and they did not come ({first}): a rank stopped, "
                                "is stuck, or runs other calls",
                       help=f"every rank must make the same calls with the same inputs; "
                            f"{_LONGER}")
-    return _error("E0825", f"rank {rank} of {world} lost another rank in a collective "
+    return coded_error("E0825", f"rank {rank} of {world} lost another rank in a collective "
                            f"({first}): that rank stopped or failed (its own error says why)",
                   help="every rank must make the same calls; fix the rank that failed")
 
@@ -330,7 +326,7 @@ def parameter_axes(program: Program, config: dict[str, Any], shapes: Any, world:
         for path in graph.parameters:
             axis = s.parameters.get(path)
             if path in axes and axes[path] != axis:
-                raise _error(
+                raise coded_error(
                     "E0822", f"entries `{seen[path]}` and `{entry}` split parameter `{path}` "
                              f"differently over {world} ranks (axis {axes[path]} and {axis})",
                     help="each rank holds one block of each parameter; give the entries the "
@@ -375,7 +371,7 @@ def check_layout(graph_axes: dict[str, int], loaded: dict[str, int], entry: str)
     """
     for path, axis in graph_axes.items():
         if loaded.get(path) != axis:
-            raise _error(
+            raise coded_error(
                 "E0822", f"`{entry}` for these inputs splits parameter `{path}` along axis "
                          f"{axis}; it was loaded split along {loaded.get(path)}",
                 help="each rank holds one block of each parameter, found when the model was "

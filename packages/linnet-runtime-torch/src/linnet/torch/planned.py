@@ -30,7 +30,7 @@ from linnet.backends import (
 from linnet.backends.discovery import probe_all
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
-from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph, ValueType
 from linnet.lang.ir.slices import Slice, slice_steps
@@ -84,10 +84,6 @@ from .timing import (  # noqa: F401  (time_rotation and the rest: importable fro
     time_run,
     torch_target,
 )
-
-
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
 
 
 # ---------------------------------------------------------------- plan
@@ -175,13 +171,13 @@ class Plan:
     def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
         graph = self.graph
         if len(inputs) != len(graph.inputs):
-            raise _error("E0720", f"entry `{self.entry}` takes {len(graph.inputs)} inputs, got "
+            raise coded_error("E0720", f"entry `{self.entry}` takes {len(graph.inputs)} inputs, got "
                          f"{len(inputs)}")
         env: dict[str, Any] = {}
         for name, t in zip(graph.inputs, inputs):
             vt = graph.values[name]
             if tuple(t.shape) != vt.shape:
-                raise _error("E0751", f"input {name[1:]} has shape {list(t.shape)}; this plan was "
+                raise coded_error("E0751", f"input {name[1:]} has shape {list(t.shape)}; this plan was "
                              f"made for {list(vt.shape)}",
                              help="make a plan for these shapes: model.plan_for(...)")
             env[name] = t
@@ -289,7 +285,7 @@ class Captured:
 
     def __init__(self, plan: Plan, context: Context, pdl: int | None = None):
         if plan.device.type != "cuda":
-            raise _error("E0750", f"Captured replays a CUDA graph, but this plan runs on "
+            raise coded_error("E0750", f"Captured replays a CUDA graph, but this plan runs on "
                          f"{plan.device}", help="run plan.run(inputs, context) on the CPU, or "
                          "load the model with device='cuda'")
         self.plan = plan
@@ -338,11 +334,11 @@ class Captured:
     def _load(self, inputs: Sequence[torch.Tensor]) -> None:
         """Copy ``inputs`` into the graph's input buffers, without waiting for the device."""
         if len(inputs) != len(self.static_inputs):
-            raise _error("E0720", f"entry `{self.plan.entry}` takes {len(self.static_inputs)} "
+            raise coded_error("E0720", f"entry `{self.plan.entry}` takes {len(self.static_inputs)} "
                          f"inputs, got {len(inputs)}")
         for i, (dst, src) in enumerate(zip(self.static_inputs, inputs)):
             if dst.shape != src.shape or dst.dtype != src.dtype:
-                raise _error("E0752", f"Captured was captured for inputs "
+                raise coded_error("E0752", f"Captured was captured for inputs "
                              f"{[(list(t.shape), str(t.dtype)) for t in self.static_inputs]}; "
                              f"got {[(list(t.shape), str(t.dtype)) for t in inputs]}",
                              help="make a plan and a Captured for each input shape and dtype")
@@ -366,7 +362,7 @@ class Captured:
             with pdl_mode(self.plan.pdl_namespaces(), self.pdl), torch.cuda.graph(graph):
                 self.static_outputs = self.plan._run(self.static_inputs, self.context)
         except Exception as exc:
-            raise _error("E0753", f"the plan could not be captured as a CUDA graph: {exc}",
+            raise coded_error("E0753", f"the plan could not be captured as a CUDA graph: {exc}",
                          help="a backend's execute must not allocate, synchronise or copy to "
                               "the host; see `plan.explain()` for which backends run") from exc
         self.graph = graph
@@ -375,7 +371,7 @@ class Captured:
 def _launch_mode(pdl: Any) -> int:
     """``pdl`` if it is a launch mode of Linnet's kernels, else error E0759."""
     if isinstance(pdl, bool) or pdl not in MODES:
-        raise _error("E0759", f"pdl={pdl!r} is not a launch mode of Linnet's kernels",
+        raise coded_error("E0759", f"pdl={pdl!r} is not a launch mode of Linnet's kernels",
                      help="0 off, 1 early, 2 late, 3 by grid, 4 late and 5 early with "
                           "prefetching, or None for the plan's choice (plan.pdl)")
     return int(pdl)
@@ -402,7 +398,7 @@ def prepare_all(plan: Plan, context: Context, code: str = "E0756") -> None:
 def _executable_error(code: str, item: Item, method: str, exc: BaseException) -> LinnetError:
     backend = item.backend or "?"
     what = item.label[len(backend):].strip() if item.label.startswith(backend) else item.label
-    return _error(code, f"backend `{backend}`'s executable for {what} raised in "
+    return coded_error(code, f"backend `{backend}`'s executable for {what} raised in "
                   f"{method}: {type(exc).__name__}: {exc}",
                   help=f"it passed a check run when the plan was made; plan again without "
                        f"`{backend}` (plan_for(..., backends=[...])) and report this to its "
@@ -1176,7 +1172,7 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
     """
     if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or \
             not math.isfinite(tolerance) or tolerance < 0:
-        raise _error("E0758", f"tolerance must be a finite number >= 0, not {tolerance!r}",
+        raise coded_error("E0758", f"tolerance must be a finite number >= 0, not {tolerance!r}",
                      help="e.g. tolerance=0.01: 1% of the reference's largest magnitude")
     options = Options(measure=False, tolerance=float(tolerance))
     builder = PlanBuilder(model, entry, list(inputs), options, progress=False)
@@ -1185,11 +1181,11 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
         builder.graph = claim_spans(builder.graph, model.program)
     if not ready:
         reason = builder.skipped[-1].reason if builder.skipped else "declined"
-        raise _error("E0754", f"backend `{getattr(backend, 'name', backend)}` cannot run here: "
+        raise coded_error("E0754", f"backend `{getattr(backend, 'name', backend)}` cannot run here: "
                      f"{reason}")
     candidates = builder.candidates(ready)
     if builder.skipped:
-        raise _error("E0755", f"backend `{backend.name}` failed: {builder.skipped[-1].reason}")
+        raise coded_error("E0755", f"backend `{backend.name}` failed: {builder.skipped[-1].reason}")
     context = context if context is not None else model.context_for_graph(builder.graph)
     live = [c for c in candidates if c.status != "failed"]
     found = builder.check(live, context)[1] if live else {}

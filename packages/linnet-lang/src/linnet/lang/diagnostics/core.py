@@ -171,6 +171,18 @@ class LinnetError(Exception):
         return render_all(self.diagnostics)
 
 
+def coded_error(code: str, message: str, help: str = "") -> LinnetError:
+    """A :class:`LinnetError` of one diagnostic: a user mistake with its code, what is wrong
+    and how to fix it, where no source span applies (inputs, options, files, plans). The one
+    helper every package raises such errors with.
+
+    >>> print(coded_error("E0787", "--tokens 0: decode at least one token", help="e.g. --tokens 16"))
+    error[E0787]: --tokens 0: decode at least one token
+      = help: e.g. --tokens 16
+    """
+    return LinnetError(Diagnostic(code, message, help=help))
+
+
 def _label_columns(span: Span) -> tuple[int, int, int]:
     """(line, first column, underline width) of a label; multi-line spans run to line end."""
     src = span.source

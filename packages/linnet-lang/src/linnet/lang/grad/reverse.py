@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.grad.rules import VJP_RULES, Tape, is_float
 from linnet.lang.ir import verify as _verify
 from linnet.lang.ir.graph import KERNEL_ATTRIBUTES, Call, Graph, Step, ValueType
@@ -62,10 +62,6 @@ class ClauseTemplate:
     targets: list[str] = field(default_factory=list)
 
 
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
-
-
 def resolve_wrt(graph: Graph, wrt: list[str] | str) -> list[str]:
     """``wrt`` as graph refs: an input's name (``x`` or ``%x``), a parameter's path, or
     ``"params"`` for every floating-point parameter (sorted by path).
@@ -78,7 +74,7 @@ def resolve_wrt(graph: Graph, wrt: list[str] | str) -> list[str]:
     inputs = {ref[1:]: ref for ref in graph.inputs}
     for item in items:
         if not isinstance(item, str):
-            raise _error("E0950", f"`wrt` items are input names or parameter paths, not "
+            raise coded_error("E0950", f"`wrt` items are input names or parameter paths, not "
                          f"{type(item).__name__} {item!r}",
                          help="e.g. wrt=['x', 'model.norm.weight'] or wrt='params'")
         if item == "params":
@@ -89,13 +85,13 @@ def resolve_wrt(graph: Graph, wrt: list[str] | str) -> list[str]:
         elif item.lstrip("@") in graph.parameters:
             refs = [f"@{item.lstrip('@')}"]
         elif item.lstrip("@") in graph.states:
-            raise _error("E0951", f"`{item}` is a state of `{graph.model}`; gradients are taken "
+            raise coded_error("E0951", f"`{item}` is a state of `{graph.model}`; gradients are taken "
                          "with respect to inputs and parameters",
                          help="states carry values between calls; differentiate with respect "
                               "to the parameters or inputs that the state was computed from")
         else:
             names = [r[1:] for r in graph.inputs] + sorted(graph.parameters)[:6]
-            raise _error("E0950", f"`{item}` is neither an input nor a parameter of "
+            raise coded_error("E0950", f"`{item}` is neither an input nor a parameter of "
                          f"`{graph.model}.{graph.entry}`",
                          help="differentiate with respect to one of: " + ", ".join(names)
                               + (", ..." if len(graph.parameters) > 6 else "")
@@ -103,16 +99,16 @@ def resolve_wrt(graph: Graph, wrt: list[str] | str) -> list[str]:
         for ref in refs:
             vt = graph.values[ref] if ref.startswith("%") else graph.parameters[ref[1:]]
             if not is_float(vt.dtype):
-                raise _error("E0951", f"`{ref.lstrip('%@')}` is {vt.dtype}; only floating-point "
+                raise coded_error("E0951", f"`{ref.lstrip('%@')}` is {vt.dtype}; only floating-point "
                              "inputs and parameters have gradients",
                              help="leave integer inputs such as token ids and positions out "
                                   "of `wrt`")
             if ref in out:
-                raise _error("E0950", f"`{ref.lstrip('%@')}` is named twice in `wrt`",
+                raise coded_error("E0950", f"`{ref.lstrip('%@')}` is named twice in `wrt`",
                              help="name each input or parameter once")
             out.append(ref)
     if not out:
-        raise _error("E0950", "`wrt` names nothing to differentiate with respect to",
+        raise coded_error("E0950", "`wrt` names nothing to differentiate with respect to",
                      help="name an input or a parameter, or pass wrt='params'")
     return out
 
@@ -151,7 +147,7 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
     if seed == "scalar":
         if len(graph.outputs) != 1 or not float_outputs or graph.values[float_outputs[0]].shape:
             shown = ", ".join(_type(graph, o) for o in graph.outputs)
-            raise _error("E0952", f"`{graph.model}.{graph.entry}` returns {shown}, not one "
+            raise coded_error("E0952", f"`{graph.model}.{graph.entry}` returns {shown}, not one "
                          "scalar float, so it has no gradient of its own",
                          help="return a loss (a rank-0 float), or give cotangents for its "
                               "outputs (seed='cotangents'; `--grad-seed cotangents`)")
@@ -349,7 +345,7 @@ def _check_states(graph: Graph, active: set[str], seeded: set[str]) -> None:
     if hit is not None or any(o in tainted for o in seeded):
         state = hit or next(iter(written))
         loc = graph.steps[written[state]].loc
-        raise _error("E0953", f"`{graph.model}.{graph.entry}` writes the state "
+        raise coded_error("E0953", f"`{graph.model}.{graph.entry}` writes the state "
                      f"`{state[1:]}` (at {loc or '?'}) with a value that depends on what is "
                      "differentiated, and reads it back: gradients do not flow through states",
                      help="differentiate an entry that uses the values it computes directly "

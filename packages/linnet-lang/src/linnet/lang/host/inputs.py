@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.diagnostics.core import LinnetError, coded_error
 from linnet.lang.ir.bounds import InputRange, dim_names
 from linnet.lang.ir.graph import Graph
 
@@ -27,15 +27,7 @@ model M<V: Dim, N: Dim> {
     }
 }"""
 
-
-def error(code: str, message: str, help: str = "") -> LinnetError:
-    """A :class:`~linnet.lang.LinnetError` of one diagnostic, as the runtimes raise them.
-
-    >>> print(error("E0787", "--tokens 0: decode at least one token", help="e.g. --tokens 16"))
-    error[E0787]: --tokens 0: decode at least one token
-      = help: e.g. --tokens 16
-    """
-    return LinnetError(Diagnostic(code, message, help=help))
+error = coded_error  # the name the runtimes import (linnet.lang.hosting re-exports it)
 
 
 def short(value: Any) -> str:

@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.ir.graph import Graph, Step
 
 INTS = {"i8", "i16", "i32", "i64", "u8"}
@@ -531,10 +531,6 @@ def dim_names(graph: Graph | None, size: int) -> list[str]:
 _CACHE: dict[int, Bounds] = {}
 
 
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
-
-
 def bounds_for(graph: Graph) -> Bounds:
     """``input_bounds(graph)``, computed once per graph object (both runtimes' input checks
     and generation read it).
@@ -581,13 +577,13 @@ def check_static(graph: Graph, entry: str) -> None:
     dim = f" ({' or '.join(names)} = {v.use.size})" if names else ""
     verb = "write" if v.use.op == "scatter" else "read"
     if culprits:
-        raise _error(
+        raise coded_error(
             "E0782", f"the shapes of the inputs of `{entry}` (input {', '.join(culprits)}) make "
             f"step {v.use.step} ({v.use.op}) {verb} positions {v.lo}..{v.hi} of {what}, which "
             f"holds {v.use.size}", help=f"an input is longer than the axis it indexes{dim}: "
             f"e.g. a prompt longer than the KV cache; shorten the input to at most "
             f"{v.use.size} along that axis, or load the model with a larger size in the config")
-    raise _error(
+    raise coded_error(
         "E0782", f"`{entry}` would {verb} positions {v.lo}..{v.hi} of {what}, which holds "
         f"{v.use.size} (step {v.use.step}, {v.use.op})",
         help=f"the model indexes past the end of that axis for these dims{dim}: check the "

@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.diagnostics.core import LinnetError, coded_error
 from linnet.lang.ir.graph import Call, Graph, Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES, Category
 
@@ -103,10 +103,6 @@ class Sharding:
             return None
         size = shape[axis] // self.world
         return axis, self.rank * size, (self.rank + 1) * size
-
-
-def _error(code: str, message: str, help: str) -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
 
 
 def dim_names(graph: Graph, size: int) -> str:
@@ -190,7 +186,7 @@ class _Pass:
 
     def divides(self, size: int, what: str) -> None:
         if size % self.world:
-            raise _error(
+            raise coded_error(
                 "E0960", f"{what} has {dim_names(self.g, size)}, which does not divide by the "
                          f"world size {self.world}{self.where}",
                 help=_ranks_help(size))
@@ -365,7 +361,7 @@ class _Pass:
         for r, size in enumerate(out_shape):
             if math.prod(out_shape[:r]) == before and size > 1:
                 if size % self.world:
-                    raise _error(
+                    raise coded_error(
                         "E0960", f"splitting `{x.lstrip('%@')}` over {self.world} ranks splits "
                                  f"axis {r} of its reshape to {list(out_shape)}, which has "
                                  f"{dim_names(self.g, size)}: it does not divide by the world "
@@ -501,7 +497,7 @@ class _Pass:
             self.decide(path, None if av is None or av < br else k + av - br)
             have = self.layout[path]
         if have is not None and have < k:
-            raise _error("E0961", f"state `{path}` is split along axis {have}, which "
+            raise coded_error("E0961", f"state `{path}` is split along axis {have}, which "
                                   f"`{s.op}` indexes{self.where}",
                          help="this layout is not supported yet: leave tensor parallelism "
                               "off for this model")
@@ -573,7 +569,7 @@ def one_process(step: Step, target: str) -> LinnetError:
     >>> one_process(Step("all_reduce", ["%x"], ["%y"]), "generated JAX").diagnostics[0].code
     'E0963'
     """
-    return _error("E0963", f"`{step.op}` at {step.loc or '?'} communicates between the ranks of "
+    return coded_error("E0963", f"`{step.op}` at {step.loc or '?'} communicates between the ranks of "
                            f"a tensor-parallel graph, and {target} runs one process",
                   help="run the rank's graph with linnet.torch (load(..., world=N), "
                        "docs/parallel.md), or shard nothing (world=1) for this target")
@@ -609,10 +605,10 @@ def shard(graph: Graph, world: int, rank: int) -> Sharding:
     {}
     """
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-        raise _error("E0962", f"the world size must be a positive int, not {world!r}",
+        raise coded_error("E0962", f"the world size must be a positive int, not {world!r}",
                      help="e.g. load(..., world=2) for two ranks")
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world:
-        raise _error("E0962", f"rank {rank!r} is not in 0..{world - 1}",
+        raise coded_error("E0962", f"rank {rank!r} is not in 0..{world - 1}",
                      help="the rank comes from torch.distributed.get_rank()")
     if world == 1:
         return Sharding(graph, graph, 1, 0)

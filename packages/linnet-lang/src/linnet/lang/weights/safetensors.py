@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError, coded_error
 
 SAFETENSORS_DTYPES = {"F64": "f64", "F32": "f32", "F16": "f16", "BF16": "bf16", "I64": "i64",
                       "I32": "i32", "I16": "i16", "I8": "i8", "U8": "u8", "BOOL": "bool"}
@@ -178,10 +178,6 @@ class Checkpoint:
         return path if path.is_file() else None
 
 
-def _error(code: str, message: str, help: str = "") -> LinnetError:
-    return LinnetError(Diagnostic(code, message, help=help))
-
-
 def resolve_checkpoint(weights: str | Path | Sequence[str | Path]) -> Checkpoint:
     """The files of a checkpoint given as a file, a directory, an index JSON or a list.
 
@@ -201,17 +197,17 @@ def resolve_checkpoint(weights: str | Path | Sequence[str | Path]) -> Checkpoint
                 return read_index(index)
             found = sorted(p for p in path.glob("*.safetensors") if p.is_file())
             if not found:
-                raise _error("E0639", f"directory `{path}` has no `{INDEX_NAME}` and no "
+                raise coded_error("E0639", f"directory `{path}` has no `{INDEX_NAME}` and no "
                              "`*.safetensors` files",
                              help="pass the directory a checkpoint was saved or downloaded to "
                                   "(Hugging Face's `save_pretrained` writes safetensors files)")
             return Checkpoint(tuple(found), path)
         if path.suffix == ".json":
             if not path.is_file():
-                raise _error("E0651", f"weights index `{path}` not found", help="check the path")
+                raise coded_error("E0651", f"weights index `{path}` not found", help="check the path")
             return read_index(path)
         if not path.exists():
-            raise _error("E0651", f"weights file `{path}` not found", help="check the path")
+            raise coded_error("E0651", f"weights file `{path}` not found", help="check the path")
         return Checkpoint((path,), path.parent)
     if isinstance(weights, list | tuple) and weights and all(
             isinstance(w, str | os.PathLike) for w in weights):
@@ -222,7 +218,7 @@ def resolve_checkpoint(weights: str | Path | Sequence[str | Path]) -> Checkpoint
                                           help="check the path") for f in missing])
         dirs = {f.resolve().parent for f in files}
         return Checkpoint(files, files[0].parent if len(dirs) == 1 else None)
-    raise _error("E0639", f"weights must be a safetensors file, a checkpoint directory, an "
+    raise coded_error("E0639", f"weights must be a safetensors file, a checkpoint directory, an "
                  f"index JSON or a non-empty list of files, not {_describe(weights)}",
                  help="e.g. weights='Llama-3.2-1B/' or weights=['a.safetensors', "
                       "'b.safetensors']")
@@ -240,7 +236,7 @@ def read_index(index: Path) -> Checkpoint:
     not there is E0635 (every missing shard in one report).
     """
     def bad(why: str) -> LinnetError:
-        return _error("E0634", f"`{index}` is not a safetensors index: {why}",
+        return coded_error("E0634", f"`{index}` is not a safetensors index: {why}",
                       help="an index is a JSON object whose `weight_map` maps each tensor "
                            "name to a shard file beside it; download or save it again")
 
@@ -253,7 +249,7 @@ def read_index(index: Path) -> Checkpoint:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise bad(f"not JSON ({exc})") from None
     except OSError as exc:
-        raise _error("E0651", f"cannot read `{index}`: {exc}") from None
+        raise coded_error("E0651", f"cannot read `{index}`: {exc}") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise bad("it has no `weight_map` object")
