@@ -14,8 +14,8 @@ from linnet.lang import LinnetError, Program, check_file, lower
 from linnet.lang.diagnostics.codes import EXPLANATIONS
 from linnet.lang.ir import verify as verify_module
 from linnet.lang.ir.graph import Call, Graph, Step, ValueType
-from linnet.lang.ir.passes import PASSES, run_passes
 from linnet.lang.ir.verify import verify
+from linnet.lang.pipeline import STAGES, Stage, run_stages
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
@@ -190,10 +190,11 @@ def test_a_pass_that_breaks_the_graph_is_caught_after_it(toy, monkeypatch):
         graph.steps = graph.steps[1:]
         return graph
 
-    monkeypatch.setattr("linnet.lang.ir.passes.PASSES", [*PASSES, drop_first_step])
+    monkeypatch.setattr("linnet.lang.pipeline.STAGES",
+                        (*STAGES, Stage("drop_first_step", drop_first_step)))
     with pytest.raises(LinnetError) as info:
-        run_passes(copy.deepcopy(toy))
-    assert "after pass drop_first_step" in info.value.diagnostics[0].message
+        run_stages(copy.deepcopy(toy))
+    assert "after stage drop_first_step" in info.value.diagnostics[0].message
 
 
 def test_lowering_verifies_under_linnet_debug(program, monkeypatch):
@@ -207,7 +208,7 @@ def test_lowering_verifies_under_linnet_debug(program, monkeypatch):
     assert calls == []  # off by default: lowering stays as fast as it was
     monkeypatch.setenv("LINNET_DEBUG", "1")
     lower(program, "decode", {"token": [1], "pos": [1]}, config("toy"))
-    assert calls == ["lowering"] + [f"pass {p.__name__}" for p in PASSES]
+    assert calls == ["lowering"] + [f"stage {s.name}" for s in STAGES]
 
 
 def test_an_empty_graph_and_empty_calls_verify():

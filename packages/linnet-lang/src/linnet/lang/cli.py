@@ -23,6 +23,7 @@ from typing import Any
 
 from linnet.lang.check.driver import check_program, lower
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, render_all, to_json
+from linnet.lang.pipeline import NUMERICS, Numerics, stage_text, watch
 from linnet.lang.syntax.program import Program
 
 
@@ -311,9 +312,15 @@ def cmd_graph(args: argparse.Namespace) -> int:
         weights = None
         if args.weights:
             weights = read_safetensors_header(args.weights)
-        graph = lower_for_command(args, program, args.entry, parse_inputs(args.input), config,
-                                  weights)
+        with watch() as seen:
+            graph = lower_for_command(args, program, args.entry, parse_inputs(args.input),
+                                      config, weights)
         text = graph.dumps() if args.format == "json" else graph.summary()
+        if args.stages:  # every stage's graph, in order (linnet.lang.pipeline)
+            text = (json.dumps([{"stage": name, "graph": json.loads(g.dumps())}
+                                for name, g in seen], indent=1)
+                    if args.format == "json" else "\n\n".join(stage_text(name, g)
+                                                               for name, g in seen))
         if args.output:
             write_output(args.output, text + "\n")
     except LinnetError as err:
@@ -566,12 +573,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     add_lowering_arguments(p)
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
+    p.add_argument("--stages", action="store_true",
+                   help="print the graph after every stage of lowering, in order")
     p.set_defaults(run=cmd_graph)
 
     p = sub.add_parser("torch", help="write generated PyTorch source for a model's entries")
     add_lowering_arguments(p, entry_required=False)
     p.add_argument("-o", "--output", help="the .py file to write (default: stdout)")
-    p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
+    add_numerics_argument(p)
     p.add_argument("--no-fast", action="store_true",
                    help="lower std ops from their bodies instead of fused torch calls")
     p.set_defaults(run=cmd_torch)
@@ -579,7 +588,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("jax", help="write generated JAX source for a model's entries")
     add_lowering_arguments(p, entry_required=False)
     p.add_argument("-o", "--output", help="the .py file to write (default: stdout)")
-    p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
+    add_numerics_argument(p)
     p.add_argument("--no-fast", action="store_true",
                    help="lower std ops from their bodies instead of fused jax calls")
     p.set_defaults(run=cmd_jax)
@@ -642,7 +651,7 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
                        help="torch.compile each slice kind once (torch runtime)")
         p.add_argument("--interpret", action="store_true",
                        help="use the PyTorch interpreter (torch runtime)")
-    p.add_argument("--numerics", choices=["exact", "fast"], default="exact")
+    add_numerics_argument(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the generated checkpoint")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="sample at this temperature (default 0: greedy)")
@@ -666,6 +675,21 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
                    help="with --nproc: how long a rank waits for the others, to join and in "
                         "each collective, before it stops with E0825 (default 300; also "
                         "$LINNET_RANK_TIMEOUT)")
+
+
+def add_numerics_argument(p: argparse.ArgumentParser) -> None:
+    """``--numerics`` (:class:`~linnet.lang.pipeline.Numerics`), checked by :func:`main` with
+    the E0713 every entry point raises (argparse's ``choices`` would exit with its own usage
+    error instead).
+
+    >>> p = argparse.ArgumentParser(); add_numerics_argument(p)
+    >>> p.parse_args([]).numerics
+    'exact'
+    """
+    p.add_argument("--numerics", default=Numerics.EXACT.value,
+                   metavar="{" + ",".join(NUMERICS) + "}",
+                   help="exact: every op as its body says; fast: fused calls, kernels, TF32 "
+                        "matmuls (default: exact)")
 
 
 def add_lowering_arguments(p: argparse.ArgumentParser, entry_required: bool = True) -> None:
@@ -696,6 +720,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "numerics", None) is not None:
+            Numerics.parse(args.numerics)  # E0713 before any work, as load() raises it
         return int(args.run(args) or 0)
     except LinnetError as err:
         return report(err, getattr(args, "format", "text"))

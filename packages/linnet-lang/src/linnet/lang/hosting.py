@@ -46,6 +46,9 @@ from linnet.lang.host.inputs import (  # noqa: F401
     short,
 )
 from linnet.lang.host.run import RunSetup, default_model, run_setup  # noqa: F401
+
+# NUMERICS (the values of linnet.lang.pipeline.Numerics) is what the runtimes re-export.
+from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401
 from linnet.lang.weights.demo import parameter_types  # noqa: F401  (the runtimes' random_weights)
 
 if TYPE_CHECKING:
@@ -56,7 +59,6 @@ if TYPE_CHECKING:
     from linnet.lang.syntax.program import Program
     from linnet.lang.weights.safetensors import Checkpoint
 
-NUMERICS = ("exact", "fast")
 # Linnet's floating-point element types: the ones `dtype=` converts weights to.
 FLOATS = ("f64", "f32", "f16", "bf16")
 
@@ -96,13 +98,14 @@ def check_finite_flag(value: Any) -> None:
 
 
 # ---------------------------------------------------------------- loading
-def check_numerics(numerics: str) -> None:
-    """E0713 unless ``numerics`` is ``"exact"`` or ``"fast"``.
+def check_numerics(numerics: str) -> Numerics:
+    """E0713 unless ``numerics`` is ``"exact"`` or ``"fast"``: :meth:`Numerics.parse`, the
+    one check every entry point makes.
 
     >>> check_numerics("fast")
+    <Numerics.FAST: 'fast'>
     """
-    if numerics not in NUMERICS:
-        raise error("E0713", f"numerics must be 'exact' or 'fast', not {numerics!r}")
+    return Numerics.parse(numerics)
 
 
 def load_program(path: str | Path) -> tuple[Program, Path]:

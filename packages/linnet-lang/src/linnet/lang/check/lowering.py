@@ -15,7 +15,7 @@ from linnet.lang.check.weight_checks import check_weights, dense_count, param_sp
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, Span
 from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.graph import Graph, ValueType
-from linnet.lang.ir.passes import run_passes
+from linnet.lang.pipeline import run_stages
 from linnet.lang.syntax.program import Program
 from linnet.lang.tensors.dims import Dim, solve_for
 from linnet.lang.tensors.values import Const
@@ -131,7 +131,8 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
         raise LinnetError(dedupe(ev.errors))
     graph.sources = {m.source.name: m.name for m in program.modules.values()}
     check_numel(graph, {f"%{p.name}": p.span for p in method.params} | param_spans(inst))
-    return run_passes(graph)
+    # The stages after lowering, verified after each (linnet.lang.pipeline).
+    return run_stages(graph)
 
 
 def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,

@@ -50,12 +50,12 @@ from linnet.lang.emit.torch import (
 )
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
+from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: its values)
 from linnet.lang.tensors.dtypes import accumulator
 
 JAX_DTYPES = {"f64": "jnp.float64", "f32": "jnp.float32", "f16": "jnp.float16",
               "bf16": "jnp.bfloat16", "i64": "jnp.int64", "i32": "jnp.int32",
               "i16": "jnp.int16", "i8": "jnp.int8", "u8": "jnp.uint8", "bool": "jnp.bool_"}
-NUMERICS = ("exact", "fast")
 
 # Names the generated module itself uses (on top of the PyTorch emitter's).
 RESERVED = {"jax", "jnp", "lax", "PRECISION"}
@@ -699,10 +699,8 @@ def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
     >>> "def run(x, params, states):" in src and "import jax.numpy as jnp" in src
     True
     """
-    if numerics not in NUMERICS:
-        raise ValueError(f"numerics must be one of {NUMERICS}")
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
-    emitter = JaxEmitter(sources, Options(numerics, fast))
+    emitter = JaxEmitter(sources, Options(Numerics.parse(numerics), fast))
     emitter.program = program
     emitter.clauses = clauses
     return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"))

@@ -58,13 +58,13 @@ from linnet.lang.emit.triton import (
 )
 from linnet.lang.ir.graph import Call, Graph, Step, kernel_stages
 from linnet.lang.ir.slices import Slice, cut
+from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: its values)
 from linnet.lang.tensors.dtypes import accumulator
 
 TORCH_DTYPES = {"f64": "torch.float64", "f32": "torch.float32", "f16": "torch.float16",
                 "bf16": "torch.bfloat16", "i64": "torch.int64", "i32": "torch.int32",
                 "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8",
                 "bool": "torch.bool"}
-NUMERICS = ("exact", "fast")
 
 
 def identifier(text: str) -> str:
@@ -682,7 +682,7 @@ def _is_std(loc: str) -> bool:
 
 @dataclass
 class Options:
-    numerics: str = "exact"
+    numerics: Numerics = Numerics.EXACT
     fast: bool = True  # use FAST_CALLS where they apply
     device: str = "cpu"  # the model's torch device, written into the module (DEVICE)
 
@@ -1321,9 +1321,7 @@ def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = Non
     >>> "def run(x, params, states):" in src
     True
     """
-    if numerics not in NUMERICS:
-        raise ValueError(f"numerics must be one of {NUMERICS}")
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
-    emitter = TorchEmitter(sources, Options(numerics, fast, str(device)))
+    emitter = TorchEmitter(sources, Options(Numerics.parse(numerics), fast, str(device)))
     emitter.program = program
     return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"), slices)

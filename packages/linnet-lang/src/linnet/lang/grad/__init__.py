@@ -26,6 +26,7 @@ from typing import Any
 from linnet.lang.grad.reverse import SEEDS, ClauseTemplate, differentiate, resolve_wrt
 from linnet.lang.grad.rules import VJP_RULES, Tape
 from linnet.lang.ir.graph import Graph
+from linnet.lang.pipeline import Stage, run_stage
 from linnet.lang.syntax.program import Program
 
 __all__ = ["SEEDS", "VJP_RULES", "ClauseTemplate", "Tape", "differentiate", "has_grad_clauses",
@@ -68,4 +69,5 @@ def lower_grad(program: Program, entry: str, inputs: dict[str, Any] | None = Non
         program) else None
     graph = lower(program, entry, inputs, config, weights, model, check=check,
                   grad_clauses=templates)
-    return differentiate(graph, wrt, seed, templates)
+    # A stage after lowering's (linnet.lang.pipeline): verified and shown like them.
+    return run_stage(Stage("grad", lambda g: differentiate(g, wrt, seed, templates)), graph)

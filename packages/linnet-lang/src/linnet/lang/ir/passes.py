@@ -1,8 +1,8 @@
-"""Graph passes, each a function Graph -> Graph run in a listed order after lowering."""
+"""Graph passes, each a function Graph -> Graph; :data:`linnet.lang.pipeline.STAGES` lists
+the order they run in after lowering."""
 
 from __future__ import annotations
 
-from linnet.lang.ir import verify as _verify
 from linnet.lang.ir.graph import Graph
 
 
@@ -56,24 +56,4 @@ def hoist_invariants(graph: Graph) -> Graph:
             pos = kept_before[call.start]
             call.start = call.stop = pos + (len(hoisted) if pos >= first else 0)
     graph.steps = [graph.steps[i] for i in order]
-    return graph
-
-
-PASSES = [hoist_invariants]
-
-
-def run_passes(graph: Graph) -> Graph:
-    """Run :data:`PASSES` in order on a freshly lowered graph. Under ``LINNET_DEBUG=1`` (and
-    in the test suites) the graph is verified (:func:`linnet.lang.ir.verify.verify`) before
-    the first pass, that is, as lowering made it, and after each pass.
-
-    >>> # run_passes(graph) is the last thing `lower` does
-    """
-    checked = _verify.checked()
-    if checked:
-        _verify.verify(graph, "lowering")
-    for p in PASSES:
-        graph = p(graph)
-        if checked:
-            _verify.verify(graph, f"pass {p.__name__}")
     return graph
