@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from linnet.lang import Program, lower
+from linnet.lang import LinnetError, Program, lower
 from linnet.lang.cli import load_config, main
 from linnet.lang.emit.jax import FAST_CALLS, RULES, emit_jax
 from linnet.lang.emit.torch import FAST_CALLS as TORCH_FAST_CALLS
@@ -75,8 +75,9 @@ def test_slices_return_the_states_they_write_and_the_entry_stores_them():
 def test_numerics_set_the_module_precision():
     assert "PRECISION = jax.lax.Precision.HIGHEST" in llama_source(numerics="exact")
     assert "PRECISION = None" in llama_source(numerics="fast")
-    with pytest.raises(ValueError):
+    with pytest.raises(LinnetError) as exc:  # the runtimes' E0713, not a bare ValueError
         emit_jax([], numerics="loose")
+    assert exc.value.diagnostics[0].code == "E0713"
 
 
 def test_names_that_would_hide_the_module_are_renamed():

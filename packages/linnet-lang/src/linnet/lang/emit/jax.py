@@ -50,7 +50,7 @@ from linnet.lang.emit.torch import (
 )
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
-from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: its values)
+from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
 from linnet.lang.tensors.dtypes import accumulator
 
 JAX_DTYPES = {"f64": "jnp.float64", "f32": "jnp.float32", "f16": "jnp.float16",
@@ -203,7 +203,7 @@ def _contract(s: Step, n: Scope, numerics: str) -> list[str]:
     acc = JAX_DTYPES[s.attributes["accumulate"]]
     spec = s.attributes["spec"]
     x, y = n.tensor(a), n.tensor(b)
-    if numerics == "exact" and n.dtype(a) != s.attributes["accumulate"]:
+    if numerics == Numerics.EXACT and n.dtype(a) != s.attributes["accumulate"]:
         x, y = f"{x}.astype({acc})", f"{y}.astype({acc})"
     expr = f"jnp.einsum({spec!r}, {x}, {y}, precision=PRECISION, preferred_element_type={acc})"
     want = n.graph.values[s.results[0]].dtype
@@ -641,7 +641,7 @@ class JaxEmitter(TorchEmitter):
         """The module's text: every entry's functions (plans are PyTorch's alone)."""
         entries = [self.entry_function(g, cut(g)) for g in graphs]
         precision = ("jax.lax.Precision.HIGHEST  # exact: full f32 products on every backend"
-                     if self.options.numerics == "exact" else
+                     if self.options.numerics == Numerics.EXACT else
                      "None  # fast: the backend's default (TF32 or bf16 passes for f32 on a GPU)")
         header = [
             *self.doc_head(origin),

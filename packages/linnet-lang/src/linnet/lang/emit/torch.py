@@ -58,7 +58,7 @@ from linnet.lang.emit.triton import (
 )
 from linnet.lang.ir.graph import Call, Graph, Step, kernel_stages
 from linnet.lang.ir.slices import Slice, cut
-from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: its values)
+from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
 from linnet.lang.tensors.dtypes import accumulator
 
 TORCH_DTYPES = {"f64": "torch.float64", "f32": "torch.float32", "f16": "torch.float16",
@@ -290,7 +290,7 @@ def _contract(s: Step, n: Scope, numerics: str) -> list[str]:
     ta, tb = n.tensor(a), n.tensor(b)
     if n.dtype(a) == acc:
         expr = f"torch.einsum({spec!r}, {ta}, {tb})"
-    elif numerics == "exact":
+    elif numerics == Numerics.EXACT:
         dt = TORCH_DTYPES[acc]
         expr = f"torch.einsum({spec!r}, {ta}.to({dt}), {tb}.to({dt}))"
     else:
@@ -846,7 +846,7 @@ class TorchEmitter:
         """A call of a bound op starting at step ``index`` whose kernel this module
         launches (numerics fast, a program to lower kernels from, the `where` clause true),
         with its kernel's text; None otherwise. See emit/triton.py."""
-        if self.program is None or self.options.numerics != "fast":
+        if self.program is None or self.options.numerics != Numerics.FAST:
             return None
         # The longest first: a span op's call (ir/spans.py) over an op call it contains.
         for call in sorted(starts.get(index, []), key=lambda c: c.start - c.stop):
@@ -880,7 +880,7 @@ class TorchEmitter:
 
     def kernel_text(self, call: Call) -> KernelText:
         """The kernel instance a bound call launches, written once per module."""
-        precision = "tf32" if self.options.numerics == "fast" else "ieee"
+        precision = "tf32" if self.options.numerics == Numerics.FAST else "ieee"
         return self.stage_texts(call, precision, kernel_text, chain_text)
 
     def stage_texts(self, call: Call, precision: str, text_of: Callable[..., Any],
