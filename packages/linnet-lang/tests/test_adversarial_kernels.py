@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from linnet.lang import LinnetError, Program, check_program, check_text, lower
 from linnet.lang.check.kernel_access import case_faults, kernel_access_errors
-from linnet.lang.check.kernel_cases import bound_ops, sample_cases, std_program
+from linnet.lang.check.kernel_cases import SOFTMAX_EXAMPLE, bound_ops, sample_cases, std_program
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.accesses import access_faults
 from linnet.lang.ir.tiles import lower_kernel
@@ -121,23 +121,7 @@ def test_a_wrong_kernel_is_a_coded_error_from_check(name: str) -> None:
 
 
 RIGHT = {
-    "the spec's softmax": """
-kernel row_softmax<R: Dim, C: Dim, B: Dim>(x: Tensor[R, C; f32]) -> y: Tensor[R, C; f32] grid(R)
-where B >= C {
-    let row = program_id(0)
-    let cols = iota<i32>(B)
-    let mask = cols < C
-    let v = load(x[row, cols], mask, -1e30)
-    let e = exp(v - max[c] v[c])
-    store(y[row, cols], e / sum[c] e[c], mask)
-}
-pub op softmax<R: Dim, C: Dim>(x: Tensor[R, C; f32]) -> Tensor[R, C; f32]
-kernel row_softmax<R, C, 1024> {
-    let top[r] = max[c] x[r, c]
-    let e[r, c] = exp(x[r, c] - top[r])
-    let y[r, c] = e[r, c] / sum[j] e[r, j]
-    return y
-}""",
+    "the spec's softmax": SOFTMAX_EXAMPLE,
     "the last program reads the others' partial sums after its count": TOTAL,
     "a program reads back its own scratch": op_of(
         "kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(N) "
