@@ -27,8 +27,8 @@ TABLES: list[tuple[str, str]] = [
     ("linnet.lang.grad.rules", "VJP_RULES"),  # reverse mode: one VJP per primitive (issue 18)
     ("linnet.lang.grad.linearity", "LINEARITY_RULES"),  # grad clauses linear in dy (issue 46)
     ("linnet.lang.emit.jax", "RULES"),  # generated JAX source (issue 16)
-    ("linnet.lang.emit.onnx", "RULES"),  # ONNX export (issue 17)
-    ("linnet.lang.emit.onnx", "SYMBOLIC_ATTRIBUTES"),  # ONNX: attributes a dim may change
+    ("linnet.lang.emit.onnx_rules", "RULES"),  # ONNX export (issue 17)
+    ("linnet.lang.emit.onnx_rules", "SYMBOLIC_ATTRIBUTES"),  # ONNX: attributes a dim may change
     ("linnet.lang.emit.stablehlo", "RULES"),  # StableHLO export (issue 17)
 ]
 

@@ -19,9 +19,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from linnet.lang import LinnetError, Program, lower  # noqa: E402
 from linnet.lang.emit import onnx as emit  # noqa: E402
-from linnet.lang.emit.onnx import SymInt  # noqa: E402
 from linnet.lang.export import _solve, _value, symbolic_graph  # noqa: E402
-from linnet.lang.tensors.poly import poly_text  # noqa: E402
+from linnet.lang.tensors.poly import SymInt, poly_text  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from reference import run_graph  # noqa: E402
 from test_properties import PROFILE, SCALE  # noqa: E402

@@ -25,10 +25,10 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 # The sizes as polynomials of the dims, and which attributes may be one: the ONNX emitter's
 # (a pure-Python module; it imports onnx_ir only when it emits).
-from linnet.lang.emit.onnx import SYMBOLIC_ATTRIBUTES, SymInt
+from linnet.lang.emit.onnx_rules import SYMBOLIC_ATTRIBUTES
 from linnet.lang.ir.bounds import check_static
 from linnet.lang.ir.graph import Graph
-from linnet.lang.tensors.poly import Poly, poly_add, poly_mul, poly_text
+from linnet.lang.tensors.poly import Poly, SymInt, poly_add, poly_mul, poly_text
 
 
 def export_onnx(graph: Graph, params: Mapping[str, Any] | None, path: str | Path,

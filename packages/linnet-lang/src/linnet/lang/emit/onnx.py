@@ -37,45 +37,37 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.emit import onnx_edges, onnx_shapes
-from linnet.lang.ir.graph import Call, Graph, Step
-from linnet.lang.tensors.poly import SymInt, poly_text
+from linnet.lang.emit.onnx_rules import EXPECTED_MISSING, RULES, SYMBOLIC_ATTRIBUTES
+from linnet.lang.emit.onnx_scope import (
+    DOMAIN,
+    EXTERNAL_THRESHOLD,
+    IR_VERSION,
+    NUMPY_DTYPES,
+    ONNX_DTYPES,
+    OPSET,
+    Scope,
+    _dtype,
+    _ir,
+    _is_dim,
+    _shape,
+    _source_line,
+    _tensor,
+    where,
+)
+from linnet.lang.ir.graph import Call, Graph
 
-OPSET = 21  # onnxruntime 1.20+ and onnx 1.17+ run and check opset 21
-IR_VERSION = 10
-DOMAIN = "linnet.std"
-EXTERNAL_THRESHOLD = 1 << 30  # bytes of parameters above which `save_onnx` writes external data
-
-# Linnet dtype -> the name of onnx_ir.DataType's member.
-ONNX_DTYPES = {"f64": "DOUBLE", "f32": "FLOAT", "f16": "FLOAT16", "bf16": "BFLOAT16",
-               "i64": "INT64", "i32": "INT32", "i16": "INT16", "i8": "INT8", "u8": "UINT8",
-               "bool": "BOOL"}
-NUMPY_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "i64": "int64",
-                "i32": "int32", "i16": "int16", "i8": "int8", "u8": "uint8", "bool": "bool"}
-_INTS = {"i64", "i32", "i16", "i8", "u8"}
-
-
-def _ir() -> Any:
-    try:
-        import onnx_ir
-    except ImportError:
-        raise LinnetError(Diagnostic(
-            "E0932", "ONNX export needs the onnx and onnx-ir packages, which are not installed",
-            help="install them with `pip install 'linnet-lang[onnx]'`")) from None
-    return onnx_ir
-
-
-def where(graph: Graph, index: int, step: Step) -> str:
-    """How an error names a step: its index, op and source line."""
-    return f"step {index} ({step.op}) of `{graph.model}.{graph.entry}` at {step.loc or '?'}"
-
+# The rule table and the dtype tables are the emitter's public names (the coverage test and
+# linnet.lang.export read them here).
+__all__ = ["DOMAIN", "EXPECTED_MISSING", "EXTERNAL_THRESHOLD", "NUMPY_DTYPES", "ONNX_DTYPES",
+           "RULES", "SYMBOLIC_ATTRIBUTES", "OnnxEmitter", "check", "emit_onnx", "save_onnx",
+           "std_op_calls", "to_proto"]
 
 def _std_name(callee: str) -> str:
     """`std.nn.linear::linear` -> `nn.linear.linear` (the function's name in `linnet.std`)."""
@@ -88,411 +80,8 @@ def std_op_calls(graph: Graph) -> list[Call]:
             if c.kind == "op" and c.callee.startswith("std.") and c.stop > c.start]
 
 
-# ---------------------------------------------------------------- the builder
-@dataclass
-class Scope:
-    """Nodes of one ONNX graph or function body, and the ONNX value of each graph ref."""
-
-    ir: Any
-    graph: Graph
-    sources: Mapping[str, list[str]]
-    env: dict[str, Any] = field(default_factory=dict)
-    nodes: list[Any] = field(default_factory=list)
-    names: set[str] = field(default_factory=set)
-    step: int = 0
-    current: Step | None = None
-    # Symbolic dims (graph.symbolic): each one's ONNX value, a [1]-shaped int64 tensor. The
-    # model's graph reads them off its inputs' shapes; a function body takes each one it
-    # needs as an extra input, after the values it reads (``dim_inputs``, in first-use order):
-    # the dim's iota ``Range(0, L)`` (``ranges``), whose *shape* is the dim, so that shape
-    # inference that reads no values (inside a function) follows it (onnx_shapes).
-    dims: dict[str, Any] = field(default_factory=dict)
-    dim_inputs: list[str] | None = None
-    ranges: dict[str, Any] = field(default_factory=dict)
-    sizes: dict[Any, Any] = field(default_factory=dict)  # poly -> its value (computed once)
-
-    def fresh(self, hint: str) -> str:
-        base = re.sub(r"[^0-9A-Za-z_.]", "_", hint.lstrip("%@")) or "v"
-        name, n = base, 1
-        while name in self.names:
-            n += 1
-            name = f"{base}_{n}"
-        self.names.add(name)
-        return name
-
-    def dtype(self, ref: str) -> str:
-        if ref.startswith("@"):
-            path = ref[1:]
-            table = self.graph.states if path in self.graph.states else self.graph.parameters
-            return table[path].dtype
-        return self.graph.values[ref].dtype
-
-    def shape(self, ref: str) -> tuple[int, ...]:
-        if ref.startswith("@"):
-            path = ref[1:]
-            table = self.graph.states if path in self.graph.states else self.graph.parameters
-            return table[path].shape
-        return self.graph.values[ref].shape
-
-    def op(self, op_type: str, inputs: list[Any], attributes: dict | None = None,
-           hint: str = "", domain: str = "", outputs: int = 1, exact: str = "") -> Any:
-        """Append one node; returns its output value (a list when ``outputs`` > 1).
-        ``exact``: the output's name, reserved beforehand (the graph's outputs)."""
-        ir = self.ir
-        results = [ir.Value(name=exact or self.fresh(hint or op_type.lower()))
-                   for _ in range(outputs)]
-        step = self.current
-        node = ir.Node(domain, op_type, inputs, attributes=[
-            ir.convenience.convert_attribute(k, v) for k, v in (attributes or {}).items()],
-            outputs=results, name=self.fresh(f"s{self.step}_{step.op if step else op_type}"))
-        if step is not None and step.loc:
-            node.metadata_props["linnet.loc"] = step.loc
-            node.doc_string = _source_line(self.sources, step.loc)
-        self.nodes.append(node)
-        return results if outputs > 1 else results[0]
-
-    def const(self, value: Any, dtype: str, hint: str = "c") -> Any:
-        """A Constant node: a Python scalar or list (int64 shapes) in ``dtype``."""
-        import numpy as np
-
-        ir = self.ir
-        if isinstance(value, SymInt):  # a size as a scalar: [1] -> [], in the dtype wanted
-            scalar = self.op("Squeeze", [self.size(value), self.ints([0], "axes")], hint=hint)
-            return scalar if dtype == "i64" else self.op("Cast", [scalar], {
-                "to": _dtype(ir, dtype, self)}, hint=hint)
-        if dtype == "bf16":
-            import ml_dtypes
-
-            arr = np.asarray(value, dtype="float32").astype(ml_dtypes.bfloat16)
-        else:
-            arr = np.asarray(value, dtype=NUMPY_DTYPES[dtype])
-        return self.op("Constant", [], {"value": ir.tensor(arr)}, hint=hint)
-
-    def ints(self, values: list[int] | tuple[int, ...], hint: str = "shape") -> Any:
-        """An int64 vector (a shape, bounds); computed from the symbolic dims where some of
-        ``values`` are :class:`~linnet.lang.export.SymInt`s (``[B*L, 64]``)."""
-        if not any(isinstance(v, SymInt) for v in values):
-            return self.const(list(values), "i64", hint)
-        key = ("vector", tuple(SymInt.poly_of(v) for v in values))
-        if key in self.sizes:
-            return self.sizes[key]
-        parts: list[Any] = []
-        run: list[int] = []
-        for v in values:
-            if isinstance(v, SymInt):
-                if run:
-                    parts.append(self.const(run, "i64", hint))
-                    run = []
-                parts.append(self.size(v))
-            else:
-                run.append(int(v))
-        if run:
-            parts.append(self.const(run, "i64", hint))
-        out = parts[0] if len(parts) == 1 else self.op("Concat", parts, {"axis": 0}, hint=hint)
-        self.sizes[key] = out
-        return out
-
-    def dim(self, name: str) -> Any:
-        """The ONNX value of symbolic dim ``name`` (shape [1], int64)."""
-        if name not in self.dims:  # a function body: the shape of the dim's iota input
-            self.dims[name] = self.op("Shape", [self.range(name)], hint=name)
-        return self.dims[name]
-
-    def range(self, name: str) -> Any:
-        """``Range(0, name)`` (int64, shape ``[name]``): in a function body an input after
-        the values it reads, in the model's graph computed once from the dim."""
-        if name not in self.ranges:
-            if self.dim_inputs is not None:
-                self.ranges[name] = self.ir.Value(name=self.fresh(name))
-                self.dim_inputs.append(name)
-            else:
-                size = self.op("Squeeze", [self.dim(name), self.ints([0], "axes")])
-                self.ranges[name] = self.op("Range", [self.const(0, "i64"), size,
-                                                      self.const(1, "i64")], hint=name + ".iota")
-        return self.ranges[name]
-
-    def size(self, n: Any) -> Any:
-        """A [1]-shaped int64 value of ``n``: an int, or a SymInt's polynomial of the dims
-        (``6*B`` is ``Mul(B, 6)``), each computed once per graph."""
-        poly = SymInt.poly_of(n)
-        key = ("size", poly)
-        if key in self.sizes:
-            return self.sizes[key]
-        total = None
-        for mono, coef in sorted(poly, key=lambda t: (-len(t[0]), t[0])):
-            term = None
-            for d in mono:
-                term = self.dim(d) if term is None else self.op("Mul", [term, self.dim(d)])
-            if term is None:
-                term = self.const([coef], "i64", "c")
-            elif coef != 1:
-                term = self.op("Mul", [term, self.const([coef], "i64", "c")])
-            total = term if total is None else self.op("Add", [total, term])
-        if total is None:
-            total = self.const([0], "i64", "c")
-        self.sizes[key] = total
-        return total
-
-    def cast(self, value: Any, src: str, dst: str) -> Any:
-        if src == dst:
-            return value
-        return self.op("Cast", [value], {"to": _dtype(self.ir, dst, self)})
-
-    def get(self, ref: str, want: str | None = None) -> Any:
-        """The ONNX value of an operand, cast to ``want`` if given and different."""
-        value = self.env[ref]
-        return self.cast(value, self.dtype(ref), want) if want else value
-
-
-def _source_line(sources: Mapping[str, list[str]], loc: str) -> str:
-    user = loc.split("|", 1)[0]
-    file, _, line = user.rpartition(":")
-    lines = sources.get(file)
-    text = ""
-    if lines and line.isdigit() and 0 < int(line) <= len(lines):
-        text = "  " + lines[int(line) - 1].strip()
-    return f"{loc}{text}"
-
-
-def _dtype(ir: Any, dtype: str, scope: Scope | None = None) -> Any:
-    if dtype not in ONNX_DTYPES:
-        step = scope.current if scope else None
-        at = where(scope.graph, scope.step, step) if scope and step else "this graph"
-        raise LinnetError(Diagnostic(
-            "E0931", f"{at} uses dtype `{dtype}`, which ONNX export does not support",
-            help=f"convert to one of {', '.join(ONNX_DTYPES)} before this step, or run the "
-                 "model with the PyTorch runtime"))
-    return getattr(ir.DataType, ONNX_DTYPES[dtype])
-
-
-# ---------------------------------------------------------------- primitive rules
-Rule = Callable[[Step, Scope], Any]
 """``rule(step, scope)``: appends nodes and returns the result's value (None for a state
 write, which rebinds ``@state`` in the scope itself)."""
-
-
-def _out(s: Step, n: Scope) -> str:
-    return n.graph.values[s.results[0]].dtype
-
-
-def _unary(op_type: str) -> Rule:
-    def rule(s: Step, n: Scope) -> Any:
-        return n.op(op_type, [n.get(s.operands[0], _out(s, n))], hint=s.results[0])
-    return rule
-
-
-def _binary(op_type: str, compare: bool = False) -> Rule:
-    def rule(s: Step, n: Scope) -> Any:
-        a, b = s.operands
-        # Comparisons and logic read operands of one dtype; arithmetic computes in the result's.
-        want = (n.dtype(a) if n.dtype(a) == n.dtype(b) else "f32") if compare else _out(s, n)
-        return n.op(op_type, [n.get(a, want), n.get(b, want)], hint=s.results[0])
-    return rule
-
-
-def _rsqrt(s: Step, n: Scope) -> Any:
-    return n.op("Reciprocal", [n.op("Sqrt", [n.get(s.operands[0], _out(s, n))])],
-                hint=s.results[0])
-
-
-def _floor(s: Step, n: Scope) -> Any:
-    x = n.get(s.operands[0], _out(s, n))
-    if _out(s, n) in _INTS:  # an integer is its own floor
-        return n.op("Identity", [x], hint=s.results[0])
-    return n.op("Floor", [x], hint=s.results[0])
-
-
-def _ne(s: Step, n: Scope) -> Any:
-    return n.op("Not", [_binary("Equal", compare=True)(s, n)], hint=s.results[0])
-
-
-def _select(s: Step, n: Scope) -> Any:
-    c, a, b = s.operands
-    dt = _out(s, n)
-    return n.op("Where", [n.get(c, "bool"), n.get(a, dt), n.get(b, dt)], hint=s.results[0])
-
-
-def _constant(s: Step, n: Scope) -> Any:
-    _dtype(n.ir, s.attributes["dtype"], n)
-    return n.const(s.attributes["value"], s.attributes["dtype"], hint=s.results[0])
-
-
-def _transpose(s: Step, n: Scope) -> Any:
-    return n.op("Transpose", [n.get(s.operands[0])], {"perm": list(s.attributes["perm"])},
-                hint=s.results[0])
-
-
-_REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin",
-           "prod": "ReduceProd"}
-
-
-def _reduce(s: Step, n: Scope) -> Any:
-    kind, axes = s.attributes["kind"], list(s.attributes["axes"])
-    src = s.operands[0]
-    # max and min compare in the operand's dtype; the others accumulate in `accumulate`.
-    x = n.get(src) if kind in ("max", "min") else n.get(src, s.attributes["accumulate"])
-    if not axes:
-        out = n.op("Identity", [x])
-    else:
-        out = n.op(_REDUCE[kind], [x, n.ints(axes, "axes")], {"keepdims": 0})
-        if kind in ("max", "min") and n.dtype(src) not in _INTS | {"bool"}:
-            out = onnx_edges.nan_through(n, x, out, n.dtype(src), n.ints(axes, "axes"))
-    have = n.dtype(src) if kind in ("max", "min") else s.attributes["accumulate"]
-    return n.op("Identity", [n.cast(out, have, _out(s, n))], hint=s.results[0])
-
-
-def _contract(s: Step, n: Scope) -> Any:
-    acc = s.attributes["accumulate"]
-    a, b = (n.get(o, acc) for o in s.operands)
-    out = n.op("Einsum", [a, b], {"equation": s.attributes["spec"]})
-    return n.op("Identity", [n.cast(out, acc, _out(s, n))], hint=s.results[0])
-
-
-def _index(n: Scope, ref: str, size: int, zero: bool) -> tuple[Any, Any]:
-    """An index as int64, clamped into the axis, and the bool mask of the positions inside
-    it (None when reads are unchecked). An index that must be in range is clamped too:
-    ONNX's Gather would count -1 from the end and ScatterND fail or write outside; a caller
-    reads the model's `linnet.valid` output (linnet.lang.ir.validity) to know."""
-    idx = n.get(ref, "i64")
-    lo, hi = n.const(0, "i64"), n.const(size - 1, "i64")
-    if not zero:
-        return n.op("Max", [n.op("Min", [idx, hi]), lo]), None
-    valid = n.op("And", [n.op("GreaterOrEqual", [idx, lo]), n.op("LessOrEqual", [idx, hi])])
-    return n.op("Max", [n.op("Min", [idx, hi]), lo]), valid
-
-
-def _masked(n: Scope, s: Step, out: Any, valid: Any, have: list[int], view: list[int]) -> Any:
-    """Zero where ``valid`` (of shape ``have``, reshaped to ``view``) is false."""
-    mask = onnx_shapes.reshape(n, valid, have, view)
-    return n.op("Where", [mask, out, n.const(0, _out(s, n))], hint=s.results[0])
-
-
-def _take(s: Step, n: Scope) -> Any:
-    x, ref = s.operands
-    axis, zero = s.attributes["axis"], s.attributes["bounds"] == "zero"
-    shape, ishape = n.shape(x), n.shape(ref)
-    idx, valid = _index(n, ref, shape[axis], zero)
-    out = n.op("Gather", [n.get(x), idx], {"axis": axis})
-    if valid is None:
-        return n.op("Identity", [out], hint=s.results[0])
-    view = [1] * axis + list(ishape) + [1] * (len(shape) - axis - 1)
-    return _masked(n, s, out, valid, list(ishape), view)
-
-
-def _broadcast_shape(shapes: list[tuple[int, ...]]) -> list[int]:
-    rank = max((len(sh) for sh in shapes), default=0)
-    out = [1] * rank
-    for sh in shapes:
-        for i, d in enumerate((1,) * (rank - len(sh)) + tuple(sh)):
-            out[i] = max(out[i], d)
-    return out
-
-
-def _stacked(n: Scope, refs: list[str], sizes: tuple[int, ...], zero: bool
-             ) -> tuple[Any, Any, list[int]]:
-    """Indices broadcast together and stacked on a last axis (GatherND's and ScatterND's
-    form), the mask of positions inside every axis, and the broadcast shape."""
-    common = _broadcast_shape([n.shape(r) for r in refs])
-    parts, valid = [], None
-    for a, ref in enumerate(refs):
-        idx, ok = _index(n, ref, sizes[a], zero)
-        idx = onnx_shapes.expand(n, idx, n.shape(ref), common)
-        parts.append(n.op("Unsqueeze", [idx, n.ints([-1], "axes")]))
-        if ok is not None:
-            ok = onnx_shapes.expand(n, ok, n.shape(ref), common)
-            valid = ok if valid is None else n.op("And", [valid, ok])
-    stacked = parts[0] if len(parts) == 1 else n.op("Concat", parts, {"axis": -1})
-    return stacked, valid, common
-
-
-def _gather(s: Step, n: Scope) -> Any:
-    x, *refs = s.operands
-    shape, zero = n.shape(x), s.attributes["bounds"] == "zero"
-    if not refs:
-        return n.op("Identity", [n.get(x)], hint=s.results[0])
-    idx, valid, common = _stacked(n, refs, shape, zero)
-    out = n.op("GatherND", [n.get(x), idx])
-    if valid is None:
-        return n.op("Identity", [out], hint=s.results[0])
-    return _masked(n, s, out, valid, common, common + [1] * (len(shape) - len(refs)))
-
-
-def _scatter(s: Step, n: Scope) -> None:
-    state, value, *refs = s.operands
-    shape, dt = n.shape(state), n.dtype(state)
-    if not refs:
-        new = n.op("Expand", [n.get(value, dt), n.ints(shape)], hint=state[1:])
-    else:
-        idx, _, common = _stacked(n, refs, shape, zero=False)
-        updates = n.op("Expand", [n.get(value, dt), n.ints(common + list(shape[len(refs):]))])
-        new = n.op("ScatterND", [n.get(state), idx, updates], hint=state[1:])
-    n.env[state] = new  # later reads of the state see this version
-    return None
-
-
-def _scatter_add(s: Step, n: Scope) -> Any:
-    """A copy of the operand with the value added at the positions: ScatterND with
-    ``reduction="add"`` (coinciding positions add up). Under bounds zero a position outside
-    adds nothing: its index is clamped into the axis and its value masked to 0 (ScatterND
-    would wrap a negative index), as emit/torch.py and emit/jax.py do."""
-    x, value, *refs = s.operands
-    dt, shape = _out(s, n), n.shape(x)
-    v = n.get(value, dt)
-    if not refs:
-        return n.op("Add", [n.get(x, dt), v], hint=s.results[0])
-    k = len(refs)
-    idx, valid, common = _stacked(n, refs, shape, s.attributes["bounds"] == "zero")
-    if valid is not None:
-        mask = onnx_shapes.reshape(n, valid, common, common + [1] * (len(shape) - k))
-        v = n.op("Where", [mask, v, n.const(0, dt)])
-    updates = n.op("Expand", [v, n.ints(common + list(shape[k:]))])
-    return n.op("ScatterND", [n.get(x, dt), idx, updates], {"reduction": "add"},
-                hint=s.results[0])
-
-
-RULES: dict[str, Rule] = {
-    "neg": _unary("Neg"), "not": _unary("Not"), "exp": _unary("Exp"), "log": _unary("Log"),
-    "sqrt": _unary("Sqrt"), "rsqrt": _rsqrt, "sin": _unary("Sin"), "cos": _unary("Cos"),
-    "tanh": _unary("Tanh"), "sigmoid": _unary("Sigmoid"), "erf": _unary("Erf"),
-    "abs": _unary("Abs"), "floor": _floor,
-    "add": _binary("Add"), "sub": _binary("Sub"), "mul": _binary("Mul"),
-    "div": onnx_edges.RULES["div"], "rem": onnx_edges.RULES["rem"], "pow": _binary("Pow"),
-    "maximum": _binary("Max"), "minimum": _binary("Min"),
-    "lt": _binary("Less", True), "le": _binary("LessOrEqual", True),
-    "gt": _binary("Greater", True), "ge": _binary("GreaterOrEqual", True),
-    "eq": _binary("Equal", True), "ne": _ne,
-    "and": _binary("And", True), "or": _binary("Or", True), "select": _select,
-    "convert": onnx_edges.RULES["convert"], "constant": _constant, "iota": onnx_shapes.iota,
-    "reshape": onnx_shapes.reshape_rule, "transpose": _transpose,
-    "broadcast": onnx_shapes.broadcast_rule,
-    "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-    "scatter": _scatter, "scatter_add": _scatter_add, "slice": onnx_shapes.slice_rule,
-}
-"""One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
-
-_NONE: frozenset[str] = frozenset()
-SYMBOLIC_ATTRIBUTES: dict[str, frozenset[str]] = {
-    **{op: _NONE for op in ("neg", "not", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
-                            "sigmoid", "erf", "abs", "floor", "add", "sub", "mul", "div", "rem",
-                            "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne",
-                            "and", "or", "select", "convert")},
-    "constant": frozenset({"value"}),  # `L as f32`: a size, cast (Scope.const)
-    "iota": frozenset({"shape"}),  # Range(0, L) reshaped and expanded (_iota)
-    "reshape": frozenset({"shape"}), "broadcast": frozenset({"shape"}),  # Scope.ints
-    "slice": frozenset({"starts", "limits"}),  # Slice's starts and ends (Scope.ints)
-    # The rest read their sizes off the operands' shapes (SymInts too); an attribute of theirs
-    # (an axis, an einsum spec, a bounds mode) that changed with a dim would be a new graph.
-    "transpose": _NONE, "reduce": _NONE, "contract": _NONE, "take": _NONE, "gather": _NONE,
-    "scatter_add": _NONE, "scatter": _NONE,
-}
-"""Per primitive, the attributes whose numbers may be :class:`~linnet.lang.export.SymInt`s
-(the rule computes them from the dims at run time): what
-:func:`linnet.lang.export.symbolic_dims` lets change with a symbolic dim. Any other attribute
-that changes is E0936, never a number fixed silently."""
-
-# A rank's graph (linnet.lang.ir.shard) is not exported: an ONNX model is one process's
-# program (E0930 names the step).
-EXPECTED_MISSING: frozenset[str] = frozenset({"all_reduce", "all_gather"})
 
 
 # ---------------------------------------------------------------- the emitter
@@ -570,7 +159,7 @@ class OnnxEmitter:
                     "E0930", f"{where(self.graph, i, step)}: primitive `{step.op}` has no "
                              "ONNX rule",
                     help="run this model with the PyTorch runtime, or add the primitive to "
-                         "linnet.lang.emit.onnx.RULES"))
+                         "linnet.lang.emit.onnx_rules.RULES"))
             for ref in step.operands:
                 if ref.startswith("@"):
                     scope.dtype(ref)
@@ -729,36 +318,6 @@ def _named_by_path(g: Graph, kind: str, path: str, name: str) -> None:
                      f"{kind} `{path}` alike: ONNX feeds inputs by name",
             help=f"rename the entry's input `{path}` (its inputs, states and parameters share "
                  "one namespace in ONNX)"))
-
-
-def _is_dim(d: Any, name: str) -> bool:
-    return isinstance(d, SymInt) and d.poly == (((name,), 1),)
-
-
-def _shape(ir: Any, shape: tuple[int, ...]) -> Any:
-    """An ONNX shape: a symbolic size is a ``dim_param`` named by its polynomial (``B``,
-    ``B*L``), the rest are numbers."""
-    return ir.Shape([poly_text(d.poly) if isinstance(d, SymInt) else int(d) for d in shape])
-
-
-def _tensor(ir: Any, value: Any, dtype: str, name: str) -> Any:
-    """A weight (a numpy array, or a torch tensor: read through numpy) as an ir tensor."""
-    import ml_dtypes
-    import numpy as np
-
-    if hasattr(value, "detach"):  # torch: bf16 has no numpy dtype, its bits go through int16
-        t = value.detach().cpu().contiguous()
-        value = t.view(_torch_int16()).numpy().view(ml_dtypes.bfloat16) \
-            if str(t.dtype) == "torch.bfloat16" else t.numpy()
-    arr = np.ascontiguousarray(value)
-    want = ml_dtypes.bfloat16 if dtype == "bf16" else NUMPY_DTYPES[dtype]
-    return ir.tensor(arr.astype(want, copy=False), name=name)
-
-
-def _torch_int16() -> Any:
-    import torch
-
-    return torch.int16
 
 
 def emit_onnx(graph: Graph, params: Mapping[str, Any] | None = None,

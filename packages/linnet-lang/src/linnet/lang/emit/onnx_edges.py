@@ -4,7 +4,7 @@ fails on a zero divisor), float ``%`` (exact, with Python's sign), float-to-inte
 (undefined out of range) and ``ReduceMax``/``ReduceMin`` (onnxruntime skips NaN).
 
 Each rule takes the step and the emitter's :class:`~linnet.lang.emit.onnx.Scope` and
-returns the result's value, as the rules of :data:`linnet.lang.emit.onnx.RULES` do.
+returns the result's value, as the rules of :data:`linnet.lang.emit.onnx_rules.RULES` do.
 
 >>> sorted(RULES)
 ['convert', 'div', 'rem']
@@ -120,4 +120,4 @@ def nan_through(n: Scope, x: Any, reduced: Any, dtype: str, axes: Any) -> Any:
 
 
 RULES: dict[str, Callable[[Step, Scope], Any]] = {"div": _div, "rem": _rem, "convert": _convert}
-"""The rules that replace ONNX's own operators (merged into linnet.lang.emit.onnx.RULES)."""
+"""The rules that replace ONNX's own operators (merged into linnet.lang.emit.onnx_rules.RULES)."""

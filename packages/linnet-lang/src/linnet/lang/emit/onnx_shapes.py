@@ -19,7 +19,7 @@ the dim already (:func:`expand`), and an iota of length ``L`` in a function body
 ``Range(0, L)`` the function takes as an input (``Scope.range``), whose shape is ``L``.
 
 The rules of the shape primitives (``iota``, ``reshape``, ``broadcast``, ``slice``) for
-:data:`linnet.lang.emit.onnx.RULES` are here too.
+:data:`linnet.lang.emit.onnx_rules.RULES` are here too.
 
 >>> unit_axes((2, 1, 3), (2, 3, 1))
 ([1], [2])
