@@ -29,7 +29,7 @@ TABLES: list[tuple[str, str]] = [
     ("linnet.lang.emit.jax", "RULES"),  # generated JAX source (issue 16)
     ("linnet.lang.emit.onnx_rules", "RULES"),  # ONNX export (issue 17)
     ("linnet.lang.emit.onnx_rules", "SYMBOLIC_ATTRIBUTES"),  # ONNX: attributes a dim may change
-    ("linnet.lang.emit.stablehlo", "RULES"),  # StableHLO export (issue 17)
+    ("linnet.lang.emit.stablehlo_rules", "RULES"),  # StableHLO export (issue 17)
 ]
 
 

@@ -5,7 +5,7 @@ defined out of range; explicit here so that every consumer, not only XLA, satura
 ``floor`` (XLA's CPU flushes subnormals to zero: the sign is read off the bits).
 
 Each rule takes the step and the emitter's :class:`~linnet.lang.emit.stablehlo.Scope` and
-returns the result's SSA name, as the rules of :data:`linnet.lang.emit.stablehlo.RULES` do.
+returns the result's SSA name, as the rules of :data:`linnet.lang.emit.stablehlo_rules.RULES` do.
 
 >>> sorted(RULES)
 ['convert', 'div', 'floor', 'rem']
@@ -155,4 +155,4 @@ def _floor(s: Step, n: Scope) -> str:
 
 RULES: dict[str, Callable[[Step, Scope], Any]] = {
     "div": _div, "rem": _rem, "convert": _convert, "floor": _floor}
-"""The rules that replace StableHLO's own operations (in linnet.lang.emit.stablehlo.RULES)."""
+"""The rules that replace StableHLO's own operations (in linnet.lang.emit.stablehlo_rules.RULES)."""
