@@ -276,11 +276,6 @@ KNOWN_VIOLATIONS: dict[str, set[tuple[str, str]]] = {
         (f"{L}.emit.kernel_grad", f"{L}.syntax.tree"),
         (f"{L}.emit.torch", f"{L}.check.kernel_access"),
     },
-    # `linnet run`'s config files (load_config, named_config_paths) live in the CLI.
-    "host has no CLI": {
-        (f"{L}.host.run", f"{L}.cli"),
-        (f"{L}.hosting", f"{L}.cli"),
-    },
 }
 
 # The emitters' functions that take the program (issue 39: emitters take only the graph), as

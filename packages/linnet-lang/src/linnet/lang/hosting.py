@@ -167,7 +167,7 @@ def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) ->
     if not isinstance(config, str | Path):
         raise error("E0744", f"config must be a dict, a JSON file or a config name, not "
                     f"{type(config).__name__}", help="e.g. config='toy' or config={'H': 4}")
-    from linnet.lang.cli import load_config
+    from linnet.lang.host.config import load_config
 
     return load_config(str(config), [], str(model_path))
 

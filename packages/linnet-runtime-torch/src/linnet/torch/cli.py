@@ -178,7 +178,8 @@ def compile_argument(text: str | None) -> Any:
 
 def plan_command(args: argparse.Namespace) -> int:
     from linnet.backends import available, skipped
-    from linnet.lang.cli import load_config, parse_inputs
+    from linnet.lang.cli import parse_inputs
+    from linnet.lang.host.config import load_config
 
     import torch
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from linnet.lang.diagnostics.core import SourceFile
+from linnet.lang.host.config import load_config, named_config_paths
 from linnet.lang.host.inputs import error
 
 if TYPE_CHECKING:
@@ -197,8 +198,6 @@ def has_config(model: Path, name: str) -> bool:
     >>> has_config(model_file("std.models.phi3"), "toy")
     True
     """
-    from linnet.lang.cli import named_config_paths
-
     return any(p.is_file() for p in named_config_paths(model, name))
 
 
@@ -213,7 +212,6 @@ def run_setup(args: argparse.Namespace) -> RunSetup:
     >>> s.model.name, s.config_name, s.config["S"], s.weights
     ('qwen2.linnet', 'toy', 64, None)
     """
-    from linnet.lang.cli import load_config
     from linnet.lang.syntax.program import model_file
 
     file, weights = args.file, args.weights
