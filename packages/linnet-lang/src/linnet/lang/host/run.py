@@ -20,16 +20,23 @@ Nothing here imports torch, jax or NumPy.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from linnet.lang.diagnostics.core import SourceFile
+from linnet.lang.home import linnet_home
+from linnet.lang.home_files import record
 from linnet.lang.host.config import load_config, named_config_paths
 from linnet.lang.host.inputs import error
+from linnet.lang.weights.demo import GENERATOR, write_demo
 
 if TYPE_CHECKING:
     import argparse
@@ -307,3 +314,38 @@ def threads_from_environment(environ: Any = None) -> str | None:
     env = os.environ if environ is None else environ
     return next((k for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if env.get(k, "").strip()),
                 None)
+
+
+def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
+                    write: Callable[[Path], None] | None = None) -> Path:
+    """The demo's deterministic random checkpoint for ``model``, ``config`` and ``seed``
+    under $LINNET_HOME/demo, made once (to a temporary name, renamed into place) by the one
+    generator every runtime shares (:mod:`linnet.lang.weights.demo`): `linnet run` and
+    `linnet run --runtime jax` load the same file and decode the same tokens. ``write``
+    (a function of the path) writes it instead (tests).
+
+    >>> demo_checkpoint(Path("llama.linnet"), cfg, 0)   # doctest: +SKIP
+    PosixPath('/home/me/.cache/linnet/demo/llama-3f2a....safetensors')
+    """
+    key = hashlib.sha256(f"{GENERATOR}{model.read_text()}{sorted(config.items())}{seed}"
+                         .encode())
+    name = f"{model.stem}-{key.hexdigest()[:12]}.safetensors"
+    path = linnet_home() / "demo" / name
+    if not path.is_file() or path.is_symlink():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # A name of its own (two processes making it at once), renamed onto the place: a
+        # link there is replaced, never written through.
+        fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            if write is None:
+                write_demo(Path(tmp), model, config, seed)
+            else:
+                write(Path(tmp))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        record(path)  # so that `linnet cache clear` knows the file as Linnet's
+    return path
