@@ -13,9 +13,9 @@ from linnet.lang import Graph, LinnetError, Program, lower
 from linnet.lang.cli import main
 from linnet.lang.emit.jax import emit_jax
 from linnet.lang.emit.torch import emit_torch
-from linnet.lang.hosting import NUMERICS as HOSTING_NUMERICS
 from linnet.lang.ir.verify import verify
 from linnet.lang.pipeline import NUMERICS, STAGES, Numerics, Stage, run_stages, watch
+from linnet.lang.pipeline import NUMERICS as HOSTING_NUMERICS
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"

@@ -13,26 +13,23 @@ from typing import Any
 from linnet.lang import Graph, Program, lower
 from linnet.lang.emit.torch import emit_torch
 
-# NUMERICS is re-exported: `linnet.torch.model.NUMERICS` is how users name it.
-from linnet.lang.hosting import (  # noqa: F401
-    NUMERICS,
-    bind_inputs,
-    check_count,
+from linnet.lang.host.inputs import bind_inputs, check_count, dtype_error, short
+from linnet.lang.host.inputs import error as _error
+from linnet.lang.host.loading import (
     check_dtype_config,
     check_finite_flag,
     check_numerics,
-    check_seed,
     check_weights_type,
-    dtype_error,
     entry_method,
     load_program,
-    parameter_types,
     read_config,
     read_headers,
-    short,
 )
-from linnet.lang.hosting import error as _error
+from linnet.lang.host.options import check_seed
 from linnet.lang.ir.bounds import check_static
+# NUMERICS is re-exported: `linnet.torch.model.NUMERICS` is how users name it.
+from linnet.lang.pipeline import NUMERICS  # noqa: F401
+from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
 import torch

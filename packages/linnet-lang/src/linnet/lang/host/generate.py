@@ -10,7 +10,7 @@ with each step's tokens, and every check and coded error, is here, so that a mis
 same error with the same message whichever runtime runs the model.
 
 Codes: E0810 (prompts), E0811 (``max_new_tokens``), E0812-E0815 (the sampling options,
-:func:`linnet.lang.hosting.check_sampling`; ``stop_tokens`` and ``on_token``), E0816 (no
+:func:`linnet.lang.host.options.check_sampling`; ``stop_tokens`` and ``on_token``), E0816 (no
 ``prefill``/``decode``), E0817 (past the cache), E0818 (non-finite logits), E0819 (a stop
 token outside the vocabulary), E0794 (an option ``generate`` does not have), E0780 (a prompt
 id outside the vocabulary, ``prefill``'s own message). Pure Python: nothing here imports an
@@ -29,7 +29,7 @@ from typing import Any
 
 from linnet.lang.diagnostics.core import LinnetError
 from linnet.lang.host.inputs import error, range_error
-from linnet.lang.hosting import check_sampling, stop_token_error
+from linnet.lang.host.options import check_sampling, stop_token_error
 
 #: ``generate``'s keyword options: ``Model.generate(**options)`` checks the names against
 #: these (E0794 for another).
