@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,68 @@ def unwritable(path: Path, exc: OSError) -> LinnetError:
 def program_sources(program: Any) -> dict[str, str]:
     """Every module's text by file name: what the exporters' source-line comments read."""
     return {m.source.name: m.source.text for m in program.modules.values()}
+
+
+@dataclass(frozen=True)
+class EntryExport:
+    """What a runtime gives the one export driver (:func:`export_entry_onnx`,
+    :func:`export_entry_stablehlo`) for one entry of its model: the rest is the same on
+    every runtime. The callables run only after the target path passed E0800.
+
+    ``checked()``: the graph ``model.run`` would call for the inputs, after the same input
+    checks; ``shapes()``: each input's shape by parameter name; ``relower(inputs, config)``:
+    the entry lowered again as the model lowers it (its weights' shapes), for symbolic dims.
+
+    >>> EntryExport(program, config, params, checked, shapes, relower)  # doctest: +SKIP
+    """
+
+    program: Any
+    config: Mapping[str, Any]
+    params: Mapping[str, Any]
+    checked: Callable[[], Graph]
+    shapes: Callable[[], Mapping[str, list[int]]]
+    relower: Callable[[Any, Any], Graph]
+
+
+def export_entry_onnx(entry: EntryExport, path: str | Path, check: bool = True,
+                      external_threshold: int | None = None, dynamic: Any = None
+                      ) -> list[Path]:
+    """A runtime's ``model.export_onnx``: the entry as the model runs it, its ``dynamic``
+    dims made symbolic (:func:`symbolic_graph`), written with the model's own tensors as
+    the weights; E0800 for a path it cannot write (before any work where it can tell).
+
+    >>> export_entry_onnx(EntryExport(...), "decode.onnx")              # doctest: +SKIP
+    [PosixPath('decode.onnx')]
+    """
+    target = export_target(path)
+    graph = symbolic_graph(entry.checked(), entry.program, entry.shapes(), entry.config,
+                           entry.relower, dynamic)
+    params = {p: entry.params[p] for p in graph.parameters}
+    try:
+        return export_onnx(graph, params, target, program_sources(entry.program), check,
+                           external_threshold)
+    except OSError as exc:
+        raise unwritable(target, exc) from None
+
+
+def export_entry_stablehlo(entry: EntryExport, path: str | Path, verify: bool = False
+                           ) -> list[str]:
+    """A runtime's ``model.export_stablehlo``: the entry as the model runs it, written as
+    StableHLO text; returns the order of the module's arguments (inputs, then weights).
+    E0800 for a path it cannot write.
+
+    >>> export_entry_stablehlo(EntryExport(...), "prefill.mlir")        # doctest: +SKIP
+    ['%tokens', 'embed.weight', ...]
+    """
+    from linnet.lang.emit.stablehlo import argument_order
+
+    target = export_target(path)
+    graph = entry.checked()
+    try:
+        export_stablehlo(graph, target, program_sources(entry.program), verify)
+    except OSError as exc:
+        raise unwritable(target, exc) from None
+    return argument_order(graph)
 
 
 # ---------------------------------------------------------------- symbolic dims (ONNX)
