@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import struct
@@ -22,13 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import linnet.lang.syntax.tree as A
+from linnet.lang.check.core import Frame
+from linnet.lang.check.evaluate import Evaluator, Fail
+from linnet.lang.check.lowering import find_model
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 # The sizes as polynomials of the dims, and which attributes may be one: the ONNX emitter's
 # (a pure-Python module; it imports onnx_ir only when it emits).
 from linnet.lang.emit.onnx import SYMBOLIC_ATTRIBUTES, SymInt
+from linnet.lang.emit.stablehlo import argument_order
 from linnet.lang.ir.bounds import check_static
+from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.graph import Graph
+from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.poly import Poly, poly_add, poly_mul, poly_text
 
 
@@ -191,7 +199,6 @@ class EntryExport:
 
     >>> EntryExport(program, config, params, checked, shapes, relower)  # doctest: +SKIP
     """
-
     program: Any
     config: Mapping[str, Any]
     params: Mapping[str, Any]
@@ -230,8 +237,6 @@ def export_entry_stablehlo(entry: EntryExport, path: str | Path, verify: bool = 
     >>> export_entry_stablehlo(EntryExport(...), "prefill.mlir")        # doctest: +SKIP
     ['%tokens', 'embed.weight', ...]
     """
-    from linnet.lang.emit.stablehlo import argument_order
-
     target = export_target(path)
     graph = entry.checked()
     try:
@@ -249,7 +254,6 @@ def export_entry_stablehlo(entry: EntryExport, path: str | Path, verify: bool = 
 # which the ONNX emitter computes from the inputs' shapes at run time.
 DEFAULT_DYNAMIC = ("B", "L")
 """The dims made symbolic when the caller names none (each only where the graph allows)."""
-
 
 def symbolic_dims_of(graph: Graph) -> list[str]:
     """The dims a graph made by :func:`symbolic_dims` has symbolic (in order)."""
@@ -270,13 +274,6 @@ def relowering(program: Any, entry: str, inputs: Mapping[str, Any], config: Mapp
     ...                      lambda i, c: lower(program, "prefill", i, c))  # doctest: +SKIP
     >>> relower({"B": 2, "L": 5}).inputs                                 # doctest: +SKIP
     """
-    import linnet.lang.syntax.tree as A
-    from linnet.lang.check.core import Frame
-    from linnet.lang.check.evaluate import Evaluator, Fail
-    from linnet.lang.check.lowering import find_model
-    from linnet.lang.ir.builder import Builder
-    from linnet.lang.tensors.dims import Dim
-
     decl = find_model(program, model)
     method = decl.method(entry)
     module = decl.module
@@ -472,7 +469,6 @@ def _fit(graph: Graph, relower: Relower, names: list[str]) -> Graph:
 
 
 def _fit_at(graph: Graph, relower: Relower, names: list[str], skip: int) -> Graph:
-    import copy
 
 
     start, corners, check_at, far = _points(graph, names, skip)

@@ -24,10 +24,11 @@ from linnet.backends import (
     region_kind,
     skipped,
 )
-from linnet.backends.discovery import probe_all
+from linnet.backends.discovery import _name_of, _origin_of, probe_all
 from linnet.lang import __version__ as lang_version
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph
+from linnet.lang.ir.shard import COLLECTIVES
 from linnet.lang.ir.slices import Slice, slice_steps
 from linnet.lang.ir.spans import claim_spans
 from linnet.plan import Candidate, TimingCache, cache_key, label_algorithms, rotation, warn_failed
@@ -45,8 +46,6 @@ from .timing import TIMING, time_rotation, torch_target
 
 def _collective_problem(graph: Graph, region: Region) -> str | None:
     """A backend region may not hold a collective step: the generated slices run those."""
-    from linnet.lang.ir.shard import COLLECTIVES
-
     held = [i for i in region.steps if graph.steps[i].op in COLLECTIVES]
     if held:
         return f"the region holds collective step {held[0]} ({graph.steps[held[0]].op})"
@@ -452,7 +451,6 @@ class SliceTimes:
     """The :class:`linnet.plan.SliceTimer` of a plan being made: slices of the generated
     source timed on the values one run recorded (``record_values``), compiled as the plan
     compiles them, and kept in the timing cache by kind (a second process reuses them)."""
-
     def __init__(self, builder: PlanBuilder, env: dict[str, Any], context: Context,
                  cache: TimingCache):
         self.builder, self.env, self.context, self.cache = builder, env, context, cache
@@ -486,7 +484,6 @@ class SliceTimes:
 
 class _Failed:
     """Stands for an executable that ``compile`` did not give (it raised)."""
-
     def __init__(self, reason: str):
         self.reason = reason
 
@@ -628,8 +625,6 @@ def estimate(backend: Any, region: Region, target: Target) -> tuple[float | None
 
 def _record(backend: Any, reason: str) -> Any:
     """A skip record for a backend that failed after its probe (match, compile)."""
-    from linnet.backends.discovery import _name_of, _origin_of
-
     origin = _origin_of(backend)
     return SkipRecord(_name_of(backend), origin.distribution, origin.version, origin.path,
                       reason, "")

@@ -40,6 +40,7 @@ from .context import Context
 from .kernel_paths import KernelPaths
 from .launch_modes import choose_pdl, time_steps
 from .options import compile_options
+from .parallel import time_collectives
 from .plan_builder import PlanBuilder, SliceTimes, group_key
 from .plans import Captured, Plan, prepare_all  # noqa: F401  (prepare_all: importable here too)
 from .timing import (  # noqa: F401  (time_rotation and the rest: importable from here too)
@@ -101,7 +102,6 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
                     options, builder.target, bare_path)
         plan = faster_whole(plan, bare, lambda p: time_run(p, list(inputs)), options.margin)
     if measure and getattr(model, "world", 1) > 1:  # tensor parallelism: every rank times
-        from .parallel import time_collectives
 
         plan.collective_seconds = time_collectives(builder.graph, model.device)
     if measure:  # Linnet's kernels' launch mode, by the whole step as it runs (launch_modes)

@@ -15,6 +15,7 @@ from linnet.backends import Options, Target
 from linnet.lang import LinnetError
 from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.ir.graph import Graph, ValueType
+from linnet.lang.ir.shard import COLLECTIVES
 from linnet.plan import Candidate, explain_table
 
 import torch
@@ -44,7 +45,6 @@ class Plan:
     """An entry planned over backends. ``run(inputs, context)`` runs it step by step;
     ``explain()`` says for every candidate region which backend claimed it, the times and why
     it went where it went."""
-
     def __init__(self, model: Any, entry: str, graph: Graph, items: list[Item],
                  candidates: list[Candidate], skipped_backends: list[Any], options: Options,
                  target: Target, source_path: str = ""):
@@ -180,7 +180,6 @@ def collectives_text(graph: Graph, seconds: dict[int, float] | None = None) -> s
     parallelism, linnet.lang.ir.shard): each runs inside a generated slice, in order, with
     its time alone where the plan measured (``seconds`` by step)."""
     seconds = seconds or {}
-    from linnet.lang.ir.shard import COLLECTIVES
 
     found = [(i, s) for i, s in enumerate(graph.steps) if s.op in COLLECTIVES]
     if not found:
@@ -222,7 +221,6 @@ class Captured:
     >>> step = Captured(plan, model.context_for(plan))              # doctest: +SKIP
     >>> logits, = step([token, torch.tensor([pos], dtype=torch.int32)])  # doctest: +SKIP
     """
-
     def __init__(self, plan: Plan, context: Context, pdl: int | None = None):
         if plan.device.type != "cuda":
             raise coded_error("E0750", f"Captured replays a CUDA graph, but this plan runs on "
@@ -353,7 +351,6 @@ def host_inputs(graph: Graph, inputs: Sequence[Any]) -> dict[str, torch.Tensor]:
 
 class Progress:
     """A one-line progress bar on stderr (a line per update when stderr is not a terminal)."""
-
     def __init__(self, total: int, label: str, enabled: bool | Callable[[str], None]):
         self.total, self.done, self.label = total, 0, label
         self.sink = enabled if callable(enabled) else None
