@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 from linnet.lang import Graph, Program
 from linnet.lang.emit.jax import emit_jax
-
 from linnet.lang.host.inputs import bind_inputs, check_count
 from linnet.lang.host.inputs import error as _error
 from linnet.lang.host.loading import (
@@ -35,8 +34,7 @@ from linnet.lang.host.loading import (
 )
 from linnet.lang.host.options import check_seed
 from linnet.lang.ir.bounds import check_static
-# NUMERICS is re-exported: `linnet.jax.model.NUMERICS` is how users name it.
-from linnet.lang.pipeline import NUMERICS  # noqa: F401
+from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.jax.model.NUMERICS)
 from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 

@@ -26,9 +26,7 @@ from linnet.lang.host.loading import (
 )
 from linnet.lang.host.options import check_seed
 from linnet.lang.ir.bounds import check_static
-
-# NUMERICS is re-exported: `linnet.torch.model.NUMERICS` is how users name it.
-from linnet.lang.pipeline import NUMERICS  # noqa: F401
+from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.torch.model.NUMERICS)
 from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
