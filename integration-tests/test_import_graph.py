@@ -246,10 +246,10 @@ RULES = [
          "lowering never reaches into the code generators"),
     Rule("emitters take the graph", (f"{L}.emit",), (f"{L}.check", f"{L}.syntax"), (),
          "issue 39: emitters do not take the program (nothing after lowering reads the tree)"),
-    Rule("compiler has no host or CLI", COMPILER, (f"{L}.cli", f"{L}.host", f"{L}.hosting",
+    Rule("compiler has no host or CLI", COMPILER, (f"{L}.cli", f"{L}.host",
                                                    f"{L}.weights.demo"), (),
          "compiling never binds inputs, reads a config file or prints"),
-    Rule("host has no CLI", (f"{L}.host", f"{L}.hosting"), (f"{L}.cli",), (),
+    Rule("host has no CLI", (f"{L}.host",), (f"{L}.cli",), (),
          "issue 39 item 6: the host package does not import the CLI"),
 ]
 
@@ -275,11 +275,6 @@ KNOWN_VIOLATIONS: dict[str, set[tuple[str, str]]] = {
         (f"{L}.emit.kernel_grad", f"{L}.syntax.program"),
         (f"{L}.emit.kernel_grad", f"{L}.syntax.tree"),
         (f"{L}.emit.torch", f"{L}.check.kernel_access"),
-    },
-    # `linnet run`'s config files (load_config, named_config_paths) live in the CLI.
-    "host has no CLI": {
-        (f"{L}.host.run", f"{L}.cli"),
-        (f"{L}.hosting", f"{L}.cli"),
     },
 }
 
@@ -408,3 +403,17 @@ def test_distributions_import_what_they_declare() -> None:
 def test_every_module_imports(name: str) -> None:
     """Every module of the pure-Python packages imports."""
     importlib.import_module(name)
+
+
+# Modules over MOST_LINES lines (issue 39: none). The others' splits strike them here, as with
+# KNOWN_VIOLATIONS: a module that grows past the limit fails, and one split must be struck.
+MOST_LINES = 900
+KNOWN_LONG = {f"{L}.emit.torch", f"{L}.syntax.parser"}
+
+
+def test_no_module_over_900_lines() -> None:
+    """hosting.py (779 lines, four ideas) became linnet.lang.host's modules and planned.py
+    (1,193) linnet.torch.plans, plan_builder and planned: no new module may pass the limit."""
+    long = {name for name, path in modules().items()
+            if len(path.read_text(encoding="utf-8").splitlines()) > MOST_LINES}
+    assert long == KNOWN_LONG

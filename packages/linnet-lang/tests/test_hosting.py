@@ -1,4 +1,4 @@
-"""linnet.lang.hosting: the runtimes' shared, framework-free half (inputs, loading, `linnet run`,
+"""linnet.lang.host: the runtimes' shared, framework-free half (inputs, loading, `linnet run`,
 kernel checks). Both runtimes' own suites check the errors end to end; these check the pure
 functions alone, and that the module stays free of array libraries."""
 
@@ -12,26 +12,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError, Program, lower
-from linnet.lang.hosting import (
+from linnet.lang.check.kernel_cases import scalar_value
+from linnet.lang.host.inputs import (
     GATHER_EXAMPLE,
     bind_inputs,
     check_count,
+    dtype_error,
+    in_range,
+    range_error,
+)
+from linnet.lang.host.loading import (
     check_numerics,
     check_weights_type,
-    dtype_error,
     entry_method,
-    in_range,
     load_program,
-    parameter_types,
     programs_kept,
-    range_error,
     read_config,
-    run_tokens,
-    scalar_value,
-    summary_lines,
-    token_line,
 )
+from linnet.lang.host.options import run_tokens
+from linnet.lang.host.printing import summary_lines, token_line
 from linnet.lang.ir.bounds import input_bounds
+from linnet.lang.weights.demo import parameter_types
 
 LLAMA = Path(__file__).resolve().parents[3] / "examples" / "llama" / "llama.linnet"
 
@@ -44,7 +45,8 @@ def code_of(excinfo: pytest.ExceptionInfo) -> str:
 
 
 def test_importing_it_imports_no_array_library():
-    code = ("import sys, linnet.lang.hosting; "
+    code = ("import sys, linnet.lang.host.loading, linnet.lang.host.options, "
+            "linnet.lang.host.printing, linnet.lang.host.verdicts, linnet.lang.host.generate; "
             "bad = [m for m in ('torch', 'jax', 'numpy') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -209,7 +211,7 @@ def test_a_16bit_result_is_held_to_the_exact_result_where_the_body_is_far_from_i
     left to the runtime's own comparison."""
     np = pytest.importorskip("numpy")
     from linnet.lang.check.kernel_cases import KernelCase
-    from linnet.lang.hosting import exact_case, no_further_than_the_body
+    from linnet.lang.host.verdicts import exact_case, no_further_than_the_body
 
     def compare(got, want, dtype, name):
         diff = float(np.abs(got - want).max())

@@ -27,7 +27,7 @@ import pytest
 import torch
 from linnet.lang import lower
 from linnet.lang.emit.torch import emit_torch
-from linnet.lang.hosting import load_program
+from linnet.lang.host.loading import load_program
 from linnet.lang.ir import edges as E
 from linnet.torch import conformance as conf
 from linnet.torch import run_graph

@@ -75,7 +75,7 @@ def linnet_writes(home: Path, tmp: Path) -> list[str]:
     """Linnet's own files in ``home`` (the current $LINNET_HOME), written as Linnet writes
     them; their paths under the home."""
     from linnet.lang.home import import_source
-    from linnet.lang.hosting import demo_checkpoint
+    from linnet.lang.host.run import demo_checkpoint
     from linnet.plan import TimingCache
 
     made = []
@@ -360,7 +360,7 @@ def test_generated_source_replaces_a_link_never_writes_through_it(tmp_path, clea
 
 
 def test_a_demo_checkpoint_replaces_a_link_never_writes_through_it(tmp_path, clean):
-    from linnet.lang.hosting import demo_checkpoint
+    from linnet.lang.host.run import demo_checkpoint
 
     model = tmp_path / "m.linnet"
     model.write_text("model")

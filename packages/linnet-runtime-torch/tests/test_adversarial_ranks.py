@@ -23,7 +23,7 @@ import pytest
 import torch
 from linnet.lang import LinnetError
 from linnet.lang.cli import main
-from linnet.lang.hosting import RANKS_PER_CORE, usable_cores
+from linnet.lang.host.options import RANKS_PER_CORE, usable_cores
 from linnet.torch import parallel
 
 HERE = Path(__file__).resolve().parent
@@ -128,12 +128,12 @@ def cli(capsys, *argv: str) -> tuple[int, str]:
                                    str(RANKS_PER_CORE * usable_cores() + 1)])
 def test_a_nonsensical_nproc_is_E0824_before_anything_starts(capsys, monkeypatch, no_spawn,
                                                               nproc):
-    from linnet.lang import hosting
+    from linnet.lang.host import run as host_run
 
     def configured(*args):
         raise AssertionError("the model was read before --nproc was checked")
 
-    monkeypatch.setattr(hosting, "run_config", configured)
+    monkeypatch.setattr(host_run, "run_setup", configured)
     rc, err = cli(capsys, "--nproc", nproc)
     assert rc == 1 and "error[E0824]" in err and len(err) < 600
 

@@ -289,7 +289,7 @@ def test_linnet_cache_info_and_clear(clean, tmp_path, monkeypatch, capsys):
 
 
 def test_linnet_cache_clear_that_cannot_remove_is_E0831(clean, monkeypatch, capsys):
-    from linnet.lang.hosting import demo_checkpoint
+    from linnet.lang.host.run import demo_checkpoint
 
     model = clean.parent / "m.linnet"  # what the demo checkpoint is keyed by
     model.write_text("model")

@@ -14,20 +14,29 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import linnet.lang.syntax.tree as A
+from linnet.lang.check.core import Frame
+from linnet.lang.check.evaluate import Evaluator, Fail
+from linnet.lang.check.lowering import find_model
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 # The sizes as polynomials of the dims, and which attributes may be one: the ONNX emitter's
 # (a pure-Python module; it imports onnx_ir only when it emits).
 from linnet.lang.emit.onnx_rules import SYMBOLIC_ATTRIBUTES
+from linnet.lang.emit.stablehlo import argument_order
 from linnet.lang.ir.bounds import check_static
+from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.graph import Graph
+from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.poly import Poly, SymInt, poly_add, poly_mul, poly_text
 
 
@@ -178,6 +187,65 @@ def program_sources(program: Any) -> dict[str, str]:
     return {m.source.name: m.source.text for m in program.modules.values()}
 
 
+@dataclass(frozen=True)
+class EntryExport:
+    """What a runtime gives the one export driver (:func:`export_entry_onnx`,
+    :func:`export_entry_stablehlo`) for one entry of its model: the rest is the same on
+    every runtime. The callables run only after the target path passed E0800.
+
+    ``checked()``: the graph ``model.run`` would call for the inputs, after the same input
+    checks; ``shapes()``: each input's shape by parameter name; ``relower(inputs, config)``:
+    the entry lowered again as the model lowers it (its weights' shapes), for symbolic dims.
+
+    >>> EntryExport(program, config, params, checked, shapes, relower)  # doctest: +SKIP
+    """
+    program: Any
+    config: Mapping[str, Any]
+    params: Mapping[str, Any]
+    checked: Callable[[], Graph]
+    shapes: Callable[[], Mapping[str, list[int]]]
+    relower: Callable[[Any, Any], Graph]
+
+
+def export_entry_onnx(entry: EntryExport, path: str | Path, check: bool = True,
+                      external_threshold: int | None = None, dynamic: Any = None
+                      ) -> list[Path]:
+    """A runtime's ``model.export_onnx``: the entry as the model runs it, its ``dynamic``
+    dims made symbolic (:func:`symbolic_graph`), written with the model's own tensors as
+    the weights; E0800 for a path it cannot write (before any work where it can tell).
+
+    >>> export_entry_onnx(EntryExport(...), "decode.onnx")              # doctest: +SKIP
+    [PosixPath('decode.onnx')]
+    """
+    target = export_target(path)
+    graph = symbolic_graph(entry.checked(), entry.program, entry.shapes(), entry.config,
+                           entry.relower, dynamic)
+    params = {p: entry.params[p] for p in graph.parameters}
+    try:
+        return export_onnx(graph, params, target, program_sources(entry.program), check,
+                           external_threshold)
+    except OSError as exc:
+        raise unwritable(target, exc) from None
+
+
+def export_entry_stablehlo(entry: EntryExport, path: str | Path, verify: bool = False
+                           ) -> list[str]:
+    """A runtime's ``model.export_stablehlo``: the entry as the model runs it, written as
+    StableHLO text; returns the order of the module's arguments (inputs, then weights).
+    E0800 for a path it cannot write.
+
+    >>> export_entry_stablehlo(EntryExport(...), "prefill.mlir")        # doctest: +SKIP
+    ['%tokens', 'embed.weight', ...]
+    """
+    target = export_target(path)
+    graph = entry.checked()
+    try:
+        export_stablehlo(graph, target, program_sources(entry.program), verify)
+    except OSError as exc:
+        raise unwritable(target, exc) from None
+    return argument_order(graph)
+
+
 # ---------------------------------------------------------------- symbolic dims (ONNX)
 # An entry is lowered for concrete shapes. To export it with some dims symbolic (the batch B,
 # the prompt length L), it is lowered again at other sizes of those dims; where the graphs
@@ -186,7 +254,6 @@ def program_sources(program: Any) -> dict[str, str]:
 # which the ONNX emitter computes from the inputs' shapes at run time.
 DEFAULT_DYNAMIC = ("B", "L")
 """The dims made symbolic when the caller names none (each only where the graph allows)."""
-
 
 def symbolic_dims_of(graph: Graph) -> list[str]:
     """The dims a graph made by :func:`symbolic_dims` has symbolic (in order)."""
@@ -207,13 +274,6 @@ def relowering(program: Any, entry: str, inputs: Mapping[str, Any], config: Mapp
     ...                      lambda i, c: lower(program, "prefill", i, c))  # doctest: +SKIP
     >>> relower({"B": 2, "L": 5}).inputs                                 # doctest: +SKIP
     """
-    import linnet.lang.syntax.tree as A
-    from linnet.lang.check.core import Frame
-    from linnet.lang.check.evaluate import Evaluator, Fail
-    from linnet.lang.check.lowering import find_model
-    from linnet.lang.ir.builder import Builder
-    from linnet.lang.tensors.dims import Dim
-
     decl = find_model(program, model)
     method = decl.method(entry)
     module = decl.module
@@ -409,7 +469,6 @@ def _fit(graph: Graph, relower: Relower, names: list[str]) -> Graph:
 
 
 def _fit_at(graph: Graph, relower: Relower, names: list[str], skip: int) -> Graph:
-    import copy
 
 
     start, corners, check_at, far = _points(graph, names, skip)

@@ -44,7 +44,7 @@ attribute) of what it checks."""
 # ---------------------------------------------------------------- at export
 def describe(graph: Graph) -> dict[str, Any]:
     """What an exported model keeps to explain a false flag: each index input's range (as
-    :func:`linnet.lang.hosting.range_parts`), the inputs' shapes, the symbolic dims, and the
+    :func:`linnet.lang.host.inputs.range_parts`), the inputs' shapes, the symbolic dims, and the
     axes its indices reach. A range that changes with a symbolic dim (a start position
     before a prompt of L tokens) is left out: the flag still checks it.
 

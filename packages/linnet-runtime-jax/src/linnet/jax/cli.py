@@ -15,9 +15,11 @@ import time
 from importlib.util import find_spec
 from typing import Any
 
-from linnet.lang import LinnetError, hosting
+from linnet.lang import LinnetError
 from linnet.lang.diagnostics.core import Diagnostic
-from linnet.lang.hosting import default_model  # noqa: F401  (re-exported, as before)
+from linnet.lang.host import options, printing
+from linnet.lang.host import run as host_run
+from linnet.lang.host.run import default_model  # noqa: F401  (re-exported, as before)
 
 RUNTIMES = ("torch", "jax")
 
@@ -67,7 +69,7 @@ def run_command(args: argparse.Namespace) -> int:
     """`linnet run --runtime jax`: load, then generate with ``Model.generate`` (greedy, or
     sampling with ``--temperature``, ``--top-k``, ``--top-p``, ``--sampling-seed``; ``--stop``)
     and time prefill and each decode step, as the torch runtime's `linnet run` does."""
-    hosting.check_nproc(getattr(args, "nproc", 1))  # 0, -1, 10**20: E0824 here too
+    options.check_nproc(getattr(args, "nproc", 1))  # 0, -1, 10**20: E0824 here too
     given = [flag for flag, value in (
         ("--compile", getattr(args, "compile", False)),
         ("--interpret", getattr(args, "interpret", False)),
@@ -80,29 +82,29 @@ def run_command(args: argparse.Namespace) -> int:
             "E0790", f"`{flag}` is an option of the torch runtime; `--runtime jax` always runs "
             "generated JAX under jax.jit, on one device", help=f"drop {flag}, or use "
                                                                "`--runtime torch`"))
-    hosting.check_seed(args.seed, "--seed", optional=False)  # before a checkpoint is made
+    options.check_seed(args.seed, "--seed", optional=False)  # before a checkpoint is made
     # The options first, before a checkpoint is read or made or jax is imported.
-    parsed = hosting.run_tokens(args)
+    parsed = options.run_tokens(args)
     if parsed is None:
         return 2
     prompt, stop = parsed
-    hosting.check_run_options(args, stop)
+    options.check_run_options(args, stop)
     from .model import load, resolve_device
 
     resolve_device(args.device)  # E0710-E0712 before a demo checkpoint is made for nothing
     # The model, its config and weights: paths, names and --set keys (E0602, E0795-E0797).
-    setup = hosting.run_config(args)
+    setup = host_run.run_setup(args)
     for note in setup.notes:
         print(note, file=sys.stderr)
     model_path = setup.model
     weights = setup.weights
     if weights is None:
-        hosting.announce_demo(model_path, setup.config_name, args.seed)
-        weights = str(hosting.demo_checkpoint(model_path, setup.config, args.seed))
+        printing.announce_demo(model_path, setup.config_name, args.seed)
+        weights = str(host_run.demo_checkpoint(model_path, setup.config, args.seed))
     start = time.perf_counter()
     model = load(model_path, weights=weights, device=args.device, numerics=args.numerics,
                  config=setup.config)
-    print(hosting.loaded_line(model_path, model.device, time.perf_counter() - start,
+    print(printing.loaded_line(model_path, model.device, time.perf_counter() - start,
                               model.entries, runtime="jax"))
     check_length(model, len(prompt), args.tokens)
     if stop is None and model.stop_tokens:
@@ -118,15 +120,15 @@ def run_command(args: argparse.Namespace) -> int:
         ms = 1000 * (now - clock[0])
         clock[0] = now
         if step == 0:
-            print(hosting.prefill_line(len(prompt), ms))
+            print(printing.prefill_line(len(prompt), ms))
         else:
             times.append(ms)
-            print(hosting.token_line(step, len(prompt) + step - 1, tokens[0], ms))
+            print(printing.token_line(step, len(prompt) + step - 1, tokens[0], ms))
 
     out = model.generate([prompt], args.tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.sampling_seed,
                          stop_tokens=stop, on_token=on_token)[0]
-    print("\n".join(hosting.summary_lines(out, times, "includes lowering and compiling")))
+    print("\n".join(printing.summary_lines(out, times, "includes lowering and compiling")))
     return 0
 
 
@@ -135,4 +137,4 @@ def check_length(model: Any, prompt: int, tokens: int) -> None:
     runtime's `linnet run` does)."""
     import numpy as np
 
-    hosting.check_length(model, prompt, tokens, np.zeros(1, dtype=np.int32))
+    options.check_length(model, prompt, tokens, np.zeros(1, dtype=np.int32))

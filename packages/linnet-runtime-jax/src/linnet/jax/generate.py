@@ -55,7 +55,7 @@ from linnet.lang.host.generate import (  # noqa: F401  (check_options: Model.gen
     sampling_seed,
     stop_tokens_of,
 )
-from linnet.lang.hosting import error
+from linnet.lang.host.inputs import error
 
 from .inputs import is_array
 from .lowering import matmul_precision
@@ -159,7 +159,7 @@ def pick(logits: Any, temperature: float = 0.0, top_k: int | None = None,
     >>> pick(jnp.array([[0.0, float("nan"), 1.0]])).tolist()
     [-1]
     """
-    from linnet.lang.hosting import check_sampling
+    from linnet.lang.host.options import check_sampling
 
     import jax
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 from linnet.lang import LinnetError
-from linnet.lang.hosting import check_count, dtype_error, error, in_range, range_error, short
+from linnet.lang.host.inputs import check_count, dtype_error, error, in_range, range_error, short
 from linnet.lang.ir.bounds import bounds_for
 from linnet.lang.ir.graph import Graph
 

@@ -19,26 +19,23 @@ from typing import Any
 import numpy as np
 from linnet.lang import Graph, Program
 from linnet.lang.emit.jax import emit_jax
-
-# NUMERICS is re-exported: `linnet.jax.model.NUMERICS` is how users name it.
-from linnet.lang.hosting import (  # noqa: F401
+from linnet.lang.host.inputs import bind_inputs, check_count
+from linnet.lang.host.inputs import error as _error
+from linnet.lang.host.loading import (
     FLOATS,
-    NUMERICS,
-    bind_inputs,
-    check_count,
     check_dtype_config,
     check_finite_flag,
     check_numerics,
-    check_seed,
     check_weights_type,
     entry_method,
     load_program,
-    parameter_types,
     read_config,
     read_headers,
 )
-from linnet.lang.hosting import error as _error
+from linnet.lang.host.options import check_seed
 from linnet.lang.ir.bounds import check_static
+from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.jax.model.NUMERICS)
+from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
 from .home import import_source

@@ -37,17 +37,17 @@ from linnet.lang.check.kernel_cases import (
     checked_program,
     position,
     raise_findings,
+    scalar_value,
     std_program,
 )
 from linnet.lang.check.kernel_runs import run_checks
-from linnet.lang.hosting import (
+from linnet.lang.host.verdicts import (
     Found,
     case_graph,
     check_launch,
     exact_case,
     nan_found,
     no_further_than_the_body,
-    scalar_value,
     shape_found,
 )
 

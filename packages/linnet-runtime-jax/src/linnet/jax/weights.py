@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.hosting import nonfinite_weight
+from linnet.lang.host.loading import nonfinite_weight
 from linnet.lang.weights.safetensors import (
     SAFETENSORS_DTYPES,
     Checkpoint,

@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from linnet.lang import hosting
-from linnet.lang.hosting import default_model  # noqa: F401  (re-exported, as before)
+from linnet.lang.host import options, printing
+from linnet.lang.host import run as host_run
+from linnet.lang.host.run import default_model  # noqa: F401  (re-exported, as before)
 
 
 def register_run(subparsers: Any) -> None:
@@ -32,25 +33,25 @@ def run_command(args: argparse.Namespace) -> int:
     import os
 
     # Every option first, before a checkpoint is read or made or torch is imported.
-    parsed = hosting.run_tokens(args)
+    parsed = options.run_tokens(args)
     if parsed is None:
         return 2
     prompt, stop = parsed
-    hosting.check_run_options(args, stop)
+    options.check_run_options(args, stop)
     # Checked before anything is imported or started: a number of ranks this machine can
     # start, the time a rank waits for the others, and a rank's own environment.
-    nproc = hosting.check_nproc(getattr(args, "nproc", 1))
+    nproc = options.check_nproc(getattr(args, "nproc", 1))
     # A rank: started by --nproc below, or by torchrun (its environment names the rank).
     is_rank = nproc > 1 and "RANK" in os.environ and "WORLD_SIZE" in os.environ
     speaks = not is_rank or os.environ.get("RANK") == "0"
     if nproc > 1:
         given = getattr(args, "rank_timeout", None)
-        timeout = hosting.rank_timeout(given, "--rank-timeout") if given is not None else \
-            hosting.rank_timeout()
+        timeout = options.rank_timeout(given, "--rank-timeout") if given is not None else \
+            options.rank_timeout()
         if given is not None:  # the ranks (spawned below, or torchrun's) read it from here
-            os.environ[hosting.TIMEOUT_ENV] = repr(timeout)
+            os.environ[options.TIMEOUT_ENV] = repr(timeout)
     # The model, its config and weights: paths, names and --set keys (E0602, E0795-E0797).
-    setup = hosting.run_config(args)
+    setup = host_run.run_setup(args)
     if speaks:
         for note in setup.notes:
             print(note, file=sys.stderr)
@@ -66,8 +67,8 @@ def run_command(args: argparse.Namespace) -> int:
             check_ranks(nproc, args.device)
     weights = setup.weights
     if weights is None:
-        hosting.announce_demo(setup.model, setup.config_name, args.seed)
-        weights = str(hosting.demo_checkpoint(setup.model, setup.config, args.seed))
+        printing.announce_demo(setup.model, setup.config_name, args.seed)
+        weights = str(host_run.demo_checkpoint(setup.model, setup.config, args.seed))
     if nproc > 1 and not is_rank:
         from .parallel import spawn
 
@@ -93,7 +94,7 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"linnet: {threads_text(threads)} on the CPU ({why}; --threads N to "
                   "change)", file=sys.stderr)
     ranks_text = f", rank {model.rank} of {model.world}" if model.world > 1 else ""
-    print(hosting.loaded_line(setup.model, on, seconds, model.entries, extra=ranks_text))
+    print(printing.loaded_line(setup.model, on, seconds, model.entries, extra=ranks_text))
     check_length(model, len(prompt), args.tokens)
     if stop is None and model.stop_tokens and speaks:
         print(f"linnet: stopping at {model.stop_tokens_source} {list(model.stop_tokens)} "
@@ -108,15 +109,15 @@ def run_command(args: argparse.Namespace) -> int:
         ms = 1000 * (now - clock[0])
         clock[0] = now
         if step == 0:
-            print(hosting.prefill_line(len(prompt), ms))
+            print(printing.prefill_line(len(prompt), ms))
         else:
             times.append(ms)
-            print(hosting.token_line(step, len(prompt) + step - 1, tokens[0], ms))
+            print(printing.token_line(step, len(prompt) + step - 1, tokens[0], ms))
 
     out = model.generate([prompt], args.tokens, temperature=args.temperature,
                          top_k=args.top_k, top_p=args.top_p, seed=args.sampling_seed,
                          stop_tokens=stop, on_token=on_token)[0]
-    print("\n".join(hosting.summary_lines(out, times, "includes lowering")))
+    print("\n".join(printing.summary_lines(out, times, "includes lowering")))
     return 0
 
 
@@ -125,7 +126,7 @@ def check_length(model: Any, prompt: int, tokens: int) -> None:
     run past the positions the decode entry accepts (the KV cache's length)."""
     import torch
 
-    hosting.check_length(model, prompt, tokens, torch.zeros(1, dtype=torch.int32))
+    options.check_length(model, prompt, tokens, torch.zeros(1, dtype=torch.int32))
 
 
 def sync(device: Any) -> None:
@@ -178,7 +179,8 @@ def compile_argument(text: str | None) -> Any:
 
 def plan_command(args: argparse.Namespace) -> int:
     from linnet.backends import available, skipped
-    from linnet.lang.cli import load_config, parse_inputs
+    from linnet.lang.cli import parse_inputs
+    from linnet.lang.host.config import load_config
 
     import torch
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from linnet.lang.hosting import error
+from linnet.lang.host.inputs import error
 
 import torch
 

@@ -8,7 +8,7 @@ between them. Within :func:`guarded_launches`, every interpreted launch:
 
 * checks each lane its mask lets through, of every load, store and atomic, lies inside one
   of the launch's tensors, and raises :class:`WildAccess` (a
-  :class:`~linnet.lang.hosting.KernelFault`) *before* the access where one does not: a
+  :class:`~linnet.lang.host.verdicts.KernelFault`) *before* the access where one does not: a
   finding, not a crash. (An index past a row that stays inside the tensor is caught by the
   check of ``ir/accesses.py`` where it does not come from data; this guard sees addresses.)
 * records which program stored and which loaded each element of each tensor, and raises
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from linnet.lang.hosting import KernelFault
+from linnet.lang.host.verdicts import KernelFault
 
 import torch
 

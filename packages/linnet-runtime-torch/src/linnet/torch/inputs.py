@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from linnet.lang import LinnetError
-from linnet.lang.hosting import check_count, dtype_error, error, in_range, range_error, short
+from linnet.lang.host.inputs import check_count, dtype_error, error, in_range, range_error, short
 from linnet.lang.ir.bounds import InputRange, bounds_for
 from linnet.lang.ir.graph import Graph
 

@@ -9,7 +9,7 @@ and cost 8% on a third plan (docs/benchmarks/decode.md, session 11). So a plan w
 kernels, on a GPU that has PDL, times its whole step under each mode as it will run
 (captured as a CUDA graph, or by ``plan.run`` for a plan made with ``captured=False``; on
 fresh states) and keeps the fastest where it beats the default by the margin;
-:class:`~linnet.torch.planned.Captured` and ``plan.run`` launch under the plan's mode, and
+:class:`~linnet.torch.plans.Captured` and ``plan.run`` launch under the plan's mode, and
 ``plan.explain()`` says what was timed. ``LINNET_PDL`` set in the environment is the user's
 choice: no plan overrides it.
 

@@ -12,27 +12,22 @@ from typing import Any
 
 from linnet.lang import Graph, Program, lower
 from linnet.lang.emit.torch import emit_torch
-
-# NUMERICS is re-exported: `linnet.torch.model.NUMERICS` is how users name it.
-from linnet.lang.hosting import (  # noqa: F401
-    NUMERICS,
-    bind_inputs,
-    check_count,
+from linnet.lang.host.inputs import bind_inputs, check_count, dtype_error, short
+from linnet.lang.host.inputs import error as _error
+from linnet.lang.host.loading import (
     check_dtype_config,
     check_finite_flag,
     check_numerics,
-    check_seed,
     check_weights_type,
-    dtype_error,
     entry_method,
     load_program,
-    parameter_types,
     read_config,
     read_headers,
-    short,
 )
-from linnet.lang.hosting import error as _error
+from linnet.lang.host.options import check_seed
 from linnet.lang.ir.bounds import check_static
+from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.torch.model.NUMERICS)
+from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
 import torch
@@ -333,7 +328,7 @@ class Model:
         as the backend ``linnet-kernels``, each timed against the op bodies' generated code;
         False leaves them out (the plan's generated source never launches a kernel).
         ``captured`` says how the plan will run on CUDA, which decides how it is timed: True
-        (the default), as one CUDA graph (:class:`~linnet.torch.planned.Captured`, a decode
+        (the default), as one CUDA graph (:class:`~linnet.torch.plans.Captured`, a decode
         step), where the host's launch costs are not paid; False, by ``plan.run`` (a prefill
         of one prompt), item by item from the host, where each region and each cut between
         compiled slices costs its Python and launches too: each is charged its host time
@@ -370,7 +365,7 @@ class Model:
         """A context for ``plan``: zeroed states, and each executable prepared once (where a
         backend lays out joined weights with ``context.join``). An executable whose prepare
         raises is error E0756, naming its backend: plan again without it."""
-        from .planned import prepare_all
+        from .plans import prepare_all
 
         ctx = self.context_for_graph(plan.graph)
         with torch.inference_mode():

@@ -32,8 +32,8 @@ from linnet.lang import LinnetError, Program, lower
 from linnet.lang.diagnostics.core import coded_error
 
 # The time a rank waits (E0827) is checked by `linnet run` before torch is imported: it
-# lives in linnet.lang.hosting, re-exported here where the ranks use it.
-from linnet.lang.hosting import DEFAULT_TIMEOUT, TIMEOUT_ENV, rank_timeout
+# lives in linnet.lang.host.options, re-exported here where the ranks use it.
+from linnet.lang.host.options import DEFAULT_TIMEOUT, TIMEOUT_ENV, rank_timeout
 from linnet.lang.ir.shard import shard
 
 import torch
@@ -56,7 +56,7 @@ def check_world(world: Any) -> int:
 
 def check_ranks(nproc: int, device: Any) -> None:
     """`linnet run --nproc` on CUDA starts one rank per GPU: at most as many as are visible
-    (E0824). (:func:`linnet.lang.hosting.check_nproc` checked the number itself.)
+    (E0824). (:func:`linnet.lang.host.options.check_nproc` checked the number itself.)
 
     >>> check_ranks(2, "cpu")
     """

@@ -7,7 +7,7 @@ outputs filled with NaN before the launch, and the op's body, run by the PyTorch
 (the semantic reference). They must agree within the tolerance of the result's element type
 (:data:`TOLERANCES`, the one table), or, for a 16-bit result, the kernel's must be within it
 of the exact result (the body in f64) plus twice the body's largest distance from it
-(:func:`linnet.lang.hosting.no_further_than_the_body`). Anything else is a finding, naming
+(:func:`linnet.lang.host.verdicts.no_further_than_the_body`). Anything else is a finding, naming
 the kernel, the case and the largest difference.
 
 >>> from linnet.torch.testing import assert_kernels, check_kernels
@@ -36,20 +36,20 @@ from linnet.lang.check.kernel_cases import (
     KernelFinding,
     position,
     raise_findings,
+    scalar_value,
     std_program,
     wrapper_program,
 )
 from linnet.lang.check.kernel_cases import checked_program as _program
 from linnet.lang.check.kernel_runs import run_checks
 from linnet.lang.diagnostics.core import Diagnostic
-from linnet.lang.hosting import (
+from linnet.lang.host.verdicts import (
     Found,
     case_graph,
     check_launch,
     exact_case,
     nan_found,
     no_further_than_the_body,
-    scalar_value,
     shape_found,
 )
 

@@ -1,5 +1,5 @@
 """How plans time what they run, on PyTorch: a region kind's rotation inside a captured CUDA
-graph (as :class:`~linnet.torch.planned.Captured` runs it), the host's time to issue the same
+graph (as :class:`~linnet.torch.plans.Captured` runs it), the host's time to issue the same
 calls (charged too where a plan will run by ``plan.run``), and whole ``plan.run`` calls.
 
 >>> len(rotation_calls([print], 16))

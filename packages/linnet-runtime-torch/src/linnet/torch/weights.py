@@ -135,7 +135,7 @@ def nonfinite_diagnostic(name: str, t: torch.Tensor, shapes: dict[str, Any] | No
                          ) -> Diagnostic | None:
     """E0666 for weight ``name`` naming how many NaN and infinite values it holds and where
     the first is; None when it holds none."""
-    from linnet.lang.hosting import nonfinite_weight
+    from linnet.lang.host.loading import nonfinite_weight
     from linnet.lang.weights.safetensors import shard_of
 
     nan = torch.isnan(t)

@@ -10,7 +10,7 @@ with each step's tokens, and every check and coded error, is here, so that a mis
 same error with the same message whichever runtime runs the model.
 
 Codes: E0810 (prompts), E0811 (``max_new_tokens``), E0812-E0815 (the sampling options,
-:func:`linnet.lang.hosting.check_sampling`; ``stop_tokens`` and ``on_token``), E0816 (no
+:func:`linnet.lang.host.options.check_sampling`; ``stop_tokens`` and ``on_token``), E0816 (no
 ``prefill``/``decode``), E0817 (past the cache), E0818 (non-finite logits), E0819 (a stop
 token outside the vocabulary), E0794 (an option ``generate`` does not have), E0780 (a prompt
 id outside the vocabulary, ``prefill``'s own message). Pure Python: nothing here imports an
@@ -27,9 +27,11 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from linnet.lang.check.hints import did_you_mean
 from linnet.lang.diagnostics.core import LinnetError
 from linnet.lang.host.inputs import error, range_error
-from linnet.lang.hosting import check_sampling, stop_token_error
+from linnet.lang.host.options import check_sampling, stop_token_error
+from linnet.lang.ir.bounds import bounds_for
 
 #: ``generate``'s keyword options: ``Model.generate(**options)`` checks the names against
 #: these (E0794 for another).
@@ -51,8 +53,6 @@ def check_options(options: dict[str, Any]) -> None:
     ...
     linnet.lang.diagnostics.core.LinnetError: error[E0794]: generate has no option ...
     """
-    from linnet.lang.check.hints import did_you_mean
-
     for name in options:
         if name not in OPTIONS:
             raise error("E0794", f"generate has no option `{name}`",
@@ -166,8 +166,6 @@ def check_vocabulary(model: Any, rows: list[list[int]], stop_tokens: Any,
     >>> check_vocabulary(model, [[1, 2]], [2], lambda s: np.zeros(s, np.int32))  # doctest: +SKIP
     256
     """
-    from linnet.lang.ir.bounds import bounds_for
-
     shape = (len(rows), len(rows[0]))
     graph = model.graph("prefill", [zeros(shape)])
     r = bounds_for(graph).inputs.get(graph.inputs[0])
@@ -192,8 +190,6 @@ def check_cache(model: Any, prompt: int, tokens: int, one: Any) -> None:
     ...
     linnet.lang.diagnostics.core.LinnetError: error[E0817]: a prompt of 60 tokens and ...
     """
-    from linnet.lang.ir.bounds import bounds_for
-
     graph = model.graph("decode", [one, one])
     r = next((r for name, r in bounds_for(graph).inputs.items() if name == "%pos"), None)
     last = prompt + tokens - 2  # the position of the last decode step
@@ -250,7 +246,6 @@ class Progress:
     ...
     linnet.lang.diagnostics.core.LinnetError: error[E0818]: the logits of sequence 0 at step 1 ...
     """
-
     def __init__(self, batch: list[list[int]], stop_tokens: Any,
                  on_token: Callable[[int, list[int]], None] | None = None):
         self.batch = batch

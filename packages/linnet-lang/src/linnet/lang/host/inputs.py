@@ -27,7 +27,7 @@ model M<V: Dim, N: Dim> {
     }
 }"""
 
-error = coded_error  # the name the runtimes import (linnet.lang.hosting re-exports it)
+error = coded_error  # the name the runtimes import
 
 
 def short(value: Any) -> str:

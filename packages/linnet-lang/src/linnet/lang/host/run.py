@@ -20,20 +20,31 @@ Nothing here imports torch, jax or NumPy.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from linnet.lang import bundled
+from linnet.lang.check.lowering import config_key_help, find_model
 from linnet.lang.diagnostics.core import SourceFile
+from linnet.lang.home import linnet_home
+from linnet.lang.home_files import record
+from linnet.lang.host.config import load_config, named_config_paths
 from linnet.lang.host.inputs import error
+from linnet.lang.syntax.program import STD_ROOT, Program, model_file
+from linnet.lang.weights.checkpoint import read_json_object
+from linnet.lang.weights.demo import GENERATOR, write_demo
+from linnet.lang.weights.safetensors import resolve_checkpoint
 
 if TYPE_CHECKING:
     import argparse
-
-    from linnet.lang.syntax.program import Program
 
 #: The config `linnet run` takes for a model run without weights, where the model has one.
 DEMO_CONFIG = "toy"
@@ -48,7 +59,6 @@ class RunSetup:
     """What `linnet run` runs: the model file, its config (and the config's name, for the
     demo's message), the weights (None: the demo checkpoint) and the lines to say on stderr
     about choices made for the user (the model picked from a checkpoint's architecture)."""
-
     model: Path
     config_name: str | None
     config: dict[str, Any]
@@ -64,10 +74,8 @@ def default_model() -> Path:
     >>> default_model().parent.name
     'llama'
     """
-    from linnet.lang.bundled import example
-
     try:
-        return example("llama") / "llama.linnet"
+        return bundled.example("llama") / "llama.linnet"
     except LookupError:
         raise error("E0740", "no model given, and this linnet-lang was installed without the "
                     "Llama example", help="pass a model: `linnet run std.models.llama` (its toy "
@@ -81,8 +89,6 @@ def shipped_models() -> dict[str, dict[str, Any]]:
     >>> shipped_models()["std.models.qwen2"]["architectures"]
     ['Qwen2ForCausalLM']
     """
-    from linnet.lang.syntax.program import STD_ROOT
-
     out = {}
     for path in sorted((STD_ROOT / "models").glob("*.hf.json")):
         out[f"std.models.{path.name.removesuffix('.hf.json')}"] = json.loads(
@@ -100,8 +106,6 @@ def model_for_checkpoint(config_json: Path) -> tuple[str, str] | None:
     >>> model_for_checkpoint(Path("Qwen2.5-0.5B/config.json"))   # doctest: +SKIP
     ('std.models.qwen2', 'architecture Qwen2ForCausalLM')
     """
-    from linnet.lang.weights.checkpoint import read_json_object
-
     data, _ = read_json_object(config_json, "E0652", "checkpoint config")
     archs = data.get("architectures")
     kind = data.get("model_type")
@@ -151,9 +155,6 @@ def check_not_hub_id(text: str, flag: str = "") -> None:
 def checkpoint_config_json(weights: str | None) -> Path | None:
     """The Hugging Face ``config.json`` beside ``weights`` (a directory, a file in one, an
     index), if there is one that names a model (``model_type`` or ``architectures``)."""
-    from linnet.lang.weights.checkpoint import read_json_object
-    from linnet.lang.weights.safetensors import resolve_checkpoint
-
     if weights is None:
         return None
     path = resolve_checkpoint(weights).config_path
@@ -166,8 +167,6 @@ def checkpoint_config_json(weights: str | None) -> Path | None:
 def _checkpoint_directory(directory: Path, weights: str | None) -> tuple[str, Path]:
     """`linnet run DIR`: the shipped model of DIR's config.json and its file (E0795 where DIR
     is no Hugging Face checkpoint, or --weights names another)."""
-    from linnet.lang.syntax.program import model_file
-
     if weights is not None and Path(weights).resolve() != directory.resolve():
         raise error("E0795", f"`linnet run {directory}` runs the checkpoint in that directory, "
                     f"and --weights names another ({weights})",
@@ -197,8 +196,6 @@ def has_config(model: Path, name: str) -> bool:
     >>> has_config(model_file("std.models.phi3"), "toy")
     True
     """
-    from linnet.lang.cli import named_config_paths
-
     return any(p.is_file() for p in named_config_paths(model, name))
 
 
@@ -213,9 +210,6 @@ def run_setup(args: argparse.Namespace) -> RunSetup:
     >>> s.model.name, s.config_name, s.config["S"], s.weights
     ('qwen2.linnet', 'toy', 64, None)
     """
-    from linnet.lang.cli import load_config
-    from linnet.lang.syntax.program import model_file
-
     file, weights = args.file, args.weights
     sets = list(getattr(args, "set", None) or [])
     notes: list[str] = []
@@ -264,9 +258,6 @@ def check_config_keys(model: Path, keys: list[str], program: Program | None = No
     ...
     linnet.lang.diagnostics.core.LinnetError: error[E0602]: `--set rms_eps=...`: `rms_eps` is ...
     """
-    from linnet.lang.check.lowering import config_key_help, find_model
-    from linnet.lang.syntax.program import Program
-
     decl = find_model(program or Program.from_file(model), None)
     known = [g.name for g in decl.generics] + sorted(
         m.name for m in decl.members if m.kind == "config")
@@ -309,3 +300,38 @@ def threads_from_environment(environ: Any = None) -> str | None:
     env = os.environ if environ is None else environ
     return next((k for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if env.get(k, "").strip()),
                 None)
+
+
+def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
+                    write: Callable[[Path], None] | None = None) -> Path:
+    """The demo's deterministic random checkpoint for ``model``, ``config`` and ``seed``
+    under $LINNET_HOME/demo, made once (to a temporary name, renamed into place) by the one
+    generator every runtime shares (:mod:`linnet.lang.weights.demo`): `linnet run` and
+    `linnet run --runtime jax` load the same file and decode the same tokens. ``write``
+    (a function of the path) writes it instead (tests).
+
+    >>> demo_checkpoint(Path("llama.linnet"), cfg, 0)   # doctest: +SKIP
+    PosixPath('/home/me/.cache/linnet/demo/llama-3f2a....safetensors')
+    """
+    key = hashlib.sha256(f"{GENERATOR}{model.read_text()}{sorted(config.items())}{seed}"
+                         .encode())
+    name = f"{model.stem}-{key.hexdigest()[:12]}.safetensors"
+    path = linnet_home() / "demo" / name
+    if not path.is_file() or path.is_symlink():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # A name of its own (two processes making it at once), renamed onto the place: a
+        # link there is replaced, never written through.
+        fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            if write is None:
+                write_demo(Path(tmp), model, config, seed)
+            else:
+                write(Path(tmp))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        record(path)  # so that `linnet cache clear` knows the file as Linnet's
+    return path

@@ -28,7 +28,7 @@ _WEIGHT_CODES = ("E0630", "E0631", "E0632", "E0633")
 def model_config_names(decl: Any) -> tuple[set[str], dict[str, str]]:
     """The model's Dim generics and its ``config`` members with their types.
 
-    >>> from linnet.lang.hosting import load_program
+    >>> from linnet.lang.host.loading import load_program
     >>> from linnet.lang.check.driver import find_model
     >>> dims, configs = model_config_names(find_model(load_program("std.models.gpt2")[0], None))
     >>> sorted(dims)[:3], configs["layer_norm_eps"]
@@ -44,7 +44,7 @@ def infer_mapping(hf: dict, decl: Any, model_file: str | Path, config_path: str 
     """The mapping of config.json ``hf`` onto model ``decl`` where every key that is not
     metadata names one of its configs; E0670 naming the keys that do not otherwise.
 
-    >>> from linnet.lang.hosting import load_program
+    >>> from linnet.lang.host.loading import load_program
     >>> from linnet.lang.check.driver import find_model
     >>> decl = find_model(load_program("std.models.gpt2")[0], None)
     >>> infer_mapping({"model_type": "mine", "H": 4, "layer_norm_eps": 1e-5}, decl,

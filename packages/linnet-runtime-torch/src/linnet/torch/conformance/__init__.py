@@ -481,7 +481,7 @@ def _trace(case: Case, setup: Setup, make: Callable[[Setup, Any], StepFn]
 def lower_case(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
     """The case's graphs (its entry, and decode for a loop) and the weights for them."""
     from linnet.lang import lower
-    from linnet.lang.hosting import load_program
+    from linnet.lang.host.loading import load_program
 
     program, _ = load_program(case.model)  # parsed and checked (once a suite: run_suite)
     graphs = {}
@@ -534,8 +534,8 @@ def _torch_dtype(name: str) -> Any:
 def run_suite(select: Callable[[Case], bool] | None = None,
               runtimes: list[Runtime] | None = None) -> list[Row]:
     """Every case (those ``select`` keeps) on every runtime; each model file is parsed and
-    checked once for them all (:func:`~linnet.lang.hosting.programs_kept`)."""
-    from linnet.lang.hosting import programs_kept
+    checked once for them all (:func:`~linnet.lang.host.loading.programs_kept`)."""
+    from linnet.lang.host.loading import programs_kept
 
     with programs_kept():
         return [run_case(c, runtimes) for c in cases() if select is None or select(c)]
