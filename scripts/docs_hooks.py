@@ -9,6 +9,11 @@
   `<!-- plot: TITLE | COLUMN; COLUMN | UNIT | LABEL COLUMN; ... -->` becomes a bar chart
   (matplotlib, PNG) of those columns' recorded figures, one bar group per row named by the
   label columns, placed where the comment is; "log" in UNIT gives a log scale;
+* the recorded results, docs/benchmarks/results.csv (one row a measurement: area, shape, card,
+  date, commit, unit, Linnet's figure, the baseline and its figure, the floor, and the notes
+  page it comes from): `<!-- results: AREA -->` on a page becomes that area's table and a chart
+  of it (`benchmarks/plots/results-AREA.png`); `<!-- results: headline -->` (the landing
+  page) becomes the decode and prefill rows against transformers and the floor;
 * links from a page to files outside docs/ (`../../benchmarks/gpu.sh`) must name an existing
   file of the repository; on the site they become the path in code, since the site holds only
   docs/;
@@ -34,6 +39,16 @@ PLOT = re.compile(r"^<!-- plot: (?P<title>[^|]+)\|(?P<columns>[^|]+)\|(?P<unit>[
 LINK = re.compile(r"(?<!!)\[(?P<text>[^\]\n]+)\]\((?P<target>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
 NUMBER = re.compile(r"^\**\s*(-?[0-9][0-9.,]*(?:e-?[0-9]+)?)")
 CODE = re.compile(r"^\| (E\d{4}) \|", re.MULTILINE)
+RESULTS = DOCS / "benchmarks" / "results.csv"
+RESULT = re.compile(r"^<!-- results: (?P<area>[\w-]+) -->[ \t]*$", re.MULTILINE)
+# The chart and table of each area: its title, the rows it takes, and what its baseline is.
+AREAS = {
+    "headline": ("Linnet against transformers and the bandwidth floor", {"decode", "prefill"},
+                 "transformers"),
+    "decode": ("Decode steps, captured and planned", {"decode"}, "transformers"),
+    "prefill": ("Prefill", {"prefill"}, "transformers"),
+    "kernels": ("Linnet's kernels alone, in a CUDA graph", {"kernels"}, "PyTorch"),
+}
 
 
 def example_language(lines: list[str]) -> str:
@@ -182,9 +197,74 @@ def plots(page: Path) -> list[tuple[str, bytes]]:
     return [(path, png(chart)) for path, chart in figures(page)]
 
 
+def results(path: Path = RESULTS) -> list[dict[str, str]]:
+    """The recorded results (docs/benchmarks/results.csv), a dict of its columns a row.
+
+    >>> results()[0]["card"]
+    'H200'
+    """
+    import csv
+
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for n, row in enumerate(rows, start=2):
+        if not row["linnet"] or number(row["linnet"]) is None or row["area"] not in {
+                a for _, areas, _ in AREAS.values() for a in areas}:
+            raise PluginError(f"{path.relative_to(ROOT)}:{n}: a row needs a known area and "
+                              f"Linnet's figure: {row}")
+    return rows
+
+
+def result_rows(area: str) -> list[dict[str, str]]:
+    """The rows of results.csv that ``area``'s table and chart show, in the file's order."""
+    if area not in AREAS:
+        raise PluginError(f"<!-- results: {area} -->: no such area; known: {sorted(AREAS)}")
+    return [row for row in results() if row["area"] in AREAS[area][1]]
+
+
+def result_label(row: dict[str, str]) -> str:
+    return f"{row['area']}: {row['shape']} ({row['card']})" if row["area"] != "kernels" else \
+        f"{row['shape']} ({row['card']})"
+
+
+def result_figure(area: str) -> Any:
+    """The chart of an area's results: Linnet, its baseline and the floor, a bar group a row
+    (log scale: the figures span two orders of magnitude)."""
+    title, _, baseline = AREAS[area]
+    chosen = result_rows(area)
+    units = sorted({row["unit"] for row in chosen})
+    table = [["row", "Linnet", baseline, "floor"]] + [
+        [result_label(row), row["linnet"], row["baseline_value"], row["floor"]]
+        for row in chosen]
+    return figure(title, ["Linnet", baseline, "floor"], f"{' or '.join(units)} (log scale)",
+                  ["row"], table, f"docs/benchmarks/results.csv ({area})")
+
+
+def result_table(area: str, prefix: str) -> str:
+    """An area's results as a Markdown table: the figures with their card, date and commit,
+    and a link to the notes they come from (``prefix``: the path from the page to
+    docs/benchmarks/)."""
+    lines = ["| measurement | card | date | commit | Linnet | baseline | baseline's figure | "
+             "Linnet's speed-up | floor | from |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in result_rows(area):
+        unit = row["unit"]
+        other = f"{row['baseline_value']} {unit}" if row["baseline_value"] else "-"
+        ratio = "-"
+        if row["baseline_value"]:
+            ratio = f"{number(row['baseline_value']) / number(row['linnet']):.2f}x"  # type: ignore[operator]
+        floor = f"{row['floor']} {unit}" if row["floor"] else "not recorded"
+        lines.append(f"| {row['shape']} | {row['card']} | {row['date']} | `{row['commit']}` | "
+                     f"**{row['linnet']} {unit}** | {row['baseline'] or '-'} | {other} | "
+                     f"{ratio} | {floor} | [notes]({prefix}{row['source']}) |")
+    return "\n".join(lines) + "\n"
+
+
 def on_files(files: Files, config: Any) -> Files:
     for path, content in error_pages().items():
         files.append(File.generated(config, path, content=content))
+    for area in AREAS:
+        files.append(File.generated(config, f"benchmarks/plots/results-{area}.png",
+                                    content=png(result_figure(area))))
     for page in sorted((DOCS / "benchmarks").glob("*.md")):
         for path, png in plots(page):
             files.append(File.generated(config, path, content=png))
@@ -197,6 +277,15 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         counter = iter(range(1000))
         markdown = PLOT.sub(lambda m: f"![{m['title'].strip()}](plots/{source.stem}-"
                             f"{next(counter)}.png)\n\n", markdown)
+    depth = "../" * (len(source.parts) - 1)
+
+    def expand(match: re.Match) -> str:
+        area = match["area"]
+        alt = AREAS[area][0] if area in AREAS else area
+        return (f"{result_table(area, depth + 'benchmarks/')}\n"
+                f"![{alt}]({depth}benchmarks/plots/results-{area}.png)\n")
+
+    markdown = RESULT.sub(expand, markdown)
     if source.as_posix() == "diagnostics.md":
         markdown = CODE.sub(lambda m: f"| [{m[1]}](errors/{m[1]}.md) |", markdown)
     markdown = re.sub(r"^(\s*`{3,})python-fragment\b", r"\1python", markdown, flags=re.MULTILINE)
