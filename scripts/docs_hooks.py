@@ -47,7 +47,8 @@ AREAS = {
                  "transformers"),
     "decode": ("Decode steps, captured and planned", {"decode"}, "transformers"),
     "prefill": ("Prefill", {"prefill"}, "transformers"),
-    "kernels": ("Linnet's kernels alone, in a CUDA graph", {"kernels"}, "PyTorch"),
+    "kernels": ("Linnet's kernels alone, in a CUDA graph (H200)", {"kernels"},
+                "PyTorch (cuBLAS or the op's body)"),
 }
 
 
@@ -161,7 +162,10 @@ def figure(title: str, columns: list[str], unit: str, label_columns: list[str],
     axes.invert_yaxis()
     axes.set_xlabel(unit.strip())
     if "log" in unit:
+        from matplotlib.ticker import FuncFormatter
+
         axes.set_xscale("log")
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axes.set_title(title.strip(), fontsize=10)
     if legend_rows:
         figure.legend(loc="outside lower center", ncols=per_row, fontsize=8, frameon=False)
@@ -222,9 +226,14 @@ def result_rows(area: str) -> list[dict[str, str]]:
     return [row for row in results() if row["area"] in AREAS[area][1]]
 
 
-def result_label(row: dict[str, str]) -> str:
-    return f"{row['area']}: {row['shape']} ({row['card']})" if row["area"] != "kernels" else \
-        f"{row['shape']} ({row['card']})"
+def result_label(row: dict[str, str], rows: list[dict[str, str]]) -> str:
+    """A row's name in a chart: its shape, with its area and card where the chart mixes them."""
+    label = row["shape"]
+    if len({r["area"] for r in rows}) > 1:
+        label = f"{row['area']}: {label}"
+    if len({r["card"] for r in rows}) > 1:
+        label = f"{label} ({row['card']})"
+    return label
 
 
 def result_figure(area: str) -> Any:
@@ -234,7 +243,7 @@ def result_figure(area: str) -> Any:
     chosen = result_rows(area)
     units = sorted({row["unit"] for row in chosen})
     table = [["row", "Linnet", baseline, "floor"]] + [
-        [result_label(row), row["linnet"], row["baseline_value"], row["floor"]]
+        [result_label(row, chosen), row["linnet"], row["baseline_value"], row["floor"]]
         for row in chosen]
     return figure(title, ["Linnet", baseline, "floor"], f"{' or '.join(units)} (log scale)",
                   ["row"], table, f"docs/benchmarks/results.csv ({area})")
@@ -266,8 +275,8 @@ def on_files(files: Files, config: Any) -> Files:
         files.append(File.generated(config, f"benchmarks/plots/results-{area}.png",
                                     content=png(result_figure(area))))
     for page in sorted((DOCS / "benchmarks").glob("*.md")):
-        for path, png in plots(page):
-            files.append(File.generated(config, path, content=png))
+        for path, picture in plots(page):
+            files.append(File.generated(config, path, content=picture))
     return files
 
 
