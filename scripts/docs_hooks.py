@@ -269,8 +269,7 @@ def result_table(area: str, prefix: str) -> str:
         other = f"{row['baseline_value']} {unit}" if row["baseline_value"] else "-"
         ratio = "-"
         if row["baseline_value"]:
-            speedup = number(row["baseline_value"]) / number(row["linnet"])  # type: ignore[operator]
-            ratio = f"{speedup:.2f}x"
+            ratio = f"{float(row['baseline_value']) / float(row['linnet']):.2f}x"
         cells = [row["shape"] if not compact else f"{row['area']}: {row['shape']}",
                  row["card"], row["date"], f"`{row['commit']}`", f"**{row['linnet']} {unit}**"]
         cells += [other] if compact else [row["baseline"] or "-", other]
