@@ -507,6 +507,16 @@ def test_pages_a_user_reads_are_not_a_work_log(page: Path):
     assert not found, f"{page.relative_to(DOCS)}: {found} (move the log to benchmarks/notes/)"
 
 
+def test_every_measurement_note_is_linked_from_a_results_page():
+    """The notes are not in the nav: a results page's "Measurement notes" list is the way in."""
+    linked = {(DOCS / "benchmarks" / target.partition("#")[0]).resolve()
+              for page in (DOCS / "benchmarks").glob("*.md")
+              for target in LINK.findall(prose(page)) if target.startswith("notes/")}
+    notes = sorted((DOCS / "benchmarks" / "notes").glob("*.md"))
+    assert notes and [n.name for n in notes if n.resolve() not in linked] == []
+    assert all(re.fullmatch(r"\d{4}-\d{2}-\d{2}-[\w-]+\.md", n.name) for n in notes)
+
+
 def test_results_pages_open_with_their_table_then_reproduce_and_notes():
     for name in RESULTS_PAGES:
         text = (DOCS / name).read_text(encoding="utf-8")
