@@ -252,31 +252,36 @@ def result_figure(area: str) -> Any:
 def result_table(area: str, prefix: str) -> str:
     """An area's results as a Markdown table: the figures with their card, date and commit,
     and a link to the notes they come from (``prefix``: the path from the page to
-    docs/benchmarks/). The landing page's (``headline``) names no baseline: it is
-    transformers in every row, described on the results pages.
+    docs/benchmarks/). A baseline common to every row is named once, above the table; the
+    landing page's (``headline``) is transformers, described on the results pages.
 
-    >>> result_table("prefill", "").splitlines()[0].split(" | ")[1:4]
+    >>> result_table("kernels", "").splitlines()[0].split(" | ")[1:4]
     ['card', 'date', 'commit']
     """
-    compact = area == "headline"
+    rows = result_rows(area)
+    named = {row["baseline"] for row in rows}
+    # One baseline for every row is said once, above the table, not in a wide column.
+    compact = area == "headline" or len(named) == 1
     baseline = AREAS[area][2]
+    above = f"Baseline in every row: {named.pop()}.\n\n" if area != "headline" and compact \
+        else ""
     header = ["measurement", "card", "date", "commit", "Linnet"]
     header += [baseline] if compact else ["baseline", "baseline's figure"]
     header += ["Linnet's speed-up", "floor", "from"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in result_rows(area):
+    for row in rows:
         unit = row["unit"]
         other = f"{row['baseline_value']} {unit}" if row["baseline_value"] else "-"
         ratio = "-"
         if row["baseline_value"]:
             ratio = f"{float(row['baseline_value']) / float(row['linnet']):.2f}x"
-        cells = [row["shape"] if not compact else f"{row['area']}: {row['shape']}",
+        cells = [f"{row['area']}: {row['shape']}" if area == "headline" else row["shape"],
                  row["card"], row["date"], f"`{row['commit']}`", f"**{row['linnet']} {unit}**"]
         cells += [other] if compact else [row["baseline"] or "-", other]
         cells += [ratio, f"{row['floor']} {unit}" if row["floor"] else "not recorded",
                   f"[notes]({prefix}{row['source']})"]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return above + "\n".join(lines) + "\n"
 
 
 def on_files(files: Files, config: Any) -> Files:
