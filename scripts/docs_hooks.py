@@ -9,6 +9,11 @@
   `<!-- plot: TITLE | COLUMN; COLUMN | UNIT | LABEL COLUMN; ... -->` becomes a bar chart
   (matplotlib, PNG) of those columns' recorded figures, one bar group per row named by the
   label columns, placed where the comment is; "log" in UNIT gives a log scale;
+* the recorded results, docs/benchmarks/results.csv (one row a measurement: area, shape, card,
+  date, commit, unit, Linnet's figure, the baseline and its figure, the floor, and the notes
+  page it comes from): `<!-- results: AREA -->` on a page becomes that area's table and a chart
+  of it (`benchmarks/plots/results-AREA.png`); `<!-- results: headline -->` (the landing
+  page) becomes the decode and prefill rows against transformers and the floor;
 * links from a page to files outside docs/ (`../../benchmarks/gpu.sh`) must name an existing
   file of the repository; on the site they become the path in code, since the site holds only
   docs/;
@@ -34,6 +39,17 @@ PLOT = re.compile(r"^<!-- plot: (?P<title>[^|]+)\|(?P<columns>[^|]+)\|(?P<unit>[
 LINK = re.compile(r"(?<!!)\[(?P<text>[^\]\n]+)\]\((?P<target>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
 NUMBER = re.compile(r"^\**\s*(-?[0-9][0-9.,]*(?:e-?[0-9]+)?)")
 CODE = re.compile(r"^\| (E\d{4}) \|", re.MULTILINE)
+RESULTS = DOCS / "benchmarks" / "results.csv"
+RESULT = re.compile(r"^<!-- results: (?P<area>[\w-]+) -->[ \t]*$", re.MULTILINE)
+# The chart and table of each area: its title, the rows it takes, and what its baseline is.
+AREAS = {
+    "headline": ("Linnet against transformers and the bandwidth floor", {"decode", "prefill"},
+                 "transformers"),
+    "decode": ("Decode steps, captured and planned", {"decode"}, "transformers"),
+    "prefill": ("Prefill", {"prefill"}, "transformers"),
+    "kernels": ("Linnet's kernels alone, in a CUDA graph (H200)", {"kernels"},
+                "PyTorch (cuBLAS or the op's body)"),
+}
 
 
 def example_language(lines: list[str]) -> str:
@@ -146,7 +162,10 @@ def figure(title: str, columns: list[str], unit: str, label_columns: list[str],
     axes.invert_yaxis()
     axes.set_xlabel(unit.strip())
     if "log" in unit:
+        from matplotlib.ticker import FuncFormatter
+
         axes.set_xscale("log")
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axes.set_title(title.strip(), fontsize=10)
     if legend_rows:
         figure.legend(loc="outside lower center", ncols=per_row, fontsize=8, frameon=False)
@@ -182,12 +201,98 @@ def plots(page: Path) -> list[tuple[str, bytes]]:
     return [(path, png(chart)) for path, chart in figures(page)]
 
 
+def results(path: Path = RESULTS) -> list[dict[str, str]]:
+    """The recorded results (docs/benchmarks/results.csv), a dict of its columns a row.
+
+    >>> results()[0]["card"]
+    'H200'
+    """
+    import csv
+
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for n, row in enumerate(rows, start=2):
+        if not row["linnet"] or number(row["linnet"]) is None or row["area"] not in {
+                a for _, areas, _ in AREAS.values() for a in areas}:
+            raise PluginError(f"{path.relative_to(ROOT)}:{n}: a row needs a known area and "
+                              f"Linnet's figure: {row}")
+    return rows
+
+
+def result_rows(area: str) -> list[dict[str, str]]:
+    """The rows of results.csv that ``area``'s table and chart show, in the file's order."""
+    if area not in AREAS:
+        raise PluginError(f"<!-- results: {area} -->: no such area; known: {sorted(AREAS)}")
+    return [row for row in results() if row["area"] in AREAS[area][1]]
+
+
+def result_label(row: dict[str, str], rows: list[dict[str, str]]) -> str:
+    """A row's name in a chart: its shape, with its area and card where the chart mixes them."""
+    label = row["shape"]
+    if len({r["area"] for r in rows}) > 1:
+        label = f"{row['area']}: {label}"
+    if len({r["card"] for r in rows}) > 1:
+        label = f"{label} ({row['card']})"
+    return label
+
+
+def result_figure(area: str) -> Any:
+    """The chart of an area's results: Linnet, its baseline and the floor, a bar group a row
+    (log scale: the figures span two orders of magnitude)."""
+    title, _, baseline = AREAS[area]
+    chosen = result_rows(area)
+    units = sorted({row["unit"] for row in chosen})
+    table = [["row", "Linnet", baseline, "floor"]] + [
+        [result_label(row, chosen), row["linnet"], row["baseline_value"], row["floor"]]
+        for row in chosen]
+    return figure(title, ["Linnet", baseline, "floor"], f"{' or '.join(units)} (log scale)",
+                  ["row"], table, f"docs/benchmarks/results.csv ({area})")
+
+
+def result_table(area: str, prefix: str) -> str:
+    """An area's results as a Markdown table: the figures with their card, date and commit,
+    and a link to the notes they come from (``prefix``: the path from the page to
+    docs/benchmarks/). A baseline common to every row is named once, above the table; the
+    landing page's (``headline``) is transformers, described on the results pages.
+
+    >>> result_table("kernels", "").splitlines()[0].split(" | ")[1:4]
+    ['card', 'date', 'commit']
+    """
+    rows = result_rows(area)
+    named = {row["baseline"] for row in rows}
+    # One baseline for every row is said once, above the table, not in a wide column.
+    compact = area == "headline" or len(named) == 1
+    baseline = AREAS[area][2]
+    above = f"Baseline in every row: {named.pop()}.\n\n" if area != "headline" and compact \
+        else ""
+    header = ["measurement", "card", "date", "commit", "Linnet"]
+    header += [baseline] if compact else ["baseline", "baseline's figure"]
+    header += ["Linnet's speed-up", "floor", "from"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        unit = row["unit"]
+        other = f"{row['baseline_value']} {unit}" if row["baseline_value"] else "-"
+        ratio = "-"
+        if row["baseline_value"]:
+            ratio = f"{float(row['baseline_value']) / float(row['linnet']):.2f}x"
+        cells = [f"{row['area']}: {row['shape']}" if area == "headline" else row["shape"],
+                 row["card"], row["date"], f"`{row['commit']}`", f"**{row['linnet']} {unit}**"]
+        cells += [other] if compact else [row["baseline"] or "-", other]
+        cells += [ratio, f"{row['floor']} {unit}" if row["floor"] else "not recorded",
+                  f"[notes]({prefix}{row['source']})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return above + "\n".join(lines) + "\n"
+
+
 def on_files(files: Files, config: Any) -> Files:
     for path, content in error_pages().items():
         files.append(File.generated(config, path, content=content))
+    for area in AREAS:
+        files.append(File.generated(config, f"benchmarks/plots/results-{area}.png",
+                                    content=png(result_figure(area))))
     for page in sorted((DOCS / "benchmarks").glob("*.md")):
-        for path, png in plots(page):
-            files.append(File.generated(config, path, content=png))
+        for path, picture in plots(page):
+            files.append(File.generated(config, path, content=picture))
     return files
 
 
@@ -197,6 +302,17 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         counter = iter(range(1000))
         markdown = PLOT.sub(lambda m: f"![{m['title'].strip()}](plots/{source.stem}-"
                             f"{next(counter)}.png)\n\n", markdown)
+    depth = "../" * (len(source.parts) - 1)
+
+    def expand(match: re.Match) -> str:
+        area = match["area"]
+        alt = AREAS[area][0] if area in AREAS else area
+        table = result_table(area, depth + "benchmarks/")
+        chart = f"![{alt}]({depth}benchmarks/plots/results-{area}.png)\n"
+        # The landing page shows the chart first (its one result), a results page its table.
+        return f"{chart}\n{table}" if area == "headline" else f"{table}\n{chart}"
+
+    markdown = RESULT.sub(expand, markdown)
     if source.as_posix() == "diagnostics.md":
         markdown = CODE.sub(lambda m: f"| [{m[1]}](errors/{m[1]}.md) |", markdown)
     markdown = re.sub(r"^(\s*`{3,})python-fragment\b", r"\1python", markdown, flags=re.MULTILINE)
