@@ -191,18 +191,24 @@ def _gather(step: Step, ops: list[ValueType]) -> Expected:
     return Expected(_positions(step, x, indices) + x.shape[len(indices):], x.dtype)
 
 
+def _placed(step: Step, x: ValueType, value: ValueType, indices: list[ValueType]) -> None:
+    """A scatter's or scatter-add's value has the shape its positions pick out of ``x``
+    (without positions, the value is broadcast over all of ``x``)."""
+    want = _positions(step, x, indices) + x.shape[len(indices):]
+    if indices and value.shape != want:
+        raise ShapeProblem(f"places a value of shape {list(value.shape)} at positions of "
+                           f"shape {list(want)}")
+
+
 def _scatter_add(step: Step, ops: list[ValueType]) -> Expected:
     x, value, *indices = ops
-    _positions(step, x, indices)
+    _placed(step, x, value, indices)
     return Expected(x.shape, x.dtype)
 
 
 def _scatter(step: Step, ops: list[ValueType]) -> None:
     state, value, *indices = ops
-    want = _positions(step, state, indices) + state.shape[len(indices):]
-    if value.shape != want and indices:
-        raise ShapeProblem(f"writes a value of shape {list(value.shape)} at positions of "
-                           f"shape {list(want)}")
+    _placed(step, state, value, indices)
     return None
 
 
