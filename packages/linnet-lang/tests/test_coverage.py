@@ -30,6 +30,9 @@ TABLES: list[tuple[str, str]] = [
     ("linnet.lang.emit.onnx", "RULES"),  # ONNX export (issue 17)
     ("linnet.lang.emit.onnx", "SYMBOLIC_ATTRIBUTES"),  # ONNX: attributes a dim may change
     ("linnet.lang.emit.stablehlo", "RULES"),  # StableHLO export (issue 17)
+    ("linnet.lang.ir.shapes", "SHAPE_RULES"),  # result types the verifier checks (E0685)
+    ("linnet.lang.ir.shard", "SHARD_RULES"),  # the tensor-parallel pass's rewrite per step
+    ("linnet.lang.ir.bounds", "BOUNDS_RULES"),  # the one integer range analysis
 ]
 
 
