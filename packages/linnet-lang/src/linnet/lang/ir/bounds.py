@@ -40,6 +40,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.ir.graph import Graph, Step
@@ -420,19 +421,12 @@ def input_bounds(graph: Graph) -> Bounds:
 
     for i, step in enumerate(graph.steps):
         args = [env.get(o) for o in step.operands]
-        attrs = step.attributes
-        if step.op == "take" and attrs.get("bounds") != "zero":
+        rule = BOUNDS_RULES[step.op]
+        for ix, axis in rule.indices(step):
             data = step.operands[0]
-            shape, axis = _shape(graph, data), attrs.get("axis", 0)
-            if axis < len(shape):
-                use(args[1], Use(i, step.op, data, axis, shape[axis], step.loc))
-        elif (step.op == "gather" and attrs.get("bounds") != "zero") or step.op == "scatter":
-            data = step.operands[0]
-            indices = step.operands[1:] if step.op == "gather" else step.operands[2:]
             shape = _shape(graph, data)
-            for axis, ix in enumerate(indices):
-                if axis < len(shape):
-                    use(env.get(ix), Use(i, step.op, data, axis, shape[axis], step.loc))
+            if axis < len(shape):
+                use(env.get(ix), Use(i, step.op, data, axis, shape[axis], step.loc))
         if not step.results:
             continue
         vt = graph.values.get(step.results[0])
@@ -441,7 +435,7 @@ def input_bounds(graph: Graph) -> Bounds:
             # float is not followed).
             env[step.results[0]] = _opaque(*args)
         else:
-            value = env[step.results[0]] = BOUNDS_RULES[step.op](step, args, graph)
+            value = env[step.results[0]] = rule.value(step, args, graph)
             known = interval(value)
             if known is not None and vt.dtype in INTS:
                 out.ranges[step.results[0]] = known
@@ -459,7 +453,21 @@ _MIN, _MAX = -(2 ** 63), 2 ** 63
 
 
 # ---------------------------------------------------------------- the rules
-BoundsRule = Callable[[Step, list[Abstract], Graph], Abstract]
+ValueRule = Callable[[Step, list[Abstract], Graph], Abstract]
+IndexRule = Callable[[Step], list[tuple[str, int]]]
+
+
+def _no_indices(step: Step) -> list[tuple[str, int]]:
+    return []
+
+
+class BoundsRule(NamedTuple):
+    """A primitive's part in the analysis: ``value`` makes its result's abstract value from
+    its operands'; ``indices`` lists the ``(operand, axis)`` pairs it indexes its first
+    operand with, which must be in range (checked against the inputs, or statically)."""
+
+    value: ValueRule
+    indices: IndexRule = _no_indices
 
 
 def interval(v: Abstract) -> tuple[int, int] | None:
@@ -561,7 +569,25 @@ def _read_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
     return _read(step, args, graph)
 
 
-BOUNDS_RULES: dict[str, BoundsRule] = {
+def _take_index(step: Step) -> list[tuple[str, int]]:
+    """An unchecked take's index (under ``bounds = zero`` it reads 0 outside: never wrong)."""
+    if step.attributes.get("bounds") == "zero":
+        return []
+    return [(step.operands[1], step.attributes.get("axis", 0))]
+
+
+def _gather_indices(step: Step) -> list[tuple[str, int]]:
+    if step.attributes.get("bounds") == "zero":
+        return []
+    return [(ix, axis) for axis, ix in enumerate(step.operands[1:])]
+
+
+def _scatter_indices(step: Step) -> list[tuple[str, int]]:
+    """Every position a state write indexes (operands ``@state, value, i0, ...``)."""
+    return [(ix, axis) for axis, ix in enumerate(step.operands[2:])]
+
+
+_VALUES: dict[str, ValueRule] = {
     # By default a step's elements are not followed, only its dependence on the inputs (a
     # float op, a reduction, a collective): a new primitive is analysed soundly unless a
     # rule here says more.
@@ -582,10 +608,15 @@ BOUNDS_RULES: dict[str, BoundsRule] = {
     "take": _read_rule,
     "gather": _read_rule,
 }
-"""How each primitive's integer result depends on its operands' abstract values (see the
-module docstring): one function per primitive, ``tests/test_coverage.py`` checks every
-primitive has one. The same walk gives the runtimes' input ranges and the emitters'
-:func:`value_ranges`."""
+_INDICES: dict[str, IndexRule] = {"take": _take_index, "gather": _gather_indices,
+                                  "scatter": _scatter_indices}
+
+BOUNDS_RULES: dict[str, BoundsRule] = {
+    name: BoundsRule(_VALUES[name], _INDICES.get(name, _no_indices)) for name in PRIMITIVES}
+"""Each primitive's part in the one integer range analysis (see the module docstring): how
+its result's abstract value follows from its operands', and which of its operands index an
+axis that must hold them. ``tests/test_coverage.py`` checks every primitive has a rule. The
+same walk gives the runtimes' input ranges and the emitters' :func:`value_ranges`."""
 
 
 def _read(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
