@@ -56,6 +56,7 @@ from linnet.lang.emit.triton import (
     launch_statement,
     runs_table,
 )
+from linnet.lang.ir.bounds import value_ranges
 from linnet.lang.ir.graph import Call, Graph, Step, kernel_stages
 from linnet.lang.ir.slices import Slice, cut
 from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
@@ -318,46 +319,11 @@ def _shift(n: Scope, idx: str, size: int) -> int | None:
     return sign * const.attributes["value"]
 
 
-def _range(n: Scope, ref: str, depth: int = 0) -> tuple[int, int] | None:
-    """Bounds ``lo <= v <= hi`` of every element of an integer value, where they follow from
-    the steps that made it (iota, constants, ``%`` by a positive constant, ``+``/``-``,
-    reshapes); None if unknown. A zero-bounds index within its axis needs no guard."""
-    if ref in n.literals:
-        step = n.producers().get(ref)
-        v = step.attributes.get("value") if step is not None else None
-        return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
-    step = n.producers().get(ref)
-    if step is None or depth > 32 or n.graph.values[ref].dtype not in TORCH_INT:
-        return None
-    op = step.op
-    if op == "constant":
-        v = step.attributes.get("value")
-        return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
-    if op == "iota":
-        return (0, step.attributes["shape"][step.attributes["axis"]] - 1)
-    if op in ("reshape", "broadcast", "transpose", "convert", "slice"):
-        src = step.operands[0]
-        if src.startswith("@") or n.graph.values[src].dtype not in TORCH_INT:
-            return None
-        return _range(n, src, depth + 1)
-    if op in ("add", "sub", "rem", "maximum", "minimum"):
-        a, b = (None if o.startswith("@") else _range(n, o, depth + 1) for o in step.operands)
-        if op == "rem":  # torch.remainder takes the divisor's sign: [0, c) for c > 0
-            return (0, b[1] - 1) if b is not None and b[0] == b[1] and b[0] > 0 else None
-        if a is None or b is None:
-            return None
-        if op == "add":
-            return (a[0] + b[0], a[1] + b[1])
-        if op == "sub":
-            return (a[0] - b[1], a[1] - b[0])
-        if op == "maximum":
-            return (max(a[0], b[0]), max(a[1], b[1]))
-        return (min(a[0], b[0]), min(a[1], b[1]))
-    return None
-
-
 def _in_range(n: Scope, ref: str, size: int) -> bool:
-    r = _range(n, ref)
+    """Whether every element of integer value ``ref`` lies in ``0..size-1``, as the graph's
+    one range analysis (:func:`linnet.lang.ir.bounds.value_ranges`) finds: a zero-bounds
+    index within its axis needs no guard."""
+    r = value_ranges(n.graph).get(ref)
     return r is not None and r[0] >= 0 and r[1] < size
 
 

@@ -40,9 +40,11 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.ir.graph import Graph, Step
+from linnet.lang.ir.primitives import PRIMITIVES, Category, in_category
 
 INTS = {"i8", "i16", "i32", "i64", "u8"}
 
@@ -146,6 +148,9 @@ class Bounds:
     inputs: dict[str, InputRange] = field(default_factory=dict)
     static: list[StaticViolation] = field(default_factory=list)
     unanalysed: dict[str, list[Use]] = field(default_factory=dict)
+    # Every integer value whose elements lie in a known interval (lo, hi), whatever the
+    # inputs are: what the emitters read to leave out an index guard that cannot fire.
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- the abstract values
@@ -232,9 +237,12 @@ class Term:
 
 @dataclass(frozen=True)
 class Opaque:
-    """A value that depends on ``inputs`` in a way the analysis does not follow."""
+    """A value that depends on ``inputs`` in a way the analysis does not follow; ``range``:
+    an interval ``(lo, hi)`` every element lies in whatever the inputs are, where one is
+    known (``pos % 4`` lies in ``(0, 3)``; ``inputs`` may then be empty)."""
 
     inputs: frozenset[str]
+    range: tuple[int, int] | None = None
 
 
 Abstract = Term | Opaque | None  # None: a value that no input reaches and nothing is known of
@@ -413,19 +421,12 @@ def input_bounds(graph: Graph) -> Bounds:
 
     for i, step in enumerate(graph.steps):
         args = [env.get(o) for o in step.operands]
-        attrs = step.attributes
-        if step.op == "take" and attrs.get("bounds") != "zero":
+        rule = BOUNDS_RULES[step.op]
+        for ix, axis in rule.indices(step):
             data = step.operands[0]
-            shape, axis = _shape(graph, data), attrs.get("axis", 0)
-            if axis < len(shape):
-                use(args[1], Use(i, step.op, data, axis, shape[axis], step.loc))
-        elif (step.op == "gather" and attrs.get("bounds") != "zero") or step.op == "scatter":
-            data = step.operands[0]
-            indices = step.operands[1:] if step.op == "gather" else step.operands[2:]
             shape = _shape(graph, data)
-            for axis, ix in enumerate(indices):
-                if axis < len(shape):
-                    use(env.get(ix), Use(i, step.op, data, axis, shape[axis], step.loc))
+            if axis < len(shape):
+                use(env.get(ix), Use(i, step.op, data, axis, shape[axis], step.loc))
         if not step.results:
             continue
         vt = graph.values.get(step.results[0])
@@ -434,7 +435,10 @@ def input_bounds(graph: Graph) -> Bounds:
             # float is not followed).
             env[step.results[0]] = _opaque(*args)
         else:
-            env[step.results[0]] = _transfer(step, args, graph)
+            value = env[step.results[0]] = rule.value(step, args, graph)
+            known = interval(value)
+            if known is not None and vt.dtype in INTS:
+                out.ranges[step.results[0]] = known
 
     for name in set(lows) | set(highs):
         lo, lower = lows.get(name, (_MIN, None))
@@ -446,44 +450,173 @@ def input_bounds(graph: Graph) -> Bounds:
 
 
 _MIN, _MAX = -(2 ** 63), 2 ** 63
-_COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"}
 
 
-def _transfer(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
-    op, attrs = step.op, step.attributes
-    if op == "iota":
-        return Term.const(0, attrs["shape"][attrs["axis"]] - 1)
-    if op == "constant":
-        value = attrs.get("value")
-        if isinstance(value, bool | int):
-            return Term.const(int(value))
-        if isinstance(value, float) and value.is_integer():
-            return Term.const(int(value))
-        return None
-    if op in ("reshape", "broadcast", "transpose", "slice"):
-        return args[0]
-    if op == "convert":
-        src = graph.values.get(step.operands[0])
-        if src is not None and (src.dtype in INTS or src.dtype == "bool"):
-            return args[0]
-        return _opaque(*args)
-    if op in _COMPARISONS:
-        return _opaque(*args) or Term.const(0, 1)
-    if op == "neg":
-        return args[0].scaled(-1) if isinstance(args[0], Term) else _opaque(*args)
-    if op in ("add", "sub"):
-        return _add(args[0], args[1], 1 if op == "add" else -1)
-    if op == "mul":
-        return _mul(args[0], args[1])
-    if op in ("maximum", "minimum"):
-        return _extreme(args[0], args[1], op)
-    if op == "div":
-        return _floordiv(args[0], args[1])
-    if op == "rem":
-        return _rem(args[0], args[1])
-    if op in ("take", "gather"):
-        return _read(step, args, graph)
+# ---------------------------------------------------------------- the rules
+ValueRule = Callable[[Step, list[Abstract], Graph], Abstract]
+IndexRule = Callable[[Step], list[tuple[str, int]]]
+
+
+def _no_indices(step: Step) -> list[tuple[str, int]]:
+    return []
+
+
+class BoundsRule(NamedTuple):
+    """A primitive's part in the analysis: ``value`` makes its result's abstract value from
+    its operands'; ``indices`` lists the ``(operand, axis)`` pairs it indexes its first
+    operand with, which must be in range (checked against the inputs, or statically)."""
+
+    value: ValueRule
+    indices: IndexRule = _no_indices
+
+
+def interval(v: Abstract) -> tuple[int, int] | None:
+    """The interval ``(lo, hi)`` every element of an abstract value lies in, where it is
+    known whatever the inputs are (None: not known).
+
+    >>> interval(Term.const(0, 7)), interval(Opaque(frozenset({"%pos"}), (0, 3)))
+    ((0, 7), (0, 3))
+    """
+    if isinstance(v, Term):
+        return v.interval() if v.known else None
+    return v.range if isinstance(v, Opaque) else None
+
+
+def _ranged(v: Abstract, r: tuple[int, int] | None) -> Abstract:
+    """``v``, with the interval ``r`` its elements lie in where ``v`` itself is not known."""
+    if r is None or isinstance(v, Term):
+        return v
+    return Opaque(v.inputs if isinstance(v, Opaque) else frozenset(), r)
+
+
+def _dependence(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    """A step the analysis does not follow: only which inputs it depends on is kept."""
     return _opaque(*args)
+
+
+def _iota(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    attrs = step.attributes
+    return Term.const(0, attrs["shape"][attrs["axis"]] - 1)
+
+
+def _constant_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    value = step.attributes.get("value")
+    if isinstance(value, bool | int):
+        return Term.const(int(value))
+    if isinstance(value, float) and value.is_integer():
+        return Term.const(int(value))
+    return None
+
+
+def _same_elements(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    """Reshapes, broadcasts, transposes and slices move elements, never change them."""
+    return args[0]
+
+
+def _convert(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    src = graph.values.get(step.operands[0])
+    if src is not None and (src.dtype in INTS or src.dtype == "bool"):
+        return args[0]
+    return _opaque(*args)
+
+
+def _truth(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    """Comparisons and logic: 0 or 1."""
+    return _opaque(*args) or Term.const(0, 1)
+
+
+def _neg(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    return args[0].scaled(-1) if isinstance(args[0], Term) else _opaque(*args)
+
+
+def _add_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    sign = 1 if step.op == "add" else -1
+    out = _add(args[0], args[1], sign)
+    a, b = interval(args[0]), interval(args[1])
+    if isinstance(out, Term) or a is None or b is None:
+        return out
+    return _ranged(out, (a[0] + b[0], a[1] + b[1]) if sign > 0 else (a[0] - b[1], a[1] - b[0]))
+
+
+def _mul_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    return _mul(args[0], args[1])
+
+
+def _extreme_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    out = _extreme(args[0], args[1], step.op)
+    a, b = interval(args[0]), interval(args[1])
+    if isinstance(out, Term) or a is None or b is None:
+        return out
+    f = max if step.op == "maximum" else min
+    return _ranged(out, (f(a[0], b[0]), f(a[1], b[1])))
+
+
+def _div_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    return _floordiv(args[0], args[1])
+
+
+def _rem_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    out = _rem(args[0], args[1])
+    k = interval(args[1])
+    if isinstance(out, Term) or k is None or k[0] != k[1] or k[0] <= 0:
+        return out
+    # `%` takes the divisor's sign (Python's and torch's remainder): in [0, k) for k > 0,
+    # whatever the dividend is.
+    return _ranged(out, (0, k[0] - 1))
+
+
+def _read_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    return _read(step, args, graph)
+
+
+def _take_index(step: Step) -> list[tuple[str, int]]:
+    """An unchecked take's index (under ``bounds = zero`` it reads 0 outside: never wrong)."""
+    if step.attributes.get("bounds") == "zero":
+        return []
+    return [(step.operands[1], step.attributes.get("axis", 0))]
+
+
+def _gather_indices(step: Step) -> list[tuple[str, int]]:
+    if step.attributes.get("bounds") == "zero":
+        return []
+    return [(ix, axis) for axis, ix in enumerate(step.operands[1:])]
+
+
+def _scatter_indices(step: Step) -> list[tuple[str, int]]:
+    """Every position a state write indexes (operands ``@state, value, i0, ...``)."""
+    return [(ix, axis) for axis, ix in enumerate(step.operands[2:])]
+
+
+_VALUES: dict[str, ValueRule] = {
+    # By default a step's elements are not followed, only its dependence on the inputs (a
+    # float op, a reduction, a collective): a new primitive is analysed soundly unless a
+    # rule here says more.
+    **{name: _dependence for name in PRIMITIVES},
+    **{name: _truth for name, p in PRIMITIVES.items() if p.bool_result},
+    "iota": _iota,
+    "constant": _constant_rule,
+    **{name: _same_elements for name in in_category(Category.SHAPE)},
+    "convert": _convert,
+    "neg": _neg,
+    "add": _add_rule,
+    "sub": _add_rule,
+    "mul": _mul_rule,
+    "maximum": _extreme_rule,
+    "minimum": _extreme_rule,
+    "div": _div_rule,
+    "rem": _rem_rule,
+    "take": _read_rule,
+    "gather": _read_rule,
+}
+_INDICES: dict[str, IndexRule] = {"take": _take_index, "gather": _gather_indices,
+                                  "scatter": _scatter_indices}
+
+BOUNDS_RULES: dict[str, BoundsRule] = {
+    name: BoundsRule(_VALUES[name], _INDICES.get(name, _no_indices)) for name in PRIMITIVES}
+"""Each primitive's part in the one integer range analysis (see the module docstring): how
+its result's abstract value follows from its operands', and which of its operands index an
+axis that must hold them. ``tests/test_coverage.py`` checks every primitive has a rule. The
+same walk gives the runtimes' input ranges and the emitters' :func:`value_ranges`."""
 
 
 def _read(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
@@ -528,34 +661,58 @@ def dim_names(graph: Graph | None, size: int) -> list[str]:
 # ---------------------------------------------------------------- what the runtimes share
 # The input checks that need no framework: every runtime calls these (linnet.torch.inputs,
 # linnet.jax.inputs), so a model rejects the same bad input the same way on each.
-_CACHE: dict[int, Bounds] = {}
+# Each graph's own analysis, by graph object; the steps list it was made from is kept with
+# it, so a graph whose steps were replaced since is analysed again.
+_CACHE: dict[int, tuple[list[Step], int, Bounds]] = {}
+# A rank's graph checks its inputs as the whole graph does (share_bounds).
+_SHARED: dict[int, Bounds] = {}
+
+
+def _analysis(graph: Graph) -> Bounds:
+    key = id(graph)
+    found = _CACHE.get(key)
+    if found is None or found[0] is not graph.steps or found[1] != len(graph.steps):
+        if found is None:
+            weakref.finalize(graph, _CACHE.pop, key, None)
+        found = _CACHE[key] = (graph.steps, len(graph.steps), input_bounds(graph))
+    return found[2]
 
 
 def bounds_for(graph: Graph) -> Bounds:
     """``input_bounds(graph)``, computed once per graph object (both runtimes' input checks
-    and generation read it).
+    and generation read it), or the whole graph's for a rank's graph (:func:`share_bounds`).
 
     >>> bounds_for(Graph("e", "m")).inputs
     {}
     """
-    key = id(graph)
-    found = _CACHE.get(key)
-    if found is None:
-        found = _CACHE[key] = input_bounds(graph)
-        weakref.finalize(graph, _CACHE.pop, key, None)
-    return found
+    shared = _SHARED.get(id(graph))
+    return shared if shared is not None else _analysis(graph)
+
+
+def value_ranges(graph: Graph) -> dict[str, tuple[int, int]]:
+    """The interval ``(lo, hi)`` of every integer value of ``graph`` known whatever the inputs
+    are (:attr:`Bounds.ranges`), from the same analysis as :func:`bounds_for`, computed once
+    per graph: the emitters leave out a ``bounds = zero`` guard where the index is in range.
+
+    >>> from linnet.lang.ir.graph import Step, ValueType
+    >>> g = Graph("e", "m", values={"%i": ValueType((4,), "i32")})
+    >>> g.steps = [Step("iota", [], ["%i"], {"shape": [4], "axis": 0, "dtype": "i32"})]
+    >>> value_ranges(g)
+    {'%i': (0, 3)}
+    """
+    return _analysis(graph).ranges
 
 
 def share_bounds(graph: Graph, like: Graph) -> None:
     """Check ``graph``'s inputs as ``like``'s are: a rank's graph (linnet.lang.ir.shard) takes
     the inputs of the whole graph it came from, whose index ranges (the vocabulary, the
-    cache) its split tables no longer show.
+    cache) its split tables no longer show. Its own :func:`value_ranges` stay its own.
 
     >>> share_bounds(Graph("e", "m"), Graph("e", "m"))
     """
     key = id(graph)
-    _CACHE[key] = bounds_for(like)
-    weakref.finalize(graph, _CACHE.pop, key, None)
+    _SHARED[key] = bounds_for(like)
+    weakref.finalize(graph, _SHARED.pop, key, None)
 
 
 def check_static(graph: Graph, entry: str) -> None:

@@ -59,6 +59,21 @@ class Primitive:
     ints: bool = True
     differentiable: bool = False
     min_arity: int = 0
+    tiles: bool | None = None
+
+    @property
+    def on_tiles(self) -> bool:
+        """Whether a kernel's tile graph may hold it (``linnet.lang.ir.tiles.TILE_PRIMITIVES``):
+        ``tiles`` where the row says, else by category. A tile is never gathered from or
+        into (E0526), never a state written in place (kernels ``store``), never communicated
+        between ranks (a tile program runs on one device).
+
+        >>> PRIMITIVES["exp"].on_tiles, PRIMITIVES["take"].on_tiles, PRIMITIVES["slice"].on_tiles
+        (True, False, False)
+        """
+        if self.tiles is not None:
+            return self.tiles
+        return self.category not in (Category.GATHER, Category.STATE, Category.COLLECTIVE)
 
     @property
     def results(self) -> int:
@@ -132,7 +147,9 @@ _TABLE: list[Primitive] = [
     # kept, not moved, so it is a shape step; no position is computed, so nothing is gathered.
     _P("slice", S, 1, "operand[starts[0]:limits[0], ...]: along each axis i the elements "
                       "attributes.starts[i] <= k < attributes.limits[i] (0 <= start <= limit "
-                      "<= size)", differentiable=True),
+                      "<= size)", differentiable=True,
+       # A tile cannot be sliced (E0526): a kernel loads the part it needs.
+       tiles=False),
     # reductions and contractions
     _P("reduce", R, 1, "attributes.kind (sum|max|min|prod|mean) over attributes.axes, "
                        "accumulated in attributes.accumulate from attributes.identity",

@@ -53,6 +53,7 @@ dim (the KV heads, the vocabulary...). The result passes :func:`~linnet.lang.ir.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,16 +266,7 @@ class _Pass:
         return self.assemble(groups, tail, outputs)
 
     def step(self, s: Step) -> Step:
-        op = s.op
-        prim = PRIMITIVES[op]
-        if op == "convert":
-            return self._convert(s)
-        if prim.category is Category.ELEMENTWISE:
-            return self.elementwise(s)
-        handler = getattr(self, "_" + op, None)
-        if handler is not None:
-            return handler(s)
-        return self.replicated(s)
+        return SHARD_RULES[s.op](self, s)
 
     def out(self, s: Step, operands: list[str], axis: int | None, attrs: dict | None = None
             ) -> Step:
@@ -560,6 +552,39 @@ class _Pass:
                          if a is not None and a is not _UNDECIDED and p in g.parameters},
                         {p: a for p, a in self.layout.items()
                          if a is not None and a is not _UNDECIDED and p in g.states})
+
+
+ShardRule = Callable[[_Pass, Step], Step]
+
+SHARD_RULES: dict[str, ShardRule] = {
+    # Elementwise steps keep the split of their split operand (the others are cut to match).
+    **{name: _Pass.elementwise for name, p in PRIMITIVES.items()
+       if p.category is Category.ELEMENTWISE},
+    # A `convert` may carry the all-reduce deferred from its linear's partial sum.
+    "convert": _Pass._convert,
+    "constant": _Pass._constant,
+    "iota": _Pass._constant,
+    "reshape": _Pass._reshape,
+    "transpose": _Pass._transpose,
+    "broadcast": _Pass._broadcast,
+    "slice": _Pass._slice,
+    "reduce": _Pass._reduce,
+    "contract": _Pass._contract,
+    "take": _Pass._take,
+    "gather": _Pass._gather,
+    "scatter": _Pass._scatter,
+    # Made by the reverse pass, which never runs on a rank's graph: its operands are
+    # gathered whole, and so is its result.
+    "scatter_add": _Pass.replicated,
+    # Only this pass makes collectives, once; a graph holding one already is a rank's graph,
+    # whose values are whole on every rank.
+    "all_reduce": _Pass.replicated,
+    "all_gather": _Pass.replicated,
+}
+"""How each primitive's step is rewritten for one rank (see the module docstring): a
+function of the pass and the step, returning the rank's step (the pass records the
+conversions it needs before and after it). ``tests/test_coverage.py`` checks every primitive
+has one."""
 
 
 def one_process(step: Step, target: str) -> LinnetError:

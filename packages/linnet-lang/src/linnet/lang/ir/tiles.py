@@ -47,18 +47,12 @@ from typing import Any
 import linnet.lang.syntax.tree as A
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Graph, Step, ValueType
-from linnet.lang.ir.primitives import PRIMITIVES, Category
+from linnet.lang.ir.primitives import PRIMITIVES
 from linnet.lang.syntax.program import Program
 
-# Primitives of the op level a kernel's body also uses, on tiles. The gathers (`take`,
-# `gather`, `scatter_add`: a tile cannot be gathered from or into, E0526), `slice` (a tile
-# cannot be sliced either, E0526: a kernel loads the part it needs) and the state writes
-# (`scatter`: results are written with `store`) are not among them, nor the collectives
-# (a tile program runs on one device; tensor parallelism communicates between slices).
-_SHARED = frozenset(name for name, p in PRIMITIVES.items()
-                    if p.category not in (Category.GATHER, Category.STATE,
-                                          Category.COLLECTIVE)
-                    and name != "slice")
+# Primitives of the op level a kernel's body also uses, on tiles: those whose row says so
+# (Primitive.on_tiles: not the gathers, the state writes, the collectives, nor `slice`).
+_SHARED = frozenset(name for name, p in PRIMITIVES.items() if p.on_tiles)
 #: Every primitive a tile graph holds: the shared ones, then the kernel's own.
 TILE_PRIMITIVES: frozenset[str] = _SHARED | {"program_id", "load", "store", "atomic_add",
                                               "for"}

@@ -1,7 +1,7 @@
 """The graph verifier: what every graph that lowering or a pass makes must satisfy.
 
 :func:`verify` checks a :class:`~linnet.lang.ir.graph.Graph`'s invariants, the ones every
-emitter, interpreter and backend relies on, and raises a coded internal error (E0920-E0926)
+emitter, interpreter and backend relies on, and raises a coded internal error (E0920-E0926, E0685)
 naming the step or call that breaks one:
 
 * E0920: every operand is an entry input or made by an earlier step (SSA order), and every
@@ -14,7 +14,10 @@ naming the step or call that breaks one:
 * E0924: every step's op is a primitive of :data:`~linnet.lang.ir.primitives.PRIMITIVES`;
 * E0925: every step has its primitive's operand and result count;
 * E0926: every value, parameter and state has a type (a known dtype, a shape of sizes
-  >= 0), and every ``@path`` names a parameter or a state.
+  >= 0), and every ``@path`` names a parameter or a state;
+* E0685: every step's result type is the one its primitive's rule in
+  :data:`~linnet.lang.ir.shapes.SHAPE_RULES` derives from its operands and attributes (a
+  slice's ranges inside its operand, a transpose's perm of its rank, ...).
 
 Lowering runs it after lowering and after every pass when ``LINNET_DEBUG=1`` (and always
 in the test suites): :func:`checked` is the switch.
@@ -39,6 +42,7 @@ import os
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Graph, Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES, Category
+from linnet.lang.ir.shapes import mismatch
 from linnet.lang.tensors.dtypes import DTYPES
 
 ALWAYS = False
@@ -65,7 +69,7 @@ def _error(graph: Graph, stage: str, code: str, what: str) -> LinnetError:
 
 
 def verify(graph: Graph, stage: str = "") -> None:
-    """Raise a coded :class:`LinnetError` (E0920-E0926) where ``graph`` breaks an invariant
+    """Raise a coded :class:`LinnetError` (E0920-E0926, E0685) where ``graph`` breaks an invariant
     of the graph format; ``stage`` (``"lowering"``, a pass's name) is named in the message.
 
     >>> # verify(lower(program, "decode", inputs, config))
@@ -153,10 +157,9 @@ def _verify(graph: Graph, stage: str) -> None:
             if r not in graph.values:
                 raise fail("E0926", f"{where} makes {r}, which has no type in graph.values")
             defined[r] = i
-        if step.op == "slice":
-            problem = _slice_problem(graph, step)
-            if problem:
-                raise fail("E0926", f"{where} {problem}")
+        problem = _type_problem_of(graph, step)
+        if problem:
+            raise fail("E0685", f"{where} {problem}")
     for o in graph.outputs:
         if not isinstance(o, str):
             raise fail("E0926", f"entry output {o!r} is not a value name or a path")
@@ -168,24 +171,17 @@ def _verify(graph: Graph, stage: str) -> None:
     _verify_calls(graph, stage)
 
 
-def _slice_problem(graph: Graph, step: Step) -> str | None:
-    """Why a slice step's ranges do not fit its operand or its result type (None: they do)."""
-    o = step.operands[0]
-    vt = (graph.parameters.get(o[1:]) or graph.states.get(o[1:]) if o.startswith("@")
-          else graph.values.get(o))
-    starts, limits = step.attributes.get("starts"), step.attributes.get("limits")
-    if vt is None or not isinstance(starts, list) or not isinstance(limits, list):
-        return "has no `starts` and `limits` lists"
-    shape = tuple(vt.shape)
-    if len(starts) != len(shape) or len(limits) != len(shape) or any(
-            not isinstance(a, int) or not isinstance(b, int) or not 0 <= a <= b <= n
-            for a, b, n in zip(starts, limits, shape)):
-        return f"slices {starts}..{limits} out of an operand of shape {list(shape)}"
-    want = [b - a for a, b in zip(starts, limits)]
-    got = graph.values.get(step.results[0])
-    if got is not None and list(got.shape) != want:
-        return f"makes shape {list(got.shape)}, but its ranges give {want}"
-    return None
+def _type_problem_of(graph: Graph, step: Step) -> str | None:
+    """Why ``step``'s declared result type is not the one its primitive's rule
+    (:data:`~linnet.lang.ir.shapes.SHAPE_RULES`) derives from its operands (None: it is)."""
+    operands = []
+    for o in step.operands:
+        vt = (graph.states.get(o[1:]) or graph.parameters.get(o[1:]) if o.startswith("@")
+              else graph.values.get(o))
+        if vt is None:
+            return None  # an undefined operand is reported by its own check
+        operands.append(vt)
+    return mismatch(step, operands, graph.values.get(step.results[0]) if step.results else None)
 
 
 def _verify_calls(graph: Graph, stage: str) -> None:
