@@ -27,18 +27,12 @@ TABLES: list[tuple[str, str]] = [
     ("linnet.lang.grad.rules", "VJP_RULES"),  # reverse mode: one VJP per primitive (issue 18)
     ("linnet.lang.grad.linearity", "LINEARITY_RULES"),  # grad clauses linear in dy (issue 46)
     ("linnet.lang.emit.jax", "RULES"),  # generated JAX source (issue 16)
-<<<<<<< HEAD
     ("linnet.lang.emit.onnx_rules", "RULES"),  # ONNX export (issue 17)
     ("linnet.lang.emit.onnx_rules", "SYMBOLIC_ATTRIBUTES"),  # ONNX: attributes a dim may change
     ("linnet.lang.emit.stablehlo_rules", "RULES"),  # StableHLO export (issue 17)
-=======
-    ("linnet.lang.emit.onnx", "RULES"),  # ONNX export (issue 17)
-    ("linnet.lang.emit.onnx", "SYMBOLIC_ATTRIBUTES"),  # ONNX: attributes a dim may change
-    ("linnet.lang.emit.stablehlo", "RULES"),  # StableHLO export (issue 17)
     ("linnet.lang.ir.shapes", "SHAPE_RULES"),  # result types the verifier checks (E0685)
     ("linnet.lang.ir.shard", "SHARD_RULES"),  # the tensor-parallel pass's rewrite per step
     ("linnet.lang.ir.bounds", "BOUNDS_RULES"),  # the one integer range analysis
->>>>>>> w3-tables
 ]
 
 
