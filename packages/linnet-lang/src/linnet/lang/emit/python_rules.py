@@ -1,0 +1,301 @@
+"""What the emitters that write Python (emit/torch.py, emit/jax.py) share below the emitter
+class (emit/python_emitter.py): the :class:`Scope` that names values inside one generated
+function, the signatures of a primitive rule (:data:`Rule`) and of a fused call
+(:data:`FastRule`), the rules that are the same text in both (a constant becomes a literal),
+the integer range analysis that leaves out guards that cannot fire, the clamping of a gather's
+or scatter-add's indices, and the parsing of each generated statement (E0910).
+
+>>> from linnet.lang.emit.python_rules import identifier
+>>> identifier("%q.1"), identifier("%float")
+('q_1', 'v_float')
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import keyword
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from linnet.lang.emit.python import Statement
+from linnet.lang.emit.tiles import literal
+from linnet.lang.ir.graph import Call, Graph, Step
+from linnet.lang.ir.slices import Slice
+from linnet.lang.pipeline import Numerics
+
+
+def identifier(text: str) -> str:
+    """A Python name for an SSA value or a parameter path (`%q.1` → `q_1`). Keywords,
+    builtins (`float`, `len`, `id`) and the module's own names (`torch`, `F`) get a `v_`
+    prefix: generated code calls ``float('-inf')`` and must not find a tensor there.
+
+    >>> identifier("%q.1"), identifier("%float"), identifier("%len"), identifier("@class")
+    ('q_1', 'v_float', 'v_len', 'v_class')
+    """
+    name = re.sub(r"[^0-9A-Za-z_]", "_", text.lstrip("%@"))
+    if not name or name[0].isdigit() or keyword.iskeyword(name) or keyword.issoftkeyword(name) \
+            or name in RESERVED or name.startswith("__"):
+        name = "v_" + name
+    return name
+
+
+# Names the generated module itself uses, and every builtin (a value named `float` would
+# shadow the `float('-inf')` of a masked softmax, `len` or `type` any later call of them).
+RESERVED = {"torch", "F", "DEVICE", "params", "states", "math", "ENTRIES"} | set(dir(builtins))
+# ... and what a module that launches kernels defines (emit/triton.py's HEADER and READY).
+RESERVED |= {"os", "types", "triton", "tl", "TRITON", "INTERPRET", "wrap_triton", "LIBRARY",
+             "RUNS", "kernels_ready", "kernel_op", "POISON", "new_result", "PDL",
+             "PDL_LAUNCH", "pdl_launch", "_PDL_DEVICES", "_PDL_MODE", "contextlib",
+             "set_wrap_triton_enabled", "direct", "_LIBRARY", "_SCRATCH", "check_inplace",
+             "dot16", "prefetch_l2", "prefetching", "scratch", "warnings", "max_nan",
+             "min_nan"}
+# ... and emit/kernel_grad.py's helpers for launches under autograd.
+RESERVED |= {"kernel_grad_op", "launch_with_grad", "body_backward", "no_backward"}
+
+
+_ANONYMOUS = re.compile(r"^%t(\.\d+)?$")
+
+
+@dataclass
+class Scope:
+    """Names inside one generated function: SSA values, parameters and constants."""
+
+    graph: Graph
+    slice: Slice | None = None
+    names: dict[str, str] = field(default_factory=dict)
+    literals: dict[str, str] = field(default_factory=dict)  # constant steps inlined as literals
+    # The values of `names`, kept beside it: rebuilding the set for every new name made
+    # emission quadratic in the length of an entry.
+    used: set[str] = field(default_factory=set)
+    # Where the search for a free `base_N` stopped last time (every earlier N is taken).
+    next_suffix: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, ref: str) -> str:
+        if ref in self.literals:
+            return self.literals[ref]
+        if ref not in self.names:
+            anonymous = _ANONYMOUS.match(ref)
+            step = self.producers().get(ref) if anonymous else None
+            if step is not None:
+                # A value the source never named (`%t.37`): named after its op and numbered
+                # in this function (`pad_1`, `neg_1`), not after its place in the whole graph.
+                base, n = re.sub(r"[^0-9A-Za-z_]", "_", step.op), 1
+                first = f"{base}_1"
+            else:
+                base = identifier(self.slice.relative(ref[1:]) if ref.startswith("@")
+                                  and self.slice else ref)
+                n = 1
+                first = base
+            n = self.next_suffix.get(base, n)
+            name = first if n == 1 else f"{base}_{n}"
+            while name in self.used:
+                n += 1
+                name = f"{base}_{n}"
+            self.next_suffix[base] = n
+            self.names[ref] = name
+            self.used.add(name)
+        return self.names[ref]
+
+    def reserve(self, name: str) -> None:
+        """Keep ``name`` (a function the entry calls) from being given to a value."""
+        self.used.add(name)
+
+    def tensor(self, ref: str) -> str:
+        """``ref`` as a tensor expression where a rule needs one (a constant inlined as a
+        literal becomes the framework's scalar tensor): each emitter's scope spells it
+        (emit/torch.py's :class:`~linnet.lang.emit.torch.TorchScope`, emit/jax.py's
+        ``JaxScope``)."""
+        raise NotImplementedError(f"{type(self).__name__} writes no tensors")
+
+    def producers(self) -> dict[str, Step]:
+        if not hasattr(self, "_producers"):
+            self._producers = {r: st for st in self.graph.steps for r in st.results}
+        return self._producers
+
+    def shape(self, ref: str) -> tuple[int, ...]:
+        if ref.startswith("@"):
+            path = ref[1:]
+            table = self.graph.states if path in self.graph.states else self.graph.parameters
+            return table[path].shape
+        return self.graph.values[ref].shape
+
+    def dtype(self, ref: str) -> str:
+        if ref.startswith("@"):
+            path = ref[1:]
+            table = self.graph.states if path in self.graph.states else self.graph.parameters
+            return table[path].dtype
+        return self.graph.values[ref].dtype
+
+
+
+# ---------------------------------------------------------------- primitive rules
+Rule = Callable[[Step, Scope, str], list[str]]
+
+TORCH_INT = {"i8", "i16", "i32", "i64", "u8"}
+
+
+def _constant(s: Step, n: Scope, numerics: str) -> list[str]:
+    n.literals[s.results[0]] = literal(s.attributes["value"])
+    return []
+
+
+def _shift(n: Scope, idx: str, size: int) -> int | None:
+    """If ``idx`` is `iota(size) + c` (or `- c`), the shift c; else None."""
+    producers = n.producers()
+    step = producers.get(idx)
+    if step is None or step.op not in ("add", "sub"):
+        return None
+    a, b = (producers.get(o) for o in step.operands)
+    if a is None or b is None:
+        return None
+    if a.op == "iota" and b.op == "constant":
+        iota, const, sign = a, b, (1 if step.op == "add" else -1)
+    elif b.op == "iota" and a.op == "constant" and step.op == "add":
+        iota, const, sign = b, a, 1
+    else:
+        return None
+    if iota.attributes["shape"] != [size] or not isinstance(const.attributes["value"], int):
+        return None
+    return sign * const.attributes["value"]
+
+
+def _range(n: Scope, ref: str, depth: int = 0) -> tuple[int, int] | None:
+    """Bounds ``lo <= v <= hi`` of every element of an integer value, where they follow from
+    the steps that made it (iota, constants, ``%`` by a positive constant, ``+``/``-``,
+    reshapes); None if unknown. A zero-bounds index within its axis needs no guard."""
+    if ref in n.literals:
+        step = n.producers().get(ref)
+        v = step.attributes.get("value") if step is not None else None
+        return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
+    step = n.producers().get(ref)
+    if step is None or depth > 32 or n.graph.values[ref].dtype not in TORCH_INT:
+        return None
+    op = step.op
+    if op == "constant":
+        v = step.attributes.get("value")
+        return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
+    if op == "iota":
+        return (0, step.attributes["shape"][step.attributes["axis"]] - 1)
+    if op in ("reshape", "broadcast", "transpose", "convert", "slice"):
+        src = step.operands[0]
+        if src.startswith("@") or n.graph.values[src].dtype not in TORCH_INT:
+            return None
+        return _range(n, src, depth + 1)
+    if op in ("add", "sub", "rem", "maximum", "minimum"):
+        a, b = (None if o.startswith("@") else _range(n, o, depth + 1) for o in step.operands)
+        if op == "rem":  # torch.remainder takes the divisor's sign: [0, c) for c > 0
+            return (0, b[1] - 1) if b is not None and b[0] == b[1] and b[0] > 0 else None
+        if a is None or b is None:
+            return None
+        if op == "add":
+            return (a[0] + b[0], a[1] + b[1])
+        if op == "sub":
+            return (a[0] - b[1], a[1] - b[0])
+        if op == "maximum":
+            return (max(a[0], b[0]), max(a[1], b[1]))
+        return (min(a[0], b[0]), min(a[1], b[1]))
+    return None
+
+
+def _in_range(n: Scope, ref: str, size: int) -> bool:
+    r = _range(n, ref)
+    return r is not None and r[0] >= 0 and r[1] < size
+
+
+def _inside(n: Scope, indices: list[str], shape: tuple[int, ...], guarded: list[bool]) -> str:
+    """The mask of the positions where each ``guarded`` index is within its axis, broadcast
+    over the axes after the indexed ones: ``((i >= 0) & (i < 8))[..., None]`` (a gather or
+    a scatter-add under bounds zero; the JAX emitter's too)."""
+    valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
+                       for a, r in enumerate(indices) if guarded[a])
+    trailing = len(shape) - len(indices)
+    return f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
+
+
+def _clamped(s: Step, n: Scope, out: str, indices: list[str], shape: tuple[int, ...],
+             clamp: str = "{}.long().clamp(0, {})", plain: str = "{}.long()"
+             ) -> tuple[list[str], list[str], list[bool]]:
+    """The indices of a gather or a scatter-add (``x[i, j]``): under bounds zero, one that
+    may fall outside its axis is clamped into it first (``out_i0 = ...``; :func:`_inside`
+    masks its positions after); the others are used as they are. Returns the clamping lines,
+    the index expressions and which indices are guarded; ``clamp`` and ``plain`` spell them
+    (the JAX emitter's: ``jnp.clip({}, 0, {})`` and ``{}``)."""
+    lines, names = [], []
+    guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
+               for a, r in enumerate(indices)]
+    for axis, ref in enumerate(indices):
+        i = n.tensor(ref)
+        if guarded[axis]:
+            lines.append(f"{out}_i{axis} = {clamp.format(i, shape[axis] - 1)}")
+            names.append(f"{out}_i{axis}")
+        else:
+            names.append(plain.format(i))
+    return lines, names, guarded
+
+
+# ---------------------------------------------------------------- fast calls
+FastRule = Callable[[Call, Scope, list[str], list[str]], list[str]]
+
+
+# ---------------------------------------------------------------- functions
+
+
+def launch_args(call: Call) -> list[str]:
+    """The tensors a bound call's launch passes: its tensor arguments, then, for each state
+    it writes (``writes``: ir/spans.py's ``state_writes``), the state and its positions."""
+    out = [a for a in call.attributes.get("args", []) if isinstance(a, str)]
+    for w in call.attributes.get("writes") or []:
+        out += [w["state"], w["at"]]
+    return out
+
+
+def _is_std(loc: str) -> bool:
+    return loc.startswith("std/")
+
+
+@dataclass
+class Options:
+    numerics: Numerics = Numerics.EXACT
+    fast: bool = True  # use FAST_CALLS where they apply
+    device: str = "cpu"  # the model's torch device, written into the module (DEVICE)
+
+
+def _internal(code: str, message: str, help: str = "") -> Exception:
+    from linnet.lang.diagnostics import Diagnostic, LinnetError
+
+    return LinnetError(Diagnostic(code, message, help=help or (
+        "this is a bug in linnet-lang's PyTorch emitter, not in your model: please report it "
+        "with the model and the command; `linnet run` (the interpreter) runs the model "
+        "meanwhile")))
+
+
+def _statement(text: str, step: int, op: str, loc: str) -> Statement:
+    """Parse one generated statement; a rule that wrote something that is not one valid
+    Python statement is an internal error (E0910) naming the step and its source line."""
+    if text.startswith("#"):
+        return Statement(text, comment=True)
+    where = f"step {step} (`{op}`" + (f", from {loc.replace('|', ' via ')}" if loc else "") + ")"
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise _internal("E0910", f"the PyTorch emitter wrote invalid Python for {where}: "
+                        f"{exc.msg}: `{text}`") from None
+    if len(tree.body) != 1:
+        raise _internal("E0910", f"the PyTorch emitter wrote {len(tree.body)} statements on one "
+                        f"line for {where}: `{text}`")
+    node = tree.body[0]
+    for sub in ast.walk(node):
+        # `0.clamp(0, 1)` parses as `(0.).clamp` on some inputs and fails at run time on all
+        # of them: a method called on a literal is never what a rule means.
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Constant) \
+                and not isinstance(sub.value.value, str):
+            raise _internal("E0910", f"the PyTorch emitter called `.{sub.attr}` on the literal "
+                            f"{sub.value.value!r} for {where}: `{text}`")
+    reads = frozenset(s.id for s in ast.walk(node)
+                      if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load))
+    if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+        return Statement(text, frozenset(t.id for t in node.targets if isinstance(t, ast.Name)),
+                         reads)
+    return Statement(text, reads=reads, effect=True)
