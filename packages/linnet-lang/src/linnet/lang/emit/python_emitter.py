@@ -34,10 +34,10 @@ from linnet.lang.emit.python_rules import (
     Options,
     Rule,
     Scope,
-    _is_std,
-    _statement,
     identifier,
+    is_std,
     launch_args,
+    parse_statement,
 )
 from linnet.lang.emit.tiles import literal
 from linnet.lang.emit.triton import KernelText, kernel_args
@@ -103,7 +103,7 @@ class PythonEmitter(ABC):
         lines = self.sources.get(file)
         if lines and line.isdigit() and 0 < int(line) <= len(lines):
             text = "  " + lines[int(line) - 1].strip()
-        short = file if _is_std(file) else file.rsplit("/", 1)[-1]
+        short = file if is_std(file) else file.rsplit("/", 1)[-1]
         out = f"# {short}:{line}{text}"
         if len(out) > width:  # a long source line: its start, so the comment fits the width
             out = out[:max(width - 3, len(f"# {short}:{line}"))].rstrip() + "..."
@@ -112,7 +112,7 @@ class PythonEmitter(ABC):
     def _best_call(self, graph: Graph, index: int) -> Call | None:
         best = None
         for call in graph.calls:
-            if call.start <= index < call.stop and call.loc and not _is_std(call.loc) \
+            if call.start <= index < call.stop and call.loc and not is_std(call.loc) \
                     and call.kind != "entry" and (best is None or call.depth > best.depth):
                 best = call
         return best
@@ -147,7 +147,7 @@ class PythonEmitter(ABC):
         """The line of the user's model behind a step; std library lines are added after it.
         A step hoisted out of a layer (rope's tables) points at the line in the layer that
         reads it, not at the entry's call of the whole model."""
-        if not _is_std(own):
+        if not is_std(own):
             return own
         best = self._best_call(graph, index)
         user = self._first_repeated_user(graph)[index]
@@ -347,7 +347,7 @@ class PythonEmitter(ABC):
                 if lines and loc and loc != last_loc[0]:
                     out.append(Statement(self.comment(loc), comment=True))
                     last_loc[0] = loc
-                out.extend(_statement(line, i, op, loc) for line in lines)
+                out.extend(parse_statement(line, i, op, loc) for line in lines)
 
         run(0, len(order), body)
         outputs = [scope(v) for v in sl.outputs]

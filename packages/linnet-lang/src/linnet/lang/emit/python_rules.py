@@ -5,9 +5,19 @@ function, the signatures of a primitive rule (:data:`Rule`) and of a fused call
 the integer range analysis that leaves out guards that cannot fire, the clamping of a gather's
 or scatter-add's indices, and the parsing of each generated statement (E0910).
 
->>> from linnet.lang.emit.python_rules import identifier
->>> identifier("%q.1"), identifier("%float")
-('q_1', 'v_float')
+The examples below share one lowered entry, ``y[i] = x[(i + 1) % N]`` at N = 4 (``%t.2`` is
+``i + 1``, ``%t.4`` is ``(i + 1) % 4``):
+
+>>> from linnet.lang import Program, lower
+>>> from linnet.lang.emit.torch import TorchScope
+>>> graph = lower(Program.from_text('''
+... model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] {
+...     let y[i: N] = x[(i + 1) % N]; return y } }'''), "run", {"x": [4]})
+>>> scope = TorchScope(graph)
+>>> [constant_rule(s, scope, "exact") for s in graph.steps if s.op == "constant"], scope.literals
+([[], []], {'%t.1': '1', '%t.3': '4'})
+>>> shifted_by(scope, "%t.2", 4), in_range(scope, "%t.4", 4), in_range(scope, "%t.2", 4)
+(1, True, False)
 """
 
 from __future__ import annotations
@@ -136,13 +146,18 @@ Rule = Callable[[Step, Scope, str], list[str]]
 TORCH_INT = {"i8", "i16", "i32", "i64", "u8"}
 
 
-def _constant(s: Step, n: Scope, numerics: str) -> list[str]:
+def constant_rule(s: Step, n: Scope, numerics: str) -> list[str]:
+    """The rule of ``constant`` in every Python emitter: no statement, the value becomes a
+    literal of the scope (``1``, ``float('-inf')``) that later rules write in place of a name
+    (the module docstring shows it)."""
     n.literals[s.results[0]] = literal(s.attributes["value"])
     return []
 
 
-def _shift(n: Scope, idx: str, size: int) -> int | None:
-    """If ``idx`` is `iota(size) + c` (or `- c`), the shift c; else None."""
+def shifted_by(n: Scope, idx: str, size: int) -> int | None:
+    """If ``idx`` is `iota(size) + c` (or `- c`), the shift c; else None: a read of
+    ``x[i + c]`` under bounds zero is then a slice and a pad, not a gather (the module
+    docstring shows it)."""
     producers = n.producers()
     step = producers.get(idx)
     if step is None or step.op not in ("add", "sub"):
@@ -199,31 +214,47 @@ def _range(n: Scope, ref: str, depth: int = 0) -> tuple[int, int] | None:
     return None
 
 
-def _in_range(n: Scope, ref: str, size: int) -> bool:
+def in_range(n: Scope, ref: str, size: int) -> bool:
+    """Whether every element of the integer value ``ref`` is known to lie in ``[0, size)``
+    (:func:`_range`): an index that is needs no guard (the module docstring shows it)."""
     r = _range(n, ref)
     return r is not None and r[0] >= 0 and r[1] < size
 
 
-def _inside(n: Scope, indices: list[str], shape: tuple[int, ...], guarded: list[bool]) -> str:
+def inside_mask(n: Scope, indices: list[str], shape: tuple[int, ...],
+                guarded: list[bool]) -> str:
     """The mask of the positions where each ``guarded`` index is within its axis, broadcast
     over the axes after the indexed ones: ``((i >= 0) & (i < 8))[..., None]`` (a gather or
-    a scatter-add under bounds zero; the JAX emitter's too)."""
+    a scatter-add under bounds zero; the JAX emitter's too).
+
+    >>> from linnet.lang.emit.torch import TorchScope
+    >>> from linnet.lang.ir.graph import Graph
+    >>> inside_mask(TorchScope(Graph("run", "M")), ["%i"], (4, 8), [True])
+    '((i >= 0) & (i < 4))[..., None]'
+    """
     valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
                        for a, r in enumerate(indices) if guarded[a])
     trailing = len(shape) - len(indices)
     return f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
 
 
-def _clamped(s: Step, n: Scope, out: str, indices: list[str], shape: tuple[int, ...],
-             clamp: str = "{}.long().clamp(0, {})", plain: str = "{}.long()"
-             ) -> tuple[list[str], list[str], list[bool]]:
+def clamped(s: Step, n: Scope, out: str, indices: list[str], shape: tuple[int, ...],
+            clamp: str = "{}.long().clamp(0, {})", plain: str = "{}.long()"
+            ) -> tuple[list[str], list[str], list[bool]]:
     """The indices of a gather or a scatter-add (``x[i, j]``): under bounds zero, one that
-    may fall outside its axis is clamped into it first (``out_i0 = ...``; :func:`_inside`
+    may fall outside its axis is clamped into it first (``out_i0 = ...``; :func:`inside_mask`
     masks its positions after); the others are used as they are. Returns the clamping lines,
     the index expressions and which indices are guarded; ``clamp`` and ``plain`` spell them
-    (the JAX emitter's: ``jnp.clip({}, 0, {})`` and ``{}``)."""
+    (the JAX emitter's: ``jnp.clip({}, 0, {})`` and ``{}``).
+
+    >>> from linnet.lang.emit.torch import TorchScope
+    >>> from linnet.lang.ir.graph import Graph, Step
+    >>> gather = Step("gather", ["%x", "%i"], ["%y"], {"bounds": "zero"})
+    >>> clamped(gather, TorchScope(Graph("run", "M")), "y", ["%i"], (4,))
+    (['y_i0 = i.long().clamp(0, 3)'], ['y_i0'], [True])
+    """
     lines, names = [], []
-    guarded = [s.attributes["bounds"] == "zero" and not _in_range(n, r, shape[a])
+    guarded = [s.attributes["bounds"] == "zero" and not in_range(n, r, shape[a])
                for a, r in enumerate(indices)]
     for axis, ref in enumerate(indices):
         i = n.tensor(ref)
@@ -240,29 +271,47 @@ FastRule = Callable[[Call, Scope, list[str], list[str]], list[str]]
 
 
 # ---------------------------------------------------------------- functions
-
-
 def launch_args(call: Call) -> list[str]:
     """The tensors a bound call's launch passes: its tensor arguments, then, for each state
-    it writes (``writes``: ir/spans.py's ``state_writes``), the state and its positions."""
+    it writes (``writes``: ir/spans.py's ``state_writes``), the state and its positions.
+
+    >>> from linnet.lang.ir.graph import Call
+    >>> call = Call("std.nn.norm::rms_norm", "op", 0, 2, 0, attributes={"args": ["%x", "@w", 1e-5]})
+    >>> launch_args(call)
+    ['%x', '@w']
+    """
     out = [a for a in call.attributes.get("args", []) if isinstance(a, str)]
     for w in call.attributes.get("writes") or []:
         out += [w["state"], w["at"]]
     return out
 
 
-def _is_std(loc: str) -> bool:
+def is_std(loc: str) -> bool:
+    """Whether a step's location is in the standard library (not the user's model).
+
+    >>> is_std("std/nn/norm.linnet:3"), is_std("llama.linnet:3")
+    (True, False)
+    """
     return loc.startswith("std/")
 
 
 @dataclass
 class Options:
+    """What an emitter is asked for: the numerics, whether fused calls are used, and the
+    model's device (written into a PyTorch module as ``DEVICE``)."""
+
     numerics: Numerics = Numerics.EXACT
     fast: bool = True  # use FAST_CALLS where they apply
     device: str = "cpu"  # the model's torch device, written into the module (DEVICE)
 
 
-def _internal(code: str, message: str, help: str = "") -> Exception:
+def internal_error(code: str, message: str, help: str = "") -> Exception:
+    """An emitter's internal error (a bug in it, not in the model) as a coded
+    :class:`~linnet.lang.LinnetError`; ``help`` defaults to the PyTorch emitter's.
+
+    >>> internal_error("E0910", "a rule wrote invalid Python").diagnostics[0].code
+    'E0910'
+    """
     from linnet.lang.diagnostics import Diagnostic, LinnetError
 
     return LinnetError(Diagnostic(code, message, help=help or (
@@ -271,28 +320,32 @@ def _internal(code: str, message: str, help: str = "") -> Exception:
         "meanwhile")))
 
 
-def _statement(text: str, step: int, op: str, loc: str) -> Statement:
+def parse_statement(text: str, step: int, op: str, loc: str) -> Statement:
     """Parse one generated statement; a rule that wrote something that is not one valid
-    Python statement is an internal error (E0910) naming the step and its source line."""
+    Python statement is an internal error (E0910) naming the step and its source line.
+
+    >>> parse_statement("y = x + 1", 0, "add", "").targets
+    frozenset({'y'})
+    """
     if text.startswith("#"):
         return Statement(text, comment=True)
     where = f"step {step} (`{op}`" + (f", from {loc.replace('|', ' via ')}" if loc else "") + ")"
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
-        raise _internal("E0910", f"the PyTorch emitter wrote invalid Python for {where}: "
-                        f"{exc.msg}: `{text}`") from None
+        raise internal_error("E0910", f"the PyTorch emitter wrote invalid Python for {where}: "
+                             f"{exc.msg}: `{text}`") from None
     if len(tree.body) != 1:
-        raise _internal("E0910", f"the PyTorch emitter wrote {len(tree.body)} statements on one "
-                        f"line for {where}: `{text}`")
+        raise internal_error("E0910", f"the PyTorch emitter wrote {len(tree.body)} statements "
+                             f"on one line for {where}: `{text}`")
     node = tree.body[0]
     for sub in ast.walk(node):
         # `0.clamp(0, 1)` parses as `(0.).clamp` on some inputs and fails at run time on all
         # of them: a method called on a literal is never what a rule means.
         if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Constant) \
                 and not isinstance(sub.value.value, str):
-            raise _internal("E0910", f"the PyTorch emitter called `.{sub.attr}` on the literal "
-                            f"{sub.value.value!r} for {where}: `{text}`")
+            raise internal_error("E0910", f"the PyTorch emitter called `.{sub.attr}` on the "
+                                 f"literal {sub.value.value!r} for {where}: `{text}`")
     reads = frozenset(s.id for s in ast.walk(node)
                       if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load))
     if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):

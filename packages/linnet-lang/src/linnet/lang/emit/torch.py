@@ -29,23 +29,20 @@ from typing import Any
 
 from linnet.lang.emit import edge_rules
 from linnet.lang.emit.kernel_grad import GRAD_HELPERS, Backwards
-from linnet.lang.emit.python import WIDTH, wrap  # noqa: F401  (tests import them here)
 from linnet.lang.emit.python_emitter import PythonEmitter
-from linnet.lang.emit.python_rules import (  # noqa: F401  (emit/jax.py imports them here)
+from linnet.lang.emit.python_rules import (
     RESERVED,
     TORCH_INT,
     FastRule,
     Options,
     Rule,
     Scope,
-    _clamped,
-    _constant,
-    _in_range,
-    _inside,
-    _internal,
-    _shift,
-    identifier,
-    launch_args,
+    clamped,
+    constant_rule,
+    in_range,
+    inside_mask,
+    internal_error,
+    shifted_by,
 )
 from linnet.lang.emit.triton import (
     HEADER,
@@ -201,7 +198,7 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     axis = s.attributes["axis"]
     size = n.shape(x)[axis]
     out = n(s.results[0])
-    shift = _shift(n, idx, size) if s.attributes["bounds"] == "zero" else None
+    shift = shifted_by(n, idx, size) if s.attributes["bounds"] == "zero" else None
     if shift is not None:
         # x[..., i + c, ...] reading 0 outside: a slice and a pad, not a gather.
         rank = len(n.shape(x))
@@ -225,7 +222,7 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     lines = []
     i = n.tensor(idx)
     # A guard that cannot fire (the index is within the axis by construction) is not written.
-    guard = s.attributes["bounds"] == "zero" and not _in_range(n, idx, size)
+    guard = s.attributes["bounds"] == "zero" and not in_range(n, idx, size)
     if guard:
         lines.append(f"{out}_index = {i}.clamp(0, {size - 1})")
         index = f"{out}_index"
@@ -248,10 +245,10 @@ def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
     x, *indices = s.operands
     shape = n.shape(x)
     out = n(s.results[0])
-    lines, names, guarded = _clamped(s, n, out, indices, shape)
+    lines, names, guarded = clamped(s, n, out, indices, shape)
     lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
     if any(guarded):
-        mask = _inside(n, indices, shape, guarded)
+        mask = inside_mask(n, indices, shape, guarded)
         lines.append(f"{out} = torch.where({mask}, {out}, 0)")
     return lines
 
@@ -271,10 +268,10 @@ def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
     x, value, *indices = s.operands
     out = n(s.results[0])
     shape = n.shape(x)
-    lines, names, guarded = _clamped(s, n, out, indices, shape)
+    lines, names, guarded = clamped(s, n, out, indices, shape)
     v = n.tensor(value)
     if any(guarded):
-        mask = _inside(n, indices, shape, guarded)
+        mask = inside_mask(n, indices, shape, guarded)
         lines.append(f"{out}_v = torch.where({mask}, {v}, 0)")
         v = f"{out}_v"
     if not indices:
@@ -320,7 +317,7 @@ RULES: dict[str, Rule] = {
     "and": _binary("{} & {}"), "or": _binary("{} | {}"),
     "select": lambda s, n, nu: [f"{n(s.results[0])} = torch.where("
                                 f"{', '.join(n(o) for o in s.operands)})"],
-    "convert": _convert, "constant": _constant, "iota": _iota, "reshape": _reshape,
+    "convert": _convert, "constant": constant_rule, "iota": _iota, "reshape": _reshape,
     "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
     "scatter_add": _scatter_add,
@@ -544,7 +541,7 @@ class TorchEmitter(PythonEmitter):
     @staticmethod
     def internal(code: str, message: str) -> Exception:
         """An internal error of this emitter (a bug in it, not in the model)."""
-        return _internal(code, message)
+        return internal_error(code, message)
 
 
 def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
