@@ -347,7 +347,8 @@ class PythonEmitter(ABC):
                 if lines and loc and loc != last_loc[0]:
                     out.append(Statement(self.comment(loc), comment=True))
                     last_loc[0] = loc
-                out.extend(parse_statement(line, i, op, loc) for line in lines)
+                out.extend(parse_statement(line, i, op, loc, self.framework, self.internal)
+                           for line in lines)
 
         run(0, len(order), body)
         outputs = [scope(v) for v in sl.outputs]

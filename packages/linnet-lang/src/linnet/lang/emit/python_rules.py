@@ -320,9 +320,12 @@ def internal_error(code: str, message: str, help: str = "") -> Exception:
         "meanwhile")))
 
 
-def parse_statement(text: str, step: int, op: str, loc: str) -> Statement:
+def parse_statement(text: str, step: int, op: str, loc: str, framework: str = "PyTorch",
+                    internal: Callable[[str, str], Exception] = internal_error) -> Statement:
     """Parse one generated statement; a rule that wrote something that is not one valid
-    Python statement is an internal error (E0910) naming the step and its source line.
+    Python statement is an internal error (E0910) naming the step and its source line, made
+    by ``internal`` (the emitter's, whose help says what runs the model meanwhile) and
+    naming the ``framework``'s emitter.
 
     >>> parse_statement("y = x + 1", 0, "add", "").targets
     frozenset({'y'})
@@ -333,19 +336,19 @@ def parse_statement(text: str, step: int, op: str, loc: str) -> Statement:
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
-        raise internal_error("E0910", f"the PyTorch emitter wrote invalid Python for {where}: "
-                             f"{exc.msg}: `{text}`") from None
+        raise internal("E0910", f"the {framework} emitter wrote invalid Python for {where}: "
+                       f"{exc.msg}: `{text}`") from None
     if len(tree.body) != 1:
-        raise internal_error("E0910", f"the PyTorch emitter wrote {len(tree.body)} statements "
-                             f"on one line for {where}: `{text}`")
+        raise internal("E0910", f"the {framework} emitter wrote {len(tree.body)} statements "
+                       f"on one line for {where}: `{text}`")
     node = tree.body[0]
     for sub in ast.walk(node):
         # `0.clamp(0, 1)` parses as `(0.).clamp` on some inputs and fails at run time on all
         # of them: a method called on a literal is never what a rule means.
         if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Constant) \
                 and not isinstance(sub.value.value, str):
-            raise internal_error("E0910", f"the PyTorch emitter called `.{sub.attr}` on the "
-                                 f"literal {sub.value.value!r} for {where}: `{text}`")
+            raise internal("E0910", f"the {framework} emitter called `.{sub.attr}` on the "
+                           f"literal {sub.value.value!r} for {where}: `{text}`")
     reads = frozenset(s.id for s in ast.walk(node)
                       if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load))
     if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
