@@ -37,7 +37,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError, Program, SourceFile, check_program, check_text, lower, parse
-from linnet.lang.emit.torch import Scope, emit_torch
+from linnet.lang.emit.python_rules import Scope
+from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph
 from linnet.lang.syntax.parser import MAX_NESTING, MAX_TREE_DEPTH
 from test_properties import LLAMA_SOURCE, PROFILE, SCALE, SOURCES, mutated, tokens_of, toy_config

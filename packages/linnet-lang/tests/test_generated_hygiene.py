@@ -15,7 +15,9 @@ from indexgen import index_programs, state_programs
 from linnet.lang import LinnetError, Program, check_program, lower
 from linnet.lang.cli import load_config, main
 from linnet.lang.emit import torch as emit
-from linnet.lang.emit.torch import RULES, emit_torch, identifier, wrap
+from linnet.lang.emit.python import wrap
+from linnet.lang.emit.python_rules import identifier
+from linnet.lang.emit.torch import RULES, emit_torch
 from test_properties import PROFILE, SCALE
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -34,7 +34,8 @@ from linnet.backends import (
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
 from linnet.lang.check.kernel_cases import binding_name
-from linnet.lang.emit.torch import emit_torch, launch_args
+from linnet.lang.emit.python_rules import launch_args
+from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Call, Graph
 from linnet.lang.ir.slices import slice_steps
 from linnet.lang.ir.spans import closed, spans_for, std_spans

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,8 @@ class Lowered:
     graph: Graph
     module: ModuleType | None = None
     path: str = ""
+    # The entry's function where the model runs its own (compiled slices); else the module's.
+    function: Callable | None = None
 
 
 class Model:
@@ -133,7 +136,8 @@ class Model:
         self.progress = progress or (lambda msg: None)
         self._lowered: dict[tuple, Lowered] = {}
         self._contexts: dict[tuple, Context] = {}
-        self._compiled: dict[str, Callable] = {}
+        # This model's compiled slice functions: (module name, function name) -> wrapper.
+        self._compiled: dict[tuple[str, str], Callable] = {}
         self.entries = [m.name for m in self._model_decl().methods if m.kind == "entry"]
         if grad:
             self.requires_grad_(True)
@@ -234,7 +238,7 @@ class Model:
             lowered.module = module
             lowered.path = module.__file__ or ""
             if self.compile:
-                self._compile_slices(module, entry)
+                lowered.function = self._compiled_entry(module, entry)
         self._lowered[key] = lowered
         return lowered
 
@@ -257,17 +261,25 @@ class Model:
                                   f"(world={self.world})",
                          help="load the model without world= (one process) for this")
 
-    def _compile_slices(self, module: ModuleType, entry: str) -> None:
+    def _compiled_entry(self, module: ModuleType, entry: str) -> Callable:
+        """The entry's function calling this model's torch.compile'd slices (each function
+        compiled once). The module is shared by every model whose generated text is the same
+        (one source, device and numerics: import_source imports by content), so it is never
+        patched: the function is the module's entry code over its own globals, the module's
+        names with the slices replaced. Another model of the source never runs this one's
+        compiled slices, its compile options or its progress callback (issue 39 item 5)."""
         options = compile_options(self.compile) or {}
+        names = dict(vars(module))
         for sl in module.ENTRIES[entry]["slices"]:
             name = sl["function"]
-            fn = getattr(module, name)
-            if getattr(fn, "_linnet_compiled", False):
-                continue
-            compiled = torch.compile(fn, dynamic=False, **options)
-            wrapper = self._announce(compiled, name, sl["kind"])
-            wrapper._linnet_compiled = True  # type: ignore[attr-defined]
-            setattr(module, name, wrapper)
+            key = (module.__name__, name)
+            if key not in self._compiled:
+                compiled = torch.compile(getattr(module, name), dynamic=False, **options)
+                self._compiled[key] = self._announce(compiled, name, sl["kind"])
+            names[name] = self._compiled[key]
+        fn = getattr(module, module.ENTRIES[entry].get("function", entry))
+        return types.FunctionType(fn.__code__, names, fn.__name__, fn.__defaults__,
+                                  fn.__closure__)
 
     def _announce(self, compiled: Callable, name: str, kind: str) -> Callable:
         return announce_compile(compiled, name, kind, self.progress)
@@ -437,7 +449,8 @@ class Model:
                 assert lowered.module is not None
                 # An entry named like a builtin (`input`) has a function named apart.
                 module = lowered.module
-                fn = getattr(module, module.ENTRIES[entry].get("function", entry))
+                fn = lowered.function or getattr(
+                    module, module.ENTRIES[entry].get("function", entry))
                 try:
                     outs = fn(*inputs, params, states)
                 except IndexError as exc:

@@ -1,9 +1,10 @@
 """Graph → readable JAX source (``jax.numpy``, ``jax.lax``). Writes text only: this module
 never imports jax.
 
-The structure is the PyTorch emitter's (:mod:`linnet.lang.emit.torch`, whose slicing, naming,
-liveness, source-line comments, entry functions and module layout it reuses by subclassing,
-overriding the hooks that differ: ``returns_states``, ``kernel_parts``, ...): one Python
+The structure is the PyTorch emitter's (both subclass :mod:`linnet.lang.emit.python_emitter`'s
+``PythonEmitter``, whose slicing, naming, liveness, source-line comments, entry functions and
+module layout they share, each writing the hooks that differ: ``returns_states``,
+``kernel_parts``, ...; the rule plumbing is :mod:`linnet.lang.emit.python_rules`'s): one Python
 function per slice kind (every layer shares one), one function per entry that calls them in
 order, and metadata (``ENTRIES``). What differs is that JAX arrays are immutable, so generated
 functions are pure: a slice that writes a state (a KV cache) returns the state's new value as
@@ -33,20 +34,20 @@ from typing import Any
 
 from linnet.lang.emit import edge_rules
 from linnet.lang.emit.python import docstring, fresh
-from linnet.lang.emit.torch import (
+from linnet.lang.emit.python_emitter import PythonEmitter
+from linnet.lang.emit.python_rules import (
     TORCH_INT,
     FastRule,
     Options,
     Rule,
     Scope,
-    TorchEmitter,
-    _clamped,
-    _constant,
-    _in_range,
-    _inside,
-    _internal,
-    _shift,
+    clamped,
+    constant_rule,
     identifier,
+    in_range,
+    inside_mask,
+    internal_error,
+    shifted_by,
 )
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
@@ -65,7 +66,7 @@ RESERVED |= {"os", "pl", "plgpu", "PALLAS", "INTERPRET", "COMPILER_PARAMS", "RUN
 
 
 class JaxScope(Scope):
-    """A :class:`~linnet.lang.emit.torch.Scope` whose constants become JAX arrays."""
+    """A :class:`~linnet.lang.emit.python_rules.Scope` whose constants become JAX arrays."""
 
     def __call__(self, ref: str) -> str:
         name = super().__call__(ref)
@@ -218,7 +219,7 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     size = n.shape(x)[axis]
     out = n(s.results[0])
     rank = len(n.shape(x))
-    shift = _shift(n, idx, size) if s.attributes["bounds"] == "zero" else None
+    shift = shifted_by(n, idx, size) if s.attributes["bounds"] == "zero" else None
     if shift is not None:
         # x[..., i + c, ...] reading 0 outside: a slice and a pad, not a gather.
         if abs(shift) >= size:
@@ -238,7 +239,7 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
             return [f"{out} = jnp.take({n(x)}, {v}, axis={axis}, mode='fill')"]
         return [f"{out} = lax.index_in_dim({n(x)}, {v}, axis={axis}, keepdims=False)"]
     i = n.tensor(idx)
-    if _in_range(n, idx, size):
+    if in_range(n, idx, size):
         return [f"{out} = jnp.take({n(x)}, {i}, axis={axis})"]
     if s.attributes["bounds"] == "zero":
         view = (1,) * axis + tuple(idx_shape) + (1,) * (rank - axis - 1)
@@ -250,7 +251,7 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     return [f"{out} = jnp.take({n(x)}, {i}, axis={axis}, mode='fill')"]
 
 
-# How a gather's or a scatter-add's index is clamped into its axis, and used (torch's _clamped).
+# How a gather's or a scatter-add's index is clamped into its axis, and used (torch's clamped).
 _CLAMP = ("jnp.clip({}, 0, {})", "{}")
 
 
@@ -258,14 +259,14 @@ def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
     x, *indices = s.operands
     shape = n.shape(x)
     out = n(s.results[0])
-    lines, names, guarded = _clamped(s, n, out, indices, shape, *_CLAMP)
-    if s.attributes["bounds"] == "zero" or all(_in_range(n, r, shape[a])
+    lines, names, guarded = clamped(s, n, out, indices, shape, *_CLAMP)
+    if s.attributes["bounds"] == "zero" or all(in_range(n, r, shape[a])
                                                for a, r in enumerate(indices)):
         lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
     else:  # unchecked: NaN outside (see _take)
         lines.append(f"{out} = {n(x)}.at[{', '.join(names)}].get(mode='fill')")
     if any(guarded):
-        mask = _inside(n, indices, shape, guarded)
+        mask = inside_mask(n, indices, shape, guarded)
         lines.append(f"{out} = jnp.where({mask}, {out}, 0)")
     return lines
 
@@ -295,9 +296,9 @@ def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
     v = n.tensor(value)
     if not indices:
         return [f"{out} = {n.tensor(x)} + {v}"]
-    lines, names, guarded = _clamped(s, n, out, indices, shape, *_CLAMP)
+    lines, names, guarded = clamped(s, n, out, indices, shape, *_CLAMP)
     if any(guarded):
-        mask = _inside(n, indices, shape, guarded)
+        mask = inside_mask(n, indices, shape, guarded)
         lines.append(f"{out}_v = jnp.where({mask}, {v}, 0)")
         v = f"{out}_v"
     lines.append(f"{out} = {n.tensor(x)}.at[{', '.join(names)}].add({v})")
@@ -323,7 +324,7 @@ RULES: dict[str, Rule] = {
     "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
     "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),
     "and": _binary("{} & {}"), "or": _binary("{} | {}"),
-    "select": _select, "convert": _convert, "constant": _constant, "iota": _iota,
+    "select": _select, "convert": _convert, "constant": constant_rule, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
     "scatter_add": _scatter_add, "slice": _slice,
@@ -349,7 +350,7 @@ def _fast_embedding(call: Call, n: Scope, args: list[str], out: list[str]) -> li
     rows = n.shape(call.attributes["args"][1])[0]
     # The body reads zeros outside the table; the runtime rejects such token ids anyway.
     return [f"{out[0]} = jnp.take({table}, {ids}, axis=0, mode='fill', fill_value=0)"
-            if not _in_range(n, call.attributes["args"][0], rows)
+            if not in_range(n, call.attributes["args"][0], rows)
             else f"{out[0]} = jnp.take({table}, {ids}, axis=0)"]
 
 
@@ -545,8 +546,9 @@ def written_states(graph: Graph, sl: Slice) -> list[str]:
     return out
 
 
-class JaxEmitter(TorchEmitter):
-    """The PyTorch emitter's structure with JAX's rules; slices return the states they write."""
+class JaxEmitter(PythonEmitter):
+    """:class:`~linnet.lang.emit.python_emitter.PythonEmitter`'s structure with JAX's rules;
+    slices return the states they write."""
 
     rules = RULES
     fast_calls = FAST_CALLS
@@ -675,7 +677,7 @@ class JaxEmitter(TorchEmitter):
     @staticmethod
     def internal(code: str, message: str) -> Exception:
         """An internal error of the JAX emitter; its help names what runs the model meanwhile."""
-        return _internal(code, message, help=_HELP)
+        return internal_error(code, message, help=_HELP)
 
 
 def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
