@@ -249,13 +249,14 @@ class Tokenizer:
         return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """The text of ``ids`` (transformers' ``tokenizer.decode``); E0848 for an id that is
-        not one of this tokenizer's.
+        """The text of ``ids`` (transformers' ``tokenizer.decode``): an id past the
+        tokenizer's vocabulary (a model's padded one) has no text, as in transformers;
+        E0848 for a negative id or one that is no int.
 
         >>> tok.decode([19556])                                            # doctest: +SKIP
         'Hello'
         """
-        ids = check_ids(ids, self.vocab_size)
+        ids = check_ids(ids)
         text = str(self.backend.decode(ids, skip_special_tokens=skip_special_tokens))
         return clean_up_spaces(text) if self.clean_up else text
 
@@ -316,27 +317,26 @@ class Tokenizer:
         return templates
 
 
-def check_ids(ids: Any, vocabulary: int) -> list[int]:
-    """``ids`` as a list of ints in ``[0, vocabulary)``; E0848 otherwise (the tokenizers
-    library would raise a bare TypeError or OverflowError, or skip the id silently).
+def check_ids(ids: Any) -> list[int]:
+    """``ids`` as a list of ints in ``[0, 2**32)`` (what the tokenizers library takes); E0848
+    otherwise, where it would raise a bare TypeError or OverflowError.
 
-    >>> check_ids([1, 2], 10)
+    >>> check_ids([1, 2])
     [1, 2]
-    >>> check_ids([1, 20], 10)
+    >>> check_ids([1, -3])
     Traceback (most recent call last):
     ...
-    linnet.lang.diagnostics.core.LinnetError: error[E0848]: token id 20 (at 1) is not ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0848]: token id -3 (at 1) is not ...
     """
     if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
         raise coded_error("E0848", f"decode takes a list of token ids, not "
                           f"{type(ids).__name__}", help="e.g. tokenizer.decode([1, 2, 3])")
     out = []
     for i, t in enumerate(ids):
-        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocabulary:
-            raise coded_error("E0848", f"token id {t!r} (at {i}) is not one of this "
-                              f"tokenizer's: its ids are [0, {vocabulary})",
-                              help="decode the ids the model generated with the tokenizer of "
-                                   "the same checkpoint")
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < 2**32:
+            raise coded_error("E0848", f"token id {t!r} (at {i}) is not a token id: ids are "
+                              "ints from 0", help="decode the ids the model generated (a "
+                                                  "list of ints), e.g. tokenizer.decode([1, 2])")
         out.append(int(t))
     return out
 
