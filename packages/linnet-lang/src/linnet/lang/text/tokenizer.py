@@ -20,12 +20,18 @@ at, with the EOS token's own id.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import LinnetError, coded_error
+from linnet.lang.text.files import (
+    generation_eos,
+    read_json,
+    template_files,
+    templates,
+    token_text,
+)
 
 #: The special tokens transformers passes to a chat template by name (its
 #: ``SPECIAL_TOKENS_ATTRIBUTES``), when the checkpoint names them.
@@ -49,21 +55,6 @@ def require(module: str) -> Any:
                           f"`{module}` package, which is not installed here",
                           help="install linnet-lang's text extra: `pip install "
                                "'linnet-lang[text]'` (tokenizers and jinja2)") from None
-
-
-def _token_text(value: Any) -> str | None:
-    """A special token as a config writes it: a string, or an AddedToken's object."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return str(value["content"])
-    return None
-
-
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    from linnet.lang.weights.checkpoint import read_json_object
-
-    return read_json_object(path, "E0842", what)[0]
 
 
 class Tokenizer:
@@ -161,7 +152,7 @@ class Tokenizer:
             if token is not None:
                 special[key] = token
         return cls(backend, special=special, eos_token_ids=list(eos_token_ids),
-                   chat_template=_templates(chat_template, name), flags=(add_bos_token,
+                   chat_template=templates(chat_template, name), flags=(add_bos_token,
                                                                           add_eos_token),
                    name=name)
 
@@ -214,15 +205,15 @@ class Tokenizer:
                               f"reads: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                               help="restore the file from the checkpoint (download or save "
                                    "it again)") from None
-        config = _read_json(folder / CONFIG_FILE, "tokenizer config") \
+        config = read_json(folder / CONFIG_FILE, "tokenizer config") \
             if (folder / CONFIG_FILE).is_file() else {}
         values = dict(config)
         legacy = folder / "special_tokens_map.json"
         if "added_tokens_decoder" not in config and legacy.is_file():
-            values.update(_read_json(legacy, "special tokens map"))
-        special = {k: t for k in SPECIAL_NAMES if (t := _token_text(values.get(k))) is not None}
-        template = _templates(values.get("chat_template"), str(folder / CONFIG_FILE))
-        template = _template_files(folder, template)
+            values.update(read_json(legacy, "special tokens map"))
+        special = {k: t for k in SPECIAL_NAMES if (t := token_text(values.get(k))) is not None}
+        template = templates(values.get("chat_template"), str(folder / CONFIG_FILE))
+        template = template_files(folder, template)
         # tokenizer.json's post-processor decides what encode adds (transformers 5 drops the
         # config's flags when the file is there); a file without one takes the config's
         # add_bos_token/add_eos_token, as transformers 4 and Llama's tokenizer class do.
@@ -231,7 +222,7 @@ class Tokenizer:
             flags = (config.get("add_bos_token") is True, config.get("add_eos_token") is True)
         clean_up = config.get("clean_up_tokenization_spaces") is True \
             and type(backend.model).__name__ != "BPE"  # transformers skips it for BPE
-        return cls(backend, special=special, eos_token_ids=_generation_eos(folder),
+        return cls(backend, special=special, eos_token_ids=generation_eos(folder),
                    chat_template=template, flags=flags, clean_up=clean_up,
                    name=folder.name or str(folder))
 
@@ -353,69 +344,6 @@ def clean_up_spaces(text: str) -> str:
                  (" 're", "'re")):
         text = text.replace(a, b)
     return text
-
-
-def _templates(value: Any, where: str) -> str | dict[str, str] | None:
-    """A config's ``chat_template``: a string, a list of ``{"name", "template"}``, or a dict
-    of them; E0842 naming ``where`` for anything else."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str)
-                                       and isinstance(t.get("template"), str) for t in value):
-        return {t["name"]: t["template"] for t in value}
-    if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                       for k, v in value.items()):
-        return dict(value)
-    raise coded_error("E0842", f"the chat template in {where} is neither a string nor a list "
-                      f"of named templates: {json.dumps(value)[:60]}",
-                      help='restore it: "chat_template": "{% for message in messages %}..." '
-                           'or [{"name": "default", "template": "..."}]')
-
-
-def _template_files(folder: Path, template: str | dict[str, str] | None
-                    ) -> str | dict[str, str] | None:
-    """The template files beside the config, which take precedence over its template
-    (transformers reads chat_template.jinja and additional_chat_templates/)."""
-    found: dict[str, str] = {}
-
-    def read(path: Path) -> str:
-        try:
-            return path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise coded_error("E0842", f"chat template `{path}` cannot be read: {e}",
-                              help="restore the file from the checkpoint") from None
-
-    if (folder / "chat_template.jinja").is_file():
-        found["default"] = read(folder / "chat_template.jinja")
-    elif (folder / "chat_template.json").is_file():
-        data = _read_json(folder / "chat_template.json", "chat template")
-        value = _templates(data.get("chat_template"), str(folder / "chat_template.json"))
-        if isinstance(value, dict):
-            found.update(value)
-        elif value is not None:
-            found["default"] = value
-    extra = folder / "additional_chat_templates"
-    if extra.is_dir():
-        for file in sorted(extra.glob("*.jinja")):
-            found[file.stem] = read(file)
-    if not found:
-        return template
-    if len(found) == 1 and "default" in found:
-        return found["default"]
-    return found
-
-
-def _generation_eos(folder: Path) -> list[int]:
-    """generation_config.json's ``eos_token_id`` (an id or a list; E0798 otherwise)."""
-    from linnet.lang.weights.generation import GENERATION_CONFIG, token_ids
-
-    path = folder / GENERATION_CONFIG
-    if not path.is_file():
-        return []
-    from linnet.lang.weights.checkpoint import read_json_object
-
-    data = read_json_object(path, "E0798", "generation config")[0]
-    return list(token_ids(data.get("eos_token_id"), path))
 
 
 def load_tokenizer(value: Any) -> Tokenizer:
