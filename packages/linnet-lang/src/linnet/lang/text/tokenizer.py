@@ -145,7 +145,22 @@ class Tokenizer:
                 raise coded_error("E0842", f"the tokenizer of {name or 'these parts'} is not "
                                   f"a tokenizers JSON description: {e}",
                                   help="pass a tokenizers.Tokenizer or its JSON text") from None
-        special: dict[str, str] = {}
+        if not isinstance(backend, tokenizers.Tokenizer):
+            raise coded_error("E0842", f"a tokenizer's backend must be a tokenizers.Tokenizer "
+                              f"(or its JSON text), not {type(backend).__name__}",
+                              help="e.g. tokenizers.Tokenizer.from_file('tokenizer.json')")
+        size = backend.get_vocab_size(with_added_tokens=True)
+        ids = list(eos_token_ids) if isinstance(eos_token_ids, list | tuple) else [eos_token_ids]
+        for what, t in [("bos_token_id", bos_token_id)] + [("eos_token_ids", t) for t in ids]:
+            if t is not None and (isinstance(t, bool) or not isinstance(t, int)
+                                  or not 0 <= t < size):
+                raise coded_error("E0842", f"the {what} of {name or 'these parts'} is {t!r}, "
+                                  f"not a token id of its tokenizer ([0, {size}))",
+                                  help="the metadata that gives the tokenizer is damaged: "
+                                       "restore the file")
+        eos_token_ids = ids
+        backend = tokenizers.Tokenizer.from_str(backend.to_str())  # a copy: its post-processor
+        special: dict[str, str] = {}                                 # is set below
         for key, token_id in (("bos_token", bos_token_id),
                               ("eos_token", eos_token_ids[0] if eos_token_ids else None)):
             token = None if token_id is None else backend.id_to_token(token_id)

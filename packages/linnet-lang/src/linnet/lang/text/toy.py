@@ -129,3 +129,26 @@ def save_smol_style(folder: Path) -> Path:
         "pad_token": "<|im_end|>", "clean_up_tokenization_spaces": False}))
     (folder / "chat_template.jinja").write_text(SMOL_TEMPLATE)
     return folder
+
+
+def toy_text_checkpoint(folder: Path, style: str = "smol", seed: int = 0
+                        ) -> tuple[Path, dict[str, Any]]:
+    """A checkpoint directory for text tests: a toy tokenizer (``"smol"``: byte-level with
+    SmolLM2's chat template; ``"llama"``: byte fallback with a BOS) beside random
+    ``std.models.llama`` weights whose vocabulary is the tokenizer's rounded up to 64 (a
+    padded vocabulary, as real models have); returns the folder and the model's config.
+
+    >>> folder, config = toy_text_checkpoint(Path(tempfile.mkdtemp()))   # doctest: +SKIP
+    """
+    from linnet.lang.weights.demo import write_demo
+
+    save = {"smol": save_smol_style, "llama": save_llama_style}[style]
+    save(folder)
+    tokens = json.loads((folder / "tokenizer.json").read_text())
+    size = max([*tokens["model"]["vocab"].values(),
+                *(t["id"] for t in tokens.get("added_tokens", []))]) + 1
+    config: dict[str, Any] = {"V": -(-size // 64) * 64, "D": 32, "F": 64, "NL": 1, "H": 2,
+                              "KV": 1, "HD": 16, "S": 192, "T": "f32", "rms_norm_eps": 1e-5,
+                              "rope_theta": 10000.0, "tie_word_embeddings": False}
+    write_demo(folder / "model.safetensors", "std.models.llama", config, seed)
+    return folder, config
