@@ -105,11 +105,25 @@ def test_stream_emoji_over_byte_tokens(tmp_path):
     assert sum(n.startswith("<0x") for n in names) >= 4  # the emoji is 4 byte tokens
     stream = TextStream(tok)
     pieces = [stream.add(t) for t in ids]
-    assert "👋" in pieces and " " not in "".join(pieces[:1])
-    # Each byte of the emoji but its last gives nothing: it waits for the character.
+    # The emoji's bytes give nothing: the character comes with the token that ends the run
+    # of byte tokens (a further byte could still make the run invalid).
     first = names.index("<0xF0>")
-    assert pieces[first:first + 3] == ["", "", ""]
+    assert pieces[first:first + 4] == ["", "", "", ""]
+    assert pieces[first + 4].startswith("👋")
     assert "".join(pieces) + stream.finish() == "a 👋 b 日本語"
+
+
+def test_stream_stray_byte_rewrites_the_run(tmp_path):
+    # A valid byte, then a stray continuation byte: the decoder replaces both (the run is
+    # one invalid sequence), so the first must not be given before the run ends.
+    tok = Tokenizer.from_directory(save_llama_style(tmp_path))
+    ids = tok.encode("x", add_special_tokens=False) + [
+        tok.token_id("<0x03>"), tok.vocab_size + 3, tok.token_id("<0x87>")] + tok.encode(
+        "34", add_special_tokens=False)
+    stream = TextStream(tok)
+    pieces = [stream.add(t) for t in ids] + [stream.finish()]
+    assert "".join(pieces) == tok.decode(ids)
+    assert tok.decode(ids).startswith("x" + REPLACEMENT * 2)
 
 
 def test_stream_unfinished_character_at_the_end(tmp_path):

@@ -7,8 +7,11 @@ the start of what it decodes. So the stream decodes a short window of ids (the l
 gave and the ids after it) and gives only what the window adds past its earlier text, and
 nothing while that ends in U+FFFD, the replacement character of an unfinished byte sequence
 a later token may complete (the approach of transformers' TextStreamer and vLLM's
-detokenizer). Concatenated, the pieces are ``tokenizer.decode(ids)``; :meth:`finish`
-gives what is still held (an unfinished character at the very end, as decode gives it).
+detokenizer). A byte-fallback decoder decodes a run of byte tokens as one sequence and
+replaces all of it where it is invalid (a valid ``\x03`` followed by a stray ``<0x87>``
+becomes two U+FFFD), so there the text of a run of byte tokens waits for the token that
+ends the run. Concatenated, the pieces are ``tokenizer.decode(ids)``; :meth:`finish` gives
+what is still held (an unfinished character at the very end, as decode gives it).
 
 >>> from linnet.lang.text.stream import StopStrings
 >>> stops = StopStrings(["\\n\\nUser:"])
@@ -43,6 +46,7 @@ class TextStream:
         self.prefix = 0  # the window starts here: ids whose text was already given
         self.read = 0  # ids from here on have not given their text yet
         self.text = ""  # everything given so far
+        self.bytes_open = False  # a run of byte-fallback tokens not ended yet
 
     def _decode(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=self.skip))
@@ -50,6 +54,8 @@ class TextStream:
     def add(self, token: int) -> str:
         """The new text ``token`` completes ("" while a character is unfinished)."""
         self.ids.append(int(token))
+        if self._in_byte_run(int(token)):
+            return ""
         before = self._decode(self.ids[self.prefix:self.read])
         now = self._decode(self.ids[self.prefix:])
         if len(now) <= len(before) or now.endswith(REPLACEMENT):
@@ -65,6 +71,19 @@ class TextStream:
         self.prefix, self.read = self.read, len(self.ids)
         self.text += piece
         return piece
+
+    def _in_byte_run(self, token: int) -> bool:
+        """Whether ``token`` leaves a run of byte-fallback tokens open: it is one, or has no
+        text of its own (a skipped special token, an id past the vocabulary) inside one."""
+        if token in getattr(self.tokenizer, "byte_tokens", ()):
+            self.bytes_open = True
+        elif self.bytes_open and (
+                self.tokenizer.backend.id_to_token(token) is None
+                or (self.skip and token in self.tokenizer.special_ids)):
+            pass
+        else:
+            self.bytes_open = False
+        return self.bytes_open
 
     def finish(self) -> str:
         """What is held back at the end: the rest of ``decode(ids)``."""
@@ -143,6 +162,19 @@ class StopStrings:
             if any(s.startswith(tail) for s in self.stops):
                 return n
         return 0
+
+    def _in_byte_run(self, token: int) -> bool:
+        """Whether ``token`` leaves a run of byte-fallback tokens open: it is one, or has no
+        text of its own (a skipped special token, an id past the vocabulary) inside one."""
+        if token in getattr(self.tokenizer, "byte_tokens", ()):
+            self.bytes_open = True
+        elif self.bytes_open and (
+                self.tokenizer.backend.id_to_token(token) is None
+                or (self.skip and token in self.tokenizer.special_ids)):
+            pass
+        else:
+            self.bytes_open = False
+        return self.bytes_open
 
     def finish(self) -> str:
         """The text still held back (generation ended without a stop string)."""

@@ -20,6 +20,7 @@ at, with the EOS token's own id.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,8 @@ class Tokenizer:
         self.special = dict(special)
         self.chat_template = chat_template
         self.clean_up = clean_up
+        self._byte_tokens: frozenset[int] | None = None
+        self._special_ids: frozenset[int] | None = None
         self.bos_token_id = self.token_id(special.get("bos_token"))
         ids = list(eos_token_ids)
         eos = self.token_id(special.get("eos_token"))
@@ -103,6 +106,28 @@ class Tokenizer:
     def token_id(self, token: str | None) -> int | None:
         """The id of ``token`` (None: no such token)."""
         return None if token is None else self.backend.token_to_id(token)
+
+    @property
+    def byte_tokens(self) -> frozenset[int]:
+        """The ids of byte-fallback tokens (``<0xE2>``) where the decoder groups them
+        (tokenizers' ByteFallback: a run of them is one UTF-8 sequence, all replaced by
+        U+FFFD where it is invalid, so a later byte can change earlier text); empty for
+        other tokenizers."""
+        if self._byte_tokens is None:
+            found: frozenset[int] = frozenset()
+            if "ByteFallback" in json.dumps(json.loads(self.backend.to_str()).get("decoder")):
+                found = frozenset(i for t, i in self.backend.get_vocab().items()
+                                  if len(t) == 6 and t.startswith("<0x") and t.endswith(">"))
+            self._byte_tokens = found
+        return self._byte_tokens
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """The ids of special tokens (left out by ``decode(skip_special_tokens=True)``)."""
+        if self._special_ids is None:
+            self._special_ids = frozenset(
+                i for i, t in self.backend.get_added_tokens_decoder().items() if t.special)
+        return self._special_ids
 
     @property
     def vocab_size(self) -> int:
