@@ -17,11 +17,11 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("jinja2")
 
-from linnet.lang import LinnetError  # noqa: E402
-from linnet.lang.text.chat import render  # noqa: E402
-from linnet.lang.text.stream import check_stop  # noqa: E402
-from linnet.lang.text.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
-from text_cases import LLAMA_TEMPLATE, save_llama_style, save_smol_style  # noqa: E402
+from linnet.lang import LinnetError
+from linnet.lang.text.chat import render
+from linnet.lang.text.stream import check_stop
+from linnet.lang.text.tokenizer import Tokenizer, load_tokenizer
+from text_cases import LLAMA_TEMPLATE, save_llama_style, save_smol_style
 
 HI = [{"role": "user", "content": "Hi"}]
 

@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("jinja2")
 
-from linnet.lang.text.stream import REPLACEMENT, StopStrings, TextStream  # noqa: E402
-from linnet.lang.text.tokenizer import Tokenizer  # noqa: E402
-from text_cases import CONVERSATIONS, corpus, save_llama_style, save_smol_style  # noqa: E402
+from linnet.lang.text.stream import REPLACEMENT, StopStrings, TextStream
+from linnet.lang.text.tokenizer import Tokenizer
+from text_cases import CONVERSATIONS, corpus, save_llama_style, save_smol_style
 
 STYLES = {"llama": save_llama_style, "smol": save_smol_style}
 
@@ -117,9 +117,7 @@ def test_stream_stray_byte_rewrites_the_run(tmp_path):
     # A valid byte, then a stray continuation byte: the decoder replaces both (the run is
     # one invalid sequence), so the first must not be given before the run ends.
     tok = Tokenizer.from_directory(save_llama_style(tmp_path))
-    ids = tok.encode("x", add_special_tokens=False) + [
-        tok.token_id("<0x03>"), tok.vocab_size + 3, tok.token_id("<0x87>")] + tok.encode(
-        "34", add_special_tokens=False)
+    ids = [*tok.encode("x", add_special_tokens=False), tok.token_id("<0x03>"), tok.vocab_size + 3, tok.token_id("<0x87>"), *tok.encode("34", add_special_tokens=False)]
     stream = TextStream(tok)
     pieces = [stream.add(t) for t in ids] + [stream.finish()]
     assert "".join(pieces) == tok.decode(ids)

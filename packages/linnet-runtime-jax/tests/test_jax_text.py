@@ -13,10 +13,10 @@ import pytest
 
 pytest.importorskip("jax")
 pytest.importorskip("tokenizers")
-from linnet.jax import load  # noqa: E402
-from linnet.lang import LinnetError  # noqa: E402
-from linnet.lang.cli import main  # noqa: E402
-from linnet.lang.text.toy import toy_text_checkpoint  # noqa: E402
+from linnet.jax import load
+from linnet.lang import LinnetError
+from linnet.lang.cli import main
+from linnet.lang.text.toy import toy_text_checkpoint
 
 CHAT = [{"role": "user", "content": "Hi 👋 你好"}]
 STEPS = 16

@@ -154,7 +154,7 @@ def test_linnet_run_streams_text(ckpt, capsys, tmp_path):
     out, err = capsys.readouterr()
     assert out == text + "\n" and "tokens/s" in err
     raw = reference(model, "Name a bird.", 12)[1]
-    assert main(argv + ["--raw"]) == 0
+    assert main([*argv, "--raw"]) == 0
     assert capsys.readouterr().out == raw + "\n"
     assert main(["run", "--prompt", "Hello", "--tokens", "2"]) == 1  # the demo has none
     assert "E0846" in capsys.readouterr().err

@@ -54,7 +54,7 @@ def compile_template(template: str) -> Any:
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    class Namespace(jinja2.utils.Namespace):
+    class Namespace(jinja2.utils.Namespace):  # type: ignore[name-defined]
         # As transformers': no underscore attributes (a way to CPython's internals).
         def __init__(*args: Any, **kwargs: Any):
             self, rest = args[0], args[1:]

@@ -163,19 +163,6 @@ class StopStrings:
                 return n
         return 0
 
-    def _in_byte_run(self, token: int) -> bool:
-        """Whether ``token`` leaves a run of byte-fallback tokens open: it is one, or has no
-        text of its own (a skipped special token, an id past the vocabulary) inside one."""
-        if token in getattr(self.tokenizer, "byte_tokens", ()):
-            self.bytes_open = True
-        elif self.bytes_open and (
-                self.tokenizer.backend.id_to_token(token) is None
-                or (self.skip and token in self.tokenizer.special_ids)):
-            pass
-        else:
-            self.bytes_open = False
-        return self.bytes_open
-
     def finish(self) -> str:
         """The text still held back (generation ended without a stop string)."""
         out = self.text[self.shown:]

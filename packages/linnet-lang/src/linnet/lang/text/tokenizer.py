@@ -138,10 +138,10 @@ class Tokenizer:
         # transformers' update_post_processor: BOS/EOS as the config says, nothing else.
         from tokenizers import processors
 
-        bos, eos = self.special.get("bos_token"), self.special.get("eos_token")
-        add_bos = add_bos and bos is not None and self.bos_token_id is not None
-        eos_id = self.token_id(eos)
-        add_eos = add_eos and eos is not None and eos_id is not None
+        bos, eos = self.special.get("bos_token") or "", self.special.get("eos_token") or ""
+        add_bos = add_bos and bool(bos) and self.bos_token_id is not None
+        eos_id = self.token_id(eos) if eos else None
+        add_eos = add_eos and bool(eos) and eos_id is not None
         single = f"{bos + ':0 ' if add_bos else ''}$A:0{' ' + eos + ':0' if add_eos else ''}"
         pair = (f"{single}{' ' + bos + ':1' if add_bos else ''} $B:1"
                 f"{' ' + eos + ':1' if add_eos else ''}")
@@ -175,7 +175,8 @@ class Tokenizer:
                               f"(or its JSON text), not {type(backend).__name__}",
                               help="e.g. tokenizers.Tokenizer.from_file('tokenizer.json')")
         size = backend.get_vocab_size(with_added_tokens=True)
-        ids = list(eos_token_ids) if isinstance(eos_token_ids, list | tuple) else [eos_token_ids]
+        ids: list[Any] = list(eos_token_ids) if isinstance(eos_token_ids, list | tuple) \
+            else [eos_token_ids]
         for what, t in [("bos_token_id", bos_token_id)] + [("eos_token_ids", t) for t in ids]:
             if t is not None and (isinstance(t, bool) or not isinstance(t, int)
                                   or not 0 <= t < size):
@@ -184,8 +185,9 @@ class Tokenizer:
                                   help="the metadata that gives the tokenizer is damaged: "
                                        "restore the file")
         eos_token_ids = ids
-        backend = tokenizers.Tokenizer.from_str(backend.to_str())  # a copy: its post-processor
-        special: dict[str, str] = {}                                 # is set below
+        # A copy: __init__ sets its post-processor, which the caller's must keep.
+        backend = tokenizers.Tokenizer.from_str(backend.to_str())
+        special: dict[str, str] = {}
         for key, token_id in (("bos_token", bos_token_id),
                               ("eos_token", eos_token_ids[0] if eos_token_ids else None)):
             token = None if token_id is None else backend.id_to_token(token_id)
@@ -339,7 +341,7 @@ class Tokenizer:
                                        f"chat_template={sorted(templates)[0]!r})")
         if chat_template is not None:
             return chat_template
-        if templates is None:
+        if not isinstance(templates, str):
             raise coded_error("E0843", f"the tokenizer of {self.name or 'this model'} has no "
                               "chat template, so chat messages cannot be made into a prompt",
                               help="pass the prompt as a string (raw text, `--raw` for "
