@@ -72,3 +72,11 @@ def test_linnet_run_jax_streams_text(ckpt, model, capsys, tmp_path):
                  "--tokens", "8", "--stop", "none"]) == 0
     out, err = capsys.readouterr()
     assert out == text + "\n" and "(jax)" in err and "tokens/s" in err
+
+
+def test_linnet_run_jax_text_refuses_torch_options(ckpt, capsys, tmp_path):
+    folder, config = ckpt
+    (tmp_path / "cfg.json").write_text(json.dumps(config))
+    assert main(["run", "--runtime", "jax", "std.models.llama", "--weights", str(folder),
+                 "--config", str(tmp_path / "cfg.json"), "--prompt", "Hi", "--compile"]) == 1
+    assert "E0790" in capsys.readouterr().err

@@ -178,3 +178,29 @@ def test_linnet_chat_keeps_the_conversation(ckpt, capsys, tmp_path, monkeypatch)
                  str(tmp_path / "cfg.json"), "--tokens", "6", "--stop", "none"]) == 0
     out = capsys.readouterr().out
     assert out == f">>> {answer}\n>>> >>> {again}\n>>> "
+
+
+def test_a_base_model_without_a_chat_template(ckpt, capsys, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    folder, config = ckpt
+    base = tmp_path / "base"
+    shutil.copytree(folder, base)
+    (base / "chat_template.jinja").unlink()
+    (tmp_path / "cfg.json").write_text(json.dumps(config))
+    model = load("std.models.llama", weights=str(base), config=config)
+    raw = model.generate("Once", 6, stop_tokens=[])
+    argv = ["run", "std.models.llama", "--weights", str(base), "--config",
+            str(tmp_path / "cfg.json"), "--tokens", "6", "--stop", "none"]
+    # The prompt goes in as raw text: there is no template to put it through.
+    assert main([*argv, "--prompt", "Once"]) == 0
+    assert capsys.readouterr().out == raw + "\n"
+    assert main([*argv, "--prompt", "Once", "--system", "Be brief."]) == 1
+    assert "E0847" in capsys.readouterr().err
+    with pytest.raises(LinnetError) as e:
+        model.generate([{"role": "user", "content": "Hi"}], 4)
+    assert e.value.diagnostics[0].code == "E0843"
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hi\n"))
+    assert main(["chat", *argv[1:]]) == 1
+    assert "E0843" in capsys.readouterr().err

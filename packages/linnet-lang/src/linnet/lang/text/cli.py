@@ -99,6 +99,16 @@ def load_model(args: argparse.Namespace) -> Any:
 
     runtime = _runtime(args)
     extra: dict[str, Any] = {}
+    if runtime == "jax":
+        given = [flag for flag, value in (
+            ("--compile", getattr(args, "compile", False)),
+            ("--interpret", getattr(args, "interpret", False)),
+            ("--threads", getattr(args, "threads", None) is not None),
+            ("--nproc", getattr(args, "nproc", 1) != 1)) if value]
+        if given:
+            raise coded_error("E0790", f"`{given[0]}` is an option of the torch runtime; "
+                              "`--runtime jax` always runs generated JAX under jax.jit",
+                              help=f"drop {given[0]}, or use `--runtime torch`")
     if runtime == "torch":
         extra = {"compile": getattr(args, "compile", False),
                  "interpret": getattr(args, "interpret", False)}
@@ -123,9 +133,16 @@ def load_model(args: argparse.Namespace) -> Any:
     start = time.perf_counter()
     model = load(setup.model, weights=weights, device=args.device, numerics=args.numerics,
                  config=setup.config, tokenizer=tokenizer, **extra)
-    print(hosting.loaded_line(setup.model, model.device, time.perf_counter() - start,
-                              model.entries, runtime=runtime if runtime != "torch" else ""),
-          file=sys.stderr)
+    seconds = time.perf_counter() - start
+    on = str(model.device)
+    if runtime == "torch" and getattr(model.device, "type", "") == "cpu":
+        from linnet.torch.threads import set_threads, threads_text
+
+        threads, _ = set_threads(getattr(args, "threads", None),
+                                 sum(p.numel() for p in model.params.values()))
+        on += f", {threads_text(threads)}"
+    print(hosting.loaded_line(setup.model, on, seconds, model.entries,
+                              runtime=runtime if runtime != "torch" else ""), file=sys.stderr)
     model_tokenizer(model)
     return model
 
