@@ -20,7 +20,6 @@ at, with the EOS token's own id.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -115,7 +114,8 @@ class Tokenizer:
         other tokenizers."""
         if self._byte_tokens is None:
             found: frozenset[int] = frozenset()
-            if "ByteFallback" in json.dumps(json.loads(self.backend.to_str()).get("decoder")):
+            decoder = self.backend.decoder
+            if decoder is not None and b"ByteFallback" in decoder.__getstate__():
                 found = frozenset(i for t, i in self.backend.get_vocab().items()
                                   if len(t) == 6 and t.startswith("<0x") and t.endswith(">"))
             self._byte_tokens = found
