@@ -204,3 +204,15 @@ def test_a_base_model_without_a_chat_template(ckpt, capsys, tmp_path, monkeypatc
     monkeypatch.setattr("sys.stdin", io.StringIO("Hi\n"))
     assert main(["chat", *argv[1:]]) == 1
     assert "E0843" in capsys.readouterr().err
+
+
+def test_a_bad_tokenizer_argument_fails_before_the_weights_are_read(ckpt, monkeypatch):
+    import linnet.torch.weights as weights
+
+    folder, config = ckpt
+    monkeypatch.setattr(weights, "load_checkpoint",
+                        lambda *a, **k: pytest.fail("the weights were read"))
+    for value, code in (("/no/such/dir", "E0849"), (3, "E0849"), (str(folder.parent), "E0842")):
+        with pytest.raises(LinnetError) as e:
+            load("std.models.llama", weights=str(folder), config=config, tokenizer=value)
+        assert e.value.diagnostics[0].code == code

@@ -39,7 +39,7 @@ from linnet.lang.hosting import (  # noqa: F401
 )
 from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
-from linnet.lang.text.model import TextModel
+from linnet.lang.text.model import TextModel, given_tokenizer
 from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
 from .home import import_source
@@ -572,6 +572,7 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     >>> logits = model.prefill(jnp.asarray([[1, 2, 3]], jnp.int32))       # doctest: +SKIP
     """
     check_numerics(numerics)
+    tokenizer = given_tokenizer(tokenizer)  # E0842/E0849 before the weights are read
     model = Model(prepare(path, weights, config, dtype, device, check_finite=check_finite,
                           check_grads=check_grads),
                   numerics, fast)

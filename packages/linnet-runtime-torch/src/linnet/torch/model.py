@@ -33,7 +33,7 @@ from linnet.lang.hosting import (  # noqa: F401
 )
 from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
-from linnet.lang.text.model import TextModel
+from linnet.lang.text.model import TextModel, given_tokenizer
 from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
 import torch
@@ -702,6 +702,7 @@ def load(path: str | Path, weights: Any = None,
                           "op's body first")
     stops = StopTokens()
     compile_options(compile)  # a bad value fails here, before anything is loaded
+    tokenizer = given_tokenizer(tokenizer)  # E0842/E0849 before the weights are read
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
     from .parallel import check_world

@@ -39,6 +39,20 @@ def find_tokenizer(weights: Any) -> Path | None:
     return folder if (folder / TOKENIZER_FILE).is_file() else None
 
 
+def given_tokenizer(tokenizer: Any) -> Any:
+    """``load(tokenizer=...)`` checked and read before anything else is loaded (E0842,
+    E0849 before the weights are read): a Tokenizer, or None/False as given.
+
+    >>> given_tokenizer(None), given_tokenizer(False)
+    (None, False)
+    """
+    if tokenizer is None or tokenizer is False:
+        return tokenizer
+    from linnet.lang.text.tokenizer import load_tokenizer
+
+    return load_tokenizer(tokenizer)
+
+
 class TextModel:
     """The text side of a loaded model (mixed into each runtime's ``Model``). A runtime
     implements :meth:`_token_generate` (its ``generate`` function of token ids)."""
