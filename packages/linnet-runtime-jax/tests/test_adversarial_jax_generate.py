@@ -63,7 +63,8 @@ def greedy(model):
 # ---------------------------------------------------------------- arguments: torch's codes
 BAD = [
     ([], {}, "E0810"), ([[1, 2], []], {}, "E0810"), ([[1.5]], {}, "E0810"),
-    ("1,2", {}, "E0810"), ([[True, 2]], {}, "E0810"),
+    # A string is a text prompt (issue 40): without a tokenizer, E0846 says how to give one.
+    ("1,2", {}, "E0846"), ([[True, 2]], {}, "E0810"),
     ([PROMPT], {"max_new_tokens": 0}, "E0811"), ([PROMPT], {"max_new_tokens": 4.0}, "E0811"),
     ([PROMPT], {"temperature": -1.0}, "E0812"), ([PROMPT], {"temperature": float("nan")}, "E0812"),
     ([PROMPT], {"temperature": 1e309}, "E0812"), ([PROMPT], {"temperature": "0.7"}, "E0812"),

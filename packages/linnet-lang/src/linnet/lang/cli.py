@@ -388,7 +388,7 @@ def register_export(sub: Any) -> None:
     p.set_defaults(run=cmd_stablehlo)
 
 
-BUILTIN = ("check", "graph", "torch", "explain", "jax", "onnx", "stablehlo")
+BUILTIN = ("check", "graph", "torch", "explain", "jax", "onnx", "stablehlo", "chat")
 """The subcommands linnet-lang defines itself; the rest come from `linnet.commands`."""
 
 
@@ -453,6 +453,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_explain)
 
     register_export(sub)
+    from linnet.lang.text.cli import register_chat
+
+    register_chat(sub)
 
     command = _command_of(argv)
     if command in BUILTIN:
@@ -498,8 +501,11 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="set a config value or model generic, typed as written (int, float, "
                         "true/false, else a string; repeatable): --set S=256 --set T=bf16")
-    p.add_argument("--prompt", default="1,2,3,4,5,6,7,8", help="comma-separated token ids")
-    p.add_argument("--tokens", type=int, default=16, help="tokens to decode")
+    p.add_argument("--prompt", default="1,2,3,4,5,6,7,8",
+                   help="comma-separated token ids, or text (through the tokenizer beside the "
+                        "weights, and its chat template: linnet.lang.text.cli)")
+    p.add_argument("--tokens", "--max-new-tokens", dest="tokens", type=int, default=None,
+                   help="tokens to generate (default: 16 for token ids, 256 for text)")
     p.add_argument("--device", default="cpu")
     if torch:
         p.add_argument("--compile", action="store_true",
@@ -517,6 +523,9 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
     p.add_argument("--stop", default=None, help="comma-separated token ids that end generation "
                                                 "(default: the checkpoint's end-of-sequence "
                                                 "tokens; `none`: decode every --tokens)")
+    from linnet.lang.text.cli import add_text_arguments
+
+    add_text_arguments(p)
     if not torch:
         return
     p.add_argument("--threads", type=int, default=None, metavar="N",

@@ -69,6 +69,12 @@ def run_command(args: argparse.Namespace) -> int:
     """`linnet run --runtime jax`: load, then generate with ``Model.generate`` (greedy, or
     sampling with ``--temperature``, ``--top-k``, ``--top-p``, ``--sampling-seed``; ``--stop``)
     and time prefill and each decode step, as the torch runtime's `linnet run` does."""
+    from linnet.lang.text.cli import check_id_run, is_text_run, resolve_tokens, run_text
+
+    if is_text_run(args):  # text in, text out: linnet.lang.text.cli, shared by both runtimes
+        return run_text(args)
+    resolve_tokens(args, text=False)
+    check_id_run(args)
     options.check_nproc(getattr(args, "nproc", 1))  # 0, -1, 10**20: E0824 here too
     given = [flag for flag, value in (
         ("--compile", getattr(args, "compile", False)),

@@ -275,12 +275,13 @@ def _check_states(model: Any, tokens: Any, states: dict[str, Any]) -> None:
 def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              stop_tokens: Sequence[int] | None = None,
-             on_token: Callable[[int, list[int]], None]
-             | None = None) -> list[list[int]]:
+             on_token: Callable[[int, list[int]], None] | None = None,
+             stop_when: Callable[[int, int], bool] | None = None) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
     any lengths; one list or an integer array [B, L] also do); returns each prompt's new
-    tokens, ending at its first stop token. ``on_token(step, tokens)`` is called after each
-    step with the batch's tokens of that step. The model's own states are not touched: the
+    tokens, ending at its first stop token (or where ``stop_when(b, token)`` is True: a
+    text prompt's stop string, :mod:`linnet.lang.text.generation`). ``on_token(step,
+    tokens)`` is called after each step with the batch's tokens of that step. The model's own states are not touched: the
     generation runs on fresh ones. Everything is checked before anything runs (the torch
     runtime's checks and codes), but for non-finite logits, found at their step (E0818).
 
@@ -313,7 +314,7 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     _check_states(model, tokens, states)
     first = _first_step(model, tokens, picking)
     step = _decode_step(model, len(batch), picking)  # traced on its first call only
-    progress = Progress(batch, stop_tokens, on_token)
+    progress = Progress(batch, stop_tokens, on_token, stop_when)
     with matmul_precision(model.numerics), warnings.catch_warnings():
         # jax's CPU backend cannot reuse donated buffers and says so once per compile.
         warnings.filterwarnings("ignore", message="Some donated buffers were not usable")

@@ -35,6 +35,7 @@ from linnet.lang.host.loading import (
 from linnet.lang.host.options import check_seed
 from linnet.lang.ir.bounds import check_static
 from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.jax.model.NUMERICS)
+from linnet.lang.text.model import TextModel, given_tokenizer
 from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
@@ -381,7 +382,7 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     return Function(prep, entry, numerics, fast, check)
 
 
-class Model:
+class Model(TextModel):
     """A loaded Linnet model on JAX: its parameters on a device, its states, and its entries
     as methods, mirroring ``linnet.torch.load``'s model.
 
@@ -465,21 +466,26 @@ class Model:
         self.states = {**self.states, **new}
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any
-                 ) -> list[list[int]]:
+    def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any) -> Any:
         """Generate tokens after each prompt on ``prefill`` and ``decode``: greedy by
         default; ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_tokens`` and
         ``on_token`` as :func:`linnet.jax.generate.generate` says (docs/jax.md,
         "Generating"): the torch runtime's ``generate``, sampling with ``jax.random`` on the
-        device.
+        device. Text prompts (a string, chat messages, or a list of either) give text, as
+        in the torch runtime (:func:`linnet.lang.text.generation.generate_text`).
 
         >>> model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)          # doctest: +SKIP
         [[17, 9, 9, 30, 2, 88, 7, 7], [5, 5, 211, 2, 40, 40, 9, 1]]
         """
-        from .generate import check_options, generate
+        from .generate import check_options
 
         check_options(options)  # E0794, not a TypeError, for an option generate lacks
-        return generate(self, prompts, max_new_tokens, **options)
+        return self._generate(prompts, max_new_tokens, options)
+
+    def _token_generate(self) -> Callable[..., list[list[int]]]:
+        from .generate import generate
+
+        return generate
 
     def source(self, entry: str, inputs: Any) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
@@ -529,7 +535,7 @@ class Model:
 
 def load(path: str | Path, weights: Any = None, device: Any = None, numerics: str = "exact",
          config: Any = None, dtype: Any = None, fast: bool = True,
-         check_finite: bool = True, check_grads: bool = False) -> Model:
+         check_finite: bool = True, check_grads: bool = False, tokenizer: Any = None) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name
@@ -554,6 +560,8 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     model's ops against ``jax.vjp`` of the op's body (as `linnet grads --runtime jax`, in f64
     with x64 enabled, else f32): a Pallas kernel's backward under ``jax.grad`` is its op's
     clause, so a wrong one is a coded error (E0537-E0539) here, not a wrong gradient later.
+    ``tokenizer``: ``model.tokenizer``, for text prompts, as in ``linnet.torch.load``
+    (left out: the one beside the weights; ``False``: none).
 
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/", dtype="bf16",
     ...              device="gpu")                                       # doctest: +SKIP
@@ -561,9 +569,12 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     >>> logits = model.prefill(jnp.asarray([[1, 2, 3]], jnp.int32))       # doctest: +SKIP
     """
     check_numerics(numerics)
-    return Model(prepare(path, weights, config, dtype, device, check_finite=check_finite,
-                         check_grads=check_grads),
-                 numerics, fast)
+    tokenizer = given_tokenizer(tokenizer)  # E0842/E0849 before the weights are read
+    model = Model(prepare(path, weights, config, dtype, device, check_finite=check_finite,
+                          check_grads=check_grads),
+                  numerics, fast)
+    model.attach_tokenizer(tokenizer, weights)
+    return model
 
 
 def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,

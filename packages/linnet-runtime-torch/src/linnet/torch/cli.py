@@ -32,6 +32,13 @@ def register_run(subparsers: Any) -> None:
 def run_command(args: argparse.Namespace) -> int:
     import os
 
+    from linnet.lang.text.cli import check_id_run, is_text_run, resolve_tokens, run_text
+
+    if is_text_run(args):  # text in, text out: linnet.lang.text.cli, shared by both runtimes
+        return run_text(args)
+    resolve_tokens(args, text=False)
+    check_id_run(args)
+
     # Every option first, before a checkpoint is read or made or torch is imported.
     parsed = options.run_tokens(args)
     if parsed is None:

@@ -116,12 +116,13 @@ def pick(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = Non
 def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              stop_tokens: Sequence[int] | None = None,
-             on_token: Callable[[int, list[int]], None]
-             | None = None) -> list[list[int]]:
+             on_token: Callable[[int, list[int]], None] | None = None,
+             stop_when: Callable[[int, int], bool] | None = None) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
     any lengths; one list or an integer tensor [B, L] also do); returns each prompt's new
-    tokens, ending at its first stop token. ``on_token(step, tokens)`` is called after each
-    step with the batch's tokens of that step (timing, streaming). The model's own cache is
+    tokens, ending at its first stop token (or where ``stop_when(b, token)`` is True: a
+    text prompt's stop string, :mod:`linnet.lang.text.generation`). ``on_token(step,
+    tokens)`` is called after each step with the batch's tokens of that step (timing, streaming). The model's own cache is
     not touched: the generation runs in a fresh context. Everything is checked before
     anything runs (prompt ids and stop tokens against the vocabulary, the options' types
     and ranges, the cache's length), but for non-finite logits, found at their step (E0818).
@@ -149,7 +150,7 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     logits = model.prefill(tokens, context=context)
     last = torch.tensor([n - 1 for n in lengths], device=logits.device)
     step_logits = logits[torch.arange(len(batch), device=logits.device), last]
-    progress = Progress(batch, stop_tokens, on_token)
+    progress = Progress(batch, stop_tokens, on_token, stop_when)
     pos = list(lengths)
     for step in range(max_new_tokens):
         # The step's one copy to the host: its tokens, -1 where the logits are not finite.

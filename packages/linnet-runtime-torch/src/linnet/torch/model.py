@@ -28,6 +28,7 @@ from linnet.lang.host.loading import (
 from linnet.lang.host.options import check_seed
 from linnet.lang.ir.bounds import check_static
 from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.torch.model.NUMERICS)
+from linnet.lang.text.model import TextModel, given_tokenizer
 from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens, read_stop_tokens
 
@@ -86,7 +87,7 @@ class Lowered:
     function: Callable | None = None
 
 
-class Model:
+class Model(TextModel):
     """A loaded Linnet model: its parameters on a device and its entries as methods.
 
     Entries are called with tensors, by position or by the entry's parameter names:
@@ -520,20 +521,30 @@ class Model:
         self._single("grad_graph")
         return lowered_grad(self, entry, inputs, wrt,
                             "cotangents" if cotangents else "scalar").graph
-    def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any) -> list[list[int]]:
+    def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any) -> Any:
         """Generate tokens after each prompt on ``prefill`` and ``decode``: greedy by
         default; ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_tokens`` and
         ``on_token`` as :func:`linnet.torch.generate.generate` says (docs/torch.md,
         "Generating"). A sequence stops after one of ``model.stop_tokens`` (the checkpoint's
         end-of-sequence tokens) unless ``stop_tokens=`` says otherwise (``[]``: never).
+        Token-id prompts give token ids; text prompts (a string, chat messages, or a list
+        of either) give text, with ``stop=``, ``callback=`` and ``skip_special_tokens=``
+        (:func:`linnet.lang.text.generation.generate_text`; needs ``model.tokenizer``).
 
         >>> model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)          # doctest: +SKIP
         [[17, 9, 9, 30, 2, 88, 7, 7], [5, 5, 211, 2, 40, 40, 9, 1]]
+        >>> model.generate([{"role": "user", "content": "Hi"}], 32)       # doctest: +SKIP
+        'Hello! How can I help you today?'
         """
-        from .generate import check_options, generate
+        from .generate import check_options
 
         check_options(options)  # E0794, not a TypeError, for an option generate lacks
-        return generate(self, prompts, max_new_tokens, **options)
+        return self._generate(prompts, max_new_tokens, options)
+
+    def _token_generate(self) -> Callable[..., list[list[int]]]:
+        from .generate import generate
+
+        return generate
 
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
@@ -624,7 +635,7 @@ def load(path: str | Path, weights: Any = None,
          interpret: bool = False, dtype: torch.dtype | str | None = None,
          progress: Callable[[str], None] | bool = False, grad: bool = False,
          world: int | None = None, check_finite: bool = True,
-         check_grads: bool = False) -> Model:
+         check_grads: bool = False, tokenizer: Any = None) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name:
@@ -669,6 +680,11 @@ def load(path: str | Path, weights: Any = None,
     straight-through estimator) a warning that says so (E0539). Off by default: each clause
     costs a fraction of a second to check.
 
+    ``tokenizer`` (a checkpoint directory, a ``.gguf`` file or a
+    :class:`linnet.lang.text.Tokenizer`) becomes ``model.tokenizer``, for text prompts;
+    left out, the one beside the weights (their directory's tokenizer.json, or the GGUF
+    file's), read when first used; ``False``: none.
+
     ``world=N`` (N > 1) loads this process's rank of the model split over N ranks of
     torch.distributed's default process group (tensor parallelism, docs/parallel.md): the
     group already initialised, or started here from torchrun's environment (NCCL on CUDA,
@@ -694,6 +710,7 @@ def load(path: str | Path, weights: Any = None,
                           "op's body first")
     stops = StopTokens()
     compile_options(compile)  # a bad value fails here, before anything is loaded
+    tokenizer = given_tokenizer(tokenizer)  # E0842/E0849 before the weights are read
     _check_weights_type(weights)
     convert = resolve_dtype(dtype)
     from .parallel import check_world
@@ -757,8 +774,10 @@ def load(path: str | Path, weights: Any = None,
         from .weights import check_finite_weights
 
         check_finite_weights(params, shapes)
-    return Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report, grad,
-                 world, rank, split, stops)
+    model = Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report, grad,
+                  world, rank, split, stops)
+    model.attach_tokenizer(tokenizer, weights)
+    return model
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

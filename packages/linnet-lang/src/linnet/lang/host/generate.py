@@ -34,9 +34,10 @@ from linnet.lang.host.options import check_sampling, stop_token_error
 from linnet.lang.ir.bounds import bounds_for
 
 #: ``generate``'s keyword options: ``Model.generate(**options)`` checks the names against
-#: these (E0794 for another).
+#: these (E0794 for another). The last three are for text prompts only
+#: (:mod:`linnet.lang.text.generation`; E0847 with token ids).
 OPTIONS = ("temperature", "top_k", "top_p", "seed", "stop_tokens", "on_token",
-           "max_new_tokens")
+           "max_new_tokens", "stop", "callback", "skip_special_tokens")
 
 
 def _is_int(value: Any) -> bool:
@@ -235,7 +236,9 @@ class Progress:
     """The host's side of generation: each step's tokens (one copy to the host per step,
     -1 where a row's logits were not finite) appended to the sequences not yet stopped,
     E0818 for a -1 in one of them, ``on_token(step, tokens)`` called with the batch's last
-    tokens, and whether another step is needed.
+    tokens, and whether another step is needed. ``stop_when(b, token)``, where given, is
+    called with each token a sequence takes; True ends that sequence there (a stop string
+    reached in its text: :mod:`linnet.lang.text.generation`).
 
     >>> progress = Progress([[1, 2]], stop_tokens=[], on_token=print)
     >>> progress.take(0, [5])
@@ -247,10 +250,12 @@ class Progress:
     linnet.lang.diagnostics.core.LinnetError: error[E0818]: the logits of sequence 0 at step 1 ...
     """
     def __init__(self, batch: list[list[int]], stop_tokens: Any,
-                 on_token: Callable[[int, list[int]], None] | None = None):
+                 on_token: Callable[[int, list[int]], None] | None = None,
+                 stop_when: Callable[[int, int], bool] | None = None):
         self.batch = batch
         self.stops = {int(t) for t in stop_tokens}
         self.on_token = on_token
+        self.stop_when = stop_when
         self.out: list[list[int]] = [[] for _ in batch]
         self.done = [False] * len(batch)
 
@@ -262,6 +267,8 @@ class Progress:
                     raise not_finite(self.batch, b, step, len(self.out[b]))
                 self.out[b].append(int(token))
                 self.done[b] = int(token) in self.stops
+                if self.stop_when is not None and self.stop_when(b, int(token)):
+                    self.done[b] = True
         if self.on_token is not None:
             self.on_token(step, [o[-1] for o in self.out])
         return not all(self.done)

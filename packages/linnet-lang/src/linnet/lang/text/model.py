@@ -1,0 +1,121 @@
+"""What a runtime's ``Model`` gains for text: ``model.tokenizer`` (found beside the weights,
+or given with ``load(..., tokenizer=...)``), ``model.generate`` on text prompts and
+``model.stream``. ``linnet.torch`` and ``linnet.jax`` mix :class:`TextModel` into their
+``Model`` and name their token ``generate`` function; the rest is
+:mod:`linnet.lang.text.generation`'s.
+
+>>> find_tokenizer({"w": 1}) is None
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from linnet.lang.text.tokenizer import TOKENIZER_FILE
+
+
+def find_tokenizer(weights: Any) -> Path | None:
+    """Where the tokenizer of a model loaded from ``weights`` is: the checkpoint directory
+    (holding tokenizer.json) of a directory, a file or a list of files, or a GGUF file
+    itself; None for none (a dict of tensors, a directory without tokenizer.json).
+
+    >>> import tempfile; d = Path(tempfile.mkdtemp())
+    >>> find_tokenizer(d) is None, (d / "tokenizer.json").write_text("{}") > 0
+    (True, True)
+    >>> find_tokenizer(d / "model.safetensors") == d
+    True
+    """
+    if isinstance(weights, list | tuple) and weights:
+        weights = weights[0]
+    if not isinstance(weights, str | Path):
+        return None
+    path = Path(weights)
+    if path.suffix.lower() == ".gguf":
+        return path
+    folder = path if path.is_dir() else path.parent
+    return folder if (folder / TOKENIZER_FILE).is_file() else None
+
+
+def given_tokenizer(tokenizer: Any) -> Any:
+    """``load(tokenizer=...)`` checked and read before anything else is loaded (E0842,
+    E0849 before the weights are read): a Tokenizer, or None/False as given.
+
+    >>> given_tokenizer(None), given_tokenizer(False)
+    (None, False)
+    """
+    if tokenizer is None or tokenizer is False:
+        return tokenizer
+    from linnet.lang.text.tokenizer import load_tokenizer
+
+    return load_tokenizer(tokenizer)
+
+
+class TextModel:
+    """The text side of a loaded model (mixed into each runtime's ``Model``). A runtime
+    implements :meth:`_token_generate` (its ``generate`` function of token ids)."""
+
+    _tokenizer: Any = None
+    _tokenizer_source: Path | None = None
+
+    def _token_generate(self) -> Callable[..., list[list[int]]]:
+        raise NotImplementedError
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's :class:`~linnet.lang.text.tokenizer.Tokenizer` (None: none): given
+        to ``load(tokenizer=...)``, or read on first use from beside the weights."""
+        if self._tokenizer is None and self._tokenizer_source is not None:
+            from linnet.lang.text.tokenizer import Tokenizer
+
+            self._tokenizer = Tokenizer.from_file(self._tokenizer_source)
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, value: Any) -> None:
+        from linnet.lang.text.tokenizer import load_tokenizer
+
+        self._tokenizer = None if value is None else load_tokenizer(value)
+        self._tokenizer_source = None
+
+    def attach_tokenizer(self, tokenizer: Any, weights: Any) -> None:
+        """``load``'s ``tokenizer=``: a tokenizer or where one is (loaded now: E0842/E0849
+        at load), else None to find one beside ``weights`` (read when first used); False
+        for none."""
+        if tokenizer is False:
+            self._tokenizer, self._tokenizer_source = None, None
+        elif tokenizer is not None:
+            self.tokenizer = tokenizer
+        else:
+            self._tokenizer_source = find_tokenizer(weights)
+
+    def _generate(self, prompts: Any, max_new_tokens: int, options: dict[str, Any]) -> Any:
+        """``generate`` for either kind of prompt: text through the tokenizer, ids as they
+        are (E0847 for a text option with ids)."""
+        from linnet.lang.text.generation import (
+            check_token_prompt_options,
+            generate_text,
+            is_text,
+        )
+
+        run = self._token_generate()
+        if is_text(prompts):
+            return generate_text(self, prompts, max_new_tokens, options, run)
+        check_token_prompt_options(options)
+        return run(self, prompts, max_new_tokens, **options)
+
+    def stream(self, prompt: Any, max_new_tokens: int = 16, **options: Any) -> Iterator[str]:
+        """The text generated after one prompt (a string or chat messages), piece by piece
+        as it comes: ``generate``'s options but ``callback``. Leaving the loop early stops
+        the generation.
+
+        >>> for piece in model.stream([{"role": "user", "content": "Hi"}], 64):  # doctest: +SKIP
+        ...     print(piece, end="", flush=True)
+        """
+        from linnet.lang.host.generate import check_options
+        from linnet.lang.text.generation import stream_text
+
+        check_options(options)
+        return stream_text(self, prompt, max_new_tokens, options, self._token_generate())
