@@ -455,7 +455,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     register_export(sub)
     from linnet.lang.text.cli import register_chat
 
-    register_chat(sub)
+    register_chat(sub, add_run_arguments)
 
     command = _command_of(argv)
     if command in BUILTIN:

@@ -342,3 +342,21 @@ def cache_command(args: argparse.Namespace) -> int:
     print(f"total {_bytes(sum(e.bytes for e in entries if e.ours))} of Linnet's under "
           "$LINNET_HOME; `linnet cache clear` removes it (`--only NAME` one cache)")
     return 0
+
+
+def after_load(model: Any, args: argparse.Namespace) -> str:
+    """The torch runtime's part of a text `linnet run`/`linnet chat` after the model loads
+    (:mod:`linnet.lang.text.cli` finds it by name): on the CPU, set torch's thread count
+    (``--threads``, else :func:`~linnet.torch.threads.choose_threads`'s choice) and say it,
+    as the loaded line's tail.
+
+    >>> after_load(load("std.models.llama"), argparse.Namespace(threads=1))  # doctest: +SKIP
+    ', 1 thread'
+    """
+    if model.device.type != "cpu":
+        return ""
+    from .threads import set_threads, threads_text
+
+    threads, _ = set_threads(getattr(args, "threads", None),
+                             sum(p.numel() for p in model.params.values()))
+    return f", {threads_text(threads)}"

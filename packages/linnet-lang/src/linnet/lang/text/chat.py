@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from linnet.lang.diagnostics.core import coded_error
-from linnet.lang.text.tokenizer import require
+from linnet.lang.text.files import require
 
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,

@@ -136,12 +136,12 @@ def load_model(args: argparse.Namespace) -> Any:
                  config=setup.config, tokenizer=tokenizer, **extra)
     seconds = time.perf_counter() - start
     on = str(model.device)
-    if runtime == "torch" and getattr(model.device, "type", "") == "cpu":
-        from linnet.torch.threads import set_threads, threads_text
-
-        threads, _ = set_threads(getattr(args, "threads", None),
-                                 sum(p.numel() for p in model.params.values()))
-        on += f", {threads_text(threads)}"
+    # The runtime's own part of `linnet run` after loading (torch: its CPU thread count),
+    # found by name as `load` is: linnet-lang imports no runtime.
+    after_load = getattr(__import__(f"linnet.{runtime}.cli", fromlist=["after_load"]),
+                         "after_load", None)
+    if after_load is not None:
+        on += after_load(model, args)
     print(printing.loaded_line(setup.model, on, seconds, model.entries,
                               runtime=runtime if runtime != "torch" else ""), file=sys.stderr)
     model_tokenizer(model)
@@ -282,10 +282,9 @@ def chat_command(args: argparse.Namespace) -> int:
     return chat_loop(model, args, sys.stdin.readline, sys.stdout)
 
 
-def register_chat(sub: Any) -> None:
-    """Adds `linnet chat` to the `linnet` CLI."""
-    from linnet.lang.cli import add_run_arguments
-
+def register_chat(sub: Any, add_run_arguments: Callable[[Any], None]) -> None:
+    """Adds `linnet chat` to the `linnet` CLI, with `linnet run`'s arguments (the CLI hands
+    over its ``add_run_arguments``: this module never imports the CLI)."""
     p = sub.add_parser("chat", help="chat with a model in the terminal (reads stdin lines; "
                                     "/exit or Ctrl-D ends)")
     add_run_arguments(p)

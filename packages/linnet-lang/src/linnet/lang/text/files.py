@@ -9,6 +9,7 @@ config, as when a model is loaded), naming the file.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,19 @@ def generation_eos(folder: Path) -> list[int]:
 
     data = read_json_object(path, "E0798", "generation config")[0]
     return list(token_ids(data.get("eos_token_id"), path))
+
+
+def require(module: str) -> Any:
+    """The module ``module`` (``tokenizers`` or ``jinja2``), imported now; E0840 where it is
+    not installed (linnet-lang itself needs neither).
+
+    >>> require("json").__name__
+    'json'
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise coded_error("E0840", f"text in and out (tokenizers, chat templates) needs the "
+                          f"`{module}` package, which is not installed here",
+                          help="install linnet-lang's text extra: `pip install "
+                               "'linnet-lang[text]'` (tokenizers and jinja2)") from None

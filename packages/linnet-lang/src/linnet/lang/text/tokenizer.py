@@ -19,15 +19,16 @@ at, with the EOS token's own id.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import LinnetError, coded_error
+from linnet.lang.text.chat import render
 from linnet.lang.text.files import (
     generation_eos,
     read_json,
+    require,
     template_files,
     templates,
     token_text,
@@ -39,22 +40,6 @@ SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token"
                  "mask_token")
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
-
-
-def require(module: str) -> Any:
-    """The module ``module`` (``tokenizers`` or ``jinja2``), imported now; E0840 where it is
-    not installed (linnet-lang itself needs neither).
-
-    >>> require("json").__name__
-    'json'
-    """
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise coded_error("E0840", f"text in and out (tokenizers, chat templates) needs the "
-                          f"`{module}` package, which is not installed here",
-                          help="install linnet-lang's text extra: `pip install "
-                               "'linnet-lang[text]'` (tokenizers and jinja2)") from None
 
 
 class Tokenizer:
@@ -306,7 +291,6 @@ class Tokenizer:
         >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}])   # doctest: +SKIP
         '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
         """
-        from linnet.lang.text.chat import render
 
         template = self._template(chat_template, tools)
         return render(template, messages, add_generation_prompt=add_generation_prompt,
