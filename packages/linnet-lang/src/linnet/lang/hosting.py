@@ -240,6 +240,12 @@ def read_headers(weights: Any, program: Program, model_path: Path, config: dict[
         resolve_checkpoint,
     )
 
+    from linnet.lang.weights.gguf import is_gguf
+
+    if is_gguf(weights):  # llama.cpp's format: its metadata is the config (weights/gguf_load.py)
+        from linnet.lang.weights.gguf_load import gguf_headers
+
+        return gguf_headers(weights, program, model_path, config, convert)  # type: ignore[return-value]
     ckpt = resolve_checkpoint(weights)
     shapes: dict[str, Any] = dict(checkpoint_shapes(ckpt))
     ckpt_config = None

@@ -39,7 +39,8 @@ from linnet.lang.hosting import (  # noqa: F401
 )
 from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
-from linnet.lang.weights.generation import StopTokens, read_stop_tokens
+from linnet.lang.host.run import model_for_weights
+from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
 
 from .home import import_source
 from .inputs import check_inputs, is_array, type_error
@@ -135,7 +136,7 @@ class Prepared:
     stops: StopTokens = field(default_factory=StopTokens)
 
 
-def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any,
+def prepare(path: str | Path | None, weights: Any, config: Any, dtype: Any, device: Any,
             read: bool = True, check_finite: bool = True,
             check_grads: bool = False) -> Prepared:
     """Check the model, read its config and the checkpoint's headers; with ``read``, load
@@ -149,7 +150,7 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
                           "op's body first")
     convert = resolve_dtype(dtype)
     dev = resolve_device(device) if read else None
-    program, model_path = load_program(path)
+    program, model_path = load_program(model_for_weights(weights) if path is None else path)
     if check_grads:
         from .grad_checks import assert_grad_clauses
 
@@ -173,7 +174,7 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
                 params[k] = jax.device_put(v, dev)
     elif weights is not None:
         ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg, convert)
-        stops = read_stop_tokens(ckpt.directory)  # E0798 before any tensor is read
+        stops = checkpoint_stop_tokens(ckpt)  # E0798 before any tensor is read
         if read:
             params = load_checkpoint(ckpt, dev, convert, check_finite)
     if isinstance(weights, dict) and read and check_finite:
@@ -530,7 +531,7 @@ class Model:
         return export_stablehlo(self, entry, inputs, path, verify)
 
 
-def load(path: str | Path, weights: Any = None, device: Any = None, numerics: str = "exact",
+def load(path: str | Path | None = None, weights: Any = None, device: Any = None, numerics: str = "exact",
          config: Any = None, dtype: Any = None, fast: bool = True,
          check_finite: bool = True, check_grads: bool = False) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
@@ -542,7 +543,10 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     ``weights`` is a safetensors file, a checkpoint directory (its
     ``model.safetensors.index.json``, else every ``*.safetensors`` in it; a Hugging Face
     ``config.json`` beside them gives the config), an index file, a list of files, or a
-    dict of arrays; the checkpoint's end-of-sequence tokens (``generation_config.json``'s
+    dict of arrays, or a GGUF file (its metadata gives the config, its tensors are
+    dequantised to the model's float type; without ``path`` the shipped model is picked from
+    its architecture, ``load(weights="x.gguf")``, as from a checkpoint's config.json); the
+    checkpoint's end-of-sequence tokens (``generation_config.json``'s
     ``eos_token_id``, else ``config.json``'s) become ``model.stop_tokens``, as in
     ``linnet.torch.load``. Headers are validated first (the PyTorch runtime's codes), then each
     shard is memory-mapped and read tensor by tensor to the device. ``config`` (a dict, a
