@@ -119,6 +119,14 @@ def write_gguf(path: Path, family: str, model: Any, quant: str | dict[str, str] 
         if family == "gemma":
             values[f"{arch}.attention.key_length"] = head_dim
             values[f"{arch}.attention.value_length"] = head_dim
+    if tokenizer:
+        vocab = cfg.vocab_size
+        tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [
+            chr(0x100 + i) if i < 64 else f"t{i}" for i in range(vocab - 3)]
+        values.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt2",
+                       "tokenizer.ggml.tokens": tokens,
+                       "tokenizer.ggml.token_type": [3, 3, 3] + [1] * (vocab - 3),
+                       "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2})
     values.update(meta or {})
     for key, value in values.items():
         if value is None:
@@ -133,18 +141,7 @@ def write_gguf(path: Path, family: str, model: Any, quant: str | dict[str, str] 
             writer.add_string(key, value)
         else:
             writer.add_array(key, value)
-    if tokenizer:
-        vocab = cfg.vocab_size
-        tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [
-            chr(0x100 + i) if i < 64 else f"t{i}" for i in range(vocab - 3)]
-        writer.add_tokenizer_model("gpt2")
-        writer.add_tokenizer_pre("gpt2")
-        writer.add_token_list(tokens)
-        writer.add_token_types([3, 3, 3] + [1] * (vocab - 3))
-        writer.add_token_merges([])
-        writer.add_bos_token_id(1)
-        writer.add_eos_token_id(2)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], n_layers)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[ARCH[family].upper()], n_layers)
     tensors: dict[str, np.ndarray] = {}
     for hf_name, p in model.state_dict().items():
         if hf_name == "lm_head.weight" and getattr(cfg, "tie_word_embeddings", False):
@@ -182,7 +179,11 @@ def write_gguf(path: Path, family: str, model: Any, quant: str | dict[str, str] 
             writer.add_tensor(name, k_blocks(*w.shape, q, seed=len(name)), raw_shape=None,
                               raw_dtype=qtype)
         else:
-            writer.add_tensor(name, quantize(w, qtype), raw_dtype=qtype)
+            try:
+                blocks = quantize(w, qtype)
+            except NotImplementedError:  # IQ types: zero blocks of the right size
+                blocks = np.zeros(gguf.quant_shape_to_byte_shape(w.shape, qtype), np.uint8)
+            writer.add_tensor(name, blocks, raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
