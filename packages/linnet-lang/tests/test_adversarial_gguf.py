@@ -303,3 +303,17 @@ def test_an_eos_id_past_the_vocabulary_is_E0858(tmp_path: Path, llama: object) -
     with pytest.raises(LinnetError) as info:
         tokenizer_parts(path)
     assert codes(info.value) == ["E0858"]
+
+
+def test_a_null_config_value_is_the_mapping_s_null_not_its_default() -> None:
+    # A Hugging Face Mistral with `"sliding_window": null` attends to every token; the
+    # mapping's default (4096, MistralConfig's) used to apply instead: a silent window.
+    from linnet.lang.syntax.program import STD_ROOT
+    from linnet.lang.weights.checkpoint import checkpoint_config, read_mapping
+
+    mapping = read_mapping(STD_ROOT / "models" / "mistral.linnet")
+    hf = {"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+          "num_attention_heads": 4, "sliding_window": None}
+    assert checkpoint_config(hf, mapping, "Mistral").values["sliding_window"] == 0
+    del hf["sliding_window"]
+    assert checkpoint_config(hf, mapping, "Mistral").values["sliding_window"] == 4096
