@@ -56,7 +56,7 @@ def hf_model(family: str, seed: int = 0, **overrides: Any) -> Any:
     config = AutoConfig.for_model(family, **{**HF_CONFIGS[family], **overrides})
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():  # norms away from 1 (and biases away from 0) so mistakes show
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p) * 0.1)
     return model

@@ -25,7 +25,7 @@ from linnet.lang.hosting import load_program, read_headers
 pytest.importorskip("gguf")
 pytest.importorskip("transformers")
 
-from gguf_files import hf_model, write_gguf  # noqa: E402
+from gguf_files import hf_model, write_gguf
 
 
 def headers(path: Path, model: str = "std.models.llama", config: dict | None = None) -> tuple:

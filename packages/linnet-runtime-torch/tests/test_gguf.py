@@ -18,10 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "linnet-lang" / "te
 pytest.importorskip("gguf")
 pytest.importorskip("transformers")
 
-import torch  # noqa: E402
-from gguf_files import hf_model, transformers_reference, write_gguf  # noqa: E402
-
-import linnet.torch as lt  # noqa: E402
+import linnet.torch as lt
+import torch
+from gguf_files import hf_model, transformers_reference, write_gguf
 
 TOKENS = torch.tensor([[1, 5, 9, 20, 33, 50, 70, 3, 88, 41]])
 # family, quant of the 2-D weights (one of each type gguf can quantise to across the cases)

@@ -234,13 +234,12 @@ def read_headers(weights: Any, program: Program, model_path: Path, config: dict[
         merge_config,
         read_checkpoint_config,
     )
+    from linnet.lang.weights.gguf import is_gguf
     from linnet.lang.weights.safetensors import (
         TensorInfo,
         checkpoint_shapes,
         resolve_checkpoint,
     )
-
-    from linnet.lang.weights.gguf import is_gguf
 
     if is_gguf(weights):  # llama.cpp's format: its metadata is the config (weights/gguf_load.py)
         from linnet.lang.weights.gguf_load import gguf_headers

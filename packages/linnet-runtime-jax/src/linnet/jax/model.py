@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from linnet.lang import Graph, Program
 from linnet.lang.emit.jax import emit_jax
+from linnet.lang.host.run import model_for_weights
 
 # NUMERICS is re-exported: `linnet.jax.model.NUMERICS` is how users name it.
 from linnet.lang.hosting import (  # noqa: F401
@@ -39,7 +40,6 @@ from linnet.lang.hosting import (  # noqa: F401
 )
 from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
-from linnet.lang.host.run import model_for_weights
 from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
 
 from .home import import_source

@@ -12,6 +12,7 @@ from typing import Any
 
 from linnet.lang import Graph, Program, lower
 from linnet.lang.emit.torch import emit_torch
+from linnet.lang.host.run import model_for_weights
 
 # NUMERICS is re-exported: `linnet.torch.model.NUMERICS` is how users name it.
 from linnet.lang.hosting import (  # noqa: F401
@@ -33,7 +34,6 @@ from linnet.lang.hosting import (  # noqa: F401
 )
 from linnet.lang.hosting import error as _error
 from linnet.lang.ir.bounds import check_static
-from linnet.lang.host.run import model_for_weights
 from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
 
 import torch

@@ -252,7 +252,6 @@ def run_setup(args: argparse.Namespace) -> RunSetup:
     """
     from linnet.lang.cli import load_config
     from linnet.lang.syntax.program import model_file
-
     from linnet.lang.weights.gguf import is_gguf
 
     file, weights = args.file, args.weights

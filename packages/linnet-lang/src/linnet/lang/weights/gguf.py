@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, coded_error
+from linnet.lang.weights.generation import StopTokens
 from linnet.lang.weights.gguf_names import (
     ARCHITECTURES,
     Family,
@@ -39,7 +40,6 @@ from linnet.lang.weights.gguf_names import (
     family_for,
     hf_tensor_name,
 )
-from linnet.lang.weights.generation import StopTokens
 
 GGUF_SUFFIX = ".gguf"
 #: The quant types Linnet dequantises (gguf's NumPy implementations of llama.cpp's blocks).
@@ -114,7 +114,6 @@ class GGUFTensor:
         dtype('float32')
         """
         import numpy as np
-
         from gguf.quants import dequantize
 
         values = np.asarray(dequantize(self.blocks, self.qtype), dtype=np.float32)

@@ -37,8 +37,12 @@ def gguf_headers(weights: Any, program: Any, model_path: Path, config: dict[str,
     ...                                                                  # doctest: +SKIP
     """
     from linnet.lang.check.driver import find_model
-    from linnet.lang.weights.checkpoint import checkpoint_config, fit_checkpoint, merge_config
-    from linnet.lang.weights.checkpoint import read_mapping
+    from linnet.lang.weights.checkpoint import (
+        checkpoint_config,
+        fit_checkpoint,
+        merge_config,
+        read_mapping,
+    )
     from linnet.lang.weights.safetensors import TensorInfo
 
     decl = find_model(program, None)

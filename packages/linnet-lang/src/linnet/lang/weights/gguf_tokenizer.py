@@ -149,7 +149,7 @@ def _sentencepiece(p: Path, meta: dict[str, Any], tokens: list[str], types: list
     unk_token = tokens[unk] if isinstance(unk, int) and 0 <= unk < len(tokens) else None
     backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk_token,
                                    fuse_unk=True, byte_fallback=True))
-    steps = [normalizers.Replace(" ", "▁")]
+    steps: list[Any] = [normalizers.Replace(" ", "▁")]
     if meta.get("tokenizer.ggml.add_space_prefix", True):
         steps.insert(0, normalizers.Prepend("▁"))
     backend.normalizer = normalizers.Sequence(steps)
