@@ -317,3 +317,80 @@ def test_a_null_config_value_is_the_mapping_s_null_not_its_default() -> None:
     assert checkpoint_config(hf, mapping, "Mistral").values["sliding_window"] == 0
     del hf["sliding_window"]
     assert checkpoint_config(hf, mapping, "Mistral").values["sliding_window"] == 4096
+
+
+def _corpus(count: int = 200) -> list[str]:
+    import random
+
+    rng = random.Random(0)
+    base = ["Hello, world!", "  leading spaces", "tabs\tand\nnewlines\n\n", "emoji 😀🎉",
+            "日本語のテキスト", "中文字符", "12345 67 8.9", "<|im_start|>user\nhi<|im_end|>\n",
+            "don't won't I'm", "   ", "\n", "Ünïcödé", "x = f(y) + 3 * z**2", "the theme"]
+    alphabet = list("abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789.,!?'\"\n\t-_😀日本éü<|>")
+    return base + ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
+                   for _ in range(count - len(base))]
+
+
+def _tokenizer_file(tmp_path: Path, kind: str, llama: object) -> Path:
+    """A small real tokenizer: byte-level BPE (every byte, a few merges) or SentencePiece BPE
+    (pieces with scores, byte fallback tokens)."""
+    if kind == "gpt2":
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        chars = list(bytes_to_unicode().values())
+        merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġt h", "Ġth e"]
+        merged = [m.replace(" ", "") for m in merges]
+        tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *chars,
+                  *dict.fromkeys(merged)]
+        meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt2",
+                "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges,
+                "tokenizer.ggml.token_type": [3, 3, 3] + [1] * (len(tokens) - 3)}
+    else:
+        pieces = ["▁", *"abcdefghijklmnopqrstuvwxyzABCXYZ0123456789.,!?'", "▁t", "he",
+                  "▁the", "in", "▁a", "er", "on", "▁th", "▁i", "ing"]
+        tokens = ["<unk>", "<s>", "</s>", *[f"<0x{b:02X}>" for b in range(256)], *pieces]
+        types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+        scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))]
+        meta = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+                "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
+                "tokenizer.ggml.unknown_token_id": 0}
+    meta.update({"tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2})
+    return write_gguf(tmp_path / f"{kind}.gguf", "llama", llama, tokenizer=False, meta=meta)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_the_tokenizer_matches_transformers_gguf_tokenizer(tmp_path: Path, llama: object,
+                                                           kind: str) -> None:
+    from linnet.lang.weights.gguf_tokenizer import tokenizer_parts
+    from transformers import AutoTokenizer
+
+    path = _tokenizer_file(tmp_path, kind, llama)
+    parts = tokenizer_parts(path)
+    assert set(parts) == {"backend", "bos_token_id", "eos_token_ids", "chat_template",
+                          "add_bos_token", "add_eos_token", "name"}
+    assert (parts["bos_token_id"], parts["eos_token_ids"]) == (1, [2])
+    assert parts["add_bos_token"] is (kind == "llama")
+    reference = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    for text in _corpus():
+        ids = parts["backend"].encode(text, add_special_tokens=False).ids
+        if kind == "llama" and text[:1].isspace():
+            # SentencePiece (and llama.cpp) put `▁` before the text even where it starts with
+            # a space; transformers' GGUF conversion does not (its Metaspace "first").
+            assert ids[0] == parts["backend"].token_to_id("▁")
+            continue
+        assert ids == reference(text, add_special_tokens=False).input_ids, text
+        decoded = parts["backend"].decode(ids, skip_special_tokens=False)
+        assert decoded == reference.decode(ids, skip_special_tokens=False), text
+        if kind == "gpt2":  # byte-level: every string round-trips
+            assert decoded == text
+
+
+def test_merges_naming_pieces_the_vocabulary_lacks_are_E0858(tmp_path: Path,
+                                                             llama: object) -> None:
+    from linnet.lang.weights.gguf_tokenizer import tokenizer_parts
+
+    path = write_gguf(tmp_path / "m.gguf", "llama", llama,
+                      meta={"tokenizer.ggml.merges": ["q z", "qz w"]})
+    with pytest.raises(LinnetError) as info:  # was a bare Exception from tokenizers
+        tokenizer_parts(path)
+    assert codes(info.value) == ["E0858"]

@@ -122,13 +122,24 @@ def _byte_level(p: Path, meta: dict[str, Any], tokens: list[str]) -> Any:
                    "checkpoint")
     merges = [_merge(m) for m in meta.get("tokenizer.ggml.merges") or []]
     vocab = {t: i for i, t in enumerate(tokens)}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False,
-                                   ignore_merges=False))
+    backend = Tokenizer(_bpe(p, models, vocab=vocab, merges=merges, fuse_unk=False,
+                             ignore_merges=False))
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_TOKENIZERS[pre]]
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     backend.decoder = decoders.ByteLevel()
     return backend
+
+
+def _bpe(p: Path, models: Any, **args: Any) -> Any:
+    """``tokenizers.models.BPE(**args)``; E0858 where the file's merges name pieces its
+    vocabulary lacks (the library refuses them)."""
+    try:
+        return models.BPE(**args)
+    except Exception as exc:  # tokenizers raises a bare Exception
+        raise coded_error("E0858", f"`{p}`'s tokenizer cannot be built: {exc}",
+                          help="its `tokenizer.ggml.merges` and `tokenizer.ggml.tokens` do "
+                               "not agree: the file is damaged; download it again") from None
 
 
 def _merge(text: Any) -> tuple[str, str]:
@@ -147,8 +158,8 @@ def _sentencepiece(p: Path, meta: dict[str, Any], tokens: list[str], types: list
         merges = _merges_from_scores(tokens, scores, types)
     unk = meta.get("tokenizer.ggml.unknown_token_id")
     unk_token = tokens[unk] if isinstance(unk, int) and 0 <= unk < len(tokens) else None
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk_token,
-                                   fuse_unk=True, byte_fallback=True))
+    backend = Tokenizer(_bpe(p, models, vocab=vocab, merges=merges, unk_token=unk_token,
+                             fuse_unk=True, byte_fallback=True))
     steps: list[Any] = [normalizers.Replace(" ", "▁")]
     if meta.get("tokenizer.ggml.add_space_prefix", True):
         steps.insert(0, normalizers.Prepend("▁"))
