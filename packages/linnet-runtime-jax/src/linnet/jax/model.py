@@ -33,11 +33,12 @@ from linnet.lang.host.loading import (
     read_headers,
 )
 from linnet.lang.host.options import check_seed
+from linnet.lang.host.run import model_for_weights
 from linnet.lang.ir.bounds import check_static
 from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.jax.model.NUMERICS)
 from linnet.lang.text.model import TextModel, given_tokenizer
 from linnet.lang.weights.demo import parameter_types
-from linnet.lang.weights.generation import StopTokens, read_stop_tokens
+from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
 
 from .home import import_source
 from .inputs import check_inputs, is_array, type_error
@@ -133,7 +134,7 @@ class Prepared:
     stops: StopTokens = field(default_factory=StopTokens)
 
 
-def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any,
+def prepare(path: str | Path | None, weights: Any, config: Any, dtype: Any, device: Any,
             read: bool = True, check_finite: bool = True,
             check_grads: bool = False) -> Prepared:
     """Check the model, read its config and the checkpoint's headers; with ``read``, load
@@ -147,7 +148,7 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
                           "op's body first")
     convert = resolve_dtype(dtype)
     dev = resolve_device(device) if read else None
-    program, model_path = load_program(path)
+    program, model_path = load_program(model_for_weights(weights) if path is None else path)
     if check_grads:
         from .grad_checks import assert_grad_clauses
 
@@ -171,7 +172,7 @@ def prepare(path: str | Path, weights: Any, config: Any, dtype: Any, device: Any
                 params[k] = jax.device_put(v, dev)
     elif weights is not None:
         ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg, convert)
-        stops = read_stop_tokens(ckpt.directory)  # E0798 before any tensor is read
+        stops = checkpoint_stop_tokens(ckpt)  # E0798 before any tensor is read
         if read:
             params = load_checkpoint(ckpt, dev, convert, check_finite)
     if isinstance(weights, dict) and read and check_finite:
@@ -533,7 +534,7 @@ class Model(TextModel):
         return export_stablehlo(self, entry, inputs, path, verify)
 
 
-def load(path: str | Path, weights: Any = None, device: Any = None, numerics: str = "exact",
+def load(path: str | Path | None = None, weights: Any = None, device: Any = None, numerics: str = "exact",
          config: Any = None, dtype: Any = None, fast: bool = True,
          check_finite: bool = True, check_grads: bool = False, tokenizer: Any = None) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
@@ -545,7 +546,10 @@ def load(path: str | Path, weights: Any = None, device: Any = None, numerics: st
     ``weights`` is a safetensors file, a checkpoint directory (its
     ``model.safetensors.index.json``, else every ``*.safetensors`` in it; a Hugging Face
     ``config.json`` beside them gives the config), an index file, a list of files, or a
-    dict of arrays; the checkpoint's end-of-sequence tokens (``generation_config.json``'s
+    dict of arrays, or a GGUF file (its metadata gives the config, its tensors are
+    dequantised to the model's float type; without ``path`` the shipped model is picked from
+    its architecture, ``load(weights="x.gguf")``, as from a checkpoint's config.json); the
+    checkpoint's end-of-sequence tokens (``generation_config.json``'s
     ``eos_token_id``, else ``config.json``'s) become ``model.stop_tokens``, as in
     ``linnet.torch.load``. Headers are validated first (the PyTorch runtime's codes), then each
     shard is memory-mapped and read tensor by tensor to the device. ``config`` (a dict, a

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.loading import nonfinite_weight
+from linnet.lang.weights.gguf import GGUFCheckpoint
 from linnet.lang.weights.safetensors import (
     SAFETENSORS_DTYPES,
     Checkpoint,
@@ -53,7 +54,7 @@ def load_safetensors(path: Any, device: Any = None, dtype: str | None = None) ->
     return load_checkpoint(ckpt, device, dtype)
 
 
-def load_checkpoint(ckpt: Checkpoint, device: Any = None, dtype: str | None = None,
+def load_checkpoint(ckpt: Checkpoint | GGUFCheckpoint, device: Any = None, dtype: str | None = None,
                     check_finite: bool = False) -> dict[str, Any]:
     """The tensors of a checkpoint whose headers :func:`checkpoint_shapes` validated, each
     read from a memory map of its shard straight to ``device``; with ``check_finite``, each
@@ -61,6 +62,8 @@ def load_checkpoint(ckpt: Checkpoint, device: Any = None, dtype: str | None = No
     such tensor of every shard in one error)."""
     import jax
 
+    if isinstance(ckpt, GGUFCheckpoint):
+        return load_gguf(ckpt, device, dtype, check_finite)
     on_cpu = (device is None and jax.default_backend() == "cpu") or (
         device is not None and device.platform == "cpu")
     convert = numpy_dtype(dtype) if dtype is not None else None
@@ -92,6 +95,30 @@ def load_checkpoint(ckpt: Checkpoint, device: Any = None, dtype: str | None = No
                 view = np.array(view, copy=True)
             out[name] = jax.device_put(view, device)
         del data
+    raise_nonfinite(nonfinite)
+    return out
+
+
+def load_gguf(ckpt: GGUFCheckpoint, device: Any = None, dtype: str | None = None,
+              check_finite: bool = False) -> dict[str, Any]:
+    """The tensors of a GGUF file, each dequantised on the host (float32, NumPy), checked
+    for NaN and infinite values with ``check_finite`` (E0666), converted to ``dtype`` (a
+    Linnet name; default the float type the model's config gives, ``ckpt.dtype``) and placed
+    on ``device``, one tensor at a time.
+
+    >>> params = load_gguf(read_gguf("smollm2.gguf"))   # doctest: +SKIP
+    """
+    import jax
+
+    kind = numpy_dtype(dtype or ckpt.dtype)
+    out: dict[str, Any] = {}
+    nonfinite: list[Diagnostic] = []
+    for name, values in ckpt.arrays():
+        if check_finite:
+            bad = finite_diagnostic(name, values, None)
+            if bad is not None:
+                nonfinite.append(bad)
+        out[name] = jax.device_put(values.astype(kind, copy=False), device)
     raise_nonfinite(nonfinite)
     return out
 

@@ -26,11 +26,12 @@ from linnet.lang.host.loading import (
     read_headers,
 )
 from linnet.lang.host.options import check_seed
+from linnet.lang.host.run import model_for_weights
 from linnet.lang.ir.bounds import check_static
 from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.torch.model.NUMERICS)
 from linnet.lang.text.model import TextModel, given_tokenizer
 from linnet.lang.weights.demo import parameter_types
-from linnet.lang.weights.generation import StopTokens, read_stop_tokens
+from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -629,7 +630,7 @@ LOAD_CHECK_CASES = 2
 LOAD_CHECK_MAX_SIZE = 12
 
 
-def load(path: str | Path, weights: Any = None,
+def load(path: str | Path | None = None, weights: Any = None,
          device: str | torch.device = "cpu", compile: bool | str | dict = False,
          numerics: str = "exact", config: dict[str, Any] | str | Path | None = None,
          interpret: bool = False, dtype: torch.dtype | str | None = None,
@@ -644,7 +645,10 @@ def load(path: str | Path, weights: Any = None,
 
     ``weights`` is a safetensors file, a checkpoint directory (its
     ``model.safetensors.index.json``, else every ``*.safetensors`` in it), an index file,
-    a list of files, or a dict of tensors. Files are never unpickled: their headers are
+    a list of files, a dict of tensors, or a GGUF file (llama.cpp's format: its metadata
+    gives the config, its tensors are dequantised to the model's float type on load;
+    docs/models.md). Without ``path``, the shipped model is picked from the weights: a GGUF
+    file's architecture or a checkpoint's config.json (``load(weights="x.gguf")``). Files are never unpickled: their headers are
     validated first (every problem of every shard in one error, naming the shard), the
     model is checked against them, then each shard is read tensor by tensor straight to
     the device (on the CPU into memory of the model's own, not the file's pages).
@@ -725,7 +729,7 @@ def load(path: str | Path, weights: Any = None,
 
         rank, device = init(world, device)
     dev = resolve_device(device)
-    program, model_path = load_program(path)
+    program, model_path = load_program(model_for_weights(weights) if path is None else path)
     if check_grads:
         from .grad_checks import assert_grad_clauses
 
@@ -757,7 +761,7 @@ def load(path: str | Path, weights: Any = None,
 
         ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg,
                                          None if convert is None else _dtype_name(convert))
-        stops = read_stop_tokens(ckpt.directory)  # E0798 before any tensor is read
+        stops = checkpoint_stop_tokens(ckpt)  # E0798 before any tensor is read
         report(f"loading weights from {weights}"
                + (f" ({len(ckpt.files)} shards)" if len(ckpt.files) > 1 else ""))
         blocks = {}

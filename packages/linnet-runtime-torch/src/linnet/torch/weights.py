@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.weights.gguf import GGUFCheckpoint
 from linnet.lang.weights.safetensors import Checkpoint, checkpoint_shapes, resolve_checkpoint
 
 import torch
@@ -38,7 +39,7 @@ def load_safetensors(path: Any, device: torch.device,
     return load_checkpoint(ckpt, device, dtype)
 
 
-def load_checkpoint(ckpt: Checkpoint, device: torch.device,
+def load_checkpoint(ckpt: Checkpoint | GGUFCheckpoint, device: torch.device,
                     dtype: torch.dtype | None = None,
                     blocks: dict[str, tuple[int, int, int]] | None = None
                     ) -> dict[str, torch.Tensor]:
@@ -50,6 +51,8 @@ def load_checkpoint(ckpt: Checkpoint, device: torch.device,
     holds: only that block is read (``get_slice``).
     """
     blocks = blocks or {}
+    if isinstance(ckpt, GGUFCheckpoint):
+        return load_gguf(ckpt, device, dtype, blocks)
     from safetensors import SafetensorError, safe_open
 
     out: dict[str, torch.Tensor] = {}
@@ -69,6 +72,30 @@ def load_checkpoint(ckpt: Checkpoint, device: torch.device,
                 "E0650", f"`{shard}` could not be read as safetensors: {exc}",
                 help="the file may be truncated or corrupt; save or download it again")) \
                 from None
+    return out
+
+
+def load_gguf(ckpt: GGUFCheckpoint, device: torch.device, dtype: torch.dtype | None = None,
+              blocks: dict[str, tuple[int, int, int]] | None = None
+              ) -> dict[str, torch.Tensor]:
+    """The tensors of a GGUF file, each dequantised on the host (in float32, NumPy) and
+    placed on ``device`` as ``dtype`` (default: the float type the model's config gives,
+    :attr:`GGUFCheckpoint.dtype`), one tensor at a time; ``blocks`` as for
+    :func:`load_checkpoint`.
+
+    >>> params = load_gguf(read_gguf("smollm2.gguf"), torch.device("cpu"))  # doctest: +SKIP
+    """
+    from .interpreter import DTYPES
+
+    target = dtype or DTYPES[ckpt.dtype]
+    out: dict[str, torch.Tensor] = {}
+    for name, values in ckpt.arrays():
+        t = torch.from_numpy(values)  # owned memory: dequantized() never returns the file's
+        where = (blocks or {}).get(name)
+        if where is not None:
+            axis, start, stop = where
+            t = t.narrow(axis, start, stop - start)
+        out[name] = t.to(device=_target(device), dtype=target).contiguous()
     return out
 
 

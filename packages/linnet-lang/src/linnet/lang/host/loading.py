@@ -25,6 +25,8 @@ from linnet.lang.host.inputs import error, short
 from linnet.lang.pipeline import Numerics
 from linnet.lang.syntax.program import Program, model_file
 from linnet.lang.weights.checkpoint import fit_checkpoint, merge_config, read_checkpoint_config
+from linnet.lang.weights.gguf import is_gguf
+from linnet.lang.weights.gguf_load import gguf_headers
 from linnet.lang.weights.safetensors import (
     Checkpoint,
     TensorInfo,
@@ -192,6 +194,8 @@ def read_headers(weights: Any, program: Program, model_path: Path, config: dict[
     >>> ckpt, shapes, cfg = read_headers("Llama-3.2-1B/", program, path, {}, "bf16")
     ...                                                                   # doctest: +SKIP
     """
+    if is_gguf(weights):  # llama.cpp's format: its metadata is the config (weights/gguf_load.py)
+        return gguf_headers(weights, program, model_path, config, convert)  # type: ignore[return-value]
     ckpt = resolve_checkpoint(weights)
     shapes: dict[str, Any] = dict(checkpoint_shapes(ckpt))
     ckpt_config = None

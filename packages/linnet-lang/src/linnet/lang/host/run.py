@@ -41,6 +41,7 @@ from linnet.lang.host.inputs import error
 from linnet.lang.syntax.program import STD_ROOT, Program, model_file
 from linnet.lang.weights.checkpoint import read_json_object
 from linnet.lang.weights.demo import GENERATOR, write_demo
+from linnet.lang.weights.gguf import is_gguf
 from linnet.lang.weights.safetensors import resolve_checkpoint
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ DEMO_CONFIG = "toy"
 
 # `org/name` as the Hugging Face hub spells a repository: one slash, no path-like ends.
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-_FILE_SUFFIXES = (".linnet", ".safetensors", ".json")
+_FILE_SUFFIXES = (".linnet", ".safetensors", ".json", ".gguf")
 
 
 @dataclass
@@ -129,6 +130,43 @@ def model_for_checkpoint(config_json: Path) -> tuple[str, str] | None:
                 help=f"the shipped models run: {runs}. For another architecture, write its "
                      "model in Linnet with a `.hf.json` mapping beside it (docs/models.md) and "
                      "run `linnet run model.linnet --weights DIR`")
+
+
+def gguf_model(path: str | Path) -> tuple[str, str]:
+    """The shipped model that runs the GGUF file at ``path`` and why
+    (:func:`linnet.lang.weights.gguf_load.gguf_model`)."""
+    from linnet.lang.weights.gguf_load import gguf_model as pick
+
+    return pick(path)
+
+
+def model_for_weights(weights: Any) -> str:
+    """The shipped model ``load(weights=...)`` runs when given no model: the one a GGUF
+    file's architecture names, or a Hugging Face checkpoint's config.json; E0857 for weights
+    that name none (a bare safetensors file, a dict of tensors).
+
+    >>> model_for_weights("SmolLM2-135M-Instruct.Q4_1.gguf")   # doctest: +SKIP
+    'std.models.llama'
+    >>> model_for_weights(None)
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0857]: load() was given no model, and ...
+    """
+    from linnet.lang.weights.gguf import is_gguf
+
+    if is_gguf(weights):
+        return gguf_model(weights)[0]
+    picked = None
+    if isinstance(weights, str | os.PathLike):
+        config_json = checkpoint_config_json(str(weights))
+        picked = model_for_checkpoint(config_json) if config_json is not None else None
+    if picked is None:
+        raise error("E0857", "load() was given no model, and its weights do not name their "
+                    "architecture (a GGUF file or a Hugging Face checkpoint with a "
+                    "config.json does)",
+                    help="name the model: load('std.models.llama', weights=...), or a .linnet "
+                         "file")
+    return picked[0]
 
 
 def check_not_hub_id(text: str, flag: str = "") -> None:
@@ -215,7 +253,20 @@ def run_setup(args: argparse.Namespace) -> RunSetup:
     notes: list[str] = []
     if weights is not None:
         check_not_hub_id(weights, "--weights")
-    if file is not None and Path(file).is_dir():
+    if is_gguf(file) or (file is None and is_gguf(weights)):
+        # `linnet run x.gguf`: the file names its architecture, and so the model.
+        if file is not None and weights is not None and \
+                Path(weights).resolve() != Path(file).resolve():
+            raise error("E0795", f"`linnet run {file}` runs that GGUF file, and --weights "
+                        f"names another ({weights})",
+                        help=f"give the file once: `linnet run {file}`, or a model and its "
+                             f"weights: `linnet run std.models.llama --weights {weights}`")
+        weights = file or weights
+        name, why = gguf_model(weights)
+        notes.append(f"linnet: {Path(weights).name}'s {why}: running {name}")
+        model = model_file(name)
+        file = str(model)
+    elif file is not None and Path(file).is_dir():
         note, model = _checkpoint_directory(Path(file), weights)
         notes.append(note)
         weights = file
@@ -234,7 +285,7 @@ def run_setup(args: argparse.Namespace) -> RunSetup:
             model = default_model()
     # Without weights, the demo runs on the model's toy config; with weights that bring no
     # config of their own (a bare safetensors file), the toy config of the default model.
-    own_config = checkpoint_config_json(weights) is not None
+    own_config = is_gguf(weights) or checkpoint_config_json(weights) is not None
     config_name = args.config
     if config_name is None and (weights is None or (file is None and not own_config)) \
             and has_config(model, DEMO_CONFIG):

@@ -269,8 +269,12 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
         for lname, spec in mapping.get(section, {}).items():
             spec = _spec(spec)
             key, value = _first(hf, _keys(spec))
-            if value is None and "null" in spec:
-                value = spec["null"]
+            if value is _MISSING and "null" in spec:
+                # A key written as null (`lookup` reads it as absent) is the mapping's `null`
+                # value, not its default: Mistral's `"sliding_window": null` is no window.
+                nulls = [k for k in _keys(spec) if _is_null(hf, k)]
+                if nulls:
+                    key, value = nulls[0], spec["null"]
             if value is _MISSING and "else" in spec:
                 key, value = str(spec["else"]), lookup(hf, str(spec["else"]))
             if value is _MISSING:
@@ -414,6 +418,16 @@ def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConf
 
         range_errors(lambda k: params.get(k), rope.get("ranges", {}), bound, f"{key}.", model,
                      name, diag, seen)
+
+
+def _is_null(hf: dict, key: str) -> bool:
+    """Whether ``hf`` writes ``key`` (dotted for nested keys) as JSON null."""
+    value: Any = hf
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return value is None
 
 
 def _first(hf: dict, keys: list[str]) -> tuple[str, Any]:

@@ -74,6 +74,19 @@ def read_stop_tokens(directory: str | Path | None) -> StopTokens:
                       "config.json's eos_token_id")
 
 
+def checkpoint_stop_tokens(ckpt: Any) -> StopTokens:
+    """The end-of-sequence tokens of a checkpoint :func:`linnet.lang.host.loading.read_headers`
+    returned: a GGUF file's own (its metadata names them), else those of the Hugging Face
+    files in the checkpoint's directory (:func:`read_stop_tokens`).
+
+    >>> from linnet.lang.weights.safetensors import Checkpoint
+    >>> checkpoint_stop_tokens(Checkpoint((Path("w.safetensors"),)))
+    StopTokens(tokens=(), source='')
+    """
+    own = getattr(ckpt, "stop_tokens", None)
+    return own() if callable(own) else read_stop_tokens(ckpt.directory)
+
+
 def token_ids(value: Any, path: Path, vocabulary: int | None = None) -> tuple[int, ...]:
     """``eos_token_id`` (None, an id or a list of ids) as a tuple of ids in
     ``[0, vocabulary)``; E0798 naming ``path`` for anything else.
