@@ -57,19 +57,19 @@ def test_without_the_text_extra_linnet_lang_imports_and_says_what_to_install(tmp
 
 
 def test_gguf_without_gguf_support(tmp_path, monkeypatch):
-    # Until linnet.lang.weights.gguf is there (or where it is not installed): E0841.
-    monkeypatch.setitem(sys.modules, "linnet.lang.weights.gguf", None)
+    # A GGUF file's tokenizer where the `gguf` package is not installed: E0850, as for its
+    # weights (linnet-lang's gguf extra).
+    monkeypatch.setitem(sys.modules, "gguf", None)
     path = tmp_path / "model.gguf"
-    path.write_bytes(b"GGUF")
+    path.write_bytes(b"GGUF" + bytes(60))
     with pytest.raises(LinnetError) as e:
         Tokenizer.from_file(path)
-    assert code(e) == "E0841" and "model.gguf" in message(e)
+    assert code(e) == "E0850" and "gguf" in message(e)
 
 
 def test_gguf_dispatches_to_tokenizer_parts(tmp_path, monkeypatch, smol):
-    import types
+    from linnet.lang.text import tokenizer as tokenizer_module
 
-    fake = types.ModuleType("linnet.lang.weights.gguf")
     seen = []
 
     def tokenizer_parts(path):
@@ -78,8 +78,7 @@ def test_gguf_dispatches_to_tokenizer_parts(tmp_path, monkeypatch, smol):
                 "chat_template": smol.chat_template, "add_bos_token": True,
                 "add_eos_token": False, "name": path.name}
 
-    fake.tokenizer_parts = tokenizer_parts
-    monkeypatch.setitem(sys.modules, "linnet.lang.weights.gguf", fake)
+    monkeypatch.setattr(tokenizer_module, "tokenizer_parts", tokenizer_parts)
     tok = Tokenizer.from_file(tmp_path / "m.gguf")
     assert seen and tok.name == "m.gguf" and tok.eos_token_ids == (2,)
     # add_bos_token from the GGUF metadata: the BOS (here <|im_start|>, id 1) is added.

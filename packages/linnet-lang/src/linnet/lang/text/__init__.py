@@ -17,7 +17,7 @@ shared by every runtime (``linnet.torch`` and ``linnet.jax`` generate text throu
 Needs ``linnet-lang[text]`` (``tokenizers`` and ``jinja2``), imported only when used:
 without them, ``linnet.lang`` imports as before and a text feature is E0840.
 
-Codes: E0840 (text support not installed), E0841 (GGUF support not installed), E0842 (a
+Codes: E0840 (text support not installed; a GGUF file needs the `gguf` extra: E0850), E0842 (a
 tokenizer's files), E0843 (no chat template), E0844 (messages of the wrong shape), E0845 (a
 chat template that fails), E0846 (a text prompt without a tokenizer), E0847 (text options),
 E0848 (what is encoded or decoded), E0849 (``load(tokenizer=...)``).

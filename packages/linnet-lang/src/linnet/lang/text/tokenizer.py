@@ -33,6 +33,7 @@ from linnet.lang.text.files import (
     templates,
     token_text,
 )
+from linnet.lang.weights.gguf_tokenizer import tokenizer_parts
 
 #: The special tokens transformers passes to a chat template by name (its
 #: ``SPECIAL_TOKENS_ATTRIBUTES``), when the checkpoint names them.
@@ -186,23 +187,14 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
         """The tokenizer of a checkpoint directory, of the directory a ``tokenizer.json``
-        is in, or of a GGUF file (read by ``linnet.lang.weights.gguf.tokenizer_parts``;
-        E0841 where that is not installed).
+        is in, or of a GGUF file (read by
+        :func:`linnet.lang.weights.gguf_tokenizer.tokenizer_parts`; E0850 where the `gguf`
+        package is not installed).
 
         >>> tok = Tokenizer.from_file("model.gguf")                        # doctest: +SKIP
         """
         p = Path(path)
         if p.suffix.lower() == ".gguf":
-            try:
-                from linnet.lang.weights.gguf import (  # type: ignore[import-not-found]
-                    tokenizer_parts,
-                )
-            except ImportError:
-                raise coded_error("E0841", f"`{p}` is a GGUF file, but GGUF support is not "
-                                  "installed in this linnet-lang",
-                                  help="give the tokenizer of the model's checkpoint "
-                                       "directory instead (tokenizer=DIR), or upgrade "
-                                       "linnet-lang to a version that reads GGUF") from None
             return cls.from_parts(**tokenizer_parts(p))
         if p.is_file() and p.name in (TOKENIZER_FILE, CONFIG_FILE):
             p = p.parent
