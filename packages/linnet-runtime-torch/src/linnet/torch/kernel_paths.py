@@ -34,6 +34,7 @@ from linnet.backends import (
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
 from linnet.lang.check.kernel_cases import binding_name
+from linnet.lang.check.kernel_instances import with_kernels
 from linnet.lang.emit.torch import emit_torch, launch_args
 from linnet.lang.ir.graph import Call, Graph
 from linnet.lang.ir.slices import slice_steps
@@ -247,8 +248,9 @@ class KernelPaths:
             for r, sl in zip(chosen, slices):  # the call's arguments too (with_arguments)
                 sl.inputs += [v for v in r.inputs if v not in sl.inputs]
             device = target.device or ("cuda" if target.kind == "cuda" else "cpu")
+            view = with_kernels(view, self.program, backwards=False)
             text = emit_torch(view, self.sources, numerics="fast", origin=graph.model,
-                              slices=[slices], program=self.program, device=str(device))
+                              slices=[slices], device=str(device))
             module = import_source(text, f"linnet_plan_{self.label}")
             meta = module.ENTRIES[graph.entry]["slices"]
             for i, r, sl, m in zip(members, chosen, slices, meta):

@@ -51,12 +51,12 @@ from linnet.lang.emit.triton import (
     READY,
     KernelText,
     chain_text,
-    kernel_args,
     kernel_text,
     launch_statement,
     runs_table,
 )
-from linnet.lang.ir.graph import Call, Graph, Step, kernel_stages
+from linnet.lang.ir.graph import Call, Graph, Step
+from linnet.lang.ir.kernels import KernelInstance, instance_key
 from linnet.lang.ir.slices import Slice, cut
 from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
 from linnet.lang.tensors.dtypes import accumulator
@@ -768,7 +768,9 @@ class TorchEmitter:
         self.entries: list[str] = []
         self.metadata: list[str] = []
         self._repeated_user: dict[int, list[int | None]] = {}
-        self.program: Any = None  # a Program: bound ops launch their kernels (emit/triton)
+        # The kernel instances of the calls this module launches (the graphs' own,
+        # ir/kernels.py), by instance_key.
+        self.kernels: dict[str, KernelInstance] = {}
         self.kernel_texts: dict[tuple, KernelText] = {}
         self.backwards: Backwards | None = None  # launches under autograd (emit/kernel_grad)
 
@@ -844,9 +846,9 @@ class TorchEmitter:
                       users_outside: Callable[[int, int], set[str]], members: set[int],
                       scope: Scope) -> tuple[Call, KernelText] | None:
         """A call of a bound op starting at step ``index`` whose kernel this module
-        launches (numerics fast, a program to lower kernels from, the `where` clause true),
-        with its kernel's text; None otherwise. See emit/triton.py."""
-        if self.program is None or self.options.numerics != Numerics.FAST:
+        launches (numerics fast, its instance recorded in the graph, the `where` clause
+        true), with its kernel's text; None otherwise. See emit/triton.py."""
+        if self.options.numerics != Numerics.FAST or not graph.kernels:
             return None
         # The longest first: a span op's call (ir/spans.py) over an op call it contains.
         for call in sorted(starts.get(index, []), key=lambda c: c.start - c.stop):
@@ -860,6 +862,10 @@ class TorchEmitter:
             if call.attributes.get("writes") and (not self.kernels_write_states
                                                   or self.backwards is not None):
                 continue  # its kernel stores into states: the call without the writes
+            found = graph.kernels.get(instance_key(call.attributes))
+            if found is None:
+                continue  # not recorded (check/kernel_instances.py): the op's body runs
+            self.kernels[found.key] = found
             if not self.kernels_scratch and self.uses_scratch(call):
                 continue  # its kernel keeps scratch buffers, which this target cannot
             if users_outside(call.start, call.stop) - set(results):
@@ -872,11 +878,7 @@ class TorchEmitter:
 
     def uses_scratch(self, call: Call) -> bool:
         """Whether a kernel the call launches declares `scratch(...)` buffers."""
-        from linnet.lang.ir.tiles import find_kernel
-
-        assert self.program is not None
-        return any(find_kernel(self.program, name).scratch
-                   for name, _ in kernel_stages(call.attributes))
+        return self.kernels[instance_key(call.attributes)].scratch
 
     def kernel_text(self, call: Call) -> KernelText:
         """The kernel instance a bound call launches, written once per module."""
@@ -888,26 +890,14 @@ class TorchEmitter:
         """The text of the kernel a call binds, or of its chain's kernels and the launcher
         that runs them in turn, written once per module (``text_of`` and ``chain_of``:
         emit/triton.py's or emit/pallas.py's)."""
-        from linnet.lang.check.kernel_access import raise_access_faults
-        from linnet.lang.ir.tiles import find_kernel, lower_kernel, redirect_stores
-
-        assert self.program is not None
-        program = self.program
-        args = call.attributes.get("args", [])
-        stages = kernel_stages(call.attributes)
-        found = [(name, gen, kernel_args(args, find_kernel(program, name)))
-                 for name, gen in stages]
-        # The last stage makes the op's results: those the call writes into states, it
-        # stores there (ir/tiles.py's redirect_stores).
+        # Lowered once at lowering time (check/kernel_instances.py), the state writes
+        # redirected; a kernel that does not lower or accesses out of bounds for these
+        # shapes raises its coded error here, where its launch would be written.
+        kernels = self.kernels[instance_key(call.attributes)].launched()
         writes = [(w["result"], w["positions"]) for w in call.attributes.get("writes") or []]
-        key = (*((name, repr(sorted(gen.items())), repr(sorted(sc.items())))
-                 for name, gen, sc in found), repr(writes))
+        key = (*((k.name, repr(sorted(k.generics.items())), repr(sorted(k.scalars.items())))
+                 for k in kernels), repr(writes))
         if key not in self.kernel_texts:
-            kernels = [lower_kernel(program, name, gen, sc) for name, gen, sc in found]
-            if writes:
-                kernels[-1] = redirect_stores(kernels[-1], writes)
-            # Never written where it would index out of bounds or race for these shapes.
-            raise_access_faults(program, kernels, f"`{call.callee}` at {call.loc}")
             texts = [text_of(k, self.sources, precision, self.used_names) for k in kernels]
             self.kernel_texts[key] = texts[0] if len(texts) == 1 else chain_of(
                 texts, self.used_names)
@@ -1215,7 +1205,7 @@ class TorchEmitter:
                          stop=sl.stop, inputs=sl.inputs, outputs=sl.outputs,
                          parameters=sl.parameters, states=sl.states) for sl in sls]))
         else:
-            self.backwards = Backwards(self.program) if self.program is not None else None
+            self.backwards = Backwards()
             entries = [self.entry_function(g, cut(g)) for g in graphs]
             # Each launch's backward pass, as entries of their own (emit/kernel_grad.py).
             while self.backwards is not None and len(self.backwards.graphs) > len(entries) \
@@ -1298,13 +1288,13 @@ class TorchEmitter:
 
 def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
                numerics: str = "exact", fast: bool = True, origin: str = "",
-               slices: list[list[Slice]] | None = None, program: Any = None,
-               device: str = "cpu") -> str:
+               slices: list[list[Slice]] | None = None, device: str = "cpu") -> str:
     """PyTorch source for one or more lowered entries of a model.
 
-    With ``program`` (the :class:`~linnet.lang.Program` the graphs came from) and numerics
-    "fast", each call of an op bound to a kernel launches the kernel where it can (see
-    :mod:`linnet.lang.emit.triton`); without, the op's body runs.
+    Under numerics "fast", each call of an op bound to a kernel whose instance the graph
+    holds (recorded at lowering time: :func:`linnet.lang.check.kernel_instances.with_kernels`)
+    launches the kernel where it can (see :mod:`linnet.lang.emit.triton`); elsewhere the
+    op's body runs.
 
     The text always compiles: a rule that writes invalid Python is an internal error
     (E0910, naming the step and its source line) and so is a module that does not compile
@@ -1323,5 +1313,4 @@ def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = Non
     """
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
     emitter = TorchEmitter(sources, Options(Numerics.parse(numerics), fast, str(device)))
-    emitter.program = program
     return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"), slices)
