@@ -1,4 +1,4 @@
-"""Span ops (ir/spans.py): where a span op's body stands in a lowered graph, it is claimed as
+"""Span ops (check/spans.py): where a span op's body stands in a lowered graph, it is claimed as
 one call of the span op, with the kernel binding of the graph's own shapes; where it does not
 stand whole (a value used outside, other steps between, other wiring, a kernel whose `where`
 fails) nothing is claimed."""
@@ -10,7 +10,7 @@ import pytest
 from linnet.lang import Program
 from linnet.lang.check.kernel_instances import with_kernels
 from linnet.lang.check.lowering import lower
-from linnet.lang.ir.spans import Spans, claim_spans, span_ops, spans_for, std_spans
+from linnet.lang.check.spans import Spans, claim_spans, span_ops, spans_for, std_spans
 from linnet.lang.ir.verify import verify
 
 SPANS = (Path(__file__).parent / "spans" / "norm_linear.linnet").read_text()

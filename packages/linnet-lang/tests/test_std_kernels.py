@@ -97,7 +97,7 @@ STD_CHAINS = {
         ("decode_attention_combine_tiles",
          "<B, S, KV, G, HD, T, (S + 1023) / 1024, 16, 4, 128>", [])),
     # Three kernels: the attention input's split-K part, the splits that finish it and
-    # attend, the combine (claimed across the cache writes: ir/spans.py's Spans.fuse).
+    # attend, the combine (claimed across the cache writes: check/spans.py's Spans.fuse).
     **{f"std.nn.decode::rms_norm_qkv_rope_attention{wide}": (
         ("rms_norm_qkv_split_part", f"<N, D, KV * G * HD, KV * HD, T, 16, {bo}, {bk}, {ks}>",
          ["BR >= N"]),

@@ -2,7 +2,7 @@
 
 Under numerics "fast", a bound op's call (``op rms_norm ... kernel rms_norm_rows``) and a
 span op's claim over several calls (``linear(rms_norm(x, nw, eps), w)`` claimed by a span
-op, see :mod:`linnet.lang.ir.spans`) are regions of :class:`KernelPaths`, the built-in
+op, see :mod:`linnet.lang.check.spans`) are regions of :class:`KernelPaths`, the built-in
 backend ``linnet-kernels``. Its executable for a region is the generated PyTorch of those
 steps with the kernel launched; the generated source it is timed against (and that the plan
 runs wherever it is not faster by the margin) is the same steps without kernels. So a kernel
@@ -38,7 +38,8 @@ from linnet.lang.check.kernel_instances import with_kernels
 from linnet.lang.emit.torch import emit_torch, launch_args
 from linnet.lang.ir.graph import Call, Graph
 from linnet.lang.ir.slices import slice_steps
-from linnet.lang.ir.spans import closed, spans_for, std_spans
+from linnet.lang.check.spans import spans_for, std_spans
+from linnet.lang.passes.spans import closed
 
 from .home import import_source
 

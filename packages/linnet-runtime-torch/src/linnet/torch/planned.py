@@ -34,7 +34,7 @@ from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph, ValueType
 from linnet.lang.ir.slices import Slice, slice_steps
-from linnet.lang.ir.spans import claim_spans
+from linnet.lang.check.spans import claim_spans
 from linnet.plan import (
     Candidate,
     TimingCache,
@@ -491,7 +491,7 @@ class PlanBuilder:
             self.skipped.append(SkipRecord(paths.name, "linnet-runtime-torch", paths.version,
                                            "", paths.last_reason or "declined", ""))
             return []
-        self.say("finding span ops' claims (ir/spans.py)")
+        self.say("finding span ops' claims (check/spans.py)")
         self.graph = claim_spans(self.graph, self.model.program)
         return [paths]
 

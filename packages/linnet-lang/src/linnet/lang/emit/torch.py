@@ -669,7 +669,7 @@ FAST_CALLS: dict[str, FastRule] = {
 
 def launch_args(call: Call) -> list[str]:
     """The tensors a bound call's launch passes: its tensor arguments, then, for each state
-    it writes (``writes``: ir/spans.py's ``state_writes``), the state and its positions."""
+    it writes (``writes``: check/spans.py's ``state_writes``), the state and its positions."""
     out = [a for a in call.attributes.get("args", []) if isinstance(a, str)]
     for w in call.attributes.get("writes") or []:
         out += [w["state"], w["at"]]
@@ -850,7 +850,7 @@ class TorchEmitter:
         true), with its kernel's text; None otherwise. See emit/triton.py."""
         if self.options.numerics != Numerics.FAST or not graph.kernels:
             return None
-        # The longest first: a span op's call (ir/spans.py) over an op call it contains.
+        # The longest first: a span op's call (check/spans.py) over an op call it contains.
         for call in sorted(starts.get(index, []), key=lambda c: c.start - c.stop):
             if not call.attributes.get("kernel") or not call.attributes.get("kernel_applies") \
                     or call.stop > stop or call.stop <= call.start:

@@ -120,7 +120,7 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
     first two axes as one), followed by a parameter ``<name>_at`` (``[N]``, i32): a store to
     row ``n`` of the result goes to row ``n * S + at[n]`` of the state, which is what
     ``state[n, at[n], ...] = result[n, ...]`` writes (a decode step's KV-cache write, done by
-    the kernel that makes the result: ``ir/spans.py``'s :func:`state_writes`). The kernel
+    the kernel that makes the result: ``check/spans.py``'s :func:`state_writes`). The kernel
     loads ``at`` at each such store, for the rows it stores (rows past N read 0: their
     stores are masked off, as they were into the result). The new parameters come last, in
     ``writes``' order; ``k`` itself is left as it is.
