@@ -46,7 +46,7 @@ def no_backward_advice(op: OpInfo, cause: Diagnostic) -> tuple[str, str]:
 
     >>> op = OpInfo("f", "m::f", ["x"], [], False)
     >>> no_backward_advice(op, Diagnostic("E0603", "cannot determine `K`"))[1][:40]
-    "the backward pass is lowered from the ty"
+    'the backward pass is lowered from the ty'
     """
     what = "its grad clause" if op.has_grad else "its body (run again)"
     message = (f"the kernel launch of `{op.qualified_name}` cannot be differentiated: "
