@@ -138,7 +138,8 @@ pub op f<N: Dim, K: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {
     _, help = no_backward_advice(op_info(op), Diagnostic("E0522", "gradient for `x` has shape [2]",
                                                 help=""))
     assert help.startswith("fix `f`'s grad clause (gradient for `x` has shape [2])")
-    _, help = no_backward_advice(op_info(op), Diagnostic("E0441", "returns 1 values but declares 3"))
+    _, help = no_backward_advice(op_info(op),
+                                 Diagnostic("E0441", "returns 1 values but declares 3"))
     assert "limitation of Linnet" in help and "report it" in help
     assert "generic" not in help  # the old advice named generics whatever the cause
 

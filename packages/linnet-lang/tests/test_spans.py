@@ -229,7 +229,8 @@ def test_a_claim_with_state_writes_launches_from_generated_pytorch_only():
     sl = slice_steps(claimed, list(range(len(claimed.steps))), "all")
     torch_src = emit_torch(with_kernels(claimed, program), numerics="fast", slices=[[sl]])
     assert "def launch_pair_rows_into_y_2_4(x, y, y_at):" in torch_src
-    assert "launch_pair_rows_into_y" not in emit_torch(with_kernels(claimed, program), numerics="fast")
+    assert "launch_pair_rows_into_y" not in emit_torch(with_kernels(claimed, program),
+                                                       numerics="fast")
     assert "mutates=('y',)" in torch_src and "check_inplace(y, 'y', 'pair_rows')" in torch_src
     jax_src = emit_jax(with_kernels(claimed, program), numerics="fast")
     assert "_into_" not in jax_src and "pair_rows_2_4" in jax_src

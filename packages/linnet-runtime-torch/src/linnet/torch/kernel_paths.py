@@ -35,10 +35,10 @@ from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
 from linnet.lang.check.kernel_cases import binding_name
 from linnet.lang.check.kernel_instances import with_kernels
+from linnet.lang.check.spans import spans_for, std_spans
 from linnet.lang.emit.torch import emit_torch, launch_args
 from linnet.lang.ir.graph import Call, Graph
 from linnet.lang.ir.slices import slice_steps
-from linnet.lang.check.spans import spans_for, std_spans
 from linnet.lang.passes.spans import closed
 
 from .home import import_source

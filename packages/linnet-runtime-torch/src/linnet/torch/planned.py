@@ -30,11 +30,11 @@ from linnet.backends import (
 from linnet.backends.discovery import probe_all
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
+from linnet.lang.check.spans import claim_spans
 from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph, ValueType
 from linnet.lang.ir.slices import Slice, slice_steps
-from linnet.lang.check.spans import claim_spans
 from linnet.plan import (
     Candidate,
     TimingCache,

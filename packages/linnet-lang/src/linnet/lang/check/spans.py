@@ -1,4 +1,6 @@
-"""Span ops, the lowering-time pass: an op whose body composes other op calls and whose kernel runs them as one.
+"""Span ops, the lowering-time pass that claims them (it lowers their bodies; the graph
+side, matching, is :mod:`linnet.lang.passes.spans`): an op whose body composes other op
+calls and whose kernel runs them as one.
 
 ``rms_norm_linear(x, nw, eps, w)`` in std has the body ``linear(rms_norm(x, nw, eps), w)``
 and a kernel that computes both in one launch. A model never calls it: it calls `rms_norm`
@@ -176,7 +178,8 @@ def _pattern_of(op: A.FuncDecl, g: Graph, config: dict[str, Any]) -> Pattern | N
         else:
             params.append(value)
     nodes = graph_nodes(g, call.start, call.stop, skip=call)
-    return Pattern(op.qualified_name, params, scalars, list(call.attributes.get("results") or []), nodes,
+    return Pattern(op.qualified_name, params, scalars,
+                   list(call.attributes.get("results") or []), nodes,
                    _producers(nodes))
 
 
