@@ -90,7 +90,7 @@ def test_backward_bodies_are_recorded_once_and_named_by_the_module() -> None:
 
 def test_a_module_without_recorded_backwards_is_a_coded_error() -> None:
     program, graph = _graph()
-    with_kernels(graph, program, backwards=False)
+    graph = with_kernels(graph, program, backwards=False)
     with pytest.raises(LinnetError) as info:
         emit_torch(graph, numerics="fast")
     (diag,) = info.value.diagnostics
@@ -139,3 +139,18 @@ def test_scratch_is_read_from_the_instance() -> None:
     assert [i.scratch for i in graph.kernels.values()] == [True]
     assert "launch_block_total_20_8(x)" in emit_torch(graph, numerics="fast")
     assert "block_total" not in emit_jax(graph, numerics="fast")  # Pallas keeps no scratch
+
+
+def test_recording_a_copy_leaves_the_original_without_kernels() -> None:
+    """A runtime keeps its lowered graph and emits a plan's slices from it (or a claimed
+    copy of it) with no kernel launched: recording the module's graph must not reach it."""
+    program, graph = _graph()
+    recorded = with_kernels(graph, program)
+    assert recorded is not graph and recorded.kernels and graph.kernels == {}
+    assert graph.backwards == {} and "triton" not in emit_torch(graph, numerics="fast")
+    shallow = copy.copy(recorded)
+    record_kernels(copy.copy(graph), program)
+    assert graph.kernels == {}
+    assert shallow.kernels is recorded.kernels  # nothing of the copy's was replaced
+    (listed,) = with_kernels([graph], program)
+    assert listed.kernels.keys() == recorded.kernels.keys() and graph.kernels == {}

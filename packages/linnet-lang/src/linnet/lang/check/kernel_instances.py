@@ -35,6 +35,7 @@ none recorded runs every op's body, as ``emit_torch`` without a program did.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -119,11 +120,14 @@ def instance(program: Program, call: Call, key: str) -> KernelInstance:
 def record_kernels(graph: Graph, program: Program, backwards: bool = True) -> Graph:
     """Record in ``graph`` (in place; returned) every kernel instance its bound calls
     launch and, with ``backwards``, their backward passes (see the module docstring). An
-    instance already recorded is not lowered again.
+    instance already recorded is not lowered again. The tables are replaced, not added to,
+    so that a shallow copy (``copy.copy``: a claimed graph, a plan's view) recorded leaves
+    the graph it was copied from as it was.
 
     >>> record_kernels(Graph("e", "m"), Program.from_text("")).kernels
     {}
     """
+    graph.kernels, graph.backwards = dict(graph.kernels), dict(graph.backwards)
     for call in bound_calls(graph):
         key = instance_key(call.attributes)
         if key not in graph.kernels:
@@ -153,20 +157,23 @@ def record_kernels(graph: Graph, program: Program, backwards: bool = True) -> Gr
 
 def with_kernels(graphs: G, program: Program | None, numerics: str = "fast",
                  backwards: bool = True) -> G:
-    """``graphs`` (one graph or a list) with their kernel instances recorded
-    (:func:`record_kernels`) where kernels may launch: a ``program`` given and ``numerics``
-    "fast" (E0713 for a value that is neither "exact" nor "fast"). Elsewhere they are
-    returned as they are, and every op's body runs. What callers of ``emit_torch`` and
-    ``emit_jax`` do where they once passed the program.
+    """``graphs`` (one graph or a list) as shallow copies with their kernel instances
+    recorded (:func:`record_kernels`) where kernels may launch: a ``program`` given and
+    ``numerics`` "fast" (E0713 for a value that is neither "exact" nor "fast"). Elsewhere
+    they are returned as they are, and every op's body runs. The graphs given are left as
+    they are: a runtime's cached graph, which a plan's slices are emitted from, launches
+    nothing. What callers of ``emit_torch`` and ``emit_jax`` do where they once passed the
+    program.
 
-    >>> with_kernels(Graph("e", "m"), None).kernels
-    {}
+    >>> g = Graph("e", "m")
+    >>> with_kernels(g, None) is g, with_kernels(g, Program.from_text("")) is g
+    (True, False)
     """
     if program is None or Numerics.parse(numerics) != Numerics.FAST:
         return graphs
-    for graph in [graphs] if isinstance(graphs, Graph) else graphs:
-        record_kernels(graph, program, backwards)
-    return graphs
+    if isinstance(graphs, Graph):
+        return record_kernels(copy.copy(graphs), program, backwards)
+    return [record_kernels(copy.copy(g), program, backwards) for g in graphs]
 
 
 __all__ = ["BACKWARD_ENTRY", "bound_calls", "instance", "kernel_arguments", "record_kernels",
