@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import Any, overload
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.check.kernel_access import raise_access_faults
@@ -54,8 +54,6 @@ from linnet.lang.ir.kernels import (
 from linnet.lang.ir.tiles import redirect_stores
 from linnet.lang.pipeline import Numerics
 from linnet.lang.syntax.program import Program
-
-G = TypeVar("G", Graph, list[Graph])
 
 # The entry name a backward body is lowered with; the emitter names each one it writes.
 BACKWARD_ENTRY = "linnet_backward"
@@ -155,8 +153,14 @@ def record_kernels(graph: Graph, program: Program, backwards: bool = True) -> Gr
     return graph
 
 
-def with_kernels(graphs: G, program: Program | None, numerics: str = "fast",
-                 backwards: bool = True) -> G:
+@overload
+def with_kernels(graphs: Graph, program: Program | None, numerics: str = ...,
+                 backwards: bool = ...) -> Graph: ...
+@overload
+def with_kernels(graphs: list[Graph], program: Program | None, numerics: str = ...,
+                 backwards: bool = ...) -> list[Graph]: ...
+def with_kernels(graphs: Graph | list[Graph], program: Program | None,
+                 numerics: str = "fast", backwards: bool = True) -> Graph | list[Graph]:
     """``graphs`` (one graph or a list) as shallow copies with their kernel instances
     recorded (:func:`record_kernels`) where kernels may launch: a ``program`` given and
     ``numerics`` "fast" (E0713 for a value that is neither "exact" nor "fast"). Elsewhere
