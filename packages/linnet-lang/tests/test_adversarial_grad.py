@@ -11,9 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from linnet.lang import LinnetError, Program, check_text, lower
+from linnet.lang.check.kernel_backward import no_backward_advice, op_info
 from linnet.lang.check.kernel_cases import KernelCase, bound_ops, case_for, std_program
+from linnet.lang.check.kernel_instances import record_kernels
 from linnet.lang.diagnostics.core import Diagnostic
-from linnet.lang.emit.kernel_grad import Backwards, no_backward_advice
+from linnet.lang.emit.kernel_grad import Backwards
 from linnet.lang.grad import lower_grad
 from linnet.lang.grad.clause_check import (
     GradCase,
@@ -112,8 +114,8 @@ def test_the_backward_of_every_std_kernel_op_of_several_results_lowers():
                       {n: 1e-5 for n in case.scalars}, model="LinnetKernelCheck",
                       check=False)
         (call,) = [c for c in graph.calls if c.callee == op.qualified_name]
-        backwards = Backwards(wrapper)
-        backwards.backward(graph, call, "key")
+        backwards = Backwards()
+        backwards.backward(record_kernels(graph, wrapper), call, "key")
         assert "no_backward" not in backwards.functions[0], (op.name, backwards.functions[0])
         (bg,) = backwards.graphs
         assert len(bg.outputs) == len(op.results)
@@ -130,13 +132,14 @@ pub op f<N: Dim, K: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {
 }
 """)
     (op,) = clause_ops(prog)
-    message, help = no_backward_advice(op, Diagnostic("E0603", "cannot determine `K`"))
+    message, help = no_backward_advice(op_info(op), Diagnostic("E0603", "cannot determine `K`"))
     assert "its grad clause" in message and "cannot determine `K`" in message
     assert "name every generic of `f` on its own" in help and "numerics='exact'" in help
-    _, help = no_backward_advice(op, Diagnostic("E0522", "gradient for `x` has shape [2]",
+    _, help = no_backward_advice(op_info(op), Diagnostic("E0522", "gradient for `x` has shape [2]",
                                                 help=""))
     assert help.startswith("fix `f`'s grad clause (gradient for `x` has shape [2])")
-    _, help = no_backward_advice(op, Diagnostic("E0441", "returns 1 values but declares 3"))
+    _, help = no_backward_advice(op_info(op),
+                                 Diagnostic("E0441", "returns 1 values but declares 3"))
     assert "limitation of Linnet" in help and "report it" in help
     assert "generic" not in help  # the old advice named generics whatever the cause
 

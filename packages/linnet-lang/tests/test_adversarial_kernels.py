@@ -20,9 +20,10 @@ import pytest
 from linnet.lang import LinnetError, Program, check_program, check_text, lower
 from linnet.lang.check.kernel_access import case_faults, kernel_access_errors
 from linnet.lang.check.kernel_cases import SOFTMAX_EXAMPLE, bound_ops, sample_cases, std_program
+from linnet.lang.check.kernel_instances import with_kernels
+from linnet.lang.check.tile_lowering import lower_kernel
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.accesses import access_faults
-from linnet.lang.ir.tiles import lower_kernel
 from test_kernel_scratch import TOTAL
 
 
@@ -203,17 +204,17 @@ def test_emission_refuses_a_kernel_wrong_at_the_calls_own_shapes() -> None:
     graph = lower(program, "run", {"x": [3, 100]}, {"R": 3, "C": 100})
     sources = {m.source.name: m.source.text for m in program.modules.values()}
     with pytest.raises(LinnetError) as info:
-        emit_torch(graph, sources, numerics="fast", program=program)
+        emit_torch(with_kernels(graph, program), sources, numerics="fast")
     [diag] = info.value.diagnostics
     assert diag.code == "E0548" and "`store` writes y[0, 100]" in diag.message
     assert "R = 3, C = 100, B = 128" in diag.label and "`main::o` at" in diag.label
     # Under numerics exact no kernel is written: nothing to refuse.
-    emit_torch(graph, sources, numerics="exact", program=program)
+    emit_torch(with_kernels(graph, program), sources, numerics="exact")
     # JAX (Pallas) is emitted by the same code.
     from linnet.lang.emit.jax import emit_jax
 
     with pytest.raises(LinnetError) as info:
-        emit_jax(graph, sources, numerics="fast", program=program)
+        emit_jax(with_kernels(graph, program), sources, numerics="fast")
     assert info.value.diagnostics[0].code == "E0548"
 
 

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError, Program, check_text, lower
+from linnet.lang.check.kernel_instances import with_kernels
+from linnet.lang.check.tile_lowering import lower_kernel
 from linnet.lang.emit.jax import emit_jax
 from linnet.lang.emit.pallas import EXPECTED_MISSING, PALLAS_RULES, kernel_text
-from linnet.lang.ir.tiles import TILE_PRIMITIVES, lower_kernel
+from linnet.lang.ir.tiles import TILE_PRIMITIVES
 from test_emit_triton import MM, SOFTMAX_MODEL, sources
 
 
@@ -21,7 +23,7 @@ def module_text(shape: list[int], numerics: str = "fast", program: bool = True) 
     prog = Program.from_text(SOFTMAX_MODEL)
     g = lower(prog, "run", {"x": shape})
     src = {m.source.name: m.source.text for m in prog.modules.values()}
-    return emit_jax(g, src, numerics=numerics, program=prog if program else None)
+    return emit_jax(with_kernels(g, prog if program else None), src, numerics=numerics)
 
 
 def test_every_tile_primitive_has_a_pallas_rule():

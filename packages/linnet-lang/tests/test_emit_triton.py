@@ -8,9 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError, Program, check_text, lower
+from linnet.lang.check.kernel_instances import with_kernels
+from linnet.lang.check.tile_lowering import lower_kernel
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.emit.triton import EXPECTED_MISSING, TILE_RULES, kernel_text
-from linnet.lang.ir.tiles import TILE_PRIMITIVES, lower_kernel
+from linnet.lang.ir.tiles import TILE_PRIMITIVES
 
 SOFTMAX_MODEL = """
 use std.nn.activation::{softmax}
@@ -49,7 +51,7 @@ def module_text(shape: list[int], numerics: str = "fast", program: bool = True) 
     prog = Program.from_text(SOFTMAX_MODEL)
     g = lower(prog, "run", {"x": shape})
     src = {m.source.name: m.source.text for m in prog.modules.values()}
-    return emit_torch(g, src, numerics=numerics, program=prog if program else None)
+    return emit_torch(with_kernels(g, prog if program else None), src, numerics=numerics)
 
 
 def test_every_tile_primitive_has_a_triton_rule():
@@ -286,7 +288,7 @@ model M<R: Dim, C: Dim> {
 }""")
     g = lower(prog, "run", {"x": [3, 5], "z": [5, 3]})
     src = {m.source.name: m.source.text for m in prog.modules.values()}
-    text = emit_torch(g, src, numerics="fast", program=prog)
+    text = emit_torch(with_kernels(g, prog), src, numerics="fast")
     compile(text, "generated", "exec")
     # two calls launch one instance; z's softmax is dead, and so is its kernel: not written
     assert text.count("@triton.jit\ndef row_softmax") == 1

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from linnet.lang import LinnetError, Program, check_text, lower
 from linnet.lang.check.kernel_cases import binding_name, bound_ops, sample_cases
+from linnet.lang.check.kernel_instances import with_kernels
 from linnet.lang.emit.jax import emit_jax
 from linnet.lang.emit.torch import emit_torch
 
@@ -87,8 +88,8 @@ model P<R: Dim, C: Dim> {
 
 def test_the_first_kernel_may_take_the_ops_leading_parameters_only():
     prog = check_text(PARTS + PLUS)
-    text = emit_torch(lower(prog, "run", {"x": [3, 40], "b": [3]}, model="P"),
-                      numerics="fast", program=prog)
+    text = emit_torch(with_kernels(lower(prog, "run", {"x": [3, 40], "b": [3]}, model="P"), prog),
+                      numerics="fast")
     assert "    parts = launch_part_sums_3_40_f32_4_2(x)\n" \
            "    return launch_add_parts_plus_3_40_f32_2(x, b, parts)\n" in text
     # Not the trailing ones, nor more than the op has.
@@ -120,14 +121,14 @@ def test_either_where_clause_false_runs_the_body():
     # add_parts wants KS <= 8
     call, = [c for c in lower(prog, "run", {"x": [3, 40]}).calls if c.attributes.get("kernel")]
     assert call.attributes["kernel_applies"] is False
-    assert "launch_" not in emit_torch(lower(prog, "run", {"x": [3, 40]}), numerics="fast",
-                                       program=prog)
+    graph = with_kernels(lower(prog, "run", {"x": [3, 40]}), prog)
+    assert "launch_" not in emit_torch(graph, numerics="fast")
     assert not sample_cases(prog, bound_ops(prog)[0], count=1)
 
 
 def test_generated_pytorch_launches_the_first_then_the_second():
     prog = check_text(CHAIN)
-    text = emit_torch(lower(prog, "run", {"x": [3, 40]}), numerics="fast", program=prog)
+    text = emit_torch(with_kernels(lower(prog, "run", {"x": [3, 40]}), prog), numerics="fast")
     chain = "launch_part_sums_3_40_f32_4_4_then_add_parts"
     assert f"def {chain}(x):" in text
     assert "    parts = launch_part_sums_3_40_f32_4_4(x)\n" \
@@ -139,7 +140,7 @@ def test_generated_pytorch_launches_the_first_then_the_second():
 
 def test_generated_jax_runs_both_pallas_calls_in_one_custom_jvp():
     prog = check_text(CHAIN)
-    text = emit_jax(lower(prog, "run", {"x": [3, 40]}), numerics="fast", program=prog)
+    text = emit_jax(with_kernels(lower(prog, "run", {"x": [3, 40]}), prog), numerics="fast")
     assert "    parts = run_part_sums_3_40_f32_4_4(x)\n" \
            "    return run_add_parts_3_40_f32_4(x, parts)\n" in text
     assert ("return kernel_jvp(run_part_sums_3_40_f32_4_4_then_add_parts, body, backward)(x)"
@@ -180,13 +181,13 @@ def test_a_chain_of_three_checks_records_and_launches_each_on_the_one_before():
     assert binding_name(call.attributes) == "main::part_sums then pair_sums then add_parts"
     assert call.attributes["kernel_then"]["kernel_then"] == {
         "kernel": "main::add_parts", "kernel_generics": {"R": 3, "C": 40, "T": "f32", "KS": 2}}
-    text = emit_torch(graph, numerics="fast", program=prog)
+    text = emit_torch(with_kernels(graph, prog), numerics="fast")
     assert "def launch_part_sums_3_40_f32_4_4_then_pair_sums_then_add_parts(x):\n" in text
     assert ("    parts = launch_part_sums_3_40_f32_4_4(x)\n"
             "    halves = launch_pair_sums_3_40_f32_4(x, parts)\n"
             "    return launch_add_parts_3_40_f32_2(x, halves)\n") in text
     compile(text, "<chain>", "exec")
-    jax_text = emit_jax(graph, numerics="fast", program=prog)
+    jax_text = emit_jax(with_kernels(graph, prog), numerics="fast")
     assert "    halves = run_pair_sums_3_40_f32_4(x, parts)\n" in jax_text
     assert jax_text.count("pl.pallas_call(") == 3
 

@@ -5,9 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError, Program, check_text, lower
+from linnet.lang.check.tile_lowering import lower_kernel
 from linnet.lang.ir.graph import Graph
 from linnet.lang.ir.primitives import PRIMITIVES
-from linnet.lang.ir.tiles import TILE_PRIMITIVES, lower_kernel
+from linnet.lang.ir.tiles import TILE_PRIMITIVES
 
 SOFTMAX_MODEL = """
 use std.nn.activation::{softmax}

@@ -6,10 +6,11 @@ Pallas cannot keep a buffer. Launches are in linnet-runtime-torch's kernels_inte
 
 import pytest
 from linnet.lang import LinnetError, Program, check_program, lower
+from linnet.lang.check.kernel_instances import with_kernels
+from linnet.lang.check.tile_lowering import lower_kernel
 from linnet.lang.emit.jax import emit_jax
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.emit.triton import kernel_text
-from linnet.lang.ir.tiles import lower_kernel
 
 # Each program adds its block's sum into `parts`; the last one to count stores the total.
 TOTAL = """
@@ -90,9 +91,9 @@ def test_torch_launches_it_and_jax_runs_the_body():
     prog = Program.from_text(TOTAL)
     graph = lower(prog, "run", {"x": [20]})
     sources = {m.source.name: m.source.text for m in prog.modules.values()}
-    torch_text = emit_torch(graph, sources, numerics="fast", program=prog)
+    torch_text = emit_torch(with_kernels(graph, prog), sources, numerics="fast")
     assert "launch_block_total_20_8(x)" in torch_text
-    jax_text = emit_jax(graph, sources, numerics="fast", program=prog)
+    jax_text = emit_jax(with_kernels(graph, prog), sources, numerics="fast")
     assert "block_total" not in jax_text
 
 

@@ -1,4 +1,4 @@
-"""Span ops (ir/spans.py): where a span op's body stands in a lowered graph, it is claimed as
+"""Span ops (check/spans.py): where a span op's body stands in a lowered graph, it is claimed as
 one call of the span op, with the kernel binding of the graph's own shapes; where it does not
 stand whole (a value used outside, other steps between, other wiring, a kernel whose `where`
 fails) nothing is claimed."""
@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from linnet.lang import Program
+from linnet.lang.check.kernel_instances import with_kernels
 from linnet.lang.check.lowering import lower
-from linnet.lang.ir.spans import Spans, claim_spans, span_ops, spans_for, std_spans
+from linnet.lang.check.spans import Spans, claim_spans, span_ops, spans_for, std_spans
 from linnet.lang.ir.verify import verify
 
 SPANS = (Path(__file__).parent / "spans" / "norm_linear.linnet").read_text()
@@ -226,12 +227,12 @@ def test_a_claim_with_state_writes_launches_from_generated_pytorch_only():
     # As a plan's slice (the whole entry here); a whole model's source launches kernels with
     # their backward (autograd), and a kernel that writes a state has none: the steps write.
     sl = slice_steps(claimed, list(range(len(claimed.steps))), "all")
-    torch_src = emit_torch(claimed, numerics="fast", program=program, slices=[[sl]])
+    torch_src = emit_torch(with_kernels(claimed, program), numerics="fast", slices=[[sl]])
     assert "def launch_pair_rows_into_y_2_4(x, y, y_at):" in torch_src
-    assert "launch_pair_rows_into_y" not in emit_torch(claimed, numerics="fast",
-                                                       program=program)
+    assert "launch_pair_rows_into_y" not in emit_torch(with_kernels(claimed, program),
+                                                       numerics="fast")
     assert "mutates=('y',)" in torch_src and "check_inplace(y, 'y', 'pair_rows')" in torch_src
-    jax_src = emit_jax(claimed, numerics="fast", program=program)
+    jax_src = emit_jax(with_kernels(claimed, program), numerics="fast")
     assert "_into_" not in jax_src and "pair_rows_2_4" in jax_src
 
 

@@ -21,6 +21,7 @@ from linnet.lang.check.kernel_cases import (
     candidate_sizes,
     sample_cases,
 )
+from linnet.lang.check.kernel_instances import with_kernels
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.syntax.program import STD_ROOT
 
@@ -96,7 +97,7 @@ STD_CHAINS = {
         ("decode_attention_combine_tiles",
          "<B, S, KV, G, HD, T, (S + 1023) / 1024, 16, 4, 128>", [])),
     # Three kernels: the attention input's split-K part, the splits that finish it and
-    # attend, the combine (claimed across the cache writes: ir/spans.py's Spans.fuse).
+    # attend, the combine (claimed across the cache writes: check/spans.py's Spans.fuse).
     **{f"std.nn.decode::rms_norm_qkv_rope_attention{wide}": (
         ("rms_norm_qkv_split_part", f"<N, D, KV * G * HD, KV * HD, T, 16, {bo}, {bk}, {ks}>",
          ["BR >= N"]),
@@ -216,7 +217,7 @@ def test_llama_generated_source_without_a_program_has_no_launch(numerics: str) -
     assert "triton" not in text and "kernels_ready" not in text
     assert "F.linear(" in text and "F.rms_norm(" in text
     assert "F.silu(" in text  # silu_mul's fast call
-    exact = emit_torch(graph, numerics="exact", program=prog)
+    exact = emit_torch(with_kernels(graph, prog), numerics="exact")
     assert "triton" not in exact and "kernels_ready" not in exact  # exact: the body
 
 

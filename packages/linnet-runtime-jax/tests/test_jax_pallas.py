@@ -347,8 +347,8 @@ def test_std_kernels_equal_their_bodies_interpreted(module, op, interpret, tmp_p
     from hypothesis import strategies as st
     from jax.experimental import pallas as pl
     from linnet.lang import Program, lower
+    from linnet.lang.check.tile_lowering import find_kernel, lower_kernel
     from linnet.lang.emit.triton import instance_name, kernel_args
-    from linnet.lang.ir.tiles import find_kernel, lower_kernel
 
     @settings(max_examples=8, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -329,7 +329,7 @@ def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
 
 def test_the_toy_llama_decode_kernels_store_k_and_v_into_the_cache(interpret):
     """`rms_norm_qkv_rope` and its split-K chains, claimed with the cache writes after them
-    (ir/spans.py's `state_writes`): each region's kernel stores k and v into the layer's
+    (passes/spans.py's `state_writes`): each region's kernel stores k and v into the layer's
     cache itself (an `_into_k_v` instance) and leaves q and both caches as the generated
     source does (conform compares the states a region writes), on caches that already hold
     other positions, for two sequences at different positions (support.py; on CUDA:
@@ -350,7 +350,7 @@ def test_every_kernel_region_of_the_toy_llama_decode_launches_its_kernel(interpr
     out of scope and ran the op's body instead (every attention kernel region, until
     2026-12-01); and span ops over the same steps each launch their own kernel."""
     from linnet.backends import Options, Target
-    from linnet.lang.ir.spans import claim_spans
+    from linnet.lang.check.spans import claim_spans
     from linnet.torch import random_weights
     from linnet.torch.kernel_paths import KernelPaths
     from support import LLAMA, toy_config
@@ -396,7 +396,7 @@ def test_each_span_op_over_the_same_steps_launches_its_own_kernel(tmp_path, inte
     executable must launch its own op's kernel, not another claim's of the same steps (the
     H200 runs of 2026-12-01 timed `linear_gemv`'s kernel for every op over its steps)."""
     from linnet.backends import Options, Target
-    from linnet.lang.ir.spans import claim_spans
+    from linnet.lang.check.spans import claim_spans
     from linnet.torch.kernel_paths import KernelPaths
 
     path = two_span_ops(tmp_path)

@@ -8,7 +8,7 @@ import json
 import sys
 
 import triton
-from linnet.lang.ir.tiles import lower_kernel
+from linnet.lang.check.tile_lowering import lower_kernel
 from linnet.torch.kernels import _ensure_module, _program, kernel_module
 
 # Triton's pointer spellings of Linnet's element types.

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from linnet.lang import LinnetError
+from linnet.lang.check.kernel_instances import with_kernels
 from linnet.torch import load, random_weights
 from support import run_guarded
 
@@ -205,7 +206,7 @@ model M<N: Dim> {
     }
 }
 """)
-    text = emit_torch(lower_graph(prog, "go", {"x": [5]}), numerics="fast", program=prog)
+    text = emit_torch(with_kernels(lower_graph(prog, "go", {"x": [5]}), prog), numerics="fast")
     compile(text, "generated", "exec")
     assert "launch_with_grad(launch_scale_k_5_3_16, grad_op_1_scaled_by, x)" in text
     assert "def backward_1_scaled_by(inputs, grads):" in text

@@ -214,6 +214,7 @@ def cmd_torch(args: argparse.Namespace, emit: Callable | None = None) -> int:
     """Write generated PyTorch (or, with ``emit``, another emitter's Python) for every entry
     whose inputs were given."""
     from linnet.lang.check.driver import find_model
+    from linnet.lang.check.kernel_instances import with_kernels
     from linnet.lang.emit.torch import emit_torch
 
     emit_torch = emit or emit_torch
@@ -247,8 +248,8 @@ def cmd_torch(args: argparse.Namespace, emit: Callable | None = None) -> int:
             raise LinnetError(Diagnostic("E0644", "no entry had all its input shapes",
                                          help="give them with --input NAME=D0,D1"))
         sources = {m.source.name: m.source.text for m in program.modules.values()}
-        text = emit_torch(graphs, sources, numerics=args.numerics, fast=not args.no_fast,
-                          origin=args.file, program=program)
+        text = emit_torch(with_kernels(graphs, program, args.numerics), sources,
+                          numerics=args.numerics, fast=not args.no_fast, origin=args.file)
         if args.output:
             write_output(args.output, text)
     except LinnetError as err:

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.ir import verify as _verify
 from linnet.lang.ir.graph import Graph
-from linnet.lang.ir.passes import hoist_invariants
+from linnet.lang.passes.hoist import hoist_invariants
 
 
 class Numerics(StrEnum):

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from linnet.lang import Graph, Program
+from linnet.lang.check.kernel_instances import with_kernels
 from linnet.lang.emit.jax import emit_jax
 from linnet.lang.host.inputs import bind_inputs, check_count
 from linnet.lang.host.inputs import error as _error
@@ -218,8 +219,9 @@ def load_source(path: str | Path, entry: str, shapes: dict[str, Sequence[int]],
 
 def _module(program: Program, graph: Graph, numerics: str, fast: bool,
             clauses: dict[int, Any] | None = None) -> ModuleType:
-    text = emit_jax(graph, _sources(program), numerics=numerics, fast=fast,
-                    origin=program.root.source.name, program=program, clauses=clauses)
+    text = emit_jax(with_kernels(graph, program, numerics), _sources(program),
+                    numerics=numerics, fast=fast, origin=program.root.source.name,
+                    clauses=clauses)
     return import_source(text, f"linnet_jax_{graph.model.lower()}_{graph.entry}")
 
 

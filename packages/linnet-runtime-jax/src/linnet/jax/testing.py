@@ -40,6 +40,7 @@ from linnet.lang.check.kernel_cases import (
     scalar_value,
     std_program,
 )
+from linnet.lang.check.kernel_instances import with_kernels
 from linnet.lang.check.kernel_runs import run_checks
 from linnet.lang.host.verdicts import (
     Found,
@@ -127,7 +128,7 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
     inputs = _inputs(case, seed)
     body = import_source(emit_jax(graph, sources, numerics="exact"), "linnet_kernel_body")
     want = _entry(body)(*inputs, {}, {})[0]
-    text = emit_jax(graph, sources, numerics="fast", program=wrapper)
+    text = emit_jax(with_kernels(graph, wrapper), sources, numerics="fast")
 
     def launch() -> tuple[Any, int, bool]:
         fast = import_source(text, "linnet_kernel_check")

@@ -2,7 +2,7 @@
 
 Under numerics "fast", a bound op's call (``op rms_norm ... kernel rms_norm_rows``) and a
 span op's claim over several calls (``linear(rms_norm(x, nw, eps), w)`` claimed by a span
-op, see :mod:`linnet.lang.ir.spans`) are regions of :class:`KernelPaths`, the built-in
+op, see :mod:`linnet.lang.check.spans`) are regions of :class:`KernelPaths`, the built-in
 backend ``linnet-kernels``. Its executable for a region is the generated PyTorch of those
 steps with the kernel launched; the generated source it is timed against (and that the plan
 runs wherever it is not faster by the margin) is the same steps without kernels. So a kernel
@@ -34,11 +34,13 @@ from linnet.backends import (
 from linnet.lang import LinnetError
 from linnet.lang import __version__ as lang_version
 from linnet.lang.check.kernel_cases import binding_name
+from linnet.lang.check.kernel_instances import with_kernels
+from linnet.lang.check.spans import spans_for, std_spans
 from linnet.lang.emit.python_rules import launch_args
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Call, Graph
 from linnet.lang.ir.slices import slice_steps
-from linnet.lang.ir.spans import closed, spans_for, std_spans
+from linnet.lang.passes.spans import closed
 
 from .home import import_source
 
@@ -248,8 +250,9 @@ class KernelPaths:
             for r, sl in zip(chosen, slices):  # the call's arguments too (with_arguments)
                 sl.inputs += [v for v in r.inputs if v not in sl.inputs]
             device = target.device or ("cuda" if target.kind == "cuda" else "cpu")
+            view = with_kernels(view, self.program, backwards=False)
             text = emit_torch(view, self.sources, numerics="fast", origin=graph.model,
-                              slices=[slices], program=self.program, device=str(device))
+                              slices=[slices], device=str(device))
             module = import_source(text, f"linnet_plan_{self.label}")
             meta = module.ENTRIES[graph.entry]["slices"]
             for i, r, sl, m in zip(members, chosen, slices, meta):

@@ -56,9 +56,9 @@ def stages(program: Program | str | Path | None, name: str, generics: dict[str, 
     """
     import linnet.lang.syntax.tree as A
     from linnet.lang.check.evaluate import Evaluator, Fail, Frame
+    from linnet.lang.check.tile_lowering import find_kernel
     from linnet.lang.ir.builder import Builder
     from linnet.lang.ir.graph import kernel_stages
-    from linnet.lang.ir.tiles import find_kernel
     from linnet.lang.tensors.dims import Dim
 
     prog = _program(program)
@@ -107,8 +107,8 @@ def kernel_module(program: Program | str | Path | None, kernel: str, generics: d
                   scalars: dict[str, Any] | None = None, precision: str = "ieee") -> Any:
     """The imported module holding kernel ``kernel`` for ``generics`` and its launcher
     (``module.LAUNCH``), imported from a file under $LINNET_HOME."""
+    from linnet.lang.check.tile_lowering import lower_kernel
     from linnet.lang.emit.triton import HEADER, READY, kernel_text, runs_table
-    from linnet.lang.ir.tiles import lower_kernel
 
     prog = _program(program)
     module, _, short = kernel.rpartition("::")
@@ -168,7 +168,7 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
                      help="choose generics that satisfy the kernel's `where` clause")
     module = kernel_module(prog, kernel, kgen, scalars, precision)
     from linnet.lang.check.kernel_access import raise_access_faults
-    from linnet.lang.ir.tiles import lower_kernel
+    from linnet.lang.check.tile_lowering import lower_kernel
 
     # A chain's op tensors: the last kernel's parameters less the results of the kernel
     # before it (each next kernel takes the op's tensors, then the previous one's results);

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from linnet.lang import Graph, Program, lower
+from linnet.lang.check.kernel_instances import with_kernels
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.host.inputs import bind_inputs, check_count, dtype_error, short
 from linnet.lang.host.inputs import error as _error
@@ -233,8 +234,8 @@ class Model(TextModel):
         lowered = Lowered(graph)
         if not self.interpret:
             sources = {m.source.name: m.source.text for m in self.program.modules.values()}
-            text = emit_torch(graph, sources, numerics=self.numerics,
-                              origin=self.program.root.source.name, program=self.program,
+            text = emit_torch(with_kernels(graph, self.program, self.numerics), sources,
+                              numerics=self.numerics, origin=self.program.root.source.name,
                               device=str(self.device))
             module = import_source(text, f"linnet_{graph.model.lower()}_{entry}")
             lowered.module = module

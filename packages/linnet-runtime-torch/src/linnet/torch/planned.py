@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linnet.backends import Options
+from linnet.lang.check.spans import claim_spans
 from linnet.lang.diagnostics.core import coded_error
-from linnet.lang.ir.spans import claim_spans
 from linnet.plan import TimingCache, choose, choose_in_context
 from linnet.plan.arguments import check_backends, check_cache, check_progress, plan_options
 

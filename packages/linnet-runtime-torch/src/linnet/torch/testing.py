@@ -253,13 +253,14 @@ def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: to
     launches run under guarded memory (:mod:`linnet.torch.guarded`: an access outside the
     launch's tensors or a race between programs is a KernelFault), programs in reverse
     order with ``reverse``."""
+    from linnet.lang.check.kernel_instances import with_kernels
     from linnet.lang.emit.torch import emit_torch
 
     from .home import import_source
 
     sources = {m.source.name: m.source.text for m in wrapper.modules.values()}
-    text = emit_torch(graph, sources, numerics="fast", origin=wrapper.root.source.name,
-                      program=wrapper, device=str(device))
+    text = emit_torch(with_kernels(graph, wrapper), sources, numerics="fast",
+                      origin=wrapper.root.source.name, device=str(device))
     # Triton reads TRITON_INTERPRET when it decorates a kernel and again when it runs one.
     with triton_interpreter(device.type != "cuda"):
         module = import_source(text, "linnet_kernel_check")

@@ -37,11 +37,12 @@ import linnet.lang.syntax.tree as A
 from linnet.lang.check.core import Fail, Frame
 from linnet.lang.check.evaluate import Evaluator
 from linnet.lang.check.kernel_cases import KernelCase, bound_ops, sample_cases
+from linnet.lang.check.tile_lowering import find_kernel, lower_kernel
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, Span
 from linnet.lang.ir.accesses import AccessFault, access_faults
 from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.graph import Graph, kernel_stages
-from linnet.lang.ir.tiles import TileKernel, find_kernel, lower_kernel
+from linnet.lang.ir.tiles import TileKernel
 from linnet.lang.syntax.program import Program
 from linnet.lang.syntax.walk import walk_body
 from linnet.lang.tensors.dims import Dim

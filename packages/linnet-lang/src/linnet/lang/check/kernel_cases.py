@@ -402,7 +402,7 @@ def wrapper_program(program: Program, op: Any, case: KernelCase) -> Program:
     results = [f"Tensor[{', '.join(map(str, s))}; {d}]" for s, d in case.results]
     result = results[0] if len(results) == 1 else f"({', '.join(results)})"
     # No generics in the case: the call infers them from the arguments' types (a span op
-    # confirmed at a graph's own shapes, ir/spans.py).
+    # confirmed at a graph's own shapes, check/spans.py).
     generics = ", ".join(str(case.generics[g.name]) for g in op.generics) if case.generics \
         else ""
     call = f"{op.name}<{generics}>({', '.join(args)})" if generics else \

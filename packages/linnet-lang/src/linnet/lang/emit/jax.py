@@ -624,7 +624,7 @@ class JaxEmitter(PythonEmitter):
         lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         from linnet.lang.emit.kernel_grad import NOT_LINEAR, clause_not_linear
 
-        problem = clause_not_linear(self.program, call, template, graph)
+        problem = clause_not_linear(call, template, graph)
         if problem is not None:
             # JAX differentiates the launch through the clause's transpose (emit/pallas.py's
             # kernel_jvp), which a clause that is not linear has not: differentiating the
@@ -682,13 +682,13 @@ class JaxEmitter(PythonEmitter):
 
 def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
              numerics: str = "exact", fast: bool = True, origin: str = "",
-             program: object = None, clauses: dict[int, Any] | None = None) -> str:
+             clauses: dict[int, Any] | None = None) -> str:
     """JAX source for one or more lowered entries of a model (text; jax is not imported).
 
     Each entry becomes ``f(*inputs, params, states) -> (outputs, new_states)``, a pure
     function; ``fast=False`` lowers std ops from their bodies instead of fused JAX calls.
-    With ``program`` (the :class:`~linnet.lang.Program` the graphs came from) and numerics
-    "fast", each call of an op bound to a kernel launches the kernel through
+    Under numerics "fast", each call of an op bound to a kernel whose instance the graph
+    holds (:func:`linnet.lang.check.kernel_instances.with_kernels`) launches the kernel through
     ``pl.pallas_call`` where it can (see :mod:`linnet.lang.emit.pallas`); without, the op's
     body runs. Under jax.grad a launched kernel's backward is the op's ``grad`` clause where
     ``clauses`` (``lower(..., grad_clauses=clauses)``: call index -> clause) has its call,
@@ -703,6 +703,5 @@ def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
     """
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
     emitter = JaxEmitter(sources, Options(Numerics.parse(numerics), fast))
-    emitter.program = program
     emitter.clauses = clauses
     return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"))

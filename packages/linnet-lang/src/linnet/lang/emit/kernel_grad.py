@@ -28,14 +28,14 @@ True
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-import linnet.lang.syntax.tree as A
-from linnet.lang.diagnostics.core import LinnetError, SourceFile
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.emit.triton import TORCH_DTYPES
 from linnet.lang.ir.graph import Graph
+from linnet.lang.ir.kernels import BackwardBody, OpInfo, backward_key, instance_key, value_type
 
-MODEL = "LinnetKernelGrad"
 # Raised by generated code when autograd reaches a launch whose backward could not be lowered.
 NO_BACKWARD = "E0545"
 # Raised by generated JAX when a launch whose op's grad clause is not linear is differentiated.
@@ -114,64 +114,6 @@ def no_backward(message, help):
     return LinnetError(Diagnostic("E0545", message, help=help))'''
 
 
-def backward_graph(program: Any, op: A.FuncDecl, arg_types: list[tuple[tuple[int, ...], str]],
-                   result_types: list[tuple[tuple[int, ...], str]], scalars: dict[str, Any],
-                   entry: str) -> tuple[Graph, bool]:
-    """The backward graph of one bound call: ``(graph, uses_grad_clause)``.
-
-    ``arg_types`` are the shapes and dtypes of the op's tensor arguments at the call,
-    ``result_types`` its results', ``scalars`` the values of its scalar parameters.
-    With a grad clause the entry takes the tensor arguments and then one incoming gradient
-    per result, and returns one gradient per tensor parameter; without one it takes the
-    tensor arguments and returns the op's results (its body, to run again under autograd).
-    """
-    from linnet.lang.check.driver import lower
-    from linnet.lang.syntax.parser import parse
-    from linnet.lang.syntax.program import Program
-
-    module = op.module
-    assert module is not None
-    text = module.source.text
-
-    def src(span: Any) -> str:
-        return text[span.start:span.stop]
-
-    tensors = [p for p in op.params if isinstance(p.type, A.TensorType)]
-    configs = "".join(f"    config {p.name}: {src(p.type.span)} = {_literal(scalars[p.name])}\n"
-                      for p in op.params if not isinstance(p.type, A.TensorType))
-    # The model takes the op's generics, bound from the inputs' shapes and dtypes; the entry
-    # takes the op's tensor parameters, with the op's own types.
-    params = [src(p.span) for p in tensors]
-    names = [p.name for p in tensors]
-    types = list(arg_types)
-    if op.grad is not None:
-        params += [f"{n}: {src(r.type.span)}" for n, r in zip(op.grad.names, op.results)]
-        names += list(op.grad.names)
-        types += list(result_types)
-        results = [src(p.type.span) for p in tensors]
-        body = src(op.grad.body.span)
-    else:
-        results = [src(r.type.span) for r in op.results]
-        body = _call_body(op)
-    generics = ", ".join(src(g.span) for g in op.generics)
-    where = (" where " + ", ".join(src(w.span) for w in op.where)) if op.where else ""
-    result = results[0] if len(results) == 1 else f"({', '.join(results)})"
-    wrapper = (text.rstrip("\n") + "\n\n// Added by linnet.lang.emit.kernel_grad.\n"
-               f"pub model {MODEL}{f'<{generics}>' if generics else ''}{where} {{\n{configs}"
-               f"    entry {entry}({', '.join(params)}) -> {result} {body}\n}}\n")
-    prog = Program(parse(SourceFile(module.source.name, wrapper), module.name),
-                   list(program.search))
-    inputs = {n: (list(shape), dtype) for n, (shape, dtype) in zip(names, types)}
-    config = _generics(op, tensors, arg_types, result_types)
-    graph = lower(prog, entry, inputs, config, model=MODEL, check=False)
-    for call_ in graph.calls:
-        # The differentiated body never launches a kernel itself.
-        call_.attributes.pop("kernel_applies", None)
-        if "kernel" in call_.attributes:
-            call_.attributes["kernel_applies"] = False
-    return graph, op.grad is not None
-
-
 def backward_function(name: str, entry_function: str, uses_grad_clause: bool,
                       outputs: int) -> str:
     """The ``backward(inputs, grads)`` a launch passes to ``launch_with_grad``."""
@@ -212,76 +154,17 @@ def math_under_autograd(tensors: list[str], fused: list[str]
     return indented(lines), stored, loaded - stored
 
 
-def _generics(op: A.FuncDecl, tensors: list[A.Param],
-              arg_types: list[tuple[tuple[int, ...], str]],
-              result_types: list[tuple[tuple[int, ...], str]]) -> dict[str, Any]:
-    """The op's generics that the call's types give directly, as the wrapper model's config.
-
-    Element types are not bound from inputs, and a dim is bound from an input only where it
-    can be solved (`Tensor[H * HD, D; T]` does not give `H` alone): every generic that a
-    parameter's or a result's type names on its own (`Tensor[N, H, HD; T]`) is given here,
-    so an op whose results name a generic its parameters only multiply (the fused QKV ops'
-    `H`, `KV`, `G`) has a backward pass too.
-    """
-    kinds = {g.name: g.kind for g in op.generics}
-    config: dict[str, Any] = {}
-    typed = list(zip(tensors, arg_types)) + list(zip(op.results, result_types))
-    for p, (shape, dtype) in typed:
-        if not isinstance(p.type, A.TensorType):
-            continue
-        name = p.type.dtype.name
-        if kinds.get(name) == "DType":
-            config.setdefault(name, dtype)
-        if len(p.type.dims) != len(shape):
-            continue
-        for dim, size in zip(p.type.dims, shape):
-            if isinstance(dim, A.Name) and kinds.get(dim.name) == "Dim":
-                config.setdefault(dim.name, size)
-    return config
-
-
-def _call_body(op: A.FuncDecl) -> str:
-    """The body of an entry that calls ``op`` and returns each of its results.
-
-    `return op(...)` of an op with several results returns one value (the tuple), not each
-    result, so the results are bound by name first (issue 46: E0441 "returns 1 values but
-    declares 3" was the backward of every several-result kernel op)."""
-    call = f"{op.name}({', '.join(p.name for p in op.params)})"
-    if len(op.results) == 1:
-        return f"{{\n        return {call}\n    }}"
-    taken = {p.name for p in op.params}
-    names = []
-    for i in range(len(op.results)):
-        name = f"linnet_result_{i}"
-        while name in taken:
-            name += "_"
-        names.append(name)
-    joined = ", ".join(names)
-    return f"{{\n        let ({joined}) = {call}\n        return {joined}\n    }}"
-
-
-def _tensor(t: tuple[tuple[int, ...], str]) -> str:
-    shape, dtype = t
-    return f"Tensor[{', '.join(str(s) for s in shape)}; {dtype}]"
-
-
-def _literal(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v) if "e" in repr(v) or "." in repr(v) else f"{v}.0"
-    return str(v)
-
-
-
-
 class Backwards:
     """The backward functions one generated module needs: one per bound call's op, kernel
-    instance and argument types, each with its lowered graph (written as an extra entry
-    function of the module, kernels off)."""
+    instance and argument types, each with its graph (lowered at lowering time:
+    ``graph.backwards``, check/kernel_instances.py; written as an extra entry function of
+    the module, kernels off).
 
-    def __init__(self, program: Any):
-        self.program = program
+    >>> Backwards().functions
+    []
+    """
+
+    def __init__(self) -> None:
         self.names: dict[tuple, str] = {}
         self.graphs: list[Graph] = []
         self.functions: list[str] = []
@@ -290,19 +173,19 @@ class Backwards:
         """The name of the custom op (``kernel_grad_op``) a launch of kernel instance ``key``
         at ``call`` (an op's call in ``graph``) goes through under autograd: the launcher
         (``launch_<key>`` unless ``launcher`` says) with the op's backward function."""
-        op = _find_op(self.program, call.callee)
-        args = call.attributes.get("args", [])
-        arg_types = []
-        scalars = {}
-        for p, a in zip(op.params, args):
-            if isinstance(p.type, A.TensorType):
-                vt = _value_type(graph, a)
-                arg_types.append((tuple(vt.shape), vt.dtype))
-            else:
-                scalars[p.name] = a
-        result_types = [(tuple(_value_type(graph, r).shape), _value_type(graph, r).dtype)
-                        for r in call.attributes.get("results", [])]
-        ident = (call.callee, key, repr(arg_types), repr(sorted(scalars.items())))
+        body: BackwardBody | None = graph.backwards.get(
+            backward_key(graph, call.attributes, call.callee))
+        if body is None:
+            raise LinnetError(Diagnostic(
+                "E0680", f"the kernel launch of `{call.callee}` at {call.loc} has no backward "
+                         "pass recorded in its graph, and a module with entry functions "
+                         "launches kernels under autograd",
+                help="record the graph's kernels with their backward passes before emitting "
+                     "it: `with_kernels(graph, program, numerics)` "
+                     "(linnet.lang.check.kernel_instances; backwards=False is for plans' "
+                     "slice functions alone)"))
+        op = body.op
+        ident = (call.callee, key, repr(body.arg_types), repr(sorted(body.scalars.items())))
         if ident in self.names:
             return self.names[ident]
         n = len(self.names) + 1
@@ -310,53 +193,36 @@ class Backwards:
         name = f"backward_{n}_{op.name}"
         grad_op = f"grad_op_{n}_{op.name}"
         self.names[ident] = grad_op
-        try:
-            g, clause = backward_graph(self.program, op, arg_types, result_types, scalars,
-                                       entry)
-        except LinnetError as err:
+        if body.graph is None:
             # The forward pass must not fail for want of a backward one: the launch runs,
             # and only differentiating it is an error (E0545), naming why.
-            self.functions.append(_no_backward(name, op, err.diagnostics[0]))
+            self.functions.append(_no_backward(name, op, body.advice))
         else:
-            self.graphs.append(g)
-            self.functions.append(backward_function(name, entry, clause, len(result_types)))
+            self.graphs.append(_named(body.graph, body.entry, entry))
+            self.functions.append(backward_function(name, entry, body.uses_grad_clause,
+                                                    len(body.result_types)))
         # The launcher is defined further down the module: the lambda reads it when called.
         results = ", ".join(f"({shape!r}, {TORCH_DTYPES[dtype]})"
-                            for shape, dtype in result_types)
+                            for shape, dtype in body.result_types)
         self.functions.append(
             f"{grad_op} = kernel_grad_op({f'grad_{n}_{op.name}'!r}, "
-            f"lambda *tensors: {launcher or f'launch_{key}'}(*tensors), {len(arg_types)}, "
-            f"{name}, ({results},))")
+            f"lambda *tensors: {launcher or f'launch_{key}'}(*tensors), "
+            f"{len(body.arg_types)}, {name}, ({results},))")
         return grad_op
 
 
-def no_backward_advice(op: A.FuncDecl, cause: Any) -> tuple[str, str]:
-    """E0545's message and help for ``op``, matched to why its backward did not lower
-    (``cause``: the first diagnostic of that lowering).
-
-    >>> # no_backward_advice(op, Diagnostic("E0603", "cannot determine `K`"))
-    """
-    what = "its grad clause" if op.grad is not None else "its body (run again)"
-    message = (f"the kernel launch of `{op.qualified_name}` cannot be differentiated: "
-               f"its backward pass, {what}, could not be lowered for these shapes "
-               f"({cause.code}: {cause.message})")
-    exact = "or load the model with numerics='exact', where the body runs and torch " \
-            "autograd differentiates it"
-    if cause.code == "E0603":
-        # A generic of the op that no tensor parameter or result names on its own (it is
-        # only given at the call, `op<N, 3>(x)`, or only in a product, `Tensor[H * HD]`).
-        return message, ("the backward pass is lowered from the types of the op's tensor "
-                         "parameters and results: name every generic of "
-                         f"`{op.name}` on its own in one of them (`Tensor[K; f32]`), " + exact)
-    if op.grad is not None and cause.code.startswith(("E052", "E095")):
-        return message, (f"fix `{op.name}`'s grad clause ({cause.help or cause.message}), "
-                         + exact)
-    return message, ("this is a limitation of Linnet's kernel backward passes, not of your "
-                     "model: please report it with the op's signature, " + exact)
+def _named(graph: Graph, old: str, new: str) -> Graph:
+    """A copy of a backward ``graph`` lowered with entry name ``old``, named ``new`` (the
+    name this module gives it), as if lowered so."""
+    out = copy.deepcopy(graph)
+    out.entry = new
+    for c in out.calls:
+        if c.kind == "entry" and c.callee.endswith(f".{old}"):
+            c.callee = c.callee[:-len(old)] + new
+    return out
 
 
-def clause_not_linear(program: Any, call: Any, template: Any, graph: Graph
-                      ) -> tuple[str, str] | None:
+def clause_not_linear(call: Any, template: Any, graph: Graph) -> tuple[str, str] | None:
     """E0561's message and help where the grad clause ``template`` (lowered for ``call``, a
     bound op's call in ``graph``) is not linear in its incoming gradients; None where it is.
 
@@ -364,25 +230,26 @@ def clause_not_linear(program: Any, call: Any, template: Any, graph: Graph
     (emit/pallas.py's ``kernel_jvp``), which only a linear clause has
     (linnet.lang.grad.linearity says why one is not).
 
-    >>> # clause_not_linear(program, call, template, graph)  -> None, or (message, help)
+    >>> # clause_not_linear(call, template, graph)  -> None, or (message, help)
     """
     from linnet.lang.grad.linearity import nonlinear_gradients
 
     def dtype(ref: str) -> str:
-        return str(_value_type(graph, ref).dtype)
+        return str(value_type(graph, ref).dtype)
 
     floats = [dtype(t).startswith(("f", "bf")) for t in template.targets]
     found = nonlinear_gradients(template.steps, template.incoming, template.returned, floats)
     if not found:
         return None
-    op = _find_op(program, call.callee)
-    names = [p.name for p in op.params if isinstance(p.type, A.TensorType)]
+    op = graph.kernels[instance_key(call.attributes)].op
+    assert op is not None  # a launched call's op is the program's (check/kernel_instances.py)
     index, why = found[0]
-    incoming = ", ".join(f"`{n}`" for n in (op.grad.names if op.grad else []))
+    incoming = ", ".join(f"`{n}`" for n in op.grad_names)
     message = (f"the grad clause of `{op.qualified_name}` ({template.loc}) is not linear in "
-               f"its incoming gradient(s) {incoming}: the gradient of `{names[index]}` {why}; "
-               "JAX differentiates the op's kernel launch through the transpose of its clause "
-               "(forward and reverse mode alike), which only a linear clause has")
+               f"its incoming gradient(s) {incoming}: the gradient of "
+               f"`{op.tensor_params[index]}` {why}; JAX differentiates the op's kernel launch "
+               "through the transpose of its clause (forward and reverse mode alike), which "
+               "only a linear clause has")
     help = ("a gradient is a linear function of the incoming one: scale it by values of the "
             "op's arguments (`let dx[n] = dy[n] * 2.0 * x[n]`), never add a constant to it "
             "or multiply it by itself; or load the model with numerics='exact', where the "
@@ -390,28 +257,11 @@ def clause_not_linear(program: Any, call: Any, template: Any, graph: Graph
     return message, help
 
 
-def _no_backward(name: str, op: A.FuncDecl, cause: Any) -> str:
-    message, help = no_backward_advice(op, cause)
+def _no_backward(name: str, op: OpInfo, advice: tuple[str, str]) -> str:
+    message, help = advice
     return (f"def {name}(inputs, grads):\n"
             f'    """No backward pass could be written for `{op.name}` ({NO_BACKWARD})."""\n'
             f"    raise no_backward({message!r}, {help!r})")
 
 
-def _value_type(graph: Graph, ref: str) -> Any:
-    """A value's type: a step's result or input (``%x``), a parameter or state (``@w``)."""
-    if ref.startswith("@"):
-        path = ref[1:]
-        return graph.parameters[path] if path in graph.parameters else graph.states[path]
-    return graph.values[ref]
-
-
-def _find_op(program: Any, qualified: str) -> A.FuncDecl:
-    module, _, short = qualified.rpartition("::")
-    mod = program.module(module)
-    item = mod.find(short) if mod is not None else None
-    assert isinstance(item, A.FuncDecl), qualified  # the graph's callee is the program's
-    return item
-
-
-__all__ = ["GRAD_HELPERS", "Backwards", "backward_function", "backward_graph",
-           "clause_not_linear"]
+__all__ = ["GRAD_HELPERS", "Backwards", "backward_function", "clause_not_linear"]

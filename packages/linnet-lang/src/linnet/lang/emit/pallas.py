@@ -305,7 +305,7 @@ def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
     against ``taken``, which this extends).
 
     >>> from linnet.lang.syntax.program import Program
-    >>> from linnet.lang.ir.tiles import lower_kernel
+    >>> from linnet.lang.check.tile_lowering import lower_kernel
     >>> prog = Program.from_text("use std.nn.activation::{softmax}")
     >>> k = lower_kernel(prog, "std.nn.activation::row_softmax", {"R": 2, "C": 3, "B": 4})
     >>> t = kernel_text(k, {}, "lax.Precision.HIGHEST", set())

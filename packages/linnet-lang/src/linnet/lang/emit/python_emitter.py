@@ -40,8 +40,9 @@ from linnet.lang.emit.python_rules import (
     parse_statement,
 )
 from linnet.lang.emit.tiles import literal
-from linnet.lang.emit.triton import KernelText, kernel_args
-from linnet.lang.ir.graph import Call, Graph, kernel_stages
+from linnet.lang.emit.triton import KernelText
+from linnet.lang.ir.graph import Call, Graph
+from linnet.lang.ir.kernels import KernelInstance, instance_key
 from linnet.lang.ir.slices import Slice
 from linnet.lang.pipeline import Numerics
 
@@ -88,7 +89,9 @@ class PythonEmitter(ABC):
         self.entries: list[str] = []
         self.metadata: list[str] = []
         self._repeated_user: dict[int, list[int | None]] = {}
-        self.program: Any = None  # a Program: bound ops launch their kernels (emit/triton)
+        # The kernel instances of the calls this module launches (the graphs' own,
+        # ir/kernels.py), by instance_key.
+        self.kernels: dict[str, KernelInstance] = {}
         self.kernel_texts: dict[tuple, KernelText] = {}
         self.backwards: Backwards | None = None  # launches under autograd (emit/kernel_grad)
 
@@ -164,11 +167,11 @@ class PythonEmitter(ABC):
                       users_outside: Callable[[int, int], set[str]], members: set[int],
                       scope: Scope) -> tuple[Call, KernelText] | None:
         """A call of a bound op starting at step ``index`` whose kernel this module
-        launches (numerics fast, a program to lower kernels from, the `where` clause true),
-        with its kernel's text; None otherwise. See emit/triton.py."""
-        if self.program is None or self.options.numerics != Numerics.FAST:
+        launches (numerics fast, its instance recorded in the graph, the `where` clause
+        true), with its kernel's text; None otherwise. See emit/triton.py."""
+        if self.options.numerics != Numerics.FAST or not graph.kernels:
             return None
-        # The longest first: a span op's call (ir/spans.py) over an op call it contains.
+        # The longest first: a span op's call (check/spans.py) over an op call it contains.
         for call in sorted(starts.get(index, []), key=lambda c: c.start - c.stop):
             if not call.attributes.get("kernel") or not call.attributes.get("kernel_applies") \
                     or call.stop > stop or call.stop <= call.start:
@@ -180,6 +183,10 @@ class PythonEmitter(ABC):
             if call.attributes.get("writes") and (not self.kernels_write_states
                                                   or self.backwards is not None):
                 continue  # its kernel stores into states: the call without the writes
+            found = graph.kernels.get(instance_key(call.attributes))
+            if found is None:
+                continue  # not recorded (check/kernel_instances.py): the op's body runs
+            self.kernels[found.key] = found
             if not self.kernels_scratch and self.uses_scratch(call):
                 continue  # its kernel keeps scratch buffers, which this target cannot
             if users_outside(call.start, call.stop) - set(results):
@@ -192,11 +199,7 @@ class PythonEmitter(ABC):
 
     def uses_scratch(self, call: Call) -> bool:
         """Whether a kernel the call launches declares `scratch(...)` buffers."""
-        from linnet.lang.ir.tiles import find_kernel
-
-        assert self.program is not None
-        return any(find_kernel(self.program, name).scratch
-                   for name, _ in kernel_stages(call.attributes))
+        return self.kernels[instance_key(call.attributes)].scratch
 
     @abstractmethod
     def kernel_text(self, call: Call) -> Any:
@@ -208,26 +211,14 @@ class PythonEmitter(ABC):
         """The text of the kernel a call binds, or of its chain's kernels and the launcher
         that runs them in turn, written once per module (``text_of`` and ``chain_of``:
         emit/triton.py's or emit/pallas.py's)."""
-        from linnet.lang.check.kernel_access import raise_access_faults
-        from linnet.lang.ir.tiles import find_kernel, lower_kernel, redirect_stores
-
-        assert self.program is not None
-        program = self.program
-        args = call.attributes.get("args", [])
-        stages = kernel_stages(call.attributes)
-        found = [(name, gen, kernel_args(args, find_kernel(program, name)))
-                 for name, gen in stages]
-        # The last stage makes the op's results: those the call writes into states, it
-        # stores there (ir/tiles.py's redirect_stores).
+        # Lowered once at lowering time (check/kernel_instances.py), the state writes
+        # redirected; a kernel that does not lower or accesses out of bounds for these
+        # shapes raises its coded error here, where its launch would be written.
+        kernels = self.kernels[instance_key(call.attributes)].launched()
         writes = [(w["result"], w["positions"]) for w in call.attributes.get("writes") or []]
-        key = (*((name, repr(sorted(gen.items())), repr(sorted(sc.items())))
-                 for name, gen, sc in found), repr(writes))
+        key = (*((k.name, repr(sorted(k.generics.items())), repr(sorted(k.scalars.items())))
+                 for k in kernels), repr(writes))
         if key not in self.kernel_texts:
-            kernels = [lower_kernel(program, name, gen, sc) for name, gen, sc in found]
-            if writes:
-                kernels[-1] = redirect_stores(kernels[-1], writes)
-            # Never written where it would index out of bounds or race for these shapes.
-            raise_access_faults(program, kernels, f"`{call.callee}` at {call.loc}")
             texts = [text_of(k, self.sources, precision, self.used_names) for k in kernels]
             self.kernel_texts[key] = texts[0] if len(texts) == 1 else chain_of(
                 texts, self.used_names)

@@ -237,7 +237,7 @@ FastRule = Callable[[Call, Scope, list[str], list[str]], list[str]]
 # ---------------------------------------------------------------- functions
 def launch_args(call: Call) -> list[str]:
     """The tensors a bound call's launch passes: its tensor arguments, then, for each state
-    it writes (``writes``: ir/spans.py's ``state_writes``), the state and its positions.
+    it writes (``writes``: passes/spans.py's ``state_writes``), the state and its positions.
 
     >>> from linnet.lang.ir.graph import Call
     >>> call = Call("std.nn.norm::rms_norm", "op", 0, 2, 0, attributes={"args": ["%x", "@w", 1e-5]})

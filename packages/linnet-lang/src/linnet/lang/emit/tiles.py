@@ -410,7 +410,7 @@ def unique_instance(k: TileKernel, taken: set[str], prefixes: tuple[str, ...]) -
     with it is in ``taken``; the names it makes are added to ``taken``.
 
     >>> from linnet.lang.syntax.program import Program
-    >>> from linnet.lang.ir.tiles import lower_kernel
+    >>> from linnet.lang.check.tile_lowering import lower_kernel
     >>> prog = Program.from_text("use std.nn.activation::{softmax}")
     >>> k = lower_kernel(prog, "std.nn.activation::row_softmax", {"R": 2, "C": 3, "B": 4})
     >>> taken = {"row_softmax_2_3_4"}

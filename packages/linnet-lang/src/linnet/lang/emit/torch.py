@@ -500,7 +500,7 @@ class TorchEmitter(PythonEmitter):
                          stop=sl.stop, inputs=sl.inputs, outputs=sl.outputs,
                          parameters=sl.parameters, states=sl.states) for sl in sls]))
         else:
-            self.backwards = Backwards(self.program) if self.program is not None else None
+            self.backwards = Backwards()
             entries = [self.entry_function(g, cut(g)) for g in graphs]
             # Each launch's backward pass, as entries of their own (emit/kernel_grad.py).
             while self.backwards is not None and len(self.backwards.graphs) > len(entries) \
@@ -546,13 +546,13 @@ class TorchEmitter(PythonEmitter):
 
 def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
                numerics: str = "exact", fast: bool = True, origin: str = "",
-               slices: list[list[Slice]] | None = None, program: Any = None,
-               device: str = "cpu") -> str:
+               slices: list[list[Slice]] | None = None, device: str = "cpu") -> str:
     """PyTorch source for one or more lowered entries of a model.
 
-    With ``program`` (the :class:`~linnet.lang.Program` the graphs came from) and numerics
-    "fast", each call of an op bound to a kernel launches the kernel where it can (see
-    :mod:`linnet.lang.emit.triton`); without, the op's body runs.
+    Under numerics "fast", each call of an op bound to a kernel whose instance the graph
+    holds (recorded at lowering time: :func:`linnet.lang.check.kernel_instances.with_kernels`)
+    launches the kernel where it can (see :mod:`linnet.lang.emit.triton`); elsewhere the
+    op's body runs.
 
     The text always compiles: a rule that writes invalid Python is an internal error
     (E0910, naming the step and its source line) and so is a module that does not compile
@@ -571,5 +571,4 @@ def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = Non
     """
     graphs = [graphs] if isinstance(graphs, Graph) else list(graphs)
     emitter = TorchEmitter(sources, Options(Numerics.parse(numerics), fast, str(device)))
-    emitter.program = program
     return emitter.module(graphs, origin or (graphs[0].model if graphs else "?"), slices)

@@ -381,7 +381,7 @@ def prefetch_loads(k: TileKernel) -> list[tuple[Step, Step | None]]:
     matter: the prefetch is masked by the tensor's bounds.
 
     >>> from linnet.lang.syntax.program import Program
-    >>> from linnet.lang.ir.tiles import lower_kernel
+    >>> from linnet.lang.check.tile_lowering import lower_kernel
     >>> prog = Program.from_text('''
     ... kernel total<N: Dim, B: Dim>(x: Tensor[N; f32], n: Tensor[1; i32]) -> y: Tensor[1; f32]
     ...     grid(1) {

@@ -24,7 +24,7 @@ first two, middle one and last two (where a partial tile is). Every fault it rep
 real for these generics: it names the program, the loop index and the lane that shows it.
 
 >>> from linnet.lang.syntax.program import Program
->>> from linnet.lang.ir.tiles import lower_kernel
+>>> from linnet.lang.check.tile_lowering import lower_kernel
 >>> prog = Program.from_text('''
 ... kernel double<N: Dim, B: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32]
 ...     grid((N + B - 1) / B) {
@@ -126,7 +126,7 @@ def access_faults(k: TileKernel) -> list[AccessFault]:
     fault per access step (its first lane found), races after them.
 
     >>> from linnet.lang.syntax.program import Program
-    >>> from linnet.lang.ir.tiles import lower_kernel
+    >>> from linnet.lang.check.tile_lowering import lower_kernel
     >>> prog = Program.from_text('''
     ... kernel rows<R: Dim, C: Dim, B: Dim>(x: Tensor[R, C; f32]) -> y: Tensor[R, C; f32]
     ...     grid(R) where B >= C {

@@ -156,6 +156,11 @@ class Graph:
     dtypes: dict[str, str] = field(default_factory=dict)  # the model's DType generics
     config: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
+    # What bound calls launch and their backward passes, recorded at lowering time by
+    # check/kernel_instances.py (ir/kernels.py's KernelInstance and BackwardBody, by
+    # instance_key and backward_key): in memory only, not in the JSON format.
+    kernels: dict[str, Any] = field(default_factory=dict)
+    backwards: dict[str, Any] = field(default_factory=dict)
 
     def semantic_calls(self, callee: str) -> list[Call]:
         """The calls of ``callee`` (a qualified name such as ``std.nn.linear::linear``).

@@ -196,7 +196,7 @@ def _verify_calls(graph: Graph, stage: str) -> None:
     # Sorted by start, longest first, spans nest exactly when each one either lies inside
     # the innermost open span or starts after it ends (a stack walk, linear after the sort).
     # Empty spans (a call that made no step) nest anywhere. A span op's claim
-    # (`attributes["span"]`, ir/spans.py) is an overlay over the calls it claims, which may lie
+    # (`attributes["span"]`, check/spans.py) is an overlay over the calls it claims, which may lie
     # in different functions (a layer's norm, its attention's q/k/v): it need not nest.
     spans = sorted((c for c in graph.calls if c.start < c.stop
                     and not c.attributes.get("span")),

@@ -1,5 +1,10 @@
-"""Graph passes, each a function Graph -> Graph; :data:`linnet.lang.pipeline.STAGES` lists
-the order they run in after lowering."""
+"""The stage ``hoist``: loop-invariant steps out of the layers
+(:data:`linnet.lang.pipeline.STAGES` lists the order the stages run in after lowering).
+
+>>> from linnet.lang.ir.graph import Graph
+>>> hoist_invariants(Graph("e", "m")).steps
+[]
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,14 @@
+"""Graph-to-graph passes (issue 39): each reads and writes the graph alone (this package
+imports ``ir/``, ``tensors/`` and ``diagnostics/``; never ``syntax/``, ``check/`` or
+``emit/``, which the import-graph test enforces). :data:`linnet.lang.pipeline.STAGES` lists
+those that run on every lowered entry, in order.
+
+* :mod:`~linnet.lang.passes.hoist`: the stage ``hoist`` (rope's tables out of the layers);
+* :mod:`~linnet.lang.passes.spans`: the graph side of span ops (matching a span op's body,
+  the state writes a claimed kernel can do); the claims themselves are recorded by the
+  lowering-time pass :mod:`linnet.lang.check.spans`, which lowers span ops' bodies.
+
+Passes that must read the program run at lowering time in ``check/`` and record what later
+stages need in the graph: :mod:`linnet.lang.check.kernel_instances` (``graph.kernels``,
+``graph.backwards``) and :mod:`linnet.lang.check.spans`.
+"""

@@ -1,0 +1,156 @@
+"""Adversarial cases for issue 39 items 1-2: the graph holds everything after lowering.
+
+Kernel instances (``graph.kernels``) and launches' backward passes (``graph.backwards``) are
+recorded once at lowering time (check/kernel_instances.py); the emitters read the graph and
+never the program, so a graph carries its launches wherever it goes (a copy, a deep copy, a
+module of several graphs), an error of a kernel is raised only where its launch is written,
+and a module that needs backward passes the graph lacks is a coded error, not a KeyError.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from linnet.lang import Graph, LinnetError, Program, check_text, lower
+from linnet.lang.check.kernel_instances import record_kernels, with_kernels
+from linnet.lang.emit.jax import emit_jax
+from linnet.lang.emit.torch import emit_torch
+from linnet.lang.ir.kernels import BackwardBody, KernelInstance, backward_key, instance_key
+from test_adversarial_kernels import LATE
+from test_kernel_scratch import TOTAL
+
+DOUBLE = """
+kernel double_k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
+    let i = iota<i32>(N)
+    store(y[i], load(x[i]) * 2.0)
+}
+pub op double<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] kernel double_k<N> {
+    let y[i] = x[i] * 2.0
+    return y
+}
+model M<N: Dim> {
+    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return double(double(x)) }
+}
+"""
+
+def _graph(text: str = DOUBLE, n: int = 4) -> tuple[Program, Graph]:
+    program = check_text(text)
+    return program, lower(program, "run", {"x": [n]})
+
+
+def test_the_graph_alone_launches_its_kernels() -> None:
+    """The emitter takes no program: a copy of the recorded graph, with the program gone,
+    launches the kernel (before, emit_torch launched only with ``program=``)."""
+    program, graph = _graph()
+    record_kernels(graph, program)
+    ((key, found),) = graph.kernels.items()
+    assert isinstance(found, KernelInstance) and found.key == key
+    assert [k.name for k in found.kernels] == ["main::double_k"] and found.error is None
+    del program
+    text = emit_torch(copy.deepcopy(graph), numerics="fast")
+    assert text.count("@triton.jit\ndef double_k") == 1  # two calls, one instance
+    assert "launch_double_k_4(x)" in text
+    assert "run_double_k_4(" in emit_jax(copy.copy(graph), numerics="fast")  # Pallas
+
+
+def test_not_recorded_or_exact_runs_the_body() -> None:
+    program, graph = _graph()
+    assert "triton" not in emit_torch(graph, numerics="fast")
+    assert with_kernels(graph, program, "exact").kernels == {}  # exact: nothing lowered
+    assert "triton" not in emit_torch(with_kernels(graph, program, "exact"), numerics="exact")
+
+
+def test_with_kernels_checks_numerics() -> None:
+    program, graph = _graph()
+    with pytest.raises(LinnetError) as info:
+        with_kernels(graph, program, "fastest")
+    assert info.value.diagnostics[0].code == "E0713"
+
+
+def test_backward_bodies_are_recorded_once_and_named_by_the_module() -> None:
+    program, graph = _graph()
+    record_kernels(graph, program)
+    (call, _) = [c for c in graph.calls if c.attributes.get("kernel")]
+    body = graph.backwards[backward_key(graph, call.attributes, call.callee)]
+    assert isinstance(body, BackwardBody) and body.graph is not None and body.cause is None
+    assert body.arg_types == [((4,), "f32")] and body.result_types == [((4,), "f32")]
+    before = body.graph.entry
+    text = emit_torch(graph, numerics="fast")
+    # One backward for both calls (one instance, the same types), named by the module.
+    assert text.count("def linnet_backward_1_double(") == 1
+    assert "linnet_backward_2" not in text
+    assert body.graph.entry == before  # the recorded body is left as it is
+    # Recording again lowers nothing new.
+    kernels, backwards = dict(graph.kernels), dict(graph.backwards)
+    record_kernels(graph, program)
+    assert all(graph.kernels[k] is v for k, v in kernels.items())
+    assert all(graph.backwards[k] is v for k, v in backwards.items())
+
+
+def test_a_module_without_recorded_backwards_is_a_coded_error() -> None:
+    program, graph = _graph()
+    graph = with_kernels(graph, program, backwards=False)
+    with pytest.raises(LinnetError) as info:
+        emit_torch(graph, numerics="fast")
+    (diag,) = info.value.diagnostics
+    assert diag.code == "E0680" and "main::double" in diag.message
+    assert "with_kernels" in diag.help
+
+
+def test_a_kernel_error_is_kept_and_raised_where_its_launch_is_written() -> None:
+    """Recording never raises (the emitter may run the body there); emitting the launch
+    raises the kernel's own coded error, in PyTorch and JAX alike."""
+    program = check_text(LATE)  # checks: no sampled case reaches C >= 64
+    graph = record_kernels(lower(program, "run", {"x": [3, 100]}, {"R": 3, "C": 100}), program)
+    (found,) = graph.kernels.values()
+    assert found.error is not None and found.kernels == []
+    assert "triton" not in emit_torch(graph, numerics="exact")
+    for emit in (emit_torch, emit_jax):
+        with pytest.raises(LinnetError) as info:
+            emit(graph, numerics="fast")
+        assert info.value.diagnostics[0].code == "E0548"
+
+
+def test_json_round_trip_keeps_the_format() -> None:
+    """Kernels and backwards live in memory: the JSON format is as before, and a graph
+    read back launches nothing until they are recorded again."""
+    program, graph = _graph()
+    text = graph.dumps()
+    record_kernels(graph, program)
+    assert graph.dumps() == text
+    back = Graph.loads(text)
+    assert back.kernels == {} and back.backwards == {}
+    assert "triton" not in emit_torch(back, numerics="fast")
+    assert "launch_double_k_4" in emit_torch(record_kernels(back, program), numerics="fast")
+
+
+def test_instance_keys_tell_scalars_and_writes_apart() -> None:
+    base = {"kernel": "m::k", "kernel_generics": {"N": 4}, "args": ["%x", 0.5]}
+    assert instance_key(base) != instance_key({**base, "args": ["%x", 0.25]})
+    assert instance_key(base) != instance_key(
+        {**base, "writes": [{"result": 0, "positions": 8}]})
+    assert instance_key(base) != instance_key({**base, "kernel_generics": {"N": 5}})
+
+
+def test_scratch_is_read_from_the_instance() -> None:
+    program = Program.from_text(TOTAL)
+    graph = record_kernels(lower(program, "run", {"x": [20]}), program)
+    assert [i.scratch for i in graph.kernels.values()] == [True]
+    assert "launch_block_total_20_8(x)" in emit_torch(graph, numerics="fast")
+    assert "block_total" not in emit_jax(graph, numerics="fast")  # Pallas keeps no scratch
+
+
+def test_recording_a_copy_leaves_the_original_without_kernels() -> None:
+    """A runtime keeps its lowered graph and emits a plan's slices from it (or a claimed
+    copy of it) with no kernel launched: recording the module's graph must not reach it."""
+    program, graph = _graph()
+    recorded = with_kernels(graph, program)
+    assert recorded is not graph and recorded.kernels and graph.kernels == {}
+    assert graph.backwards == {} and "triton" not in emit_torch(graph, numerics="fast")
+    shallow = copy.copy(recorded)
+    record_kernels(copy.copy(graph), program)
+    assert graph.kernels == {}
+    assert shallow.kernels is recorded.kernels  # nothing of the copy's was replaced
+    (listed,) = with_kernels([graph], program)
+    assert listed.kernels.keys() == recorded.kernels.keys() and graph.kernels == {}
