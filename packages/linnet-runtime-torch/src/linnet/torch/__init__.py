@@ -22,11 +22,12 @@ from linnet.lang import LinnetError
 if TYPE_CHECKING:
     from .context import Context
     from .interpreter import run_graph
-    from .model import Model, load, random_weights
+    from .loading import load
+    from .model import Model, random_weights
 
 __version__ = "0.1.0"
 
-_LAZY = {"Context": ".context", "run_graph": ".interpreter", "Model": ".model", "load": ".model",
+_LAZY = {"Context": ".context", "run_graph": ".interpreter", "Model": ".model", "load": ".loading",
          "random_weights": ".model"}
 
 __all__ = ["Context", "LinnetError", "Model", "__version__", "load", "random_weights", "run_graph"]

@@ -62,7 +62,8 @@ def run_command(args: argparse.Namespace) -> int:
     if speaks:
         for note in setup.notes:
             print(note, file=sys.stderr)
-    from .model import load, resolve_device
+    from .loading import load
+    from .model import resolve_device
 
     resolve_device(args.device)  # E0710-E0712 before a demo checkpoint is made for nothing
     if nproc > 1:
@@ -192,7 +193,8 @@ def plan_command(args: argparse.Namespace) -> int:
     import torch
 
     from .interpreter import DTYPES
-    from .model import load, random_weights
+    from .loading import load
+    from .model import random_weights
 
     try:
         compile = compile_argument(args.compile)

@@ -270,7 +270,7 @@ class Setup:
     models: dict[str, Any] = field(default_factory=dict)  # kind -> linnet.torch Model
 
     def torch_model(self, kind: str) -> Any:
-        from ..model import load
+        from ..loading import load
 
         if kind not in self.models:
             self.models[kind] = load(self.case.model, weights=self.weights,
