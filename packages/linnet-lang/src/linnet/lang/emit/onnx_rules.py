@@ -12,9 +12,9 @@ from typing import Any
 
 from linnet.lang.emit import onnx_edges, onnx_shapes
 from linnet.lang.emit.onnx_scope import _INTS, Rule, Scope, _dtype
-from linnet.lang.ir.elementwise import spelled
+from linnet.lang.ir.elementwise import Formula, composed, spelled
 from linnet.lang.ir.graph import Step
-from linnet.lang.ir.primitives import Category, in_category
+from linnet.lang.ir.primitives import Category, Primitive, in_category
 
 
 def _out(s: Step, n: Scope) -> str:
@@ -36,9 +36,25 @@ def _binary(op_type: str, compare: bool = False) -> Rule:
     return rule
 
 
-def _rsqrt(s: Step, n: Scope) -> Any:
-    return n.op("Reciprocal", [n.op("Sqrt", [n.get(s.operands[0], _out(s, n))])],
-                hint=s.results[0])
+def _spelled(text: str, p: Primitive) -> Rule:
+    """A rule of the ``onnx`` column of linnet.lang.ir.elementwise: one operator on the
+    operands (comparisons and logic read operands of one dtype, arithmetic the result's),
+    or a composition of operators computed in the result's dtype."""
+    tree = composed(text)
+    if tree is None:
+        return _unary(text) if p.arity == 1 else _binary(text, compare=p.bool_result)
+
+    def rule(s: Step, n: Scope) -> Any:
+        dt = _out(s, n)
+
+        def build(f: Formula, hint: str = "") -> Any:
+            if f[0] == "ref":
+                return n.get(s.operands["xy".index(f[1])], dt)
+            if f[0] == "const":
+                return n.const(f[1], dt)
+            return n.op(f[1], [build(a) for a in f[2]], hint=hint)
+        return build(tree, s.results[0])
+    return rule
 
 
 def _floor(s: Step, n: Scope) -> Any:
@@ -196,10 +212,8 @@ def _scatter_add(s: Step, n: Scope) -> Any:
                 hint=s.results[0])
 
 
-RULES: dict[str, Rule] = spelled(
-    # Comparisons and logic read operands of one dtype (compare), arithmetic the result's.
-    "onnx", lambda op, p: _unary(op) if p.arity == 1 else _binary(op, compare=p.bool_result), {
-        "rsqrt": _rsqrt, "floor": _floor, "ne": _ne,
+RULES: dict[str, Rule] = spelled("onnx", _spelled, {
+        "floor": _floor, "ne": _ne,
         "div": onnx_edges.RULES["div"], "rem": onnx_edges.RULES["rem"], "select": _select,
         "convert": onnx_edges.RULES["convert"], "constant": _constant, "iota": onnx_shapes.iota,
         "reshape": onnx_shapes.reshape_rule, "transpose": _transpose,

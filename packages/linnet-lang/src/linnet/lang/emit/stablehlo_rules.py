@@ -24,7 +24,7 @@ from linnet.lang.emit.stablehlo_scope import (
     _array,
     _ints,
 )
-from linnet.lang.ir.elementwise import spelled
+from linnet.lang.ir.elementwise import Formula, composed, spelled
 from linnet.lang.ir.graph import Step
 from linnet.lang.ir.primitives import Primitive
 
@@ -378,8 +378,26 @@ def _erf(s: Step, n: Scope) -> str:
     return n.coerce(stablehlo_portable.erf(n, n.get(s.operands[0], dt, shape)), dt)
 
 
+def _composition(tree: Formula) -> Rule:
+    def rule(s: Step, n: Scope) -> str:
+        shape, dt = _res(s, n)
+
+        def build(f: Formula, hint: str = "") -> str:
+            if f[0] == "ref":
+                return n.get(s.operands["xy".index(f[1])], dt, shape)
+            if f[0] == "const":
+                return n.broadcast(n.const(f[1], dt), shape)
+            return n.op(f[1], [build(a) for a in f[2]], shape, dt, hint=hint)
+        return build(tree, s.results[0])
+    return rule
+
+
 def _spelled(name: str, p: Primitive) -> Rule:
-    """A rule from the ``stablehlo`` column: a comparison's direction, or the operation."""
+    """A rule from the ``stablehlo`` column: a comparison's direction, the operation, or a
+    composition of operations computed in the result's dtype and shape."""
+    tree = composed(name)
+    if tree is not None:
+        return _composition(tree)
     if p.comparison:
         return _compare(name)
     if p.logical and p.arity == 2:

@@ -19,9 +19,12 @@ The columns (``{0}``, ``{1}``: the operands):
 - ``numpy``: a NumPy expression, the test reference (``tests/reference.py``);
 - ``python``: a Python expression (``math`` imported) that folds compile-time scalars
   (``check/folding.py``); ``dims``: it also computes on symbolic dims (``N + 1``);
-- ``onnx``: the ONNX operator applied to the operands (``emit/onnx_rules.py``);
-- ``stablehlo``: the StableHLO operation applied to the operands, or a comparison's
-  direction (``LT``) (``emit/stablehlo_rules.py``);
+- ``onnx``: the ONNX operator applied to the operands (``Exp``), or a composition of
+  operators (``Reciprocal(Sqrt({0}))``; numbers are constants of the result's dtype)
+  (``emit/onnx_rules.py``);
+- ``stablehlo``: likewise StableHLO operations (``stablehlo.exponential``,
+  ``stablehlo.multiply({0}, {0})``), or a comparison's direction (``LT``)
+  (``emit/stablehlo_rules.py``);
 - ``derivative``: per operand, its partial derivative as an expression of ``x`` and ``y``
   (the operands) and ``out`` (the result), with ``+ - * /``, numbers, and calls of unary
   primitives (``cos(x)``): the reverse pass multiplies it by the incoming gradient
@@ -108,9 +111,9 @@ _ROWS: list[Spelling] = [
     # d sqrt(x) = 1 / (2 sqrt(x)), as torch: 0.5 / out
     _fn("sqrt", "torch.sqrt({0})", "jnp.sqrt({0})", "np.sqrt({0})", "math.sqrt({0})", "Sqrt",
         "stablehlo.sqrt", "0.5 / out"),
-    # ONNX: Reciprocal of Sqrt; the derivative (-0.5 * out**3) is grad/rules.py's.
+    # The derivative (-0.5 * out**3, its constant made last) is grad/rules.py's.
     _fn("rsqrt", "torch.rsqrt({0})", "lax.rsqrt({0})", "1.0 / np.sqrt({0})",
-        "1 / math.sqrt({0})", None, "stablehlo.rsqrt"),
+        "1 / math.sqrt({0})", "Reciprocal(Sqrt({0}))", "stablehlo.rsqrt"),
     _fn("sin", "torch.sin({0})", "jnp.sin({0})", "np.sin({0})", "math.sin({0})", "Sin",
         "stablehlo.sine", "cos(x)"),
     _fn("cos", "torch.cos({0})", "jnp.cos({0})", "np.cos({0})", "math.cos({0})", "Cos",
@@ -219,38 +222,69 @@ Formula = tuple[Any, ...]
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 
 
-def formula(text: str) -> Formula:
-    """A derivative of the ``derivative`` column as a tree the reverse pass builds steps
-    from, operands evaluated left to right. Anything else than operand names (``x``, ``y``,
-    ``out``), numbers, ``+ - * /``, negation and calls of primitives is a ValueError.
+def formula(text: str, calls: str = "primitives") -> Formula:
+    """A derivative of the ``derivative`` column (``calls="primitives"``: calls of
+    primitives) or a composition of the ``onnx`` and ``stablehlo`` columns (``calls="ops"``:
+    calls of any operator, ``Mul({0}, {0})``, ``{0}`` and ``{1}`` given as ``x`` and ``y``)
+    as a tree a rule builds from, operands left to right. Anything else than operand names
+    (``x``, ``y``, ``out``), numbers, ``+ - * /`` (derivatives only), negation of a number and
+    calls is a ValueError.
 
     >>> formula("1.0 - out * out")
     ('bin', 'sub', ('const', 1.0), ('bin', 'mul', ('ref', 'out'), ('ref', 'out')))
     >>> formula("-sin(x)")
     ('neg', ('call', 'sin', [('ref', 'x')]))
+    >>> formula("stablehlo.multiply(x, 2)", calls="ops")
+    ('call', 'stablehlo.multiply', [('ref', 'x'), ('const', 2.0)])
     """
+    ops = calls == "ops"
+
+    def name(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute) and ops:
+            base = name(node.value)
+            return f"{base}.{node.attr}" if base else None
+        return None
+
     def walk(node: ast.AST) -> Formula:
-        if isinstance(node, ast.Name) and node.id in ("x", "y", "out"):
+        if isinstance(node, ast.Name) and node.id in (("x", "y") if ops else ("x", "y", "out")):
             return ("ref", node.id)
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float) \
                 and not isinstance(node.value, bool):
             return ("const", float(node.value))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             inner = walk(node.operand)
-            return ("const", -inner[1]) if inner[0] == "const" else ("neg", inner)
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            if inner[0] == "const":
+                return ("const", -inner[1])
+            if not ops:
+                return ("neg", inner)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS and not ops:
             return ("bin", _BINOPS[type(node.op)], walk(node.left), walk(node.right))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in PRIMITIVES and not node.keywords \
-                and PRIMITIVES[node.func.id].arity == len(node.args):
-            return ("call", node.func.id, [walk(a) for a in node.args])
-        raise ValueError(f"derivative {text!r}: cannot build {ast.unparse(node)!r} (operands "
-                         "x, y, out, numbers, + - * /, and calls of primitives)")
+        if isinstance(node, ast.Call) and not node.keywords and (f := name(node.func)) and (
+                ops or (f in PRIMITIVES and PRIMITIVES[f].arity == len(node.args))):
+            return ("call", f, [walk(a) for a in node.args])
+        raise ValueError(f"{text!r}: cannot build {ast.unparse(node)!r} (" + (
+            "operands {0} and {1}, numbers and calls of operators" if ops else
+            "operands x, y, out, numbers, + - * /, and calls of primitives") + ")")
     try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as exc:
-        raise ValueError(f"derivative {text!r}: {exc.msg}") from None
-    return walk(tree.body)
+        tree = ast.parse(text.format("x", "y") if ops else text, mode="eval")
+    except (SyntaxError, IndexError) as exc:
+        raise ValueError(f"{text!r}: {exc}") from None
+    out = walk(tree.body)
+    if ops and out[0] != "call":
+        raise ValueError(f"{text!r}: a composition is a call of an operator")
+    return out
+
+
+def composed(text: str) -> Formula | None:
+    """The tree of an ``onnx`` or ``stablehlo`` spelling that is a composition
+    (``Reciprocal(Sqrt({0}))``), or None for a bare operator applied to the operands.
+
+    >>> composed("Exp"), composed("Reciprocal(Sqrt({0}))")
+    (None, ('call', 'Reciprocal', [('call', 'Sqrt', [('ref', 'x')])]))
+    """
+    return formula(text, calls="ops") if "(" in text else None
 
 
 def _check_rows() -> None:
@@ -267,9 +301,14 @@ def _check_rows() -> None:
                                  "derivative per operand, and only if it is differentiable")
             for d in row.derivative:
                 formula(d)
+        for text in (row.onnx, row.stablehlo):
+            # A composition computes in the result's dtype: arithmetic, not a comparison.
+            if text is not None and composed(text) is not None and p.bool_result:
+                raise ValueError(f"linnet.lang.ir.elementwise: {row.name!r} gives bool: spell "
+                                 "it as one operator, or write its rule by hand")
 
 
 _check_rows()
 
 __all__ = ["COLUMNS", "EXPECTED_MISSING", "SPELLINGS", "Spelling", "by_arity", "compiled",
-           "formula", "spelled"]
+           "composed", "formula", "spelled"]
