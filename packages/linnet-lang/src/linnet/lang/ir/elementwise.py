@@ -46,6 +46,7 @@ typing (``check/elementwise.py``) follows from the primitive's row: floats only 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -177,8 +178,8 @@ def spelled(column: str, make: Callable[[str, Primitive], R],
     and the rules ``by_hand`` for the rest. A rule by hand for a primitive the column spells
     is an error (two rules, one of them silently unused).
 
-    >>> rules = spelled("onnx", lambda op, p: op, {"rsqrt": "by hand"})
-    >>> rules["exp"], rules["rsqrt"], "floor" in rules
+    >>> rules = spelled("onnx", lambda op, p: op, {"ne": "by hand"})
+    >>> rules["exp"], rules["ne"], "floor" in rules
     ('Exp', 'by hand', False)
     """
     if column not in COLUMNS:
@@ -284,12 +285,17 @@ def composed(text: str) -> Formula | None:
     >>> composed("Exp"), composed("Reciprocal(Sqrt({0}))")
     (None, ('call', 'Reciprocal', [('call', 'Sqrt', [('ref', 'x')])]))
     """
-    return formula(text, calls="ops") if "(" in text else None
+    if "(" in text:
+        return formula(text, calls="ops")
+    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", text):
+        raise ValueError(f"{text!r}: neither an operator's name nor a composition of operators")
+    return None
 
 
 def _check_rows() -> None:
     """Each row names an elementwise primitive, has one derivative per operand where it has
-    one, and each derivative parses (a typo is an import error, not a wrong gradient)."""
+    one, each derivative and each ONNX and StableHLO spelling parses, and no composition
+    computes a bool result (a typo is an import error, not a wrong rule or gradient)."""
     for row in _ROWS:
         p = PRIMITIVES.get(row.name)
         if p is None or p.category is not Category.ELEMENTWISE:
