@@ -164,6 +164,13 @@ def test_a_malformed_row_fails_when_the_table_is_built(monkeypatch: pytest.Monke
         EL._check_rows()
 
 
+def test_two_rows_for_one_primitive_are_an_error_not_the_last_one_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(EL, "_ROWS", [*EL._ROWS, Spelling("exp", torch="torch.expm1({0})")])
+    with pytest.raises(ValueError, match="two rows for exp"):
+        EL._check_rows()
+
+
 def test_every_row_s_derivative_and_compositions_parse() -> None:
     for name, row in SPELLINGS.items():
         for d in row.derivative or ():

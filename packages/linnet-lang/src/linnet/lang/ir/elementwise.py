@@ -296,6 +296,10 @@ def _check_rows() -> None:
     """Each row names an elementwise primitive, has one derivative per operand where it has
     one, each derivative and each ONNX and StableHLO spelling parses, and no composition
     computes a bool result (a typo is an import error, not a wrong rule or gradient)."""
+    names = [row.name for row in _ROWS]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the dict would keep the last row alone
+        raise ValueError(f"linnet.lang.ir.elementwise: two rows for {', '.join(twice)}")
     for row in _ROWS:
         p = PRIMITIVES.get(row.name)
         if p is None or p.category is not Category.ELEMENTWISE:
