@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 from linnet.lang import Program, lower
+from linnet.lang.ir.elementwise import SPELLINGS
 from linnet.lang.ir.graph import Call, Graph, Step, ValueType
+from linnet.lang.ir.primitives import PRIMITIVES
 from reference import run_graph
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -181,6 +183,13 @@ def cases() -> list[tuple[str, Graph, dict[str, np.ndarray], dict[str, np.ndarra
     g.calls += [Call("std.test::pair", "op", 0, 2, 0, "a", depth=0),
                 Call("std.test::inner", "op", 1, 2, 1, "a", depth=1)]
     out.append(("call-two-results-nested", g, {"x": F}, {}))
+    # Elementwise math of linnet.lang.ir.elementwise with no case above (a new row): on
+    # positive operands (the safe side of any domain), so each exporter is checked on it.
+    covered = {s.op for _, g, _, _ in out for s in g.steps}
+    for op in SPELLINGS.keys() - covered:
+        p = PRIMITIVES[op]
+        args = [B, B2][:p.arity] if p.logical else [P, np.abs(ROW) + 0.5][:p.arity]
+        add(op, op, args, shape=((2, 3), "bool") if p.comparison else None)
     return out
 
 

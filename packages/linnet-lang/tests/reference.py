@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 from linnet.lang.ir.edges import float_to_int
+from linnet.lang.ir.elementwise import compiled, spelled
 from linnet.lang.ir.graph import Graph, Step
+from linnet.lang.ir.primitives import Primitive
 
 NUMPY_DTYPES: dict[str, Any] = {
     "bf16": np.float32,  # no bfloat16 in NumPy: run at f32 precision
@@ -101,10 +103,6 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return flat.reshape(x.shape)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 def _div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if np.issubdtype(x.dtype, np.integer):
         # Rounds toward -inf; x / 0 is 0 (linnet.lang.ir.edges).
@@ -138,11 +136,6 @@ def _neg(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
     if x.dtype == np.bool_:
         raise GraphRunError("neg of a bool tensor")
     return np.negative(x)
-
-
-def _abs(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
-    (x,) = xs
-    return np.abs(x)
 
 
 def _select(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
@@ -346,36 +339,23 @@ def _one_process(xs: list, attrs: dict, step: Step) -> Any:
     raise GraphRunError(f"`{step.op}` needs {attrs['world']} ranks; run_graph runs one")
 
 
-REFERENCE_RULES: dict[str, Rule] = {
+def _spelled(text: str, p: Primitive) -> Rule:
+    """A rule from the ``numpy`` column of linnet.lang.ir.elementwise: logic on bools, math
+    on floats unless the primitive's row allows integers, comparisons giving bool."""
+    fn = compiled(text, p.arity or 0, {"np": np})
+    if p.logical:
+        return _logical(fn)
+    if p.arity == 1:
+        return _unary(fn, floats_only=not p.ints)
+    return _binary(fn, "bool" if p.comparison else None)
+
+
+REFERENCE_RULES: dict[str, Rule] = spelled("numpy", _spelled, {
     "neg": _neg,
-    "not": _logical(np.logical_not),
-    "exp": _unary(np.exp),
-    "log": _unary(np.log),
-    "sqrt": _unary(np.sqrt),
-    "rsqrt": _unary(lambda x: 1.0 / np.sqrt(x)),
-    "sin": _unary(np.sin),
-    "cos": _unary(np.cos),
-    "tanh": _unary(np.tanh),
-    "sigmoid": _unary(_sigmoid),
     "erf": _unary(_erf),
-    "abs": _abs,
     "floor": _unary(np.floor),
-    "add": _binary(np.add),
-    "sub": _binary(np.subtract),
-    "mul": _binary(np.multiply),
     "div": _binary(_div),
     "rem": _binary(_rem),
-    "pow": _binary(np.power),
-    "maximum": _binary(np.maximum),
-    "minimum": _binary(np.minimum),
-    "lt": _binary(np.less, "bool"),
-    "le": _binary(np.less_equal, "bool"),
-    "gt": _binary(np.greater, "bool"),
-    "ge": _binary(np.greater_equal, "bool"),
-    "eq": _binary(np.equal, "bool"),
-    "ne": _binary(np.not_equal, "bool"),
-    "and": _logical(np.logical_and),
-    "or": _logical(np.logical_or),
     "select": _select,
     "convert": _convert,
     "constant": _constant,
@@ -392,7 +372,7 @@ REFERENCE_RULES: dict[str, Rule] = {
     # "scatter" writes a state; run_graph handles it (see _scatter)
     # One process: a rank's collectives are run by tests/test_shard.py's lockstep runner.
     "all_reduce": _one_process, "all_gather": _one_process,
-}
+})
 RULES = REFERENCE_RULES  # the name tests/test_reference.py imports
 STATE_RULES = {"scatter"}
 # A scatter replaces a state rather than making a value: run_graph runs it with _scatter,

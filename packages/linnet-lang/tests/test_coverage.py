@@ -33,6 +33,7 @@ TABLES: list[tuple[str, str]] = [
     ("linnet.lang.ir.shapes", "SHAPE_RULES"),  # result types the verifier checks (E0685)
     ("linnet.lang.ir.shard", "SHARD_RULES"),  # the tensor-parallel pass's rewrite per step
     ("linnet.lang.ir.bounds", "BOUNDS_RULES"),  # the one integer range analysis
+    ("linnet.lang.ir.elementwise", "SPELLINGS"),  # elementwise math, spelled per target
 ]
 
 

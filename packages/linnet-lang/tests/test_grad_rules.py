@@ -17,6 +17,7 @@ from hypothesis import given
 from indexgen import index_programs
 from linnet.lang import LinnetError, Program, check_program, lower
 from linnet.lang.grad import VJP_RULES, differentiate
+from linnet.lang.ir.elementwise import SPELLINGS
 from linnet.lang.ir.graph import Graph, Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES, in_category
 from test_properties import budget
@@ -66,6 +67,9 @@ def logic(op: str) -> Graph:
         steps.append((op, ["%a", "%b"], "%c", (2, 3), "bool", None))
     steps.append(("select", ["%c", "%x", "%y"], "%r", (2, 3), F, None))
     return graph(XY, steps, ["%r"])
+
+
+_POSITIVE = {"log", "sqrt", "rsqrt", "pow"}  # primitives tested on positive inputs
 
 
 def _cases() -> dict[str, list[Graph]]:
@@ -154,6 +158,13 @@ def _cases() -> dict[str, list[Graph]]:
                 ("exp", ["%x"], "%r", (2, 3), F, None)], ["%r"])
     st.states = {"s": ValueType((4, 3), F)}
     cases["scatter"] = [st]
+    # Elementwise math of linnet.lang.ir.elementwise with no case above (a new row): its
+    # derivative column (or zero rule) against torch.autograd, on positive inputs.
+    for op in sorted(SPELLINGS.keys() - cases.keys()):
+        p = PRIMITIVES[op]
+        cases[op] = [logic(op) if p.logical else compare(op) if p.comparison
+                     else unary(op) if p.arity == 1 else binary(op)]
+        _POSITIVE.add(op)
     return cases
 
 
@@ -190,7 +201,7 @@ def _data(g: Graph, rng: np.random.Generator) -> list:
 
 
 def _positive(g: Graph) -> bool:
-    return any(s.op in ("log", "sqrt", "rsqrt", "pow") for s in g.steps)
+    return any(s.op in _POSITIVE for s in g.steps)
 
 
 @pytest.mark.parametrize("op", sorted(CASES))

@@ -12,8 +12,9 @@ from typing import Any
 from linnet.lang import LinnetError
 from linnet.lang.diagnostics.core import Diagnostic
 from linnet.lang.ir.edges import INT_RANGES, saturation
+from linnet.lang.ir.elementwise import compiled, spelled
 from linnet.lang.ir.graph import Graph, Step
-from linnet.lang.ir.primitives import PRIMITIVES
+from linnet.lang.ir.primitives import PRIMITIVES, Primitive
 
 import torch
 
@@ -225,23 +226,16 @@ def _max(fn: Callable) -> Rule:
     return lambda s, x, d: fn(*x)
 
 
-RULES: dict[str, Rule] = {
-    "neg": lambda s, x, d: -x[0], "not": lambda s, x, d: ~x[0],
-    "exp": lambda s, x, d: torch.exp(x[0]), "log": lambda s, x, d: torch.log(x[0]),
-    "sqrt": lambda s, x, d: torch.sqrt(x[0]), "rsqrt": lambda s, x, d: torch.rsqrt(x[0]),
-    "sin": lambda s, x, d: torch.sin(x[0]), "cos": lambda s, x, d: torch.cos(x[0]),
-    "tanh": lambda s, x, d: torch.tanh(x[0]), "sigmoid": lambda s, x, d: torch.sigmoid(x[0]),
-    "erf": lambda s, x, d: torch.erf(x[0]), "abs": lambda s, x, d: torch.abs(x[0]),
-    "floor": lambda s, x, d: torch.floor(x[0]),
-    "add": lambda s, x, d: x[0] + x[1], "sub": lambda s, x, d: x[0] - x[1],
-    "mul": lambda s, x, d: x[0] * x[1], "div": _div,
-    "rem": _rem,
-    "pow": lambda s, x, d: torch.pow(x[0], x[1]),
+def _spelled(text: str, p: Primitive) -> Rule:
+    """A rule from the ``torch`` column of linnet.lang.ir.elementwise: the text that
+    generated PyTorch holds (``torch.exp({0})``), evaluated on the operands."""
+    fn = compiled(text, p.arity or 0, {"torch": torch})
+    return lambda s, x, d: fn(*x)
+
+
+RULES: dict[str, Rule] = spelled("torch", _spelled, {
+    "div": _div, "rem": _rem,
     "maximum": _max(torch.maximum), "minimum": _max(torch.minimum),
-    "lt": lambda s, x, d: x[0] < x[1], "le": lambda s, x, d: x[0] <= x[1],
-    "gt": lambda s, x, d: x[0] > x[1], "ge": lambda s, x, d: x[0] >= x[1],
-    "eq": lambda s, x, d: x[0] == x[1], "ne": lambda s, x, d: x[0] != x[1],
-    "and": lambda s, x, d: x[0] & x[1], "or": lambda s, x, d: x[0] | x[1],
     "select": lambda s, x, d: torch.where(x[0], x[1], x[2]),
     "convert": _convert,
     "constant": _constant, "iota": _iota,
@@ -254,7 +248,7 @@ RULES: dict[str, Rule] = {
     "slice": lambda s, x, d: _slice(s, x[0]),
     # Tensor parallelism (issue 21): torch.distributed's collectives on the default group.
     "all_reduce": _all_reduce, "all_gather": _all_gather,
-}
+})
 """One rule per primitive (``tests/test_coverage.py`` in linnet-lang checks it covers
 :data:`~linnet.lang.ir.primitives.PRIMITIVES`): ``rule(step, operands, device)``."""
 

@@ -15,7 +15,8 @@ import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.check.core import OPERATOR_SYMBOLS, EvaluatorBase, Frame, fail, shape_str
 from linnet.lang.diagnostics.core import Span
-from linnet.lang.ir.primitives import BINARY_FUNCTIONS, UNARY_FUNCTIONS
+from linnet.lang.ir.elementwise import SPELLINGS
+from linnet.lang.ir.primitives import BINARY_FUNCTIONS, UNARY_FUNCTIONS, Primitive
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import POISON, Const, Poison, Tensor
 
@@ -123,38 +124,33 @@ def _logic(prim: str) -> TypingRule:
     return TypingRule(_logical(prim), _bool, convert=False)
 
 
-TYPING_RULES: dict[str, TypingRule] = {
-    "neg": _arithmetic("neg"),
-    "not": _logic("not"),
-    "exp": _transcendental("exp"),
-    "log": _transcendental("log"),
-    "sqrt": _transcendental("sqrt"),
-    "rsqrt": _transcendental("rsqrt"),
-    "sin": _transcendental("sin"),
-    "cos": _transcendental("cos"),
-    "tanh": _transcendental("tanh"),
-    "sigmoid": _transcendental("sigmoid"),
-    "erf": _transcendental("erf"),
-    "abs": _arithmetic("abs"),  # integers have an absolute value too
-    "floor": _transcendental("floor"),
-    "add": _arithmetic("add"),
-    "sub": _arithmetic("sub"),
-    "mul": _arithmetic("mul"),
+def _from_row(p: Primitive) -> TypingRule:
+    """The typing of a row of linnet.lang.ir.elementwise: comparisons give bool, logic takes
+    and gives bool, math on floats only unless the primitive's row allows integers."""
+    if p.comparison:
+        return _comparison(p.name)
+    if p.logical:
+        return _logic(p.name)
+    return _arithmetic(p.name) if p.ints else _transcendental(p.name)
+
+
+_BY_HAND: dict[str, TypingRule] = {
+    # Floats only in the source, though a graph may hold them for integers (an integer's
+    # floor is itself; `pow` folds integers exactly).
+    "floor": _transcendental("floor"), "pow": _transcendental("pow"),
+    "eq": TypingRule(_any_dtype, _bool),  # bools compare for equality too
+    "ne": TypingRule(_any_dtype, _bool),
     "div": _division("div"),
     "rem": _division("rem"),
-    "pow": _transcendental("pow"),
-    "maximum": _arithmetic("maximum"),
-    "minimum": _arithmetic("minimum"),
-    "lt": _comparison("lt"),
-    "le": _comparison("le"),
-    "gt": _comparison("gt"),
-    "ge": _comparison("ge"),
-    "eq": TypingRule(_any_dtype, _bool),
-    "ne": TypingRule(_any_dtype, _bool),
-    "and": _logic("and"),
-    "or": _logic("or"),
     "select": TypingRule(_select_condition, _same, condition=True),
 }
+
+TYPING_RULES: dict[str, TypingRule] = {
+    name: _from_row(row.primitive) for name, row in SPELLINGS.items() if name not in _BY_HAND
+} | _BY_HAND
+"""The typing of each elementwise primitive: derived from its row for the elementwise math
+of :data:`linnet.lang.ir.elementwise.SPELLINGS`, written here for the others and for those
+whose source typing differs from their row."""
 
 # Typed where the checker builds them, not from operand dtypes alone: `convert` by
 # Typing.cast (its result is the `as` target, and every dtype converts to every other);

@@ -19,6 +19,8 @@ import linnet.lang.ir.edges as E
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.check.core import EvaluatorBase, fail
 from linnet.lang.diagnostics.core import Span
+from linnet.lang.ir.elementwise import SPELLINGS, compiled, spelled
+from linnet.lang.ir.primitives import Primitive
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import Const
 
@@ -94,40 +96,27 @@ def _fold_convert(args: list[Const], span: Span | None, attrs: dict[str, Any]) -
     return Const(Dim.const(E.wrap_int(ix, dtype) if dtype in E.INT_RANGES else ix), dtype)
 
 
-FOLDING_RULES: dict[str, FoldRule] = {
-    "neg": _rule(lambda x: -x, symbolic=lambda x: -x),
-    "not": _rule(lambda x: not x, boolean=True),
-    "exp": _rule(math.exp, real=True),
-    "log": _rule(math.log, real=True),
-    "sqrt": _rule(math.sqrt, real=True),
-    "rsqrt": _rule(lambda x: 1 / math.sqrt(x), real=True),
-    "sin": _rule(math.sin, real=True),
-    "cos": _rule(math.cos, real=True),
-    "tanh": _rule(math.tanh, real=True),
-    "sigmoid": _rule(lambda x: 1 / (1 + math.exp(-x)), real=True),
-    "erf": _rule(math.erf, real=True),
-    "abs": _rule(abs),
+def _spelled(text: str, p: Primitive) -> FoldRule:
+    """A rule from the ``python`` column of linnet.lang.ir.elementwise: a bool result for
+    comparisons and logic, a float for float-only math of integers (`exp(1)`), and the same
+    text on symbolic dims where the row says so (`N + 1`)."""
+    exact = compiled(text, p.arity or 0, {"math": math})
+    return _rule(exact, symbolic=exact if SPELLINGS[p.name].dims else None,
+                 boolean=p.bool_result, real=not p.ints)
+
+
+FOLDING_RULES: dict[str, FoldRule] = spelled("python", _spelled, {
     "floor": _rule(E.floor, on_ints=lambda x: x),
-    "add": _rule(lambda x, y: x + y, symbolic=lambda x, y: x + y),
-    "sub": _rule(lambda x, y: x - y, symbolic=lambda x, y: x - y),
-    "mul": _rule(lambda x, y: x * y, symbolic=lambda x, y: x * y),
     "div": _rule(lambda x, y: float(x) / float(y), on_ints=lambda x, y: x // y,
                  symbolic=lambda x, y: x / y),
     "rem": _rule(lambda x, y: x % y),
-    "pow": _rule(lambda x, y: x ** y),
     "maximum": _rule(lambda x, y: E.nan_extreme(x, y, "max")),  # NaN propagates
     "minimum": _rule(lambda x, y: E.nan_extreme(x, y, "min")),
-    "lt": _rule(lambda x, y: x < y, boolean=True),
-    "le": _rule(lambda x, y: x <= y, boolean=True),
-    "gt": _rule(lambda x, y: x > y, boolean=True),
-    "ge": _rule(lambda x, y: x >= y, boolean=True),
-    "eq": _rule(lambda x, y: x == y, boolean=True),
-    "ne": _rule(lambda x, y: x != y, boolean=True),
-    "and": _rule(lambda x, y: bool(x and y), boolean=True),
-    "or": _rule(lambda x, y: bool(x or y), boolean=True),
     "select": _fold_select,
     "convert": _fold_convert,
-}
+})
+"""The elementwise math spelled in :data:`linnet.lang.ir.elementwise.SPELLINGS` (its
+``python`` column), and the rules written here."""
 
 # Compile-time scalars are rank 0 and only ever meet elementwise primitives: the checker
 # never folds a constant tensor, an iota, a shape change, a reduction, a gather or a state

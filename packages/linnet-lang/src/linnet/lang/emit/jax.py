@@ -49,6 +49,7 @@ from linnet.lang.emit.python_rules import (
     internal_error,
     shifted_by,
 )
+from linnet.lang.ir.elementwise import by_arity, spelled
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
 from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
@@ -311,19 +312,8 @@ def _one_process(s: Step, n: Scope, numerics: str) -> list[str]:
     raise one_process(s, "generated JAX")
 
 
-RULES: dict[str, Rule] = {
-    "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("jnp.exp({})"),
-    "log": _unary("jnp.log({})"), "sqrt": _unary("jnp.sqrt({})"),
-    "rsqrt": _unary("lax.rsqrt({})"), "sin": _unary("jnp.sin({})"),
-    "cos": _unary("jnp.cos({})"), "tanh": _unary("jnp.tanh({})"),
-    "sigmoid": _unary("jax.nn.sigmoid({})"), "erf": _unary("jax.scipy.special.erf({})"),
-    "abs": _unary("jnp.abs({})"), "floor": _floor,
-    "add": _binary("{} + {}"), "sub": _binary("{} - {}"), "mul": _binary("{} * {}"),
-    "div": _div, "rem": _rem, "pow": _binary("jnp.power({}, {})"),
-    "maximum": _binary("jnp.maximum({}, {})"), "minimum": _binary("jnp.minimum({}, {})"),
-    "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
-    "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),
-    "and": _binary("{} & {}"), "or": _binary("{} | {}"),
+RULES: dict[str, Rule] = spelled("jax", by_arity(_unary, _binary), {
+    "floor": _floor, "div": _div, "rem": _rem,
     "select": _select, "convert": _convert, "constant": constant_rule, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
     "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
@@ -331,7 +321,9 @@ RULES: dict[str, Rule] = {
     # A rank's graph (linnet.lang.ir.shard) communicates; the generated JAX function is one
     # process with no named mesh axis to psum over: E0963, not an identity.
     "all_reduce": _one_process, "all_gather": _one_process,
-}
+})
+"""The elementwise math spelled in :data:`linnet.lang.ir.elementwise.SPELLINGS` (its ``jax``
+column), and the rules written here."""
 
 
 # ---------------------------------------------------------------- fast calls

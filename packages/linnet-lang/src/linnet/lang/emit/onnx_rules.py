@@ -12,7 +12,9 @@ from typing import Any
 
 from linnet.lang.emit import onnx_edges, onnx_shapes
 from linnet.lang.emit.onnx_scope import _INTS, Rule, Scope, _dtype
+from linnet.lang.ir.elementwise import Formula, composed, spelled
 from linnet.lang.ir.graph import Step
+from linnet.lang.ir.primitives import Category, Primitive, in_category
 
 
 def _out(s: Step, n: Scope) -> str:
@@ -34,9 +36,25 @@ def _binary(op_type: str, compare: bool = False) -> Rule:
     return rule
 
 
-def _rsqrt(s: Step, n: Scope) -> Any:
-    return n.op("Reciprocal", [n.op("Sqrt", [n.get(s.operands[0], _out(s, n))])],
-                hint=s.results[0])
+def _spelled(text: str, p: Primitive) -> Rule:
+    """A rule of the ``onnx`` column of linnet.lang.ir.elementwise: one operator on the
+    operands (comparisons and logic read operands of one dtype, arithmetic the result's),
+    or a composition of operators computed in the result's dtype."""
+    tree = composed(text)
+    if tree is None:
+        return _unary(text) if p.arity == 1 else _binary(text, compare=p.bool_result)
+
+    def rule(s: Step, n: Scope) -> Any:
+        dt = _out(s, n)
+
+        def build(f: Formula, hint: str = "") -> Any:
+            if f[0] == "ref":
+                return n.get(s.operands["xy".index(f[1])], dt)
+            if f[0] == "const":
+                return n.const(f[1], dt)
+            return n.op(f[1], [build(a) for a in f[2]], hint=hint)
+        return build(tree, s.results[0])
+    return rule
 
 
 def _floor(s: Step, n: Scope) -> Any:
@@ -194,32 +212,21 @@ def _scatter_add(s: Step, n: Scope) -> Any:
                 hint=s.results[0])
 
 
-RULES: dict[str, Rule] = {
-    "neg": _unary("Neg"), "not": _unary("Not"), "exp": _unary("Exp"), "log": _unary("Log"),
-    "sqrt": _unary("Sqrt"), "rsqrt": _rsqrt, "sin": _unary("Sin"), "cos": _unary("Cos"),
-    "tanh": _unary("Tanh"), "sigmoid": _unary("Sigmoid"), "erf": _unary("Erf"),
-    "abs": _unary("Abs"), "floor": _floor,
-    "add": _binary("Add"), "sub": _binary("Sub"), "mul": _binary("Mul"),
-    "div": onnx_edges.RULES["div"], "rem": onnx_edges.RULES["rem"], "pow": _binary("Pow"),
-    "maximum": _binary("Max"), "minimum": _binary("Min"),
-    "lt": _binary("Less", True), "le": _binary("LessOrEqual", True),
-    "gt": _binary("Greater", True), "ge": _binary("GreaterOrEqual", True),
-    "eq": _binary("Equal", True), "ne": _ne,
-    "and": _binary("And", True), "or": _binary("Or", True), "select": _select,
-    "convert": onnx_edges.RULES["convert"], "constant": _constant, "iota": onnx_shapes.iota,
-    "reshape": onnx_shapes.reshape_rule, "transpose": _transpose,
-    "broadcast": onnx_shapes.broadcast_rule,
-    "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-    "scatter": _scatter, "scatter_add": _scatter_add, "slice": onnx_shapes.slice_rule,
-}
+RULES: dict[str, Rule] = spelled("onnx", _spelled, {
+        "floor": _floor, "ne": _ne,
+        "div": onnx_edges.RULES["div"], "rem": onnx_edges.RULES["rem"], "select": _select,
+        "convert": onnx_edges.RULES["convert"], "constant": _constant, "iota": onnx_shapes.iota,
+        "reshape": onnx_shapes.reshape_rule, "transpose": _transpose,
+        "broadcast": onnx_shapes.broadcast_rule,
+        "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
+        "scatter": _scatter, "scatter_add": _scatter_add, "slice": onnx_shapes.slice_rule,
+    })
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
 _NONE: frozenset[str] = frozenset()
 SYMBOLIC_ATTRIBUTES: dict[str, frozenset[str]] = {
-    **{op: _NONE for op in ("neg", "not", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
-                            "sigmoid", "erf", "abs", "floor", "add", "sub", "mul", "div", "rem",
-                            "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne",
-                            "and", "or", "select", "convert")},
+    # Elementwise steps have no attribute a dim may change (convert's is a dtype).
+    **{op: _NONE for op in in_category(Category.ELEMENTWISE)},
     "constant": frozenset({"value"}),  # `L as f32`: a size, cast (Scope.const)
     "iota": frozenset({"shape"}),  # Range(0, L) reshaped and expanded (_iota)
     "reshape": frozenset({"shape"}), "broadcast": frozenset({"shape"}),  # Scope.ints

@@ -244,17 +244,15 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
 # JAX emitter runs the op's body where a kernel has `scratch(...)` (JaxEmitter.kernels_scratch).
 EXPECTED_MISSING: frozenset[str] = frozenset({"erf", "atomic_add"})
 
-PALLAS_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "jnp") | {
-    "rsqrt": _unary("lax.rsqrt({})"), "tanh": _unary("jnp.tanh({})"),
-    "sigmoid": _unary("jax.nn.sigmoid({})"),
+PALLAS_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "pallas", {
     "div": tile_edges.int_div("pallas", _fdiv),
     "rem": tile_edges.int_rem("pallas", _binary("jnp.remainder({}, {})")),
-    "pow": _binary("jnp.power({}, {})"), "maximum": tile_edges.pallas_extreme("maximum"),
+    "maximum": tile_edges.pallas_extreme("maximum"),
     "minimum": tile_edges.pallas_extreme("minimum"), "convert": tile_edges.convert,
     "floor": tile_edges.pallas_floor,
     "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
     "load": _load, "store": _store, "for": _for,
-}
+})
 
 
 # ---------------------------------------------------------------- functions

@@ -24,7 +24,9 @@ from linnet.lang.emit.stablehlo_scope import (
     _array,
     _ints,
 )
+from linnet.lang.ir.elementwise import Formula, composed, spelled
 from linnet.lang.ir.graph import Step
+from linnet.lang.ir.primitives import Primitive
 
 
 def _res(s: Step, n: Scope) -> tuple[tuple[int, ...], str]:
@@ -376,27 +378,42 @@ def _erf(s: Step, n: Scope) -> str:
     return n.coerce(stablehlo_portable.erf(n, n.get(s.operands[0], dt, shape)), dt)
 
 
-RULES: dict[str, Rule] = {
-    "neg": _unary("stablehlo.negate"), "not": _unary("stablehlo.not"),
-    "exp": _unary("stablehlo.exponential"), "log": _unary("stablehlo.log"),
-    "sqrt": _unary("stablehlo.sqrt"), "rsqrt": _unary("stablehlo.rsqrt"),
-    "sin": _unary("stablehlo.sine"), "cos": _unary("stablehlo.cosine"),
-    "tanh": _unary("stablehlo.tanh"), "sigmoid": _unary("stablehlo.logistic"),
-    "erf": _erf, "abs": _unary("stablehlo.abs"),
-    "floor": stablehlo_edges.RULES["floor"],
-    "add": _binary("stablehlo.add"), "sub": _binary("stablehlo.subtract"),
-    "mul": _binary("stablehlo.multiply"), "div": stablehlo_edges.RULES["div"],
-    "rem": stablehlo_edges.RULES["rem"],
-    "pow": _binary("stablehlo.power"), "maximum": _binary("stablehlo.maximum"),
-    "minimum": _binary("stablehlo.minimum"),
-    "lt": _compare("LT"), "le": _compare("LE"), "gt": _compare("GT"), "ge": _compare("GE"),
-    "eq": _compare("EQ"), "ne": _compare("NE"),
-    "and": _logic("stablehlo.and"), "or": _logic("stablehlo.or"), "select": _select,
+def _composition(tree: Formula) -> Rule:
+    def rule(s: Step, n: Scope) -> str:
+        shape, dt = _res(s, n)
+
+        def build(f: Formula, hint: str = "") -> str:
+            if f[0] == "ref":
+                return n.get(s.operands["xy".index(f[1])], dt, shape)
+            if f[0] == "const":
+                return n.broadcast(n.const(f[1], dt), shape)
+            return n.op(f[1], [build(a) for a in f[2]], shape, dt, hint=hint)
+        return build(tree, s.results[0])
+    return rule
+
+
+def _spelled(name: str, p: Primitive) -> Rule:
+    """A rule from the ``stablehlo`` column: a comparison's direction, the operation, or a
+    composition of operations computed in the result's dtype and shape."""
+    tree = composed(name)
+    if tree is not None:
+        return _composition(tree)
+    if p.comparison:
+        return _compare(name)
+    if p.logical and p.arity == 2:
+        return _logic(name)
+    return _unary(name) if p.arity == 1 else _binary(name)
+
+
+RULES: dict[str, Rule] = spelled("stablehlo", _spelled, {
+    "erf": _erf, "floor": stablehlo_edges.RULES["floor"],
+    "div": stablehlo_edges.RULES["div"], "rem": stablehlo_edges.RULES["rem"],
+    "select": _select,
     "convert": stablehlo_edges.RULES["convert"], "constant": _constant, "iota": _iota,
     "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
     "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
     "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
-}
+})
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
 # A rank's graph (linnet.lang.ir.shard) is not exported: StableHLO's collectives need a

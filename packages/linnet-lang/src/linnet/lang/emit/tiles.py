@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from linnet.lang.ir.elementwise import by_arity, spelled
 from linnet.lang.ir.graph import Step, ValueType
 from linnet.lang.ir.tiles import TileKernel
 
@@ -189,24 +190,21 @@ TileRule = Callable[[Step, Names, Context], list[str]]
 
 
 def common_rules(unary: Callable[[str], TileRule], binary: Callable[[str], TileRule],
-                 ns: str) -> dict[str, TileRule]:
-    """The rules both dialects write alike: the element-wise ones spelled the same but for
-    the namespace (``{ns}.exp``, ``a + b``, from each one's ``unary`` and ``binary`` rule
-    makers), and those below, which read their spellings from the names' dialect. Each
-    emitter's table (``TILE_RULES``, ``PALLAS_RULES``) is these and its own.
+                 column: str, by_hand: dict[str, TileRule]) -> dict[str, TileRule]:
+    """A dialect's table (``TILE_RULES``, ``PALLAS_RULES``): the element-wise math of its
+    ``column`` of :data:`linnet.lang.ir.elementwise.SPELLINGS` (``tl.exp({0})``, ``{0} + {1}``)
+    made by its ``unary`` and ``binary`` rule makers, the rules both dialects write alike
+    (below: they read their spellings from the names' dialect), and its own rules
+    ``by_hand``.
 
-    >>> rules = common_rules(lambda f: f, lambda f: f, "tl")
+    >>> rules = common_rules(lambda f: f, lambda f: f, "triton", {})
     >>> rules["exp"], rules["add"], rules["select"] is select
-    ('tl.exp({})', '{} + {}', True)
+    ('tl.exp({0})', '{0} + {1}', True)
     """
-    rules = {"neg": unary("-{}"), "not": unary("~{}")}
-    rules |= {f: unary(f"{ns}.{f}({{}})") for f in ("exp", "log", "sqrt", "sin", "cos", "abs",
-                                                      "floor")}
-    ops = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-           "eq": "==", "ne": "!=", "and": "&", "or": "|"}
-    rules |= {p: binary(f"{{}} {op} {{}}") for p, op in ops.items()}
-    return rules | {"select": select, "convert": convert, "constant": constant,
-                    "transpose": transpose, "broadcast": broadcast, "program_id": program_id}
+    shared: dict[str, TileRule] = {
+        "select": select, "convert": convert, "constant": constant, "transpose": transpose,
+        "broadcast": broadcast, "program_id": program_id}
+    return spelled(column, by_arity(unary, binary), shared | by_hand)
 
 
 def constant(s: Step, n: Names, c: Context) -> list[str]:

@@ -53,6 +53,7 @@ from linnet.lang.emit.triton import (
     launch_statement,
     runs_table,
 )
+from linnet.lang.ir.elementwise import by_arity, spelled
 from linnet.lang.ir.graph import Call, Graph, Step
 from linnet.lang.ir.slices import Slice, cut
 from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
@@ -302,19 +303,9 @@ def _all_gather(s: Step, n: Scope, numerics: str) -> list[str]:
             f"{out} = torch.cat({out}_parts, dim={axis})"]
 
 
-RULES: dict[str, Rule] = {
-    "neg": _unary("-{}"), "not": _unary("~{}"), "exp": _unary("torch.exp({})"),
-    "log": _unary("torch.log({})"), "sqrt": _unary("torch.sqrt({})"),
-    "rsqrt": _unary("torch.rsqrt({})"), "sin": _unary("torch.sin({})"),
-    "cos": _unary("torch.cos({})"), "tanh": _unary("torch.tanh({})"),
-    "sigmoid": _unary("torch.sigmoid({})"), "erf": _unary("torch.erf({})"),
-    "abs": _unary("torch.abs({})"), "floor": _unary("torch.floor({})"),
-    "add": _binary("{} + {}"), "sub": _binary("{} - {}"), "mul": _binary("{} * {}"),
-    "div": _div, "rem": _rem, "pow": _binary("torch.pow({}, {})"),
+RULES: dict[str, Rule] = spelled("torch", by_arity(_unary, _binary), {
+    "div": _div, "rem": _rem,
     "maximum": _extreme("maximum", "min"), "minimum": _extreme("minimum", "max"),
-    "lt": _binary("{} < {}"), "le": _binary("{} <= {}"), "gt": _binary("{} > {}"),
-    "ge": _binary("{} >= {}"), "eq": _binary("{} == {}"), "ne": _binary("{} != {}"),
-    "and": _binary("{} & {}"), "or": _binary("{} | {}"),
     "select": lambda s, n, nu: [f"{n(s.results[0])} = torch.where("
                                 f"{', '.join(n(o) for o in s.operands)})"],
     "convert": _convert, "constant": constant_rule, "iota": _iota, "reshape": _reshape,
@@ -323,7 +314,9 @@ RULES: dict[str, Rule] = {
     "scatter_add": _scatter_add,
     "slice": _slice,
     "all_reduce": _all_reduce, "all_gather": _all_gather,  # tensor parallelism (issue 21)
-}
+})
+"""The elementwise math spelled in :data:`linnet.lang.ir.elementwise.SPELLINGS` (its
+``torch`` column), and the rules written here."""
 
 
 def _fast_linear(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:

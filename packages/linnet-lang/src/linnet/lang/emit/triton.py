@@ -310,9 +310,7 @@ def _for(s: Step, n: tiles.Names, c: Context) -> list[str]:
 # both the interpreter and compiled code of every Triton we support (3.6 to 3.9).
 EXPECTED_MISSING: frozenset[str] = frozenset({"pow"})
 
-TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "tl") | {
-    "rsqrt": _unary("tl.rsqrt({})"), "tanh": _unary("2 * tl.sigmoid(2 * {}) - 1"),
-    "sigmoid": _unary("tl.sigmoid({})"), "erf": _unary("tl.erf({})"),
+TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "triton", {
     "div": tile_edges.int_div("triton", _fdiv), "rem": tile_edges.int_rem("triton", _frem),
     "floor": tile_edges.triton_floor,
     "maximum": tile_edges.triton_extreme("maximum"),
@@ -320,7 +318,7 @@ TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "tl") | {
     "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
     "load": _load, "store": _store, "atomic_add": _atomic_add, "for": _for,
     "and": _logical("&"), "or": _logical("|"), "select": _select,
-}
+})
 
 
 # ---------------------------------------------------------------- functions

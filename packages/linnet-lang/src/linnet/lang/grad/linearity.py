@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from linnet.lang.ir.elementwise import SPELLINGS
 from linnet.lang.ir.graph import Step
 from linnet.lang.ir.primitives import PRIMITIVES
 
@@ -138,10 +139,11 @@ LINEARITY_RULES: dict[str, Rule] = {
     "scatter_add": _scatter_add, "all_gather": _unchanged, "all_reduce": _all_reduce,
     # A state write makes no value: whatever it stores, the gradients are what they are.
     "scatter": lambda s, k: (CONST, None),
-} | {name: _nonlinear_in_any for name in (
-    "not", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf", "abs",
-    "floor", "rem", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne", "and",
-    "or")}
+    "rem": _nonlinear_in_any,
+} | {name: _nonlinear_in_any for name, row in SPELLINGS.items() if not row.linear}
+"""Written here for the primitives that are linear in an operand (the rows of
+:data:`linnet.lang.ir.elementwise.SPELLINGS` say ``linear``) and those outside that table;
+the rest of elementwise math is nonlinear in every operand."""
 EXPECTED_MISSING: frozenset[str] = frozenset()
 assert set(LINEARITY_RULES) == set(PRIMITIVES)
 

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from linnet.lang.ir.elementwise import SPELLINGS, Formula, formula
 from linnet.lang.ir.graph import Call, Graph, Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES
 
@@ -210,29 +211,46 @@ def _unary(derivative: Callable[[Step, str, Tape], str]) -> Rule:
     return rule
 
 
+def _built(f: Formula, step: Step, t: Tape) -> str:
+    """The steps of a derivative formula (linnet.lang.ir.elementwise.formula), operands
+    left to right; numbers are constants of the result's dtype."""
+    kind = f[0]
+    if kind == "ref":
+        return step.results[0] if f[1] == "out" else step.operands["xy".index(f[1])]
+    if kind == "const":
+        return t.const(f[1], t.dtype(step.results[0]))
+    if kind == "neg":
+        return t.unary("neg", _built(f[1], step, t))
+    if kind == "call":
+        args = [_built(a, step, t) for a in f[2]]
+        return t.unary(f[1], args[0]) if len(args) == 1 else t.binary(f[1], *args)
+    return t.binary(f[1], _built(f[2], step, t), _built(f[3], step, t))
+
+
+def _spelled(derivative: tuple[str, ...]) -> Rule:
+    """``d_k = g * df/d(operand k)`` from the ``derivative`` column of
+    linnet.lang.ir.elementwise, for each operand that wants one; nothing for integers."""
+    formulas = [formula(d) for d in derivative]
+
+    def rule(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
+        out: list[str | None] = [None] * len(step.operands)
+        if not is_float(t.dtype(step.results[0])):
+            return out
+        for k, f in enumerate(formulas):
+            if needs[k]:
+                d = t.binary("mul", g, _built(f, step, t))
+                out[k] = t.fit(d, *_operand(t, step, k))
+        return out
+    return rule
+
+
 def _neg(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
     return [t.unary("neg", g) if needs[0] else None]
-
-
-def _d_log(s: Step, y: str, t: Tape) -> str:
-    return t.binary("div", t.const(1.0, t.dtype(y)), s.operands[0])
-
-
-def _d_sqrt(s: Step, y: str, t: Tape) -> str:  # 1 / (2 sqrt(x)), as torch: grad / (2 * y)
-    return t.binary("div", t.const(0.5, t.dtype(y)), y)
 
 
 def _d_rsqrt(s: Step, y: str, t: Tape) -> str:  # -x^(-3/2) / 2, as torch: -0.5 * y**3
     cube = t.binary("mul", t.binary("mul", y, y), y)
     return t.binary("mul", t.const(-0.5, t.dtype(y)), cube)
-
-
-def _d_tanh(s: Step, y: str, t: Tape) -> str:
-    return t.binary("sub", t.const(1.0, t.dtype(y)), t.binary("mul", y, y))
-
-
-def _d_sigmoid(s: Step, y: str, t: Tape) -> str:
-    return t.binary("mul", y, t.binary("sub", t.const(1.0, t.dtype(y)), y))
 
 
 def _d_erf(s: Step, y: str, t: Tape) -> str:  # 2 / sqrt(pi) * exp(-x^2)
@@ -524,18 +542,15 @@ def _one_process(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | N
 
 
 VJP_RULES: dict[str, Rule] = {
-    "neg": _float_only(_neg), "not": zero,
-    "exp": _unary(lambda s, y, t: y), "log": _unary(_d_log),
-    "sqrt": _unary(_d_sqrt), "rsqrt": _unary(_d_rsqrt),
-    "sin": _unary(lambda s, y, t: t.unary("cos", s.operands[0])),
-    "cos": _unary(lambda s, y, t: t.unary("neg", t.unary("sin", s.operands[0]))),
-    "tanh": _unary(_d_tanh), "sigmoid": _unary(_d_sigmoid), "erf": _unary(_d_erf),
-    "abs": _abs, "floor": zero,
+    # The elementwise math of linnet.lang.ir.elementwise: from its derivative column, and
+    # zero where the primitive is not differentiable (comparisons, logic, floor).
+    **{name: _spelled(row.derivative) for name, row in SPELLINGS.items() if row.derivative},
+    **{name: zero for name, row in SPELLINGS.items() if not row.primitive.differentiable},
+    "neg": _float_only(_neg), "rsqrt": _unary(_d_rsqrt), "erf": _unary(_d_erf),
+    "abs": _abs,
     "add": _float_only(_add), "sub": _float_only(_sub), "mul": _float_only(_mul),
     "div": _div, "rem": _rem, "pow": _pow,
     "maximum": _extreme("gt"), "minimum": _extreme("lt"),
-    "lt": zero, "le": zero, "gt": zero, "ge": zero, "eq": zero, "ne": zero,
-    "and": zero, "or": zero,
     "select": _float_only(_select), "convert": _convert,
     "constant": zero, "iota": zero,
     "reshape": _float_only(_reshape), "transpose": _float_only(_transpose),
