@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from linnet.lang import LinnetError
 from linnet.lang.host import demo_model
 from linnet.lang.host.demo_model import GGUF_NAME, package_dir, smollm2_gguf
