@@ -12,6 +12,7 @@ import pytest
 
 # The files that take longest under CI=1 (`scripts/check --durations=40`), longest first.
 HEAVY_FIRST = (
+    "test_smollm2.py",
     "test_kernel_checks_run.py",
     "test_kernels_launch.py",
     "test_decode_kernels_run.py",
