@@ -15,6 +15,7 @@ HEAVY_FIRST = (
     "test_kernel_checks_run.py",
     "test_kernels_launch.py",
     "test_decode_kernels_run.py",
+    "test_smollm2.py",  # 66 s, plus about 30 s the first time to make its cached directories
     "test_jax_pallas.py",
     "test_compile_cache.py",
     "test_conformance.py",

@@ -295,10 +295,10 @@ def test_kernels_false_leaves_linnet_kernels_out_of_the_plan(span_model, interpr
 
 def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
     from linnet.torch import random_weights
-    from support import LLAMA, toy_config
+    from support import LLAMA, planning_config
 
-    weights = random_weights(LLAMA, toy_config(), seed=4)
-    model = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
+    weights = random_weights(LLAMA, planning_config(), seed=4)
+    model = load(LLAMA, weights=dict(weights), config=planning_config(), numerics="fast")
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
     plan = model.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
     kinds = {c.region.callee.rsplit("::", 1)[-1] for c in kernel_rows(plan)}
@@ -318,7 +318,7 @@ def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
     assert any(c.status == "taken" and c.region.writes_state
                and c.region.callee.endswith("::rms_norm_qkv_rope_attention")
                for c in kernel_rows(plan))
-    want = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
+    want = load(LLAMA, weights=dict(weights), config=planning_config(), numerics="fast")
     ctx, ctx_want = model.context_for(plan), want.context_for_graph(plan.graph)
     for step in range(3):  # the cache the kernel plan writes is read back by later steps
         (got,) = plan.run([token, pos + step], ctx)
@@ -334,10 +334,12 @@ def test_the_toy_llama_decode_kernels_store_k_and_v_into_the_cache(interpret):
     source does (conform compares the states a region writes), on caches that already hold
     other positions, for two sequences at different positions (support.py; on CUDA:
     test_kernels_launch.py)."""
-    from support import CACHE_WRITING_OPS, cache_writing_findings
+    from support import cache_writing_findings, cache_writing_ops, planning_config
 
-    findings, made = cache_writing_findings()
-    assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == CACHE_WRITING_OPS
+    layers = planning_config()["NL"]  # one under CI=1
+    findings, made = cache_writing_findings(layers=layers)
+    assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == cache_writing_ops(
+        layers)
     assert all(f.passed and f.difference is not None for f in findings), findings
     for ex in made:
         runs = ex.fn.__globals__["RUNS"]
@@ -353,10 +355,10 @@ def test_every_kernel_region_of_the_toy_llama_decode_launches_its_kernel(interpr
     from linnet.lang.check.spans import claim_spans
     from linnet.torch import random_weights
     from linnet.torch.kernel_paths import KernelPaths
-    from support import LLAMA, toy_config
+    from support import LLAMA, planning_config
 
-    model = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=4),
-                 config=toy_config(), numerics="fast")
+    model = load(LLAMA, weights=random_weights(LLAMA, planning_config(), seed=4),
+                 config=planning_config(), numerics="fast")
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([5], dtype=torch.int32)
     graph = claim_spans(model.graph("decode", [token, pos]), model.program)
     paths = KernelPaths(model.program)
@@ -566,15 +568,15 @@ def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(in
     as the generated source does."""
     from linnet.torch import random_weights
     from linnet.torch.planned import PlanBuilder, SliceTimes
-    from support import LLAMA, toy_config
+    from support import LLAMA, planning_config
 
     monkeypatch.setattr(PlanBuilder, "time_backend", lambda self, group, env, context: 1e-9)
     monkeypatch.setattr(PlanBuilder, "time_generated",
                         lambda self, group, env, context: 1e-6 * len(group[0].region.steps))
     monkeypatch.setattr(SliceTimes, "seconds",
                         lambda self, slices: 5e-6 + 1e-7 * len(slices[0]))
-    weights = random_weights(LLAMA, toy_config(), seed=4)
-    model = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
+    weights = random_weights(LLAMA, planning_config(), seed=4)
+    model = load(LLAMA, weights=dict(weights), config=planning_config(), numerics="fast")
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
     said = []
     plan = model.plan_for("decode", [token, pos], backends=[], compile="aot_eager",
@@ -588,7 +590,7 @@ def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(in
     # no two taken regions share a step
     steps = [s for c in plan.regions for s in c.region.steps]
     assert len(steps) == len(set(steps))
-    want = load(LLAMA, weights=dict(weights), config=toy_config(), numerics="fast")
+    want = load(LLAMA, weights=dict(weights), config=planning_config(), numerics="fast")
     ctx = model.context_for(plan)
     for step in range(2):
         (got,) = plan.run([token, pos + step], ctx)

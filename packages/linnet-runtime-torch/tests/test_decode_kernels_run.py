@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from linnet.lang import Program
 from linnet.lang.check.kernel_cases import bound_ops
-from support import run_guarded
+from support import CI, CI_SEED, ci_sample, run_guarded
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="needs Triton")
@@ -101,6 +101,23 @@ FLASH = [("small_flash3", 2, 75, 2, 4, 32, "f32", [74, 20]),
          ("small_flash", 1, 100, 2, 4, 32, "bf16", [63]),
          ("small_flash", 2, 75, 2, 2, 20, "f32", [40, 74])]
 
+# The flash cases' splits (NS), as small_flash's and small_flash3's bindings make them.
+FLASH_NS = [3, 2, 3, 3, 4, 3]
+
+# What runs: every case without CI=1; under it (support.ci_sample, a seed that rotates by
+# date) one sampled case a kernel and one chosen case per op, one decode attention case, one
+# split-K case of each kind and one flash case of each op: every kind of case, about a third
+# of the interpreter's time.
+SAMPLED, SAMPLE_SEED = (1, CI_SEED) if CI else (2, 3)
+RUN_CHOSEN = {op: ci_sample(shapes, 1, op) for op, shapes in CHOSEN.items()}
+RUN_ATTENTION = ci_sample(ATTENTION, 1, "attention")
+RUN_SPLIT = [c for kind in ("sum", "residual")
+             for c in ci_sample([c for c in SPLIT if c[0] == kind], 1, kind)]
+RUN_SPLIT.sort(key=SPLIT.index)
+RUN_FLASH = [c for op in ("small_flash3", "small_flash")
+             for c in ci_sample([c for c in FLASH if c[0] == op], 1, op)]
+RUN_FLASH.sort(key=FLASH.index)
+
 DRIVER = """
 import json, sys
 import torch
@@ -108,13 +125,13 @@ from linnet.lang import Program
 from linnet.lang.check.kernel_cases import bound_ops, case_for, checked_program
 from linnet.torch.testing import check_case, check_kernels, use_interpreter
 
-path, chosen = sys.argv[1], json.loads(sys.argv[2])
+path, chosen, count, seed = sys.argv[1], json.loads(sys.argv[2]), *map(int, sys.argv[6:8])
 checks = []
 def seen(c):
     checks.append({"op": c.case.op, "generics": c.case.generics, "difference": c.difference,
                    "finding": str(c.finding) if c.finding else None})
 # Sampled cases, then the chosen ones.
-check_kernels(path, count=2, seed=3, max_size=40, ops=list(chosen), on_check=seen)
+check_kernels(path, count=count, seed=seed, max_size=40, ops=list(chosen), on_check=seen)
 use_interpreter()
 program = checked_program(path)
 for op in bound_ops(program):
@@ -212,11 +229,11 @@ print(json.dumps({"checks": checks, "attention": attention, "split": split,
 
 @pytest.fixture(scope="module")
 def run() -> dict:
-    done = run_guarded([sys.executable, "-c", DRIVER, str(TILES), json.dumps(CHOSEN),
-                        json.dumps(ATTENTION), json.dumps(SPLIT),
-                        json.dumps(FLASH)],
+    done = run_guarded([sys.executable, "-c", DRIVER, str(TILES), json.dumps(RUN_CHOSEN),
+                        json.dumps(RUN_ATTENTION), json.dumps(RUN_SPLIT),
+                        json.dumps(RUN_FLASH), str(SAMPLED), str(SAMPLE_SEED)],
                        env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, f"(CI={CI}, LINNET_CI_SEED={CI_SEED}) {done.stderr}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -228,8 +245,8 @@ def checks(run: dict) -> list[dict]:
 def test_small_tile_kernels_agree_with_their_bodies(checks: list[dict]) -> None:
     assert [c["finding"] for c in checks if c["finding"]] == []
     ops = [c["op"].rsplit("::", 1)[-1] for c in checks]
-    # Two sampled cases and every chosen one of each op ran.
-    assert {o: ops.count(o) for o in OPS} == {o: 2 + len(CHOSEN[o]) for o in OPS}
+    # The sampled cases and every chosen one of each op ran.
+    assert {o: ops.count(o) for o in OPS} == {o: SAMPLED + len(RUN_CHOSEN[o]) for o in OPS}
     assert all(c["difference"] < float("inf") for c in checks)
 
 
@@ -266,8 +283,9 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
 
 def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
     found = run["attention"]
-    assert len(found) == len(ATTENTION)
-    assert [c["finding"] for c in found] == [None] * len(ATTENTION)
+    assert [(c["generics"]["S"], c["pos"]) for c in found] == [(a[1], a[6])
+                                                                 for a in RUN_ATTENTION]
+    assert [c["finding"] for c in found] == [None] * len(RUN_ATTENTION)
     assert all(c["difference"] < 1e-2 for c in found)
 
 
@@ -295,8 +313,9 @@ def test_split_k_stages_compose_to_the_bodies(run: dict) -> None:
     gemv_split_residual_sum `residual_add(r, linear(x, w))`, at every chosen case, with every
     partial sum written."""
     found = run["split"]
-    assert [(c["kind"], tuple(c["shape"])) for c in found] == SPLIT
-    assert [c["finding"] for c in found] == [None] * len(SPLIT)
+    assert [(c["kind"], tuple(c["shape"])) for c in found] == RUN_SPLIT
+    assert {c["kind"] for c in found} == {"sum", "residual"}
+    assert [c["finding"] for c in found] == [None] * len(RUN_SPLIT)
     for c in found:
         n, _, o, _, ks = c["shape"]
         assert c["parts_shape"] == [ks, n, o]
@@ -320,19 +339,28 @@ def test_flash_decoding_stages_agree_with_the_body(run: dict) -> None:
     its first position is at most pos: one wholly past pos or past the cache's end writes
     max -1e30, sum 0 and accumulator 0."""
     found = run["flash"]
-    assert len(found) == len(FLASH)
-    assert [c["finding"] for c in found] == [None] * len(FLASH)
+    assert [c["op"] for c in found] == [f[0] for f in RUN_FLASH]
+    assert {c["op"] for c in found} == {"small_flash", "small_flash3"}
+    assert [c["finding"] for c in found] == [None] * len(RUN_FLASH)
     assert all(c["difference"] < 1e-2 for c in found)
     assert all(c["nan_parts"] == [False, False, False] for c in found)
     assert {tuple(c["kernels"]) for c in found} == {
         ("std.nn.decode::decode_attention_split_tiles",
          "std.nn.decode::decode_attention_combine_tiles")}
-    for c, (_, _, s, _, _, _, _, last) in zip(found, FLASH):
+    for c, (_, _, s, _, _, _, _, last) in zip(found, RUN_FLASH):
         ns = c["ns"]
         blocks = (s + 15) // 16
         per = (blocks + ns - 1) // ns * 16  # positions a split: ceil(ceil(S / 16) / NS) blocks
         assert c["live_splits"] == [[i * per <= p for i in range(ns)] for p in last]
         assert c["empty_parts"] == 0.0
-    assert [c["ns"] for c in found] == [3, 2, 3, 3, 4, 3]
-    # Some split is empty: past pos (a live cache) or past the cache's end.
-    assert sum(not all(row) for c in found for row in c["live_splits"]) >= 4
+    assert [c["ns"] for c in found] == [FLASH_NS[FLASH.index(f)] for f in RUN_FLASH]
+
+
+def test_the_flash_cases_reach_empty_splits() -> None:
+    """Some split of the chosen flash cases is empty: past pos (a live cache) or past the
+    cache's end (the live splits each case must show are checked above)."""
+    empty = 0
+    for (_, _, s, _, _, _, _, last), ns in zip(FLASH, FLASH_NS, strict=True):
+        per = ((s + 15) // 16 + ns - 1) // ns * 16
+        empty += sum(not all(i * per <= p for i in range(ns)) for p in last)
+    assert empty >= 4

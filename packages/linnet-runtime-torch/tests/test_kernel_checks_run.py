@@ -22,7 +22,7 @@ import torch
 from linnet.lang import Program, check_program
 from linnet.lang.check.kernel_cases import bound_ops, sample_cases
 from linnet.torch.testing import TOLERANCES, compare, std_program
-from support import run_guarded
+from support import CI, CI_SEED, run_guarded
 
 # Found, not imported: Triton imported here without TRITON_INTERPRET=1 would stop later
 # in-process tests from interpreting kernels.
@@ -32,6 +32,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 ROOT = Path(__file__).resolve().parents[3]
 BROKEN = Path(__file__).parent / "kernels" / "broken.linnet"
 EXAMPLES = sorted(str(p) for p in (ROOT / "examples").rglob("*.linnet"))
+# `linnet kernels --std` and the examples: every kernel twice (seed 0); under CI=1 every kernel
+# once, its case drawn with a seed that rotates by date (support.CI_SEED), half the time.
+STD_COUNT, STD_SEED = (1, CI_SEED) if CI else (2, 0)
 
 
 DRIVER = """
@@ -39,14 +42,15 @@ import contextlib, io, json, sys
 from linnet.lang.cli import main
 from linnet.torch.testing import assert_kernels, check_kernels
 
-broken, std_examples, cli, extra = sys.argv[1], sys.argv[2:-1], {}, {}
+broken, std_examples, cli, extra = sys.argv[1], sys.argv[4:-1], {}, {}
+std_count, std_seed = sys.argv[2], sys.argv[3]
 out = {"findings": {}}
 for f in check_kernels(broken, count=3, seed=0):
     out["findings"].setdefault(f.op.split("::")[-1], []).append(
         {"kernel": f.kernel, "case": f.case, "problem": f.problem,
          "difference": f.difference, "where": f.where, "text": str(f)})
-for name, argv in [("std", ["kernels", "--std", *std_examples, "--count", "2",
-                            "--max-size", "40"]),
+for name, argv in [("std", ["kernels", "--std", *std_examples, "--count", std_count,
+                            "--seed", std_seed, "--max-size", "40"]),
                    ("broken", ["kernels", broken, "--count", "1", "--op", "off_by_one",
                                "--op", "good_double"]),
                    ("quiet", ["kernels", broken, "--count", "1", "--op", "good_double",
@@ -71,9 +75,10 @@ def run() -> dict:
     """Everything that launches kernels, in one fresh process (TRITON_INTERPRET=1 before
     Triton is imported): check_kernels over broken.linnet, `linnet kernels` over the std
     library and the examples and over broken.linnet, and assert_kernels."""
-    done = run_guarded([sys.executable, "-c", DRIVER, str(BROKEN), *EXAMPLES, "end"],
+    done = run_guarded([sys.executable, "-c", DRIVER, str(BROKEN), str(STD_COUNT),
+                        str(STD_SEED), *EXAMPLES, "end"],
                        cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, f"(CI={CI}, LINNET_CI_SEED={CI_SEED}) {done.stderr}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -84,24 +89,27 @@ def broken_findings(run: dict) -> dict[str, list[dict]]:
 
 
 def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
-    """CI: `linnet kernels --std` plus every example: each kernel once, all agree, exit 0."""
+    """CI: `linnet kernels --std` plus every example: each kernel STD_COUNT times, all
+    agree, exit 0."""
     done = run["std"]
     assert done["rc"] == 0, done["stdout"]
     lines = done["stdout"].splitlines()
-    assert "every kernel agrees with its op" in lines[-1]
+    assert "every kernel agrees with its op" in lines[-1], f"LINNET_CI_SEED={CI_SEED}"
     for kernel in ("row_softmax", "tiled_matmul", "rms_norm_rows", "silu_mul_tiles",
                    "gemv_rows", "gemv_row", "rms_norm_gemv", "rms_norm_qkv_gemv",
                    "rms_norm_gate_up_gemv", "gate_up_gemv", "gemv_residual",
                    "decode_attention_tiles", "gemv_dot", "residual_rms_norm_rows",
                    "gemv_split_part then gemv_split_residual_sum"):
-        assert sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == 2, \
-            done["stdout"]
+        assert sum(line.startswith("ok") and f"::{kernel} " in line
+                   for line in lines) == STD_COUNT, done["stdout"]
     # One chain bound by two ops (linear_split, linear_split_wide): two cases each.
     chain = "::gemv_split_part then gemv_split_sum "
-    assert sum(line.startswith("ok") and chain in line for line in lines) == 4, done["stdout"]
+    assert sum(line.startswith("ok") and chain in line for line in lines) == 2 * STD_COUNT, \
+        done["stdout"]
     # The flash-decoding chains (decode_attention_split, _short, _long): two cases each.
     chain = "::decode_attention_split_tiles then decode_attention_combine_tiles "
-    assert sum(line.startswith("ok") and chain in line for line in lines) == 6, done["stdout"]
+    assert sum(line.startswith("ok") and chain in line for line in lines) == 3 * STD_COUNT, \
+        done["stdout"]
 
 
 def test_cli_reports_broken_kernels_and_exits_nonzero(run: dict) -> None:
