@@ -8,7 +8,14 @@ keeps CI on two cores under its budget. The order inside a file is unchanged.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# `linnet run` with no model runs the real demo model (SmolLM2-135M-Instruct) where its wheel
+# is installed, as it is in this workspace; the tests' runs with no model mean the random toy
+# Llama (token ids, fast). integration-tests/test_demo.py runs the real demo on purpose.
+os.environ.setdefault("LINNET_DEMO", "toy")
 
 # The files that take longest under CI=1 (`scripts/check --durations=40`), longest first.
 HEAVY_FIRST = (

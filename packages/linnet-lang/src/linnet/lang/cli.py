@@ -502,9 +502,10 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="set a config value or model generic, typed as written (int, float, "
                         "true/false, else a string; repeatable): --set S=256 --set T=bf16")
-    p.add_argument("--prompt", default="1,2,3,4,5,6,7,8",
+    p.add_argument("--prompt", default=None,
                    help="comma-separated token ids, or text (through the tokenizer beside the "
-                        "weights, and its chat template: linnet.lang.text.cli)")
+                        "weights, and its chat template: linnet.lang.text.cli); default: the "
+                        "demo's question where no model is given, else 1,2,3,4,5,6,7,8")
     p.add_argument("--tokens", "--max-new-tokens", dest="tokens", type=int, default=None,
                    help="tokens to generate (default: 16 for token ids, 256 for text)")
     p.add_argument("--device", default="cpu")

