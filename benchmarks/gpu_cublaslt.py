@@ -98,8 +98,9 @@ def table(title: str, header: list[str], rows: list[tuple]) -> None:
     TABLES.append((title, header, rows))
 
 
-def model_for(run: Run, name: str, numerics: str = "exact", weights: Any = None, **extra: Any
-              ) -> tuple[Any, Any, dict]:
+def model_for(
+    run: Run, name: str, numerics: str = "exact", weights: Any = None, **extra: Any
+) -> tuple[Any, Any, dict]:
     cfg = config(name, **extra)
     if weights is None:
         weights = random_weights(LLAMA, cfg, seed=0, device=run.device)
@@ -117,17 +118,21 @@ def part_a(run: Run) -> None:
         findings = model.conform("decode", inputs, run.backend())
         failed = [f for f in findings if not f.passed]
         worst = max((f.difference or 0.0) for f in findings) if findings else 0.0
-        ulps = ulp_report(model, inputs, run.backend(), [f.region for f in failed]) \
-            if failed else "-"
+        ulps = (
+            ulp_report(model, inputs, run.backend(), [f.region for f in failed]) if failed else "-"
+        )
         for f in failed[:8]:
             print(f"  (a) {name}: not within 0.01: {f}")
-        rows.append((f"{name} bf16", len(findings), len(findings) - len(failed),
-                     f"{worst:.3g}", ulps))
+        rows.append(
+            (f"{name} bf16", len(findings), len(findings) - len(failed), f"{worst:.3g}", ulps)
+        )
         del model
         run.free()
-    table("(a) conform (tolerance 0.01)",
-          ["model", "regions", "passed", "largest difference", "failed ones, in bf16 ulps"],
-          rows)
+    table(
+        "(a) conform (tolerance 0.01)",
+        ["model", "regions", "passed", "largest difference", "failed ones, in bf16 ulps"],
+        rows,
+    )
 
 
 def ulp_report(model: Any, inputs: list, backend: Any, regions: list) -> str:
@@ -138,8 +143,9 @@ def ulp_report(model: Any, inputs: list, backend: Any, regions: list) -> str:
 
     builder = PlanBuilder(model, "decode", inputs, Options(measure=False), progress=False)
     ready = builder.probe([backend])
-    candidates = [c for c in builder.candidates(ready)
-                  if any(c.region.steps == r.steps for r in regions)]
+    candidates = [
+        c for c in builder.candidates(ready) if any(c.region.steps == r.steps for r in regions)
+    ]
     context = model.context_for_graph(builder.graph)
     env = builder.record_values(candidates, context)
     worst = 0.0
@@ -153,12 +159,16 @@ def ulp_report(model: Any, inputs: list, backend: Any, regions: list) -> str:
             module = builder.emit([sl], "ulps")
             fn = getattr(module, module.ENTRIES[builder.graph.entry]["slices"][0]["function"])
             ref = context.scratch()
-            want = fn(*[env[v] for v in sl.inputs], *[ref.parameters[p] for p in sl.parameters],
-                      *[ref.states[p] for p in sl.states])
+            want = fn(
+                *[env[v] for v in sl.inputs],
+                *[ref.parameters[p] for p in sl.parameters],
+                *[ref.states[p] for p in sl.states],
+            )
         for a, b in zip(got, want):
             b32 = b.float()
             spacing = torch.finfo(torch.bfloat16).eps * torch.exp2(
-                torch.floor(torch.log2(b32.abs().clamp_min(1e-30))))
+                torch.floor(torch.log2(b32.abs().clamp_min(1e-30)))
+            )
             worst = max(worst, ((a.float() - b32).abs() / spacing).max().item())
     return f"at most {worst:.2f} ulp over {len(candidates)} regions"
 
@@ -176,13 +186,17 @@ def part_b(run: Run) -> None:
     steps = 8 if run.dry else 64
     for dtype in ("f32", "bf16"):
         model, _, cfg = model_for(run, "toy", T=dtype)
-        plan = model.plan_for("decode", [run.i32(0), run.i32(0)], backends=[run.backend()],
-                              measure=False, progress=False)
+        plan = model.plan_for(
+            "decode",
+            [run.i32(0), run.i32(0)],
+            backends=[run.backend()],
+            measure=False,
+            progress=False,
+        )
         ctx = model.context_for(plan)
         ref_ctx = model.new_context("decode", [run.i32(0), run.i32(0)])
         gen = torch.Generator().manual_seed(1)
-        prompt = torch.randint(0, cfg["V"], (1, 8), dtype=torch.int32, generator=gen).to(
-            run.device)
+        prompt = torch.randint(0, cfg["V"], (1, 8), dtype=torch.int32, generator=gen).to(run.device)
         model.prefill(prompt, context=ctx)
         model.prefill(prompt, context=ref_ctx)
         step = stepper(run, plan, ctx)
@@ -195,14 +209,23 @@ def part_b(run: Run) -> None:
             mine.append(int(got.argmax()))
             theirs.append(int(want.argmax()))
         same = next((i for i, (a, b) in enumerate(zip(mine[1:], theirs[1:])) if a != b), steps)
-        rows.append((f"toy {dtype}", len(plan.regions), steps, "yes" if same == steps else
-                     f"no: first differs at step {same}", f"{worst:.2e}"))
+        rows.append(
+            (
+                f"toy {dtype}",
+                len(plan.regions),
+                steps,
+                "yes" if same == steps else f"no: first differs at step {same}",
+                f"{worst:.2e}",
+            )
+        )
         print(f"  (b) toy {dtype}: {plan}")
         del model, plan, ctx, ref_ctx
         run.free()
-    table("(b) Captured vs model.run, greedy decode (plan: measure=False)",
-          ["model", "backend regions", "steps", "same tokens", "largest logit difference"],
-          rows)
+    table(
+        "(b) Captured vs model.run, greedy decode (plan: measure=False)",
+        ["model", "backend regions", "steps", "same tokens", "largest logit difference"],
+        rows,
+    )
 
 
 # ---------------------------------------------------------------- (c) per region
@@ -248,12 +271,22 @@ def part_c(run: Run) -> None:
                 floor = spec.weight_bytes / BANDWIDTH
                 ours = builder.time_backend(group, env, context.scratch())
                 generated = builder.time_generated(group, env, context.scratch())
-                exact_generated = exact_builder.time_generated(group, env,
-                                                               exact_context.scratch())
+                exact_generated = exact_builder.time_generated(group, env, exact_context.scratch())
                 linear = time_linear(builder.rotation(group), env, context, run, options)
-                rows.append((name, m, label, f"{spec.n}x{spec.k}", us(floor),
-                             vs(ours, floor), vs(generated, floor), vs(exact_generated, floor),
-                             vs(linear, floor), f"{(linear - ours) / linear:+.1%}"))
+                rows.append(
+                    (
+                        name,
+                        m,
+                        label,
+                        f"{spec.n}x{spec.k}",
+                        us(floor),
+                        vs(ours, floor),
+                        vs(generated, floor),
+                        vs(exact_generated, floor),
+                        vs(linear, floor),
+                        f"{(linear - ours) / linear:+.1%}",
+                    )
+                )
             del builder, exact_builder, context, exact_context, env, candidates
             run.free()
         if not run.dry:
@@ -261,10 +294,23 @@ def part_c(run: Run) -> None:
                 print(f"  (c) {name}: {plan}")
         del fast, exact, weights
         run.free()
-    table("(c) per region, inside CUDA graphs, rotating through every layer's weights "
-          "(us; % = floor / time)",
-          ["shape", "M", "region", "N x K", "floor", "cublaslt", "generated fast",
-           "generated exact", "F.linear per sibling", "saving vs F.linear"], rows)
+    table(
+        "(c) per region, inside CUDA graphs, rotating through every layer's weights "
+        "(us; % = floor / time)",
+        [
+            "shape",
+            "M",
+            "region",
+            "N x K",
+            "floor",
+            "cublaslt",
+            "generated fast",
+            "generated exact",
+            "F.linear per sibling",
+            "saving vs F.linear",
+        ],
+        rows,
+    )
 
 
 def time_linear(chosen: list, env: dict, context: Any, run: Run, options: Options) -> float:
@@ -306,21 +352,31 @@ def part_de(run: Run, parts: str) -> None:
         weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
         kv = 2 * cfg["NL"] * (context0 + 48) * cfg["KV"] * cfg["HD"] * 2
         gen = torch.Generator().manual_seed(2)
-        prompt = torch.randint(0, cfg["V"], (1, context0), dtype=torch.int32,
-                               generator=gen).to(run.device)
+        prompt = torch.randint(0, cfg["V"], (1, context0), dtype=torch.int32, generator=gen).to(
+            run.device
+        )
         cache = TimingCache(Path(tempfile.mkdtemp()) / "benchmarks.json")
         t0 = time.perf_counter()
-        plan = plan_for(model, "decode", [run.i32(1), run.i32(context0)],
-                        backends=[run.backend()], progress=False, cache=cache)
+        plan = plan_for(
+            model,
+            "decode",
+            [run.i32(1), run.i32(context0)],
+            backends=[run.backend()],
+            progress=False,
+            cache=cache,
+        )
         took = time.perf_counter() - t0
         if "d" in parts and (name == shapes[-1]):
             print(f"\n(d) plan.explain() for {name} decode (planned in {took:.1f} s):")
             print(plan.explain())
         if "e" in parts:
-            bare = plan_for(model, "decode", [run.i32(1), run.i32(context0)], backends=[],
-                            progress=False)
-            for label, p in (("generated source", bare),
-                             (f"with cublaslt ({len(plan.regions)} regions)", plan)):
+            bare = plan_for(
+                model, "decode", [run.i32(1), run.i32(context0)], backends=[], progress=False
+            )
+            for label, p in (
+                ("generated source", bare),
+                (f"with cublaslt ({len(plan.regions)} regions)", plan),
+            ):
                 ctx = model.context_for(p)
                 model.prefill(prompt, context=ctx)
                 step = stepper(run, p, ctx)
@@ -332,14 +388,22 @@ def part_de(run: Run, parts: str) -> None:
                 rows.append((name, label, f"{seconds * 1e3:.3f}"))
                 del ctx
                 run.free()
-            rows.append((name, "floor (weights + KV / 4.18 TB/s)",
-                         f"{(weight_bytes + kv) / BANDWIDTH * 1e3:.3f}"))
+            rows.append(
+                (
+                    name,
+                    "floor (weights + KV / 4.18 TB/s)",
+                    f"{(weight_bytes + kv) / BANDWIDTH * 1e3:.3f}",
+                )
+            )
         del model, weights, plan
         run.free()
     if "e" in parts:
-        table(f"(e) decode step, context {context0}, numerics fast"
-              + (", Captured" if run.device.type == "cuda" else ", plan.run"),
-              ["shape", "plan", "ms/token"], rows)
+        table(
+            f"(e) decode step, context {context0}, numerics fast"
+            + (", Captured" if run.device.type == "cuda" else ", plan.run"),
+            ["shape", "plan", "ms/token"],
+            rows,
+        )
 
 
 # ---------------------------------------------------------------- dry run extras
@@ -352,8 +416,7 @@ def dry_shapes() -> None:
     backend = CublasLt()
     rows = []
     for name in ("llama-3.2-1b", "llama-3-8b"):
-        graph = lower(Program.from_file(LLAMA), "decode", {"token": [1], "pos": [1]},
-                      config(name))
+        graph = lower(Program.from_file(LLAMA), "decode", {"token": [1], "pos": [1]}, config(name))
         regions = backend.match(graph, h200)
         seen = set()
         for r in regions:
@@ -365,13 +428,22 @@ def dry_shapes() -> None:
             seen.add(key)
             cost = backend.estimate_cost(r, h200)
             assert cost is not None
-            rows.append((name, "+".join(p.rsplit(".", 2)[-2] for p in r.parameters),
-                         f"{spec.n}x{spec.k}", us(spec.weight_bytes / BANDWIDTH),
-                         us(cost.seconds)))
+            rows.append(
+                (
+                    name,
+                    "+".join(p.rsplit(".", 2)[-2] for p in r.parameters),
+                    f"{spec.n}x{spec.k}",
+                    us(spec.weight_bytes / BANDWIDTH),
+                    us(cost.seconds),
+                )
+            )
         groups = sum(1 for r in regions if len(r.parameters) > 1)
         print(f"  dry run: {name}: {len(regions)} regions, {groups} sibling groups")
-    table("dry run: regions of the 1B and 8B decode entries (us on an H200)",
-          ["shape", "region", "N x K", "floor", "estimate_cost"], rows)
+    table(
+        "dry run: regions of the 1B and 8B decode entries (us on an H200)",
+        ["shape", "region", "N x K", "floor", "estimate_cost"],
+        rows,
+    )
 
 
 # ---------------------------------------------------------------- main
@@ -390,15 +462,20 @@ def header(run: Run) -> None:
     target = torch_target(run.device)
     backend = CublasLt()
     caps = backend.probe(target)
-    print(f"CublasLt {backend.version}: " + (caps.notes if caps is not None else
-                                            f"declines: {backend.last_reason}"))
+    print(
+        f"CublasLt {backend.version}: "
+        + (caps.notes if caps is not None else f"declines: {backend.last_reason}")
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="abcde", help="which parts to run (default abcde)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="on any machine: the toy config, the reference kernel, plan.run")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="on any machine: the toy config, the reference kernel, plan.run",
+    )
     args = parser.parse_args()
     run = Run(args.dry_run)
     if not run.dry and not torch.cuda.is_available():
@@ -407,7 +484,10 @@ def main() -> int:
     header(run)
     failures = 0
     steps: list[tuple[str, Callable[[], None]]] = [
-        ("a", lambda: part_a(run)), ("b", lambda: part_b(run)), ("c", lambda: part_c(run))]
+        ("a", lambda: part_a(run)),
+        ("b", lambda: part_b(run)),
+        ("c", lambda: part_c(run)),
+    ]
     if "d" in args.parts or "e" in args.parts:
         steps.append(("de", lambda: part_de(run, args.parts)))
     if run.dry:

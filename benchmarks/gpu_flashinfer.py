@@ -91,28 +91,36 @@ def dry_run() -> None:
     program = Program.from_file(LLAMA)
     backend = FlashInfer()
     print(f"flashinfer-python {flashinfer_version()}; backend version {backend.version}")
-    for target in (Target("cpu"), Target("cuda", "cuda:0", "A100", (8, 0)),
-                   Target("cuda", "cuda:0", "H200", (9, 0))):
-        print(f"probe {target.kind} {target.capability}: "
-              f"{backend.decline_reason(target) or 'accepted'}")
-    cases = [("toy bf16 hd64", config("toy", T="bf16", HD=64), 1),
-             ("toy f32 hd16", config("toy"), 1),
-             ("1B", config("llama-3.2-1b"), 1), ("8B", config("llama-3-8b"), 8),
-             ("8B attention, S=32k", config("llama-3-8b", NL=8, V=256, D=512, F=512,
-                                            S=32768), 8)]
+    for target in (
+        Target("cpu"),
+        Target("cuda", "cuda:0", "A100", (8, 0)),
+        Target("cuda", "cuda:0", "H200", (9, 0)),
+    ):
+        print(
+            f"probe {target.kind} {target.capability}: "
+            f"{backend.decline_reason(target) or 'accepted'}"
+        )
+    cases = [
+        ("toy bf16 hd64", config("toy", T="bf16", HD=64), 1),
+        ("toy f32 hd16", config("toy"), 1),
+        ("1B", config("llama-3.2-1b"), 1),
+        ("8B", config("llama-3-8b"), 8),
+        ("8B attention, S=32k", config("llama-3-8b", NL=8, V=256, D=512, F=512, S=32768), 8),
+    ]
     for label, cfg, batch in cases:
         graph = lower(program, "decode", {"token": [batch], "pos": [batch]}, cfg)
         regions = backend.match(graph, Target("cuda", capability=(9, 0)))
         declined = backend.declined(graph)
         line = f"{label} B={batch}: {len(regions)} regions"
         if regions:
-            (site, _), = [(s, r) for _, s, r in backend.sites(graph)[:1]]
+            ((site, _),) = [(s, r) for _, s, r in backend.sites(graph)[:1]]
             assert site is not None
-            planner = Planner(site.shape, backend.page_size, True, backend.workspace_bytes,
-                              "pages")
-            line += (f", kind {regions[0].kind}, inputs {list(regions[0].inputs)}, "
-                     f"pages of {planner.page_size} x {planner.pages_per_row} a row, "
-                     f"wrapper holds {planner.shared_bytes / 2**20:.0f} MiB")
+            planner = Planner(site.shape, backend.page_size, True, backend.workspace_bytes, "pages")
+            line += (
+                f", kind {regions[0].kind}, inputs {list(regions[0].inputs)}, "
+                f"pages of {planner.page_size} x {planner.pages_per_row} a row, "
+                f"wrapper holds {planner.shared_bytes / 2**20:.0f} MiB"
+            )
         if declined:
             line += f"; declined: {declined[0][1]}"
         print(line)
@@ -127,29 +135,36 @@ def conform_toy(dev: torch.device) -> None:
     from linnet.torch import Context, load, random_weights
     from linnet.torch.flashinfer import FlashInfer
 
-    for label, extra, positions in [("toy bf16 hd64 B=1", {"HD": 64}, (40,)),
-                                    ("toy bf16 hd128 B=2", {"HD": 128, "D": 128}, (40, 17))]:
+    for label, extra, positions in [
+        ("toy bf16 hd64 B=1", {"HD": 64}, (40,)),
+        ("toy bf16 hd128 B=2", {"HD": 128, "D": 128}, (40, 17)),
+    ]:
         cfg = config("toy", T="bf16", **extra)
         # The default weight scale keeps attention outputs near 0.1, where conform's absolute
         # tolerance (0.01) is above bf16 rounding and below a wrong mask's error.
-        model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=0, device=dev), config=cfg,
-                     device=dev)
+        model = load(
+            LLAMA, weights=random_weights(LLAMA, cfg, seed=0, device=dev), config=cfg, device=dev
+        )
         batch = len(positions)
         prompt = torch.randint(0, cfg["V"], (batch, 40), dtype=torch.int32, device=dev)
         filled = model.new_context("prefill", [prompt])
         model.prefill(prompt, context=filled)
         # conform makes a fresh (zeroed) context: give it copies of the prefilled caches.
         model.context_for_graph = lambda graph, c=filled: Context(  # type: ignore[method-assign]
-            c.parameters, {k: v.clone() for k, v in c.states.items()}, c.device)
-        findings = model.conform("decode", [i32(*[3] * batch, device=dev),
-                                            i32(*positions, device=dev)], FlashInfer())
+            c.parameters, {k: v.clone() for k, v in c.states.items()}, c.device
+        )
+        findings = model.conform(
+            "decode", [i32(*[3] * batch, device=dev), i32(*positions, device=dev)], FlashInfer()
+        )
         del model.context_for_graph
         worst = max((f.difference or 0.0) for f in findings) if findings else float("nan")
         ok = bool(findings) and all(f.passed for f in findings)
         for f in findings:
             print(f"  {label}: {f}")
-        SUMMARY.append(f"(a) {label}: {len(findings)} regions, max diff {worst:.2e}, "
-                       f"{'PASSED' if ok else 'FAILED'}")
+        SUMMARY.append(
+            f"(a) {label}: {len(findings)} regions, max diff {worst:.2e}, "
+            f"{'PASSED' if ok else 'FAILED'}"
+        )
 
 
 # ---------------------------------------------------------------- (b) Captured over 256 steps
@@ -161,8 +176,12 @@ def captured_toy(dev: torch.device) -> None:
 
     cfg = config("toy", T="bf16", HD=64, S=512)
     # Weights at scale 0.2 (not 0.02): logits far from ties, so argmax compares the math.
-    model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=1, scale=0.2, device=dev),
-                 config=cfg, device=dev)
+    model = load(
+        LLAMA,
+        weights=random_weights(LLAMA, cfg, seed=1, scale=0.2, device=dev),
+        config=cfg,
+        device=dev,
+    )
     prompt = torch.randint(0, cfg["V"], (2, 40), dtype=torch.int32, device=dev)
     steps = STEPS
 
@@ -172,9 +191,13 @@ def captured_toy(dev: torch.device) -> None:
         return i32(10 + i, 40 + i, device=dev)
 
     for replan in ("pages", "always"):
-        plan = model.plan_for("decode", [i32(1, 1, device=dev), positions(0)],
-                              backends=[FlashInfer(replan=replan)], measure=False,
-                              progress=False)
+        plan = model.plan_for(
+            "decode",
+            [i32(1, 1, device=dev), positions(0)],
+            backends=[FlashInfer(replan=replan)],
+            measure=False,
+            progress=False,
+        )
         assert len(plan.regions) == cfg["NL"], plan.explain()
         ctx = model.context_for(plan)
         ref = model.new_context("decode", [i32(1, 1, device=dev), positions(0)])
@@ -185,17 +208,18 @@ def captured_toy(dev: torch.device) -> None:
         t0 = time.perf_counter()
         for i in range(steps):
             got = first(step([i32(*tokens, device=dev), positions(i)]))
-            want = first(model.run("decode", [i32(*tokens, device=dev), positions(i)],
-                                   context=ref))
+            want = first(model.run("decode", [i32(*tokens, device=dev), positions(i)], context=ref))
             worst = max(worst, (got.float() - want.float()).abs().max().item())
             same += int((got.argmax(-1) == want.argmax(-1)).sum())
             tokens = want.argmax(-1).tolist()
         took = time.perf_counter() - t0
         planner = plan.executables[0].planner
         plans, reads = planner.plans, planner.reads
-        print(f"  replan={replan}: teacher-forced argmax {same}/{2 * steps}, max |logit diff| "
-              f"{worst:.3e}; {plans} plan() calls, {reads} pos reads; "
-              f"{took:.1f} s")
+        print(
+            f"  replan={replan}: teacher-forced argmax {same}/{2 * steps}, max |logit diff| "
+            f"{worst:.3e}; {plans} plan() calls, {reads} pos reads; "
+            f"{took:.1f} s"
+        )
         # Free-running: each side feeds its own tokens.
         ctx2 = model.context_for(plan)
         ref2 = model.new_context("decode", [i32(1, 1, device=dev), positions(0)])
@@ -205,22 +229,32 @@ def captured_toy(dev: torch.device) -> None:
         mine, theirs, prefix = [5, 7], [5, 7], None
         for i in range(steps):
             a = first(step2([i32(*mine, device=dev), positions(i)])).argmax(-1).tolist()
-            b = first(model.run("decode", [i32(*theirs, device=dev), positions(i)],
-                                context=ref2)).argmax(-1).tolist()
+            b = (
+                first(model.run("decode", [i32(*theirs, device=dev), positions(i)], context=ref2))
+                .argmax(-1)
+                .tolist()
+            )
             if a != b and prefix is None:
                 prefix = i
             mine, theirs = a, b
         prefix = steps if prefix is None else prefix
         print(f"  replan={replan}: free-running tokens identical for {prefix}/{steps} steps")
-        SUMMARY.append(f"(b) replan={replan}: teacher-forced argmax {same}/{2 * steps}, "
-                       f"max |logit diff| {worst:.2e}, free-running identical {prefix}/{steps}"
-                       f" steps; {plans} plan() calls / {reads} pos reads in {steps} steps")
+        SUMMARY.append(
+            f"(b) replan={replan}: teacher-forced argmax {same}/{2 * steps}, "
+            f"max |logit diff| {worst:.2e}, free-running identical {prefix}/{steps}"
+            f" steps; {plans} plan() calls / {reads} pos reads in {steps} steps"
+        )
 
 
 # ---------------------------------------------------------------- (c) per-layer attention
-def attention_times(dev: torch.device, context: int, batch: int,
-                    variants: list[tuple[str, Any]], generated: bool = True,
-                    layers: int = 8) -> dict[str, float]:
+def attention_times(
+    dev: torch.device,
+    context: int,
+    batch: int,
+    variants: list[tuple[str, Any]],
+    generated: bool = True,
+    layers: int = 8,
+) -> dict[str, float]:
     """Seconds per layer of decode attention at 8B shapes (32 q / 8 KV heads, head dim 128,
     bf16), cache length ``context``, every row at its last position: each FlashInfer variant
     and (``generated``) the generated source, inside CUDA graphs rotating over ``layers``
@@ -237,8 +271,9 @@ def attention_times(dev: torch.device, context: int, batch: int,
             return list(group)
 
     cfg = config("llama-3-8b", NL=layers, V=256, D=512, F=512, S=context)
-    model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=2, device=dev), config=cfg,
-                 device=dev)
+    model = load(
+        LLAMA, weights=random_weights(LLAMA, cfg, seed=2, device=dev), config=cfg, device=dev
+    )
     inputs = [i32(*[1] * batch, device=dev), i32(*[context - 1] * batch, device=dev)]
     builder = Rotating(model, "decode", inputs, Options(warmup=3, repeat=30), progress=False)
     ctx = model.context_for_graph(builder.graph)
@@ -271,24 +306,39 @@ def attention_table(dev: torch.device) -> None:
     rows = []
     for context in CONTEXTS:
         for batch in BATCHES:
-            times = attention_times(dev, context, batch, [
-                ("flashinfer", FlashInfer()),
-                ("flashinfer one page a row", FlashInfer(page_size=context))])
+            times = attention_times(
+                dev,
+                context,
+                batch,
+                [
+                    ("flashinfer", FlashInfer()),
+                    ("flashinfer one page a row", FlashInfer(page_size=context)),
+                ],
+            )
             floor = kv_floor(context, batch)
             rows.append((context, batch, floor, times))
-            print(f"  ctx {context} B {batch}: floor {floor * 1e6:.1f} us; " + "; ".join(
-                f"{k} {v * 1e6:.1f} us ({floor / v:.0%})" for k, v in times.items()), flush=True)
+            print(
+                f"  ctx {context} B {batch}: floor {floor * 1e6:.1f} us; "
+                + "; ".join(f"{k} {v * 1e6:.1f} us ({floor / v:.0%})" for k, v in times.items()),
+                flush=True,
+            )
             torch.cuda.empty_cache()
-    SUMMARY.append("(c) per-layer decode attention, 8B shapes, bf16, in CUDA graphs over 8 "
-                   "layers (us, fraction of the KV floor at 4.18 TB/s)")
-    SUMMARY.append("| context | B | floor | generated | flashinfer (pages of 16) | "
-                   "flashinfer (one page a row) | generated / flashinfer |")
+    SUMMARY.append(
+        "(c) per-layer decode attention, 8B shapes, bf16, in CUDA graphs over 8 "
+        "layers (us, fraction of the KV floor at 4.18 TB/s)"
+    )
+    SUMMARY.append(
+        "| context | B | floor | generated | flashinfer (pages of 16) | "
+        "flashinfer (one page a row) | generated / flashinfer |"
+    )
     SUMMARY.append("|---|---|---|---|---|---|---|")
     for context, batch, floor, t in rows:
         g, f, o = t["generated"], t["flashinfer"], t["flashinfer one page a row"]
-        SUMMARY.append(f"| {context} | {batch} | {floor * 1e6:.1f} | {g * 1e6:.1f} "
-                       f"({floor / g:.0%}) | {f * 1e6:.1f} ({floor / f:.0%}) | {o * 1e6:.1f} "
-                       f"({floor / o:.0%}) | {g / f:.2f}x |")
+        SUMMARY.append(
+            f"| {context} | {batch} | {floor * 1e6:.1f} | {g * 1e6:.1f} "
+            f"({floor / g:.0%}) | {f * 1e6:.1f} ({floor / f:.0%}) | {o * 1e6:.1f} "
+            f"({floor / o:.0%}) | {g / f:.2f}x |"
+        )
 
 
 @part("(e) FlashInfer's split of the cache at short contexts, 8B shapes")
@@ -297,9 +347,12 @@ def split_sweep(dev: torch.device) -> None:
     kernel after the split attention. Which split (and page size) is fastest where?"""
     from linnet.torch.flashinfer import FlashInfer
 
-    variants = [("auto", FlashInfer()), ("off", FlashInfer(split_kv="off")),
-                ("pages of 64, auto", FlashInfer(page_size=64)),
-                ("pages of 64, off", FlashInfer(page_size=64, split_kv="off"))]
+    variants = [
+        ("auto", FlashInfer()),
+        ("off", FlashInfer(split_kv="off")),
+        ("pages of 64, auto", FlashInfer(page_size=64)),
+        ("pages of 64, off", FlashInfer(page_size=64, split_kv="off")),
+    ]
     SUMMARY.append("(e) FlashInfer variants, per-layer decode attention, 8B shapes (us)")
     SUMMARY.append("| context | B | floor | " + " | ".join(v for v, _ in variants) + " |")
     SUMMARY.append("|---|---|---|" + "---|" * len(variants))
@@ -307,8 +360,11 @@ def split_sweep(dev: torch.device) -> None:
         for batch in (1, 8):
             times = attention_times(dev, context, batch, variants, generated=False)
             floor = kv_floor(context, batch)
-            SUMMARY.append(f"| {context} | {batch} | {floor * 1e6:.1f} | " + " | ".join(
-                f"{times[v] * 1e6:.1f}" for v, _ in variants) + " |")
+            SUMMARY.append(
+                f"| {context} | {batch} | {floor * 1e6:.1f} | "
+                + " | ".join(f"{times[v] * 1e6:.1f}" for v, _ in variants)
+                + " |"
+            )
             print("  " + SUMMARY[-1], flush=True)
             torch.cuda.empty_cache()
 
@@ -316,8 +372,9 @@ def split_sweep(dev: torch.device) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--dry-run", action="store_true", help="only the CPU-safe parts")
-    parser.add_argument("--parts", default="abc",
-                        help="which GPU parts to run (default abc; e: the split sweep)")
+    parser.add_argument(
+        "--parts", default="abc", help="which GPU parts to run (default abc; e: the split sweep)"
+    )
     args = parser.parse_args()
     dry_run()
     if not args.dry_run:
@@ -326,10 +383,16 @@ def main() -> int:
             return 1
         dev = torch.device("cuda")
         props = torch.cuda.get_device_properties(dev)
-        print(f"{props.name}, compute capability {props.major}.{props.minor}, torch "
-              f"{torch.__version__}")
-        for key, fn in (("a", conform_toy), ("b", captured_toy), ("c", attention_table),
-                        ("e", split_sweep)):
+        print(
+            f"{props.name}, compute capability {props.major}.{props.minor}, torch "
+            f"{torch.__version__}"
+        )
+        for key, fn in (
+            ("a", conform_toy),
+            ("b", captured_toy),
+            ("c", attention_table),
+            ("e", split_sweep),
+        ):
             if key in args.parts:
                 fn(dev)
     print("\n== summary")

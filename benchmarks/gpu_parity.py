@@ -28,15 +28,27 @@ def main() -> None:
         torch.manual_seed(0)
         hf = transformers.LlamaForCausalLM(cfg).to(device=device, dtype=dtype).eval()
         weights = dict(hf.state_dict())
-        prompt = torch.randint(0, cfg.vocab_size, (1, 7), device=device,
-                               generator=torch.Generator(device).manual_seed(1))
+        prompt = torch.randint(
+            0,
+            cfg.vocab_size,
+            (1, 7),
+            device=device,
+            generator=torch.Generator(device).manual_seed(1),
+        )
         with torch.no_grad():
             hf_logits = hf(prompt).logits.float()
-            gen = hf.generate(prompt, max_new_tokens=32, min_new_tokens=32, do_sample=False,
-                              pad_token_id=0)[0, 7:].tolist()
+            gen = hf.generate(
+                prompt, max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0
+            )[0, 7:].tolist()
         for mode in ("interpreter", "generated", "compile"):
-            model = load(LLAMA, weights=weights, config=linnet_config(cfg), device=device,
-                         interpret=mode == "interpreter", compile=mode == "compile")
+            model = load(
+                LLAMA,
+                weights=weights,
+                config=linnet_config(cfg),
+                device=device,
+                interpret=mode == "interpreter",
+                compile=mode == "compile",
+            )
             logits, tokens = greedy(model, prompt, 32)
             diff = (logits.float() - hf_logits).abs().max().item()
             same = sum(a == b for a, b in zip(tokens, gen))

@@ -49,8 +49,14 @@ def check_captured_toy() -> list[tuple]:
     cfg = config("toy")
     w = random_weights(LLAMA, cfg, seed=0, device=DEV)
     model = load(LLAMA, weights=w, config=cfg, device=DEV)
-    plan = plan_for(model, "decode", [i32(0), i32(0)], backends=[RefLinear()], progress=False,
-                    cache=TimingCache(Path(tempfile.mkdtemp()) / "b.json"))
+    plan = plan_for(
+        model,
+        "decode",
+        [i32(0), i32(0)],
+        backends=[RefLinear()],
+        progress=False,
+        cache=TimingCache(Path(tempfile.mkdtemp()) / "b.json"),
+    )
     print(plan.explain())
     ctx = model.context_for(plan)
     ref_ctx = model.new_context("decode", [i32(0), i32(0)])
@@ -90,44 +96,71 @@ def decode_rows(name: str, with_plan: bool) -> list[tuple]:
     rows = []
     ctx = model.new_context("prefill", [prompt])
     model.prefill(prompt, context=ctx)
-    rows.append((name, "generated eager", per_token(
-        lambda i: model.run("decode", [i32(1), i32(ctx0 + i)], context=ctx))))
+    rows.append(
+        (
+            name,
+            "generated eager",
+            per_token(lambda i: model.run("decode", [i32(1), i32(ctx0 + i)], context=ctx)),
+        )
+    )
     plan = plan_for(model, "decode", [i32(1), i32(ctx0)], backends=[], progress=False)
     pctx = model.context_for(plan)
     model.prefill(prompt, context=pctx)
     step = Captured(plan, pctx)
-    rows.append((name, "generated, Captured", per_token(lambda i: step([i32(1),
-                                                                         i32(ctx0 + i)]))))
+    rows.append((name, "generated, Captured", per_token(lambda i: step([i32(1), i32(ctx0 + i)]))))
     for mode in COMPILE:
         t0 = time.perf_counter()
-        cplan = plan_for(model, "decode", [i32(1), i32(ctx0)], backends=[], compile=mode,
-                         progress=False)
+        cplan = plan_for(
+            model, "decode", [i32(1), i32(ctx0)], backends=[], compile=mode, progress=False
+        )
         cctx = model.context_for(cplan)
         model.prefill(prompt, context=cctx)
         cstep = Captured(cplan, cctx)
         cstep([i32(1), i32(ctx0)])  # compiles
         took = time.perf_counter() - t0
-        rows.append((name, f"generated compile={mode!r}, Captured", per_token(
-            lambda i, s=cstep: s([i32(1), i32(ctx0 + i)]))))
+        rows.append(
+            (
+                name,
+                f"generated compile={mode!r}, Captured",
+                per_token(lambda i, s=cstep: s([i32(1), i32(ctx0 + i)])),
+            )
+        )
         rows.append((name, f"compile={mode!r}: plan + first step (s)", took))
     if with_plan:
         cache = TimingCache(Path(tempfile.mkdtemp()) / "b.json")
         t0 = time.perf_counter()
-        plan2 = plan_for(model, "decode", [i32(1), i32(ctx0)], backends=[RefLinear()],
-                         progress=False, cache=cache)
+        plan2 = plan_for(
+            model,
+            "decode",
+            [i32(1), i32(ctx0)],
+            backends=[RefLinear()],
+            progress=False,
+            cache=cache,
+        )
         cold = time.perf_counter() - t0
         fresh = load(LLAMA, weights=w, config=cfg, device=DEV, numerics="fast")
         t0 = time.perf_counter()
-        plan_for(fresh, "decode", [i32(1), i32(ctx0)], backends=[RefLinear()], progress=False,
-                 cache=TimingCache(cache.path))
+        plan_for(
+            fresh,
+            "decode",
+            [i32(1), i32(ctx0)],
+            backends=[RefLinear()],
+            progress=False,
+            cache=TimingCache(cache.path),
+        )
         warm = time.perf_counter() - t0
         print(plan2.explain().splitlines()[0])
         print("\n".join(plan2.explain().splitlines()[-3:]))
         ctx2 = model.context_for(plan2)
         model.prefill(prompt, context=ctx2)
         step2 = Captured(plan2, ctx2)
-        rows.append((name, f"ref backend ({len(plan2.regions)} regions), Captured",
-                     per_token(lambda i: step2([i32(1), i32(ctx0 + i)]))))
+        rows.append(
+            (
+                name,
+                f"ref backend ({len(plan2.regions)} regions), Captured",
+                per_token(lambda i: step2([i32(1), i32(ctx0 + i)])),
+            )
+        )
         rows.append((name, "plan_for cold (s)", cold))
         rows.append((name, "plan_for warm (s)", warm))
     bw = 4.18e12
@@ -137,8 +170,9 @@ def decode_rows(name: str, with_plan: bool) -> list[tuple]:
 
 def main() -> None:
     toy = [] if QUICK else check_captured_toy()
-    rows = decode_rows("llama-3.2-1b", with_plan=False) + decode_rows("llama-3-8b",
-                                                                       with_plan=not QUICK)
+    rows = decode_rows("llama-3.2-1b", with_plan=False) + decode_rows(
+        "llama-3-8b", with_plan=not QUICK
+    )
     print("\n| model | backend regions | Captured vs eager: max logit diff | same argmax |")
     print("|---|---|---|---|")
     for r in toy:

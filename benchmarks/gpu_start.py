@@ -52,8 +52,10 @@ def child(name: str, compile: Any, plugins: bool, device: str) -> dict:
     backends: list[Any] = []
     names = []
     if plugins:
-        for module, cls in (("linnet.torch.cublaslt", "CublasLt"),
-                            ("linnet.torch.flashinfer", "FlashInfer")):
+        for module, cls in (
+            ("linnet.torch.cublaslt", "CublasLt"),
+            ("linnet.torch.flashinfer", "FlashInfer"),
+        ):
             try:
                 backends.append(getattr(__import__(module, fromlist=[cls]), cls)())
                 names.append(cls)
@@ -71,14 +73,21 @@ def child(name: str, compile: Any, plugins: bool, device: str) -> dict:
     def progress(line: str) -> None:
         said.append(line)
         if not line.startswith("linnet: timing regions"):
-            print(f"  [{time.perf_counter() - t_imported:6.1f} s] {line}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"  [{time.perf_counter() - t_imported:6.1f} s] {line}", file=sys.stderr, flush=True
+            )
 
     t0 = time.perf_counter()
     model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
     t_load = time.perf_counter()
-    plan = plan_for(model, "decode", [cpu_i32(1), cpu_i32(CONTEXT)], backends=backends,
-                    compile=compile, progress=progress)
+    plan = plan_for(
+        model,
+        "decode",
+        [cpu_i32(1), cpu_i32(CONTEXT)],
+        backends=backends,
+        compile=compile,
+        progress=progress,
+    )
     t_plan = time.perf_counter()
     ctx = model.context_for(plan)
     # Captured (one CUDA graph) is how a planned decode runs on the GPU; on the CPU (a dry
@@ -93,24 +102,38 @@ def child(name: str, compile: Any, plugins: bool, device: str) -> dict:
     for c in plan.regions:
         taken[c.backend.name] = taken.get(c.backend.name, 0) + 1
     return {
-        "model": name, "compile": compile, "backends": names,
+        "model": name,
+        "compile": compile,
+        "backends": names,
         "imports_and_weights_s": t_imported - t_start,
-        "load_s": t_load - t0, "plan_s": t_plan - t_load, "first_token_s": t_first - t_plan,
+        "load_s": t_load - t0,
+        "plan_s": t_plan - t_load,
+        "first_token_s": t_first - t_plan,
         "total_s": t_first - t0,
         "slices_compiled": sum(1 for m in said if m.startswith("compiled ")),
-        "slices_reused": sum(1 for m in said if m.startswith("reused ")
-                             and " region kinds " not in m),
+        "slices_reused": sum(
+            1 for m in said if m.startswith("reused ") and " region kinds " not in m
+        ),
         "regions_timed": sum(1 for m in said if m.startswith("compiling Region(")),
         "timings": next((m for m in said if " region kinds " in m), ""),
-        "taken": taken, "token": int(token.item()),
+        "taken": taken,
+        "token": int(token.item()),
     }
 
 
 def run(name: str, linnet_home: Path, args: argparse.Namespace) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in PLACED}
     env["LINNET_HOME"] = str(linnet_home)
-    cmd = [sys.executable, __file__, "--child", name, "--compile", args.compile,
-           "--device", args.device]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--compile",
+        args.compile,
+        "--device",
+        args.device,
+    ]
     if args.no_plugins:
         cmd.append("--no-plugins")
     t0 = time.perf_counter()
@@ -127,15 +150,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
     parser.add_argument("--compile", default=MAT, help="compile= of the plan (a mode)")
-    parser.add_argument("--no-plugins", action="store_true",
-                        help="plan without CublasLt and FlashInfer")
-    parser.add_argument("--device", default="cuda",
-                        help="cuda; cpu only as a dry run (--models toy --compile default)")
+    parser.add_argument(
+        "--no-plugins", action="store_true", help="plan without CublasLt and FlashInfer"
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        help="cuda; cpu only as a dry run (--models toy --compile default)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.compile, not args.no_plugins, args.device)),
-              flush=True)
+        print(
+            json.dumps(child(args.child, args.compile, not args.no_plugins, args.device)),
+            flush=True,
+        )
         return 0
     import torch
 
@@ -156,30 +185,41 @@ def main() -> int:
                 print(f"FAILED: {exc}", flush=True)
                 break
             r = pair[phase]
-            print(f"  load {r['load_s']:.1f} s, plan {r['plan_s']:.1f} s, first token "
-                  f"{r['first_token_s']:.1f} s: {r['total_s']:.1f} s; slices compiled "
-                  f"{r['slices_compiled']}, reused {r['slices_reused']}; regions timed "
-                  f"{r['regions_timed']}; {r['timings'] or 'no timings reused'}", flush=True)
+            print(
+                f"  load {r['load_s']:.1f} s, plan {r['plan_s']:.1f} s, first token "
+                f"{r['first_token_s']:.1f} s: {r['total_s']:.1f} s; slices compiled "
+                f"{r['slices_compiled']}, reused {r['slices_reused']}; regions timed "
+                f"{r['regions_timed']}; {r['timings'] or 'no timings reused'}",
+                flush=True,
+            )
         results.append({"model": name, **pair})
-    rows = ["| shape | cold s | warm s | cold / warm | warm: load / plan / first token s | "
-            "warm: slices reused / compiled | regions taken |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| shape | cold s | warm s | cold / warm | warm: load / plan / first token s | "
+        "warm: slices reused / compiled | regions taken |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         cold, warm = r.get("cold"), r.get("warm")
         if not cold or not warm:
-            rows.append(f"| {r['model']} | {cold['total_s'] if cold else 'failed'} | failed | "
-                        "| | | |")
+            rows.append(
+                f"| {r['model']} | {cold['total_s'] if cold else 'failed'} | failed | | | | |"
+            )
             continue
         taken = ", ".join(f"{k} {v}" for k, v in sorted(warm["taken"].items())) or "none"
-        rows.append(f"| {r['model']} | {cold['total_s']:.1f} | {warm['total_s']:.1f} | "
-                    f"{cold['total_s'] / warm['total_s']:.1f}x | {warm['load_s']:.1f} / "
-                    f"{warm['plan_s']:.1f} / {warm['first_token_s']:.1f} | "
-                    f"{warm['slices_reused']} / {warm['slices_compiled']} | {taken} |")
+        rows.append(
+            f"| {r['model']} | {cold['total_s']:.1f} | {warm['total_s']:.1f} | "
+            f"{cold['total_s'] / warm['total_s']:.1f}x | {warm['load_s']:.1f} / "
+            f"{warm['plan_s']:.1f} / {warm['first_token_s']:.1f} | "
+            f"{warm['slices_reused']} / {warm['slices_compiled']} | {taken} |"
+        )
     out = os.environ.get("OUT")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "start.json").write_text(json.dumps(results, indent=1))
-    print(f"\n== start-up, load -> first planned decode token (compile={args.compile}, "
-          f"{', '.join(results[0].get('cold', {}).get('backends', [])) or 'no plugins'})")
+    print(
+        f"\n== start-up, load -> first planned decode token (compile={args.compile}, "
+        f"{', '.join(results[0].get('cold', {}).get('backends', [])) or 'no plugins'})"
+    )
     print("\n".join(rows))
     return 0
 

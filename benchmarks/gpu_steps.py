@@ -88,15 +88,24 @@ def first(outputs: Any) -> torch.Tensor:
 
 
 PDL_OTHER = (2, 1, 3, 0, 4, 5)  # each kernel row is timed again under the others, same plan
-PDL_NAMES = {0: "without PDL", 1: "PDL early", 2: "PDL late", 3: "PDL by grid",
-             4: "PDL late, prefetching", 5: "PDL early, prefetching"}
+PDL_NAMES = {
+    0: "without PDL",
+    1: "PDL early",
+    2: "PDL late",
+    3: "PDL by grid",
+    4: "PDL late, prefetching",
+    5: "PDL early, prefetching",
+}
 
 
 def pdl_modules() -> list[Any]:
     """The generated modules loaded so far that launch kernels with programmatic dependent
     launch (their PDL mode is not 0: CUDA, a Triton with gdc_wait, LINNET_PDL not 0)."""
-    return [m for n, m in list(sys.modules.items())
-            if n.startswith("linnet_") and getattr(m, "PDL", 0) and hasattr(m, "PDL_LAUNCH")]
+    return [
+        m
+        for n, m in list(sys.modules.items())
+        if n.startswith("linnet_") and getattr(m, "PDL", 0) and hasattr(m, "PDL_LAUNCH")
+    ]
 
 
 def own_pdl(plan: Any) -> int | None:
@@ -109,13 +118,12 @@ def own_pdl(plan: Any) -> int | None:
 
 
 def pdl_said(plan: Any) -> str:
-    """", Linnet's kernels PDL late" (the plan's mode), or nothing where none launches with it."""
+    """ ", Linnet's kernels PDL late" (the plan's mode), or nothing where none launches with it."""
     own = own_pdl(plan)
     return "" if own is None else f", Linnet's kernels {PDL_NAMES[own]}"
 
 
-def other_pdl(label: str, plan: Any, time_step: Callable[[int], tuple[float, float]]
-              ) -> list[str]:
+def other_pdl(label: str, plan: Any, time_step: Callable[[int], tuple[float, float]]) -> list[str]:
     """``time_step(mode)`` (capture the plan again under the mode, time it) for each of
     PDL_OTHER but the plan's own: one line a mode, "label, Linnet's kernels PDL early|q|o"."""
     own = own_pdl(plan)
@@ -152,8 +160,9 @@ def guarded(label: str, fn: Callable[[], Any]) -> Any:
 
 
 # ---------------------------------------------------------------- (t) token for token
-def periodic(batch: int, length: int, vocab: int, gen: torch.Generator,
-             periods: tuple[int, int] = (4, 24)) -> torch.Tensor:
+def periodic(
+    batch: int, length: int, vocab: int, gen: torch.Generator, periods: tuple[int, int] = (4, 24)
+) -> torch.Tensor:
     """Rows of distinct-token patterns of random period, repeated to ``length``."""
     rows = []
     for _ in range(batch):
@@ -169,7 +178,11 @@ def train_copy_model(dev: torch.device, cfg: dict, steps: int = 2000) -> tuple[d
     import transformers
 
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(hf_config(dict(cfg, tie_word_embeddings=False))).to(dev).train()
+    model = (
+        transformers.LlamaForCausalLM(hf_config(dict(cfg, tie_word_embeddings=False)))
+        .to(dev)
+        .train()
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     gen = torch.Generator().manual_seed(0)
     length = 320
@@ -178,8 +191,9 @@ def train_copy_model(dev: torch.device, cfg: dict, steps: int = 2000) -> tuple[d
         with torch.autocast(dev.type, dtype=torch.bfloat16):
             logits = model(input_ids=x).logits[:, :-1].float()
         # Only positions a period in are predictable; 24 is the longest period.
-        loss = torch.nn.functional.cross_entropy(logits[:, 24:].reshape(-1, cfg["V"]),
-                                                 x[:, 25:].reshape(-1))
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, 24:].reshape(-1, cfg["V"]), x[:, 25:].reshape(-1)
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -190,15 +204,22 @@ def train_copy_model(dev: torch.device, cfg: dict, steps: int = 2000) -> tuple[d
         x = periodic(64, length, cfg["V"], torch.Generator().manual_seed(99)).to(dev)
         pred = model.to(torch.bfloat16)(input_ids=x).logits[:, :-1].argmax(-1)
         accuracy = (pred[:, 24:] == x[:, 25:]).float().mean().item()
-    weights = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in
-               model.state_dict().items() if "rotary" not in k}
+    weights = {
+        k: v.detach().to(torch.bfloat16).contiguous()
+        for k, v in model.state_dict().items()
+        if "rotary" not in k
+    }
     return weights, accuracy
 
 
 # The kernel kinds the H200's measured 8B and 1B decode plans took (session 13, 854930c):
 # the attention input with the cache writes in its kernel, among them.
-STEP_KINDS = ("decode_attention_split_short", "rms_norm_gate_up", "linear_residual_split",
-              "rms_norm_qkv_rope_split + writes")
+STEP_KINDS = (
+    "decode_attention_split_short",
+    "rms_norm_gate_up",
+    "linear_residual_split",
+    "rms_norm_qkv_rope_split + writes",
+)
 
 
 def forced_plan(model: Any, inputs: list[torch.Tensor], kinds: tuple[str, ...]) -> Any:
@@ -217,10 +238,13 @@ def forced_plan(model: Any, inputs: list[torch.Tensor], kinds: tuple[str, ...]) 
     def generated(self: Any, group: list, env: Any, context: Any) -> float:
         return 1e-6 * len(group[0].region.steps)
 
-    with mock.patch.object(PlanBuilder, "time_backend", backend), \
-            mock.patch.object(PlanBuilder, "time_generated", generated):
-        return model.plan_for("decode", inputs, backends=[], progress=False, kernels=True,
-                              cache=_scratch_cache())
+    with (
+        mock.patch.object(PlanBuilder, "time_backend", backend),
+        mock.patch.object(PlanBuilder, "time_generated", generated),
+    ):
+        return model.plan_for(
+            "decode", inputs, backends=[], progress=False, kernels=True, cache=_scratch_cache()
+        )
 
 
 def op_name(region: Any) -> str:
@@ -240,8 +264,10 @@ def token_for_token(dev: torch.device) -> None:
     from linnet.torch.flashinfer import FlashInfer
     from linnet.torch.planned import Captured
 
-    print("\n== (t) FlashInfer, and Linnet's kernels, under Captured vs the generated source, "
-          "256 steps, trained model")
+    print(
+        "\n== (t) FlashInfer, and Linnet's kernels, under Captured vs the generated source, "
+        "256 steps, trained model"
+    )
     cfg = config("toy", V=64, D=256, F=512, NL=2, H=4, KV=2, HD=64, S=512, T="bf16")
     weights, accuracy = train_copy_model(dev, cfg)
     print(f"  trained: accuracy {accuracy:.4f} on predictable positions (bf16)")
@@ -263,15 +289,26 @@ def token_for_token(dev: torch.device) -> None:
             assert set(STEP_KINDS) <= set(kinds), plan.explain()
             ctx = fast.context_for(plan)
         elif where == "kernels":
-            plan = fast.plan_for("decode", [cpu_i32(1, 1), cpu_i32(*start)], backends=[],
-                                 measure=False, progress=False, kernels=True)
+            plan = fast.plan_for(
+                "decode",
+                [cpu_i32(1, 1), cpu_i32(*start)],
+                backends=[],
+                measure=False,
+                progress=False,
+                kernels=True,
+            )
             kinds = sorted({op_name(c.region) for c in plan.regions})
             print(f"  kernel regions taken: {len(plan.regions)} ({', '.join(kinds)})")
             assert plan.regions, plan.explain()
             ctx = fast.context_for(plan)
         else:
-            plan = model.plan_for("decode", [cpu_i32(1, 1), cpu_i32(*start)],
-                                  backends=[FlashInfer()], measure=False, progress=False)
+            plan = model.plan_for(
+                "decode",
+                [cpu_i32(1, 1), cpu_i32(*start)],
+                backends=[FlashInfer()],
+                measure=False,
+                progress=False,
+            )
             assert len(plan.regions) == cfg["NL"], plan.explain()
             ctx = model.context_for(plan)
         ref = model.new_context("decode", [cpu_i32(1, 1), cpu_i32(*start)])
@@ -288,8 +325,9 @@ def token_for_token(dev: torch.device) -> None:
             if where != "host":
                 pos = pos.to(dev)
             got = first(step([cpu_i32(*mine).to(dev), pos])).float()
-            want = first(model.run("decode", [cpu_i32(*theirs).to(dev), pos.to(dev)],
-                                   context=ref)).float()
+            want = first(
+                model.run("decode", [cpu_i32(*theirs).to(dev), pos.to(dev)], context=ref)
+            ).float()
             a, b = got.argmax(-1).tolist(), want.argmax(-1).tolist()
             if a == b and mine == theirs:
                 same += 1
@@ -303,22 +341,28 @@ def token_for_token(dev: torch.device) -> None:
             mine, theirs = a, b
         planner = getattr(plan.executables[0], "planner", None)
         label = {"kernels": "Linnet kernels", "step kernels": "the step's kernels"}.get(
-            where, "pos on the " + where)
-        line = (f"(t) {label}: "
-                f"tokens identical {same}/{steps} steps "
-                f"(first difference: {diverged}); max |logit diff| {worst:.3f}; smallest "
-                f"top-2 margin {margin:.2f}; generated = true continuation {true}/{steps}")
+            where, "pos on the " + where
+        )
+        line = (
+            f"(t) {label}: "
+            f"tokens identical {same}/{steps} steps "
+            f"(first difference: {diverged}); max |logit diff| {worst:.3f}; smallest "
+            f"top-2 margin {margin:.2f}; generated = true continuation {true}/{steps}"
+        )
         if planner is not None:
-            line += (f"; {planner.plans} plan() calls, {planner.host_reads} host / "
-                     f"{planner.reads} device reads of pos")
+            line += (
+                f"; {planner.plans} plan() calls, {planner.host_reads} host / "
+                f"{planner.reads} device reads of pos"
+            )
         print("  " + line, flush=True)
         SUMMARY.append(line)
     SUMMARY.append(f"(t) trained copy model: accuracy {accuracy:.4f}")
 
 
 # ---------------------------------------------------------------- (s) whole steps
-def timed(step: Callable[[torch.Tensor, int], torch.Tensor], token: torch.Tensor
-          ) -> tuple[float, float]:
+def timed(
+    step: Callable[[torch.Tensor, int], torch.Tensor], token: torch.Tensor
+) -> tuple[float, float]:
     """(ms/token queued back to back, median ms of steps timed one by one). ``step(token,
     i)`` runs position CONTEXT + i and returns the next token, on the device."""
     for i in range(4):  # warm: compiles, captures
@@ -357,9 +401,16 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
             return
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
-        plan = plan_for(model, "decode", [cpu_i32(*[1] * BATCH), cpu_i32(*[CONTEXT] * BATCH)],
-                        backends=backends, compile=compile, progress=False, kernels=kernels,
-                        cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
+        plan = plan_for(
+            model,
+            "decode",
+            [cpu_i32(*[1] * BATCH), cpu_i32(*[CONTEXT] * BATCH)],
+            backends=backends,
+            compile=compile,
+            progress=False,
+            kernels=kernels,
+            cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"),
+        )
         planned = time.perf_counter() - t0
         taken: dict[str, int] = {}
         for c in plan.regions:
@@ -380,8 +431,14 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
 
             def again(mode: int) -> tuple[float, float]:
                 plain = Captured(plan, ctx, pdl=mode)
-                return timed(lambda t, i: first(plain([t, cpu_i32(*[CONTEXT + i] * BATCH)]))
-                             .argmax(-1).to(torch.int32), first_token)
+                return timed(
+                    lambda t, i: (
+                        first(plain([t, cpu_i32(*[CONTEXT + i] * BATCH)]))
+                        .argmax(-1)
+                        .to(torch.int32)
+                    ),
+                    first_token,
+                )
 
             for line in other_pdl(label, plan, again):
                 what_, q2, o2 = line.split("|")
@@ -391,18 +448,30 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
                 print(f"    {launch}", flush=True)
         if PROFILE and kernels and BATCH == 1:
             events, wall = profiled(step, first_token)
-            table = [f"\n(s) {name} {label}: kernels of one step (profiled, so slower "
-                     f"than queued)", *kernel_table(events, 8, wall * 1e3)]
+            table = [
+                f"\n(s) {name} {label}: kernels of one step (profiled, so slower than queued)",
+                *kernel_table(events, 8, wall * 1e3),
+            ]
             print("\n".join(table), flush=True)  # now: a call that runs out of time keeps it
             SUMMARY.extend(table)
         what = ", ".join(f"{k} {v}" for k, v in sorted(taken.items())) or "no regions"
-        rows.append((name, label + (pdl_said(plan) if kernels else ""),
-                     (queued, one, f"{what}; plan {planned:.0f} s")))
-        print(f"  {name} {label}: {queued:.3f} ms/token queued, {one:.3f} one by one; {what}",
-              flush=True)
+        rows.append(
+            (
+                name,
+                label + (pdl_said(plan) if kernels else ""),
+                (queued, one, f"{what}; plan {planned:.0f} s"),
+            )
+        )
+        print(
+            f"  {name} {label}: {queued:.3f} ms/token queued, {one:.3f} one by one; {what}",
+            flush=True,
+        )
         if backends or kernels:
-            print("\n".join(ln for ln in plan.explain().splitlines()
-                            if "taken" in ln or "declined" in ln)[:3000])
+            print(
+                "\n".join(
+                    ln for ln in plan.explain().splitlines() if "taken" in ln or "declined" in ln
+                )[:3000]
+            )
         if kernels:  # every kernel region's fate, one line per kind
             seen: set[tuple[str, str]] = set()
             for c in plan.candidates:
@@ -411,31 +480,49 @@ def linnet_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) 
                     seen.add(key)
                     said = c.status == "failed" or "context" in (c.reason or "")
                     why = f" ({(c.reason or '')[:240]})" if said else ""
-                    print(f"    kernel {c.region!r}: {c.status}{why}; kernel "
-                          f"{(c.backend_seconds or 0) * 1e6:.1f} us, bodies "
-                          f"{(c.generated_seconds or 0) * 1e6:.1f} us", flush=True)
+                    print(
+                        f"    kernel {c.region!r}: {c.status}{why}; kernel "
+                        f"{(c.backend_seconds or 0) * 1e6:.1f} us, bodies "
+                        f"{(c.generated_seconds or 0) * 1e6:.1f} us",
+                        flush=True,
+                    )
 
     both = [CublasLt(), FlashInfer()]
     mat: Any = "max-autotune-no-cudagraphs"
     if INDUCTOR_PDL:  # the mode's options and inductor's PDL; the labels say the mode + PDL
         mat = {**MAT_OPTIONS, "triton.enable_pdl": True}
     guarded(f"{name} generated", lambda: captured("Linnet generated, Captured", [], None))
-    guarded(f"{name} generated + plugins",
-            lambda: captured("Linnet generated + CublasLt + FlashInfer, Captured", both, None))
+    guarded(
+        f"{name} generated + plugins",
+        lambda: captured("Linnet generated + CublasLt + FlashInfer, Captured", both, None),
+    )
     ml = MAT + (" (inductor PDL)" if INDUCTOR_PDL else "")
     guarded(f"{name} {ml}", lambda: captured(f"Linnet compile {ml}, Captured", [], mat))
     # The best configuration first: a call that runs out of time still has it.
-    guarded(f"{name} {ml} + plugins + kernels", lambda: captured(
-        f"Linnet compile {ml} + CublasLt + FlashInfer + linnet-kernels, Captured", both, mat,
-        True))
-    guarded(f"{name} {ml} + plugins", lambda: captured(
-        f"Linnet compile {ml} + CublasLt + FlashInfer, Captured", both, mat))
+    guarded(
+        f"{name} {ml} + plugins + kernels",
+        lambda: captured(
+            f"Linnet compile {ml} + CublasLt + FlashInfer + linnet-kernels, Captured",
+            both,
+            mat,
+            True,
+        ),
+    )
+    guarded(
+        f"{name} {ml} + plugins",
+        lambda: captured(f"Linnet compile {ml} + CublasLt + FlashInfer, Captured", both, mat),
+    )
     # Linnet's own kernels (bound ops and span ops, issue 15) as planner candidates.
-    guarded(f"{name} generated + kernels", lambda: captured(
-        "Linnet generated + linnet-kernels, Captured", [], None, True))
-    guarded(f"{name} generated + plugins + kernels", lambda: captured(
-        "Linnet generated + CublasLt + FlashInfer + linnet-kernels, Captured", both, None,
-        True))
+    guarded(
+        f"{name} generated + kernels",
+        lambda: captured("Linnet generated + linnet-kernels, Captured", [], None, True),
+    )
+    guarded(
+        f"{name} generated + plugins + kernels",
+        lambda: captured(
+            "Linnet generated + CublasLt + FlashInfer + linnet-kernels, Captured", both, None, True
+        ),
+    )
     return weight_bytes
 
 
@@ -482,9 +569,9 @@ def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> N
 
     def forward(cache: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         def fn(ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-            out = hf(input_ids=ids, position_ids=position_ids, use_cache=True,
-                     **{cache_kw: cache})
+            out = hf(input_ids=ids, position_ids=position_ids, use_cache=True, **{cache_kw: cache})
             return out.logits
+
         return fn
 
     def reduce_overhead() -> None:
@@ -526,8 +613,13 @@ def hf_rows(name: str, dev: torch.device, rows: list[tuple[str, str, Any]]) -> N
             return logits.argmax(-1)
 
         queued, one = timed(run, torch.ones(BATCH, 1, dtype=torch.long, device=dev))
-        rows.append((name, "HF StaticCache, compile max-autotune-no-cudagraphs + CUDA graph",
-                     (queued, one, "")))
+        rows.append(
+            (
+                name,
+                "HF StaticCache, compile max-autotune-no-cudagraphs + CUDA graph",
+                (queued, one, ""),
+            )
+        )
         print(f"  {name} HF max-autotune + graph: {queued:.3f} ms/token", flush=True)
 
     if not HF_BEST_ONLY:
@@ -546,15 +638,19 @@ def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
         if "hf" in which:
             guarded(f"{name} HF rows", lambda n=name, r=rows: hf_rows(n, dev, r))
         if "linnet" in which:
-            weight_bytes = guarded(f"{name} Linnet rows",
-                                   lambda n=name, r=rows: linnet_rows(n, dev, r))
+            weight_bytes = guarded(
+                f"{name} Linnet rows", lambda n=name, r=rows: linnet_rows(n, dev, r)
+            )
         if weight_bytes is None:  # the same count the Linnet rows make
             from linnet.lang import Program, lower
 
-            graph = lower(Program.from_file(LLAMA), "decode", {"token": [1], "pos": [1]},
-                          config(name, S=CACHE))
-            weight_bytes = sum(2 * math.prod(v.shape)
-                               for v in graph.parameters.values())
+            graph = lower(
+                Program.from_file(LLAMA),
+                "decode",
+                {"token": [1], "pos": [1]},
+                config(name, S=CACHE),
+            )
+            weight_bytes = sum(2 * math.prod(v.shape) for v in graph.parameters.values())
         cfg = config(name)
         kv = 2 * cfg["NL"] * (CONTEXT + STEPS // 2) * cfg["KV"] * cfg["HD"] * 2 * BATCH
         floor = ((weight_bytes or 0) + kv) / bandwidth * 1e3
@@ -562,15 +658,21 @@ def whole_steps(dev: torch.device, models: list[str], which: list[str]) -> None:
         # embedding table one row a sequence (a tied one is the LM head's, read whole).
         unread = 0 if cfg.get("tie_word_embeddings") else 2 * cfg["D"] * (cfg["V"] - BATCH)
         reads = ((weight_bytes or 0) - unread + kv) / bandwidth * 1e3
-        SUMMARY.append(f"\n(s) {name}, batch {BATCH}, positions {CONTEXT}..{CONTEXT + STEPS - 1}, "
-                       f"cache {CACHE}; floor {floor:.3f} ms (weights + KV over "
-                       f"{bandwidth / 1e12:.3f} TB/s); the bytes a step reads {reads:.3f} ms")
-        SUMMARY.append("| configuration | ms/token (queued) | floor / time | reads / time | "
-                       "ms, one by one | regions |")
+        SUMMARY.append(
+            f"\n(s) {name}, batch {BATCH}, positions {CONTEXT}..{CONTEXT + STEPS - 1}, "
+            f"cache {CACHE}; floor {floor:.3f} ms (weights + KV over "
+            f"{bandwidth / 1e12:.3f} TB/s); the bytes a step reads {reads:.3f} ms"
+        )
+        SUMMARY.append(
+            "| configuration | ms/token (queued) | floor / time | reads / time | "
+            "ms, one by one | regions |"
+        )
         SUMMARY.append("|---|---|---|---|---|---|")
         for _, label, (queued, one, what) in rows:
-            SUMMARY.append(f"| {label} | {queued:.3f} | {floor / queued:.0%} | "
-                           f"{reads / queued:.0%} | {one:.3f} | {what} |")
+            SUMMARY.append(
+                f"| {label} | {queued:.3f} | {floor / queued:.0%} | "
+                f"{reads / queued:.0%} | {one:.3f} | {what} |"
+            )
 
 
 # ---------------------------------------------------------------- (f) prefill
@@ -630,8 +732,11 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         figure), printed at once and kept for the summary."""
         if not PROFILE:
             return
-        activity = (torch.profiler.ProfilerActivity.CUDA if dev.type == "cuda"
-                    else torch.profiler.ProfilerActivity.CPU)  # a dry run on the CPU
+        activity = (
+            torch.profiler.ProfilerActivity.CUDA
+            if dev.type == "cuda"
+            else torch.profiler.ProfilerActivity.CPU
+        )  # a dry run on the CPU
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[activity]) as prof:
             t0 = time.perf_counter()
@@ -646,17 +751,24 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
 
     def keep(label: str, ms: float, what: str = "") -> None:
         rows.append((label, ms, what))
-        print(f"  {name} prefill {label}: {ms:.2f} ms" + (f"; {what}" if what else ""),
-              flush=True)
+        print(f"  {name} prefill {label}: {ms:.2f} ms" + (f"; {what}" if what else ""), flush=True)
 
     weights = random_weights(LLAMA, cfg, seed=0, device=dev)
 
     def linnet(kernels: bool, label: str) -> None:
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
-        plan = plan_for(model, "prefill", [prompt], backends=[CublasLt(), FlashInfer()],
-                        compile=mat, progress=print, kernels=kernels, captured=False,
-                        cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
+        plan = plan_for(
+            model,
+            "prefill",
+            [prompt],
+            backends=[CublasLt(), FlashInfer()],
+            compile=mat,
+            progress=print,
+            kernels=kernels,
+            captured=False,
+            cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"),
+        )
         planned = time.perf_counter() - t0
         ctx = model.context_for(plan)
         with torch.inference_mode():  # as Captured's own buffers: no compiled slice recompiles
@@ -666,8 +778,11 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
             taken[c.backend.name] = taken.get(c.backend.name, 0) + 1
         what = ", ".join(f"{k} {v}" for k, v in sorted(taken.items())) or "no regions"
         slices = sum(1 for i in plan.items if i.kind == "slice")
-        keep(f"{label}, plan.run", median_ms(lambda: plan.run(ins, ctx)),
-             f"{what}, {slices} slices; plan {planned:.0f} s")
+        keep(
+            f"{label}, plan.run",
+            median_ms(lambda: plan.run(ins, ctx)),
+            f"{what}, {slices} slices; plan {planned:.0f} s",
+        )
         declined = {}
         for c in plan.candidates:
             if c.status != "taken":
@@ -676,9 +791,13 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         out = Path(os.environ.get("OUT", "gpu-results"))
         out.mkdir(parents=True, exist_ok=True)
         (out / f"explain-{name}-prefill.txt").write_text(plan.explain())
-        guarded(f"(f) {name} {label}: profile", lambda: kernels_of(label, lambda: plan.run(ins, ctx)))
-        guarded(f"(f) {name} {label}: host profile",
-                lambda: host_profile(out / f"host-{name}-prefill.txt", lambda: plan.run(ins, ctx)))
+        guarded(
+            f"(f) {name} {label}: profile", lambda: kernels_of(label, lambda: plan.run(ins, ctx))
+        )
+        guarded(
+            f"(f) {name} {label}: host profile",
+            lambda: host_profile(out / f"host-{name}-prefill.txt", lambda: plan.run(ins, ctx)),
+        )
         step = Captured(plan, ctx)
         keep(f"{label}, the same plan under Captured", median_ms(lambda: step(ins)), what)
 
@@ -687,9 +806,10 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         model, cache_kw, batch_kw = hf_model(hf_cfg, dev, 1)
         cache = transformers.StaticCache(config=hf_cfg, max_cache_len=PREFILL + 128, **batch_kw)
         ids = prompt.to(dev, torch.long)
-        fn = torch.compile(lambda: model(input_ids=ids, use_cache=True,
-                                         **{cache_kw: cache}).logits,
-                           mode=None if mat is True else mat)
+        fn = torch.compile(
+            lambda: model(input_ids=ids, use_cache=True, **{cache_kw: cache}).logits,
+            mode=None if mat is True else mat,
+        )
 
         def run() -> Any:
             for layer in getattr(cache, "layers", []):
@@ -704,20 +824,25 @@ def prefill_rows(name: str, dev: torch.device, kinds: list[str]) -> None:
         def graphed() -> None:  # the same compiled call replayed as one CUDA graph
             # kernels.py's capture (warm-up on a side stream, one call a graph); its time is
             # in median_ms's unit, ms.
-            keep(f"HF StaticCache, torch.compile {mode}, replayed as a CUDA graph",
-                 graphed_us(run, median_ms, "cuda", reps=1))
+            keep(
+                f"HF StaticCache, torch.compile {mode}, replayed as a CUDA graph",
+                graphed_us(run, median_ms, "cuda", reps=1),
+            )
 
         guarded(f"(f) {name} HF graph", graphed)
 
     for kernels in (True, False):  # Linnet first: the call's time runs out on transformers
         label = f"Linnet compile {mode} + CublasLt + FlashInfer" + (
-            " + linnet-kernels" if kernels else "")
+            " + linnet-kernels" if kernels else ""
+        )
         if "linnet" in kinds and wanted(label):
             guarded(f"(f) {name} {label}", lambda k=kernels, lb=label: linnet(k, lb))
     if "hf" in kinds:
         guarded(f"(f) {name} HF", hf)
-    SUMMARY.append(f"\n(f) {name} prefill, batch 1, {PREFILL} tokens; {flops / 1e12:.2f} TFLOP "
-                   f"(at {BF16_RATE / 1e12:.0f} TFLOP/s: {flops / BF16_RATE * 1e3:.2f} ms)")
+    SUMMARY.append(
+        f"\n(f) {name} prefill, batch 1, {PREFILL} tokens; {flops / 1e12:.2f} TFLOP "
+        f"(at {BF16_RATE / 1e12:.0f} TFLOP/s: {flops / BF16_RATE * 1e3:.2f} ms)"
+    )
     SUMMARY.append("| configuration | ms | of the bf16 rate | regions |")
     SUMMARY.append("|---|---|---|---|")
     for label, ms, what in rows:
@@ -760,8 +885,10 @@ def kernel_table(events: Any, steps: int, wall_ms: float, top: int = 30) -> list
     for us, count, name in rows[:top]:
         out.append(f"| {name[:90]} | {count:.0f} | {us:.1f} | {us / max(total, 1e-9):.1%} |")
     out.append(f"| all kernels ({len(rows)} names) | {launches:.0f} | {total:.1f} | |")
-    out.append(f"| wall time a step | | {wall_ms * 1e3:.1f} | kernels busy "
-               f"{total / max(wall_ms * 1e3, 1e-9):.0%} |")
+    out.append(
+        f"| wall time a step | | {wall_ms * 1e3:.1f} | kernels busy "
+        f"{total / max(wall_ms * 1e3, 1e-9):.0%} |"
+    )
     return out
 
 
@@ -788,11 +915,22 @@ def profile_step(name: str, dev: torch.device) -> None:
     from linnet.torch.planned import Captured, plan_for
 
     cfg = config(name, S=CACHE)
-    model = load(LLAMA, weights=random_weights(LLAMA, cfg, seed=0, device=dev), config=cfg,
-                 device=dev, numerics="fast")
-    plan = plan_for(model, "decode", [cpu_i32(1), cpu_i32(CONTEXT)],
-                    backends=[CublasLt(), FlashInfer()], compile="max-autotune-no-cudagraphs",
-                    progress=False, cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"))
+    model = load(
+        LLAMA,
+        weights=random_weights(LLAMA, cfg, seed=0, device=dev),
+        config=cfg,
+        device=dev,
+        numerics="fast",
+    )
+    plan = plan_for(
+        model,
+        "decode",
+        [cpu_i32(1), cpu_i32(CONTEXT)],
+        backends=[CublasLt(), FlashInfer()],
+        compile="max-autotune-no-cudagraphs",
+        progress=False,
+        cache=TimingCache(Path(tempfile.mkdtemp()) / "t.json"),
+    )
     ctx = model.context_for(plan)
     prompt = torch.randint(0, cfg["V"], (1, CONTEXT), dtype=torch.int32, device=dev)
     model.prefill(prompt, context=ctx)
@@ -815,8 +953,10 @@ def profile_step(name: str, dev: torch.device) -> None:
             torch.cuda.synchronize()
             wall = (time.perf_counter() - t0) / steps
         events = prof.key_averages()
-    SUMMARY.append(f"\n(p) {name}: kernels of one decode step (compile max-autotune + both "
-                   f"plugins; {how}; profiled, so slower than in (s))")
+    SUMMARY.append(
+        f"\n(p) {name}: kernels of one decode step (compile max-autotune + both "
+        f"plugins; {how}; profiled, so slower than in (s))"
+    )
     SUMMARY.extend(kernel_table(events, steps, wall * 1e3))
 
 
@@ -829,8 +969,10 @@ MAT_OPTIONS = {"max_autotune": True, "coordinate_descent_tuning": True}
 VARIANTS: list[tuple[str, Any]] = [
     (MAT, MAT),
     ("max_autotune, no coordinate descent", {"max_autotune": True}),
-    ("max_autotune + coordinate descent + benchmark_fusion",
-     {**MAT_OPTIONS, "benchmark_fusion": True}),
+    (
+        "max_autotune + coordinate descent + benchmark_fusion",
+        {**MAT_OPTIONS, "benchmark_fusion": True},
+    ),
     # Programmatic dependent launch (Hopper and later): each inductor kernel may start while
     # the one before it drains, waiting in `gdc_wait` for the data it reads.
     (f"{MAT} + PDL", {**MAT_OPTIONS, "triton.enable_pdl": True}),
@@ -845,18 +987,28 @@ def compile_variants(name: str, dev: torch.device) -> None:
     cfg = config(name, S=CACHE, B=BATCH)
     weights = random_weights(LLAMA, cfg, seed=0, device=dev)
     prompt = torch.randint(0, cfg["V"], (1, CONTEXT), dtype=torch.int32, device=dev)
-    SUMMARY.append(f"\n(v) {name}: inductor options, FlashInfer on every attention (measure="
-                   "False), Captured, batch 1, context 1024")
-    SUMMARY.append("| compile= | ms/token queued | one by one | plan + compile s | kernels a "
-                   "step | heaviest kernels (us a step, profiled) |")
+    SUMMARY.append(
+        f"\n(v) {name}: inductor options, FlashInfer on every attention (measure="
+        "False), Captured, batch 1, context 1024"
+    )
+    SUMMARY.append(
+        "| compile= | ms/token queued | one by one | plan + compile s | kernels a "
+        "step | heaviest kernels (us a step, profiled) |"
+    )
     SUMMARY.append("|---|---|---|---|---|---|")
 
     def one(label: str, compile: Any) -> None:
         model = load(LLAMA, weights=dict(weights), config=cfg, device=dev, numerics="fast")
         t0 = time.perf_counter()
-        plan = plan_for(model, "decode", [cpu_i32(1), cpu_i32(CONTEXT)],
-                        backends=[FlashInfer()], compile=compile, measure=False,
-                        progress=False)
+        plan = plan_for(
+            model,
+            "decode",
+            [cpu_i32(1), cpu_i32(CONTEXT)],
+            backends=[FlashInfer()],
+            compile=compile,
+            measure=False,
+            progress=False,
+        )
         ctx = model.context_for(plan)
         model.prefill(prompt, context=ctx)
         step = Captured(plan, ctx)
@@ -871,19 +1023,25 @@ def compile_variants(name: str, dev: torch.device) -> None:
 
         def again(mode: int) -> tuple[float, float]:
             plain = Captured(plan, ctx, pdl=mode)
-            return timed(lambda t, i: first(plain([t, cpu_i32(CONTEXT + i)])).argmax(-1)
-                         .to(torch.int32), token)
+            return timed(
+                lambda t, i: first(plain([t, cpu_i32(CONTEXT + i)])).argmax(-1).to(torch.int32),
+                token,
+            )
 
         for line in other_pdl(label, plan, again):
             what_, q2, o2 = line.split("|")
             SUMMARY.append(f"| {what_} | {q2} | {o2} | same plan | | |")
         events, _ = profiled(step, token)
-        kernels = sorted(((device_us(e) / 8, e.count / 8, e.key) for e in events
-                          if device_us(e) and e.count), reverse=True)
+        kernels = sorted(
+            ((device_us(e) / 8, e.count / 8, e.key) for e in events if device_us(e) and e.count),
+            reverse=True,
+        )
         launches = sum(k[1] for k in kernels)
         top = "; ".join(f"{k[2][:40]} x{k[1]:.0f} {k[0]:.0f}" for k in kernels[:5])
-        SUMMARY.append(f"| {label}{pdl_said(plan)} | {queued:.3f} | {single:.3f} | {built:.0f} | "
-                       f"{launches:.0f} | {top} |")
+        SUMMARY.append(
+            f"| {label}{pdl_said(plan)} | {queued:.3f} | {single:.3f} | {built:.0f} | "
+            f"{launches:.0f} | {top} |"
+        )
         print("  " + SUMMARY[-1], flush=True)
 
     for label, compile in VARIANTS:
@@ -895,37 +1053,66 @@ def compile_variants(name: str, dev: torch.device) -> None:
 def main() -> int:
     global CONTEXT, CACHE, BATCH, HF_BEST_ONLY, PROFILE, INDUCTOR_PDL, PREFILL_COMPILE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--parts", default="t,s",
-                        help="t (token for token), s (whole steps), f (prefill), p (kernels "
-                             "of a step), v (inductor's options)")
+    parser.add_argument(
+        "--parts",
+        default="t,s",
+        help="t (token for token), s (whole steps), f (prefill), p (kernels "
+        "of a step), v (inductor's options)",
+    )
     parser.add_argument("--models", default="llama-3.2-1b,llama-3-8b")
-    parser.add_argument("--prefill-compile", default=PREFILL_COMPILE, metavar="MODE",
-                        help="(f): the torch.compile mode of both sides (default: "
-                             "max-autotune-no-cudagraphs; 'default' is inductor's default, "
-                             "which compiles in a fraction of the time)")
-    parser.add_argument("--rows", default="linnet,hf",
-                        help="(s, f): linnet (Linnet's configurations), hf (transformers baselines)")
-    parser.add_argument("--only", default="",
-                        help="(s, f, v): keep only the Linnet rows (v: the variants) whose label "
-                             "this regular expression finds (e.g. 'compile.*FlashInfer')")
-    parser.add_argument("--hf-best", action="store_true",
-                        help="(s): only transformers' best configuration (max-autotune-no-"
-                             "cudagraphs + a CUDA graph), not reduce-overhead too")
-    parser.add_argument("--context", type=int, default=CONTEXT,
-                        help="(s): prompt length; decode runs positions context.. (cache: "
-                             "context + 128)")
+    parser.add_argument(
+        "--prefill-compile",
+        default=PREFILL_COMPILE,
+        metavar="MODE",
+        help="(f): the torch.compile mode of both sides (default: "
+        "max-autotune-no-cudagraphs; 'default' is inductor's default, "
+        "which compiles in a fraction of the time)",
+    )
+    parser.add_argument(
+        "--rows",
+        default="linnet,hf",
+        help="(s, f): linnet (Linnet's configurations), hf (transformers baselines)",
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="(s, f, v): keep only the Linnet rows (v: the variants) whose label "
+        "this regular expression finds (e.g. 'compile.*FlashInfer')",
+    )
+    parser.add_argument(
+        "--hf-best",
+        action="store_true",
+        help="(s): only transformers' best configuration (max-autotune-no-"
+        "cudagraphs + a CUDA graph), not reduce-overhead too",
+    )
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=CONTEXT,
+        help="(s): prompt length; decode runs positions context.. (cache: context + 128)",
+    )
     parser.add_argument("--batch", type=int, default=BATCH, help="(s): sequences a step")
-    parser.add_argument("--inductor-pdl", action="store_true",
-                        help="(s): Linnet's compiled rows with inductor's programmatic "
-                             "dependent launch (triton.enable_pdl) on")
-    parser.add_argument("--pdl", choices=("0", "1", "2", "3"), default=None,
-                        help="LINNET_PDL for the whole run (plans are made under it; each "
-                             "kernel row is timed again under the other modes): 0 off, 1 "
-                             "early, 2 late (the default), 3 early for grids of one program "
-                             "an SM")
-    parser.add_argument("--profile", action="store_true",
-                        help="(s): also the kernel table (as p makes) of each row with Linnet's "
-                             "kernels, from the very plan that row timed; (f): of every row")
+    parser.add_argument(
+        "--inductor-pdl",
+        action="store_true",
+        help="(s): Linnet's compiled rows with inductor's programmatic "
+        "dependent launch (triton.enable_pdl) on",
+    )
+    parser.add_argument(
+        "--pdl",
+        choices=("0", "1", "2", "3"),
+        default=None,
+        help="LINNET_PDL for the whole run (plans are made under it; each "
+        "kernel row is timed again under the other modes): 0 off, 1 "
+        "early, 2 late (the default), 3 early for grids of one program "
+        "an SM",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="(s): also the kernel table (as p makes) of each row with Linnet's "
+        "kernels, from the very plan that row timed; (f): of every row",
+    )
     args = parser.parse_args()
     if args.pdl is not None:  # read when each generated module is imported: before any is
         os.environ["LINNET_PDL"] = args.pdl

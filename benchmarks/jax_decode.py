@@ -33,8 +33,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
-for src in ("packages/linnet-lang/src", "packages/linnet-runtime-jax/src",
-            "packages/linnet-runtime-torch/src", "packages/linnet-plan/src"):
+for src in (
+    "packages/linnet-lang/src",
+    "packages/linnet-runtime-jax/src",
+    "packages/linnet-runtime-torch/src",
+    "packages/linnet-plan/src",
+):
     if (ROOT / src).is_dir() and str(ROOT / src) not in sys.path:
         sys.path.append(str(ROOT / src))  # installed wheels first; the checkout as a fallback
 
@@ -76,8 +80,11 @@ def random_params(graph: Any, device: Any, seed: int = 0) -> dict[str, Any]:
             if path.endswith("norm.weight"):
                 out[path] = jnp.ones(vt.shape, dtype)
             else:
-                make = jax.jit(lambda k, s=vt.shape, d=dtype: (
-                    jax.random.normal(k, s, jnp.float32) * 0.02).astype(d))
+                make = jax.jit(
+                    lambda k, s=vt.shape, d=dtype: (
+                        jax.random.normal(k, s, jnp.float32) * 0.02
+                    ).astype(d)
+                )
                 out[path] = make(jax.random.fold_in(key, i))
     return out
 
@@ -86,10 +93,12 @@ def nbytes(arrays: Any) -> int:
     return sum(a.size * a.dtype.itemsize for a in arrays)
 
 
-def time_jax(name: str, cfg: dict, context: int, steps: int, numerics: str, device: Any,
-             bandwidth: float) -> dict:
-    decode = load_function(LLAMA, "decode", config=cfg, device=device, numerics=numerics,
-                           check=False)
+def time_jax(
+    name: str, cfg: dict, context: int, steps: int, numerics: str, device: Any, bandwidth: float
+) -> dict:
+    decode = load_function(
+        LLAMA, "decode", config=cfg, device=device, numerics=numerics, check=False
+    )
     one = jax.device_put(jnp.zeros((1,), jnp.int32), device)
     low = decode.lowered([one, one])
     params = random_params(low.graph, device)
@@ -118,14 +127,23 @@ def time_jax(name: str, cfg: dict, context: int, steps: int, numerics: str, devi
     # `RUNS` counters of the generated module), as "launched/instances".
     runs = getattr(low.module, "RUNS", {})
     pallas = f"{sum(1 for c in runs.values() if c[0])}/{len(runs)}"
-    return dict(config=name, runtime=f"jax ({numerics})", ms=ms, floor_ms=1000 * floor,
-                pallas=pallas,
-                of_floor=floor * 1000 / ms, compile_s=compile_s, weights_gb=weights / 1e9,
-                context=context, steps=steps)
+    return dict(
+        config=name,
+        runtime=f"jax ({numerics})",
+        ms=ms,
+        floor_ms=1000 * floor,
+        pallas=pallas,
+        of_floor=floor * 1000 / ms,
+        compile_s=compile_s,
+        weights_gb=weights / 1e9,
+        context=context,
+        steps=steps,
+    )
 
 
-def time_torch(name: str, cfg: dict, context: int, steps: int, mode: str, bandwidth: float
-               ) -> dict | None:
+def time_torch(
+    name: str, cfg: dict, context: int, steps: int, mode: str, bandwidth: float
+) -> dict | None:
     try:
         import torch
         from linnet.torch import load, random_weights
@@ -137,8 +155,9 @@ def time_torch(name: str, cfg: dict, context: int, steps: int, mode: str, bandwi
         return None
     dev = torch.device("cuda")
     weights = random_weights(LLAMA, cfg, dtype=torch.bfloat16, device=dev)
-    model = load(LLAMA, weights=weights, config=cfg, device=dev, compile=mode == "compile",
-                 numerics="fast")
+    model = load(
+        LLAMA, weights=weights, config=cfg, device=dev, compile=mode == "compile", numerics="fast"
+    )
     token = torch.tensor([1], dtype=torch.int32, device=dev)
     with torch.inference_mode():
         for i in range(2):  # lowering and compiling
@@ -157,9 +176,17 @@ def time_torch(name: str, cfg: dict, context: int, steps: int, mode: str, bandwi
     ms = 1000 * statistics.median(times)
     del model, weights
     torch.cuda.empty_cache()
-    return dict(config=name, runtime=f"torch generated ({mode}, fast)", ms=ms,
-                floor_ms=float("nan"), of_floor=float("nan"), compile_s=float("nan"),
-                weights_gb=wbytes / 1e9, context=context, steps=steps)
+    return dict(
+        config=name,
+        runtime=f"torch generated ({mode}, fast)",
+        ms=ms,
+        floor_ms=float("nan"),
+        of_floor=float("nan"),
+        compile_s=float("nan"),
+        weights_gb=wbytes / 1e9,
+        context=context,
+        steps=steps,
+    )
 
 
 def main() -> int:
@@ -176,8 +203,7 @@ def main() -> int:
     configs = ["toy"] if args.dry_run else args.configs.split(",")
     if args.dry_run:
         args.context, args.steps, args.torch = 8, 4, "none"
-    bandwidth = copy_bandwidth(device, 0.0625 if args.dry_run or device.platform == "cpu"
-                               else 1.0)
+    bandwidth = copy_bandwidth(device, 0.0625 if args.dry_run or device.platform == "cpu" else 1.0)
     print(f"copy bandwidth: {bandwidth / 1e9:.0f} GB/s", flush=True)
     rows = []
     for name in configs:
@@ -186,8 +212,9 @@ def main() -> int:
         cfg["S"] = args.context + args.steps
         for numerics in args.numerics.split(","):
             try:
-                rows.append(time_jax(name, cfg, args.context, args.steps, numerics, device,
-                                     bandwidth))
+                rows.append(
+                    time_jax(name, cfg, args.context, args.steps, numerics, device, bandwidth)
+                )
                 print(rows[-1], flush=True)
             except Exception as exc:  # one failing config never hides the others
                 print(f"{name} jax {numerics}: {type(exc).__name__}: {exc}", flush=True)
@@ -203,14 +230,23 @@ def main() -> int:
                 print(f"{name} torch: {type(exc).__name__}: {exc}", flush=True)
     out = os.environ.get("OUT")
     if out:
-        Path(out, "jax_decode.json").write_text(json.dumps(dict(
-            jax=jax.__version__, device=device.device_kind, bandwidth=bandwidth, rows=rows),
-            indent=1))
-    print(f"\n{'config':14} {'runtime':30} {'ms/token':>9} {'floor ms':>9} {'of floor':>8} "
-          f"{'compile s':>9} {'pallas':>7}")
+        Path(out, "jax_decode.json").write_text(
+            json.dumps(
+                dict(
+                    jax=jax.__version__, device=device.device_kind, bandwidth=bandwidth, rows=rows
+                ),
+                indent=1,
+            )
+        )
+    print(
+        f"\n{'config':14} {'runtime':30} {'ms/token':>9} {'floor ms':>9} {'of floor':>8} "
+        f"{'compile s':>9} {'pallas':>7}"
+    )
     for r in rows:
-        print(f"{r['config']:14} {r['runtime']:30} {r['ms']:9.3f} {r['floor_ms']:9.3f} "
-              f"{r['of_floor']:8.0%} {r['compile_s']:9.1f} {r.get('pallas', '-'):>7}")
+        print(
+            f"{r['config']:14} {r['runtime']:30} {r['ms']:9.3f} {r['floor_ms']:9.3f} "
+            f"{r['of_floor']:8.0%} {r['compile_s']:9.1f} {r.get('pallas', '-'):>7}"
+        )
     return 0
 
 

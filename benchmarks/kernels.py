@@ -63,8 +63,10 @@ def timer(device: str, runs: int) -> Callable[[Callable[[], Any]], float]:
         times = []
         for _ in range(runs):
             if device == "cuda":
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
-                    enable_timing=True)
+                start, stop = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
                 start.record()
                 fn()
                 stop.record()
@@ -90,7 +92,7 @@ def ceilings(device: str, measure: Callable) -> tuple[float, float]:
     a = torch.randn(m, m, device=device, dtype=dt)
     b = torch.randn(m, m, device=device, dtype=dt)
     mm_us = measure(lambda: a @ b)
-    return 2 * n / (copy_us * 1e-6), 2 * m ** 3 / (mm_us * 1e-6)
+    return 2 * n / (copy_us * 1e-6), 2 * m**3 / (mm_us * 1e-6)
 
 
 def body_flops(graph: Any) -> int:
@@ -102,8 +104,11 @@ def body_flops(graph: Any) -> int:
         ins = s.attributes["spec"].split("->")[0]
         size: dict[str, int] = {}
         for labels, ref in zip(ins.split(","), s.operands):
-            shape = graph.values[ref].shape if ref.startswith("%") else (
-                graph.parameters.get(ref[1:]) or graph.states[ref[1:]]).shape
+            shape = (
+                graph.values[ref].shape
+                if ref.startswith("%")
+                else (graph.parameters.get(ref[1:]) or graph.states[ref[1:]]).shape
+            )
             size.update(zip(labels, shape))
         n = 2
         for lab in set(size):
@@ -116,15 +121,20 @@ def tolerance(dtype: torch.dtype) -> float:
     return {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 2e-3}.get(dtype, 0.0)
 
 
-def one(op: str, kernel: str, regime: str, device: str, runs: int, bw: float, peak: float,
-        width: int) -> dict[str, Any]:
+def one(
+    op: str, kernel: str, regime: str, device: str, runs: int, bw: float, peak: float, width: int
+) -> dict[str, Any]:
     rows = ROWS[regime] if not DRY else {"decode": 1, "prefill": 8}[regime]
     generics = example_generics(op, rows, width)
     if generics is None:
         return {"op": op, "kernel": kernel, "regime": regime, "error": "no generics fit"}
     case = op_case(op, generics)
-    row: dict[str, Any] = {"op": op, "kernel": kernel, "regime": regime,
-                           "generics": case.kernel_generics}
+    row: dict[str, Any] = {
+        "op": op,
+        "kernel": kernel,
+        "regime": regime,
+        "generics": case.kernel_generics,
+    }
     measure = timer(device, runs)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "case.linnet"
@@ -153,8 +163,11 @@ def one(op: str, kernel: str, regime: str, device: str, runs: int, bw: float, pe
         # (c) the floor
         nbytes = sum(t.numel() * t.element_size() for t in inputs + list(want))
         flops = body_flops(exact.graph("run", inputs))
-        row.update(bytes=nbytes, flops=flops,
-                   floor_us=max(nbytes / bw, flops / peak if flops else 0.0) * 1e6)
+        row.update(
+            bytes=nbytes,
+            flops=flops,
+            floor_us=max(nbytes / bw, flops / peak if flops else 0.0) * 1e6,
+        )
         # (d) compile=True with kernels: graph breaks on the launch, and the compiled time
         fast = load(path, weights={}, device=device, numerics="fast")
         fn = slice_function(fast, inputs)
@@ -165,7 +178,8 @@ def one(op: str, kernel: str, regime: str, device: str, runs: int, bw: float, pe
         out = compiled(*inputs)
         out = out if isinstance(out, tuple) else (out,)
         row["compiled_kernel_ok"] = all(
-            float((o.float() - w.float()).abs().max()) <= 10 * tol for o, w in zip(out, want))
+            float((o.float() - w.float()).abs().max()) <= 10 * tol for o, w in zip(out, want)
+        )
         row["compiled_kernel_us"] = measure(lambda: compiled(*inputs))
         # RUNS counts eager calls only (compiled code would recompile on a counter): one eager
         # call under numerics fast says whether the kernel, not the body, ran.
@@ -227,21 +241,36 @@ def main() -> int:
                 rows.append(one(op, kernel, regime, device, runs, bw, peak, width))
             except Exception as exc:  # one binding's failure does not hide the others
                 traceback.print_exc()
-                rows.append({"op": op, "kernel": kernel, "regime": regime,
-                             "error": f"{type(exc).__name__}: {exc}"[:300]})
-    result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "torch": torch.__version__, "triton": triton_version(),
-              "copy_bytes_per_s": bw, "bf16_flops_per_s": peak, "rows": rows}
+                rows.append(
+                    {
+                        "op": op,
+                        "kernel": kernel,
+                        "regime": regime,
+                        "error": f"{type(exc).__name__}: {exc}"[:300],
+                    }
+                )
+    result = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "triton": triton_version(),
+        "copy_bytes_per_s": bw,
+        "bf16_flops_per_s": peak,
+        "rows": rows,
+    }
     out = os.environ.get("OUT")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         Path(out, "kernels.json").write_text(json.dumps(result, indent=1))
-    head = (f"{'kernel':<14} {'regime':<8} {'generics':<26} {'ok':<3} {'diff':>8} "
-            f"{'kernel':>8} {'body':>8} {'body.c':>8} {'k.comp':>8} {'k.graph':>8} "
-            f"{'b.graph':>8} {'floor':>8} {'breaks':>6}")
-    print(f"\ntimes in us (median of {runs}); body.c = body compiled, k.comp = compile=True "
-          "with kernels; k.graph / b.graph = kernel / body eager inside a CUDA graph (device "
-          "time, no launch overhead)")
+    head = (
+        f"{'kernel':<14} {'regime':<8} {'generics':<26} {'ok':<3} {'diff':>8} "
+        f"{'kernel':>8} {'body':>8} {'body.c':>8} {'k.comp':>8} {'k.graph':>8} "
+        f"{'b.graph':>8} {'floor':>8} {'breaks':>6}"
+    )
+    print(
+        f"\ntimes in us (median of {runs}); body.c = body compiled, k.comp = compile=True "
+        "with kernels; k.graph / b.graph = kernel / body eager inside a CUDA graph (device "
+        "time, no launch overhead)"
+    )
     print(head)
     for r in rows:
         name = r["kernel"].rsplit("::", 1)[-1]
@@ -249,11 +278,13 @@ def main() -> int:
             print(f"{name:<14} {r['regime']:<8} error: {r['error'][:80]}")
             continue
         gen = ",".join(f"{k}={v}" for k, v in r["generics"].items())
-        print(f"{name:<14} {r['regime']:<8} {gen:<26} {'yes' if r['ok'] else 'NO':<3} "
-              f"{r['max_diff']:>8.1e} {r['kernel_us']:>8.1f} {r['body_eager_us']:>8.1f} "
-              f"{r['body_compiled_us']:>8.1f} {r['compiled_kernel_us']:>8.1f} "
-              f"{r['kernel_graph_us']:>8.1f} {r['body_graph_us']:>8.1f} "
-              f"{r['floor_us']:>8.2f} {r['graph_breaks']:>6}")
+        print(
+            f"{name:<14} {r['regime']:<8} {gen:<26} {'yes' if r['ok'] else 'NO':<3} "
+            f"{r['max_diff']:>8.1e} {r['kernel_us']:>8.1f} {r['body_eager_us']:>8.1f} "
+            f"{r['body_compiled_us']:>8.1f} {r['compiled_kernel_us']:>8.1f} "
+            f"{r['kernel_graph_us']:>8.1f} {r['body_graph_us']:>8.1f} "
+            f"{r['floor_us']:>8.2f} {r['graph_breaks']:>6}"
+        )
     return 0 if all(r.get("ok") and r.get("graph_breaks") == 0 for r in rows) else 1
 
 

@@ -47,8 +47,9 @@ def parse_and_check() -> Program:
 
 def measure(config: dict, entry: str, inputs: dict, repeats: int) -> dict:
     """Wall-clock and CPU seconds of each phase, one list entry per repeat."""
-    times: dict[str, list[float]] = {f"{part} {clock}": [] for part in ("check", "lower", "total")
-                                     for clock in ("wall", "cpu")}
+    times: dict[str, list[float]] = {
+        f"{part} {clock}": [] for part in ("check", "lower", "total") for clock in ("wall", "cpu")
+    }
     steps = calls = 0
     for _ in range(repeats):
         w0, c0 = time.perf_counter(), time.process_time()
@@ -56,8 +57,11 @@ def measure(config: dict, entry: str, inputs: dict, repeats: int) -> dict:
         w1, c1 = time.perf_counter(), time.process_time()
         graph = lower(program, entry, inputs, config, check=False)
         w2, c2 = time.perf_counter(), time.process_time()
-        for part, (wa, wb, ca, cb) in {"check": (w0, w1, c0, c1), "lower": (w1, w2, c1, c2),
-                                       "total": (w0, w2, c0, c2)}.items():
+        for part, (wa, wb, ca, cb) in {
+            "check": (w0, w1, c0, c1),
+            "lower": (w1, w2, c1, c2),
+            "total": (w0, w2, c0, c2),
+        }.items():
             times[f"{part} wall"].append(wb - wa)
             times[f"{part} cpu"].append(cb - ca)
         steps, calls = len(graph.steps), len(graph.calls)
@@ -82,12 +86,18 @@ def profile(config: dict, entry: str, inputs: dict, top: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--profile", action="store_true",
-                        help="profile one check + lower of the 8B decode entry instead")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile one check + lower of the 8B decode entry instead",
+    )
     parser.add_argument("--top", type=int, default=25, help="rows of the profile to print")
-    parser.add_argument("--evaluate-all", action="store_true",
-                        help="evaluate every iteration of repeated blocks instead of "
-                             "instantiating the first (the same graph, slower)")
+    parser.add_argument(
+        "--evaluate-all",
+        action="store_true",
+        help="evaluate every iteration of repeated blocks instead of "
+        "instantiating the first (the same graph, slower)",
+    )
     args = parser.parse_args()
     if args.evaluate_all:
         from linnet.lang.check import instantiate
@@ -98,17 +108,23 @@ def main() -> None:
         profile(load_config(name), entry, inputs, args.top)
         return
     parse_and_check()  # warm up: imports and the first parse are not what we measure
-    print(f"linnet-lang: parse + check, then lower, {LLAMA.relative_to(ROOT)}; "
-          f"{args.repeats} repeats; milliseconds")
-    print(f"{'case':22} {'phase':6} {'wall med':>9} {'wall min':>9} {'cpu med':>9} "
-          f"{'cpu min':>9}  {'steps':>5}  {'calls':>5}")
+    print(
+        f"linnet-lang: parse + check, then lower, {LLAMA.relative_to(ROOT)}; "
+        f"{args.repeats} repeats; milliseconds"
+    )
+    print(
+        f"{'case':22} {'phase':6} {'wall med':>9} {'wall min':>9} {'cpu med':>9} "
+        f"{'cpu min':>9}  {'steps':>5}  {'calls':>5}"
+    )
     for label, name, entry, inputs in CASES:
         r = measure(load_config(name), entry, inputs, args.repeats)
         for i, part in enumerate(("check", "lower", "total")):
             wall, cpu = r["times"][f"{part} wall"], r["times"][f"{part} cpu"]
             counts = f"  {r['steps']:5d}  {r['calls']:5d}" if i == 0 else ""
-            print(f"{label if i == 0 else '':22} {part:6} {ms(wall, statistics.median)} "
-                  f"{ms(wall, min)} {ms(cpu, statistics.median)} {ms(cpu, min)}{counts}")
+            print(
+                f"{label if i == 0 else '':22} {part:6} {ms(wall, statistics.median)} "
+                f"{ms(wall, min)} {ms(cpu, statistics.median)} {ms(cpu, min)}{counts}"
+            )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,12 @@ def std_bindings() -> list[tuple[Any, str]]:
         path = STD_ROOT.joinpath(*module.split(".")[1:]).with_suffix(".linnet")
         tree = parse(SourceFile(str(path), path.read_text()), module)
         for item in tree.items:
-            if isinstance(item, A.FuncDecl) and item.kind == "op" and item.kernel is not None \
-                    and item.public:
+            if (
+                isinstance(item, A.FuncDecl)
+                and item.kind == "op"
+                and item.kernel is not None
+                and item.public
+            ):
                 out.append((item, module))
     return sorted(out, key=lambda t: (t[1], t[0].name))
 
@@ -80,12 +84,16 @@ def case_text(op: Any, module: str, rows: int, width: int) -> tuple[str, dict[st
         return [value[d.name] for d in ty.dims]
 
     shapes = {p.name: shape(p.type) for p in op.params if hasattr(p.type, "dims")}
-    args = [p.name if p.name in shapes else ("1e-5" if p.type.name.startswith(("f", "bf"))
-                                             else "1") for p in op.params]
+    args = [
+        p.name if p.name in shapes else ("1e-5" if p.type.name.startswith(("f", "bf")) else "1")
+        for p in op.params
+    ]
     params = ", ".join(f"{n}: Tensor[{', '.join(map(str, s))}; f32]" for n, s in shapes.items())
     out = ", ".join(map(str, shape(op.results[0].type)))
-    text = (f"use {module}::{{{op.name}}}\n\nmodel Case {{\n    entry run({params}) "
-            f"-> Tensor[{out}; f32] {{\n        return {op.name}({', '.join(args)})\n    }}\n}}\n")
+    text = (
+        f"use {module}::{{{op.name}}}\n\nmodel Case {{\n    entry run({params}) "
+        f"-> Tensor[{out}; f32] {{\n        return {op.name}({', '.join(args)})\n    }}\n}}\n"
+    )
     return text, shapes
 
 
@@ -117,8 +125,11 @@ def main() -> int:
     widths = (5, 8) if args.dry_run else WIDTHS
     runs = 3 if args.dry_run else args.runs
     device = jax.devices()[0]
-    print(f"jax {jax.__version__} on {device.device_kind} ({jax.default_backend()}), "
-          f"interpret={os.environ.get('LINNET_PALLAS_INTERPRET') == '1'}", flush=True)
+    print(
+        f"jax {jax.__version__} on {device.device_kind} ({jax.default_backend()}), "
+        f"interpret={os.environ.get('LINNET_PALLAS_INTERPRET') == '1'}",
+        flush=True,
+    )
     bw = bandwidth()
     rows: list[dict[str, Any]] = []
     tmp = Path(tempfile.mkdtemp(prefix="linnet-pallas-"))
@@ -133,13 +144,16 @@ def main() -> int:
                     path.write_text(text)
                     fast = load_source(path, "run", ins, numerics="fast")
                     rng = np.random.default_rng(0)
-                    xs = tuple(jnp.asarray(rng.standard_normal(s).astype(np.float32) * 4)
-                               for s in ins.values())
+                    xs = tuple(
+                        jnp.asarray(rng.standard_normal(s).astype(np.float32) * 4)
+                        for s in ins.values()
+                    )
                     f = jax.jit(lambda *a, m=fast: m.run(*a, {}, {})[0][0])
                     y = f(*xs)
                     runs_table = dict(getattr(fast, "RUNS", {}))
                     row["launched"] = bool(runs_table) and all(
-                        c[0] >= 1 and c[1] == 0 for c in runs_table.values())
+                        c[0] >= 1 and c[1] == 0 for c in runs_table.values()
+                    )
                     # The body in the same numerics: the same module with Pallas off (its
                     # kernels_ready is asked when a new jit traces it).
                     fast.PALLAS = False
@@ -152,7 +166,8 @@ def main() -> int:
                     # fast on the GPU) in a kernel with a product of tiles.
                     tol = 1e-2 if "jnp.dot(" in Path(fast.__file__).read_text() else 1e-5
                     row["ok"] = row["max_diff"] <= tol * max(scale, 1.0) and bool(
-                        jnp.all(jnp.isfinite(y)))
+                        jnp.all(jnp.isfinite(y))
+                    )
                     row["kernel_us"] = median_us(f, xs, runs)
                     row["body_us"] = median_us(b, xs, runs)
                     moved = sum(x.nbytes for x in xs) + y.nbytes
@@ -164,20 +179,37 @@ def main() -> int:
                 print(row, flush=True)
     out = os.environ.get("OUT")
     if out:
-        Path(out, "pallas.json").write_text(json.dumps(dict(
-            jax=jax.__version__, device=device.device_kind, backend=jax.default_backend(),
-            bandwidth=bw, rows=rows), indent=1))
-    print(f"\n{'op':34} {'shape':>10} {'width':>6} {'launched':>8} {'ok':>3} {'max diff':>9} "
-          f"{'kernel us':>10} {'body us':>9} {'floor us':>9}")
+        Path(out, "pallas.json").write_text(
+            json.dumps(
+                dict(
+                    jax=jax.__version__,
+                    device=device.device_kind,
+                    backend=jax.default_backend(),
+                    bandwidth=bw,
+                    rows=rows,
+                ),
+                indent=1,
+            )
+        )
+    print(
+        f"\n{'op':34} {'shape':>10} {'width':>6} {'launched':>8} {'ok':>3} {'max diff':>9} "
+        f"{'kernel us':>10} {'body us':>9} {'floor us':>9}"
+    )
     for r in rows:
         if "error" in r:
             print(f"{r['op']:34} {r['shape']:>10} {r['width']:>6}  error: {r['error'][:60]}")
             continue
-        print(f"{r['op']:34} {r['shape']:>10} {r['width']:>6} {r['launched']!s:>8} "
-              f"{'ok' if r['ok'] else 'BAD':>3} {r['max_diff']:9.1e} {r['kernel_us']:10.1f} "
-              f"{r['body_us']:9.1f} {r['floor_us']:9.2f}")
-    return 0 if all(r.get("ok") and r.get("launched") for r in rows) or (DRY and all(
-        r.get("ok") for r in rows)) else 1
+        print(
+            f"{r['op']:34} {r['shape']:>10} {r['width']:>6} {r['launched']!s:>8} "
+            f"{'ok' if r['ok'] else 'BAD':>3} {r['max_diff']:9.1e} {r['kernel_us']:10.1f} "
+            f"{r['body_us']:9.1f} {r['floor_us']:9.2f}"
+        )
+    return (
+        0
+        if all(r.get("ok") and r.get("launched") for r in rows)
+        or (DRY and all(r.get("ok") for r in rows))
+        else 1
+    )
 
 
 if __name__ == "__main__":

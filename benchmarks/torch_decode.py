@@ -68,12 +68,19 @@ def hf_config(cfg: dict):
     import transformers
 
     return transformers.LlamaConfig(
-        vocab_size=cfg["V"], hidden_size=cfg["D"], intermediate_size=cfg["F"],
-        num_hidden_layers=cfg["NL"], num_attention_heads=cfg["H"],
-        num_key_value_heads=cfg["KV"], head_dim=cfg["HD"], max_position_embeddings=cfg["S"],
-        rms_norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
+        vocab_size=cfg["V"],
+        hidden_size=cfg["D"],
+        intermediate_size=cfg["F"],
+        num_hidden_layers=cfg["NL"],
+        num_attention_heads=cfg["H"],
+        num_key_value_heads=cfg["KV"],
+        head_dim=cfg["HD"],
+        max_position_embeddings=cfg["S"],
+        rms_norm_eps=cfg["rms_norm_eps"],
+        rope_theta=cfg["rope_theta"],
         rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_theta"]},
-        tie_word_embeddings=cfg["tie_word_embeddings"])
+        tie_word_embeddings=cfg["tie_word_embeddings"],
+    )
 
 
 def hf_model(cfg: dict, device: torch.device, seed: int = 0):
@@ -130,11 +137,28 @@ def compile_time(cfg: dict, layers: int, device: torch.device, config: str) -> f
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
-                   TRITON_CACHE_DIR=f"{tmp}/triton", LINNET_HOME=f"{tmp}/linnet")
-        out = subprocess.run([sys.executable, __file__, "--config", config, "--device",
-                              str(device), "--compile-time-only", str(layers)],
-                             env=env, capture_output=True, text=True, check=True)
+        env = dict(
+            os.environ,
+            TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
+            TRITON_CACHE_DIR=f"{tmp}/triton",
+            LINNET_HOME=f"{tmp}/linnet",
+        )
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--config",
+                config,
+                "--device",
+                str(device),
+                "--compile-time-only",
+                str(layers),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -174,17 +198,29 @@ def main() -> None:
     results: dict[str, float] = {}
     modes = args.modes.split(",")
     if "hf" in modes:
-        results["HF transformers eager"] = statistics.median(time_hf(hf, prompt, args.steps, device))
+        results["HF transformers eager"] = statistics.median(
+            time_hf(hf, prompt, args.steps, device)
+        )
     del hf
-    config = {k: cfg[k] for k in ("H", "KV", "S", "rms_norm_eps", "rope_theta",
-                                  "tie_word_embeddings")}
+    config = {
+        k: cfg[k] for k in ("H", "KV", "S", "rms_norm_eps", "rope_theta", "tie_word_embeddings")
+    }
     for mode in modes:
         if mode == "hf":
             continue
-        model = load(LLAMA, weights=weights, config=config, device=device,
-                     compile=(mode == "compile"), numerics="fast")
-        label = {"generated": "Linnet generated (eager)", "compile": "Linnet compile=True",
-                 "interpret": "Linnet interpreter"}[mode]
+        model = load(
+            LLAMA,
+            weights=weights,
+            config=config,
+            device=device,
+            compile=(mode == "compile"),
+            numerics="fast",
+        )
+        label = {
+            "generated": "Linnet generated (eager)",
+            "compile": "Linnet compile=True",
+            "interpret": "Linnet interpreter",
+        }[mode]
         results[label] = statistics.median(time_linnet(model, prompt, args.steps, device))
         del model
     bw = copy_bandwidth(device)
@@ -197,10 +233,14 @@ def main() -> None:
         layers = cfg["NL"] if n == "all" else int(n)
         compile_times[layers] = compile_time(cfg, layers, device, args.config)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"\n## {args.config} decode, batch 1, positions {args.context}..{args.context + args.steps - 1}"
-          f", {cfg['T']}, {name}, torch {torch.__version__}\n")
-    print(f"weights {weight_bytes / 1e9:.3f} GB, KV at position {pos} {kv_bytes / 1e6:.1f} MB, "
-          f"copy bandwidth {bw / 1e12:.3f} TB/s, floor {floor * 1e3:.3f} ms\n")
+    print(
+        f"\n## {args.config} decode, batch 1, positions {args.context}..{args.context + args.steps - 1}"
+        f", {cfg['T']}, {name}, torch {torch.__version__}\n"
+    )
+    print(
+        f"weights {weight_bytes / 1e9:.3f} GB, KV at position {pos} {kv_bytes / 1e6:.1f} MB, "
+        f"copy bandwidth {bw / 1e12:.3f} TB/s, floor {floor * 1e3:.3f} ms\n"
+    )
     base = results.get("HF transformers eager")
     print("| mode | ms/token | vs HF eager | floor / time |")
     print("|---|---|---|---|")
@@ -212,10 +252,20 @@ def main() -> None:
     for layers, t in compile_times.items():
         print(f"| {layers} layers | {t:.1f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "config": args.config, "device": name, "context": args.context,
-            "ms_per_token": {k: v * 1e3 for k, v in results.items()}, "floor_ms": floor * 1e3,
-            "bandwidth_tb_s": bw / 1e12, "compile_s": compile_times}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "config": args.config,
+                    "device": name,
+                    "context": args.context,
+                    "ms_per_token": {k: v * 1e3 for k, v in results.items()},
+                    "floor_ms": floor * 1e3,
+                    "bandwidth_tb_s": bw / 1e12,
+                    "compile_s": compile_times,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

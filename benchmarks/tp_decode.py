@@ -59,15 +59,22 @@ def rank_blocks(cfg: dict, tp: int, device: torch.device):
             axis, a, b = blocks[path]
             shape[axis] = b - a
         t = torch.empty(shape, dtype=DTYPES[vt.dtype], device=device)
-        params[path] = t.fill_(1.0) if path.endswith("norm.weight") else \
-            t.normal_(0.0, 0.02, generator=gen)
-    return Model(program, params, cfg, device, False, "exact", False, None, None, False,
-                 tp, rank, axes)
+        params[path] = (
+            t.fill_(1.0) if path.endswith("norm.weight") else t.normal_(0.0, 0.02, generator=gen)
+        )
+    return Model(
+        program, params, cfg, device, False, "exact", False, None, None, False, tp, rank, axes
+    )
 
 
 def rank_main(rank: int, tp: int, port: int, opts: dict, out: str) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(tp), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(tp),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     import torch.distributed as dist
     from linnet.lang.cli import load_config
     from linnet.torch import load, random_weights
@@ -85,8 +92,9 @@ def rank_main(rank: int, tp: int, port: int, opts: dict, out: str) -> None:
         model = rank_blocks(cfg, tp, device)
     else:
         weights = random_weights(LLAMA, cfg, seed=0, dtype=DTYPES[cfg["T"]], device=device)
-        model = load(LLAMA, weights=weights, config=cfg, device=device,
-                     world=tp if tp > 1 else None)
+        model = load(
+            LLAMA, weights=weights, config=cfg, device=device, world=tp if tp > 1 else None
+        )
         del weights
     if cuda:
         torch.cuda.empty_cache()
@@ -105,8 +113,9 @@ def rank_main(rank: int, tp: int, port: int, opts: dict, out: str) -> None:
     captured, captured_error = None, ""
     if cuda:
         try:
-            plan = model.plan_for("decode", [token, token], backends=[], measure=False,
-                                  progress=False)
+            plan = model.plan_for(
+                "decode", [token, token], backends=[], measure=False, progress=False
+            )
             pctx = model.context_for(plan)
             step = Captured(plan, pctx)
             ctimes = []
@@ -123,15 +132,25 @@ def rank_main(rank: int, tp: int, port: int, opts: dict, out: str) -> None:
     weight_bytes = sum(t.numel() * t.element_size() for t in model.params.values())
     graph = model.graph("decode", [token, token])
     cache_bytes = sum(
-        vt.shape[0] * (opts["context"] + opts["steps"] // 2) * (vt.shape[2] * vt.shape[3])
-        * DTYPES[cfg["T"]].itemsize for vt in graph.states.values())
+        vt.shape[0]
+        * (opts["context"] + opts["steps"] // 2)
+        * (vt.shape[2] * vt.shape[3])
+        * DTYPES[cfg["T"]].itemsize
+        for vt in graph.states.values()
+    )
     bw = copy_bandwidth(device)
-    row = {"tp": tp, "rank": rank, "median_ms": 1e3 * statistics.median(times[1:] or times),
-           "captured_ms": None if captured is None else 1e3 * captured,
-           "captured_error": captured_error, "weight_bytes_per_rank": weight_bytes,
-           "cache_bytes_per_rank": cache_bytes, "bandwidth": bw,
-           "floor_ms": 1e3 * (weight_bytes + cache_bytes) / (bw / 2),
-           "logits": logits.float().cpu()[0, :64].tolist() if logits is not None else []}
+    row = {
+        "tp": tp,
+        "rank": rank,
+        "median_ms": 1e3 * statistics.median(times[1:] or times),
+        "captured_ms": None if captured is None else 1e3 * captured,
+        "captured_error": captured_error,
+        "weight_bytes_per_rank": weight_bytes,
+        "cache_bytes_per_rank": cache_bytes,
+        "bandwidth": bw,
+        "floor_ms": 1e3 * (weight_bytes + cache_bytes) / (bw / 2),
+        "logits": logits.float().cpu()[0, :64].tolist() if logits is not None else [],
+    }
     if rank == 0:
         Path(out).write_text(json.dumps(row))
     if tp > 1:
@@ -146,8 +165,11 @@ def main() -> None:
     ap.add_argument("--tp", default="1,2,4")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=32)
-    ap.add_argument("--blocks", action="store_true",
-                    help="make each rank's random blocks directly (models that fit no GPU)")
+    ap.add_argument(
+        "--blocks",
+        action="store_true",
+        help="make each rank's random blocks directly (models that fit no GPU)",
+    )
     args = ap.parse_args()
     import torch.multiprocessing as mp
     from linnet.torch.parallel import free_port
@@ -155,8 +177,13 @@ def main() -> None:
     sizes = [int(t) for t in args.tp.split(",")]
     if args.device == "cuda":
         sizes = [n for n in sizes if n <= torch.cuda.device_count()]
-    opts = {"config": args.config, "device": args.device, "context": args.context,
-            "steps": args.steps, "blocks": args.blocks}
+    opts = {
+        "config": args.config,
+        "device": args.device,
+        "context": args.context,
+        "steps": args.steps,
+        "blocks": args.blocks,
+    }
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for tp in sizes:
@@ -165,25 +192,40 @@ def main() -> None:
             rows.append(json.loads(Path(out).read_text()))
     base = torch.tensor(rows[0]["logits"])
     for r in rows:
-        r["logits_vs_tp1"] = None if args.blocks else float(
-            (torch.tensor(r["logits"]) - base).abs().max())
-    result = {"date": time.strftime("%Y-%m-%d"), "config": args.config, "device": args.device,
-              "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
-              "torch": torch.__version__, "context": args.context, "rows": rows}
+        r["logits_vs_tp1"] = (
+            None if args.blocks else float((torch.tensor(r["logits"]) - base).abs().max())
+        )
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "config": args.config,
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "context": args.context,
+        "rows": rows,
+    }
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "tp_decode.json").write_text(json.dumps(result, indent=1))
-    print(f"{args.config} decode at position {args.context}, {result['gpu']}, "
-          f"torch {torch.__version__}")
-    print(f"{'TP':>3} {'eager ms':>9} {'captured ms':>12} {'floor ms':>9} {'x floor':>8} "
-          f"{'GB/rank':>8} {'|dlogits|':>10}")
+    print(
+        f"{args.config} decode at position {args.context}, {result['gpu']}, "
+        f"torch {torch.__version__}"
+    )
+    print(
+        f"{'TP':>3} {'eager ms':>9} {'captured ms':>12} {'floor ms':>9} {'x floor':>8} "
+        f"{'GB/rank':>8} {'|dlogits|':>10}"
+    )
     for r in rows:
         best = r["captured_ms"] or r["median_ms"]
-        cap = f"{r['captured_ms']:.3f}" if r["captured_ms"] else (
-            "failed" if r["captured_error"] else "-")
-        print(f"{r['tp']:>3} {r['median_ms']:>9.3f} {cap:>12} {r['floor_ms']:>9.3f} "
-              f"{best / r['floor_ms']:>8.2f} {r['weight_bytes_per_rank'] / 1e9:>8.2f} "
-              + (f"{r['logits_vs_tp1']:>10.2e}" if r["logits_vs_tp1"] is not None
-                 else f"{'-':>10}"))
+        cap = (
+            f"{r['captured_ms']:.3f}"
+            if r["captured_ms"]
+            else ("failed" if r["captured_error"] else "-")
+        )
+        print(
+            f"{r['tp']:>3} {r['median_ms']:>9.3f} {cap:>12} {r['floor_ms']:>9.3f} "
+            f"{best / r['floor_ms']:>8.2f} {r['weight_bytes_per_rank'] / 1e9:>8.2f} "
+            + (f"{r['logits_vs_tp1']:>10.2e}" if r["logits_vs_tp1"] is not None else f"{'-':>10}")
+        )
         if r["captured_error"]:
             print(f"    captured at TP {r['tp']}: {r['captured_error']}")
 

@@ -34,18 +34,24 @@ class Site:
             command = [sys.executable, "-m", "pip", "install", "--quiet"]
         else:  # a uv-made virtual environment has no pip
             command = [self.uv, "pip", "install", "--quiet", "--python", sys.executable]
-        run([*command, "--no-deps", "--no-index", "--target", str(self.path),
-             *map(str, wheels)])
+        run([*command, "--no-deps", "--no-index", "--target", str(self.path), *map(str, wheels)])
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of a Python that imports from the site first."""
         paths = [str(self.path), *(p for p in sys.path if p)]
         return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **extra}
 
-    def python(self, *args: str, cwd: Path | None = None, **extra: str
-               ) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, *args], env=self.env(**extra), cwd=cwd,
-                              capture_output=True, text=True, timeout=300)
+    def python(
+        self, *args: str, cwd: Path | None = None, **extra: str
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, *args],
+            env=self.env(**extra),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
 
 def has_pip() -> bool:
@@ -94,34 +100,60 @@ class Venv:
         """Third-party dependencies of ``scope`` (uv export's options), as uv.lock pins them."""
         self.locks += 1
         lock = self.root / f"pylock.step{self.locks}.toml"
-        run([self.uv, "export", "--quiet", "--frozen", "--format", "pylock.toml",
-             "--no-default-groups", "--no-emit-workspace", *scope, "-o", str(lock)], cwd=ROOT)
+        run(
+            [
+                self.uv,
+                "export",
+                "--quiet",
+                "--frozen",
+                "--format",
+                "pylock.toml",
+                "--no-default-groups",
+                "--no-emit-workspace",
+                *scope,
+                "-o",
+                str(lock),
+            ],
+            cwd=ROOT,
+        )
         if "[[packages]]" in lock.read_text():
             self.pip("-r", str(lock), "--offline")
 
     def install(self, *wheels: Path | str) -> None:
         """Wheels (or requirements) resolved against the built wheels and what is installed."""
         links = {str(w.parent) for w in self.wheels.values()}
-        self.pip("--no-index", *(f"--find-links={link}" for link in sorted(links)),
-                 *map(str, wheels))
+        self.pip(
+            "--no-index", *(f"--find-links={link}" for link in sorted(links)), *map(str, wheels)
+        )
 
     def pip(self, *args: str) -> None:
-        run([self.uv, "pip", "install", "--quiet", "--python", str(self.bin / "python"),
-             *args], cwd=self.root)
+        run(
+            [self.uv, "pip", "install", "--quiet", "--python", str(self.bin / "python"), *args],
+            cwd=self.root,
+        )
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONPATH", "VIRTUAL_ENV", "LINNET_REPO")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "LINNET_REPO")
+        }
         env["PATH"] = os.pathsep.join([str(self.bin), env.get("PATH", "")])
         env["LINNET_HOME"] = str(self.root / "home")
         return {**env, **extra}
 
-    def run(self, program: str, *args: str, cwd: Path | None = None, **extra: str
-            ) -> subprocess.CompletedProcess:
+    def run(
+        self, program: str, *args: str, cwd: Path | None = None, **extra: str
+    ) -> subprocess.CompletedProcess:
         """``program`` (python, linnet, pytest) of this venv, run outside the repository."""
-        return subprocess.run([str(self.bin / program), *args], env=self.env(**extra),
-                              cwd=cwd or self.root, capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run(
+            [str(self.bin / program), *args],
+            env=self.env(**extra),
+            cwd=cwd or self.root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -134,8 +166,21 @@ def built_wheels(tmp_path_factory) -> dict[str, Path]:
     wheels: dict[str, Path] = {}
     for name in (*HOSTS, "linnet-flashinfer", "linnet-cublaslt"):
         folder = out / name
-        run([uv, "build", "--quiet", "--package", name, "--wheel", "--no-sources", "--offline",
-             "--out-dir", str(folder)], cwd=ROOT)
+        run(
+            [
+                uv,
+                "build",
+                "--quiet",
+                "--package",
+                name,
+                "--wheel",
+                "--no-sources",
+                "--offline",
+                "--out-dir",
+                str(folder),
+            ],
+            cwd=ROOT,
+        )
         (wheels[name],) = folder.glob("*.whl")
     return wheels
 

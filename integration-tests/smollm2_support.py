@@ -34,7 +34,7 @@ ROW_TOKENS = 32
 TEXTS = (
     "The capital of France is Paris. It is known for the Eiffel Tower, the Louvre museum, "
     "and its cafes along the river Seine, which draw visitors from all over the world",
-    "# Python: the Fibonacci numbers, recursively\ndef fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n"
+    '# Python: the Fibonacci numbers, recursively\ndef fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n'
     "        return n\n    return",
     "Photosynthesis is the process by which green plants use sunlight, water and carbon "
     "dioxide to make glucose and oxygen. The light reactions take place in the thylakoid "
@@ -98,7 +98,8 @@ def _make(gguf: Path, root: Path) -> None:
     tmp = root.parent / f"{root.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # The weights are dequantised to float32 on load; transformers still marks the model as
     # GGUF-quantised and refuses to save it. Nothing quantised is left: drop the mark.
@@ -130,8 +131,9 @@ def token_rows(directory: Path) -> list[list[int]]:
     return rows
 
 
-def transformers_greedy(directory: Path, dtype: str, rows: list[list[int]], steps: int = STEPS
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def transformers_greedy(
+    directory: Path, dtype: str, rows: list[list[int]], steps: int = STEPS
+) -> tuple[np.ndarray, np.ndarray]:
     """transformers' prefill logits ``[B, L, V]`` (float32) and ``steps`` greedy tokens per
     row ``[B, steps]``: argmax at every step, no stop tokens (what ``stop_tokens=[]`` decodes),
     on its own KV cache."""
@@ -139,7 +141,8 @@ def transformers_greedy(directory: Path, dtype: str, rows: list[list[int]], step
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(directory), dtype=getattr(torch, dtype)).eval()
+        str(directory), dtype=getattr(torch, dtype)
+    ).eval()
     ids = torch.tensor(rows)
     out: list[Any] = []
     with torch.no_grad():
@@ -155,11 +158,13 @@ def transformers_greedy(directory: Path, dtype: str, rows: list[list[int]], step
     return logits, torch.stack(out, 1).numpy()
 
 
-def linnet_greedy(model: Any, rows: list[list[int]], steps: int = STEPS, jax: bool = False
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def linnet_greedy(
+    model: Any, rows: list[list[int]], steps: int = STEPS, jax: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """A Linnet model's prefill logits and greedy tokens, as :func:`transformers_greedy`:
     ``prefill`` then ``decode`` on the model's own cache (what ``Model.generate`` runs)."""
     if jax:
+
         def tensor(values: Any) -> Any:
             return np.asarray(values, np.int32)
 
@@ -173,6 +178,7 @@ def linnet_greedy(model: Any, rows: list[list[int]], steps: int = STEPS, jax: bo
 
         def host(x: Any) -> np.ndarray:
             return x.float().numpy()
+
     logits = host(model.prefill(tensor(rows)))
     last = logits[:, -1]
     pos = [len(r) for r in rows]

@@ -35,16 +35,26 @@ def rows() -> list[conf.Row]:
 
 
 def test_every_runtime_computes_the_interpreter_s_function(rows):
-    failed = [f"{r.case.name} on {c.runtime}: {conf.cell_text(c)}"
-              for r in rows for c in r.cells if not c.passed]
+    failed = [
+        f"{r.case.name} on {c.runtime}: {conf.cell_text(c)}"
+        for r in rows
+        for c in r.cells
+        if not c.passed
+    ]
     assert not failed, "\n".join(failed)
     # Every runtime installed here ran every case (only a missing package is n/a).
     for r in rows:
         for rt, c in zip(conf.RUNTIMES, r.cells):
             assert (c.difference is None) == bool(rt.missing()), (r.case.name, rt.name)
     ran = {c.runtime for r in rows for c in r.cells if c.difference is not None}
-    assert {"interpreter", "generated", "compile", "onnxruntime", "onnx-reference",
-            "stablehlo"} <= ran
+    assert {
+        "interpreter",
+        "generated",
+        "compile",
+        "onnxruntime",
+        "onnx-reference",
+        "stablehlo",
+    } <= ran
     if importlib.util.find_spec("linnet.jax") is not None:
         assert "jax" in ran
 
@@ -79,11 +89,15 @@ def test_the_committed_page_is_what_the_suite_computes(rows):
     have, want = _cells(committed), _cells(now)
     assert set(have) == set(want), (
         "docs/conformance.md lists other cases or runtimes than the suite: run "
-        "`linnet conform-all --write docs/conformance.md`")
-    stale = [f"{k}: committed {have[k]!r}, now {want[k]!r}" for k in want
-             if not _same(have[k], want[k])]
-    assert not stale, ("docs/conformance.md is stale (run `linnet conform-all --write "
-                       "docs/conformance.md`):\n" + "\n".join(stale))
+        "`linnet conform-all --write docs/conformance.md`"
+    )
+    stale = [
+        f"{k}: committed {have[k]!r}, now {want[k]!r}" for k in want if not _same(have[k], want[k])
+    ]
+    assert not stale, (
+        "docs/conformance.md is stale (run `linnet conform-all --write "
+        "docs/conformance.md`):\n" + "\n".join(stale)
+    )
     # The prose (runtimes, tolerances) is the generated one too.
     strip = [ln for ln in committed.splitlines() if not ln.startswith("| ")]
     assert strip == [ln for ln in now.splitlines() if not ln.startswith("| ")]
@@ -98,11 +112,13 @@ def test_every_model_of_the_repository_is_a_case():
     # ... and every model linnet-lang ships (std.models.*, issue 19)
     import linnet.lang
 
-    shipped = {p.stem for p in (Path(linnet.lang.__file__).parent / "std" / "models")
-               .glob("*.linnet")}
+    shipped = {
+        p.stem for p in (Path(linnet.lang.__file__).parent / "std" / "models").glob("*.linnet")
+    }
     assert shipped == set(conf.SHIPPED_MODELS)
-    assert {p.resolve() for p in (Path(linnet.lang.__file__).parent / "std" / "models")
-            .glob("*.linnet")} <= used
+    assert {
+        p.resolve() for p in (Path(linnet.lang.__file__).parent / "std" / "models").glob("*.linnet")
+    } <= used
 
 
 def test_every_std_op_has_a_case():
@@ -129,8 +145,16 @@ def test_conform_all_prints_the_table_and_writes_the_page(tmp_path, capsys):
 # ---------------------------------------------------------------- the Python API
 @pytest.fixture(scope="module")
 def toy():
-    config = {"B": 1, **{k: v for k, v in __import__("json").loads(
-        (LLAMA.parent / "configs" / "toy.json").read_text()).items() if not k.startswith("_")}}
+    config = {
+        "B": 1,
+        **{
+            k: v
+            for k, v in __import__("json")
+            .loads((LLAMA.parent / "configs" / "toy.json").read_text())
+            .items()
+            if not k.startswith("_")
+        },
+    }
     weights = random_weights(LLAMA, config, scale=0.2)
     return load(LLAMA, weights=weights, config=config)
 
@@ -159,8 +183,11 @@ def test_model_export_stablehlo_runs_like_the_model(toy, tmp_path):
     order = toy.export_stablehlo("prefill", [tokens], tmp_path / "prefill.mlir", verify=True)
     run = compile_cpu((tmp_path / "prefill.mlir").read_text())
     ctx = toy.new_context("prefill", [tokens])
-    named = {"tokens": tokens.numpy(), **{p: v.numpy() for p, v in ctx.states.items()},
-             **{p: v.numpy() for p, v in toy.params.items()}}
+    named = {
+        "tokens": tokens.numpy(),
+        **{p: v.numpy() for p, v in ctx.states.items()},
+        **{p: v.numpy() for p, v in toy.params.items()},
+    }
     outs = run(*(named[n] for n in order))
     want = toy.prefill(tokens, context=ctx)
     np.testing.assert_allclose(outs[0], want.numpy(), rtol=1e-4, atol=1e-4)
@@ -191,8 +218,14 @@ def test_model_export_onnx_with_symbolic_B_and_L_equals_the_interpreter(toy, tmp
     assert sess.get_inputs()[1].shape[0] == "B"  # the KV cache's batch axis
     rng = np.random.default_rng(0)
     for b, length in ((1, 6), (2, 3), (3, 9)):
-        graph = lower(toy.program, "prefill", {"tokens": [b, length]},
-                      {**toy.config, "B": b}, toy.weight_shapes, check=False)
+        graph = lower(
+            toy.program,
+            "prefill",
+            {"tokens": [b, length]},
+            {**toy.config, "B": b},
+            toy.weight_shapes,
+            check=False,
+        )
         ids = rng.integers(0, 256, (b, length)).astype(np.int32)
         states = {p: torch.zeros(v.shape) for p, v in graph.states.items()}
         feed = {"tokens": ids, **{p: v.numpy().copy() for p, v in states.items()}}

@@ -19,8 +19,13 @@ TOKENS = "24"  # enough for a sentence; the README's run prints the whole answer
 
 def _linnet_run(*extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "LINNET_DEMO"}  # the real demo
-    return subprocess.run([sys.executable, "-m", "linnet.lang.cli", "run", "--tokens", TOKENS,
-                           *extra], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "linnet.lang.cli", "run", "--tokens", TOKENS, *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +60,13 @@ def test_the_jax_runtime_prints_the_same_text(demo_runs):
 
 def test_the_toy_demo_stays_for_tests(tmp_path):
     env = dict(os.environ, LINNET_DEMO="toy")
-    done = subprocess.run([sys.executable, "-m", "linnet.lang.cli", "run", "--tokens", "2"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "linnet.lang.cli", "run", "--tokens", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert "SmolLM2" not in done.stderr and "deterministic checkpoint" in done.stderr
     assert "decoded 2 tokens" in done.stdout

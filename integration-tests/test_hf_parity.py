@@ -22,18 +22,33 @@ THETA = 10000.0
 
 def hf_config() -> "transformers.LlamaConfig":
     return transformers.LlamaConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=THETA,
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_theta=THETA,
         rope_parameters={"rope_type": "default", "rope_theta": THETA},
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+    )
 
 
 def linnet_config(cfg) -> dict:
     """The few values a checkpoint does not carry, from the Hugging Face config."""
-    return {"H": cfg.num_attention_heads, "KV": cfg.num_key_value_heads, "S": 128,
-            "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": rope_theta(cfg),
-            "tie_word_embeddings": cfg.tie_word_embeddings}
+    return {
+        "H": cfg.num_attention_heads,
+        "KV": cfg.num_key_value_heads,
+        "S": 128,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_theta": rope_theta(cfg),
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+    }
 
 
 def rope_theta(cfg) -> float:
@@ -52,9 +67,10 @@ def checkpoint(tmp_path_factory):
     prompt = torch.randint(0, cfg.vocab_size, (1, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits = model(prompt).logits
-        generated = model.generate(prompt, max_new_tokens=STEPS, do_sample=False,
-                                   min_new_tokens=STEPS, pad_token_id=0)
-    return path, cfg, prompt, logits, generated[0, prompt.shape[1]:].tolist()
+        generated = model.generate(
+            prompt, max_new_tokens=STEPS, do_sample=False, min_new_tokens=STEPS, pad_token_id=0
+        )
+    return path, cfg, prompt, logits, generated[0, prompt.shape[1] :].tolist()
 
 
 def greedy(model, prompt: "torch.Tensor", steps: int) -> tuple:
@@ -63,8 +79,9 @@ def greedy(model, prompt: "torch.Tensor", steps: int) -> tuple:
     out = [int(logits[0, -1].argmax())]
     pos = tokens.shape[1]
     for _ in range(steps - 1):
-        step = model.decode(torch.tensor([out[-1]], dtype=torch.int32),
-                            torch.tensor([pos], dtype=torch.int32))
+        step = model.decode(
+            torch.tensor([out[-1]], dtype=torch.int32), torch.tensor([pos], dtype=torch.int32)
+        )
         out.append(int(step[0].argmax()))
         pos += 1
     return logits, out

@@ -29,8 +29,16 @@ ROOTS = tuple(sorted([*REPO.glob("packages/*/src"), *REPO.glob("plugins/*/src")]
 
 # The top-level packages the walk must find: one a distribution, the plugins' subpackages of
 # the linnet.torch namespace included.
-PACKAGES = {"linnet.lang", "linnet.backends", "linnet.plan", "linnet.torch", "linnet.jax",
-            "linnet.torch.cublaslt", "linnet.torch.flashinfer", "linnet_backend_example"}
+PACKAGES = {
+    "linnet.lang",
+    "linnet.backends",
+    "linnet.plan",
+    "linnet.torch",
+    "linnet.jax",
+    "linnet.torch.cublaslt",
+    "linnet.torch.flashinfer",
+    "linnet_backend_example",
+}
 
 
 class Edge(NamedTuple):
@@ -61,11 +69,13 @@ def modules(roots: tuple[Path, ...] = ROOTS) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
-def _statements(node: ast.AST, deferred: bool = False
-                ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+def _statements(
+    node: ast.AST, deferred: bool = False
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
     """Every import statement under ``node`` and whether it is deferred."""
     if isinstance(node, ast.If) and _is_type_checking(node.test):
         for child in node.body:
@@ -96,10 +106,12 @@ def import_edges(roots: tuple[Path, ...] = ROOTS) -> list[Edge]:
                 base = node.module or ""
                 if node.level:
                     anchor = here.split(".")
-                    anchor = anchor[:len(anchor) - (node.level - 1)]
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
                     base = ".".join(anchor + ([base] if base else []))
-                targets = [(f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base, a.name)
-                           for a in node.names]
+                targets = [
+                    (f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base, a.name)
+                    for a in node.names
+                ]
             found: dict[str, list[str]] = {}
             for target, taken in targets:
                 while target and target not in mods:
@@ -139,7 +151,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if state[n] == 0:
                 visit(n)
             elif state[n] == 1:
-                found.append([*stack[stack.index(n):], n])
+                found.append([*stack[stack.index(n) :], n])
         stack.pop()
         state[m] = 2
 
@@ -166,12 +178,17 @@ def test_walk_counts_deferred_imports(tmp_path: Path) -> None:
     pkg.mkdir()
     (pkg / "__init__.py").write_text("from .low import f\n\n\nfrom .b import g  # noqa: E402\n")
     (pkg / "low.py").write_text("def f():\n    from . import b\n    return b\n")
-    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                              "    from p import low\nelse:\n    import json\ng = 1\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from p import low\nelse:\n    import json\ng = 1\n"
+    )
     edges = import_edges((tmp_path,))
     assert {(e.importer, e.imported, e.deferred) for e in edges} == {
-        ("p", "p.low", False), ("p", "p.b", False), ("p.low", "p.b", True),
-        ("p.b", "p.low", True)}
+        ("p", "p.low", False),
+        ("p", "p.b", False),
+        ("p.low", "p.b", True),
+        ("p.b", "p.low", True),
+    }
     assert cycles(graph_of(edges, set(modules((tmp_path,))))) == [["p.b", "p.low", "p.b"]]
 
 
@@ -197,8 +214,11 @@ def test_lazy_names_are_edges() -> None:
     graph = import_graph()
     for package in ("linnet.torch", "linnet.jax"):
         tree = ast.parse(modules()[package].read_text(encoding="utf-8"))
-        (table,) = [n.value for n in tree.body if isinstance(n, ast.Assign)
-                    and [getattr(t, "id", "") for t in n.targets] == ["_LAZY"]]
+        (table,) = [
+            n.value
+            for n in tree.body
+            if isinstance(n, ast.Assign) and [getattr(t, "id", "") for t in n.targets] == ["_LAZY"]
+        ]
         assert isinstance(table, ast.Dict)
         lazy = {package + v.value for v in table.values if isinstance(v, ast.Constant)}
         assert lazy and lazy <= graph[package], package
@@ -216,47 +236,125 @@ class Rule(NamedTuple):
 
 
 L = "linnet.lang"
-COMPILER = (f"{L}.syntax", f"{L}.tensors", f"{L}.ir", f"{L}.passes", f"{L}.check", f"{L}.grad",
-            f"{L}.emit")
+COMPILER = (
+    f"{L}.syntax",
+    f"{L}.tensors",
+    f"{L}.ir",
+    f"{L}.passes",
+    f"{L}.check",
+    f"{L}.grad",
+    f"{L}.emit",
+)
 RULES = [
     # Between distributions (the dependency test below checks the same from pyproject.toml).
-    Rule("lang imports no other package", (L,), ("linnet", "linnet_backend_example"), (L,),
-         "the compiler knows no planner, runtime or backend"),
-    Rule("backends: the contract", ("linnet.backends",), ("linnet", "linnet_backend_example"),
-         ("linnet.lang.ir", "linnet.lang.diagnostics"),
-         "a plugin's contract sees the graph format, never the planner or a runtime"),
-    Rule("plan is framework-neutral", ("linnet.plan",), ("linnet", "linnet_backend_example"),
-         ("linnet.backends", L), "the planner decides; a runtime times (never torch or jax)"),
-    Rule("jax runtime has no planner", ("linnet.jax",), ("linnet.plan", "linnet.backends"), (),
-         "backends plug into the torch runtime only"),
-    Rule("plugins import the contract", ("linnet.torch.cublaslt", "linnet.torch.flashinfer",
-                                         "linnet_backend_example"),
-         ("linnet", "linnet_backend_example"), ("linnet.backends", f"{L}.ir.graph"),
-         "a plugin builds on linnet.backends and reads the graph; runtime internals change"),
+    Rule(
+        "lang imports no other package",
+        (L,),
+        ("linnet", "linnet_backend_example"),
+        (L,),
+        "the compiler knows no planner, runtime or backend",
+    ),
+    Rule(
+        "backends: the contract",
+        ("linnet.backends",),
+        ("linnet", "linnet_backend_example"),
+        ("linnet.lang.ir", "linnet.lang.diagnostics"),
+        "a plugin's contract sees the graph format, never the planner or a runtime",
+    ),
+    Rule(
+        "plan is framework-neutral",
+        ("linnet.plan",),
+        ("linnet", "linnet_backend_example"),
+        ("linnet.backends", L),
+        "the planner decides; a runtime times (never torch or jax)",
+    ),
+    Rule(
+        "jax runtime has no planner",
+        ("linnet.jax",),
+        ("linnet.plan", "linnet.backends"),
+        (),
+        "backends plug into the torch runtime only",
+    ),
+    Rule(
+        "plugins import the contract",
+        ("linnet.torch.cublaslt", "linnet.torch.flashinfer", "linnet_backend_example"),
+        ("linnet", "linnet_backend_example"),
+        ("linnet.backends", f"{L}.ir.graph"),
+        "a plugin builds on linnet.backends and reads the graph; runtime internals change",
+    ),
     # Inside linnet.lang, bottom up.
-    Rule("diagnostics is a leaf", (f"{L}.diagnostics",), ("linnet",), (),
-         "every layer raises its errors"),
-    Rule("syntax reads text", (f"{L}.syntax",), ("linnet",), (f"{L}.diagnostics",),
-         "parsing needs no types, graph or checker"),
-    Rule("tensors: dims and dtypes", (f"{L}.tensors",), ("linnet",),
-         (f"{L}.syntax", f"{L}.diagnostics"), "the type vocabulary below the checker"),
-    Rule("ir is a data layer", (f"{L}.ir",), ("linnet",), (f"{L}.tensors", f"{L}.diagnostics"),
-         "issue 39: ir/ imports neither check/ nor syntax/"),
-    Rule("passes are graph to graph", (f"{L}.passes",), ("linnet",),
-         (f"{L}.ir", f"{L}.tensors", f"{L}.diagnostics"),
-         "issue 39: a pass reads and writes the graph; what needs the program runs at lowering "
-         "time in check/ and records it in the graph"),
-    Rule("below emit", (f"{L}.syntax", f"{L}.tensors", f"{L}.ir", f"{L}.passes", f"{L}.check",
-                        f"{L}.grad", f"{L}.weights"),
-         (f"{L}.emit", f"{L}.export", f"{L}.export_checks"), (),
-         "lowering never reaches into the code generators"),
-    Rule("emitters take the graph", (f"{L}.emit",), (f"{L}.check", f"{L}.syntax"), (),
-         "issue 39: emitters do not take the program (nothing after lowering reads the tree)"),
-    Rule("compiler has no host or CLI", COMPILER, (f"{L}.cli", f"{L}.host",
-                                                   f"{L}.weights.demo"), (),
-         "compiling never binds inputs, reads a config file or prints"),
-    Rule("host has no CLI", (f"{L}.host",), (f"{L}.cli",), (),
-         "issue 39 item 6: the host package does not import the CLI"),
+    Rule(
+        "diagnostics is a leaf",
+        (f"{L}.diagnostics",),
+        ("linnet",),
+        (),
+        "every layer raises its errors",
+    ),
+    Rule(
+        "syntax reads text",
+        (f"{L}.syntax",),
+        ("linnet",),
+        (f"{L}.diagnostics",),
+        "parsing needs no types, graph or checker",
+    ),
+    Rule(
+        "tensors: dims and dtypes",
+        (f"{L}.tensors",),
+        ("linnet",),
+        (f"{L}.syntax", f"{L}.diagnostics"),
+        "the type vocabulary below the checker",
+    ),
+    Rule(
+        "ir is a data layer",
+        (f"{L}.ir",),
+        ("linnet",),
+        (f"{L}.tensors", f"{L}.diagnostics"),
+        "issue 39: ir/ imports neither check/ nor syntax/",
+    ),
+    Rule(
+        "passes are graph to graph",
+        (f"{L}.passes",),
+        ("linnet",),
+        (f"{L}.ir", f"{L}.tensors", f"{L}.diagnostics"),
+        "issue 39: a pass reads and writes the graph; what needs the program runs at lowering "
+        "time in check/ and records it in the graph",
+    ),
+    Rule(
+        "below emit",
+        (
+            f"{L}.syntax",
+            f"{L}.tensors",
+            f"{L}.ir",
+            f"{L}.passes",
+            f"{L}.check",
+            f"{L}.grad",
+            f"{L}.weights",
+        ),
+        (f"{L}.emit", f"{L}.export", f"{L}.export_checks"),
+        (),
+        "lowering never reaches into the code generators",
+    ),
+    Rule(
+        "emitters take the graph",
+        (f"{L}.emit",),
+        (f"{L}.check", f"{L}.syntax"),
+        (),
+        "issue 39: emitters do not take the program (nothing after lowering reads the tree)",
+    ),
+    Rule(
+        "compiler has no host or CLI",
+        COMPILER,
+        (f"{L}.cli", f"{L}.host", f"{L}.weights.demo"),
+        (),
+        "compiling never binds inputs, reads a config file or prints",
+    ),
+    Rule(
+        "host has no CLI",
+        (f"{L}.host",),
+        (f"{L}.cli",),
+        (),
+        "issue 39 item 6: the host package does not import the CLI",
+    ),
 ]
 
 # Edges that break a rule today, each named exactly: issue 39's refactor removes them. The test
@@ -275,7 +373,8 @@ def violations(rule: Rule, edges: tuple[Edge, ...] | list[Edge]) -> set[tuple[st
         if not mine or any(within(e.imported, p) for p in mine):
             continue
         if any(within(e.imported, p) for p in rule.forbidden) and not any(
-                within(e.imported, p) for p in rule.allowed):
+            within(e.imported, p) for p in rule.allowed
+        ):
             found.add((e.importer, e.imported))
     return found
 
@@ -296,11 +395,13 @@ def test_rule_table_is_sound() -> None:
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
 def test_layer_rule(rule: Rule) -> None:
     assert violations(rule, workspace_edges()) == KNOWN_VIOLATIONS.get(rule.name, set()), (
-        f"{rule.name}: {rule.why}")
+        f"{rule.name}: {rule.why}"
+    )
 
 
-def _functions(node: ast.AST, prefix: str = ""
-               ) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+def _functions(
+    node: ast.AST, prefix: str = ""
+) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
     """Every function under ``node`` with its qualified name (``Class.method``)."""
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -323,8 +424,11 @@ def test_lang_modules_do_not_import_the_facade() -> None:
     """Inside linnet.lang a module imports from the module that defines a name, not from
     ``linnet.lang`` (whose ``__init__`` loads the parser, the checker and the graph: an
     edge the layer rules would not see). ``__version__`` is the one name only it holds."""
-    found = {(e.importer, e.names) for e in workspace_edges()
-             if e.imported == L and within(e.importer, L) and set(e.names) != {"__version__"}}
+    found = {
+        (e.importer, e.names)
+        for e in workspace_edges()
+        if e.imported == L and within(e.importer, L) and set(e.names) != {"__version__"}
+    }
     assert found == set()
 
 
@@ -336,8 +440,10 @@ def _distributions() -> tuple[dict[str, str], dict[str, set[str]]]:
     for root in ROOTS:
         project = tomllib.loads((root.parent / "pyproject.toml").read_text())["project"]
         dist = project["name"]
-        needs[dist] = {re.match(r"[A-Za-z0-9_.-]+", d).group(0)  # type: ignore[union-attr]
-                       for d in project.get("dependencies", [])}
+        needs[dist] = {
+            re.match(r"[A-Za-z0-9_.-]+", d).group(0)  # type: ignore[union-attr]
+            for d in project.get("dependencies", [])
+        }
         for name in modules((root,)):
             owner[name] = dist
     closed = False
@@ -368,16 +474,24 @@ OPTIONAL_BRIDGES = {
 def test_distributions_import_what_they_declare() -> None:
     owner, needs = _distributions()
     assert needs["linnet-lang"] == set()
-    undeclared = [e for e in workspace_edges()
-                  if owner[e.importer] != owner[e.imported]
-                  and owner[e.imported] not in needs[owner[e.importer]]]
+    undeclared = [
+        e
+        for e in workspace_edges()
+        if owner[e.importer] != owner[e.imported]
+        and owner[e.imported] not in needs[owner[e.importer]]
+    ]
     assert {(e.importer, e.imported) for e in undeclared} == OPTIONAL_BRIDGES
     assert [e for e in undeclared if not e.deferred] == []
 
 
-@pytest.mark.parametrize("name", sorted(m for m in modules() if within(m, L)
-                                        or within(m, "linnet.plan")
-                                        or within(m, "linnet.backends")))
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        m
+        for m in modules()
+        if within(m, L) or within(m, "linnet.plan") or within(m, "linnet.backends")
+    ),
+)
 def test_every_module_imports(name: str) -> None:
     """Every module of the pure-Python packages imports."""
     importlib.import_module(name)
@@ -393,6 +507,9 @@ def test_no_module_over_900_lines() -> None:
     modules, planned.py (1,193) linnet.torch.plans, plan_builder and planned, emit/torch.py
     (1,327) the emitter base in emit/python_emitter.py and python_rules.py, and parser.py
     (1,020) parser_base.py and parser_body.py."""
-    long = {name for name, path in modules().items()
-            if len(path.read_text(encoding="utf-8").splitlines()) > MOST_LINES}
+    long = {
+        name
+        for name, path in modules().items()
+        if len(path.read_text(encoding="utf-8").splitlines()) > MOST_LINES
+    }
     assert long == KNOWN_LONG

@@ -16,8 +16,12 @@ import pytest
 from linnet.backends import CONTRACT
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
-OURS = {"linnet-backend-good", "linnet-backend-cuda-only", "linnet-backend-old-contract",
-        "linnet-backend-broken"}
+OURS = {
+    "linnet-backend-good",
+    "linnet-backend-cuda-only",
+    "linnet-backend-old-contract",
+    "linnet-backend-broken",
+}
 
 DISCOVER = """
 import json
@@ -52,11 +56,17 @@ def test_good_is_found_and_the_others_are_skipped(installed):
     assert {n for n, d in found["distributions"].items() if d in OURS} == {"good", "cuda-only"}
     ours = sorted(tuple(r) for r in found["skipped"] if r[1] in OURS)
     assert ours == [
-        ("broken", "linnet-backend-broken",
-         "its module linnet_backend_broken failed to import (ImportError)"),
-        ("old-contract", "linnet-backend-old-contract",
-         f"written for backend contract 0, but this host implements contract {CONTRACT}: "
-         "upgrade the plugin"),
+        (
+            "broken",
+            "linnet-backend-broken",
+            "its module linnet_backend_broken failed to import (ImportError)",
+        ),
+        (
+            "old-contract",
+            "linnet-backend-old-contract",
+            f"written for backend contract 0, but this host implements contract {CONTRACT}: "
+            "upgrade the plugin",
+        ),
     ]
 
 
@@ -75,8 +85,9 @@ def test_linnet_backends_command(installed):
     assert "libmissing.so" in broken["detail"]
 
     # "available" means it can run here: `cuda-only` runs on none of a CPU machine's targets.
-    cuda = [t for t in listed["machine"]["targets"] if t["kind"] == "cuda"
-            and t["capability"] >= [8, 0]]
+    cuda = [
+        t for t in listed["machine"]["targets"] if t["kind"] == "cuda" and t["capability"] >= [8, 0]
+    ]
     if not cuda:
         assert "cuda-only" not in [b["name"] for b in listed["available"]]
         entry = next(b for b in listed["unavailable"] if b["name"] == "cuda-only")
@@ -88,8 +99,10 @@ def test_linnet_backends_command(installed):
             assert listed["machine"]["notes"][0].startswith("no CUDA device")
             # Linnet's own GPU plugins (workspace members, so installed here) likewise, each
             # saying its library is missing too where it is.
-            for name, module, library in (("cublaslt", "nvmath", "nvmath-python"),
-                                          ("flashinfer", "flashinfer", "flashinfer-python")):
+            for name, module, library in (
+                ("cublaslt", "nvmath", "nvmath-python"),
+                ("flashinfer", "flashinfer", "flashinfer-python"),
+            ):
                 entry = next(b for b in listed["unavailable"] if b["name"] == name)
                 reason = entry["targets"][0]["reason"]
                 assert "CUDA" in reason and "this target is cpu" in reason, reason
@@ -100,11 +113,16 @@ def test_linnet_backends_command(installed):
     assert good["runnable"] is True and good["targets"][0]["state"] == "runs"
 
     # The text form, without the `linnet` CLI (whose other commands import torch: slow).
-    text = installed.python("-c", "from linnet.backends import cli, discover; "
-                                  "print(cli.to_text(discover()))")
+    text = installed.python(
+        "-c", "from linnet.backends import cli, discover; print(cli.to_text(discover()))"
+    )
     assert text.returncode == 0, text.stderr
-    assert "old-contract (linnet-backend-old-contract 0.1.0): written for backend contract 0" \
+    assert (
+        "old-contract (linnet-backend-old-contract 0.1.0): written for backend contract 0"
         in text.stdout
+    )
     if not cuda:
-        assert ("  cuda-only 0.1.0 (linnet-backend-cuda-only 0.1.0)\n      cpu: declines: "
-                "cuda-only runs on CUDA devices only; this target is cpu") in text.stdout
+        assert (
+            "  cuda-only 0.1.0 (linnet-backend-cuda-only 0.1.0)\n      cpu: declines: "
+            "cuda-only runs on CUDA devices only; this target is cpu"
+        ) in text.stdout

@@ -36,23 +36,38 @@ def scratch(tmp_path) -> Path:
             shutil.copy2(source, clone / name)
     git(clone, "init", "--quiet")
     git(clone, "add", "-A")
-    git(clone, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "--quiet", "-m",
-        "scratch")
+    git(
+        clone,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.com",
+        "commit",
+        "--quiet",
+        "-m",
+        "scratch",
+    )
     git(clone, "config", "user.name", "t")
     git(clone, "config", "user.email", "t@example.com")
     return clone
 
 
 def release(clone: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(clone / "scripts" / "release"), *args],
-                          cwd=clone, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(clone / "scripts" / "release"), *args],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_every_member_has_one_version_source():
     """No member writes its version in pyproject.toml: hatch reads the `__version__` line."""
     root = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    folders = [f for pattern in root["tool"]["uv"]["workspace"]["members"]
-               for f in ROOT.glob(pattern)] + [ROOT / "plugins" / "template"]
+    folders = [
+        f for pattern in root["tool"]["uv"]["workspace"]["members"] for f in ROOT.glob(pattern)
+    ] + [ROOT / "plugins" / "template"]
     assert len(folders) == 7  # 4 packages (linnet-runtime-jax: issue 16), 2 plugins, the template
     for folder in folders:
         project = tomllib.loads((folder / "pyproject.toml").read_text())
@@ -76,8 +91,11 @@ def test_release_one_package_alone(scratch):
     source = scratch / "packages/linnet-plan/src/linnet/backends/__init__.py"
     assert '__version__ = "0.2.0"' in source.read_text()
     changelog = (scratch / "packages/linnet-plan/CHANGELOG.md").read_text()
-    assert re.search(r"^## Unreleased\n\n## 0\.2\.0 \(\d{4}-\d\d-\d\d\)\n- Backend contract",
-                     changelog, re.MULTILINE), changelog
+    assert re.search(
+        r"^## Unreleased\n\n## 0\.2\.0 \(\d{4}-\d\d-\d\d\)\n- Backend contract",
+        changelog,
+        re.MULTILINE,
+    ), changelog
     assert "(unreleased)" not in changelog
     (wheel,) = (scratch / "dist" / "linnet-plan-0.2.0").glob("*.whl")
     assert wheel.name == "linnet_plan-0.2.0-py3-none-any.whl"
@@ -88,12 +106,18 @@ def test_release_one_package_alone(scratch):
     # The smoke test installed it alone, then beside every other member at 0.1.0.
     assert "linnet-plan 0.2.0 imports alone" in done.stdout
     installed = dict(re.findall(r"^(linnet-[a-z-]+) +(\S+)$", done.stdout, re.MULTILINE))
-    assert installed == {"linnet-lang": "0.1.0", "linnet-plan": "0.2.0",
-                         "linnet-runtime-torch": "0.1.0", "linnet-runtime-jax": "0.1.0",
-                         "linnet-flashinfer": "0.1.0", "linnet-cublaslt": "0.1.0"}
+    assert installed == {
+        "linnet-lang": "0.1.0",
+        "linnet-plan": "0.2.0",
+        "linnet-runtime-torch": "0.1.0",
+        "linnet-runtime-jax": "0.1.0",
+        "linnet-flashinfer": "0.1.0",
+        "linnet-cublaslt": "0.1.0",
+    }
     # The lock holds no member version: a release leaves it matching.
-    check = subprocess.run(["uv", "lock", "--check", "--offline"], cwd=scratch,
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        ["uv", "lock", "--check", "--offline"], cwd=scratch, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stderr
 
 
@@ -121,16 +145,21 @@ def test_refusals_leave_git_as_it_was(scratch):
     assert done.returncode == 2 and "uncommitted changes" in done.stderr, done.stderr
     assert git(scratch, "rev-parse", "HEAD") == head
     assert git(scratch, "tag", "--list").split() == ["linnet-lang-v0.2.0"]
-    assert '__version__ = "0.1.0"' in (
-        scratch / "packages/linnet-plan/src/linnet/backends/__init__.py").read_text()
+    assert (
+        '__version__ = "0.1.0"'
+        in (scratch / "packages/linnet-plan/src/linnet/backends/__init__.py").read_text()
+    )
 
 
 def test_a_failed_build_undoes_the_commit_and_tag(scratch):
     # A pyproject that hatch refuses (a version both static and dynamic): the build fails
     # after the commit and tag, and the release must take both back.
     pyproject = scratch / "packages/linnet-plan/pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace(
-        'dynamic = ["version"]', 'dynamic = ["version"]\nversion = "0.1.0"'))
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            'dynamic = ["version"]', 'dynamic = ["version"]\nversion = "0.1.0"'
+        )
+    )
     git(scratch, "commit", "--quiet", "-am", "break the build")
     head = git(scratch, "rev-parse", "HEAD")
     done = release(scratch, "linnet-plan", "0.2.0", "--offline", "--no-beside")

@@ -53,6 +53,8 @@ if CI:
 
 def steps(mode: str, dtype: str) -> int:
     return CI_STEPS.get((mode, dtype), smol.STEPS) if CI else smol.STEPS
+
+
 ARGMAX_AGREEMENT = 0.99
 PERPLEXITY_TOLERANCE = 0.005
 # bf16 rounds differently in each runtime's kernels (transformers' and Linnet's sums are not
@@ -93,6 +95,7 @@ def reference(dirs: dict[str, Path], rows: list[list[int]]) -> Any:
             most = max(steps(m, dtype) for m in (MODES if dtype == "float32" else BF16_MODES))
             done[dtype] = smol.transformers_greedy(dirs[dtype], dtype, rows, most)
         return done[dtype]
+
     return get
 
 
@@ -105,8 +108,13 @@ def load_linnet(mode: str, weights: Path, dtype: str) -> Any:
         return jax_load("std.models.llama", weights=weights, config=config, device="cpu")
     from linnet.torch import load
 
-    return load("std.models.llama", weights=weights, config=config,
-                interpret=mode == "interpreter", compile=mode == "compile")
+    return load(
+        "std.models.llama",
+        weights=weights,
+        config=config,
+        interpret=mode == "interpreter",
+        compile=mode == "compile",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +125,11 @@ def linnet(dirs: dict[str, Path], rows: list[list[int]]) -> Any:
     def get(mode: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
         if (mode, dtype) not in done:
             model = load_linnet(mode, dirs[dtype], dtype)
-            done[mode, dtype] = smol.linnet_greedy(model, rows, steps(mode, dtype),
-                                                   jax=mode == "jax")
+            done[mode, dtype] = smol.linnet_greedy(
+                model, rows, steps(mode, dtype), jax=mode == "jax"
+            )
         return done[mode, dtype]
+
     return get
 
 
@@ -127,8 +137,11 @@ def argmax_agreement(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float((ours.argmax(-1) == theirs.argmax(-1)).mean())
 
 
-def check_float32(ours: tuple[np.ndarray, np.ndarray], theirs: tuple[np.ndarray, np.ndarray],
-                  rows: list[list[int]]) -> None:
+def check_float32(
+    ours: tuple[np.ndarray, np.ndarray],
+    theirs: tuple[np.ndarray, np.ndarray],
+    rows: list[list[int]],
+) -> None:
     (logits, tokens), (ref_logits, ref_tokens) = ours, theirs
     n = tokens.shape[1]
     ref_tokens = ref_tokens[:, :n]
@@ -137,21 +150,26 @@ def check_float32(ours: tuple[np.ndarray, np.ndarray], theirs: tuple[np.ndarray,
     assert agree >= ARGMAX_AGREEMENT, f"prefill argmax agrees at {agree:.2%} of positions"
     for b in range(len(rows)):
         same = smol.agreeing_prefix(tokens[b], ref_tokens[b])
-        assert same == n, (f"row {b}: greedy tokens differ from transformers' at "
-                                    f"step {same}: {tokens[b].tolist()} != "
-                                    f"{ref_tokens[b].tolist()}")
+        assert same == n, (
+            f"row {b}: greedy tokens differ from transformers' at "
+            f"step {same}: {tokens[b].tolist()} != "
+            f"{ref_tokens[b].tolist()}"
+        )
     row = rows[smol.PARAGRAPH_ROW]
     ppl = smol.perplexity(logits[smol.PARAGRAPH_ROW], row)
     ref_ppl = smol.perplexity(ref_logits[smol.PARAGRAPH_ROW], row)
     assert abs(ppl / ref_ppl - 1) <= PERPLEXITY_TOLERANCE, f"perplexity {ppl} vs {ref_ppl}"
-    print(f"f32: argmax {agree:.2%}, {n} greedy tokens x {len(rows)} rows identical, "
-          f"perplexity {ppl:.4f} vs {ref_ppl:.4f}, "
-          f"max |dlogit| {np.abs(logits - ref_logits).max():.2e}")
+    print(
+        f"f32: argmax {agree:.2%}, {n} greedy tokens x {len(rows)} rows identical, "
+        f"perplexity {ppl:.4f} vs {ref_ppl:.4f}, "
+        f"max |dlogit| {np.abs(logits - ref_logits).max():.2e}"
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_float32_matches_transformers(mode: str, linnet: Any, reference: Any,
-                                      rows: list[list[int]]) -> None:
+def test_float32_matches_transformers(
+    mode: str, linnet: Any, reference: Any, rows: list[list[int]]
+) -> None:
     check_float32(linnet(mode, "float32"), reference("float32"), rows)
 
 
@@ -161,17 +179,24 @@ def test_float32_matches_transformers(mode: str, linnet: Any, reference: Any,
 BF16_KNOWN = {"jax": "JAX bf16 prefill argmax agrees at 98.66% of positions (< 99%)"}
 
 
-@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.xfail(
-    reason=BF16_KNOWN[m], strict=False)) if m in BF16_KNOWN else m for m in BF16_MODES])
-def test_bfloat16_matches_transformers(mode: str, linnet: Any, reference: Any,
-                                       rows: list[list[int]]) -> None:
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param(m, marks=pytest.mark.xfail(reason=BF16_KNOWN[m], strict=False))
+        if m in BF16_KNOWN
+        else m
+        for m in BF16_MODES
+    ],
+)
+def test_bfloat16_matches_transformers(
+    mode: str, linnet: Any, reference: Any, rows: list[list[int]]
+) -> None:
     (logits, tokens), (ref_logits, ref_tokens) = linnet(mode, "bfloat16"), reference("bfloat16")
     n = tokens.shape[1]
     ref_tokens = ref_tokens[:, :n]
     agree = argmax_agreement(logits, ref_logits)
     prefixes = [smol.agreeing_prefix(tokens[b], ref_tokens[b]) for b in range(len(rows))]
-    print(f"bf16 {mode}: argmax {agree:.2%}, greedy tokens agree for {prefixes} of "
-          f"{n}")
+    print(f"bf16 {mode}: argmax {agree:.2%}, greedy tokens agree for {prefixes} of {n}")
     assert agree >= ARGMAX_AGREEMENT, f"prefill argmax agrees at {agree:.2%} of positions"
     long = sum(p >= min(n, BF16_MIN_PREFIX) for p in prefixes)
     assert long >= BF16_MIN_ROWS, f"greedy tokens agree only for {prefixes}"
@@ -195,10 +220,14 @@ GGUF_MODES = ("generated", "jax")
 
 
 @pytest.mark.parametrize("mode", GGUF_MODES)
-def test_gguf_path_matches_transformers(mode: str, gguf: Path, reference: Any,
-                                        rows: list[list[int]]) -> None:
+def test_gguf_path_matches_transformers(
+    mode: str, gguf: Path, reference: Any, rows: list[list[int]]
+) -> None:
     if importlib.util.find_spec("linnet.lang.weights.gguf") is None:
         pytest.skip("linnet.lang.weights.gguf (Linnet's GGUF loader) is not in this tree yet")
     model = load_linnet(mode, gguf, "float32")
-    check_float32(smol.linnet_greedy(model, rows, steps(mode, "float32"), jax=mode == "jax"),
-                  reference("float32"), rows)
+    check_float32(
+        smol.linnet_greedy(model, rows, steps(mode, "float32"), jax=mode == "jax"),
+        reference("float32"),
+        rows,
+    )

@@ -16,8 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _train_module():
-    spec = importlib.util.spec_from_file_location("tinylm_train",
-                                                  ROOT / "examples/tinylm/train.py")
+    spec = importlib.util.spec_from_file_location("tinylm_train", ROOT / "examples/tinylm/train.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -48,8 +47,9 @@ def test_one_step_gradients_match_autograd_for_every_parameter():
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     for path in ref:
         scale = float(ref[path].abs().max())
-        torch.testing.assert_close(grads[path], ref[path], rtol=1e-4, atol=1e-4 * scale,
-                                   msg=lambda m, p=path: f"{p}: {m}")
+        torch.testing.assert_close(
+            grads[path], ref[path], rtol=1e-4, atol=1e-4 * scale, msg=lambda m, p=path: f"{p}: {m}"
+        )
 
 
 def test_the_script_runs_from_the_command_line(capsys):

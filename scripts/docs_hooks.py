@@ -34,8 +34,11 @@ from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PLOT = re.compile(r"^<!-- plot: (?P<title>[^|]+)\|(?P<columns>[^|]+)\|(?P<unit>[^|]*)"
-                  r"\|(?P<labels>[^|]+)-->[ \t]*$", re.MULTILINE)
+PLOT = re.compile(
+    r"^<!-- plot: (?P<title>[^|]+)\|(?P<columns>[^|]+)\|(?P<unit>[^|]*)"
+    r"\|(?P<labels>[^|]+)-->[ \t]*$",
+    re.MULTILINE,
+)
 LINK = re.compile(r"(?<!!)\[(?P<text>[^\]\n]+)\]\((?P<target>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
 NUMBER = re.compile(r"^\**\s*(-?[0-9][0-9.,]*(?:e-?[0-9]+)?)")
 CODE = re.compile(r"^\| (E\d{4}) \|", re.MULTILINE)
@@ -43,12 +46,18 @@ RESULTS = DOCS / "benchmarks" / "results.csv"
 RESULT = re.compile(r"^<!-- results: (?P<area>[\w-]+) -->[ \t]*$", re.MULTILINE)
 # The chart and table of each area: its title, the rows it takes, and what its baseline is.
 AREAS = {
-    "headline": ("Linnet against transformers and the bandwidth floor", {"decode", "prefill"},
-                 "transformers"),
+    "headline": (
+        "Linnet against transformers and the bandwidth floor",
+        {"decode", "prefill"},
+        "transformers",
+    ),
     "decode": ("Decode steps, captured and planned", {"decode"}, "transformers"),
     "prefill": ("Prefill", {"prefill"}, "transformers"),
-    "kernels": ("Linnet's kernels alone, in a CUDA graph (H200)", {"kernels"},
-                "PyTorch (cuBLAS or the op's body)"),
+    "kernels": (
+        "Linnet's kernels alone, in a CUDA graph (H200)",
+        {"kernels"},
+        "PyTorch (cuBLAS or the op's body)",
+    ),
 }
 
 
@@ -97,13 +106,15 @@ def error_pages() -> dict[str, str]:
         summary, _, body = EXPLANATIONS[code].strip().partition("\n")
         pages[f"errors/{code}.md"] = (
             f"# {code}: {summary.strip()}\n\n{fenced_examples(body.strip())}\n\n"
-            f"`linnet explain {code}` prints this page. [All codes](index.md)\n")
+            f"`linnet explain {code}` prints this page. [All codes](index.md)\n"
+        )
         rows.append(f"| [{code}]({code}.md) | {summary.strip().replace('|', '/')} |")
     pages["errors/index.md"] = (
         "# Error codes\n\nEvery code the Linnet compiler reports, with what it means and an "
         "example of the mistake and its fix. Generated from the explanations `linnet explain "
         "CODE` prints; [Diagnostics](../diagnostics.md) describes how errors look.\n\n"
-        "| code | meaning |\n|---|---|\n" + "\n".join(rows) + "\n")
+        "| code | meaning |\n|---|---|\n" + "\n".join(rows) + "\n"
+    )
     return pages
 
 
@@ -124,8 +135,14 @@ def number(cell: str) -> float | None:
     return None if match is None else float(match.group(1).replace(",", ""))
 
 
-def figure(title: str, columns: list[str], unit: str, label_columns: list[str],
-           rows: list[list[str]], where: str) -> Any:
+def figure(
+    title: str,
+    columns: list[str],
+    unit: str,
+    label_columns: list[str],
+    rows: list[list[str]],
+    where: str,
+) -> Any:
     """A horizontal grouped bar chart of ``columns`` for each row of the table: a matplotlib
     Figure, its legend (several columns) under the axes, never over the bars."""
     import matplotlib
@@ -136,8 +153,10 @@ def figure(title: str, columns: list[str], unit: str, label_columns: list[str],
     header, body = rows[0], rows[1:]
     missing = [c for c in columns + label_columns if c not in header]
     if missing or not body:
-        raise PluginError(f"{where}: plot of {missing or columns}: the table under it has "
-                          f"columns {header} and {len(body)} rows")
+        raise PluginError(
+            f"{where}: plot of {missing or columns}: the table under it has "
+            f"columns {header} and {len(body)} rows"
+        )
     index = [header.index(c) for c in columns]
     named = [header.index(c) for c in label_columns]
     labels = [" / ".join(re.sub(r"[*`]", "", row[i]) for i in named) for row in body]
@@ -150,15 +169,16 @@ def figure(title: str, columns: list[str], unit: str, label_columns: list[str],
     legend_rows = 0 if len(columns) == 1 else -(-len(columns) // fit)
     per_row = -(-len(columns) // max(legend_rows, 1))
     figure, axes = pyplot.subplots(
-        figsize=(8, 0.3 * len(body) * len(columns) + 1.5 + 0.25 * legend_rows),
-        layout="constrained")
+        figsize=(8, 0.3 * len(body) * len(columns) + 1.5 + 0.25 * legend_rows), layout="constrained"
+    )
     height = 0.8 / len(columns)
     for k, (column, i) in enumerate(zip(columns, index)):
         values = [number(row[i]) if i < len(row) else None for row in body]
         positions = [n + k * height for n, v in enumerate(values) if v is not None]
         axes.barh(positions, [v for v in values if v is not None], height=height, label=column)
-    axes.set_yticks([n + height * (len(columns) - 1) / 2 for n in range(len(body))], labels,
-                    fontsize=8)
+    axes.set_yticks(
+        [n + height * (len(columns) - 1) / 2 for n in range(len(body))], labels, fontsize=8
+    )
     axes.invert_yaxis()
     axes.set_xlabel(unit.strip())
     if "log" in unit:
@@ -190,9 +210,13 @@ def figures(page: Path) -> list[tuple[str, Any]]:
         columns = [c.strip() for c in match["columns"].split(";")]
         labels = [c.strip() for c in match["labels"].split(";")]
         rows = table_after(text, match.end())
-        where = f"{page.relative_to(ROOT)}:{text[:match.start()].count(chr(10)) + 1}"
-        found.append((f"benchmarks/plots/{page.stem}-{n}.png",
-                      figure(match["title"], columns, match["unit"], labels, rows, where)))
+        where = f"{page.relative_to(ROOT)}:{text[: match.start()].count(chr(10)) + 1}"
+        found.append(
+            (
+                f"benchmarks/plots/{page.stem}-{n}.png",
+                figure(match["title"], columns, match["unit"], labels, rows, where),
+            )
+        )
     return found
 
 
@@ -212,10 +236,14 @@ def results(path: Path = RESULTS) -> list[dict[str, str]]:
     with path.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
     for n, row in enumerate(rows, start=2):
-        if not row["linnet"] or number(row["linnet"]) is None or row["area"] not in {
-                a for _, areas, _ in AREAS.values() for a in areas}:
-            raise PluginError(f"{path.relative_to(ROOT)}:{n}: a row needs a known area and "
-                              f"Linnet's figure: {row}")
+        if (
+            not row["linnet"]
+            or number(row["linnet"]) is None
+            or row["area"] not in {a for _, areas, _ in AREAS.values() for a in areas}
+        ):
+            raise PluginError(
+                f"{path.relative_to(ROOT)}:{n}: a row needs a known area and Linnet's figure: {row}"
+            )
     return rows
 
 
@@ -244,9 +272,16 @@ def result_figure(area: str) -> Any:
     units = sorted({row["unit"] for row in chosen})
     table = [["row", "Linnet", baseline, "floor"]] + [
         [result_label(row, chosen), row["linnet"], row["baseline_value"], row["floor"]]
-        for row in chosen]
-    return figure(title, ["Linnet", baseline, "floor"], f"{' or '.join(units)} (log scale)",
-                  ["row"], table, f"docs/benchmarks/results.csv ({area})")
+        for row in chosen
+    ]
+    return figure(
+        title,
+        ["Linnet", baseline, "floor"],
+        f"{' or '.join(units)} (log scale)",
+        ["row"],
+        table,
+        f"docs/benchmarks/results.csv ({area})",
+    )
 
 
 def result_table(area: str, prefix: str) -> str:
@@ -263,8 +298,7 @@ def result_table(area: str, prefix: str) -> str:
     # One baseline for every row is said once, above the table, not in a wide column.
     compact = area == "headline" or len(named) == 1
     baseline = AREAS[area][2]
-    above = f"Baseline in every row: {named.pop()}.\n\n" if area != "headline" and compact \
-        else ""
+    above = f"Baseline in every row: {named.pop()}.\n\n" if area != "headline" and compact else ""
     header = ["measurement", "card", "date", "commit", "Linnet"]
     header += [baseline] if compact else ["baseline", "baseline's figure"]
     header += ["Linnet's speed-up", "floor", "from"]
@@ -275,11 +309,19 @@ def result_table(area: str, prefix: str) -> str:
         ratio = "-"
         if row["baseline_value"]:
             ratio = f"{float(row['baseline_value']) / float(row['linnet']):.2f}x"
-        cells = [f"{row['area']}: {row['shape']}" if area == "headline" else row["shape"],
-                 row["card"], row["date"], f"`{row['commit']}`", f"**{row['linnet']} {unit}**"]
+        cells = [
+            f"{row['area']}: {row['shape']}" if area == "headline" else row["shape"],
+            row["card"],
+            row["date"],
+            f"`{row['commit']}`",
+            f"**{row['linnet']} {unit}**",
+        ]
         cells += [other] if compact else [row["baseline"] or "-", other]
-        cells += [ratio, f"{row['floor']} {unit}" if row["floor"] else "not recorded",
-                  f"[notes]({prefix}{row['source']})"]
+        cells += [
+            ratio,
+            f"{row['floor']} {unit}" if row["floor"] else "not recorded",
+            f"[notes]({prefix}{row['source']})",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return above + "\n".join(lines) + "\n"
 
@@ -288,8 +330,11 @@ def on_files(files: Files, config: Any) -> Files:
     for path, content in error_pages().items():
         files.append(File.generated(config, path, content=content))
     for area in AREAS:
-        files.append(File.generated(config, f"benchmarks/plots/results-{area}.png",
-                                    content=png(result_figure(area))))
+        files.append(
+            File.generated(
+                config, f"benchmarks/plots/results-{area}.png", content=png(result_figure(area))
+            )
+        )
     for page in sorted((DOCS / "benchmarks").glob("*.md")):
         for path, picture in plots(page):
             files.append(File.generated(config, path, content=picture))
@@ -300,8 +345,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     source = Path(page.file.src_path)
     if source.parts[0] == "benchmarks" and source.suffix == ".md":
         counter = iter(range(1000))
-        markdown = PLOT.sub(lambda m: f"![{m['title'].strip()}](plots/{source.stem}-"
-                            f"{next(counter)}.png)\n\n", markdown)
+        markdown = PLOT.sub(
+            lambda m: f"![{m['title'].strip()}](plots/{source.stem}-{next(counter)}.png)\n\n",
+            markdown,
+        )
     depth = "../" * (len(source.parts) - 1)
 
     def expand(match: re.Match) -> str:

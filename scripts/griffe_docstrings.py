@@ -32,7 +32,7 @@ def markdown(text: str) -> str:
         if stripped.startswith("```"):
             in_fence = not in_fence
         if not in_fence and not in_doctest and stripped.startswith(">>>"):
-            indent = line[:len(line) - len(line.lstrip())]
+            indent = line[: len(line) - len(line.lstrip())]
             out.append(f"{indent}```pycon")
             in_doctest = True
         elif in_doctest and not stripped:

@@ -43,8 +43,13 @@ def batches(steps: int, batch: int, length: int, vocab: int, seed: int) -> list[
 class Adam:
     """Adam (Kingma and Ba) over a dict of tensors, updated in place."""
 
-    def __init__(self, params: dict[str, torch.Tensor], lr: float = 3e-3,
-                 betas: tuple[float, float] = (0.9, 0.99), eps: float = 1e-8):
+    def __init__(
+        self,
+        params: dict[str, torch.Tensor],
+        lr: float = 3e-3,
+        betas: tuple[float, float] = (0.9, 0.99),
+        eps: float = 1e-8,
+    ):
         self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
         self.m = {k: torch.zeros_like(v) for k, v in params.items()}
         self.v = {k: torch.zeros_like(v) for k, v in params.items()}
@@ -56,8 +61,8 @@ class Adam:
         for k, g in grads.items():
             self.m[k].mul_(b1).add_(g, alpha=1 - b1)
             self.v[k].mul_(b2).addcmul_(g, g, value=1 - b2)
-            m_hat = self.m[k] / (1 - b1 ** self.t)
-            v_hat = self.v[k] / (1 - b2 ** self.t)
+            m_hat = self.m[k] / (1 - b1**self.t)
+            v_hat = self.v[k] / (1 - b2**self.t)
             self.params[k].sub_(self.lr * m_hat / (v_hat.sqrt() + self.eps))
 
 
@@ -72,8 +77,9 @@ def load_model(seed: int = 0, interpret: bool = False) -> Any:
     return load(MODEL, weights=weights, config=CONFIG, interpret=interpret)
 
 
-def autograd_loss(model: Any, tokens: torch.Tensor, targets: torch.Tensor
-                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def autograd_loss(
+    model: Any, tokens: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss and its gradients by torch.autograd through the generated forward source
     (the cross-check; Linnet's entries otherwise run under torch.inference_mode)."""
     module = model._lower("loss", [tokens, targets]).module
@@ -86,8 +92,15 @@ def autograd_loss(model: Any, tokens: torch.Tensor, targets: torch.Tensor
     return loss.detach(), dict(zip(names, grads))
 
 
-def train(steps: int = 300, lr: float = 3e-3, seed: int = 0, length: int = 16,
-          use_autograd: bool = False, log_every: int = 0, threads: int = 1) -> list[float]:
+def train(
+    steps: int = 300,
+    lr: float = 3e-3,
+    seed: int = 0,
+    length: int = 16,
+    use_autograd: bool = False,
+    log_every: int = 0,
+    threads: int = 1,
+) -> list[float]:
     """Train from seed ``seed``'s initial weights; returns the loss of every step.
 
     ``threads``: torch's intra-op threads. One by default: the model's matrices are so small
@@ -100,8 +113,9 @@ def train(steps: int = 300, lr: float = 3e-3, seed: int = 0, length: int = 16,
         torch.set_num_threads(before)
 
 
-def _train(steps: int, lr: float, seed: int, length: int, use_autograd: bool,
-           log_every: int) -> list[float]:
+def _train(
+    steps: int, lr: float, seed: int, length: int, use_autograd: bool, log_every: int
+) -> list[float]:
     model = load_model(seed)
     cfg = model.config
     data = batches(steps, cfg["B"], length, cfg["V"], seed + 1)
@@ -124,17 +138,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--autograd", action="store_true",
-                        help="also train with torch.autograd of the generated forward")
+    parser.add_argument(
+        "--autograd",
+        action="store_true",
+        help="also train with torch.autograd of the generated forward",
+    )
     args = parser.parse_args(argv)
     losses = train(args.steps, args.lr, args.seed, log_every=max(1, args.steps // 10))
-    print(f"linnet gradients: loss {losses[0]:.4f} -> {losses[-1]:.4f} "
-          f"(ln V = {math.log(load_model().config['V']):.4f})")
+    print(
+        f"linnet gradients: loss {losses[0]:.4f} -> {losses[-1]:.4f} "
+        f"(ln V = {math.log(load_model().config['V']):.4f})"
+    )
     if args.autograd:
         ref = train(args.steps, args.lr, args.seed, use_autograd=True)
         worst = max(abs(a - b) for a, b in zip(losses, ref))
-        print(f"torch.autograd:   loss {ref[0]:.4f} -> {ref[-1]:.4f}; largest difference "
-              f"between the two curves {worst:.2e}")
+        print(
+            f"torch.autograd:   loss {ref[0]:.4f} -> {ref[-1]:.4f}; largest difference "
+            f"between the two curves {worst:.2e}"
+        )
     return 0
 
 

@@ -17,31 +17,92 @@ import numpy as np
 
 # Tiny Hugging Face configs, one per family (transformers' config class by model_type).
 HF_CONFIGS: dict[str, dict[str, Any]] = {
-    "llama": dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
-                  rope_theta=10000.0, max_position_embeddings=128, tie_word_embeddings=False),
-    "mistral": dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
-                    rope_theta=10000.0, max_position_embeddings=128, sliding_window=None,
-                    tie_word_embeddings=False, head_dim=16),
-    "qwen2": dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
-                  rope_theta=10000.0, max_position_embeddings=128, tie_word_embeddings=True),
-    "gemma": dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
-                  rope_theta=10000.0, max_position_embeddings=128,
-                  hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True),
-    "phi3": dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
-                 rope_theta=10000.0, max_position_embeddings=128, tie_word_embeddings=False,
-                 pad_token_id=0, bos_token_id=1, eos_token_id=2),
-    "gpt2": dict(vocab_size=96, n_embd=64, n_layer=2, n_head=4, n_positions=128,
-                 layer_norm_epsilon=1e-5, activation_function="gelu_new"),
+    "llama": dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    ),
+    "mistral": dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=128,
+        sliding_window=None,
+        tie_word_embeddings=False,
+        head_dim=16,
+    ),
+    "qwen2": dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    ),
+    "gemma": dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=128,
+        hidden_activation="gelu_pytorch_tanh",
+        tie_word_embeddings=True,
+    ),
+    "phi3": dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
+    "gpt2": dict(
+        vocab_size=96,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=128,
+        layer_norm_epsilon=1e-5,
+        activation_function="gelu_new",
+    ),
 }
-ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "gemma": "gemma",
-        "phi3": "phi3", "gpt2": "gpt2"}
-_GPT2_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
-                "mlp.c_proj.weight")
+ARCH = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+    "gemma": "gemma",
+    "phi3": "phi3",
+    "gpt2": "gpt2",
+}
+_GPT2_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 _K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 # Where each K-quant block keeps its fp16 scale(s): byte offsets into the block.
 _K_SCALES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
@@ -64,8 +125,9 @@ def hf_model(family: str, seed: int = 0, **overrides: Any) -> Any:
 
 def _permute(w: np.ndarray, heads: int) -> np.ndarray:
     # llama.cpp convert_hf_to_gguf.py's LlamaModel.permute (HF -> GGUF).
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2) \
-        .reshape(w.shape)
+    return (
+        w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+    )
 
 
 def k_blocks(rows: int, cols: int, quant: str, seed: int = 0) -> np.ndarray:
@@ -78,14 +140,21 @@ def k_blocks(rows: int, cols: int, quant: str, seed: int = 0) -> np.ndarray:
     data = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
     for at in _K_SCALES[quant]:
         scale = rng.uniform(0.001, 0.02, (rows, cols // block)).astype(np.float16)
-        data[:, :, at:at + 2] = scale.view(np.uint8).reshape(rows, cols // block, 2)
+        data[:, :, at : at + 2] = scale.view(np.uint8).reshape(rows, cols // block, 2)
     return data.reshape(rows, cols // block * size)
 
 
-def write_gguf(path: Path, family: str, model: Any, quant: str | dict[str, str] = "F32",
-               tokenizer: bool = True, meta: dict[str, Any] | None = None,
-               drop: tuple[str, ...] = (), extra: dict[str, np.ndarray] | None = None,
-               arch: str | None = None) -> Path:
+def write_gguf(
+    path: Path,
+    family: str,
+    model: Any,
+    quant: str | dict[str, str] = "F32",
+    tokenizer: bool = True,
+    meta: dict[str, Any] | None = None,
+    drop: tuple[str, ...] = (),
+    extra: dict[str, np.ndarray] | None = None,
+    arch: str | None = None,
+) -> Path:
     """Write ``model`` (a transformers model of ``family``) as llama.cpp would. ``quant``:
     the type of every 2-D weight, or a dict from GGUF tensor name to type (others F32);
     ``meta`` adds or overrides metadata (a value None drops the key); ``drop`` leaves GGUF
@@ -112,8 +181,9 @@ def write_gguf(path: Path, family: str, model: Any, quant: str | dict[str, str] 
     else:
         values[f"{arch}.attention.head_count_kv"] = kv_heads
         values[f"{arch}.attention.layer_norm_rms_epsilon"] = float(cfg.rms_norm_eps)
-        values[f"{arch}.rope.freq_base"] = float(getattr(cfg, "rope_theta", None) or
-                                                 cfg.rope_parameters["rope_theta"])
+        values[f"{arch}.rope.freq_base"] = float(
+            getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]
+        )
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         values[f"{arch}.rope.dimension_count"] = head_dim
         if family == "gemma":
@@ -122,11 +192,18 @@ def write_gguf(path: Path, family: str, model: Any, quant: str | dict[str, str] 
     if tokenizer:
         vocab = cfg.vocab_size
         tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [
-            chr(0x100 + i) if i < 64 else f"t{i}" for i in range(vocab - 3)]
-        values.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt2",
-                       "tokenizer.ggml.tokens": tokens,
-                       "tokenizer.ggml.token_type": [3, 3, 3] + [1] * (vocab - 3),
-                       "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2})
+            chr(0x100 + i) if i < 64 else f"t{i}" for i in range(vocab - 3)
+        ]
+        values.update(
+            {
+                "tokenizer.ggml.model": "gpt2",
+                "tokenizer.ggml.pre": "gpt2",
+                "tokenizer.ggml.tokens": tokens,
+                "tokenizer.ggml.token_type": [3, 3, 3] + [1] * (vocab - 3),
+                "tokenizer.ggml.bos_token_id": 1,
+                "tokenizer.ggml.eos_token_id": 2,
+            }
+        )
     values.update(meta or {})
     for key, value in values.items():
         if value is None:
@@ -168,16 +245,16 @@ def write_gguf(path: Path, family: str, model: Any, quant: str | dict[str, str] 
     for name, w in tensors.items():
         if name in drop:
             continue
-        q = quant.get(name, "F32") if isinstance(quant, dict) else (
-            quant if w.ndim == 2 else "F32")
+        q = quant.get(name, "F32") if isinstance(quant, dict) else (quant if w.ndim == 2 else "F32")
         qtype = gguf.GGMLQuantizationType[q]
         if q == "F32":
             writer.add_tensor(name, np.ascontiguousarray(w))
         elif q == "F16":
             writer.add_tensor(name, w.astype(np.float16))
         elif q in _K_QUANTS:
-            writer.add_tensor(name, k_blocks(*w.shape, q, seed=len(name)), raw_shape=None,
-                              raw_dtype=qtype)
+            writer.add_tensor(
+                name, k_blocks(*w.shape, q, seed=len(name)), raw_shape=None, raw_dtype=qtype
+            )
         else:
             try:
                 blocks = quantize(w, qtype)
@@ -203,11 +280,9 @@ def transformers_reference(path: Path) -> Any:
     cfg.setdefault("pad_token_id", 0)  # Phi-3's default (32000) is past a tiny vocabulary
     if kind == "gpt2":  # transformers reads `gpt2.context_length` as n_ctx only
         cfg["n_positions"] = cfg["n_ctx"]
-    config = AutoConfig.for_model(kind, **{k: v for k, v in cfg.items()
-                                           if not k.startswith("_")})
+    config = AutoConfig.for_model(kind, **{k: v for k, v in cfg.items() if not k.startswith("_")})
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    tensors = load_gguf_checkpoint(str(path), return_tensors=True,
-                                   model_to_load=model)["tensors"]
+    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
     model.load_state_dict(tensors, strict=False)
     model.tie_weights()
     return model.eval(), tensors

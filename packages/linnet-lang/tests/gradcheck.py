@@ -37,8 +37,9 @@ def widen(graph: Graph) -> Graph:
     return g
 
 
-def autograd_reference(graph: Graph, wrt: list[str], inputs: list, params: dict,
-                       cotangents: list) -> tuple[list, list]:
+def autograd_reference(
+    graph: Graph, wrt: list[str], inputs: list, params: dict, cotangents: list
+) -> tuple[list, list]:
     """(outputs, gradients) of ``graph`` by torch.autograd through the interpreter;
     ``wrt`` are graph refs (``%x``, ``@path``); ``cotangents`` one per float output."""
     import torch
@@ -60,11 +61,16 @@ def autograd_reference(graph: Graph, wrt: list[str], inputs: list, params: dict,
     with torch.enable_grad():
         outs = run_graph(graph, ins, ps, {k: v.clone() for k, v in _states(graph).items()})
         floats = [(o, c) for o, c in zip(outs, cotangents) if o.is_floating_point()]
-        total = sum(((o * c).sum() for o, c in floats if o.requires_grad),
-                    torch.zeros((), dtype=torch.float64))
+        total = sum(
+            ((o * c).sum() for o, c in floats if o.requires_grad),
+            torch.zeros((), dtype=torch.float64),
+        )
         targets = [leaves[r] for r in wrt]
-        grads = torch.autograd.grad(total, targets, allow_unused=True) if total.requires_grad \
+        grads = (
+            torch.autograd.grad(total, targets, allow_unused=True)
+            if total.requires_grad
             else [None] * len(targets)
+        )
     grads = [torch.zeros_like(t) if d is None else d for t, d in zip(targets, grads)]
     return [o.detach() for o in outs], [d.detach() for d in grads]
 
@@ -76,9 +82,16 @@ def _states(graph: Graph) -> dict:
     return {p: torch.zeros(v.shape, dtype=DTYPES[v.dtype]) for p, v in graph.states.items()}
 
 
-def check_against_autograd(graph: Graph, wrt: list[str], inputs: list, params: dict,
-                           rtol: float = 1e-9, atol: float = 1e-9,
-                           clauses: dict | None = None, seed: int = 0) -> Graph:
+def check_against_autograd(
+    graph: Graph,
+    wrt: list[str],
+    inputs: list,
+    params: dict,
+    rtol: float = 1e-9,
+    atol: float = 1e-9,
+    clauses: dict | None = None,
+    seed: int = 0,
+) -> Graph:
     """Differentiate ``graph`` (seed: cotangents) and compare with autograd; returns the
     gradient graph. ``inputs`` and ``params`` are torch tensors of the graph's types."""
     import torch
@@ -92,12 +105,22 @@ def check_against_autograd(graph: Graph, wrt: list[str], inputs: list, params: d
         if v.dtype in FLOATS:
             cotangents.append(torch.tensor(rng.standard_normal(v.shape), dtype=DTYPES[v.dtype]))
     want_out, want_grads = autograd_reference(graph, wrt, inputs, params, cotangents)
-    got = run_graph(grad_graph, list(inputs) + cotangents, params,
-                    {k: v.clone() for k, v in _states(graph).items()})
+    got = run_graph(
+        grad_graph,
+        list(inputs) + cotangents,
+        params,
+        {k: v.clone() for k, v in _states(graph).items()},
+    )
     n = len(graph.outputs)
     for a, b in zip(got[:n], want_out):
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol, equal_nan=True)
     for ref, a, b in zip(wrt, got[n:], want_grads):
-        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, equal_nan=True,
-                                   msg=lambda m, ref=ref: f"gradient for {ref}: {m}")
+        torch.testing.assert_close(
+            a,
+            b,
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            msg=lambda m, ref=ref: f"gradient for {ref}: {m}",
+        )
     return grad_graph

@@ -32,8 +32,15 @@ NV = len(VARS)
 FLOATS = ("f16", "bf16", "f32", "f64")
 INTS = ("i32", "i64")
 RANK = {"bool": 0, "i32": 3, "i64": 4, "f16": 5, "bf16": 5, "f32": 6, "f64": 7}
-NP = {"bool": np.bool_, "i32": np.int32, "i64": np.int64, "f16": np.float16,
-      "bf16": np.float32, "f32": np.float32, "f64": np.float64}
+NP = {
+    "bool": np.bool_,
+    "i32": np.int32,
+    "i64": np.int64,
+    "f16": np.float16,
+    "bf16": np.float32,
+    "f32": np.float32,
+    "f64": np.float64,
+}
 
 
 def promote(a: str, b: str) -> str:
@@ -156,8 +163,9 @@ class Gen:
     def index_var(self, avail: list[str]) -> str:
         return self.draw(st.sampled_from(sorted(avail)))
 
-    def read(self, avail: list[str], plain_only: bool = False,
-             must: list[str] | None = None) -> Node:
+    def read(
+        self, avail: list[str], plain_only: bool = False, must: list[str] | None = None
+    ) -> Node:
         """`t[e0, e1, ...]` of a fresh input whose axes fit the index expressions, or a read
         of an earlier statement's result."""
         draw = self.draw
@@ -172,8 +180,11 @@ class Gen:
         plain: set[str] = set()
         free: set[str] = set()
         pending = list(must or [])
-        kinds = ["var"] * 5 + ([] if plain_only else ["affine", "affine", "data", "const",
-                                                       "repeat"]) + ["composite"]
+        kinds = (
+            ["var"] * 5
+            + ([] if plain_only else ["affine", "affine", "data", "const", "repeat"])
+            + ["composite"]
+        )
         for _ in range(max(rank, len(pending))):
             fresh = [v for v in avail if v not in in_read]
             kind = "var" if pending else draw(st.sampled_from(kinds))
@@ -193,8 +204,7 @@ class Gen:
                 plain.add(v)
                 free.add(v)
                 size = self.sizes[v]
-                atoms.append((v, self.dim(v), size, lambda env, v=v, s=size: full_iota(v, s),
-                              None))
+                atoms.append((v, self.dim(v), size, lambda env, v=v, s=size: full_iota(v, s), None))
             elif kind == "composite":
                 v = self.index_var(fresh)
                 w = self.index_var([x for x in fresh if x != v])
@@ -202,9 +212,17 @@ class Gen:
                 free |= {v, w}
                 sv, sw = self.sizes[v], self.sizes[w]
                 dim = f"{self.dim(v)} * {self.dim(w)}" if self.generic else str(sv * sw)
-                atoms.append((f"({v}, {w})", dim, sv * sw,
-                              lambda env, v=v, w=w, sv=sv, sw=sw:
-                              full_iota(v, sv) * sw + full_iota(w, sw), None))
+                atoms.append(
+                    (
+                        f"({v}, {w})",
+                        dim,
+                        sv * sw,
+                        lambda env, v=v, w=w, sv=sv, sw=sw: (
+                            full_iota(v, sv) * sw + full_iota(w, sw)
+                        ),
+                        None,
+                    )
+                )
             elif kind == "affine":
                 v = self.index_var(avail)
                 free.add(v)
@@ -218,12 +236,15 @@ class Gen:
                     (f"{v} - {c}", lambda env, v=v, sv=sv, c=c: full_iota(v, sv) - c),
                     (f"{c + 1} * {v}", lambda env, v=v, sv=sv, c=c: (c + 1) * full_iota(v, sv)),
                     (f"{v} / {c + 1}", lambda env, v=v, sv=sv, c=c: full_iota(v, sv) // (c + 1)),
-                    (f"({v} + 1) % {c + 1}",
-                     lambda env, v=v, sv=sv, c=c: (full_iota(v, sv) + 1) % (c + 1)),
-                    (f"{self.dim(v)} - 1 - {v}",
-                     lambda env, v=v, sv=sv: sv - 1 - full_iota(v, sv)),
-                    (f"{v} + {w}", lambda env, v=v, sv=sv, w=w, sw=sw:
-                     full_iota(v, sv) + full_iota(w, sw)),
+                    (
+                        f"({v} + 1) % {c + 1}",
+                        lambda env, v=v, sv=sv, c=c: (full_iota(v, sv) + 1) % (c + 1),
+                    ),
+                    (f"{self.dim(v)} - 1 - {v}", lambda env, v=v, sv=sv: sv - 1 - full_iota(v, sv)),
+                    (
+                        f"{v} + {w}",
+                        lambda env, v=v, sv=sv, w=w, sw=sw: full_iota(v, sv) + full_iota(w, sw),
+                    ),
                 ]
                 text, fn = forms[form]
                 if form == 6:
@@ -237,24 +258,40 @@ class Gen:
                 size = draw(st.integers(1, 5))
                 ix = self.add_input("x", [self.dim(v)], [self.sizes[v]], "i32")
                 self.data_of(ix).data = self.rng.integers(0, size, size=self.sizes[v]).astype(
-                    np.int32)
-                atoms.append((f"{ix}[{v}]", self.new_axis(size), size,
-                              lambda env, ix=ix, v=v, sv=self.sizes[v]:
-                              env[ix].astype(np.int64)[full_iota(v, sv)], None))
+                    np.int32
+                )
+                atoms.append(
+                    (
+                        f"{ix}[{v}]",
+                        self.new_axis(size),
+                        size,
+                        lambda env, ix=ix, v=v, sv=self.sizes[v]: env[ix].astype(np.int64)[
+                            full_iota(v, sv)
+                        ],
+                        None,
+                    )
+                )
             elif kind == "const":
                 c = draw(st.integers(0, 3))
                 size = draw(st.integers(1, 4))
-                atoms.append((str(c), self.new_axis(size), size,
-                              lambda env, c=c: np.array(c, dtype=np.int64), None))
+                atoms.append(
+                    (
+                        str(c),
+                        self.new_axis(size),
+                        size,
+                        lambda env, c=c: np.array(c, dtype=np.int64),
+                        None,
+                    )
+                )
             else:  # repeat: a variable already used in this read, again
                 v = self.index_var(in_read)
                 size = draw(st.sampled_from([self.sizes[v], max(1, self.sizes[v] - 1)]))
                 dim = self.dim(v) if size == self.sizes[v] else self.new_axis(size)
-                atoms.append((v, dim, size, lambda env, v=v, sv=self.sizes[v]: full_iota(v, sv),
-                              None))
+                atoms.append(
+                    (v, dim, size, lambda env, v=v, sv=self.sizes[v]: full_iota(v, sv), None)
+                )
         if not atoms:
-            atoms.append(("0", self.new_axis(1), 1, lambda env: np.array(0, dtype=np.int64),
-                          None))
+            atoms.append(("0", self.new_axis(1), 1, lambda env: np.array(0, dtype=np.int64), None))
         name = self.add_input("t", [a[1] for a in atoms], [a[2] for a in atoms], "f32")
         sizes = [a[2] for a in atoms]
         fns = [a[3] for a in atoms]
@@ -271,15 +308,23 @@ class Gen:
             return as_full(np.where(ok, x[safe], np.float32(0)).astype(np.float32))
 
         src = f"{name}[{', '.join(a[0] for a in atoms)}]"
-        is_plain = all(("+" not in a[0] and "-" not in a[0] and "*" not in a[0]
-                        and "/" not in a[0] and "%" not in a[0] and "[" not in a[0]
-                        and not a[0].isdigit()) for a in atoms) and len(
-            {a[0] for a in atoms}) == len(atoms)
-        return Node(src, fn, "f32", True, frozenset(free), frozenset(plain),
-                    plain_read=is_plain)
+        is_plain = all(
+            (
+                "+" not in a[0]
+                and "-" not in a[0]
+                and "*" not in a[0]
+                and "/" not in a[0]
+                and "%" not in a[0]
+                and "[" not in a[0]
+                and not a[0].isdigit()
+            )
+            for a in atoms
+        ) and len({a[0] for a in atoms}) == len(atoms)
+        return Node(src, fn, "f32", True, frozenset(free), frozenset(plain), plain_read=is_plain)
 
-    def read_local(self, avail: list[str], loc: Local, plain_only: bool,
-                   must: list[str] | None) -> Node | None:
+    def read_local(
+        self, avail: list[str], loc: Local, plain_only: bool, must: list[str] | None
+    ) -> Node | None:
         """`u0[j, i + 1, 2]`: a read of an earlier result (plain, shifted or constant)."""
         draw = self.draw
         atoms: list[tuple[str, Callable[[Env], np.ndarray]]] = []
@@ -289,11 +334,17 @@ class Gen:
         pending = list(must or [])
         for u in loc.vars:
             size = self.sizes[u]
-            fits = [v for v in avail if v not in in_read and (
-                v == u if self.generic else self.sizes[v] == size)]
+            fits = [
+                v
+                for v in avail
+                if v not in in_read and (v == u if self.generic else self.sizes[v] == size)
+            ]
             forced = pending.pop(0) if pending and pending[0] in fits else None
-            kind = "var" if plain_only or forced else draw(
-                st.sampled_from(["var", "var", "var", "shift", "const"]))
+            kind = (
+                "var"
+                if plain_only or forced
+                else draw(st.sampled_from(["var", "var", "var", "shift", "const"]))
+            )
             if kind == "var" and not fits:
                 if plain_only:
                     return None
@@ -332,8 +383,15 @@ class Gen:
             return as_full(np.where(ok, x[safe], np.zeros((), dtype=t)).astype(t))
 
         is_plain = all(a[0] in in_read for a in atoms)
-        return Node(f"{loc.name}[{', '.join(a[0] for a in atoms)}]", fn, loc.dtype, loc.exact,
-                    frozenset(free), frozenset(plain), plain_read=is_plain)
+        return Node(
+            f"{loc.name}[{', '.join(a[0] for a in atoms)}]",
+            fn,
+            loc.dtype,
+            loc.exact,
+            frozenset(free),
+            frozenset(plain),
+            plain_read=is_plain,
+        )
 
     # ------------------------------------------------------------ expressions
     def literal(self) -> Node:
@@ -344,8 +402,13 @@ class Gen:
 
     def var_value(self, avail: list[str]) -> Node:
         v = self.index_var(avail)
-        return Node(v, lambda env, v=v, s=self.sizes[v]: full_iota(v, s).astype(np.int32),
-                    "i32", True, frozenset({v}))
+        return Node(
+            v,
+            lambda env, v=v, s=self.sizes[v]: full_iota(v, s).astype(np.int32),
+            "i32",
+            True,
+            frozenset({v}),
+        )
 
     def expr(self, avail: list[str], depth: int) -> Node:
         draw = self.draw
@@ -370,13 +433,26 @@ class Gen:
                 other = self.compare(avail, depth - 1)
                 op = draw(st.sampled_from(["&&", "||"]))
                 f = np.logical_and if op == "&&" else np.logical_or
-                cond = Node(f"({cond.src} {op} {other.src})",
-                            lambda env, a=cond.fn, b=other.fn, f=f: as_full(f(a(env), b(env))),
-                            "bool", True, cond.free | other.free, cond.plain | other.plain)
+                cond = Node(
+                    f"({cond.src} {op} {other.src})",
+                    lambda env, a=cond.fn, b=other.fn, f=f: as_full(f(a(env), b(env))),
+                    "bool",
+                    True,
+                    cond.free | other.free,
+                    cond.plain | other.plain,
+                )
             if draw(st.booleans()):
-                cond = Node(f"(!{cond.src})", lambda env, a=cond.fn: as_full(~a(env)), "bool",
-                            True, cond.free, cond.plain)
-            return self.select(cond, self.expr(avail, depth - 1), self.expr(avail, depth - 1), avail)
+                cond = Node(
+                    f"(!{cond.src})",
+                    lambda env, a=cond.fn: as_full(~a(env)),
+                    "bool",
+                    True,
+                    cond.free,
+                    cond.plain,
+                )
+            return self.select(
+                cond, self.expr(avail, depth - 1), self.expr(avail, depth - 1), avail
+            )
         if kind == "cast":
             return self.cast(self.tensor(avail, depth - 1))
         if kind == "reduce":
@@ -398,15 +474,22 @@ class Gen:
     def unary(self, x: Node) -> Node:
         draw = self.draw
         if x.dtype == "bool":
-            return Node(f"(!{x.src})", lambda env, a=x.fn: as_full(~a(env)), "bool", x.exact,
-                        x.free, x.plain)
+            return Node(
+                f"(!{x.src})",
+                lambda env, a=x.fn: as_full(~a(env)),
+                "bool",
+                x.exact,
+                x.free,
+                x.plain,
+            )
         if not is_float(x.dtype):
             if draw(st.booleans()):
                 op = draw(st.sampled_from(["-", "abs"]))
                 src = f"(-{x.src})" if op == "-" else f"abs({x.src})"
                 f = np.negative if op == "-" else np.abs
-                return Node(src, lambda env, a=x.fn, f=f: f(a(env)), x.dtype, x.exact, x.free,
-                            x.plain)
+                return Node(
+                    src, lambda env, a=x.fn, f=f: f(a(env)), x.dtype, x.exact, x.free, x.plain
+                )
             x = self.cast(x, "f32")
         t = NP[x.dtype]
         ops: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray], bool]] = {
@@ -424,8 +507,14 @@ class Gen:
         }
         name = draw(st.sampled_from(sorted(ops)))
         fmt, f, exact = ops[name]
-        return Node(fmt.format(x.src), lambda env, a=x.fn, f=f, t=t: as_full(
-            np.asarray(f(a(env))).astype(t)), x.dtype, exact and x.exact, x.free, x.plain)
+        return Node(
+            fmt.format(x.src),
+            lambda env, a=x.fn, f=f, t=t: as_full(np.asarray(f(a(env))).astype(t)),
+            x.dtype,
+            exact and x.exact,
+            x.free,
+            x.plain,
+        )
 
     def binary_types(self, a: Node, b: Node) -> str:
         """The operation's dtype, as elementwise() picks it (tensors promote, literals weak)."""
@@ -455,24 +544,42 @@ class Gen:
             if is_float(dtype) and not b.literal and draw(st.booleans()):
                 if b.dtype == "bool":
                     b = self.cast(b, "f32")  # `abs` of a bool is E0355: convert first
-                b = Node(f"(abs({b.src}) + 1.0)", lambda env, f=b.fn, t=NP[b.dtype]: as_full(
-                    np.abs(np.asarray(f(env))) + t(1.0)), b.dtype if b.dtype != "bool" else "f32",
-                    False, b.free, b.plain)
+                b = Node(
+                    f"(abs({b.src}) + 1.0)",
+                    lambda env, f=b.fn, t=NP[b.dtype]: as_full(np.abs(np.asarray(f(env))) + t(1.0)),
+                    b.dtype if b.dtype != "bool" else "f32",
+                    False,
+                    b.free,
+                    b.plain,
+                )
                 if b.dtype not in FLOATS:
                     b = self.cast(b, "f32")
                 dtype = self.binary_types(a, b)
                 t = NP[dtype]
             else:
-                c = draw(st.sampled_from([2, 3, -2, -3] if not is_float(dtype) else
-                                         [2.0, 0.5, -4.0, 0.75]))
+                c = draw(
+                    st.sampled_from(
+                        [2, 3, -2, -3] if not is_float(dtype) else [2.0, 0.5, -4.0, 0.75]
+                    )
+                )
                 if a.literal:
                     a = self.read(avail)
-                    dtype = self.binary_types(a, Node(str(c), lambda env: c,
-                                                      "float" if isinstance(c, float) else "int",
-                                                      literal=True))
+                    dtype = self.binary_types(
+                        a,
+                        Node(
+                            str(c),
+                            lambda env: c,
+                            "float" if isinstance(c, float) else "int",
+                            literal=True,
+                        ),
+                    )
                     t = NP[dtype]
-                b = Node(f"({c})" if c < 0 else str(c), lambda env, c=c: c,
-                         "float" if isinstance(c, float) else "int", literal=True)
+                b = Node(
+                    f"({c})" if c < 0 else str(c),
+                    lambda env, c=c: c,
+                    "float" if isinstance(c, float) else "int",
+                    literal=True,
+                )
                 # The literal replaced b: the operation's dtype is a's with it (a bf16 `a`
                 # divided by 2.0 stays bf16, whatever b was).
                 dtype = self.binary_types(a, b)
@@ -521,14 +628,26 @@ class Gen:
                 b = self.cast(b, "f32")
         ops = ["==", "!="] if a.dtype == "bool" else ["<", "<=", ">", ">=", "==", "!="]
         op = draw(st.sampled_from(ops))
-        fns = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
-               "==": np.equal, "!=": np.not_equal}
+        fns = {
+            "<": np.less,
+            "<=": np.less_equal,
+            ">": np.greater,
+            ">=": np.greater_equal,
+            "==": np.equal,
+            "!=": np.not_equal,
+        }
         dtype = self.binary_types(a, b) if a.dtype != "bool" else "bool"
         t = NP[dtype]
-        return Node(f"({a.src} {op} {b.src})",
-                    lambda env, a=a.fn, b=b.fn, f=fns[op], t=t: as_full(
-                        f(np.asarray(a(env)).astype(t), np.asarray(b(env)).astype(t))),
-                    "bool", True, a.free | b.free, a.plain | b.plain)
+        return Node(
+            f"({a.src} {op} {b.src})",
+            lambda env, a=a.fn, b=b.fn, f=fns[op], t=t: as_full(
+                f(np.asarray(a(env)).astype(t), np.asarray(b(env)).astype(t))
+            ),
+            "bool",
+            True,
+            a.free | b.free,
+            a.plain | b.plain,
+        )
 
     def exact_operand(self, avail: list[str], depth: int) -> Node:
         for _ in range(3):
@@ -546,12 +665,16 @@ class Gen:
             y = self.cast(y, "f32")
         dtype = self.binary_types(x, y)
         t = NP[dtype]
-        return Node(f"select({cond.src}, {x.src}, {y.src})",
-                    lambda env, c=cond.fn, a=x.fn, b=y.fn, t=t: as_full(
-                        np.where(c(env), np.asarray(a(env)).astype(t),
-                                 np.asarray(b(env)).astype(t))),
-                    dtype, x.exact and y.exact, cond.free | x.free | y.free,
-                    cond.plain | x.plain | y.plain)
+        return Node(
+            f"select({cond.src}, {x.src}, {y.src})",
+            lambda env, c=cond.fn, a=x.fn, b=y.fn, t=t: as_full(
+                np.where(c(env), np.asarray(a(env)).astype(t), np.asarray(b(env)).astype(t))
+            ),
+            dtype,
+            x.exact and y.exact,
+            cond.free | x.free | y.free,
+            cond.plain | x.plain | y.plain,
+        )
 
     def cast(self, x: Node, to: str | None = None) -> Node:
         if to is None:
@@ -568,8 +691,14 @@ class Gen:
         exact = x.exact and not (to == "f16" and x.dtype != "f16")
         if x.literal:  # a cast of a literal folds to a literal of that type
             lit = x.fn({})
-            return Node(f"({x.src} as {to})", lambda env, v=lit, t=t: as_full(
-                np.asarray(v).astype(t)), to, exact, x.free, x.plain)
+            return Node(
+                f"({x.src} as {to})",
+                lambda env, v=lit, t=t: as_full(np.asarray(v).astype(t)),
+                to,
+                exact,
+                x.free,
+                x.plain,
+            )
         return Node(f"({x.src} as {to})", f, to, exact, x.free, x.plain)
 
     def fresh(self, avail: list[str], count: int) -> list[str]:
@@ -577,14 +706,16 @@ class Gen:
         count = min(count, len(pool))
         if count == 0:
             return []
-        return self.draw(st.lists(st.sampled_from(pool), min_size=count, max_size=count,
-                                  unique=True))
+        return self.draw(
+            st.lists(st.sampled_from(pool), min_size=count, max_size=count, unique=True)
+        )
 
     def binders(self, names: list[str], plain: frozenset) -> str:
         parts = []
         for v in names:
-            parts.append(v if v in plain and self.draw(st.integers(0, 3)) else
-                         f"{v}: {self.dim(v)}")
+            parts.append(
+                v if v in plain and self.draw(st.integers(0, 3)) else f"{v}: {self.dim(v)}"
+            )
         return ", ".join(parts)
 
     def reduce(self, avail: list[str], depth: int) -> Node:
@@ -608,8 +739,16 @@ class Gen:
         axes = tuple(AXIS[v] for v in kvars)
         sizes = dict(self.sizes)
 
-        def f(env: Env, b=body.fn, kind=kind, acc=NP[acc], out=NP[out_dtype], axes=axes,
-              kvars=kvars, sizes=sizes) -> np.ndarray:
+        def f(
+            env: Env,
+            b=body.fn,
+            kind=kind,
+            acc=NP[acc],
+            out=NP[out_dtype],
+            axes=axes,
+            kvars=kvars,
+            sizes=sizes,
+        ) -> np.ndarray:
             x = as_full(np.asarray(b(env)))
             shape = list(x.shape)
             for v in kvars:
@@ -621,7 +760,8 @@ class Gen:
                 r = np.prod(x, axis=axes, keepdims=True, dtype=acc)
             elif kind == "mean":
                 r = np.sum(x, axis=axes, keepdims=True, dtype=acc) / acc(
-                    np.prod([sizes[v] for v in kvars]))
+                    np.prod([sizes[v] for v in kvars])
+                )
             elif kind == "max":
                 r = np.max(x, axis=axes, keepdims=True)
             else:
@@ -630,8 +770,9 @@ class Gen:
 
         head = f"{kind}<{acc_override}>" if acc_override else kind
         src = f"({head}[{self.binders(kvars, body.plain)}] {body.src})"
-        return Node(src, f, out_dtype, body.exact and kind != "mean",
-                    body.free - set(kvars), body.plain)
+        return Node(
+            src, f, out_dtype, body.exact and kind != "mean", body.free - set(kvars), body.plain
+        )
 
     def contract(self, avail: list[str], depth: int) -> Node:
         """`sum[k] a[..k..] * b[..k..]`, optionally cast and times a factor without k."""
@@ -652,8 +793,9 @@ class Gen:
         axes = tuple(AXIS[v] for v in kvars)
         sizes = dict(self.sizes)
 
-        def f(env: Env, a=a.fn, b=b.fn, t=NP[dtype], acc=NP[acc], axes=axes, kvars=kvars,
-              sizes=sizes) -> np.ndarray:
+        def f(
+            env: Env, a=a.fn, b=b.fn, t=NP[dtype], acc=NP[acc], axes=axes, kvars=kvars, sizes=sizes
+        ) -> np.ndarray:
             x = np.asarray(a(env)).astype(t).astype(acc)
             y = np.asarray(b(env)).astype(t).astype(acc)
             prod = x * y
@@ -666,8 +808,14 @@ class Gen:
         head = f"sum<{acc_override}>" if acc_override else "sum"
         body = f"{a.src} * {b.src}" + (f" * {factor.src}" if factor else "")
         plain = a.plain | b.plain | (factor.plain if factor else frozenset())
-        node = Node(f"({head}[{self.binders(kvars, a.plain | b.plain)}] {body})", f, acc,
-                    a.exact and b.exact, (a.free | b.free) - set(kvars), plain)
+        node = Node(
+            f"({head}[{self.binders(kvars, a.plain | b.plain)}] {body})",
+            f,
+            acc,
+            a.exact and b.exact,
+            (a.free | b.free) - set(kvars),
+            plain,
+        )
         if factor is None:
             return node
         res = self.arith_fixed(node, factor, "*")
@@ -679,10 +827,16 @@ class Gen:
         dtype = self.binary_types(a, b)
         t = NP[dtype]
         fns = {"*": np.multiply}
-        return Node(f"({a.src} {op} {b.src})",
-                    lambda env, a=a.fn, b=b.fn, t=t, f=fns[op]: as_full(np.asarray(
-                        f(np.asarray(a(env)).astype(t), np.asarray(b(env)).astype(t))).astype(t)),
-                    dtype, a.exact and b.exact, a.free | b.free, a.plain | b.plain)
+        return Node(
+            f"({a.src} {op} {b.src})",
+            lambda env, a=a.fn, b=b.fn, t=t, f=fns[op]: as_full(
+                np.asarray(f(np.asarray(a(env)).astype(t), np.asarray(b(env)).astype(t))).astype(t)
+            ),
+            dtype,
+            a.exact and b.exact,
+            a.free | b.free,
+            a.plain | b.plain,
+        )
 
 
 @st.composite
@@ -697,16 +851,16 @@ def index_programs(draw: Any) -> Case:
     env: Env = {}
     for li in range(draw(st.integers(0, 2))):
         nvars = draw(st.integers(1, 3))
-        lvars = draw(st.lists(st.sampled_from(VARS[:6]), min_size=nvars, max_size=nvars,
-                              unique=True))
+        lvars = draw(
+            st.lists(st.sampled_from(VARS[:6]), min_size=nvars, max_size=nvars, unique=True)
+        )
         n = gen.expr(list(lvars), draw(st.integers(0, 2)))
         if n.literal:
             n = gen.cast(n, "f32")
         env.update({i.name: i.data for i in gen.inputs})
         data = expand(n.fn(env), lvars, sizes)
         lines.append(f"let u{li}[{gen.binders(lvars, n.plain)}] = {n.src}")
-        gen.locals.append(Local(f"u{li}", list(lvars), n.dtype, data.astype(NP[n.dtype]),
-                                n.exact))
+        gen.locals.append(Local(f"u{li}", list(lvars), n.dtype, data.astype(NP[n.dtype]), n.exact))
         env[f"u{li}"] = gen.locals[-1].data
     depth = draw(st.integers(1, 3))
     node = gen.expr(list(out), depth)
@@ -741,18 +895,23 @@ def index_programs(draw: Any) -> Case:
     body = "\n        ".join([*lines, f"let y[{', '.join(binder_text)}] = {node.src}", "return y"])
     gdecl = f"<{', '.join(f'{g}: Dim' for g in generics)}>" if generics else ""
     if draw(st.booleans()):
-        source = (f"model M{gdecl} {{\n    entry run({params}) -> {result} {{\n        "
-                  f"{body}\n    }}\n}}\n")
+        source = (
+            f"model M{gdecl} {{\n    entry run({params}) -> {result} {{\n        "
+            f"{body}\n    }}\n}}\n"
+        )
     else:
         gargs = f"<{', '.join(generics)}>" if generics else ""
-        source = (f"pub op f{gdecl}({params}) -> {result} {{\n        {body}\n}}\n\n"
-                  f"model M{gdecl} {{\n    entry run({params}) -> {result} {{\n        "
-                  f"return f{gargs}({', '.join(i.name for i in gen.inputs)})\n    }}\n}}\n")
-    config = {g: (sizes[g.lower()] if g.lower() in sizes and len(g) == 1 else gen.extra[g])
-              for g in generics}
+        source = (
+            f"pub op f{gdecl}({params}) -> {result} {{\n        {body}\n}}\n\n"
+            f"model M{gdecl} {{\n    entry run({params}) -> {result} {{\n        "
+            f"return f{gargs}({', '.join(i.name for i in gen.inputs)})\n    }}\n}}\n"
+        )
+    config = {
+        g: (sizes[g.lower()] if g.lower() in sizes and len(g) == 1 else gen.extra[g])
+        for g in generics
+    }
     data = {i.name: i.data for i in gen.inputs}
-    return Case(source, {i.name: i.shape for i in gen.inputs}, data, config, expected,
-                node.exact)
+    return Case(source, {i.name: i.shape for i in gen.inputs}, data, config, expected, node.exact)
 
 
 def expand(value: Any, names: list[str], sizes: dict[str, int]) -> np.ndarray:
@@ -840,8 +999,9 @@ def state_programs(draw: Any) -> StateCase:
                 positions.append((v, lambda e, v=v: e[v]))
             elif form == "shift":
                 c = draw(st.integers(0, 2))
-                positions.append((f"({v} + {c}) % {dim(v)}",
-                                  lambda e, v=v, c=c: (e[v] + c) % sizes[v]))
+                positions.append(
+                    (f"({v} + {c}) % {dim(v)}", lambda e, v=v, c=c: (e[v] + c) % sizes[v])
+                )
             elif form == "reverse":
                 positions.append((f"{dim(v)} - 1 - {v}", lambda e, v=v: sizes[v] - 1 - e[v]))
             else:
@@ -857,10 +1017,10 @@ def state_programs(draw: Any) -> StateCase:
         if value_vars or draw(st.booleans()):
             value_vars = draw(st.permutations(value_vars))
             name = f"x{len(inputs)}"
-            data = (rng.integers(-8, 9, size=[sizes[v] for v in value_vars]) / 4).astype(
-                np.float32)
-            inputs.append((name, [dim(v) for v in value_vars], [sizes[v] for v in value_vars],
-                           "f32", data))
+            data = (rng.integers(-8, 9, size=[sizes[v] for v in value_vars]) / 4).astype(np.float32)
+            inputs.append(
+                (name, [dim(v) for v in value_vars], [sizes[v] for v in value_vars], "f32", data)
+            )
             value_src = f"{name}[{', '.join(value_vars)}]" if value_vars else name
             scale = draw(st.sampled_from(["", " * 2.0", " + 1.0"]))
             value_src += scale
@@ -874,6 +1034,7 @@ def state_programs(draw: Any) -> StateCase:
 
             def value(e: dict[str, int], c=c) -> float:
                 return c
+
         lines.append(f"self.s[{', '.join(p[0] for p in positions)}] = {value_src}")
         for combo in itertools.product(*(range(sizes[v]) for v in state_vars)):
             e = dict(zip(state_vars, combo))
@@ -884,10 +1045,20 @@ def state_programs(draw: Any) -> StateCase:
     generics = sorted(used)
     gdecl = f"<{', '.join(f'{g}: Dim' for g in generics)}>" if generics else ""
     state_type = f"Tensor[{', '.join(state_dims)}; f32]"
-    params = ", ".join(f"{n}: Tensor[{', '.join(d)}; {t}]" if d else f"{n}: Tensor[; {t}]"
-                       for n, d, _, t, _ in inputs)
+    params = ", ".join(
+        f"{n}: Tensor[{', '.join(d)}; {t}]" if d else f"{n}: Tensor[; {t}]"
+        for n, d, _, t, _ in inputs
+    )
     body = "\n        ".join(lines)
-    source = (f"model M{gdecl} {{\n    state s: {state_type}\n\n    entry run({params}) -> "
-              f"{state_type} {{\n        {body}\n    }}\n}}\n")
-    return StateCase(source, {n: s for n, _, s, _, _ in inputs},
-                     {n: d for n, _, _, _, d in inputs}, dict(used), state, expected)
+    source = (
+        f"model M{gdecl} {{\n    state s: {state_type}\n\n    entry run({params}) -> "
+        f"{state_type} {{\n        {body}\n    }}\n}}\n"
+    )
+    return StateCase(
+        source,
+        {n: s for n, _, s, _, _ in inputs},
+        {n: d for n, _, _, _, d in inputs},
+        dict(used),
+        state,
+        expected,
+    )

@@ -69,13 +69,13 @@ def _same_dtype(step: Step, xs: list[np.ndarray]) -> None:
 def _broadcast_operands(step: Step, xs: list[np.ndarray]) -> None:
     ranks = {x.ndim for x in xs if x.ndim > 0}
     if len(ranks) > 1:
-        raise GraphRunError(f"{step.op}: operands of different ranks "
-                             f"{[list(x.shape) for x in xs]}")
+        raise GraphRunError(f"{step.op}: operands of different ranks {[list(x.shape) for x in xs]}")
     try:
         np.broadcast_shapes(*(x.shape for x in xs))
     except ValueError:
-        raise GraphRunError(f"{step.op}: shapes do not broadcast "
-                             f"{[list(x.shape) for x in xs]}") from None
+        raise GraphRunError(
+            f"{step.op}: shapes do not broadcast {[list(x.shape) for x in xs]}"
+        ) from None
 
 
 def _unary(fn: Callable[[np.ndarray], np.ndarray], floats_only: bool = True) -> Rule:
@@ -84,6 +84,7 @@ def _unary(fn: Callable[[np.ndarray], np.ndarray], floats_only: bool = True) -> 
         if floats_only and not np.issubdtype(x.dtype, np.floating):
             raise GraphRunError(f"{step.op} of a {x.dtype} tensor")
         return np.asarray(fn(x)).astype(x.dtype, copy=False)
+
     return rule
 
 
@@ -94,12 +95,12 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], result: str | No
         x, y = xs
         out = np.asarray(fn(x, y))
         return out.astype(np.bool_ if result == "bool" else x.dtype, copy=False)
+
     return rule
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    flat = np.fromiter((math.erf(float(v)) for v in x.reshape(-1)), dtype=np.float64,
-                       count=x.size)
+    flat = np.fromiter((math.erf(float(v)) for v in x.reshape(-1)), dtype=np.float64, count=x.size)
     return flat.reshape(x.shape)
 
 
@@ -108,7 +109,8 @@ def _div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         # Rounds toward -inf; x / 0 is 0 (linnet.lang.ir.edges).
         with np.errstate(divide="ignore", over="ignore"):
             return np.where(y == 0, 0, np.floor_divide(x, np.where(y == 0, 1, y))).astype(
-                np.result_type(x, y))
+                np.result_type(x, y)
+            )
     return np.true_divide(x, y)
 
 
@@ -116,7 +118,8 @@ def _rem(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The divisor's sign, as Python's % and torch.remainder; an integer x % 0 is x."""
     if np.issubdtype(x.dtype, np.integer):
         return np.where(y == 0, x, np.remainder(x, np.where(y == 0, 1, y))).astype(
-            np.result_type(x, y))
+            np.result_type(x, y)
+        )
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.remainder(x, y)
 
@@ -128,6 +131,7 @@ def _logical(fn: Callable[..., np.ndarray]) -> Rule:
         if len(xs) > 1:
             _broadcast_operands(step, xs)
         return np.asarray(fn(*xs))
+
     return rule
 
 
@@ -193,8 +197,7 @@ def _transpose(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.nd
 def _broadcast(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
     (x,) = xs
     shape = tuple(attrs["shape"])
-    if x.ndim not in (0, len(shape)) or any(
-            a not in (1, b) for a, b in zip(x.shape, shape)):
+    if x.ndim not in (0, len(shape)) or any(a not in (1, b) for a, b in zip(x.shape, shape)):
         raise GraphRunError(f"broadcast of {list(x.shape)} to {list(shape)}")
     return np.broadcast_to(x, shape).copy()
 
@@ -202,8 +205,11 @@ def _broadcast(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.nd
 def _slice(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
     (x,) = xs
     starts, limits = list(attrs["starts"]), list(attrs["limits"])
-    if len(starts) != x.ndim or len(limits) != x.ndim or any(
-            not 0 <= a <= b <= n for a, b, n in zip(starts, limits, x.shape)):
+    if (
+        len(starts) != x.ndim
+        or len(limits) != x.ndim
+        or any(not 0 <= a <= b <= n for a, b, n in zip(starts, limits, x.shape))
+    ):
         raise GraphRunError(f"slice {starts}..{limits} of {list(x.shape)}")
     return x[tuple(slice(a, b) for a, b in zip(starts, limits))].copy()
 
@@ -273,7 +279,7 @@ def _take(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray
     inside = _bounds_mask(idx, x.shape[axis], attrs.get("bounds", "unchecked"), "take")
     safe = np.where(inside, idx, 0).astype(np.int64)
     if x.shape[axis] == 0:
-        out_shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+        out_shape = x.shape[:axis] + idx.shape + x.shape[axis + 1 :]
         return np.zeros(out_shape, dtype=x.dtype)
     out = np.take(x, safe, axis=axis)
     mask = inside.reshape((1,) * axis + idx.shape + (1,) * (x.ndim - axis - 1))
@@ -284,13 +290,15 @@ def _gather(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarr
     x, *indices = xs
     k = attrs["indexed_axes"]
     if k != len(indices) or k > x.ndim:
-        raise GraphRunError(f"gather: {len(indices)} index operands for indexed_axes={k} of a "
-                             f"rank-{x.ndim} tensor")
+        raise GraphRunError(
+            f"gather: {len(indices)} index operands for indexed_axes={k} of a rank-{x.ndim} tensor"
+        )
     for ix in indices:
         _check_index("gather", ix)
     if len({ix.ndim for ix in indices}) > 1:
-        raise GraphRunError(f"gather: index operands of different ranks "
-                             f"{[list(i.shape) for i in indices]}")
+        raise GraphRunError(
+            f"gather: index operands of different ranks {[list(i.shape) for i in indices]}"
+        )
     try:
         ishape = np.broadcast_shapes(*(ix.shape for ix in indices))
     except ValueError:
@@ -313,8 +321,9 @@ def _scatter_add(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.
     x, value, *indices = xs
     k = attrs["indexed_axes"]
     if k != len(indices) or k > x.ndim:
-        raise GraphRunError(f"scatter_add: {len(indices)} positions for indexed_axes={k} of a "
-                            f"rank-{x.ndim} tensor")
+        raise GraphRunError(
+            f"scatter_add: {len(indices)} positions for indexed_axes={k} of a rank-{x.ndim} tensor"
+        )
     for ix in indices:
         _check_index("scatter_add", ix)
     if value.dtype != x.dtype:
@@ -324,8 +333,9 @@ def _scatter_add(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.
         return (out + value).astype(x.dtype)
     ishape = np.broadcast_shapes(*(ix.shape for ix in indices))
     if value.shape != tuple(ishape) + x.shape[k:]:
-        raise GraphRunError(f"scatter_add: value of shape {list(value.shape)} for positions of "
-                            f"shape {list(ishape)}")
+        raise GraphRunError(
+            f"scatter_add: value of shape {list(value.shape)} for positions of shape {list(ishape)}"
+        )
     bounds = attrs.get("bounds", "unchecked")
     inside = np.ones(ishape, dtype=bool)
     for axis, ix in enumerate(indices):
@@ -350,29 +360,34 @@ def _spelled(text: str, p: Primitive) -> Rule:
     return _binary(fn, "bool" if p.comparison else None)
 
 
-REFERENCE_RULES: dict[str, Rule] = spelled("numpy", _spelled, {
-    "neg": _neg,
-    "erf": _unary(_erf),
-    "floor": _unary(np.floor),
-    "div": _binary(_div),
-    "rem": _binary(_rem),
-    "select": _select,
-    "convert": _convert,
-    "constant": _constant,
-    "iota": _iota,
-    "reshape": _reshape,
-    "transpose": _transpose,
-    "broadcast": _broadcast,
-    "reduce": _reduce,
-    "contract": _contract,
-    "take": _take,
-    "gather": _gather,
-    "scatter_add": _scatter_add,
-    "slice": _slice,
-    # "scatter" writes a state; run_graph handles it (see _scatter)
-    # One process: a rank's collectives are run by tests/test_shard.py's lockstep runner.
-    "all_reduce": _one_process, "all_gather": _one_process,
-})
+REFERENCE_RULES: dict[str, Rule] = spelled(
+    "numpy",
+    _spelled,
+    {
+        "neg": _neg,
+        "erf": _unary(_erf),
+        "floor": _unary(np.floor),
+        "div": _binary(_div),
+        "rem": _binary(_rem),
+        "select": _select,
+        "convert": _convert,
+        "constant": _constant,
+        "iota": _iota,
+        "reshape": _reshape,
+        "transpose": _transpose,
+        "broadcast": _broadcast,
+        "reduce": _reduce,
+        "contract": _contract,
+        "take": _take,
+        "gather": _gather,
+        "scatter_add": _scatter_add,
+        "slice": _slice,
+        # "scatter" writes a state; run_graph handles it (see _scatter)
+        # One process: a rank's collectives are run by tests/test_shard.py's lockstep runner.
+        "all_reduce": _one_process,
+        "all_gather": _one_process,
+    },
+)
 RULES = REFERENCE_RULES  # the name tests/test_reference.py imports
 STATE_RULES = {"scatter"}
 # A scatter replaces a state rather than making a value: run_graph runs it with _scatter,
@@ -390,21 +405,24 @@ def _scatter(step: Step, xs: list[np.ndarray], states: dict[str, np.ndarray]) ->
     value, *indices = xs[1:]
     k = step.attributes.get("indexed_axes", len(indices))
     if k != len(indices) or k > state.ndim:
-        raise GraphRunError(f"scatter: {len(indices)} positions for indexed_axes={k} of a "
-                             f"rank-{state.ndim} state")
+        raise GraphRunError(
+            f"scatter: {len(indices)} positions for indexed_axes={k} of a rank-{state.ndim} state"
+        )
     for ix in indices:
         _check_index("scatter", ix)
     if len({ix.ndim for ix in indices}) > 1:
-        raise GraphRunError(f"scatter: positions of different ranks "
-                            f"{[list(i.shape) for i in indices]}")
+        raise GraphRunError(
+            f"scatter: positions of different ranks {[list(i.shape) for i in indices]}"
+        )
     try:
         ishape = np.broadcast_shapes(*(ix.shape for ix in indices)) if indices else ()
     except ValueError:
         raise GraphRunError("scatter: position shapes do not broadcast") from None
     want = tuple(ishape) + state.shape[k:]
     if value.shape != want:
-        raise GraphRunError(f"scatter: value of shape {list(value.shape)} for positions of "
-                             f"shape {list(want)}")
+        raise GraphRunError(
+            f"scatter: value of shape {list(value.shape)} for positions of shape {list(want)}"
+        )
     if value.dtype != state.dtype:
         raise GraphRunError(f"scatter: {value.dtype} value into a {state.dtype} state")
     for axis, ix in enumerate(indices):
@@ -415,8 +433,12 @@ def _scatter(step: Step, xs: list[np.ndarray], states: dict[str, np.ndarray]) ->
 
 
 # ==================================================================== driver
-def run_graph(graph: Graph, inputs: dict[str, np.ndarray], params: dict[str, np.ndarray],
-              states: dict[str, np.ndarray]) -> list[np.ndarray]:
+def run_graph(
+    graph: Graph,
+    inputs: dict[str, np.ndarray],
+    params: dict[str, np.ndarray],
+    states: dict[str, np.ndarray],
+) -> list[np.ndarray]:
     """Run ``graph`` and return its outputs.
 
     ``inputs`` is keyed by input name (``token``, or ``%token``), ``params`` and ``states`` by
@@ -435,8 +457,9 @@ def run_graph(graph: Graph, inputs: dict[str, np.ndarray], params: dict[str, np.
         vt = graph.values[ref]
         arr = np.asarray(given)
         if tuple(arr.shape) != tuple(vt.shape):
-            raise GraphRunError(f"input `{name}` has shape {list(arr.shape)}, the graph expects "
-                                 f"{list(vt.shape)}")
+            raise GraphRunError(
+                f"input `{name}` has shape {list(arr.shape)}, the graph expects {list(vt.shape)}"
+            )
         env[ref] = arr.astype(np_dtype(vt.dtype))
     for table, what in ((graph.parameters, params), (graph.states, states)):
         for path, vt in table.items():
@@ -444,8 +467,9 @@ def run_graph(graph: Graph, inputs: dict[str, np.ndarray], params: dict[str, np.
                 raise GraphRunError(f"`{path}` was not given")
             arr = np.asarray(what[path])
             if tuple(arr.shape) != tuple(vt.shape):
-                raise GraphRunError(f"`{path}` has shape {list(arr.shape)}, the graph expects "
-                                     f"{list(vt.shape)}")
+                raise GraphRunError(
+                    f"`{path}` has shape {list(arr.shape)}, the graph expects {list(vt.shape)}"
+                )
             what[path] = arr.astype(np_dtype(vt.dtype), copy=False)
 
     def read(ref: str) -> np.ndarray:
@@ -478,14 +502,17 @@ def run_graph(graph: Graph, inputs: dict[str, np.ndarray], params: dict[str, np.
             if vt is None:
                 raise GraphRunError(f"no type for `{res}` in graph.values")
             if tuple(out.shape) != tuple(vt.shape):
-                raise GraphRunError(f"computed shape {list(out.shape)}, the graph declares "
-                                     f"{list(vt.shape)}")
+                raise GraphRunError(
+                    f"computed shape {list(out.shape)}, the graph declares {list(vt.shape)}"
+                )
             if out.dtype != np_dtype(vt.dtype):
                 raise GraphRunError(f"computed dtype {out.dtype}, the graph declares {vt.dtype}")
             env[res] = out
         except GraphRunError as exc:
-            raise GraphRunError(f"step {i} ({step.op} {', '.join(step.operands)} -> "
-                                 f"{', '.join(step.results)}; {step.loc}): {exc}") from None
+            raise GraphRunError(
+                f"step {i} ({step.op} {', '.join(step.operands)} -> "
+                f"{', '.join(step.results)}; {step.loc}): {exc}"
+            ) from None
     return [np.array(read(o)) for o in graph.outputs]
 
 
@@ -505,5 +532,4 @@ def random_arrays(table: dict, rng: np.random.Generator, scale: float = 1.0) -> 
 
 
 def zero_states(graph: Graph) -> dict[str, np.ndarray]:
-    return {path: np.zeros(vt.shape, dtype=np_dtype(vt.dtype))
-            for path, vt in graph.states.items()}
+    return {path: np.zeros(vt.shape, dtype=np_dtype(vt.dtype)) for path, vt in graph.states.items()}

@@ -32,12 +32,13 @@ def listed(text: str) -> set[tuple[str, str]]:
 
 def test_the_page_lists_every_per_primitive_table() -> None:
     coverage = importlib.import_module("test_coverage")
-    want = {("linnet.lang.ir.primitives", "PRIMITIVES"), *coverage.TABLES,
-            *coverage.TILE_TABLES}
+    want = {("linnet.lang.ir.primitives", "PRIMITIVES"), *coverage.TABLES, *coverage.TILE_TABLES}
     have = listed(PAGE.read_text())
     assert not want - have, f"docs/adding-a-primitive.md does not list {sorted(want - have)}"
-    assert not have - want, (f"docs/adding-a-primitive.md lists {sorted(have - want)}, which "
-                             "tests/test_coverage.py does not check")
+    assert not have - want, (
+        f"docs/adding-a-primitive.md lists {sorted(have - want)}, which "
+        "tests/test_coverage.py does not check"
+    )
 
 
 def test_every_listed_table_is_keyed_by_primitive() -> None:
@@ -46,8 +47,9 @@ def test_every_listed_table_is_keyed_by_primitive() -> None:
 
     for module, table in listed(PAGE.read_text()):
         rules = getattr(importlib.import_module(module), table)
-        assert isinstance(rules, dict) and set(rules) <= set(PRIMITIVES) | TILE_PRIMITIVES, \
+        assert isinstance(rules, dict) and set(rules) <= set(PRIMITIVES) | TILE_PRIMITIVES, (
             f"{module}.{table}"
+        )
 
 
 def test_the_page_is_in_the_site_nav() -> None:

@@ -37,13 +37,31 @@ ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
 FAMILIES = ["llama", "qwen2", "mistral", "gemma", "phi3", "gpt2"]
 MAPPINGS = {name: read_mapping(STD_ROOT / "models" / f"{name}.linnet") for name in FAMILIES}
-HF = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-      "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-      "num_hidden_layers": 2, "vocab_size": 256, "head_dim": 16, "rms_norm_eps": 1e-5,
-      "max_position_embeddings": 128, "tie_word_embeddings": False, "bos_token_id": 1,
-      "eos_token_id": 2, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
-LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+HF = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+    "head_dim": 16,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 128,
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+}
+LLAMA3 = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
 
 
 def codes(hf: dict, mapping: dict | None = None) -> list[str]:
@@ -61,18 +79,25 @@ OUT_OF_RANGE = [
     ({"rms_norm_eps": 0}, "rms_norm_eps"),
     ({"rms_norm_eps": 2.0}, "rms_norm_eps"),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 0}}, "rope_parameters.rope_theta"),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": -10000.0}},
-     "rope_parameters.rope_theta"),
+    (
+        {"rope_parameters": {"rope_type": "default", "rope_theta": -10000.0}},
+        "rope_parameters.rope_theta",
+    ),
     ({"rope_parameters": None, "rope_theta": -1.0}, "rope_theta"),
-    ({"rope_parameters": None, "rope_scaling": {"rope_type": "linear", "factor": 0.0}},
-     "rope_scaling.factor"),
-    ({"rope_parameters": {"rope_type": "dynamic", "factor": -2.0, "rope_theta": 1e4}},
-     "rope_parameters.factor"),
+    (
+        {"rope_parameters": None, "rope_scaling": {"rope_type": "linear", "factor": 0.0}},
+        "rope_scaling.factor",
+    ),
+    (
+        {"rope_parameters": {"rope_type": "dynamic", "factor": -2.0, "rope_theta": 1e4}},
+        "rope_parameters.factor",
+    ),
     ({"rope_parameters": {**LLAMA3, "low_freq_factor": 4.0}}, "rope_parameters.low_freq_factor"),
-    ({"rope_parameters": {**LLAMA3, "high_freq_factor": 0.0}},
-     "rope_parameters.high_freq_factor"),
-    ({"rope_parameters": {**LLAMA3, "original_max_position_embeddings": 0}},
-     "rope_parameters.original_max_position_embeddings"),
+    ({"rope_parameters": {**LLAMA3, "high_freq_factor": 0.0}}, "rope_parameters.high_freq_factor"),
+    (
+        {"rope_parameters": {**LLAMA3, "original_max_position_embeddings": 0}},
+        "rope_parameters.original_max_position_embeddings",
+    ),
     ({"num_key_value_heads": 3}, "num_attention_heads"),  # 4 heads over 3 groups
     ({"num_key_value_heads": 8}, "num_key_value_heads"),  # more KV heads than heads
     ({"num_attention_heads": 5000, "num_key_value_heads": 1}, "num_attention_heads"),
@@ -94,15 +119,22 @@ def test_values_out_of_range_are_coded(change, key):
     assert {x.code for x in err.value.diagnostics} == {"E0665"}
     # Names the file, the key, the value and the valid range (a value breaking two rules,
     # more KV heads than heads, say, is reported by both).
-    d = next(x for x in err.value.diagnostics
-             if x.message.startswith(f"config.json's `{key}` is "))
+    d = next(x for x in err.value.diagnostics if x.message.startswith(f"config.json's `{key}` is "))
     assert "valid range" in d.message or "multiple of" in d.message
     assert "Llama" in d.help
 
 
-@pytest.mark.parametrize("change", [{"num_attention_heads": 4.0}, {"tie_word_embeddings": 3},
-                                    {"rms_norm_eps": "1e-5"}, {"bos_token_id": 1.5},
-                                    {"eos_token_id": ["2"]}, {"vocab_size": 0}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"num_attention_heads": 4.0},
+        {"tie_word_embeddings": 3},
+        {"rms_norm_eps": "1e-5"},
+        {"bos_token_id": 1.5},
+        {"eos_token_id": ["2"]},
+        {"vocab_size": 0},
+    ],
+)
 def test_values_of_the_wrong_kind_are_E0671(change):
     assert codes({**HF, **change}) == ["E0671"]
 
@@ -111,8 +143,7 @@ def test_values_in_range_run_and_bounds_name_other_keys():
     assert codes(HF) == []
     assert codes({**HF, "rope_parameters": LLAMA3, "eos_token_id": [1, 2, 255]}) == []
     # A bound naming an absent key is not checked (no vocab_size: the token ids' upper bound).
-    assert codes({k: v for k, v in HF.items() if k != "vocab_size"} | {"bos_token_id": 10**6}
-                 ) == []
+    assert codes({k: v for k, v in HF.items() if k != "vocab_size"} | {"bos_token_id": 10**6}) == []
 
 
 def test_the_message_shows_the_value_and_the_range(tmp_path):
@@ -122,9 +153,11 @@ def test_the_message_shows_the_value_and_the_range(tmp_path):
         read_checkpoint_config(path, LLAMA, "Llama")
     eps, bos = err.value.diagnostics
     assert eps.message == "config.json's `rms_norm_eps` is -1, outside its valid range (0, 1]"
-    assert bos.message == ("config.json's `bos_token_id` is 300, outside its valid range "
-                           "int [0, vocab_size) (vocab_size = 256)")
-    assert eps.span.source.text[eps.span.start:eps.span.stop] == '"rms_norm_eps"'
+    assert bos.message == (
+        "config.json's `bos_token_id` is 300, outside its valid range "
+        "int [0, vocab_size) (vocab_size = 256)"
+    )
+    assert eps.span.source.text[eps.span.start : eps.span.stop] == '"rms_norm_eps"'
     assert eps.label == "valid: (0, 1]"
 
 
@@ -155,8 +188,9 @@ def test_every_key_a_shipped_mapping_reads_has_a_range(name):
 def test_the_example_mapping_is_the_shipped_llama_mapping():
     example = json.loads((ROOT / "examples" / "llama" / "llama.hf.json").read_text())
     shipped = dict(MAPPINGS["llama"])
-    assert {k: v for k, v in example.items() if k != "_comment"} == \
-        {k: v for k, v in shipped.items() if k != "_comment"}
+    assert {k: v for k, v in example.items() if k != "_comment"} == {
+        k: v for k, v in shipped.items() if k != "_comment"
+    }
 
 
 @pytest.mark.parametrize("rule", ["(0, 1", "[a b]", "int", "(0, 1] multiple", 3, "[1, 2] or 3"])
@@ -175,14 +209,21 @@ def test_rules():
     assert parse_rule("(-inf, 0)").check(-1e300, {}) is None
     assert parse_rule("(0, inf)").kind_error(math.inf) == "not a finite number"
     assert parse_rule("bool").kind_error(1) == "not true or false"
-    assert parse_rule("[0.5, 1e3] multiple of g").check(6, {"g": 4}) == \
-        "not a multiple of `g` (4)"
+    assert parse_rule("[0.5, 1e3] multiple of g").check(6, {"g": 4}) == "not a multiple of `g` (4)"
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from([*sorted(MAPPINGS["llama"]["ranges"]), "bos_token_id", "eos_token_id"]),
-       st.one_of(st.integers(-2**70, 2**70), st.floats(), st.booleans(), st.none(),
-                 st.text(max_size=3), st.lists(st.integers(-5, 300), max_size=3)))
+@given(
+    st.sampled_from([*sorted(MAPPINGS["llama"]["ranges"]), "bos_token_id", "eos_token_id"]),
+    st.one_of(
+        st.integers(-(2**70), 2**70),
+        st.floats(),
+        st.booleans(),
+        st.none(),
+        st.text(max_size=3),
+        st.lists(st.integers(-5, 300), max_size=3),
+    ),
+)
 def test_any_value_of_a_ranged_key_runs_only_in_range(key, value):
     """A value either satisfies its key's rule or is E0665/E0671 (or another coded error
     the other sections give): never silently read."""
@@ -191,8 +232,9 @@ def test_any_value_of_a_ranged_key_runs_only_in_range(key, value):
     if key in MAPPINGS["llama"]["ranges"] or key.endswith("token_id"):
         rule = parse_rule(MAPPINGS["llama"]["ranges"].get(key, "int [0, vocab_size)"))
         items = value if isinstance(value, list) and rule.kind != "bool" else [value]
-        ok = value is None or all(rule.kind_error(v) is None and rule.check(v, hf) is None
-                                  for v in items)
+        ok = value is None or all(
+            rule.kind_error(v) is None and rule.check(v, hf) is None for v in items
+        )
         if not ok:
             assert found and set(found) <= {"E0665", "E0671", "E0613"}, (key, value, found)
     assert all(c.startswith("E06") for c in found)
@@ -200,17 +242,37 @@ def test_any_value_of_a_ranged_key_runs_only_in_range(key, value):
 
 # ---------------------------------------------------------------- item 17: metadata keys
 def test_transformers_metadata_and_underscore_keys_are_ignored():
-    hub = {**HF, "_name_or_path": "meta-llama/Llama-3.2-1B", "_model_name_or_path": "x",
-           "_commit_hash": "abc", "_attn_implementation_autoset": True, "unk_token_id": 0,
-           "pad_token_id": -1,  # older hub configs say "no pad token" so
-           "torchscript": False, "use_bfloat16": False, "tf_legacy_loss": False,
-           "pruned_heads": {}, "is_decoder": False, "temperature": 0.6, "top_p": 0.9,
-           "max_length": 4096, "do_sample": True, "num_beams": 1, "output_attentions": False,
-           "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}, "use_cache": True,
-           "tokenizer_class": "LlamaTokenizer", "initializer_range": 0.02}
+    hub = {
+        **HF,
+        "_name_or_path": "meta-llama/Llama-3.2-1B",
+        "_model_name_or_path": "x",
+        "_commit_hash": "abc",
+        "_attn_implementation_autoset": True,
+        "unk_token_id": 0,
+        "pad_token_id": -1,  # older hub configs say "no pad token" so
+        "torchscript": False,
+        "use_bfloat16": False,
+        "tf_legacy_loss": False,
+        "pruned_heads": {},
+        "is_decoder": False,
+        "temperature": 0.6,
+        "top_p": 0.9,
+        "max_length": 4096,
+        "do_sample": True,
+        "num_beams": 1,
+        "output_attentions": False,
+        "id2label": {"0": "LABEL_0"},
+        "label2id": {"LABEL_0": 0},
+        "use_cache": True,
+        "tokenizer_class": "LlamaTokenizer",
+        "initializer_range": 0.02,
+    }
     for name in ("llama", "qwen2", "mistral", "gemma", "phi3"):
-        hf = {**hub, "architectures": MAPPINGS[name]["architectures"],
-              "model_type": MAPPINGS[name]["model_types"][0]}
+        hf = {
+            **hub,
+            "architectures": MAPPINGS[name]["architectures"],
+            "model_type": MAPPINGS[name]["model_types"][0],
+        }
         if name == "gemma":
             hf["hidden_act"] = "gelu_pytorch_tanh"
         if name in ("qwen2", "phi3"):
@@ -218,12 +280,15 @@ def test_transformers_metadata_and_underscore_keys_are_ignored():
         assert codes(hf, MAPPINGS[name]) == [], name
 
 
-@pytest.mark.parametrize("change,code", [
-    ({"quantization_config": {"quant_method": "fp8"}}, "E0655"),  # changes the weights' math
-    ({"logit_softcap": 30.0}, "E0655"),
-    ({"pruned_heads": {"0": [1]}}, "E0656"),
-    ({"per_layer_config": {"0": {"num_attention_heads": 2}}}, "E0655"),
-])
+@pytest.mark.parametrize(
+    "change,code",
+    [
+        ({"quantization_config": {"quant_method": "fp8"}}, "E0655"),  # changes the weights' math
+        ({"logit_softcap": 30.0}, "E0655"),
+        ({"pruned_heads": {"0": [1]}}, "E0656"),
+        ({"per_layer_config": {"0": {"num_attention_heads": 2}}}, "E0655"),
+    ],
+)
 def test_keys_that_change_the_math_stay_errors(change, code):
     mapping = dict(MAPPINGS["qwen2"])
     hf = {**HF, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **change}
@@ -247,8 +312,18 @@ def header_file(path: Path, dtype: str, shape: list[int], nbytes: int) -> Path:
     return path
 
 
-READ = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32, "I16": 16, "I8": 8,
-        "U8": 8, "BOOL": 8}
+READ = {
+    "F64": 64,
+    "F32": 32,
+    "F16": 16,
+    "BF16": 16,
+    "I64": 64,
+    "I32": 32,
+    "I16": 16,
+    "I8": 8,
+    "U8": 8,
+    "BOOL": 8,
+}
 
 
 @pytest.mark.parametrize("dtype", sorted(READ))
@@ -287,8 +362,9 @@ def test_the_dtype_list_is_the_format_s():
     assert listed and listed - {"NOPE"} == set(READ) | set(UNSUPPORTED_DTYPES)
 
 
-@pytest.mark.parametrize("dtype,shape,nbytes", [("F4", [3], 2), ("F6_E2M3", [3], 3),
-                                                ("F7", [1], 1), ("f32", [1], 4)])
+@pytest.mark.parametrize(
+    "dtype,shape,nbytes", [("F4", [3], 2), ("F6_E2M3", [3], 3), ("F7", [1], 1), ("f32", [1], 4)]
+)
 def test_sub_byte_ends_and_unknown_dtypes_are_corrupt(tmp_path, dtype, shape, nbytes):
     path = header_file(tmp_path / "a.safetensors", dtype, shape, nbytes)
     with pytest.raises(LinnetError) as err:
@@ -325,19 +401,34 @@ def tiny(tmp_path):
 def test_a_mapping_is_inferred_where_names_match(tiny, tmp_path):
     path, program = tiny
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "tiny", "vocab_size": 16, "hidden_size": 8,
-                                  "scale": 0.5, "_name_or_path": "me/tiny",
-                                  "torch_dtype": "float32", "bos_token_id": 1,
-                                  "tie_word_embeddings": False}))
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "tiny",
+                "vocab_size": 16,
+                "hidden_size": 8,
+                "scale": 0.5,
+                "_name_or_path": "me/tiny",
+                "torch_dtype": "float32",
+                "bos_token_id": 1,
+                "tie_word_embeddings": False,
+            }
+        )
+    )
     cfg = read_checkpoint_config(config, path, "Tiny", program)
     assert cfg.values == {"scale": 0.5}
     assert cfg.checks == {"vocab_size": 16, "hidden_size": 8}
     assert cfg.inferred is not None
 
 
-@pytest.mark.parametrize("extra,named", [({"num_attention_heads": 4}, "`num_attention_heads`"),
-                                         ({"rope_scaling": {"factor": 2.0}}, "`rope_scaling`"),
-                                         ({"scale": {"a": 1}}, "`scale`")])
+@pytest.mark.parametrize(
+    "extra,named",
+    [
+        ({"num_attention_heads": 4}, "`num_attention_heads`"),
+        ({"rope_scaling": {"factor": 2.0}}, "`rope_scaling`"),
+        ({"scale": {"a": 1}}, "`scale`"),
+    ],
+)
 def test_an_inexact_mapping_is_E0670_naming_the_keys(tiny, tmp_path, extra, named):
     path, program = tiny
     config = tmp_path / "config.json"
@@ -387,8 +478,7 @@ def test_the_demo_writes_bf16_as_torch_rounds_it(tmp_path):
     from linnet.lang.weights.demo import safetensors_bytes
     from safetensors.torch import load as load_bytes
 
-    values = np.array([1.0, -2.5, 3.14159, 1e-8, 65504.0, 0.1, 1.00390625, 1.01171875],
-                      np.float32)
+    values = np.array([1.0, -2.5, 3.14159, 1e-8, 65504.0, 0.1, 1.00390625, 1.01171875], np.float32)
     raw = safetensors_bytes({"w": ("bf16", values), "v": ("f16", values)})
     loaded = load_bytes(raw)
     want = torch.from_numpy(values)

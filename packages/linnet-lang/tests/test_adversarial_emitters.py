@@ -9,10 +9,11 @@ from linnet.lang import LinnetError, Program, lower
 from linnet.lang.emit import jax as jax_emit
 from linnet.lang.emit import torch as torch_emit
 
-SOURCE = ("model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] "
-          "{ return x * 2.0 } }\n")
-EMITTERS = {"torch": (torch_emit, "PyTorch", "`linnet run`"),
-            "jax": (jax_emit, "JAX", "`linnet jax --no-fast`")}
+SOURCE = "model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return x * 2.0 } }\n"
+EMITTERS = {
+    "torch": (torch_emit, "PyTorch", "`linnet run`"),
+    "jax": (jax_emit, "JAX", "`linnet jax --no-fast`"),
+}
 
 
 @pytest.mark.parametrize("bad", ["{} = = 1", "{} = 1; z = 2", "{} = (0).clamp(0, 1)"])

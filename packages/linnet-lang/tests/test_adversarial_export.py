@@ -59,39 +59,54 @@ def decode_onnx(toy):
     _, decode, params = toy
     model = onnx_emit.emit_onnx(decode, params)
     onnx_emit.check(model)
-    sess = ort.InferenceSession(onnx_emit.to_proto(model).SerializeToString(),
-                                providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        onnx_emit.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     return decode, sess
 
 
 def _feeds(graph, token: int, pos: int) -> dict:
-    return {"token": np.array([token], np.int32), "pos": np.array([pos], np.int32),
-            **{p: np.zeros(v.shape, np.float32) for p, v in graph.states.items()}}
+    return {
+        "token": np.array([token], np.int32),
+        "pos": np.array([pos], np.int32),
+        **{p: np.zeros(v.shape, np.float32) for p, v in graph.states.items()},
+    }
 
 
 # ---------------------------------------------------------------- shapes: refused at export
 @pytest.mark.parametrize("command", ["stablehlo", "onnx"])
 def test_the_cli_refuses_a_prompt_longer_than_the_cache_E0782(command, tmp_path, capsys):
     out = tmp_path / f"prefill.{command}"
-    rc = main([command, str(LLAMA), "--entry", "prefill", *TOY, "--input", "tokens=1,129",
-               "-o", str(out)])
+    rc = main(
+        [command, str(LLAMA), "--entry", "prefill", *TOY, "--input", "tokens=1,129", "-o", str(out)]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and "E0782" in err and "[1, 129]" in err and "holds 128" in err
     assert not out.exists()
 
 
 def test_the_python_exporters_refuse_it_too_E0782(tmp_path):
-    long = lower(Program.from_file(LLAMA), "prefill", {"tokens": [1, 129]}, toy_config(),
-                 check=False)
+    long = lower(
+        Program.from_file(LLAMA), "prefill", {"tokens": [1, 129]}, toy_config(), check=False
+    )
     assert code(export_stablehlo, long, tmp_path / "p.mlir") == "E0782"
     assert code(export_onnx, long, None, tmp_path / "p.onnx") == "E0782"
     assert not (tmp_path / "p.mlir").exists() and not (tmp_path / "p.onnx").exists()
 
 
 # ---------------------------------------------------------------- values: the flag
-@pytest.mark.parametrize("token,pos,valid", [(5, 0, True), (255, 127, True), (-1, 0, False),
-                                             (256, 0, False), (5, -1, False),
-                                             (5, 128, False), (-(2 ** 31), 0, False)])
+@pytest.mark.parametrize(
+    "token,pos,valid",
+    [
+        (5, 0, True),
+        (255, 127, True),
+        (-1, 0, False),
+        (256, 0, False),
+        (5, -1, False),
+        (5, 128, False),
+        (-(2**31), 0, False),
+    ],
+)
 def test_onnx_decode_flags_what_the_runtimes_refuse(decode_onnx, token, pos, valid):
     graph, sess = decode_onnx
     feeds = _feeds(graph, token, pos)
@@ -105,8 +120,10 @@ def test_onnx_decode_flags_what_the_runtimes_refuse(decode_onnx, token, pos, val
         check_outputs(sess, feeds, outs)
     d = err.value.diagnostics[0]
     name = "token" if token != 5 else "pos"
-    assert d.code == "E0780" and f"input `{name}` of `decode` has {token if name == 'token' else pos}" \
-        in d.message
+    assert (
+        d.code == "E0780"
+        and f"input `{name}` of `decode` has {token if name == 'token' else pos}" in d.message
+    )
 
 
 def test_a_negative_token_no_longer_reads_the_last_row(decode_onnx, toy):
@@ -134,12 +151,30 @@ def test_stablehlo_decode_flags_what_the_runtimes_refuse(toy):
 
 def test_a_symbolic_prefill_flags_a_prompt_longer_than_the_cache(tmp_path):
     out = tmp_path / "prefill.onnx"
-    assert main(["onnx", str(LLAMA), "--entry", "prefill", *TOY, "--input", "tokens=1,8",
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "onnx",
+                str(LLAMA),
+                "--entry",
+                "prefill",
+                *TOY,
+                "--input",
+                "tokens=1,8",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
-    rest = {i.name: (0.1 * rng.standard_normal([1 if d == "B" else d for d in i.shape]))
-            .astype(np.float32) for i in sess.get_inputs()[1:]}
+    rest = {
+        i.name: (0.1 * rng.standard_normal([1 if d == "B" else d for d in i.shape])).astype(
+            np.float32
+        )
+        for i in sess.get_inputs()[1:]
+    }
     for length, valid in [(8, True), (128, True), (129, False)]:
         feeds = {"tokens": np.full((1, length), 3, np.int32), **rest}
         outs = sess.run(None, feeds)
@@ -154,8 +189,8 @@ def test_a_symbolic_prefill_flags_a_prompt_longer_than_the_cache(tmp_path):
 
 
 def test_a_graph_without_indices_is_always_valid():
-    prog = Program.from_text('''
-model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return x * 2.0 } }''')
+    prog = Program.from_text("""
+model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return x * 2.0 } }""")
     g = lower(prog, "run", {"x": [3]}, {"N": 3})
     text = stablehlo.emit_stablehlo(g)
     got, valid = stablehlo.compile_cpu(text)(np.ones(3, np.float32))
@@ -180,7 +215,7 @@ def test_arguments_named_like_the_exporters_own_names_export_and_run():
     makes itself, never collide with a function's or an entry's argument."""
     decl = ", ".join(f"{n}: Tensor[N; f32]" for n in NAMES)
     total = " + ".join(f"{n}[i]" for n in NAMES)
-    prog = Program.from_text(f'''
+    prog = Program.from_text(f"""
 use std.nn.norm::{{layer_norm}}
 model M<N: Dim> {{
     state s: Tensor[N; f32]
@@ -191,9 +226,10 @@ model M<N: Dim> {{
         let z = layer_norm(y, a, b, 1e-5)
         return z
     }}
-}}''')
-    g = lower(prog, "run", {**{n: [4] for n in NAMES}, "pos": [1], "x": [2, 4]}, {"N": 4},
-              check=False)
+}}""")
+    g = lower(
+        prog, "run", {**{n: [4] for n in NAMES}, "pos": [1], "x": [2, 4]}, {"N": 4}, check=False
+    )
     rng = np.random.default_rng(1)
     inputs = {n: rng.standard_normal(4).astype(np.float32) for n in NAMES}
     inputs["x"] = rng.standard_normal((2, 4)).astype(np.float32)
@@ -203,22 +239,24 @@ model M<N: Dim> {{
     (want,) = run_graph(g, inputs, {}, after)
     text = stablehlo.emit_stablehlo(g)
     stablehlo.verify(text)
-    got = stablehlo.compile_cpu(text)(*(inputs.get(a, states.get(a))
-                                        for a in stablehlo.argument_order(g)))
+    got = stablehlo.compile_cpu(text)(
+        *(inputs.get(a, states.get(a)) for a in stablehlo.argument_order(g))
+    )
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got[1], after["s"])  # the state after the write
     assert len(got) == 3 and got[2]
     model = onnx_emit.emit_onnx(g)
     onnx_emit.check(model)
-    sess = ort.InferenceSession(onnx_emit.to_proto(model).SerializeToString(),
-                                providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        onnx_emit.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     got = sess.run(None, {**inputs, **states})
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
     assert got[-1]
 
 
 def test_an_onnx_input_named_like_a_state_is_E0944():
-    prog = Program.from_text('''
+    prog = Program.from_text("""
 model M<N: Dim> {
     state s: Tensor[N; f32]
     entry run(s: Tensor[N; f32]) -> Tensor[N; f32] {
@@ -226,7 +264,7 @@ model M<N: Dim> {
         let z[i] = s[i] + self.s[i]
         return z
     }
-}''')
+}""")
     g = lower(prog, "run", {"s": [3]}, {"N": 3})
     with pytest.raises(LinnetError) as err:
         onnx_emit.emit_onnx(g)
@@ -258,8 +296,9 @@ def _symbolic_model(program, entry: str, inputs: dict, config: dict, dynamic):
 
 
 @pytest.mark.parametrize("case", ["prefill", "decode", "window"])
-def test_onnxruntime_symbolic_shape_inference_completes_without_merging(case, tmp_path,
-                                                                        monkeypatch):
+def test_onnxruntime_symbolic_shape_inference_completes_without_merging(
+    case, tmp_path, monkeypatch
+):
     """Every output's and every intermediate's dims come out in terms of the input dims
     (`B`, `L`, `B*L`), with auto_merge=False: no dim made up for a function's result."""
     import re
@@ -268,24 +307,31 @@ def test_onnxruntime_symbolic_shape_inference_completes_without_merging(case, tm
 
     monkeypatch.chdir(tmp_path)  # it saves sym_shape_infer_temp.onnx where it stops
     if case == "window":  # an iota of length L inside the function's body
-        sym, proto = _symbolic_model(Program.from_text(WINDOW, "window"), "prefill",
-                                     {"q": [1, 6, 2, 2, 8], "k": [1, 6, 2, 8],
-                                      "v": [1, 6, 2, 8]}, {}, "B,L")
+        sym, proto = _symbolic_model(
+            Program.from_text(WINDOW, "window"),
+            "prefill",
+            {"q": [1, 6, 2, 2, 8], "k": [1, 6, 2, 8], "v": [1, 6, 2, 8]},
+            {},
+            "B,L",
+        )
         want = [["B", "L", 2, 2, 8], []]
     else:
         inputs = {"tokens": [1, 6]} if case == "prefill" else {"token": [1], "pos": [1]}
-        sym, proto = _symbolic_model(Program.from_file(LLAMA), case, inputs, toy_config(),
-                                     None)
+        sym, proto = _symbolic_model(Program.from_file(LLAMA), case, inputs, toy_config(), None)
         cache = ["B", 128, 2, 16]
         want = [["B", "L", 256] if case == "prefill" else ["B", 256], *[cache] * 4, []]
     out = SymbolicShapeInference.infer_shapes(proto, auto_merge=False)
-    got = [[d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]
-           for o in out.graph.output]
+    got = [
+        [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in out.graph.output
+    ]
     assert got == want
     names = set(sym.symbolic)
-    made_up = {(vi.name, d.dim_param) for vi in out.graph.value_info
-               for d in vi.type.tensor_type.shape.dim
-               if d.dim_param and set(re.findall(r"[A-Za-z_][\w.]*", d.dim_param)) - names}
+    made_up = {
+        (vi.name, d.dim_param)
+        for vi in out.graph.value_info
+        for d in vi.type.tensor_type.shape.dim
+        if d.dim_param and set(re.findall(r"[A-Za-z_][\w.]*", d.dim_param)) - names
+    }
     assert not made_up
 
 
@@ -298,10 +344,15 @@ model M<N: Dim, D: Dim> {
 """
 
 
-@pytest.mark.parametrize("version,what", [("0.8.0", "writes versions"),
-                                          ("99.0.0", "writes versions"),
-                                          ("1.x", "is no StableHLO version"),
-                                          ("", "is no StableHLO version")])
+@pytest.mark.parametrize(
+    "version,what",
+    [
+        ("0.8.0", "writes versions"),
+        ("99.0.0", "writes versions"),
+        ("1.x", "is no StableHLO version"),
+        ("", "is no StableHLO version"),
+    ],
+)
 def test_a_portable_version_jaxlib_does_not_write_is_E0946(version, what, tmp_path):
     from linnet.lang.export import portable_stablehlo
 
@@ -321,8 +372,18 @@ def test_the_cli_writes_a_portable_artifact_only_to_a_file(tmp_path, capsys):
     src = tmp_path / "gelu.linnet"
     src.write_text(GELU_SOURCE)
     out = tmp_path / "gelu.mlirbc"
-    base = ["stablehlo", str(src), "--entry", "run", "--set", "N=2", "--set", "D=3",
-            "--input", "x=2,3"]
+    base = [
+        "stablehlo",
+        str(src),
+        "--entry",
+        "run",
+        "--set",
+        "N=2",
+        "--set",
+        "D=3",
+        "--input",
+        "x=2,3",
+    ]
     assert main([*base, "--portable"]) == 1  # binary: never to the terminal
     err = capsys.readouterr()
     assert "E0947" in err.err and "-o" in err.err and not err.out

@@ -76,11 +76,13 @@ def run_cli(capsys, argv: list[str]) -> tuple[int, str]:
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 # ---------------------------------------------------------------- item 9: $LINNET_HOME
+
 
 def test_home_is_created_private(home):
     assert linnet_home() == home and (home.stat().st_mode & 0o777) == 0o700
@@ -243,10 +245,10 @@ def test_write_onto_a_read_only_file(tmp_path):
 
 # ---------------------------------------------------------------- item 10: `-o`
 
+
 @pytest.mark.parametrize("command", ["torch", "graph"])
 @pytest.mark.parametrize("which", ["root", "module", "std", "symlink", "hardlink", "relative"])
-def test_output_onto_a_source_file_is_refused(capsys, tmp_path, model, monkeypatch, command,
-                                              which):
+def test_output_onto_a_source_file_is_refused(capsys, tmp_path, model, monkeypatch, command, which):
     from linnet.lang.syntax.program import STD_ROOT
 
     argv = [command, str(model), *LOWER]
@@ -267,8 +269,10 @@ def test_output_onto_a_source_file_is_refused(capsys, tmp_path, model, monkeypat
     else:
         monkeypatch.chdir(model.parent)
         target = Path("main.linnet")
-    before = {p: p.read_bytes() for p in (model, model.parent / "helpers.linnet",
-                                          STD_ROOT / "nn" / "linear.linnet")}
+    before = {
+        p: p.read_bytes()
+        for p in (model, model.parent / "helpers.linnet", STD_ROOT / "nn" / "linear.linnet")
+    }
     rc, text = run_cli(capsys, [*argv, "-o", str(target)])
     assert rc == 1 and "E0662" in text
     assert {p: p.read_bytes() for p in before} == before
@@ -285,8 +289,10 @@ def test_output_onto_the_config_or_weights_is_refused(capsys, tmp_path, model, w
         from safetensors.numpy import save_file
 
         target = tmp_path / "w.safetensors"
-        save_file({"proj.weight": np.zeros((4, 4), np.float32),
-                   "proj.bias": np.zeros(4, np.float32)}, str(target))
+        save_file(
+            {"proj.weight": np.zeros((4, 4), np.float32), "proj.bias": np.zeros(4, np.float32)},
+            str(target),
+        )
         argv += ["--weights", str(target)]
     before = target.read_bytes()
     rc, text = run_cli(capsys, [*argv, "-o", str(target)])
@@ -345,8 +351,9 @@ def test_output_on_a_full_disk_keeps_the_old_file(capsys, tmp_path, model, monke
 
 
 def test_output_json_errors_go_to_stdout_as_json(capsys, model):
-    rc = main(["graph", str(model), "--entry", "forward", *LOWER, "--format", "json",
-               "-o", str(model)])
+    rc = main(
+        ["graph", str(model), "--entry", "forward", *LOWER, "--format", "json", "-o", str(model)]
+    )
     assert rc == 1
     assert [d["code"] for d in json.loads(capsys.readouterr().out)] == ["E0662"]
 
@@ -369,6 +376,7 @@ def test_output_written_atomically_with_the_old_mode(capsys, tmp_path, model):
 
 # ---------------------------------------------------------------- item 12: configs
 
+
 def write_config(tmp_path: Path, data: bytes) -> str:
     p = tmp_path / "cfg.json"
     p.write_bytes(data)
@@ -380,9 +388,10 @@ def test_config_with_a_bom_is_read(tmp_path):
     assert load_config(path, []) == {"D": 4}
 
 
-@pytest.mark.parametrize("data,offset", [(b'{"D": 4, "T": "\xff"}', 15),
-                                         (b'\xef\xbb\xbf{"D": "\xc3"}', 10),
-                                         (b"\xfe\xff\x00{", 0)])
+@pytest.mark.parametrize(
+    "data,offset",
+    [(b'{"D": 4, "T": "\xff"}', 15), (b'\xef\xbb\xbf{"D": "\xc3"}', 10), (b"\xfe\xff\x00{", 0)],
+)
 def test_config_with_a_bad_byte(tmp_path, data, offset):
     with pytest.raises(LinnetError) as err:
         load_config(write_config(tmp_path, data), [])
@@ -390,16 +399,32 @@ def test_config_with_a_bad_byte(tmp_path, data, offset):
     assert f"byte {offset}" in err.value.diagnostics[0].message
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000, '{"D": ' + "[" * 5000 + "]" * 5000 + "}",
-                                  '{"a":' * 3000 + "1" + "}" * 3000])
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 100_000, '{"D": ' + "[" * 5000 + "]" * 5000 + "}", '{"a":' * 3000 + "1" + "}" * 3000],
+)
 def test_config_nested_too_deeply(tmp_path, text):
     with pytest.raises(LinnetError) as err:
         load_config(write_config(tmp_path, text.encode()), [])
     assert codes(err) == ["E0646"]
 
 
-@pytest.mark.parametrize("text", ["[64, 4]", '"D"', "4", "null", "", "   ", "{", '{"D": 4} x',
-                                  '{"D": NaN}', '{"D": Infinity}', '{"D": -Infinity}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[64, 4]",
+        '"D"',
+        "4",
+        "null",
+        "",
+        "   ",
+        "{",
+        '{"D": 4} x',
+        '{"D": NaN}',
+        '{"D": Infinity}',
+        '{"D": -Infinity}',
+    ],
+)
 def test_config_that_is_not_one_json_object(tmp_path, text):
     with pytest.raises(LinnetError) as err:
         load_config(write_config(tmp_path, text.encode()), [])
@@ -446,14 +471,21 @@ def test_set_without_a_name(item):
 
 def test_config_errors_through_the_cli(capsys, tmp_path, model):
     path = write_config(tmp_path, b'{"D": "\xff"}')
-    rc, text = run_cli(capsys, ["graph", str(model), "--entry", "forward", "--config", path,
-                                "--input", "x=2,4"])
+    rc, text = run_cli(
+        capsys, ["graph", str(model), "--entry", "forward", "--config", path, "--input", "x=2,4"]
+    )
     assert rc == 1 and "E0645" in text
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.one_of(st.binary(max_size=64),
-                      st.text(alphabet='{}[]":,0123456789aD \\', max_size=40).map(str.encode)))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.one_of(
+        st.binary(max_size=64),
+        st.text(alphabet='{}[]":,0123456789aD \\', max_size=40).map(str.encode),
+    )
+)
 def test_any_config_bytes_give_a_dict_or_a_coded_error(tmp_path, data):
     try:
         config = load_config(write_config(tmp_path, data), [])
@@ -465,42 +497,66 @@ def test_any_config_bytes_give_a_dict_or_a_coded_error(tmp_path, data):
 
 # ---------------------------------------------------------------- item 12: `--input`
 
+
 def test_inputs_parse():
     assert parse_inputs(["tokens=1,16", "x=2x3", "s=", "y= 4 , 5 "]) == {
-        "tokens": [1, 16], "x": [2, 3], "s": [], "y": [4, 5]}
+        "tokens": [1, 16],
+        "x": [2, 3],
+        "s": [],
+        "y": [4, 5],
+    }
 
 
-@pytest.mark.parametrize("item", ["x=-1", "x=2,-3", "x=99999999999999999999999",
-                                  "x=" + "9" * 5000, "x=4294967296,4294967296",
-                                  "x=9223372036854775808"])
+@pytest.mark.parametrize(
+    "item",
+    [
+        "x=-1",
+        "x=2,-3",
+        "x=99999999999999999999999",
+        "x=" + "9" * 5000,
+        "x=4294967296,4294967296",
+        "x=9223372036854775808",
+    ],
+)
 def test_input_dims_out_of_range(item):
     with pytest.raises(LinnetError) as err:
         parse_inputs([item])
     assert codes(err) == ["E0648"]
 
 
-@pytest.mark.parametrize("item", ["x=abc", "x=1.5", "x=1,,2", "x=+1", "x=1_0", "x=\u0663",
-                                  "x=1e3", "x=0o7", "x=,"])
+@pytest.mark.parametrize(
+    "item", ["x=abc", "x=1.5", "x=1,,2", "x=+1", "x=1_0", "x=\u0663", "x=1e3", "x=0o7", "x=,"]
+)
 def test_input_dims_that_are_not_integers(item):
     with pytest.raises(LinnetError) as err:
         parse_inputs([item])
     assert codes(err) == ["E0643"]
 
 
-@pytest.mark.parametrize("items", [["=1,2"], [" =1"], ["1,2"], ["x"], ["x y=1"], ["x=1", "x=2"],
-                                   ["x=1", " x =2"]])
+@pytest.mark.parametrize(
+    "items", [["=1,2"], [" =1"], ["1,2"], ["x"], ["x y=1"], ["x=1", "x=2"], ["x=1", " x =2"]]
+)
 def test_input_names(items):
     with pytest.raises(LinnetError) as err:
         parse_inputs(items)
     assert codes(err) == ["E0649"]
 
 
-@pytest.mark.parametrize("item,code", [("x=-1,4", "E0648"), ("x=abc,4", "E0643"),
-                                       ("x=99999999999999999999999,4", "E0648"),
-                                       ("x=1,,4", "E0643"), ("=2,4", "E0649"), ("x", "E0649")])
+@pytest.mark.parametrize(
+    "item,code",
+    [
+        ("x=-1,4", "E0648"),
+        ("x=abc,4", "E0643"),
+        ("x=99999999999999999999999,4", "E0648"),
+        ("x=1,,4", "E0643"),
+        ("=2,4", "E0649"),
+        ("x", "E0649"),
+    ],
+)
 def test_input_errors_through_the_cli(capsys, model, item, code):
-    rc, text = run_cli(capsys, ["graph", str(model), "--entry", "forward", "--set", "D=4",
-                                "--input", item])
+    rc, text = run_cli(
+        capsys, ["graph", str(model), "--entry", "forward", "--set", "D=4", "--input", item]
+    )
     assert rc == 1 and f"error[{code}]" in text
 
 
@@ -518,6 +574,7 @@ def test_any_input_items_give_shapes_or_a_coded_error(items):
 
 
 # ---------------------------------------------------------------- the last line of defence
+
 
 def test_an_os_error_in_a_command_is_a_message(capsys, model, monkeypatch):
     from linnet.lang import cli
@@ -559,8 +616,10 @@ def test_a_bad_home_through_the_cli(capsys, home, model, monkeypatch):
 
 def test_no_fault_left_a_file_behind(tmp_path, model, capsys):
     before = snapshot(model.parent)
-    for argv in (["torch", str(model), *LOWER, "-o", str(model)],
-                 ["torch", str(model), *LOWER, "-o", str(tmp_path / "x" / "y.py")]):
+    for argv in (
+        ["torch", str(model), *LOWER, "-o", str(model)],
+        ["torch", str(model), *LOWER, "-o", str(tmp_path / "x" / "y.py")],
+    ):
         run_cli(capsys, argv)
     assert snapshot(model.parent) == before
 
@@ -574,8 +633,9 @@ def test_output_onto_the_config_by_its_name(capsys, tmp_path, model):
     (model.parent / "configs").mkdir()
     cfg = model.parent / "configs" / "tiny.json"
     cfg.write_text('{"D": 4}')
-    rc, text = run_cli(capsys, ["torch", str(model), "--config", "tiny", "--input", "x=2,4",
-                                "-o", str(cfg)])
+    rc, text = run_cli(
+        capsys, ["torch", str(model), "--config", "tiny", "--input", "x=2,4", "-o", str(cfg)]
+    )
     assert rc == 1 and "E0662" in text and cfg.read_text() == '{"D": 4}'
 
 

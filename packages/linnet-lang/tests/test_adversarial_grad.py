@@ -106,13 +106,19 @@ def test_the_backward_of_every_std_kernel_op_of_several_results_lowers():
     for op in ops:
         gens = {g.name: ("f32" if g.kind == "DType" else 4) for g in op.generics}
         gens.update({"HD": 32, "D": 12, "N": 2, "S": 5})  # HD % 32: the split kernels
-        case = case_for(program, op, {k: v for k, v in gens.items()
-                                      if k in {g.name for g in op.generics}})
+        case = case_for(
+            program, op, {k: v for k, v in gens.items() if k in {g.name for g in op.generics}}
+        )
         assert case is not None, op.name
         wrapper = wrapper_program(program, op, case)
-        graph = lower(wrapper, "check", {n: list(s) for n, (s, _) in case.params.items()},
-                      {n: 1e-5 for n in case.scalars}, model="LinnetKernelCheck",
-                      check=False)
+        graph = lower(
+            wrapper,
+            "check",
+            {n: list(s) for n, (s, _) in case.params.items()},
+            {n: 1e-5 for n in case.scalars},
+            model="LinnetKernelCheck",
+            check=False,
+        )
         (call,) = [c for c in graph.calls if c.callee == op.qualified_name]
         backwards = Backwards()
         backwards.backward(record_kernels(graph, wrapper), call, "key")
@@ -135,11 +141,13 @@ pub op f<N: Dim, K: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {
     message, help = no_backward_advice(op_info(op), Diagnostic("E0603", "cannot determine `K`"))
     assert "its grad clause" in message and "cannot determine `K`" in message
     assert "name every generic of `f` on its own" in help and "numerics='exact'" in help
-    _, help = no_backward_advice(op_info(op), Diagnostic("E0522", "gradient for `x` has shape [2]",
-                                                help=""))
+    _, help = no_backward_advice(
+        op_info(op), Diagnostic("E0522", "gradient for `x` has shape [2]", help="")
+    )
     assert help.startswith("fix `f`'s grad clause (gradient for `x` has shape [2])")
-    _, help = no_backward_advice(op_info(op),
-                                 Diagnostic("E0441", "returns 1 values but declares 3"))
+    _, help = no_backward_advice(
+        op_info(op), Diagnostic("E0441", "returns 1 values but declares 3")
+    )
     assert "limitation of Linnet" in help and "report it" in help
     assert "generic" not in help  # the old advice named generics whatever the cause
 
@@ -213,8 +221,9 @@ def test_a_body_that_passes_no_gradient_is_unchecked_not_a_pass(square):
 
 def test_a_case_describes_itself_in_findings(square):
     assert isinstance(square.case, KernelCase)
-    f = compare_case(square, [-_gradients(square)[0], _gradients(square)[1]],
-                     list(_gradients(square))).finding
+    f = compare_case(
+        square, [-_gradients(square)[0], _gradients(square)[1]], list(_gradients(square))
+    ).finding
     assert f is not None and str(f).startswith("E0537 grad clause of main::sq on x: [")
     assert f.diagnostic().message.startswith("grad clause of main::sq")
 
@@ -241,23 +250,26 @@ model M<N: Dim> {
 """
 
 
-@pytest.mark.parametrize("dx,why", [
-    ("dy[n] * w[n]", None),
-    ("dy[n]", None),  # a straight-through estimator
-    ("select(x[n] > 0.0, dy[n] * w[n], 0.0)", None),  # a mask: zeros where it is off
-    ("(sum[m] dy[m] * w[m]) * x[n] - dy[n] / (w[n] * w[n] + 1.0)", None),
-    ("-(dy[n] as f32) * exp(w[n])", None),
-    ("dy[n] * 0.0 + 7.0", "does not depend on the incoming gradients"),
-    ("x[n] * 2.0", "does not depend on the incoming gradients"),
-    ("dy[n] + x[n]", "adds a term that does not depend on the incoming gradients (`add` at"),
-    ("dy[n] * dy[n]", "multiplies two values computed from the incoming gradients"),
-    ("(sum[m] dy[m]) * dy[n]", "multiplies two values computed from the incoming gradients"),
-    ("exp(dy[n])", "applies `exp` to a gradient"),
-    ("max(dy[n], 0.0)", "applies `maximum` to a gradient"),
-    ("w[n] / dy[n]", "divides by a value computed from the incoming gradients"),
-    ("select(dy[n] > 0.0, dy[n], 0.0)", "applies `gt` to a gradient"),
-    ("select(x[n] > 0.0, dy[n], 1.0)", "selects between a gradient and a value that does not"),
-])
+@pytest.mark.parametrize(
+    "dx,why",
+    [
+        ("dy[n] * w[n]", None),
+        ("dy[n]", None),  # a straight-through estimator
+        ("select(x[n] > 0.0, dy[n] * w[n], 0.0)", None),  # a mask: zeros where it is off
+        ("(sum[m] dy[m] * w[m]) * x[n] - dy[n] / (w[n] * w[n] + 1.0)", None),
+        ("-(dy[n] as f32) * exp(w[n])", None),
+        ("dy[n] * 0.0 + 7.0", "does not depend on the incoming gradients"),
+        ("x[n] * 2.0", "does not depend on the incoming gradients"),
+        ("dy[n] + x[n]", "adds a term that does not depend on the incoming gradients (`add` at"),
+        ("dy[n] * dy[n]", "multiplies two values computed from the incoming gradients"),
+        ("(sum[m] dy[m]) * dy[n]", "multiplies two values computed from the incoming gradients"),
+        ("exp(dy[n])", "applies `exp` to a gradient"),
+        ("max(dy[n], 0.0)", "applies `maximum` to a gradient"),
+        ("w[n] / dy[n]", "divides by a value computed from the incoming gradients"),
+        ("select(dy[n] > 0.0, dy[n], 0.0)", "applies `gt` to a gradient"),
+        ("select(x[n] > 0.0, dy[n], 1.0)", "selects between a gradient and a value that does not"),
+    ],
+)
 def test_a_clause_is_linear_in_its_incoming_gradients_or_says_why_not(dx, why):
     from linnet.lang.grad.linearity import nonlinear_gradients
 

@@ -34,6 +34,7 @@ model M<N: Dim> {
 }
 """
 
+
 def _graph(text: str = DOUBLE, n: int = 4) -> tuple[Program, Graph]:
     program = check_text(text)
     return program, lower(program, "run", {"x": [n]})
@@ -128,8 +129,7 @@ def test_json_round_trip_keeps_the_format() -> None:
 def test_instance_keys_tell_scalars_and_writes_apart() -> None:
     base = {"kernel": "m::k", "kernel_generics": {"N": 4}, "args": ["%x", 0.5]}
     assert instance_key(base) != instance_key({**base, "args": ["%x", 0.25]})
-    assert instance_key(base) != instance_key(
-        {**base, "writes": [{"result": 0, "positions": 8}]})
+    assert instance_key(base) != instance_key({**base, "writes": [{"result": 0, "positions": 8}]})
     assert instance_key(base) != instance_key({**base, "kernel_generics": {"N": 5}})
 
 

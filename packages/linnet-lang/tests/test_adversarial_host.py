@@ -26,24 +26,28 @@ def code_of(excinfo: pytest.ExceptionInfo) -> str:
     return excinfo.value.diagnostics[0].code
 
 
-@pytest.mark.parametrize("call", [
-    "run_setup(argparse.Namespace(file='std.models.qwen2', weights=None, config=None, "
-    "set=['S=64']))",
-    "run_setup(argparse.Namespace(file=None, weights=None, config='toy', set=[]))",
-    "read_config('toy', model_file('std.models.gpt2'))",
-    "has_config(model_file('std.models.phi3'), 'toy')",
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "run_setup(argparse.Namespace(file='std.models.qwen2', weights=None, config=None, "
+        "set=['S=64']))",
+        "run_setup(argparse.Namespace(file=None, weights=None, config='toy', set=[]))",
+        "read_config('toy', model_file('std.models.gpt2'))",
+        "has_config(model_file('std.models.phi3'), 'toy')",
+    ],
+)
 def test_hosting_a_model_imports_no_command_line(call):
     """Before issue 39, `linnet run`'s setup and ``load(config="toy")`` imported the CLI
     (linnet.lang.cli) for its config reader: the host depended on the command line."""
-    code = ("import argparse, sys\n"
-            "from linnet.lang.host.run import run_setup, has_config\n"
-            "from linnet.lang.host.loading import read_config\n"
-            "from linnet.lang.syntax.program import model_file\n"
-            f"{call}\n"
-            "assert 'linnet.lang.cli' not in sys.modules, 'the host imported the CLI'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import argparse, sys\n"
+        "from linnet.lang.host.run import run_setup, has_config\n"
+        "from linnet.lang.host.loading import read_config\n"
+        "from linnet.lang.syntax.program import model_file\n"
+        f"{call}\n"
+        "assert 'linnet.lang.cli' not in sys.modules, 'the host imported the CLI'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -83,8 +87,14 @@ def test_a_write_that_fails_is_E0800_not_a_traceback(tmp_path, monkeypatch):
 
     monkeypatch.setattr(export, "export_stablehlo", refused)
     asked: list[str] = []
-    entry = EntryExport(PROGRAM, {"V": 4}, {}, lambda: asked.append("checked") or GRAPH,
-                        lambda: {"i": [1]}, lambda i, c: GRAPH)
+    entry = EntryExport(
+        PROGRAM,
+        {"V": 4},
+        {},
+        lambda: asked.append("checked") or GRAPH,
+        lambda: {"i": [1]},
+        lambda i, c: GRAPH,
+    )
     with pytest.raises(LinnetError) as info:
         export_entry_stablehlo(entry, tmp_path / "m.mlir")
     assert code_of(info) == "E0800" and "Permission denied" in info.value.diagnostics[0].message
@@ -96,7 +106,8 @@ def test_the_stablehlo_driver_returns_the_argument_order(tmp_path):
     """What the runtimes returned before the driver: the entry's inputs, then its weights."""
     from linnet.lang.emit.stablehlo import argument_order
 
-    entry = EntryExport(PROGRAM, {"V": 4}, {}, lambda: GRAPH, lambda: {"i": [1]},
-                        lambda i, c: GRAPH)
+    entry = EntryExport(
+        PROGRAM, {"V": 4}, {}, lambda: GRAPH, lambda: {"i": [1]}, lambda i, c: GRAPH
+    )
     order = export_entry_stablehlo(entry, tmp_path / "m.mlir")
     assert order == argument_order(GRAPH) and (tmp_path / "m.mlir").read_text().strip()

@@ -69,9 +69,12 @@ def llama() -> Program:
 
 
 def model(body: str) -> str:
-    return ("pub fn f(x: f32) -> f32 { return x }\n"
-            "model M<N: Dim> {\n    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] {\n"
-            + body + "\n    }\n}\n")
+    return (
+        "pub fn f(x: f32) -> f32 { return x }\n"
+        "model M<N: Dim> {\n    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] {\n"
+        + body
+        + "\n    }\n}\n"
+    )
 
 
 # ==================================================================== 7: rope head dim
@@ -100,13 +103,20 @@ def test_deep_nesting_is_a_diagnostic(shape, depth):
     text = {
         "parens": "const C: i32 = " + "(" * depth + "1" + ")" * depth,
         "unary": "const C: i32 = " + "-" * depth + "1",
-        "calls": model("        let y[n] = " + "f(" * depth + "x[n]" + ")" * depth
-                       + "\n        return y"),
+        "calls": model(
+            "        let y[n] = " + "f(" * depth + "x[n]" + ")" * depth + "\n        return y"
+        ),
         "ifs": "const C: i32 = " + "if true { " * depth + "1" + " } else { 2 }" * depth,
-        "brackets": model("        let y[n] = x[" * 1 + "x[" * depth + "n" + "]" * (depth + 1)
-                          + "\n        return y"),
-        "reductions": model("        let y[n] = " + "sum[k: 2] " * depth + "x[n]"
-                            + "\n        return y"),
+        "brackets": model(
+            "        let y[n] = x[" * 1
+            + "x[" * depth
+            + "n"
+            + "]" * (depth + 1)
+            + "\n        return y"
+        ),
+        "reductions": model(
+            "        let y[n] = " + "sum[k: 2] " * depth + "x[n]" + "\n        return y"
+        ),
     }[shape]
     found = codes(lambda: check_text(text))
     assert found.count("E0118") == 1  # once, even where recovery nests that deep again
@@ -115,18 +125,31 @@ def test_deep_nesting_is_a_diagnostic(shape, depth):
 BODY = "pub op f<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {{ {} }}"
 
 
-@pytest.mark.parametrize("text", [
-    BODY.format("let y[" + "(" * 3000 + "n" + ")" * 3000 + "] = x[n]\n return y"),
-    "const C: i32 = if true { 1 }" + " else if true { 1 }" * 3000 + " else { 2 }",
-    "block B<D: Dim> { block x: " + "Linear<" * 3000 + "D" + ">" * 3000 + " }",
-    "block B<D: Dim> { block x: " + "Linear<" * 70 + "D" + ">" * 70 + " }",
-    "const C: i32 = " + "f<" * 3000 + "1" + ">" * 3000 + "(1)",
-    "const C: Tensor[" + "Tensor[" * 3000 + "]" * 3000 + "] = 1",
-    "block B<D: Dim> { block x: " + "[" * 3000 + "L<D>" + "; 2]" * 3000 + " }",
-    "const C: i32 = " + "sum<f32>[i] " * 3000 + "1",
-    BODY.format("for i in 0..2 { " * 3000 + "}" * 3000 + " return x"),
-], ids=["binders", "else_if", "generics", "generics_70", "call_generics", "tensor_types",
-        "array_types", "reductions", "for_loops"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        BODY.format("let y[" + "(" * 3000 + "n" + ")" * 3000 + "] = x[n]\n return y"),
+        "const C: i32 = if true { 1 }" + " else if true { 1 }" * 3000 + " else { 2 }",
+        "block B<D: Dim> { block x: " + "Linear<" * 3000 + "D" + ">" * 3000 + " }",
+        "block B<D: Dim> { block x: " + "Linear<" * 70 + "D" + ">" * 70 + " }",
+        "const C: i32 = " + "f<" * 3000 + "1" + ">" * 3000 + "(1)",
+        "const C: Tensor[" + "Tensor[" * 3000 + "]" * 3000 + "] = 1",
+        "block B<D: Dim> { block x: " + "[" * 3000 + "L<D>" + "; 2]" * 3000 + " }",
+        "const C: i32 = " + "sum<f32>[i] " * 3000 + "1",
+        BODY.format("for i in 0..2 { " * 3000 + "}" * 3000 + " return x"),
+    ],
+    ids=[
+        "binders",
+        "else_if",
+        "generics",
+        "generics_70",
+        "call_generics",
+        "tensor_types",
+        "array_types",
+        "reductions",
+        "for_loops",
+    ],
+)
 def test_deep_nesting_elsewhere_is_a_diagnostic(text):
     """Found by the fuzz below: every recursive path of the parser is bounded, including the
     ones that backtrack (generic arguments)."""
@@ -204,8 +227,11 @@ def test_every_prefix_cut_at_a_token_is_a_diagnostic_or_clean(name):
 def test_long_chains_are_a_diagnostic(terms, op):
     """`1 + 1 + ... + 1` is flat text but a tree as deep as it is long."""
     atom = "true" if op == "&&" else "1"
-    found = codes(lambda: check_text("const C: bool = " + f" {op} ".join([atom] * terms)
-                                     + (" == 1" if op != "&&" else "")))
+    found = codes(
+        lambda: check_text(
+            "const C: bool = " + f" {op} ".join([atom] * terms) + (" == 1" if op != "&&" else "")
+        )
+    )
     assert "E0119" in found
 
 
@@ -219,10 +245,16 @@ def test_nesting_below_the_limits_checks_and_lowers():
     deep = MAX_NESTING - 4
     check_text("const C: i32 = " + "(" * deep + "1" + ")" * deep)
     check_text("const C: i32 = " + "-" * deep + "1")
-    chain = model("        let y[n] = x[n]" + " + x[n]" * (MAX_TREE_DEPTH - 12)
-                  + "\n        return y")
-    nest = model("        let y[n] = " + "(x[n] * " * (deep - 4) + "x[n]" + ")" * (deep - 4)
-                 + "\n        return y")
+    chain = model(
+        "        let y[n] = x[n]" + " + x[n]" * (MAX_TREE_DEPTH - 12) + "\n        return y"
+    )
+    nest = model(
+        "        let y[n] = "
+        + "(x[n] * " * (deep - 4)
+        + "x[n]"
+        + ")" * (deep - 4)
+        + "\n        return y"
+    )
     for text in (chain, nest):
         g = lower(check_text(text), "run", {"x": [3]}, {})
         emit_torch(g)
@@ -241,17 +273,20 @@ def test_a_caller_deep_in_its_own_stack_gets_a_diagnostic(llama):
     import inspect
     import sys
 
-    nested = model("        let y[n] = " + "(x[n] + " * 40 + "x[n]" + ")" * 40
-                   + "\n        return y")
+    nested = model(
+        "        let y[n] = " + "(x[n] + " * 40 + "x[n]" + ")" * 40 + "\n        return y"
+    )
     limit = sys.getrecursionlimit()
     here = len(inspect.stack(0))
     found = set()
     try:
         for room in (40, 80, 120, 160, 200):
             sys.setrecursionlimit(here + room)
-            for fn in (lambda: check_text(nested),
-                       lambda: lower(check_text(nested), "run", {"x": [2]}, {}),
-                       lambda: lower(llama, "decode", DECODE, toy_config())):
+            for fn in (
+                lambda: check_text(nested),
+                lambda: lower(check_text(nested), "run", {"x": [2]}, {}),
+                lambda: lower(llama, "decode", DECODE, toy_config()),
+            ):
                 try:
                     fn()
                 except LinnetError as err:
@@ -266,43 +301,65 @@ OP = "pub op {name}<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {{ return {body
 ENTRY = "model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return a(x) } }\n"
 
 
-@pytest.mark.parametrize("text,cycle", [
-    (OP.format(name="a", body="a(x)"), "`a` -> `a`"),
-    (OP.format(name="a", body="b(x)") + OP.format(name="b", body="a(x)"), "`a` -> `b` -> `a`"),
-    (OP.format(name="a", body="b(x)") + OP.format(name="b", body="c(x)")
-     + OP.format(name="c", body="a(x)"), "`a` -> `b` -> `c` -> `a`"),
-])
+@pytest.mark.parametrize(
+    "text,cycle",
+    [
+        (OP.format(name="a", body="a(x)"), "`a` -> `a`"),
+        (OP.format(name="a", body="b(x)") + OP.format(name="b", body="a(x)"), "`a` -> `b` -> `a`"),
+        (
+            OP.format(name="a", body="b(x)")
+            + OP.format(name="b", body="c(x)")
+            + OP.format(name="c", body="a(x)"),
+            "`a` -> `b` -> `c` -> `a`",
+        ),
+    ],
+)
 def test_recursive_calls_are_a_diagnostic(text, cycle):
     err = raised(check_text, text + ENTRY)
     found = [d for d in err.diagnostics if d.code == "E0208"]
     assert len(found) == 1 and cycle in found[0].message and found[0].span is not None
     # Lowering without checking first (check=False) must not recurse either.
-    assert "E0208" in codes(lambda: lower(Program.from_text(text + ENTRY, "m"), "run",
-                                          {"x": [2]}, {}, check=False))
+    assert "E0208" in codes(
+        lambda: lower(Program.from_text(text + ENTRY, "m"), "run", {"x": [2]}, {}, check=False)
+    )
 
 
 def test_recursive_block_method_is_a_diagnostic():
-    text = ("block B<N: Dim> {\n    fn forward(x: Tensor[N; f32]) -> Tensor[N; f32] {\n"
-            "        return self.forward(x)\n    }\n}\n")
+    text = (
+        "block B<N: Dim> {\n    fn forward(x: Tensor[N; f32]) -> Tensor[N; f32] {\n"
+        "        return self.forward(x)\n    }\n}\n"
+    )
     assert "E0208" in codes(lambda: check_text(text))
 
 
-@pytest.mark.parametrize("text,cycle", [
-    ("block A<D: Dim> { block a: A<D> }", "`A` -> `A`"),
-    ("block A<D: Dim> { block b: B<D> }\nblock B<D: Dim> { block a: A<D> }", "`A` -> `B` -> `A`"),
-    ("block A<D: Dim, L: Dim> { block a: [A<D, L>; L] }", "`A` -> `A`"),
-])
+@pytest.mark.parametrize(
+    "text,cycle",
+    [
+        ("block A<D: Dim> { block a: A<D> }", "`A` -> `A`"),
+        (
+            "block A<D: Dim> { block b: B<D> }\nblock B<D: Dim> { block a: A<D> }",
+            "`A` -> `B` -> `A`",
+        ),
+        ("block A<D: Dim, L: Dim> { block a: [A<D, L>; L] }", "`A` -> `A`"),
+    ],
+)
 def test_blocks_containing_themselves_are_a_diagnostic(text, cycle):
     err = raised(check_text, text)
     found = [d for d in err.diagnostics if d.code == "E0207"]
     assert len(found) == 1 and cycle in found[0].message
 
 
-@pytest.mark.parametrize("text,cycle", [
-    ("const A: i32 = A + 1", "`A` -> `A`"),
-    ("const A: i32 = B\nconst B: i32 = A", "`A` -> `B` -> `A`"),
-    ("const A: i32 = B * 2\nconst B: i32 = C\nconst C: i32 = A - 1", "`A` -> `B` -> `C` -> `A`"),
-])
+@pytest.mark.parametrize(
+    "text,cycle",
+    [
+        ("const A: i32 = A + 1", "`A` -> `A`"),
+        ("const A: i32 = B\nconst B: i32 = A", "`A` -> `B` -> `A`"),
+        (
+            "const A: i32 = B * 2\nconst B: i32 = C\nconst C: i32 = A - 1",
+            "`A` -> `B` -> `C` -> `A`",
+        ),
+    ],
+)
 def test_cyclic_constants_are_a_diagnostic(text, cycle):
     err = raised(check_text, text)
     found = [d for d in err.diagnostics if d.code == "E0206"]
@@ -311,22 +368,33 @@ def test_cyclic_constants_are_a_diagnostic(text, cycle):
 
 @pytest.mark.parametrize("n", [100, 1000])
 def test_long_chains_of_definitions_are_a_diagnostic(n):
-    consts = "\n".join(f"const C{i}: i32 = C{i + 1} + 1" for i in range(n)) + f"\nconst C{n}: i32 = 0"
+    consts = (
+        "\n".join(f"const C{i}: i32 = C{i + 1} + 1" for i in range(n)) + f"\nconst C{n}: i32 = 0"
+    )
     assert set(codes(lambda: check_text(consts))) == {"E0209"}
-    blocks = "\n".join(f"block B{i}<D: Dim> {{ block b: B{i + 1}<D> }}" for i in range(n)) \
+    blocks = (
+        "\n".join(f"block B{i}<D: Dim> {{ block b: B{i + 1}<D> }}" for i in range(n))
         + f"\nblock B{n}<D: Dim> {{ param w: Tensor[D; f32] }}"
+    )
     assert set(codes(lambda: check_text(blocks))) == {"E0209"}
-    ops = "".join(OP.format(name=f"f{i}", body=f"f{i + 1}(x)") for i in range(n)) \
-        + OP.format(name=f"f{n}", body="x") \
+    ops = (
+        "".join(OP.format(name=f"f{i}", body=f"f{i + 1}(x)") for i in range(n))
+        + OP.format(name=f"f{n}", body="x")
         + ENTRY.replace("a(x)", "f0(x)")
+    )
     program = check_text(ops)  # calls are inlined only when lowering
     assert set(codes(lambda: lower(program, "run", {"x": [2]}, {}))) == {"E0209"}
 
 
 def test_short_chains_of_definitions_still_compile():
-    check_text("\n".join(f"const C{i}: i32 = C{i + 1} + 1" for i in range(40)) + "\nconst C40: i32 = 0")
-    ops = "".join(OP.format(name=f"f{i}", body=f"f{i + 1}(x)") for i in range(40)) \
-        + OP.format(name="f40", body="x") + ENTRY.replace("a(x)", "f0(x)")
+    check_text(
+        "\n".join(f"const C{i}: i32 = C{i + 1} + 1" for i in range(40)) + "\nconst C40: i32 = 0"
+    )
+    ops = (
+        "".join(OP.format(name=f"f{i}", body=f"f{i + 1}(x)") for i in range(40))
+        + OP.format(name="f40", body="x")
+        + ENTRY.replace("a(x)", "f0(x)")
+    )
     lower(check_text(ops), "run", {"x": [2]}, {})
 
 
@@ -349,44 +417,66 @@ def test_largest_integer_literal_checks():
 
 
 # ==================================================================== 7: impossible sizes
-@pytest.mark.parametrize("size,code", [
-    (-1, "E0608"), (0, "E0608"), (1.5, "E0608"), (True, "E0608"), ("a", "E0608"),
-    (None, "E0608"), (2**63, "E0609"), (2**70, "E0609"), (10**400, "E0609"),
-])
+@pytest.mark.parametrize(
+    "size,code",
+    [
+        (-1, "E0608"),
+        (0, "E0608"),
+        (1.5, "E0608"),
+        (True, "E0608"),
+        ("a", "E0608"),
+        (None, "E0608"),
+        (2**63, "E0609"),
+        (2**70, "E0609"),
+        (10**400, "E0609"),
+    ],
+)
 def test_lowering_refuses_impossible_input_sizes(llama, size, code):
     """Whatever passes the shapes (CLI or Python), lowering checks them."""
-    assert code in codes(lambda: lower(llama, "decode", {"token": [size], "pos": [1]},
-                                       toy_config()))
+    assert code in codes(
+        lambda: lower(llama, "decode", {"token": [size], "pos": [1]}, toy_config())
+    )
 
 
 @pytest.mark.parametrize("shape", [5, "1,8", {"a": 1}, None])
 def test_lowering_refuses_a_shape_that_is_not_a_list(llama, shape):
-    assert "E0608" in codes(lambda: lower(llama, "decode", {"token": shape, "pos": [1]},
-                                          toy_config()))
+    assert "E0608" in codes(
+        lambda: lower(llama, "decode", {"token": shape, "pos": [1]}, toy_config())
+    )
 
 
 def test_lowering_refuses_too_many_elements(llama):
-    assert "E0618" in codes(lambda: lower(llama, "prefill", {"tokens": [2**32, 2**32]},
-                                          toy_config()))
+    assert "E0618" in codes(
+        lambda: lower(llama, "prefill", {"tokens": [2**32, 2**32]}, toy_config())
+    )
     # Each size fits in int64, the embedding table's V * D does not.
-    assert "E0618" in codes(lambda: lower(llama, "decode", DECODE,
-                                          toy_config() | {"V": 2**40, "D": 2**40}))
+    assert "E0618" in codes(
+        lambda: lower(llama, "decode", DECODE, toy_config() | {"V": 2**40, "D": 2**40})
+    )
 
 
-@pytest.mark.parametrize("key,value,code", [
-    ("S", 2**63, "E0609"), ("S", 2**100, "E0609"), ("S", -1, "E0613"), ("S", 0, "E0613"),
-    ("rope_theta", 10**400, "E0613"), ("HD", 2**62, "E0618"),
-])
+@pytest.mark.parametrize(
+    "key,value,code",
+    [
+        ("S", 2**63, "E0609"),
+        ("S", 2**100, "E0609"),
+        ("S", -1, "E0613"),
+        ("S", 0, "E0613"),
+        ("rope_theta", 10**400, "E0613"),
+        ("HD", 2**62, "E0618"),
+    ],
+)
 def test_lowering_refuses_impossible_config_sizes(llama, key, value, code):
     assert code in codes(lambda: lower(llama, "decode", DECODE, toy_config() | {key: value}))
 
 
 def test_negative_dimension_expressions_are_a_diagnostic():
-    text = ("pub model Crop<D: Dim, K: Dim> {\n"
-            "    entry forward(x: Tensor[D; f32]) -> Tensor[D - K; f32] {\n"
-            "        let y[i: D - K] = x[i + K]\n        return y\n    }\n}\n")
-    err = raised(lower, check_text(text), "forward", {"x": [2]},
-                        {"D": 2, "K": 3})
+    text = (
+        "pub model Crop<D: Dim, K: Dim> {\n"
+        "    entry forward(x: Tensor[D; f32]) -> Tensor[D - K; f32] {\n"
+        "        let y[i: D - K] = x[i + K]\n        return y\n    }\n}\n"
+    )
+    err = raised(lower, check_text(text), "forward", {"x": [2]}, {"D": 2, "K": 3})
     d = err.diagnostics[0]
     assert d.code == "E0619" and d.span is not None and "D - K" in d.message
 
@@ -411,13 +501,20 @@ def dims_from_weights() -> dict:
     return {k: v for k, v in toy_config().items() if k not in ("NL", "V", "D", "F", "HD")}
 
 
-@pytest.mark.parametrize("stray", ["model.layers.99999999.x", "model.layers.3.mlp.up_proj.weight",
-                                   "model.layers.99999999999999999999999.self_attn.q_proj.weight"])
+@pytest.mark.parametrize(
+    "stray",
+    [
+        "model.layers.99999999.x",
+        "model.layers.3.mlp.up_proj.weight",
+        "model.layers.99999999999999999999999.self_attn.q_proj.weight",
+    ],
+)
 def test_a_stray_layer_index_is_a_diagnostic(llama, toy_weights, stray):
     """One stray name used to make lowering unroll 10^8 layers, memory growing without end."""
     start = time.process_time()
-    err = raised(lower, llama, "decode", DECODE, dims_from_weights(),
-                        toy_weights | {stray: ((4,), "f32")})
+    err = raised(
+        lower, llama, "decode", DECODE, dims_from_weights(), toy_weights | {stray: ((4,), "f32")}
+    )
     d = err.diagnostics[0]
     assert d.code == "E0624" and stray in d.message and "model.layers.2" in d.message
     assert d.span is not None
@@ -481,15 +578,20 @@ def test_many_diagnostics_take_linear_time():
     def run(n: int) -> None:
         with pytest.raises(LinnetError):
             check_text(unknown_constants(n))
+
     small, large = best_of(lambda: run(1000)), best_of(lambda: run(4000))
     assert large < 8 * small, (small, large)  # quadratic was 16x
 
 
 def long_entry(n: int) -> Graph:
     body = ["        let h0[i] = x[i]"] + [
-        f"        let h{k}[i] = h{k - 1}[i] * 1.5 + x[i]" for k in range(1, n)]
-    text = ("model M<N: Dim> {\n    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] {\n"
-            + "\n".join(body) + f"\n        return h{n - 1}\n    }}\n}}\n")
+        f"        let h{k}[i] = h{k - 1}[i] * 1.5 + x[i]" for k in range(1, n)
+    ]
+    text = (
+        "model M<N: Dim> {\n    entry run(x: Tensor[N; f32]) -> Tensor[N; f32] {\n"
+        + "\n".join(body)
+        + f"\n        return h{n - 1}\n    }}\n}}\n"
+    )
     return lower(check_text(text), "run", {"x": [4]}, {})
 
 
@@ -514,8 +616,20 @@ REPORT = os.environ.get("LINNET_FUZZ_REPORT")
 if REPORT:
     atexit.register(lambda: Path(REPORT).write_text(json.dumps(dict(OUTCOMES), indent=2)))
 
-HOSTILE_NUMBERS = ["9" * 20, "9" * 4301, "9" * 6000, str(2**63), str(2**63 - 1), "0", "1",
-                   "3", "1e999", "1e-999", "0.0", "99999999.5"]
+HOSTILE_NUMBERS = [
+    "9" * 20,
+    "9" * 4301,
+    "9" * 6000,
+    str(2**63),
+    str(2**63 - 1),
+    "0",
+    "1",
+    "3",
+    "1e999",
+    "1e-999",
+    "0.0",
+    "99999999.5",
+]
 
 
 @st.composite
@@ -527,33 +641,39 @@ def hostile(draw: Any, source: str) -> str:
         return text
     t = toks[draw(st.integers(0, len(toks) - 1))]
     s, e = t.span.start, t.span.stop
-    kind = draw(st.sampled_from(["wrap", "unary", "chain", "literal", "recurse", "cycle",
-                                 "self_block", "index_chain"]))
-    depth = draw(st.sampled_from([1, 2, 30, MAX_NESTING - 1, MAX_NESTING, MAX_NESTING + 1,
-                                  250, 3000]))
+    kind = draw(
+        st.sampled_from(
+            ["wrap", "unary", "chain", "literal", "recurse", "cycle", "self_block", "index_chain"]
+        )
+    )
+    depth = draw(
+        st.sampled_from([1, 2, 30, MAX_NESTING - 1, MAX_NESTING, MAX_NESTING + 1, 250, 3000])
+    )
     if kind == "wrap":
         return text[:s] + "(" * depth + text[s:e] + ")" * depth + text[e:]
     if kind == "unary":
         return text[:s] + draw(st.sampled_from(["-", "!"])) * depth + text[s:]
     if kind == "chain":
-        return text[:e] + f" {draw(st.sampled_from(['+', '*', '&&']))} {t.text}" * depth \
-            + text[e:]
+        return text[:e] + f" {draw(st.sampled_from(['+', '*', '&&']))} {t.text}" * depth + text[e:]
     if kind == "index_chain":
-        return text[:e] + draw(st.sampled_from(["[0]", ".x", "(1)"])) * min(depth, 400) \
-            + text[e:]
+        return text[:e] + draw(st.sampled_from(["[0]", ".x", "(1)"])) * min(depth, 400) + text[e:]
     if kind == "literal":
         nums = [x for x in toks if x.kind in ("int", "float")] or [t]
         u = nums[draw(st.integers(0, len(nums) - 1))]
-        return text[:u.span.start] + draw(st.sampled_from(HOSTILE_NUMBERS)) + text[u.span.stop:]
+        return text[: u.span.start] + draw(st.sampled_from(HOSTILE_NUMBERS)) + text[u.span.stop :]
     names = [x for x in toks if x.kind == "ident"]
     if not names:
         return text
     if kind == "recurse":
         # Every call of one function becomes a call of another (often the caller itself).
-        callees = [x.text for i, x in enumerate(toks[:-1]) if x.kind == "ident"
-                   and toks[i + 1].is_("(")] or [names[0].text]
-        decls = [toks[i + 1].text for i, x in enumerate(toks[:-1])
-                 if x.text in ("op", "fn") and toks[i + 1].kind == "ident"] or [names[0].text]
+        callees = [
+            x.text for i, x in enumerate(toks[:-1]) if x.kind == "ident" and toks[i + 1].is_("(")
+        ] or [names[0].text]
+        decls = [
+            toks[i + 1].text
+            for i, x in enumerate(toks[:-1])
+            if x.text in ("op", "fn") and toks[i + 1].kind == "ident"
+        ] or [names[0].text]
         a, b = draw(st.sampled_from(callees)), draw(st.sampled_from(decls))
         return text.replace(f"{a}(", f"{b}(")
     if kind == "cycle":
@@ -564,13 +684,18 @@ def hostile(draw: Any, source: str) -> str:
         module = parse(SourceFile("m.linnet", text), "m")
     except LinnetError:
         return text
-    members = [(decl, m) for decl in module.items if isinstance(decl, A.BlockDecl)
-               for m in decl.members if m.kind == "block" and isinstance(m.type, A.BlockType)]
+    members = [
+        (decl, m)
+        for decl in module.items
+        if isinstance(decl, A.BlockDecl)
+        for m in decl.members
+        if m.kind == "block" and isinstance(m.type, A.BlockType)
+    ]
     if not members:
         return text
     decl, m = members[draw(st.integers(0, len(members) - 1))]
     start = m.type.span.start
-    return text[:start] + decl.name + text[start + len(m.type.name):]
+    return text[:start] + decl.name + text[start + len(m.type.name) :]
 
 
 @st.composite
@@ -589,15 +714,19 @@ def mild(draw: Any, source: str) -> str:
     if kind == "number":
         nums = [x for x in toks if x.kind in ("int", "float")]
         u = nums[draw(st.integers(0, len(nums) - 1))]
-        return source[:u.span.start] + draw(st.sampled_from(HOSTILE_NUMBERS)) \
-            + source[u.span.stop:]
+        return (
+            source[: u.span.start] + draw(st.sampled_from(HOSTILE_NUMBERS)) + source[u.span.stop :]
+        )
     if kind == "chain":
         n = draw(st.sampled_from([1, 10, MAX_TREE_DEPTH - 20, MAX_TREE_DEPTH + 5, 2000]))
         return source[:e] + f" * {t.text}" * n + source[e:]
     n = draw(st.sampled_from([2, 10, 63, 65, 300]))
     last = f"K{n}" if draw(st.booleans()) else "K0"  # K0: a cycle through all of them
-    return source + "".join(f"\nconst K{i}: f32 = K{i + 1} * 1.0" for i in range(n)) \
+    return (
+        source
+        + "".join(f"\nconst K{i}: f32 = K{i + 1} * 1.0" for i in range(n))
         + f"\nconst K{n}: f32 = {'1.0' if last == f'K{n}' else 'K0'}\n"
+    )
 
 
 def config_perturbation() -> Any:
@@ -617,8 +746,9 @@ def classify(fn: Any) -> str:
         return "coded"
 
 
-def compile_and_lower(text: str, name: str, cfg: dict | None = None,
-                      inputs: dict | None = None) -> None:
+def compile_and_lower(
+    text: str, name: str, cfg: dict | None = None, inputs: dict | None = None
+) -> None:
     program = Program.from_text(text, name)
     errors = check_program(program)
     if errors:
@@ -641,9 +771,19 @@ def test_hostile_std_sources_are_linnet_errors_or_clean(data):
 
 
 @settings(PROFILE, max_examples=40 * SCALE, **FUZZ)
-@given(hostile(LLAMA_SOURCE), config_perturbation(),
-       st.sampled_from([DECODE, {"token": [2], "pos": [2]}, {"token": [0], "pos": [1]},
-                        {"token": [-1], "pos": [-1]}, {"token": [2**63], "pos": [1]}]))
+@given(
+    hostile(LLAMA_SOURCE),
+    config_perturbation(),
+    st.sampled_from(
+        [
+            DECODE,
+            {"token": [2], "pos": [2]},
+            {"token": [0], "pos": [1]},
+            {"token": [-1], "pos": [-1]},
+            {"token": [2**63], "pos": [1]},
+        ]
+    ),
+)
 def test_hostile_llama_is_a_linnet_error_or_lowers(text, perturb, inputs):
     outcome = classify(lambda: compile_and_lower(text, "llama", toy_config() | perturb, inputs))
     OUTCOMES[f"llama:{outcome}"] += 1
@@ -662,6 +802,8 @@ def test_unmutated_llama_with_hostile_configs(perturb, entry):
     inputs = DECODE if entry == "decode" else {"tokens": [1, 4]}
 
     def run() -> None:
-        emit_torch(lower(Program.from_text(LLAMA_SOURCE, "llama"), entry, inputs,
-                         toy_config() | perturb))
+        emit_torch(
+            lower(Program.from_text(LLAMA_SOURCE, "llama"), entry, inputs, toy_config() | perturb)
+        )
+
     OUTCOMES[f"config:{classify(run)}"] += 1

@@ -19,8 +19,7 @@ from linnet.lang.pipeline import NUMERICS, STAGES, Numerics, Stage, run_stages, 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
 TINYLM = ROOT / "examples" / "tinylm" / "tinylm.linnet"
-SOURCE = ("model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] "
-          "{ return x * 2.0 } }\n")
+SOURCE = "model M<N: Dim> { entry run(x: Tensor[N; f32]) -> Tensor[N; f32] { return x * 2.0 } }\n"
 PREFILL = [str(LLAMA), "--config", "toy", "--entry", "prefill", "--input", "tokens=1,4"]
 
 
@@ -67,8 +66,9 @@ def _load_jax(value: str) -> object:
     return load(LLAMA, config="toy", numerics=value)
 
 
-@pytest.mark.parametrize("entry", [_emit_torch, _emit_jax, _load_torch, _load_jax],
-                         ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize(
+    "entry", [_emit_torch, _emit_jax, _load_torch, _load_jax], ids=lambda f: f.__name__.strip("_")
+)
 def test_every_entry_point_gives_E0713_for_fastest(entry):
     with pytest.raises(LinnetError) as exc:
         entry("fastest")
@@ -79,16 +79,31 @@ def test_every_entry_point_gives_E0713_for_fastest(entry):
 def test_the_cli_numerics_is_E0713_too(command, capsys):
     if command == "run":
         pytest.importorskip("linnet.torch")
-    args = ([command, str(LLAMA), "--config", "toy", "--input", "token=1", "--input", "pos=1"]
-            if command != "run" else [command, str(LLAMA), "--tokens", "1"])
+    args = (
+        [command, str(LLAMA), "--config", "toy", "--input", "token=1", "--input", "pos=1"]
+        if command != "run"
+        else [command, str(LLAMA), "--tokens", "1"]
+    )
     assert main([*args, "--numerics", "fastest"]) == 1
     err = capsys.readouterr().err
     assert "error[E0713]" in err and "fastest" in err and "Traceback" not in err
 
 
 def test_the_cli_numerics_still_takes_fast(capsys):
-    args = ["torch", str(LLAMA), "--config", "toy", "--entry", "decode", "--input", "token=1",
-            "--input", "pos=1", "--numerics", "fast"]
+    args = [
+        "torch",
+        str(LLAMA),
+        "--config",
+        "toy",
+        "--entry",
+        "decode",
+        "--input",
+        "token=1",
+        "--input",
+        "pos=1",
+        "--numerics",
+        "fast",
+    ]
     assert main(args) == 0
     assert "Numerics: fast." in capsys.readouterr().out
 
@@ -101,11 +116,13 @@ def test_the_stages_are_listed_once_in_order_and_lowering_runs_them(monkeypatch)
         def run(g: Graph) -> Graph:
             seen.append(name)
             return g
+
         return run
 
     assert [s.name for s in STAGES] == ["hoist"]
-    monkeypatch.setattr("linnet.lang.pipeline.STAGES",
-                        (Stage("a", mark("a")), *STAGES, Stage("b", mark("b"))))
+    monkeypatch.setattr(
+        "linnet.lang.pipeline.STAGES", (Stage("a", mark("a")), *STAGES, Stage("b", mark("b")))
+    )
     graph()
     assert seen == ["a", "b"]
 
@@ -147,8 +164,21 @@ def test_graph_stages_prints_every_stage_in_order(capsys):
 
 
 def test_graph_stages_json_and_grad(capsys):
-    args = [str(TINYLM), "--config", "tiny", "--entry", "loss", "--input", "tokens=8,4",
-            "--input", "targets=8,4", "--grad", "--stages", "--format", "json"]
+    args = [
+        str(TINYLM),
+        "--config",
+        "tiny",
+        "--entry",
+        "loss",
+        "--input",
+        "tokens=8,4",
+        "--input",
+        "targets=8,4",
+        "--grad",
+        "--stages",
+        "--format",
+        "json",
+    ]
     assert main(["graph", *args]) == 0
     stages = json.loads(capsys.readouterr().out)
     assert [s["stage"] for s in stages] == ["lower", "hoist", "grad"]

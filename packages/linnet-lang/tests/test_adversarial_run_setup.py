@@ -37,8 +37,7 @@ MODELS = ["llama", "qwen2", "mistral", "gemma", "phi3", "gpt2"]
 
 
 def setup(file=None, weights=None, config=None, sets=()):
-    return run_setup(argparse.Namespace(file=file, weights=weights, config=config,
-                                        set=list(sets)))
+    return run_setup(argparse.Namespace(file=file, weights=weights, config=config, set=list(sets)))
 
 
 def code_of(info) -> str:
@@ -54,7 +53,8 @@ def checkpoint_dir(path: Path, config: dict | None, weights: bool = True) -> Pat
         header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})
         header += " " * (-len(header) % 8)
         (path / "model.safetensors").write_bytes(
-            len(header).to_bytes(8, "little") + header.encode() + b"\0\0\0\0")
+            len(header).to_bytes(8, "little") + header.encode() + b"\0\0\0\0"
+        )
     return path
 
 
@@ -77,8 +77,9 @@ def test_an_install_without_the_example_is_E0740_naming_a_shipped_model(monkeypa
     monkeypatch.setattr(bundled, "example", missing)
     with pytest.raises(LinnetError) as info:
         setup()
-    assert code_of(info) == "E0740" and "linnet run std.models.llama" in \
-        info.value.diagnostics[0].help
+    assert (
+        code_of(info) == "E0740" and "linnet run std.models.llama" in info.value.diagnostics[0].help
+    )
 
 
 def test_a_model_file_that_is_not_there_is_refused_before_anything(tmp_path):
@@ -98,26 +99,43 @@ def test_every_shipped_model_runs_on_its_toy_config(name):
     prefill = lower(program, "prefill", {"tokens": [1, 4]}, s.config)
     decode = lower(program, "decode", {"token": [1], "pos": [1]}, s.config)
     assert prefill.values[prefill.outputs[0]].shape[-1] == s.config["V"] == 256
-    assert decode.parameters and sum(
-        math.prod(v.shape) for v in decode.parameters.values()) < 1 << 20  # small: a demo
+    assert (
+        decode.parameters and sum(math.prod(v.shape) for v in decode.parameters.values()) < 1 << 20
+    )  # small: a demo
 
 
 def test_set_overrides_the_config_typed():
-    s = setup("std.models.mistral", sets=["S=64", "rms_norm_eps=1e-5", "T=bf16",
-                                          "tie_word_embeddings=true", "sliding_window=8"])
+    s = setup(
+        "std.models.mistral",
+        sets=[
+            "S=64",
+            "rms_norm_eps=1e-5",
+            "T=bf16",
+            "tie_word_embeddings=true",
+            "sliding_window=8",
+        ],
+    )
     cfg = s.config
-    assert (cfg["S"], cfg["rms_norm_eps"], cfg["T"], cfg["tie_word_embeddings"],
-            cfg["sliding_window"]) == (64, 1e-5, "bf16", True, 8)
+    assert (
+        cfg["S"],
+        cfg["rms_norm_eps"],
+        cfg["T"],
+        cfg["tie_word_embeddings"],
+        cfg["sliding_window"],
+    ) == (64, 1e-5, "bf16", True, 8)
     assert type(cfg["S"]) is int and type(cfg["rms_norm_eps"]) is float
     assert cfg["V"] == 256  # the rest of the toy config stays
 
 
-@pytest.mark.parametrize(("model", "key", "hint"), [
-    ("std.models.qwen2", "rms_eps", "did you mean `rms_norm_eps`?"),
-    ("std.models.qwen2", "h", "did you mean `H`?"),
-    ("std.models.mistral", "sliding_windw", "did you mean `sliding_window`?"),
-    ("std.models.gpt2", "zzz", "known names: V, P"),
-])
+@pytest.mark.parametrize(
+    ("model", "key", "hint"),
+    [
+        ("std.models.qwen2", "rms_eps", "did you mean `rms_norm_eps`?"),
+        ("std.models.qwen2", "h", "did you mean `H`?"),
+        ("std.models.mistral", "sliding_windw", "did you mean `sliding_window`?"),
+        ("std.models.gpt2", "zzz", "known names: V, P"),
+    ],
+)
 def test_a_set_key_the_model_lacks_is_E0602_with_a_did_you_mean(model, key, hint):
     with pytest.raises(LinnetError) as info:
         setup(model, sets=[f"{key}=1"])
@@ -131,8 +149,9 @@ def test_lowering_names_the_closest_config_key():
     cfg = setup("std.models.qwen2").config | {"rope_thetta": 1.0}
     with pytest.raises(LinnetError) as info:
         lower(program, "decode", {"token": [1], "pos": [1]}, cfg)
-    assert code_of(info) == "E0602" and "did you mean `rope_theta`?" in \
-        info.value.diagnostics[0].help
+    assert (
+        code_of(info) == "E0602" and "did you mean `rope_theta`?" in info.value.diagnostics[0].help
+    )
 
 
 def test_a_set_that_is_no_key_value_is_E0642():
@@ -158,8 +177,7 @@ def test_a_checkpoint_directory_runs_the_model_its_architecture_names(tmp_path, 
     s = setup(str(d))
     assert s.model == model_file(f"std.models.{name}") and s.weights == str(d)
     assert s.config_name is None  # the checkpoint's config.json gives the config
-    assert s.notes == [f"linnet: config.json's architecture {arch}: running "
-                       f"std.models.{name}"]
+    assert s.notes == [f"linnet: config.json's architecture {arch}: running std.models.{name}"]
     # --weights DIR with no model picks the same
     s = setup(weights=str(d))
     assert s.model == model_file(f"std.models.{name}") and s.notes
@@ -208,9 +226,14 @@ def test_a_checkpoint_given_twice_is_E0795(tmp_path):
     assert setup(str(a), weights=str(a)).weights == str(a)  # the same one twice is fine
 
 
-@pytest.mark.parametrize("kw", [{"file": "Qwen/Qwen2.5-0.5B"},
-                                {"file": "std.models.qwen2", "weights": "Qwen/Qwen2.5-0.5B"},
-                                {"weights": "meta-llama/Llama-3.2-1B"}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"file": "Qwen/Qwen2.5-0.5B"},
+        {"file": "std.models.qwen2", "weights": "Qwen/Qwen2.5-0.5B"},
+        {"weights": "meta-llama/Llama-3.2-1B"},
+    ],
+)
 def test_a_hub_id_is_E0797_saying_linnet_does_not_download(tmp_path, monkeypatch, kw):
     """Before: "not found" with no hint."""
     monkeypatch.chdir(tmp_path)
@@ -253,8 +276,9 @@ def test_a_linnet_config_named_config_json_has_no_stop_tokens(tmp_path):
     assert read_stop_tokens(tmp_path).tokens == ()
 
 
-@pytest.mark.parametrize("value", ['"</s>"', "-1", "2.0", "true", "[2, [3]]", "256",
-                                   '{"id": 2}', "[2, 300]"])
+@pytest.mark.parametrize(
+    "value", ['"</s>"', "-1", "2.0", "true", "[2, [3]]", "256", '{"id": 2}', "[2, 300]"]
+)
 def test_an_eos_that_is_no_token_ids_is_E0798(tmp_path, value):
     """A stop token the model can never emit would silently never stop generation."""
     checkpoint_dir(tmp_path, {"model_type": "qwen2", "vocab_size": 256})
@@ -275,8 +299,7 @@ def test_a_generation_config_that_is_no_json_object_is_E0798(tmp_path, text):
 
 
 def test_config_json_eos_past_the_vocabulary_is_E0798(tmp_path):
-    checkpoint_dir(tmp_path, {"model_type": "qwen2", "vocab_size": 256,
-                              "eos_token_id": [2, 256]})
+    checkpoint_dir(tmp_path, {"model_type": "qwen2", "vocab_size": 256, "eos_token_id": [2, 256]})
     with pytest.raises(LinnetError) as info:
         read_stop_tokens(tmp_path)
     assert code_of(info) == "E0798" and "[0, 256)" in info.value.diagnostics[0].message
@@ -304,17 +327,27 @@ def test_kernel_progress_counts_the_cases_the_checks_run():
     out = io.StringIO()
     progress = Progress(plan, out)
     progress.begin()
-    findings = run_checks(program, lambda op, case, s: KernelCheck(case, 0.0), count=2, seed=3,
-                          max_size=24, dtypes=("f32",), ops=ops, on_check=progress.check,
-                          skip=None)
+    findings = run_checks(
+        program,
+        lambda op, case, s: KernelCheck(case, 0.0),
+        count=2,
+        seed=3,
+        max_size=24,
+        dtypes=("f32",),
+        ops=ops,
+        on_check=progress.check,
+        skip=None,
+    )
     progress.end(len(findings))
     lines = out.getvalue().splitlines()
     total = sum(plan.values())
     assert total == progress.done >= 4 and len(plan) >= 2
-    assert lines[0] == (f"linnet kernels: {total} case(s) of {len(plan)} op(s) bound to a "
-                        "kernel to check")
+    assert lines[0] == (
+        f"linnet kernels: {total} case(s) of {len(plan)} op(s) bound to a kernel to check"
+    )
     assert [line.split("]")[0] for line in lines[1:-1]] == [
-        f"[{i}/{total}" for i in range(1, total + 1)]
+        f"[{i}/{total}" for i in range(1, total + 1)
+    ]
     assert all(" ... ok " in line and line.endswith(" s") for line in lines[1:-1])
     assert lines[-1].startswith(f"linnet kernels: {total} case(s) checked in ")
     assert lines[-1].endswith("every kernel agrees with its op")

@@ -28,17 +28,29 @@ def _vt(shape: tuple[int, ...], dtype: str = "f32") -> ValueType:
     return ValueType(shape, dtype)
 
 
-def _one(op: str, operands: dict[str, ValueType], result: ValueType | None, attrs: dict,
-         params: dict[str, ValueType] | None = None,
-         states: dict[str, ValueType] | None = None) -> Graph:
+def _one(
+    op: str,
+    operands: dict[str, ValueType],
+    result: ValueType | None,
+    attrs: dict,
+    params: dict[str, ValueType] | None = None,
+    states: dict[str, ValueType] | None = None,
+) -> Graph:
     """A graph of one ``op`` step over entry inputs ``operands`` (``@`` names: parameters or
     states) making ``%r`` of type ``result``."""
     values = {k: v for k, v in operands.items() if k.startswith("%")}
     outputs = ["%r"] if result is not None else [k for k in operands if k.startswith("%")][:1]
     if result is not None:
         values["%r"] = result
-    g = Graph("run", "M", inputs=[k for k in operands if k.startswith("%")], outputs=outputs,
-              values=values, parameters=dict(params or {}), states=dict(states or {}))
+    g = Graph(
+        "run",
+        "M",
+        inputs=[k for k in operands if k.startswith("%")],
+        outputs=outputs,
+        values=values,
+        parameters=dict(params or {}),
+        states=dict(states or {}),
+    )
     g.steps = [Step(op, list(operands), ["%r"] if result is not None else [], attrs)]
     return g
 
@@ -55,65 +67,119 @@ def _code(g: Graph) -> tuple[str, str]:
 # before SHAPE_RULES the verifier passed every one of them, and the emitter wrote code whose
 # tensors do not have the declared shapes.
 WRONG: list[tuple[str, Graph, str]] = [
-    ("contract result of the whole weight after a split",
-     _one("contract", {"%x": _vt((1, 4)), "@w": _vt((4, 4))}, _vt((1, 8)),
-          {"spec": "ac,bc->ab", "accumulate": "f32"}, params={"w": _vt((4, 4))}),
-     "makes f32[1, 8], but its operands and attributes make f32[1, 4]"),
-    ("comparison declared float",
-     _one("lt", {"%x": _vt((3,)), "%y": _vt((3,))}, _vt((3,)), {}),
-     "makes f32[3], but its operands and attributes make bool[3]"),
-    ("sum declared in the operand's dtype, not its accumulator's",
-     _one("reduce", {"%x": _vt((2, 3), "bf16")}, _vt((2,), "bf16"),
-          {"kind": "sum", "axes": [1], "accumulate": "f32", "identity": 0.0}),
-     "make f32[2]"),
-    ("all_gather that does not grow its axis",
-     _one("all_gather", {"%x": _vt((2, 3))}, _vt((2, 3)), {"axis": 1, "world": 2}),
-     "make f32[2, 6]"),
-    ("take whose result drops the index's axes",
-     _one("take", {"%x": _vt((8, 4)), "%i": _vt((2, 3), "i32")}, _vt((2, 4)),
-          {"axis": 0, "bounds": "unchecked"}),
-     "make f32[2, 3, 4]"),
-    ("gather of two axes declared with one",
-     _one("gather", {"%x": _vt((8, 5, 4)), "%i": _vt((3,), "i32"), "%j": _vt((3,), "i32")},
-          _vt((3, 5, 4)), {"bounds": "zero", "indexed_axes": 2}),
-     "make f32[3, 4]"),
-    ("convert declared in its operand's dtype",
-     _one("convert", {"%x": _vt((3,))}, _vt((3,)), {"dtype": "bf16"}),
-     "make bf16[3]"),
-    ("elementwise add of shapes that do not broadcast",
-     _one("add", {"%x": _vt((3, 4)), "%y": _vt((3, 5))}, _vt((3, 5)), {}),
-     "do not broadcast"),
-    ("reshape to another element count",
-     _one("reshape", {"%x": _vt((3, 4))}, _vt((2, 5)), {"shape": [2, 5]}),
-     "element counts differ"),
-    ("transpose by a perm of another rank",
-     _one("transpose", {"%x": _vt((3, 4))}, _vt((4, 3, 1)), {"perm": [1, 0, 2]}),
-     "permutes by [1, 0, 2]"),
-    ("broadcast of a size-3 axis to 4",
-     _one("broadcast", {"%x": _vt((3, 1))}, _vt((4, 2)), {"shape": [4, 2]}),
-     "broadcasts [3, 1] to [4, 2]"),
-    ("scatter of a value of the wrong shape into a cache",
-     _one("scatter", {"@cache": _vt((8, 4)), "%v": _vt((1, 3)), "%p": _vt((1,), "i32")}, None,
-          {}, states={"cache": _vt((8, 4))}),
-     "places a value of shape [1, 3] at positions of shape [1, 4]"),
-    ("select on a float condition",
-     _one("select", {"%c": _vt((3,)), "%x": _vt((3,)), "%y": _vt((3,))}, _vt((3,)), {}),
-     "condition of dtype f32, not bool"),
+    (
+        "contract result of the whole weight after a split",
+        _one(
+            "contract",
+            {"%x": _vt((1, 4)), "@w": _vt((4, 4))},
+            _vt((1, 8)),
+            {"spec": "ac,bc->ab", "accumulate": "f32"},
+            params={"w": _vt((4, 4))},
+        ),
+        "makes f32[1, 8], but its operands and attributes make f32[1, 4]",
+    ),
+    (
+        "comparison declared float",
+        _one("lt", {"%x": _vt((3,)), "%y": _vt((3,))}, _vt((3,)), {}),
+        "makes f32[3], but its operands and attributes make bool[3]",
+    ),
+    (
+        "sum declared in the operand's dtype, not its accumulator's",
+        _one(
+            "reduce",
+            {"%x": _vt((2, 3), "bf16")},
+            _vt((2,), "bf16"),
+            {"kind": "sum", "axes": [1], "accumulate": "f32", "identity": 0.0},
+        ),
+        "make f32[2]",
+    ),
+    (
+        "all_gather that does not grow its axis",
+        _one("all_gather", {"%x": _vt((2, 3))}, _vt((2, 3)), {"axis": 1, "world": 2}),
+        "make f32[2, 6]",
+    ),
+    (
+        "take whose result drops the index's axes",
+        _one(
+            "take",
+            {"%x": _vt((8, 4)), "%i": _vt((2, 3), "i32")},
+            _vt((2, 4)),
+            {"axis": 0, "bounds": "unchecked"},
+        ),
+        "make f32[2, 3, 4]",
+    ),
+    (
+        "gather of two axes declared with one",
+        _one(
+            "gather",
+            {"%x": _vt((8, 5, 4)), "%i": _vt((3,), "i32"), "%j": _vt((3,), "i32")},
+            _vt((3, 5, 4)),
+            {"bounds": "zero", "indexed_axes": 2},
+        ),
+        "make f32[3, 4]",
+    ),
+    (
+        "convert declared in its operand's dtype",
+        _one("convert", {"%x": _vt((3,))}, _vt((3,)), {"dtype": "bf16"}),
+        "make bf16[3]",
+    ),
+    (
+        "elementwise add of shapes that do not broadcast",
+        _one("add", {"%x": _vt((3, 4)), "%y": _vt((3, 5))}, _vt((3, 5)), {}),
+        "do not broadcast",
+    ),
+    (
+        "reshape to another element count",
+        _one("reshape", {"%x": _vt((3, 4))}, _vt((2, 5)), {"shape": [2, 5]}),
+        "element counts differ",
+    ),
+    (
+        "transpose by a perm of another rank",
+        _one("transpose", {"%x": _vt((3, 4))}, _vt((4, 3, 1)), {"perm": [1, 0, 2]}),
+        "permutes by [1, 0, 2]",
+    ),
+    (
+        "broadcast of a size-3 axis to 4",
+        _one("broadcast", {"%x": _vt((3, 1))}, _vt((4, 2)), {"shape": [4, 2]}),
+        "broadcasts [3, 1] to [4, 2]",
+    ),
+    (
+        "scatter of a value of the wrong shape into a cache",
+        _one(
+            "scatter",
+            {"@cache": _vt((8, 4)), "%v": _vt((1, 3)), "%p": _vt((1,), "i32")},
+            None,
+            {},
+            states={"cache": _vt((8, 4))},
+        ),
+        "places a value of shape [1, 3] at positions of shape [1, 4]",
+    ),
+    (
+        "select on a float condition",
+        _one("select", {"%c": _vt((3,)), "%x": _vt((3,)), "%y": _vt((3,))}, _vt((3,)), {}),
+        "condition of dtype f32, not bool",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,graph,message", WRONG, ids=[w[0] for w in WRONG])
-def test_a_wrong_result_type_is_caught_where_the_pass_made_it(name: str, graph: Graph,
-                                                                message: str) -> None:
+def test_a_wrong_result_type_is_caught_where_the_pass_made_it(
+    name: str, graph: Graph, message: str
+) -> None:
     code, text = _code(copy.deepcopy(graph))
     assert code == "E0685", text
     assert message in text and "after sharding" in text and text.startswith("internal")
 
 
 def test_a_hand_edited_json_graph_is_caught_before_an_emitter_reads_it() -> None:
-    g = lower(Program.from_text(
-        "model M { entry run(x: Tensor[3, 4; f32]) -> Tensor[4, 3; f32] {\n"
-        "  let y[j, i] = x[i, j] * 2.0\n  return y } }"), "run", {"x": [3, 4]})
+    g = lower(
+        Program.from_text(
+            "model M { entry run(x: Tensor[3, 4; f32]) -> Tensor[4, 3; f32] {\n"
+            "  let y[j, i] = x[i, j] * 2.0\n  return y } }"
+        ),
+        "run",
+        {"x": [3, 4]},
+    )
     data = g.to_json()
     # The transpose's result edited to the operand's shape: it reads back, and before
     # SHAPE_RULES it verified and was emitted with the wrong shape.
@@ -127,8 +193,12 @@ def test_a_hand_edited_json_graph_is_caught_before_an_emitter_reads_it() -> None
 # ------------------------------------------------------------------ tracebacks
 def test_a_step_missing_its_attributes_is_a_coded_error_not_a_key_error() -> None:
     # Before: verify passed, and the emitters raised KeyError('perm') (a traceback).
-    for op, attrs in (("transpose", {}), ("reshape", {"shape": "2x5"}), ("iota", {"axis": 0}),
-                      ("slice", {"starts": [0]})):
+    for op, attrs in (
+        ("transpose", {}),
+        ("reshape", {"shape": "2x5"}),
+        ("iota", {"axis": 0}),
+        ("slice", {"starts": [0]}),
+    ):
         g = _one(op, {} if op == "iota" else {"%x": _vt((3,))}, _vt((3,)), attrs)
         if op == "iota":
             g.outputs = ["%r"]
@@ -139,8 +209,11 @@ def test_a_step_missing_its_attributes_is_a_coded_error_not_a_key_error() -> Non
 # ------------------------------------------------------------------ sound and unchanged
 @functools.cache
 def _toy_decode() -> Graph:
-    cfg = {k: v for k, v in json.loads((LLAMA.parent / "configs" / "toy.json").read_text())
-           .items() if not k.startswith("_")}
+    cfg = {
+        k: v
+        for k, v in json.loads((LLAMA.parent / "configs" / "toy.json").read_text()).items()
+        if not k.startswith("_")
+    }
     return lower(Program.from_file(LLAMA), "decode", {"token": [1], "pos": [1]}, cfg)
 
 
@@ -157,11 +230,16 @@ def test_every_row_says_whether_tiles_hold_it() -> None:
 
 
 # ------------------------------------------------------------------ one range analysis
-def _indexed(index_steps: list[Step], values: dict[str, ValueType], size: int = 8,
-             bounds: str = "zero") -> Graph:
-    g = Graph("run", "M", inputs=["%x", "%pos"], outputs=["%y"],
-              values={"%x": _vt((size,)), "%pos": _vt((4,), "i32"), **values,
-                      "%y": _vt((4,))})
+def _indexed(
+    index_steps: list[Step], values: dict[str, ValueType], size: int = 8, bounds: str = "zero"
+) -> Graph:
+    g = Graph(
+        "run",
+        "M",
+        inputs=["%x", "%pos"],
+        outputs=["%y"],
+        values={"%x": _vt((size,)), "%pos": _vt((4,), "i32"), **values, "%y": _vt((4,))},
+    )
     g.steps = [*index_steps, Step("take", ["%x", "%i"], ["%y"], {"axis": 0, "bounds": bounds})]
     verify(g)
     return g
@@ -196,8 +274,12 @@ def test_a_guard_that_can_fire_is_kept() -> None:
 def test_a_remainder_of_an_input_has_a_range_but_no_input_bound() -> None:
     # pos % 4 + 1 lies in 1..4 whatever pos is: inside an axis of 8 no guard, of 4 a guard;
     # the input itself stays unanalysed (no range is asked of pos), as before.
-    steps = [_const("%c", 4), Step("rem", ["%pos", "%c"], ["%m"]), _const("%k", 1),
-             Step("add", ["%m", "%k"], ["%i"])]
+    steps = [
+        _const("%c", 4),
+        Step("rem", ["%pos", "%c"], ["%m"]),
+        _const("%k", 1),
+        Step("add", ["%m", "%k"], ["%i"]),
+    ]
     values = {**I32, "%k": _vt((), "i32")}
     g = _indexed(steps, values)
     assert value_ranges(g)["%i"] == (1, 4) and "clamp" not in emit_torch(g)
@@ -209,8 +291,11 @@ def test_a_remainder_of_an_input_has_a_range_but_no_input_bound() -> None:
 def test_a_graph_whose_steps_were_replaced_is_analysed_again() -> None:
     # Before: bounds_for kept the first analysis of the graph object: after a pass replaced
     # its steps, inputs were checked against the old graph's ranges.
-    g = _indexed([Step("convert", ["%pos"], ["%i"], {"dtype": "i32"})],
-                 {"%i": _vt((4,), "i32")}, bounds="unchecked")
+    g = _indexed(
+        [Step("convert", ["%pos"], ["%i"], {"dtype": "i32"})],
+        {"%i": _vt((4,), "i32")},
+        bounds="unchecked",
+    )
     assert (bounds_for(g).inputs["%pos"].lo, bounds_for(g).inputs["%pos"].hi) == (0, 8)
     g.steps = [_const("%c", 1), Step("add", ["%pos", "%c"], ["%i"]), g.steps[-1]]
     g.values["%c"] = _vt((), "i32")

@@ -42,16 +42,19 @@ def smol(tmp_path_factory):
 # ---------------------------------------------------------------- tracebacks -> codes
 def test_without_the_text_extra_linnet_lang_imports_and_says_what_to_install(tmp_path):
     save_smol_style(tmp_path)
-    script = ("import sys; sys.modules['tokenizers'] = None; sys.modules['jinja2'] = None\n"
-              "import linnet.lang, linnet.lang.cli, linnet.lang.text\n"
-              "from linnet.lang.text.tokenizer import Tokenizer\n"
-              "from linnet.lang import LinnetError\n"
-              "try:\n"
-              f"    Tokenizer.from_directory({str(tmp_path)!r})\n"
-              "except LinnetError as e:\n"
-              "    print(e.diagnostics[0].code, e.diagnostics[0].help)\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120)
+    script = (
+        "import sys; sys.modules['tokenizers'] = None; sys.modules['jinja2'] = None\n"
+        "import linnet.lang, linnet.lang.cli, linnet.lang.text\n"
+        "from linnet.lang.text.tokenizer import Tokenizer\n"
+        "from linnet.lang import LinnetError\n"
+        "try:\n"
+        f"    Tokenizer.from_directory({str(tmp_path)!r})\n"
+        "except LinnetError as e:\n"
+        "    print(e.diagnostics[0].code, e.diagnostics[0].help)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("E0840") and "linnet-lang[text]" in out.stdout
 
@@ -74,9 +77,15 @@ def test_gguf_dispatches_to_tokenizer_parts(tmp_path, monkeypatch, smol):
 
     def tokenizer_parts(path):
         seen.append(path)
-        return {"backend": smol.backend.to_str(), "bos_token_id": 1, "eos_token_ids": [2],
-                "chat_template": smol.chat_template, "add_bos_token": True,
-                "add_eos_token": False, "name": path.name}
+        return {
+            "backend": smol.backend.to_str(),
+            "bos_token_id": 1,
+            "eos_token_ids": [2],
+            "chat_template": smol.chat_template,
+            "add_bos_token": True,
+            "add_eos_token": False,
+            "name": path.name,
+        }
 
     monkeypatch.setattr(tokenizer_module, "tokenizer_parts", tokenizer_parts)
     tok = Tokenizer.from_file(tmp_path / "m.gguf")
@@ -99,8 +108,7 @@ def test_damaged_tokenizer_files(tmp_path, damage):
     elif damage == "template":
         (folder / "chat_template.jinja").unlink()
         config = json.loads((folder / "tokenizer_config.json").read_text())
-        (folder / "tokenizer_config.json").write_text(json.dumps({**config,
-                                                                  "chat_template": 42}))
+        (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": 42}))
     else:
         folder = tmp_path / "nothing-here"
     with pytest.raises(LinnetError) as e:
@@ -118,8 +126,9 @@ def test_backend_of_the_wrong_type():
     assert code(e) == "E0842"
 
 
-@pytest.mark.parametrize("parts", [{"eos_token_ids": [10**6]}, {"bos_token_id": -1},
-                                   {"eos_token_ids": ["</s>"]}])
+@pytest.mark.parametrize(
+    "parts", [{"eos_token_ids": [10**6]}, {"bos_token_id": -1}, {"eos_token_ids": ["</s>"]}]
+)
 def test_parts_with_ids_the_tokenizer_lacks(smol, parts):
     with pytest.raises(LinnetError) as e:
         Tokenizer.from_parts(smol.backend, **parts)
@@ -139,8 +148,10 @@ def test_named_templates_without_a_default(tmp_path):
     folder = save_smol_style(tmp_path)
     (folder / "chat_template.jinja").unlink()
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    config["chat_template"] = [{"name": "rag", "template": "R{{ messages[0].content }}"},
-                               {"name": "tool_use", "template": "T{{ tools | length }}"}]
+    config["chat_template"] = [
+        {"name": "rag", "template": "R{{ messages[0].content }}"},
+        {"name": "tool_use", "template": "T{{ tools | length }}"},
+    ]
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     tok = Tokenizer.from_directory(folder)
     with pytest.raises(LinnetError) as e:
@@ -151,13 +162,18 @@ def test_named_templates_without_a_default(tmp_path):
     assert tok.apply_chat_template(HI, tools=[{"type": "function"}]) == "T1"
 
 
-@pytest.mark.parametrize("messages, where", [
-    ("Hi", "not str"), ([], "empty"), ([HI[0], "Hi"], "message 1"),
-    ([{"role": "user", "text": "Hi"}], "message 0 has no `content`"),
-    ([{"content": "Hi"}], "message 0 has no `role`"),
-    ([{"role": 1, "content": "Hi"}], "message 0's `role`"),
-    ([HI[0], {"role": "assistant", "content": 42}], "message 1's `content`"),
-])
+@pytest.mark.parametrize(
+    "messages, where",
+    [
+        ("Hi", "not str"),
+        ([], "empty"),
+        ([HI[0], "Hi"], "message 1"),
+        ([{"role": "user", "text": "Hi"}], "message 0 has no `content`"),
+        ([{"content": "Hi"}], "message 0 has no `role`"),
+        ([{"role": 1, "content": "Hi"}], "message 0's `role`"),
+        ([HI[0], {"role": "assistant", "content": 42}], "message 1's `content`"),
+    ],
+)
 def test_messages_of_the_wrong_shape(smol, messages, where):
     with pytest.raises(LinnetError) as e:
         smol.apply_chat_template(messages)
@@ -172,21 +188,28 @@ def test_tools_of_the_wrong_shape(smol):
 
 
 def test_template_raise_names_the_message():
-    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "a"},
-                {"role": "assistant", "content": "b"}, {"role": "assistant", "content": "c"}]
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "assistant", "content": "c"},
+    ]
     with pytest.raises(LinnetError) as e:
         render(LLAMA_TEMPLATE, messages, variables={"bos_token": "<s>", "eos_token": "</s>"})
     assert code(e) == "E0845"
     assert "message 3" in message(e) and "alternate" in message(e)
 
 
-@pytest.mark.parametrize("template", [
-    "{% for m in messages %}{{ m.content }",  # does not parse
-    "{{ messages[0].content.__class__.__mro__[1].__subclasses__() }}",  # leaves the sandbox
-    "{% set ns = namespace(_x=1) %}{{ ns._x }}",  # underscore names on a namespace
-    "{{ messages.append(1) }}",  # changes the caller's data
-    "{{ messages[0].content / 0 }}",  # fails on a value
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{% for m in messages %}{{ m.content }",  # does not parse
+        "{{ messages[0].content.__class__.__mro__[1].__subclasses__() }}",  # leaves the sandbox
+        "{% set ns = namespace(_x=1) %}{{ ns._x }}",  # underscore names on a namespace
+        "{{ messages.append(1) }}",  # changes the caller's data
+        "{{ messages[0].content / 0 }}",  # fails on a value
+    ],
+)
 def test_templates_that_fail_are_coded(template):
     with pytest.raises(LinnetError) as e:
         render(template, [dict(HI[0])])
@@ -225,7 +248,8 @@ def test_stop_strings_of_the_wrong_shape(stop):
 def test_ids_past_the_tokenizers_vocabulary_have_no_text(smol):
     # A model's padded vocabulary may emit them: no text, as transformers decodes them.
     assert smol.decode([smol.encode("hi")[0], smol.vocab_size + 5]) == smol.decode(
-        smol.encode("hi")[:1])
+        smol.encode("hi")[:1]
+    )
 
 
 def test_add_bos_token_where_tokenizer_json_has_no_post_processor(tmp_path):
@@ -236,9 +260,9 @@ def test_add_bos_token_where_tokenizer_json_has_no_post_processor(tmp_path):
     tok = Tokenizer.from_directory(folder)
     assert tok.encode("hello")[0] == 1  # the config's add_bos_token: true
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    (folder / "tokenizer_config.json").write_text(json.dumps({**config,
-                                                              "add_bos_token": False,
-                                                              "add_eos_token": True}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({**config, "add_bos_token": False, "add_eos_token": True})
+    )
     tok = Tokenizer.from_directory(folder)
     ids = tok.encode("hello")
     assert ids[0] != 1 and ids[-1] == 2
@@ -247,8 +271,7 @@ def test_add_bos_token_where_tokenizer_json_has_no_post_processor(tmp_path):
 def test_template_files_take_precedence(tmp_path):
     folder = save_smol_style(tmp_path)
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    (folder / "tokenizer_config.json").write_text(json.dumps({**config,
-                                                              "chat_template": "CONFIG"}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": "CONFIG"}))
     assert "SmolLM" in Tokenizer.from_directory(folder).apply_chat_template(HI)
     (folder / "chat_template.jinja").unlink()
     (folder / "chat_template.json").write_text(json.dumps({"chat_template": "JSON"}))
@@ -258,10 +281,13 @@ def test_template_files_take_precedence(tmp_path):
 
 
 def test_template_sees_special_tokens_tojson_and_strftime(smol):
-    template = ("{{ bos_token }}|{{ eos_token }}|{{ messages | tojson }}|"
-                "{{ strftime_now('%Y') | length }}|{{ extra }}")
-    out = smol.apply_chat_template([{"role": "user", "content": "é <b>"}],
-                                   chat_template=template, extra="X")
+    template = (
+        "{{ bos_token }}|{{ eos_token }}|{{ messages | tojson }}|"
+        "{{ strftime_now('%Y') | length }}|{{ extra }}"
+    )
+    out = smol.apply_chat_template(
+        [{"role": "user", "content": "é <b>"}], chat_template=template, extra="X"
+    )
     # tojson keeps non-ASCII text and HTML characters, as transformers' filter does.
     assert out == ('<|im_start|>|<|im_end|>|[{"role": "user", "content": "é <b>"}]|4|X')
 

@@ -17,8 +17,13 @@ from linnet.lang.ir.bounds import input_bounds
 from linnet.lang.ir.graph import Graph, Step, ValueType
 
 CI = bool(os.environ.get("CI"))
-SETTINGS = settings(max_examples=40 if CI else 120, deadline=None, derandomize=CI,
-                    database=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=40 if CI else 120,
+    deadline=None,
+    derandomize=CI,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 WINDOW = range(-60, 61)
 
 
@@ -111,12 +116,10 @@ def test_llama_decode_and_prefill():
 
     root = Path(__file__).resolve().parents[3]
     program = Program.from_file(root / "examples" / "llama" / "llama.linnet")
-    config = {"V": 256, "D": 64, "F": 96, "NL": 2, "H": 4, "KV": 2, "HD": 16, "S": 128,
-              "T": "f32"}
+    config = {"V": 256, "D": 64, "F": 96, "NL": 2, "H": 4, "KV": 2, "HD": 16, "S": 128, "T": "f32"}
     decode = lower(program, "decode", {"token": [2], "pos": [2]}, dict(config, B=2))
     b = input_bounds(decode)
-    assert {k: (v.lo, v.hi) for k, v in b.inputs.items()} == {"%token": (0, 256),
-                                                             "%pos": (0, 128)}
+    assert {k: (v.lo, v.hi) for k, v in b.inputs.items()} == {"%token": (0, 256), "%pos": (0, 128)}
     assert b.inputs["%pos"].upper.target == "@model.layers.0.self_attn.k_cache"
     assert "size 128 = S" in b.inputs["%pos"].upper.describe(decode)
     assert "llama.linnet:" in b.inputs["%pos"].upper.describe(decode)
@@ -187,13 +190,24 @@ def test_no_valid_value_is_an_empty_range():
 
 def test_handwritten_graph_with_affine_scatter():
     # The analysis reads graphs, not sources: a backend's or another front end's graph too.
-    g = Graph("e", "m", inputs=["%p"], outputs=[],
-              values={"%p": ValueType((1,), "i64"), "%k": ValueType((), "i64"),
-                      "%q": ValueType((1,), "i64"), "%x": ValueType((1,), "f32")},
-              states={"s": ValueType((16,), "f32")},
-              steps=[Step("constant", [], ["%k"], {"value": 4, "dtype": "i64"}),
-                     Step("sub", ["%p", "%k"], ["%q"]),
-                     Step("scatter", ["@s", "%x", "%q"], [], {"indexed_axes": 1})])
+    g = Graph(
+        "e",
+        "m",
+        inputs=["%p"],
+        outputs=[],
+        values={
+            "%p": ValueType((1,), "i64"),
+            "%k": ValueType((), "i64"),
+            "%q": ValueType((1,), "i64"),
+            "%x": ValueType((1,), "f32"),
+        },
+        states={"s": ValueType((16,), "f32")},
+        steps=[
+            Step("constant", [], ["%k"], {"value": 4, "dtype": "i64"}),
+            Step("sub", ["%p", "%k"], ["%q"]),
+            Step("scatter", ["@s", "%x", "%q"], [], {"indexed_axes": 1}),
+        ],
+    )
     r = input_bounds(g).inputs["%p"]
     assert (r.lo, r.hi) == (4, 20) and r.upper.describe(g).startswith("axis 0 (size 16")
 
@@ -201,15 +215,24 @@ def test_handwritten_graph_with_affine_scatter():
 def test_a_very_long_chain_of_integer_steps_is_not_followed_into_a_recursion():
     # 5,000 `+ 1` in a row: the ends are not composed that deep (no RecursionError).
     steps = [Step("constant", [], ["%one"], {"value": 1, "dtype": "i32"})]
-    values = {"%p": ValueType((1,), "i32"), "%one": ValueType((), "i32"),
-              "%x": ValueType((1,), "f32")}
+    values = {
+        "%p": ValueType((1,), "i32"),
+        "%one": ValueType((), "i32"),
+        "%x": ValueType((1,), "f32"),
+    }
     prev = "%p"
     for i in range(5000):
         steps.append(Step("add", [prev, "%one"], [f"%v{i}"]))
         values[f"%v{i}"] = ValueType((1,), "i32")
         prev = f"%v{i}"
     steps.append(Step("scatter", ["@s", "%x", prev], []))
-    g = Graph("e", "m", inputs=["%p", "%x"], values=values, steps=steps,
-              states={"s": ValueType((16,), "f32")})
+    g = Graph(
+        "e",
+        "m",
+        inputs=["%p", "%x"],
+        values=values,
+        steps=steps,
+        states={"s": ValueType((16,), "f32")},
+    )
     b = input_bounds(g)
     assert not b.inputs and list(b.unanalysed) == ["%p"]

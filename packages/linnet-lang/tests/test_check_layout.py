@@ -35,8 +35,10 @@ def program() -> Program:
 
 # ---------------------------------------------------------------- Call.iteration / repeated
 
-@pytest.mark.parametrize("entry,inputs", [("decode", {"token": [1], "pos": [1]}),
-                                          ("prefill", {"tokens": [1, 4]})])
+
+@pytest.mark.parametrize(
+    "entry,inputs", [("decode", {"token": [1], "pos": [1]}), ("prefill", {"tokens": [1, 4]})]
+)
 def test_toy_llama_layer_calls_carry_their_iteration(program, entry, inputs):
     cfg = config("toy")
     g = lower(program, entry, inputs, cfg, check=False)
@@ -60,8 +62,9 @@ def test_iteration_survives_the_json_round_trip(program):
     # Only set fields are written: a call outside the stack has neither key.
     assert all("repeated" not in c for c in data["calls"] if "iteration" not in c)
     back = Graph.loads(g.dumps())
-    assert [(c.iteration, c.repeated) for c in back.calls] == \
-        [(c.iteration, c.repeated) for c in g.calls]
+    assert [(c.iteration, c.repeated) for c in back.calls] == [
+        (c.iteration, c.repeated) for c in g.calls
+    ]
     assert back.to_json() == data
 
 
@@ -99,6 +102,7 @@ model M<N: Dim> {
 
 # ---------------------------------------------------------------- typing and folding tables
 
+
 def codes_of(text: str) -> list[str]:
     with pytest.raises(LinnetError) as info:
         check_text(text)
@@ -106,8 +110,10 @@ def codes_of(text: str) -> list[str]:
 
 
 def returns(dtype: str, expr: str, result: str | None = None, n: str = "N") -> str:
-    return (f"model M<N: Dim> {{\n    entry run(a: Tensor[N; {dtype}], b: Tensor[N; {dtype}]) "
-            f"-> Tensor[{n}; {result or dtype}] {{\n        return {expr}\n    }}\n}}\n")
+    return (
+        f"model M<N: Dim> {{\n    entry run(a: Tensor[N; {dtype}], b: Tensor[N; {dtype}]) "
+        f"-> Tensor[{n}; {result or dtype}] {{\n        return {expr}\n    }}\n}}\n"
+    )
 
 
 @pytest.mark.parametrize("module", [typing_rules, folding_rules])
@@ -136,8 +142,9 @@ def test_a_typing_rows_result_is_the_steps_dtype(monkeypatch):
     prog = check_text(returns("f32", "a + b"))
     assert [s.op for s in lower(prog, "run", {"a": [3], "b": [3]}, {"N": 3}).steps] == ["add"]
     rule = typing_rules.TYPING_RULES["add"]
-    monkeypatch.setitem(typing_rules.TYPING_RULES, "add",
-                        typing_rules.TypingRule(rule.check, lambda d: "bool"))
+    monkeypatch.setitem(
+        typing_rules.TYPING_RULES, "add", typing_rules.TypingRule(rule.check, lambda d: "bool")
+    )
     # A bool result no longer matches the declared f32 (E0444: the return's dtype differs).
     assert codes_of(returns("f32", "a + b")) == ["E0444"]
     check_text(returns("f32", "a + b", result="bool"))
@@ -163,22 +170,36 @@ def test_a_folding_row_is_what_the_checker_uses(monkeypatch):
 
 
 def test_casts_of_constants_fold_by_the_convert_row(monkeypatch):
-    text = returns("f32", "a", n="(5.0 as i32)").replace("Tensor[N; f32], b",
-                                                         "Tensor[5; f32], b")
+    text = returns("f32", "a", n="(5.0 as i32)").replace("Tensor[N; f32], b", "Tensor[5; f32], b")
     check_text(text)
-    monkeypatch.setitem(folding_rules.FOLDING_RULES, "convert",
-                        lambda args, span, attrs: Const(Dim.const(6), attrs["dtype"]))
+    monkeypatch.setitem(
+        folding_rules.FOLDING_RULES,
+        "convert",
+        lambda args, span, attrs: Const(Dim.const(6), attrs["dtype"]),
+    )
     assert codes_of(text) == ["E0443"]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(-50, 50), st.integers(-50, 50),
-       st.sampled_from(["add", "sub", "mul", "div", "rem", "maximum", "minimum", "lt", "eq"]))
+@given(
+    st.integers(-50, 50),
+    st.integers(-50, 50),
+    st.sampled_from(["add", "sub", "mul", "div", "rem", "maximum", "minimum", "lt", "eq"]),
+)
 def test_integer_folding_matches_python(x, y, prim):
     import operator
-    expect = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
-              "div": operator.floordiv, "rem": operator.mod, "maximum": max, "minimum": min,
-              "lt": operator.lt, "eq": operator.eq}[prim]
+
+    expect = {
+        "add": operator.add,
+        "sub": operator.sub,
+        "mul": operator.mul,
+        "div": operator.floordiv,
+        "rem": operator.mod,
+        "maximum": max,
+        "minimum": min,
+        "lt": operator.lt,
+        "eq": operator.eq,
+    }[prim]
     args = [Const(Dim.const(x), "int"), Const(Dim.const(y), "int")]
     if y == 0 and prim in ("div", "rem"):
         with pytest.raises(Fail) as info:
@@ -194,6 +215,7 @@ def test_integer_folding_matches_python(x, y, prim):
 
 
 # ---------------------------------------------------------------- no process-global caches
+
 
 def _live_tree_nodes() -> int:
     gc.collect()
@@ -243,6 +265,7 @@ def test_a_dropped_program_is_freed():
 
 
 # ---------------------------------------------------------------- the Evaluator's mixins
+
 
 def test_each_evaluator_method_lives_in_one_mixin():
     from linnet.lang.check.core import EvaluatorBase

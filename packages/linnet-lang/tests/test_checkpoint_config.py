@@ -30,13 +30,29 @@ from linnet.lang.weights.safetensors import (
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
 MAPPING = read_mapping(LLAMA)
-HF = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-      "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-      "num_hidden_layers": 2, "vocab_size": 256, "head_dim": 16, "rms_norm_eps": 1e-5,
-      "max_position_embeddings": 131072, "tie_word_embeddings": False,
-      "rope_theta": 500000.0, "torch_dtype": "bfloat16",
-      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+HF = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+    "head_dim": 16,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+    "rope_theta": 500000.0,
+    "torch_dtype": "bfloat16",
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+}
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[list[int], str]]) -> None:
@@ -53,10 +69,18 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[list[int], str]]) -> 
 
 def test_llama31_config():
     cfg = checkpoint_config(HF, MAPPING, "Llama")
-    assert cfg.values == {"H": 4, "KV": 2, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-                          "tie_word_embeddings": False, "rope_llama3": True, "rope_factor": 8.0,
-                          "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0,
-                          "rope_original_max_positions": 8192}
+    assert cfg.values == {
+        "H": 4,
+        "KV": 2,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+        "rope_llama3": True,
+        "rope_factor": 8.0,
+        "rope_low_freq_factor": 1.0,
+        "rope_high_freq_factor": 4.0,
+        "rope_original_max_positions": 8192,
+    }
     assert cfg.runtime == {"S": 4096}  # max_position_embeddings capped: a runtime choice
     assert cfg.checks == {"V": 256, "D": 64, "F": 128, "NL": 2, "HD": 16}
     assert merge_config({"S": 65536}, cfg)["S"] == 65536
@@ -85,8 +109,11 @@ def test_a_real_llama_31_config(tmp_path):
 
 
 def test_transformers_defaults_for_absent_keys():
-    hf = {k: v for k, v in HF.items() if k not in ("rope_theta", "rms_norm_eps",
-                                                   "num_key_value_heads", "rope_scaling")}
+    hf = {
+        k: v
+        for k, v in HF.items()
+        if k not in ("rope_theta", "rms_norm_eps", "num_key_value_heads", "rope_scaling")
+    }
     cfg = checkpoint_config(hf, MAPPING, "Llama")
     assert cfg.values["rope_theta"] == 10000.0 and cfg.values["rms_norm_eps"] == 1e-6
     assert cfg.values["KV"] == 4  # num_key_value_heads defaults to the heads
@@ -94,30 +121,32 @@ def test_transformers_defaults_for_absent_keys():
 
 
 def test_rope_without_original_max_falls_back_to_max_positions():
-    rope = {k: v for k, v in HF["rope_scaling"].items()
-            if k != "original_max_position_embeddings"}
+    rope = {k: v for k, v in HF["rope_scaling"].items() if k != "original_max_position_embeddings"}
     cfg = checkpoint_config({**HF, "rope_scaling": rope}, MAPPING, "Llama")
     assert cfg.values["rope_original_max_positions"] == 131072
 
 
-@pytest.mark.parametrize("change,code", [
-    ({"architectures": ["Qwen2ForCausalLM"]}, "E0654"),
-    ({"model_type": "mistral"}, "E0654"),
-    ({"logit_softcap": 30.0}, "E0655"),
-    ({"hidden_act": "gelu"}, "E0656"),
-    ({"mlp_bias": True}, "E0656"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "E0657"),
-    ({"rope_scaling": {"type": "longrope", "factor": 4.0}}, "E0657"),
-    ({"rope_scaling": {"rope_type": "llama3", "factor": "8"}}, "E0671"),
-    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 32}}, "E0655"),
-    ({"rope_scaling": 8.0}, "E0671"),
-    ({"rope_parameters": {"rope_type": "default"}}, "E0656"),
-    ({"num_attention_heads": "4"}, "E0671"),
-    ({"hidden_size": 0}, "E0671"),
-    ({"num_hidden_layers": 10**400}, "E0671"),
-    ({"max_position_embeddings": True}, "E0671"),
-    ({"rms_norm_eps": float("nan")}, "E0671"),
-])
+@pytest.mark.parametrize(
+    "change,code",
+    [
+        ({"architectures": ["Qwen2ForCausalLM"]}, "E0654"),
+        ({"model_type": "mistral"}, "E0654"),
+        ({"logit_softcap": 30.0}, "E0655"),
+        ({"hidden_act": "gelu"}, "E0656"),
+        ({"mlp_bias": True}, "E0656"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "E0657"),
+        ({"rope_scaling": {"type": "longrope", "factor": 4.0}}, "E0657"),
+        ({"rope_scaling": {"rope_type": "llama3", "factor": "8"}}, "E0671"),
+        ({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 32}}, "E0655"),
+        ({"rope_scaling": 8.0}, "E0671"),
+        ({"rope_parameters": {"rope_type": "default"}}, "E0656"),
+        ({"num_attention_heads": "4"}, "E0671"),
+        ({"hidden_size": 0}, "E0671"),
+        ({"num_hidden_layers": 10**400}, "E0671"),
+        ({"max_position_embeddings": True}, "E0671"),
+        ({"rms_norm_eps": float("nan")}, "E0671"),
+    ],
+)
 def test_config_json_mistakes(change, code):
     with pytest.raises(LinnetError) as err:
         checkpoint_config({**HF, **change}, MAPPING, "Llama")
@@ -143,26 +172,37 @@ def test_spans_point_into_config_json(tmp_path):
     with pytest.raises(LinnetError) as err:
         read_checkpoint_config(path, LLAMA, "Llama")
     d = err.value.diagnostics[0]
-    assert d.span is not None and d.span.source.text[d.span.start:d.span.stop] == '"rope_type"'
+    assert d.span is not None and d.span.source.text[d.span.start : d.span.stop] == '"rope_type"'
 
 
-@pytest.mark.parametrize("mapping", [{"set": {"H": 4}}, {"sets": {}}, {"ignore": "x"},
-                                     {"require": {"a": True}}, {"rope": []},
-                                     {"check": {"D": {"key": "a", "typo": 1}}}])
+@pytest.mark.parametrize(
+    "mapping",
+    [
+        {"set": {"H": 4}},
+        {"sets": {}},
+        {"ignore": "x"},
+        {"require": {"a": True}},
+        {"rope": []},
+        {"check": {"D": {"key": "a", "typo": 1}}},
+    ],
+)
 def test_bad_mappings(mapping):
     with pytest.raises(LinnetError) as err:
         validate_mapping(mapping)
     assert {d.code for d in err.value.diagnostics} == {"E0653"}
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=3)
-                    | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.sampled_from([*sorted(HF), "rope_parameters", "x"]), JSON,
-                       max_size=6))
+@given(st.dictionaries(st.sampled_from([*sorted(HF), "rope_parameters", "x"]), JSON, max_size=6))
 def test_any_config_json_is_a_config_or_a_coded_error(changes):
     try:
         cfg = checkpoint_config({**HF, **changes}, MAPPING, "Llama")
@@ -188,7 +228,9 @@ def test_directory_index_and_list(tmp_path):
     assert safetensors_shapes([tmp_path / "a.safetensors"]) == {"x": ((2, 3), "f32")}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(index=JSON, header=st.binary(max_size=64))
 def test_any_index_or_header_is_read_or_a_coded_error(tmp_path, index, header):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
@@ -196,8 +238,10 @@ def test_any_index_or_header_is_read_or_a_coded_error(tmp_path, index, header):
     try:
         checkpoint_shapes(resolve_checkpoint(tmp_path))
     except LinnetError as err:
-        assert all(d.code in ("E0634", "E0635", "E0636", "E0637", "E0650", "E0651", "E0723")
-                   for d in err.diagnostics)
+        assert all(
+            d.code in ("E0634", "E0635", "E0636", "E0637", "E0650", "E0651", "E0723")
+            for d in err.diagnostics
+        )
 
 
 @pytest.mark.parametrize("bad", [3, None, b"x", [], [3], {"a": 1}, 2.5])

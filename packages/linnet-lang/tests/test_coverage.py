@@ -51,20 +51,25 @@ def problems(module: ModuleType, table_name: str, registry: object = PRIMITIVES)
     expected = getattr(module, "EXPECTED_MISSING", frozenset())
     out = []
     if not isinstance(expected, frozenset):
-        out.append(f"{module.__name__}.EXPECTED_MISSING is a {type(expected).__name__}, "
-                   "not a frozenset")
+        out.append(
+            f"{module.__name__}.EXPECTED_MISSING is a {type(expected).__name__}, not a frozenset"
+        )
         expected = frozenset(expected)
     missing = sorted(set(PRIMITIVES) - set(table) - expected)
     if missing:
-        out.append(f"{where} has no rule for: {', '.join(missing)} (add one, or list it in "
-                   f"{module.__name__}.EXPECTED_MISSING with a comment why)")
+        out.append(
+            f"{where} has no rule for: {', '.join(missing)} (add one, or list it in "
+            f"{module.__name__}.EXPECTED_MISSING with a comment why)"
+        )
     unknown = sorted(set(table) - set(PRIMITIVES))
     if unknown:
         out.append(f"{where} has rules for names that are not primitives: {', '.join(unknown)}")
     stale = sorted(expected & set(table)) + sorted(expected - set(PRIMITIVES))
     if stale:
-        out.append(f"{module.__name__}.EXPECTED_MISSING is stale: {', '.join(stale)} (a rule "
-                   f"exists, or no such primitive): remove it")
+        out.append(
+            f"{module.__name__}.EXPECTED_MISSING is stale: {', '.join(stale)} (a rule "
+            f"exists, or no such primitive): remove it"
+        )
     return out
 
 
@@ -117,8 +122,20 @@ def test_the_checker_sets_are_derived_from_the_rows() -> None:
     assert unary == {p.name for p in rows if p.function and p.arity == 1}
     assert primitives.BINARY_FUNCTIONS == {"max": "maximum", "min": "minimum", "pow": "pow"}
     assert primitives.BINARY_OPERATORS == {
-        "+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "<": "lt", "<=": "le",
-        ">": "gt", ">=": "ge", "==": "eq", "!=": "ne", "&&": "and", "||": "or"}
+        "+": "add",
+        "-": "sub",
+        "*": "mul",
+        "/": "div",
+        "%": "rem",
+        "<": "lt",
+        "<=": "le",
+        ">": "gt",
+        ">=": "ge",
+        "==": "eq",
+        "!=": "ne",
+        "&&": "and",
+        "||": "or",
+    }
     for op, name in primitives.BINARY_OPERATORS.items():
         assert PRIMITIVES[name].operator == op and PRIMITIVES[name].arity == 2
     assert primitives.in_category("shape") == {"reshape", "transpose", "broadcast", "slice"}

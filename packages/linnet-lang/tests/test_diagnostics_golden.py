@@ -53,7 +53,7 @@ def parse_directive(text: str) -> dict[str, Any] | None:
     for line in text.splitlines():
         if not line.startswith(DIRECTIVE):
             break
-        lines.append(line[len(DIRECTIVE):])
+        lines.append(line[len(DIRECTIVE) :])
     if not lines:
         return None
     spec = " ".join(lines)
@@ -74,8 +74,9 @@ def parse_directive(text: str) -> dict[str, Any] | None:
         else:
             kwargs[key], pos = decoder.raw_decode(spec, pos)
     if "weights" in kwargs:
-        kwargs["weights"] = {k: (tuple(shape), dtype)
-                             for k, (shape, dtype) in kwargs["weights"].items()}
+        kwargs["weights"] = {
+            k: (tuple(shape), dtype) for k, (shape, dtype) in kwargs["weights"].items()
+        }
     return kwargs
 
 

@@ -29,6 +29,10 @@ def module_names() -> list[str]:
 @pytest.mark.parametrize("name", module_names())
 def test_the_examples_of_each_module_run(name: str) -> None:
     module = importlib.import_module(name)
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
-                             verbose=False, report=True)
+    result = doctest.testmod(
+        module,
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+        verbose=False,
+        report=True,
+    )
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples of {name} fail"

@@ -39,8 +39,9 @@ CASES = cases()
 def session(model) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    return ort.InferenceSession(emit.to_proto(model).SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        emit.to_proto(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
 
 
 def feeds(graph, inputs: dict, states: dict) -> dict:
@@ -55,8 +56,9 @@ def test_the_cases_cover_every_primitive():
 
 def test_a_collective_is_not_exported_E0930():
     g = one_step("exp", [np.ones(3, np.float32)])
-    g.steps[0] = type(g.steps[0])("all_reduce", ["%x"], ["%y"], {"kind": "sum", "world": 2},
-                                  g.steps[0].loc)
+    g.steps[0] = type(g.steps[0])(
+        "all_reduce", ["%x"], ["%y"], {"kind": "sum", "world": 2}, g.steps[0].loc
+    )
     with pytest.raises(LinnetError) as err:
         emit.emit_onnx(g)
     assert err.value.diagnostics[0].code == "E0930"
@@ -76,7 +78,7 @@ def test_each_primitive_matches_the_reference(case):
             got = ReferenceEvaluator(emit.to_proto(model)).run(None, feeds(graph, inputs, states))
         for o, w in zip(got, want):
             assert_close(o, w, f"{name} on {run}")
-        for (path, state), o in zip(after.items(), got[len(want):]):
+        for (path, state), o in zip(after.items(), got[len(want) :]):
             assert_close(o, state, f"{name}: state {path} on {run}")
 
 
@@ -104,6 +106,7 @@ def _ort_step(model, states_order):
     def run(inputs: dict, states: dict):
         outs = sess.run(None, {**inputs, **states})
         return outs[0], dict(zip(states_order, outs[1:]))
+
     return run
 
 
@@ -112,19 +115,23 @@ def test_llama_prefill_and_16_greedy_decode_steps_match_the_reference(llama):
     rng = np.random.default_rng(7)
     prompt = rng.integers(0, 256, (1, 6)).astype(np.int32)
     zeros = {p: np.zeros(v.shape, np.float32) for p, v in prefill.states.items()}
-    want, want_logits = greedy(reference_step(prefill, params), reference_step(decode, params),
-                               prompt, zeros, 16)
+    want, want_logits = greedy(
+        reference_step(prefill, params), reference_step(decode, params), prompt, zeros, 16
+    )
     for make in ("onnxruntime", "reference"):
         if make == "onnxruntime":
             steps = [_ort_step(models[g.entry], list(g.states)) for g in (prefill, decode)]
         else:
+
             def evaluator(model, order):
                 ev = ReferenceEvaluator(emit.to_proto(model))
 
                 def run(inputs, states):
                     outs = ev.run(None, {**inputs, **states})
                     return outs[0], dict(zip(order, outs[1:]))
+
                 return run
+
             steps = [evaluator(models[g.entry], list(g.states)) for g in (prefill, decode)]
         got, got_logits = greedy(steps[0], steps[1], prompt, zeros, 16)
         assert got == want, make
@@ -141,14 +148,20 @@ def test_the_model_s_form(llama):
     assert names[:2] == ["token", "pos"]
     assert names[2:] == list(decode.states)  # states follow the inputs
     # ... then the validity flag (issue 38: what the runtimes check, as an output)
-    assert [o.name for o in g.output] == ["logits"] + [p + ".next" for p in decode.states] \
-        + ["linnet.valid"]
+    assert [o.name for o in g.output] == ["logits"] + [p + ".next" for p in decode.states] + [
+        "linnet.valid"
+    ]
     assert {i.name for i in g.initializer} == set(decode.parameters)
     # Every std op is a call of a local function; a layer's linears share one function.
     calls = [n for n in g.node if n.domain == "linnet.std"]
     fns = {f.name for f in proto.functions}
-    assert {"nn.linear.linear", "nn.norm.rms_norm", "nn.attention.decode_attention",
-            "nn.embedding.embedding", "nn.rope.rope_with"} <= fns
+    assert {
+        "nn.linear.linear",
+        "nn.norm.rms_norm",
+        "nn.attention.decode_attention",
+        "nn.embedding.embedding",
+        "nn.rope.rope_with",
+    } <= fns
     assert len([n for n in calls if n.op_type == "nn.attention.decode_attention"]) == 2
     linear = next(f for f in proto.functions if f.name == "nn.linear.linear")
     assert [n.op_type for n in linear.node] == ["Einsum", "Identity"]
@@ -166,7 +179,7 @@ def test_without_weights_parameters_are_inputs(llama):
     _, decode, _, _ = llama
     proto = emit.to_proto(emit.emit_onnx(decode))
     names = [i.name for i in proto.graph.input]
-    assert names[len(decode.inputs) + len(decode.states):] == list(decode.parameters)
+    assert names[len(decode.inputs) + len(decode.states) :] == list(decode.parameters)
     assert not proto.graph.initializer
 
 
@@ -214,12 +227,30 @@ def test_the_cli_writes_a_checked_model(tmp_path, capsys):
     from linnet.lang.cli import main
 
     out = tmp_path / "decode.onnx"
-    assert main(["onnx", str(LLAMA), "--entry", "decode", "--config", "toy", "--set", "B=1",
-                 "--input", "token=1", "--input", "pos=1", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "onnx",
+                str(LLAMA),
+                "--entry",
+                "decode",
+                "--config",
+                "toy",
+                "--set",
+                "B=1",
+                "--input",
+                "token=1",
+                "--input",
+                "pos=1",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "4 states, 21 parameters as graph inputs" in capsys.readouterr().err
     onnx.checker.check_model(str(out), full_check=True)
-    assert main(["onnx", str(LLAMA), "--entry", "nope", "--config", "toy", "-o",
-                 str(out)]) == 1
+    assert main(["onnx", str(LLAMA), "--entry", "nope", "--config", "toy", "-o", str(out)]) == 1
     assert "E0601" in capsys.readouterr().err
 
 
@@ -246,7 +277,9 @@ def test_calls_nest_and_hand_on_several_values():
     writer = next(g for name, g, _, _ in CASES if name == "call-writing-a-state")
     fn = emit.to_proto(emit.emit_onnx(writer)).functions[0]
     assert [n.op_type for n in fn.node if n.op_type in ("ScatterND", "ReduceSum")] == [
-        "ScatterND", "ReduceSum"]
+        "ScatterND",
+        "ReduceSum",
+    ]
     assert len(fn.output) == 2  # the sum and the state after the write
 
 

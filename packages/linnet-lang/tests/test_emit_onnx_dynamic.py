@@ -31,8 +31,9 @@ TOL = 1e-4  # the conformance suite's f32 tolerance, relative to the largest mag
 def session(model) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    return ort.InferenceSession(emit.to_proto(model).SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        emit.to_proto(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
 
 
 def close(got, want, what: str) -> None:
@@ -43,12 +44,19 @@ def close(got, want, what: str) -> None:
 
 def exported(program, entry: str, inputs: dict, config: dict, dynamic=None, params=None):
     """The entry lowered at ``inputs`` and made symbolic, its model, and a relowering."""
+
     def lower_at(i, c):
         return lower(program, entry, i, c, check=False)
+
     graph = lower_at(inputs, config)
     sym = symbolic_graph(graph, program, inputs, config, lower_at, dynamic)
-    return graph, sym, emit.emit_onnx(sym, params, {m.source.name: m.source.text for m in
-                                                    program.modules.values()})
+    return (
+        graph,
+        sym,
+        emit.emit_onnx(
+            sym, params, {m.source.name: m.source.text for m in program.modules.values()}
+        ),
+    )
 
 
 def dims(value_info) -> list:
@@ -82,14 +90,15 @@ def test_prefill_with_symbolic_B_and_L_runs_at_every_size(llama):
     assert [dims(i) for i in proto.graph.input[1:]] == [["B", 128, 2, 16]] * 4  # the caches
     assert dims(proto.graph.output[0]) == ["B", "L", 256]
     assert json.loads({p.key: p.value for p in proto.metadata_props}["linnet.symbolic"]) == [
-        "B", "L"]
+        "B",
+        "L",
+    ]
     sess = session(model)
     rng = np.random.default_rng(3)
     for b, length in ((1, 6), (2, 3), (3, 9)):
         g = at(program, "prefill", cfg, B=b, L=length)
         tokens = rng.integers(0, 256, (b, length)).astype(np.int32)
-        states = {p: rng.standard_normal(v.shape).astype(np.float32)
-                  for p, v in g.states.items()}
+        states = {p: rng.standard_normal(v.shape).astype(np.float32) for p, v in g.states.items()}
         want, after = reference_step(g, params)({"tokens": tokens}, states)
         got = sess.run(None, {"tokens": tokens, **states})
         close(got[0], want, f"logits at B={b}, L={length}")
@@ -138,8 +147,7 @@ def test_any_free_dim_can_be_named_the_cache_length_too(llama):
     _, sym, model = exported(program, "decode", {"token": [1], "pos": [1]}, cfg, "B,S", params)
     assert list(sym.symbolic) == ["B", "S"]
     assert dims(emit.to_proto(model).graph.input[2]) == ["B", "S", 2, 16]
-    g = lower(program, "decode", {"token": [2], "pos": [2]}, cfg | {"B": 2, "S": 40},
-              check=False)
+    g = lower(program, "decode", {"token": [2], "pos": [2]}, cfg | {"B": 2, "S": 40}, check=False)
     rng = np.random.default_rng(5)
     feed = {"token": np.array([3, 200], np.int32), "pos": np.array([39, 7], np.int32)}
     states = {p: rng.standard_normal(v.shape).astype(np.float32) for p, v in g.states.items()}
@@ -165,8 +173,7 @@ def test_function_bodies_take_the_dims_they_use(llama):
     assert [(n.output[0], n.input[0]) for n in shapes] == [("B", "tokens"), ("L", "tokens")]
     # window_attention's mask is an iota of length L in its body: it takes L, after the
     # values it reads, as the iota Range(0, L) the model's graph computes once
-    _, _, model = exported(Program.from_text(WINDOW, "window"), "prefill", WINDOW_INPUTS, {},
-                           "B,L")
+    _, _, model = exported(Program.from_text(WINDOW, "window"), "prefill", WINDOW_INPUTS, {}, "B,L")
     proto = emit.to_proto(model)
     (fn,) = proto.functions
     assert list(fn.input) == ["q", "k", "v", "L"]
@@ -178,8 +185,12 @@ def test_function_bodies_take_the_dims_they_use(llama):
     for b, n in ((1, 6), (2, 9)):
         q = rng.standard_normal((b, n, 2, 2, 8)).astype(np.float32)
         k, v = (rng.standard_normal((b, n, 2, 8)).astype(np.float32) for _ in range(2))
-        g = lower(Program.from_text(WINDOW, "window"), "prefill",
-                  {"q": list(q.shape), "k": list(k.shape), "v": list(v.shape)}, {})
+        g = lower(
+            Program.from_text(WINDOW, "window"),
+            "prefill",
+            {"q": list(q.shape), "k": list(k.shape), "v": list(v.shape)},
+            {},
+        )
         (want,) = run_graph(g, {"q": q, "k": k, "v": v}, {}, {})
         close(sess.run(None, {"q": q, "k": k, "v": v})[0], want, f"window at B={b}, L={n}")
 
@@ -199,8 +210,7 @@ WINDOW_INPUTS = {"q": [1, 6, 2, 2, 8], "k": [1, 6, 2, 8], "v": [1, 6, 2, 8]}
 def test_dynamic_none_and_an_empty_list_keep_every_dim_concrete(llama):
     program, cfg, _, _, _ = llama
     for dynamic in ("none", []):
-        graph, sym, model = exported(program, "decode", {"token": [1], "pos": [1]}, cfg,
-                                     dynamic)
+        graph, sym, model = exported(program, "decode", {"token": [1], "pos": [1]}, cfg, dynamic)
         assert sym is graph
         assert dims(emit.to_proto(model).graph.input[0]) == [1]
 
@@ -266,8 +276,14 @@ def test_a_dim_the_weights_fix_is_E0937(llama):
     weights = {p: (list(v.shape), v.dtype) for p, v in plain.parameters.items()}
     graph = lower(program, "decode", {"token": [1], "pos": [1]}, cfg, weights, check=False)
     with pytest.raises(LinnetError) as err:  # lowering at another H fails: the weights say 4
-        symbolic_graph(graph, program, {"token": [1], "pos": [1]}, cfg,
-                       lambda i, c: lower(program, "decode", i, c, weights, check=False), "H")
+        symbolic_graph(
+            graph,
+            program,
+            {"token": [1], "pos": [1]},
+            cfg,
+            lambda i, c: lower(program, "decode", i, c, weights, check=False),
+            "H",
+        )
     d = err.value.diagnostics[0]
     assert d.code == "E0937" and "lowering it at H = " in d.message
 
@@ -295,8 +311,20 @@ def test_the_cli_takes_dynamic(tmp_path, capsys):
     from linnet.lang.cli import main
 
     out = tmp_path / "prefill.onnx"
-    base = ["onnx", str(LLAMA), "--entry", "prefill", "--config", "toy", "--set", "B=1",
-            "--input", "tokens=1,8", "-o", str(out)]
+    base = [
+        "onnx",
+        str(LLAMA),
+        "--entry",
+        "prefill",
+        "--config",
+        "toy",
+        "--set",
+        "B=1",
+        "--input",
+        "tokens=1,8",
+        "-o",
+        str(out),
+    ]
     assert main([*base, "--dynamic", "B,L"]) == 0
     assert "symbolic dims: B, L" in capsys.readouterr().err
     proto = onnx.load(str(out))
@@ -324,8 +352,9 @@ def test_sym_ints_keep_their_polynomial_through_arithmetic():
 
 
 @settings(PROFILE, max_examples=30 * SCALE)
-@given(st.lists(st.integers(-20, 20), min_size=4, max_size=4), st.integers(2, 30),
-       st.integers(2, 30))
+@given(
+    st.lists(st.integers(-20, 20), min_size=4, max_size=4), st.integers(2, 30), st.integers(2, 30)
+)
 def test_the_corners_fix_a_multilinear_polynomial(coefs, b0, l0):
     """Any c0 + c1 B + c2 L + c3 B L is recovered from its values at the four corners."""
     names = ["B", "L"]
@@ -344,9 +373,12 @@ def test_an_attribute_no_rule_computes_at_run_time_is_E0936():
     from linnet.lang.export import symbolic_dims
 
     def at(n: int):
-        g = one_step("reduce", [np.ones((n, 3), np.float32)],
-                     {"kind": "sum", "axes": [1], "accumulate": "f32", "identity": float(n)},
-                     ((n,), "f32"))
+        g = one_step(
+            "reduce",
+            [np.ones((n, 3), np.float32)],
+            {"kind": "sum", "axes": [1], "accumulate": "f32", "identity": float(n)},
+            ((n,), "f32"),
+        )
         g.dims = {"N": n}
         return g
 
@@ -355,6 +387,7 @@ def test_an_attribute_no_rule_computes_at_run_time_is_E0936():
     d = err.value.diagnostics[0]
     assert d.code == "E0936" and "attribute `identity` of step 0 (reduce)" in d.message
     assert "case.linnet:1" in d.message
+
     def fixed(n: int):  # the same graph with an identity that stays put
         g = at(n)
         g.steps[0].attributes["identity"] = 0.0

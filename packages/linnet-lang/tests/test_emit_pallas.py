@@ -55,9 +55,11 @@ def test_the_call_launches_or_runs_the_body():
     assert "RUNS = {'row_softmax_3_5_1024': [0, 0]}" in text
     assert "INTERPRET = os.environ.get('LINNET_PALLAS_INTERPRET') == '1'" in text
     assert "    def softmax_body(x):\n" in text
-    assert "    if kernels_ready('row_softmax_3_5_1024'):\n" \
-           "        y = launch_row_softmax_3_5_1024(softmax_body, None, x)\n    else:\n" \
-           "        y = softmax_body(x)\n" in text
+    assert (
+        "    if kernels_ready('row_softmax_3_5_1024'):\n"
+        "        y = launch_row_softmax_3_5_1024(softmax_body, None, x)\n    else:\n"
+        "        y = softmax_body(x)\n" in text
+    )
     assert "        y = jax.nn.softmax(x, axis=-1)" in text  # the body (its fast call)
 
 
@@ -70,21 +72,26 @@ def test_no_launch_is_written_where_the_kernel_cannot_run(case):
     # without kernels the module is what it was before kernels existed
     assert text.replace("Numerics: fast", "Numerics: exact").replace(
         "PRECISION = None  # fast: the backend's default (TF32 or bf16 passes for f32 on a GPU)",
-        "PRECISION = jax.lax.Precision.HIGHEST  # exact: full f32 products on every backend"
+        "PRECISION = jax.lax.Precision.HIGHEST  # exact: full f32 products on every backend",
     ) == module_text(shape, "exact", False)
 
 
 @settings(max_examples=20, deadline=None)
-@given(bm=st.sampled_from([4, 8, 16, 32]), bn=st.sampled_from([8, 16, 64]),
-       bk=st.sampled_from([2, 16, 32]))
+@given(
+    bm=st.sampled_from([4, 8, 16, 32]),
+    bn=st.sampled_from([8, 16, 64]),
+    bk=st.sampled_from([2, 16, 32]),
+)
 def test_jnp_dot_only_for_tiles_of_16_a_side(bm, bn, bk):
     prog = check_text(MM, "mm")
     k = lower_kernel(prog, "mm::mm", dict(M=40, N=24, K=50, BM=bm, BN=bn, BK=bk))
     src = kernel_text(k, sources(prog), "lax.Precision.HIGHEST", set()).source
     ast.parse(src)
     dot = min(bm, bn, bk) >= 16
-    assert ("p = jnp.dot(x, y, precision=lax.Precision.HIGHEST, "
-            "preferred_element_type=jnp.float32)" in src) == dot
+    assert (
+        "p = jnp.dot(x, y, precision=lax.Precision.HIGHEST, "
+        "preferred_element_type=jnp.float32)" in src
+    ) == dot
     assert ("p = jnp.sum(" in src) == (not dot)
     # the loop: lax.fori_loop over a function of the index and the carried accumulator
     assert "def loop_kb(kb, carry):" in src and "acc, = carry" in src
@@ -92,11 +99,14 @@ def test_jnp_dot_only_for_tiles_of_16_a_side(bm, bn, bk):
 
 
 def test_a_primitive_without_a_pallas_form_is_E0560():
-    prog = check_text("""
+    prog = check_text(
+        """
 kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
     let cols = iota<i32>(N)
     store(y[cols], erf(load(x[cols])))
-}""", "p")
+}""",
+        "p",
+    )
     k = lower_kernel(prog, "p::k", {"N": 4})
     with pytest.raises(LinnetError) as info:
         kernel_text(k, sources(prog), "lax.Precision.HIGHEST", set())
@@ -105,12 +115,15 @@ kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
 
 
 def test_source_names_that_python_reserves_are_prefixed():
-    prog = check_text("""
+    prog = check_text(
+        """
 kernel k<N: Dim>(float: Tensor[N; f32]) -> jnp: Tensor[N; f32] grid(1) {
     let range = iota<i32>(N)
     let pl = load(float[range])
     store(jnp[range], pl * 2.0)
-}""", "names")
+}""",
+        "names",
+    )
     k = lower_kernel(prog, "names::k", {"N": 8})
     src = kernel_text(k, sources(prog), "lax.Precision.HIGHEST", set()).source
     compile(src, "kernel", "exec")
@@ -124,8 +137,13 @@ def kernel_module(tmp_path, k, prog):
     from linnet.lang.emit.pallas import HEADER
 
     text = kernel_text(k, sources(prog), "lax.Precision.HIGHEST", set())
-    body = ("import jax\nimport jax.numpy as jnp\nfrom jax import lax\n" + HEADER
-            + "\nINTERPRET = True\n\n\n" + text.source + "\n")
+    body = (
+        "import jax\nimport jax.numpy as jnp\nfrom jax import lax\n"
+        + HEADER
+        + "\nINTERPRET = True\n\n\n"
+        + text.source
+        + "\n"
+    )
     path = tmp_path / f"{text.function}.py"
     path.write_text(body)
     spec = importlib.util.spec_from_file_location(text.function, path)

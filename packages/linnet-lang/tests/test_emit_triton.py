@@ -68,8 +68,7 @@ def test_row_softmax_kernel_text():
     assert "@triton.jit\ndef row_softmax_4_8_16(x, y, X_STRIDE_0: tl.constexpr," in src
     # names from the source, the source lines as comments, masked loads with `other`
     assert "# std/nn/activation.linnet:21  let v = load(x[row, cols], mask, -1e30)" in src
-    assert "v = tl.load(x + row * X_STRIDE_0 + cols * X_STRIDE_1, mask=mask, other=-1e+30)" \
-        in src
+    assert "v = tl.load(x + row * X_STRIDE_0 + cols * X_STRIDE_1, mask=mask, other=-1e+30)" in src
     assert "tl.store(y + row * Y_STRIDE_0 + cols * Y_STRIDE_1, div, mask=mask)" in src
     # the launcher: contiguous inputs, results allocated, strides as constants
     assert "    x = x.contiguous()" in src
@@ -85,8 +84,11 @@ def test_every_kernel_waits_before_touching_memory_under_pdl():
     prog = Program.from_text(SOFTMAX_MODEL)
     k = lower_kernel(prog, "std.nn.activation::row_softmax", {"R": 4, "C": 8, "B": 16})
     src = kernel_text(k, sources(prog), "ieee", set()).source
-    fn = next(n for n in ast.parse(src).body
-              if isinstance(n, ast.FunctionDef) and n.name == "row_softmax_4_8_16")
+    fn = next(
+        n
+        for n in ast.parse(src).body
+        if isinstance(n, ast.FunctionDef) and n.name == "row_softmax_4_8_16"
+    )
     assert [a.arg for a in fn.args.args[-2:]] == ["USE_PDL", "PREFETCH"]
     body = [ast.unparse(s) for s in fn.body]
     # the prefetch (PDL modes 4 and 5) only asks L2 for lines, before the wait
@@ -99,8 +101,10 @@ def test_every_kernel_waits_before_touching_memory_under_pdl():
     stores = [i for i, b in enumerate(body) if b.startswith("tl.store")]
     assert loads and min(loads) > 2 and stores and late == min(stores) - 1
     assert "    pdl = pdl_launch(x.device, 4)\n" in src  # grid (4,): 4 programs
-    assert "X_STRIDE_0=8, X_STRIDE_1=1, Y_STRIDE_0=8, Y_STRIDE_1=1, USE_PDL=pdl, " \
-           "PREFETCH=prefetching(pdl), **PDL_LAUNCH[pdl])" in src
+    assert (
+        "X_STRIDE_0=8, X_STRIDE_1=1, Y_STRIDE_0=8, Y_STRIDE_1=1, USE_PDL=pdl, "
+        "PREFETCH=prefetching(pdl), **PDL_LAUNCH[pdl])" in src
+    )
 
 
 def test_a_kernel_that_stores_only_in_loops_lets_the_next_go_at_its_exit():
@@ -126,21 +130,23 @@ def _header(tmp_path, text: str) -> dict:
     return runpy.run_path(str(path))
 
 
-@pytest.mark.parametrize("env, major, programs, compiling, expected", [
-    ({}, 9, 64, False, 2),                         # Hopper: on, late by default
-    ({}, 10, 64, False, 2),                        # and later
-    ({"LINNET_PDL": "1"}, 9, 64, False, 1),        # early
-    ({"LINNET_PDL": "3"}, 9, 132, False, 1),       # by the grid: one program an SM, early
-    ({"LINNET_PDL": "3"}, 9, 133, False, 2),       # more, late
-    ({}, 8, 64, False, 0),                         # Ampere has no PDL
-    ({}, 9, 64, True, 0),                          # torch.compile traces the launch
-    ({"LINNET_PDL": "0"}, 9, 64, False, 0),        # turned off
-    ({"LINNET_PDL": "4"}, 9, 64, False, 2),        # late, prefetching
-    ({"LINNET_PDL": "5"}, 9, 64, False, 1),        # early, prefetching
-    ({"LINNET_PDL": "5"}, 8, 64, False, 0),        # (no PDL: no prefetch)
-])
-def test_when_a_launch_uses_pdl(monkeypatch, tmp_path, env, major, programs, compiling,
-                                expected):
+@pytest.mark.parametrize(
+    "env, major, programs, compiling, expected",
+    [
+        ({}, 9, 64, False, 2),  # Hopper: on, late by default
+        ({}, 10, 64, False, 2),  # and later
+        ({"LINNET_PDL": "1"}, 9, 64, False, 1),  # early
+        ({"LINNET_PDL": "3"}, 9, 132, False, 1),  # by the grid: one program an SM, early
+        ({"LINNET_PDL": "3"}, 9, 133, False, 2),  # more, late
+        ({}, 8, 64, False, 0),  # Ampere has no PDL
+        ({}, 9, 64, True, 0),  # torch.compile traces the launch
+        ({"LINNET_PDL": "0"}, 9, 64, False, 0),  # turned off
+        ({"LINNET_PDL": "4"}, 9, 64, False, 2),  # late, prefetching
+        ({"LINNET_PDL": "5"}, 9, 64, False, 1),  # early, prefetching
+        ({"LINNET_PDL": "5"}, 8, 64, False, 0),  # (no PDL: no prefetch)
+    ],
+)
+def test_when_a_launch_uses_pdl(monkeypatch, tmp_path, env, major, programs, compiling, expected):
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     from types import SimpleNamespace
@@ -157,17 +163,22 @@ def test_when_a_launch_uses_pdl(monkeypatch, tmp_path, env, major, programs, com
     if not hasattr(tl.extra.cuda, "gdc_wait"):
         assert namespace["PDL"] == 0  # a Triton without it never launches with PDL
         return
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(
-        major=major, multi_processor_count=132))
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda index: SimpleNamespace(major=major, multi_processor_count=132),
+    )
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
     launch = namespace["pdl_launch"]
     assert launch(_Device("cuda"), programs) == expected
     assert launch(_Device("cpu"), programs) == 0
     assert namespace["PDL_LAUNCH"][launch(_Device("cuda", 1), programs)] == (
-        {"launch_pdl": True} if expected else {})
+        {"launch_pdl": True} if expected else {}
+    )
     # modes 4 and 5 (late and early, prefetching) launch as 2 and 1 and prefetch
     assert namespace["prefetching"](launch(_Device("cuda"), programs)) == (
-        1 if expected and env.get("LINNET_PDL") in ("4", "5") else 0)
+        1 if expected and env.get("LINNET_PDL") in ("4", "5") else 0
+    )
 
 
 def test_an_unknown_pdl_mode_is_said_and_the_default_used(monkeypatch, tmp_path):
@@ -187,9 +198,11 @@ def test_the_call_launches_or_runs_the_body():
     assert "@triton.jit" in text and "RUNS = {'row_softmax_3_5_1024': [0, 0]}" in text
     # The launch goes through launch_with_grad: under autograd it is a custom op whose
     # autograd is the op's backward (emit/kernel_grad.py); otherwise the launcher call.
-    assert "    if kernels_ready('row_softmax_3_5_1024', x):\n" \
-           "        y = launch_with_grad(launch_row_softmax_3_5_1024, grad_op_1_softmax, x)\n" \
-           "    else:\n" in text
+    assert (
+        "    if kernels_ready('row_softmax_3_5_1024', x):\n"
+        "        y = launch_with_grad(launch_row_softmax_3_5_1024, grad_op_1_softmax, x)\n"
+        "    else:\n" in text
+    )
     assert "        y = torch.softmax(x, dim=-1)" in text  # the body (its fast call)
 
 
@@ -200,13 +213,15 @@ def test_no_launch_is_written_where_the_kernel_cannot_run(case):
     assert "triton" not in text and "kernels_ready" not in text
     assert "y = torch.softmax(x, dim=-1)" in text
     # without kernels the module is what it was before kernels existed
-    assert text.replace("Numerics: fast", "Numerics: exact") == module_text(
-        shape, "exact", False)
+    assert text.replace("Numerics: fast", "Numerics: exact") == module_text(shape, "exact", False)
 
 
 @settings(max_examples=20, deadline=None)
-@given(bm=st.sampled_from([4, 8, 16, 32]), bn=st.sampled_from([8, 16, 64]),
-       bk=st.sampled_from([2, 16, 32]))
+@given(
+    bm=st.sampled_from([4, 8, 16, 32]),
+    bn=st.sampled_from([8, 16, 64]),
+    bk=st.sampled_from([2, 16, 32]),
+)
 def test_tl_dot_only_for_tiles_of_16_a_side(bm, bn, bk):
     prog = check_text(MM, "mm")
     k = lower_kernel(prog, "mm::mm", dict(M=40, N=24, K=50, BM=bm, BN=bn, BK=bk))
@@ -224,8 +239,10 @@ def test_tl_dot_only_for_tiles_of_16_a_side(bm, bn, bk):
 def test_a_dot_of_widened_16_bit_tiles_runs_at_their_width(bt):
     """`load(...) as f32` of two 16-bit tiles: the dot takes the 16-bit tiles (dot16, f32
     accumulator), unless one side is f32 data or the two widths differ."""
-    text = MM.replace("a: Tensor[M, K; f32], b: Tensor[K, N; f32]",
-                      f"a: Tensor[M, K; bf16], b: Tensor[K, N; {bt}]")
+    text = MM.replace(
+        "a: Tensor[M, K; f32], b: Tensor[K, N; f32]",
+        f"a: Tensor[M, K; bf16], b: Tensor[K, N; {bt}]",
+    )
     text = text.replace("load(a[rows, ks], ma, 0.0)", "load(a[rows, ks], ma, 0) as f32")
     text = text.replace("load(b[ks, cols], mb, 0.0)", "load(b[ks, cols], mb, 0) as f32")
     prog = check_text(text, "mm")
@@ -242,11 +259,14 @@ def test_fast_numerics_may_use_tf32():
 
 
 def test_a_primitive_without_a_triton_form_is_E0532():
-    prog = check_text("""
+    prog = check_text(
+        """
 kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[N; f32] grid(1) {
     let cols = iota<i32>(N)
     store(y[cols], pow(load(x[cols]), 3.0))
-}""", "p")
+}""",
+        "p",
+    )
     k = lower_kernel(prog, "p::k", {"N": 4})
     with pytest.raises(LinnetError) as info:
         kernel_text(k, sources(prog), "ieee", set())
@@ -262,12 +282,15 @@ def test_the_launchers_dtypes_are_the_emitters():
 
 
 def test_source_names_that_python_reserves_are_prefixed():
-    prog = check_text("""
+    prog = check_text(
+        """
 kernel k<N: Dim>(float: Tensor[N; f32]) -> len: Tensor[N; f32] grid(1) {
     let range = iota<i32>(N)
     let tl = load(float[range])
     store(len[range], tl * 2.0)
-}""", "names")
+}""",
+        "names",
+    )
     k = lower_kernel(prog, "names::k", {"N": 8})
     src = kernel_text(k, sources(prog), "ieee", set()).source
     compile(src, "kernel", "exec")
@@ -325,8 +348,7 @@ def test_the_prefetch_loads_the_first_iteration_by_the_tensors_bounds():
     assert [a.arg for a in fn.args.args[-2:]] == ["USE_PDL", "PREFETCH"]
     block = ast.unparse(fn.body[0])
     assert block.startswith("if PREFETCH:") and block.count("prefetch_l2(") == 2
-    assert "prefetch_l2(at + pre_lanes * AT_STRIDE_0, (pre_lanes >= 0) & (pre_lanes < 4))" \
-        in block
+    assert "prefetch_l2(at + pre_lanes * AT_STRIDE_0, (pre_lanes >= 0) & (pre_lanes < 4))" in block
     assert "pre_mul = 2 * 4" in block  # the loop's index at its start (i = 2)
     assert "x +" not in block and "tl.load" not in block
     rest = "\n".join(ast.unparse(s) for s in fn.body[1:])
@@ -335,13 +357,17 @@ def test_the_prefetch_loads_the_first_iteration_by_the_tensors_bounds():
 
 
 def test_a_kernel_with_nothing_to_prefetch_has_no_prefetch_argument():
-    prog = check_text("""
+    prog = check_text(
+        """
 kernel fill_y<N: Dim>() -> y: Tensor[N; f32] grid(1) {
     let cols = iota<i32>(N)
     store(y[cols], fill(1.0, N))
-}""", "f")
-    src = kernel_text(lower_kernel(prog, "f::fill_y", {"N": 8}), sources(prog), "ieee",
-                      set()).source
+}""",
+        "f",
+    )
+    src = kernel_text(
+        lower_kernel(prog, "f::fill_y", {"N": 8}), sources(prog), "ieee", set()
+    ).source
     assert "PREFETCH" not in src and "USE_PDL=pdl, **PDL_LAUNCH[pdl])" in src
 
 
@@ -380,7 +406,9 @@ def test_an_eager_launch_bypasses_wrap_triton():
     """Each launcher's eager branch runs under `direct()` (wrap_triton then gives the kernel
     itself: no higher-order op a launch), its compiled branch calls the custom op."""
     text = module_text([4, 16])
-    assert ("    if torch.compiler.is_compiling():\n"
-            "        return op_row_softmax_4_16_1024(x)\n"
-            "    with direct():  # the kernel itself, not wrap_triton's higher-order op\n"
-            "        return run_row_softmax_4_16_1024(x)\n") in text
+    assert (
+        "    if torch.compiler.is_compiling():\n"
+        "        return op_row_softmax_4_16_1024(x)\n"
+        "    with direct():  # the kernel itself, not wrap_triton's higher-order op\n"
+        "        return run_row_softmax_4_16_1024(x)\n"
+    ) in text

@@ -34,13 +34,20 @@ def unused_arguments(text: str, convention: bool = False) -> dict[str, list[str]
     found = {}
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.FunctionDef):
-            read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
-                    and isinstance(n.ctx, ast.Load)}
+            read = {
+                n.id
+                for n in ast.walk(node)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+            }
             args = [a.arg for a in node.args.args]
             if convention and args[-2:] == ["params", "states"]:
                 args = args[:-2]
-            dead = [a for a in args if a not in read
-                    and not (convention and a.startswith("_") and node.name in entries(text))]
+            dead = [
+                a
+                for a in args
+                if a not in read
+                and not (convention and a.startswith("_") and node.name in entries(text))
+            ]
             if dead:
                 found[node.name] = dead
     return found
@@ -66,7 +73,8 @@ def llama(entry: str, inputs: dict[str, list[int]], fast: bool = True) -> str:
 SMALL = {
     # Values named after Python builtins and keywords: `float('-inf')` of a masked softmax,
     # and every later call of a builtin, must still find the builtin.
-    "builtins": ('''
+    "builtins": (
+        """
 model M<N: Dim> {
     param w: Tensor[N; f32]
     entry run(float: Tensor[N; f32], len: Tensor[N; f32]) -> Tensor[N; f32] {
@@ -76,24 +84,35 @@ model M<N: Dim> {
         let print = type / (type + 1.0)
         return print
     }
-}''', "run", {"float": [4], "len": [4]}),
+}""",
+        "run",
+        {"float": [4], "len": [4]},
+    ),
     # A constant index into a zero-bounds read: the index is known, no guard, no `.clamp`.
-    "constant_index": ('''
+    "constant_index": (
+        """
 model M<B: Dim, H: Dim, D: Dim> {
     entry run(parts: Tensor[B, 2, H, D; f32]) -> Tensor[B, H, D; f32] {
         let first[b, h, d] = parts[b, 0, h, d]
         return first
     }
-}''', "run", {"parts": [1, 2, 3, 4]}),
+}""",
+        "run",
+        {"parts": [1, 2, 3, 4]},
+    ),
     # A shifted read (rope's rotate-half) and a constant shared by two uses.
-    "shift": ('''
+    "shift": (
+        """
 model M<N: Dim> {
     entry run(x: Tensor[N; f32]) -> Tensor[N; f32] {
         let y[i: N] = x[i + 1] * 0.5
         let z[i] = y[i] + x[i] * 0.5
         return z
     }
-}''', "run", {"x": [6]}),
+}""",
+        "run",
+        {"x": [6]},
+    ),
 }
 
 
@@ -102,13 +121,15 @@ def small(name: str) -> str:
     return emit_torch(lower(Program.from_text(text), entry, inputs))
 
 
-CASES = [("llama decode", lambda: llama("decode", {"token": [1], "pos": [1]})),
-         ("llama prefill", lambda: llama("prefill", {"tokens": [1, 8]})),
-         ("llama decode, no fused calls",
-          lambda: llama("decode", {"token": [2], "pos": [2]}, fast=False)),
-         ("llama prefill, no fused calls",
-          lambda: llama("prefill", {"tokens": [2, 8]}, fast=False))] + [
-    (name, (lambda n=name: small(n))) for name in SMALL]
+CASES = [
+    ("llama decode", lambda: llama("decode", {"token": [1], "pos": [1]})),
+    ("llama prefill", lambda: llama("prefill", {"tokens": [1, 8]})),
+    (
+        "llama decode, no fused calls",
+        lambda: llama("decode", {"token": [2], "pos": [2]}, fast=False),
+    ),
+    ("llama prefill, no fused calls", lambda: llama("prefill", {"tokens": [2, 8]}, fast=False)),
+] + [(name, (lambda n=name: small(n))) for name in SMALL]
 
 
 @pytest.mark.parametrize("name,make", CASES, ids=[c[0] for c in CASES])
@@ -128,8 +149,11 @@ def test_decode_layer_reads_every_input_and_glue_returns_no_constant() -> None:
     assert isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple)
     # Constants known when lowering (eps, the softmax scale, -inf) are literals where they
     # are used, never values returned by one slice and passed to the next.
-    assert not any(isinstance(e, ast.Constant) or (isinstance(e, ast.Call)
-                   and getattr(e.func, "id", "") == "float") for e in ret.value.elts)
+    assert not any(
+        isinstance(e, ast.Constant)
+        or (isinstance(e, ast.Call) and getattr(e.func, "id", "") == "float")
+        for e in ret.value.elts
+    )
     layer = fns["decoder_layer_decode"]
     assert len(layer.args.args) == 6 + 9 + 2  # h, 3 rope tables, batch index, pos; 9 weights
     # No numbered names from the whole graph (`t_37`): anonymous values are named by op.
@@ -175,8 +199,7 @@ def test_wrap_keeps_the_statement() -> None:
     line = "    a, b = some_function(" + ", ".join(f"argument_{i}" for i in range(20)) + ")"
     lines = wrap(line)
     assert all(len(x) <= 100 for x in lines)
-    assert ast.dump(ast.parse("\n".join(x[4:] for x in lines))) == ast.dump(
-        ast.parse(line.strip()))
+    assert ast.dump(ast.parse("\n".join(x[4:] for x in lines))) == ast.dump(ast.parse(line.strip()))
 
 
 def test_wrap_keeps_a_returned_call_one_value() -> None:
@@ -184,8 +207,11 @@ def test_wrap_keeps_a_returned_call_one_value() -> None:
     returned tuple stays a tuple (seen: a Pallas launcher with a long kernel name returned a
     1-tuple)."""
     call = "    return kernel_jvp(run_" + "x" * 80 + ", body, backward)(x, nw, w)"
-    for line in (call, "    return " + ", ".join(f"value_{i}" for i in range(30)),
-                 "    return " + "y" * 90 + ","):
+    for line in (
+        call,
+        "    return " + ", ".join(f"value_{i}" for i in range(30)),
+        "    return " + "y" * 90 + ",",
+    ):
         lines = wrap(line)
         assert all(len(x) <= 100 for x in lines)
         got = ast.parse("def f():\n" + "\n".join(lines))
@@ -213,8 +239,11 @@ def test_method_on_a_literal_is_an_internal_error(monkeypatch) -> None:
 def test_module_that_does_not_compile_is_an_internal_error(monkeypatch) -> None:
     # Each line parses alone, the module does not (a `return` outside a function).
     real = emit.TorchEmitter.entry_metadata
-    monkeypatch.setattr(emit.TorchEmitter, "entry_metadata",
-                        lambda self, *a, **k: real(self, *a, **k) + "\nreturn 1")
+    monkeypatch.setattr(
+        emit.TorchEmitter,
+        "entry_metadata",
+        lambda self, *a, **k: real(self, *a, **k) + "\nreturn 1",
+    )
     with pytest.raises(LinnetError) as err:
         small("shift")
     assert err.value.diagnostics[0].code == "E0911"
@@ -238,13 +267,13 @@ def test_entry_named_like_a_builtin_runs_through_the_runtime(tmp_path) -> None:
     from linnet.torch import load
 
     model = tmp_path / "m.linnet"
-    model.write_text('''
+    model.write_text("""
 model M<N: Dim> {
     entry input(float: Tensor[N; f32]) -> Tensor[N; f32] {
         let m = max[i] float[i]
         return exp(float - m)
     }
-}''')
+}""")
     prog = Program.from_file(str(model))
     text = emit_torch(lower(prog, "input", {"float": [3]}))
     assert "def v_input(v_float, params, states):" in text
@@ -282,8 +311,13 @@ def test_generated_index_programs_are_clean_and_right(case) -> None:
     # NumPy computes in f32 where torch rounds to a 16-bit float (`exp(x as bf16)`): the
     # tolerance of that type, for the emitter's output and the old one's alike.
     tol = 1e-2 if "f16" in case.source else 1e-4
-    np.testing.assert_allclose(out.numpy(), expected, rtol=0 if case.exact else tol,
-                               atol=0 if case.exact else tol * scale, err_msg=text)
+    np.testing.assert_allclose(
+        out.numpy(),
+        expected,
+        rtol=0 if case.exact else tol,
+        atol=0 if case.exact else tol * scale,
+        err_msg=text,
+    )
 
 
 # Entries that write a state once or twice and return it: the writes are effects, kept by

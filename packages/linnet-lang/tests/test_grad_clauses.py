@@ -28,16 +28,20 @@ pub op scale<N: Dim>(x: Tensor[N; f32], w: Tensor[N; f32], s: f32) -> Tensor[N; 
 def run(graph, *inputs, params=None):
     from linnet.torch.interpreter import run_graph
 
-    return run_graph(graph, [torch.tensor(np.asarray(x), dtype=torch.float32) for x in inputs],
-                     params or {}, {})
+    return run_graph(
+        graph, [torch.tensor(np.asarray(x), dtype=torch.float32) for x in inputs], params or {}, {}
+    )
 
 
 def test_a_clause_is_used_instead_of_the_body():
-    prog = Program.from_text(SCALE + """
+    prog = Program.from_text(
+        SCALE
+        + """
 model M { entry run(x: Tensor[3; f32], w: Tensor[3; f32]) -> f32 {
     let y = scale(x, w, 2.0)
     let s = sum[i](y[i])
-    return s } }""")
+    return s } }"""
+    )
     x, w = [1.0, 2.0, 3.0], [0.5, -1.0, 4.0]
     shapes = {"x": [3], "w": [3]}
     clause = lower_grad(prog, "run", shapes, wrt=["x", "w"])
@@ -54,7 +58,9 @@ model M { entry run(x: Tensor[3; f32], w: Tensor[3; f32]) -> f32 {
 
 
 def test_the_clause_is_lowered_once_per_call_in_every_layer():
-    prog = Program.from_text(SCALE + """
+    prog = Program.from_text(
+        SCALE
+        + """
 block L<N: Dim> {
     param w: Tensor[N; f32]
     fn forward(x: Tensor[N; f32]) -> Tensor[N; f32] { return scale(x, self.w, 1.0) }
@@ -67,7 +73,8 @@ model M<N: Dim> {
         let s = sum[i](h[i])
         return s
     }
-}""")
+}"""
+    )
     g = lower_grad(prog, "run", {"x": [2]}, {"N": 2}, wrt=["x"])
     assert len([c for c in g.calls if c.callee == "main::scale.grad"]) == 4
     # and each layer's backward is a call of its own, as its forward is (one slice each)
@@ -75,18 +82,23 @@ model M<N: Dim> {
     assert sorted(c.iteration for c in layers) == [0, 1, 2, 3]
     params = {f"layers.{i}.w": torch.ones(2) for i in range(4)}
     _, dx = run(g, [1.0, 1.0], params=params)
-    torch.testing.assert_close(dx, torch.full((2,), 10.0 ** 4))  # 10x per layer
+    torch.testing.assert_close(dx, torch.full((2,), 10.0**4))  # 10x per layer
 
 
 def test_a_kernel_op_runs_its_body_forward_and_its_clause_backward():
-    spec = SOFTMAX_SPEC.replace("    return y\n}\n", "    return y\n} grad(dy) {\n"
-                                "    let dx[r, c] = dy[r, c] * 0.0 + 7.0\n    return dx\n}\n")
+    spec = SOFTMAX_SPEC.replace(
+        "    return y\n}\n",
+        "    return y\n} grad(dy) {\n    let dx[r, c] = dy[r, c] * 0.0 + 7.0\n    return dx\n}\n",
+    )
     assert "grad(dy)" in spec
-    prog = Program.from_text(spec + """
+    prog = Program.from_text(
+        spec
+        + """
 model M { entry run(x: Tensor[2, 3; f32]) -> f32 {
     let p = softmax(x)
     let s = sum[r, c](p[r, c] * p[r, c])
-    return s } }""")
+    return s } }"""
+    )
     x = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
     g = lower_grad(prog, "run", {"x": [2, 3]}, wrt=["x"])
     assert not any("kernel" in c.attributes for c in g.calls)  # the body runs, no launch

@@ -12,8 +12,17 @@ from linnet.lang.ir.verify import verify
 ROOT = Path(__file__).resolve().parents[3]
 TINYLM = ROOT / "examples" / "tinylm" / "tinylm.linnet"
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
-LOSS = [str(TINYLM), "--config", "tiny", "--entry", "loss", "--input", "tokens=8,4",
-        "--input", "targets=8,4"]
+LOSS = [
+    str(TINYLM),
+    "--config",
+    "tiny",
+    "--entry",
+    "loss",
+    "--input",
+    "tokens=8,4",
+    "--input",
+    "targets=8,4",
+]
 
 
 def test_graph_grad_json_is_a_valid_graph_of_outputs_then_gradients(capsys):
@@ -29,8 +38,20 @@ def test_graph_grad_json_is_a_valid_graph_of_outputs_then_gradients(capsys):
 
 
 def test_graph_grad_wrt_and_cotangents(capsys):
-    args = [str(LLAMA), "--config", "toy", "--entry", "prefill", "--input", "tokens=1,4",
-            "--grad", "--grad-seed", "cotangents", "--wrt", "model.norm.weight"]
+    args = [
+        str(LLAMA),
+        "--config",
+        "toy",
+        "--entry",
+        "prefill",
+        "--input",
+        "tokens=1,4",
+        "--grad",
+        "--grad-seed",
+        "cotangents",
+        "--wrt",
+        "model.norm.weight",
+    ]
     assert main(["graph", *args]) == 0
     out = capsys.readouterr().out
     assert "input %d_out: f32[1, 4, 256]" in out
@@ -59,8 +80,22 @@ def test_grad_mistakes_are_coded(capsys):
 def test_every_layers_backward_shares_one_generated_function(tmp_path, capsys):
     """As every layer's forward does: the backward of a layer is a slice of one kind."""
     target = tmp_path / "prefill_grad.py"
-    args = [str(LLAMA), "--config", "toy", "--set", "NL=3", "--entry", "prefill", "--input",
-            "tokens=1,4", "--grad", "--grad-seed", "cotangents", "-o", str(target)]
+    args = [
+        str(LLAMA),
+        "--config",
+        "toy",
+        "--set",
+        "NL=3",
+        "--entry",
+        "prefill",
+        "--input",
+        "tokens=1,4",
+        "--grad",
+        "--grad-seed",
+        "cotangents",
+        "-o",
+        str(target),
+    ]
     assert main(["torch", *args]) == 0
     text = target.read_text()
     assert text.count("def decoder_layer_prefill(") == 1
@@ -93,13 +128,22 @@ def test_onnx_and_stablehlo_grad_export_the_gradient_graph(tmp_path, capsys):
     from linnet.lang.grad import lower_grad
     from reference import run_graph
 
-    graph = lower_grad(Program.from_file(TINYLM), "loss", {"tokens": [8, 4], "targets": [8, 4]},
-                       load_config("tiny", [], str(TINYLM)), check=False)
+    graph = lower_grad(
+        Program.from_file(TINYLM),
+        "loss",
+        {"tokens": [8, 4], "targets": [8, 4]},
+        load_config("tiny", [], str(TINYLM)),
+        check=False,
+    )
     rng = np.random.default_rng(5)
-    named = {"tokens": rng.integers(0, 16, (8, 4)).astype(np.int32),
-             "targets": rng.integers(0, 16, (8, 4)).astype(np.int32)}
-    named |= {p: (0.2 * rng.standard_normal(vt.shape)).astype(np.float32)
-              for p, vt in graph.parameters.items()}
+    named = {
+        "tokens": rng.integers(0, 16, (8, 4)).astype(np.int32),
+        "targets": rng.integers(0, 16, (8, 4)).astype(np.int32),
+    }
+    named |= {
+        p: (0.2 * rng.standard_normal(vt.shape)).astype(np.float32)
+        for p, vt in graph.parameters.items()
+    }
     params = {p: named[p] for p in graph.parameters}
     want = run_graph(graph, {k: named[k] for k in ("tokens", "targets")}, params, {})
     assert main(["onnx", *LOSS, "--grad", "-o", str(tmp_path / "g.onnx")]) == 0

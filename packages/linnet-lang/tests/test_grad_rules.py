@@ -25,8 +25,12 @@ from test_properties import budget
 torch = pytest.importorskip("torch")
 
 
-def graph(inputs: dict[str, tuple], steps: list[tuple], outputs: list[str],
-          params: dict[str, tuple] | None = None) -> Graph:
+def graph(
+    inputs: dict[str, tuple],
+    steps: list[tuple],
+    outputs: list[str],
+    params: dict[str, tuple] | None = None,
+) -> Graph:
     """A graph from (op, operands, result, shape, dtype, attrs) rows; inputs name -> type."""
     g = Graph("run", "M", inputs=[f"%{k}" for k in inputs], outputs=outputs)
     g.values = {f"%{k}": ValueType(tuple(s), d) for k, (s, d) in inputs.items()}
@@ -54,13 +58,21 @@ def binary(op: str, inputs: dict = XB) -> Graph:
 
 def compare(op: str) -> Graph:
     """A comparison choosing between x and y: no gradient flows through the condition."""
-    return graph(XY, [(op, ["%x", "%y"], "%c", (2, 3), "bool", None),
-                      ("select", ["%c", "%x", "%y"], "%r", (2, 3), F, None)], ["%r"])
+    return graph(
+        XY,
+        [
+            (op, ["%x", "%y"], "%c", (2, 3), "bool", None),
+            ("select", ["%c", "%x", "%y"], "%r", (2, 3), F, None),
+        ],
+        ["%r"],
+    )
 
 
 def logic(op: str) -> Graph:
-    steps = [("lt", ["%x", "%y"], "%a", (2, 3), "bool", None),
-             ("gt", ["%x", "%y"], "%b", (2, 3), "bool", None)]
+    steps = [
+        ("lt", ["%x", "%y"], "%a", (2, 3), "bool", None),
+        ("gt", ["%x", "%y"], "%b", (2, 3), "bool", None),
+    ]
     if op == "not":
         steps.append(("not", ["%a"], "%c", (2, 3), "bool", None))
     else:
@@ -74,96 +86,221 @@ _POSITIVE = {"log", "sqrt", "rsqrt", "pow"}  # primitives tested on positive inp
 
 def _cases() -> dict[str, list[Graph]]:
     cases: dict[str, list[Graph]] = {}
-    for op in ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf",
-               "abs", "floor"):
+    for op in (
+        "neg",
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "sin",
+        "cos",
+        "tanh",
+        "sigmoid",
+        "erf",
+        "abs",
+        "floor",
+    ):
         cases[op] = [unary(op)]
     for op in ("add", "sub", "mul", "div", "rem", "pow", "maximum", "minimum"):
         cases[op] = [binary(op), binary(op, XY)]
     # a rank-0 operand broadcasting against a tensor
-    cases["mul"].append(graph({"x": ((2, 3), F), "y": ((), F)},
-                              [("mul", ["%x", "%y"], "%r", (2, 3), F, None)], ["%r"]))
+    cases["mul"].append(
+        graph(
+            {"x": ((2, 3), F), "y": ((), F)}, [("mul", ["%x", "%y"], "%r", (2, 3), F, None)], ["%r"]
+        )
+    )
     for op in ("lt", "le", "gt", "ge", "eq", "ne"):
         cases[op] = [compare(op)]
     for op in ("and", "or", "not"):
         cases[op] = [logic(op)]
     cases["select"] = [compare("lt")]
     cases["convert"] = [
-        graph(X3, [("convert", ["%x"], "%h", (2, 3), "f32", {"dtype": "f32"}),
-                   ("convert", ["%h"], "%r", (2, 3), F, {"dtype": F})], ["%r"]),
+        graph(
+            X3,
+            [
+                ("convert", ["%x"], "%h", (2, 3), "f32", {"dtype": "f32"}),
+                ("convert", ["%h"], "%r", (2, 3), F, {"dtype": F}),
+            ],
+            ["%r"],
+        ),
         # to an integer: constant almost everywhere
-        graph(X3, [("convert", ["%x"], "%i", (2, 3), "i64", {"dtype": "i64"}),
-                   ("convert", ["%i"], "%f", (2, 3), F, {"dtype": F}),
-                   ("mul", ["%f", "%x"], "%r", (2, 3), F, None)], ["%r"])]
-    cases["constant"] = [graph(X3, [("constant", [], "%c", (), F, {"value": 2.5, "dtype": F}),
-                                    ("mul", ["%x", "%c"], "%r", (2, 3), F, None)], ["%r"])]
-    cases["iota"] = [graph(X3, [("iota", [], "%i", (2, 3), F,
-                                 {"shape": [2, 3], "axis": 1, "dtype": F}),
-                                ("mul", ["%x", "%i"], "%r", (2, 3), F, None)], ["%r"])]
-    cases["reshape"] = [graph(X3, [("reshape", ["%x"], "%r", (3, 2), F, {"shape": [3, 2]})],
-                              ["%r"])]
-    cases["transpose"] = [graph({"x": ((2, 3, 4), F)},
-                                [("transpose", ["%x"], "%r", (4, 2, 3), F, {"perm": [2, 0, 1]})],
-                                ["%r"])]
+        graph(
+            X3,
+            [
+                ("convert", ["%x"], "%i", (2, 3), "i64", {"dtype": "i64"}),
+                ("convert", ["%i"], "%f", (2, 3), F, {"dtype": F}),
+                ("mul", ["%f", "%x"], "%r", (2, 3), F, None),
+            ],
+            ["%r"],
+        ),
+    ]
+    cases["constant"] = [
+        graph(
+            X3,
+            [
+                ("constant", [], "%c", (), F, {"value": 2.5, "dtype": F}),
+                ("mul", ["%x", "%c"], "%r", (2, 3), F, None),
+            ],
+            ["%r"],
+        )
+    ]
+    cases["iota"] = [
+        graph(
+            X3,
+            [
+                ("iota", [], "%i", (2, 3), F, {"shape": [2, 3], "axis": 1, "dtype": F}),
+                ("mul", ["%x", "%i"], "%r", (2, 3), F, None),
+            ],
+            ["%r"],
+        )
+    ]
+    cases["reshape"] = [
+        graph(X3, [("reshape", ["%x"], "%r", (3, 2), F, {"shape": [3, 2]})], ["%r"])
+    ]
+    cases["transpose"] = [
+        graph(
+            {"x": ((2, 3, 4), F)},
+            [("transpose", ["%x"], "%r", (4, 2, 3), F, {"perm": [2, 0, 1]})],
+            ["%r"],
+        )
+    ]
     cases["broadcast"] = [
-        graph({"x": ((1, 3), F)}, [("broadcast", ["%x"], "%r", (4, 3), F, {"shape": [4, 3]})],
-              ["%r"]),
-        graph({"x": ((), F)}, [("broadcast", ["%x"], "%r", (4, 3), F, {"shape": [4, 3]})],
-              ["%r"])]
+        graph(
+            {"x": ((1, 3), F)}, [("broadcast", ["%x"], "%r", (4, 3), F, {"shape": [4, 3]})], ["%r"]
+        ),
+        graph({"x": ((), F)}, [("broadcast", ["%x"], "%r", (4, 3), F, {"shape": [4, 3]})], ["%r"]),
+    ]
     # slice: the leading axis alone, inner axes (the last one too), and every axis whole
     cases["slice"] = [
-        graph({"x": ((4, 5, 3), F)}, [("slice", ["%x"], "%r", (2, 5, 3), F,
-                                       {"starts": [1, 0, 0], "limits": [3, 5, 3]})], ["%r"]),
-        graph({"x": ((4, 5, 3), F)}, [("slice", ["%x"], "%r", (4, 2, 2), F,
-                                       {"starts": [0, 2, 1], "limits": [4, 4, 3]})], ["%r"]),
-        graph({"x": ((2, 3), F)}, [("slice", ["%x"], "%s", (2, 3), F,
-                                    {"starts": [0, 0], "limits": [2, 3]}),
-                                   ("mul", ["%s", "%x"], "%r", (2, 3), F, None)], ["%r"])]
+        graph(
+            {"x": ((4, 5, 3), F)},
+            [("slice", ["%x"], "%r", (2, 5, 3), F, {"starts": [1, 0, 0], "limits": [3, 5, 3]})],
+            ["%r"],
+        ),
+        graph(
+            {"x": ((4, 5, 3), F)},
+            [("slice", ["%x"], "%r", (4, 2, 2), F, {"starts": [0, 2, 1], "limits": [4, 4, 3]})],
+            ["%r"],
+        ),
+        graph(
+            {"x": ((2, 3), F)},
+            [
+                ("slice", ["%x"], "%s", (2, 3), F, {"starts": [0, 0], "limits": [2, 3]}),
+                ("mul", ["%s", "%x"], "%r", (2, 3), F, None),
+            ],
+            ["%r"],
+        ),
+    ]
     cases["reduce"] = []
-    for kind, identity in (("sum", 0.0), ("mean", 0.0), ("max", float("-inf")),
-                           ("min", float("inf")), ("prod", 1.0)):
+    for kind, identity in (
+        ("sum", 0.0),
+        ("mean", 0.0),
+        ("max", float("-inf")),
+        ("min", float("inf")),
+        ("prod", 1.0),
+    ):
         for axes, shape in (([1], (2, 4)), ([0, 2], (3,)), ([0, 1, 2], ())):
-            cases["reduce"].append(graph(
-                {"x": ((2, 3, 4), F)},
-                [("reduce", ["%x"], "%r", shape, F,
-                  {"kind": kind, "axes": axes, "accumulate": F, "identity": identity})],
-                ["%r"]))
+            cases["reduce"].append(
+                graph(
+                    {"x": ((2, 3, 4), F)},
+                    [
+                        (
+                            "reduce",
+                            ["%x"],
+                            "%r",
+                            shape,
+                            F,
+                            {"kind": kind, "axes": axes, "accumulate": F, "identity": identity},
+                        )
+                    ],
+                    ["%r"],
+                )
+            )
     cases["contract"] = [
-        graph({"a": ((2, 3), F), "b": ((4, 3), F)},
-              [("contract", ["%a", "%b"], "%r", (2, 4), F,
-                {"spec": "ac,bc->ab", "accumulate": F})], ["%r"]),
+        graph(
+            {"a": ((2, 3), F), "b": ((4, 3), F)},
+            [("contract", ["%a", "%b"], "%r", (2, 4), F, {"spec": "ac,bc->ab", "accumulate": F})],
+            ["%r"],
+        ),
         # a letter summed in one operand alone (d), and a scalar result
-        graph({"a": ((2, 3, 5), F), "b": ((3,), F)},
-              [("contract", ["%a", "%b"], "%r", (2,), F,
-                {"spec": "acd,c->a", "accumulate": F})], ["%r"]),
-        graph({"a": ((3,), F), "b": ((3,), F)},
-              [("contract", ["%a", "%b"], "%r", (), F, {"spec": "a,a->", "accumulate": F})],
-              ["%r"])]
+        graph(
+            {"a": ((2, 3, 5), F), "b": ((3,), F)},
+            [("contract", ["%a", "%b"], "%r", (2,), F, {"spec": "acd,c->a", "accumulate": F})],
+            ["%r"],
+        ),
+        graph(
+            {"a": ((3,), F), "b": ((3,), F)},
+            [("contract", ["%a", "%b"], "%r", (), F, {"spec": "a,a->", "accumulate": F})],
+            ["%r"],
+        ),
+    ]
     cases["take"] = [
-        graph({"x": ((5, 3), F), "i": ((4,), "i64")},
-              [("take", ["%x", "%i"], "%r", (4, 3), F, {"axis": 0, "bounds": "unchecked"})],
-              ["%r"]),
-        graph({"x": ((2, 5, 3), F), "i": ((2, 2), "i64")},
-              [("take", ["%x", "%i"], "%r", (2, 2, 2, 3), F, {"axis": 1, "bounds": "zero"})],
-              ["%r"])]
+        graph(
+            {"x": ((5, 3), F), "i": ((4,), "i64")},
+            [("take", ["%x", "%i"], "%r", (4, 3), F, {"axis": 0, "bounds": "unchecked"})],
+            ["%r"],
+        ),
+        graph(
+            {"x": ((2, 5, 3), F), "i": ((2, 2), "i64")},
+            [("take", ["%x", "%i"], "%r", (2, 2, 2, 3), F, {"axis": 1, "bounds": "zero"})],
+            ["%r"],
+        ),
+    ]
     cases["gather"] = [
-        graph({"x": ((4, 5, 3), F), "i": ((2, 1), "i64"), "j": ((1, 3), "i64")},
-              [("gather", ["%x", "%i", "%j"], "%r", (2, 3, 3), F,
-                {"indexed_axes": 2, "bounds": "zero"})], ["%r"])]
+        graph(
+            {"x": ((4, 5, 3), F), "i": ((2, 1), "i64"), "j": ((1, 3), "i64")},
+            [
+                (
+                    "gather",
+                    ["%x", "%i", "%j"],
+                    "%r",
+                    (2, 3, 3),
+                    F,
+                    {"indexed_axes": 2, "bounds": "zero"},
+                )
+            ],
+            ["%r"],
+        )
+    ]
     cases["scatter_add"] = [
-        graph({"x": ((5, 3), F), "v": ((4, 3), F), "i": ((4,), "i64")},
-              [("scatter_add", ["%x", "%v", "%i"], "%r", (5, 3), F,
-                {"indexed_axes": 1, "bounds": "zero"})], ["%r"])]
-    st = graph({"x": ((2, 3), F), "i": ((2,), "i64")},
-               [("scatter", ["@s", "%x", "%i"], "", (), "", {"indexed_axes": 1, "path": "s"}),
-                ("exp", ["%x"], "%r", (2, 3), F, None)], ["%r"])
+        graph(
+            {"x": ((5, 3), F), "v": ((4, 3), F), "i": ((4,), "i64")},
+            [
+                (
+                    "scatter_add",
+                    ["%x", "%v", "%i"],
+                    "%r",
+                    (5, 3),
+                    F,
+                    {"indexed_axes": 1, "bounds": "zero"},
+                )
+            ],
+            ["%r"],
+        )
+    ]
+    st = graph(
+        {"x": ((2, 3), F), "i": ((2,), "i64")},
+        [
+            ("scatter", ["@s", "%x", "%i"], "", (), "", {"indexed_axes": 1, "path": "s"}),
+            ("exp", ["%x"], "%r", (2, 3), F, None),
+        ],
+        ["%r"],
+    )
     st.states = {"s": ValueType((4, 3), F)}
     cases["scatter"] = [st]
     # Elementwise math of linnet.lang.ir.elementwise with no case above (a new row): its
     # derivative column (or zero rule) against torch.autograd, on positive inputs.
     for op in sorted(SPELLINGS.keys() - cases.keys()):
         p = PRIMITIVES[op]
-        cases[op] = [logic(op) if p.logical else compare(op) if p.comparison
-                     else unary(op) if p.arity == 1 else binary(op)]
+        cases[op] = [
+            logic(op)
+            if p.logical
+            else compare(op)
+            if p.comparison
+            else unary(op)
+            if p.arity == 1
+            else binary(op)
+        ]
         _POSITIVE.add(op)
     return cases
 
@@ -192,8 +329,13 @@ def _data(g: Graph, rng: np.random.Generator) -> list:
         v = g.values[ref]
         if v.dtype == "i64":
             # positions in range, and (for bounds zero) out of range, repeated ones included
-            out.append(torch.tensor(rng.integers(-1, 6, size=v.shape) if "zero" in repr(
-                [s.attributes for s in g.steps]) else rng.integers(0, 4, size=v.shape)))
+            out.append(
+                torch.tensor(
+                    rng.integers(-1, 6, size=v.shape)
+                    if "zero" in repr([s.attributes for s in g.steps])
+                    else rng.integers(0, 4, size=v.shape)
+                )
+            )
         else:
             x = rng.standard_normal(v.shape)
             out.append(torch.tensor(x, dtype=torch.float64))
@@ -219,8 +361,9 @@ def test_vjp_rule_matches_autograd(op):
             check_against_autograd(g, wrt, inputs, {}, seed=trial)
 
 
-@pytest.mark.parametrize("op", ["exp", "erf", "rsqrt", "pow", "div", "contract", "gather",
-                                "take", "reduce"])
+@pytest.mark.parametrize(
+    "op", ["exp", "erf", "rsqrt", "pow", "div", "contract", "gather", "take", "reduce"]
+)
 def test_vjp_rule_matches_finite_differences(op):
     """Central differences on the first case of each (smooth where the data lie)."""
     from linnet.torch.interpreter import run_graph
@@ -246,10 +389,21 @@ def test_vjp_rule_matches_finite_differences(op):
 
 
 def test_a_state_written_with_a_differentiated_value_and_read_back_is_an_error():
-    g = graph({"x": ((2, 3), F), "i": ((2,), "i64")},
-              [("scatter", ["@s", "%x", "%i"], "", (), "", {"indexed_axes": 1, "path": "s"}),
-               ("reduce", ["@s"], "%r", (3,), F,
-                {"kind": "sum", "axes": [0], "accumulate": F, "identity": 0.0})], ["%r"])
+    g = graph(
+        {"x": ((2, 3), F), "i": ((2,), "i64")},
+        [
+            ("scatter", ["@s", "%x", "%i"], "", (), "", {"indexed_axes": 1, "path": "s"}),
+            (
+                "reduce",
+                ["@s"],
+                "%r",
+                (3,),
+                F,
+                {"kind": "sum", "axes": [0], "accumulate": F, "identity": 0.0},
+            ),
+        ],
+        ["%r"],
+    )
     g.states = {"s": ValueType((4, 3), F)}
     with pytest.raises(LinnetError) as err:
         differentiate(g, ["x"], "cotangents")
@@ -282,7 +436,8 @@ def test_random_index_programs_match_autograd(case):
 @pytest.mark.parametrize("bounds", ["zero", "unchecked"])
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_scatter_add_is_one_primitive_in_the_reference_interpreter_and_generated_source(
-        bounds, k, tmp_path):
+    bounds, k, tmp_path
+):
     """The NumPy reference, the PyTorch interpreter and the generated source agree on
     scatter_add, coinciding positions (they add up) and, for bounds zero, positions outside
     the axes (dropped) included."""
@@ -299,8 +454,20 @@ def test_scatter_add_is_one_primitive_in_the_reference_interpreter_and_generated
         inputs["v"] = (xs, F)
     for a in range(k):
         inputs[f"i{a}"] = ((5,), "i64")
-    g = graph(inputs, [("scatter_add", ["%x", "%v", *[f"%i{a}" for a in range(k)]], "%r", xs, F,
-                        {"indexed_axes": k, "bounds": bounds})], ["%r"])
+    g = graph(
+        inputs,
+        [
+            (
+                "scatter_add",
+                ["%x", "%v", *[f"%i{a}" for a in range(k)]],
+                "%r",
+                xs,
+                F,
+                {"indexed_axes": k, "bounds": bounds},
+            )
+        ],
+        ["%r"],
+    )
     data = {"x": rng.standard_normal(xs), "v": rng.standard_normal(inputs["v"][0])}
     for a in range(k):
         lo = -2 if bounds == "zero" else 0

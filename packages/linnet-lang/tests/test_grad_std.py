@@ -23,40 +23,70 @@ torch = pytest.importorskip("torch")
 STD = {
     "silu": ("activation::{silu}", "x: Tensor[4, 6; f32]", "silu(x)", "Tensor[4, 6; f32]"),
     "gelu": ("activation::{gelu}", "x: Tensor[4, 6; f32]", "gelu(x)", "Tensor[4, 6; f32]"),
-    "softmax": ("activation::{softmax}", "x: Tensor[4, 6; f32]", "softmax(x)",
-                "Tensor[4, 6; f32]"),
-    "linear": ("linear::{linear}", "x: Tensor[3, 5; f32], w: Tensor[4, 5; f32]",
-               "linear(x, w)", "Tensor[3, 4; f32]"),
-    "linear_bias": ("linear::{linear_bias}",
-                    "x: Tensor[3, 5; f32], w: Tensor[4, 5; f32], b: Tensor[4; f32]",
-                    "linear_bias(x, w, b)", "Tensor[3, 4; f32]"),
-    "rms_norm": ("norm::{rms_norm}", "x: Tensor[3, 8; f32], w: Tensor[8; f32]",
-                 "rms_norm(x, w, 1e-5)", "Tensor[3, 8; f32]"),
-    "layer_norm": ("norm::{layer_norm}",
-                   "x: Tensor[3, 8; f32], w: Tensor[8; f32], b: Tensor[8; f32]",
-                   "layer_norm(x, w, b, 1e-5)", "Tensor[3, 8; f32]"),
-    "embedding": ("embedding::{embedding}", "ids: Tensor[5; i32], table: Tensor[6, 4; f32]",
-                  "embedding(ids, table)", "Tensor[5, 4; f32]"),
-    "rope": ("rope::{rope}", "x: Tensor[3, 2, 8; f32], pos: Tensor[3; i32]",
-             "rope(x, pos, 10000.0)", "Tensor[3, 2, 8; f32]"),
-    "causal_attention": ("attention::{causal_attention}",
-                         "q: Tensor[1, 4, 2, 2, 8; f32], k: Tensor[1, 4, 2, 8; f32], "
-                         "v: Tensor[1, 4, 2, 8; f32]",
-                         "causal_attention(q, k, v, 0.35)", "Tensor[1, 4, 2, 2, 8; f32]"),
-    "decode_attention": ("attention::{decode_attention}",
-                         "q: Tensor[2, 2, 2, 8; f32], kc: Tensor[2, 5, 2, 8; f32], "
-                         "vc: Tensor[2, 5, 2, 8; f32], pos: Tensor[2; i32]",
-                         "decode_attention(q, kc, vc, pos, 0.35)", "Tensor[2, 2, 2, 8; f32]"),
+    "softmax": ("activation::{softmax}", "x: Tensor[4, 6; f32]", "softmax(x)", "Tensor[4, 6; f32]"),
+    "linear": (
+        "linear::{linear}",
+        "x: Tensor[3, 5; f32], w: Tensor[4, 5; f32]",
+        "linear(x, w)",
+        "Tensor[3, 4; f32]",
+    ),
+    "linear_bias": (
+        "linear::{linear_bias}",
+        "x: Tensor[3, 5; f32], w: Tensor[4, 5; f32], b: Tensor[4; f32]",
+        "linear_bias(x, w, b)",
+        "Tensor[3, 4; f32]",
+    ),
+    "rms_norm": (
+        "norm::{rms_norm}",
+        "x: Tensor[3, 8; f32], w: Tensor[8; f32]",
+        "rms_norm(x, w, 1e-5)",
+        "Tensor[3, 8; f32]",
+    ),
+    "layer_norm": (
+        "norm::{layer_norm}",
+        "x: Tensor[3, 8; f32], w: Tensor[8; f32], b: Tensor[8; f32]",
+        "layer_norm(x, w, b, 1e-5)",
+        "Tensor[3, 8; f32]",
+    ),
+    "embedding": (
+        "embedding::{embedding}",
+        "ids: Tensor[5; i32], table: Tensor[6, 4; f32]",
+        "embedding(ids, table)",
+        "Tensor[5, 4; f32]",
+    ),
+    "rope": (
+        "rope::{rope}",
+        "x: Tensor[3, 2, 8; f32], pos: Tensor[3; i32]",
+        "rope(x, pos, 10000.0)",
+        "Tensor[3, 2, 8; f32]",
+    ),
+    "causal_attention": (
+        "attention::{causal_attention}",
+        "q: Tensor[1, 4, 2, 2, 8; f32], k: Tensor[1, 4, 2, 8; f32], v: Tensor[1, 4, 2, 8; f32]",
+        "causal_attention(q, k, v, 0.35)",
+        "Tensor[1, 4, 2, 2, 8; f32]",
+    ),
+    "decode_attention": (
+        "attention::{decode_attention}",
+        "q: Tensor[2, 2, 2, 8; f32], kc: Tensor[2, 5, 2, 8; f32], "
+        "vc: Tensor[2, 5, 2, 8; f32], pos: Tensor[2; i32]",
+        "decode_attention(q, kc, vc, pos, 0.35)",
+        "Tensor[2, 2, 2, 8; f32]",
+    ),
 }
 
 
 def _graph(name: str):
     use, params, call, result = STD[name]
-    source = (f"use std.nn.{use}\nmodel M {{\n    entry run({params}) -> {result} {{\n"
-              f"        return {call}\n    }}\n}}\n")
+    source = (
+        f"use std.nn.{use}\nmodel M {{\n    entry run({params}) -> {result} {{\n"
+        f"        return {call}\n    }}\n}}\n"
+    )
     program = Program.from_text(source)
-    shapes = {pname: [int(d) for d in dims.split(", ")]
-              for pname, dims in re.findall(r"(\w+): Tensor\[([\d, ]+);", params)}
+    shapes = {
+        pname: [int(d) for d in dims.split(", ")]
+        for pname, dims in re.findall(r"(\w+): Tensor\[([\d, ]+);", params)
+    }
     return lower(program, "run", shapes), source
 
 
@@ -87,12 +117,13 @@ def test_std_op_gradient_matches_autograd(name, tmp_path):
     rng = np.random.default_rng(len(name))
     inputs = _inputs(graph, rng)
     wrt = [r for r in graph.inputs if graph.values[r].dtype == "f32"]
-    grad_graph = check_against_autograd(graph, wrt, inputs, {}, rtol=1e-4, atol=1e-5,
-                                        seed=1)
+    grad_graph = check_against_autograd(graph, wrt, inputs, {}, rtol=1e-4, atol=1e-5, seed=1)
     # The same gradient graph as generated PyTorch source (fast calls and all).
     module = _import(emit_torch(grad_graph, origin=name), f"grad_std_{name}", tmp_path)
-    cot = torch.tensor(np.random.default_rng(1).standard_normal(
-        graph.values[graph.outputs[0]].shape), dtype=torch.float32)
+    cot = torch.tensor(
+        np.random.default_rng(1).standard_normal(graph.values[graph.outputs[0]].shape),
+        dtype=torch.float32,
+    )
     got = module.run(*inputs, cot, {}, {})
     _, want = autograd_reference(graph, wrt, inputs, {}, [cot])
     for a, b in zip(got[1:], want):

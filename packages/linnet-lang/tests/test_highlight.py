@@ -53,16 +53,22 @@ def test_pygments_finds_the_lexer_by_alias_and_file_name():
 
 def test_linnet_lang_does_not_import_pygments():
     """Pygments is an optional extra: the compiler and its CLI never import it."""
-    code = ("import sys, linnet.lang, linnet.lang.cli\n"
-            "assert 'pygments' not in sys.modules, 'pygments imported'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
+    code = (
+        "import sys, linnet.lang, linnet.lang.cli\n"
+        "assert 'pygments' not in sys.modules, 'pygments imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
 
 
 def test_every_keyword_has_one_role():
-    roles = [highlight.DECLARATIONS, highlight.CONSTANTS, highlight.CONTROL,
-             highlight.NAMESPACE, highlight.SELF]
+    roles = [
+        highlight.DECLARATIONS,
+        highlight.CONSTANTS,
+        highlight.CONTROL,
+        highlight.NAMESPACE,
+        highlight.SELF,
+    ]
     words = [w for role in roles for w in role]
     assert sorted(words) == sorted(KEYWORDS), "each reserved word in exactly one role"
 
@@ -97,48 +103,51 @@ pub op double<R: Dim>(x: Tensor[R; f32]) -> Tensor[R; f32] kernel rows<R, 8> the
 """
 
 
-@pytest.mark.parametrize(("word", "kind"), [
-    ("use", Keyword.Namespace),
-    ("std.nn.linear", Name.Namespace),
-    ("Linear", Name.Class),
-    ("/// A documented model.", String.Doc),
-    ("pub", Keyword),
-    ("model", Keyword.Declaration),
-    ("Stack", Name.Class),
-    ("D", Name.Constant),          # a dim
-    ("T", Name.Constant),          # a dtype generic
-    ("Dim", Keyword.Type),
-    ("DType", Keyword.Type),
-    ("f32", Keyword.Type),
-    ("where", Keyword),
-    ("1e-5", Number.Float),
-    ("eps", Name.Attribute),       # a member
-    ("scale", Name.Attribute),
-    ("Tensor", Keyword.Type),
-    ("true", Keyword.Constant),
-    ("run", Name.Function),
-    ("->", Operator),
-    ("y", Name.Variable),          # bound by `let`
-    ("n", Name.Variable),          # an index variable of the binder
-    ("h", Name.Variable),          # inside a composite binder
-    ("self", Name.Builtin.Pseudo),
-    ("// a comment", Comment.Single),
-    ("sum", Name.Builtin),
-    ("k", Name.Variable),          # a reduction's variable
-    ("max", Name.Builtin),
-    ("..=", Operator),
-    ("exp", Name.Builtin),
-    ("1_000", Number.Integer),
-    ("inf", Keyword.Constant),
-    ("/* block */", Comment.Multiline),
-    ("grid", Keyword),
-    ("scratch", Keyword),
-    ("iota", Name.Builtin),
-    ("atomic_add", Name.Builtin),
-    ("double", Name.Function),
-    ("then", Keyword),
-    ("grad", Keyword),
-])
+@pytest.mark.parametrize(
+    ("word", "kind"),
+    [
+        ("use", Keyword.Namespace),
+        ("std.nn.linear", Name.Namespace),
+        ("Linear", Name.Class),
+        ("/// A documented model.", String.Doc),
+        ("pub", Keyword),
+        ("model", Keyword.Declaration),
+        ("Stack", Name.Class),
+        ("D", Name.Constant),  # a dim
+        ("T", Name.Constant),  # a dtype generic
+        ("Dim", Keyword.Type),
+        ("DType", Keyword.Type),
+        ("f32", Keyword.Type),
+        ("where", Keyword),
+        ("1e-5", Number.Float),
+        ("eps", Name.Attribute),  # a member
+        ("scale", Name.Attribute),
+        ("Tensor", Keyword.Type),
+        ("true", Keyword.Constant),
+        ("run", Name.Function),
+        ("->", Operator),
+        ("y", Name.Variable),  # bound by `let`
+        ("n", Name.Variable),  # an index variable of the binder
+        ("h", Name.Variable),  # inside a composite binder
+        ("self", Name.Builtin.Pseudo),
+        ("// a comment", Comment.Single),
+        ("sum", Name.Builtin),
+        ("k", Name.Variable),  # a reduction's variable
+        ("max", Name.Builtin),
+        ("..=", Operator),
+        ("exp", Name.Builtin),
+        ("1_000", Number.Integer),
+        ("inf", Keyword.Constant),
+        ("/* block */", Comment.Multiline),
+        ("grid", Keyword),
+        ("scratch", Keyword),
+        ("iota", Name.Builtin),
+        ("atomic_add", Name.Builtin),
+        ("double", Name.Function),
+        ("then", Keyword),
+        ("grad", Keyword),
+    ],
+)
 def test_token_classes(word, kind):
     assert kind_of(SAMPLE, word) is kind
 
@@ -150,7 +159,10 @@ def test_a_member_named_like_a_keyword_is_a_member():
 
 def test_ranges_are_not_numbers():
     assert [(t, v) for t, v in tokens("0..N")] == [
-        (Number.Integer, "0"), (Operator, ".."), (Name.Constant, "N")]
+        (Number.Integer, "0"),
+        (Operator, ".."),
+        (Name.Constant, "N"),
+    ]
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
@@ -166,12 +178,15 @@ def test_sources_are_found():
     assert len(SOURCES) >= 15  # the standard library and the Llama example
 
 
-@pytest.mark.parametrize(("text", "bad"), [
-    ("let x = 1 # not a comment", "#"),
-    ('let s = "never closed', '"never closed'),
-    ("/* never closed\nlet x = 1", "/*"),
-    ("let a = b & c", "&"),
-])
+@pytest.mark.parametrize(
+    ("text", "bad"),
+    [
+        ("let x = 1 # not a comment", "#"),
+        ('let s = "never closed', '"never closed'),
+        ("/* never closed\nlet x = 1", "/*"),
+        ("let a = b & c", "&"),
+    ],
+)
 def test_what_the_compiler_rejects_is_an_error_token(text, bad):
     assert (Error, bad) in tokens(text)
 
@@ -187,13 +202,16 @@ def diagnostic_starts(text: str) -> list[int]:
 
 # test_lexer's pieces, and the openings of this lexer's own states (binders, reductions,
 # members, chains).
-STATEFUL = [*PIECES, "let y[", "sum[", "max<f64>[", "i: (", "self.", "then k<", "block m:",
-            "\x0b"]
+STATEFUL = [*PIECES, "let y[", "sum[", "max<f64>[", "i: (", "self.", "then k<", "block m:", "\x0b"]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(st.lists(st.sampled_from(STATEFUL), max_size=40).map("".join),
-                 st.text(st.characters(max_codepoint=127), max_size=60)))
+@given(
+    st.one_of(
+        st.lists(st.sampled_from(STATEFUL), max_size=40).map("".join),
+        st.text(st.characters(max_codepoint=127), max_size=60),
+    )
+)
 def test_error_tokens_are_where_the_compiler_reports_lexical_errors(text):
     """On any ASCII text, the lexer never raises, keeps every character, and marks an Error
     exactly where the compiler's lexer reports E0002, E0003 or E0004."""

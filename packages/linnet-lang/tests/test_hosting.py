@@ -45,10 +45,12 @@ def code_of(excinfo: pytest.ExceptionInfo) -> str:
 
 
 def test_importing_it_imports_no_array_library():
-    code = ("import sys, linnet.lang.host.loading, linnet.lang.host.options, "
-            "linnet.lang.host.printing, linnet.lang.host.verdicts, linnet.lang.host.generate; "
-            "bad = [m for m in ('torch', 'jax', 'numpy') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, linnet.lang.host.loading, linnet.lang.host.options, "
+        "linnet.lang.host.printing, linnet.lang.host.verdicts, linnet.lang.host.generate; "
+        "bad = [m for m in ('torch', 'jax', 'numpy') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -56,8 +58,10 @@ def test_check_count_names_the_noun_and_the_inputs():
     with pytest.raises(LinnetError) as e:
         check_count("decode", ["%token", "%pos"], "abc", "array")
     d = e.value.diagnostics[0]
-    assert (d.code, d.message) == ("E0784", "the inputs of `decode` must be a list or tuple of "
-                                            "arrays, got str")
+    assert (d.code, d.message) == (
+        "E0784",
+        "the inputs of `decode` must be a list or tuple of arrays, got str",
+    )
     assert d.help == "pass one array per input: [token, pos]"
     with pytest.raises(LinnetError) as e:
         check_count("decode", ["token", "pos"], {}, "tensor", example="model.run('decode', [])")
@@ -68,13 +72,20 @@ def test_check_count_names_the_noun_and_the_inputs():
     check_count("decode", ["%token", "%pos"], (1, 2), "tensor")  # the right count passes
 
 
-@pytest.mark.parametrize("given_,named,code,message", [
-    ([1, 2, 3], {"pos": 0}, "E0720", "entry `decode` takes 2 inputs (token, pos), got 4"),
-    ([], {"tok": 1}, "E0783", "entry `decode` has no input `tok`"),
-    ([1], {"token": 1}, "E0783", "input `token` of `decode` is given twice (by position and "
-                                 "by name)"),
-    ([], {"pos": 1}, "E0720", "entry `decode` takes 2 inputs (token, pos); missing: token"),
-])
+@pytest.mark.parametrize(
+    "given_,named,code,message",
+    [
+        ([1, 2, 3], {"pos": 0}, "E0720", "entry `decode` takes 2 inputs (token, pos), got 4"),
+        ([], {"tok": 1}, "E0783", "entry `decode` has no input `tok`"),
+        (
+            [1],
+            {"token": 1},
+            "E0783",
+            "input `token` of `decode` is given twice (by position and by name)",
+        ),
+        ([], {"pos": 1}, "E0720", "entry `decode` takes 2 inputs (token, pos); missing: token"),
+    ],
+)
 def test_bind_inputs_errors(given_, named, code, message):
     with pytest.raises(LinnetError) as e:
         bind_inputs("decode", ["token", "pos"], given_, named)
@@ -87,7 +98,8 @@ def test_bind_inputs_orders_any_split_of_position_and_name(names, cut):
     values = {n: f"value of {n}" for n in names}
     named = {n: values[n] for n in reversed(names[cut:])}
     assert bind_inputs("e", names, [values[n] for n in names[:cut]], named) == [
-        values[n] for n in names]
+        values[n] for n in names
+    ]
 
 
 def test_dtype_error_with_and_without_the_reason():
@@ -106,9 +118,14 @@ def test_in_range_is_the_half_open_range():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(1, 4), min_size=0, max_size=3).flatmap(
-    lambda shape: st.tuples(st.just(shape), st.lists(
-        st.integers(-3, 6), min_size=_numel(shape), max_size=_numel(shape)))))
+@given(
+    st.lists(st.integers(1, 4), min_size=0, max_size=3).flatmap(
+        lambda shape: st.tuples(
+            st.just(shape),
+            st.lists(st.integers(-3, 6), min_size=_numel(shape), max_size=_numel(shape)),
+        )
+    )
+)
 def test_range_error_names_the_first_bad_element(case):
     shape, values = case
     if all(0 <= v < 4 for v in values):
@@ -195,7 +212,8 @@ def test_run_lines():
     assert token_line(12, 40, 7, 3.25) == "  token  12 at position   40:      7       3.25 ms"
     assert summary_lines([1, 2], [5.0], "includes lowering") == [
         "decoded 2 tokens: [1, 2]",
-        "per-token decode: median nan ms after the first (first: 5.0 ms, includes lowering)"]
+        "per-token decode: median nan ms after the first (first: 5.0 ms, includes lowering)",
+    ]
 
 
 def test_scalar_values():
@@ -221,8 +239,7 @@ def test_a_16bit_result_is_held_to_the_exact_result_where_the_body_is_far_from_i
     body = np.array([0.0, 11.0, 20.0])  # the body's own bf16 evaluation: 1.0 off at [1]
     want = [body]
     runs = []
-    checked = no_further_than_the_body(compare, want, lambda: runs.append(1) or exact,
-                                       np.asarray)
+    checked = no_further_than_the_body(compare, want, lambda: runs.append(1) or exact, np.asarray)
     assert checked(body, body, "bf16", "result")[0] is None and not runs  # agrees: not run
     # 2.5 from the body, 1.5 from the exact result: within 0.04 * 20 + 2 * 1.0
     assert checked(np.array([0.0, 8.5, 20.0]), body, "bf16", "result")[0] is None
@@ -235,6 +252,8 @@ def test_a_16bit_result_is_held_to_the_exact_result_where_the_body_is_far_from_i
     assert none(np.array([0.0, 8.5, 20.0]), body, "bf16", "result")[0][0] == "differs"
     case = KernelCase("m::f", "m::k", {"T": "f32"}, {"x": ((3,), "f32")}, {}, [((3,), "f32")])
     assert exact_case(case) is None
-    wide = exact_case(KernelCase("m::f", "m::k", {"T": "bf16"}, {"x": ((3,), "bf16")}, {},
-                                 [((3,), "bf16")]), "f32")
+    wide = exact_case(
+        KernelCase("m::f", "m::k", {"T": "bf16"}, {"x": ((3,), "bf16")}, {}, [((3,), "bf16")]),
+        "f32",
+    )
     assert wide is not None and wide.generics == {"T": "f32"} and wide.results == [((3,), "f32")]

@@ -24,9 +24,10 @@ def kernel(body: str, dtype: str = "f32") -> str:
         f"kernel k<R: Dim, C: Dim, B: Dim>(x: Tensor[R, C; {dtype}]) -> "
         f"y: Tensor[R, C; {dtype}] grid(R)\nwhere B >= C {{\n"
         "    let row = program_id(0)\n    let cols = iota<i32>(B)\n    let mask = cols < C\n"
-        + body +
-        f"}}\n\npub op o<R: Dim, C: Dim>(x: Tensor[R, C; {dtype}]) -> Tensor[R, C; {dtype}] "
-        "kernel k<R, C, 1024> {\n    let y[r, c] = x[r, c]\n    return y\n}\n")
+        + body
+        + f"}}\n\npub op o<R: Dim, C: Dim>(x: Tensor[R, C; {dtype}]) -> Tensor[R, C; {dtype}] "
+        "kernel k<R, C, 1024> {\n    let y[r, c] = x[r, c]\n    return y\n}\n"
+    )
 
 
 def codes(text: str) -> list[str]:
@@ -45,51 +46,72 @@ BAD = {
     # (a) load's other: an expression of the right dtype and a shape that broadcasts
     "other undefined": ("    let v = load(x[row, cols], mask, nope)\n" + STORE, "E0201"),
     "other undefined in an expression": (
-        "    let v = load(x[row, cols], mask, nope * 2.0)\n" + STORE, "E0201"),
+        "    let v = load(x[row, cols], mask, nope * 2.0)\n" + STORE,
+        "E0201",
+    ),
     "other bool into f32": ("    let v = load(x[row, cols], mask, true)\n" + STORE, "E0524"),
-    "other tile of i32 into f32": (
-        "    let v = load(x[row, cols], mask, cols)\n" + STORE, "E0524"),
+    "other tile of i32 into f32": ("    let v = load(x[row, cols], mask, cols)\n" + STORE, "E0524"),
     "other tile of another size": (
         "    let pad = fill(0.0, 512)\n    let v = load(x[row, cols], mask, pad)\n" + STORE,
-        "E0524"),
+        "E0524",
+    ),
     "other a function": ("    let v = load(x[row, cols], mask, exp)\n" + STORE, "E0524"),
     "other a tensor parameter": ("    let v = load(x[row, cols], mask, x)\n" + STORE, "E0503"),
     # (b) masks: bool, broadcasting to the tile
     "load mask of another size": (
-        "    let m = iota<i32>(512) < C\n    let v = load(x[row, cols], m)\n" + STORE, "E0525"),
+        "    let m = iota<i32>(512) < C\n    let v = load(x[row, cols], m)\n" + STORE,
+        "E0525",
+    ),
     "store mask of another size": (
         "    let m = iota<i32>(512) < C\n    let v = load(x[row, cols], mask)\n"
-        "    store(y[row, cols], v, m)\n", "E0525"),
+        "    store(y[row, cols], v, m)\n",
+        "E0525",
+    ),
     "mask of higher rank": (
-        "    let m = fill<bool>(true, B, B)\n    let v = load(x[row, cols], m)\n" + STORE, "E0525"),
+        "    let m = fill<bool>(true, B, B)\n    let v = load(x[row, cols], m)\n" + STORE,
+        "E0525",
+    ),
     "mask an integer literal": ("    let v = load(x[row, cols], 1)\n" + STORE, "E0353"),
     # (c) tiles are not sliced, joined or gathered from
     "slice by a number": (
         "    let v = load(x[row, cols], mask)\n    store(y[row, cols], fill(v[0], B), mask)\n",
-        "E0526"),
+        "E0526",
+    ),
     "slice by a scalar": (
         "    let v = load(x[row, cols], mask)\n    store(y[row, cols], fill(v[row], B), mask)\n",
-        "E0526"),
+        "E0526",
+    ),
     "gather by a tile": (
-        "    let v = load(x[row, cols], mask)\n    store(y[row, cols], v[cols], mask)\n", "E0526"),
+        "    let v = load(x[row, cols], mask)\n    store(y[row, cols], v[cols], mask)\n",
+        "E0526",
+    ),
     "shift by a computed index": (
         "    let v = load(x[row, cols], mask)\n    store(y[row, cols], v[c + 1], mask)\n",
-        "E0526"),
+        "E0526",
+    ),
     "gather inside a reduction": (
         "    let v = load(x[row, cols], mask)\n"
-        "    store(y[row, cols], fill(sum[c] v[c] * v[(c + 1) / 2], B), mask)\n", "E0526"),
+        "    store(y[row, cols], fill(sum[c] v[c] * v[(c + 1) / 2], B), mask)\n",
+        "E0526",
+    ),
     # (d) prod over a tile
     "prod over a tile": (
         "    let v = load(x[row, cols], mask, 1.0)\n"
-        "    store(y[row, cols], fill(prod[c] v[c], B), mask)\n", "E0527"),
+        "    store(y[row, cols], fill(prod[c] v[c], B), mask)\n",
+        "E0527",
+    ),
     # (e) results appear only in store
     "result read indexed": (
-        "    let v = load(x[row, cols], mask)\n" + STORE +
-        "    store(y[row, cols], y[row, cols] + v, mask)\n", "E0528"),
-    "result read whole": ("    let v = load(x[row, cols], mask)\n    let w = y\n" + STORE,
-                          "E0528"),
-    "result as a mask": ("    let v = load(x[row, cols], mask)\n    store(y[row, cols], v, y)\n",
-                         "E0528"),
+        "    let v = load(x[row, cols], mask)\n"
+        + STORE
+        + "    store(y[row, cols], y[row, cols] + v, mask)\n",
+        "E0528",
+    ),
+    "result read whole": ("    let v = load(x[row, cols], mask)\n    let w = y\n" + STORE, "E0528"),
+    "result as a mask": (
+        "    let v = load(x[row, cols], mask)\n    store(y[row, cols], v, y)\n",
+        "E0528",
+    ),
     "result as other": ("    let v = load(x[row, cols], mask, y)\n" + STORE, "E0528"),
     "result loaded": ("    let v = load(y[row, cols], mask)\n" + STORE, "E0507"),
     # (f) a bound kernel stores its results
@@ -106,30 +128,30 @@ def test_kernel_mistake_is_coded(name: str) -> None:
 
 GOOD = {
     "spec softmax body": "    let v = load(x[row, cols], mask, -1e30)\n"
-                         "    let e = exp(v - max[c] v[c])\n"
-                         "    store(y[row, cols], e / sum[c] e[c], mask)\n",
+    "    let e = exp(v - max[c] v[c])\n"
+    "    store(y[row, cols], e / sum[c] e[c], mask)\n",
     "no other": "    let v = load(x[row, cols], mask)\n" + STORE,
     "int other into f32": "    let v = load(x[row, cols], mask, 0)\n" + STORE,
     "computed scalar other": "    let v = load(x[row, cols], mask, exp(1.0) * 2.0)\n" + STORE,
     "tile other of the loaded shape": "    let pad = fill(0.0, B)\n"
-                                      "    let v = load(x[row, cols], mask, pad)\n" + STORE,
+    "    let v = load(x[row, cols], mask, pad)\n" + STORE,
     "reduced scalar other": "    let a = load(x[row, cols], mask, 0.0)\n"
-                            "    let v = load(x[row, cols], mask, max[c] a[c])\n" + STORE,
+    "    let v = load(x[row, cols], mask, max[c] a[c])\n" + STORE,
     # (Each lane past the row reads and writes the row's last element: a scalar mask lets
     # every lane through, and a lane past the row would be out of bounds, E0548.)
     "scalar mask": "    let v = load(x[row, min(cols, C - 1)], row < R)\n"
-                   "    store(y[row, min(cols, C - 1)], v, row < R)\n",
+    "    store(y[row, min(cols, C - 1)], v, row < R)\n",
     "size-one mask broadcasts": "    let m = iota<i32>(1) < C\n"
-                                "    let v = load(x[row, min(cols, C - 1)], m)\n" + STORE,
+    "    let v = load(x[row, min(cols, C - 1)], m)\n" + STORE,
     "scalar load and fill": "    let first = load(x[row, 0])\n"
-                            "    store(y[row, cols], fill(first, B), mask)\n",
+    "    store(y[row, cols], fill(first, B), mask)\n",
     "sum and max over a tile": "    let v = load(x[row, cols], mask, 0.0)\n"
-                               "    store(y[row, cols], v - fill(max[c] v[c] + min[c] v[c], B)"
-                               " / sum[c] v[c], mask)\n",
+    "    store(y[row, cols], v - fill(max[c] v[c] + min[c] v[c], B)"
+    " / sum[c] v[c], mask)\n",
     "store a scalar": "    store(y[row, cols], 0.0, mask)\n",
     "a local named like nothing special": "    let v = load(x[row, cols], mask)\n"
-                                          "    let w = v * 2.0\n"
-                                          "    store(y[row, cols], w, mask)\n",
+    "    let w = v * 2.0\n"
+    "    store(y[row, cols], w, mask)\n",
 }
 
 
@@ -179,15 +201,20 @@ kernel k<N: Dim>(x: Tensor[N; f32]) -> (a: Tensor[N; f32], b: Tensor[N; f32]) gr
 
 def test_a_failed_store_is_not_also_reported_as_missing() -> None:
     """A mistake inside the only `store` is the one diagnostic (no E0529 cascade)."""
-    assert codes(kernel("    let v = load(x[row, cols], mask)\n"
-                        "    store(y[row, cols], v, nope)\n")) == ["E0201"]
+    assert codes(
+        kernel("    let v = load(x[row, cols], mask)\n    store(y[row, cols], v, nope)\n")
+    ) == ["E0201"]
 
 
 def test_a_broken_other_is_reported_once() -> None:
     """An `other` bound from a failed `let` is the first error's (no E0524 cascade)."""
-    assert codes(kernel("    let pad = nope\n    let v = load(x[row, cols], mask, pad)\n"
-                        "    let m = nope2\n    let w = load(x[row, cols], m)\n"
-                        "    store(y[row, cols], v + w, mask)\n")) == ["E0201", "E0201"]
+    assert codes(
+        kernel(
+            "    let pad = nope\n    let v = load(x[row, cols], mask, pad)\n"
+            "    let m = nope2\n    let w = load(x[row, cols], m)\n"
+            "    store(y[row, cols], v + w, mask)\n"
+        )
+    ) == ["E0201", "E0201"]
 
 
 def test_spec_row_softmax_checks() -> None:
@@ -195,8 +222,9 @@ def test_spec_row_softmax_checks() -> None:
 
 
 def test_std_row_softmax_checks() -> None:
-    path = (Path(__file__).parents[1] / "src" / "linnet" / "lang" / "std" / "nn" /
-            "activation.linnet")
+    path = (
+        Path(__file__).parents[1] / "src" / "linnet" / "lang" / "std" / "nn" / "activation.linnet"
+    )
     text = path.read_text()
     assert "pub kernel row_softmax" in text
     check_text(text)
@@ -206,11 +234,16 @@ def test_std_row_softmax_checks() -> None:
 @given(n=st.sampled_from([1, 2, 16, 32, 64, 128, 256]), store=st.booleans())
 def test_mask_size_must_broadcast(n: int, store: bool) -> None:
     """With a concrete 64-lane tile, a mask of `n` lanes is fine iff n is 64 or 1."""
-    mask_use = ("    let v = load(x[row, cols])\n    store(y[row, cols], v, m)\n" if store else
-                "    let v = load(x[row, cols], m)\n    store(y[row, cols], v)\n")
-    text = ("kernel k<R: Dim>(x: Tensor[R, 64; f32]) -> y: Tensor[R, 64; f32] grid(R) {\n"
-            "    let row = program_id(0)\n    let cols = iota<i32>(64)\n"
-            f"    let m = iota<i32>({n}) < 64\n" + mask_use + "}\n")
+    mask_use = (
+        "    let v = load(x[row, cols])\n    store(y[row, cols], v, m)\n"
+        if store
+        else "    let v = load(x[row, cols], m)\n    store(y[row, cols], v)\n"
+    )
+    text = (
+        "kernel k<R: Dim>(x: Tensor[R, 64; f32]) -> y: Tensor[R, 64; f32] grid(R) {\n"
+        "    let row = program_id(0)\n    let cols = iota<i32>(64)\n"
+        f"    let m = iota<i32>({n}) < 64\n" + mask_use + "}\n"
+    )
     if n in (1, 64):
         check_text(text)
     else:
@@ -218,8 +251,10 @@ def test_mask_size_must_broadcast(n: int, store: bool) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(dtype=st.sampled_from(["f32", "f16", "i32", "bool"]),
-       other=st.sampled_from(["0", "-3", "1.5", "-1e30", "true", "false"]))
+@given(
+    dtype=st.sampled_from(["f32", "f16", "i32", "bool"]),
+    other=st.sampled_from(["0", "-3", "1.5", "-1e30", "true", "false"]),
+)
 def test_other_literal_fits_the_tensor_dtype(dtype: str, other: str) -> None:
     """A number fills a float tensor, an integer an integer tensor, true/false a bool one."""
     body = f"    let v = load(x[row, cols], mask, {other})\n" + STORE

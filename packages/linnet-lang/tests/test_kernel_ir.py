@@ -49,12 +49,18 @@ def kernels() -> Program:
 
 
 def test_tile_primitives_are_the_op_levels_and_the_kernels_own():
-    assert TILE_PRIMITIVES - set(PRIMITIVES) == {"program_id", "load", "store", "atomic_add",
-                                                 "for"}
+    assert TILE_PRIMITIVES - set(PRIMITIVES) == {"program_id", "load", "store", "atomic_add", "for"}
     # A tile is never gathered from, scattered into nor sliced: those primitives are not
     # tile ones; nor is a collective (a kernel runs on one device).
-    assert set(PRIMITIVES) - TILE_PRIMITIVES == {"take", "gather", "scatter_add", "scatter",
-                                                 "slice", "all_reduce", "all_gather"}
+    assert set(PRIMITIVES) - TILE_PRIMITIVES == {
+        "take",
+        "gather",
+        "scatter_add",
+        "scatter",
+        "slice",
+        "all_reduce",
+        "all_gather",
+    }
 
 
 def test_a_range_slice_inside_a_kernel_is_E0526():
@@ -79,12 +85,26 @@ def test_row_softmax_lowers_to_a_tile_graph():
     k = lower_kernel(prog, "std.nn.activation::row_softmax", {"R": 4, "C": 8, "B": 16})
     assert k.grid == (4,) and k.params == [("x", (4, 8), "f32")]
     assert k.results == [("y", (4, 8), "f32")]
-    assert [s.op for s in k.steps] == ["program_id", "iota", "constant", "lt", "load", "reduce",
-                                       "sub", "exp", "reduce", "div", "store"]
+    assert [s.op for s in k.steps] == [
+        "program_id",
+        "iota",
+        "constant",
+        "lt",
+        "load",
+        "reduce",
+        "sub",
+        "exp",
+        "reduce",
+        "div",
+        "store",
+    ]
     load = k.steps[4]
     assert load.operands == ["@x", "%row", "%cols", "%mask"]
-    assert load.attributes == {"index": [{"operand": 1}, {"operand": 2}],
-                               "mask": {"operand": 3}, "other": -1e30}
+    assert load.attributes == {
+        "index": [{"operand": 1}, {"operand": 2}],
+        "mask": {"operand": 3},
+        "other": -1e30,
+    }
     assert k.values["%v"].shape == (16,) and k.values["%row"].shape == ()
     store = k.steps[-1]
     assert store.results == [] and store.operands[0] == "@y"
@@ -95,8 +115,19 @@ def test_row_softmax_lowers_to_a_tile_graph():
 def test_fn_calls_inside_a_kernel_are_inlined():
     k = lower_kernel(kernels(), "kernels::twice", {"N": 10, "B": 4})
     assert k.grid == (3,)
-    assert [s.op for s in k.walk()] == ["program_id", "constant", "mul", "iota", "add",
-                                        "constant", "lt", "load", "constant", "mul", "store"]
+    assert [s.op for s in k.walk()] == [
+        "program_id",
+        "constant",
+        "mul",
+        "iota",
+        "add",
+        "constant",
+        "lt",
+        "load",
+        "constant",
+        "mul",
+        "store",
+    ]
 
 
 def test_a_loop_carries_values():
@@ -139,8 +170,9 @@ def test_the_binding_reaches_the_graph_and_its_json():
     again = Graph.loads(g.dumps())
     assert again.semantic_calls("std.nn.activation::softmax")[0].attributes == call.attributes
     wide = lower(prog, "run", {"x": [2, 2048]})
-    assert wide.semantic_calls("std.nn.activation::softmax")[0].attributes[
-        "kernel_applies"] is False
+    assert (
+        wide.semantic_calls("std.nn.activation::softmax")[0].attributes["kernel_applies"] is False
+    )
 
 
 def codes(text: str) -> list[str]:
@@ -180,11 +212,14 @@ def test_lower_kernel_codes():
         lower_kernel(prog, "kernels::twice", {"N": 10})
     with pytest.raises(LinnetError, match="E0535"):
         lower_kernel(prog, "kernels::row_sums", {"R": 3, "C": 2, "B": 4})
-    scalar = check_text("""
+    scalar = check_text(
+        """
 kernel k<N: Dim>(x: Tensor[N; f32], s: f32) -> y: Tensor[N; f32] grid(1) {
     let cols = iota<i32>(N)
     store(y[cols], load(x[cols]) * s)
-}""", "scalar")
+}""",
+        "scalar",
+    )
     with pytest.raises(LinnetError, match="E0536"):
         lower_kernel(scalar, "scalar::k", {"N": 4})
     k = lower_kernel(scalar, "scalar::k", {"N": 4}, {"s": 0.5})

@@ -97,17 +97,20 @@ def test_torch_launches_it_and_jax_runs_the_body():
     assert "block_total" not in jax_text
 
 
-@pytest.mark.parametrize("body,code", [
-    # counting in a result, or in a parameter
-    ("let c = atomic_add(y[0], 1)\n    store(y[0], 0.0)", "E0507"),
-    ("let c = atomic_add(x[0], 1)\n    store(y[0], 0.0)", "E0507"),
-    # in an f32 buffer, at a tile of elements, adding a float
-    ("let c = atomic_add(f[0], 1)\n    store(y[0], 0.0)", "E0547"),
-    ("let c = atomic_add(n[iota<i32>(2)], 1)\n    store(y[0], 0.0)", "E0547"),
-    ("let c = atomic_add(n[0], 1.5)\n    store(y[0], 0.0)", "E0547"),
-    # a scratch buffer read outside load/store
-    ("let c = n + 1\n    store(y[0], 0.0)", "E0503"),
-])
+@pytest.mark.parametrize(
+    "body,code",
+    [
+        # counting in a result, or in a parameter
+        ("let c = atomic_add(y[0], 1)\n    store(y[0], 0.0)", "E0507"),
+        ("let c = atomic_add(x[0], 1)\n    store(y[0], 0.0)", "E0507"),
+        # in an f32 buffer, at a tile of elements, adding a float
+        ("let c = atomic_add(f[0], 1)\n    store(y[0], 0.0)", "E0547"),
+        ("let c = atomic_add(n[iota<i32>(2)], 1)\n    store(y[0], 0.0)", "E0547"),
+        ("let c = atomic_add(n[0], 1.5)\n    store(y[0], 0.0)", "E0547"),
+        # a scratch buffer read outside load/store
+        ("let c = n + 1\n    store(y[0], 0.0)", "E0503"),
+    ],
+)
 def test_what_atomic_add_refuses(body, code):
     src = f"""
 kernel k<N: Dim>(x: Tensor[N; f32]) -> y: Tensor[1; f32] grid(1)

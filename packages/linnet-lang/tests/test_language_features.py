@@ -133,14 +133,21 @@ def test_a_block_alone_keeps_its_default():
     assert 0.001 in consts and 0.5 not in consts
 
 
-@pytest.mark.parametrize("change,code", [
-    ("block b: Norm<D>(offset = true)", "block b: Norm<D>(ofset = true)"),
-    ("block b: Norm<D>(offset = true)", "block b: Norm<D>(offset = 1.0)"),
-    ("config rms_norm_eps: f32 = 0.5", "config rms_norm_eps: bool = true"),
-])
+@pytest.mark.parametrize(
+    "change,code",
+    [
+        ("block b: Norm<D>(offset = true)", "block b: Norm<D>(ofset = true)"),
+        ("block b: Norm<D>(offset = true)", "block b: Norm<D>(offset = 1.0)"),
+        ("config rms_norm_eps: f32 = 0.5", "config rms_norm_eps: bool = true"),
+    ],
+)
 def test_config_mistakes_are_coded(change, code):
     with pytest.raises(LinnetError) as info:
-        lower(Program.from_text(CONFIGS.replace(*([change, code])), "c"), "run",
-              {"x": [1, 4]}, {"D": 4, "L": 1})
+        lower(
+            Program.from_text(CONFIGS.replace(*([change, code])), "c"),
+            "run",
+            {"x": [1, 4]},
+            {"D": 4, "L": 1},
+        )
     found = info.value.diagnostics[0].code
     assert found == ("E0210" if "ofset" in code else "E0613"), found

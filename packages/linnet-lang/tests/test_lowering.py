@@ -24,8 +24,9 @@ def program() -> Program:
 
 
 @pytest.mark.parametrize("name", ["toy", "llama-3.2-1b", "llama-3-8b"])
-@pytest.mark.parametrize("entry,inputs", [("decode", {"token": [1], "pos": [1]}),
-                                          ("prefill", {"tokens": [1, 8]})])
+@pytest.mark.parametrize(
+    "entry,inputs", [("decode", {"token": [1], "pos": [1]}), ("prefill", {"tokens": [1, 8]})]
+)
 def test_llama_lowers(program, name, entry, inputs):
     g = lower(program, entry, inputs, config(name), check=False)
     layers = config(name)["NL"]
@@ -72,7 +73,9 @@ def test_states_are_written_in_place(program):
     g = lower(program, "decode", {"token": [1], "pos": [1]}, config("toy"), check=False)
     writes = [s for s in g.steps if s.op == "scatter"]
     assert [s.attributes["path"] for s in writes[:2]] == [
-        "model.layers.0.self_attn.k_cache", "model.layers.0.self_attn.v_cache"]
+        "model.layers.0.self_attn.k_cache",
+        "model.layers.0.self_attn.v_cache",
+    ]
     assert g.states["model.layers.0.self_attn.k_cache"].shape == (1, 128, 2, 16)
 
 
@@ -120,8 +123,9 @@ model M<R: Dim, C: Dim> {
     assert g.semantic_calls("std.nn.activation::softmax")[0].attributes["kernel_applies"] is False
 
 
-@pytest.mark.parametrize("entry,inputs", [("decode", {"token": [1], "pos": [1]}),
-                                          ("prefill", {"tokens": [1, 8]})])
+@pytest.mark.parametrize(
+    "entry,inputs", [("decode", {"token": [1], "pos": [1]}), ("prefill", {"tokens": [1, 8]})]
+)
 def test_every_layer_is_one_slice_kind(program, entry, inputs):
     from linnet.lang.ir.slices import cut
 

@@ -35,10 +35,17 @@ LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
 KERNELS_SPEC = Path("/work/shared/spec/kernels.txt")
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-settings.register_profile("linnet-ci", derandomize=True, deadline=None, database=None,
-                          print_blob=True, suppress_health_check=_HEALTH)
-settings.register_profile("linnet-dev", deadline=None, print_blob=True,
-                          suppress_health_check=_HEALTH)
+settings.register_profile(
+    "linnet-ci",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=_HEALTH,
+)
+settings.register_profile(
+    "linnet-dev", deadline=None, print_blob=True, suppress_health_check=_HEALTH
+)
 CI = bool(os.environ.get("CI"))
 PROFILE = settings.get_profile("linnet-ci" if CI else "linnet-dev")
 SCALE = int(os.environ.get("LINNET_FUZZ_SCALE", "1" if CI else "5"))
@@ -106,32 +113,135 @@ def compile_text(text: str, name: str = "main", lower_llama: bool = False) -> No
 def test_sources_compile_unmutated():
     for name, text in SOURCES.items():
         assert not check_program(Program.from_text(text, name)), name
-    lower(Program.from_text(LLAMA_SOURCE, "llama"), "decode", {"token": [1], "pos": [1]},
-          toy_config())
+    lower(
+        Program.from_text(LLAMA_SOURCE, "llama"), "decode", {"token": [1], "pos": [1]}, toy_config()
+    )
 
 
 # ==================================================================== mutations
-VOCAB = sorted(KEYWORDS) + list(PUNCTUATION) + [
-    "Tensor", "Dim", "DType", "f32", "bf16", "f16", "i32", "i64", "bool", "sum", "max", "min",
-    "mean", "prod", "x", "y", "i", "j", "N", "T", "0", "1", "2", "1.5", "1e30", "\n", "exp",
-    "select", "iota", "fill", "load", "store", "program_id", "sqrt", "std", "nn", "linear",
-]
+VOCAB = (
+    sorted(KEYWORDS)
+    + list(PUNCTUATION)
+    + [
+        "Tensor",
+        "Dim",
+        "DType",
+        "f32",
+        "bf16",
+        "f16",
+        "i32",
+        "i64",
+        "bool",
+        "sum",
+        "max",
+        "min",
+        "mean",
+        "prod",
+        "x",
+        "y",
+        "i",
+        "j",
+        "N",
+        "T",
+        "0",
+        "1",
+        "2",
+        "1.5",
+        "1e30",
+        "\n",
+        "exp",
+        "select",
+        "iota",
+        "fill",
+        "load",
+        "store",
+        "program_id",
+        "sqrt",
+        "std",
+        "nn",
+        "linear",
+    ]
+)
 FRAGMENTS = [
-    "[(a, b)]", "sum[k]", " as i32", " as bf16", "0..3", "iota<i32>(3)", "x[i + 1]", "(h, d)",
-    "[b: 0]", "[b: 3]", "select(true, 1, 2)", "-inf", "nan", "1 / 0", "0 % 0", "HD / 0",
-    "self.k_cache", "pos[pos[b]]", "fill(0.0, 4)", "load(x[0])", "store(y[0], 1.0)",
-    "program_id(0)", "if true { 1 } else { 2 }", "max[j: 0]", "sum<f64>[i]", "Tensor[; f32]",
-    "Tensor[0; f32]", "Tensor[N, N; i32]", "<T: DType>", "<N: Dim = 3>", "[Linear<D, D, T>; 0]",
-    "grad(dy) { return dy }", "where N == 2 * M", "kernel row_softmax<R, C, 4>", "x.y.z",
-    "a[b][c]", "((()))", "{}", "for i in 0..2 { }", "self.s[n, n] = x[n]",
+    "[(a, b)]",
+    "sum[k]",
+    " as i32",
+    " as bf16",
+    "0..3",
+    "iota<i32>(3)",
+    "x[i + 1]",
+    "(h, d)",
+    "[b: 0]",
+    "[b: 3]",
+    "select(true, 1, 2)",
+    "-inf",
+    "nan",
+    "1 / 0",
+    "0 % 0",
+    "HD / 0",
+    "self.k_cache",
+    "pos[pos[b]]",
+    "fill(0.0, 4)",
+    "load(x[0])",
+    "store(y[0], 1.0)",
+    "program_id(0)",
+    "if true { 1 } else { 2 }",
+    "max[j: 0]",
+    "sum<f64>[i]",
+    "Tensor[; f32]",
+    "Tensor[0; f32]",
+    "Tensor[N, N; i32]",
+    "<T: DType>",
+    "<N: Dim = 3>",
+    "[Linear<D, D, T>; 0]",
+    "grad(dy) { return dy }",
+    "where N == 2 * M",
+    "kernel row_softmax<R, C, 4>",
+    "x.y.z",
+    "a[b][c]",
+    "((()))",
+    "{}",
+    "for i in 0..2 { }",
+    "self.s[n, n] = x[n]",
 ]
-NUMBERS = ["0", "1", "2", "3", "7", "16", "1024", "-1", "0.0", "0.5", "1e30", "65536",
-           "99999999999999999999"]
+NUMBERS = [
+    "0",
+    "1",
+    "2",
+    "3",
+    "7",
+    "16",
+    "1024",
+    "-1",
+    "0.0",
+    "0.5",
+    "1e30",
+    "65536",
+    "99999999999999999999",
+]
 OPERATORS = ["+", "-", "*", "/", "%", "<", "<=", ">", ">=", "==", "!=", "&&", "||"]
 DTYPES = ["f32", "bf16", "f16", "f64", "i32", "i64", "i8", "u8", "bool", "T"]
 REDUCTIONS = ["sum", "max", "min", "mean", "prod"]
-RENAMES = ["x", "y", "N", "T", "D", "i", "self", "f32", "sum", "Dim", "HD", "B", "Tensor", "iota",
-           "exp", "load", "model", "in"]
+RENAMES = [
+    "x",
+    "y",
+    "N",
+    "T",
+    "D",
+    "i",
+    "self",
+    "f32",
+    "sum",
+    "Dim",
+    "HD",
+    "B",
+    "Tensor",
+    "iota",
+    "exp",
+    "load",
+    "model",
+    "in",
+]
 
 
 def tokens_of(text: str) -> list:
@@ -145,10 +255,27 @@ def mutated(draw: Any, source: str) -> str:
     text = source
     for _ in range(draw(st.integers(1, 3))):
         toks = tokens_of(text)
-        kind = draw(st.sampled_from([
-            "delete", "duplicate", "swap", "replace", "fragment", "transplant", "number",
-            "rename_all", "rename_one", "operator", "dtype", "reduction", "char_delete",
-            "char_duplicate", "char_replace"]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "delete",
+                    "duplicate",
+                    "swap",
+                    "replace",
+                    "fragment",
+                    "transplant",
+                    "number",
+                    "rename_all",
+                    "rename_one",
+                    "operator",
+                    "dtype",
+                    "reduction",
+                    "char_delete",
+                    "char_duplicate",
+                    "char_replace",
+                ]
+            )
+        )
         if not toks or not text:
             break
         t = toks[draw(st.integers(0, len(toks) - 1))]
@@ -161,31 +288,42 @@ def mutated(draw: Any, source: str) -> str:
             u = toks[draw(st.integers(0, len(toks) - 1))]
             a, b = sorted([t, u], key=lambda x: x.span.start)
             if a.span.stop <= b.span.start:
-                text = (text[:a.span.start] + text[b.span.start:b.span.stop]
-                        + text[a.span.stop:b.span.start] + text[a.span.start:a.span.stop]
-                        + text[b.span.stop:])
+                text = (
+                    text[: a.span.start]
+                    + text[b.span.start : b.span.stop]
+                    + text[a.span.stop : b.span.start]
+                    + text[a.span.start : a.span.stop]
+                    + text[b.span.stop :]
+                )
         elif kind == "replace":
             text = text[:s] + draw(st.sampled_from(VOCAB)) + text[e:]
         elif kind == "fragment":
             text = text[:s] + draw(st.sampled_from(FRAGMENTS)) + text[e:]
         elif kind == "transplant":
             u = toks[draw(st.integers(0, len(toks) - 1))]
-            text = text[:s] + text[u.span.start:u.span.stop] + " " + text[s:]
+            text = text[:s] + text[u.span.start : u.span.stop] + " " + text[s:]
         elif kind in ("number", "operator", "dtype", "reduction", "rename_one", "rename_all"):
-            pool = {"number": lambda x: x.kind in ("int", "float"),
-                    "operator": lambda x: x.text in OPERATORS,
-                    "dtype": lambda x: x.text in DTYPES,
-                    "reduction": lambda x: x.text in REDUCTIONS}.get(
-                kind, lambda x: x.kind == "ident")
+            pool = {
+                "number": lambda x: x.kind in ("int", "float"),
+                "operator": lambda x: x.text in OPERATORS,
+                "dtype": lambda x: x.text in DTYPES,
+                "reduction": lambda x: x.text in REDUCTIONS,
+            }.get(kind, lambda x: x.kind == "ident")
             cands = [x for x in toks if pool(x)]
             if not cands:
                 continue
             t = cands[draw(st.integers(0, len(cands) - 1))]
             s, e = t.span.start, t.span.stop
-            new = draw(st.sampled_from({
-                "number": NUMBERS, "operator": OPERATORS, "dtype": DTYPES,
-                "reduction": REDUCTIONS}.get(kind, RENAMES + [t.text + "2"]
-                                             + [x.text for x in cands[:20]])))
+            new = draw(
+                st.sampled_from(
+                    {
+                        "number": NUMBERS,
+                        "operator": OPERATORS,
+                        "dtype": DTYPES,
+                        "reduction": REDUCTIONS,
+                    }.get(kind, RENAMES + [t.text + "2"] + [x.text for x in cands[:20]])
+                )
+            )
             if kind == "rename_all":
                 text = re.sub(rf"\b{re.escape(t.text)}\b", new, text)
             else:
@@ -193,12 +331,15 @@ def mutated(draw: Any, source: str) -> str:
         else:
             i = draw(st.integers(0, len(text) - 1))
             if kind == "char_delete":
-                text = text[:i] + text[i + 1:]
+                text = text[:i] + text[i + 1 :]
             elif kind == "char_duplicate":
                 text = text[:i] + text[i] + text[i:]
             else:
-                text = text[:i] + draw(st.sampled_from("()[]{}<>,;:.=+-*/%!&|\n 0aZ_\"'#")) \
-                    + text[i + 1:]
+                text = (
+                    text[:i]
+                    + draw(st.sampled_from("()[]{}<>,;:.=+-*/%!&|\n 0aZ_\"'#"))
+                    + text[i + 1 :]
+                )
     return text
 
 
@@ -222,8 +363,9 @@ def test_mutated_llama_is_a_linnet_error_or_lowers(text):
 
 
 # ==================================================================== semantics
-def run_entry(source: str, inputs: dict, data: dict, config: dict,
-              states: dict | None = None) -> tuple[list[np.ndarray], dict]:
+def run_entry(
+    source: str, inputs: dict, data: dict, config: dict, states: dict | None = None
+) -> tuple[list[np.ndarray], dict]:
     program = Program.from_text(source)
     errors = check_program(program)
     assert not errors, render_all(errors) + "\n" + source
@@ -245,9 +387,13 @@ def test_index_notation_matches_numpy(case):
     expected = case.expected
     finite = np.abs(expected[np.isfinite(expected)])
     scale = max(1.0, float(finite.max())) if finite.size else 1.0
-    np.testing.assert_allclose(out, expected, rtol=0 if case.exact else 1e-4,
-                               atol=0 if case.exact else 1e-4 * scale,
-                               err_msg="\n" + case.source)
+    np.testing.assert_allclose(
+        out,
+        expected,
+        rtol=0 if case.exact else 1e-4,
+        atol=0 if case.exact else 1e-4 * scale,
+        err_msg="\n" + case.source,
+    )
 
 
 @budget(150)
@@ -346,4 +492,3 @@ model M<L: Dim, S: Dim> {
     p = np.array([3, 0], dtype=np.int32)
     (out,), _ = run_entry(src, {"p": [2]}, {"p": p}, {"S": 5})
     assert out.tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]
-

@@ -31,12 +31,26 @@ def test_every_primitive_has_a_reference_rule():
     assert not extra, f"tests/reference.py has rules for unknown primitives: {extra}"
 
 
-def one_step(op: str, args: list[np.ndarray], attrs: dict | None = None,
-             out: tuple[tuple[int, ...], str] | None = None) -> np.ndarray:
+def one_step(
+    op: str,
+    args: list[np.ndarray],
+    attrs: dict | None = None,
+    out: tuple[tuple[int, ...], str] | None = None,
+) -> np.ndarray:
     """Run a single-step graph whose inputs are ``args`` (dtypes named as in the graph)."""
-    names = {np.dtype(v): k for k, v in
-             {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64,
-              "bool": np.bool_, "f16": np.float16, "i8": np.int8, "u8": np.uint8}.items()}
+    names = {
+        np.dtype(v): k
+        for k, v in {
+            "f32": np.float32,
+            "f64": np.float64,
+            "i32": np.int32,
+            "i64": np.int64,
+            "bool": np.bool_,
+            "f16": np.float16,
+            "i8": np.int8,
+            "u8": np.uint8,
+        }.items()
+    }
     g = Graph("run", "M")
     for i, a in enumerate(args):
         g.inputs.append(f"%a{i}")
@@ -55,13 +69,23 @@ IX = np.array([7, -7, 7, -7], dtype=np.int32)
 IY = np.array([2, 2, -2, -2], dtype=np.int32)
 
 
-@pytest.mark.parametrize("op,fn", [
-    ("neg", lambda x: -x), ("exp", np.exp), ("log", lambda x: np.log(np.abs(x))),
-    ("sqrt", lambda x: np.sqrt(np.abs(x))), ("rsqrt", lambda x: 1 / np.sqrt(np.abs(x))),
-    ("sin", np.sin), ("cos", np.cos), ("tanh", np.tanh),
-    ("sigmoid", lambda x: 1 / (1 + np.exp(-x))), ("abs", np.abs), ("floor", np.floor),
-    ("erf", lambda x: np.array([[-0.9661051, 0.27632639, 0.99532227]])),
-])
+@pytest.mark.parametrize(
+    "op,fn",
+    [
+        ("neg", lambda x: -x),
+        ("exp", np.exp),
+        ("log", lambda x: np.log(np.abs(x))),
+        ("sqrt", lambda x: np.sqrt(np.abs(x))),
+        ("rsqrt", lambda x: 1 / np.sqrt(np.abs(x))),
+        ("sin", np.sin),
+        ("cos", np.cos),
+        ("tanh", np.tanh),
+        ("sigmoid", lambda x: 1 / (1 + np.exp(-x))),
+        ("abs", np.abs),
+        ("floor", np.floor),
+        ("erf", lambda x: np.array([[-0.9661051, 0.27632639, 0.99532227]])),
+    ],
+)
 def test_unary_rules(op, fn):
     x = np.abs(F) if op in ("log", "sqrt", "rsqrt") else F
     np.testing.assert_allclose(one_step(op, [x]), fn(F), rtol=1e-6)
@@ -76,19 +100,34 @@ def test_integer_division_floors_and_remainder_takes_the_sign_of_y():
     assert one_step("rem", [x, -y]).tolist() == [-1.0, -1.0]
 
 
-@pytest.mark.parametrize("op,fn", [
-    ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("maximum", np.maximum),
-    ("minimum", np.minimum), ("pow", lambda x, y: np.abs(x) ** y),
-])
+@pytest.mark.parametrize(
+    "op,fn",
+    [
+        ("add", np.add),
+        ("sub", np.subtract),
+        ("mul", np.multiply),
+        ("maximum", np.maximum),
+        ("minimum", np.minimum),
+        ("pow", lambda x, y: np.abs(x) ** y),
+    ],
+)
 def test_binary_rules_broadcast_size_one_axes(op, fn):
     x = np.abs(F) if op == "pow" else F
     y = np.array([[1.0], [2.0]], dtype=np.float32)
     np.testing.assert_allclose(one_step(op, [x, y]), fn(F, y), rtol=1e-6)
 
 
-@pytest.mark.parametrize("op,fn", [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                                   ("ge", np.greater_equal), ("eq", np.equal),
-                                   ("ne", np.not_equal)])
+@pytest.mark.parametrize(
+    "op,fn",
+    [
+        ("lt", np.less),
+        ("le", np.less_equal),
+        ("gt", np.greater),
+        ("ge", np.greater_equal),
+        ("eq", np.equal),
+        ("ne", np.not_equal),
+    ],
+)
 def test_comparisons_make_bool(op, fn):
     y = np.array(0.25, dtype=np.float32)
     assert one_step(op, [F, y], out=((1, 3), "bool")).tolist() == fn(F, y).tolist()
@@ -116,7 +155,10 @@ def test_convert_constant_iota():
     x = np.array([-1.7, 2.7, 0.0], dtype=np.float32)
     assert one_step("convert", [x], {"dtype": "i32"}, ((3,), "i32")).tolist() == [-1, 2, 0]
     assert one_step("convert", [x], {"dtype": "bool"}, ((3,), "bool")).tolist() == [
-        True, True, False]
+        True,
+        True,
+        False,
+    ]
     assert one_step("constant", [], {"value": 2.5, "dtype": "f32"}, ((), "f32")) == 2.5
     got = one_step("iota", [], {"shape": [2, 3], "axis": 1, "dtype": "i32"}, ((2, 3), "i32"))
     assert got.tolist() == [[0, 1, 2], [0, 1, 2]]
@@ -124,38 +166,42 @@ def test_convert_constant_iota():
 
 def test_shape_rules():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    assert one_step("reshape", [x], {"shape": [3, 2]}, ((3, 2), "f32")).tolist() == \
-        x.reshape(3, 2).tolist()
-    assert one_step("transpose", [x], {"perm": [1, 0]}, ((3, 2), "f32")).tolist() == \
-        x.T.tolist()
+    assert (
+        one_step("reshape", [x], {"shape": [3, 2]}, ((3, 2), "f32")).tolist()
+        == x.reshape(3, 2).tolist()
+    )
+    assert one_step("transpose", [x], {"perm": [1, 0]}, ((3, 2), "f32")).tolist() == x.T.tolist()
     row = x[:1]
-    assert one_step("broadcast", [row], {"shape": [4, 3]}, ((4, 3), "f32")).tolist() == \
-        [x[0].tolist()] * 4
+    assert (
+        one_step("broadcast", [row], {"shape": [4, 3]}, ((4, 3), "f32")).tolist()
+        == [x[0].tolist()] * 4
+    )
     with pytest.raises(GraphRunError, match="broadcast"):
         one_step("broadcast", [x], {"shape": [4, 3]}, ((4, 3), "f32"))
 
 
-@pytest.mark.parametrize("kind,fn", [("sum", np.sum), ("max", np.max), ("min", np.min),
-                                     ("prod", np.prod), ("mean", np.mean)])
+@pytest.mark.parametrize(
+    "kind,fn",
+    [("sum", np.sum), ("max", np.max), ("min", np.min), ("prod", np.prod), ("mean", np.mean)],
+)
 def test_reduce(kind, fn):
     x = np.arange(1, 25, dtype=np.float32).reshape(2, 3, 4) / 7
-    got = one_step("reduce", [x], {"kind": kind, "axes": [0, 2], "accumulate": "f32"},
-                   ((3,), "f32"))
+    got = one_step(
+        "reduce", [x], {"kind": kind, "axes": [0, 2], "accumulate": "f32"}, ((3,), "f32")
+    )
     np.testing.assert_allclose(got, fn(x, axis=(0, 2)), rtol=1e-6)
 
 
 def test_reduce_accumulates_in_the_accumulator():
     x = np.full((300,), 100, dtype=np.int8)
-    got = one_step("reduce", [x], {"kind": "sum", "axes": [0], "accumulate": "i64"},
-                   ((), "i64"))
+    got = one_step("reduce", [x], {"kind": "sum", "axes": [0], "accumulate": "i64"}, ((), "i64"))
     assert got == 30000
 
 
 def test_contract_is_einsum():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.arange(12, dtype=np.float32).reshape(4, 3)
-    got = one_step("contract", [a, b], {"spec": "ac,bc->ab", "accumulate": "f64"},
-                   ((2, 4), "f64"))
+    got = one_step("contract", [a, b], {"spec": "ac,bc->ab", "accumulate": "f64"}, ((2, 4), "f64"))
     np.testing.assert_allclose(got, a @ b.T)
 
 
@@ -169,11 +215,13 @@ def test_take_and_gather_bounds():
         one_step("take", [x, idx], {"axis": 1, "bounds": "unchecked"}, ((3, 2, 2), "f32"))
     rows = np.array([[0], [2], [3]], dtype=np.int32)
     cols = np.array([[1, 3]], dtype=np.int32)
-    got = one_step("gather", [x, rows, cols], {"indexed_axes": 2, "bounds": "zero"},
-                   ((3, 2), "f32"))
+    got = one_step(
+        "gather", [x, rows, cols], {"indexed_axes": 2, "bounds": "zero"}, ((3, 2), "f32")
+    )
     assert got.tolist() == [[1.0, 3.0], [9.0, 11.0], [0.0, 0.0]]
-    got = one_step("gather", [x, rows[:2]], {"indexed_axes": 1, "bounds": "unchecked"},
-                   ((2, 1, 4), "f32"))
+    got = one_step(
+        "gather", [x, rows[:2]], {"indexed_axes": 1, "bounds": "unchecked"}, ((2, 1, 4), "f32")
+    )
     assert got.tolist() == x[rows[:2]].tolist()
 
 
@@ -183,8 +231,9 @@ def test_scatter_writes_the_state():
     g.values["%i"] = ValueType((2,), "i32")
     g.states["s"] = ValueType((4, 3), "f32")
     g.steps.append(Step("scatter", ["@s", "%v", "%i"], [], {"indexed_axes": 1, "path": "s"}))
-    g.steps.append(Step("reduce", ["@s"], ["%y"], {"kind": "sum", "axes": [0, 1],
-                                                   "accumulate": "f32"}))
+    g.steps.append(
+        Step("reduce", ["@s"], ["%y"], {"kind": "sum", "axes": [0, 1], "accumulate": "f32"})
+    )
     g.values["%y"] = ValueType((), "f32")
     g.outputs.append("%y")
     states = {"s": np.zeros((4, 3), dtype=np.float32)}
@@ -212,8 +261,7 @@ def llama_params(graph: Graph) -> dict[str, np.ndarray]:
     params = random_arrays(graph.parameters, rng, scale=0.2)
     for path in params:
         if path.endswith("layernorm.weight") or path.endswith("norm.weight"):
-            params[path] = (1.0 + 0.1 * rng.standard_normal(params[path].shape)).astype(
-                np.float32)
+            params[path] = (1.0 + 0.1 * rng.standard_normal(params[path].shape)).astype(np.float32)
     return params
 
 
@@ -226,10 +274,16 @@ def prefill(program: Program, tokens: np.ndarray, params=None):
 
 
 def decode(program: Program, token: np.ndarray, pos: np.ndarray, params, states):
-    g = lower(program, "decode", {"token": list(token.shape), "pos": list(pos.shape)},
-              toy_config(), check=False)
-    (logits,) = run_graph(g, {"token": token.astype(np.int32), "pos": pos.astype(np.int32)},
-                          params, states)
+    g = lower(
+        program,
+        "decode",
+        {"token": list(token.shape), "pos": list(pos.shape)},
+        toy_config(),
+        check=False,
+    )
+    (logits,) = run_graph(
+        g, {"token": token.astype(np.int32), "pos": pos.astype(np.int32)}, params, states
+    )
     return logits
 
 
@@ -246,7 +300,7 @@ def test_prefill_then_decode_matches_a_longer_prefill(llama, batch, length):
     np.testing.assert_allclose(nxt, full[:, length], atol=1e-4, rtol=1e-4)
     # Cache rows past the prompt and the new token stay zero.
     for path, arr in states.items():
-        assert not arr[:, length + 1:].any(), path
+        assert not arr[:, length + 1 :].any(), path
         assert arr[:, length].any(), path
 
 
@@ -257,8 +311,7 @@ def test_token_by_token_decode_matches_prefill(llama):
     g = lower(llama, "decode", {"token": [2], "pos": [2]}, toy_config(), check=False)
     states = zero_states(g)
     for t in range(tokens.shape[1]):
-        (logits,) = run_graph(g, {"token": tokens[:, t], "pos": np.array([t, t])}, params,
-                              states)
+        (logits,) = run_graph(g, {"token": tokens[:, t], "pos": np.array([t, t])}, params, states)
         np.testing.assert_allclose(logits, full[:, t], atol=1e-4, rtol=1e-4)
 
 
@@ -275,8 +328,9 @@ def test_decode_positions_are_per_sequence(llama):
         # Sequence 0 stops after 3 tokens; later steps rewrite its position 2 with the same
         # token, which must leave its logits unchanged.
         ta = min(t, 2)
-        (logits,) = run_graph(g, {"token": np.array([a[0, ta], b[0, t]]),
-                                  "pos": np.array([ta, t])}, params, states)
+        (logits,) = run_graph(
+            g, {"token": np.array([a[0, ta], b[0, t]]), "pos": np.array([ta, t])}, params, states
+        )
         np.testing.assert_allclose(logits[0], full_a[0, ta], atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(logits[1], full_b[0, t], atol=1e-4, rtol=1e-4)
 
@@ -293,18 +347,20 @@ def test_llama_variants_decode_matches_prefill(llama, dtype, tied):
     states = zero_states(d)
     tol = 2e-2 if dtype == "f16" else 1e-4
     for t in range(3):
-        (logits,) = run_graph(d, {"token": tokens[:, t], "pos": np.array([t, t])}, params,
-                              states)
+        (logits,) = run_graph(d, {"token": tokens[:, t], "pos": np.array([t, t])}, params, states)
         np.testing.assert_allclose(logits, full[:, t], atol=tol, rtol=tol)
 
 
 # ==================================================================== std ops vs NumPy
 def call_op(use: str, call: str, args: dict[str, np.ndarray], result: str) -> np.ndarray:
     dtypes = {np.dtype(np.float32): "f32", np.dtype(np.int32): "i32"}
-    params = ", ".join(f"{n}: Tensor[{', '.join(map(str, a.shape))}; {dtypes[a.dtype]}]"
-                       for n, a in args.items())
-    src = f"use {use}\nmodel M {{\n    entry run({params}) -> {result} {{\n" \
-          f"        return {call}\n    }}\n}}\n"
+    params = ", ".join(
+        f"{n}: Tensor[{', '.join(map(str, a.shape))}; {dtypes[a.dtype]}]" for n, a in args.items()
+    )
+    src = (
+        f"use {use}\nmodel M {{\n    entry run({params}) -> {result} {{\n"
+        f"        return {call}\n    }}\n}}\n"
+    )
     g = lower(Program.from_text(src), "run", {n: list(a.shape) for n, a in args.items()})
     (out,) = run_graph(g, args, {}, {})
     return out
@@ -312,6 +368,7 @@ def call_op(use: str, call: str, args: dict[str, np.ndarray], result: str) -> np
 
 def _erf(x):
     import math
+
     return np.vectorize(math.erf)(x)
 
 
@@ -332,7 +389,7 @@ def _rope(q, pos, theta):
     inv = 1.0 / theta ** (np.arange(0, hd, 2) / hd)
     ang = pos[:, None] * inv[None]
     emb = np.concatenate([ang, ang], -1)[:, None]
-    rot = np.concatenate([-q[..., hd // 2:], q[..., :hd // 2]], -1)
+    rot = np.concatenate([-q[..., hd // 2 :], q[..., : hd // 2]], -1)
     return q * np.cos(emb) + rot * np.sin(emb)
 
 
@@ -359,35 +416,83 @@ DQ = RNG.standard_normal((2, 2, 3, 5)).astype(np.float32)
 DPOS = np.array([1, 3], dtype=np.int32)
 
 STD_CASES = {
-    "softmax": ("std.nn.activation::{softmax}", "softmax(x)", {"x": X}, "Tensor[3, 5; f32]",
-                _softmax(X)),
-    "silu": ("std.nn.activation::{silu}", "silu(x)", {"x": X}, "Tensor[3, 5; f32]",
-             X / (1 + np.exp(-X))),
-    "gelu": ("std.nn.activation::{gelu}", "gelu(x)", {"x": X}, "Tensor[3, 5; f32]",
-             0.5 * X * (1 + _erf(X / np.sqrt(2)))),
-    "rms_norm": ("std.nn.norm::{rms_norm}", "rms_norm(x, w, 1e-5)", {"x": X, "w": W5},
-                 "Tensor[3, 5; f32]", W5 * X / np.sqrt((X * X).mean(1, keepdims=True) + 1e-5)),
-    "layer_norm": ("std.nn.norm::{layer_norm}", "layer_norm(x, w, b, 1e-5)",
-                   {"x": X, "w": W5, "b": B5}, "Tensor[3, 5; f32]",
-                   (X - X.mean(1, keepdims=True)) / np.sqrt(X.var(1, keepdims=True) + 1e-5)
-                   * W5 + B5),
-    "linear": ("std.nn.linear::{linear}", "linear(x, w)", {"x": X, "w": W45},
-               "Tensor[3, 4; f32]", X @ W45.T),
-    "linear_bias": ("std.nn.linear::{linear_bias}", "linear_bias(x, w, b)",
-                    {"x": X, "w": W45, "b": B5[:4].copy()}, "Tensor[3, 4; f32]",
-                    X @ W45.T + B5[:4]),
-    "embedding": ("std.nn.embedding::{embedding}", "embedding(ids, t)",
-                  {"ids": np.array([2, 0, 2], dtype=np.int32), "t": X}, "Tensor[3, 5; f32]",
-                  X[[2, 0, 2]]),
-    "rope": ("std.nn.rope::{rope}", "rope(q, pos, 10000.0)", {"q": Q, "pos": POS},
-             "Tensor[3, 2, 8; f32]", _rope(Q, POS, 10000.0)),
-    "causal_attention": ("std.nn.attention::{causal_attention}",
-                         "causal_attention(q, k, v, 0.5)", {"q": AQ, "k": AK, "v": AV},
-                         "Tensor[2, 4, 2, 3, 5; f32]", _causal(AQ, AK, AV, 0.5)),
-    "decode_attention": ("std.nn.attention::{decode_attention}",
-                         "decode_attention(q, k, v, pos, 0.5)",
-                         {"q": DQ, "k": AK, "v": AV, "pos": DPOS}, "Tensor[2, 2, 3, 5; f32]",
-                         _decode(DQ, AK, AV, DPOS, 0.5)),
+    "softmax": (
+        "std.nn.activation::{softmax}",
+        "softmax(x)",
+        {"x": X},
+        "Tensor[3, 5; f32]",
+        _softmax(X),
+    ),
+    "silu": (
+        "std.nn.activation::{silu}",
+        "silu(x)",
+        {"x": X},
+        "Tensor[3, 5; f32]",
+        X / (1 + np.exp(-X)),
+    ),
+    "gelu": (
+        "std.nn.activation::{gelu}",
+        "gelu(x)",
+        {"x": X},
+        "Tensor[3, 5; f32]",
+        0.5 * X * (1 + _erf(X / np.sqrt(2))),
+    ),
+    "rms_norm": (
+        "std.nn.norm::{rms_norm}",
+        "rms_norm(x, w, 1e-5)",
+        {"x": X, "w": W5},
+        "Tensor[3, 5; f32]",
+        W5 * X / np.sqrt((X * X).mean(1, keepdims=True) + 1e-5),
+    ),
+    "layer_norm": (
+        "std.nn.norm::{layer_norm}",
+        "layer_norm(x, w, b, 1e-5)",
+        {"x": X, "w": W5, "b": B5},
+        "Tensor[3, 5; f32]",
+        (X - X.mean(1, keepdims=True)) / np.sqrt(X.var(1, keepdims=True) + 1e-5) * W5 + B5,
+    ),
+    "linear": (
+        "std.nn.linear::{linear}",
+        "linear(x, w)",
+        {"x": X, "w": W45},
+        "Tensor[3, 4; f32]",
+        X @ W45.T,
+    ),
+    "linear_bias": (
+        "std.nn.linear::{linear_bias}",
+        "linear_bias(x, w, b)",
+        {"x": X, "w": W45, "b": B5[:4].copy()},
+        "Tensor[3, 4; f32]",
+        X @ W45.T + B5[:4],
+    ),
+    "embedding": (
+        "std.nn.embedding::{embedding}",
+        "embedding(ids, t)",
+        {"ids": np.array([2, 0, 2], dtype=np.int32), "t": X},
+        "Tensor[3, 5; f32]",
+        X[[2, 0, 2]],
+    ),
+    "rope": (
+        "std.nn.rope::{rope}",
+        "rope(q, pos, 10000.0)",
+        {"q": Q, "pos": POS},
+        "Tensor[3, 2, 8; f32]",
+        _rope(Q, POS, 10000.0),
+    ),
+    "causal_attention": (
+        "std.nn.attention::{causal_attention}",
+        "causal_attention(q, k, v, 0.5)",
+        {"q": AQ, "k": AK, "v": AV},
+        "Tensor[2, 4, 2, 3, 5; f32]",
+        _causal(AQ, AK, AV, 0.5),
+    ),
+    "decode_attention": (
+        "std.nn.attention::{decode_attention}",
+        "decode_attention(q, k, v, pos, 0.5)",
+        {"q": DQ, "k": AK, "v": AV, "pos": DPOS},
+        "Tensor[2, 2, 3, 5; f32]",
+        _decode(DQ, AK, AV, DPOS, 0.5),
+    ),
 }
 
 

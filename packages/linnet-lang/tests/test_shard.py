@@ -35,15 +35,20 @@ def rank_params(s: Sharding, whole: dict[str, np.ndarray]) -> dict[str, np.ndarr
     return out
 
 
-def run_ranks(ranks: list[Sharding], inputs: dict, params: list[dict], states: list[dict]
-              ) -> list[np.ndarray]:
+def run_ranks(
+    ranks: list[Sharding], inputs: dict, params: list[dict], states: list[dict]
+) -> list[np.ndarray]:
     """Run the ranks' graphs in lockstep; ``states`` (one dict per rank) are updated."""
     graphs = [s.graph for s in ranks]
     assert len({len(g.steps) for g in graphs}) == 1
     envs: list[dict[str, np.ndarray]] = []
     for g in graphs:
-        envs.append({ref: np.asarray(inputs[ref[1:]]).astype(np_dtype(g.values[ref].dtype))
-                     for ref in g.inputs})
+        envs.append(
+            {
+                ref: np.asarray(inputs[ref[1:]]).astype(np_dtype(g.values[ref].dtype))
+                for ref in g.inputs
+            }
+        )
 
     def read(r: int, ref: str) -> np.ndarray:
         if ref.startswith("@"):
@@ -62,7 +67,8 @@ def run_ranks(ranks: list[Sharding], inputs: dict, params: list[dict], states: l
                 out = np.concatenate(parts, axis=steps[0].attributes["axis"])
             else:
                 combine = {"sum": np.add, "max": np.maximum, "min": np.minimum}[
-                    steps[0].attributes["kind"]]
+                    steps[0].attributes["kind"]
+                ]
                 out = parts[0]
                 for p in parts[1:]:
                     out = combine(out, p)
@@ -95,6 +101,7 @@ def sharded_step(graph: Graph, world: int, params: dict):
         after = [{k: v.copy() for k, v in st.items()} for st in states]
         (out,) = run_ranks(ranks, inputs, blocks, after)
         return out, after
+
     return run, ranks
 
 
@@ -115,8 +122,13 @@ def test_prefill_and_16_greedy_tokens_match_the_unsharded_graph(llama):
     states = [zero_states(s.graph) for s in p_ranks]
     prompt = np.array([[3, 17, 100, 255, 9, 0]], np.int32)
     tokens, logits = greedy(p_step, d_step, prompt, states, 16)
-    want_tokens, want = greedy(reference_step(prefill, params), reference_step(decode, params),
-                               prompt, zero_states(prefill), 16)
+    want_tokens, want = greedy(
+        reference_step(prefill, params),
+        reference_step(decode, params),
+        prompt,
+        zero_states(prefill),
+        16,
+    )
     assert tokens == want_tokens
     for got, ref in zip(logits, want):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
@@ -129,8 +141,13 @@ def test_the_layout_comes_from_the_std_calls(llama):
         split = s.parameters
         for layer in range(2):
             at = f"model.layers.{layer}"
-            for proj in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                         "mlp.gate_proj", "mlp.up_proj"):
+            for proj in (
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+                "mlp.gate_proj",
+                "mlp.up_proj",
+            ):
                 assert split[f"{at}.{proj}.weight"] == 0, proj  # column-parallel
             for proj in ("self_attn.o_proj", "mlp.down_proj"):
                 assert split[f"{at}.{proj}.weight"] == 1, proj  # row-parallel
@@ -149,11 +166,12 @@ def test_the_layout_comes_from_the_std_calls(llama):
         verify(s.graph)
         # The linears stay std.nn.linear calls (backends and fast paths find them); the
         # embedding, whose body reads shifted ids now, is no longer one.
-        assert len(s.graph.semantic_calls("std.nn.linear::linear")) == \
-            len(graph.semantic_calls("std.nn.linear::linear"))
+        assert len(s.graph.semantic_calls("std.nn.linear::linear")) == len(
+            graph.semantic_calls("std.nn.linear::linear")
+        )
         assert not s.graph.semantic_calls("std.nn.embedding::embedding")
         for c in s.graph.semantic_calls("std.nn.linear::linear"):
-            assert all(st.op not in COLLECTIVES for st in s.graph.steps[c.start:c.stop])
+            assert all(st.op not in COLLECTIVES for st in s.graph.steps[c.start : c.stop])
 
 
 def test_a_graph_round_trips_with_its_collectives():
@@ -170,18 +188,20 @@ def test_world_1_is_the_graph_itself():
     assert s.graph is decode and s.parameters == {} and s.collectives() == []
 
 
-@pytest.mark.parametrize("world,extra,dim", [
-    (4, {}, "KV = G = 2"),  # the toy's 2 KV heads do not split over 4 ranks
-    (3, {}, "V = 256"),  # the vocabulary (the embedding is found first) over 3
-    (2, {"F": 127}, "F = 127"),  # the MLP's features
-])
+@pytest.mark.parametrize(
+    "world,extra,dim",
+    [
+        (4, {}, "KV = G = 2"),  # the toy's 2 KV heads do not split over 4 ranks
+        (3, {}, "V = 256"),  # the vocabulary (the embedding is found first) over 3
+        (2, {"F": 127}, "F = 127"),  # the MLP's features
+    ],
+)
 def test_a_dim_that_does_not_divide_is_E0960_naming_it(world, extra, dim):
     _, prefill, _ = llama_graphs(**extra)
     with pytest.raises(LinnetError) as err:
         shard(prefill, world, 0)
     d = err.value.diagnostics[0]
-    assert d.code == "E0960" and dim in d.message and f"world size {world}" in d.message, \
-        d.message
+    assert d.code == "E0960" and dim in d.message and f"world size {world}" in d.message, d.message
 
 
 @pytest.mark.parametrize("world,rank", [(0, 0), (2, 2), (2, -1), (True, 0), (2.0, 0)])
@@ -217,7 +237,7 @@ def test_the_generated_pytorch_calls_torch_distributed_under_source_lines():
     assert "torch.distributed.all_gather(" in text and "torch.cat(" in text
     # rank 1 reads vocabulary rows 128..255: its ids are shifted by 128
     assert " - 128" in text
-    before = text[:text.index("torch.distributed.all_reduce(")].splitlines()
+    before = text[: text.index("torch.distributed.all_reduce(")].splitlines()
     assert any(line.strip().startswith("# llama.linnet:") for line in before[-8:])
     assert "torch.distributed" not in emit_torch(decode, sources, origin="llama.linnet")
 
@@ -229,8 +249,10 @@ def test_decode_matches_for_any_weights(seed, world):
     params = llama_params(decode, seed)
     step, ranks = sharded_step(decode, world, params)
     rng = np.random.default_rng(seed)
-    inputs = {"token": np.array([rng.integers(0, 256)], np.int32),
-              "pos": np.array([rng.integers(0, 128)], np.int32)}
+    inputs = {
+        "token": np.array([rng.integers(0, 256)], np.int32),
+        "pos": np.array([rng.integers(0, 128)], np.int32),
+    }
     whole = zero_states(decode)
     for path in whole:
         whole[path] = rng.standard_normal(whole[path].shape).astype(np.float32)
@@ -245,8 +267,7 @@ def rank_params_states(s: Sharding, whole: dict[str, np.ndarray]) -> dict[str, n
     out = {}
     for path, arr in whole.items():
         where = s.block(path, arr.shape)
-        out[path] = arr if where is None else np.take(arr, np.arange(*where[1:]),
-                                                      axis=where[0])
+        out[path] = arr if where is None else np.take(arr, np.arange(*where[1:]), axis=where[0])
     return out
 
 
@@ -255,8 +276,9 @@ def test_a_16_bit_model_reduces_after_the_linear_in_its_type():
     s = shard(prefill, 2, 0)
     # Every linear stays a std.nn.linear::linear call: the all-reduce of o and down follows
     # the call's `as T`, in f16 (half the bytes of the f32 accumulator).
-    assert len(s.graph.semantic_calls("std.nn.linear::linear")) == \
-        len(prefill.semantic_calls("std.nn.linear::linear"))
+    assert len(s.graph.semantic_calls("std.nn.linear::linear")) == len(
+        prefill.semantic_calls("std.nn.linear::linear")
+    )
     reduced = [s.graph.steps[i] for i in s.collectives() if s.graph.steps[i].op == "all_reduce"]
     assert {s.graph.values[st.operands[0]].dtype for st in reduced} == {"f16"}
     params = {k: v.astype(np.float16) for k, v in llama_params(prefill).items()}
@@ -267,12 +289,26 @@ def test_a_16_bit_model_reduces_after_the_linear_in_its_type():
     np.testing.assert_allclose(got, want, rtol=0.01, atol=0.02)  # f16 rounding of sums
 
 
-_SMALL = {"V": 256, "D": 64, "F": 128, "NL": 2, "H": 4, "KV": 2, "HD": 16, "S": 128, "B": 1,
-          "T": "f32"}
-SHIPPED = {"llama": _SMALL, "qwen2": _SMALL, "mistral": _SMALL | {"sliding_window": 4},
-           "gemma": _SMALL, "phi3": _SMALL | {"sliding_window": 4},
-           "gpt2": {"V": 256, "P": 128, "F": 128, "NL": 2, "H": 4, "HD": 16, "S": 128, "B": 1,
-                    "T": "f32"}}
+_SMALL = {
+    "V": 256,
+    "D": 64,
+    "F": 128,
+    "NL": 2,
+    "H": 4,
+    "KV": 2,
+    "HD": 16,
+    "S": 128,
+    "B": 1,
+    "T": "f32",
+}
+SHIPPED = {
+    "llama": _SMALL,
+    "qwen2": _SMALL,
+    "mistral": _SMALL | {"sliding_window": 4},
+    "gemma": _SMALL,
+    "phi3": _SMALL | {"sliding_window": 4},
+    "gpt2": {"V": 256, "P": 128, "F": 128, "NL": 2, "H": 4, "HD": 16, "S": 128, "B": 1, "T": "f32"},
+}
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
@@ -280,8 +316,13 @@ def test_every_shipped_model_matches_over_2_ranks(name):
     from linnet.lang import Program, lower
     from linnet.lang.syntax.program import model_file
 
-    graph = lower(Program.from_file(model_file(f"std.models.{name}")), "prefill",
-                  {"tokens": [1, 6]}, SHIPPED[name], check=False)
+    graph = lower(
+        Program.from_file(model_file(f"std.models.{name}")),
+        "prefill",
+        {"tokens": [1, 6]},
+        SHIPPED[name],
+        check=False,
+    )
     params = llama_params(graph)
     step, ranks = sharded_step(graph, 2, params)
     prompt = {"tokens": np.array([[3, 17, 100, 255, 9, 0]], np.int32)}

@@ -45,10 +45,10 @@ def test_every_form_lowers_to_one_slice_step():
     g = _graph()
     slices = [s for s in g.steps if s.op == "slice"]
     assert [(s.attributes["starts"], s.attributes["limits"]) for s in slices] == [
-        ([0, 0], [4, 2]),   # self.w[..K, ..]
-        ([4, 0], [8, 2]),   # self.c[K..=2 * K - 1, ..]
-        ([0, 0], [2, 4]),   # qkv[.., 0..K]
-        ([0, 4], [2, 8]),   # qkv[:, K..2 * K]
+        ([0, 0], [4, 2]),  # self.w[..K, ..]
+        ([4, 0], [8, 2]),  # self.c[K..=2 * K - 1, ..]
+        ([0, 0], [2, 4]),  # qkv[.., 0..K]
+        ([0, 4], [2, 8]),  # qkv[:, K..2 * K]
         ([0, 8], [2, 12]),  # qkv[.., 2 * K..]
     ]
     assert not {"gather", "take"} & {s.op for s in g.steps}
@@ -93,8 +93,8 @@ pub model M {{
 
 def test_generated_source_slices_views_and_copies_states():
     text = emit_torch(_graph())
-    assert "top = w[0:4]\n" in text           # trailing whole axes are left out
-    assert "mid = c[4:8].clone()\n" in text   # a state's view would see its next write
+    assert "top = w[0:4]\n" in text  # trailing whole axes are left out
+    assert "mid = c[4:8].clone()\n" in text  # a state's view would see its next write
     assert "q = x[:, 0:4]\n" in text and "v = x[:, 8:12]\n" in text
     assert "index_select" not in text and ".long()" not in text
     assert "# s.linnet:3\n    q = x[:, 0:4]" in text  # traceable to its line
@@ -105,8 +105,13 @@ def test_generic_dims_check_before_lowering():
 
 
 def test_the_verifier_rejects_a_bad_slice():
-    g = Graph("run", "M", inputs=["%x"], outputs=["%y"],
-              values={"%x": ValueType((4,), "f32"), "%y": ValueType((3,), "f32")})
+    g = Graph(
+        "run",
+        "M",
+        inputs=["%x"],
+        outputs=["%y"],
+        values={"%x": ValueType((4,), "f32"), "%y": ValueType((3,), "f32")},
+    )
     g.steps = [Step("slice", ["%x"], ["%y"], {"starts": [2], "limits": [5]})]
     with pytest.raises(LinnetError) as info:
         verify(g)
@@ -114,20 +119,26 @@ def test_the_verifier_rejects_a_bad_slice():
     assert info.value.diagnostics[0].code == "E0685"
     assert "out of an operand of shape [4]" in info.value.diagnostics[0].message
     g.steps = [Step("slice", ["%x"], ["%y"], {"starts": [0], "limits": [2]})]
-    with pytest.raises(LinnetError, match=r"makes f32\[3\], but its operands and attributes "
-                                          r"make f32\[2\]"):
+    with pytest.raises(
+        LinnetError,
+        match=r"makes f32\[3\], but its operands and attributes "
+        r"make f32\[2\]",
+    ):
         verify(g)
     g.steps = [Step("slice", ["%x"], ["%y"], {"starts": [1], "limits": [4]})]
     verify(g)
 
 
-@pytest.mark.parametrize("body,code", [
-    ("let y = x[1..=]", "E0121"),
-    ("let y[n: N] = x[0..N] * 2.0", "E0343"),
-    ("let y = x[0..N] + x[0] * 0.0 + (0..N)", "E0334"),
-    ("let y = x[0..N, 0]", "E0303"),
-    ("let y = x[s..s + N]", "E0345"),
-])
+@pytest.mark.parametrize(
+    "body,code",
+    [
+        ("let y = x[1..=]", "E0121"),
+        ("let y[n: N] = x[0..N] * 2.0", "E0343"),
+        ("let y = x[0..N] + x[0] * 0.0 + (0..N)", "E0334"),
+        ("let y = x[0..N, 0]", "E0303"),
+        ("let y = x[s..s + N]", "E0345"),
+    ],
+)
 def test_mistakes_are_coded(body, code):
     src = f"""
 pub op f<N: Dim>(x: Tensor[2 * N; f32], s: f32) -> Tensor[N; f32] {{

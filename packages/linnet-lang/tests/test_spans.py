@@ -29,8 +29,11 @@ def lowered(model: str, d: int = 40, o: int | None = 24, n: int = 3):
 def spans_of(graph, before, module="m"):
     """The span calls ``claim_spans`` added, of span ops of ``module`` (std's own, such as
     std.nn.decode's, claim these graphs' spans too)."""
-    return [c for c in graph.calls[len(before.calls):]
-            if module is None or c.callee.startswith(module + "::")]
+    return [
+        c
+        for c in graph.calls[len(before.calls) :]
+        if module is None or c.callee.startswith(module + "::")
+    ]
 
 
 def test_span_ops_are_the_bound_ops_whose_body_calls_ops():
@@ -49,8 +52,14 @@ def test_each_norm_then_linear_is_claimed_with_its_own_scalars_and_shapes():
     assert first.attributes["args"] == ["%x", "@nw", 1e-05, "@w"]
     assert second.attributes["args"][1:3] == ["@nw2", 1e-06]
     assert first.attributes["kernel"] == "m::norm_linear_rows"
-    assert first.attributes["kernel_generics"] == {"N": 3, "D": 40, "O": 24, "T": "f32",
-                                                  "BD": 64, "BO": 16}
+    assert first.attributes["kernel_generics"] == {
+        "N": 3,
+        "D": 40,
+        "O": 24,
+        "T": "f32",
+        "BD": 64,
+        "BO": 16,
+    }
     assert second.attributes["kernel_generics"]["D"] == 24  # the second norm's own rows
     assert first.attributes["claims"] == ["std.nn.norm::rms_norm", "std.nn.linear::linear"]
     # Each claim covers exactly its two calls' steps, and the graph is left as it was.
@@ -61,7 +70,8 @@ def test_each_norm_then_linear_is_claimed_with_its_own_scalars_and_shapes():
 
 
 def test_a_value_used_outside_the_span_stops_the_claim():
-    program, graph = lowered("""
+    program, graph = lowered(
+        """
 pub model M<D: Dim, T: DType> {
     param nw: Tensor[D; T]
     param w: Tensor[D, D; T]
@@ -71,12 +81,15 @@ pub model M<D: Dim, T: DType> {
         return y + n
     }
 }
-""", o=None)
+""",
+        o=None,
+    )
     assert spans_of(claim_spans(graph, program), graph) == []
 
 
 def test_other_wiring_is_not_claimed():
-    program, graph = lowered("""
+    program, graph = lowered(
+        """
 pub model M<D: Dim, T: DType> {
     param nw: Tensor[D; T]
     param w: Tensor[D, D; T]
@@ -85,7 +98,9 @@ pub model M<D: Dim, T: DType> {
         return linear(x, self.w) + n
     }
 }
-""", o=None)
+""",
+        o=None,
+    )
     assert spans_of(claim_spans(graph, program), graph) == []
 
 
@@ -134,8 +149,18 @@ def llama_decode(model: str, head_dim: int) -> tuple[Any, Any]:
     root = Path(__file__).parents[3]
     path = model_file(model) if model.startswith("std.") else root / model
     program = Program.from_file(path)
-    config = {"V": 64, "D": 32, "F": 48, "NL": 2, "KV": 2, "G": 2, "HD": head_dim, "B": 1,
-              "S": 16, "T": "f32"}
+    config = {
+        "V": 64,
+        "D": 32,
+        "F": 48,
+        "NL": 2,
+        "KV": 2,
+        "G": 2,
+        "HD": head_dim,
+        "B": 1,
+        "S": 16,
+        "T": "f32",
+    }
     graph = lower(program, "decode", {"token": [1], "pos": [1]}, config)
     claimed = claim_spans(graph, program)
     verify(claimed, "claim_spans")
@@ -157,25 +182,37 @@ def test_the_attention_input_is_one_span_up_to_the_rotations(model):
     and the attention read."""
     _, claimed = llama_decode(model, 16)
     for op in ("rms_norm_qkv_rope", "rms_norm_qkv_rope_split"):
-        spans = [c for c in claimed.calls if c.callee == f"std.nn.decode::{op}"
-                 and not c.attributes.get("writes")]
+        spans = [
+            c
+            for c in claimed.calls
+            if c.callee == f"std.nn.decode::{op}" and not c.attributes.get("writes")
+        ]
         assert len(spans) == 2 and all(c.attributes["kernel_applies"] for c in spans), op
         # Each is claimed a second time with the cache writes after it: its kernel stores k
         # and v into the layer's cache and returns q alone.
-        writing = [c for c in claimed.calls if c.callee == f"std.nn.decode::{op}"
-                   and c.attributes.get("writes")]
+        writing = [
+            c
+            for c in claimed.calls
+            if c.callee == f"std.nn.decode::{op}" and c.attributes.get("writes")
+        ]
         assert [(c.start, c.stop - 2) for c in writing] == [(c.start, c.stop) for c in spans]
         for span, w in zip(spans, writing):
             assert w.attributes["results"] == span.attributes["results"][:1]
             steps = [claimed.steps[i] for i in range(span.stop, w.stop)]
             assert [s.op for s in steps] == ["scatter", "scatter"]
-            assert [(x["result"], x["state"], x["at"], x["positions"])
-                    for x in w.attributes["writes"]] == [
-                (j, s.operands[0], "%pos", 16) for j, s in zip((1, 2), steps)]
+            assert [
+                (x["result"], x["state"], x["at"], x["positions"]) for x in w.attributes["writes"]
+            ] == [(j, s.operands[0], "%pos", 16) for j, s in zip((1, 2), steps)]
             assert [s.operands[1] for s in steps] == span.attributes["results"][1:]
         for span in spans:
-            inside = [c.callee for c in claimed.calls if span.start <= c.start < span.stop
-                      and c.kind == "op" and c is not span and not c.attributes.get("kernel")]
+            inside = [
+                c.callee
+                for c in claimed.calls
+                if span.start <= c.start < span.stop
+                and c.kind == "op"
+                and c is not span
+                and not c.attributes.get("kernel")
+            ]
             assert inside.count("std.nn.linear::linear") == 3
             assert inside.count("std.nn.rope::rope_with") == 2
             shapes = [claimed.values[r].shape for r in span.attributes["results"]]
@@ -222,15 +259,17 @@ def test_a_claim_with_state_writes_launches_from_generated_pytorch_only():
     claimed = claim_spans(graph, program)
     (call,) = [c for c in claimed.calls if c.attributes.get("writes")]
     assert call.callee == "main::pair" and call.attributes["writes"] == [
-        {"result": 0, "state": "@cache", "at": "%pos", "step": call.stop - 1, "positions": 8}]
+        {"result": 0, "state": "@cache", "at": "%pos", "step": call.stop - 1, "positions": 8}
+    ]
     assert claimed.steps[call.stop - 1].op == "scatter" and len(call.attributes["results"]) == 1
     # As a plan's slice (the whole entry here); a whole model's source launches kernels with
     # their backward (autograd), and a kernel that writes a state has none: the steps write.
     sl = slice_steps(claimed, list(range(len(claimed.steps))), "all")
     torch_src = emit_torch(with_kernels(claimed, program), numerics="fast", slices=[[sl]])
     assert "def launch_pair_rows_into_y_2_4(x, y, y_at):" in torch_src
-    assert "launch_pair_rows_into_y" not in emit_torch(with_kernels(claimed, program),
-                                                       numerics="fast")
+    assert "launch_pair_rows_into_y" not in emit_torch(
+        with_kernels(claimed, program), numerics="fast"
+    )
     assert "mutates=('y',)" in torch_src and "check_inplace(y, 'y', 'pair_rows')" in torch_src
     jax_src = emit_jax(with_kernels(claimed, program), numerics="fast")
     assert "_into_" not in jax_src and "pair_rows_2_4" in jax_src
@@ -244,23 +283,32 @@ def test_the_attention_input_and_the_attention_are_one_call_across_the_cache_wri
     the attention's, and the writes the first claim's, now of the fused op's results 1 and
     2 (the rows it returns after the attention's output)."""
     _, claimed = llama_decode(model, 16)
-    for op, first in (("rms_norm_qkv_rope_attention", "rms_norm_qkv_rope_split"),
-                      ("rms_norm_qkv_rope_attention_wide", "rms_norm_qkv_rope_split_wide")):
+    for op, first in (
+        ("rms_norm_qkv_rope_attention", "rms_norm_qkv_rope_split"),
+        ("rms_norm_qkv_rope_attention_wide", "rms_norm_qkv_rope_split_wide"),
+    ):
         fused = [c for c in claimed.calls if c.callee == f"std.nn.decode::{op}"]
-        writing = [c for c in claimed.calls if c.callee == f"std.nn.decode::{first}"
-                   and c.attributes.get("writes")]
-        attention = [c for c in claimed.calls
-                     if c.callee == "std.nn.decode::decode_attention_split_short"]
+        writing = [
+            c
+            for c in claimed.calls
+            if c.callee == f"std.nn.decode::{first}" and c.attributes.get("writes")
+        ]
+        attention = [
+            c for c in claimed.calls if c.callee == "std.nn.decode::decode_attention_split_short"
+        ]
         assert len(fused) == len(writing) == len(attention) == 2, op
         for f, w, a in zip(fused, writing, attention):
             assert (f.start, f.stop) == (w.start, a.stop)
             assert all(claimed.steps[i].op == "reshape" for i in range(w.stop, a.start))
             assert f.attributes["kernel_applies"] and f.attributes["span"]
             assert f.attributes["results"] == a.attributes["results"]
-            assert f.attributes["args"] == (w.attributes["args"]
-                                            + a.attributes["args"][1:3] + a.attributes["args"][4:])
+            assert f.attributes["args"] == (
+                w.attributes["args"] + a.attributes["args"][1:3] + a.attributes["args"][4:]
+            )
             assert [(x["result"], x["state"]) for x in f.attributes["writes"]] == [
-                (1, a.attributes["args"][1]), (2, a.attributes["args"][2])]
+                (1, a.attributes["args"][1]),
+                (2, a.attributes["args"][2]),
+            ]
             assert f.attributes["claims"] == w.attributes["claims"] + a.attributes["claims"]
             assert f.attributes["claims"][-1] == "std.nn.attention::decode_attention"
 
@@ -270,16 +318,27 @@ def test_the_attention_is_not_fused_where_the_writes_go_elsewhere():
     what `with_rows` says it reads: each claim stands, the fused op is not claimed."""
     root = Path(__file__).parents[3]
     text = (root / "examples" / "llama" / "llama.linnet").read_text()
-    swapped = text.replace("self.k_cache[b, pos[b], h, d] = k_rot[b, h, d]\n"
-                           "        self.v_cache[b, pos[b], h, d] = v_heads[b, h, d]",
-                           "self.k_cache[b, pos[b], h, d] = v_heads[b, h, d]\n"
-                           "        self.v_cache[b, pos[b], h, d] = k_rot[b, h, d]")
+    swapped = text.replace(
+        "self.k_cache[b, pos[b], h, d] = k_rot[b, h, d]\n"
+        "        self.v_cache[b, pos[b], h, d] = v_heads[b, h, d]",
+        "self.k_cache[b, pos[b], h, d] = v_heads[b, h, d]\n"
+        "        self.v_cache[b, pos[b], h, d] = k_rot[b, h, d]",
+    )
     assert swapped != text
     program = Program.from_text(swapped, "llama")
-    config = {"V": 64, "D": 32, "F": 48, "NL": 2, "KV": 2, "G": 2, "HD": 16, "B": 1,
-              "S": 16, "T": "f32"}
-    claimed = claim_spans(lower(program, "decode", {"token": [1], "pos": [1]}, config),
-                          program)
+    config = {
+        "V": 64,
+        "D": 32,
+        "F": 48,
+        "NL": 2,
+        "KV": 2,
+        "G": 2,
+        "HD": 16,
+        "B": 1,
+        "S": 16,
+        "T": "f32",
+    }
+    claimed = claim_spans(lower(program, "decode", {"token": [1], "pos": [1]}, config), program)
     callees = {c.callee.rsplit("::", 1)[-1] for c in claimed.calls}
     assert {"rms_norm_qkv_rope_split", "decode_attention_split_short"} <= callees
     assert any(c.attributes.get("writes") for c in claimed.calls)

@@ -28,84 +28,137 @@ from linnet.lang.syntax.program import STD_ROOT
 # op -> (kernel, its binding's arguments, what its `where` clause must say)
 STD_KERNELS = {
     "std.nn.activation::softmax": ("row_softmax", "<R, C, 1024>", ["B >= C"]),
-    "std.nn.linear::linear_tiled": ("tiled_matmul", "<N, I, O, T, 32, 32, 32>",
-                                    ["BM >= 16", "BN >= 16", "BK >= 16"]),
+    "std.nn.linear::linear_tiled": (
+        "tiled_matmul",
+        "<N, I, O, T, 32, 32, 32>",
+        ["BM >= 16", "BN >= 16", "BK >= 16"],
+    ),
     "std.nn.norm::rms_norm": ("rms_norm_rows", "<N, D, T, 4096>", ["B >= D"]),
     "std.nn.activation::silu_mul": ("silu_mul_tiles", "<N, F, T, 1024>", ["B >= 16"]),
     "std.nn.decode::linear_gemv": ("gemv_rows", "<N, I, O, T, 16, 8, 512>", ["BR >= N"]),
     "std.nn.decode::linear_gemv_row": ("gemv_row", "<N, I, O, T, 16, 256>", ["N <= 4"]),
-    "std.nn.decode::rms_norm_linear": ("rms_norm_gemv", "<N, D, O, T, 16, 8, 512>",
-                                       ["BR >= N"]),
-    "std.nn.decode::rms_norm_qkv": ("rms_norm_qkv_gemv", "<N, D, Q, K, T, 16, 16, 256>",
-                                    ["BR >= N"]),
+    "std.nn.decode::rms_norm_linear": ("rms_norm_gemv", "<N, D, O, T, 16, 8, 512>", ["BR >= N"]),
+    "std.nn.decode::rms_norm_qkv": (
+        "rms_norm_qkv_gemv",
+        "<N, D, Q, K, T, 16, 16, 256>",
+        ["BR >= N"],
+    ),
     "std.nn.decode::rms_norm_qkv_rope": (
-        "rms_norm_qkv_rope_gemv", "<N, D, H, KV, HD, T, 16, 4, 512>",
-        ["BR >= N", "HD % (2 * BO) == 0"]),
-    "std.nn.decode::rms_norm_gate_up": ("rms_norm_gate_up_gemv", "<N, D, F, T, 16, 16, 256>",
-                                        ["BR >= N"]),
+        "rms_norm_qkv_rope_gemv",
+        "<N, D, H, KV, HD, T, 16, 4, 512>",
+        ["BR >= N", "HD % (2 * BO) == 0"],
+    ),
+    "std.nn.decode::rms_norm_gate_up": (
+        "rms_norm_gate_up_gemv",
+        "<N, D, F, T, 16, 16, 256>",
+        ["BR >= N"],
+    ),
     "std.nn.decode::gate_up_silu": ("gate_up_gemv", "<N, D, F, T, 16, 16, 256>", ["BR >= N"]),
-    "std.nn.decode::linear_residual": ("gemv_residual", "<N, I, O, T, 16, 8, 512>",
-                                       ["BR >= N"]),
+    "std.nn.decode::linear_residual": ("gemv_residual", "<N, I, O, T, 16, 8, 512>", ["BR >= N"]),
     "std.nn.decode::decode_attention_split_once": (
         "decode_attention_split_once_tiles",
         "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64, 32, 4, 32>",
-        ["BG >= G", "BH >= HD", "BN >= NS", "BC >= G"]),
+        ["BG >= G", "BH >= HD", "BN >= NS", "BC >= G"],
+    ),
     "std.nn.decode::decode_attention_flash": (
-        "decode_attention_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, 16>",
-        ["BG >= G", "BH >= HD"]),
-    "std.nn.decode::residual_rms_norm": ("residual_rms_norm_rows", "<N, D, T, 4096>",
-                                         ["B >= D"]),
-    "std.nn.decode::linear_gemv_dot": ("gemv_dot", "<N, I, O, T, 16, 16, 256>",
-                                       ["BR >= N", "BR >= 16", "BO >= 16", "BK >= 16"]),
+        "decode_attention_tiles",
+        "<B, S, KV, G, HD, T, 16, 64, 128, 16>",
+        ["BG >= G", "BH >= HD"],
+    ),
+    "std.nn.decode::residual_rms_norm": ("residual_rms_norm_rows", "<N, D, T, 4096>", ["B >= D"]),
+    "std.nn.decode::linear_gemv_dot": (
+        "gemv_dot",
+        "<N, I, O, T, 16, 16, 256>",
+        ["BR >= N", "BR >= 16", "BO >= 16", "BK >= 16"],
+    ),
     # Chains: the first kernel, and the binding's text from its arguments to the second's.
     "std.nn.decode::linear_split": (
-        "gemv_split_part", "<N, I, O, T, 16, 8, 256, 4> then gemv_split_sum<N, I, O, T, 16, 8, 4>",
-        ["BR >= N"]),
+        "gemv_split_part",
+        "<N, I, O, T, 16, 8, 256, 4> then gemv_split_sum<N, I, O, T, 16, 8, 4>",
+        ["BR >= N"],
+    ),
     "std.nn.decode::linear_split_wide": (
-        "gemv_split_part", "<N, I, O, T, 16, 8, 256, 8> then gemv_split_sum<N, I, O, T, 16, 8, 8>",
-        ["BR >= N"]),
+        "gemv_split_part",
+        "<N, I, O, T, 16, 8, 256, 8> then gemv_split_sum<N, I, O, T, 16, 8, 8>",
+        ["BR >= N"],
+    ),
     "std.nn.decode::linear_residual_split": (
-        "gemv_split_part", "<N, I, O, T, 16, 8, 256, 4> then "
-        "gemv_split_residual_sum<N, I, O, T, 16, 8, 4>", ["BR >= N"]),
+        "gemv_split_part",
+        "<N, I, O, T, 16, 8, 256, 4> then gemv_split_residual_sum<N, I, O, T, 16, 8, 4>",
+        ["BR >= N"],
+    ),
     "std.nn.decode::rms_norm_qkv_split": (
-        "rms_norm_qkv_split_part", "<N, D, Q, K, T, 16, 8, 256, 4> then "
-        "rms_norm_qkv_split_sum<N, D, Q, K, T, 16, 32, 256, 4>", ["BR >= N"]),
+        "rms_norm_qkv_split_part",
+        "<N, D, Q, K, T, 16, 8, 256, 4> then rms_norm_qkv_split_sum<N, D, Q, K, T, 16, 32, 256, 4>",
+        ["BR >= N"],
+    ),
     "std.nn.decode::rms_norm_qkv_rope_split": (
-        "rms_norm_qkv_split_part", "<N, D, H * HD, KV * HD, T, 16, 16, 256, 4> then "
-        "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 256, 4>", ["BR >= N"]),
+        "rms_norm_qkv_split_part",
+        "<N, D, H * HD, KV * HD, T, 16, 16, 256, 4> then "
+        "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 256, 4>",
+        ["BR >= N"],
+    ),
     "std.nn.decode::rms_norm_qkv_rope_split_wide": (
-        "rms_norm_qkv_split_part", "<N, D, H * HD, KV * HD, T, 16, 8, 512, 8> then "
-        "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 512, 8>", ["BR >= N"]),
+        "rms_norm_qkv_split_part",
+        "<N, D, H * HD, KV * HD, T, 16, 8, 512, 8> then "
+        "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 512, 8>",
+        ["BR >= N"],
+    ),
 }
 
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
 # chain, `kernel first<...> then second<...>` (flash-decoding).
 STD_CHAINS = {
     "std.nn.decode::decode_attention_split": (
-        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64>",
-         ["BG >= G", "BH >= HD"]),
-        ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 16, 4, 128>",
-         [])),
+        (
+            "decode_attention_split_tiles",
+            "<B, S, KV, G, HD, T, 16, 32, 128, (S + 63) / 64>",
+            ["BG >= G", "BH >= HD"],
+        ),
+        ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 16, 4, 128>", []),
+    ),
     "std.nn.decode::decode_attention_split_short": (
-        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, (S + 63) / 64>",
-         ["BG >= G", "BH >= HD"]),
-        ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 32, 4, 32>",
-         [])),
+        (
+            "decode_attention_split_tiles",
+            "<B, S, KV, G, HD, T, 16, 64, 128, (S + 63) / 64>",
+            ["BG >= G", "BH >= HD"],
+        ),
+        ("decode_attention_combine_tiles", "<B, S, KV, G, HD, T, (S + 63) / 64, 32, 4, 32>", []),
+    ),
     "std.nn.decode::decode_attention_split_long": (
-        ("decode_attention_split_tiles", "<B, S, KV, G, HD, T, 16, 64, 128, (S + 1023) / 1024>",
-         ["BG >= G", "BH >= HD"]),
-        ("decode_attention_combine_tiles",
-         "<B, S, KV, G, HD, T, (S + 1023) / 1024, 16, 4, 128>", [])),
+        (
+            "decode_attention_split_tiles",
+            "<B, S, KV, G, HD, T, 16, 64, 128, (S + 1023) / 1024>",
+            ["BG >= G", "BH >= HD"],
+        ),
+        (
+            "decode_attention_combine_tiles",
+            "<B, S, KV, G, HD, T, (S + 1023) / 1024, 16, 4, 128>",
+            [],
+        ),
+    ),
     # Three kernels: the attention input's split-K part, the splits that finish it and
     # attend, the combine (claimed across the cache writes: check/spans.py's Spans.fuse).
-    **{f"std.nn.decode::rms_norm_qkv_rope_attention{wide}": (
-        ("rms_norm_qkv_split_part", f"<N, D, KV * G * HD, KV * HD, T, 16, {bo}, {bk}, {ks}>",
-         ["BR >= N"]),
-        ("qkv_rope_attention_split_tiles",
-         f"<N, D, KV, G, HD, S, T, {ks}, 1024, 16, 64, 128, (S + 63) / 64>",
-         ["BG >= G", "BH >= HD", "HD % 2 == 0", "NS * BS >= S"]),
-        ("qkv_attention_combine_tiles", "<N, D, KV, G, HD, S, T, (S + 63) / 64, 32, 4, 32>",
-         [])) for wide, bo, bk, ks in [("", 16, 256, 4), ("_wide", 8, 512, 8)]},
+    **{
+        f"std.nn.decode::rms_norm_qkv_rope_attention{wide}": (
+            (
+                "rms_norm_qkv_split_part",
+                f"<N, D, KV * G * HD, KV * HD, T, 16, {bo}, {bk}, {ks}>",
+                ["BR >= N"],
+            ),
+            (
+                "qkv_rope_attention_split_tiles",
+                f"<N, D, KV, G, HD, S, T, {ks}, 1024, 16, 64, 128, (S + 63) / 64>",
+                ["BG >= G", "BH >= HD", "HD % 2 == 0", "NS * BS >= S"],
+            ),
+            (
+                "qkv_attention_combine_tiles",
+                "<N, D, KV, G, HD, S, T, (S + 63) / 64, 32, 4, 32>",
+                [],
+            ),
+        )
+        for wide, bo, bk, ks in [("", 16, 256, 4), ("_wide", 8, 512, 8)]
+    },
 }
 
 STD_USES = """
@@ -134,8 +187,9 @@ def _ops(program: Program) -> dict[str, A.FuncDecl]:
 
 @pytest.mark.parametrize("path", sorted(STD_ROOT.rglob("*.linnet")), ids=lambda p: p.name)
 def test_every_std_module_checks(path: Path) -> None:
-    check_text(path.read_text(), name="std." + ".".join(path.relative_to(STD_ROOT)
-                                                       .with_suffix("").parts))
+    check_text(
+        path.read_text(), name="std." + ".".join(path.relative_to(STD_ROOT).with_suffix("").parts)
+    )
 
 
 def test_each_std_kernel_is_bound_to_its_op(std: Program) -> None:
@@ -149,7 +203,7 @@ def test_each_std_kernel_is_bound_to_its_op(std: Program) -> None:
         assert re.search(re.escape(f"kernel {kernel}{args}") + r"(\nwhere [^{]*)? \{", text), name
         kdecl = op.module.find(kernel)  # type: ignore[union-attr]
         assert isinstance(kdecl, A.FuncDecl) and kdecl.kind == "kernel"
-        where = [text[w.span.start:w.span.stop] for w in kdecl.where]
+        where = [text[w.span.start : w.span.stop] for w in kdecl.where]
         assert where == clauses, name
 
 
@@ -163,21 +217,21 @@ def test_each_std_chain_is_bound_to_its_op(std: Program) -> None:
         binding: A.KernelBinding | None = op.kernel
         for kernel, args, clauses in stages:
             assert binding is not None and binding.name == kernel, name
-            assert text[binding.span.start:binding.span.stop].endswith(f"{kernel}{args}"), name
+            assert text[binding.span.start : binding.span.stop].endswith(f"{kernel}{args}"), name
             kdecl = op.module.find(kernel)  # type: ignore[union-attr]
             assert isinstance(kdecl, A.FuncDecl) and kdecl.kind == "kernel"
-            assert [text[w.span.start:w.span.stop] for w in kdecl.where] == clauses, name
+            assert [text[w.span.start : w.span.stop] for w in kdecl.where] == clauses, name
             binding = binding.then
         assert binding is None
         bounds = ["G <= 16", "HD <= 128"] + (["S <= 2048"] if name.endswith("_short") else [])
         if "rope_attention" in name:  # the rotations, and the short attention's bounds
             bounds = ["HD % 2 == 0", "G <= 16", "HD <= 128", "S <= 2048"]
-        assert [text[w.span.start:w.span.stop] for w in op.where] == bounds, name
+        assert [text[w.span.start : w.span.stop] for w in op.where] == bounds, name
 
 
 def test_the_matmul_is_a_dot_in_a_loop_with_a_carried_accumulator() -> None:
     text = (STD_ROOT / "nn" / "linear.linnet").read_text()
-    kernel = text[text.index("pub kernel tiled_matmul"):]
+    kernel = text[text.index("pub kernel tiled_matmul") :]
     assert "let acc = fill(0.0, BM, BN)" in kernel
     assert "for k0 in 0..(I + BK - 1) / BK {" in kernel and "acc = acc + p" in kernel
     assert "let p[m, n] = sum[k] (a[m, k] as f32) * (b[n, k] as f32)" in kernel
@@ -186,13 +240,17 @@ def test_the_matmul_is_a_dot_in_a_loop_with_a_carried_accumulator() -> None:
 def test_silu_mul_body_is_silu_times_up(std: Program) -> None:
     """The new op's body is `silu(gate) * up` step for step: the same graph steps as calling
     `silu` and multiplying (so results equal wherever the kernel does not run)."""
+
     def graph(body: str):
-        prog = Program.from_text(STD_USES + f"""
+        prog = Program.from_text(
+            STD_USES
+            + f"""
 model M<N: Dim, F: Dim> {{
     entry go(g: Tensor[N, F; f32], u: Tensor[N, F; f32]) -> Tensor[N, F; f32] {{
         {body}
     }}
-}}""")
+}}"""
+        )
         return lower(prog, "go", {"g": [3, 5], "u": [3, 5]})
 
     fused, plain = graph("return silu_mul(g, u)"), graph("return silu(g) * u")
@@ -204,15 +262,28 @@ def test_llama_generated_source_without_a_program_has_no_launch(numerics: str) -
     """Without the program (as `linnet torch` emits by default for exact numerics and every
     emitter without kernels), the bound ops' generated code is the body or the fused torch
     call it always was: no kernel, no Triton."""
-    prog = Program.from_file(Path(__file__).resolve().parents[3] / "examples" / "llama" /
-                             "llama.linnet")
-    config = {"V": 64, "D": 32, "F": 48, "NL": 1, "H": 4, "KV": 2, "HD": 8, "S": 8, "B": 1,
-              "T": "f32"}
+    prog = Program.from_file(
+        Path(__file__).resolve().parents[3] / "examples" / "llama" / "llama.linnet"
+    )
+    config = {
+        "V": 64,
+        "D": 32,
+        "F": 48,
+        "NL": 1,
+        "H": 4,
+        "KV": 2,
+        "HD": 8,
+        "S": 8,
+        "B": 1,
+        "T": "f32",
+    }
     graph = lower(prog, "decode", {"token": [1], "pos": [1]}, config)
     bound = [c for c in graph.calls if c.attributes.get("kernel")]
     # The norms, and the SwiGLU MLP's `silu_mul` (issue 15: the span the gate/up kernels claim).
-    assert {c.attributes["kernel"] for c in bound} == {"std.nn.norm::rms_norm_rows",
-                                                        "std.nn.activation::silu_mul_tiles"}
+    assert {c.attributes["kernel"] for c in bound} == {
+        "std.nn.norm::rms_norm_rows",
+        "std.nn.activation::silu_mul_tiles",
+    }
     text = emit_torch(graph, numerics=numerics)
     assert "triton" not in text and "kernels_ready" not in text
     assert "F.linear(" in text and "F.rms_norm(" in text
@@ -223,8 +294,9 @@ def test_llama_generated_source_without_a_program_has_no_launch(numerics: str) -
 
 def test_where_clauses_bound_the_sampled_shapes(std: Program) -> None:
     ops = _ops(std)
-    for c in sample_cases(std, ops["std.nn.norm::rms_norm"], 6, seed=0, max_size=5000,
-                          max_numel=1 << 20):
+    for c in sample_cases(
+        std, ops["std.nn.norm::rms_norm"], 6, seed=0, max_size=5000, max_numel=1 << 20
+    ):
         assert c.generics["D"] <= 4096 and c.kernel_generics["B"] == 4096
     # softmax: C <= 1024, and the sampler tries the edge (1023, 1024, 1025 -> not 1025).
     softmax = ops["std.nn.activation::softmax"]
@@ -285,10 +357,12 @@ def test_sampled_cases_satisfy_every_clause(seed: int, max_size: int) -> None:
         for c in sample_cases(prog, op, 2, seed=seed, max_size=max_size):
             kinds = {g.name: g.kind for g in op.generics}
             for name, v in c.generics.items():
-                assert (isinstance(v, int) and 1 <= v <= max_size) if kinds[name] == "Dim" \
+                assert (
+                    (isinstance(v, int) and 1 <= v <= max_size)
+                    if kinds[name] == "Dim"
                     else v in ("f32", "bf16")
-            assert set(c.params) == {p.name for p in op.params
-                                     if isinstance(p.type, A.TensorType)}
+                )
+            assert set(c.params) == {p.name for p in op.params if isinstance(p.type, A.TensorType)}
             if op.name == "linear_tiled":
                 (n, i), (o, i2) = c.params["x"][0], c.params["w"][0]
                 assert (i, c.results[0][0]) == (i2, (n, o))

@@ -25,8 +25,7 @@ def pair(request, tmp_path_factory):
     """(ours, transformers') for each toy checkpoint directory."""
     transformers = pytest.importorskip("transformers")
     folder = STYLES[request.param](tmp_path_factory.mktemp(request.param))
-    return Tokenizer.from_directory(folder), transformers.AutoTokenizer.from_pretrained(
-        str(folder))
+    return Tokenizer.from_directory(folder), transformers.AutoTokenizer.from_pretrained(str(folder))
 
 
 def test_corpus_is_wide():
@@ -43,10 +42,12 @@ def test_encode_decode_match_transformers(pair):
         ids = mine.encode(text)
         assert ids == ref.encode(text), text
         assert mine.encode(text, add_special_tokens=False) == ref.encode(
-            text, add_special_tokens=False), text
+            text, add_special_tokens=False
+        ), text
         for skip in (False, True):
             assert mine.decode(ids, skip_special_tokens=skip) == ref.decode(
-                ids, skip_special_tokens=skip), text
+                ids, skip_special_tokens=skip
+            ), text
 
 
 def test_round_trip(pair):
@@ -64,11 +65,11 @@ def test_chat_template_matches_transformers(pair):
     mine, ref = pair
     for conversation in CONVERSATIONS:
         for prompt in (True, False):
-            text = ref.apply_chat_template(conversation, tokenize=False,
-                                           add_generation_prompt=prompt)
+            text = ref.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=prompt
+            )
             assert mine.apply_chat_template(conversation, add_generation_prompt=prompt) == text
-            ids = ref.apply_chat_template(conversation, tokenize=True,
-                                          add_generation_prompt=prompt)
+            ids = ref.apply_chat_template(conversation, tokenize=True, add_generation_prompt=prompt)
             ids = ids["input_ids"] if hasattr(ids, "keys") else ids
             # Not a second BOS: the template writes its own (transformers does the same).
             assert mine.encode_chat(conversation, add_generation_prompt=prompt) == list(ids)
@@ -108,7 +109,7 @@ def test_stream_emoji_over_byte_tokens(tmp_path):
     # The emoji's bytes give nothing: the character comes with the token that ends the run
     # of byte tokens (a further byte could still make the run invalid).
     first = names.index("<0xF0>")
-    assert pieces[first:first + 4] == ["", "", "", ""]
+    assert pieces[first : first + 4] == ["", "", "", ""]
     assert pieces[first + 4].startswith("👋")
     assert "".join(pieces) + stream.finish() == "a 👋 b 日本語"
 
@@ -117,7 +118,13 @@ def test_stream_stray_byte_rewrites_the_run(tmp_path):
     # A valid byte, then a stray continuation byte: the decoder replaces both (the run is
     # one invalid sequence), so the first must not be given before the run ends.
     tok = Tokenizer.from_directory(save_llama_style(tmp_path))
-    ids = [*tok.encode("x", add_special_tokens=False), tok.token_id("<0x03>"), tok.vocab_size + 3, tok.token_id("<0x87>"), *tok.encode("34", add_special_tokens=False)]
+    ids = [
+        *tok.encode("x", add_special_tokens=False),
+        tok.token_id("<0x03>"),
+        tok.vocab_size + 3,
+        tok.token_id("<0x87>"),
+        *tok.encode("34", add_special_tokens=False),
+    ]
     stream = TextStream(tok)
     pieces = [stream.add(t) for t in ids] + [stream.finish()]
     assert "".join(pieces) == tok.decode(ids)

@@ -52,8 +52,11 @@ def _first(graph: Graph, op: str) -> int:
 def _later_value(g: Graph) -> None:
     # The first exp reads a value that a later step makes.
     i = _first(g, "exp")
-    g.steps[i].operands[0] = g.steps[-1].results[0] if g.steps[-1].results else \
-        next(s.results[0] for s in reversed(g.steps) if s.results)
+    g.steps[i].operands[0] = (
+        g.steps[-1].results[0]
+        if g.steps[-1].results
+        else next(s.results[0] for s in reversed(g.steps) if s.results)
+    )
 
 
 def _undefined_output(g: Graph) -> None:
@@ -190,8 +193,9 @@ def test_a_pass_that_breaks_the_graph_is_caught_after_it(toy, monkeypatch):
         graph.steps = graph.steps[1:]
         return graph
 
-    monkeypatch.setattr("linnet.lang.pipeline.STAGES",
-                        (*STAGES, Stage("drop_first_step", drop_first_step)))
+    monkeypatch.setattr(
+        "linnet.lang.pipeline.STAGES", (*STAGES, Stage("drop_first_step", drop_first_step))
+    )
     with pytest.raises(LinnetError) as info:
         run_stages(copy.deepcopy(toy))
     assert "after stage drop_first_step" in info.value.diagnostics[0].message
@@ -201,8 +205,9 @@ def test_lowering_verifies_under_linnet_debug(program, monkeypatch):
     calls: list[str] = []
     real = verify_module.verify
     monkeypatch.setattr(verify_module, "ALWAYS", False)
-    monkeypatch.setattr(verify_module, "verify", lambda g, stage="": (calls.append(stage),
-                                                                      real(g, stage)))
+    monkeypatch.setattr(
+        verify_module, "verify", lambda g, stage="": (calls.append(stage), real(g, stage))
+    )
     monkeypatch.delenv("LINNET_DEBUG", raising=False)
     lower(program, "decode", {"token": [1], "pos": [1]}, config("toy"))
     assert calls == []  # off by default: lowering stays as fast as it was
@@ -217,8 +222,11 @@ def test_an_empty_graph_and_empty_calls_verify():
     verify(g)
     g.steps = [Step("neg", ["%x"], ["%y"])]
     g.values["%y"] = ValueType((), "f32")
-    g.calls = [Call("m::e", "entry", 0, 1, 0), Call("m::f", "fn", 0, 1, 1, depth=1),
-               Call("m::g", "fn", 1, 1, 2, depth=1)]
+    g.calls = [
+        Call("m::e", "entry", 0, 1, 0),
+        Call("m::f", "fn", 0, 1, 1, depth=1),
+        Call("m::g", "fn", 1, 1, 2, depth=1),
+    ]
     verify(g)
 
 
@@ -259,8 +267,9 @@ def test_random_rewirings_are_caught_or_sound(data):
     except LinnetError as err:
         (d,) = err.diagnostics
         # E0685: a result type its operands do not give (the rewired operand's shape).
-        assert d.code in {f"E092{n}" for n in range(7)} | {"E0685"} \
-            and d.message.startswith("internal")
+        assert d.code in {f"E092{n}" for n in range(7)} | {"E0685"} and d.message.startswith(
+            "internal"
+        )
         return
     made = set(g.inputs)
     for s in g.steps:

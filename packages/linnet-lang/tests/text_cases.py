@@ -26,12 +26,35 @@ def corpus(n: int = 240, seed: int = 0) -> list[str]:
     """``n`` strings mixing words, punctuation, digits, emoji, CJK, combining marks,
     whitespace runs and special tokens (deterministic)."""
     rng = random.Random(seed)
-    fixed = ["", " ", "a", "Hello, world!", "  leading", "trailing  ", "x\n\ny", "🐦",
-             "你好，世界", "e\u0301\u0301", "<|im_start|>user\nHi<|im_end|>", "1234567890",
-             "don't stop", "tab\there", "<s> </s>", " <|endoftext|> "]
+    fixed = [
+        "",
+        " ",
+        "a",
+        "Hello, world!",
+        "  leading",
+        "trailing  ",
+        "x\n\ny",
+        "🐦",
+        "你好，世界",
+        "e\u0301\u0301",
+        "<|im_start|>user\nHi<|im_end|>",
+        "1234567890",
+        "don't stop",
+        "tab\there",
+        "<s> </s>",
+        " <|endoftext|> ",
+    ]
     out = list(fixed)
-    pools = [WORDS, EMOJI, CJK, COMBINING, SPACES, SPECIALS, list(",.!?;:'\"()-"),
-             [str(rng.randrange(10**6)) for _ in range(10)]]
+    pools = [
+        WORDS,
+        EMOJI,
+        CJK,
+        COMBINING,
+        SPACES,
+        SPECIALS,
+        list(",.!?;:'\"()-"),
+        [str(rng.randrange(10**6)) for _ in range(10)],
+    ]
     weights = [10, 2, 2, 1, 2, 1, 2, 1]
     while len(out) < n:
         parts = []
@@ -47,7 +70,10 @@ def corpus(n: int = 240, seed: int = 0) -> list[str]:
 CONVERSATIONS = [
     [{"role": "user", "content": "Hi"}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a bird."}],
-    [{"role": "user", "content": "你好 👋"}, {"role": "assistant", "content": "Hello!"},
-     {"role": "user", "content": "  spaces  \n\n tabs\t"}],
+    [
+        {"role": "user", "content": "你好 👋"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "  spaces  \n\n tabs\t"},
+    ],
     [{"role": "user", "content": "e\u0301 <|im_end|> literal"}],
 ]

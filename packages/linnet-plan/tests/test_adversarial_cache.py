@@ -21,8 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from linnet.plan import CacheWarning, TimingCache
 
-GOOD = {"format": "linnet.benchmarks", "version": 1,
-        "entries": {"old": {"seconds": 2.5, "measured": 0.0}}}
+GOOD = {
+    "format": "linnet.benchmarks",
+    "version": 1,
+    "entries": {"old": {"seconds": 2.5, "measured": 0.0}},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -54,16 +57,29 @@ def asides(directory: Path) -> list[Path]:
 def raising(err: int):
     def fail(*a, **k):
         raise OSError(err, os.strerror(err))
+
     return fail
 
 
 # ---------------------------------------------------------------- corrupt files
 
-@pytest.mark.parametrize("data", [b"\xff\xfe{}", b'{"format": "linnet.benchmarks", "x": "\xc3"}',
-                                  b"[" * 100_000, b'{"a":' * 3000 + b"1" + b"}" * 3000,
-                                  b"{ not json", b"", b"[]", b'"s"', b"null",
-                                  b'{"format": "other", "version": 1, "entries": {}}',
-                                  b'{"format": "linnet.benchmarks", "version": 1, "entries": []}'])
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xff\xfe{}",
+        b'{"format": "linnet.benchmarks", "x": "\xc3"}',
+        b"[" * 100_000,
+        b'{"a":' * 3000 + b"1" + b"}" * 3000,
+        b"{ not json",
+        b"",
+        b"[]",
+        b'"s"',
+        b"null",
+        b'{"format": "other", "version": 1, "entries": {}}',
+        b'{"format": "linnet.benchmarks", "version": 1, "entries": []}',
+    ],
+)
 def test_corrupt_file_is_moved_aside_and_rebuilt(tmp_path, data):
     path = tmp_path / "benchmarks.json"
     path.write_bytes(data)
@@ -94,8 +110,10 @@ def test_corrupt_file_that_cannot_be_moved_is_not_overwritten(tmp_path, monkeypa
     assert warned and "not saved" in warned[0]
     assert path.read_bytes() == b"{ precious but broken"
     assert not asides(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "home") == ["benchmarks.json",
-                                                                        "benchmarks.json.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "home") == [
+        "benchmarks.json",
+        "benchmarks.json.lock",
+    ]
 
 
 def test_file_corrupted_after_opening_is_moved_aside_at_flush(tmp_path):
@@ -111,12 +129,12 @@ def test_file_corrupted_after_opening_is_moved_aside_at_flush(tmp_path):
 
 # ---------------------------------------------------------------- bad entries
 
+
 @pytest.mark.parametrize("seconds", [float("nan"), float("inf"), -1.0, True, "1.0", None, [1]])
 def test_bad_seconds_are_never_used_and_never_dropped(tmp_path, seconds):
     path = tmp_path / "benchmarks.json"
     entries = {"bad": {"seconds": seconds}, "good": {"seconds": 3.0}, "odd": 7}
-    path.write_text(json.dumps({"format": "linnet.benchmarks", "version": 1,
-                                "entries": entries}))
+    path.write_text(json.dumps({"format": "linnet.benchmarks", "version": 1, "entries": entries}))
     cache, warned = recorded(TimingCache, path)
     assert warned == []
     assert cache.get("bad") is None and cache.get("odd") is None and cache.get("good") == 3.0
@@ -126,6 +144,7 @@ def test_bad_seconds_are_never_used_and_never_dropped(tmp_path, seconds):
 
 
 # ---------------------------------------------------------------- unreadable files
+
 
 def test_unreadable_file_is_never_overwritten(tmp_path, monkeypatch):
     path = tmp_path / "benchmarks.json"
@@ -179,6 +198,7 @@ def test_corrupt_file_and_no_lock_is_left_in_place(tmp_path):
 
 
 # ---------------------------------------------------------------- homes that refuse writes
+
 
 def test_home_that_is_a_file(home):
     home.parent.mkdir(parents=True, exist_ok=True)
@@ -239,7 +259,9 @@ def test_full_disk_keeps_the_old_file(tmp_path, monkeypatch, where):
     monkeypatch.undo()
     assert json.loads(path.read_text()) == GOOD
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "home") == [
-        "benchmarks.json", "benchmarks.json.lock"]
+        "benchmarks.json",
+        "benchmarks.json.lock",
+    ]
     # The timings stay pending: a later flush, with space again, saves them.
     recorded(cache.flush)
     assert set(json.loads(path.read_text())["entries"]) == {"old", "new"}
@@ -253,15 +275,21 @@ def test_first_flush_creates_the_directory(tmp_path):
 
 # ---------------------------------------------------------------- any bytes at all
 
-ENTRY = st.one_of(st.none(), st.floats(), st.integers(),
-                  st.dictionaries(st.just("seconds"), st.one_of(st.floats(), st.text())))
-OURS = st.builds(lambda e: json.dumps({"format": "linnet.benchmarks", "version": 1,
-                                       "entries": e}).encode(),
-                 st.dictionaries(st.text(max_size=4), ENTRY, max_size=4))
+ENTRY = st.one_of(
+    st.none(),
+    st.floats(),
+    st.integers(),
+    st.dictionaries(st.just("seconds"), st.one_of(st.floats(), st.text())),
+)
+OURS = st.builds(
+    lambda e: json.dumps({"format": "linnet.benchmarks", "version": 1, "entries": e}).encode(),
+    st.dictionaries(st.text(max_size=4), ENTRY, max_size=4),
+)
 
 
-@settings(max_examples=120, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.one_of(st.binary(max_size=80), OURS))
 def test_any_file_gives_a_cache_and_loses_nothing(tmp_path_factory, data):
     d = tmp_path_factory.mktemp("c")
@@ -289,12 +317,18 @@ def test_read_only_file_is_not_replaced(tmp_path):
     assert json.loads(path.read_text()) == GOOD
 
 
-@pytest.mark.parametrize("text", ['{"seconds": 1e999}', '{"seconds": ' + "9" * 400 + "}",
-                                  '{"seconds": NaN}', '{"seconds": -Infinity}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"seconds": 1e999}',
+        '{"seconds": ' + "9" * 400 + "}",
+        '{"seconds": NaN}',
+        '{"seconds": -Infinity}',
+    ],
+)
 def test_extreme_seconds_are_not_used(tmp_path, text):
     path = tmp_path / "benchmarks.json"
-    path.write_text('{"format": "linnet.benchmarks", "version": 1, "entries": {"k": '
-                    + text + "}}")
+    path.write_text('{"format": "linnet.benchmarks", "version": 1, "entries": {"k": ' + text + "}}")
     cache, warned = recorded(TimingCache, path)
     assert warned == [] and cache.get("k") is None
 

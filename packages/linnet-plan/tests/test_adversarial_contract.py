@@ -53,8 +53,9 @@ def scatter_of(graph: Graph, state: str) -> int:
 
 
 def reader_of(graph: Graph, state: str) -> int:
-    return next(i for i, s in enumerate(graph.steps)
-                if s.op != "scatter" and "@" + state in s.operands)
+    return next(
+        i for i, s in enumerate(graph.steps) if s.op != "scatter" and "@" + state in s.operands
+    )
 
 
 def state_effects(graph: Graph, i: int) -> tuple[set[str], set[str]]:
@@ -284,8 +285,7 @@ def test_linnet_backends_lists_probe_failures_as_skipped(installed, capsys):
     assert [a["name"] for a in data["available"]] == ["good-one"]
     assert [a["name"] for a in data["unavailable"]] == ["probe-declines"]
     assert {t["state"] for t in data["unavailable"][0]["targets"]} == {"declines"}
-    assert {s["name"] for s in data["skipped"]} == {"probe-raises", "probe-garbage",
-                                                    "probe-exits"}
+    assert {s["name"] for s in data["skipped"]} == {"probe-raises", "probe-garbage", "probe-exits"}
     # A probe at fault is a coded finding (E0777), never a traceback.
     assert {s["code"] for s in data["skipped"]} == {"E0777"}
 
@@ -308,6 +308,7 @@ def _backend(name, probe, decline_reason=None):
 def _raise(error):
     def method(self, target):
         raise error
+
     return method
 
 
@@ -317,10 +318,12 @@ def _declines(self, target):
 
 def _cpu_or_raise(error):
     """A probe that accepts the CPU and raises ``error`` on any other target."""
+
     def probe(self, target):
         if target.kind == "cpu":
             return Capabilities()
         raise error
+
     return probe
 
 
@@ -339,36 +342,73 @@ def _garbage_on_gpu(self, target):
 
 HERE_CASES = [
     # (backend, state on the CPU, state on the GPU, text expected in the GPU's reason)
-    (_backend("reason-raises", _declines, _raise(RuntimeError("no nvml"))), "declines",
-     "declines", "(its decline_reason raised RuntimeError: no nvml)"),
-    (_backend("reason-exits", _declines, _raise(SystemExit(4))), "declines", "declines",
-     "(its decline_reason raised SystemExit: 4)"),
-    (_backend("reason-list", _declines, _answer(["no", "gpu"])), "declines", "declines",
-     "(its decline_reason returned a list, not a sentence)"),
-    (_backend("reason-lines", _declines, _answer("needs\n  a GPU\n")), "declines", "declines",
-     "needs a GPU"),
+    (
+        _backend("reason-raises", _declines, _raise(RuntimeError("no nvml"))),
+        "declines",
+        "declines",
+        "(its decline_reason raised RuntimeError: no nvml)",
+    ),
+    (
+        _backend("reason-exits", _declines, _raise(SystemExit(4))),
+        "declines",
+        "declines",
+        "(its decline_reason raised SystemExit: 4)",
+    ),
+    (
+        _backend("reason-list", _declines, _answer(["no", "gpu"])),
+        "declines",
+        "declines",
+        "(its decline_reason returned a list, not a sentence)",
+    ),
+    (
+        _backend("reason-lines", _declines, _answer("needs\n  a GPU\n")),
+        "declines",
+        "declines",
+        "needs a GPU",
+    ),
     (_backend("reason-none", _declines, _answer(None)), "declines", "declines", ""),
-    (_backend("accepts-despite-reason", _answer(Capabilities()), _raise(AssertionError)),
-     "runs", "runs", ""),
-    (_backend("raises-on-gpu", _cpu_or_raise(RuntimeError("CUDA error: no kernel image"))),
-     "runs", "fault", "probe for cuda raised RuntimeError"),
-    (_backend("exits-on-gpu", _cpu_or_raise(SystemExit(1))), "runs", "fault",
-     "probe for cuda raised SystemExit"),
-    (_backend("garbage-on-gpu", _garbage_on_gpu), "runs", "fault",
-     "probe for cuda returned a dict, not Capabilities or None"),
+    (
+        _backend("accepts-despite-reason", _answer(Capabilities()), _raise(AssertionError)),
+        "runs",
+        "runs",
+        "",
+    ),
+    (
+        _backend("raises-on-gpu", _cpu_or_raise(RuntimeError("CUDA error: no kernel image"))),
+        "runs",
+        "fault",
+        "probe for cuda raised RuntimeError",
+    ),
+    (
+        _backend("exits-on-gpu", _cpu_or_raise(SystemExit(1))),
+        "runs",
+        "fault",
+        "probe for cuda raised SystemExit",
+    ),
+    (
+        _backend("garbage-on-gpu", _garbage_on_gpu),
+        "runs",
+        "fault",
+        "probe for cuda returned a dict, not Capabilities or None",
+    ),
     (_backend("prints", _prints), "runs", "runs", ""),
 ]
 
 
-@pytest.mark.parametrize(("backend", "on_cpu", "on_gpu", "reason"), HERE_CASES,
-                         ids=[case[0].name for case in HERE_CASES])
-def test_linnet_backends_survives_any_probe_on_any_target(backend, on_cpu, on_gpu, reason,
-                                                         monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("backend", "on_cpu", "on_gpu", "reason"), HERE_CASES, ids=[case[0].name for case in HERE_CASES]
+)
+def test_linnet_backends_survives_any_probe_on_any_target(
+    backend, on_cpu, on_gpu, reason, monkeypatch, capsys
+):
     module = types.ModuleType("adversarial_here_plugins")
     module.Factory = backend
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda **kw: [_EP(backend.name, f"{module.__name__}:Factory")])
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        lambda **kw: [_EP(backend.name, f"{module.__name__}:Factory")],
+    )
     monkeypatch.setattr(discovery, "_cache", None)
     monkeypatch.setattr(here, "this_machine", lambda: here.Machine((CPU, GPU)))
     parser = argparse.ArgumentParser(prog="linnet")

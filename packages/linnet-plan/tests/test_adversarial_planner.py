@@ -51,11 +51,22 @@ def code(call) -> str:
 
 # ------------------------------------------------------------ item 13: the arguments
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5),
-                 st.booleans(), st.none(), st.text(max_size=4)))
+@given(
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-5, 5),
+        st.booleans(),
+        st.none(),
+        st.text(max_size=4),
+    )
+)
 def test_margin_is_a_fraction_in_zero_to_one(margin):
-    good = (not isinstance(margin, bool) and isinstance(margin, int | float)
-            and math.isfinite(margin) and 0 <= margin < 1)
+    good = (
+        not isinstance(margin, bool)
+        and isinstance(margin, int | float)
+        and math.isfinite(margin)
+        and 0 <= margin < 1
+    )
     if good:
         assert plan_options(margin=margin).margin == margin
     else:
@@ -63,11 +74,22 @@ def test_margin_is_a_fraction_in_zero_to_one(margin):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 2**70),
-                 st.booleans(), st.none(), st.text(max_size=4)))
+@given(
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-5, 2**70),
+        st.booleans(),
+        st.none(),
+        st.text(max_size=4),
+    )
+)
 def test_memory_is_none_or_a_byte_count(memory):
-    good = memory is None or (not isinstance(memory, bool) and isinstance(memory, int | float)
-                              and math.isfinite(memory) and memory >= 0)
+    good = memory is None or (
+        not isinstance(memory, bool)
+        and isinstance(memory, int | float)
+        and math.isfinite(memory)
+        and memory >= 0
+    )
     if good:
         got = plan_options(memory=memory).memory
         assert got is None if memory is None else (isinstance(got, int) and got == int(memory))
@@ -88,14 +110,23 @@ class Named:
         self.name = name
 
 
-@pytest.mark.parametrize("backends, words", [
-    ("cublaslt", "is a string"), (b"x", "is a string"), (Named("a"), "not a list"),
-    ({"a": Named("a")}, "not a list"), (7, "not a list"),
-    ([None], "backends[0] is None"), (["cublaslt"], "backends[0] is 'cublaslt'"),
-    ([Named], "is the class Named"), ([Named("a"), 2.5], "backends[1] is 2.5"),
-    ([{"name": "a"}], "(a dict)"), ([(Named("a"),)], "(a tuple)"),
-    ([Named("a"), Named("a")], "both named `a`"),
-])
+@pytest.mark.parametrize(
+    "backends, words",
+    [
+        ("cublaslt", "is a string"),
+        (b"x", "is a string"),
+        (Named("a"), "not a list"),
+        ({"a": Named("a")}, "not a list"),
+        (7, "not a list"),
+        ([None], "backends[0] is None"),
+        (["cublaslt"], "backends[0] is 'cublaslt'"),
+        ([Named], "is the class Named"),
+        ([Named("a"), 2.5], "backends[1] is 2.5"),
+        ([{"name": "a"}], "(a dict)"),
+        ([(Named("a"),)], "(a tuple)"),
+        ([Named("a"), Named("a")], "both named `a`"),
+    ],
+)
 def test_backends_is_a_list_of_backend_objects(backends, words):
     with pytest.raises(LinnetError) as err:
         check_backends(backends)
@@ -160,8 +191,10 @@ def test_one_executable_per_region_keeps_no_label():
     alone = [Candidate(Named("a"), head(), Exe()), Candidate(Named("b"), head(), Exe())]
     label_algorithms(alone)
     assert [c.algorithm for c in alone] == ["", ""]
-    failed = [Candidate(Named("a"), head(), Exe(), status="failed"),
-              Candidate(Named("a"), head(), Exe())]
+    failed = [
+        Candidate(Named("a"), head(), Exe(), status="failed"),
+        Candidate(Named("a"), head(), Exe()),
+    ]
     label_algorithms(failed)  # a failed candidate is not an algorithm of the other
     assert [c.algorithm for c in failed] == ["", ""]
 
@@ -184,13 +217,18 @@ def test_explain_lists_failed_candidates_whatever_their_region_holds():
     (with a callee, so explain would look the steps up) or of another graph: the table is
     made all the same, each row with its reason."""
     g = decode()
-    regions = [Region(g, (), None, (), (), (), (), ""),
-               Region(g, (len(g.steps) + 3,), None, (), (), (), (), "",
-                      "std.nn.linear::linear", "lm_head"),
-               Region(g, "nope", None, (), (), (), (), "", "x::y"),  # type: ignore[arg-type]
-               Region(g, (None,), None, (), (), (), (), "", "x::y")]  # type: ignore[arg-type]
-    cands = [Candidate(Named("b"), r, status="failed", reason=f"reason {i}")
-             for i, r in enumerate(regions)]
+    regions = [
+        Region(g, (), None, (), (), (), (), ""),
+        Region(
+            g, (len(g.steps) + 3,), None, (), (), (), (), "", "std.nn.linear::linear", "lm_head"
+        ),
+        Region(g, "nope", None, (), (), (), (), "", "x::y"),  # type: ignore[arg-type]
+        Region(g, (None,), None, (), (), (), (), "", "x::y"),
+    ]  # type: ignore[arg-type]
+    cands = [
+        Candidate(Named("b"), r, status="failed", reason=f"reason {i}")
+        for i, r in enumerate(regions)
+    ]
     text = explain_table(cands, [])
     assert all(f"failed: reason {i}" in text for i in range(len(regions)))
     assert "0 of 4 candidate regions taken" in text
@@ -199,10 +237,12 @@ def test_explain_lists_failed_candidates_whatever_their_region_holds():
 
 def test_failed_candidates_give_one_warning_per_backend():
     a, b = Named("a"), Named("b")
-    cands = [Candidate(a, head(), status="failed", reason="NaN"),
-             Candidate(a, head(), status="failed", reason="zeros"),
-             Candidate(b, head(), status="failed", reason="raised"),
-             Candidate(b, head(), status="taken")]
+    cands = [
+        Candidate(a, head(), status="failed", reason="NaN"),
+        Candidate(a, head(), status="failed", reason="zeros"),
+        Candidate(b, head(), status="failed", reason="raised"),
+        Candidate(b, head(), status="taken"),
+    ]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warn_failed(cands, "the check")

@@ -83,8 +83,7 @@ def test_layout_and_window():
     assert window(10, [r, s, q], [r, q]) == ([s], [(5, 6)])
     # one region over 3..7 in place of r and q: the stretch from 0 to 9 is what changes
     w = candidate(a, [3, 4, 5, 6, 7], "w", 1, 2)
-    assert window(10, [r, q], [w]) == ([(0, 1, 2), r, (5, 6), q, (8, 9)],
-                                       [(0, 1, 2), w, (8, 9)])
+    assert window(10, [r, q], [w]) == ([(0, 1, 2), r, (5, 6), q, (8, 9)], [(0, 1, 2), w, (8, 9)])
 
 
 def test_a_region_that_cuts_a_fusion_is_dropped_and_what_it_beat_is_taken():
@@ -94,11 +93,14 @@ def test_a_region_that_cuts_a_fusion_is_dropped_and_what_it_beat_is_taken():
     k = Backend("linnet-kernels")
     norm = candidate(k, [2, 3], "norm", 1.0, 4.0)  # saves 3 us alone
     fused = candidate(k, [2, 3, 4, 5], "fused", 3.0, 5.5)  # saves 2.5 us alone
-    timer = Timer({
-        str((0, 1)): 2.0, str((4, 5, 6, 7)): 8.0,  # apart, with the norm taken: 2 + 1 + 8
-        str(tuple(range(8))): 10.0,  # together: inductor fuses the norm into the product
-        str((6, 7)): 3.0,  # apart, with the fused kernel taken: 2 + 3 + 3
-    })
+    timer = Timer(
+        {
+            str((0, 1)): 2.0,
+            str((4, 5, 6, 7)): 8.0,  # apart, with the norm taken: 2 + 1 + 8
+            str(tuple(range(8))): 10.0,  # together: inductor fuses the norm into the product
+            str((6, 7)): 3.0,  # apart, with the fused kernel taken: 2 + 3 + 3
+        }
+    )
     options = Options()
     assert choose([norm, fused], options).taken == [norm]  # alone, the norm wins
     said = []
@@ -111,7 +113,8 @@ def test_a_region_that_cuts_a_fusion_is_dropped_and_what_it_beat_is_taken():
     assert "in context it saves" in fused.reason
     assert [s.split(" in context")[0] for s in said] == [
         "checking 1 linnet-kernels region(s) Region(norm @2)",
-        "checking 1 linnet-kernels region(s) Region(fused @2)"]
+        "checking 1 linnet-kernels region(s) Region(fused @2)",
+    ]
     assert decision.candidates == [norm, fused]
 
 
@@ -132,12 +135,18 @@ def test_layers_of_one_kind_share_a_verdict_timed_in_rotation():
     differ (the embedding before, the head after): the kind is timed once, rotating over the
     two middle layers, whose surroundings are the most common, and all four follow."""
     k = Backend("k")
-    regions = [candidate(k, [4 * i + 1], "r", 1.0, 3.0, parameters=(f"l{i}.w",))
-               for i in range(4)]
-    kinds = {(0,): "before", (2, 3, 4): "between", (6, 7, 8): "between",
-             (10, 11, 12): "between", (14, 15, 16): "last", (0, 1, 2, 3, 4): "t0",
-             (2, 3, 4, 5, 6, 7, 8): "tmid", (6, 7, 8, 9, 10, 11, 12): "tmid",
-             (10, 11, 12, 13, 14, 15, 16): "tlast"}
+    regions = [candidate(k, [4 * i + 1], "r", 1.0, 3.0, parameters=(f"l{i}.w",)) for i in range(4)]
+    kinds = {
+        (0,): "before",
+        (2, 3, 4): "between",
+        (6, 7, 8): "between",
+        (10, 11, 12): "between",
+        (14, 15, 16): "last",
+        (0, 1, 2, 3, 4): "t0",
+        (2, 3, 4, 5, 6, 7, 8): "tmid",
+        (6, 7, 8, 9, 10, 11, 12): "tmid",
+        (10, 11, 12, 13, 14, 15, 16): "tlast",
+    }
     timer = Timer({"between": 2.0, "tmid": 6.0}, kinds)
     decision = choose_in_context(regions, Options(), 17, timer)
     assert decision.taken == regions
@@ -163,17 +172,28 @@ def test_verdicts_are_kept_while_the_surroundings_stay():
     k = Backend("k")
     small = candidate(k, [1], "small", 1.0, 2.0)  # saves 1 us alone: checked first
     big = candidate(k, [5], "big", 1.0, 9.0)
-    timer = Timer({
-        str((0,)): 1.0, str((2, 3, 4)): 3.0, str((0, 1, 2, 3, 4)): 3.0,  # small loses
-        str((6,)): 1.0, str((0, 1, 2, 3, 4, 6)): 99.0,  # never: big is not next to small
-        str((0, 1, 2, 3, 4, 5, 6)): 20.0,
-    })
+    timer = Timer(
+        {
+            str((0,)): 1.0,
+            str((2, 3, 4)): 3.0,
+            str((0, 1, 2, 3, 4)): 3.0,  # small loses
+            str((6,)): 1.0,
+            str((0, 1, 2, 3, 4, 6)): 99.0,  # never: big is not next to small
+            str((0, 1, 2, 3, 4, 5, 6)): 20.0,
+        }
+    )
     decision = choose_in_context([small, big], Options(), 7, timer)
     assert decision.taken == [big] and small.status == "slower in context"
     # small: (0,), (2,3,4) apart and (0..4) together; then big: (0..4), (6,) apart, (0..6)
     # together; big was not checked before small's drop (small is checked first)
-    assert timer.asked == [str((0,)), str((2, 3, 4)), str((0, 1, 2, 3, 4)),
-                           str((0, 1, 2, 3, 4)), str((6,)), str((0, 1, 2, 3, 4, 5, 6))]
+    assert timer.asked == [
+        str((0,)),
+        str((2, 3, 4)),
+        str((0, 1, 2, 3, 4)),
+        str((0, 1, 2, 3, 4)),
+        str((6,)),
+        str((0, 1, 2, 3, 4, 5, 6)),
+    ]
 
 
 def test_rotation_keeps_one_candidate_per_set_of_parameters():
@@ -193,22 +213,27 @@ def test_one_kernel_replaces_the_pieces_it_lost_to_where_it_is_faster_in_context
     gate = candidate(k, [4], "gate", 3.0, 5.0)
     silu = candidate(k, [5], "silu", 1.0, 2.0)
     fused = candidate(k, [2, 3, 4, 5], "fused", 3.5, 5.0)
-    timer = Timer({
-        str((0, 1)): 1.0, str((0, 1, 2, 3)): 3.0,  # the norm in context: saves 1
-        str((6, 7, 8, 9)): 4.0, str((5, 6, 7, 8, 9)): 5.5,  # SiLU: saves 0.5
-        str((4,)): 5.0,  # the product, between two regions: saves 2
-        str(tuple(range(10))): 12.0,  # the kernel in context: saves 3.5
-    })
+    timer = Timer(
+        {
+            str((0, 1)): 1.0,
+            str((0, 1, 2, 3)): 3.0,  # the norm in context: saves 1
+            str((6, 7, 8, 9)): 4.0,
+            str((5, 6, 7, 8, 9)): 5.5,  # SiLU: saves 0.5
+            str((4,)): 5.0,  # the product, between two regions: saves 2
+            str(tuple(range(10))): 12.0,  # the kernel in context: saves 3.5
+        }
+    )
     assert choose([norm, gate, silu, fused], Options()).taken == [norm, gate, silu]
     said = []
-    decision = choose_in_context([norm, gate, silu, fused], Options(), 10, timer,
-                                 say=said.append)
+    decision = choose_in_context([norm, gate, silu, fused], Options(), 10, timer, say=said.append)
     assert decision.taken == [fused]
     assert fused.context_seconds == pytest.approx((8.5 * US, 12.0 * US))
     for piece in (norm, gate, silu):
         assert piece.status == "overlap" and piece.context_seconds is None
-        assert piece.reason == ("replaced in context by linnet-kernels's Region(fused @2): "
-                                "8.5 us where these take 10.0 us")
+        assert piece.reason == (
+            "replaced in context by linnet-kernels's Region(fused @2): "
+            "8.5 us where these take 10.0 us"
+        )
     assert "trying 1 linnet-kernels region(s) Region(fused @2) in context" in said
 
 

@@ -108,8 +108,9 @@ class Plugins:
         importlib.invalidate_caches()
         return name
 
-    def add(self, name: str, value: str, distribution: str | None = "dist-a",
-            version: str = "1.0") -> None:
+    def add(
+        self, name: str, value: str, distribution: str | None = "dist-a", version: str = "1.0"
+    ) -> None:
         dist = FakeDistribution(distribution, version) if distribution else None
         self.entry_points.append(FakeEntryPoint(name, value, dist))
 
@@ -168,14 +169,20 @@ def test_dotted_attribute(plugins):
     assert [b.name for b in available()] == ["nested"]
 
 
-@pytest.mark.parametrize(("source", "error", "message"), [
-    ("raise ImportError('needs libfoo.so')\n", "ImportError", "needs libfoo.so"),
-    ("import linnet_package_that_is_not_installed\n", "ModuleNotFoundError",
-     "linnet_package_that_is_not_installed"),
-    ("def broken(:\n", "SyntaxError", "invalid syntax"),
-    ("raise SystemExit(3)\n", "SystemExit", "3"),
-    ("raise RuntimeError('boom')\n", "RuntimeError", "boom"),
-])
+@pytest.mark.parametrize(
+    ("source", "error", "message"),
+    [
+        ("raise ImportError('needs libfoo.so')\n", "ImportError", "needs libfoo.so"),
+        (
+            "import linnet_package_that_is_not_installed\n",
+            "ModuleNotFoundError",
+            "linnet_package_that_is_not_installed",
+        ),
+        ("def broken(:\n", "SyntaxError", "invalid syntax"),
+        ("raise SystemExit(3)\n", "SystemExit", "3"),
+        ("raise RuntimeError('boom')\n", "RuntimeError", "boom"),
+    ],
+)
 def test_module_that_fails_to_import_is_skipped(plugins, source, error, message):
     module = plugins.source(source)
     plugins.add("bad", f"{module}:Backend", "dist-bad", "0.9")
@@ -256,20 +263,25 @@ def test_empty_name_is_skipped(plugins):
 
 
 def test_older_contract_is_skipped_with_upgrade_advice(plugins):
-    plugins.add_backend(backend_class("old", contract=CONTRACT - 1), distribution="dist-old",
-                        version="0.1")
+    plugins.add_backend(
+        backend_class("old", contract=CONTRACT - 1), distribution="dist-old", version="0.1"
+    )
     record = only_skip("old")
-    assert record.reason == (f"written for backend contract {CONTRACT - 1}, but this host "
-                             f"implements contract {CONTRACT}: upgrade the plugin")
+    assert record.reason == (
+        f"written for backend contract {CONTRACT - 1}, but this host "
+        f"implements contract {CONTRACT}: upgrade the plugin"
+    )
     assert (record.distribution, record.version) == ("dist-old", "0.1")
     assert available() == []
 
 
 def test_newer_contract_asks_to_upgrade_the_host(plugins):
     plugins.add_backend(backend_class("new", contract=CONTRACT + 1))
-    assert only_skip("new").reason == (f"written for backend contract {CONTRACT + 1}, but this "
-                                       f"host implements contract {CONTRACT}: upgrade the host "
-                                       "(linnet-plan)")
+    assert only_skip("new").reason == (
+        f"written for backend contract {CONTRACT + 1}, but this "
+        f"host implements contract {CONTRACT}: upgrade the host "
+        "(linnet-plan)"
+    )
 
 
 @pytest.mark.parametrize("declared", [str(CONTRACT), float(CONTRACT), True])
@@ -322,18 +334,23 @@ def test_one_bad_plugin_of_each_kind_and_the_good_ones_survive(plugins):
     plugins.add_backend(backend_class("good"), distribution="d5")
     assert [b.name for b in available()] == ["dup", "good"]
     assert sorted((r.name, r.distribution) for r in skipped()) == [
-        ("dup", "d4"), ("import", "d1"), ("old", "d2")]
+        ("dup", "d4"),
+        ("import", "d1"),
+        ("old", "d2"),
+    ]
 
 
 def test_plugin_output_at_import_does_not_reach_stdout(plugins, capsys):
-    module = plugins.source("print('hello from a plugin')\n"
-                            "from linnet.backends import CONTRACT, Capabilities\n"
-                            "class Chatty:\n"
-                            "    name, version, contract = 'chatty', '1', CONTRACT\n"
-                            "    def probe(self, target): return Capabilities()\n"
-                            "    def match(self, graph, target): return []\n"
-                            "    def compile(self, region, target, options): return None\n"
-                            "    def estimate_cost(self, region, target): return None\n")
+    module = plugins.source(
+        "print('hello from a plugin')\n"
+        "from linnet.backends import CONTRACT, Capabilities\n"
+        "class Chatty:\n"
+        "    name, version, contract = 'chatty', '1', CONTRACT\n"
+        "    def probe(self, target): return Capabilities()\n"
+        "    def match(self, graph, target): return []\n"
+        "    def compile(self, region, target, options): return None\n"
+        "    def estimate_cost(self, region, target): return None\n"
+    )
     plugins.add("chatty", f"{module}:Chatty")
     assert [b.name for b in available()] == ["chatty"]
     out = capsys.readouterr()
@@ -368,8 +385,9 @@ class TestProbeAll:
             def probe(self, target):
                 return True
 
-        cuda_only = backend_class("cuda-only", probe=lambda self, t: (
-            Capabilities() if t.kind == "cuda" else None))
+        cuda_only = backend_class(
+            "cuda-only", probe=lambda self, t: Capabilities() if t.kind == "cuda" else None
+        )
         for kind in (Declines, Raises, Sloppy, cuda_only):
             plugins.add_backend(kind, distribution=f"dist-{kind.name}")
         plugins.add_backend(backend_class("any"), distribution="dist-any")
@@ -382,8 +400,9 @@ class TestProbeAll:
         assert by_name["cuda-only"].reason == "declined cpu"
         assert by_name["raises"].reason == "probe for cpu raised OSError"
         assert by_name["raises"].detail == "OSError: driver not loaded"
-        assert by_name["sloppy"].reason == ("probe for cpu returned a bool, not Capabilities "
-                                            "or None")
+        assert by_name["sloppy"].reason == (
+            "probe for cpu returned a bool, not Capabilities or None"
+        )
 
         capable, records = discovery.probe_all(Target("cuda", capability=(9, 0)))
         assert [b.name for b in capable] == ["any", "cuda-only"]
@@ -413,8 +432,9 @@ class TestCommand:
         assert args.run(args) == 0
 
     def install(self, plugins) -> None:
-        plugins.add_backend(backend_class("fast-linear", version="0.4"),
-                            distribution="linnet-fast", version="0.4.1")
+        plugins.add_backend(
+            backend_class("fast-linear", version="0.4"), distribution="linnet-fast", version="0.4.1"
+        )
         plugins.add("broken", f"{plugins.source('raise ImportError(1)')}:B", "linnet-broken")
 
     def test_text(self, plugins, capsys):
@@ -435,15 +455,30 @@ class TestCommand:
         # Each available backend also says, target by target, what its probe answered here.
         targets = data["available"][0]["targets"]
         assert targets and all(t["state"] == "runs" for t in targets)
-        assert data["available"] == [{
-            "name": "fast-linear", "version": "0.4", "contract": CONTRACT,
-            "distribution": "linnet-fast", "distribution_version": "0.4.1",
-            "path": data["available"][0]["path"], "runnable": True, "targets": targets}]
+        assert data["available"] == [
+            {
+                "name": "fast-linear",
+                "version": "0.4",
+                "contract": CONTRACT,
+                "distribution": "linnet-fast",
+                "distribution_version": "0.4.1",
+                "path": data["available"][0]["path"],
+                "runnable": True,
+                "targets": targets,
+            }
+        ]
         assert data["unavailable"] == []
         (record,) = data["skipped"]
         assert (record["name"], record["distribution"]) == ("broken", "linnet-broken")
-        assert set(record) == {"name", "distribution", "version", "path", "reason", "detail",
-                               "code"}
+        assert set(record) == {
+            "name",
+            "distribution",
+            "version",
+            "path",
+            "reason",
+            "detail",
+            "code",
+        }
         assert record["code"] == ""
 
     def test_nothing_installed(self, plugins, capsys):
@@ -453,8 +488,9 @@ class TestCommand:
 
 # ------------------------------------------------------------------ runnable here
 CPU = discovery.HOST
-H100 = Target("cuda", "cuda:0", "NVIDIA H100 80GB HBM3", (9, 0), "torch",
-              (("torch", "2.9"), ("cuda", "12.8")))
+H100 = Target(
+    "cuda", "cuda:0", "NVIDIA H100 80GB HBM3", (9, 0), "torch", (("torch", "2.9"), ("cuda", "12.8"))
+)
 CPU_ONLY = here.Machine((CPU,), ("no CUDA device: torch 2.9 (CUDA 12.8) sees none",))
 WITH_GPU = here.Machine((CPU, H100))
 
@@ -503,8 +539,9 @@ class TestRunnableHere:
     def command(self, *argv: str) -> None:
         TestCommand().run(*argv)
 
-    def test_cpu_machine_lists_a_gpu_backend_as_unavailable_with_why(self, plugins, monkeypatch,
-                                                                     capsys):
+    def test_cpu_machine_lists_a_gpu_backend_as_unavailable_with_why(
+        self, plugins, monkeypatch, capsys
+    ):
         self.install(plugins, CPU_ONLY, monkeypatch)
         self.command()
         out = capsys.readouterr().out
@@ -512,10 +549,14 @@ class TestRunnableHere:
         available_part, rest = out.split("unavailable (loaded, but cannot run here):")
         assert "available (can run here):" in available_part
         assert "anywhere" in available_part and "cuda-only" not in available_part
-        assert ("  cuda-only 0.1 (dist-cuda 0.3)\n      cpu: declines: runs on CUDA devices "
-                "only; this target is cpu") in rest
-        assert "  silent 0.1 (dist-silent 1.0)\n      cpu: declines: (the backend gives no " \
-               "reason)" in rest
+        assert (
+            "  cuda-only 0.1 (dist-cuda 0.3)\n      cpu: declines: runs on CUDA devices "
+            "only; this target is cpu"
+        ) in rest
+        assert (
+            "  silent 0.1 (dist-silent 1.0)\n      cpu: declines: (the backend gives no "
+            "reason)" in rest
+        )
 
     def test_json_available_means_runnable_here(self, plugins, monkeypatch, capsys):
         self.install(plugins, CPU_ONLY, monkeypatch)
@@ -548,15 +589,18 @@ class TestRunnableHere:
         assert "this machine: cpu, cuda:0 (NVIDIA H100 80GB HBM3, compute capability 9.0)" in out
         assert "RUNS ON" in out and "cuda:0" in out
 
-    def test_a_probe_that_raises_on_one_target_is_a_coded_finding(self, plugins, monkeypatch,
-                                                                 capsys):
+    def test_a_probe_that_raises_on_one_target_is_a_coded_finding(
+        self, plugins, monkeypatch, capsys
+    ):
         monkeypatch.setattr(here, "this_machine", lambda: WITH_GPU)
         plugins.add_backend(FaultsOnCuda, distribution="dist-faulty")
         self.command()
         out = capsys.readouterr().out
         assert "Traceback" not in out
-        assert ("faults-on-cuda on cuda:0 (NVIDIA H100 80GB HBM3, compute capability 9.0): "
-                "error[E0777]: probe for cuda raised OSError") in out
+        assert (
+            "faults-on-cuda on cuda:0 (NVIDIA H100 80GB HBM3, compute capability 9.0): "
+            "error[E0777]: probe for cuda raised OSError"
+        ) in out
         assert "OSError: CUDA driver version is insufficient" in out
         assert "linnet explain E0777" in out
         self.command("--format", "json")
@@ -581,7 +625,8 @@ class TestRunnableHere:
         capable, records = discovery.probe_all(CPU)
         assert [(r.name, r.reason) for r in records] == [
             ("cuda-only", "declined cpu: runs on CUDA devices only; this target is cpu"),
-            ("silent", "declined cpu")]
+            ("silent", "declined cpu"),
+        ]
 
     def test_nothing_installed_never_imports_torch(self, plugins, monkeypatch, capsys):
         def looked():
@@ -596,8 +641,9 @@ class TestRunnableHere:
 class TestThisMachine:
     """this_machine() with stand-ins for torch: never an exception, always a reason."""
 
-    def fake_torch(self, monkeypatch, *, available=True, count=1, cuda="12.8", props=None,
-                   warn=None):
+    def fake_torch(
+        self, monkeypatch, *, available=True, count=1, cuda="12.8", props=None, warn=None
+    ):
         def is_available():
             if warn:
                 import warnings
@@ -611,24 +657,36 @@ class TestThisMachine:
             return count
 
         def get_device_properties(index):
-            value = (props or {}).get(index, types.SimpleNamespace(
-                name="NVIDIA H100 80GB HBM3", major=9, minor=0))
+            value = (props or {}).get(
+                index, types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0)
+            )
             if isinstance(value, BaseException):
                 raise value
             return value
 
         fake = types.SimpleNamespace(
-            __version__="2.9", version=types.SimpleNamespace(cuda=cuda),
-            cuda=types.SimpleNamespace(is_available=is_available, device_count=device_count,
-                                       get_device_properties=get_device_properties))
+            __version__="2.9",
+            version=types.SimpleNamespace(cuda=cuda),
+            cuda=types.SimpleNamespace(
+                is_available=is_available,
+                device_count=device_count,
+                get_device_properties=get_device_properties,
+            ),
+        )
         monkeypatch.setitem(sys.modules, "torch", fake)
 
     def test_each_cuda_device_is_a_target(self, monkeypatch):
-        self.fake_torch(monkeypatch, count=2, props={1: types.SimpleNamespace(
-            name="NVIDIA A100", major=8, minor=0)})
+        self.fake_torch(
+            monkeypatch,
+            count=2,
+            props={1: types.SimpleNamespace(name="NVIDIA A100", major=8, minor=0)},
+        )
         machine = here.this_machine()
-        assert machine.targets == (CPU, H100, Target("cuda", "cuda:1", "NVIDIA A100", (8, 0),
-                                                      "torch", H100.versions))
+        assert machine.targets == (
+            CPU,
+            H100,
+            Target("cuda", "cuda:1", "NVIDIA A100", (8, 0), "torch", H100.versions),
+        )
         assert machine.notes == ()
 
     def test_torch_without_cuda_says_so(self, monkeypatch):
@@ -636,11 +694,16 @@ class TestThisMachine:
         assert here.this_machine().notes == ("no CUDA device: torch 2.9 is built without CUDA",)
 
     def test_an_old_driver_warning_is_the_reason(self, monkeypatch):
-        self.fake_torch(monkeypatch, available=False,
-                        warn="CUDA initialization: The NVIDIA driver on your system is too old")
+        self.fake_torch(
+            monkeypatch,
+            available=False,
+            warn="CUDA initialization: The NVIDIA driver on your system is too old",
+        )
         (note,) = here.this_machine().notes
-        assert note == ("no CUDA device: torch 2.9 (CUDA 12.8) sees none (CUDA initialization: "
-                        "The NVIDIA driver on your system is too old)")
+        assert note == (
+            "no CUDA device: torch 2.9 (CUDA 12.8) sees none (CUDA initialization: "
+            "The NVIDIA driver on your system is too old)"
+        )
 
     @pytest.mark.parametrize("error", [RuntimeError("CUDA error: unknown error"), SystemExit(2)])
     def test_a_cuda_query_that_raises_is_a_note(self, monkeypatch, error):
@@ -653,14 +716,18 @@ class TestThisMachine:
         self.fake_torch(monkeypatch, count=2, props={0: RuntimeError("device busy")})
         machine = here.this_machine()
         assert [t.device for t in machine.targets] == ["cpu", "cuda:1"]
-        assert machine.notes == ("cuda:0 left out: torch could not read its properties "
-                                 "(RuntimeError: device busy)",)
+        assert machine.notes == (
+            "cuda:0 left out: torch could not read its properties (RuntimeError: device busy)",
+        )
 
     def test_torch_not_installed_is_never_imported(self, monkeypatch):
         monkeypatch.setitem(sys.modules, "torch", None)  # what a missing module looks like
         real = importlib.util.find_spec
-        monkeypatch.setattr(importlib.util, "find_spec",
-                            lambda name, *a: None if name == "torch" else real(name, *a))
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: None if name == "torch" else real(name, *a),
+        )
         machine = here.this_machine()
         assert machine.targets == (CPU,)
         assert machine.notes == ("no CUDA device looked for: torch is not installed",)
@@ -673,5 +740,7 @@ class TestThisMachine:
         importlib.invalidate_caches()
         machine = here.this_machine()
         assert machine.targets == (CPU,)
-        assert machine.notes == ("no CUDA device looked for: torch failed to import (OSError: "
-                                 "libcudart.so.12: cannot open)",)
+        assert machine.notes == (
+            "no CUDA device looked for: torch failed to import (OSError: "
+            "libcudart.so.12: cannot open)",
+        )

@@ -53,8 +53,11 @@ def test_steps_apart_are_described_alike(entry):
     # Each layer's q, k and v projections: steps apart that a backend runs together.
     g = graph(entry)
     for layer in (c for c in g.calls if c.iteration is not None):
-        qkv = [c for c in g.semantic_calls("std.nn.linear::linear")
-               if c.path.startswith(layer.path + ".self_attn.")][:3]
+        qkv = [
+            c
+            for c in g.semantic_calls("std.nn.linear::linear")
+            if c.path.startswith(layer.path + ".self_attn.")
+        ][:3]
         steps = sorted(i for c in qkv for i in range(c.start, c.stop))
         same(Region.of_steps(g, steps, qkv[0].index), slice_steps(g, steps, "qkv"))
 
@@ -83,9 +86,18 @@ def test_any_range_is_described_alike(data):
 def test_the_fingerprint_abstracts_names_and_sees_the_computation():
     def tiny(op: str = "mul", shape: tuple[int, ...] = (2,), names: str = "xyz") -> Graph:
         x, y, z = (f"%{n}" for n in names)
-        g = Graph("e", "m", inputs=[x], outputs=[z], values={
-            x: ValueType(shape, "f32"), y: ValueType(shape, "f32"), z: ValueType(shape, "f32")},
-            parameters={f"blocks.{names}.w": ValueType(shape, "f32")})
+        g = Graph(
+            "e",
+            "m",
+            inputs=[x],
+            outputs=[z],
+            values={
+                x: ValueType(shape, "f32"),
+                y: ValueType(shape, "f32"),
+                z: ValueType(shape, "f32"),
+            },
+            parameters={f"blocks.{names}.w": ValueType(shape, "f32")},
+        )
         g.steps = [Step(op, [x, f"@blocks.{names}.w"], [y]), Step("exp", [y], [z])]
         return g
 
@@ -101,12 +113,28 @@ def test_the_fingerprint_abstracts_names_and_sees_the_computation():
 
 
 def test_a_prefix_comes_from_iterations_not_from_digits():
-    g = Graph("e", "m", parameters={"model.layers.3.w": ValueType((1,), "f32"),
-                                    "model.layers.3.b": ValueType((1,), "f32")})
+    g = Graph(
+        "e",
+        "m",
+        parameters={
+            "model.layers.3.w": ValueType((1,), "f32"),
+            "model.layers.3.b": ValueType((1,), "f32"),
+        },
+    )
     paths = list(g.parameters)
     assert block_prefix(g, paths) == ""  # digits in a path alone mean nothing
-    g.calls.append(Call("m::Layer.forward", "fn", 0, 0, 1, "model.layers.3", iteration=3,
-                        repeated="model.layers"))
+    g.calls.append(
+        Call(
+            "m::Layer.forward",
+            "fn",
+            0,
+            0,
+            1,
+            "model.layers.3",
+            iteration=3,
+            repeated="model.layers",
+        )
+    )
     assert block_prefix(g, paths) == "model.layers.3."
     assert block_prefix(g, [*paths, "lm_head.weight"]) == ""
     assert slices.default_cuts(Graph("e", "m")) == [(0, 0, "glue_0", "")]
@@ -115,8 +143,9 @@ def test_a_prefix_comes_from_iterations_not_from_digits():
 def test_a_region_error_is_a_step_set_error():
     g = graph("decode")
     made = g.producers()
-    j = next(j for j, s in enumerate(g.steps)
-             if any(made.get(o, -1) == j - 1 > 0 for o in s.operands))
+    j = next(
+        j for j, s in enumerate(g.steps) if any(made.get(o, -1) == j - 1 > 0 for o in s.operands)
+    )
     with pytest.raises(StepSetError, match=f"step {j} reads .* made by step {j - 1}"):
         stepsets.check_runs_at_first(g, [0, j])
     with pytest.raises(RegionError, match=f"step {j} reads"):

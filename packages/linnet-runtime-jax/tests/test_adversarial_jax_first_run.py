@@ -16,11 +16,21 @@ from linnet.jax import load
 from linnet.lang.cli import main
 
 # The toy Qwen2 (std/models/configs/qwen2/toy.json) as transformers' config.json says it.
-QWEN2_TOY = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 256,
-             "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-             "num_attention_heads": 4, "num_key_value_heads": 2,
-             "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-             "tie_word_embeddings": False, "hidden_act": "silu"}
+QWEN2_TOY = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+}
 
 
 def decoded(out: str) -> list[int]:
@@ -38,20 +48,18 @@ def test_a_checkpoint_directory_stops_at_its_eos_on_jax(capsys, linnet_home, tmp
     # The same weights (the demo's toy Qwen2) as a Hugging Face checkpoint directory.
     ckpt = tmp_path / "Qwen2-toy"
     ckpt.mkdir()
-    shutil.copy(next((linnet_home / "demo").glob("qwen2-*.safetensors")),
-                ckpt / "model.safetensors")
+    shutil.copy(
+        next((linnet_home / "demo").glob("qwen2-*.safetensors")), ckpt / "model.safetensors"
+    )
     (ckpt / "config.json").write_text(json.dumps(QWEN2_TOY))
     (ckpt / "generation_config.json").write_text(json.dumps({"eos_token_id": full[step]}))
-    assert load("std.models.qwen2", weights=ckpt, config={"S": 32}).stop_tokens == \
-        (full[step],)
+    assert load("std.models.qwen2", weights=ckpt, config={"S": 32}).stop_tokens == (full[step],)
     assert main([*argv[:1], str(ckpt), *argv[1:]]) == 0
     out = capsys.readouterr()
-    assert "running std.models.qwen2" in out.err and "stopping at generation_config.json" \
-        in out.err
-    assert decoded(out.out) == full[:step + 1]
+    assert "running std.models.qwen2" in out.err and "stopping at generation_config.json" in out.err
+    assert decoded(out.out) == full[: step + 1]
 
 
 def test_threads_are_the_torch_runtimes(capsys):
     assert main(["run", "--runtime", "jax", "--threads", "1"]) == 1
-    assert "error[E0790]: `--threads` is an option of the torch runtime" in \
-        capsys.readouterr().err
+    assert "error[E0790]: `--threads` is an option of the torch runtime" in capsys.readouterr().err

@@ -51,8 +51,9 @@ def torch_model(weights):
     torch = pytest.importorskip("torch")
     from linnet.torch import load as torch_load
 
-    return torch_load(LLAMA, weights={k: torch.from_numpy(v) for k, v in weights.items()},
-                      config=toy_config())
+    return torch_load(
+        LLAMA, weights={k: torch.from_numpy(v) for k, v in weights.items()}, config=toy_config()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +63,18 @@ def greedy(model):
 
 # ---------------------------------------------------------------- arguments: torch's codes
 BAD = [
-    ([], {}, "E0810"), ([[1, 2], []], {}, "E0810"), ([[1.5]], {}, "E0810"),
+    ([], {}, "E0810"),
+    ([[1, 2], []], {}, "E0810"),
+    ([[1.5]], {}, "E0810"),
     # A string is a text prompt (issue 40): without a tokenizer, E0846 says how to give one.
-    ("1,2", {}, "E0846"), ([[True, 2]], {}, "E0810"),
-    ([PROMPT], {"max_new_tokens": 0}, "E0811"), ([PROMPT], {"max_new_tokens": 4.0}, "E0811"),
-    ([PROMPT], {"temperature": -1.0}, "E0812"), ([PROMPT], {"temperature": float("nan")}, "E0812"),
-    ([PROMPT], {"temperature": 1e309}, "E0812"), ([PROMPT], {"temperature": "0.7"}, "E0812"),
+    ("1,2", {}, "E0846"),
+    ([[True, 2]], {}, "E0810"),
+    ([PROMPT], {"max_new_tokens": 0}, "E0811"),
+    ([PROMPT], {"max_new_tokens": 4.0}, "E0811"),
+    ([PROMPT], {"temperature": -1.0}, "E0812"),
+    ([PROMPT], {"temperature": float("nan")}, "E0812"),
+    ([PROMPT], {"temperature": 1e309}, "E0812"),
+    ([PROMPT], {"temperature": "0.7"}, "E0812"),
     ([PROMPT], {"temperature": 1.0, "top_k": 0}, "E0813"),
     ([PROMPT], {"temperature": 1.0, "top_k": 2.0}, "E0813"),
     ([PROMPT], {"temperature": 1.0, "top_k": -(2**70)}, "E0813"),
@@ -77,16 +84,22 @@ BAD = [
     ([PROMPT], {"temperature": 1.0, "seed": 2**64}, "E0815"),
     ([PROMPT], {"temperature": 1.0, "seed": -1}, "E0815"),
     ([PROMPT], {"temperature": 1.0, "seed": 1.0}, "E0815"),
-    ([PROMPT], {"seed": "x"}, "E0815"), ([PROMPT], {"stop_tokens": 2}, "E0815"),
-    ([PROMPT], {"on_token": 3}, "E0815"), ([PROMPT], {"on_token": "print"}, "E0815"),
-    ([PROMPT], {"stop_tokens": [V]}, "E0819"), ([PROMPT], {"stop_tokens": [2, -1]}, "E0819"),
+    ([PROMPT], {"seed": "x"}, "E0815"),
+    ([PROMPT], {"stop_tokens": 2}, "E0815"),
+    ([PROMPT], {"on_token": 3}, "E0815"),
+    ([PROMPT], {"on_token": "print"}, "E0815"),
+    ([PROMPT], {"stop_tokens": [V]}, "E0819"),
+    ([PROMPT], {"stop_tokens": [2, -1]}, "E0819"),
     ([PROMPT], {"stop_tokens": [2**64]}, "E0819"),
-    ([PROMPT], {"repetition_penalty": 1.2}, "E0794"), ([PROMPT], {"temprature": 0.5}, "E0794"),
+    ([PROMPT], {"repetition_penalty": 1.2}, "E0794"),
+    ([PROMPT], {"temprature": 0.5}, "E0794"),
     ([PROMPT], {"top-k": 5}, "E0794"),
     ([[1] * 120], {"max_new_tokens": 10}, "E0817"),
     ([PROMPT], {"max_new_tokens": 2**64}, "E0817"),
-    ([PROMPT, [1, 2**64]], {}, "E0780"), ([PROMPT, [1, 2**31]], {}, "E0780"),
-    ([PROMPT, [1, -(2**63)]], {}, "E0780"), ([PROMPT, [1, V]], {}, "E0780"),
+    ([PROMPT, [1, 2**64]], {}, "E0780"),
+    ([PROMPT, [1, 2**31]], {}, "E0780"),
+    ([PROMPT, [1, -(2**63)]], {}, "E0780"),
+    ([PROMPT, [1, V]], {}, "E0780"),
 ]
 
 
@@ -113,18 +126,23 @@ def test_the_same_message_as_torch(model, torch_model, prompts, options, code):
 
 def test_a_model_without_prefill_is_coded(tmp_path):
     src = tmp_path / "m.linnet"
-    src.write_text("pub model M {\n    entry run(x: Tensor[2; f32]) -> Tensor[2; f32] {\n"
-                   "        return x\n    }\n}\n")
+    src.write_text(
+        "pub model M {\n    entry run(x: Tensor[2; f32]) -> Tensor[2; f32] {\n"
+        "        return x\n    }\n}\n"
+    )
     with pytest.raises(LinnetError) as info:
         load(src).generate([[1]], 2)
     assert code_of(info) == "E0816"
 
 
-@pytest.mark.parametrize(("prompts", "words"), [
-    (np.array([[1.0, 2.0]], np.float32), "not a float32 array of shape [1, 2]"),
-    (np.zeros((1, 1, 2), np.int32), "not a int32 array of shape [1, 1, 2]"),
-    (np.array([[True]]), "not a bool array"),
-])
+@pytest.mark.parametrize(
+    ("prompts", "words"),
+    [
+        (np.array([[1.0, 2.0]], np.float32), "not a float32 array of shape [1, 2]"),
+        (np.zeros((1, 1, 2), np.int32), "not a int32 array of shape [1, 1, 2]"),
+        (np.array([[True]]), "not a bool array"),
+    ],
+)
 def test_arrays_that_are_not_token_ids(model, prompts, words):
     with pytest.raises(LinnetError) as err:
         model.generate(prompts, 2)
@@ -148,13 +166,18 @@ def nan_model(weights):
     return load(LLAMA, weights=broken, config=toy_config(), check_finite=False)
 
 
-@pytest.mark.parametrize("options", [{}, {"temperature": 1.0, "seed": 0},
-                                     {"temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 1}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"temperature": 1.0, "seed": 0},
+        {"temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 1},
+    ],
+)
 def test_nan_logits_stop_generation_with_a_coded_error(nan_model, options):
     seen: list[int] = []
     with pytest.raises(LinnetError) as err:
-        nan_model.generate([PROMPT], 6, on_token=lambda step, tokens: seen.append(step),
-                           **options)
+        nan_model.generate([PROMPT], 6, on_token=lambda step, tokens: seen.append(step), **options)
     assert code_of(err) == "E0818"
     text = str(err.value)
     assert "sequence 0 at step 0" in text and "`prefill` at position 3" in text
@@ -177,14 +200,19 @@ def test_non_finite_logits_at_a_later_step_name_it(weights, model, torch_model):
     with pytest.raises(LinnetError) as err:
         poisoned.generate(prompts, 6, on_token=lambda step, tokens: seen.append(step))
     assert code_of(err) == "E0818"
-    assert "sequence 1 at step 3 (`decode` at position 4, after 3 generated token(s))" \
-        in str(err.value)
+    assert "sequence 1 at step 3 (`decode` at position 4, after 3 generated token(s))" in str(
+        err.value
+    )
     assert seen == [0, 1, 2]
     import torch
     from linnet.torch import load as torch_load
 
-    on_torch = torch_load(LLAMA, weights={k: torch.from_numpy(v) for k, v in broken.items()},
-                          config=toy_config(), check_finite=False)
+    on_torch = torch_load(
+        LLAMA,
+        weights={k: torch.from_numpy(v) for k, v in broken.items()},
+        config=toy_config(),
+        check_finite=False,
+    )
     with pytest.raises(LinnetError) as torch_err:
         on_torch.generate(prompts, 6)
     assert str(torch_err.value) == str(err.value)
@@ -227,8 +255,10 @@ def test_a_huge_temperature_samples_uniformly(model):
 
 def test_seeds_past_32_bits_are_their_own(model):
     """jax.random.key(2**32) is key(0) in 32-bit jax: two seeds, one stream, silently."""
-    runs = {s: model.generate([PROMPT], 8, temperature=1.0, seed=s)[0]
-            for s in (0, 2**32, 2**63, 2**64 - 1)}
+    runs = {
+        s: model.generate([PROMPT], 8, temperature=1.0, seed=s)[0]
+        for s in (0, 2**32, 2**63, 2**64 - 1)
+    }
     assert len({tuple(r) for r in runs.values()}) == 4, runs
     assert model.generate([PROMPT], 8, temperature=1.0, seed=2**64 - 1)[0] == runs[2**64 - 1]
 
@@ -244,12 +274,19 @@ def test_the_edges_of_the_ranges_run(model, greedy):
 
 
 # ---------------------------------------------------------------- `linnet run --runtime jax`
-@pytest.mark.parametrize(("argv", "code"), [
-    (["--temperature", "nan"], "E0812"), (["--top-k", "0"], "E0813"),
-    (["--top-p", "1.5"], "E0814"), (["--sampling-seed", "-1"], "E0815"),
-    (["--stop", "2,-1"], "E0819"), (["--stop", str(V)], "E0819"),
-    (["--prompt", f"1,{2**64}"], "E0780"), (["--rank-timeout", "5"], "E0790"),
-])
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["--temperature", "nan"], "E0812"),
+        (["--top-k", "0"], "E0813"),
+        (["--top-p", "1.5"], "E0814"),
+        (["--sampling-seed", "-1"], "E0815"),
+        (["--stop", "2,-1"], "E0819"),
+        (["--stop", str(V)], "E0819"),
+        (["--prompt", f"1,{2**64}"], "E0780"),
+        (["--rank-timeout", "5"], "E0790"),
+    ],
+)
 def test_cli_run_on_jax_bad_options(capsys, argv, code):
     """Before: every sampling option was E0790 ("decodes greedily")."""
     from linnet.lang.cli import main
@@ -264,12 +301,15 @@ def test_cli_run_on_jax_bad_options(capsys, argv, code):
 
 
 def test_cli_run_on_jax_checks_options_before_importing_jax(tmp_path):
-    code = ("import sys\nfrom linnet.lang.cli import main\n"
-            "rc = main(['run', '--runtime', 'jax', '--temperature', '1', '--top-p', '2'])\n"
-            "print(rc, 'jax' in sys.modules)\n")
+    code = (
+        "import sys\nfrom linnet.lang.cli import main\n"
+        "rc = main(['run', '--runtime', 'jax', '--temperature', '1', '--top-p', '2'])\n"
+        "print(rc, 'jax' in sys.modules)\n"
+    )
     env = os.environ | {"LINNET_HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr
     assert "error[E0814]" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "demo").exists()

@@ -30,10 +30,14 @@ RIGHT = "    let dx[n] = dy[n] * x[n] * w[n] * 3.0\n    let dw[n] = dy[n] * x[n]
 WRONG = {
     "missing factor": (RIGHT.replace("* 3.0", ""), "is 0.333333 times the body's"),
     "swapped": (RIGHT, "is the body's gradient of `w` (swapped?)"),
-    "sign": (RIGHT.replace("dy[n] * x[n] * w[n] * 3.0", "0.0 - dy[n] * x[n] * w[n] * 3.0"),
-             "has the opposite sign of the body's"),
-    "zeros": (RIGHT.replace("dy[n] * x[n] * w[n] * 3.0", "dy[n] * 0.0"),
-              "is all zeros, the body's is not"),
+    "sign": (
+        RIGHT.replace("dy[n] * x[n] * w[n] * 3.0", "0.0 - dy[n] * x[n] * w[n] * 3.0"),
+        "has the opposite sign of the body's",
+    ),
+    "zeros": (
+        RIGHT.replace("dy[n] * x[n] * w[n] * 3.0", "dy[n] * 0.0"),
+        "is all zeros, the body's is not",
+    ),
 }
 # The kernel-bound op of test_jax_pallas.py whose clause (a constant 7) jax.grad uses.
 PALLAS = """
@@ -66,8 +70,10 @@ def clause(kind: str) -> str:
 def test_a_right_clause_passes(x64):
     checks = []
     with jax.enable_x64(x64):
-        assert check_grad_clauses(Program.from_text(clause("right")), count=3,
-                                  on_check=checks.append) == []
+        assert (
+            check_grad_clauses(Program.from_text(clause("right")), count=3, on_check=checks.append)
+            == []
+        )
     assert {c.case.params["x"][1] for c in checks} == {"f64" if x64 else "f32"}
     assert max(c.difference for c in checks) < (1e-12 if x64 else 1e-4)
 
@@ -85,8 +91,10 @@ def test_each_wrong_clause_class_is_found_on_jax(kind, x64):
 
 
 def test_an_integer_gradient_is_found_on_jax():
-    src = OP % ("    let dx[n] = (dy[n] * x[n] * w[n] * 3.0) as i32\n"
-                "    let dw[n] = dy[n] * x[n] * x[n] * 1.5\n    return dx, dw")
+    src = OP % (
+        "    let dx[n] = (dy[n] * x[n] * w[n] * 3.0) as i32\n"
+        "    let dw[n] = dy[n] * x[n] * x[n] * 1.5\n    return dx, dw"
+    )
     with pytest.raises(LinnetError) as info:
         check_grad_clauses(Program.from_text(src))
     assert info.value.diagnostics[0].code == "E0538"
@@ -139,8 +147,13 @@ pub op g<N: Dim>(x: Tensor[N; f64]) -> Tensor[N; f64] {
         assert check_grad_clauses(Program.from_text(src), count=1) == []
 
 
-MULTI = (Path(__file__).resolve().parents[2] / "linnet-runtime-torch" / "tests" / "kernels"
-         / "multi_grads.linnet")
+MULTI = (
+    Path(__file__).resolve().parents[2]
+    / "linnet-runtime-torch"
+    / "tests"
+    / "kernels"
+    / "multi_grads.linnet"
+)
 
 
 @pytest.mark.parametrize("entry", ["clause", "body"])
@@ -156,8 +169,9 @@ def test_jax_grad_through_a_pallas_kernel_of_several_results(monkeypatch, entry)
     x, v = (jnp.asarray(rng.standard_normal(13), jnp.float32) for _ in range(2))
     grads, runs = [], {}
     for numerics in ("fast", "exact"):
-        m = load_source(MULTI, entry, {"x": [13]}, weights={"v": np.zeros(13, np.float32)},
-                        numerics=numerics)
+        m = load_source(
+            MULTI, entry, {"x": [13]}, weights={"v": np.zeros(13, np.float32)}, numerics=numerics
+        )
         fn = getattr(m, entry)
 
         def loss(x, v, fn=fn):
@@ -180,14 +194,24 @@ def test_jax_grad_through_a_pallas_kernel_of_several_results(monkeypatch, entry)
 # at f64), and one of two results; their kernels compute in f32, so the finite differences
 # take eps 1e-3 and a tolerance of 1e-3 (the derivatives themselves are the bodies').
 KERNEL_OPS = {
-    "softmax": ("use std.nn.activation::{softmax}", "softmax(x)",
-                {"x": ((3, 5), "f32")}, ["Tensor[3, 5; f32]"]),
-    "rms_norm": ("use std.nn.norm::{rms_norm}", "rms_norm(x, w, 1e-5)",
-                 {"x": ((2, 6), "f64"), "w": ((6,), "f64")}, ["Tensor[2, 6; f64]"]),
-    "residual_rms_norm": ("use std.nn.decode::{residual_rms_norm}",
-                          "residual_rms_norm(x, y, w, 1e-5)",
-                          {"x": ((2, 6), "f64"), "y": ((2, 6), "f64"), "w": ((6,), "f64")},
-                          ["Tensor[2, 6; f64]", "Tensor[2, 6; f64]"]),
+    "softmax": (
+        "use std.nn.activation::{softmax}",
+        "softmax(x)",
+        {"x": ((3, 5), "f32")},
+        ["Tensor[3, 5; f32]"],
+    ),
+    "rms_norm": (
+        "use std.nn.norm::{rms_norm}",
+        "rms_norm(x, w, 1e-5)",
+        {"x": ((2, 6), "f64"), "w": ((6,), "f64")},
+        ["Tensor[2, 6; f64]"],
+    ),
+    "residual_rms_norm": (
+        "use std.nn.decode::{residual_rms_norm}",
+        "residual_rms_norm(x, y, w, 1e-5)",
+        {"x": ((2, 6), "f64"), "y": ((2, 6), "f64"), "w": ((6,), "f64")},
+        ["Tensor[2, 6; f64]", "Tensor[2, 6; f64]"],
+    ),
 }
 
 
@@ -197,18 +221,18 @@ def kernel_op_module(tmp_path, name: str, numerics: str = "fast"):
     from linnet.jax import load_source
 
     use, call, ins, results = KERNEL_OPS[name]
-    params = ", ".join(f"{n}: Tensor[{', '.join(map(str, s))}; {d}]"
-                       for n, (s, d) in ins.items())
+    params = ", ".join(f"{n}: Tensor[{', '.join(map(str, s))}; {d}]" for n, (s, d) in ins.items())
     result = results[0] if len(results) == 1 else f"({', '.join(results)})"
-    body = f"return {call}" if len(results) == 1 else \
-        f"let (a, b) = {call}\n        return a, b"
+    body = f"return {call}" if len(results) == 1 else f"let (a, b) = {call}\n        return a, b"
     path = tmp_path / f"{name}.linnet"
-    path.write_text(f"{use}\nmodel M {{\n    entry run({params}) -> {result} {{\n"
-                    f"        {body}\n    }}\n}}\n")
+    path.write_text(
+        f"{use}\nmodel M {{\n    entry run({params}) -> {result} {{\n        {body}\n    }}\n}}\n"
+    )
     m = load_source(path, "run", {n: list(s) for n, (s, _) in ins.items()}, numerics=numerics)
     rng = np.random.default_rng(7)
-    xs = [jax.numpy.asarray(rng.standard_normal(s), d.replace("f", "float"))
-          for s, d in ins.values()]
+    xs = [
+        jax.numpy.asarray(rng.standard_normal(s), d.replace("f", "float")) for s, d in ins.values()
+    ]
     return m, xs
 
 
@@ -219,7 +243,8 @@ CI = bool(os.environ.get("CI"))
 # derivatives are checked against its body's below.
 @pytest.mark.parametrize("name", ["residual_rms_norm", "softmax"] if CI else sorted(KERNEL_OPS))
 def test_check_grads_forward_and_reverse_to_order_two_through_a_pallas_kernel(
-        tmp_path, monkeypatch, name):
+    tmp_path, monkeypatch, name
+):
     from jax.test_util import check_grads
 
     monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
@@ -227,7 +252,7 @@ def test_check_grads_forward_and_reverse_to_order_two_through_a_pallas_kernel(
         m, xs = kernel_op_module(tmp_path, name)
         f = jax.jit(lambda *xs: m.run(*xs, {}, {})[0])
         check_grads(f, xs, order=2, modes=["fwd", "rev"], eps=1e-3, atol=1e-3, rtol=1e-3)
-    (launched, body), = m.RUNS.values()
+    ((launched, body),) = m.RUNS.values()
     assert launched >= 1 and body == 0  # every trace launched the kernel
 
 
@@ -236,15 +261,18 @@ def test_hessian_and_grad_of_grad_through_a_kernel_equal_the_bodys(tmp_path, mon
     equal them through the op's body (numerics "exact": no kernel)."""
     monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
     with jax.enable_x64(True):
+
         def derivatives(m, x, w):
             c = jax.numpy.linspace(-1.0, 2.0, x.size).reshape(x.shape)
 
             def loss(x, w):
                 return jax.numpy.sum(m.run(x, w, {}, {})[0][0] * c)
 
-            return [jax.hessian(loss)(x, w),
-                    jax.grad(lambda x: jax.numpy.sum(jax.grad(loss)(x, w) ** 2))(x),
-                    jax.jacfwd(lambda w: m.run(x, w, {}, {})[0][0])(w)]
+            return [
+                jax.hessian(loss)(x, w),
+                jax.grad(lambda x: jax.numpy.sum(jax.grad(loss)(x, w) ** 2))(x),
+                jax.jacfwd(lambda w: m.run(x, w, {}, {})[0][0])(w),
+            ]
 
         got, modules = [], []
         for numerics in ("fast", "exact"):
@@ -282,19 +310,24 @@ def test_a_linear_clause_is_the_launchs_derivative_forward_and_reverse(tmp_path,
     np.testing.assert_allclose(np.asarray(g), 7 * np.asarray(t), rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(jax.jacfwd(f)(x)), 7 * np.eye(10))
     # The clause does not depend on x: its second derivative is zero.
-    np.testing.assert_array_equal(np.asarray(jax.hessian(lambda x: jax.numpy.sum(f(x)))(x)),
-                                  np.zeros((10, 10)))
+    np.testing.assert_array_equal(
+        np.asarray(jax.hessian(lambda x: jax.numpy.sum(f(x)))(x)), np.zeros((10, 10))
+    )
     assert m.RUNS["twice_k_10_4"][0] >= 4 and m.RUNS["twice_k_10_4"][1] == 0
 
 
-@pytest.mark.parametrize("clause,why", [
-    ("dy[n] * 0.0 + 7.0", "does not depend on the incoming gradients"),
-    ("dy[n] * dy[n] * x[n]", "multiplies two values computed from the incoming gradients"),
-    ("exp(dy[n])", "applies `exp` to a gradient"),
-    ("dy[n] + x[n]", "adds a term that does not depend on the incoming gradients"),
-])
+@pytest.mark.parametrize(
+    "clause,why",
+    [
+        ("dy[n] * 0.0 + 7.0", "does not depend on the incoming gradients"),
+        ("dy[n] * dy[n] * x[n]", "multiplies two values computed from the incoming gradients"),
+        ("exp(dy[n])", "applies `exp` to a gradient"),
+        ("dy[n] + x[n]", "adds a term that does not depend on the incoming gradients"),
+    ],
+)
 def test_a_clause_that_is_not_linear_is_a_coded_error_when_differentiated(
-        tmp_path, monkeypatch, clause, why):
+    tmp_path, monkeypatch, clause, why
+):
     """JAX's linear_transpose drops a constant term without a word (`dy * 0 + 7` gave zeros,
     not the clause's 7) and fails with a bare AssertionError on `dy * dy`: such a clause is
     E0561 where the launch is differentiated, in either mode; the forward pass runs."""
@@ -310,8 +343,10 @@ def test_a_clause_that_is_not_linear_is_a_coded_error_when_differentiated(
         return m.run(x, {}, {})[0][0]
 
     np.testing.assert_allclose(np.asarray(jax.jit(f)(x)), 2 * np.asarray(x), rtol=1e-6)
-    for differentiate in (lambda: jax.grad(lambda x: jax.numpy.sum(f(x)))(x),
-                          lambda: jax.jvp(f, (x,), (x,))):
+    for differentiate in (
+        lambda: jax.grad(lambda x: jax.numpy.sum(f(x)))(x),
+        lambda: jax.jvp(f, (x,), (x,)),
+    ):
         with pytest.raises(LinnetError) as info:
             differentiate()
         d = info.value.diagnostics[0]

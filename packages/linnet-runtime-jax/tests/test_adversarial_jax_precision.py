@@ -25,17 +25,26 @@ from test_jax_generated import FAST_CASES, fast_case_program
 F32_ONLY = {"std.nn.activation::softmax"}  # declared on f32 tensors: no f64 case
 # Bodies that convert to f32 themselves (`x as f32`: the norms' statistics, gelu): f32-accurate
 # at every T, the reference included, so the fused call is held to f32's tolerance there.
-AS_F32 = {"std.nn.norm::rms_norm", "std.nn.norm::rms_norm_offset", "std.nn.norm::layer_norm",
-          "std.nn.activation::gelu_tanh"}
+AS_F32 = {
+    "std.nn.norm::rms_norm",
+    "std.nn.norm::rms_norm_offset",
+    "std.nn.norm::layer_norm",
+    "std.nn.activation::gelu_tanh",
+}
 
 
 def f64_case(callee: str) -> tuple:
     use, call, inputs, out = FAST_CASES[callee]
-    graph = lower(fast_case_program(use, call, inputs, out, "f64"), "run",
-                  {n: s for n, (s, _) in inputs.items()})
+    graph = lower(
+        fast_case_program(use, call, inputs, out, "f64"),
+        "run",
+        {n: s for n, (s, _) in inputs.items()},
+    )
     rng = np.random.default_rng(0)
-    args = [rng.integers(0, 10, s, dtype=np.int32) if t == "i32" else rng.standard_normal(s)
-            for s, t in inputs.values()]
+    args = [
+        rng.integers(0, 10, s, dtype=np.int32) if t == "i32" else rng.standard_normal(s)
+        for s, t in inputs.values()
+    ]
     if "decode" in callee:
         args[3] = np.array([4, 11], dtype=np.int32)  # pos 11 with window 4: 0..7 masked
     return graph, args
@@ -54,9 +63,14 @@ def test_fused_call_at_f64_equals_the_body(callee):
     np.testing.assert_allclose(np.asarray(got), want, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("callee", ["std.nn.linear::linear_bias",
-                                    "std.nn.attention::causal_attention",
-                                    "std.nn.attention::window_decode_attention"])
+@pytest.mark.parametrize(
+    "callee",
+    [
+        "std.nn.linear::linear_bias",
+        "std.nn.attention::causal_attention",
+        "std.nn.attention::window_decode_attention",
+    ],
+)
 def test_check_grads_through_fused_calls_at_f64(callee):
     graph, args = f64_case(callee)
     fast = import_source(emit_jax(graph, fast=True), "grad_f64")
@@ -69,5 +83,12 @@ def test_check_grads_through_fused_calls_at_f64(callee):
         return fast.run(*given, {}, {})[0][0]
 
     with x64():
-        check_grads(entry, tuple(jnp.asarray(args[i]) for i in floats), order=1,
-                    modes=["rev"], eps=1e-6, atol=1e-7, rtol=1e-7)
+        check_grads(
+            entry,
+            tuple(jnp.asarray(args[i]) for i in floats),
+            order=1,
+            modes=["rev"],
+            eps=1e-6,
+            atol=1e-7,
+            rtol=1e-7,
+        )

@@ -24,8 +24,7 @@ STEPS = 16
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    return toy_text_checkpoint(tmp_path_factory.mktemp("text") / "ckpt", style="llama",
-                               seed=5)
+    return toy_text_checkpoint(tmp_path_factory.mktemp("text") / "ckpt", style="llama", seed=5)
 
 
 @pytest.fixture(scope="module")
@@ -40,19 +39,21 @@ def test_text_stream_and_stop_strings(model):
     text = tok.decode(ids, skip_special_tokens=True)
     assert model.generate(CHAT, STEPS, stop_tokens=[]) == text
     assert "".join(model.stream(CHAT, STEPS, stop_tokens=[])) == text
-    stop = text[len(text) // 2: len(text) // 2 + 2]
-    assert model.generate(CHAT, STEPS, stop_tokens=[], stop=stop) == text[:text.find(stop)]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert model.generate(CHAT, STEPS, stop_tokens=[], stop=stop) == text[: text.find(stop)]
     raw = model.generate([tok.encode("fox")], STEPS, stop_tokens=[])[0]
     assert model.generate(["fox"], STEPS, stop_tokens=[]) == [
-        tok.decode(raw, skip_special_tokens=True)]
+        tok.decode(raw, skip_special_tokens=True)
+    ]
 
 
 def test_same_text_as_torch(ckpt, model):
     lt = pytest.importorskip("linnet.torch")
     folder, config = ckpt
     other = lt.load("std.models.llama", weights=str(folder), config=config)
-    assert model.generate(CHAT, STEPS, stop_tokens=[]) == other.generate(CHAT, STEPS,
-                                                                         stop_tokens=[])
+    assert model.generate(CHAT, STEPS, stop_tokens=[]) == other.generate(
+        CHAT, STEPS, stop_tokens=[]
+    )
 
 
 def test_text_without_a_tokenizer(ckpt):
@@ -67,9 +68,27 @@ def test_linnet_run_jax_streams_text(ckpt, model, capsys, tmp_path):
     folder, config = ckpt
     (tmp_path / "cfg.json").write_text(json.dumps(config))
     text = model.generate([{"role": "user", "content": "Name a bird."}], 8, stop_tokens=[])
-    assert main(["run", "--runtime", "jax", "std.models.llama", "--weights", str(folder),
-                 "--config", str(tmp_path / "cfg.json"), "--prompt", "Name a bird.",
-                 "--tokens", "8", "--stop", "none"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--runtime",
+                "jax",
+                "std.models.llama",
+                "--weights",
+                str(folder),
+                "--config",
+                str(tmp_path / "cfg.json"),
+                "--prompt",
+                "Name a bird.",
+                "--tokens",
+                "8",
+                "--stop",
+                "none",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert out == text + "\n" and "(jax)" in err and "tokens/s" in err
 
@@ -77,6 +96,22 @@ def test_linnet_run_jax_streams_text(ckpt, model, capsys, tmp_path):
 def test_linnet_run_jax_text_refuses_torch_options(ckpt, capsys, tmp_path):
     folder, config = ckpt
     (tmp_path / "cfg.json").write_text(json.dumps(config))
-    assert main(["run", "--runtime", "jax", "std.models.llama", "--weights", str(folder),
-                 "--config", str(tmp_path / "cfg.json"), "--prompt", "Hi", "--compile"]) == 1
+    assert (
+        main(
+            [
+                "run",
+                "--runtime",
+                "jax",
+                "std.models.llama",
+                "--weights",
+                str(folder),
+                "--config",
+                str(tmp_path / "cfg.json"),
+                "--prompt",
+                "Hi",
+                "--compile",
+            ]
+        )
+        == 1
+    )
     assert "E0790" in capsys.readouterr().err

@@ -46,16 +46,19 @@ def test_weights_that_do_not_fit_the_model(tmp_path):
     assert "lm_head.weight" in str(exc.value)
 
 
-@pytest.mark.parametrize("kwargs,want", [
-    ({"weights": 3}, "E0741"),
-    ({"weights": "w.safetensors", "dtype": "i32"}, "E0742"),
-    ({"weights": "w.safetensors", "dtype": "bf16"}, "E0743"),  # the toy config sets T=f32
-    ({"weights": "w.safetensors", "numerics": "loose"}, "E0713"),
-    ({"weights": "w.safetensors", "device": "tpu:x"}, "E0710"),
-    ({"weights": "w.safetensors", "device": "gpu"}, "E0711"),
-    ({"weights": "w.safetensors", "device": "cpu:7"}, "E0712"),
-    ({"weights": "w.safetensors", "config": 5}, "E0744"),
-])
+@pytest.mark.parametrize(
+    "kwargs,want",
+    [
+        ({"weights": 3}, "E0741"),
+        ({"weights": "w.safetensors", "dtype": "i32"}, "E0742"),
+        ({"weights": "w.safetensors", "dtype": "bf16"}, "E0743"),  # the toy config sets T=f32
+        ({"weights": "w.safetensors", "numerics": "loose"}, "E0713"),
+        ({"weights": "w.safetensors", "device": "tpu:x"}, "E0710"),
+        ({"weights": "w.safetensors", "device": "gpu"}, "E0711"),
+        ({"weights": "w.safetensors", "device": "cpu:7"}, "E0712"),
+        ({"weights": "w.safetensors", "config": 5}, "E0744"),
+    ],
+)
 def test_bad_options(kwargs, want, weights, monkeypatch):
     monkeypatch.chdir(weights.parent)
     kwargs = {"config": "toy", **kwargs}
@@ -97,8 +100,9 @@ def test_states_of_the_wrong_shape(weights):
 
 def test_64_bit_graphs_need_64_bit_jax(tmp_path):
     path = tmp_path / "wide.linnet"
-    path.write_text("model M { entry run(x: Tensor[2; f64]) -> Tensor[2; f64] "
-                    "{ return x * 2.0 } }\n")
+    path.write_text(
+        "model M { entry run(x: Tensor[2; f64]) -> Tensor[2; f64] { return x * 2.0 } }\n"
+    )
     fn = load_function(path, "run")
     with pytest.raises(LinnetError) as exc:
         fn({}, {}, [np.zeros(2)])
@@ -107,8 +111,7 @@ def test_64_bit_graphs_need_64_bit_jax(tmp_path):
 
 def test_load_source_checks_what_it_lowers():
     with pytest.raises(LinnetError) as exc:
-        load_source(LLAMA, "decode", {"token": [1], "pos": [1]}, config="toy",
-                    numerics="loose")
+        load_source(LLAMA, "decode", {"token": [1], "pos": [1]}, config="toy", numerics="loose")
     assert code(exc) == "E0713"
     with pytest.raises(LinnetError) as exc:
         load_source(LLAMA, "generate", {}, config="toy")
@@ -149,8 +152,11 @@ def test_one_run_command_whichever_registers_first(first, monkeypatch):
     order = [torch_cli.register_run, jax_cli.register_run]
     for register in order if first == "torch" else order[::-1]:
         register(sub)
-    for argv, want in [(["run"], "torch"), (["run", "--runtime", "jax"], "jax"),
-                       (["run", "--runtime", "torch", "--tokens", "2"], "torch")]:
+    for argv, want in [
+        (["run"], "torch"),
+        (["run", "--runtime", "jax"], "jax"),
+        (["run", "--runtime", "torch", "--tokens", "2"], "torch"),
+    ]:
         args = parser.parse_args(argv)
         assert args.run(args) == 0
         assert ran.pop() == want
@@ -181,12 +187,18 @@ def nan_weights(tmp_path_factory):
 def test_a_nan_weight_is_E0666_at_load(nan_weights):
     """Item 8: a NaN weight made greedy decoding repeat one token forever."""
     path, w = nan_weights
-    want = [("E0666", "weight `lm_head.weight` holds 1 infinite value (the first at [0, 5])"),
-            ("E0666", "weight `model.layers.1.mlp.down_proj.weight` holds 1 NaN value (the "
-                      "first at [3, 7])")]
-    for call in (lambda: load(LLAMA, weights=path, config="toy"),
-                 lambda: load(LLAMA, weights=w, config="toy"),
-                 lambda: load_function(LLAMA, "decode", weights=path, config="toy")):
+    want = [
+        ("E0666", "weight `lm_head.weight` holds 1 infinite value (the first at [0, 5])"),
+        (
+            "E0666",
+            "weight `model.layers.1.mlp.down_proj.weight` holds 1 NaN value (the first at [3, 7])",
+        ),
+    ]
+    for call in (
+        lambda: load(LLAMA, weights=path, config="toy"),
+        lambda: load(LLAMA, weights=w, config="toy"),
+        lambda: load_function(LLAMA, "decode", weights=path, config="toy"),
+    ):
         with pytest.raises(LinnetError) as exc:
             call()
         assert sorted((d.code, d.message) for d in exc.value.diagnostics) == want

@@ -30,9 +30,17 @@ def pair(tmp_path_factory):
     """A small random Mistral (sliding window 4: shorter than the prompts), the directory
     transformers saved it to, and the JAX runtime's model loaded from that directory."""
     cfg = transformers.MistralConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        sliding_window=4, bos_token_id=1, eos_token_id=2)
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        sliding_window=4,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     hf = transformers.MistralForCausalLM(cfg).eval()
     path = tmp_path_factory.mktemp("mistral")
@@ -47,9 +55,14 @@ def greedy(pair):
 
 def hf_greedy(hf, prompt: list[int], steps: int) -> list[int]:
     with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), max_new_tokens=steps, min_new_tokens=steps,
-                          do_sample=False, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+        out = hf.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=steps,
+            min_new_tokens=steps,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 def test_greedy_batch_equals_transformers_token_for_token(pair, greedy):
@@ -84,8 +97,7 @@ def test_sampling_with_a_seed_is_reproducible(pair, greedy):
     short = [g[:12] for g in greedy]
     assert model.generate(PROMPTS, 12, temperature=1.0, top_k=1, top_p=0.9, seed=3) == short
     # The most likely token alone reaches a tiny top_p.
-    assert model.generate(PROMPTS, 12, temperature=0.5, top_k=255, top_p=1e-6, seed=3) == \
-        short
+    assert model.generate(PROMPTS, 12, temperature=0.5, top_k=255, top_p=1e-6, seed=3) == short
 
 
 def test_samples_stay_within_top_k_and_top_p(pair):
@@ -105,7 +117,7 @@ def test_samples_stay_within_top_k_and_top_p(pair):
             top = np.argsort(-row)[:3]
             probs = np.exp((row[top] - row[top].max()) / 2.0)
             probs /= probs.sum()
-            kept = top[:int(np.searchsorted(np.cumsum(probs), 0.6) + 1)]  # reaching 0.6
+            kept = top[: int(np.searchsorted(np.cumsum(probs), 0.6) + 1)]  # reaching 0.6
             assert t in kept, (b, i, t, top, probs)
 
 
@@ -124,8 +136,12 @@ def test_stop_tokens_end_each_sequence(pair, greedy):
     model = pair[2]
     stop = greedy[0][3]
     steps: list[int] = []
-    got = model.generate(PROMPTS, max_new_tokens=STEPS, stop_tokens=[stop],
-                         on_token=lambda step, tokens: steps.append(step))
+    got = model.generate(
+        PROMPTS,
+        max_new_tokens=STEPS,
+        stop_tokens=[stop],
+        on_token=lambda step, tokens: steps.append(step),
+    )
     for full, cut in zip(greedy, got):
         end = full.index(stop) + 1 if stop in full else len(full)
         assert cut == full[:end]
@@ -143,9 +159,10 @@ def test_each_step_is_traced_once_and_reused(pair):
     after_first = TRACES.copy()
     assert after_first["decode"] - before["decode"] <= 1  # 19 decode steps, at most 1 trace
     assert after_first["prefill"] - before["prefill"] <= 1
-    for options in ({"temperature": 0.3, "top_k": 50, "top_p": 0.5, "seed": 2},
-                    {"temperature": 2.5, "top_k": 2, "top_p": 0.99, "seed": 2**64 - 1,
-                     "stop_tokens": [0, 255]}):
+    for options in (
+        {"temperature": 0.3, "top_k": 50, "top_p": 0.5, "seed": 2},
+        {"temperature": 2.5, "top_k": 2, "top_p": 0.99, "seed": 2**64 - 1, "stop_tokens": [0, 255]},
+    ):
         model.generate(prompts, 31, **options)
     assert after_first == TRACES
 
@@ -158,11 +175,26 @@ def test_linnet_run_on_jax_samples_as_generate_does(pair, capsys):
     _, path, model = pair
     prompt = ",".join(map(str, PROMPTS[2]))
     sampled = model.generate([PROMPTS[2]], 6, temperature=0.9, top_k=20, seed=5)[0]
-    argv = ["run", "--runtime", "jax", "std.models.mistral", "--weights", str(path),
-            "--prompt", prompt, "--tokens", "6", "--temperature", "0.9", "--top-k", "20",
-            "--sampling-seed", "5"]
+    argv = [
+        "run",
+        "--runtime",
+        "jax",
+        "std.models.mistral",
+        "--weights",
+        str(path),
+        "--prompt",
+        prompt,
+        "--tokens",
+        "6",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "20",
+        "--sampling-seed",
+        "5",
+    ]
     stop = sampled[3]
-    cut = sampled[:sampled.index(stop) + 1]
+    cut = sampled[: sampled.index(stop) + 1]
     assert main([*argv, "--stop", str(stop)]) == 0
     out = capsys.readouterr().out
     assert f"decoded {len(cut)} tokens: {cut}" in out and "(jax)" in out
@@ -179,8 +211,16 @@ def test_run_help_lists_what_the_runtimes_take(monkeypatch, torch_installed):
     commands = argparse.ArgumentParser(prog="linnet").add_subparsers()
     jax_cli.register_run(commands)
     text = commands.choices["run"].format_help()
-    for taken in ("--temperature", "--top-k", "--top-p", "--sampling-seed", "--stop",
-                  "--numerics", "--device", "--runtime"):
+    for taken in (
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--sampling-seed",
+        "--stop",
+        "--numerics",
+        "--device",
+        "--runtime",
+    ):
         assert taken in text
     for torch_only in ("--compile", "--interpret", "--nproc", "--rank-timeout"):
         assert (torch_only in text) == torch_installed, torch_only

@@ -21,63 +21,120 @@ from test_properties import PROFILE, SCALE
 # Each fused call, with inputs, in a one-entry model that calls it (the torch runtime's
 # cases, tests/test_generated.py, with bf16 and f16 variants where the op casts).
 FAST_CASES = {
-    "std.nn.linear::linear": ("use std.nn.linear::{linear}", "linear(x, w)",
-                              {"x": ([3, 8], "f32"), "w": ([5, 8], "f32")}, "[3, 5]"),
-    "std.nn.linear::linear_bias": ("use std.nn.linear::{linear_bias}", "linear_bias(x, w, b)",
-                                   {"x": ([3, 8], "f32"), "w": ([5, 8], "f32"),
-                                    "b": ([5], "f32")}, "[3, 5]"),
-    "std.nn.embedding::embedding": ("use std.nn.embedding::{embedding}", "embedding(ids, t)",
-                                    {"ids": ([4], "i32"), "t": ([10, 6], "f32")}, "[4, 6]"),
-    "std.nn.norm::rms_norm": ("use std.nn.norm::{rms_norm}", "rms_norm(x, w, 1e-5)",
-                              {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
-    "std.nn.activation::silu": ("use std.nn.activation::{silu}", "silu(x)",
-                                {"x": ([3, 8], "f32")}, "[3, 8]"),
-    "std.nn.activation::silu_mul": ("use std.nn.activation::{silu_mul}", "silu_mul(x, u)",
-                                    {"x": ([3, 8], "f32"), "u": ([3, 8], "f32")}, "[3, 8]"),
-    "std.nn.activation::softmax": ("use std.nn.activation::{softmax}", "softmax(x)",
-                                   {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.linear::linear": (
+        "use std.nn.linear::{linear}",
+        "linear(x, w)",
+        {"x": ([3, 8], "f32"), "w": ([5, 8], "f32")},
+        "[3, 5]",
+    ),
+    "std.nn.linear::linear_bias": (
+        "use std.nn.linear::{linear_bias}",
+        "linear_bias(x, w, b)",
+        {"x": ([3, 8], "f32"), "w": ([5, 8], "f32"), "b": ([5], "f32")},
+        "[3, 5]",
+    ),
+    "std.nn.embedding::embedding": (
+        "use std.nn.embedding::{embedding}",
+        "embedding(ids, t)",
+        {"ids": ([4], "i32"), "t": ([10, 6], "f32")},
+        "[4, 6]",
+    ),
+    "std.nn.norm::rms_norm": (
+        "use std.nn.norm::{rms_norm}",
+        "rms_norm(x, w, 1e-5)",
+        {"x": ([3, 8], "f32"), "w": ([8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.activation::silu": (
+        "use std.nn.activation::{silu}",
+        "silu(x)",
+        {"x": ([3, 8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.activation::silu_mul": (
+        "use std.nn.activation::{silu_mul}",
+        "silu_mul(x, u)",
+        {"x": ([3, 8], "f32"), "u": ([3, 8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.activation::softmax": (
+        "use std.nn.activation::{softmax}",
+        "softmax(x)",
+        {"x": ([3, 8], "f32")},
+        "[3, 8]",
+    ),
     "std.nn.attention::decode_attention": (
         "use std.nn.attention::{decode_attention}",
         "decode_attention(q, kc, vc, pos, 0.25)",
-        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
-         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
+        {
+            "q": ([2, 2, 3, 16], "f32"),
+            "kc": ([2, 12, 2, 16], "f32"),
+            "vc": ([2, 12, 2, 16], "f32"),
+            "pos": ([2], "i32"),
+        },
+        "[2, 2, 3, 16]",
+    ),
     "std.nn.attention::causal_attention": (
-        "use std.nn.attention::{causal_attention}", "causal_attention(q, k, v, 0.25)",
-        {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"),
-         "v": ([2, 5, 2, 16], "f32")}, "[2, 5, 2, 3, 16]"),
+        "use std.nn.attention::{causal_attention}",
+        "causal_attention(q, k, v, 0.25)",
+        {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"), "v": ([2, 5, 2, 16], "f32")},
+        "[2, 5, 2, 3, 16]",
+    ),
     # The issue-19 ops (the shipped models'); windows shorter than the sequence and the
     # cache, so that the sliding mask drops keys the causal one keeps.
     "std.nn.attention::window_attention": (
-        "use std.nn.attention::{window_attention}", "window_attention(q, k, v, 0.25, 3)",
-        {"q": ([2, 7, 2, 3, 16], "f32"), "k": ([2, 7, 2, 16], "f32"),
-         "v": ([2, 7, 2, 16], "f32")}, "[2, 7, 2, 3, 16]"),
+        "use std.nn.attention::{window_attention}",
+        "window_attention(q, k, v, 0.25, 3)",
+        {"q": ([2, 7, 2, 3, 16], "f32"), "k": ([2, 7, 2, 16], "f32"), "v": ([2, 7, 2, 16], "f32")},
+        "[2, 7, 2, 3, 16]",
+    ),
     "std.nn.attention::window_decode_attention": (
         "use std.nn.attention::{window_decode_attention}",
         "window_decode_attention(q, kc, vc, pos, 0.25, 4)",
-        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
-         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
-    "std.nn.norm::rms_norm_offset": ("use std.nn.norm::{rms_norm_offset}",
-                                     "rms_norm_offset(x, w, 1e-5)",
-                                     {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
-    "std.nn.norm::layer_norm": ("use std.nn.norm::{layer_norm}", "layer_norm(x, w, b, 1e-5)",
-                                {"x": ([3, 8], "f32"), "w": ([8], "f32"), "b": ([8], "f32")},
-                                "[3, 8]"),
-    "std.nn.activation::gelu_tanh": ("use std.nn.activation::{gelu_tanh}", "gelu_tanh(x)",
-                                     {"x": ([3, 8], "f32")}, "[3, 8]"),
+        {
+            "q": ([2, 2, 3, 16], "f32"),
+            "kc": ([2, 12, 2, 16], "f32"),
+            "vc": ([2, 12, 2, 16], "f32"),
+            "pos": ([2], "i32"),
+        },
+        "[2, 2, 3, 16]",
+    ),
+    "std.nn.norm::rms_norm_offset": (
+        "use std.nn.norm::{rms_norm_offset}",
+        "rms_norm_offset(x, w, 1e-5)",
+        {"x": ([3, 8], "f32"), "w": ([8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.norm::layer_norm": (
+        "use std.nn.norm::{layer_norm}",
+        "layer_norm(x, w, b, 1e-5)",
+        {"x": ([3, 8], "f32"), "w": ([8], "f32"), "b": ([8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.activation::gelu_tanh": (
+        "use std.nn.activation::{gelu_tanh}",
+        "gelu_tanh(x)",
+        {"x": ([3, 8], "f32")},
+        "[3, 8]",
+    ),
     "std.nn.linear::linear_in_out_bias": (
-        "use std.nn.linear::{linear_in_out_bias}", "linear_in_out_bias(x, w, b)",
-        {"x": ([3, 8], "f32"), "w": ([8, 5], "f32"), "b": ([5], "f32")}, "[3, 5]"),
+        "use std.nn.linear::{linear_in_out_bias}",
+        "linear_in_out_bias(x, w, b)",
+        {"x": ([3, 8], "f32"), "w": ([8, 5], "f32"), "b": ([5], "f32")},
+        "[3, 5]",
+    ),
 }
 
 
-def fast_case_program(use: str, call: str, inputs: dict, out: str, dtype: str = "f32"
-                      ) -> Program:
-    params = ", ".join(f"{n}: Tensor[{', '.join(str(d) for d in s)}; "
-                       f"{t if t != 'f32' else dtype}]" for n, (s, t) in inputs.items())
+def fast_case_program(use: str, call: str, inputs: dict, out: str, dtype: str = "f32") -> Program:
+    params = ", ".join(
+        f"{n}: Tensor[{', '.join(str(d) for d in s)}; {t if t != 'f32' else dtype}]"
+        for n, (s, t) in inputs.items()
+    )
     return Program.from_text(f"""
 {use}
 model M {{
-    entry run({params}) -> Tensor[{out.strip('[]')}; {dtype}] {{
+    entry run({params}) -> Tensor[{out.strip("[]")}; {dtype}] {{
         return {call}
     }}
 }}
@@ -94,22 +151,28 @@ def random_inputs(callee: str, inputs: dict, dtype: str, seed: int = 0) -> list[
         else:
             x = rng.standard_normal(shape).astype(np.float32)
             out.append(x.astype(jnp.bfloat16) if dtype == "bf16" else x)
-    if callee in ("std.nn.attention::decode_attention",
-                  "std.nn.attention::window_decode_attention"):
+    if callee in (
+        "std.nn.attention::decode_attention",
+        "std.nn.attention::window_decode_attention",
+    ):
         out[3] = np.array([4, 11], dtype=np.int32)  # pos 11 with window 4: 0..7 masked
     return out
 
 
 F32_ONLY = {"std.nn.activation::softmax"}  # declared on f32 tensors: no bf16 variant
 CASES = [(c, "f32") for c in sorted(FAST_CALLS)] + [
-    (c, "bf16") for c in sorted(FAST_CALLS) if c not in F32_ONLY]
+    (c, "bf16") for c in sorted(FAST_CALLS) if c not in F32_ONLY
+]
 
 
 @pytest.mark.parametrize("callee,dtype", CASES)
 def test_fast_call_equals_the_op_body(callee, dtype):
     use, call, inputs, out = FAST_CASES[callee]
-    graph = lower(fast_case_program(use, call, inputs, out, dtype), "run",
-                  {n: s for n, (s, _) in inputs.items()})
+    graph = lower(
+        fast_case_program(use, call, inputs, out, dtype),
+        "run",
+        {n: s for n, (s, _) in inputs.items()},
+    )
     assert graph.semantic_calls(callee), "the case must call the op"
     args = random_inputs(callee, inputs, dtype)
     fast = import_source(emit_jax(graph, fast=True), "fast_case")
@@ -156,10 +219,17 @@ def window_functions(kind: str):
     """The fused and the body form of a window op's program, jitted (made once)."""
     if kind not in _WINDOW_MODULES:
         program = Program.from_text(WINDOW_PROGRAMS[kind])
-        shapes = ({"q": [2, 9, 2, 2, 16], "k": [2, 9, 2, 16], "v": [2, 9, 2, 16], "w": [1]}
-                  if kind == "prefill" else
-                  {"q": [2, 2, 2, 16], "kc": [2, 9, 2, 16], "vc": [2, 9, 2, 16], "pos": [2],
-                   "w": [1]})
+        shapes = (
+            {"q": [2, 9, 2, 2, 16], "k": [2, 9, 2, 16], "v": [2, 9, 2, 16], "w": [1]}
+            if kind == "prefill"
+            else {
+                "q": [2, 2, 2, 16],
+                "kc": [2, 9, 2, 16],
+                "vc": [2, 9, 2, 16],
+                "pos": [2],
+                "w": [1],
+            }
+        )
         graph = lower(program, "run", shapes)
         fast = import_source(emit_jax(graph, fast=True), f"window_{kind}_fast")
         body = import_source(emit_jax(graph, fast=False), f"window_{kind}_body")
@@ -169,13 +239,20 @@ def window_functions(kind: str):
 
 
 @settings(PROFILE, max_examples=10 * SCALE, deadline=None)
-@given(kind=st.sampled_from(["prefill", "decode"]), window=st.integers(1, 11),
-       pos=st.lists(st.integers(0, 8), min_size=2, max_size=2), seed=st.integers(0, 2**16))
+@given(
+    kind=st.sampled_from(["prefill", "decode"]),
+    window=st.integers(1, 11),
+    pos=st.lists(st.integers(0, 8), min_size=2, max_size=2),
+    seed=st.integers(0, 2**16),
+)
 def test_window_fast_calls_equal_the_bodies_for_any_window(kind, window, pos, seed):
     shapes, fast, body = window_functions(kind)
     rng = np.random.default_rng(seed)
-    args = [rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()
-            if n not in ("pos", "w")]
+    args = [
+        rng.standard_normal(s).astype(np.float32)
+        for n, s in shapes.items()
+        if n not in ("pos", "w")
+    ]
     if kind == "decode":
         args.append(np.array(pos, np.int32))
     args.append(np.array([window], np.int32))
@@ -203,9 +280,13 @@ def test_generated_index_programs_match_numpy(case) -> None:
     finite = np.abs(expected[np.isfinite(expected)])
     scale = max(1.0, float(finite.max())) if finite.size else 1.0
     tol = 1e-2 if "f16" in case.source else 1e-4
-    np.testing.assert_allclose(np.asarray(out, dtype=expected.dtype), expected,
-                               rtol=0 if case.exact else tol,
-                               atol=0 if case.exact else tol * scale, err_msg=text)
+    np.testing.assert_allclose(
+        np.asarray(out, dtype=expected.dtype),
+        expected,
+        rtol=0 if case.exact else tol,
+        atol=0 if case.exact else tol * scale,
+        err_msg=text,
+    )
 
 
 @settings(PROFILE, max_examples=20 * SCALE, deadline=None)
@@ -256,9 +337,12 @@ def test_llama_matches_the_pytorch_interpreter(toy_weights, dtype):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     # The caches too (the states the model keeps, after the donated calls).
     for path, value in jm.states.items():
-        np.testing.assert_allclose(np.asarray(value, np.float32),
-                                   tm._contexts[next(iter(tm._contexts))].states[path]
-                                   .float().numpy(), rtol=tol, atol=tol)
+        np.testing.assert_allclose(
+            np.asarray(value, np.float32),
+            tm._contexts[next(iter(tm._contexts))].states[path].float().numpy(),
+            rtol=tol,
+            atol=tol,
+        )
 
 
 def test_load_function_is_pure_and_returns_new_states(toy_weights):
@@ -325,6 +409,7 @@ def test_the_function_composes_under_jit_and_scan(toy_weights):
             (logits,), states = decode(params, states, [token, pos[None]])
             token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
             return (states, token), token[0]
+
         _, out = jax.lax.scan(step, (states, token), jnp.arange(6, dtype=jnp.int32))
         return out
 
@@ -335,8 +420,18 @@ def test_gradients_of_the_fused_forms_equal_the_bodies():
     """jax.grad through the generated prefill: the fused JAX calls (dot_product_attention,
     silu, matmul, ...) give the gradients of the std ops' bodies."""
     prompt = np.array([[5, 1, 7, 3]], np.int32)
-    cfg = {"V": 16, "D": 32, "F": 32, "NL": 1, "H": 2, "KV": 1, "HD": 16, "S": 8, "T": "f32",
-           "rope_theta": 10000.0}
+    cfg = {
+        "V": 16,
+        "D": 32,
+        "F": 32,
+        "NL": 1,
+        "H": 2,
+        "KV": 1,
+        "HD": 16,
+        "S": 8,
+        "T": "f32",
+        "rope_theta": 10000.0,
+    }
     weights = random_weights(LLAMA, cfg, scale=0.2)
     grads = []
     for fast in (True, False):
@@ -351,8 +446,13 @@ def test_gradients_of_the_fused_forms_equal_the_bodies():
             grads.append(jax.jit(jax.grad(loss))(fn.params))
     assert set(grads[0]) == set(grads[1])
     for path in grads[0]:
-        np.testing.assert_allclose(np.asarray(grads[0][path]), np.asarray(grads[1][path]),
-                                   rtol=1e-4, atol=1e-6, err_msg=path)
+        np.testing.assert_allclose(
+            np.asarray(grads[0][path]),
+            np.asarray(grads[1][path]),
+            rtol=1e-4,
+            atol=1e-6,
+            err_msg=path,
+        )
 
 
 # scatter_add (the transpose of gathers in reverse mode, linnet.lang.grad): the generated JAX
@@ -368,8 +468,20 @@ def test_generated_scatter_add_matches_numpy(bounds, k) -> None:
     inputs = {"x": (xs, "f64"), "v": ((5, *xs[k:]) if k else xs, "f64")}
     for a in range(k):
         inputs[f"i{a}"] = ((5,), "i64")
-    g = graph(inputs, [("scatter_add", ["%x", "%v", *[f"%i{a}" for a in range(k)]], "%r", xs,
-                        "f64", {"indexed_axes": k, "bounds": bounds})], ["%r"])
+    g = graph(
+        inputs,
+        [
+            (
+                "scatter_add",
+                ["%x", "%v", *[f"%i{a}" for a in range(k)]],
+                "%r",
+                xs,
+                "f64",
+                {"indexed_axes": k, "bounds": bounds},
+            )
+        ],
+        ["%r"],
+    )
     data = {"x": rng.standard_normal(xs), "v": rng.standard_normal(inputs["v"][0])}
     for a in range(k):
         lo, hi = (-2, xs[a] + 2) if bounds == "zero" else (0, xs[a])
@@ -386,14 +498,24 @@ def test_generated_scatter_add_matches_numpy(bounds, k) -> None:
 
 # slice (issue 19's static ranges): Python slicing in the generated JAX, against NumPy, with
 # the leading axis alone, inner axes, an empty range and every axis whole.
-@pytest.mark.parametrize("starts,limits", [([1, 0, 0], [3, 3, 2]), ([0, 1, 1], [4, 3, 2]),
-                                           ([2, 0, 0], [2, 3, 2]), ([0, 0, 0], [4, 3, 2])])
+@pytest.mark.parametrize(
+    "starts,limits",
+    [
+        ([1, 0, 0], [3, 3, 2]),
+        ([0, 1, 1], [4, 3, 2]),
+        ([2, 0, 0], [2, 3, 2]),
+        ([0, 0, 0], [4, 3, 2]),
+    ],
+)
 def test_generated_slice_matches_numpy(starts, limits) -> None:
     from test_grad_rules import graph
 
     out = tuple(b - a for a, b in zip(starts, limits))
-    g = graph({"x": ((4, 3, 2), "f64")}, [("slice", ["%x"], "%r", out, "f64",
-                                            {"starts": starts, "limits": limits})], ["%r"])
+    g = graph(
+        {"x": ((4, 3, 2), "f64")},
+        [("slice", ["%x"], "%r", out, "f64", {"starts": starts, "limits": limits})],
+        ["%r"],
+    )
     x = np.random.default_rng(0).standard_normal((4, 3, 2))
     (want,) = run_graph(g, {"x": x}, {}, {})
     ns: dict = {}
@@ -435,12 +557,13 @@ def test_model_export_stablehlo_runs_like_the_model(toy_weights, tmp_path) -> No
     assert order[0] == "tokens"
     run = compile_cpu((tmp_path / "prefill.mlir").read_text())
     graph = model.graph("prefill", [tokens])
-    named = {"tokens": tokens, **{p: np.zeros(vt.shape, np.float32)
-                                  for p, vt in graph.states.items()},
-             **{p: np.asarray(v) for p, v in model.params.items()}}
+    named = {
+        "tokens": tokens,
+        **{p: np.zeros(vt.shape, np.float32) for p, vt in graph.states.items()},
+        **{p: np.asarray(v) for p, v in model.params.items()},
+    }
     outs = run(*(named[n] for n in order))
-    np.testing.assert_allclose(outs[0], np.asarray(model.prefill(tokens)), rtol=1e-4,
-                               atol=1e-5)
+    np.testing.assert_allclose(outs[0], np.asarray(model.prefill(tokens)), rtol=1e-4, atol=1e-5)
 
 
 def _cross_entropy(logits, targets):
@@ -459,9 +582,28 @@ def test_linnet_jax_grad_matches_jax_grad_and_the_torch_gradient(tmp_path, capsy
 
     cfg = toy_config(B=1)
     target = tmp_path / "prefill_grad.py"
-    assert main(["jax", str(LLAMA), "--config", "toy", "--set", "B=1", "--entry", "prefill",
-                 "--input", "tokens=1,8", "--grad", "--grad-seed", "cotangents",
-                 "-o", str(target)]) == 0
+    assert (
+        main(
+            [
+                "jax",
+                str(LLAMA),
+                "--config",
+                "toy",
+                "--set",
+                "B=1",
+                "--entry",
+                "prefill",
+                "--input",
+                "tokens=1,8",
+                "--grad",
+                "--grad-seed",
+                "cotangents",
+                "-o",
+                str(target),
+            ]
+        )
+        == 0
+    )
     grad_ns: dict = {}
     exec(compile(target.read_text(), str(target), "exec"), grad_ns)
     weights = random_weights(LLAMA, cfg, scale=0.05)
@@ -483,24 +625,40 @@ def test_linnet_jax_grad_matches_jax_grad_and_the_torch_gradient(tmp_path, capsy
     np.testing.assert_allclose(np.asarray(outs[0]), np.asarray(logits), rtol=1e-5, atol=1e-6)
     paths = sorted(fn.params)  # "params": every float parameter, by path
     got = dict(zip(paths, outs[1:], strict=True))
-    tm = torch_load(LLAMA, weights={k: torch.from_numpy(v) for k, v in weights.items()},
-                    config=cfg)
-    _, torch_grads = tm.value_and_grad("prefill", [torch.from_numpy(tokens)],
-                                       cotangents=[torch.from_numpy(np.array(d_logits))])
+    tm = torch_load(LLAMA, weights={k: torch.from_numpy(v) for k, v in weights.items()}, config=cfg)
+    _, torch_grads = tm.value_and_grad(
+        "prefill", [torch.from_numpy(tokens)], cotangents=[torch.from_numpy(np.array(d_logits))]
+    )
     assert set(torch_grads) == set(paths) == set(want)
     for path in paths:
         ref = np.asarray(want[path])
         scale = float(np.abs(ref).max())
         assert scale > 0, path
         for name, other in (("linnet jax --grad", got[path]), ("torch", torch_grads[path])):
-            np.testing.assert_allclose(np.asarray(other), ref, rtol=1e-4, atol=1e-4 * scale,
-                                       err_msg=f"{path}: {name} against jax.grad")
+            np.testing.assert_allclose(
+                np.asarray(other),
+                ref,
+                rtol=1e-4,
+                atol=1e-4 * scale,
+                err_msg=f"{path}: {name} against jax.grad",
+            )
 
 
 # Issue 18's acceptance on JAX for the std ops: the reverse pass's graph of each std op,
 # written as generated JAX, equals jax.vjp of the op's generated JAX forward.
-STD_GRAD_OPS = ["silu", "gelu", "softmax", "linear", "linear_bias", "rms_norm", "layer_norm",
-                "embedding", "rope", "causal_attention", "decode_attention"]
+STD_GRAD_OPS = [
+    "silu",
+    "gelu",
+    "softmax",
+    "linear",
+    "linear_bias",
+    "rms_norm",
+    "layer_norm",
+    "embedding",
+    "rope",
+    "causal_attention",
+    "decode_attention",
+]
 
 
 @pytest.mark.parametrize("name", STD_GRAD_OPS)
@@ -514,15 +672,22 @@ def test_std_op_gradient_as_generated_jax_matches_jax_vjp(name) -> None:
     forward: dict = {}
     backward: dict = {}
     exec(compile(emit_jax(graph), f"{name}_forward", "exec"), forward)
-    exec(compile(emit_jax(differentiate(graph, wrt, seed="cotangents")), f"{name}_grad",
-                 "exec"), backward)
+    exec(
+        compile(emit_jax(differentiate(graph, wrt, seed="cotangents")), f"{name}_grad", "exec"),
+        backward,
+    )
     rng = np.random.default_rng(len(name))
-    args = [rng.integers(0, 3, size=graph.values[r].shape).astype(np.int32)
-            if graph.values[r].dtype == "i32"
-            else rng.standard_normal(graph.values[r].shape).astype(np.float32)
-            for r in graph.inputs]
-    cot = np.random.default_rng(1).standard_normal(
-        graph.values[graph.outputs[0]].shape).astype(np.float32)
+    args = [
+        rng.integers(0, 3, size=graph.values[r].shape).astype(np.int32)
+        if graph.values[r].dtype == "i32"
+        else rng.standard_normal(graph.values[r].shape).astype(np.float32)
+        for r in graph.inputs
+    ]
+    cot = (
+        np.random.default_rng(1)
+        .standard_normal(graph.values[graph.outputs[0]].shape)
+        .astype(np.float32)
+    )
     floats = [i for i, r in enumerate(graph.inputs) if r in wrt]
 
     def f(*xs):
@@ -539,8 +704,9 @@ def test_std_op_gradient_as_generated_jax_matches_jax_vjp(name) -> None:
     assert len(outs) == 1 + len(floats)
     for got, ref in zip(outs[1:], want, strict=True):
         ref = np.asarray(ref)
-        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-4,
-                                   atol=1e-5 * max(1.0, float(np.abs(ref).max())))
+        np.testing.assert_allclose(
+            np.asarray(got), ref, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(ref).max()))
+        )
 
 
 def test_model_export_onnx_with_a_symbolic_batch_runs_at_any_batch(toy_weights, tmp_path):
@@ -555,12 +721,10 @@ def test_model_export_onnx_with_a_symbolic_batch_runs_at_any_batch(toy_weights, 
     graph = model.graph("decode", [token, pos])
     zeros = {p: np.zeros(vt.shape, np.float32) for p, vt in graph.states.items()}
     outs = sess.run(None, {"token": token, "pos": pos, **zeros})
-    np.testing.assert_allclose(outs[0], np.asarray(model.decode(token, pos)), rtol=1e-4,
-                               atol=1e-5)
+    np.testing.assert_allclose(outs[0], np.asarray(model.decode(token, pos)), rtol=1e-4, atol=1e-5)
     params = {p: np.asarray(v) for p, v in model.params.items()}
     cfg = {**model.function("decode")._prep.config, "B": 3}
-    wide = lower(Program.from_file(LLAMA), "decode", {"token": [3], "pos": [3]}, cfg,
-                 check=False)
+    wide = lower(Program.from_file(LLAMA), "decode", {"token": [3], "pos": [3]}, cfg, check=False)
     feed = {"token": np.array([5, 7, 9], np.int32), "pos": np.array([0, 3, 1], np.int32)}
     states = {p: np.zeros(vt.shape, np.float32) for p, vt in wide.states.items()}
     after = {k: v.copy() for k, v in states.items()}

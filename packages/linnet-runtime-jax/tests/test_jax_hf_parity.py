@@ -25,23 +25,45 @@ def checkpoint(tmp_path_factory):
 
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=THETA,
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_theta=THETA,
         rope_parameters={"rope_type": "default", "rope_theta": THETA},
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+    )
     model = transformers.LlamaForCausalLM(cfg).eval()
     path = tmp_path_factory.mktemp("hf") / "model.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     prompt = torch.randint(0, cfg.vocab_size, (1, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits = model(prompt).logits
-        generated = model.generate(prompt, max_new_tokens=STEPS, do_sample=False,
-                                   min_new_tokens=STEPS, pad_token_id=0)
-    config = {"H": 4, "KV": 2, "S": 128, "rms_norm_eps": 1e-5, "rope_theta": THETA,
-              "tie_word_embeddings": False}
-    return (path, config, prompt.numpy().astype(np.int32), logits.numpy(),
-            generated[0, prompt.shape[1]:].tolist())
+        generated = model.generate(
+            prompt, max_new_tokens=STEPS, do_sample=False, min_new_tokens=STEPS, pad_token_id=0
+        )
+    config = {
+        "H": 4,
+        "KV": 2,
+        "S": 128,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": THETA,
+        "tie_word_embeddings": False,
+    }
+    return (
+        path,
+        config,
+        prompt.numpy().astype(np.int32),
+        logits.numpy(),
+        generated[0, prompt.shape[1] :].tolist(),
+    )
 
 
 def greedy(path, config, prompt: np.ndarray, steps: int) -> tuple[np.ndarray, list[int]]:
@@ -80,8 +102,9 @@ def test_load_function_matches_the_pytorch_interpreter(checkpoint):
     out = [int(want[0, -1].argmax())]
     pos = prompt.shape[1]
     for _ in range(7):
-        step = model.decode(torch.tensor([out[-1]], dtype=torch.int32),
-                            torch.tensor([pos], dtype=torch.int32))
+        step = model.decode(
+            torch.tensor([out[-1]], dtype=torch.int32), torch.tensor([pos], dtype=torch.int32)
+        )
         out.append(int(step[0].argmax()))
         pos += 1
     assert tokens == out

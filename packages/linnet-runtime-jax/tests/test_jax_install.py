@@ -14,10 +14,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def run(command: list, cwd: Path | None = None, env: dict | None = None
-        ) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(c) for c in command], capture_output=True, text=True,
-                          timeout=300, cwd=cwd, env=env)
+def run(
+    command: list, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [str(c) for c in command], capture_output=True, text=True, timeout=300, cwd=cwd, env=env
+    )
     assert done.returncode == 0, f"{' '.join(map(str, command))}:\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -43,17 +45,56 @@ def test_runtime_jax_installs_and_runs_without_torch(tmp_path):
         pytest.skip("uv is not on PATH")
     dist = tmp_path / "dist"
     for name in ("linnet-lang", "linnet-runtime-jax"):
-        run([uv, "build", "--quiet", "--package", name, "--wheel", "--no-sources", "--offline",
-             "--out-dir", dist], cwd=ROOT)
+        run(
+            [
+                uv,
+                "build",
+                "--quiet",
+                "--package",
+                name,
+                "--wheel",
+                "--no-sources",
+                "--offline",
+                "--out-dir",
+                dist,
+            ],
+            cwd=ROOT,
+        )
     venv = tmp_path / "venv"
     run([uv, "venv", "--quiet", "--python", sys.executable, venv])
     py = venv / "bin" / "python"
     lock = tmp_path / "pylock.toml"
-    run([uv, "export", "--quiet", "--frozen", "--format", "pylock.toml", "--no-default-groups",
-         "--no-emit-workspace", "--package", "linnet-runtime-jax", "-o", lock], cwd=ROOT)
+    run(
+        [
+            uv,
+            "export",
+            "--quiet",
+            "--frozen",
+            "--format",
+            "pylock.toml",
+            "--no-default-groups",
+            "--no-emit-workspace",
+            "--package",
+            "linnet-runtime-jax",
+            "-o",
+            lock,
+        ],
+        cwd=ROOT,
+    )
     run([uv, "pip", "install", "--quiet", "--python", py, "--offline", "-r", lock])
-    run([uv, "pip", "install", "--quiet", "--python", py, "--no-index", f"--find-links={dist}",
-         *dist.glob("linnet_runtime_jax-*.whl")])
+    run(
+        [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            py,
+            "--no-index",
+            f"--find-links={dist}",
+            *dist.glob("linnet_runtime_jax-*.whl"),
+        ]
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["LINNET_HOME"] = str(tmp_path / "home")
     env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
@@ -62,17 +103,38 @@ def test_runtime_jax_installs_and_runs_without_torch(tmp_path):
 
     probe = subprocess.run([py, "-c", "import torch"], capture_output=True, text=True, env=env)
     assert probe.returncode != 0 and "No module named 'torch'" in probe.stderr
-    names = run([py, "-c", "import importlib.metadata as m; "
-                 "print(sorted(d.metadata['Name'].lower() for d in m.distributions()))"],
-                env=env).stdout
+    names = run(
+        [
+            py,
+            "-c",
+            "import importlib.metadata as m; "
+            "print(sorted(d.metadata['Name'].lower() for d in m.distributions()))",
+        ],
+        env=env,
+    ).stdout
     assert "'torch'" not in names and "'jax'" in names and "linnet-runtime-torch" not in names
 
     # The CLI: the demo (the example from linnet-lang's wheel, a generated checkpoint); jax
     # is the default runtime where torch is not installed. It samples (issue 46 item 14),
     # and its --help lists only the options JAX takes.
-    done = run([venv / "bin" / "linnet", "run", "--runtime", "jax", "--tokens", "3",
-                "--temperature", "0.8", "--top-k", "50", "--sampling-seed", "1"],
-               cwd=outside, env=env)
+    done = run(
+        [
+            venv / "bin" / "linnet",
+            "run",
+            "--runtime",
+            "jax",
+            "--tokens",
+            "3",
+            "--temperature",
+            "0.8",
+            "--top-k",
+            "50",
+            "--sampling-seed",
+            "1",
+        ],
+        cwd=outside,
+        env=env,
+    )
     assert "(jax)" in done.stdout and "decoded 3 tokens" in done.stdout, done.stdout
     assert "Traceback" not in done.stderr
     usage = run([venv / "bin" / "linnet", "run", "--help"], cwd=outside, env=env).stdout
@@ -80,8 +142,13 @@ def test_runtime_jax_installs_and_runs_without_torch(tmp_path):
     assert not any(o in usage for o in ("--compile", "--interpret", "--nproc", "--rank-timeout"))
     default = run([venv / "bin" / "linnet", "run", "--tokens", "2"], cwd=outside, env=env)
     assert "(jax)" in default.stdout
-    torch_asked = subprocess.run([venv / "bin" / "linnet", "run", "--runtime", "torch"],
-                                 cwd=outside, env=env, capture_output=True, text=True)
+    torch_asked = subprocess.run(
+        [venv / "bin" / "linnet", "run", "--runtime", "torch"],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert torch_asked.returncode != 0 and "E0790" in torch_asked.stderr
     assert "Traceback" not in torch_asked.stderr
 

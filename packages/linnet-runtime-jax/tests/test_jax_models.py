@@ -30,8 +30,9 @@ STEPS = 8
 
 def _zoo():
     """linnet-runtime-torch's model zoo module, under a name of its own (not collected)."""
-    path = Path(__file__).resolve().parents[2] / "linnet-runtime-torch" / "tests" / \
-        "test_model_zoo.py"
+    path = (
+        Path(__file__).resolve().parents[2] / "linnet-runtime-torch" / "tests" / "test_model_zoo.py"
+    )
     spec = importlib.util.spec_from_file_location("linnet_torch_model_zoo", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -62,8 +63,9 @@ def checkpoints(tmp_path_factory):
         model.save_pretrained(path)
         with torch.no_grad():
             logits = model(prompt).logits.numpy()
-            generated = model.generate(prompt, max_new_tokens=STEPS, min_new_tokens=STEPS,
-                                       do_sample=False, pad_token_id=0)
+            generated = model.generate(
+                prompt, max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False, pad_token_id=0
+            )
         out[name] = (path, logits, generated[0, PROMPT:].tolist())
     return prompt.numpy().astype(np.int32), out
 
@@ -85,8 +87,7 @@ FAST = {
     "llama": ["jax.nn.dot_product_attention(", "is_causal=True", "jax.nn.silu(", "lax.rsqrt("],
     "qwen2": ["jax.nn.dot_product_attention(", "jax.nn.silu("],
     "mistral": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.silu("],
-    "gemma": ["jax.nn.dot_product_attention(", "jax.nn.gelu(", "approximate=True",
-              "(1.0 + "],
+    "gemma": ["jax.nn.dot_product_attention(", "jax.nn.gelu(", "approximate=True", "(1.0 + "],
     "phi3": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.silu("],
     "gpt2": ["jax.nn.dot_product_attention(", "jax.nn.gelu(", "jnp.matmul("],
 }
@@ -102,8 +103,12 @@ def test_shipped_model_matches_transformers(checkpoints, name):
     assert np.abs(logits - hf_logits).max() < TOLERANCE
     assert tokens == hf_tokens
     # The run above went through the fused JAX calls, not the op bodies.
-    text = Path(model.source("prefill", [prompt])).read_text() + Path(model.source(
-        "decode", [np.zeros(1, np.int32), np.array([PROMPT], np.int32)])).read_text()
+    text = (
+        Path(model.source("prefill", [prompt])).read_text()
+        + Path(
+            model.source("decode", [np.zeros(1, np.int32), np.array([PROMPT], np.int32)])
+        ).read_text()
+    )
     for call in FAST[name]:
         assert call in text, f"{name}: generated JAX has no {call}"
 
@@ -126,8 +131,23 @@ def test_load_function_by_name_and_the_cli(checkpoints, capsys):
     (logits,), _ = prefill(prefill.params, prefill.new_states([prompt]), [prompt])
     assert np.abs(np.asarray(logits) - hf_logits).max() < TOLERANCE
     given = ",".join(str(t) for t in prompt[0].tolist())
-    assert main(["run", "--runtime", "jax", "std.models.qwen2", "--weights", str(path),
-                 "--prompt", given, "--tokens", "3"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--runtime",
+                "jax",
+                "std.models.qwen2",
+                "--weights",
+                str(path),
+                "--prompt",
+                given,
+                "--tokens",
+                "3",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "(jax)" in out and "decoded 3 tokens" in out
     assert f"token   1 at position   {PROMPT}: {hf_tokens[1]:6d}" in out

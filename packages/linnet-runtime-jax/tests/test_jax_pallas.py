@@ -53,6 +53,7 @@ def model(tmp_path):
         path = tmp_path / "m.linnet"
         path.write_text(text)
         return path
+
     return write
 
 
@@ -81,7 +82,7 @@ def test_interpreted_kernel_equals_the_body(model, interpret, shape):
     x = poisoned(shape)
     run = entry(fast)
     y = run(x)
-    (key, counts), = fast.RUNS.items()
+    ((key, counts),) = fast.RUNS.items()
     assert counts == [1, 0]  # traced once, launching the kernel
     np.testing.assert_allclose(np.asarray(y), np.asarray(entry(body)(x)), rtol=1e-6, atol=1e-7)
     y2 = run(x + 1)  # jit reuses the compiled launch: no new trace
@@ -103,7 +104,8 @@ def test_no_pallas_runs_the_body(model, interpret, monkeypatch):
 
     def no_pallas(name, *args, **kwargs):
         if name.startswith("jax.experimental.pallas") or (
-                name == "jax.experimental" and "pallas" in (args[2] or ())):
+            name == "jax.experimental" and "pallas" in (args[2] or ())
+        ):
             raise ImportError("no pallas here")
         return real(name, *args, **kwargs)
 
@@ -120,13 +122,13 @@ def test_no_pallas_runs_the_body(model, interpret, monkeypatch):
 @pytest.mark.parametrize("case", ["where false", "exact"])
 def test_no_launch_is_written_where_the_kernel_cannot_run(model, interpret, case):
     shape = [2, 2048] if case == "where false" else [3, 5]  # rows longer than B = 1024
-    m = load_source(model(), "run", {"x": shape},
-                    numerics="exact" if case == "exact" else "fast")
+    m = load_source(model(), "run", {"x": shape}, numerics="exact" if case == "exact" else "fast")
     text = Path(m.__file__).read_text()
     assert "kernels_ready" not in text and "pallas" not in text
     x = poisoned(shape)
-    np.testing.assert_allclose(np.asarray(entry(m)(x)), np.asarray(jax.nn.softmax(x, -1)),
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        np.asarray(entry(m)(x)), np.asarray(jax.nn.softmax(x, -1)), rtol=1e-6, atol=1e-7
+    )
 
 
 def test_grad_through_a_kernel_equals_grad_of_the_body(model, interpret):
@@ -178,14 +180,14 @@ def test_the_llama_decode_step_launches_pallas_kernels_and_equals_exact(interpre
         else:
             assert runs == {}
     scale = float(np.abs(np.asarray(logits["exact"])).max())
-    np.testing.assert_allclose(np.asarray(logits["fast"]), np.asarray(logits["exact"]),
-                               rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(
+        np.asarray(logits["fast"]), np.asarray(logits["exact"]), rtol=1e-5, atol=1e-5 * scale
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,cols", [(1, 1000), (64, 1024)])
-def test_std_kernels_launch_on_the_gpu_and_equal_their_bodies(rows, cols, monkeypatch,
-                                                              tmp_path):
+def test_std_kernels_launch_on_the_gpu_and_equal_their_bodies(rows, cols, monkeypatch, tmp_path):
     """For real (no interpreter): each std binding's kernel against the same module's body
     (Pallas switched off, same numerics), TF32 products allowed where the kernel has one."""
     monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
@@ -204,22 +206,28 @@ def test_std_kernels_launch_on_the_gpu_and_equal_their_bodies(rows, cols, monkey
         monkeypatch.setattr(m, "PALLAS", True)
         tol = 1e-2 if "jnp.dot(" in Path(m.__file__).read_text() else 1e-5
         scale = float(np.abs(np.asarray(want)).max())
-        np.testing.assert_allclose(np.asarray(y), np.asarray(want), rtol=tol,
-                                   atol=tol * scale, err_msg=op)
+        np.testing.assert_allclose(
+            np.asarray(y), np.asarray(want), rtol=tol, atol=tol * scale, err_msg=op
+        )
 
 
 # ---------------------------------------------------------------- edge values
 # tests/kernels/edges.linnet of the PyTorch runtime (its kernels_interpreted.py runs it in
 # Triton's interpreter): NaN through max and min, integer / and % by 0 and MIN / -1, floats
 # past i32 and i8, floors of subnormals.
-EDGES = (Path(__file__).resolve().parents[2] / "linnet-runtime-torch" / "tests" / "kernels"
-         / "edges.linnet")
+EDGES = (
+    Path(__file__).resolve().parents[2]
+    / "linnet-runtime-torch"
+    / "tests"
+    / "kernels"
+    / "edges.linnet"
+)
 _NAN, _INF = math.nan, math.inf
 EDGE_INPUTS = {
     "x": np.array([_NAN, 1.0, -2.0, 3e9, -_INF, _INF, 0.5, -7.9], np.float32),
     "y": np.array([2.0, _NAN, -1.0, 300.0, -300.0, _NAN, -0.0, 1.5], np.float32),
     "z": np.array([-1e-45, -1e-30, -0.0, 0.0, 1e-45, -0.5, -1.5, 2.5], np.float32),
-    "a": np.array([7, -7, 5, -2 ** 31, -2 ** 31, 0, 9, -9], np.int32),
+    "a": np.array([7, -7, 5, -(2**31), -(2**31), 0, 9, -9], np.int32),
     "b": np.array([0, 0, 2, -1, 1, 0, -2, 4], np.int32),
 }
 
@@ -236,18 +244,24 @@ def edge_rules() -> list[list]:
         for v in values[1:]:
             out = E.nan_extreme(out, v, kind)
         return out
+
     top = [reduced(x, "max"), reduced(y, "min")] + [reduced(z, "max")] * 6
-    return [[E.nan_extreme(p, q, "max") for p, q in zip(x, y)],
-            [E.nan_extreme(p, q, "min") for p, q in zip(x, y)], top,
-            [E.int_div(p, q, "i32") for p, q in zip(a, b)],
-            [E.int_rem(p, q) for p, q in zip(a, b)],
-            [E.float_to_int(v, "i32") for v in x], [E.float_to_int(v, "i8") for v in y],
-            [E.floor(v) for v in z]]
+    return [
+        [E.nan_extreme(p, q, "max") for p, q in zip(x, y)],
+        [E.nan_extreme(p, q, "min") for p, q in zip(x, y)],
+        top,
+        [E.int_div(p, q, "i32") for p, q in zip(a, b)],
+        [E.int_rem(p, q) for p, q in zip(a, b)],
+        [E.float_to_int(v, "i32") for v in x],
+        [E.float_to_int(v, "i8") for v in y],
+        [E.floor(v) for v in z],
+    ]
 
 
 def edge_results(numerics: str) -> tuple[list, object]:
-    m = load_source(EDGES, "run", {k: list(v.shape) for k, v in EDGE_INPUTS.items()},
-                    numerics=numerics)
+    m = load_source(
+        EDGES, "run", {k: list(v.shape) for k, v in EDGE_INPUTS.items()}, numerics=numerics
+    )
     out = jax.jit(lambda *a: m.run(*a, {}, {})[0])(*(EDGE_INPUTS[k] for k in "xyzab"))
     return [np.asarray(o).tolist() for o in out], m
 
@@ -256,9 +270,10 @@ def assert_edge_values(got: list, want: list) -> None:
     """The kernel's results equal the body's and the rules', NaN for NaN, zeros' signs too."""
     for k, (g, w, r) in enumerate(zip(got, want, edge_rules())):
         for row in (w, r):
-            assert all((v != v and u != u) or (v == u and math.copysign(1, v) ==
-                                                math.copysign(1, u)) for v, u in zip(g, row)), (
-                k, g, w, r)
+            assert all(
+                (v != v and u != u) or (v == u and math.copysign(1, v) == math.copysign(1, u))
+                for v, u in zip(g, row)
+            ), (k, g, w, r)
 
 
 def test_a_kernel_follows_the_edge_value_rules_as_its_body_does(interpret):
@@ -295,8 +310,12 @@ def std_bindings() -> list[tuple[str, str]]:
     for module in sorted(std_modules()):
         path = STD_ROOT.joinpath(*module.split(".")[1:]).with_suffix(".linnet")
         for item in parse(SourceFile(str(path), path.read_text()), module).items:
-            if isinstance(item, A.FuncDecl) and item.kind == "op" and item.kernel is not None \
-                    and item.public:
+            if (
+                isinstance(item, A.FuncDecl)
+                and item.kind == "op"
+                and item.kernel is not None
+                and item.public
+            ):
                 out.append((module, item.name))
     return out
 
@@ -325,12 +344,16 @@ def op_model(module: str, op: str, rows: int, cols: int):
 
     ins = {p.name: shape(p.type) for p in decl.params if hasattr(p.type, "dims")}
     # A scalar parameter (rms_norm's eps) gets a constant, as a model's call gives it.
-    args = [p.name if p.name in ins else ("1e-5" if p.type.name.startswith(("f", "bf"))
-                                          else "1") for p in decl.params]
+    args = [
+        p.name if p.name in ins else ("1e-5" if p.type.name.startswith(("f", "bf")) else "1")
+        for p in decl.params
+    ]
     params = ", ".join(f"{n}: Tensor[{', '.join(map(str, s))}; f32]" for n, s in ins.items())
     out = ", ".join(map(str, shape(decl.results[0].type)))
-    text = (f"use {module}::{{{op}}}\nmodel Case {{\n    entry run({params}) -> "
-            f"Tensor[{out}; f32] {{ return {op}({', '.join(args)}) }}\n}}\n")
+    text = (
+        f"use {module}::{{{op}}}\nmodel Case {{\n    entry run({params}) -> "
+        f"Tensor[{out}; f32] {{ return {op}({', '.join(args)}) }}\n}}\n"
+    )
     return text, ins
 
 
@@ -350,8 +373,12 @@ def test_std_kernels_equal_their_bodies_interpreted(module, op, interpret, tmp_p
     from linnet.lang.check.tile_lowering import find_kernel, lower_kernel
     from linnet.lang.emit.triton import instance_name, kernel_args
 
-    @settings(max_examples=8, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=8,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
     @given(rows=st.integers(1, 6), cols=st.integers(1, 1024))
     def check(rows, cols):
         text, ins = op_model(module, op, rows, cols)
@@ -372,17 +399,21 @@ def test_std_kernels_equal_their_bodies_interpreted(module, op, interpret, tmp_p
         n = len(xs)
 
         def poisoned_kernel(*refs):  # the aliased NaN buffers are read by no one
-            kernel(*refs[:n], *refs[n + len(outs):])
+            kernel(*refs[:n], *refs[n + len(outs) :])
 
-        got = pl.pallas_call(poisoned_kernel, out_shape=outs, grid=k.grid, interpret=True,
-                             input_output_aliases={n + i: i for i in range(len(outs))}
-                             )(*xs, *nan)
+        got = pl.pallas_call(
+            poisoned_kernel,
+            out_shape=outs,
+            grid=k.grid,
+            interpret=True,
+            input_output_aliases={n + i: i for i in range(len(outs))},
+        )(*xs, *nan)
         want = body.run(*xs, {}, {})[0]
+
         # f32 rounding: sums in another order differ by a few ulps of the largest term.
         def close(a, b):
             scale = float(np.max(np.abs(np.asarray(b)), initial=1.0))
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
-                                       atol=1e-6 * scale)
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6 * scale)
 
         for g, w in zip(got, want):
             assert not np.isnan(np.asarray(g)).any()  # every element written
@@ -398,19 +429,27 @@ def test_std_kernels_equal_their_bodies_interpreted(module, op, interpret, tmp_p
 def test_linnet_kernels_checks_the_std_kernels_through_pallas(capsys):
     from linnet.lang.cli import main
 
-    assert main(["kernels", "--std", "--runtime", "jax", "--count", "1", "--device",
-                 "cpu"]) == 0
+    assert main(["kernels", "--std", "--runtime", "jax", "--count", "1", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    for kernel in ("activation::row_softmax", "linear::tiled_matmul", "norm::rms_norm_rows",
-                   "activation::silu_mul_tiles", "decode::gemv_rows", "decode::rms_norm_gemv",
-                   "decode::gemv_row",
-                   "decode::rms_norm_qkv_gemv", "decode::rms_norm_gate_up_gemv",
-                   "decode::gate_up_gemv", "decode::gemv_residual",
-                   "decode::decode_attention_tiles", "decode::gemv_dot",
-                   "decode::gemv_split_part then gemv_split_sum",
-                   "decode::gemv_split_part then gemv_split_residual_sum",
-                   "decode::rms_norm_qkv_split_part then rms_norm_qkv_split_sum",
-                   "decode::decode_attention_split_tiles then decode_attention_combine_tiles"):
+    for kernel in (
+        "activation::row_softmax",
+        "linear::tiled_matmul",
+        "norm::rms_norm_rows",
+        "activation::silu_mul_tiles",
+        "decode::gemv_rows",
+        "decode::rms_norm_gemv",
+        "decode::gemv_row",
+        "decode::rms_norm_qkv_gemv",
+        "decode::rms_norm_gate_up_gemv",
+        "decode::gate_up_gemv",
+        "decode::gemv_residual",
+        "decode::decode_attention_tiles",
+        "decode::gemv_dot",
+        "decode::gemv_split_part then gemv_split_sum",
+        "decode::gemv_split_part then gemv_split_residual_sum",
+        "decode::rms_norm_qkv_split_part then rms_norm_qkv_split_sum",
+        "decode::decode_attention_split_tiles then decode_attention_combine_tiles",
+    ):
         assert f"ok    std.nn.{kernel}  " in out
     assert "case(s) checked through Pallas: every kernel agrees with its op" in out
 
@@ -428,8 +467,10 @@ pub op twice<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] kernel k<N, 4> where N
 """
 
 
-@pytest.mark.parametrize("factor,limit,problem", [
-    ("2.0", "N", None), ("3.0", "N", "differs"), ("2.0", "N - 1", "are NaN where the body's")])
+@pytest.mark.parametrize(
+    "factor,limit,problem",
+    [("2.0", "N", None), ("3.0", "N", "differs"), ("2.0", "N - 1", "are NaN where the body's")],
+)
 def test_a_wrong_kernel_is_a_finding(tmp_path, factor, limit, problem):
     """The Pallas check finds a kernel that computes something else, and one that leaves an
     element unwritten (its NaN poison shows), and passes the right one."""
@@ -469,10 +510,15 @@ def test_an_op_whose_kernel_keeps_scratch_buffers_is_skipped_and_said():
     from linnet.lang.check.kernel_cases import std_program
 
     skipped, checked = [], []
-    findings = check_kernels(std_program(), count=1, seed=0, interpret=True,
-                             ops=["decode_attention_split_once", "decode_attention_split_short"],
-                             on_check=checked.append,
-                             on_skip=lambda op, why: skipped.append((op, why)))
+    findings = check_kernels(
+        std_program(),
+        count=1,
+        seed=0,
+        interpret=True,
+        ops=["decode_attention_split_once", "decode_attention_split_short"],
+        on_check=checked.append,
+        on_skip=lambda op, why: skipped.append((op, why)),
+    )
     assert findings == []
     assert [op for op, _ in skipped] == ["std.nn.decode::decode_attention_split_once"]
     assert "scratch buffers" in skipped[0][1]

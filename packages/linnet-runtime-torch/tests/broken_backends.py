@@ -25,10 +25,12 @@ def across_scatter(graph) -> list[int]:
     """k_rot's add, and layer 0's attention scores that read k_cache with what they read
     from the steps between (the query's reshape): every SSA operand is made in time, but
     the scatter of k_rot into k_cache, which the scores read, is skipped."""
-    write = next(i for i, s in enumerate(graph.steps)
-                 if s.op == "scatter" and s.operands[0] == "@" + K_CACHE)
-    read = next(i for i, s in enumerate(graph.steps)
-                if s.op != "scatter" and "@" + K_CACHE in s.operands)
+    write = next(
+        i for i, s in enumerate(graph.steps) if s.op == "scatter" and s.operands[0] == "@" + K_CACHE
+    )
+    read = next(
+        i for i, s in enumerate(graph.steps) if s.op != "scatter" and "@" + K_CACHE in s.operands
+    )
     producers = graph.producers()
     steps, todo = set(), [write - 1, read]
     while todo:
@@ -36,8 +38,11 @@ def across_scatter(graph) -> list[int]:
         if i in steps:
             continue
         steps.add(i)
-        todo += [producers[o] for o in graph.steps[i].operands
-                 if o in producers and producers[o] >= write - 1]
+        todo += [
+            producers[o]
+            for o in graph.steps[i].operands
+            if o in producers and producers[o] >= write - 1
+        ]
     return sorted(steps)
 
 
@@ -58,8 +63,9 @@ class Interpret:
         env = dict(zip(self.region.inputs, inputs))
         for i in self.region.steps:
             step = graph.steps[i]
-            args = [context.parameters[o[1:]] if o.startswith("@") else env[o]
-                    for o in step.operands]
+            args = [
+                context.parameters[o[1:]] if o.startswith("@") else env[o] for o in step.operands
+            ]
             out = RULES[step.op](step, args, context.device)
             if step.results:
                 env[step.results[0]] = out
@@ -97,11 +103,18 @@ class HandBuilt(Base):
     def match(self, graph, target):
         steps = across_scatter(graph)
         made = {r for i in steps for r in graph.steps[i].results}
-        inputs = tuple(dict.fromkeys(o for i in steps for o in graph.steps[i].operands
-                                     if not o.startswith("@") and o not in made))
+        inputs = tuple(
+            dict.fromkeys(
+                o
+                for i in steps
+                for o in graph.steps[i].operands
+                if not o.startswith("@") and o not in made
+            )
+        )
         users = {o for j, s in enumerate(graph.steps) if j not in steps for o in s.operands}
-        outputs = tuple(r for i in steps for r in graph.steps[i].results
-                        if r in users or r in graph.outputs)
+        outputs = tuple(
+            r for i in steps for r in graph.steps[i].results if r in users or r in graph.outputs
+        )
         states = (K_CACHE,)
         region = Region(graph, tuple(steps), None, inputs, outputs, (), states, "")
         object.__setattr__(region, "kind", region_kind(region))  # all it says is consistent
@@ -120,8 +133,11 @@ class CacheWrite(Base):
         self.name = "wrong-cache-write" if wrong else "cache-write"
 
     def match(self, graph, target):
-        write = next(i for i, s in enumerate(graph.steps)
-                     if s.op == "scatter" and s.operands[0] == "@" + K_CACHE)
+        write = next(
+            i
+            for i, s in enumerate(graph.steps)
+            if s.op == "scatter" and s.operands[0] == "@" + K_CACHE
+        )
         return [Region.of(graph, write - 1, write + 1)]
 
     def compile(self, region, target, options):
@@ -149,8 +165,18 @@ class MadeUpKind(RefLinear):
 
 
 # ------------------------------------------------------------ outputs that are not the region's
-BAD_OUTPUTS = ("float", "none", "garbage", "bare-tensor", "empty", "extra", "slice",
-               "dtype", "device", "list-of-none")
+BAD_OUTPUTS = (
+    "float",
+    "none",
+    "garbage",
+    "bare-tensor",
+    "empty",
+    "extra",
+    "slice",
+    "dtype",
+    "device",
+    "list-of-none",
+)
 
 
 class BadOutputCall(LinearCall):
@@ -356,8 +382,7 @@ class DecodeAttention(Base):
         self.name = "zero-attention" if zeros else "interpreted-attention"
 
     def match(self, graph, target):
-        return [Region.of(graph, c.start, c.stop, c.index)
-                for c in graph.semantic_calls(ATTENTION)]
+        return [Region.of(graph, c.start, c.stop, c.index) for c in graph.semantic_calls(ATTENTION)]
 
     def compile(self, region, target, options):
         return Zeros(region) if self.zeros else Interpret(region)

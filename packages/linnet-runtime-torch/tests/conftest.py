@@ -13,8 +13,10 @@ try:
     _USER = getpass.getuser()
 except Exception:  # no user entry (a container)
     _USER = str(os.getuid()) if hasattr(os, "getuid") else "user"
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-    tempfile.gettempdir(), f"linnet-tests-torchinductor-{_USER}"))
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR",
+    os.path.join(tempfile.gettempdir(), f"linnet-tests-torchinductor-{_USER}"),
+)
 
 
 @pytest.fixture(autouse=True)

@@ -64,10 +64,11 @@ def test_where_clause_false_runs_the_body(softmax_model, interpret):
 
 def test_launch_seam(interpret):
     x = torch.randn(4, 8)
-    y, = launch("std.nn.activation::softmax", {"R": 4, "C": 8}, x)
+    (y,) = launch("std.nn.activation::softmax", {"R": 4, "C": 8}, x)
     torch.testing.assert_close(y, torch.softmax(x, -1))
-    y, = launch("std.nn.activation::row_softmax", {"R": 4, "C": 8, "B": 8}, x,
-                program=Program.from_text(""))
+    (y,) = launch(
+        "std.nn.activation::row_softmax", {"R": 4, "C": 8, "B": 8}, x, program=Program.from_text("")
+    )
     torch.testing.assert_close(y, torch.softmax(x, -1))
 
 
@@ -218,8 +219,9 @@ def test_loops_carry_old_and_new_values(tmp_path, interpret):
 
 
 # ---------------------------------------------------------------- the planner's kernel paths
-SPAN_OPS = Path(__file__).resolve().parents[2] / "linnet-lang" / "tests" / "spans" / \
-    "norm_linear.linnet"
+SPAN_OPS = (
+    Path(__file__).resolve().parents[2] / "linnet-lang" / "tests" / "spans" / "norm_linear.linnet"
+)
 # More rows than std.nn.decode's span ops take (16), so that only this file's span op and
 # rms_norm's own kernel claim the model's steps.
 ROWS = 20
@@ -233,8 +235,12 @@ def span_model(tmp_path):
     path = tmp_path / "m.linnet"
     path.write_text(SPAN_OPS.read_text() + SPAN_MODEL)
     g = torch.Generator().manual_seed(0)
-    weights = {"nw": torch.randn(40, generator=g), "w": torch.randn(24, 40, generator=g) / 6,
-               "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g) / 5}
+    weights = {
+        "nw": torch.randn(40, generator=g),
+        "w": torch.randn(24, 40, generator=g) / 6,
+        "nw2": torch.randn(24, generator=g),
+        "w2": torch.randn(40, 24, generator=g) / 5,
+    }
     return load(path, weights=weights, numerics="fast", config={"D": 40, "O": 24, "T": "f32"})
 
 
@@ -246,14 +252,21 @@ def test_plan_runs_a_span_ops_kernel_over_the_calls_it_claims(span_model, interp
     x = torch.randn(ROWS, 40)
     want = span_model.run("run", [x])
     plan = span_model.plan_for("run", [x], backends=[], measure=False, progress=False)
-    rows = {(c.region.callee.rsplit("::", 1)[-1], c.region.start): c.status
-            for c in kernel_rows(plan)}
+    rows = {
+        (c.region.callee.rsplit("::", 1)[-1], c.region.start): c.status for c in kernel_rows(plan)
+    }
     # Each norm + linear is claimed, and overlaps the norm's own kernel region (rms_norm_rows).
-    assert rows == {("norm_linear", 0): "taken", ("rms_norm", 0): "overlap",
-                    ("norm_linear", 10): "taken", ("rms_norm", 10): "overlap"}
+    assert rows == {
+        ("norm_linear", 0): "taken",
+        ("rms_norm", 0): "overlap",
+        ("norm_linear", 10): "taken",
+        ("rms_norm", 10): "overlap",
+    }
     assert [i.label for i in plan.items] == [
         "linnet-kernels Region(norm_linear @0, 10 steps)",
-        "linnet-kernels Region(norm_linear @10, 10 steps)", "slice"]
+        "linnet-kernels Region(norm_linear @10, 10 steps)",
+        "slice",
+    ]
     (got,) = plan.run([x], span_model.context_for(plan))
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
     # The executables launched the span kernel (not the body): their modules count launches.
@@ -262,14 +275,17 @@ def test_plan_runs_a_span_ops_kernel_over_the_calls_it_claims(span_model, interp
     # Once when the plan checked each executable's outputs, once in plan.run. The norms' own
     # regions (rms_norm_rows) are written in a module of their own (one per op whose kernel
     # regions launch, so that span ops over the same steps each launch their own kernel).
-    launched = {f"norm_linear_rows_{ROWS}_40_24_f32_64_16_1e_05": [2, 0],
-                f"norm_linear_rows_{ROWS}_24_40_f32_64_16_1e_06": [2, 0]}
+    launched = {
+        f"norm_linear_rows_{ROWS}_40_24_f32_64_16_1e_05": [2, 0],
+        f"norm_linear_rows_{ROWS}_24_40_f32_64_16_1e_06": [2, 0],
+    }
     assert launched == module.RUNS
     assert "norm_linear" in plan.explain() and "linnet-kernels" in plan.explain()
 
 
-def test_a_measured_plan_takes_kernel_regions_only_where_they_save_the_margin(span_model,
-                                                                            interpret):
+def test_a_measured_plan_takes_kernel_regions_only_where_they_save_the_margin(
+    span_model, interpret
+):
     x = torch.randn(ROWS, 40)
     plan = span_model.plan_for("run", [x], backends=[], progress=False)
     rows = kernel_rows(plan)
@@ -280,14 +296,16 @@ def test_a_measured_plan_takes_kernel_regions_only_where_they_save_the_margin(sp
         assert (c.status in ("taken", "overlap")) == saves, (c.status, c.reason)
     taken = {c.region.start for c in rows if c.status == "taken"}
     assert {i.label for i in plan.items if i.kind == "region"} == {
-        f"linnet-kernels {c.region!r}" for c in rows if c.status == "taken"}
+        f"linnet-kernels {c.region!r}" for c in rows if c.status == "taken"
+    }
     assert taken <= {0, 10}
 
 
 def test_kernels_false_leaves_linnet_kernels_out_of_the_plan(span_model, interpret):
     x = torch.randn(ROWS, 40)
-    plan = span_model.plan_for("run", [x], backends=[], measure=False, progress=False,
-                               kernels=False)
+    plan = span_model.plan_for(
+        "run", [x], backends=[], measure=False, progress=False, kernels=False
+    )
     assert kernel_rows(plan) == [] and [i.kind for i in plan.items] == ["slice"]
     text = Path(plan.items[0].run.__code__.co_filename).read_text()
     assert "@triton.jit" not in text  # a plan's generated source launches no kernel
@@ -312,12 +330,18 @@ def test_the_toy_llama_decode_plans_its_norm_kernels(interpret):
     # chain (`rms_norm_qkv_rope_attention`), whose last kernel stores k and v into the cache.
     status = {(c.region.callee.rsplit("::", 1)[-1], c.status) for c in kernel_rows(plan)}
     rows = [(c.region, c.status, c.reason) for c in kernel_rows(plan)]
-    assert {("decode_attention_flash", "overlap"), ("rms_norm_qkv_rope", "overlap"),
-            ("rms_norm_qkv_rope_attention", "taken")} <= status, rows
+    assert {
+        ("decode_attention_flash", "overlap"),
+        ("rms_norm_qkv_rope", "overlap"),
+        ("rms_norm_qkv_rope_attention", "taken"),
+    } <= status, rows
     assert all(c.status != "failed" for c in kernel_rows(plan)), rows
-    assert any(c.status == "taken" and c.region.writes_state
-               and c.region.callee.endswith("::rms_norm_qkv_rope_attention")
-               for c in kernel_rows(plan))
+    assert any(
+        c.status == "taken"
+        and c.region.writes_state
+        and c.region.callee.endswith("::rms_norm_qkv_rope_attention")
+        for c in kernel_rows(plan)
+    )
     want = load(LLAMA, weights=dict(weights), config=planning_config(), numerics="fast")
     ctx, ctx_want = model.context_for(plan), want.context_for_graph(plan.graph)
     for step in range(3):  # the cache the kernel plan writes is read back by later steps
@@ -339,7 +363,8 @@ def test_the_toy_llama_decode_kernels_store_k_and_v_into_the_cache(interpret):
     layers = planning_config()["NL"]  # one under CI=1
     findings, made = cache_writing_findings(layers=layers)
     assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == cache_writing_ops(
-        layers)
+        layers
+    )
     assert all(f.passed and f.difference is not None for f in findings), findings
     for ex in made:
         runs = ex.fn.__globals__["RUNS"]
@@ -357,16 +382,26 @@ def test_every_kernel_region_of_the_toy_llama_decode_launches_its_kernel(interpr
     from linnet.torch.kernel_paths import KernelPaths
     from support import LLAMA, planning_config
 
-    model = load(LLAMA, weights=random_weights(LLAMA, planning_config(), seed=4),
-                 config=planning_config(), numerics="fast")
+    model = load(
+        LLAMA,
+        weights=random_weights(LLAMA, planning_config(), seed=4),
+        config=planning_config(),
+        numerics="fast",
+    )
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([5], dtype=torch.int32)
     graph = claim_spans(model.graph("decode", [token, pos]), model.program)
     paths = KernelPaths(model.program)
     regions = paths.match(graph, Target("cpu"))
     ops = {r.callee.rsplit("::", 1)[-1] for r in regions}
-    assert {"decode_attention_flash", "decode_attention_split", "linear_gemv",
-            "linear_split", "rms_norm_qkv", "rms_norm_qkv_rope", "rms_norm_qkv_rope_split"} \
-        <= ops, ops
+    assert {
+        "decode_attention_flash",
+        "decode_attention_split",
+        "linear_gemv",
+        "linear_split",
+        "rms_norm_qkv",
+        "rms_norm_qkv_rope",
+        "rms_norm_qkv_rope_split",
+    } <= ops, ops
     calls = {c.index: c for c in graph.calls}
     for r, ex in zip(regions, paths.compile_regions(regions, Target("cpu"), Options())):
         short = calls[r.index].attributes["kernel"].rsplit("::", 1)[-1]
@@ -384,10 +419,16 @@ def test_conform_runs_each_kernel_region_both_ways(span_model, interpret):
 def two_span_ops(tmp_path):
     """The span model with `norm_linear` and `norm_linear_wide`, a copy bound to other tiles:
     two span ops over the same steps."""
-    other = SPAN_OPS.read_text().split("/// Two products of one norm")[0].replace(
-        "pub op norm_linear<", "pub op norm_linear_wide<").replace(
-        "kernel norm_linear_rows<N, D, O, T, 64, 16>", "kernel norm_linear_rows<N, D, O, T, 64, 32>")
-    other = other[other.index("/// linear(rms_norm(x, nw, eps), w), rows of up to 64"):]
+    other = (
+        SPAN_OPS.read_text()
+        .split("/// Two products of one norm")[0]
+        .replace("pub op norm_linear<", "pub op norm_linear_wide<")
+        .replace(
+            "kernel norm_linear_rows<N, D, O, T, 64, 16>",
+            "kernel norm_linear_rows<N, D, O, T, 64, 32>",
+        )
+    )
+    other = other[other.index("/// linear(rms_norm(x, nw, eps), w), rows of up to 64") :]
     path = tmp_path / "m.linnet"
     path.write_text(SPAN_OPS.read_text() + other + SPAN_MODEL)
     return path
@@ -403,20 +444,29 @@ def test_each_span_op_over_the_same_steps_launches_its_own_kernel(tmp_path, inte
 
     path = two_span_ops(tmp_path)
     g = torch.Generator().manual_seed(0)
-    weights = {"nw": torch.randn(40, generator=g), "w": torch.randn(24, 40, generator=g),
-               "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g)}
+    weights = {
+        "nw": torch.randn(40, generator=g),
+        "w": torch.randn(24, 40, generator=g),
+        "nw2": torch.randn(24, generator=g),
+        "w2": torch.randn(40, 24, generator=g),
+    }
     model = load(path, weights=weights, numerics="fast", config={"D": 40, "O": 24, "T": "f32"})
     x = torch.randn(ROWS, 40)
     paths = KernelPaths(model.program)
     graph = claim_spans(model.graph("run", [x]), model.program)
     target = Target("cpu")
-    regions = [r for r in paths.match(graph, target) if r.callee.endswith(("::norm_linear",
-                                                                          "::norm_linear_wide"))]
+    regions = [
+        r
+        for r in paths.match(graph, target)
+        if r.callee.endswith(("::norm_linear", "::norm_linear_wide"))
+    ]
     steps = {(r.callee.rsplit("::", 1)[-1], tuple(r.steps)) for r in regions}
     assert {op for op, _ in steps} == {"norm_linear", "norm_linear_wide"}
     # Both ops claim the same steps at each place.
-    assert all({op for op, st2 in steps if st2 == st} == {"norm_linear", "norm_linear_wide"}
-               for _, st in steps)
+    assert all(
+        {op for op, st2 in steps if st2 == st} == {"norm_linear", "norm_linear_wide"}
+        for _, st in steps
+    )
     for r, ex in zip(regions, paths.compile_regions(regions, target, Options())):
         tiles = "_f32_64_32_" if r.callee.endswith("_wide") else "_f32_64_16_"
         launched = [k for k in ex.fn.__globals__["RUNS"] if "norm_linear_rows" in k]
@@ -430,12 +480,15 @@ def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret):
 
     path = two_span_ops(tmp_path)
     g = torch.Generator().manual_seed(0)
-    weights = {"nw": torch.randn(40, generator=g), "w": torch.randn(24, 40, generator=g),
-               "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g)}
+    weights = {
+        "nw": torch.randn(40, generator=g),
+        "w": torch.randn(24, 40, generator=g),
+        "nw2": torch.randn(24, generator=g),
+        "w2": torch.randn(40, 24, generator=g),
+    }
     model = load(path, weights=weights, numerics="fast", config={"D": 40, "O": 24, "T": "f32"})
     cache = TimingCache(tmp_path / "t.json")
-    plan = model.plan_for("run", [torch.randn(ROWS, 40)], backends=[], progress=False,
-                          cache=cache)
+    plan = model.plan_for("run", [torch.randn(ROWS, 40)], backends=[], progress=False, cache=cache)
     ops = {c.region.callee.rsplit("::", 1)[-1] for c in kernel_rows(plan)}
     assert {"norm_linear", "norm_linear_wide"} <= ops
     import json
@@ -446,8 +499,9 @@ def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret):
     assert {"m::norm_linear", "m::norm_linear_wide"} <= variants, kinds
 
 
-def test_a_kernel_that_cannot_be_written_fails_its_own_regions_only(tmp_path, interpret,
-                                                                     monkeypatch):
+def test_a_kernel_that_cannot_be_written_fails_its_own_regions_only(
+    tmp_path, interpret, monkeypatch
+):
     """Where writing one span op's kernel raises a coded error (here made to, for
     `norm_linear_wide`: a checked program reaches none such today), its regions are failed
     candidates with that error as the reason; the other kernel regions still run."""
@@ -465,8 +519,12 @@ def test_a_kernel_that_cannot_be_written_fails_its_own_regions_only(tmp_path, in
 
     monkeypatch.setattr(KernelPaths, "_compile", failing)
     g = torch.Generator().manual_seed(0)
-    weights = {"nw": torch.randn(40, generator=g), "w": torch.randn(24, 40, generator=g),
-               "nw2": torch.randn(24, generator=g), "w2": torch.randn(40, 24, generator=g)}
+    weights = {
+        "nw": torch.randn(40, generator=g),
+        "w": torch.randn(24, 40, generator=g),
+        "nw2": torch.randn(24, generator=g),
+        "w2": torch.randn(40, 24, generator=g),
+    }
     model = load(path, weights=weights, numerics="fast", config={"D": 40, "O": 24, "T": "f32"})
     x = torch.randn(ROWS, 40)
     from linnet.plan import BackendWarning
@@ -499,15 +557,24 @@ def test_a_chain_launches_both_kernels_and_equals_the_body(tmp_path, interpret, 
     runs = model.module("run", [x]).RUNS
     assert runs == {key: [1, 0]}
     torch.testing.assert_close(y, x.sum(-1), atol=1e-5, rtol=1e-5)
-    y, = launch("chain::row_total", {"R": shape[0], "C": shape[1], "T": "f32"}, x,
-                program=Program.from_file(path))
+    (y,) = launch(
+        "chain::row_total",
+        {"R": shape[0], "C": shape[1], "T": "f32"},
+        x,
+        program=Program.from_file(path),
+    )
     torch.testing.assert_close(y, x.sum(-1), atol=1e-5, rtol=1e-5)
     # A chain takes the op's tensors, not the first kernel's or the scratch: else E0761.
     from linnet.lang import LinnetError
 
     with pytest.raises(LinnetError, match="E0761"):
-        launch("chain::row_total", {"R": shape[0], "C": shape[1], "T": "f32"}, x, x,
-               program=Program.from_file(path))
+        launch(
+            "chain::row_total",
+            {"R": shape[0], "C": shape[1], "T": "f32"},
+            x,
+            x,
+            program=Program.from_file(path),
+        )
     # Under torch.compile each kernel of the chain is a custom op of its own.
     module = model.module("run", [x])
     fn = getattr(module, module.ENTRIES["run"]["slices"][0]["function"])
@@ -525,14 +592,15 @@ def test_linnet_kernels_checks_a_chain(tmp_path, interpret):
     path.write_text(CHAIN)
     seen = []
     assert check_kernels(path, count=3, on_check=seen.append) == []
-    assert len(seen) == 3 and all(c.case.kernel == "chain::part_sums then add_parts"
-                                  for c in seen)
+    assert len(seen) == 3 and all(c.case.kernel == "chain::part_sums then add_parts" for c in seen)
 
 
 # A chain of three (row_total.linnet's kernels with `pair_sums` between): each kernel reads
 # the results of the one before it.
-THREE = CHAIN[:CHAIN.index("pub op row_total")] + (
-    SPAN_OPS.parents[1] / "chains" / "row_total_three.linnet").read_text()
+THREE = (
+    CHAIN[: CHAIN.index("pub op row_total")]
+    + (SPAN_OPS.parents[1] / "chains" / "row_total_three.linnet").read_text()
+)
 
 
 def test_a_chain_of_three_launches_each_kernel_and_equals_the_body(tmp_path, interpret):
@@ -542,7 +610,8 @@ def test_a_chain_of_three_launches_each_kernel_and_equals_the_body(tmp_path, int
     x = torch.randn(3, 40)
     y = model.run("run3", [x])
     assert model.module("run3", [x]).RUNS == {
-        "part_sums_3_40_f32_4_4_then_pair_sums_then_add_parts": [1, 0]}
+        "part_sums_3_40_f32_4_4_then_pair_sums_then_add_parts": [1, 0]
+    }
     torch.testing.assert_close(y, x.sum(-1), atol=1e-5, rtol=1e-5)
     from linnet.torch.testing import check_kernels
 
@@ -551,13 +620,15 @@ def test_a_chain_of_three_launches_each_kernel_and_equals_the_body(tmp_path, int
     assert {c.case.kernel for c in seen} == {"three::part_sums then pair_sums then add_parts"}
     # The launch seam takes the op's tensors and launches each of the three in turn (it
     # took the first kernel's parameters past two stages: issue 38 item 21's E0761).
-    y, = launch("three::row_total3", {"R": 3, "C": 40, "T": "f32"}, x,
-                program=Program.from_file(path))
+    (y,) = launch(
+        "three::row_total3", {"R": 3, "C": 40, "T": "f32"}, x, program=Program.from_file(path)
+    )
     torch.testing.assert_close(y, x.sum(-1), atol=1e-5, rtol=1e-5)
 
 
-def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(interpret,
-                                                                             monkeypatch):
+def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(
+    interpret, monkeypatch
+):
     """Every real kernel region of the toy Llama's decode (span ops over the same steps,
     chains, attention with its hoisted masks) through the check in context and its
     replacements, with a cost model in place of the clock: a region's steps take 1 us each
@@ -571,16 +642,19 @@ def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(in
     from support import LLAMA, planning_config
 
     monkeypatch.setattr(PlanBuilder, "time_backend", lambda self, group, env, context: 1e-9)
-    monkeypatch.setattr(PlanBuilder, "time_generated",
-                        lambda self, group, env, context: 1e-6 * len(group[0].region.steps))
-    monkeypatch.setattr(SliceTimes, "seconds",
-                        lambda self, slices: 5e-6 + 1e-7 * len(slices[0]))
+    monkeypatch.setattr(
+        PlanBuilder,
+        "time_generated",
+        lambda self, group, env, context: 1e-6 * len(group[0].region.steps),
+    )
+    monkeypatch.setattr(SliceTimes, "seconds", lambda self, slices: 5e-6 + 1e-7 * len(slices[0]))
     weights = random_weights(LLAMA, planning_config(), seed=4)
     model = load(LLAMA, weights=dict(weights), config=planning_config(), numerics="fast")
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
     said = []
-    plan = model.plan_for("decode", [token, pos], backends=[], compile="aot_eager",
-                          progress=said.append)
+    plan = model.plan_for(
+        "decode", [token, pos], backends=[], compile="aot_eager", progress=said.append
+    )
     rows = kernel_rows(plan)
     statuses = {c.status for c in rows}
     assert statuses <= {"taken", "below margin", "overlap", "slower in context", "failed"}
@@ -644,8 +718,9 @@ def test_a_kernel_that_leaves_its_counter_set_is_a_finding(tmp_path, interpret, 
     if reset:
         assert findings == []
     else:
-        assert findings and "left its scratch buffer `seen` non-zero" in findings[0].problem, \
+        assert findings and "left its scratch buffer `seen` non-zero" in findings[0].problem, (
             findings
+        )
 
 
 def test_flash_decoding_of_bf16_tiles_dots_them_at_their_width(interpret):
@@ -657,13 +732,23 @@ def test_flash_decoding_of_bf16_tiles_dots_them_at_their_width(interpret):
     q = torch.randn(b, kv, g, hd).bfloat16()
     k, v = torch.randn(2, b, s, kv, hd).bfloat16()
     pos = torch.tensor([last], dtype=torch.int32)
-    (o,) = launch("std.nn.decode::decode_attention_split",
-                  dict(B=b, S=s, KV=kv, G=g, HD=hd, T="bf16"), q, k, v, pos,
-                  scalars={"scale": hd ** -0.5})
+    (o,) = launch(
+        "std.nn.decode::decode_attention_split",
+        dict(B=b, S=s, KV=kv, G=g, HD=hd, T="bf16"),
+        q,
+        k,
+        v,
+        pos,
+        scalars={"scale": hd**-0.5},
+    )
     live = slice(0, last + 1)
     want = torch.nn.functional.scaled_dot_product_attention(
-        q.float().reshape(b, kv * g, 1, hd), k.float().permute(0, 2, 1, 3)[:, :, live],
-        v.float().permute(0, 2, 1, 3)[:, :, live], scale=hd ** -0.5, enable_gqa=True)
+        q.float().reshape(b, kv * g, 1, hd),
+        k.float().permute(0, 2, 1, 3)[:, :, live],
+        v.float().permute(0, 2, 1, 3)[:, :, live],
+        scale=hd**-0.5,
+        enable_gqa=True,
+    )
     torch.testing.assert_close(o.float(), want.reshape(b, kv, g, hd), atol=2e-2, rtol=2e-2)
 
 
@@ -748,8 +833,13 @@ def test_programs_racing_through_data_are_found(guarded):
     assert y.tolist() == x.tolist()
     for reverse in (False, True):  # program 1 reads program 2's element: before or after
         with guarded_launches(reverse), pytest.raises(Race) as info:
-            launch("guarded::race_k", {"N": 4}, x, torch.tensor([0, 2, 2, 3], dtype=torch.int32),
-                   program=guarded)
+            launch(
+                "guarded::race_k",
+                {"N": 4},
+                x,
+                torch.tensor([0, 2, 2, 3], dtype=torch.int32),
+                program=guarded,
+            )
         assert "programs race on `t`" in str(info.value), str(info.value)
         assert "t[2]" in str(info.value) and "no `atomic_add` orders them" in str(info.value)
 
@@ -773,6 +863,8 @@ def test_launch_refuses_a_kernel_out_of_bounds_for_its_generics(guarded):
     assert "`store` writes y[5]" in str(info.value)
     (y,) = launch("guarded::wild_k", {"N": 8, "B": 4}, torch.ones(8), program=guarded)
     assert y.tolist() == [1.0] * 8
+
+
 def test_a_kernel_follows_the_edge_value_rules_as_its_body_does(interpret):
     """tests/kernels/edges.linnet: NaN through max and min (elementwise and reduced),
     integer / and % by 0 and MIN / -1, floats past i32 and i8, floors of subnormals; the
@@ -785,8 +877,10 @@ def test_a_kernel_follows_the_edge_value_rules_as_its_body_does(interpret):
         kernel_rules,
     )
 
-    args = [torch.tensor(KERNEL_INPUTS[k], dtype=torch.float32 if k in "xyz" else torch.int32)
-            for k in "xyzab"]
+    args = [
+        torch.tensor(KERNEL_INPUTS[k], dtype=torch.float32 if k in "xyz" else torch.int32)
+        for k in "xyzab"
+    ]
     fast = load(KERNEL_EDGES, weights={}, numerics="fast")
     got = fast.run("run", args)
     assert fast.module("run", args).RUNS == {"edge_tiles_8": [1, 0]}

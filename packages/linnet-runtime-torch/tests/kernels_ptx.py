@@ -16,18 +16,69 @@ POINTERS = {"f32": "*fp32", "bf16": "*bf16", "f16": "*fp16", "i32": "*i32"}
 
 CASES = {
     "rms_norm_qkv_split_part": (
-        {"N": 1, "D": 4096, "Q": 4096, "K": 1024, "T": "bf16", "BR": 16, "BO": 8, "BK": 256,
-         "KS": 4}, None),
+        {
+            "N": 1,
+            "D": 4096,
+            "Q": 4096,
+            "K": 1024,
+            "T": "bf16",
+            "BR": 16,
+            "BO": 8,
+            "BK": 256,
+            "KS": 4,
+        },
+        None,
+    ),
     "decode_attention_split_tiles": (
-        {"B": 1, "S": 1152, "KV": 8, "G": 4, "HD": 128, "T": "bf16", "BG": 16, "BS": 64,
-         "BH": 128, "NS": 18}, {"scale": 0.088}),
+        {
+            "B": 1,
+            "S": 1152,
+            "KV": 8,
+            "G": 4,
+            "HD": 128,
+            "T": "bf16",
+            "BG": 16,
+            "BS": 64,
+            "BH": 128,
+            "NS": 18,
+        },
+        {"scale": 0.088},
+    ),
     # rms_norm_qkv_rope_attention_wide's last two kernels at the 8B step's shape.
     "qkv_rope_attention_split_tiles": (
-        {"N": 1, "D": 4096, "KV": 8, "G": 4, "HD": 128, "S": 1152, "T": "bf16", "KS": 8,
-         "BK": 1024, "BG": 16, "BS": 64, "BH": 128, "NS": 18}, {"eps": 1e-5, "scale": 0.088}),
+        {
+            "N": 1,
+            "D": 4096,
+            "KV": 8,
+            "G": 4,
+            "HD": 128,
+            "S": 1152,
+            "T": "bf16",
+            "KS": 8,
+            "BK": 1024,
+            "BG": 16,
+            "BS": 64,
+            "BH": 128,
+            "NS": 18,
+        },
+        {"eps": 1e-5, "scale": 0.088},
+    ),
     "qkv_attention_combine_tiles": (
-        {"N": 1, "D": 4096, "KV": 8, "G": 4, "HD": 128, "S": 1152, "T": "bf16", "NS": 18,
-         "BN": 32, "BG": 4, "BD": 32}, {"eps": 1e-5, "scale": 0.088}),
+        {
+            "N": 1,
+            "D": 4096,
+            "KV": 8,
+            "G": 4,
+            "HD": 128,
+            "S": 1152,
+            "T": "bf16",
+            "NS": 18,
+            "BN": 32,
+            "BG": 4,
+            "BD": 32,
+        },
+        {"eps": 1e-5, "scale": 0.088},
+    ),
 }
 
 
@@ -42,8 +93,11 @@ def ptx(kernel: str, generics: dict, scalars: dict | None, use_pdl: int, prefetc
     mod_name, _, short = kernel.rpartition("::")
     _ensure_module(prog, mod_name, short)
     k = lower_kernel(prog, kernel, generics, scalars)
-    fn = next(v for name, v in vars(module).items()
-              if isinstance(v, triton.runtime.JITFunction) and name.startswith(short))
+    fn = next(
+        v
+        for name, v in vars(module).items()
+        if isinstance(v, triton.runtime.JITFunction) and name.startswith(short)
+    )
     tensors = k.params + k.results + k.scratch
     signature = {p: POINTERS[dtype] for p, _, dtype in tensors}
     constants: dict = {"USE_PDL": use_pdl, "PREFETCH": prefetch}
@@ -54,8 +108,10 @@ def ptx(kernel: str, generics: dict, scalars: dict | None, use_pdl: int, prefetc
             stride *= shape[axis]
     constants = {a: constants[a] for a in fn.arg_names if a not in signature}
     signature |= dict.fromkeys(constants, "constexpr")
-    return triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constants),
-                          target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    return triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=constants),
+        target=GPUTarget("cuda", 90, 32),
+    ).asm["ptx"]
 
 
 def edge_instructions() -> list[str]:
@@ -71,25 +127,31 @@ def edge_instructions() -> list[str]:
     generics = {"N": 8}
     module = kernel_module(path, "edges::edge_tiles", generics)
     k = lower_kernel(_program(path), "edges::edge_tiles", generics)
-    fn = next(v for name, v in vars(module).items()
-              if isinstance(v, triton.runtime.JITFunction) and name.startswith("edge_tiles"))
+    fn = next(
+        v
+        for name, v in vars(module).items()
+        if isinstance(v, triton.runtime.JITFunction) and name.startswith("edge_tiles")
+    )
     tensors = k.params + k.results
     signature = {p: POINTERS.get(dtype, "*i8") for p, _, dtype in tensors}
-    constants = {"USE_PDL": 0, "PREFETCH": 0} | {f"{p.upper()}_STRIDE_0": 1
-                                                  for p, _, _ in tensors}
+    constants = {"USE_PDL": 0, "PREFETCH": 0} | {f"{p.upper()}_STRIDE_0": 1 for p, _, _ in tensors}
     constants = {a: constants[a] for a in fn.arg_names if a not in signature}
     signature |= dict.fromkeys(constants, "constexpr")
-    text = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constants),
-                          target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    text = triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=constants),
+        target=GPUTarget("cuda", 90, 32),
+    ).asm["ptx"]
     return sorted(set(re.findall(r"\b(?:max|min|div|cvt\.rzi)\.[\w.]+", text)))
 
 
 def where(text: str) -> dict:
     lines = text.splitlines()
-    return {"wait": [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln],
-            "prefetch": [i for i, ln in enumerate(lines) if "prefetch.global.L2" in ln],
-            "loads": [i for i, ln in enumerate(lines) if "ld.global" in ln or "ld.volatile" in ln],
-            "mma": any("mma" in ln and "bf16" in ln for ln in lines)}
+    return {
+        "wait": [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln],
+        "prefetch": [i for i, ln in enumerate(lines) if "prefetch.global.L2" in ln],
+        "loads": [i for i, ln in enumerate(lines) if "ld.global" in ln or "ld.volatile" in ln],
+        "mma": any("mma" in ln and "bf16" in ln for ln in lines),
+    }
 
 
 def can_compile() -> str | None:
@@ -104,8 +166,10 @@ def can_compile() -> str | None:
         tl.store(y + tl.arange(0, 16), tl.load(x + tl.arange(0, 16)))
 
     try:
-        triton.compile(ASTSource(fn=copy, signature={"x": "*fp32", "y": "*fp32"}),
-                       target=GPUTarget("cuda", 90, 32))
+        triton.compile(
+            ASTSource(fn=copy, signature={"x": "*fp32", "y": "*fp32"}),
+            target=GPUTarget("cuda", 90, 32),
+        )
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"[:300]
     return None
@@ -119,8 +183,10 @@ def main() -> int:
     out = {}
     for name, (generics, scalars) in CASES.items():
         kernel = "std.nn.decode::" + name
-        out[name] = {"prefetch": where(ptx(kernel, generics, scalars, 2, 1)),
-                     "plain": where(ptx(kernel, generics, scalars, 2, 0))}
+        out[name] = {
+            "prefetch": where(ptx(kernel, generics, scalars, 2, 1)),
+            "plain": where(ptx(kernel, generics, scalars, 2, 0)),
+        }
     out["edges"] = edge_instructions()
     print(json.dumps(out))
     return 0

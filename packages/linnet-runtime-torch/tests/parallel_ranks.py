@@ -40,17 +40,26 @@ def main(weights: str, out: str) -> None:
     decode_logits = model.decode(one, one, context=model.new_context("decode", [one, one]))
     held = {p: list(t.shape) for p, t in model.params.items()}
     if model.rank == 0:
-        Path(out).write_text(json.dumps({
-            "rank": model.rank, "world": model.world, "prefill": logits.tolist(),
-            "prefill_interpreted": logits_i.tolist(), "generated": generated,
-            "plan_decode": plan_logits.tolist(), "decode": decode_logits.tolist(),
-            "explain": plan.explain(), "explain_measured": measured.explain(), "held": held,
-            "source": Path(model.source("prefill", [tokens])).read_text()}))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "rank": model.rank,
+                    "world": model.world,
+                    "prefill": logits.tolist(),
+                    "prefill_interpreted": logits_i.tolist(),
+                    "generated": generated,
+                    "plan_decode": plan_logits.tolist(),
+                    "decode": decode_logits.tolist(),
+                    "explain": plan.explain(),
+                    "explain_measured": measured.explain(),
+                    "held": held,
+                    "source": Path(model.source("prefill", [tokens])).read_text(),
+                }
+            )
+        )
     # Leave together: a rank that exits while another still talks to it aborts that one.
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
-
-
 
 
 # ---------------------------------------------------------------- ranks that hang (issue 38)
@@ -113,8 +122,7 @@ def _captured(run: Any) -> tuple[Any, str, float]:
 def _in_environment(env: dict[str, str], call: Any) -> Any:
     import os
 
-    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-            "MASTER_PORT")
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     before = {k: os.environ.get(k) for k in (*keys, *env)}
     for k in keys:
         os.environ.pop(k, None)
@@ -159,8 +167,7 @@ def hangs(out: str, cases: list[str]) -> None:
         "negative-rank": {**base, "RANK": "-1", "WORLD_SIZE": "2"},
         "rank-not-int": {**base, "RANK": "one", "WORLD_SIZE": "2"},
         "local-rank-past": {**base, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "2"},
-        "local-world-past": {**base, "RANK": "1", "WORLD_SIZE": "2",
-                             "LOCAL_WORLD_SIZE": "3"},
+        "local-world-past": {**base, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "3"},
         "port-out-of-range": {**base, "RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "70000"},
         "port-not-int": {**base, "RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "http"},
         "empty-address": {**base, "RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": " "},
@@ -169,8 +176,11 @@ def hangs(out: str, cases: list[str]) -> None:
     for case in cases:
         if case in environments:
             env = environments[case]
-            rc, err, seconds = _captured(lambda env=env: _in_environment(
-                env, lambda: _cli(["run", str(LLAMA), "--config", "toy", "--nproc", "2"])))
+            rc, err, seconds = _captured(
+                lambda env=env: _in_environment(
+                    env, lambda: _cli(["run", str(LLAMA), "--config", "toy", "--nproc", "2"])
+                )
+            )
         elif case in ("missing-peer", "missing-rank-0"):  # nobody else ever joins
             rank = "0" if case == "missing-peer" else "1"
             env = {**base, "RANK": rank, "WORLD_SIZE": "2", "MASTER_PORT": str(free_port())}

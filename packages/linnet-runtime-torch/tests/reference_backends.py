@@ -39,8 +39,9 @@ class RefLinear:
     version = "1.0"
     contract = CONTRACT
 
-    def __init__(self, delay: float = 0.0, scale: float = 1.0, holds: int = 0,
-                 kinds: tuple = ("cpu", "cuda")):
+    def __init__(
+        self, delay: float = 0.0, scale: float = 1.0, holds: int = 0, kinds: tuple = ("cpu", "cuda")
+    ):
         self.delay, self.scale, self.holds, self.kinds = delay, scale, holds, kinds
 
     def probe(self, target):

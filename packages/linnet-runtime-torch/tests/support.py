@@ -14,8 +14,9 @@ LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
 # (LINNET_CI_SEED pins it, to rerun a failing day's subset), so successive CI runs cover
 # different cases; a failure's message names the seed.
 CI = bool(os.environ.get("CI"))
-CI_SEED = int(os.environ.get("LINNET_CI_SEED") or datetime.datetime.now(datetime.UTC).date()
-              .toordinal())
+CI_SEED = int(
+    os.environ.get("LINNET_CI_SEED") or datetime.datetime.now(datetime.UTC).date().toordinal()
+)
 
 
 def ci_sample(items: list, keep: int, salt: str = "") -> list:
@@ -50,16 +51,24 @@ def cache_writing_ops(layers: int = 2) -> list[str]:
     """The toy Llama decode's kernel regions that write the cache, one set a layer: the
     attention input's, and the attention input's with the attention (the writes between
     them)."""
-    return sorted(["rms_norm_qkv_rope", "rms_norm_qkv_rope_split",
-                   "rms_norm_qkv_rope_split_wide", "rms_norm_qkv_rope_attention",
-                   "rms_norm_qkv_rope_attention_wide"] * layers)
+    return sorted(
+        [
+            "rms_norm_qkv_rope",
+            "rms_norm_qkv_rope_split",
+            "rms_norm_qkv_rope_split_wide",
+            "rms_norm_qkv_rope_attention",
+            "rms_norm_qkv_rope_attention_wide",
+        ]
+        * layers
+    )
 
 
 CACHE_WRITING_OPS = cache_writing_ops(2)
 
 
-def cache_writing_findings(device: str = "cpu", dtype: str = "f32", layers: int = 2
-                           ) -> tuple[list, list]:
+def cache_writing_findings(
+    device: str = "cpu", dtype: str = "f32", layers: int = 2
+) -> tuple[list, list]:
     """conform's findings for the toy Llama decode's kernel regions that write states (the
     attention input's kernels with the k/v cache writes), and their executables: two
     sequences at positions 5 and 9, on caches already holding random values elsewhere;
@@ -81,8 +90,13 @@ def cache_writing_findings(device: str = "cpu", dtype: str = "f32", layers: int 
             return self.made
 
     config = toy_config(B=2, T=dtype, NL=layers)
-    model = load(LLAMA, weights=random_weights(LLAMA, config, seed=4), config=config,
-                 numerics="fast", device=device)
+    model = load(
+        LLAMA,
+        weights=random_weights(LLAMA, config, seed=4),
+        config=config,
+        numerics="fast",
+        device=device,
+    )
     token = torch.tensor([3, 7], dtype=torch.int32, device=device)
     pos = torch.tensor([5, 9], dtype=torch.int32, device=device)
     ctx = model.context_for_graph(model.graph("decode", [token, pos]))
@@ -94,8 +108,9 @@ def cache_writing_findings(device: str = "cpu", dtype: str = "f32", layers: int 
     return findings, list(paths.made)
 
 
-def one_launch_attention_errors(device: str = "cpu", dtype: str = "f32",
-                                graph: bool = False) -> list[tuple[float, int]]:
+def one_launch_attention_errors(
+    device: str = "cpu", dtype: str = "f32", graph: bool = False
+) -> list[tuple[float, int]]:
     """`decode_attention_split_once` (flash-decoding whose last split per head combines)
     at 4 splits of 64 positions (S = 200), three sequences at positions in one split, across
     three and at the cache's end, then at other positions: per launch, the largest difference
@@ -110,18 +125,19 @@ def one_launch_attention_errors(device: str = "cpu", dtype: str = "f32",
     generics = {"B": B, "S": S, "KV": KV, "G": G, "HD": HD, "T": dtype}
     tdtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
     gen = torch.Generator().manual_seed(7)
-    q, k, v = (torch.randn(*shape, generator=gen).to(device, tdtype) for shape in
-               ((B, KV, G, HD), (B, S, KV, HD), (B, S, KV, HD)))
+    q, k, v = (
+        torch.randn(*shape, generator=gen).to(device, tdtype)
+        for shape in ((B, KV, G, HD), (B, S, KV, HD), (B, S, KV, HD))
+    )
     scale = 0.25
     # The module `launch` writes the op's kernel into (its generics as the op binds them).
-    (kernel, kernel_generics), = stages(_program(None), OP, generics)[0]
+    ((kernel, kernel_generics),) = stages(_program(None), OP, generics)[0]
     module = kernel_module(None, kernel, kernel_generics, {"scale": scale})
     runs = [[3, 130, 199], [64, 0, 127]]
     poss = [torch.tensor(p, dtype=torch.int32, device=device) for p in runs]
 
     def attend(pos):
-        return launch(OP, generics, q, k, v, pos,
-                      scalars={"scale": scale})[0]
+        return launch(OP, generics, q, k, v, pos, scalars={"scale": scale})[0]
 
     outs = [attend(p) for p in poss]  # eager: the first launch makes the scratch buffers
     if graph:
@@ -136,7 +152,11 @@ def one_launch_attention_errors(device: str = "cpu", dtype: str = "f32",
     for o, positions in zip(outs, runs):
         want = torch.empty(o.shape)
         for b, p in enumerate(positions):
-            qf, kf, vf = q[b].float().cpu(), k[b, :p + 1].float().cpu(), v[b, :p + 1].float().cpu()
+            qf, kf, vf = (
+                q[b].float().cpu(),
+                k[b, : p + 1].float().cpu(),
+                v[b, : p + 1].float().cpu(),
+            )
             scores = torch.einsum("hgd,jhd->hgj", qf, kf) * scale
             # The body rounds the probabilities to T before the product with v.
             probs = scores.softmax(-1).to(tdtype).float()
@@ -197,8 +217,15 @@ def run_guarded(cmd: list[str], *, idle: float = 300, limit: float = 3600, **kwa
 
     env = dict(kwargs.pop("env", None) or __import__("os").environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True, **kwargs)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        **kwargs,
+    )
     chunks: dict[str, list[str]] = {"out": [], "err": []}
     last = [time.monotonic()]
 
@@ -207,8 +234,10 @@ def run_guarded(cmd: list[str], *, idle: float = 300, limit: float = 3600, **kwa
             into.append(line)
             last[0] = time.monotonic()
 
-    readers = [threading.Thread(target=read, args=(proc.stdout, chunks["out"]), daemon=True),
-               threading.Thread(target=read, args=(proc.stderr, chunks["err"]), daemon=True)]
+    readers = [
+        threading.Thread(target=read, args=(proc.stdout, chunks["out"]), daemon=True),
+        threading.Thread(target=read, args=(proc.stderr, chunks["err"]), daemon=True),
+    ]
     for r in readers:
         r.start()
     start, cpu, why = time.monotonic(), -1.0, ""
@@ -232,6 +261,8 @@ def run_guarded(cmd: list[str], *, idle: float = 300, limit: float = 3600, **kwa
         r.join(timeout=10)
     out, err = "".join(chunks["out"]), "".join(chunks["err"])
     if why:
-        pytest.fail(f"{' '.join(map(str, cmd))[:200]}: stopped, {why}\n--- stdout\n"
-                    f"{out[-3000:]}\n--- stderr\n{err[-3000:]}")
+        pytest.fail(
+            f"{' '.join(map(str, cmd))[:200]}: stopped, {why}\n--- stdout\n"
+            f"{out[-3000:]}\n--- stderr\n{err[-3000:]}"
+        )
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

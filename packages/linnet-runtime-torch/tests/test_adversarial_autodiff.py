@@ -70,18 +70,19 @@ CASES = {
     "std.nn.norm::rms_norm": {"N": 2, "D": 3, "T": "f64"},
     "std.nn.decode::residual_rms_norm": {"N": 2, "D": 3, "T": "f64"},
     "std.nn.decode::linear_split": {"N": 2, "I": 2, "O": 3, "T": "f64"},
-    "std.nn.decode::decode_attention_flash": {"B": 1, "S": 3, "KV": 1, "G": 2, "HD": 2,
-                                              "T": "f64"},
+    "std.nn.decode::decode_attention_flash": {"B": 1, "S": 3, "KV": 1, "G": 2, "HD": 2, "T": "f64"},
     "clause": {},
     "std.nn.activation::silu_mul": {"N": 2, "F": 3, "T": "f64"},
     "std.nn.linear::linear_tiled": {"N": 3, "I": 2, "O": 2, "T": "f64"},
     "std.nn.decode::rms_norm_qkv": {"N": 1, "D": 2, "Q": 2, "K": 2, "T": "f64"},
     "std.nn.decode::linear_residual_split": {"N": 2, "I": 2, "O": 3, "T": "f64"},
-    "std.nn.decode::decode_attention_split": {"B": 1, "S": 3, "KV": 1, "G": 2, "HD": 2,
-                                              "T": "f64"},
+    "std.nn.decode::decode_attention_split": {"B": 1, "S": 3, "KV": 1, "G": 2, "HD": 2, "T": "f64"},
 }
-CHECKED = ["std.nn.decode::residual_rms_norm", "std.nn.decode::linear_split", "clause"] \
-    if CI else sorted(CASES)
+CHECKED = (
+    ["std.nn.decode::residual_rms_norm", "std.nn.decode::linear_split", "clause"]
+    if CI
+    else sorted(CASES)
+)
 # opcheck and a fullgraph compile: one kernel op (all of CHECKED elsewhere).
 COMPILED = ["std.nn.norm::rms_norm"] if CI else sorted(CASES)
 
@@ -192,10 +193,23 @@ def peer_checks(tmp_path_factory) -> dict:
     if importlib.util.find_spec("triton") is None:  # found, not imported (see above)
         pytest.skip("needs Triton")
     where = tmp_path_factory.mktemp("autodiff")
-    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(CHECKED),
-                           json.dumps(COMPILED), str(where), CLAUSE, json.dumps(CASES)],
-                          cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"},
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            DRIVER,
+            json.dumps(CHECKED),
+            json.dumps(COMPILED),
+            str(where),
+            CLAUSE,
+            json.dumps(CASES),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -206,13 +220,14 @@ def test_gradcheck_and_gradgradcheck_through_a_kernel_launch(peer_checks, name):
     assert all(launched >= 1 and body == 0 for launched, body in r["runs"].values()), r
     assert r["gradcheck"] is True, r["gradcheck"]
     assert r["gradgradcheck"] is True, r["gradgradcheck"]
-    assert r["grad_fn"], "a first derivative taken with create_graph=True has no grad_fn " \
+    assert r["grad_fn"], (
+        "a first derivative taken with create_graph=True has no grad_fn "
         "though it changes with the inputs"
+    )
 
 
 @pytest.mark.parametrize("name", COMPILED)
-def test_opcheck_and_a_fullgraph_compile_of_a_backward_through_a_kernel_launch(
-        peer_checks, name):
+def test_opcheck_and_a_fullgraph_compile_of_a_backward_through_a_kernel_launch(peer_checks, name):
     r = peer_checks[name]
     assert r["opcheck"] is True, r["opcheck"]
     assert r["compile"] is True, r["compile"]
@@ -244,8 +259,10 @@ def test_second_derivatives_through_generated_attention_on_the_cpu(tmp_path, ent
     path.write_text(ATTENTION)
     model = load(path, weights={}, grad=True)
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(*s, dtype=torch.float64, generator=g, requires_grad=True)
-               for s in ((1, 4, 1, 2, 4), (1, 4, 1, 4), (1, 4, 1, 4)))
+    q, k, v = (
+        torch.randn(*s, dtype=torch.float64, generator=g, requires_grad=True)
+        for s in ((1, 4, 1, 2, 4), (1, 4, 1, 4), (1, 4, 1, 4))
+    )
 
     def f(q, k, v):
         return model.run(entry, [q, k, v])
@@ -256,8 +273,11 @@ def test_second_derivatives_through_generated_attention_on_the_cpu(tmp_path, ent
         fused = f(q, k, v)
     torch.testing.assert_close(f(q, k, v).detach(), fused, rtol=1e-12, atol=1e-12)
     text = Path(model.source(entry, [q, k, v])).read_text()
-    assert "if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or " \
-           "v.requires_grad):" in text and "F.scaled_dot_product_attention(" in text
+    assert (
+        "if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):"
+        in text
+        and "F.scaled_dot_product_attention(" in text
+    )
     assert "SDPBackend.MATH" in text and "torch.einsum" not in text
 
 
@@ -287,8 +307,11 @@ def test_peer_checks_through_a_kernel_launched_on_cuda(tmp_path, monkeypatch, na
     assert torch.autograd.gradgradcheck(f, xs, eps=1e-3, atol=1e-3, rtol=1e-3)
     module = model.module("run", xs)
     assert all(n >= 1 and body == 0 for n, body in module.RUNS.values())
-    (op,) = [v for v in vars(module).values() if isinstance(v, CustomOpDef)
-             and v._name.startswith("grad_")]
+    (op,) = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, CustomOpDef) and v._name.startswith("grad_")
+    ]
     torch.library.opcheck(op, [x.detach().requires_grad_() for x in xs])
     entry = module.run
 

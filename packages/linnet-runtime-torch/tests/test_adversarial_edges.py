@@ -48,7 +48,7 @@ def expected(entry: str, case: conf.Case) -> list:
         kind, rows = entry[7:10], _flat(case, "a")
         out = []
         for r in range(3):
-            row = rows[8 * r:8 * r + 8]
+            row = rows[8 * r : 8 * r + 8]
             value = row[0]
             for v in row[1:]:
                 value = E.nan_extreme(value, v, kind)
@@ -69,14 +69,19 @@ def expected(entry: str, case: conf.Case) -> list:
 def same(got: list, want: list) -> bool:
     return len(got) == len(want) and all(
         (isinstance(w, float) and math.isnan(w) and math.isnan(g)) or g == w
-        for g, w in zip(got, want))
+        for g, w in zip(got, want)
+    )
 
 
 @pytest.fixture(scope="module")
 def graphs():
     program, _ = load_program(conf.EDGES)
-    return {entry: lower(program, entry, {k: list(v[0]) for k, v in c.inputs.items()},
-                         c.config, check=False) for entry, c in CASES.items()}
+    return {
+        entry: lower(
+            program, entry, {k: list(v[0]) for k, v in c.inputs.items()}, c.config, check=False
+        )
+        for entry, c in CASES.items()
+    }
 
 
 def _inputs(case: conf.Case) -> list[np.ndarray]:
@@ -118,8 +123,19 @@ def test_generated_jax_follows_the_rule(entry, graphs):
 
 
 def test_every_rule_has_a_conformance_row():
-    rules = {"max_nan", "min_nan", "reduce_max_nan", "reduce_min_nan", "to_i32", "to_i8",
-             "to_u8", "floor_tiny", "int_div", "int_rem", "float_rem"}
+    rules = {
+        "max_nan",
+        "min_nan",
+        "reduce_max_nan",
+        "reduce_min_nan",
+        "to_i32",
+        "to_i8",
+        "to_u8",
+        "floor_tiny",
+        "int_div",
+        "int_rem",
+        "float_rem",
+    }
     assert set(CASES) == rules
     names = {c.name for c in conf.cases()}
     assert {f"edges {r}" for r in rules} <= names
@@ -127,7 +143,7 @@ def test_every_rule_has_a_conformance_row():
 
 # ---------------------------------------------------------------- tile kernels
 KERNEL_EDGES = Path(__file__).parent / "kernels" / "edges.linnet"
-_NAN, _INF, _MIN = math.nan, math.inf, -2 ** 31
+_NAN, _INF, _MIN = math.nan, math.inf, -(2**31)
 KERNEL_INPUTS = {
     "x": [_NAN, 1.0, -2.0, 3e9, -_INF, _INF, 0.5, -7.9],
     "y": [2.0, _NAN, -1.0, 300.0, -300.0, _NAN, -0.0, 1.5],
@@ -147,13 +163,16 @@ def kernel_rules() -> list[list]:
         top[0] = E.nan_extreme(top[0], v, "max")
     for v in y[2:]:
         top[1] = E.nan_extreme(top[1], v, "min")
-    return [[E.nan_extreme(p, q, "max") for p, q in zip(x, y)],
-            [E.nan_extreme(p, q, "min") for p, q in zip(x, y)],
-            [top[0], top[1]] + [top[2]] * 6,
-            [E.int_div(p, q, "i32") for p, q in zip(a, b)],
-            [E.int_rem(p, q) for p, q in zip(a, b)],
-            [E.float_to_int(v, "i32") for v in x], [E.float_to_int(v, "i8") for v in y],
-            [E.floor(v) for v in z]]
+    return [
+        [E.nan_extreme(p, q, "max") for p, q in zip(x, y)],
+        [E.nan_extreme(p, q, "min") for p, q in zip(x, y)],
+        [top[0], top[1]] + [top[2]] * 6,
+        [E.int_div(p, q, "i32") for p, q in zip(a, b)],
+        [E.int_rem(p, q) for p, q in zip(a, b)],
+        [E.float_to_int(v, "i32") for v in x],
+        [E.float_to_int(v, "i8") for v in y],
+        [E.floor(v) for v in z],
+    ]
 
 
 def kernel_results_agree(got: list, want: list, rules: list) -> None:
@@ -163,7 +182,8 @@ def kernel_results_agree(got: list, want: list, rules: list) -> None:
         g, w = g.cpu().tolist(), w.cpu().tolist()
         assert same(g, w) and same(g, r), (k, g, w, r)
         assert [math.copysign(1, v) for v in g if v == 0] == [
-            math.copysign(1, v) for v in r if v == 0], (k, g, r)
+            math.copysign(1, v) for v in r if v == 0
+        ], (k, g, r)
 
 
 @pytest.mark.gpu
@@ -176,8 +196,12 @@ def test_a_kernel_follows_the_edge_value_rules_on_cuda(monkeypatch):
     from linnet.torch import load
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    args = [torch.tensor(KERNEL_INPUTS[k], dtype=torch.float32 if k in "xyz" else torch.int32,
-                         device="cuda") for k in "xyzab"]
+    args = [
+        torch.tensor(
+            KERNEL_INPUTS[k], dtype=torch.float32 if k in "xyz" else torch.int32, device="cuda"
+        )
+        for k in "xyzab"
+    ]
     fast = load(KERNEL_EDGES, weights={}, device="cuda", numerics="fast")
     got = fast.run("run", args)
     assert fast.module("run", args).RUNS == {"edge_tiles_8": [1, 0]}

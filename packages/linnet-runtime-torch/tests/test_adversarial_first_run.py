@@ -33,17 +33,25 @@ from support import LLAMA, toy_config  # noqa: E402
 
 PROMPT = [5, 17, 200, 3, 9]
 STEPS = 16
-SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+SMALL = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
 
 
 def hf_generate(path, prompt=PROMPT, steps=STEPS) -> list[int]:
     """transformers' greedy generate on the checkpoint at ``path``, as a user runs it."""
     model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False,
-                             pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+        out = model.generate(
+            torch.tensor([prompt]), max_new_tokens=steps, do_sample=False, pad_token_id=0
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +65,13 @@ def checkpoints(tmp_path_factory):
     base = tmp_path_factory.mktemp("qwen2")
     hf.save_pretrained(base)
     with torch.no_grad():
-        full = hf.generate(torch.tensor([PROMPT]), max_new_tokens=STEPS, min_new_tokens=STEPS,
-                           do_sample=False, pad_token_id=0)[0, len(PROMPT):].tolist()
+        full = hf.generate(
+            torch.tensor([PROMPT]),
+            max_new_tokens=STEPS,
+            min_new_tokens=STEPS,
+            do_sample=False,
+            pad_token_id=0,
+        )[0, len(PROMPT) :].tolist()
     step = next(i for i in range(3, STEPS - 4) if full[i] not in full[:i])
     eos, unused = full[step], next(t for t in range(256) if t not in full)
     dirs = {}
@@ -85,11 +98,10 @@ def test_generate_stops_where_transformers_stops(checkpoints, kind):
     """Before: Linnet ignored generation_config.json and emitted every token."""
     full, step, eos, unused, dirs = checkpoints
     want = hf_generate(dirs[kind])
-    cut = full[:step + 1]
+    cut = full[: step + 1]
     assert want == (full if kind == "neither" else cut)  # the reference itself
     model = load("std.models.qwen2", weights=dirs[kind], config={"S": 64})
-    assert model.stop_tokens == {"generation": (eos, unused), "config": (eos,),
-                                 "neither": ()}[kind]
+    assert model.stop_tokens == {"generation": (eos, unused), "config": (eos,), "neither": ()}[kind]
     assert model.generate([PROMPT], STEPS) == [want]
 
 
@@ -98,8 +110,7 @@ def test_stop_tokens_given_win(checkpoints):
     model = load("std.models.qwen2", weights=dirs["generation"], config={"S": 64})
     assert model.generate([PROMPT], STEPS, stop_tokens=[]) == [full]  # off
     other = full[step + 2]
-    assert model.generate([PROMPT], STEPS, stop_tokens=[other]) == [
-        full[:full.index(other) + 1]]
+    assert model.generate([PROMPT], STEPS, stop_tokens=[other]) == [full[: full.index(other) + 1]]
 
 
 def test_a_damaged_eos_is_E0798_at_load(checkpoints, tmp_path):
@@ -124,16 +135,27 @@ def test_linnet_run_dir_picks_the_model_and_stops_at_eos(checkpoints, capsys):
     token past the eos."""
     full, step, eos, unused, dirs = checkpoints
     prompt = ",".join(map(str, PROMPT))
-    rc, out, err = run(capsys, str(dirs["generation"]), "--prompt", prompt, "--tokens",
-                       str(STEPS), "--set", "S=64")
+    rc, out, err = run(
+        capsys, str(dirs["generation"]), "--prompt", prompt, "--tokens", str(STEPS), "--set", "S=64"
+    )
     assert rc == 0, err
-    assert "linnet: config.json's architecture Qwen2ForCausalLM: running std.models.qwen2" \
-        in err
+    assert "linnet: config.json's architecture Qwen2ForCausalLM: running std.models.qwen2" in err
     assert f"stopping at generation_config.json's eos_token_id {[eos, unused]}" in err
-    assert f"decoded {step + 1} tokens: {full[:step + 1]}" in out
+    assert f"decoded {step + 1} tokens: {full[: step + 1]}" in out
     assert "loaded std.models.qwen2 on cpu, 1 thread" in out
-    rc, out, _ = run(capsys, "--weights", str(dirs["generation"]), "--prompt", prompt,
-                     "--tokens", str(STEPS), "--set", "S=64", "--stop", "none")
+    rc, out, _ = run(
+        capsys,
+        "--weights",
+        str(dirs["generation"]),
+        "--prompt",
+        prompt,
+        "--tokens",
+        str(STEPS),
+        "--set",
+        "S=64",
+        "--stop",
+        "none",
+    )
     assert rc == 0 and f"decoded {STEPS} tokens: {full}" in out
 
 
@@ -190,27 +212,42 @@ def test_load_never_changes_the_thread_count_and_a_dict_has_no_stop_tokens(threa
 
 # ---------------------------------------------------------------- item 12: options first
 BAD = [
-    (["--tokens", "0"], "E0787"), (["--top-p", "2"], "E0814"), (["--prompt", ""], "E0786"),
-    (["--stop", "-1"], "E0819"), (["--threads", "0"], "E0799"),
+    (["--tokens", "0"], "E0787"),
+    (["--top-p", "2"], "E0814"),
+    (["--prompt", ""], "E0786"),
+    (["--stop", "-1"], "E0819"),
+    (["--threads", "0"], "E0799"),
     (["--threads", str(len(os.sched_getaffinity(0)) + 1)], "E0799"),
-    (["no/such/model.linnet"], "E0001"), (["--weights", "no-such-dir/"], "E0651"),
+    (["no/such/model.linnet"], "E0001"),
+    (["--weights", "no-such-dir/"], "E0651"),
     (["std.models.qwen2", "--config", "tiny"], "E0640"),
-    (["std.models.qwen2", "--set", "rms_eps=1"], "E0602"), (["--set", "S"], "E0642"),
-    (["Qwen/Qwen2.5-0.5B"], "E0797"), (["std.models.qwen3"], "E0211"),
-    (["--nproc", "0"], "E0824"), (["--nproc", "2", "--rank-timeout", "-1"], "E0827"),
+    (["std.models.qwen2", "--set", "rms_eps=1"], "E0602"),
+    (["--set", "S"], "E0642"),
+    (["Qwen/Qwen2.5-0.5B"], "E0797"),
+    (["std.models.qwen3"], "E0211"),
+    (["--nproc", "0"], "E0824"),
+    (["--nproc", "2", "--rank-timeout", "-1"], "E0827"),
 ]
 
 
 def test_every_option_is_checked_before_torch_is_imported(tmp_path):
     """Before: a missing path, an unknown config or a bad --rank-timeout were reported only
     after importing torch (5-46 s)."""
-    code = ("import json, sys\nfrom linnet.lang.cli import main\nout = []\n"
-            f"for argv, _ in {BAD!r}:\n"
-            "    out.append(main(['run', *argv]))\n"
-            "print(json.dumps([out, 'torch' in sys.modules]))\n")
+    code = (
+        "import json, sys\nfrom linnet.lang.cli import main\nout = []\n"
+        f"for argv, _ in {BAD!r}:\n"
+        "    out.append(main(['run', *argv]))\n"
+        "print(json.dumps([out, 'torch' in sys.modules]))\n"
+    )
     env = os.environ | {"LINNET_HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
     rcs, imported = json.loads(done.stdout.strip().splitlines()[-1])
     assert rcs == [1] * len(BAD) and not imported, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error[")]

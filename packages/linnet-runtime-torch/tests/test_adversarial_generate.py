@@ -59,15 +59,20 @@ def greedy(model):
 
 
 # ---------------------------------------------------------------- item 8: non-finite logits
-@pytest.mark.parametrize("options", [{}, {"temperature": 1.0, "seed": 0},
-                                     {"temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 1}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"temperature": 1.0, "seed": 0},
+        {"temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 1},
+    ],
+)
 def test_nan_logits_stop_generation_with_a_coded_error(nan_model, options):
     # Before: greedy returned [0, 0, 0, ...] (argmax of NaN), sampling a RuntimeError from
     # torch.multinomial.
     seen: list[int] = []
     with pytest.raises(LinnetError) as err:
-        nan_model.generate([PROMPT], 6, on_token=lambda step, tokens: seen.append(step),
-                           **options)
+        nan_model.generate([PROMPT], 6, on_token=lambda step, tokens: seen.append(step), **options)
     assert code_of(err) == "E0818"
     text = str(err.value)
     assert "sequence 0 at step 0" in text and "`prefill` at position 3" in text
@@ -91,8 +96,9 @@ def test_non_finite_logits_at_a_later_step_name_it(weights, greedy):
     with pytest.raises(LinnetError) as err:
         model.generate([PROMPT, [1, 2]], 6)
     assert code_of(err) == "E0818"
-    assert "sequence 1 at step 3 (`decode` at position 4, after 3 generated token(s))" \
-        in str(err.value)
+    assert "sequence 1 at step 3 (`decode` at position 4, after 3 generated token(s))" in str(
+        err.value
+    )
     assert model.generate([PROMPT], 6) == [greedy]
 
 
@@ -121,8 +127,9 @@ def test_a_tiny_temperature_samples_only_exact_ties():
 def test_a_huge_temperature_samples_uniformly(model):
     logits = torch.tensor([[0.0, 30.0, -30.0, 5.0]])
     gen = torch.Generator().manual_seed(0)
-    counts = torch.bincount(torch.cat([pick(logits, 1e308, generator=gen)
-                                       for _ in range(400)]), minlength=4)
+    counts = torch.bincount(
+        torch.cat([pick(logits, 1e308, generator=gen) for _ in range(400)]), minlength=4
+    )
     assert (counts > 60).all(), counts  # about 100 each
     assert {int(pick(logits, 1e308, top_k=2, generator=gen)) for _ in range(60)} == {1, 3}
     out = model.generate([PROMPT], 5, temperature=1e308, seed=3)[0]
@@ -130,29 +137,32 @@ def test_a_huge_temperature_samples_uniformly(model):
 
 
 # ---------------------------------------------------------------- items 9, 13: arguments
-@pytest.mark.parametrize(("options", "code", "words"), [
-    ({"temperature": 1.0, "seed": 2**64}, "E0815", "[0, 2**64)"),
-    ({"temperature": 1.0, "seed": -1}, "E0815", "not -1"),
-    ({"temperature": 1.0, "seed": 2**200}, "E0815", "seed"),
-    ({"temperature": 1.0, "seed": 1.0}, "E0815", "seed"),
-    ({"on_token": 3}, "E0815", "on_token must be None or a function"),
-    ({"on_token": "print"}, "E0815", "on_token"),
-    ({"stop_tokens": [V]}, "E0819", f"stop token {V} (in stop_tokens)"),
-    ({"stop_tokens": [2, -1]}, "E0819", "its ids are [0, 256)"),
-    ({"stop_tokens": [2**64]}, "E0819", "stop token"),
-    ({"repetition_penalty": 1.2}, "E0794", "generate has no option `repetition_penalty`"),
-    ({"temprature": 0.5}, "E0794", "did you mean `temperature`?"),
-    ({"top-k": 5}, "E0794", "top_k"),
-    ({"temperature": float("nan")}, "E0812", "nan"),
-    ({"temperature": 1e309}, "E0812", "inf"),
-    ({"temperature": "0.7"}, "E0812", "'0.7'"),
-    ({"temperature": 1.0, "top_k": 2.0}, "E0813", "top_k"),
-    ({"temperature": 1.0, "top_k": -(2**70)}, "E0813", "top_k"),
-    ({"temperature": 1.0, "top_p": 0}, "E0814", "top_p"),
-    ({"temperature": 1.0, "top_p": True}, "E0814", "top_p"),
-    ({"max_new_tokens": 2**64}, "E0817", "max_new_tokens="),
-    ({"max_new_tokens": 4.0}, "E0811", "max_new_tokens"),
-])
+@pytest.mark.parametrize(
+    ("options", "code", "words"),
+    [
+        ({"temperature": 1.0, "seed": 2**64}, "E0815", "[0, 2**64)"),
+        ({"temperature": 1.0, "seed": -1}, "E0815", "not -1"),
+        ({"temperature": 1.0, "seed": 2**200}, "E0815", "seed"),
+        ({"temperature": 1.0, "seed": 1.0}, "E0815", "seed"),
+        ({"on_token": 3}, "E0815", "on_token must be None or a function"),
+        ({"on_token": "print"}, "E0815", "on_token"),
+        ({"stop_tokens": [V]}, "E0819", f"stop token {V} (in stop_tokens)"),
+        ({"stop_tokens": [2, -1]}, "E0819", "its ids are [0, 256)"),
+        ({"stop_tokens": [2**64]}, "E0819", "stop token"),
+        ({"repetition_penalty": 1.2}, "E0794", "generate has no option `repetition_penalty`"),
+        ({"temprature": 0.5}, "E0794", "did you mean `temperature`?"),
+        ({"top-k": 5}, "E0794", "top_k"),
+        ({"temperature": float("nan")}, "E0812", "nan"),
+        ({"temperature": 1e309}, "E0812", "inf"),
+        ({"temperature": "0.7"}, "E0812", "'0.7'"),
+        ({"temperature": 1.0, "top_k": 2.0}, "E0813", "top_k"),
+        ({"temperature": 1.0, "top_k": -(2**70)}, "E0813", "top_k"),
+        ({"temperature": 1.0, "top_p": 0}, "E0814", "top_p"),
+        ({"temperature": 1.0, "top_p": True}, "E0814", "top_p"),
+        ({"max_new_tokens": 2**64}, "E0817", "max_new_tokens="),
+        ({"max_new_tokens": 4.0}, "E0811", "max_new_tokens"),
+    ],
+)
 def test_bad_generate_arguments_are_coded(model, options, code, words):
     options = {"max_new_tokens": 4} | options
     with pytest.raises(LinnetError) as err:
@@ -174,8 +184,9 @@ def test_the_edges_of_the_ranges_run(model, greedy):
     end = next(i + 1 for i, t in enumerate(greedy) if t in stops)
     assert model.generate([PROMPT], 6, stop_tokens=stops) == [greedy[:end]]
     last = 2**64 - 1
-    assert model.generate([PROMPT], 3, temperature=1.0, seed=last) == \
-        model.generate([PROMPT], 3, temperature=1.0, seed=last)
+    assert model.generate([PROMPT], 3, temperature=1.0, seed=last) == model.generate(
+        [PROMPT], 3, temperature=1.0, seed=last
+    )
     huge_k = model.generate([PROMPT], 3, temperature=1.0, top_k=10**30, seed=4)
     assert huge_k == model.generate([PROMPT], 3, temperature=1.0, seed=4)  # k >= V: all kept
     assert model.generate([[V - 1, 0]], 1, on_token=lambda step, tokens: None)[0][0] in range(V)
@@ -188,15 +199,26 @@ def test_random_weights_checks_its_seed():
 
 
 # ---------------------------------------------------------------- `linnet run`
-@pytest.mark.parametrize(("argv", "code"), [
-    (["--temperature", "nan"], "E0812"), (["--temperature", "-1"], "E0812"),
-    (["--temperature", "inf"], "E0812"), (["--top-k", "0"], "E0813"),
-    (["--top-k", "-3"], "E0813"), (["--top-p", "0"], "E0814"), (["--top-p", "1.5"], "E0814"),
-    (["--top-p", "nan"], "E0814"), (["--sampling-seed", "-1"], "E0815"),
-    (["--sampling-seed", str(2**64)], "E0815"), (["--seed", "-1"], "E0815"),
-    (["--seed", str(2**64)], "E0815"), (["--stop", "2,-1"], "E0819"),
-    (["--stop", str(V)], "E0819"), (["--prompt", f"1,{2**64}"], "E0780"),
-])
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["--temperature", "nan"], "E0812"),
+        (["--temperature", "-1"], "E0812"),
+        (["--temperature", "inf"], "E0812"),
+        (["--top-k", "0"], "E0813"),
+        (["--top-k", "-3"], "E0813"),
+        (["--top-p", "0"], "E0814"),
+        (["--top-p", "1.5"], "E0814"),
+        (["--top-p", "nan"], "E0814"),
+        (["--sampling-seed", "-1"], "E0815"),
+        (["--sampling-seed", str(2**64)], "E0815"),
+        (["--seed", "-1"], "E0815"),
+        (["--seed", str(2**64)], "E0815"),
+        (["--stop", "2,-1"], "E0819"),
+        (["--stop", str(V)], "E0819"),
+        (["--prompt", f"1,{2**64}"], "E0780"),
+    ],
+)
 def test_cli_run_bad_options(capsys, argv, code):
     from linnet.lang.cli import main
 
@@ -221,19 +243,37 @@ def test_cli_run_a_tiny_temperature_runs(capsys):
     from linnet.lang.cli import main
 
     # Before: torch.multinomial's RuntimeError (probabilities of NaN).
-    assert main(["run", str(LLAMA), "--config", "toy", "--tokens", "2", "--temperature",
-                 "1e-45", "--sampling-seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(LLAMA),
+                "--config",
+                "toy",
+                "--tokens",
+                "2",
+                "--temperature",
+                "1e-45",
+                "--sampling-seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert "decoded 2 tokens" in capsys.readouterr().out
 
 
 def test_cli_run_checks_options_before_importing_torch(tmp_path):
     """The options are refused before a checkpoint is made and before torch is imported."""
-    code = ("import sys\nfrom linnet.lang.cli import main\n"
-            "rc = main(['run', '--temperature', '-1', '--top-k', '0'])\n"
-            "print(rc, 'torch' in sys.modules)\n")
+    code = (
+        "import sys\nfrom linnet.lang.cli import main\n"
+        "rc = main(['run', '--temperature', '-1', '--top-k', '0'])\n"
+        "print(rc, 'torch' in sys.modules)\n"
+    )
     env = os.environ | {"LINNET_HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr
     assert "error[E0812]" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "demo").exists()
@@ -249,9 +289,16 @@ def kernels(capsys, *argv: str) -> tuple[int, str]:
     return rc, out.out + out.err
 
 
-@pytest.mark.parametrize(("device", "code"), [("tpu", "E0710"), ("cuda:x", "E0710"),
-                                              ("cuda", "E0711"), ("cuda:7", "E0711"),
-                                              ("xla", "E0711")])
+@pytest.mark.parametrize(
+    ("device", "code"),
+    [
+        ("tpu", "E0710"),
+        ("cuda:x", "E0710"),
+        ("cuda", "E0711"),
+        ("cuda:7", "E0711"),
+        ("xla", "E0711"),
+    ],
+)
 def test_kernels_on_a_device_this_machine_lacks(capsys, device, code):
     if torch.cuda.is_available() and code == "E0711":
         pytest.skip("this machine has CUDA")
@@ -272,11 +319,13 @@ def test_a_device_torch_names_but_cannot_use_here(capsys, device):
     dispatcher listing), `linnet kernels --device xla` a RuntimeError traceback."""
     from linnet.lang.cli import main
 
-    assert main(["run", str(LLAMA), "--config", "toy", "--tokens", "1", "--device",
-                 device]) == 1
+    assert main(["run", str(LLAMA), "--config", "toy", "--tokens", "1", "--device", device]) == 1
     err = capsys.readouterr().err
-    assert f"error[E0711]: device `{device}` was asked for, but this torch cannot use it" \
-        in err and "E0650" not in err and len(err) < 600, err
+    assert (
+        f"error[E0711]: device `{device}` was asked for, but this torch cannot use it" in err
+        and "E0650" not in err
+        and len(err) < 600
+    ), err
 
 
 def test_check_kernels_refuses_a_device_this_machine_lacks():
@@ -287,10 +336,13 @@ def test_check_kernels_refuses_a_device_this_machine_lacks():
     assert code_of(err) == "E0710"
 
 
-@pytest.mark.parametrize(("op", "hint"), [
-    ("rms_nrom", "did you mean `rms_norm`?"),
-    ("std.nn.norm::rms_nrom", "did you mean `std.nn.norm::rms_norm`?"),
-])
+@pytest.mark.parametrize(
+    ("op", "hint"),
+    [
+        ("rms_nrom", "did you mean `rms_norm`?"),
+        ("std.nn.norm::rms_nrom", "did you mean `std.nn.norm::rms_norm`?"),
+    ],
+)
 def test_kernels_op_that_names_nothing(capsys, op, hint):
     # Before: "no op here is bound to a kernel: nothing to check", exit status 0.
     rc, text = kernels(capsys, "--std", "--op", "rms_norm", "--op", op, "--device", "cpu")
@@ -303,8 +355,21 @@ def test_kernels_op_names_are_checked_over_every_file(capsys, tmp_path):
     --std: the names are checked over all the files at once."""
     own = tmp_path / "plain.linnet"
     own.write_text("pub fn f(x: f32) -> f32 { return x }\n")
-    rc, text = kernels(capsys, "--std", str(own), "--op", "silu_mul", "--count", "1",
-                       "--max-size", "8", "--dtype", "f32", "--device", "cpu")
+    rc, text = kernels(
+        capsys,
+        "--std",
+        str(own),
+        "--op",
+        "silu_mul",
+        "--count",
+        "1",
+        "--max-size",
+        "8",
+        "--dtype",
+        "f32",
+        "--device",
+        "cpu",
+    )
     assert rc == 0 and "silu_mul" in text and "every kernel agrees with its op" in text, text
     rc, text = kernels(capsys, str(own), "--op", "silu_mul", "--device", "cpu")
     assert rc == 1 and "error[E0793]" in text and "none" in text

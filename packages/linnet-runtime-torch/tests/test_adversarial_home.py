@@ -19,14 +19,18 @@ import pytest
 from linnet.lang.cli import main
 from linnet.torch import home as torch_home
 
-INDUCTOR = ("cache/inductor/5a/c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.so",
-            "cache/inductor/locks/c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.lock",
-            "cache/inductor/fxgraph/kq/fkqp7ajgkubshpmvkfnngsxzjdmb4vxs5iebk6hwprxcinm7t3uy/"
-            "auuk7hoo3nxn5a2o4mc7paimibqk5bskvwe4gjjsbmucd2pge5p")
-TRITON = ("cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA/"
-          "triton_poi_fused_sin_0.cubin",
-          "cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA/"
-          "__grp__triton_poi_fused_sin_0.json")
+INDUCTOR = (
+    "cache/inductor/5a/c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.so",
+    "cache/inductor/locks/c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.lock",
+    "cache/inductor/fxgraph/kq/fkqp7ajgkubshpmvkfnngsxzjdmb4vxs5iebk6hwprxcinm7t3uy/"
+    "auuk7hoo3nxn5a2o4mc7paimibqk5bskvwe4gjjsbmucd2pge5p",
+)
+TRITON = (
+    "cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA/"
+    "triton_poi_fused_sin_0.cubin",
+    "cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA/"
+    "__grp__triton_poi_fused_sin_0.json",
+)
 CACHE_FOLDERS = ("timings", "generated", "inductor", "triton", "unreadable", "demo")
 
 
@@ -99,8 +103,14 @@ def linnet_writes(home: Path, tmp: Path) -> list[str]:
     kernel.write_bytes(b"cubin")
     group.write_text(json.dumps({"child_paths": {kernel.name: str(kernel)}}))
     made += TRITON
-    broken = home / "cache" / "inductor" / "fxgraph" / "zz" / \
-        "fzzq7ajgkubshpmvkfnngsxzjdmb4vxs5iebk6hwprxcinm7t3uy"
+    broken = (
+        home
+        / "cache"
+        / "inductor"
+        / "fxgraph"
+        / "zz"
+        / "fzzq7ajgkubshpmvkfnngsxzjdmb4vxs5iebk6hwprxcinm7t3uy"
+    )
     broken.parent.mkdir(parents=True)
     broken.write_bytes(b"not a pickle")
     aside = torch_home._move_aside(broken, home / "cache" / "unreadable")
@@ -156,10 +166,17 @@ def test_a_home_of_user_files_loses_nothing(tmp_path, monkeypatch, capsys, kind,
 
 
 def test_home_as_linnet_home_is_refused_and_untouched(tmp_path, monkeypatch, capsys):
-    home = user_tree(tmp_path / "me", {
-        ".bashrc": b"export PATH", "Documents/thesis.tex": b"\\documentclass",
-        "demo/talk.mp4": b"video", "generated/plots.py": b"import matplotlib",
-        "cache/inductor/x.txt": b"x", "benchmarks.json": b'{"mine": 1}'})
+    home = user_tree(
+        tmp_path / "me",
+        {
+            ".bashrc": b"export PATH",
+            "Documents/thesis.tex": b"\\documentclass",
+            "demo/talk.mp4": b"video",
+            "generated/plots.py": b"import matplotlib",
+            "cache/inductor/x.txt": b"x",
+            "benchmarks.json": b'{"mine": 1}',
+        },
+    )
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("LINNET_HOME", str(home))
     made = linnet_writes(home, tmp_path)  # Linnet ran there too
@@ -173,20 +190,32 @@ def test_home_as_linnet_home_is_refused_and_untouched(tmp_path, monkeypatch, cap
 
 
 # ---------------------------------------------------------------- links
-LINKS = ["demo", "generated", "cache", "cache/inductor", "cache/triton", "cache/unreadable",
-         "cache/inductor/5a", "cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA",
-         "generated/sub"]
+LINKS = [
+    "demo",
+    "generated",
+    "cache",
+    "cache/inductor",
+    "cache/triton",
+    "cache/unreadable",
+    "cache/inductor/5a",
+    "cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA",
+    "generated/sub",
+]
 
 
 @pytest.mark.parametrize("where", LINKS)
-def test_a_link_to_a_user_folder_inside_the_home_is_not_followed(tmp_path, capsys, clean,
-                                                                 where):
+def test_a_link_to_a_user_folder_inside_the_home_is_not_followed(tmp_path, capsys, clean, where):
     made = linnet_writes(clean, tmp_path)
     # The user's folder holds files that Linnet's rules would take if they were followed.
-    folder = user_tree(tmp_path / "mine", {
-        "inductor/c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.so": b"mine",
-        "c7au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.so": b"mine too",
-        "triton_poi_fused_sin_0.cubin": b"cubin", "notes.txt": b"n"})
+    folder = user_tree(
+        tmp_path / "mine",
+        {
+            "inductor/c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.so": b"mine",
+            "c7au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.so": b"mine too",
+            "triton_poi_fused_sin_0.cubin": b"cubin",
+            "notes.txt": b"n",
+        },
+    )
     link = clean / where
     if link.exists():
         made = [m for m in made if not m.startswith(where + "/")]
@@ -215,8 +244,7 @@ def test_links_to_user_files_in_linnet_folders_are_kept(tmp_path, capsys, clean)
     theirs.write_text(text)  # the same content as the name's hash: still a link of theirs
     path.symlink_to(theirs)
     timing = tmp_path / "shared-benchmarks.json"
-    timing.write_text(json.dumps({"format": "linnet.benchmarks", "version": 1,
-                                  "entries": {}}))
+    timing.write_text(json.dumps({"format": "linnet.benchmarks", "version": 1, "entries": {}}))
     (clean / "benchmarks.json").unlink()
     (clean / "benchmarks.json").symlink_to(timing)
     made.remove("benchmarks.json")
@@ -256,15 +284,24 @@ def test_a_linked_home(tmp_path, monkeypatch, capsys, target):
 # ---------------------------------------------------------------- beside Linnet's own
 BESIDE = {
     "timings": ["benchmarks.json.corrupt-mine", "benchmarks.json.backup"],
-    "generated": ["generated/notes.txt",
-                  # a generated name whose content the user edited: not what Linnet wrote
-                  "generated/linnet_adv_0123456789abcdef0123.py"],
-    "inductor": ["cache/inductor/notes.txt", "cache/inductor/5a/notes.txt",
-                 "cache/inductor/fxgraph/README"],
-    "triton": ["cache/triton/notes.txt",
-               "cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA/notes.txt"],
-    "unreadable": ["cache/unreadable/notes.txt",
-                   "cache/unreadable/20240101T000000-c5au5a2mphshn5mjfphssnhp6upkoo-abcd1234"],
+    "generated": [
+        "generated/notes.txt",
+        # a generated name whose content the user edited: not what Linnet wrote
+        "generated/linnet_adv_0123456789abcdef0123.py",
+    ],
+    "inductor": [
+        "cache/inductor/notes.txt",
+        "cache/inductor/5a/notes.txt",
+        "cache/inductor/fxgraph/README",
+    ],
+    "triton": [
+        "cache/triton/notes.txt",
+        "cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA/notes.txt",
+    ],
+    "unreadable": [
+        "cache/unreadable/notes.txt",
+        "cache/unreadable/20240101T000000-c5au5a2mphshn5mjfphssnhp6upkoo-abcd1234",
+    ],
     "demo": ["demo/mine.safetensors", "demo/llama-0123456789ab.safetensors"],
 }
 
@@ -294,23 +331,30 @@ def folder_of(rel: str) -> str:
 
 
 # ---------------------------------------------------------------- an earlier version's home
-def test_an_earlier_versions_home_is_adopted_and_only_its_files_removed(tmp_path,
-                                                                       monkeypatch, capsys):
+def test_an_earlier_versions_home_is_adopted_and_only_its_files_removed(
+    tmp_path, monkeypatch, capsys
+):
     import hashlib
 
     home = tmp_path / "old"
     text = "z = 3\n"
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
-    old = {f"generated/linnet_m_decode_{digest}.py": text.encode(),
-           "demo/llama-0123456789ab.safetensors": safetensors_bytes(),
-           "demo/llama-0123456789ab.tmp": b"half",
-           "benchmarks.json": json.dumps({"format": "linnet.benchmarks", "version": 1,
-                                          "entries": {}}).encode(),
-           "cache/unreadable/20240101T000000-c5au5a2mphshn5mjfphssnhp6upkood6f3jju-abcd1234":
-               b"bad", INDUCTOR[0]: b"so"}
-    mine = {"generated/mine.py": b"mine", "demo/mine.safetensors": safetensors_bytes(3.0),
-            "benchmarks.json.corrupt-20240101T000000-abcd1234": b"maybe mine",
-            "cache/inductor/notes.txt": b"notes"}
+    old = {
+        f"generated/linnet_m_decode_{digest}.py": text.encode(),
+        "demo/llama-0123456789ab.safetensors": safetensors_bytes(),
+        "demo/llama-0123456789ab.tmp": b"half",
+        "benchmarks.json": json.dumps(
+            {"format": "linnet.benchmarks", "version": 1, "entries": {}}
+        ).encode(),
+        "cache/unreadable/20240101T000000-c5au5a2mphshn5mjfphssnhp6upkood6f3jju-abcd1234": b"bad",
+        INDUCTOR[0]: b"so",
+    }
+    mine = {
+        "generated/mine.py": b"mine",
+        "demo/mine.safetensors": safetensors_bytes(3.0),
+        "benchmarks.json.corrupt-20240101T000000-abcd1234": b"maybe mine",
+        "cache/inductor/notes.txt": b"notes",
+    }
     user_tree(home, {**old, **mine})
     monkeypatch.setenv("LINNET_HOME", str(home))
     assert main(["cache"]) == 0
@@ -329,8 +373,9 @@ def test_the_timing_cache_leaves_a_users_benchmarks_json_alone(tmp_path, monkeyp
 
     from linnet.plan import CacheWarning, TimingCache
 
-    home = user_tree(tmp_path / "me", {"benchmarks.json": b"my own benchmark numbers",
-                                       "thesis.tex": b"x"})
+    home = user_tree(
+        tmp_path / "me", {"benchmarks.json": b"my own benchmark numbers", "thesis.tex": b"x"}
+    )
     monkeypatch.setenv("LINNET_HOME", str(home))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -376,14 +421,38 @@ def test_a_demo_checkpoint_replaces_a_link_never_writes_through_it(tmp_path, cle
 
 # ---------------------------------------------------------------- random homes
 SEEDS = range(8) if os.environ.get("CI") else range(40)
-NAMES = ["notes.txt", "model.py", "w.safetensors", "README", "c5au5a2mphs.so", "x.json",
-         "linnet_m_0123456789abcdef0123.py", "llama-0123456789ab.safetensors",
-         "benchmarks.json.corrupt-x", "a.tmp", "data.bin", "lock", "__grp__mine.json",
-         "backup-c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.tar", "x.autotune.json",
-         "cuda_utils.so", "triton_poi_fused_sin_0.ptx"]
-PLACES = ["", "generated", "demo", "cache", "cache/inductor", "cache/inductor/5a",
-          "cache/inductor/fxgraph", "cache/triton", "cache/unreadable", "generated/deep/er",
-          "cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA"]
+NAMES = [
+    "notes.txt",
+    "model.py",
+    "w.safetensors",
+    "README",
+    "c5au5a2mphs.so",
+    "x.json",
+    "linnet_m_0123456789abcdef0123.py",
+    "llama-0123456789ab.safetensors",
+    "benchmarks.json.corrupt-x",
+    "a.tmp",
+    "data.bin",
+    "lock",
+    "__grp__mine.json",
+    "backup-c5au5a2mphshn5mjfphssnhp6upkood6f3jju32shuhiunzavhf6.tar",
+    "x.autotune.json",
+    "cuda_utils.so",
+    "triton_poi_fused_sin_0.ptx",
+]
+PLACES = [
+    "",
+    "generated",
+    "demo",
+    "cache",
+    "cache/inductor",
+    "cache/inductor/5a",
+    "cache/inductor/fxgraph",
+    "cache/triton",
+    "cache/unreadable",
+    "generated/deep/er",
+    "cache/triton/ALW3J5ZQ2MBTVU7DXFPD6NF5YF6U4DWDUBFHXVR6DCKHOG3A4JRA",
+]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -393,14 +462,16 @@ def test_random_user_files_in_a_linnet_home_survive_a_clear(tmp_path, capsys, cl
     mine: dict[str, bytes] = {}
     for _ in range(rng.randint(1, 12)):
         rel = "/".join(p for p in (rng.choice(PLACES), rng.choice(NAMES)) if p)
-        if rel in made or rel in ("benchmarks.json",) or any(
-                m.startswith(rel + "/") for m in [*made, *mine]) or any(
-                rel.startswith(m + "/") for m in mine):
+        if (
+            rel in made
+            or rel in ("benchmarks.json",)
+            or any(m.startswith(rel + "/") for m in [*made, *mine])
+            or any(rel.startswith(m + "/") for m in mine)
+        ):
             continue
         mine[rel] = rng.randbytes(rng.randint(1, 64))
     user_tree(clean, mine)
-    rc, _ = clear(capsys, *(["--only", rng.choice(CACHE_FOLDERS)] if rng.random() < 0.3
-                            else []))
+    rc, _ = clear(capsys, *(["--only", rng.choice(CACHE_FOLDERS)] if rng.random() < 0.3 else []))
     assert rc == 0
     for rel, data in mine.items():
         assert (clean / rel).read_bytes() == data, rel

@@ -23,10 +23,13 @@ from linnet.torch.home import import_source
 from support import LLAMA, toy_config
 
 CI = bool(os.environ.get("CI"))
-SETTINGS = settings(max_examples=25 if CI else 60, deadline=None, derandomize=CI,
-                    database=None,
-                    suppress_health_check=[HealthCheck.too_slow,
-                                           HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=25 if CI else 60,
+    deadline=None,
+    derandomize=CI,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 V, S = 256, 128  # the toy config's vocabulary and cache length
 I32 = torch.int32
 
@@ -49,8 +52,9 @@ def paths(weights):
     """The three ways to run decode: generated source, interpreter, a plan (no backends)."""
     generated = load(LLAMA, weights=weights, config=toy_config())
     interpreted = load(LLAMA, weights=weights, config=toy_config(), interpret=True)
-    plan = generated.plan_for("decode", [i32(1), i32(0)], backends=[], measure=False,
-                              progress=False)
+    plan = generated.plan_for(
+        "decode", [i32(1), i32(0)], backends=[], measure=False, progress=False
+    )
     plan_ctx = generated.context_for(plan)
     return {
         "generated": (lambda ins: generated.run("decode", ins), generated),
@@ -79,10 +83,12 @@ def rejections(paths, inputs) -> list[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------- items 4 and 6: values
-bad_tokens = st.one_of(st.integers(-(2 ** 31), -1), st.integers(V, 2 ** 31 - 1),
-                       st.sampled_from([-1, V, V + 44, -V]))
-bad_positions = st.one_of(st.integers(-(2 ** 31), -1), st.integers(S, 2 ** 31 - 1),
-                          st.sampled_from([-1, -S, S, S + 1]))
+bad_tokens = st.one_of(
+    st.integers(-(2**31), -1), st.integers(V, 2**31 - 1), st.sampled_from([-1, V, V + 44, -V])
+)
+bad_positions = st.one_of(
+    st.integers(-(2**31), -1), st.integers(S, 2**31 - 1), st.sampled_from([-1, -S, S, S + 1])
+)
 
 
 @SETTINGS
@@ -200,8 +206,14 @@ def test_planning_and_conform_check_their_inputs(weights, tmp_path, inputs):
 
     model = paths_model(weights)
     with pytest.raises(LinnetError) as err:
-        model.plan_for("decode", inputs, backends=[RefLinear()], measure=True, progress=False,
-                       cache=TimingCache(tmp_path / "timings.json"))
+        model.plan_for(
+            "decode",
+            inputs,
+            backends=[RefLinear()],
+            measure=True,
+            progress=False,
+            cache=TimingCache(tmp_path / "timings.json"),
+        )
     assert code_of(err) == "E0780"
     with pytest.raises(LinnetError) as err:
         model.conform("decode", inputs, RefLinear())
@@ -216,11 +228,18 @@ def paths_model(weights):
 
 # ---------------------------------------------------------------- item 12: API misuse
 MISUSE = [
-    ((1, 0), "E0721"), (([1], [0]), "E0721"), ((np.array([1], dtype=np.int32), i32(0)), "E0721"),
-    ((i32(1), 0), "E0721"), ((i32(1), None), "E0721"), ((i32(1), "0"), "E0721"),
-    ((torch.tensor([1.0]), i32(0)), "E0722"), ((i32(1), torch.tensor([0])), "E0722"),
+    ((1, 0), "E0721"),
+    (([1], [0]), "E0721"),
+    ((np.array([1], dtype=np.int32), i32(0)), "E0721"),
+    ((i32(1), 0), "E0721"),
+    ((i32(1), None), "E0721"),
+    ((i32(1), "0"), "E0721"),
+    ((torch.tensor([1.0]), i32(0)), "E0722"),
+    ((i32(1), torch.tensor([0])), "E0722"),
     ((torch.tensor([True]), i32(0)), "E0722"),
-    ((i32(1),), "E0720"), ((i32(1), i32(0), i32(0)), "E0720"), ((), "E0720"),
+    ((i32(1),), "E0720"),
+    ((i32(1), i32(0), i32(0)), "E0720"),
+    ((), "E0720"),
 ]
 
 
@@ -246,13 +265,22 @@ def test_plan_run_misuse_is_coded(paths, args, code):
 DTYPES = [torch.int32, torch.int64, torch.int16, torch.uint8, torch.float32, torch.bool]
 SHAPES = [(), (1,), (2,), (1, 1), (0,)]
 anything = st.one_of(
-    st.integers(-(2 ** 40), 2 ** 40), st.floats(allow_nan=True), st.none(), st.text(max_size=3),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True),
+    st.none(),
+    st.text(max_size=3),
     st.lists(st.integers(-5, 300), max_size=3),
     st.builds(lambda v: np.array(v, dtype=np.int32), st.lists(st.integers(0, 9), max_size=2)),
-    st.builds(lambda d, s, v: torch.full(s, v).to(d), st.sampled_from(DTYPES),
-              st.sampled_from(SHAPES), st.integers(-(2 ** 31), 2 ** 31 - 1)),
-    st.builds(lambda s, v: torch.full(s, v, dtype=I32), st.sampled_from(SHAPES[:3]),
-              st.integers(-3, 300)))
+    st.builds(
+        lambda d, s, v: torch.full(s, v).to(d),
+        st.sampled_from(DTYPES),
+        st.sampled_from(SHAPES),
+        st.integers(-(2**31), 2**31 - 1),
+    ),
+    st.builds(
+        lambda s, v: torch.full(s, v, dtype=I32), st.sampled_from(SHAPES[:3]), st.integers(-3, 300)
+    ),
+)
 
 
 @SETTINGS
@@ -289,13 +317,16 @@ def test_inputs_by_name(paths):
     assert torch.equal(a, b) and torch.equal(a, c) and torch.equal(a, d)
 
 
-@pytest.mark.parametrize(("args", "named", "code", "words"), [
-    ((), {"token": i32(1)}, "E0720", "missing: pos"),
-    ((), {"token": i32(1), "pos": i32(0), "extra": i32(0)}, "E0783", "no input `extra`"),
-    ((i32(1),), {"token": i32(1)}, "E0783", "given twice"),
-    ((i32(1), i32(0), i32(0)), {"pos": i32(0)}, "E0720", "takes 2 inputs"),
-    ((), {"token": 1, "pos": i32(0)}, "E0721", "torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    ("args", "named", "code", "words"),
+    [
+        ((), {"token": i32(1)}, "E0720", "missing: pos"),
+        ((), {"token": i32(1), "pos": i32(0), "extra": i32(0)}, "E0783", "no input `extra`"),
+        ((i32(1),), {"token": i32(1)}, "E0783", "given twice"),
+        ((i32(1), i32(0), i32(0)), {"pos": i32(0)}, "E0720", "takes 2 inputs"),
+        ((), {"token": 1, "pos": i32(0)}, "E0721", "torch.Tensor"),
+    ],
+)
 def test_bad_inputs_by_name(paths, args, named, code, words):
     model = paths["generated"][1]
     with pytest.raises(LinnetError) as err:
@@ -303,10 +334,16 @@ def test_bad_inputs_by_name(paths, args, named, code, words):
     assert code_of(err) == code and words in str(err.value)
 
 
-@pytest.mark.parametrize(("inputs", "code"), [
-    (i32(1, 0), "E0784"), ("token", "E0784"), (7, "E0784"),
-    ({"token": i32(1)}, "E0720"), ({"tok": i32(1), "pos": i32(0)}, "E0783"),
-])
+@pytest.mark.parametrize(
+    ("inputs", "code"),
+    [
+        (i32(1, 0), "E0784"),
+        ("token", "E0784"),
+        (7, "E0784"),
+        ({"token": i32(1)}, "E0720"),
+        ({"tok": i32(1), "pos": i32(0)}, "E0783"),
+    ],
+)
 def test_run_takes_a_list_or_a_dict(paths, inputs, code):
     model = paths["generated"][1]
     with pytest.raises(LinnetError) as err:
@@ -329,12 +366,17 @@ def test_context_of_the_wrong_type(paths):
 
 
 # ---------------------------------------------------------------- `linnet run`
-@pytest.mark.parametrize(("argv", "code"), [
-    (["--prompt=300,1"], "E0780"), (["--prompt=-1,2"], "E0780"),
-    (["--prompt=" + ",".join(["1"] * (S + 1)), "--tokens", "1"], "E0782"),
-    (["--prompt=1,2", "--tokens", "200"], "E0788"), (["--prompt="], "E0786"),
-    (["--prompt=1", "--tokens", "0"], "E0787"),
-])
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["--prompt=300,1"], "E0780"),
+        (["--prompt=-1,2"], "E0780"),
+        (["--prompt=" + ",".join(["1"] * (S + 1)), "--tokens", "1"], "E0782"),
+        (["--prompt=1,2", "--tokens", "200"], "E0788"),
+        (["--prompt="], "E0786"),
+        (["--prompt=1", "--tokens", "0"], "E0787"),
+    ],
+)
 def test_cli_run_bad_inputs(capsys, argv, code):
     from linnet.lang.cli import main
 
@@ -347,8 +389,7 @@ def test_cli_run_bad_inputs(capsys, argv, code):
 def test_cli_run_to_the_end_of_the_cache(capsys):
     from linnet.lang.cli import main
 
-    assert main(["run", str(LLAMA), "--config", "toy", "--prompt=1,2", "--tokens",
-                 str(S - 1)]) == 0
+    assert main(["run", str(LLAMA), "--config", "toy", "--prompt=1,2", "--tokens", str(S - 1)]) == 0
     assert f"at position  {S - 1}" in capsys.readouterr().out
 
 
@@ -484,8 +525,7 @@ def test_captured_checks_host_inputs_without_waiting(weights):
     from linnet.torch.planned import Captured
 
     model = load(LLAMA, weights=weights, config=toy_config(), device="cuda")
-    plan = model.plan_for("decode", [i32(1), i32(0)], backends=[], measure=False,
-                          progress=False)
+    plan = model.plan_for("decode", [i32(1), i32(0)], backends=[], measure=False, progress=False)
     step = Captured(plan, model.context_for(plan))
     for k in range(3):  # eager, capture, replay
         step([i32(k + 1).cuda(), i32(k)])
@@ -532,7 +572,7 @@ def test_an_index_the_analysis_does_not_follow_is_still_coded(tmp_path, interpre
 
 
 @pytest.mark.parametrize("interpret", [False, True])
-@pytest.mark.parametrize("pos", [-1, -2, -3, 8, 9, 2 ** 31 - 1])
+@pytest.mark.parametrize("pos", [-1, -2, -3, 8, 9, 2**31 - 1])
 def test_a_divided_position_is_checked(tmp_path, interpret, pos):
     # Before: -1 / 2 = -1 was written Python-style into the last entry by generated source.
     path = tmp_path / "u.linnet"
@@ -588,14 +628,16 @@ def exported_decode(weights, tmp_path_factory):
     """The toy Llama and its decode exported to ONNX, in an onnxruntime session."""
     ort = pytest.importorskip("onnxruntime")
     model = load(LLAMA, weights=weights, config=toy_config())
-    (path,) = model.export_onnx("decode", [i32(1), i32(0)],
-                                tmp_path_factory.mktemp("export") / "decode.onnx")
+    (path,) = model.export_onnx(
+        "decode", [i32(1), i32(0)], tmp_path_factory.mktemp("export") / "decode.onnx"
+    )
     return model, ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize("token,pos", [(-1, 0), (V, 0), (5, -1), (5, S)])
 def test_an_exported_model_flags_what_model_run_refuses_with_the_same_error(
-        exported_decode, token, pos):
+    exported_decode, token, pos
+):
     """ONNX decode with token -1 returned token 255's logits and position -1 wrote cache
     slot 127: the export's `linnet.valid` output is false there, and check_outputs raises
     the very error model.run raises."""
@@ -605,8 +647,11 @@ def test_an_exported_model_flags_what_model_run_refuses_with_the_same_error(
     with pytest.raises(LinnetError) as want:
         model.run("decode", [i32(token), i32(pos)])
     ctx = model.new_context("decode", [i32(1), i32(0)])
-    feeds = {"token": np.array([token], np.int32), "pos": np.array([pos], np.int32),
-             **{p: v.numpy().copy() for p, v in ctx.states.items()}}
+    feeds = {
+        "token": np.array([token], np.int32),
+        "pos": np.array([pos], np.int32),
+        **{p: v.numpy().copy() for p, v in ctx.states.items()},
+    }
     outs = sess.run(None, feeds)
     assert not outs[-1]
     with pytest.raises(LinnetError) as got:
@@ -619,7 +664,7 @@ def test_a_literal_written_into_a_state_runs_in_generated_source():
     traceback (found checking the emitters' names for issue 46 item 1)."""
     from linnet.lang.emit.torch import emit_torch
 
-    prog = Program.from_text('''
+    prog = Program.from_text("""
 model M<N: Dim> {
     state s: Tensor[N; f32]
     entry run(i: Tensor[1; i32]) -> Tensor[N; f32] {
@@ -627,7 +672,7 @@ model M<N: Dim> {
         let y[k] = self.s[k] * 2.0
         return y
     }
-}''')
+}""")
     g = lower(prog, "run", {"i": [1]}, {"N": 3})
     ns: dict = {}
     exec(compile(emit_torch(g), "generated", "exec"), ns)

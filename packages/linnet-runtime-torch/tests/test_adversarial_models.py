@@ -40,8 +40,11 @@ def _x() -> torch.Tensor:
 
 def _patched(module, entry: str) -> list[str]:
     """The slice functions of ``module`` that are not its own (a wrapper put there)."""
-    return [sl["function"] for sl in module.ENTRIES[entry]["slices"]
-            if getattr(module, sl["function"]).__module__ != module.__name__]
+    return [
+        sl["function"]
+        for sl in module.ENTRIES[entry]["slices"]
+        if getattr(module, sl["function"]).__module__ != module.__name__
+    ]
 
 
 def test_a_compiled_model_leaves_another_models_slices_alone(tmp_path):
@@ -105,8 +108,7 @@ def test_cpu_and_meta_models_of_one_source_run_side_by_side_both_ways():
     cfg = toy_config()
     w = random_weights(LLAMA, cfg, seed=0)
     i32 = lambda v: torch.tensor([v], dtype=torch.int32)  # noqa: E731
-    meta = load(LLAMA, weights={k: v.to("meta") for k, v in w.items()}, config=cfg,
-                device="meta")
+    meta = load(LLAMA, weights={k: v.to("meta") for k, v in w.items()}, config=cfg, device="meta")
     cpu = load(LLAMA, weights=w, config=cfg)
     reference = load(LLAMA, weights=w, config=cfg)
     want = [reference.run("decode", [i32(1), i32(p)]) for p in (0, 1)]

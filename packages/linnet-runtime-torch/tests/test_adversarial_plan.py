@@ -73,21 +73,26 @@ def want(weights):
     m = load(LLAMA, weights=dict(weights), config=toy_config())
     ctx = m.new_context("decode", [TOKEN, POS])
     m.prefill(torch.tensor([[1, 2, 3]], dtype=torch.int32), context=ctx)
-    return m.run("decode", [torch.tensor([4], dtype=torch.int32),
-                            torch.tensor([3], dtype=torch.int32)], context=ctx)
+    return m.run(
+        "decode",
+        [torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)],
+        context=ctx,
+    )
 
 
 def run_plan(model, plan):
     ctx = model.context_for(plan)
     model.prefill(torch.tensor([[1, 2, 3]], dtype=torch.int32), context=ctx)
-    (got,) = plan.run([torch.tensor([4], dtype=torch.int32),
-                       torch.tensor([3], dtype=torch.int32)], ctx)
+    (got,) = plan.run(
+        [torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)], ctx
+    )
     return got
 
 
 def plan(model, backends, measure=False, **kw):
-    return model.plan_for("decode", [TOKEN, POS], backends=backends, measure=measure,
-                          progress=False, **kw)
+    return model.plan_for(
+        "decode", [TOKEN, POS], backends=backends, measure=measure, progress=False, **kw
+    )
 
 
 def code_of(exc: LinnetError) -> str:
@@ -105,12 +110,12 @@ def test_a_region_reading_k_cache_across_its_scatter_is_refused(model, want):
 
 
 @pytest.mark.parametrize("measure", [False, True])
-def test_a_hand_built_region_across_the_scatter_fails_and_never_runs(model, want, measure,
-                                                                       tmp_path):
+def test_a_hand_built_region_across_the_scatter_fails_and_never_runs(
+    model, want, measure, tmp_path
+):
     from linnet.plan import TimingCache
 
-    p = plan(model, [HandBuilt()], measure=measure,
-             cache=TimingCache(tmp_path / "benchmarks.json"))
+    p = plan(model, [HandBuilt()], measure=measure, cache=TimingCache(tmp_path / "benchmarks.json"))
     (c,) = p.candidates
     assert c.status == "failed" and K_CACHE in c.reason and "cannot run together" in c.reason
     assert "failed" in p.explain() and K_CACHE in p.explain()
@@ -129,14 +134,19 @@ def test_conform_reports_the_hazard_instead_of_passing(model):
 
 
 # ------------------------------------------------------------ 2: outputs checked once
-@pytest.mark.parametrize("how, measure", [(how, False) for how in BAD_OUTPUTS] + [
-    (how, True) for how in ("float", "none", "garbage", "slice", "empty")])
+@pytest.mark.parametrize(
+    "how, measure",
+    [(how, False) for how in BAD_OUTPUTS]
+    + [(how, True) for how in ("float", "none", "garbage", "slice", "empty")],
+)
 def test_wrong_outputs_fail_the_candidate_and_the_generated_source_runs(
-        model, want, how, measure, tmp_path):
+    model, want, how, measure, tmp_path
+):
     from linnet.plan import TimingCache
 
-    p = plan(model, [BadOutputs(how)], measure=measure,
-             cache=TimingCache(tmp_path / "benchmarks.json"))
+    p = plan(
+        model, [BadOutputs(how)], measure=measure, cache=TimingCache(tmp_path / "benchmarks.json")
+    )
     (c,) = p.candidates
     assert c.status == "failed", (how, c.status, c.reason)
     assert c.backend_seconds is None  # never timed: it could not win "fastest"
@@ -148,12 +158,19 @@ def test_wrong_outputs_fail_the_candidate_and_the_generated_source_runs(
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("how, words", [
-    ("float", "is a float, not a torch.Tensor"), ("none", "returned a NoneType"),
-    ("slice", "has shape [1, 1]; the region declares [1, 256]"),
-    ("dtype", "torch.float64"), ("device", "is on meta"), ("empty", "returned 0 values"),
-    ("extra", "returned 2 values"), ("bare-tensor", "returned a Tensor, not a list"),
-])
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("float", "is a float, not a torch.Tensor"),
+        ("none", "returned a NoneType"),
+        ("slice", "has shape [1, 1]; the region declares [1, 256]"),
+        ("dtype", "torch.float64"),
+        ("device", "is on meta"),
+        ("empty", "returned 0 values"),
+        ("extra", "returned 2 values"),
+        ("bare-tensor", "returned a Tensor, not a list"),
+    ],
+)
 def test_the_reason_says_which_output_and_what(model, how, words):
     (c,) = plan(model, [BadOutputs(how)]).candidates
     assert words in c.reason, c.reason
@@ -167,11 +184,20 @@ def test_a_good_backend_next_to_a_bad_one_still_runs(model, want):
 
 
 # ------------------------------------------------------------ 3: conform
-@pytest.mark.parametrize("how, words", [
-    ("nan", "NaN"), ("empty", "returned 0 values"), ("extra", "returned 2 values"),
-    ("slice", "shape [1, 1]"), ("dtype", "torch.float64"), ("float", "not a torch.Tensor"),
-    ("none", "NoneType"), ("device", "meta"), ("int", "torch.int32"),
-])
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("nan", "NaN"),
+        ("empty", "returned 0 values"),
+        ("extra", "returned 2 values"),
+        ("slice", "shape [1, 1]"),
+        ("dtype", "torch.float64"),
+        ("float", "not a torch.Tensor"),
+        ("none", "NoneType"),
+        ("device", "meta"),
+        ("int", "torch.int32"),
+    ],
+)
 def test_conform_fails_broken_outputs_and_says_which(model, how, words):
     (f,) = conform(model, "decode", [TOKEN, POS], BadOutputs(how))
     assert not f.passed and words in f.note, f.note
@@ -215,9 +241,12 @@ class _Scaled(BadOutputs):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.floats(-1e4, 1e4, allow_nan=False), st.floats(1e-6, 1.0),
-       st.floats(-0.5, 0.5, allow_nan=False),
-       st.sampled_from([torch.float32, torch.float64]))
+@given(
+    st.floats(-1e4, 1e4, allow_nan=False),
+    st.floats(1e-6, 1.0),
+    st.floats(-0.5, 0.5, allow_nan=False),
+    st.sampled_from([torch.float32, torch.float64]),
+)
 def test_compare_bounds_the_difference_by_the_reference_scale(value, tolerance, rel, dtype):
     want = torch.tensor([value, 1.0], dtype=dtype)
     got = want.clone()
@@ -232,12 +261,15 @@ def test_compare_bounds_the_difference_by_the_reference_scale(value, tolerance, 
         assert why is not None and "bound" in why
 
 
-@pytest.mark.parametrize("got, want, words", [
-    ([math.nan, 1.0], [1.0, 1.0], "1 NaN where"),
-    ([1.0, 1.0], [math.nan, 1.0], "no NaN where"),
-    ([math.inf, 1.0], [1.0, 1.0], "infinities"),
-    ([-math.inf, 1.0], [math.inf, 1.0], "infinities"),
-])
+@pytest.mark.parametrize(
+    "got, want, words",
+    [
+        ([math.nan, 1.0], [1.0, 1.0], "1 NaN where"),
+        ([1.0, 1.0], [math.nan, 1.0], "no NaN where"),
+        ([math.inf, 1.0], [1.0, 1.0], "infinities"),
+        ([-math.inf, 1.0], [math.inf, 1.0], "infinities"),
+    ],
+)
 def test_compare_never_lets_nan_or_inf_through(got, want, words):
     _, why = compare(torch.tensor(got), torch.tensor(want), 0.01)
     assert why is not None and words in why
@@ -261,19 +293,24 @@ def test_a_lying_holds_fails_that_backend_only(model, want, holds):
     torch.testing.assert_close(run_plan(model, p), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("what, label, words, measure", [
-    (None, "none", "compile returned None", False),
-    (None, "none", "compile returned None", True),
-    (NoMethods(), "no-methods", "no prepare() or execute()", False),
-    (NotCallable(), "not-callable", "no prepare() or execute()", False),
-    (42, "int", "compile returned a int", False),
-])
-def test_compile_giving_no_executable_is_a_failed_candidate(model, want, what, label, words,
-                                                            measure, tmp_path):
+@pytest.mark.parametrize(
+    "what, label, words, measure",
+    [
+        (None, "none", "compile returned None", False),
+        (None, "none", "compile returned None", True),
+        (NoMethods(), "no-methods", "no prepare() or execute()", False),
+        (NotCallable(), "not-callable", "no prepare() or execute()", False),
+        (42, "int", "compile returned a int", False),
+    ],
+)
+def test_compile_giving_no_executable_is_a_failed_candidate(
+    model, want, what, label, words, measure, tmp_path
+):
     from linnet.plan import TimingCache
 
-    p = plan(model, [CompileGives(what, label)], measure=measure,
-             cache=TimingCache(tmp_path / "b.json"))
+    p = plan(
+        model, [CompileGives(what, label)], measure=measure, cache=TimingCache(tmp_path / "b.json")
+    )
     assert len(p.candidates) == LINEARS
     assert all(c.status == "failed" and words in c.reason for c in p.candidates)
     assert "failed" in p.explain()
@@ -284,8 +321,7 @@ def test_compile_raising_fails_each_region(model):
     p = plan(model, [CompileRaises(), RefLinear()])
     raised = [c for c in p.candidates if c.backend.name == "compile-raises"]
     assert len(raised) == LINEARS and len(p.regions) == LINEARS
-    assert all(c.status == "failed" and "no kernel for this shape" in c.reason
-               for c in raised)
+    assert all(c.status == "failed" and "no kernel for this shape" in c.reason for c in raised)
 
 
 @pytest.mark.parametrize("what, label", [(None, "none"), ("regions", "str"), (3, "int")])
@@ -298,12 +334,14 @@ def test_match_giving_garbage_skips_the_backend(model, what, label):
 @pytest.mark.parametrize("where", ["prepare", "execute"])
 @pytest.mark.parametrize("measure", [False, True])
 def test_prepare_or_execute_raising_while_planning_fails_the_candidates(
-        model, want, where, measure, tmp_path):
+    model, want, where, measure, tmp_path
+):
     from linnet.plan import TimingCache
 
     p = plan(model, [Raises(where)], measure=measure, cache=TimingCache(tmp_path / "b.json"))
-    assert all(c.status == "failed" and f"{where} raised RuntimeError" in c.reason
-               for c in p.candidates)
+    assert all(
+        c.status == "failed" and f"{where} raised RuntimeError" in c.reason for c in p.candidates
+    )
     torch.testing.assert_close(run_plan(model, p), want, rtol=1e-5, atol=1e-5)
 
 
@@ -325,12 +363,15 @@ def test_execute_raising_after_the_check_is_a_coded_error_in_plan_run(model):
     assert code_of(err.value) == "E0757" and "execute-raises-after-1" in str(err.value)
 
 
-@pytest.mark.parametrize("backend, words", [
-    (CompileGives(None, "none"), "compile returned None"),
-    (Raises("prepare"), "prepare raised"),
-    (Raises("execute"), "execute raised"),
-    (LyingHolds("lots"), "holds='lots'"),
-])
+@pytest.mark.parametrize(
+    "backend, words",
+    [
+        (CompileGives(None, "none"), "compile returned None"),
+        (Raises("prepare"), "prepare raised"),
+        (Raises("execute"), "execute raised"),
+        (LyingHolds("lots"), "holds='lots'"),
+    ],
+)
 def test_conform_turns_plugin_faults_into_failing_findings(model, backend, words):
     findings = conform(model, "decode", [TOKEN, POS], backend)
     assert len(findings) == LINEARS
@@ -338,13 +379,16 @@ def test_conform_turns_plugin_faults_into_failing_findings(model, backend, words
 
 
 # ------------------------------------------------------------ estimate_cost
-@pytest.mark.parametrize("what, label, words", [
-    (RuntimeError("no model"), "raises", "estimate_cost raised RuntimeError"),
-    ("fast", "str", "returned a str, not a Cost"),
-    (Cost(math.nan), "nan", "seconds=nan"),
-    (Cost(-1.0), "negative", "seconds=-1.0"),
-    (Cost("1"), "str-seconds", "seconds='1'"),
-])
+@pytest.mark.parametrize(
+    "what, label, words",
+    [
+        (RuntimeError("no model"), "raises", "estimate_cost raised RuntimeError"),
+        ("fast", "str", "returned a str, not a Cost"),
+        (Cost(math.nan), "nan", "seconds=nan"),
+        (Cost(-1.0), "negative", "seconds=-1.0"),
+        (Cost("1"), "str-seconds", "seconds='1'"),
+    ],
+)
 def test_a_bad_estimate_is_ignored_with_its_reason(model, what, label, words):
     p = plan(model, [Estimates(what, label)])
     assert len(p.regions) == LINEARS
@@ -382,8 +426,10 @@ def test_join_runs_once_per_model_and_holds_the_weights_once(model):
     paths = [f"model.layers.0.self_attn.{n}_proj.weight" for n in "qkv"]
 
     def storages():
-        return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                for t in model.params.values()}
+        return {
+            t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for t in model.params.values()
+        }
 
     first = model.context_for(p)
     joined = first.join(paths)
@@ -393,8 +439,10 @@ def test_join_runs_once_per_model_and_holds_the_weights_once(model):
     assert again is joined and again.data_ptr() == joined.data_ptr()
     assert storages() == before  # no new buffer behind the parameters: nothing held twice
     for ctx in (first, second):
-        assert ctx.parameters[paths[1]].data_ptr() == joined[
-            p.graph.parameters[paths[0]].shape[0]:].data_ptr()
+        assert (
+            ctx.parameters[paths[1]].data_ptr()
+            == joined[p.graph.parameters[paths[0]].shape[0] :].data_ptr()
+        )
     # A path joined with other siblings is not laid out again.
     assert second.join(paths[:2]) is None
 
@@ -407,8 +455,9 @@ def test_scratch_contexts_share_the_join(model):
 
 
 # ------------------------------------------------------------ compile= names (item 12)
-@pytest.mark.parametrize("bad", ["no-such-backend", {"no_such_option": True},
-                                 {"max_autotune": "yes"}])
+@pytest.mark.parametrize(
+    "bad", ["no-such-backend", {"no_such_option": True}, {"max_autotune": "yes"}]
+)
 def test_a_compile_backend_torch_does_not_know_fails_up_front(model, bad):
     with pytest.raises(LinnetError) as err:
         plan(model, [], compile=bad)
@@ -438,24 +487,38 @@ def lm_head(weights):
 
 
 @settings(max_examples=150, deadline=None)
-@given(container=st.sampled_from(["list", "tuple", "bare", "none", "dict"]),
-       count=st.integers(0, 3),
-       shape=st.lists(st.sampled_from([0, 1, 2, 64, 256]), min_size=0, max_size=3),
-       dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int32,
-                              torch.bool]),
-       meta=st.booleans(), scalar=st.booleans())
-def test_output_check_accepts_exactly_the_declared_outputs(lm_head, container, count, shape,
-                                                          dtype, meta, scalar):
+@given(
+    container=st.sampled_from(["list", "tuple", "bare", "none", "dict"]),
+    count=st.integers(0, 3),
+    shape=st.lists(st.sampled_from([0, 1, 2, 64, 256]), min_size=0, max_size=3),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.bool]),
+    meta=st.booleans(),
+    scalar=st.booleans(),
+)
+def test_output_check_accepts_exactly_the_declared_outputs(
+    lm_head, container, count, shape, dtype, meta, scalar
+):
     from linnet.torch.planned import output_problem
 
     graph, name = lm_head
     device = "meta" if meta else "cpu"
     value = 1.5 if scalar else torch.zeros(shape, dtype=dtype, device=device)
     values = [value] * count
-    got = {"list": values, "tuple": tuple(values), "bare": value, "none": None,
-           "dict": dict(enumerate(values))}[container]
-    right = (container in ("list", "tuple") and count == 1 and not scalar and not meta
-             and shape == [1, 256] and dtype == torch.float32)
+    got = {
+        "list": values,
+        "tuple": tuple(values),
+        "bare": value,
+        "none": None,
+        "dict": dict(enumerate(values)),
+    }[container]
+    right = (
+        container in ("list", "tuple")
+        and count == 1
+        and not scalar
+        and not meta
+        and shape == [1, 256]
+        and dtype == torch.float32
+    )
     problem = output_problem(got, [name], graph, torch.device("cpu"))
     assert (problem is None) == right, (problem, container, count, shape, dtype, meta)
     if problem is not None:
@@ -463,10 +526,11 @@ def test_output_check_accepts_exactly_the_declared_outputs(lm_head, container, c
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.lists(st.integers(1, 4), min_size=1, max_size=4),
-       trailing=st.lists(st.sampled_from([(3,), (2,), (3, 2)]), min_size=4, max_size=4),
-       dtypes=st.lists(st.sampled_from([torch.float32, torch.float16]), min_size=4,
-                       max_size=4))
+@given(
+    rows=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    trailing=st.lists(st.sampled_from([(3,), (2,), (3, 2)]), min_size=4, max_size=4),
+    dtypes=st.lists(st.sampled_from([torch.float32, torch.float16]), min_size=4, max_size=4),
+)
 def test_join_lays_out_or_declines_and_is_shared_by_every_context(rows, trailing, dtypes):
     from linnet.torch.context import Context
 
@@ -495,18 +559,25 @@ def plan_warned(model, backends, measure, tmp_path, **kw):
     """The plan, and the BackendWarnings planning gave."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        p = plan(model, backends, measure=measure,
-                 cache=TimingCache(tmp_path / "benchmarks.json"), **kw)
+        p = plan(
+            model, backends, measure=measure, cache=TimingCache(tmp_path / "benchmarks.json"), **kw
+        )
     return p, [w for w in caught if issubclass(w.category, BackendWarning)]
 
 
 @pytest.mark.parametrize("measure", [False, True])
-@pytest.mark.parametrize("how, words", [
-    ("nan", "256 NaN where the generated source has none"), ("inf", "infinities"),
-    ("zeros", "differs by"), ("scaled", "differs by"),
-])
-def test_wrong_values_of_the_right_shape_are_never_taken(model, want, how, words, measure,
-                                                         tmp_path):
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("nan", "256 NaN where the generated source has none"),
+        ("inf", "infinities"),
+        ("zeros", "differs by"),
+        ("scaled", "differs by"),
+    ],
+)
+def test_wrong_values_of_the_right_shape_are_never_taken(
+    model, want, how, words, measure, tmp_path
+):
     """The outputs have the region's count, shape, dtype and device; only their values are
     wrong. Measured or not, the candidate fails where the plan is made (as conform fails
     it), a BackendWarning says so, and the generated source runs the LM head."""
@@ -526,8 +597,9 @@ def test_wrong_values_of_the_right_shape_are_never_taken(model, want, how, words
 def test_zeros_are_wrong_where_every_reference_value_is_small(tmp_path):
     """Weights a 40th of the usual scale: every logit is below 0.01, where the absolute
     bound alone (0.01 x max(1, max|ref|)) admitted zeros. The 2-norm bound fails them."""
-    small = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=4, scale=5e-4),
-                 config=toy_config())
+    small = load(
+        LLAMA, weights=random_weights(LLAMA, toy_config(), seed=4, scale=5e-4), config=toy_config()
+    )
     assert small.run("decode", [TOKEN, POS]).abs().max() < 0.01
     for measure in (False, True):
         p, warned = plan_warned(small, [BadOutputs("zeros")], measure, tmp_path)
@@ -535,8 +607,12 @@ def test_zeros_are_wrong_where_every_reference_value_is_small(tmp_path):
         assert c.status == "failed" and "of its size in the 2-norm" in c.reason, c.reason
         assert warned and p.regions == []
     assert compare(torch.zeros(3), torch.tensor([0.004, -0.002, 0.003]), 0.01)[1]
-    assert compare(torch.tensor([4.04, -2.02, 3.03]) * 1e-3,
-                   torch.tensor([0.004, -0.002, 0.003]), 0.01)[1] is None
+    assert (
+        compare(
+            torch.tensor([4.04, -2.02, 3.03]) * 1e-3, torch.tensor([0.004, -0.002, 0.003]), 0.01
+        )[1]
+        is None
+    )
 
 
 @pytest.mark.parametrize("measure", [False, True])
@@ -576,8 +652,9 @@ def test_the_check_leaves_the_planning_context_and_inputs_alone(model, tmp_path)
     model.prefill(torch.tensor([[1, 2, 3]], dtype=torch.int32), context=ctx)
     before = {k: v.clone() for k, v in ctx.states.items()}
     for backend in (CacheWrite(), CacheWrite(wrong=True), DecodeAttention(zeros=True)):
-        conform(model, "decode", [TOKEN, torch.tensor([3], dtype=torch.int32)], backend,
-                context=ctx)
+        conform(
+            model, "decode", [TOKEN, torch.tensor([3], dtype=torch.int32)], backend, context=ctx
+        )
     assert all(torch.equal(before[k], ctx.states[k]) for k in before)
 
 
@@ -592,8 +669,7 @@ MATCH_RESULTS = {
     "none": (lambda g: [None], "(a NoneType), not a Region"),
     "dict": (lambda g: [{"steps": [1]}], "(a dict), not a Region"),
     "tuple": (lambda g: [(0, 1)], "(a tuple), not a Region"),
-    "other-graph": (lambda g: [Region.of(dataclasses.replace(g), *_head(g))],
-                    "of another graph"),
+    "other-graph": (lambda g: [Region.of(dataclasses.replace(g), *_head(g))], "of another graph"),
     "empty-steps": (lambda g: [hand_region(g, ())], "not a non-empty sequence"),
     "none-steps": (lambda g: [hand_region(g, None)], "not a non-empty sequence"),
     "str-steps": (lambda g: [hand_region(g, "165")], "not a non-empty sequence"),
@@ -624,7 +700,8 @@ def test_match_results_that_are_not_regions_of_the_graph_are_failed_candidates(m
 # ------------------------------------------------------------ issue 38, item 14: two algorithms
 @pytest.mark.parametrize("how", ["named", "class", "order"])
 def test_two_algorithms_for_one_region_are_timed_apart_and_the_faster_taken(
-        model, monkeypatch, tmp_path, how):
+    model, monkeypatch, tmp_path, how
+):
     """The slow one comes first. Both save against a generated source timed at 1 s: each
     must be timed (and cached) on its own, so the fast one saves more and is taken."""
     from linnet.torch.planned import PlanBuilder
@@ -637,7 +714,9 @@ def test_two_algorithms_for_one_region_are_timed_apart_and_the_faster_taken(
         slow, fast = p.candidates
         assert slow.algorithm != fast.algorithm and slow.algorithm and fast.algorithm
         assert slow.backend_seconds >= backend.delay > fast.backend_seconds, (
-            slow.backend_seconds, fast.backend_seconds)
+            slow.backend_seconds,
+            fast.backend_seconds,
+        )
         assert p.regions == [fast] and slow.status == "overlap"
         assert all(c.cached == (round == 2) for c in p.candidates)
         assert fast.label in p.explain() and slow.label in p.explain()
@@ -648,8 +727,7 @@ def test_two_algorithms_for_one_region_are_timed_apart_and_the_faster_taken(
         assert {slow.algorithm, fast.algorithm} == {"slow", "fast"}
 
 
-def test_a_timing_older_versions_gave_every_algorithm_is_not_read(model, monkeypatch,
-                                                                   tmp_path):
+def test_a_timing_older_versions_gave_every_algorithm_is_not_read(model, monkeypatch, tmp_path):
     """Before issue 38 a backend's algorithms shared one key (the region kind): an entry
     there holds the first one's timing. Their keys now name the algorithm, so it is read
     for neither; a backend with one executable per region keeps the key it had."""
@@ -660,10 +738,11 @@ def test_a_timing_older_versions_gave_every_algorithm_is_not_read(model, monkeyp
     kind = Region.of(graph, *_head(graph)).kind
     builder = PlanBuilder(model, "decode", [TOKEN, POS], default_options(), progress=False)
     path = tmp_path / "benchmarks.json"
-    stale = {cache_key(builder.timing_key(), name, "1.0", CONTRACT, kind): {"seconds": 1e-9}
-             for name in ("two-algorithms-named", "ref-linear")}
-    path.write_text(json.dumps({"format": "linnet.benchmarks", "version": 1,
-                                "entries": stale}))
+    stale = {
+        cache_key(builder.timing_key(), name, "1.0", CONTRACT, kind): {"seconds": 1e-9}
+        for name in ("two-algorithms-named", "ref-linear")
+    }
+    path.write_text(json.dumps({"format": "linnet.benchmarks", "version": 1, "entries": stale}))
     p = plan(model, [TwoAlgorithms("named")], measure=True, cache=TimingCache(path))
     assert not any(c.cached for c in p.candidates)
     assert p.candidates[0].backend_seconds >= 0.005
@@ -724,18 +803,20 @@ ARGUMENTS = [
 ]
 
 
-@pytest.mark.parametrize("kw, code, words", ARGUMENTS,
-                         ids=[f"{next(iter(a[0]))}-{i}" for i, a in enumerate(ARGUMENTS)])
-def test_plan_for_arguments_are_checked_before_anything_runs(model, monkeypatch, kw, code,
-                                                             words):
+@pytest.mark.parametrize(
+    "kw, code, words", ARGUMENTS, ids=[f"{next(iter(a[0]))}-{i}" for i, a in enumerate(ARGUMENTS)]
+)
+def test_plan_for_arguments_are_checked_before_anything_runs(model, monkeypatch, kw, code, words):
     """A coded error naming the argument, before lowering, matching or timing (never a
     TypeError deep in the planner, nor eight backends named by a string's characters)."""
     from linnet.torch import planned
 
     monkeypatch.setattr(planned.PlanBuilder, "__init__", _never)
     call = {"backends": [RefLinear()], "measure": False, "progress": False, **kw}
-    for run in (lambda: model.plan_for("decode", [TOKEN, POS], **call),
-                lambda: planned.plan_for(model, "decode", [TOKEN, POS], **call)):
+    for run in (
+        lambda: model.plan_for("decode", [TOKEN, POS], **call),
+        lambda: planned.plan_for(model, "decode", [TOKEN, POS], **call),
+    ):
         with pytest.raises(LinnetError) as err:
             run()
         assert code_of(err.value) == code and words in str(err.value), str(err.value)
@@ -746,11 +827,20 @@ def _never(*args, **kwargs):
     raise AssertionError("planning started before the arguments were checked")
 
 
-@pytest.mark.parametrize("kw", [
-    dict(margin=0), dict(margin=0.5), dict(memory=1e9), dict(memory=0), dict(progress=None),
-    dict(backends=(RefLinear(),)), dict(backends=iter([RefLinear()])), dict(kernels=False),
-    dict(cache=None),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(margin=0),
+        dict(margin=0.5),
+        dict(memory=1e9),
+        dict(memory=0),
+        dict(progress=None),
+        dict(backends=(RefLinear(),)),
+        dict(backends=iter([RefLinear()])),
+        dict(kernels=False),
+        dict(cache=None),
+    ],
+)
 def test_good_plan_for_arguments_still_plan(model, kw):
     call = {"backends": [RefLinear()], "measure": False, "progress": False, **kw}
     p = model.plan_for("decode", [TOKEN, POS], **call)
@@ -761,8 +851,23 @@ def test_linnet_plan_refuses_a_margin_of_two(capsys):
     from linnet.lang.cli import main
     from support import LLAMA as FILE
 
-    rc = main(["plan", str(FILE), "--entry", "decode", "--config", "toy", "--input",
-               "token=1", "--input", "pos=1", "--no-measure", "--margin", "2"])
+    rc = main(
+        [
+            "plan",
+            str(FILE),
+            "--entry",
+            "decode",
+            "--config",
+            "toy",
+            "--input",
+            "token=1",
+            "--input",
+            "pos=1",
+            "--no-measure",
+            "--margin",
+            "2",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc != 0 and "E0772" in err and "margin=2.0" in err
 
@@ -780,8 +885,13 @@ def test_linnet_kernels_pass_the_plans_check_on_cuda(dtype, monkeypatch):
     pytest.importorskip("triton")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     config = toy_config(B=2, T=dtype)
-    m = load(LLAMA, weights=random_weights(LLAMA, config, seed=4, device="cuda"),
-             config=config, numerics="fast", device="cuda")
+    m = load(
+        LLAMA,
+        weights=random_weights(LLAMA, config, seed=4, device="cuda"),
+        config=config,
+        numerics="fast",
+        device="cuda",
+    )
     token = torch.tensor([3, 7], dtype=torch.int32, device="cuda")
     pos = torch.tensor([5, 9], dtype=torch.int32)
     with warnings.catch_warnings(record=True) as caught:
@@ -793,7 +903,12 @@ def test_linnet_kernels_pass_the_plans_check_on_cuda(dtype, monkeypatch):
     assert not wrong, wrong
     assert not [w for w in caught if issubclass(w.category, BackendWarning)]
     got = p.run([token, pos], m.context_for(p))[0]
-    want = load(LLAMA, weights=random_weights(LLAMA, config, seed=4, device="cuda"),
-                config=config, numerics="fast", device="cuda").run("decode", [token, pos])
+    want = load(
+        LLAMA,
+        weights=random_weights(LLAMA, config, seed=4, device="cuda"),
+        config=config,
+        numerics="fast",
+        device="cuda",
+    ).run("decode", [token, pos])
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.05)

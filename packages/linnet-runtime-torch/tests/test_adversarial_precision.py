@@ -25,17 +25,24 @@ DECODE = ("std.nn.attention::decode_attention", "std.nn.attention::window_decode
 
 
 def f64_source(use: str, call: str, inputs: dict, out: str) -> str:
-    params = ", ".join(f"{n}: Tensor[{', '.join(str(d) for d in s)}; "
-                       f"{'f64' if t == 'f32' else t}]" for n, (s, t) in inputs.items())
-    return (f"{use}\nmodel M {{\n    entry run({params}) -> Tensor[{out.strip('[]')}; f64] "
-            f"{{\n        return {call}\n    }}\n}}\n")
+    params = ", ".join(
+        f"{n}: Tensor[{', '.join(str(d) for d in s)}; {'f64' if t == 'f32' else t}]"
+        for n, (s, t) in inputs.items()
+    )
+    return (
+        f"{use}\nmodel M {{\n    entry run({params}) -> Tensor[{out.strip('[]')}; f64] "
+        f"{{\n        return {call}\n    }}\n}}\n"
+    )
 
 
 def f64_args(callee: str, inputs: dict, seed: int = 0) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    args = [torch.randint(0, 10, s, generator=gen, dtype=torch.int32) if t == "i32"
-            else torch.randn(s, generator=gen, dtype=torch.float64)
-            for s, t in inputs.values()]
+    args = [
+        torch.randint(0, 10, s, generator=gen, dtype=torch.int32)
+        if t == "i32"
+        else torch.randn(s, generator=gen, dtype=torch.float64)
+        for s, t in inputs.values()
+    ]
     if callee in DECODE:
         args[3] = torch.tensor([4, 11], dtype=torch.int32)
     return args
@@ -45,15 +52,22 @@ def narrows_to_f32(graph) -> bool:
     """Whether the op's body converts f64 to f32 itself (`x as f32`: the norms' statistics,
     gelu): then it is f32-accurate at every T, the interpreter included, and the fused call
     (which computes in f32 as the body says) can only be held to f32's tolerance."""
-    return any(s.op == "convert" and s.attributes["dtype"] == "f32"
-               and graph.values[s.operands[0]].dtype == "f64" for s in graph.steps)
+    return any(
+        s.op == "convert"
+        and s.attributes["dtype"] == "f32"
+        and graph.values[s.operands[0]].dtype == "f64"
+        for s in graph.steps
+    )
 
 
 @pytest.mark.parametrize("callee", sorted(set(FAST_CALLS) - F32_ONLY))
 def test_fast_call_at_f64_equals_the_interpreter(callee):
     use, call, inputs, out = FAST_CASES[callee]
-    graph = lower(Program.from_text(f64_source(use, call, inputs, out)), "run",
-                  {n: s for n, (s, _) in inputs.items()})
+    graph = lower(
+        Program.from_text(f64_source(use, call, inputs, out)),
+        "run",
+        {n: s for n, (s, _) in inputs.items()},
+    )
     assert graph.semantic_calls(callee), "the case must call the op"
     args = f64_args(callee, inputs)
     fast = import_source(emit_torch(graph, fast=True), "fast_f64")
@@ -70,8 +84,11 @@ def test_only_bodies_that_say_as_f32_compute_in_f32():
     narrowed = set()
     for callee in sorted(set(FAST_CALLS) - F32_ONLY):
         use, call, inputs, out = FAST_CASES[callee]
-        graph = lower(Program.from_text(f64_source(use, call, inputs, out)), "run",
-                      {n: s for n, (s, _) in inputs.items()})
+        graph = lower(
+            Program.from_text(f64_source(use, call, inputs, out)),
+            "run",
+            {n: s for n, (s, _) in inputs.items()},
+        )
         if narrows_to_f32(graph):
             narrowed.add(callee.split("::")[1])
     assert narrowed == {"rms_norm", "rms_norm_offset", "layer_norm", "gelu_tanh"}
@@ -85,8 +102,12 @@ SPAN_OPS = ["decode_attention_flash", "decode_attention_split", "decode_attentio
 @pytest.mark.parametrize("op", SPAN_OPS)
 def test_decode_attention_span_ops_at_f64_equal_the_interpreter(op):
     use = f"use std.nn.decode::{{{op}}}"
-    inputs = {"q": ([2, 2, 4, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
-              "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}
+    inputs = {
+        "q": ([2, 2, 4, 16], "f32"),
+        "kc": ([2, 12, 2, 16], "f32"),
+        "vc": ([2, 12, 2, 16], "f32"),
+        "pos": ([2], "i32"),
+    }
     source = f64_source(use, f"{op}(q, kc, vc, pos, 0.25)", inputs, "[2, 2, 4, 16]")
     graph = lower(Program.from_text(source), "run", {n: s for n, (s, _) in inputs.items()})
     assert graph.semantic_calls("std.nn.attention::decode_attention")
@@ -97,21 +118,40 @@ def test_decode_attention_span_ops_at_f64_equal_the_interpreter(op):
 
 # Small shapes: gradcheck runs the entry twice per input element.
 GRAD_CASES = {
-    "decode_attention": ("use std.nn.attention::{decode_attention}",
-                         "decode_attention(q, kc, vc, pos, 0.5)",
-                         {"q": ([1, 1, 2, 4], "f32"), "kc": ([1, 5, 1, 4], "f32"),
-                          "vc": ([1, 5, 1, 4], "f32"), "pos": ([1], "i32")}, "[1, 1, 2, 4]"),
-    "window_decode_attention": ("use std.nn.attention::{window_decode_attention}",
-                                "window_decode_attention(q, kc, vc, pos, 0.5, 3)",
-                                {"q": ([1, 1, 2, 4], "f32"), "kc": ([1, 5, 1, 4], "f32"),
-                                 "vc": ([1, 5, 1, 4], "f32"), "pos": ([1], "i32")},
-                                "[1, 1, 2, 4]"),
-    "causal_attention": ("use std.nn.attention::{causal_attention}",
-                         "causal_attention(q, k, v, 0.5)",
-                         {"q": ([1, 3, 1, 2, 4], "f32"), "k": ([1, 3, 1, 4], "f32"),
-                          "v": ([1, 3, 1, 4], "f32")}, "[1, 3, 1, 2, 4]"),
-    "linear_bias": ("use std.nn.linear::{linear_bias}", "linear_bias(x, w, b)",
-                    {"x": ([2, 5], "f32"), "w": ([3, 5], "f32"), "b": ([3], "f32")}, "[2, 3]"),
+    "decode_attention": (
+        "use std.nn.attention::{decode_attention}",
+        "decode_attention(q, kc, vc, pos, 0.5)",
+        {
+            "q": ([1, 1, 2, 4], "f32"),
+            "kc": ([1, 5, 1, 4], "f32"),
+            "vc": ([1, 5, 1, 4], "f32"),
+            "pos": ([1], "i32"),
+        },
+        "[1, 1, 2, 4]",
+    ),
+    "window_decode_attention": (
+        "use std.nn.attention::{window_decode_attention}",
+        "window_decode_attention(q, kc, vc, pos, 0.5, 3)",
+        {
+            "q": ([1, 1, 2, 4], "f32"),
+            "kc": ([1, 5, 1, 4], "f32"),
+            "vc": ([1, 5, 1, 4], "f32"),
+            "pos": ([1], "i32"),
+        },
+        "[1, 1, 2, 4]",
+    ),
+    "causal_attention": (
+        "use std.nn.attention::{causal_attention}",
+        "causal_attention(q, k, v, 0.5)",
+        {"q": ([1, 3, 1, 2, 4], "f32"), "k": ([1, 3, 1, 4], "f32"), "v": ([1, 3, 1, 4], "f32")},
+        "[1, 3, 1, 2, 4]",
+    ),
+    "linear_bias": (
+        "use std.nn.linear::{linear_bias}",
+        "linear_bias(x, w, b)",
+        {"x": ([2, 5], "f32"), "w": ([3, 5], "f32"), "b": ([3], "f32")},
+        "[2, 3]",
+    ),
 }
 
 

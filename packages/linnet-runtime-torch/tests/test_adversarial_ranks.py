@@ -32,10 +32,14 @@ LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
 TIMEOUT = 3  # seconds a rank waits for the others here
 
 ENVIRONMENTS = {  # case: (what the error names)
-    "rank-past-world": "RANK=2", "world-not-nproc": "WORLD_SIZE=3",
-    "negative-rank": "RANK=-1", "rank-not-int": "RANK='one'",
-    "local-rank-past": "LOCAL_RANK=2", "local-world-past": "LOCAL_WORLD_SIZE=3",
-    "port-out-of-range": "MASTER_PORT=70000", "port-not-int": "MASTER_PORT='http'",
+    "rank-past-world": "RANK=2",
+    "world-not-nproc": "WORLD_SIZE=3",
+    "negative-rank": "RANK=-1",
+    "rank-not-int": "RANK='one'",
+    "local-rank-past": "LOCAL_RANK=2",
+    "local-world-past": "LOCAL_WORLD_SIZE=3",
+    "port-out-of-range": "MASTER_PORT=70000",
+    "port-not-int": "MASTER_PORT='http'",
     "empty-address": "MASTER_ADDR",
 }
 PEERS = ["missing-peer", "missing-rank-0"]
@@ -46,17 +50,40 @@ SPAWNED = ["stop", "exit"] if os.environ.get("CI") else ["stop", "exit", "sleep"
 @pytest.fixture(scope="module")
 def hangs(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("hangs") / "report.json"
-    env = {**os.environ, "LINNET_RANK_TIMEOUT": str(TIMEOUT), "OMP_NUM_THREADS": "1",
-           "LINNET_HOME": str(out.parent / "home")}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                "MASTER_PORT"):
+    env = {
+        **os.environ,
+        "LINNET_RANK_TIMEOUT": str(TIMEOUT),
+        "OMP_NUM_THREADS": "1",
+        "LINNET_HOME": str(out.parent / "home"),
+    }
+    for key in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ):
         env.pop(key, None)
     # The hang guard: every case together must end well within this; if they do not, the
     # whole session (the script and the ranks it started) is killed, and the test fails.
-    proc = subprocess.Popen([sys.executable, str(HERE / "parallel_ranks.py"), "hangs", str(out),
-                             *ENVIRONMENTS, *PEERS, *SPAWNED], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "parallel_ranks.py"),
+            "hangs",
+            str(out),
+            *ENVIRONMENTS,
+            *PEERS,
+            *SPAWNED,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=400)
     except subprocess.TimeoutExpired:
@@ -123,11 +150,18 @@ def cli(capsys, *argv: str) -> tuple[int, str]:
     return rc, out.err
 
 
-@pytest.mark.parametrize("nproc", ["0", "-1", "-99999999999999999999",
-                                   "99999999999999999999", "10" * 40,
-                                   str(RANKS_PER_CORE * usable_cores() + 1)])
-def test_a_nonsensical_nproc_is_E0824_before_anything_starts(capsys, monkeypatch, no_spawn,
-                                                              nproc):
+@pytest.mark.parametrize(
+    "nproc",
+    [
+        "0",
+        "-1",
+        "-99999999999999999999",
+        "99999999999999999999",
+        "10" * 40,
+        str(RANKS_PER_CORE * usable_cores() + 1),
+    ],
+)
+def test_a_nonsensical_nproc_is_E0824_before_anything_starts(capsys, monkeypatch, no_spawn, nproc):
     from linnet.lang.host import run as host_run
 
     def configured(*args):
@@ -160,8 +194,7 @@ def test_nproc_under_the_jax_runtime_is_checked_too(capsys, no_spawn):
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon", "1e9"])
-def test_a_bad_rank_timeout_is_E0827_before_anything_starts(capsys, monkeypatch, no_spawn,
-                                                            value):
+def test_a_bad_rank_timeout_is_E0827_before_anything_starts(capsys, monkeypatch, no_spawn, value):
     monkeypatch.setenv("LINNET_RANK_TIMEOUT", value)
     rc, err = cli(capsys, "--nproc", "2")
     assert rc == 1 and "error[E0827]" in err and "LINNET_RANK_TIMEOUT" in err
@@ -187,13 +220,22 @@ def test_the_rank_timeout_option_reaches_the_ranks(capsys, monkeypatch):
 
 
 # ---------------------------------------------------------------- collectives that fail
-@pytest.mark.parametrize("message, said", [
-    ("[/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
-     "3000ms for recv operation to complete", "waited"),
-    ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
-     "[127.0.0.1]:5432", "lost another rank"),
-    ("NCCL communicator was aborted on rank 1", "lost another rank"),
-])
+@pytest.mark.parametrize(
+    "message, said",
+    [
+        (
+            "[/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+            "3000ms for recv operation to complete",
+            "waited",
+        ),
+        (
+            "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+            "[127.0.0.1]:5432",
+            "lost another rank",
+        ),
+        ("NCCL communicator was aborted on rank 1", "lost another rank"),
+    ],
+)
 def test_a_collective_that_loses_the_other_ranks_is_E0825(message, said):
     err = parallel.collective_error(RuntimeError(message), 1, 4)
     assert err is not None
@@ -213,15 +255,16 @@ def test_a_models_entry_whose_collective_times_out_is_E0825(monkeypatch):
     from linnet.torch import load, random_weights
     from support import toy_config
 
-    model = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=1),
-                 config=toy_config())
+    model = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=1), config=toy_config())
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
     model.decode(token, pos)  # lowered and imported once, for one process
     module = next(iter(model._lowered.values())).module
 
     def timed_out(*args, **kwargs):
-        raise RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:"
-                           "78] Timed out waiting 3000ms for recv operation to complete")
+        raise RuntimeError(
+            "[/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:"
+            "78] Timed out waiting 3000ms for recv operation to complete"
+        )
 
     monkeypatch.setattr(module, module.ENTRIES["decode"].get("function", "decode"), timed_out)
     model.world, model.rank = 2, 1  # as a rank of two would run the same function
@@ -238,9 +281,15 @@ def test_a_stopped_rank_on_two_gpus_ends_the_run(tmp_path):
         pytest.skip("needs two CUDA devices")
     out = tmp_path / "report.json"
     env = {**os.environ, "LINNET_RANK_TIMEOUT": str(TIMEOUT), "LINNET_HOME": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, str(HERE / "parallel_ranks.py"), "hangs", str(out),
-                             "stop-cuda"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "parallel_ranks.py"), "hangs", str(out), "stop-cuda"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
     try:
         proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:

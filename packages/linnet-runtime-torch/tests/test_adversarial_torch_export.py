@@ -48,22 +48,25 @@ def test_exported_prefill_and_decode_equal_the_model(weights, exported):
     tokens = i32(3, 1, 4)[None]
     # The exported prefill writes the KV cache the exported decode then reads: a buffer
     # mutation, carried across calls as the model's context carries it.
-    torch.testing.assert_close(prefill.module()(tokens), reference.prefill(tokens),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(prefill.module()(tokens), reference.prefill(tokens), rtol=0, atol=0)
     step = decode.module()
     for pos, token in [(3, 1), (4, 5), (5, 9)]:
-        torch.testing.assert_close(step(i32(token), i32(pos)),
-                                   reference.decode(i32(token), i32(pos)), rtol=0, atol=0)
+        torch.testing.assert_close(
+            step(i32(token), i32(pos)), reference.decode(i32(token), i32(pos)), rtol=0, atol=0
+        )
     names = {s.target for s in decode.graph_signature.input_specs if s.target}
     assert "model.layers.0.self_attn.k_cache" in names and "lm_head.weight" in names
 
 
-@pytest.mark.parametrize("token,pos,bad,text", [
-    (V, 3, "token", f"has a value of {V} or more"),
-    (-1, 3, "token", "has a value below 0"),
-    (5, S, "pos", f"has a value of {S} or more"),
-    (5, -1, "pos", "has a value below 0"),
-])
+@pytest.mark.parametrize(
+    "token,pos,bad,text",
+    [
+        (V, 3, "token", f"has a value of {V} or more"),
+        (-1, 3, "token", "has a value below 0"),
+        (5, S, "pos", f"has a value of {S} or more"),
+        (5, -1, "pos", "has a value below 0"),
+    ],
+)
 def test_exported_decode_refuses_out_of_range_inputs(exported, token, pos, bad, text):
     """Without the assertions, token 256 read the last embedding row (or past it): the
     exported program refuses it before anything runs, the KV cache unwritten."""
@@ -97,8 +100,9 @@ def test_a_plain_wrapper_exports_once_the_context_exists(weights):
     program = torch.export.export(Decode(), (i32(2), i32(1)))
     want = load(LLAMA, weights=weights, config=toy_config())
     want.decode(i32(1), i32(0))
-    torch.testing.assert_close(program.module()(i32(2), i32(1)), want.decode(i32(2), i32(1)),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        program.module()(i32(2), i32(1)), want.decode(i32(2), i32(1)), rtol=0, atol=0
+    )
     with pytest.raises(RuntimeError, match="E0780"):
         program.module()(i32(V), i32(2))
 
@@ -127,8 +131,11 @@ def test_dynamic_shapes_are_E0733(weights):
     model = load(LLAMA, weights=weights, config=toy_config())
     tokens = i32(1, 2, 3)[None]
     with pytest.raises(LinnetError) as err:
-        torch.export.export(model.as_module("prefill", [tokens]), (tokens,),
-                            dynamic_shapes=(({1: torch.export.Dim("L", max=64)},),))
+        torch.export.export(
+            model.as_module("prefill", [tokens]),
+            (tokens,),
+            dynamic_shapes=(({1: torch.export.Dim("L", max=64)},),),
+        )
     assert err.value.diagnostics[0].code == "E0733"
 
 
@@ -183,8 +190,9 @@ def test_exported_decode_on_cuda_refuses_and_the_device_stays_usable(weights):
     with pytest.raises(RuntimeError):
         step(i32(V).cuda(), i32(1).cuda())
     # A RuntimeError, not a device-side assert: the next call runs.
-    torch.testing.assert_close(step(i32(2).cuda(), i32(1).cuda()),
-                               want.decode(i32(2).cuda(), i32(1).cuda()))
+    torch.testing.assert_close(
+        step(i32(2).cuda(), i32(1).cuda()), want.decode(i32(2).cuda(), i32(1).cuda())
+    )
 
 
 def test_parameters_named_like_module_attributes(tmp_path):
@@ -202,8 +210,11 @@ model M {
     }
 }
 """)
-    weights = {"forward": torch.full((4,), 2.0), "training": torch.ones(4),
-               "eval": torch.full((4,), 10.0)}
+    weights = {
+        "forward": torch.full((4,), 2.0),
+        "training": torch.ones(4),
+        "eval": torch.full((4,), 10.0),
+    }
     model = load(path, weights=weights)
     x = torch.arange(4.0)
     module = model.as_module("run", [x])

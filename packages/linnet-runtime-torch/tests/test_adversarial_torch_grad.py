@@ -50,10 +50,14 @@ RIGHT = "    let dx[n] = dy[n] * x[n] * w[n] * 3.0\n    let dw[n] = dy[n] * x[n]
 WRONG = {
     "missing factor": (RIGHT.replace("* 3.0", ""), "is 0.333333 times the body's"),
     "swapped": (RIGHT, "is the body's gradient of `w` (swapped?)"),
-    "sign": (RIGHT.replace("dy[n] * x[n] * w[n] * 3.0", "0.0 - dy[n] * x[n] * w[n] * 3.0"),
-             "has the opposite sign of the body's"),
-    "zeros": (RIGHT.replace("dy[n] * x[n] * w[n] * 3.0", "dy[n] * 0.0"),
-              "is all zeros, the body's is not"),
+    "sign": (
+        RIGHT.replace("dy[n] * x[n] * w[n] * 3.0", "0.0 - dy[n] * x[n] * w[n] * 3.0"),
+        "has the opposite sign of the body's",
+    ),
+    "zeros": (
+        RIGHT.replace("dy[n] * x[n] * w[n] * 3.0", "dy[n] * 0.0"),
+        "is all zeros, the body's is not",
+    ),
 }
 MODEL = """
 model M<N: Dim> {
@@ -79,8 +83,10 @@ def code_of(excinfo) -> str:
 
 def test_a_right_clause_passes_on_cases_of_sizes_that_are_not_nice():
     checks = []
-    assert check_grad_clauses(Program.from_text(clause("right")), count=4,
-                              on_check=checks.append) == []
+    assert (
+        check_grad_clauses(Program.from_text(clause("right")), count=4, on_check=checks.append)
+        == []
+    )
     assert len(checks) == 4 and all(c.passed for c in checks)
     # f64 by default, and sizes that are no power of two among them
     assert {c.case.params["x"][1] for c in checks} == {"f64"}
@@ -106,8 +112,10 @@ def test_each_wrong_clause_class_is_a_coded_finding(kind):
 def test_an_integer_gradient_is_a_coded_error_not_a_truncated_gradient():
     """`as i32` on a gradient used to be converted back to f32 by the reverse pass,
     silently dropping every fraction."""
-    src = OP % ("    let dx[n] = (dy[n] * x[n] * w[n] * 3.0) as i32\n"
-                "    let dw[n] = dy[n] * x[n] * x[n] * 1.5\n    return dx, dw")
+    src = OP % (
+        "    let dx[n] = (dy[n] * x[n] * w[n] * 3.0) as i32\n"
+        "    let dw[n] = dy[n] * x[n] * x[n] * 1.5\n    return dx, dw"
+    )
     with pytest.raises(LinnetError) as info:
         check_grad_clauses(Program.from_text(src))
     assert code_of(info) == "E0538" and "`x`" in str(info.value)
@@ -134,7 +142,8 @@ def test_the_issues_case_one_two_for_three_six(tmp_path):
     good = tmp_path / "good.linnet"
     good.write_text(clause("right") + MODEL)
     _, grads = load(good, weights=w, check_grads=True).value_and_grad(
-        "loss", [torch.tensor([1.0, 2.0])], wrt=["x"])
+        "loss", [torch.tensor([1.0, 2.0])], wrt=["x"]
+    )
     assert grads["x"].tolist() == [3.0, 6.0]
 
 
@@ -193,8 +202,12 @@ block B<N: Dim> {
     assert "no shapes" in by_op["main::big"].problem
     assert "method of a block" in by_op["main::B.scaled"].problem
     # --skip leaves it out, and then nothing is found
-    assert check_grad_clauses(Program.from_text(src), count=1,
-                              skip={"main::round_ste", "main::big", "main::B.scaled"}) == []
+    assert (
+        check_grad_clauses(
+            Program.from_text(src), count=1, skip={"main::round_ste", "main::big", "main::B.scaled"}
+        )
+        == []
+    )
 
 
 def test_load_warns_of_a_clause_it_cannot_check_and_loads(tmp_path):
@@ -302,10 +315,16 @@ STD_MULTI = {
     "rms_norm_qkv_rope": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 8, "T": "f32"},
     "rms_norm_qkv_rope_split": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 32, "T": "f32"},
     "rms_norm_qkv_rope_split_wide": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 16, "T": "f32"},
-    "rms_norm_qkv_rope_attention": {"N": 2, "D": 12, "KV": 1, "G": 3, "HD": 6, "S": 5,
-                                    "T": "f32"},
-    "rms_norm_qkv_rope_attention_wide": {"N": 2, "D": 12, "KV": 1, "G": 3, "HD": 6, "S": 5,
-                                         "T": "f32"},
+    "rms_norm_qkv_rope_attention": {"N": 2, "D": 12, "KV": 1, "G": 3, "HD": 6, "S": 5, "T": "f32"},
+    "rms_norm_qkv_rope_attention_wide": {
+        "N": 2,
+        "D": 12,
+        "KV": 1,
+        "G": 3,
+        "HD": 6,
+        "S": 5,
+        "T": "f32",
+    },
 }
 
 DRIVER = r"""
@@ -354,11 +373,21 @@ def multi_result_grads(tmp_path_factory) -> dict:
     if importlib.util.find_spec("triton") is None:  # found, not imported (see above)
         pytest.skip("needs Triton")
     where = tmp_path_factory.mktemp("multi")
-    done = subprocess.run([sys.executable, "-c", DRIVER,
-                           json.dumps({k: STD_MULTI[k] for k in CHECKED}),
-                           str(KERNELS / "multi_grads.linnet"), str(where)],
-                          cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"},
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            DRIVER,
+            json.dumps({k: STD_MULTI[k] for k in CHECKED}),
+            str(KERNELS / "multi_grads.linnet"),
+            str(where),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -376,13 +405,15 @@ def test_every_std_kernel_op_of_several_results_is_in_the_table():
 # In CI one of each form (and the kernel ops of multi_grads.linnet): one kernel of two
 # results, a two-kernel chain of three, a three-kernel chain with integer inputs and caches;
 # every one elsewhere. (test_adversarial_grad.py of linnet-lang lowers every one's backward.)
-CHECKED = ["residual_rms_norm", "rms_norm_qkv_split", "rms_norm_qkv_rope_attention"] if CI \
+CHECKED = (
+    ["residual_rms_norm", "rms_norm_qkv_split", "rms_norm_qkv_rope_attention"]
+    if CI
     else sorted(STD_MULTI)
+)
 
 
 @pytest.mark.parametrize("name", [*CHECKED, "pairs.clause", "pairs.body"])
-def test_backward_through_a_kernel_of_several_results_equals_the_bodys(
-        multi_result_grads, name):
+def test_backward_through_a_kernel_of_several_results_equals_the_bodys(multi_result_grads, name):
     r = multi_result_grads[name]
     assert r["launched"] == 1  # the kernel ran forward (not the body)
     assert r["outputs"] < 1e-4
@@ -390,11 +421,19 @@ def test_backward_through_a_kernel_of_several_results_equals_the_bodys(
     assert all(d is None or d < 1e-5 for d in r["grads"]), r["grads"]
 
 
-@pytest.mark.parametrize(("options", "code"), [
-    ({"count": 0}, "E0542"), ({"count": "3"}, "E0542"), ({"count": True}, "E0542"),
-    ({"max_size": -1}, "E0542"), ({"dtypes": ("i32",)}, "E0542"), ({"dtypes": ()}, "E0542"),
-    ({"ops": [3]}, "E0542"), ({"ops": "nope"}, "E0540"),
-])
+@pytest.mark.parametrize(
+    ("options", "code"),
+    [
+        ({"count": 0}, "E0542"),
+        ({"count": "3"}, "E0542"),
+        ({"count": True}, "E0542"),
+        ({"max_size": -1}, "E0542"),
+        ({"dtypes": ("i32",)}, "E0542"),
+        ({"dtypes": ()}, "E0542"),
+        ({"ops": [3]}, "E0542"),
+        ({"ops": "nope"}, "E0540"),
+    ],
+)
 def test_bad_options_are_coded(options, code):
     """A count of 0 used to read as "no shapes satisfy the where clauses", a string of ops
     as one op a character, integer dtypes as "no floating-point parameter"."""

@@ -70,11 +70,12 @@ def test_stream_and_callback_concatenate_to_the_text(model):
 
 def test_stop_strings_cut_the_text_and_the_generation(model):
     ids, text = reference(model, CHAT)
-    stop = text[len(text) // 2: len(text) // 2 + 3]
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
     steps = []
-    cut = model.generate(CHAT, STEPS, stop_tokens=[], stop=[stop],
-                         on_token=lambda s, t: steps.append(s))
-    assert cut == text[:text.find(stop)]
+    cut = model.generate(
+        CHAT, STEPS, stop_tokens=[], stop=[stop], on_token=lambda s, t: steps.append(s)
+    )
+    assert cut == text[: text.find(stop)]
     assert len(steps) < len(ids)  # generation ended there, not at max_new_tokens
     assert "".join(model.stream(CHAT, STEPS, stop_tokens=[], stop=stop)) == cut
 
@@ -124,16 +125,19 @@ def test_text_without_a_tokenizer(ckpt):
     assert isinstance(model.generate("Hi", 2, stop_tokens=[]), str)
 
 
-@pytest.mark.parametrize("call, code", [
-    (lambda m: m.stream(["a", "b"], 4), "E0847"),
-    (lambda m: m.stream("a", 4, callback=print), "E0847"),
-    (lambda m: m.generate("a", 4, callback=3), "E0847"),
-    (lambda m: m.generate("a", 4, stop=[""]), "E0847"),
-    (lambda m: m.generate("a", 4, skip_special_tokens="no"), "E0847"),
-    (lambda m: m.generate([{"role": "user"}], 4), "E0844"),
-    (lambda m: m.generate(["a", [{"role": "user", "content": 1}]], 4), "E0844"),
-    (lambda m: m.generate("a", 4, stop_strings=["x"]), "E0794"),
-])
+@pytest.mark.parametrize(
+    "call, code",
+    [
+        (lambda m: m.stream(["a", "b"], 4), "E0847"),
+        (lambda m: m.stream("a", 4, callback=print), "E0847"),
+        (lambda m: m.generate("a", 4, callback=3), "E0847"),
+        (lambda m: m.generate("a", 4, stop=[""]), "E0847"),
+        (lambda m: m.generate("a", 4, skip_special_tokens="no"), "E0847"),
+        (lambda m: m.generate([{"role": "user"}], 4), "E0844"),
+        (lambda m: m.generate(["a", [{"role": "user", "content": 1}]], 4), "E0844"),
+        (lambda m: m.generate("a", 4, stop_strings=["x"]), "E0794"),
+    ],
+)
 def test_text_mistakes_are_coded(model, call, code):
     with pytest.raises(LinnetError) as e:
         call(model)
@@ -147,9 +151,20 @@ def test_linnet_run_streams_text(ckpt, capsys, tmp_path):
     (tmp_path / "cfg.json").write_text(json.dumps(config))
     model = load("std.models.llama", weights=str(folder), config=config)
     _, text = reference(model, [{"role": "user", "content": "Name a bird."}], 12)
-    argv = ["run", "std.models.llama", "--weights", str(folder), "--config",
-            str(tmp_path / "cfg.json"), "--prompt", "Name a bird.", "--max-new-tokens", "12",
-            "--stop", "none"]
+    argv = [
+        "run",
+        "std.models.llama",
+        "--weights",
+        str(folder),
+        "--config",
+        str(tmp_path / "cfg.json"),
+        "--prompt",
+        "Name a bird.",
+        "--max-new-tokens",
+        "12",
+        "--stop",
+        "none",
+    ]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert out == text + "\n" and "tokens/s" in err
@@ -170,12 +185,30 @@ def test_linnet_chat_keeps_the_conversation(ckpt, capsys, tmp_path, monkeypatch)
     model = load("std.models.llama", weights=str(folder), config=config)
     first = [{"role": "user", "content": "Hello"}]
     answer = reference(model, first, 6)[1]
-    second = [*first, {"role": "assistant", "content": answer},
-              {"role": "user", "content": "Again"}]
+    second = [
+        *first,
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "Again"},
+    ]
     again = reference(model, second, 6)[1]
     monkeypatch.setattr("sys.stdin", io.StringIO("Hello\n\nAgain\n/exit\nnever read\n"))
-    assert main(["chat", "std.models.llama", "--weights", str(folder), "--config",
-                 str(tmp_path / "cfg.json"), "--tokens", "6", "--stop", "none"]) == 0
+    assert (
+        main(
+            [
+                "chat",
+                "std.models.llama",
+                "--weights",
+                str(folder),
+                "--config",
+                str(tmp_path / "cfg.json"),
+                "--tokens",
+                "6",
+                "--stop",
+                "none",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out == f">>> {answer}\n>>> >>> {again}\n>>> "
 
@@ -191,8 +224,18 @@ def test_a_base_model_without_a_chat_template(ckpt, capsys, tmp_path, monkeypatc
     (tmp_path / "cfg.json").write_text(json.dumps(config))
     model = load("std.models.llama", weights=str(base), config=config)
     raw = model.generate("Once", 6, stop_tokens=[])
-    argv = ["run", "std.models.llama", "--weights", str(base), "--config",
-            str(tmp_path / "cfg.json"), "--tokens", "6", "--stop", "none"]
+    argv = [
+        "run",
+        "std.models.llama",
+        "--weights",
+        str(base),
+        "--config",
+        str(tmp_path / "cfg.json"),
+        "--tokens",
+        "6",
+        "--stop",
+        "none",
+    ]
     # The prompt goes in as raw text: there is no template to put it through.
     assert main([*argv, "--prompt", "Once"]) == 0
     assert capsys.readouterr().out == raw + "\n"
@@ -210,8 +253,9 @@ def test_a_bad_tokenizer_argument_fails_before_the_weights_are_read(ckpt, monkey
     import linnet.torch.weights as weights
 
     folder, config = ckpt
-    monkeypatch.setattr(weights, "load_checkpoint",
-                        lambda *a, **k: pytest.fail("the weights were read"))
+    monkeypatch.setattr(
+        weights, "load_checkpoint", lambda *a, **k: pytest.fail("the weights were read")
+    )
     for value, code in (("/no/such/dir", "E0849"), (3, "E0849"), (str(folder.parent), "E0842")):
         with pytest.raises(LinnetError) as e:
             load("std.models.llama", weights=str(folder), config=config, tokenizer=value)

@@ -24,8 +24,21 @@ from support import run_guarded
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
 GRADS = Path(__file__).parent / "kernels" / "grads.linnet"
-TOY = {"V": 64, "D": 32, "F": 48, "NL": 2, "H": 4, "KV": 2, "HD": 8, "S": 8, "B": 1, "T": "f32",
-       "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False}
+TOY = {
+    "V": 64,
+    "D": 32,
+    "F": 48,
+    "NL": 2,
+    "H": 4,
+    "KV": 2,
+    "HD": 8,
+    "S": 8,
+    "B": 1,
+    "T": "f32",
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+}
 
 
 def _loss(logits: torch.Tensor) -> torch.Tensor:
@@ -46,7 +59,8 @@ def test_default_entries_run_in_inference_mode(weights: dict) -> None:
 
 
 def test_grad_true_gives_every_parameter_a_gradient_equal_to_the_interpreters(
-        weights: dict) -> None:
+    weights: dict,
+) -> None:
     """Generated source under autograd against the PyTorch interpreter (the semantic
     reference) under autograd: the same loss, and the same gradient for every parameter."""
     tokens = torch.tensor([[1, 2, 3, 4]], dtype=torch.int32)
@@ -141,8 +155,11 @@ print(json.dumps(out))
 def kernel_grads() -> dict:
     if importlib.util.find_spec("triton") is None:  # found, not imported (see above)
         pytest.skip("needs Triton")
-    done = run_guarded([sys.executable, "-c", DRIVER, str(GRADS), str(LLAMA), json.dumps(TOY)],
-                       cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"})
+    done = run_guarded(
+        [sys.executable, "-c", DRIVER, str(GRADS), str(LLAMA), json.dumps(TOY)],
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -151,8 +168,12 @@ def test_kernels_without_grad_clause_differentiate_their_body(kernel_grads: dict
     """rms_norm, linear_tiled (tl.dot in a loop), silu_mul and softmax launched under autograd:
     the gradients of the input and of every parameter equal autograd of the bodies."""
     r = kernel_grads["bodies"]
-    assert {k.split("_")[0] for k, (launched, _) in r["runs"].items() if launched} == \
-        {"rms", "tiled", "silu", "row"}
+    assert {k.split("_")[0] for k, (launched, _) in r["runs"].items() if launched} == {
+        "rms",
+        "tiled",
+        "silu",
+        "row",
+    }
     assert r["exact_runs"] == {}  # numerics exact: the body, no kernel
     assert set(r["diff"]) == {"x", "g", "w"}
     assert max(r["diff"].values()) < 1e-5, r["diff"]
@@ -210,8 +231,10 @@ model M<N: Dim> {
     compile(text, "generated", "exec")
     assert "launch_with_grad(launch_scale_k_5_3_16, grad_op_1_scaled_by, x)" in text
     assert "def backward_1_scaled_by(inputs, grads):" in text
-    assert "the kernel launch of `main::scaled_by` cannot be differentiated" in text \
+    assert (
+        "the kernel launch of `main::scaled_by` cannot be differentiated" in text
         and "cannot determine `K`" in text
+    )
     assert "linnet_backward_1" not in text  # no backward entry was written
     # Autograd reaching the launch gets a coded LinnetError (not a RuntimeError) whose advice
     # names the cause: a generic that no tensor type names on its own. (Run directly: the
@@ -222,8 +245,11 @@ model M<N: Dim> {
 
     ns: dict = {"torch": torch}
     exec(GRAD_HELPERS, ns)
-    (fn,) = [n for n in ast.parse(text).body
-             if isinstance(n, ast.FunctionDef) and n.name == "backward_1_scaled_by"]
+    (fn,) = [
+        n
+        for n in ast.parse(text).body
+        if isinstance(n, ast.FunctionDef) and n.name == "backward_1_scaled_by"
+    ]
     exec(ast.get_source_segment(text, fn), ns)
     with pytest.raises(LinnetError) as info:
         ns["backward_1_scaled_by"]([torch.ones(5)], [torch.ones(5)])

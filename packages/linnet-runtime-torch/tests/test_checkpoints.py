@@ -30,20 +30,36 @@ UPDATE = os.environ.get("LINNET_UPDATE_GOLDEN") == "1"
 TOLERANCE = 1e-4
 PROMPT = 20  # past llama3's original_max_position_embeddings (16)
 STEPS = 24
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-          "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
-ROPES = {"llama3": LLAMA3, "default": {"rope_type": "default"},
-         "linear": {"rope_type": "linear", "factor": 4.0}, "tied": {"rope_type": "default"},
-         "dynamic": {"rope_type": "dynamic", "factor": 4.0}}
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+ROPES = {
+    "llama3": LLAMA3,
+    "default": {"rope_type": "default"},
+    "linear": {"rope_type": "linear", "factor": 4.0},
+    "tied": {"rope_type": "default"},
+    "dynamic": {"rope_type": "dynamic", "factor": 4.0},
+}
 
 
 def hf_model(rope: dict, tied: bool = False) -> transformers.LlamaForCausalLM:
     cfg = transformers.LlamaConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
         max_position_embeddings=16 if rope.get("rope_type") == "dynamic" else 128,
         rms_norm_eps=1e-6,
-        rope_parameters={**rope, "rope_theta": 10000.0}, tie_word_embeddings=tied)
+        rope_parameters={**rope, "rope_theta": 10000.0},
+        tie_word_embeddings=tied,
+    )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).eval()
 
@@ -59,8 +75,9 @@ def checkpoints(tmp_path_factory):
         model.save_pretrained(path, max_shard_size="100KB")
         with torch.no_grad():
             logits = model(prompt).logits
-            generated = model.generate(prompt, max_new_tokens=STEPS, do_sample=False,
-                                       min_new_tokens=STEPS, pad_token_id=0)
+            generated = model.generate(
+                prompt, max_new_tokens=STEPS, do_sample=False, min_new_tokens=STEPS, pad_token_id=0
+            )
         out[name] = (path, logits, generated[0, PROMPT:].tolist())
     return prompt, out
 
@@ -71,8 +88,9 @@ def greedy(model, prompt, steps: int):
     out = [int(logits[0, -1].argmax())]
     pos = tokens.shape[1]
     for _ in range(steps - 1):
-        step = model.decode(torch.tensor([out[-1]], dtype=torch.int32),
-                            torch.tensor([pos], dtype=torch.int32))
+        step = model.decode(
+            torch.tensor([out[-1]], dtype=torch.int32), torch.tensor([pos], dtype=torch.int32)
+        )
         out.append(int(step[0].argmax()))
         pos += 1
     return logits, out
@@ -127,9 +145,15 @@ def loads_change_no_file(monkeypatch):
     real = load
 
     def checked(path, weights=None, **kw):
-        where = [weights] if isinstance(weights, str | Path) else (
-            [w for w in weights if isinstance(w, str | Path)]
-            if isinstance(weights, list) else [])
+        where = (
+            [weights]
+            if isinstance(weights, str | Path)
+            else (
+                [w for w in weights if isinstance(w, str | Path)]
+                if isinstance(weights, list)
+                else []
+            )
+        )
         where = [Path(w).parent if Path(w).is_file() else Path(w) for w in where]
         before = _snapshot(where)
         try:
@@ -143,10 +167,18 @@ def loads_change_no_file(monkeypatch):
 # ---------------------------------------------------------------- parity with transformers
 
 
-@pytest.mark.parametrize("rope,interpret", [("llama3", False), ("llama3", True),
-                                            ("default", False), ("linear", False),
-                                            ("tied", False), ("dynamic", False),
-                                            ("dynamic", True)])
+@pytest.mark.parametrize(
+    "rope,interpret",
+    [
+        ("llama3", False),
+        ("llama3", True),
+        ("default", False),
+        ("linear", False),
+        ("tied", False),
+        ("dynamic", False),
+        ("dynamic", True),
+    ],
+)
 def test_directory_matches_transformers(checkpoints, rope, interpret):
     prompt, ckpts = checkpoints
     path, hf_logits, hf_tokens = ckpts[rope]
@@ -180,13 +212,20 @@ model M<HD: Dim> {
 }
 """
     graph = lower(Program.from_text(src, "m"), "run", {"x": [1]}, {"HD": 128})
-    ours, = run_graph(graph, [torch.zeros(1)], {}, {}, torch.device("cpu"))
-    cfg = transformers.LlamaConfig(head_dim=128, hidden_size=4096, num_attention_heads=32,
-                                   rope_parameters={"rope_type": "llama3", "factor": 32.0,
-                                                    "low_freq_factor": 1.0,
-                                                    "high_freq_factor": 4.0,
-                                                    "original_max_position_embeddings": 8192,
-                                                    "rope_theta": 500000.0})
+    (ours,) = run_graph(graph, [torch.zeros(1)], {}, {}, torch.device("cpu"))
+    cfg = transformers.LlamaConfig(
+        head_dim=128,
+        hidden_size=4096,
+        num_attention_heads=32,
+        rope_parameters={
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
+    )
     theirs, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
     assert torch.allclose(ours, theirs, rtol=1e-6, atol=0)
 
@@ -331,8 +370,7 @@ def test_a_stray_layer_name_is_an_unexpected_weight_not_a_huge_model(checkpoints
 
 def test_unknown_rope_type(checkpoints, tmp_path):
     path = copy(checkpoints[1]["default"][0], tmp_path / "ckpt")
-    edit_config(path, rope_parameters={"rope_type": "yarn", "factor": 4.0,
-                                       "rope_theta": 10000.0})
+    edit_config(path, rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0})
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
     golden("unknown_rope_type", err.value, path)
@@ -342,8 +380,12 @@ def test_old_style_rope_scaling(checkpoints, tmp_path):
     # transformers 4.x and real Llama 3.1 downloads: `rope_theta` and `rope_scaling` apart.
     prompt, ckpts = checkpoints
     path = copy(ckpts["llama3"][0], tmp_path / "ckpt")
-    edit_config(path, rope_parameters=None, rope_theta=10000.0,
-                rope_scaling={**LLAMA3, "rope_type": "llama3"})
+    edit_config(
+        path,
+        rope_parameters=None,
+        rope_theta=10000.0,
+        rope_scaling={**LLAMA3, "rope_type": "llama3"},
+    )
     logits = load(LLAMA, weights=path).prefill(prompt.to(torch.int32))
     assert (logits - ckpts["llama3"][1]).abs().max().item() < TOLERANCE
     edit_config(path, rope_scaling={"type": "yarn", "factor": 2.0})
@@ -362,9 +404,17 @@ def test_other_architecture(checkpoints, tmp_path):
 
 def test_unmodelled_keys(checkpoints, tmp_path):
     path = copy(checkpoints[1]["default"][0], tmp_path / "ckpt")
-    edit_config(path, attention_bias=True, sliding_window=64, logit_softcap=30.0,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                 "partial_rotary_factor": 0.5})
+    edit_config(
+        path,
+        attention_bias=True,
+        sliding_window=64,
+        logit_softcap=30.0,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+        },
+    )
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
     golden("unmodelled_keys", err.value, path)
@@ -388,14 +438,16 @@ def test_model_without_a_mapping(checkpoints, tmp_path):
 @pytest.mark.parametrize("value", ['"four"', "-4", "4.5", "true", "[4]", "1e400"])
 def test_bad_values_in_config_json(checkpoints, tmp_path, value):
     path = copy(checkpoints[1]["default"][0], tmp_path / "ckpt")
-    text = (path / "config.json").read_text().replace('"num_attention_heads": 4',
-                                                      f'"num_attention_heads": {value}')
+    text = (
+        (path / "config.json")
+        .read_text()
+        .replace('"num_attention_heads": 4', f'"num_attention_heads": {value}')
+    )
     (path / "config.json").write_text(text)
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
     # -4 is out of num_attention_heads's range ([1, 4096], E0665), caught before lowering.
-    assert {d.code for d in err.value.diagnostics} <= {"E0671", "E0665", "E0613", "E0603",
-                                                       "E0658"}
+    assert {d.code for d in err.value.diagnostics} <= {"E0671", "E0665", "E0613", "E0603", "E0658"}
 
 
 def test_a_config_json_that_is_not_a_hugging_face_one_is_not_read(tmp_path):
@@ -435,7 +487,8 @@ def test_deeply_nested_json(checkpoints, tmp_path, where):
     deep = b"[" * 100_000 + b"]" * 100_000
     if where == "header":
         (path / "model-00001-of-00005.safetensors").write_bytes(
-            len(deep).to_bytes(8, "little") + deep)
+            len(deep).to_bytes(8, "little") + deep
+        )
     elif where == "index":
         (path / "model.safetensors.index.json").write_bytes(deep)
     else:
@@ -446,8 +499,9 @@ def test_deeply_nested_json(checkpoints, tmp_path, where):
     assert code in [d.code for d in err.value.diagnostics]
 
 
-@pytest.mark.parametrize("bad", [3, 3.5, b"model.safetensors", [], [3], {"w": [1.0]},
-                                 {1: torch.zeros(1)}, object()])
+@pytest.mark.parametrize(
+    "bad", [3, 3.5, b"model.safetensors", [], [3], {"w": [1.0]}, {1: torch.zeros(1)}, object()]
+)
 def test_weights_of_the_wrong_type(bad):
     fd = os.open(os.devnull, os.O_RDONLY)
     try:
@@ -497,8 +551,13 @@ os.truncate(file, 0)
 out = model.decode(torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32))
 print("ok", tuple(out.shape))
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, env={**os.environ})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ok (1, 256)" in proc.stdout
 
@@ -521,15 +580,17 @@ def test_random_weights_take_a_config_that_sets_the_batch():
 def test_an_out_of_range_value_in_config_json_is_E0665_not_nan_logits(checkpoints, tmp_path):
     """Item 7: `rms_norm_eps: -1` gave NaN logits and a zero rope theta other logits."""
     path = copy(checkpoints[1]["default"][0], tmp_path / "ckpt")
-    edit_config(path, rms_norm_eps=-1,
-                rope_parameters={"rope_type": "default", "rope_theta": 0.0})
+    edit_config(path, rms_norm_eps=-1, rope_parameters={"rope_type": "default", "rope_theta": 0.0})
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
     messages = sorted((d.code, d.message) for d in err.value.diagnostics)
     assert messages == [
         ("E0665", "config.json's `rms_norm_eps` is -1, outside its valid range (0, 1]"),
-        ("E0665", "config.json's `rope_parameters.rope_theta` is 0.0, outside its valid range "
-                  "(0, 1e12]")]
+        (
+            "E0665",
+            "config.json's `rope_parameters.rope_theta` is 0.0, outside its valid range (0, 1e12]",
+        ),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -552,12 +613,20 @@ def test_a_nan_weight_is_E0666_at_load(nan_checkpoint):
             load(LLAMA, weights=given, config=toy_config())
         assert [(d.code, d.message) for d in err.value.diagnostics] == [
             ("E0666", "weight `lm_head.weight` holds 1 infinite value (the first at [0, 5])"),
-            ("E0666", "weight `model.layers.1.mlp.down_proj.weight` holds 1 NaN value (the "
-                      "first at [3, 7])")]
+            (
+                "E0666",
+                "weight `model.layers.1.mlp.down_proj.weight` holds 1 NaN value (the "
+                "first at [3, 7])",
+            ),
+        ]
         assert "check_finite=False" in err.value.diagnostics[0].help
     with pytest.raises(LinnetError) as err:
-        load(LLAMA, weights=path, config={k: v for k, v in toy_config().items() if k != "T"},
-             dtype="bf16")
+        load(
+            LLAMA,
+            weights=path,
+            config={k: v for k, v in toy_config().items() if k != "T"},
+            dtype="bf16",
+        )
     assert {d.code for d in err.value.diagnostics} == {"E0666"}
 
 
@@ -592,17 +661,21 @@ def test_a_float8_checkpoint_is_unsupported_not_corrupt(tmp_path):
     from linnet.torch import random_weights
 
     weights = random_weights(LLAMA, toy_config(), seed=0)
-    weights["model.layers.0.mlp.up_proj.weight"] = \
-        weights["model.layers.0.mlp.up_proj.weight"].to(torch.float8_e4m3fn)
-    weights["model.layers.1.mlp.up_proj.weight"] = \
-        weights["model.layers.1.mlp.up_proj.weight"].to(torch.float8_e5m2)
+    weights["model.layers.0.mlp.up_proj.weight"] = weights["model.layers.0.mlp.up_proj.weight"].to(
+        torch.float8_e4m3fn
+    )
+    weights["model.layers.1.mlp.up_proj.weight"] = weights["model.layers.1.mlp.up_proj.weight"].to(
+        torch.float8_e5m2
+    )
     path = tmp_path / "fp8.safetensors"
     save_file(weights, str(path))
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path, config=toy_config())
     got = sorted((d.code, d.message.split(" (")[0]) for d in err.value.diagnostics)
-    assert got == [("E0723", f"`{path}` holds 1 tensor of dtype F8_E4M3"),
-                   ("E0723", f"`{path}` holds 1 tensor of dtype F8_E5M2")]
+    assert got == [
+        ("E0723", f"`{path}` holds 1 tensor of dtype F8_E4M3"),
+        ("E0723", f"`{path}` holds 1 tensor of dtype F8_E5M2"),
+    ]
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights={k: v for k, v in weights.items()}, config=toy_config())
     assert err.value.diagnostics[0].code == "E0723"
@@ -634,9 +707,16 @@ def test_a_users_model_named_as_its_checkpoint_needs_no_mapping_file(tmp_path):
     torch.manual_seed(0)
     embed, head = torch.randn(16, 8), torch.randn(16, 8)
     save_file({"embed": embed, "head.weight": head}, str(ckpt / "model.safetensors"))
-    config = {"architectures": ["TinyForCausalLM"], "model_type": "tiny", "vocab_size": 16,
-              "hidden_size": 8, "scale": 0.5, "torch_dtype": "float32",
-              "_name_or_path": "me/tiny", "transformers_version": "4.46.0"}
+    config = {
+        "architectures": ["TinyForCausalLM"],
+        "model_type": "tiny",
+        "vocab_size": 16,
+        "hidden_size": 8,
+        "scale": 0.5,
+        "torch_dtype": "float32",
+        "_name_or_path": "me/tiny",
+        "transformers_version": "4.46.0",
+    }
     (ckpt / "config.json").write_text(json.dumps(config))
     model = load(model_file, weights=ckpt, config={"T": "f32"})
     tokens = torch.tensor([1, 2], dtype=torch.int32)

@@ -61,8 +61,9 @@ def run_child(linnet_home: Path, script: Path) -> tuple[dict, str]:
 
 
 def files(folder: Path) -> dict[str, int]:
-    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")
-            if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +80,10 @@ def two_processes(tmp_path_factory):
 
 
 def slice_lines(said: list[str]) -> tuple[list[str], list[str]]:
-    return ([m for m in said if m.startswith("compiled ")],
-            [m for m in said if m.startswith("reused ") and " region kinds " not in m])
+    return (
+        [m for m in said if m.startswith("compiled ")],
+        [m for m in said if m.startswith("reused ") and " region kinds " not in m],
+    )
 
 
 @pytest.mark.slow
@@ -108,8 +111,9 @@ def test_second_process_reuses_compiled_slices_timings_and_source(two_processes)
     assert not any(m.startswith("compiling Region(") for m in second["said"])
     # the generated modules were found by their content: none written again, none added
     assert files(linnet_home / "generated") == generated
-    torch.testing.assert_close(torch.tensor(second["logits"]), torch.tensor(first["logits"]),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        torch.tensor(second["logits"]), torch.tensor(first["logits"]), rtol=0, atol=0
+    )
 
 
 @pytest.mark.slow
@@ -119,8 +123,12 @@ def test_unreadable_cache_files_are_set_aside_and_recomputed(two_processes):
     linnet_home, script, first, _, _ = two_processes
     timings = linnet_home / "benchmarks.json"
     timings.write_text("{ not json")
-    broken = [p for sub in ("fxgraph", "aotautograd")
-              for p in (linnet_home / "cache" / "inductor" / sub).rglob("*") if p.is_file()]
+    broken = [
+        p
+        for sub in ("fxgraph", "aotautograd")
+        for p in (linnet_home / "cache" / "inductor" / sub).rglob("*")
+        if p.is_file()
+    ]
     assert broken
     for p in broken:
         p.write_bytes(b"\x80garbage")
@@ -129,8 +137,9 @@ def test_unreadable_cache_files_are_set_aside_and_recomputed(two_processes):
     module.write_text("raise SystemExit('a stale file ran')\n")
 
     third, stderr = run_child(linnet_home, script)
-    torch.testing.assert_close(torch.tensor(third["logits"]), torch.tensor(first["logits"]),
-                               rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor(third["logits"]), torch.tensor(first["logits"]), rtol=1e-6, atol=1e-6
+    )
     compiled, reused = slice_lines(third["said"])
     assert compiled and not reused
     # the timing cache was moved aside, under a name of its own, with what it held
@@ -164,8 +173,7 @@ def test_caches_go_under_linnet_home_unless_the_user_set_them(clean, tmp_path, m
     # a new $LINNET_HOME moves the caches Linnet placed along with it
     monkeypatch.setenv("LINNET_HOME", str(tmp_path / "other"))
     compile_options("max-autotune-no-cudagraphs")
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "other" / "cache" /
-                                                        "inductor")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "other" / "cache" / "inductor")
     # the user's own directory is never replaced
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     used = home.use_compile_caches()
@@ -182,8 +190,9 @@ def test_a_value_torch_set_for_itself_is_not_the_users(clean, monkeypatch):
     assert home.use_compile_caches()["inductor"] == clean / "cache" / "inductor"
     # ...but started with it, the process keeps it
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", home._inductor_default())
-    monkeypatch.setattr(home, "_initial_environment",
-                        lambda: {"TORCHINDUCTOR_CACHE_DIR": home._inductor_default()})
+    monkeypatch.setattr(
+        home, "_initial_environment", lambda: {"TORCHINDUCTOR_CACHE_DIR": home._inductor_default()}
+    )
     assert str(home.use_compile_caches()["inductor"]) == home._inductor_default()
 
 
@@ -212,9 +221,11 @@ def test_first_call_lines():
     assert reuse_line("slice_0", 9.0, 0, 2) == "compiled slice_0 in 9.0 s"
     # a slice the plan's timing in context compiled earlier in this process
     assert reuse_line("slice_0", 0.5, 3, 0, here=True).startswith(
-        "compiled slice_0 in 0.5 s (as earlier in this process, from ")
-    assert reuse_line("slice_0", 4.0, 1, 1).startswith("compiled slice_0 in 4.0 s (1 graph(s) "
-                                                      "reused from ")
+        "compiled slice_0 in 0.5 s (as earlier in this process, from "
+    )
+    assert reuse_line("slice_0", 4.0, 1, 1).startswith(
+        "compiled slice_0 in 4.0 s (1 graph(s) reused from "
+    )
 
 
 def _load(subdir: str, path: str) -> None:
@@ -229,8 +240,11 @@ def test_an_unreadable_artefact_record_becomes_one_warning(clean, caplog):
     key.mkdir(parents=True)
     (key / "entry").write_bytes(b"no pickle")
     logger = logging.getLogger("torch._inductor.codecache")
-    with pytest.warns(CacheWarning, match=r"could not be read \(UnpicklingError.*moved it to "
-                                          r"\$LINNET_HOME/cache/unreadable/"):
+    with pytest.warns(
+        CacheWarning,
+        match=r"could not be read \(UnpicklingError.*moved it to "
+        r"\$LINNET_HOME/cache/unreadable/",
+    ):
         try:
             _load(str(key), "entry")
         except Exception:
@@ -238,7 +252,7 @@ def test_an_unreadable_artefact_record_becomes_one_warning(clean, caplog):
     # torch's record, with its traceback, was turned into the warning
     assert not [r for r in caplog.records if "unable to load" in r.getMessage()]
     assert not (key / "entry").exists()
-    moved, = (clean / "cache" / "unreadable").iterdir()
+    (moved,) = (clean / "cache" / "unreadable").iterdir()
     assert moved.read_bytes() == b"no pickle"
     # other records of that logger pass
     with caplog.at_level(logging.WARNING, logger="torch._inductor.codecache"):

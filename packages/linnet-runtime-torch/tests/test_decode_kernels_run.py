@@ -21,14 +21,26 @@ from linnet.lang import Program
 from linnet.lang.check.kernel_cases import bound_ops
 from support import CI, CI_SEED, ci_sample, run_guarded
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                reason="needs Triton")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
 
 TILES = Path(__file__).parent / "kernels" / "decode_tiles.linnet"
-OPS = ["small_gemv", "small_norm_gemv", "small_qkv", "small_norm_gate_up", "small_gate_up",
-       "small_residual", "small_gemv_row", "small_gemv_dot", "small_split", "small_split_two",
-       "small_residual_split", "small_flash", "small_qkv_split", "small_qkv_rope",
-       "small_qkv_rope_split"]
+OPS = [
+    "small_gemv",
+    "small_norm_gemv",
+    "small_qkv",
+    "small_norm_gate_up",
+    "small_gate_up",
+    "small_residual",
+    "small_gemv_row",
+    "small_gemv_dot",
+    "small_split",
+    "small_split_two",
+    "small_residual_split",
+    "small_flash",
+    "small_qkv_split",
+    "small_qkv_rope",
+    "small_qkv_rope_split",
+]
 # Chosen shapes: reductions of several BK = 16 chunks with a ragged last one, outputs over
 # several BO = 8 programs with a ragged last one, 1 to BR = 4 rows; for the qkv kernel a
 # program whose outputs straddle q and k, and k and v (Q, K not multiples of BO).
@@ -41,8 +53,12 @@ CHOSEN = {
     "small_residual": [(3, 40, 17, "bf16"), (1, 17, 8, "f32")],
     "small_gemv_row": [(1, 40, 17, "bf16"), (4, 33, 9, "f32")],
     # Rows in registers: 5..16 rows (a batch), one row (15 padding rows), 16 rows exactly.
-    "small_gemv_dot": [(8, 40, 17, "bf16"), (5, 33, 40, "f32"), (16, 16, 16, "f32"),
-                       (1, 20, 3, "bf16")],
+    "small_gemv_dot": [
+        (8, 40, 17, "bf16"),
+        (5, 33, 40, "f32"),
+        (16, 16, 16, "f32"),
+        (1, 20, 3, "bf16"),
+    ],
     # Split-K chains (KS 3, 2): 3 chunks of 16 over 3 splits (the last ragged); 1 chunk (two
     # splits past I); 5 chunks over 3 splits of 2 (the last split's second chunk past I);
     # 3 chunks over 2 splits of 2 (one past I).
@@ -55,13 +71,15 @@ CHOSEN = {
     "small_qkv_split": [(2, 35, 12, 5, "bf16"), (4, 70, 9, 11, "f32"), (1, 16, 8, 8, "bf16")],
     # Norm, q/k/v and rotations (N, D, H, KV, HD, T): 3 ragged chunks, heads of 8 (one
     # program a head) and 16 (two), 1 to 4 rows.
-    "small_qkv_rope": [(2, 35, 3, 1, 8, "bf16"), (4, 20, 2, 2, 16, "f32"),
-                       (1, 16, 1, 2, 8, "f32")],
+    "small_qkv_rope": [(2, 35, 3, 1, 8, "bf16"), (4, 20, 2, 2, 16, "f32"), (1, 16, 1, 2, 8, "f32")],
     # The same by split-K (KS 3): 5 chunks over 3 splits of 2 (the last split's second chunk
     # past D), 3 ragged chunks, 1 chunk (two splits past D); the part's programs of 8
     # outputs straddle q, k and v (H * HD = 24, KV * HD = 8), the sum's take 4 pairs.
-    "small_qkv_rope_split": [(2, 70, 3, 1, 8, "bf16"), (4, 35, 2, 2, 16, "f32"),
-                             (1, 16, 1, 1, 16, "bf16")],
+    "small_qkv_rope_split": [
+        (2, 70, 3, 1, 8, "bf16"),
+        (4, 35, 2, 2, 16, "f32"),
+        (1, 16, 1, 1, 16, "bf16"),
+    ],
     # Flash-decoding (B, S, KV, G, HD, T), the checker's positions (0..7): 3 splits of 32
     # positions, HD ragged against BH 32, G 3 and 5 in programs of 2 query heads.
     # (small_flash3 runs only in FLASH below: its 3 splits and the combine's 2 query heads a
@@ -72,16 +90,24 @@ CHOSEN = {
 # Decode attention (B, S, KV, G, HD, T, pos): caches of 40 and 33 positions (three blocks of
 # 16, the last ragged), heads of 32 and 24 dims (two value blocks, one ragged), G 4 and 3 (of
 # 16 lanes), positions at the end, the middle and the start of the cache.
-ATTENTION = [(2, 40, 2, 4, 32, "f32", [39, 20]), (1, 33, 3, 3, 24, "bf16", [32]),
-             (3, 40, 1, 1, 16, "f32", [0, 17, 31])]
+ATTENTION = [
+    (2, 40, 2, 4, 32, "f32", [39, 20]),
+    (1, 33, 3, 3, 24, "bf16", [32]),
+    (3, 40, 1, 1, 16, "f32", [0, 17, 31]),
+]
 
 # Split-K (kind, (N, I, O, T, KS)) at BR 4, BO 8, BK 16, stage by stage (gemv_split_part then
 # gemv_split_sum, or gemv_split_residual_sum): 40 columns in 3 chunks over KS 2 (2 a split, the
 # second split's last chunk past I), 33 in 3 ragged chunks over KS 3, 16 in 1 over KS 3 (two
 # splits wholly past I: they write zeros), 70 in 5 over KS 2 (3 a split, one past I).
-SPLIT = [("sum", (1, 40, 17, "f32", 2)), ("sum", (3, 33, 24, "bf16", 3)),
-         ("sum", (4, 16, 8, "bf16", 3)), ("sum", (2, 70, 20, "f32", 2)),
-         ("residual", (3, 40, 17, "bf16", 2)), ("residual", (1, 17, 8, "f32", 3))]
+SPLIT = [
+    ("sum", (1, 40, 17, "f32", 2)),
+    ("sum", (3, 33, 24, "bf16", 3)),
+    ("sum", (4, 16, 8, "bf16", 3)),
+    ("sum", (2, 70, 20, "f32", 2)),
+    ("residual", (3, 40, 17, "bf16", 2)),
+    ("residual", (1, 17, 8, "f32", 3)),
+]
 
 # Flash-decoding at small tiles (decode_tiles.linnet: BS 16, BH 32; the combine's BG 2 query
 # heads a program, and small_flash3's BN 2 splits a step of whole heads, small_flash's BN 4 of
@@ -94,12 +120,14 @@ SPLIT = [("sum", (1, 40, 17, "f32", 2)), ("sum", (3, 33, 24, "bf16", 3)),
 # positions at the start, middle and end; G 4, 3, 2, 1; HD 24 and 20 ragged against BH 32;
 # the combine in one step (small_flash: NS 2 to 4) and in two (small_flash3: NS 3), over
 # column blocks of 8 (HD 24, 32, and 20 ragged) and whole heads.
-FLASH = [("small_flash3", 2, 75, 2, 4, 32, "f32", [74, 20]),
-         ("small_flash", 1, 50, 3, 3, 24, "bf16", [49]),
-         ("small_flash3", 3, 40, 1, 1, 16, "f32", [0, 17, 39]),
-         ("small_flash3", 1, 20, 2, 4, 32, "bf16", [19]),
-         ("small_flash", 1, 100, 2, 4, 32, "bf16", [63]),
-         ("small_flash", 2, 75, 2, 2, 20, "f32", [40, 74])]
+FLASH = [
+    ("small_flash3", 2, 75, 2, 4, 32, "f32", [74, 20]),
+    ("small_flash", 1, 50, 3, 3, 24, "bf16", [49]),
+    ("small_flash3", 3, 40, 1, 1, 16, "f32", [0, 17, 39]),
+    ("small_flash3", 1, 20, 2, 4, 32, "bf16", [19]),
+    ("small_flash", 1, 100, 2, 4, 32, "bf16", [63]),
+    ("small_flash", 2, 75, 2, 2, 20, "f32", [40, 74]),
+]
 
 # The flash cases' splits (NS), as small_flash's and small_flash3's bindings make them.
 FLASH_NS = [3, 2, 3, 3, 4, 3]
@@ -111,11 +139,17 @@ FLASH_NS = [3, 2, 3, 3, 4, 3]
 SAMPLED, SAMPLE_SEED = (1, CI_SEED) if CI else (2, 3)
 RUN_CHOSEN = {op: ci_sample(shapes, 1, op) for op, shapes in CHOSEN.items()}
 RUN_ATTENTION = ci_sample(ATTENTION, 1, "attention")
-RUN_SPLIT = [c for kind in ("sum", "residual")
-             for c in ci_sample([c for c in SPLIT if c[0] == kind], 1, kind)]
+RUN_SPLIT = [
+    c
+    for kind in ("sum", "residual")
+    for c in ci_sample([c for c in SPLIT if c[0] == kind], 1, kind)
+]
 RUN_SPLIT.sort(key=SPLIT.index)
-RUN_FLASH = [c for op in ("small_flash3", "small_flash")
-             for c in ci_sample([c for c in FLASH if c[0] == op], 1, op)]
+RUN_FLASH = [
+    c
+    for op in ("small_flash3", "small_flash")
+    for c in ci_sample([c for c in FLASH if c[0] == op], 1, op)
+]
 RUN_FLASH.sort(key=FLASH.index)
 
 DRIVER = """
@@ -229,10 +263,21 @@ print(json.dumps({"checks": checks, "attention": attention, "split": split,
 
 @pytest.fixture(scope="module")
 def run() -> dict:
-    done = run_guarded([sys.executable, "-c", DRIVER, str(TILES), json.dumps(RUN_CHOSEN),
-                        json.dumps(RUN_ATTENTION), json.dumps(RUN_SPLIT),
-                        json.dumps(RUN_FLASH), str(SAMPLED), str(SAMPLE_SEED)],
-                       env={**os.environ, "TRITON_INTERPRET": "1"})
+    done = run_guarded(
+        [
+            sys.executable,
+            "-c",
+            DRIVER,
+            str(TILES),
+            json.dumps(RUN_CHOSEN),
+            json.dumps(RUN_ATTENTION),
+            json.dumps(RUN_SPLIT),
+            json.dumps(RUN_FLASH),
+            str(SAMPLED),
+            str(SAMPLE_SEED),
+        ],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
     assert done.returncode == 0, f"(CI={CI}, LINNET_CI_SEED={CI_SEED}) {done.stderr}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -263,28 +308,33 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
     """Each small binding names a std.nn.decode kernel, so the small cases check the std
     kernels' own code."""
     program = Program.from_file(TILES)
-    kernels = {op.name: op.kernel.name + (f" then {op.kernel.then.name}" if op.kernel.then
-                                          else "") for op in bound_ops(program) if op.name in OPS}
-    assert kernels == {"small_gemv": "gemv_rows", "small_norm_gemv": "rms_norm_gemv",
-                       "small_qkv": "rms_norm_qkv_gemv",
-                       "small_norm_gate_up": "rms_norm_gate_up_gemv",
-                       "small_gate_up": "gate_up_gemv", "small_residual": "gemv_residual",
-                       "small_gemv_row": "gemv_row", "small_gemv_dot": "gemv_dot",
-                       "small_split": "gemv_split_part then gemv_split_sum",
-                       "small_split_two": "gemv_split_part then gemv_split_sum",
-                       "small_residual_split":
-                           "gemv_split_part then gemv_split_residual_sum",
-                       "small_flash": "decode_attention_split_tiles then decode_attention_combine_tiles",
-                       "small_qkv_split": "rms_norm_qkv_split_part then rms_norm_qkv_split_sum",
-                       "small_qkv_rope": "rms_norm_qkv_rope_gemv",
-                       "small_qkv_rope_split":
-                           "rms_norm_qkv_split_part then rms_norm_qkv_rope_split_sum"}
+    kernels = {
+        op.name: op.kernel.name + (f" then {op.kernel.then.name}" if op.kernel.then else "")
+        for op in bound_ops(program)
+        if op.name in OPS
+    }
+    assert kernels == {
+        "small_gemv": "gemv_rows",
+        "small_norm_gemv": "rms_norm_gemv",
+        "small_qkv": "rms_norm_qkv_gemv",
+        "small_norm_gate_up": "rms_norm_gate_up_gemv",
+        "small_gate_up": "gate_up_gemv",
+        "small_residual": "gemv_residual",
+        "small_gemv_row": "gemv_row",
+        "small_gemv_dot": "gemv_dot",
+        "small_split": "gemv_split_part then gemv_split_sum",
+        "small_split_two": "gemv_split_part then gemv_split_sum",
+        "small_residual_split": "gemv_split_part then gemv_split_residual_sum",
+        "small_flash": "decode_attention_split_tiles then decode_attention_combine_tiles",
+        "small_qkv_split": "rms_norm_qkv_split_part then rms_norm_qkv_split_sum",
+        "small_qkv_rope": "rms_norm_qkv_rope_gemv",
+        "small_qkv_rope_split": "rms_norm_qkv_split_part then rms_norm_qkv_rope_split_sum",
+    }
 
 
 def test_decode_attention_agrees_across_cache_blocks(run: dict) -> None:
     found = run["attention"]
-    assert [(c["generics"]["S"], c["pos"]) for c in found] == [(a[1], a[6])
-                                                                 for a in RUN_ATTENTION]
+    assert [(c["generics"]["S"], c["pos"]) for c in found] == [(a[1], a[6]) for a in RUN_ATTENTION]
     assert [c["finding"] for c in found] == [None] * len(RUN_ATTENTION)
     assert all(c["difference"] < 1e-2 for c in found)
 
@@ -345,8 +395,11 @@ def test_flash_decoding_stages_agree_with_the_body(run: dict) -> None:
     assert all(c["difference"] < 1e-2 for c in found)
     assert all(c["nan_parts"] == [False, False, False] for c in found)
     assert {tuple(c["kernels"]) for c in found} == {
-        ("std.nn.decode::decode_attention_split_tiles",
-         "std.nn.decode::decode_attention_combine_tiles")}
+        (
+            "std.nn.decode::decode_attention_split_tiles",
+            "std.nn.decode::decode_attention_combine_tiles",
+        )
+    }
     for c, (_, _, s, _, _, _, _, last) in zip(found, RUN_FLASH):
         ns = c["ns"]
         blocks = (s + 15) // 16

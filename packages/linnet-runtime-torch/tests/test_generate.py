@@ -22,9 +22,17 @@ def pair(tmp_path_factory):
     """A small random Mistral (sliding window 4: shorter than the prompts) and its linnet
     model, loaded from the directory transformers saved."""
     cfg = transformers.MistralConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        sliding_window=4, bos_token_id=1, eos_token_id=2)
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        sliding_window=4,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     hf = transformers.MistralForCausalLM(cfg).eval()
     path = tmp_path_factory.mktemp("mistral")
@@ -34,9 +42,14 @@ def pair(tmp_path_factory):
 
 def hf_greedy(hf, prompt: list[int], steps: int) -> list[int]:
     with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), max_new_tokens=steps, min_new_tokens=steps,
-                          do_sample=False, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+        out = hf.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=steps,
+            min_new_tokens=steps,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 def test_greedy_batch_equals_transformers_token_for_token(pair):
@@ -54,10 +67,12 @@ def test_sampling_with_a_seed_is_deterministic(pair):
     assert model.generate(PROMPTS, **kw) == first
     others = [model.generate(PROMPTS, **(kw | {"seed": s})) for s in (8, 9)]
     assert any(o != first for o in others)  # the seed is used (3 x 12 draws over 256 ids)
-    assert model.generate(PROMPTS, 12, temperature=1.0, top_k=1, seed=3) == \
-        model.generate(PROMPTS, 12)  # top_k=1 is greedy
-    assert model.generate(PROMPTS, 12, temperature=0.5, top_p=1e-6, seed=3) == \
-        model.generate(PROMPTS, 12)  # the most likely token alone reaches a tiny top_p
+    assert model.generate(PROMPTS, 12, temperature=1.0, top_k=1, seed=3) == model.generate(
+        PROMPTS, 12
+    )  # top_k=1 is greedy
+    assert model.generate(PROMPTS, 12, temperature=0.5, top_p=1e-6, seed=3) == model.generate(
+        PROMPTS, 12
+    )  # the most likely token alone reaches a tiny top_p
 
 
 def test_samples_stay_within_top_k(pair):
@@ -92,18 +107,21 @@ def test_stop_tokens_end_each_sequence(pair):
         assert cut == full[:end]
 
 
-@pytest.mark.parametrize("call,code", [
-    (lambda m: m.generate([], 4), "E0810"),
-    (lambda m: m.generate([[1, 2], []], 4), "E0810"),
-    (lambda m: m.generate([[1.5]], 4), "E0810"),
-    (lambda m: m.generate([[1]], 0), "E0811"),
-    (lambda m: m.generate([[1]], 4, temperature=-1.0), "E0812"),
-    (lambda m: m.generate([[1]], 4, temperature=1.0, top_k=0), "E0813"),
-    (lambda m: m.generate([[1]], 4, temperature=1.0, top_p=1.5), "E0814"),
-    (lambda m: m.generate([[1]], 4, seed="x"), "E0815"),
-    (lambda m: m.generate([[1]], 4, stop_tokens=2), "E0815"),
-    (lambda m: m.generate([[1] * 60], 10), "E0817"),
-])
+@pytest.mark.parametrize(
+    "call,code",
+    [
+        (lambda m: m.generate([], 4), "E0810"),
+        (lambda m: m.generate([[1, 2], []], 4), "E0810"),
+        (lambda m: m.generate([[1.5]], 4), "E0810"),
+        (lambda m: m.generate([[1]], 0), "E0811"),
+        (lambda m: m.generate([[1]], 4, temperature=-1.0), "E0812"),
+        (lambda m: m.generate([[1]], 4, temperature=1.0, top_k=0), "E0813"),
+        (lambda m: m.generate([[1]], 4, temperature=1.0, top_p=1.5), "E0814"),
+        (lambda m: m.generate([[1]], 4, seed="x"), "E0815"),
+        (lambda m: m.generate([[1]], 4, stop_tokens=2), "E0815"),
+        (lambda m: m.generate([[1] * 60], 10), "E0817"),
+    ],
+)
 def test_mistakes_are_coded(pair, call, code):
     with pytest.raises(LinnetError) as info:
         call(pair[1])
@@ -112,8 +130,10 @@ def test_mistakes_are_coded(pair, call, code):
 
 def test_a_model_without_prefill_is_coded(tmp_path):
     src = tmp_path / "m.linnet"
-    src.write_text("pub model M {\n    entry run(x: Tensor[2; f32]) -> Tensor[2; f32] {\n"
-                   "        return x\n    }\n}\n")
+    src.write_text(
+        "pub model M {\n    entry run(x: Tensor[2; f32]) -> Tensor[2; f32] {\n"
+        "        return x\n    }\n}\n"
+    )
     with pytest.raises(LinnetError) as info:
         load(src).generate([[1]], 2)
     assert info.value.diagnostics[0].code == "E0816"
@@ -127,14 +147,41 @@ def test_linnet_run_a_shipped_model_generates(pair, capsys, tmp_path):
     hf.save_pretrained(path)
     prompt = ",".join(map(str, PROMPTS[2]))
     greedy = model.generate([PROMPTS[2]], 6)[0]
-    assert main(["run", "std.models.mistral", "--weights", str(path), "--prompt", prompt,
-                 "--tokens", "6"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "std.models.mistral",
+                "--weights",
+                str(path),
+                "--prompt",
+                prompt,
+                "--tokens",
+                "6",
+            ]
+        )
+        == 0
+    )
     assert f"decoded 6 tokens: {greedy}" in capsys.readouterr().out
     sampled = model.generate([PROMPTS[2]], 6, temperature=0.9, top_k=20, seed=5)[0]
-    argv = ["run", "std.models.mistral", "--weights", str(path), "--prompt", prompt,
-            "--tokens", "6", "--temperature", "0.9", "--top-k", "20", "--sampling-seed", "5"]
+    argv = [
+        "run",
+        "std.models.mistral",
+        "--weights",
+        str(path),
+        "--prompt",
+        prompt,
+        "--tokens",
+        "6",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "20",
+        "--sampling-seed",
+        "5",
+    ]
     assert main(argv) == 0
     assert f"decoded 6 tokens: {sampled}" in capsys.readouterr().out
     assert main([*argv, "--stop", str(sampled[1])]) == 0
-    cut = sampled[:sampled.index(sampled[1]) + 1]
+    cut = sampled[: sampled.index(sampled[1]) + 1]
     assert f"decoded {len(cut)} tokens: {cut}" in capsys.readouterr().out

@@ -20,61 +20,118 @@ def test_every_primitive_has_a_rule_everywhere():
 
 # Each fast call, with inputs, in a one-entry model that calls it.
 FAST_CASES = {
-    "std.nn.linear::linear": ("use std.nn.linear::{linear}", "linear(x, w)",
-                              {"x": ([3, 8], "f32"), "w": ([5, 8], "f32")}, "[3, 5]"),
-    "std.nn.linear::linear_bias": ("use std.nn.linear::{linear_bias}", "linear_bias(x, w, b)",
-                                   {"x": ([3, 8], "f32"), "w": ([5, 8], "f32"),
-                                    "b": ([5], "f32")}, "[3, 5]"),
-    "std.nn.embedding::embedding": ("use std.nn.embedding::{embedding}", "embedding(ids, t)",
-                                    {"ids": ([4], "i32"), "t": ([10, 6], "f32")}, "[4, 6]"),
-    "std.nn.norm::rms_norm": ("use std.nn.norm::{rms_norm}", "rms_norm(x, w, 1e-5)",
-                              {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
-    "std.nn.activation::silu": ("use std.nn.activation::{silu}", "silu(x)",
-                                {"x": ([3, 8], "f32")}, "[3, 8]"),
-    "std.nn.activation::silu_mul": ("use std.nn.activation::{silu_mul}", "silu_mul(x, u)",
-                                    {"x": ([3, 8], "f32"), "u": ([3, 8], "f32")}, "[3, 8]"),
-    "std.nn.activation::softmax": ("use std.nn.activation::{softmax}", "softmax(x)",
-                                   {"x": ([3, 8], "f32")}, "[3, 8]"),
+    "std.nn.linear::linear": (
+        "use std.nn.linear::{linear}",
+        "linear(x, w)",
+        {"x": ([3, 8], "f32"), "w": ([5, 8], "f32")},
+        "[3, 5]",
+    ),
+    "std.nn.linear::linear_bias": (
+        "use std.nn.linear::{linear_bias}",
+        "linear_bias(x, w, b)",
+        {"x": ([3, 8], "f32"), "w": ([5, 8], "f32"), "b": ([5], "f32")},
+        "[3, 5]",
+    ),
+    "std.nn.embedding::embedding": (
+        "use std.nn.embedding::{embedding}",
+        "embedding(ids, t)",
+        {"ids": ([4], "i32"), "t": ([10, 6], "f32")},
+        "[4, 6]",
+    ),
+    "std.nn.norm::rms_norm": (
+        "use std.nn.norm::{rms_norm}",
+        "rms_norm(x, w, 1e-5)",
+        {"x": ([3, 8], "f32"), "w": ([8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.activation::silu": (
+        "use std.nn.activation::{silu}",
+        "silu(x)",
+        {"x": ([3, 8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.activation::silu_mul": (
+        "use std.nn.activation::{silu_mul}",
+        "silu_mul(x, u)",
+        {"x": ([3, 8], "f32"), "u": ([3, 8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.activation::softmax": (
+        "use std.nn.activation::{softmax}",
+        "softmax(x)",
+        {"x": ([3, 8], "f32")},
+        "[3, 8]",
+    ),
     "std.nn.attention::decode_attention": (
         "use std.nn.attention::{decode_attention}",
         "decode_attention(q, kc, vc, pos, 0.25)",
-        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
-         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
+        {
+            "q": ([2, 2, 3, 16], "f32"),
+            "kc": ([2, 12, 2, 16], "f32"),
+            "vc": ([2, 12, 2, 16], "f32"),
+            "pos": ([2], "i32"),
+        },
+        "[2, 2, 3, 16]",
+    ),
     "std.nn.attention::causal_attention": (
-        "use std.nn.attention::{causal_attention}", "causal_attention(q, k, v, 0.25)",
-        {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"),
-         "v": ([2, 5, 2, 16], "f32")}, "[2, 5, 2, 3, 16]"),
+        "use std.nn.attention::{causal_attention}",
+        "causal_attention(q, k, v, 0.25)",
+        {"q": ([2, 5, 2, 3, 16], "f32"), "k": ([2, 5, 2, 16], "f32"), "v": ([2, 5, 2, 16], "f32")},
+        "[2, 5, 2, 3, 16]",
+    ),
     # Issue 19's fast calls: sliding windows, Gemma's norm, LayerNorm, tanh gelu, Conv1D.
     "std.nn.attention::window_attention": (
-        "use std.nn.attention::{window_attention}", "window_attention(q, k, v, 0.25, 3)",
-        {"q": ([2, 7, 2, 3, 16], "f32"), "k": ([2, 7, 2, 16], "f32"),
-         "v": ([2, 7, 2, 16], "f32")}, "[2, 7, 2, 3, 16]"),
+        "use std.nn.attention::{window_attention}",
+        "window_attention(q, k, v, 0.25, 3)",
+        {"q": ([2, 7, 2, 3, 16], "f32"), "k": ([2, 7, 2, 16], "f32"), "v": ([2, 7, 2, 16], "f32")},
+        "[2, 7, 2, 3, 16]",
+    ),
     "std.nn.attention::window_decode_attention": (
         "use std.nn.attention::{window_decode_attention}",
         "window_decode_attention(q, kc, vc, pos, 0.25, 5)",
-        {"q": ([2, 2, 3, 16], "f32"), "kc": ([2, 12, 2, 16], "f32"),
-         "vc": ([2, 12, 2, 16], "f32"), "pos": ([2], "i32")}, "[2, 2, 3, 16]"),
-    "std.nn.norm::rms_norm_offset": ("use std.nn.norm::{rms_norm_offset}",
-                                     "rms_norm_offset(x, w, 1e-5)",
-                                     {"x": ([3, 8], "f32"), "w": ([8], "f32")}, "[3, 8]"),
-    "std.nn.norm::layer_norm": ("use std.nn.norm::{layer_norm}", "layer_norm(x, w, b, 1e-5)",
-                                {"x": ([3, 8], "f32"), "w": ([8], "f32"), "b": ([8], "f32")},
-                                "[3, 8]"),
-    "std.nn.activation::gelu_tanh": ("use std.nn.activation::{gelu_tanh}", "gelu_tanh(x)",
-                                     {"x": ([3, 8], "f32")}, "[3, 8]"),
+        {
+            "q": ([2, 2, 3, 16], "f32"),
+            "kc": ([2, 12, 2, 16], "f32"),
+            "vc": ([2, 12, 2, 16], "f32"),
+            "pos": ([2], "i32"),
+        },
+        "[2, 2, 3, 16]",
+    ),
+    "std.nn.norm::rms_norm_offset": (
+        "use std.nn.norm::{rms_norm_offset}",
+        "rms_norm_offset(x, w, 1e-5)",
+        {"x": ([3, 8], "f32"), "w": ([8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.norm::layer_norm": (
+        "use std.nn.norm::{layer_norm}",
+        "layer_norm(x, w, b, 1e-5)",
+        {"x": ([3, 8], "f32"), "w": ([8], "f32"), "b": ([8], "f32")},
+        "[3, 8]",
+    ),
+    "std.nn.activation::gelu_tanh": (
+        "use std.nn.activation::{gelu_tanh}",
+        "gelu_tanh(x)",
+        {"x": ([3, 8], "f32")},
+        "[3, 8]",
+    ),
     "std.nn.linear::linear_in_out_bias": (
-        "use std.nn.linear::{linear_in_out_bias}", "linear_in_out_bias(x, w, b)",
-        {"x": ([3, 8], "f32"), "w": ([8, 5], "f32"), "b": ([5], "f32")}, "[3, 5]"),
+        "use std.nn.linear::{linear_in_out_bias}",
+        "linear_in_out_bias(x, w, b)",
+        {"x": ([3, 8], "f32"), "w": ([8, 5], "f32"), "b": ([5], "f32")},
+        "[3, 5]",
+    ),
 }
 
 
 def fast_case_program(use: str, call: str, inputs: dict, out: str) -> Program:
-    params = ", ".join(f"{n}: Tensor[{', '.join(str(d) for d in s)}; {t}]"
-                       for n, (s, t) in inputs.items())
+    params = ", ".join(
+        f"{n}: Tensor[{', '.join(str(d) for d in s)}; {t}]" for n, (s, t) in inputs.items()
+    )
     return Program.from_text(f"""
 {use}
 model M {{
-    entry run({params}) -> Tensor[{out.strip('[]')}; f32] {{
+    entry run({params}) -> Tensor[{out.strip("[]")}; f32] {{
         return {call}
     }}
 }}
@@ -83,21 +140,29 @@ model M {{
 
 def random_input(shape, dtype, gen):
     if dtype == "i32":
-        return torch.randint(0, shape[0] if len(shape) == 1 and shape[0] > 2 else 10, shape,
-                             generator=gen, dtype=torch.int32)
+        return torch.randint(
+            0,
+            shape[0] if len(shape) == 1 and shape[0] > 2 else 10,
+            shape,
+            generator=gen,
+            dtype=torch.int32,
+        )
     return torch.randn(shape, generator=gen)
 
 
 @pytest.mark.parametrize("callee", sorted(FAST_CALLS))
 def test_fast_call_equals_the_op_body(callee):
     use, call, inputs, out = FAST_CASES[callee]
-    graph = lower(fast_case_program(use, call, inputs, out), "run",
-                  {n: s for n, (s, _) in inputs.items()})
+    graph = lower(
+        fast_case_program(use, call, inputs, out), "run", {n: s for n, (s, _) in inputs.items()}
+    )
     assert graph.semantic_calls(callee), "the case must call the op"
     gen = torch.Generator().manual_seed(0)
     args = [random_input(s, t, gen) for s, t in inputs.values()]
-    if callee in ("std.nn.attention::decode_attention",
-                  "std.nn.attention::window_decode_attention"):
+    if callee in (
+        "std.nn.attention::decode_attention",
+        "std.nn.attention::window_decode_attention",
+    ):
         args[3] = torch.tensor([4, 11], dtype=torch.int32)
     fast = import_source(emit_torch(graph, fast=True), "fast_case")
     body = import_source(emit_torch(graph, fast=False), "body_case")
@@ -143,8 +208,10 @@ def test_states_persist_across_calls_and_contexts_are_separate():
     tokens = torch.tensor([[1, 2, 3]], dtype=torch.int32)
     model.prefill(tokens)
     step = model.decode(torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32))
-    longer = model.prefill(torch.tensor([[1, 2, 3, 4]], dtype=torch.int32),
-                           context=model.new_context("prefill", [tokens]))
+    longer = model.prefill(
+        torch.tensor([[1, 2, 3, 4]], dtype=torch.int32),
+        context=model.new_context("prefill", [tokens]),
+    )
     torch.testing.assert_close(step[0], longer[0, -1], rtol=1e-5, atol=1e-5)
 
 
@@ -185,8 +252,7 @@ def test_two_models_of_one_source_on_two_devices_run_side_by_side():
     want = [cpu.run("decode", [i32(1), i32(p)]) for p in (0, 1)]
     cpu = load(LLAMA, weights=w, config=cfg)
     first = cpu.run("decode", [i32(1), i32(0)])
-    meta = load(LLAMA, weights={k: v.to("meta") for k, v in w.items()}, config=cfg,
-                device="meta")
+    meta = load(LLAMA, weights={k: v.to("meta") for k, v in w.items()}, config=cfg, device="meta")
     for tokens in ([i32(1), i32(0)], [i32(1).to("meta"), i32(0).to("meta")]):
         out = meta.run("decode", tokens)
         assert out.device.type == "meta" and out.shape == want[0].shape

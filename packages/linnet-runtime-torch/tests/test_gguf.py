@@ -24,9 +24,19 @@ from gguf_files import hf_model, transformers_reference, write_gguf
 
 TOKENS = torch.tensor([[1, 5, 9, 20, 33, 50, 70, 3, 88, 41]])
 # family, quant of the 2-D weights (one of each type gguf can quantise to across the cases)
-CASES = [("llama", "F32"), ("llama", "Q8_0"), ("mistral", "Q4_0"), ("qwen2", "Q4_1"),
-         ("qwen2", "F16"), ("phi3", "Q5_0"), ("phi3", "F32"), ("gpt2", "Q5_1"),
-         ("gpt2", "F32"), ("gemma", "F32"), ("gemma", "BF16")]
+CASES = [
+    ("llama", "F32"),
+    ("llama", "Q8_0"),
+    ("mistral", "Q4_0"),
+    ("qwen2", "Q4_1"),
+    ("qwen2", "F16"),
+    ("phi3", "Q5_0"),
+    ("phi3", "F32"),
+    ("gpt2", "Q5_1"),
+    ("gpt2", "F32"),
+    ("gemma", "F32"),
+    ("gemma", "BF16"),
+]
 
 
 def _logits(model: object) -> torch.Tensor:
@@ -63,23 +73,31 @@ def test_weights_and_logits_equal_transformers(tmp_path: Path, family: str, quan
 
 def test_k_quants_equal_transformers(tmp_path: Path) -> None:
     hf = hf_model("llama", hidden_size=256, intermediate_size=256, num_hidden_layers=1)
-    quants = {"blk.0.attn_q.weight": "Q2_K", "blk.0.attn_k.weight": "Q3_K",
-              "blk.0.attn_v.weight": "Q4_K", "blk.0.attn_output.weight": "Q5_K",
-              "blk.0.ffn_up.weight": "Q6_K", "token_embd.weight": "Q4_K"}
+    quants = {
+        "blk.0.attn_q.weight": "Q2_K",
+        "blk.0.attn_k.weight": "Q3_K",
+        "blk.0.attn_v.weight": "Q4_K",
+        "blk.0.attn_output.weight": "Q5_K",
+        "blk.0.ffn_up.weight": "Q6_K",
+        "token_embd.weight": "Q4_K",
+    }
     path = write_gguf(tmp_path / "k.gguf", "llama", hf, quant=quants)
     model = lt.load(weights=path)  # the model is picked from the file
     reference, _ = transformers_reference(path)
     expected = reference.state_dict()
     for name, value in model.params.items():
         torch.testing.assert_close(value, expected[name], rtol=0, atol=0, msg=name)
-    torch.testing.assert_close(model.prefill(TOKENS.int()), _logits(reference), rtol=1e-4,
-                               atol=1e-4)
+    torch.testing.assert_close(
+        model.prefill(TOKENS.int()), _logits(reference), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_dtype_and_config_T_set_the_dequantised_type(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "q.gguf", "qwen2", hf_model("qwen2"), quant="Q8_0")
-    for model in (lt.load(weights=path, dtype="bf16"),
-                  lt.load("std.models.qwen2", weights=path, config={"T": "bf16"})):
+    for model in (
+        lt.load(weights=path, dtype="bf16"),
+        lt.load("std.models.qwen2", weights=path, config={"T": "bf16"}),
+    ):
         assert {p.dtype for p in model.params.values()} == {torch.bfloat16}
 
 

@@ -42,8 +42,9 @@ def _cross_entropy_cotangent(logits: torch.Tensor, targets: torch.Tensor):
     """The loss and its gradient with respect to the logits (autograd on the logits alone)."""
     leaf = logits.detach().clone().requires_grad_(True)
     with torch.enable_grad():
-        loss = torch.nn.functional.cross_entropy(leaf.reshape(-1, leaf.shape[-1]),
-                                                 targets.reshape(-1).long())
+        loss = torch.nn.functional.cross_entropy(
+            leaf.reshape(-1, leaf.shape[-1]), targets.reshape(-1).long()
+        )
         (d,) = torch.autograd.grad(loss, [leaf])
     return loss.detach(), d
 
@@ -57,8 +58,7 @@ def test_llama_prefill_loss_gradient_matches_autograd_for_every_parameter(llama,
     targets = torch.randint(0, config["V"], (1, 8), dtype=torch.int32, generator=gen)
     logits = model.prefill(tokens)
     _, d_logits = _cross_entropy_cotangent(logits, targets)
-    value, grads = model.value_and_grad("prefill", [tokens], wrt="params",
-                                        cotangents=[d_logits])
+    value, grads = model.value_and_grad("prefill", [tokens], wrt="params", cotangents=[d_logits])
     torch.testing.assert_close(value, logits, rtol=1e-5, atol=1e-5)
     assert set(grads) == set(model.params)
     # torch.autograd through the interpreter's forward: the whole loss, every parameter.
@@ -67,22 +67,26 @@ def test_llama_prefill_loss_gradient_matches_autograd_for_every_parameter(llama,
     with torch.enable_grad():
         states = {p: torch.zeros(vt.shape) for p, vt in graph.states.items()}
         (out,) = run_graph(graph, [tokens], params, states)
-        loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]),
-                                                 targets.reshape(-1).long())
+        loss = torch.nn.functional.cross_entropy(
+            out.reshape(-1, out.shape[-1]), targets.reshape(-1).long()
+        )
         names = sorted(params)
         ref = dict(zip(names, torch.autograd.grad(loss, [params[k] for k in names])))
     for path in names:
         scale = float(ref[path].abs().max())
         assert scale > 0, path
-        torch.testing.assert_close(grads[path], ref[path], rtol=1e-4, atol=1e-4 * scale,
-                                   msg=lambda m, p=path: f"{p}: {m}")
+        torch.testing.assert_close(
+            grads[path], ref[path], rtol=1e-4, atol=1e-4 * scale, msg=lambda m, p=path: f"{p}: {m}"
+        )
 
 
 def _tiny(tmp_path, **kw):
     path = tmp_path / "tiny.linnet"
     path.write_text(TINY)
-    weights = {"w": torch.tensor([1.0, 2.0, 3.0]), "ids": torch.tensor([0, 1, 2],
-                                                                        dtype=torch.int32)}
+    weights = {
+        "w": torch.tensor([1.0, 2.0, 3.0]),
+        "ids": torch.tensor([0, 1, 2], dtype=torch.int32),
+    }
     return load(path, weights=weights, **kw)
 
 
@@ -109,16 +113,19 @@ def test_value_and_grad_with_cotangents(tmp_path):
     torch.testing.assert_close(grads["w"], x * d)
 
 
-@pytest.mark.parametrize("call,code", [
-    (lambda m, x: m.value_and_grad("scores", [x]), "E0952"),  # no loss, no cotangents
-    (lambda m, x: m.value_and_grad("loss", [x], wrt="nope"), "E0950"),
-    (lambda m, x: m.value_and_grad("loss", [x], wrt="ids"), "E0951"),
-    (lambda m, x: m.value_and_grad("loss", [x], wrt=3), "E0805"),
-    (lambda m, x: m.value_and_grad("scores", [x], cotangents=[x, x]), "E0806"),
-    (lambda m, x: m.value_and_grad("scores", [x], cotangents=[x[:2]]), "E0807"),
-    (lambda m, x: m.value_and_grad("scores", [x], cotangents=[x.double()]), "E0807"),
-    (lambda m, x: m.value_and_grad("loss", [x.double()]), "E0722"),  # inputs are checked
-])
+@pytest.mark.parametrize(
+    "call,code",
+    [
+        (lambda m, x: m.value_and_grad("scores", [x]), "E0952"),  # no loss, no cotangents
+        (lambda m, x: m.value_and_grad("loss", [x], wrt="nope"), "E0950"),
+        (lambda m, x: m.value_and_grad("loss", [x], wrt="ids"), "E0951"),
+        (lambda m, x: m.value_and_grad("loss", [x], wrt=3), "E0805"),
+        (lambda m, x: m.value_and_grad("scores", [x], cotangents=[x, x]), "E0806"),
+        (lambda m, x: m.value_and_grad("scores", [x], cotangents=[x[:2]]), "E0807"),
+        (lambda m, x: m.value_and_grad("scores", [x], cotangents=[x.double()]), "E0807"),
+        (lambda m, x: m.value_and_grad("loss", [x.double()]), "E0722"),  # inputs are checked
+    ],
+)
 def test_mistakes_are_coded_errors(tmp_path, call, code):
     model = _tiny(tmp_path)
     with pytest.raises(LinnetError) as err:

@@ -14,7 +14,9 @@ def test_a_child_that_waits_silently_is_stopped_as_a_hang():
 
 def test_a_child_that_computes_silently_is_not_stopped():
     # 4 s of arithmetic with no output, twice the idle guard: alive by its CPU time.
-    busy = "import time\nt = time.time()\nwhile time.time() - t < 4: sum(range(1000))\nprint('done')"
+    busy = (
+        "import time\nt = time.time()\nwhile time.time() - t < 4: sum(range(1000))\nprint('done')"
+    )
     done = run_guarded([sys.executable, "-c", busy], idle=2)
     assert done.returncode == 0 and done.stdout.strip() == "done"
 

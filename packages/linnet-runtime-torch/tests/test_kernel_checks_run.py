@@ -26,8 +26,7 @@ from support import CI, CI_SEED, run_guarded
 
 # Found, not imported: Triton imported here without TRITON_INTERPRET=1 would stop later
 # in-process tests from interpreting kernels.
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                reason="needs Triton")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
 
 ROOT = Path(__file__).resolve().parents[3]
 BROKEN = Path(__file__).parent / "kernels" / "broken.linnet"
@@ -75,9 +74,20 @@ def run() -> dict:
     """Everything that launches kernels, in one fresh process (TRITON_INTERPRET=1 before
     Triton is imported): check_kernels over broken.linnet, `linnet kernels` over the std
     library and the examples and over broken.linnet, and assert_kernels."""
-    done = run_guarded([sys.executable, "-c", DRIVER, str(BROKEN), str(STD_COUNT),
-                        str(STD_SEED), *EXAMPLES, "end"],
-                       cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"})
+    done = run_guarded(
+        [
+            sys.executable,
+            "-c",
+            DRIVER,
+            str(BROKEN),
+            str(STD_COUNT),
+            str(STD_SEED),
+            *EXAMPLES,
+            "end",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
     assert done.returncode == 0, f"(CI={CI}, LINNET_CI_SEED={CI_SEED}) {done.stderr}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -95,21 +105,36 @@ def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
     assert done["rc"] == 0, done["stdout"]
     lines = done["stdout"].splitlines()
     assert "every kernel agrees with its op" in lines[-1], f"LINNET_CI_SEED={CI_SEED}"
-    for kernel in ("row_softmax", "tiled_matmul", "rms_norm_rows", "silu_mul_tiles",
-                   "gemv_rows", "gemv_row", "rms_norm_gemv", "rms_norm_qkv_gemv",
-                   "rms_norm_gate_up_gemv", "gate_up_gemv", "gemv_residual",
-                   "decode_attention_tiles", "gemv_dot", "residual_rms_norm_rows",
-                   "gemv_split_part then gemv_split_residual_sum"):
-        assert sum(line.startswith("ok") and f"::{kernel} " in line
-                   for line in lines) == STD_COUNT, done["stdout"]
+    for kernel in (
+        "row_softmax",
+        "tiled_matmul",
+        "rms_norm_rows",
+        "silu_mul_tiles",
+        "gemv_rows",
+        "gemv_row",
+        "rms_norm_gemv",
+        "rms_norm_qkv_gemv",
+        "rms_norm_gate_up_gemv",
+        "gate_up_gemv",
+        "gemv_residual",
+        "decode_attention_tiles",
+        "gemv_dot",
+        "residual_rms_norm_rows",
+        "gemv_split_part then gemv_split_residual_sum",
+    ):
+        assert (
+            sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == STD_COUNT
+        ), done["stdout"]
     # One chain bound by two ops (linear_split, linear_split_wide): two cases each.
     chain = "::gemv_split_part then gemv_split_sum "
-    assert sum(line.startswith("ok") and chain in line for line in lines) == 2 * STD_COUNT, \
-        done["stdout"]
+    assert sum(line.startswith("ok") and chain in line for line in lines) == 2 * STD_COUNT, done[
+        "stdout"
+    ]
     # The flash-decoding chains (decode_attention_split, _short, _long): two cases each.
     chain = "::decode_attention_split_tiles then decode_attention_combine_tiles "
-    assert sum(line.startswith("ok") and chain in line for line in lines) == 3 * STD_COUNT, \
-        done["stdout"]
+    assert sum(line.startswith("ok") and chain in line for line in lines) == 3 * STD_COUNT, done[
+        "stdout"
+    ]
 
 
 def test_cli_reports_broken_kernels_and_exits_nonzero(run: dict) -> None:
@@ -125,12 +150,18 @@ def test_cli_shows_its_progress_on_stderr(run: dict) -> None:
     case as it finishes, a summary last; `--quiet` silences it, the report stays."""
     lines = run["broken"]["stderr"].splitlines()
     assert lines[0] == "linnet kernels: 2 case(s) of 2 op(s) bound to a kernel to check"
-    assert re.fullmatch(r"\[1/2\] broken::(off_by_one|good_double)  x: \[\d+, \d+\] f32 "
-                        r"\(R=\d+, C=\d+\) \.\.\. (ok|FAIL) \d+\.\d s", lines[1]), lines
+    assert re.fullmatch(
+        r"\[1/2\] broken::(off_by_one|good_double)  x: \[\d+, \d+\] f32 "
+        r"\(R=\d+, C=\d+\) \.\.\. (ok|FAIL) \d+\.\d s",
+        lines[1],
+    ), lines
     assert lines[2].startswith("[2/2] broken::") and sorted(
-        line.split(" ... ")[1].split()[0] for line in lines[1:3]) == ["FAIL", "ok"]
-    assert re.fullmatch(r"linnet kernels: 2 case\(s\) checked in \d+\.\d s: 1 finding\(s\)",
-                        lines[3]) and len(lines) == 4
+        line.split(" ... ")[1].split()[0] for line in lines[1:3]
+    ) == ["FAIL", "ok"]
+    assert (
+        re.fullmatch(r"linnet kernels: 2 case\(s\) checked in \d+\.\d s: 1 finding\(s\)", lines[3])
+        and len(lines) == 4
+    )
     quiet = run["quiet"]
     assert quiet["rc"] == 0 and quiet["stderr"] == "", quiet
     assert "ok    broken::good_double_k" in quiet["stdout"]
@@ -194,8 +225,9 @@ def sizes(f: dict) -> dict[str, int]:
     return {k: int(v) for k, v in (part.split("=") for part in inside.split(", "))}
 
 
-def test_a_grid_that_drops_the_last_partial_tile_is_reported(run: dict,
-                                                             broken_findings: dict) -> None:
+def test_a_grid_that_drops_the_last_partial_tile_is_reported(
+    run: dict, broken_findings: dict
+) -> None:
     """(a): the first case has an odd size, so the tile of 4 the grid rounds away shows as
     NaN lanes. Before, `--count 2` drew sizes 4 and 12, multiples of the tile, and passed."""
     done = run["floor_grid"]
@@ -216,16 +248,21 @@ def test_a_race_between_programs_is_reported(broken_findings: dict) -> None:
     found = broken_findings["neighbour"]
     assert len(found) == 3
     for f in found:
-        assert "`load` of t[0] in program (1,) races with the `store` of program (0,)" \
-            in f["problem"] and "[E0549]" in f["problem"] and "not launched" in f["problem"]
+        assert (
+            "`load` of t[0] in program (1,) races with the `store` of program (0,)" in f["problem"]
+            and "[E0549]" in f["problem"]
+            and "not launched" in f["problem"]
+        )
 
 
 def test_a_race_through_data_is_found_by_the_guard(broken_findings: dict) -> None:
     """(b), the element read coming from data: the launch records each program's stores and
     loads, and two programs on one element of `t` are a finding."""
     found = broken_findings["gather_race"]
-    assert found and all("programs race on `t`" in f["problem"] and "no `atomic_add` "
-                         "orders them" in f["problem"] for f in found), found
+    assert found and all(
+        "programs race on `t`" in f["problem"] and "no `atomic_add` orders them" in f["problem"]
+        for f in found
+    ), found
 
 
 def test_an_unmasked_load_past_each_row_is_reported(broken_findings: dict) -> None:
@@ -246,13 +283,17 @@ def test_a_wild_store_is_a_finding_not_a_crash(broken_findings: dict) -> None:
     assert len(found) == 3
     for f in found:
         n = sizes(f)["N"]
-        assert f"`store` writes y[{n}], outside `y`" in f["problem"] and "not launched" in \
-            f["problem"], f
+        assert (
+            f"`store` writes y[{n}], outside `y`" in f["problem"] and "not launched" in f["problem"]
+        ), f
     found = broken_findings["wild_scatter"]
     assert len(found) == 3
     for f in found:
-        assert "`store` in program (" in f["problem"] and "writes outside every tensor of " \
-            "the launch" in f["problem"] and "stopped before it ran" in f["problem"], f
+        assert (
+            "`store` in program (" in f["problem"]
+            and "writes outside every tensor of the launch" in f["problem"]
+            and "stopped before it ran" in f["problem"]
+        ), f
 
 
 # ---------------------------------------------------------------- in this process

@@ -29,14 +29,31 @@ INTERPRETED = HERE / "kernels_interpreted.py"
 
 def test_the_interpreted_cases():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = run_guarded([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "-p", "no:logging", str(INTERPRETED)], env=env, cwd=HERE.parent)
+    done = run_guarded(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:logging",
+            str(INTERPRETED),
+        ],
+        env=env,
+        cwd=HERE.parent,
+    )
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
     # Every case ran and passed: none skipped, none lost.
     tree = ast.parse(INTERPRETED.read_text())
-    cases = sum(len(d.decorator_list[0].args[1].elts) if d.decorator_list and getattr(
-        d.decorator_list[0], "args", None) else 1
-        for d in tree.body if isinstance(d, ast.FunctionDef) and d.name.startswith("test_"))
+    cases = sum(
+        len(d.decorator_list[0].args[1].elts)
+        if d.decorator_list and getattr(d.decorator_list[0], "args", None)
+        else 1
+        for d in tree.body
+        if isinstance(d, ast.FunctionDef) and d.name.startswith("test_")
+    )
     summary = done.stdout.strip().splitlines()[-1]
     assert re.match(rf"^{cases} passed in ", summary), summary
 
@@ -115,7 +132,7 @@ def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_pat
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     # At `rows`, or at the most rows below it (powers of two) that the kernel takes: the
     # decode kernels take at most 16.
-    tries = [rows] + [2 ** k for k in range(6, -1, -1) if 2 ** k < rows]
+    tries = [rows] + [2**k for k in range(6, -1, -1) if 2**k < rows]
     generics = next((g for r in tries if (g := example_generics(op, r, 1024)) is not None), None)
     assert generics is not None, f"no generics let {kernel} run"
     case = op_case(op, generics)
@@ -156,8 +173,9 @@ def test_the_cache_writing_kernels_conform_on_cuda(dtype, monkeypatch):
     findings, made = cache_writing_findings("cuda", dtype)
     assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == CACHE_WRITING_OPS
     assert all(f.passed for f in findings), findings
-    assert all(any("_into_k_v" in k and n[0] for k, n in ex.fn.__globals__["RUNS"].items())
-               for ex in made)
+    assert all(
+        any("_into_k_v" in k and n[0] for k, n in ex.fn.__globals__["RUNS"].items()) for ex in made
+    )
 
 
 @pytest.mark.gpu

@@ -26,9 +26,15 @@ def compiled():
     return found
 
 
-@pytest.mark.parametrize("kernel", ["rms_norm_qkv_split_part", "decode_attention_split_tiles",
-                                    "qkv_rope_attention_split_tiles",
-                                    "qkv_attention_combine_tiles"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        "rms_norm_qkv_split_part",
+        "decode_attention_split_tiles",
+        "qkv_rope_attention_split_tiles",
+        "qkv_attention_combine_tiles",
+    ],
+)
 def test_the_prefetch_is_l2_prefetches_before_the_wait(compiled, kernel):
     pre, plain = compiled[kernel]["prefetch"], compiled[kernel]["plain"]
     wait = pre["wait"]

@@ -20,34 +20,74 @@ from linnet.torch import load  # noqa: E402
 TOLERANCE = 1e-4
 PROMPT = 20
 STEPS = 24
-SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 16, "rope_theta": 10000.0}
+SMALL = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+    "rope_theta": 10000.0,
+}
 
 
 def _configs() -> dict:
     t = transformers
     return {
-        "llama": (t.LlamaForCausalLM, t.LlamaConfig(**SMALL, head_dim=16, rms_norm_eps=1e-6,
-                                                    rope_parameters=LLAMA3)),
+        "llama": (
+            t.LlamaForCausalLM,
+            t.LlamaConfig(**SMALL, head_dim=16, rms_norm_eps=1e-6, rope_parameters=LLAMA3),
+        ),
         # The other rope scalings through the shared blocks (generated source only).
-        "llama-linear": (t.LlamaForCausalLM, t.LlamaConfig(
-            **SMALL, head_dim=16, rope_parameters={"rope_type": "linear", "factor": 4.0,
-                                                   "rope_theta": 10000.0})),
-        "llama-dynamic": (t.LlamaForCausalLM, t.LlamaConfig(
-            **(SMALL | {"max_position_embeddings": 16}), head_dim=16,
-            rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0})),
+        "llama-linear": (
+            t.LlamaForCausalLM,
+            t.LlamaConfig(
+                **SMALL,
+                head_dim=16,
+                rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0},
+            ),
+        ),
+        "llama-dynamic": (
+            t.LlamaForCausalLM,
+            t.LlamaConfig(
+                **(SMALL | {"max_position_embeddings": 16}),
+                head_dim=16,
+                rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0},
+            ),
+        ),
         "qwen2": (t.Qwen2ForCausalLM, t.Qwen2Config(**SMALL)),
         # A window shorter than the prompt: the sliding mask matters in prefill and decode.
         "mistral": (t.MistralForCausalLM, t.MistralConfig(**SMALL, sliding_window=8)),
-        "gemma": (t.GemmaForCausalLM, t.GemmaConfig(**SMALL, head_dim=16, pad_token_id=0,
-                                                    bos_token_id=1, eos_token_id=2)),
-        "phi3": (t.Phi3ForCausalLM, t.Phi3Config(**SMALL, pad_token_id=0, bos_token_id=1,
-                                                 eos_token_id=2, sliding_window=12)),
-        "gpt2": (t.GPT2LMHeadModel, t.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4,
-                                                 n_positions=128, bos_token_id=1,
-                                                 eos_token_id=2)),
+        "gemma": (
+            t.GemmaForCausalLM,
+            t.GemmaConfig(**SMALL, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+        ),
+        "phi3": (
+            t.Phi3ForCausalLM,
+            t.Phi3Config(
+                **SMALL, pad_token_id=0, bos_token_id=1, eos_token_id=2, sliding_window=12
+            ),
+        ),
+        "gpt2": (
+            t.GPT2LMHeadModel,
+            t.GPT2Config(
+                vocab_size=256,
+                n_embd=64,
+                n_layer=2,
+                n_head=4,
+                n_positions=128,
+                bos_token_id=1,
+                eos_token_id=2,
+            ),
+        ),
     }
 
 
@@ -72,8 +112,9 @@ def checkpoints(tmp_path_factory):
         model.save_pretrained(path)
         with torch.no_grad():
             logits = model(prompt).logits
-            generated = model.generate(prompt, max_new_tokens=STEPS, min_new_tokens=STEPS,
-                                       do_sample=False, pad_token_id=0)
+            generated = model.generate(
+                prompt, max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False, pad_token_id=0
+            )
         out[name] = (path, logits, generated[0, PROMPT:].tolist(), model)
     return prompt, out
 
@@ -84,24 +125,32 @@ def greedy(model, prompt, steps: int):
     out = [int(logits[0, -1].argmax())]
     pos = tokens.shape[1]
     for _ in range(steps - 1):
-        step = model.decode(torch.tensor([out[-1]], dtype=torch.int32),
-                            torch.tensor([pos], dtype=torch.int32))
+        step = model.decode(
+            torch.tensor([out[-1]], dtype=torch.int32), torch.tensor([pos], dtype=torch.int32)
+        )
         out.append(int(step[0].argmax()))
         pos += 1
     return logits, out
 
 
-CASES = [(m, mode) for m in MODELS for mode in ("interpret", "generated")] + [
-    (m, "compile") for m in MODELS if m in COMPILED] + [
-    ("llama-linear", "generated"), ("llama-dynamic", "generated")]
+CASES = (
+    [(m, mode) for m in MODELS for mode in ("interpret", "generated")]
+    + [(m, "compile") for m in MODELS if m in COMPILED]
+    + [("llama-linear", "generated"), ("llama-dynamic", "generated")]
+)
 
 
 @pytest.mark.parametrize("name,mode", CASES, ids=[f"{m}-{k}" for m, k in CASES])
 def test_matches_transformers(checkpoints, name, mode):
     prompt, ckpts = checkpoints
     path, hf_logits, hf_tokens, _ = ckpts[name]
-    model = load(f"std.models.{name.split('-')[0]}", weights=path,
-                 interpret=mode == "interpret", compile=mode == "compile", config={"S": 64})
+    model = load(
+        f"std.models.{name.split('-')[0]}",
+        weights=path,
+        interpret=mode == "interpret",
+        compile=mode == "compile",
+        config={"S": 64},
+    )
     logits, tokens = greedy(model, prompt, STEPS)
     assert logits.shape == hf_logits.shape
     assert (logits - hf_logits).abs().max().item() < TOLERANCE
@@ -110,15 +159,31 @@ def test_matches_transformers(checkpoints, name, mode):
 
 # What each model's generated source must call: the fast paths its blocks lower to.
 FAST = {
-    "llama": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(", "F.embedding(",
-              "F.silu("],
+    "llama": [
+        "F.linear(",
+        "F.scaled_dot_product_attention(",
+        "F.rms_norm(",
+        "F.embedding(",
+        "F.silu(",
+    ],
     "qwen2": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(", "F.silu("],
     "mistral": ["F.linear(", "F.scaled_dot_product_attention(", "attn_mask=", "F.rms_norm("],
-    "gemma": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(",
-              "F.gelu(", "approximate='tanh'"],
+    "gemma": [
+        "F.linear(",
+        "F.scaled_dot_product_attention(",
+        "F.rms_norm(",
+        "F.gelu(",
+        "approximate='tanh'",
+    ],
     "phi3": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(", "F.silu("],
-    "gpt2": ["F.linear(", ".t(), ", "F.scaled_dot_product_attention(", "F.layer_norm(", "F.gelu(",
-             "F.embedding("],
+    "gpt2": [
+        "F.linear(",
+        ".t(), ",
+        "F.scaled_dot_product_attention(",
+        "F.layer_norm(",
+        "F.gelu(",
+        "F.embedding(",
+    ],
 }
 
 
@@ -127,8 +192,9 @@ def test_generated_source_uses_the_fast_calls(checkpoints, name):
     _, ckpts = checkpoints
     model = load(f"std.models.{name}", weights=ckpts[name][0], config={"S": 64})
     prefill = model.source("prefill", [torch.zeros(1, 4, dtype=torch.int32)])
-    decode = model.source("decode", [torch.zeros(1, dtype=torch.int32),
-                                     torch.tensor([4], dtype=torch.int32)])
+    decode = model.source(
+        "decode", [torch.zeros(1, dtype=torch.int32), torch.tensor([4], dtype=torch.int32)]
+    )
     text = Path(prefill).read_text() + Path(decode).read_text()
     for call in FAST[name]:
         assert call in text, f"{name}: generated source has no {call}"
@@ -158,10 +224,21 @@ def _decode_graph(name: str, **extra):
     from linnet.lang import Program, lower
     from linnet.lang.syntax.program import model_file
 
-    dims = ({"V": 256, "P": 64, "F": 512, "NL": 2, "H": 4, "HD": 64, "S": 64, "T": "bf16"}
-            if name == "gpt2" else
-            {"V": 256, "D": 256, "F": 512, "NL": 2, "H": 4, "KV": 2, "HD": 64, "S": 64,
-             "T": "bf16"})
+    dims = (
+        {"V": 256, "P": 64, "F": 512, "NL": 2, "H": 4, "HD": 64, "S": 64, "T": "bf16"}
+        if name == "gpt2"
+        else {
+            "V": 256,
+            "D": 256,
+            "F": 512,
+            "NL": 2,
+            "H": 4,
+            "KV": 2,
+            "HD": 64,
+            "S": 64,
+            "T": "bf16",
+        }
+    )
     program = Program.from_file(model_file(f"std.models.{name}"))
     return lower(program, "decode", {"token": [2], "pos": [2]}, dims | extra)
 
@@ -199,28 +276,60 @@ def test_an_unknown_std_model_is_coded():
 # every config.json saved with `use_diff=False`, or re-saved from the hub): transformers 5
 # keeps fewer, so they are written here as 4.x wrote them, with their defaults.
 LEGACY_4X = {
-    "return_dict": True, "output_hidden_states": False, "output_attentions": False,
-    "torchscript": False, "torch_dtype": "float32", "use_bfloat16": False,
-    "tf_legacy_loss": False, "pruned_heads": {}, "chunk_size_feed_forward": 0,
-    "is_encoder_decoder": False, "is_decoder": False, "cross_attention_hidden_size": None,
-    "add_cross_attention": False, "tie_encoder_decoder": False, "max_length": 20,
-    "min_length": 0, "do_sample": False, "early_stopping": False, "num_beams": 1,
-    "num_beam_groups": 1, "diversity_penalty": 0.0, "temperature": 1.0, "top_k": 50,
-    "top_p": 1.0, "typical_p": 1.0, "repetition_penalty": 1.0, "length_penalty": 1.0,
-    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None,
-    "num_return_sequences": 1, "output_scores": False, "return_dict_in_generate": False,
-    "forced_bos_token_id": None, "forced_eos_token_id": None, "remove_invalid_values": False,
-    "exponential_decay_length_penalty": None, "suppress_tokens": None,
-    "begin_suppress_tokens": None, "finetuning_task": None, "tokenizer_class": None,
-    "prefix": None, "sep_token_id": None, "decoder_start_token_id": None,
-    "task_specific_params": None, "problem_type": None, "_commit_hash": "0123abcd",
-    "_attn_implementation_autoset": True, "transformers_version": "4.46.0",
+    "return_dict": True,
+    "output_hidden_states": False,
+    "output_attentions": False,
+    "torchscript": False,
+    "torch_dtype": "float32",
+    "use_bfloat16": False,
+    "tf_legacy_loss": False,
+    "pruned_heads": {},
+    "chunk_size_feed_forward": 0,
+    "is_encoder_decoder": False,
+    "is_decoder": False,
+    "cross_attention_hidden_size": None,
+    "add_cross_attention": False,
+    "tie_encoder_decoder": False,
+    "max_length": 20,
+    "min_length": 0,
+    "do_sample": False,
+    "early_stopping": False,
+    "num_beams": 1,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+    "temperature": 1.0,
+    "top_k": 50,
+    "top_p": 1.0,
+    "typical_p": 1.0,
+    "repetition_penalty": 1.0,
+    "length_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "num_return_sequences": 1,
+    "output_scores": False,
+    "return_dict_in_generate": False,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "remove_invalid_values": False,
+    "exponential_decay_length_penalty": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "finetuning_task": None,
+    "tokenizer_class": None,
+    "prefix": None,
+    "sep_token_id": None,
+    "decoder_start_token_id": None,
+    "task_specific_params": None,
+    "problem_type": None,
+    "_commit_hash": "0123abcd",
+    "_attn_implementation_autoset": True,
+    "transformers_version": "4.46.0",
 }
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_a_save_pretrained_directory_with_transformers_metadata_loads(checkpoints, name,
-                                                                      tmp_path):
+def test_a_save_pretrained_directory_with_transformers_metadata_loads(checkpoints, name, tmp_path):
     """Item 17: a real `save_pretrained` directory whose config.json carries everything
     transformers writes for the family (`to_dict()`, not only the differences), what 4.x
     wrote, a hub model's `_model_name_or_path` and an `unk_token_id` loads with no

@@ -43,8 +43,14 @@ def single(weights):
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
@@ -52,16 +58,43 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def ranks(weights, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("tp") / "rank0.json"
-    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-          "2", str(HERE / "parallel_ranks.py"), str(weights), str(out)])
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(HERE / "parallel_ranks.py"),
+            str(weights),
+            str(out),
+        ]
+    )
     return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
 def cli_run(weights) -> str:
-    return _run([sys.executable, "-m", "linnet.lang.cli", "run", str(LLAMA), "--weights",
-                 str(weights), "--config", "toy", "--prompt", "3,17,100,255,9", "--tokens",
-                 "16", "--nproc", "2"]).stdout
+    return _run(
+        [
+            sys.executable,
+            "-m",
+            "linnet.lang.cli",
+            "run",
+            str(LLAMA),
+            "--weights",
+            str(weights),
+            "--config",
+            "toy",
+            "--prompt",
+            "3,17,100,255,9",
+            "--tokens",
+            "16",
+            "--nproc",
+            "2",
+        ]
+    ).stdout
 
 
 def test_prefill_logits_match_one_process(ranks, single):
@@ -88,8 +121,12 @@ def test_a_plan_runs_on_each_rank_and_explains_its_collectives(ranks, single):
     assert "collectives of rank 0 of 2" in text
     # the embedding's, one after o and one after down in each of the 2 layers, the logits'
     assert text.count(" all_reduce sum ") == 5 and text.count(" all_gather axis 1 ") == 1
-    for block in ("model.embed_tokens", "model.layers.1.self_attn.o_proj",
-                  "model.layers.1.mlp.down_proj", "the entry's result"):
+    for block in (
+        "model.embed_tokens",
+        "model.layers.1.self_attn.o_proj",
+        "model.layers.1.mlp.down_proj",
+        "the entry's result",
+    ):
         assert f"[{block}]" in text, block
     assert "not timed: measure=False" in text and " us  [" not in text
     # Measured (every rank plans alike): each collective's time alone, and their sum.
@@ -106,8 +143,9 @@ def test_each_rank_holds_only_its_blocks(ranks, single):
     assert held["model.layers.0.mlp.gate_proj.weight"] == [64, 64]  # of [128, 64]
     assert held["model.embed_tokens.weight"] == [128, 64] and held["lm_head.weight"] == [128, 64]
     assert held["model.norm.weight"] == whole["model.norm.weight"]
-    assert sum(torch.Size(s).numel() for s in held.values()) < \
-        0.6 * sum(torch.Size(s).numel() for s in whole.values())
+    assert sum(torch.Size(s).numel() for s in held.values()) < 0.6 * sum(
+        torch.Size(s).numel() for s in whole.values()
+    )
 
 
 def test_the_rank_runs_generated_source_with_collectives(ranks):
@@ -118,12 +156,28 @@ def test_the_rank_runs_generated_source_with_collectives(ranks):
 def test_linnet_run_nproc_2_matches_one_process(cli_run, weights, capsys):
     from linnet.lang.cli import main
 
-    assert main(["run", str(LLAMA), "--weights", str(weights), "--config", "toy", "--prompt",
-                 "3,17,100,255,9", "--tokens", "16"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(LLAMA),
+                "--weights",
+                str(weights),
+                "--config",
+                "toy",
+                "--prompt",
+                "3,17,100,255,9",
+                "--tokens",
+                "16",
+            ]
+        )
+        == 0
+    )
     one = capsys.readouterr().out
     decoded = [line for line in one.splitlines() if line.startswith("decoded")]
-    assert decoded and decoded == [line for line in cli_run.splitlines()
-                                   if line.startswith("decoded")]
+    assert decoded and decoded == [
+        line for line in cli_run.splitlines() if line.startswith("decoded")
+    ]
     assert "rank 0 of 2" in cli_run and cli_run.count("loaded ") == 1  # rank 0 prints
 
 
@@ -165,6 +219,7 @@ def test_a_collective_outside_a_process_group_is_E0820():
 def test_nproc_0_is_E0824(weights, capsys):
     from linnet.lang.cli import main
 
-    assert main(["run", str(LLAMA), "--weights", str(weights), "--config", "toy",
-                 "--nproc", "0"]) == 1
+    assert (
+        main(["run", str(LLAMA), "--weights", str(weights), "--config", "toy", "--nproc", "0"]) == 1
+    )
     assert "E0824" in capsys.readouterr().err

@@ -34,23 +34,26 @@ def reference(weights, inputs, entry="decode"):
 
 
 def test_unmeasured_plan_takes_every_linear_and_matches(model, weights):
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], measure=False,
-                          progress=False)
+    plan = model.plan_for(
+        "decode", [TOKEN, POS], backends=[RefLinear()], measure=False, progress=False
+    )
     assert len(plan.regions) == 15  # 7 per layer, 2 layers, and the LM head
     ctx = model.context_for(plan)
-    got, = plan.run([TOKEN, POS], ctx)
+    (got,) = plan.run([TOKEN, POS], ctx)
     torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
     assert "taken" in plan.explain()
 
 
 def test_plan_runs_decode_after_prefill(model, weights):
     tokens = torch.tensor([[1, 2, 3]], dtype=torch.int32)
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefSiblings()], measure=False,
-                          progress=False)
+    plan = model.plan_for(
+        "decode", [TOKEN, POS], backends=[RefSiblings()], measure=False, progress=False
+    )
     ctx = model.context_for(plan)
     model.prefill(tokens, context=ctx)
-    got, = plan.run([torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)],
-                    ctx)
+    (got,) = plan.run(
+        [torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)], ctx
+    )
     want = reference(weights, [torch.tensor([[1, 2, 3, 4]], dtype=torch.int32)], "prefill")
     torch.testing.assert_close(got[0], want[0, -1], rtol=1e-5, atol=1e-5)
 
@@ -72,8 +75,9 @@ def test_plan_run_hands_host_inputs_to_executables(model):
             call.execute = watched
             return call
 
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[Watching()], measure=False,
-                          progress=False)
+    plan = model.plan_for(
+        "decode", [TOKEN, POS], backends=[Watching()], measure=False, progress=False
+    )
     # Planning ran each executable once on the planning inputs (the output check), with
     # those inputs' host values; what follows is plan.run's.
     assert seen and all(s == {"%token": [3], "%pos": [0]} for s in seen)
@@ -84,8 +88,9 @@ def test_plan_run_hands_host_inputs_to_executables(model):
 
 
 def test_siblings_win_over_overlapping_singles_and_join_weights(model):
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear(), RefSiblings()],
-                          measure=False, progress=False)
+    plan = model.plan_for(
+        "decode", [TOKEN, POS], backends=[RefLinear(), RefSiblings()], measure=False, progress=False
+    )
     by_backend = {}
     for c in plan.regions:
         by_backend.setdefault(c.backend.name, []).append(c)
@@ -113,8 +118,9 @@ def test_measured_plan_declines_a_slow_backend(model, tmp_path):
 
     # 10 ms a call: far above a toy linear's time even on a loaded machine (2 ms was not, once,
     # with six processes on two cores).
-    plan = plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear(delay=0.01)],
-                    progress=False, cache=cache)
+    plan = plan_for(
+        model, "decode", [TOKEN, POS], backends=[RefLinear(delay=0.01)], progress=False, cache=cache
+    )
     assert plan.regions == []
     text = plan.explain()
     assert "below margin" in text
@@ -125,29 +131,50 @@ def test_timings_are_cached_by_kind(model, tmp_path):
     from linnet.torch.planned import plan_for
 
     path = tmp_path / "benchmarks.json"
-    plan = plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear()], progress=False,
-                    cache=TimingCache(path))
+    plan = plan_for(
+        model,
+        "decode",
+        [TOKEN, POS],
+        backends=[RefLinear()],
+        progress=False,
+        cache=TimingCache(path),
+    )
     kinds = {c.region.kind for c in plan.candidates}
     data = json.loads(path.read_text())
     assert data["format"] == "linnet.benchmarks"
     assert len(data["entries"]) == 2 * len(kinds)  # backend and generated, once per kind
-    again = plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear()], progress=False,
-                     cache=TimingCache(path))
+    again = plan_for(
+        model,
+        "decode",
+        [TOKEN, POS],
+        backends=[RefLinear()],
+        progress=False,
+        cache=TimingCache(path),
+    )
     assert all(c.cached for c in again.candidates)
 
 
 def test_memory_budget(model):
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear(holds=1000)],
-                          measure=False, memory=2500, progress=False)
+    plan = model.plan_for(
+        "decode",
+        [TOKEN, POS],
+        backends=[RefLinear(holds=1000)],
+        measure=False,
+        memory=2500,
+        progress=False,
+    )
     assert len(plan.regions) == 2
     assert sum(c.status == "memory" for c in plan.candidates) == 13
 
 
 def test_skipped_backends_are_explained(model):
-    plan = model.plan_for("decode", [TOKEN, POS],
-                          backends=[Declines(), ProbeRaises(), OldContract(),
-                                    RefLinear(kinds=("cuda",))],
-                          measure=False, progress=False)
+    plan = model.plan_for(
+        "decode",
+        [TOKEN, POS],
+        backends=[Declines(), ProbeRaises(), OldContract(), RefLinear(kinds=("cuda",))],
+        measure=False,
+        progress=False,
+    )
     text = plan.explain()
     assert "declines" in text and "declined cpu" in text
     assert "probe-raises" in text and "no driver" in text
@@ -181,8 +208,9 @@ def test_linnet_backends_lists_every_cuda_device():
 
     machine = here.this_machine()
     assert machine.notes == ()
-    assert machine.targets[1:] == tuple(torch_target(torch.device("cuda", i))
-                                        for i in range(torch.cuda.device_count()))
+    assert machine.targets[1:] == tuple(
+        torch_target(torch.device("cuda", i)) for i in range(torch.cuda.device_count())
+    )
 
 
 def test_conform_compares_each_region(model):
@@ -205,8 +233,9 @@ def test_state_writing_regions_are_compared_on_the_states_they_write(model):
             return Capabilities()
 
         def match(self, graph, target):
-            return [Region.of(graph, i, i + 1) for i, s in enumerate(graph.steps)
-                    if s.op == "scatter"]
+            return [
+                Region.of(graph, i, i + 1) for i, s in enumerate(graph.steps) if s.op == "scatter"
+            ]
 
         def compile(self, region, target, options):
             class Write:
@@ -228,10 +257,15 @@ def test_state_writing_regions_are_compared_on_the_states_they_write(model):
     findings = model.conform("decode", [TOKEN, POS], CacheWriter())
     assert len(findings) == 4
     assert not any(f.passed for f in findings)
-    written = [model.graph("decode", [TOKEN, POS]).steps[f.region.start].operands[0][1:]
-               for f in findings]
-    assert sorted(w.rsplit(".", 1)[-1] for w in written) == ["k_cache", "k_cache", "v_cache",
-                                                            "v_cache"]
+    written = [
+        model.graph("decode", [TOKEN, POS]).steps[f.region.start].operands[0][1:] for f in findings
+    ]
+    assert sorted(w.rsplit(".", 1)[-1] for w in written) == [
+        "k_cache",
+        "k_cache",
+        "v_cache",
+        "v_cache",
+    ]
     for f, state in zip(findings, written):
         assert f"state {state} differs by" in f.note, f.note
 
@@ -278,8 +312,21 @@ def test_two_processes_lose_no_entries(tmp_path):
 def test_linnet_plan_command_explains(capsys):
     from linnet.lang.cli import main
 
-    rc = main(["plan", str(LLAMA), "--entry", "decode", "--config", "toy", "--input", "token=1",
-               "--input", "pos=1", "--no-measure"])
+    rc = main(
+        [
+            "plan",
+            str(LLAMA),
+            "--entry",
+            "decode",
+            "--config",
+            "toy",
+            "--input",
+            "token=1",
+            "--input",
+            "pos=1",
+            "--no-measure",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert out.startswith("plan for Llama.decode on cpu")
@@ -291,8 +338,20 @@ def test_linnet_plan_takes_inductor_options_as_json(capsys, monkeypatch):
 
     seen = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
-    base = ["plan", str(LLAMA), "--entry", "decode", "--config", "toy", "--input", "token=1",
-            "--input", "pos=1", "--no-measure", "--compile"]
+    base = [
+        "plan",
+        str(LLAMA),
+        "--entry",
+        "decode",
+        "--config",
+        "toy",
+        "--input",
+        "token=1",
+        "--input",
+        "pos=1",
+        "--no-measure",
+        "--compile",
+    ]
     assert main([*base, '{"max_autotune": true}']) == 0
     assert seen and all(kw["options"] == {"max_autotune": True} for kw in seen)
     capsys.readouterr()
@@ -305,31 +364,47 @@ def test_progress_reports_each_kind(model, tmp_path):
     from linnet.torch.planned import plan_for
 
     lines = []
-    plan_for(model, "decode", [TOKEN, POS], backends=[RefLinear()], progress=lines.append,
-             cache=TimingCache(tmp_path / "b.json"))
-    kinds = len({r.kind for r in RefLinear().match(model.graph("decode", [TOKEN, POS]),
-                                                           None)})
+    plan_for(
+        model,
+        "decode",
+        [TOKEN, POS],
+        backends=[RefLinear()],
+        progress=lines.append,
+        cache=TimingCache(tmp_path / "b.json"),
+    )
+    kinds = len({r.kind for r in RefLinear().match(model.graph("decode", [TOKEN, POS]), None)})
     assert len(lines) == kinds
     assert lines[-1].startswith("linnet: timing regions [") and f"{kinds}/{kinds}" in lines[-1]
 
 
 def test_compiled_plan_slices_match(model, weights):
     said = []
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefSiblings()], measure=False,
-                          compile="aot_eager", progress=said.append)
-    got, = plan.run([TOKEN, POS], model.context_for(plan))
+    plan = model.plan_for(
+        "decode",
+        [TOKEN, POS],
+        backends=[RefSiblings()],
+        measure=False,
+        compile="aot_eager",
+        progress=said.append,
+    )
+    (got,) = plan.run([TOKEN, POS], model.context_for(plan))
     torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
     # compiling is announced, once per compiled slice function, with how long it took
     compiled = [m for m in said if m.startswith("compiled ")]
     assert compiled and len(compiled) == len([m for m in said if m.startswith("compiling ")])
     plan.run([TOKEN, POS], model.context_for(plan))
     assert len([m for m in said if m.startswith("compiled ")]) == len(compiled)
-    layer_functions = {id(i.run) for i in plan.items if i.kind == "slice"
-                       and i.parameters and i.parameters[0].startswith("model.layers.")}
+    layer_functions = {
+        id(i.run)
+        for i in plan.items
+        if i.kind == "slice" and i.parameters and i.parameters[0].startswith("model.layers.")
+    }
     # each layer's slices between regions are the same kinds: compiled once per kind
-    assert len(layer_functions) < sum(1 for i in plan.items if i.kind == "slice"
-                                      and i.parameters
-                                      and i.parameters[0].startswith("model.layers."))
+    assert len(layer_functions) < sum(
+        1
+        for i in plan.items
+        if i.kind == "slice" and i.parameters and i.parameters[0].startswith("model.layers.")
+    )
 
 
 def test_compile_options_reach_torch_compile_and_the_timing_key(model, monkeypatch, tmp_path):
@@ -344,18 +419,19 @@ def test_compile_options_reach_torch_compile_and_the_timing_key(model, monkeypat
     monkeypatch.setattr(torch, "compile", fake_compile)
     options = {"max_autotune": True, "benchmark_fusion": True}
     cache = TimingCache(tmp_path / "t.json")
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile=options,
-                          progress=False, cache=cache)
+    plan = model.plan_for(
+        "decode", [TOKEN, POS], backends=[RefLinear()], compile=options, progress=False, cache=cache
+    )
     plan.run([TOKEN, POS], model.context_for(plan))
     assert seen and all(k == {"dynamic": False, "options": options} for k in seen)
     cache.flush()
     entries = json.loads((tmp_path / "t.json").read_text())["entries"]
     generated = [json.loads(k)[2] for k in entries if json.loads(k)[1] == "generated"]
-    assert generated and all(v.endswith('/options{"benchmark_fusion": true, '
-                                        '"max_autotune": true}') for v in generated)
+    assert generated and all(
+        v.endswith('/options{"benchmark_fusion": true, "max_autotune": true}') for v in generated
+    )
     with pytest.raises(LinnetError) as err:
-        model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile=1.5,
-                       progress=False)
+        model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile=1.5, progress=False)
     assert err.value.diagnostics[0].code == "E0714"
 
 
@@ -363,8 +439,9 @@ def test_conform_starts_from_a_given_context_and_leaves_it_alone(model):
     ctx = model.new_context("prefill", [torch.tensor([[1, 2, 3]], dtype=torch.int32)])
     model.prefill(torch.tensor([[1, 2, 3]], dtype=torch.int32), context=ctx)
     before = {k: v.clone() for k, v in ctx.states.items()}
-    findings = model.conform("decode", [TOKEN, torch.tensor([3], dtype=torch.int32)],
-                             RefLinear(), context=ctx)
+    findings = model.conform(
+        "decode", [TOKEN, torch.tensor([3], dtype=torch.int32)], RefLinear(), context=ctx
+    )
     assert findings and all(f.passed for f in findings)
     assert all(torch.equal(before[k], ctx.states[k]) for k in before)
 
@@ -389,8 +466,7 @@ def _fast_backend(monkeypatch):
     monkeypatch.setattr(PlanBuilder, "time_backend", lambda self, group, env, context: 1e-9)
 
 
-def test_compiled_plans_check_each_kind_of_region_in_context(model, weights, monkeypatch,
-                                                             tmp_path):
+def test_compiled_plans_check_each_kind_of_region_in_context(model, weights, monkeypatch, tmp_path):
     """Compiled, each kind of taken region is timed against the compiled slices around it
     (linnet.plan.context): every taken one says what it saves there, the slices are cached
     by kind, and a second plan with the cache times no slice again."""
@@ -399,22 +475,34 @@ def test_compiled_plans_check_each_kind_of_region_in_context(model, weights, mon
     _fast_backend(monkeypatch)
     said = []
     cache = TimingCache(tmp_path / "t.json")
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile="aot_eager",
-                          progress=said.append, cache=cache)
+    plan = model.plan_for(
+        "decode",
+        [TOKEN, POS],
+        backends=[RefLinear()],
+        compile="aot_eager",
+        progress=said.append,
+        cache=cache,
+    )
     checked = [c for c in plan.candidates if c.context_seconds is not None]
     assert checked and all(c.status in ("taken", "slower in context") for c in checked)
     assert all("in context" in c.reason for c in plan.candidates if c.status == "taken")
     assert any(m.startswith("checking ") and m.endswith(" in context") for m in said)
     assert "in context" in plan.explain()
-    got, = plan.run([TOKEN, POS], model.context_for(plan))
+    (got,) = plan.run([TOKEN, POS], model.context_for(plan))
     torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
 
     def untimed(self, *args, **kwargs):
         raise AssertionError("a slice was timed again")
 
     monkeypatch.setattr(PlanBuilder, "time_slices", untimed)
-    again = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile="aot_eager",
-                           progress=False, cache=TimingCache(tmp_path / "t.json"))
+    again = model.plan_for(
+        "decode",
+        [TOKEN, POS],
+        backends=[RefLinear()],
+        compile="aot_eager",
+        progress=False,
+        cache=TimingCache(tmp_path / "t.json"),
+    )
     assert [c.status for c in again.candidates] == [c.status for c in plan.candidates]
 
 
@@ -427,14 +515,16 @@ def test_a_region_slower_in_context_runs_as_generated_source(model, weights, mon
     graph = model.graph("decode", [TOKEN, POS])
     products = {s for r in RefLinear().match(graph, None) for s in r.steps}
     # a slice with a product's steps costs nothing (fused), any other 1 us
-    monkeypatch.setattr(SliceTimes, "seconds",
-                        lambda self, slices: 0.0 if products & set(slices[0]) else 1e-6)
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], compile="aot_eager",
-                          progress=False)
+    monkeypatch.setattr(
+        SliceTimes, "seconds", lambda self, slices: 0.0 if products & set(slices[0]) else 1e-6
+    )
+    plan = model.plan_for(
+        "decode", [TOKEN, POS], backends=[RefLinear()], compile="aot_eager", progress=False
+    )
     assert plan.regions == []
     assert {c.status for c in plan.candidates} == {"slower in context"}
     assert all("us compiled without it" in c.reason for c in plan.candidates)
-    got, = plan.run([TOKEN, POS], model.context_for(plan))
+    (got,) = plan.run([TOKEN, POS], model.context_for(plan))
     torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
 
 
@@ -470,14 +560,18 @@ def test_a_plan_for_plan_run_runs_and_says_how_it_was_timed(model, weights, monk
     """captured=False plans for plan.run (a prefill): it runs and matches, and records how it
     was timed; anything but a bool is E0765; the CLI's --uncaptured asks for it."""
     prompt = torch.tensor([[1, 2, 3]], dtype=torch.int32)
-    plan = model.plan_for("prefill", [prompt], backends=[RefLinear()], progress=False,
-                          captured=False)
+    plan = model.plan_for(
+        "prefill", [prompt], backends=[RefLinear()], progress=False, captured=False
+    )
     assert plan.captured is False and plan.options.captured is False
     got = plan.run([prompt], model.context_for(plan))[0]
-    torch.testing.assert_close(got, reference(weights, [prompt], "prefill"), rtol=1e-5,
-                               atol=1e-5)
-    assert model.plan_for("decode", [TOKEN, POS], backends=[RefLinear()], measure=False,
-                          progress=False).captured is True
+    torch.testing.assert_close(got, reference(weights, [prompt], "prefill"), rtol=1e-5, atol=1e-5)
+    assert (
+        model.plan_for(
+            "decode", [TOKEN, POS], backends=[RefLinear()], measure=False, progress=False
+        ).captured
+        is True
+    )
     with pytest.raises(LinnetError) as err:  # plan.run's launch mode, as Captured's
         plan.run([prompt], model.context_for(plan), pdl="early")
     assert err.value.diagnostics[0].code == "E0759"
@@ -491,10 +585,24 @@ def test_a_plan_for_plan_run_runs_and_says_how_it_was_timed(model, weights, monk
 
     seen = []
     real = model_module.Model.plan_for
-    monkeypatch.setattr(model_module.Model, "plan_for",
-                        lambda self, *a, **kw: seen.append(kw["captured"]) or real(self, *a, **kw))
-    base = ["plan", str(LLAMA), "--entry", "decode", "--config", "toy", "--input", "token=1",
-            "--input", "pos=1", "--no-measure"]
+    monkeypatch.setattr(
+        model_module.Model,
+        "plan_for",
+        lambda self, *a, **kw: seen.append(kw["captured"]) or real(self, *a, **kw),
+    )
+    base = [
+        "plan",
+        str(LLAMA),
+        "--entry",
+        "decode",
+        "--config",
+        "toy",
+        "--input",
+        "token=1",
+        "--input",
+        "pos=1",
+        "--no-measure",
+    ]
     assert main([*base, "--uncaptured"]) == 0 and main(base) == 0
     assert seen == [False, True]
 
@@ -510,8 +618,11 @@ def test_cuda_timings_are_made_the_way_the_plan_runs(monkeypatch, captured):
 
     synced, graphed, calls = [], [], []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
-    monkeypatch.setattr(timing, "graph_seconds",
-                        lambda calls, device, options, prepare: graphed.append(len(calls)) or 1.0)
+    monkeypatch.setattr(
+        timing,
+        "graph_seconds",
+        lambda calls, device, options, prepare: graphed.append(len(calls)) or 1.0,
+    )
     options = Options(warmup=1, repeat=3, captured=captured)
     device = torch.device("cuda")
     rotation = [lambda: calls.append("a"), lambda: calls.append("b"), lambda: calls.append("c")]
@@ -543,14 +654,24 @@ def test_a_plan_for_plan_run_is_checked_whole(model, weights, monkeypatch, tmp_p
     def fake_time_run(plan, inputs):
         timed.append(len(plan.regions))
         bare = not any(i.kind == "region" for i in plan.items)
-        return {("regions", False): 1e-3, ("regions", True): 2e-3,
-                ("bare", False): 1e-3, ("bare", True): 1.01e-3}[(faster, bare)]
+        return {
+            ("regions", False): 1e-3,
+            ("regions", True): 2e-3,
+            ("bare", False): 1e-3,
+            ("bare", True): 1.01e-3,
+        }[(faster, bare)]
 
     monkeypatch.setattr(planned, "time_run", fake_time_run)
     # Each region measures faster alone (so the piece-by-piece choice takes them).
     monkeypatch.setattr(planned.PlanBuilder, "time_backend", lambda self, *a: 1e-9)
-    plan = model.plan_for("prefill", [prompt], backends=[RefLinear()], progress=False,
-                          captured=False, cache=TimingCache(tmp_path / "t.json"))
+    plan = model.plan_for(
+        "prefill",
+        [prompt],
+        backends=[RefLinear()],
+        progress=False,
+        captured=False,
+        cache=TimingCache(tmp_path / "t.json"),
+    )
     assert len(timed) == 2 and timed[0] > 0  # the plan with its regions, then without
     items = [i.kind for i in plan.items]
     text = plan.explain()
@@ -563,8 +684,7 @@ def test_a_plan_for_plan_run_is_checked_whole(model, weights, monkeypatch, tmp_p
         assert "the generated source runs alone" in text and "1000.0 us a run with" in text
         assert "the plan with its" in text  # each dropped region says why
     got = plan.run([prompt], model.context_for(plan))[0]
-    torch.testing.assert_close(got, reference(weights, [prompt], "prefill"), rtol=1e-5,
-                               atol=1e-5)
+    torch.testing.assert_close(got, reference(weights, [prompt], "prefill"), rtol=1e-5, atol=1e-5)
 
 
 def test_time_run_times_whole_runs(model):
@@ -583,18 +703,20 @@ def test_a_prefill_plan_and_a_decode_plan_share_one_context(model, weights):
     from linnet.torch.planned import prepare_all
 
     prompt = torch.tensor([[1, 2, 3]], dtype=torch.int32)
-    decode = model.plan_for("decode", [TOKEN, POS], backends=[RefSiblings()], measure=False,
-                            progress=False)
-    prefill = model.plan_for("prefill", [prompt], backends=[RefSiblings()], measure=False,
-                             progress=False, captured=False)
+    decode = model.plan_for(
+        "decode", [TOKEN, POS], backends=[RefSiblings()], measure=False, progress=False
+    )
+    prefill = model.plan_for(
+        "prefill", [prompt], backends=[RefSiblings()], measure=False, progress=False, captured=False
+    )
     assert prefill.regions and decode.regions
     ctx = model.context_for(decode)
     prepare_all(prefill, ctx)
     first = prefill.run([prompt], ctx)[0]
-    torch.testing.assert_close(first, reference(weights, [prompt], "prefill"), rtol=1e-5,
-                               atol=1e-5)
-    got, = decode.run([torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)],
-                      ctx)
+    torch.testing.assert_close(first, reference(weights, [prompt], "prefill"), rtol=1e-5, atol=1e-5)
+    (got,) = decode.run(
+        [torch.tensor([4], dtype=torch.int32), torch.tensor([3], dtype=torch.int32)], ctx
+    )
     want = reference(weights, [torch.tensor([[1, 2, 3, 4]], dtype=torch.int32)], "prefill")
     torch.testing.assert_close(got[0], want[0, -1], rtol=1e-5, atol=1e-5)
 
@@ -618,8 +740,9 @@ def test_a_gpu_plan_for_plan_run_is_timed_and_checked_whole():
     model = load(LLAMA, weights=dict(weights), config=cfg, device="cuda", numerics="fast")
     prompt = torch.randint(0, cfg["V"], (1, 16), dtype=torch.int32)
     cache = TimingCache()
-    plan = model.plan_for("prefill", [prompt], backends=[], progress=False, captured=False,
-                          cache=cache)
+    plan = model.plan_for(
+        "prefill", [prompt], backends=[], progress=False, captured=False, cache=cache
+    )
     assert "timed for plan.run" in plan.explain()
     if any(c.status in ("taken", "slower whole") for c in plan.candidates):
         assert plan.whole_seconds is not None and all(s > 0 for s in plan.whole_seconds)
@@ -634,8 +757,11 @@ def test_a_gpu_plan_for_plan_run_is_timed_and_checked_whole():
 
     fast = model.run("prefill", [prompt])
     exact = load(LLAMA, weights=dict(weights), config=cfg, device="cuda").run("prefill", [prompt])
-    for a, b, tol in [(got, fast, 1e-4 if plan_took_nothing(plan) else 1e-3),
-                      (got, exact, 1e-3), (fast, exact, 1e-3)]:
+    for a, b, tol in [
+        (got, fast, 1e-4 if plan_took_nothing(plan) else 1e-3),
+        (got, exact, 1e-3),
+        (fast, exact, 1e-3),
+    ]:
         _, why = compare(a, b, tol)
         assert why is None, why
     step = Captured(plan, model.context_for(plan))  # a plan for plan.run captures too

@@ -41,8 +41,9 @@ def config(name: str = "toy", **extra) -> dict:
 def decode_graph(name: str = "toy", **extra):
     from linnet.lang import Program, lower
 
-    return lower(Program.from_file(llama()), "decode", {"token": [1], "pos": [1]},
-                 config(name, **extra))
+    return lower(
+        Program.from_file(llama()), "decode", {"token": [1], "pos": [1]}, config(name, **extra)
+    )
 
 
 class OnCpu(CublasLt):
@@ -78,7 +79,8 @@ def test_declining_the_cpu_also_says_nvmath_is_missing(monkeypatch):
     assert backend.last_reason == (
         "cuBLASLt runs on CUDA devices only; this target is cpu; nvmath-python is not "
         "installed either: install `linnet-cublaslt[cu13]` on CUDA 13 or "
-        "`linnet-cublaslt[cu12]` on CUDA 12")
+        "`linnet-cublaslt[cu12]` on CUDA 12"
+    )
     old_gpu = Target("cuda", "cuda:0", "Tesla P100", (6, 0))
     assert "compute capability 7.0" in (backend.decline_reason(old_gpu) or "")
     assert "nvmath-python is not installed either" in (backend.decline_reason(old_gpu) or "")
@@ -97,12 +99,15 @@ def test_linnet_backends_on_a_cpu_machine_without_nvmath(monkeypatch, capsys):
     (entry,) = [a for a in data["unavailable"] if a["name"] == "cublaslt"]
     (cpu,) = entry["targets"]
     assert cpu["state"] == "declines"
-    assert "CUDA devices only" in cpu["reason"] and "nvmath-python is not installed" in \
-        cpu["reason"]
+    assert (
+        "CUDA devices only" in cpu["reason"] and "nvmath-python is not installed" in cpu["reason"]
+    )
     text = cli.to_text(discover(), report)
     assert "this machine: cpu; no CUDA device: torch sees none" in text
-    assert "  cublaslt 0.1.0 (linnet-cublaslt 0.1.0)\n      cpu: declines: cuBLASLt runs on " \
-           "CUDA devices only" in text
+    assert (
+        "  cublaslt 0.1.0 (linnet-cublaslt 0.1.0)\n      cpu: declines: cuBLASLt runs on "
+        "CUDA devices only" in text
+    )
 
 
 def test_probe_declines_cuda_without_nvmath_with_an_install_hint(monkeypatch):
@@ -143,10 +148,18 @@ def test_the_plugin_never_imports_nvmath_to_decline():
 
     # A fresh interpreter: importing the plugin and declining the CPU import no nvmath.
 
-    done = subprocess.run([sys.executable, "-c", "import sys, linnet.torch.cublaslt as m; "
-                           "from linnet.backends import Target; m.CublasLt().probe(Target('cpu'));"
-                           " print('nvmath' in sys.modules)"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, linnet.torch.cublaslt as m; "
+            "from linnet.backends import Target; m.CublasLt().probe(Target('cpu'));"
+            " print('nvmath' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "False"
 
@@ -165,14 +178,15 @@ def test_match_finds_singles_and_sibling_groups_on_the_toy_llama(dtype):
     expected = []
     for layer in range(2):
         attn, mlp = f"model.layers.{layer}.self_attn", f"model.layers.{layer}.mlp"
-        expected.append((f"{attn}.q_proj.weight", f"{attn}.k_proj.weight",
-                         f"{attn}.v_proj.weight"))
+        expected.append((f"{attn}.q_proj.weight", f"{attn}.k_proj.weight", f"{attn}.v_proj.weight"))
         expected.append((f"{mlp}.gate_proj.weight", f"{mlp}.up_proj.weight"))
     assert [r.parameters for r in groups] == expected
     assert sorted(p for r in singles for p in r.parameters) == sorted(
         [p for ps in expected for p in ps]
         + [f"model.layers.{i}.self_attn.o_proj.weight" for i in range(2)]
-        + [f"model.layers.{i}.mlp.down_proj.weight" for i in range(2)] + ["lm_head.weight"])
+        + [f"model.layers.{i}.mlp.down_proj.weight" for i in range(2)]
+        + ["lm_head.weight"]
+    )
     assert all(r.callee == LINEAR for r in regions)
     steps_per_call = 1 if dtype == "f32" else 2  # bf16: the product, then the conversion
     for region in regions:
@@ -228,8 +242,9 @@ pub model Twin<D: Dim, B: Dim, T: DType> {
 def twin_graph(dtype: str = "f32", rows: int = 2):
     from linnet.lang import Program, lower
 
-    return lower(Program.from_text(TWIN, "twin"), "run", {"x": [rows, 8]},
-                 {"D": 8, "B": rows, "T": dtype})
+    return lower(
+        Program.from_text(TWIN, "twin"), "run", {"x": [rows, 8]}, {"D": 8, "B": rows, "T": dtype}
+    )
 
 
 def test_siblings_are_found_by_their_input_not_their_names():
@@ -238,7 +253,11 @@ def test_siblings_are_found_by_their_input_not_their_names():
     # alpha and beta read x: siblings. q_proj and k_proj read different values: not.
     assert groups == [("alpha.weight", "beta.weight")]
     assert sorted(r.parameters[0] for r in regions if len(r.parameters) == 1) == [
-        "alpha.weight", "beta.weight", "k_proj.weight", "q_proj.weight"]
+        "alpha.weight",
+        "beta.weight",
+        "k_proj.weight",
+        "q_proj.weight",
+    ]
 
 
 def test_biased_linears_are_not_taken():
@@ -290,16 +309,19 @@ def test_estimate_cost_is_bytes_over_bandwidth():
     assert cost is not None and cost.bytes == moved
     assert cost.seconds == pytest.approx(moved / 4.18e12 + cl.LAUNCH_SECONDS)
     assert 5e-6 < cost.seconds < 20e-6  # ~3 us of streaming and a launch
-    singles = [r for r in regions if len(r.parameters) == 1 and r.start in range(qkv.start,
-                                                                                  qkv.stop)]
+    singles = [
+        r for r in regions if len(r.parameters) == 1 and r.start in range(qkv.start, qkv.stop)
+    ]
     assert len(singles) == 3
     assert cost.seconds < sum(backend.estimate_cost(r, H200).seconds for r in singles)
     assert backend.estimate_cost(qkv, Target("cpu")) is None
     other = backend.estimate_cost(qkv, Target("cuda", name="Some Future GPU"))
     assert other is not None and other.seconds == pytest.approx(
-        moved / cl.DEFAULT_BANDWIDTH + cl.LAUNCH_SECONDS)
+        moved / cl.DEFAULT_BANDWIDTH + cl.LAUNCH_SECONDS
+    )
     assert CublasLt(bandwidth=1e12).estimate_cost(qkv, H200).seconds == pytest.approx(
-        moved / 1e12 + cl.LAUNCH_SECONDS)
+        moved / 1e12 + cl.LAUNCH_SECONDS
+    )
     assert cl.bandwidth_of(Target("cuda", name="NVIDIA GH200 480GB")) == 3.6e12
 
 
@@ -312,8 +334,7 @@ def test_a_plan_over_every_region_matches_the_generated_source(dtype):
     weights = random_weights(llama(), cfg, seed=3)
     model = load(llama(), weights=dict(weights), config=cfg)
     reference = load(llama(), weights=dict(weights), config=cfg)
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[OnCpu()], measure=False,
-                          progress=False)
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[OnCpu()], measure=False, progress=False)
     taken = [c.region for c in plan.regions]
     # Largest first: both groups of each layer, then o, down and the LM head alone.
     assert sorted(len(r.parameters) for r in taken) == [1] * 5 + [2, 2, 3, 3]
@@ -362,16 +383,15 @@ def test_results_the_entry_returns_are_fresh_each_run():
 
     cfg = config()  # f32: the LM head's result is the entry's output itself
     model = load(llama(), weights=random_weights(llama(), cfg, seed=1), config=cfg)
-    plan = model.plan_for("decode", [TOKEN, POS], backends=[OnCpu()], measure=False,
-                          progress=False)
+    plan = model.plan_for("decode", [TOKEN, POS], backends=[OnCpu()], measure=False, progress=False)
     head = next(c.executable for c in plan.regions if c.region.parameters == ("lm_head.weight",))
     assert head.spec.fresh
     ctx = model.context_for(plan)
     (first,) = plan.run([TOKEN, POS], ctx)
     kept = first.clone()
-    (second,) = plan.run([torch.tensor([7], dtype=torch.int32), torch.tensor([1],
-                                                                             dtype=torch.int32)],
-                         ctx)
+    (second,) = plan.run(
+        [torch.tensor([7], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)], ctx
+    )
     assert first.data_ptr() != second.data_ptr()
     torch.testing.assert_close(first, kept)
 
@@ -404,8 +424,10 @@ def test_a_group_that_cannot_be_joined_copies_once_and_counts_it(tmp_path):
     x = torch.randn(2, 8, generator=gen)
     plan = model.plan_for("run", [x], backends=[OnCpu()], measure=False, progress=False)
     groups = [c for c in plan.regions if len(c.region.parameters) == 2]
-    assert [c.region.parameters for c in groups] == [("p.weight", "q.weight"),
-                                                      ("q.weight", "r.weight")]
+    assert [c.region.parameters for c in groups] == [
+        ("p.weight", "q.weight"),
+        ("q.weight", "r.weight"),
+    ]
     # q's weight is in both groups: one of the two joins will be declined, and each counts
     # the copy it would then make.
     assert all(c.executable.declared_copy == 2 * 8 * 8 * 4 for c in groups)
@@ -418,8 +440,10 @@ def test_a_group_that_cannot_be_joined_copies_once_and_counts_it(tmp_path):
 
 
 # ---------------------------------------------------------------- on a GPU
-GPU = pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("LINNET_GPU_TESTS") != "1",
-                         reason="needs a CUDA device and LINNET_GPU_TESTS=1")
+GPU = pytest.mark.skipif(
+    not torch.cuda.is_available() or os.environ.get("LINNET_GPU_TESTS") != "1",
+    reason="needs a CUDA device and LINNET_GPU_TESTS=1",
+)
 
 
 @pytest.mark.gpu
@@ -436,14 +460,17 @@ def test_conforms_and_replays_captured_on_a_gpu(dtype):
     token, pos = TOKEN.to(device), POS.to(device)
     findings = model.conform("decode", [token, pos], CublasLt())
     assert len(findings) == 19 and all(f.passed for f in findings), findings
-    plan = model.plan_for("decode", [token, pos], backends=[CublasLt()], measure=False,
-                          progress=False)
+    plan = model.plan_for(
+        "decode", [token, pos], backends=[CublasLt()], measure=False, progress=False
+    )
     ctx = model.context_for(plan)
     ref_ctx = model.new_context("decode", [token, pos])
     step = Captured(plan, ctx)
     for i in range(4):
-        inputs = [torch.tensor([5 + i], dtype=torch.int32, device=device),
-                  torch.tensor([i], dtype=torch.int32, device=device)]
+        inputs = [
+            torch.tensor([5 + i], dtype=torch.int32, device=device),
+            torch.tensor([i], dtype=torch.int32, device=device),
+        ]
         (got,) = step(inputs)
         want = model.run("decode", inputs, context=ref_ctx)
         assert int(got.argmax()) == int(want.argmax())

@@ -89,8 +89,10 @@ def test_the_wheel_ships_the_module_and_optional_nvmath(wheels):
     nvmath = [line for line in requires if "nvmath-python" in line]
     assert len(nvmath) == 2 and all("extra ==" in line for line in nvmath), nvmath
     for cuda in ("cu12", "cu13"):
-        assert any(f"nvmath-python[{cuda}]" in line and f"extra == {cuda!r}" in
-                   line.replace('"', "'") for line in nvmath), nvmath
+        assert any(
+            f"nvmath-python[{cuda}]" in line and f"extra == {cuda!r}" in line.replace('"', "'")
+            for line in nvmath
+        ), nvmath
 
 
 @pytest.mark.slow
@@ -102,12 +104,22 @@ def test_the_installed_wheel_is_discovered(wheels, tmp_path):
         command = [sys.executable, "-m", "pip", "install", "--quiet"]
     else:  # a uv-made virtual environment has no pip
         command = [uv, "pip", "install", "--quiet", "--python", sys.executable]
-    run([*command, "--no-deps", "--no-index", "--target", str(site),
-         str(wheels["plugin"]), str(wheels["runtime"])])
+    run(
+        [
+            *command,
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(site),
+            str(wheels["plugin"]),
+            str(wheels["runtime"]),
+        ]
+    )
     paths = [str(site), *(p for p in sys.path if p)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    done = subprocess.run([sys.executable, "-c", FIND], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", FIND], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["module"] == str(site / "linnet" / "torch" / "cublaslt" / "__init__.py")
@@ -122,12 +134,16 @@ def test_the_installed_wheel_is_discovered(wheels, tmp_path):
     # The workspace's editable install of the same distribution is the only one left out.
     assert all("another backend named cublaslt" in r for r in result["skipped"])
 
-    listed = subprocess.run([sys.executable, "-m", "linnet.lang.cli", "backends", "--format",
-                             "json"], env=env, capture_output=True, text=True, timeout=300)
+    listed = subprocess.run(
+        [sys.executable, "-m", "linnet.lang.cli", "backends", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
-    backend = next(b for b in data["available"] + data["unavailable"]
-                   if b["name"] == "cublaslt")
+    backend = next(b for b in data["available"] + data["unavailable"] if b["name"] == "cublaslt")
     assert backend["distribution"] == "linnet-cublaslt" and backend["version"] == "0.1.0"
     # "available" means it can run here: never on a machine without a CUDA device.
     if not any(t["kind"] == "cuda" for t in data["machine"]["targets"]):

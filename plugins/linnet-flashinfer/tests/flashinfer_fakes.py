@@ -19,9 +19,17 @@ import torch
 class FakeWrapper:
     made: ClassVar[list[FakeWrapper]] = []
 
-    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
-                 use_tensor_cores=False, paged_kv_indptr_buffer=None,
-                 paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None, **kwargs):
+    def __init__(
+        self,
+        float_workspace_buffer,
+        kv_layout="NHD",
+        use_cuda_graph=False,
+        use_tensor_cores=False,
+        paged_kv_indptr_buffer=None,
+        paged_kv_indices_buffer=None,
+        paged_kv_last_page_len_buffer=None,
+        **kwargs,
+    ):
         assert kv_layout == "NHD"
         assert use_cuda_graph, "the plugin must use CUDA-graph mode (fixed buffers)"
         assert float_workspace_buffer.dtype == torch.uint8
@@ -36,11 +44,27 @@ class FakeWrapper:
         self.run_calls = 0
         FakeWrapper.made.append(self)
 
-    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
-             page_size, *positional, **kwargs):
+    def plan(
+        self,
+        indptr,
+        indices,
+        last_page_len,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        page_size,
+        *positional,
+        **kwargs,
+    ):
         assert not positional, "optional plan() arguments go by keyword"
-        assert set(kwargs) <= {"pos_encoding_mode", "q_data_type", "kv_data_type", "sm_scale",
-                               "fixed_split_size", "disable_split_kv"}
+        assert set(kwargs) <= {
+            "pos_encoding_mode",
+            "q_data_type",
+            "kv_data_type",
+            "sm_scale",
+            "fixed_split_size",
+            "disable_split_kv",
+        }
         assert kwargs.get("pos_encoding_mode", "NONE") == "NONE"
         assert len(last_page_len) == len(self.last), "batch size is fixed in graph mode"
         assert len(indices) <= len(self.indices)
@@ -51,9 +75,14 @@ class FakeWrapper:
         assert num_qo_heads % num_kv_heads == 0
         self.indptr.copy_(indptr)
         self.last.copy_(last_page_len)
-        self.indices[:len(indices)].copy_(indices)
-        self.planned = {"qo_heads": num_qo_heads, "kv_heads": num_kv_heads,
-                        "head_dim": head_dim, "page_size": page_size, **kwargs}
+        self.indices[: len(indices)].copy_(indices)
+        self.planned = {
+            "qo_heads": num_qo_heads,
+            "kv_heads": num_kv_heads,
+            "head_dim": head_dim,
+            "page_size": page_size,
+            **kwargs,
+        }
         self.plan_calls += 1
 
     def run(self, q, paged_kv_cache, *, out=None, **kwargs):
@@ -66,11 +95,11 @@ class FakeWrapper:
         assert q.dtype == k.dtype == p["q_data_type"] == p["kv_data_type"]
         assert out is not None and out.shape == q.shape and out.dtype == q.dtype
         group = p["qo_heads"] // kv_heads
-        scale = p.get("sm_scale") or head_dim ** -0.5
+        scale = p.get("sm_scale") or head_dim**-0.5
         indptr, indices, last = self.indptr.tolist(), self.indices.tolist(), self.last.tolist()
         result = torch.empty(q.shape, dtype=torch.float32)
         for b in range(q.shape[0]):
-            pages = indices[indptr[b]:indptr[b + 1]]
+            pages = indices[indptr[b] : indptr[b + 1]]
             assert all(0 <= page < pages_total for page in pages)
             length = (len(pages) - 1) * page_size + last[b]
             keys = k[pages].reshape(-1, kv_heads, head_dim)[:length].float()

@@ -76,7 +76,9 @@ def test_declares_this_hosts_contract():
 def test_probe_declines_cpu_with_a_reason(installed):
     backend = FlashInfer()
     assert backend.probe(Target("cpu")) is None
-    assert backend.decline_reason(Target("cpu")) == "FlashInfer runs on CUDA GPUs; this target is cpu"
+    assert (
+        backend.decline_reason(Target("cpu")) == "FlashInfer runs on CUDA GPUs; this target is cpu"
+    )
 
 
 def test_declining_also_says_flashinfer_is_missing(monkeypatch):
@@ -85,12 +87,14 @@ def test_declining_also_says_flashinfer_is_missing(monkeypatch):
     backend = FlashInfer()
     assert backend.decline_reason(Target("cpu")) == (
         "FlashInfer runs on CUDA GPUs; this target is cpu; flashinfer-python is not installed "
-        "either: pip install 'linnet-flashinfer[cuda]' (see the linnet-flashinfer README)")
+        "either: pip install 'linnet-flashinfer[cuda]' (see the linnet-flashinfer README)"
+    )
     ampere = backend.decline_reason(AMPERE) or ""
     assert "compute capability 8.0" in ampere and "flashinfer-python is not installed" in ampere
     assert backend.decline_reason(HOPPER) == (
         "flashinfer-python is not installed: pip install 'linnet-flashinfer[cuda]' (see the "
-        "linnet-flashinfer README)")
+        "linnet-flashinfer README)"
+    )
 
 
 def test_flashinfer_installed_asks_without_importing(monkeypatch):
@@ -151,8 +155,15 @@ def test_importing_the_plugin_does_not_import_flashinfer():
     # This process may have imported it for another reason; ask a fresh one.
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", "import sys, linnet.torch.flashinfer; "
-                           "print('flashinfer' in sys.modules)"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, linnet.torch.flashinfer; print('flashinfer' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"]
 
@@ -168,11 +179,13 @@ def test_match_takes_one_region_per_layer(decode_graph):
         assert (region.start, region.stop, region.index) == (call.start, call.stop, call.index)
         assert region.steps == tuple(range(call.start, call.stop))
         q, k, v, pos, scale = call.attributes["args"]
-        assert scale == pytest.approx(64 ** -0.5)
+        assert scale == pytest.approx(64**-0.5)
         assert region.parameters == ()
         assert region.states == (k[1:], v[1:])
-        assert region.states == (f"model.layers.{layer}.self_attn.k_cache",
-                                 f"model.layers.{layer}.self_attn.v_cache")
+        assert region.states == (
+            f"model.layers.{layer}.self_attn.k_cache",
+            f"model.layers.{layer}.self_attn.v_cache",
+        )
         assert region.outputs == tuple(call.attributes["results"])
         assert not region.writes_state
         # The query, the values hoisted out of the call (the mask made from pos and the
@@ -194,8 +207,14 @@ def test_match_takes_grouped_query_heads_at_8b_shapes():
     assert len(regions) == 2
     site, _ = fi.analyse(graph, graph.semantic_calls(DECODE_ATTENTION)[0])
     assert site is not None
-    assert (site.shape.batch, site.shape.cache, site.shape.kv_heads, site.shape.group,
-            site.shape.head_dim, site.shape.dtype) == (8, 2048, 8, 4, 128, "bf16")
+    assert (
+        site.shape.batch,
+        site.shape.cache,
+        site.shape.kv_heads,
+        site.shape.group,
+        site.shape.head_dim,
+        site.shape.dtype,
+    ) == (8, 2048, 8, 4, 128, "bf16")
 
 
 def test_match_leaves_prefill_alone():
@@ -220,8 +239,9 @@ def test_match_declines_what_flashinfer_cannot_run_with_reasons():
 def test_match_declines_a_pos_computed_inside_the_entry(decode_graph):
     graph = copy.deepcopy(decode_graph)
     call = graph.semantic_calls(DECODE_ATTENTION)[0]
-    computed = next(s.results[0] for s in graph.steps if s.op == "reshape"
-                    and s.operands == ["%pos"])
+    computed = next(
+        s.results[0] for s in graph.steps if s.op == "reshape" and s.operands == ["%pos"]
+    )
     call.attributes["args"][3] = computed
     site, reason = fi.analyse(graph, call)
     assert site is None and "computed inside the entry" in reason
@@ -289,8 +309,7 @@ def first(outputs):
 
 def test_conform_against_the_generated_source(installed):
     model = toy_model()
-    findings = model.conform("decode", [i32(3), i32(5)],
-                             CpuFlashInfer(workspace_bytes=1 << 16))
+    findings = model.conform("decode", [i32(3), i32(5)], CpuFlashInfer(workspace_bytes=1 << 16))
     assert len(findings) == 2
     assert all(f.passed and f.difference is not None for f in findings), findings
     (wrapper,) = FakeWrapper.made
@@ -301,13 +320,13 @@ def test_plan_runs_many_steps_with_rows_at_different_positions(installed):
     model = toy_model(S=64)
     backend = CpuFlashInfer(workspace_bytes=1 << 16)
     token, pos = i32(1, 2), i32(0, 0)
-    plan = model.plan_for("decode", [token, pos], backends=[backend], measure=False,
-                          progress=False)
+    plan = model.plan_for("decode", [token, pos], backends=[backend], measure=False, progress=False)
     assert len(plan.regions) == 2
     ctx = model.context_for(plan)
     ref = model.new_context("decode", [token, pos])
-    prompt = torch.randint(0, 256, (2, 20), dtype=torch.int32,
-                           generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(
+        0, 256, (2, 20), dtype=torch.int32, generator=torch.Generator().manual_seed(0)
+    )
     model.prefill(prompt, context=ctx)
     model.prefill(prompt, context=ref)
     planner = plan.executables[0].planner
@@ -342,9 +361,13 @@ def test_plan_runs_many_steps_with_rows_at_different_positions(installed):
 
 def test_replan_always_plans_every_step(installed):
     model = toy_model(S=64)
-    plan = model.plan_for("decode", [i32(1), i32(0)],
-                          backends=[CpuFlashInfer(workspace_bytes=1 << 16, replan="always")],
-                          measure=False, progress=False)
+    plan = model.plan_for(
+        "decode",
+        [i32(1), i32(0)],
+        backends=[CpuFlashInfer(workspace_bytes=1 << 16, replan="always")],
+        measure=False,
+        progress=False,
+    )
     ctx = model.context_for(plan)
     for i in range(5):
         plan.run([i32(1), i32(i)], ctx)
@@ -357,9 +380,13 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
     whatever the last plan wrote into the buffers)."""
     model = toy_model(S=64)
     token = i32(1, 2)
-    plan = model.plan_for("decode", [token, i32(0, 0)],
-                          backends=[CpuFlashInfer(workspace_bytes=1 << 16)], measure=False,
-                          progress=False)
+    plan = model.plan_for(
+        "decode",
+        [token, i32(0, 0)],
+        backends=[CpuFlashInfer(workspace_bytes=1 << 16)],
+        measure=False,
+        progress=False,
+    )
     ctx = model.context_for(plan)
     for state in ctx.states.values():
         state.normal_(generator=torch.Generator().manual_seed(1))
@@ -406,24 +433,26 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
                 for b, p in enumerate(positions):
                     for h in range(2):
                         for g in range(2):
-                            scores = k[b, :p + 1, h] @ q[b, h, g].float() * 64 ** -0.5
-                            want = torch.softmax(scores, 0) @ v[b, :p + 1, h]
-                            torch.testing.assert_close(out[b, h, g].float(), want, atol=2e-2,
-                                                       rtol=2e-2)
+                            scores = k[b, : p + 1, h] @ q[b, h, g].float() * 64**-0.5
+                            want = torch.softmax(scores, 0) @ v[b, : p + 1, h]
+                            torch.testing.assert_close(
+                                out[b, h, g].float(), want, atol=2e-2, rtol=2e-2
+                            )
 
 
-@pytest.mark.parametrize("split_kv, options", [
-    ("auto", {}), ("off", {"disable_split_kv": True})])
+@pytest.mark.parametrize("split_kv, options", [("auto", {}), ("off", {"disable_split_kv": True})])
 def test_split_kv_reaches_plan_and_the_timing_key(installed, split_kv, options):
     model = toy_model(S=64)
     backend = CpuFlashInfer(workspace_bytes=1 << 16, split_kv=split_kv)
     assert (split_kv == "auto") == ("split" not in backend.version)
-    plan = model.plan_for("decode", [i32(1), i32(0)], backends=[backend], measure=False,
-                          progress=False)
+    plan = model.plan_for(
+        "decode", [i32(1), i32(0)], backends=[backend], measure=False, progress=False
+    )
     plan.run([i32(1), i32(3)], model.context_for(plan))
     (wrapper,) = FakeWrapper.made
-    planned = {k: v for k, v in wrapper.planned.items()
-               if k in ("disable_split_kv", "fixed_split_size")}
+    planned = {
+        k: v for k, v in wrapper.planned.items() if k in ("disable_split_kv", "fixed_split_size")
+    }
     assert planned == options
 
 
@@ -439,9 +468,13 @@ def test_prepare_plans_for_the_tensor_the_coming_step_reads(installed):
     prepare, with pos given on the device): prepare follows context.inputs, not the tensor
     the last execute saw."""
     model = toy_model(S=64)
-    plan = model.plan_for("decode", [i32(1, 2), i32(0, 0)],
-                          backends=[CpuFlashInfer(workspace_bytes=1 << 16)], measure=False,
-                          progress=False)
+    plan = model.plan_for(
+        "decode",
+        [i32(1, 2), i32(0, 0)],
+        backends=[CpuFlashInfer(workspace_bytes=1 << 16)],
+        measure=False,
+        progress=False,
+    )
     ctx = model.context_for(plan)
     planner = plan.executables[0].planner
     with torch.inference_mode():
@@ -486,7 +519,8 @@ def test_entry_point_is_registered():
 # ---------------------------------------------------------------- on a GPU
 GPU = pytest.mark.skipif(
     not torch.cuda.is_available() or os.environ.get("LINNET_GPU_TESTS") != "1",
-    reason="needs a Hopper GPU with flashinfer-python, and LINNET_GPU_TESTS=1")
+    reason="needs a Hopper GPU with flashinfer-python, and LINNET_GPU_TESTS=1",
+)
 
 
 @pytest.mark.gpu
@@ -502,17 +536,28 @@ def test_captured_replays_equal_eager_steps_on_a_gpu(pos_on):
 
     device = torch.device("cuda")
     cfg = config(**TOY, S=128)
-    model = load(llama(), weights=random_weights(llama(), cfg, seed=3, scale=0.2, device=device),
-                 config=cfg, device=device)
+    model = load(
+        llama(),
+        weights=random_weights(llama(), cfg, seed=3, scale=0.2, device=device),
+        config=cfg,
+        device=device,
+    )
     backend = FlashInfer()
     findings = model.conform("decode", [i32(3, 4).to(device), i32(5, 17).to(device)], backend)
     assert len(findings) == 2 and all(f.passed for f in findings), findings
-    plan = model.plan_for("decode", [i32(1, 2), i32(0, 0)], backends=[backend], measure=False,
-                          progress=False)
+    plan = model.plan_for(
+        "decode", [i32(1, 2), i32(0, 0)], backends=[backend], measure=False, progress=False
+    )
     assert len(plan.regions) == 2, plan.explain()
     captured_ctx, eager_ctx = model.context_for(plan), model.context_for(plan)
-    prompt = torch.randint(0, cfg["V"], (2, 20), dtype=torch.int32, device=device,
-                           generator=torch.Generator(device).manual_seed(0))
+    prompt = torch.randint(
+        0,
+        cfg["V"],
+        (2, 20),
+        dtype=torch.int32,
+        device=device,
+        generator=torch.Generator(device).manual_seed(0),
+    )
     model.prefill(prompt, context=captured_ctx)
     model.prefill(prompt, context=eager_ctx)
     step = Captured(plan, captured_ctx)

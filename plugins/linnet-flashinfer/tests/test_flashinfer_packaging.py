@@ -61,7 +61,8 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("wheels")
     built = {}
     for name, folder in [(n, REPO / "packages" / n) for n in RUNTIME] + [
-            ("linnet-flashinfer", PLUGIN)]:
+        ("linnet-flashinfer", PLUGIN)
+    ]:
         run([uv, "build", "--wheel", "--out-dir", str(out / name), str(folder)])
         (built[name],) = (out / name).glob("*.whl")
     return built
@@ -71,16 +72,23 @@ def install(target: Path, *wheel_files: Path) -> None:
     if has_pip():
         command = [sys.executable, "-m", "pip", "install", "--quiet"]
     else:  # a uv-made virtual environment has no pip
-        command = [shutil.which("uv") or "uv", "pip", "install", "--quiet", "--python",
-                   sys.executable]
+        command = [
+            shutil.which("uv") or "uv",
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            sys.executable,
+        ]
     run([*command, "--no-deps", "--no-index", "--target", str(target), *map(str, wheel_files)])
 
 
 def python(site: Path, code: str) -> subprocess.CompletedProcess:
     paths = [str(site), *(p for p in sys.path if p)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow
@@ -90,8 +98,7 @@ def test_wheel_ships_only_its_module_and_keeps_flashinfer_optional(wheels):
         metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
         points = wheel.read(next(n for n in names if n.endswith("entry_points.txt")))
     modules = sorted(n for n in names if not n.split("/")[0].endswith(".dist-info"))
-    assert modules == ["linnet/torch/flashinfer/__init__.py",
-                       "linnet/torch/flashinfer/__main__.py"]
+    assert modules == ["linnet/torch/flashinfer/__init__.py", "linnet/torch/flashinfer/__main__.py"]
     text = metadata.decode()
     requires = [line for line in text.splitlines() if line.startswith("Requires-Dist:")]
     flashinfer = [r for r in requires if "flashinfer-python" in r]

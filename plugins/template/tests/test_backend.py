@@ -30,7 +30,8 @@ def decode_graph():
 
 def test_linnet_finds_it():
     assert "example-linear" in [backend.name for backend in available()], (
-        "install this package (`pip install -e .`) so that its entry point is registered")
+        "install this package (`pip install -e .`) so that its entry point is registered"
+    )
     assert [r for r in skipped() if r.name == "example-linear"] == []
 
 
@@ -39,7 +40,8 @@ def test_declares_this_hosts_contract():
     # linnet-plan implements another contract, this fails and says to port the backend.
     assert isinstance(ExampleLinear.contract, int)
     assert ExampleLinear.contract == CONTRACT, (
-        f"written for contract {ExampleLinear.contract}, the host implements {CONTRACT}")
+        f"written for contract {ExampleLinear.contract}, the host implements {CONTRACT}"
+    )
 
 
 def test_probe_accepts_cpu_and_cuda():

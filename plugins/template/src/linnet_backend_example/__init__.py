@@ -52,8 +52,10 @@ class ExampleLinear:
         a compute capability too low). Ask whether a library is installed with
         ``importlib.util.find_spec``, without importing it."""
         if target.kind not in ("cpu", "cuda"):
-            return f"torch.nn.functional.linear runs on CPU and CUDA devices; this target is " \
-                   f"{target.kind}"
+            return (
+                f"torch.nn.functional.linear runs on CPU and CUDA devices; this target is "
+                f"{target.kind}"
+            )
         return None
 
     def match(self, graph: Any, target: Target) -> list[Region]:

@@ -16,8 +16,10 @@ class CudaOnly:
         if target.kind != "cuda":
             return f"cuda-only runs on CUDA devices only; this target is {target.kind}"
         if target.capability is None or tuple(target.capability) < (8, 0):
-            return f"cuda-only needs compute capability 8.0 or later; {target.name} has " \
-                   f"{target.capability}"
+            return (
+                f"cuda-only needs compute capability 8.0 or later; {target.name} has "
+                f"{target.capability}"
+            )
         return None
 
     def match(self, graph, target):

@@ -28,5 +28,7 @@ def example(name: str = "llama") -> Path:
     checkout = HERE.parents[4] / "examples" / name
     if (checkout.parent.parent / "packages" / "linnet-lang").is_dir() and checkout.is_dir():
         return checkout
-    raise LookupError(f"no example `{name}` in {HERE / 'examples'}: this linnet-lang was "
-                      "installed without its examples; reinstall it from a wheel")
+    raise LookupError(
+        f"no example `{name}` in {HERE / 'examples'}: this linnet-lang was "
+        "installed without its examples; reinstall it from a wheel"
+    )

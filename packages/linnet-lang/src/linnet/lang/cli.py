@@ -47,42 +47,72 @@ def parse_inputs(items: list[str]) -> dict[str, list[int]]:
         name, eq, dims = item.partition("=")
         name = name.strip()
         if not eq:
-            raise LinnetError(Diagnostic("E0649", f"`--input {item}` needs NAME=D0,D1",
-                                         help=f"write `--input {name or 'x'}=1,16`, or "
-                                              f"`--input {name or 'x'}=` for a scalar"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0649",
+                    f"`--input {item}` needs NAME=D0,D1",
+                    help=f"write `--input {name or 'x'}=1,16`, or "
+                    f"`--input {name or 'x'}=` for a scalar",
+                )
+            )
         if not name.isidentifier():
             what = "has no name" if not name else f"`{name}` is not an input name"
-            raise LinnetError(Diagnostic("E0649", f"`--input {item}` {what}",
-                                         help="name one of the entry's inputs: "
-                                              "`--input tokens=1,16`"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0649",
+                    f"`--input {item}` {what}",
+                    help="name one of the entry's inputs: `--input tokens=1,16`",
+                )
+            )
         if name in out:
-            raise LinnetError(Diagnostic("E0649", f"`--input {name}=...` is given twice",
-                                         help="give each input's shape once"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0649",
+                    f"`--input {name}=...` is given twice",
+                    help="give each input's shape once",
+                )
+            )
         shape: list[int] = []
         if dims.strip():
             for piece in dims.replace("x", ",").split(","):
                 d = piece.strip()
                 if d.startswith("-") and _DIM.fullmatch(d[1:]):
-                    raise LinnetError(Diagnostic(
-                        "E0648", f"`--input {item}`: size {d} is negative",
-                        help="sizes are 0 or more: `--input tokens=1,16`"))
+                    raise LinnetError(
+                        Diagnostic(
+                            "E0648",
+                            f"`--input {item}`: size {d} is negative",
+                            help="sizes are 0 or more: `--input tokens=1,16`",
+                        )
+                    )
                 if not _DIM.fullmatch(d):
-                    raise LinnetError(Diagnostic(
-                        "E0643", f"`--input {item}`: shapes are integers, not `{d}`",
-                        help="write `--input tokens=1,16`"))
+                    raise LinnetError(
+                        Diagnostic(
+                            "E0643",
+                            f"`--input {item}`: shapes are integers, not `{d}`",
+                            help="write `--input tokens=1,16`",
+                        )
+                    )
                 if len(d) > 19 or int(d) > INT64_MAX:
                     shown = d if len(d) <= 24 else f"{d[:10]}...({len(d)} digits)"
-                    raise LinnetError(Diagnostic(
-                        "E0648", f"`--input {name}=...`: size {shown} is too large",
-                        help="a size is at most 2**63 - 1"))
+                    raise LinnetError(
+                        Diagnostic(
+                            "E0648",
+                            f"`--input {name}=...`: size {shown} is too large",
+                            help="a size is at most 2**63 - 1",
+                        )
+                    )
                 shape.append(int(d))
         numel = 1
         for size in shape:
             numel *= size
         if numel > INT64_MAX:
-            raise LinnetError(Diagnostic(
-                "E0648", f"`--input {item}` has more elements than any tensor can hold",
-                help="the sizes' product is at most 2**63 - 1"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0648",
+                    f"`--input {item}` has more elements than any tensor can hold",
+                    help="the sizes' product is at most 2**63 - 1",
+                )
+            )
         out[name] = shape
     return out
 
@@ -120,9 +150,13 @@ def check_output(output: str | None, inputs: list[Path]) -> None:
         return
     for source in inputs:
         if _same_file(Path(output), source):
-            raise LinnetError(Diagnostic(
-                "E0662", f"`-o {output}` would overwrite `{source}`, which this command reads",
-                help="write the output to another file, such as `-o out.py`"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0662",
+                    f"`-o {output}` would overwrite `{source}`, which this command reads",
+                    help="write the output to another file, such as `-o out.py`",
+                )
+            )
 
 
 def write_output(output: str, text: str | bytes) -> None:
@@ -168,14 +202,18 @@ def cmd_graph(args: argparse.Namespace) -> int:
         if args.weights:
             weights = read_safetensors_header(args.weights)
         with watch() as seen:
-            graph = lower_for_command(args, program, args.entry, parse_inputs(args.input),
-                                      config, weights)
+            graph = lower_for_command(
+                args, program, args.entry, parse_inputs(args.input), config, weights
+            )
         text = graph.dumps() if args.format == "json" else graph.summary()
         if args.stages:  # every stage's graph, in order (linnet.lang.pipeline)
-            text = (json.dumps([{"stage": name, "graph": json.loads(g.dumps())}
-                                for name, g in seen], indent=1)
-                    if args.format == "json" else "\n\n".join(stage_text(name, g)
-                                                               for name, g in seen))
+            text = (
+                json.dumps(
+                    [{"stage": name, "graph": json.loads(g.dumps())} for name, g in seen], indent=1
+                )
+                if args.format == "json"
+                else "\n\n".join(stage_text(name, g) for name, g in seen)
+            )
         if args.output:
             write_output(args.output, text + "\n")
     except LinnetError as err:
@@ -185,8 +223,15 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def lower_for_command(args: argparse.Namespace, program: Program, entry: str, inputs: dict,
-           config: dict, weights: dict | None, check: bool = True) -> Any:
+def lower_for_command(
+    args: argparse.Namespace,
+    program: Program,
+    entry: str,
+    inputs: dict,
+    config: dict,
+    weights: dict | None,
+    check: bool = True,
+) -> Any:
     """Lower ``entry`` as a command's flags say: with ``--grad`` (``--wrt``, ``--grad-seed``:
     :func:`add_lowering_arguments` adds them), its gradient graph (:mod:`linnet.lang.grad`).
     Every emitting command calls this, so each gets ``--grad`` with no code of its own.
@@ -199,8 +244,17 @@ def lower_for_command(args: argparse.Namespace, program: Program, entry: str, in
         return lower(program, entry, inputs, config, weights, model=args.model, check=check)
     from linnet.lang.grad import lower_grad
 
-    return lower_grad(program, entry, inputs, config, weights, args.model,
-                      wrt=args.wrt or "params", seed=args.grad_seed, check=check)
+    return lower_grad(
+        program,
+        entry,
+        inputs,
+        config,
+        weights,
+        args.model,
+        wrt=args.wrt or "params",
+        seed=args.grad_seed,
+        check=check,
+    )
 
 
 def read_safetensors_header(path: str) -> dict[str, tuple]:
@@ -238,25 +292,43 @@ def cmd_torch(args: argparse.Namespace, emit: Callable | None = None) -> int:
         for m in entries:
             if all(p.name in inputs for p in m.params):
                 mine = {p.name: inputs[p.name] for p in m.params}
-                graphs.append(lower_for_command(args, program, m.name, mine, config, weights,
-                                     check=False))
+                graphs.append(
+                    lower_for_command(args, program, m.name, mine, config, weights, check=False)
+                )
             else:
                 missing = [p.name for p in m.params if p.name not in inputs]
-                print(f"linnet: skipping entry `{m.name}`: no shape for "
-                      + ", ".join(f"`--input {n}=...`" for n in missing), file=sys.stderr)
+                print(
+                    f"linnet: skipping entry `{m.name}`: no shape for "
+                    + ", ".join(f"`--input {n}=...`" for n in missing),
+                    file=sys.stderr,
+                )
         if not graphs:
-            raise LinnetError(Diagnostic("E0644", "no entry had all its input shapes",
-                                         help="give them with --input NAME=D0,D1"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0644",
+                    "no entry had all its input shapes",
+                    help="give them with --input NAME=D0,D1",
+                )
+            )
         sources = {m.source.name: m.source.text for m in program.modules.values()}
-        text = emit_torch(with_kernels(graphs, program, args.numerics), sources,
-                          numerics=args.numerics, fast=not args.no_fast, origin=args.file)
+        text = emit_torch(
+            with_kernels(graphs, program, args.numerics),
+            sources,
+            numerics=args.numerics,
+            fast=not args.no_fast,
+            origin=args.file,
+        )
         if args.output:
             write_output(args.output, text)
     except LinnetError as err:
         return report(err, "text")
     if args.output:
-        print(f"wrote {args.output} ({len(text.splitlines())} lines, entries: "
-              + ", ".join(g.entry for g in graphs) + ")", file=sys.stderr)
+        print(
+            f"wrote {args.output} ({len(text.splitlines())} lines, entries: "
+            + ", ".join(g.entry for g in graphs)
+            + ")",
+            file=sys.stderr,
+        )
     else:
         print(text)
     return 0
@@ -303,8 +375,14 @@ def _export_graph(args: argparse.Namespace, dynamic: bool = False) -> tuple[Any,
     if dynamic:
         from linnet.lang.export import relowering, symbolic_dims
 
-        relower = relowering(program, args.entry, inputs, config, lambda i, c: lower_for_command(
-            args, program, args.entry, i, c, weights, check=False), args.model)
+        relower = relowering(
+            program,
+            args.entry,
+            inputs,
+            config,
+            lambda i, c: lower_for_command(args, program, args.entry, i, c, weights, check=False),
+            args.model,
+        )
         graph = symbolic_dims(graph, relower, args.dynamic)
     sources = {m.source.name: m.source.text for m in program.modules.values()}
     return graph, sources
@@ -317,15 +395,24 @@ def cmd_onnx(args: argparse.Namespace) -> int:
     try:
         graph, sources = _export_graph(args, dynamic=True)
         params = read_safetensors(args.weights) if args.weights else None
-        written = export_onnx(graph, params, args.output, sources, check=not args.no_check,
-                              external_threshold=args.external_threshold)
+        written = export_onnx(
+            graph,
+            params,
+            args.output,
+            sources,
+            check=not args.no_check,
+            external_threshold=args.external_threshold,
+        )
     except LinnetError as err:
         return report(err, "text")
     how = "initializers" if args.weights else "graph inputs (no --weights)"
     symbolic = ", ".join(getattr(graph, "symbolic", {})) or "none"
-    print(f"wrote {', '.join(str(p) for p in written)} ({graph.model}.{graph.entry}: "
-          f"{len(graph.inputs)} inputs, {len(graph.states)} states, {len(graph.parameters)} "
-          f"parameters as {how}; symbolic dims: {symbolic})", file=sys.stderr)
+    print(
+        f"wrote {', '.join(str(p) for p in written)} ({graph.model}.{graph.entry}: "
+        f"{len(graph.inputs)} inputs, {len(graph.states)} states, {len(graph.parameters)} "
+        f"parameters as {how}; symbolic dims: {symbolic})",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -336,11 +423,15 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
     portable = args.portable
     try:
         if portable is not None and not args.output:
-            raise LinnetError(Diagnostic(
-                "E0947", "a portable StableHLO artifact is binary (MLIR bytecode): it is "
-                         "written to a file, never to the terminal",
-                help="name the file with `-o model.mlirbc`, or leave out --portable for the "
-                     "text"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0947",
+                    "a portable StableHLO artifact is binary (MLIR bytecode): it is "
+                    "written to a file, never to the terminal",
+                    help="name the file with `-o model.mlirbc`, or leave out --portable for the "
+                    "text",
+                )
+            )
         graph, sources = _export_graph(args)
         if portable is not None:
             from linnet.lang.emit.stablehlo_portable import target, version_text
@@ -349,8 +440,11 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
             version = version_text(target(portable or None))
             _, artifact = portable_stablehlo(graph, version, sources, verify=args.verify)
             write_output(args.output, artifact)
-            print(f"wrote {args.output} (portable StableHLO artifact, version {version}, "
-                  f"{len(artifact)} bytes, {graph.model}.{graph.entry})", file=sys.stderr)
+            print(
+                f"wrote {args.output} (portable StableHLO artifact, version {version}, "
+                f"{len(artifact)} bytes, {graph.model}.{graph.entry})",
+                file=sys.stderr,
+            )
             return 0
         text = export_stablehlo(graph, None, sources, verify=args.verify)
         if args.output:
@@ -358,8 +452,10 @@ def cmd_stablehlo(args: argparse.Namespace) -> int:
     except LinnetError as err:
         return report(err, "text")
     if args.output:
-        print(f"wrote {args.output} ({len(text.splitlines())} lines, {graph.model}."
-              f"{graph.entry})", file=sys.stderr)
+        print(
+            f"wrote {args.output} ({len(text.splitlines())} lines, {graph.model}.{graph.entry})",
+            file=sys.stderr,
+        )
     else:
         print(text, end="")
     return 0
@@ -371,21 +467,39 @@ def register_export(sub: Any) -> None:
     add_lowering_arguments(p)
     p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     p.add_argument("--no-check", action="store_true", help="skip onnx.checker's full check")
-    p.add_argument("--external-threshold", type=int, default=None, metavar="BYTES",
-                   help="weights over this many bytes in all go to OUTPUT.data (default 1 GiB)")
-    p.add_argument("--dynamic", default=None, metavar="DIM[,DIM]",
-                   help="dims to make symbolic in the model (e.g. B,L; `none` for all "
-                        "concrete); default: B and L, each where the graph allows")
+    p.add_argument(
+        "--external-threshold",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="weights over this many bytes in all go to OUTPUT.data (default 1 GiB)",
+    )
+    p.add_argument(
+        "--dynamic",
+        default=None,
+        metavar="DIM[,DIM]",
+        help="dims to make symbolic in the model (e.g. B,L; `none` for all "
+        "concrete); default: B and L, each where the graph allows",
+    )
     p.set_defaults(run=cmd_onnx)
 
     p = sub.add_parser("stablehlo", help="export an entry as StableHLO MLIR text")
     add_lowering_arguments(p)
     p.add_argument("-o", "--output", help="the .mlir file to write (default: stdout)")
-    p.add_argument("--verify", action="store_true",
-                   help="parse and verify the text with jaxlib's MLIR bindings (needs jax)")
-    p.add_argument("--portable", nargs="?", const="", default=None, metavar="VERSION",
-                   help="write a portable artifact (MLIR bytecode, needs jax and -o) for "
-                        "StableHLO VERSION (default: the oldest jaxlib writes)")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="parse and verify the text with jaxlib's MLIR bindings (needs jax)",
+    )
+    p.add_argument(
+        "--portable",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="VERSION",
+        help="write a portable artifact (MLIR bytecode, needs jax and -o) for "
+        "StableHLO VERSION (default: the oldest jaxlib writes)",
+    )
     p.set_defaults(run=cmd_stablehlo)
 
 
@@ -429,24 +543,33 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     add_lowering_arguments(p)
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
-    p.add_argument("--stages", action="store_true",
-                   help="print the graph after every stage of lowering, in order")
+    p.add_argument(
+        "--stages",
+        action="store_true",
+        help="print the graph after every stage of lowering, in order",
+    )
     p.set_defaults(run=cmd_graph)
 
     p = sub.add_parser("torch", help="write generated PyTorch source for a model's entries")
     add_lowering_arguments(p, entry_required=False)
     p.add_argument("-o", "--output", help="the .py file to write (default: stdout)")
     add_numerics_argument(p)
-    p.add_argument("--no-fast", action="store_true",
-                   help="lower std ops from their bodies instead of fused torch calls")
+    p.add_argument(
+        "--no-fast",
+        action="store_true",
+        help="lower std ops from their bodies instead of fused torch calls",
+    )
     p.set_defaults(run=cmd_torch)
 
     p = sub.add_parser("jax", help="write generated JAX source for a model's entries")
     add_lowering_arguments(p, entry_required=False)
     p.add_argument("-o", "--output", help="the .py file to write (default: stdout)")
     add_numerics_argument(p)
-    p.add_argument("--no-fast", action="store_true",
-                   help="lower std ops from their bodies instead of fused jax calls")
+    p.add_argument(
+        "--no-fast",
+        action="store_true",
+        help="lower std ops from their bodies instead of fused jax calls",
+    )
     p.set_defaults(run=cmd_jax)
 
     p = sub.add_parser("explain", help="explain an error code")
@@ -488,59 +611,110 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
     >>> "--compile" in p.format_help(), "--temperature" in p.format_help()
     (False, True)
     """
-    p.add_argument("file", nargs="?", help="a .linnet model, a shipped one by name "
-                                           "(std.models.llama, std.models.qwen2, ...: each "
-                                           "runs on random weights of its toy config), or a "
-                                           "Hugging Face checkpoint directory (the model is "
-                                           "picked from its config.json; default: the Llama "
-                                           "example)")
-    p.add_argument("--weights", help="a safetensors file, a checkpoint directory (a Hugging Face "
-                                     "download: its config.json is read too), an index JSON "
-                                     "(default: a generated toy checkpoint)")
-    p.add_argument("--config", help="JSON config or a name in the model's configs/ (default: toy "
-                                    "without --weights; with them, the checkpoint's config.json)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="set a config value or model generic, typed as written (int, float, "
-                        "true/false, else a string; repeatable): --set S=256 --set T=bf16")
-    p.add_argument("--prompt", default=None,
-                   help="comma-separated token ids, or text (through the tokenizer beside the "
-                        "weights, and its chat template: linnet.lang.text.cli); default: the "
-                        "demo's question where no model is given, else 1,2,3,4,5,6,7,8")
-    p.add_argument("--tokens", "--max-new-tokens", dest="tokens", type=int, default=None,
-                   help="tokens to generate (default: 16 for token ids, 256 for text)")
+    p.add_argument(
+        "file",
+        nargs="?",
+        help="a .linnet model, a shipped one by name "
+        "(std.models.llama, std.models.qwen2, ...: each "
+        "runs on random weights of its toy config), or a "
+        "Hugging Face checkpoint directory (the model is "
+        "picked from its config.json; default: the Llama "
+        "example)",
+    )
+    p.add_argument(
+        "--weights",
+        help="a safetensors file, a checkpoint directory (a Hugging Face "
+        "download: its config.json is read too), an index JSON "
+        "(default: a generated toy checkpoint)",
+    )
+    p.add_argument(
+        "--config",
+        help="JSON config or a name in the model's configs/ (default: toy "
+        "without --weights; with them, the checkpoint's config.json)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a config value or model generic, typed as written (int, float, "
+        "true/false, else a string; repeatable): --set S=256 --set T=bf16",
+    )
+    p.add_argument(
+        "--prompt",
+        default=None,
+        help="comma-separated token ids, or text (through the tokenizer beside the "
+        "weights, and its chat template: linnet.lang.text.cli); default: the "
+        "demo's question where no model is given, else 1,2,3,4,5,6,7,8",
+    )
+    p.add_argument(
+        "--tokens",
+        "--max-new-tokens",
+        dest="tokens",
+        type=int,
+        default=None,
+        help="tokens to generate (default: 16 for token ids, 256 for text)",
+    )
     p.add_argument("--device", default="cpu")
     if torch:
-        p.add_argument("--compile", action="store_true",
-                       help="torch.compile each slice kind once (torch runtime)")
-        p.add_argument("--interpret", action="store_true",
-                       help="use the PyTorch interpreter (torch runtime)")
+        p.add_argument(
+            "--compile",
+            action="store_true",
+            help="torch.compile each slice kind once (torch runtime)",
+        )
+        p.add_argument(
+            "--interpret", action="store_true", help="use the PyTorch interpreter (torch runtime)"
+        )
     add_numerics_argument(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the generated checkpoint")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="sample at this temperature (default 0: greedy)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="sample at this temperature (default 0: greedy)",
+    )
     p.add_argument("--top-k", type=int, help="sample among the k most likely tokens")
     p.add_argument("--top-p", type=float, help="sample among the most likely tokens reaching p")
-    p.add_argument("--sampling-seed", type=int, help="seed of the sampling (same seed, same "
-                                                     "tokens)")
-    p.add_argument("--stop", default=None, help="comma-separated token ids that end generation "
-                                                "(default: the checkpoint's end-of-sequence "
-                                                "tokens; `none`: decode every --tokens)")
+    p.add_argument(
+        "--sampling-seed", type=int, help="seed of the sampling (same seed, same tokens)"
+    )
+    p.add_argument(
+        "--stop",
+        default=None,
+        help="comma-separated token ids that end generation "
+        "(default: the checkpoint's end-of-sequence "
+        "tokens; `none`: decode every --tokens)",
+    )
     from linnet.lang.text.cli import add_text_arguments
 
     add_text_arguments(p)
     if not torch:
         return
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads torch runs on (default: OMP_NUM_THREADS if set, else 1 "
-                        "for a small model, up to 4 physical cores for a large one; torch "
-                        "runtime)")
-    p.add_argument("--nproc", type=int, default=1, metavar="N",
-                   help="tensor parallelism: split the model over N ranks, started here (gloo "
-                        "on the CPU, NCCL on CUDA; torch runtime); rank 0 prints")
-    p.add_argument("--rank-timeout", type=float, metavar="SECONDS",
-                   help="with --nproc: how long a rank waits for the others, to join and in "
-                        "each collective, before it stops with E0825 (default 300; also "
-                        "$LINNET_RANK_TIMEOUT)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPU threads torch runs on (default: OMP_NUM_THREADS if set, else 1 "
+        "for a small model, up to 4 physical cores for a large one; torch "
+        "runtime)",
+    )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="tensor parallelism: split the model over N ranks, started here (gloo "
+        "on the CPU, NCCL on CUDA; torch runtime); rank 0 prints",
+    )
+    p.add_argument(
+        "--rank-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="with --nproc: how long a rank waits for the others, to join and in "
+        "each collective, before it stops with E0825 (default 300; also "
+        "$LINNET_RANK_TIMEOUT)",
+    )
 
 
 def add_numerics_argument(p: argparse.ArgumentParser) -> None:
@@ -552,10 +726,13 @@ def add_numerics_argument(p: argparse.ArgumentParser) -> None:
     >>> p.parse_args([]).numerics
     'exact'
     """
-    p.add_argument("--numerics", default=Numerics.EXACT.value,
-                   metavar="{" + ",".join(NUMERICS) + "}",
-                   help="exact: every op as its body says; fast: fused calls, kernels, TF32 "
-                        "matmuls (default: exact)")
+    p.add_argument(
+        "--numerics",
+        default=Numerics.EXACT.value,
+        metavar="{" + ",".join(NUMERICS) + "}",
+        help="exact: every op as its body says; fast: fused calls, kernels, TF32 "
+        "matmuls (default: exact)",
+    )
 
 
 def add_lowering_arguments(p: argparse.ArgumentParser, entry_required: bool = True) -> None:
@@ -564,19 +741,41 @@ def add_lowering_arguments(p: argparse.ArgumentParser, entry_required: bool = Tr
     p.add_argument("--entry", required=entry_required, help="entry to lower (e.g. decode)")
     p.add_argument("--model", help="model name, when the file declares several")
     p.add_argument("--config", help="JSON config, or the name of one in the model's configs/")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="set a config value or model generic (repeatable)")
-    p.add_argument("--input", action="append", default=[], metavar="NAME=D0,D1",
-                   help="an entry input's shape (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a config value or model generic (repeatable)",
+    )
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1",
+        help="an entry input's shape (repeatable)",
+    )
     p.add_argument("--weights", help="a safetensors file: bind dims from its shapes and check it")
-    p.add_argument("--grad", action="store_true",
-                   help="the entry's gradient graph: its outputs, then the gradients")
-    p.add_argument("--wrt", action="append", default=[], metavar="NAME",
-                   help="with --grad: an input or parameter path to differentiate with "
-                        "respect to (repeatable; default: every float parameter)")
-    p.add_argument("--grad-seed", choices=["scalar", "cotangents"], default="scalar",
-                   help="with --grad: the entry returns a loss (scalar), or the graph takes a "
-                        "cotangent input per float output (cotangents)")
+    p.add_argument(
+        "--grad",
+        action="store_true",
+        help="the entry's gradient graph: its outputs, then the gradients",
+    )
+    p.add_argument(
+        "--wrt",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --grad: an input or parameter path to differentiate with "
+        "respect to (repeatable; default: every float parameter)",
+    )
+    p.add_argument(
+        "--grad-seed",
+        choices=["scalar", "cotangents"],
+        default="scalar",
+        help="with --grad: the entry returns a loss (scalar), or the graph takes a "
+        "cotangent input per float output (cotangents)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -603,10 +802,17 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("LINNET_DEBUG"):
             raise
         where = f" (`{exc.filename}`)" if exc.filename else ""
-        return report(LinnetError(Diagnostic(
-            "E0663", f"`linnet {args.command}` stopped: {exc.strerror or exc}{where}",
-            help="check the files and the disk this command uses; set LINNET_DEBUG=1 for "
-                 "a traceback")), getattr(args, "format", "text"))
+        return report(
+            LinnetError(
+                Diagnostic(
+                    "E0663",
+                    f"`linnet {args.command}` stopped: {exc.strerror or exc}{where}",
+                    help="check the files and the disk this command uses; set LINNET_DEBUG=1 for "
+                    "a traceback",
+                )
+            ),
+            getattr(args, "format", "text"),
+        )
 
 
 if __name__ == "__main__":

@@ -40,9 +40,14 @@ from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.poly import Poly, SymInt, poly_add, poly_mul, poly_text
 
 
-def export_onnx(graph: Graph, params: Mapping[str, Any] | None, path: str | Path,
-                sources: Mapping[str, str] | None = None, check: bool = True,
-                external_threshold: int | None = None) -> list[Path]:
+def export_onnx(
+    graph: Graph,
+    params: Mapping[str, Any] | None,
+    path: str | Path,
+    sources: Mapping[str, str] | None = None,
+    check: bool = True,
+    external_threshold: int | None = None,
+) -> list[Path]:
     """Write ``graph`` as an ONNX model to ``path`` (weights as initializers, as external
     data ``<path>.data`` above ``external_threshold`` bytes, 1 GiB by default); checked with
     ``onnx.checker`` (full check) unless ``check=False``. Returns the files written. Shapes
@@ -65,9 +70,13 @@ def export_onnx(graph: Graph, params: Mapping[str, Any] | None, path: str | Path
     return emit.save_onnx(model, path, threshold)
 
 
-def export_stablehlo(graph: Graph, path: str | Path | None,
-                     sources: Mapping[str, str] | None = None, verify: bool = False,
-                     portable: bool | str = False) -> str:
+def export_stablehlo(
+    graph: Graph,
+    path: str | Path | None,
+    sources: Mapping[str, str] | None = None,
+    verify: bool = False,
+    portable: bool | str = False,
+) -> str:
     """StableHLO text for ``graph``, written to ``path`` (if given); ``verify=True`` parses
     and verifies it with jaxlib first. ``@main`` takes the inputs, the states, then the
     parameters (:func:`linnet.lang.emit.stablehlo.argument_order`); it returns the outputs,
@@ -85,8 +94,9 @@ def export_stablehlo(graph: Graph, path: str | Path | None,
     from linnet.lang.emit import stablehlo as emit
 
     if portable is not False:
-        text, artifact = portable_stablehlo(graph, None if portable is True else str(portable),
-                                            sources, verify)
+        text, artifact = portable_stablehlo(
+            graph, None if portable is True else str(portable), sources, verify
+        )
         if path is not None:
             Path(path).write_bytes(artifact)
         return text
@@ -99,9 +109,12 @@ def export_stablehlo(graph: Graph, path: str | Path | None,
     return text
 
 
-def portable_stablehlo(graph: Graph, version: str | None,
-                       sources: Mapping[str, str] | None = None, verify: bool = False
-                       ) -> tuple[str, bytes]:
+def portable_stablehlo(
+    graph: Graph,
+    version: str | None,
+    sources: Mapping[str, str] | None = None,
+    verify: bool = False,
+) -> tuple[str, bytes]:
     """The portable text of ``graph`` for StableHLO ``version`` (None: the oldest the
     installed jaxlib writes; E0946 for one it does not) and its portable artifact, as
     :func:`export_stablehlo` writes them (``linnet stablehlo --portable``).
@@ -120,9 +133,18 @@ def portable_stablehlo(graph: Graph, version: str | None,
 
 
 # ---------------------------------------------------------------- safetensors, with numpy
-_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-              "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
-              "BOOL": "bool"}
+_ST_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
 
 
 def read_safetensors(path: str | Path) -> dict[str, Any]:
@@ -141,9 +163,14 @@ def read_safetensors(path: str | Path) -> dict[str, Any]:
             continue
         kind = _ST_DTYPES.get(info["dtype"])
         if kind is None:
-            raise LinnetError(Diagnostic(
-                "E0931", f"tensor `{name}` of `{path}` is {info['dtype']}, which export does "
-                         "not support", help="convert the checkpoint to f32, f16 or bf16"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0931",
+                    f"tensor `{name}` of `{path}` is {info['dtype']}, which export does "
+                    "not support",
+                    help="convert the checkpoint to f32, f16 or bf16",
+                )
+            )
         if kind == "bfloat16":
             import ml_dtypes
 
@@ -166,20 +193,33 @@ def export_target(path: str | Path) -> Path:
     """
     p = Path(path)
     if p.is_dir():
-        raise LinnetError(Diagnostic("E0800", f"cannot export to `{path}`: it is a folder",
-                                     help="name a file inside it, such as `decode.onnx`"))
+        raise LinnetError(
+            Diagnostic(
+                "E0800",
+                f"cannot export to `{path}`: it is a folder",
+                help="name a file inside it, such as `decode.onnx`",
+            )
+        )
     if not p.parent.is_dir():
-        raise LinnetError(Diagnostic(
-            "E0800", f"cannot export to `{path}`: folder `{p.parent}` does not exist",
-            help=f"create it first (`mkdir -p {p.parent}`) or write elsewhere"))
+        raise LinnetError(
+            Diagnostic(
+                "E0800",
+                f"cannot export to `{path}`: folder `{p.parent}` does not exist",
+                help=f"create it first (`mkdir -p {p.parent}`) or write elsewhere",
+            )
+        )
     return p
 
 
 def unwritable(path: Path, exc: OSError) -> LinnetError:
     """E0800 for a write that failed (permissions, a full disk)."""
-    return LinnetError(Diagnostic("E0800", f"cannot export to `{path}`: "
-                                  f"{exc.strerror or exc}",
-                                  help="check the folder's permissions and free space"))
+    return LinnetError(
+        Diagnostic(
+            "E0800",
+            f"cannot export to `{path}`: {exc.strerror or exc}",
+            help="check the folder's permissions and free space",
+        )
+    )
 
 
 def program_sources(program: Any) -> dict[str, str]:
@@ -199,6 +239,7 @@ class EntryExport:
 
     >>> EntryExport(program, config, params, checked, shapes, relower)  # doctest: +SKIP
     """
+
     program: Any
     config: Mapping[str, Any]
     params: Mapping[str, Any]
@@ -207,9 +248,13 @@ class EntryExport:
     relower: Callable[[Any, Any], Graph]
 
 
-def export_entry_onnx(entry: EntryExport, path: str | Path, check: bool = True,
-                      external_threshold: int | None = None, dynamic: Any = None
-                      ) -> list[Path]:
+def export_entry_onnx(
+    entry: EntryExport,
+    path: str | Path,
+    check: bool = True,
+    external_threshold: int | None = None,
+    dynamic: Any = None,
+) -> list[Path]:
     """A runtime's ``model.export_onnx``: the entry as the model runs it, its ``dynamic``
     dims made symbolic (:func:`symbolic_graph`), written with the model's own tensors as
     the weights; E0800 for a path it cannot write (before any work where it can tell).
@@ -218,18 +263,19 @@ def export_entry_onnx(entry: EntryExport, path: str | Path, check: bool = True,
     [PosixPath('decode.onnx')]
     """
     target = export_target(path)
-    graph = symbolic_graph(entry.checked(), entry.program, entry.shapes(), entry.config,
-                           entry.relower, dynamic)
+    graph = symbolic_graph(
+        entry.checked(), entry.program, entry.shapes(), entry.config, entry.relower, dynamic
+    )
     params = {p: entry.params[p] for p in graph.parameters}
     try:
-        return export_onnx(graph, params, target, program_sources(entry.program), check,
-                           external_threshold)
+        return export_onnx(
+            graph, params, target, program_sources(entry.program), check, external_threshold
+        )
     except OSError as exc:
         raise unwritable(target, exc) from None
 
 
-def export_entry_stablehlo(entry: EntryExport, path: str | Path, verify: bool = False
-                           ) -> list[str]:
+def export_entry_stablehlo(entry: EntryExport, path: str | Path, verify: bool = False) -> list[str]:
     """A runtime's ``model.export_stablehlo``: the entry as the model runs it, written as
     StableHLO text; returns the order of the module's arguments (inputs, then weights).
     E0800 for a path it cannot write.
@@ -255,6 +301,7 @@ def export_entry_stablehlo(entry: EntryExport, path: str | Path, verify: bool = 
 DEFAULT_DYNAMIC = ("B", "L")
 """The dims made symbolic when the caller names none (each only where the graph allows)."""
 
+
 def symbolic_dims_of(graph: Graph) -> list[str]:
     """The dims a graph made by :func:`symbolic_dims` has symbolic (in order)."""
     return list(getattr(graph, "symbolic", {}))
@@ -263,8 +310,14 @@ def symbolic_dims_of(graph: Graph) -> list[str]:
 Relower = Any  # Callable[[dict[str, int]], Graph]: the entry lowered with these dims changed
 
 
-def relowering(program: Any, entry: str, inputs: Mapping[str, Any], config: Mapping[str, Any],
-               lower_fn: Any, model: str | None = None) -> Relower:
+def relowering(
+    program: Any,
+    entry: str,
+    inputs: Mapping[str, Any],
+    config: Mapping[str, Any],
+    lower_fn: Any,
+    model: str | None = None,
+) -> Relower:
     """A function lowering ``entry`` again with some dims changed: ``relower({"B": 3})``.
     The inputs' shapes follow from their declared types (``tokens: Tensor[B, L; i32]``);
     the dims go in the config. ``lower_fn(inputs, config)`` lowers (the caller's way: with
@@ -297,11 +350,18 @@ def relowering(program: Any, entry: str, inputs: Mapping[str, Any], config: Mapp
             new = [int(s) if s is not None else o for s, o in zip(sizes, old)]
             shapes[p.name] = (new, given[1]) if isinstance(given, tuple) else new
         return lower_fn(shapes, {**config, **dims})
+
     return relower
 
 
-def symbolic_graph(graph: Graph, program: Any, inputs: Mapping[str, Any],
-                   config: Mapping[str, Any], lower_fn: Any, dynamic: Any = None) -> Graph:
+def symbolic_graph(
+    graph: Graph,
+    program: Any,
+    inputs: Mapping[str, Any],
+    config: Mapping[str, Any],
+    lower_fn: Any,
+    dynamic: Any = None,
+) -> Graph:
     """:func:`symbolic_dims` for a graph ``lower_fn(inputs, config)`` lowered: what the
     runtimes' ``model.export_onnx(..., dynamic=...)`` call, each with its own lowering.
 
@@ -309,11 +369,15 @@ def symbolic_graph(graph: Graph, program: Any, inputs: Mapping[str, Any],
     ...                    lambda i, c: lower(program, "prefill", i, c), "B,L")  # doctest: +SKIP
     """
     if dynamic is not None and not isinstance(dynamic, str | list | tuple):
-        raise LinnetError(Diagnostic(
-            "E0935", f"`dynamic` is a list of dim names or a string such as \"B,L\", got "
-                     f"{type(dynamic).__name__} {dynamic!r}",
-            help="pass dynamic=[\"B\", \"L\"], dynamic=\"none\" (all concrete) or leave it out "
-                 "(B and L where the graph allows)"))
+        raise LinnetError(
+            Diagnostic(
+                "E0935",
+                f'`dynamic` is a list of dim names or a string such as "B,L", got '
+                f"{type(dynamic).__name__} {dynamic!r}",
+                help='pass dynamic=["B", "L"], dynamic="none" (all concrete) or leave it out '
+                "(B and L where the graph allows)",
+            )
+        )
     relower = relowering(program, graph.entry, inputs, config, lower_fn, graph.model)
     return symbolic_dims(graph, relower, dynamic)
 
@@ -333,8 +397,11 @@ def symbolic_dims(graph: Graph, relower: Relower, dynamic: Any = None) -> Graph:
     (<B=2>, <L=5>)
     """
     if isinstance(dynamic, str):
-        dynamic = [] if dynamic.strip().lower() == "none" else \
-            [d.strip() for d in dynamic.split(",") if d.strip()]
+        dynamic = (
+            []
+            if dynamic.strip().lower() == "none"
+            else [d.strip() for d in dynamic.split(",") if d.strip()]
+        )
     if dynamic is None:
         chosen: list[str] = []
         result = graph
@@ -351,14 +418,19 @@ def symbolic_dims(graph: Graph, relower: Relower, dynamic: Any = None) -> Graph:
     for name in names:
         if name not in graph.dims:
             known = ", ".join(sorted(graph.dims)) or "none"
-            raise LinnetError(Diagnostic(
-                "E0935", f"`{graph.model}.{graph.entry}` has no dim `{name}` to make symbolic",
-                help=f"its dims: {known} (the batch is usually `B`, a prompt's length `L`)"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0935",
+                    f"`{graph.model}.{graph.entry}` has no dim `{name}` to make symbolic",
+                    help=f"its dims: {known} (the batch is usually `B`, a prompt's length `L`)",
+                )
+            )
     return _fit(graph, relower, names) if names else graph
 
 
-def _points(graph: Graph, names: list[str], skip: int
-            ) -> tuple[dict[str, int], list[dict], dict, dict]:
+def _points(
+    graph: Graph, names: list[str], skip: int
+) -> tuple[dict[str, int], list[dict], dict, dict]:
     """The sizes lowered at: per dim a start of at least 2 (size 1 broadcasts), every corner
     of start and start + 1, and check points at start + 2 and far beyond every number of
     the graph (a polynomial of degree at most one in each dim is fixed by the corners; the
@@ -390,11 +462,15 @@ def _lowered(graph: Graph, relower: Relower, dims: dict[str, int], names: list[s
     except LinnetError as err:
         first = err.diagnostics[0]
         at = ", ".join(f"{k} = {v}" for k, v in dims.items())
-        raise LinnetError(Diagnostic(
-            "E0937", f"cannot make {_names(names)} of `{graph.model}.{graph.entry}` symbolic: "
-                     f"lowering it at {at} fails ({first.code}: {first.message})",
-            help="a dim that weights or a `where` clause fix cannot vary; keep it concrete "
-                 "(leave it out of --dynamic), or export from smaller example sizes")) from None
+        raise LinnetError(
+            Diagnostic(
+                "E0937",
+                f"cannot make {_names(names)} of `{graph.model}.{graph.entry}` symbolic: "
+                f"lowering it at {at} fails ({first.code}: {first.message})",
+                help="a dim that weights or a `where` clause fix cannot vary; keep it concrete "
+                "(leave it out of --dynamic), or export from smaller example sizes",
+            )
+        ) from None
 
 
 def _names(names: list[str]) -> str:
@@ -441,6 +517,7 @@ def _structure(g: Graph) -> list[tuple[str, Any, list]]:
         nums: list = []
         form = _leaves(x, nums)
         out.append((where, form, nums))
+
     add("inputs", (g.inputs, g.outputs))
     for i, s in enumerate(g.steps):
         add(f"s{i}", (s.op, s.operands, s.results))
@@ -470,7 +547,6 @@ def _fit(graph: Graph, relower: Relower, names: list[str]) -> Graph:
 
 def _fit_at(graph: Graph, relower: Relower, names: list[str], skip: int) -> Graph:
 
-
     start, corners, check_at, far = _points(graph, names, skip)
     graphs = [_lowered(graph, relower, c, names) for c in corners]
     checks = [check_at]
@@ -485,11 +561,16 @@ def _fit_at(graph: Graph, relower: Relower, names: list[str], skip: int) -> Grap
     n = len(corners)
     for form, dims in zip(forms[1:], [*corners[1:], *checks]):
         if len(form) != len(forms[0]) or any(
-                a[0] != b[0] or a[1] != b[1] or len(a[2]) != len(b[2])
-                for a, b in zip(forms[0], form)):
-            bad = next((i for i, (a, b) in enumerate(zip(forms[0], form))
-                        if a[0] != b[0] or a[1] != b[1] or len(a[2]) != len(b[2])),
-                       min(len(form), len(forms[0])))
+            a[0] != b[0] or a[1] != b[1] or len(a[2]) != len(b[2]) for a, b in zip(forms[0], form)
+        ):
+            bad = next(
+                (
+                    i
+                    for i, (a, b) in enumerate(zip(forms[0], form))
+                    if a[0] != b[0] or a[1] != b[1] or len(a[2]) != len(b[2])
+                ),
+                min(len(form), len(forms[0])),
+            )
             changed = [d for d in names if dims[d] != start[d]]
             raise _structure_error(graph, base, bad, forms[0], changed, dims)
     fitted: dict[int, list] = {}
@@ -506,18 +587,27 @@ def _fit_at(graph: Graph, relower: Relower, names: list[str], skip: int) -> Grap
                 if step_at.group(2) not in SYMBOLIC_ATTRIBUTES.get(base.steps[i].op, ()):
                     raise _attribute_error(graph, base, i, step_at.group(2), names)
             elif where.startswith("parameters:"):
-                raise LinnetError(Diagnostic(
-                    "E0937", f"cannot make {_names(names)} of `{graph.model}.{graph.entry}` "
-                             f"symbolic: the shape of parameter `{where.split(':', 1)[1]}` "
-                             "depends on it",
-                    help="a weight's shape is fixed when it is exported: keep this dim "
-                         "concrete (leave it out of --dynamic)"))
+                raise LinnetError(
+                    Diagnostic(
+                        "E0937",
+                        f"cannot make {_names(names)} of `{graph.model}.{graph.entry}` "
+                        f"symbolic: the shape of parameter `{where.split(':', 1)[1]}` "
+                        "depends on it",
+                        help="a weight's shape is fixed when it is exported: keep this dim "
+                        "concrete (leave it out of --dynamic)",
+                    )
+                )
             elif not where.startswith(("values:", "states:")):
                 raise _structure_error(graph, base, k, forms[0], names, check_at)
             poly = _solve(values[:n], corners, names, start)
             if poly is None or any(_value(poly, at) != v for at, v in zip(checks, values[n:])):
-                raise _attribute_error(graph, base, int(step_at.group(1)) if step_at else None,
-                                       step_at.group(2) if step_at else where, names)
+                raise _attribute_error(
+                    graph,
+                    base,
+                    int(step_at.group(1)) if step_at else None,
+                    step_at.group(2) if step_at else where,
+                    names,
+                )
             row.append(SymInt(int(v0), poly))
         fitted[k] = row
     out = copy.deepcopy(base)
@@ -556,8 +646,7 @@ def _solve(values: list, corners: list[dict], names: list[str], start: dict) -> 
         term: Poly = (((), int(g)),) if g else ()
         for i, d in enumerate(names):
             if s >> i & 1:
-                term = poly_mul(term, (((d,), 1), ((), -start[d])) if start[d] else
-                                 (((d,), 1),))
+                term = poly_mul(term, (((d,), 1), ((), -start[d])) if start[d] else (((d,), 1),))
         poly = poly_add(poly, term)
     return poly
 
@@ -572,37 +661,49 @@ def _value(poly: Poly, dims: Mapping[str, int]) -> int:
     return total
 
 
-def _structure_error(graph: Graph, base: Graph, k: int, form: list, changed: list[str],
-                     dims: dict[str, int]) -> LinnetError:
+def _structure_error(
+    graph: Graph, base: Graph, k: int, form: list, changed: list[str], dims: dict[str, int]
+) -> LinnetError:
     where = form[k][0] if k < len(form) else "the end of the graph"
     step = None
     if where.startswith("s") and where[1:].split(".")[0].isdigit():
         i = int(where[1:].split(".")[0])
         step = f"step {i} ({base.steps[i].op}) at {base.steps[i].loc or '?'}"
-    at = step or {"inputs": "its inputs or outputs", "calls": "its calls (a loop over the dim)"
-                  }.get(where.split(":")[0], where)
+    at = step or {
+        "inputs": "its inputs or outputs",
+        "calls": "its calls (a loop over the dim)",
+    }.get(where.split(":")[0], where)
     sizes = ", ".join(f"{d} = {dims[d]}" for d in changed)
-    return LinnetError(Diagnostic(
-        "E0936", f"cannot make {_names(changed)} of `{graph.model}.{graph.entry}` symbolic: "
-                 f"the graph changes structure with it ({at} differs at {sizes})",
-        help="ONNX can make a dim symbolic only where the steps stay the same for every size; "
-             "keep this one concrete (leave it out of --dynamic) and export once per size"))
+    return LinnetError(
+        Diagnostic(
+            "E0936",
+            f"cannot make {_names(changed)} of `{graph.model}.{graph.entry}` symbolic: "
+            f"the graph changes structure with it ({at} differs at {sizes})",
+            help="ONNX can make a dim symbolic only where the steps stay the same for every size; "
+            "keep this one concrete (leave it out of --dynamic) and export once per size",
+        )
+    )
 
 
-def _attribute_error(graph: Graph, base: Graph, i: int | None, what: str, names: list[str]
-                     ) -> LinnetError:
+def _attribute_error(
+    graph: Graph, base: Graph, i: int | None, what: str, names: list[str]
+) -> LinnetError:
     if i is not None:
         s = base.steps[i]
         key = what.split(".", 1)[-1]
         at = f"attribute `{key}` of step {i} ({s.op}) at {s.loc or '?'}"
     else:
         at = f"`{what}`"
-    return LinnetError(Diagnostic(
-        "E0936", f"cannot make {_names(names)} of `{graph.model}.{graph.entry}` symbolic: "
-                 f"{at} changes with it in a way ONNX cannot compute from the inputs' shapes",
-        help="only sizes, reshape and broadcast targets, iota lengths, slice bounds and "
-             "constants that are whole-number polynomials of the dims can be symbolic; keep "
-             "this dim concrete (leave it out of --dynamic) and export once per size"))
+    return LinnetError(
+        Diagnostic(
+            "E0936",
+            f"cannot make {_names(names)} of `{graph.model}.{graph.entry}` symbolic: "
+            f"{at} changes with it in a way ONNX cannot compute from the inputs' shapes",
+            help="only sizes, reshape and broadcast targets, iota lengths, slice bounds and "
+            "constants that are whole-number polynomials of the dims can be symbolic; keep "
+            "this dim concrete (leave it out of --dynamic) and export once per size",
+        )
+    )
 
 
 def _check_measured(graph: Graph, names: list[str]) -> None:
@@ -611,16 +712,30 @@ def _check_measured(graph: Graph, names: list[str]) -> None:
     have = set()
     for vt in [*(graph.values[r] for r in graph.inputs), *graph.states.values()]:
         for d in vt.shape:
-            if isinstance(d, SymInt) and len(d.poly) == 1 and d.poly[0][1] == 1 \
-                    and len(d.poly[0][0]) == 1:
+            if (
+                isinstance(d, SymInt)
+                and len(d.poly) == 1
+                and d.poly[0][1] == 1
+                and len(d.poly[0][0]) == 1
+            ):
                 have.add(d.poly[0][0][0])
     for name in names:
         if name not in have:
-            axes = sorted({poly_text(d.poly) for r in graph.inputs for d in graph.values[r].shape
-                           if isinstance(d, SymInt) and any(name in m for m, _ in d.poly)})
+            axes = sorted(
+                {
+                    poly_text(d.poly)
+                    for r in graph.inputs
+                    for d in graph.values[r].shape
+                    if isinstance(d, SymInt) and any(name in m for m, _ in d.poly)
+                }
+            )
             seen = f" (its inputs' axes have sizes {', '.join(axes)})" if axes else ""
-            raise LinnetError(Diagnostic(
-                "E0938", f"cannot make `{name}` of `{graph.model}.{graph.entry}` symbolic: no "
-                         f"input or state has an axis of size `{name}`{seen}",
-                help=f"the exported model reads `{name}` from an input's shape; give the entry "
-                     f"an input with an axis of exactly `{name}`, or keep it concrete"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0938",
+                    f"cannot make `{name}` of `{graph.model}.{graph.entry}` symbolic: no "
+                    f"input or state has an axis of size `{name}`{seen}",
+                    help=f"the exported model reads `{name}` from an input's shape; give the entry "
+                    f"an input with an axis of exactly `{name}`, or keep it concrete",
+                )
+            )

@@ -54,22 +54,33 @@ def describe(graph: Graph) -> dict[str, Any]:
     bounds = input_bounds(graph)
     sizes: dict[str, int] = getattr(graph, "symbolic", None) or {}  # linnet.lang.export's
     symbolic = list(sizes)
-    others = [input_bounds(_at(graph, {d: v + 1 + k for k, (d, v) in enumerate(
-        sizes.items())}))] if symbolic else []
+    others = (
+        [input_bounds(_at(graph, {d: v + 1 + k for k, (d, v) in enumerate(sizes.items())}))]
+        if symbolic
+        else []
+    )
     kept = []
     for name, r in bounds.inputs.items():
-        if all(o.inputs.get(name) is not None and (o.inputs[name].lo, o.inputs[name].hi)
-               == (r.lo, r.hi) for o in others):
+        if all(
+            o.inputs.get(name) is not None
+            and (o.inputs[name].lo, o.inputs[name].hi) == (r.lo, r.hi)
+            for o in others
+        ):
             kept.append(range_parts(graph, r))
     reached = []
     for use in index_uses(graph):
         text = _reach(graph, use.target, use.axis, use.size)
         if text not in reached:
             reached.append(text)
-    return {"entry": graph.entry, "model": graph.model, "output": OUTPUT, "inputs": kept,
-            "shapes": {r.lstrip("%"): [_text(d) for d in graph.values[r].shape]
-                       for r in graph.inputs},
-            "symbolic": symbolic, "indexes": reached[:8]}
+    return {
+        "entry": graph.entry,
+        "model": graph.model,
+        "output": OUTPUT,
+        "inputs": kept,
+        "shapes": {r.lstrip("%"): [_text(d) for d in graph.values[r].shape] for r in graph.inputs},
+        "symbolic": symbolic,
+        "indexes": reached[:8],
+    }
 
 
 def _text(size: Any) -> Any:
@@ -81,14 +92,20 @@ def _text(size: Any) -> Any:
 
 
 def _reach(graph: Graph, target: str, axis: int, size: int) -> str:
-    kind = "state" if target[1:] in graph.states else "parameter" if target.startswith("@") \
+    kind = (
+        "state"
+        if target[1:] in graph.states
+        else "parameter"
+        if target.startswith("@")
         else "value"
+    )
     return f"axis {axis} (size {_text(size)}) of {kind} `{target.lstrip('@%')}`"
 
 
 def _at(graph: Graph, dims: Mapping[str, int]) -> Graph:
     """``graph`` with every symbolic size (a SymInt of linnet.lang.export) evaluated at
     ``dims``: what input_bounds reads to see whether a range moves with a dim."""
+
     def value(x: Any) -> Any:
         poly = getattr(x, "poly", None)
         if poly is not None:
@@ -110,11 +127,18 @@ def _at(graph: Graph, dims: Mapping[str, int]) -> Graph:
     out.steps = [copy.copy(s) for s in graph.steps]
     for s in out.steps:
         s.attributes = value(s.attributes)
-    out.values = {k: ValueType(tuple(value(list(v.shape))), v.dtype)
-                  for k, v in graph.values.items()}
+    out.values = {
+        k: ValueType(tuple(value(list(v.shape))), v.dtype) for k, v in graph.values.items()
+    }
     for table in ("states", "parameters"):
-        setattr(out, table, {k: ValueType(tuple(value(list(v.shape))), v.dtype)
-                             for k, v in getattr(graph, table).items()})
+        setattr(
+            out,
+            table,
+            {
+                k: ValueType(tuple(value(list(v.shape))), v.dtype)
+                for k, v in getattr(graph, table).items()
+            },
+        )
     return out
 
 
@@ -141,8 +165,11 @@ def description_of(model: Any) -> dict[str, Any]:
         meta = model.get_modelmeta().custom_metadata_map.get(OUTPUT)
     elif hasattr(model, "metadata_props"):  # onnx.ModelProto
         meta = next((p.value for p in model.metadata_props if p.key == OUTPUT), None)
-    elif isinstance(model, Path) or (isinstance(model, str) and "\n" not in model
-                                    and not model.lstrip().startswith(("module", "//"))):
+    elif isinstance(model, Path) or (
+        isinstance(model, str)
+        and "\n" not in model
+        and not model.lstrip().startswith(("module", "//"))
+    ):
         path = Path(model)
         if path.suffix == ".onnx":
             import onnx
@@ -154,25 +181,34 @@ def description_of(model: Any) -> dict[str, Any]:
     elif isinstance(model, str):
         meta = _from_mlir(model)
     if meta is None:
-        raise LinnetError(Diagnostic(
-            "E0945", f"no `{OUTPUT}` description in {_what(model)}",
-            help="export the model with this linnet-lang (`linnet onnx`, `linnet stablehlo`, "
-                 "`model.export_onnx`): its last output is the flag this checks"))
+        raise LinnetError(
+            Diagnostic(
+                "E0945",
+                f"no `{OUTPUT}` description in {_what(model)}",
+                help="export the model with this linnet-lang (`linnet onnx`, `linnet stablehlo`, "
+                "`model.export_onnx`): its last output is the flag this checks",
+            )
+        )
     return json.loads(meta) if isinstance(meta, str) else dict(meta)
 
 
 def _what(model: Any) -> str:
-    return f"`{model}`" if isinstance(model, str | Path) and len(str(model)) < 200 \
+    return (
+        f"`{model}`"
+        if isinstance(model, str | Path) and len(str(model)) < 200
         else type(model).__name__
+    )
 
 
 def _from_mlir(text: str) -> str | None:
     found = re.search(re.escape(OUTPUT) + r' = "((?:[^"\\]|\\.)*)"', text)
     if found is None:
         return None
-    return re.sub(r"\\([0-9A-Fa-f]{2})|\\(.)",
-                  lambda m: chr(int(m.group(1), 16)) if m.group(1) else m.group(2),
-                  found.group(1))
+    return re.sub(
+        r"\\([0-9A-Fa-f]{2})|\\(.)",
+        lambda m: chr(int(m.group(1), 16)) if m.group(1) else m.group(2),
+        found.group(1),
+    )
 
 
 def check_outputs(model: Any, inputs: Mapping[str, Any], outputs: Sequence[Any]) -> None:
@@ -188,14 +224,21 @@ def check_outputs(model: Any, inputs: Mapping[str, Any], outputs: Sequence[Any])
     import numpy as np
 
     if not outputs:
-        raise LinnetError(Diagnostic("E0945", "no outputs to check: pass every output of "
-                                              "the call (the flag is the last)"))
+        raise LinnetError(
+            Diagnostic(
+                "E0945", "no outputs to check: pass every output of the call (the flag is the last)"
+            )
+        )
     flag = np.asarray(outputs[-1])
     if flag.dtype != np.bool_ or flag.shape != ():
-        raise LinnetError(Diagnostic(
-            "E0945", f"the last output is {flag.dtype}{list(flag.shape)}, not the bool scalar "
-                     f"`{OUTPUT}`",
-            help="pass every output of the call, in order (onnxruntime: sess.run(None, ...))"))
+        raise LinnetError(
+            Diagnostic(
+                "E0945",
+                f"the last output is {flag.dtype}{list(flag.shape)}, not the bool scalar "
+                f"`{OUTPUT}`",
+                help="pass every output of the call, in order (onnxruntime: sess.run(None, ...))",
+            )
+        )
     if bool(flag):
         return
     desc = description_of(model)
@@ -206,21 +249,31 @@ def check_outputs(model: Any, inputs: Mapping[str, Any], outputs: Sequence[Any])
             continue
         arr = np.asarray(value)
         if arr.size and (int(arr.min()) < parts["lo"] or int(arr.max()) >= parts["hi"]):
-            raise range_error_of(entry, parts, arr.reshape(-1).astype(np.int64).tolist(),
-                                 arr.shape)
+            raise range_error_of(entry, parts, arr.reshape(-1).astype(np.int64).tolist(), arr.shape)
     reached = "; ".join(desc.get("indexes", [])) or "an axis"
     shapes = {k: list(np.shape(v)) for k, v in inputs.items()}
-    moved = [f"`{k}` is {shapes[k]}" for k, want in desc.get("shapes", {}).items()
-             if k in shapes and any(isinstance(w, str) for w in want)]
+    moved = [
+        f"`{k}` is {shapes[k]}"
+        for k, want in desc.get("shapes", {}).items()
+        if k in shapes and any(isinstance(w, str) for w in want)
+    ]
     if moved:  # symbolic sizes: the shapes (with the values) left an axis
-        raise LinnetError(Diagnostic(
-            "E0782", f"the inputs of `{entry}` (input {', '.join(moved)}) make the exported "
-                     f"model index outside one of: {reached}",
-            help="an input is longer than the axis it indexes (a prompt longer than the KV "
-                 "cache), or a position plus the prompt's length passes its end; shorten "
-                 "it, or export the model with a larger size in the config"))
-    raise LinnetError(Diagnostic(
-        "E0781", f"an index computed in `{entry}` is out of range: the exported model "
-                 f"indexes outside one of: {reached}, for these inputs",
-        help="the entry reads or writes outside a tensor for these inputs or weights; the "
-             "call's outputs are meaningless: keep the states you passed in"))
+        raise LinnetError(
+            Diagnostic(
+                "E0782",
+                f"the inputs of `{entry}` (input {', '.join(moved)}) make the exported "
+                f"model index outside one of: {reached}",
+                help="an input is longer than the axis it indexes (a prompt longer than the KV "
+                "cache), or a position plus the prompt's length passes its end; shorten "
+                "it, or export the model with a larger size in the config",
+            )
+        )
+    raise LinnetError(
+        Diagnostic(
+            "E0781",
+            f"an index computed in `{entry}` is out of range: the exported model "
+            f"indexes outside one of: {reached}, for these inputs",
+            help="the entry reads or writes outside a tensor for these inputs or weights; the "
+            "call's outputs are meaningless: keep the states you passed in",
+        )
+    )

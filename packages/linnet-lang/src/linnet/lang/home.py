@@ -65,25 +65,33 @@ def linnet_home(*, create: bool = True) -> Path:
             try:
                 base = str(Path.home() / ".cache")
             except (RuntimeError, KeyError):  # no $HOME and no password entry (a container)
-                raise LinnetError(Diagnostic(
-                    "E0660", "Linnet's cache directory has no place: there is no home directory",
-                    help="set LINNET_HOME to a writable directory, such as "
-                         "`export LINNET_HOME=/tmp/linnet-$USER`")) from None
+                raise LinnetError(
+                    Diagnostic(
+                        "E0660",
+                        "Linnet's cache directory has no place: there is no home directory",
+                        help="set LINNET_HOME to a writable directory, such as "
+                        "`export LINNET_HOME=/tmp/linnet-$USER`",
+                    )
+                ) from None
         path = Path(base) / "linnet"
     if not create:
         return path
     where = "$LINNET_HOME" if root else "Linnet's cache directory"
-    fix = ("set LINNET_HOME to a writable directory, such as "
-           "`export LINNET_HOME=/tmp/linnet-$USER`")
+    fix = "set LINNET_HOME to a writable directory, such as `export LINNET_HOME=/tmp/linnet-$USER`"
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     except FileExistsError:
-        raise LinnetError(Diagnostic(
-            "E0660", f"{where} `{path}` is a file, not a directory",
-            help=f"move the file away, or {fix}")) from None
+        raise LinnetError(
+            Diagnostic(
+                "E0660",
+                f"{where} `{path}` is a file, not a directory",
+                help=f"move the file away, or {fix}",
+            )
+        ) from None
     except OSError as exc:
-        raise LinnetError(Diagnostic(
-            "E0660", f"{where} `{path}` cannot be created: {_reason(exc)}", help=fix)) from None
+        raise LinnetError(
+            Diagnostic("E0660", f"{where} `{path}` cannot be created: {_reason(exc)}", help=fix)
+        ) from None
     _mark_if_new(path)
     return path
 
@@ -95,9 +103,11 @@ def linnet_home(*, create: bool = True) -> Path:
 MARKER = "CACHEDIR.TAG"
 _SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55\n"
 _MARKER_LINE = "# Linnet's cache ($LINNET_HOME), made by Linnet."
-MARKER_TEXT = (f"{_SIGNATURE}{_MARKER_LINE} `linnet cache clear` removes only the files "
-               "Linnet wrote here.\n# For information about cache directory tags see "
-               "https://bford.info/cachedir/\n")
+MARKER_TEXT = (
+    f"{_SIGNATURE}{_MARKER_LINE} `linnet cache clear` removes only the files "
+    "Linnet wrote here.\n# For information about cache directory tags see "
+    "https://bford.info/cachedir/\n"
+)
 _MARKED: set[str] = set()
 
 
@@ -186,8 +196,14 @@ def _open_args(text: str | bytes) -> dict[str, Any]:
     return {"mode": "wb"} if isinstance(text, bytes) else {"mode": "w", "encoding": "utf-8"}
 
 
-def atomic_write(path: Path | str, text: str | bytes, *, parents: bool = True,
-                 new_mode: int = 0o600, follow_symlinks: bool = True) -> None:
+def atomic_write(
+    path: Path | str,
+    text: str | bytes,
+    *,
+    parents: bool = True,
+    new_mode: int = 0o600,
+    follow_symlinks: bool = True,
+) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never half.
     ``text`` may be ``bytes`` (a binary file, such as a portable StableHLO artifact).
 
@@ -217,8 +233,7 @@ def atomic_write(path: Path | str, text: str | bytes, *, parents: bool = True,
         raise _write_error(target, _reason(exc), exc) from None
     else:
         if stat.S_ISDIR(info.st_mode):
-            raise _write_error(target, "it is a directory",
-                               OSError(errno.EISDIR, "Is a directory"))
+            raise _write_error(target, "it is a directory", OSError(errno.EISDIR, "Is a directory"))
         if not stat.S_ISREG(info.st_mode):  # /dev/stdout, a pipe: write through, in order
             try:
                 with open(target, **_open_args(text)) as f:
@@ -227,8 +242,9 @@ def atomic_write(path: Path | str, text: str | bytes, *, parents: bool = True,
                 raise _write_error(target, _reason(exc), exc) from None
             return
         if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
-            raise _write_error(target, "the file is read-only",
-                               OSError(errno.EACCES, "Permission denied"))
+            raise _write_error(
+                target, "the file is read-only", OSError(errno.EACCES, "Permission denied")
+            )
         mode = stat.S_IMODE(info.st_mode)
     if parents:
         _make_parent(target)
@@ -240,8 +256,9 @@ def _make_parent(target: Path) -> None:
     try:
         parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     except FileExistsError as exc:
-        raise _write_error(target, f"`{parent}` is a file, not a directory",
-                           OSError(errno.ENOTDIR, exc.strerror)) from None
+        raise _write_error(
+            target, f"`{parent}` is a file, not a directory", OSError(errno.ENOTDIR, exc.strerror)
+        ) from None
     except OSError as exc:
         raise _write_error(target, f"cannot create `{parent}`: {_reason(exc)}", exc) from None
 

@@ -82,8 +82,7 @@ def record(path: Path | str) -> None:
         finally:
             os.close(fd)
         line = json.dumps({"path": rel, "sha256": digest, "size": size}) + "\n"
-        out = os.open(home / MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW,
-                      0o600)
+        out = os.open(home / MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o600)
         try:
             os.write(out, line.encode())  # one short append: whole, among other writers
         finally:
@@ -134,8 +133,9 @@ def _rewrite_record(home: Path, removed: set[str]) -> None:
     from linnet.lang.home import atomic_write
 
     with contextlib.suppress(LinnetError):
-        atomic_write(home / MANIFEST, "".join(k + "\n" for k in kept), parents=False,
-                     follow_symlinks=False)
+        atomic_write(
+            home / MANIFEST, "".join(k + "\n" for k in kept), parents=False, follow_symlinks=False
+        )
 
 
 # ---------------------------------------------------------------- a file, as a rule sees it
@@ -144,8 +144,16 @@ class HomeFile:
     under the home), ``inner`` (under its folder), ``name``, ``size``; its bytes are read
     without following links, once."""
 
-    def __init__(self, dir_fd: int | None, dirpath: str, name: str, rel: str, inner: str,
-                 size: int, record: dict[str, dict[int, set[str]]]):
+    def __init__(
+        self,
+        dir_fd: int | None,
+        dirpath: str,
+        name: str,
+        rel: str,
+        inner: str,
+        size: int,
+        record: dict[str, dict[int, set[str]]],
+    ):
         self.dir_fd, self.dirpath, self.name = dir_fd, dirpath, name
         self.rel, self.inner, self.size = rel, inner, size
         self._record = record
@@ -238,8 +246,10 @@ class Tally:
         """What was left, in words ("" when nothing was)."""
         parts = []
         if self.kept:
-            parts.append(f"{self.kept} file(s) not Linnet's kept, such as "
-                         + ", ".join(f"`{e}`" for e in self.examples))
+            parts.append(
+                f"{self.kept} file(s) not Linnet's kept, such as "
+                + ", ".join(f"`{e}`" for e in self.examples)
+            )
         if self.links:
             parts.append(f"{self.links} link(s) kept, not followed")
         return "; ".join(parts)
@@ -304,10 +314,10 @@ def _demo_legacy(f: HomeFile) -> bool:
     return bool(_DEMO.match(f.name) and _is_safetensors(f)) or bool(_DEMO_OLD_TMP.match(f.name))
 
 
-GENERATED = Folder("generated", "generated", _generated,
-                   "generated source, imported from files")
-DEMO = Folder("demo", "demo", _demo, "`linnet run`'s generated demo checkpoints",
-              legacy=_demo_legacy)
+GENERATED = Folder("generated", "generated", _generated, "generated source, imported from files")
+DEMO = Folder(
+    "demo", "demo", _demo, "`linnet run`'s generated demo checkpoints", legacy=_demo_legacy
+)
 
 
 # ---------------------------------------------------------------- whose home
@@ -362,12 +372,14 @@ def home_owner(folders: Iterable[Folder]) -> tuple[str, Path, list[str]]:
 def _refuse(home: Path, foreign: list[str]) -> LinnetError:
     shown = ", ".join(f"`{e}`" for e in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
     return coded_error(
-        "E0745", f"$LINNET_HOME `{home}` was not made by Linnet (it has no {MARKER} of "
-                 f"Linnet's) and holds files that are not Linnet's ({shown}): `linnet cache "
-                 "clear` removes nothing there",
+        "E0745",
+        f"$LINNET_HOME `{home}` was not made by Linnet (it has no {MARKER} of "
+        f"Linnet's) and holds files that are not Linnet's ({shown}): `linnet cache "
+        "clear` removes nothing there",
         help="point LINNET_HOME at a directory of Linnet's own (Linnet makes it on first use, "
-             "such as `export LINNET_HOME=~/.cache/linnet`); if this is an earlier Linnet's "
-             "home, move the other files out of it and clear again")
+        "such as `export LINNET_HOME=~/.cache/linnet`); if this is an earlier Linnet's "
+        "home, move the other files out of it and clear again",
+    )
 
 
 # ---------------------------------------------------------------- walking without links
@@ -410,8 +422,7 @@ def _walk(top: Path) -> Iterator[tuple[str, list[str], list[str], int | None]]:
         os.close(fd)
 
 
-def _fd_walk(dir_fd: int, dirpath: str
-             ) -> Iterator[tuple[str, list[str], list[str], int | None]]:
+def _fd_walk(dir_fd: int, dirpath: str) -> Iterator[tuple[str, list[str], list[str], int | None]]:
     try:
         names = sorted(os.listdir(dir_fd))
     except OSError as exc:
@@ -440,8 +451,11 @@ def _fd_walk(dir_fd: int, dirpath: str
 
 
 def _unreadable(exc: OSError) -> None:
-    raise coded_error("E0831", f"cannot read `{exc.filename}`: {exc.strerror or exc}",
-                 help="fix its permissions and run `linnet cache clear` again")
+    raise coded_error(
+        "E0831",
+        f"cannot read `{exc.filename}`: {exc.strerror or exc}",
+        help="fix its permissions and run `linnet cache clear` again",
+    )
 
 
 def _lstat(dirpath: str, dir_fd: int | None, name: str) -> os.stat_result | None:
@@ -462,10 +476,12 @@ def _unlink(dirpath: str, dir_fd: int | None, name: str) -> None:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise coded_error("E0831", f"cannot remove `{os.path.join(dirpath, name)}`: "
-                              f"{exc.strerror or exc}",
-                     help="fix its permissions (or those of its directory) and run "
-                          "`linnet cache clear` again") from None
+        raise coded_error(
+            "E0831",
+            f"cannot remove `{os.path.join(dirpath, name)}`: {exc.strerror or exc}",
+            help="fix its permissions (or those of its directory) and run "
+            "`linnet cache clear` again",
+        ) from None
 
 
 def _rmdir(dirpath: str, dir_fd: int | None, name: str) -> None:
@@ -483,9 +499,14 @@ def _listdir(dirpath: str, dir_fd: int | None) -> list[str]:
         return ["?"]
 
 
-def _scan_folder(home: Path, folder: Folder, record: dict[str, dict[int, set[str]]],
-                 remove: bool, take: Callable[[HomeFile], bool], removed: set[str]
-                 ) -> Tally:
+def _scan_folder(
+    home: Path,
+    folder: Folder,
+    record: dict[str, dict[int, set[str]]],
+    remove: bool,
+    take: Callable[[HomeFile], bool],
+    removed: set[str],
+) -> Tally:
     tally = Tally()
     top, linked = _real_dir(home, folder.rel)
     if top is None:
@@ -493,12 +514,18 @@ def _scan_folder(home: Path, folder: Folder, record: dict[str, dict[int, set[str
         return tally
     prefix = f"{folder.rel}/" if folder.rel else ""
     if not folder.rel:  # files in the home itself: only the names of this folder
-        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY) \
-            if hasattr(os, "O_DIRECTORY") and os.open in os.supports_dir_fd else None
+        fd = (
+            os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+            if hasattr(os, "O_DIRECTORY") and os.open in os.supports_dir_fd
+            else None
+        )
         try:
             names = sorted(n for n in os.listdir(top) if folder.member and folder.member(n))
-            doomed = [name for name in names
-                      if _consider(str(top), fd, name, name, name, tally, record, take)]
+            doomed = [
+                name
+                for name in names
+                if _consider(str(top), fd, name, name, name, tally, record, take)
+            ]
             for name in doomed if remove else ():
                 _unlink(str(top), fd, name)
                 removed.add(name)
@@ -517,9 +544,20 @@ def _scan_folder(home: Path, folder: Folder, record: dict[str, dict[int, set[str
                 changed = True
         # Every file of the directory is judged before any is removed (a rule may read a
         # sibling: Triton's group file lists its compilation's files).
-        doomed = [name for name in filenames
-                  if _consider(dirpath, dir_fd, name, f"{prefix}{inner_dir}{name}",
-                               f"{inner_dir}{name}", tally, record, take)]
+        doomed = [
+            name
+            for name in filenames
+            if _consider(
+                dirpath,
+                dir_fd,
+                name,
+                f"{prefix}{inner_dir}{name}",
+                f"{inner_dir}{name}",
+                tally,
+                record,
+                take,
+            )
+        ]
         for name in doomed if remove else ():
             _unlink(dirpath, dir_fd, name)
             removed.add(f"{prefix}{inner_dir}{name}")
@@ -531,9 +569,16 @@ def _scan_folder(home: Path, folder: Folder, record: dict[str, dict[int, set[str
     return tally
 
 
-def _consider(dirpath: str, dir_fd: int | None, name: str, rel: str, inner: str,
-              tally: Tally, record: dict[str, dict[int, set[str]]],
-              take: Callable[[HomeFile], bool]) -> bool:
+def _consider(
+    dirpath: str,
+    dir_fd: int | None,
+    name: str,
+    rel: str,
+    inner: str,
+    tally: Tally,
+    record: dict[str, dict[int, set[str]]],
+    take: Callable[[HomeFile], bool],
+) -> bool:
     """Count one entry in ``tally``; whether it is Linnet's own (a regular file its folder's
     rule takes: never a link, a fifo or a socket)."""
     info = _lstat(dirpath, dir_fd, name)
@@ -581,8 +626,9 @@ def _nothing(f: HomeFile) -> bool:
     return False
 
 
-def _either(a: Callable[[HomeFile], bool], b: Callable[[HomeFile], bool]
-            ) -> Callable[[HomeFile], bool]:
+def _either(
+    a: Callable[[HomeFile], bool], b: Callable[[HomeFile], bool]
+) -> Callable[[HomeFile], bool]:
     return lambda f: a(f) or b(f)
 
 
@@ -595,8 +641,9 @@ def _adopt(home: Path, folders: list[Folder]) -> None:
         legacy = folder.legacy
         found: list[str] = []
 
-        def take(f: HomeFile, legacy: Callable[[HomeFile], bool] = legacy,
-                 found: list[str] = found) -> bool:
+        def take(
+            f: HomeFile, legacy: Callable[[HomeFile], bool] = legacy, found: list[str] = found
+        ) -> bool:
             if legacy(f):
                 found.append(str(home / f.rel))
             return False
@@ -607,8 +654,9 @@ def _adopt(home: Path, folders: list[Folder]) -> None:
     mark_home(home)
 
 
-def clear_home(folders: Iterable[Folder], names: list[str] | None = None
-               ) -> tuple[Path, str, dict[str, Tally]]:
+def clear_home(
+    folders: Iterable[Folder], names: list[str] | None = None
+) -> tuple[Path, str, dict[str, Tally]]:
     """Remove Linnet's own files from the folders ``names`` (default: all); ``(home, owner
     before, {name: Tally of what was removed and kept})``. A home that is not Linnet's is
     E0745 (nothing removed); an earlier version's home is adopted first; a file that cannot

@@ -66,10 +66,13 @@ class Numerics(StrEnum):
                 return cls(value)
             except ValueError:
                 pass
-        raise coded_error("E0713", f"numerics must be 'exact' or 'fast', not {value!r}",
-                          help="numerics='exact' runs every op as its body says (f32 matmuls "
-                               "in full f32); numerics='fast' uses fused calls, kernels and "
-                               "TF32 matmuls")
+        raise coded_error(
+            "E0713",
+            f"numerics must be 'exact' or 'fast', not {value!r}",
+            help="numerics='exact' runs every op as its body says (f32 matmuls "
+            "in full f32); numerics='fast' uses fused calls, kernels and "
+            "TF32 matmuls",
+        )
 
 
 NUMERICS: tuple[str, ...] = tuple(n.value for n in Numerics)
@@ -95,8 +98,7 @@ STAGES: tuple[Stage, ...] = (
 """The stages every lowered entry goes through after ``lower``, in order."""
 
 # The graphs `watch` collects: (stage name, a copy of the graph after it), innermost last.
-_WATCHERS: ContextVar[tuple[list[tuple[str, Graph]], ...]] = ContextVar("_WATCHERS",
-                                                                        default=())
+_WATCHERS: ContextVar[tuple[list[tuple[str, Graph]], ...]] = ContextVar("_WATCHERS", default=())
 
 
 def debug_stages() -> bool:

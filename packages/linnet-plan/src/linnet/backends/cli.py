@@ -18,7 +18,8 @@ from .here import Survey, outcome_text, survey
 def register_backends(subparsers: Any) -> None:
     """Adds `linnet backends` to the `linnet` CLI (the `linnet.commands` entry point)."""
     p = subparsers.add_parser(
-        "backends", help="list the backends that can run here, and why the others cannot")
+        "backends", help="list the backends that can run here, and why the others cannot"
+    )
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(run=backends_command)
 
@@ -41,11 +42,17 @@ def to_json(found: Discovery, report: Survey | None = None) -> str:
     ['available', 'contract', 'machine', 'skipped', 'unavailable']
     """
     report = survey(found) if report is None else report
-    return json.dumps({"contract": CONTRACT,
-                       "machine": report.machine.to_json(),
-                       "available": [a.to_json() for a in report.runnable],
-                       "unavailable": [a.to_json() for a in report.not_runnable],
-                       "skipped": [r.to_json() for r in found.skipped]}, indent=2, default=str)
+    return json.dumps(
+        {
+            "contract": CONTRACT,
+            "machine": report.machine.to_json(),
+            "available": [a.to_json() for a in report.runnable],
+            "unavailable": [a.to_json() for a in report.not_runnable],
+            "skipped": [r.to_json() for r in found.skipped],
+        },
+        indent=2,
+        default=str,
+    )
 
 
 def to_text(found: Discovery, report: Survey | None = None) -> str:
@@ -62,14 +69,21 @@ def to_text(found: Discovery, report: Survey | None = None) -> str:
     codes: set[str] = set()
     if report.runnable:
         rows = [("NAME", "VERSION", "CONTRACT", "DISTRIBUTION", "RUNS ON")]
-        rows += [(a.name, str(a.found.backend.version), str(a.found.backend.contract),
-                  _origin(a.found.distribution, a.found.version),
-                  ", ".join(t.device or t.kind for t in a.runs_on))
-                 for a in report.runnable]
+        rows += [
+            (
+                a.name,
+                str(a.found.backend.version),
+                str(a.found.backend.contract),
+                _origin(a.found.distribution, a.found.version),
+                ", ".join(t.device or t.kind for t in a.runs_on),
+            )
+            for a in report.runnable
+        ]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines.append("available (can run here):")
-        lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                  for row in rows]
+        lines += [
+            "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
+        ]
         # Declining some targets is normal (a CUDA backend and the CPU); a probe at fault is not.
         for a in report.runnable:
             for result in a.results:
@@ -78,18 +92,20 @@ def to_text(found: Discovery, report: Survey | None = None) -> str:
                     lines.append(f"  {a.name} on {outcome_text(result)}")
                     lines += [f"      {line}" for line in result.detail.splitlines()]
     elif found.found:
-        lines.append(f"available: none ({len(found.found)} loaded, none can run here: see "
-                     "below)")
+        lines.append(f"available: none ({len(found.found)} loaded, none can run here: see below)")
     elif found.skipped:
         lines.append(f"available: none ({len(found.skipped)} skipped: see below)")
     else:
-        lines.append(f"available: none (no installed package names one in the {GROUP} "
-                     "entry-point group)")
+        lines.append(
+            f"available: none (no installed package names one in the {GROUP} entry-point group)"
+        )
     if report.not_runnable:
         lines += ["", "unavailable (loaded, but cannot run here):"]
         for a in report.not_runnable:
-            lines.append(f"  {a.name} {a.found.backend.version} "
-                         f"({_origin(a.found.distribution, a.found.version)})")
+            lines.append(
+                f"  {a.name} {a.found.backend.version} "
+                f"({_origin(a.found.distribution, a.found.version)})"
+            )
             for result in a.results:
                 codes.add(result.code)
                 lines.append(f"      {outcome_text(result)}")
@@ -102,8 +118,10 @@ def to_text(found: Discovery, report: Survey | None = None) -> str:
             lines.append(f"      from {record.path}")
             lines += [f"      {line}" for line in record.detail.splitlines()]
     for code in sorted(codes - {""}):
-        lines += ["", f"{code}: a plugin's fault, for its author to fix; `linnet explain {code}` "
-                      "says more"]
+        lines += [
+            "",
+            f"{code}: a plugin's fault, for its author to fix; `linnet explain {code}` says more",
+        ]
     return "\n".join(lines)
 
 
@@ -115,5 +133,6 @@ def _record_text(record: SkipRecord) -> str:
     if not record.code:
         return str(record)
     origin = " ".join(part for part in (record.distribution, record.version) if part)
-    return (f"{record.name} ({origin or 'unknown distribution'}): error[{record.code}]: "
-            f"{record.reason}")
+    return (
+        f"{record.name} ({origin or 'unknown distribution'}): error[{record.code}]: {record.reason}"
+    )

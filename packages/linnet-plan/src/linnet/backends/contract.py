@@ -42,8 +42,9 @@ class Target:
 
     def key(self) -> str:
         """What timings depend on: the device model and the framework's versions."""
-        return json.dumps([self.kind, self.name, self.capability, self.framework,
-                           list(self.versions)])
+        return json.dumps(
+            [self.kind, self.name, self.capability, self.framework, list(self.versions)]
+        )
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,11 @@ class Region:
         return bool(set(self.steps) & set(other.steps))
 
     def __repr__(self) -> str:
-        what = self.callee.rsplit("::", 1)[-1] if isinstance(self.callee, str) and \
-            self.callee else "steps"
+        what = (
+            self.callee.rsplit("::", 1)[-1]
+            if isinstance(self.callee, str) and self.callee
+            else "steps"
+        )
         where = f" {self.path}" if isinstance(self.path, str) and self.path else ""
         try:  # a region a backend built by hand may hold anything: its repr never raises
             return f"Region({what}{where} @{self.start}, {len(self.steps)} steps)"
@@ -166,8 +170,10 @@ class Region:
         >>> # Region.of(graph, call.start, call.stop, call.index)
         """
         if not 0 <= start < stop <= len(graph.steps):
-            raise RegionError(f"steps {start}..{stop} are not a non-empty range of a graph with "
-                              f"{len(graph.steps)} steps")
+            raise RegionError(
+                f"steps {start}..{stop} are not a non-empty range of a graph with "
+                f"{len(graph.steps)} steps"
+            )
         return cls.of_steps(graph, range(start, stop), index)
 
     @classmethod
@@ -195,9 +201,18 @@ class Region:
             raise RegionError(str(exc)) from None
         analysed = step_set(graph, chosen)
         call = _enclosing_call(graph, chosen, index)
-        return cls(graph, chosen, index, analysed.inputs, analysed.outputs, analysed.parameters,
-                   analysed.states, fingerprint(graph, analysed), call.callee if call else "",
-                   call.path if call else "")
+        return cls(
+            graph,
+            chosen,
+            index,
+            analysed.inputs,
+            analysed.outputs,
+            analysed.parameters,
+            analysed.states,
+            fingerprint(graph, analysed),
+            call.callee if call else "",
+            call.path if call else "",
+        )
 
 
 def _enclosing_call(graph: Graph, steps: Sequence[int], index: int | None) -> Any:
@@ -207,8 +222,12 @@ def _enclosing_call(graph: Graph, steps: Sequence[int], index: int | None) -> An
                 return call
     best = None
     for call in graph.calls:
-        if call.start <= steps[0] and steps[-1] < call.stop and call.kind != "entry" and (
-                best is None or call.depth > best.depth):
+        if (
+            call.start <= steps[0]
+            and steps[-1] < call.stop
+            and call.kind != "entry"
+            and (best is None or call.depth > best.depth)
+        ):
             best = call
     return best
 
@@ -221,9 +240,16 @@ def region_kind(region: Region) -> str:
 
     >>> # region_kind(region) == region.kind   (what Region.of gives)
     """
-    return fingerprint(region.graph, StepSet(region.steps, tuple(region.inputs),
-                                             tuple(region.outputs), tuple(region.parameters),
-                                             tuple(region.states)))
+    return fingerprint(
+        region.graph,
+        StepSet(
+            region.steps,
+            tuple(region.inputs),
+            tuple(region.outputs),
+            tuple(region.parameters),
+            tuple(region.states),
+        ),
+    )
 
 
 @runtime_checkable

@@ -87,9 +87,15 @@ class SkipRecord:
         return f"{self.name} ({origin or 'unknown distribution'}): {self.reason}"
 
     def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "distribution": self.distribution, "version": self.version,
-                "path": self.path, "reason": self.reason, "detail": self.detail,
-                "code": self.code}
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "path": self.path,
+            "reason": self.reason,
+            "detail": self.detail,
+            "code": self.code,
+        }
 
 
 @dataclass(frozen=True)
@@ -106,9 +112,14 @@ class Found:
         return self.backend.name
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.backend.name, "version": str(self.backend.version),
-                "contract": self.backend.contract, "distribution": self.distribution,
-                "distribution_version": self.version, "path": self.path}
+        return {
+            "name": self.backend.name,
+            "version": str(self.backend.version),
+            "contract": self.backend.contract,
+            "distribution": self.distribution,
+            "distribution_version": self.version,
+            "path": self.path,
+        }
 
 
 @dataclass(frozen=True)
@@ -166,8 +177,9 @@ def skipped(refresh: bool = False) -> list[SkipRecord]:
     return list(discover(refresh).skipped)
 
 
-def probe_all(target: Target, backends: Iterable[Any] | None = None
-              ) -> tuple[list[Any], list[SkipRecord]]:
+def probe_all(
+    target: Target, backends: Iterable[Any] | None = None
+) -> tuple[list[Any], list[SkipRecord]]:
     """Ask each backend whether it runs on ``target``.
 
     Returns the backends whose ``probe`` gave :class:`Capabilities`, in the order given, and a
@@ -190,9 +202,17 @@ def probe_all(target: Target, backends: Iterable[Any] | None = None
             capable.append(backend)
         else:
             origin = _origin_of(backend)
-            records.append(SkipRecord(_name_of(backend), origin.distribution, origin.version,
-                                      origin.path, outcome.sentence, outcome.detail,
-                                      outcome.code))
+            records.append(
+                SkipRecord(
+                    _name_of(backend),
+                    origin.distribution,
+                    origin.version,
+                    origin.path,
+                    outcome.sentence,
+                    outcome.detail,
+                    outcome.code,
+                )
+            )
     return capable, records
 
 
@@ -250,14 +270,24 @@ def probe_outcome(backend: Any, target: Target) -> Outcome:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        return Outcome("fault", target, f"probe for {target.kind} raised {type(exc).__name__}",
-                       _exception_text(exc), PROBE_FAULT)
+        return Outcome(
+            "fault",
+            target,
+            f"probe for {target.kind} raised {type(exc).__name__}",
+            _exception_text(exc),
+            PROBE_FAULT,
+        )
     if capabilities is None:
         return Outcome("declines", target, _decline_reason(backend, target))
     if not isinstance(capabilities, Capabilities):
-        return Outcome("fault", target, f"probe for {target.kind} returned a "
-                       f"{type(capabilities).__name__}, not Capabilities or None", "",
-                       PROBE_FAULT)
+        return Outcome(
+            "fault",
+            target,
+            f"probe for {target.kind} returned a "
+            f"{type(capabilities).__name__}, not Capabilities or None",
+            "",
+            PROBE_FAULT,
+        )
     return Outcome("runs", target, capabilities=capabilities)
 
 
@@ -287,18 +317,26 @@ def contract_problem(backend: Any) -> tuple[str, str] | None:
     if hasattr(backend, "contract"):
         declared = backend.contract
         if type(declared) is not int:
-            return (f"declares contract {declared!r}, which is not a contract version; this "
-                    f"host implements backend contract {CONTRACT}", "")
+            return (
+                f"declares contract {declared!r}, which is not a contract version; this "
+                f"host implements backend contract {CONTRACT}",
+                "",
+            )
         if declared != CONTRACT:
             upgrade = "the plugin" if declared < CONTRACT else "the host (linnet-plan)"
-            return (f"written for backend contract {declared}, but this host implements "
-                    f"contract {CONTRACT}: upgrade {upgrade}", "")
+            return (
+                f"written for backend contract {declared}, but this host implements "
+                f"contract {CONTRACT}: upgrade {upgrade}",
+                "",
+            )
     missing = [a for a in ATTRIBUTES if not hasattr(backend, a)]
     missing += [m for m in METHODS if not callable(getattr(backend, m, None))]
     if missing:
         listed = ", ".join(missing)
-        return (f"{type(backend).__name__} is not a backend: it lacks {listed}",
-                f"a backend has {', '.join(ATTRIBUTES)} and the methods {', '.join(METHODS)}")
+        return (
+            f"{type(backend).__name__} is not a backend: it lacks {listed}",
+            f"a backend has {', '.join(ATTRIBUTES)} and the methods {', '.join(METHODS)}",
+        )
     if not isinstance(backend.name, str) or not backend.name:
         return f"its name {backend.name!r} is not a non-empty string", ""
     return None
@@ -331,8 +369,17 @@ def _load_all(entry_points: Iterable[Any]) -> Discovery:
         for f in found:
             answer = probe_outcome(f.backend, HOST)
             if answer.state == "fault":
-                faults.append(SkipRecord(f.name, f.distribution, f.version, f.path,
-                                         answer.reason, answer.detail, answer.code))
+                faults.append(
+                    SkipRecord(
+                        f.name,
+                        f.distribution,
+                        f.version,
+                        f.path,
+                        answer.reason,
+                        answer.detail,
+                        answer.code,
+                    )
+                )
             else:
                 working.append(f)
     records.extend(faults)
@@ -354,16 +401,20 @@ def _load_one(ep: Any, origin: _Origin) -> Found | SkipRecord:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SyntaxError, SystemExit... a plugin never stops the host
-        return skip(f"its module {module_name} failed to import ({type(exc).__name__})",
-                    _exception_text(exc))
+        return skip(
+            f"its module {module_name} failed to import ({type(exc).__name__})",
+            _exception_text(exc),
+        )
     try:
         for part in attr.split("."):
             target = getattr(target, part)
     except AttributeError as exc:
         return skip(f"its module {module_name} has no {attr}", _exception_text(exc))
     if not callable(target):
-        return skip(f"{ep.value} is a {type(target).__name__}, not a function or class that "
-                    "returns a backend")
+        return skip(
+            f"{ep.value} is a {type(target).__name__}, not a function or class that "
+            "returns a backend"
+        )
     try:
         backend = target()
         problem = contract_problem(backend)
@@ -386,11 +437,17 @@ def _drop_duplicates(loaded: Sequence[Found]) -> tuple[list[Found], list[SkipRec
             kept[found.name] = found
             continue
         winner = first.distribution or "an unknown distribution"
-        records.append(SkipRecord(
-            found.name, found.distribution, found.version, found.path,
-            f"another backend named {found.name}, from {winner}, comes first in "
-            "(name, distribution) order",
-            f"kept {first.path}; uninstall one of the two distributions to choose"))
+        records.append(
+            SkipRecord(
+                found.name,
+                found.distribution,
+                found.version,
+                found.path,
+                f"another backend named {found.name}, from {winner}, comes first in "
+                "(name, distribution) order",
+                f"kept {first.path}; uninstall one of the two distributions to choose",
+            )
+        )
     return list(kept.values()), records
 
 

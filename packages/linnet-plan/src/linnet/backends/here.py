@@ -112,8 +112,9 @@ def _cuda_targets(torch: Any) -> tuple[list[Target], list[str]]:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        return [], [f"no CUDA device: torch {version} could not query CUDA "
-                    f"({_exception_text(exc)})"]
+        return [], [
+            f"no CUDA device: torch {version} could not query CUDA ({_exception_text(exc)})"
+        ]
     if count == 0:
         if cuda_version is None:
             why = f"torch {version} is built without CUDA"
@@ -129,13 +130,23 @@ def _cuda_targets(torch: Any) -> tuple[list[Target], list[str]]:
     for index in range(count):
         try:
             props = torch.cuda.get_device_properties(index)
-            targets.append(Target("cuda", f"cuda:{index}", str(props.name),
-                                  (int(props.major), int(props.minor)), "torch", versions))
+            targets.append(
+                Target(
+                    "cuda",
+                    f"cuda:{index}",
+                    str(props.name),
+                    (int(props.major), int(props.minor)),
+                    "torch",
+                    versions,
+                )
+            )
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
-            notes.append(f"cuda:{index} left out: torch could not read its properties "
-                         f"({_exception_text(exc)})")
+            notes.append(
+                f"cuda:{index} left out: torch could not read its properties "
+                f"({_exception_text(exc)})"
+            )
     return targets, notes
 
 
@@ -162,8 +173,11 @@ class Availability:
         return [r.target for r in self.results if r.state == "runs"]
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.found.to_json(), "runnable": self.runnable,
-                "targets": [outcome_json(r) for r in self.results]}
+        return {
+            **self.found.to_json(),
+            "runnable": self.runnable,
+            "targets": [outcome_json(r) for r in self.results],
+        }
 
 
 @dataclass(frozen=True)
@@ -201,8 +215,11 @@ def survey(discovery: Discovery | None = None, machine: Machine | None = None) -
     backends = []
     with contextlib.redirect_stdout(sys.stderr):
         for found in discovery.found:
-            backends.append(Availability(found, tuple(
-                probe_outcome(found.backend, target) for target in machine.targets)))
+            backends.append(
+                Availability(
+                    found, tuple(probe_outcome(found.backend, target) for target in machine.targets)
+                )
+            )
     return Survey(machine, tuple(backends), discovery)
 
 
@@ -227,9 +244,13 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
     >>> outcome_json(Outcome("declines", Target("cpu", "cpu"), "needs a GPU"))["state"]
     'declines'
     """
-    out: dict[str, Any] = {"target": _target_json(outcome.target), "state": outcome.state,
-                           "reason": outcome.reason, "detail": outcome.detail,
-                           "code": outcome.code}
+    out: dict[str, Any] = {
+        "target": _target_json(outcome.target),
+        "state": outcome.state,
+        "reason": outcome.reason,
+        "detail": outcome.detail,
+        "code": outcome.code,
+    }
     if isinstance(outcome.capabilities, Capabilities):
         out["dtypes"] = [str(d) for d in _sequence(outcome.capabilities.dtypes)]
         out["notes"] = str(outcome.capabilities.notes)
@@ -254,18 +275,27 @@ def outcome_text(outcome: Outcome) -> str:
 def _where(target: Target) -> str:
     where = target.device or target.kind
     if target.kind == "cuda" and target.name:
-        where += f" ({target.name}" + (
-            f", compute capability {target.capability[0]}.{target.capability[1]}"
-            if target.capability else "") + ")"
+        where += (
+            f" ({target.name}"
+            + (
+                f", compute capability {target.capability[0]}.{target.capability[1]}"
+                if target.capability
+                else ""
+            )
+            + ")"
+        )
     return where
 
 
 def _target_json(target: Target) -> dict[str, Any]:
-    return {"kind": target.kind, "device": target.device, "name": target.name,
-            "capability": list(target.capability) if target.capability else None,
-            "framework": target.framework}
+    return {
+        "kind": target.kind,
+        "device": target.device,
+        "name": target.name,
+        "capability": list(target.capability) if target.capability else None,
+        "framework": target.framework,
+    }
 
 
 def _sequence(value: Any) -> Sequence[Any]:
     return value if isinstance(value, list | tuple) else ()
-

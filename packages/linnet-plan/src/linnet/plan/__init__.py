@@ -30,6 +30,20 @@ from .decide import (
     warn_failed,
 )
 
-__all__ = ["BackendWarning", "CacheWarning", "Candidate", "Decision", "SliceTimer",
-           "TimingCache", "cache_key", "choose", "choose_in_context", "explain_table",
-           "label_algorithms", "layout", "rotation", "warn_failed", "window"]
+__all__ = [
+    "BackendWarning",
+    "CacheWarning",
+    "Candidate",
+    "Decision",
+    "SliceTimer",
+    "TimingCache",
+    "cache_key",
+    "choose",
+    "choose_in_context",
+    "explain_table",
+    "label_algorithms",
+    "layout",
+    "rotation",
+    "warn_failed",
+    "window",
+]

@@ -112,8 +112,10 @@ class TimingCache:
                 except LinnetError:  # no home directory at all: the path only names it
                     path = Path("$LINNET_HOME") / "benchmarks.json"
                 self.unsaved = err.diagnostics[0].message
-                self._warn(f"{self.unsaved}; timings are measured again and not saved "
-                           "(set LINNET_HOME to a writable directory)")
+                self._warn(
+                    f"{self.unsaved}; timings are measured again and not saved "
+                    "(set LINNET_HOME to a writable directory)"
+                )
         self.path = path
         self.entries: dict[str, Any] = {}
         self.pending: dict[str, dict[str, Any]] = {}
@@ -142,34 +144,45 @@ class TimingCache:
             raise _Corrupt("nested too deeply") from None
         except ValueError as exc:
             raise _Corrupt(str(exc)) from None
-        if not (isinstance(data, dict) and data.get("format") == FORMAT
-                and data.get("version") == VERSION and isinstance(data.get("entries"), dict)):
+        if not (
+            isinstance(data, dict)
+            and data.get("format") == FORMAT
+            and data.get("version") == VERSION
+            and isinstance(data.get("entries"), dict)
+        ):
             raise _Corrupt("not a linnet.benchmarks v1 file")
         return data["entries"]
 
     def _move_aside(self, why: str) -> str:
         """Under the lock: move the corrupt file to a name no other file has; say where."""
         if self._in_home and not is_linnet_home(self.path.parent):
-            raise _Unusable(f"it is not a timing cache of Linnet's ({why}), in a "
-                            "$LINNET_HOME that Linnet did not make (it may be yours)")
+            raise _Unusable(
+                f"it is not a timing cache of Linnet's ({why}), in a "
+                "$LINNET_HOME that Linnet did not make (it may be yours)"
+            )
         stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(time.time()))
         try:
-            fd, aside = tempfile.mkstemp(prefix=f"{self.path.name}.corrupt-{stamp}-",
-                                         dir=self.path.parent)
+            fd, aside = tempfile.mkstemp(
+                prefix=f"{self.path.name}.corrupt-{stamp}-", dir=self.path.parent
+            )
             os.close(fd)
         except OSError as exc:
-            raise _Unusable(f"it is unreadable ({why}) and cannot be moved aside "
-                            f"({_why(exc)})") from None
+            raise _Unusable(
+                f"it is unreadable ({why}) and cannot be moved aside ({_why(exc)})"
+            ) from None
         try:
             os.replace(self.path, aside)  # onto the placeholder: atomic, and unique
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(aside)
-            raise _Unusable(f"it is unreadable ({why}) and cannot be moved aside "
-                            f"({_why(exc)})") from None
+            raise _Unusable(
+                f"it is unreadable ({why}) and cannot be moved aside ({_why(exc)})"
+            ) from None
         record(aside)  # Linnet's to remove (`linnet cache clear`): it moved it
-        return (f"the timing cache {self.path} is unreadable ({why}); moved it to "
-                f"{Path(aside).name} and starting a new one")
+        return (
+            f"the timing cache {self.path} is unreadable ({why}); moved it to "
+            f"{Path(aside).name} and starting a new one"
+        )
 
     def _read_locked(self) -> dict[str, Any]:
         """Under the lock: the entries on disk, a corrupt file moved aside (and said so)."""
@@ -183,8 +196,10 @@ class TimingCache:
         try:
             return self._load()
         except _Unusable as exc:
-            self._warn(f"cannot use the timing cache {self.path}: {exc}; timing again, and "
-                       "left it as it is")
+            self._warn(
+                f"cannot use the timing cache {self.path}: {exc}; timing again, and "
+                "left it as it is"
+            )
             return {}
         except _Corrupt:
             pass
@@ -192,8 +207,10 @@ class TimingCache:
             with _locked(self.path):
                 return self._read_locked()
         except _Unusable as exc:
-            self._warn(f"the timing cache {self.path} is unusable: {exc}; timing again, and "
-                       "left it as it is (new timings are not saved until it is moved away)")
+            self._warn(
+                f"the timing cache {self.path} is unusable: {exc}; timing again, and "
+                "left it as it is (new timings are not saved until it is moved away)"
+            )
             return {}
 
     def get(self, key: str) -> float | None:
@@ -218,19 +235,22 @@ class TimingCache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
-            self._warn(f"timings not saved: cannot create {self.path.parent} ({_why(exc)})",
-                       stacklevel=3)
+            self._warn(
+                f"timings not saved: cannot create {self.path.parent} ({_why(exc)})", stacklevel=3
+            )
             return
         try:
             with _locked(self.path):
                 current = self._read_locked()
                 current.update(self.pending)
-                text = json.dumps({"format": FORMAT, "version": VERSION, "entries": current},
-                                  indent=1, sort_keys=True)
+                text = json.dumps(
+                    {"format": FORMAT, "version": VERSION, "entries": current},
+                    indent=1,
+                    sort_keys=True,
+                )
                 atomic_write(self.path, text, parents=False)
         except _Unusable as exc:
-            self._warn(f"timings not saved to {self.path}: {exc}; left it as it is",
-                       stacklevel=3)
+            self._warn(f"timings not saved to {self.path}: {exc}; left it as it is", stacklevel=3)
             return
         except LinnetError as err:
             self._warn(f"timings not saved: {err.diagnostics[0].message}", stacklevel=3)
@@ -244,8 +264,11 @@ _NAME = "benchmarks.json"
 
 
 def _timings_member(name: str) -> bool:
-    return name == _NAME or name.startswith(_NAME + ".corrupt-") or \
-        is_temporary(name, lambda base: base == _NAME)
+    return (
+        name == _NAME
+        or name.startswith(_NAME + ".corrupt-")
+        or is_temporary(name, lambda base: base == _NAME)
+    )
 
 
 def _timings_owned(f: HomeFile) -> bool:
@@ -264,5 +287,11 @@ def _timings_owned(f: HomeFile) -> bool:
 
 #: The timing cache among $LINNET_HOME's folders (linnet.lang.home_files): its files are in
 #: the home itself; the lock file is Linnet's and is left.
-TIMINGS = Folder("timings", "", _timings_owned, "the planner's timings of region kinds",
-                 member=_timings_member, extra=(_NAME + ".lock",))
+TIMINGS = Folder(
+    "timings",
+    "",
+    _timings_owned,
+    "the planner's timings of region kinds",
+    member=_timings_member,
+    extra=(_NAME + ".lock",),
+)

@@ -74,8 +74,9 @@ def layout(n_steps: int, taken: Sequence[Candidate]) -> list[Entry]:
     return out
 
 
-def window(n_steps: int, before: Sequence[Candidate], after: Sequence[Candidate]
-           ) -> tuple[list[Entry], list[Entry]]:
+def window(
+    n_steps: int, before: Sequence[Candidate], after: Sequence[Candidate]
+) -> tuple[list[Entry], list[Entry]]:
     """The stretch of the plan that changes between taking ``before`` and taking ``after``,
     as each lays it out: the entries (slices and regions) of each over the same steps, the
     regions the two share as its borders.
@@ -121,9 +122,14 @@ def _default_key(c: Candidate) -> Hashable:
     return (id(c.backend), c.region.kind, c.algorithm)
 
 
-def choose_in_context(candidates: list[Candidate], options: Options, n_steps: int,
-                      timer: SliceTimer, key: Callable[[Candidate], Hashable] = _default_key,
-                      say: Callable[[str], None] = lambda message: None) -> Decision:
+def choose_in_context(
+    candidates: list[Candidate],
+    options: Options,
+    n_steps: int,
+    timer: SliceTimer,
+    key: Callable[[Candidate], Hashable] = _default_key,
+    say: Callable[[str], None] = lambda message: None,
+) -> Decision:
     """:func:`~linnet.plan.choose`, then the taken regions checked where they stand.
 
     Candidates of one kind (``key``: backend and region kind by default) are timed and
@@ -148,9 +154,12 @@ def choose_in_context(candidates: list[Candidate], options: Options, n_steps: in
     dropped: list[Candidate] = []
     verdicts: dict[tuple, tuple[float, float] | str] = {}
 
-    def compare(purpose: str, group: list[Candidate], taken: list[Candidate],
-                change: Callable[[Candidate, list[Candidate]], list[Candidate]]
-                ) -> tuple[float, float] | str:
+    def compare(
+        purpose: str,
+        group: list[Candidate],
+        taken: list[Candidate],
+        change: Callable[[Candidate, list[Candidate]], list[Candidate]],
+    ) -> tuple[float, float] | str:
         """(seconds taking ``taken``, seconds taking ``change(member, taken)``). Every
         member counts, not one per set of the region's own parameters: the stretches of a
         parameter-free kind (SiLU x up) hold each layer's weights."""
@@ -161,8 +170,7 @@ def choose_in_context(candidates: list[Candidate], options: Options, n_steps: in
         alike = [m for m in members if signatures[id(m)] == common]
         vkey = (purpose, key(group[0]), common)
         if vkey not in verdicts:
-            say(f"{purpose} {len(group)} {group[0].label} region(s) "
-                f"{group[0].region!r} in context")
+            say(f"{purpose} {len(group)} {group[0].label} region(s) {group[0].region!r} in context")
             verdicts[vkey] = _costs(timer, alike, shapes)
         return verdicts[vkey]
 
@@ -188,18 +196,22 @@ def choose_in_context(candidates: list[Candidate], options: Options, n_steps: in
                 break
             for c in group:
                 c.context_seconds = (with_it, without)
-                c.reason += (f"; in context it saves {_us(without - with_it)} us "
-                             f"({_us(without)} without it, {_us(with_it)} with it)")
+                c.reason += (
+                    f"; in context it saves {_us(without - with_it)} us "
+                    f"({_us(without)} without it, {_us(with_it)} with it)"
+                )
         if loser is not None:
             group, with_it, without = loser
             for c in group:
                 c.status = "slower in context"
                 c.context_seconds = (with_it, without)
-                c.reason = (f"saves {_pct(c.saving or 0.0, c.generated_seconds)} alone, "
-                            f"{_us(without - with_it)} us in context (needs "
-                            f"{options.margin:.0%} of its {_us(c.generated_seconds)} us): the "
-                            f"stretch around it takes {_us(without)} us compiled without it, "
-                            f"{_us(with_it)} us with it")
+                c.reason = (
+                    f"saves {_pct(c.saving or 0.0, c.generated_seconds)} alone, "
+                    f"{_us(without - with_it)} us in context (needs "
+                    f"{options.margin:.0%} of its {_us(c.generated_seconds)} us): the "
+                    f"stretch around it takes {_us(without)} us compiled without it, "
+                    f"{_us(with_it)} us with it"
+                )
             dropped.extend(group)
             continue
         # 2. a kind that lost to several taken regions, in their place
@@ -222,13 +234,14 @@ def choose_in_context(candidates: list[Candidate], options: Options, n_steps: in
         for x in group:
             for c in _overlapping(x, taken):
                 c.status, c.context_seconds = "overlap", None
-                c.reason = (f"replaced in context by {name}: {_us(instead)} us where these "
-                            f"take {_us(now)} us")
+                c.reason = (
+                    f"replaced in context by {name}: {_us(instead)} us where these "
+                    f"take {_us(now)} us"
+                )
                 dropped.append(c)
 
 
-def _groups(cands: list[Candidate], key: Callable[[Candidate], Hashable]
-            ) -> list[list[Candidate]]:
+def _groups(cands: list[Candidate], key: Callable[[Candidate], Hashable]) -> list[list[Candidate]]:
     groups: dict[Hashable, list[Candidate]] = {}
     for c in cands:
         groups.setdefault(key(c), []).append(c)
@@ -263,21 +276,25 @@ def _replaces_several(c: Candidate, taken: Sequence[Candidate]) -> bool:
     over = _overlapping(c, taken)
     own = set(c.region.steps)
     covered = {s for t in over for s in t.region.steps}
-    return bool(over) and covered <= own and not (
-        len(over) == 1 and tuple(over[0].region.steps) == tuple(c.region.steps))
+    return (
+        bool(over)
+        and covered <= own
+        and not (len(over) == 1 and tuple(over[0].region.steps) == tuple(c.region.steps))
+    )
 
 
-def _signature(timer: SliceTimer, key: Callable[[Candidate], Hashable],
-               before: list[Entry], after: list[Entry]) -> tuple:
+def _signature(
+    timer: SliceTimer, key: Callable[[Candidate], Hashable], before: list[Entry], after: list[Entry]
+) -> tuple:
     def kinds(entries: list[Entry]) -> tuple:
-        return tuple(timer.kind(e) if isinstance(e, tuple) else ("region", key(e))
-                     for e in entries)
+        return tuple(timer.kind(e) if isinstance(e, tuple) else ("region", key(e)) for e in entries)
 
     return kinds(before), kinds(after)
 
 
-def _costs(timer: SliceTimer, members: list[Candidate],
-           shapes: dict[int, tuple[list[Entry], list[Entry]]]) -> tuple[float, float] | str:
+def _costs(
+    timer: SliceTimer, members: list[Candidate], shapes: dict[int, tuple[list[Entry], list[Entry]]]
+) -> tuple[float, float] | str:
     """Seconds of the stretch before and after the change: each position's slices timed in
     rotation over ``members`` (their entries line up: one signature), each region by its own
     timing; or why that could not be done."""
@@ -287,8 +304,12 @@ def _costs(timer: SliceTimer, members: list[Candidate],
         for position, entry in enumerate(shapes[id(members[0])][side]):
             if isinstance(entry, tuple):
                 try:
-                    total += timer.seconds([shapes[id(m)][side][position]  # type: ignore[misc]
-                                            for m in members])
+                    total += timer.seconds(
+                        [
+                            shapes[id(m)][side][position]  # type: ignore[misc]
+                            for m in members
+                        ]
+                    )
                 except LookupError as exc:
                     return str(exc) or type(exc).__name__
             else:

@@ -85,8 +85,10 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
             need = options.margin * (c.generated_seconds or 0.0)
             if saving < need:
                 c.status = "below margin"
-                c.reason = (f"saves {_pct(saving, c.generated_seconds)} of the generated "
-                            f"source's time; needs {options.margin:.0%}")
+                c.reason = (
+                    f"saves {_pct(saving, c.generated_seconds)} of the generated "
+                    f"source's time; needs {options.margin:.0%}"
+                )
                 continue
         eligible.append(c)
     if options.measure:
@@ -103,8 +105,9 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
             continue
         if options.memory is not None and held + c.holds > options.memory:
             c.status = "memory"
-            c.reason = (f"would hold {c.holds} bytes; the budget has "
-                        f"{max(0, options.memory - held)} left")
+            c.reason = (
+                f"would hold {c.holds} bytes; the budget has {max(0, options.memory - held)} left"
+            )
             continue
         c.status = "taken"
         if options.measure:
@@ -121,8 +124,9 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
     return decision
 
 
-def label_algorithms(candidates: list[Candidate],
-                     key: Callable[[Candidate], Hashable] | None = None) -> None:
+def label_algorithms(
+    candidates: list[Candidate], key: Callable[[Candidate], Hashable] | None = None
+) -> None:
     """Set ``algorithm`` on each candidate whose backend offers more than one executable for
     the same steps (two algorithms for one region), so that each is timed, cached and
     decided apart: the executable's ``meta.algorithm`` where it declares one, else (where
@@ -171,9 +175,13 @@ def warn_failed(candidates: list[Candidate], what: str, stacklevel: int = 3) -> 
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         regions = f"{len(failed)} region{'s' if len(failed) != 1 else ''}"
-        warnings.warn(f"linnet: {regions} of backend `{first.backend_name}` failed {what} "
-                      f"and run as generated source: {first.region!r}: {first.reason}{more}; "
-                      "plan.explain() lists each", BackendWarning, stacklevel=stacklevel)
+        warnings.warn(
+            f"linnet: {regions} of backend `{first.backend_name}` failed {what} "
+            f"and run as generated source: {first.region!r}: {first.reason}{more}; "
+            "plan.explain() lists each",
+            BackendWarning,
+            stacklevel=stacklevel,
+        )
 
 
 def _unmeasured_order(c: Candidate) -> tuple:
@@ -198,8 +206,18 @@ def _us(seconds: float | None) -> str:
 def explain_table(candidates: list[Candidate], skipped: list[Any], header: str = "") -> str:
     """The text of ``plan.explain()``: every candidate region, its times and its fate."""
     lines = [header] if header else []
-    rows = [("region", "steps", "backend", "estimate us", "backend us", "generated us", "saving",
-             "decision")]
+    rows = [
+        (
+            "region",
+            "steps",
+            "backend",
+            "estimate us",
+            "backend us",
+            "generated us",
+            "saving",
+            "decision",
+        )
+    ]
     for c in sorted(candidates, key=lambda c: (_first_step(c.region), c.backend_name)):
         r = c.region
         what, span = _where(r)
@@ -209,12 +227,23 @@ def explain_table(candidates: list[Candidate], skipped: list[Any], header: str =
             decision += " (cached timing)"
         if c.estimate_note:
             decision += f" (estimate ignored: {c.estimate_note})"
-        rows.append((what, span, c.label, _us(c.estimate), _us(c.backend_seconds),
-                     _us(c.generated_seconds), saving, decision))
+        rows.append(
+            (
+                what,
+                span,
+                c.label,
+                _us(c.estimate),
+                _us(c.backend_seconds),
+                _us(c.generated_seconds),
+                saving,
+                decision,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(7)]
     for row in rows:
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:7]))
-                     + "  " + row[7])
+        lines.append(
+            "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:7])) + "  " + row[7]
+        )
     if skipped:
         lines.append("")
         lines.append("backends not used:")
@@ -224,13 +253,20 @@ def explain_table(candidates: list[Candidate], skipped: list[Any], header: str =
             reason = getattr(s, "reason", str(s))
             detail = getattr(s, "detail", "")
             code = getattr(s, "code", "")  # E0777: a probe at fault, for the plugin's author
-            lines.append(f"  {name}" + (f" ({dist})" if dist else "") + ": "
-                         + (f"error[{code}]: " if code else "") + reason
-                         + (f" [{detail}]" if detail else ""))
+            lines.append(
+                f"  {name}"
+                + (f" ({dist})" if dist else "")
+                + ": "
+                + (f"error[{code}]: " if code else "")
+                + reason
+                + (f" [{detail}]" if detail else "")
+            )
     taken = sum(1 for c in candidates if c.status == "taken")
     lines.append("")
-    lines.append(f"{taken} of {len(candidates)} candidate regions taken by backends; the rest "
-                 "of the entry runs as generated source.")
+    lines.append(
+        f"{taken} of {len(candidates)} candidate regions taken by backends; the rest "
+        "of the entry runs as generated source."
+    )
     return "\n".join(lines)
 
 
@@ -249,12 +285,14 @@ def _where(r: Region) -> tuple[str, str]:
     try:
         # "+ writes": the region's steps end with state writes (a kernel that stores k and
         # v into the cache, beside the same op's region without them).
-        what = (r.callee.rsplit("::", 1)[-1] if r.callee else "steps") + (
-            " + writes" if r.callee and r.writes_state else "") + (
-            f" [{r.path}]" if r.path else "")
-        span = f"{r.start}..{r.stop}" + ("" if len(r.steps) == r.stop - r.start
-                                          else f" ({len(r.steps)})")
+        what = (
+            (r.callee.rsplit("::", 1)[-1] if r.callee else "steps")
+            + (" + writes" if r.callee and r.writes_state else "")
+            + (f" [{r.path}]" if r.path else "")
+        )
+        span = f"{r.start}..{r.stop}" + (
+            "" if len(r.steps) == r.stop - r.start else f" ({len(r.steps)})"
+        )
         return what, span
     except Exception:
         return "-", "-"
-

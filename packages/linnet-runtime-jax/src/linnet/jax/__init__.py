@@ -21,12 +21,29 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_LAZY = {"Function": ".model", "Model": ".model", "load": ".model", "load_function": ".model",
-         "load_source": ".model", "random_weights": ".model", "load_safetensors": ".weights",
-         "save_safetensors": ".weights"}
+_LAZY = {
+    "Function": ".model",
+    "Model": ".model",
+    "load": ".model",
+    "load_function": ".model",
+    "load_source": ".model",
+    "random_weights": ".model",
+    "load_safetensors": ".weights",
+    "save_safetensors": ".weights",
+}
 
-__all__ = ["Function", "LinnetError", "Model", "__version__", "load", "load_function",
-           "load_safetensors", "load_source", "random_weights", "save_safetensors"]
+__all__ = [
+    "Function",
+    "LinnetError",
+    "Model",
+    "__version__",
+    "load",
+    "load_function",
+    "load_safetensors",
+    "load_source",
+    "random_weights",
+    "save_safetensors",
+]
 
 
 def __getattr__(name: str) -> Any:

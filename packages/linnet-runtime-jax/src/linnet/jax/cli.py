@@ -33,8 +33,12 @@ def register_run(subparsers: Any) -> None:
     existing = subparsers.choices.get("run")
     if existing is not None:  # linnet-runtime-torch's, registered first
         if not any("--runtime" in a.option_strings for a in existing._actions):
-            existing.add_argument("--runtime", choices=RUNTIMES, default="torch",
-                                  help="the runtime that runs the model (default: torch)")
+            existing.add_argument(
+                "--runtime",
+                choices=RUNTIMES,
+                default="torch",
+                help="the runtime that runs the model (default: torch)",
+            )
         torch_run = existing.get_default("run")
         existing.set_defaults(run=lambda args: dispatch(args, torch_run))
         return
@@ -46,8 +50,12 @@ def register_run(subparsers: Any) -> None:
     # Without linnet-runtime-torch, only the options JAX takes (`--help` lists those);
     # `--runtime torch` stays, to say how to install it (E0790).
     add_run_arguments(p, torch=torch)
-    p.add_argument("--runtime", choices=RUNTIMES, default=default,
-                   help=f"the runtime that runs the model (default here: {default})")
+    p.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default=default,
+        help=f"the runtime that runs the model (default here: {default})",
+    )
     p.set_defaults(run=lambda args: dispatch(args, None))
 
 
@@ -57,10 +65,15 @@ def dispatch(args: argparse.Namespace, torch_run: Any) -> int:
         return run_command(args)
     if torch_run is None:
         if not _torch_installed():
-            raise LinnetError(Diagnostic(
-                "E0790", "`--runtime torch` was asked for, but linnet-runtime-torch is not "
-                "installed here", help="install it (`pip install linnet-runtime-torch`), or "
-                                       "run on JAX: `linnet run --runtime jax`"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0790",
+                    "`--runtime torch` was asked for, but linnet-runtime-torch is not "
+                    "installed here",
+                    help="install it (`pip install linnet-runtime-torch`), or "
+                    "run on JAX: `linnet run --runtime jax`",
+                )
+            )
         from linnet.torch.cli import run_command as torch_run
     return int(torch_run(args))
 
@@ -83,18 +96,27 @@ def run_command(args: argparse.Namespace) -> int:
     resolve_tokens(args, text=False)
     check_id_run(args)
     options.check_nproc(getattr(args, "nproc", 1))  # 0, -1, 10**20: E0824 here too
-    given = [flag for flag, value in (
-        ("--compile", getattr(args, "compile", False)),
-        ("--interpret", getattr(args, "interpret", False)),
-        ("--threads", getattr(args, "threads", None) is not None),
-        ("--nproc", getattr(args, "nproc", 1) != 1),
-        ("--rank-timeout", getattr(args, "rank_timeout", None) is not None)) if value]
+    given = [
+        flag
+        for flag, value in (
+            ("--compile", getattr(args, "compile", False)),
+            ("--interpret", getattr(args, "interpret", False)),
+            ("--threads", getattr(args, "threads", None) is not None),
+            ("--nproc", getattr(args, "nproc", 1) != 1),
+            ("--rank-timeout", getattr(args, "rank_timeout", None) is not None),
+        )
+        if value
+    ]
     if given:
         flag = given[0]
-        raise LinnetError(Diagnostic(
-            "E0790", f"`{flag}` is an option of the torch runtime; `--runtime jax` always runs "
-            "generated JAX under jax.jit, on one device", help=f"drop {flag}, or use "
-                                                               "`--runtime torch`"))
+        raise LinnetError(
+            Diagnostic(
+                "E0790",
+                f"`{flag}` is an option of the torch runtime; `--runtime jax` always runs "
+                "generated JAX under jax.jit, on one device",
+                help=f"drop {flag}, or use `--runtime torch`",
+            )
+        )
     options.check_seed(args.seed, "--seed", optional=False)  # before a checkpoint is made
     # The options first, before a checkpoint is read or made or jax is imported.
     parsed = options.run_tokens(args)
@@ -115,14 +137,21 @@ def run_command(args: argparse.Namespace) -> int:
         printing.announce_demo(model_path, setup.config_name, args.seed)
         weights = str(host_run.demo_checkpoint(model_path, setup.config, args.seed))
     start = time.perf_counter()
-    model = load(model_path, weights=weights, device=args.device, numerics=args.numerics,
-                 config=setup.config)
-    print(printing.loaded_line(model_path, model.device, time.perf_counter() - start,
-                              model.entries, runtime="jax"))
+    model = load(
+        model_path, weights=weights, device=args.device, numerics=args.numerics, config=setup.config
+    )
+    print(
+        printing.loaded_line(
+            model_path, model.device, time.perf_counter() - start, model.entries, runtime="jax"
+        )
+    )
     check_length(model, len(prompt), args.tokens)
     if stop is None and model.stop_tokens:
-        print(f"linnet: stopping at {model.stop_tokens_source} {list(model.stop_tokens)} "
-              "(--stop none decodes every --tokens)", file=sys.stderr)
+        print(
+            f"linnet: stopping at {model.stop_tokens_source} {list(model.stop_tokens)} "
+            "(--stop none decodes every --tokens)",
+            file=sys.stderr,
+        )
     # Model.generate runs prefill, then one decode step per token; each step is timed when
     # its tokens reach the host (on_token), which waits for the device.
     times: list[float] = []
@@ -138,9 +167,16 @@ def run_command(args: argparse.Namespace) -> int:
             times.append(ms)
             print(printing.token_line(step, len(prompt) + step - 1, tokens[0], ms))
 
-    out = model.generate([prompt], args.tokens, temperature=args.temperature,
-                         top_k=args.top_k, top_p=args.top_p, seed=args.sampling_seed,
-                         stop_tokens=stop, on_token=on_token)[0]
+    out = model.generate(
+        [prompt],
+        args.tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.sampling_seed,
+        stop_tokens=stop,
+        on_token=on_token,
+    )[0]
     print("\n".join(printing.summary_lines(out, times, "includes lowering and compiling")))
     return 0
 

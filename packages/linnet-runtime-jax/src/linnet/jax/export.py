@@ -43,17 +43,32 @@ def entry_export(model: Any, entry: str, inputs: Any) -> EntryExport:
         return {n: list(np.shape(t)) for n, t in zip(fn._names, fn._ordered(inputs))}
 
     return EntryExport(
-        prep.program, prep.config, model.params, checked, shapes,
-        lambda i, c: lower_entry(prep.program, entry, i, c, prep.weight_shapes)[0])
+        prep.program,
+        prep.config,
+        model.params,
+        checked,
+        shapes,
+        lambda i, c: lower_entry(prep.program, entry, i, c, prep.weight_shapes)[0],
+    )
 
-def export_onnx(model: Any, entry: str, inputs: Any, path: str | Path, check: bool = True,
-                external_threshold: int | None = None, dynamic: Any = None) -> list[Path]:
+
+def export_onnx(
+    model: Any,
+    entry: str,
+    inputs: Any,
+    path: str | Path,
+    check: bool = True,
+    external_threshold: int | None = None,
+    dynamic: Any = None,
+) -> list[Path]:
     """See :meth:`linnet.jax.Model.export_onnx`."""
-    return export_entry_onnx(entry_export(model, entry, inputs), path, check,
-                             external_threshold, dynamic)
+    return export_entry_onnx(
+        entry_export(model, entry, inputs), path, check, external_threshold, dynamic
+    )
 
 
-def export_stablehlo(model: Any, entry: str, inputs: Any, path: str | Path,
-                     verify: bool = False) -> list[str]:
+def export_stablehlo(
+    model: Any, entry: str, inputs: Any, path: str | Path, verify: bool = False
+) -> list[str]:
     """See :meth:`linnet.jax.Model.export_stablehlo`."""
     return export_entry_stablehlo(entry_export(model, entry, inputs), path, verify)

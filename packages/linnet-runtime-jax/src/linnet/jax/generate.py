@@ -76,8 +76,9 @@ class Picking(NamedTuple):
     use_p: bool
 
 
-def settings(temperature: float, top_k: int | None, top_p: float | None, vocabulary: int
-             ) -> tuple[Picking, tuple[np.float32, np.int32, np.float32]]:
+def settings(
+    temperature: float, top_k: int | None, top_p: float | None, vocabulary: int
+) -> tuple[Picking, tuple[np.float32, np.int32, np.float32]]:
     """The way of picking and its values for the options (checked before): the
     temperature's inverse in f32 (its reciprocal in f64, rounded: inf for a temperature too
     small for it, 0 for one too large), ``k`` (where it is below the vocabulary) and the
@@ -90,15 +91,17 @@ def settings(temperature: float, top_k: int | None, top_p: float | None, vocabul
     use_k = temperature != 0 and top_k is not None and top_k < vocabulary
     use_p = temperature != 0 and top_p is not None and top_p < 1
     with np.errstate(over="ignore", divide="ignore"):
-        inverse = np.float32(np.float64(1.0) / np.float64(temperature)) if temperature \
+        inverse = (
+            np.float32(np.float64(1.0) / np.float64(temperature))
+            if temperature
             else np.float32(0.0)
+        )
     k = np.int32(top_k if use_k and top_k is not None else 1)
     drop = np.float32(1.0 - top_p if use_p and top_p is not None else 0.0)
     return Picking(temperature != 0, use_k, use_p), (inverse, k, drop)
 
 
-def pick_tokens(logits: Any, picking: Picking, inverse: Any, k: Any, drop: Any, key: Any
-                ) -> Any:
+def pick_tokens(logits: Any, picking: Picking, inverse: Any, k: Any, drop: Any, key: Any) -> Any:
     """One token id (int32) per row of ``logits`` [B, V], traceable (the steps run it under
     ``jax.jit``): the argmax when not sampling, else a ``jax.random.categorical`` draw from
     ``logits * inverse`` kept to the ``k`` most likely tokens and to the smallest set whose
@@ -132,20 +135,24 @@ def pick_tokens(logits: Any, picking: Picking, inverse: Any, k: Any, drop: Any, 
     if picking.use_p:
         # transformers' TopPLogitsWarper: drop the least likely tokens whose probabilities
         # sum to at most 1 - top_p; the most likely token is always kept.
-        index = jnp.argsort(jnp.where(scores == -jnp.inf, -jnp.inf, shifted), axis=-1,
-                            stable=True)
-        cumulative = jnp.cumsum(jax.nn.softmax(jnp.take_along_axis(scores, index, axis=-1),
-                                               axis=-1), axis=-1)
+        index = jnp.argsort(jnp.where(scores == -jnp.inf, -jnp.inf, shifted), axis=-1, stable=True)
+        cumulative = jnp.cumsum(
+            jax.nn.softmax(jnp.take_along_axis(scores, index, axis=-1), axis=-1), axis=-1
+        )
         dropped = (cumulative <= drop).at[:, -1].set(False)
         rows = jnp.arange(scores.shape[0])[:, None]
-        scores = jnp.where(jnp.zeros_like(dropped).at[rows, index].set(dropped), -jnp.inf,
-                           scores)
+        scores = jnp.where(jnp.zeros_like(dropped).at[rows, index].set(dropped), -jnp.inf, scores)
     picked = jax.random.categorical(key, scores, axis=-1).astype(jnp.int32)
     return jnp.where(finite, picked, -1)
 
 
-def pick(logits: Any, temperature: float = 0.0, top_k: int | None = None,
-         top_p: float | None = None, key: Any = None) -> Any:
+def pick(
+    logits: Any,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    key: Any = None,
+) -> Any:
     """One token id per row of ``logits`` [B, V], as the torch runtime's ``pick``: the
     argmax when ``temperature`` is 0, else a sample (with the ``jax.random`` ``key``) of
     ``softmax(logits / temperature)`` kept to ``top_k`` and ``top_p``; -1 for a row whose
@@ -184,8 +191,9 @@ def seed_key(seed: int) -> Any:
     import jax
     import jax.numpy as jnp
 
-    return jax.random.wrap_key_data(jnp.asarray([seed >> 32, seed & 0xFFFFFFFF], jnp.uint32),
-                                     impl="threefry2x32")
+    return jax.random.wrap_key_data(
+        jnp.asarray([seed >> 32, seed & 0xFFFFFFFF], jnp.uint32), impl="threefry2x32"
+    )
 
 
 def _prompts(prompts: Any) -> list[list[int]]:
@@ -219,8 +227,17 @@ def _first_step(model: Any, tokens: Any, picking: Picking) -> Callable:
 
     prefill = model.function("prefill").lowered([tokens]).function
 
-    def first(params: dict, states: dict, tokens: Any, lengths: Any, key: Any,
-              inverse: Any, k: Any, drop: Any, stop_mask: Any) -> tuple:
+    def first(
+        params: dict,
+        states: dict,
+        tokens: Any,
+        lengths: Any,
+        key: Any,
+        inverse: Any,
+        k: Any,
+        drop: Any,
+        stop_mask: Any,
+    ) -> tuple:
         TRACES["prefill"] += 1  # runs while tracing only
         (logits, *_), states = prefill(tokens, params, states)
         rows = logits[jnp.arange(logits.shape[0]), lengths - 1]
@@ -247,13 +264,29 @@ def _decode_step(model: Any, batch: int, picking: Picking) -> Callable:
     one = np.zeros(batch, np.int32)
     decode = model.function("decode").lowered([one, one]).function
 
-    def step(params: dict, states: dict, last: Any, pos: Any, done: Any, key: Any,
-             index: Any, inverse: Any, k: Any, drop: Any, stop_mask: Any) -> tuple:
+    def step(
+        params: dict,
+        states: dict,
+        last: Any,
+        pos: Any,
+        done: Any,
+        key: Any,
+        index: Any,
+        inverse: Any,
+        k: Any,
+        drop: Any,
+        stop_mask: Any,
+    ) -> tuple:
         TRACES["decode"] += 1  # runs while tracing only
         (logits, *_), states = decode(jnp.maximum(last, 0), pos, params, states)
         picked = pick_tokens(logits, picking, inverse, k, drop, jax.random.fold_in(key, index))
-        return (jnp.where(done, last, picked), pos + jnp.where(done, 0, 1),
-                done | _stopped(picked, stop_mask), index + 1, states)
+        return (
+            jnp.where(done, last, picked),
+            pos + jnp.where(done, 0, 1),
+            done | _stopped(picked, stop_mask),
+            index + 1,
+            states,
+        )
 
     found = model._generation[key] = jax.jit(step, donate_argnums=(1,))
     return found
@@ -266,17 +299,28 @@ def _check_states(model: Any, tokens: Any, states: dict[str, Any]) -> None:
     for path, vt in model.graph("decode", [one, one]).states.items():
         have = states.get(path)
         if have is None or tuple(have.shape) != tuple(vt.shape):
-            raise error("E0731", f"`decode` needs the state `{path}` as {list(vt.shape)}, "
-                        f"but `prefill` makes it {None if have is None else list(have.shape)}",
-                        help="generate carries prefill's states (the KV cache) into decode: "
-                             "declare the same states, of the same shapes, for both")
+            raise error(
+                "E0731",
+                f"`decode` needs the state `{path}` as {list(vt.shape)}, "
+                f"but `prefill` makes it {None if have is None else list(have.shape)}",
+                help="generate carries prefill's states (the KV cache) into decode: "
+                "declare the same states, of the same shapes, for both",
+            )
 
 
-def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature: float = 0.0,
-             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             stop_tokens: Sequence[int] | None = None,
-             on_token: Callable[[int, list[int]], None] | None = None,
-             stop_when: Callable[[int, int], bool] | None = None) -> list[list[int]]:
+def generate(
+    model: Any,
+    prompts: Any,
+    max_new_tokens: int = 16,
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stop_tokens: Sequence[int] | None = None,
+    on_token: Callable[[int, list[int]], None] | None = None,
+    stop_when: Callable[[int, int], bool] | None = None,
+) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
     any lengths; one list or an integer array [B, L] also do); returns each prompt's new
     tokens, ending at its first stop token (or where ``stop_when(b, token)`` is True: a
@@ -294,11 +338,11 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
 
     batch = _prompts(prompts)
     stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
-    check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens,
-                   on_token)
+    check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
     rows = padded(batch)
-    vocabulary = check_vocabulary(model, rows, stop_tokens,
-                                  lambda shape: np.zeros(shape, np.int32), stops_from)
+    vocabulary = check_vocabulary(
+        model, rows, stop_tokens, lambda shape: np.zeros(shape, np.int32), stops_from
+    )
     check_cache(model, len(rows[0]), max_new_tokens, np.zeros(1, np.int32))
     stops = sorted({int(t) for t in stop_tokens})
     size = vocabulary if vocabulary is not None else max(stops, default=0) + 1
@@ -307,8 +351,9 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     mask[stops] = True
     # Everything a step takes is on the device once: no step copies anything to it.
     tokens, lengths, stop_mask, *values = jax.device_put(
-        [np.asarray(rows, np.int32), np.asarray([len(p) for p in batch], np.int32), mask,
-         *values], model.device)
+        [np.asarray(rows, np.int32), np.asarray([len(p) for p in batch], np.int32), mask, *values],
+        model.device,
+    )
     key = jax.device_put(seed_key(sampling_seed(seed) if picking.sample else 0), model.device)
     states = model.function("prefill").new_states([tokens])
     _check_states(model, tokens, states)
@@ -318,8 +363,7 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     with matmul_precision(model.numerics), warnings.catch_warnings():
         # jax's CPU backend cannot reuse donated buffers and says so once per compile.
         warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-        last, done, states = first(model.params, states, tokens, lengths, key, *values,
-                                   stop_mask)
+        last, done, states = first(model.params, states, tokens, lengths, key, *values, stop_mask)
         pos, index = lengths, jax.device_put(np.int32(1), model.device)
         for s in range(max_new_tokens):
             current, more = last, s + 1 < max_new_tokens
@@ -327,12 +371,14 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
                 # Step s + 1 is dispatched before step s's tokens are read: the device goes
                 # on while the host copies, checks and reports them. (Not after prefill: the
                 # first decode step compiles, which on_token(0) should not time.)
-                last, pos, done, index, states = step(model.params, states, last, pos, done,
-                                                      key, index, *values, stop_mask)
+                last, pos, done, index, states = step(
+                    model.params, states, last, pos, done, key, index, *values, stop_mask
+                )
             # The step's one copy to the host: its tokens, -1 where the logits are not finite.
             if not progress.take(s, np.asarray(current).tolist()):
                 break
             if more and s == 0:
-                last, pos, done, index, states = step(model.params, states, last, pos, done,
-                                                      key, index, *values, stop_mask)
+                last, pos, done, index, states = step(
+                    model.params, states, last, pos, done, key, index, *values, stop_mask
+                )
     return progress.out

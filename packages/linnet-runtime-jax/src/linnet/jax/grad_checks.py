@@ -48,12 +48,18 @@ def default_dtypes() -> tuple[str, ...]:
     return ("f64",) if jax.config.read("jax_enable_x64") else ("f32",)
 
 
-def check_grad_clauses(source: str | Path | Program, *, count: int = 3, seed: int = 0,
-                       max_size: int = DEFAULT_MAX_SIZE, dtypes: tuple[str, ...] | None = None,
-                       ops: list[str] | None = None, skip: set[str] | None = None,
-                       on_check: Callable[[GradCheck], None] | None = None,
-                       on_unchecked: Callable[[GradFinding], None] | None = None
-                       ) -> list[GradFinding]:
+def check_grad_clauses(
+    source: str | Path | Program,
+    *,
+    count: int = 3,
+    seed: int = 0,
+    max_size: int = DEFAULT_MAX_SIZE,
+    dtypes: tuple[str, ...] | None = None,
+    ops: list[str] | None = None,
+    skip: set[str] | None = None,
+    on_check: Callable[[GradCheck], None] | None = None,
+    on_unchecked: Callable[[GradFinding], None] | None = None,
+) -> list[GradFinding]:
     """Check every grad clause of ``source`` against ``jax.vjp`` of its op's body on
     ``count`` random cases each; returns the findings (empty: every clause agrees). The
     options are ``linnet.torch.grad_checks.check_grad_clauses``'s; ``dtypes`` defaults to
@@ -63,14 +69,23 @@ def check_grad_clauses(source: str | Path | Program, *, count: int = 3, seed: in
     ...     print(f)
     """
     program = checked_source(source)
-    return run_grad_checks(program, lambda op, case, s: check_clause_case(program, op, case, s),
-                           count=count, seed=seed, max_size=max_size,
-                           dtypes=dtypes or default_dtypes(), ops=ops, skip=skip,
-                           on_check=on_check, on_unchecked=on_unchecked)
+    return run_grad_checks(
+        program,
+        lambda op, case, s: check_clause_case(program, op, case, s),
+        count=count,
+        seed=seed,
+        max_size=max_size,
+        dtypes=dtypes or default_dtypes(),
+        ops=ops,
+        skip=skip,
+        on_check=on_check,
+        on_unchecked=on_unchecked,
+    )
 
 
-def assert_grad_clauses(source: str | Path | Program, unchecked: str = "error",
-                        **options: Any) -> None:
+def assert_grad_clauses(
+    source: str | Path | Program, unchecked: str = "error", **options: Any
+) -> None:
     """:func:`check_grad_clauses`, raising a :class:`LinnetError` with one coded diagnostic
     per finding (E0537-E0539); ``unchecked="warn"`` warns of the E0539 ones instead.
 
@@ -90,15 +105,31 @@ def check_clause_case(program: Program, op: Any, case: KernelCase, seed: int) ->
     except LinnetError as err:
         return GradCheck(case, float("inf"), finding_of(op, case, err, VIA))
     if "f64" in gcase.dtypes and not jax.config.read("jax_enable_x64"):
-        return GradCheck(case, float("inf"), unchecked(
-            op, case, "the case computes in f64 and JAX runs in 32 bits here",
-            "enable x64 (JAX_ENABLE_X64=1), or check in f32 (`--dtype f32`)", VIA))
+        return GradCheck(
+            case,
+            float("inf"),
+            unchecked(
+                op,
+                case,
+                "the case computes in f64 and JAX runs in 32 bits here",
+                "enable x64 (JAX_ENABLE_X64=1), or check in f32 (`--dtype f32`)",
+                VIA,
+            ),
+        )
     try:
         clause, body = _run(gcase)
     except Exception as exc:  # a case JAX cannot run is unchecked, not passed
-        return GradCheck(case, float("inf"), unchecked(
-            op, case, f"running the case failed ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''})", via=VIA))
+        return GradCheck(
+            case,
+            float("inf"),
+            unchecked(
+                op,
+                case,
+                f"running the case failed ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''})",
+                via=VIA,
+            ),
+        )
     return compare_case(gcase, clause, body, VIA)
 
 
@@ -115,18 +146,22 @@ def _run(gcase: GradCase) -> tuple[list[Any], list[Any]]:
     from .weights import numpy_dtype
 
     sources = {m.source.name: m.source.text for m in gcase.wrapper.modules.values()}
-    arrays = [jnp.asarray(np.asarray(v), dtype=numpy_dtype(d))
-              for v, d in zip([*gcase.inputs, *gcase.cotangents], gcase.dtypes)]
+    arrays = [
+        jnp.asarray(np.asarray(v), dtype=numpy_dtype(d))
+        for v, d in zip([*gcase.inputs, *gcase.cotangents], gcase.dtypes)
+    ]
     n = len(gcase.inputs)
     inputs, cotangents = arrays[:n], arrays[n:]
 
-    clause_module = import_source(emit_jax(gcase.clause, sources, numerics="exact"),
-                                  "linnet_grad_clause_check")
+    clause_module = import_source(
+        emit_jax(gcase.clause, sources, numerics="exact"), "linnet_grad_clause_check"
+    )
     outs = _entry(clause_module)(*arrays, {}, {})[0]
     clause = [np.asarray(g).astype(np.float64) for g in gradients(gcase, list(outs))]
 
-    body_module = import_source(emit_jax(gcase.forward, sources, numerics="exact"),
-                                "linnet_grad_body_check")
+    body_module = import_source(
+        emit_jax(gcase.forward, sources, numerics="exact"), "linnet_grad_body_check"
+    )
     entry = _entry(body_module)
     floats = [i for i, d in enumerate(gcase.dtypes[:n]) if is_float(d)]
 
@@ -139,8 +174,12 @@ def _run(gcase: GradCase) -> tuple[list[Any], list[Any]]:
     results, vjp = jax.vjp(forward, *[inputs[i] for i in floats])
     given = iter(cotangents)
     # One cotangent per result: the case's for a float result, float0 zeros for the others.
-    seeds = tuple(next(given) if jnp.issubdtype(r.dtype, jnp.floating)
-                  else np.zeros(r.shape, dtype=jax.dtypes.float0) for r in results)
+    seeds = tuple(
+        next(given)
+        if jnp.issubdtype(r.dtype, jnp.floating)
+        else np.zeros(r.shape, dtype=jax.dtypes.float0)
+        for r in results
+    )
     body = [np.asarray(g).astype(np.float64) for g in vjp(seeds)]
     by_name = dict(zip([list(gcase.case.params)[i] for i in floats], body))
     return clause, [by_name[name] for name in gcase.wrt]

@@ -38,10 +38,13 @@ def type_error(entry: str, name: str, value: Any, graph: Graph | None) -> Linnet
     if graph is not None and name in graph.values:
         vt = graph.values[name]
         want = f"jnp.asarray(..., dtype=jnp.{numpy_dtype(vt.dtype).name}) of shape {list(vt.shape)}"
-    return error("E0721", f"input `{name.lstrip('%')}` of `{entry}` must be a jax or NumPy "
-                 f"array, got {type(value).__name__} {short(value)}",
-                 help=f"wrap it: {want} (Python ints and lists are not converted: their "
-                      "dtype would be a guess)")
+    return error(
+        "E0721",
+        f"input `{name.lstrip('%')}` of `{entry}` must be a jax or NumPy "
+        f"array, got {type(value).__name__} {short(value)}",
+        help=f"wrap it: {want} (Python ints and lists are not converted: their "
+        "dtype would be a guess)",
+    )
 
 
 def check_inputs(graph: Graph, inputs: Sequence[Any], entry: str) -> None:
@@ -74,8 +77,9 @@ def check_inputs(graph: Graph, inputs: Sequence[Any], entry: str) -> None:
         vt = graph.values[name]
         want = numpy_dtype(vt.dtype)
         if np.dtype(t.dtype) != want:
-            raise dtype_error(entry, name, np.dtype(t.dtype).name, vt.dtype,
-                              f"{name[1:]}.astype(jnp.{want.name})")
+            raise dtype_error(
+                entry, name, np.dtype(t.dtype).name, vt.dtype, f"{name[1:]}.astype(jnp.{want.name})"
+            )
     bounds = bounds_for(graph)
     if not bounds.inputs:
         return
@@ -92,5 +96,6 @@ def check_inputs(graph: Graph, inputs: Sequence[Any], entry: str) -> None:
             continue  # traced under an outer jit: no values to check yet
         if not in_range(r, int(host.min()), int(host.max())):
             # The message's first bad index and value, read from a flat copy as ints.
-            raise range_error(graph, entry, r, host.reshape(-1).astype(np.int64).tolist(),
-                              host.shape)
+            raise range_error(
+                graph, entry, r, host.reshape(-1).astype(np.int64).tolist(), host.shape
+            )

@@ -20,8 +20,9 @@ from linnet.lang.ir.graph import Graph
 from linnet.lang.syntax.program import Program
 
 
-def lower_entry(program: Program, entry: str, shapes: dict, config: dict | None,
-                weights: dict | None) -> tuple[Graph, dict[int, Any] | None]:
+def lower_entry(
+    program: Program, entry: str, shapes: dict, config: dict | None, weights: dict | None
+) -> tuple[Graph, dict[int, Any] | None]:
     """The entry's graph and, where the program has grad clauses, each call's clause: a
     Pallas kernel's backward under jax.grad (emit/jax.py). Recording clauses lowers every
     layer on its own, so a program without one is lowered as before.

@@ -60,25 +60,35 @@ def resolve_device(device: Any) -> Any:
     if device is None or isinstance(device, jax.Device):
         return device if device is not None else jax.devices()[0]
     if not isinstance(device, str):
-        raise _error("E0710", f"`{device!r}` is not a device",
-                     help="use 'cpu', 'gpu', 'gpu:N' or a jax.Device")
+        raise _error(
+            "E0710",
+            f"`{device!r}` is not a device",
+            help="use 'cpu', 'gpu', 'gpu:N' or a jax.Device",
+        )
     kind, _, index = device.partition(":")
     platform = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}.get(kind)
     if platform is None or (index and not index.isdigit()):
-        raise _error("E0710", f"`{device}` is not a device",
-                     help="use 'cpu', 'gpu', 'gpu:N' or a jax.Device")
+        raise _error(
+            "E0710", f"`{device}` is not a device", help="use 'cpu', 'gpu', 'gpu:N' or a jax.Device"
+        )
     try:
         found = jax.devices(platform)
     except RuntimeError:
         found = []
     if not found:
-        raise _error("E0711", f"device `{device}` was asked for, but jax finds no {platform} "
-                     "here", help="load with device='cpu', or install jax's CUDA plugin "
-                                  "(`pip install jax[cuda13]`) on a machine with an NVIDIA GPU")
+        raise _error(
+            "E0711",
+            f"device `{device}` was asked for, but jax finds no {platform} here",
+            help="load with device='cpu', or install jax's CUDA plugin "
+            "(`pip install jax[cuda13]`) on a machine with an NVIDIA GPU",
+        )
     n = int(index or 0)
     if n >= len(found):
-        raise _error("E0712", f"device `{device}` does not exist: jax sees {len(found)} "
-                     f"{platform} device(s)", help="pick another index")
+        raise _error(
+            "E0712",
+            f"device `{device}` does not exist: jax sees {len(found)} {platform} device(s)",
+            help="pick another index",
+        )
     return found[n]
 
 
@@ -103,20 +113,34 @@ def resolve_dtype(dtype: Any) -> str | None:
         name = ""
     found = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(name)
     if found is None:
-        raise _error("E0742", f"dtype must be a floating-point type to convert the weights "
-                     f"to, not {dtype!r}", help="e.g. dtype=jnp.bfloat16 or dtype='bf16' "
-                     "(one of " + ", ".join(FLOATS) + ")")
+        raise _error(
+            "E0742",
+            f"dtype must be a floating-point type to convert the weights to, not {dtype!r}",
+            help="e.g. dtype=jnp.bfloat16 or dtype='bf16' (one of " + ", ".join(FLOATS) + ")",
+        )
     return found
 
 
 def _dtype_name(dtype: Any) -> str:
     name = np.dtype(dtype).name
-    table = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16",
-             "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8",
-             "bool": "bool"}
+    table = {
+        "float64": "f64",
+        "float32": "f32",
+        "float16": "f16",
+        "bfloat16": "bf16",
+        "int64": "i64",
+        "int32": "i32",
+        "int16": "i16",
+        "int8": "i8",
+        "uint8": "u8",
+        "bool": "bool",
+    }
     if name not in table:
-        raise _error("E0723", f"weights of dtype {name} are not supported",
-                     help="convert them to one of " + ", ".join(table.values()))
+        raise _error(
+            "E0723",
+            f"weights of dtype {name} are not supported",
+            help="convert them to one of " + ", ".join(table.values()),
+        )
     return table[name]
 
 
@@ -135,18 +159,27 @@ class Prepared:
     stops: StopTokens = field(default_factory=StopTokens)
 
 
-def prepare(path: str | Path | None, weights: Any, config: Any, dtype: Any, device: Any,
-            read: bool = True, check_finite: bool = True,
-            check_grads: bool = False) -> Prepared:
+def prepare(
+    path: str | Path | None,
+    weights: Any,
+    config: Any,
+    dtype: Any,
+    device: Any,
+    read: bool = True,
+    check_finite: bool = True,
+    check_grads: bool = False,
+) -> Prepared:
     """Check the model, read its config and the checkpoint's headers; with ``read``, load
     the parameters onto ``device`` and (``check_finite``) check they hold no NaN (E0666);
     with ``check_grads``, check every grad clause first (:mod:`linnet.jax.grad_checks`)."""
     _check_weights_type(weights)
     check_finite_flag(check_finite)
     if not isinstance(check_grads, bool):
-        raise _error("E0541", f"check_grads must be True or False, not {check_grads!r}",
-                     help="load(..., check_grads=True) checks every grad clause against its "
-                          "op's body first")
+        raise _error(
+            "E0541",
+            f"check_grads must be True or False, not {check_grads!r}",
+            help="load(..., check_grads=True) checks every grad clause against its op's body first",
+        )
     convert = resolve_dtype(dtype)
     dev = resolve_device(device) if read else None
     program, model_path = load_program(model_for_weights(weights) if path is None else path)
@@ -193,9 +226,15 @@ def _shape_of(value: Any) -> list[int]:
     return list(np.shape(value))
 
 
-def load_source(path: str | Path, entry: str, shapes: dict[str, Sequence[int]],
-                weights: Any = None, config: Any = None, numerics: str = "exact",
-                fast: bool = True) -> ModuleType:
+def load_source(
+    path: str | Path,
+    entry: str,
+    shapes: dict[str, Sequence[int]],
+    weights: Any = None,
+    config: Any = None,
+    numerics: str = "exact",
+    fast: bool = True,
+) -> ModuleType:
     """The generated JAX module for ``entry`` with inputs of ``shapes`` (by input name),
     imported from a content-hashed file under $LINNET_HOME/generated (``module.__file__``).
 
@@ -211,17 +250,28 @@ def load_source(path: str | Path, entry: str, shapes: dict[str, Sequence[int]],
     check_numerics(numerics)
     prep = prepare(path, weights, config, None, None, read=False)
     _entry_params(prep.program, entry)
-    graph, clauses = lower_entry(prep.program, entry, {k: list(v) for k, v in shapes.items()},
-                                 prep.config, prep.weight_shapes)
+    graph, clauses = lower_entry(
+        prep.program,
+        entry,
+        {k: list(v) for k, v in shapes.items()},
+        prep.config,
+        prep.weight_shapes,
+    )
     check_static(graph, entry)
     return _module(prep.program, graph, numerics, fast, clauses)
 
 
-def _module(program: Program, graph: Graph, numerics: str, fast: bool,
-            clauses: dict[int, Any] | None = None) -> ModuleType:
-    text = emit_jax(with_kernels(graph, program, numerics), _sources(program),
-                    numerics=numerics, fast=fast, origin=program.root.source.name,
-                    clauses=clauses)
+def _module(
+    program: Program, graph: Graph, numerics: str, fast: bool, clauses: dict[int, Any] | None = None
+) -> ModuleType:
+    text = emit_jax(
+        with_kernels(graph, program, numerics),
+        _sources(program),
+        numerics=numerics,
+        fast=fast,
+        origin=program.root.source.name,
+        clauses=clauses,
+    )
     return import_source(text, f"linnet_jax_{graph.model.lower()}_{graph.entry}")
 
 
@@ -230,13 +280,21 @@ def check_x64(graph: Graph) -> None:
     would silently compute them in i32/f32."""
     import jax
 
-    wide = sorted({vt.dtype for vt in [*graph.values.values(), *graph.parameters.values(),
-                                       *graph.states.values()] if vt.dtype in ("i64", "f64")})
+    wide = sorted(
+        {
+            vt.dtype
+            for vt in [*graph.values.values(), *graph.parameters.values(), *graph.states.values()]
+            if vt.dtype in ("i64", "f64")
+        }
+    )
     if wide and not jax.config.read("jax_enable_x64"):
-        raise _error("E0791", f"`{graph.entry}` computes in {' and '.join(wide)}, but jax runs "
-                     "in 32 bits here: it would silently compute those values in i32/f32",
-                     help="enable 64-bit jax before loading: "
-                          "jax.config.update('jax_enable_x64', True) (or JAX_ENABLE_X64=1)")
+        raise _error(
+            "E0791",
+            f"`{graph.entry}` computes in {' and '.join(wide)}, but jax runs "
+            "in 32 bits here: it would silently compute those values in i32/f32",
+            help="enable 64-bit jax before loading: "
+            "jax.config.update('jax_enable_x64', True) (or JAX_ENABLE_X64=1)",
+        )
 
 
 def _entry_function(module: ModuleType, entry: str) -> Callable:
@@ -306,8 +364,9 @@ class Function:
         import jax
 
         shapes = {p: _shape_of(t) for p, t in zip(self._names, given)}
-        graph, clauses = lower_entry(self._prep.program, self.entry, shapes, self._prep.config,
-                                     self._prep.weight_shapes)
+        graph, clauses = lower_entry(
+            self._prep.program, self.entry, shapes, self._prep.config, self._prep.weight_shapes
+        )
         check_static(graph, self.entry)
         check_x64(graph)
         module = _module(self._prep.program, graph, self.numerics, self._fast, clauses)
@@ -328,8 +387,10 @@ class Function:
         import jax.numpy as jnp
 
         graph = self.lowered(inputs).graph
-        return {path: jax.device_put(jnp.zeros(vt.shape, numpy_dtype(vt.dtype)), self.device)
-                for path, vt in graph.states.items()}
+        return {
+            path: jax.device_put(jnp.zeros(vt.shape, numpy_dtype(vt.dtype)), self.device)
+            for path, vt in graph.states.items()
+        }
 
     def source(self, inputs: Any) -> str:
         """The path of the generated source file for inputs shaped like ``inputs``."""
@@ -346,21 +407,32 @@ class Function:
         for path, vt in low.graph.states.items():
             have = states.get(path) if isinstance(states, dict) else None
             if have is None or tuple(np.shape(have)) != vt.shape:
-                raise _error("E0731", f"the state `{path}` is "
-                             f"{None if have is None else list(np.shape(have))}, this call "
-                             f"needs {list(vt.shape)}", help="make states for these inputs: "
-                             "fn.new_states(inputs)")
+                raise _error(
+                    "E0731",
+                    f"the state `{path}` is "
+                    f"{None if have is None else list(np.shape(have))}, this call "
+                    f"needs {list(vt.shape)}",
+                    help="make states for these inputs: fn.new_states(inputs)",
+                )
         with matmul_precision(self.numerics), warnings.catch_warnings():
             # jax's CPU backend cannot reuse donated buffers and says so once per compile.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
             return low.jitted(params, states, tuple(given))
 
 
-def load_function(path: str | Path, entry: str, weights: Any = None, config: Any = None,
-                  device: Any = None, dtype: Any = None, numerics: str = "exact",
-                  fast: bool = True, check: bool = True, check_finite: bool = True,
-                  check_grads: bool = False
-                  ) -> Function:
+def load_function(
+    path: str | Path,
+    entry: str,
+    weights: Any = None,
+    config: Any = None,
+    device: Any = None,
+    dtype: Any = None,
+    numerics: str = "exact",
+    fast: bool = True,
+    check: bool = True,
+    check_finite: bool = True,
+    check_grads: bool = False,
+) -> Function:
     """Load ``entry`` of a `.linnet` model as a jitted pure function of ``(params, states,
     inputs)`` returning ``(outputs, new_states)``, states donated (updated in place on the
     device). Its ``params`` attribute holds the loaded weights and ``new_states(inputs)``
@@ -380,8 +452,9 @@ def load_function(path: str | Path, entry: str, weights: Any = None, config: Any
     ...                                                                       # doctest: +SKIP
     """
     check_numerics(numerics)
-    prep = prepare(path, weights, config, dtype, device, check_finite=check_finite,
-                   check_grads=check_grads)
+    prep = prepare(
+        path, weights, config, dtype, device, check_finite=check_finite, check_grads=check_grads
+    )
     return Function(prep, entry, numerics, fast, check)
 
 
@@ -421,8 +494,7 @@ class Model(TextModel):
         # (linnet.jax.generate): later calls reuse them, never tracing again.
         self._generation: dict[tuple, Callable] = {}
         self.states: dict[str, Any] = {}
-        self.entries = [m.name for m in find_model(self.program, None).methods
-                        if m.kind == "entry"]
+        self.entries = [m.name for m in find_model(self.program, None).methods if m.kind == "entry"]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in self.__dict__.get("entries", []):
@@ -430,8 +502,9 @@ class Model(TextModel):
 
         def entry(*inputs: Any, **named: Any) -> Any:
             if named:
-                return self.run(name, bind_inputs(name, _entry_params(self.program, name),
-                                                  inputs, named))
+                return self.run(
+                    name, bind_inputs(name, _entry_params(self.program, name), inputs, named)
+                )
             return self.run(name, list(inputs))
 
         entry.__name__ = entry.__qualname__ = name
@@ -459,11 +532,19 @@ class Model(TextModel):
         fn = self.function(entry)
         low = fn.lowered(inputs)
         need = low.graph.states
-        if any(p not in self.states or tuple(self.states[p].shape) != vt.shape
-               for p, vt in need.items()):
+        if any(
+            p not in self.states or tuple(self.states[p].shape) != vt.shape
+            for p, vt in need.items()
+        ):
             fresh = fn.new_states(inputs)
-            self.states = {**self.states, **{p: fresh[p] for p in need if p not in self.states
-                                             or self.states[p].shape != fresh[p].shape}}
+            self.states = {
+                **self.states,
+                **{
+                    p: fresh[p]
+                    for p in need
+                    if p not in self.states or self.states[p].shape != fresh[p].shape
+                },
+            }
         mine = {p: self.states[p] for p in need}
         outs, new = fn(self.params, mine, inputs)
         self.states = {**self.states, **new}
@@ -499,9 +580,15 @@ class Model(TextModel):
         return self.function(entry).lowered(inputs).graph
 
     # ------------------------------------------------------------ export
-    def export_onnx(self, entry: str, inputs: Any, path: str | Path, check: bool = True,
-                    external_threshold: int | None = None,
-                    dynamic: str | list[str] | None = None) -> list[Path]:
+    def export_onnx(
+        self,
+        entry: str,
+        inputs: Any,
+        path: str | Path,
+        check: bool = True,
+        external_threshold: int | None = None,
+        dynamic: str | list[str] | None = None,
+    ) -> list[Path]:
         """Write ``entry``, lowered for inputs shaped like ``inputs``, as an ONNX model at
         ``path``, as ``linnet.torch``'s ``model.export_onnx`` does: the entry's inputs then
         its states as graph inputs, its outputs then each state after the call
@@ -522,8 +609,9 @@ class Model(TextModel):
 
         return export_onnx(self, entry, inputs, path, check, external_threshold, dynamic)
 
-    def export_stablehlo(self, entry: str, inputs: Any, path: str | Path,
-                         verify: bool = False) -> list[str]:
+    def export_stablehlo(
+        self, entry: str, inputs: Any, path: str | Path, verify: bool = False
+    ) -> list[str]:
         """Write ``entry``, lowered for inputs shaped like ``inputs``, as StableHLO MLIR text
         at ``path``; ``verify=True`` parses and verifies it with jaxlib first. Returns the
         names of ``@main``'s arguments in order: the inputs, the states, then the parameters
@@ -536,9 +624,18 @@ class Model(TextModel):
         return export_stablehlo(self, entry, inputs, path, verify)
 
 
-def load(path: str | Path | None = None, weights: Any = None, device: Any = None, numerics: str = "exact",
-         config: Any = None, dtype: Any = None, fast: bool = True,
-         check_finite: bool = True, check_grads: bool = False, tokenizer: Any = None) -> Model:
+def load(
+    path: str | Path | None = None,
+    weights: Any = None,
+    device: Any = None,
+    numerics: str = "exact",
+    config: Any = None,
+    dtype: Any = None,
+    fast: bool = True,
+    check_finite: bool = True,
+    check_grads: bool = False,
+    tokenizer: Any = None,
+) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name
@@ -576,15 +673,24 @@ def load(path: str | Path | None = None, weights: Any = None, device: Any = None
     """
     check_numerics(numerics)
     tokenizer = given_tokenizer(tokenizer)  # E0842/E0849 before the weights are read
-    model = Model(prepare(path, weights, config, dtype, device, check_finite=check_finite,
-                          check_grads=check_grads),
-                  numerics, fast)
+    model = Model(
+        prepare(
+            path, weights, config, dtype, device, check_finite=check_finite, check_grads=check_grads
+        ),
+        numerics,
+        fast,
+    )
     model.attach_tokenizer(tokenizer, weights)
     return model
 
 
-def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,
-                   dtype: str | None = None, scale: float = 0.02) -> dict[str, np.ndarray]:
+def random_weights(
+    model_path: str | Path,
+    config: dict[str, Any],
+    seed: int = 0,
+    dtype: str | None = None,
+    scale: float = 0.02,
+) -> dict[str, np.ndarray]:
     """Deterministic random parameters (NumPy) for a model and config; norm weights are ones.
 
     >>> w = random_weights("examples/llama/llama.linnet", {"V": 16, "D": 8, "F": 16,

@@ -69,18 +69,27 @@ def unlaunchable(program: Program) -> dict[str, str]:
         while binding is not None:
             kernel = op.module.find(binding.name)
             if getattr(kernel, "scratch", None):
-                out[op.qualified_name] = (f"its kernel `{binding.name}` keeps scratch buffers, "
-                                          "which Pallas cannot: generated JAX runs the op's body")
+                out[op.qualified_name] = (
+                    f"its kernel `{binding.name}` keeps scratch buffers, "
+                    "which Pallas cannot: generated JAX runs the op's body"
+                )
             binding = binding.then
     return out
 
 
-def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0,
-                  max_size: int = 48, dtypes: tuple[str, ...] = DEFAULT_DTYPES,
-                  ops: list[str] | None = None, interpret: bool | None = None,
-                  on_check: Callable[[KernelCheck], None] | None = None,
-                  skip: set[str] | None = None,
-                  on_skip: Callable[[str, str], None] | None = None) -> list[KernelFinding]:
+def check_kernels(
+    source: str | Path | Program,
+    *,
+    count: int = 3,
+    seed: int = 0,
+    max_size: int = 48,
+    dtypes: tuple[str, ...] = DEFAULT_DTYPES,
+    ops: list[str] | None = None,
+    interpret: bool | None = None,
+    on_check: Callable[[KernelCheck], None] | None = None,
+    skip: set[str] | None = None,
+    on_skip: Callable[[str, str], None] | None = None,
+) -> list[KernelFinding]:
     """Check every bound kernel of ``source`` (a ``.linnet`` file or a checked Program; the
     std kernels it uses too) through Pallas against its op's body on ``count`` random cases
     each; returns the findings (empty: every kernel agrees). ``interpret``: run kernels in
@@ -102,9 +111,17 @@ def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0
             skip.add(name)
             if on_skip is not None:
                 on_skip(name, why)
-    return run_checks(program, lambda op, case, s: check_case(program, op, case, s, interpret),
-                      count=count, seed=seed, max_size=max_size, dtypes=dtypes, ops=ops,
-                      on_check=on_check, skip=skip)
+    return run_checks(
+        program,
+        lambda op, case, s: check_case(program, op, case, s, interpret),
+        count=count,
+        seed=seed,
+        max_size=max_size,
+        dtypes=dtypes,
+        ops=ops,
+        on_check=on_check,
+        skip=skip,
+    )
 
 
 def assert_kernels(source: str | Path | Program, **options: Any) -> None:
@@ -116,8 +133,9 @@ def assert_kernels(source: str | Path | Program, **options: Any) -> None:
     raise_findings(check_kernels(source, **options))
 
 
-def check_case(program: Program, op: Any, case: KernelCase, seed: int,
-               interpret: bool) -> KernelCheck:
+def check_case(
+    program: Program, op: Any, case: KernelCase, seed: int, interpret: bool
+) -> KernelCheck:
     """Run one case both ways and compare (see :func:`check_kernels`)."""
     from linnet.lang.emit.jax import emit_jax
 
@@ -141,14 +159,18 @@ def check_case(program: Program, op: Any, case: KernelCase, seed: int,
         launches = sum(n for n, _ in runs.values()) - before
         return got, launches, not interpret and "jnp.dot(" in text
 
-    checked = no_further_than_the_body(compare, want,
-                                       lambda: _exact(program, op, case, seed, inputs),
-                                       lambda a: np.asarray(a).astype(np.float64))
+    checked = no_further_than_the_body(
+        compare,
+        want,
+        lambda: _exact(program, op, case, seed, inputs),
+        lambda a: np.asarray(a).astype(np.float64),
+    )
     return check_launch(case, want, launch, checked, via="Pallas")
 
 
-def _exact(program: Program, op: Any, case: KernelCase, seed: int, inputs: list[Any]
-           ) -> list[Any] | None:
+def _exact(
+    program: Program, op: Any, case: KernelCase, seed: int, inputs: list[Any]
+) -> list[Any] | None:
     """The body's results in f32 (JAX runs without x64) on the same inputs, its 16-bit
     tensors widened exactly: what its 16-bit evaluation approximates; None for a case with no
     16-bit tensor, or a body that cannot be lowered so."""
@@ -162,15 +184,15 @@ def _exact(program: Program, op: Any, case: KernelCase, seed: int, inputs: list[
     if wide is None:
         return None
     try:
-        wrapper, graph = case_graph(program, op, wide,
-                                    lambda d, name: _scalar_value(d, seed, name))
+        wrapper, graph = case_graph(program, op, wide, lambda d, name: _scalar_value(d, seed, name))
     except LinnetError:
         return None
     sources = {m.source.name: m.source.text for m in wrapper.modules.values()}
     body = import_source(emit_jax(graph, sources, numerics="exact"), "linnet_kernel_exact")
     short = (jnp.bfloat16, jnp.float16)
-    return _entry(body)(*[x.astype(jnp.float32) if x.dtype in short else x for x in inputs],
-                        {}, {})[0]
+    return _entry(body)(
+        *[x.astype(jnp.float32) if x.dtype in short else x for x in inputs], {}, {}
+    )[0]
 
 
 def compare(got: Any, want: Any, dtype: str, name: str = "result") -> tuple[Found, float]:
@@ -199,8 +221,15 @@ def compare(got: Any, want: Any, dtype: str, name: str = "result") -> tuple[Foun
     if over.any():
         flat = int(np.argmax(np.where(over, diff, 0.0)))
         idx = [int(i) for i in np.unravel_index(flat, g.shape)]
-        return (("differs", float(diff.reshape(-1)[flat]), float(limit.reshape(-1)[flat]),
-                 position(name, idx)), largest)
+        return (
+            (
+                "differs",
+                float(diff.reshape(-1)[flat]),
+                float(limit.reshape(-1)[flat]),
+                position(name, idx),
+            ),
+            largest,
+        )
     return None, largest
 
 
@@ -210,8 +239,9 @@ def _entry(module: Any) -> Any:
 
 def _scalar_value(dtype: str, seed: int, name: str) -> Any:
     """A scalar parameter's value: a small positive number (an epsilon, a scale)."""
-    return scalar_value(dtype, float(np.random.default_rng(
-        zlib.crc32(f"{seed}/{name}".encode())).random()))
+    return scalar_value(
+        dtype, float(np.random.default_rng(zlib.crc32(f"{seed}/{name}".encode())).random())
+    )
 
 
 def _inputs(case: KernelCase, seed: int) -> list[Any]:
@@ -253,17 +283,29 @@ class _PoisonedPallas:
 
         def call(*args: Any) -> Any:
             n = len(args)
-            fills = [jnp.full(o.shape, jnp.nan if jnp.issubdtype(o.dtype, jnp.floating)
-                              else jnp.iinfo(o.dtype).min if jnp.issubdtype(o.dtype, jnp.integer)
-                              else False, o.dtype) for o in outs]
+            fills = [
+                jnp.full(
+                    o.shape,
+                    jnp.nan
+                    if jnp.issubdtype(o.dtype, jnp.floating)
+                    else jnp.iinfo(o.dtype).min
+                    if jnp.issubdtype(o.dtype, jnp.integer)
+                    else False,
+                    o.dtype,
+                )
+                for o in outs
+            ]
 
             def poisoned(*refs: Any) -> None:  # the NaN buffers' own refs are read by no one
-                kernel(*refs[:n], *refs[n + len(outs):])
+                kernel(*refs[:n], *refs[n + len(outs) :])
 
             return self._pl.pallas_call(
-                poisoned, out_shape=out_shape,
-                input_output_aliases={n + i: i for i in range(len(outs))}, **options)(
-                *args, *fills)
+                poisoned,
+                out_shape=out_shape,
+                input_output_aliases={n + i: i for i in range(len(outs))},
+                **options,
+            )(*args, *fills)
+
         return call
 
 
@@ -277,5 +319,12 @@ def _poisoned(module: Any) -> Iterator[None]:
         module.pl = before
 
 
-__all__ = ["KernelCheck", "KernelFinding", "assert_kernels", "check_case", "check_kernels",
-           "compare", "std_program"]
+__all__ = [
+    "KernelCheck",
+    "KernelFinding",
+    "assert_kernels",
+    "check_case",
+    "check_kernels",
+    "compare",
+    "std_program",
+]

@@ -37,9 +37,19 @@ def numpy_dtype(name: str) -> Any:
         import ml_dtypes
 
         return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype({"f64": "float64", "f32": "float32", "f16": "float16", "i64": "int64",
-                     "i32": "int32", "i16": "int16", "i8": "int8", "u8": "uint8",
-                     "bool": "bool"}[name])
+    return np.dtype(
+        {
+            "f64": "float64",
+            "f32": "float32",
+            "f16": "float16",
+            "i64": "int64",
+            "i32": "int32",
+            "i16": "int16",
+            "i8": "int8",
+            "u8": "uint8",
+            "bool": "bool",
+        }[name]
+    )
 
 
 def load_safetensors(path: Any, device: Any = None, dtype: str | None = None) -> dict[str, Any]:
@@ -54,8 +64,12 @@ def load_safetensors(path: Any, device: Any = None, dtype: str | None = None) ->
     return load_checkpoint(ckpt, device, dtype)
 
 
-def load_checkpoint(ckpt: Checkpoint | GGUFCheckpoint, device: Any = None, dtype: str | None = None,
-                    check_finite: bool = False) -> dict[str, Any]:
+def load_checkpoint(
+    ckpt: Checkpoint | GGUFCheckpoint,
+    device: Any = None,
+    dtype: str | None = None,
+    check_finite: bool = False,
+) -> dict[str, Any]:
     """The tensors of a checkpoint whose headers :func:`checkpoint_shapes` validated, each
     read from a memory map of its shard straight to ``device``; with ``check_finite``, each
     floating-point tensor is checked for NaN and infinite values on the way (E0666, every
@@ -65,7 +79,8 @@ def load_checkpoint(ckpt: Checkpoint | GGUFCheckpoint, device: Any = None, dtype
     if isinstance(ckpt, GGUFCheckpoint):
         return load_gguf(ckpt, device, dtype, check_finite)
     on_cpu = (device is None and jax.default_backend() == "cpu") or (
-        device is not None and device.platform == "cpu")
+        device is not None and device.platform == "cpu"
+    )
     convert = numpy_dtype(dtype) if dtype is not None else None
     out: dict[str, Any] = {}
     nonfinite: list[Diagnostic] = []
@@ -74,16 +89,19 @@ def load_checkpoint(ckpt: Checkpoint | GGUFCheckpoint, device: Any = None, dtype
             header, start = safetensors_header(shard)
             data = np.memmap(shard, dtype=np.uint8, mode="r")
         except (OSError, ValueError) as exc:
-            raise LinnetError(Diagnostic(
-                "E0650", f"`{shard}` could not be read as safetensors: {exc}",
-                help="the file may be truncated or corrupt; save or download it again")) \
-                from None
+            raise LinnetError(
+                Diagnostic(
+                    "E0650",
+                    f"`{shard}` could not be read as safetensors: {exc}",
+                    help="the file may be truncated or corrupt; save or download it again",
+                )
+            ) from None
         for name, info in header.items():
             if name == "__metadata__":
                 continue
             lo, hi = info["data_offsets"]
             kind = numpy_dtype(SAFETENSORS_DTYPES[info["dtype"]])
-            view = data[start + lo:start + hi].view(kind).reshape(info["shape"])
+            view = data[start + lo : start + hi].view(kind).reshape(info["shape"])
             if check_finite:
                 bad = finite_diagnostic(name, view, {name: _shard(ckpt, shard)})
                 if bad is not None:
@@ -99,8 +117,9 @@ def load_checkpoint(ckpt: Checkpoint | GGUFCheckpoint, device: Any = None, dtype
     return out
 
 
-def load_gguf(ckpt: GGUFCheckpoint, device: Any = None, dtype: str | None = None,
-              check_finite: bool = False) -> dict[str, Any]:
+def load_gguf(
+    ckpt: GGUFCheckpoint, device: Any = None, dtype: str | None = None, check_finite: bool = False
+) -> dict[str, Any]:
     """The tensors of a GGUF file, each dequantised on the host (float32, NumPy), checked
     for NaN and infinite values with ``check_finite`` (E0666), converted to ``dtype`` (a
     Linnet name; default the float type the model's config gives, ``ckpt.dtype``) and placed
@@ -139,7 +158,6 @@ def save_safetensors(tensors: dict[str, Any], path: str) -> None:
     save_file({k: np.ascontiguousarray(np.asarray(v)) for k, v in tensors.items()}, path)
 
 
-
 def check_finite_weights(params: dict[str, Any], shapes: dict[str, Any] | None = None) -> None:
     """E0666 for each floating-point weight holding a NaN or an infinity (``shapes``, the
     checkpoint's headers, name the shard each is in), as the torch runtime checks them.
@@ -151,17 +169,30 @@ def check_finite_weights(params: dict[str, Any], shapes: dict[str, Any] | None =
     ...
     linnet.lang.diagnostics.core.LinnetError: error[E0666]: weight `w` holds 1 infinite ...
     """
-    diags = [d for k, v in params.items()
-             if (d := finite_diagnostic(k, np.asarray(v), shapes)) is not None]
+    diags = [
+        d
+        for k, v in params.items()
+        if (d := finite_diagnostic(k, np.asarray(v), shapes)) is not None
+    ]
     raise_nonfinite(diags)
 
 
 def raise_nonfinite(diags: list[Diagnostic]) -> None:
     """Raise the E0666 diagnostics, ten at most and a count of the rest."""
     if diags:
-        raise LinnetError(diags[:10] + ([Diagnostic(
-            "E0666", f"... and {len(diags) - 10} more weights with NaN or infinite values")]
-            if len(diags) > 10 else []))
+        raise LinnetError(
+            diags[:10]
+            + (
+                [
+                    Diagnostic(
+                        "E0666",
+                        f"... and {len(diags) - 10} more weights with NaN or infinite values",
+                    )
+                ]
+                if len(diags) > 10
+                else []
+            )
+        )
 
 
 # Exponent bits of each float: all set is an infinity or a NaN.
@@ -185,15 +216,14 @@ def _all_finite(a: np.ndarray) -> bool:
     mask: Any = uint(mask_value)
     buf = np.empty(min(_CHUNK, bits.size), uint)
     for i in range(0, bits.size, _CHUNK):
-        part = bits[i:i + _CHUNK]
-        np.bitwise_and(part, mask, out=buf[:part.size])
-        if (buf[:part.size] == mask).any():
+        part = bits[i : i + _CHUNK]
+        np.bitwise_and(part, mask, out=buf[: part.size])
+        if (buf[: part.size] == mask).any():
             return False
     return True
 
 
-def finite_diagnostic(name: str, a: np.ndarray, shapes: dict[str, Any] | None
-                      ) -> Diagnostic | None:
+def finite_diagnostic(name: str, a: np.ndarray, shapes: dict[str, Any] | None) -> Diagnostic | None:
     """E0666 for weight ``name`` (a host array) if it holds a NaN or an infinity, naming how
     many and where the first is; None otherwise (and for integer arrays)."""
     if not _floating(a.dtype) or not a.size or _all_finite(a):

@@ -27,8 +27,13 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_LAZY = {"Context": ".context", "run_graph": ".interpreter", "Model": ".model", "load": ".loading",
-         "random_weights": ".model"}
+_LAZY = {
+    "Context": ".context",
+    "run_graph": ".interpreter",
+    "Model": ".model",
+    "load": ".loading",
+    "random_weights": ".model",
+}
 
 __all__ = ["Context", "LinnetError", "Model", "__version__", "load", "random_weights", "run_graph"]
 

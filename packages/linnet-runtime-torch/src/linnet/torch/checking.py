@@ -33,8 +33,17 @@ import torch
 from .context import Context
 from .interpreter import DTYPES
 
-__all__ = ["Finding", "References", "check_candidate", "compare", "output_problem",
-           "run_once", "same_device", "tolerance_for", "written_states"]
+__all__ = [
+    "Finding",
+    "References",
+    "check_candidate",
+    "compare",
+    "output_problem",
+    "run_once",
+    "same_device",
+    "tolerance_for",
+    "written_states",
+]
 
 
 @dataclass
@@ -74,8 +83,7 @@ def tolerance_for(dtype: torch.dtype, tolerance: float) -> float:
     return max(tolerance, 4 * torch.finfo(dtype).eps)
 
 
-def compare(got: torch.Tensor, want: torch.Tensor, tolerance: float
-            ) -> tuple[float, str | None]:
+def compare(got: torch.Tensor, want: torch.Tensor, tolerance: float) -> tuple[float, str | None]:
     """(the largest absolute difference, why ``got`` fails against ``want`` or None).
 
     Passed when ``max|got - want| <= tol * max(1, max|want|)`` over the finite values of
@@ -96,8 +104,11 @@ def compare(got: torch.Tensor, want: torch.Tensor, tolerance: float
     if want.numel() == 0:
         return 0.0, None
     if not want.dtype.is_floating_point:
-        diff = (got.long() - want.long()).abs().max().item() if got.dtype != torch.bool \
+        diff = (
+            (got.long() - want.long()).abs().max().item()
+            if got.dtype != torch.bool
             else float((got != want).any().item())
+        )
         return float(diff), (None if diff == 0 else f"differs by {diff} (exact values expected)")
     a, b = got.double(), want.double()
     nan_a, nan_b = torch.isnan(a), torch.isnan(b)
@@ -105,12 +116,15 @@ def compare(got: torch.Tensor, want: torch.Tensor, tolerance: float
         extra = int((nan_a & ~nan_b).sum().item())
         if extra:
             return math.nan, (f"has {extra} NaN where the generated source has none")
-        return math.nan, (f"has no NaN where the generated source has "
-                          f"{int((nan_b & ~nan_a).sum().item())}")
+        return math.nan, (
+            f"has no NaN where the generated source has {int((nan_b & ~nan_a).sum().item())}"
+        )
     inf_a, inf_b = torch.isinf(a), torch.isinf(b)
     if not torch.equal(inf_a, inf_b) or not torch.equal(a[inf_b], b[inf_b]):
-        return math.inf, "has infinities where the generated source has finite values, or " \
-                         "the other way round"
+        return (
+            math.inf,
+            "has infinities where the generated source has finite values, or the other way round",
+        )
     finite = ~(nan_b | inf_b)
     if not bool(finite.any()):
         return 0.0, None
@@ -118,13 +132,17 @@ def compare(got: torch.Tensor, want: torch.Tensor, tolerance: float
     scale = max(1.0, b[finite].abs().max().item())
     tol = tolerance_for(want.dtype, tolerance)
     if diff > tol * scale:
-        return diff, (f"differs by {diff:.3g}; the bound is {tol:.3g} x max(1, max|ref| = "
-                      f"{scale:.3g}) = {tol * scale:.3g}")
+        return diff, (
+            f"differs by {diff:.3g}; the bound is {tol:.3g} x max(1, max|ref| = "
+            f"{scale:.3g}) = {tol * scale:.3g}"
+        )
     size = b[finite].norm().item()
     off = (a[finite] - b[finite]).norm().item()
     if size > 0 and off > 10 * tol * size:
-        return diff, (f"differs by {off / size:.3g} of its size in the 2-norm ({diff:.3g} at "
-                      f"most); the bound is {10 * tol:.3g}")
+        return diff, (
+            f"differs by {off / size:.3g} of its size in the 2-norm ({diff:.3g} at "
+            f"most); the bound is {10 * tol:.3g}"
+        )
     return diff, None
 
 
@@ -138,8 +156,9 @@ def written_states(region: Region) -> list[str]:
     return out
 
 
-def output_problem(got: Any, names: Sequence[str], graph: Graph,
-                   device: torch.device) -> str | None:
+def output_problem(
+    got: Any, names: Sequence[str], graph: Graph, device: torch.device
+) -> str | None:
     """Why ``got`` (what an executable's ``execute`` returned) is not the outputs ``names``
     of ``graph`` on ``device``, or None: a list (or tuple) of one torch.Tensor per output,
     each of the declared shape and dtype, on the plan's device."""
@@ -173,8 +192,9 @@ def same_device(a: torch.device, b: torch.device) -> bool:
     return (current if a.index is None else a.index) == (current if b.index is None else b.index)
 
 
-def run_once(executable: Any, region: Region, env: dict[str, Any], context: Context
-             ) -> tuple[str | None, Any]:
+def run_once(
+    executable: Any, region: Region, env: dict[str, Any], context: Context
+) -> tuple[str | None, Any]:
     """(None, what ``execute`` returned) after one ``prepare`` and one ``execute`` on the
     values ``env`` recorded, or (why it raised, None)."""
     try:
@@ -182,9 +202,11 @@ def run_once(executable: Any, region: Region, env: dict[str, Any], context: Cont
     except Exception as exc:
         return f"prepare raised {type(exc).__name__}: {exc}", None
     try:
-        return None, executable.execute([env[v] for v in region.inputs],
-                                        [region.graph.values[o] for o in region.outputs],
-                                        context)
+        return None, executable.execute(
+            [env[v] for v in region.inputs],
+            [region.graph.values[o] for o in region.outputs],
+            context,
+        )
     except Exception as exc:
         return f"execute raised {type(exc).__name__}: {exc}", None
 
@@ -218,8 +240,7 @@ class References:
         for sl, row in zip(slices, rows):
             self.functions[sl.kind] = getattr(module, row["function"])
 
-    def outputs(self, region: Region, env: dict[str, Any], context: Context
-                ) -> dict[str, Any]:
+    def outputs(self, region: Region, env: dict[str, Any], context: Context) -> dict[str, Any]:
         """The generated source's values of ``region``'s steps' outputs, by name, run on the
         recorded ``env`` and ``context``'s parameters and states (which it writes)."""
         sl = slice_steps(self.builder.graph, list(region.steps), "reference")
@@ -227,8 +248,11 @@ class References:
             self.emit([region])
         fn = self.functions[sl.kind]
         params, states = context._params, context.states
-        got = fn(*[env[v] for v in sl.inputs], *[params[p] for p in sl.parameters],
-                 *[states[p] for p in sl.states])
+        got = fn(
+            *[env[v] for v in sl.inputs],
+            *[params[p] for p in sl.parameters],
+            *[states[p] for p in sl.states],
+        )
         return dict(zip(sl.outputs, got))
 
 
@@ -243,9 +267,15 @@ def copy_for(base: Context, region: Region) -> Context:
     return ctx
 
 
-def check_candidate(executable: Any, region: Region, env: dict[str, Any], base: Context,
-                    references: References, tolerance: float, device: torch.device
-                    ) -> Finding:
+def check_candidate(
+    executable: Any,
+    region: Region,
+    env: dict[str, Any],
+    base: Context,
+    references: References,
+    tolerance: float,
+    device: torch.device,
+) -> Finding:
     """Run ``executable`` once on the recorded values and the generated source of
     ``region``'s steps once on the same, each on its own copies of ``base``'s states (see
     :func:`copy_for`); the finding compares every output and every state the region writes
@@ -265,10 +295,14 @@ def check_candidate(executable: Any, region: Region, env: dict[str, Any], base: 
         return Finding(region, None, False, problem)
     worst, notes = 0.0, []
     # The outputs, then each state the region writes (a KV cache), as the two runs left it.
-    pairs = [(f"output {k} ({name})", value, want.get(name))
-             for k, (name, value) in enumerate(zip(region.outputs, got))]
-    pairs += [(f"state {name}", mine.states[name], reference_ctx.states[name])
-              for name in written_states(region)]
+    pairs = [
+        (f"output {k} ({name})", value, want.get(name))
+        for k, (name, value) in enumerate(zip(region.outputs, got))
+    ]
+    pairs += [
+        (f"state {name}", mine.states[name], reference_ctx.states[name])
+        for name in written_states(region)
+    ]
     for what, value, reference in pairs:
         if reference is None:  # region_problem keeps this from happening
             notes.append(f"{what} is not one the generated steps make")

@@ -60,8 +60,11 @@ def run_command(args: argparse.Namespace) -> int:
     speaks = not is_rank or os.environ.get("RANK") == "0"
     if nproc > 1:
         given = getattr(args, "rank_timeout", None)
-        timeout = options.rank_timeout(given, "--rank-timeout") if given is not None else \
-            options.rank_timeout()
+        timeout = (
+            options.rank_timeout(given, "--rank-timeout")
+            if given is not None
+            else options.rank_timeout()
+        )
         if given is not None:  # the ranks (spawned below, or torchrun's) read it from here
             os.environ[options.TIMEOUT_ENV] = repr(timeout)
     # The model, its config and weights: paths, names and --set keys (E0602, E0795-E0797).
@@ -90,30 +93,47 @@ def run_command(args: argparse.Namespace) -> int:
         # The ranks run this command again, on the checkpoint made once here.
         ranks = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "run"})
         ranks.file, ranks.weights, ranks.config = str(setup.model), weights, setup.config_name
-        print(f"linnet: starting {nproc} ranks (tensor parallelism over torch.distributed, "
-              f"{'NCCL' if str(args.device).startswith('cuda') else 'gloo'})", file=sys.stderr)
+        print(
+            f"linnet: starting {nproc} ranks (tensor parallelism over torch.distributed, "
+            f"{'NCCL' if str(args.device).startswith('cuda') else 'gloo'})",
+            file=sys.stderr,
+        )
         return spawn(nproc, run_command, ranks)
     start = time.perf_counter()
-    model = load(setup.model, weights=weights, device=args.device, compile=args.compile,
-                 numerics=args.numerics, config=setup.config, interpret=args.interpret,
-                 progress=speaks, world=nproc if nproc > 1 else None)
+    model = load(
+        setup.model,
+        weights=weights,
+        device=args.device,
+        compile=args.compile,
+        numerics=args.numerics,
+        config=setup.config,
+        interpret=args.interpret,
+        progress=speaks,
+        world=nproc if nproc > 1 else None,
+    )
     seconds = time.perf_counter() - start
     on = str(model.device)
     if model.device.type == "cpu":
         from .threads import set_threads, threads_text
 
-        threads, why = set_threads(getattr(args, "threads", None),
-                                   sum(p.numel() for p in model.params.values()), nproc)
+        threads, why = set_threads(
+            getattr(args, "threads", None), sum(p.numel() for p in model.params.values()), nproc
+        )
         on += f", {threads_text(threads)}"
         if speaks:
-            print(f"linnet: {threads_text(threads)} on the CPU ({why}; --threads N to "
-                  "change)", file=sys.stderr)
+            print(
+                f"linnet: {threads_text(threads)} on the CPU ({why}; --threads N to change)",
+                file=sys.stderr,
+            )
     ranks_text = f", rank {model.rank} of {model.world}" if model.world > 1 else ""
     print(printing.loaded_line(setup.model, on, seconds, model.entries, extra=ranks_text))
     check_length(model, len(prompt), args.tokens)
     if stop is None and model.stop_tokens and speaks:
-        print(f"linnet: stopping at {model.stop_tokens_source} {list(model.stop_tokens)} "
-              "(--stop none decodes every --tokens)", file=sys.stderr)
+        print(
+            f"linnet: stopping at {model.stop_tokens_source} {list(model.stop_tokens)} "
+            "(--stop none decodes every --tokens)",
+            file=sys.stderr,
+        )
     # Model.generate runs prefill, then one decode per token; each step is timed as it ends.
     times: list[float] = []
     clock = [time.perf_counter()]
@@ -129,9 +149,16 @@ def run_command(args: argparse.Namespace) -> int:
             times.append(ms)
             print(printing.token_line(step, len(prompt) + step - 1, tokens[0], ms))
 
-    out = model.generate([prompt], args.tokens, temperature=args.temperature,
-                         top_k=args.top_k, top_p=args.top_p, seed=args.sampling_seed,
-                         stop_tokens=stop, on_token=on_token)[0]
+    out = model.generate(
+        [prompt],
+        args.tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.sampling_seed,
+        stop_tokens=stop,
+        on_token=on_token,
+    )[0]
     print("\n".join(printing.summary_lines(out, times, "includes lowering")))
     return 0
 
@@ -158,17 +185,28 @@ def register_plan(subparsers: Any) -> None:
     p = subparsers.add_parser("plan", help="plan an entry over the backends and explain it")
     add_lowering_arguments(p)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--backend", action="append", default=[], metavar="NAME",
-                   help="use only these installed backends (repeatable; default: all)")
+    p.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="use only these installed backends (repeatable; default: all)",
+    )
     p.add_argument("--no-measure", action="store_true", help="take the largest matches, untimed")
     p.add_argument("--margin", type=float, default=0.02)
     p.add_argument("--memory", type=int, help="bytes executables may hold beyond the weights")
-    p.add_argument("--compile", metavar="MODE|BACKEND|JSON",
-                   help="torch.compile mode or backend for the generated slices, or inductor's "
-                        "options as a JSON object: '{\"max_autotune\": true}'")
-    p.add_argument("--uncaptured", action="store_true",
-                   help="time for plan.run, item by item from the host (a prefill), not for "
-                        "Captured's CUDA graph (the default)")
+    p.add_argument(
+        "--compile",
+        metavar="MODE|BACKEND|JSON",
+        help="torch.compile mode or backend for the generated slices, or inductor's "
+        "options as a JSON object: '{\"max_autotune\": true}'",
+    )
+    p.add_argument(
+        "--uncaptured",
+        action="store_true",
+        help="time for plan.run, item by item from the host (a prefill), not for "
+        "Captured's CUDA graph (the default)",
+    )
     p.set_defaults(run=plan_command)
 
 
@@ -206,8 +244,11 @@ def plan_command(args: argparse.Namespace) -> int:
     try:
         compile = compile_argument(args.compile)
     except ValueError as exc:
-        print(f"linnet plan: {exc}; give a mode ('max-autotune-no-cudagraphs'), a backend "
-              "('aot_eager') or inductor's options as a JSON object", file=sys.stderr)
+        print(
+            f"linnet plan: {exc}; give a mode ('max-autotune-no-cudagraphs'), a backend "
+            "('aot_eager') or inductor's options as a JSON object",
+            file=sys.stderr,
+        )
         return 2
     config = load_config(args.config, args.set, args.file)
     weights: Any = args.weights
@@ -228,12 +269,22 @@ def plan_command(args: argparse.Namespace) -> int:
         backends = [b for b in available() if b.name in args.backend]
         missing = set(args.backend) - {b.name for b in backends}
         if missing:
-            print(f"linnet plan: not installed or skipped: {', '.join(sorted(missing))} "
-                  "(see `linnet backends`)", file=sys.stderr)
+            print(
+                f"linnet plan: not installed or skipped: {', '.join(sorted(missing))} "
+                "(see `linnet backends`)",
+                file=sys.stderr,
+            )
             return 1
-    plan = model.plan_for(args.entry, inputs, backends=backends, compile=compile,
-                          memory=args.memory, measure=not args.no_measure, margin=args.margin,
-                          captured=not args.uncaptured)
+    plan = model.plan_for(
+        args.entry,
+        inputs,
+        backends=backends,
+        compile=compile,
+        memory=args.memory,
+        measure=not args.no_measure,
+        margin=args.margin,
+        captured=not args.uncaptured,
+    )
     print(plan.explain())
     if args.backend and skipped():
         print("\nplugins skipped by discovery (see `linnet backends`):")
@@ -244,11 +295,18 @@ def plan_command(args: argparse.Namespace) -> int:
 def register_conform(subparsers: Any) -> None:
     """Adds `linnet conform-all`: the conformance table, every case on every runtime."""
     p = subparsers.add_parser(
-        "conform-all", help="run every conformance case on every runtime and print the table")
-    p.add_argument("--case", action="append", default=[], metavar="TEXT",
-                   help="only the cases whose name contains TEXT (repeatable)")
-    p.add_argument("--write", metavar="FILE",
-                   help="also write the docs page (docs/conformance.md) to FILE")
+        "conform-all", help="run every conformance case on every runtime and print the table"
+    )
+    p.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="only the cases whose name contains TEXT (repeatable)",
+    )
+    p.add_argument(
+        "--write", metavar="FILE", help="also write the docs page (docs/conformance.md) to FILE"
+    )
     p.set_defaults(run=conform_command)
 
 
@@ -262,8 +320,11 @@ def conform_command(args: argparse.Namespace) -> int:
         print(f"wrote {args.write}", file=sys.stderr)
     failed = [r.case.name for r in rows for c in r.cells if not c.passed]
     if failed:
-        print(f"linnet conform-all: {len(failed)} runtime(s) differ from the interpreter: "
-              + ", ".join(sorted(set(failed))), file=sys.stderr)
+        print(
+            f"linnet conform-all: {len(failed)} runtime(s) differ from the interpreter: "
+            + ", ".join(sorted(set(failed))),
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
@@ -273,13 +334,26 @@ def register_cache(subparsers: Any) -> None:
     from .home import CACHE_NAMES
 
     names = list(CACHE_NAMES)
-    p = subparsers.add_parser("cache", help="show or clear what is cached under $LINNET_HOME "
-                                            "(timings, generated source, torch.compile)")
-    p.add_argument("action", nargs="?", choices=["info", "clear"], default="info",
-                   help="info (default): each cache's place and size; clear: remove the "
-                        "files Linnet wrote (only in a home Linnet made; others are kept)")
-    p.add_argument("--only", action="append", choices=names, metavar="NAME",
-                   help=f"with clear: only this cache (repeatable; one of {', '.join(names)})")
+    p = subparsers.add_parser(
+        "cache",
+        help="show or clear what is cached under $LINNET_HOME "
+        "(timings, generated source, torch.compile)",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["info", "clear"],
+        default="info",
+        help="info (default): each cache's place and size; clear: remove the "
+        "files Linnet wrote (only in a home Linnet made; others are kept)",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=names,
+        metavar="NAME",
+        help=f"with clear: only this cache (repeatable; one of {', '.join(names)})",
+    )
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(run=cache_command)
 
@@ -304,21 +378,32 @@ def cache_command(args: argparse.Namespace) -> int:
     if args.action == "clear":
         cleared = clear_caches(args.only)
         total = sum(e.bytes for e in cleared)
-        kept = [e for e in cache_entries() if not e.ours and (not args.only or
-                                                                e.name in args.only)]
+        kept = [e for e in cache_entries() if not e.ours and (not args.only or e.name in args.only)]
         if args.format == "json":
-            print(json.dumps({"home": str(home), "cleared": [e.name for e in cleared],
-                              "files": sum(e.files for e in cleared), "bytes": total,
-                              "adopted": owner == "earlier",
-                              "kept": [str(e.path) for e in kept],
-                              "not_linnets": {e.name: e.kept for e in cleared if e.kept},
-                              "links": {e.name: e.links for e in cleared if e.links}}))
+            print(
+                json.dumps(
+                    {
+                        "home": str(home),
+                        "cleared": [e.name for e in cleared],
+                        "files": sum(e.files for e in cleared),
+                        "bytes": total,
+                        "adopted": owner == "earlier",
+                        "kept": [str(e.path) for e in kept],
+                        "not_linnets": {e.name: e.kept for e in cleared if e.kept},
+                        "links": {e.name: e.links for e in cleared if e.links},
+                    }
+                )
+            )
             return 0
         if owner == "earlier":
-            print(f"marked {home} as Linnet's home (made by an earlier version): only "
-                  "Linnet's own files are removed from it")
-        print(f"cleared {', '.join(e.name for e in cleared) or 'nothing'} under {home} "
-              f"({sum(e.files for e in cleared)} file(s), {_bytes(total)})")
+            print(
+                f"marked {home} as Linnet's home (made by an earlier version): only "
+                "Linnet's own files are removed from it"
+            )
+        print(
+            f"cleared {', '.join(e.name for e in cleared) or 'nothing'} under {home} "
+            f"({sum(e.files for e in cleared)} file(s), {_bytes(total)})"
+        )
         for e in cleared:
             if e.note:
                 print(f"kept in {e.name}: {e.note}")
@@ -327,29 +412,61 @@ def cache_command(args: argparse.Namespace) -> int:
         return 0
     entries = cache_entries()
     if args.format == "json":
-        print(json.dumps({"home": str(home), "owner": owner, "not_linnets": foreign,
-                          "caches": [
-            {"name": e.name, "path": str(e.path), "files": e.files, "bytes": e.bytes,
-             "what": e.what, "note": e.note, "under_home": e.ours, "kept": e.kept,
-             "links": e.links} for e in entries]},
-            indent=1))
+        print(
+            json.dumps(
+                {
+                    "home": str(home),
+                    "owner": owner,
+                    "not_linnets": foreign,
+                    "caches": [
+                        {
+                            "name": e.name,
+                            "path": str(e.path),
+                            "files": e.files,
+                            "bytes": e.bytes,
+                            "what": e.what,
+                            "note": e.note,
+                            "under_home": e.ours,
+                            "kept": e.kept,
+                            "links": e.links,
+                        }
+                        for e in entries
+                    ],
+                },
+                indent=1,
+            )
+        )
         return 0
     print(f"$LINNET_HOME = {home}")
     if owner == "foreign":
-        print(f"not Linnet's home (no {MARKER} of Linnet's; holds "
-              f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): "
-              "`linnet cache clear` removes nothing here (E0745)")
+        print(
+            f"not Linnet's home (no {MARKER} of Linnet's; holds "
+            f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): "
+            "`linnet cache clear` removes nothing here (E0745)"
+        )
     elif owner == "earlier":
         print("made by an earlier Linnet: the next `linnet cache clear` marks it as Linnet's")
-    rows = [(e.name, str(e.files), _bytes(e.bytes), shown(e.path),
-             e.what + (f" ({e.note})" if e.note else "")) for e in entries]
+    rows = [
+        (
+            e.name,
+            str(e.files),
+            _bytes(e.bytes),
+            shown(e.path),
+            e.what + (f" ({e.note})" if e.note else ""),
+        )
+        for e in entries
+    ]
     rows.insert(0, ("cache", "files", "size", "place", "holds"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
-        print(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  "
-              f"{r[3]:<{widths[3]}}  {r[4]}")
-    print(f"total {_bytes(sum(e.bytes for e in entries if e.ours))} of Linnet's under "
-          "$LINNET_HOME; `linnet cache clear` removes it (`--only NAME` one cache)")
+        print(
+            f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  "
+            f"{r[3]:<{widths[3]}}  {r[4]}"
+        )
+    print(
+        f"total {_bytes(sum(e.bytes for e in entries if e.ours))} of Linnet's under "
+        "$LINNET_HOME; `linnet cache clear` removes it (`--only NAME` one cache)"
+    )
     return 0
 
 
@@ -366,6 +483,7 @@ def after_load(model: Any, args: argparse.Namespace) -> str:
         return ""
     from .threads import set_threads, threads_text
 
-    threads, _ = set_threads(getattr(args, "threads", None),
-                             sum(p.numel() for p in model.params.values()))
+    threads, _ = set_threads(
+        getattr(args, "threads", None), sum(p.numel() for p in model.params.values())
+    )
     return f", {threads_text(threads)}"

@@ -113,11 +113,16 @@ class Context:
     True
     """
 
-    def __init__(self, parameters: Mapping[str, torch.Tensor], states: dict[str, torch.Tensor],
-                 device: torch.device):
+    def __init__(
+        self,
+        parameters: Mapping[str, torch.Tensor],
+        states: dict[str, torch.Tensor],
+        device: torch.device,
+    ):
         # A Parameters view (from another context) stands for the model's dict it wraps.
         self._params: dict[str, torch.Tensor] = (
-            parameters._params if isinstance(parameters, Parameters) else parameters)  # type: ignore[assignment]
+            parameters._params if isinstance(parameters, Parameters) else parameters  # type: ignore[assignment]
+        )
         self._states = states
         self._view = Parameters(self._params, states)
         self.device = device
@@ -163,14 +168,19 @@ class Context:
             return None  # some of them are laid out with other parameters already
         first = tensors[0]
         if first.dim() == 0 or any(
-                t.dim() != first.dim() or t.dtype != first.dtype or t.shape[1:] != first.shape[1:]
-                or t.device != first.device for t in tensors):
+            t.dim() != first.dim()
+            or t.dtype != first.dtype
+            or t.shape[1:] != first.shape[1:]
+            or t.device != first.device
+            for t in tensors
+        ):
             return None
         joined = torch.cat([t.reshape(t.shape[0], -1) for t in tensors]).reshape(
-            (sum(t.shape[0] for t in tensors), *tuple(first.shape[1:])))
+            (sum(t.shape[0] for t in tensors), *tuple(first.shape[1:]))
+        )
         offset = 0
         for p, t in zip(key, tensors):
-            view = joined[offset:offset + t.shape[0]]
+            view = joined[offset : offset + t.shape[0]]
             params[p] = view
             _remember(view, key, joined)
             offset += t.shape[0]
@@ -189,8 +199,11 @@ class Context:
         (False, True)
         """
         keep = None if only is None else set(only)
-        return Context(self._params, {k: _copy(v) if keep is None or k in keep else v
-                                      for k, v in self._states.items()}, self.device)
+        return Context(
+            self._params,
+            {k: _copy(v) if keep is None or k in keep else v for k, v in self._states.items()},
+            self.device,
+        )
 
     def reset(self) -> None:
         """Zero every state (start new sequences)."""

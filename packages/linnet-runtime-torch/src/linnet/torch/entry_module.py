@@ -36,19 +36,25 @@ class EntryModule(torch.nn.Module):
 
     _linnet_model: Any  # the Model (set past nn.Module's __setattr__: not a submodule)
 
-    def __init__(self, model: Any, entry: str, inputs: Sequence[torch.Tensor],
-                 context: Context | None):
+    def __init__(
+        self, model: Any, entry: str, inputs: Sequence[torch.Tensor], context: Context | None
+    ):
         super().__init__()
         if context is not None and not isinstance(context, Context):
-            raise error("E0785", f"context must be a linnet.torch.Context, got "
-                                 f"{type(context).__name__}",
-                        help=f"make one: model.new_context({entry!r}, inputs)")
+            raise error(
+                "E0785",
+                f"context must be a linnet.torch.Context, got {type(context).__name__}",
+                help=f"make one: model.new_context({entry!r}, inputs)",
+            )
         if model.interpret:
-            raise error("E0734", f"`{entry}` of a model loaded with interpret=True cannot be a "
-                        "module: the interpreter reads every index back to check it as it "
-                        "runs, which torch.export cannot trace",
-                        help="load the model without interpret=True (the generated source): "
-                             "its inputs are range-checked in the module instead")
+            raise error(
+                "E0734",
+                f"`{entry}` of a model loaded with interpret=True cannot be a "
+                "module: the interpreter reads every index back to check it as it "
+                "runs, which torch.export cannot trace",
+                help="load the model without interpret=True (the generated source): "
+                "its inputs are range-checked in the module instead",
+            )
         _static(entry, inputs)
         graph = model._lower(entry, inputs).graph
         ctx = context if context is not None else model._context_for_graph(graph)
@@ -58,8 +64,13 @@ class EntryModule(torch.nn.Module):
         self.entry = entry
         self._where: dict[str, tuple[torch.nn.Module, str]] = {}
         for path, p in model.params.items():
-            self._put(path, torch.nn.Parameter(p, requires_grad=p.requires_grad)
-                      if p.is_floating_point() else p, parameter=p.is_floating_point())
+            self._put(
+                path,
+                torch.nn.Parameter(p, requires_grad=p.requires_grad)
+                if p.is_floating_point()
+                else p,
+                parameter=p.is_floating_point(),
+            )
         for path, state in ctx.states.items():
             self._put(path, state, parameter=False)
 
@@ -114,8 +125,11 @@ def _static(entry: str, inputs: Sequence[Any]) -> None:
     entry is lowered, and its source generated, for one set of sizes."""
     for t in inputs:
         if isinstance(t, torch.Tensor) and not all(isinstance(d, int) for d in t.shape):
-            raise error("E0733", f"`{entry}` was given an input of symbolic shape "
-                        f"{list(t.shape)}: Linnet lowers an entry for static sizes",
-                        help="export one program per shape (torch.export.export without "
-                             "dynamic_shapes); the ONNX export takes symbolic dims: "
-                             "model.export_onnx(..., dynamic=...)")
+            raise error(
+                "E0733",
+                f"`{entry}` was given an input of symbolic shape "
+                f"{list(t.shape)}: Linnet lowers an entry for static sizes",
+                help="export one program per shape (torch.export.export without "
+                "dynamic_shapes); the ONNX export takes symbolic dims: "
+                "model.export_onnx(..., dynamic=...)",
+            )

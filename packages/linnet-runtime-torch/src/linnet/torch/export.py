@@ -35,18 +35,32 @@ def entry_export(model: Any, entry: str, inputs: Any) -> EntryExport:
         return {n: list(t.shape) for n, t in zip(names, listed())}
 
     return EntryExport(
-        model.program, model.config, model.params, lambda: model._checked(entry, listed()),
-        shapes, lambda i, c: lower(model.program, entry, i, c, model.weight_shapes,
-                                   check=False))
+        model.program,
+        model.config,
+        model.params,
+        lambda: model._checked(entry, listed()),
+        shapes,
+        lambda i, c: lower(model.program, entry, i, c, model.weight_shapes, check=False),
+    )
 
-def export_onnx(model: Any, entry: str, inputs: Any, path: str | Path, check: bool = True,
-                external_threshold: int | None = None, dynamic: Any = None) -> list[Path]:
+
+def export_onnx(
+    model: Any,
+    entry: str,
+    inputs: Any,
+    path: str | Path,
+    check: bool = True,
+    external_threshold: int | None = None,
+    dynamic: Any = None,
+) -> list[Path]:
     """See :meth:`linnet.torch.Model.export_onnx`."""
-    return export_entry_onnx(entry_export(model, entry, inputs), path, check,
-                             external_threshold, dynamic)
+    return export_entry_onnx(
+        entry_export(model, entry, inputs), path, check, external_threshold, dynamic
+    )
 
 
-def export_stablehlo(model: Any, entry: str, inputs: Any, path: str | Path,
-                     verify: bool = False) -> list[str]:
+def export_stablehlo(
+    model: Any, entry: str, inputs: Any, path: str | Path, verify: bool = False
+) -> list[str]:
     """See :meth:`linnet.torch.Model.export_stablehlo`."""
     return export_entry_stablehlo(entry_export(model, entry, inputs), path, verify)

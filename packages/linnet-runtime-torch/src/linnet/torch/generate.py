@@ -66,8 +66,13 @@ def _prompts(prompts: Any) -> list[list[int]]:
     return prompt_lists(prompts, "tensor")
 
 
-def pick(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
-         top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+def pick(
+    logits: torch.Tensor,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """One token id per row of ``logits`` [B, V]: the argmax when ``temperature`` is 0,
     else a sample of ``softmax(logits / temperature)`` kept to ``top_k`` and ``top_p``.
     A row whose logits are not all finite gives -1 (no token id: :func:`generate` reports
@@ -102,8 +107,9 @@ def pick(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = Non
     if top_p is not None and top_p < 1:
         # transformers' TopPLogitsWarper: drop the least likely tokens whose probabilities sum
         # to at most 1 - top_p; the most likely token is always kept.
-        index = torch.argsort(shifted.masked_fill(scores == float("-inf"), float("-inf")),
-                              dim=-1, stable=True)
+        index = torch.argsort(
+            shifted.masked_fill(scores == float("-inf"), float("-inf")), dim=-1, stable=True
+        )
         cumulative = scores.gather(-1, index).softmax(dim=-1).cumsum(dim=-1)
         drop = cumulative <= (1 - top_p)
         drop[..., -1] = False
@@ -113,11 +119,19 @@ def pick(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = Non
     return torch.where(finite, picked, -1)
 
 
-def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature: float = 0.0,
-             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             stop_tokens: Sequence[int] | None = None,
-             on_token: Callable[[int, list[int]], None] | None = None,
-             stop_when: Callable[[int, int], bool] | None = None) -> list[list[int]]:
+def generate(
+    model: Any,
+    prompts: Any,
+    max_new_tokens: int = 16,
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stop_tokens: Sequence[int] | None = None,
+    on_token: Callable[[int, list[int]], None] | None = None,
+    stop_when: Callable[[int, int], bool] | None = None,
+) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
     any lengths; one list or an integer tensor [B, L] also do); returns each prompt's new
     tokens, ending at its first stop token (or where ``stop_when(b, token)`` is True: a
@@ -134,12 +148,12 @@ def generate(model: Any, prompts: Any, max_new_tokens: int = 16, *, temperature:
     """
     batch = _prompts(prompts)
     stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
-    check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens,
-                   on_token)
+    check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
     lengths = [len(p) for p in batch]
     rows = padded(batch)
-    check_vocabulary(model, rows, stop_tokens,
-                     lambda shape: torch.zeros(shape, dtype=torch.int32), stops_from)
+    check_vocabulary(
+        model, rows, stop_tokens, lambda shape: torch.zeros(shape, dtype=torch.int32), stops_from
+    )
     check_cache(model, max(lengths), max_new_tokens, torch.zeros(1, dtype=torch.int32))
     tokens = torch.tensor(rows, dtype=torch.int32)
     generator = None

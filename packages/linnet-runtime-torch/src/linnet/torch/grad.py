@@ -44,31 +44,47 @@ def _wrt_key(wrt: Any) -> tuple[str, ...]:
         return (wrt,)
     if isinstance(wrt, list | tuple) and all(isinstance(w, str) for w in wrt):
         return tuple(wrt)
-    raise coded_error("E0805", f"wrt must be an input name, a parameter path, 'params', or a list "
-                 f"of them, not {type(wrt).__name__} {str(wrt)[:40]}",
-                 help="e.g. wrt='params' or wrt=['model.norm.weight', 'x']")
+    raise coded_error(
+        "E0805",
+        f"wrt must be an input name, a parameter path, 'params', or a list "
+        f"of them, not {type(wrt).__name__} {str(wrt)[:40]}",
+        help="e.g. wrt='params' or wrt=['model.norm.weight', 'x']",
+    )
 
 
-def lowered_grad(model: Model, entry: str, inputs: Sequence[torch.Tensor], wrt: Any,
-                 seed: str) -> GradLowered:
+def lowered_grad(
+    model: Model, entry: str, inputs: Sequence[torch.Tensor], wrt: Any, seed: str
+) -> GradLowered:
     """The gradient graph of ``entry`` for inputs like ``inputs`` (lowered and emitted once
     per shapes, ``wrt`` and seed)."""
     forward = model._checked(entry, inputs)  # E0720-E0722, E0780: the inputs are checked
-    key = ("grad", entry, tuple((tuple(t.shape), t.dtype) for t in inputs), _wrt_key(wrt),
-           seed)
+    key = ("grad", entry, tuple((tuple(t.shape), t.dtype) for t in inputs), _wrt_key(wrt), seed)
     cache = model.__dict__.setdefault("_grad_lowered", {})
     if key in cache:
         return cache[key]
     method = model._entry_method(entry)
     shapes = {p.name: list(t.shape) for p, t in zip(method.params, inputs)}
-    graph = lower_grad(model.program, entry, shapes, model.config, model.weight_shapes,
-                       wrt=list(_wrt_key(wrt)), seed=seed, check=False)
-    assert graph.inputs[:len(forward.inputs)] == forward.inputs
+    graph = lower_grad(
+        model.program,
+        entry,
+        shapes,
+        model.config,
+        model.weight_shapes,
+        wrt=list(_wrt_key(wrt)),
+        seed=seed,
+        check=False,
+    )
+    assert graph.inputs[: len(forward.inputs)] == forward.inputs
     lowered = GradLowered(graph)
     if not model.interpret:
         sources = {m.source.name: m.source.text for m in model.program.modules.values()}
-        text = emit_torch(graph, sources, numerics=model.numerics,
-                          origin=model.program.root.source.name, device=str(model.device))
+        text = emit_torch(
+            graph,
+            sources,
+            numerics=model.numerics,
+            origin=model.program.root.source.name,
+            device=str(model.device),
+        )
         module = import_source(text, f"linnet_{graph.model.lower()}_{entry}_grad")
         lowered.module = module
         lowered.path = module.__file__ or ""
@@ -84,26 +100,38 @@ def _cotangents(graph: Graph, forward_inputs: int, entry: str, given: Any) -> li
         given = [given]
     if not isinstance(given, list | tuple) or len(given) != len(wanted):
         count = len(given) if isinstance(given, list | tuple) else type(given).__name__
-        raise coded_error("E0806", f"`{entry}` needs {len(wanted)} cotangent(s), one per float "
-                     f"output, got {count}",
-                     help="pass cotangents=[d_out, ...]: tensors shaped like the outputs")
+        raise coded_error(
+            "E0806",
+            f"`{entry}` needs {len(wanted)} cotangent(s), one per float output, got {count}",
+            help="pass cotangents=[d_out, ...]: tensors shaped like the outputs",
+        )
     out = []
     for ref, t in zip(wanted, given):
         vt = graph.values[ref]
-        if not isinstance(t, torch.Tensor) or tuple(t.shape) != vt.shape \
-                or t.dtype != DTYPES[vt.dtype]:
-            have = (f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor)
-                    else type(t).__name__)
-            raise coded_error("E0807", f"the cotangent `{ref[1:]}` of `{entry}` must be "
-                         f"{vt.dtype}{list(vt.shape)}, got {have}",
-                         help="a cotangent has its output's shape and dtype")
+        if (
+            not isinstance(t, torch.Tensor)
+            or tuple(t.shape) != vt.shape
+            or t.dtype != DTYPES[vt.dtype]
+        ):
+            have = f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise coded_error(
+                "E0807",
+                f"the cotangent `{ref[1:]}` of `{entry}` must be "
+                f"{vt.dtype}{list(vt.shape)}, got {have}",
+                help="a cotangent has its output's shape and dtype",
+            )
         out.append(t)
     return out
 
 
-def value_and_grad(model: Model, entry: str, inputs: Any, wrt: Any = "params",
-                   cotangents: Any = None, context: Any = None
-                   ) -> tuple[Any, dict[str, torch.Tensor]]:
+def value_and_grad(
+    model: Model,
+    entry: str,
+    inputs: Any,
+    wrt: Any = "params",
+    cotangents: Any = None,
+    context: Any = None,
+) -> tuple[Any, dict[str, torch.Tensor]]:
     """See :meth:`linnet.torch.model.Model.value_and_grad`."""
     if isinstance(inputs, dict):
         inputs = model._inputs(entry, [], dict(inputs))
@@ -111,8 +139,11 @@ def value_and_grad(model: Model, entry: str, inputs: Any, wrt: Any = "params",
     lowered = lowered_grad(model, entry, inputs, wrt, seed)
     graph = lowered.graph
     n_in = len(model._entry_method(entry).params)
-    given = list(inputs) + _cotangents(graph, n_in, entry, cotangents) if seed != "scalar" \
+    given = (
+        list(inputs) + _cotangents(graph, n_in, entry, cotangents)
+        if seed != "scalar"
         else list(inputs)
+    )
     check_inputs(graph, given, entry)
     args = [t.to(model.device) for t in given]
     ctx = context if context is not None else model._context_for_graph(graph)

@@ -41,13 +41,18 @@ import torch
 from .interpreter import DTYPES, run_graph
 
 
-def check_grad_clauses(source: str | Path | Program, *, count: int = 3, seed: int = 0,
-                       max_size: int = DEFAULT_MAX_SIZE,
-                       dtypes: tuple[str, ...] = DEFAULT_GRAD_DTYPES,
-                       ops: list[str] | None = None, skip: set[str] | None = None,
-                       on_check: Callable[[GradCheck], None] | None = None,
-                       on_unchecked: Callable[[GradFinding], None] | None = None
-                       ) -> list[GradFinding]:
+def check_grad_clauses(
+    source: str | Path | Program,
+    *,
+    count: int = 3,
+    seed: int = 0,
+    max_size: int = DEFAULT_MAX_SIZE,
+    dtypes: tuple[str, ...] = DEFAULT_GRAD_DTYPES,
+    ops: list[str] | None = None,
+    skip: set[str] | None = None,
+    on_check: Callable[[GradCheck], None] | None = None,
+    on_unchecked: Callable[[GradFinding], None] | None = None,
+) -> list[GradFinding]:
     """Check every grad clause of ``source`` (a ``.linnet`` file or a checked
     :class:`~linnet.lang.Program`; the std ops it uses too) against the reverse pass of its
     op's body on ``count`` random cases each; returns the findings (empty: every clause
@@ -65,13 +70,23 @@ def check_grad_clauses(source: str | Path | Program, *, count: int = 3, seed: in
     E0537 grad clause of main::scale on x: [3] f64, ...: the clause's gradient of `x` ...
     """
     program = checked_source(source)
-    return run_grad_checks(program, lambda op, case, s: check_clause_case(program, op, case, s),
-                           count=count, seed=seed, max_size=max_size, dtypes=dtypes, ops=ops,
-                           skip=skip, on_check=on_check, on_unchecked=on_unchecked)
+    return run_grad_checks(
+        program,
+        lambda op, case, s: check_clause_case(program, op, case, s),
+        count=count,
+        seed=seed,
+        max_size=max_size,
+        dtypes=dtypes,
+        ops=ops,
+        skip=skip,
+        on_check=on_check,
+        on_unchecked=on_unchecked,
+    )
 
 
-def assert_grad_clauses(source: str | Path | Program, unchecked: str = "error",
-                        **options: Any) -> None:
+def assert_grad_clauses(
+    source: str | Path | Program, unchecked: str = "error", **options: Any
+) -> None:
     """:func:`check_grad_clauses`, raising a :class:`LinnetError` with one coded diagnostic
     per finding (E0537-E0539); ``unchecked="warn"`` warns of the E0539 ones instead.
 
@@ -87,19 +102,31 @@ def check_clause_case(program: Program, op: Any, case: KernelCase, seed: int) ->
         gcase = grad_case(program, op, case, seed)
     except LinnetError as err:
         return GradCheck(case, float("inf"), finding_of(op, case, err))
-    args = [torch.tensor(v, dtype=DTYPES[d]) for v, d in
-            zip([*gcase.inputs, *gcase.cotangents], gcase.dtypes)]
+    args = [
+        torch.tensor(v, dtype=DTYPES[d])
+        for v, d in zip([*gcase.inputs, *gcase.cotangents], gcase.dtypes)
+    ]
     cpu = torch.device("cpu")
     try:
         with torch.inference_mode():
             clause = run_graph(gcase.clause, [a.clone() for a in args], {}, {}, cpu)
             body = run_graph(gcase.body, [a.clone() for a in args], {}, {}, cpu)
     except Exception as exc:  # a case the interpreter cannot run is unchecked, not passed
-        return GradCheck(case, float("inf"), unchecked(
-            op, case, f"running the case failed ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''})"))
-    return compare_case(gcase, [_array(t) for t in gradients(gcase, clause)],
-                        [_array(t) for t in gradients(gcase, body)])
+        return GradCheck(
+            case,
+            float("inf"),
+            unchecked(
+                op,
+                case,
+                f"running the case failed ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''})",
+            ),
+        )
+    return compare_case(
+        gcase,
+        [_array(t) for t in gradients(gcase, clause)],
+        [_array(t) for t in gradients(gcase, body)],
+    )
 
 
 def _array(t: torch.Tensor) -> Any:

@@ -98,8 +98,9 @@ class Guard:
         for name, t in zip(names, tensors):
             if isinstance(t, torch.Tensor) and t.numel():
                 start = t.data_ptr()
-                regions.append(_Region(name, t, start, start + t.numel() * t.element_size(),
-                                       t.element_size()))
+                regions.append(
+                    _Region(name, t, start, start + t.numel() * t.element_size(), t.element_size())
+                )
         regions.sort(key=lambda r: r.start)
         self.regions = regions
         self.starts = np.array([r.start for r in regions], np.uint64)
@@ -115,25 +116,28 @@ class Guard:
             linear = n - 1 - ((x * grid[1] + y) * grid[2] + z)
             x, rest = divmod(linear, grid[1] * grid[2])
             y, z = divmod(rest, grid[2])
-        self.program, self.synced = (x, y, z)[:self.rank], False
+        self.program, self.synced = (x, y, z)[: self.rank], False
         self.linear = (x * grid[1] + y) * grid[2] + z
         return x, y, z
 
-    def check(self, what: str, pointers: Any, mask: Any, size: int, values: Any = None
-              ) -> None:
+    def check(self, what: str, pointers: Any, mask: Any, size: int, values: Any = None) -> None:
         """Raise WildAccess for a lane outside every tensor; record stores and loads for
         races. ``pointers`` and ``mask`` are the interpreter's arrays, ``size`` the bytes of
         an element, ``values`` what a store writes."""
         ptrs = np.asarray(pointers)
-        active = np.broadcast_to(np.asarray(mask, bool), ptrs.shape) if mask is not None \
+        active = (
+            np.broadcast_to(np.asarray(mask, bool), ptrs.shape)
+            if mask is not None
             else np.ones(ptrs.shape, bool)
+        )
         addresses = ptrs[active].astype(np.uint64)
         if not addresses.size:
             return
         which = np.searchsorted(self.starts, addresses, side="right").astype(np.int64) - 1
         if self.regions:
-            inside = (which >= 0) & (addresses + np.uint64(size)
-                                     <= self.stops[np.clip(which, 0, None)])
+            inside = (which >= 0) & (
+                addresses + np.uint64(size) <= self.stops[np.clip(which, 0, None)]
+            )
         else:
             inside = np.zeros(addresses.shape, bool)
         if not np.all(inside):
@@ -146,12 +150,14 @@ class Guard:
         for k in np.unique(which):
             region = self.regions[int(k)]
             here = which == k
-            elements = ((addresses[here] - np.uint64(region.start)) // np.uint64(region.size)
-                        ).astype(np.int64)
+            elements = (
+                (addresses[here] - np.uint64(region.start)) // np.uint64(region.size)
+            ).astype(np.int64)
             self.track(region, what, elements, None if stored is None else stored[here])
 
-    def track(self, region: _Region, what: str, elements: np.ndarray,
-              values: np.ndarray | None) -> None:
+    def track(
+        self, region: _Region, what: str, elements: np.ndarray, values: np.ndarray | None
+    ) -> None:
         writer, reader = region.shadows()
         me = self.linear
         if what == "load":
@@ -159,9 +165,11 @@ class Guard:
             other = (w >= 0) & (w != me)
             if other.any() and not self.race:
                 j = int(np.argmax(other))
-                self.race = (f"programs race on {region.describe()}: program {self.program} "
-                             f"loads {region.element(int(elements[j]))}, which program "
-                             f"{self._program(int(w[j]))} stored")
+                self.race = (
+                    f"programs race on {region.describe()}: program {self.program} "
+                    f"loads {region.element(int(elements[j]))}, which program "
+                    f"{self._program(int(w[j]))} stored"
+                )
             r = reader[elements]
             reader[elements] = np.where((r == -1) | (r == me), me, -2)
             return
@@ -169,10 +177,15 @@ class Guard:
         other = (r != -1) & (r != me)
         if other.any() and not self.race:
             j = int(np.argmax(other))
-            by = "two or more other programs" if r[j] == -2 else \
-                f"program {self._program(int(r[j]))}"
-            self.race = (f"programs race on {region.describe()}: program {self.program} "
-                         f"stores {region.element(int(elements[j]))}, which {by} loaded")
+            by = (
+                "two or more other programs"
+                if r[j] == -2
+                else f"program {self._program(int(r[j]))}"
+            )
+            self.race = (
+                f"programs race on {region.describe()}: program {self.program} "
+                f"stores {region.element(int(elements[j]))}, which {by} loaded"
+            )
         w = writer[elements]
         other = (w >= 0) & (w != me)
         if other.any() and not self.race and values is not None:
@@ -180,9 +193,11 @@ class Guard:
             differs = other & (before != _as_bits(values, region.size))
             if differs.any():
                 j = int(np.argmax(differs))
-                self.race = (f"programs race on {region.describe()}: programs "
-                             f"{self._program(int(w[j]))} and {self.program} store different "
-                             f"values into {region.element(int(elements[j]))}")
+                self.race = (
+                    f"programs race on {region.describe()}: programs "
+                    f"{self._program(int(w[j]))} and {self.program} store different "
+                    f"values into {region.element(int(elements[j]))}"
+                )
         writer[elements] = me
 
     def _program(self, linear: int) -> tuple[int, ...]:
@@ -190,10 +205,11 @@ class Guard:
 
         _, gy, gz = interpreter_builder.grid_dim
         x, rest = divmod(linear, gy * gz)
-        return (x, *divmod(rest, gz))[:self.rank]
+        return (x, *divmod(rest, gz))[: self.rank]
 
-    def wild(self, what: str, addresses: np.ndarray, which: np.ndarray, inside: np.ndarray,
-             size: int) -> str:
+    def wild(
+        self, what: str, addresses: np.ndarray, which: np.ndarray, inside: np.ndarray, size: int
+    ) -> str:
         """WildAccess's message: the access, how many lanes, and where the first one is
         against the nearest tensor."""
         bad = ~inside
@@ -203,17 +219,22 @@ class Guard:
         if k >= 0:
             r = self.regions[k]
             n = (r.stop - r.start) // r.size
-            where = (f"element {(first - r.start) // r.size} of {r.describe()}, which has {n}"
-                     if first < r.stop else f"{first - r.stop} bytes past the end of "
-                     f"{r.describe()}, the nearest tensor below it")
+            where = (
+                f"element {(first - r.start) // r.size} of {r.describe()}, which has {n}"
+                if first < r.stop
+                else f"{first - r.stop} bytes past the end of "
+                f"{r.describe()}, the nearest tensor below it"
+            )
         elif self.regions:
             where = f"{self.regions[0].start - first} bytes before {self.regions[0].describe()}"
         else:
             where = "memory of no tensor"
         count = int(bad.sum())
-        return (f"`{what}` in program {self.program} {verb} outside every tensor of the launch "
-                f"({count} lane{'s' if count != 1 else ''}; the first at {where}); "
-                "stopped before it ran")
+        return (
+            f"`{what}` in program {self.program} {verb} outside every tensor of the launch "
+            f"({count} lane{'s' if count != 1 else ''}; the first at {where}); "
+            "stopped before it ran"
+        )
 
 
 def _bits(t: torch.Tensor) -> np.ndarray:
@@ -223,8 +244,11 @@ def _bits(t: torch.Tensor) -> np.ndarray:
 
 
 def _as_bits(values: np.ndarray, size: int) -> np.ndarray:
-    return np.ascontiguousarray(values).view(f"u{size}") if values.dtype.itemsize == size \
+    return (
+        np.ascontiguousarray(values).view(f"u{size}")
+        if values.dtype.itemsize == size
         else values.astype(f"u{size}")
+    )
 
 
 def _element_size(dtype: Any) -> int:
@@ -254,7 +278,7 @@ def guarded_launches(reverse: bool = False) -> Iterator[Guard]:
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
     def launch(self: Any, *args: Any, **kwargs: Any) -> Any:
-        names = list(self.arg_names[:len(args)]) + list(kwargs)
+        names = list(self.arg_names[: len(args)]) + list(kwargs)
         grid = self.grid if isinstance(self.grid, tuple | list) else (0, 0, 0)
         guard.begin(names, [*args, *kwargs.values()], max(1, len(grid)))
         try:
@@ -265,8 +289,10 @@ def guarded_launches(reverse: bool = False) -> Iterator[Guard]:
                 raise cause from None
             raise
         if guard.race:
-            raise Race(guard.race + ", and no `atomic_add` orders them: on a GPU they run "
-                       "in any order, at once")
+            raise Race(
+                guard.race + ", and no `atomic_add` orders them: on a GPU they run "
+                "in any order, at once"
+            )
         return out
 
     def at(x: int, y: int, z: int) -> Any:
@@ -290,8 +316,13 @@ def guarded_launches(reverse: bool = False) -> Iterator[Guard]:
         guard.synced = True
         return cas(ptr, cmp, val, *rest)
 
-    patched = ("set_grid_idx", "create_masked_load", "create_masked_store",
-               "create_atomic_rmw", "create_atomic_cas")
+    patched = (
+        "set_grid_idx",
+        "create_masked_load",
+        "create_masked_store",
+        "create_atomic_rmw",
+        "create_atomic_cas",
+    )
     before = {name: builder.__dict__[name] for name in patched if name in builder.__dict__}
     executor.__call__ = launch  # type: ignore[method-assign]
     builder.set_grid_idx = at  # type: ignore[method-assign]

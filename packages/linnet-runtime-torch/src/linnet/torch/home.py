@@ -44,14 +44,29 @@ from linnet.lang.home_files import (
     scan_home,
 )
 
-__all__ = ["CACHE_NAMES", "COMPILE_CACHES", "MARKER", "CacheEntry", "atomic_write",
-           "cache_entries", "cache_owner", "clear_caches", "compile_cache_counts",
-           "import_source", "linnet_home", "shown", "use_compile_caches"]
+__all__ = [
+    "CACHE_NAMES",
+    "COMPILE_CACHES",
+    "MARKER",
+    "CacheEntry",
+    "atomic_write",
+    "cache_entries",
+    "cache_owner",
+    "clear_caches",
+    "compile_cache_counts",
+    "import_source",
+    "linnet_home",
+    "shown",
+    "use_compile_caches",
+]
 
 #: (name, environment variable, what it holds): torch.compile's caches Linnet places.
 COMPILE_CACHES = (
-    ("inductor", "TORCHINDUCTOR_CACHE_DIR",
-     "torch.compile (inductor): FX graphs, AOTAutograd entries, kernels, autotuning results"),
+    (
+        "inductor",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "torch.compile (inductor): FX graphs, AOTAutograd entries, kernels, autotuning results",
+    ),
     ("triton", "TRITON_CACHE_DIR", "Triton's compiled kernels and autotuning results"),
 )
 
@@ -86,19 +101,29 @@ def _usable_given(env: str, given: str) -> Path:
     """The user's own cache directory ``given`` (from ``env``), or E0830 when torch.compile
     could not write there (it would fail deep inside a compile, with a traceback)."""
     path = Path(given).expanduser()
-    fix = f"point {env} at a directory you may write to, or unset it (Linnet then uses " \
-          f"$LINNET_HOME/cache)"
+    fix = (
+        f"point {env} at a directory you may write to, or unset it (Linnet then uses "
+        f"$LINNET_HOME/cache)"
+    )
     if path.exists() and not path.is_dir():
-        raise coded_error("E0830", f"{env}={given} is a file: torch.compile caches its compiled "
-                     "artefacts in that directory", help=fix)
+        raise coded_error(
+            "E0830",
+            f"{env}={given} is a file: torch.compile caches its compiled "
+            "artefacts in that directory",
+            help=fix,
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise coded_error("E0830", f"{env}={given} cannot be created: {exc.strerror or exc}",
-                     help=fix) from None
+        raise coded_error(
+            "E0830", f"{env}={given} cannot be created: {exc.strerror or exc}", help=fix
+        ) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise coded_error("E0830", f"{env}={given} is not writable: torch.compile caches its "
-                     "compiled artefacts there", help=fix)
+        raise coded_error(
+            "E0830",
+            f"{env}={given} is not writable: torch.compile caches its compiled artefacts there",
+            help=fix,
+        )
     return path
 
 
@@ -183,8 +208,10 @@ def use_compile_caches() -> dict[str, Path]:
             _warn(f"{err.diagnostics[0].message}; torch.compile caches in its default place")
             continue
         except OSError as exc:
-            _warn(f"cannot use {path} for {name}'s cache ({exc.strerror or exc}); "
-                  "torch.compile caches in its default place")
+            _warn(
+                f"cannot use {path} for {name}'s cache ({exc.strerror or exc}); "
+                "torch.compile caches in its default place"
+            )
             continue
         os.environ[env] = _SET[env] = str(path)
         used[name] = path
@@ -208,8 +235,9 @@ def compile_cache_counts() -> tuple[int, int]:
     inductor: Any = counters.get("inductor") or {}
     aot: Any = counters.get("aot_autograd") or {}
     hits = int(inductor.get("fxgraph_cache_hit", 0)) + int(aot.get("autograd_cache_hit", 0))
-    misses = int(inductor.get("fxgraph_cache_miss", 0)) + \
-        int(inductor.get("fxgraph_cache_bypass", 0))
+    misses = int(inductor.get("fxgraph_cache_miss", 0)) + int(
+        inductor.get("fxgraph_cache_bypass", 0)
+    )
     return hits, misses
 
 
@@ -287,12 +315,17 @@ def _report_unreadable(record: logging.LogRecord) -> None:
         # moved: it is recorded then, so that `linnet cache clear` may remove it.
         if shown(path).startswith("$LINNET_HOME/cache/") and not Path(path).is_symlink():
             aside = _move_aside(Path(path), cache / "unreadable")
-            where = (f"; moved it to {shown(aside)}" if aside else
-                     "; it could not be moved aside and is left as it is")
+            where = (
+                f"; moved it to {shown(aside)}"
+                if aside
+                else "; it could not be moved aside and is left as it is"
+            )
         else:
             where = "; it is in your own cache directory: left it as it is"
-    message = (f"{what} could not be read ({why}): compiling again{where} "
-               "(`linnet cache clear --only inductor` empties the cache)")
+    message = (
+        f"{what} could not be read ({why}): compiling again{where} "
+        "(`linnet cache clear --only inductor` empties the cache)"
+    )
     from linnet.plan import CacheWarning
 
     warnings.warn_explicit(message, CacheWarning, "linnet", 0, module="linnet.torch.home")
@@ -368,8 +401,11 @@ def _triton_file(f: HomeFile, directory: str, name: str) -> bool:
         return isinstance(data, dict) and "child_paths" in data
     if name.endswith(".autotune.json"):
         return isinstance(data, dict) and "configs_timings" in data
-    if name.endswith(".so") and f.read(4) == b"\x7fELF" and \
-            name.startswith(("cuda_utils", "__triton_launcher", "hip_utils")):
+    if (
+        name.endswith(".so")
+        and f.read(4) == b"\x7fELF"
+        and name.startswith(("cuda_utils", "__triton_launcher", "hip_utils"))
+    ):
         return True
     for group in f.siblings():  # a file its compilation's group lists
         if group.startswith("__grp__") and group != name:
@@ -413,12 +449,20 @@ def _folders() -> list[Folder]:
     (:data:`CACHE_NAMES`)."""
     from linnet.plan.cache import TIMINGS
 
-    compiled = [Folder(name, f"cache/{name}", _compiled, what) for name, _, what in
-                COMPILE_CACHES]
-    return [TIMINGS, GENERATED, *compiled,
-            Folder("unreadable", "cache/unreadable", _unreadable,
-                   "compiled artefacts torch could not read, set aside",
-                   legacy=_unreadable_legacy), DEMO]
+    compiled = [Folder(name, f"cache/{name}", _compiled, what) for name, _, what in COMPILE_CACHES]
+    return [
+        TIMINGS,
+        GENERATED,
+        *compiled,
+        Folder(
+            "unreadable",
+            "cache/unreadable",
+            _unreadable,
+            "compiled artefacts torch could not read, set aside",
+            legacy=_unreadable_legacy,
+        ),
+        DEMO,
+    ]
 
 
 @dataclass
@@ -469,17 +513,30 @@ def _entries(tallies: dict[str, Tally], home: Path, owner: str) -> list[CacheEnt
         given = os.environ.get(env) if env else None
         if env and given and _users(env, given):
             files, size = _size(Path(given)) if Path(given).exists() else (0, 0)
-            out.append(CacheEntry(folder.name, Path(given), files, size, folder.what,
-                                  f"{env} is set: yours, not cleared", ours=False))
+            out.append(
+                CacheEntry(
+                    folder.name,
+                    Path(given),
+                    files,
+                    size,
+                    folder.what,
+                    f"{env} is set: yours, not cleared",
+                    ours=False,
+                )
+            )
             continue
         t = tallies.get(folder.name) or Tally()
         note = t.note()
         if folder.name == "timings" and home.is_dir():
             aside = len(list(home.glob("benchmarks.json.corrupt-*")))
-            note = "; ".join(n for n in (f"{aside} unreadable file(s) set aside" if aside
-                                         else "", note) if n)
-        out.append(CacheEntry(folder.name, path, t.files, t.bytes, folder.what, note,
-                              kept=t.kept, links=t.links))
+            note = "; ".join(
+                n for n in (f"{aside} unreadable file(s) set aside" if aside else "", note) if n
+            )
+        out.append(
+            CacheEntry(
+                folder.name, path, t.files, t.bytes, folder.what, note, kept=t.kept, links=t.links
+            )
+        )
     return out
 
 
@@ -517,8 +574,7 @@ def clear_caches(names: list[str] | None = None) -> list[CacheEntry]:
     ['demo']
     """
     folders = [f for f in _folders() if not _moved(f.name)]
-    chosen = [n for n in (names or [f.name for f in folders])
-              if any(f.name == n for f in folders)]
+    chosen = [n for n in (names or [f.name for f in folders]) if any(f.name == n for f in folders)]
     if names is not None and not chosen:
         return []
     home, owner, tallies = clear_home(folders, chosen)

@@ -41,14 +41,18 @@ def _type_error(entry: str, name: str, value: Any, graph: Graph | None) -> Linne
         torch_dtype = str(DTYPES[vt.dtype])
         want = f"torch.tensor(..., dtype={torch_dtype}) of shape {list(vt.shape)}"
     example = want or "torch.tensor(...)"
-    return error("E0721", f"input `{name.lstrip('%')}` of `{entry}` must be a torch.Tensor, "
-                 f"got {type(value).__name__} {short(value)}",
-                 help=f"wrap it: {example}" + (" (torch.from_numpy for a NumPy array)"
-                                               if type(value).__module__ == "numpy" else ""))
+    return error(
+        "E0721",
+        f"input `{name.lstrip('%')}` of `{entry}` must be a torch.Tensor, "
+        f"got {type(value).__name__} {short(value)}",
+        help=f"wrap it: {example}"
+        + (" (torch.from_numpy for a NumPy array)" if type(value).__module__ == "numpy" else ""),
+    )
 
 
-def check_inputs(graph: Graph, inputs: Sequence[Any], entry: str,
-                 device_inputs: bool = True) -> None:
+def check_inputs(
+    graph: Graph, inputs: Sequence[Any], entry: str, device_inputs: bool = True
+) -> None:
     """Check ``inputs`` of ``graph`` (an entry lowered for their shapes) before it runs.
 
     Raises a coded :class:`~linnet.lang.LinnetError`: E0720 for a wrong count, E0721 for a
@@ -116,8 +120,9 @@ def _range_error(graph: Graph, entry: str, t: torch.Tensor, r: InputRange) -> Li
     return range_error(graph, entry, r, t.reshape(-1).long().tolist(), tuple(t.shape))
 
 
-def traced_range_checks(graph: Graph, entry: str, t: torch.Tensor, r: InputRange,
-                        read: bool | None = None) -> None:
+def traced_range_checks(
+    graph: Graph, entry: str, t: torch.Tensor, r: InputRange, read: bool | None = None
+) -> None:
     """The range check of index input ``t`` as operations ``torch.export`` keeps in the
     program, for a tensor that has no values yet (a fake tensor being traced): the exported
     program refuses an out-of-range value on every call instead of reading past an axis (or
@@ -144,10 +149,14 @@ def traced_range_checks(graph: Graph, entry: str, t: torch.Tensor, r: InputRange
         raise range_error(graph, entry, r, [], tuple(t.shape))
     name = r.input.lstrip("%")
     where = f"every value must be {r.text()}: `{name}` indexes"
-    low = (f"error[E0780]: input `{name}` of `{entry}` has a value below {r.lo}; {where} "
-           f"{r.lower.describe(graph)}")
-    high = (f"error[E0780]: input `{name}` of `{entry}` has a value of {r.hi} or more; "
-            f"{where} {r.upper.describe(graph)}")
+    low = (
+        f"error[E0780]: input `{name}` of `{entry}` has a value below {r.lo}; {where} "
+        f"{r.lower.describe(graph)}"
+    )
+    high = (
+        f"error[E0780]: input `{name}` of `{entry}` has a value of {r.hi} or more; "
+        f"{where} {r.upper.describe(graph)}"
+    )
     bounded = (r.lo > _MIN, r.hi < _MAX)
     lo, hi = torch.aminmax(t)
     if read is None:
@@ -166,7 +175,7 @@ def traced_range_checks(graph: Graph, entry: str, t: torch.Tensor, r: InputRange
 
 
 # Outside these the range has no end on that side (InputRange.text: "at least 0").
-_MIN, _MAX = -(2 ** 63), 2 ** 63
+_MIN, _MAX = -(2**63), 2**63
 # The doctest's model: one gather from a table of V entries.
 GATHER = """
 model M<V: Dim> {

@@ -18,9 +18,18 @@ from linnet.lang.ir.primitives import PRIMITIVES, Primitive
 
 import torch
 
-DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
-          "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32, "i16": torch.int16,
-          "i8": torch.int8, "u8": torch.uint8, "bool": torch.bool}
+DTYPES = {
+    "f64": torch.float64,
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "i16": torch.int16,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+}
 INTS = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8}
 _NAMES = {dt: name for name, dt in DTYPES.items()}
 
@@ -62,10 +71,14 @@ def _convert(step: Step, x: list[Any], device: torch.device) -> Any:
 def index_error(entry: str, detail: str) -> LinnetError:
     """E0781: an index computed inside an entry is out of range while it runs (one that
     no entry input bounds: inputs are checked before the entry runs, error E0780)."""
-    return LinnetError(Diagnostic(
-        "E0781", f"an index computed in `{entry}` is out of range: {detail}",
-        help="the entry reads or writes outside a tensor for these inputs or weights; states "
-             "it wrote before this point may be updated: start from a new context"))
+    return LinnetError(
+        Diagnostic(
+            "E0781",
+            f"an index computed in `{entry}` is out of range: {detail}",
+            help="the entry reads or writes outside a tensor for these inputs or weights; states "
+            "it wrote before this point may be updated: start from a new context",
+        )
+    )
 
 
 def _check_index(step: Step, idx: torch.Tensor, size: int, axis: int, target: str) -> None:
@@ -76,11 +89,15 @@ def _check_index(step: Step, idx: torch.Tensor, size: int, axis: int, target: st
     lo, hi = torch.aminmax(idx)
     if int(lo) < 0 or int(hi) >= size:
         bad = int(lo) if int(lo) < 0 else int(hi)
-        raise LinnetError(Diagnostic(
-            "E0781", f"step {step.op} at {step.loc or '?'} indexes axis {axis} (size {size}) of "
-            f"`{target.lstrip('@%')}` with {bad}",
-            help="the entry reads or writes outside a tensor for these inputs or weights; "
-                 "states it wrote before this point may be updated: start from a new context"))
+        raise LinnetError(
+            Diagnostic(
+                "E0781",
+                f"step {step.op} at {step.loc or '?'} indexes axis {axis} (size {size}) of "
+                f"`{target.lstrip('@%')}` with {bad}",
+                help="the entry reads or writes outside a tensor for these inputs or weights; "
+                "states it wrote before this point may be updated: start from a new context",
+            )
+        )
 
 
 def _take(step: Step, x: list[Any], device: torch.device) -> Any:
@@ -91,10 +108,11 @@ def _take(step: Step, x: list[Any], device: torch.device) -> Any:
         _check_index(step, idx, size, axis, step.operands[0])
     safe = idx.long().clamp(0, size - 1)
     out = torch.index_select(data, axis, safe.reshape(-1))
-    out = out.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1:])
+    out = out.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1 :])
     if step.attributes["bounds"] == "zero":
-        valid = ((idx >= 0) & (idx < size)).reshape((1,) * axis + idx.shape
-                                                    + (1,) * (data.dim() - axis - 1))
+        valid = ((idx >= 0) & (idx < size)).reshape(
+            (1,) * axis + idx.shape + (1,) * (data.dim() - axis - 1)
+        )
         out = torch.where(valid, out, torch.zeros((), dtype=out.dtype, device=device))
     return out
 
@@ -148,8 +166,9 @@ def _iota(step: Step, x: list[Any], device: torch.device) -> Any:
 
 
 def _constant(step: Step, x: list[Any], device: torch.device) -> Any:
-    return torch.tensor(step.attributes["value"], dtype=DTYPES[step.attributes["dtype"]],
-                        device=device)
+    return torch.tensor(
+        step.attributes["value"], dtype=DTYPES[step.attributes["dtype"]], device=device
+    )
 
 
 def _scatter(step: Step, x: list[Any], device: torch.device) -> None:
@@ -183,8 +202,9 @@ def _scatter_add(step: Step, x: list[Any], device: torch.device) -> Any:
 
 
 def _slice(step: Step, x: torch.Tensor) -> torch.Tensor:
-    view = x[tuple(slice(a, b) for a, b in zip(step.attributes["starts"],
-                                                step.attributes["limits"]))]
+    view = x[
+        tuple(slice(a, b) for a, b in zip(step.attributes["starts"], step.attributes["limits"]))
+    ]
     # A view of a state would change with the state's next write: a @path operand is copied.
     return view.clone() if step.operands[0].startswith("@") else view
 
@@ -196,20 +216,28 @@ def _group(step: Step) -> Any:
     world = step.attributes["world"]
     have = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
     if have != world:
-        raise LinnetError(Diagnostic(
-            "E0820", f"step {step.op} at {step.loc or '?'} runs across {world} ranks, but "
-            + ("torch.distributed is not initialised in this process" if have is None
-               else f"this process group has {have}"),
-            help=f"load the model with world={have or 1} under torchrun, or start the ranks "
-                 f"with `linnet run --nproc {world}` (docs/parallel.md)"))
+        raise LinnetError(
+            Diagnostic(
+                "E0820",
+                f"step {step.op} at {step.loc or '?'} runs across {world} ranks, but "
+                + (
+                    "torch.distributed is not initialised in this process"
+                    if have is None
+                    else f"this process group has {have}"
+                ),
+                help=f"load the model with world={have or 1} under torchrun, or start the ranks "
+                f"with `linnet run --nproc {world}` (docs/parallel.md)",
+            )
+        )
     return dist
 
 
 def _all_reduce(step: Step, x: list[Any], device: torch.device) -> Any:
     dist = _group(step)
     out = x[0].clone()  # the operand stays as it was: values are never written in place
-    op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-          "min": dist.ReduceOp.MIN}[step.attributes["kind"]]
+    op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[
+        step.attributes["kind"]
+    ]
     dist.all_reduce(out, op=op)
     return out
 
@@ -233,22 +261,33 @@ def _spelled(text: str, p: Primitive) -> Rule:
     return lambda s, x, d: fn(*x)
 
 
-RULES: dict[str, Rule] = spelled("torch", _spelled, {
-    "div": _div, "rem": _rem,
-    "maximum": _max(torch.maximum), "minimum": _max(torch.minimum),
-    "select": lambda s, x, d: torch.where(x[0], x[1], x[2]),
-    "convert": _convert,
-    "constant": _constant, "iota": _iota,
-    "reshape": lambda s, x, d: x[0].reshape(s.attributes["shape"]),
-    "transpose": lambda s, x, d: x[0].permute(s.attributes["perm"]),
-    "broadcast": lambda s, x, d: x[0].expand(s.attributes["shape"]),
-    "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-    "scatter": _scatter,  # in place: the state tensor is updated, no result
-    "scatter_add": _scatter_add,  # a new tensor (the reverse pass's transpose of gathers)
-    "slice": lambda s, x, d: _slice(s, x[0]),
-    # Tensor parallelism (issue 21): torch.distributed's collectives on the default group.
-    "all_reduce": _all_reduce, "all_gather": _all_gather,
-})
+RULES: dict[str, Rule] = spelled(
+    "torch",
+    _spelled,
+    {
+        "div": _div,
+        "rem": _rem,
+        "maximum": _max(torch.maximum),
+        "minimum": _max(torch.minimum),
+        "select": lambda s, x, d: torch.where(x[0], x[1], x[2]),
+        "convert": _convert,
+        "constant": _constant,
+        "iota": _iota,
+        "reshape": lambda s, x, d: x[0].reshape(s.attributes["shape"]),
+        "transpose": lambda s, x, d: x[0].permute(s.attributes["perm"]),
+        "broadcast": lambda s, x, d: x[0].expand(s.attributes["shape"]),
+        "reduce": _reduce,
+        "contract": _contract,
+        "take": _take,
+        "gather": _gather,
+        "scatter": _scatter,  # in place: the state tensor is updated, no result
+        "scatter_add": _scatter_add,  # a new tensor (the reverse pass's transpose of gathers)
+        "slice": lambda s, x, d: _slice(s, x[0]),
+        # Tensor parallelism (issue 21): torch.distributed's collectives on the default group.
+        "all_reduce": _all_reduce,
+        "all_gather": _all_gather,
+    },
+)
 """One rule per primitive (``tests/test_coverage.py`` in linnet-lang checks it covers
 :data:`~linnet.lang.ir.primitives.PRIMITIVES`): ``rule(step, operands, device)``."""
 
@@ -257,9 +296,13 @@ def missing_rules() -> list[str]:
     return sorted(set(PRIMITIVES) - set(RULES))
 
 
-def run_graph(graph: Graph, inputs: list[torch.Tensor], params: dict[str, torch.Tensor],
-              states: dict[str, torch.Tensor], device: torch.device | str = "cpu"
-              ) -> list[torch.Tensor]:
+def run_graph(
+    graph: Graph,
+    inputs: list[torch.Tensor],
+    params: dict[str, torch.Tensor],
+    states: dict[str, torch.Tensor],
+    device: torch.device | str = "cpu",
+) -> list[torch.Tensor]:
     """Run ``graph`` step by step; states are updated in place.
 
     >>> # model.decode(token, pos) with `load(..., interpret=True)` runs this
@@ -280,8 +323,9 @@ def run_graph(graph: Graph, inputs: list[torch.Tensor], params: dict[str, torch.
     return [_output(o, env, params, states) for o in graph.outputs]
 
 
-def _output(ref: str, env: dict[str, Any], params: dict[str, torch.Tensor],
-            states: dict[str, torch.Tensor]) -> torch.Tensor:
+def _output(
+    ref: str, env: dict[str, Any], params: dict[str, torch.Tensor], states: dict[str, torch.Tensor]
+) -> torch.Tensor:
     """An output is a value or a whole state or parameter (``return self.cache``): those
     are returned as copies, as generated source does, so that the next call's in-place
     writes do not change a result the caller holds."""

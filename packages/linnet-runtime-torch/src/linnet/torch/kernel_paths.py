@@ -60,8 +60,12 @@ def kernel_calls(graph: Graph) -> list[Call]:
     out = []
     for c in graph.calls:
         a = c.attributes
-        if c.kind != "op" or not a.get("kernel") or not a.get("kernel_applies") \
-                or c.stop <= c.start:
+        if (
+            c.kind != "op"
+            or not a.get("kernel")
+            or not a.get("kernel_applies")
+            or c.stop <= c.start
+        ):
             continue
         results = a.get("results") or []
         if any(not isinstance(r, str) for r in results):
@@ -78,8 +82,7 @@ def with_arguments(region: Region, call: Call) -> Region:
     `pos`), and the emitter launches a kernel only where its arguments are in scope."""
     import dataclasses
 
-    missing = tuple(a for a in launch_args(call)
-                    if a.startswith("%") and a not in region.inputs)
+    missing = tuple(a for a in launch_args(call) if a.startswith("%") and a not in region.inputs)
     if not missing:
         return region
     wider = dataclasses.replace(region, inputs=tuple(region.inputs) + missing)
@@ -94,17 +97,31 @@ def own_calls(graph: Graph, regions: Sequence[Region]) -> Graph:
 
     spans = {(min(r.steps), max(r.steps) + 1): r.index for r in regions}
     view = copy.copy(graph)
-    view.calls = [c for c in graph.calls
-                  if not (c.attributes.get("kernel") and (c.start, c.stop) in spans
-                          and spans[(c.start, c.stop)] != c.index)]
+    view.calls = [
+        c
+        for c in graph.calls
+        if not (
+            c.attributes.get("kernel")
+            and (c.start, c.stop) in spans
+            and spans[(c.start, c.stop)] != c.index
+        )
+    ]
     return view
 
 
 class KernelExecutable:
     """A region's steps as generated PyTorch that launches the region's kernel."""
 
-    def __init__(self, fn: Any, region: Region, inputs: list[str], outputs: list[str],
-                 parameters: list[str], states: list[str], kernel: str):
+    def __init__(
+        self,
+        fn: Any,
+        region: Region,
+        inputs: list[str],
+        outputs: list[str],
+        parameters: list[str],
+        states: list[str],
+        kernel: str,
+    ):
         self.fn = fn
         self.region = region
         self.kernel = kernel
@@ -122,8 +139,9 @@ class KernelExecutable:
         args = [inputs[i] for i in self._inputs]
         params = context.parameters
         states = context.states
-        res = self.fn(*args, *[params[p] for p in self._parameters],
-                      *[states[s] for s in self._states])
+        res = self.fn(
+            *args, *[params[p] for p in self._parameters], *[states[s] for s in self._states]
+        )
         res = list(res) if isinstance(res, tuple | list) else [res]
         return [res[i] for i in self._outputs]
 
@@ -163,15 +181,18 @@ class KernelPaths:
     version = lang_version
     contract = 1
 
-    def __init__(self, program: Any = None, sources: dict[str, str] | None = None,
-                 label: str = "kernels"):
+    def __init__(
+        self, program: Any = None, sources: dict[str, str] | None = None, label: str = "kernels"
+    ):
         spans = std_spans() if program is None else spans_for(program)
         self.program = spans.program_for(program) if program is not None else None
         self.sources = dict(sources or {})
         # Timings are cached per version: the kernels' own text is part of it, so that an
         # edited kernel (a user's, or std's between releases) is timed again.
-        texts = sorted(m.source.text for m in (self.program.modules.values()
-                                               if self.program is not None else []))
+        texts = sorted(
+            m.source.text
+            for m in (self.program.modules.values() if self.program is not None else [])
+        )
         digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]
         self.version = f"{lang_version}+{digest}"
         self.label = label
@@ -186,8 +207,10 @@ class KernelPaths:
         elif not triton_available():
             reason = "Triton is not importable"
         elif target.kind != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            reason = (f"kernels launch on CUDA devices (or on the CPU under "
-                      f"TRITON_INTERPRET=1); this target is {target.kind}")
+            reason = (
+                f"kernels launch on CUDA devices (or on the CPU under "
+                f"TRITON_INTERPRET=1); this target is {target.kind}"
+            )
         self.last_reason = reason
         if reason is not None:
             return None
@@ -209,8 +232,9 @@ class KernelPaths:
         """The executable for one region (see :meth:`compile_regions`)."""
         return self.compile_regions([region], target, options)[0]
 
-    def compile_regions(self, regions: Sequence[Region], target: Target,
-                        options: Options) -> list[Any]:
+    def compile_regions(
+        self, regions: Sequence[Region], target: Target, options: Options
+    ) -> list[Any]:
         """One generated module for every region (one function per kind of region). The
         functions are not torch.compiled, whatever the plan's ``compile``: a region is the
         kernel's launch and the views around it, nothing inductor would fuse, and compiling
@@ -245,22 +269,34 @@ class KernelPaths:
         for members in by_op.values():
             chosen = [regions[i] for i in members]
             view = own_calls(graph, chosen)
-            slices = [slice_steps(view, list(r.steps), f"kernel_{i}")
-                      for i, r in enumerate(chosen)]
+            slices = [slice_steps(view, list(r.steps), f"kernel_{i}") for i, r in enumerate(chosen)]
             for r, sl in zip(chosen, slices):  # the call's arguments too (with_arguments)
                 sl.inputs += [v for v in r.inputs if v not in sl.inputs]
             device = target.device or ("cuda" if target.kind == "cuda" else "cpu")
             view = with_kernels(view, self.program, backwards=False)
-            text = emit_torch(view, self.sources, numerics="fast", origin=graph.model,
-                              slices=[slices], device=str(device))
+            text = emit_torch(
+                view,
+                self.sources,
+                numerics="fast",
+                origin=graph.model,
+                slices=[slices],
+                device=str(device),
+            )
             module = import_source(text, f"linnet_plan_{self.label}")
             meta = module.ENTRIES[graph.entry]["slices"]
             for i, r, sl, m in zip(members, chosen, slices, meta):
                 fn = getattr(module, m["function"])
                 call = calls.get(r.index)
                 kernel = binding_name(call.attributes) if call is not None else ""
-                out[i] = KernelExecutable(fn, r, list(sl.inputs), list(sl.outputs),
-                                          list(sl.parameters), list(sl.states), kernel)
+                out[i] = KernelExecutable(
+                    fn,
+                    r,
+                    list(sl.inputs),
+                    list(sl.outputs),
+                    list(sl.parameters),
+                    list(sl.states),
+                    kernel,
+                )
         return out
 
     def estimate_cost(self, region: Region, target: Target) -> None:

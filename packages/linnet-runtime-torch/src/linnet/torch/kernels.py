@@ -36,8 +36,9 @@ def _program(program: Program | str | Path | None) -> Program:
     return Program.from_file(program)
 
 
-def resolve(program: Program | str | Path | None, name: str, generics: dict[str, Any]
-            ) -> tuple[str, dict[str, Any], bool]:
+def resolve(
+    program: Program | str | Path | None, name: str, generics: dict[str, Any]
+) -> tuple[str, dict[str, Any], bool]:
     """``(kernel, kernel generics, where-clause holds)`` for ``name``: a kernel's qualified
     name with the kernel's generics, or an op bound to a kernel with the op's generics
     (the binding `kernel row_softmax<R, C, 1024>` gives the kernel's; a chain's first
@@ -46,8 +47,9 @@ def resolve(program: Program | str | Path | None, name: str, generics: dict[str,
     return found[0][0], found[0][1], holds
 
 
-def stages(program: Program | str | Path | None, name: str, generics: dict[str, Any]
-           ) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+def stages(
+    program: Program | str | Path | None, name: str, generics: dict[str, Any]
+) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
     """The kernels ``name`` launches in turn, ``[(kernel, kernel generics)]`` (several for an op
     bound to a chain, `kernel a<...> then b<...>`), and whether every `where` clause holds.
 
@@ -83,9 +85,12 @@ def stages(program: Program | str | Path | None, name: str, generics: dict[str, 
         env = {k: Dim.const(v) if isinstance(v, int) else v for k, v in generics.items()}
         missing = [g.name for g in item.generics if g.name not in env]
         if missing:
-            raise coded_error("E0760", f"op `{name}` needs generics {', '.join(missing)} to "
-                         "bind its kernel", help="give every generic of the op: "
-                         + ", ".join(f"{g.name}: {g.kind}" for g in item.generics))
+            raise coded_error(
+                "E0760",
+                f"op `{name}` needs generics {', '.join(missing)} to bind its kernel",
+                help="give every generic of the op: "
+                + ", ".join(f"{g.name}: {g.kind}" for g in item.generics),
+            )
         try:
             attrs = ev.kernel_binding_attrs(item, Frame(item.module, env, None, item))  # type: ignore[arg-type]
         except Fail as f:
@@ -103,8 +108,13 @@ def _ensure_module(prog: Program, module: str, item: str) -> None:
     prog.modules.update({k: v for k, v in extra.modules.items() if k != "linnet_kernels"})
 
 
-def kernel_module(program: Program | str | Path | None, kernel: str, generics: dict[str, Any],
-                  scalars: dict[str, Any] | None = None, precision: str = "ieee") -> Any:
+def kernel_module(
+    program: Program | str | Path | None,
+    kernel: str,
+    generics: dict[str, Any],
+    scalars: dict[str, Any] | None = None,
+    precision: str = "ieee",
+) -> Any:
     """The imported module holding kernel ``kernel`` for ``generics`` and its launcher
     (``module.LAUNCH``), imported from a file under $LINNET_HOME."""
     from linnet.lang.check.tile_lowering import lower_kernel
@@ -123,17 +133,38 @@ def kernel_module(program: Program | str | Path | None, kernel: str, generics: d
     # The interpreter is chosen when the module is imported: a module written under one
     # setting is not the one imported under the other (import_source keys files by text).
     mode = "TRITON_INTERPRET=1" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
-    body = "\n".join([f'"""Kernel {kernel} for {generics}, written by linnet.torch.kernels."""',
-                      "", f"# for: {mode}", "import torch", "", HEADER, runs_table([text.key]), "", "", READY,
-                      "", "", text.source, "",
-                      f"LAUNCH = {text.launcher}", ""])
+    body = "\n".join(
+        [
+            f'"""Kernel {kernel} for {generics}, written by linnet.torch.kernels."""',
+            "",
+            f"# for: {mode}",
+            "import torch",
+            "",
+            HEADER,
+            runs_table([text.key]),
+            "",
+            "",
+            READY,
+            "",
+            "",
+            text.source,
+            "",
+            f"LAUNCH = {text.launcher}",
+            "",
+        ]
+    )
     body = "\n".join(w for line in body.split("\n") for w in wrap(line))
     return import_source(body, "linnet_kernel_" + k.short_name)
 
 
-def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
-           program: Program | str | Path | None = None, scalars: dict[str, Any] | None = None,
-           precision: str = "ieee") -> tuple[torch.Tensor, ...]:
+def launch(
+    name: str,
+    generics: dict[str, Any],
+    *tensors: torch.Tensor,
+    program: Program | str | Path | None = None,
+    scalars: dict[str, Any] | None = None,
+    precision: str = "ieee",
+) -> tuple[torch.Tensor, ...]:
     """Launch one kernel on ``tensors`` and return its results (a tuple).
 
     ``name`` is a kernel (``std.nn.activation::row_softmax``, with the kernel's generics)
@@ -155,17 +186,22 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
     try:
         import triton  # noqa: F401
     except ImportError:
-        raise coded_error("E0763", "Triton is not importable, so no kernel can be launched",
-                     help="install triton (it comes with torch on Linux), or run the op's "
-                          "body") from None
+        raise coded_error(
+            "E0763",
+            "Triton is not importable, so no kernel can be launched",
+            help="install triton (it comes with torch on Linux), or run the op's body",
+        ) from None
     prog = _program(program)
     found, holds = stages(prog, name, generics)
     (kernel, kgen) = found[0]
     if not holds:
-        raise coded_error("E0764", f"`{kernel}`'s where clause does not hold for {kgen}"
-                     if len(found) == 1 else f"a where clause of `{kernel}` or "
-                     f"`{found[1][0]}` does not hold for {generics}",
-                     help="choose generics that satisfy the kernel's `where` clause")
+        raise coded_error(
+            "E0764",
+            f"`{kernel}`'s where clause does not hold for {kgen}"
+            if len(found) == 1
+            else f"a where clause of `{kernel}` or `{found[1][0]}` does not hold for {generics}",
+            help="choose generics that satisfy the kernel's `where` clause",
+        )
     module = kernel_module(prog, kernel, kgen, scalars, precision)
     from linnet.lang.check.kernel_access import raise_access_faults
     from linnet.lang.check.tile_lowering import lower_kernel
@@ -173,34 +209,47 @@ def launch(name: str, generics: dict[str, Any], *tensors: torch.Tensor,
     # A chain's op tensors: the last kernel's parameters less the results of the kernel
     # before it (each next kernel takes the op's tensors, then the previous one's results);
     # the first kernel takes the leading ones it declares.
-    lowered = [lower_kernel(prog, kernel_name, kernel_generics, scalars)
-               for kernel_name, kernel_generics in found]
+    lowered = [
+        lower_kernel(prog, kernel_name, kernel_generics, scalars)
+        for kernel_name, kernel_generics in found
+    ]
     k = lowered[0]
     params = k.params
     if len(found) > 1:
-        params = lowered[-1].params[:len(lowered[-1].params) - len(lowered[-2].results)]
+        params = lowered[-1].params[: len(lowered[-1].params) - len(lowered[-2].results)]
     # E0548, E0549: a kernel that would access out of bounds or race for these generics is
     # not launched (a wild store kills the process).
     raise_access_faults(prog, lowered, f"launch of `{name}`")
     if len(tensors) != len(params):
-        raise coded_error("E0761", f"{'op' if len(found) > 1 else 'kernel'} `"
-                     f"{name if len(found) > 1 else kernel}` takes {len(params)} tensors, got "
-                     f"{len(tensors)}", help="pass one tensor per tensor parameter: "
-                     + ", ".join(p for p, _, _ in params))
+        raise coded_error(
+            "E0761",
+            f"{'op' if len(found) > 1 else 'kernel'} `"
+            f"{name if len(found) > 1 else kernel}` takes {len(params)} tensors, got "
+            f"{len(tensors)}",
+            help="pass one tensor per tensor parameter: " + ", ".join(p for p, _, _ in params),
+        )
     from linnet.lang.emit.torch import TORCH_DTYPES
 
     for (p, shape, dtype), t in zip(params, tensors):
         if tuple(t.shape) != shape or str(t.dtype) != TORCH_DTYPES[dtype]:
-            raise coded_error("E0761", f"kernel `{kernel}` takes `{p}` as {dtype}{list(shape)}, got "
-                         f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}",
-                         help="pass tensors of the shapes its generics give")
+            raise coded_error(
+                "E0761",
+                f"kernel `{kernel}` takes `{p}` as {dtype}{list(shape)}, got "
+                f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}",
+                help="pass tensors of the shapes its generics give",
+            )
     on_cuda = all(t.is_cuda for t in tensors)
     if not on_cuda and not (module.INTERPRET and not any(t.is_cuda for t in tensors)):
-        raise coded_error("E0762", "the tensors are not all on CUDA and TRITON_INTERPRET=1 was not "
-                     "set before the kernel was first written" if not on_cuda else "",
-                     help="move them to CUDA, or set TRITON_INTERPRET=1 in the environment "
-                          f"before importing Triton (now: {os.environ.get('TRITON_INTERPRET')!r})")
-    out = module.LAUNCH(*tensors[:len(k.params)])
+        raise coded_error(
+            "E0762",
+            "the tensors are not all on CUDA and TRITON_INTERPRET=1 was not "
+            "set before the kernel was first written"
+            if not on_cuda
+            else "",
+            help="move them to CUDA, or set TRITON_INTERPRET=1 in the environment "
+            f"before importing Triton (now: {os.environ.get('TRITON_INTERPRET')!r})",
+        )
+    out = module.LAUNCH(*tensors[: len(k.params)])
     out = out if isinstance(out, tuple) else (out,)
     for stage, stage_generics in found[1:]:  # a chain: each next kernel reads the op's
         nxt = kernel_module(prog, stage, stage_generics, scalars, precision)  # tensors and
@@ -232,8 +281,11 @@ def std_bindings() -> list[tuple[str, str]]:
         for item in m.items:
             if isinstance(item, A.FuncDecl) and item.kind == "op" and item.kernel is not None:
                 kdecl = m.find(item.kernel.name)
-                kname = kdecl.qualified_name if isinstance(kdecl, A.FuncDecl) else \
-                    f"{module}::{item.kernel.name}"
+                kname = (
+                    kdecl.qualified_name
+                    if isinstance(kdecl, A.FuncDecl)
+                    else f"{module}::{item.kernel.name}"
+                )
                 out.append((item.qualified_name, kname))
     return sorted(out)
 
@@ -253,8 +305,9 @@ class OpCase:
     results: list[tuple[str, tuple[int, ...], str]]
     text: str
 
-    def random_inputs(self, device: str | torch.device = "cpu", seed: int = 0
-                      ) -> list[torch.Tensor]:
+    def random_inputs(
+        self, device: str | torch.device = "cpu", seed: int = 0
+    ) -> list[torch.Tensor]:
         """Normal random floats (integers in 0..7) of the inputs' shapes and dtypes."""
         from linnet.lang.emit.torch import TORCH_DTYPES
 
@@ -262,14 +315,21 @@ class OpCase:
         out = []
         for _, shape, dtype in self.inputs:
             dt = eval(TORCH_DTYPES[dtype], {"torch": torch})
-            t = (torch.randn(shape, generator=g) if dt.is_floating_point
-                 else torch.randint(0, 8, shape, generator=g))
+            t = (
+                torch.randn(shape, generator=g)
+                if dt.is_floating_point
+                else torch.randint(0, 8, shape, generator=g)
+            )
             out.append(t.to(dtype=dt, device=device))
         return out
 
 
-def op_case(name: str, generics: dict[str, Any], scalars: dict[str, Any] | None = None,
-            program: Program | str | Path | None = None) -> OpCase:
+def op_case(
+    name: str,
+    generics: dict[str, Any],
+    scalars: dict[str, Any] | None = None,
+    program: Program | str | Path | None = None,
+) -> OpCase:
     """The :class:`OpCase` of op ``name`` for the op's ``generics``; ``scalars`` gives its
     scalar parameters (default 1e-5 for floats, 1 for ints).
 
@@ -315,13 +375,27 @@ def op_case(name: str, generics: dict[str, Any], scalars: dict[str, Any] | None 
     call = f"{short}({', '.join(args)})"
     # An entry returns each result: `return op(...)` of a several-result op is one value.
     names = ", ".join(f"r{i}" for i in range(len(results)))
-    body = f"        return {call}\n" if len(results) == 1 else \
-        f"        let ({names}) = {call}\n        return {names}\n"
-    text = (f"use {module}::{{{short}}}\n\nmodel Case {{\n    entry run({params}) -> "
-            f"{rets if len(results) == 1 else '(' + rets + ')'} {{\n"
-            f"{body}    }}\n}}\n")
-    return OpCase(name, dict(generics), kernel, kgen, holds,
-                  {k: v for k, v in given.items()}, inputs, results, text)
+    body = (
+        f"        return {call}\n"
+        if len(results) == 1
+        else f"        let ({names}) = {call}\n        return {names}\n"
+    )
+    text = (
+        f"use {module}::{{{short}}}\n\nmodel Case {{\n    entry run({params}) -> "
+        f"{rets if len(results) == 1 else '(' + rets + ')'} {{\n"
+        f"{body}    }}\n}}\n"
+    )
+    return OpCase(
+        name,
+        dict(generics),
+        kernel,
+        kgen,
+        holds,
+        {k: v for k, v in given.items()},
+        inputs,
+        results,
+        text,
+    )
 
 
 def _any_item(module: str) -> str:
@@ -340,8 +414,13 @@ def _any_item(module: str) -> str:
     return ""
 
 
-def example_generics(name: str, rows: int, width: int, dtype: str = "bf16",
-                     program: Program | str | Path | None = None) -> dict[str, Any] | None:
+def example_generics(
+    name: str,
+    rows: int,
+    width: int,
+    dtype: str = "bf16",
+    program: Program | str | Path | None = None,
+) -> dict[str, Any] | None:
     """Generics for op ``name`` like a model's: the first dim ``rows`` (1 for decode, a
     prompt's length for prefill), the other dims ``width`` or, where the kernel's where
     clause needs smaller, the largest power of two below it that it takes; DTypes

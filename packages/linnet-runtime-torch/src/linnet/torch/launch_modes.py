@@ -32,8 +32,14 @@ import torch
 # 4 and 5: late and early, each kernel first prefetching into L2 what its first steps load
 # (emit/triton.py, PREFETCH). Not in ORDER: a plan does not time them until they are measured
 # on a GPU; LINNET_PDL=4 or Captured(plan, ctx, pdl=4) launches under them.
-MODES = {0: "off", 1: "early", 2: "late", 3: "by grid", 4: "late, prefetching",
-         5: "early, prefetching"}
+MODES = {
+    0: "off",
+    1: "early",
+    2: "late",
+    3: "by grid",
+    4: "late, prefetching",
+    5: "early, prefetching",
+}
 DEFAULT = 2  # the generated modules' own default (LINNET_PDL unset)
 ORDER = (2, 1, 3, 0)  # the modes a plan times, the default first
 
@@ -109,9 +115,13 @@ def pdl_possible(plan: Any) -> str | None:
     return None
 
 
-def time_steps(make_step: Callable[[int], Callable[[Sequence[torch.Tensor]], Any]],
-               inputs: Sequence[torch.Tensor], device: torch.device, rounds: int = 3,
-               calls: int = 16) -> Callable[[Sequence[int]], dict[int, float]]:
+def time_steps(
+    make_step: Callable[[int], Callable[[Sequence[torch.Tensor]], Any]],
+    inputs: Sequence[torch.Tensor],
+    device: torch.device,
+    rounds: int = 3,
+    calls: int = 16,
+) -> Callable[[Sequence[int]], dict[int, float]]:
     """A timer of a plan's whole step under each mode: ``make_step(mode)`` gives the step as
     the plan runs it, under that mode (``Captured(plan, context, pdl=mode)`` on a context of
     fresh states, as the steps write them; or ``plan.run`` with ``pdl=mode`` for a plan made
@@ -146,8 +156,12 @@ def time_steps(make_step: Callable[[int], Callable[[Sequence[torch.Tensor]], Any
     return timer
 
 
-def choose_pdl(plan: Any, timer: Callable[[Sequence[int]], dict[int, float]],
-               margin: float, say: Callable[[str], None] | None = None) -> None:
+def choose_pdl(
+    plan: Any,
+    timer: Callable[[Sequence[int]], dict[int, float]],
+    margin: float,
+    say: Callable[[str], None] | None = None,
+) -> None:
     """Set ``plan.pdl`` (the mode), ``plan.pdl_seconds`` and ``plan.pdl_reason`` from
     ``timer`` (see :func:`time_steps`), unless :func:`pdl_possible` says no. A timer that
     raises leaves the modules' own mode, with the reason.
@@ -163,8 +177,10 @@ def choose_pdl(plan: Any, timer: Callable[[Sequence[int]], dict[int, float]],
         plan.pdl_reason = why
         return
     if say is not None:
-        say(f"linnet: timing the whole step under {len(ORDER)} launch modes of Linnet's "
-            "kernels (programmatic dependent launch)")
+        say(
+            f"linnet: timing the whole step under {len(ORDER)} launch modes of Linnet's "
+            "kernels (programmatic dependent launch)"
+        )
     try:
         seconds = timer(ORDER)
     except Exception as exc:  # the plan stays as it is: launches under the modules' mode
@@ -194,12 +210,23 @@ def pdl_text(plan: Any) -> str:
     if chosen == DEFAULT or base is None:
         verdict = f"none beats {MODES[DEFAULT]} by the {margin:.0%} margin"
     else:
-        verdict = (f"{MODES[chosen]} saves {1 - seconds[chosen] / base:.1%} over "
-                   f"{MODES[DEFAULT]}, margin {margin:.0%}")
+        verdict = (
+            f"{MODES[chosen]} saves {1 - seconds[chosen] / base:.1%} over "
+            f"{MODES[DEFAULT]}, margin {margin:.0%}"
+        )
     name = "off" if chosen == 0 else f"PDL {MODES[chosen]}"
     how = "captured steps" if getattr(plan, "captured", True) else "steps by plan.run"
     return f"launch mode of Linnet's kernels: {name} (whole {how}: {times}; {verdict})"
 
 
-__all__ = ["DEFAULT", "MODES", "choose_pdl", "kernel_namespaces", "pdl_choice", "pdl_mode",
-           "pdl_possible", "pdl_text", "time_steps"]
+__all__ = [
+    "DEFAULT",
+    "MODES",
+    "choose_pdl",
+    "kernel_namespaces",
+    "pdl_choice",
+    "pdl_mode",
+    "pdl_possible",
+    "pdl_text",
+    "time_steps",
+]

@@ -53,19 +53,27 @@ def resolve_dtype(dtype: Any) -> torch.dtype | None:
     if dtype is None:
         return None
     value = DTYPES.get(dtype) if isinstance(dtype, str) else dtype
-    if not isinstance(value, torch.dtype) or not value.is_floating_point \
-            or value not in DTYPES.values():
+    if (
+        not isinstance(value, torch.dtype)
+        or not value.is_floating_point
+        or value not in DTYPES.values()
+    ):
         floats = [n for n, d in DTYPES.items() if d.is_floating_point]
-        raise _error("E0742", f"dtype must be a floating-point type to convert the weights "
-                     f"to, not {dtype!r}",
-                     help="e.g. dtype=torch.bfloat16 or dtype='bf16' (one of "
-                          + ", ".join(floats) + ")")
+        raise _error(
+            "E0742",
+            f"dtype must be a floating-point type to convert the weights to, not {dtype!r}",
+            help="e.g. dtype=torch.bfloat16 or dtype='bf16' (one of " + ", ".join(floats) + ")",
+        )
     return value
 
 
 def _check_weights_type(weights: Any) -> None:
-    check_weights_type(weights, lambda v: isinstance(v, torch.Tensor), "tensors",
-                       note="a path is never read as a file descriptor")
+    check_weights_type(
+        weights,
+        lambda v: isinstance(v, torch.Tensor),
+        "tensors",
+        note="a path is never read as a file descriptor",
+    )
 
 
 # load(..., check_grads=True): cases per grad clause, and the largest dim they take (a
@@ -74,13 +82,22 @@ LOAD_CHECK_CASES = 2
 LOAD_CHECK_MAX_SIZE = 12
 
 
-def load(path: str | Path | None = None, weights: Any = None,
-         device: str | torch.device = "cpu", compile: bool | str | dict = False,
-         numerics: str = "exact", config: dict[str, Any] | str | Path | None = None,
-         interpret: bool = False, dtype: torch.dtype | str | None = None,
-         progress: Callable[[str], None] | bool = False, grad: bool = False,
-         world: int | None = None, check_finite: bool = True,
-         check_grads: bool = False, tokenizer: Any = None) -> Model:
+def load(
+    path: str | Path | None = None,
+    weights: Any = None,
+    device: str | torch.device = "cpu",
+    compile: bool | str | dict = False,
+    numerics: str = "exact",
+    config: dict[str, Any] | str | Path | None = None,
+    interpret: bool = False,
+    dtype: torch.dtype | str | None = None,
+    progress: Callable[[str], None] | bool = False,
+    grad: bool = False,
+    world: int | None = None,
+    check_finite: bool = True,
+    check_grads: bool = False,
+    tokenizer: Any = None,
+) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
     ``path`` is a model file, or a model the linnet-lang wheel ships by its module name:
@@ -149,13 +166,18 @@ def load(path: str | Path | None = None, weights: Any = None,
     """
     check_numerics(numerics)
     if not isinstance(grad, bool):
-        raise _error("E0769", f"grad must be True or False, not {grad!r}",
-                     help="load(..., grad=True) runs entries with autograd")
+        raise _error(
+            "E0769",
+            f"grad must be True or False, not {grad!r}",
+            help="load(..., grad=True) runs entries with autograd",
+        )
     check_finite_flag(check_finite)
     if not isinstance(check_grads, bool):
-        raise _error("E0541", f"check_grads must be True or False, not {check_grads!r}",
-                     help="load(..., check_grads=True) checks every grad clause against its "
-                          "op's body first")
+        raise _error(
+            "E0541",
+            f"check_grads must be True or False, not {check_grads!r}",
+            help="load(..., check_grads=True) checks every grad clause against its op's body first",
+        )
     stops = StopTokens()
     compile_options(compile)  # a bad value fails here, before anything is loaded
     tokenizer = given_tokenizer(tokenizer)  # E0842/E0849 before the weights are read
@@ -167,8 +189,11 @@ def load(path: str | Path | None = None, weights: Any = None,
     rank = 0
     if world > 1:
         if grad:
-            raise _error("E0823", "grad=True is not supported on a tensor-parallel model",
-                         help="load without world= to train or differentiate")
+            raise _error(
+                "E0823",
+                "grad=True is not supported on a tensor-parallel model",
+                help="load without world= to train or differentiate",
+            )
         from .parallel import init
 
         rank, device = init(world, device)
@@ -177,8 +202,9 @@ def load(path: str | Path | None = None, weights: Any = None,
     if check_grads:
         from .grad_checks import assert_grad_clauses
 
-        assert_grad_clauses(program, unchecked="warn", count=LOAD_CHECK_CASES,
-                            max_size=LOAD_CHECK_MAX_SIZE)
+        assert_grad_clauses(
+            program, unchecked="warn", count=LOAD_CHECK_CASES, max_size=LOAD_CHECK_MAX_SIZE
+        )
     cfg = read_config(config, model_path)
     check_dtype_config(program, cfg, None if convert is None else _dtype_name(convert))
     report = _progress(progress)
@@ -186,9 +212,13 @@ def load(path: str | Path | None = None, weights: Any = None,
     shapes: dict[str, tuple] | None = None
     split: dict[str, int] = {}
     if isinstance(weights, dict):
-        shapes = {k: (tuple(v.shape), _dtype_name(convert if convert is not None
-                                                  and v.is_floating_point() else v.dtype))
-                  for k, v in weights.items()}
+        shapes = {
+            k: (
+                tuple(v.shape),
+                _dtype_name(convert if convert is not None and v.is_floating_point() else v.dtype),
+            )
+            for k, v in weights.items()
+        }
         blocks = {}
         if world > 1:
             from .parallel import layout_of, parameter_axes
@@ -197,17 +227,21 @@ def load(path: str | Path | None = None, weights: Any = None,
             blocks = layout_of(split, world, rank, shapes)
         from .parallel import block
 
-        params = {k: (v.to(dev, convert) if convert is not None and v.is_floating_point()
-                      else v.to(dev)) for k, v in ((k, block(v, blocks.get(k)))
-                                                   for k, v in weights.items())}
+        params = {
+            k: (v.to(dev, convert) if convert is not None and v.is_floating_point() else v.to(dev))
+            for k, v in ((k, block(v, blocks.get(k))) for k, v in weights.items())
+        }
     elif weights is not None:
         from .weights import load_checkpoint
 
-        ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg,
-                                         None if convert is None else _dtype_name(convert))
+        ckpt, shapes, cfg = read_headers(
+            weights, program, model_path, cfg, None if convert is None else _dtype_name(convert)
+        )
         stops = checkpoint_stop_tokens(ckpt)  # E0798 before any tensor is read
-        report(f"loading weights from {weights}"
-               + (f" ({len(ckpt.files)} shards)" if len(ckpt.files) > 1 else ""))
+        report(
+            f"loading weights from {weights}"
+            + (f" ({len(ckpt.files)} shards)" if len(ckpt.files) > 1 else "")
+        )
         blocks = {}
         if world > 1:
             from .parallel import layout_of, parameter_axes
@@ -216,14 +250,31 @@ def load(path: str | Path | None = None, weights: Any = None,
             blocks = layout_of(split, world, rank, shapes)
         params = load_checkpoint(ckpt, dev, convert, blocks)
     elif world > 1:
-        raise _error("E0821", "world > 1 needs weights: each rank holds its block of them",
-                     help="pass weights= (a safetensors checkpoint or a dict of tensors)")
+        raise _error(
+            "E0821",
+            "world > 1 needs weights: each rank holds its block of them",
+            help="pass weights= (a safetensors checkpoint or a dict of tensors)",
+        )
     if check_finite:
         from .weights import check_finite_weights
 
         check_finite_weights(params, shapes)
-    model = Model(program, params, cfg, dev, compile, numerics, interpret, shapes, report, grad,
-                  world, rank, split, stops)
+    model = Model(
+        program,
+        params,
+        cfg,
+        dev,
+        compile,
+        numerics,
+        interpret,
+        shapes,
+        report,
+        grad,
+        world,
+        rank,
+        split,
+        stops,
+    )
     model.attach_tokenizer(tokenizer, weights)
     return model
 
@@ -232,8 +283,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
     for name, dt in DTYPES.items():
         if dt == dtype:
             return name
-    raise _error("E0723", f"weights of dtype {dtype} are not supported",
-                 help="convert them to one of " + ", ".join(DTYPES))
+    raise _error(
+        "E0723",
+        f"weights of dtype {dtype} are not supported",
+        help="convert them to one of " + ", ".join(DTYPES),
+    )
 
 
 def _progress(progress: Callable[[str], None] | bool) -> Callable[[str], None]:

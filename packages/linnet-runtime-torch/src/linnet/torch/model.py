@@ -48,15 +48,23 @@ def resolve_device(device: str | torch.device) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise _error("E0710", f"`{device}` is not a device: {exc}",
-                     help="use 'cpu', 'cuda' or 'cuda:N'") from None
+        raise _error(
+            "E0710", f"`{device}` is not a device: {exc}", help="use 'cpu', 'cuda' or 'cuda:N'"
+        ) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise _error("E0711", f"device `{device}` was asked for, but CUDA is not available here",
-                     help="load with device='cpu', or run on a machine with an NVIDIA GPU and a "
-                          "CUDA build of torch")
+        raise _error(
+            "E0711",
+            f"device `{device}` was asked for, but CUDA is not available here",
+            help="load with device='cpu', or run on a machine with an NVIDIA GPU and a "
+            "CUDA build of torch",
+        )
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise _error("E0712", f"device `{device}` does not exist: this machine has "
-                     f"{torch.cuda.device_count()} CUDA device(s)", help="pick another index")
+        raise _error(
+            "E0712",
+            f"device `{device}` does not exist: this machine has "
+            f"{torch.cuda.device_count()} CUDA device(s)",
+            help="pick another index",
+        )
     if dev.type not in ("cpu", "cuda", "meta"):
         # A name torch parses but cannot use here (`xla` without torch_xla, `mps` off a Mac):
         # found now, not as a misleading error from the first tensor made there.
@@ -65,9 +73,11 @@ def resolve_device(device: str | torch.device) -> torch.device:
         except (RuntimeError, AssertionError) as exc:
             text = str(exc).strip() or type(exc).__name__
             first = text.splitlines()[0].split(". ")[0]  # torch's first sentence, not its list
-            raise _error("E0711", f"device `{device}` was asked for, but this torch cannot "
-                         f"use it here: {first}", help="use 'cpu', or 'cuda' on a machine with "
-                                                    "an NVIDIA GPU") from None
+            raise _error(
+                "E0711",
+                f"device `{device}` was asked for, but this torch cannot use it here: {first}",
+                help="use 'cpu', or 'cuda' on a machine with an NVIDIA GPU",
+            ) from None
     return dev
 
 
@@ -102,12 +112,23 @@ class Model(TextModel):
     torch.Size([1, 256])
     """
 
-    def __init__(self, program: Program, params: dict[str, torch.Tensor],
-                 config: dict[str, Any], device: torch.device, compile: bool | str | dict,
-                 numerics: str, interpret: bool, weight_shapes: dict[str, tuple] | None,
-                 progress: Callable[[str], None] | None = None, grad: bool = False,
-                 world: int = 1, rank: int = 0, split: dict[str, int] | None = None,
-                 stops: StopTokens | None = None):
+    def __init__(
+        self,
+        program: Program,
+        params: dict[str, torch.Tensor],
+        config: dict[str, Any],
+        device: torch.device,
+        compile: bool | str | dict,
+        numerics: str,
+        interpret: bool,
+        weight_shapes: dict[str, tuple] | None,
+        progress: Callable[[str], None] | None = None,
+        grad: bool = False,
+        world: int = 1,
+        rank: int = 0,
+        split: dict[str, int] | None = None,
+        stops: StopTokens | None = None,
+    ):
         self.program = program
         # The checkpoint's end-of-sequence tokens (generation_config.json's, else
         # config.json's eos_token_id): where generate stops unless given stop_tokens.
@@ -150,8 +171,11 @@ class Model(TextModel):
         torch.Size([256, 64])
         """
         if not isinstance(requires_grad, bool):
-            raise _error("E0769", f"grad must be True or False, not {requires_grad!r}",
-                         help="load(..., grad=True) or model.requires_grad_(True)")
+            raise _error(
+                "E0769",
+                f"grad must be True or False, not {requires_grad!r}",
+                help="load(..., grad=True) or model.requires_grad_(True)",
+            )
         for name, p in list(self.params.items()):
             if p.is_floating_point() and p.requires_grad != requires_grad:
                 # A new leaf over the same memory: the caller's own tensors (weights given
@@ -179,8 +203,7 @@ class Model(TextModel):
         """Positional inputs, then inputs by the entry's parameter names, in its order."""
         if not named:
             return given
-        return bind_inputs(entry, [p.name for p in self._entry_method(entry).params], given,
-                           named)
+        return bind_inputs(entry, [p.name for p in self._entry_method(entry).params], given, named)
 
     def _entry_method(self, entry: str) -> Any:
         cache = self.__dict__.setdefault("_methods", {})
@@ -200,15 +223,19 @@ class Model(TextModel):
     def _lower(self, entry: str, inputs: Sequence[torch.Tensor]) -> Lowered:
         method = self._entry_method(entry)
         names = [p.name for p in method.params]
-        check_count(entry, names, inputs, "tensor",
-                    example=f"model.run({entry!r}, [{', '.join(names)}])")
+        check_count(
+            entry, names, inputs, "tensor", example=f"model.run({entry!r}, [{', '.join(names)}])"
+        )
         for p, t in zip(method.params, inputs):
             if not isinstance(t, torch.Tensor):
-                raise _error("E0721", f"input `{p.name}` of `{entry}` must be a torch.Tensor, "
-                             f"got {type(t).__name__} {short(t)}",
-                             help="wrap it: torch.tensor(..., dtype=torch.int32) for token ids "
-                                  "and positions (Python ints and lists are not converted: "
-                                  "their dtype and device would be guesses)")
+                raise _error(
+                    "E0721",
+                    f"input `{p.name}` of `{entry}` must be a torch.Tensor, "
+                    f"got {type(t).__name__} {short(t)}",
+                    help="wrap it: torch.tensor(..., dtype=torch.int32) for token ids "
+                    "and positions (Python ints and lists are not converted: "
+                    "their dtype and device would be guesses)",
+                )
         key = (entry, tuple((tuple(t.shape), t.dtype) for t in inputs))
         if key in self._lowered:
             return self._lowered[key]
@@ -220,14 +247,24 @@ class Model(TextModel):
         for p, t, name in zip(method.params, inputs, graph.inputs):
             want = DTYPES[graph.values[name].dtype]
             if t.dtype != want:
-                raise dtype_error(entry, p.name, str(t.dtype), graph.values[name].dtype,
-                                  f"{p.name}.to({want})", why=False)
+                raise dtype_error(
+                    entry,
+                    p.name,
+                    str(t.dtype),
+                    graph.values[name].dtype,
+                    f"{p.name}.to({want})",
+                    why=False,
+                )
         lowered = Lowered(graph)
         if not self.interpret:
             sources = {m.source.name: m.source.text for m in self.program.modules.values()}
-            text = emit_torch(with_kernels(graph, self.program, self.numerics), sources,
-                              numerics=self.numerics, origin=self.program.root.source.name,
-                              device=str(self.device))
+            text = emit_torch(
+                with_kernels(graph, self.program, self.numerics),
+                sources,
+                numerics=self.numerics,
+                origin=self.program.root.source.name,
+                device=str(self.device),
+            )
             module = import_source(text, f"linnet_{graph.model.lower()}_{entry}")
             lowered.module = module
             lowered.path = module.__file__ or ""
@@ -251,9 +288,11 @@ class Model(TextModel):
 
     def _single(self, what: str) -> None:
         if self.world > 1:
-            raise _error("E0823", f"{what} is not supported on a tensor-parallel model "
-                                  f"(world={self.world})",
-                         help="load the model without world= (one process) for this")
+            raise _error(
+                "E0823",
+                f"{what} is not supported on a tensor-parallel model (world={self.world})",
+                help="load the model without world= (one process) for this",
+            )
 
     def _compiled_entry(self, module: ModuleType, entry: str) -> Callable:
         """The entry's function calling this model's torch.compile'd slices (each function
@@ -272,53 +311,72 @@ class Model(TextModel):
                 self._compiled[key] = self._announce(compiled, name, sl["kind"])
             names[name] = self._compiled[key]
         fn = getattr(module, module.ENTRIES[entry].get("function", entry))
-        return types.FunctionType(fn.__code__, names, fn.__name__, fn.__defaults__,
-                                  fn.__closure__)
+        return types.FunctionType(fn.__code__, names, fn.__name__, fn.__defaults__, fn.__closure__)
 
     def _announce(self, compiled: Callable, name: str, kind: str) -> Callable:
         return announce_compile(compiled, name, kind, self.progress)
 
     # ------------------------------------------------------------ running
-    def new_context(self, entry: str | None = None, inputs: list[torch.Tensor] | None = None
-                    ) -> Context:
+    def new_context(
+        self, entry: str | None = None, inputs: list[torch.Tensor] | None = None
+    ) -> Context:
         """Fresh, zeroed states; shapes come from a lowered entry (the first one run if none)."""
         if entry is not None and inputs is not None:
             graph = self._lower(entry, inputs).graph
         elif self._lowered:
             graph = next(iter(self._lowered.values())).graph
         else:
-            raise _error("E0730", "a new context needs an entry and inputs to size its states",
-                         help="model.new_context('decode', [token, pos])")
+            raise _error(
+                "E0730",
+                "a new context needs an entry and inputs to size its states",
+                help="model.new_context('decode', [token, pos])",
+            )
         return self.context_for_graph(graph)
 
     def context_for_graph(self, graph: Graph) -> Context:
         """A fresh context with zeroed states sized for ``graph``."""
-        states = {path: torch.zeros(vt.shape, dtype=DTYPES[vt.dtype], device=self.device)
-                  for path, vt in graph.states.items()}
+        states = {
+            path: torch.zeros(vt.shape, dtype=DTYPES[vt.dtype], device=self.device)
+            for path, vt in graph.states.items()
+        }
         return Context(self.params, states, self.device)
 
     def _context_for_graph(self, graph: Graph) -> Context:
         key = tuple(sorted((p, v.shape, v.dtype) for p, v in graph.states.items()))
         if key not in self._contexts:
             ctx = self.context_for_graph(graph)
-            if graph.states and (torch.compiler.is_exporting()
-                                 or any(is_fake(s) for s in ctx.states.values())):
+            if graph.states and (
+                torch.compiler.is_exporting() or any(is_fake(s) for s in ctx.states.values())
+            ):
                 # Made now, the states would be the tracer's fake tensors, kept by the model
                 # for every later call (which would then return fake tensors).
-                raise _error("E0732", f"`{graph.entry}` keeps states (KV caches) that the model "
-                             "has not made yet, and torch.export (or a FakeTensorMode) is "
-                             "tracing it: they would be made of fake tensors",
-                             help=f"export model.as_module({graph.entry!r}, inputs) (its states "
-                                  "are buffers of the module), or run the entry once before "
-                                  "tracing it")
+                raise _error(
+                    "E0732",
+                    f"`{graph.entry}` keeps states (KV caches) that the model "
+                    "has not made yet, and torch.export (or a FakeTensorMode) is "
+                    "tracing it: they would be made of fake tensors",
+                    help=f"export model.as_module({graph.entry!r}, inputs) (its states "
+                    "are buffers of the module), or run the entry once before "
+                    "tracing it",
+                )
             self._contexts[key] = ctx
         return self._contexts[key]
 
     # ------------------------------------------------------------ plans
-    def plan_for(self, entry: str, inputs: list[torch.Tensor], backends: Any = None,
-                 compile: Any = None, memory: int | None = None, measure: bool = True,
-                 margin: float = 0.02, progress: Any = True, cache: Any = None,
-                 kernels: bool = True, captured: bool = True) -> Any:
+    def plan_for(
+        self,
+        entry: str,
+        inputs: list[torch.Tensor],
+        backends: Any = None,
+        compile: Any = None,
+        memory: int | None = None,
+        measure: bool = True,
+        margin: float = 0.02,
+        progress: Any = True,
+        cache: Any = None,
+        kernels: bool = True,
+        captured: bool = True,
+    ) -> Any:
         """Plan ``entry`` for inputs like ``inputs`` over ``backends`` (default: every backend
         ``linnet.backends.available()`` lists). Each region kind is timed once on its backend
         and on the generated source; a backend takes a region only if it saves ``margin``
@@ -355,11 +413,24 @@ class Model(TextModel):
 
         # Each argument checked before anything is lowered (a coded error naming it); the
         # backends as a list (a generator given is read once, here).
-        backends = plan_arguments(backends, compile, memory, measure, margin, progress, cache,
-                                  kernels, captured)[1]
+        backends = plan_arguments(
+            backends, compile, memory, measure, margin, progress, cache, kernels, captured
+        )[1]
         self._checked(entry, inputs)  # the plan runs them to record and time regions
-        return plan_for(self, entry, inputs, backends, compile, memory, measure, margin,
-                        progress, cache, kernels, captured)
+        return plan_for(
+            self,
+            entry,
+            inputs,
+            backends,
+            compile,
+            memory,
+            measure,
+            margin,
+            progress,
+            cache,
+            kernels,
+            captured,
+        )
 
     def _checked(self, entry: str, inputs: Sequence[torch.Tensor]) -> Graph:
         """The graph for ``inputs``, after checking them (see :meth:`run`)."""
@@ -378,8 +449,14 @@ class Model(TextModel):
             prepare_all(plan, ctx, "E0756")
         return ctx
 
-    def conform(self, entry: str, inputs: list[torch.Tensor], backend: Any,
-                tolerance: float = 0.01, context: Context | None = None) -> list[Any]:
+    def conform(
+        self,
+        entry: str,
+        inputs: list[torch.Tensor],
+        backend: Any,
+        tolerance: float = 0.01,
+        context: Context | None = None,
+    ) -> list[Any]:
         """Run each region ``backend`` takes both ways on the same inputs; see the spec.
 
         >>> for f in model.conform("decode", [token, pos], MyLinear()):  # doctest: +SKIP
@@ -390,8 +467,12 @@ class Model(TextModel):
         self._checked(entry, inputs)
         return conform(self, entry, inputs, backend, tolerance, context)
 
-    def run(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, torch.Tensor],
-            context: Context | None = None) -> Any:
+    def run(
+        self,
+        entry: str,
+        inputs: Sequence[torch.Tensor] | dict[str, torch.Tensor],
+        context: Context | None = None,
+    ) -> Any:
         """Run ``entry``; returns its result (a tensor, or a tuple for several).
 
         ``inputs`` is a list (or tuple) of tensors in the entry's order, or a dict by the
@@ -405,9 +486,11 @@ class Model(TextModel):
         if isinstance(inputs, dict):
             inputs = self._inputs(entry, [], dict(inputs))
         if context is not None and not isinstance(context, Context):
-            raise _error("E0785", f"context must be a linnet.torch.Context, got "
-                         f"{type(context).__name__}",
-                         help=f"make one: model.new_context({entry!r}, inputs)")
+            raise _error(
+                "E0785",
+                f"context must be a linnet.torch.Context, got {type(context).__name__}",
+                help=f"make one: model.new_context({entry!r}, inputs)",
+            )
         given = inputs
         lowered = self._lower(entry, given)
         graph = lowered.graph
@@ -424,13 +507,22 @@ class Model(TextModel):
         for path, vt in graph.states.items():
             have = ctx.states.get(path)
             if have is None or tuple(have.shape) != vt.shape:
-                raise _error("E0731", f"the context's state `{path}` is "
-                             f"{None if have is None else list(have.shape)}, this call needs "
-                             f"{list(vt.shape)}", help="make a context for these inputs: "
-                             f"model.new_context({entry!r}, inputs)")
+                raise _error(
+                    "E0731",
+                    f"the context's state `{path}` is "
+                    f"{None if have is None else list(have.shape)}, this call needs "
+                    f"{list(vt.shape)}",
+                    help=f"make a context for these inputs: model.new_context({entry!r}, inputs)",
+                )
 
-    def _execute(self, lowered: Lowered, entry: str, inputs: list[torch.Tensor],
-                 params: dict[str, torch.Tensor], states: dict[str, torch.Tensor]) -> Any:
+    def _execute(
+        self,
+        lowered: Lowered,
+        entry: str,
+        inputs: list[torch.Tensor],
+        params: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor],
+    ) -> Any:
         """Run a lowered entry on checked inputs against ``params`` and ``states`` (the
         model's and a context's, or an :meth:`as_module` module's own)."""
         # With gradients on, the caller's grad mode applies (torch.no_grad() still works).
@@ -444,7 +536,8 @@ class Model(TextModel):
                 # An entry named like a builtin (`input`) has a function named apart.
                 module = lowered.module
                 fn = lowered.function or getattr(
-                    module, module.ENTRIES[entry].get("function", entry))
+                    module, module.ENTRIES[entry].get("function", entry)
+                )
                 try:
                     outs = fn(*inputs, params, states)
                 except IndexError as exc:
@@ -453,8 +546,9 @@ class Model(TextModel):
                     raise index_error(entry, str(exc)) from None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def as_module(self, entry: str, inputs: Sequence[torch.Tensor],
-                  context: Context | None = None) -> torch.nn.Module:
+    def as_module(
+        self, entry: str, inputs: Sequence[torch.Tensor], context: Context | None = None
+    ) -> torch.nn.Module:
         """``entry`` as a ``torch.nn.Module`` for ``torch.export`` and AOTInductor: the
         entry's parameters are the module's parameters and its states (the KV caches) its
         buffers, under their paths, sharing memory with the model and ``context`` (by
@@ -473,9 +567,14 @@ class Model(TextModel):
         return EntryModule(self, entry, list(inputs), context)
 
     # ------------------------------------------------------------ gradients
-    def value_and_grad(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, Any],
-                       wrt: str | Sequence[str] = "params", cotangents: Any = None,
-                       context: Context | None = None) -> tuple[Any, dict[str, torch.Tensor]]:
+    def value_and_grad(
+        self,
+        entry: str,
+        inputs: Sequence[torch.Tensor] | dict[str, Any],
+        wrt: str | Sequence[str] = "params",
+        cotangents: Any = None,
+        context: Context | None = None,
+    ) -> tuple[Any, dict[str, torch.Tensor]]:
         """Run ``entry`` and its gradient: ``(value, grads)``, like ``jax.value_and_grad``.
 
         ``wrt``: the inputs (by name) and parameters (by path) to differentiate with
@@ -497,23 +596,35 @@ class Model(TextModel):
         self._single("value_and_grad")
         return value_and_grad(self, entry, inputs, wrt, cotangents, context)
 
-    def grad(self, entry: str, inputs: Sequence[torch.Tensor] | dict[str, Any],
-             wrt: str | Sequence[str] = "params", cotangents: Any = None,
-             context: Context | None = None) -> dict[str, torch.Tensor]:
+    def grad(
+        self,
+        entry: str,
+        inputs: Sequence[torch.Tensor] | dict[str, Any],
+        wrt: str | Sequence[str] = "params",
+        cotangents: Any = None,
+        context: Context | None = None,
+    ) -> dict[str, torch.Tensor]:
         """The gradients of :meth:`value_and_grad` alone (``jax.grad``).
 
         >>> grads = model.grad("loss", [tokens, targets], wrt=["model.norm.weight"])  # doctest: +SKIP
         """
         return self.value_and_grad(entry, inputs, wrt, cotangents, context)[1]
 
-    def grad_graph(self, entry: str, inputs: Sequence[torch.Tensor],
-                   wrt: str | Sequence[str] = "params", cotangents: bool = False) -> Graph:
+    def grad_graph(
+        self,
+        entry: str,
+        inputs: Sequence[torch.Tensor],
+        wrt: str | Sequence[str] = "params",
+        cotangents: bool = False,
+    ) -> Graph:
         """The gradient graph that :meth:`value_and_grad` runs (``linnet graph --grad``)."""
         from .grad import lowered_grad
 
         self._single("grad_graph")
-        return lowered_grad(self, entry, inputs, wrt,
-                            "cotangents" if cotangents else "scalar").graph
+        return lowered_grad(
+            self, entry, inputs, wrt, "cotangents" if cotangents else "scalar"
+        ).graph
+
     def generate(self, prompts: Any, max_new_tokens: int = 16, **options: Any) -> Any:
         """Generate tokens after each prompt on ``prefill`` and ``decode``: greedy by
         default; ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_tokens`` and
@@ -552,10 +663,17 @@ class Model(TextModel):
         {'row_softmax_4_8_1024': [1, 0]}
         """
         return self._lower(entry, inputs).module
+
     # ------------------------------------------------------------ export
-    def export_onnx(self, entry: str, inputs: Sequence[torch.Tensor], path: str | Path,
-                    check: bool = True, external_threshold: int | None = None,
-                    dynamic: str | list[str] | None = None) -> list[Path]:
+    def export_onnx(
+        self,
+        entry: str,
+        inputs: Sequence[torch.Tensor],
+        path: str | Path,
+        check: bool = True,
+        external_threshold: int | None = None,
+        dynamic: str | list[str] | None = None,
+    ) -> list[Path]:
         """Write ``entry``, lowered for inputs shaped like ``inputs``, as an ONNX model at
         ``path``: the entry's inputs then its states (the KV cache) as graph inputs, its
         outputs then each state after the call (``<path>.next``) as outputs, this model's
@@ -577,8 +695,9 @@ class Model(TextModel):
         self._single("export_onnx")
         return export_onnx(self, entry, inputs, path, check, external_threshold, dynamic)
 
-    def export_stablehlo(self, entry: str, inputs: Sequence[torch.Tensor], path: str | Path,
-                         verify: bool = False) -> list[str]:
+    def export_stablehlo(
+        self, entry: str, inputs: Sequence[torch.Tensor], path: str | Path, verify: bool = False
+    ) -> list[str]:
         """Write ``entry``, lowered for inputs shaped like ``inputs``, as StableHLO MLIR text
         at ``path`` (std ops as ``stablehlo.composite``s); ``verify=True`` parses and verifies
         it with jaxlib first. Returns the names of ``@main``'s arguments in order: the inputs,
@@ -592,9 +711,14 @@ class Model(TextModel):
         return export_stablehlo(self, entry, inputs, path, verify)
 
 
-def random_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,
-                   dtype: torch.dtype | None = None, scale: float = 0.02,
-                   device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+def random_weights(
+    model_path: str | Path,
+    config: dict[str, Any],
+    seed: int = 0,
+    dtype: torch.dtype | None = None,
+    scale: float = 0.02,
+    device: str | torch.device = "cpu",
+) -> dict[str, torch.Tensor]:
     """Deterministic random parameters for a model and config (norm weights are ones),
     made directly on ``device`` (an 8B-shaped model never passes through host memory).
 

@@ -51,15 +51,19 @@ def compile_options(compile: Any) -> dict[str, Any] | None:
         use_compile_caches()
         return {"backend": "inductor"}
     if isinstance(compile, str) and compile:
-        options: dict[str, Any] = ({"mode": compile} if compile in COMPILE_MODES
-                                   else {"backend": compile})
+        options: dict[str, Any] = (
+            {"mode": compile} if compile in COMPILE_MODES else {"backend": compile}
+        )
     elif isinstance(compile, dict) and all(isinstance(k, str) for k in compile):
         options = {"options": dict(compile)}
     else:
-        raise coded_error("E0714", f"compile must be True, a torch.compile mode or backend name, or "
-                     f"a dict of inductor options, not {compile!r}",
-                     help="e.g. compile='max-autotune-no-cudagraphs', or compile="
-                          "{'max_autotune': True, 'benchmark_fusion': True}")
+        raise coded_error(
+            "E0714",
+            f"compile must be True, a torch.compile mode or backend name, or "
+            f"a dict of inductor options, not {compile!r}",
+            help="e.g. compile='max-autotune-no-cudagraphs', or compile="
+            "{'max_autotune': True, 'benchmark_fusion': True}",
+        )
     use_compile_caches()
     _check_compile(options)
     return options
@@ -83,20 +87,28 @@ def _check_compile(options: dict[str, Any]) -> None:
             try:
                 from torch import _dynamo
 
-                known = ", ".join(sorted({*_dynamo.list_backends(), "inductor", "aot_eager",
-                                          "eager"}))
+                known = ", ".join(
+                    sorted({*_dynamo.list_backends(), "inductor", "aot_eager", "eager"})
+                )
             except Exception:
                 known = "inductor, aot_eager, eager"
-            raise coded_error("E0714", f"compile={options['backend']!r} is not a torch.compile mode "
-                         f"or a backend torch knows: {message}",
-                         help=f"modes: {', '.join(COMPILE_MODES)}; backends: {known}") from None
+            raise coded_error(
+                "E0714",
+                f"compile={options['backend']!r} is not a torch.compile mode "
+                f"or a backend torch knows: {message}",
+                help=f"modes: {', '.join(COMPILE_MODES)}; backends: {known}",
+            ) from None
         if "mode" in options:
-            raise coded_error("E0714", f"compile={options['mode']!r}: {message}",
-                         help=f"modes: {', '.join(COMPILE_MODES)}") from None
-        raise coded_error("E0714", f"compile={options['options']!r}: inductor does not take these "
-                     f"options: {message}",
-                     help="the keys are torch._inductor.config's names, e.g. "
-                          "{'max_autotune': True}") from None
+            raise coded_error(
+                "E0714",
+                f"compile={options['mode']!r}: {message}",
+                help=f"modes: {', '.join(COMPILE_MODES)}",
+            ) from None
+        raise coded_error(
+            "E0714",
+            f"compile={options['options']!r}: inductor does not take these options: {message}",
+            help="the keys are torch._inductor.config's names, e.g. {'max_autotune': True}",
+        ) from None
     _COMPILE_CHECKED.add(key)
 
 
@@ -123,8 +135,12 @@ def numerics_mode(numerics: str) -> Iterator[None]:
     """exact: f32 accumulation, no TF32, no reduced-precision reductions; fast: allow them."""
     fast = numerics == "fast"
     cuda = torch.backends.cuda.matmul
-    saved = (cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction,
-             cuda.allow_fp16_reduced_precision_reduction, torch.backends.cudnn.allow_tf32)
+    saved = (
+        cuda.allow_tf32,
+        cuda.allow_bf16_reduced_precision_reduction,
+        cuda.allow_fp16_reduced_precision_reduction,
+        torch.backends.cudnn.allow_tf32,
+    )
     cuda.allow_tf32 = fast
     cuda.allow_bf16_reduced_precision_reduction = fast
     cuda.allow_fp16_reduced_precision_reduction = fast
@@ -132,12 +148,17 @@ def numerics_mode(numerics: str) -> Iterator[None]:
     try:
         yield
     finally:
-        (cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction,
-         cuda.allow_fp16_reduced_precision_reduction, torch.backends.cudnn.allow_tf32) = saved
+        (
+            cuda.allow_tf32,
+            cuda.allow_bf16_reduced_precision_reduction,
+            cuda.allow_fp16_reduced_precision_reduction,
+            torch.backends.cudnn.allow_tf32,
+        ) = saved
 
 
-def announce_compile(compiled: Callable, name: str, kind: str,
-                     say: Callable[[str], None]) -> Callable:
+def announce_compile(
+    compiled: Callable, name: str, kind: str, say: Callable[[str], None]
+) -> Callable:
     """``compiled`` (a torch.compile'd slice), reporting through ``say`` when its first call
     starts compiling and how long that took (max-autotune takes minutes: say so), or that
     torch.compile reused what an earlier process compiled and tuned (its FX graph and
@@ -189,8 +210,10 @@ def reuse_line(name: str, seconds: float, hits: int, misses: int, here: bool = F
     if hits and not misses and here:
         return f"compiled {name} in {seconds:.1f} s (as earlier in this process, from {where})"
     if hits and not misses:
-        return (f"reused {name} from {where} in {seconds:.1f} s (compiled and tuned by an "
-                "earlier process)")
+        return (
+            f"reused {name} from {where} in {seconds:.1f} s (compiled and tuned by an "
+            "earlier process)"
+        )
     line = f"compiled {name} in {seconds:.1f} s"
     if hits:
         line += f" ({hits} graph(s) reused from {where})"

@@ -48,9 +48,11 @@ def check_world(world: Any) -> int:
     if world is None:
         return 1
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-        raise coded_error("E0821", f"world must be a positive int (the number of ranks), not "
-                              f"{world!r}", help="e.g. load(..., world=2) under torchrun "
-                                                 "--nproc-per-node 2")
+        raise coded_error(
+            "E0821",
+            f"world must be a positive int (the number of ranks), not {world!r}",
+            help="e.g. load(..., world=2) under torchrun --nproc-per-node 2",
+        )
     return world
 
 
@@ -63,10 +65,13 @@ def check_ranks(nproc: int, device: Any) -> None:
     if str(device).startswith("cuda"):
         gpus = torch.cuda.device_count()
         if nproc > gpus:
-            raise coded_error("E0824", f"--nproc {nproc} --device cuda: one rank per GPU, and "
-                                  f"{gpus} GPU(s) are visible here",
-                         help=f"start at most {gpus} rank(s) (check CUDA_VISIBLE_DEVICES), "
-                              "or run the ranks on the CPU (--device cpu)")
+            raise coded_error(
+                "E0824",
+                f"--nproc {nproc} --device cuda: one rank per GPU, and "
+                f"{gpus} GPU(s) are visible here",
+                help=f"start at most {gpus} rank(s) (check CUDA_VISIBLE_DEVICES), "
+                "or run the ranks on the CPU (--device cpu)",
+            )
 
 
 def _int_env(name: str) -> int | None:
@@ -76,9 +81,12 @@ def _int_env(name: str) -> int | None:
     try:
         return int(raw.strip())
     except ValueError:
-        raise coded_error("E0826", f"{name}={raw!r} in the environment is not an integer",
-                     help=f"set {name} to a whole number (torchrun sets it for each rank), or "
-                          f"unset it and let `linnet run --nproc N` start the ranks") from None
+        raise coded_error(
+            "E0826",
+            f"{name}={raw!r} in the environment is not an integer",
+            help=f"set {name} to a whole number (torchrun sets it for each rank), or "
+            f"unset it and let `linnet run --nproc N` start the ranks",
+        ) from None
 
 
 def check_environment(world: int, device: str | torch.device = "cpu") -> tuple[int, int]:
@@ -94,48 +102,74 @@ def check_environment(world: int, device: str | torch.device = "cpu") -> tuple[i
     missing = [k for k in needed if k not in os.environ]
     if missing:
         raise coded_error(
-            "E0821", f"world={world} needs a torch.distributed process group, and none is "
-                     f"initialised here (no {', '.join(missing)} in the environment)",
+            "E0821",
+            f"world={world} needs a torch.distributed process group, and none is "
+            f"initialised here (no {', '.join(missing)} in the environment)",
             help=f"start the ranks with `torchrun --nproc-per-node {world} script.py`, or "
-                 f"`linnet run --nproc {world}`, or call "
-                 f"torch.distributed.init_process_group first")
-    fix = f"start {world} ranks with `torchrun --nproc-per-node {world}` or `linnet run " \
-          f"--nproc {world}`, which set these for each rank"
+            f"`linnet run --nproc {world}`, or call "
+            f"torch.distributed.init_process_group first",
+        )
+    fix = (
+        f"start {world} ranks with `torchrun --nproc-per-node {world}` or `linnet run "
+        f"--nproc {world}`, which set these for each rank"
+    )
     size = _int_env("WORLD_SIZE")
     rank = _int_env("RANK")
     assert size is not None and rank is not None
     if size != world:
-        raise coded_error("E0826", f"WORLD_SIZE={size} in the environment, but this process is "
-                              f"one of world={world} ranks (`--nproc {world}`, `world=`)",
-                     help=f"make them agree: {fix}, or load with world={size}")
+        raise coded_error(
+            "E0826",
+            f"WORLD_SIZE={size} in the environment, but this process is "
+            f"one of world={world} ranks (`--nproc {world}`, `world=`)",
+            help=f"make them agree: {fix}, or load with world={size}",
+        )
     if not 0 <= rank < size:
-        raise coded_error("E0826", f"RANK={rank} is not a rank of WORLD_SIZE={size} (ranks are 0 to "
-                              f"{size - 1}): it would wait for ranks that never come",
-                     help=f"give each process its own RANK from 0 to {size - 1}: {fix}")
+        raise coded_error(
+            "E0826",
+            f"RANK={rank} is not a rank of WORLD_SIZE={size} (ranks are 0 to "
+            f"{size - 1}): it would wait for ranks that never come",
+            help=f"give each process its own RANK from 0 to {size - 1}: {fix}",
+        )
     local_size = _int_env("LOCAL_WORLD_SIZE")
     if local_size is not None and not 1 <= local_size <= size:
-        raise coded_error("E0826", f"LOCAL_WORLD_SIZE={local_size} is not between 1 and "
-                              f"WORLD_SIZE={size}", help=fix)
+        raise coded_error(
+            "E0826",
+            f"LOCAL_WORLD_SIZE={local_size} is not between 1 and WORLD_SIZE={size}",
+            help=fix,
+        )
     local = _int_env("LOCAL_RANK")
     top = local_size if local_size is not None else size
     if local is not None and not 0 <= local < top:
-        raise coded_error("E0826", f"LOCAL_RANK={local} is not a rank on this machine (0 to "
-                              f"{top - 1}, from {'LOCAL_WORLD_SIZE' if local_size else 'WORLD_SIZE'}"
-                              f"={top})", help=fix)
+        raise coded_error(
+            "E0826",
+            f"LOCAL_RANK={local} is not a rank on this machine (0 to "
+            f"{top - 1}, from {'LOCAL_WORLD_SIZE' if local_size else 'WORLD_SIZE'}"
+            f"={top})",
+            help=fix,
+        )
     if not os.environ["MASTER_ADDR"].strip():
-        raise coded_error("E0826", "MASTER_ADDR is empty: the ranks meet at rank 0's address",
-                     help="set MASTER_ADDR to rank 0's host (127.0.0.1 on one machine)")
+        raise coded_error(
+            "E0826",
+            "MASTER_ADDR is empty: the ranks meet at rank 0's address",
+            help="set MASTER_ADDR to rank 0's host (127.0.0.1 on one machine)",
+        )
     port = _int_env("MASTER_PORT")
     if port is None or not 1 <= port <= 65535:
-        raise coded_error("E0826", f"MASTER_PORT={port} is not a TCP port (1 to 65535)",
-                     help="set MASTER_PORT to a free port on rank 0's host, such as 29500")
+        raise coded_error(
+            "E0826",
+            f"MASTER_PORT={port} is not a TCP port (1 to 65535)",
+            help="set MASTER_PORT to a free port on rank 0's host, such as 29500",
+        )
     if torch.device(device).type == "cuda":
         gpus = torch.cuda.device_count()
         use = local if local is not None else rank % max(gpus, 1)
         if use >= gpus:
-            raise coded_error("E0826", f"rank {rank} of {size} would use GPU {use}, and this machine "
-                                  f"has {gpus} GPU(s) visible",
-                         help="start at most one rank per GPU (check CUDA_VISIBLE_DEVICES)")
+            raise coded_error(
+                "E0826",
+                f"rank {rank} of {size} would use GPU {use}, and this machine "
+                f"has {gpus} GPU(s) visible",
+                help="start at most one rank per GPU (check CUDA_VISIBLE_DEVICES)",
+            )
     return rank, (local if local is not None else rank)
 
 
@@ -153,8 +187,11 @@ def init(world: int, device: str | torch.device) -> tuple[int, str | torch.devic
     import torch.distributed as dist
 
     if not dist.is_available():
-        raise coded_error("E0821", "world > 1 needs torch.distributed, which this torch build lacks",
-                     help="install a torch build with distributed support")
+        raise coded_error(
+            "E0821",
+            "world > 1 needs torch.distributed, which this torch build lacks",
+            help="install a torch build with distributed support",
+        )
     cuda = torch.device(device).type == "cuda"
     if not dist.is_initialized():
         rank, local = check_environment(world, device)
@@ -164,14 +201,18 @@ def init(world: int, device: str | torch.device) -> tuple[int, str | torch.devic
         if rank != 0:
             _reach_rank_0(rank, world, timeout)
         try:
-            dist.init_process_group("nccl" if cuda else "gloo",
-                                    timeout=datetime.timedelta(seconds=timeout))
+            dist.init_process_group(
+                "nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout)
+            )
         except Exception as exc:
             raise _join_error(exc, rank, world, timeout) from None
     have = dist.get_world_size()
     if have != world:
-        raise coded_error("E0821", f"world={world}, but the process group has {have} ranks",
-                     help=f"load with world={have}, or start {world} ranks")
+        raise coded_error(
+            "E0821",
+            f"world={world}, but the process group has {have} ranks",
+            help=f"load with world={have}, or start {world} ranks",
+        )
     rank = dist.get_rank()
     if cuda and torch.device(device).index is None:
         local = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
@@ -195,15 +236,20 @@ def _reach_rank_0(rank: int, world: int, timeout: float) -> None:
         if left <= 0:
             break
         time.sleep(min(0.2, max(0.0, left)))
-    raise coded_error("E0825", f"rank {rank} of {world} could not join the other ranks: rank 0 did "
-                          f"not answer at {host}:{port} within {timeout:g} s ({why})",
-                 help=f"start rank 0 too (all {world} ranks, each with its own RANK) and check "
-                      f"that MASTER_ADDR/MASTER_PORT reach it; {_LONGER}")
+    raise coded_error(
+        "E0825",
+        f"rank {rank} of {world} could not join the other ranks: rank 0 did "
+        f"not answer at {host}:{port} within {timeout:g} s ({why})",
+        help=f"start rank 0 too (all {world} ranks, each with its own RANK) and check "
+        f"that MASTER_ADDR/MASTER_PORT reach it; {_LONGER}",
+    )
 
 
-_LONGER = (f"if a rank is only slow (loading, compiling), give them longer: "
-           f"{TIMEOUT_ENV}=<seconds> (default {DEFAULT_TIMEOUT:.0f}) or `linnet run "
-           f"--rank-timeout <seconds>`")
+_LONGER = (
+    f"if a rank is only slow (loading, compiling), give them longer: "
+    f"{TIMEOUT_ENV}=<seconds> (default {DEFAULT_TIMEOUT:.0f}) or `linnet run "
+    f"--rank-timeout <seconds>`"
+)
 
 
 def _join_error(exc: Exception, rank: int, world: int, timeout: float) -> LinnetError:
@@ -212,9 +258,12 @@ def _join_error(exc: Exception, rank: int, world: int, timeout: float) -> Linnet
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
     if "EADDRINUSE" in text or "address already in use" in text:
-        return coded_error("E0826", f"rank {rank} of {world} cannot listen at {where}: the port "
-                               "MASTER_PORT is in use on this machine",
-                      help="set MASTER_PORT to a free port (`linnet run --nproc` picks one)")
+        return coded_error(
+            "E0826",
+            f"rank {rank} of {world} cannot listen at {where}: the port "
+            "MASTER_PORT is in use on this machine",
+            help="set MASTER_PORT to a free port (`linnet run --nproc` picks one)",
+        )
     joined = re.search(r"(\d+)/(\d+) clients joined", text)
     if joined:
         why = f"{joined[1]} of {joined[2]} ranks joined within {timeout:g} s"
@@ -222,9 +271,12 @@ def _join_error(exc: Exception, rank: int, world: int, timeout: float) -> Linnet
         why = f"rank 0 did not answer at {where} within {timeout:g} s"
     else:
         why = text
-    return coded_error("E0825", f"rank {rank} of {world} could not join the other ranks: {why}",
-                  help=f"start all {world} ranks (each with its own RANK) and check that "
-                       f"MASTER_ADDR/MASTER_PORT reach rank 0; {_LONGER}")
+    return coded_error(
+        "E0825",
+        f"rank {rank} of {world} could not join the other ranks: {why}",
+        help=f"start all {world} ranks (each with its own RANK) and check that "
+        f"MASTER_ADDR/MASTER_PORT reach rank 0; {_LONGER}",
+    )
 
 
 def collective_error(exc: BaseException, rank: int, world: int) -> LinnetError | None:
@@ -240,7 +292,8 @@ def collective_error(exc: BaseException, rank: int, world: int) -> LinnetError |
     text = str(exc).strip()
     lowered = text.lower()
     ours = isinstance(exc, dist.DistError) or (
-        isinstance(exc, RuntimeError) and ("gloo" in lowered or "nccl" in lowered))
+        isinstance(exc, RuntimeError) and ("gloo" in lowered or "nccl" in lowered)
+    )
     if not ours:
         return None
     first = text.splitlines()[0] if text else type(exc).__name__
@@ -248,14 +301,19 @@ def collective_error(exc: BaseException, rank: int, world: int) -> LinnetError |
     if "timed out" in lowered or "timeout" in lowered:
         seconds = rank_timeout_or_none()
         waited = f" {seconds:g} s" if seconds is not None else ""
-        return coded_error("E0825", f"rank {rank} of {world} waited{waited} in a collective for the "
-                               f"other ranks, and they did not come ({first}): a rank stopped, "
-                               "is stuck, or runs other calls",
-                      help=f"every rank must make the same calls with the same inputs; "
-                           f"{_LONGER}")
-    return coded_error("E0825", f"rank {rank} of {world} lost another rank in a collective "
-                           f"({first}): that rank stopped or failed (its own error says why)",
-                  help="every rank must make the same calls; fix the rank that failed")
+        return coded_error(
+            "E0825",
+            f"rank {rank} of {world} waited{waited} in a collective for the "
+            f"other ranks, and they did not come ({first}): a rank stopped, "
+            "is stuck, or runs other calls",
+            help=f"every rank must make the same calls with the same inputs; {_LONGER}",
+        )
+    return coded_error(
+        "E0825",
+        f"rank {rank} of {world} lost another rank in a collective "
+        f"({first}): that rank stopped or failed (its own error says why)",
+        help="every rank must make the same calls; fix the rank that failed",
+    )
 
 
 def rank_timeout_or_none() -> float | None:
@@ -306,12 +364,16 @@ def entry_inputs(program: Program) -> dict[str, dict[str, list[int]]]:
     from linnet.lang.check.driver import find_model
 
     decl = find_model(program, None)
-    return {m.name: {p.name: [1] * len(p.type.dims) for p in m.params}  # type: ignore[union-attr]
-            for m in decl.methods if m.kind == "entry"}
+    return {
+        m.name: {p.name: [1] * len(p.type.dims) for p in m.params}  # type: ignore[union-attr]
+        for m in decl.methods
+        if m.kind == "entry"
+    }
 
 
-def parameter_axes(program: Program, config: dict[str, Any], shapes: Any, world: int,
-                   rank: int) -> dict[str, int]:
+def parameter_axes(
+    program: Program, config: dict[str, Any], shapes: Any, world: int, rank: int
+) -> dict[str, int]:
     """The split axis of each parameter split over ``world`` ranks, from every entry's
     sharded graph; entries that split one parameter differently are E0822.
 
@@ -327,16 +389,19 @@ def parameter_axes(program: Program, config: dict[str, Any], shapes: Any, world:
             axis = s.parameters.get(path)
             if path in axes and axes[path] != axis:
                 raise coded_error(
-                    "E0822", f"entries `{seen[path]}` and `{entry}` split parameter `{path}` "
-                             f"differently over {world} ranks (axis {axes[path]} and {axis})",
+                    "E0822",
+                    f"entries `{seen[path]}` and `{entry}` split parameter `{path}` "
+                    f"differently over {world} ranks (axis {axes[path]} and {axis})",
                     help="each rank holds one block of each parameter; give the entries the "
-                         "same use of it, or leave tensor parallelism off")
+                    "same use of it, or leave tensor parallelism off",
+                )
             axes[path], seen[path] = axis, entry
     return {p: a for p, a in axes.items() if a is not None}
 
 
-def layout_of(axes: dict[str, int], world: int, rank: int,
-              shapes: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
+def layout_of(
+    axes: dict[str, int], world: int, rank: int, shapes: dict[str, Any]
+) -> dict[str, tuple[int, int, int]]:
     """``(axis, start, stop)`` of this rank's block of each split parameter (``shapes``:
     the whole tensors' shapes, or TensorInfo-like pairs whose first item is the shape).
 
@@ -372,10 +437,12 @@ def check_layout(graph_axes: dict[str, int], loaded: dict[str, int], entry: str)
     for path, axis in graph_axes.items():
         if loaded.get(path) != axis:
             raise coded_error(
-                "E0822", f"`{entry}` for these inputs splits parameter `{path}` along axis "
-                         f"{axis}; it was loaded split along {loaded.get(path)}",
+                "E0822",
+                f"`{entry}` for these inputs splits parameter `{path}` along axis "
+                f"{axis}; it was loaded split along {loaded.get(path)}",
                 help="each rank holds one block of each parameter, found when the model was "
-                     "loaded; this entry uses it differently for these shapes")
+                "loaded; this entry uses it differently for these shapes",
+            )
 
 
 def time_collectives(graph: Any, device: torch.device, runs: int = 10) -> dict[int, float]:
@@ -396,8 +463,9 @@ def time_collectives(graph: Any, device: torch.device, runs: int = 10) -> dict[i
         return _time_collectives(graph, device, runs, sync)
 
 
-def _time_collectives(graph: Any, device: torch.device, runs: int, sync: Callable[[], None]
-                      ) -> dict[int, float]:
+def _time_collectives(
+    graph: Any, device: torch.device, runs: int, sync: Callable[[], None]
+) -> dict[int, float]:
     import statistics
 
     from linnet.lang.ir.shard import COLLECTIVES
@@ -441,9 +509,16 @@ def free_port() -> int:
 
 
 def _rank_main(rank: int, world: int, port: int, fn: Callable[..., int], args: Any) -> None:
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                       "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)})
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
     if "OMP_NUM_THREADS" not in os.environ:
         # As torchrun does: the ranks share the machine's cores, not each take all of them.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -483,8 +558,13 @@ def spawn(world: int, fn: Callable[..., int], args: Any, grace: float = GRACE) -
     import torch.multiprocessing as mp
 
     timeout = rank_timeout()  # E0827 here, before any rank starts
-    context = mp.start_processes(_rank_main, args=(world, free_port(), fn, args),
-                                 nprocs=world, join=False, start_method="spawn")
+    context = mp.start_processes(
+        _rank_main,
+        args=(world, free_port(), fn, args),
+        nprocs=world,
+        join=False,
+        start_method="spawn",
+    )
     try:
         return _watch(context, world, timeout, grace)
     except BaseException:  # Ctrl-C, or a fault here: no rank outlives the command
@@ -533,11 +613,16 @@ def _watch(context: Any, world: int, timeout: float, grace: float) -> int:
             print(f"error[E0824]: rank {i} of {world} {_how(context, i)}", file=sys.stderr)
     if alive:
         ranks = ", ".join(str(i) for i in alive)
-        after = (f"{grace:g} s after rank {failed} failed" if failed is not None else
-                 f"{timeout + grace:g} s after the other ranks finished")
-        print(f"error[E0825]: rank {ranks} of {world} still ran {after}: stopped, or stuck "
-              f"waiting; ended it\n  = help: every rank must make the same calls; {_LONGER}",
-              file=sys.stderr)
+        after = (
+            f"{grace:g} s after rank {failed} failed"
+            if failed is not None
+            else f"{timeout + grace:g} s after the other ranks finished"
+        )
+        print(
+            f"error[E0825]: rank {ranks} of {world} still ran {after}: stopped, or stuck "
+            f"waiting; ended it\n  = help: every rank must make the same calls; {_LONGER}",
+            file=sys.stderr,
+        )
     return 1 if failed is not None or alive else 0
 
 

@@ -54,8 +54,14 @@ def _collective_problem(graph: Graph, region: Region) -> str | None:
 
 # ---------------------------------------------------------------- building plans
 class PlanBuilder:
-    def __init__(self, model: Any, entry: str, inputs: list[torch.Tensor], options: Options,
-                 progress: bool | Callable[[str], None]):
+    def __init__(
+        self,
+        model: Any,
+        entry: str,
+        inputs: list[torch.Tensor],
+        options: Options,
+        progress: bool | Callable[[str], None],
+    ):
         self.model = model
         self.entry = entry
         self.given = list(inputs)
@@ -92,8 +98,16 @@ class PlanBuilder:
         kernels cannot launch on this target (recorded, with why)."""
         paths = KernelPaths(self.model.program, self.sources)
         if paths.probe(self.target) is None:
-            self.skipped.append(SkipRecord(paths.name, "linnet-runtime-torch", paths.version,
-                                           "", paths.last_reason or "declined", ""))
+            self.skipped.append(
+                SkipRecord(
+                    paths.name,
+                    "linnet-runtime-torch",
+                    paths.version,
+                    "",
+                    paths.last_reason or "declined",
+                    "",
+                )
+            )
             return []
         self.say("finding span ops' claims (check/spans.py)")
         self.graph = claim_spans(self.graph, self.model.program)
@@ -115,22 +129,27 @@ class PlanBuilder:
         for b in backends:
             try:
                 found = b.match(self.graph, self.target)
-                regions = None if found is None or isinstance(found, str | bytes) \
-                    else list(found)
+                regions = None if found is None or isinstance(found, str | bytes) else list(found)
             except Exception as exc:
                 self.skipped.append(_record(b, f"match raised {type(exc).__name__}: {exc}"))
                 continue
             if regions is None:
-                self.skipped.append(_record(b, f"match returned a {type(found).__name__}, not "
-                                               "a list of Regions"))
+                self.skipped.append(
+                    _record(b, f"match returned a {type(found).__name__}, not a list of Regions")
+                )
                 continue
             valid: list[Region] = []
             for r in regions:
                 problem = match_problem(r, self.graph)
                 if problem is not None:  # not a region of this graph: said, never run
-                    out.append(Candidate(b, r if isinstance(r, Region) else
-                                         _no_region(self.graph), status="failed",
-                                         reason=problem))
+                    out.append(
+                        Candidate(
+                            b,
+                            r if isinstance(r, Region) else _no_region(self.graph),
+                            status="failed",
+                            reason=problem,
+                        )
+                    )
                     continue
                 problem = region_problem(r) or _collective_problem(self.graph, r)
                 if problem is None:
@@ -143,13 +162,16 @@ class PlanBuilder:
                 try:
                     executables = list(b.compile_regions(regions, self.target, self.options))
                 except Exception as exc:
-                    self.skipped.append(_record(b, f"compile raised {type(exc).__name__}: "
-                                                   f"{exc}"))
+                    self.skipped.append(_record(b, f"compile raised {type(exc).__name__}: {exc}"))
                     continue
                 if len(executables) != len(regions):
-                    self.skipped.append(_record(
-                        b, f"compile_regions returned {len(executables)} executables for "
-                           f"{len(regions)} regions"))
+                    self.skipped.append(
+                        _record(
+                            b,
+                            f"compile_regions returned {len(executables)} executables for "
+                            f"{len(regions)} regions",
+                        )
+                    )
                     continue
             else:
                 executables = []
@@ -157,8 +179,7 @@ class PlanBuilder:
                     try:
                         executables.append(b.compile(r, self.target, self.options))
                     except Exception as exc:
-                        executables.append(_Failed(f"compile raised {type(exc).__name__}: "
-                                                   f"{exc}"))
+                        executables.append(_Failed(f"compile raised {type(exc).__name__}: {exc}"))
             for r, ex in zip(regions, executables):
                 c = Candidate(b, r, ex)
                 problem = ex.reason if isinstance(ex, _Failed) else executable_problem(ex)
@@ -195,8 +216,9 @@ class PlanBuilder:
         warn_failed(failed, "the check against the generated source", stacklevel=5)
         return env
 
-    def check(self, candidates: list[Candidate], context: Context
-              ) -> tuple[dict[str, Any], dict[int, Finding]]:
+    def check(
+        self, candidates: list[Candidate], context: Context
+    ) -> tuple[dict[str, Any], dict[int, Finding]]:
         """(the recorded values, a :class:`~linnet.torch.checking.Finding` by ``id`` of
         each candidate not failed already). Each executable is checked where its region
         starts in the one recorded run of the generated source, on the states as the
@@ -213,17 +235,26 @@ class PlanBuilder:
 
         def at(step: int, env: dict[str, Any], states: Context) -> None:
             for c in starts.get(step, []):
-                findings[id(c)] = check_candidate(c.executable, c.region, env, states,
-                                                  references, self.options.tolerance,
-                                                  self.device)
+                findings[id(c)] = check_candidate(
+                    c.executable,
+                    c.region,
+                    env,
+                    states,
+                    references,
+                    self.options.tolerance,
+                    self.device,
+                )
 
         env = self.record_values(candidates, context, at)
         return env, findings
 
     # -- values at region boundaries, from one run of the generated source
-    def record_values(self, candidates: list[Candidate], context: Context,
-                      at: Callable[[int, dict[str, Any], Context], None] | None = None
-                      ) -> dict[str, Any]:
+    def record_values(
+        self,
+        candidates: list[Candidate],
+        context: Context,
+        at: Callable[[int, dict[str, Any], Context], None] | None = None,
+    ) -> dict[str, Any]:
         """The values of one run of the generated source (on a scratch copy of
         ``context``'s states), cut where every candidate region starts and stops, by
         name. ``at(step, values, states)`` is called where each cut begins, before the
@@ -234,8 +265,11 @@ class PlanBuilder:
         for c in candidates:
             cuts.update((c.region.start, c.region.stop))
         bounds = sorted(cuts)
-        slices = [slice_steps(self.graph, list(range(a, b)), f"part_{i}")
-                  for i, (a, b) in enumerate(itertools.pairwise(bounds)) if b > a]
+        slices = [
+            slice_steps(self.graph, list(range(a, b)), f"part_{i}")
+            for i, (a, b) in enumerate(itertools.pairwise(bounds))
+            if b > a
+        ]
         export_arguments(self.graph, slices, [c.region for c in candidates])
         module = self.emit(slices, "record")
         items = self.slice_items(module, slices)
@@ -248,18 +282,25 @@ class PlanBuilder:
             for sl, item in zip(slices, items):
                 if at is not None:
                     at(sl.start, env, scratch)
-                res = item.run(*[env[v] for v in item.inputs],
-                               *[scratch.parameters[p] for p in item.parameters],
-                               *[scratch.states[p] for p in item.states])
+                res = item.run(
+                    *[env[v] for v in item.inputs],
+                    *[scratch.parameters[p] for p in item.parameters],
+                    *[scratch.states[p] for p in item.states],
+                )
                 env.update(zip(item.outputs, res))
         return env
 
     def emit(self, slices: list[Slice], label: str) -> Any:
         # Without the program, no kernel launches: a plan's generated source is the op
         # bodies, and a kernel runs only where its region (KernelPaths) measured faster.
-        text = emit_torch(self.graph, self.sources, numerics=self.model.numerics,
-                          origin=self.model.program.root.source.name, slices=[slices],
-                          device=str(self.device))
+        text = emit_torch(
+            self.graph,
+            self.sources,
+            numerics=self.model.numerics,
+            origin=self.model.program.root.source.name,
+            slices=[slices],
+            device=str(self.device),
+        )
         module = import_source(text, f"linnet_plan_{label}")
         return module
 
@@ -272,24 +313,37 @@ class PlanBuilder:
             if compile:
                 if m["function"] not in compiled:
                     compiled[m["function"]] = announce_compile(
-                        _torch_compile(fn, compile), m["function"], m.get("kind", ""),
-                        self.say)
+                        _torch_compile(fn, compile), m["function"], m.get("kind", ""), self.say
+                    )
                 fn = compiled[m["function"]]
-            items.append(Item("slice", fn, list(sl.inputs), list(sl.outputs),
-                              list(sl.parameters), list(sl.states), label=sl.name))
+            items.append(
+                Item(
+                    "slice",
+                    fn,
+                    list(sl.inputs),
+                    list(sl.outputs),
+                    list(sl.parameters),
+                    list(sl.states),
+                    label=sl.name,
+                )
+            )
         return items
 
     # -- timing
-    def keys(self, backend: Any, kind: str, variant: str = "", algorithm: str = ""
-             ) -> tuple[str, str]:
+    def keys(
+        self, backend: Any, kind: str, variant: str = "", algorithm: str = ""
+    ) -> tuple[str, str]:
         """The timing cache's keys for a backend's regions of ``kind`` (its ``variant``, and
         its ``algorithm`` where it offers several executables for the same steps) and for
         the generated source of the same steps. A key without an algorithm is what every
         version wrote: timings of backends with one executable per region stay valid,
         and one that older versions gave every algorithm (the first one's) is never read
         for any of them."""
-        what = kind + (f"/{variant}" if variant else "") + (
-            f"/algorithm={algorithm}" if algorithm else "")
+        what = (
+            kind
+            + (f"/{variant}" if variant else "")
+            + (f"/algorithm={algorithm}" if algorithm else "")
+        )
         bkey = cache_key(self.timing_key(), backend.name, str(backend.version), CONTRACT, what)
         return bkey, self.generated_key(kind)
 
@@ -304,11 +358,17 @@ class PlanBuilder:
         """The timing cache's key for the generated source of steps of ``kind`` (a region's
         steps or a slice's: both are fingerprints of what the steps compute)."""
         # "bodies": the generated source of a plan launches no kernel (see `emit`).
-        return cache_key(self.timing_key(), "generated", f"{lang_version}/{self.model.numerics}/"
-                         f"bodies/{compile_label(self.options.compile)}", CONTRACT, kind)
+        return cache_key(
+            self.timing_key(),
+            "generated",
+            f"{lang_version}/{self.model.numerics}/bodies/{compile_label(self.options.compile)}",
+            CONTRACT,
+            kind,
+        )
 
-    def time_candidates(self, candidates: list[Candidate], env: dict[str, Any],
-                        context: Context, cache: TimingCache) -> None:
+    def time_candidates(
+        self, candidates: list[Candidate], env: dict[str, Any], context: Context, cache: TimingCache
+    ) -> None:
         groups: dict[tuple[int, str, str, str], list[Candidate]] = {}
         for c in candidates:
             groups.setdefault(group_key(c), []).append(c)
@@ -324,9 +384,14 @@ class PlanBuilder:
             try:
                 if b_seconds is None:
                     b_seconds = self.time_backend(group, env, scratch)
-                    cache.put(bkey, b_seconds, backend=backend.name, kind=kind,
-                              region=repr(group[0].region),
-                              **({"algorithm": algorithm} if algorithm else {}))
+                    cache.put(
+                        bkey,
+                        b_seconds,
+                        backend=backend.name,
+                        kind=kind,
+                        region=repr(group[0].region),
+                        **({"algorithm": algorithm} if algorithm else {}),
+                    )
             except Exception as exc:
                 for c in group:
                     c.status, c.reason = "failed", f"timing raised {type(exc).__name__}: {exc}"
@@ -334,21 +399,22 @@ class PlanBuilder:
                 continue
             if g_seconds is None:
                 g_seconds = self.time_generated(group, env, scratch)
-                cache.put(gkey, g_seconds, backend="generated", kind=kind,
-                          region=repr(group[0].region))
+                cache.put(
+                    gkey, g_seconds, backend="generated", kind=kind, region=repr(group[0].region)
+                )
             generated_times[kind] = g_seconds
             for c in group:
                 c.backend_seconds, c.generated_seconds, c.cached = b_seconds, g_seconds, cached
-            progress.step(f"{group[0].label} {group[0].region!r}"
-                          + (" (cached)" if cached else ""))
+            progress.step(f"{group[0].label} {group[0].region!r}" + (" (cached)" if cached else ""))
         cache.flush()
         reused = sum(1 for g in groups.values() if g[0].cached)
         if reused:  # a second process: no region was compiled or timed for these
-            self.say(f"reused the timings of {reused} of {len(groups)} region kinds from "
-                     f"{shown(cache.path)}")
+            self.say(
+                f"reused the timings of {reused} of {len(groups)} region kinds from "
+                f"{shown(cache.path)}"
+            )
 
-    def time_backend(self, group: list[Candidate], env: dict[str, Any],
-                     context: Context) -> float:
+    def time_backend(self, group: list[Candidate], env: dict[str, Any], context: Context) -> float:
         chosen = rotation(group)
         calls = []
         for c in chosen:
@@ -363,25 +429,30 @@ class PlanBuilder:
         with numerics_mode(self.model.numerics), torch.inference_mode():
             return time_rotation(calls, self.device, self.options, prepare)
 
-    def time_generated(self, group: list[Candidate], env: dict[str, Any],
-                       context: Context) -> float:
-        slices = [slice_steps(self.graph, list(c.region.steps), "region")
-                  for c in rotation(group)]
+    def time_generated(
+        self, group: list[Candidate], env: dict[str, Any], context: Context
+    ) -> float:
+        slices = [slice_steps(self.graph, list(c.region.steps), "region") for c in rotation(group)]
         return self.time_slices(slices, env, context, f"{group[0].region!r}")
 
-    def time_slices(self, slices: list[Slice], env: dict[str, Any], context: Context,
-                    label: str) -> float:
+    def time_slices(
+        self, slices: list[Slice], env: dict[str, Any], context: Context, label: str
+    ) -> float:
         """Median seconds per slice of the generated source (compiled as the plan compiles
         it) running each of ``slices`` (of one kind) in turn on the recorded values."""
         module = self.emit(slices[:1], "region")
         fn = getattr(module, module.ENTRIES[self.graph.entry]["slices"][0]["function"])
         if self.options.compile:
-            fn = announce_compile(_torch_compile(fn, self.options.compile), label,
-                                  slices[0].kind, self.say)
+            fn = announce_compile(
+                _torch_compile(fn, self.options.compile), label, slices[0].kind, self.say
+            )
         calls = []
         for sl in slices:
-            args = [env[v] for v in sl.inputs] + [context.parameters[p] for p in sl.parameters] \
+            args = (
+                [env[v] for v in sl.inputs]
+                + [context.parameters[p] for p in sl.parameters]
                 + [context.states[p] for p in sl.states]
+            )
             calls.append(lambda a=args: fn(*a))
         with numerics_mode(self.model.numerics), torch.inference_mode():
             return time_rotation(calls, self.device, self.options)
@@ -410,25 +481,34 @@ class PlanBuilder:
         flush()
         export_arguments(self.graph, slices, [c.region for c in taken])
         module = self.emit(slices, "plan") if slices else None
-        slice_items = iter(self.slice_items(module, slices, self.options.compile)
-                           if module else [])
+        slice_items = iter(self.slice_items(module, slices, self.options.compile) if module else [])
         items = []
         for entry in order:
             if isinstance(entry, Slice):
                 items.append(next(slice_items))
             else:
                 r = entry.region
-                items.append(Item("region", entry.executable, list(r.inputs), list(r.outputs),
-                                  output_types=[self.graph.values[o] for o in r.outputs],
-                                  label=f"{entry.label} {r!r}",
-                                  backend=entry.backend_name))
+                items.append(
+                    Item(
+                        "region",
+                        entry.executable,
+                        list(r.inputs),
+                        list(r.outputs),
+                        output_types=[self.graph.values[o] for o in r.outputs],
+                        label=f"{entry.label} {r!r}",
+                        backend=entry.backend_name,
+                    )
+                )
         return items, (module.__file__ if module else "")
 
     def slice_name(self, step: int) -> str:
         best = None
         for call in self.graph.calls:
-            if call.start <= step < call.stop and call.iteration is not None and (
-                    best is None or call.depth < best.depth):
+            if (
+                call.start <= step < call.stop
+                and call.iteration is not None
+                and (best is None or call.depth < best.depth)
+            ):
                 best = call
         if best is None:
             return "slice"
@@ -442,8 +522,7 @@ def export_arguments(graph: Graph, slices: list[Slice], regions: Sequence[Region
     ``inv_freq``, read by ``rms_norm_qkv_rope``'s kernel) is otherwise no slice's output."""
     wanted = {v for r in regions for v in r.inputs}
     for sl in slices:
-        made = [v for i in (sl.steps or range(sl.start, sl.stop))
-                for v in graph.steps[i].results]
+        made = [v for i in (sl.steps or range(sl.start, sl.stop)) for v in graph.steps[i].results]
         sl.outputs += [v for v in made if v in wanted and v not in sl.outputs]
 
 
@@ -451,8 +530,10 @@ class SliceTimes:
     """The :class:`linnet.plan.SliceTimer` of a plan being made: slices of the generated
     source timed on the values one run recorded (``record_values``), compiled as the plan
     compiles them, and kept in the timing cache by kind (a second process reuses them)."""
-    def __init__(self, builder: PlanBuilder, env: dict[str, Any], context: Context,
-                 cache: TimingCache):
+
+    def __init__(
+        self, builder: PlanBuilder, env: dict[str, Any], context: Context, cache: TimingCache
+    ):
         self.builder, self.env, self.context, self.cache = builder, env, context, cache
         self.slices: dict[tuple[int, ...], Slice] = {}
 
@@ -473,17 +554,25 @@ class SliceTimes:
         for sl in chosen:
             missing = [v for v in sl.inputs if v not in self.env]
             if missing:  # made inside a region the recording did not cut at
-                raise LookupError(f"{missing[0]}, read by steps {sl.start}..{sl.stop}, was not "
-                                  "recorded")
-        seconds = self.builder.time_slices(chosen, self.env, self.context.scratch(),
-                                           f"steps {chosen[0].start}..{chosen[0].stop}")
-        self.cache.put(key, seconds, backend="generated", kind=chosen[0].kind,
-                       region=f"steps {chosen[0].start}..{chosen[0].stop}")
+                raise LookupError(
+                    f"{missing[0]}, read by steps {sl.start}..{sl.stop}, was not recorded"
+                )
+        seconds = self.builder.time_slices(
+            chosen, self.env, self.context.scratch(), f"steps {chosen[0].start}..{chosen[0].stop}"
+        )
+        self.cache.put(
+            key,
+            seconds,
+            backend="generated",
+            kind=chosen[0].kind,
+            region=f"steps {chosen[0].start}..{chosen[0].stop}",
+        )
         return seconds
 
 
 class _Failed:
     """Stands for an executable that ``compile`` did not give (it raised)."""
+
     def __init__(self, reason: str):
         self.reason = reason
 
@@ -510,35 +599,41 @@ def region_problem(region: Region) -> str | None:
     declares the positions)."""
     graph = region.graph
     steps = tuple(region.steps)
-    if any(not isinstance(i, int) or isinstance(i, bool) for i in steps) or \
-            steps != tuple(sorted(set(steps))):
+    if any(not isinstance(i, int) or isinstance(i, bool) for i in steps) or steps != tuple(
+        sorted(set(steps))
+    ):
         return f"its steps {list(steps)[:8]} are not step numbers in increasing order"
     try:
         rebuilt = Region.of_steps(graph, steps, region.index)
     except RegionError as exc:
         return f"its steps cannot run together: {exc}"
-    if set(region.outputs) != set(rebuilt.outputs) or \
-            len(region.outputs) != len(rebuilt.outputs):
-        return (f"it declares outputs {list(region.outputs)}, but its steps make "
-                f"{list(rebuilt.outputs)} for later steps (build regions with Region.of or "
-                "Region.of_steps)")
+    if set(region.outputs) != set(rebuilt.outputs) or len(region.outputs) != len(rebuilt.outputs):
+        return (
+            f"it declares outputs {list(region.outputs)}, but its steps make "
+            f"{list(rebuilt.outputs)} for later steps (build regions with Region.of or "
+            "Region.of_steps)"
+        )
     made_before = set(graph.inputs)
-    for step in graph.steps[:region.start]:
+    for step in graph.steps[: region.start]:
         made_before.update(step.results)
     missing = [v for v in rebuilt.inputs if v not in region.inputs]
     foreign = [v for v in region.inputs if v not in made_before]
     if missing or foreign:
-        return (f"it declares inputs {list(region.inputs)}; its steps read "
-                f"{list(rebuilt.inputs)}" + (f" and {foreign} are not made before step "
-                                              f"{region.start}" if foreign else ""))
+        return (
+            f"it declares inputs {list(region.inputs)}; its steps read "
+            f"{list(rebuilt.inputs)}"
+            + (f" and {foreign} are not made before step {region.start}" if foreign else "")
+        )
     try:
         kind = region_kind(region)
     except Exception as exc:
         return f"its kind cannot be computed ({type(exc).__name__}: {exc})"
     if region.kind != kind:
         # Timings are cached and shared by kind: a made-up kind would borrow another's.
-        return (f"its kind {region.kind!r} is not what its steps compute ({kind}); after "
-                "changing a region, set its kind to linnet.backends.region_kind(region)")
+        return (
+            f"its kind {region.kind!r} is not what its steps compute ({kind}); after "
+            "changing a region, set its kind to linnet.backends.region_kind(region)"
+        )
     return None
 
 
@@ -548,20 +643,23 @@ def executable_problem(ex: Any) -> str | None:
         return "compile returned None, not an executable"
     lacks = [m for m in ("prepare", "execute") if not callable(getattr(ex, m, None))]
     if lacks:
-        return (f"compile returned a {type(ex).__name__}, not an executable: it has no "
-                + " or ".join(f"{m}()" for m in lacks))
+        return (
+            f"compile returned a {type(ex).__name__}, not an executable: it has no "
+            + " or ".join(f"{m}()" for m in lacks)
+        )
     try:
         holds = ex.meta.holds
     except Exception as exc:
         return f"its executable has no meta.holds ({type(exc).__name__}: {exc})"
     if type(holds) is not int or holds < 0:
-        return (f"its executable declares holds={holds!r}; holds is a number of bytes, an "
-                "int >= 0")
+        return f"its executable declares holds={holds!r}; holds is a number of bytes, an int >= 0"
     algorithm = getattr(ex.meta, "algorithm", "")
     if not isinstance(algorithm, str):
-        return (f"its executable declares algorithm={algorithm!r}; algorithm is a name (a "
-                "str) that tells it apart from the backend's other executables for the "
-                "same steps")
+        return (
+            f"its executable declares algorithm={algorithm!r}; algorithm is a name (a "
+            "str) that tells it apart from the backend's other executables for the "
+            "same steps"
+        )
     return None
 
 
@@ -569,24 +667,35 @@ def match_problem(region: Any, graph: Graph) -> str | None:
     """Why what a backend's ``match`` gave is not a Region of ``graph`` whose steps are step
     numbers of it, or None (then :func:`region_problem` checks what the steps do)."""
     if not isinstance(region, Region):
-        return (f"match gave {_shown(region, 60)} (a {type(region).__name__}), not a Region "
-                "(build regions with Region.of or Region.of_steps)")
+        return (
+            f"match gave {_shown(region, 60)} (a {type(region).__name__}), not a Region "
+            "(build regions with Region.of or Region.of_steps)"
+        )
     if region.graph is not graph:
         other = region.graph
-        what = (f"{other.model}.{other.entry}, {len(other.steps)} steps"
-                if isinstance(other, Graph) else f"a {type(other).__name__}")
-        return (f"its region is of another graph ({what}), not of the graph match was "
-                f"given ({graph.model}.{graph.entry}, {len(graph.steps)} steps): build "
-                "regions from the graph passed to this match, not one kept from an earlier "
-                "call")
+        what = (
+            f"{other.model}.{other.entry}, {len(other.steps)} steps"
+            if isinstance(other, Graph)
+            else f"a {type(other).__name__}"
+        )
+        return (
+            f"its region is of another graph ({what}), not of the graph match was "
+            f"given ({graph.model}.{graph.entry}, {len(graph.steps)} steps): build "
+            "regions from the graph passed to this match, not one kept from an earlier "
+            "call"
+        )
     steps = region.steps
-    if not isinstance(steps, tuple | list | range) or not steps or any(
-            not isinstance(i, int) or isinstance(i, bool) for i in steps):
+    if (
+        not isinstance(steps, tuple | list | range)
+        or not steps
+        or any(not isinstance(i, int) or isinstance(i, bool) for i in steps)
+    ):
         return f"its steps {_shown(steps, 40)} are not a non-empty sequence of step numbers"
     outside = [i for i in steps if not 0 <= i < len(graph.steps)]
     if outside:
-        return (f"its step {outside[0]} is outside the graph, whose steps are "
-                f"0..{len(graph.steps) - 1}")
+        return (
+            f"its step {outside[0]} is outside the graph, whose steps are 0..{len(graph.steps) - 1}"
+        )
     return None
 
 
@@ -596,7 +705,7 @@ def _shown(value: Any, width: int) -> str:
         text = repr(value)
     except Exception:
         return f"a {type(value).__name__} whose repr raised"
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _no_region(graph: Graph) -> Region:
@@ -617,8 +726,12 @@ def estimate(backend: Any, region: Region, target: Target) -> tuple[float | None
     if not isinstance(cost, Cost):
         return None, f"estimate_cost returned a {type(cost).__name__}, not a Cost"
     seconds = cost.seconds
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
-            not math.isfinite(seconds) or seconds < 0:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds < 0
+    ):
         return None, f"estimate_cost gave seconds={seconds!r}, not a finite time >= 0"
     return float(seconds), ""
 
@@ -626,8 +739,9 @@ def estimate(backend: Any, region: Region, target: Target) -> tuple[float | None
 def _record(backend: Any, reason: str) -> Any:
     """A skip record for a backend that failed after its probe (match, compile)."""
     origin = _origin_of(backend)
-    return SkipRecord(_name_of(backend), origin.distribution, origin.version, origin.path,
-                      reason, "")
+    return SkipRecord(
+        _name_of(backend), origin.distribution, origin.version, origin.path, reason, ""
+    )
 
 
 def _torch_compile(fn: Callable, compile: Any) -> Callable:

@@ -54,14 +54,24 @@ from .timing import (  # noqa: F401  (time_rotation and the rest: importable fro
 )
 
 
-def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
-             backends: Sequence[Any] | None = None, compile: Any = None,
-             memory: int | None = None, measure: bool = True, margin: float = 0.02,
-             progress: bool | Callable[[str], None] = True, cache: TimingCache | None = None,
-             kernels: bool = True, captured: bool = True) -> Plan:
+def plan_for(
+    model: Any,
+    entry: str,
+    inputs: Sequence[torch.Tensor],
+    backends: Sequence[Any] | None = None,
+    compile: Any = None,
+    memory: int | None = None,
+    measure: bool = True,
+    margin: float = 0.02,
+    progress: bool | Callable[[str], None] = True,
+    cache: TimingCache | None = None,
+    kernels: bool = True,
+    captured: bool = True,
+) -> Plan:
     """See :meth:`linnet.torch.Model.plan_for`."""
-    options, backends = plan_arguments(backends, compile, memory, measure, margin, progress,
-                                       cache, kernels, captured)
+    options, backends = plan_arguments(
+        backends, compile, memory, measure, margin, progress, cache, kernels, captured
+    )
     builder = PlanBuilder(model, entry, list(inputs), options, progress)
     ready = builder.probe(backends)
     if kernels and model.numerics == "fast":
@@ -83,26 +93,48 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
     if timed and options.compile:
         # Compiled, the steps between regions fuse: each kind of region taken is checked
         # against the compiled steps around it (linnet.plan.context).
-        decision = choose_in_context(candidates, options, len(builder.graph.steps),
-                                     SliceTimes(builder, env, context, cache),
-                                     key=group_key, say=builder.say)
+        decision = choose_in_context(
+            candidates,
+            options,
+            len(builder.graph.steps),
+            SliceTimes(builder, env, context, cache),
+            key=group_key,
+            say=builder.say,
+        )
         cache.flush()
     else:
         decision = choose(candidates, options)
     items, path = builder.items(decision.taken)
-    plan = Plan(model, entry, builder.graph, items, candidates, builder.skipped, options,
-                builder.target, path)
+    plan = Plan(
+        model,
+        entry,
+        builder.graph,
+        items,
+        candidates,
+        builder.skipped,
+        options,
+        builder.target,
+        path,
+    )
     if measure and not captured and decision.taken and getattr(model, "world", 1) == 1:
         # Run by plan.run, the regions are checked whole: against the generated source alone
         # (one compiled slice, no region), each timed as plan.run runs it. Not under tensor
         # parallelism: ranks whose choices differ would run collectives that never meet.
         builder.say("checking the plan whole against the generated source alone, by plan.run")
         bare_items, bare_path = builder.items([])
-        bare = Plan(model, entry, builder.graph, bare_items, candidates, builder.skipped,
-                    options, builder.target, bare_path)
+        bare = Plan(
+            model,
+            entry,
+            builder.graph,
+            bare_items,
+            candidates,
+            builder.skipped,
+            options,
+            builder.target,
+            bare_path,
+        )
         plan = faster_whole(plan, bare, lambda p: time_run(p, list(inputs)), options.margin)
     if measure and getattr(model, "world", 1) > 1:  # tensor parallelism: every rank times
-
         plan.collective_seconds = time_collectives(builder.graph, model.device)
     if measure:  # Linnet's kernels' launch mode, by the whole step as it runs (launch_modes)
         contexts: list[Context] = []  # one, of fresh states, made only if the modes are timed
@@ -114,15 +146,23 @@ def plan_for(model: Any, entry: str, inputs: Sequence[torch.Tensor],
                 return Captured(plan, contexts[0], pdl=mode)
             return lambda ins: plan.run(ins, contexts[0], pdl=mode)
 
-        choose_pdl(plan, time_steps(step_for, list(inputs), plan.device), plan.pdl_margin,
-                   builder.say)
+        choose_pdl(
+            plan, time_steps(step_for, list(inputs), plan.device), plan.pdl_margin, builder.say
+        )
     return plan
 
 
-def plan_arguments(backends: Any = None, compile: Any = None, memory: Any = None,
-                   measure: Any = True, margin: Any = 0.02, progress: Any = True,
-                   cache: Any = None, kernels: Any = True, captured: Any = True
-                   ) -> tuple[Options, list[Any] | None]:
+def plan_arguments(
+    backends: Any = None,
+    compile: Any = None,
+    memory: Any = None,
+    measure: Any = True,
+    margin: Any = 0.02,
+    progress: Any = True,
+    cache: Any = None,
+    kernels: Any = True,
+    captured: Any = True,
+) -> tuple[Options, list[Any] | None]:
     """``plan_for``'s arguments checked, before anything is lowered or timed: the plan's
     :class:`~linnet.backends.Options` and the backends as a list (None: every available
     one). A value it cannot use is a coded error naming the argument (see
@@ -134,8 +174,14 @@ def plan_arguments(backends: Any = None, compile: Any = None, memory: Any = None
     (0.05, None)
     """
     compile_options(compile)
-    options = plan_options(margin=margin, measure=measure, memory=memory, compile=compile,
-                           captured=captured, kernels=kernels)
+    options = plan_options(
+        margin=margin,
+        measure=measure,
+        memory=memory,
+        compile=compile,
+        captured=captured,
+        kernels=kernels,
+    )
     check_progress(progress)
     check_cache(cache)
     return options, check_backends(backends)
@@ -160,15 +206,23 @@ def faster_whole(plan: Plan, bare: Plan, timer: Callable[[Plan], float], margin:
         taken = plan.regions
         for c in taken:
             c.status = "slower whole"
-            c.reason = (f"{c.reason}; but the plan with its {len(taken)} regions took "
-                        f"{with_regions * 1e6:.1f} us a plan.run, the generated source alone "
-                        f"{without * 1e6:.1f} us (needs {margin:.0%} less)")
+            c.reason = (
+                f"{c.reason}; but the plan with its {len(taken)} regions took "
+                f"{with_regions * 1e6:.1f} us a plan.run, the generated source alone "
+                f"{without * 1e6:.1f} us (needs {margin:.0%} less)"
+            )
     return chosen
 
 
 # ---------------------------------------------------------------- conformance
-def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any,
-            tolerance: float = 0.01, context: Context | None = None) -> list[Finding]:
+def conform(
+    model: Any,
+    entry: str,
+    inputs: Sequence[torch.Tensor],
+    backend: Any,
+    tolerance: float = 0.01,
+    context: Context | None = None,
+) -> list[Finding]:
     """Run every region ``backend`` takes both ways, on the same inputs: a finding each.
 
     A region passes when the backend gives exactly the region's outputs (as many as it
@@ -189,10 +243,17 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
     >>> for f in conform(model, "decode", [token, pos], MyLinear()):  # doctest: +SKIP
     ...     print(f.region, f.difference, f.passed, f.note)
     """
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or \
-            not math.isfinite(tolerance) or tolerance < 0:
-        raise coded_error("E0758", f"tolerance must be a finite number >= 0, not {tolerance!r}",
-                     help="e.g. tolerance=0.01: 1% of the reference's largest magnitude")
+    if (
+        isinstance(tolerance, bool)
+        or not isinstance(tolerance, int | float)
+        or not math.isfinite(tolerance)
+        or tolerance < 0
+    ):
+        raise coded_error(
+            "E0758",
+            f"tolerance must be a finite number >= 0, not {tolerance!r}",
+            help="e.g. tolerance=0.01: 1% of the reference's largest magnitude",
+        )
     options = Options(measure=False, tolerance=float(tolerance))
     builder = PlanBuilder(model, entry, list(inputs), options, progress=False)
     ready = builder.probe([backend])
@@ -200,13 +261,16 @@ def conform(model: Any, entry: str, inputs: Sequence[torch.Tensor], backend: Any
         builder.graph = claim_spans(builder.graph, model.program)
     if not ready:
         reason = builder.skipped[-1].reason if builder.skipped else "declined"
-        raise coded_error("E0754", f"backend `{getattr(backend, 'name', backend)}` cannot run here: "
-                     f"{reason}")
+        raise coded_error(
+            "E0754", f"backend `{getattr(backend, 'name', backend)}` cannot run here: {reason}"
+        )
     candidates = builder.candidates(ready)
     if builder.skipped:
         raise coded_error("E0755", f"backend `{backend.name}` failed: {builder.skipped[-1].reason}")
     context = context if context is not None else model.context_for_graph(builder.graph)
     live = [c for c in candidates if c.status != "failed"]
     found = builder.check(live, context)[1] if live else {}
-    return [found[id(c)] if id(c) in found else Finding(c.region, None, False, c.reason)
-            for c in candidates]
+    return [
+        found[id(c)] if id(c) in found else Finding(c.region, None, False, c.reason)
+        for c in candidates
+    ]

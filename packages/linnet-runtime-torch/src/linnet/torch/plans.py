@@ -45,9 +45,19 @@ class Plan:
     """An entry planned over backends. ``run(inputs, context)`` runs it step by step;
     ``explain()`` says for every candidate region which backend claimed it, the times and why
     it went where it went."""
-    def __init__(self, model: Any, entry: str, graph: Graph, items: list[Item],
-                 candidates: list[Candidate], skipped_backends: list[Any], options: Options,
-                 target: Target, source_path: str = ""):
+
+    def __init__(
+        self,
+        model: Any,
+        entry: str,
+        graph: Graph,
+        items: list[Item],
+        candidates: list[Candidate],
+        skipped_backends: list[Any],
+        options: Options,
+        target: Target,
+        source_path: str = "",
+    ):
         self.model = model
         self.entry = entry
         self.graph = graph
@@ -86,8 +96,9 @@ class Plan:
     def regions(self) -> list[Candidate]:
         return [c for c in self.candidates if c.status == "taken"]
 
-    def run(self, inputs: Sequence[torch.Tensor], context: Context,
-            pdl: int | None = None) -> list[Any]:
+    def run(
+        self, inputs: Sequence[torch.Tensor], context: Context, pdl: int | None = None
+    ) -> list[Any]:
         """Run the plan once, step by step: backend regions and the generated slices between
         them. Returns the entry's outputs as a list, as :class:`Captured` does. Linnet's
         kernels launch under ``pdl`` (a mode of :mod:`linnet.torch.launch_modes`), by default
@@ -111,15 +122,19 @@ class Plan:
     def _run(self, inputs: list[torch.Tensor], context: Context) -> list[Any]:
         graph = self.graph
         if len(inputs) != len(graph.inputs):
-            raise coded_error("E0720", f"entry `{self.entry}` takes {len(graph.inputs)} inputs, got "
-                         f"{len(inputs)}")
+            raise coded_error(
+                "E0720", f"entry `{self.entry}` takes {len(graph.inputs)} inputs, got {len(inputs)}"
+            )
         env: dict[str, Any] = {}
         for name, t in zip(graph.inputs, inputs):
             vt = graph.values[name]
             if tuple(t.shape) != vt.shape:
-                raise coded_error("E0751", f"input {name[1:]} has shape {list(t.shape)}; this plan was "
-                             f"made for {list(vt.shape)}",
-                             help="make a plan for these shapes: model.plan_for(...)")
+                raise coded_error(
+                    "E0751",
+                    f"input {name[1:]} has shape {list(t.shape)}; this plan was "
+                    f"made for {list(vt.shape)}",
+                    help="make a plan for these shapes: model.plan_for(...)",
+                )
             env[name] = t
         # The model's own dict: slices name parameters and states apart, and a plain dict
         # lookup is what this loop does most.
@@ -128,8 +143,11 @@ class Plan:
             for item in self.items:
                 args = [env[v] for v in item.inputs]
                 if item.kind == "slice":
-                    res = item.run(*args, *[params[p] for p in item.parameters],
-                                   *[states[p] for p in item.states])
+                    res = item.run(
+                        *args,
+                        *[params[p] for p in item.parameters],
+                        *[states[p] for p in item.states],
+                    )
                 else:
                     try:
                         res = item.run.execute(args, item.output_types, context)
@@ -141,26 +159,42 @@ class Plan:
                     env[name] = value
             # A whole state or parameter returned (`return self.cache`) is a copy, as the
             # interpreter and the generated source return it: the next step writes the state.
-            return [env[o] if not o.startswith("@") else
-                    (states[o[1:]] if o[1:] in states else params[o[1:]]).clone()
-                    for o in graph.outputs]
+            return [
+                env[o]
+                if not o.startswith("@")
+                else (states[o[1:]] if o[1:] in states else params[o[1:]]).clone()
+                for o in graph.outputs
+            ]
 
     def explain(self) -> str:
-        header = (f"plan for {self.graph.model}.{self.entry} on {self.target.kind}"
-                  f" ({self.target.name or self.target.device}); margin "
-                  f"{self.options.margin:.0%}, measure={self.options.measure}"
-                  + (f", memory budget {self.options.memory} bytes"
-                     if self.options.memory is not None else "")
-                  + ("" if self.captured or self.target.kind != "cuda" else
-                     "; timed for plan.run (host launches counted), not Captured"))
+        header = (
+            f"plan for {self.graph.model}.{self.entry} on {self.target.kind}"
+            f" ({self.target.name or self.target.device}); margin "
+            f"{self.options.margin:.0%}, measure={self.options.measure}"
+            + (
+                f", memory budget {self.options.memory} bytes"
+                if self.options.memory is not None
+                else ""
+            )
+            + (
+                ""
+                if self.captured or self.target.kind != "cuda"
+                else "; timed for plan.run (host launches counted), not Captured"
+            )
+        )
         launch = pdl_text(self)
-        return explain_table(self.candidates, self.skipped, header) + collectives_text(
-            self.graph, self.collective_seconds) + whole_text(self) + (
-            f"\n{launch}" if launch else "")
+        return (
+            explain_table(self.candidates, self.skipped, header)
+            + collectives_text(self.graph, self.collective_seconds)
+            + whole_text(self)
+            + (f"\n{launch}" if launch else "")
+        )
 
     def __repr__(self) -> str:
-        return (f"Plan({self.graph.model}.{self.entry}: {len(self.regions)} backend regions, "
-                f"{sum(1 for i in self.items if i.kind == 'slice')} generated slices)")
+        return (
+            f"Plan({self.graph.model}.{self.entry}: {len(self.regions)} backend regions, "
+            f"{sum(1 for i in self.items if i.kind == 'slice')} generated slices)"
+        )
 
 
 def whole_text(plan: Plan) -> str:
@@ -169,10 +203,11 @@ def whole_text(plan: Plan) -> str:
     if plan.whole_seconds is None:
         return ""
     with_regions, without = plan.whole_seconds
-    verdict = ("the regions stay" if plan.regions else
-               "the generated source runs alone")
-    return (f"\nchecked whole by plan.run: {with_regions * 1e6:.1f} us a run with the regions "
-            f"taken above, {without * 1e6:.1f} us with none; {verdict}")
+    verdict = "the regions stay" if plan.regions else "the generated source runs alone"
+    return (
+        f"\nchecked whole by plan.run: {with_regions * 1e6:.1f} us a run with the regions "
+        f"taken above, {without * 1e6:.1f} us with none; {verdict}"
+    )
 
 
 def collectives_text(graph: Graph, seconds: dict[int, float] | None = None) -> str:
@@ -186,19 +221,29 @@ def collectives_text(graph: Graph, seconds: dict[int, float] | None = None) -> s
         return ""
     tp = graph.config.get("tensor_parallel", {})
     timed = "each timed alone" if seconds else "not timed: measure=False"
-    lines = ["", f"collectives of rank {tp.get('rank', '?')} of {tp.get('world', '?')} "
-                 f"(torch.distributed, in the generated slices; {timed}):"]
+    lines = [
+        "",
+        f"collectives of rank {tp.get('rank', '?')} of {tp.get('world', '?')} "
+        f"(torch.distributed, in the generated slices; {timed}):",
+    ]
     for i, s in found:
         vt = graph.values[s.results[0]]
-        what = s.attributes.get("kind") if s.op == "all_reduce" else \
-            f"axis {s.attributes.get('axis')}"
+        what = (
+            s.attributes.get("kind") if s.op == "all_reduce" else f"axis {s.attributes.get('axis')}"
+        )
         # The block it ends (the deepest call with a path around it): o_proj, down_proj...
         around = [c for c in graph.calls if c.start <= i < c.stop and c.path]
-        path = max(around, key=lambda c: c.depth).path if around else (
-            "the entry's result" if s.results[0] in graph.outputs else "")
+        path = (
+            max(around, key=lambda c: c.depth).path
+            if around
+            else ("the entry's result" if s.results[0] in graph.outputs else "")
+        )
         took = f"  {1e6 * seconds[i]:.1f} us" if i in seconds else ""
-        lines.append(f"  step {i:4d}  {s.op} {what}  {vt.dtype}{list(vt.shape)}{took}"
-                     + (f"  [{path}]" if path else "") + (f"  ({s.loc})" if s.loc else ""))
+        lines.append(
+            f"  step {i:4d}  {s.op} {what}  {vt.dtype}{list(vt.shape)}{took}"
+            + (f"  [{path}]" if path else "")
+            + (f"  ({s.loc})" if s.loc else "")
+        )
     if seconds:
         lines.append(f"  {1e6 * sum(seconds.values()):.1f} us of collectives a step")
     return "\n".join(lines)
@@ -221,11 +266,15 @@ class Captured:
     >>> step = Captured(plan, model.context_for(plan))              # doctest: +SKIP
     >>> logits, = step([token, torch.tensor([pos], dtype=torch.int32)])  # doctest: +SKIP
     """
+
     def __init__(self, plan: Plan, context: Context, pdl: int | None = None):
         if plan.device.type != "cuda":
-            raise coded_error("E0750", f"Captured replays a CUDA graph, but this plan runs on "
-                         f"{plan.device}", help="run plan.run(inputs, context) on the CPU, or "
-                         "load the model with device='cuda'")
+            raise coded_error(
+                "E0750",
+                f"Captured replays a CUDA graph, but this plan runs on {plan.device}",
+                help="run plan.run(inputs, context) on the CPU, or "
+                "load the model with device='cuda'",
+            )
         self.plan = plan
         self.context = context
         self.pdl = plan.pdl if pdl is None else _launch_mode(pdl)
@@ -272,20 +321,28 @@ class Captured:
     def _load(self, inputs: Sequence[torch.Tensor]) -> None:
         """Copy ``inputs`` into the graph's input buffers, without waiting for the device."""
         if len(inputs) != len(self.static_inputs):
-            raise coded_error("E0720", f"entry `{self.plan.entry}` takes {len(self.static_inputs)} "
-                         f"inputs, got {len(inputs)}")
+            raise coded_error(
+                "E0720",
+                f"entry `{self.plan.entry}` takes {len(self.static_inputs)} "
+                f"inputs, got {len(inputs)}",
+            )
         for i, (dst, src) in enumerate(zip(self.static_inputs, inputs)):
             if dst.shape != src.shape or dst.dtype != src.dtype:
-                raise coded_error("E0752", f"Captured was captured for inputs "
-                             f"{[(list(t.shape), str(t.dtype)) for t in self.static_inputs]}; "
-                             f"got {[(list(t.shape), str(t.dtype)) for t in inputs]}",
-                             help="make a plan and a Captured for each input shape and dtype")
+                raise coded_error(
+                    "E0752",
+                    f"Captured was captured for inputs "
+                    f"{[(list(t.shape), str(t.dtype)) for t in self.static_inputs]}; "
+                    f"got {[(list(t.shape), str(t.dtype)) for t in inputs]}",
+                    help="make a plan and a Captured for each input shape and dtype",
+                )
             if src.device.type != "cpu":
                 dst.copy_(src)
                 continue
             if i not in self._staging:
-                self._staging[i] = (torch.empty(src.shape, dtype=src.dtype, pin_memory=True),
-                                    torch.cuda.Event())
+                self._staging[i] = (
+                    torch.empty(src.shape, dtype=src.dtype, pin_memory=True),
+                    torch.cuda.Event(),
+                )
             stage, copied = self._staging[i]
             copied.synchronize()  # the last copy out of `stage` (long done, a step ago)
             stage.copy_(src)
@@ -300,18 +357,24 @@ class Captured:
             with pdl_mode(self.plan.pdl_namespaces(), self.pdl), torch.cuda.graph(graph):
                 self.static_outputs = self.plan._run(self.static_inputs, self.context)
         except Exception as exc:
-            raise coded_error("E0753", f"the plan could not be captured as a CUDA graph: {exc}",
-                         help="a backend's execute must not allocate, synchronise or copy to "
-                              "the host; see `plan.explain()` for which backends run") from exc
+            raise coded_error(
+                "E0753",
+                f"the plan could not be captured as a CUDA graph: {exc}",
+                help="a backend's execute must not allocate, synchronise or copy to "
+                "the host; see `plan.explain()` for which backends run",
+            ) from exc
         self.graph = graph
 
 
 def _launch_mode(pdl: Any) -> int:
     """``pdl`` if it is a launch mode of Linnet's kernels, else error E0759."""
     if isinstance(pdl, bool) or pdl not in MODES:
-        raise coded_error("E0759", f"pdl={pdl!r} is not a launch mode of Linnet's kernels",
-                     help="0 off, 1 early, 2 late, 3 by grid, 4 late and 5 early with "
-                          "prefetching, or None for the plan's choice (plan.pdl)")
+        raise coded_error(
+            "E0759",
+            f"pdl={pdl!r} is not a launch mode of Linnet's kernels",
+            help="0 off, 1 early, 2 late, 3 by grid, 4 late and 5 early with "
+            "prefetching, or None for the plan's choice (plan.pdl)",
+        )
     return int(pdl)
 
 
@@ -335,22 +398,29 @@ def prepare_all(plan: Plan, context: Context, code: str = "E0756") -> None:
 
 def _executable_error(code: str, item: Item, method: str, exc: BaseException) -> LinnetError:
     backend = item.backend or "?"
-    what = item.label[len(backend):].strip() if item.label.startswith(backend) else item.label
-    return coded_error(code, f"backend `{backend}`'s executable for {what} raised in "
-                  f"{method}: {type(exc).__name__}: {exc}",
-                  help=f"it passed a check run when the plan was made; plan again without "
-                       f"`{backend}` (plan_for(..., backends=[...])) and report this to its "
-                       "authors")
+    what = item.label[len(backend) :].strip() if item.label.startswith(backend) else item.label
+    return coded_error(
+        code,
+        f"backend `{backend}`'s executable for {what} raised in "
+        f"{method}: {type(exc).__name__}: {exc}",
+        help=f"it passed a check run when the plan was made; plan again without "
+        f"`{backend}` (plan_for(..., backends=[...])) and report this to its "
+        "authors",
+    )
 
 
 def host_inputs(graph: Graph, inputs: Sequence[Any]) -> dict[str, torch.Tensor]:
     """The entry inputs given as CPU tensors, by graph value name (see Context.host_inputs)."""
-    return {name: t for name, t in zip(graph.inputs, inputs)
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu"}
+    return {
+        name: t
+        for name, t in zip(graph.inputs, inputs)
+        if isinstance(t, torch.Tensor) and t.device.type == "cpu"
+    }
 
 
 class Progress:
     """A one-line progress bar on stderr (a line per update when stderr is not a terminal)."""
+
     def __init__(self, total: int, label: str, enabled: bool | Callable[[str], None]):
         self.total, self.done, self.label = total, 0, label
         self.sink = enabled if callable(enabled) else None
@@ -363,8 +433,9 @@ class Progress:
             return
         width = 24
         filled = int(width * self.done / max(1, self.total))
-        line = (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] "
-                f"{self.done}/{self.total} {what}")
+        line = (
+            f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {what}"
+        )
         if self.sink is not None:
             self.sink(line)
         elif self.tty:

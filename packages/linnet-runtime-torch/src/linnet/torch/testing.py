@@ -59,11 +59,18 @@ from .guarded import guarded_launches
 from .interpreter import DTYPES, run_graph
 
 
-def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0,
-                  max_size: int = 48, dtypes: tuple[str, ...] = DEFAULT_DTYPES,
-                  ops: list[str] | None = None, device: str | torch.device | None = None,
-                  on_check: Callable[[KernelCheck], None] | None = None,
-                  skip: set[str] | None = None) -> list[KernelFinding]:
+def check_kernels(
+    source: str | Path | Program,
+    *,
+    count: int = 3,
+    seed: int = 0,
+    max_size: int = 48,
+    dtypes: tuple[str, ...] = DEFAULT_DTYPES,
+    ops: list[str] | None = None,
+    device: str | torch.device | None = None,
+    on_check: Callable[[KernelCheck], None] | None = None,
+    skip: set[str] | None = None,
+) -> list[KernelFinding]:
     """Check every bound kernel of ``source`` (a ``.linnet`` file or a checked
     :class:`~linnet.lang.Program`; std kernels are checked when the file uses their
     modules) against its op's body on ``count`` random cases each; returns the findings
@@ -88,13 +95,22 @@ def check_kernels(source: str | Path | Program, *, count: int = 3, seed: int = 0
     program = _program(source)
     # E0710-E0712 for a device this machine lacks (`tpu`, cuda without a GPU), not a
     # RuntimeError from the first tensor made there.
-    dev = resolve_device(device if device is not None else
-                         ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = resolve_device(
+        device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    )
     if dev.type != "cuda":
         use_interpreter()
-    return run_checks(program, lambda op, case, s: check_case(program, op, case, s, dev),
-                      count=count, seed=seed, max_size=max_size, dtypes=dtypes, ops=ops,
-                      on_check=on_check, skip=skip)
+    return run_checks(
+        program,
+        lambda op, case, s: check_case(program, op, case, s, dev),
+        count=count,
+        seed=seed,
+        max_size=max_size,
+        dtypes=dtypes,
+        ops=ops,
+        on_check=on_check,
+        skip=skip,
+    )
 
 
 def assert_kernels(source: str | Path | Program, **options: Any) -> None:
@@ -106,23 +122,27 @@ def assert_kernels(source: str | Path | Program, **options: Any) -> None:
     raise_findings(check_kernels(source, **options))
 
 
-def check_case(program: Program, op: Any, case: KernelCase, seed: int,
-               device: torch.device) -> KernelCheck:
+def check_case(
+    program: Program, op: Any, case: KernelCase, seed: int, device: torch.device
+) -> KernelCheck:
     """Run one case both ways and compare (see :func:`check_kernels`)."""
     wrapper, graph = case_graph(program, op, case, lambda d, name: _scalar_value(d, seed, name))
     inputs = _inputs(case, seed, device)
     want = run_graph(graph, [t.clone() for t in inputs], {}, {}, device)
-    checked = no_further_than_the_body(compare, want,
-                                       lambda: _exact(program, op, case, seed, inputs), _as_f64)
+    checked = no_further_than_the_body(
+        compare, want, lambda: _exact(program, op, case, seed, inputs), _as_f64
+    )
     # Every other case runs the grid's programs last to first (Triton's interpreter runs
     # them in order, which hides a kernel that needs one program to run before another).
     reverse = seed % 2 == 1
-    return check_launch(case, want, lambda: _launch(wrapper, graph, inputs, device, reverse),
-                        checked)
+    return check_launch(
+        case, want, lambda: _launch(wrapper, graph, inputs, device, reverse), checked
+    )
 
 
-def _exact(program: Program, op: Any, case: KernelCase, seed: int,
-           inputs: list[torch.Tensor]) -> list[torch.Tensor] | None:
+def _exact(
+    program: Program, op: Any, case: KernelCase, seed: int, inputs: list[torch.Tensor]
+) -> list[torch.Tensor] | None:
     """The body's results in f64 on the same inputs (its 16-bit tensors widened exactly):
     what its 16-bit evaluation approximates; None for a case with no 16-bit tensor, or a
     body that cannot be lowered in f64."""
@@ -134,16 +154,22 @@ def _exact(program: Program, op: Any, case: KernelCase, seed: int,
     except LinnetError:
         return None
     short = (torch.bfloat16, torch.float16)
-    return run_graph(graph, [t.detach().cpu().double() if t.dtype in short else t.cpu()
-                             for t in inputs], {}, {}, torch.device("cpu"))
+    return run_graph(
+        graph,
+        [t.detach().cpu().double() if t.dtype in short else t.cpu() for t in inputs],
+        {},
+        {},
+        torch.device("cpu"),
+    )
 
 
 def _as_f64(t: Any) -> Any:
     return t.detach().cpu().double().numpy()
 
 
-def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "result"
-            ) -> tuple[Found, float]:
+def compare(
+    got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "result"
+) -> tuple[Found, float]:
     """Whether ``got`` (the kernel's) equals ``want`` (the body's) within ``dtype``'s
     tolerance (``"tf32"``: an f32 result of TF32 products): ``(None, largest difference)``
     or ``((problem, difference, tolerance, where), difference)``.
@@ -162,8 +188,9 @@ def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "resu
     both = torch.isnan(g) & torch.isnan(w)
     diff = torch.where(both, torch.zeros_like(g), (g - w).abs())
     diff = torch.where(torch.isinf(g) & (g == w), torch.zeros_like(diff), diff)
-    scale = max(1.0, float(w[torch.isfinite(w)].abs().max()) if bool(torch.isfinite(w).any())
-                else 1.0)
+    scale = max(
+        1.0, float(w[torch.isfinite(w)].abs().max()) if bool(torch.isfinite(w).any()) else 1.0
+    )
     limit = atol * scale + rtol * w.abs().nan_to_num(0.0, 0.0, 0.0)
     largest = float(diff.max()) if diff.numel() else 0.0
     over = diff > limit
@@ -172,8 +199,10 @@ def compare(got: torch.Tensor, want: torch.Tensor, dtype: str, name: str = "resu
         flat = int(ratio.argmax())
         idx = list(torch.unravel_index(torch.tensor(flat), tuple(g.shape)))
         pos = position(name, [int(i) for i in idx])
-        return (("differs", float(diff.reshape(-1)[flat]),
-                 float(limit.reshape(-1)[flat]), pos), largest)
+        return (
+            ("differs", float(diff.reshape(-1)[flat]), float(limit.reshape(-1)[flat]), pos),
+            largest,
+        )
     return None, largest
 
 
@@ -216,16 +245,24 @@ def use_interpreter() -> None:
         import triton.language.standard as standard
         from triton.runtime.interpreter import InterpretedFunction
     except ImportError:
-        raise LinnetError(Diagnostic(
-            "E0768", "checking kernels needs Triton, which is not installed here",
-            help="install it: `pip install 'linnet-runtime-torch[triton]'` (on the CPU, "
-                 "kernels run in Triton's interpreter)")) from None
+        raise LinnetError(
+            Diagnostic(
+                "E0768",
+                "checking kernels needs Triton, which is not installed here",
+                help="install it: `pip install 'linnet-runtime-torch[triton]'` (on the CPU, "
+                "kernels run in Triton's interpreter)",
+            )
+        ) from None
     if not isinstance(getattr(standard, "sum", None), InterpretedFunction):
-        raise LinnetError(Diagnostic(
-            "E0770", "Triton was imported before TRITON_INTERPRET=1 was set, so kernels "
-            "cannot run on the CPU in this process",
-            help="set TRITON_INTERPRET=1 in the environment before Python starts "
-                 "(`TRITON_INTERPRET=1 pytest ...`), or check on CUDA (device='cuda')"))
+        raise LinnetError(
+            Diagnostic(
+                "E0770",
+                "Triton was imported before TRITON_INTERPRET=1 was set, so kernels "
+                "cannot run on the CPU in this process",
+                help="set TRITON_INTERPRET=1 in the environment before Python starts "
+                "(`TRITON_INTERPRET=1 pytest ...`), or check on CUDA (device='cuda')",
+            )
+        )
 
 
 @contextmanager
@@ -245,8 +282,13 @@ def triton_interpreter(on: bool) -> Iterator[None]:
             os.environ["TRITON_INTERPRET"] = before
 
 
-def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: torch.device,
-            reverse: bool = False) -> tuple[list[torch.Tensor], int, bool]:
+def _launch(
+    wrapper: Program,
+    graph: Any,
+    inputs: list[torch.Tensor],
+    device: torch.device,
+    reverse: bool = False,
+) -> tuple[list[torch.Tensor], int, bool]:
     """The generated PyTorch of the wrapper's entry under numerics "fast", with kernel
     outputs poisoned with NaN: its results, how many kernels it launched, and whether an
     f32 `tl.dot` ran in TF32 (on CUDA; the interpreter computes in f32). Interpreted, the
@@ -259,8 +301,13 @@ def _launch(wrapper: Program, graph: Any, inputs: list[torch.Tensor], device: to
     from .home import import_source
 
     sources = {m.source.name: m.source.text for m in wrapper.modules.values()}
-    text = emit_torch(with_kernels(graph, wrapper), sources, numerics="fast",
-                      origin=wrapper.root.source.name, device=str(device))
+    text = emit_torch(
+        with_kernels(graph, wrapper),
+        sources,
+        numerics="fast",
+        origin=wrapper.root.source.name,
+        device=str(device),
+    )
     # Triton reads TRITON_INTERPRET when it decorates a kernel and again when it runs one.
     with triton_interpreter(device.type != "cuda"):
         module = import_source(text, "linnet_kernel_check")
@@ -296,7 +343,8 @@ def _check_counters(module: Any) -> None:
             f"kernel instance `{key}` left its scratch buffer `{name}` non-zero ({left} of "
             f"{buffer.numel()} elements, largest {int(buffer.abs().max())}): the program "
             f"that sees the last count must set it back (`store({name}[...], 0, last)`), "
-            "or the next launch counts on from it")
+            "or the next launch counts on from it"
+        )
 
 
 def _launch_count(module: Any) -> int:
@@ -316,5 +364,16 @@ def _poisoned(module: Any) -> Iterator[None]:
         module.POISON = before
 
 
-__all__ = ["TF32", "TOLERANCES", "KernelCheck", "KernelFinding", "assert_kernels", "check_case",
-           "check_kernels", "compare", "std_program", "triton_interpreter", "wrapper_program"]
+__all__ = [
+    "TF32",
+    "TOLERANCES",
+    "KernelCheck",
+    "KernelFinding",
+    "assert_kernels",
+    "check_case",
+    "check_kernels",
+    "compare",
+    "std_program",
+    "triton_interpreter",
+    "wrapper_program",
+]

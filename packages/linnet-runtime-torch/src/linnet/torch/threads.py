@@ -46,15 +46,20 @@ def physical_cores() -> int:
     for cpu in cpus:
         topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
         try:
-            cores.add(((topology / "physical_package_id").read_text().strip(),
-                       (topology / "core_id").read_text().strip()))
+            cores.add(
+                (
+                    (topology / "physical_package_id").read_text().strip(),
+                    (topology / "core_id").read_text().strip(),
+                )
+            )
         except OSError:
             return max(1, len(cpus))
     return max(1, len(cores))
 
 
-def choose_threads(requested: int | None, parameters: int, ranks: int = 1,
-                   environ: Any = None) -> tuple[int | None, str]:
+def choose_threads(
+    requested: int | None, parameters: int, ranks: int = 1, environ: Any = None
+) -> tuple[int | None, str]:
     """The thread count for a model of ``parameters`` elements and why: ``requested``
     (``--threads``), else None where the environment sets it (the variable's name is the
     why), else 1 for a small model, else the physical cores (shared by ``ranks`` processes)
@@ -72,8 +77,10 @@ def choose_threads(requested: int | None, parameters: int, ranks: int = 1,
         return None, variable
     if parameters < SMALL_MODEL:
         return 1, "a small model: its decode steps are too little work to split"
-    return (max(1, min(physical_cores() // max(1, ranks), MOST_THREADS)),
-            f"the physical cores, at most {MOST_THREADS}")
+    return (
+        max(1, min(physical_cores() // max(1, ranks), MOST_THREADS)),
+        f"the physical cores, at most {MOST_THREADS}",
+    )
 
 
 def set_threads(requested: int | None, parameters: int, ranks: int = 1) -> tuple[int, str]:

@@ -29,8 +29,9 @@ def torch_target(device: torch.device) -> Target:
     if device.type == "cuda":
         versions.append(("cuda", str(torch.version.cuda)))
         props = torch.cuda.get_device_properties(device)
-        return Target("cuda", str(device), props.name, (props.major, props.minor), "torch",
-                      tuple(versions))
+        return Target(
+            "cuda", str(device), props.name, (props.major, props.minor), "torch", tuple(versions)
+        )
     return Target(device.type, str(device), device.type, None, "torch", tuple(versions))
 
 
@@ -44,8 +45,9 @@ GRAPH_CALLS = 16
 TIMING = 2
 
 
-def rotation_calls(calls: Sequence[Callable[..., Any]], minimum: int = GRAPH_CALLS
-                   ) -> list[Callable[..., Any]]:
+def rotation_calls(
+    calls: Sequence[Callable[..., Any]], minimum: int = GRAPH_CALLS
+) -> list[Callable[..., Any]]:
     """``calls`` in turn, the whole turn repeated until there are at least ``minimum``.
 
     >>> len(rotation_calls([print], 16)), len(rotation_calls([print] * 5, 16))
@@ -56,8 +58,12 @@ def rotation_calls(calls: Sequence[Callable[..., Any]], minimum: int = GRAPH_CAL
     return list(calls) * -(-minimum // len(calls))
 
 
-def time_rotation(calls: Sequence[Callable[..., Any]], device: torch.device, options: Options,
-                  prepare: Callable[[], None] | None = None) -> float:
+def time_rotation(
+    calls: Sequence[Callable[..., Any]],
+    device: torch.device,
+    options: Options,
+    prepare: Callable[[], None] | None = None,
+) -> float:
     """Median seconds per call, calling each of ``calls`` in turn (one per region of a kind).
 
     On CUDA the rotation is captured in a CUDA graph and timed with events, as `Captured`
@@ -89,8 +95,12 @@ def time_rotation(calls: Sequence[Callable[..., Any]], device: torch.device, opt
     return statistics.median(times)
 
 
-def host_seconds(calls: Sequence[Callable[..., Any]], device: torch.device, options: Options,
-                 prepare: Callable[[], None] | None = None) -> float:
+def host_seconds(
+    calls: Sequence[Callable[..., Any]],
+    device: torch.device,
+    options: Options,
+    prepare: Callable[[], None] | None = None,
+) -> float:
     """Median seconds the host takes to issue one of ``calls`` (the turn repeated to at
     least ``GRAPH_CALLS``), from an idle device, not waiting for it: what each region or
     compiled slice costs ``plan.run`` in Python and launches beside its device time."""
@@ -108,8 +118,12 @@ def host_seconds(calls: Sequence[Callable[..., Any]], device: torch.device, opti
     return statistics.median(times)
 
 
-def graph_seconds(calls: Sequence[Callable[..., Any]], device: torch.device, options: Options,
-                  prepare: Callable[[], None]) -> float:
+def graph_seconds(
+    calls: Sequence[Callable[..., Any]],
+    device: torch.device,
+    options: Options,
+    prepare: Callable[[], None],
+) -> float:
     """Median seconds per call of ``calls`` in turn inside a captured CUDA graph, timed with
     events (after :func:`time_rotation`'s warm-up): the device's time, as `Captured` runs it."""
     torch.cuda.synchronize(device)
@@ -163,5 +177,13 @@ def time_run(plan: Any, inputs: list[torch.Tensor], rounds: int = 3, calls: int 
     return statistics.median(samples)
 
 
-__all__ = ["GRAPH_CALLS", "TIMING", "graph_seconds", "host_seconds", "rotation_calls",
-           "time_rotation", "time_run", "torch_target"]
+__all__ = [
+    "GRAPH_CALLS",
+    "TIMING",
+    "graph_seconds",
+    "host_seconds",
+    "rotation_calls",
+    "time_rotation",
+    "time_run",
+    "torch_target",
+]

@@ -23,8 +23,9 @@ def _target(device: torch.device) -> str:
     return str(device) if device.type != "cuda" or device.index is not None else "cuda:0"
 
 
-def load_safetensors(path: Any, device: torch.device,
-                     dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+def load_safetensors(
+    path: Any, device: torch.device, dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint (a file, a directory, an index or a list of files),
     placed on ``device``; floating-point tensors converted to ``dtype`` when given.
 
@@ -39,10 +40,12 @@ def load_safetensors(path: Any, device: torch.device,
     return load_checkpoint(ckpt, device, dtype)
 
 
-def load_checkpoint(ckpt: Checkpoint | GGUFCheckpoint, device: torch.device,
-                    dtype: torch.dtype | None = None,
-                    blocks: dict[str, tuple[int, int, int]] | None = None
-                    ) -> dict[str, torch.Tensor]:
+def load_checkpoint(
+    ckpt: Checkpoint | GGUFCheckpoint,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+    blocks: dict[str, tuple[int, int, int]] | None = None,
+) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint whose headers :func:`checkpoint_shapes` validated.
 
     Each shard is opened once (``safe_open``) and read tensor by tensor straight to
@@ -68,16 +71,22 @@ def load_checkpoint(ckpt: Checkpoint | GGUFCheckpoint, device: torch.device,
                     index = tuple([slice(None)] * axis + [slice(start, stop)])
                     out[name] = _owned(f.get_slice(name)[index], dtype)
         except (SafetensorError, OSError, RuntimeError) as exc:
-            raise LinnetError(Diagnostic(
-                "E0650", f"`{shard}` could not be read as safetensors: {exc}",
-                help="the file may be truncated or corrupt; save or download it again")) \
-                from None
+            raise LinnetError(
+                Diagnostic(
+                    "E0650",
+                    f"`{shard}` could not be read as safetensors: {exc}",
+                    help="the file may be truncated or corrupt; save or download it again",
+                )
+            ) from None
     return out
 
 
-def load_gguf(ckpt: GGUFCheckpoint, device: torch.device, dtype: torch.dtype | None = None,
-              blocks: dict[str, tuple[int, int, int]] | None = None
-              ) -> dict[str, torch.Tensor]:
+def load_gguf(
+    ckpt: GGUFCheckpoint,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+    blocks: dict[str, tuple[int, int, int]] | None = None,
+) -> dict[str, torch.Tensor]:
     """The tensors of a GGUF file, each dequantised on the host (in float32, NumPy) and
     placed on ``device`` as ``dtype`` (default: the float type the model's config gives,
     :attr:`GGUFCheckpoint.dtype`), one tensor at a time; ``blocks`` as for
@@ -118,8 +127,9 @@ def checkpoint_files(path: str | Path) -> tuple[Path, ...]:
     return resolve_checkpoint(path).files
 
 
-def check_finite_weights(params: dict[str, torch.Tensor],
-                         shapes: dict[str, Any] | None = None) -> None:
+def check_finite_weights(
+    params: dict[str, torch.Tensor], shapes: dict[str, Any] | None = None
+) -> None:
     """E0666 for each floating-point weight holding a NaN or an infinity (``shapes``, the
     checkpoint's headers, name the shard each is in).
 
@@ -134,8 +144,11 @@ def check_finite_weights(params: dict[str, torch.Tensor],
     linnet.lang.diagnostics.core.LinnetError: error[E0666]: weight `w` holds 1 NaN ...
     """
     # A meta tensor has a shape and no values (a model loaded to size it): nothing to check.
-    floats = [(k, t) for k, t in params.items()
-              if t.is_floating_point() and t.numel() and t.device.type != "meta"]
+    floats = [
+        (k, t)
+        for k, t in params.items()
+        if t.is_floating_point() and t.numel() and t.device.type != "meta"
+    ]
     suspects = []
     by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
     for k, t in floats:
@@ -153,13 +166,24 @@ def check_finite_weights(params: dict[str, torch.Tensor],
             if diag is not None:
                 diags.append(diag)
     if diags:
-        raise LinnetError(diags[:10] + ([Diagnostic(
-            "E0666", f"... and {len(diags) - 10} more weights with NaN or infinite values")]
-            if len(diags) > 10 else []))
+        raise LinnetError(
+            diags[:10]
+            + (
+                [
+                    Diagnostic(
+                        "E0666",
+                        f"... and {len(diags) - 10} more weights with NaN or infinite values",
+                    )
+                ]
+                if len(diags) > 10
+                else []
+            )
+        )
 
 
-def nonfinite_diagnostic(name: str, t: torch.Tensor, shapes: dict[str, Any] | None
-                         ) -> Diagnostic | None:
+def nonfinite_diagnostic(
+    name: str, t: torch.Tensor, shapes: dict[str, Any] | None
+) -> Diagnostic | None:
     """E0666 for weight ``name`` naming how many NaN and infinite values it holds and where
     the first is; None when it holds none."""
     from linnet.lang.host.loading import nonfinite_weight

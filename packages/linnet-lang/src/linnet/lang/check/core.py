@@ -18,9 +18,12 @@ from linnet.lang.tensors.values import BlockInst, Tensor
 KERNEL_BUILTINS = {"program_id", "load", "store", "atomic_add"}
 # How users write a primitive, for messages: `+` rather than `add`.
 OPERATOR_SYMBOLS = {prim: op for op, prim in BINARY_OPERATORS.items()} | {
-    "not": "!", "neg": "-", "maximum": "max", "minimum": "min"}
-BUILTINS = (UNARY_FUNCTIONS | set(BINARY_FUNCTIONS) | KERNEL_BUILTINS
-            | {"select", "iota", "fill"})
+    "not": "!",
+    "neg": "-",
+    "maximum": "max",
+    "minimum": "min",
+}
+BUILTINS = UNARY_FUNCTIONS | set(BINARY_FUNCTIONS) | KERNEL_BUILTINS | {"select", "iota", "fill"}
 
 
 class Fail(Exception):
@@ -29,9 +32,15 @@ class Fail(Exception):
         self.diag = diag
 
 
-def fail(code: str, message: str, span: Span | None, label: str = "", help: str = "",
-         secondary: Sequence[tuple[Span | None, str]] | None = None,
-         notes: list[str] | None = None) -> Fail:
+def fail(
+    code: str,
+    message: str,
+    span: Span | None,
+    label: str = "",
+    help: str = "",
+    secondary: Sequence[tuple[Span | None, str]] | None = None,
+    notes: list[str] | None = None,
+) -> Fail:
     diag = Diagnostic(code, message, span, label, help=help, notes=list(notes or []))
     for s, m in secondary or []:
         diag.with_secondary(s, m)
@@ -46,8 +55,13 @@ class IndexVar:
 class Frame:
     """One function activation: its scopes, index variables, generics and `self`."""
 
-    def __init__(self, module: A.Module, env: dict[str, Any], owner: BlockInst | None = None,
-                 func: A.FuncDecl | None = None):
+    def __init__(
+        self,
+        module: A.Module,
+        env: dict[str, Any],
+        owner: BlockInst | None = None,
+        func: A.FuncDecl | None = None,
+    ):
         self.module = module
         self.env = env
         self.owner = owner
@@ -96,28 +110,34 @@ def shape_str(shape: tuple[Dim, ...]) -> str:
 
 
 def type_str(t: Tensor) -> str:
-    return f"Tensor[{', '.join(str(d) for d in t.shape)}{'; ' if t.shape else ''}{t.dtype}]" \
-        if t.shape else f"Tensor[; {t.dtype}]"
+    return (
+        f"Tensor[{', '.join(str(d) for d in t.shape)}{'; ' if t.shape else ''}{t.dtype}]"
+        if t.shape
+        else f"Tensor[; {t.dtype}]"
+    )
 
 
 def index_count(name: str, rank: int, given: int) -> str:
     """`x` has 2 dimensions but 1 index"""
-    return (f"{name} has {rank} dimension{'s' if rank != 1 else ''} but {given} "
-            f"ind{'ices' if given != 1 else 'ex'}")
+    return (
+        f"{name} has {rank} dimension{'s' if rank != 1 else ''} but {given} "
+        f"ind{'ices' if given != 1 else 'ex'}"
+    )
 
 
 def is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-NEGATIVE_HELP = ("the sizes in the config or the inputs make a dimension expression (like "
-                 "`D - K`) negative; add a `where` clause (`where D >= K`) to say what it needs")
+NEGATIVE_HELP = (
+    "the sizes in the config or the inputs make a dimension expression (like "
+    "`D - K`) negative; add a `where` clause (`where D >= K`) to say what it needs"
+)
 # How many unknown-name errors get a did-you-mean hint (each costs a scan of the names).
 MAX_SUGGESTIONS = 100
 # How deeply calls (each inlined when lowering), blocks inside blocks and constants defined
 # through constants may nest (E0209): deeper would exhaust Python's stack. Llama nests 6.
 MAX_DEPTH = 64
-
 
 
 class EvaluatorBase:
@@ -163,13 +183,17 @@ def integer_gradient(grad: str, param: str) -> bool:
     return whole and not (_is_int(param) or param == "bool")
 
 
-def integer_gradient_error(op: str, param: str, grad: str, declared: str,
-                           span: Span | None) -> Diagnostic:
+def integer_gradient_error(
+    op: str, param: str, grad: str, declared: str, span: Span | None
+) -> Diagnostic:
     """E0538: a grad clause returns an integer gradient for a floating-point parameter."""
-    return Diagnostic("E0538", f"the grad clause of `{op}` returns a gradient of type {grad} "
-                      f"for `{param}` ({declared}): a gradient of a floating-point parameter is "
-                      "floating point, and an integer one would be silently truncated",
-                      span, "grad clause",
-                      help=f"compute `{param}`'s gradient in its own type, {declared} "
-                           f"(not `as {grad}`): a gradient is a rate, not a count")
-
+    return Diagnostic(
+        "E0538",
+        f"the grad clause of `{op}` returns a gradient of type {grad} "
+        f"for `{param}` ({declared}): a gradient of a floating-point parameter is "
+        "floating point, and an integer one would be silently truncated",
+        span,
+        "grad clause",
+        help=f"compute `{param}`'s gradient in its own type, {declared} "
+        f"(not `as {grad}`): a gradient is a rate, not a count",
+    )

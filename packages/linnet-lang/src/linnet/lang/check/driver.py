@@ -96,6 +96,7 @@ def check_text(text: str, name: str = "main") -> Program:
         raise LinnetError(errors)
     return program
 
+
 __all__ = [
     "MAX_REPEAT",
     "MAX_SIZE",

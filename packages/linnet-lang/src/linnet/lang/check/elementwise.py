@@ -53,9 +53,14 @@ def _any_dtype(dtype: str, args: list[Any], span: Span) -> None:
 def _no_bool(prim: str) -> Callable[[str, list[Any], Span], None]:
     def check(dtype: str, args: list[Any], span: Span) -> None:
         if dtype == "bool":
-            raise fail("E0355", f"cannot apply `{OPERATOR_SYMBOLS.get(prim, prim)}` to bool "
-                       "tensors", span, "bool operand",
-                       help="convert first: `(x as f32)`")
+            raise fail(
+                "E0355",
+                f"cannot apply `{OPERATOR_SYMBOLS.get(prim, prim)}` to bool tensors",
+                span,
+                "bool operand",
+                help="convert first: `(x as f32)`",
+            )
+
     return check
 
 
@@ -66,25 +71,41 @@ def _floating(prim: str) -> Callable[[str, list[Any], Span], None]:
         no_bool(dtype, args, span)
         # A generic dtype (`T`) is checked where it is bound, when lowering.
         if not DT.is_float(dtype) and DT.is_concrete(dtype):
-            raise fail("E0356", f"`{prim}` needs a floating-point operand, found {dtype}", span,
-                       f"{dtype} here", help="convert first: `(x as f32)`")
+            raise fail(
+                "E0356",
+                f"`{prim}` needs a floating-point operand, found {dtype}",
+                span,
+                f"{dtype} here",
+                help="convert first: `(x as f32)`",
+            )
+
     return check
 
 
 def _logical(prim: str) -> Callable[[str, list[Any], Span], None]:
     def check(dtype: str, args: list[Any], span: Span) -> None:
         if dtype != "bool":
-            raise fail("E0354", f"`{OPERATOR_SYMBOLS.get(prim, prim)}` needs bool operands, "
-                       f"found {dtype}", span,
-                       "not bool", help="compare values first (`a < b`)")
+            raise fail(
+                "E0354",
+                f"`{OPERATOR_SYMBOLS.get(prim, prim)}` needs bool operands, found {dtype}",
+                span,
+                "not bool",
+                help="compare values first (`a < b`)",
+            )
+
     return check
 
 
 def _select_condition(dtype: str, args: list[Any], span: Span) -> None:
     c = args[0]
     if isinstance(c, Tensor) and c.dtype != "bool":
-        raise fail("E0353", "the condition of `select` must be bool", span,
-                   f"this is {c.dtype}", help="compare something: `select(j <= p, a, b)`")
+        raise fail(
+            "E0353",
+            "the condition of `select` must be bool",
+            span,
+            f"this is {c.dtype}",
+            help="compare something: `select(j <= p, a, b)`",
+        )
 
 
 def _arithmetic(prim: str) -> TypingRule:
@@ -100,15 +121,23 @@ def _division(prim: str) -> TypingRule:
     def check(dtype: str, args: list[Any], span: Span) -> None:
         no_bool(dtype, args, span)
         divisor = args[1] if len(args) > 1 else None
-        if (DT.is_int(dtype) or dtype == "int") and isinstance(divisor, Const) \
-                and divisor.known and not isinstance(divisor.value, bool) \
-                and (divisor.value.exact if isinstance(divisor.value, Dim)
-                     else divisor.value) == 0:
-            raise fail("E0350", f"integer `{OPERATOR_SYMBOLS.get(prim, prim)}` by a constant "
-                       "zero", span, "the divisor is 0 here",
-                       help="divide by a nonzero constant; where a divisor tensor holds 0 at "
-                            "run time, `a / 0` is 0 and `a % 0` is `a` (docs/language.md, "
-                            "edge values)")
+        if (
+            (DT.is_int(dtype) or dtype == "int")
+            and isinstance(divisor, Const)
+            and divisor.known
+            and not isinstance(divisor.value, bool)
+            and (divisor.value.exact if isinstance(divisor.value, Dim) else divisor.value) == 0
+        ):
+            raise fail(
+                "E0350",
+                f"integer `{OPERATOR_SYMBOLS.get(prim, prim)}` by a constant zero",
+                span,
+                "the divisor is 0 here",
+                help="divide by a nonzero constant; where a divisor tensor holds 0 at "
+                "run time, `a / 0` is 0 and `a % 0` is `a` (docs/language.md, "
+                "edge values)",
+            )
+
     return TypingRule(check, _same)
 
 
@@ -137,7 +166,8 @@ def _from_row(p: Primitive) -> TypingRule:
 _BY_HAND: dict[str, TypingRule] = {
     # Floats only in the source, though a graph may hold them for integers (an integer's
     # floor is itself; `pow` folds integers exactly).
-    "floor": _transcendental("floor"), "pow": _transcendental("pow"),
+    "floor": _transcendental("floor"),
+    "pow": _transcendental("pow"),
     "eq": TypingRule(_any_dtype, _bool),  # bools compare for equality too
     "ne": TypingRule(_any_dtype, _bool),
     "div": _division("div"),
@@ -158,27 +188,45 @@ whose source typing differs from their row."""
 # notation and the kernel builtins, whose result shapes come from the statement's labels and
 # whose dtypes from the accumulator (check/indexing.py, reductions.py, binders.py,
 # kernels.py); `slice` by Indexing.slice (its shape comes from the ranges).
-EXPECTED_MISSING: frozenset[str] = frozenset({
-    "convert", "constant", "iota", "reshape", "transpose", "broadcast", "reduce", "contract",
-    "take", "gather", "scatter", "slice",
-    # Made only by the reverse pass (linnet.lang.grad), never by source the checker types.
-    "scatter_add",
-    # Made only by the sharding pass (linnet.lang.ir.shard) on lowered graphs.
-    "all_reduce", "all_gather",
-})
+EXPECTED_MISSING: frozenset[str] = frozenset(
+    {
+        "convert",
+        "constant",
+        "iota",
+        "reshape",
+        "transpose",
+        "broadcast",
+        "reduce",
+        "contract",
+        "take",
+        "gather",
+        "scatter",
+        "slice",
+        # Made only by the reverse pass (linnet.lang.grad), never by source the checker types.
+        "scatter_add",
+        # Made only by the sharding pass (linnet.lang.ir.shard) on lowered graphs.
+        "all_reduce",
+        "all_gather",
+    }
+)
 
 
 class Typing(EvaluatorBase):
     """The Evaluator's typing (a mixin; see :mod:`linnet.lang.check.evaluate`)."""
 
-    def elementwise(self, prim: str, args: list[Any], span: Span, frame: Frame,
-                    labelled: bool = False) -> Any:
+    def elementwise(
+        self, prim: str, args: list[Any], span: Span, frame: Frame, labelled: bool = False
+    ) -> Any:
         if any(isinstance(a, Poison) for a in args):
             return POISON
         for a in args:
             if not isinstance(a, Tensor | Const):
-                raise fail("E0351", f"cannot compute with {self.describe(a)}", span,
-                           "not a number or tensor")
+                raise fail(
+                    "E0351",
+                    f"cannot compute with {self.describe(a)}",
+                    span,
+                    "not a number or tensor",
+                )
         if all(isinstance(a, Const) for a in args):
             return self.const_fold(prim, args, span)
         tensors = [a for a in args if isinstance(a, Tensor)]
@@ -193,15 +241,21 @@ class Typing(EvaluatorBase):
                 else:
                     p = DT.promote(dtype, a.dtype)
                     if p is None:
-                        raise fail("E0352", f"cannot mix element types `{dtype}` and `{a.dtype}`",
-                                   span, "mixed here",
-                                   help=f"convert one explicitly: `(...) as {dtype}`")
+                        raise fail(
+                            "E0352",
+                            f"cannot mix element types `{dtype}` and `{a.dtype}`",
+                            span,
+                            "mixed here",
+                            help=f"convert one explicitly: `(...) as {dtype}`",
+                        )
                     dtype = p
         if dtype is None:  # select(tensor_cond, const, const)
-            dtype = "f32" if any(isinstance(a, Const) and a.dtype == "float" for a in args) \
-                else "i32"
+            dtype = (
+                "f32" if any(isinstance(a, Const) and a.dtype == "float" for a in args) else "i32"
+            )
         if any(isinstance(a, Const) and a.dtype == "float" for a in operand_args) and (
-                DT.is_int(dtype) or dtype == "bool"):
+            DT.is_int(dtype) or dtype == "bool"
+        ):
             dtype = "f32"
         rule.check(dtype, args, span)
         result_dtype = rule.result(dtype)
@@ -211,8 +265,15 @@ class Typing(EvaluatorBase):
             want = "bool" if (rule.condition and i == 0) else dtype
             if isinstance(a, Tensor):
                 if a.dtype != want and rule.convert:
-                    a = self.builder.emit("convert", [a.ref], a.shape, want, {"dtype": want},
-                                          span=span, labels=a.labels)
+                    a = self.builder.emit(
+                        "convert",
+                        [a.ref],
+                        a.shape,
+                        want,
+                        {"dtype": want},
+                        span=span,
+                        labels=a.labels,
+                    )
                 operands.append(a)
             else:
                 operands.append(self.constant(a, want, span))
@@ -220,8 +281,9 @@ class Typing(EvaluatorBase):
             union = self.union_labels([t for t in operands if t.labels is not None], frame)
             aligned = [self.align(t, union, span) for t in operands]
             shape = tuple(self.label_dim(frame, lab) for lab in union)
-            return self.builder.emit(prim, [t.ref for t in aligned], shape, result_dtype,
-                                     span=span, labels=union)
+            return self.builder.emit(
+                prim, [t.ref for t in aligned], shape, result_dtype, span=span, labels=union
+            )
         shape = self.broadcast_shapes([t.shape for t in operands], span)
         return self.builder.emit(prim, [t.ref for t in operands], shape, result_dtype, span=span)
 
@@ -241,28 +303,43 @@ class Typing(EvaluatorBase):
             value = bool(value)
         else:
             if isinstance(value, float) and not value.is_integer():
-                raise fail("E0358", f"{value} is not an integer", span, "fractional constant",
-                           help="use an integer here, or convert the tensor to a float type")
+                raise fail(
+                    "E0358",
+                    f"{value} is not an integer",
+                    span,
+                    "fractional constant",
+                    help="use an integer here, or convert the tensor to a float type",
+                )
             value = int(value)
-        return self.builder.emit("constant", [], (), dtype, {"value": value, "dtype": dtype},
-                                 span=span, labels=labels)
+        return self.builder.emit(
+            "constant", [], (), dtype, {"value": value, "dtype": dtype}, span=span, labels=labels
+        )
 
     def broadcast_shapes(self, shapes: list[tuple[Dim, ...]], span: Span) -> tuple[Dim, ...]:
         rank = max(len(s) for s in shapes)
         nonscalar = [s for s in shapes if len(s) > 0]
         if any(len(s) != rank for s in nonscalar):
-            raise fail("E0360", "shapes of different rank: " + " and ".join(
-                shape_str(s) for s in nonscalar), span, "ranks differ",
-                help="use index notation to say how axes line up: `let y[r, c] = a[r, c] + "
-                     "b[c]`")
+            raise fail(
+                "E0360",
+                "shapes of different rank: " + " and ".join(shape_str(s) for s in nonscalar),
+                span,
+                "ranks differ",
+                help="use index notation to say how axes line up: `let y[r, c] = a[r, c] + b[c]`",
+            )
         out = []
         for axis in range(rank):
             dims = {s[axis] for s in nonscalar} - {Dim.const(1)}
             if len(dims) > 1:
-                raise fail("E0361", "shape mismatch: " + " and ".join(
-                    shape_str(s) for s in nonscalar) + f" differ at axis {axis}", span,
-                    "shapes differ", help="operands of an elementwise operation must have the "
-                    "same shape; use index notation to broadcast or transpose")
+                raise fail(
+                    "E0361",
+                    "shape mismatch: "
+                    + " and ".join(shape_str(s) for s in nonscalar)
+                    + f" differ at axis {axis}",
+                    span,
+                    "shapes differ",
+                    help="operands of an elementwise operation must have the "
+                    "same shape; use index notation to broadcast or transpose",
+                )
             out.append(dims.pop() if dims else Dim.const(1))
         return tuple(out)
 
@@ -276,14 +353,20 @@ class Typing(EvaluatorBase):
             raise fail("E0362", f"cannot convert {self.describe(v)}", expr.span)
         if v.dtype == dtype:
             return v
-        return self.builder.emit("convert", [v.ref], v.shape, dtype, {"dtype": dtype},
-                                 span=expr.span, labels=v.labels)
+        return self.builder.emit(
+            "convert", [v.ref], v.shape, dtype, {"dtype": dtype}, span=expr.span, labels=v.labels
+        )
 
-    def builtin_elementwise(self, name: str, args: list[Any], expr: A.Call, frame: Frame,
-                            labelled: bool) -> Any:
+    def builtin_elementwise(
+        self, name: str, args: list[Any], expr: A.Call, frame: Frame, labelled: bool
+    ) -> Any:
         want = 1 if name in UNARY_FUNCTIONS else (3 if name == "select" else 2)
         if len(args) != want:
-            raise fail("E0371", f"`{name}` takes {want} argument{'s' if want > 1 else ''}, "
-                       f"got {len(args)}", expr.span, "wrong number of arguments")
+            raise fail(
+                "E0371",
+                f"`{name}` takes {want} argument{'s' if want > 1 else ''}, got {len(args)}",
+                expr.span,
+                "wrong number of arguments",
+            )
         prim = BINARY_FUNCTIONS.get(name, name)
         return self.elementwise(prim, args, expr.span, frame, labelled=labelled)

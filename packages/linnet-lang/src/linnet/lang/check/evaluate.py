@@ -49,15 +49,46 @@ from linnet.lang.check.statements import Statements
 from linnet.lang.syntax.walk import leaves, mentions, product_factors, walk
 
 __all__ = [
-    "BUILTINS", "KERNEL_BUILTINS", "MAX_DEPTH", "MAX_SUGGESTIONS", "NEGATIVE_HELP",
-    "OPERATOR_SYMBOLS", "Evaluator", "EvaluatorBase", "Fail", "Frame", "IndexVar", "call_cycles",
-    "dim_str", "fail", "index_count", "is_pow2", "leaves", "mentions", "product_factors",
-    "recursion_error", "shape_str", "type_str", "walk",
+    "BUILTINS",
+    "KERNEL_BUILTINS",
+    "MAX_DEPTH",
+    "MAX_SUGGESTIONS",
+    "NEGATIVE_HELP",
+    "OPERATOR_SYMBOLS",
+    "Evaluator",
+    "EvaluatorBase",
+    "Fail",
+    "Frame",
+    "IndexVar",
+    "call_cycles",
+    "dim_str",
+    "fail",
+    "index_count",
+    "is_pow2",
+    "leaves",
+    "mentions",
+    "product_factors",
+    "recursion_error",
+    "shape_str",
+    "type_str",
+    "walk",
 ]
 
 
-class Evaluator(Names, Statements, Expressions, Typing, Folding, Indexing, Reductions, Binders,
-                Calls, Generics, Kernels, Hints):
+class Evaluator(
+    Names,
+    Statements,
+    Expressions,
+    Typing,
+    Folding,
+    Indexing,
+    Reductions,
+    Binders,
+    Calls,
+    Generics,
+    Kernels,
+    Hints,
+):
     """The abstract interpreter: one mixin per idea, over the state of
     :class:`~linnet.lang.check.core.EvaluatorBase`.
 

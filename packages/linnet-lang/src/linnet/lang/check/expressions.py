@@ -27,14 +27,21 @@ class Expressions(EvaluatorBase):
         if isinstance(expr, A.Name):
             v = self.lookup(frame, expr.name, expr.span)
             if isinstance(v, IndexVar):
-                raise fail("E0330", f"index variable `{expr.name}` used outside index notation",
-                           expr.span, "an index variable",
-                           help="use it inside `let y[...] = ...` or a reduction")
-            if (frame.in_kernel and expr.name in frame.tensor_params
-                    and not frame.memory_access):
-                raise fail("E0503", f"tensor parameter `{expr.name}` is used outside "
-                           "`load`/`store`", expr.span, "read directly",
-                           help=f"read it with `load({expr.name}[...])`")
+                raise fail(
+                    "E0330",
+                    f"index variable `{expr.name}` used outside index notation",
+                    expr.span,
+                    "an index variable",
+                    help="use it inside `let y[...] = ...` or a reduction",
+                )
+            if frame.in_kernel and expr.name in frame.tensor_params and not frame.memory_access:
+                raise fail(
+                    "E0503",
+                    f"tensor parameter `{expr.name}` is used outside `load`/`store`",
+                    expr.span,
+                    "read directly",
+                    help=f"read it with `load({expr.name}[...])`",
+                )
             return v
         if isinstance(expr, A.Unary):
             x = self.value(expr.operand, frame)
@@ -50,8 +57,11 @@ class Expressions(EvaluatorBase):
         if isinstance(expr, A.Field):
             return self.field(expr, frame)
         if isinstance(expr, A.Index):
-            base = self.value(expr.base, frame) if not isinstance(expr.base, A.Name) or \
-                expr.base.name not in frame.tensor_params else frame.lookup_local(expr.base.name)
+            base = (
+                self.value(expr.base, frame)
+                if not isinstance(expr.base, A.Name) or expr.base.name not in frame.tensor_params
+                else frame.lookup_local(expr.base.name)
+            )
             if isinstance(base, BlockArray):
                 if len(expr.indices) != 1:
                     raise fail("E0331", "repeated blocks take one index", expr.span)
@@ -59,8 +69,12 @@ class Expressions(EvaluatorBase):
                 if i.value is None:
                     return base.items[0]
                 if not 0 <= i.value < len(base.items):
-                    raise fail("E0332", f"block index {i.value} is out of range 0..{len(base.items)}",
-                               expr.indices[0].span, "out of range")
+                    raise fail(
+                        "E0332",
+                        f"block index {i.value} is out of range 0..{len(base.items)}",
+                        expr.indices[0].span,
+                        "out of range",
+                    )
                 return base.items[i.value]
             if any(isinstance(i, A.Slice) for i in expr.indices):
                 return self.slice(expr, base, frame)
@@ -70,15 +84,23 @@ class Expressions(EvaluatorBase):
         if isinstance(expr, A.IfExpr):
             return self.if_expr(expr, frame)
         if isinstance(expr, A.Tuple):
-            raise fail("E0333", "a parenthesised list is only allowed as a composite index",
-                       expr.span, "not a value", help="composite indices look like `x[(h, d)]`")
+            raise fail(
+                "E0333",
+                "a parenthesised list is only allowed as a composite index",
+                expr.span,
+                "not a value",
+                help="composite indices look like `x[(h, d)]`",
+            )
         if isinstance(expr, A.RangeExpr):
             raise fail("E0334", "a range is only allowed in a `for` loop", expr.span)
         if isinstance(expr, A.Slice):
-            raise fail("E0343", "a range slice is only allowed as a whole index of a tensor",
-                       expr.span, "a range inside an expression",
-                       help="slice in its own statement: `let part = x[0..N, ..]`, then use "
-                            "`part`")
+            raise fail(
+                "E0343",
+                "a range slice is only allowed as a whole index of a tensor",
+                expr.span,
+                "a range inside an expression",
+                help="slice in its own statement: `let part = x[0..N, ..]`, then use `part`",
+            )
         raise fail("E0335", "unsupported expression", getattr(expr, "span", None))
 
     def whole(self, expr: A.Expr, frame: Frame) -> Any:
@@ -89,32 +111,50 @@ class Expressions(EvaluatorBase):
         v = self.lab(expr, frame)
         if isinstance(v, Tensor) and v.labels:
             free = ", ".join(f"`{x}`" for x in v.labels)
-            raise fail("E0305", f"index variable{'s' if len(v.labels) > 1 else ''} {free} "
-                       "not bound", expr.span, "free index here",
-                       help=f"name the result's indices: `let y[{', '.join(v.labels)}] = ...`, "
-                            "or reduce them with `sum[...]`")
+            raise fail(
+                "E0305",
+                f"index variable{'s' if len(v.labels) > 1 else ''} {free} not bound",
+                expr.span,
+                "free index here",
+                help=f"name the result's indices: `let y[{', '.join(v.labels)}] = ...`, "
+                "or reduce them with `sum[...]`",
+            )
         if isinstance(v, Tensor):
             return v.relabel(None)
         return v
 
     def if_expr(self, expr: A.IfExpr, frame: Frame) -> Any:
-        per_element = [n for n in walk(expr.condition) if isinstance(n, A.Name)
-                       and n.name in frame.ivars and frame.lookup_local(n.name) is None]
+        per_element = [
+            n
+            for n in walk(expr.condition)
+            if isinstance(n, A.Name)
+            and n.name in frame.ivars
+            and frame.lookup_local(n.name) is None
+        ]
         if per_element:
-            raise fail("E0336", "an `if` condition must be a compile-time bool", expr.condition.span,
-                       f"depends on index `{per_element[0].name}`",
-                       help="`if` picks one branch for the whole tensor; choose per element with "
-                            f"`select`: {self.select_hint(expr)}")
+            raise fail(
+                "E0336",
+                "an `if` condition must be a compile-time bool",
+                expr.condition.span,
+                f"depends on index `{per_element[0].name}`",
+                help="`if` picks one branch for the whole tensor; choose per element with "
+                f"`select`: {self.select_hint(expr)}",
+            )
         cond = self.value(expr.condition, frame)
         if not isinstance(cond, Const) or cond.dtype != "bool":
-            raise fail("E0336", "an `if` condition must be a compile-time bool", expr.condition.span,
-                       "not known before running", help="use `select(cond, a, b)` for values "
-                       "that depend on tensors")
+            raise fail(
+                "E0336",
+                "an `if` condition must be a compile-time bool",
+                expr.condition.span,
+                "not known before running",
+                help="use `select(cond, a, b)` for values that depend on tensors",
+            )
         if cond.value is None and not self.lowering:
             then = self.block_value(expr.then, frame)
             if expr.otherwise is not None:
                 self.block_value(expr.otherwise, frame) if isinstance(
-                    expr.otherwise, A.Block) else self.if_expr(expr.otherwise, frame)
+                    expr.otherwise, A.Block
+                ) else self.if_expr(expr.otherwise, frame)
             return then
         if cond.value:
             return self.block_value(expr.then, frame)
@@ -150,15 +190,26 @@ class Expressions(EvaluatorBase):
                 return FuncRef(method, base)
             for m in base.decl.members:
                 if m.name == expr.name:
-                    raise fail("E0340", f"`{expr.name}` is not present in this configuration",
-                               expr.span, "absent member", help=f"`{expr.name}` is declared "
-                               "with an `if` condition that is false here",
-                               secondary=[(m.span, "declared here")])
+                    raise fail(
+                        "E0340",
+                        f"`{expr.name}` is not present in this configuration",
+                        expr.span,
+                        "absent member",
+                        help=f"`{expr.name}` is declared with an `if` condition that is false here",
+                        secondary=[(m.span, "declared here")],
+                    )
             names = list(base.members) + [m.name for m in base.decl.methods]
-            raise fail("E0341", f"block `{base.decl.name}` has no member `{expr.name}`",
-                       expr.span, "unknown member",
-                       help=did_you_mean(expr.name, names,
-                                         f"members are: {', '.join(names) or 'none'}"),
-                       secondary=[(base.decl.name_span, f"`{base.decl.name}` declared here")])
-        raise fail("E0342", f"only blocks have members; this is {self.describe(base)}",
-                   expr.span, "not a block")
+            raise fail(
+                "E0341",
+                f"block `{base.decl.name}` has no member `{expr.name}`",
+                expr.span,
+                "unknown member",
+                help=did_you_mean(expr.name, names, f"members are: {', '.join(names) or 'none'}"),
+                secondary=[(base.decl.name_span, f"`{base.decl.name}` declared here")],
+            )
+        raise fail(
+            "E0342",
+            f"only blocks have members; this is {self.describe(base)}",
+            expr.span,
+            "not a block",
+        )

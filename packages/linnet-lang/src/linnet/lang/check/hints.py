@@ -13,8 +13,7 @@ from linnet.lang.diagnostics.core import Span
 from linnet.lang.tensors.values import BlockArray, BlockInst, Builtin, Const, DType, FuncRef, Tensor
 
 
-def did_you_mean(name: str, candidates: Iterable[str], otherwise: str,
-                 cutoff: float = 0.6) -> str:
+def did_you_mean(name: str, candidates: Iterable[str], otherwise: str, cutoff: float = 0.6) -> str:
     """A help line naming the candidate closest to a misspelt ``name``, else ``otherwise``.
 
     >>> did_you_mean("f23", ["f32", "i32"], "element types are ...")
@@ -56,8 +55,12 @@ class Hints(EvaluatorBase):
     def select_hint(self, expr: A.IfExpr) -> str:
         """`if c { a } else { b }` spelled as `select(c, a, b)` when both arms are one value."""
         arms = [expr.then, expr.otherwise]
-        if all(isinstance(b, A.Block) and len(b.statements) == 1
-               and isinstance(b.statements[0], A.ExprStmt) for b in arms):
+        if all(
+            isinstance(b, A.Block)
+            and len(b.statements) == 1
+            and isinstance(b.statements[0], A.ExprStmt)
+            for b in arms
+        ):
             a, b = (self.src(arm.statements[0].expr) for arm in arms)  # type: ignore[union-attr]
             return f"`select({self.src(expr.condition)}, {a}, {b})`"
         return "`select(cond, a, b)`"
@@ -66,24 +69,27 @@ class Hints(EvaluatorBase):
         """Index variables of this statement that fit ``v``'s axes (`i0`, ... where none do)."""
         used: list[str] = []
         for k, d in enumerate(v.shape):
-            fits = [n for n in list(frame.order) + list(frame.ivars)
-                    if frame.ivars.get(n) == d and n not in used]
+            fits = [
+                n
+                for n in list(frame.order) + list(frame.ivars)
+                if frame.ivars.get(n) == d and n not in used
+            ]
             used.append(fits[0] if fits else f"i{k}")
         return ", ".join(used)
 
-    def swap_hint(self, expr: A.Index, flat: list, shape: list, axis: int,
-                  frame: Frame) -> str:
+    def swap_hint(self, expr: A.Index, flat: list, shape: list, axis: int, frame: Frame) -> str:
         """`x[c, r]` where `x[r, c]` fits: suggest the swap (plain indices only)."""
         if len(flat) != len(expr.indices):
             return ""
         d = frame.ivars[flat[axis][1]]
         for j, (kind, other) in enumerate(flat):
-            if j != axis and kind == "var" and frame.ivars[other] == shape[axis] and \
-                    d == shape[j]:
+            if j != axis and kind == "var" and frame.ivars[other] == shape[axis] and d == shape[j]:
                 texts = [self.src(i) for i in expr.indices]
                 texts[axis], texts[j] = texts[j], texts[axis]
-                return (f"the indices look swapped: `{other}` ranges over {shape[axis]}; write "
-                        f"`{self.src(expr.base)}[{', '.join(texts)}]`")
+                return (
+                    f"the indices look swapped: `{other}` ranges over {shape[axis]}; write "
+                    f"`{self.src(expr.base)}[{', '.join(texts)}]`"
+                )
         return ""
 
     def binding_notes(self, dexpr: A.Expr, env: dict, generic_names: dict) -> list:
@@ -91,7 +97,7 @@ class Hints(EvaluatorBase):
 
     def src(self, expr: A.Expr) -> str:
         s = expr.span
-        return s.source.text[s.start:s.stop]
+        return s.source.text[s.start : s.stop]
 
     def arg_span(self, expr: A.Call, p: A.Param, decl: A.FuncDecl) -> Span:
         i = decl.params.index(p)

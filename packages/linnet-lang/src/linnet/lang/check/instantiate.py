@@ -100,32 +100,73 @@ class Tracer:
     def depth(self) -> int:
         return self.inner.depth
 
-    def emit(self, op: str, operands: list[str], shape: tuple[Dim, ...], dtype: str,
-             attrs: dict[str, Any] | None = None, hint: str = "", span: Span | None = None,
-             labels: tuple[str, ...] | None = None) -> Tensor:
+    def emit(
+        self,
+        op: str,
+        operands: list[str],
+        shape: tuple[Dim, ...],
+        dtype: str,
+        attrs: dict[str, Any] | None = None,
+        hint: str = "",
+        span: Span | None = None,
+        labels: tuple[str, ...] | None = None,
+    ) -> Tensor:
         steps = self.inner.graph.steps  # type: ignore[union-attr]  # recording: a graph
         before = len(steps)
         t = self.inner.emit(op, operands, shape, dtype, attrs, hint, span, labels)
-        self.records.append(("emit", op, list(operands), shape, dtype, _copy(attrs or {}), hint,
-                             span, labels, t.ref, len(steps) > before))
+        self.records.append(
+            (
+                "emit",
+                op,
+                list(operands),
+                shape,
+                dtype,
+                _copy(attrs or {}),
+                hint,
+                span,
+                labels,
+                t.ref,
+                len(steps) > before,
+            )
+        )
         return t
 
-    def effect(self, op: str, operands: list[str], attrs: dict[str, Any],
-               span: Span | None) -> None:
+    def effect(
+        self, op: str, operands: list[str], attrs: dict[str, Any], span: Span | None
+    ) -> None:
         self.inner.effect(op, operands, attrs, span)
         self.records.append(("effect", op, list(operands), _copy(attrs), span))
 
     def rename_last(self, tensor: Tensor, hint: str, force: bool = False) -> Tensor:
         t = self.inner.rename_last(tensor, hint, force)
-        self.records.append(("rename", tensor.ref, tensor.shape, tensor.dtype, tensor.kind,
-                             tensor.labels, hint, force, t.ref))
+        self.records.append(
+            (
+                "rename",
+                tensor.ref,
+                tensor.shape,
+                tensor.dtype,
+                tensor.kind,
+                tensor.labels,
+                hint,
+                force,
+                t.ref,
+            )
+        )
         return t
 
-    def open_call(self, callee: str, kind: str, path: str, span: Span | None,
-                  attrs: dict[str, Any] | None = None, iteration: int | None = None,
-                  repeated: str = "") -> Call | None:
-        call = self.inner.open_call(callee, kind, path, span, attrs, iteration=iteration,
-                                    repeated=repeated)
+    def open_call(
+        self,
+        callee: str,
+        kind: str,
+        path: str,
+        span: Span | None,
+        attrs: dict[str, Any] | None = None,
+        iteration: int | None = None,
+        repeated: str = "",
+    ) -> Call | None:
+        call = self.inner.open_call(
+            callee, kind, path, span, attrs, iteration=iteration, repeated=repeated
+        )
         self.records.append(("open", callee, kind, path, span, iteration, repeated))
         return call
 
@@ -151,8 +192,9 @@ class Renaming:
     ('@model.layers.3.mlp.up.weight', '@model.layers.10.x', '%h')
     """
 
-    def __init__(self, old: str, new: str, index: int, repeated: str,
-                 values: dict[str, str] | None = None):
+    def __init__(
+        self, old: str, new: str, index: int, repeated: str, values: dict[str, str] | None = None
+    ):
         self.old, self.new, self.index, self.repeated = old, new, index, repeated
         self.old_dot = old + "."
         self.values: dict[str, str] = dict(values or {})
@@ -161,7 +203,7 @@ class Renaming:
         if path == self.old:
             return self.new
         if path.startswith(self.old_dot):
-            return self.new + path[len(self.old):]
+            return self.new + path[len(self.old) :]
         return path
 
     def ref(self, ref: str) -> str:
@@ -189,8 +231,13 @@ class Renaming:
         return self.index if repeated == self.repeated and iteration == 0 else iteration
 
 
-def run_loop(ev: EvaluatorBase, stmt: A.For, frame: Frame, arr: BlockArray,
-             run_one: Callable[[BlockInst], None]) -> None:
+def run_loop(
+    ev: EvaluatorBase,
+    stmt: A.For,
+    frame: Frame,
+    arr: BlockArray,
+    run_one: Callable[[BlockInst], None],
+) -> None:
     """Run ``for var in arr { body }``, instantiating the template where it provably applies.
 
     ``run_one(item)`` evaluates the body once with the loop variable bound to ``item``.
@@ -198,8 +245,13 @@ def run_loop(ev: EvaluatorBase, stmt: A.For, frame: Frame, arr: BlockArray,
     items = list(arr.items)
     # Lowering for `--grad` records each call's grad clause while evaluating it: a replayed
     # iteration would not, so every iteration is evaluated.
-    if not (ENABLED and ev.lowering and len(items) >= MIN_ELEMENTS and not frame.in_kernel
-            and ev.grad_templates is None):
+    if not (
+        ENABLED
+        and ev.lowering
+        and len(items) >= MIN_ELEMENTS
+        and not frame.in_kernel
+        and ev.grad_templates is None
+    ):
         for item in items:
             run_one(item)
         return
@@ -209,8 +261,10 @@ def run_loop(ev: EvaluatorBase, stmt: A.For, frame: Frame, arr: BlockArray,
     plan = _carried(frame, before, template.records, items[0].path)
     # The elements are copies of the first (clone_element), so comparing one is enough; the
     # same declaration for all guards against an array built some other way.
-    if plan is None or not (same_element(items[0], items[1], items[0].path, items[1].path)
-                            and all(item.decl is items[0].decl for item in items)):
+    if plan is None or not (
+        same_element(items[0], items[1], items[0].path, items[1].path)
+        and all(item.decl is items[0].decl for item in items)
+    ):
         for item in items[1:]:
             run_one(item)
         return
@@ -218,9 +272,12 @@ def run_loop(ev: EvaluatorBase, stmt: A.For, frame: Frame, arr: BlockArray,
     witness = _traced(ev, builder, run_one, items[1])
     after = [frame.lookup_local(n) for n in names]
     r = _renaming(arr, items, 1, ins, outs)
-    if not (frame.returned is None and _same_types(outs, after)
-            and _matches(template.records, witness.records, r)
-            and [t.ref for t in after] == [r.ref(o.ref) for o in outs]):
+    if not (
+        frame.returned is None
+        and _same_types(outs, after)
+        and _matches(template.records, witness.records, r)
+        and [t.ref for t in after] == [r.ref(o.ref) for o in outs]
+    ):
         for item in items[2:]:
             run_one(item)
         return
@@ -237,15 +294,18 @@ def run_loop(ev: EvaluatorBase, stmt: A.For, frame: Frame, arr: BlockArray,
     _rebind(frame, names, carried)
 
 
-def _renaming(arr: BlockArray, items: list[BlockInst], k: int, ins: list[Tensor],
-              carried: list[Tensor]) -> Renaming:
+def _renaming(
+    arr: BlockArray, items: list[BlockInst], k: int, ins: list[Tensor], carried: list[Tensor]
+) -> Renaming:
     """The renaming of the template for iteration ``k``, starting from the carried values."""
-    return Renaming(items[0].path, items[k].path, k, arr.path,
-                    {t.ref: c.ref for t, c in zip(ins, carried)})
+    return Renaming(
+        items[0].path, items[k].path, k, arr.path, {t.ref: c.ref for t, c in zip(ins, carried)}
+    )
 
 
-def _traced(ev: EvaluatorBase, builder: Any, run_one: Callable[[BlockInst], None],
-            item: BlockInst) -> Tracer:
+def _traced(
+    ev: EvaluatorBase, builder: Any, run_one: Callable[[BlockInst], None], item: BlockInst
+) -> Tracer:
     tracer = Tracer(builder)
     ev.builder = tracer  # type: ignore[assignment]
     try:
@@ -259,8 +319,9 @@ def _bindings(frame: Frame) -> list[tuple[dict[str, Any], str, Any]]:
     return [(scope, name, value) for scope in frame.scopes for name, value in scope.items()]
 
 
-def _carried(frame: Frame, before: list[tuple[dict[str, Any], str, Any]],
-             records: list[Record], element: str) -> tuple[list[str], list[Tensor], list[Tensor]] | None:
+def _carried(
+    frame: Frame, before: list[tuple[dict[str, Any], str, Any]], records: list[Record], element: str
+) -> tuple[list[str], list[Tensor], list[Tensor]] | None:
     """The loop-carried variables (names, values in, values out), or None: evaluate instead.
 
     Carried values must be tensors that keep their type, distinct before and after: their
@@ -275,9 +336,15 @@ def _carried(frame: Frame, before: list[tuple[dict[str, Any], str, Any]],
         now = scope[name]
         if now is value:
             continue
-        if not (isinstance(value, Tensor) and isinstance(now, Tensor) and value.kind == "value"
-                and now.kind == "value" and value.shape == now.shape
-                and value.dtype == now.dtype and value.labels == now.labels):
+        if not (
+            isinstance(value, Tensor)
+            and isinstance(now, Tensor)
+            and value.kind == "value"
+            and now.kind == "value"
+            and value.shape == now.shape
+            and value.dtype == now.dtype
+            and value.labels == now.labels
+        ):
             return None
         names.append(name)
         ins.append(value)
@@ -300,8 +367,7 @@ def _carried(frame: Frame, before: list[tuple[dict[str, Any], str, Any]],
             operands, result, fresh = r[2], r[9], r[10]
             if fresh or result in made:
                 made.add(result)
-            elif result in in_refs or any(o in in_refs or o.startswith(moving)
-                                          for o in operands):
+            elif result in in_refs or any(o in in_refs or o.startswith(moving) for o in operands):
                 return None
         elif r[0] == "rename" and (r[8] != r[1] or r[1] in made):
             made.add(r[8])
@@ -311,18 +377,32 @@ def _carried(frame: Frame, before: list[tuple[dict[str, Any], str, Any]],
 def same_element(a: Any, b: Any, old: str, new: str) -> bool:
     """Whether two elements of a block array are the same block, their paths aside."""
     if isinstance(a, BlockInst):
-        if not (isinstance(b, BlockInst) and a.decl is b.decl
-                and _path_of(a.path, old, new) == b.path and a.env == b.env
-                and list(a.members) == list(b.members)):
+        if not (
+            isinstance(b, BlockInst)
+            and a.decl is b.decl
+            and _path_of(a.path, old, new) == b.path
+            and a.env == b.env
+            and list(a.members) == list(b.members)
+        ):
             return False
         return all(same_element(a.members[k], b.members[k], old, new) for k in a.members)
     if isinstance(a, Tensor):
-        return (isinstance(b, Tensor) and "@" + _path_of(a.ref[1:], old, new) == b.ref
-                and a.shape == b.shape and a.dtype == b.dtype and a.kind == b.kind)
+        return (
+            isinstance(b, Tensor)
+            and "@" + _path_of(a.ref[1:], old, new) == b.ref
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and a.kind == b.kind
+        )
     if isinstance(a, BlockArray):
-        return (isinstance(b, BlockArray) and a.element is b.element and a.count == b.count
-                and _path_of(a.path, old, new) == b.path and len(a.items) == len(b.items)
-                and all(same_element(x, y, old, new) for x, y in zip(a.items, b.items)))
+        return (
+            isinstance(b, BlockArray)
+            and a.element is b.element
+            and a.count == b.count
+            and _path_of(a.path, old, new) == b.path
+            and len(a.items) == len(b.items)
+            and all(same_element(x, y, old, new) for x, y in zip(a.items, b.items))
+        )
     return type(a) is type(b) and a == b
 
 
@@ -346,22 +426,38 @@ def clone_element(inst: BlockInst, old: str, new: str) -> BlockInst:
         elif isinstance(v, BlockInst):
             v = clone_element(v, old, new)
         elif isinstance(v, BlockArray):
-            v = BlockArray(v.element, _path_of(v.path, old, new), v.count,
-                           [clone_element(item, old, new) for item in v.items])
+            v = BlockArray(
+                v.element,
+                _path_of(v.path, old, new),
+                v.count,
+                [clone_element(item, old, new) for item in v.items],
+            )
         members[name] = v
-    return BlockInst(inst.decl, _path_of(inst.path, old, new), dict(inst.env), members,
-                     inst.iteration, _path_of(inst.repeated, old, new))
+    return BlockInst(
+        inst.decl,
+        _path_of(inst.path, old, new),
+        dict(inst.env),
+        members,
+        inst.iteration,
+        _path_of(inst.repeated, old, new),
+    )
 
 
 def _path_of(path: str, old: str, new: str) -> str:
     if path == old:
         return new
-    return new + path[len(old):] if path.startswith(old + ".") else path
+    return new + path[len(old) :] if path.startswith(old + ".") else path
 
 
 def _same_types(a: list[Tensor], b: list[Any]) -> bool:
-    return all(isinstance(y, Tensor) and x.shape == y.shape and x.dtype == y.dtype
-               and x.kind == y.kind and x.labels == y.labels for x, y in zip(a, b))
+    return all(
+        isinstance(y, Tensor)
+        and x.shape == y.shape
+        and x.dtype == y.dtype
+        and x.kind == y.kind
+        and x.labels == y.labels
+        for x, y in zip(a, b)
+    )
 
 
 def _rebind(frame: Frame, names: list[str], values: list[Tensor]) -> None:
@@ -381,21 +477,34 @@ def _matches(template: list[Record], witness: list[Record], r: Renaming) -> bool
         if w[0] != kind:
             return False
         if kind == "emit":
-            if (t[1] != w[1] or r.refs(t[2]) != w[2] or t[3] != w[3] or t[4] != w[4]
-                    or r.attrs(t[5]) != w[5] or t[6] != w[6] or t[7] is not w[7]
-                    or t[8] != w[8]):
+            if (
+                t[1] != w[1]
+                or r.refs(t[2]) != w[2]
+                or t[3] != w[3]
+                or t[4] != w[4]
+                or r.attrs(t[5]) != w[5]
+                or t[6] != w[6]
+                or t[7] is not w[7]
+                or t[8] != w[8]
+            ):
                 return False
             r.values[t[9]] = w[9]
         elif kind == "effect":
             if t[1] != w[1] or r.refs(t[2]) != w[2] or r.attrs(t[3]) != w[3] or t[4] is not w[4]:
                 return False
         elif kind == "rename":
-            if (r.ref(t[1]) != w[1] or t[2:8] != w[2:8]):
+            if r.ref(t[1]) != w[1] or t[2:8] != w[2:8]:
                 return False
             r.values[t[8]] = w[8]
         elif kind == "open":
-            if (t[1] != w[1] or t[2] != w[2] or r.path(t[3]) != w[3] or t[4] is not w[4]
-                    or r.iteration(t[5], t[6]) != w[5] or r.path(t[6]) != w[6]):
+            if (
+                t[1] != w[1]
+                or t[2] != w[2]
+                or r.path(t[3]) != w[3]
+                or t[4] is not w[4]
+                or r.iteration(t[5], t[6]) != w[5]
+                or r.path(t[6]) != w[6]
+            ):
                 return False
         elif kind == "close" and r.attrs(t[1]) != w[1]:
             return False
@@ -417,8 +526,10 @@ def _replay(builder: Any, records: list[Record], r: Renaming) -> None:
         kind = t[0]
         if kind == "emit":
             # Fields 11-15: type, location, CSE key, operand plans, attribute plan.
-            operands = [get(p[1], p[1]) if p[0] == 0 else p[1] if p[0] == 2
-                        else p[1] + new + p[2] for p in t[14]]
+            operands = [
+                get(p[1], p[1]) if p[0] == 0 else p[1] if p[0] == 2 else p[1] + new + p[2]
+                for p in t[14]
+            ]
             plan = t[15]
             attrs = t[5] if plan is None else _attrs(plan, r)
             if fast:
@@ -427,18 +538,28 @@ def _replay(builder: Any, records: list[Record], r: Renaming) -> None:
                     key = attrs_key(attrs)  # the attributes name renamed values or paths
                 values[t[9]] = builder.emit_step(t[1], operands, t[11], attrs, t[6], t[12], key)
             else:
-                values[t[9]] = builder.emit(t[1], operands, t[3], t[4], attrs or None, t[6],
-                                            t[7], t[8]).ref
+                values[t[9]] = builder.emit(
+                    t[1], operands, t[3], t[4], attrs or None, t[6], t[7], t[8]
+                ).ref
         elif kind == "rename":
-            res = builder.rename_last(Tensor(_leaf(t[9], values, new), t[2], t[3], t[4], t[5]),
-                                      t[6], t[7])
+            res = builder.rename_last(
+                Tensor(_leaf(t[9], values, new), t[2], t[3], t[4], t[5]), t[6], t[7]
+            )
             values[t[8]] = res.ref
         elif kind == "effect":
             builder.effect(t[1], [_leaf(p, values, new) for p in t[5]], _attrs(t[6], r), t[4])
         elif kind == "open":
-            opened.append(builder.open_call(t[1], t[2], _leaf(t[7], values, new), t[4], None,
-                                            iteration=r.iteration(t[5], t[6]),
-                                            repeated=_leaf(t[8], values, new)))
+            opened.append(
+                builder.open_call(
+                    t[1],
+                    t[2],
+                    _leaf(t[7], values, new),
+                    t[4],
+                    None,
+                    iteration=r.iteration(t[5], t[6]),
+                    repeated=_leaf(t[8], values, new),
+                )
+            )
         else:
             call = opened.pop()
             if call is not None:
@@ -446,8 +567,9 @@ def _replay(builder: Any, records: list[Record], r: Renaming) -> None:
             builder.close_call(call)
 
 
-def compile_records(records: list[Record], element: str, states: Any,
-                    loc: Callable[[Span | None], str]) -> list[Record]:
+def compile_records(
+    records: list[Record], element: str, states: Any, loc: Callable[[Span | None], str]
+) -> list[Record]:
     """The template's records with what every replay would compute again computed once.
 
     Emit records gain the concrete type, the location, the attributes' CSE key (None when the
@@ -462,10 +584,16 @@ def compile_records(records: list[Record], element: str, states: Any,
             vtype = ValueType(tuple(_concrete(d) for d in t[3]), t[4])
             shared = not any(o[1:] in states for o in t[2] if o.startswith("@"))
             plan = _attrs_plan(t[5], element)
-            t = (*t, vtype, loc(t[7]), attrs_key(t[5]) if shared else None,
-                 [_leaf_plan(o, element) for o in t[2]],
-                 None if plan is not None and not plan[0] and all(
-                     k == "c" for _, k, _ in plan[1]) else plan)
+            t = (
+                *t,
+                vtype,
+                loc(t[7]),
+                attrs_key(t[5]) if shared else None,
+                [_leaf_plan(o, element) for o in t[2]],
+                None
+                if plan is not None and not plan[0] and all(k == "c" for _, k, _ in plan[1])
+                else plan,
+            )
         elif kind == "rename":
             t = (*t, _leaf_plan(t[1], element))
         elif kind == "effect":
@@ -485,9 +613,9 @@ def _leaf_plan(s: Any, element: str) -> tuple:
         if s[:1] == "%":
             return (0, s)
         at = "@" if s[:1] == "@" else ""
-        path = s[len(at):]
+        path = s[len(at) :]
         if path == element or path.startswith(element + "."):
-            return (1, at, path[len(element):])
+            return (1, at, path[len(element) :])
     return (2, s)
 
 

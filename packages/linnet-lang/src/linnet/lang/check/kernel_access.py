@@ -79,8 +79,9 @@ def kernel_access_errors(program: Program) -> list[Diagnostic]:
     return out
 
 
-def case_faults(program: Program, op: A.FuncDecl, case: KernelCase
-                ) -> list[tuple[TileKernel, AccessFault]]:
+def case_faults(
+    program: Program, op: A.FuncDecl, case: KernelCase
+) -> list[tuple[TileKernel, AccessFault]]:
     """The access faults of each kernel that ``op`` launches for ``case`` (both of a
     chain's, in order), with the kernel; none where a kernel cannot be lowered here (its
     integer scalar parameters have no value before a call gives one).
@@ -94,8 +95,9 @@ def case_faults(program: Program, op: A.FuncDecl, case: KernelCase
     """
     assert op.module is not None
     ev = Evaluator(program, Builder(Graph(entry="", model="")), {})
-    frame = Frame(op.module, {k: Dim.const(v) if isinstance(v, int) else v
-                              for k, v in case.generics.items()})
+    frame = Frame(
+        op.module, {k: Dim.const(v) if isinstance(v, int) else v for k, v in case.generics.items()}
+    )
     try:
         stages = kernel_stages(ev.kernel_binding_attrs(op, frame))
     except Fail:
@@ -126,14 +128,16 @@ def raise_access_faults(program: Program, kernels: list[TileKernel], what: str =
     >>> raise_access_faults(Program.from_text(""), [])
     """
     for kernel in kernels:
-        key = hash((kernel.summary(), tuple(kernel.params), tuple(kernel.results),
-                    tuple(kernel.scratch)))
+        key = hash(
+            (kernel.summary(), tuple(kernel.params), tuple(kernel.results), tuple(kernel.scratch))
+        )
         if key in _CLEAN:
             continue
         faults = access_faults(kernel)
         if faults:
-            raise LinnetError(fault_diagnostic(program, kernel, faults[0], None,
-                                               kernel.generics, what))
+            raise LinnetError(
+                fault_diagnostic(program, kernel, faults[0], None, kernel.generics, what)
+            )
         if len(_CLEAN) > 4096:
             _CLEAN.clear()
         _CLEAN.add(key)
@@ -144,9 +148,14 @@ def raise_access_faults(program: Program, kernels: list[TileKernel], what: str =
 _CLEAN: set[int] = set()
 
 
-def fault_diagnostic(program: Program, kernel: TileKernel, fault: AccessFault,
-                     op: A.FuncDecl | None, generics: dict[str, Any], what: str = ""
-                     ) -> Diagnostic:
+def fault_diagnostic(
+    program: Program,
+    kernel: TileKernel,
+    fault: AccessFault,
+    op: A.FuncDecl | None,
+    generics: dict[str, Any],
+    what: str = "",
+) -> Diagnostic:
     """The coded error of ``fault`` in ``kernel``: at the access, naming the generics (of
     ``op``, the op that binds it, or of the kernel) for which it happens."""
     shown = ", ".join(f"{k} = {v}" for k, v in generics.items())
@@ -160,26 +169,33 @@ def fault_diagnostic(program: Program, kernel: TileKernel, fault: AccessFault,
     if fault.kind == "out of bounds":
         index = f"{fault.tensor}[...]"
         if fault.op == "store":
-            help = (f"mask the store to the tensor's bounds (`store({index}, v, mask)` with "
-                    "mask true only where every index is in range): on a GPU this lane "
-                    f"writes memory that is not `{fault.tensor}`'s, which crashes the "
-                    "process or corrupts another tensor")
+            help = (
+                f"mask the store to the tensor's bounds (`store({index}, v, mask)` with "
+                "mask true only where every index is in range): on a GPU this lane "
+                f"writes memory that is not `{fault.tensor}`'s, which crashes the "
+                "process or corrupts another tensor"
+            )
         elif fault.op == "load":
-            help = (f"mask the load and give the value of the lanes left out (`load({index}, "
-                    "mask, 0.0)`): unmasked, it reads memory that is not "
-                    f"`{fault.tensor}`'s (the next row's, or past the end)")
+            help = (
+                f"mask the load and give the value of the lanes left out (`load({index}, "
+                "mask, 0.0)`): unmasked, it reads memory that is not "
+                f"`{fault.tensor}`'s (the next row's, or past the end)"
+            )
         else:
             help = "index the counter inside its scratch buffer"
         code = "E0548"
     else:
-        help = ("a program may load what it stored itself; to read another program's "
-                "stores, count with `atomic_add` and read them in the program that sees the "
-                "last count (`linnet explain E0547`)")
+        help = (
+            "a program may load what it stored itself; to read another program's "
+            "stores, count with `atomic_add` and read them in the program that sees the "
+            "last count (`linnet explain E0547`)"
+        )
         code = "E0549"
     diag = Diagnostic(code, message, span, label, help=help)
     if fault.kind == "race":
-        diag.with_secondary(access_span(program, fault.other_loc, "store"),
-                            f"program {fault.other} stores it here")
+        diag.with_secondary(
+            access_span(program, fault.other_loc, "store"), f"program {fault.other} stores it here"
+        )
     if op is not None and op.kernel is not None:
         diag.with_secondary(op.kernel.span, f"op `{op.name}` launches it here")
     if span is None:
@@ -202,11 +218,20 @@ def access_span(program: Program, loc: str, op: str) -> Span | None:
             if not isinstance(item, A.FuncDecl) or item.body is None:
                 continue
             for node in walk_body(item.body):
-                if isinstance(node, A.Call) and isinstance(node.callee, A.Name) \
-                        and node.callee.name == op and node.span.line == int(line):
+                if (
+                    isinstance(node, A.Call)
+                    and isinstance(node.callee, A.Name)
+                    and node.callee.name == op
+                    and node.span.line == int(line)
+                ):
                     return node.span
     return None
 
 
-__all__ = ["access_span", "case_faults", "fault_diagnostic", "kernel_access_errors",
-           "raise_access_faults"]
+__all__ = [
+    "access_span",
+    "case_faults",
+    "fault_diagnostic",
+    "kernel_access_errors",
+    "raise_access_faults",
+]

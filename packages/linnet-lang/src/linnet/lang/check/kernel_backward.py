@@ -35,9 +35,13 @@ def op_info(op: A.FuncDecl) -> OpInfo:
     >>> op_info(prog.module("main").find("twice")).tensor_params
     ['x']
     """
-    return OpInfo(op.name, op.qualified_name,
-                  [p.name for p in op.params if isinstance(p.type, A.TensorType)],
-                  list(op.grad.names) if op.grad is not None else [], op.grad is not None)
+    return OpInfo(
+        op.name,
+        op.qualified_name,
+        [p.name for p in op.params if isinstance(p.type, A.TensorType)],
+        list(op.grad.names) if op.grad is not None else [],
+        op.grad is not None,
+    )
 
 
 def no_backward_advice(op: OpInfo, cause: Diagnostic) -> tuple[str, str]:
@@ -49,28 +53,39 @@ def no_backward_advice(op: OpInfo, cause: Diagnostic) -> tuple[str, str]:
     'the backward pass is lowered from the ty'
     """
     what = "its grad clause" if op.has_grad else "its body (run again)"
-    message = (f"the kernel launch of `{op.qualified_name}` cannot be differentiated: "
-               f"its backward pass, {what}, could not be lowered for these shapes "
-               f"({cause.code}: {cause.message})")
-    exact = "or load the model with numerics='exact', where the body runs and torch " \
-            "autograd differentiates it"
+    message = (
+        f"the kernel launch of `{op.qualified_name}` cannot be differentiated: "
+        f"its backward pass, {what}, could not be lowered for these shapes "
+        f"({cause.code}: {cause.message})"
+    )
+    exact = (
+        "or load the model with numerics='exact', where the body runs and torch "
+        "autograd differentiates it"
+    )
     if cause.code == "E0603":
         # A generic of the op that no tensor parameter or result names on its own (it is
         # only given at the call, `op<N, 3>(x)`, or only in a product, `Tensor[H * HD]`).
-        return message, ("the backward pass is lowered from the types of the op's tensor "
-                         "parameters and results: name every generic of "
-                         f"`{op.name}` on its own in one of them (`Tensor[K; f32]`), " + exact)
+        return message, (
+            "the backward pass is lowered from the types of the op's tensor "
+            "parameters and results: name every generic of "
+            f"`{op.name}` on its own in one of them (`Tensor[K; f32]`), " + exact
+        )
     if op.has_grad and cause.code.startswith(("E052", "E095")):
-        return message, (f"fix `{op.name}`'s grad clause ({cause.help or cause.message}), "
-                         + exact)
-    return message, ("this is a limitation of Linnet's kernel backward passes, not of your "
-                     "model: please report it with the op's signature, " + exact)
+        return message, (f"fix `{op.name}`'s grad clause ({cause.help or cause.message}), " + exact)
+    return message, (
+        "this is a limitation of Linnet's kernel backward passes, not of your "
+        "model: please report it with the op's signature, " + exact
+    )
 
 
-def backward_body(program: Program, op: A.FuncDecl,
-                  arg_types: list[tuple[tuple[int, ...], str]],
-                  result_types: list[tuple[tuple[int, ...], str]], scalars: dict[str, Any],
-                  entry: str) -> BackwardBody:
+def backward_body(
+    program: Program,
+    op: A.FuncDecl,
+    arg_types: list[tuple[tuple[int, ...], str]],
+    result_types: list[tuple[tuple[int, ...], str]],
+    scalars: dict[str, Any],
+    entry: str,
+) -> BackwardBody:
     """The :class:`~linnet.lang.ir.kernels.BackwardBody` of one bound call: its lowered
     graph (entry ``entry``), or why it has none (the forward pass must not fail for want of
     a backward one: only differentiating the launch is an error, E0545).
@@ -80,17 +95,23 @@ def backward_body(program: Program, op: A.FuncDecl,
     info = op_info(op)
     out = BackwardBody(info, list(arg_types), dict(scalars), list(result_types), entry=entry)
     try:
-        out.graph, out.uses_grad_clause = backward_graph(program, op, arg_types, result_types,
-                                                         scalars, entry)
+        out.graph, out.uses_grad_clause = backward_graph(
+            program, op, arg_types, result_types, scalars, entry
+        )
     except LinnetError as err:
         out.cause = err.diagnostics[0]
         out.advice = no_backward_advice(info, out.cause)
     return out
 
 
-def backward_graph(program: Program, op: A.FuncDecl, arg_types: list[tuple[tuple[int, ...], str]],
-                   result_types: list[tuple[tuple[int, ...], str]], scalars: dict[str, Any],
-                   entry: str) -> tuple[Graph, bool]:
+def backward_graph(
+    program: Program,
+    op: A.FuncDecl,
+    arg_types: list[tuple[tuple[int, ...], str]],
+    result_types: list[tuple[tuple[int, ...], str]],
+    scalars: dict[str, Any],
+    entry: str,
+) -> tuple[Graph, bool]:
     """The backward graph of one bound call: ``(graph, uses_grad_clause)``.
 
     ``arg_types`` are the shapes and dtypes of the op's tensor arguments at the call,
@@ -104,11 +125,14 @@ def backward_graph(program: Program, op: A.FuncDecl, arg_types: list[tuple[tuple
     text = module.source.text
 
     def src(span: Any) -> str:
-        return text[span.start:span.stop]
+        return text[span.start : span.stop]
 
     tensors = [p for p in op.params if isinstance(p.type, A.TensorType)]
-    configs = "".join(f"    config {p.name}: {src(p.type.span)} = {_literal(scalars[p.name])}\n"
-                      for p in op.params if not isinstance(p.type, A.TensorType))
+    configs = "".join(
+        f"    config {p.name}: {src(p.type.span)} = {_literal(scalars[p.name])}\n"
+        for p in op.params
+        if not isinstance(p.type, A.TensorType)
+    )
     # The model takes the op's generics, bound from the inputs' shapes and dtypes; the entry
     # takes the op's tensor parameters, with the op's own types.
     params = [src(p.span) for p in tensors]
@@ -126,11 +150,14 @@ def backward_graph(program: Program, op: A.FuncDecl, arg_types: list[tuple[tuple
     generics = ", ".join(src(g.span) for g in op.generics)
     where = (" where " + ", ".join(src(w.span) for w in op.where)) if op.where else ""
     result = results[0] if len(results) == 1 else f"({', '.join(results)})"
-    wrapper = (text.rstrip("\n") + "\n\n// Added by linnet.lang.emit.kernel_grad.\n"
-               f"pub model {MODEL}{f'<{generics}>' if generics else ''}{where} {{\n{configs}"
-               f"    entry {entry}({', '.join(params)}) -> {result} {body}\n}}\n")
-    prog = Program(parse(SourceFile(module.source.name, wrapper), module.name),
-                   list(program.search))
+    wrapper = (
+        text.rstrip("\n") + "\n\n// Added by linnet.lang.emit.kernel_grad.\n"
+        f"pub model {MODEL}{f'<{generics}>' if generics else ''}{where} {{\n{configs}"
+        f"    entry {entry}({', '.join(params)}) -> {result} {body}\n}}\n"
+    )
+    prog = Program(
+        parse(SourceFile(module.source.name, wrapper), module.name), list(program.search)
+    )
     inputs = {n: (list(shape), dtype) for n, (shape, dtype) in zip(names, types)}
     config = _generics(op, tensors, arg_types, result_types)
     graph = lower(prog, entry, inputs, config, model=MODEL, check=False)
@@ -142,10 +169,12 @@ def backward_graph(program: Program, op: A.FuncDecl, arg_types: list[tuple[tuple
     return graph, op.grad is not None
 
 
-
-def _generics(op: A.FuncDecl, tensors: list[A.Param],
-              arg_types: list[tuple[tuple[int, ...], str]],
-              result_types: list[tuple[tuple[int, ...], str]]) -> dict[str, Any]:
+def _generics(
+    op: A.FuncDecl,
+    tensors: list[A.Param],
+    arg_types: list[tuple[tuple[int, ...], str]],
+    result_types: list[tuple[tuple[int, ...], str]],
+) -> dict[str, Any]:
     """The op's generics that the call's types give directly, as the wrapper model's config.
 
     Element types are not bound from inputs, and a dim is bound from an input only where it
@@ -189,7 +218,6 @@ def _call_body(op: A.FuncDecl) -> str:
         names.append(name)
     joined = ", ".join(names)
     return f"{{\n        let ({joined}) = {call}\n        return {joined}\n    }}"
-
 
 
 def _literal(v: Any) -> str:

@@ -132,11 +132,18 @@ def check_op_names(programs: list[Program], ops: list[str] | None) -> None:
     for name in ops or []:
         if name not in names:
             shown = sorted(n for n in names if "::" not in n)
-            raise LinnetError(Diagnostic(
-                "E0793", f"no op bound to a kernel is named `{name}` here, so `--op {name}` "
-                "would check nothing",
-                help=did_you_mean(name, sorted(names), "the ops bound to a kernel here: "
-                                  + (", ".join(shown) or "none"))))
+            raise LinnetError(
+                Diagnostic(
+                    "E0793",
+                    f"no op bound to a kernel is named `{name}` here, so `--op {name}` "
+                    "would check nothing",
+                    help=did_you_mean(
+                        name,
+                        sorted(names),
+                        "the ops bound to a kernel here: " + (", ".join(shown) or "none"),
+                    ),
+                )
+            )
 
 
 def boundary_sizes(op: A.FuncDecl, *kernels: A.FuncDecl | None) -> set[int]:
@@ -170,9 +177,16 @@ def candidate_sizes(max_size: int, boundaries: set[int]) -> list[int]:
     return sorted(v for v in base | boundaries if 1 <= v <= max_size)
 
 
-def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0,
-                 max_size: int = 48, dtypes: tuple[str, ...] = DEFAULT_DTYPES,
-                 max_numel: int = 1 << 16, kernel: bool = True) -> list[KernelCase]:
+def sample_cases(
+    program: Program,
+    op: A.FuncDecl,
+    count: int = 3,
+    seed: int = 0,
+    max_size: int = 48,
+    dtypes: tuple[str, ...] = DEFAULT_DTYPES,
+    max_numel: int = 1 << 16,
+    kernel: bool = True,
+) -> list[KernelCase]:
     """Up to ``count`` distinct cases for ``op`` (a bound op of ``program``) on which its
     kernel applies: the op's `where` holds and so does the kernel's under the binding.
     Each dim is at most ``max_size`` and each tensor at most ``max_numel`` elements; a
@@ -221,8 +235,9 @@ def sample_cases(program: Program, op: A.FuncDecl, count: int = 3, seed: int = 0
     return out
 
 
-def case_for(program: Program, op: A.FuncDecl, generics: dict[str, Any],
-             max_numel: int = 1 << 22) -> KernelCase | None:
+def case_for(
+    program: Program, op: A.FuncDecl, generics: dict[str, Any], max_numel: int = 1 << 22
+) -> KernelCase | None:
     """The case of ``op`` for the op's ``generics`` (ints for dims, dtype names), chosen
     rather than sampled (a test's edge shapes); None where a clause does not hold or a
     tensor has more than ``max_numel`` elements.
@@ -266,13 +281,13 @@ def binding_name(attrs: dict[str, Any]) -> str:
     return name
 
 
-def _case(ev: Evaluator, op: A.FuncDecl, env: dict[str, Any], max_numel: int,
-          kernel: bool = True) -> KernelCase | None:
+def _case(
+    ev: Evaluator, op: A.FuncDecl, env: dict[str, Any], max_numel: int, kernel: bool = True
+) -> KernelCase | None:
     """The case for these generics, or None where a clause fails or a size is too big
     (or, with ``kernel``, the op's kernel does not apply)."""
     assert op.module is not None
-    frame = Frame(op.module, {k: Dim.const(v) if isinstance(v, int) else v
-                              for k, v in env.items()})
+    frame = Frame(op.module, {k: Dim.const(v) if isinstance(v, int) else v for k, v in env.items()})
     try:
         ev.check_where(op, frame, op.name_span)
         attrs = ev.kernel_binding_attrs(op, frame) if op.kernel is not None else {}
@@ -292,8 +307,9 @@ def _case(ev: Evaluator, op: A.FuncDecl, env: dict[str, Any], max_numel: int,
         if any(s <= 0 for s in shape) or _numel(shape) > max_numel:
             return None
     kgen = {k: v for k, v in attrs.get("kernel_generics", {}).items()}
-    return KernelCase(op.qualified_name, binding_name(attrs), dict(env), params, scalars,
-                      results, kgen)
+    return KernelCase(
+        op.qualified_name, binding_name(attrs), dict(env), params, scalars, results, kgen
+    )
 
 
 def _concrete(typ: tuple) -> tuple[tuple[int, ...], str]:
@@ -310,7 +326,6 @@ def _numel(shape: tuple[int, ...]) -> int:
     for s in shape:
         n *= s
     return n
-
 
 
 # ---------------------------------------------------------------- checking programs
@@ -347,9 +362,13 @@ def checked_program(source: str | Path | Program) -> Program:
     else:
         path = Path(source)
         if not path.is_file():
-            raise LinnetError(Diagnostic("E0767", f"`{source}` is not a file",
-                                         help="give a .linnet file: "
-                                              "`linnet kernels my_kernels.linnet`"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0767",
+                    f"`{source}` is not a file",
+                    help="give a .linnet file: `linnet kernels my_kernels.linnet`",
+                )
+            )
         program = _std_program(path) or Program.from_file(path)
     # Accesses out of bounds or racing are each case's finding here (run_checks), not an
     # error that stops every other kernel's check.
@@ -378,8 +397,9 @@ def std_program() -> Program:
     for dotted in sorted(std_modules()):
         path = STD_ROOT.joinpath(*dotted.split(".")[1:]).with_suffix(".linnet")
         module = parse(SourceFile(path.name, path.read_text()), dotted)
-        names = [i.name for i in module.items
-                 if not isinstance(i, A.Use) and getattr(i, "public", False)]
+        names = [
+            i.name for i in module.items if not isinstance(i, A.Use) and getattr(i, "public", False)
+        ]
         if names:
             lines.append(f"use {dotted}::{{{', '.join(names)}}}\n")
     return Program.from_text("".join(lines), "linnet_std_kernels")
@@ -403,18 +423,20 @@ def wrapper_program(program: Program, op: Any, case: KernelCase) -> Program:
     result = results[0] if len(results) == 1 else f"({', '.join(results)})"
     # No generics in the case: the call infers them from the arguments' types (a span op
     # confirmed at a graph's own shapes, check/spans.py).
-    generics = ", ".join(str(case.generics[g.name]) for g in op.generics) if case.generics \
-        else ""
-    call = f"{op.name}<{generics}>({', '.join(args)})" if generics else \
-        f"{op.name}({', '.join(args)})"
+    generics = ", ".join(str(case.generics[g.name]) for g in op.generics) if case.generics else ""
+    call = (
+        f"{op.name}<{generics}>({', '.join(args)})" if generics else f"{op.name}({', '.join(args)})"
+    )
     if len(results) > 1:  # an op of several results: `return f(...)` would be one value
         names = ", ".join(f"result_{i}" for i in range(len(results)))
         body = f"        let ({names}) = {call}\n        return {names}\n"
     else:
         body = f"        return {call}\n"
-    text = (module.source.text.rstrip("\n") + "\n\n// Added by linnet kernels.\n"
-            f"pub model {MODEL} {{\n{configs}"
-            f"    entry {ENTRY}({', '.join(params)}) -> {result} {{\n{body}    }}\n}}\n")
+    text = (
+        module.source.text.rstrip("\n") + "\n\n// Added by linnet kernels.\n"
+        f"pub model {MODEL} {{\n{configs}"
+        f"    entry {ENTRY}({', '.join(params)}) -> {result} {{\n{body}    }}\n}}\n"
+    )
     source = SourceFile(module.source.name, text)
     root = parse(source, module.name)
     return Program(root, list(program.search))
@@ -424,9 +446,24 @@ def _default(dtype: str) -> str:
     return "false" if dtype == "bool" else "0" if dtype.startswith(("i", "u")) else "0.0"
 
 
-__all__ = ["DEFAULT_DTYPES", "ENTRY", "EXACT", "MODEL", "TF32", "TOLERANCES", "KernelCase",
-           "binding_name", "bound_ops", "boundary_sizes", "candidate_sizes", "check_op_names",
-           "checked_program", "sample_cases", "std_program", "wrapper_program"]
+__all__ = [
+    "DEFAULT_DTYPES",
+    "ENTRY",
+    "EXACT",
+    "MODEL",
+    "TF32",
+    "TOLERANCES",
+    "KernelCase",
+    "binding_name",
+    "bound_ops",
+    "boundary_sizes",
+    "candidate_sizes",
+    "check_op_names",
+    "checked_program",
+    "sample_cases",
+    "std_program",
+    "wrapper_program",
+]
 
 
 # ---------------------------------------------------------------- findings (every runtime)
@@ -451,8 +488,11 @@ class KernelFinding:
 
     def __str__(self) -> str:
         at = f" at {self.where}" if self.where else ""
-        diff = (f": largest difference {self.difference:.3g}{at} (tolerance {self.tolerance:.3g})"
-                if self.difference != float("inf") and self.problem == "differs" else at)
+        diff = (
+            f": largest difference {self.difference:.3g}{at} (tolerance {self.tolerance:.3g})"
+            if self.difference != float("inf") and self.problem == "differs"
+            else at
+        )
         via = f", {self.via}" if self.via else ""
         return f"kernel {self.kernel} (op {self.op}{via}) on {self.case}: {self.problem}{diff}"
 
@@ -470,11 +510,18 @@ class KernelCheck:
         return self.finding is None
 
 
-def finding(case: KernelCase, problem: str, diff: float = float("inf"), tol: float = 0.0,
-            where: str = "", via: str = "") -> KernelFinding:
+def finding(
+    case: KernelCase,
+    problem: str,
+    diff: float = float("inf"),
+    tol: float = 0.0,
+    where: str = "",
+    via: str = "",
+) -> KernelFinding:
     """The finding of ``case``: its kernel, op, shapes and generics with the ``problem``."""
-    return KernelFinding(case.kernel, case.op, case.describe(), problem, diff, tol, where,
-                         dict(case.generics), via)
+    return KernelFinding(
+        case.kernel, case.op, case.describe(), problem, diff, tol, where, dict(case.generics), via
+    )
 
 
 def position(name: str, idx: list[int]) -> str:
@@ -488,5 +535,6 @@ def raise_findings(findings: list[KernelFinding]) -> None:
     >>> raise_findings([])
     """
     if findings:
-        raise AssertionError(f"{len(findings)} kernel finding(s):\n"
-                             + "\n".join(f"  {f}" for f in findings))
+        raise AssertionError(
+            f"{len(findings)} kernel finding(s):\n" + "\n".join(f"  {f}" for f in findings)
+        )

@@ -68,8 +68,12 @@ def bound_calls(graph: Graph) -> Iterator[Call]:
     """
     for call in graph.calls:
         a = call.attributes
-        if a.get("kernel") and a.get("kernel_applies") and call.stop > call.start and all(
-                isinstance(r, str) for r in a.get("results") or []):
+        if (
+            a.get("kernel")
+            and a.get("kernel_applies")
+            and call.stop > call.start
+            and all(isinstance(r, str) for r in a.get("results") or [])
+        ):
             yield call
 
 
@@ -78,8 +82,11 @@ def kernel_arguments(call_args: list[Any], kernel: A.FuncDecl) -> dict[str, Any]
 
     >>> kernel_arguments(["%x", 0.5], A.FuncDecl.__new__(A.FuncDecl))  # doctest: +SKIP
     """
-    return {p.name: a for p, a in zip(kernel.params, call_args)
-            if not isinstance(a, str) and a is not None}
+    return {
+        p.name: a
+        for p, a in zip(kernel.params, call_args)
+        if not isinstance(a, str) and a is not None
+    }
 
 
 def _find_op(program: Program, qualified: str) -> A.FuncDecl | None:
@@ -97,11 +104,14 @@ def instance(program: Program, call: Call, key: str) -> KernelInstance:
     found.op = op_info(op) if op is not None else None
     args = call.attributes.get("args") or []
     try:
-        decls = [(name, gen, find_kernel(program, name))
-                 for name, gen in kernel_stages(call.attributes)]
+        decls = [
+            (name, gen, find_kernel(program, name)) for name, gen in kernel_stages(call.attributes)
+        ]
         found.scratch = any(decl.scratch for _, _, decl in decls)
-        kernels = [lower_kernel(program, name, gen, kernel_arguments(args, decl))
-                   for name, gen, decl in decls]
+        kernels = [
+            lower_kernel(program, name, gen, kernel_arguments(args, decl))
+            for name, gen, decl in decls
+        ]
         # The last stage makes the op's results: those the call writes into states, it
         # stores there.
         writes = [(w["result"], w["positions"]) for w in call.attributes.get("writes") or []]
@@ -146,21 +156,30 @@ def record_kernels(graph: Graph, program: Program, backwards: bool = True) -> Gr
                 arg_types.append((tuple(vt.shape), vt.dtype))
             else:
                 scalars[p.name] = a
-        result_types = [(tuple(value_type(graph, r).shape), value_type(graph, r).dtype)
-                        for r in call.attributes.get("results") or []]
-        graph.backwards[bkey] = backward_body(program, op, arg_types, result_types, scalars,
-                                              BACKWARD_ENTRY)
+        result_types = [
+            (tuple(value_type(graph, r).shape), value_type(graph, r).dtype)
+            for r in call.attributes.get("results") or []
+        ]
+        graph.backwards[bkey] = backward_body(
+            program, op, arg_types, result_types, scalars, BACKWARD_ENTRY
+        )
     return graph
 
 
 @overload
-def with_kernels(graphs: Graph, program: Program | None, numerics: str = ...,
-                 backwards: bool = ...) -> Graph: ...
+def with_kernels(
+    graphs: Graph, program: Program | None, numerics: str = ..., backwards: bool = ...
+) -> Graph: ...
 @overload
-def with_kernels(graphs: list[Graph], program: Program | None, numerics: str = ...,
-                 backwards: bool = ...) -> list[Graph]: ...
-def with_kernels(graphs: Graph | list[Graph], program: Program | None,
-                 numerics: str = "fast", backwards: bool = True) -> Graph | list[Graph]:
+def with_kernels(
+    graphs: list[Graph], program: Program | None, numerics: str = ..., backwards: bool = ...
+) -> list[Graph]: ...
+def with_kernels(
+    graphs: Graph | list[Graph],
+    program: Program | None,
+    numerics: str = "fast",
+    backwards: bool = True,
+) -> Graph | list[Graph]:
     """``graphs`` (one graph or a list) as shallow copies with their kernel instances
     recorded (:func:`record_kernels`) where kernels may launch: a ``program`` given and
     ``numerics`` "fast" (E0713 for a value that is neither "exact" nor "fast"). Elsewhere
@@ -180,5 +199,11 @@ def with_kernels(graphs: Graph | list[Graph], program: Program | None,
     return [record_kernels(copy.copy(g), program, backwards) for g in graphs]
 
 
-__all__ = ["BACKWARD_ENTRY", "bound_calls", "instance", "kernel_arguments", "record_kernels",
-           "with_kernels"]
+__all__ = [
+    "BACKWARD_ENTRY",
+    "bound_calls",
+    "instance",
+    "kernel_arguments",
+    "record_kernels",
+    "with_kernels",
+]

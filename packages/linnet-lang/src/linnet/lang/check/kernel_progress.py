@@ -19,9 +19,16 @@ from typing import IO, Any
 from linnet.lang.syntax.program import Program
 
 
-def planned_cases(programs: Iterable[Program], ops: list[str] | None, *, count: int,
-                  seed: int, max_size: int, dtypes: tuple[str, ...],
-                  skip: Iterable[str] = ()) -> dict[str, int]:
+def planned_cases(
+    programs: Iterable[Program],
+    ops: list[str] | None,
+    *,
+    count: int,
+    seed: int,
+    max_size: int,
+    dtypes: tuple[str, ...],
+    skip: Iterable[str] = (),
+) -> dict[str, int]:
     """The cases each op will be checked on (qualified op name -> number), in the order
     the checks run them: the ops of ``programs`` bound to a kernel, named by ``ops`` (None:
     all), each once, none of ``skip``; as :func:`~linnet.lang.check.kernel_runs.run_checks`
@@ -60,8 +67,9 @@ class Progress:
     linnet kernels: 1 case(s) of 1 op(s) bound to a kernel to check
     """
 
-    def __init__(self, plan: dict[str, int], stream: IO[str] | None = sys.stderr,
-                 via: str = "") -> None:
+    def __init__(
+        self, plan: dict[str, int], stream: IO[str] | None = sys.stderr, via: str = ""
+    ) -> None:
         self.plan = dict(plan)
         self.total = sum(plan.values())
         self.done = 0
@@ -77,8 +85,10 @@ class Progress:
     def begin(self) -> None:
         """The first line: how many cases of how many ops will be checked."""
         self.started = self.last = time.perf_counter()
-        self._say(f"linnet kernels: {self.total} case(s) of {len(self.plan)} op(s) bound to a "
-                  f"kernel to check{self.via}")
+        self._say(
+            f"linnet kernels: {self.total} case(s) of {len(self.plan)} op(s) bound to a "
+            f"kernel to check{self.via}"
+        )
 
     def check(self, check: Any) -> None:
         """A case has finished (a :class:`~linnet.lang.check.kernel_cases.KernelCheck`)."""
@@ -87,8 +97,10 @@ class Progress:
         self.failed += check.finding is not None
         verdict = "ok" if check.finding is None else "FAIL"
         case = check.case
-        self._say(f"[{self.done}/{self.total}] {case.op}  {case.describe()} ... {verdict} "
-                  f"{now - self.last:.1f} s")
+        self._say(
+            f"[{self.done}/{self.total}] {case.op}  {case.describe()} ... {verdict} "
+            f"{now - self.last:.1f} s"
+        )
         self.last = now
 
     def skipped(self, op: str, why: str) -> None:
@@ -99,5 +111,7 @@ class Progress:
     def end(self, findings: int) -> None:
         """The last line: cases checked, the time, and the findings."""
         took = time.perf_counter() - self.started
-        self._say(f"linnet kernels: {self.done} case(s) checked in {took:.1f} s: "
-                  + (f"{findings} finding(s)" if findings else "every kernel agrees with its op"))
+        self._say(
+            f"linnet kernels: {self.done} case(s) checked in {took:.1f} s: "
+            + (f"{findings} finding(s)" if findings else "every kernel agrees with its op")
+        )

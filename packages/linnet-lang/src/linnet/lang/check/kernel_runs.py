@@ -20,9 +20,18 @@ from linnet.lang.check.kernel_cases import (
 from linnet.lang.syntax.program import Program
 
 
-def run_checks(program: Program, check_case: Any, *, count: int, seed: int, max_size: int,
-               dtypes: tuple[str, ...], ops: list[str] | None, on_check: Any,
-               skip: set[str] | None) -> list[KernelFinding]:
+def run_checks(
+    program: Program,
+    check_case: Any,
+    *,
+    count: int,
+    seed: int,
+    max_size: int,
+    dtypes: tuple[str, ...],
+    ops: list[str] | None,
+    on_check: Any,
+    skip: set[str] | None,
+) -> list[KernelFinding]:
     """What every runtime's ``check_kernels`` does around its own launch: each bound op of
     ``program`` (by name or qualified name in ``ops``, none of those in ``skip``; the ops run
     are added to it) on ``count`` sampled cases, each run by ``check_case(op, case, seed)``
@@ -34,8 +43,12 @@ def run_checks(program: Program, check_case: Any, *, count: int, seed: int, max_
     findings: list[KernelFinding] = []
     check_op_names([program], ops)
     done = skip if skip is not None else set()
-    chosen = [op for op in bound_ops(program) if op.qualified_name not in done and (
-        ops is None or op.name in ops or op.qualified_name in ops)]
+    chosen = [
+        op
+        for op in bound_ops(program)
+        if op.qualified_name not in done
+        and (ops is None or op.name in ops or op.qualified_name in ops)
+    ]
     for op in chosen:
         done.add(op.qualified_name)
         cases = sample_cases(program, op, count, seed, max_size, dtypes)
@@ -46,11 +59,15 @@ def run_checks(program: Program, check_case: Any, *, count: int, seed: int, max_
             while binding is not None:
                 stages.append(binding.name)
                 binding = binding.then
-            findings.append(KernelFinding(
-                f"{op.module.name}::" + " then ".join(stages),
-                op.qualified_name, "no case",
-                f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
-                "the op and its kernel, so the kernel was never run (raise max_size)"))
+            findings.append(
+                KernelFinding(
+                    f"{op.module.name}::" + " then ".join(stages),
+                    op.qualified_name,
+                    "no case",
+                    f"no shapes with every dim at most {max_size} satisfy the `where` clauses of "
+                    "the op and its kernel, so the kernel was never run (raise max_size)",
+                )
+            )
             continue
         for i, case in enumerate(cases):
             check = access_check(program, op, case) or check_case(op, case, seed * 1000 + i)
@@ -77,5 +94,8 @@ def access_check(program: Program, op: A.FuncDecl, case: KernelCase) -> KernelCh
         return None
     kernel, fault = found[0]
     problem = f"{fault.describe()} [{fault.code}] (at {fault.loc}; not launched)"
-    return KernelCheck(case, float("inf"), KernelFinding(
-        kernel.name, case.op, case.describe(), problem, generics=dict(case.generics)))
+    return KernelCheck(
+        case,
+        float("inf"),
+        KernelFinding(kernel.name, case.op, case.describe(), problem, generics=dict(case.generics)),
+    )

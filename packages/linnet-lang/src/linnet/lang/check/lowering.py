@@ -27,15 +27,26 @@ def find_model(program: Program, model: str | None) -> A.BlockDecl:
         for m in models:
             if m.name == model:
                 return m
-        raise LinnetError(Diagnostic("E0600", f"no model `{model}` in {program.root.source.name}",
-                                     help="models here: " + (", ".join(m.name for m in models)
-                                                             or "none")))
+        raise LinnetError(
+            Diagnostic(
+                "E0600",
+                f"no model `{model}` in {program.root.source.name}",
+                help="models here: " + (", ".join(m.name for m in models) or "none"),
+            )
+        )
     if len(models) != 1:
-        raise LinnetError(Diagnostic(
-            "E0600", f"{program.root.source.name} declares {len(models)} models; name one",
-            help=(f"pick one with `--model {models[0].name}` (`model=` in Python); models here: "
-                  + ", ".join(m.name for m in models)) if models else
-                 "declare one: `model Name<...> { ... entry decode(...) ... }`"))
+        raise LinnetError(
+            Diagnostic(
+                "E0600",
+                f"{program.root.source.name} declares {len(models)} models; name one",
+                help=(
+                    f"pick one with `--model {models[0].name}` (`model=` in Python); models here: "
+                    + ", ".join(m.name for m in models)
+                )
+                if models
+                else "declare one: `model Name<...> { ... entry decode(...) ... }`",
+            )
+        )
     return models[0]
 
 
@@ -51,14 +62,21 @@ def config_key_help(key: str, known: list[str]) -> str:
     from linnet.lang.check.hints import did_you_mean
 
     names = ", ".join(known)
-    return did_you_mean(key, known, f"known names: {names}").replace("?", f"? (known names: "
-                                                                          f"{names})", 1)
+    return did_you_mean(key, known, f"known names: {names}").replace(
+        "?", f"? (known names: {names})", 1
+    )
 
 
-def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
-          config: dict[str, Any] | None = None, weights: dict[str, tuple] | None = None,
-          model: str | None = None, check: bool = True,
-          grad_clauses: dict[int, Any] | None = None) -> Graph:
+def lower(
+    program: Program,
+    entry: str,
+    inputs: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
+    weights: dict[str, tuple] | None = None,
+    model: str | None = None,
+    check: bool = True,
+    grad_clauses: dict[int, Any] | None = None,
+) -> Graph:
     """Lower a model's entry for concrete shapes into a :class:`Graph`.
 
     ``inputs`` maps each entry parameter to a shape (list of ints) or to ``(shape, dtype)``.
@@ -80,27 +98,40 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
     if method is None or method.kind != "entry":
         entries = [m.name for m in decl.methods if m.kind == "entry"]
         close = [e for e in entries if e.startswith(entry[:2])]
-        raise LinnetError(Diagnostic(
-            "E0601", f"model `{decl.name}` has no entry `{entry}`", decl.name_span,
-            "model declared here",
-            help=("entries: " + ", ".join(entries)) + (f"; did you mean `{close[0]}`?"
-                                                       if close else "")))
+        raise LinnetError(
+            Diagnostic(
+                "E0601",
+                f"model `{decl.name}` has no entry `{entry}`",
+                decl.name_span,
+                "model declared here",
+                help=("entries: " + ", ".join(entries))
+                + (f"; did you mean `{close[0]}`?" if close else ""),
+            )
+        )
     graph = Graph(entry=entry, model=decl.name)
     ev = Evaluator(program, Builder(graph), config)
     ev.grad_templates = grad_clauses
     try:
         env = bind_model_generics(ev, decl, method, inputs or {}, config or {}, weights)
         inst = instantiate(ev, decl, dict(env), "", config)
-        ev.check_where(decl, Frame(decl.module, inst.env, inst), decl.name_span,  # type: ignore[arg-type, arg-type]
-                       label="model declared here",
-                       help="choose config values that satisfy the clause")
+        ev.check_where(
+            decl,
+            Frame(decl.module, inst.env, inst),  # type: ignore[arg-type]
+            decl.name_span,  # type: ignore[arg-type]
+            label="model declared here",
+            help="choose config values that satisfy the clause",
+        )
         if weights is not None:
             check_weights(decl, inst, weights)
-        graph.dims = {k: int(v.value) for k, v in env.items()
-                      if isinstance(v, Dim) and v.value is not None}
+        graph.dims = {
+            k: int(v.value) for k, v in env.items() if isinstance(v, Dim) and v.value is not None
+        }
         graph.dtypes = {k: v for k, v in env.items() if isinstance(v, str)}
-        graph.config = {k: (v.value.value if isinstance(v.value, Dim) else v.value)
-                        for k, v in inst.env.items() if isinstance(v, Const)}
+        graph.config = {
+            k: (v.value.value if isinstance(v.value, Dim) else v.value)
+            for k, v in inst.env.items()
+            if isinstance(v, Const)
+        }
         for t in walk_instance(inst):
             vt = ValueType(tuple(d.value for d in t.shape), t.dtype)  # type: ignore[misc]
             (graph.states if t.kind == "state" else graph.parameters)[t.ref[1:]] = vt
@@ -117,8 +148,11 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
         returned = frame.returned or []
         results = [ev.tensor_type(r.type, frame) for r in method.results]
         if len(returned) != len(results):
-            raise fail("E0441", f"entry `{entry}` returns {len(returned)} values but declares "
-                       f"{len(results)}", method.name_span)
+            raise fail(
+                "E0441",
+                f"entry `{entry}` returns {len(returned)} values but declares {len(results)}",
+                method.name_span,
+            )
         for value, (shape, dtype), res in zip(returned, results, method.results):
             value = ev.check_return(value, shape, dtype, res, method)
             graph.outputs.append(value.ref)
@@ -135,69 +169,110 @@ def lower(program: Program, entry: str, inputs: dict[str, Any] | None = None,
     return run_stages(graph)
 
 
-def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
-                        inputs: dict[str, Any], config: dict[str, Any],
-                        weights: dict[str, tuple] | None) -> dict[str, Any]:
+def bind_model_generics(
+    ev: Evaluator,
+    decl: A.BlockDecl,
+    entry: A.FuncDecl,
+    inputs: dict[str, Any],
+    config: dict[str, Any],
+    weights: dict[str, tuple] | None,
+) -> dict[str, Any]:
     assert decl.module is not None
     generics = {g.name: g for g in decl.generics + entry.generics}
     config_names = {m.name for m in decl.members if m.kind == "config"}
     for key in config:
         if key not in generics and key not in config_names:
-            raise fail("E0602", f"`{key}` is not a generic or config of model `{decl.name}`",
-                       decl.name_span, "model declared here",
-                       help=config_key_help(key, list(generics) + sorted(config_names)))
+            raise fail(
+                "E0602",
+                f"`{key}` is not a generic or config of model `{decl.name}`",
+                decl.name_span,
+                "model declared here",
+                help=config_key_help(key, list(generics) + sorted(config_names)),
+            )
     env: dict[str, Any] = {}
     for name, value in config.items():
         if name in generics:
             g = generics[name]
             if g.kind == "DType":
                 if value not in DT.DTYPES:
-                    raise fail("E0613", f"`{name}` must be an element type, got {value!r}",
-                               g.span, "declared here", help="one of " + ", ".join(DT.DTYPES))
+                    raise fail(
+                        "E0613",
+                        f"`{name}` must be an element type, got {value!r}",
+                        g.span,
+                        "declared here",
+                        help="one of " + ", ".join(DT.DTYPES),
+                    )
                 env[name] = value
             else:
                 if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                    raise fail("E0613", f"`{name}` must be a positive integer, got {value!r}",
-                               g.span, "declared here")
+                    raise fail(
+                        "E0613",
+                        f"`{name}` must be a positive integer, got {value!r}",
+                        g.span,
+                        "declared here",
+                    )
                 if value > MAX_SIZE:
-                    raise fail("E0609", f"`{name}` = {value} is larger than a tensor dimension "
-                               f"can be (at most {MAX_SIZE})", g.span, "declared here",
-                               help=f"check the config's `{name}`")
+                    raise fail(
+                        "E0609",
+                        f"`{name}` = {value} is larger than a tensor dimension "
+                        f"can be (at most {MAX_SIZE})",
+                        g.span,
+                        "declared here",
+                        help=f"check the config's `{name}`",
+                    )
                 env[name] = Dim.const(value)
     # Entry inputs.
     params = {p.name: p for p in entry.params}
     for name in inputs:
         if name not in params:
-            raise fail("E0604", f"entry `{entry.name}` has no input `{name}`", entry.name_span,
-                       "entry declared here",
-                       help="inputs: " + ", ".join(p.name for p in entry.params))
+            raise fail(
+                "E0604",
+                f"entry `{entry.name}` has no input `{name}`",
+                entry.name_span,
+                "entry declared here",
+                help="inputs: " + ", ".join(p.name for p in entry.params),
+            )
     for p in entry.params:
         if p.name not in inputs:
-            raise fail("E0605", f"input `{p.name}` of entry `{entry.name}` was not given",
-                       p.span, "needs a shape",
-                       help=f"give its shape, e.g. `--input {p.name}="
-                            + ",".join(ev.src(d) for d in p.type.dims) + "` with numbers"
-                       if isinstance(p.type, A.TensorType) else
-                       f"give it, e.g. `--input {p.name}=`")
+            raise fail(
+                "E0605",
+                f"input `{p.name}` of entry `{entry.name}` was not given",
+                p.span,
+                "needs a shape",
+                help=f"give its shape, e.g. `--input {p.name}="
+                + ",".join(ev.src(d) for d in p.type.dims)
+                + "` with numbers"
+                if isinstance(p.type, A.TensorType)
+                else f"give it, e.g. `--input {p.name}=`",
+            )
         if not isinstance(p.type, A.TensorType):
             continue
         given = inputs[p.name]
         shape = given[0] if isinstance(given, tuple) else given
         check_sizes(shape, f"input `{p.name}`", p.span, p.name)
         if len(shape) != len(p.type.dims):
-            raise fail("E0606", f"input `{p.name}` has {len(shape)} "
-                       f"dimension{'s' if len(shape) != 1 else ''}, entry `{entry.name}` expects "
-                       f"{len(p.type.dims)}", p.span, f"declared {len(p.type.dims)}-dimensional",
-                       help="give one size per dimension: `--input " + p.name + "="
-                            + ",".join(ev.src(d) for d in p.type.dims) + "` with numbers")
+            raise fail(
+                "E0606",
+                f"input `{p.name}` has {len(shape)} "
+                f"dimension{'s' if len(shape) != 1 else ''}, entry `{entry.name}` expects "
+                f"{len(p.type.dims)}",
+                p.span,
+                f"declared {len(p.type.dims)}-dimensional",
+                help="give one size per dimension: `--input "
+                + p.name
+                + "="
+                + ",".join(ev.src(d) for d in p.type.dims)
+                + "` with numbers",
+            )
         pending = list(zip(p.type.dims, shape))
         unify_dims(ev, pending, env, generics, decl, f"input `{p.name}`", p.span)
     # Weights.
     if weights is not None:
         for _ in range(4):
             progress = False
-            sym_env = {n: env.get(n, Dim.symbol(n) if g.kind == "Dim" else n)
-                       for n, g in generics.items()}
+            sym_env = {
+                n: env.get(n, Dim.symbol(n) if g.kind == "Dim" else n) for n, g in generics.items()
+            }
             count_arrays(decl, sym_env, env, generics, weights)
             saved = ev.lowering
             ev.lowering = False
@@ -237,14 +312,20 @@ def bind_model_generics(ev: Evaluator, decl: A.BlockDecl, entry: A.FuncDecl,
             unknown = used - set(env)
             if len(unknown) == 1 and unknown <= {g.name for g in missing}:
                 known = ", ".join(f"{n} = {env[n]}" for n in sorted(used - unknown))
-                unsolvable.append((clause.span, f"no whole `{next(iter(unknown))}` satisfies "
-                                                f"this with {known}"))
-        raise fail("E0603", f"model `{decl.name}`: cannot determine {names}", decl.name_span,
-                   "model declared here",
-                   help="give " + ("them" if len(missing) > 1 else "it") + " in the config (`--set "
-                   f"{missing[0].name}=...`)" + ("" if weights is not None else " or pass weights")
-                   + (", or change the sizes in the `where` clause" if unsolvable else ""),
-                   secondary=[(g.span, "unbound") for g in missing[:3]] + list(unsolvable))
+                unsolvable.append(
+                    (clause.span, f"no whole `{next(iter(unknown))}` satisfies this with {known}")
+                )
+        raise fail(
+            "E0603",
+            f"model `{decl.name}`: cannot determine {names}",
+            decl.name_span,
+            "model declared here",
+            help="give " + ("them" if len(missing) > 1 else "it") + " in the config (`--set "
+            f"{missing[0].name}=...`)"
+            + ("" if weights is not None else " or pass weights")
+            + (", or change the sizes in the `where` clause" if unsolvable else ""),
+            secondary=[(g.span, "unbound") for g in missing[:3]] + list(unsolvable),
+        )
     for g in decl.generics + entry.generics:
         if g.name not in env and g.default is not None:
             env[g.name] = ev.generic_value(g, g.default, Frame(decl.module, env))
@@ -264,21 +345,38 @@ def check_sizes(shape: Any, what: str, span: Span | None, name: str) -> None:
     """
     example = f"`--input {name}=1,8`" if name else "`[2048, 64]`"
     if not isinstance(shape, list | tuple):
-        raise fail("E0608", f"{what}: a shape is a list of sizes, got {shape!r}", span,
-                   "declared here", help=f"give one positive size per dimension, e.g. {example}")
+        raise fail(
+            "E0608",
+            f"{what}: a shape is a list of sizes, got {shape!r}",
+            span,
+            "declared here",
+            help=f"give one positive size per dimension, e.g. {example}",
+        )
     for n in shape:
         if isinstance(n, bool) or not isinstance(n, int):
-            raise fail("E0608", f"{what} has size {n!r}; sizes are whole numbers", span,
-                       "declared here", help=f"give one positive size per dimension, e.g. "
-                       f"{example}")
+            raise fail(
+                "E0608",
+                f"{what} has size {n!r}; sizes are whole numbers",
+                span,
+                "declared here",
+                help=f"give one positive size per dimension, e.g. {example}",
+            )
         if n <= 0:
-            raise fail("E0608", f"{what} has size {n}; sizes are at least 1", span,
-                       "declared here", help=f"give one positive size per dimension, e.g. "
-                       f"{example}")
+            raise fail(
+                "E0608",
+                f"{what} has size {n}; sizes are at least 1",
+                span,
+                "declared here",
+                help=f"give one positive size per dimension, e.g. {example}",
+            )
         if n > MAX_SIZE:
-            raise fail("E0609", f"{what} has size {n}, larger than a tensor dimension can be "
-                       f"(at most {MAX_SIZE})", span, "declared here",
-                       help="give a smaller size")
+            raise fail(
+                "E0609",
+                f"{what} has size {n}, larger than a tensor dimension can be (at most {MAX_SIZE})",
+                span,
+                "declared here",
+                help="give a smaller size",
+            )
 
 
 def check_numel(graph: Graph, spans: dict[str, Span]) -> None:
@@ -289,23 +387,38 @@ def check_numel(graph: Graph, spans: dict[str, Span]) -> None:
     """
     inputs = {name: graph.values[name] for name in graph.inputs if name in graph.values}
     groups: list[tuple[str, dict[str, ValueType]]] = [
-        ("input", inputs), ("parameter", graph.parameters), ("state", graph.states),
-        ("value", graph.values)]
+        ("input", inputs),
+        ("parameter", graph.parameters),
+        ("state", graph.states),
+        ("value", graph.values),
+    ]
     for kind, table in groups:
         for name, vt in table.items():
             numel = 1
             for d in vt.shape:
                 numel *= d if isinstance(d, int) else 1
                 if isinstance(d, int) and d < 0:
-                    raise LinnetError(Diagnostic(
-                        "E0619", f"{kind} `{name.lstrip('%@')}` has shape {list(vt.shape)}, "
-                        "with a negative size", spans.get(name), "", help=NEGATIVE_HELP))
+                    raise LinnetError(
+                        Diagnostic(
+                            "E0619",
+                            f"{kind} `{name.lstrip('%@')}` has shape {list(vt.shape)}, "
+                            "with a negative size",
+                            spans.get(name),
+                            "",
+                            help=NEGATIVE_HELP,
+                        )
+                    )
             if numel > MAX_SIZE:
-                raise LinnetError(Diagnostic(
-                    "E0618", f"{kind} `{name.lstrip('%@')}` of shape {list(vt.shape)} has {numel} elements, "
-                    f"more than a tensor can hold (at most {MAX_SIZE})", spans.get(name),
-                    f"{list(vt.shape)}" if spans.get(name) else "",
-                    help="choose smaller sizes in the config or the inputs"))
+                raise LinnetError(
+                    Diagnostic(
+                        "E0618",
+                        f"{kind} `{name.lstrip('%@')}` of shape {list(vt.shape)} has {numel} elements, "
+                        f"more than a tensor can hold (at most {MAX_SIZE})",
+                        spans.get(name),
+                        f"{list(vt.shape)}" if spans.get(name) else "",
+                        help="choose smaller sizes in the config or the inputs",
+                    )
+                )
 
 
 def solve_where(ev: Evaluator, decl: A.BlockDecl, env: dict, generics: dict) -> None:
@@ -329,8 +442,15 @@ def solve_where(ev: Evaluator, decl: A.BlockDecl, env: dict, generics: dict) -> 
                     env[solved[0]] = solved[1]
 
 
-def unify_dims(ev: Evaluator, pending: list, env: dict, generics: dict, decl: A.BlockDecl,
-               what: str, span: Span) -> None:
+def unify_dims(
+    ev: Evaluator,
+    pending: list,
+    env: dict,
+    generics: dict,
+    decl: A.BlockDecl,
+    what: str,
+    span: Span,
+) -> None:
     for _ in range(len(pending) + 1):
         rest = []
         for dexpr, n in pending:
@@ -353,47 +473,73 @@ def unify_dims(ev: Evaluator, pending: list, env: dict, generics: dict, decl: A.
                 continue
             if d.value != n:
                 settable = isinstance(dexpr, A.Name) and dexpr.name in generics
-                raise fail("E0607", f"{what} has size {n} where `{ev.src(dexpr)}` = {d}",
-                           dexpr.span, f"expects {d}",
-                           help="pass an input of the declared shape" + (
-                               f", or set `--set {dexpr.name}={n}`" if settable else ""))
+                raise fail(
+                    "E0607",
+                    f"{what} has size {n} where `{ev.src(dexpr)}` = {d}",
+                    dexpr.span,
+                    f"expects {d}",
+                    help="pass an input of the declared shape"
+                    + (f", or set `--set {dexpr.name}={n}`" if settable else ""),
+                )
         if len(rest) == len(pending):
             break
         pending = rest
 
 
-def count_arrays(decl: A.BlockDecl, sym_env: dict, env: dict, generics: dict,
-                 weights: dict[str, tuple]) -> None:
+def count_arrays(
+    decl: A.BlockDecl, sym_env: dict, env: dict, generics: dict, weights: dict[str, tuple]
+) -> None:
     """Bind a repeated block's count (`[Layer<...>; L]`) from the layer indices in weights."""
     for m in decl.members:
-        if m.kind == "block" and isinstance(m.type, A.ArrayType) and isinstance(
-                m.type.count, A.Name) and m.type.count.name in generics and \
-                m.type.count.name not in env:
+        if (
+            m.kind == "block"
+            and isinstance(m.type, A.ArrayType)
+            and isinstance(m.type.count, A.Name)
+            and m.type.count.name in generics
+            and m.type.count.name not in env
+        ):
             pattern = re.compile(rf"^{re.escape(m.name)}\.(\d+)\.")
             found = {int(mt.group(1)) for k in weights if (mt := pattern.match(k))}
             if found:
                 env[m.type.count.name] = Dim.const(
-                    dense_count(found, m.name, pattern, weights, m.span))
+                    dense_count(found, m.name, pattern, weights, m.span)
+                )
                 sym_env[m.type.count.name] = env[m.type.count.name]
         elif m.kind == "block" and isinstance(m.type, A.BlockType):
             child = decl.module.find(m.type.name) if decl.module else None
             if isinstance(child, A.BlockDecl):
                 # Nested counts (model.layers) are bound through the child's generic args.
-                sub = {k[len(m.name) + 1:]: v for k, v in weights.items()
-                       if k.startswith(m.name + ".")}
+                sub = {
+                    k[len(m.name) + 1 :]: v
+                    for k, v in weights.items()
+                    if k.startswith(m.name + ".")
+                }
                 for cm in child.members:
                     if cm.kind == "block" and isinstance(cm.type, A.ArrayType):
                         pattern = re.compile(rf"^{re.escape(cm.name)}\.(\d+)\.")
                         found = {int(mt.group(1)) for k in sub if (mt := pattern.match(k))}
                         idx = [g.name for g in child.generics]
-                        if found and isinstance(cm.type.count, A.Name) and \
-                                cm.type.count.name in idx:
+                        if (
+                            found
+                            and isinstance(cm.type.count, A.Name)
+                            and cm.type.count.name in idx
+                        ):
                             pos = idx.index(cm.type.count.name)
                             if pos < len(m.type.args):
                                 arg = m.type.args[pos]
-                                if isinstance(arg, A.Name) and arg.name in generics and \
-                                        arg.name not in env:
-                                    env[arg.name] = Dim.const(dense_count(
-                                        found, f"{m.name}.{cm.name}", pattern, sub, cm.span,
-                                        prefix=m.name + "."))
+                                if (
+                                    isinstance(arg, A.Name)
+                                    and arg.name in generics
+                                    and arg.name not in env
+                                ):
+                                    env[arg.name] = Dim.const(
+                                        dense_count(
+                                            found,
+                                            f"{m.name}.{cm.name}",
+                                            pattern,
+                                            sub,
+                                            cm.span,
+                                            prefix=m.name + ".",
+                                        )
+                                    )
                                     sym_env[arg.name] = env[arg.name]

@@ -40,19 +40,35 @@ class Names(EvaluatorBase):
                     if (item is None or not getattr(item, "public", True)) and span != name_span:
                         return POISON  # reported at the `use` itself
                     if item is None:
-                        public = [str(getattr(i, "name", "")) for i in target.items
-                                  if getattr(i, "public", False)]
-                        raise fail("E0202", f"`{name}` is not in module `{'.'.join(use.module)}`",
-                                   span, "not found there",
-                                   help=did_you_mean(name, public, f"`{'.'.join(use.module)}` "
-                                                     "exports: " + (", ".join(sorted(public))
-                                                                    or "nothing"), cutoff=0.8))
+                        public = [
+                            str(getattr(i, "name", ""))
+                            for i in target.items
+                            if getattr(i, "public", False)
+                        ]
+                        raise fail(
+                            "E0202",
+                            f"`{name}` is not in module `{'.'.join(use.module)}`",
+                            span,
+                            "not found there",
+                            help=did_you_mean(
+                                name,
+                                public,
+                                f"`{'.'.join(use.module)}` "
+                                "exports: " + (", ".join(sorted(public)) or "nothing"),
+                                cutoff=0.8,
+                            ),
+                        )
                     if not getattr(item, "public", True):
-                        raise fail("E0203", f"`{name}` is private to `{'.'.join(use.module)}`",
-                                   span, "private item",
-                                   help=f"mark it `pub` in `{'.'.join(use.module)}`",
-                                   secondary=[(getattr(item, "name_span", item.span),
-                                               "declared without `pub`")])
+                        raise fail(
+                            "E0203",
+                            f"`{name}` is private to `{'.'.join(use.module)}`",
+                            span,
+                            "private item",
+                            help=f"mark it `pub` in `{'.'.join(use.module)}`",
+                            secondary=[
+                                (getattr(item, "name_span", item.span), "declared without `pub`")
+                            ],
+                        )
         if item is None:
             return None
         if isinstance(item, A.FuncDecl):
@@ -68,11 +84,17 @@ class Names(EvaluatorBase):
         for k, (c, _) in enumerate(self.const_stack):
             if c is item:
                 cycle = [c.name for c, _ in self.const_stack[k:]] + [item.name]
-                raise fail("E0206", f"constant `{item.name}` is defined in terms of itself: "
-                           + " -> ".join(f"`{n}`" for n in cycle), span, "used here",
-                           help="give one of them a value that does not refer back",
-                           secondary=[(c.span, f"`{c.name}` defined here")
-                                      for c, _ in self.const_stack[k:]][:4])
+                raise fail(
+                    "E0206",
+                    f"constant `{item.name}` is defined in terms of itself: "
+                    + " -> ".join(f"`{n}`" for n in cycle),
+                    span,
+                    "used here",
+                    help="give one of them a value that does not refer back",
+                    secondary=[
+                        (c.span, f"`{c.name}` defined here") for c, _ in self.const_stack[k:]
+                    ][:4],
+                )
         cached = self.const_cache.get(id(item))
         if cached is not None and cached[0] is item:
             return cached[1]
@@ -80,10 +102,15 @@ class Names(EvaluatorBase):
             chain = [c for c, _ in self.const_stack]
             for c in chain:  # reported once, here, not again for every constant of the chain
                 self.const_cache[id(c)] = (c, POISON)
-            raise fail("E0209", f"constant `{chain[0].name}` is defined through more than "
-                       f"{MAX_DEPTH} other constants", span, "the limit is reached here",
-                       help="define some of them directly, with fewer steps between",
-                       secondary=[(chain[0].span, f"`{chain[0].name}` defined here")])
+            raise fail(
+                "E0209",
+                f"constant `{chain[0].name}` is defined through more than "
+                f"{MAX_DEPTH} other constants",
+                span,
+                "the limit is reached here",
+                help="define some of them directly, with fewer steps between",
+                secondary=[(chain[0].span, f"`{chain[0].name}` defined here")],
+            )
         self.const_stack.append((item, span))
         try:
             value = self.value(item.value, Frame(module, {}))
@@ -103,10 +130,14 @@ class Names(EvaluatorBase):
         if local is not None:
             if frame.in_kernel and frame.results.get(name) is local:
                 # `store` reaches its target through `lookup_local`; any other use reads it.
-                raise fail("E0528", f"kernel result `{name}` is read; results appear only in "
-                           "`store`", span, "read here",
-                           help="keep the value in a tile (`let t = ...`) and use the tile; "
-                                f"write the result with `store({name}[...], t)`")
+                raise fail(
+                    "E0528",
+                    f"kernel result `{name}` is read; results appear only in `store`",
+                    span,
+                    "read here",
+                    help="keep the value in a tile (`let t = ...`) and use the tile; "
+                    f"write the result with `store({name}[...], t)`",
+                )
             return local
         if name in frame.ivars:
             return IndexVar(name)
@@ -119,8 +150,13 @@ class Names(EvaluatorBase):
             return v
         if name == "self":
             if frame.owner is None:
-                raise fail("E0204", "`self` is only defined in a block's methods", span,
-                           "no block here", help="read parameters inside a block's `fn`")
+                raise fail(
+                    "E0204",
+                    "`self` is only defined in a block's methods",
+                    span,
+                    "no block here",
+                    help="read parameters inside a block's `fn`",
+                )
             return frame.owner
         g = self.resolve_global(frame.module, name, span)
         if g is not None:
@@ -134,20 +170,30 @@ class Names(EvaluatorBase):
             # A did-you-mean costs time linear in the names in scope: give it to the first
             # errors only, so that thousands of unknown names stay linear.
             self.suggestions_left -= 1
-            candidates = list(frame.local_names()) + list(frame.ivars) + list(frame.env) + \
-                frame.module.item_names + [n for u in frame.module.uses for n, _ in u.names] + \
-                sorted(BUILTINS)
+            candidates = (
+                list(frame.local_names())
+                + list(frame.ivars)
+                + list(frame.env)
+                + frame.module.item_names
+                + [n for u in frame.module.uses for n, _ in u.names]
+                + sorted(BUILTINS)
+            )
             help = did_you_mean(name, candidates, help)
         if name in ("sum", "max", "min", "mean", "prod"):
-            raise fail("E0201", f"`{name}` is a reduction, not a function", span,
-                       "called like a function",
-                       help=f"name the reduced index: `{name}[i] x[i]`")
+            raise fail(
+                "E0201",
+                f"`{name}` is a reduction, not a function",
+                span,
+                "called like a function",
+                help=f"name the reduced index: `{name}[i] x[i]`",
+            )
         raise fail("E0201", f"unknown name `{name}`", span, "not defined here", help=help)
 
     def resolve_quiet(self, frame: Frame, name: str) -> Any:
         try:
             return self.resolve_global(frame.module, name, Span(frame.module.source, 0, 0)) or (
-                Builtin(name) if name in BUILTINS else None)
+                Builtin(name) if name in BUILTINS else None
+            )
         except Fail:
             return None
 
@@ -157,9 +203,13 @@ class Names(EvaluatorBase):
             return v.value
         if isinstance(v, Poison):
             raise Fail(Diagnostic("E0000", "poisoned"))
-        raise fail("E0401", "a dimension must be a compile-time integer", expr.span,
-                   "not an integer dimension",
-                   help="dimensions are written with `Dim` generics, integers, `+ - * /`")
+        raise fail(
+            "E0401",
+            "a dimension must be a compile-time integer",
+            expr.span,
+            "not an integer dimension",
+            help="dimensions are written with `Dim` generics, integers, `+ - * /`",
+        )
 
     def eval_dtype(self, name: A.Name, frame: Frame) -> str:
         if name.name in DT.DTYPES:
@@ -168,20 +218,33 @@ class Names(EvaluatorBase):
         if isinstance(v, str):
             return v
         if name.name in frame.env:
-            raise fail("E0402", f"`{name.name}` is a dimension, not an element type", name.span,
-                       "expected a dtype", help="element types are f32, bf16, f16, i32, bool, "
-                       "... or a `DType` generic")
-        raise fail("E0403", f"unknown element type `{name.name}`", name.span,
-                   "not a dtype", help=did_you_mean(name.name, DT.DTYPES,
-                                                    "element types are " + ", ".join(DT.DTYPES)))
+            raise fail(
+                "E0402",
+                f"`{name.name}` is a dimension, not an element type",
+                name.span,
+                "expected a dtype",
+                help="element types are f32, bf16, f16, i32, bool, ... or a `DType` generic",
+            )
+        raise fail(
+            "E0403",
+            f"unknown element type `{name.name}`",
+            name.span,
+            "not a dtype",
+            help=did_you_mean(name.name, DT.DTYPES, "element types are " + ", ".join(DT.DTYPES)),
+        )
 
     def tensor_type(self, typ: A.TypeExpr, frame: Frame) -> tuple[tuple[Dim, ...], str]:
         if isinstance(typ, A.TensorType):
             dims = tuple(self.eval_dim(d, frame) for d in typ.dims)
             for d, expr in zip(dims, typ.dims):
                 if d.value is not None and d.value < 0:
-                    raise fail("E0619", f"`{self.src(expr)}` = {d.value} is a negative size",
-                               expr.span, f"= {d.value}", help=NEGATIVE_HELP)
+                    raise fail(
+                        "E0619",
+                        f"`{self.src(expr)}` = {d.value} is a negative size",
+                        expr.span,
+                        f"= {d.value}",
+                        help=NEGATIVE_HELP,
+                    )
             return dims, self.eval_dtype(typ.dtype, frame)
         if isinstance(typ, A.ScalarType):
             return (), self.eval_dtype(A.Name(typ.name, typ.span), frame)

@@ -95,8 +95,12 @@ def span_ops(program: Program) -> list[A.FuncDecl]:
     out = []
     for module in program.modules.values():
         for item in module.items:
-            if isinstance(item, A.FuncDecl) and item.kind == "op" and item.kernel is not None \
-                    and _calls_an_op(item, program):
+            if (
+                isinstance(item, A.FuncDecl)
+                and item.kind == "op"
+                and item.kernel is not None
+                and _calls_an_op(item, program)
+            ):
                 out.append(item)
     return out
 
@@ -152,12 +156,17 @@ def pattern(program: Program, op: A.FuncDecl) -> Pattern | None:
     case = cases[0]
     config = {}
     scalar_names = list(case.scalars)
-    for k, name in enumerate(scalar_names[:len(_SENTINELS)]):
+    for k, name in enumerate(scalar_names[: len(_SENTINELS)]):
         config[name] = _SENTINELS[k] if case.scalars[name].startswith("f") else k + 3
     try:
-        g = lower(wrapper_program(program, op, case), ENTRY,
-                  {n: list(s) for n, (s, _) in case.params.items()}, config, model=MODEL,
-                  check=False)
+        g = lower(
+            wrapper_program(program, op, case),
+            ENTRY,
+            {n: list(s) for n, (s, _) in case.params.items()},
+            config,
+            model=MODEL,
+            check=False,
+        )
     except LinnetError:
         return None
     return _pattern_of(op, g, config)
@@ -178,9 +187,14 @@ def _pattern_of(op: A.FuncDecl, g: Graph, config: dict[str, Any]) -> Pattern | N
         else:
             params.append(value)
     nodes = graph_nodes(g, call.start, call.stop, skip=call)
-    return Pattern(op.qualified_name, params, scalars,
-                   list(call.attributes.get("results") or []), nodes,
-                   _producers(nodes))
+    return Pattern(
+        op.qualified_name,
+        params,
+        scalars,
+        list(call.attributes.get("results") or []),
+        nodes,
+        _producers(nodes),
+    )
 
 
 # ---------------------------------------------------------------- confirming and claiming
@@ -248,9 +262,14 @@ class Spans:
                 args = [u.params.get(k) for k in range(len(op.params))]
                 if any(a is None for a in args):
                     continue
-                m = SpanMatch(op, lo, hi, args, results,
-                              sorted((n.call for n in got if n.call is not None),
-                                     key=lambda c: c.start))
+                m = SpanMatch(
+                    op,
+                    lo,
+                    hi,
+                    args,
+                    results,
+                    sorted((n.call for n in got if n.call is not None), key=lambda c: c.start),
+                )
                 binding = self.confirm(program, graph, m, pat)
                 if binding is not None:
                     m.binding = binding
@@ -258,12 +277,17 @@ class Spans:
         out.sort(key=lambda m: (m.start, m.start - m.stop))
         return out
 
-    def confirm(self, program: Program, graph: Graph, m: SpanMatch, pat: Pattern
-                ) -> dict[str, Any] | None:
+    def confirm(
+        self, program: Program, graph: Graph, m: SpanMatch, pat: Pattern
+    ) -> dict[str, Any] | None:
         """Lower the span op at the match's own types and scalars; its kernel binding if
         the body is node for node what the graph has there and the kernel applies."""
-        types = [graph.values.get(a) or graph.parameters.get(a[1:]) or graph.states.get(a[1:])
-                 if isinstance(a, str) else a for a in m.args]
+        types = [
+            graph.values.get(a) or graph.parameters.get(a[1:]) or graph.states.get(a[1:])
+            if isinstance(a, str)
+            else a
+            for a in m.args
+        ]
         outs = [graph.values.get(r) for r in m.results]
         if any(t is None for t in types) or any(t is None for t in outs):
             return None
@@ -284,13 +308,14 @@ class Spans:
         if not all(u.value(pr, gr) for pr, gr in zip(pat2.results, m.results)):
             return None
         if len(u.nodes) != len(pat2.nodes) or any(
-                not _same_ref(u.params.get(k), a) for k, a in enumerate(m.args)
-                if k not in pat2.scalars):
+            not _same_ref(u.params.get(k), a) for k, a in enumerate(m.args) if k not in pat2.scalars
+        ):
             return None
         return binding if binding.get("kernel_applies") else None
 
-    def _lower_at(self, program: Program, op: A.FuncDecl, types: list[Any],
-                  outs: list[Any]) -> dict[str, Any] | None:
+    def _lower_at(
+        self, program: Program, op: A.FuncDecl, types: list[Any], outs: list[Any]
+    ) -> dict[str, Any] | None:
         params: dict[str, tuple[tuple[int, ...], str]] = {}
         scalars: dict[str, str] = {}
         config: dict[str, Any] = {}
@@ -301,12 +326,18 @@ class Spans:
                 kind = p.type.name if isinstance(p.type, A.ScalarType) else "f32"
                 scalars[p.name] = kind
                 config[p.name] = t
-        case = KernelCase(op.qualified_name, "", {}, params, scalars,
-                          [(tuple(o.shape), o.dtype) for o in outs])
+        case = KernelCase(
+            op.qualified_name, "", {}, params, scalars, [(tuple(o.shape), o.dtype) for o in outs]
+        )
         try:
-            g = lower(wrapper_program(program, op, case), ENTRY,
-                      {n: list(s) for n, (s, _) in params.items()}, config, model=MODEL,
-                      check=False)
+            g = lower(
+                wrapper_program(program, op, case),
+                ENTRY,
+                {n: list(s) for n, (s, _) in params.items()},
+                config,
+                model=MODEL,
+                check=False,
+            )
         except LinnetError:
             return None
         call = next((c for c in g.calls if c.callee == op.qualified_name), None)
@@ -337,13 +368,28 @@ class Spans:
             paths = [c.path for c in m.calls if c.path]
             iters = {c.iteration for c in m.calls}
             repeated = {c.repeated for c in m.calls}
-            out.calls.append(Call(
-                m.op.qualified_name, "op", m.start, m.stop, index, _common_path(paths), depth,
-                m.calls[0].loc if m.calls else "",
-                {**m.binding, "args": list(m.args), "results": list(m.results), "span": True,
-                 "claims": [c.callee for c in m.calls], "inner": len(inner)},
-                iters.pop() if len(iters) == 1 else None,
-                repeated.pop() if len(repeated) == 1 else ""))
+            out.calls.append(
+                Call(
+                    m.op.qualified_name,
+                    "op",
+                    m.start,
+                    m.stop,
+                    index,
+                    _common_path(paths),
+                    depth,
+                    m.calls[0].loc if m.calls else "",
+                    {
+                        **m.binding,
+                        "args": list(m.args),
+                        "results": list(m.results),
+                        "span": True,
+                        "claims": [c.callee for c in m.calls],
+                        "inner": len(inner),
+                    },
+                    iters.pop() if len(iters) == 1 else None,
+                    repeated.pop() if len(repeated) == 1 else "",
+                )
+            )
             index += 1
         producers, users = out.producers(), out.users()
         for c in list(out.calls):
@@ -351,14 +397,27 @@ class Spans:
             if writes:
                 written = {w["result"] for w in writes}
                 results = list(c.attributes.get("results") or [])
-                out.calls.append(Call(
-                    c.callee, "op", c.start, max(w["step"] for w in writes) + 1, index, c.path,
-                    c.depth, c.loc,
-                    {**c.attributes, "results": [r for j, r in enumerate(results)
-                                                 if j not in written],
-                     "writes": writes, "span": True, "claims": c.attributes.get(
-                         "claims", [c.callee])},
-                    c.iteration, c.repeated))
+                out.calls.append(
+                    Call(
+                        c.callee,
+                        "op",
+                        c.start,
+                        max(w["step"] for w in writes) + 1,
+                        index,
+                        c.path,
+                        c.depth,
+                        c.loc,
+                        {
+                            **c.attributes,
+                            "results": [r for j, r in enumerate(results) if j not in written],
+                            "writes": writes,
+                            "span": True,
+                            "claims": c.attributes.get("claims", [c.callee]),
+                        },
+                        c.iteration,
+                        c.repeated,
+                    )
+                )
                 index += 1
         for c in self.fuse(out, index):
             out.calls.append(c)
@@ -410,8 +469,17 @@ class Spans:
                         index += 1
         return out
 
-    def _fused_call(self, program: Program, op: A.FuncDecl, f: Fusion, graph: Graph,
-                    w: Call, a: Call, users: dict[str, list[int]], index: int) -> Call | None:
+    def _fused_call(
+        self,
+        program: Program,
+        op: A.FuncDecl,
+        f: Fusion,
+        graph: Graph,
+        w: Call,
+        a: Call,
+        users: dict[str, list[int]],
+        index: int,
+    ) -> Call | None:
         """The call of ``op`` over claim ``w`` (``f.first`` with writes), the reshapes after
         it and claim ``a`` (``f.last``), if the graph wires them as ``op``'s body does and its
         kernel applies at these shapes; else None."""
@@ -454,13 +522,18 @@ class Spans:
         results = list(a.attributes.get("results") or [])
         if not closed(graph, w.start, a.stop, results):
             return None
-        types = [graph.values.get(x) or graph.parameters.get(x[1:]) or graph.states.get(x[1:])
-                 if isinstance(x, str) else x for x in (args[k] for k in range(len(op.params)))]
+        types = [
+            graph.values.get(x) or graph.parameters.get(x[1:]) or graph.states.get(x[1:])
+            if isinstance(x, str)
+            else x
+            for x in (args[k] for k in range(len(op.params)))
+        ]
         outs: list[Any] = [graph.values.get(r) for r in results]
         for x in writes:  # the rows written: one a sequence of the state
             state = graph.states.get(x["state"][1:])
-            outs.append(None if state is None else
-                        ValueType(state.shape[:1] + state.shape[2:], state.dtype))
+            outs.append(
+                None if state is None else ValueType(state.shape[:1] + state.shape[2:], state.dtype)
+            )
         if any(t is None for t in types) or any(t is None for t in outs):
             return None
         key = (op.qualified_name, repr(types), repr(outs))
@@ -472,17 +545,32 @@ class Spans:
             return None
         first_writes = {x["result"]: x for x in writes}
         claims = list(w.attributes.get("claims") or [w.callee]) + list(
-            a.attributes.get("claims") or [a.callee])
-        return Call(op.qualified_name, "op", w.start, a.stop, index,
-                    _common_path([c for c in (w.path, a.path) if c]), min(w.depth, a.depth),
-                    w.loc, {**lowered["binding"], "args": [args[k] for k in range(len(op.params))],
-                            "results": results, "span": True, "claims": claims,
-                            "writes": [{**first_writes[result], "result": len(results) + n}
-                                       for n, (_, _, result, _) in enumerate(f.writes)],
-                            "inner": sum(1 for c in graph.calls
-                                         if w.start <= c.start and c.stop <= a.stop)},
-                    w.iteration if w.iteration == a.iteration else None,
-                    w.repeated if w.repeated == a.repeated else "")
+            a.attributes.get("claims") or [a.callee]
+        )
+        return Call(
+            op.qualified_name,
+            "op",
+            w.start,
+            a.stop,
+            index,
+            _common_path([c for c in (w.path, a.path) if c]),
+            min(w.depth, a.depth),
+            w.loc,
+            {
+                **lowered["binding"],
+                "args": [args[k] for k in range(len(op.params))],
+                "results": results,
+                "span": True,
+                "claims": claims,
+                "writes": [
+                    {**first_writes[result], "result": len(results) + n}
+                    for n, (_, _, result, _) in enumerate(f.writes)
+                ],
+                "inner": sum(1 for c in graph.calls if w.start <= c.start and c.stop <= a.stop),
+            },
+            w.iteration if w.iteration == a.iteration else None,
+            w.repeated if w.repeated == a.repeated else "",
+        )
 
 
 @lru_cache(maxsize=1)

@@ -36,14 +36,19 @@ def find_kernel(program: Program, name: str) -> A.FuncDecl:
     mod = program.module(module)
     item = mod.find(short) if mod is not None else None
     if not isinstance(item, A.FuncDecl) or item.kind != "kernel":
-        raise LinnetError(Diagnostic("E0533", f"no kernel `{name}` in this program",
-                                     help="name a kernel as `module::name`, e.g. "
-                                          "`std.nn.activation::row_softmax`"))
+        raise LinnetError(
+            Diagnostic(
+                "E0533",
+                f"no kernel `{name}` in this program",
+                help="name a kernel as `module::name`, e.g. `std.nn.activation::row_softmax`",
+            )
+        )
     return item
 
 
-def lower_kernel(program: Program, name: str, generics: dict[str, Any],
-                 scalars: dict[str, Any] | None = None) -> TileKernel:
+def lower_kernel(
+    program: Program, name: str, generics: dict[str, Any], scalars: dict[str, Any] | None = None
+) -> TileKernel:
     """Lower kernel ``name`` (``module::kernel``) for ``generics`` (every generic of the
     kernel: ints for dims, dtype names for DTypes) to a :class:`TileKernel`. ``scalars``
     gives the values of its scalar parameters (`eps: f32`): like generics, they are
@@ -61,10 +66,14 @@ def lower_kernel(program: Program, name: str, generics: dict[str, Any],
         elif g.kind == "DType" and isinstance(v, str):
             env[g.name] = v
         else:
-            raise LinnetError(Diagnostic(
-                "E0534", f"kernel `{name}` needs generic `{g.name}` ({g.kind}), given {v!r}",
-                help="give every generic of the kernel: an int for a Dim, a dtype name "
-                     "(`f32`) for a DType"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0534",
+                    f"kernel `{name}` needs generic `{g.name}` ({g.kind}), given {v!r}",
+                    help="give every generic of the kernel: an int for a Dim, a dtype name "
+                    "(`f32`) for a DType",
+                )
+            )
     graph = Graph(entry=decl.name, model=name)
     ev = Evaluator(program, Builder(graph))
     assert decl.module is not None
@@ -76,11 +85,17 @@ def lower_kernel(program: Program, name: str, generics: dict[str, Any],
         for clause in decl.where:
             c = ev.value(clause, frame)
             if isinstance(c, Const) and c.value is False:
-                raise LinnetError(Diagnostic(
-                    "E0535", f"kernel `{name}`'s `where {ev.src(clause)}` does not hold for "
-                             f"{_generics(generics)}", clause.span, "this clause",
-                    help="its op runs the body for these shapes; launch the kernel only "
-                         "where the clause holds"))
+                raise LinnetError(
+                    Diagnostic(
+                        "E0535",
+                        f"kernel `{name}`'s `where {ev.src(clause)}` does not hold for "
+                        f"{_generics(generics)}",
+                        clause.span,
+                        "this clause",
+                        help="its op runs the body for these shapes; launch the kernel only "
+                        "where the clause holds",
+                    )
+                )
         for p in decl.params:
             if isinstance(p.type, A.TensorType):
                 shape, dtype = ev.tensor_type(p.type, frame)
@@ -93,13 +108,22 @@ def lower_kernel(program: Program, name: str, generics: dict[str, Any],
                 v = (scalars or {}).get(p.name)
                 shape, dtype = ev.tensor_type(p.type, frame)
                 if isinstance(v, bool) or not isinstance(v, int | float):
-                    raise LinnetError(Diagnostic(
-                        "E0536", f"kernel `{name}` needs the value of its scalar parameter "
-                                 f"`{p.name}`, given {v!r}", p.span, "scalar parameter",
-                        help="a kernel's scalar parameters are compile-time constants: "
-                             "pass the call's value (`scalars={'" + p.name + "': ...}`)"))
-                c = Const(Dim.const(int(v)), "int") if dtype in ("i32", "i64", "int") else \
-                    Const(float(v), dtype)
+                    raise LinnetError(
+                        Diagnostic(
+                            "E0536",
+                            f"kernel `{name}` needs the value of its scalar parameter "
+                            f"`{p.name}`, given {v!r}",
+                            p.span,
+                            "scalar parameter",
+                            help="a kernel's scalar parameters are compile-time constants: "
+                            "pass the call's value (`scalars={'" + p.name + "': ...}`)",
+                        )
+                    )
+                c = (
+                    Const(Dim.const(int(v)), "int")
+                    if dtype in ("i32", "i64", "int")
+                    else Const(float(v), dtype)
+                )
                 frame.bind(p.name, c)
                 scalars_out[p.name] = v
         for r in decl.results:
@@ -130,10 +154,20 @@ def lower_kernel(program: Program, name: str, generics: dict[str, Any],
         raise LinnetError(ev.errors)
     span = decl.span
     first = span.line
-    last = first + span.source.text[span.start:span.stop].count("\n") if span.source else first
-    return TileKernel(name, dict(generics), grid, params, results, scalars_out, graph.steps,
-                      graph.values, f"{span.source.name}:{first}" if span.source else "",
-                      (first, last), scratch=scratch)
+    last = first + span.source.text[span.start : span.stop].count("\n") if span.source else first
+    return TileKernel(
+        name,
+        dict(generics),
+        grid,
+        params,
+        results,
+        scalars_out,
+        graph.steps,
+        graph.values,
+        f"{span.source.name}:{first}" if span.source else "",
+        (first, last),
+        scratch=scratch,
+    )
 
 
 def _generics(generics: dict[str, Any]) -> str:

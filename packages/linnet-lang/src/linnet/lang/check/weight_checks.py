@@ -15,8 +15,14 @@ from linnet.lang.tensors.values import BlockArray, BlockInst, Tensor
 from linnet.lang.weights.safetensors import shard_of
 
 
-def dense_count(found: set[int], path: str, pattern: re.Pattern, weights: dict[str, tuple],
-                span: Span, prefix: str = "") -> int:
+def dense_count(
+    found: set[int],
+    path: str,
+    pattern: re.Pattern,
+    weights: dict[str, tuple],
+    span: Span,
+    prefix: str = "",
+) -> int:
     r"""How many blocks of the array ``path`` the weights hold: indices 0..N-1, all present.
 
     A stray tensor (`model.layers.99999999.x` beside layers 0 and 1) must not make lowering
@@ -30,17 +36,27 @@ def dense_count(found: set[int], path: str, pattern: re.Pattern, weights: dict[s
     if len(found) != count:
         # The first gap is at most len(found): never build range(count), which may be huge.
         missing = next(i for i in range(len(found) + 1) if i not in found)
-        stray = sorted((int(mt.group(1)), k) for k in weights
-                       if (mt := pattern.match(k)) and int(mt.group(1)) > missing)[0][1]
-        raise fail("E0624", f"the weights hold `{prefix}{stray}` but no `{path}.{missing}`: "
-                   f"the layers of `{path}` must be numbered 0, 1, 2, ... without gaps",
-                   span, "its count is read from the weights' names",
-                   help=f"remove the stray tensor `{prefix}{stray}`, or give the count in the "
-                        "config")
+        stray = sorted(
+            (int(mt.group(1)), k)
+            for k in weights
+            if (mt := pattern.match(k)) and int(mt.group(1)) > missing
+        )[0][1]
+        raise fail(
+            "E0624",
+            f"the weights hold `{prefix}{stray}` but no `{path}.{missing}`: "
+            f"the layers of `{path}` must be numbered 0, 1, 2, ... without gaps",
+            span,
+            "its count is read from the weights' names",
+            help=f"remove the stray tensor `{prefix}{stray}`, or give the count in the config",
+        )
     if count > MAX_REPEAT:
-        raise fail("E0625", f"the weights hold {count} blocks of `{path}`, more than "
-                   f"{MAX_REPEAT}", span, "its count is read from the weights' names",
-                   help="check the checkpoint: no model has that many layers")
+        raise fail(
+            "E0625",
+            f"the weights hold {count} blocks of `{path}`, more than {MAX_REPEAT}",
+            span,
+            "its count is read from the weights' names",
+            help="check the checkpoint: no model has that many layers",
+        )
     return count
 
 
@@ -76,35 +92,66 @@ def check_weights(decl: A.BlockDecl, inst: BlockInst, weights: dict[str, tuple])
     missing = [p for p in params if p not in weights]
     for p in missing[:20]:
         t = params[p]
-        diags.append(at_param(Diagnostic(
-            "E0630", f"weight `{p}` is missing", spans.get(p), f"`{p}` is declared here",
-            help=f"the model expects {fmt_type((t.shape, t.dtype))}; check that the weights "
-                 "belong to this model and config"), p))
+        diags.append(
+            at_param(
+                Diagnostic(
+                    "E0630",
+                    f"weight `{p}` is missing",
+                    spans.get(p),
+                    f"`{p}` is declared here",
+                    help=f"the model expects {fmt_type((t.shape, t.dtype))}; check that the weights "
+                    "belong to this model and config",
+                ),
+                p,
+            )
+        )
     if len(missing) > 20:
         diags.append(Diagnostic("E0630", f"... and {len(missing) - 20} more missing weights"))
     unexpected = [w for w in weights if w not in params]
     for w in unexpected[:20]:
         hint = did_you_mean(w, params, "", cutoff=0.8)
-        diags.append(Diagnostic("E0631", f"weight `{w}`{shard_of(weights[w])} is not a "
-                                f"parameter of `{decl.name}`",
-                                None, help=(hint + " " if hint else "")
-                                + "remove it, or declare it as a `param` in the model"))
+        diags.append(
+            Diagnostic(
+                "E0631",
+                f"weight `{w}`{shard_of(weights[w])} is not a parameter of `{decl.name}`",
+                None,
+                help=(hint + " " if hint else "")
+                + "remove it, or declare it as a `param` in the model",
+            )
+        )
     for p, t in params.items():
         if p in weights:
             shape, dtype = weights[p]
             want = tuple(d.value for d in t.shape)
             if tuple(shape) != want:
-                diags.append(at_param(Diagnostic(
-                    "E0632", f"weight `{p}`{shard_of(weights[p])} has shape {list(shape)}, "
-                    f"the model expects "
-                    f"{list(want)}", spans.get(p), f"{list(want)} with this config",
-                    help="the weights were made for another config"), p))
+                diags.append(
+                    at_param(
+                        Diagnostic(
+                            "E0632",
+                            f"weight `{p}`{shard_of(weights[p])} has shape {list(shape)}, "
+                            f"the model expects "
+                            f"{list(want)}",
+                            spans.get(p),
+                            f"{list(want)} with this config",
+                            help="the weights were made for another config",
+                        ),
+                        p,
+                    )
+                )
             elif dtype != t.dtype:
-                diags.append(at_param(Diagnostic(
-                    "E0633", f"weight `{p}`{shard_of(weights[p])} is {dtype}, the model "
-                    f"expects {t.dtype}",
-                    spans.get(p), f"{t.dtype} with this config",
-                    help=f"convert it on load (`load(..., dtype={t.dtype!r})`), or make the model's "
-                         f"element type {dtype} (its config's `T`, say)"), p))
+                diags.append(
+                    at_param(
+                        Diagnostic(
+                            "E0633",
+                            f"weight `{p}`{shard_of(weights[p])} is {dtype}, the model "
+                            f"expects {t.dtype}",
+                            spans.get(p),
+                            f"{t.dtype} with this config",
+                            help=f"convert it on load (`load(..., dtype={t.dtype!r})`), or make the model's "
+                            f"element type {dtype} (its config's `T`, say)",
+                        ),
+                        p,
+                    )
+                )
     if diags:
         raise LinnetError(diags)

@@ -17,5 +17,13 @@ from linnet.lang.diagnostics.core import (
     to_json,
 )
 
-__all__ = ["Diagnostic", "Label", "LinnetError", "SourceFile", "Span", "render", "render_all",
-           "to_json"]
+__all__ = [
+    "Diagnostic",
+    "Label",
+    "LinnetError",
+    "SourceFile",
+    "Span",
+    "render",
+    "render_all",
+    "to_json",
+]

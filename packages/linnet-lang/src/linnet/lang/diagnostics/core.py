@@ -51,13 +51,19 @@ class SourceFile:
             return cls(str(path), p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise LinnetError(
-                Diagnostic("E0001", f"cannot read `{path}`: no such file",
-                           help="check the path; Linnet source files end in `.linnet`")
+                Diagnostic(
+                    "E0001",
+                    f"cannot read `{path}`: no such file",
+                    help="check the path; Linnet source files end in `.linnet`",
+                )
             ) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise LinnetError(
-                Diagnostic("E0001", f"cannot read `{path}`: {exc}",
-                           help="Linnet source must be a readable UTF-8 text file")
+                Diagnostic(
+                    "E0001",
+                    f"cannot read `{path}`: {exc}",
+                    help="Linnet source must be a readable UTF-8 text file",
+                )
             ) from None
 
     def line_col(self, offset: int) -> tuple[int, int]:
@@ -135,9 +141,15 @@ class Diagnostic:
                 return None
             line, col = span.source.line_col(span.start)
             end_line, end_col = span.source.line_col(max(span.stop, span.start))
-            return {"file": span.source.name, "line": line, "column": col,
-                    "end_line": end_line, "end_column": end_col,
-                    "start": span.start, "stop": span.stop}
+            return {
+                "file": span.source.name,
+                "line": line,
+                "column": col,
+                "end_line": end_line,
+                "end_column": end_col,
+                "start": span.start,
+                "stop": span.stop,
+            }
 
         return {
             "severity": self.severity,
@@ -187,8 +199,9 @@ def _label_columns(span: Span) -> tuple[int, int, int]:
     """(line, first column, underline width) of a label; multi-line spans run to line end."""
     src = span.source
     line, col = src.line_col(span.start)
-    end_line, end_col = src.line_col(max(span.start, span.stop - 1) if span.stop > span.start
-                                     else span.start)
+    end_line, end_col = src.line_col(
+        max(span.start, span.stop - 1) if span.stop > span.start else span.start
+    )
     line_text = src.line_text(line).replace("\t", " ")
     width = (end_col - col + 1) if end_line == line else max(1, len(line_text) - col + 1)
     if span.stop <= span.start:
@@ -196,8 +209,9 @@ def _label_columns(span: Span) -> tuple[int, int, int]:
     return line, col, max(1, width)
 
 
-def _render_line(out: list[str], span: Span, labels: list[tuple[int, int, str, str]],
-                 gutter: int) -> None:
+def _render_line(
+    out: list[str], span: Span, labels: list[tuple[int, int, str, str]], gutter: int
+) -> None:
     """One source line and its labels ``(col, width, mark, text)``, rustc style: every
     underline on one row, the rightmost label's text beside it, the others hung below::
 
@@ -207,8 +221,9 @@ def _render_line(out: list[str], span: Span, labels: list[tuple[int, int, str, s
           |                 `c` ranges over C here
     """
     pad = " " * gutter
-    out.append(f"{str(span.line).rjust(gutter)} | "
-               f"{span.source.line_text(span.line).replace(chr(9), ' ')}")
+    out.append(
+        f"{str(span.line).rjust(gutter)} | {span.source.line_text(span.line).replace(chr(9), ' ')}"
+    )
     labels = sorted(labels, key=lambda lab: lab[0])
     row = [" "] * max(col - 1 + width for col, width, _, _ in labels)
     for col, width, mark, _ in labels:
@@ -238,7 +253,8 @@ def render(diag: Diagnostic) -> str:
     """
     out = [f"{diag.severity}[{diag.code}]: {diag.message}"]
     labels = ([(diag.span, diag.label, "^")] if diag.span else []) + [
-        (s.span, s.message, "-") for s in diag.secondary]
+        (s.span, s.message, "-") for s in diag.secondary
+    ]
     if labels:
         gutter = max(len(str(span.line)) for span, _, _ in labels)
         pad = " " * gutter

@@ -34,15 +34,38 @@ class Library:
     cast: str  # format(x, dtype)
 
 
-TORCH = Library("torch", "torch.div({}, {}, rounding_mode={!r})", "torch.remainder({}, {})",
-                "torch.where({}, {}, {})",
-                {"f64": "torch.float64", "f32": "torch.float32", "i64": "torch.int64",
-                 "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8",
-                 "u8": "torch.uint8"}, "{}.to({})")
-JAX = Library("jax", "jnp.floor_divide({}, {})", "jnp.remainder({}, {})", "jnp.where({}, {}, {})",
-              {"f64": "jnp.float64", "f32": "jnp.float32", "i64": "jnp.int64",
-               "i32": "jnp.int32", "i16": "jnp.int16", "i8": "jnp.int8", "u8": "jnp.uint8"},
-              "{}.astype({})")
+TORCH = Library(
+    "torch",
+    "torch.div({}, {}, rounding_mode={!r})",
+    "torch.remainder({}, {})",
+    "torch.where({}, {}, {})",
+    {
+        "f64": "torch.float64",
+        "f32": "torch.float32",
+        "i64": "torch.int64",
+        "i32": "torch.int32",
+        "i16": "torch.int16",
+        "i8": "torch.int8",
+        "u8": "torch.uint8",
+    },
+    "{}.to({})",
+)
+JAX = Library(
+    "jax",
+    "jnp.floor_divide({}, {})",
+    "jnp.remainder({}, {})",
+    "jnp.where({}, {}, {})",
+    {
+        "f64": "jnp.float64",
+        "f32": "jnp.float32",
+        "i64": "jnp.int64",
+        "i32": "jnp.int32",
+        "i16": "jnp.int16",
+        "i8": "jnp.int8",
+        "u8": "jnp.uint8",
+    },
+    "{}.astype({})",
+)
 
 
 def _temp(n: Any, s: Step, what: str) -> str:
@@ -54,7 +77,7 @@ def _safe_divisor(lib: Library, n: Any, s: Step, b: str) -> tuple[list[str], str
     """Lines naming where the divisor is 0, and the divisor with 1 there."""
     zero = _temp(n, s, "zero")
     line = f"{zero} = {b} == 0"  # (a comment here would break the line wrapping)
-    safe = (f"{b}.masked_fill({zero}, 1)" if lib is TORCH else lib.where.format(zero, 1, b))
+    safe = f"{b}.masked_fill({zero}, 1)" if lib is TORCH else lib.where.format(zero, 1, b)
     return [line], zero, safe
 
 
@@ -67,6 +90,7 @@ def int_division(lib: Library, s: Step, n: Any) -> list[str]:
 
     def call(x: str, y: str) -> str:
         return lib.floor_div.format(x, y, "floor")
+
     if nonzero_constant(n.graph, b_ref):
         return [f"{out} = {call(a, n(b_ref))}"]
     lines, zero, safe = _safe_divisor(lib, n, s, n.tensor(b_ref))
@@ -84,12 +108,17 @@ def int_remainder(lib: Library, s: Step, n: Any) -> list[str]:
         # Exact fmod, moved to the divisor's sign: torch.compile's remainder is
         # `a - floor(a / b) * b`, NaN for an infinite b where eager torch gives Python's.
         r, x, y = _temp(n, s, "fmod"), n.tensor(a_ref), n.tensor(b_ref)
-        return [f"{r} = torch.fmod({x}, {y})",
-                f"{out} = torch.where(({r} != 0) & (({r} < 0) != ({y} < 0)), {r} + {y}, {r})"]
+        return [
+            f"{r} = torch.fmod({x}, {y})",
+            f"{out} = torch.where(({r} != 0) & (({r} < 0) != ({y} < 0)), {r} + {y}, {r})",
+        ]
     if n.dtype(s.results[0]) not in _INTS or nonzero_constant(n.graph, b_ref):
         return [f"{out} = {lib.remainder.format(a, n(b_ref))}"]
     lines, zero, safe = _safe_divisor(lib, n, s, n.tensor(b_ref))
-    return [*lines, f"{out} = {lib.where.format(zero, n.tensor(a_ref), lib.remainder.format(a, safe))}"]
+    return [
+        *lines,
+        f"{out} = {lib.where.format(zero, n.tensor(a_ref), lib.remainder.format(a, safe))}",
+    ]
 
 
 def float_to_int(lib: Library, s: Step, n: Any, source: str) -> list[str] | None:
@@ -111,11 +140,15 @@ def float_to_int(lib: Library, s: Step, n: Any, source: str) -> list[str] | None
     if lib is TORCH:
         truncated = _temp(n, s, "truncated")
         lines.append(f"{truncated} = {kept}")
-        lines.append(f"{out} = {truncated}.masked_fill({x} >= {top!r}, {largest})"
-                     f".masked_fill({x} < {lo!r}, {smallest})")
+        lines.append(
+            f"{out} = {truncated}.masked_fill({x} >= {top!r}, {largest})"
+            f".masked_fill({x} < {lo!r}, {smallest})"
+        )
     else:
-        lines.append(f"{out} = jnp.where({x} >= {top!r}, {largest}, "
-                     f"jnp.where({x} < {lo!r}, {smallest}, {kept}))")
+        lines.append(
+            f"{out} = jnp.where({x} >= {top!r}, {largest}, "
+            f"jnp.where({x} < {lo!r}, {smallest}, {kept}))"
+        )
     return lines
 
 
@@ -126,7 +159,9 @@ def jax_floor(s: Step, n: Any) -> list[str]:
     out, x = n(s.results[0]), n.tensor(s.operands[0])
     bits = FLOAT_BITS[n.dtype(s.operands[0])]
     floored, sign = _temp(n, s, "floored"), _temp(n, s, "bits")
-    return [f"{floored} = jnp.floor({x})",
-            f"{sign} = lax.bitcast_convert_type({x}, jnp.int{bits})",
-            f"{out} = jnp.where(({sign} < 0) & ({sign} != {-(2 ** (bits - 1))}) "
-            f"& ({floored} == 0), -1.0, {floored})"]
+    return [
+        f"{floored} = jnp.floor({x})",
+        f"{sign} = lax.bitcast_convert_type({x}, jnp.int{bits})",
+        f"{out} = jnp.where(({sign} < 0) & ({sign} != {-(2 ** (bits - 1))}) "
+        f"& ({floored} == 0), -1.0, {floored})",
+    ]

@@ -55,15 +55,35 @@ from linnet.lang.ir.slices import Slice, cut
 from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
 from linnet.lang.tensors.dtypes import accumulator
 
-JAX_DTYPES = {"f64": "jnp.float64", "f32": "jnp.float32", "f16": "jnp.float16",
-              "bf16": "jnp.bfloat16", "i64": "jnp.int64", "i32": "jnp.int32",
-              "i16": "jnp.int16", "i8": "jnp.int8", "u8": "jnp.uint8", "bool": "jnp.bool_"}
+JAX_DTYPES = {
+    "f64": "jnp.float64",
+    "f32": "jnp.float32",
+    "f16": "jnp.float16",
+    "bf16": "jnp.bfloat16",
+    "i64": "jnp.int64",
+    "i32": "jnp.int32",
+    "i16": "jnp.int16",
+    "i8": "jnp.int8",
+    "u8": "jnp.uint8",
+    "bool": "jnp.bool_",
+}
 
 # Names the generated module itself uses (on top of the PyTorch emitter's).
 RESERVED = {"jax", "jnp", "lax", "PRECISION"}
 # ... and what a module that launches Pallas kernels defines (emit/pallas.py HEADER, READY).
-RESERVED |= {"os", "pl", "plgpu", "PALLAS", "INTERPRET", "COMPILER_PARAMS", "RUNS",
-             "kernels_ready", "kernel_jvp", "no_tangent", "linnet_error"}
+RESERVED |= {
+    "os",
+    "pl",
+    "plgpu",
+    "PALLAS",
+    "INTERPRET",
+    "COMPILER_PARAMS",
+    "RUNS",
+    "kernels_ready",
+    "kernel_jvp",
+    "no_tangent",
+    "linnet_error",
+}
 
 
 class JaxScope(Scope):
@@ -114,6 +134,7 @@ def _binary(fmt: str) -> Rule:
         if all(o in n.literals for o in s.operands):  # keep the graph's dtype, not Python's
             a = n.tensor(s.operands[0])
         return [f"{n(s.results[0])} = {fmt.format(a, b)}"]
+
     return rule
 
 
@@ -150,18 +171,23 @@ def _convert(s: Step, n: Scope, numerics: str) -> list[str]:
     saturated = edge_rules.float_to_int(edge_rules.JAX, s, n, n.dtype(s.operands[0]))
     if saturated is not None:  # float to integer: NaN is 0, the rest saturates
         return saturated
-    return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}"
-            f".astype({JAX_DTYPES[s.attributes['dtype']]})"]
+    return [
+        f"{n(s.results[0])} = {n.tensor(s.operands[0])}.astype({JAX_DTYPES[s.attributes['dtype']]})"
+    ]
 
 
 def _reshape(s: Step, n: Scope, numerics: str) -> list[str]:
-    return [f"{n(s.results[0])} = jnp.reshape({n.tensor(s.operands[0])}, "
-            f"{tuple(s.attributes['shape'])})"]
+    return [
+        f"{n(s.results[0])} = jnp.reshape({n.tensor(s.operands[0])}, "
+        f"{tuple(s.attributes['shape'])})"
+    ]
 
 
 def _transpose(s: Step, n: Scope, numerics: str) -> list[str]:
-    return [f"{n(s.results[0])} = jnp.transpose({n.tensor(s.operands[0])}, "
-            f"{tuple(s.attributes['perm'])})"]
+    return [
+        f"{n(s.results[0])} = jnp.transpose({n.tensor(s.operands[0])}, "
+        f"{tuple(s.attributes['perm'])})"
+    ]
 
 
 def _slice(s: Step, n: Scope, numerics: str) -> list[str]:
@@ -169,8 +195,10 @@ def _slice(s: Step, n: Scope, numerics: str) -> list[str]:
     axes after the last sliced one left out (``w[0:64]``, ``qkv[:, 64:96]``). Arrays are
     values: a slice of a state is not changed by the state's next write, so no copy."""
     x = s.operands[0]
-    parts = [":" if (a, b) == (0, size) else f"{a}:{b}"
-             for a, b, size in zip(s.attributes["starts"], s.attributes["limits"], n.shape(x))]
+    parts = [
+        ":" if (a, b) == (0, size) else f"{a}:{b}"
+        for a, b, size in zip(s.attributes["starts"], s.attributes["limits"], n.shape(x))
+    ]
     while len(parts) > 1 and parts[-1] == ":":
         parts.pop()
     return [f"{n(s.results[0])} = {n.tensor(x)}[{', '.join(parts)}]"]
@@ -228,8 +256,10 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
         start, keep = (shift, size - shift) if shift >= 0 else (0, size + shift)
         left, right = (0, shift) if shift >= 0 else (-shift, 0)
         pads = tuple((left, right) if a == axis else (0, 0) for a in range(rank))
-        return [f"{out} = jnp.pad(lax.slice_in_dim({n(x)}, {start}, {start + keep}, "
-                f"axis={axis}), {pads})"]
+        return [
+            f"{out} = jnp.pad(lax.slice_in_dim({n(x)}, {start}, {start + keep}, "
+            f"axis={axis}), {pads})"
+        ]
     out_shape = tuple(n.graph.values[s.results[0]].shape)
     idx_shape = n.shape(idx)
     if idx in n.literals and isinstance(n.producers()[idx].attributes.get("value"), int):
@@ -244,9 +274,11 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
         return [f"{out} = jnp.take({n(x)}, {i}, axis={axis})"]
     if s.attributes["bounds"] == "zero":
         view = (1,) * axis + tuple(idx_shape) + (1,) * (rank - axis - 1)
-        return [f"{out}_index = jnp.clip({i}, 0, {size - 1})",
-                f"{out} = jnp.take({n(x)}, {out}_index, axis={axis})",
-                f"{out} = jnp.where((({i} >= 0) & ({i} < {size})).reshape({view}), {out}, 0)"]
+        return [
+            f"{out}_index = jnp.clip({i}, 0, {size - 1})",
+            f"{out} = jnp.take({n(x)}, {out}_index, axis={axis})",
+            f"{out} = jnp.where((({i} >= 0) & ({i} < {size})).reshape({view}), {out}, 0)",
+        ]
     # Unchecked: the runtime checks every input-derived index before the call; one it could
     # not follow reads NaN (floats) outside the axis, never a clamped neighbour.
     return [f"{out} = jnp.take({n(x)}, {i}, axis={axis}, mode='fill')"]
@@ -261,8 +293,9 @@ def _gather(s: Step, n: Scope, numerics: str) -> list[str]:
     shape = n.shape(x)
     out = n(s.results[0])
     lines, names, guarded = clamped(s, n, out, indices, shape, *_CLAMP)
-    if s.attributes["bounds"] == "zero" or all(in_range(n, r, shape[a])
-                                               for a, r in enumerate(indices)):
+    if s.attributes["bounds"] == "zero" or all(
+        in_range(n, r, shape[a]) for a, r in enumerate(indices)
+    ):
         lines.append(f"{out} = {n(x)}[{', '.join(names)}]")
     else:  # unchecked: NaN outside (see _take)
         lines.append(f"{out} = {n(x)}.at[{', '.join(names)}].get(mode='fill')")
@@ -278,8 +311,9 @@ def _scatter(s: Step, n: Scope, numerics: str) -> list[str]:
     dtype = _dt(n, state)
     if not indices:
         shape = tuple(n.shape(state))
-        return [f"{name} = jnp.broadcast_to({n.tensor(value)}, {shape})"
-                f"{_cast(dtype, _dt(n, value))}"]
+        return [
+            f"{name} = jnp.broadcast_to({n.tensor(value)}, {shape}){_cast(dtype, _dt(n, value))}"
+        ]
     idx = ", ".join(n.tensor(i) for i in indices)
     # A new value of the state (arrays are immutable): the slice returns it, the entry puts
     # it in `states`; under jit with the states donated, XLA updates the buffer in place.
@@ -312,16 +346,33 @@ def _one_process(s: Step, n: Scope, numerics: str) -> list[str]:
     raise one_process(s, "generated JAX")
 
 
-RULES: dict[str, Rule] = spelled("jax", by_arity(_unary, _binary), {
-    "floor": _floor, "div": _div, "rem": _rem,
-    "select": _select, "convert": _convert, "constant": constant_rule, "iota": _iota,
-    "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
-    "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
-    "scatter_add": _scatter_add, "slice": _slice,
-    # A rank's graph (linnet.lang.ir.shard) communicates; the generated JAX function is one
-    # process with no named mesh axis to psum over: E0963, not an identity.
-    "all_reduce": _one_process, "all_gather": _one_process,
-})
+RULES: dict[str, Rule] = spelled(
+    "jax",
+    by_arity(_unary, _binary),
+    {
+        "floor": _floor,
+        "div": _div,
+        "rem": _rem,
+        "select": _select,
+        "convert": _convert,
+        "constant": constant_rule,
+        "iota": _iota,
+        "reshape": _reshape,
+        "transpose": _transpose,
+        "broadcast": _broadcast,
+        "reduce": _reduce,
+        "contract": _contract,
+        "take": _take,
+        "gather": _gather,
+        "scatter": _scatter,
+        "scatter_add": _scatter_add,
+        "slice": _slice,
+        # A rank's graph (linnet.lang.ir.shard) communicates; the generated JAX function is one
+        # process with no named mesh axis to psum over: E0963, not an identity.
+        "all_reduce": _one_process,
+        "all_gather": _one_process,
+    },
+)
 """The elementwise math spelled in :data:`linnet.lang.ir.elementwise.SPELLINGS` (its ``jax``
 column), and the rules written here."""
 
@@ -332,8 +383,10 @@ def _fast_linear(call: Call, n: Scope, args: list[str], out: list[str]) -> list[
     # The body: products accumulated in f32 (for 16-bit T; f64 for f64) converted back to
     # T; then the bias, in T.
     t, acc = _dt(n, call.attributes["args"][0]), _acc(n, call.attributes["args"][0])
-    line = (f"{out[0]} = jnp.matmul({x}, {w}.T, precision=PRECISION, "
-            f"preferred_element_type={acc})" + _cast(t, acc))
+    line = (
+        f"{out[0]} = jnp.matmul({x}, {w}.T, precision=PRECISION, "
+        f"preferred_element_type={acc})" + _cast(t, acc)
+    )
     return [line] + [f"{out[0]} = {out[0]} + {bias[0]}" for _ in bias]
 
 
@@ -341,9 +394,11 @@ def _fast_embedding(call: Call, n: Scope, args: list[str], out: list[str]) -> li
     ids, table = args
     rows = n.shape(call.attributes["args"][1])[0]
     # The body reads zeros outside the table; the runtime rejects such token ids anyway.
-    return [f"{out[0]} = jnp.take({table}, {ids}, axis=0, mode='fill', fill_value=0)"
-            if not in_range(n, call.attributes["args"][0], rows)
-            else f"{out[0]} = jnp.take({table}, {ids}, axis=0)"]
+    return [
+        f"{out[0]} = jnp.take({table}, {ids}, axis=0, mode='fill', fill_value=0)"
+        if not in_range(n, call.attributes["args"][0], rows)
+        else f"{out[0]} = jnp.take({table}, {ids}, axis=0)"
+    ]
 
 
 def _fast_rms_norm(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
@@ -386,8 +441,9 @@ def _fast_decode_attention(call: Call, n: Scope, args: list[str], out: list[str]
     ]
 
 
-def _prefill_attention(call: Call, n: Scope, args: list[str], out: list[str],
-                       seen: str) -> list[str]:
+def _prefill_attention(
+    call: Call, n: Scope, args: list[str], out: list[str], seen: str
+) -> list[str]:
     """Prefill attention as the body computes it, for f64: jax.nn.dot_product_attention
     rounds scores and softmax to f32 whatever its inputs. ``seen`` is the [T, S] mask over
     ``{out}_i`` (positions)."""
@@ -452,8 +508,10 @@ def _fast_layer_norm(call: Call, n: Scope, args: list[str], out: list[str]) -> l
 def _fast_gelu_tanh(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
     t = _dt(n, call.attributes["args"][0])
     # jax.nn.gelu's approximate form is the tanh one (0.044715 x^3), computed in f32.
-    return [f"{out[0]} = jax.nn.gelu({args[0]}{_cast('jnp.float32', t)}, approximate=True)"
-            f"{_cast(t, 'jnp.float32')}"]
+    return [
+        f"{out[0]} = jax.nn.gelu({args[0]}{_cast('jnp.float32', t)}, approximate=True)"
+        f"{_cast(t, 'jnp.float32')}"
+    ]
 
 
 def _fast_linear_in_out(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
@@ -461,8 +519,10 @@ def _fast_linear_in_out(call: Call, n: Scope, args: list[str], out: list[str]) -
     t, acc = _dt(n, call.attributes["args"][0]), _acc(n, call.attributes["args"][0])
     # The weight is stored [in, out] (GPT-2's Conv1D): no transpose; f32 products (f64 for
     # f64), then T.
-    return [f"{out[0]} = jnp.matmul({x}, {w}, precision=PRECISION, "
-            f"preferred_element_type={acc}){_cast(t, acc)} + {b}"]
+    return [
+        f"{out[0]} = jnp.matmul({x}, {w}, precision=PRECISION, "
+        f"preferred_element_type={acc}){_cast(t, acc)} + {b}"
+    ]
 
 
 def _fast_window_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
@@ -483,8 +543,9 @@ def _fast_window_attention(call: Call, n: Scope, args: list[str], out: list[str]
     ]
 
 
-def _fast_window_decode_attention(call: Call, n: Scope, args: list[str],
-                                  out: list[str]) -> list[str]:
+def _fast_window_decode_attention(
+    call: Call, n: Scope, args: list[str], out: list[str]
+) -> list[str]:
     q, k, v, pos, scale, window = args
     s = n.shape(call.attributes["args"][1])[1]
     t, acc = _dt(n, call.attributes["args"][0]), _acc(n, call.attributes["args"][0])
@@ -523,9 +584,11 @@ FAST_CALLS: dict[str, FastRule] = {
 
 # ---------------------------------------------------------------- functions
 # An internal error's help: a bug in this emitter, and what runs the model meanwhile.
-_HELP = ("this is a bug in linnet-lang's JAX emitter, not in your model: please report it with "
-         "the model and the command; `linnet jax --no-fast` (bodies instead of fused calls) or "
-         "the PyTorch runtime runs the model meanwhile")
+_HELP = (
+    "this is a bug in linnet-lang's JAX emitter, not in your model: please report it with "
+    "the model and the command; `linnet jax --no-fast` (bodies instead of fused calls) or "
+    "the PyTorch runtime runs the model meanwhile"
+)
 
 
 def written_states(graph: Graph, sl: Slice) -> list[str]:
@@ -568,9 +631,16 @@ class JaxEmitter(PythonEmitter):
         # the backend's default precision there, as the module's PRECISION does.
         return self.stage_texts(call, "PRECISION", pallas.kernel_text, pallas.chain_text)
 
-    def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],
-                         call: Call, scope: Scope, backward: Any = None
-                         ) -> tuple[str, frozenset[str], frozenset[str]]:
+    def launch_statement(
+        self,
+        text: Any,
+        args: list[str],
+        outs: list[str],
+        body: list[str],
+        call: Call,
+        scope: Scope,
+        backward: Any = None,
+    ) -> tuple[str, frozenset[str], frozenset[str]]:
         """The op's body as a local function, then its Pallas launch or that function."""
         from linnet.lang.emit.pallas import launch_statement
 
@@ -586,16 +656,22 @@ class JaxEmitter(PythonEmitter):
         and one incoming gradient per result -> one gradient per tensor argument. It is the
         kernel's backward under jax.grad."""
         mini = Graph(graph.entry, graph.model, parameters=graph.parameters, states=graph.states)
-        mini.values = {**{t: graph.values[t] for t in template.targets if t in graph.values},
-                       **template.values}
+        mini.values = {
+            **{t: graph.values[t] for t in template.targets if t in graph.values},
+            **template.values,
+        }
         mini.steps = list(template.steps)
         scope = self.scope_class(mini)
         name = fresh(identifier(call.callee.rsplit("::", 1)[-1]) + "_grad", self.used_names)
         self.used_names.add(name)
         params = [scope(t) for t in template.targets] + [scope(g) for g in template.incoming]
-        lines = [f"def {name}({', '.join(params)}):",
-                 docstring(f"The grad clause of `{call.callee}` ({template.loc}) for this call: "
-                           "the kernel's backward under jax.grad.")]
+        lines = [
+            f"def {name}({', '.join(params)}):",
+            docstring(
+                f"The grad clause of `{call.callee}` ({template.loc}) for this call: "
+                "the kernel's backward under jax.grad."
+            ),
+        ]
         last = None
         for step in template.steps:
             rows = self.rules[step.op](step, scope, self.options.numerics)
@@ -621,8 +697,10 @@ class JaxEmitter(PythonEmitter):
             # JAX differentiates the launch through the clause's transpose (emit/pallas.py's
             # kernel_jvp), which a clause that is not linear has not: differentiating the
             # launch is E0561, never a gradient silently other than the clause's.
-            lines = [*lines[:2], f"    raise linnet_error({NOT_LINEAR!r}, {problem[0]!r}, "
-                     f"{problem[1]!r})"]
+            lines = [
+                *lines[:2],
+                f"    raise linnet_error({NOT_LINEAR!r}, {problem[0]!r}, {problem[1]!r})",
+            ]
         self.clause_functions.append("\n".join(lines))
         return name
 
@@ -630,13 +708,16 @@ class JaxEmitter(PythonEmitter):
         """The states ``sl`` writes: its function returns their new values."""
         return written_states(graph, sl)
 
-    def module(self, graphs: list[Graph], origin: str,
-               slices: list[list[Slice]] | None = None) -> str:
+    def module(
+        self, graphs: list[Graph], origin: str, slices: list[list[Slice]] | None = None
+    ) -> str:
         """The module's text: every entry's functions (plans are PyTorch's alone)."""
         entries = [self.entry_function(g, cut(g)) for g in graphs]
-        precision = ("jax.lax.Precision.HIGHEST  # exact: full f32 products on every backend"
-                     if self.options.numerics == Numerics.EXACT else
-                     "None  # fast: the backend's default (TF32 or bf16 passes for f32 on a GPU)")
+        precision = (
+            "jax.lax.Precision.HIGHEST  # exact: full f32 products on every backend"
+            if self.options.numerics == Numerics.EXACT
+            else "None  # fast: the backend's default (TF32 or bf16 passes for f32 on a GPU)"
+        )
         header = [
             *self.doc_head(origin),
             "line each group of steps came from. Functions are pure: an entry returns its outputs",
@@ -660,8 +741,11 @@ class JaxEmitter(PythonEmitter):
         functions (:meth:`clause_function`), before the slices' functions."""
         from linnet.lang.emit.pallas import HEADER, READY, runs_table
 
-        return (HEADER, runs_table([t.key for t in texts]),
-                [READY] + [t.source for t in texts] + self.clause_functions)
+        return (
+            HEADER,
+            runs_table([t.key for t in texts]),
+            [READY] + [t.source for t in texts] + self.clause_functions,
+        )
 
     def finish_header(self, header: list[str], body: str) -> None:
         """Nothing to add: the header imports all a JAX module reads."""
@@ -672,9 +756,14 @@ class JaxEmitter(PythonEmitter):
         return internal_error(code, message, help=_HELP)
 
 
-def emit_jax(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
-             numerics: str = "exact", fast: bool = True, origin: str = "",
-             clauses: dict[int, Any] | None = None) -> str:
+def emit_jax(
+    graphs: Graph | list[Graph],
+    sources: dict[str, str] | None = None,
+    numerics: str = "exact",
+    fast: bool = True,
+    origin: str = "",
+    clauses: dict[int, Any] | None = None,
+) -> str:
     """JAX source for one or more lowered entries of a model (text; jax is not imported).
 
     Each entry becomes ``f(*inputs, params, states) -> (outputs, new_states)``, a pure

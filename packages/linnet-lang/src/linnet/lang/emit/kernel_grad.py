@@ -114,20 +114,24 @@ def no_backward(message, help):
     return LinnetError(Diagnostic("E0545", message, help=help))'''
 
 
-def backward_function(name: str, entry_function: str, uses_grad_clause: bool,
-                      outputs: int) -> str:
+def backward_function(name: str, entry_function: str, uses_grad_clause: bool, outputs: int) -> str:
     """The ``backward(inputs, grads)`` a launch passes to ``launch_with_grad``."""
     if uses_grad_clause:
-        return (f"def {name}(inputs, grads):\n"
-                f'    """The op\'s grad clause ({entry_function})."""\n'
-                f"    return list({entry_function}(*inputs, *grads, {{}}, {{}}))")
-    return (f"def {name}(inputs, grads):\n"
-            f'    """Autograd of the op\'s body ({entry_function}), run again."""\n'
-            f"    return body_backward({entry_function}, inputs, grads)")
+        return (
+            f"def {name}(inputs, grads):\n"
+            f'    """The op\'s grad clause ({entry_function})."""\n'
+            f"    return list({entry_function}(*inputs, *grads, {{}}, {{}}))"
+        )
+    return (
+        f"def {name}(inputs, grads):\n"
+        f'    """Autograd of the op\'s body ({entry_function}), run again."""\n'
+        f"    return body_backward({entry_function}, inputs, grads)"
+    )
 
 
-def math_under_autograd(tensors: list[str], fused: list[str]
-                        ) -> tuple[str, frozenset[str], frozenset[str]]:
+def math_under_autograd(
+    tensors: list[str], fused: list[str]
+) -> tuple[str, frozenset[str], frozenset[str]]:
     """The statement of a fused attention call on the CPU, whose default SDPA kernel
     (``_scaled_dot_product_flash_attention_for_cpu``) has a backward that cannot be
     differentiated again: where autograd records the call (grad mode on and one of
@@ -146,10 +150,13 @@ def math_under_autograd(tensors: list[str], fused: list[str]
     from linnet.lang.emit.tiles import indented, stored_and_loaded
 
     recorded = " or ".join(f"{t}.requires_grad" for t in tensors) or "False"
-    lines = [f"if torch.is_grad_enabled() and ({recorded}):",
-             "    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):",
-             *["        " + f for f in fused], "else:",
-             *["    " + f for f in fused]]
+    lines = [
+        f"if torch.is_grad_enabled() and ({recorded}):",
+        "    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):",
+        *["        " + f for f in fused],
+        "else:",
+        *["    " + f for f in fused],
+    ]
     stored, loaded = stored_and_loaded(lines)
     return indented(lines), stored, loaded - stored
 
@@ -174,16 +181,21 @@ class Backwards:
         at ``call`` (an op's call in ``graph``) goes through under autograd: the launcher
         (``launch_<key>`` unless ``launcher`` says) with the op's backward function."""
         body: BackwardBody | None = graph.backwards.get(
-            backward_key(graph, call.attributes, call.callee))
+            backward_key(graph, call.attributes, call.callee)
+        )
         if body is None:
-            raise LinnetError(Diagnostic(
-                "E0680", f"the kernel launch of `{call.callee}` at {call.loc} has no backward "
-                         "pass recorded in its graph, and a module with entry functions "
-                         "launches kernels under autograd",
-                help="record the graph's kernels with their backward passes before emitting "
-                     "it: `with_kernels(graph, program, numerics)` "
-                     "(linnet.lang.check.kernel_instances; backwards=False is for plans' "
-                     "slice functions alone)"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0680",
+                    f"the kernel launch of `{call.callee}` at {call.loc} has no backward "
+                    "pass recorded in its graph, and a module with entry functions "
+                    "launches kernels under autograd",
+                    help="record the graph's kernels with their backward passes before emitting "
+                    "it: `with_kernels(graph, program, numerics)` "
+                    "(linnet.lang.check.kernel_instances; backwards=False is for plans' "
+                    "slice functions alone)",
+                )
+            )
         op = body.op
         ident = (call.callee, key, repr(body.arg_types), repr(sorted(body.scalars.items())))
         if ident in self.names:
@@ -199,15 +211,18 @@ class Backwards:
             self.functions.append(_no_backward(name, op, body.advice))
         else:
             self.graphs.append(_named(body.graph, body.entry, entry))
-            self.functions.append(backward_function(name, entry, body.uses_grad_clause,
-                                                    len(body.result_types)))
+            self.functions.append(
+                backward_function(name, entry, body.uses_grad_clause, len(body.result_types))
+            )
         # The launcher is defined further down the module: the lambda reads it when called.
-        results = ", ".join(f"({shape!r}, {TORCH_DTYPES[dtype]})"
-                            for shape, dtype in body.result_types)
+        results = ", ".join(
+            f"({shape!r}, {TORCH_DTYPES[dtype]})" for shape, dtype in body.result_types
+        )
         self.functions.append(
             f"{grad_op} = kernel_grad_op({f'grad_{n}_{op.name}'!r}, "
             f"lambda *tensors: {launcher or f'launch_{key}'}(*tensors), "
-            f"{len(body.arg_types)}, {name}, ({results},))")
+            f"{len(body.arg_types)}, {name}, ({results},))"
+        )
         return grad_op
 
 
@@ -218,7 +233,7 @@ def _named(graph: Graph, old: str, new: str) -> Graph:
     out.entry = new
     for c in out.calls:
         if c.kind == "entry" and c.callee.endswith(f".{old}"):
-            c.callee = c.callee[:-len(old)] + new
+            c.callee = c.callee[: -len(old)] + new
     return out
 
 
@@ -245,23 +260,29 @@ def clause_not_linear(call: Any, template: Any, graph: Graph) -> tuple[str, str]
     assert op is not None  # a launched call's op is the program's (check/kernel_instances.py)
     index, why = found[0]
     incoming = ", ".join(f"`{n}`" for n in op.grad_names)
-    message = (f"the grad clause of `{op.qualified_name}` ({template.loc}) is not linear in "
-               f"its incoming gradient(s) {incoming}: the gradient of "
-               f"`{op.tensor_params[index]}` {why}; JAX differentiates the op's kernel launch "
-               "through the transpose of its clause (forward and reverse mode alike), which "
-               "only a linear clause has")
-    help = ("a gradient is a linear function of the incoming one: scale it by values of the "
-            "op's arguments (`let dx[n] = dy[n] * 2.0 * x[n]`), never add a constant to it "
-            "or multiply it by itself; or load the model with numerics='exact', where the "
-            "op's body runs and JAX differentiates it")
+    message = (
+        f"the grad clause of `{op.qualified_name}` ({template.loc}) is not linear in "
+        f"its incoming gradient(s) {incoming}: the gradient of "
+        f"`{op.tensor_params[index]}` {why}; JAX differentiates the op's kernel launch "
+        "through the transpose of its clause (forward and reverse mode alike), which "
+        "only a linear clause has"
+    )
+    help = (
+        "a gradient is a linear function of the incoming one: scale it by values of the "
+        "op's arguments (`let dx[n] = dy[n] * 2.0 * x[n]`), never add a constant to it "
+        "or multiply it by itself; or load the model with numerics='exact', where the "
+        "op's body runs and JAX differentiates it"
+    )
     return message, help
 
 
 def _no_backward(name: str, op: OpInfo, advice: tuple[str, str]) -> str:
     message, help = advice
-    return (f"def {name}(inputs, grads):\n"
-            f'    """No backward pass could be written for `{op.name}` ({NO_BACKWARD})."""\n'
-            f"    raise no_backward({message!r}, {help!r})")
+    return (
+        f"def {name}(inputs, grads):\n"
+        f'    """No backward pass could be written for `{op.name}` ({NO_BACKWARD})."""\n'
+        f"    raise no_backward({message!r}, {help!r})"
+    )
 
 
 __all__ = ["GRAD_HELPERS", "Backwards", "backward_function", "clause_not_linear"]

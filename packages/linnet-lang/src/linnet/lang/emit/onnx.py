@@ -65,9 +65,22 @@ from linnet.lang.ir.graph import Call, Graph
 
 # The rule table and the dtype tables are the emitter's public names (the coverage test and
 # linnet.lang.export read them here).
-__all__ = ["DOMAIN", "EXPECTED_MISSING", "EXTERNAL_THRESHOLD", "NUMPY_DTYPES", "ONNX_DTYPES",
-           "RULES", "SYMBOLIC_ATTRIBUTES", "OnnxEmitter", "check", "emit_onnx", "save_onnx",
-           "std_op_calls", "to_proto"]
+__all__ = [
+    "DOMAIN",
+    "EXPECTED_MISSING",
+    "EXTERNAL_THRESHOLD",
+    "NUMPY_DTYPES",
+    "ONNX_DTYPES",
+    "RULES",
+    "SYMBOLIC_ATTRIBUTES",
+    "OnnxEmitter",
+    "check",
+    "emit_onnx",
+    "save_onnx",
+    "std_op_calls",
+    "to_proto",
+]
+
 
 def _std_name(callee: str) -> str:
     """`std.nn.linear::linear` -> `nn.linear.linear` (the function's name in `linnet.std`)."""
@@ -76,8 +89,11 @@ def _std_name(callee: str) -> str:
 
 def std_op_calls(graph: Graph) -> list[Call]:
     """The calls that become local functions: std ops with at least one step."""
-    return [c for c in graph.calls
-            if c.kind == "op" and c.callee.startswith("std.") and c.stop > c.start]
+    return [
+        c
+        for c in graph.calls
+        if c.kind == "op" and c.callee.startswith("std.") and c.stop > c.start
+    ]
 
 
 """``rule(step, scope)``: appends nodes and returns the result's value (None for a state
@@ -133,12 +149,22 @@ class OnnxEmitter:
     def children(self, start: int, stop: int, owner: Call | None) -> dict[int, Call]:
         """The outermost std-op calls in ``start..stop`` other than ``owner`` (the call whose
         body this is), by first step."""
-        def contains(o: Call, c: Call) -> bool:
-            return o.start <= c.start and c.stop <= o.stop and (
-                o.stop - o.start > c.stop - c.start or o.depth < c.depth)
 
-        mine = [c for c in self.calls if c is not owner and start <= c.start and c.stop <= stop
-                and (owner is None or contains(owner, c))]
+        def contains(o: Call, c: Call) -> bool:
+            return (
+                o.start <= c.start
+                and c.stop <= o.stop
+                and (o.stop - o.start > c.stop - c.start or o.depth < c.depth)
+            )
+
+        mine = [
+            c
+            for c in self.calls
+            if c is not owner
+            and start <= c.start
+            and c.stop <= stop
+            and (owner is None or contains(owner, c))
+        ]
         return {c.start: c for c in mine if not any(o is not c and contains(o, c) for o in mine)}
 
     def body(self, scope: Scope, start: int, stop: int, owner: Call | None) -> None:
@@ -155,11 +181,14 @@ class OnnxEmitter:
             scope.step, scope.current = i, step
             rule = RULES.get(step.op)
             if rule is None:
-                raise LinnetError(Diagnostic(
-                    "E0930", f"{where(self.graph, i, step)}: primitive `{step.op}` has no "
-                             "ONNX rule",
-                    help="run this model with the PyTorch runtime, or add the primitive to "
-                         "linnet.lang.emit.onnx_rules.RULES"))
+                raise LinnetError(
+                    Diagnostic(
+                        "E0930",
+                        f"{where(self.graph, i, step)}: primitive `{step.op}` has no ONNX rule",
+                        help="run this model with the PyTorch runtime, or add the primitive to "
+                        "linnet.lang.emit.onnx_rules.RULES",
+                    )
+                )
             for ref in step.operands:
                 if ref.startswith("@"):
                     scope.dtype(ref)
@@ -175,24 +204,34 @@ class OnnxEmitter:
         sp = self.span(call.start, call.stop)
         key_steps = []
         local: dict[str, str] = {r: f"in{k}" for k, r in enumerate(sp.reads)}
-        for j, st in enumerate(self.graph.steps[call.start:call.stop]):
+        for j, st in enumerate(self.graph.steps[call.start : call.stop]):
             ops = [local.get(o, o if not o.startswith("%") else "?") for o in st.operands]
             # repr: a SymInt shows its polynomial, so bodies whose sizes are different
             # functions of the dims (B and KV, both 2 here) are never one function
-            types = [(repr(scope.shape(o)), scope.dtype(o)) for o in [*st.operands,
-                                                                      *st.results]]
+            types = [(repr(scope.shape(o)), scope.dtype(o)) for o in [*st.operands, *st.results]]
             for r in st.results:
                 local[r] = f"v{j}"
-            key_steps.append((st.op, repr(sorted(st.attributes.items(), key=lambda kv: kv[0])),
-                              tuple(ops), tuple(types)))
+            key_steps.append(
+                (
+                    st.op,
+                    repr(sorted(st.attributes.items(), key=lambda kv: kv[0])),
+                    tuple(ops),
+                    tuple(types),
+                )
+            )
         key = (call.callee, tuple(key_steps), tuple(local.get(w, w) for w in sp.writes))
         fn = self.functions.get(key)
         if fn is None:
             fn = self.function(call, sp, key)
         args = [scope.env[r] for r in sp.reads] + [scope.range(d) for d in self.fn_dims[fn.name]]
         scope.step, scope.current = call.start, self.graph.steps[call.start]
-        outs = scope.op(fn.name, args, domain=DOMAIN, outputs=max(len(sp.writes), 1),
-                        hint=sp.writes[0] if sp.writes else call.callee.rsplit(":", 1)[-1])
+        outs = scope.op(
+            fn.name,
+            args,
+            domain=DOMAIN,
+            outputs=max(len(sp.writes), 1),
+            hint=sp.writes[0] if sp.writes else call.callee.rsplit(":", 1)[-1],
+        )
         outs = outs if isinstance(outs, list) else [outs]
         node = scope.nodes[-1]
         node.name = scope.fresh(f"s{call.start}_{_std_name(call.callee)}")
@@ -227,22 +266,30 @@ class OnnxEmitter:
             name = f"{base}_{k}"
         self.function_names.add(name)
         self.fn_dims[name] = list(inner.dim_inputs)
-        body = ir.Graph(inputs, outputs, nodes=inner.nodes, name=name,
-                        opset_imports={"": OPSET, DOMAIN: 1})
+        body = ir.Graph(
+            inputs, outputs, nodes=inner.nodes, name=name, opset_imports={"": OPSET, DOMAIN: 1}
+        )
         fn = ir.Function(DOMAIN, name, graph=body, attributes=[])
         fn.doc_string = f"{call.callee} (first called at {call.loc or '?'} for `{call.path}`)"
         self.functions[key] = fn
         return fn
 
-    def model(self, params: Mapping[str, Any] | None, flag: str | None = None,
-              checks: Mapping[str, Any] | None = None) -> Any:
+    def model(
+        self,
+        params: Mapping[str, Any] | None,
+        flag: str | None = None,
+        checks: Mapping[str, Any] | None = None,
+    ) -> Any:
         ir, g = self.ir, self.graph
         scope = Scope(ir, g, self.sources)
         inputs, initializers = [], []
 
         def value(name: str, dtype: str, shape: tuple[int, ...]) -> Any:
-            return ir.Value(name=scope.fresh(name), type=ir.TensorType(_dtype(ir, dtype)),
-                            shape=_shape(ir, shape))
+            return ir.Value(
+                name=scope.fresh(name),
+                type=ir.TensorType(_dtype(ir, dtype)),
+                shape=_shape(ir, shape),
+            )
 
         for ref in g.inputs:
             v = value(ref.lstrip("%"), g.values[ref].dtype, g.values[ref].shape)
@@ -261,9 +308,13 @@ class OnnxEmitter:
                 _named_by_path(g, "parameter", path, v.name)
             else:
                 if path not in params:
-                    raise LinnetError(Diagnostic(
-                        "E0933", f"no weights for parameter `{path}` of `{g.model}`",
-                        help="pass every parameter the entry reads (the model's weights)"))
+                    raise LinnetError(
+                        Diagnostic(
+                            "E0933",
+                            f"no weights for parameter `{path}` of `{g.model}`",
+                            help="pass every parameter the entry reads (the model's weights)",
+                        )
+                    )
                 v.const_value = _tensor(ir, params[path], vt.dtype, path)
                 initializers.append(v)
         # Each symbolic dim is read once off the first input or state with an axis of that
@@ -272,30 +323,43 @@ class OnnxEmitter:
             for ref in [*g.inputs, *("@" + p for p in g.states)]:
                 axes = [a for a, d in enumerate(scope.shape(ref)) if _is_dim(d, dim)]
                 if axes:
-                    scope.dims[dim] = scope.op("Shape", [scope.env[ref]], {
-                        "start": axes[0], "end": axes[0] + 1}, hint=dim)
+                    scope.dims[dim] = scope.op(
+                        "Shape", [scope.env[ref]], {"start": axes[0], "end": axes[0] + 1}, hint=dim
+                    )
                     node = scope.nodes[-1]
                     node.name = scope.fresh(f"dim_{dim}")
-                    node.doc_string = (f"symbolic dim {dim}: axis {axes[0]} of "
-                                       f"{scope.env[ref].name}")
+                    node.doc_string = f"symbolic dim {dim}: axis {axes[0]} of {scope.env[ref].name}"
                     break
         # The outputs' names are taken first, so that no value inside gets them.
         out_refs = [*g.outputs, *("@" + p for p in g.states), *([flag] if flag else [])]
-        out_names = [scope.fresh(r[1:] + ".value" if r.startswith("@") else r.lstrip("%"))
-                     for r in g.outputs]
+        out_names = [
+            scope.fresh(r[1:] + ".value" if r.startswith("@") else r.lstrip("%")) for r in g.outputs
+        ]
         out_names += [scope.fresh(p + ".next") for p in g.states]
         out_names += [scope.fresh("linnet.valid")] if flag else []
         self.body(scope, 0, len(g.steps), None)
-        outputs = [scope.op("Identity", [scope.env[ref]], exact=name)
-                   for ref, name in zip(out_refs, out_names)]
+        outputs = [
+            scope.op("Identity", [scope.env[ref]], exact=name)
+            for ref, name in zip(out_refs, out_names)
+        ]
         for v, ref in zip(outputs, out_refs):
             v.type = ir.TensorType(_dtype(ir, scope.dtype(ref)))
             v.shape = _shape(ir, scope.shape(ref))
-        graph = ir.Graph(inputs, outputs, nodes=scope.nodes, initializers=initializers,
-                         name=f"{g.model}.{g.entry}", opset_imports={"": OPSET, DOMAIN: 1})
-        model = ir.Model(graph, ir_version=IR_VERSION, producer_name="linnet-lang",
-                         producer_version=__version__,
-                         functions=list(self.functions.values()))
+        graph = ir.Graph(
+            inputs,
+            outputs,
+            nodes=scope.nodes,
+            initializers=initializers,
+            name=f"{g.model}.{g.entry}",
+            opset_imports={"": OPSET, DOMAIN: 1},
+        )
+        model = ir.Model(
+            graph,
+            ir_version=IR_VERSION,
+            producer_name="linnet-lang",
+            producer_version=__version__,
+            functions=list(self.functions.values()),
+        )
         model.metadata_props["linnet.entry"] = g.entry
         model.metadata_props["linnet.model"] = g.model
         model.metadata_props["linnet.inputs"] = json.dumps([r.lstrip("%") for r in g.inputs])
@@ -313,15 +377,23 @@ def _named_by_path(g: Graph, kind: str, path: str, name: str) -> None:
     """E0944 where an entry input took a state's or parameter's path as its ONNX name: a
     caller feeds both by name (``{"s": x, **states}``), and the metadata lists the path."""
     if name != path:
-        raise LinnetError(Diagnostic(
-            "E0944", f"the ONNX model of `{g.model}.{g.entry}` would name input `{path}` and "
-                     f"{kind} `{path}` alike: ONNX feeds inputs by name",
-            help=f"rename the entry's input `{path}` (its inputs, states and parameters share "
-                 "one namespace in ONNX)"))
+        raise LinnetError(
+            Diagnostic(
+                "E0944",
+                f"the ONNX model of `{g.model}.{g.entry}` would name input `{path}` and "
+                f"{kind} `{path}` alike: ONNX feeds inputs by name",
+                help=f"rename the entry's input `{path}` (its inputs, states and parameters share "
+                "one namespace in ONNX)",
+            )
+        )
 
 
-def emit_onnx(graph: Graph, params: Mapping[str, Any] | None = None,
-              sources: Mapping[str, str] | None = None, validity: bool = True) -> Any:
+def emit_onnx(
+    graph: Graph,
+    params: Mapping[str, Any] | None = None,
+    sources: Mapping[str, str] | None = None,
+    validity: bool = True,
+) -> Any:
     """An ``onnx_ir.Model`` for one lowered entry (see the module docstring for its form).
 
     ``params``: the weights by path (numpy arrays or torch tensors), stored as initializers;
@@ -350,7 +422,9 @@ def to_proto(model: Any) -> Any:
     return _ir().to_proto(model)
 
 
-def save_onnx(model: Any, path: str | Path, external_threshold: int = EXTERNAL_THRESHOLD) -> list[Path]:
+def save_onnx(
+    model: Any, path: str | Path, external_threshold: int = EXTERNAL_THRESHOLD
+) -> list[Path]:
     """Write ``model`` to ``path``; with more than ``external_threshold`` bytes of weights,
     they go to ``<path>.data`` beside it (ONNX's external data; a protobuf holds at most
     2 GiB). Returns the files written.
@@ -360,8 +434,9 @@ def save_onnx(model: Any, path: str | Path, external_threshold: int = EXTERNAL_T
     """
     ir = _ir()
     path = Path(path)
-    size = sum(v.const_value.nbytes for v in model.graph.initializers.values()
-               if v.const_value is not None)
+    size = sum(
+        v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None
+    )
     if size > external_threshold:
         data = path.with_name(path.name + ".data")
         ir.save(model, path, external_data=data.name, size_threshold_bytes=1024)
@@ -379,7 +454,10 @@ def check(model: Any) -> None:
         onnx.checker.check_model(to_proto(model), full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LinnetError(Diagnostic(
-            "E0934", f"the ONNX model for `{model.graph.name}` fails onnx.checker: {first}",
-            help="this is a bug in linnet-lang's ONNX emitter: please report it")) from None
-
+        raise LinnetError(
+            Diagnostic(
+                "E0934",
+                f"the ONNX model for `{model.graph.name}` fails onnx.checker: {first}",
+                help="this is a bug in linnet-lang's ONNX emitter: please report it",
+            )
+        ) from None

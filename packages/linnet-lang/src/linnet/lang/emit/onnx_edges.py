@@ -34,6 +34,7 @@ class Scope(Protocol):
     def range(self, *args: Any, **kwargs: Any) -> Any: ...
     def shape(self, *args: Any, **kwargs: Any) -> Any: ...
 
+
 _INTS = set(INT_RANGES)
 
 
@@ -89,8 +90,13 @@ def _rem(s: Step, n: Scope) -> Any:
     # (`a - floor(a / b) * b` is NaN for an infinite b, and rounds).
     r = n.op("Mod", [a, b], {"fmod": 1})
     zero = n.const(0, dt)
-    fix = n.op("And", [n.op("Not", [n.op("Equal", [r, zero])]),
-                       n.op("Xor", [n.op("Less", [r, zero]), n.op("Less", [b, zero])])])
+    fix = n.op(
+        "And",
+        [
+            n.op("Not", [n.op("Equal", [r, zero])]),
+            n.op("Xor", [n.op("Less", [r, zero]), n.op("Less", [b, zero])]),
+        ],
+    )
     return n.op("Where", [fix, n.op("Add", [r, b]), r], hint=s.results[0])
 
 
@@ -107,8 +113,11 @@ def _convert(s: Step, n: Scope) -> Any:
     inside = n.op("And", [n.op("GreaterOrEqual", [w, low]), n.op("Less", [w, high])])
     kept = n.cast(n.op("Where", [inside, w, n.const(0.0, compute)]), compute, dst)
     under = n.op("Where", [n.op("Less", [w, low]), n.const(smallest, dst), kept])
-    return n.op("Where", [n.op("GreaterOrEqual", [w, high]), n.const(largest, dst), under],
-                hint=s.results[0])
+    return n.op(
+        "Where",
+        [n.op("GreaterOrEqual", [w, high]), n.const(largest, dst), under],
+        hint=s.results[0],
+    )
 
 
 def nan_through(n: Scope, x: Any, reduced: Any, dtype: str, axes: Any) -> Any:

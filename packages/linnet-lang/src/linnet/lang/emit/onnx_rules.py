@@ -24,6 +24,7 @@ def _out(s: Step, n: Scope) -> str:
 def _unary(op_type: str) -> Rule:
     def rule(s: Step, n: Scope) -> Any:
         return n.op(op_type, [n.get(s.operands[0], _out(s, n))], hint=s.results[0])
+
     return rule
 
 
@@ -33,6 +34,7 @@ def _binary(op_type: str, compare: bool = False) -> Rule:
         # Comparisons and logic read operands of one dtype; arithmetic computes in the result's.
         want = (n.dtype(a) if n.dtype(a) == n.dtype(b) else "f32") if compare else _out(s, n)
         return n.op(op_type, [n.get(a, want), n.get(b, want)], hint=s.results[0])
+
     return rule
 
 
@@ -53,7 +55,9 @@ def _spelled(text: str, p: Primitive) -> Rule:
             if f[0] == "const":
                 return n.const(f[1], dt)
             return n.op(f[1], [build(a) for a in f[2]], hint=hint)
+
         return build(tree, s.results[0])
+
     return rule
 
 
@@ -80,12 +84,18 @@ def _constant(s: Step, n: Scope) -> Any:
 
 
 def _transpose(s: Step, n: Scope) -> Any:
-    return n.op("Transpose", [n.get(s.operands[0])], {"perm": list(s.attributes["perm"])},
-                hint=s.results[0])
+    return n.op(
+        "Transpose", [n.get(s.operands[0])], {"perm": list(s.attributes["perm"])}, hint=s.results[0]
+    )
 
 
-_REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin",
-           "prod": "ReduceProd"}
+_REDUCE = {
+    "sum": "ReduceSum",
+    "mean": "ReduceMean",
+    "max": "ReduceMax",
+    "min": "ReduceMin",
+    "prod": "ReduceProd",
+}
 
 
 def _reduce(s: Step, n: Scope) -> Any:
@@ -150,8 +160,9 @@ def _broadcast_shape(shapes: list[tuple[int, ...]]) -> list[int]:
     return out
 
 
-def _stacked(n: Scope, refs: list[str], sizes: tuple[int, ...], zero: bool
-             ) -> tuple[Any, Any, list[int]]:
+def _stacked(
+    n: Scope, refs: list[str], sizes: tuple[int, ...], zero: bool
+) -> tuple[Any, Any, list[int]]:
     """Indices broadcast together and stacked on a last axis (GatherND's and ScatterND's
     form), the mask of positions inside every axis, and the broadcast shape."""
     common = _broadcast_shape([n.shape(r) for r in refs])
@@ -186,7 +197,7 @@ def _scatter(s: Step, n: Scope) -> None:
         new = n.op("Expand", [n.get(value, dt), n.ints(shape)], hint=state[1:])
     else:
         idx, _, common = _stacked(n, refs, shape, zero=False)
-        updates = n.op("Expand", [n.get(value, dt), n.ints(common + list(shape[len(refs):]))])
+        updates = n.op("Expand", [n.get(value, dt), n.ints(common + list(shape[len(refs) :]))])
         new = n.op("ScatterND", [n.get(state), idx, updates], hint=state[1:])
     n.env[state] = new  # later reads of the state see this version
     return None
@@ -208,19 +219,33 @@ def _scatter_add(s: Step, n: Scope) -> Any:
         mask = onnx_shapes.reshape(n, valid, common, common + [1] * (len(shape) - k))
         v = n.op("Where", [mask, v, n.const(0, dt)])
     updates = n.op("Expand", [v, n.ints(common + list(shape[k:]))])
-    return n.op("ScatterND", [n.get(x, dt), idx, updates], {"reduction": "add"},
-                hint=s.results[0])
+    return n.op("ScatterND", [n.get(x, dt), idx, updates], {"reduction": "add"}, hint=s.results[0])
 
 
-RULES: dict[str, Rule] = spelled("onnx", _spelled, {
-        "floor": _floor, "ne": _ne,
-        "div": onnx_edges.RULES["div"], "rem": onnx_edges.RULES["rem"], "select": _select,
-        "convert": onnx_edges.RULES["convert"], "constant": _constant, "iota": onnx_shapes.iota,
-        "reshape": onnx_shapes.reshape_rule, "transpose": _transpose,
+RULES: dict[str, Rule] = spelled(
+    "onnx",
+    _spelled,
+    {
+        "floor": _floor,
+        "ne": _ne,
+        "div": onnx_edges.RULES["div"],
+        "rem": onnx_edges.RULES["rem"],
+        "select": _select,
+        "convert": onnx_edges.RULES["convert"],
+        "constant": _constant,
+        "iota": onnx_shapes.iota,
+        "reshape": onnx_shapes.reshape_rule,
+        "transpose": _transpose,
         "broadcast": onnx_shapes.broadcast_rule,
-        "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-        "scatter": _scatter, "scatter_add": _scatter_add, "slice": onnx_shapes.slice_rule,
-    })
+        "reduce": _reduce,
+        "contract": _contract,
+        "take": _take,
+        "gather": _gather,
+        "scatter": _scatter,
+        "scatter_add": _scatter_add,
+        "slice": onnx_shapes.slice_rule,
+    },
+)
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
 _NONE: frozenset[str] = frozenset()
@@ -229,12 +254,18 @@ SYMBOLIC_ATTRIBUTES: dict[str, frozenset[str]] = {
     **{op: _NONE for op in in_category(Category.ELEMENTWISE)},
     "constant": frozenset({"value"}),  # `L as f32`: a size, cast (Scope.const)
     "iota": frozenset({"shape"}),  # Range(0, L) reshaped and expanded (_iota)
-    "reshape": frozenset({"shape"}), "broadcast": frozenset({"shape"}),  # Scope.ints
+    "reshape": frozenset({"shape"}),
+    "broadcast": frozenset({"shape"}),  # Scope.ints
     "slice": frozenset({"starts", "limits"}),  # Slice's starts and ends (Scope.ints)
     # The rest read their sizes off the operands' shapes (SymInts too); an attribute of theirs
     # (an axis, an einsum spec, a bounds mode) that changed with a dim would be a new graph.
-    "transpose": _NONE, "reduce": _NONE, "contract": _NONE, "take": _NONE, "gather": _NONE,
-    "scatter_add": _NONE, "scatter": _NONE,
+    "transpose": _NONE,
+    "reduce": _NONE,
+    "contract": _NONE,
+    "take": _NONE,
+    "gather": _NONE,
+    "scatter_add": _NONE,
+    "scatter": _NONE,
 }
 """Per primitive, the attributes whose numbers may be :class:`~linnet.lang.export.SymInt`s
 (the rule computes them from the dims at run time): what

@@ -24,11 +24,29 @@ DOMAIN = "linnet.std"
 EXTERNAL_THRESHOLD = 1 << 30  # bytes of parameters above which `save_onnx` writes external data
 
 # Linnet dtype -> the name of onnx_ir.DataType's member.
-ONNX_DTYPES = {"f64": "DOUBLE", "f32": "FLOAT", "f16": "FLOAT16", "bf16": "BFLOAT16",
-               "i64": "INT64", "i32": "INT32", "i16": "INT16", "i8": "INT8", "u8": "UINT8",
-               "bool": "BOOL"}
-NUMPY_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "i64": "int64",
-                "i32": "int32", "i16": "int16", "i8": "int8", "u8": "uint8", "bool": "bool"}
+ONNX_DTYPES = {
+    "f64": "DOUBLE",
+    "f32": "FLOAT",
+    "f16": "FLOAT16",
+    "bf16": "BFLOAT16",
+    "i64": "INT64",
+    "i32": "INT32",
+    "i16": "INT16",
+    "i8": "INT8",
+    "u8": "UINT8",
+    "bool": "BOOL",
+}
+NUMPY_DTYPES = {
+    "f64": "float64",
+    "f32": "float32",
+    "f16": "float16",
+    "i64": "int64",
+    "i32": "int32",
+    "i16": "int16",
+    "i8": "int8",
+    "u8": "uint8",
+    "bool": "bool",
+}
 _INTS = {"i64", "i32", "i16", "i8", "u8"}
 
 
@@ -36,9 +54,13 @@ def _ir() -> Any:
     try:
         import onnx_ir
     except ImportError:
-        raise LinnetError(Diagnostic(
-            "E0932", "ONNX export needs the onnx and onnx-ir packages, which are not installed",
-            help="install them with `pip install 'linnet-lang[onnx]'`")) from None
+        raise LinnetError(
+            Diagnostic(
+                "E0932",
+                "ONNX export needs the onnx and onnx-ir packages, which are not installed",
+                help="install them with `pip install 'linnet-lang[onnx]'`",
+            )
+        ) from None
     return onnx_ir
 
 
@@ -93,17 +115,33 @@ class Scope:
             return table[path].shape
         return self.graph.values[ref].shape
 
-    def op(self, op_type: str, inputs: list[Any], attributes: dict | None = None,
-           hint: str = "", domain: str = "", outputs: int = 1, exact: str = "") -> Any:
+    def op(
+        self,
+        op_type: str,
+        inputs: list[Any],
+        attributes: dict | None = None,
+        hint: str = "",
+        domain: str = "",
+        outputs: int = 1,
+        exact: str = "",
+    ) -> Any:
         """Append one node; returns its output value (a list when ``outputs`` > 1).
         ``exact``: the output's name, reserved beforehand (the graph's outputs)."""
         ir = self.ir
-        results = [ir.Value(name=exact or self.fresh(hint or op_type.lower()))
-                   for _ in range(outputs)]
+        results = [
+            ir.Value(name=exact or self.fresh(hint or op_type.lower())) for _ in range(outputs)
+        ]
         step = self.current
-        node = ir.Node(domain, op_type, inputs, attributes=[
-            ir.convenience.convert_attribute(k, v) for k, v in (attributes or {}).items()],
-            outputs=results, name=self.fresh(f"s{self.step}_{step.op if step else op_type}"))
+        node = ir.Node(
+            domain,
+            op_type,
+            inputs,
+            attributes=[
+                ir.convenience.convert_attribute(k, v) for k, v in (attributes or {}).items()
+            ],
+            outputs=results,
+            name=self.fresh(f"s{self.step}_{step.op if step else op_type}"),
+        )
         if step is not None and step.loc:
             node.metadata_props["linnet.loc"] = step.loc
             node.doc_string = _source_line(self.sources, step.loc)
@@ -117,8 +155,11 @@ class Scope:
         ir = self.ir
         if isinstance(value, SymInt):  # a size as a scalar: [1] -> [], in the dtype wanted
             scalar = self.op("Squeeze", [self.size(value), self.ints([0], "axes")], hint=hint)
-            return scalar if dtype == "i64" else self.op("Cast", [scalar], {
-                "to": _dtype(ir, dtype, self)}, hint=hint)
+            return (
+                scalar
+                if dtype == "i64"
+                else self.op("Cast", [scalar], {"to": _dtype(ir, dtype, self)}, hint=hint)
+            )
         if dtype == "bf16":
             import ml_dtypes
 
@@ -166,8 +207,9 @@ class Scope:
                 self.dim_inputs.append(name)
             else:
                 size = self.op("Squeeze", [self.dim(name), self.ints([0], "axes")])
-                self.ranges[name] = self.op("Range", [self.const(0, "i64"), size,
-                                                      self.const(1, "i64")], hint=name + ".iota")
+                self.ranges[name] = self.op(
+                    "Range", [self.const(0, "i64"), size, self.const(1, "i64")], hint=name + ".iota"
+                )
         return self.ranges[name]
 
     def size(self, n: Any) -> Any:
@@ -217,10 +259,14 @@ def _dtype(ir: Any, dtype: str, scope: Scope | None = None) -> Any:
     if dtype not in ONNX_DTYPES:
         step = scope.current if scope else None
         at = where(scope.graph, scope.step, step) if scope and step else "this graph"
-        raise LinnetError(Diagnostic(
-            "E0931", f"{at} uses dtype `{dtype}`, which ONNX export does not support",
-            help=f"convert to one of {', '.join(ONNX_DTYPES)} before this step, or run the "
-                 "model with the PyTorch runtime"))
+        raise LinnetError(
+            Diagnostic(
+                "E0931",
+                f"{at} uses dtype `{dtype}`, which ONNX export does not support",
+                help=f"convert to one of {', '.join(ONNX_DTYPES)} before this step, or run the "
+                "model with the PyTorch runtime",
+            )
+        )
     return getattr(ir.DataType, ONNX_DTYPES[dtype])
 
 
@@ -241,8 +287,11 @@ def _tensor(ir: Any, value: Any, dtype: str, name: str) -> Any:
 
     if hasattr(value, "detach"):  # torch: bf16 has no numpy dtype, its bits go through int16
         t = value.detach().cpu().contiguous()
-        value = t.view(_torch_int16()).numpy().view(ml_dtypes.bfloat16) \
-            if str(t.dtype) == "torch.bfloat16" else t.numpy()
+        value = (
+            t.view(_torch_int16()).numpy().view(ml_dtypes.bfloat16)
+            if str(t.dtype) == "torch.bfloat16"
+            else t.numpy()
+        )
     arr = np.ascontiguousarray(value)
     want = ml_dtypes.bfloat16 if dtype == "bf16" else NUMPY_DTYPES[dtype]
     return ir.tensor(arr.astype(want, copy=False), name=name)

@@ -65,8 +65,9 @@ def reshape(n: Scope, x: Any, have: Sequence[int], want: Sequence[int], hint: st
         # Only where a dim is symbolic: a concrete reshape stays one Reshape node.
         if any(isinstance(d, SymInt) for d in want):
             if squeeze:
-                x = n.op("Squeeze", [x, n.ints(squeeze, "axes")], hint=hint if not unsqueeze
-                         else "")
+                x = n.op(
+                    "Squeeze", [x, n.ints(squeeze, "axes")], hint=hint if not unsqueeze else ""
+                )
             if unsqueeze:
                 x = n.op("Unsqueeze", [x, n.ints(unsqueeze, "axes")], hint=hint)
             return x
@@ -87,8 +88,10 @@ def expand(n: Scope, x: Any, have: Sequence[int], want: Sequence[int], hint: str
     >>> expand(scope, value, (SymInt(6, L), 1), (SymInt(6, L), 4))     # doctest: +SKIP
     """
     offset = len(want) - len(have)
-    target = [1 if isinstance(d, SymInt) and i >= offset and _key(have[i - offset]) == _key(d)
-              else d for i, d in enumerate(want)]
+    target = [
+        1 if isinstance(d, SymInt) and i >= offset and _key(have[i - offset]) == _key(d) else d
+        for i, d in enumerate(want)
+    ]
     if any(isinstance(d, SymInt) for d in target):
         target = list(want)
     return n.op("Expand", [x, n.ints(target)], hint=hint)
@@ -104,8 +107,11 @@ def iota(s: Step, n: Scope) -> Any:
         if not more and coef == 1 and len(mono) == 1:  # the dim's own iota (Scope.range)
             line = n.range(mono[0])
         else:
-            line = n.op("Range", [n.const(0, "i64"), n.const(shape[axis], "i64"),
-                                  n.const(1, "i64")], hint="iota")
+            line = n.op(
+                "Range",
+                [n.const(0, "i64"), n.const(shape[axis], "i64"), n.const(1, "i64")],
+                hint="iota",
+            )
         line = n.cast(line, "i64", dt)
     else:
         line = n.const(list(range(shape[axis])), dt, hint="iota")
@@ -119,20 +125,33 @@ def iota(s: Step, n: Scope) -> Any:
 
 def reshape_rule(s: Step, n: Scope) -> Any:
     """``reshape``: :func:`reshape` of the operand."""
-    return reshape(n, n.get(s.operands[0]), n.shape(s.operands[0]), s.attributes["shape"],
-                   hint=s.results[0])
+    return reshape(
+        n, n.get(s.operands[0]), n.shape(s.operands[0]), s.attributes["shape"], hint=s.results[0]
+    )
 
 
 def broadcast_rule(s: Step, n: Scope) -> Any:
     """``broadcast``: :func:`expand` of the operand, in the result's dtype."""
     dt = n.graph.values[s.results[0]].dtype
-    return expand(n, n.get(s.operands[0], dt), n.shape(s.operands[0]), s.attributes["shape"],
-                  hint=s.results[0])
+    return expand(
+        n,
+        n.get(s.operands[0], dt),
+        n.shape(s.operands[0]),
+        s.attributes["shape"],
+        hint=s.results[0],
+    )
 
 
 def slice_rule(s: Step, n: Scope) -> Any:
     """ONNX Slice over every axis (static starts and ends; steps of 1)."""
     rank = len(s.attributes["starts"])
-    return n.op("Slice", [n.get(s.operands[0]), n.ints(s.attributes["starts"], "starts"),
-                          n.ints(s.attributes["limits"], "ends"),
-                          n.ints(list(range(rank)), "axes")], hint=s.results[0])
+    return n.op(
+        "Slice",
+        [
+            n.get(s.operands[0]),
+            n.ints(s.attributes["starts"], "starts"),
+            n.ints(s.attributes["limits"], "ends"),
+            n.ints(list(range(rank)), "axes"),
+        ],
+        hint=s.results[0],
+    )

@@ -49,20 +49,47 @@ from linnet.lang.emit.triton import (
 from linnet.lang.ir.graph import Step
 from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the doctest)
 
-JNP_DTYPES = {"f64": "jnp.float64", "f32": "jnp.float32", "f16": "jnp.float16",
-              "bf16": "jnp.bfloat16", "i64": "jnp.int64", "i32": "jnp.int32",
-              "i16": "jnp.int16", "i8": "jnp.int8", "u8": "jnp.uint8", "bool": "jnp.bool_"}
+JNP_DTYPES = {
+    "f64": "jnp.float64",
+    "f32": "jnp.float32",
+    "f16": "jnp.float16",
+    "bf16": "jnp.bfloat16",
+    "i64": "jnp.int64",
+    "i32": "jnp.int32",
+    "i16": "jnp.int16",
+    "i8": "jnp.int8",
+    "u8": "jnp.uint8",
+    "bool": "jnp.bool_",
+}
 _INTS = {"i8", "i16", "i32", "i64", "u8"}
 # Names a kernel function must not shadow: the generated module's own.
 RESERVED = (TRITON_RESERVED - {"tl", "triton", "torch"}) | {
-    "jax", "jnp", "lax", "pl", "plgpu", "PALLAS", "INTERPRET", "PRECISION", "RUNS"}
+    "jax",
+    "jnp",
+    "lax",
+    "pl",
+    "plgpu",
+    "PALLAS",
+    "INTERPRET",
+    "PRECISION",
+    "RUNS",
+}
 
 # Pallas's spellings of what the shared rules (emit/tiles.py) write.
 PALLAS = tiles.Dialect(
-    name="Pallas", code="E0560", dtypes=JNP_DTYPES, reserved=frozenset(RESERVED),
-    full="jnp.full", broadcast_to="jnp.broadcast_to", reshape="jnp.reshape",
-    permute="jnp.transpose", where="jnp.where", sum="jnp.sum", program_id="pl.program_id",
-    method="astype")
+    name="Pallas",
+    code="E0560",
+    dtypes=JNP_DTYPES,
+    reserved=frozenset(RESERVED),
+    full="jnp.full",
+    broadcast_to="jnp.broadcast_to",
+    reshape="jnp.reshape",
+    permute="jnp.transpose",
+    where="jnp.where",
+    sum="jnp.sum",
+    program_id="pl.program_id",
+    method="astype",
+)
 
 
 class PallasNames(Names):
@@ -86,6 +113,7 @@ def safe(name: str) -> str:
 def _unary(fmt: str) -> TileRule:
     def rule(s: Step, n: Names, c: Context) -> list[str]:
         return [f"{n(s.results[0])} = {fmt.format(n.tensor(s.operands[0]))}"]
+
     return rule
 
 
@@ -95,6 +123,7 @@ def _binary(fmt: str) -> TileRule:
         if all(o in n.literals for o in s.operands):  # keep the graph's dtype, not Python's
             a = n.tensor(s.operands[0])
         return [f"{n(s.results[0])} = {fmt.format(a, b)}"]
+
     return rule
 
 
@@ -123,8 +152,13 @@ def _reduce(s: Step, n: Names, c: Context) -> list[str]:
     x = n.tensor(src)
     if n.dtype(src) != acc and kind in ("sum", "mean", "prod"):
         x = f"{x}.astype({JNP_DTYPES[acc]})"
-    fn = {"sum": "jnp.sum", "mean": "jnp.sum", "max": "jnp.max", "min": "jnp.min",
-          "prod": "jnp.prod"}[kind]
+    fn = {
+        "sum": "jnp.sum",
+        "mean": "jnp.sum",
+        "max": "jnp.max",
+        "min": "jnp.min",
+        "prod": "jnp.prod",
+    }[kind]
     operand, x = x, tiles.reduced(s, n, fn, x)
     lines: list[str] = []
     if kind in ("max", "min") and n.dtype(src) not in _INTS | {"bool"}:  # a NaN wins
@@ -141,8 +175,10 @@ def _dot(s: Step, n: Names, c: Context, layout: tuple[bool, bool]) -> str:
     a, b = s.operands
     lhs = f"{n(a)}.T" if layout[0] else n(a)
     rhs = f"{n(b)}.T" if layout[1] else n(b)
-    return (f"jnp.dot({lhs}, {rhs}, precision={c.precision}, "
-            f"preferred_element_type={JNP_DTYPES[s.attributes['accumulate']]})")
+    return (
+        f"jnp.dot({lhs}, {rhs}, precision={c.precision}, "
+        f"preferred_element_type={JNP_DTYPES[s.attributes['accumulate']]})"
+    )
 
 
 def _tile_shape(s: Step, n: Names) -> tuple[int, ...]:
@@ -244,22 +280,37 @@ def _for(s: Step, n: Names, c: Context) -> list[str]:
 # JAX emitter runs the op's body where a kernel has `scratch(...)` (JaxEmitter.kernels_scratch).
 EXPECTED_MISSING: frozenset[str] = frozenset({"erf", "atomic_add"})
 
-PALLAS_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "pallas", {
-    "div": tile_edges.int_div("pallas", _fdiv),
-    "rem": tile_edges.int_rem("pallas", _binary("jnp.remainder({}, {})")),
-    "maximum": tile_edges.pallas_extreme("maximum"),
-    "minimum": tile_edges.pallas_extreme("minimum"), "convert": tile_edges.convert,
-    "floor": tile_edges.pallas_floor,
-    "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
-    "load": _load, "store": _store, "for": _for,
-})
+PALLAS_RULES: dict[str, TileRule] = common_rules(
+    _unary,
+    _binary,
+    "pallas",
+    {
+        "div": tile_edges.int_div("pallas", _fdiv),
+        "rem": tile_edges.int_rem("pallas", _binary("jnp.remainder({}, {})")),
+        "maximum": tile_edges.pallas_extreme("maximum"),
+        "minimum": tile_edges.pallas_extreme("minimum"),
+        "convert": tile_edges.convert,
+        "floor": tile_edges.pallas_floor,
+        "iota": _iota,
+        "reshape": _reshape,
+        "reduce": _reduce,
+        "contract": tiles.contract(_dot),
+        "load": _load,
+        "store": _store,
+        "for": _for,
+    },
+)
 
 
 # ---------------------------------------------------------------- functions
 
 
-def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
-                    precision: str = "lax.Precision.HIGHEST") -> str:
+def kernel_function(
+    k: TileKernel,
+    name: str,
+    sources: dict[str, list[str]],
+    precision: str = "lax.Precision.HIGHEST",
+) -> str:
     """The Pallas kernel function for ``k``: one ref per tensor parameter and result (named
     as in the source), then the body."""
     n = PallasNames(k)
@@ -279,26 +330,31 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str) -> str:
     READY's ``kernel_jvp``)."""
     ins = [safe(p) for p, _, _ in k.params]
     many = len(k.results) > 1
-    shapes = ", ".join(f"jax.ShapeDtypeStruct({shape}, {JNP_DTYPES[dtype]})"
-                       for _, shape, dtype in k.results)
+    shapes = ", ".join(
+        f"jax.ShapeDtypeStruct({shape}, {JNP_DTYPES[dtype]})" for _, shape, dtype in k.results
+    )
     out_shape = f"({shapes},)" if many else shapes
     results = ", ".join(r for r, _, _ in k.results)
-    lines = [f"def run_{key}({', '.join(ins)}):",
-             f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
-             f"    out_shape = {out_shape}",
-             f"    return pl.pallas_call({function}, out_shape=out_shape, grid={k.grid},",
-             "                          interpret=INTERPRET, compiler_params=COMPILER_PARAMS,",
-             f"                          name={function!r})({', '.join(ins)})",
-             "", "",
-             f"def {name}(body, backward, {', '.join(ins)}):",
-             f'    """`{k.short_name}`; differentiated by JAX through the JVP of `body` (the op\'s'
-             ' body),\n    or the transpose of `backward` (its grad clause)."""',
-             "    return kernel_jvp(" + f"run_{key}, body, backward)({', '.join(ins)})"]
+    lines = [
+        f"def run_{key}({', '.join(ins)}):",
+        f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
+        f"    out_shape = {out_shape}",
+        f"    return pl.pallas_call({function}, out_shape=out_shape, grid={k.grid},",
+        "                          interpret=INTERPRET, compiler_params=COMPILER_PARAMS,",
+        f"                          name={function!r})({', '.join(ins)})",
+        "",
+        "",
+        f"def {name}(body, backward, {', '.join(ins)}):",
+        f'    """`{k.short_name}`; differentiated by JAX through the JVP of `body` (the op\'s'
+        ' body),\n    or the transpose of `backward` (its grad clause)."""',
+        "    return kernel_jvp(" + f"run_{key}, body, backward)({', '.join(ins)})",
+    ]
     return "\n".join(lines)
 
 
-def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
-                taken: set[str]) -> KernelText:
+def kernel_text(
+    k: TileKernel, sources: dict[str, list[str]], precision: str, taken: set[str]
+) -> KernelText:
     """The kernel function and launcher for ``k``, named ``instance_name(k)`` (made unique
     against ``taken``, which this extends).
 
@@ -311,8 +367,11 @@ def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
     ('launch_row_softmax_2_3_4', True)
     """
     name = tiles.unique_instance(k, taken, ("", "launch_", "run_"))
-    text = kernel_function(k, name, sources, precision) + "\n\n\n" + launcher_function(
-        k, name, f"launch_{name}", name)
+    text = (
+        kernel_function(k, name, sources, precision)
+        + "\n\n\n"
+        + launcher_function(k, name, f"launch_{name}", name)
+    )
     return KernelText(k, name, f"launch_{name}", name, text)
 
 
@@ -321,17 +380,20 @@ def chain_text(texts: list[KernelText], taken: set[str]) -> KernelText:
     ``pallas_call`` on the op's arrays, then each next one's on them and the results of the
     one before it, as one function inside the ``jax.custom_jvp`` (differentiated through
     the op's body or grad clause, as a single kernel's)."""
+
     def launch(key: str, ins: list[str]) -> list[str]:
-        return [f"def launch_{key}(body, backward, {', '.join(ins)}):",
-                '    """The chain; differentiated by JAX through the JVP of `body` (the op\'s '
-                'body),\n    or the transpose of `backward` (its grad clause)."""',
-                f"    return kernel_jvp(run_{key}, body, backward)({', '.join(ins)})"]
+        return [
+            f"def launch_{key}(body, backward, {', '.join(ins)}):",
+            '    """The chain; differentiated by JAX through the JVP of `body` (the op\'s '
+            'body),\n    or the transpose of `backward` (its grad clause)."""',
+            f"    return kernel_jvp(run_{key}, body, backward)({', '.join(ins)})",
+        ]
 
     return triton_chain_text(texts, taken, "run_", launch)
 
 
 # The module's own part: written only where a kernel is launched.
-HEADER = '''import os
+HEADER = """import os
 
 try:
     from jax.experimental import pallas as pl
@@ -346,7 +408,7 @@ except ImportError:  # no Pallas: every bound op runs its body
 
 # Pallas's interpreter runs kernels on any backend (the CPU's): read once, when imported.
 INTERPRET = os.environ.get('LINNET_PALLAS_INTERPRET') == '1'
-'''
+"""
 
 READY = '''def kernels_ready(key):
     """Whether a bound op launches kernel `key` (Pallas importable, and jax's default backend
@@ -413,9 +475,14 @@ def runs_table(keys: list[str]) -> str:
     return tiles.runs_table(keys, "traces")
 
 
-def launch_statement(text: KernelText, args: list[str], outs: list[str], body: list[str],
-                     body_name: str, backward: str | None = None
-                     ) -> tuple[str, frozenset[str], frozenset[str]]:
+def launch_statement(
+    text: KernelText,
+    args: list[str],
+    outs: list[str],
+    body: list[str],
+    body_name: str,
+    backward: str | None = None,
+) -> tuple[str, frozenset[str], frozenset[str]]:
     """The statements at a bound op's call: the op's ``body`` (its lines, as the emitter
     wrote them) as a local function ``body_name`` of the call's tensor ``args``, then the
     launch if ``kernels_ready``, else that function. ``backward`` names the function of the
@@ -423,14 +490,15 @@ def launch_statement(text: KernelText, args: list[str], outs: list[str], body: l
     level for the function body), the names it defines and those it reads."""
     target = ", ".join(outs) + ("," if len(outs) == 1 and len(text.kernel.results) > 1 else "")
     returned = ", ".join(outs) + ("," if len(outs) > 1 else "")
-    lines = [f"def {body_name}({', '.join(args)}):",
-             *["    " + b for b in body],
-             f"    return {returned}" if len(outs) == 1 else f"    return ({returned})",
-             f"if kernels_ready({text.key!r}):",
-             f"    {target} = {text.launcher}({body_name}, {backward or 'None'}, "
-             f"{', '.join(args)})",
-             "else:",
-             f"    {target} = {body_name}({', '.join(args)})"]
+    lines = [
+        f"def {body_name}({', '.join(args)}):",
+        *["    " + b for b in body],
+        f"    return {returned}" if len(outs) == 1 else f"    return ({returned})",
+        f"if kernels_ready({text.key!r}):",
+        f"    {target} = {text.launcher}({body_name}, {backward or 'None'}, {', '.join(args)})",
+        "else:",
+        f"    {target} = {body_name}({', '.join(args)})",
+    ]
     stored, loaded = tiles.stored_and_loaded(lines)
     stored |= {body_name}
     loaded = ((frozenset(args) | loaded) - stored) | ({backward} if backward else set())

@@ -65,8 +65,9 @@ class Draft:
         return kept, live
 
 
-def kept_outputs(slices: list[Slice], drafts: dict[str, Draft],
-                 needed: Iterable[str]) -> dict[str, set[int]]:
+def kept_outputs(
+    slices: list[Slice], drafts: dict[str, Draft], needed: Iterable[str]
+) -> dict[str, set[int]]:
     """Per slice kind, the positions of the outputs its function must return: those a later
     slice reads, or the entry (``needed``: its outputs, and the states it stores), the union
     over the kind's slices. A fixed point: what a kind keeps grows what its body reads, which
@@ -169,7 +170,7 @@ def wrap(line: str, width: int = WIDTH) -> list[str]:
     """
     if len(line) <= width or line.lstrip().startswith("#"):
         return [line]
-    indent = line[:len(line) - len(line.lstrip())]
+    indent = line[: len(line) - len(line.lstrip())]
     text = line.strip()
     if text.startswith("return ") and split_last(text[7:]) != (0, len(text) - 8):
         # A tuple (commas at depth 0) gets its brackets; `return f(a, b)` is one value.
@@ -179,7 +180,7 @@ def wrap(line: str, width: int = WIDTH) -> list[str]:
     if pair is None:
         return [line]
     a, b = pair
-    head, inner, tail = text[:a + 1], text[a + 1:b], text[b:]
+    head, inner, tail = text[: a + 1], text[a + 1 : b], text[b:]
     heads = wrap(indent + head, width)
     pad = indent + "    "
     if len(pad + inner) <= width and not inner.rstrip().endswith(","):
@@ -200,5 +201,3 @@ def docstring(text: str) -> str:
         return one
     lines = textwrap.wrap(text, WIDTH - 4, initial_indent='"""', break_on_hyphens=False)
     return "    " + "\n    ".join(lines) + '\n    """'
-
-

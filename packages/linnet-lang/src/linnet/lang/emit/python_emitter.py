@@ -109,14 +109,19 @@ class PythonEmitter(ABC):
         short = file if is_std(file) else file.rsplit("/", 1)[-1]
         out = f"# {short}:{line}{text}"
         if len(out) > width:  # a long source line: its start, so the comment fits the width
-            out = out[:max(width - 3, len(f"# {short}:{line}"))].rstrip() + "..."
+            out = out[: max(width - 3, len(f"# {short}:{line}"))].rstrip() + "..."
         return out
 
     def _best_call(self, graph: Graph, index: int) -> Call | None:
         best = None
         for call in graph.calls:
-            if call.start <= index < call.stop and call.loc and not is_std(call.loc) \
-                    and call.kind != "entry" and (best is None or call.depth > best.depth):
+            if (
+                call.start <= index < call.stop
+                and call.loc
+                and not is_std(call.loc)
+                and call.kind != "entry"
+                and (best is None or call.depth > best.depth)
+            ):
                 best = call
         return best
 
@@ -156,16 +161,22 @@ class PythonEmitter(ABC):
         user = self._first_repeated_user(graph)[index]
         # Hoisted: the step sits in a call (the whole model's) around the layer that reads
         # it, outside that layer. A step of its own call (the embedding) keeps its line.
-        if user is not None and user != index and (
-                best is None or best.start <= user < best.stop):
+        if user is not None and user != index and (best is None or best.start <= user < best.stop):
             deeper = self._best_call(graph, user)
             if deeper is not None and (best is None or deeper.depth > best.depth):
                 best = deeper
         return f"{best.loc}|{own}" if best else own
 
-    def kernel_launch(self, graph: Graph, index: int, stop: int, starts: dict[int, list[Call]],
-                      users_outside: Callable[[int, int], set[str]], members: set[int],
-                      scope: Scope) -> tuple[Call, KernelText] | None:
+    def kernel_launch(
+        self,
+        graph: Graph,
+        index: int,
+        stop: int,
+        starts: dict[int, list[Call]],
+        users_outside: Callable[[int, int], set[str]],
+        members: set[int],
+        scope: Scope,
+    ) -> tuple[Call, KernelText] | None:
         """A call of a bound op starting at step ``index`` whose kernel this module
         launches (numerics fast, its instance recorded in the graph, the `where` clause
         true), with its kernel's text; None otherwise. See emit/triton.py."""
@@ -173,15 +184,21 @@ class PythonEmitter(ABC):
             return None
         # The longest first: a span op's call (check/spans.py) over an op call it contains.
         for call in sorted(starts.get(index, []), key=lambda c: c.start - c.stop):
-            if not call.attributes.get("kernel") or not call.attributes.get("kernel_applies") \
-                    or call.stop > stop or call.stop <= call.start:
+            if (
+                not call.attributes.get("kernel")
+                or not call.attributes.get("kernel_applies")
+                or call.stop > stop
+                or call.stop <= call.start
+            ):
                 continue
             results = call.attributes.get("results") or []
             if any(not isinstance(r, str) for r in results) or not all(
-                    j in members for j in range(call.start, call.stop)):
+                j in members for j in range(call.start, call.stop)
+            ):
                 continue
-            if call.attributes.get("writes") and (not self.kernels_write_states
-                                                  or self.backwards is not None):
+            if call.attributes.get("writes") and (
+                not self.kernels_write_states or self.backwards is not None
+            ):
                 continue  # its kernel stores into states: the call without the writes
             found = graph.kernels.get(instance_key(call.attributes))
             if found is None:
@@ -191,8 +208,11 @@ class PythonEmitter(ABC):
                 continue  # its kernel keeps scratch buffers, which this target cannot
             if users_outside(call.start, call.stop) - set(results):
                 continue
-            if not all(a in scope.names or a in scope.literals for a in launch_args(call)
-                       if a.startswith("%")):
+            if not all(
+                a in scope.names or a in scope.literals
+                for a in launch_args(call)
+                if a.startswith("%")
+            ):
                 continue
             return call, self.kernel_text(call)
         return None
@@ -206,8 +226,9 @@ class PythonEmitter(ABC):
         """The kernel instance a bound call launches, written once per module (emit/triton.py's
         for PyTorch, emit/pallas.py's for JAX)."""
 
-    def stage_texts(self, call: Call, precision: str, text_of: Callable[..., Any],
-                    chain_of: Callable[..., Any]) -> Any:
+    def stage_texts(
+        self, call: Call, precision: str, text_of: Callable[..., Any], chain_of: Callable[..., Any]
+    ) -> Any:
         """The text of the kernel a call binds, or of its chain's kernels and the launcher
         that runs them in turn, written once per module (``text_of`` and ``chain_of``:
         emit/triton.py's or emit/pallas.py's)."""
@@ -216,23 +237,42 @@ class PythonEmitter(ABC):
         # shapes raises its coded error here, where its launch would be written.
         kernels = self.kernels[instance_key(call.attributes)].launched()
         writes = [(w["result"], w["positions"]) for w in call.attributes.get("writes") or []]
-        key = (*((k.name, repr(sorted(k.generics.items())), repr(sorted(k.scalars.items())))
-                 for k in kernels), repr(writes))
+        key = (
+            *(
+                (k.name, repr(sorted(k.generics.items())), repr(sorted(k.scalars.items())))
+                for k in kernels
+            ),
+            repr(writes),
+        )
         if key not in self.kernel_texts:
             texts = [text_of(k, self.sources, precision, self.used_names) for k in kernels]
-            self.kernel_texts[key] = texts[0] if len(texts) == 1 else chain_of(
-                texts, self.used_names)
+            self.kernel_texts[key] = (
+                texts[0] if len(texts) == 1 else chain_of(texts, self.used_names)
+            )
         return self.kernel_texts[key]
 
     @abstractmethod
-    def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],
-                         call: Call, scope: Scope, backward: Any = None
-                         ) -> tuple[str, frozenset[str], frozenset[str]]:
+    def launch_statement(
+        self,
+        text: Any,
+        args: list[str],
+        outs: list[str],
+        body: list[str],
+        call: Call,
+        scope: Scope,
+        backward: Any = None,
+    ) -> tuple[str, frozenset[str], frozenset[str]]:
         """The statement at a bound op's call: its kernel's launch, or ``body`` (the op's
         steps) where the kernel cannot run; returns the text, its targets and what it reads."""
 
-    def fast_call(self, graph: Graph, index: int, stop: int, starts: dict[int, list[Call]],
-                  users_outside: Callable[[int, int], set[str]]) -> Call | None:
+    def fast_call(
+        self,
+        graph: Graph,
+        index: int,
+        stop: int,
+        starts: dict[int, list[Call]],
+        users_outside: Callable[[int, int], set[str]],
+    ) -> Call | None:
         if not self.options.fast:
             return None
         for call in sorted(starts.get(index, []), key=lambda c: c.start - c.stop):
@@ -244,8 +284,12 @@ class PythonEmitter(ABC):
             escaping = users_outside(call.start, call.stop)
             if escaping - set(results):
                 continue  # a value of the span is shared with later steps (CSE): keep steps
-            if any(isinstance(a, str) and a.startswith("%") and graph.producers().get(a, -1)
-                   >= call.start for a in call.attributes.get("args", [])):
+            if any(
+                isinstance(a, str)
+                and a.startswith("%")
+                and graph.producers().get(a, -1) >= call.start
+                for a in call.attributes.get("args", [])
+            ):
                 continue
             return call
         return None
@@ -268,8 +312,11 @@ class PythonEmitter(ABC):
             out = set()
             for step in graph.steps[a:b]:
                 for r in step.results:
-                    if r in graph.outputs or r in sl.outputs or any(
-                            u < a or u >= b for u in users.get(r, [])):
+                    if (
+                        r in graph.outputs
+                        or r in sl.outputs
+                        or any(u < a or u >= b for u in users.get(r, []))
+                    ):
                         out.add(r)
             return out
 
@@ -281,8 +328,11 @@ class PythonEmitter(ABC):
             while k < end:
                 i = order[k]
                 step = graph.steps[i]
-                launch = self.kernel_launch(graph, i, sl.stop, starts, users_outside, members,
-                                            scope) if launching else None
+                launch = (
+                    self.kernel_launch(graph, i, sl.stop, starts, users_outside, members, scope)
+                    if launching
+                    else None
+                )
                 if launch is not None:
                     # A bound op: its kernel where kernels_ready, else its body (emit/triton).
                     kcall, text = launch
@@ -296,35 +346,47 @@ class PythonEmitter(ABC):
                     # The tensors only: scalar arguments are constants of the kernel.
                     args = [scope(a) for a in launch_args(kcall)]
                     outs = [scope(r) for r in kcall.attributes["results"]]
-                    backward = (self.backwards.backward(graph, kcall, text.key)
-                                if self.backwards is not None else None)
+                    backward = (
+                        self.backwards.backward(graph, kcall, text.key)
+                        if self.backwards is not None
+                        else None
+                    )
                     line, targets, reads = self.launch_statement(
-                        text, args, outs, [st.text for st in inner], kcall, scope, backward)
+                        text, args, outs, [st.text for st in inner], kcall, scope, backward
+                    )
                     out.append(Statement(line, targets, reads))
                     last_loc[0] = None
                     k = stop_k
                     continue
                 call = self.fast_call(graph, i, sl.stop, starts, users_outside)
-                if call is not None and not all(j in members
-                                                for j in range(call.start, call.stop)):
+                if call is not None and not all(j in members for j in range(call.start, call.stop)):
                     call = None
                 if call is not None and not all(
-                        a in scope.names or a in scope.literals for a in call.attributes["args"]
-                        if isinstance(a, str) and a.startswith("%")):
+                    a in scope.names or a in scope.literals
+                    for a in call.attributes["args"]
+                    if isinstance(a, str) and a.startswith("%")
+                ):
                     call = None  # the fused call reads a value this slice does not have
                 if call is not None:
-                    args = [scope(a) if isinstance(a, str) else literal(a)
-                            for a in call.attributes["args"]]
+                    args = [
+                        scope(a) if isinstance(a, str) else literal(a)
+                        for a in call.attributes["args"]
+                    ]
                     outs = [scope(r) for r in call.attributes["results"]]
                     lines = self.fast_calls[call.callee](call, scope, args, outs)
                     loc = self.user_loc(graph, call.start, call.loc)
                     op = call.callee
-                    if call.callee in self.cpu_autograd_math \
-                            and self.options.device.split(":")[0] == "cpu":
+                    if (
+                        call.callee in self.cpu_autograd_math
+                        and self.options.device.split(":")[0] == "cpu"
+                    ):
                         if loc and loc != last_loc[0]:
                             out.append(Statement(self.comment(loc), comment=True))
-                        tensors = [a for a, v in zip(args, call.attributes["args"])
-                                   if isinstance(v, str) and a.isidentifier()]
+                        tensors = [
+                            a
+                            for a, v in zip(args, call.attributes["args"])
+                            if isinstance(v, str) and a.isidentifier()
+                        ]
                         out.append(Statement(*math_under_autograd(tensors, lines)))
                         last_loc[0] = loc
                         k += call.stop - call.start
@@ -338,16 +400,27 @@ class PythonEmitter(ABC):
                 if lines and loc and loc != last_loc[0]:
                     out.append(Statement(self.comment(loc), comment=True))
                     last_loc[0] = loc
-                out.extend(parse_statement(line, i, op, loc, self.framework, self.internal)
-                           for line in lines)
+                out.extend(
+                    parse_statement(line, i, op, loc, self.framework, self.internal)
+                    for line in lines
+                )
 
         run(0, len(order), body)
         outputs = [scope(v) for v in sl.outputs]
-        where = (f"Steps {sl.start}..{sl.stop}" if len(order) == sl.stop - sl.start
-                 else f"{len(order)} of steps {sl.start}..{sl.stop}")
-        doc = (f"{where} of {graph.model}.{graph.entry}"
-               + (f" (and every slice of this kind, e.g. `{sl.prefix.rstrip('.')}`)"
-                  if sl.prefix else "") + ".")
+        where = (
+            f"Steps {sl.start}..{sl.stop}"
+            if len(order) == sl.stop - sl.start
+            else f"{len(order)} of steps {sl.start}..{sl.stop}"
+        )
+        doc = (
+            f"{where} of {graph.model}.{graph.entry}"
+            + (
+                f" (and every slice of this kind, e.g. `{sl.prefix.rstrip('.')}`)"
+                if sl.prefix
+                else ""
+            )
+            + "."
+        )
         return Draft(sl.name, inputs, params, outputs, body, doc)
 
     def function_name(self, sl: Slice) -> str:
@@ -358,8 +431,9 @@ class PythonEmitter(ABC):
         self.kinds[sl.kind] = name
         return name
 
-    def write_function(self, name: str, draft: Draft, keep: set[int] | None,
-                       narrow: bool) -> tuple[list[int], list[int]]:
+    def write_function(
+        self, name: str, draft: Draft, keep: set[int] | None, narrow: bool
+    ) -> tuple[list[int], list[int]]:
         """Write the function; returns the positions of the inputs and of the parameters
         and states it takes. ``narrow``: leave out the ones its body does not read (the
         entry function calls it); otherwise keep them, named `_x` (a plan calls it with
@@ -372,14 +446,16 @@ class PythonEmitter(ABC):
         else:
             taken_in, taken_p = list(range(len(draft.inputs))), list(range(len(draft.params)))
             signature = [v if v in live else "_" + v for v in draft.inputs + draft.params]
-        outs = [draft.outputs[j] for j in (range(len(draft.outputs)) if keep is None
-                                           else sorted(keep))]
+        outs = [
+            draft.outputs[j] for j in (range(len(draft.outputs)) if keep is None else sorted(keep))
+        ]
         doc = docstring(draft.doc)
         lines = [f"def {name}({', '.join(signature)}):", doc]
         lines += ["    " + st.text for st in body]
         ret = ", ".join(outs)
-        lines.append(f"    return {ret}" + ("," if len(outs) == 1 else "") if outs
-                     else "    return ()")
+        lines.append(
+            f"    return {ret}" + ("," if len(outs) == 1 else "") if outs else "    return ()"
+        )
         self.functions.append("\n".join(lines))
         return taken_in, taken_p
 
@@ -403,8 +479,11 @@ class PythonEmitter(ABC):
                 st = producers.get(v)
                 if st is not None and st.op == "constant":
                     mine[j] = literal(st.attributes["value"])
-            found[sl.kind] = mine if sl.kind not in found else {
-                j: lit for j, lit in found[sl.kind].items() if mine.get(j) == lit}
+            found[sl.kind] = (
+                mine
+                if sl.kind not in found
+                else {j: lit for j, lit in found[sl.kind].items() if mine.get(j) == lit}
+            )
         return found
 
     def returned_states(self, graph: Graph, sl: Slice) -> list[str]:
@@ -419,8 +498,12 @@ class PythonEmitter(ABC):
         # Where states are returned, each slice's written states become outputs of it
         # ("@path"), so that liveness keeps the writes and the entry stores the new values.
         writes = {id(sl): self.returned_states(graph, sl) for sl in slices}
-        slices = [replace(sl, outputs=sl.outputs + ["@" + p for p in writes[id(sl)]])
-                  if writes[id(sl)] else sl for sl in slices]
+        slices = [
+            replace(sl, outputs=sl.outputs + ["@" + p for p in writes[id(sl)]])
+            if writes[id(sl)]
+            else sl
+            for sl in slices
+        ]
         written = {"@" + p for ps in writes.values() for p in ps}
         constants = self.constants(graph, slices)
         drafts: dict[str, Draft] = {}
@@ -432,8 +515,9 @@ class PythonEmitter(ABC):
         taken: dict[str, tuple[list[int], list[int]]] = {}
         for sl in slices:
             if sl.kind not in taken:
-                taken[sl.kind] = self.write_function(self.kinds[sl.kind], drafts[sl.kind],
-                                                     keep[sl.kind], narrow=True)
+                taken[sl.kind] = self.write_function(
+                    self.kinds[sl.kind], drafts[sl.kind], keep[sl.kind], narrow=True
+                )
         scope = self.scope_class(graph)
         for fn in self.kinds.values():
             scope.reserve(fn)
@@ -454,8 +538,9 @@ class PythonEmitter(ABC):
             name = "entry_" + name
         self.used_names.add(name)
         lines = [f"def {name}({', '.join([*signature, 'params', 'states'])}):"]
-        shapes = ", ".join(f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}"
-                           for v in graph.inputs)
+        shapes = ", ".join(
+            f"{v[1:]} {graph.values[v].dtype}{list(graph.values[v].shape)}" for v in graph.inputs
+        )
         outs = ", ".join(f"{scope.dtype(v)}{list(scope.shape(v))}" for v in graph.outputs)
         arrow = f"({outs}), and the new states" if self.returns_states else outs
         lines.append(docstring(f"Entry {graph.model}.{graph.entry}({shapes}) -> {arrow}."))
@@ -467,21 +552,31 @@ class PythonEmitter(ABC):
             tin, tp = taken[sl.kind]
             paths = sl.parameters + sl.states
             args = [scope(sl.inputs[j]) for j in tin]
-            args += [f"{'states' if paths[j] in graph.states else 'params'}[{paths[j]!r}]"
-                     for j in tp]
+            args += [
+                f"{'states' if paths[j] in graph.states else 'params'}[{paths[j]!r}]" for j in tp
+            ]
             kept = [sl.outputs[j] for j in sorted(keep[sl.kind])]
-            outputs = [identifier(sl.relative(o[1:])) if o.startswith("@") else scope(o)
-                       for o in kept]
+            outputs = [
+                identifier(sl.relative(o[1:])) if o.startswith("@") else scope(o) for o in kept
+            ]
             target = ", ".join(outputs) + ("," if len(outputs) == 1 else "")
             call = f"{fn}({', '.join(args)})"
             lines.append(f"    {target} = {call}" if outputs else f"    {call}")
-            lines += [f"    states[{o[1:]!r}] = {local}" for o, local in zip(kept, outputs)
-                      if o.startswith("@")]
-            row = dict(function=fn, kind=sl.kind, start=sl.start, stop=sl.stop,
-                       inputs=[sl.inputs[j] for j in tin],
-                       outputs=[o for o in kept if not o.startswith("@")],
-                       parameters=[paths[j] for j in tp if paths[j] not in graph.states],
-                       states=[paths[j] for j in tp if paths[j] in graph.states])
+            lines += [
+                f"    states[{o[1:]!r}] = {local}"
+                for o, local in zip(kept, outputs)
+                if o.startswith("@")
+            ]
+            row = dict(
+                function=fn,
+                kind=sl.kind,
+                start=sl.start,
+                stop=sl.stop,
+                inputs=[sl.inputs[j] for j in tin],
+                outputs=[o for o in kept if not o.startswith("@")],
+                parameters=[paths[j] for j in tp if paths[j] not in graph.states],
+                states=[paths[j] for j in tp if paths[j] in graph.states],
+            )
             if self.returns_states:
                 row["writes"] = [o[1:] for o in kept if o.startswith("@")]
             rows.append(row)
@@ -505,8 +600,11 @@ class PythonEmitter(ABC):
         out = [f"    {graph.entry!r}: dict("]
         if function:  # the entry's function: `v_input` for an entry named `input`
             out.append(f"        function={function!r},")
-        out += [f"        inputs={graph.inputs!r},", f"        outputs={graph.outputs!r},",
-                "        slices=["]
+        out += [
+            f"        inputs={graph.inputs!r},",
+            f"        outputs={graph.outputs!r},",
+            "        slices=[",
+        ]
         for row in rows:
             out.append("            dict(")
             out += [f"                {k}={v!r}," for k, v in row.items()]
@@ -515,8 +613,9 @@ class PythonEmitter(ABC):
         return "\n".join(out)
 
     @abstractmethod
-    def module(self, graphs: list[Graph], origin: str,
-               slices: list[list[Slice]] | None = None) -> str:
+    def module(
+        self, graphs: list[Graph], origin: str, slices: list[list[Slice]] | None = None
+    ) -> str:
         """The module's text: its header (docstring, imports, constants), then
         :meth:`module_text`."""
 
@@ -545,8 +644,11 @@ class PythonEmitter(ABC):
         written = "\n".join(self.functions + entries)
         # The kernels this module launches, first; one whose every call turned out dead is
         # not written.
-        texts = [t for t in self.kernel_texts.values()
-                 if re.search(rf"[ (]{re.escape(t.launcher)}[(,]", written)]
+        texts = [
+            t
+            for t in self.kernel_texts.values()
+            if re.search(rf"[ (]{re.escape(t.launcher)}[(,]", written)
+        ]
         if texts:
             lines, runs, functions = self.kernel_parts(texts)
             at = max(i for i, h in enumerate(header) if h.startswith(("import ", "from "))) + 1
@@ -562,8 +664,11 @@ class PythonEmitter(ABC):
             compile(text, origin or "<linnet>", "exec")
         except SyntaxError as exc:
             shown = (exc.text or "").strip()
-            raise self.internal("E0911", f"the generated {self.framework} module does not "
-                                f"compile: {exc.msg} at line {exc.lineno}: `{shown}`") from None
+            raise self.internal(
+                "E0911",
+                f"the generated {self.framework} module does not "
+                f"compile: {exc.msg} at line {exc.lineno}: `{shown}`",
+            ) from None
         return text
 
     @staticmethod

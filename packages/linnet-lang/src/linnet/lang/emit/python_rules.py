@@ -46,8 +46,14 @@ def identifier(text: str) -> str:
     ('q_1', 'v_float', 'v_len', 'v_class')
     """
     name = re.sub(r"[^0-9A-Za-z_]", "_", text.lstrip("%@"))
-    if not name or name[0].isdigit() or keyword.iskeyword(name) or keyword.issoftkeyword(name) \
-            or name in RESERVED or name.startswith("__"):
+    if (
+        not name
+        or name[0].isdigit()
+        or keyword.iskeyword(name)
+        or keyword.issoftkeyword(name)
+        or name in RESERVED
+        or name.startswith("__")
+    ):
         name = "v_" + name
     return name
 
@@ -56,12 +62,39 @@ def identifier(text: str) -> str:
 # shadow the `float('-inf')` of a masked softmax, `len` or `type` any later call of them).
 RESERVED = {"torch", "F", "DEVICE", "params", "states", "math", "ENTRIES"} | set(dir(builtins))
 # ... and what a module that launches kernels defines (emit/triton.py's HEADER and READY).
-RESERVED |= {"os", "types", "triton", "tl", "TRITON", "INTERPRET", "wrap_triton", "LIBRARY",
-             "RUNS", "kernels_ready", "kernel_op", "POISON", "new_result", "PDL",
-             "PDL_LAUNCH", "pdl_launch", "_PDL_DEVICES", "_PDL_MODE", "contextlib",
-             "set_wrap_triton_enabled", "direct", "_LIBRARY", "_SCRATCH", "check_inplace",
-             "dot16", "prefetch_l2", "prefetching", "scratch", "warnings", "max_nan",
-             "min_nan"}
+RESERVED |= {
+    "os",
+    "types",
+    "triton",
+    "tl",
+    "TRITON",
+    "INTERPRET",
+    "wrap_triton",
+    "LIBRARY",
+    "RUNS",
+    "kernels_ready",
+    "kernel_op",
+    "POISON",
+    "new_result",
+    "PDL",
+    "PDL_LAUNCH",
+    "pdl_launch",
+    "_PDL_DEVICES",
+    "_PDL_MODE",
+    "contextlib",
+    "set_wrap_triton_enabled",
+    "direct",
+    "_LIBRARY",
+    "_SCRATCH",
+    "check_inplace",
+    "dot16",
+    "prefetch_l2",
+    "prefetching",
+    "scratch",
+    "warnings",
+    "max_nan",
+    "min_nan",
+}
 # ... and emit/kernel_grad.py's helpers for launches under autograd.
 RESERVED |= {"kernel_grad_op", "launch_with_grad", "body_backward", "no_backward"}
 
@@ -95,8 +128,9 @@ class Scope:
                 base, n = re.sub(r"[^0-9A-Za-z_]", "_", step.op), 1
                 first = f"{base}_1"
             else:
-                base = identifier(self.slice.relative(ref[1:]) if ref.startswith("@")
-                                  and self.slice else ref)
+                base = identifier(
+                    self.slice.relative(ref[1:]) if ref.startswith("@") and self.slice else ref
+                )
                 n = 1
                 first = base
             n = self.next_suffix.get(base, n)
@@ -138,7 +172,6 @@ class Scope:
             table = self.graph.states if path in self.graph.states else self.graph.parameters
             return table[path].dtype
         return self.graph.values[ref].dtype
-
 
 
 # ---------------------------------------------------------------- primitive rules
@@ -185,8 +218,7 @@ def in_range(n: Scope, ref: str, size: int) -> bool:
     return r is not None and r[0] >= 0 and r[1] < size
 
 
-def inside_mask(n: Scope, indices: list[str], shape: tuple[int, ...],
-                guarded: list[bool]) -> str:
+def inside_mask(n: Scope, indices: list[str], shape: tuple[int, ...], guarded: list[bool]) -> str:
     """The mask of the positions where each ``guarded`` index is within its axis, broadcast
     over the axes after the indexed ones: ``((i >= 0) & (i < 8))[..., None]`` (a gather or
     a scatter-add under bounds zero; the JAX emitter's too).
@@ -196,15 +228,24 @@ def inside_mask(n: Scope, indices: list[str], shape: tuple[int, ...],
     >>> inside_mask(TorchScope(Graph("run", "M")), ["%i"], (4, 8), [True])
     '((i >= 0) & (i < 4))[..., None]'
     """
-    valid = " & ".join(f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
-                       for a, r in enumerate(indices) if guarded[a])
+    valid = " & ".join(
+        f"({n.tensor(r)} >= 0) & ({n.tensor(r)} < {shape[a]})"
+        for a, r in enumerate(indices)
+        if guarded[a]
+    )
     trailing = len(shape) - len(indices)
     return f"({valid})" + ("[..., " + ", ".join(["None"] * trailing) + "]" if trailing else "")
 
 
-def clamped(s: Step, n: Scope, out: str, indices: list[str], shape: tuple[int, ...],
-            clamp: str = "{}.long().clamp(0, {})", plain: str = "{}.long()"
-            ) -> tuple[list[str], list[str], list[bool]]:
+def clamped(
+    s: Step,
+    n: Scope,
+    out: str,
+    indices: list[str],
+    shape: tuple[int, ...],
+    clamp: str = "{}.long().clamp(0, {})",
+    plain: str = "{}.long()",
+) -> tuple[list[str], list[str], list[bool]]:
     """The indices of a gather or a scatter-add (``x[i, j]``): under bounds zero, one that
     may fall outside its axis is clamped into it first (``out_i0 = ...``; :func:`inside_mask`
     masks its positions after); the others are used as they are. Returns the clamping lines,
@@ -218,8 +259,10 @@ def clamped(s: Step, n: Scope, out: str, indices: list[str], shape: tuple[int, .
     (['y_i0 = i.long().clamp(0, 3)'], ['y_i0'], [True])
     """
     lines, names = [], []
-    guarded = [s.attributes["bounds"] == "zero" and not in_range(n, r, shape[a])
-               for a, r in enumerate(indices)]
+    guarded = [
+        s.attributes["bounds"] == "zero" and not in_range(n, r, shape[a])
+        for a, r in enumerate(indices)
+    ]
     for axis, ref in enumerate(indices):
         i = n.tensor(ref)
         if guarded[axis]:
@@ -278,14 +321,28 @@ def internal_error(code: str, message: str, help: str = "") -> Exception:
     """
     from linnet.lang.diagnostics import Diagnostic, LinnetError
 
-    return LinnetError(Diagnostic(code, message, help=help or (
-        "this is a bug in linnet-lang's PyTorch emitter, not in your model: please report it "
-        "with the model and the command; `linnet run` (the interpreter) runs the model "
-        "meanwhile")))
+    return LinnetError(
+        Diagnostic(
+            code,
+            message,
+            help=help
+            or (
+                "this is a bug in linnet-lang's PyTorch emitter, not in your model: please report it "
+                "with the model and the command; `linnet run` (the interpreter) runs the model "
+                "meanwhile"
+            ),
+        )
+    )
 
 
-def parse_statement(text: str, step: int, op: str, loc: str, framework: str = "PyTorch",
-                    internal: Callable[[str, str], Exception] = internal_error) -> Statement:
+def parse_statement(
+    text: str,
+    step: int,
+    op: str,
+    loc: str,
+    framework: str = "PyTorch",
+    internal: Callable[[str, str], Exception] = internal_error,
+) -> Statement:
     """Parse one generated statement; a rule that wrote something that is not one valid
     Python statement is an internal error (E0910) naming the step and its source line, made
     by ``internal`` (the emitter's, whose help says what runs the model meanwhile) and
@@ -300,22 +357,35 @@ def parse_statement(text: str, step: int, op: str, loc: str, framework: str = "P
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
-        raise internal("E0910", f"the {framework} emitter wrote invalid Python for {where}: "
-                       f"{exc.msg}: `{text}`") from None
+        raise internal(
+            "E0910",
+            f"the {framework} emitter wrote invalid Python for {where}: {exc.msg}: `{text}`",
+        ) from None
     if len(tree.body) != 1:
-        raise internal("E0910", f"the {framework} emitter wrote {len(tree.body)} statements "
-                       f"on one line for {where}: `{text}`")
+        raise internal(
+            "E0910",
+            f"the {framework} emitter wrote {len(tree.body)} statements "
+            f"on one line for {where}: `{text}`",
+        )
     node = tree.body[0]
     for sub in ast.walk(node):
         # `0.clamp(0, 1)` parses as `(0.).clamp` on some inputs and fails at run time on all
         # of them: a method called on a literal is never what a rule means.
-        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Constant) \
-                and not isinstance(sub.value.value, str):
-            raise internal("E0910", f"the {framework} emitter called `.{sub.attr}` on the "
-                           f"literal {sub.value.value!r} for {where}: `{text}`")
-    reads = frozenset(s.id for s in ast.walk(node)
-                      if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load))
+        if (
+            isinstance(sub, ast.Attribute)
+            and isinstance(sub.value, ast.Constant)
+            and not isinstance(sub.value.value, str)
+        ):
+            raise internal(
+                "E0910",
+                f"the {framework} emitter called `.{sub.attr}` on the "
+                f"literal {sub.value.value!r} for {where}: `{text}`",
+            )
+    reads = frozenset(
+        s.id for s in ast.walk(node) if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load)
+    )
     if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
-        return Statement(text, frozenset(t.id for t in node.targets if isinstance(t, ast.Name)),
-                         reads)
+        return Statement(
+            text, frozenset(t.id for t in node.targets if isinstance(t, ast.Name)), reads
+        )
     return Statement(text, reads=reads, effect=True)

@@ -41,8 +41,19 @@ from linnet.lang.ir.graph import Call, Graph
 
 # The rule table and the writers are the emitter's public names (the coverage test reads
 # RULES here).
-__all__ = ["EXPECTED_MISSING", "MLIR_DTYPES", "RULES", "StablehloEmitter", "argument_order",
-           "compile_cpu", "contract", "emit_stablehlo", "reduce", "scalar_literal", "verify"]
+__all__ = [
+    "EXPECTED_MISSING",
+    "MLIR_DTYPES",
+    "RULES",
+    "StablehloEmitter",
+    "argument_order",
+    "compile_cpu",
+    "contract",
+    "emit_stablehlo",
+    "reduce",
+    "scalar_literal",
+    "verify",
+]
 
 """``rule(step, scope)``: appends operations and returns the result's SSA name (None for a
 state write, which rebinds ``@state`` in the scope itself)."""
@@ -54,8 +65,12 @@ def _std_name(callee: str) -> str:
 
 
 class StablehloEmitter:
-    def __init__(self, graph: Graph, sources: Mapping[str, str] | None,
-                 portable: tuple[int, int, int] | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        sources: Mapping[str, str] | None,
+        portable: tuple[int, int, int] | None = None,
+    ) -> None:
         from linnet.lang.emit.onnx import std_op_calls
 
         self.graph = graph
@@ -101,11 +116,20 @@ class StablehloEmitter:
 
     def children(self, start: int, stop: int, owner: Call | None) -> dict[int, Call]:
         def contains(o: Call, c: Call) -> bool:
-            return o.start <= c.start and c.stop <= o.stop and (
-                o.stop - o.start > c.stop - c.start or o.depth < c.depth)
+            return (
+                o.start <= c.start
+                and c.stop <= o.stop
+                and (o.stop - o.start > c.stop - c.start or o.depth < c.depth)
+            )
 
-        mine = [c for c in self.calls if c is not owner and start <= c.start and c.stop <= stop
-                and (owner is None or contains(owner, c))]
+        mine = [
+            c
+            for c in self.calls
+            if c is not owner
+            and start <= c.start
+            and c.stop <= stop
+            and (owner is None or contains(owner, c))
+        ]
         return {c.start: c for c in mine if not any(o is not c and contains(o, c) for o in mine)}
 
     def body(self, scope: Scope, start: int, stop: int, owner: Call | None) -> None:
@@ -126,11 +150,15 @@ class StablehloEmitter:
             scope.step, scope.current, scope.loc = i, step, step.loc
             rule = RULES.get(step.op)
             if rule is None:
-                raise LinnetError(Diagnostic(
-                    "E0940", f"{where(self.graph, i, step)}: primitive `{step.op}` has no "
-                             "StableHLO rule",
-                    help="run this model with the PyTorch runtime, or add the primitive to "
-                         "linnet.lang.emit.stablehlo_rules.RULES"))
+                raise LinnetError(
+                    Diagnostic(
+                        "E0940",
+                        f"{where(self.graph, i, step)}: primitive `{step.op}` has no "
+                        "StableHLO rule",
+                        help="run this model with the PyTorch runtime, or add the primitive to "
+                        "linnet.lang.emit.stablehlo_rules.RULES",
+                    )
+                )
             for r in step.results:  # a dtype StableHLO lacks is E0941, named at this step
                 scope.ty(self.graph.values[r].shape, self.graph.values[r].dtype)
             out = rule(step, scope)
@@ -143,7 +171,7 @@ class StablehloEmitter:
         reads, writes = self.span(call.start, call.stop)
         local: dict[str, str] = {r: f"in{k}" for k, r in enumerate(reads)}
         key_steps = []
-        for j, st in enumerate(self.graph.steps[call.start:call.stop]):
+        for j, st in enumerate(self.graph.steps[call.start : call.stop]):
             ops = tuple(local.get(o, o) for o in st.operands)
             types = tuple(scope.ref_type(o) for o in st.operands)
             for r in st.results:
@@ -154,9 +182,11 @@ class StablehloEmitter:
         args = [scope.env[r] for r in reads]
         out_types = [scope.ref_type(w) for w in writes]
         scope.step, scope.current, scope.loc = call.start, self.graph.steps[call.start], call.loc
-        attrs = (f'name = "linnet.std.{_std_name(call.callee)}", composite_attributes = '
-                 f'{{callee = "{_escape(call.callee)}", path = "{_escape(call.path)}"}}, '
-                 f"decomposition = @{symbol}, version = 0 : i32")
+        attrs = (
+            f'name = "linnet.std.{_std_name(call.callee)}", composite_attributes = '
+            f'{{callee = "{_escape(call.callee)}", path = "{_escape(call.path)}"}}, '
+            f"decomposition = @{symbol}, version = 0 : i32"
+        )
         op = "stablehlo.composite"
         if not self.composites:  # an older target: a plain call of the decomposition
             scope.lines.append(f"// linnet.std.{_std_name(call.callee)} `{call.path}`")
@@ -168,8 +198,7 @@ class StablehloEmitter:
             lhs = names[0]
         else:
             lhs = f"{names[0]}:{len(names)}"
-        text = (f'{lhs} = "{op}"({", ".join(args)}) {{{attrs}}} : ({ins}) -> '
-                f"({outs})")
+        text = f'{lhs} = "{op}"({", ".join(args)}) {{{attrs}}} : ({ins}) -> ({outs})'
         if call.loc:
             text += f' loc("{_escape(call.loc)}")'
         scope.lines.append(text)
@@ -197,13 +226,20 @@ class StablehloEmitter:
             symbol = f"{base}_{k}"
         self.symbols.add(symbol)
         self.functions[key] = symbol
-        self.texts.append(self.function_text(
-            f"private @{symbol}", params, outs, inner,
-            f"{call.callee}: first called for `{call.path}` at {call.loc or '?'}"))
+        self.texts.append(
+            self.function_text(
+                f"private @{symbol}",
+                params,
+                outs,
+                inner,
+                f"{call.callee}: first called for `{call.path}` at {call.loc or '?'}",
+            )
+        )
         return symbol
 
-    def function_text(self, head: str, params: list[str], outs: list[str], scope: Scope,
-                      doc: str) -> str:
+    def function_text(
+        self, head: str, params: list[str], outs: list[str], scope: Scope, doc: str
+    ) -> str:
         results = ", ".join(scope.ty(o) for o in outs)
         lines = [f"  // {doc}", f"  func.func {head}({', '.join(params)}) -> ({results}) {{"]
         lines += ["    " + line.replace("\n", "\n    ") for line in scope.lines]
@@ -224,26 +260,39 @@ class StablehloEmitter:
         outs = [scope.env[r] for r in g.outputs] + [scope.env["@" + p] for p in g.states]
         outs += [scope.env[flag]] if flag else []
         main = self.function_text(
-            "public @main", params, outs, scope,
+            "public @main",
+            params,
+            outs,
+            scope,
             f"entry {g.model}.{g.entry}: arguments are its inputs, then its states, then its "
             "parameters; results its outputs, then its states after the call"
-            + (", then linnet.valid" if flag else ""))
-        header = [f"// StableHLO generated by linnet-lang {__version__} for {g.model}.{g.entry}.",
-                  "// Arguments of @main, in order: "
-                  + ", ".join(r.lstrip("%") for r in g.inputs)
-                  + (", the states " + ", ".join(g.states) if g.states else "")
-                  + ", then the parameters by path.",
-                  f"module @{re.sub(r'[^0-9A-Za-z_]', '_', g.model + '_' + g.entry)}"
-                  + (f" attributes {{{mlir_attribute(checks)}}}" if checks is not None else "")
-                  + " {"]
+            + (", then linnet.valid" if flag else ""),
+        )
+        header = [
+            f"// StableHLO generated by linnet-lang {__version__} for {g.model}.{g.entry}.",
+            "// Arguments of @main, in order: "
+            + ", ".join(r.lstrip("%") for r in g.inputs)
+            + (", the states " + ", ".join(g.states) if g.states else "")
+            + ", then the parameters by path.",
+            f"module @{re.sub(r'[^0-9A-Za-z_]', '_', g.model + '_' + g.entry)}"
+            + (f" attributes {{{mlir_attribute(checks)}}}" if checks is not None else "")
+            + " {",
+        ]
         if flag:
-            header.insert(2, "// The last result, linnet.valid, is false where an index left "
-                             "its axis (docs/export.md).")
+            header.insert(
+                2,
+                "// The last result, linnet.valid, is false where an index left "
+                "its axis (docs/export.md).",
+            )
         return "\n".join([*header, *self.texts, main, "}"]) + "\n"
 
 
-def emit_stablehlo(graph: Graph, sources: Mapping[str, str] | None = None,
-                   validity: bool = True, portable: tuple[int, int, int] | None = None) -> str:
+def emit_stablehlo(
+    graph: Graph,
+    sources: Mapping[str, str] | None = None,
+    validity: bool = True,
+    portable: tuple[int, int, int] | None = None,
+) -> str:
     """StableHLO MLIR text for one lowered entry (see the module docstring for its form).
     ``validity``: the last result is ``linnet.valid`` (:mod:`linnet.lang.export_checks`),
     what it checks in the module attribute ``linnet.valid``. ``portable``: a target version
@@ -278,9 +327,13 @@ def _jax() -> Any:
         from jax._src.interpreters import mlir as jmlir
         from jax._src.lib.mlir import ir
     except ImportError:
-        raise LinnetError(Diagnostic(
-            "E0942", "checking or running StableHLO needs jax, which is not installed",
-            help="install it with `pip install 'linnet-lang[stablehlo]'`")) from None
+        raise LinnetError(
+            Diagnostic(
+                "E0942",
+                "checking or running StableHLO needs jax, which is not installed",
+                help="install it with `pip install 'linnet-lang[stablehlo]'`",
+            )
+        ) from None
     return jmlir, ir
 
 
@@ -296,15 +349,22 @@ def verify(text: str) -> None:
             module = ir.Module.parse(text)
             ok = module.operation.verify()
         except Exception as exc:  # MLIRError: a diagnostic with the offending line
-            raise LinnetError(Diagnostic(
-                "E0943", f"the StableHLO text does not parse or verify: "
-                         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}",
-                help="this is a bug in linnet-lang's StableHLO emitter: please report it")
+            raise LinnetError(
+                Diagnostic(
+                    "E0943",
+                    f"the StableHLO text does not parse or verify: "
+                    f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}",
+                    help="this is a bug in linnet-lang's StableHLO emitter: please report it",
+                )
             ) from None
         if not ok:
-            raise LinnetError(Diagnostic("E0943", "the StableHLO module does not verify",
-                                         help="this is a bug in linnet-lang's StableHLO "
-                                              "emitter: please report it"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0943",
+                    "the StableHLO module does not verify",
+                    help="this is a bug in linnet-lang's StableHLO emitter: please report it",
+                )
+            )
 
 
 def compile_cpu(text: str) -> Callable[..., list[Any]]:
@@ -328,11 +388,15 @@ def compile_cpu(text: str) -> Callable[..., list[Any]]:
         options = compiler.get_compile_options(1, 1, backend=backend)
         compile_and_load = compiler.backend_compile_and_load
     except (ImportError, AttributeError) as exc:
-        raise LinnetError(Diagnostic(
-            "E0942", f"this jax ({getattr(sys.modules.get('jax'), '__version__', '?')}) lacks "
-                     f"the compiler entry points linnet-lang runs StableHLO with: {exc}",
-            help="install the jax version linnet-lang is tested with (0.10.2), or run the "
-                 "text with another StableHLO consumer (IREE)")) from None
+        raise LinnetError(
+            Diagnostic(
+                "E0942",
+                f"this jax ({getattr(sys.modules.get('jax'), '__version__', '?')}) lacks "
+                f"the compiler entry points linnet-lang runs StableHLO with: {exc}",
+                help="install the jax version linnet-lang is tested with (0.10.2), or run the "
+                "text with another StableHLO consumer (IREE)",
+            )
+        ) from None
     with jmlir.make_ir_context():
         module = ir.Module.parse(text)
         exe = compile_and_load(backend, module, xc.DeviceList((device,)), options, [])

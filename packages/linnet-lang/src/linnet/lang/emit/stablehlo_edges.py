@@ -33,6 +33,7 @@ class Scope(Protocol):
     def broadcast(self, *args: Any, **kwargs: Any) -> Any: ...
     def coerce(self, *args: Any, **kwargs: Any) -> Any: ...
 
+
 _INTS = set(INT_RANGES)
 
 
@@ -45,9 +46,14 @@ def compare(n: Scope, a: str, b: str, direction: str) -> str:
     """``stablehlo.compare`` of two values of one type (``direction``: EQ, LT, ...)."""
     shape, dt = n.types[a]
     kind = "FLOAT" if dt in FLOAT_BITS else "UNSIGNED" if dt in ("u8", "bool") else "SIGNED"
-    return n.op("stablehlo.compare", [a, b], shape, "bool",
-                f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
-                f"compare_type = #stablehlo<comparison_type {kind}>")
+    return n.op(
+        "stablehlo.compare",
+        [a, b],
+        shape,
+        "bool",
+        f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
+        f"compare_type = #stablehlo<comparison_type {kind}>",
+    )
 
 
 def _full(n: Scope, value: Any, dt: str, shape: Any) -> str:
@@ -77,8 +83,12 @@ def _signs_differ(n: Scope, r: str, b: str) -> str:
     """Where remainder ``r`` is nonzero and its sign is not divisor ``b``'s."""
     shape, dt = n.types[r]
     zero = _full(n, 0, dt, shape)
-    return _logic(n, "and", compare(n, r, zero, "NE"),
-                  _logic(n, "xor", compare(n, r, zero, "LT"), compare(n, b, zero, "LT")))
+    return _logic(
+        n,
+        "and",
+        compare(n, r, zero, "NE"),
+        _logic(n, "xor", compare(n, r, zero, "LT"), compare(n, b, zero, "LT")),
+    )
 
 
 def _div(s: Step, n: Scope) -> str:
@@ -92,8 +102,9 @@ def _div(s: Step, n: Scope) -> str:
     q = n.op("stablehlo.divide", [a, b], shape, dt)
     r = n.op("stablehlo.remainder", [a, b], shape, dt)
     one = n.op("stablehlo.convert", [_signs_differ(n, r, b)], shape, dt)
-    floored = n.op("stablehlo.subtract", [q, one], shape, dt,
-                   hint="" if zero_divisor else s.results[0])
+    floored = n.op(
+        "stablehlo.subtract", [q, one], shape, dt, hint="" if zero_divisor else s.results[0]
+    )
     if zero_divisor is None:
         return floored
     return _select(n, zero_divisor, _full(n, 0, dt, shape), floored, s.results[0])
@@ -120,9 +131,15 @@ def _convert(s: Step, n: Scope) -> str:
     x = n.get(s.operands[0])
     src = n.types[x][1]
     if src in FLOAT_BITS and dt == "bool":  # nonzero is true, as torch's .to(torch.bool)
-        return n.op("stablehlo.compare", [x, _full(n, 0.0, src, shape)], shape, "bool",
-                    "comparison_direction = #stablehlo<comparison_direction NE>, "
-                    "compare_type = #stablehlo<comparison_type FLOAT>", hint=s.results[0])
+        return n.op(
+            "stablehlo.compare",
+            [x, _full(n, 0.0, src, shape)],
+            shape,
+            "bool",
+            "comparison_direction = #stablehlo<comparison_direction NE>, "
+            "compare_type = #stablehlo<comparison_type FLOAT>",
+            hint=s.results[0],
+        )
     if src not in FLOAT_BITS or dt not in _INTS:
         return n.op("stablehlo.convert", [x], shape, dt, hint=s.results[0])
     # Float to integer: NaN is 0, the rest truncated and saturated at the type's ends.
@@ -130,11 +147,11 @@ def _convert(s: Step, n: Scope) -> str:
     w = n.coerce(x, compute)
     low, high = _full(n, lo, compute, shape), _full(n, top, compute, shape)
     inside = _logic(n, "and", compare(n, w, low, "GE"), compare(n, w, high, "LT"))
-    kept = n.op("stablehlo.convert", [_select(n, inside, w, _full(n, 0.0, compute, shape))],
-                shape, dt)
+    kept = n.op(
+        "stablehlo.convert", [_select(n, inside, w, _full(n, 0.0, compute, shape))], shape, dt
+    )
     under = _select(n, compare(n, w, low, "LT"), _full(n, smallest, dt, shape), kept)
-    return _select(n, compare(n, w, high, "GE"), _full(n, largest, dt, shape), under,
-                   s.results[0])
+    return _select(n, compare(n, w, high, "GE"), _full(n, largest, dt, shape), under, s.results[0])
 
 
 def _floor(s: Step, n: Scope) -> str:
@@ -147,12 +164,20 @@ def _floor(s: Step, n: Scope) -> str:
     # the sign comes from the bits: negative and not -0.0, with a floor of 0.
     bits = f"i{FLOAT_BITS[dt]}"
     word = n.op("stablehlo.bitcast_convert", [x], shape, bits)
-    below = _logic(n, "and", compare(n, word, _full(n, 0, bits, shape), "LT"),
-                   compare(n, word, _full(n, -(2 ** (FLOAT_BITS[dt] - 1)), bits, shape), "NE"))
+    below = _logic(
+        n,
+        "and",
+        compare(n, word, _full(n, 0, bits, shape), "LT"),
+        compare(n, word, _full(n, -(2 ** (FLOAT_BITS[dt] - 1)), bits, shape), "NE"),
+    )
     tiny = _logic(n, "and", below, compare(n, floored, _full(n, 0.0, dt, shape), "EQ"))
     return _select(n, tiny, _full(n, -1.0, dt, shape), floored, s.results[0])
 
 
 RULES: dict[str, Callable[[Step, Scope], Any]] = {
-    "div": _div, "rem": _rem, "convert": _convert, "floor": _floor}
+    "div": _div,
+    "rem": _rem,
+    "convert": _convert,
+    "floor": _floor,
+}
 """The rules that replace StableHLO's own operations (in linnet.lang.emit.stablehlo_rules.RULES)."""

@@ -38,6 +38,7 @@ def _unary(name: str) -> Rule:
     def rule(s: Step, n: Scope) -> str:
         shape, dt = _res(s, n)
         return n.op(name, [n.get(s.operands[0], dt, shape)], shape, dt, hint=s.results[0])
+
     return rule
 
 
@@ -46,6 +47,7 @@ def _binary(name: str) -> Rule:
         shape, dt = _res(s, n)
         a, b = (n.get(o, dt, shape) for o in s.operands)
         return n.op(name, [a, b], shape, dt, hint=s.results[0])
+
     return rule
 
 
@@ -56,10 +58,16 @@ def _compare(direction: str) -> Rule:
         da, db = n.ref_type(a)[1], n.ref_type(b)[1]
         dt = da if da == db else "f32"
         kind = "FLOAT" if dt in _FLOATS else "UNSIGNED" if dt in ("u8", "bool") else "SIGNED"
-        return n.op("stablehlo.compare", [n.get(a, dt, shape), n.get(b, dt, shape)], shape,
-                    "bool", f"comparison_direction = #stablehlo<comparison_direction "
-                            f"{direction}>, compare_type = #stablehlo<comparison_type {kind}>",
-                    hint=s.results[0])
+        return n.op(
+            "stablehlo.compare",
+            [n.get(a, dt, shape), n.get(b, dt, shape)],
+            shape,
+            "bool",
+            f"comparison_direction = #stablehlo<comparison_direction "
+            f"{direction}>, compare_type = #stablehlo<comparison_type {kind}>",
+            hint=s.results[0],
+        )
+
     return rule
 
 
@@ -68,14 +76,20 @@ def _logic(name: str) -> Rule:
         shape, _ = _res(s, n)
         args = [n.get(o, "bool", shape) for o in s.operands]
         return n.op(name, args, shape, "bool", hint=s.results[0])
+
     return rule
 
 
 def _select(s: Step, n: Scope) -> str:
     shape, dt = _res(s, n)
     c, a, b = s.operands
-    return n.op("stablehlo.select", [n.get(c, "bool", shape), n.get(a, dt, shape),
-                                     n.get(b, dt, shape)], shape, dt, hint=s.results[0])
+    return n.op(
+        "stablehlo.select",
+        [n.get(c, "bool", shape), n.get(a, dt, shape), n.get(b, dt, shape)],
+        shape,
+        dt,
+        hint=s.results[0],
+    )
 
 
 def _constant(s: Step, n: Scope) -> str:
@@ -84,8 +98,14 @@ def _constant(s: Step, n: Scope) -> str:
 
 def _iota(s: Step, n: Scope) -> str:
     shape, axis = s.attributes["shape"], s.attributes["axis"]
-    return n.op("stablehlo.iota", [], shape, s.attributes["dtype"],
-                f"iota_dimension = {axis} : i64", hint=s.results[0])
+    return n.op(
+        "stablehlo.iota",
+        [],
+        shape,
+        s.attributes["dtype"],
+        f"iota_dimension = {axis} : i64",
+        hint=s.results[0],
+    )
 
 
 def _reshape(s: Step, n: Scope) -> str:
@@ -95,16 +115,27 @@ def _reshape(s: Step, n: Scope) -> str:
 
 def _transpose(s: Step, n: Scope) -> str:
     shape, dt = _res(s, n)
-    return n.op("stablehlo.transpose", [n.get(s.operands[0])], shape, dt,
-                f"permutation = {_array(s.attributes['perm'])}", hint=s.results[0])
+    return n.op(
+        "stablehlo.transpose",
+        [n.get(s.operands[0])],
+        shape,
+        dt,
+        f"permutation = {_array(s.attributes['perm'])}",
+        hint=s.results[0],
+    )
 
 
 def _broadcast(s: Step, n: Scope) -> str:
     shape, dt = _res(s, n)
     x = n.get(s.operands[0], dt)
-    return n.op("stablehlo.broadcast_in_dim", [x], shape, dt,
-                f"broadcast_dimensions = {_array(range(len(shape) - len(n.types[x][0]), len(shape)))}",
-                hint=s.results[0])
+    return n.op(
+        "stablehlo.broadcast_in_dim",
+        [x],
+        shape,
+        dt,
+        f"broadcast_dimensions = {_array(range(len(shape) - len(n.types[x][0]), len(shape)))}",
+        hint=s.results[0],
+    )
 
 
 def _identity(kind: str, dtype: str) -> Any:
@@ -120,8 +151,13 @@ def _identity(kind: str, dtype: str) -> Any:
     return -math.inf if kind == "max" else math.inf
 
 
-_COMBINE = {"sum": "stablehlo.add", "mean": "stablehlo.add", "prod": "stablehlo.multiply",
-            "max": "stablehlo.maximum", "min": "stablehlo.minimum"}
+_COMBINE = {
+    "sum": "stablehlo.add",
+    "mean": "stablehlo.add",
+    "prod": "stablehlo.multiply",
+    "max": "stablehlo.maximum",
+    "min": "stablehlo.minimum",
+}
 
 
 def reduce(n: Scope, x: str, axes: Sequence[int], kind: str, hint: str = "") -> str:
@@ -133,10 +169,19 @@ def reduce(n: Scope, x: str, axes: Sequence[int], kind: str, hint: str = "") -> 
     # The region's names come from the scope: a function argument named `a` or `b` (the
     # bias of layer_norm) would otherwise be redefined inside it, which MLIR rejects.
     a, b, r = n.fresh("lhs"), n.fresh("rhs"), n.fresh(kind)
-    region = (f'{{\n  ^bb0({a}: {t}, {b}: {t}):\n    {r} = "{_COMBINE[kind]}"({a}, {b}) : '
-              f'({t}, {t}) -> {t}\n    "stablehlo.return"({r}) : ({t}) -> ()\n  }}')
-    return n.op("stablehlo.reduce", [x, init], out_shape, dt,
-                f"dimensions = {_array(sorted(axes))}", region, hint=hint)
+    region = (
+        f'{{\n  ^bb0({a}: {t}, {b}: {t}):\n    {r} = "{_COMBINE[kind]}"({a}, {b}) : '
+        f'({t}, {t}) -> {t}\n    "stablehlo.return"({r}) : ({t}) -> ()\n  }}'
+    )
+    return n.op(
+        "stablehlo.reduce",
+        [x, init],
+        out_shape,
+        dt,
+        f"dimensions = {_array(sorted(axes))}",
+        region,
+        hint=hint,
+    )
 
 
 def _reduce(s: Step, n: Scope) -> str:
@@ -150,9 +195,12 @@ def _reduce(s: Step, n: Scope) -> str:
     if kind == "mean":
         count = math.prod(n.types[x][0][a] for a in axes)
         acc = n.types[out][1]
-        out = n.op("stablehlo.divide", [out, n.coerce(n.const(count, acc), None,
-                                                      n.types[out][0])],
-                   n.types[out][0], acc)
+        out = n.op(
+            "stablehlo.divide",
+            [out, n.coerce(n.const(count, acc), None, n.types[out][0])],
+            n.types[out][0],
+            acc,
+        )
     return n.coerce(out, dt) if n.types[out][1] != dt else out
 
 
@@ -180,19 +228,33 @@ def contract(n: Scope, a: str, b: str, spec: str, hint: str = "") -> str:
     sa, sb = n.types[a][0], n.types[b][0]
     size = {c: sa[i] for i, c in enumerate(la)} | {c: sb[i] for i, c in enumerate(lb)}
     order = batch + free_a + free_b
-    dims = (f"dot_dimension_numbers = #stablehlo.dot<"
-            f"lhs_batching_dimensions = {_ints([la.index(c) for c in batch])}, "
-            f"rhs_batching_dimensions = {_ints([lb.index(c) for c in batch])}, "
-            f"lhs_contracting_dimensions = {_ints([la.index(c) for c in contracting])}, "
-            f"rhs_contracting_dimensions = {_ints([lb.index(c) for c in contracting])}>, "
-            "precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]")
-    r = n.op("stablehlo.dot_general", [a, b], [size[c] for c in order], dt, dims,
-             hint=hint if order == list(out) else "")
+    dims = (
+        f"dot_dimension_numbers = #stablehlo.dot<"
+        f"lhs_batching_dimensions = {_ints([la.index(c) for c in batch])}, "
+        f"rhs_batching_dimensions = {_ints([lb.index(c) for c in batch])}, "
+        f"lhs_contracting_dimensions = {_ints([la.index(c) for c in contracting])}, "
+        f"rhs_contracting_dimensions = {_ints([lb.index(c) for c in contracting])}>, "
+        "precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"
+    )
+    r = n.op(
+        "stablehlo.dot_general",
+        [a, b],
+        [size[c] for c in order],
+        dt,
+        dims,
+        hint=hint if order == list(out) else "",
+    )
     if order == list(out):
         return r
     perm = [order.index(c) for c in out]
-    return n.op("stablehlo.transpose", [r], [size[c] for c in out], dt,
-                f"permutation = {_array(perm)}", hint=hint)
+    return n.op(
+        "stablehlo.transpose",
+        [r],
+        [size[c] for c in out],
+        dt,
+        f"permutation = {_array(perm)}",
+        hint=hint,
+    )
 
 
 def _contract(s: Step, n: Scope) -> str:
@@ -214,8 +276,9 @@ def _index(n: Scope, ref: str, size: int, zero: bool) -> tuple[str, str | None]:
     hi = n.coerce(n.const(size - 1, "i64"), None, shape)
     if not zero:
         return n.op("stablehlo.clamp", [lo, idx, hi], shape, "i64"), None
-    return idx, n.op("stablehlo.and", [_cmp(n, idx, lo, "GE"), _cmp(n, idx, hi, "LE")],
-                     shape, "bool")
+    return idx, n.op(
+        "stablehlo.and", [_cmp(n, idx, lo, "GE"), _cmp(n, idx, hi, "LE")], shape, "bool"
+    )
 
 
 def _masked(n: Scope, s: Step, out: str, valid: str, view: list[int]) -> str:
@@ -225,12 +288,19 @@ def _masked(n: Scope, s: Step, out: str, valid: str, view: list[int]) -> str:
     return n.op("stablehlo.select", [mask, out, zero], shape, dt, hint=s.results[0])
 
 
-def _gather_attrs(offset: Sequence[int], collapsed: Sequence[int], start: Sequence[int],
-                  ivd: int, sizes: Sequence[int]) -> str:
-    return (f"dimension_numbers = #stablehlo.gather<offset_dims = {_ints(offset)}, "
-            f"collapsed_slice_dims = {_ints(collapsed)}, start_index_map = {_ints(start)}, "
-            f"index_vector_dim = {ivd}>, slice_sizes = {_array(sizes)}, "
-            "indices_are_sorted = false")
+def _gather_attrs(
+    offset: Sequence[int],
+    collapsed: Sequence[int],
+    start: Sequence[int],
+    ivd: int,
+    sizes: Sequence[int],
+) -> str:
+    return (
+        f"dimension_numbers = #stablehlo.gather<offset_dims = {_ints(offset)}, "
+        f"collapsed_slice_dims = {_ints(collapsed)}, start_index_map = {_ints(start)}, "
+        f"index_vector_dim = {ivd}>, slice_sizes = {_array(sizes)}, "
+        "indices_are_sorted = false"
+    )
 
 
 def _take(s: Step, n: Scope) -> str:
@@ -242,9 +312,14 @@ def _take(s: Step, n: Scope) -> str:
     idx, valid = _index(n, ref, xshape[axis], zero)
     offset = list(range(axis)) + list(range(axis + len(ishape), len(shape)))
     sizes = [1 if i == axis else d for i, d in enumerate(xshape)]
-    out = n.op("stablehlo.gather", [n.get(x), idx], shape, dt,
-               _gather_attrs(offset, [axis], [axis], len(ishape), sizes),
-               hint=s.results[0] if valid is None else "")
+    out = n.op(
+        "stablehlo.gather",
+        [n.get(x), idx],
+        shape,
+        dt,
+        _gather_attrs(offset, [axis], [axis], len(ishape), sizes),
+        hint=s.results[0] if valid is None else "",
+    )
     if valid is None:
         return out
     return _masked(n, s, out, valid, [1] * axis + list(ishape) + [1] * (len(xshape) - axis - 1))
@@ -254,8 +329,10 @@ def _slice(s: Step, n: Scope) -> str:
     """``stablehlo.slice``: static start and limit indices, strides of 1."""
     shape, dt = _res(s, n)
     rank = len(shape)
-    attrs = (f"start_indices = {_array(s.attributes['starts'])}, "
-             f"limit_indices = {_array(s.attributes['limits'])}, strides = {_array([1] * rank)}")
+    attrs = (
+        f"start_indices = {_array(s.attributes['starts'])}, "
+        f"limit_indices = {_array(s.attributes['limits'])}, strides = {_array([1] * rank)}"
+    )
     return n.op("stablehlo.slice", [n.get(s.operands[0])], shape, dt, attrs, hint=s.results[0])
 
 
@@ -268,8 +345,9 @@ def _broadcast_shape(shapes: list[tuple[int, ...]]) -> list[int]:
     return out
 
 
-def _stacked(n: Scope, refs: list[str], sizes: Sequence[int], zero: bool
-             ) -> tuple[str, str | None, list[int]]:
+def _stacked(
+    n: Scope, refs: list[str], sizes: Sequence[int], zero: bool
+) -> tuple[str, str | None, list[int]]:
     """Indices broadcast together and stacked on a last axis, the mask of positions inside
     every axis (when out-of-range reads give zero), and the broadcast shape."""
     common = _broadcast_shape([n.ref_type(r)[0] for r in refs])
@@ -283,8 +361,13 @@ def _stacked(n: Scope, refs: list[str], sizes: Sequence[int], zero: bool
             valid = ok if valid is None else n.op("stablehlo.and", [valid, ok], common, "bool")
     if len(parts) == 1:
         return parts[0], valid, common
-    stacked = n.op("stablehlo.concatenate", parts, [*common, len(parts)], "i64",
-                   f"dimension = {len(common)} : i64")
+    stacked = n.op(
+        "stablehlo.concatenate",
+        parts,
+        [*common, len(parts)],
+        "i64",
+        f"dimension = {len(common)} : i64",
+    )
     return stacked, valid, common
 
 
@@ -297,10 +380,14 @@ def _gather(s: Step, n: Scope) -> str:
     k = len(refs)
     idx, valid, common = _stacked(n, refs, xshape, s.attributes["bounds"] == "zero")
     offset = list(range(len(common), len(common) + len(xshape) - k))
-    out = n.op("stablehlo.gather", [n.get(x), idx], shape, dt,
-               _gather_attrs(offset, range(k), range(k), len(common),
-                             [1] * k + list(xshape[k:])),
-               hint=s.results[0] if valid is None else "")
+    out = n.op(
+        "stablehlo.gather",
+        [n.get(x), idx],
+        shape,
+        dt,
+        _gather_attrs(offset, range(k), range(k), len(common), [1] * k + list(xshape[k:])),
+        hint=s.results[0] if valid is None else "",
+    )
     if valid is None:
         return out
     return _masked(n, s, out, valid, common + [1] * (len(xshape) - k))
@@ -318,15 +405,19 @@ def _scatter(s: Step, n: Scope) -> None:
     updates = n.get(value, dt, [*common, *shape[k:]])
     t = n.ty((), dt)
     old, new = n.fresh("old"), n.fresh("new")  # never an argument's name (see reduce)
-    region = (f'{{\n  ^bb0({old}: {t}, {new}: {t}):\n    "stablehlo.return"({new}) : ({t}) -> ()'
-              "\n  }")
-    attrs = (f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = "
-             f"{_ints(range(len(common), len(common) + len(shape) - k))}, inserted_window_dims "
-             f"= {_ints(range(k))}, scatter_dims_to_operand_dims = {_ints(range(k))}, "
-             f"index_vector_dim = {len(common)}>, indices_are_sorted = false, "
-             "unique_indices = false")
-    n.env[state] = n.op("stablehlo.scatter", [n.get(state), idx, updates], shape, dt, attrs,
-                        region, hint=hint)
+    region = (
+        f'{{\n  ^bb0({old}: {t}, {new}: {t}):\n    "stablehlo.return"({new}) : ({t}) -> ()\n  }}'
+    )
+    attrs = (
+        f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = "
+        f"{_ints(range(len(common), len(common) + len(shape) - k))}, inserted_window_dims "
+        f"= {_ints(range(k))}, scatter_dims_to_operand_dims = {_ints(range(k))}, "
+        f"index_vector_dim = {len(common)}>, indices_are_sorted = false, "
+        "unique_indices = false"
+    )
+    n.env[state] = n.op(
+        "stablehlo.scatter", [n.get(state), idx, updates], shape, dt, attrs, region, hint=hint
+    )
     return None
 
 
@@ -338,8 +429,13 @@ def _scatter_add(s: Step, n: Scope) -> str:
     shape, dt = _res(s, n)
     x, value, *refs = s.operands
     if not refs:
-        return n.op("stablehlo.add", [n.get(x, dt, shape), n.get(value, dt, shape)], shape, dt,
-                    hint=s.results[0])
+        return n.op(
+            "stablehlo.add",
+            [n.get(x, dt, shape), n.get(value, dt, shape)],
+            shape,
+            dt,
+            hint=s.results[0],
+        )
     k = len(refs)
     idx, valid, common = _stacked(n, refs, shape, s.attributes["bounds"] == "zero")
     window = [*common, *shape[k:]]
@@ -347,25 +443,41 @@ def _scatter_add(s: Step, n: Scope) -> str:
     if valid is not None:
         where_ = [*common, k]
         lo = n.broadcast(n.const(0, "i64"), where_)
-        top = n.op("stablehlo.constant", [], (k,), "i64",
-                   f"value = dense<{_ints([d - 1 for d in shape[:k]])}> : {n.ty((k,), 'i64')}",
-                   hint="top")
+        top = n.op(
+            "stablehlo.constant",
+            [],
+            (k,),
+            "i64",
+            f"value = dense<{_ints([d - 1 for d in shape[:k]])}> : {n.ty((k,), 'i64')}",
+            hint="top",
+        )
         idx = n.op("stablehlo.clamp", [lo, idx, n.broadcast(top, where_)], where_, "i64")
         mask = n.broadcast(n.reshape(valid, [*common, *[1] * (len(shape) - k)]), window)
         zero = n.broadcast(n.const(0, dt), window)
         updates = n.op("stablehlo.select", [mask, updates, zero], window, dt)
     t = n.ty((), dt)
     old, new, total = n.fresh("old"), n.fresh("new"), n.fresh("sum")  # names unused outside
-    region = (f"{{\n  ^bb0({old}: {t}, {new}: {t}):\n"
-              f'    {total} = "stablehlo.add"({old}, {new}) : ({t}, {t}) -> {t}\n'
-              f'    "stablehlo.return"({total}) : ({t}) -> ()\n  }}')
-    attrs = (f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = "
-             f"{_ints(range(len(common), len(window)))}, inserted_window_dims "
-             f"= {_ints(range(k))}, scatter_dims_to_operand_dims = {_ints(range(k))}, "
-             f"index_vector_dim = {len(common)}>, indices_are_sorted = false, "
-             "unique_indices = false")
-    return n.op("stablehlo.scatter", [n.get(x, dt), idx, updates], shape, dt, attrs, region,
-                hint=s.results[0])
+    region = (
+        f"{{\n  ^bb0({old}: {t}, {new}: {t}):\n"
+        f'    {total} = "stablehlo.add"({old}, {new}) : ({t}, {t}) -> {t}\n'
+        f'    "stablehlo.return"({total}) : ({t}) -> ()\n  }}'
+    )
+    attrs = (
+        f"scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = "
+        f"{_ints(range(len(common), len(window)))}, inserted_window_dims "
+        f"= {_ints(range(k))}, scatter_dims_to_operand_dims = {_ints(range(k))}, "
+        f"index_vector_dim = {len(common)}>, indices_are_sorted = false, "
+        "unique_indices = false"
+    )
+    return n.op(
+        "stablehlo.scatter",
+        [n.get(x, dt), idx, updates],
+        shape,
+        dt,
+        attrs,
+        region,
+        hint=s.results[0],
+    )
 
 
 def _erf(s: Step, n: Scope) -> str:
@@ -388,7 +500,9 @@ def _composition(tree: Formula) -> Rule:
             if f[0] == "const":
                 return n.broadcast(n.const(f[1], dt), shape)
             return n.op(f[1], [build(a) for a in f[2]], shape, dt, hint=hint)
+
         return build(tree, s.results[0])
+
     return rule
 
 
@@ -405,15 +519,30 @@ def _spelled(name: str, p: Primitive) -> Rule:
     return _unary(name) if p.arity == 1 else _binary(name)
 
 
-RULES: dict[str, Rule] = spelled("stablehlo", _spelled, {
-    "erf": _erf, "floor": stablehlo_edges.RULES["floor"],
-    "div": stablehlo_edges.RULES["div"], "rem": stablehlo_edges.RULES["rem"],
-    "select": _select,
-    "convert": stablehlo_edges.RULES["convert"], "constant": _constant, "iota": _iota,
-    "reshape": _reshape, "transpose": _transpose, "broadcast": _broadcast,
-    "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
-    "scatter": _scatter, "scatter_add": _scatter_add, "slice": _slice,
-})
+RULES: dict[str, Rule] = spelled(
+    "stablehlo",
+    _spelled,
+    {
+        "erf": _erf,
+        "floor": stablehlo_edges.RULES["floor"],
+        "div": stablehlo_edges.RULES["div"],
+        "rem": stablehlo_edges.RULES["rem"],
+        "select": _select,
+        "convert": stablehlo_edges.RULES["convert"],
+        "constant": _constant,
+        "iota": _iota,
+        "reshape": _reshape,
+        "transpose": _transpose,
+        "broadcast": _broadcast,
+        "reduce": _reduce,
+        "contract": _contract,
+        "take": _take,
+        "gather": _gather,
+        "scatter": _scatter,
+        "scatter_add": _scatter_add,
+        "slice": _slice,
+    },
+)
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
 # A rank's graph (linnet.lang.ir.shard) is not exported: StableHLO's collectives need a

@@ -18,17 +18,35 @@ from typing import Any
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Graph, Step
 
-MLIR_DTYPES = {"f64": "f64", "f32": "f32", "f16": "f16", "bf16": "bf16", "i64": "i64",
-               "i32": "i32", "i16": "i16", "i8": "i8", "u8": "ui8", "bool": "i1"}
+MLIR_DTYPES = {
+    "f64": "f64",
+    "f32": "f32",
+    "f16": "f16",
+    "bf16": "bf16",
+    "i64": "i64",
+    "i32": "i32",
+    "i16": "i16",
+    "i8": "i8",
+    "u8": "ui8",
+    "bool": "i1",
+}
 _FLOATS = {"f64", "f32", "f16", "bf16"}
 _INTS = {"i64", "i32", "i16", "i8", "u8"}
 # IEEE bit patterns of +inf and NaN (MLIR writes non-finite float constants in hex).
-_INF_BITS = {"f64": (0x7FF0000000000000, 0x7FF8000000000000, 16),
-             "f32": (0x7F800000, 0x7FC00000, 8), "f16": (0x7C00, 0x7E00, 4),
-             "bf16": (0x7F80, 0x7FC0, 4)}
+_INF_BITS = {
+    "f64": (0x7FF0000000000000, 0x7FF8000000000000, 16),
+    "f32": (0x7F800000, 0x7FC00000, 8),
+    "f16": (0x7C00, 0x7E00, 4),
+    "bf16": (0x7F80, 0x7FC0, 4),
+}
 _SIGN = {"f64": 1 << 63, "f32": 1 << 31, "f16": 1 << 15, "bf16": 1 << 15}
-_INT_RANGE = {"i64": (-(2**63), 2**63 - 1), "i32": (-(2**31), 2**31 - 1),
-              "i16": (-(2**15), 2**15 - 1), "i8": (-128, 127), "u8": (0, 255)}
+_INT_RANGE = {
+    "i64": (-(2**63), 2**63 - 1),
+    "i32": (-(2**31), 2**31 - 1),
+    "i16": (-(2**15), 2**15 - 1),
+    "i8": (-128, 127),
+    "u8": (0, 255),
+}
 
 
 def where(graph: Graph, index: int, step: Step) -> str:
@@ -56,8 +74,13 @@ def scalar_literal(value: Any, dtype: str) -> str:
         return str(int(value))
     v = float(value)
     if math.isfinite(v):
-        return f"{v:.9e}" if dtype != "f64" else repr(v) if "e" in repr(v) or "." in repr(v) \
+        return (
+            f"{v:.9e}"
+            if dtype != "f64"
+            else repr(v)
+            if "e" in repr(v) or "." in repr(v)
             else f"{v:.1f}"
+        )
     inf, nan, width = _INF_BITS[dtype]
     bits = nan if math.isnan(v) else inf | (_SIGN[dtype] if v < 0 else 0)
     return f"0x{bits:0{width}X}"
@@ -102,15 +125,27 @@ class Scope:
             shape = ssa_or_shape
         if dtype not in MLIR_DTYPES:
             at = where(self.graph, self.step, self.current) if self.current else "this graph"
-            raise LinnetError(Diagnostic(
-                "E0941", f"{at} uses dtype `{dtype}`, which StableHLO export does not support",
-                help=f"convert to one of {', '.join(MLIR_DTYPES)} before this step, or run "
-                     "the model with the PyTorch runtime"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0941",
+                    f"{at} uses dtype `{dtype}`, which StableHLO export does not support",
+                    help=f"convert to one of {', '.join(MLIR_DTYPES)} before this step, or run "
+                    "the model with the PyTorch runtime",
+                )
+            )
         dims = "".join(f"{d}x" for d in shape)
         return f"tensor<{dims}{MLIR_DTYPES[dtype]}>"
 
-    def op(self, name: str, operands: list[str], shape: Sequence[int], dtype: str,
-           attrs: str = "", region: str = "", hint: str = "") -> str:
+    def op(
+        self,
+        name: str,
+        operands: list[str],
+        shape: Sequence[int],
+        dtype: str,
+        attrs: str = "",
+        region: str = "",
+        hint: str = "",
+    ) -> str:
         """Append one operation (generic form); returns its result's SSA name."""
         out = self.fresh(hint or name.rsplit(".", 1)[-1])
         self.types[out] = (tuple(shape), dtype)
@@ -144,13 +179,24 @@ class Scope:
         have_shape, dtype = self.types[v]
         offset = len(shape) - len(have_shape)
         dims = list(range(offset, len(shape)))
-        return self.op("stablehlo.broadcast_in_dim", [v], shape, dtype,
-                       f"broadcast_dimensions = {_array(dims)}")
+        return self.op(
+            "stablehlo.broadcast_in_dim",
+            [v],
+            shape,
+            dtype,
+            f"broadcast_dimensions = {_array(dims)}",
+        )
 
     def const(self, value: Any, dtype: str, hint: str = "c") -> str:
         lit = scalar_literal(value, dtype)
-        return self.op("stablehlo.constant", [], (), dtype,
-                       f"value = dense<{lit}> : {self.ty((), dtype)}", hint=hint)
+        return self.op(
+            "stablehlo.constant",
+            [],
+            (),
+            dtype,
+            f"value = dense<{lit}> : {self.ty((), dtype)}",
+            hint=hint,
+        )
 
     def reshape(self, v: str, shape: Sequence[int]) -> str:
         if tuple(shape) == self.types[v][0]:

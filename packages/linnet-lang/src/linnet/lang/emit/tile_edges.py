@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 _INTS = set(INT_RANGES)
 _HALF = {"bf16", "f16"}
 
-TRITON_HEADER = '''
+TRITON_HEADER = """
 
 # NaN-propagating max and min (Linnet's edge rule: a NaN wins), for `tl.reduce`: `tl.max`
 # and `tl.min` combine with `tl.maximum`'s default, which skips NaN (emit/tile_edges.py).
@@ -53,7 +53,7 @@ def max_nan(a, b):
 @triton.jit
 def min_nan(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-'''
+"""
 """What the generated PyTorch module's Triton header adds (:data:`.triton.HEADER`)."""
 
 HEADER_NAMES = frozenset({"max_nan", "min_nan"})
@@ -80,15 +80,16 @@ def _wide(n: Names, ref: str) -> str:
 
 def triton_extreme(fn: str) -> tiles.TileRule:
     """``tl.maximum``/``tl.minimum``; for floats ``propagate_nan=tl.PropagateNan.ALL``."""
+
     def rule(s: Step, n: Names, c: Context) -> list[str]:
         a, b = (_wide(n, o) for o in s.operands)
         dtype = n.dtype(s.results[0])
         nan = ", propagate_nan=tl.PropagateNan.ALL" if dtype in FLOAT_BITS else ""
         expr = f"tl.{fn}({a}, {b}{nan})"
-        if dtype in _HALF and any(o not in n.literals and n.dtype(o) in _HALF
-                                  for o in s.operands):
+        if dtype in _HALF and any(o not in n.literals and n.dtype(o) in _HALF for o in s.operands):
             expr = f"({expr}).to({n.dialect.dtypes[dtype]})"
         return [f"{n(s.results[0])} = {expr}"]
+
     return rule
 
 
@@ -107,6 +108,7 @@ def triton_reduced(s: Step, n: Names, kind: str, x: str) -> str:
 def pallas_extreme(fn: str) -> tiles.TileRule:
     """``jnp.maximum``/``jnp.minimum``, NaN put back for floats (Pallas's Triton backend
     lowers them to ``maxnumf``/``minnumf``, which skip it)."""
+
     def rule(s: Step, n: Names, c: Context) -> list[str]:
         a, b = (n(o) for o in s.operands)
         if all(o in n.literals for o in s.operands):
@@ -116,6 +118,7 @@ def pallas_extreme(fn: str) -> tiles.TileRule:
         if n.dtype(s.results[0]) not in FLOAT_BITS:
             return [f"{out} = {expr}"]
         return [f"{out} = jnp.where({a} != {a}, {a}, jnp.where({b} != {b}, {b}, {expr}))"]
+
     return rule
 
 
@@ -129,8 +132,9 @@ def pallas_nan_through(s: Step, n: Names, x: str, reduced: str) -> tuple[list[st
 
 
 # ---------------------------------------------------------------- integer / and %
-def _guarded(s: Step, n: Names, c: Context, dialect: str) -> tuple[list[str], str, str, str,
-                                                                   str | None]:
+def _guarded(
+    s: Step, n: Names, c: Context, dialect: str
+) -> tuple[list[str], str, str, str, str | None]:
     """Lines making the divisor safe: ``(lines, a, b, divisor, zero)``; ``zero`` names where
     ``b`` is 0 (None where it cannot be), and where ``b`` is -1 the divisor is 1 too."""
     a_ref, b_ref = s.operands
@@ -151,6 +155,7 @@ def _guarded(s: Step, n: Names, c: Context, dialect: str) -> tuple[list[str], st
 def int_div(dialect: str, float_rule: tiles.TileRule) -> tiles.TileRule:
     """Integer ``a / b``: rounded toward -inf; 0 where ``b`` is 0; ``MIN / -1`` is ``MIN``
     (``float_rule`` for floats)."""
+
     def rule(s: Step, n: Names, c: Context) -> list[str]:
         if n.dtype(s.results[0]) not in _INTS:
             return float_rule(s, n, c)
@@ -162,9 +167,10 @@ def int_div(dialect: str, float_rule: tiles.TileRule) -> tiles.TileRule:
         if dialect == "triton":
             # Triton's `//` truncates toward zero: step down where the signs differ and it
             # was inexact.
-            lines += [f"{out} = {a} // {d}",
-                      f"{out} = {out} - (({out} * {d} != {a}) & (({a} < 0) != ({d} < 0)))"
-                      f".to({dtype})"]
+            lines += [
+                f"{out} = {a} // {d}",
+                f"{out} = {out} - (({out} * {d} != {a}) & (({a} < 0) != ({d} < 0))).to({dtype})",
+            ]
             where = "tl.where"
         else:
             lines.append(f"{out} = jnp.floor_divide({n.tensor(s.operands[0])}, {d})")
@@ -175,12 +181,14 @@ def int_div(dialect: str, float_rule: tiles.TileRule) -> tiles.TileRule:
                 lines.append(f"{out} = {cast(f'{where}({b} == -1, 0 - {a}, {out})', result)}")
             lines.append(f"{out} = {cast(f'{where}({zero}, 0, {out})', result)}")
         return lines
+
     return rule
 
 
 def int_rem(dialect: str, float_rule: tiles.TileRule) -> tiles.TileRule:
     """``a % b``: the divisor's sign; for integers ``a`` where ``b`` is 0 (``float_rule``
     for floats)."""
+
     def rule(s: Step, n: Names, c: Context) -> list[str]:
         if n.dtype(s.results[0]) not in _INTS:
             return float_rule(s, n, c)
@@ -190,9 +198,10 @@ def int_rem(dialect: str, float_rule: tiles.TileRule) -> tiles.TileRule:
             return [f"{out} = {n.dialect.cast(f'({a} * 0)', n.dtype(s.results[0]))}"]
         if dialect == "triton":
             # Triton's `%` takes the dividend's sign; Linnet's (torch.remainder) the divisor's.
-            lines += [f"{out} = {a} % {d}",
-                      f"{out} = tl.where(({out} != 0) & (({out} < 0) != ({d} < 0)), "
-                      f"{out} + {d}, {out})"]
+            lines += [
+                f"{out} = {a} % {d}",
+                f"{out} = tl.where(({out} != 0) & (({out} < 0) != ({d} < 0)), {out} + {d}, {out})",
+            ]
             where = "tl.where"
         else:
             lines.append(f"{out} = jnp.remainder({n.tensor(s.operands[0])}, {d})")
@@ -200,6 +209,7 @@ def int_rem(dialect: str, float_rule: tiles.TileRule) -> tiles.TileRule:
         if zero is not None:
             lines.append(f"{out} = {where}({zero}, {n.tensor(s.operands[0])}, {out})")
         return lines
+
     return rule
 
 
@@ -237,12 +247,17 @@ def triton_floor(s: Step, n: Names, c: Context) -> list[str]:
     x = _wide(n, s.operands[0])
     bits = 32 if dt in _HALF else FLOAT_BITS[dt]
     floored, sign = _temp(n, s, "floored"), _temp(n, s, "bits")
-    value = (f"tl.where(({sign} < 0) & ({sign} != {-(2 ** (bits - 1))}) & ({floored} == 0), "
-             f"-1.0, {floored})")
+    value = (
+        f"tl.where(({sign} < 0) & ({sign} != {-(2 ** (bits - 1))}) & ({floored} == 0), "
+        f"-1.0, {floored})"
+    )
     if dt in _HALF:
         value = f"({value}).to({'tl.bfloat16' if dt == 'bf16' else 'tl.float16'})"
-    return [f"{floored} = tl.floor({x})", f"{sign} = ({x}).to(tl.int{bits}, bitcast=True)",
-            f"{out} = {value}"]
+    return [
+        f"{floored} = tl.floor({x})",
+        f"{sign} = ({x}).to(tl.int{bits}, bitcast=True)",
+        f"{out} = {value}",
+    ]
 
 
 def pallas_floor(s: Step, n: Names, c: Context) -> list[str]:
@@ -251,4 +266,3 @@ def pallas_floor(s: Step, n: Names, c: Context) -> list[str]:
     if n.dtype(s.operands[0]) not in FLOAT_BITS:
         return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}"]
     return edge_rules.jax_floor(s, n)
-

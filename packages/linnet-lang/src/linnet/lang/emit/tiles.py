@@ -71,8 +71,12 @@ def safe_name(name: str, reserved: frozenset[str]) -> str:
     ('v_lambda', 'v_tl')
     """
     name = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
-    if name[0].isdigit() or name in reserved or keyword.iskeyword(name) \
-            or keyword.issoftkeyword(name):
+    if (
+        name[0].isdigit()
+        or name in reserved
+        or keyword.iskeyword(name)
+        or keyword.issoftkeyword(name)
+    ):
         name = "v_" + name
     return name
 
@@ -189,8 +193,12 @@ class Context:
 TileRule = Callable[[Step, Names, Context], list[str]]
 
 
-def common_rules(unary: Callable[[str], TileRule], binary: Callable[[str], TileRule],
-                 column: str, by_hand: dict[str, TileRule]) -> dict[str, TileRule]:
+def common_rules(
+    unary: Callable[[str], TileRule],
+    binary: Callable[[str], TileRule],
+    column: str,
+    by_hand: dict[str, TileRule],
+) -> dict[str, TileRule]:
     """A dialect's table (``TILE_RULES``, ``PALLAS_RULES``): the element-wise math of its
     ``column`` of :data:`linnet.lang.ir.elementwise.SPELLINGS` (``tl.exp({0})``, ``{0} + {1}``)
     made by its ``unary`` and ``binary`` rule makers, the rules both dialects write alike
@@ -202,8 +210,13 @@ def common_rules(unary: Callable[[str], TileRule], binary: Callable[[str], TileR
     ('tl.exp({0})', '{0} + {1}', True)
     """
     shared: dict[str, TileRule] = {
-        "select": select, "convert": convert, "constant": constant, "transpose": transpose,
-        "broadcast": broadcast, "program_id": program_id}
+        "select": select,
+        "convert": convert,
+        "constant": constant,
+        "transpose": transpose,
+        "broadcast": broadcast,
+        "program_id": program_id,
+    }
     return spelled(column, by_arity(unary, binary), shared | by_hand)
 
 
@@ -225,11 +238,14 @@ def reshape(s: Step, n: Names, c: Context) -> list[str]:
     src = s.operands[0]
     out = n(s.results[0])
     have = n.shape(src)
-    if src not in n.literals and have and [d for d in shape if d != 1] == list(have) \
-            and 1 not in have:
+    if (
+        src not in n.literals
+        and have
+        and [d for d in shape if d != 1] == list(have)
+        and 1 not in have
+    ):
         # Only new axes of size 1 (`rows[i] < M` in a [BM, BK] mask): `rows[:, None]`.
-        return [f"{out} = {n(src)}[" + ", ".join("None" if d == 1 else ":" for d in shape)
-                + "]"]
+        return [f"{out} = {n(src)}[" + ", ".join("None" if d == 1 else ":" for d in shape) + "]"]
     return [f"{out} = {n.dialect.reshape}({n.tensor(src)}, {shape})"]
 
 
@@ -333,11 +349,13 @@ def contract(dot: DotWriter) -> TileRule:
     """The `contract` rule: a dot (written by ``dot``) where :func:`dot_layout` finds one,
     else :func:`contract_by_sum`. Each emitter's table holds ``contract(its _dot)``.
     """
+
     def rule(s: Step, n: Names, c: Context) -> list[str]:
         out = n(s.results[0])
         layout = dot_layout(s, n)
         expr = contract_by_sum(s, n) if layout is None else dot(s, n, c, layout)
         return [f"{out} = {expr}"]
+
     return rule
 
 
@@ -360,9 +378,16 @@ def carry(s: Step, n: Names) -> tuple[list[str], list[str]]:
     body_steps = a["body"]
     for arg, y in zip(a["carried"], a["yields"]):
         at = next((i for i, st in enumerate(body_steps) if y in st.results), None)
-        if at is None or n.uses.get(y) != 1 or y in n.names or any(
+        if (
+            at is None
+            or n.uses.get(y) != 1
+            or y in n.names
+            or any(
                 arg in st.operands or arg in st.attributes.get("yields", [])
-                for later in body_steps[at + 1:] for st in n.kernel.walk([later])):
+                for later in body_steps[at + 1 :]
+                for st in n.kernel.walk([later])
+            )
+        ):
             continue
         n.alias(y, n(arg))
     return lines, carried
@@ -373,10 +398,14 @@ def unsupported(d: Dialect, what: str, s: Step) -> Exception:
     from linnet.lang.diagnostics import Diagnostic, LinnetError
 
     where = f" (from {s.loc})" if s.loc else ""
-    return LinnetError(Diagnostic(
-        d.code, f"a kernel uses {what}{where}, which has no {d.name} form yet",
-        help="rewrite that part of the kernel, or run the op's body (numerics 'exact' "
-             "never launches kernels)"))
+    return LinnetError(
+        Diagnostic(
+            d.code,
+            f"a kernel uses {what}{where}, which has no {d.name} form yet",
+            help="rewrite that part of the kernel, or run the op's body (numerics 'exact' "
+            "never launches kernels)",
+        )
+    )
 
 
 # ---------------------------------------------------------------- functions
@@ -397,8 +426,11 @@ def instance_name(k: TileKernel) -> str:
     """``row_softmax_4_8_1024``: the kernel's name and its generics' values (after the name,
     ``into_k_v`` where it stores results ``k`` and ``v`` into states: ir/tiles.py's
     ``redirect_stores``)."""
-    parts = [k.short_name] + (["into", *k.inplace] if k.inplace else []) + [
-        str(v) for v in k.generics.values()]
+    parts = (
+        [k.short_name]
+        + (["into", *k.inplace] if k.inplace else [])
+        + [str(v) for v in k.generics.values()]
+    )
     parts += [re.sub(r"[^0-9A-Za-z]", "_", literal(v)) for v in k.scalars.values()]
     return re.sub(r"_+", "_", "_".join(parts)).strip("_")
 
@@ -424,8 +456,13 @@ def unique_instance(k: TileKernel, taken: set[str], prefixes: tuple[str, ...]) -
     return name
 
 
-def kernel_body(k: TileKernel, n: Names, rules: dict[str, TileRule],
-                sources: dict[str, list[str]], precision: str) -> list[str]:
+def kernel_body(
+    k: TileKernel,
+    n: Names,
+    rules: dict[str, TileRule],
+    sources: dict[str, list[str]],
+    precision: str,
+) -> list[str]:
     """The lines of ``k``'s function body, each step by its rule in ``rules``, each run of
     lines from one source line after that line as a comment."""
     last: list[str | None] = [None]
@@ -476,8 +513,10 @@ def runs_table(keys: list[str], counted: str) -> str:
     RUNS = {'k': [0, 0]}
     """
     inner = ", ".join(f"{k!r}: [0, 0]" for k in keys)
-    return (f"# Per kernel instance: [{counted} that launched it, {counted} that ran the op's "
-            f"body].\nRUNS = {{{inner}}}")
+    return (
+        f"# Per kernel instance: [{counted} that launched it, {counted} that ran the op's "
+        f"body].\nRUNS = {{{inner}}}"
+    )
 
 
 def stored_and_loaded(lines: list[str]) -> tuple[frozenset[str], frozenset[str]]:
@@ -488,8 +527,10 @@ def stored_and_loaded(lines: list[str]) -> tuple[frozenset[str], frozenset[str]]
     """
     tree = ast.parse("\n".join(lines))
     names = [x for x in ast.walk(tree) if isinstance(x, ast.Name)]
-    return (frozenset(x.id for x in names if isinstance(x.ctx, ast.Store)),
-            frozenset(x.id for x in names if isinstance(x.ctx, ast.Load)))
+    return (
+        frozenset(x.id for x in names if isinstance(x.ctx, ast.Store)),
+        frozenset(x.id for x in names if isinstance(x.ctx, ast.Load)),
+    )
 
 
 def indented(lines: list[str]) -> str:

@@ -59,10 +59,18 @@ from linnet.lang.ir.slices import Slice, cut
 from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
 from linnet.lang.tensors.dtypes import accumulator
 
-TORCH_DTYPES = {"f64": "torch.float64", "f32": "torch.float32", "f16": "torch.float16",
-                "bf16": "torch.bfloat16", "i64": "torch.int64", "i32": "torch.int32",
-                "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8",
-                "bool": "torch.bool"}
+TORCH_DTYPES = {
+    "f64": "torch.float64",
+    "f32": "torch.float32",
+    "f16": "torch.float16",
+    "bf16": "torch.bfloat16",
+    "i64": "torch.int64",
+    "i32": "torch.int32",
+    "i16": "torch.int16",
+    "i8": "torch.int8",
+    "u8": "torch.uint8",
+    "bool": "torch.bool",
+}
 
 
 class TorchScope(Scope):
@@ -73,12 +81,15 @@ class TorchScope(Scope):
         ``torch.full((), 0, ...)`` where a rule calls a tensor method on it (``.reshape``):
         a fill on the device, no copy from the host (a CUDA graph can capture it)."""
         if ref in self.literals:
-            return (f"torch.full((), {self.literals[ref]}, dtype={TORCH_DTYPES[self.dtype(ref)]}, "
-                    f"device=DEVICE)")
+            return (
+                f"torch.full((), {self.literals[ref]}, dtype={TORCH_DTYPES[self.dtype(ref)]}, "
+                f"device=DEVICE)"
+            )
         return self(ref)
 
 
 # ---------------------------------------------------------------- primitive rules
+
 
 def _unary(fmt: str) -> Rule:
     return lambda s, n, numerics: [f"{n(s.results[0])} = {fmt.format(n(s.operands[0]))}"]
@@ -88,6 +99,7 @@ def _binary(fmt: str) -> Rule:
     def rule(s: Step, n: Scope, numerics: str) -> list[str]:
         a, b = (n(o) for o in s.operands)
         return [f"{n(s.results[0])} = {fmt.format(a, b)}"]
+
     return rule
 
 
@@ -110,6 +122,7 @@ def _extreme(fn: str, clamp: str) -> Rule:
         if a in n.literals:
             return [f"{n(s.results[0])} = torch.clamp({n(b)}, {clamp}={n(a)})"]
         return [f"{n(s.results[0])} = torch.{fn}({n(a)}, {n(b)})"]
+
     return rule
 
 
@@ -128,11 +141,15 @@ def _convert(s: Step, n: Scope, numerics: str) -> list[str]:
     saturated = edge_rules.float_to_int(edge_rules.TORCH, s, n, n.dtype(s.operands[0]))
     if saturated is not None:  # float to integer: NaN is 0, the rest saturates
         return saturated
-    return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}.to({TORCH_DTYPES[s.attributes['dtype']]})"]
+    return [
+        f"{n(s.results[0])} = {n.tensor(s.operands[0])}.to({TORCH_DTYPES[s.attributes['dtype']]})"
+    ]
 
 
 def _reshape(s: Step, n: Scope, numerics: str) -> list[str]:
-    return [f"{n(s.results[0])} = {n.tensor(s.operands[0])}.reshape({tuple(s.attributes['shape'])})"]
+    return [
+        f"{n(s.results[0])} = {n.tensor(s.operands[0])}.reshape({tuple(s.attributes['shape'])})"
+    ]
 
 
 def _transpose(s: Step, n: Scope, numerics: str) -> list[str]:
@@ -144,8 +161,10 @@ def _slice(s: Step, n: Scope, numerics: str) -> list[str]:
     whole axes after the last sliced one left out (`w[0:64]`, `qkv[:, 64:96]`)."""
     x = s.operands[0]
     shape = n.shape(x)
-    parts = [":" if (a, b) == (0, size) else f"{a}:{b}"
-             for a, b, size in zip(s.attributes["starts"], s.attributes["limits"], shape)]
+    parts = [
+        ":" if (a, b) == (0, size) else f"{a}:{b}"
+        for a, b, size in zip(s.attributes["starts"], s.attributes["limits"], shape)
+    ]
     while len(parts) > 1 and parts[-1] == ":":
         parts.pop()
     # A view of a state would change with the state's next write: copy it.
@@ -237,8 +256,9 @@ def _take(s: Step, n: Scope, numerics: str) -> list[str]:
     if guard:
         rank = len(n.shape(x))
         view = (1,) * axis + tuple(idx_shape) + (1,) * (rank - axis - 1)
-        lines.append(f"{out} = torch.where((({i} >= 0) & ({i} < {size})).reshape({view}), "
-                     f"{out}, 0)")
+        lines.append(
+            f"{out} = torch.where((({i} >= 0) & ({i} < {size})).reshape({view}), {out}, 0)"
+        )
     return lines
 
 
@@ -291,30 +311,50 @@ def _all_reduce(s: Step, n: Scope, numerics: str) -> list[str]:
     into a copy: the operand is a value, never written in place."""
     out, x = n(s.results[0]), n.tensor(s.operands[0])
     op = _REDUCE_OPS[s.attributes["kind"]]
-    return [f"{out} = {x}.clone()",
-            f"torch.distributed.all_reduce({out}, op=torch.distributed.ReduceOp.{op})"]
+    return [
+        f"{out} = {x}.clone()",
+        f"torch.distributed.all_reduce({out}, op=torch.distributed.ReduceOp.{op})",
+    ]
 
 
 def _all_gather(s: Step, n: Scope, numerics: str) -> list[str]:
     out, x = n(s.results[0]), n.tensor(s.operands[0])
     world, axis = s.attributes["world"], s.attributes["axis"]
-    return [f"{out}_parts = [torch.empty_like({x}) for _ in range({world})]",
-            f"torch.distributed.all_gather({out}_parts, {x}.contiguous())",
-            f"{out} = torch.cat({out}_parts, dim={axis})"]
+    return [
+        f"{out}_parts = [torch.empty_like({x}) for _ in range({world})]",
+        f"torch.distributed.all_gather({out}_parts, {x}.contiguous())",
+        f"{out} = torch.cat({out}_parts, dim={axis})",
+    ]
 
 
-RULES: dict[str, Rule] = spelled("torch", by_arity(_unary, _binary), {
-    "div": _div, "rem": _rem,
-    "maximum": _extreme("maximum", "min"), "minimum": _extreme("minimum", "max"),
-    "select": lambda s, n, nu: [f"{n(s.results[0])} = torch.where("
-                                f"{', '.join(n(o) for o in s.operands)})"],
-    "convert": _convert, "constant": constant_rule, "iota": _iota, "reshape": _reshape,
-    "transpose": _transpose, "broadcast": _broadcast, "reduce": _reduce,
-    "contract": _contract, "take": _take, "gather": _gather, "scatter": _scatter,
-    "scatter_add": _scatter_add,
-    "slice": _slice,
-    "all_reduce": _all_reduce, "all_gather": _all_gather,  # tensor parallelism (issue 21)
-})
+RULES: dict[str, Rule] = spelled(
+    "torch",
+    by_arity(_unary, _binary),
+    {
+        "div": _div,
+        "rem": _rem,
+        "maximum": _extreme("maximum", "min"),
+        "minimum": _extreme("minimum", "max"),
+        "select": lambda s, n, nu: [
+            f"{n(s.results[0])} = torch.where({', '.join(n(o) for o in s.operands)})"
+        ],
+        "convert": _convert,
+        "constant": constant_rule,
+        "iota": _iota,
+        "reshape": _reshape,
+        "transpose": _transpose,
+        "broadcast": _broadcast,
+        "reduce": _reduce,
+        "contract": _contract,
+        "take": _take,
+        "gather": _gather,
+        "scatter": _scatter,
+        "scatter_add": _scatter_add,
+        "slice": _slice,
+        "all_reduce": _all_reduce,
+        "all_gather": _all_gather,  # tensor parallelism (issue 21)
+    },
+)
 """The elementwise math spelled in :data:`linnet.lang.ir.elementwise.SPELLINGS` (its
 ``torch`` column), and the rules written here."""
 
@@ -384,8 +424,10 @@ def _fast_rms_norm_offset(call: Call, n: Scope, args: list[str], out: list[str])
     x, w, eps = args
     d = n.shape(call.attributes["args"][0])[-1]
     # Gemma: the (1 + w) scale in f32 too, then one conversion (the op body's order).
-    return [f"{out[0]} = (F.rms_norm({x}.float(), ({d},), eps={eps}) * (1.0 + {w}.float()))"
-            f".to({x}.dtype)"]
+    return [
+        f"{out[0]} = (F.rms_norm({x}.float(), ({d},), eps={eps}) * (1.0 + {w}.float()))"
+        f".to({x}.dtype)"
+    ]
 
 
 def _fast_layer_norm(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
@@ -419,8 +461,9 @@ def _fast_window_attention(call: Call, n: Scope, args: list[str], out: list[str]
     ]
 
 
-def _fast_window_decode_attention(call: Call, n: Scope, args: list[str],
-                                  out: list[str]) -> list[str]:
+def _fast_window_decode_attention(
+    call: Call, n: Scope, args: list[str], out: list[str]
+) -> list[str]:
     q, k, v, pos, scale, window = args
     s = n.shape(call.attributes["args"][1])[1]
     o = out[0]
@@ -463,8 +506,9 @@ class TorchEmitter(PythonEmitter):
     fast_calls: dict[str, FastRule] = FAST_CALLS
     scope_class: type[Scope] = TorchScope
     # the fused calls run under SDPA's math backend on CPU under autograd (see the base)
-    cpu_autograd_math = frozenset({"std.nn.attention::causal_attention",
-                                   "std.nn.attention::window_attention"})
+    cpu_autograd_math = frozenset(
+        {"std.nn.attention::causal_attention", "std.nn.attention::window_attention"}
+    )
     module_names: set[str] = RESERVED
     framework, command = "PyTorch", "linnet torch"
 
@@ -473,14 +517,22 @@ class TorchEmitter(PythonEmitter):
         precision = "tf32" if self.options.numerics == Numerics.FAST else "ieee"
         return self.stage_texts(call, precision, kernel_text, chain_text)
 
-    def launch_statement(self, text: Any, args: list[str], outs: list[str], body: list[str],
-                         call: Call, scope: Scope, backward: Any = None
-                         ) -> tuple[str, frozenset[str], frozenset[str]]:
+    def launch_statement(
+        self,
+        text: Any,
+        args: list[str],
+        outs: list[str],
+        body: list[str],
+        call: Call,
+        scope: Scope,
+        backward: Any = None,
+    ) -> tuple[str, frozenset[str], frozenset[str]]:
         """The statement at a bound op's call (emit/triton.py's; emit/jax.py writes Pallas's)."""
         return launch_statement(text, args, outs, body, backward)
 
-    def module(self, graphs: list[Graph], origin: str,
-               slices: list[list[Slice]] | None = None) -> str:
+    def module(
+        self, graphs: list[Graph], origin: str, slices: list[list[Slice]] | None = None
+    ) -> str:
         """The module's text. With ``slices`` (one list per graph), only those slice
         functions are written, for a plan's runner to call (no entry function)."""
         if slices is not None:
@@ -488,16 +540,31 @@ class TorchEmitter(PythonEmitter):
             for g, sls in zip(graphs, slices):
                 for sl in sls:
                     self.slice_function(g, sl)
-                self.metadata.append(self.entry_metadata(g, [
-                    dict(function=self.kinds[sl.kind], kind=sl.kind, start=sl.start,
-                         stop=sl.stop, inputs=sl.inputs, outputs=sl.outputs,
-                         parameters=sl.parameters, states=sl.states) for sl in sls]))
+                self.metadata.append(
+                    self.entry_metadata(
+                        g,
+                        [
+                            dict(
+                                function=self.kinds[sl.kind],
+                                kind=sl.kind,
+                                start=sl.start,
+                                stop=sl.stop,
+                                inputs=sl.inputs,
+                                outputs=sl.outputs,
+                                parameters=sl.parameters,
+                                states=sl.states,
+                            )
+                            for sl in sls
+                        ],
+                    )
+                )
         else:
             self.backwards = Backwards()
             entries = [self.entry_function(g, cut(g)) for g in graphs]
             # Each launch's backward pass, as entries of their own (emit/kernel_grad.py).
-            while self.backwards is not None and len(self.backwards.graphs) > len(entries) \
-                    - len(graphs):
+            while self.backwards is not None and len(self.backwards.graphs) > len(entries) - len(
+                graphs
+            ):
                 g = self.backwards.graphs[len(entries) - len(graphs)]
                 # Its own slice kinds: a body with kernels off must not share a function
                 # with the same steps where they launch.
@@ -507,7 +574,7 @@ class TorchEmitter(PythonEmitter):
                 entries.append(self.entry_function(g, sls))
         header = [
             *self.doc_head(origin),
-            f'line each group of steps came from. Numerics: {self.options.numerics}.',
+            f"line each group of steps came from. Numerics: {self.options.numerics}.",
             '"""',
             "",
             "import torch",
@@ -537,9 +604,15 @@ class TorchEmitter(PythonEmitter):
         return internal_error(code, message)
 
 
-def emit_torch(graphs: Graph | list[Graph], sources: dict[str, str] | None = None,
-               numerics: str = "exact", fast: bool = True, origin: str = "",
-               slices: list[list[Slice]] | None = None, device: str = "cpu") -> str:
+def emit_torch(
+    graphs: Graph | list[Graph],
+    sources: dict[str, str] | None = None,
+    numerics: str = "exact",
+    fast: bool = True,
+    origin: str = "",
+    slices: list[list[Slice]] | None = None,
+    device: str = "cpu",
+) -> str:
     """PyTorch source for one or more lowered entries of a model.
 
     Under numerics "fast", each call of an op bound to a kernel whose instance the graph

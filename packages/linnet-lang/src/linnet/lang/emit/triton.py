@@ -50,23 +50,46 @@ from linnet.lang.emit.triton_module import HEADER, READY, runs_table  # noqa: F4
 from linnet.lang.ir.graph import Step
 from linnet.lang.ir.tiles import TILE_PRIMITIVES, TileKernel  # noqa: F401 (the doctest)
 
-TL_DTYPES = {"f64": "tl.float64", "f32": "tl.float32", "f16": "tl.float16",
-             "bf16": "tl.bfloat16", "i64": "tl.int64", "i32": "tl.int32", "i16": "tl.int16",
-             "i8": "tl.int8", "u8": "tl.uint8", "bool": "tl.int1"}
+TL_DTYPES = {
+    "f64": "tl.float64",
+    "f32": "tl.float32",
+    "f16": "tl.float16",
+    "bf16": "tl.bfloat16",
+    "i64": "tl.int64",
+    "i32": "tl.int32",
+    "i16": "tl.int16",
+    "i8": "tl.int8",
+    "u8": "tl.uint8",
+    "bool": "tl.int1",
+}
 # What the launcher allocates results as (emit/torch.py's table; not imported from there, which
 # imports this module).
 TORCH_DTYPES = {k: v.replace("tl.", "torch.") for k, v in TL_DTYPES.items()} | {
-    "bool": "torch.bool"}
+    "bool": "torch.bool"
+}
 _INTS = {"i8", "i16", "i32", "i64", "u8"}
 # `dot16`, `prefetch_l2`, `max_nan` and `min_nan` are HEADER's, which kernels call.
-RESERVED = {"tl", "triton", "torch", "math", "dot16", "prefetch_l2"} | set(dir(builtins)) \
+RESERVED = (
+    {"tl", "triton", "torch", "math", "dot16", "prefetch_l2"}
+    | set(dir(builtins))
     | tile_edges.HEADER_NAMES
+)
 
 # Triton's spellings of what the shared rules (emit/tiles.py) write.
 TRITON = tiles.Dialect(
-    name="Triton", code="E0532", dtypes=TL_DTYPES, reserved=frozenset(RESERVED),
-    full="tl.full", broadcast_to="tl.broadcast_to", reshape="tl.reshape", permute="tl.permute",
-    where="tl.where", sum="tl.sum", program_id="tl.program_id", method="to")
+    name="Triton",
+    code="E0532",
+    dtypes=TL_DTYPES,
+    reserved=frozenset(RESERVED),
+    full="tl.full",
+    broadcast_to="tl.broadcast_to",
+    reshape="tl.reshape",
+    permute="tl.permute",
+    where="tl.where",
+    sum="tl.sum",
+    program_id="tl.program_id",
+    method="to",
+)
 
 
 # ---------------------------------------------------------------- names
@@ -111,6 +134,7 @@ def _narrow(s: Step, n: tiles.Names, expr: str) -> str:
 def _unary(fmt: str) -> TileRule:
     def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
         return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(_wide(s, n, s.operands[0])))}"]
+
     return rule
 
 
@@ -118,6 +142,7 @@ def _binary(fmt: str) -> TileRule:
     def rule(s: Step, n: tiles.Names, c: Context) -> list[str]:
         a, b = (_wide(s, n, o) for o in s.operands)
         return [f"{n(s.results[0])} = {_narrow(s, n, fmt.format(a, b))}"]
+
     return rule
 
 
@@ -135,13 +160,16 @@ def _logical(op: str) -> TileRule:
         shape = n.shape(s.results[0])
         a, b = (_bool_tile(n, o, shape) for o in s.operands)
         return [f"{n(s.results[0])} = {a} {op} {b}"]
+
     return rule
 
 
 def _select(s: Step, n: tiles.Names, c: Context) -> list[str]:
     cond, a, b = s.operands
-    return [f"{n(s.results[0])} = tl.where({_bool_tile(n, cond, n.shape(s.results[0]))}, "
-            f"{n.tensor(a)}, {n.tensor(b)})"]
+    return [
+        f"{n(s.results[0])} = tl.where({_bool_tile(n, cond, n.shape(s.results[0]))}, "
+        f"{n.tensor(a)}, {n.tensor(b)})"
+    ]
 
 
 def _fdiv(s: Step, n: tiles.Names, c: Context) -> list[str]:
@@ -227,8 +255,11 @@ def _dot(s: Step, n: tiles.Names, c: Context, layout: tuple[bool, bool]) -> str:
     lhs = f"tl.trans({n(a)})" if layout[0] else n(a)
     rhs = f"tl.trans({n(b)})" if layout[1] else n(b)
     prec = f", input_precision={c.precision!r}" if n.dtype(a) == "f32" else ""
-    return f"tl.dot({lhs}, {rhs}{prec}, out_dtype={TL_DTYPES[acc]})" if acc in (
-        "f32", "f16", "i32") else f"tl.dot({lhs}, {rhs}{prec}).to({TL_DTYPES[acc]})"
+    return (
+        f"tl.dot({lhs}, {rhs}{prec}, out_dtype={TL_DTYPES[acc]})"
+        if acc in ("f32", "f16", "i32")
+        else f"tl.dot({lhs}, {rhs}{prec}).to({TL_DTYPES[acc]})"
+    )
 
 
 def pointer(s: Step, n: tiles.Names) -> str:
@@ -287,10 +318,12 @@ def _atomic_add(s: Step, n: tiles.Names, c: Context) -> list[str]:
     lane's stores are done before the count is released, and what each lane does after it
     comes after the count's acquire."""
     value = s.operands[s.attributes["value"]["operand"]]
-    return ["tl.debug_barrier()  # every lane's loads and stores before the count",
-            f"{n(s.results[0])} = tl.atomic_add({pointer(s, n)}, {n(value)}, sem='acq_rel', "
-            "scope='gpu')",
-            "tl.debug_barrier()  # and every lane's next steps after it"]
+    return [
+        "tl.debug_barrier()  # every lane's loads and stores before the count",
+        f"{n(s.results[0])} = tl.atomic_add({pointer(s, n)}, {n(value)}, sem='acq_rel', "
+        "scope='gpu')",
+        "tl.debug_barrier()  # and every lane's next steps after it",
+    ]
 
 
 def _for(s: Step, n: tiles.Names, c: Context) -> list[str]:
@@ -310,15 +343,30 @@ def _for(s: Step, n: tiles.Names, c: Context) -> list[str]:
 # both the interpreter and compiled code of every Triton we support (3.6 to 3.9).
 EXPECTED_MISSING: frozenset[str] = frozenset({"pow"})
 
-TILE_RULES: dict[str, TileRule] = common_rules(_unary, _binary, "triton", {
-    "div": tile_edges.int_div("triton", _fdiv), "rem": tile_edges.int_rem("triton", _frem),
-    "floor": tile_edges.triton_floor,
-    "maximum": tile_edges.triton_extreme("maximum"),
-    "minimum": tile_edges.triton_extreme("minimum"), "convert": tile_edges.convert,
-    "iota": _iota, "reshape": _reshape, "reduce": _reduce, "contract": tiles.contract(_dot),
-    "load": _load, "store": _store, "atomic_add": _atomic_add, "for": _for,
-    "and": _logical("&"), "or": _logical("|"), "select": _select,
-})
+TILE_RULES: dict[str, TileRule] = common_rules(
+    _unary,
+    _binary,
+    "triton",
+    {
+        "div": tile_edges.int_div("triton", _fdiv),
+        "rem": tile_edges.int_rem("triton", _frem),
+        "floor": tile_edges.triton_floor,
+        "maximum": tile_edges.triton_extreme("maximum"),
+        "minimum": tile_edges.triton_extreme("minimum"),
+        "convert": tile_edges.convert,
+        "iota": _iota,
+        "reshape": _reshape,
+        "reduce": _reduce,
+        "contract": tiles.contract(_dot),
+        "load": _load,
+        "store": _store,
+        "atomic_add": _atomic_add,
+        "for": _for,
+        "and": _logical("&"),
+        "or": _logical("|"),
+        "select": _select,
+    },
+)
 
 
 # ---------------------------------------------------------------- functions
@@ -365,8 +413,11 @@ _NOT_PURE = {"load", "store", "atomic_add", "for"}
 
 def _index_operands(load: Step) -> list[tuple[int, str]]:
     """(axis, operand) of each index of ``load`` that is a tile (not a constant)."""
-    return [(axis, load.operands[i["operand"]])
-            for axis, i in enumerate(load.attributes["index"]) if isinstance(i, dict)]
+    return [
+        (axis, load.operands[i["operand"]])
+        for axis, i in enumerate(load.attributes["index"])
+        if isinstance(i, dict)
+    ]
 
 
 def prefetch_loads(k: TileKernel) -> list[tuple[Step, Step | None]]:
@@ -421,19 +472,23 @@ def prefetch_loads(k: TileKernel) -> list[tuple[Step, Step | None]]:
     for s in k.steps:
         inner: list[tuple[Step, Step | None]] = [(s, None)] if s.op == "load" else []
         a = s.attributes
-        if s.op == "for" and isinstance(a["start"], int) and isinstance(a["stop"], int) \
-                and a["stop"] > a["start"]:
+        if (
+            s.op == "for"
+            and isinstance(a["start"], int)
+            and isinstance(a["stop"], int)
+            and a["stop"] > a["start"]
+        ):
             inner = [(b, s) for b in a["body"] if b.op == "load"]
         for load, loop in inner:
             index = _index_operands(load)
-            if load.operands[0] in params and index and all(pure(o, loop, set())
-                                                            for _, o in index):
+            if load.operands[0] in params and index and all(pure(o, loop, set()) for _, o in index):
                 found.append((load, loop))
     return found
 
 
-def prefetch_lines(k: TileKernel, n: tiles.Names, precision: str,
-                   loads: list[tuple[Step, Step | None]]) -> list[str]:
+def prefetch_lines(
+    k: TileKernel, n: tiles.Names, precision: str, loads: list[tuple[Step, Step | None]]
+) -> list[str]:
     """``if PREFETCH:`` and, under it, the values the indices of :func:`prefetch_loads`'
     loads need (each step again under a fresh name; a loop's index as its start) and, for
     each load, HEADER's ``prefetch_l2`` of its places masked by the tensor's bounds (one L2
@@ -451,8 +506,9 @@ def prefetch_lines(k: TileKernel, n: tiles.Names, precision: str,
         if ref in done or ref.startswith("@") or ref in n.literals:
             return
         done.add(ref)
-        producer = next(st for st in k.steps + (loop.attributes["body"] if loop else [])
-                        if ref in st.results)
+        producer = next(
+            st for st in k.steps + (loop.attributes["body"] if loop else []) if ref in st.results
+        )
         for o in producer.operands:
             need(o, loop, steps)
         steps.append(producer)
@@ -484,8 +540,10 @@ def prefetch_lines(k: TileKernel, n: tiles.Names, precision: str,
                 del n.literals[loop.attributes["var"]]
     finally:
         n.names, n.literals = names, literals
-    return [f"if {PREFETCH_ARG}:  # warm L2 with the first loads, before the wait (LINNET_PDL 4, 5)",
-            *("    " + line for line in lines)]
+    return [
+        f"if {PREFETCH_ARG}:  # warm L2 with the first loads, before the wait (LINNET_PDL 4, 5)",
+        *("    " + line for line in lines),
+    ]
 
 
 def _bounds(load: Step, n: tiles.Names, shapes: dict[str, tuple[int, ...]]) -> str:
@@ -514,9 +572,13 @@ def with_pdl(lines: list[str]) -> list[str]:
     return PDL_PROLOGUE + lines[:at] + PDL_LATE + lines[at:]
 
 
-def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
-                    precision: str = "ieee",
-                    prefetched: list[tuple[Step, Step | None]] | None = None) -> str:
+def kernel_function(
+    k: TileKernel,
+    name: str,
+    sources: dict[str, list[str]],
+    precision: str = "ieee",
+    prefetched: list[tuple[Step, Step | None]] | None = None,
+) -> str:
     """The ``@triton.jit`` function for ``k``: pointers for the tensor parameters, results
     and scratch buffers, then each one's strides as ``tl.constexpr``, then ``USE_PDL`` (0, or how it was
     launched with programmatic dependent launch: it then waits for the kernel before it)."""
@@ -533,8 +595,7 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     n.used.add(PDL_ARG)
     lines = with_pdl(tiles.kernel_body(k, n, TILE_RULES, sources, precision))
     n.used.add(PREFETCH_ARG)
-    early = prefetch_lines(k, n, precision,
-                           prefetch_loads(k) if prefetched is None else prefetched)
+    early = prefetch_lines(k, n, precision, prefetch_loads(k) if prefetched is None else prefetched)
     if early:
         args.append(f"{PREFETCH_ARG}: tl.constexpr")
         lines = early + lines
@@ -542,8 +603,9 @@ def kernel_function(k: TileKernel, name: str, sources: dict[str, list[str]],
     return "\n".join(head + ["    " + line for line in lines])
 
 
-def launcher_function(k: TileKernel, function: str, name: str, key: str,
-                      prefetches: bool | None = None) -> str:
+def launcher_function(
+    k: TileKernel, function: str, name: str, key: str, prefetches: bool | None = None
+) -> str:
     """The Python functions that launch ``function`` on the kernel's grid: ``run_*``
     allocates the results on the inputs' device and launches, strides passed as constants;
     ``op_*`` is it as a custom op (what torch.compile sees); ``launch_*`` makes the inputs
@@ -552,66 +614,91 @@ def launcher_function(k: TileKernel, function: str, name: str, key: str,
     device = f"{ins[0]}.device" if ins else "DEVICE"
     outs = ", ".join(safe(r) for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
     many = len(k.results) > 1
-    ret = ("tuple[" + ", ".join(["torch.Tensor"] * len(k.results)) + "]") if many \
-        else "torch.Tensor"
+    ret = (
+        ("tuple[" + ", ".join(["torch.Tensor"] * len(k.results)) + "]") if many else "torch.Tensor"
+    )
     typed = ", ".join(f"{p}: torch.Tensor" for p in ins)
-    alloc = [f"    {safe(r)} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, "
-             f"device={device})" for r, shape, dtype in k.results]
+    alloc = [
+        f"    {safe(r)} = torch.empty({shape}, dtype={TORCH_DTYPES[dtype]}, device={device})"
+        for r, shape, dtype in k.results
+    ]
     # What a launch writes into: NaN instead of leftovers when a checker asks (POISON).
-    results_new = [f"    {safe(r)} = new_result({shape}, {TORCH_DTYPES[dtype]}, {device})"
-                   for r, shape, dtype in k.results]
+    results_new = [
+        f"    {safe(r)} = new_result({shape}, {TORCH_DTYPES[dtype]}, {device})"
+        for r, shape, dtype in k.results
+    ]
     # Scratch buffers: the launcher's own, kept between launches (see `scratch` in HEADER).
-    kept = [f"    {safe(r)} = scratch({key!r}, {r!r}, {shape}, {TORCH_DTYPES[dtype]}, {device})"
-            for r, shape, dtype in k.scratch]
+    kept = [
+        f"    {safe(r)} = scratch({key!r}, {r!r}, {shape}, {TORCH_DTYPES[dtype]}, {device})"
+        for r, shape, dtype in k.scratch
+    ]
     strides = []
     for p, shape, _ in k.params + k.results + k.scratch:
-        st = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+        st = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
         strides += [f"{safe(p).upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
     args = [safe(p) for p, _, _ in k.params + k.results + k.scratch] + strides
     results = ", ".join(r for r, _, _ in k.results)
     inplace = [safe(p) for p in k.inplace]
     # A state the kernel stores into is written where it is: never a contiguous copy.
     checks = [f"    check_inplace({p}, {p!r}, {k.short_name!r})" for p in inplace]
-    lines = [f"def run_{key}({typed}) -> {ret}:",
-             f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
-             *results_new, *kept,
-             f"    pdl = pdl_launch({device}, {math.prod(k.grid)})",
-             f"    wrap_triton({function})[{k.grid}]({', '.join(args)}, {PDL_ARG}=pdl, "
-             + (f"{PREFETCH_ARG}=prefetching(pdl), " if (
-                 bool(prefetch_loads(k)) if prefetches is None else prefetches) else "")
-             + "**PDL_LAUNCH[pdl])",
-             f"    return {outs}",
-             "", "",
-             f"def fake_{key}({', '.join(ins)}):",
-             '    """What `run_' + key + '` returns, without running it (for torch.compile)."""',
-             *alloc, f"    return {outs}",
-             "", "",
-             f"op_{key} = kernel_op({key!r}, run_{key}, fake_{key}"
-             + (f", mutates={tuple(inplace)!r}" if inplace else "")
-             + (", opaque=True)" if k.scratch else ")"),
-             "", "",
-             f"def {name}({', '.join(ins)}):",
-             f'    """`{k.short_name}` on contiguous inputs; a custom op under torch.compile."""',
-             *checks,
-             *[f"    {p} = {p}.contiguous()" for p in ins if p not in inplace],
-             "    if torch.compiler.is_compiling():",
-             f"        return op_{key}({', '.join(ins)})",
-             "    with direct():  # the kernel itself, not wrap_triton's higher-order op",
-             f"        return run_{key}({', '.join(ins)})"]
+    lines = [
+        f"def run_{key}({typed}) -> {ret}:",
+        f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
+        *results_new,
+        *kept,
+        f"    pdl = pdl_launch({device}, {math.prod(k.grid)})",
+        f"    wrap_triton({function})[{k.grid}]({', '.join(args)}, {PDL_ARG}=pdl, "
+        + (
+            f"{PREFETCH_ARG}=prefetching(pdl), "
+            if (bool(prefetch_loads(k)) if prefetches is None else prefetches)
+            else ""
+        )
+        + "**PDL_LAUNCH[pdl])",
+        f"    return {outs}",
+        "",
+        "",
+        f"def fake_{key}({', '.join(ins)}):",
+        '    """What `run_' + key + '` returns, without running it (for torch.compile)."""',
+        *alloc,
+        f"    return {outs}",
+        "",
+        "",
+        f"op_{key} = kernel_op({key!r}, run_{key}, fake_{key}"
+        + (f", mutates={tuple(inplace)!r}" if inplace else "")
+        + (", opaque=True)" if k.scratch else ")"),
+        "",
+        "",
+        f"def {name}({', '.join(ins)}):",
+        f'    """`{k.short_name}` on contiguous inputs; a custom op under torch.compile."""',
+        *checks,
+        *[f"    {p} = {p}.contiguous()" for p in ins if p not in inplace],
+        "    if torch.compiler.is_compiling():",
+        f"        return op_{key}({', '.join(ins)})",
+        "    with direct():  # the kernel itself, not wrap_triton's higher-order op",
+        f"        return run_{key}({', '.join(ins)})",
+    ]
     return "\n".join(lines)
 
 
-def kernel_text(k: TileKernel, sources: dict[str, list[str]], precision: str,
-                taken: set[str]) -> KernelText:
+def kernel_text(
+    k: TileKernel, sources: dict[str, list[str]], precision: str, taken: set[str]
+) -> KernelText:
     name = tiles.unique_instance(k, taken, ("", "launch_"))
     loads = prefetch_loads(k)  # once: the kernel's PREFETCH block and its launcher's argument
-    text = kernel_function(k, name, sources, precision, loads) + "\n\n\n" + launcher_function(
-        k, name, f"launch_{name}", name, bool(loads))
+    text = (
+        kernel_function(k, name, sources, precision, loads)
+        + "\n\n\n"
+        + launcher_function(k, name, f"launch_{name}", name, bool(loads))
+    )
     return KernelText(k, name, f"launch_{name}", name, text)
 
 
-def chain_text(texts: list[KernelText], taken: set[str], stage: str = "launch_",
-               tail: Callable[[str, list[str]], list[str]] | None = None) -> KernelText:
+def chain_text(
+    texts: list[KernelText],
+    taken: set[str],
+    stage: str = "launch_",
+    tail: Callable[[str, list[str]], list[str]] | None = None,
+) -> KernelText:
     """A chain's launcher (`kernel a<...> then b<...>`, or longer): the first kernel on the
     op's tensors, then each next one on them and the results of the one before it (its
     scratch, allocated by its launcher); the last one's results are the op's. Each stage
@@ -620,8 +707,11 @@ def chain_text(texts: list[KernelText], taken: set[str], stage: str = "launch_",
     ``launch_*``."""
     first, last = texts[0], texts[-1]
     written = "".join(f"_{safe(p)}" for p in last.kernel.inplace)
-    key = first.key + "".join(f"_then_{t.kernel.short_name}" for t in texts[1:]) \
+    key = (
+        first.key
+        + "".join(f"_then_{t.kernel.short_name}" for t in texts[1:])
         + (f"_into{written}" if written else "")
+    )
     base, i = key, 1
     names = {"launch_", stage}
     while any(f"{n}{key}" in taken for n in names) or key in taken:
@@ -634,7 +724,7 @@ def chain_text(texts: list[KernelText], taken: set[str], stage: str = "launch_",
     # ... then the states it stores into and their positions (`redirect_stores`), last.
     ops = len(kn.params) - len(texts[-2].kernel.results) - kn.tail
     ins = [safe(p) for p, _, _ in kn.params[:ops]]
-    into = [safe(p) for p, _, _ in kn.params[len(kn.params) - kn.tail:]] if kn.tail else []
+    into = [safe(p) for p, _, _ in kn.params[len(kn.params) - kn.tail :]] if kn.tail else []
     used = set(ins + into)
     results: list[list[str]] = []  # each stage's but the last, named apart from the rest
     for j, t in enumerate(texts[:-1]):
@@ -647,27 +737,38 @@ def chain_text(texts: list[KernelText], taken: set[str], stage: str = "launch_",
             mine.append(name)
         results.append(mine)
     if len(texts) == 2:
-        doc = (f'    """`{k1.short_name}` then `{kn.short_name}`, which reads its '
-               f'{", ".join(results[0])}\n    ({k1.loc}, {kn.loc})."""')
+        doc = (
+            f'    """`{k1.short_name}` then `{kn.short_name}`, which reads its '
+            f'{", ".join(results[0])}\n    ({k1.loc}, {kn.loc})."""'
+        )
     else:
-        doc = ('    """' + " then ".join(f"`{t.kernel.short_name}`" for t in texts)
-               + ", each reading the results\n    of the one before ("
-               + ", ".join(t.kernel.loc for t in texts) + ')."""')
+        doc = (
+            '    """'
+            + " then ".join(f"`{t.kernel.short_name}`" for t in texts)
+            + ", each reading the results\n    of the one before ("
+            + ", ".join(t.kernel.loc for t in texts)
+            + ')."""'
+        )
     lines = [f"def {stage}{key}({', '.join(ins + into)}):", doc]
     for j, t in enumerate(texts[:-1]):
-        args = ins[:len(k1.params)] if j == 0 else ins + results[j - 1]
+        args = ins[: len(k1.params)] if j == 0 else ins + results[j - 1]
         # a launcher of one result returns it, not a tuple
         lines.append(f"    {', '.join(results[j])} = {stage}{t.key}({', '.join(args)})")
     lines.append(f"    return {stage}{last.key}({', '.join(ins + results[-1] + into)})")
     if tail is not None:
         lines += ["", "", *tail(key, ins)]
-    return KernelText(last.kernel, last.function, f"launch_{key}", key,
-                      "\n\n\n".join(t.source for t in texts) + "\n\n\n" + "\n".join(lines))
+    return KernelText(
+        last.kernel,
+        last.function,
+        f"launch_{key}",
+        key,
+        "\n\n\n".join(t.source for t in texts) + "\n\n\n" + "\n".join(lines),
+    )
 
 
-def launch_statement(text: KernelText, args: list[str], outs: list[str],
-                     body: list[str], backward: str | None = None
-                     ) -> tuple[str, frozenset[str], frozenset[str]]:
+def launch_statement(
+    text: KernelText, args: list[str], outs: list[str], body: list[str], backward: str | None = None
+) -> tuple[str, frozenset[str], frozenset[str]]:
     """The statement at a bound op's call: the launch if ``kernels_ready``, else the op's
     ``body`` (its lines as the emitter wrote them). ``args`` are the call's tensor arguments
     (the kernel's parameters, in order), ``outs`` the names of its results. Returns the text
@@ -676,11 +777,16 @@ def launch_statement(text: KernelText, args: list[str], outs: list[str],
     ``launch_with_grad``, so that autograd differentiates it with that function."""
     tensors = args
     target = ", ".join(outs) + ("," if len(outs) == 1 and len(text.kernel.results) > 1 else "")
-    launch = (f"launch_with_grad({text.launcher}, {backward}, {', '.join(tensors)})"
-              if backward else f"{text.launcher}({', '.join(tensors)})")
-    lines = [f"if kernels_ready({text.key!r}, {', '.join(tensors)}):",
-             f"    {target} = {launch}",
-             "else:"] + ["    " + b for b in body]
+    launch = (
+        f"launch_with_grad({text.launcher}, {backward}, {', '.join(tensors)})"
+        if backward
+        else f"{text.launcher}({', '.join(tensors)})"
+    )
+    lines = [
+        f"if kernels_ready({text.key!r}, {', '.join(tensors)}):",
+        f"    {target} = {launch}",
+        "else:",
+    ] + ["    " + b for b in body]
     stored, loaded = tiles.stored_and_loaded(lines)
     return tiles.indented(lines), stored, loaded - stored
 

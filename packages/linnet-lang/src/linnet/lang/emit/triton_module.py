@@ -14,7 +14,8 @@ from __future__ import annotations
 from linnet.lang.emit import tile_edges, tiles
 
 # The module's own part: imported only where a kernel is launched.
-HEADER = '''import contextlib
+HEADER = (
+    '''import contextlib
 import os
 import types
 
@@ -139,7 +140,9 @@ def direct():
 
 _LIBRARY = object()  # alive as long as this module's ops: its id names their library
 LIBRARY = f'linnet_{id(_LIBRARY):x}'
-''' + tile_edges.TRITON_HEADER
+'''
+    + tile_edges.TRITON_HEADER
+)
 
 READY = '''def kernels_ready(key, *tensors):
     """Whether a bound op launches kernel `key` on these tensors (Triton importable, and the

@@ -29,8 +29,16 @@ from linnet.lang.ir.graph import Graph
 from linnet.lang.pipeline import Stage, run_stage
 from linnet.lang.syntax.program import Program
 
-__all__ = ["SEEDS", "VJP_RULES", "ClauseTemplate", "Tape", "differentiate", "has_grad_clauses",
-           "lower_grad", "resolve_wrt"]
+__all__ = [
+    "SEEDS",
+    "VJP_RULES",
+    "ClauseTemplate",
+    "Tape",
+    "differentiate",
+    "has_grad_clauses",
+    "lower_grad",
+    "resolve_wrt",
+]
 
 
 def has_grad_clauses(program: Program) -> bool:
@@ -49,10 +57,18 @@ def has_grad_clauses(program: Program) -> bool:
     return False
 
 
-def lower_grad(program: Program, entry: str, inputs: dict[str, Any] | None = None,
-               config: dict[str, Any] | None = None, weights: dict[str, tuple] | None = None,
-               model: str | None = None, wrt: list[str] | str = "params",
-               seed: str = "scalar", check: bool = True, clauses: bool = True) -> Graph:
+def lower_grad(
+    program: Program,
+    entry: str,
+    inputs: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
+    weights: dict[str, tuple] | None = None,
+    model: str | None = None,
+    wrt: list[str] | str = "params",
+    seed: str = "scalar",
+    check: bool = True,
+    clauses: bool = True,
+) -> Graph:
     """Lower ``entry`` (as :func:`linnet.lang.lower` does) and differentiate it.
 
     ``wrt``: input names and parameter paths, or ``"params"`` (every float parameter).
@@ -65,9 +81,11 @@ def lower_grad(program: Program, entry: str, inputs: dict[str, Any] | None = Non
     from linnet.lang.check.lowering import lower
 
     # Recording clauses evaluates every layer (no instantiation): only when there is one.
-    templates: dict[int, ClauseTemplate] | None = {} if clauses and has_grad_clauses(
-        program) else None
-    graph = lower(program, entry, inputs, config, weights, model, check=check,
-                  grad_clauses=templates)
+    templates: dict[int, ClauseTemplate] | None = (
+        {} if clauses and has_grad_clauses(program) else None
+    )
+    graph = lower(
+        program, entry, inputs, config, weights, model, check=check, grad_clauses=templates
+    )
     # A stage after lowering's (linnet.lang.pipeline): verified and shown like them.
     return run_stage(Stage("grad", lambda g: differentiate(g, wrt, seed, templates)), graph)

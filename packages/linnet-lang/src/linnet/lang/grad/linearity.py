@@ -47,8 +47,10 @@ def _unchanged(step: Step, kinds: list[Kind]) -> tuple[Kind, str | None]:
     """Elements kept, moved, converted or summed: the operand's kind (the first operand's;
     a gather's indices must not depend on the incoming gradients)."""
     if any(k in (LINEAR, NONLINEAR) for k in kinds[1:]):
-        return NONLINEAR, f"indexes with a value computed from the incoming gradients " \
-                          f"({_where(step)})"
+        return (
+            NONLINEAR,
+            f"indexes with a value computed from the incoming gradients ({_where(step)})",
+        )
     return kinds[0], None
 
 
@@ -68,8 +70,10 @@ def _nonlinear_in_any(step: Step, kinds: list[Kind]) -> tuple[Kind, str | None]:
 def _add(step: Step, kinds: list[Kind]) -> tuple[Kind, str | None]:
     """x + y, x - y: linear where each term is linear or zero."""
     if LINEAR in kinds and CONST in kinds:
-        return NONLINEAR, f"adds a term that does not depend on the incoming gradients " \
-                          f"({_where(step)})"
+        return (
+            NONLINEAR,
+            f"adds a term that does not depend on the incoming gradients ({_where(step)})",
+        )
     if LINEAR in kinds:
         return LINEAR, None
     return (ZERO, None) if all(k == ZERO for k in kinds) else (CONST, None)
@@ -80,26 +84,35 @@ def _product(step: Step, kinds: list[Kind]) -> tuple[Kind, str | None]:
     if ZERO in kinds:
         return ZERO, None
     if kinds.count(LINEAR) > 1:
-        return NONLINEAR, f"multiplies two values computed from the incoming gradients " \
-                          f"({_where(step)})"
+        return (
+            NONLINEAR,
+            f"multiplies two values computed from the incoming gradients ({_where(step)})",
+        )
     return (LINEAR, None) if LINEAR in kinds else (CONST, None)
 
 
 def _div(step: Step, kinds: list[Kind]) -> tuple[Kind, str | None]:
     if kinds[1] == LINEAR:
-        return NONLINEAR, f"divides by a value computed from the incoming gradients " \
-                          f"({_where(step)})"
+        return (
+            NONLINEAR,
+            f"divides by a value computed from the incoming gradients ({_where(step)})",
+        )
     return kinds[0], None
 
 
 def _select(step: Step, kinds: list[Kind]) -> tuple[Kind, str | None]:
     cond, a, b = kinds
     if cond == LINEAR:
-        return NONLINEAR, f"selects on a value computed from the incoming gradients " \
-                          f"({_where(step)})"
+        return (
+            NONLINEAR,
+            f"selects on a value computed from the incoming gradients ({_where(step)})",
+        )
     if LINEAR in (a, b) and CONST in (a, b):
-        return NONLINEAR, f"selects between a gradient and a value that does not depend on " \
-                          f"the incoming gradients ({_where(step)})"
+        return (
+            NONLINEAR,
+            f"selects between a gradient and a value that does not depend on "
+            f"the incoming gradients ({_where(step)})",
+        )
     if LINEAR in (a, b):
         return LINEAR, None
     return (ZERO, None) if a == b == ZERO else (CONST, None)
@@ -131,12 +144,26 @@ def _all_reduce(step: Step, kinds: list[Kind]) -> tuple[Kind, str | None]:
 
 
 LINEARITY_RULES: dict[str, Rule] = {
-    "neg": _neg, "add": _add, "sub": _add, "mul": _product, "contract": _product,
-    "div": _div, "select": _select, "convert": _convert, "reduce": _reduce,
-    "constant": _constant, "iota": lambda s, k: (CONST, None),
-    "reshape": _unchanged, "transpose": _unchanged, "broadcast": _unchanged,
-    "slice": _unchanged, "take": _unchanged, "gather": _unchanged,
-    "scatter_add": _scatter_add, "all_gather": _unchanged, "all_reduce": _all_reduce,
+    "neg": _neg,
+    "add": _add,
+    "sub": _add,
+    "mul": _product,
+    "contract": _product,
+    "div": _div,
+    "select": _select,
+    "convert": _convert,
+    "reduce": _reduce,
+    "constant": _constant,
+    "iota": lambda s, k: (CONST, None),
+    "reshape": _unchanged,
+    "transpose": _unchanged,
+    "broadcast": _unchanged,
+    "slice": _unchanged,
+    "take": _unchanged,
+    "gather": _unchanged,
+    "scatter_add": _scatter_add,
+    "all_gather": _unchanged,
+    "all_reduce": _all_reduce,
     # A state write makes no value: whatever it stores, the gradients are what they are.
     "scatter": lambda s, k: (CONST, None),
     "rem": _nonlinear_in_any,
@@ -148,8 +175,9 @@ EXPECTED_MISSING: frozenset[str] = frozenset()
 assert set(LINEARITY_RULES) == set(PRIMITIVES)
 
 
-def kinds_of(steps: Sequence[Step], incoming: Sequence[str]
-             ) -> tuple[dict[str, Kind], dict[str, str]]:
+def kinds_of(
+    steps: Sequence[Step], incoming: Sequence[str]
+) -> tuple[dict[str, Kind], dict[str, str]]:
     """Each value's :data:`Kind` after ``steps`` (values they do not make, other than the
     ``incoming`` gradients, are the op's arguments: ``const``), and for each nonlinear one
     the reason it is.
@@ -173,9 +201,12 @@ def kinds_of(steps: Sequence[Step], incoming: Sequence[str]
     return kinds, why
 
 
-def nonlinear_gradients(steps: Sequence[Step], incoming: Sequence[str],
-                        returned: Sequence[str], checked: Sequence[bool] | None = None
-                        ) -> list[tuple[int, str]]:
+def nonlinear_gradients(
+    steps: Sequence[Step],
+    incoming: Sequence[str],
+    returned: Sequence[str],
+    checked: Sequence[bool] | None = None,
+) -> list[tuple[int, str]]:
     """``(index, why)`` for each returned gradient (``checked[index]`` true: the gradients
     of floating-point parameters) that is not linear in the ``incoming`` gradients; empty
     when the clause is linear. A gradient that does not depend on them at all, other than
@@ -193,5 +224,12 @@ def nonlinear_gradients(steps: Sequence[Step], incoming: Sequence[str],
     return out
 
 
-__all__ = ["CONST", "LINEAR", "LINEARITY_RULES", "NONLINEAR", "ZERO", "kinds_of",
-           "nonlinear_gradients"]
+__all__ = [
+    "CONST",
+    "LINEAR",
+    "LINEARITY_RULES",
+    "NONLINEAR",
+    "ZERO",
+    "kinds_of",
+    "nonlinear_gradients",
+]

@@ -74,47 +74,69 @@ def resolve_wrt(graph: Graph, wrt: list[str] | str) -> list[str]:
     inputs = {ref[1:]: ref for ref in graph.inputs}
     for item in items:
         if not isinstance(item, str):
-            raise coded_error("E0950", f"`wrt` items are input names or parameter paths, not "
-                         f"{type(item).__name__} {item!r}",
-                         help="e.g. wrt=['x', 'model.norm.weight'] or wrt='params'")
+            raise coded_error(
+                "E0950",
+                f"`wrt` items are input names or parameter paths, not "
+                f"{type(item).__name__} {item!r}",
+                help="e.g. wrt=['x', 'model.norm.weight'] or wrt='params'",
+            )
         if item == "params":
-            refs = [f"@{p}" for p in sorted(graph.parameters)
-                    if is_float(graph.parameters[p].dtype)]
+            refs = [
+                f"@{p}" for p in sorted(graph.parameters) if is_float(graph.parameters[p].dtype)
+            ]
         elif item.lstrip("%") in inputs:
             refs = [inputs[item.lstrip("%")]]
         elif item.lstrip("@") in graph.parameters:
             refs = [f"@{item.lstrip('@')}"]
         elif item.lstrip("@") in graph.states:
-            raise coded_error("E0951", f"`{item}` is a state of `{graph.model}`; gradients are taken "
-                         "with respect to inputs and parameters",
-                         help="states carry values between calls; differentiate with respect "
-                              "to the parameters or inputs that the state was computed from")
+            raise coded_error(
+                "E0951",
+                f"`{item}` is a state of `{graph.model}`; gradients are taken "
+                "with respect to inputs and parameters",
+                help="states carry values between calls; differentiate with respect "
+                "to the parameters or inputs that the state was computed from",
+            )
         else:
             names = [r[1:] for r in graph.inputs] + sorted(graph.parameters)[:6]
-            raise coded_error("E0950", f"`{item}` is neither an input nor a parameter of "
-                         f"`{graph.model}.{graph.entry}`",
-                         help="differentiate with respect to one of: " + ", ".join(names)
-                              + (", ..." if len(graph.parameters) > 6 else "")
-                              + " (or 'params' for every parameter)")
+            raise coded_error(
+                "E0950",
+                f"`{item}` is neither an input nor a parameter of `{graph.model}.{graph.entry}`",
+                help="differentiate with respect to one of: "
+                + ", ".join(names)
+                + (", ..." if len(graph.parameters) > 6 else "")
+                + " (or 'params' for every parameter)",
+            )
         for ref in refs:
             vt = graph.values[ref] if ref.startswith("%") else graph.parameters[ref[1:]]
             if not is_float(vt.dtype):
-                raise coded_error("E0951", f"`{ref.lstrip('%@')}` is {vt.dtype}; only floating-point "
-                             "inputs and parameters have gradients",
-                             help="leave integer inputs such as token ids and positions out "
-                                  "of `wrt`")
+                raise coded_error(
+                    "E0951",
+                    f"`{ref.lstrip('%@')}` is {vt.dtype}; only floating-point "
+                    "inputs and parameters have gradients",
+                    help="leave integer inputs such as token ids and positions out of `wrt`",
+                )
             if ref in out:
-                raise coded_error("E0950", f"`{ref.lstrip('%@')}` is named twice in `wrt`",
-                             help="name each input or parameter once")
+                raise coded_error(
+                    "E0950",
+                    f"`{ref.lstrip('%@')}` is named twice in `wrt`",
+                    help="name each input or parameter once",
+                )
             out.append(ref)
     if not out:
-        raise coded_error("E0950", "`wrt` names nothing to differentiate with respect to",
-                     help="name an input or a parameter, or pass wrt='params'")
+        raise coded_error(
+            "E0950",
+            "`wrt` names nothing to differentiate with respect to",
+            help="name an input or a parameter, or pass wrt='params'",
+        )
     return out
 
 
-def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
-                  clauses: dict[int, ClauseTemplate] | None = None) -> Graph:
+def differentiate(
+    graph: Graph,
+    wrt: list[str] | str,
+    seed: str = "scalar",
+    clauses: dict[int, ClauseTemplate] | None = None,
+) -> Graph:
     """The graph of ``graph``'s outputs and the gradients with respect to ``wrt``.
 
     ``wrt``: see :func:`resolve_wrt`. ``seed="scalar"``: the entry returns one rank-0 float
@@ -129,28 +151,57 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
     targets = resolve_wrt(graph, wrt)
     # Under --grad an op bound to a kernel runs its body (the spec's table of where kernels
     # run): the gradient graph's calls carry no kernel binding for an emitter to launch.
-    out = Graph(graph.entry, graph.model, list(graph.inputs), list(graph.outputs),
-                [Step(s.op, list(s.operands), list(s.results), dict(s.attributes), s.loc)
-                 for s in graph.steps],
-                [Call(c.callee, c.kind, c.start, c.stop, c.index, c.path, c.depth, c.loc,
-                      {k: v for k, v in c.attributes.items() if k not in KERNEL_ATTRIBUTES},
-                      c.iteration, c.repeated) for c in graph.calls],
-                dict(graph.values), dict(graph.parameters), dict(graph.states),
-                dict(graph.dims), dict(graph.dtypes), dict(graph.config), dict(graph.sources))
+    out = Graph(
+        graph.entry,
+        graph.model,
+        list(graph.inputs),
+        list(graph.outputs),
+        [
+            Step(s.op, list(s.operands), list(s.results), dict(s.attributes), s.loc)
+            for s in graph.steps
+        ],
+        [
+            Call(
+                c.callee,
+                c.kind,
+                c.start,
+                c.stop,
+                c.index,
+                c.path,
+                c.depth,
+                c.loc,
+                {k: v for k, v in c.attributes.items() if k not in KERNEL_ATTRIBUTES},
+                c.iteration,
+                c.repeated,
+            )
+            for c in graph.calls
+        ],
+        dict(graph.values),
+        dict(graph.parameters),
+        dict(graph.states),
+        dict(graph.dims),
+        dict(graph.dtypes),
+        dict(graph.config),
+        dict(graph.sources),
+    )
     forward = len(out.steps)
     active = _active(graph, targets)
     tape = Tape(out)
     ct: dict[str, list[str]] = {}
 
-    float_outputs = [o for o in graph.outputs if o.startswith("%")
-                     and is_float(graph.values[o].dtype)]
+    float_outputs = [
+        o for o in graph.outputs if o.startswith("%") and is_float(graph.values[o].dtype)
+    ]
     if seed == "scalar":
         if len(graph.outputs) != 1 or not float_outputs or graph.values[float_outputs[0]].shape:
             shown = ", ".join(_type(graph, o) for o in graph.outputs)
-            raise coded_error("E0952", f"`{graph.model}.{graph.entry}` returns {shown}, not one "
-                         "scalar float, so it has no gradient of its own",
-                         help="return a loss (a rank-0 float), or give cotangents for its "
-                              "outputs (seed='cotangents'; `--grad-seed cotangents`)")
+            raise coded_error(
+                "E0952",
+                f"`{graph.model}.{graph.entry}` returns {shown}, not one "
+                "scalar float, so it has no gradient of its own",
+                help="return a loss (a rank-0 float), or give cotangents for its "
+                "outputs (seed='cotangents'; `--grad-seed cotangents`)",
+            )
         tape.loc = graph.steps[-1].loc if graph.steps else ""
         ct[float_outputs[0]] = [tape.const(1.0, graph.values[float_outputs[0]].dtype)]
     else:
@@ -174,8 +225,13 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         for p in parts[1:]:
             acc = tape.binary("add", acc, p)
         named_value = ref.startswith("%") and not _ANONYMOUS.match(ref)
-        if named_value and tape.renamable(acc) and acc not in out.outputs \
-                and not _pending(ct, acc) and acc not in named:
+        if (
+            named_value
+            and tape.renamable(acc)
+            and acc not in out.outputs
+            and not _pending(ct, acc)
+            and acc not in named
+        ):
             name = tape.fresh("d_" + _base(ref))
             _rename(tape, acc, name)
             acc = name
@@ -192,9 +248,21 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
     def close_region() -> None:
         layer, begin = region
         if layer is not None and len(out.steps) > begin:
-            layers.append(Call(layer.callee + ".grad", layer.kind, begin, len(out.steps), -1,
-                               layer.path, layer.depth + 1, layer.loc, {"grad": True},
-                               layer.iteration, layer.repeated))
+            layers.append(
+                Call(
+                    layer.callee + ".grad",
+                    layer.kind,
+                    begin,
+                    len(out.steps),
+                    -1,
+                    layer.path,
+                    layer.depth + 1,
+                    layer.loc,
+                    {"grad": True},
+                    layer.iteration,
+                    layer.repeated,
+                )
+            )
 
     for i in range(forward - 1, -1, -1):
         if layer_of[i] is not region[0]:
@@ -236,8 +304,9 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
         if free and g not in named:
             _rename(tape, g, name)
         else:
-            name = tape.emit("reshape", [g], vt.shape, vt.dtype, {"shape": list(vt.shape)},
-                             hint=name[1:])
+            name = tape.emit(
+                "reshape", [g], vt.shape, vt.dtype, {"shape": list(vt.shape)}, hint=name[1:]
+            )
         out.outputs.append(name)
 
     for c in out.calls:
@@ -245,8 +314,17 @@ def differentiate(graph: Graph, wrt: list[str] | str, seed: str = "scalar",
             c.start, c.stop = 0, len(out.steps)
     if len(out.steps) > forward:
         depth = min((c.depth for c in out.calls if c.kind == "entry"), default=0) + 1
-        out.calls.append(Call(f"grad::{graph.model}.{graph.entry}", "fn", forward,
-                              len(out.steps), len(out.calls), "", depth))
+        out.calls.append(
+            Call(
+                f"grad::{graph.model}.{graph.entry}",
+                "fn",
+                forward,
+                len(out.steps),
+                len(out.calls),
+                "",
+                depth,
+            )
+        )
     for c in sorted(layers + tape.calls, key=lambda c: (c.start, -c.stop)):
         c.index = len(out.calls)
         out.calls.append(c)
@@ -279,8 +357,11 @@ def _iterations(graph: Graph) -> list[Call | None]:
 
 
 def _type(graph: Graph, ref: str) -> str:
-    vt = graph.values[ref] if ref.startswith("%") else (
-        graph.parameters.get(ref[1:]) or graph.states[ref[1:]])
+    vt = (
+        graph.values[ref]
+        if ref.startswith("%")
+        else (graph.parameters.get(ref[1:]) or graph.states[ref[1:]])
+    )
     return f"{vt.dtype}{list(vt.shape)}"
 
 
@@ -345,22 +426,30 @@ def _check_states(graph: Graph, active: set[str], seeded: set[str]) -> None:
     if hit is not None or any(o in tainted for o in seeded):
         state = hit or next(iter(written))
         loc = graph.steps[written[state]].loc
-        raise coded_error("E0953", f"`{graph.model}.{graph.entry}` writes the state "
-                     f"`{state[1:]}` (at {loc or '?'}) with a value that depends on what is "
-                     "differentiated, and reads it back: gradients do not flow through states",
-                     help="differentiate an entry that uses the values it computes directly "
-                          "(like `prefill`, whose attention reads k and v, not the cache) "
-                          "rather than one that reads them back from a state (`decode`)")
+        raise coded_error(
+            "E0953",
+            f"`{graph.model}.{graph.entry}` writes the state "
+            f"`{state[1:]}` (at {loc or '?'}) with a value that depends on what is "
+            "differentiated, and reads it back: gradients do not flow through states",
+            help="differentiate an entry that uses the values it computes directly "
+            "(like `prefill`, whose attention reads k and v, not the cache) "
+            "rather than one that reads them back from a state (`decode`)",
+        )
 
 
 def _clause_calls(graph: Graph, clauses: dict[int, ClauseTemplate]) -> dict[int, list[Call]]:
     """The outermost calls that a grad clause differentiates, by their last step (where the
     backward walk enters them)."""
     chosen: list[Call] = []
-    for call in sorted((c for c in graph.calls if c.index in clauses),
-                       key=lambda c: (c.start, -c.stop)):
-        if chosen and call.start < chosen[-1].stop and call.stop <= chosen[-1].stop \
-                and chosen[-1].stop > chosen[-1].start:
+    for call in sorted(
+        (c for c in graph.calls if c.index in clauses), key=lambda c: (c.start, -c.stop)
+    ):
+        if (
+            chosen
+            and call.start < chosen[-1].stop
+            and call.stop <= chosen[-1].stop
+            and chosen[-1].stop > chosen[-1].start
+        ):
             continue  # inside a call whose own clause covers it
         chosen.append(call)
     at: dict[int, list[Call]] = {}
@@ -369,8 +458,14 @@ def _clause_calls(graph: Graph, clauses: dict[int, ClauseTemplate]) -> dict[int,
     return at
 
 
-def _apply_clause(call: Call, template: ClauseTemplate, tape: Tape, ct: dict[str, list[str]],
-                  active: set[str], total: Any) -> None:
+def _apply_clause(
+    call: Call,
+    template: ClauseTemplate,
+    tape: Tape,
+    ct: dict[str, list[str]],
+    active: set[str],
+    total: Any,
+) -> None:
     """Differentiate ``call`` by its grad clause: take its results' cotangents (the steps of
     its body then pass back only what values shared with outside code receive), append the
     clause's steps with fresh names, and add each returned gradient to its argument's."""
@@ -395,8 +490,7 @@ def _apply_clause(call: Call, template: ClauseTemplate, tape: Tape, ct: dict[str
         (r,) = step.results
         vt = template.values[r]
         hint = r[1:] if not r.startswith("%t") else ""
-        rename[r] = tape.emit(step.op, operands, vt.shape, vt.dtype, step.attributes,
-                              hint=hint)
+        rename[r] = tape.emit(step.op, operands, vt.shape, vt.dtype, step.attributes, hint=hint)
     for target, ret in zip(template.targets, template.returned):
         if target not in active:
             continue
@@ -406,8 +500,20 @@ def _apply_clause(call: Call, template: ClauseTemplate, tape: Tape, ct: dict[str
     if len(graph.steps) > start:
         # Named `callee.grad`: a backend or fast path matching the op's own name must not
         # take its backward for it.
-        tape.calls.append(Call(call.callee + ".grad", "op", start, len(graph.steps), -1,
-                               call.path, call.depth + 1, call.loc,
-                               {"args": list(call.attributes.get("args", [])),
-                                "results": [rename.get(r, r) for r in template.returned],
-                                "grad": True}))
+        tape.calls.append(
+            Call(
+                call.callee + ".grad",
+                "op",
+                start,
+                len(graph.steps),
+                -1,
+                call.path,
+                call.depth + 1,
+                call.loc,
+                {
+                    "args": list(call.attributes.get("args", [])),
+                    "results": [rename.get(r, r) for r in template.returned],
+                    "grad": True,
+                },
+            )
+        )

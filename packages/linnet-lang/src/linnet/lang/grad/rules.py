@@ -71,8 +71,15 @@ class Tape:
             if name not in self.graph.values:
                 return name
 
-    def emit(self, op: str, operands: list[str], shape: tuple[int, ...], dtype: str,
-             attrs: dict[str, Any] | None = None, hint: str = "") -> str:
+    def emit(
+        self,
+        op: str,
+        operands: list[str],
+        shape: tuple[int, ...],
+        dtype: str,
+        attrs: dict[str, Any] | None = None,
+        hint: str = "",
+    ) -> str:
         name = self.fresh(hint)
         self.made[name] = len(self.graph.steps)
         self.graph.values[name] = ValueType(tuple(shape), dtype)
@@ -82,7 +89,7 @@ class Tape:
     def type(self, ref: str) -> ValueType:
         if ref.startswith("@"):
             path = ref[1:]
-            return (self.graph.parameters.get(path) or self.graph.states[path])
+            return self.graph.parameters.get(path) or self.graph.states[path]
         return self.graph.values[ref]
 
     def shape(self, ref: str) -> tuple[int, ...]:
@@ -105,8 +112,9 @@ class Tape:
         """A rank-0 constant (one step per value and dtype in the whole backward pass)."""
         key = (repr(value), dtype)
         if key not in self._constants:
-            self._constants[key] = self.emit("constant", [], (), dtype,
-                                             {"value": value, "dtype": dtype})
+            self._constants[key] = self.emit(
+                "constant", [], (), dtype, {"value": value, "dtype": dtype}
+            )
         return self._constants[key]
 
     def binary(self, op: str, a: str, b: str) -> str:
@@ -118,8 +126,7 @@ class Tape:
         return self.emit(op, [a], self.shape(a), self.dtype(a))
 
     def select(self, cond: str, a: str, b: str) -> str:
-        shape = _broadcast_shape(self.shape(cond), _broadcast_shape(self.shape(a),
-                                                                    self.shape(b)))
+        shape = _broadcast_shape(self.shape(cond), _broadcast_shape(self.shape(a), self.shape(b)))
         return self.emit("select", [cond, a, b], shape, self.dtype(a))
 
     def convert(self, ref: str, dtype: str) -> str:
@@ -130,21 +137,20 @@ class Tape:
     def reshape(self, ref: str, shape: tuple[int, ...]) -> str:
         if self.shape(ref) == tuple(shape):
             return ref
-        return self.emit("reshape", [ref], tuple(shape), self.dtype(ref),
-                         {"shape": list(shape)})
+        return self.emit("reshape", [ref], tuple(shape), self.dtype(ref), {"shape": list(shape)})
 
     def transpose(self, ref: str, perm: list[int]) -> str:
         if list(perm) == list(range(len(perm))):
             return ref
         shape = self.shape(ref)
-        return self.emit("transpose", [ref], tuple(shape[p] for p in perm), self.dtype(ref),
-                         {"perm": list(perm)})
+        return self.emit(
+            "transpose", [ref], tuple(shape[p] for p in perm), self.dtype(ref), {"perm": list(perm)}
+        )
 
     def broadcast(self, ref: str, shape: tuple[int, ...]) -> str:
         if self.shape(ref) == tuple(shape):
             return ref
-        return self.emit("broadcast", [ref], tuple(shape), self.dtype(ref),
-                         {"shape": list(shape)})
+        return self.emit("broadcast", [ref], tuple(shape), self.dtype(ref), {"shape": list(shape)})
 
     def reduce_sum(self, ref: str, axes: list[int], accumulate: str | None = None) -> str:
         if not axes:
@@ -153,9 +159,13 @@ class Tape:
         dtype = self.dtype(ref)
         acc = accumulate or ("f32" if dtype in ("f16", "bf16") else dtype)
         out = tuple(d for a, d in enumerate(shape) if a not in axes)
-        return self.emit("reduce", [ref], out, acc,
-                         {"kind": "sum", "axes": sorted(axes), "accumulate": acc,
-                          "identity": 0.0})
+        return self.emit(
+            "reduce",
+            [ref],
+            out,
+            acc,
+            {"kind": "sum", "axes": sorted(axes), "accumulate": acc, "identity": 0.0},
+        )
 
     def zeros(self, shape: tuple[int, ...], dtype: str) -> str:
         return self.broadcast(self.const(0.0 if is_float(dtype) else 0, dtype), shape)
@@ -203,11 +213,13 @@ def _operand(t: Tape, step: Step, k: int) -> tuple[tuple[int, ...], str]:
 
 def _unary(derivative: Callable[[Step, str, Tape], str]) -> Rule:
     """``dx = g * f'(x)``, with ``f'`` built from the step's operand and result."""
+
     def rule(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
         if not needs[0]:
             return [None]
         shape, dtype = _operand(t, step, 0)
         return [t.fit(t.binary("mul", g, derivative(step, step.results[0], t)), shape, dtype)]
+
     return rule
 
 
@@ -241,6 +253,7 @@ def _spelled(derivative: tuple[str, ...]) -> Rule:
                 d = t.binary("mul", g, _built(f, step, t))
                 out[k] = t.fit(d, *_operand(t, step, k))
         return out
+
     return rule
 
 
@@ -286,8 +299,10 @@ def _sub(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
 
 def _mul(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
     x, y = step.operands
-    return [t.fit(t.binary("mul", g, y), *_operand(t, step, 0)) if needs[0] else None,
-            t.fit(t.binary("mul", g, x), *_operand(t, step, 1)) if needs[1] else None]
+    return [
+        t.fit(t.binary("mul", g, y), *_operand(t, step, 0)) if needs[0] else None,
+        t.fit(t.binary("mul", g, x), *_operand(t, step, 1)) if needs[1] else None,
+    ]
 
 
 def _div(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
@@ -336,6 +351,7 @@ def _pow(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
 def _extreme(winner: str) -> Rule:
     """maximum (winner ``gt``) and minimum (``lt``): the gradient goes to the operand that
     won, halved on ties (torch)."""
+
     def rule(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
         x, y = step.operands
         dt = t.dtype(x)
@@ -347,9 +363,11 @@ def _extreme(winner: str) -> Rule:
         if needs[0]:
             out[0] = t.fit(t.binary("mul", g, w), *_operand(t, step, 0))
         if needs[1]:
-            out[1] = t.fit(t.binary("mul", g, t.binary("sub", t.const(1.0, dt), w)),
-                           *_operand(t, step, 1))
+            out[1] = t.fit(
+                t.binary("mul", g, t.binary("sub", t.const(1.0, dt), w)), *_operand(t, step, 1)
+            )
         return out
+
     return rule
 
 
@@ -406,8 +424,15 @@ def _slice(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
         view[a] = limits[a] - starts[a]
         i = t.emit("iota", [], tuple(view), "i64", {"shape": view, "axis": a, "dtype": "i64"})
         indices.append(t.binary("add", i, t.const(starts[a], "i64")) if starts[a] else i)
-    return [t.emit("scatter_add", [t.zeros(shape, dtype), g, *indices], shape, dtype,
-                   {"indexed_axes": k, "bounds": "unchecked"})]
+    return [
+        t.emit(
+            "scatter_add",
+            [t.zeros(shape, dtype), g, *indices],
+            shape,
+            dtype,
+            {"indexed_axes": k, "bounds": "unchecked"},
+        )
+    ]
 
 
 def _reduce(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
@@ -450,9 +475,13 @@ def _prod(step: Step, g: str, t: Tape) -> str:
     cols = t.emit("iota", [], (n, n), "i64", {"shape": [n, n], "axis": 1, "dtype": "i64"})
     eye = t.reshape(t.binary("eq", rows, cols), (1,) * len(kept) + (n, n))
     others = t.select(eye, t.const(1.0, acc), square)
-    others = t.emit("reduce", [others], (*kept, n), acc,
-                    {"kind": "prod", "axes": [len(kept) + 1], "accumulate": acc,
-                     "identity": 1.0})
+    others = t.emit(
+        "reduce",
+        [others],
+        (*kept, n),
+        acc,
+        {"kind": "prod", "axes": [len(kept) + 1], "accumulate": acc, "identity": 1.0},
+    )
     d = t.binary("mul", others, t.reshape(g, (*kept, 1)))
     d = t.reshape(d, (*kept, *(shape[a] for a in axes)))
     inverse = [0] * len(perm)
@@ -477,11 +506,15 @@ def _contract(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None
         reach = [c for c in mine if c in out_letters or c in other]
         partner = t.convert(step.operands[1 - k], acc)
         sizes = dict(zip(mine, shape))
-        d = t.emit("contract", [g, partner], tuple(sizes[c] for c in reach), acc,
-                   {"spec": f"{out_letters},{other}->{''.join(reach)}", "accumulate": acc})
+        d = t.emit(
+            "contract",
+            [g, partner],
+            tuple(sizes[c] for c in reach),
+            acc,
+            {"spec": f"{out_letters},{other}->{''.join(reach)}", "accumulate": acc},
+        )
         if len(reach) != len(mine):
-            d = t.broadcast(t.reshape(d, tuple(sizes[c] if c in reach else 1 for c in mine)),
-                            shape)
+            d = t.broadcast(t.reshape(d, tuple(sizes[c] if c in reach else 1 for c in mine)), shape)
         results[k] = t.convert(d, dtype)
     return results
 
@@ -497,9 +530,14 @@ def _take(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
     # The index's axes of g first: take along axis 0 of x with that axis moved to the front.
     perm_g = list(range(axis, axis + r)) + list(range(axis)) + list(range(axis + r, rank - 1 + r))
     front = t.transpose(g, perm_g)
-    moved = (shape[axis], *shape[:axis], *shape[axis + 1:])
-    d = t.emit("scatter_add", [t.zeros(moved, dtype), front, idx], moved, dtype,
-               {"indexed_axes": 1, "bounds": step.attributes["bounds"]})
+    moved = (shape[axis], *shape[:axis], *shape[axis + 1 :])
+    d = t.emit(
+        "scatter_add",
+        [t.zeros(moved, dtype), front, idx],
+        moved,
+        dtype,
+        {"indexed_axes": 1, "bounds": step.attributes["bounds"]},
+    )
     back = [j + 1 if j < axis else (0 if j == axis else j) for j in range(rank)]
     return [t.transpose(d, back), None]
 
@@ -509,9 +547,13 @@ def _gather(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
     shape, dtype = t.shape(x), t.dtype(x)
     if not needs[0] or not is_float(dtype):
         return [None] * len(step.operands)
-    d = t.emit("scatter_add", [t.zeros(shape, dtype), g, *indices], shape, dtype,
-               {"indexed_axes": step.attributes["indexed_axes"],
-                "bounds": step.attributes["bounds"]})
+    d = t.emit(
+        "scatter_add",
+        [t.zeros(shape, dtype), g, *indices],
+        shape,
+        dtype,
+        {"indexed_axes": step.attributes["indexed_axes"], "bounds": step.attributes["bounds"]},
+    )
     return [d] + [None] * len(indices)
 
 
@@ -520,8 +562,13 @@ def _scatter_add(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | N
     out: list[str | None] = [g if needs[0] else None] + [None] * (len(indices) + 1)
     if needs[1]:
         if indices:
-            out[1] = t.emit("gather", [g, *indices], t.shape(value), t.dtype(value),
-                            {"indexed_axes": len(indices), "bounds": step.attributes["bounds"]})
+            out[1] = t.emit(
+                "gather",
+                [g, *indices],
+                t.shape(value),
+                t.dtype(value),
+                {"indexed_axes": len(indices), "bounds": step.attributes["bounds"]},
+            )
         else:
             out[1] = t.fit(g, t.shape(value), t.dtype(value))
     return out
@@ -532,6 +579,7 @@ def _float_only(rule: Rule) -> Rule:
         if not is_float(t.dtype(step.results[0])):
             return [None] * len(step.operands)
         return rule(step, g, t, needs)
+
     return wrapped
 
 
@@ -546,21 +594,36 @@ VJP_RULES: dict[str, Rule] = {
     # zero where the primitive is not differentiable (comparisons, logic, floor).
     **{name: _spelled(row.derivative) for name, row in SPELLINGS.items() if row.derivative},
     **{name: zero for name, row in SPELLINGS.items() if not row.primitive.differentiable},
-    "neg": _float_only(_neg), "rsqrt": _unary(_d_rsqrt), "erf": _unary(_d_erf),
+    "neg": _float_only(_neg),
+    "rsqrt": _unary(_d_rsqrt),
+    "erf": _unary(_d_erf),
     "abs": _abs,
-    "add": _float_only(_add), "sub": _float_only(_sub), "mul": _float_only(_mul),
-    "div": _div, "rem": _rem, "pow": _pow,
-    "maximum": _extreme("gt"), "minimum": _extreme("lt"),
-    "select": _float_only(_select), "convert": _convert,
-    "constant": zero, "iota": zero,
-    "reshape": _float_only(_reshape), "transpose": _float_only(_transpose),
-    "broadcast": _float_only(_broadcast), "slice": _float_only(_slice),
-    "reduce": _reduce, "contract": _contract, "take": _take, "gather": _gather,
+    "add": _float_only(_add),
+    "sub": _float_only(_sub),
+    "mul": _float_only(_mul),
+    "div": _div,
+    "rem": _rem,
+    "pow": _pow,
+    "maximum": _extreme("gt"),
+    "minimum": _extreme("lt"),
+    "select": _float_only(_select),
+    "convert": _convert,
+    "constant": zero,
+    "iota": zero,
+    "reshape": _float_only(_reshape),
+    "transpose": _float_only(_transpose),
+    "broadcast": _float_only(_broadcast),
+    "slice": _float_only(_slice),
+    "reduce": _reduce,
+    "contract": _contract,
+    "take": _take,
+    "gather": _gather,
     "scatter_add": _float_only(_scatter_add),
     "scatter": zero,  # a state write: gradients never flow through states (E0953)
     # A rank's graph (linnet.lang.ir.shard): the reverse pass differentiates one process's
     # graph; the transpose of a collective needs the other ranks' cotangents (E0963).
-    "all_reduce": _one_process, "all_gather": _one_process,
+    "all_reduce": _one_process,
+    "all_gather": _one_process,
 }
 """One VJP rule per primitive (``tests/test_coverage.py`` checks it covers
 :data:`~linnet.lang.ir.primitives.PRIMITIVES`): ``rule(step, g, tape, needs)``."""

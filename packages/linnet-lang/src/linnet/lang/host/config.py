@@ -103,28 +103,47 @@ def parse_config(raw: bytes, path: str) -> dict[str, Any]:
         at = exc.start + skip
         line = raw[:at].count(b"\n") + 1
         utf16 = raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-        raise LinnetError(Diagnostic(
-            "E0645", f"config `{path}` is not UTF-8 text: byte {at} (line {line}) is "
-            f"0x{raw[at]:02x}",
-            help="save the file as UTF-8" + (" (it looks like UTF-16)" if utf16 else ""))) \
-            from None
+        raise LinnetError(
+            Diagnostic(
+                "E0645",
+                f"config `{path}` is not UTF-8 text: byte {at} (line {line}) is 0x{raw[at]:02x}",
+                help="save the file as UTF-8" + (" (it looks like UTF-16)" if utf16 else ""),
+            )
+        ) from None
     try:
         data = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
     except _DuplicateKey as exc:
-        raise LinnetError(Diagnostic(
-            "E0664", f"config `{path}` gives `{exc.args[0]}` twice",
-            help="keep one of them: JSON readers disagree on which one counts")) from None
+        raise LinnetError(
+            Diagnostic(
+                "E0664",
+                f"config `{path}` gives `{exc.args[0]}` twice",
+                help="keep one of them: JSON readers disagree on which one counts",
+            )
+        ) from None
     except RecursionError:
-        raise LinnetError(Diagnostic(
-            "E0646", f"config `{path}` is nested too deeply to read",
-            help='a config is one flat JSON object of names to values: `{"D": 64}`')) from None
+        raise LinnetError(
+            Diagnostic(
+                "E0646",
+                f"config `{path}` is nested too deeply to read",
+                help='a config is one flat JSON object of names to values: `{"D": 64}`',
+            )
+        ) from None
     except ValueError as exc:  # json.JSONDecodeError, NaN
-        raise LinnetError(Diagnostic("E0641", f"config `{path}` is not valid JSON: {exc}",
-                                     help="a config is one JSON object of names to values"))\
-            from None
+        raise LinnetError(
+            Diagnostic(
+                "E0641",
+                f"config `{path}` is not valid JSON: {exc}",
+                help="a config is one JSON object of names to values",
+            )
+        ) from None
     if not isinstance(data, dict):
-        raise LinnetError(Diagnostic("E0641", f"config `{path}` is not a JSON object",
-                                     help='write `{"D": 64, "T": "f32"}`'))
+        raise LinnetError(
+            Diagnostic(
+                "E0641",
+                f"config `{path}` is not a JSON object",
+                help='write `{"D": 64, "T": "f32"}`',
+            )
+        )
     return data
 
 
@@ -142,23 +161,36 @@ def load_config(path: str | None, sets: list[str], model_file: str | None = None
             raw = p.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             names = config_names(model_file) if model_file is not None else []
-            listed = (f"; this model's named configs: {', '.join(names)}" if names else "")
-            raise LinnetError(Diagnostic("E0640", f"config `{path}` not found",
-                                         help="pass a JSON file, or the name of one in the "
-                                              "model's configs/ folder" + listed)) from None
+            listed = f"; this model's named configs: {', '.join(names)}" if names else ""
+            raise LinnetError(
+                Diagnostic(
+                    "E0640",
+                    f"config `{path}` not found",
+                    help="pass a JSON file, or the name of one in the "
+                    "model's configs/ folder" + listed,
+                )
+            ) from None
         except IsADirectoryError:
-            raise LinnetError(Diagnostic("E0647", f"config `{path}` is a directory",
-                                         help="pass the JSON file inside it")) from None
+            raise LinnetError(
+                Diagnostic(
+                    "E0647", f"config `{path}` is a directory", help="pass the JSON file inside it"
+                )
+            ) from None
         except OSError as exc:
-            raise LinnetError(Diagnostic("E0647", f"config `{path}` cannot be read: "
-                                         f"{exc.strerror or exc}",
-                                         help="check the file's permissions")) from None
+            raise LinnetError(
+                Diagnostic(
+                    "E0647",
+                    f"config `{path}` cannot be read: {exc.strerror or exc}",
+                    help="check the file's permissions",
+                )
+            ) from None
         data = parse_config(raw, path)
         config.update({k: v for k, v in data.items() if not k.startswith("_")})
     for item in sets:
         k, eq, v = item.partition("=")
         if not eq or not k.strip():
-            raise LinnetError(Diagnostic("E0642", f"`--set {item}` needs NAME=VALUE",
-                                         help="e.g. `--set B=1`"))
+            raise LinnetError(
+                Diagnostic("E0642", f"`--set {item}` needs NAME=VALUE", help="e.g. `--set B=1`")
+            )
         config[k.strip()] = parse_value(v.strip())
     return config

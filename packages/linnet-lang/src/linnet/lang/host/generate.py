@@ -36,8 +36,18 @@ from linnet.lang.ir.bounds import bounds_for
 #: ``generate``'s keyword options: ``Model.generate(**options)`` checks the names against
 #: these (E0794 for another). The last three are for text prompts only
 #: (:mod:`linnet.lang.text.generation`; E0847 with token ids).
-OPTIONS = ("temperature", "top_k", "top_p", "seed", "stop_tokens", "on_token",
-           "max_new_tokens", "stop", "callback", "skip_special_tokens")
+OPTIONS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "stop_tokens",
+    "on_token",
+    "max_new_tokens",
+    "stop",
+    "callback",
+    "skip_special_tokens",
+)
 
 
 def _is_int(value: Any) -> bool:
@@ -56,9 +66,11 @@ def check_options(options: dict[str, Any]) -> None:
     """
     for name in options:
         if name not in OPTIONS:
-            raise error("E0794", f"generate has no option `{name}`",
-                        help=did_you_mean(name, OPTIONS, "its options are: "
-                                          + ", ".join(OPTIONS)))
+            raise error(
+                "E0794",
+                f"generate has no option `{name}`",
+                help=did_you_mean(name, OPTIONS, "its options are: " + ", ".join(OPTIONS)),
+            )
 
 
 def array_prompts_error(kind: str, dtype: Any, shape: Sequence[int]) -> LinnetError:
@@ -68,9 +80,12 @@ def array_prompts_error(kind: str, dtype: Any, shape: Sequence[int]) -> LinnetEr
     >>> array_prompts_error("array", "float32", [2, 3]).diagnostics[0].message
     'prompts must be token ids: a list of lists of ints or an integer array [B, L], not a float32 array of shape [2, 3]'
     """
-    return error("E0810", f"prompts must be token ids: a list of lists of ints or an integer "
-                 f"{kind} [B, L], not a {dtype} {kind} of shape {list(shape)}",
-                 help="e.g. [[1, 2, 3], [4, 5]]")
+    return error(
+        "E0810",
+        f"prompts must be token ids: a list of lists of ints or an integer "
+        f"{kind} [B, L], not a {dtype} {kind} of shape {list(shape)}",
+        help="e.g. [[1, 2, 3], [4, 5]]",
+    )
 
 
 def prompt_lists(prompts: Any, kind: str = "tensor") -> list[list[int]]:
@@ -83,21 +98,41 @@ def prompt_lists(prompts: Any, kind: str = "tensor") -> list[list[int]]:
     """
     if isinstance(prompts, Sequence) and prompts and all(_is_int(t) for t in prompts):
         prompts = [prompts]
-    if not isinstance(prompts, Sequence) or isinstance(prompts, str) or not prompts or not all(
+    if (
+        not isinstance(prompts, Sequence)
+        or isinstance(prompts, str)
+        or not prompts
+        or not all(
             isinstance(p, Sequence) and not isinstance(p, str) and all(_is_int(t) for t in p)
-            for p in prompts):
-        raise error("E0810", "prompts must be token ids: a non-empty list of lists of ints "
-                    f"(or one list, or an integer {kind} [B, L])",
-                    help="e.g. model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)")
+            for p in prompts
+        )
+    ):
+        raise error(
+            "E0810",
+            "prompts must be token ids: a non-empty list of lists of ints "
+            f"(or one list, or an integer {kind} [B, L])",
+            help="e.g. model.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)",
+        )
     empty = [i for i, p in enumerate(prompts) if not p]
     if empty:
-        raise error("E0810", f"prompt {empty[0]} is empty: prefill needs at least one token",
-                    help="start each prompt with at least one token (a BOS token, say)")
+        raise error(
+            "E0810",
+            f"prompt {empty[0]} is empty: prefill needs at least one token",
+            help="start each prompt with at least one token (a BOS token, say)",
+        )
     return [list(p) for p in prompts]
 
 
-def check_generate(model: Any, max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any,
-                   seed: Any, stop_tokens: Any, on_token: Any) -> None:
+def check_generate(
+    model: Any,
+    max_new_tokens: Any,
+    temperature: Any,
+    top_k: Any,
+    top_p: Any,
+    seed: Any,
+    stop_tokens: Any,
+    on_token: Any,
+) -> None:
     """``generate``'s arguments, before anything runs: the model's entries (E0816),
     ``max_new_tokens`` (E0811), the sampling options (E0812-E0815), ``stop_tokens`` and
     ``on_token`` (E0815). ``model`` needs only ``entries``.
@@ -108,24 +143,39 @@ def check_generate(model: Any, max_new_tokens: Any, temperature: Any, top_k: Any
     """
     missing = [e for e in ("prefill", "decode") if e not in model.entries]
     if missing:
-        raise error("E0816", f"generate runs a model's `prefill` and `decode` entries; this "
-                    f"model has no {' and no '.join(f'`{m}`' for m in missing)} (entries: "
-                    f"{', '.join(model.entries)})",
-                    help="give the model `entry prefill<L: Dim>(tokens: Tensor[B, L; i32]) -> "
-                         "Tensor[B, L, V; f32]` and `entry decode(token: Tensor[B; i32], pos: "
-                         "Tensor[B; i32]) -> Tensor[B, V; f32]`, as std.models.llama does")
+        raise error(
+            "E0816",
+            f"generate runs a model's `prefill` and `decode` entries; this "
+            f"model has no {' and no '.join(f'`{m}`' for m in missing)} (entries: "
+            f"{', '.join(model.entries)})",
+            help="give the model `entry prefill<L: Dim>(tokens: Tensor[B, L; i32]) -> "
+            "Tensor[B, L, V; f32]` and `entry decode(token: Tensor[B; i32], pos: "
+            "Tensor[B; i32]) -> Tensor[B, V; f32]`, as std.models.llama does",
+        )
     if not _is_int(max_new_tokens) or max_new_tokens < 1:
-        raise error("E0811", f"max_new_tokens must be a positive int, not {max_new_tokens!r}",
-                    help="e.g. max_new_tokens=16")
+        raise error(
+            "E0811",
+            f"max_new_tokens must be a positive int, not {max_new_tokens!r}",
+            help="e.g. max_new_tokens=16",
+        )
     check_sampling(temperature, top_k, top_p, seed)
-    if not isinstance(stop_tokens, Sequence | set | frozenset) or isinstance(stop_tokens, str) \
-            or not all(_is_int(t) for t in stop_tokens):
-        raise error("E0815", f"stop_tokens must be a list of token ids, not {stop_tokens!r}",
-                    help="e.g. stop_tokens=[2] (the tokenizer's EOS id)")
+    if (
+        not isinstance(stop_tokens, Sequence | set | frozenset)
+        or isinstance(stop_tokens, str)
+        or not all(_is_int(t) for t in stop_tokens)
+    ):
+        raise error(
+            "E0815",
+            f"stop_tokens must be a list of token ids, not {stop_tokens!r}",
+            help="e.g. stop_tokens=[2] (the tokenizer's EOS id)",
+        )
     if on_token is not None and not callable(on_token):
-        raise error("E0815", f"on_token must be None or a function of (step, tokens), not "
-                    f"{type(on_token).__name__} {on_token!r:.40}",
-                    help="e.g. on_token=lambda step, tokens: print(step, tokens)")
+        raise error(
+            "E0815",
+            f"on_token must be None or a function of (step, tokens), not "
+            f"{type(on_token).__name__} {on_token!r:.40}",
+            help="e.g. on_token=lambda step, tokens: print(step, tokens)",
+        )
 
 
 def padded(batch: list[list[int]]) -> list[list[int]]:
@@ -150,13 +200,19 @@ def stop_tokens_of(model: Any, stop_tokens: Any) -> tuple[Any, str]:
     """
     if stop_tokens is not None:
         return stop_tokens, "stop_tokens"
-    return (tuple(getattr(model, "stop_tokens", ())),
-            getattr(model, "stop_tokens_source", "") or "model.stop_tokens")
+    return (
+        tuple(getattr(model, "stop_tokens", ())),
+        getattr(model, "stop_tokens_source", "") or "model.stop_tokens",
+    )
 
 
-def check_vocabulary(model: Any, rows: list[list[int]], stop_tokens: Any,
-                     zeros: Callable[[tuple[int, int]], Any],
-                     stops_from: str = "stop_tokens") -> int | None:
+def check_vocabulary(
+    model: Any,
+    rows: list[list[int]],
+    stop_tokens: Any,
+    zeros: Callable[[tuple[int, int]], Any],
+    stops_from: str = "stop_tokens",
+) -> int | None:
     """Before anything runs: every prompt id in the range ``prefill``'s token input takes
     (E0780, the message ``prefill`` itself gives, also for ids no int32 holds, such as
     2**64), and every stop token an id the model can emit (E0819: one it cannot would never
@@ -196,11 +252,14 @@ def check_cache(model: Any, prompt: int, tokens: int, one: Any) -> None:
     last = prompt + tokens - 2  # the position of the last decode step
     if r is None or tokens < 2 or last < r.hi:
         return
-    raise error("E0817", f"a prompt of {prompt} tokens and max_new_tokens={tokens} decode up "
-                f"to position {last}, but `decode` takes positions below {r.hi} "
-                f"({r.upper.describe(graph)})",
-                help=f"generate at most {max(1, r.hi - prompt + 1)} tokens after this prompt, "
-                     "or load the model with a longer cache (config={'S': ...})")
+    raise error(
+        "E0817",
+        f"a prompt of {prompt} tokens and max_new_tokens={tokens} decode up "
+        f"to position {last}, but `decode` takes positions below {r.hi} "
+        f"({r.upper.describe(graph)})",
+        help=f"generate at most {max(1, r.hi - prompt + 1)} tokens after this prompt, "
+        "or load the model with a longer cache (config={'S': ...})",
+    )
 
 
 def sampling_seed(seed: int | None) -> int:
@@ -223,13 +282,16 @@ def not_finite(batch: list[list[int]], b: int, step: int, generated: int) -> Lin
     """
     position = len(batch[b]) + step - 1
     entry = "prefill" if step == 0 else "decode"
-    return error("E0818", f"the logits of sequence {b} at step {step} (`{entry}` at position "
-                 f"{position}, after {generated} generated token(s)) are not all finite: "
-                 "no token can be picked from NaN or infinity",
-                 help="a NaN or infinite weight, or a config value out of range (a "
-                      "negative rms_norm_eps, say), makes the logits non-finite: check "
-                      "the checkpoint and the config; `model.prefill` on the prompt shows "
-                      "the logits")
+    return error(
+        "E0818",
+        f"the logits of sequence {b} at step {step} (`{entry}` at position "
+        f"{position}, after {generated} generated token(s)) are not all finite: "
+        "no token can be picked from NaN or infinity",
+        help="a NaN or infinite weight, or a config value out of range (a "
+        "negative rms_norm_eps, say), makes the logits non-finite: check "
+        "the checkpoint and the config; `model.prefill` on the prompt shows "
+        "the logits",
+    )
 
 
 class Progress:
@@ -249,9 +311,14 @@ class Progress:
     ...
     linnet.lang.diagnostics.core.LinnetError: error[E0818]: the logits of sequence 0 at step 1 ...
     """
-    def __init__(self, batch: list[list[int]], stop_tokens: Any,
-                 on_token: Callable[[int, list[int]], None] | None = None,
-                 stop_when: Callable[[int, int], bool] | None = None):
+
+    def __init__(
+        self,
+        batch: list[list[int]],
+        stop_tokens: Any,
+        on_token: Callable[[int, list[int]], None] | None = None,
+        stop_when: Callable[[int, int], bool] | None = None,
+    ):
         self.batch = batch
         self.stops = {int(t) for t in stop_tokens}
         self.on_token = on_token

@@ -41,8 +41,9 @@ def short(value: Any) -> str:
 
 
 # ---------------------------------------------------------------- entry inputs
-def check_count(entry: str, names: Sequence[str], inputs: Any, noun: str,
-                example: str = "") -> None:
+def check_count(
+    entry: str, names: Sequence[str], inputs: Any, noun: str, example: str = ""
+) -> None:
     """E0784 where ``inputs`` is no list or tuple, E0720 where it holds another number of
     values than the entry's inputs ``names`` (a leading ``%`` is dropped); ``noun`` is what
     the runtime calls one value ("tensor", "array"), ``example`` the call the help shows
@@ -55,16 +56,21 @@ def check_count(entry: str, names: Sequence[str], inputs: Any, noun: str,
     """
     shown = ", ".join(n.lstrip("%") for n in names)
     if not isinstance(inputs, list | tuple):
-        raise error("E0784", f"the inputs of `{entry}` must be a list or tuple of {noun}s, got "
-                    f"{type(inputs).__name__}",
-                    help=f"pass one {noun} per input: {example or f'[{shown}]'}")
+        raise error(
+            "E0784",
+            f"the inputs of `{entry}` must be a list or tuple of {noun}s, got "
+            f"{type(inputs).__name__}",
+            help=f"pass one {noun} per input: {example or f'[{shown}]'}",
+        )
     if len(inputs) != len(names):
-        raise error("E0720", f"entry `{entry}` takes {len(names)} inputs ({shown}), "
-                    f"got {len(inputs)}")
+        raise error(
+            "E0720", f"entry `{entry}` takes {len(names)} inputs ({shown}), got {len(inputs)}"
+        )
 
 
-def bind_inputs(entry: str, names: Sequence[str], given: Sequence[Any],
-                named: dict[str, Any]) -> list[Any]:
+def bind_inputs(
+    entry: str, names: Sequence[str], given: Sequence[Any], named: dict[str, Any]
+) -> list[Any]:
     """Inputs given by position (``given``) and by name (``named``) in the entry's order:
     E0720 for too many or a missing one, E0783 for an unknown name or one given twice.
 
@@ -78,25 +84,34 @@ def bind_inputs(entry: str, names: Sequence[str], given: Sequence[Any],
     shown = ", ".join(names)
     out: dict[str, Any] = dict(zip(names, given))
     if len(given) > len(names):
-        raise error("E0720", f"entry `{entry}` takes {len(names)} inputs ({shown}), got "
-                    f"{len(given) + len(named)}")
+        raise error(
+            "E0720",
+            f"entry `{entry}` takes {len(names)} inputs ({shown}), got {len(given) + len(named)}",
+        )
     for key, value in named.items():
         if key not in names:
-            raise error("E0783", f"entry `{entry}` has no input `{key}`",
-                        help=f"its inputs are: {shown}")
+            raise error(
+                "E0783", f"entry `{entry}` has no input `{key}`", help=f"its inputs are: {shown}"
+            )
         if key in out:
-            raise error("E0783", f"input `{key}` of `{entry}` is given twice (by position "
-                        "and by name)", help=f"its inputs are, in order: {shown}")
+            raise error(
+                "E0783",
+                f"input `{key}` of `{entry}` is given twice (by position and by name)",
+                help=f"its inputs are, in order: {shown}",
+            )
         out[key] = value
     missing = [p for p in names if p not in out]
     if missing:
-        raise error("E0720", f"entry `{entry}` takes {len(names)} inputs ({shown}); "
-                    f"missing: {', '.join(missing)}")
+        raise error(
+            "E0720",
+            f"entry `{entry}` takes {len(names)} inputs ({shown}); missing: {', '.join(missing)}",
+        )
     return [out[p] for p in names]
 
 
-def dtype_error(entry: str, name: str, got: str, declared: str, convert: str,
-                why: bool = True) -> LinnetError:
+def dtype_error(
+    entry: str, name: str, got: str, declared: str, convert: str, why: bool = True
+) -> LinnetError:
     """E0722: input ``name`` of ``entry`` has element type ``got`` (as the array library
     prints it), the entry declares ``declared``; ``convert`` is the call that fixes it.
 
@@ -104,11 +119,16 @@ def dtype_error(entry: str, name: str, got: str, declared: str, convert: str,
     error[E0722]: input `i` of `get` is float32, the entry declares i32
       = help: convert it: `i.astype(jnp.int32)` (nothing is converted silently: ...
     """
-    return error("E0722", f"input `{name.lstrip('%')}` of `{entry}` is {got}, the entry "
-                 f"declares {declared}",
-                 help=f"convert it: `{convert}`" + (" (nothing is converted silently: a float "
-                                                    "token id or position is a mistake)"
-                                                    if why else ""))
+    return error(
+        "E0722",
+        f"input `{name.lstrip('%')}` of `{entry}` is {got}, the entry declares {declared}",
+        help=f"convert it: `{convert}`"
+        + (
+            " (nothing is converted silently: a float token id or position is a mistake)"
+            if why
+            else ""
+        ),
+    )
 
 
 def in_range(r: InputRange, lo: int, hi: int) -> bool:
@@ -125,8 +145,9 @@ def in_range(r: InputRange, lo: int, hi: int) -> bool:
     return not (r.empty or lo < r.lo or hi >= r.hi)
 
 
-def range_error(graph: Graph, entry: str, r: InputRange, values: Sequence[int],
-                shape: Sequence[int]) -> LinnetError:
+def range_error(
+    graph: Graph, entry: str, r: InputRange, values: Sequence[int], shape: Sequence[int]
+) -> LinnetError:
     """E0780 for an index input outside its range ``r``: ``values`` are its elements as
     Python ints in row-major order (a host copy: only made on this error path), ``shape``
     its shape. Names the input, the first bad index and value, how many are bad, the range
@@ -152,29 +173,46 @@ def range_parts(graph: Graph, r: InputRange) -> dict[str, Any]:
     >>> parts["input"], parts["lo"], parts["hi"], parts["text"]
     ('i', 0, 4, 'in [0, 4)')
     """
+
     def help_for(use: Any) -> str:
         if use.target.startswith("@") and use.target[1:] in graph.states:
             names = dim_names(graph, use.size)
             dim = " or ".join(names) if names else "the size of that axis"
-            return (f"give values {r.text()}; the state holds {use.size} entries along "
-                    f"that axis: to go further, load the model with a larger {dim} in the "
-                    "config")
-        return (f"give values {r.text()}; the size comes from the weights or the config: is "
-                "this input from another vocabulary or model?")
+            return (
+                f"give values {r.text()}; the state holds {use.size} entries along "
+                f"that axis: to go further, load the model with a larger {dim} in the "
+                "config"
+            )
+        return (
+            f"give values {r.text()}; the size comes from the weights or the config: is "
+            "this input from another vocabulary or model?"
+        )
 
-    return {"input": r.input.lstrip("%"), "lo": r.lo, "hi": r.hi, "text": r.text(),
-            "empty": r.empty, "lower": r.lower.describe(graph), "upper": r.upper.describe(graph),
-            "lower_help": help_for(r.lower), "upper_help": help_for(r.upper)}
+    return {
+        "input": r.input.lstrip("%"),
+        "lo": r.lo,
+        "hi": r.hi,
+        "text": r.text(),
+        "empty": r.empty,
+        "lower": r.lower.describe(graph),
+        "upper": r.upper.describe(graph),
+        "lower_help": help_for(r.lower),
+        "upper_help": help_for(r.upper),
+    }
 
 
-def range_error_of(entry: str, parts: dict[str, Any], values: Sequence[int],
-                   shape: Sequence[int]) -> LinnetError:
+def range_error_of(
+    entry: str, parts: dict[str, Any], values: Sequence[int], shape: Sequence[int]
+) -> LinnetError:
     """E0780 from :func:`range_parts`' data and the input's values and shape."""
     name, lo, hi, text = parts["input"], parts["lo"], parts["hi"], parts["text"]
     if parts["empty"]:
-        return error("E0780", f"no value of input `{name}` of `{entry}` is valid: it indexes "
-                     f"{parts['lower']} and {parts['upper']}",
-                     help="the model's indices cannot all be in range for these shapes")
+        return error(
+            "E0780",
+            f"no value of input `{name}` of `{entry}` is valid: it indexes "
+            f"{parts['lower']} and {parts['upper']}",
+            help="the model's indices cannot all be in range for these shapes",
+        )
     bad = [k for k, v in enumerate(values) if v < lo or v >= hi]
     first = bad[0] if bad else 0
     where: list[int] = []
@@ -185,8 +223,10 @@ def range_error_of(entry: str, parts: dict[str, Any], values: Sequence[int],
     value = int(values[first])
     more = f" ({len(bad)} values are out of range)" if len(bad) > 1 else ""
     low = value < lo
-    message = (f"input `{name}` of `{entry}` has {value} at index {where}{more}; every value "
-               f"must be {text}: `{name}` indexes {parts['lower' if low else 'upper']}")
+    message = (
+        f"input `{name}` of `{entry}` has {value} at index {where}{more}; every value "
+        f"must be {text}: `{name}` indexes {parts['lower' if low else 'upper']}"
+    )
     if low and value < 0:
         help = f"give values {text}; negative values do not count from the end in Linnet"
     else:

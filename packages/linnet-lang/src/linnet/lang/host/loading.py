@@ -45,14 +45,19 @@ def nonfinite_weight(name: str, nan: int, inf: int, first: Sequence[int]) -> Dia
     >>> print(nonfinite_weight("lm_head.weight", 1, 0, [3, 7]).message)
     weight `lm_head.weight` holds 1 NaN value (the first at [3, 7])
     """
-    parts = [f"{n} {what} value{'s' if n != 1 else ''}"
-             for n, what in ((nan, "NaN"), (inf, "infinite")) if n]
+    parts = [
+        f"{n} {what} value{'s' if n != 1 else ''}"
+        for n, what in ((nan, "NaN"), (inf, "infinite"))
+        if n
+    ]
     return Diagnostic(
-        "E0666", f"weight `{name}` holds {' and '.join(parts)} (the first at {list(first)})",
+        "E0666",
+        f"weight `{name}` holds {' and '.join(parts)} (the first at {list(first)})",
         help="one NaN or infinite weight makes every result NaN (greedy decoding then repeats "
-             "one token forever): the checkpoint is damaged, or was saved after training "
-             "diverged; save or download it again. To load it anyway (to inspect it), pass "
-             "check_finite=False")
+        "one token forever): the checkpoint is damaged, or was saved after training "
+        "diverged; save or download it again. To load it anyway (to inspect it), pass "
+        "check_finite=False",
+    )
 
 
 def check_finite_flag(value: Any) -> None:
@@ -64,9 +69,12 @@ def check_finite_flag(value: Any) -> None:
     linnet.lang.diagnostics.core.LinnetError: error[E0667]: check_finite must be True or False, not 'no'...
     """
     if not isinstance(value, bool):
-        raise error("E0667", f"check_finite must be True or False, not {short(value)}",
-                    help="load(..., check_finite=False) skips the NaN check of the weights; "
-                         "leave it out to check them")
+        raise error(
+            "E0667",
+            f"check_finite must be True or False, not {short(value)}",
+            help="load(..., check_finite=False) skips the NaN check of the weights; "
+            "leave it out to check them",
+        )
 
 
 def check_numerics(numerics: str) -> Numerics:
@@ -133,14 +141,18 @@ def read_config(config: dict[str, Any] | str | Path | None, model_path: Path) ->
     if isinstance(config, dict):
         return {k: v for k, v in config.items() if not str(k).startswith("_")}
     if not isinstance(config, str | Path):
-        raise error("E0744", f"config must be a dict, a JSON file or a config name, not "
-                    f"{type(config).__name__}", help="e.g. config='toy' or config={'H': 4}")
+        raise error(
+            "E0744",
+            f"config must be a dict, a JSON file or a config name, not {type(config).__name__}",
+            help="e.g. config='toy' or config={'H': 4}",
+        )
 
     return load_config(str(config), [], str(model_path))
 
 
-def check_weights_type(weights: Any, is_tensor: Callable[[Any], bool], noun: str,
-                       note: str = "") -> None:
+def check_weights_type(
+    weights: Any, is_tensor: Callable[[Any], bool], noun: str, note: str = ""
+) -> None:
     """E0741 unless ``weights`` is None, a path, a non-empty list of paths or a dict of
     names to ``is_tensor`` values (``noun``: what the runtime calls them, "tensors").
 
@@ -150,17 +162,28 @@ def check_weights_type(weights: Any, is_tensor: Callable[[Any], bool], noun: str
     ...
     linnet.lang.diagnostics.core.LinnetError: error[E0741]: weights must be a safetensors file, ...
     """
-    ok = weights is None or isinstance(weights, str | os.PathLike) or (
-        isinstance(weights, list | tuple) and bool(weights)
-        and all(isinstance(w, str | os.PathLike) for w in weights)) or (
-        isinstance(weights, dict) and all(isinstance(k, str) and is_tensor(v)
-                                          for k, v in weights.items()))
+    ok = (
+        weights is None
+        or isinstance(weights, str | os.PathLike)
+        or (
+            isinstance(weights, list | tuple)
+            and bool(weights)
+            and all(isinstance(w, str | os.PathLike) for w in weights)
+        )
+        or (
+            isinstance(weights, dict)
+            and all(isinstance(k, str) and is_tensor(v) for k, v in weights.items())
+        )
+    )
     if not ok:
         shown = repr(weights)
-        raise error("E0741", f"weights must be a safetensors file, a checkpoint directory, an "
-                    f"index JSON, a list of files or a dict of {noun}, not "
-                    f"{type(weights).__name__} {shown[:50]}{'...' if len(shown) > 50 else ''}",
-                    help="e.g. weights='Llama-3.2-1B/'" + (f" ({note})" if note else ""))
+        raise error(
+            "E0741",
+            f"weights must be a safetensors file, a checkpoint directory, an "
+            f"index JSON, a list of files or a dict of {noun}, not "
+            f"{type(weights).__name__} {shown[:50]}{'...' if len(shown) > 50 else ''}",
+            help="e.g. weights='Llama-3.2-1B/'" + (f" ({note})" if note else ""),
+        )
 
 
 def check_dtype_config(program: Program, config: dict[str, Any], convert: str | None) -> None:
@@ -178,14 +201,18 @@ def check_dtype_config(program: Program, config: dict[str, Any], convert: str | 
     decl = find_model(program, None)
     for g in (g.name for g in decl.generics if g.kind == "DType"):
         if g in config and config[g] != convert:
-            raise error("E0743", f"dtype={convert} converts the weights to {convert}, but the "
-                        f"config sets `{g}` to {config[g]!r}",
-                        help=f"drop `{g}` from the config (it follows dtype=), or load with "
-                             f"dtype={config[g]!r}")
+            raise error(
+                "E0743",
+                f"dtype={convert} converts the weights to {convert}, but the "
+                f"config sets `{g}` to {config[g]!r}",
+                help=f"drop `{g}` from the config (it follows dtype=), or load with "
+                f"dtype={config[g]!r}",
+            )
 
 
-def read_headers(weights: Any, program: Program, model_path: Path, config: dict[str, Any],
-                 convert: str | None) -> tuple[Checkpoint, dict[str, Any], dict[str, Any]]:
+def read_headers(
+    weights: Any, program: Program, model_path: Path, config: dict[str, Any], convert: str | None
+) -> tuple[Checkpoint, dict[str, Any], dict[str, Any]]:
     """A checkpoint's files, its tensors' shapes and dtypes (as ``convert``, a Linnet float
     name, makes them) and the config they complete: a Hugging Face ``config.json`` beside
     the files merged in (through the model's ``.hf.json`` mapping), then the dims the
@@ -200,13 +227,16 @@ def read_headers(weights: Any, program: Program, model_path: Path, config: dict[
     shapes: dict[str, Any] = dict(checkpoint_shapes(ckpt))
     ckpt_config = None
     if ckpt.config_path is not None:
-        ckpt_config = read_checkpoint_config(ckpt.config_path, model_path,
-                                             find_model(program, None).name, program)
+        ckpt_config = read_checkpoint_config(
+            ckpt.config_path, model_path, find_model(program, None).name, program
+        )
         if ckpt_config is not None:
             config = merge_config(config, ckpt_config)
     if convert is not None:
-        shapes = {k: TensorInfo(s[0], convert if s[1] in FLOATS else s[1],
-                                getattr(s, "shard", "")) for k, s in shapes.items()}
+        shapes = {
+            k: TensorInfo(s[0], convert if s[1] in FLOATS else s[1], getattr(s, "shard", ""))
+            for k, s in shapes.items()
+        }
     config = fit_checkpoint(program, config, shapes, ckpt_config)
     return ckpt, shapes, config
 
@@ -221,6 +251,9 @@ def entry_method(program: Program, entry: str) -> Any:
     method = decl.method(entry)
     if method is None or method.kind != "entry":
         entries = [m.name for m in decl.methods if m.kind == "entry"]
-        raise error("E0601", f"model `{decl.name}` has no entry `{entry}`",
-                    help="entries: " + ", ".join(entries))
+        raise error(
+            "E0601",
+            f"model `{decl.name}` has no entry `{entry}`",
+            help="entries: " + ", ".join(entries),
+        )
     return method

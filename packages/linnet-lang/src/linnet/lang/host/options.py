@@ -51,16 +51,28 @@ def check_nproc(nproc: Any) -> int:
     cores = usable_cores()
     most = RANKS_PER_CORE * cores
     if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
-        raise LinnetError(Diagnostic("E0824", f"--nproc {nproc}: start at least one rank",
-                                     help="e.g. --nproc 2 (tensor parallelism over 2 ranks)"))
+        raise LinnetError(
+            Diagnostic(
+                "E0824",
+                f"--nproc {nproc}: start at least one rank",
+                help="e.g. --nproc 2 (tensor parallelism over 2 ranks)",
+            )
+        )
     if nproc > most:
-        shown = f"{nproc}" if len(str(nproc)) <= 12 else f"{str(nproc)[:6]}... " \
-                                                        f"({len(str(nproc))} digits)"
-        raise LinnetError(Diagnostic(
-            "E0824", f"--nproc {shown}: more ranks than this machine can start ({cores} "
-                     f"usable CPU core(s) run at most {most} ranks, each a process of its own)",
-            help=f"start at most {most} ranks here (and at most one per GPU with --device "
-                 "cuda)"))
+        shown = (
+            f"{nproc}"
+            if len(str(nproc)) <= 12
+            else f"{str(nproc)[:6]}... ({len(str(nproc))} digits)"
+        )
+        raise LinnetError(
+            Diagnostic(
+                "E0824",
+                f"--nproc {shown}: more ranks than this machine can start ({cores} "
+                f"usable CPU core(s) run at most {most} ranks, each a process of its own)",
+                help=f"start at most {most} ranks here (and at most one per GPU with --device "
+                "cuda)",
+            )
+        )
     return nproc
 
 
@@ -88,15 +100,19 @@ def rank_timeout(given: Any = None, name: str = TIMEOUT_ENV) -> float:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= _MOST_TIMEOUT):
         shown = f"{name} {raw}" if name.startswith("-") else f"{name}={raw!r}"
-        raise error("E0827", f"{shown}: the time a rank waits for the others must be a "
-                    "number of seconds above 0 (at most a week)",
-                    help=f"e.g. {name}{' ' if name.startswith('-') else '='}600, or leave it "
-                         f"out for the default {DEFAULT_TIMEOUT:.0f} s")
+        raise error(
+            "E0827",
+            f"{shown}: the time a rank waits for the others must be a "
+            "number of seconds above 0 (at most a week)",
+            help=f"e.g. {name}{' ' if name.startswith('-') else '='}600, or leave it "
+            f"out for the default {DEFAULT_TIMEOUT:.0f} s",
+        )
     return value
 
 
-def run_tokens(args: argparse.Namespace, stop: bool = True
-               ) -> tuple[list[int], list[int] | None] | None:
+def run_tokens(
+    args: argparse.Namespace, stop: bool = True
+) -> tuple[list[int], list[int] | None] | None:
     """`linnet run`'s ``--prompt`` (and, with ``stop``, ``--stop``) as token lists; None
     after printing the usage error (exit status 2) when they are not integers; E0786 for an
     empty prompt, E0787 for ``--tokens`` below 1. The stop tokens are None where ``--stop``
@@ -111,18 +127,27 @@ def run_tokens(args: argparse.Namespace, stop: bool = True
     try:
         prompt = [int(t) for t in args.prompt.split(",") if t.strip()]
         text = args.stop if stop else "none"
-        stops = None if text is None else [] if text.strip().lower() == "none" else \
-            [int(t) for t in text.split(",") if t.strip()]
+        stops = (
+            None
+            if text is None
+            else []
+            if text.strip().lower() == "none"
+            else [int(t) for t in text.split(",") if t.strip()]
+        )
     except ValueError:
         what = "--prompt and --stop take" if stop else "--prompt takes"
         print(f"linnet run: {what} comma-separated integers", file=sys.stderr)
         return None
     if not prompt:
-        raise error("E0786", "--prompt is empty: prefill needs at least one token",
-                    help="e.g. --prompt 1,2,3")
+        raise error(
+            "E0786",
+            "--prompt is empty: prefill needs at least one token",
+            help="e.g. --prompt 1,2,3",
+        )
     if args.tokens < 1:
-        raise error("E0787", f"--tokens {args.tokens}: decode at least one token",
-                    help="e.g. --tokens 16")
+        raise error(
+            "E0787", f"--tokens {args.tokens}: decode at least one token", help="e.g. --tokens 16"
+        )
     return prompt, stops
 
 
@@ -149,13 +174,15 @@ def check_seed(seed: Any, name: str = "seed", optional: bool = True) -> None:
         return
     if not _is_int(seed) or not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
         none = "None or " if optional else ""
-        raise error("E0815", f"{name} must be {none}an int in [0, 2**64), not {seed!r}",
-                    help=f"e.g. {name}{' ' if name.startswith('--') else '='}0 (the same "
-                         "seed gives the same numbers)")
+        raise error(
+            "E0815",
+            f"{name} must be {none}an int in [0, 2**64), not {seed!r}",
+            help=f"e.g. {name}{' ' if name.startswith('--') else '='}0 (the same "
+            "seed gives the same numbers)",
+        )
 
 
-def check_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any,
-                   cli: bool = False) -> None:
+def check_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any, cli: bool = False) -> None:
     """The rules of `generate`'s sampling options, shared by ``Model.generate`` and `linnet
     run` (which checks its options with ``cli=True`` before it imports an array library):
     E0812 ``temperature`` (a finite number >= 0), E0813 ``top_k`` (None or an int >= 1),
@@ -167,28 +194,39 @@ def check_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any,
     ...
     linnet.lang.diagnostics.core.LinnetError: error[E0812]: temperature must be a finite ...
     """
+
     def named(keyword: str) -> str:
         return "--" + keyword.replace("_", "-") if cli else keyword
 
     def example(keyword: str, value: str) -> str:
         return f"{named(keyword)} {value}" if cli else f"{keyword}={value}"
 
-    if not isinstance(temperature, int | float) or isinstance(temperature, bool) \
-            or not 0 <= temperature < float("inf"):
-        raise error("E0812", f"{named('temperature')} must be a finite number >= 0, not "
-                    f"{temperature!r}",
-                    help="0 picks the most likely token (greedy); 0.7 samples, 1.0 samples "
-                         "the model's distribution")
+    if (
+        not isinstance(temperature, int | float)
+        or isinstance(temperature, bool)
+        or not 0 <= temperature < float("inf")
+    ):
+        raise error(
+            "E0812",
+            f"{named('temperature')} must be a finite number >= 0, not {temperature!r}",
+            help="0 picks the most likely token (greedy); 0.7 samples, 1.0 samples "
+            "the model's distribution",
+        )
     if top_k is not None and (not _is_int(top_k) or top_k < 1):
-        raise error("E0813", f"{named('top_k')} must be {'' if cli else 'None or '}an int "
-                    f">= 1, not {top_k!r}",
-                    help=f"e.g. {example('top_k', '50')} keeps the 50 most likely tokens")
-    if top_p is not None and (not isinstance(top_p, int | float) or isinstance(top_p, bool)
-                              or not 0 < top_p <= 1):
-        raise error("E0814", f"{named('top_p')} must be {'' if cli else 'None or '}a number "
-                    f"in (0, 1], not {top_p!r}",
-                    help=f"e.g. {example('top_p', '0.9')} keeps the most likely tokens that "
-                         "reach 90%")
+        raise error(
+            "E0813",
+            f"{named('top_k')} must be {'' if cli else 'None or '}an int >= 1, not {top_k!r}",
+            help=f"e.g. {example('top_k', '50')} keeps the 50 most likely tokens",
+        )
+    if top_p is not None and (
+        not isinstance(top_p, int | float) or isinstance(top_p, bool) or not 0 < top_p <= 1
+    ):
+        raise error(
+            "E0814",
+            f"{named('top_p')} must be {'' if cli else 'None or '}a number "
+            f"in (0, 1], not {top_p!r}",
+            help=f"e.g. {example('top_p', '0.9')} keeps the most likely tokens that reach 90%",
+        )
     check_seed(seed, named("sampling_seed") if cli else "seed", optional=True)
 
 
@@ -210,8 +248,7 @@ def check_run_options(args: argparse.Namespace, stops: Sequence[int] | None) -> 
     check_threads(getattr(args, "threads", None), usable_cores())
 
 
-def stop_token_error(token: int, vocabulary: int | None, name: str = "stop_tokens"
-                     ) -> LinnetError:
+def stop_token_error(token: int, vocabulary: int | None, name: str = "stop_tokens") -> LinnetError:
     """E0819: a stop token the model can never emit (negative, or ``vocabulary`` or more),
     so it would never stop a sequence.
 
@@ -219,10 +256,12 @@ def stop_token_error(token: int, vocabulary: int | None, name: str = "stop_token
     'stop token 300 (in stop_tokens) is not a token id of this model: its ids are [0, 256)'
     """
     ids = f"[0, {vocabulary})" if vocabulary is not None else "at least 0"
-    return error("E0819", f"stop token {token} (in {name}) is not a token id of this model: "
-                 f"its ids are {ids}",
-                 help="a stop token is an id the model emits (the tokenizer's EOS id, say); "
-                      "one outside the vocabulary would never end a sequence")
+    return error(
+        "E0819",
+        f"stop token {token} (in {name}) is not a token id of this model: its ids are {ids}",
+        help="a stop token is an id the model emits (the tokenizer's EOS id, say); "
+        "one outside the vocabulary would never end a sequence",
+    )
 
 
 def check_length(model: Any, prompt: int, tokens: int, one: Any) -> None:
@@ -240,7 +279,9 @@ def check_length(model: Any, prompt: int, tokens: int, one: Any) -> None:
     if r is None or tokens < 2 or last < r.hi:
         return
     raise error(
-        "E0788", f"a prompt of {prompt} tokens and --tokens {tokens} decode up to position "
+        "E0788",
+        f"a prompt of {prompt} tokens and --tokens {tokens} decode up to position "
         f"{last}, but `decode` takes positions below {r.hi} ({r.upper.describe(graph)})",
         help=f"decode at most --tokens {max(1, r.hi - prompt + 1)} after this prompt, or "
-             "give a config with a longer cache (--config)")
+        "give a config with a longer cache (--config)",
+    )

@@ -22,12 +22,20 @@ def announce_demo(model: Path, config_name: str | None, seed: int) -> None:
     linnet: generating a deterministic checkpoint for llama.linnet (small config, seed 0)
     """
     which = f"{config_name} config" if config_name else "no named config: --set and defaults"
-    print(f"linnet: generating a deterministic checkpoint for {model.name} "
-          f"({which}, seed {seed})", file=sys.stderr)
+    print(
+        f"linnet: generating a deterministic checkpoint for {model.name} ({which}, seed {seed})",
+        file=sys.stderr,
+    )
 
 
-def loaded_line(model_path: Path, device: Any, seconds: float, entries: Sequence[str],
-                runtime: str = "", extra: str = "") -> str:
+def loaded_line(
+    model_path: Path,
+    device: Any,
+    seconds: float,
+    entries: Sequence[str],
+    runtime: str = "",
+    extra: str = "",
+) -> str:
     """`linnet run`'s first line: what was loaded where, how fast, and its entries.
 
     >>> loaded_line(Path("llama.linnet"), "cpu", 0.5, ["prefill", "decode"], runtime="jax")
@@ -39,10 +47,12 @@ def loaded_line(model_path: Path, device: Any, seconds: float, entries: Sequence
     on = f" ({runtime})" if runtime else ""
     shown: Path | str = model_path
     if Path(model_path).resolve().is_relative_to(STD_ROOT.resolve()):  # a shipped model
-        shown = "std." + ".".join(Path(model_path).resolve().relative_to(
-            STD_ROOT.resolve()).with_suffix("").parts)
-    return (f"loaded {shown} on {device}{on} in {seconds:.2f} s "
-            f"(entries: {', '.join(entries)}{extra})")
+        shown = "std." + ".".join(
+            Path(model_path).resolve().relative_to(STD_ROOT.resolve()).with_suffix("").parts
+        )
+    return (
+        f"loaded {shown} on {device}{on} in {seconds:.2f} s (entries: {', '.join(entries)}{extra})"
+    )
 
 
 def prefill_line(tokens: int, ms: float) -> str:
@@ -51,8 +61,9 @@ def prefill_line(tokens: int, ms: float) -> str:
     >>> prefill_line(3, 12.0)
     'prefill 3 tokens: 12.0 ms (includes lowering and compiling on the first call)'
     """
-    return (f"prefill {tokens} tokens: {ms:.1f} ms "
-            "(includes lowering and compiling on the first call)")
+    return (
+        f"prefill {tokens} tokens: {ms:.1f} ms (includes lowering and compiling on the first call)"
+    )
 
 
 def token_line(step: int, position: int, token: int, ms: float) -> str:
@@ -73,6 +84,8 @@ def summary_lines(out: Sequence[int], times: Sequence[float], first: str) -> lis
     """
     rest = sorted(times[1:])
     steady = rest[len(rest) // 2] if len(times) > 1 else float("nan")
-    return [f"decoded {len(out)} tokens: {list(out)}",
-            f"per-token decode: median {steady:.2f} ms after the first (first: "
-            f"{times[0] if times else float('nan'):.1f} ms, {first})"]
+    return [
+        f"decoded {len(out)} tokens: {list(out)}",
+        f"per-token decode: median {steady:.2f} ms after the first (first: "
+        f"{times[0] if times else float('nan'):.1f} ms, {first})",
+    ]

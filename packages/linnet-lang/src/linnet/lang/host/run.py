@@ -60,6 +60,7 @@ class RunSetup:
     """What `linnet run` runs: the model file, its config (and the config's name, for the
     demo's message), the weights (None: the demo checkpoint) and the lines to say on stderr
     about choices made for the user (the model picked from a checkpoint's architecture)."""
+
     model: Path
     config_name: str | None
     config: dict[str, Any]
@@ -78,10 +79,12 @@ def default_model() -> Path:
     try:
         return bundled.example("llama") / "llama.linnet"
     except LookupError:
-        raise error("E0740", "no model given, and this linnet-lang was installed without the "
-                    "Llama example", help="pass a model: `linnet run std.models.llama` (its toy "
-                                          "config), or reinstall linnet-lang from its wheel") \
-            from None
+        raise error(
+            "E0740",
+            "no model given, and this linnet-lang was installed without the Llama example",
+            help="pass a model: `linnet run std.models.llama` (its toy "
+            "config), or reinstall linnet-lang from its wheel",
+        ) from None
 
 
 def shipped_models() -> dict[str, dict[str, Any]]:
@@ -93,7 +96,8 @@ def shipped_models() -> dict[str, dict[str, Any]]:
     out = {}
     for path in sorted((STD_ROOT / "models").glob("*.hf.json")):
         out[f"std.models.{path.name.removesuffix('.hf.json')}"] = json.loads(
-            path.read_text(encoding="utf-8"))
+            path.read_text(encoding="utf-8")
+        )
     return out
 
 
@@ -122,14 +126,21 @@ def model_for_checkpoint(config_json: Path) -> tuple[str, str] | None:
         for name, mapping in models.items():
             if kind in mapping.get("model_types", []):
                 return name, f"model_type {kind}"
-    what = (f"architecture {', '.join(map(str, listed))}" if listed
-            else f"model_type {json.dumps(kind)}")
-    runs = "; ".join(f"{', '.join(m.get('architectures', []))} ({name})"
-                     for name, m in models.items())
-    raise error("E0796", f"`{config_json}` names {what}, which no model Linnet ships runs",
-                help=f"the shipped models run: {runs}. For another architecture, write its "
-                     "model in Linnet with a `.hf.json` mapping beside it (docs/models.md) and "
-                     "run `linnet run model.linnet --weights DIR`")
+    what = (
+        f"architecture {', '.join(map(str, listed))}"
+        if listed
+        else f"model_type {json.dumps(kind)}"
+    )
+    runs = "; ".join(
+        f"{', '.join(m.get('architectures', []))} ({name})" for name, m in models.items()
+    )
+    raise error(
+        "E0796",
+        f"`{config_json}` names {what}, which no model Linnet ships runs",
+        help=f"the shipped models run: {runs}. For another architecture, write its "
+        "model in Linnet with a `.hf.json` mapping beside it (docs/models.md) and "
+        "run `linnet run model.linnet --weights DIR`",
+    )
 
 
 def gguf_model(path: str | Path) -> tuple[str, str]:
@@ -161,11 +172,13 @@ def model_for_weights(weights: Any) -> str:
         config_json = checkpoint_config_json(str(weights))
         picked = model_for_checkpoint(config_json) if config_json is not None else None
     if picked is None:
-        raise error("E0857", "load() was given no model, and its weights do not name their "
-                    "architecture (a GGUF file or a Hugging Face checkpoint with a "
-                    "config.json does)",
-                    help="name the model: load('std.models.llama', weights=...), or a .linnet "
-                         "file")
+        raise error(
+            "E0857",
+            "load() was given no model, and its weights do not name their "
+            "architecture (a GGUF file or a Hugging Face checkpoint with a "
+            "config.json does)",
+            help="name the model: load('std.models.llama', weights=...), or a .linnet file",
+        )
     return picked[0]
 
 
@@ -183,11 +196,14 @@ def check_not_hub_id(text: str, flag: str = "") -> None:
         return
     local = text.split("/")[1]
     given = f"{flag} {text}" if flag else text
-    raise error("E0797", f"`{text}` is not a file or directory here; it looks like a Hugging "
-                f"Face id, and Linnet does not download (it reads local files only)",
-                help=f"download it first: `huggingface-cli download {text} --local-dir "
-                     f"{local}`, then `linnet run {local}` (the model is picked from its "
-                     f"config.json; you gave `{given}`)")
+    raise error(
+        "E0797",
+        f"`{text}` is not a file or directory here; it looks like a Hugging "
+        f"Face id, and Linnet does not download (it reads local files only)",
+        help=f"download it first: `huggingface-cli download {text} --local-dir "
+        f"{local}`, then `linnet run {local}` (the model is picked from its "
+        f"config.json; you gave `{given}`)",
+    )
 
 
 def checkpoint_config_json(weights: str | None) -> Path | None:
@@ -206,23 +222,35 @@ def _checkpoint_directory(directory: Path, weights: str | None) -> tuple[str, Pa
     """`linnet run DIR`: the shipped model of DIR's config.json and its file (E0795 where DIR
     is no Hugging Face checkpoint, or --weights names another)."""
     if weights is not None and Path(weights).resolve() != directory.resolve():
-        raise error("E0795", f"`linnet run {directory}` runs the checkpoint in that directory, "
-                    f"and --weights names another ({weights})",
-                    help=f"give the checkpoint once: `linnet run {directory}`, or a model and "
-                         f"its weights: `linnet run model.linnet --weights {weights}`")
+        raise error(
+            "E0795",
+            f"`linnet run {directory}` runs the checkpoint in that directory, "
+            f"and --weights names another ({weights})",
+            help=f"give the checkpoint once: `linnet run {directory}`, or a model and "
+            f"its weights: `linnet run model.linnet --weights {weights}`",
+        )
     config_json = directory / "config.json"
     picked = model_for_checkpoint(config_json) if config_json.is_file() else None
     if picked is None:
         models = sorted(p.name for p in directory.glob("*.linnet"))
-        hint = (f"to run a model of that folder, name its file: `linnet run "
-                f"{directory / models[0]}`" if models else
-                "pass the directory a Hugging Face checkpoint was downloaded or saved to "
-                "(`save_pretrained` writes config.json beside the safetensors files), or a "
-                "model and its weights: `linnet run std.models.llama --weights DIR`")
-        what = "no config.json" if not config_json.is_file() else \
-            "a config.json that names no architecture (no `architectures`, no `model_type`)"
-        raise error("E0795", f"`{directory}` is a directory with {what}: not a Hugging Face "
-                    "checkpoint Linnet can pick a model for", help=hint)
+        hint = (
+            f"to run a model of that folder, name its file: `linnet run {directory / models[0]}`"
+            if models
+            else "pass the directory a Hugging Face checkpoint was downloaded or saved to "
+            "(`save_pretrained` writes config.json beside the safetensors files), or a "
+            "model and its weights: `linnet run std.models.llama --weights DIR`"
+        )
+        what = (
+            "no config.json"
+            if not config_json.is_file()
+            else "a config.json that names no architecture (no `architectures`, no `model_type`)"
+        )
+        raise error(
+            "E0795",
+            f"`{directory}` is a directory with {what}: not a Hugging Face "
+            "checkpoint Linnet can pick a model for",
+            help=hint,
+        )
     name, why = picked
     return f"linnet: {config_json.name}'s {why}: running {name}", model_file(name)
 
@@ -255,12 +283,17 @@ def run_setup(args: argparse.Namespace) -> RunSetup:
         check_not_hub_id(weights, "--weights")
     if is_gguf(file) or (file is None and is_gguf(weights)):
         # `linnet run x.gguf`: the file names its architecture, and so the model.
-        if file is not None and weights is not None and \
-                Path(weights).resolve() != Path(file).resolve():
-            raise error("E0795", f"`linnet run {file}` runs that GGUF file, and --weights "
-                        f"names another ({weights})",
-                        help=f"give the file once: `linnet run {file}`, or a model and its "
-                             f"weights: `linnet run std.models.llama --weights {weights}`")
+        if (
+            file is not None
+            and weights is not None
+            and Path(weights).resolve() != Path(file).resolve()
+        ):
+            raise error(
+                "E0795",
+                f"`linnet run {file}` runs that GGUF file, and --weights names another ({weights})",
+                help=f"give the file once: `linnet run {file}`, or a model and its "
+                f"weights: `linnet run std.models.llama --weights {weights}`",
+            )
         weights = file or weights
         name, why = gguf_model(weights)
         notes.append(f"linnet: {Path(weights).name}'s {why}: running {name}")
@@ -287,8 +320,11 @@ def run_setup(args: argparse.Namespace) -> RunSetup:
     # config of their own (a bare safetensors file), the toy config of the default model.
     own_config = is_gguf(weights) or checkpoint_config_json(weights) is not None
     config_name = args.config
-    if config_name is None and (weights is None or (file is None and not own_config)) \
-            and has_config(model, DEMO_CONFIG):
+    if (
+        config_name is None
+        and (weights is None or (file is None and not own_config))
+        and has_config(model, DEMO_CONFIG)
+    ):
         config_name = DEMO_CONFIG
     config = load_config(config_name, [], str(model)) if config_name else {}
     if sets:
@@ -311,11 +347,15 @@ def check_config_keys(model: Path, keys: list[str], program: Program | None = No
     """
     decl = find_model(program or Program.from_file(model), None)
     known = [g.name for g in decl.generics] + sorted(
-        m.name for m in decl.members if m.kind == "config")
+        m.name for m in decl.members if m.kind == "config"
+    )
     for key in keys:
         if key not in known:
-            raise error("E0602", f"`--set {key}=...`: `{key}` is not a generic or config of "
-                        f"model `{decl.name}`", help=config_key_help(key, known))
+            raise error(
+                "E0602",
+                f"`--set {key}=...`: `{key}` is not a generic or config of model `{decl.name}`",
+                help=config_key_help(key, known),
+            )
 
 
 def check_threads(threads: Any, cores: int) -> None:
@@ -331,14 +371,19 @@ def check_threads(threads: Any, cores: int) -> None:
     if threads is None:
         return
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-        raise error("E0799", f"--threads {threads}: run on at least one CPU thread",
-                    help="e.g. --threads 1 (steady on a shared machine), or leave it out to "
-                         "let linnet run choose")
+        raise error(
+            "E0799",
+            f"--threads {threads}: run on at least one CPU thread",
+            help="e.g. --threads 1 (steady on a shared machine), or leave it out to "
+            "let linnet run choose",
+        )
     if threads > cores:
-        raise error("E0799", f"--threads {threads}: this process may run on {cores} CPU(s); "
-                    "more threads than CPUs only wait for each other",
-                    help=f"give at most --threads {cores}, or leave it out to let linnet run "
-                         "choose")
+        raise error(
+            "E0799",
+            f"--threads {threads}: this process may run on {cores} CPU(s); "
+            "more threads than CPUs only wait for each other",
+            help=f"give at most --threads {cores}, or leave it out to let linnet run choose",
+        )
 
 
 def threads_from_environment(environ: Any = None) -> str | None:
@@ -349,12 +394,12 @@ def threads_from_environment(environ: Any = None) -> str | None:
     'OMP_NUM_THREADS'
     """
     env = os.environ if environ is None else environ
-    return next((k for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if env.get(k, "").strip()),
-                None)
+    return next((k for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if env.get(k, "").strip()), None)
 
 
-def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
-                    write: Callable[[Path], None] | None = None) -> Path:
+def demo_checkpoint(
+    model: Path, config: dict[str, Any], seed: int, write: Callable[[Path], None] | None = None
+) -> Path:
     """The demo's deterministic random checkpoint for ``model``, ``config`` and ``seed``
     under $LINNET_HOME/demo, made once (to a temporary name, renamed into place) by the one
     generator every runtime shares (:mod:`linnet.lang.weights.demo`): `linnet run` and
@@ -364,8 +409,7 @@ def demo_checkpoint(model: Path, config: dict[str, Any], seed: int,
     >>> demo_checkpoint(Path("llama.linnet"), cfg, 0)   # doctest: +SKIP
     PosixPath('/home/me/.cache/linnet/demo/llama-3f2a....safetensors')
     """
-    key = hashlib.sha256(f"{GENERATOR}{model.read_text()}{sorted(config.items())}{seed}"
-                         .encode())
+    key = hashlib.sha256(f"{GENERATOR}{model.read_text()}{sorted(config.items())}{seed}".encode())
     name = f"{model.stem}-{key.hexdigest()[:12]}.safetensors"
     path = linnet_home() / "demo" / name
     if not path.is_file() or path.is_symlink():

@@ -33,8 +33,9 @@ from linnet.lang.syntax.program import Program
 Found = tuple[str, float, float, str] | None
 
 
-def case_graph(program: Program, op: Any, case: KernelCase,
-               scalar: Callable[[str, str], Any]) -> tuple[Program, Graph]:
+def case_graph(
+    program: Program, op: Any, case: KernelCase, scalar: Callable[[str, str], Any]
+) -> tuple[Program, Graph]:
     """The one-op wrapper program of a kernel check's ``case`` and its entry's graph;
     ``scalar(dtype, name)`` gives each scalar parameter's value.
 
@@ -52,8 +53,10 @@ def shape_found(name: str, got: Sequence[int], want: Sequence[int]) -> tuple[Fou
     >>> shape_found("result", [2], [3])[0][0]
     "result has shape [2], the body's [3]"
     """
-    return ((f"{name} has shape {list(got)}, the body's {list(want)}", float("inf"), 0.0, ""),
-            float("inf"))
+    return (
+        (f"{name} has shape {list(got)}, the body's {list(want)}", float("inf"), 0.0, ""),
+        float("inf"),
+    )
 
 
 def nan_found(name: str, count: int, first: Sequence[int]) -> tuple[Found, float]:
@@ -62,9 +65,16 @@ def nan_found(name: str, count: int, first: Sequence[int]) -> tuple[Found, float
     >>> nan_found("result", 2, [0, 1])[0][3]
     'result[0, 1]'
     """
-    return ((f"{count} element(s) of the {name} are NaN where the body's are not (lanes the "
-             "kernel never stored?), the first", float("inf"), 0.0,
-             position(name, list(first))), float("inf"))
+    return (
+        (
+            f"{count} element(s) of the {name} are NaN where the body's are not (lanes the "
+            "kernel never stored?), the first",
+            float("inf"),
+            0.0,
+            position(name, list(first)),
+        ),
+        float("inf"),
+    )
 
 
 # Float types whose body rounds every step to few bits: their results are also held to the
@@ -83,21 +93,26 @@ def exact_case(case: KernelCase, wide: str = "f64") -> KernelCase | None:
     ...                       "i": ((3,), "i32")}, {}, [((3,), "bf16")])).params
     {'x': ((3,), 'f64'), 'i': ((3,), 'i32')}
     """
+
     def widen(dtype: Any) -> Any:
         return wide if dtype in SHORT_FLOATS else dtype
 
     if not any(d in SHORT_FLOATS for _, d in [*case.params.values(), *case.results]):
         return None
-    return replace(case, generics={k: widen(v) for k, v in case.generics.items()},
-                   params={n: (s, widen(d)) for n, (s, d) in case.params.items()},
-                   results=[(s, widen(d)) for s, d in case.results])
+    return replace(
+        case,
+        generics={k: widen(v) for k, v in case.generics.items()},
+        params={n: (s, widen(d)) for n, (s, d) in case.params.items()},
+        results=[(s, widen(d)) for s, d in case.results],
+    )
 
 
-def no_further_than_the_body(compare: Callable[[Any, Any, str, str], tuple[Found, float]],
-                             want: Sequence[Any],
-                             exact: Callable[[], Sequence[Any] | None],
-                             as_f64: Callable[[Any], Any]
-                             ) -> Callable[[Any, Any, str, str], tuple[Found, float]]:
+def no_further_than_the_body(
+    compare: Callable[[Any, Any, str, str], tuple[Found, float]],
+    want: Sequence[Any],
+    exact: Callable[[], Sequence[Any] | None],
+    as_f64: Callable[[Any], Any],
+) -> Callable[[Any, Any, str, str], tuple[Found, float]]:
     """``compare``, except that a 16-bit result found to differ from the body's (``want``)
     passes where every element is within the tolerance of the exact result (``exact()``: the
     body of :func:`exact_case`, widened, run only the first time a result needs it; None
@@ -148,10 +163,13 @@ class KernelFault(Exception):
     """
 
 
-def check_launch(case: KernelCase, want: Sequence[Any],
-                 launch: Callable[[], tuple[Sequence[Any], int, bool]],
-                 compare: Callable[[Any, Any, str, str], tuple[Found, float]],
-                 via: str = "") -> KernelCheck:
+def check_launch(
+    case: KernelCase,
+    want: Sequence[Any],
+    launch: Callable[[], tuple[Sequence[Any], int, bool]],
+    compare: Callable[[Any, Any, str, str], tuple[Found, float]],
+    via: str = "",
+) -> KernelCheck:
     """One kernel check: ``launch()`` runs the kernel, returning its results, how many
     launches ran and whether f32 products ran in TF32; each result is compared with the
     body's (``want``) by the runtime's ``compare(got, want, dtype, name)``. A launch that
@@ -166,12 +184,21 @@ def check_launch(case: KernelCase, want: Sequence[Any],
     except KernelFault as exc:
         return KernelCheck(case, float("inf"), finding(case, str(exc), via=via))
     except Exception as exc:  # a kernel that fails to compile or run is a finding
-        return KernelCheck(case, float("inf"), finding(
-            case, f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-            via=via))
+        return KernelCheck(
+            case,
+            float("inf"),
+            finding(
+                case,
+                f"the launch failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+                via=via,
+            ),
+        )
     if launches == 0:
-        return KernelCheck(case, float("inf"), finding(
-            case, "the kernel did not launch (the generated code ran the body)", via=via))
+        return KernelCheck(
+            case,
+            float("inf"),
+            finding(case, "the kernel did not launch (the generated code ran the body)", via=via),
+        )
     worst = 0.0
     for k, (g, w) in enumerate(zip(got, want)):
         name = "result" if len(want) == 1 else f"result {k}"

@@ -65,6 +65,7 @@ LANES = 1 << 16
 BUDGET = 4_000_000
 STEP_COST = 64
 
+
 @dataclass(frozen=True)
 class AccessFault:
     """One access that is wrong whatever the data (see the module docstring).
@@ -114,11 +115,16 @@ class AccessFault:
         if self.kind == "out of bounds":
             verb = {"load": "reads", "store": "writes", "atomic_add": "adds to"}[self.op]
             n = self.shape[self.axis]
-            return (f"`{self.op}` {verb} {at}, outside `{self.tensor}` ({typ}: axis {self.axis} "
-                    f"has {n} {'entry' if n == 1 else 'entries'}), {self.where()}")
-        return (f"`{self.op}` of {at} {self.where()} races with the `store` of program "
-                f"{self.other}" + (f" ({self.other_loc})" if self.other_loc else "")
-                + ": programs run in any order, and no `atomic_add` orders the two")
+            return (
+                f"`{self.op}` {verb} {at}, outside `{self.tensor}` ({typ}: axis {self.axis} "
+                f"has {n} {'entry' if n == 1 else 'entries'}), {self.where()}"
+            )
+        return (
+            f"`{self.op}` of {at} {self.where()} races with the `store` of program "
+            f"{self.other}"
+            + (f" ({self.other_loc})" if self.other_loc else "")
+            + ": programs run in any order, and no `atomic_add` orders the two"
+        )
 
 
 def access_faults(k: TileKernel) -> list[AccessFault]:
@@ -221,8 +227,13 @@ class Tile:
 
     __slots__ = ("data", "factors", "live", "shape")
 
-    def __init__(self, shape: tuple[int, ...], live: tuple[int, ...], data: list[Any],
-                 factors: tuple[Tile, ...] = ()) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        live: tuple[int, ...],
+        data: list[Any],
+        factors: tuple[Tile, ...] = (),
+    ) -> None:
         self.shape, self.live, self.data, self.factors = shape, live, data, factors
 
     @staticmethod
@@ -245,8 +256,12 @@ class Tile:
         if shape == self.shape:
             return self
         shift = len(shape) - len(self.shape)
-        return Tile(shape, tuple(a + shift for a in self.live), self.data,
-                    tuple(f.broadcast(shape) for f in self.factors))
+        return Tile(
+            shape,
+            tuple(a + shift for a in self.live),
+            self.data,
+            tuple(f.broadcast(shape) for f in self.factors),
+        )
 
 
 def _live(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -257,7 +272,7 @@ def _live(shape: tuple[int, ...]) -> tuple[int, ...]:
 def _spread(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int, ...]:
     """For each element of a ``dst``-shaped tile (row-major), the position in a ``src``-shaped
     tile of the same rank broadcast to it (its axes of size 1 repeated)."""
-    strides = [math.prod(src[i + 1:]) if src[i] != 1 else 0 for i in range(len(src))]
+    strides = [math.prod(src[i + 1 :]) if src[i] != 1 else 0 for i in range(len(src))]
     out = [0]
     for size, stride in zip(dst, strides):
         out = [o + j * stride for o in out for j in range(size)]
@@ -267,7 +282,7 @@ def _spread(src: tuple[int, ...], dst: tuple[int, ...]) -> tuple[int, ...]:
 @lru_cache(maxsize=1024)
 def _permuted(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
     """For each element of the transposed tile, its position in the tile."""
-    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     out = [0]
     for axis in perm:
         out = [o + j * strides[axis] for o in out for j in range(shape[axis])]
@@ -336,8 +351,7 @@ def _reduce(t: Tile, kind: str, axes: list[int], shape: tuple[int, ...]) -> Tile
     groups: dict[tuple[int, ...], list[Any]] = {}
     for j, x in enumerate(data):
         c = _coords(j, dims)
-        groups.setdefault(tuple(c[i] for i, a in enumerate(full) if a not in axes),
-                          []).append(x)
+        groups.setdefault(tuple(c[i] for i, a in enumerate(full) if a not in axes), []).append(x)
     out = [fn(groups[key]) for key in sorted(groups)]
     if len(out) != math.prod(shape):
         return None
@@ -349,15 +363,23 @@ def _logical(fn: Callable[[bool, bool], bool]) -> Callable[[Any, Any], bool]:
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
     # Linnet's integer division floors and its remainder takes the divisor's sign: Python's.
-    "div": operator.floordiv, "rem": operator.mod,
-    "maximum": max, "minimum": min,
-    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
-    "eq": operator.eq, "ne": operator.ne, "or": _logical(operator.or_),
+    "div": operator.floordiv,
+    "rem": operator.mod,
+    "maximum": max,
+    "minimum": min,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "or": _logical(operator.or_),
 }
-_UNARY: dict[str, Callable[[Any], Any]] = {"neg": operator.neg, "abs": abs,
-                                           "not": operator.not_}
+_UNARY: dict[str, Callable[[Any], Any]] = {"neg": operator.neg, "abs": abs, "not": operator.not_}
 
 
 def _witness(factors: list[Tile], shape: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -389,8 +411,13 @@ def _witness(factors: list[Tile], shape: tuple[int, ...]) -> tuple[int, ...] | N
 class _Run:
     """The kernel's integer steps run for one program after another; the faults found."""
 
-    def __init__(self, k: TileKernel, shapes: dict[str, tuple[tuple[int, ...], str]],
-                 needed: set[str], tracked: set[str]) -> None:
+    def __init__(
+        self,
+        k: TileKernel,
+        shapes: dict[str, tuple[tuple[int, ...], str]],
+        needed: set[str],
+        tracked: set[str],
+    ) -> None:
         self.k, self.shapes, self.needed, self.tracked = k, shapes, needed, tracked
         self.program: tuple[int, ...] = ()
         self.loops: tuple[tuple[str, int], ...] = ()
@@ -473,8 +500,11 @@ class _Run:
             return Tile.scalar(self.program[a["axis"]])
         if s.op == "iota":
             axis = a["axis"]
-            return Tile(shape, _live(shape)[:0] + ((axis,) if shape[axis] != 1 else ()),
-                        list(range(shape[axis])))
+            return Tile(
+                shape,
+                _live(shape)[:0] + ((axis,) if shape[axis] != 1 else ()),
+                list(range(shape[axis])),
+            )
         if s.op == "broadcast":
             return tiles[0].broadcast(shape)
         if s.op == "reshape":
@@ -525,8 +555,13 @@ class _Run:
         placed = [Tile(tile, tuple(p + x for x in v.live), v.data) for v, p in zip(index, at)]
         # The same indices and mask as at another program or iteration: nothing new.
         # (Its hash is kept, not the tuple: thousands of big tuples slow the collector.)
-        key = hash((id(s), *((v.live, tuple(v.data)) for v in placed),
-                    *((f.live, tuple(f.data)) for f in active)))
+        key = hash(
+            (
+                id(s),
+                *((v.live, tuple(v.data)) for v in placed),
+                *((f.live, tuple(f.data)) for f in active),
+            )
+        )
         self.spend(0)
         if id(s) not in self.faults and key not in self.seen:
             self.seen.add(key)
@@ -538,19 +573,19 @@ class _Run:
                 bad = Tile(tile, v.live, [not 0 <= x < n for x in v.data])
                 lane = _witness([bad, *active], tile)
                 if lane is not None:
-                    self.faults[id(s)] = self.fault("out of bounds", s, tensor, placed, lane,
-                                                    axis)
+                    self.faults[id(s)] = self.fault("out of bounds", s, tensor, placed, lane, axis)
                     break
         if tensor in self.tracked and not self.synced and math.prod(tile) <= LANES:
             self.spend(math.prod(tile))
             self.track(s, tensor, placed, active, tile)
 
-    def track(self, s: Step, tensor: str, placed: list[Tile], active: list[Tile],
-              tile: tuple[int, ...]) -> None:
+    def track(
+        self, s: Step, tensor: str, placed: list[Tile], active: list[Tile], tile: tuple[int, ...]
+    ) -> None:
         """Record which elements this program stores or loads; a race where another program
         did the other."""
         size = self.shapes[tensor][0]
-        strides = [math.prod(size[i + 1:]) for i in range(len(size))]
+        strides = [math.prod(size[i + 1 :]) for i in range(len(size))]
         full = tuple(range(len(tile)))
         columns = [v.over(full) for v in placed]
         mask = Tile(tile, (), [True], tuple(active)).over(full) if active else None
@@ -576,10 +611,21 @@ class _Run:
             elif s.op == "store":
                 for x in loaded.get(flat, []):
                     if x.program != self.program:  # it loaded what this program now stores
-                        self.add_race(AccessFault(
-                            "race", "load", tensor, *self.shapes[tensor], x.loc, x.element,
-                            x.program, lane=x.lane, loops=x.loops, other=self.program,
-                            other_loc=s.loc))
+                        self.add_race(
+                            AccessFault(
+                                "race",
+                                "load",
+                                tensor,
+                                *self.shapes[tensor],
+                                x.loc,
+                                x.element,
+                                x.program,
+                                lane=x.lane,
+                                loops=x.loops,
+                                other=self.program,
+                                other_loc=s.loc,
+                            )
+                        )
                         return
                 stored.setdefault(flat, (self.program, s.loc))
 
@@ -587,12 +633,29 @@ class _Run:
         if not any(r.tensor == fault.tensor for r in self.races):  # one a tensor
             self.races.append(fault)
 
-    def fault(self, kind: str, s: Step, tensor: str, placed: list[Tile],
-              lane: tuple[int, ...], axis: int = -1) -> AccessFault:
+    def fault(
+        self,
+        kind: str,
+        s: Step,
+        tensor: str,
+        placed: list[Tile],
+        lane: tuple[int, ...],
+        axis: int = -1,
+    ) -> AccessFault:
         shape, dtype = self.shapes[tensor]
-        return AccessFault(kind, s.op, tensor, shape, dtype, s.loc,
-                           tuple(_at(v, lane) for v in placed), self.program, axis, lane,
-                           self.loops)
+        return AccessFault(
+            kind,
+            s.op,
+            tensor,
+            shape,
+            dtype,
+            s.loc,
+            tuple(_at(v, lane) for v in placed),
+            self.program,
+            axis,
+            lane,
+            self.loops,
+        )
 
 
 def _at(t: Tile, lane: tuple[int, ...]) -> Any:

@@ -75,8 +75,9 @@ class Use:
         else:
             name = self.target.lstrip("%")
         names = dim_names(graph, self.size)
-        size = f"size {self.size}" + (f" = {names[0]}" if len(names) == 1 else
-                                      f": {' or '.join(names)}" if names else "")
+        size = f"size {self.size}" + (
+            f" = {names[0]}" if len(names) == 1 else f": {' or '.join(names)}" if names else ""
+        )
         loc = user_loc(graph, self.step, self.loc) if graph is not None else self.loc
         where = f" at {loc}" if loc else ""
         return f"axis {self.axis} ({size}) of {kind} `{name}`{where}"
@@ -92,8 +93,13 @@ def user_loc(graph: Graph, step: int, loc: str) -> str:
     if loc.startswith("std/"):
         best = None
         for call in graph.calls:
-            if call.start <= step < call.stop and call.loc and not call.loc.startswith("std/") \
-                    and call.kind != "entry" and (best is None or call.depth > best.depth):
+            if (
+                call.start <= step < call.stop
+                and call.loc
+                and not call.loc.startswith("std/")
+                and call.kind != "entry"
+                and (best is None or call.depth > best.depth)
+            ):
                 best = call
         loc = best.loc if best is not None else loc
     file, _, line = loc.rpartition(":")
@@ -137,8 +143,10 @@ class StaticViolation:
 
     def message(self, graph: Graph) -> str:
         """One line: the step, what it indexes, the values and the valid ones."""
-        return (f"step {self.use.step} ({self.use.op}) indexes {self.use.describe(graph)} "
-                f"with values {self.lo}..{self.hi}, outside 0..{self.use.size - 1}")
+        return (
+            f"step {self.use.step} ({self.use.op}) indexes {self.use.describe(graph)} "
+            f"with values {self.lo}..{self.hi}, outside 0..{self.use.size - 1}"
+        )
 
 
 @dataclass
@@ -349,21 +357,25 @@ def _solve(t: Term, n: int, xmin: int, xmax: int) -> tuple[int | None, int | Non
     line, found by bisection (exact, whatever the composition of the ends)."""
     low, high = t.low, t.high
     if t.direction > 0:
-        a = _first(lambda x: low(x) >= 0, xmin, xmax)            # [a, xmax]
-        c = _first(lambda x: high(x) > n - 1, xmin, xmax)        # [xmin, c - 1]
+        a = _first(lambda x: low(x) >= 0, xmin, xmax)  # [a, xmax]
+        c = _first(lambda x: high(x) > n - 1, xmin, xmax)  # [xmin, c - 1]
         xlo, xhi = a, (xmax if c is None else c - 1)
     else:
-        a = _first(lambda x: low(x) < 0, xmin, xmax)             # [xmin, a - 1]
-        c = _first(lambda x: high(x) <= n - 1, xmin, xmax)       # [c, xmax]
+        a = _first(lambda x: low(x) < 0, xmin, xmax)  # [xmin, a - 1]
+        c = _first(lambda x: high(x) <= n - 1, xmin, xmax)  # [c, xmax]
         xlo, xhi = c, (xmax if a is None else a - 1)
     if xlo is None or xhi < xlo:
         return None, None, True
     return (None if xlo == xmin else xlo), (None if xhi == xmax else xhi), False
 
 
-_DTYPE_RANGES = {"i8": (-(2 ** 7), 2 ** 7 - 1), "i16": (-(2 ** 15), 2 ** 15 - 1),
-                 "i32": (-(2 ** 31), 2 ** 31 - 1), "i64": (-(2 ** 63), 2 ** 63 - 1),
-                 "u8": (0, 255)}
+_DTYPE_RANGES = {
+    "i8": (-(2**7), 2**7 - 1),
+    "i16": (-(2**15), 2**15 - 1),
+    "i32": (-(2**31), 2**31 - 1),
+    "i64": (-(2**63), 2**63 - 1),
+    "u8": (0, 255),
+}
 
 
 # ---------------------------------------------------------------- the analysis
@@ -387,8 +399,11 @@ def input_bounds(graph: Graph) -> Bounds:
     env: dict[str, Abstract] = {}
     for name in graph.inputs:
         vt = graph.values.get(name)
-        env[name] = (Term.of_input(name) if vt is not None and vt.dtype in INTS
-                     else Opaque(frozenset({name})))
+        env[name] = (
+            Term.of_input(name)
+            if vt is not None and vt.dtype in INTS
+            else Opaque(frozenset({name}))
+        )
     out = Bounds()
     lows: dict[str, tuple[int, Use]] = {}
     highs: dict[str, tuple[int, Use]] = {}
@@ -449,7 +464,7 @@ def input_bounds(graph: Graph) -> Bounds:
     return out
 
 
-_MIN, _MAX = -(2 ** 63), 2 ** 63
+_MIN, _MAX = -(2**63), 2**63
 
 
 # ---------------------------------------------------------------- the rules
@@ -608,11 +623,15 @@ _VALUES: dict[str, ValueRule] = {
     "take": _read_rule,
     "gather": _read_rule,
 }
-_INDICES: dict[str, IndexRule] = {"take": _take_index, "gather": _gather_indices,
-                                  "scatter": _scatter_indices}
+_INDICES: dict[str, IndexRule] = {
+    "take": _take_index,
+    "gather": _gather_indices,
+    "scatter": _scatter_indices,
+}
 
 BOUNDS_RULES: dict[str, BoundsRule] = {
-    name: BoundsRule(_VALUES[name], _INDICES.get(name, _no_indices)) for name in PRIMITIVES}
+    name: BoundsRule(_VALUES[name], _INDICES.get(name, _no_indices)) for name in PRIMITIVES
+}
 """Each primitive's part in the one integer range analysis (see the module docstring): how
 its result's abstract value follows from its operands', and which of its operands index an
 axis that must hold them. ``tests/test_coverage.py`` checks every primitive has a rule. The
@@ -630,8 +649,14 @@ def _read(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
         return Term.const(min(lo, 0), max(hi, 0)) if zero else Term.const(lo, hi)
     shape = _shape(graph, step.operands[0])
     axes = [step.attributes.get("axis", 0)] if step.op == "take" else list(range(len(idx)))
-    inside = all(isinstance(x, Term) and x.known and x.interval()[0] >= 0
-                 and a < len(shape) and x.interval()[1] < shape[a] for a, x in zip(axes, idx))
+    inside = all(
+        isinstance(x, Term)
+        and x.known
+        and x.interval()[0] >= 0
+        and a < len(shape)
+        and x.interval()[1] < shape[a]
+        for a, x in zip(axes, idx)
+    )
     if inside or not zero:
         return data  # some of the input's elements (an unchecked read never reads 0)
     return _opaque(data, *idx)
@@ -727,21 +752,28 @@ def check_static(graph: Graph, entry: str) -> None:
         return
     v = found[0]
     what = v.use.describe(graph)
-    culprits = [f"`{name.lstrip('%')}` is {list(graph.values[name].shape)}"
-                for name in graph.inputs
-                if v.hi >= v.use.size and v.hi + 1 in graph.values[name].shape]
+    culprits = [
+        f"`{name.lstrip('%')}` is {list(graph.values[name].shape)}"
+        for name in graph.inputs
+        if v.hi >= v.use.size and v.hi + 1 in graph.values[name].shape
+    ]
     names = dim_names(graph, v.use.size)
     dim = f" ({' or '.join(names)} = {v.use.size})" if names else ""
     verb = "write" if v.use.op == "scatter" else "read"
     if culprits:
         raise coded_error(
-            "E0782", f"the shapes of the inputs of `{entry}` (input {', '.join(culprits)}) make "
+            "E0782",
+            f"the shapes of the inputs of `{entry}` (input {', '.join(culprits)}) make "
             f"step {v.use.step} ({v.use.op}) {verb} positions {v.lo}..{v.hi} of {what}, which "
-            f"holds {v.use.size}", help=f"an input is longer than the axis it indexes{dim}: "
+            f"holds {v.use.size}",
+            help=f"an input is longer than the axis it indexes{dim}: "
             f"e.g. a prompt longer than the KV cache; shorten the input to at most "
-            f"{v.use.size} along that axis, or load the model with a larger size in the config")
+            f"{v.use.size} along that axis, or load the model with a larger size in the config",
+        )
     raise coded_error(
-        "E0782", f"`{entry}` would {verb} positions {v.lo}..{v.hi} of {what}, which holds "
+        "E0782",
+        f"`{entry}` would {verb} positions {v.lo}..{v.hi} of {what}, which holds "
         f"{v.use.size} (step {v.use.step}, {v.use.op})",
         help=f"the model indexes past the end of that axis for these dims{dim}: check the "
-             "config's sizes and the model's constant indices")
+        "config's sizes and the model's constant indices",
+    )

@@ -35,9 +35,17 @@ class Builder:
         self._used[hint] = n + 1
         return f"%{hint}" if n == 0 else f"%{hint}.{n}"
 
-    def emit(self, op: str, operands: list[str], shape: tuple[Dim, ...], dtype: str,
-             attrs: dict[str, Any] | None = None, hint: str = "", span: Span | None = None,
-             labels: tuple[str, ...] | None = None) -> Tensor:
+    def emit(
+        self,
+        op: str,
+        operands: list[str],
+        shape: tuple[Dim, ...],
+        dtype: str,
+        attrs: dict[str, Any] | None = None,
+        hint: str = "",
+        span: Span | None = None,
+        labels: tuple[str, ...] | None = None,
+    ) -> Tensor:
         if self.graph is None:
             return Tensor("%?", shape, dtype, labels=labels)
         attrs = attrs or {}
@@ -45,12 +53,27 @@ class Builder:
         # read a state are never shared: a write may come between them.
         states = self.graph.states
         shared = not any(o[1:] in states for o in operands if o.startswith("@"))
-        name = self.emit_step(op, operands, ValueType(tuple(_concrete(d) for d in shape), dtype),
-                              attrs, hint, self._loc(span), attrs_key(attrs) if shared else None)
+        name = self.emit_step(
+            op,
+            operands,
+            ValueType(tuple(_concrete(d) for d in shape), dtype),
+            attrs,
+            hint,
+            self._loc(span),
+            attrs_key(attrs) if shared else None,
+        )
         return Tensor(name, shape, dtype, labels=labels)
 
-    def emit_step(self, op: str, operands: list[str], vtype: ValueType, attrs: dict[str, Any],
-                  hint: str, loc: str, key_attrs: str | None) -> str:
+    def emit_step(
+        self,
+        op: str,
+        operands: list[str],
+        vtype: ValueType,
+        attrs: dict[str, Any],
+        hint: str,
+        loc: str,
+        key_attrs: str | None,
+    ) -> str:
         """:meth:`emit` with the concrete type, the location and the attributes' part of the
         common-subexpression key (:func:`attrs_key`; None: never shared) already computed, as
         replaying a recorded step does (check/instantiate.py). Returns the result's name."""
@@ -71,8 +94,9 @@ class Builder:
         self.graph.steps.append(Step(op, list(operands), [name], dict(attrs), loc))
         return name
 
-    def effect(self, op: str, operands: list[str], attrs: dict[str, Any],
-               span: Span | None) -> None:
+    def effect(
+        self, op: str, operands: list[str], attrs: dict[str, Any], span: Span | None
+    ) -> None:
         if self.graph is not None:
             self.graph.steps.append(Step(op, list(operands), [], dict(attrs), self._loc(span)))
 
@@ -81,8 +105,12 @@ class Builder:
         g = self.graph
         # Only a value the last step just made can take a name; a shared (CSE) value keeps
         # the name it already has, which other steps use.
-        if g is None or not g.steps or g.steps[-1].results != [tensor.ref] \
-                or tensor.ref != self._last_fresh:
+        if (
+            g is None
+            or not g.steps
+            or g.steps[-1].results != [tensor.ref]
+            or tensor.ref != self._last_fresh
+        ):
             return tensor
         old = tensor.ref
         if not (force or old.startswith("%t")) or hint in ("", "_"):
@@ -114,13 +142,31 @@ class Builder:
             self._locs[key] = hit
         return hit[1]
 
-    def open_call(self, callee: str, kind: str, path: str, span: Span | None,
-                  attrs: dict[str, Any] | None = None, iteration: int | None = None,
-                  repeated: str = "") -> Call | None:
+    def open_call(
+        self,
+        callee: str,
+        kind: str,
+        path: str,
+        span: Span | None,
+        attrs: dict[str, Any] | None = None,
+        iteration: int | None = None,
+        repeated: str = "",
+    ) -> Call | None:
         if self.graph is None:
             return None
-        call = Call(callee, kind, len(self.graph.steps), -1, self._call_index, path,
-                    self.depth, self._loc(span), dict(attrs or {}), iteration, repeated)
+        call = Call(
+            callee,
+            kind,
+            len(self.graph.steps),
+            -1,
+            self._call_index,
+            path,
+            self.depth,
+            self._loc(span),
+            dict(attrs or {}),
+            iteration,
+            repeated,
+        )
         self._call_index += 1
         self.graph.calls.append(call)
         self.depth += 1

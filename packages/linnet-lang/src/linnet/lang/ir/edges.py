@@ -34,8 +34,12 @@ import math
 from typing import Any
 
 INT_RANGES: dict[str, tuple[int, int]] = {
-    "i8": (-(2 ** 7), 2 ** 7 - 1), "i16": (-(2 ** 15), 2 ** 15 - 1),
-    "i32": (-(2 ** 31), 2 ** 31 - 1), "i64": (-(2 ** 63), 2 ** 63 - 1), "u8": (0, 255)}
+    "i8": (-(2**7), 2**7 - 1),
+    "i16": (-(2**15), 2**15 - 1),
+    "i32": (-(2**31), 2**31 - 1),
+    "i64": (-(2**63), 2**63 - 1),
+    "u8": (0, 255),
+}
 """The smallest and largest value of each integer dtype."""
 
 FLOAT_BITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}

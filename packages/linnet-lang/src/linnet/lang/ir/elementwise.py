@@ -79,71 +79,226 @@ class Spelling:
         return PRIMITIVES[self.name]
 
 
-def _fn(name: str, torch: str | None, jax: str | None, numpy: str | None, python: str | None,
-        onnx: str | None, stablehlo: str | None, derivative: str | None = None, *,
-        triton: str | None = "", pallas: str | None = "") -> Spelling:
+def _fn(
+    name: str,
+    torch: str | None,
+    jax: str | None,
+    numpy: str | None,
+    python: str | None,
+    onnx: str | None,
+    stablehlo: str | None,
+    derivative: str | None = None,
+    *,
+    triton: str | None = "",
+    pallas: str | None = "",
+) -> Spelling:
     """A unary function; the tile kernels spell it ``tl.<name>`` and as JAX does unless
     told."""
-    return Spelling(name, torch, jax, numpy, python,
-                    f"tl.{name}({{0}})" if triton == "" else triton,
-                    jax if pallas == "" else pallas, onnx, stablehlo,
-                    (derivative,) if derivative else None)
+    return Spelling(
+        name,
+        torch,
+        jax,
+        numpy,
+        python,
+        f"tl.{name}({{0}})" if triton == "" else triton,
+        jax if pallas == "" else pallas,
+        onnx,
+        stablehlo,
+        (derivative,) if derivative else None,
+    )
 
 
-def _op(name: str, operator: str, numpy: str, onnx: str | None, stablehlo: str, *,
-        python: str | None = None, linear: bool = False, dims: bool = False,
-        triton: str | None = "") -> Spelling:
+def _op(
+    name: str,
+    operator: str,
+    numpy: str,
+    onnx: str | None,
+    stablehlo: str,
+    *,
+    python: str | None = None,
+    linear: bool = False,
+    dims: bool = False,
+    triton: str | None = "",
+) -> Spelling:
     """A binary operator, written alike in every Python target (``{0} < {1}``)."""
     text = f"{{0}} {operator} {{1}}"
-    return Spelling(name, text, text, f"np.{numpy}({{0}}, {{1}})", python or text,
-                    text if triton == "" else triton, text, onnx, stablehlo, linear=linear,
-                    dims=dims)
+    return Spelling(
+        name,
+        text,
+        text,
+        f"np.{numpy}({{0}}, {{1}})",
+        python or text,
+        text if triton == "" else triton,
+        text,
+        onnx,
+        stablehlo,
+        linear=linear,
+        dims=dims,
+    )
 
 
 _ROWS: list[Spelling] = [
-    Spelling("neg", "-{0}", "-{0}", None, "-{0}", "-{0}", "-{0}", "Neg", "stablehlo.negate",
-             linear=True, dims=True),
-    Spelling("not", "~{0}", "~{0}", "np.logical_not({0})", "not {0}", "~{0}", "~{0}", "Not",
-             "stablehlo.not"),
-    _fn("exp", "torch.exp({0})", "jnp.exp({0})", "np.exp({0})", "math.exp({0})", "Exp",
-        "stablehlo.exponential", "out"),
-    _fn("log", "torch.log({0})", "jnp.log({0})", "np.log({0})", "math.log({0})", "Log",
-        "stablehlo.log", "1.0 / x"),
+    Spelling(
+        "neg",
+        "-{0}",
+        "-{0}",
+        None,
+        "-{0}",
+        "-{0}",
+        "-{0}",
+        "Neg",
+        "stablehlo.negate",
+        linear=True,
+        dims=True,
+    ),
+    Spelling(
+        "not",
+        "~{0}",
+        "~{0}",
+        "np.logical_not({0})",
+        "not {0}",
+        "~{0}",
+        "~{0}",
+        "Not",
+        "stablehlo.not",
+    ),
+    _fn(
+        "exp",
+        "torch.exp({0})",
+        "jnp.exp({0})",
+        "np.exp({0})",
+        "math.exp({0})",
+        "Exp",
+        "stablehlo.exponential",
+        "out",
+    ),
+    _fn(
+        "log",
+        "torch.log({0})",
+        "jnp.log({0})",
+        "np.log({0})",
+        "math.log({0})",
+        "Log",
+        "stablehlo.log",
+        "1.0 / x",
+    ),
     # d sqrt(x) = 1 / (2 sqrt(x)), as torch: 0.5 / out
-    _fn("sqrt", "torch.sqrt({0})", "jnp.sqrt({0})", "np.sqrt({0})", "math.sqrt({0})", "Sqrt",
-        "stablehlo.sqrt", "0.5 / out"),
+    _fn(
+        "sqrt",
+        "torch.sqrt({0})",
+        "jnp.sqrt({0})",
+        "np.sqrt({0})",
+        "math.sqrt({0})",
+        "Sqrt",
+        "stablehlo.sqrt",
+        "0.5 / out",
+    ),
     # The derivative (-0.5 * out**3, its constant made last) is grad/rules.py's.
-    _fn("rsqrt", "torch.rsqrt({0})", "lax.rsqrt({0})", "1.0 / np.sqrt({0})",
-        "1 / math.sqrt({0})", "Reciprocal(Sqrt({0}))", "stablehlo.rsqrt"),
-    _fn("sin", "torch.sin({0})", "jnp.sin({0})", "np.sin({0})", "math.sin({0})", "Sin",
-        "stablehlo.sine", "cos(x)"),
-    _fn("cos", "torch.cos({0})", "jnp.cos({0})", "np.cos({0})", "math.cos({0})", "Cos",
-        "stablehlo.cosine", "-sin(x)"),
+    _fn(
+        "rsqrt",
+        "torch.rsqrt({0})",
+        "lax.rsqrt({0})",
+        "1.0 / np.sqrt({0})",
+        "1 / math.sqrt({0})",
+        "Reciprocal(Sqrt({0}))",
+        "stablehlo.rsqrt",
+    ),
+    _fn(
+        "sin",
+        "torch.sin({0})",
+        "jnp.sin({0})",
+        "np.sin({0})",
+        "math.sin({0})",
+        "Sin",
+        "stablehlo.sine",
+        "cos(x)",
+    ),
+    _fn(
+        "cos",
+        "torch.cos({0})",
+        "jnp.cos({0})",
+        "np.cos({0})",
+        "math.cos({0})",
+        "Cos",
+        "stablehlo.cosine",
+        "-sin(x)",
+    ),
     # Triton: 2 sigmoid(2x) - 1 (no tl.tanh in every Triton we support).
-    _fn("tanh", "torch.tanh({0})", "jnp.tanh({0})", "np.tanh({0})", "math.tanh({0})", "Tanh",
-        "stablehlo.tanh", "1.0 - out * out", triton="2 * tl.sigmoid(2 * {0}) - 1"),
-    _fn("sigmoid", "torch.sigmoid({0})", "jax.nn.sigmoid({0})", "1.0 / (1.0 + np.exp(-{0}))",
-        "1 / (1 + math.exp(-{0}))", "Sigmoid", "stablehlo.logistic", "out * (1.0 - out)"),
+    _fn(
+        "tanh",
+        "torch.tanh({0})",
+        "jnp.tanh({0})",
+        "np.tanh({0})",
+        "math.tanh({0})",
+        "Tanh",
+        "stablehlo.tanh",
+        "1.0 - out * out",
+        triton="2 * tl.sigmoid(2 * {0}) - 1",
+    ),
+    _fn(
+        "sigmoid",
+        "torch.sigmoid({0})",
+        "jax.nn.sigmoid({0})",
+        "1.0 / (1.0 + np.exp(-{0}))",
+        "1 / (1 + math.exp(-{0}))",
+        "Sigmoid",
+        "stablehlo.logistic",
+        "out * (1.0 - out)",
+    ),
     # NumPy has no erf (the reference sums math.erf), StableHLO has none (CHLO's or a
     # portable formula), Pallas cannot lower one: written by hand there, as its derivative.
-    _fn("erf", "torch.erf({0})", "jax.scipy.special.erf({0})", None, "math.erf({0})", "Erf",
-        None, pallas=None),
+    _fn(
+        "erf",
+        "torch.erf({0})",
+        "jax.scipy.special.erf({0})",
+        None,
+        "math.erf({0})",
+        "Erf",
+        None,
+        pallas=None,
+    ),
     # The derivative (sign(x), 0 at 0, none for integers) is grad/rules.py's.
-    _fn("abs", "torch.abs({0})", "jnp.abs({0})", "np.abs({0})", "abs({0})", "Abs",
-        "stablehlo.abs"),
+    _fn("abs", "torch.abs({0})", "jnp.abs({0})", "np.abs({0})", "abs({0})", "Abs", "stablehlo.abs"),
     # floor has edge values everywhere (an integer's floor, XLA's subnormals): by hand.
     _fn("floor", "torch.floor({0})", None, None, None, None, None, triton=None),
     _op("add", "+", "add", "Add", "stablehlo.add", linear=True, dims=True),
     _op("sub", "-", "subtract", "Sub", "stablehlo.subtract", linear=True, dims=True),
     _op("mul", "*", "multiply", "Mul", "stablehlo.multiply", linear=True, dims=True),
     # Triton: no pow in every Triton we support (emit/triton.py's EXPECTED_MISSING).
-    Spelling("pow", "torch.pow({0}, {1})", "jnp.power({0}, {1})", "np.power({0}, {1})",
-             "{0} ** {1}", None, "jnp.power({0}, {1})", "Pow", "stablehlo.power"),
+    Spelling(
+        "pow",
+        "torch.pow({0}, {1})",
+        "jnp.power({0}, {1})",
+        "np.power({0}, {1})",
+        "{0} ** {1}",
+        None,
+        "jnp.power({0}, {1})",
+        "Pow",
+        "stablehlo.power",
+    ),
     # NaN propagates: folding, torch (clamp against a literal), and kernels by hand.
-    Spelling("maximum", None, "jnp.maximum({0}, {1})", "np.maximum({0}, {1})", None, None,
-             None, "Max", "stablehlo.maximum"),
-    Spelling("minimum", None, "jnp.minimum({0}, {1})", "np.minimum({0}, {1})", None, None,
-             None, "Min", "stablehlo.minimum"),
+    Spelling(
+        "maximum",
+        None,
+        "jnp.maximum({0}, {1})",
+        "np.maximum({0}, {1})",
+        None,
+        None,
+        None,
+        "Max",
+        "stablehlo.maximum",
+    ),
+    Spelling(
+        "minimum",
+        None,
+        "jnp.minimum({0}, {1})",
+        "np.minimum({0}, {1})",
+        None,
+        None,
+        None,
+        "Min",
+        "stablehlo.minimum",
+    ),
     _op("lt", "<", "less", "Less", "LT"),
     _op("le", "<=", "less_equal", "LessOrEqual", "LE"),
     _op("gt", ">", "greater", "Greater", "GT"),
@@ -151,10 +306,8 @@ _ROWS: list[Spelling] = [
     _op("eq", "==", "equal", "Equal", "EQ"),
     _op("ne", "!=", "not_equal", None, "NE"),  # ONNX: Not of Equal
     # Triton: a scalar bool operand is splat through int8 (emit/triton.py's _logical).
-    _op("and", "&", "logical_and", "And", "stablehlo.and", python="bool({0} and {1})",
-        triton=None),
-    _op("or", "|", "logical_or", "Or", "stablehlo.or", python="bool({0} or {1})",
-        triton=None),
+    _op("and", "&", "logical_and", "And", "stablehlo.and", python="bool({0} and {1})", triton=None),
+    _op("or", "|", "logical_or", "Or", "stablehlo.or", python="bool({0} or {1})", triton=None),
 ]
 
 SPELLINGS: dict[str, Spelling] = {row.name: row for row in _ROWS}
@@ -166,14 +319,15 @@ elementwise primitive has one, but those in :data:`EXPECTED_MISSING`)."""
 # condition beside its operands, `convert` an attribute. Every other primitive is not
 # elementwise math.
 EXPECTED_MISSING: frozenset[str] = frozenset(
-    {"div", "rem", "select", "convert"}
-    | (set(PRIMITIVES) - in_category(Category.ELEMENTWISE)))
+    {"div", "rem", "select", "convert"} | (set(PRIMITIVES) - in_category(Category.ELEMENTWISE))
+)
 
 R = TypeVar("R")
 
 
-def spelled(column: str, make: Callable[[str, Primitive], R],
-            by_hand: dict[str, R] | None = None) -> dict[str, R]:
+def spelled(
+    column: str, make: Callable[[str, Primitive], R], by_hand: dict[str, R] | None = None
+) -> dict[str, R]:
     """A target's rules: ``make(spelling, primitive)`` for each row that spells ``column``,
     and the rules ``by_hand`` for the rest. A rule by hand for a primitive the column spells
     is an error (two rules, one of them silently unused).
@@ -184,17 +338,23 @@ def spelled(column: str, make: Callable[[str, Primitive], R],
     """
     if column not in COLUMNS:
         raise ValueError(f"no column {column!r} in linnet.lang.ir.elementwise.SPELLINGS")
-    rules = {row.name: make(text, row.primitive) for row in _ROWS
-             if (text := getattr(row, column)) is not None}
+    rules = {
+        row.name: make(text, row.primitive)
+        for row in _ROWS
+        if (text := getattr(row, column)) is not None
+    }
     both = sorted(set(rules) & set(by_hand or {}))
     if both:
-        raise ValueError(f"{column}: {', '.join(both)} spelled in linnet.lang.ir.elementwise "
-                         "and written by hand too: set the spelling to None, or drop the rule")
+        raise ValueError(
+            f"{column}: {', '.join(both)} spelled in linnet.lang.ir.elementwise "
+            "and written by hand too: set the spelling to None, or drop the rule"
+        )
     return rules | (by_hand or {})
 
 
-def by_arity(unary: Callable[[str], R], binary: Callable[[str], R]
-             ) -> Callable[[str, Primitive], R]:
+def by_arity(
+    unary: Callable[[str], R], binary: Callable[[str], R]
+) -> Callable[[str, Primitive], R]:
     """A ``make`` for :func:`spelled` from a target's unary and binary rule makers.
 
     >>> spelled("jax", by_arity(lambda f: ("1", f), lambda f: ("2", f)))["add"]
@@ -251,8 +411,11 @@ def formula(text: str, calls: str = "primitives") -> Formula:
     def walk(node: ast.AST) -> Formula:
         if isinstance(node, ast.Name) and node.id in (("x", "y") if ops else ("x", "y", "out")):
             return ("ref", node.id)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) \
-                and not isinstance(node.value, bool):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, int | float)
+            and not isinstance(node.value, bool)
+        ):
             return ("const", float(node.value))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             inner = walk(node.operand)
@@ -262,12 +425,23 @@ def formula(text: str, calls: str = "primitives") -> Formula:
                 return ("neg", inner)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS and not ops:
             return ("bin", _BINOPS[type(node.op)], walk(node.left), walk(node.right))
-        if isinstance(node, ast.Call) and not node.keywords and (f := name(node.func)) and (
-                ops or (f in PRIMITIVES and PRIMITIVES[f].arity == len(node.args))):
+        if (
+            isinstance(node, ast.Call)
+            and not node.keywords
+            and (f := name(node.func))
+            and (ops or (f in PRIMITIVES and PRIMITIVES[f].arity == len(node.args)))
+        ):
             return ("call", f, [walk(a) for a in node.args])
-        raise ValueError(f"{text!r}: cannot build {ast.unparse(node)!r} (" + (
-            "operands {0} and {1}, numbers and calls of operators" if ops else
-            "operands x, y, out, numbers, + - * /, and calls of primitives") + ")")
+        raise ValueError(
+            f"{text!r}: cannot build {ast.unparse(node)!r} ("
+            + (
+                "operands {0} and {1}, numbers and calls of operators"
+                if ops
+                else "operands x, y, out, numbers, + - * /, and calls of primitives"
+            )
+            + ")"
+        )
+
     try:
         tree = ast.parse(text.format("x", "y") if ops else text, mode="eval")
     except (SyntaxError, IndexError) as exc:
@@ -303,22 +477,36 @@ def _check_rows() -> None:
     for row in _ROWS:
         p = PRIMITIVES.get(row.name)
         if p is None or p.category is not Category.ELEMENTWISE:
-            raise ValueError(f"linnet.lang.ir.elementwise: {row.name!r} is no elementwise "
-                             "primitive")
+            raise ValueError(
+                f"linnet.lang.ir.elementwise: {row.name!r} is no elementwise primitive"
+            )
         if row.derivative is not None:
             if not p.differentiable or len(row.derivative) != p.arity:
-                raise ValueError(f"linnet.lang.ir.elementwise: {row.name!r} needs one "
-                                 "derivative per operand, and only if it is differentiable")
+                raise ValueError(
+                    f"linnet.lang.ir.elementwise: {row.name!r} needs one "
+                    "derivative per operand, and only if it is differentiable"
+                )
             for d in row.derivative:
                 formula(d)
         for text in (row.onnx, row.stablehlo):
             # A composition computes in the result's dtype: arithmetic, not a comparison.
             if text is not None and composed(text) is not None and p.bool_result:
-                raise ValueError(f"linnet.lang.ir.elementwise: {row.name!r} gives bool: spell "
-                                 "it as one operator, or write its rule by hand")
+                raise ValueError(
+                    f"linnet.lang.ir.elementwise: {row.name!r} gives bool: spell "
+                    "it as one operator, or write its rule by hand"
+                )
 
 
 _check_rows()
 
-__all__ = ["COLUMNS", "EXPECTED_MISSING", "SPELLINGS", "Spelling", "by_arity", "compiled",
-           "composed", "formula", "spelled"]
+__all__ = [
+    "COLUMNS",
+    "EXPECTED_MISSING",
+    "SPELLINGS",
+    "Spelling",
+    "by_arity",
+    "compiled",
+    "composed",
+    "formula",
+    "spelled",
+]

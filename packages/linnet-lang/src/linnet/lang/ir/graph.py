@@ -124,9 +124,15 @@ class Call:
     repeated: str = ""
 
     def to_json(self) -> dict:
-        out: dict[str, Any] = {"callee": self.callee, "kind": self.kind, "start": self.start,
-                               "stop": self.stop, "index": self.index, "path": self.path,
-                               "depth": self.depth}
+        out: dict[str, Any] = {
+            "callee": self.callee,
+            "kind": self.kind,
+            "start": self.start,
+            "stop": self.stop,
+            "index": self.index,
+            "path": self.path,
+            "depth": self.depth,
+        }
         if self.loc:
             out["loc"] = self.loc
         # Written only when set, so graphs without repeated blocks read as before.
@@ -213,32 +219,64 @@ class Graph:
         from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
         if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-            raise LinnetError(Diagnostic("E0900", "this is not a Linnet graph",
-                                         help="write one with `linnet graph FILE --entry E`"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0900",
+                    "this is not a Linnet graph",
+                    help="write one with `linnet graph FILE --entry E`",
+                )
+            )
         if data.get("version") != FORMAT_VERSION:
-            raise LinnetError(Diagnostic(
-                "E0901", f"graph format version {data.get('version')} is not supported "
-                         f"(this linnet-lang reads version {FORMAT_VERSION})",
-                help="write the graph again with this version of linnet-lang"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0901",
+                    f"graph format version {data.get('version')} is not supported "
+                    f"(this linnet-lang reads version {FORMAT_VERSION})",
+                    help="write the graph again with this version of linnet-lang",
+                )
+            )
 
         def vt(d: dict) -> ValueType:
             return ValueType(tuple(d["shape"]), d["dtype"])
 
         return cls(
-            entry=data["entry"], model=data["model"], inputs=list(data["inputs"]),
+            entry=data["entry"],
+            model=data["model"],
+            inputs=list(data["inputs"]),
             outputs=list(data["outputs"]),
-            steps=[Step(s["op"], s["operands"], s["results"],
-                        _decode_attributes(s.get("attributes", {})), s.get("loc", ""))
-                   for s in data["steps"]],
-            calls=[Call(c["callee"], c["kind"], c["start"], c["stop"], c["index"], c["path"],
-                        c.get("depth", 0), c.get("loc", ""), c.get("attributes", {}),
-                        c.get("iteration"), c.get("repeated", ""))
-                   for c in data["calls"]],
+            steps=[
+                Step(
+                    s["op"],
+                    s["operands"],
+                    s["results"],
+                    _decode_attributes(s.get("attributes", {})),
+                    s.get("loc", ""),
+                )
+                for s in data["steps"]
+            ],
+            calls=[
+                Call(
+                    c["callee"],
+                    c["kind"],
+                    c["start"],
+                    c["stop"],
+                    c["index"],
+                    c["path"],
+                    c.get("depth", 0),
+                    c.get("loc", ""),
+                    c.get("attributes", {}),
+                    c.get("iteration"),
+                    c.get("repeated", ""),
+                )
+                for c in data["calls"]
+            ],
             values={k: vt(v) for k, v in data["values"].items()},
             parameters={k: vt(v) for k, v in data["parameters"].items()},
             states={k: vt(v) for k, v in data["states"].items()},
-            dims=dict(data.get("dims", {})), dtypes=dict(data.get("dtypes", {})),
-            config=dict(data.get("config", {})))
+            dims=dict(data.get("dims", {})),
+            dtypes=dict(data.get("dtypes", {})),
+            config=dict(data.get("config", {})),
+        )
 
     @classmethod
     def loads(cls, text: str) -> Graph:
@@ -257,11 +295,14 @@ class Graph:
             for c in sorted(starts.get(i, []), key=lambda c: c.depth):
                 where = f" [{c.path}]" if c.path else ""
                 lines.append(f"  {'  ' * c.depth}call {c.callee}{where}  steps {c.start}..{c.stop}")
-            res = ", ".join(f"{r}: {self.values[r].dtype}{list(self.values[r].shape)}"
-                            for r in s.results)
+            res = ", ".join(
+                f"{r}: {self.values[r].dtype}{list(self.values[r].shape)}" for r in s.results
+            )
             attrs = ", ".join(f"{k}={v}" for k, v in s.attributes.items())
             lhs = f"{res} = " if res else ""
-            lines.append(f"  {i:5d}  {lhs}{s.op}({', '.join(s.operands)})"
-                         + (f" {{{attrs}}}" if attrs else ""))
+            lines.append(
+                f"  {i:5d}  {lhs}{s.op}({', '.join(s.operands)})"
+                + (f" {{{attrs}}}" if attrs else "")
+            )
         lines.append(f"  return {', '.join(self.outputs)}")
         return "\n".join(lines)

@@ -69,8 +69,10 @@ def backward_key(graph: Graph, attributes: dict[str, Any], callee: str) -> str:
     >>> backward_key(g, {"kernel": "m::k", "args": ["%x"]}, "m::op").startswith("'m::op'")
     True
     """
-    args = [repr(value_type(graph, a)) if isinstance(a, str) else repr(a)
-            for a in attributes.get("args") or []]
+    args = [
+        repr(value_type(graph, a)) if isinstance(a, str) else repr(a)
+        for a in attributes.get("args") or []
+    ]
     return f"{callee!r}, {instance_key(attributes)}, {args!r}"
 
 
@@ -129,5 +131,4 @@ class BackwardBody:
     advice: tuple[str, str] = ("", "")
 
 
-__all__ = ["BackwardBody", "KernelInstance", "OpInfo", "backward_key", "instance_key",
-           "value_type"]
+__all__ = ["BackwardBody", "KernelInstance", "OpInfo", "backward_key", "instance_key", "value_type"]

@@ -86,14 +86,21 @@ class Primitive:
         return self.comparison or self.logical
 
 
-E, C, S, R, G = (Category.ELEMENTWISE, Category.CONSTANT, Category.SHAPE, Category.REDUCE,
-                 Category.GATHER)
+E, C, S, R, G = (
+    Category.ELEMENTWISE,
+    Category.CONSTANT,
+    Category.SHAPE,
+    Category.REDUCE,
+    Category.GATHER,
+)
 _P = Primitive
 
 
 def _math(name: str, doc: str, ints: bool = False, differentiable: bool = True) -> Primitive:
     """A unary builtin function of the language (``exp(x)``), elementwise."""
-    return _P(name, Category.ELEMENTWISE, 1, doc, function=name, ints=ints, differentiable=differentiable)
+    return _P(
+        name, Category.ELEMENTWISE, 1, doc, function=name, ints=ints, differentiable=differentiable
+    )
 
 
 def _compare(name: str, operator: str, doc: str) -> Primitive:
@@ -118,10 +125,22 @@ _TABLE: list[Primitive] = [
     _P("add", E, 2, "x + y", operator="+", differentiable=True),
     _P("sub", E, 2, "x - y", operator="-", differentiable=True),
     _P("mul", E, 2, "x * y", operator="*", differentiable=True),
-    _P("div", E, 2, "x / y; for integers, division rounding toward -inf", operator="/",
-       differentiable=True),
-    _P("rem", E, 2, "x % y, with the sign of y (Python's and torch's remainder)", operator="%",
-       differentiable=True),
+    _P(
+        "div",
+        E,
+        2,
+        "x / y; for integers, division rounding toward -inf",
+        operator="/",
+        differentiable=True,
+    ),
+    _P(
+        "rem",
+        E,
+        2,
+        "x % y, with the sign of y (Python's and torch's remainder)",
+        operator="%",
+        differentiable=True,
+    ),
     _P("pow", E, 2, "x ** y", function="pow", differentiable=True),
     _P("maximum", E, 2, "larger of x and y", function="max", differentiable=True),
     _P("minimum", E, 2, "smaller of x and y", function="min", differentiable=True),
@@ -140,46 +159,99 @@ _TABLE: list[Primitive] = [
     _P("iota", C, 0, "0..shape[axis]-1 along attributes.axis, shape attributes.shape"),
     # shapes
     _P("reshape", S, 1, "same elements, row-major, new attributes.shape", differentiable=True),
-    _P("transpose", S, 1, "axes permuted: result axis i is operand axis perm[i]",
-       differentiable=True),
+    _P(
+        "transpose",
+        S,
+        1,
+        "axes permuted: result axis i is operand axis perm[i]",
+        differentiable=True,
+    ),
     _P("broadcast", S, 1, "size-1 axes repeated up to attributes.shape", differentiable=True),
     # A static range of every axis (issue 19: fused weights split by `w[0..Q, ..]`): elements
     # kept, not moved, so it is a shape step; no position is computed, so nothing is gathered.
-    _P("slice", S, 1, "operand[starts[0]:limits[0], ...]: along each axis i the elements "
-                      "attributes.starts[i] <= k < attributes.limits[i] (0 <= start <= limit "
-                      "<= size)", differentiable=True,
-       # A tile cannot be sliced (E0526): a kernel loads the part it needs.
-       tiles=False),
+    _P(
+        "slice",
+        S,
+        1,
+        "operand[starts[0]:limits[0], ...]: along each axis i the elements "
+        "attributes.starts[i] <= k < attributes.limits[i] (0 <= start <= limit "
+        "<= size)",
+        differentiable=True,
+        # A tile cannot be sliced (E0526): a kernel loads the part it needs.
+        tiles=False,
+    ),
     # reductions and contractions
-    _P("reduce", R, 1, "attributes.kind (sum|max|min|prod|mean) over attributes.axes, "
-                       "accumulated in attributes.accumulate from attributes.identity",
-       differentiable=True),
-    _P("contract", R, 2, "einsum(attributes.spec) accumulated in attributes.accumulate",
-       differentiable=True),
+    _P(
+        "reduce",
+        R,
+        1,
+        "attributes.kind (sum|max|min|prod|mean) over attributes.axes, "
+        "accumulated in attributes.accumulate from attributes.identity",
+        differentiable=True,
+    ),
+    _P(
+        "contract",
+        R,
+        2,
+        "einsum(attributes.spec) accumulated in attributes.accumulate",
+        differentiable=True,
+    ),
     # gathers and state writes
-    _P("take", G, 2, "numpy.take(operand, index, axis=attributes.axis): the axis is replaced "
-                     "by the index tensor's axes; attributes.bounds as for gather",
-       differentiable=True),
-    _P("gather", G, None, "operand[i0, ..., ik-1, :, ...]: advanced indexing of the first k "
-                          "axes by broadcast integer tensors; attributes.bounds says what "
-                          "an index outside the axis reads (zero | unchecked)",
-       differentiable=True, min_arity=1),
+    _P(
+        "take",
+        G,
+        2,
+        "numpy.take(operand, index, axis=attributes.axis): the axis is replaced "
+        "by the index tensor's axes; attributes.bounds as for gather",
+        differentiable=True,
+    ),
+    _P(
+        "gather",
+        G,
+        None,
+        "operand[i0, ..., ik-1, :, ...]: advanced indexing of the first k "
+        "axes by broadcast integer tensors; attributes.bounds says what "
+        "an index outside the axis reads (zero | unchecked)",
+        differentiable=True,
+        min_arity=1,
+    ),
     # Issue 18: the transpose of take, gather and broadcast in reverse mode (linnet.lang.grad).
-    _P("scatter_add", G, None, "a copy of operand with value added at [i0, ..., ik-1, :, ...]: "
-                               "operands (x, value, i0, ..., ik-1), positions broadcast as for "
-                               "gather; coinciding positions add up; attributes.bounds zero "
-                               "drops positions outside the axes", differentiable=True,
-       min_arity=2),
-    _P("scatter", Category.STATE, None, "state[i0, ..., ik-1, :, ...] = value, in place; "
-                                        "operands (@state, value, i0, ..., ik-1)", min_arity=2),
+    _P(
+        "scatter_add",
+        G,
+        None,
+        "a copy of operand with value added at [i0, ..., ik-1, :, ...]: "
+        "operands (x, value, i0, ..., ik-1), positions broadcast as for "
+        "gather; coinciding positions add up; attributes.bounds zero "
+        "drops positions outside the axes",
+        differentiable=True,
+        min_arity=2,
+    ),
+    _P(
+        "scatter",
+        Category.STATE,
+        None,
+        "state[i0, ..., ik-1, :, ...] = value, in place; operands (@state, value, i0, ..., ik-1)",
+        min_arity=2,
+    ),
     # Issue 21: tensor parallelism (linnet.lang.ir.shard) over torch.distributed. Each rank
     # holds its own value; attributes.world is the number of ranks.
-    _P("all_reduce", Category.COLLECTIVE, 1, "every rank's operand combined by "
-                                             "attributes.kind (sum|max|min), the same result "
-                                             "on every rank"),
-    _P("all_gather", Category.COLLECTIVE, 1, "the ranks' operands concatenated in rank order "
-                                             "along attributes.axis, the same result on every "
-                                             "rank"),
+    _P(
+        "all_reduce",
+        Category.COLLECTIVE,
+        1,
+        "every rank's operand combined by "
+        "attributes.kind (sum|max|min), the same result "
+        "on every rank",
+    ),
+    _P(
+        "all_gather",
+        Category.COLLECTIVE,
+        1,
+        "the ranks' operands concatenated in rank order "
+        "along attributes.axis, the same result on every "
+        "rank",
+    ),
 ]
 
 
@@ -203,5 +275,10 @@ def in_category(category: Category | str) -> frozenset[str]:
     return frozenset(p.name for p in _TABLE if p.category == category)
 
 
-REDUCTION_IDENTITIES = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": float("-inf"),
-                        "min": float("inf")}
+REDUCTION_IDENTITIES = {
+    "sum": 0.0,
+    "mean": 0.0,
+    "prod": 1.0,
+    "max": float("-inf"),
+    "min": float("inf"),
+}

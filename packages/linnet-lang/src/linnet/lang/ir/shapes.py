@@ -53,8 +53,9 @@ def _broadcast_shapes(step: Step, shapes: list[tuple[int, ...]]) -> tuple[int, .
     for a in range(rank):
         sizes = {s[a] for s in shapes if s and s[a] != 1}
         if len(sizes) > 1:
-            raise ShapeProblem(f"has operands of shapes {[list(s) for s in shapes]}, "
-                               "which do not broadcast")
+            raise ShapeProblem(
+                f"has operands of shapes {[list(s) for s in shapes]}, which do not broadcast"
+            )
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
 
@@ -90,7 +91,8 @@ def _attr_dtype(step: Step) -> str | None:
 def _ints(step: Step, key: str) -> list[int]:
     value = step.attributes.get(key)
     if not isinstance(value, list | tuple) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
         raise ShapeProblem(f"has no `{key}` list of integers (it has {value!r})")
     return list(value)
 
@@ -110,8 +112,9 @@ def _iota(step: Step, ops: list[ValueType]) -> Expected:
 def _reshape(step: Step, ops: list[ValueType]) -> Expected:
     shape = tuple(_ints(step, "shape"))
     if math.prod(shape) != math.prod(ops[0].shape):
-        raise ShapeProblem(f"reshapes {list(ops[0].shape)} to {list(shape)}: the element "
-                           "counts differ")
+        raise ShapeProblem(
+            f"reshapes {list(ops[0].shape)} to {list(shape)}: the element counts differ"
+        )
     return Expected(shape, ops[0].dtype)
 
 
@@ -131,10 +134,12 @@ def _broadcast(step: Step, ops: list[ValueType]) -> Expected:
 
 def _slice(step: Step, ops: list[ValueType]) -> Expected:
     starts, limits, shape = _ints(step, "starts"), _ints(step, "limits"), ops[0].shape
-    if len(starts) != len(shape) or len(limits) != len(shape) or any(
-            not 0 <= a <= b <= n for a, b, n in zip(starts, limits, shape)):
-        raise ShapeProblem(f"slices {starts}..{limits} out of an operand of shape "
-                           f"{list(shape)}")
+    if (
+        len(starts) != len(shape)
+        or len(limits) != len(shape)
+        or any(not 0 <= a <= b <= n for a, b, n in zip(starts, limits, shape))
+    ):
+        raise ShapeProblem(f"slices {starts}..{limits} out of an operand of shape {list(shape)}")
     return Expected(tuple(b - a for a, b in zip(starts, limits)), ops[0].dtype)
 
 
@@ -159,8 +164,9 @@ def _contract(step: Step, ops: list[ValueType]) -> Expected:
     sizes: dict[str, int] = {}
     for lt, t in zip(letters, ops):
         if len(lt) != len(t.shape):
-            raise ShapeProblem(f"has spec {spec!r} for operands of shapes "
-                               f"{[list(o.shape) for o in ops]}")
+            raise ShapeProblem(
+                f"has spec {spec!r} for operands of shapes {[list(o.shape) for o in ops]}"
+            )
         for ch, d in zip(lt, t.shape):
             # einsum broadcasts a size-1 axis against its letter's other size.
             sizes[ch] = d if sizes.get(ch, 1) == 1 else sizes[ch]
@@ -175,7 +181,7 @@ def _take(step: Step, ops: list[ValueType]) -> Expected:
     axis = step.attributes.get("axis", 0)
     if not isinstance(axis, int) or not 0 <= axis < len(x.shape):
         raise ShapeProblem(f"takes along axis {axis!r} of an operand of rank {len(x.shape)}")
-    return Expected(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+    return Expected(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)
 
 
 def _positions(step: Step, x: ValueType, indices: list[ValueType]) -> tuple[int, ...]:
@@ -188,16 +194,17 @@ def _positions(step: Step, x: ValueType, indices: list[ValueType]) -> tuple[int,
 
 def _gather(step: Step, ops: list[ValueType]) -> Expected:
     x, *indices = ops
-    return Expected(_positions(step, x, indices) + x.shape[len(indices):], x.dtype)
+    return Expected(_positions(step, x, indices) + x.shape[len(indices) :], x.dtype)
 
 
 def _placed(step: Step, x: ValueType, value: ValueType, indices: list[ValueType]) -> None:
     """A scatter's or scatter-add's value has the shape its positions pick out of ``x``
     (without positions, the value is broadcast over all of ``x``)."""
-    want = _positions(step, x, indices) + x.shape[len(indices):]
+    want = _positions(step, x, indices) + x.shape[len(indices) :]
     if indices and value.shape != want:
-        raise ShapeProblem(f"places a value of shape {list(value.shape)} at positions of "
-                           f"shape {list(want)}")
+        raise ShapeProblem(
+            f"places a value of shape {list(value.shape)} at positions of shape {list(want)}"
+        )
 
 
 def _scatter_add(step: Step, ops: list[ValueType]) -> Expected:
@@ -219,8 +226,9 @@ def _all_reduce(step: Step, ops: list[ValueType]) -> Expected:
 def _all_gather(step: Step, ops: list[ValueType]) -> Expected:
     axis, world, shape = step.attributes.get("axis"), step.attributes.get("world"), ops[0].shape
     if not isinstance(axis, int) or not 0 <= axis < len(shape) or not isinstance(world, int):
-        raise ShapeProblem(f"gathers along axis {axis!r} over {world!r} ranks an operand of "
-                           f"rank {len(shape)}")
+        raise ShapeProblem(
+            f"gathers along axis {axis!r} over {world!r} ranks an operand of rank {len(shape)}"
+        )
     out = list(shape)
     out[axis] *= world
     return Expected(tuple(out), ops[0].dtype)
@@ -228,8 +236,7 @@ def _all_gather(step: Step, ops: list[ValueType]) -> Expected:
 
 SHAPE_RULES: dict[str, ShapeRule] = {
     # Every elementwise primitive broadcasts alike; only select's condition is special.
-    **{name: _elementwise for name, p in PRIMITIVES.items()
-       if p.category is Category.ELEMENTWISE},
+    **{name: _elementwise for name, p in PRIMITIVES.items() if p.category is Category.ELEMENTWISE},
     "select": _select,
     "convert": _convert,
     "constant": _constant,
@@ -278,5 +285,7 @@ def mismatch(step: Step, operands: list[ValueType], declared: Any) -> str | None
     if shape_ok and dtype_ok:
         return None
     shape = list(declared.shape if want.shape is None else want.shape)
-    return (f"makes {declared.dtype}{list(declared.shape)}, but its operands and attributes make "
-            f"{want.dtype or declared.dtype}{shape}")
+    return (
+        f"makes {declared.dtype}{list(declared.shape)}, but its operands and attributes make "
+        f"{want.dtype or declared.dtype}{shape}"
+    )

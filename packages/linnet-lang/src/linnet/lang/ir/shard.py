@@ -61,8 +61,11 @@ from linnet.lang.diagnostics.core import LinnetError, coded_error
 from linnet.lang.ir.graph import Call, Graph, Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES, Category
 
-LINEARS = ("std.nn.linear::linear", "std.nn.linear::linear_bias",
-           "std.nn.linear::linear_in_out_bias")
+LINEARS = (
+    "std.nn.linear::linear",
+    "std.nn.linear::linear_bias",
+    "std.nn.linear::linear_in_out_bias",
+)
 EMBEDDINGS = ("std.nn.embedding::embedding",)
 COLLECTIVES = ("all_reduce", "all_gather")
 
@@ -188,13 +191,24 @@ class _Pass:
     def divides(self, size: int, what: str) -> None:
         if size % self.world:
             raise coded_error(
-                "E0960", f"{what} has {dim_names(self.g, size)}, which does not divide by the "
-                         f"world size {self.world}{self.where}",
-                help=_ranks_help(size))
+                "E0960",
+                f"{what} has {dim_names(self.g, size)}, which does not divide by the "
+                f"world size {self.world}{self.where}",
+                help=_ranks_help(size),
+            )
 
-    def emit(self, into: list[Step], op: str, operands: list[str], attrs: dict,
-             shape: tuple[int, ...], dtype: str, base: str, axis: int | None,
-             global_shape: tuple[int, ...]) -> str:
+    def emit(
+        self,
+        into: list[Step],
+        op: str,
+        operands: list[str],
+        attrs: dict,
+        shape: tuple[int, ...],
+        dtype: str,
+        base: str,
+        axis: int | None,
+        global_shape: tuple[int, ...],
+    ) -> str:
         name = self.fresh(base)
         into.append(Step(op, operands, [name], attrs, self.loc))
         self.values[name] = ValueType(tuple(shape), dtype)
@@ -223,8 +237,17 @@ class _Pass:
         if have is not None:  # gather the blocks: the whole value on every rank
             if not self.final:
                 self.bad |= self.origin.get(ref, frozenset())
-            cur = self.emit(self.pre, "all_gather", [cur], {"axis": have, "world": self.world},
-                            shape, dtype, ref.lstrip("%@"), None, shape)
+            cur = self.emit(
+                self.pre,
+                "all_gather",
+                [cur],
+                {"axis": have, "world": self.world},
+                shape,
+                dtype,
+                ref.lstrip("%@"),
+                None,
+                shape,
+            )
             self.converted[(ref, None)] = cur
         if axis is not None:  # this rank's block of a replicated value
             self.divides(shape[axis], f"axis {axis} of `{ref.lstrip('%@')}`")
@@ -232,8 +255,17 @@ class _Pass:
             starts = [0] * len(shape)
             limits = list(shape)
             starts[axis], limits[axis] = self.rank * size, (self.rank + 1) * size
-            cur = self.emit(self.pre, "slice", [cur], {"starts": starts, "limits": limits},
-                            self.local(shape, axis), dtype, ref.lstrip("%@"), axis, shape)
+            cur = self.emit(
+                self.pre,
+                "slice",
+                [cur],
+                {"starts": starts, "limits": limits},
+                self.local(shape, axis),
+                dtype,
+                ref.lstrip("%@"),
+                axis,
+                shape,
+            )
         self.converted[key] = cur
         return cur
 
@@ -246,8 +278,11 @@ class _Pass:
             self.loc = step.loc
             self.index = i
             call = self.innermost[i]
-            block = max((c for c in self.g.calls if c.start <= i < c.stop and c.path),
-                        key=lambda c: c.depth, default=None)
+            block = max(
+                (c for c in self.g.calls if c.start <= i < c.stop and c.path),
+                key=lambda c: c.depth,
+                default=None,
+            )
             at = call or block
             self.where = f" (step {i}, {at.callee} at `{at.path}`)" if at and at.path else ""
             new = self.step(step)
@@ -268,20 +303,23 @@ class _Pass:
     def step(self, s: Step) -> Step:
         return SHARD_RULES[s.op](self, s)
 
-    def out(self, s: Step, operands: list[str], axis: int | None, attrs: dict | None = None
-            ) -> Step:
+    def out(
+        self, s: Step, operands: list[str], axis: int | None, attrs: dict | None = None
+    ) -> Step:
         r = s.results[0]
         self.split[r] = axis
         if axis is not None:
             self.origin[r] = self.step_origin.union(
-                *(self.origin.get(o, frozenset()) for o in operands))
-        self.values[r] = ValueType(self.local(self.g.values[r].shape, axis),
-                                   self.g.values[r].dtype)
-        return Step(s.op, operands, list(s.results), dict(s.attributes if attrs is None
-                                                           else attrs), s.loc)
+                *(self.origin.get(o, frozenset()) for o in operands)
+            )
+        self.values[r] = ValueType(self.local(self.g.values[r].shape, axis), self.g.values[r].dtype)
+        return Step(
+            s.op, operands, list(s.results), dict(s.attributes if attrs is None else attrs), s.loc
+        )
 
-    def partial(self, s: Step, operands: list[str], kind: str = "sum",
-                attrs: dict | None = None) -> Step:
+    def partial(
+        self, s: Step, operands: list[str], kind: str = "sum", attrs: dict | None = None
+    ) -> Step:
         """A step whose result on each rank is a partial sum: the all-reduce follows it."""
         new = self.out(s, operands, None, attrs)
         r = s.results[0]
@@ -294,14 +332,21 @@ class _Pass:
         self.g_values_extra[part] = vt
         nxt = self.index + 1
         call = self.innermost[self.index]
-        if kind == "sum" and self.users.get(r) == [nxt] and nxt < len(self.g.steps) \
-                and self.g.steps[nxt].op == "convert" and call is not None \
-                and call.stop == nxt + 1 and self.innermost[nxt] is call:
+        if (
+            kind == "sum"
+            and self.users.get(r) == [nxt]
+            and nxt < len(self.g.steps)
+            and self.g.steps[nxt].op == "convert"
+            and call is not None
+            and call.stop == nxt + 1
+            and self.innermost[nxt] is call
+        ):
             del self.values[r]
             self.deferred[r] = part
             return new
-        self.post.append(Step("all_reduce", [part], [r], {"kind": kind, "world": self.world},
-                              s.loc))
+        self.post.append(
+            Step("all_reduce", [part], [r], {"kind": kind, "world": self.world}, s.loc)
+        )
         return new
 
     def _convert(self, s: Step) -> Step:
@@ -313,8 +358,9 @@ class _Pass:
         vt = ValueType(self.g.values[r].shape, self.g.values[r].dtype)
         self.split[r] = None
         self.values[r] = self.values[part] = self.g_values_extra[part] = vt
-        self.post.append(Step("all_reduce", [part], [r], {"kind": "sum", "world": self.world},
-                              s.loc))
+        self.post.append(
+            Step("all_reduce", [part], [r], {"kind": "sum", "world": self.world}, s.loc)
+        )
         return Step(s.op, [self.deferred[x]], [part], dict(s.attributes), s.loc)
 
     def replicated(self, s: Step) -> Step:
@@ -333,8 +379,12 @@ class _Pass:
                 break
         if axis is None:
             return self.replicated(s)
-        ops = [self.need(o, axis if len(self.gshape(o)) == len(shape)
-                         and self.gshape(o)[axis] > 1 else None) for o in s.operands]
+        ops = [
+            self.need(
+                o, axis if len(self.gshape(o)) == len(shape) and self.gshape(o)[axis] > 1 else None
+            )
+            for o in s.operands
+        ]
         return self.out(s, ops, axis)
 
     def _constant(self, s: Step) -> Step:
@@ -354,14 +404,16 @@ class _Pass:
             if math.prod(out_shape[:r]) == before and size > 1:
                 if size % self.world:
                     raise coded_error(
-                        "E0960", f"splitting `{x.lstrip('%@')}` over {self.world} ranks splits "
-                                 f"axis {r} of its reshape to {list(out_shape)}, which has "
-                                 f"{dim_names(self.g, size)}: it does not divide by the world "
-                                 f"size {self.world}{self.where}",
-                        help=_ranks_help(size))
+                        "E0960",
+                        f"splitting `{x.lstrip('%@')}` over {self.world} ranks splits "
+                        f"axis {r} of its reshape to {list(out_shape)}, which has "
+                        f"{dim_names(self.g, size)}: it does not divide by the world "
+                        f"size {self.world}{self.where}",
+                        help=_ranks_help(size),
+                    )
                 attrs = dict(s.attributes, shape=list(self.local(out_shape, r)))
                 return self.out(s, [x], r, attrs)
-            if math.prod(out_shape[:r + 1]) > before:
+            if math.prod(out_shape[: r + 1]) > before:
                 break
         return self.replicated(s)
 
@@ -384,8 +436,12 @@ class _Pass:
         x = s.operands[0]
         a = self.axis_of(x)
         shape = self.gshape(x)
-        if a is _UNDECIDED or a is None or s.attributes["starts"][a] != 0 \
-                or s.attributes["limits"][a] != shape[a]:
+        if (
+            a is _UNDECIDED
+            or a is None
+            or s.attributes["starts"][a] != 0
+            or s.attributes["limits"][a] != shape[a]
+        ):
             return self.replicated(s)
         starts, limits = list(s.attributes["starts"]), list(s.attributes["limits"])
         limits[a] //= self.world
@@ -410,9 +466,15 @@ class _Pass:
         letters = ins.split(",")
         ops = list(s.operands)
         call = self.innermost[self.index]
-        if call is not None and call.callee in LINEARS and len(ops) == 2 \
-                and ops[1].startswith("@") and self.axis_of(ops[1]) is _UNDECIDED \
-                and self.axis_of(ops[0]) is None and call.index not in self.keep:
+        if (
+            call is not None
+            and call.callee in LINEARS
+            and len(ops) == 2
+            and ops[1].startswith("@")
+            and self.axis_of(ops[1]) is _UNDECIDED
+            and self.axis_of(ops[0]) is None
+            and call.index not in self.keep
+        ):
             # Column-parallel: the weight split along its output features.
             self.step_origin = frozenset({call.index})
             w = ops[1]
@@ -428,8 +490,9 @@ class _Pass:
                 break
         if chosen is None:
             return self.replicated(s)
-        new_ops = [self.need(o, lt.index(chosen) if chosen in lt else None)
-                   for o, lt in zip(ops, letters)]
+        new_ops = [
+            self.need(o, lt.index(chosen) if chosen in lt else None) for o, lt in zip(ops, letters)
+        ]
         if chosen in result:
             return self.out(s, new_ops, result.index(chosen))
         return self.partial(s, new_ops)
@@ -454,11 +517,28 @@ class _Pass:
             # the same kinds (one generated function per layer on every rank).
             size = self.gshape(x)[axis] // self.world
             dtype = self.dtype(idx)
-            off = self.emit(self.pre, "constant", [], {"value": self.rank * size,
-                                                       "dtype": dtype},
-                            (), dtype, "offset", None, ())
-            shifted = self.emit(self.pre, "sub", [idx, off], {}, self.gshape(idx), dtype,
-                                idx.lstrip("%@"), None, self.gshape(idx))
+            off = self.emit(
+                self.pre,
+                "constant",
+                [],
+                {"value": self.rank * size, "dtype": dtype},
+                (),
+                dtype,
+                "offset",
+                None,
+                (),
+            )
+            shifted = self.emit(
+                self.pre,
+                "sub",
+                [idx, off],
+                {},
+                self.gshape(idx),
+                dtype,
+                idx.lstrip("%@"),
+                None,
+                self.gshape(idx),
+            )
             self.rewritten = True
             return self.partial(s, [x, shifted], "sum", dict(s.attributes, bounds="zero"))
         if ax is not None and ax != axis and ai is None:
@@ -489,12 +569,17 @@ class _Pass:
             self.decide(path, None if av is None or av < br else k + av - br)
             have = self.layout[path]
         if have is not None and have < k:
-            raise coded_error("E0961", f"state `{path}` is split along axis {have}, which "
-                                  f"`{s.op}` indexes{self.where}",
-                         help="this layout is not supported yet: leave tensor parallelism "
-                              "off for this model")
-        ops = [state, self.need(value, None if have is None else br + have - k),
-               *(self.need(i, None) for i in idx)]
+            raise coded_error(
+                "E0961",
+                f"state `{path}` is split along axis {have}, which `{s.op}` indexes{self.where}",
+                help="this layout is not supported yet: leave tensor parallelism "
+                "off for this model",
+            )
+        ops = [
+            state,
+            self.need(value, None if have is None else br + have - k),
+            *(self.need(i, None) for i in idx),
+        ]
         return Step(s.op, ops, [], dict(s.attributes), s.loc)
 
     # ------------------------------------------------------------ the result
@@ -527,7 +612,8 @@ class _Pass:
                 # that op on the rank's operands: its steps stay, the call goes, so no fast
                 # path or backend replaces them by the op.
                 if any(changed[i] for i in inner) or any(
-                        end[i] > own[i] + 1 for i in range(c.start, c.stop - 1)):
+                    end[i] > own[i] + 1 for i in range(c.start, c.stop - 1)
+                ):
                     continue
                 calls.append(_moved(c, own[c.start], own[c.stop - 1] + 1))
             else:
@@ -537,29 +623,54 @@ class _Pass:
         values = {}
         for v, vt in self.values.items():
             values[v] = vt
-        graph = Graph(entry=g.entry, model=g.model, inputs=list(g.inputs), outputs=outputs,
-                      steps=steps, calls=calls, values=values,
-                      parameters={p: ValueType(self.local(vt.shape, _axis(self.layout, p)),
-                                               vt.dtype) for p, vt in g.parameters.items()},
-                      states={p: ValueType(self.local(vt.shape, _axis(self.layout, p)),
-                                           vt.dtype) for p, vt in g.states.items()},
-                      dims=dict(g.dims), dtypes=dict(g.dtypes),
-                      config=dict(g.config, tensor_parallel={"world": self.world,
-                                                             "rank": self.rank}),
-                      sources=dict(g.sources))
-        return Sharding(graph, g, self.world, self.rank,
-                        {p: a for p, a in self.layout.items()
-                         if a is not None and a is not _UNDECIDED and p in g.parameters},
-                        {p: a for p, a in self.layout.items()
-                         if a is not None and a is not _UNDECIDED and p in g.states})
+        graph = Graph(
+            entry=g.entry,
+            model=g.model,
+            inputs=list(g.inputs),
+            outputs=outputs,
+            steps=steps,
+            calls=calls,
+            values=values,
+            parameters={
+                p: ValueType(self.local(vt.shape, _axis(self.layout, p)), vt.dtype)
+                for p, vt in g.parameters.items()
+            },
+            states={
+                p: ValueType(self.local(vt.shape, _axis(self.layout, p)), vt.dtype)
+                for p, vt in g.states.items()
+            },
+            dims=dict(g.dims),
+            dtypes=dict(g.dtypes),
+            config=dict(g.config, tensor_parallel={"world": self.world, "rank": self.rank}),
+            sources=dict(g.sources),
+        )
+        return Sharding(
+            graph,
+            g,
+            self.world,
+            self.rank,
+            {
+                p: a
+                for p, a in self.layout.items()
+                if a is not None and a is not _UNDECIDED and p in g.parameters
+            },
+            {
+                p: a
+                for p, a in self.layout.items()
+                if a is not None and a is not _UNDECIDED and p in g.states
+            },
+        )
 
 
 ShardRule = Callable[[_Pass, Step], Step]
 
 SHARD_RULES: dict[str, ShardRule] = {
     # Elementwise steps keep the split of their split operand (the others are cut to match).
-    **{name: _Pass.elementwise for name, p in PRIMITIVES.items()
-       if p.category is Category.ELEMENTWISE},
+    **{
+        name: _Pass.elementwise
+        for name, p in PRIMITIVES.items()
+        if p.category is Category.ELEMENTWISE
+    },
     # A `convert` may carry the all-reduce deferred from its linear's partial sum.
     "convert": _Pass._convert,
     "constant": _Pass._constant,
@@ -594,10 +705,13 @@ def one_process(step: Step, target: str) -> LinnetError:
     >>> one_process(Step("all_reduce", ["%x"], ["%y"]), "generated JAX").diagnostics[0].code
     'E0963'
     """
-    return coded_error("E0963", f"`{step.op}` at {step.loc or '?'} communicates between the ranks of "
-                           f"a tensor-parallel graph, and {target} runs one process",
-                  help="run the rank's graph with linnet.torch (load(..., world=N), "
-                       "docs/parallel.md), or shard nothing (world=1) for this target")
+    return coded_error(
+        "E0963",
+        f"`{step.op}` at {step.loc or '?'} communicates between the ranks of "
+        f"a tensor-parallel graph, and {target} runs one process",
+        help="run the rank's graph with linnet.torch (load(..., world=N), "
+        "docs/parallel.md), or shard nothing (world=1) for this target",
+    )
 
 
 def _ranks_help(size: int) -> str:
@@ -607,8 +721,7 @@ def _ranks_help(size: int) -> str:
     'run on a number of ranks that divides 6 (1, 2, 3, 6), or leave tensor parallelism off'
     """
     ok = ", ".join(str(d) for d in range(1, size + 1) if size % d == 0)
-    return f"run on a number of ranks that divides {size} ({ok}), or leave tensor " \
-           "parallelism off"
+    return f"run on a number of ranks that divides {size} ({ok}), or leave tensor parallelism off"
 
 
 def _axis(layout: dict[str, Any], path: str) -> int | None:
@@ -617,8 +730,19 @@ def _axis(layout: dict[str, Any], path: str) -> int | None:
 
 
 def _moved(c: Call, start: int, stop: int) -> Call:
-    return Call(c.callee, c.kind, start, stop, c.index, c.path, c.depth, c.loc,
-                dict(c.attributes), c.iteration, c.repeated)
+    return Call(
+        c.callee,
+        c.kind,
+        start,
+        stop,
+        c.index,
+        c.path,
+        c.depth,
+        c.loc,
+        dict(c.attributes),
+        c.iteration,
+        c.repeated,
+    )
 
 
 def shard(graph: Graph, world: int, rank: int) -> Sharding:
@@ -630,11 +754,17 @@ def shard(graph: Graph, world: int, rank: int) -> Sharding:
     {}
     """
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-        raise coded_error("E0962", f"the world size must be a positive int, not {world!r}",
-                     help="e.g. load(..., world=2) for two ranks")
+        raise coded_error(
+            "E0962",
+            f"the world size must be a positive int, not {world!r}",
+            help="e.g. load(..., world=2) for two ranks",
+        )
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world:
-        raise coded_error("E0962", f"rank {rank!r} is not in 0..{world - 1}",
-                     help="the rank comes from torch.distributed.get_rank()")
+        raise coded_error(
+            "E0962",
+            f"rank {rank!r} is not in 0..{world - 1}",
+            help="the rank comes from torch.distributed.get_rank()",
+        )
     if world == 1:
         return Sharding(graph, graph, 1, 0)
     keep: frozenset[int] = frozenset()

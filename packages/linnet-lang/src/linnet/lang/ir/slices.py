@@ -34,7 +34,7 @@ class Slice:
     steps: list[int] = field(default_factory=list)  # the steps run, in order (may skip some)
 
     def relative(self, path: str) -> str:
-        return path[len(self.prefix):] if self.prefix and path.startswith(self.prefix) else path
+        return path[len(self.prefix) :] if self.prefix and path.startswith(self.prefix) else path
 
 
 def default_cuts(graph: Graph) -> list[tuple[int, int, str, str]]:
@@ -84,9 +84,17 @@ def slice_steps(graph: Graph, steps: list[int], name: str, prefix: str | None = 
     start = steps[0] if steps else 0
     stop = steps[-1] + 1 if steps else 0
     analysed = step_set(graph, steps)
-    sl = Slice(start, stop, name, prefix or "", inputs=list(analysed.inputs),
-               outputs=list(analysed.outputs), parameters=list(analysed.parameters),
-               states=list(analysed.states), steps=list(steps))
+    sl = Slice(
+        start,
+        stop,
+        name,
+        prefix or "",
+        inputs=list(analysed.inputs),
+        outputs=list(analysed.outputs),
+        parameters=list(analysed.parameters),
+        states=list(analysed.states),
+        steps=list(steps),
+    )
     if prefix is None:
         sl.prefix = block_prefix(graph, sl.parameters + sl.states)
     sl.kind = fingerprint(graph, analysed)

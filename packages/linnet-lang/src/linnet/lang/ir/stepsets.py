@@ -120,7 +120,8 @@ def check_runs_at_first(graph: Graph, chosen: Sequence[int]) -> None:
                 continue
             raise StepSetError(
                 f"step {i} reads {o}, made by step {graph.producers().get(o)} which is "
-                f"not in the region and runs after its first step {first}")
+                f"not in the region and runs after its first step {first}"
+            )
         made_inside.update(step.results)
     _check_state_order(graph, chosen)
 
@@ -145,7 +146,8 @@ def _check_state_order(graph: Graph, chosen: Sequence[int]) -> None:
                 raise StepSetError(
                     f"step {i} reads state {path}, which step {j} writes; step {j} is not in "
                     f"the region, so running the region at its first step {chosen[0]} would "
-                    f"read {path} before step {j} writes it")
+                    f"read {path} before step {j} writes it"
+                )
         for path in sorted(writes):
             hazard = [(j, "reads") for p, j in skipped_reads.items() if p == path]
             hazard += [(j, "writes") for p, j in skipped_writes.items() if p == path]
@@ -154,7 +156,8 @@ def _check_state_order(graph: Graph, chosen: Sequence[int]) -> None:
                 raise StepSetError(
                     f"step {i} writes state {path}, which step {j} {what}; step {j} is not "
                     f"in the region, so running the region at its first step {chosen[0]} "
-                    f"would write {path} before step {j} {what} it")
+                    f"would write {path} before step {j} {what} it"
+                )
 
 
 def fingerprint(graph: Graph, steps: StepSet) -> str:
@@ -179,14 +182,23 @@ def fingerprint(graph: Graph, steps: StepSet) -> str:
         return [list(vt.shape), vt.dtype]
 
     parts: list[Any] = [[typed(graph.values[v]) for v in steps.inputs]]
-    parts.append([[*typed(graph.parameters[p]), False] for p in steps.parameters]
-                 + [[*typed(graph.states[p]), True] for p in steps.states])
+    parts.append(
+        [[*typed(graph.parameters[p]), False] for p in steps.parameters]
+        + [[*typed(graph.states[p]), True] for p in steps.states]
+    )
     for i in steps.steps:
         s = graph.steps[i]
         # A scatter's `path` names its state, which its first operand already says.
         attrs = {k: v for k, v in s.attributes.items() if k != "path"}
-        parts.append([s.op, [ref(o) for o in s.operands], [ref(r) for r in s.results], attrs,
-                      [typed(graph.values[r]) for r in s.results]])
+        parts.append(
+            [
+                s.op,
+                [ref(o) for o in s.operands],
+                [ref(r) for r in s.results],
+                attrs,
+                [typed(graph.values[r]) for r in s.results],
+            ]
+        )
     parts.append([ref(o) for o in steps.outputs])
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

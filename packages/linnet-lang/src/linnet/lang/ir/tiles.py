@@ -53,8 +53,7 @@ from linnet.lang.ir.primitives import PRIMITIVES
 # (Primitive.on_tiles: not the gathers, the state writes, the collectives, nor `slice`).
 _SHARED = frozenset(name for name, p in PRIMITIVES.items() if p.on_tiles)
 #: Every primitive a tile graph holds: the shared ones, then the kernel's own.
-TILE_PRIMITIVES: frozenset[str] = _SHARED | {"program_id", "load", "store", "atomic_add",
-                                              "for"}
+TILE_PRIMITIVES: frozenset[str] = _SHARED | {"program_id", "load", "store", "atomic_add", "for"}
 
 
 @dataclass
@@ -99,8 +98,10 @@ class TileKernel:
             for s in steps:
                 res = ", ".join(s.results)
                 attrs = {k: v for k, v in s.attributes.items() if k != "body"}
-                out.append(f"  {'  ' * depth}{res + ' = ' if res else ''}{s.op}"
-                           f"({', '.join(s.operands)}) {attrs if attrs else ''}".rstrip())
+                out.append(
+                    f"  {'  ' * depth}{res + ' = ' if res else ''}{s.op}"
+                    f"({', '.join(s.operands)}) {attrs if attrs else ''}".rstrip()
+                )
                 if s.op == "for":
                     show(s.attributes["body"], depth + 1)
 
@@ -169,13 +170,20 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
         bound, live = fresh("result_rows", (), "i32"), fresh("row_live", shape, "bool")
         got, stride = fresh("row_at", shape, "i32"), fresh("positions", (), "i32")
         start, row = fresh("row_start", shape, "i32"), fresh("state_row", shape, "i32")
-        out += [Step("constant", [], [bound], {"value": n, "dtype": "i32"}, s.loc),
-                Step("lt", [rows, bound], [live], {}, s.loc),
-                Step("load", ["@" + at, rows, live], [got],
-                     {"index": [{"operand": 1}], "mask": {"operand": 2}, "other": 0}, s.loc),
-                Step("constant", [], [stride], {"value": positions, "dtype": "i32"}, s.loc),
-                Step("mul", [rows, stride], [start], {}, s.loc),
-                Step("add", [start, got], [row], {}, s.loc)]
+        out += [
+            Step("constant", [], [bound], {"value": n, "dtype": "i32"}, s.loc),
+            Step("lt", [rows, bound], [live], {}, s.loc),
+            Step(
+                "load",
+                ["@" + at, rows, live],
+                [got],
+                {"index": [{"operand": 1}], "mask": {"operand": 2}, "other": 0},
+                s.loc,
+            ),
+            Step("constant", [], [stride], {"value": positions, "dtype": "i32"}, s.loc),
+            Step("mul", [rows, stride], [start], {}, s.loc),
+            Step("add", [start, got], [row], {}, s.loc),
+        ]
         s = copy.copy(s)
         s.operands = [*s.operands, row]
         index[0] = {"operand": len(s.operands) - 1}
@@ -195,7 +203,18 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
 
     steps = rewrite(k.steps)
     written = [k.results[j][0] for j, _ in writes]
-    return TileKernel(k.name, dict(k.generics), k.grid, params,
-                      [r for r in k.results if r[0] not in written], dict(k.scalars), steps,
-                      values, k.loc, k.lines, (*k.inplace, *written), k.tail + 2 * len(writes),
-                      list(k.scratch))
+    return TileKernel(
+        k.name,
+        dict(k.generics),
+        k.grid,
+        params,
+        [r for r in k.results if r[0] not in written],
+        dict(k.scalars),
+        steps,
+        values,
+        k.loc,
+        k.lines,
+        (*k.inplace, *written),
+        k.tail + 2 * len(writes),
+        list(k.scratch),
+    )

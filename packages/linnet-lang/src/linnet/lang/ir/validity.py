@@ -66,8 +66,9 @@ def index_uses(graph: Graph) -> list[IndexUse]:
             data, ref = step.operands
             axis = step.attributes.get("axis", 0)
             out.append(IndexUse(i, ref, data, axis, _shape(graph, data)[axis]))
-        elif (step.op == "gather" and step.attributes.get("bounds") != "zero") \
-                or step.op == "scatter":
+        elif (
+            step.op == "gather" and step.attributes.get("bounds") != "zero"
+        ) or step.op == "scatter":
             data = step.operands[0]
             refs = step.operands[1:] if step.op == "gather" else step.operands[2:]
             shape = _shape(graph, data)
@@ -112,12 +113,12 @@ class _Builder:
         self.graph = graph
         self.count = 0
 
-    def step(self, op: str, operands: list[str], dtype: str, attributes: dict | None = None
-             ) -> str:
+    def step(self, op: str, operands: list[str], dtype: str, attributes: dict | None = None) -> str:
         self.count += 1
         result = f"%linnet.check.{self.count}"
-        self.graph.steps.append(Step(op, operands, [result], dict(attributes or {}),
-                                     loc="linnet.valid"))
+        self.graph.steps.append(
+            Step(op, operands, [result], dict(attributes or {}), loc="linnet.valid")
+        )
         self.graph.values[result] = ValueType((), dtype)  # every check is a scalar
         return result
 
@@ -127,8 +128,12 @@ class _Builder:
     def reduce(self, ref: str, kind: str, axes: list[int]) -> str:
         dtype = self.graph.values[ref].dtype
         identity = math.inf if kind == "min" else -math.inf
-        return self.step("reduce", [ref], dtype, {"kind": kind, "axes": axes,
-                                                  "accumulate": dtype, "identity": identity})
+        return self.step(
+            "reduce",
+            [ref],
+            dtype,
+            {"kind": kind, "axes": axes, "accumulate": dtype, "identity": identity},
+        )
 
 
 def _fixed(graph: Graph) -> set[str]:
@@ -138,9 +143,13 @@ def _fixed(graph: Graph) -> set[str]:
     another L reaches other positions."""
     out: set[str] = set()
     for step in graph.steps:
-        if all(o in out for o in step.operands) and not _symbolic(step.attributes) \
-                and step.op not in ("take", "gather", "scatter", "scatter_add") and step.results \
-                and not any(_symbolic(graph.values[r].shape) for r in step.results):
+        if (
+            all(o in out for o in step.operands)
+            and not _symbolic(step.attributes)
+            and step.op not in ("take", "gather", "scatter", "scatter_add")
+            and step.results
+            and not any(_symbolic(graph.values[r].shape) for r in step.results)
+        ):
             out.update(step.results)
     return out
 

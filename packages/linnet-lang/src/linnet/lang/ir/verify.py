@@ -61,11 +61,15 @@ def checked() -> bool:
 
 def _error(graph: Graph, stage: str, code: str, what: str) -> LinnetError:
     after = f" after {stage}" if stage else ""
-    return LinnetError(Diagnostic(
-        code, f"internal error: {what} (the graph of `{graph.model}.{graph.entry}` is "
-              f"malformed{after})",
-        help="this is a bug in linnet-lang, not in your model: please report it with the "
-             "model and the command (`linnet explain " + code + "` says what was checked)"))
+    return LinnetError(
+        Diagnostic(
+            code,
+            f"internal error: {what} (the graph of `{graph.model}.{graph.entry}` is "
+            f"malformed{after})",
+            help="this is a bug in linnet-lang, not in your model: please report it with the "
+            "model and the command (`linnet explain " + code + "` says what was checked)",
+        )
+    )
 
 
 def verify(graph: Graph, stage: str = "") -> None:
@@ -83,7 +87,8 @@ def _type_problem(vt: object) -> str | None:
     if vt.dtype not in DTYPES:
         return f"dtype {vt.dtype!r} is not one of {', '.join(DTYPES)}"
     if not isinstance(vt.shape, tuple) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in vt.shape):
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in vt.shape
+    ):
         return f"shape {vt.shape!r} is not a tuple of sizes >= 0"
     return None
 
@@ -92,8 +97,11 @@ def _verify(graph: Graph, stage: str) -> None:
     def fail(code: str, what: str) -> LinnetError:
         return _error(graph, stage, code, what)
 
-    for kind, table in (("value", graph.values), ("parameter", graph.parameters),
-                        ("state", graph.states)):
+    for kind, table in (
+        ("value", graph.values),
+        ("parameter", graph.parameters),
+        ("state", graph.states),
+    ):
         for name, vt in table.items():
             problem = _type_problem(vt)
             if problem:
@@ -119,37 +127,45 @@ def _verify(graph: Graph, stage: str) -> None:
         if prim.arity is not None and n != prim.arity:
             raise fail("E0925", f"{where} has {n} operands; {step.op} takes {prim.arity}")
         if prim.arity is None and n < prim.min_arity:
-            raise fail("E0925", f"{where} has {n} operands; {step.op} takes at least "
-                                 f"{prim.min_arity}")
+            raise fail(
+                "E0925", f"{where} has {n} operands; {step.op} takes at least {prim.min_arity}"
+            )
         if len(step.results) != prim.results:
-            raise fail("E0925", f"{where} makes {len(step.results)} results; {step.op} makes "
-                                 f"{prim.results}")
+            raise fail(
+                "E0925",
+                f"{where} makes {len(step.results)} results; {step.op} makes {prim.results}",
+            )
         for k, o in enumerate(step.operands):
             if not isinstance(o, str) or not o.startswith(("%", "@")):
-                raise fail("E0926", f"{where} has operand {o!r}: not a value (%name) or a "
-                                    f"parameter or state (@path)")
+                raise fail(
+                    "E0926",
+                    f"{where} has operand {o!r}: not a value (%name) or a "
+                    f"parameter or state (@path)",
+                )
             if o.startswith("@"):
                 path = o[1:]
                 if path not in graph.parameters and path not in graph.states:
-                    raise fail("E0926", f"{where} reads {o}, which is neither a parameter "
-                                         f"nor a state of the graph")
+                    raise fail(
+                        "E0926",
+                        f"{where} reads {o}, which is neither a parameter nor a state of the graph",
+                    )
                 if prim.category is Category.STATE and k == 0 and path not in graph.states:
-                    raise fail("E0923", f"{where} writes {o}, a parameter: only states are "
-                                         f"written")
+                    raise fail("E0923", f"{where} writes {o}, a parameter: only states are written")
             elif o not in defined:
-                later = next((j for j in range(i, len(graph.steps))
-                              if o in graph.steps[j].results), None)
+                later = next(
+                    (j for j in range(i, len(graph.steps)) if o in graph.steps[j].results), None
+                )
                 made = f"step {later} makes it later" if later is not None else "no step makes it"
-                raise fail("E0920", f"{where} reads {o}, which is not defined before it "
-                                     f"({made})")
+                raise fail("E0920", f"{where} reads {o}, which is not defined before it ({made})")
             elif prim.category is Category.STATE and k == 0:
                 raise fail("E0923", f"{where} writes {o}, a value: a scatter writes a @state")
         for r in step.results:
             if not isinstance(r, str) or not r.startswith(("%", "@")):
                 raise fail("E0926", f"{where} makes {r!r}: not a value name (%name)")
             if r.startswith("@"):
-                raise fail("E0923", f"{where} makes {r}: only a scatter writes a state or "
-                                     f"parameter")
+                raise fail(
+                    "E0923", f"{where} makes {r}: only a scatter writes a state or parameter"
+                )
             if r in defined:
                 first = defined[r]
                 by = "an entry input" if first < 0 else f"made by step {first}"
@@ -176,8 +192,11 @@ def _type_problem_of(graph: Graph, step: Step) -> str | None:
     (:data:`~linnet.lang.ir.shapes.SHAPE_RULES`) derives from its operands (None: it is)."""
     operands = []
     for o in step.operands:
-        vt = (graph.states.get(o[1:]) or graph.parameters.get(o[1:]) if o.startswith("@")
-              else graph.values.get(o))
+        vt = (
+            graph.states.get(o[1:]) or graph.parameters.get(o[1:])
+            if o.startswith("@")
+            else graph.values.get(o)
+        )
         if vt is None:
             return None  # an undefined operand is reported by its own check
         operands.append(vt)
@@ -191,23 +210,30 @@ def _verify_calls(graph: Graph, stage: str) -> None:
     n = len(graph.steps)
     for c in graph.calls:
         if not 0 <= c.start <= c.stop <= n:
-            raise fail("E0922", f"call {c.index} ({c.callee}) spans steps {c.start}..{c.stop}, "
-                                 f"outside the graph's {n} steps")
+            raise fail(
+                "E0922",
+                f"call {c.index} ({c.callee}) spans steps {c.start}..{c.stop}, "
+                f"outside the graph's {n} steps",
+            )
     # Sorted by start, longest first, spans nest exactly when each one either lies inside
     # the innermost open span or starts after it ends (a stack walk, linear after the sort).
     # Empty spans (a call that made no step) nest anywhere. A span op's claim
     # (`attributes["span"]`, check/spans.py) is an overlay over the calls it claims, which may lie
     # in different functions (a layer's norm, its attention's q/k/v): it need not nest.
-    spans = sorted((c for c in graph.calls if c.start < c.stop
-                    and not c.attributes.get("span")),
-                   key=lambda c: (c.start, -c.stop, c.depth))
+    spans = sorted(
+        (c for c in graph.calls if c.start < c.stop and not c.attributes.get("span")),
+        key=lambda c: (c.start, -c.stop, c.depth),
+    )
     open_calls: list = []
     for c in spans:
         while open_calls and open_calls[-1].stop <= c.start:
             open_calls.pop()
         if open_calls and c.stop > open_calls[-1].stop:
             o = open_calls[-1]
-            raise fail("E0922", f"call {c.index} ({c.callee}, steps {c.start}..{c.stop}) "
-                                 f"overlaps call {o.index} ({o.callee}, steps "
-                                 f"{o.start}..{o.stop}) without nesting in it")
+            raise fail(
+                "E0922",
+                f"call {c.index} ({c.callee}, steps {c.start}..{c.stop}) "
+                f"overlaps call {o.index} ({o.callee}, steps "
+                f"{o.start}..{o.stop}) without nesting in it",
+            )
         open_calls.append(c)

@@ -93,11 +93,16 @@ def _fusion_of(pat: Pattern) -> Fusion | None:
     writes = []
     for n in middle:
         cache, at, rows = n.inputs
-        if cache not in index or at not in index or rows not in first.outputs \
-                or n.outputs[0] not in last.inputs:
+        if (
+            cache not in index
+            or at not in index
+            or rows not in first.outputs
+            or n.outputs[0] not in last.inputs
+        ):
             return None
-        writes.append((index[cache], index[at], first.outputs.index(rows),
-                       last.inputs.index(n.outputs[0])))
+        writes.append(
+            (index[cache], index[at], first.outputs.index(rows), last.inputs.index(n.outputs[0]))
+        )
     caches = {w[0] for w in writes}
     params: dict[int, tuple[int | None, int | None]] = {}
     for k, ref in enumerate(pat.params):
@@ -116,16 +121,31 @@ def _fusion_of(pat: Pattern) -> Fusion | None:
 
 
 # ---------------------------------------------------------------- nodes of a graph
-def graph_nodes(graph: Graph, lo: int = 0, hi: int | None = None,
-                skip: Call | None = None) -> list[Node]:
+def graph_nodes(
+    graph: Graph, lo: int = 0, hi: int | None = None, skip: Call | None = None
+) -> list[Node]:
     """The nodes of steps ``lo..hi``: outermost op calls there (span calls and ``skip``
     left out), and the steps outside them, in step order."""
     hi = len(graph.steps) if hi is None else hi
-    calls = [c for c in graph.calls if c.kind == "op" and c is not skip
-             and not c.attributes.get("span") and lo <= c.start < c.stop <= hi]
-    outer = [c for c in calls if not any(
-        o is not c and o.start <= c.start and c.stop <= o.stop
-        and (o.start, -o.stop, o.index) < (c.start, -c.stop, c.index) for o in calls)]
+    calls = [
+        c
+        for c in graph.calls
+        if c.kind == "op"
+        and c is not skip
+        and not c.attributes.get("span")
+        and lo <= c.start < c.stop <= hi
+    ]
+    outer = [
+        c
+        for c in calls
+        if not any(
+            o is not c
+            and o.start <= c.start
+            and c.stop <= o.stop
+            and (o.start, -o.stop, o.index) < (c.start, -c.stop, c.index)
+            for o in calls
+        )
+    ]
     covered: dict[int, Call] = {}
     for c in outer:
         for i in range(c.start, c.stop):
@@ -136,13 +156,23 @@ def graph_nodes(graph: Graph, lo: int = 0, hi: int | None = None,
         here = covered.get(i)
         if here is not None:
             attrs = here.attributes
-            out.append(Node("call", here.callee, list(attrs.get("args") or []),
-                            list(attrs.get("results") or []), here.start, here.stop, call=here))
+            out.append(
+                Node(
+                    "call",
+                    here.callee,
+                    list(attrs.get("args") or []),
+                    list(attrs.get("results") or []),
+                    here.start,
+                    here.stop,
+                    call=here,
+                )
+            )
             i = here.stop
             continue
         s = graph.steps[i]
-        out.append(Node("step", s.op, list(s.operands), list(s.results), i, i + 1,
-                        dict(s.attributes)))
+        out.append(
+            Node("step", s.op, list(s.operands), list(s.results), i, i + 1, dict(s.attributes))
+        )
         i += 1
     return out
 
@@ -199,8 +229,13 @@ class _Unify:
         seen = self.nodes.get(id(pn))
         if seen is not None:
             return seen is gn
-        if id(gn) in self.used or pn.kind != gn.kind or pn.key != gn.key \
-                or len(pn.inputs) != len(gn.inputs) or len(pn.outputs) != len(gn.outputs):
+        if (
+            id(gn) in self.used
+            or pn.kind != gn.kind
+            or pn.key != gn.key
+            or len(pn.inputs) != len(gn.inputs)
+            or len(pn.outputs) != len(gn.outputs)
+        ):
             return False
         if pn.kind == "step" and not self.same_attributes(pn, gn):
             return False
@@ -243,8 +278,9 @@ def _canon(v: Any) -> Any:
     return v
 
 
-def find_matches(graph: Graph, pat: Pattern, nodes: list[Node] | None = None
-                 ) -> list[tuple[_Unify, list[Node]]]:
+def find_matches(
+    graph: Graph, pat: Pattern, nodes: list[Node] | None = None
+) -> list[tuple[_Unify, list[Node]]]:
     """Every place where ``pat`` stands in ``graph``, at the sample's level of detail: the
     unification and the graph nodes of each result, result 0 anchoring the search."""
     nodes = graph_nodes(graph) if nodes is None else nodes
@@ -305,8 +341,12 @@ def closed(graph: Graph, lo: int, hi: int, results: list[Any]) -> bool:
     return all(not inner & set(s.operands) for s in graph.steps[:lo] + graph.steps[hi:])
 
 
-def state_writes(graph: Graph, call: Call, producers: dict[str, int] | None = None,
-                 users: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:
+def state_writes(
+    graph: Graph,
+    call: Call,
+    producers: dict[str, int] | None = None,
+    users: dict[str, list[int]] | None = None,
+) -> list[dict[str, Any]]:
     """The state writes a kernel call's launch can do itself: the `scatter` steps right
     after it that write a result of the call, and nothing else reads, into a state at
     ``[b, at[b]]`` for every row ``b`` of the result (``self.k[b, pos[b], h, d] = k_rot[b,
@@ -319,8 +359,13 @@ def state_writes(graph: Graph, call: Call, producers: dict[str, int] | None = No
     :func:`~linnet.lang.ir.tiles.redirect_stores`), and a planner times it beside the first.
     """
     a = call.attributes
-    if call.kind != "op" or not a.get("kernel") or not a.get("kernel_applies") \
-            or a.get("writes") or call.stop <= call.start:
+    if (
+        call.kind != "op"
+        or not a.get("kernel")
+        or not a.get("kernel_applies")
+        or a.get("writes")
+        or call.stop <= call.start
+    ):
         return []
     results = list(a.get("results") or [])
     if any(not isinstance(r, str) for r in results):
@@ -348,24 +393,39 @@ def state_writes(graph: Graph, call: Call, producers: dict[str, int] | None = No
             break
         r = graph.steps[rows_step]
         n = vt.shape[0] if vt.shape else None
-        if not (r.op == "iota" and list(r.attributes.get("shape", [])) == [n]
-                and r.attributes.get("axis") == 0 and tuple(at_t.shape) == (n,)
-                and at_t.dtype == "i32" and len(st.shape) == len(vt.shape) + 1
-                and st.shape[0] == n and tuple(st.shape[2:]) == tuple(vt.shape[1:])
-                and st.dtype == vt.dtype):
+        if not (
+            r.op == "iota"
+            and list(r.attributes.get("shape", [])) == [n]
+            and r.attributes.get("axis") == 0
+            and tuple(at_t.shape) == (n,)
+            and at_t.dtype == "i32"
+            and len(st.shape) == len(vt.shape) + 1
+            and st.shape[0] == n
+            and tuple(st.shape[2:]) == tuple(vt.shape[1:])
+            and st.dtype == vt.dtype
+        ):
             break
         if value in graph.outputs or set(users.get(value, [])) != {i}:
             break  # another step reads the result: it is still needed
-        out.append({"result": results.index(value), "state": state, "at": at, "step": i,
-                    "positions": st.shape[1]})
+        out.append(
+            {
+                "result": results.index(value),
+                "state": state,
+                "at": at,
+                "step": i,
+                "positions": st.shape[1],
+            }
+        )
         i += 1
     if not out or len(out) == len(results):
         return []  # a launch with no result left: not written (nothing measured needs it)
     # What the index steps claimed with the writes make is read by those writes alone.
     last = max(w["step"] for w in out)
     for j in between:
-        if j < last and any(r in graph.outputs or any(not j < u <= last for u in users.get(r, []))
-                            for r in graph.steps[j].results):
+        if j < last and any(
+            r in graph.outputs or any(not j < u <= last for u in users.get(r, []))
+            for r in graph.steps[j].results
+        ):
             return []
     return out
 
@@ -386,5 +446,13 @@ def _common_path(paths: list[str]) -> str:
     return ".".join(common)
 
 
-__all__ = ["WITH_ROWS", "Fusion", "Node", "Pattern", "closed", "find_matches", "graph_nodes",
-           "state_writes"]
+__all__ = [
+    "WITH_ROWS",
+    "Fusion",
+    "Node",
+    "Pattern",
+    "closed",
+    "find_matches",
+    "graph_nodes",
+    "state_writes",
+]

@@ -35,21 +35,65 @@ from pygments.token import (
 
 # Reserved words by role. Every word of the compiler's KEYWORDS is in exactly one of these
 # (tests/test_highlight.py checks it), so a new keyword cannot be left plain.
-DECLARATIONS = ("op", "fn", "kernel", "block", "model", "entry", "param", "state", "config",
-                "const", "let")
+DECLARATIONS = (
+    "op",
+    "fn",
+    "kernel",
+    "block",
+    "model",
+    "entry",
+    "param",
+    "state",
+    "config",
+    "const",
+    "let",
+)
 CONSTANTS = ("true", "false", "inf", "nan")
 CONTROL = ("pub", "return", "for", "in", "if", "else", "where", "grid", "grad", "as")
 NAMESPACE = ("use",)
 SELF = ("self",)
 
 # Types the checker knows by name (E0352's element types, `Tensor`, the two generic kinds).
-TYPES = ("Tensor", "Dim", "DType", "bf16", "f16", "f32", "f64", "i8", "i16", "i32", "i64",
-         "u8", "bool")
+TYPES = (
+    "Tensor",
+    "Dim",
+    "DType",
+    "bf16",
+    "f16",
+    "f32",
+    "f64",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "u8",
+    "bool",
+)
 # Built-in functions (docs/language.md, "Built-in functions" and "Kernels"): highlighted
 # where they are called, since `max`, `load` and the rest are ordinary names elsewhere.
-BUILTINS = ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf", "floor",
-            "abs", "max", "min", "pow", "select", "iota", "fill", "program_id", "load",
-            "store", "atomic_add")
+BUILTINS = (
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "floor",
+    "abs",
+    "max",
+    "min",
+    "pow",
+    "select",
+    "iota",
+    "fill",
+    "program_id",
+    "load",
+    "store",
+    "atomic_add",
+)
 REDUCTIONS = ("sum", "mean", "prod", "max", "min")
 
 # The compiler's operators, longest first (as its lexer tries them); brackets, `,`, `:`, `;`
@@ -96,35 +140,64 @@ class LinnetLexer(RegexLexer):
         "root": [
             include("space"),
             # `pub op name`, `kernel name`, `entry name`, and `kernel name<...>` in a binding.
-            (rf"\b(op|fn|kernel|entry){_GAP}({_NAME})",
-             bygroups(Keyword.Declaration, Whitespace, Name.Function)),
+            (
+                rf"\b(op|fn|kernel|entry){_GAP}({_NAME})",
+                bygroups(Keyword.Declaration, Whitespace, Name.Function),
+            ),
             # A chain's `then next<...>` (a word only there, as in the compiler's parser).
-            (rf"\b(then){_GAP}({_NAME})(?={_SPACE}*<)",
-             bygroups(Keyword, Whitespace, Name.Function)),
+            (
+                rf"\b(then){_GAP}({_NAME})(?={_SPACE}*<)",
+                bygroups(Keyword, Whitespace, Name.Function),
+            ),
             # `scratch(...)` after a kernel's grid: a word only there.
             (rf"\b(scratch)(?={_SPACE}*\()", Keyword),
             # Members: `param w: ...`, `block proj: Linear<...>` (a member may be named
             # `model` or `block`: the name is whatever word comes before the `:`).
-            (rf"\b(param|state|config|block){_GAP}({_NAME})(?={_SPACE}*:)",
-             bygroups(Keyword.Declaration, Whitespace, Name.Attribute)),
+            (
+                rf"\b(param|state|config|block){_GAP}({_NAME})(?={_SPACE}*:)",
+                bygroups(Keyword.Declaration, Whitespace, Name.Attribute),
+            ),
             # Items: `block Layer<...>`, `model Llama<...>`.
-            (rf"\b(block|model){_GAP}({_NAME})",
-             bygroups(Keyword.Declaration, Whitespace, Name.Class)),
-            (rf"\b(const){_GAP}({_NAME})",
-             bygroups(Keyword.Declaration, Whitespace, Name.Constant)),
+            (
+                rf"\b(block|model){_GAP}({_NAME})",
+                bygroups(Keyword.Declaration, Whitespace, Name.Class),
+            ),
+            (
+                rf"\b(const){_GAP}({_NAME})",
+                bygroups(Keyword.Declaration, Whitespace, Name.Constant),
+            ),
             # Index notation: `let y[r, c] = ...` binds `y` and the index variables r, c.
-            (rf"\b(let){_GAP}({_NAME}){_PAD}(\[)",
-             bygroups(Keyword.Declaration, Whitespace, Name.Variable, Whitespace, Punctuation),
-             "indices"),
+            (
+                rf"\b(let){_GAP}({_NAME}){_PAD}(\[)",
+                bygroups(Keyword.Declaration, Whitespace, Name.Variable, Whitespace, Punctuation),
+                "indices",
+            ),
             (rf"\b(let){_GAP}({_NAME})", bygroups(Keyword.Declaration, Whitespace, Name.Variable)),
             (rf"\b(use){_GAP}([\w.]+)", bygroups(Keyword.Namespace, Whitespace, Name.Namespace)),
             (rf"\b(for){_GAP}({_NAME})", bygroups(Keyword, Whitespace, Name.Variable)),
             # Reductions: `sum[k] ...`, `sum<f64>[k] ...` bind their index variables.
-            (words(REDUCTIONS, prefix=r"\b", suffix=rf"{_PAD}(\[)"),
-             bygroups(Name.Builtin, Whitespace, Punctuation), "indices"),
-            (words(REDUCTIONS, prefix=r"\b", suffix=rf"{_PAD}(<){_PAD}({_NAME}){_PAD}(>){_PAD}(\[)"),
-             bygroups(Name.Builtin, Whitespace, Operator, Whitespace, Keyword.Type, Whitespace,
-                      Operator, Whitespace, Punctuation), "indices"),
+            (
+                words(REDUCTIONS, prefix=r"\b", suffix=rf"{_PAD}(\[)"),
+                bygroups(Name.Builtin, Whitespace, Punctuation),
+                "indices",
+            ),
+            (
+                words(
+                    REDUCTIONS, prefix=r"\b", suffix=rf"{_PAD}(<){_PAD}({_NAME}){_PAD}(>){_PAD}(\[)"
+                ),
+                bygroups(
+                    Name.Builtin,
+                    Whitespace,
+                    Operator,
+                    Whitespace,
+                    Keyword.Type,
+                    Whitespace,
+                    Operator,
+                    Whitespace,
+                    Punctuation,
+                ),
+                "indices",
+            ),
             include("expression"),
         ],
         "space": [

@@ -7,17 +7,70 @@ from dataclasses import dataclass
 
 from linnet.lang.diagnostics.core import Diagnostic, SourceFile, Span
 
-KEYWORDS = frozenset({
-    "pub", "use", "op", "fn", "kernel", "block", "model", "entry", "param", "state",
-    "config", "const", "let", "return", "for", "in", "if", "else", "where", "grid", "grad",
-    "as", "true", "false", "self", "inf", "nan",
-})
+KEYWORDS = frozenset(
+    {
+        "pub",
+        "use",
+        "op",
+        "fn",
+        "kernel",
+        "block",
+        "model",
+        "entry",
+        "param",
+        "state",
+        "config",
+        "const",
+        "let",
+        "return",
+        "for",
+        "in",
+        "if",
+        "else",
+        "where",
+        "grid",
+        "grad",
+        "as",
+        "true",
+        "false",
+        "self",
+        "inf",
+        "nan",
+    }
+)
 
 # Longest first, so that `..=` wins over `..` and `->` over `-`.
 PUNCTUATION = (
-    "..=", "->", "==", "!=", "<=", ">=", "&&", "||", "::", "..",
-    "+", "-", "*", "/", "%", "<", ">", "=", "!", "(", ")", "[", "]", "{", "}",
-    ",", ":", ";", ".", "@",
+    "..=",
+    "->",
+    "==",
+    "!=",
+    "<=",
+    ">=",
+    "&&",
+    "||",
+    "::",
+    "..",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "<",
+    ">",
+    "=",
+    "!",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    ";",
+    ".",
+    "@",
 )
 
 
@@ -47,7 +100,8 @@ def tokenize(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
 # The same tokens as _tokenize_chars, one regular expression match each: lexing was a third of
 # checking the Llama example (tests/test_lexer.py compares the two). ASCII only: `isalpha`,
 # `isdigit` and `\w` differ on other characters, which the character loop handles.
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<newline>\n)
   | (?P<space>[ \t\r]+)
   | (?P<comment>//[^\n]*)
@@ -55,8 +109,12 @@ _TOKEN = re.compile(r"""
   | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<number>[0-9][0-9_]*(?P<fraction>\.[0-9][0-9_]*)?(?P<exponent>[eE][+-]?[0-9]+)?)
   | (?P<string>"[^"\n]*"?)
-  | (?P<punct>""" + "|".join(re.escape(p) for p in PUNCTUATION) + r""")
-""", re.VERBOSE)
+  | (?P<punct>"""
+    + "|".join(re.escape(p) for p in PUNCTUATION)
+    + r""")
+""",
+    re.VERBOSE,
+)
 
 
 def _tokenize_ascii(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
@@ -71,10 +129,15 @@ def _tokenize_ascii(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
         m = match(text, i)
         if m is None:
             ch = text[i]
-            errors.append(Diagnostic(
-                "E0002", f"unexpected character `{ch}`", Span(source, i, i + 1),
-                "not part of Linnet's syntax",
-                help="comments start with `//`" if ch == "#" else "remove it"))
+            errors.append(
+                Diagnostic(
+                    "E0002",
+                    f"unexpected character `{ch}`",
+                    Span(source, i, i + 1),
+                    "not part of Linnet's syntax",
+                    help="comments start with `//`" if ch == "#" else "remove it",
+                )
+            )
             i += 1
             continue
         kind = m.lastgroup
@@ -86,9 +149,15 @@ def _tokenize_ascii(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
         elif kind == "block":
             k = text.find("*/", i + 2)
             if k < 0:
-                errors.append(Diagnostic(
-                    "E0003", "unterminated block comment", Span(source, i, i + 2),
-                    "this comment is never closed", help="close it with `*/`"))
+                errors.append(
+                    Diagnostic(
+                        "E0003",
+                        "unterminated block comment",
+                        Span(source, i, i + 2),
+                        "this comment is never closed",
+                        help="close it with `*/`",
+                    )
+                )
                 j = n
             else:
                 newline = newline or "\n" in text[i:k]
@@ -96,20 +165,33 @@ def _tokenize_ascii(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
         else:
             word = m.group()
             if kind == "word":
-                append(Token("kw" if word in KEYWORDS else "ident", word, Span(source, i, j),
-                             newline))
+                append(
+                    Token("kw" if word in KEYWORDS else "ident", word, Span(source, i, j), newline)
+                )
             elif kind == "punct":
                 append(Token("punct", word, Span(source, i, j), newline))
             elif kind == "number":
                 is_float = m.group("fraction") is not None or m.group("exponent") is not None
-                append(Token("float" if is_float else "int", word.replace("_", ""),
-                             Span(source, i, j), newline))
+                append(
+                    Token(
+                        "float" if is_float else "int",
+                        word.replace("_", ""),
+                        Span(source, i, j),
+                        newline,
+                    )
+                )
             else:  # a string: unterminated when the line or the text ends first
                 if j - i < 2 or word[-1] != '"':
-                    errors.append(Diagnostic("E0004", "unterminated string literal",
-                                             Span(source, i, j), "this string is never closed",
-                                             help='close it with `"` on the same line'))
-                append(Token("string", text[i + 1:j - 1], Span(source, i, j), newline))
+                    errors.append(
+                        Diagnostic(
+                            "E0004",
+                            "unterminated string literal",
+                            Span(source, i, j),
+                            "this string is never closed",
+                            help='close it with `"` on the same line',
+                        )
+                    )
+                append(Token("string", text[i + 1 : j - 1], Span(source, i, j), newline))
             newline = False
         i = j
     append(Token("eof", "", Span(source, n, n), newline))
@@ -139,9 +221,15 @@ def _tokenize_chars(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
         if text.startswith("/*", i):
             j = text.find("*/", i + 2)
             if j < 0:
-                errors.append(Diagnostic(
-                    "E0003", "unterminated block comment", Span(source, i, i + 2),
-                    "this comment is never closed", help="close it with `*/`"))
+                errors.append(
+                    Diagnostic(
+                        "E0003",
+                        "unterminated block comment",
+                        Span(source, i, i + 2),
+                        "this comment is never closed",
+                        help="close it with `*/`",
+                    )
+                )
                 i = n
             else:
                 newline = newline or "\n" in text[i:j]
@@ -173,19 +261,31 @@ def _tokenize_chars(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
                     i = j
                     while i < n and text[i].isdigit():
                         i += 1
-            tokens.append(Token("float" if is_float else "int", text[start:i].replace("_", ""),
-                                Span(source, start, i), newline))
+            tokens.append(
+                Token(
+                    "float" if is_float else "int",
+                    text[start:i].replace("_", ""),
+                    Span(source, start, i),
+                    newline,
+                )
+            )
         elif ch == '"':
             i += 1
             while i < n and text[i] not in '"\n':
                 i += 1
             if i >= n or text[i] != '"':
-                errors.append(Diagnostic("E0004", "unterminated string literal",
-                                         Span(source, start, i), "this string is never closed",
-                                         help='close it with `"` on the same line'))
+                errors.append(
+                    Diagnostic(
+                        "E0004",
+                        "unterminated string literal",
+                        Span(source, start, i),
+                        "this string is never closed",
+                        help='close it with `"` on the same line',
+                    )
+                )
             else:
                 i += 1
-            tokens.append(Token("string", text[start + 1:i - 1], Span(source, start, i), newline))
+            tokens.append(Token("string", text[start + 1 : i - 1], Span(source, start, i), newline))
         else:
             for p in PUNCTUATION:
                 if text.startswith(p, i):
@@ -194,10 +294,15 @@ def _tokenize_chars(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
                     break
             else:
                 i += 1
-                errors.append(Diagnostic(
-                    "E0002", f"unexpected character `{ch}`", Span(source, start, i),
-                    "not part of Linnet's syntax",
-                    help="comments start with `//`" if ch == "#" else "remove it"))
+                errors.append(
+                    Diagnostic(
+                        "E0002",
+                        f"unexpected character `{ch}`",
+                        Span(source, start, i),
+                        "not part of Linnet's syntax",
+                        help="comments start with `//`" if ch == "#" else "remove it",
+                    )
+                )
                 continue
         newline = False
     tokens.append(Token("eof", "", Span(source, n, n), newline))

@@ -64,8 +64,13 @@ class Parser(BodyParser):
         help = "a module holds `use`, `op`, `fn`, `kernel`, `block`, `model` and `const` items"
         if self.tok.kind == "ident" and self.tok.text in ("def", "func", "function"):
             help = "functions are declared with `fn` (or `op` for index-notation ops)"
-        raise self.error(f"expected an item, found {self.describe(self.tok)}", self.tok.span,
-                         "not an item", help=help, code="E0102")
+        raise self.error(
+            f"expected an item, found {self.describe(self.tok)}",
+            self.tok.span,
+            "not an item",
+            help=help,
+            code="E0102",
+        )
 
     def parse_use(self, start: Span) -> A.Use:
         self.expect("use")
@@ -104,10 +109,13 @@ class Parser(BodyParser):
             kind_tok = self.tok
             kind = self.ident("`Dim` or `DType`").text
             if kind not in ("Dim", "DType"):
-                raise self.error(f"unknown generic kind `{kind}`", kind_tok.span,
-                                 "expected `Dim` or `DType`",
-                                 help="a generic is a dimension (`Dim`) or an element type "
-                                      "(`DType`)", code="E0103")
+                raise self.error(
+                    f"unknown generic kind `{kind}`",
+                    kind_tok.span,
+                    "expected `Dim` or `DType`",
+                    help="a generic is a dimension (`Dim`) or an element type (`DType`)",
+                    code="E0103",
+                )
             default = None
             if self.accept("="):
                 default = self.parse_type_or_dim_noangle()
@@ -194,8 +202,12 @@ class Parser(BodyParser):
         # `scratch(name: Tensor[...], ...)`: a word only here (after a kernel's grid), not a
         # keyword, as `then` is in a chain.
         scratch: list[A.Param] = []
-        if kind == "kernel" and self.tok.kind == "ident" and self.tok.text == "scratch" \
-                and self.peek().is_("("):
+        if (
+            kind == "kernel"
+            and self.tok.kind == "ident"
+            and self.tok.text == "scratch"
+            and self.peek().is_("(")
+        ):
             self.advance()
             scratch = self.parse_params()
         if self.at("kernel"):
@@ -209,11 +221,18 @@ class Parser(BodyParser):
                 stage = stage.then
         where = self.parse_where()
         if not self.at("{"):
-            raise self.error(f"expected `{{` to start the body of `{name_tok.text}`, found "
-                             f"{self.describe(self.tok)}", self.tok.span, "expected `{`",
-                             help=("add `{` at the end of the signature"
-                                   if self.tok.newline_before else
-                                   "results are written `-> Tensor[R, C; f32]`"), code="E0104")
+            raise self.error(
+                f"expected `{{` to start the body of `{name_tok.text}`, found "
+                f"{self.describe(self.tok)}",
+                self.tok.span,
+                "expected `{`",
+                help=(
+                    "add `{` at the end of the signature"
+                    if self.tok.newline_before
+                    else "results are written `-> Tensor[R, C; f32]`"
+                ),
+                code="E0104",
+            )
         body = self.parse_block()
         grad = None
         if self.at("grad"):
@@ -226,9 +245,22 @@ class Parser(BodyParser):
                     break
             self.expect(")")
             grad = A.GradClause(names, self.parse_block(), self.span_from(gstart))
-        return A.FuncDecl(kind, public, name_tok.text, generics, params, results, where, body,
-                          self.span_from(start), name_tok.span, kernel, grid, grad,
-                          scratch=scratch)
+        return A.FuncDecl(
+            kind,
+            public,
+            name_tok.text,
+            generics,
+            params,
+            results,
+            where,
+            body,
+            self.span_from(start),
+            name_tok.span,
+            kernel,
+            grid,
+            grad,
+            scratch=scratch,
+        )
 
     def parse_kernel_ref(self, start: Span) -> A.KernelBinding:
         """`name<args>` of a kernel binding (after `kernel` or `then`)."""
@@ -259,21 +291,31 @@ class Parser(BodyParser):
                 if self.at("fn") or self.at("entry"):
                     mkind = self.advance().text
                     if mkind == "entry" and kind != "model":
-                        raise self.error("`entry` is only allowed in a `model`", mstart,
-                                         "entry in a block",
-                                         help="declare it as `fn` here, or move it to the model",
-                                         code="E0105")
+                        raise self.error(
+                            "`entry` is only allowed in a `model`",
+                            mstart,
+                            "entry in a block",
+                            help="declare it as `fn` here, or move it to the model",
+                            code="E0105",
+                        )
                     methods.append(self.parse_func(mkind, mpublic, mstart))
-                elif self.tok.kind == "kw" and self.tok.text in ("param", "state", "block",
-                                                                  "config"):
+                elif self.tok.kind == "kw" and self.tok.text in (
+                    "param",
+                    "state",
+                    "block",
+                    "config",
+                ):
                     members.append(self.parse_member())
                 else:
                     raise self.error(
-                        f"expected a member, found {self.describe(self.tok)}", self.tok.span,
+                        f"expected a member, found {self.describe(self.tok)}",
+                        self.tok.span,
                         "not a member",
                         help=f"a {kind} holds `param`, `state`, `block`, `config`, `fn`"
-                             + (" and `entry`" if kind == "model" else "") + " declarations",
-                        code="E0106")
+                        + (" and `entry`" if kind == "model" else "")
+                        + " declarations",
+                        code="E0106",
+                    )
             except _Bail:
                 if self.pos == before:
                     self.advance()
@@ -281,8 +323,17 @@ class Parser(BodyParser):
                 if self.at("{"):
                     self.skip_item()
         self.expect("}")
-        return A.BlockDecl(kind, public, name_tok.text, generics, where, members, methods,
-                           self.span_from(start), name_tok.span)
+        return A.BlockDecl(
+            kind,
+            public,
+            name_tok.text,
+            generics,
+            where,
+            members,
+            methods,
+            self.span_from(start),
+            name_tok.span,
+        )
 
     def parse_member(self) -> A.Member:
         start = self.tok.span
@@ -312,18 +363,31 @@ def parse(source: SourceFile, module_name: str | None = None) -> A.Module:
     except RecursionError:
         # MAX_NESTING keeps the descent far from Python's limit; this is the last line, for a
         # caller that is itself deep in its stack.
-        raise LinnetError([*parser.errors, Diagnostic(
-            "E0118", "this is nested too deeply to parse", parser.tok.span,
-            "the parser ran out of stack here",
-            help="name the inner parts with `let` statements")]) from None
+        raise LinnetError(
+            [
+                *parser.errors,
+                Diagnostic(
+                    "E0118",
+                    "this is nested too deeply to parse",
+                    parser.tok.span,
+                    "the parser ran out of stack here",
+                    help="name the inner parts with `let` statements",
+                ),
+            ]
+        ) from None
     for item in module.items:
         too_deep = deepest_node(item)
         if too_deep is not None and too_deep.line not in parser.lexer_error_lines:
-            parser.errors.append(Diagnostic(
-                "E0119", f"this expression is more than {MAX_TREE_DEPTH} operations deep",
-                too_deep, "the nesting limit is reached here",
-                help="split it into several `let` statements (a long chain like "
-                     "`a + b + c + ...` is as deep as it is long)"))
+            parser.errors.append(
+                Diagnostic(
+                    "E0119",
+                    f"this expression is more than {MAX_TREE_DEPTH} operations deep",
+                    too_deep,
+                    "the nesting limit is reached here",
+                    help="split it into several `let` statements (a long chain like "
+                    "`a + b + c + ...` is as deep as it is long)",
+                )
+            )
     if parser.errors:
         raise LinnetError(parser.errors)
     return module
@@ -349,8 +413,10 @@ def deepest_node(root: object) -> Span | None:
             if not dataclasses.is_dataclass(node) or isinstance(node, Span):
                 continue
             names = _CHILD_FIELDS[type(node)] = [  # type: ignore[index]
-                f.name for f in dataclasses.fields(node)
-                if f.name not in ("module", "owner", "span", "name_span")]
+                f.name
+                for f in dataclasses.fields(node)
+                if f.name not in ("module", "owner", "span", "name_span")
+            ]
         if depth > MAX_TREE_DEPTH:
             return getattr(node, "span", None)
         for name in names:

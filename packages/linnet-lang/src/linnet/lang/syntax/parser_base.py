@@ -29,13 +29,28 @@ MAX_TREE_DEPTH = 128
 # which also raises past 4,300 digits.
 MAX_INT = 2**63 - 1
 # Keywords that may still name members and fields (`block model: ...`, `self.model`).
-SOFT_KEYWORDS = frozenset({"model", "block", "param", "state", "config", "entry", "kernel", "op",
-                           "grad", "grid", "use"})
+SOFT_KEYWORDS = frozenset(
+    {"model", "block", "param", "state", "config", "entry", "kernel", "op", "grad", "grid", "use"}
+)
 
 
 # Keywords people pick as variable names (`let state = ...`): after E0101 they parse as names.
-NOUN_KEYWORDS = frozenset({"model", "block", "param", "state", "config", "entry", "kernel", "op",
-                           "grad", "grid", "use", "const"})
+NOUN_KEYWORDS = frozenset(
+    {
+        "model",
+        "block",
+        "param",
+        "state",
+        "config",
+        "entry",
+        "kernel",
+        "op",
+        "grad",
+        "grid",
+        "use",
+        "const",
+    }
+)
 
 
 class _Bail(Exception):
@@ -80,8 +95,9 @@ class ParserBase:
             return self.advance()
         return None
 
-    def error(self, message: str, span: Span, label: str = "", help: str = "",
-              code: str = "E0100") -> _Bail:
+    def error(
+        self, message: str, span: Span, label: str = "", help: str = "", code: str = "E0100"
+    ) -> _Bail:
         if span.line not in self.lexer_error_lines:
             self.errors.append(Diagnostic(code, message, span, label, help=help))
         return _Bail()
@@ -95,10 +111,13 @@ class ParserBase:
                 raise _Bail()
             self.too_deep_reported = True
             raise self.error(
-                f"this is nested more than {MAX_NESTING} levels deep", self.tok.span,
-                "nesting limit reached here", code="E0118",
+                f"this is nested more than {MAX_NESTING} levels deep",
+                self.tok.span,
+                "nesting limit reached here",
+                code="E0118",
                 help="name the inner parts with `let` statements, or remove redundant "
-                     "brackets and signs")
+                "brackets and signs",
+            )
 
     def describe(self, tok: Token) -> str:
         if tok.kind == "eof":
@@ -108,25 +127,38 @@ class ParserBase:
     def expect(self, text: str, help: str = "") -> Token:
         if self.at(text):
             return self.advance()
-        raise self.error(f"expected `{text}`, found {self.describe(self.tok)}", self.tok.span,
-                         f"expected `{text}` here", help=help)
+        raise self.error(
+            f"expected `{text}`, found {self.describe(self.tok)}",
+            self.tok.span,
+            f"expected `{text}` here",
+            help=help,
+        )
 
     def ident(self, what: str = "a name", soft: bool = False) -> Token:
         if self.tok.kind == "ident" or (soft and self.tok.text in SOFT_KEYWORDS):
             return self.advance()
         if self.tok.kind == "kw" and self.tok.text in NOUN_KEYWORDS:
             # Report the keyword once and read it as a name, so its later uses do not cascade.
-            self.error(f"`{self.tok.text}` is a keyword and cannot be used as {what}",
-                       self.tok.span, "reserved word",
-                       help=f"pick another name, e.g. `{self.tok.text}_`", code="E0101")
+            self.error(
+                f"`{self.tok.text}` is a keyword and cannot be used as {what}",
+                self.tok.span,
+                "reserved word",
+                help=f"pick another name, e.g. `{self.tok.text}_`",
+                code="E0101",
+            )
             self.misused_keywords.add(self.tok.text)
             return self.advance()
         if self.tok.kind == "kw":
-            raise self.error(f"`{self.tok.text}` is a keyword and cannot be used as {what}",
-                             self.tok.span, "reserved word",
-                             help=f"pick another name, e.g. `{self.tok.text}_`", code="E0101")
-        raise self.error(f"expected {what}, found {self.describe(self.tok)}", self.tok.span,
-                         f"expected {what}")
+            raise self.error(
+                f"`{self.tok.text}` is a keyword and cannot be used as {what}",
+                self.tok.span,
+                "reserved word",
+                help=f"pick another name, e.g. `{self.tok.text}_`",
+                code="E0101",
+            )
+        raise self.error(
+            f"expected {what}, found {self.describe(self.tok)}", self.tok.span, f"expected {what}"
+        )
 
     def span_from(self, start: Span) -> Span:
         prev = self.tokens[self.pos - 1] if self.pos > 0 else self.tok
@@ -147,8 +179,12 @@ class ParserBase:
                         return
                     depth = 0
                     continue
-            elif depth == 0 and self.tok.kind == "kw" and self.tok.text in ITEM_STARTS \
-                    and self.tok.newline_before:
+            elif (
+                depth == 0
+                and self.tok.kind == "kw"
+                and self.tok.text in ITEM_STARTS
+                and self.tok.newline_before
+            ):
                 return
             self.advance()
 

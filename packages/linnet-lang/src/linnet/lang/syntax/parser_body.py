@@ -38,9 +38,14 @@ class BodyParser(ParserBase):
             self.nesting += 1
             elem = self.parse_type()
             if not isinstance(elem, A.BlockType):
-                self.error("only blocks can be repeated", elem.span, "not a block",
-                           help="write `[Layer<...>; N]`; a stack of tensors is one tensor "
-                                "with an extra axis: `Tensor[N, ...]`", code="E0107")
+                self.error(
+                    "only blocks can be repeated",
+                    elem.span,
+                    "not a block",
+                    help="write `[Layer<...>; N]`; a stack of tensors is one tensor "
+                    "with an extra axis: `Tensor[N, ...]`",
+                    code="E0107",
+                )
             self.expect(";", help="a repeated block is written `[Layer<...>; N]`")
             count = self.parse_expr()
             self.nesting -= 1
@@ -59,11 +64,16 @@ class BodyParser(ParserBase):
                     break
             if not self.at(";"):
                 self.nesting -= 1
-                shown = (self.source.text[dims[0].span.start:dims[-1].span.stop] if dims
-                         else "R, C")
-                raise self.error("a tensor type needs an element type after `;`", self.tok.span,
-                                 "expected `; dtype`",
-                                 help=f"write `Tensor[{shown}; f32]`", code="E0108")
+                shown = (
+                    self.source.text[dims[0].span.start : dims[-1].span.stop] if dims else "R, C"
+                )
+                raise self.error(
+                    "a tensor type needs an element type after `;`",
+                    self.tok.span,
+                    "expected `; dtype`",
+                    help=f"write `Tensor[{shown}; f32]`",
+                    code="E0108",
+                )
             self.advance()
             dt = self.ident("an element type")
             self.nesting -= 1
@@ -71,10 +81,13 @@ class BodyParser(ParserBase):
             return A.TensorType(dims, A.Name(dt.text, dt.span), self.span_from(start))
         if self.at("<") and t.text[:1].isupper() and t.text not in ("Dim", "DType"):
             args = self.parse_generic_args()
-            return A.BlockType(t.text, args or [], self.span_from(start),
-                               self.parse_config_args())
-        if t.text[:1].isupper() and t.text not in ("Dim", "DType") and len(t.text) > 2 \
-                and not t.text.isupper():
+            return A.BlockType(t.text, args or [], self.span_from(start), self.parse_config_args())
+        if (
+            t.text[:1].isupper()
+            and t.text not in ("Dim", "DType")
+            and len(t.text) > 2
+            and not t.text.isupper()
+        ):
             return A.BlockType(t.text, [], self.span_from(start), self.parse_config_args())
         return A.ScalarType(t.text, t.span)
 
@@ -88,8 +101,11 @@ class BodyParser(ParserBase):
         try:
             while not self.at(")"):
                 name = self.ident("a config name")
-                self.expect("=", help="a block's config is given by name: "
-                                      "`Attention<...>(attention_bias = true)`")
+                self.expect(
+                    "=",
+                    help="a block's config is given by name: "
+                    "`Attention<...>(attention_bias = true)`",
+                )
                 value = self.parse_expr()
                 out.append(A.ConfigArg(name.text, value, name.span.to(value.span)))
                 if not self.accept(","):
@@ -150,20 +166,31 @@ class BodyParser(ParserBase):
                 before = self.pos
                 try:
                     statements.append(self.parse_statement())
-                    if not (self.at("}") or self.at(";") or self.tok.newline_before
-                            or self.tok.kind == "eof"):
+                    if not (
+                        self.at("}")
+                        or self.at(";")
+                        or self.tok.newline_before
+                        or self.tok.kind == "eof"
+                    ):
                         raise self.error(
                             f"expected the end of the statement, found {self.describe(self.tok)}",
-                            self.tok.span, "unexpected here",
+                            self.tok.span,
+                            "unexpected here",
                             help="put each statement on its own line, or separate them with `;`",
-                            code="E0109")
+                            code="E0109",
+                        )
                 except _Bail:
                     if self.pos == before:
                         self.advance()
                     self.skip_statement()
             if self.tok.kind == "eof":
-                raise self.error("this block is never closed", start, "unclosed `{`",
-                                 help="add the matching `}`", code="E0110")
+                raise self.error(
+                    "this block is never closed",
+                    start,
+                    "unclosed `{`",
+                    help="add the matching `}`",
+                    code="E0110",
+                )
             self.expect("}")
         finally:
             self.nesting = saved
@@ -184,16 +211,26 @@ class BodyParser(ParserBase):
             self.nesting -= 1
         name_span = self.span_from(open_tok.span)
         if len(names) < 2:
-            raise self.error("unpacking needs at least two names", name_span,
-                             "one name", help="bind one result with `let y = f(x)`",
-                             code="E0122")
+            raise self.error(
+                "unpacking needs at least two names",
+                name_span,
+                "one name",
+                help="bind one result with `let y = f(x)`",
+                code="E0122",
+            )
         if len(set(names)) != len(names):
-            raise self.error("a name is unpacked twice", name_span, "repeated name",
-                             help="give each result its own name", code="E0122")
+            raise self.error(
+                "a name is unpacked twice",
+                name_span,
+                "repeated name",
+                help="give each result its own name",
+                code="E0122",
+            )
         self.expect("=", help="unpacking binds a call's results: `let (a, b) = f(x)`")
         value = self.parse_expr()
-        return A.Let("(" + ", ".join(names) + ")", None, value, self.span_from(start),
-                     name_span, names)
+        return A.Let(
+            "(" + ", ".join(names) + ")", None, value, self.span_from(start), name_span, names
+        )
 
     def parse_statement(self) -> A.Stmt:
         start = self.tok.span
@@ -206,11 +243,14 @@ class BodyParser(ParserBase):
                 binders = self.parse_binders()
             if self.at(":"):
                 n = name_tok.text
-                raise self.error("`let` takes no type annotation", self.tok.span,
-                                 "the type is inferred",
-                                 help=f"remove it: `let {n} = ...`; to give an index its range, "
-                                      f"write it in the brackets: `let {n}[r: R] = ...`",
-                                 code="E0111")
+                raise self.error(
+                    "`let` takes no type annotation",
+                    self.tok.span,
+                    "the type is inferred",
+                    help=f"remove it: `let {n} = ...`; to give an index its range, "
+                    f"write it in the brackets: `let {n}[r: R] = ...`",
+                    code="E0111",
+                )
             self.expect("=", help="a `let` binds a value: `let y = ...`")
             value = self.parse_expr()
             return A.Let(name_tok.text, binders, value, self.span_from(start), name_tok.span)
@@ -232,10 +272,14 @@ class BodyParser(ParserBase):
             self.advance()
             value = self.parse_expr()
             if not isinstance(expr, A.Name | A.Index | A.Field):
-                raise self.error("cannot assign to this expression", expr.span,
-                                 "not a variable or a state",
-                                 help="assign to a variable (`h = ...`) or write into a state "
-                                      "(`self.cache[b, pos[b], d] = ...`)", code="E0112")
+                raise self.error(
+                    "cannot assign to this expression",
+                    expr.span,
+                    "not a variable or a state",
+                    help="assign to a variable (`h = ...`) or write into a state "
+                    "(`self.cache[b, pos[b], d] = ...`)",
+                    code="E0112",
+                )
             return A.Assign(expr, value, self.span_from(start))
         return A.ExprStmt(expr, self.span_from(start))
 
@@ -266,22 +310,30 @@ class BodyParser(ParserBase):
                 self.expect(")")
             finally:
                 self.depth -= 1
-            return A.IndexBinder("(" + ", ".join(p.name for p in parts) + ")", None,
-                                 self.span_from(start), parts)
+            return A.IndexBinder(
+                "(" + ", ".join(p.name for p in parts) + ")", None, self.span_from(start), parts
+            )
         t = self.tok
         if t.kind != "ident":
-            raise self.error(f"expected an index variable, found {self.describe(t)}", t.span,
-                             "expected a name",
-                             help="index variables are plain names: `let y[r, c] = ...`; "
-                                  "computed positions belong on the right-hand side",
-                             code="E0113")
+            raise self.error(
+                f"expected an index variable, found {self.describe(t)}",
+                t.span,
+                "expected a name",
+                help="index variables are plain names: `let y[r, c] = ...`; "
+                "computed positions belong on the right-hand side",
+                code="E0113",
+            )
         self.advance()
         if self.tok.kind == "punct" and self.tok.text in ("+", "-", "*", "/", "%", "[", "("):
-            raise self.error("index variables are plain names, not expressions",
-                             t.span.to(self.tok.span), "a computed position",
-                             help="index variables are plain names: `let y[r, c] = ...`; "
-                                  "computed positions belong on the right-hand side "
-                                  "(`let y[n] = x[n - 1]`)", code="E0113")
+            raise self.error(
+                "index variables are plain names, not expressions",
+                t.span.to(self.tok.span),
+                "a computed position",
+                help="index variables are plain names: `let y[r, c] = ...`; "
+                "computed positions belong on the right-hand side "
+                "(`let y[n] = x[n - 1]`)",
+                code="E0113",
+            )
         dim = self.parse_expr() if self.accept(":") else None
         return A.IndexBinder(t.text, dim, self.span_from(start))
 
@@ -344,9 +396,13 @@ class BodyParser(ParserBase):
                 else:
                     break
             if level == 2 and isinstance(left, A.Binary) and left.op in COMPARISONS:
-                self.error("comparisons cannot be chained", left.span.to(right.span),
-                           "two comparisons in a row",
-                           help="join them with `&&`: `a < b && b < c`", code="E0114")
+                self.error(
+                    "comparisons cannot be chained",
+                    left.span.to(right.span),
+                    "two comparisons in a row",
+                    help="join them with `&&`: `a < b && b < c`",
+                    code="E0114",
+                )
             left = A.Binary(tok.text, left, right, left.span.to(right.span))
 
     def parse_unary(self) -> A.Expr:
@@ -359,8 +415,11 @@ class BodyParser(ParserBase):
             finally:
                 self.depth -= 1
             return A.Unary(op, operand, start.to(operand.span))
-        if self.tok.kind == "ident" and self.tok.text in REDUCTIONS and (
-                self.peek().is_("[") or self.peek().is_("<")):
+        if (
+            self.tok.kind == "ident"
+            and self.tok.text in REDUCTIONS
+            and (self.peek().is_("[") or self.peek().is_("<"))
+        ):
             reduced = self.try_reduction()
             if reduced is not None:
                 return reduced
@@ -387,11 +446,19 @@ class BodyParser(ParserBase):
             self.advance()
             acc = A.Name(t.text, t.span)
         binders = self.parse_binders()
-        if self.at(")") or self.at("]") or self.at(",") or (self.tok.newline_before \
-                and self.nesting == 0):
-            raise self.error(f"`{kind}[...]` needs an expression to reduce",
-                             self.span_from(start), "nothing to reduce",
-                             help=f"write `{kind}[c] x[r, c]`", code="E0115")
+        if (
+            self.at(")")
+            or self.at("]")
+            or self.at(",")
+            or (self.tok.newline_before and self.nesting == 0)
+        ):
+            raise self.error(
+                f"`{kind}[...]` needs an expression to reduce",
+                self.span_from(start),
+                "nothing to reduce",
+                help=f"write `{kind}[c] x[r, c]`",
+                code="E0115",
+            )
         self.enter()
         try:
             body = self.parse_binary(self.parse_unary(), 5)
@@ -404,8 +471,9 @@ class BodyParser(ParserBase):
         while True:
             if self.at("(") and not (self.tok.newline_before and self.nesting == 0):
                 expr = self.finish_call(expr, [])
-            elif self.at("<") and isinstance(expr, A.Name | A.Field) \
-                    and not self.tok.newline_before:
+            elif (
+                self.at("<") and isinstance(expr, A.Name | A.Field) and not self.tok.newline_before
+            ):
                 save = self.pos
                 args = self.parse_generic_args()
                 if args is not None and self.at("("):
@@ -463,9 +531,13 @@ class BodyParser(ParserBase):
             finally:
                 self.depth -= 1
         elif inclusive:
-            raise self.error("`..=` needs an end", self.tok.span, "expected the last index",
-                             help="write `a..=b`, or `a..` for the rest of the axis",
-                             code="E0121")
+            raise self.error(
+                "`..=` needs an end",
+                self.tok.span,
+                "expected the last index",
+                help="write `a..=b`, or `a..` for the rest of the axis",
+                code="E0121",
+            )
         return A.Slice(left, stop, inclusive, self.span_from(start))
 
     def finish_call(self, callee: A.Expr, generic_args: list) -> A.Call:
@@ -491,9 +563,12 @@ class BodyParser(ParserBase):
                 shown = digits if len(digits) <= 24 else f"{digits[:8]}...{digits[-8:]}"
                 raise self.error(
                     f"integer literal {shown} ({len(digits)} digits) does not fit in 64 bits",
-                    tok.span, "too large", code="E0120",
+                    tok.span,
+                    "too large",
+                    code="E0120",
                     help=f"integers are at most {MAX_INT}; write a float (`1e30`) for a large "
-                         "constant")
+                    "constant",
+                )
             return A.IntLit(int(digits), tok.span)
         if tok.kind == "float":
             self.advance()
@@ -504,8 +579,11 @@ class BodyParser(ParserBase):
         if tok.is_("true") or tok.is_("false"):
             self.advance()
             return A.BoolLit(tok.text == "true", tok.span)
-        if tok.kind == "ident" or tok.is_("self") or (
-                tok.kind == "kw" and tok.text in self.misused_keywords):
+        if (
+            tok.kind == "ident"
+            or tok.is_("self")
+            or (tok.kind == "kw" and tok.text in self.misused_keywords)
+        ):
             self.advance()
             return A.Name(tok.text, tok.span)
         if tok.is_("("):
@@ -528,11 +606,18 @@ class BodyParser(ParserBase):
         if tok.is_("if"):
             return self.parse_if()
         if tok.kind == "string":
-            raise self.error("string literals are not values in Linnet", tok.span,
-                             "a string here",
-                             help="Linnet has no strings: call the function you mean by name "
-                                  "(`silu(x)`), or choose with a `config` bool",
-                             code="E0116")
-        raise self.error(f"expected an expression, found {self.describe(tok)}", tok.span,
-                         "expected an expression", code="E0117",
-                         help="an expression is a name, a number, a call or an index")
+            raise self.error(
+                "string literals are not values in Linnet",
+                tok.span,
+                "a string here",
+                help="Linnet has no strings: call the function you mean by name "
+                "(`silu(x)`), or choose with a `config` bool",
+                code="E0116",
+            )
+        raise self.error(
+            f"expected an expression, found {self.describe(tok)}",
+            tok.span,
+            "expected an expression",
+            code="E0117",
+            help="an expression is a name, a number, a call or an index",
+        )

@@ -65,24 +65,34 @@ class Program:
                 continue
             path = self._locate(item.module)
             if path is None:
-                hint = ("the std library has " + ", ".join(sorted(std_modules()))
-                        if item.module[0] == "std" else
-                        f"put `{Path(*item.module)}.linnet` beside the file that uses it")
+                hint = (
+                    "the std library has " + ", ".join(sorted(std_modules()))
+                    if item.module[0] == "std"
+                    else f"put `{Path(*item.module)}.linnet` beside the file that uses it"
+                )
                 close = difflib.get_close_matches(dotted, std_modules(), n=1, cutoff=0.8)
                 if close:
                     hint = f"did you mean `{close[0]}`?"
                 if item.module == ["std"]:
-                    hint = ("`std` is the library, not a module: name one of its modules, "
-                            "e.g. `use std.nn.linear::{linear}`; " + hint)
-                self.errors.append(Diagnostic("E0200", f"module `{dotted}` not found", item.span,
-                                              "no such module", help=hint))
+                    hint = (
+                        "`std` is the library, not a module: name one of its modules, "
+                        "e.g. `use std.nn.linear::{linear}`; " + hint
+                    )
+                self.errors.append(
+                    Diagnostic(
+                        "E0200",
+                        f"module `{dotted}` not found",
+                        item.span,
+                        "no such module",
+                        help=hint,
+                    )
+                )
                 continue
             try:
                 source = SourceFile.read(path)
                 if item.module[0] == "std":
                     # Std locations read `std/nn/linear.linnet:9` on every machine.
-                    source = SourceFile("std/" + "/".join(item.module[1:]) + ".linnet",
-                                        source.text)
+                    source = SourceFile("std/" + "/".join(item.module[1:]) + ".linnet", source.text)
                 sub = parse(source, dotted)
             except LinnetError as err:
                 self.errors.extend(err.diagnostics)
@@ -108,15 +118,25 @@ def model_file(model: str | Path) -> Path:
     if text.startswith("std.") and not text.endswith(".linnet") and not Path(text).exists():
         parts = text.split(".")[1:]
         # `std.` names no module: Path("") has no name to give a suffix to.
-        if all(p.isidentifier() for p in parts) and \
-                (candidate := STD_ROOT / Path(*parts).with_suffix(".linnet")).is_file():
+        if (
+            all(p.isidentifier() for p in parts)
+            and (candidate := STD_ROOT / Path(*parts).with_suffix(".linnet")).is_file()
+        ):
             return candidate
         models = sorted(m for m in std_modules() if m.startswith("std.models."))
-        raise LinnetError(Diagnostic(
-            "E0211", f"`{text}` is no model of the std library",
-            help="the std library's models: " + ", ".join(models) + (
-                "; " + "did you mean `" + close[0] + "`?" if (close := difflib.get_close_matches(
-                    text, models, n=1, cutoff=0.6)) else "")))
+        raise LinnetError(
+            Diagnostic(
+                "E0211",
+                f"`{text}` is no model of the std library",
+                help="the std library's models: "
+                + ", ".join(models)
+                + (
+                    "; " + "did you mean `" + close[0] + "`?"
+                    if (close := difflib.get_close_matches(text, models, n=1, cutoff=0.6))
+                    else ""
+                ),
+            )
+        )
     return Path(model)
 
 

@@ -175,8 +175,23 @@ class Slice:
     span: Span
 
 
-Expr = (Name | IntLit | FloatLit | BoolLit | Binary | Unary | Call | Index | Field | Tuple
-        | Reduce | Cast | IfExpr | RangeExpr | Slice)
+Expr = (
+    Name
+    | IntLit
+    | FloatLit
+    | BoolLit
+    | Binary
+    | Unary
+    | Call
+    | Index
+    | Field
+    | Tuple
+    | Reduce
+    | Cast
+    | IfExpr
+    | RangeExpr
+    | Slice
+)
 
 # ---------------------------------------------------------------- statements
 
@@ -365,7 +380,8 @@ class Module:
     # Name index and `use` items, rebuilt when `items` grows: every name lookup goes through
     # them, and scanning the items each time made checking quadratic in the module's size.
     _index: tuple[int, dict[str, Item], list[Use]] | None = field(
-        default=None, repr=False, compare=False)
+        default=None, repr=False, compare=False
+    )
 
     def _indexed(self) -> tuple[int, dict[str, Item], list[Use]]:
         if self._index is None or self._index[0] != len(self.items):
@@ -373,8 +389,7 @@ class Module:
             for item in self.items:
                 if isinstance(item, FuncDecl | BlockDecl | Const):
                     names.setdefault(item.name, item)  # the first definition wins, as before
-            self._index = (len(self.items), names,
-                           [i for i in self.items if isinstance(i, Use)])
+            self._index = (len(self.items), names, [i for i in self.items if isinstance(i, Use)])
         return self._index
 
     def find(self, name: str) -> Item | None:

@@ -95,7 +95,7 @@ class Dim:
                 raise ZeroDivisionError("division of a dimension by zero")
             return Dim({m: v / c for m, v in self.terms.items()})
         if len(other.terms) == 1:
-            (mono, coef), = other.terms.items()
+            ((mono, coef),) = other.terms.items()
             out: dict[Monomial, Fraction] = {}
             for m, v in self.terms.items():
                 rest = list(m)
@@ -135,7 +135,9 @@ class Dim:
             c = self.terms[m]
             names = " * ".join(_fmt_symbol(s) for s in m)
             if not m:
-                text = str(c.numerator) if c.denominator == 1 else f"{c.numerator} / {c.denominator}"
+                text = (
+                    str(c.numerator) if c.denominator == 1 else f"{c.numerator} / {c.denominator}"
+                )
             elif c == 1:
                 text = names
             elif c.denominator == 1:

@@ -80,8 +80,7 @@ class SymInt(int):
     def _op(self, other: Any, fn: Any, poly: Any) -> Any:
         if not isinstance(other, int) or isinstance(other, bool):
             return fn(int(self), other)
-        return SymInt(fn(int(self), int(other)), poly(SymInt.poly_of(self),
-                                                      SymInt.poly_of(other)))
+        return SymInt(fn(int(self), int(other)), poly(SymInt.poly_of(self), SymInt.poly_of(other)))
 
     def __add__(self, o: Any) -> Any:
         return self._op(o, int.__add__, poly_add)

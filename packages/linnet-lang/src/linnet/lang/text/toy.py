@@ -24,7 +24,8 @@ SMOL_TEMPLATE = (
     "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
     "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\n' }}{% endif %}")
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 # A Llama-2-style template: a BOS per turn, alternating roles enforced with raise_exception.
 LLAMA_TEMPLATE = (
@@ -38,9 +39,43 @@ LLAMA_TEMPLATE = (
     "{% else %}{% set content = message['content'] %}{% endif %}"
     "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
     "{% elif message['role'] == 'assistant' %}{{ ' ' + content.strip() + ' ' + eos_token }}"
-    "{% endif %}{% endfor %}")
+    "{% endif %}{% endfor %}"
+)
 
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "hello", "world", "linnet", "model", "token", "text", "stream", "decode", "encode", "prompt", "answer", "question", "tensor", "shape", "value", "running", "generated", "ça", "déjà", "naïve", "résumé", "Ünïcödé", "straße"]
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "hello",
+    "world",
+    "linnet",
+    "model",
+    "token",
+    "text",
+    "stream",
+    "decode",
+    "encode",
+    "prompt",
+    "answer",
+    "question",
+    "tensor",
+    "shape",
+    "value",
+    "running",
+    "generated",
+    "ça",
+    "déjà",
+    "naïve",
+    "résumé",
+    "Ünïcödé",
+    "straße",
+]
 
 
 def _training_text() -> list[str]:
@@ -60,25 +95,36 @@ def byte_fallback_tokenizer() -> Any:
     from tokenizers.trainers import BpeTrainer
 
     tok = Tokenizer(BPE(unk_token="<unk>", byte_fallback=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
-                                           normalizers.Replace(" ", "▁")])
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
     tok.pre_tokenizer = pre_tokenizers.Split("▁", "merged_with_next")
-    trainer = BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"],
-                         limit_alphabet=60, show_progress=False)
+    trainer = BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<unk>", "<s>", "</s>"],
+        limit_alphabet=60,
+        show_progress=False,
+    )
     tok.train_from_iterator(_training_text(), trainer)
     data = json.loads(tok.to_str())
     vocab = data["model"]["vocab"]
     for b in range(256):
         vocab.setdefault(f"<0x{b:02X}>", len(vocab))
     data["model"]["byte_fallback"] = True
-    data["decoder"] = json.loads(decoders.Sequence([
-        decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-        decoders.Strip(" ", 1, 0)]).__getstate__())
+    data["decoder"] = json.loads(
+        decoders.Sequence(
+            [
+                decoders.Replace("▁", " "),
+                decoders.ByteFallback(),
+                decoders.Fuse(),
+                decoders.Strip(" ", 1, 0),
+            ]
+        ).__getstate__()
+    )
     tok = Tokenizer.from_str(json.dumps(data))
     tok.add_special_tokens(["<|im_start|>", "<|im_end|>"])
     # BOS in tokenizer.json's own post-processor, as Llama checkpoints write it.
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
-                                                       special_tokens=[("<s>", 1)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+    )
     return tok
 
 
@@ -92,10 +138,12 @@ def byte_level_tokenizer() -> Any:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = BpeTrainer(vocab_size=500, special_tokens=["<|endoftext|>", "<|im_start|>",
-                                                         "<|im_end|>"],
-                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                         show_progress=False)
+    trainer = BpeTrainer(
+        vocab_size=500,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_training_text(), trainer)
     return tok
 
@@ -105,15 +153,34 @@ def save_llama_style(folder: Path) -> Path:
     Llama-2 template, EOS ``</s>`` (and generation_config's eos ids)."""
     folder.mkdir(parents=True, exist_ok=True)
     byte_fallback_tokenizer().save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
-        "eos_token": "</s>", "unk_token": "<unk>",
-        "add_bos_token": True, "add_eos_token": False, "chat_template": LLAMA_TEMPLATE,
-        "clean_up_tokenization_spaces": False}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "add_bos_token": True,
+                "add_eos_token": False,
+                "chat_template": LLAMA_TEMPLATE,
+                "clean_up_tokenization_spaces": False,
+            }
+        )
+    )
     # The legacy file, read where the config has no added_tokens_decoder (its objects too).
-    (folder / "special_tokens_map.json").write_text(json.dumps({
-        "eos_token": {"content": "</s>", "lstrip": False, "rstrip": False,
-                      "normalized": False, "single_word": False}}))
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps(
+            {
+                "eos_token": {
+                    "content": "</s>",
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "single_word": False,
+                }
+            }
+        )
+    )
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 4]}))
     return folder
 
@@ -123,16 +190,25 @@ def save_smol_style(folder: Path) -> Path:
     (in chat_template.jinja, as transformers now saves it) and EOS ``<|im_end|>``."""
     folder.mkdir(parents=True, exist_ok=True)
     byte_level_tokenizer().save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|im_start|>",
-        "eos_token": "<|im_end|>", "unk_token": "<|endoftext|>",
-        "pad_token": "<|im_end|>", "clean_up_tokenization_spaces": False}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<|im_start|>",
+                "eos_token": "<|im_end|>",
+                "unk_token": "<|endoftext|>",
+                "pad_token": "<|im_end|>",
+                "clean_up_tokenization_spaces": False,
+            }
+        )
+    )
     (folder / "chat_template.jinja").write_text(SMOL_TEMPLATE)
     return folder
 
 
-def toy_text_checkpoint(folder: Path, style: str = "smol", seed: int = 0
-                        ) -> tuple[Path, dict[str, Any]]:
+def toy_text_checkpoint(
+    folder: Path, style: str = "smol", seed: int = 0
+) -> tuple[Path, dict[str, Any]]:
     """A checkpoint directory for text tests: a toy tokenizer (``"smol"``: byte-level with
     SmolLM2's chat template; ``"llama"``: byte fallback with a BOS) beside random
     ``std.models.llama`` weights whose vocabulary is the tokenizer's rounded up to 64 (a
@@ -145,10 +221,25 @@ def toy_text_checkpoint(folder: Path, style: str = "smol", seed: int = 0
     save = {"smol": save_smol_style, "llama": save_llama_style}[style]
     save(folder)
     tokens = json.loads((folder / "tokenizer.json").read_text())
-    size = max([*tokens["model"]["vocab"].values(),
-                *(t["id"] for t in tokens.get("added_tokens", []))]) + 1
-    config: dict[str, Any] = {"V": -(-size // 64) * 64, "D": 32, "F": 64, "NL": 1, "H": 2,
-                              "KV": 1, "HD": 16, "S": 192, "T": "f32", "rms_norm_eps": 1e-5,
-                              "rope_theta": 10000.0, "tie_word_embeddings": False}
+    size = (
+        max(
+            [*tokens["model"]["vocab"].values(), *(t["id"] for t in tokens.get("added_tokens", []))]
+        )
+        + 1
+    )
+    config: dict[str, Any] = {
+        "V": -(-size // 64) * 64,
+        "D": 32,
+        "F": 64,
+        "NL": 1,
+        "H": 2,
+        "KV": 1,
+        "HD": 16,
+        "S": 192,
+        "T": "f32",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+    }
     write_demo(folder / "model.safetensors", "std.models.llama", config, seed)
     return folder, config

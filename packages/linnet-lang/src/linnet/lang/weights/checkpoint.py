@@ -58,8 +58,19 @@ from linnet.lang.weights.rules import (
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 _MISSING = object()
-MAPPING_KEYS = {"model", "architectures", "model_types", "set", "check", "runtime", "require",
-                "require_each", "ignore", "rope", "ranges"}
+MAPPING_KEYS = {
+    "model",
+    "architectures",
+    "model_types",
+    "set",
+    "check",
+    "runtime",
+    "require",
+    "require_each",
+    "ignore",
+    "rope",
+    "ranges",
+}
 # "null": the value a JSON null stands for (Mistral's `"sliding_window": null` is no window).
 SPEC_KEYS = {"key", "default", "else", "at_most", "null"}
 
@@ -106,9 +117,15 @@ def key_span(source: SourceFile | None, key: str) -> Span | None:
 
 def read_json_object(path: Path, code: str, what: str) -> tuple[dict, SourceFile]:
     """A JSON object read from ``path`` with its text; anything else is error ``code``."""
+
     def bad(why: str) -> LinnetError:
-        return LinnetError(Diagnostic(code, f"{what} `{path}` is not a JSON object: {why}",
-                                      help="restore the file (download or save it again)"))
+        return LinnetError(
+            Diagnostic(
+                code,
+                f"{what} `{path}` is not a JSON object: {why}",
+                help="restore the file (download or save it again)",
+            )
+        )
 
     try:
         size = path.stat().st_size
@@ -144,16 +161,22 @@ def validate_mapping(data: dict, name: str = "the mapping") -> None:
     problems = []
     for key in data:
         if key not in MAPPING_KEYS and not key.startswith("_"):
-            problems.append(f"unknown section `{key}` (sections: "
-                            + ", ".join(sorted(MAPPING_KEYS)) + ")")
+            problems.append(
+                f"unknown section `{key}` (sections: " + ", ".join(sorted(MAPPING_KEYS)) + ")"
+            )
     for section in ("set", "check", "runtime"):
         for lname, spec in _dict(data.get(section), problems, section).items():
             if isinstance(spec, str):
                 continue
-            if not isinstance(spec, dict) or not isinstance(spec.get("key"), str | list) \
-                    or set(spec) - SPEC_KEYS:
-                problems.append(f"`{section}.{lname}` must be a config.json key or "
-                                '{"key": ..., "default": ..., "else": ..., "at_most": ...}')
+            if (
+                not isinstance(spec, dict)
+                or not isinstance(spec.get("key"), str | list)
+                or set(spec) - SPEC_KEYS
+            ):
+                problems.append(
+                    f"`{section}.{lname}` must be a config.json key or "
+                    '{"key": ..., "default": ..., "else": ..., "at_most": ...}'
+                )
     for section in ("architectures", "model_types", "ignore"):
         value = data.get(section, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -167,9 +190,16 @@ def validate_mapping(data: dict, name: str = "the mapping") -> None:
         _dict(values, problems, f"rope.types.{rtype}")
     problems.extend(rule_problems(data))
     if problems:
-        raise LinnetError([Diagnostic("E0653", f"checkpoint mapping `{name}`: {p}",
-                                      help="see docs/torch.md, `Checkpoint mappings`")
-                           for p in problems])
+        raise LinnetError(
+            [
+                Diagnostic(
+                    "E0653",
+                    f"checkpoint mapping `{name}`: {p}",
+                    help="see docs/torch.md, `Checkpoint mappings`",
+                )
+                for p in problems
+            ]
+        )
 
 
 def _dict(value: Any, problems: list[str], where: str) -> dict:
@@ -200,9 +230,13 @@ def _keys(spec: dict) -> list[str]:
     return [key] if isinstance(key, str) else list(key)
 
 
-def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
-                      source: SourceFile | None = None, name: str = "config.json"
-                      ) -> CheckpointConfig:
+def checkpoint_config(
+    hf: dict,
+    mapping: dict,
+    model: str = "the model",
+    source: SourceFile | None = None,
+    name: str = "config.json",
+) -> CheckpointConfig:
     """The model's config from a checkpoint's config.json ``hf`` through ``mapping``.
 
     Every problem is reported at once: an architecture the model does not run (E0654), a
@@ -222,16 +256,24 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
 
     def diag(code: str, message: str, key: str, label: str, help: str) -> None:
         reported.add(key)
-        diags.append(Diagnostic(code, message, out.span(key), label if source else "",
-                                help=help))
+        diags.append(Diagnostic(code, message, out.span(key), label if source else "", help=help))
 
     architecture_errors(hf, mapping, model, name, diag)
     rope_sections = list(mapping.get("rope", {}).get("keys", []))
     # transformers' generic requirements, unless the mapping ignores or requires the key.
-    require = {**{k: v for k, v in PRETRAINED_CONFIG_REQUIRE.items()
-                  if k not in mapping.get("ignore", [])}, **mapping.get("require", {})}
-    read = {"architectures", "model_type", *rope_sections, *require,
-            *mapping.get("require_each", {})}
+    require = {
+        **{
+            k: v for k, v in PRETRAINED_CONFIG_REQUIRE.items() if k not in mapping.get("ignore", [])
+        },
+        **mapping.get("require", {}),
+    }
+    read = {
+        "architectures",
+        "model_type",
+        *rope_sections,
+        *require,
+        *mapping.get("require_each", {}),
+    }
     for section in ("set", "check", "runtime"):
         for spec in mapping.get(section, {}).values():
             spec = _spec(spec)
@@ -240,19 +282,30 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
                 read.add(str(spec["else"]).split(".")[0])
     for key in hf:
         if key not in read and not ignored(key, mapping):
-            diag("E0655", f"{name} sets `{key}`, which model `{model}` does not model", key,
-                 "not read by the model",
-                 help="a key that changes the model's math needs the model to implement it; "
-                      "if it does not change the math, add it to `ignore` in the model's "
-                      "checkpoint mapping")
+            diag(
+                "E0655",
+                f"{name} sets `{key}`, which model `{model}` does not model",
+                key,
+                "not read by the model",
+                help="a key that changes the model's math needs the model to implement it; "
+                "if it does not change the math, add it to `ignore` in the model's "
+                "checkpoint mapping",
+            )
     for key, allowed in require.items():
         value = lookup(hf, key)
         if value is not _MISSING and not any(_same(value, a) for a in allowed):
-            shown = (f"runs only {' or '.join(json.dumps(a) for a in allowed)}" if allowed
-                     else "does not implement it")
-            diag("E0656", f"{name} sets `{key}` to {json.dumps(value)[:40]}; model `{model}` "
-                 f"{shown}", key, "not what the model computes",
-                 help="use a model that implements it, or a checkpoint of this architecture")
+            shown = (
+                f"runs only {' or '.join(json.dumps(a) for a in allowed)}"
+                if allowed
+                else "does not implement it"
+            )
+            diag(
+                "E0656",
+                f"{name} sets `{key}` to {json.dumps(value)[:40]}; model `{model}` {shown}",
+                key,
+                "not what the model computes",
+                help="use a model that implements it, or a checkpoint of this architecture",
+            )
     # `require_each`: every element of a list (Qwen2's `layer_types`, one per layer).
     for key, allowed in mapping.get("require_each", {}).items():
         value = lookup(hf, key)
@@ -261,10 +314,14 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
         items = value if isinstance(value, list) else [value]
         bad = [v for v in items if not any(_same(v, a) for a in allowed)]
         if bad:
-            diag("E0656", f"{name} sets `{key}` to {json.dumps(value)[:60]}; model `{model}` "
-                 f"runs only {' or '.join(json.dumps(a) for a in allowed)} in each element",
-                 key, "not what the model computes",
-                 help="use a model that implements it, or a checkpoint of this architecture")
+            diag(
+                "E0656",
+                f"{name} sets `{key}` to {json.dumps(value)[:60]}; model `{model}` "
+                f"runs only {' or '.join(json.dumps(a) for a in allowed)} in each element",
+                key,
+                "not what the model computes",
+                help="use a model that implements it, or a checkpoint of this architecture",
+            )
     for section in ("set", "check", "runtime"):
         for lname, spec in mapping.get(section, {}).items():
             spec = _spec(spec)
@@ -283,21 +340,34 @@ def checkpoint_config(hf: dict, mapping: dict, model: str = "the model",
                 value = spec["default"]
             if not _scalar(value) or (section != "set" and not _positive_int(value)):
                 want = "a positive integer" if section != "set" else "a number or a bool"
-                diag("E0671", f"{name}'s `{key}` is {json.dumps(value)[:40]}, not {want}",
-                     key, "read as " + lname, help="restore config.json from the checkpoint")
+                diag(
+                    "E0671",
+                    f"{name}'s `{key}` is {json.dumps(value)[:40]}, not {want}",
+                    key,
+                    "read as " + lname,
+                    help="restore config.json from the checkpoint",
+                )
                 continue
             if section == "runtime" and "at_most" in spec:
                 value = min(int(value), int(spec["at_most"]))
-            {"set": out.values, "check": out.checks, "runtime": out.runtime}[section][lname] = \
-                value
+            {"set": out.values, "check": out.checks, "runtime": out.runtime}[section][lname] = value
             out.sources[lname] = key
     rope_config(hf, mapping.get("rope", {}), model, name, out, diag, reported)
-    ranges = {**mapping.get("ranges", {}), **{k: v for k, v in PRETRAINED_CONFIG_RANGES.items()
-                                              if k not in mapping.get("ranges", {})}}
+    ranges = {
+        **mapping.get("ranges", {}),
+        **{k: v for k, v in PRETRAINED_CONFIG_RANGES.items() if k not in mapping.get("ranges", {})},
+    }
     # A bound naming a key reported already (a vocab_size of 0) is not checked against.
-    range_errors(lambda k: _value(hf, k), ranges,
-                 lambda k: None if k in reported else _value(hf, k), "", model, name, diag,
-                 reported)
+    range_errors(
+        lambda k: _value(hf, k),
+        ranges,
+        lambda k: None if k in reported else _value(hf, k),
+        "",
+        model,
+        name,
+        diag,
+        reported,
+    )
     if diags:
         raise LinnetError(diags)
     return out
@@ -308,14 +378,27 @@ def _value(hf: dict, key: str) -> Any:
     return None if value is _MISSING else value
 
 
-def range_errors(value_of: Any, rules: dict[str, str], bound: Any, prefix: str, model: str,
-                 name: str, diag: Any, reported: set[str]) -> None:
+def range_errors(
+    value_of: Any,
+    rules: dict[str, str],
+    bound: Any,
+    prefix: str,
+    model: str,
+    name: str,
+    diag: Any,
+    reported: set[str],
+) -> None:
     """E0665 (E0671 for the wrong kind) for each value outside its mapping's rule."""
     for code, key, why, rule in range_diagnostics(value_of, rules, bound, prefix, reported):
-        diag(code, f"{name}'s `{key}` {why}", key, f"valid: {rule}",
-             help=f"model `{model}` computes with `{key}` in {rule}; a value outside it "
-                  "gives wrong or non-finite results. Restore config.json from the "
-                  "checkpoint, or correct the value")
+        diag(
+            code,
+            f"{name}'s `{key}` {why}",
+            key,
+            f"valid: {rule}",
+            help=f"model `{model}` computes with `{key}` in {rule}; a value outside it "
+            "gives wrong or non-finite results. Restore config.json from the "
+            "checkpoint, or correct the value",
+        )
 
 
 def architecture_errors(hf: dict, mapping: dict, model: str, name: str, diag: Any) -> None:
@@ -324,31 +407,51 @@ def architecture_errors(hf: dict, mapping: dict, model: str, name: str, diag: An
     if archs is not None and allowed:
         listed = archs if isinstance(archs, list) else [archs]
         if not any(a in allowed for a in listed):
-            diag("E0654", f"the checkpoint is a {', '.join(map(str, listed))} ({name}'s "
-                 f"`architectures`), but model `{model}` runs {', '.join(allowed)}",
-                 "architectures", "this checkpoint's architecture",
-                 help="load the checkpoint with a model of its architecture, or pass "
-                      "the checkpoint this model was written for")
+            diag(
+                "E0654",
+                f"the checkpoint is a {', '.join(map(str, listed))} ({name}'s "
+                f"`architectures`), but model `{model}` runs {', '.join(allowed)}",
+                "architectures",
+                "this checkpoint's architecture",
+                help="load the checkpoint with a model of its architecture, or pass "
+                "the checkpoint this model was written for",
+            )
             return
     kind = hf.get("model_type")
     types = mapping.get("model_types", [])
     if kind is not None and types and kind not in types:
-        diag("E0654", f"the checkpoint's `model_type` is {json.dumps(kind)} ({name}), but "
-             f"model `{model}` runs {', '.join(types)}", "model_type",
-             "this checkpoint's model type",
-             help="load the checkpoint with a model of its architecture")
+        diag(
+            "E0654",
+            f"the checkpoint's `model_type` is {json.dumps(kind)} ({name}), but "
+            f"model `{model}` runs {', '.join(types)}",
+            "model_type",
+            "this checkpoint's model type",
+            help="load the checkpoint with a model of its architecture",
+        )
 
 
-def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConfig,
-                diag: Any, reported: set[str] | None = None) -> None:
+def rope_config(
+    hf: dict,
+    rope: dict,
+    model: str,
+    name: str,
+    out: CheckpointConfig,
+    diag: Any,
+    reported: set[str] | None = None,
+) -> None:
     """The rope type's values (``rope_scaling`` or transformers 5's ``rope_parameters``)."""
     if not rope:
         return
     found = [(k, hf[k]) for k in rope.get("keys", []) if isinstance(hf.get(k), dict)]
     for k in rope.get("keys", []):
         if hf.get(k) is not None and not isinstance(hf.get(k), dict):
-            diag("E0671", f"{name}'s `{k}` is {json.dumps(hf[k])[:40]}, not an object", k,
-                 "expected an object", help="restore config.json from the checkpoint")
+            diag(
+                "E0671",
+                f"{name}'s `{k}` is {json.dumps(hf[k])[:40]}, not an object",
+                k,
+                "expected an object",
+                help="restore config.json from the checkpoint",
+            )
             return
 
     def rope_type(params: dict) -> Any:
@@ -356,17 +459,26 @@ def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConf
 
     types = rope.get("types", {})
     if len({json.dumps(rope_type(p)) for _, p in found}) > 1:
-        diag("E0656", f"{name}'s {' and '.join(f'`{k}`' for k, _ in found)} give different "
-             "rope types", found[-1][0], "contradicts the other",
-             help="keep one of them (transformers 5 writes `rope_parameters`)")
+        diag(
+            "E0656",
+            f"{name}'s {' and '.join(f'`{k}`' for k, _ in found)} give different rope types",
+            found[-1][0],
+            "contradicts the other",
+            help="keep one of them (transformers 5 writes `rope_parameters`)",
+        )
         return
     key, params = found[0] if found else ("rope_scaling", {})
     kind = rope_type(params)
     if kind not in types:
         what = "rope_type" if "rope_type" in params else "type"
-        diag("E0657", f"{name}'s `{key}` has rope type {json.dumps(kind)}, which model "
-             f"`{model}` does not implement", f"{key}.{what}", "unknown rope type",
-             help="rope types it implements: " + ", ".join(types))
+        diag(
+            "E0657",
+            f"{name}'s `{key}` has rope type {json.dumps(kind)}, which model "
+            f"`{model}` does not implement",
+            f"{key}.{what}",
+            "unknown rope type",
+            help="rope types it implements: " + ", ".join(types),
+        )
         return
     wanted = types[kind]
     reads = {v for v in wanted.values() if isinstance(v, str)}
@@ -375,19 +487,28 @@ def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConf
             key_ = str(spec.get("config"))
             value = lookup(hf, key_)
             if not _scalar(value) or isinstance(value, bool):
-                diag("E0671", f"{name}'s `{key_}` (for rope type {json.dumps(kind)}) is "
-                     + ("missing" if value is _MISSING else json.dumps(value)[:40])
-                     + ", not a number", key_, "rope parameter",
-                     help="restore config.json from the checkpoint")
+                diag(
+                    "E0671",
+                    f"{name}'s `{key_}` (for rope type {json.dumps(kind)}) is "
+                    + ("missing" if value is _MISSING else json.dumps(value)[:40])
+                    + ", not a number",
+                    key_,
+                    "rope parameter",
+                    help="restore config.json from the checkpoint",
+                )
                 continue
             out.values[lname] = value
             out.sources[lname] = key_
     for k in params:
         if k not in reads and k not in rope.get("ignore", []) and k not in ("rope_type", "type"):
-            diag("E0655", f"{name}'s `{key}` sets `{k}`, which model `{model}` does not "
-                 f"model for rope type {json.dumps(kind)}", f"{key}.{k}",
-                 "not read by the model",
-                 help="it changes the rotary frequencies; the model must implement it")
+            diag(
+                "E0655",
+                f"{name}'s `{key}` sets `{k}`, which model `{model}` does not "
+                f"model for rope type {json.dumps(kind)}",
+                f"{key}.{k}",
+                "not read by the model",
+                help="it changes the rotary frequencies; the model must implement it",
+            )
     for lname, spec in wanted.items():
         if isinstance(spec, dict):
             continue  # read above
@@ -399,10 +520,14 @@ def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConf
         if value is _MISSING and spec == "original_max_position_embeddings":
             value = lookup(hf, "max_position_embeddings")  # what transformers falls back to
         if value is _MISSING or not _scalar(value) or isinstance(value, bool):
-            diag("E0671", f"{name}'s `{key}` (rope type {json.dumps(kind)}) needs a number "
-                 f"`{spec}`" + ("" if value is _MISSING else f", not {json.dumps(value)}"),
-                 f"{key}.{spec}", "rope parameters",
-                 help="restore config.json from the checkpoint")
+            diag(
+                "E0671",
+                f"{name}'s `{key}` (rope type {json.dumps(kind)}) needs a number "
+                f"`{spec}`" + ("" if value is _MISSING else f", not {json.dumps(value)}"),
+                f"{key}.{spec}",
+                "rope parameters",
+                help="restore config.json from the checkpoint",
+            )
             continue
         out.values[lname] = value
         out.sources[lname] = f"{key}.{spec}"
@@ -416,8 +541,16 @@ def rope_config(hf: dict, rope: dict, model: str, name: str, out: CheckpointConf
 
         seen = reported if reported is not None else set()
 
-        range_errors(lambda k: params.get(k), rope.get("ranges", {}), bound, f"{key}.", model,
-                     name, diag, seen)
+        range_errors(
+            lambda k: params.get(k),
+            rope.get("ranges", {}),
+            bound,
+            f"{key}.",
+            model,
+            name,
+            diag,
+            seen,
+        )
 
 
 def _is_null(hf: dict, key: str) -> bool:
@@ -443,7 +576,8 @@ def _scalar(value: Any) -> bool:
     if isinstance(value, int) and not isinstance(value, bool):
         return abs(value) <= 2**53
     return isinstance(value, bool | float) and (
-        not isinstance(value, float) or math.isfinite(value))
+        not isinstance(value, float) or math.isfinite(value)
+    )
 
 
 def _positive_int(value: Any) -> bool:
@@ -471,14 +605,18 @@ def merge_config(user: dict[str, Any], ckpt: CheckpointConfig) -> dict[str, Any]
     for key, value in user.items():
         for table in (ckpt.values, ckpt.checks):
             if key in table and not _same(value, table[key]):
-                diags.append(Diagnostic(
-                    "E0659", f"config= sets `{key}` to {json.dumps(value)}, but the checkpoint's "
-                    f"{ckpt.name} has {ckpt.sources.get(key, key)} = {json.dumps(table[key])}",
-                    ckpt.span(ckpt.sources.get(key, key)),
-                    f"read as `{key}`" if ckpt.source else "",
-                    help=f"drop `{key}` from config= (the checkpoint says it); to run the "
-                         "weights with other values, edit a copy of the checkpoint's "
-                         "config.json"))
+                diags.append(
+                    Diagnostic(
+                        "E0659",
+                        f"config= sets `{key}` to {json.dumps(value)}, but the checkpoint's "
+                        f"{ckpt.name} has {ckpt.sources.get(key, key)} = {json.dumps(table[key])}",
+                        ckpt.span(ckpt.sources.get(key, key)),
+                        f"read as `{key}`" if ckpt.source else "",
+                        help=f"drop `{key}` from config= (the checkpoint says it); to run the "
+                        "weights with other values, edit a copy of the checkpoint's "
+                        "config.json",
+                    )
+                )
     if diags:
         raise LinnetError(diags)
     return {**ckpt.values, **ckpt.runtime, **user}
@@ -495,8 +633,7 @@ def check_dims(ckpt: CheckpointConfig, dims: dict[str, int]) -> None:
     diags = []
     for key, value in ckpt.checks.items():
         if key in dims and dims[key] != value:
-            diags.append(contradiction(ckpt, key, f"the weights' shapes give {key} = "
-                                                  f"{dims[key]}"))
+            diags.append(contradiction(ckpt, key, f"the weights' shapes give {key} = {dims[key]}"))
     if diags:
         raise LinnetError(diags)
 
@@ -506,15 +643,18 @@ def contradiction(ckpt: CheckpointConfig, key: str, other: str) -> Diagnostic:
     hf_key = ckpt.sources.get(key, key)
     value = ckpt.checks.get(key, ckpt.values.get(key))
     return Diagnostic(
-        "E0658", f"the checkpoint's {ckpt.name} has {hf_key} = {json.dumps(value)} ({key}), "
-        f"but {other}", ckpt.span(hf_key), "contradicts the weights" if ckpt.source else "",
+        "E0658",
+        f"the checkpoint's {ckpt.name} has {hf_key} = {json.dumps(value)} ({key}), but {other}",
+        ckpt.span(hf_key),
+        "contradicts the weights" if ckpt.source else "",
         help="config.json and the safetensors files come from different checkpoints; "
-             "download or save the checkpoint again")
+        "download or save the checkpoint again",
+    )
 
 
-def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
-                           model: str = "the model", program: Any = None
-                           ) -> CheckpointConfig | None:
+def read_checkpoint_config(
+    config_path: str | Path, model_file: str | Path, model: str = "the model", program: Any = None
+) -> CheckpointConfig | None:
     """Read a checkpoint's config.json for the model in ``model_file`` through its mapping.
 
     A JSON object with neither ``model_type`` nor ``architectures`` is not a Hugging Face
@@ -543,17 +683,25 @@ def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
         out.inferred = (decl, model_file, path)
         return out
     if mapping is None:
-        raise LinnetError(Diagnostic(
-            "E0670", f"the checkpoint has a config.json (`{path}`), but model `{model}` has "
-            f"no checkpoint mapping `{mapping_path(model_file).name}` to read it with",
-            help=f"write `{mapping_path(model_file)}` saying which config.json keys the model "
-                 "reads (see docs/torch.md), or load the safetensors files without the "
-                 "config.json beside them and give config="))
+        raise LinnetError(
+            Diagnostic(
+                "E0670",
+                f"the checkpoint has a config.json (`{path}`), but model `{model}` has "
+                f"no checkpoint mapping `{mapping_path(model_file).name}` to read it with",
+                help=f"write `{mapping_path(model_file)}` saying which config.json keys the model "
+                "reads (see docs/torch.md), or load the safetensors files without the "
+                "config.json beside them and give config=",
+            )
+        )
     if mapping.get("model", model) != model:
-        raise LinnetError(Diagnostic(
-            "E0653", f"checkpoint mapping `{mapping_path(model_file)}` is for model "
-            f"`{mapping['model']}`, but the model loaded is `{model}`",
-            help="set its `model` to the model's name, or load that model"))
+        raise LinnetError(
+            Diagnostic(
+                "E0653",
+                f"checkpoint mapping `{mapping_path(model_file)}` is for model "
+                f"`{mapping['model']}`, but the model loaded is `{model}`",
+                help="set its `model` to the model's name, or load that model",
+            )
+        )
     return checkpoint_config(hf, mapping, model, source, path.name)
 
 
@@ -562,8 +710,12 @@ def read_checkpoint_config(config_path: str | Path, model_file: str | Path,
 _LOAD_CODES = re.compile(r"E06(0[23]|1[23]|3\d|5\d|7\d)")
 
 
-def fit_checkpoint(program: Any, config: dict[str, Any], shapes: dict[str, tuple],
-                   ckpt_config: CheckpointConfig | None) -> dict[str, Any]:
+def fit_checkpoint(
+    program: Any,
+    config: dict[str, Any],
+    shapes: dict[str, tuple],
+    ckpt_config: CheckpointConfig | None,
+) -> dict[str, Any]:
     """Lower the first entry once with the checkpoint's shapes, before reading any tensor:
     a checkpoint that does not fit the model (or its own config.json) fails at load.
     Runtimes call it between reading the headers and reading the tensors.
@@ -581,16 +733,21 @@ def fit_checkpoint(program: Any, config: dict[str, Any], shapes: dict[str, tuple
 
     decl = find_model(program, None)
     entry = next(m for m in decl.methods if m.kind == "entry")
-    inputs = {p.name: [1] * len(p.type.dims) for p in entry.params
-              if isinstance(p.type, A.TensorType)}
+    inputs = {
+        p.name: [1] * len(p.type.dims) for p in entry.params if isinstance(p.type, A.TensorType)
+    }
     checks = dict(ckpt_config.checks) if ckpt_config is not None else {}
     full = {**checks, **config}
     try:
         lower(program, entry.name, inputs, full, shapes, check=False)
         return full
     except LinnetError as err:
-        diags = [d for d in err.diagnostics if _LOAD_CODES.fullmatch(d.code)
-                 or (d.code == "E0460" and d.label == "model declared here")]
+        diags = [
+            d
+            for d in err.diagnostics
+            if _LOAD_CODES.fullmatch(d.code)
+            or (d.code == "E0460" and d.label == "model declared here")
+        ]
     if not diags:
         return full  # not about the weights or the config: the first call reports it
     if checks and not any(d.code == "E0631" for d in diags):
@@ -607,12 +764,18 @@ def fit_checkpoint(program: Any, config: dict[str, Any], shapes: dict[str, tuple
 
         diags = weights_not_exact(*ckpt_config.inferred, diags)
     if ckpt_config is not None and any(d.code in ("E0460", "E0603", "E0632") for d in diags):
-        used = ", ".join(f"{ckpt_config.sources.get(k, k)} = {json.dumps(v)} ({k})"
-                         for k, v in {**ckpt_config.values, **checks}.items()
-                         if isinstance(v, int) and not isinstance(v, bool))
-        diags.append(Diagnostic(
-            "E0658", f"the checkpoint's {ckpt_config.name} and its weights disagree: the "
-            f"model was lowered with {used} from {ckpt_config.name}",
-            help="config.json and the safetensors files come from different "
-                 "checkpoints; download or save the checkpoint again"))
+        used = ", ".join(
+            f"{ckpt_config.sources.get(k, k)} = {json.dumps(v)} ({k})"
+            for k, v in {**ckpt_config.values, **checks}.items()
+            if isinstance(v, int) and not isinstance(v, bool)
+        )
+        diags.append(
+            Diagnostic(
+                "E0658",
+                f"the checkpoint's {ckpt_config.name} and its weights disagree: the "
+                f"model was lowered with {used} from {ckpt_config.name}",
+                help="config.json and the safetensors files come from different "
+                "checkpoints; download or save the checkpoint again",
+            )
+        )
     raise LinnetError(diags)

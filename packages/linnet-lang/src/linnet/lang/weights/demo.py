@@ -23,12 +23,23 @@ if TYPE_CHECKING:
 # generator) is never taken for this one's.
 GENERATOR = "numpy-pcg64-f32-v1"
 SCALE = 0.02
-_SAFETENSORS = {"f64": "F64", "f32": "F32", "f16": "F16", "bf16": "BF16", "i64": "I64",
-                "i32": "I32", "i16": "I16", "i8": "I8", "u8": "U8", "bool": "BOOL"}
+_SAFETENSORS = {
+    "f64": "F64",
+    "f32": "F32",
+    "f16": "F16",
+    "bf16": "BF16",
+    "i64": "I64",
+    "i32": "I32",
+    "i16": "I16",
+    "i8": "I8",
+    "u8": "U8",
+    "bool": "BOOL",
+}
 
 
-def demo_weights(model_path: str | Path, config: dict[str, Any], seed: int = 0,
-                 scale: float = SCALE) -> dict[str, tuple[str, Any]]:
+def demo_weights(
+    model_path: str | Path, config: dict[str, Any], seed: int = 0, scale: float = SCALE
+) -> dict[str, tuple[str, Any]]:
     """Deterministic random parameters for a model and config, ``path -> (dtype, array)``
     with NumPy arrays of the raw values (a ``bf16`` parameter as its f32 numbers, converted
     when written): norm weights are ones, the rest normal with standard deviation ``scale``.
@@ -60,8 +71,17 @@ def _raw(dtype: str, values: Any) -> bytes:
         bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
         rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
         return rounded.astype("<u2").tobytes()
-    kinds = {"f64": "<f8", "f32": "<f4", "f16": "<f2", "i64": "<i8", "i32": "<i4",
-             "i16": "<i2", "i8": "i1", "u8": "u1", "bool": "?"}
+    kinds = {
+        "f64": "<f8",
+        "f32": "<f4",
+        "f16": "<f2",
+        "i64": "<i8",
+        "i32": "<i4",
+        "i16": "<i2",
+        "i8": "i1",
+        "u8": "u1",
+        "bool": "?",
+    }
     return np.ascontiguousarray(values).astype(kinds[dtype]).tobytes()
 
 
@@ -80,8 +100,11 @@ def safetensors_bytes(tensors: dict[str, tuple[str, Any]]) -> bytes:
     for name in sorted(tensors):
         dtype, values = tensors[name]
         raw = _raw(dtype, values)
-        header[name] = {"dtype": _SAFETENSORS[dtype], "shape": list(values.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {
+            "dtype": _SAFETENSORS[dtype],
+            "shape": list(values.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
         blobs.append(raw)
         offset += len(raw)
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -89,8 +112,9 @@ def safetensors_bytes(tensors: dict[str, tuple[str, Any]]) -> bytes:
     return struct.pack("<Q", len(text)) + text + b"".join(blobs)
 
 
-def write_demo(path: str | Path, model_path: str | Path, config: dict[str, Any],
-               seed: int = 0) -> None:
+def write_demo(
+    path: str | Path, model_path: str | Path, config: dict[str, Any], seed: int = 0
+) -> None:
     """Write the demo checkpoint of ``model_path``, ``config`` and ``seed`` to ``path``.
 
     >>> write_demo("/tmp/demo.safetensors", "std.models.llama", toy, 0)   # doctest: +SKIP
@@ -98,8 +122,9 @@ def write_demo(path: str | Path, model_path: str | Path, config: dict[str, Any],
     Path(path).write_bytes(safetensors_bytes(demo_weights(model_path, config, seed)))
 
 
-def parameter_types(model_path: str | Path, config: dict[str, Any]
-                    ) -> list[tuple[str, ValueType, bool]]:
+def parameter_types(
+    model_path: str | Path, config: dict[str, Any]
+) -> list[tuple[str, ValueType, bool]]:
     """Each parameter of a model under ``config``, sorted by path: ``(path, type, ones)``,
     ``ones`` for a norm's weight (random weights make those ones, the rest small normal
     numbers). Read from the first entry, lowered for inputs of size 1 in every dim the
@@ -121,8 +146,12 @@ def parameter_types(model_path: str | Path, config: dict[str, Any]
         value = config.get(getattr(dim, "name", ""))
         return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
-    inputs = {p.name: [size(d) for d in p.type.dims]  # type: ignore[union-attr]
-              for p in entry.params}
+    inputs = {
+        p.name: [size(d) for d in p.type.dims]  # type: ignore[union-attr]
+        for p in entry.params
+    }
     graph = lower(program, entry.name, inputs, config)
-    return [(path, vt, path.endswith("norm.weight") or path.endswith("layernorm.weight"))
-            for path, vt in sorted(graph.parameters.items())]
+    return [
+        (path, vt, path.endswith("norm.weight") or path.endswith("layernorm.weight"))
+        for path, vt in sorted(graph.parameters.items())
+    ]

@@ -61,8 +61,11 @@ def read_stop_tokens(directory: str | Path | None) -> StopTokens:
         if "model_type" not in hf and "architectures" not in hf:
             hf = {}  # a Linnet config named config.json: no token ids in it
     vocabulary = hf.get("vocab_size")
-    vocabulary = vocabulary if isinstance(vocabulary, int) and not isinstance(
-        vocabulary, bool) and vocabulary > 0 else None
+    vocabulary = (
+        vocabulary
+        if isinstance(vocabulary, int) and not isinstance(vocabulary, bool) and vocabulary > 0
+        else None
+    )
     generation = folder / GENERATION_CONFIG
     if generation.is_file():
         data, _ = read_json_object(generation, "E0798", "generation config")
@@ -70,8 +73,9 @@ def read_stop_tokens(directory: str | Path | None) -> StopTokens:
         return StopTokens(token_ids(data.get("eos_token_id"), generation, vocabulary), source)
     if not hf or hf.get("eos_token_id") is None:
         return StopTokens()
-    return StopTokens(token_ids(hf["eos_token_id"], config_json, vocabulary),
-                      "config.json's eos_token_id")
+    return StopTokens(
+        token_ids(hf["eos_token_id"], config_json, vocabulary), "config.json's eos_token_id"
+    )
 
 
 def checkpoint_stop_tokens(ckpt: Any) -> StopTokens:
@@ -103,15 +107,23 @@ def token_ids(value: Any, path: Path, vocabulary: int | None = None) -> tuple[in
     items = value if isinstance(value, list) else [value]
     out: list[int] = []
     for item in items:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0 or (
-                vocabulary is not None and item >= vocabulary):
-            limit = f"[0, {vocabulary}) (config.json's vocab_size)" if vocabulary else \
-                "0 or more"
+        if (
+            isinstance(item, bool)
+            or not isinstance(item, int)
+            or item < 0
+            or (vocabulary is not None and item >= vocabulary)
+        ):
+            limit = f"[0, {vocabulary}) (config.json's vocab_size)" if vocabulary else "0 or more"
             shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise LinnetError(Diagnostic(
-                "E0798", f"{path.name}'s `eos_token_id` is {shown}, not token ids: each must "
-                f"be an int in {limit}", help=f"restore `{path}` from the checkpoint, or correct "
-                "its `eos_token_id`: it names the tokens generation stops after (null: none)"))
+            raise LinnetError(
+                Diagnostic(
+                    "E0798",
+                    f"{path.name}'s `eos_token_id` is {shown}, not token ids: each must "
+                    f"be an int in {limit}",
+                    help=f"restore `{path}` from the checkpoint, or correct "
+                    "its `eos_token_id`: it names the tokens generation stops after (null: none)",
+                )
+            )
         if item not in out:
             out.append(item)
     return tuple(out)

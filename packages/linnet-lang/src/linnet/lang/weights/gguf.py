@@ -43,19 +43,42 @@ from linnet.lang.weights.gguf_names import (
 
 GGUF_SUFFIX = ".gguf"
 #: The quant types Linnet dequantises (gguf's NumPy implementations of llama.cpp's blocks).
-SUPPORTED_QUANTS = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
-                    "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+SUPPORTED_QUANTS = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q8_0",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+)
 # `{arch}.` metadata keys that never change a decoder's logits, or are read elsewhere here
 # (the head width, the rotary width, rope scaling, the expert counts of a dense model).
-_KNOWN_ARCH_KEYS = {"vocab_size", "rope.dimension_count", "attention.key_length",
-                    "attention.value_length", "rope.scaling.type", "rope.scaling.factor",
-                    "rope.scaling.original_context_length", "rope.scaling.finetuned",
-                    "expert_count", "expert_used_count", "tensor_data_layout"}
+_KNOWN_ARCH_KEYS = {
+    "vocab_size",
+    "rope.dimension_count",
+    "attention.key_length",
+    "attention.value_length",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.finetuned",
+    "expert_count",
+    "expert_used_count",
+    "tensor_data_layout",
+}
 # Tensors whose values change the rotary embedding in ways the models do not read from a GGUF.
-_ROPE_TENSORS = {"rope_freqs.weight": "Llama 3.1's rope scaling, stored as per-dimension "
-                                      "frequency factors",
-                 "rope_factors_long.weight": "Phi-3's longrope scaling",
-                 "rope_factors_short.weight": "Phi-3's longrope scaling"}
+_ROPE_TENSORS = {
+    "rope_freqs.weight": "Llama 3.1's rope scaling, stored as per-dimension frequency factors",
+    "rope_factors_long.weight": "Phi-3's longrope scaling",
+    "rope_factors_short.weight": "Phi-3's longrope scaling",
+}
 
 
 def is_gguf(weights: Any) -> bool:
@@ -64,8 +87,7 @@ def is_gguf(weights: Any) -> bool:
     >>> is_gguf("SmolLM2.Q4_1.gguf"), is_gguf("model.safetensors"), is_gguf({"w": 1})
     (True, False, False)
     """
-    return isinstance(weights, str | os.PathLike) and \
-        Path(weights).suffix.lower() == GGUF_SUFFIX
+    return isinstance(weights, str | os.PathLike) and Path(weights).suffix.lower() == GGUF_SUFFIX
 
 
 def import_gguf() -> Any:
@@ -74,16 +96,21 @@ def import_gguf() -> Any:
         import gguf
     except ImportError:
         raise coded_error(
-            "E0850", "reading a GGUF file needs the `gguf` package, which is not installed",
+            "E0850",
+            "reading a GGUF file needs the `gguf` package, which is not installed",
             help="install linnet-lang with its gguf extra: `pip install 'linnet-lang[gguf]'` "
-                 "(linnet-runtime-torch and linnet-runtime-jax install it)") from None
+            "(linnet-runtime-torch and linnet-runtime-jax install it)",
+        ) from None
     return gguf
 
 
 def _corrupt(path: Path, why: str) -> LinnetError:
-    return coded_error("E0851", f"`{path}` is not a readable GGUF file: {why}",
-                       help="the file may be truncated or not a GGUF file at all; download it "
-                            "again (a complete GGUF file starts with the bytes `GGUF`)")
+    return coded_error(
+        "E0851",
+        f"`{path}` is not a readable GGUF file: {why}",
+        help="the file may be truncated or not a GGUF file at all; download it "
+        "again (a complete GGUF file starts with the bytes `GGUF`)",
+    )
 
 
 @dataclass(frozen=True)
@@ -124,8 +151,11 @@ class GGUFTensor:
             # (2, HD/2) -> (HD/2, 2)) for its rotary kernel: undo it.
             heads = self.permute_heads
             rows = values.shape[0]
-            values = values.reshape(heads, rows // heads // 2, 2, *values.shape[1:]) \
-                .swapaxes(1, 2).reshape(values.shape)
+            values = (
+                values.reshape(heads, rows // heads // 2, 2, *values.shape[1:])
+                .swapaxes(1, 2)
+                .reshape(values.shape)
+            )
         if self.offset:
             values = values + np.float32(self.offset)
         out = np.ascontiguousarray(values, dtype=np.float32)
@@ -197,8 +227,15 @@ def open_reader(path: str | Path) -> Any:
         raise _corrupt(p, f"it starts with {magic!r}, not the GGUF magic b'GGUF'")
     try:
         return gguf.GGUFReader(str(p), "r")
-    except (ValueError, KeyError, IndexError, OverflowError, UnicodeDecodeError, OSError,
-            TypeError) as exc:
+    except (
+        ValueError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        UnicodeDecodeError,
+        OSError,
+        TypeError,
+    ) as exc:
         raise _corrupt(p, str(exc) or type(exc).__name__) from None
 
 
@@ -210,8 +247,10 @@ def read_metadata(reader: Any) -> dict[str, Any]:
         try:
             out[key] = fld.contents()
         except (ValueError, UnicodeDecodeError, IndexError) as exc:
-            raise _corrupt(Path(str(getattr(reader.data, "filename", "the file"))),
-                           f"metadata key `{key}` cannot be read ({exc})") from None
+            raise _corrupt(
+                Path(str(getattr(reader.data, "filename", "the file"))),
+                f"metadata key `{key}` cannot be read ({exc})",
+            ) from None
     return out
 
 
@@ -227,8 +266,9 @@ def _scalar_metadata(reader: Any) -> dict[str, Any]:
     return out
 
 
-def read_gguf(path: str | Path, architectures: list[str] | None = None,
-              model: str | None = None) -> GGUFCheckpoint:
+def read_gguf(
+    path: str | Path, architectures: list[str] | None = None, model: str | None = None
+) -> GGUFCheckpoint:
     """Read the GGUF file at ``path`` as a checkpoint of the family whose Hugging Face
     architecture is among ``architectures`` (the loading model's ``.hf.json`` lists them;
     None: the first family of the file's architecture). Only headers are read: no tensor is
@@ -248,9 +288,12 @@ def read_gguf(path: str | Path, architectures: list[str] | None = None,
     meta = _scalar_metadata(reader)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str):
-        raise coded_error("E0855", f"`{p}` has no `general.architecture` metadata string",
-                          help="every GGUF model file names its architecture; the file was "
-                               "not written by llama.cpp's converter, or is damaged")
+        raise coded_error(
+            "E0855",
+            f"`{p}` has no `general.architecture` metadata string",
+            help="every GGUF model file names its architecture; the file was "
+            "not written by llama.cpp's converter, or is damaged",
+        )
     fam = family_for(arch, architectures)
     if fam is None:
         raise _unknown_architecture(p, arch, architectures, model)
@@ -260,21 +303,26 @@ def read_gguf(path: str | Path, architectures: list[str] | None = None,
     return GGUFCheckpoint(p, arch, fam, hf, tensors, meta, reader)
 
 
-def _unknown_architecture(p: Path, arch: str, architectures: list[str] | None,
-                          model: str | None) -> LinnetError:
+def _unknown_architecture(
+    p: Path, arch: str, architectures: list[str] | None, model: str | None
+) -> LinnetError:
     known = "; ".join(f"{a} ({', '.join(m)})" for a, m in ARCHITECTURES.items())
     if architectures is None or arch not in ARCHITECTURES:
         return coded_error(
-            "E0852", f"`{p}` is a GGUF file of architecture {arch!r}, which no model "
-            "Linnet ships runs", help=f"the GGUF architectures Linnet loads: {known}. For "
+            "E0852",
+            f"`{p}` is a GGUF file of architecture {arch!r}, which no model Linnet ships runs",
+            help=f"the GGUF architectures Linnet loads: {known}. For "
             "another, load the model's Hugging Face (safetensors) checkpoint with a model "
-            "written for it")
+            "written for it",
+        )
     runs = ", ".join(architectures) or "no Hugging Face architecture"
     return coded_error(
-        "E0852", f"`{p}` is a GGUF file of architecture {arch!r}, but model "
+        "E0852",
+        f"`{p}` is a GGUF file of architecture {arch!r}, but model "
         f"`{model or 'the model'}` runs {runs}",
         help=f"load it with {' or '.join(ARCHITECTURES[arch])}, or without a model "
-             f"(`linnet run {p.name}` picks it from the file)")
+        f"(`linnet run {p.name}` picks it from the file)",
+    )
 
 
 def _tensors(p: Path, reader: Any, fam: Family) -> dict[str, GGUFTensor]:
@@ -302,28 +350,42 @@ def _tensors(p: Path, reader: Any, fam: Family) -> dict[str, GGUFTensor]:
         if transpose:
             shape = shape[::-1]
         offset = fam.norm_offset if t.name.endswith("norm.weight") else 0.0
-        out[name] = GGUFTensor(name, t.name, qname, shape, t.data, t.tensor_type,
-                               offset=offset, transpose=transpose)
+        out[name] = GGUFTensor(
+            name, t.name, qname, shape, t.data, t.tensor_type, offset=offset, transpose=transpose
+        )
     if rope:
         raise coded_error(
-            "E0856", f"`{p}` holds {', '.join(f'`{r}`' for r in rope)} "
+            "E0856",
+            f"`{p}` holds {', '.join(f'`{r}`' for r in rope)} "
             f"({_ROPE_TENSORS[rope[0]]}), which model {fam.model} does not read from a "
-            "GGUF file", help="load the model's Hugging Face checkpoint (its config.json "
-                              "states the rope scaling the model implements)")
-    diags = [Diagnostic("E0853", f"`{p}` holds {len(names)} tensor"
-                        f"{'s' if len(names) != 1 else ''} of quant type {q}, which Linnet "
-                        f"does not dequantise: {_names(names)}",
-                        help="quant types Linnet loads: " + ", ".join(SUPPORTED_QUANTS)
-                             + "; convert the file to one of them with llama.cpp's "
-                               "`llama-quantize`, or load an unquantised checkpoint")
-             for q, names in unsupported.items()]
+            "GGUF file",
+            help="load the model's Hugging Face checkpoint (its config.json "
+            "states the rope scaling the model implements)",
+        )
+    diags = [
+        Diagnostic(
+            "E0853",
+            f"`{p}` holds {len(names)} tensor"
+            f"{'s' if len(names) != 1 else ''} of quant type {q}, which Linnet "
+            f"does not dequantise: {_names(names)}",
+            help="quant types Linnet loads: "
+            + ", ".join(SUPPORTED_QUANTS)
+            + "; convert the file to one of them with llama.cpp's "
+            "`llama-quantize`, or load an unquantised checkpoint",
+        )
+        for q, names in unsupported.items()
+    ]
     if unknown:
-        diags.append(Diagnostic(
-            "E0854", f"`{p}` holds tensor{'s' if len(unknown) != 1 else ''} "
-            f"{_names(unknown)}, which model {fam.model} does not have",
-            help="the file is of another variant of the architecture (a mixture of experts, "
-                 "extra projections...) than the shipped model runs; load it with a model "
-                 "written for that variant"))
+        diags.append(
+            Diagnostic(
+                "E0854",
+                f"`{p}` holds tensor{'s' if len(unknown) != 1 else ''} "
+                f"{_names(unknown)}, which model {fam.model} does not have",
+                help="the file is of another variant of the architecture (a mixture of experts, "
+                "extra projections...) than the shipped model runs; load it with a model "
+                "written for that variant",
+            )
+        )
     if diags:
         raise LinnetError(diags)
     return out
@@ -335,18 +397,25 @@ def _names(names: list[str], limit: int = 4) -> str:
 
 
 def _number(p: Path, key: str, value: Any, kind: type) -> Any:
-    ok = isinstance(value, kind) and not isinstance(value, bool) if kind is int else \
-        isinstance(value, int | float) and not isinstance(value, bool)
+    ok = (
+        isinstance(value, kind) and not isinstance(value, bool)
+        if kind is int
+        else isinstance(value, int | float) and not isinstance(value, bool)
+    )
     if not ok:
-        raise coded_error("E0855", f"`{p}`'s metadata `{key}` is {value!r:.40}, not "
-                          f"{'an integer' if kind is int else 'a number'}",
-                          help="the file is damaged or was not written by llama.cpp's "
-                               "converter; download it again")
+        raise coded_error(
+            "E0855",
+            f"`{p}`'s metadata `{key}` is {value!r:.40}, not "
+            f"{'an integer' if kind is int else 'a number'}",
+            help="the file is damaged or was not written by llama.cpp's "
+            "converter; download it again",
+        )
     return int(value) if kind is int else float(value)
 
 
-def hf_config(p: Path, meta: dict[str, Any], fam: Family, tensors: dict[str, GGUFTensor]
-              ) -> dict[str, Any]:
+def hf_config(
+    p: Path, meta: dict[str, Any], fam: Family, tensors: dict[str, GGUFTensor]
+) -> dict[str, Any]:
     """The config.json a Hugging Face checkpoint of ``fam`` would have, from the file's
     metadata ``meta`` and its tensors: every size and constant llama.cpp wrote, the
     vocabulary size (the embedding's rows), whether the output projection is the embedding
@@ -363,31 +432,44 @@ def hf_config(p: Path, meta: dict[str, Any], fam: Family, tensors: dict[str, GGU
             # Some files write a per-layer list (`head_count_kv`); the models have one value.
             if not value or any(v != value[0] for v in value):
                 raise coded_error(
-                    "E0855", f"`{p}`'s metadata `{full}` differs between layers "
+                    "E0855",
+                    f"`{p}`'s metadata `{full}` differs between layers "
                     f"({str(value)[:40]}), which model {fam.model} does not model",
-                    help="load it with a model written for that variant")
+                    help="load it with a model written for that variant",
+                )
             value = value[0]
-        hf[hf_key] = _number(p, full, value, float if "epsilon" in key or "freq" in key
-                             else int)
+        hf[hf_key] = _number(p, full, value, float if "epsilon" in key or "freq" in key else int)
     for key in ("block_count", "embedding_length", "attention.head_count"):
         if f"{arch}.{key}" not in meta:
-            raise coded_error("E0855", f"`{p}` has no `{arch}.{key}` metadata",
-                              help="llama.cpp's converter writes it for every model; the file "
-                                   "is damaged or was written by another tool")
-    unknown = [k for k in meta if k.startswith(f"{arch}.")
-               and k[len(arch) + 1:] not in fam.config and k[len(arch) + 1:] not in
-               _KNOWN_ARCH_KEYS]
+            raise coded_error(
+                "E0855",
+                f"`{p}` has no `{arch}.{key}` metadata",
+                help="llama.cpp's converter writes it for every model; the file "
+                "is damaged or was written by another tool",
+            )
+    unknown = [
+        k
+        for k in meta
+        if k.startswith(f"{arch}.")
+        and k[len(arch) + 1 :] not in fam.config
+        and k[len(arch) + 1 :] not in _KNOWN_ARCH_KEYS
+    ]
     experts = meta.get(f"{arch}.expert_count")
     if isinstance(experts, int) and experts > 0:
-        raise coded_error("E0852", f"`{p}` is a mixture of {experts} experts "
-                          f"(`{arch}.expert_count`), which model {fam.model} does not run",
-                          help="load it with a model written for that mixture of experts")
+        raise coded_error(
+            "E0852",
+            f"`{p}` is a mixture of {experts} experts "
+            f"(`{arch}.expert_count`), which model {fam.model} does not run",
+            help="load it with a model written for that mixture of experts",
+        )
     if unknown:
         raise coded_error(
-            "E0855", f"`{p}`'s metadata sets {_names(unknown)}, which model {fam.model} "
-            "does not model", help="the file is of a variant of the architecture whose math "
-                                   "the shipped model does not implement; load its Hugging "
-                                   "Face checkpoint with a model written for it")
+            "E0855",
+            f"`{p}`'s metadata sets {_names(unknown)}, which model {fam.model} does not model",
+            help="the file is of a variant of the architecture whose math "
+            "the shipped model does not implement; load its Hugging "
+            "Face checkpoint with a model written for it",
+        )
     embed = tensors.get(f"{fam.top['token_embd']}.weight")
     if embed is not None:
         hf[fam.vocab_key] = embed.shape[0]
@@ -395,9 +477,14 @@ def hf_config(p: Path, meta: dict[str, Any], fam: Family, tensors: dict[str, GGU
         hf[fam.vocab_key] = meta[f"{arch}.vocab_size"]
     _head_dim(p, meta, fam, hf)
     output = tensors.get(f"{fam.top['output']}.weight")
-    if output is not None and embed is not None and fam.arch == "gpt2" \
-            and output.quant == embed.quant and output.shape == embed.shape \
-            and bytes(output.blocks.data) == bytes(embed.blocks.data):
+    if (
+        output is not None
+        and embed is not None
+        and fam.arch == "gpt2"
+        and output.quant == embed.quant
+        and output.shape == embed.shape
+        and bytes(output.blocks.data) == bytes(embed.blocks.data)
+    ):
         # llama.cpp writes GPT-2's tied embedding twice: one matrix, tied.
         del tensors[output.name]
         output = None
@@ -414,7 +501,8 @@ def hf_config(p: Path, meta: dict[str, Any], fam: Family, tensors: dict[str, GGU
             original = meta.get(f"{arch}.rope.scaling.original_context_length")
             if original is not None and scaling != "linear":
                 params["original_max_position_embeddings"] = _number(
-                    p, f"{arch}.rope.scaling.original_context_length", original, int)
+                    p, f"{arch}.rope.scaling.original_context_length", original, int
+                )
             hf["rope_scaling"] = params
     hf.update(fam.extra)
     return hf
@@ -425,17 +513,26 @@ def _head_dim(p: Path, meta: dict[str, Any], fam: Family, hf: dict[str, Any]) ->
     heads = hf.get(fam.heads_key)
     width = hf.get("hidden_size", hf.get("n_embd"))
     key_length = meta.get(f"{arch}.attention.key_length")
-    head = _number(p, f"{arch}.attention.key_length", key_length, int) \
-        if key_length is not None else (width // heads if width and heads else None)
+    head = (
+        _number(p, f"{arch}.attention.key_length", key_length, int)
+        if key_length is not None
+        else (width // heads if width and heads else None)
+    )
     if key_length is not None and fam.head_dim is not None:
         hf[fam.head_dim] = head
     value_length = meta.get(f"{arch}.attention.value_length")
-    if value_length is not None and head is not None and \
-            _number(p, f"{arch}.attention.value_length", value_length, int) != head:
-        raise coded_error("E0855", f"`{p}`'s metadata gives keys and values different widths "
-                          f"(`{arch}.attention.key_length` {head}, `value_length` "
-                          f"{value_length}), which model {fam.model} does not model",
-                          help="load it with a model written for that variant")
+    if (
+        value_length is not None
+        and head is not None
+        and _number(p, f"{arch}.attention.value_length", value_length, int) != head
+    ):
+        raise coded_error(
+            "E0855",
+            f"`{p}`'s metadata gives keys and values different widths "
+            f"(`{arch}.attention.key_length` {head}, `value_length` "
+            f"{value_length}), which model {fam.model} does not model",
+            help="load it with a model written for that variant",
+        )
     rope = meta.get(f"{arch}.rope.dimension_count")
     if rope is not None and head and fam.arch != "gpt2":
         rope = _number(p, f"{arch}.rope.dimension_count", rope, int)
@@ -443,8 +540,9 @@ def _head_dim(p: Path, meta: dict[str, Any], fam: Family, hf: dict[str, Any]) ->
             hf["partial_rotary_factor"] = rope / head
 
 
-def _permute_and_check(p: Path, fam: Family, hf: dict[str, Any],
-                       tensors: dict[str, GGUFTensor]) -> None:
+def _permute_and_check(
+    p: Path, fam: Family, hf: dict[str, Any], tensors: dict[str, GGUFTensor]
+) -> None:
     """Record llama.cpp's q/k row permutation on those tensors (it needs the head counts),
     and E0854 for each tensor the model needs that the file lacks."""
     layers = hf.get(fam.layers_key)
@@ -458,30 +556,47 @@ def _permute_and_check(p: Path, fam: Family, hf: dict[str, Any],
                 continue
             if count <= 0 or t.shape[0] % (2 * count):
                 raise coded_error(
-                    "E0855", f"`{p}`'s `{t.gguf_name}` has {t.shape[0]} rows, which "
+                    "E0855",
+                    f"`{p}`'s `{t.gguf_name}` has {t.shape[0]} rows, which "
                     f"{count} heads of pairs of rotary dimensions cannot divide",
                     help="the head counts in the metadata do not match the tensors; "
-                         "download the file again")
-            tensors[name] = GGUFTensor(t.name, t.gguf_name, t.quant, t.shape, t.blocks,
-                                       t.qtype, count, t.offset, t.transpose)
+                    "download the file again",
+                )
+            tensors[name] = GGUFTensor(
+                t.name,
+                t.gguf_name,
+                t.quant,
+                t.shape,
+                t.blocks,
+                t.qtype,
+                count,
+                t.offset,
+                t.transpose,
+            )
     gguf_names = {t.gguf_name for t in tensors.values()}
-    missing = [f"{k}.weight" for k in fam.top if k != "output"
-               and f"{k}.weight" not in gguf_names]
+    missing = [f"{k}.weight" for k in fam.top if k != "output" and f"{k}.weight" not in gguf_names]
     stray = []
     if isinstance(layers, int):
         for i in range(layers):
-            missing += [f"blk.{i}.{k}.weight" for k in fam.block
-                        if f"blk.{i}.{k}.weight" not in gguf_names]
-        stray = sorted((n for n in gguf_names if n.startswith("blk.")
-                        and int(n.split(".")[1]) >= layers), key=len)
+            missing += [
+                f"blk.{i}.{k}.weight" for k in fam.block if f"blk.{i}.{k}.weight" not in gguf_names
+            ]
+        stray = sorted(
+            (n for n in gguf_names if n.startswith("blk.") and int(n.split(".")[1]) >= layers),
+            key=len,
+        )
     if missing:
         raise coded_error(
-            "E0854", f"`{p}` lacks tensor{'s' if len(missing) != 1 else ''} "
+            "E0854",
+            f"`{p}` lacks tensor{'s' if len(missing) != 1 else ''} "
             f"{_names(missing)}, which model {fam.model} needs",
             help="the file is incomplete or of another variant of the architecture; "
-                 "download it again")
+            "download it again",
+        )
     if stray:
         raise coded_error(
-            "E0854", f"`{p}` holds {_names(stray)}, past the {layers} layers its "
-            f"`{fam.arch}.block_count` says", help="the metadata and the tensors disagree: "
-                                                 "the file is damaged; download it again")
+            "E0854",
+            f"`{p}` holds {_names(stray)}, past the {layers} layers its "
+            f"`{fam.arch}.block_count` says",
+            help="the metadata and the tensors disagree: the file is damaged; download it again",
+        )

@@ -27,8 +27,9 @@ _FLOATS = ("f64", "f32", "f16", "bf16")
 _SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 
 
-def gguf_headers(weights: Any, program: Any, model_path: Path, config: dict[str, Any],
-                 convert: str | None) -> tuple[GGUFCheckpoint, dict[str, Any], dict[str, Any]]:
+def gguf_headers(
+    weights: Any, program: Any, model_path: Path, config: dict[str, Any], convert: str | None
+) -> tuple[GGUFCheckpoint, dict[str, Any], dict[str, Any]]:
     """:func:`linnet.lang.host.loading.read_headers` for a GGUF file: the checkpoint, its
     tensors' shapes and dtypes (the float type they load as) and the config they complete.
     No tensor is dequantised here.
@@ -49,19 +50,22 @@ def gguf_headers(weights: Any, program: Any, model_path: Path, config: dict[str,
     mapping = read_mapping(model_path)
     if mapping is None:
         raise coded_error(
-            "E0852", f"model `{decl.name}` has no checkpoint mapping "
+            "E0852",
+            f"model `{decl.name}` has no checkpoint mapping "
             f"`{Path(model_path).with_suffix('').name}.hf.json`, which reading a GGUF file "
             "needs (it says which Hugging Face architecture the model runs)",
-            help="load the file with a shipped model (" + ", ".join(
-                sorted({m for ms in ARCHITECTURES.values() for m in ms})) + "), or write the "
-                "mapping (docs/models.md)")
+            help="load the file with a shipped model ("
+            + ", ".join(sorted({m for ms in ARCHITECTURES.values() for m in ms}))
+            + "), or write the "
+            "mapping (docs/models.md)",
+        )
     ckpt = read_gguf(weights, list(mapping.get("architectures", [])), decl.name)
-    ckpt_config = checkpoint_config(ckpt.hf_config, mapping, decl.name, None,
-                                    ckpt.config_name)
+    ckpt_config = checkpoint_config(ckpt.hf_config, mapping, decl.name, None, ckpt.config_name)
     config = merge_config(config, ckpt_config)
     ckpt.dtype = convert or _config_dtype(decl, config)
-    shapes: dict[str, Any] = {name: TensorInfo(t.shape, ckpt.dtype)
-                              for name, t in ckpt.tensors.items()}
+    shapes: dict[str, Any] = {
+        name: TensorInfo(t.shape, ckpt.dtype) for name, t in ckpt.tensors.items()
+    }
     config = fit_checkpoint(program, config, shapes, ckpt_config)
     return ckpt, shapes, config
 
@@ -102,9 +106,12 @@ def gguf_architecture(path: str | Path) -> str:
                 _skip(f, kind)
     except (OSError, struct.error, UnicodeDecodeError, ValueError) as exc:
         raise _corrupt(p, str(exc)) from None
-    raise coded_error("E0855", f"`{p}` has no `general.architecture` metadata string",
-                      help="every GGUF model file names its architecture; the file was not "
-                           "written by llama.cpp's converter, or is damaged")
+    raise coded_error(
+        "E0855",
+        f"`{p}` has no `general.architecture` metadata string",
+        help="every GGUF model file names its architecture; the file was not "
+        "written by llama.cpp's converter, or is damaged",
+    )
 
 
 def _read(f: Any, n: int) -> bytes:
@@ -148,8 +155,10 @@ def gguf_model(path: str | Path) -> tuple[str, str]:
     if arch not in ARCHITECTURES:
         known = "; ".join(f"{a} ({', '.join(m)})" for a, m in ARCHITECTURES.items())
         raise coded_error(
-            "E0852", f"`{path}` is a GGUF file of architecture {arch!r}, which no model "
-            "Linnet ships runs", help=f"the GGUF architectures Linnet loads: {known}. For "
+            "E0852",
+            f"`{path}` is a GGUF file of architecture {arch!r}, which no model Linnet ships runs",
+            help=f"the GGUF architectures Linnet loads: {known}. For "
             "another, load the model's Hugging Face (safetensors) checkpoint with a model "
-            "written for it")
+            "written for it",
+        )
     return ARCHITECTURES[arch][0], f"GGUF architecture {arch}"

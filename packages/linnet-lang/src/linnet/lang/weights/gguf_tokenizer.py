@@ -32,10 +32,14 @@ from linnet.lang.diagnostics.core import coded_error
 
 # llama.cpp's pre-tokenizer regular expressions (llama-vocab.cpp), by `tokenizer.ggml.pre`.
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 #: Each pre-tokenizer Linnet rebuilds: the regular expressions text is split by, in order.
 PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
     "default": (_GPT2,),
@@ -70,20 +74,26 @@ def tokenizer_parts(path: str | Path) -> dict[str, Any]:
     kind = meta.get("tokenizer.ggml.model")
     tokens = meta.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list) or not tokens or not isinstance(kind, str):
-        raise coded_error("E0858", f"`{p}` has no tokenizer (no `tokenizer.ggml.model` and "
-                          "`tokenizer.ggml.tokens` metadata)",
-                          help="pass token ids, or load a tokenizer from the model's Hugging "
-                               "Face checkpoint (its tokenizer.json)")
+        raise coded_error(
+            "E0858",
+            f"`{p}` has no tokenizer (no `tokenizer.ggml.model` and "
+            "`tokenizer.ggml.tokens` metadata)",
+            help="pass token ids, or load a tokenizer from the model's Hugging "
+            "Face checkpoint (its tokenizer.json)",
+        )
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     if kind == "gpt2":
         backend = _byte_level(p, meta, tokens)
     elif kind == "llama":
         backend = _sentencepiece(p, meta, tokens, types)
     else:
-        raise coded_error("E0858", f"`{p}`'s tokenizer is of model {kind!r}, which Linnet "
-                          "does not rebuild from GGUF metadata (it rebuilds `gpt2` and "
-                          "`llama`)", help="pass token ids, or load the tokenizer from the "
-                                           "model's Hugging Face checkpoint")
+        raise coded_error(
+            "E0858",
+            f"`{p}`'s tokenizer is of model {kind!r}, which Linnet "
+            "does not rebuild from GGUF metadata (it rebuilds `gpt2` and "
+            "`llama`)",
+            help="pass token ids, or load the tokenizer from the model's Hugging Face checkpoint",
+        )
     _add_special(backend, tokens, types)
     eos = _token_id(p, meta, "eos_token_id", len(tokens))
     default_bos = kind == "llama"  # llama.cpp adds BOS for SentencePiece unless told not to
@@ -103,9 +113,11 @@ def _token_id(p: Path, meta: dict[str, Any], key: str, vocabulary: int) -> int |
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocabulary:
-        raise coded_error("E0858", f"`{p}`'s `tokenizer.ggml.{key}` is {value!r:.40}, not a "
-                          f"token id in [0, {vocabulary})",
-                          help="the file is damaged; download it again")
+        raise coded_error(
+            "E0858",
+            f"`{p}`'s `tokenizer.ggml.{key}` is {value!r:.40}, not a token id in [0, {vocabulary})",
+            help="the file is damaged; download it again",
+        )
     return value
 
 
@@ -115,18 +127,23 @@ def _byte_level(p: Path, meta: dict[str, Any], tokens: list[str]) -> Any:
     pre = str(meta.get("tokenizer.ggml.pre") or "default")
     if pre not in PRE_TOKENIZERS:
         raise coded_error(
-            "E0858", f"`{p}`'s tokenizer splits text with llama.cpp's pre-tokenizer {pre!r} "
+            "E0858",
+            f"`{p}`'s tokenizer splits text with llama.cpp's pre-tokenizer {pre!r} "
             "(`tokenizer.ggml.pre`), which Linnet does not know",
-            help="pre-tokenizers Linnet rebuilds: " + ", ".join(sorted(PRE_TOKENIZERS))
-                 + "; pass token ids, or load the tokenizer from the model's Hugging Face "
-                   "checkpoint")
+            help="pre-tokenizers Linnet rebuilds: "
+            + ", ".join(sorted(PRE_TOKENIZERS))
+            + "; pass token ids, or load the tokenizer from the model's Hugging Face "
+            "checkpoint",
+        )
     merges = [_merge(m) for m in meta.get("tokenizer.ggml.merges") or []]
     vocab = {t: i for i, t in enumerate(tokens)}
-    backend = Tokenizer(_bpe(p, models, vocab=vocab, merges=merges, fuse_unk=False,
-                             ignore_merges=False))
+    backend = Tokenizer(
+        _bpe(p, models, vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=False)
+    )
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_TOKENIZERS[pre]]
     backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
     backend.decoder = decoders.ByteLevel()
     return backend
 
@@ -137,9 +154,12 @@ def _bpe(p: Path, models: Any, **args: Any) -> Any:
     try:
         return models.BPE(**args)
     except Exception as exc:  # tokenizers raises a bare Exception
-        raise coded_error("E0858", f"`{p}`'s tokenizer cannot be built: {exc}",
-                          help="its `tokenizer.ggml.merges` and `tokenizer.ggml.tokens` do "
-                               "not agree: the file is damaged; download it again") from None
+        raise coded_error(
+            "E0858",
+            f"`{p}`'s tokenizer cannot be built: {exc}",
+            help="its `tokenizer.ggml.merges` and `tokenizer.ggml.tokens` do "
+            "not agree: the file is damaged; download it again",
+        ) from None
 
 
 def _merge(text: Any) -> tuple[str, str]:
@@ -158,21 +178,35 @@ def _sentencepiece(p: Path, meta: dict[str, Any], tokens: list[str], types: list
         merges = _merges_from_scores(tokens, scores, types)
     unk = meta.get("tokenizer.ggml.unknown_token_id")
     unk_token = tokens[unk] if isinstance(unk, int) and 0 <= unk < len(tokens) else None
-    backend = Tokenizer(_bpe(p, models, vocab=vocab, merges=merges, unk_token=unk_token,
-                             fuse_unk=True, byte_fallback=True))
+    backend = Tokenizer(
+        _bpe(
+            p,
+            models,
+            vocab=vocab,
+            merges=merges,
+            unk_token=unk_token,
+            fuse_unk=True,
+            byte_fallback=True,
+        )
+    )
     steps: list[Any] = [normalizers.Replace(" ", "▁")]
     if meta.get("tokenizer.ggml.add_space_prefix", True):
         steps.insert(0, normalizers.Prepend("▁"))
     backend.normalizer = normalizers.Sequence(steps)
-    strip = [decoders.Strip(content=" ", left=1)] if \
-        meta.get("tokenizer.ggml.add_space_prefix", True) else []
-    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
-                                         decoders.Fuse(), *strip])
+    strip = (
+        [decoders.Strip(content=" ", left=1)]
+        if meta.get("tokenizer.ggml.add_space_prefix", True)
+        else []
+    )
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), *strip]
+    )
     return backend
 
 
-def _merges_from_scores(tokens: list[str], scores: list[float], types: list[int]
-                        ) -> list[tuple[str, str]]:
+def _merges_from_scores(
+    tokens: list[str], scores: list[float], types: list[int]
+) -> list[tuple[str, str]]:
     """SentencePiece BPE's merges: every split of a piece into two pieces of the vocabulary,
     the merge of the higher-scored piece first (SentencePiece merges by piece score)."""
     vocab = {t: i for i, t in enumerate(tokens)}
@@ -192,10 +226,16 @@ def _add_special(backend: Any, tokens: list[str], types: list[int]) -> None:
     from tokenizers import AddedToken
 
     # Each is in the vocabulary already: adding it keeps its id and matches it whole.
-    control = [AddedToken(t, special=True, normalized=False)
-               for t, kind in zip(tokens, types, strict=False) if kind == _CONTROL and t]
-    user = [AddedToken(t, special=False, normalized=False)
-            for t, kind in zip(tokens, types, strict=False) if kind == _USER_DEFINED and t]
+    control = [
+        AddedToken(t, special=True, normalized=False)
+        for t, kind in zip(tokens, types, strict=False)
+        if kind == _CONTROL and t
+    ]
+    user = [
+        AddedToken(t, special=False, normalized=False)
+        for t, kind in zip(tokens, types, strict=False)
+        if kind == _USER_DEFINED and t
+    ]
     if control:
         backend.add_special_tokens(control)
     if user:

@@ -39,8 +39,7 @@ def model_config_names(decl: Any) -> tuple[set[str], dict[str, str]]:
     return dims, configs
 
 
-def infer_mapping(hf: dict, decl: Any, model_file: str | Path, config_path: str | Path
-                  ) -> dict:
+def infer_mapping(hf: dict, decl: Any, model_file: str | Path, config_path: str | Path) -> dict:
     """The mapping of config.json ``hf`` onto model ``decl`` where every key that is not
     metadata names one of its configs; E0670 naming the keys that do not otherwise.
 
@@ -52,8 +51,13 @@ def infer_mapping(hf: dict, decl: Any, model_file: str | Path, config_path: str 
     {'layer_norm_eps': 'layer_norm_eps'}
     """
     dims, configs = model_config_names(decl)
-    mapping: dict[str, Any] = {"model": decl.name, "set": {}, "check": {}, "require": {},
-                               INFERRED: True}
+    mapping: dict[str, Any] = {
+        "model": decl.name,
+        "set": {},
+        "check": {},
+        "require": {},
+        INFERRED: True,
+    }
     unmatched = []
     for key, value in hf.items():
         if key in ("architectures", "model_type") or ignored(key, {}):
@@ -69,42 +73,57 @@ def infer_mapping(hf: dict, decl: Any, model_file: str | Path, config_path: str 
             unmatched.append(key)
     if unmatched:
         many = len(unmatched) > 1
-        raise LinnetError(not_exact(
-            decl, model_file, config_path, f"config.json key{'s' if many else ''} "
-            f"{_names(unmatched)} name{'' if many else 's'} no config of the model (its "
-            f"configs: {_names(sorted(dims | set(configs)), 40)})"))
+        raise LinnetError(
+            not_exact(
+                decl,
+                model_file,
+                config_path,
+                f"config.json key{'s' if many else ''} "
+                f"{_names(unmatched)} name{'' if many else 's'} no config of the model (its "
+                f"configs: {_names(sorted(dims | set(configs)), 40)})",
+            )
+        )
     return mapping
 
 
-def not_exact(decl: Any, model_file: str | Path, config_path: str | Path, why: str
-              ) -> Diagnostic:
+def not_exact(decl: Any, model_file: str | Path, config_path: str | Path, why: str) -> Diagnostic:
     """E0670: model ``decl`` has no mapping file and the one inferred is not exact."""
     return Diagnostic(
-        "E0670", f"the checkpoint has a config.json (`{config_path}`), but model "
+        "E0670",
+        f"the checkpoint has a config.json (`{config_path}`), but model "
         f"`{decl.name}` has no checkpoint mapping `{mapping_path(model_file).name}` and "
         f"none can be inferred: {why}",
         help=f"write `{mapping_path(model_file)}` saying which config.json keys the model "
-             "reads (see docs/models.md, `Checkpoint mappings`), name the model's configs "
-             "and parameters as the checkpoint does, or load the safetensors files without "
-             "the config.json beside them and give config=")
+        "reads (see docs/models.md, `Checkpoint mappings`), name the model's configs "
+        "and parameters as the checkpoint does, or load the safetensors files without "
+        "the config.json beside them and give config=",
+    )
 
 
-def weights_not_exact(decl: Any, model_file: str | Path, config_path: str | Path,
-                      diags: list[Diagnostic]) -> list[Diagnostic]:
+def weights_not_exact(
+    decl: Any, model_file: str | Path, config_path: str | Path, diags: list[Diagnostic]
+) -> list[Diagnostic]:
     """``diags`` (a lowering's) with E0670 first where the inferred mapping's parameter paths
     did not equal the checkpoint's tensors (E0630-E0633 among them, kept after it)."""
     weights = [d for d in diags if d.code in _WEIGHT_CODES]
     if not weights:
         return diags
     shown = "; ".join(d.message for d in weights[:4]) + (
-        f"; and {len(weights) - 4} more" if len(weights) > 4 else "")
-    return [not_exact(decl, model_file, config_path,
-                      f"its parameter paths are not the checkpoint's tensor names and shapes "
-                      f"({shown})"), *diags]
+        f"; and {len(weights) - 4} more" if len(weights) > 4 else ""
+    )
+    return [
+        not_exact(
+            decl,
+            model_file,
+            config_path,
+            f"its parameter paths are not the checkpoint's tensor names and shapes ({shown})",
+        ),
+        *diags,
+    ]
 
 
 def _names(keys: list[str], limit: int = 12) -> str:
     shown = ", ".join(f"`{k}`" for k in keys[:limit])
-    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "") if keys \
-        else "none"
-
+    return (
+        shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "") if keys else "none"
+    )

@@ -41,36 +41,101 @@ from typing import Any
 # `_commit_hash`, `_attn_implementation`...) is transformers' private state: ignored too.
 # Family-specific keys that do not change the math (dropouts...) are in each mapping's
 # `ignore`; a key in neither is E0655.
-PRETRAINED_CONFIG_IGNORE = frozenset({
-    "transformers_version", "dtype", "torch_dtype", "use_bfloat16", "tf_legacy_loss",
-    "torchscript", "return_dict", "output_hidden_states", "output_attentions", "is_decoder",
-    "cross_attention_hidden_size", "tie_encoder_decoder", "chunk_size_feed_forward",
-    "finetuning_task", "id2label", "label2id", "num_labels", "problem_type", "tokenizer_class",
-    "prefix", "task_specific_params", "bos_token_id", "eos_token_id", "pad_token_id",
-    "sep_token_id", "unk_token_id", "decoder_start_token_id", "use_cache", "initializer_range",
-    "gradient_checkpointing", "attn_implementation",
-    # Generation defaults (`GenerationConfig`'s, kept in config.json by transformers 4.x).
-    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
-    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
-    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
-    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
-    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
-    "suppress_tokens", "begin_suppress_tokens", "epsilon_cutoff", "eta_cutoff",
-    "encoder_repetition_penalty", "assistant_confidence_threshold", "assistant_lookbehind",
-    "num_assistant_tokens", "num_assistant_tokens_schedule", "target_lookbehind",
-})
+PRETRAINED_CONFIG_IGNORE = frozenset(
+    {
+        "transformers_version",
+        "dtype",
+        "torch_dtype",
+        "use_bfloat16",
+        "tf_legacy_loss",
+        "torchscript",
+        "return_dict",
+        "output_hidden_states",
+        "output_attentions",
+        "is_decoder",
+        "cross_attention_hidden_size",
+        "tie_encoder_decoder",
+        "chunk_size_feed_forward",
+        "finetuning_task",
+        "id2label",
+        "label2id",
+        "num_labels",
+        "problem_type",
+        "tokenizer_class",
+        "prefix",
+        "task_specific_params",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "sep_token_id",
+        "unk_token_id",
+        "decoder_start_token_id",
+        "use_cache",
+        "initializer_range",
+        "gradient_checkpointing",
+        "attn_implementation",
+        # Generation defaults (`GenerationConfig`'s, kept in config.json by transformers 4.x).
+        "max_length",
+        "min_length",
+        "do_sample",
+        "early_stopping",
+        "num_beams",
+        "num_beam_groups",
+        "diversity_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+        "repetition_penalty",
+        "length_penalty",
+        "no_repeat_ngram_size",
+        "encoder_no_repeat_ngram_size",
+        "bad_words_ids",
+        "num_return_sequences",
+        "output_scores",
+        "return_dict_in_generate",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+        "remove_invalid_values",
+        "exponential_decay_length_penalty",
+        "suppress_tokens",
+        "begin_suppress_tokens",
+        "epsilon_cutoff",
+        "eta_cutoff",
+        "encoder_repetition_penalty",
+        "assistant_confidence_threshold",
+        "assistant_lookbehind",
+        "num_assistant_tokens",
+        "num_assistant_tokens_schedule",
+        "target_lookbehind",
+    }
+)
 # PretrainedConfig keys whose default is what a decoder-only model computes and whose other
 # values change it: another value is E0656 (a mapping's own `require` wins).
 PRETRAINED_CONFIG_REQUIRE: dict[str, list[Any]] = {
-    "is_encoder_decoder": [False], "add_cross_attention": [False], "pruned_heads": [{}],
+    "is_encoder_decoder": [False],
+    "add_cross_attention": [False],
+    "pruned_heads": [{}],
 }
-TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "unk_token_id",
-             "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")
+TOKEN_IDS = (
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "sep_token_id",
+    "unk_token_id",
+    "decoder_start_token_id",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+)
 # Token ids name rows of the vocabulary (a mapping's own `ranges` win). The ids Linnet never
 # reads may also be -1, the "none" that older hub configs write (`"pad_token_id": -1`): a real
 # checkpoint is not refused for metadata. bos and eos start and stop generation: rows only.
-PRETRAINED_CONFIG_RANGES = {key: "int [0, vocab_size)" if key in ("bos_token_id", "eos_token_id")
-                            else "int [-1, vocab_size)" for key in TOKEN_IDS}
+PRETRAINED_CONFIG_RANGES = {
+    key: "int [0, vocab_size)"
+    if key in ("bos_token_id", "eos_token_id")
+    else "int [-1, vocab_size)"
+    for key in TOKEN_IDS
+}
 
 
 def ignored(key: str, mapping: dict) -> bool:
@@ -80,15 +145,18 @@ def ignored(key: str, mapping: dict) -> bool:
     >>> ignored("_model_name_or_path", {}), ignored("unk_token_id", {}), ignored("eps", {})
     (True, True, False)
     """
-    return key.startswith("_") or key in PRETRAINED_CONFIG_IGNORE \
-        or key in mapping.get("ignore", [])
+    return (
+        key.startswith("_") or key in PRETRAINED_CONFIG_IGNORE or key in mapping.get("ignore", [])
+    )
 
 
 _NUMBER = r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|-?inf"
 _BOUND = rf"(?:{_NUMBER}|[A-Za-z_][\w.]*)"
-_RULE = re.compile(rf"\s*(?P<int>int\s+)?(?P<open>[\[(])\s*(?P<lo>{_BOUND})\s*,\s*"
-                   rf"(?P<hi>{_BOUND})\s*(?P<close>[\])])"
-                   r"(?:\s+multiple\s+of\s+(?P<of>[A-Za-z_][\w.]*))?\s*")
+_RULE = re.compile(
+    rf"\s*(?P<int>int\s+)?(?P<open>[\[(])\s*(?P<lo>{_BOUND})\s*,\s*"
+    rf"(?P<hi>{_BOUND})\s*(?P<close>[\])])"
+    r"(?:\s+multiple\s+of\s+(?P<of>[A-Za-z_][\w.]*))?\s*"
+)
 
 
 @dataclass(frozen=True)
@@ -138,7 +206,8 @@ class Rule:
         high_ok = hi is None or (value < hi if self.hi_open else value <= hi)
         if not (low_ok and high_ok):
             return f"outside its valid range {self.text}" + (
-                f" ({', '.join(named)})" if named else "")
+                f" ({', '.join(named)})" if named else ""
+            )
         if self.of is not None:
             m = get(self.of)
             if isinstance(m, int) and not isinstance(m, bool) and m > 0 and value % m:
@@ -158,14 +227,20 @@ def parse_rule(text: Any) -> Rule:
         return Rule("bool", "bool")
     m = _RULE.fullmatch(text)
     if m is None:
-        raise ValueError(f"{json.dumps(text)} is not `bool` or `[int] [lo, hi] "
-                         "[multiple of key]`")
+        raise ValueError(f"{json.dumps(text)} is not `bool` or `[int] [lo, hi] [multiple of key]`")
 
     def value(b: str) -> float | str:
         return b if re.fullmatch(r"[A-Za-z_][\w.]*", b) and b != "inf" else float(b)
 
-    return Rule(" ".join(text.split()), "int" if m["int"] else "number", value(m["lo"]),
-                value(m["hi"]), m["open"] == "(", m["close"] == ")", m["of"])
+    return Rule(
+        " ".join(text.split()),
+        "int" if m["int"] else "number",
+        value(m["lo"]),
+        value(m["hi"]),
+        m["open"] == "(",
+        m["close"] == ")",
+        m["of"],
+    )
 
 
 def rule_problems(mapping: dict) -> list[str]:
@@ -187,10 +262,13 @@ def rule_problems(mapping: dict) -> list[str]:
     return problems
 
 
-def range_diagnostics(value_of: Callable[[str], Any], rules: dict[str, str],
-                      lookup: Callable[[str], Any], prefix: str = "",
-                      skip: set[str] | frozenset = frozenset()
-                      ) -> list[tuple[str, str, str, str]]:
+def range_diagnostics(
+    value_of: Callable[[str], Any],
+    rules: dict[str, str],
+    lookup: Callable[[str], Any],
+    prefix: str = "",
+    skip: set[str] | frozenset = frozenset(),
+) -> list[tuple[str, str, str, str]]:
     """``(code, key, why, rule)`` for each key of ``rules`` whose value (``value_of(key)``,
     None where absent or null: not checked) breaks its rule; a list value is checked element
     by element (``eos_token_id: [1, 2]``); ``lookup`` resolves the keys bounds name.
@@ -212,8 +290,11 @@ def range_diagnostics(value_of: Callable[[str], Any], rules: dict[str, str],
             if why is None:
                 why, code = rule.check(item, lookup), "E0665"
             if why is not None:
-                shown = json.dumps(item)[:40] if not isinstance(value, list) else \
-                    f"{json.dumps(value)[:40]} (element {json.dumps(item)[:20]})"
+                shown = (
+                    json.dumps(item)[:40]
+                    if not isinstance(value, list)
+                    else f"{json.dumps(value)[:40]} (element {json.dumps(item)[:20]})"
+                )
                 out.append((code, prefix + key, f"is {shown}, {why}", rule.text))
                 break
     return out

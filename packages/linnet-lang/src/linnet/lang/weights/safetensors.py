@@ -20,19 +20,47 @@ from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, coded_error
 
-SAFETENSORS_DTYPES = {"F64": "f64", "F32": "f32", "F16": "f16", "BF16": "bf16", "I64": "i64",
-                      "I32": "i32", "I16": "i16", "I8": "i8", "U8": "u8", "BOOL": "bool"}
-DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
-               "u8": 1, "bool": 1}
+SAFETENSORS_DTYPES = {
+    "F64": "f64",
+    "F32": "f32",
+    "F16": "f16",
+    "BF16": "bf16",
+    "I64": "i64",
+    "I32": "i32",
+    "I16": "i16",
+    "I8": "i8",
+    "U8": "u8",
+    "BOOL": "bool",
+}
+DTYPE_BYTES = {
+    "f64": 8,
+    "f32": 4,
+    "f16": 2,
+    "bf16": 2,
+    "i64": 8,
+    "i32": 4,
+    "i16": 2,
+    "i8": 1,
+    "u8": 1,
+    "bool": 1,
+}
 # The rest of the dtypes the safetensors format defines (safetensors 0.8's `Dtype`), with
 # their bits per element: a valid file of these is read for its header and reported as
 # unsupported (E0723), not as corrupt, until quantised weights exist.
-UNSUPPORTED_DTYPES = {"F8_E4M3": (8, "float8 e4m3"), "F8_E5M2": (8, "float8 e5m2"),
-                      "F8_E4M3FNUZ": (8, "float8 e4m3fnuz"), "F8_E5M2FNUZ": (8, "float8 e5m2fnuz"),
-                      "F8_E8M0": (8, "float8 e8m0 (a scale format)"),
-                      "F6_E2M3": (6, "float6 e2m3"), "F6_E3M2": (6, "float6 e3m2"),
-                      "F4": (4, "float4 e2m1"), "U16": (16, "uint16"), "U32": (32, "uint32"),
-                      "U64": (64, "uint64"), "C64": (64, "complex64")}
+UNSUPPORTED_DTYPES = {
+    "F8_E4M3": (8, "float8 e4m3"),
+    "F8_E5M2": (8, "float8 e5m2"),
+    "F8_E4M3FNUZ": (8, "float8 e4m3fnuz"),
+    "F8_E5M2FNUZ": (8, "float8 e5m2fnuz"),
+    "F8_E8M0": (8, "float8 e8m0 (a scale format)"),
+    "F6_E2M3": (6, "float6 e2m3"),
+    "F6_E3M2": (6, "float6 e3m2"),
+    "F4": (4, "float4 e2m1"),
+    "U16": (16, "uint16"),
+    "U32": (32, "uint32"),
+    "U64": (64, "uint64"),
+    "C64": (64, "complex64"),
+}
 INDEX_NAME = "model.safetensors.index.json"
 # An index of a 405B model is about 100 KB; anything past this is not an index.
 MAX_INDEX_BYTES = 64 * 1024 * 1024
@@ -67,9 +95,13 @@ def shard_of(info: Any) -> str:
 
 
 def _corrupt(path: str | Path, why: str) -> LinnetError:
-    return LinnetError(Diagnostic(
-        "E0650", f"`{path}` is not a readable safetensors file: {why}",
-        help="the file may be truncated or not a safetensors file; download or save it again"))
+    return LinnetError(
+        Diagnostic(
+            "E0650",
+            f"`{path}` is not a readable safetensors file: {why}",
+            help="the file may be truncated or not a safetensors file; download or save it again",
+        )
+    )
 
 
 def safetensors_header(path: str | Path) -> tuple[dict, int]:
@@ -90,16 +122,17 @@ def safetensors_header(path: str | Path) -> tuple[dict, int]:
                 raise _corrupt(path, f"its header claims {n} bytes but the file has {size}")
             header = json.loads(f.read(n))
     except FileNotFoundError:
-        raise LinnetError(Diagnostic("E0651", f"weights file `{path}` not found",
-                                     help="check the path")) from None
+        raise LinnetError(
+            Diagnostic("E0651", f"weights file `{path}` not found", help="check the path")
+        ) from None
     except RecursionError:
         raise _corrupt(path, "its header nests too deeply to be a safetensors header") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _corrupt(path, f"its header is not JSON ({exc})") from None
     except IsADirectoryError:
-        raise LinnetError(Diagnostic(
-            "E0639", f"`{path}` is a directory", help="pass it as the weights directory")) \
-            from None
+        raise LinnetError(
+            Diagnostic("E0639", f"`{path}` is a directory", help="pass it as the weights directory")
+        ) from None
     except OSError as exc:
         raise LinnetError(Diagnostic("E0651", f"cannot read `{path}`: {exc}")) from None
     if not isinstance(header, dict):
@@ -121,8 +154,11 @@ def safetensors_header(path: str | Path) -> tuple[dict, int]:
         except (KeyError, TypeError, ValueError):
             raise _corrupt(path, f"tensor `{name}` has a malformed entry") from None
         if bits is None:
-            raise _corrupt(path, f"tensor `{name}` has dtype {json.dumps(info['dtype'])[:40]}, "
-                           "which the safetensors format does not define")
+            raise _corrupt(
+                path,
+                f"tensor `{name}` has dtype {json.dumps(info['dtype'])[:40]}, "
+                "which the safetensors format does not define",
+            )
         if count * bits % 8:
             raise _corrupt(path, f"tensor `{name}` ({info['dtype']}) does not end on a byte")
         if stop > data_size or stop - start != count * bits // 8:
@@ -197,31 +233,44 @@ def resolve_checkpoint(weights: str | Path | Sequence[str | Path]) -> Checkpoint
                 return read_index(index)
             found = sorted(p for p in path.glob("*.safetensors") if p.is_file())
             if not found:
-                raise coded_error("E0639", f"directory `{path}` has no `{INDEX_NAME}` and no "
-                             "`*.safetensors` files",
-                             help="pass the directory a checkpoint was saved or downloaded to "
-                                  "(Hugging Face's `save_pretrained` writes safetensors files)")
+                raise coded_error(
+                    "E0639",
+                    f"directory `{path}` has no `{INDEX_NAME}` and no `*.safetensors` files",
+                    help="pass the directory a checkpoint was saved or downloaded to "
+                    "(Hugging Face's `save_pretrained` writes safetensors files)",
+                )
             return Checkpoint(tuple(found), path)
         if path.suffix == ".json":
             if not path.is_file():
-                raise coded_error("E0651", f"weights index `{path}` not found", help="check the path")
+                raise coded_error(
+                    "E0651", f"weights index `{path}` not found", help="check the path"
+                )
             return read_index(path)
         if not path.exists():
             raise coded_error("E0651", f"weights file `{path}` not found", help="check the path")
         return Checkpoint((path,), path.parent)
-    if isinstance(weights, list | tuple) and weights and all(
-            isinstance(w, str | os.PathLike) for w in weights):
+    if (
+        isinstance(weights, list | tuple)
+        and weights
+        and all(isinstance(w, str | os.PathLike) for w in weights)
+    ):
         files = tuple(Path(w) for w in weights)
         missing = [f for f in files if not f.is_file()]
         if missing:
-            raise LinnetError([Diagnostic("E0651", f"weights file `{f}` not found",
-                                          help="check the path") for f in missing])
+            raise LinnetError(
+                [
+                    Diagnostic("E0651", f"weights file `{f}` not found", help="check the path")
+                    for f in missing
+                ]
+            )
         dirs = {f.resolve().parent for f in files}
         return Checkpoint(files, files[0].parent if len(dirs) == 1 else None)
-    raise coded_error("E0639", f"weights must be a safetensors file, a checkpoint directory, an "
-                 f"index JSON or a non-empty list of files, not {_describe(weights)}",
-                 help="e.g. weights='Llama-3.2-1B/' or weights=['a.safetensors', "
-                      "'b.safetensors']")
+    raise coded_error(
+        "E0639",
+        f"weights must be a safetensors file, a checkpoint directory, an "
+        f"index JSON or a non-empty list of files, not {_describe(weights)}",
+        help="e.g. weights='Llama-3.2-1B/' or weights=['a.safetensors', 'b.safetensors']",
+    )
 
 
 def _describe(value: Any) -> str:
@@ -235,10 +284,14 @@ def read_index(index: Path) -> Checkpoint:
     Shards must be plain file names beside the index; a shard the index names but that is
     not there is E0635 (every missing shard in one report).
     """
+
     def bad(why: str) -> LinnetError:
-        return coded_error("E0634", f"`{index}` is not a safetensors index: {why}",
-                      help="an index is a JSON object whose `weight_map` maps each tensor "
-                           "name to a shard file beside it; download or save it again")
+        return coded_error(
+            "E0634",
+            f"`{index}` is not a safetensors index: {why}",
+            help="an index is a JSON object whose `weight_map` maps each tensor "
+            "name to a shard file beside it; download or save it again",
+        )
 
     try:
         if index.stat().st_size > MAX_INDEX_BYTES:
@@ -255,8 +308,12 @@ def read_index(index: Path) -> Checkpoint:
         raise bad("it has no `weight_map` object")
     shards: dict[str, list[str]] = {}
     for name, shard in weight_map.items():
-        if not isinstance(shard, str) or not shard or shard != Path(shard).name \
-                or shard in (".", ".."):
+        if (
+            not isinstance(shard, str)
+            or not shard
+            or shard != Path(shard).name
+            or shard in (".", "..")
+        ):
             raise bad(f"tensor `{name}` maps to {shard!r}, not a file name beside the index")
         shards.setdefault(shard, []).append(name)
     missing = [s for s in shards if not (index.parent / s).is_file()]
@@ -265,27 +322,36 @@ def read_index(index: Path) -> Checkpoint:
         for s in missing:
             names = shards[s]
             shown = ", ".join(f"`{n}`" for n in names[:3]) + (
-                f" and {len(names) - 3} more" if len(names) > 3 else "")
-            diags.append(Diagnostic(
-                "E0635", f"shard `{s}` is missing from `{index.parent}`",
-                help=f"`{index.name}` puts {len(names)} tensor{'s' if len(names) != 1 else ''} "
-                     f"in it ({shown}); download or copy the shard again"))
+                f" and {len(names) - 3} more" if len(names) > 3 else ""
+            )
+            diags.append(
+                Diagnostic(
+                    "E0635",
+                    f"shard `{s}` is missing from `{index.parent}`",
+                    help=f"`{index.name}` puts {len(names)} tensor{'s' if len(names) != 1 else ''} "
+                    f"in it ({shown}); download or copy the shard again",
+                )
+            )
         raise LinnetError(diags)
-    return Checkpoint(tuple(index.parent / s for s in shards), index.parent, index,
-                      dict(weight_map))
+    return Checkpoint(
+        tuple(index.parent / s for s in shards), index.parent, index, dict(weight_map)
+    )
 
 
 def unsupported_dtype(file: str, dtype: str, names: list[str]) -> Diagnostic:
     """E0723: a valid safetensors file holds tensors of a dtype Linnet does not load (float8,
     float4, unsigned wider than 8 bits, complex): one diagnostic per file and dtype."""
     shown = ", ".join(f"`{n}`" for n in names[:3]) + (
-        f" and {len(names) - 3} more" if len(names) > 3 else "")
+        f" and {len(names) - 3} more" if len(names) > 3 else ""
+    )
     return Diagnostic(
-        "E0723", f"`{file}` holds {len(names)} tensor{'s' if len(names) != 1 else ''} of dtype "
+        "E0723",
+        f"`{file}` holds {len(names)} tensor{'s' if len(names) != 1 else ''} of dtype "
         f"{dtype} ({UNSUPPORTED_DTYPES[dtype][1]}), which Linnet does not load: {shown}",
         help="quantised and other non-native weights are not supported yet; load a "
-             "bf16, f16 or f32 checkpoint of the model (the same model's unquantised "
-             "release, or the weights dequantised and saved again)")
+        "bf16, f16 or f32 checkpoint of the model (the same model's unquantised "
+        "release, or the weights dequantised and saved again)",
+    )
 
 
 def checkpoint_shapes(ckpt: Checkpoint) -> dict[str, tuple]:
@@ -313,39 +379,66 @@ def checkpoint_shapes(ckpt: Checkpoint) -> dict[str, tuple]:
             if name == "__metadata__":
                 continue
             if name in where:
-                diags.append(Diagnostic(
-                    "E0638", f"tensor `{name}` is in both `{where[name]}` and `{path.name}`",
-                    help="a checkpoint holds each tensor once; remove one of the files"))
+                diags.append(
+                    Diagnostic(
+                        "E0638",
+                        f"tensor `{name}` is in both `{where[name]}` and `{path.name}`",
+                        help="a checkpoint holds each tensor once; remove one of the files",
+                    )
+                )
                 continue
             if ckpt.weight_map is not None and ckpt.weight_map.get(name) != path.name:
                 listed = ckpt.weight_map.get(name)
-                diags.append(Diagnostic(
-                    "E0636", f"shard `{path.name}` holds tensor `{name}`, which `"
-                    f"{ckpt.index.name if ckpt.index else INDEX_NAME}` "
-                    + (f"puts in `{listed}`" if listed else "does not list"),
-                    help="the index and its shards come from different saves; download or "
-                         "save the checkpoint again"))
+                diags.append(
+                    Diagnostic(
+                        "E0636",
+                        f"shard `{path.name}` holds tensor `{name}`, which `"
+                        f"{ckpt.index.name if ckpt.index else INDEX_NAME}` "
+                        + (f"puts in `{listed}`" if listed else "does not list"),
+                        help="the index and its shards come from different saves; download or "
+                        "save the checkpoint again",
+                    )
+                )
                 continue
             where[name] = path.name
             if info["dtype"] not in SAFETENSORS_DTYPES:
                 unsupported.setdefault((str(path), info["dtype"]), []).append(name)
                 continue
-            out[name] = TensorInfo(tuple(info["shape"]), SAFETENSORS_DTYPES[info["dtype"]],
-                                   path.name if len(ckpt.files) > 1 else "")
-    diags.extend(unsupported_dtype(file, dtype, names)
-                 for (file, dtype), names in unsupported.items())
+            out[name] = TensorInfo(
+                tuple(info["shape"]),
+                SAFETENSORS_DTYPES[info["dtype"]],
+                path.name if len(ckpt.files) > 1 else "",
+            )
+    diags.extend(
+        unsupported_dtype(file, dtype, names) for (file, dtype), names in unsupported.items()
+    )
     if ckpt.weight_map is not None:
-        absent = [n for n, s in ckpt.weight_map.items() if n not in out and n not in where
-                  and s not in unreadable and not any(f"`{n}`" in d.message for d in diags)]
+        absent = [
+            n
+            for n, s in ckpt.weight_map.items()
+            if n not in out
+            and n not in where
+            and s not in unreadable
+            and not any(f"`{n}`" in d.message for d in diags)
+        ]
         for name in absent[:20]:
-            diags.append(Diagnostic(
-                "E0637", f"`{ckpt.index.name if ckpt.index else INDEX_NAME}` puts tensor "
-                f"`{name}` in `{ckpt.weight_map[name]}`, but that shard does not hold it",
-                help="the index and its shards come from different saves; download or save "
-                     "the checkpoint again"))
+            diags.append(
+                Diagnostic(
+                    "E0637",
+                    f"`{ckpt.index.name if ckpt.index else INDEX_NAME}` puts tensor "
+                    f"`{name}` in `{ckpt.weight_map[name]}`, but that shard does not hold it",
+                    help="the index and its shards come from different saves; download or save "
+                    "the checkpoint again",
+                )
+            )
         if len(absent) > 20:
-            diags.append(Diagnostic("E0637", f"... and {len(absent) - 20} more tensors the "
-                                    "index lists that their shards do not hold"))
+            diags.append(
+                Diagnostic(
+                    "E0637",
+                    f"... and {len(absent) - 20} more tensors the "
+                    "index lists that their shards do not hold",
+                )
+            )
     if diags:
         raise LinnetError(diags)
     return dict(out)

@@ -65,7 +65,6 @@ class Case:
     decode: int = 0
 
 
-
 def _llama() -> Path:
     from linnet.lang.bundled import example
 
@@ -90,9 +89,32 @@ _NAN, _INF = float("nan"), float("inf")
 _F = (1.0, _NAN, -2.0, _NAN, _INF, -_INF, -0.0, 3.5)
 _G = (_NAN, 3.0, _NAN, _NAN, 0.0, _NAN, 0.0, -1.0)
 _PAST = (_NAN, _INF, -_INF, 3e9, -3e9, 2.7, -2.7, 300.0)
-_ROWS = (1.0, _NAN, 3.0, 0.0, -1.0, 2.0, 4.0, 5.0,
-         -_INF, 2.0, 1.0, 0.5, 0.25, -1.0, 7.0, 6.0,
-         _NAN, _NAN, _NAN, _NAN, _NAN, _NAN, _NAN, _NAN)
+_ROWS = (
+    1.0,
+    _NAN,
+    3.0,
+    0.0,
+    -1.0,
+    2.0,
+    4.0,
+    5.0,
+    -_INF,
+    2.0,
+    1.0,
+    0.5,
+    0.25,
+    -1.0,
+    7.0,
+    6.0,
+    _NAN,
+    _NAN,
+    _NAN,
+    _NAN,
+    _NAN,
+    _NAN,
+    _NAN,
+    _NAN,
+)
 _A = (7, -7, 7, -7, 0, 5, -2147483648, -2147483648)
 _B = (0, 0, 2, -2, 0, -1, -1, 0)
 
@@ -107,101 +129,229 @@ def edge_cases() -> list[Case]:
     pair = {"a": ((8,), _F), "b": ((8,), _G)}
     past = {"x": ((8,), _PAST)}
     rows = {"a": ((3, 8), _ROWS)}
-    return [_edge("max_nan", **pair), _edge("min_nan", **pair),
-            _edge("reduce_max_nan", **rows), _edge("reduce_min_nan", **rows),
-            _edge("to_i32", **past), _edge("to_i8", **past), _edge("to_u8", **past),
-            _edge("floor_tiny", x=((8,), (-1e-45, -1e-30, -0.0, 0.0, 1e-45, -0.5, -1.5, 2.5))),
-            _edge("int_div", a=((8,), _A), b=((8,), _B)),
-            _edge("int_rem", a=((8,), _A), b=((8,), _B)),
-            _edge("float_rem", a=((8,), (1.0, -1.0, 5.5, -5.5, _INF, 7.5, -7.5, 0.0)),
-                  b=((8,), (0.0, 0.0, _INF, _INF, 2.0, -2.0, 2.0, 0.0)))]
+    return [
+        _edge("max_nan", **pair),
+        _edge("min_nan", **pair),
+        _edge("reduce_max_nan", **rows),
+        _edge("reduce_min_nan", **rows),
+        _edge("to_i32", **past),
+        _edge("to_i8", **past),
+        _edge("to_u8", **past),
+        _edge("floor_tiny", x=((8,), (-1e-45, -1e-30, -0.0, 0.0, 1e-45, -0.5, -1.5, 2.5))),
+        _edge("int_div", a=((8,), _A), b=((8,), _B)),
+        _edge("int_rem", a=((8,), _A), b=((8,), _B)),
+        _edge(
+            "float_rem",
+            a=((8,), (1.0, -1.0, 5.5, -5.5, _INF, 7.5, -7.5, 0.0)),
+            b=((8,), (0.0, 0.0, _INF, _INF, 2.0, -2.0, 2.0, 0.0)),
+        ),
+    ]
 
 
 def cases() -> list[Case]:
     """Every case, in the table's order: the std ops, the edge values, then each model of
     the repository."""
     x = ((4, 8), "normal")
-    qkv = {"q": ((2, 3, 2, 2, 4), "normal"), "k": ((2, 3, 2, 4), "normal"),
-           "v": ((2, 3, 2, 4), "normal")}
-    out = [_std("linear_op", x=x), _std("linear_bias_op", x=x), _std("rms_norm_op", x=x),
-           _std("layer_norm_op", x=x), _std("silu_op", x=x), _std("gelu_op", x=x),
-           _std("softmax_op", x=x), _std("rope_op", x=((4, 2, 4), "normal"), pos=((4,), 64)),
-           _std("rope_with_op", x=((4, 2, 4), "normal"), pos=((4,), 64),
-                inv_freq=((2,), "normal")),
-           _std("embedding_op", ids=((4,), 16)), _std("causal_attention_op", **qkv),
-           _std("decode_attention_op", q=((2, 2, 2, 4), "normal"),
-                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
-           _std("linear_in_out_bias_op", x=x), _std("linear_tiled_op", x=x),
-           _std("rms_norm_offset_op", x=x), _std("gelu_tanh_op", x=x),
-           _std("silu_mul_op", x=x, up=x), _std("window_attention_op", **qkv),
-           _std("window_decode_attention_op", q=((2, 2, 2, 4), "normal"),
-                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
-           # Issue 15's span ops (std.nn.decode): their bodies compose std calls.
-           _std("linear_gemv_op", x=x), _std("rms_norm_linear_op", x=x),
-           _std("rms_norm_qkv_op", x=x), _std("rms_norm_gate_up_op", x=x),
-           _std("gate_up_silu_op", x=x), _std("residual_add_op", x=x, up=x),
-           _std("linear_residual_op", x=x, r=((4, 6), "normal")),
-           _std("decode_attention_flash_op", q=((2, 2, 2, 4), "normal"),
-                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
-           _std("linear_gemv_row_op", x=x),
-           # Kernel chains (split-K, flash-decoding) and the rows-in-registers GEMV.
-           _std("linear_split_op", x=x), _std("linear_split_wide_op", x=x),
-           _std("linear_residual_split_op", x=x, r=((4, 6), "normal")),
-           _std("linear_gemv_dot_op", x=x), _std("residual_rms_norm_op", x=x, up=x),
-           _std("rms_norm_qkv_split_op", x=x),
-           _std("rms_norm_qkv_rope_op", x=x, wq=((8, 8), "normal"), wk=((8, 8), "normal"),
-                wv=((8, 8), "normal"), pos=((4,), 64), inv_freq=((2,), "normal")),
-           _std("rms_norm_qkv_rope_split_op", x=x, wq=((8, 8), "normal"),
-                wk=((8, 8), "normal"), wv=((8, 8), "normal"), pos=((4,), 64),
-                inv_freq=((2,), "normal")),
-           _std("rms_norm_qkv_rope_split_wide_op", x=x, wq=((8, 8), "normal"),
-                wk=((8, 8), "normal"), wv=((8, 8), "normal"), pos=((4,), 64),
-                inv_freq=((2,), "normal")),
-           *(_std(f"rms_norm_qkv_rope_attention{wide}_op", x=x, wq=((16, 8), "normal"),
-                  wk=((8, 8), "normal"), wv=((8, 8), "normal"), pos=((4,), 5),
-                  inv_freq=((2,), "normal"), k=((4, 5, 2, 4), "normal"),
-                  v=((4, 5, 2, 4), "normal")) for wide in ("", "_wide")),
-           _std("with_rows_op", k=((2, 5, 2, 4), "normal"), pos=((2,), 5),
-                rows=((2, 2, 4), "normal")),
-           _std("decode_attention_split_once_op", q=((2, 2, 2, 4), "normal"),
-                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
-           _std("decode_attention_split_op", q=((2, 2, 2, 4), "normal"),
-                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
-           _std("decode_attention_split_short_op", q=((2, 2, 2, 4), "normal"),
-                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5)),
-           _std("decode_attention_split_long_op", q=((2, 2, 2, 4), "normal"),
-                k=((2, 5, 2, 4), "normal"), v=((2, 5, 2, 4), "normal"), pos=((2,), 5))]
+    qkv = {
+        "q": ((2, 3, 2, 2, 4), "normal"),
+        "k": ((2, 3, 2, 4), "normal"),
+        "v": ((2, 3, 2, 4), "normal"),
+    }
+    out = [
+        _std("linear_op", x=x),
+        _std("linear_bias_op", x=x),
+        _std("rms_norm_op", x=x),
+        _std("layer_norm_op", x=x),
+        _std("silu_op", x=x),
+        _std("gelu_op", x=x),
+        _std("softmax_op", x=x),
+        _std("rope_op", x=((4, 2, 4), "normal"), pos=((4,), 64)),
+        _std("rope_with_op", x=((4, 2, 4), "normal"), pos=((4,), 64), inv_freq=((2,), "normal")),
+        _std("embedding_op", ids=((4,), 16)),
+        _std("causal_attention_op", **qkv),
+        _std(
+            "decode_attention_op",
+            q=((2, 2, 2, 4), "normal"),
+            k=((2, 5, 2, 4), "normal"),
+            v=((2, 5, 2, 4), "normal"),
+            pos=((2,), 5),
+        ),
+        _std("linear_in_out_bias_op", x=x),
+        _std("linear_tiled_op", x=x),
+        _std("rms_norm_offset_op", x=x),
+        _std("gelu_tanh_op", x=x),
+        _std("silu_mul_op", x=x, up=x),
+        _std("window_attention_op", **qkv),
+        _std(
+            "window_decode_attention_op",
+            q=((2, 2, 2, 4), "normal"),
+            k=((2, 5, 2, 4), "normal"),
+            v=((2, 5, 2, 4), "normal"),
+            pos=((2,), 5),
+        ),
+        # Issue 15's span ops (std.nn.decode): their bodies compose std calls.
+        _std("linear_gemv_op", x=x),
+        _std("rms_norm_linear_op", x=x),
+        _std("rms_norm_qkv_op", x=x),
+        _std("rms_norm_gate_up_op", x=x),
+        _std("gate_up_silu_op", x=x),
+        _std("residual_add_op", x=x, up=x),
+        _std("linear_residual_op", x=x, r=((4, 6), "normal")),
+        _std(
+            "decode_attention_flash_op",
+            q=((2, 2, 2, 4), "normal"),
+            k=((2, 5, 2, 4), "normal"),
+            v=((2, 5, 2, 4), "normal"),
+            pos=((2,), 5),
+        ),
+        _std("linear_gemv_row_op", x=x),
+        # Kernel chains (split-K, flash-decoding) and the rows-in-registers GEMV.
+        _std("linear_split_op", x=x),
+        _std("linear_split_wide_op", x=x),
+        _std("linear_residual_split_op", x=x, r=((4, 6), "normal")),
+        _std("linear_gemv_dot_op", x=x),
+        _std("residual_rms_norm_op", x=x, up=x),
+        _std("rms_norm_qkv_split_op", x=x),
+        _std(
+            "rms_norm_qkv_rope_op",
+            x=x,
+            wq=((8, 8), "normal"),
+            wk=((8, 8), "normal"),
+            wv=((8, 8), "normal"),
+            pos=((4,), 64),
+            inv_freq=((2,), "normal"),
+        ),
+        _std(
+            "rms_norm_qkv_rope_split_op",
+            x=x,
+            wq=((8, 8), "normal"),
+            wk=((8, 8), "normal"),
+            wv=((8, 8), "normal"),
+            pos=((4,), 64),
+            inv_freq=((2,), "normal"),
+        ),
+        _std(
+            "rms_norm_qkv_rope_split_wide_op",
+            x=x,
+            wq=((8, 8), "normal"),
+            wk=((8, 8), "normal"),
+            wv=((8, 8), "normal"),
+            pos=((4,), 64),
+            inv_freq=((2,), "normal"),
+        ),
+        *(
+            _std(
+                f"rms_norm_qkv_rope_attention{wide}_op",
+                x=x,
+                wq=((16, 8), "normal"),
+                wk=((8, 8), "normal"),
+                wv=((8, 8), "normal"),
+                pos=((4,), 5),
+                inv_freq=((2,), "normal"),
+                k=((4, 5, 2, 4), "normal"),
+                v=((4, 5, 2, 4), "normal"),
+            )
+            for wide in ("", "_wide")
+        ),
+        _std("with_rows_op", k=((2, 5, 2, 4), "normal"), pos=((2,), 5), rows=((2, 2, 4), "normal")),
+        _std(
+            "decode_attention_split_once_op",
+            q=((2, 2, 2, 4), "normal"),
+            k=((2, 5, 2, 4), "normal"),
+            v=((2, 5, 2, 4), "normal"),
+            pos=((2,), 5),
+        ),
+        _std(
+            "decode_attention_split_op",
+            q=((2, 2, 2, 4), "normal"),
+            k=((2, 5, 2, 4), "normal"),
+            v=((2, 5, 2, 4), "normal"),
+            pos=((2,), 5),
+        ),
+        _std(
+            "decode_attention_split_short_op",
+            q=((2, 2, 2, 4), "normal"),
+            k=((2, 5, 2, 4), "normal"),
+            v=((2, 5, 2, 4), "normal"),
+            pos=((2,), 5),
+        ),
+        _std(
+            "decode_attention_split_long_op",
+            q=((2, 2, 2, 4), "normal"),
+            k=((2, 5, 2, 4), "normal"),
+            v=((2, 5, 2, 4), "normal"),
+            pos=((2,), 5),
+        ),
+    ]
     out += edge_cases()
     llama = _llama()
     prompt = {"tokens": ((1, 6), 256)}
-    out += [Case("llama prefill", llama, _toy(), "prefill", prompt),
-            Case("llama decode (16 greedy steps)", llama, _toy(), "prefill", prompt, decode=16),
-            Case("llama tied embeddings, prefill", llama, _toy(tie_word_embeddings=True),
-                 "prefill", prompt),
-            Case("llama rope llama3, prefill", llama,
-                 _toy(rope_llama3=True, rope_factor=8.0, rope_original_max_positions=64.0),
-                 "prefill", prompt)]
-    out += [Case(f"std.models.{name} prefill", model_file(f"std.models.{name}"), config,
-                 "prefill", prompt) for name, config in SHIPPED_MODELS.items()]
+    out += [
+        Case("llama prefill", llama, _toy(), "prefill", prompt),
+        Case("llama decode (16 greedy steps)", llama, _toy(), "prefill", prompt, decode=16),
+        Case(
+            "llama tied embeddings, prefill",
+            llama,
+            _toy(tie_word_embeddings=True),
+            "prefill",
+            prompt,
+        ),
+        Case(
+            "llama rope llama3, prefill",
+            llama,
+            _toy(rope_llama3=True, rope_factor=8.0, rope_original_max_positions=64.0),
+            "prefill",
+            prompt,
+        ),
+    ]
+    out += [
+        Case(
+            f"std.models.{name} prefill",
+            model_file(f"std.models.{name}"),
+            config,
+            "prefill",
+            prompt,
+        )
+        for name, config in SHIPPED_MODELS.items()
+    ]
     tinylm = _tinylm()
     if tinylm is not None:  # a checkout (a wheel ships the llama example alone)
         model, config = tinylm
         batch = {"tokens": ((config["B"], 8), config["V"])}
-        out += [Case("tinylm forward", model, config, "forward", batch),
-                Case("tinylm loss", model, config, "loss",
-                     {**batch, "targets": ((config["B"], 8), config["V"])})]
+        out += [
+            Case("tinylm forward", model, config, "forward", batch),
+            Case(
+                "tinylm loss",
+                model,
+                config,
+                "loss",
+                {**batch, "targets": ((config["B"], 8), config["V"])},
+            ),
+        ]
     return out
 
 
-_SMALL = {"V": 256, "D": 64, "F": 128, "NL": 2, "H": 4, "KV": 2, "HD": 16, "S": 128, "B": 1,
-          "T": "f32"}
+_SMALL = {
+    "V": 256,
+    "D": 64,
+    "F": 128,
+    "NL": 2,
+    "H": 4,
+    "KV": 2,
+    "HD": 16,
+    "S": 128,
+    "B": 1,
+    "T": "f32",
+}
 #: The models linnet-lang ships (std.models.*, issue 19), each at a small config; Mistral's and
 #: Phi-3's sliding window (4) is shorter than the 6-token prompt, so the window matters.
 SHIPPED_MODELS: dict[str, dict[str, Any]] = {
-    "llama": _SMALL, "qwen2": _SMALL, "mistral": _SMALL | {"sliding_window": 4},
-    "gemma": _SMALL, "phi3": _SMALL | {"sliding_window": 4},
-    "gpt2": {"V": 256, "P": 128, "F": 128, "NL": 2, "H": 4, "HD": 16, "S": 128, "B": 1,
-             "T": "f32"},
+    "llama": _SMALL,
+    "qwen2": _SMALL,
+    "mistral": _SMALL | {"sliding_window": 4},
+    "gemma": _SMALL,
+    "phi3": _SMALL | {"sliding_window": 4},
+    "gpt2": {"V": 256, "P": 128, "F": 128, "NL": 2, "H": 4, "HD": 16, "S": 128, "B": 1, "T": "f32"},
 }
 
 
@@ -273,9 +423,13 @@ class Setup:
         from ..loading import load
 
         if kind not in self.models:
-            self.models[kind] = load(self.case.model, weights=self.weights,
-                                     config=self.case.config, interpret=kind == "interpret",
-                                     compile=kind == "compile")
+            self.models[kind] = load(
+                self.case.model,
+                weights=self.weights,
+                config=self.case.config,
+                interpret=kind == "interpret",
+                compile=kind == "compile",
+            )
         return self.models[kind]
 
     def numpy_weights(self, graph: Any) -> Arrays:
@@ -291,14 +445,21 @@ def _torch_step(kind: str) -> Callable[[Setup, Any], StepFn]:
         model = setup.torch_model(kind)
 
         def step(inputs: Arrays, states: Arrays) -> tuple[list[np.ndarray], Arrays]:
-            ctx = Context(model.params, {k: torch.from_numpy(v.copy()) for k, v in
-                                         states.items()}, model.device)
+            ctx = Context(
+                model.params,
+                {k: torch.from_numpy(v.copy()) for k, v in states.items()},
+                model.device,
+            )
             args = [torch.from_numpy(inputs[r.lstrip("%")]) for r in graph.inputs]
             out = model.run(graph.entry, args, context=ctx)
             outs = list(out) if isinstance(out, tuple) else [out]
-            return ([o.float().numpy() if o.is_floating_point() else o.numpy() for o in outs],
-                    {k: v.float().numpy() for k, v in ctx.states.items()})
+            return (
+                [o.float().numpy() if o.is_floating_point() else o.numpy() for o in outs],
+                {k: v.float().numpy() for k, v in ctx.states.items()},
+            )
+
         return step
+
     return make
 
 
@@ -314,8 +475,9 @@ def _onnx_step(evaluator: str) -> Callable[[Setup, Any], StepFn]:
 
             options = ort.SessionOptions()
             options.log_severity_level = 3
-            sess = ort.InferenceSession(proto.SerializeToString(), options,
-                                        providers=["CPUExecutionProvider"])
+            sess = ort.InferenceSession(
+                proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
             run = sess.run
         else:
             from onnx.reference import ReferenceEvaluator
@@ -326,7 +488,9 @@ def _onnx_step(evaluator: str) -> Callable[[Setup, Any], StepFn]:
         def step(inputs: Arrays, states: Arrays) -> tuple[list[np.ndarray], Arrays]:
             outs = run(None, {**inputs, **states})
             return list(outs[:n]), dict(zip(graph.states, outs[n:]))
+
         return step
+
     return make
 
 
@@ -343,6 +507,7 @@ def _stablehlo_step(setup: Setup, graph: Any) -> StepFn:
         named = {**inputs, **states, **weights}
         outs = run(*(named[a] for a in emit.argument_order(graph)))
         return outs[:n], dict(zip(graph.states, outs[n:]))
+
     return step
 
 
@@ -357,20 +522,25 @@ def _jax_step(setup: Setup, graph: Any) -> StepFn:
 
     model = setup.models.get("jax")
     if model is None:
-        weights = {k: v.float().numpy().astype(numpy_dtype(_linnet_dtype(v)))
-                   for k, v in setup.weights.items()}
-        model = setup.models["jax"] = load(setup.case.model, weights=weights,
-                                           config=setup.case.config)
+        weights = {
+            k: v.float().numpy().astype(numpy_dtype(_linnet_dtype(v)))
+            for k, v in setup.weights.items()
+        }
+        model = setup.models["jax"] = load(
+            setup.case.model, weights=weights, config=setup.case.config
+        )
     fn = model.function(graph.entry)
 
     def step(inputs: Arrays, states: Arrays) -> tuple[list[np.ndarray], Arrays]:
         args = [inputs[r.lstrip("%")] for r in graph.inputs]
         # Fresh arrays of the states' dtypes: fn donates its states argument.
-        mine = {p: jnp.asarray(states[p], numpy_dtype(vt.dtype))
-                for p, vt in graph.states.items()}
+        mine = {p: jnp.asarray(states[p], numpy_dtype(vt.dtype)) for p, vt in graph.states.items()}
         outs, new = fn(model.params, mine, args)
-        return ([np.asarray(o, np.float32 if o.dtype.name == "bfloat16" else None)
-                 for o in outs], {k: np.asarray(v, np.float32) for k, v in new.items()})
+        return (
+            [np.asarray(o, np.float32 if o.dtype.name == "bfloat16" else None) for o in outs],
+            {k: np.asarray(v, np.float32) for k, v in new.items()},
+        )
+
     return step
 
 
@@ -385,6 +555,7 @@ def _needs(*modules: str) -> Callable[[], str]:
     def missing() -> str:
         absent = [m for m in modules if importlib.util.find_spec(m) is None]
         return f"{', '.join(absent)} not installed" if absent else ""
+
     return missing
 
 
@@ -400,17 +571,34 @@ class Runtime:
 
 
 RUNTIMES: list[Runtime] = [
-    Runtime("interpreter", "the PyTorch interpreter (the reference)", _needs(),
-            _torch_step("interpret")),
+    Runtime(
+        "interpreter", "the PyTorch interpreter (the reference)", _needs(), _torch_step("interpret")
+    ),
     Runtime("generated", "generated PyTorch (linnet torch)", _needs(), _torch_step("generated")),
-    Runtime("compile", "generated PyTorch under torch.compile (load(compile=True))", _needs(),
-            _torch_step("compile")),
-    Runtime("onnxruntime", "ONNX (linnet onnx) under onnxruntime, CPU",
-            _needs("onnx", "onnx_ir", "onnxruntime"), _onnx_step("onnxruntime")),
-    Runtime("onnx-reference", "ONNX under onnx.reference.ReferenceEvaluator",
-            _needs("onnx", "onnx_ir"), _onnx_step("reference")),
-    Runtime("stablehlo", "StableHLO (linnet stablehlo) on JAX's CPU backend", _needs("jax"),
-            _stablehlo_step),
+    Runtime(
+        "compile",
+        "generated PyTorch under torch.compile (load(compile=True))",
+        _needs(),
+        _torch_step("compile"),
+    ),
+    Runtime(
+        "onnxruntime",
+        "ONNX (linnet onnx) under onnxruntime, CPU",
+        _needs("onnx", "onnx_ir", "onnxruntime"),
+        _onnx_step("onnxruntime"),
+    ),
+    Runtime(
+        "onnx-reference",
+        "ONNX under onnx.reference.ReferenceEvaluator",
+        _needs("onnx", "onnx_ir"),
+        _onnx_step("reference"),
+    ),
+    Runtime(
+        "stablehlo",
+        "StableHLO (linnet stablehlo) on JAX's CPU backend",
+        _needs("jax"),
+        _stablehlo_step,
+    ),
     Runtime("jax", "generated JAX (linnet-runtime-jax)", _needs("linnet.jax"), _jax_step),
 ]
 """The runtimes, in the table's order; the first is the reference."""
@@ -455,8 +643,9 @@ def _tolerance(want: np.ndarray) -> float:
     return TOLERANCES[name]
 
 
-def _trace(case: Case, setup: Setup, make: Callable[[Setup, Any], StepFn]
-           ) -> tuple[list[list[np.ndarray]], list[int]]:
+def _trace(
+    case: Case, setup: Setup, make: Callable[[Setup, Any], StepFn]
+) -> tuple[list[list[np.ndarray]], list[int]]:
     """Every call's outputs (and states after it), and the tokens a decode loop picked."""
     inputs = make_inputs(case)
     first = setup.graphs[case.entry]
@@ -470,8 +659,10 @@ def _trace(case: Case, setup: Setup, make: Callable[[Setup, Any], StepFn]
         length = next(iter(inputs.values())).shape[1]
         for i in range(case.decode):
             tokens.append(token)
-            outs, states = step({"token": np.array([token], np.int32),
-                                 "pos": np.array([length + i], np.int32)}, states)
+            outs, states = step(
+                {"token": np.array([token], np.int32), "pos": np.array([length + i], np.int32)},
+                states,
+            )
             seen.append(outs + [states[p] for p in sorted(states)])
             token = int(np.argmax(outs[0][0]))
         tokens.append(token)
@@ -486,8 +677,11 @@ def lower_case(case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
     program, _ = load_program(case.model)  # parsed and checked (once a suite: run_suite)
     graphs = {}
     for entry in [case.entry] + (["decode"] if case.decode else []):
-        shapes = ({k: list(v[0]) for k, v in case.inputs.items()} if entry == case.entry
-                  else {"token": [1], "pos": [1]})
+        shapes = (
+            {k: list(v[0]) for k, v in case.inputs.items()}
+            if entry == case.entry
+            else {"token": [1], "pos": [1]}
+        )
         graphs[entry] = lower(program, entry, shapes, case.config, check=False)
     return graphs, make_weights(list(graphs.values()))
 
@@ -503,8 +697,9 @@ def run_case(case: Case, runtimes: list[Runtime] | None = None) -> Row:
     for entry, g in graphs.items():
         import torch
 
-        args = [torch.zeros(g.values[r].shape, dtype=_torch_dtype(g.values[r].dtype))
-                for r in g.inputs]
+        args = [
+            torch.zeros(g.values[r].shape, dtype=_torch_dtype(g.values[r].dtype)) for r in g.inputs
+        ]
         setup.graphs[entry] = ref_model.graph(entry, args)
     want, want_tokens = _trace(case, setup, runtimes[0].make)
     cells = [Cell(runtimes[0].name, 0.0, True, "reference")]
@@ -531,8 +726,9 @@ def _torch_dtype(name: str) -> Any:
     return DTYPES[name]
 
 
-def run_suite(select: Callable[[Case], bool] | None = None,
-              runtimes: list[Runtime] | None = None) -> list[Row]:
+def run_suite(
+    select: Callable[[Case], bool] | None = None, runtimes: list[Runtime] | None = None
+) -> list[Row]:
     """Every case (those ``select`` keeps) on every runtime; each model file is parsed and
     checked once for them all (:func:`~linnet.lang.host.loading.programs_kept`)."""
     from linnet.lang.host.loading import programs_kept
@@ -559,8 +755,7 @@ def table(rows: list[Row], runtimes: list[Runtime] | None = None) -> str:
     head = "| case | " + " | ".join(rt.name for rt in runtimes) + " |"
     lines = [head, "|" + "---|" * (len(runtimes) + 1)]
     for row in rows:
-        lines.append(f"| {row.case.name} | " + " | ".join(cell_text(c) for c in row.cells)
-                     + " |")
+        lines.append(f"| {row.case.name} | " + " | ".join(cell_text(c) for c in row.cells) + " |")
     return "\n".join(lines)
 
 
@@ -583,10 +778,16 @@ def page(rows: list[Row]) -> str:
         "Runtimes:",
         "",
     ]
-    lines += [f"- `{rt.name}`: {rt.description}" + (f" (n/a here: {missing[rt.name]})"
-                                                     if rt.name in missing else "")
-              for rt in RUNTIMES]
-    lines += ["", "Tolerances (by output dtype, relative to the reference's largest magnitude, "
-                  "at least 1; integers, bools and tokens must be equal):", ""]
+    lines += [
+        f"- `{rt.name}`: {rt.description}"
+        + (f" (n/a here: {missing[rt.name]})" if rt.name in missing else "")
+        for rt in RUNTIMES
+    ]
+    lines += [
+        "",
+        "Tolerances (by output dtype, relative to the reference's largest magnitude, "
+        "at least 1; integers, bools and tokens must be equal):",
+        "",
+    ]
     lines += [f"- {k}: {v:g}" for k, v in TOLERANCES.items()]
     return "\n".join(lines) + "\n"

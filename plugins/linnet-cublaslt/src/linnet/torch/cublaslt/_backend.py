@@ -78,8 +78,9 @@ class CublasLt:
     that a host implementing another version skips this backend (``linnet.backends.skipped()``
     says why) instead of running it."""
 
-    def __init__(self, autotune: int = 5, bandwidth: float | None = None,
-                 workspace: int = WORKSPACE_BYTES):
+    def __init__(
+        self, autotune: int = 5, bandwidth: float | None = None, workspace: int = WORKSPACE_BYTES
+    ):
         self.autotune = autotune
         self.bandwidth = bandwidth
         self.workspace_bytes = workspace
@@ -99,9 +100,10 @@ class CublasLt:
             return None
         from . import _nvmath
 
-        return Capabilities(dtypes=self._dtypes(target),
-                            notes=f"bias-free linear calls and sibling groups by cuBLASLt "
-                                  f"({_nvmath.status()[1]})")
+        return Capabilities(
+            dtypes=self._dtypes(target),
+            notes=f"bias-free linear calls and sibling groups by cuBLASLt ({_nvmath.status()[1]})",
+        )
 
     def decline_reason(self, target: Target) -> str | None:
         """Why this backend cannot run on ``target``, or None when it can: every reason that
@@ -115,8 +117,10 @@ class CublasLt:
             reason = f"this backend runs under PyTorch, not {target.framework}"
         elif target.capability is not None and tuple(target.capability) < (7, 0):
             major, minor = target.capability
-            reason = (f"needs compute capability 7.0 or later; {target.name or 'this GPU'} "
-                      f"has {major}.{minor}")
+            reason = (
+                f"needs compute capability 7.0 or later; {target.name or 'this GPU'} "
+                f"has {major}.{minor}"
+            )
         if reason is not None:
             if not _nvmath_installed():
                 reason += f"; nvmath-python is not installed either: {INSTALL}"
@@ -138,16 +142,16 @@ class CublasLt:
         over all its calls' steps, and every single bias-free linear call. The planner keeps
         at most one of two overlapping regions."""
         dtypes = self._dtypes(target)
-        return [r for r in find_regions(graph)
-                if r.graph.values[r.inputs[0]].dtype in dtypes]
+        return [r for r in find_regions(graph) if r.graph.values[r.inputs[0]].dtype in dtypes]
 
     # ------------------------------------------------------------ compile
     def compile(self, region: Region, target: Target, options: Options) -> LinearGemm:
         """An executable for ``region`` (see :meth:`compile_regions`)."""
         return self.compile_regions([region], target, options)[0]
 
-    def compile_regions(self, regions: Sequence[Region], target: Target,
-                        options: Options) -> list[LinearGemm]:
+    def compile_regions(
+        self, regions: Sequence[Region], target: Target, options: Options
+    ) -> list[LinearGemm]:
         """Executables for ``regions``, together: the graph is read once, the workspace the
         device's executables share is split among them in ``holds``, and a group whose
         weights another group also joins (so that ``context.join`` will decline one of them)
@@ -163,24 +167,31 @@ class CublasLt:
             graph_calls = calls.setdefault(id(region.graph), linear_calls(region.graph))
             spec = spec_for(region, graph_calls)
             if spec is None:
-                raise ValueError(f"{region!r} is not a bias-free linear call, nor sibling linear "
-                                 "calls of one input, that this backend runs")
+                raise ValueError(
+                    f"{region!r} is not a bias-free linear call, nor sibling linear "
+                    "calls of one input, that this backend runs"
+                )
             specs.append(spec)
         joined_by: dict[str, set[tuple[str, ...]]] = {}
         for spec in specs:
             if len(spec.weights) > 1:
                 for path in spec.weights:
                     joined_by.setdefault(path, set()).add(spec.weights)
-        share = math.ceil(self.workspace_bytes / len(regions)) if kernel == "cublaslt" and \
-            regions else 0
+        share = (
+            math.ceil(self.workspace_bytes / len(regions))
+            if kernel == "cublaslt" and regions
+            else 0
+        )
         out = []
         for region, spec in zip(regions, specs):
-            copy = spec.weight_bytes if len(spec.weights) > 1 and any(
-                len(joined_by[p]) > 1 for p in spec.weights) else 0
+            copy = (
+                spec.weight_bytes
+                if len(spec.weights) > 1 and any(len(joined_by[p]) > 1 for p in spec.weights)
+                else 0
+            )
             buffers = (spec.m * spec.n + spec.m * spec.k) * spec.itemsize
             label = f"cublaslt {region!r}: {spec.describe()}"
-            out.append(LinearGemm(self, spec, device, kernel, buffers + copy + share, copy,
-                                  label))
+            out.append(LinearGemm(self, spec, device, kernel, buffers + copy + share, copy, label))
         return out
 
     # ------------------------------------------------------------ cost
@@ -204,8 +215,15 @@ class CublasLt:
     def _gemm_plan(self, spec: GemmSpec, device: torch.device, weight: torch.Tensor) -> Any:
         from . import _nvmath
 
-        key = (device.index, spec.dtype, spec.m, spec.n, spec.k,
-               _nvmath.alignment(weight.data_ptr()), self.autotune)
+        key = (
+            device.index,
+            spec.dtype,
+            spec.m,
+            spec.n,
+            spec.k,
+            _nvmath.alignment(weight.data_ptr()),
+            self.autotune,
+        )
         plan = self._plans.get(key)
         if plan is None:
             ok, note = _nvmath.status()
@@ -215,10 +233,20 @@ class CublasLt:
             if index not in self._handles:
                 self._handles[index] = _nvmath.Handle(device)
             if index not in self._workspaces:
-                self._workspaces[index] = torch.empty(self.workspace_bytes, dtype=torch.uint8,
-                                                      device=device)
-            plan = _nvmath.GemmPlan(self._handles[index], device, spec.dtype, spec.m, spec.n,
-                                    spec.k, weight, self._workspaces[index], self.autotune)
+                self._workspaces[index] = torch.empty(
+                    self.workspace_bytes, dtype=torch.uint8, device=device
+                )
+            plan = _nvmath.GemmPlan(
+                self._handles[index],
+                device,
+                spec.dtype,
+                spec.m,
+                spec.n,
+                spec.k,
+                weight,
+                self._workspaces[index],
+                self.autotune,
+            )
             self._plans[key] = plan
         return plan
 

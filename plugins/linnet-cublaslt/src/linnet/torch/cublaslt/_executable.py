@@ -44,8 +44,16 @@ class LinearGemm:
     because ``context.join`` declined.
     """
 
-    def __init__(self, backend: Any, spec: GemmSpec, device: torch.device, kernel: str,
-                 holds: int, declared_copy: int = 0, label: str = ""):
+    def __init__(
+        self,
+        backend: Any,
+        spec: GemmSpec,
+        device: torch.device,
+        kernel: str,
+        holds: int,
+        declared_copy: int = 0,
+        label: str = "",
+    ):
         self.spec = spec
         self.device = device
         self.kernel = kernel
@@ -81,8 +89,12 @@ class LinearGemm:
         else:
             out, views = self._out, self._views  # type: ignore[assignment]
         if bound.plan is not None:
-            bound.plan.launch(x.data_ptr(), bound.pointer, out.data_ptr(),
-                              torch.cuda.current_stream(self.device).cuda_stream)
+            bound.plan.launch(
+                x.data_ptr(),
+                bound.pointer,
+                out.data_ptr(),
+                torch.cuda.current_stream(self.device).cuda_stream,
+            )
         else:
             torch.matmul(x, bound.weight.t(), out=out)
         return list(views)
@@ -99,10 +111,14 @@ class LinearGemm:
         if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(
                 f"{self.label or 'cublaslt'}: prepare(context) must run before a CUDA graph is "
-                "captured (it plans, and may join or copy weights); it ran inside a capture")
+                "captured (it plans, and may join or copy weights); it ran inside a capture"
+            )
         weight = self._weight(context)
-        plan = (self._backend._gemm_plan(self.spec, self.device, weight)
-                if self.kernel == "cublaslt" else None)
+        plan = (
+            self._backend._gemm_plan(self.spec, self.device, weight)
+            if self.kernel == "cublaslt"
+            else None
+        )
         if self._out is None:
             self._allocate()
         bound = _Bound(weight, weight.data_ptr(), plan)
@@ -123,11 +139,14 @@ class LinearGemm:
                 weight = torch.cat([context.parameters[p] for p in spec.weights])
                 self._copied(weight, "context.join declined to lay them out together")
         if weight.device != self.device:
-            raise ValueError(f"{self.label}: weights are on {weight.device}, the plan runs on "
-                             f"{self.device}")
+            raise ValueError(
+                f"{self.label}: weights are on {weight.device}, the plan runs on {self.device}"
+            )
         if tuple(weight.shape) != (spec.n, spec.k) or weight.dtype != TORCH_TYPES[spec.dtype]:
-            raise ValueError(f"{self.label}: weights are {list(weight.shape)} {weight.dtype}; "
-                             f"expected {[spec.n, spec.k]} {spec.dtype}")
+            raise ValueError(
+                f"{self.label}: weights are {list(weight.shape)} {weight.dtype}; "
+                f"expected {[spec.n, spec.k]} {spec.dtype}"
+            )
         if not weight.is_contiguous():
             weight = weight.contiguous()
             self._copied(weight, "the weight is not contiguous")
@@ -137,8 +156,12 @@ class LinearGemm:
         size = weight.numel() * weight.element_size()
         self.copied = max(self.copied, size)
         if size > self.declared_copy:
-            log.warning("%s: copied %d bytes of weights (%s), which its declared holds did not "
-                        "count", self.label, size, why)
+            log.warning(
+                "%s: copied %d bytes of weights (%s), which its declared holds did not count",
+                self.label,
+                size,
+                why,
+            )
             self.meta = ExecutableMeta((), (), holds=self.meta.holds + size - self.declared_copy)
             self.declared_copy = size
 
@@ -153,7 +176,7 @@ class LinearGemm:
         spec = self.spec
         if len(spec.sizes) == 1:
             return [out for _ in spec.outputs]
-        columns = [out[:, at:at + size] for at, size in zip(spec.offsets, spec.sizes)]
+        columns = [out[:, at : at + size] for at, size in zip(spec.offsets, spec.sizes)]
         return [columns[i] for i in spec.outputs]
 
     def __repr__(self) -> str:

@@ -123,7 +123,7 @@ def _linear_call(graph: Any, call: Any) -> LinearCall | None:
     path = w[1:]
     if path not in graph.parameters or path in graph.states or x not in graph.values:
         return None
-    steps = graph.steps[call.start:call.stop]
+    steps = graph.steps[call.start : call.stop]
     first = steps[0]
     if first.op != "contract" or list(first.operands) != [x, w] or len(first.results) != 1:
         return None
@@ -144,16 +144,19 @@ def _linear_call(graph: Any, call: Any) -> LinearCall | None:
             return None
     elif len(steps) == 2:
         second = steps[1]
-        if (second.op != "convert" or list(second.operands) != [first.results[0]]
-                or list(second.results) != [result] or second.attributes.get("dtype") != dtype):
+        if (
+            second.op != "convert"
+            or list(second.operands) != [first.results[0]]
+            or list(second.results) != [result]
+            or second.attributes.get("dtype") != dtype
+        ):
             return None
     else:
         return None
     rt = graph.values.get(result)
     if rt is None or tuple(rt.shape) != (m, n) or rt.dtype != dtype:
         return None
-    return LinearCall(call.index, call.path, call.start, call.stop, x, path, result, m, k, n,
-                      dtype)
+    return LinearCall(call.index, call.path, call.start, call.stop, x, path, result, m, k, n, dtype)
 
 
 def sibling_groups(calls: Sequence[LinearCall]) -> list[list[LinearCall]]:
@@ -208,8 +211,9 @@ def spec_for(region: Region, calls: Sequence[LinearCall] | None = None) -> GemmS
     if {i for c in inside for i in c.steps} != steps:
         return None
     first = inside[0]
-    if any(c.x != first.x or c.dtype != first.dtype or c.k != first.k or c.m != first.m
-           for c in inside):
+    if any(
+        c.x != first.x or c.dtype != first.dtype or c.k != first.k or c.m != first.m for c in inside
+    ):
         return None
     if len({c.weight for c in inside}) != len(inside) or tuple(region.inputs) != (first.x,):
         return None
@@ -219,6 +223,14 @@ def spec_for(region: Region, calls: Sequence[LinearCall] | None = None) -> GemmS
     except ValueError:
         return None  # the region hands on a value this backend does not make
     entry_outputs = set(graph.outputs)
-    return GemmSpec(first.x, first.m, first.k, first.dtype, tuple(c.weight for c in inside),
-                    tuple(c.n for c in inside), tuple(results), outputs,
-                    any(o in entry_outputs for o in region.outputs))
+    return GemmSpec(
+        first.x,
+        first.m,
+        first.k,
+        first.dtype,
+        tuple(c.weight for c in inside),
+        tuple(c.n for c in inside),
+        tuple(results),
+        outputs,
+        any(o in entry_outputs for o in region.outputs),
+    )

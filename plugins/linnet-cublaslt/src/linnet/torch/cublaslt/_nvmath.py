@@ -103,8 +103,7 @@ def _rows(results: Any) -> Any:
     import numpy as np
     from nvmath.bindings import cublasLt
 
-    return np.frombuffer(bytes(memoryview(results)),
-                         dtype=cublasLt.matmul_heuristic_result_dtype)
+    return np.frombuffer(bytes(memoryview(results)), dtype=cublasLt.matmul_heuristic_result_dtype)
 
 
 class GemmPlan:
@@ -115,8 +114,18 @@ class GemmPlan:
     shared workspace.
     """
 
-    def __init__(self, handle: Handle, device: torch.device, dtype: str, m: int, n: int,
-                 k: int, weight: torch.Tensor, workspace: torch.Tensor, autotune: int):
+    def __init__(
+        self,
+        handle: Handle,
+        device: torch.device,
+        dtype: str,
+        m: int,
+        n: int,
+        k: int,
+        weight: torch.Tensor,
+        workspace: torch.Tensor,
+        autotune: int,
+    ):
         import numpy as np
         import nvmath
         from nvmath.bindings import cublas
@@ -126,26 +135,36 @@ class GemmPlan:
         self.device = device
         self.handle = handle  # keeps the handle alive as long as the plan
         self.weight_alignment = alignment(weight.data_ptr())
-        cuda_type = {"f32": nvmath.CudaDataType.CUDA_R_32F,
-                     "f16": nvmath.CudaDataType.CUDA_R_16F,
-                     "bf16": nvmath.CudaDataType.CUDA_R_16BF}[dtype]
+        cuda_type = {
+            "f32": nvmath.CudaDataType.CUDA_R_32F,
+            "f16": nvmath.CudaDataType.CUDA_R_16F,
+            "bf16": nvmath.CudaDataType.CUDA_R_16BF,
+        }[dtype]
         self.compute_type = cublas.ComputeType.COMPUTE_32F
         # 16-bit results: partial sums of split-K algorithms are reduced in f32, never in the
         # output type, so that the result is the f32 sum rounded once (the op's definition).
-        self.reduction = (lt.ReductionScheme.MASK if dtype == "f32"
-                          else lt.ReductionScheme.COMPUTE_TYPE)
+        self.reduction = (
+            lt.ReductionScheme.MASK if dtype == "f32" else lt.ReductionScheme.COMPUTE_TYPE
+        )
         self.desc = lt.matmul_desc_create(self.compute_type, nvmath.CudaDataType.CUDA_R_32F)
         layouts = []
         try:
-            for rows, cols, ld, order in ((m, k, k, lt.Order.ROW), (k, n, k, lt.Order.COL),
-                                          (m, n, n, lt.Order.ROW)):
+            for rows, cols, ld, order in (
+                (m, k, k, lt.Order.ROW),
+                (k, n, k, lt.Order.COL),
+                (m, n, n, lt.Order.ROW),
+            ):
                 layout = lt.matrix_layout_create(cuda_type, rows, cols, ld)
                 layouts.append(layout)
-                _set(lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype,
-                     layout, lt.MatrixLayoutAttribute.ORDER, int(order))
+                _set(
+                    lt.matrix_layout_set_attribute,
+                    lt.get_matrix_layout_attribute_dtype,
+                    layout,
+                    lt.MatrixLayoutAttribute.ORDER,
+                    int(order),
+                )
         finally:
-            self._finalizer = weakref.finalize(self, _destroy_plan, lt, self.desc,
-                                               tuple(layouts))
+            self._finalizer = weakref.finalize(self, _destroy_plan, lt, self.desc, tuple(layouts))
             self._finalizer.atexit = False
         self.a, self.b, self.d = layouts
         self.alpha = np.ones(1, dtype=np.float32)
@@ -153,9 +172,18 @@ class GemmPlan:
         self.algo = np.zeros(1, dtype=lt.matmul_algo_dtype)
         self.workspace = workspace
         self._matmul = lt.matmul
-        self._args = (handle.ptr, self.desc, self.alpha.ctypes.data, self.a, self.b,
-                      self.beta.ctypes.data, self.d, self.algo.ctypes.data,
-                      workspace.data_ptr(), workspace.numel() * workspace.element_size())
+        self._args = (
+            handle.ptr,
+            self.desc,
+            self.alpha.ctypes.data,
+            self.a,
+            self.b,
+            self.beta.ctypes.data,
+            self.d,
+            self.algo.ctypes.data,
+            workspace.data_ptr(),
+            workspace.numel() * workspace.element_size(),
+        )
         self.workspace_needed = 0
         self.source = ""
 
@@ -170,14 +198,17 @@ class GemmPlan:
                 chosen = self._first_valid(self._autotuned(x, weight, autotune, stream))
                 self.source = f"nvmath Matmul.autotune ({autotune} iterations)"
             except Exception as exc:  # pragma: no cover - GPU only
-                log.warning("cuBLASLt autotuning failed for %s, using its heuristics: %s",
-                            self.problem, exc)
+                log.warning(
+                    "cuBLASLt autotuning failed for %s, using its heuristics: %s", self.problem, exc
+                )
         if chosen is None:
             chosen = self._first_valid(self._heuristic())
             self.source = "cuBLASLt heuristics"
         if chosen is None:
-            raise RuntimeError(f"cuBLASLt has no algorithm for M={m} N={n} K={k} {dtype} "
-                               f"within a {self._args[-1]}-byte workspace")
+            raise RuntimeError(
+                f"cuBLASLt has no algorithm for M={m} N={n} K={k} {dtype} "
+                f"within a {self._args[-1]}-byte workspace"
+            )
         self.algo[0] = chosen["algo"]
         self.workspace_needed = self._check(self.algo) or 0
         # One launch outside any graph: loads the kernel before a capture, and any error
@@ -189,20 +220,25 @@ class GemmPlan:
     def launch(self, x: int, w: int, out: int, stream: int) -> None:
         """``out = x @ w.T`` on ``stream``: pointers in, nothing allocated, no wait."""
         handle, desc, alpha, a, b, beta, d, algo, ws, ws_size = self._args
-        self._matmul(handle, desc, alpha, x, a, w, b, beta, out, d, out, d, algo, ws, ws_size,
-                     stream)
+        self._matmul(
+            handle, desc, alpha, x, a, w, b, beta, out, d, out, d, algo, ws, ws_size, stream
+        )
 
     def close(self) -> None:
         """Destroy the descriptors now (the plan must not launch again)."""
         self._finalizer()
 
     # -- choosing the algorithm
-    def _autotuned(self, x: torch.Tensor, weight: torch.Tensor, iterations: int,
-                   stream: Any) -> list[Any]:
+    def _autotuned(
+        self, x: torch.Tensor, weight: torch.Tensor, iterations: int, stream: Any
+    ) -> list[Any]:
         from nvmath.linalg.advanced import Matmul
 
-        options = {"compute_type": self.compute_type, "memory_limit": self._args[-1],
-                   "handle": self.handle.ptr}
+        options = {
+            "compute_type": self.compute_type,
+            "memory_limit": self._args[-1],
+            "handle": self.handle.ptr,
+        }
         preferences = {"limit": CANDIDATES, "reduction_scheme_mask": self.reduction}
         with Matmul(x, weight.t(), options=options, stream=stream) as mm:
             mm.plan(preferences=preferences, stream=stream)
@@ -218,17 +254,32 @@ class GemmPlan:
         pref = lt.matmul_preference_create()
         try:
             for attribute, value in (
-                    (lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, self._args[-1]),
-                    (lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_A_BYTES, A_ALIGNMENT),
-                    (lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_B_BYTES, self.weight_alignment),
-                    (lt.MatmulPreferenceAttribute.REDUCTION_SCHEME_MASK, int(self.reduction))):
-                _set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype,
-                     pref, attribute, value)
+                (lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, self._args[-1]),
+                (lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_A_BYTES, A_ALIGNMENT),
+                (lt.MatmulPreferenceAttribute.MIN_ALIGNMENT_B_BYTES, self.weight_alignment),
+                (lt.MatmulPreferenceAttribute.REDUCTION_SCHEME_MASK, int(self.reduction)),
+            ):
+                _set(
+                    lt.matmul_preference_set_attribute,
+                    lt.get_matmul_preference_attribute_dtype,
+                    pref,
+                    attribute,
+                    value,
+                )
             results = lt.MatmulHeuristicResult(CANDIDATES)
             count = np.zeros(1, dtype=np.int32)
-            lt.matmul_algo_get_heuristic(self.handle.ptr, self.desc, self.a, self.b, self.d,
-                                         self.d, pref, CANDIDATES, results.ptr,
-                                         count.ctypes.data)
+            lt.matmul_algo_get_heuristic(
+                self.handle.ptr,
+                self.desc,
+                self.a,
+                self.b,
+                self.d,
+                self.d,
+                pref,
+                CANDIDATES,
+                results.ptr,
+                count.ctypes.data,
+            )
             return list(_rows(results)[: int(count[0])])
         finally:
             lt.matmul_preference_destroy(pref)
@@ -252,16 +303,26 @@ class GemmPlan:
 
         result = lt.MatmulHeuristicResult()
         try:
-            lt.matmul_algo_check(self.handle.ptr, self.desc, self.a, self.b, self.d, self.d,
-                                 algo.ctypes.data, result.ptr)
+            lt.matmul_algo_check(
+                self.handle.ptr,
+                self.desc,
+                self.a,
+                self.b,
+                self.d,
+                self.d,
+                algo.ctypes.data,
+                result.ptr,
+            )
         except Exception:
             return None
         return int(_rows(result)[0]["workspace_size"])
 
     def __repr__(self) -> str:
         m, n, k, dtype = self.problem
-        return (f"GemmPlan(M={m} N={n} K={k} {dtype}, weight aligned {self.weight_alignment}, "
-                f"{self.source}, workspace {self.workspace_needed} bytes)")
+        return (
+            f"GemmPlan(M={m} N={n} K={k} {dtype}, weight aligned {self.weight_alignment}, "
+            f"{self.source}, workspace {self.workspace_needed} bytes)"
+        )
 
 
 def _destroy_plan(lt: Any, desc: int, layouts: tuple[int, ...]) -> None:

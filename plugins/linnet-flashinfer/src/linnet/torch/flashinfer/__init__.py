@@ -158,8 +158,9 @@ class Site:
     fresh_output: bool  # the output is an entry output: made anew each call
 
 
-def analyse(graph: Graph, call: Call, head_dims: Sequence[int] | None = HEAD_DIMS,
-            tensor_cores: bool = True) -> tuple[Site | None, str]:
+def analyse(
+    graph: Graph, call: Call, head_dims: Sequence[int] | None = HEAD_DIMS, tensor_cores: bool = True
+) -> tuple[Site | None, str]:
     """Whether FlashInfer can run ``call`` (a decode-attention call of ``graph``): the site,
     or None and the reason."""
     if call.callee != DECODE_ATTENTION:
@@ -171,9 +172,14 @@ def analyse(graph: Graph, call: Call, head_dims: Sequence[int] | None = HEAD_DIM
     if len(args) != 5 or len(results) != 1:
         return None, "the call's args/results are not (q, k_cache, v_cache, pos, scale) -> o"
     q_ref, k_ref, v_ref, pos_ref, scale_ref = args
-    if not (isinstance(k_ref, str) and isinstance(v_ref, str) and k_ref.startswith("@")
-            and v_ref.startswith("@") and k_ref[1:] in graph.states
-            and v_ref[1:] in graph.states):
+    if not (
+        isinstance(k_ref, str)
+        and isinstance(v_ref, str)
+        and k_ref.startswith("@")
+        and v_ref.startswith("@")
+        and k_ref[1:] in graph.states
+        and v_ref[1:] in graph.states
+    ):
         return None, "k_cache and v_cache are not model states"
     k_path, v_path = k_ref[1:], v_ref[1:]
     scale = _literal(graph, scale_ref)
@@ -189,17 +195,24 @@ def analyse(graph: Graph, call: Call, head_dims: Sequence[int] | None = HEAD_DIM
     if (cb, ckv, chd) != (batch, kv_heads, head_dim):
         return None, f"q {list(q_type.shape)} does not fit the cache {list(k_type.shape)}"
     if not (q_type.dtype == k_type.dtype == v_type.dtype) or q_type.dtype not in DTYPES:
-        return None, (f"dtype {q_type.dtype} (q) / {k_type.dtype} (cache): FlashInfer takes "
-                      f"{' or '.join(DTYPES)}")
+        return None, (
+            f"dtype {q_type.dtype} (q) / {k_type.dtype} (cache): FlashInfer takes "
+            f"{' or '.join(DTYPES)}"
+        )
     if head_dims is not None and head_dim not in head_dims:
-        return None, (f"head dim {head_dim}: FlashInfer's kernels here take "
-                      f"{', '.join(map(str, head_dims))}")
+        return None, (
+            f"head dim {head_dim}: FlashInfer's kernels here take {', '.join(map(str, head_dims))}"
+        )
     if not tensor_cores and group not in GROUP_SIZES_CUDA_CORES:
-        return None, (f"{group} query heads per KV head: the CUDA-core kernel takes "
-                      f"{GROUP_SIZES_CUDA_CORES}; use tensor cores")
+        return None, (
+            f"{group} query heads per KV head: the CUDA-core kernel takes "
+            f"{GROUP_SIZES_CUDA_CORES}; use tensor cores"
+        )
     if not (isinstance(pos_ref, str) and pos_ref in graph.inputs):
-        return None, (f"pos {pos_ref!r} is computed inside the entry: FlashInfer plans on the "
-                      "host before a replay, when only the entry's inputs are current")
+        return None, (
+            f"pos {pos_ref!r} is computed inside the entry: FlashInfer plans on the "
+            "host before a replay, when only the entry's inputs are current"
+        )
     pos_type = graph.values[pos_ref]
     if pos_type.shape != (batch,) or pos_type.dtype != "i32":
         return None, f"pos is {list(pos_type.shape)} {pos_type.dtype}, not [{batch}] i32"
@@ -219,16 +232,22 @@ def analyse(graph: Graph, call: Call, head_dims: Sequence[int] | None = HEAD_DIM
         # Lowering hoisted the mask made from pos out of the call: the region reads pos only
         # through it. Declare the call's pos argument as an input, so that execute sees it.
         region = with_inputs(region, (*region.inputs, pos_ref))
-    site = Site(region, Shape(batch, cache, kv_heads, group, head_dim, q_type.dtype, scale),
-                k_path, v_path, region.inputs.index(q_ref), region.inputs.index(pos_ref),
-                results[0] in graph.outputs)
+    site = Site(
+        region,
+        Shape(batch, cache, kv_heads, group, head_dim, q_type.dtype, scale),
+        k_path,
+        v_path,
+        region.inputs.index(q_ref),
+        region.inputs.index(pos_ref),
+        results[0] in graph.outputs,
+    )
     return site, ""
 
 
 def with_inputs(region: Region, inputs: tuple[str, ...]) -> Region:
     """``region`` reading ``inputs`` (values made before it), its kind recomputed."""
     made_before = set(region.graph.inputs)
-    for step in region.graph.steps[:region.start]:
+    for step in region.graph.steps[: region.start]:
         made_before.update(step.results)
     missing = [v for v in inputs if v not in made_before]
     if missing:
@@ -248,8 +267,11 @@ def _literal(graph: Graph, ref: Any) -> float | None:
         if producer is not None:
             step = graph.steps[producer]
             value = step.attributes.get("value")
-            if step.op == "constant" and isinstance(value, int | float) and not isinstance(
-                    value, bool):
+            if (
+                step.op == "constant"
+                and isinstance(value, int | float)
+                and not isinstance(value, bool)
+            ):
                 return float(value)
     return None
 
@@ -269,8 +291,9 @@ def page_size_for(cache: int, wanted: int) -> int:
     return size
 
 
-def layout(lengths: Sequence[int], page_size: int, pages_per_row: int
-           ) -> tuple[list[int], list[int], list[int]]:
+def layout(
+    lengths: Sequence[int], page_size: int, pages_per_row: int
+) -> tuple[list[int], list[int], list[int]]:
     """FlashInfer's page table for rows of ``lengths`` positions in a ``[B, S, KV, HD]`` cache
     viewed as pages: ``(indptr, indices, last_page_len)``.
 
@@ -315,18 +338,27 @@ class FlashInfer:
     """The backend contract this was written for: a literal, not the host's ``CONTRACT``, so
     that a host implementing another contract skips this backend instead of calling it."""
 
-    def __init__(self, use_tensor_cores: bool = True, page_size: int = PAGE_SIZE,
-                 workspace_bytes: int = WORKSPACE_BYTES,
-                 head_dims: Sequence[int] | None = HEAD_DIMS, replan: str = "pages",
-                 split_kv: str = "auto"):
+    def __init__(
+        self,
+        use_tensor_cores: bool = True,
+        page_size: int = PAGE_SIZE,
+        workspace_bytes: int = WORKSPACE_BYTES,
+        head_dims: Sequence[int] | None = HEAD_DIMS,
+        replan: str = "pages",
+        split_kv: str = "auto",
+    ):
         if replan not in ("pages", "always"):
             raise ValueError(f"replan must be 'pages' or 'always', not {replan!r}")
         if split_kv not in ("auto", "off"):
             raise ValueError(
                 f"split_kv must be 'auto' or 'off', not {split_kv!r}"
-                + (" (a fixed number of pages per split fails under CUDA graphs once the "
-                   "splits outnumber the captured batch, FlashInfer's own check)"
-                   if isinstance(split_kv, int) else ""))
+                + (
+                    " (a fixed number of pages per split fails under CUDA graphs once the "
+                    "splits outnumber the captured batch, FlashInfer's own check)"
+                    if isinstance(split_kv, int)
+                    else ""
+                )
+            )
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self.use_tensor_cores = use_tensor_cores
@@ -336,15 +368,20 @@ class FlashInfer:
         self.replan = replan
         self.split_kv = split_kv
         # Timings are cached by backend version: FlashInfer's version and the variant count.
-        variant = "" if (use_tensor_cores, page_size) == (True, PAGE_SIZE) else (
-            f"+tc{int(use_tensor_cores)}p{page_size}")
+        variant = (
+            ""
+            if (use_tensor_cores, page_size) == (True, PAGE_SIZE)
+            else (f"+tc{int(use_tensor_cores)}p{page_size}")
+        )
         if split_kv != "auto":
             variant += f"+split-{split_kv}"
         self.version = f"{__version__}/flashinfer-{flashinfer_version() or 'missing'}{variant}"
 
     def __repr__(self) -> str:
-        return (f"FlashInfer(use_tensor_cores={self.use_tensor_cores}, "
-                f"page_size={self.page_size}, split_kv={self.split_kv!r})")
+        return (
+            f"FlashInfer(use_tensor_cores={self.use_tensor_cores}, "
+            f"page_size={self.page_size}, split_kv={self.split_kv!r})"
+        )
 
     # -- probe
     def decline_reason(self, target: Target) -> str | None:
@@ -359,8 +396,10 @@ class FlashInfer:
             reason = f"{where} did not report its compute capability; FlashInfer here needs 9.0+"
         elif tuple(target.capability) < (9, 0):
             major, minor = target.capability
-            reason = (f"{where} has compute capability {major}.{minor}; this backend needs "
-                      "Hopper or later (9.0+)")
+            reason = (
+                f"{where} has compute capability {major}.{minor}; this backend needs "
+                "Hopper or later (9.0+)"
+            )
         if _flashinfer_installed():
             return reason
         missing = f"flashinfer-python is not installed{' either' if reason else ''}: {INSTALL}"
@@ -371,9 +410,13 @@ class FlashInfer:
         installed; None otherwise (``decline_reason`` says why)."""
         if self.decline_reason(target) is not None:
             return None
-        return Capabilities(dtypes=tuple(DTYPES), notes=(
-            f"decode attention, {'tensor' if self.use_tensor_cores else 'CUDA'}-core kernel, "
-            f"pages of {self.page_size}"))
+        return Capabilities(
+            dtypes=tuple(DTYPES),
+            notes=(
+                f"decode attention, {'tensor' if self.use_tensor_cores else 'CUDA'}-core kernel, "
+                f"pages of {self.page_size}"
+            ),
+        )
 
     # -- match
     def sites(self, graph: Graph) -> list[tuple[Call, Site | None, str]]:
@@ -398,15 +441,19 @@ class FlashInfer:
         (executable,) = self.compile_regions([region], target, options)
         return executable
 
-    def compile_regions(self, regions: Sequence[Region], target: Target, options: Options
-                        ) -> list[DecodeAttentionCall]:
+    def compile_regions(
+        self, regions: Sequence[Region], target: Target, options: Options
+    ) -> list[DecodeAttentionCall]:
         """Executables for ``regions``; those of one shape share one wrapper (planned once a
         step) and its workspace, whose bytes they declare between them."""
         sites = []
         for region in regions:
             call = next((c for c in region.graph.calls if c.index == region.index), None)
-            site, reason = (analyse(region.graph, call, self.head_dims, self.use_tensor_cores)
-                            if call is not None else (None, "no call at the region's index"))
+            site, reason = (
+                analyse(region.graph, call, self.head_dims, self.use_tensor_cores)
+                if call is not None
+                else (None, "no call at the region's index")
+            )
             if site is None or site.region.steps != region.steps:
                 raise RegionError(f"FlashInfer cannot run {region!r}: {reason or 'not a call'}")
             sites.append(site)
@@ -415,8 +462,14 @@ class FlashInfer:
         for site in sites:
             if site.shape not in planners:
                 planners[site.shape] = Planner(
-                    site.shape, self.page_size, self.use_tensor_cores, self.workspace_bytes,
-                    self.replan, site.region.inputs[site.pos_index], self.split_kv)
+                    site.shape,
+                    self.page_size,
+                    self.use_tensor_cores,
+                    self.workspace_bytes,
+                    self.replan,
+                    site.region.inputs[site.pos_index],
+                    self.split_kv,
+                )
             members[site.shape] = members.get(site.shape, 0) + 1
         out = []
         seen: dict[Shape, int] = {}
@@ -447,13 +500,20 @@ class Planner:
     the tensor, and the ``prepare`` before the first replay plans for it.
     """
 
-    def __init__(self, shape: Shape, page_size: int, tensor_cores: bool, workspace_bytes: int,
-                 replan: str, pos_name: str = "%pos", split_kv: str = "auto"):
+    def __init__(
+        self,
+        shape: Shape,
+        page_size: int,
+        tensor_cores: bool,
+        workspace_bytes: int,
+        replan: str,
+        pos_name: str = "%pos",
+        split_kv: str = "auto",
+    ):
         self.shape = shape
         self.pos_name = pos_name
         # plan()'s split options, passed only when not FlashInfer's default.
-        self.split_options: dict[str, Any] = (
-            {"disable_split_kv": True} if split_kv == "off" else {})
+        self.split_options: dict[str, Any] = {"disable_split_kv": True} if split_kv == "off" else {}
         self.page_size = page_size_for(shape.cache, page_size)
         self.pages_per_row = shape.cache // self.page_size
         self.tensor_cores = tensor_cores
@@ -502,8 +562,7 @@ class Planner:
         if self.source is None:  # nothing ran yet: the first execute plans
             self.prepared.add(key)
             return
-        new_step = (key in self.prepared or self.lengths is None or self._moved()
-                    or self.replaced)
+        new_step = key in self.prepared or self.lengths is None or self._moved() or self.replaced
         if new_step:
             self.prepared = set()
         self.prepared.add(key)
@@ -518,10 +577,10 @@ class Planner:
             if self.wrapper is None or self.lengths is None:
                 raise RuntimeError(
                     "FlashInfer: capture before plan(): run the step once outside the graph "
-                    "first (Captured does), or call prepare(context)")
+                    "first (Captured does), or call prepare(context)"
+                )
             return  # the prepare before the first replay plans for this tensor
-        new_step = (self.replaced or key in self.executed or self.lengths is None
-                    or self._moved())
+        new_step = self.replaced or key in self.executed or self.lengths is None or self._moved()
         if new_step:
             self.executed = set()
         self.executed.add(key)
@@ -560,11 +619,14 @@ class Planner:
             "last_page_len": torch.ones(b, dtype=torch.int32, device=device),
         }
         self.wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(
-            self.buffers["workspace"], "NHD", use_cuda_graph=True,
+            self.buffers["workspace"],
+            "NHD",
+            use_cuda_graph=True,
             use_tensor_cores=self.tensor_cores,
             paged_kv_indptr_buffer=self.buffers["indptr"],
             paged_kv_indices_buffer=self.buffers["indices"],
-            paged_kv_last_page_len_buffer=self.buffers["last_page_len"])
+            paged_kv_last_page_len_buffer=self.buffers["last_page_len"],
+        )
 
     def plan(self, lengths: tuple[int, ...]) -> None:
         """Plan for rows of ``lengths`` positions (host work; copies the page table in)."""
@@ -574,8 +636,9 @@ class Planner:
             # Same pages a row: FlashInfer's split schedule is unchanged (it is made from page
             # counts); only the last pages' lengths, read by the kernels, move. The copy is
             # ordered on the stream after the replays already queued; the host does not wait.
-            self.buffers["last_page_len"].copy_(torch.tensor(last, dtype=torch.int32),
-                                                non_blocking=True)
+            self.buffers["last_page_len"].copy_(
+                torch.tensor(last, dtype=torch.int32), non_blocking=True
+            )
         else:
             shape = self.shape
             dtype = DTYPES[shape.dtype]
@@ -585,11 +648,19 @@ class Planner:
                 # practice: that was at least a step ago).
                 self.planned.synchronize()
             self.wrapper.plan(
-                torch.tensor(indptr, dtype=torch.int32), torch.tensor(indices, dtype=torch.int32),
-                torch.tensor(last, dtype=torch.int32), shape.qo_heads, shape.kv_heads,
-                shape.head_dim, self.page_size, pos_encoding_mode="NONE",
-                q_data_type=dtype, kv_data_type=dtype, sm_scale=shape.scale,
-                **self.split_options)
+                torch.tensor(indptr, dtype=torch.int32),
+                torch.tensor(indices, dtype=torch.int32),
+                torch.tensor(last, dtype=torch.int32),
+                shape.qo_heads,
+                shape.kv_heads,
+                shape.head_dim,
+                self.page_size,
+                pos_encoding_mode="NONE",
+                q_data_type=dtype,
+                kv_data_type=dtype,
+                sm_scale=shape.scale,
+                **self.split_options,
+            )
             if self.source is not None and self.source.is_cuda:
                 self.planned = torch.cuda.Event()
                 self.planned.record()
@@ -600,10 +671,15 @@ class Planner:
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
         shape = self.shape
         rows = shape.batch * self.pages_per_row
-        paged = (k.view(rows, self.page_size, shape.kv_heads, shape.head_dim),
-                 v.view(rows, self.page_size, shape.kv_heads, shape.head_dim))
-        self.wrapper.run(q.reshape(shape.batch, shape.qo_heads, shape.head_dim), paged,
-                         out=out.view(shape.batch, shape.qo_heads, shape.head_dim))
+        paged = (
+            k.view(rows, self.page_size, shape.kv_heads, shape.head_dim),
+            v.view(rows, self.page_size, shape.kv_heads, shape.head_dim),
+        )
+        self.wrapper.run(
+            q.reshape(shape.batch, shape.qo_heads, shape.head_dim),
+            paged,
+            out=out.view(shape.batch, shape.qo_heads, shape.head_dim),
+        )
 
 
 # ---------------------------------------------------------------- the executable
@@ -629,8 +705,9 @@ class DecodeAttentionCall:
         if self.out is None:
             if _capturing():
                 raise RuntimeError("FlashInfer: capture before the first run")
-            self.out = torch.empty(self.out_shape, dtype=DTYPES[self.site.shape.dtype],
-                                   device=device)
+            self.out = torch.empty(
+                self.out_shape, dtype=DTYPES[self.site.shape.dtype], device=device
+            )
         return self.out
 
     def prepare(self, context: Any) -> None:
@@ -640,8 +717,9 @@ class DecodeAttentionCall:
         device = context.states[self.site.k_cache].device
         self.planner.setup(device)
         if self.out is None and not self.site.fresh_output:
-            self.out = torch.empty(self.out_shape, dtype=DTYPES[self.site.shape.dtype],
-                                   device=device)
+            self.out = torch.empty(
+                self.out_shape, dtype=DTYPES[self.site.shape.dtype], device=device
+            )
         self.planner.prepare(self, context)
 
     def execute(self, inputs: list[Any], outputs: list[Any], context: Any) -> list[Any]:
@@ -651,8 +729,9 @@ class DecodeAttentionCall:
         # of a step plans here instead.
         self.planner.ensure(self, pos, context)
         out = self._output(q.device)
-        self.planner.run(q, context.states[self.site.k_cache],
-                         context.states[self.site.v_cache], out)
+        self.planner.run(
+            q, context.states[self.site.k_cache], context.states[self.site.v_cache], out
+        )
         return [out]
 
 
@@ -671,9 +750,13 @@ def cache_dir() -> str | None:
     return None
 
 
-def warm(head_dims: Sequence[int] = (128,), dtypes: Sequence[str] = ("bf16",),
-         use_tensor_cores: bool = True, device: str = "cuda",
-         log: Any = print) -> list[tuple[str, float]]:
+def warm(
+    head_dims: Sequence[int] = (128,),
+    dtypes: Sequence[str] = ("bf16",),
+    use_tensor_cores: bool = True,
+    device: str = "cuda",
+    log: Any = print,
+) -> list[tuple[str, float]]:
     """Compile (or load from FlashInfer's cache) the kernels this backend uses for each head
     dim and dtype, by planning and running one tiny decode; returns ``(variant, seconds)``.
 
@@ -685,8 +768,15 @@ def warm(head_dims: Sequence[int] = (128,), dtypes: Sequence[str] = ("bf16",),
     done = []
     for dtype in dtypes:
         for head_dim in head_dims:
-            shape = Shape(batch=1, cache=32, kv_heads=1, group=4, head_dim=head_dim,
-                          dtype=dtype, scale=1.0 / math.sqrt(head_dim))
+            shape = Shape(
+                batch=1,
+                cache=32,
+                kv_heads=1,
+                group=4,
+                head_dim=head_dim,
+                dtype=dtype,
+                scale=1.0 / math.sqrt(head_dim),
+            )
             planner = Planner(shape, PAGE_SIZE, use_tensor_cores, WORKSPACE_BYTES, "always")
             name = f"{dtype} head_dim {head_dim} {'tensor' if use_tensor_cores else 'CUDA'} cores"
             t0 = time.perf_counter()
