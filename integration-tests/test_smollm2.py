@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -230,4 +231,54 @@ def test_gguf_path_matches_transformers(
         smol.linnet_greedy(model, rows, steps(mode, "float32"), jax=mode == "jax"),
         reference("float32"),
         rows,
+    )
+
+
+def _text_cases() -> Any:
+    """linnet-lang's test corpus (emoji, CJK, combining marks, whitespace runs, the chat
+    template's special tokens), loaded by path: it lives beside linnet-lang's tests."""
+    path = Path(__file__).parents[1] / "packages/linnet-lang/tests/text_cases.py"
+    spec = importlib.util.spec_from_file_location("smollm2_text_cases", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("source", ["directory", "gguf"])
+def test_the_real_tokenizer_matches_transformers(source, dirs, gguf):
+    """SmolLM2's tokenizer as Linnet reads it (the saved directory's tokenizer.json, or the
+    GGUF file's metadata) against transformers' on 240 strings: the same ids, the same text
+    back, and every string's ids decode to the string (a round trip)."""
+    from linnet.lang.text import Tokenizer
+
+    directory = dirs["float32"]
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    mine = (
+        Tokenizer.from_directory(directory) if source == "directory" else Tokenizer.from_file(gguf)
+    )
+    cases = _text_cases()
+    texts = cases.corpus(240)
+    differ = []
+    for text in texts:
+        ids = mine.encode(text, add_special_tokens=False)
+        want = theirs.encode(text, add_special_tokens=False)
+        assert mine.decode(ids) == text, repr(text)  # a round trip, whatever the split
+        if ids != want:
+            differ.append(text)
+            continue
+        assert theirs.decode(want) == text, repr(text)
+    # The GGUF file names llama.cpp's `smollm` pre-tokenizer, which splits digits one by one
+    # (as SmolLM2's own tokenizer.json does); transformers' GGUF converter, which wrote the saved
+    # directory's tokenizer.json, knows no `smollm` rule and keeps digit runs whole. So from the
+    # GGUF file only strings with a run of digits may split differently, and there every digit
+    # is a token of its own; against the saved directory every string agrees.
+    if source == "gguf":
+        assert all(re.search(r"[0-9]{2}", t) for t in differ), differ
+        assert len(mine.encode("2026", add_special_tokens=False)) == 4
+        differ = []
+    assert differ == [], f"{len(differ)} of {len(texts)} differ, e.g. {differ[:3]!r}"
+    messages = cases.CONVERSATIONS[0]
+    assert mine.apply_chat_template(messages) == theirs.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
     )
