@@ -175,6 +175,31 @@ def test_fast_call_equals_the_op_body(callee):
     torch.testing.assert_close(want, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("callee", ["decode_attention", "window_decode_attention"])
+def test_cpu_decode_reads_the_cache_only_up_to_the_furthest_position(callee):
+    """On the CPU a decode step's attention reads the positions up to max(pos) only (the rest
+    are masked out): equal to the op body at the cache's first and last positions; a CUDA
+    or meta module reads all S (fixed shapes for CUDA graphs, no wait on pos)."""
+    use, call, inputs, out = FAST_CASES[f"std.nn.attention::{callee}"]
+    graph = lower(
+        fast_case_program(use, call, inputs, out), "run", {n: s for n, (s, _) in inputs.items()}
+    )
+    cpu = emit_torch(graph, fast=True)
+    assert "cache_reach(" in cpu
+    for device in ("cuda", "cuda:1", "meta"):
+        assert "cache_reach" not in emit_torch(graph, fast=True, device=device)
+    fast = import_source(cpu, "reach_case")
+    body = import_source(emit_torch(graph, fast=False), "reach_body")
+    gen = torch.Generator().manual_seed(1)
+    args = [random_input(s, t, gen) for s, t in inputs.values()]
+    length = list(inputs.values())[1][0][1]
+    for pos in ([0, 0], [length - 1, 2], [3, 3]):
+        args[3] = torch.tensor(pos, dtype=torch.int32)
+        torch.testing.assert_close(
+            fast.run(*args, {}, {})[0], body.run(*args, {}, {})[0], rtol=1e-5, atol=1e-5
+        )
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_llama_generated_matches_interpreter(dtype):
     cfg = toy_config(T=dtype)

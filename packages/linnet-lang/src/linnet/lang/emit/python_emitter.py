@@ -297,7 +297,7 @@ class PythonEmitter(ABC):
     def draft(self, graph: Graph, sl: Slice, constants: dict[int, str] | None = None) -> Draft:
         """The body of ``sl``'s function; ``constants`` (input position -> literal) are
         inputs known when lowering, written as literals instead of passed in."""
-        scope = self.scope_class(graph, sl)
+        scope = self.scope_class(graph, sl, options=self.options)
         for j, lit in (constants or {}).items():
             scope.literals[sl.inputs[j]] = lit
         params = [scope("@" + p) for p in sl.parameters + sl.states]
@@ -518,7 +518,7 @@ class PythonEmitter(ABC):
                 taken[sl.kind] = self.write_function(
                     self.kinds[sl.kind], drafts[sl.kind], keep[sl.kind], narrow=True
                 )
-        scope = self.scope_class(graph)
+        scope = self.scope_class(graph, options=self.options)
         for fn in self.kinds.values():
             scope.reserve(fn)
         if self.returns_states:

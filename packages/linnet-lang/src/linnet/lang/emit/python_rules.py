@@ -96,6 +96,7 @@ RESERVED |= {
     "min_nan",
 }
 # ... and emit/kernel_grad.py's helpers for launches under autograd.
+RESERVED |= {"cache_reach"}  # the torch emitter's CPU decode helper
 RESERVED |= {"kernel_grad_op", "launch_with_grad", "body_backward", "no_backward"}
 
 
@@ -115,6 +116,8 @@ class Scope:
     used: set[str] = field(default_factory=set)
     # Where the search for a free `base_N` stopped last time (every earlier N is taken).
     next_suffix: dict[str, int] = field(default_factory=dict)
+    # The emitter's options (its target device, say), for rules whose text depends on them.
+    options: Options | None = None
 
     def __call__(self, ref: str) -> str:
         if ref in self.literals:

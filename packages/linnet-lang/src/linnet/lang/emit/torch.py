@@ -392,16 +392,51 @@ def _widen(n: Scope, ref: str) -> str:
     return ".double()" if accumulator("sum", n.dtype(ref)) == "f64" else ".float()"
 
 
+CACHE_REACH = '''def cache_reach(pos, length):
+    """How many cache positions a decode step reads: up to the furthest of `pos` (every later
+    one is masked out), or all `length` under torch.compile (a count read from a tensor
+    would compile again for each). On the CPU, reading `pos` costs no wait for a device."""
+    if torch.compiler.is_compiling():
+        return length
+    return min(length, int(pos.max()) + 1)'''
+
+
+def _reach(n: Scope, pos: str, k: str, v: str, s: int, o: str) -> tuple[list[str], str, str, str]:
+    """A decode step's cache reach: on the CPU (:data:`CACHE_REACH`, a decode step there read
+    all S positions, 13% of SmolLM2's step at S=1024), only the positions written so far;
+    elsewhere all ``s`` (a CUDA graph needs fixed shapes, and reading ``pos`` would wait for
+    the device). Returns the lines first, the length and the two caches to read."""
+    if n.options is None or torch_device_type(n.options.device) != "cpu":
+        return [], str(s), k, v
+    return (
+        [f"{o}_n = cache_reach({pos}, {s})"],
+        f"{o}_n",
+        f"{k}[:, :{o}_n]",
+        f"{v}[:, :{o}_n]",
+    )
+
+
+def torch_device_type(device: str) -> str:
+    """The type of a torch device string: ``"cuda"`` for ``"cuda:1"``.
+
+    >>> torch_device_type("cuda:1"), torch_device_type("cpu")
+    ('cuda', 'cpu')
+    """
+    return device.split(":", 1)[0]
+
+
 def _fast_decode_attention(call: Call, n: Scope, args: list[str], out: list[str]) -> list[str]:
     q, k, v, pos, scale = args
     s = n.shape(call.attributes["args"][1])[1]
     o = out[0]
     wide = _widen(n, call.attributes["args"][0])
+    first, s_, k, v = _reach(n, pos, k, v, s, o)
     # One query a row: two batched products over the cache in place (the permutes are views)
     # and the softmax in f32 (f64 for f64). SDPA with a boolean mask takes a slow general
     # path for this shape.
     return [
-        f"{o}_mask = (torch.arange({s}, device=DEVICE) <= {pos}[:, None])[:, None, None, :]",
+        *first,
+        f"{o}_mask = (torch.arange({s_}, device=DEVICE) <= {pos}[:, None])[:, None, None, :]",
         f"{o}_scores = torch.matmul({q}, {k}.permute(0, 2, 3, 1)){wide} * {scale}",
         f"{o}_p = torch.softmax({o}_scores.masked_fill(~{o}_mask, float('-inf')), dim=-1)",
         f"{o} = torch.matmul({o}_p.to({q}.dtype), {v}.permute(0, 2, 1, 3))",
@@ -468,8 +503,10 @@ def _fast_window_decode_attention(
     s = n.shape(call.attributes["args"][1])[1]
     o = out[0]
     wide = _widen(n, call.attributes["args"][0])
+    first, s_, k, v = _reach(n, pos, k, v, s, o)
     return [
-        f"{o}_i = torch.arange({s}, device=DEVICE)",
+        *first,
+        f"{o}_i = torch.arange({s_}, device=DEVICE)",
         f"{o}_mask = (({o}_i <= {pos}[:, None]) & ({pos}[:, None] - {o}_i < {window}))"
         f"[:, None, None, :]",
         f"{o}_scores = torch.matmul({q}, {k}.permute(0, 2, 3, 1)){wide} * {scale}",
@@ -597,6 +634,8 @@ class TorchEmitter(PythonEmitter):
         """Imports that only some modules need, added to ``header`` once ``body`` is known."""
         if "torch.distributed." in body:  # a rank's graph (tensor parallelism, issue 21)
             header.insert(header.index("import torch") + 1, "import torch.distributed")
+        if "cache_reach(" in body:  # a CPU module's decode attention (_reach)
+            header += [CACHE_REACH, "", ""]
 
     @staticmethod
     def internal(code: str, message: str) -> Exception:
