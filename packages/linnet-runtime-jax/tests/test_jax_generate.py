@@ -167,6 +167,19 @@ def test_each_step_is_traced_once_and_reused(pair):
     assert after_first == TRACES
 
 
+def test_new_prompt_lengths_trace_nothing_after_warm_up(pair):
+    """After warm_up, prompts of lengths never seen and other batch sizes (within the warmed
+    buckets) trace neither step again, and give each prompt's tokens alone."""
+    model = pair[2]
+    model.warm_up(batch_sizes=[1, 2], longest=40, progress=lambda line: None)
+    traces = TRACES.copy()
+    prompts = [[3, 1, 4, 1, 5, 9, 2][:n] for n in (1, 4, 7)] + [[7] * 23, [9, 8] * 15]
+    alone = [model.generate([p], 4)[0] for p in prompts]
+    assert model.generate(prompts[3:], 4) == alone[3:]
+    assert model.generate(prompts[:2], 4) == alone[:2]
+    assert traces == TRACES
+
+
 # ---------------------------------------------------------------- `linnet run --runtime jax`
 def test_linnet_run_on_jax_samples_as_generate_does(pair, capsys):
     """Before: every sampling option was E0790 with `--runtime jax`."""

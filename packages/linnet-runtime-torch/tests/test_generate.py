@@ -185,3 +185,32 @@ def test_linnet_run_a_shipped_model_generates(pair, capsys, tmp_path):
     assert main([*argv, "--stop", str(sampled[1])]) == 0
     cut = sampled[: sampled.index(sampled[1]) + 1]
     assert f"decoded {len(cut)} tokens: {cut}" in capsys.readouterr().out
+
+
+def test_new_prompt_lengths_and_batch_sizes_lower_nothing_after_warm_up(pair):
+    """generate runs a few bucketed shapes (host/generate.padded): after warm_up, prompts of
+    lengths never seen and batches of other sizes lower (and compile) nothing, and the
+    padding changes no token (transformers' greedy tokens, each prompt alone)."""
+    import random
+
+    hf, model = pair  # S=64: prompt buckets 16, 32, 64
+    lines: list[str] = []
+    shapes = model.warm_up(batch_sizes=[1, 3], progress=lines.append)
+    assert shapes == [(1, 16), (1, 32), (1, 64), (4, 16), (4, 32), (4, 64)]
+    assert len(lines) == 6 and lines[0].startswith("warm-up 1/6")
+    lowered = set(model._lowered)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, 256) for _ in range(n)] for n in rng.sample(range(1, 60), 5)]
+    for prompt in prompts:
+        assert model.generate([prompt], 3) == [hf_greedy(hf, prompt, 3)]
+    assert model.generate(prompts[:3], 3) == [hf_greedy(hf, p, 3) for p in prompts[:3]]
+    assert set(model._lowered) == lowered
+
+
+@pytest.mark.parametrize(
+    "args", [{"batch_sizes": []}, {"batch_sizes": 4}, {"batch_sizes": [0]}, {"longest": 0}]
+)
+def test_warm_up_arguments_are_checked(pair, args):
+    with pytest.raises(LinnetError) as info:
+        pair[1].warm_up(**args)
+    assert info.value.diagnostics[0].code == "E0866"

@@ -3,7 +3,8 @@ with the torch runtime's signature, semantics, checks and coded errors
 (:mod:`linnet.lang.host.generate` holds what the two share).
 
 A batch of prompts of different lengths runs as one batch: the prompts are padded on the
-right to the longest, one `prefill` fills every sequence's cache from position 0, and each
+right to the longest prompt's length bucket and the batch to a power of two
+(:func:`linnet.lang.host.generate.padded`), one `prefill` fills every sequence's cache from position 0, and each
 sequence's first token comes from the logits at its own last prompt position; each `decode`
 step then feeds each sequence its last token at its own position, so each sequence gets the
 tokens it would get alone. Tokens are picked greedily (``temperature=0``, the default: the
@@ -46,6 +47,7 @@ from linnet.lang.host.generate import (  # noqa: F401  (check_options: Model.gen
     OPTIONS,
     Progress,
     array_prompts_error,
+    cache_length,
     check_cache,
     check_generate,
     check_options,
@@ -339,11 +341,15 @@ def generate(
     batch = _prompts(prompts)
     stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
     check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
-    rows = padded(batch)
+    one = np.zeros(1, np.int32)
+    check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
+    # A few bucketed shapes (host/generate.padded): a new prompt length or batch size traces
+    # and compiles nothing once its bucket has run.
+    rows = padded(batch, cache_length(model, one))
     vocabulary = check_vocabulary(
         model, rows, stop_tokens, lambda shape: np.zeros(shape, np.int32), stops_from
     )
-    check_cache(model, len(rows[0]), max_new_tokens, np.zeros(1, np.int32))
+    lengths = [len(p) for p in batch] + [len(batch[-1])] * (len(rows) - len(batch))
     stops = sorted({int(t) for t in stop_tokens})
     size = vocabulary if vocabulary is not None else max(stops, default=0) + 1
     picking, values = settings(temperature, top_k, top_p, size)
@@ -351,14 +357,14 @@ def generate(
     mask[stops] = True
     # Everything a step takes is on the device once: no step copies anything to it.
     tokens, lengths, stop_mask, *values = jax.device_put(
-        [np.asarray(rows, np.int32), np.asarray([len(p) for p in batch], np.int32), mask, *values],
+        [np.asarray(rows, np.int32), np.asarray(lengths, np.int32), mask, *values],
         model.device,
     )
     key = jax.device_put(seed_key(sampling_seed(seed) if picking.sample else 0), model.device)
     states = model.function("prefill").new_states([tokens])
     _check_states(model, tokens, states)
     first = _first_step(model, tokens, picking)
-    step = _decode_step(model, len(batch), picking)  # traced on its first call only
+    step = _decode_step(model, len(rows), picking)  # traced on its first call only
     progress = Progress(batch, stop_tokens, on_token, stop_when)
     with matmul_precision(model.numerics), warnings.catch_warnings():
         # jax's CPU backend cannot reuse donated buffers and says so once per compile.
@@ -375,7 +381,7 @@ def generate(
                     model.params, states, last, pos, done, key, index, *values, stop_mask
                 )
             # The step's one copy to the host: its tokens, -1 where the logits are not finite.
-            if not progress.take(s, np.asarray(current).tolist()):
+            if not progress.take(s, np.asarray(current).tolist()[: len(batch)]):
                 break
             if more and s == 0:
                 last, pos, done, index, states = step(

@@ -571,6 +571,9 @@ class Model(TextModel):
 
         return generate
 
+    def _int32_zeros(self, n: int) -> Any:
+        return np.zeros(n, np.int32)
+
     def source(self, entry: str, inputs: Any) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
         return self.function(entry).source(inputs)

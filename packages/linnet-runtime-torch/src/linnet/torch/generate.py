@@ -1,7 +1,9 @@
 """`generate`: token generation on a loaded model's `prefill` and `decode` entries.
 
 A batch of prompts of different lengths runs as one batch: the prompts are padded on the
-right to the longest, one `prefill` fills every sequence's cache from position 0, and each
+right to the longest prompt's length bucket and the batch to a power of two
+(:func:`linnet.lang.host.generate.padded`: a new prompt length compiles nothing once its
+bucket has run), one `prefill` fills every sequence's cache from position 0, and each
 sequence's first token comes from the logits at its own last prompt position. Every
 `decode` step then feeds each sequence its last token at its own position
 (``pos[b] = len(prompt[b]) + step``): a position is written before any later step reads it,
@@ -44,6 +46,7 @@ from linnet.lang.host.generate import (  # noqa: F401
     OPTIONS,
     Progress,
     array_prompts_error,
+    cache_length,
     check_cache,
     check_generate,
     check_options,
@@ -149,12 +152,15 @@ def generate(
     batch = _prompts(prompts)
     stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
     check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
-    lengths = [len(p) for p in batch]
-    rows = padded(batch)
+    one = torch.zeros(1, dtype=torch.int32)
+    check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
+    # Prefill and decode run at a few bucketed shapes (host/generate.padded): a prompt of a
+    # new length or a new batch size lowers and compiles nothing once its bucket has run.
+    rows = padded(batch, cache_length(model, one))
     check_vocabulary(
         model, rows, stop_tokens, lambda shape: torch.zeros(shape, dtype=torch.int32), stops_from
     )
-    check_cache(model, max(lengths), max_new_tokens, torch.zeros(1, dtype=torch.int32))
+    lengths = [len(p) for p in batch] + [len(batch[-1])] * (len(rows) - len(batch))
     tokens = torch.tensor(rows, dtype=torch.int32)
     generator = None
     if temperature != 0:
@@ -163,18 +169,23 @@ def generate(
     context = model.new_context("prefill", [tokens])
     logits = model.prefill(tokens, context=context)
     last = torch.tensor([n - 1 for n in lengths], device=logits.device)
-    step_logits = logits[torch.arange(len(batch), device=logits.device), last]
+    step_logits = logits[torch.arange(len(rows), device=logits.device), last]
     progress = Progress(batch, stop_tokens, on_token, stop_when)
     pos = list(lengths)
     for step in range(max_new_tokens):
         # The step's one copy to the host: its tokens, -1 where the logits are not finite.
         picked = pick(step_logits, temperature, top_k, top_p, generator).tolist()
-        if not progress.take(step, picked) or step == max_new_tokens - 1:
+        if not progress.take(step, picked[: len(batch)]) or step == max_new_tokens - 1:
             break
-        # A finished sequence repeats its last token at a position that no longer moves: it
-        # writes the same cache entry again, and its logits are not used.
-        feed = torch.tensor([o[-1] for o in progress.out], dtype=torch.int32)
-        at = torch.tensor(pos, dtype=torch.int32)
-        step_logits = model.decode(feed, at, context=context)
-        pos = [p + (0 if progress.done[b] else 1) for b, p in enumerate(pos)]
+        # A finished sequence (and a row that only fills the batch's bucket) repeats its last
+        # token at a position that no longer moves: it writes the same cache entry again,
+        # and its logits are not used.
+        feed = [o[-1] for o in progress.out]
+        feed += [feed[-1]] * (len(rows) - len(batch))
+        step_logits = model.decode(
+            torch.tensor(feed, dtype=torch.int32),
+            torch.tensor(pos, dtype=torch.int32),
+            context=context,
+        )
+        pos = [p + (0 if b >= len(batch) or progress.done[b] else 1) for b, p in enumerate(pos)]
     return progress.out

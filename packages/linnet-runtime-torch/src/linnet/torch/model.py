@@ -650,6 +650,9 @@ class Model(TextModel):
 
         return generate
 
+    def _int32_zeros(self, n: int) -> Any:
+        return torch.zeros(n, dtype=torch.int32)
+
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""
         return self._lower(entry, inputs).path

@@ -178,15 +178,102 @@ def check_generate(
         )
 
 
-def padded(batch: list[list[int]]) -> list[list[int]]:
-    """The prompts padded on the right to the longest, each with its own last token (a valid
-    id for any vocabulary; the padding is written into the cache but never attended).
+#: The prompt lengths below which prefill runs at the next power of two (16, 32, ..., 256);
+#: from there it runs at powers of two and the halfway points (384, 512, 768, 1024, ...), so
+#: a prompt runs at most 1.5x its length (2x under 256) and a cache of S holds about
+#: 2 log2(S) - 6 shapes: a prompt of a length not seen before compiles nothing new once
+#: each of them has run (``Model.warm_up``).
+FIRST_LENGTH, DOUBLING_UNTIL = 16, 256
+
+
+def length_buckets(limit: int) -> list[int]:
+    """Every prompt length prefill runs at, up to a cache of ``limit`` positions (the last is
+    ``limit`` itself): see :data:`FIRST_LENGTH`.
+
+    >>> length_buckets(1024)
+    [16, 32, 64, 128, 256, 384, 512, 768, 1024]
+    >>> length_buckets(100)
+    [16, 32, 64, 100]
+    """
+    out, b = [], FIRST_LENGTH
+    while b < limit:
+        out.append(b)
+        if b < DOUBLING_UNTIL or b & (b - 1):  # below 256, or at a halfway point: double up
+            b = b * 2 if b < DOUBLING_UNTIL else b // 3 * 4
+        else:
+            b = b * 3 // 2
+    return [*out, limit]
+
+
+def length_bucket(length: int, limit: int | None) -> int:
+    """The length a prompt of ``length`` tokens runs prefill at: the first of
+    :func:`length_buckets` that holds it, or ``length`` itself where the cache's length
+    ``limit`` is not known (None) or is shorter (prefill then says E0782).
+
+    >>> length_bucket(5, 1024), length_bucket(300, 1024), length_bucket(1000, 1024)
+    (16, 384, 1024)
+    >>> length_bucket(5, None), length_bucket(2000, 1024)
+    (5, 2000)
+    """
+    if limit is None or length > limit:
+        return length
+    return next(b for b in length_buckets(limit) if b >= length)
+
+
+def batch_bucket(size: int) -> int:
+    """The batch a generation of ``size`` prompts runs as: the next power of two (extra rows
+    repeat the last prompt and are dropped), so batch sizes, too, compile a few shapes.
+
+    >>> [batch_bucket(n) for n in (1, 2, 3, 5, 8)]
+    [1, 2, 4, 8, 8]
+    """
+    return 1 << (size - 1).bit_length()
+
+
+def check_positive_sizes(batch_sizes: Any, longest: Any) -> None:
+    """E0866 unless ``batch_sizes`` is a non-empty list of positive ints and ``longest`` None
+    or a positive int (``Model.warm_up``'s arguments).
+
+    >>> check_positive_sizes([1, 4], 100)
+    >>> check_positive_sizes([0], None)
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0866]: warm_up's batch_sizes must be ...
+    """
+    sizes = list(batch_sizes) if isinstance(batch_sizes, list | tuple | range) else None
+    if not sizes or not all(_is_int(b) and b > 0 for b in sizes):
+        raise error(
+            "E0866",
+            f"warm_up's batch_sizes must be a non-empty list of positive ints, not "
+            f"{batch_sizes!r:.60}",
+            help="e.g. model.warm_up(batch_sizes=[1, 4]): the batch sizes generate will run",
+        )
+    if longest is not None and not (_is_int(longest) and longest > 0):
+        raise error(
+            "E0866",
+            f"warm_up's longest must be None or a positive int, not {longest!r:.60}",
+            help="e.g. model.warm_up(longest=1000): the longest prompt, in tokens",
+        )
+
+
+def padded(batch: list[list[int]], limit: int | None = None) -> list[list[int]]:
+    """The prompts as the rows prefill runs: each padded on the right with its own last token
+    (a valid id for any vocabulary; the padding is written into the cache but never
+    attended) to the longest prompt's :func:`length_bucket` (``limit``: the cache's
+    length, :func:`cache_length`), and the batch padded to its :func:`batch_bucket` with
+    copies of the last row. Without ``limit``: the longest, and the batch as it is.
 
     >>> padded([[1, 2, 3], [4]])
     [[1, 2, 3], [4, 4, 4]]
+    >>> [len(r) for r in padded([[1, 2, 3], [4], [5, 6]], limit=64)]
+    [16, 16, 16, 16]
     """
     longest = max(len(p) for p in batch)
-    return [p + [p[-1]] * (longest - len(p)) for p in batch]
+    width = length_bucket(longest, limit)
+    rows = [p + [p[-1]] * (width - len(p)) for p in batch]
+    if limit is None:
+        return rows
+    return rows + [rows[-1]] * (batch_bucket(len(rows)) - len(rows))
 
 
 def stop_tokens_of(model: Any, stop_tokens: Any) -> tuple[Any, str]:
@@ -235,6 +322,19 @@ def check_vocabulary(
         if t < 0 or (vocabulary is not None and t >= vocabulary):
             raise stop_token_error(t, vocabulary, stops_from)
     return vocabulary
+
+
+def cache_length(model: Any, one: Any) -> int | None:
+    """The positions the model's ``decode`` entry takes (its KV cache's length: ``pos``'s
+    upper bound), or None where its graph does not bound ``pos``; ``one`` is a one-element
+    int32 array of the runtime's.
+
+    >>> cache_length(model, np.zeros(1, np.int32))                         # doctest: +SKIP
+    1024
+    """
+    graph = model.graph("decode", [one, one])
+    r = next((r for name, r in bounds_for(graph).inputs.items() if name == "%pos"), None)
+    return None if r is None else r.hi
 
 
 def check_cache(model: Any, prompt: int, tokens: int, one: Any) -> None:

@@ -10,7 +10,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,61 @@ class TextModel:
             return generate_text(self, prompts, max_new_tokens, options, run)
         check_token_prompt_options(options)
         return run(self, prompts, max_new_tokens, **options)
+
+    def warm_up(
+        self,
+        batch_sizes: Sequence[int] = (1,),
+        longest: int | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> list[tuple[int, int]]:
+        """Run once every shape ``generate`` runs at for ``batch_sizes`` prompts of up to
+        ``longest`` tokens (default: as many as the KV cache holds), so that no later call
+        lowers or compiles anything: each prompt-length bucket's ``prefill`` and each batch
+        bucket's ``decode`` (:func:`linnet.lang.host.generate.padded`). ``progress`` gets a
+        line per shape (default: stderr). Returns the (batch, length) shapes run.
+
+        >>> model.warm_up(batch_sizes=[1, 4], longest=1000)                   # doctest: +SKIP
+        [(1, 16), (1, 32), ..., (4, 1024)]
+        """
+        import sys
+
+        from linnet.lang.diagnostics.core import coded_error
+        from linnet.lang.host.generate import (
+            batch_bucket,
+            cache_length,
+            check_positive_sizes,
+            length_bucket,
+            length_buckets,
+        )
+
+        say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+        check_positive_sizes(batch_sizes, longest)
+        limit = cache_length(self, self._int32_zeros(1))
+        if limit is None:
+            raise coded_error(
+                "E0866",
+                "warm_up needs the positions `decode` takes (its KV cache's length), and "
+                "this model's decode does not bound `pos`",
+                help="generate then runs each prompt at its own length: there is nothing "
+                "to warm up ahead of time",
+            )
+        top = limit if longest is None else length_bucket(longest, limit)
+        lengths = [n for n in length_buckets(limit) if n <= top]
+        shapes = [(b, n) for b in sorted({batch_bucket(b) for b in batch_sizes}) for n in lengths]
+        run = self._token_generate()
+        for i, (b, n) in enumerate(shapes, 1):
+            say(f"warm-up {i}/{len(shapes)}: {b} prompt(s) of {n} tokens")
+            # A prompt that fills its bucket; one token short where the bucket is the whole
+            # cache and a decode step would pass it (then decode ran at a smaller bucket).
+            short = n - 1 if n >= limit else n
+            size = short if short > 0 and length_bucket(short, limit) == n else n
+            steps = 2 if size < limit else 1
+            run(self, [[0] * size] * b, steps, stop_tokens=[])
+        return shapes
+
+    def _int32_zeros(self, n: int) -> Any:
+        """A length-``n`` int32 array of the runtime's (each runtime overrides it)."""
+        raise NotImplementedError
 
     def stream(self, prompt: Any, max_new_tokens: int = 16, **options: Any) -> Iterator[str]:
         """The text generated after one prompt (a string or chat messages), piece by piece
