@@ -214,3 +214,19 @@ def test_warm_up_arguments_are_checked(pair, args):
     with pytest.raises(LinnetError) as info:
         pair[1].warm_up(**args)
     assert info.value.diagnostics[0].code == "E0866"
+
+
+def test_sampling_follows_the_distribution_and_never_picks_a_dropped_token():
+    """pick samples softmax(logits / T) by inverse CDF on the logits' device: frequencies
+    match the probabilities, and a token top_k drops (probability 0) never comes."""
+    import math
+
+    logits = torch.tensor([[0.0, math.log(3.0), -1e30, 0.0]]).repeat(4000, 1)
+    gen = torch.Generator().manual_seed(0)
+    picked = pick(logits, temperature=1.0, generator=gen)
+    counts = torch.bincount(picked, minlength=4).tolist()
+    assert counts[2] == 0
+    assert abs(counts[1] / 4000 - 0.6) < 0.03  # 3 / (1 + 3 + 0 + 1)
+    assert abs(counts[0] / 4000 - 0.2) < 0.03
+    kept = pick(logits, temperature=1.0, top_k=2, generator=gen)
+    assert set(kept.tolist()) <= {0, 1, 3} and (kept == 1).float().mean() > 0.5

@@ -13,9 +13,10 @@ cache is never attended. Each sequence therefore gets the tokens it would get al
 Tokens are picked greedily (``temperature=0``, the default: the argmax, ties to the lowest
 id, as transformers' greedy search), or sampled from ``softmax(logits / temperature)`` kept
 to the ``top_k`` most likely tokens and to the smallest set whose probability reaches
-``top_p`` (transformers' warpers, in that order). Sampling draws from a CPU
-``torch.Generator`` seeded with ``seed``: the same seed gives the same tokens, on every
-device. A sequence stops after it emits one of ``stop_tokens`` (the stop token is kept) or
+``top_p`` (transformers' warpers, in that order). Sampling runs on the logits' device
+(inverse-CDF: one uniform per row, drawn from a CPU ``torch.Generator`` seeded with
+``seed``): the same seed gives the same tokens on every device, and no step waits for
+the device to pick. A sequence stops after it emits one of ``stop_tokens`` (the stop token is kept) or
 after ``max_new_tokens``.
 
 Edge values have one meaning each: a tiny positive temperature (down to the smallest
@@ -117,8 +118,16 @@ def pick(
         drop = cumulative <= (1 - top_p)
         drop[..., -1] = False
         scores = scores.masked_fill(drop.scatter(-1, index, drop), float("-inf"))
-    probs = scores.softmax(dim=-1).cpu()
-    picked = torch.multinomial(probs, 1, generator=generator)[:, 0].to(logits.device)
+    # Inverse-CDF sampling on the logits' device: one uniform per row, drawn on the host from
+    # the seeded generator (the same seed gives the same draws on every device), then the
+    # first token whose cumulative probability passes it. A token of probability 0 spans
+    # no interval, so it is never picked; nothing waits for the device.
+    probs = scores.softmax(dim=-1)
+    cumulative = probs.cumsum(dim=-1)
+    draws = torch.rand((probs.shape[0], 1), generator=generator)
+    draws = draws.to(probs.device, non_blocking=True) * cumulative[:, -1:]
+    picked = torch.searchsorted(cumulative, draws, right=True)[:, 0]
+    picked = picked.clamp_max(probs.shape[-1] - 1)
     return torch.where(finite, picked, -1)
 
 
