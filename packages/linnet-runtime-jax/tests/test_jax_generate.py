@@ -17,6 +17,7 @@ import pytest
 from jax_support import LLAMA, toy_config
 from linnet.jax import load
 from linnet.jax.generate import TRACES, pick
+from linnet.lang import LinnetError
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -261,3 +262,12 @@ def test_generate_on_the_gpu(tmp_path):
     other = on_gpu.generate(prompts, 64, **(kw | {"seed": 12, "temperature": 1.1}))
     assert [o[:32] for o in other] != first
     assert traces == TRACES
+
+
+def test_fast_false_runs_without_jit_and_gives_the_same_tokens(pair):
+    model = pair[2]
+    prompts = [[3, 1, 4, 1, 5], [9, 2]]
+    assert model.generate(prompts, 3, fast=False) == model.generate(prompts, 3)
+    with pytest.raises(LinnetError) as info:
+        model.generate(prompts, 3, fast=None)
+    assert info.value.diagnostics[0].code == "E0870"

@@ -230,3 +230,36 @@ def test_sampling_follows_the_distribution_and_never_picks_a_dropped_token():
     assert abs(counts[0] / 4000 - 0.2) < 0.03
     kept = pick(logits, temperature=1.0, top_k=2, generator=gen)
     assert set(kept.tolist()) <= {0, 1, 3} and (kept == 1).float().mean() > 0.5
+
+
+def test_fast_must_be_a_bool(pair):
+    with pytest.raises(LinnetError) as info:
+        pair[1].generate(PROMPTS, 2, fast="no")
+    assert info.value.diagnostics[0].code == "E0870"
+    assert pair[1].generate(PROMPTS, 3, fast=False) == pair[1].generate(PROMPTS, 3)
+
+
+@pytest.mark.gpu
+def test_cuda_generate_plans_once_and_equals_the_eager_path(pair, tmp_path, monkeypatch):
+    """On CUDA generate plans decode once per batch bucket and replays it captured: greedy
+    tokens equal fast=False's (the entries call by call) and transformers', prompts of new
+    lengths reuse the plan, and a seeded sample is the same on both paths."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    monkeypatch.setenv("LINNET_HOME", str(tmp_path))
+    hf = pair[0]
+    hf.save_pretrained(tmp_path / "mistral")
+    model = load(
+        "std.models.mistral", weights=tmp_path / "mistral", config={"S": 64}, device="cuda"
+    )
+    got = model.generate(PROMPTS, max_new_tokens=STEPS)
+    assert got == model.generate(PROMPTS, max_new_tokens=STEPS, fast=False)
+    assert got == [hf_greedy(hf, p, STEPS) for p in PROMPTS]
+    assert list(model._fast_steps) == [4]
+    again = model.generate([[9, 8, 7, 6, 5, 4, 3], [1, 2], [40] * 20], max_new_tokens=STEPS)
+    assert list(model._fast_steps) == [4] and len(again) == 3
+    sampled = [
+        model.generate(PROMPTS, 12, temperature=0.8, top_k=20, seed=3, fast=f)
+        for f in (True, False)
+    ]
+    assert sampled[0] == sampled[1]

@@ -49,6 +49,7 @@ from linnet.lang.host.generate import (  # noqa: F401  (check_options: Model.gen
     array_prompts_error,
     cache_length,
     check_cache,
+    check_fast,
     check_generate,
     check_options,
     check_vocabulary,
@@ -322,6 +323,7 @@ def generate(
     stop_tokens: Sequence[int] | None = None,
     on_token: Callable[[int, list[int]], None] | None = None,
     stop_when: Callable[[int, int], bool] | None = None,
+    fast: bool = True,
 ) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
     any lengths; one list or an integer array [B, L] also do); returns each prompt's new
@@ -330,6 +332,9 @@ def generate(
     tokens)`` is called after each step with the batch's tokens of that step. The model's own states are not touched: the
     generation runs on fresh ones. Everything is checked before anything runs (the torch
     runtime's checks and codes), but for non-finite logits, found at their step (E0818).
+
+    ``fast=False`` runs the same steps without jit (``jax.disable_jit``), op by op, for
+    debugging: the same tokens, far slower.
 
     >>> model.generate([[1, 2, 3], [4]], max_new_tokens=4)                 # doctest: +SKIP
     [[17, 9, 9, 30], [5, 5, 211, 2]]
@@ -341,6 +346,21 @@ def generate(
     batch = _prompts(prompts)
     stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
     check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
+    check_fast(fast)
+    if not fast:
+        with jax.disable_jit():
+            return generate(
+                model,
+                batch,
+                max_new_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+                stop_tokens=stop_tokens,
+                on_token=on_token,
+                stop_when=stop_when,
+            )
     one = np.zeros(1, np.int32)
     check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
     # A few bucketed shapes (host/generate.padded): a new prompt length or batch size traces

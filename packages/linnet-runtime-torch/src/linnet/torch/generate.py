@@ -49,6 +49,7 @@ from linnet.lang.host.generate import (  # noqa: F401
     array_prompts_error,
     cache_length,
     check_cache,
+    check_fast,
     check_generate,
     check_options,
     check_vocabulary,
@@ -59,6 +60,8 @@ from linnet.lang.host.generate import (  # noqa: F401
 )
 
 import torch
+
+from .fast_generate import applies, generate_fast
 
 
 def _prompts(prompts: Any) -> list[list[int]]:
@@ -143,6 +146,7 @@ def generate(
     stop_tokens: Sequence[int] | None = None,
     on_token: Callable[[int, list[int]], None] | None = None,
     stop_when: Callable[[int, int], bool] | None = None,
+    fast: bool = True,
 ) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
     any lengths; one list or an integer tensor [B, L] also do); returns each prompt's new
@@ -153,6 +157,11 @@ def generate(
     anything runs (prompt ids and stop tokens against the vocabulary, the options' types
     and ranges, the cache's length), but for non-finite logits, found at their step (E0818).
 
+    On CUDA (one process, generated source, no autograd) ``decode`` runs planned and
+    captured, steps queued on the device (:mod:`linnet.torch.fast_generate`): the first call
+    for a batch size plans, later calls reuse. ``fast=False`` runs the entries one call at a
+    time instead, for debugging; on the CPU both are the same path.
+
     >>> model.generate([[1, 2, 3], [4]], max_new_tokens=4)                 # doctest: +SKIP
     [[17, 9, 9, 30], [5, 5, 211, 2]]
     >>> model.generate([[1, 2, 3]], 4, temperature=0.8, top_k=40, seed=1)  # doctest: +SKIP
@@ -161,6 +170,7 @@ def generate(
     batch = _prompts(prompts)
     stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
     check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
+    check_fast(fast)
     one = torch.zeros(1, dtype=torch.int32)
     check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
     # Prefill and decode run at a few bucketed shapes (host/generate.padded): a prompt of a
@@ -175,11 +185,21 @@ def generate(
     if temperature != 0:
         generator = torch.Generator()
         generator.manual_seed(sampling_seed(seed))
+    progress = Progress(batch, stop_tokens, on_token, stop_when)
+    if applies(model, fast):
+        return generate_fast(
+            model,
+            batch,
+            rows,
+            lengths,
+            max_new_tokens,
+            progress,
+            lambda logits: pick(logits, temperature, top_k, top_p, generator),
+        )
     context = model.new_context("prefill", [tokens])
     logits = model.prefill(tokens, context=context)
     last = torch.tensor([n - 1 for n in lengths], device=logits.device)
     step_logits = logits[torch.arange(len(rows), device=logits.device), last]
-    progress = Progress(batch, stop_tokens, on_token, stop_when)
     pos = list(lengths)
     for step in range(max_new_tokens):
         # The step's one copy to the host: its tokens, -1 where the logits are not finite.

@@ -44,6 +44,7 @@ OPTIONS = (
     "stop_tokens",
     "on_token",
     "max_new_tokens",
+    "fast",
     "stop",
     "callback",
     "skip_special_tokens",
@@ -228,6 +229,24 @@ def batch_bucket(size: int) -> int:
     [1, 2, 4, 8, 8]
     """
     return 1 << (size - 1).bit_length()
+
+
+def check_fast(fast: Any) -> None:
+    """E0870 unless ``generate``'s ``fast`` is True or False.
+
+    >>> check_fast(False)
+    >>> check_fast("no")
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0870]: generate's fast must be True or False, not 'no'
+    """
+    if not isinstance(fast, bool):
+        raise error(
+            "E0870",
+            f"generate's fast must be True or False, not {fast!r:.60}",
+            help="fast=False runs each entry call by call (for debugging); the default, "
+            "True, runs the planned, captured (torch on CUDA) or jitted (JAX) steps",
+        )
 
 
 def check_positive_sizes(batch_sizes: Any, longest: Any) -> None:

@@ -1,0 +1,118 @@
+"""`generate`'s fast path on CUDA: the decode step planned and replayed as one CUDA graph.
+
+The first call for a batch bucket (:func:`linnet.lang.host.generate.padded`) plans
+``decode`` over every available backend and Linnet's kernels (``Model.plan_for``, with a
+progress bar; the timings go to the cache under ``$LINNET_HOME``, so a second process plans
+without timing again), makes a context for the plan and a :class:`~linnet.torch.plans.Captured`
+step, and keeps the three on the model: every later call with a batch of that bucket reuses
+them, whatever its prompts' lengths. ``prefill`` runs the model's own entry (generated
+source, compiled where the model is) into the plan's context, one shape per length bucket.
+
+Each step stays on the device: the token picked (:func:`linnet.torch.generate.pick`: greedy
+or sampled there) feeds the next replay without a copy to the host; the host gives only
+each step's positions (which it knows) through pinned memory. The host reads a step's
+tokens (one small copy) after it has queued the next step, so the device never waits for
+it; a batch that stops costs at most one step computed for nothing. A finished sequence's
+rows go on being computed at later positions (their cache rows are its own, so no other
+sequence sees them) and their tokens are dropped.
+
+>>> model = load("std.models.llama", weights="Llama-3.2-1B/", device="cuda")   # doctest: +SKIP
+>>> model.generate([[128000, 791, 6864]], 256)   # plans once, then replays   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from linnet.lang.host.generate import Progress
+
+import torch
+
+from .plans import Captured
+
+
+@dataclass
+class FastStep:
+    """One batch bucket's decode plan, its context (the KV cache generate uses) and its
+    captured step, kept on the model (``model._fast_steps``)."""
+
+    plan: Any
+    context: Any
+    step: Captured
+    # One generation at a time uses the context (its KV cache).
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def applies(model: Any, fast: bool) -> bool:
+    """Whether ``generate`` takes the fast path: on CUDA, one process, generated source (not
+    the interpreter), without autograd, unless ``fast=False``.
+
+    >>> applies(load("std.models.llama"), True)         # a CPU model      # doctest: +SKIP
+    False
+    """
+    return (
+        fast
+        and model.device.type == "cuda"
+        and model.world == 1
+        and not model.interpret
+        and not model.autograd
+    )
+
+
+def fast_step(model: Any, rows: int) -> FastStep:
+    """The batch bucket ``rows``'s :class:`FastStep`, planned on first use.
+
+    >>> fast_step(model, 1).plan.explain()                                  # doctest: +SKIP
+    """
+    steps: dict[int, FastStep] = model.__dict__.setdefault("_fast_steps", {})
+    if rows not in steps:
+        one = torch.ones(rows, dtype=torch.int32)
+        plan = model.plan_for("decode", [one, one], compile=model.compile or None, captured=True)
+        context = model.context_for(plan)
+        steps[rows] = FastStep(plan, context, Captured(plan, context))
+    return steps[rows]
+
+
+def generate_fast(
+    model: Any,
+    batch: list[list[int]],
+    rows: list[list[int]],
+    lengths: list[int],
+    max_new_tokens: int,
+    progress: Progress,
+    pick_step: Callable[[torch.Tensor], torch.Tensor],
+) -> list[list[int]]:
+    """The generation ``generate`` checked and padded (``rows``, each row's prompt length in
+    ``lengths``), on the fast path; ``pick_step(logits)`` picks each step's tokens on the
+    device (-1 where not finite).
+
+    >>> generate_fast(model, batch, rows, lengths, 8, progress, pick)        # doctest: +SKIP
+    """
+    fast = fast_step(model, len(rows))
+    device = model.device
+    with fast.lock:
+        logits = model.prefill(torch.tensor(rows, dtype=torch.int32), context=fast.context)
+        at = torch.tensor([n - 1 for n in lengths], device=device)
+        step_logits = logits[torch.arange(len(rows), device=device), at]
+        # Two pinned buffers for the tokens on their way to the host, used in turn: step s's
+        # is read before step s + 2 writes its buffer.
+        pinned = [torch.empty(len(rows), dtype=torch.int64, pin_memory=True) for _ in range(2)]
+        for s in range(max_new_tokens):
+            tokens = pick_step(step_logits)
+            host = pinned[s % 2]
+            host.copy_(tokens, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
+            if s + 1 < max_new_tokens:
+                # Queue step s + 1 before reading step s's tokens. A -1 (logits not finite)
+                # is fed as 0, so the embedding stays in range; the host stops at the -1.
+                feed = tokens.clamp_min(0).to(torch.int32)
+                pos = torch.tensor([n + s for n in lengths], dtype=torch.int32)
+                step_logits = fast.step([feed, pos])[0]
+            copied.synchronize()
+            if not progress.take(s, host.tolist()[: len(batch)]):
+                break
+    return progress.out
