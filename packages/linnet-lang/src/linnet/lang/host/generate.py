@@ -238,7 +238,7 @@ def check_fast(fast: Any) -> None:
     >>> check_fast("no")
     Traceback (most recent call last):
     ...
-    linnet.lang.diagnostics.core.LinnetError: error[E0870]: generate's fast must be True or False, not 'no'
+    linnet.lang.diagnostics.core.LinnetError: error[E0870]: generate's fast must be True or False, ...
     """
     if not isinstance(fast, bool):
         raise error(
