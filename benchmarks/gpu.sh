@@ -9,6 +9,8 @@
 #                                          carried, the latter with pytest's wheels)
 #   bash benchmarks/gpu.sh --steps [--parts t,s --models ...]   (.whl/ with nvmath-python too;
 #                                          whole steps with both plugins: gpu_steps.py)
+#   bash benchmarks/gpu.sh --generate [--models ...]   (.whl/ as for --steps; Model.generate vs
+#                                          the captured step it runs: gpu_generate.py)
 #   bash benchmarks/gpu.sh --start [--models ...]   (.whl/ as for --steps; load -> first planned
 #                                          token, cold and warm $LINNET_HOME: gpu_start.py)
 #   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
@@ -103,6 +105,12 @@ if [ "${1:-}" = "--start" ]; then
   # Start-up with a cold and a warm $LINNET_HOME (gpu_start.py); the plugins when .whl/ is here.
   if ls .whl/*.whl >/dev/null 2>&1; then flashinfer_env; fi
   python3 benchmarks/gpu_start.py "${@:2}" 2>&1 | tee "$OUT/start.log" | grep -v Warning | tail -40
+  exit 0
+fi
+if [ "${1:-}" = "--generate" ]; then
+  # Model.generate against the captured step it runs, new prompt lengths, text (gpu_generate.py).
+  flashinfer_env
+  python3 benchmarks/gpu_generate.py "${@:2}" 2>&1 | tee "$OUT/generate.log" | grep -v Warning | tail -40
   exit 0
 fi
 if [ "${1:-}" = "--steps" ]; then
