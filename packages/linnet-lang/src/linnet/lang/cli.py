@@ -369,7 +369,7 @@ def _export_graph(args: argparse.Namespace, dynamic: bool = False) -> tuple[Any,
     # lower_for_command: `--grad` exports the gradient graph (it was parsed, so never ignored)
     inputs = parse_inputs(args.input)
     graph = lower_for_command(args, program, args.entry, inputs, config, weights, check=False)
-    from linnet.lang.ir.bounds import check_static
+    from linnet.lang.passes.bounds import check_static
 
     check_static(graph, args.entry)  # E0782 (a prompt past the cache), as the runtimes say
     if dynamic:

@@ -35,7 +35,7 @@ from linnet.lang.host.loading import (
 )
 from linnet.lang.host.options import check_seed
 from linnet.lang.host.run import model_for_weights
-from linnet.lang.ir.bounds import check_static
+from linnet.lang.passes.bounds import check_static
 from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.jax.model.NUMERICS)
 from linnet.lang.text.model import TextModel, given_tokenizer
 from linnet.lang.weights.demo import parameter_types

@@ -19,7 +19,7 @@ from linnet.lang.host.loading import (
     entry_method,
 )
 from linnet.lang.host.options import check_seed
-from linnet.lang.ir.bounds import check_static
+from linnet.lang.passes.bounds import check_static
 from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.torch.model.NUMERICS)
 from linnet.lang.text.model import TextModel
 from linnet.lang.weights.demo import parameter_types
@@ -274,10 +274,10 @@ class Model(TextModel):
         return lowered
 
     def _shard(self, graph: Graph, entry: str) -> Graph:
-        """This rank's graph of ``graph`` (linnet.lang.ir.shard); its inputs are checked as
+        """This rank's graph of ``graph`` (linnet.lang.passes.shard); its inputs are checked as
         the whole graph's are (the same inputs reach every rank)."""
-        from linnet.lang.ir.bounds import share_bounds
-        from linnet.lang.ir.shard import shard
+        from linnet.lang.passes.bounds import share_bounds
+        from linnet.lang.passes.shard import shard
 
         from .parallel import check_layout
 

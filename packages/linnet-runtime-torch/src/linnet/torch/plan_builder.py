@@ -29,8 +29,8 @@ from linnet.lang import __version__ as lang_version
 from linnet.lang.check.spans import claim_spans
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph
-from linnet.lang.ir.shard import COLLECTIVES
-from linnet.lang.ir.slices import Slice, slice_steps
+from linnet.lang.passes.shard import COLLECTIVES
+from linnet.lang.passes.slices import Slice, slice_steps
 from linnet.plan import Candidate, TimingCache, cache_key, label_algorithms, rotation, warn_failed
 
 import torch

@@ -342,7 +342,7 @@ def _accumulate(ct: dict[str, list[str]], tape: Tape, ref: str, d: str) -> None:
 
 def _iterations(graph: Graph) -> list[Call | None]:
     """For each step, the outermost call of an iteration of a repeated block holding it
-    (the calls that cut a graph into slices, `ir/slices.py`), or None."""
+    (the calls that cut a graph into slices, `passes/slices.py`), or None."""
     out: list[Call | None] = [None] * len(graph.steps)
     chosen_stop = -1
     for call in sorted(graph.calls, key=lambda c: (c.start, -c.stop)):
