@@ -108,15 +108,14 @@ def check_device(device: Any) -> str | None:
     >>> check_device("cuda:x")
     Traceback (most recent call last):
     ...
-    linnet.lang.diagnostics.core.LinnetError: error[E0710]: `'cuda:x'` is not a device...
+    linnet.lang.diagnostics.core.LinnetError: error[E0710]: 'cuda:x' is not a device...
     """
     if device is None or (isinstance(device, str) and _DEVICE.fullmatch(device)):
         return device
     raise coded_error(
         "E0710",
-        f"`{device!r}` is not a device",
-        help="a device is a kind and an optional index: 'cpu', 'cuda', 'cuda:1', 'meta' "
-        "(JAX: 'gpu', 'gpu:N')",
+        f"{device!r} is not a device: a device is named by a kind and an optional index",
+        help="e.g. 'cpu', 'cuda', 'cuda:1', 'meta' (JAX: 'gpu', 'gpu:N')",
     )
 
 
