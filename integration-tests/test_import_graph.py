@@ -253,6 +253,8 @@ COMPILER = (
     f"{L}.check",
     f"{L}.grad",
     f"{L}.emit",
+    f"{L}.pipeline",
+    f"{L}.compiler",
 )
 RULES = [
     # Between distributions (the dependency test below checks the same from pyproject.toml).
@@ -345,6 +347,8 @@ RULES = [
             f"{L}.check",
             f"{L}.grad",
             f"{L}.weights",
+            f"{L}.pipeline",
+            f"{L}.compiler",
         ),
         (f"{L}.emit", f"{L}.export", f"{L}.export_checks"),
         (),
@@ -363,6 +367,14 @@ RULES = [
         (f"{L}.cli", f"{L}.host", f"{L}.weights.demo"),
         (),
         "compiling never binds inputs, reads a config file or prints",
+    ),
+    Rule(
+        "the pipeline is below lowering",
+        (f"{L}.pipeline",),
+        (f"{L}.check", f"{L}.grad", f"{L}.syntax", f"{L}.compiler"),
+        (),
+        "issue 39: lowering runs the pipeline's stages; compile_entry (linnet.lang.compiler), "
+        "which runs lowering, sits above it",
     ),
     Rule(
         "host has no CLI",
