@@ -35,7 +35,6 @@ from linnet.lang.weights.safetensors import (
 )
 
 
-
 def nonfinite_weight(name: str, nan: int, inf: int, first: Sequence[int]) -> Diagnostic:
     """E0666: weight ``name`` holds ``nan`` NaN and ``inf`` infinite values, the first at
     index ``first``; the runtimes' load-time check raises it.
