@@ -138,7 +138,7 @@ def part_a(run: Run) -> None:
 def ulp_report(model: Any, inputs: list, backend: Any, regions: list) -> str:
     """For regions that failed at 0.01: the largest difference in units of the bf16 spacing
     at the reference value (1.0 = a rounding flip), as conform computes them."""
-    from linnet.lang.ir.slices import slice_steps
+    from linnet.lang.passes.slices import slice_steps
     from linnet.torch.model import numerics_mode
 
     builder = PlanBuilder(model, "decode", inputs, Options(measure=False), progress=False)

@@ -203,6 +203,15 @@ def test_graph_covers_every_package() -> None:
     assert "linnet.torch.options" in graph["linnet.torch.planned"]
 
 
+def test_graph_passes_live_in_passes() -> None:
+    """Issue 39: the graph-to-graph passes moved from ``ir/`` to ``passes/`` with no module
+    left behind under the old name (a shim would let ``ir/`` callers keep the old path)."""
+    mods = modules()
+    for name in ("shard", "bounds", "slices", "hoist", "spans"):
+        assert f"{L}.passes.{name}" in mods, name
+        assert f"{L}.ir.{name}" not in mods, f"{L}.ir.{name} is left behind"
+
+
 def test_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
 
@@ -244,6 +253,8 @@ COMPILER = (
     f"{L}.check",
     f"{L}.grad",
     f"{L}.emit",
+    f"{L}.pipeline",
+    f"{L}.compiler",
 )
 RULES = [
     # Between distributions (the dependency test below checks the same from pyproject.toml).
@@ -312,6 +323,13 @@ RULES = [
         "issue 39: ir/ imports neither check/ nor syntax/",
     ),
     Rule(
+        "ir never imports passes",
+        (f"{L}.ir",),
+        (f"{L}.passes",),
+        (),
+        "issue 39: passes/ rewrite and analyse the graph format; the format never needs them",
+    ),
+    Rule(
         "passes are graph to graph",
         (f"{L}.passes",),
         ("linnet",),
@@ -329,6 +347,8 @@ RULES = [
             f"{L}.check",
             f"{L}.grad",
             f"{L}.weights",
+            f"{L}.pipeline",
+            f"{L}.compiler",
         ),
         (f"{L}.emit", f"{L}.export", f"{L}.export_checks"),
         (),
@@ -347,6 +367,14 @@ RULES = [
         (f"{L}.cli", f"{L}.host", f"{L}.weights.demo"),
         (),
         "compiling never binds inputs, reads a config file or prints",
+    ),
+    Rule(
+        "the pipeline is below lowering",
+        (f"{L}.pipeline",),
+        (f"{L}.check", f"{L}.grad", f"{L}.syntax", f"{L}.compiler"),
+        (),
+        "issue 39: lowering runs the pipeline's stages; compile_entry (linnet.lang.compiler), "
+        "which runs lowering, sits above it",
     ),
     Rule(
         "host has no CLI",
@@ -390,6 +418,9 @@ def test_rule_table_is_sound() -> None:
     (ir,) = [r for r in RULES if r.name == "ir is a data layer"]
     made_up = Edge(f"{L}.ir.graph", f"{L}.check.driver", 1, True, ("lower",))
     assert violations(ir, [made_up]) == {(f"{L}.ir.graph", f"{L}.check.driver")}
+    (no_passes,) = [r for r in RULES if r.name == "ir never imports passes"]
+    into_passes = Edge(f"{L}.ir.verify", f"{L}.passes.shard", 1, True, ("shard",))
+    assert violations(no_passes, [into_passes]) == {(f"{L}.ir.verify", f"{L}.passes.shard")}
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)

@@ -283,3 +283,50 @@ def test_a_clause_is_linear_in_its_incoming_gradients_or_says_why_not(dx, why):
         assert found == []
     else:
         assert [i for i, _ in found] == [0] and why in found[0][1], found
+
+
+# E0953 names one state in every run (issue 39): `_check_states` took the first state of a
+# set of value names, so which of several states the message named followed the process's
+# string hash seed. Three states written z, m, a (neither sorted nor reversed), all read back.
+STATES_SCRIPT = """
+from linnet.lang import LinnetError
+from linnet.lang.grad.reverse import differentiate
+from linnet.lang.ir.graph import Graph, Step, ValueType
+
+F = "f64"
+g = Graph("run", "M", inputs=["%x", "%i"], outputs=["%r"])
+g.values = {"%x": ValueType((2, 3), F), "%i": ValueType((2,), "i64")}
+sums = []
+for k, name in enumerate(["z", "m", "a"]):
+    g.steps.append(Step("scatter", ["@" + name, "%x", "%i"], [], {"indexed_axes": 1,
+        "path": name}, f"m.linnet:{k + 1}:1"))
+    g.states[name] = ValueType((4, 3), F)
+for name in ["z", "m", "a"]:
+    g.steps.append(Step("reduce", ["@" + name], ["%r_" + name], {"kind": "sum", "axes": [0],
+        "accumulate": F, "identity": 0.0}))
+    g.values["%r_" + name] = ValueType((3,), F)
+g.steps.append(Step("add", ["%r_z", "%r_m"], ["%r_zm"]))
+g.steps.append(Step("add", ["%r_zm", "%r_a"], ["%r"]))
+g.values["%r_zm"] = g.values["%r"] = ValueType((3,), F)
+try:
+    differentiate(g, ["x"], "cotangents")
+except LinnetError as err:
+    print(err.diagnostics[0].code, err.diagnostics[0].message)
+"""
+
+
+def test_E0953_names_the_first_state_written_whatever_the_hash_seed():
+    import os
+    import subprocess
+    import sys
+
+    seen = set()
+    for seed in ("0", "1", "2", "3", "4", "5"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run(
+            [sys.executable, "-c", STATES_SCRIPT], env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        seen.add(run.stdout.strip())
+    (message,) = seen  # one message in every process
+    assert message.startswith("E0953") and "the state `z` (at m.linnet:1:1)" in message, message

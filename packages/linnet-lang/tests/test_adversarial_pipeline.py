@@ -14,7 +14,15 @@ from linnet.lang.cli import main
 from linnet.lang.emit.jax import emit_jax
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.verify import verify
-from linnet.lang.pipeline import NUMERICS, STAGES, Numerics, Stage, run_stages, watch
+from linnet.lang.pipeline import (
+    NUMERICS,
+    STAGES,
+    CompileOptions,
+    Numerics,
+    Stage,
+    run_stages,
+    watch,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"
@@ -106,6 +114,45 @@ def test_the_cli_numerics_still_takes_fast(capsys):
     ]
     assert main(args) == 0
     assert "Numerics: fast." in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ device and dtype, one check
+# CompileOptions (issue 39 item 3): the device's name and the weights' dtype checked once, for
+# both runtimes, with the runtimes' codes; garbage is a coded error, never a traceback.
+GARBAGE_DEVICES = ["", "CUDA", "cuda:-1", "cuda:1:2", " cpu", "cuda:x", "cpu\n", 3.5, b"cpu"]
+GARBAGE_DTYPES = ["F32", "float8", "i32", "", [], {}, 3, b"bf16"]
+
+
+@pytest.mark.parametrize("device", GARBAGE_DEVICES, ids=repr)
+def test_a_garbage_device_name_is_E0710(device: Any):
+    with pytest.raises(LinnetError) as exc:
+        CompileOptions.parse(device=device)
+    assert code_of(exc) == "E0710" and "'cpu', 'cuda', 'cuda:1', 'meta'" in str(exc.value)
+
+
+@pytest.mark.parametrize("dtype", GARBAGE_DTYPES, ids=repr)
+def test_a_garbage_dtype_is_E0742(dtype: Any):
+    with pytest.raises(LinnetError) as exc:
+        CompileOptions.parse(dtype=dtype)
+    assert code_of(exc) == "E0742" and "one of f64, f32, f16, bf16" in str(exc.value)
+
+
+@pytest.mark.parametrize("runtime", ["torch", "jax"])
+def test_both_runtimes_load_give_the_same_codes_for_garbage_options(runtime: str):
+    load = pytest.importorskip(f"linnet.{runtime}").load
+    # Not bytes: torch takes b"cpu" for a device (torch.device's own rule, as before).
+    for device in [d for d in GARBAGE_DEVICES if not isinstance(d, bytes)]:
+        with pytest.raises(LinnetError) as exc:
+            load(LLAMA, config="toy", device=device)
+        assert code_of(exc) == "E0710", device
+    for dtype in GARBAGE_DTYPES:
+        with pytest.raises(LinnetError) as exc:
+            load(LLAMA, config="toy", dtype=dtype)
+        assert code_of(exc) == "E0742", dtype
+    model = load(LLAMA, config="toy", numerics="fast", dtype="f32")
+    assert model.options == CompileOptions(
+        Numerics.FAST, "cpu" if runtime == "torch" else None, "f32"
+    )
 
 
 # ------------------------------------------------------------------ stages, listed once

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from linnet.lang import Graph, LinnetError, Program, lower
 from linnet.lang.emit.torch import emit_torch
-from linnet.lang.ir.bounds import bounds_for, share_bounds, value_ranges
 from linnet.lang.ir.graph import Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES
-from linnet.lang.ir.shard import shard
 from linnet.lang.ir.tiles import TILE_PRIMITIVES
 from linnet.lang.ir.verify import verify
+from linnet.lang.passes.bounds import bounds_for, share_bounds, value_ranges
+from linnet.lang.passes.shard import shard
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"

@@ -1,4 +1,4 @@
-"""`linnet.lang.ir.bounds.input_bounds`: the valid range of every entry input used as an index.
+"""`linnet.lang.passes.bounds.input_bounds`: the valid range of every entry input used as an index.
 
 The property tests write an index expression over an input (`t[a * ids[i] + c]`, with
 clamps and index variables), derive the range, and compare it with brute force: every
@@ -13,8 +13,8 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from linnet.lang import Program, lower
-from linnet.lang.ir.bounds import input_bounds
 from linnet.lang.ir.graph import Graph, Step, ValueType
+from linnet.lang.passes.bounds import input_bounds
 
 CI = bool(os.environ.get("CI"))
 SETTINGS = settings(

@@ -31,8 +31,8 @@ TABLES: list[tuple[str, str]] = [
     ("linnet.lang.emit.onnx_rules", "SYMBOLIC_ATTRIBUTES"),  # ONNX: attributes a dim may change
     ("linnet.lang.emit.stablehlo_rules", "RULES"),  # StableHLO export (issue 17)
     ("linnet.lang.ir.shapes", "SHAPE_RULES"),  # result types the verifier checks (E0685)
-    ("linnet.lang.ir.shard", "SHARD_RULES"),  # the tensor-parallel pass's rewrite per step
-    ("linnet.lang.ir.bounds", "BOUNDS_RULES"),  # the one integer range analysis
+    ("linnet.lang.passes.shard", "SHARD_RULES"),  # the tensor-parallel pass's rewrite per step
+    ("linnet.lang.passes.bounds", "BOUNDS_RULES"),  # the one integer range analysis
     ("linnet.lang.ir.elementwise", "SPELLINGS"),  # elementwise math, spelled per target
 ]
 

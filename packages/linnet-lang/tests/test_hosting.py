@@ -31,7 +31,7 @@ from linnet.lang.host.loading import (
 )
 from linnet.lang.host.options import run_tokens
 from linnet.lang.host.printing import summary_lines, token_line
-from linnet.lang.ir.bounds import input_bounds
+from linnet.lang.passes.bounds import input_bounds
 from linnet.lang.weights.demo import parameter_types
 
 LLAMA = Path(__file__).resolve().parents[3] / "examples" / "llama" / "llama.linnet"

@@ -127,7 +127,7 @@ model M<R: Dim, C: Dim> {
     "entry,inputs", [("decode", {"token": [1], "pos": [1]}), ("prefill", {"tokens": [1, 8]})]
 )
 def test_every_layer_is_one_slice_kind(program, entry, inputs):
-    from linnet.lang.ir.slices import cut
+    from linnet.lang.passes.slices import cut
 
     g = lower(program, entry, inputs, config("llama-3-8b"), check=False)
     slices = cut(g)

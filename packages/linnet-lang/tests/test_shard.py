@@ -1,4 +1,4 @@
-"""ir/shard.py, tensor parallelism (issue 21): each rank's graph, run in lockstep.
+"""passes/shard.py, tensor parallelism (issue 21): each rank's graph, run in lockstep.
 
 The W rank graphs of an entry run here side by side on the NumPy reference
 (tests/reference.py), one step of every rank at a time; a collective step combines the
@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.lang import LinnetError
 from linnet.lang.ir.graph import Graph
-from linnet.lang.ir.shard import COLLECTIVES, Sharding, shard
 from linnet.lang.ir.verify import verify
+from linnet.lang.passes.shard import COLLECTIVES, Sharding, shard
 from reference import REFERENCE_RULES, STATE_RULES, _scatter, np_dtype, zero_states
 
 

@@ -252,7 +252,7 @@ def test_a_claim_with_state_writes_launches_from_generated_pytorch_only():
     launches the kernel without the write and writes the state with its own steps."""
     from linnet.lang.emit.jax import emit_jax
     from linnet.lang.emit.torch import emit_torch
-    from linnet.lang.ir.slices import slice_steps
+    from linnet.lang.passes.slices import slice_steps
 
     program = Program.from_text(WRITER)
     graph = lower(program, "put", {"x": [2, 4], "pos": [2]}, {"N": 2, "S": 8, "D": 4})

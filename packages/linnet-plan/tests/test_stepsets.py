@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from linnet.backends import Region, RegionError, region_kind
 from linnet.lang import Graph, check_file, lower
-from linnet.lang.ir import slices, stepsets
+from linnet.lang.ir import stepsets
 from linnet.lang.ir.graph import Call, Step, ValueType
-from linnet.lang.ir.slices import cut, slice_range, slice_steps
 from linnet.lang.ir.stepsets import StepSetError, block_prefix, fingerprint, step_set
+from linnet.lang.passes import slices
+from linnet.lang.passes.slices import cut, slice_range, slice_steps
 
 ROOT = Path(__file__).resolve().parents[3]
 LLAMA = ROOT / "examples" / "llama" / "llama.linnet"

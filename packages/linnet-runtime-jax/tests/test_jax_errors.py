@@ -255,3 +255,19 @@ def test_both_runtimes_run_one_demo_checkpoint(capsys, linnet_home):
     made = sorted((linnet_home / "demo").iterdir())
     assert tokens("torch") == jax_tokens
     assert sorted((linnet_home / "demo").iterdir()) == made and len(made) == 1
+
+
+def test_the_jax_model_compiles_through_the_pipeline():
+    """Issue 39 item 3: linnet.jax lowers through linnet.lang.compiler.compile_entry (each
+    stage verified and shown; ``kernels`` under "fast"), with the options load checked once."""
+    from linnet.lang.pipeline import CompileOptions, watch
+
+    for numerics, want in [("exact", ["lower", "hoist"]), ("fast", ["lower", "hoist", "kernels"])]:
+        with watch() as seen:
+            load_source(
+                str(LLAMA), "decode", {"token": [1], "pos": [1]}, config="toy", numerics=numerics
+            )
+        assert [name for name, g in seen if g.entry == "decode"] == want
+    model = load(str(LLAMA), config="toy", numerics="fast", dtype="f32", device="cpu")
+    assert model.options == CompileOptions("fast", "cpu", "f32")
+    assert model.function("decode").options is model.options

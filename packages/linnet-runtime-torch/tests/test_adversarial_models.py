@@ -124,3 +124,83 @@ def test_cpu_and_meta_models_of_one_source_run_side_by_side_both_ways():
     m_meta = meta.module("decode", [i32(1), i32(0)])
     assert m_cpu is not m_meta
     assert (m_cpu.DEVICE.type, m_meta.DEVICE.type) == ("cpu", "meta")
+
+
+def _tf32_flags() -> tuple[bool, bool, bool, bool]:
+    """The process-wide settings numerics "fast" turns on (linnet.torch.options.numerics_mode)."""
+    cuda = torch.backends.cuda.matmul
+    return (
+        cuda.allow_tf32,
+        cuda.allow_bf16_reduced_precision_reduction,
+        cuda.allow_fp16_reduced_precision_reduction,
+        torch.backends.cudnn.allow_tf32,
+    )
+
+
+def test_tf32_is_each_calls_own_and_never_leaks_to_the_next_model(tmp_path, monkeypatch):
+    """Issue 39 item 3: numerics "fast" enters a process-wide TF32 context. It is scoped to
+    each call (saved and restored around it), so an exact model run after a fast one, or
+    interleaved with it, runs with TF32 off, and the caller's own settings come back after
+    every call. The flags are read inside each call (the interpreter's run_graph) and after it;
+    the generated entries run under the same context (Model._execute)."""
+    saved = _tf32_flags()
+    outside = (True, False, True, False)  # a caller's own mix, neither model's
+    _set_tf32_flags(outside)
+    try:
+        _each_call_keeps_its_own(tmp_path, monkeypatch, outside)
+    finally:
+        _set_tf32_flags(saved)  # (monkeypatch cannot undo torch's cuBLAS flags)
+
+
+def _set_tf32_flags(flags: tuple[bool, bool, bool, bool]) -> None:
+    cuda = torch.backends.cuda.matmul
+    cuda.allow_tf32 = flags[0]
+    cuda.allow_bf16_reduced_precision_reduction = flags[1]
+    cuda.allow_fp16_reduced_precision_reduction = flags[2]
+    torch.backends.cudnn.allow_tf32 = flags[3]
+
+
+def _each_call_keeps_its_own(tmp_path, monkeypatch, outside: tuple[bool, ...]) -> None:
+    import linnet.torch.model as model_module
+
+    inside: list[tuple[bool, ...]] = []
+    real = model_module.run_graph
+
+    def spy(*args, **kwargs):
+        inside.append(_tf32_flags())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_module, "run_graph", spy)
+    path = _model_file(tmp_path)
+    exact = load(path, weights=_weights(), numerics="exact", interpret=True)
+    fast = load(path, weights=_weights(), numerics="fast", interpret=True)
+    generated = load(path, weights=_weights(), numerics="fast")
+    for model, want in [(fast, True), (exact, False), (fast, True), (exact, False)]:
+        model.run("run", [_x()])
+        assert inside[-1] == (want,) * 4, (model.numerics, inside[-1])
+        assert _tf32_flags() == outside
+    generated.run("run", [_x()])
+    assert _tf32_flags() == outside
+    exact.run("run", [_x()])
+    assert inside[-1] == (False,) * 4 and _tf32_flags() == outside
+
+
+def test_the_model_compiles_through_the_pipeline(tmp_path):
+    """Issue 39 item 3: Model lowers through linnet.lang.compiler.compile_entry, not its own
+    lower -> with_kernels: each stage is verified and shown, ``kernels`` under "fast" only and
+    never for the interpreter, and the options load checked are the model's."""
+    from linnet.lang.pipeline import CompileOptions, watch
+
+    path = _model_file(tmp_path)
+    stages = {}
+    for numerics, interpret in [("exact", False), ("fast", False), ("fast", True)]:
+        model = load(path, weights=_weights(), numerics=numerics, interpret=interpret)
+        assert model.options == CompileOptions(numerics, "cpu", None)
+        with watch() as seen:
+            model.run("run", [_x()])
+        stages[numerics, interpret] = [name for name, g in seen if g.entry == "run"]
+    assert stages == {
+        ("exact", False): ["lower", "hoist"],
+        ("fast", False): ["lower", "hoist", "kernels"],
+        ("fast", True): ["lower", "hoist"],
+    }

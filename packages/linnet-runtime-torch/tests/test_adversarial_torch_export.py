@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 from linnet.lang import LinnetError, Program, lower
-from linnet.lang.ir.bounds import bounds_for
+from linnet.lang.passes.bounds import bounds_for
 from linnet.torch import load, random_weights
 from linnet.torch.inputs import traced_range_checks
 from support import LLAMA, toy_config

@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.check.driver import check_program, lower
+from linnet.lang.compiler import Compiled, Grad, compile_entry
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, render_all, to_json
 
 # load_config lives with the host (linnet run and the runtimes' load read configs too);
 # `from linnet.lang.cli import load_config` is how docs/jax.md and docs/grad.md name it.
 from linnet.lang.host.config import config_path, load_config
-from linnet.lang.pipeline import NUMERICS, Numerics, stage_text, watch
+from linnet.lang.ir.graph import Graph
+from linnet.lang.pipeline import NUMERICS, CompileOptions, Numerics, stage_text, watch
 from linnet.lang.syntax.program import Program
 
 INT64_MAX = 2**63 - 1
@@ -231,30 +233,62 @@ def lower_for_command(
     config: dict,
     weights: dict | None,
     check: bool = True,
-) -> Any:
+) -> Graph:
     """Lower ``entry`` as a command's flags say: with ``--grad`` (``--wrt``, ``--grad-seed``:
-    :func:`add_lowering_arguments` adds them), its gradient graph (:mod:`linnet.lang.grad`).
-    Every emitting command calls this, so each gets ``--grad`` with no code of its own.
+    :func:`add_lowering_arguments` adds them), its gradient graph (:mod:`linnet.lang.grad`),
+    with no kernel instance recorded (:func:`compile_for_command`, which every emitting
+    command calls, so each gets ``--grad`` with no code of its own).
 
     >>> args = build_parser().parse_args(["graph", "m.linnet", "--entry", "e", "--grad"])
     >>> (args.grad, args.wrt, args.grad_seed)
     (True, [], 'scalar')
     """
-    if not getattr(args, "grad", False):
-        return lower(program, entry, inputs, config, weights, model=args.model, check=check)
-    from linnet.lang.grad import lower_grad
+    return compile_for_command(args, program, entry, inputs, config, weights, check, False).graph
 
-    return lower_grad(
+
+def compile_for_command(
+    args: argparse.Namespace,
+    program: Program,
+    entry: str,
+    inputs: dict,
+    config: dict,
+    weights: dict | None,
+    check: bool = True,
+    kernels: bool = True,
+    check_bounds: bool = False,
+) -> Compiled:
+    """:func:`linnet.lang.compiler.compile_entry` as a command's flags say: ``--grad``
+    (``--wrt``, ``--grad-seed``) and ``--numerics`` where the command has them;
+    ``check_bounds``: E0782 where an input cannot fit the states, as the runtimes check.
+
+    >>> args = build_parser().parse_args(["torch", "m.linnet", "--numerics", "fast"])
+    >>> options_of(args).numerics
+    <Numerics.FAST: 'fast'>
+    """
+    grad = Grad(args.wrt or "params", args.grad_seed) if getattr(args, "grad", False) else None
+    return compile_entry(
         program,
         entry,
         inputs,
         config,
         weights,
-        args.model,
-        wrt=args.wrt or "params",
-        seed=args.grad_seed,
+        options_of(args),
+        model=args.model,
         check=check,
+        grad=grad,
+        check_bounds=check_bounds,
+        kernels=kernels,
     )
+
+
+def options_of(args: argparse.Namespace) -> CompileOptions:
+    """The command's :class:`~linnet.lang.pipeline.CompileOptions` (``--numerics``, checked
+    by :func:`main` already).
+
+    >>> options_of(build_parser().parse_args(["graph", "m.linnet", "--entry", "e"])).numerics
+    <Numerics.EXACT: 'exact'>
+    """
+    return CompileOptions.parse(getattr(args, "numerics", None) or Numerics.EXACT)
 
 
 def read_safetensors_header(path: str) -> dict[str, tuple]:
@@ -268,7 +302,6 @@ def cmd_torch(args: argparse.Namespace, emit: Callable | None = None) -> int:
     """Write generated PyTorch (or, with ``emit``, another emitter's Python) for every entry
     whose inputs were given."""
     from linnet.lang.check.driver import find_model
-    from linnet.lang.check.kernel_instances import with_kernels
     from linnet.lang.emit.torch import emit_torch
 
     emit_torch = emit or emit_torch
@@ -293,7 +326,7 @@ def cmd_torch(args: argparse.Namespace, emit: Callable | None = None) -> int:
             if all(p.name in inputs for p in m.params):
                 mine = {p.name: inputs[p.name] for p in m.params}
                 graphs.append(
-                    lower_for_command(args, program, m.name, mine, config, weights, check=False)
+                    compile_for_command(args, program, m.name, mine, config, weights, False)
                 )
             else:
                 missing = [p.name for p in m.params if p.name not in inputs]
@@ -312,7 +345,7 @@ def cmd_torch(args: argparse.Namespace, emit: Callable | None = None) -> int:
             )
         sources = {m.source.name: m.source.text for m in program.modules.values()}
         text = emit_torch(
-            with_kernels(graphs, program, args.numerics),
+            [c.emitted for c in graphs],
             sources,
             numerics=args.numerics,
             fast=not args.no_fast,
@@ -325,7 +358,7 @@ def cmd_torch(args: argparse.Namespace, emit: Callable | None = None) -> int:
     if args.output:
         print(
             f"wrote {args.output} ({len(text.splitlines())} lines, entries: "
-            + ", ".join(g.entry for g in graphs)
+            + ", ".join(c.graph.entry for c in graphs)
             + ")",
             file=sys.stderr,
         )
@@ -366,12 +399,12 @@ def _export_graph(args: argparse.Namespace, dynamic: bool = False) -> tuple[Any,
     if errors:
         raise LinnetError(errors)
     weights = read_safetensors_header(args.weights) if args.weights else None
-    # lower_for_command: `--grad` exports the gradient graph (it was parsed, so never ignored)
+    # `--grad` exports the gradient graph (it was parsed, so never ignored); check_bounds:
+    # E0782 (a prompt past the cache), as the runtimes say.
     inputs = parse_inputs(args.input)
-    graph = lower_for_command(args, program, args.entry, inputs, config, weights, check=False)
-    from linnet.lang.ir.bounds import check_static
-
-    check_static(graph, args.entry)  # E0782 (a prompt past the cache), as the runtimes say
+    graph = compile_for_command(
+        args, program, args.entry, inputs, config, weights, False, False, check_bounds=True
+    ).graph
     if dynamic:
         from linnet.lang.export import relowering, symbolic_dims
 

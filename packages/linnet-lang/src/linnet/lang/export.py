@@ -33,9 +33,9 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 # (a pure-Python module; it imports onnx_ir only when it emits).
 from linnet.lang.emit.onnx_rules import SYMBOLIC_ATTRIBUTES
 from linnet.lang.emit.stablehlo import argument_order
-from linnet.lang.ir.bounds import check_static
 from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.graph import Graph
+from linnet.lang.passes.bounds import check_static
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.poly import Poly, SymInt, poly_add, poly_mul, poly_text
 
@@ -53,7 +53,7 @@ def export_onnx(
     ``onnx.checker`` (full check) unless ``check=False``. Returns the files written. Shapes
     that index past a state whatever the values (a prompt longer than the cache) are E0782
     before anything is written (for a graph of :func:`symbolic_dims`, check the concrete
-    graph before: :func:`linnet.lang.ir.bounds.check_static`); the model's last output,
+    graph before: :func:`linnet.lang.passes.bounds.check_static`); the model's last output,
     ``linnet.valid``, checks the values (:mod:`linnet.lang.export_checks`).
 
     >>> export_onnx(graph, {"w": np.ones((4, 4), "float32")}, "m.onnx")  # doctest: +SKIP

@@ -31,9 +31,9 @@ from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.inputs import range_error_of, range_parts
-from linnet.lang.ir.bounds import input_bounds
 from linnet.lang.ir.graph import Graph, ValueType
 from linnet.lang.ir.validity import index_uses
+from linnet.lang.passes.bounds import input_bounds
 from linnet.lang.tensors.poly import poly_text
 
 OUTPUT = "linnet.valid"

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from linnet.lang.compiler import compile_entry
 from linnet.lang.export import EntryExport, export_entry_onnx, export_entry_stablehlo
 from linnet.lang.ir.graph import Graph
 
 from .inputs import check_inputs
-from .lowering import lower_entry
 
 
 def entry_export(model: Any, entry: str, inputs: Any) -> EntryExport:
@@ -48,7 +48,19 @@ def entry_export(model: Any, entry: str, inputs: Any) -> EntryExport:
         model.params,
         checked,
         shapes,
-        lambda i, c: lower_entry(prep.program, entry, i, c, prep.weight_shapes)[0],
+        # As the model lowers it (linnet.jax.model._compile), less the kernels.
+        lambda i, c: (
+            compile_entry(
+                prep.program,
+                entry,
+                i,
+                c,
+                prep.weight_shapes,
+                check=False,
+                clauses=True,
+                kernels=False,
+            ).graph
+        ),
     )
 
 

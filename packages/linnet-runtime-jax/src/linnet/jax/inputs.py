@@ -4,7 +4,7 @@ The same checks, with the same codes and messages, as linnet-runtime-torch's
 ``linnet.torch.inputs`` (E0720 count, E0721 not an array, E0722 dtype, E0780 a value outside
 the range its input may take, E0782 shapes that index past an axis whatever the values): a
 model rejects the same bad input the same way whichever runtime runs it. Ranges come from
-:func:`linnet.lang.ir.bounds.input_bounds`. Inputs are jax arrays or NumPy arrays (nothing
+:func:`linnet.lang.passes.bounds.input_bounds`. Inputs are jax arrays or NumPy arrays (nothing
 else is converted: a Python int or list is E0721). Arrays being traced (an outer ``jax.jit``)
 have no values to check: only their dtypes are.
 """
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from linnet.lang import LinnetError
 from linnet.lang.host.inputs import check_count, dtype_error, error, in_range, range_error, short
-from linnet.lang.ir.bounds import bounds_for
 from linnet.lang.ir.graph import Graph
+from linnet.lang.passes.bounds import bounds_for
 
 from .weights import numpy_dtype
 

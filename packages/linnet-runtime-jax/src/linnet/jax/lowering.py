@@ -1,8 +1,9 @@
-"""Lowering an entry for the JAX runtime, and the precision its products run at: the pieces
-that :mod:`linnet.jax.model`, :mod:`linnet.jax.export` and :mod:`linnet.jax.generate` share.
+"""The precision the JAX runtime's products run at: what :mod:`linnet.jax.model` and
+:mod:`linnet.jax.generate` share. (Lowering an entry is
+:func:`linnet.lang.compiler.compile_entry`, which the model and :mod:`linnet.jax.export` call.)
 
-They live below those three so that none imports another to reach them (export and generate
-are called by ``Model``; they used to import ``model`` back from inside their functions).
+It lives below those so that neither imports the other to reach it (generate is called by
+``Model``; it used to import ``model`` back from inside its functions).
 
 >>> from linnet.jax.lowering import matmul_precision
 >>> matmul_precision("fast")                                          # doctest: +ELLIPSIS
@@ -12,27 +13,6 @@ are called by ``Model``; they used to import ``model`` back from inside their fu
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
-
-from linnet.lang.check.driver import lower
-from linnet.lang.grad import has_grad_clauses
-from linnet.lang.ir.graph import Graph
-from linnet.lang.syntax.program import Program
-
-
-def lower_entry(
-    program: Program, entry: str, shapes: dict, config: dict | None, weights: dict | None
-) -> tuple[Graph, dict[int, Any] | None]:
-    """The entry's graph and, where the program has grad clauses, each call's clause: a
-    Pallas kernel's backward under jax.grad (emit/jax.py). Recording clauses lowers every
-    layer on its own, so a program without one is lowered as before.
-
-    >>> graph, clauses = lower_entry(program, "decode", {"token": [1], "pos": [1]},
-    ...                              config, None)                   # doctest: +SKIP
-    """
-    clauses: dict[int, Any] | None = {} if has_grad_clauses(program) else None
-    graph = lower(program, entry, shapes, config, weights, check=False, grad_clauses=clauses)
-    return graph, clauses
 
 
 def matmul_precision(numerics: str) -> AbstractContextManager:

@@ -18,15 +18,13 @@ from typing import Any
 
 import numpy as np
 from linnet.lang import Graph, Program
-from linnet.lang.check.kernel_instances import with_kernels
+from linnet.lang.compiler import Compiled, compile_entry
 from linnet.lang.emit.jax import emit_jax
 from linnet.lang.host.inputs import bind_inputs, check_count
 from linnet.lang.host.inputs import error as _error
 from linnet.lang.host.loading import (
-    FLOATS,
     check_dtype_config,
     check_finite_flag,
-    check_numerics,
     check_weights_type,
     entry_method,
     load_program,
@@ -35,15 +33,18 @@ from linnet.lang.host.loading import (
 )
 from linnet.lang.host.options import check_seed
 from linnet.lang.host.run import model_for_weights
-from linnet.lang.ir.bounds import check_static
-from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.jax.model.NUMERICS)
+from linnet.lang.pipeline import (
+    FLOATS,
+    NUMERICS,  # noqa: F401  (users name linnet.jax.model.NUMERICS)
+    CompileOptions,
+)
 from linnet.lang.text.model import TextModel, given_tokenizer
 from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
 
 from .home import import_source
 from .inputs import check_inputs, is_array, type_error
-from .lowering import lower_entry, matmul_precision
+from .lowering import matmul_precision
 from .weights import check_finite_weights, load_checkpoint, numpy_dtype
 
 
@@ -96,29 +97,44 @@ def _check_weights_type(weights: Any) -> None:
     check_weights_type(weights, is_array, "arrays")
 
 
+def float_name(dtype: Any) -> str | None:
+    """A NumPy or jax float dtype's Linnet name (``jnp.bfloat16``, ``"float32"``), None for
+    anything else: what :meth:`CompileOptions.parse` takes to check ``dtype=`` (E0742).
+
+    >>> float_name(np.float32), float_name(np.int32), float_name("float16")
+    ('f32', None, 'f16')
+    """
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        return None
+    return {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(name)
+
+
+def compile_options_of(numerics: Any, device: Any = None, dtype: Any = None) -> CompileOptions:
+    """``numerics=``, ``device=`` and ``dtype=`` checked once (E0713, E0710, E0742): a Linnet
+    name or a NumPy/jax dtype for ``dtype``; a ``jax.Device`` is :func:`resolve_device`'s.
+
+    >>> compile_options_of("fast", "gpu:0", "bf16")
+    CompileOptions(numerics=<Numerics.FAST: 'fast'>, device='gpu:0', dtype='bf16')
+    """
+    return CompileOptions.parse(
+        numerics,
+        device if isinstance(device, str) else None,
+        dtype,
+        dtype_name=float_name,
+        dtype_example="jnp.bfloat16",
+    )
+
+
 def resolve_dtype(dtype: Any) -> str | None:
     """``dtype=`` as a Linnet floating-point dtype name: a name (``"bf16"``) or a NumPy/jax
-    dtype (``jnp.bfloat16``); E0742 otherwise.
+    dtype (``jnp.bfloat16``); E0742 otherwise (:func:`linnet.lang.pipeline.check_dtype`).
 
     >>> resolve_dtype("bf16"), resolve_dtype(np.float32)
     ('bf16', 'f32')
     """
-    if dtype is None:
-        return None
-    if isinstance(dtype, str) and dtype in FLOATS:
-        return dtype
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        name = ""
-    found = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(name)
-    if found is None:
-        raise _error(
-            "E0742",
-            f"dtype must be a floating-point type to convert the weights to, not {dtype!r}",
-            help="e.g. dtype=jnp.bfloat16 or dtype='bf16' (one of " + ", ".join(FLOATS) + ")",
-        )
-    return found
+    return compile_options_of("exact", None, dtype).dtype
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -163,15 +179,16 @@ def prepare(
     path: str | Path | None,
     weights: Any,
     config: Any,
-    dtype: Any,
+    options: CompileOptions,
     device: Any,
     read: bool = True,
     check_finite: bool = True,
     check_grads: bool = False,
 ) -> Prepared:
-    """Check the model, read its config and the checkpoint's headers; with ``read``, load
-    the parameters onto ``device`` and (``check_finite``) check they hold no NaN (E0666);
-    with ``check_grads``, check every grad clause first (:mod:`linnet.jax.grad_checks`)."""
+    """Check the model, read its config and the checkpoint's headers (the weights converted
+    to ``options.dtype``); with ``read``, load the parameters onto ``device`` and
+    (``check_finite``) check they hold no NaN (E0666); with ``check_grads``, check every
+    grad clause first (:mod:`linnet.jax.grad_checks`)."""
     _check_weights_type(weights)
     check_finite_flag(check_finite)
     if not isinstance(check_grads, bool):
@@ -180,7 +197,7 @@ def prepare(
             f"check_grads must be True or False, not {check_grads!r}",
             help="load(..., check_grads=True) checks every grad clause against its op's body first",
         )
-    convert = resolve_dtype(dtype)
+    convert = options.dtype
     dev = resolve_device(device) if read else None
     program, model_path = load_program(model_for_weights(weights) if path is None else path)
     if check_grads:
@@ -247,30 +264,43 @@ def load_source(
     >>> m.decode.__doc__                                                # doctest: +SKIP
     'Entry Llama.decode(token i32[1], pos i32[1]) -> (f32[1, 256]), and the new states.'
     """
-    check_numerics(numerics)
-    prep = prepare(path, weights, config, None, None, read=False)
+    options = compile_options_of(numerics)
+    prep = prepare(path, weights, config, options, None, read=False)
     _entry_params(prep.program, entry)
-    graph, clauses = lower_entry(
+    compiled = _compile(prep, entry, {k: list(v) for k, v in shapes.items()}, options)
+    return _module(prep.program, compiled, options, fast)
+
+
+def _compile(
+    prep: Prepared, entry: str, shapes: dict[str, list[int]], options: CompileOptions
+) -> Compiled:
+    """``entry`` compiled for these shapes as the JAX runtime runs it: each call's grad
+    clause recorded where the program has one (a Pallas kernel's backward under jax.grad),
+    the inputs' static bounds checked (E0782), kernel instances recorded under "fast"."""
+    return compile_entry(
         prep.program,
         entry,
-        {k: list(v) for k, v in shapes.items()},
+        shapes,
         prep.config,
         prep.weight_shapes,
+        options,
+        check=False,
+        clauses=True,
+        check_bounds=True,
     )
-    check_static(graph, entry)
-    return _module(prep.program, graph, numerics, fast, clauses)
 
 
 def _module(
-    program: Program, graph: Graph, numerics: str, fast: bool, clauses: dict[int, Any] | None = None
+    program: Program, compiled: Compiled, options: CompileOptions, fast: bool
 ) -> ModuleType:
+    graph = compiled.graph
     text = emit_jax(
-        with_kernels(graph, program, numerics),
+        compiled.emitted,
         _sources(program),
-        numerics=numerics,
+        numerics=options.numerics,
         fast=fast,
         origin=program.root.source.name,
-        clauses=clauses,
+        clauses=compiled.clauses,
     )
     return import_source(text, f"linnet_jax_{graph.model.lower()}_{graph.entry}")
 
@@ -329,11 +359,14 @@ class Function:
     ``params`` holds the loaded weights; :meth:`new_states` makes zeroed states.
     """
 
-    def __init__(self, prep: Prepared, entry: str, numerics: str, fast: bool, check: bool):
+    def __init__(
+        self, prep: Prepared, entry: str, options: CompileOptions, fast: bool, check: bool
+    ):
         self.entry = entry
         self.params = prep.params
         self.device = prep.device
-        self.numerics = numerics
+        self.options = options
+        self.numerics = options.numerics
         # The checkpoint's end-of-sequence tokens (generation_config.json's, else
         # config.json's eos_token_id, as transformers reads them): where generation stops
         # by default, as linnet.torch's Model.generate does.
@@ -364,12 +397,10 @@ class Function:
         import jax
 
         shapes = {p: _shape_of(t) for p, t in zip(self._names, given)}
-        graph, clauses = lower_entry(
-            self._prep.program, self.entry, shapes, self._prep.config, self._prep.weight_shapes
-        )
-        check_static(graph, self.entry)
+        compiled = _compile(self._prep, self.entry, shapes, self.options)
+        graph = compiled.graph
         check_x64(graph)
-        module = _module(self._prep.program, graph, self.numerics, self._fast, clauses)
+        module = _module(self._prep.program, compiled, self.options, self._fast)
         fn = _entry_function(module, self.entry)
 
         def pure(params: dict, states: dict, inputs: tuple) -> tuple:
@@ -451,11 +482,11 @@ def load_function(
     >>> (logits,), states = prefill(prefill.params, prefill.new_states([tokens]), [tokens])
     ...                                                                       # doctest: +SKIP
     """
-    check_numerics(numerics)
+    options = compile_options_of(numerics, device, dtype)  # E0713, E0710, E0742, once
     prep = prepare(
-        path, weights, config, dtype, device, check_finite=check_finite, check_grads=check_grads
+        path, weights, config, options, device, check_finite=check_finite, check_grads=check_grads
     )
-    return Function(prep, entry, numerics, fast, check)
+    return Function(prep, entry, options, fast, check)
 
 
 class Model(TextModel):
@@ -474,14 +505,15 @@ class Model(TextModel):
     (1, 256)
     """
 
-    def __init__(self, prep: Prepared, numerics: str, fast: bool):
+    def __init__(self, prep: Prepared, options: CompileOptions, fast: bool):
         from linnet.lang.check.driver import find_model
 
         self.program = prep.program
         self.params = prep.params
         self.config = dict(prep.config)
         self.device = prep.device
-        self.numerics = numerics
+        self.options = options
+        self.numerics = options.numerics
         # The checkpoint's end-of-sequence tokens (generation_config.json's, else
         # config.json's eos_token_id, as transformers reads them): where generation stops
         # by default, as linnet.torch's Model.generate does.
@@ -516,7 +548,7 @@ class Model(TextModel):
     def function(self, entry: str) -> Function:
         """``entry`` as a :class:`Function` sharing this model's parameters."""
         if entry not in self._functions:
-            self._functions[entry] = Function(self._prep, entry, self.numerics, self._fast, True)
+            self._functions[entry] = Function(self._prep, entry, self.options, self._fast, True)
         return self._functions[entry]
 
     def reset(self) -> None:
@@ -674,13 +706,19 @@ def load(
     >>> qwen = load("std.models.qwen2", weights="Qwen2.5-0.5B/")         # doctest: +SKIP
     >>> logits = model.prefill(jnp.asarray([[1, 2, 3]], jnp.int32))       # doctest: +SKIP
     """
-    check_numerics(numerics)
+    options = compile_options_of(numerics, device, dtype)  # E0713, E0710, E0742, once
     tokenizer = given_tokenizer(tokenizer)  # E0842/E0849 before the weights are read
     model = Model(
         prepare(
-            path, weights, config, dtype, device, check_finite=check_finite, check_grads=check_grads
+            path,
+            weights,
+            config,
+            options,
+            device,
+            check_finite=check_finite,
+            check_grads=check_grads,
         ),
-        numerics,
+        options,
         fast,
     )
     model.attach_tokenizer(tokenizer, weights)

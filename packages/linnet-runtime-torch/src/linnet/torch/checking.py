@@ -26,7 +26,7 @@ from typing import Any
 
 from linnet.backends import Region
 from linnet.lang.ir.graph import Graph
-from linnet.lang.ir.slices import slice_steps
+from linnet.lang.passes.slices import slice_steps
 
 import torch
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from linnet.lang.check.driver import lower
+from linnet.lang.compiler import compile_entry
 from linnet.lang.export import EntryExport, export_entry_onnx, export_entry_stablehlo
 
 
@@ -40,7 +40,11 @@ def entry_export(model: Any, entry: str, inputs: Any) -> EntryExport:
         model.params,
         lambda: model._checked(entry, listed()),
         shapes,
-        lambda i, c: lower(model.program, entry, i, c, model.weight_shapes, check=False),
+        lambda i, c: (
+            compile_entry(
+                model.program, entry, i, c, model.weight_shapes, check=False, kernels=False
+            ).graph
+        ),
     )
 
 

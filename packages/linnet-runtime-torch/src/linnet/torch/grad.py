@@ -15,9 +15,9 @@ from types import ModuleType
 from typing import Any
 
 from linnet.lang import Graph
+from linnet.lang.compiler import Grad, compile_entry
 from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.emit.torch import emit_torch
-from linnet.lang.grad import lower_grad
 
 import torch
 
@@ -64,16 +64,18 @@ def lowered_grad(
         return cache[key]
     method = model._entry_method(entry)
     shapes = {p.name: list(t.shape) for p, t in zip(method.params, inputs)}
-    graph = lower_grad(
+    # The gradient graph's generated source runs every op's body (no kernel instance).
+    graph = compile_entry(
         model.program,
         entry,
         shapes,
         model.config,
         model.weight_shapes,
-        wrt=list(_wrt_key(wrt)),
-        seed=seed,
+        model.options,
         check=False,
-    )
+        grad=Grad(list(_wrt_key(wrt)), seed),
+        kernels=False,
+    ).graph
     assert graph.inputs[: len(forward.inputs)] == forward.inputs
     lowered = GradLowered(graph)
     if not model.interpret:
@@ -83,7 +85,7 @@ def lowered_grad(
             sources,
             numerics=model.numerics,
             origin=model.program.root.source.name,
-            device=str(model.device),
+            device=str(model.options.device),
         )
         module = import_source(text, f"linnet_{graph.model.lower()}_{entry}_grad")
         lowered.module = module

@@ -4,7 +4,7 @@ One function, :func:`check_inputs`, is called by ``Model.run``, ``Plan.run`` and
 ``Captured``, so the interpreter, the generated source and a plan reject the same bad input
 with the same coded error. The valid range of each input that is used as an index (a token
 id into the embedding, a position into the KV cache) comes from
-:func:`linnet.lang.ir.bounds.input_bounds`, derived once per lowered graph.
+:func:`linnet.lang.passes.bounds.input_bounds`, derived once per lowered graph.
 
 Host (CPU) tensors are always checked: a min and a max, microseconds. Device tensors are
 checked by ``Model.run`` and ``Plan.run`` at the cost of one synchronisation per call (all
@@ -25,8 +25,8 @@ from typing import Any
 
 from linnet.lang import LinnetError
 from linnet.lang.host.inputs import check_count, dtype_error, error, in_range, range_error, short
-from linnet.lang.ir.bounds import InputRange, bounds_for
 from linnet.lang.ir.graph import Graph
+from linnet.lang.passes.bounds import InputRange, bounds_for
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -138,7 +138,7 @@ def traced_range_checks(
     at export time.
 
     >>> from linnet.lang import Program, lower
-    >>> from linnet.lang.ir.bounds import bounds_for
+    >>> from linnet.lang.passes.bounds import bounds_for
     >>> g = lower(Program.from_text(GATHER), "get", {"i": [1]}, {"V": 4})
     >>> traced_range_checks(g, "get", torch.tensor([5]), bounds_for(g).inputs["%i"])
     Traceback (most recent call last):

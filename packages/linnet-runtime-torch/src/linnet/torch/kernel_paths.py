@@ -39,7 +39,7 @@ from linnet.lang.check.spans import spans_for, std_spans
 from linnet.lang.emit.python_rules import launch_args
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Call, Graph
-from linnet.lang.ir.slices import slice_steps
+from linnet.lang.passes.slices import slice_steps
 from linnet.lang.passes.spans import closed
 
 from .home import import_source

@@ -18,14 +18,16 @@ from linnet.lang.host.inputs import error as _error
 from linnet.lang.host.loading import (
     check_dtype_config,
     check_finite_flag,
-    check_numerics,
     check_weights_type,
     load_program,
     read_config,
     read_headers,
 )
 from linnet.lang.host.run import model_for_weights
-from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.torch.model.NUMERICS)
+from linnet.lang.pipeline import (
+    NUMERICS,  # noqa: F401  (users name linnet.torch.model.NUMERICS)
+    CompileOptions,
+)
 from linnet.lang.text.model import given_tokenizer
 from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
 
@@ -44,27 +46,33 @@ from .options import (  # noqa: F401
 )
 
 
-def resolve_dtype(dtype: Any) -> torch.dtype | None:
-    """``dtype=`` as a floating-point torch dtype: a torch dtype or a Linnet name ('bf16').
+def dtype_name(dtype: Any) -> str | None:
+    """A torch dtype's Linnet name (``torch.bfloat16``: ``"bf16"``), None for anything else:
+    what :meth:`CompileOptions.parse` takes to check ``load(..., dtype=)`` (E0742).
 
-    >>> resolve_dtype("bf16")
-    torch.bfloat16
+    >>> dtype_name(torch.bfloat16), dtype_name("bfloat16")
+    ('bf16', None)
     """
-    if dtype is None:
+    if not isinstance(dtype, torch.dtype):
         return None
-    value = DTYPES.get(dtype) if isinstance(dtype, str) else dtype
-    if (
-        not isinstance(value, torch.dtype)
-        or not value.is_floating_point
-        or value not in DTYPES.values()
-    ):
-        floats = [n for n, d in DTYPES.items() if d.is_floating_point]
-        raise _error(
-            "E0742",
-            f"dtype must be a floating-point type to convert the weights to, not {dtype!r}",
-            help="e.g. dtype=torch.bfloat16 or dtype='bf16' (one of " + ", ".join(floats) + ")",
-        )
-    return value
+    return next((name for name, dt in DTYPES.items() if dt == dtype), None)
+
+
+def compile_options_of(numerics: Any, device: Any, dtype: Any) -> CompileOptions:
+    """``load``'s ``numerics=``, ``device=`` and ``dtype=`` checked once (E0713, E0710,
+    E0742): a torch dtype or a Linnet name for ``dtype``; a ``torch.device`` is resolved
+    later (:func:`~linnet.torch.model.resolve_device`) and named then.
+
+    >>> compile_options_of("fast", "cuda:1", torch.bfloat16)
+    CompileOptions(numerics=<Numerics.FAST: 'fast'>, device='cuda:1', dtype='bf16')
+    """
+    return CompileOptions.parse(
+        numerics,
+        device if isinstance(device, str) else None,
+        dtype,
+        dtype_name=dtype_name,
+        dtype_example="torch.bfloat16",
+    )
 
 
 def _check_weights_type(weights: Any) -> None:
@@ -164,7 +172,8 @@ def load(
     ...              dtype="bf16", device="cuda")                    # doctest: +SKIP
     >>> logits = model.decode(torch.tensor([1]), torch.tensor([0]))  # doctest: +SKIP
     """
-    check_numerics(numerics)
+    # numerics, the device's name and dtype, checked once (E0713, E0710, E0742).
+    options = compile_options_of(numerics, device, dtype)
     if not isinstance(grad, bool):
         raise _error(
             "E0769",
@@ -182,7 +191,7 @@ def load(
     compile_options(compile)  # a bad value fails here, before anything is loaded
     tokenizer = given_tokenizer(tokenizer)  # E0842/E0849 before the weights are read
     _check_weights_type(weights)
-    convert = resolve_dtype(dtype)
+    convert = None if options.dtype is None else DTYPES[options.dtype]
     from .parallel import check_world
 
     world = check_world(world)
@@ -206,7 +215,7 @@ def load(
             program, unchecked="warn", count=LOAD_CHECK_CASES, max_size=LOAD_CHECK_MAX_SIZE
         )
     cfg = read_config(config, model_path)
-    check_dtype_config(program, cfg, None if convert is None else _dtype_name(convert))
+    check_dtype_config(program, cfg, options.dtype)
     report = _progress(progress)
     params: dict[str, torch.Tensor] = {}
     shapes: dict[str, tuple] | None = None
@@ -234,9 +243,7 @@ def load(
     elif weights is not None:
         from .weights import load_checkpoint
 
-        ckpt, shapes, cfg = read_headers(
-            weights, program, model_path, cfg, None if convert is None else _dtype_name(convert)
-        )
+        ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg, options.dtype)
         stops = checkpoint_stop_tokens(ckpt)  # E0798 before any tensor is read
         report(
             f"loading weights from {weights}"
@@ -265,7 +272,7 @@ def load(
         cfg,
         dev,
         compile,
-        numerics,
+        options,
         interpret,
         shapes,
         report,

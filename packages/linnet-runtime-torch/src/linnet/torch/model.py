@@ -10,8 +10,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from linnet.lang import Graph, Program, lower
-from linnet.lang.check.kernel_instances import with_kernels
+from linnet.lang import Graph, Program
+from linnet.lang.compiler import compile_entry
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.host.inputs import bind_inputs, check_count, dtype_error, short
 from linnet.lang.host.inputs import error as _error
@@ -19,8 +19,12 @@ from linnet.lang.host.loading import (
     entry_method,
 )
 from linnet.lang.host.options import check_seed
-from linnet.lang.ir.bounds import check_static
-from linnet.lang.pipeline import NUMERICS  # noqa: F401  (users name linnet.torch.model.NUMERICS)
+from linnet.lang.pipeline import (
+    NUMERICS,  # noqa: F401  (users name linnet.torch.model.NUMERICS)
+    SHARD,
+    CompileOptions,
+    Stage,
+)
 from linnet.lang.text.model import TextModel
 from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens
@@ -119,7 +123,7 @@ class Model(TextModel):
         config: dict[str, Any],
         device: torch.device,
         compile: bool | str | dict,
-        numerics: str,
+        options: CompileOptions,
         interpret: bool,
         weight_shapes: dict[str, tuple] | None,
         progress: Callable[[str], None] | None = None,
@@ -145,7 +149,10 @@ class Model(TextModel):
         self.config = dict(config)
         self.device = device
         self.compile = compile
-        self.numerics = numerics
+        # The compile options load checked once (numerics, this device's name, dtype);
+        # `numerics` is theirs, named as before (plans and grad read model.numerics).
+        self.options = options.on(str(device))
+        self.numerics = self.options.numerics
         self.interpret = interpret
         self.weight_shapes = weight_shapes
         self.progress = progress or (lambda msg: None)
@@ -240,10 +247,20 @@ class Model(TextModel):
         if key in self._lowered:
             return self._lowered[key]
         shapes = {p.name: list(t.shape) for p, t in zip(method.params, inputs)}
-        graph = lower(self.program, entry, shapes, self.config, self.weight_shapes, check=False)
-        check_static(graph, entry)
-        if self.world > 1:
-            graph = self._shard(graph, entry)
+        compiled = compile_entry(
+            self.program,
+            entry,
+            shapes,
+            self.config,
+            self.weight_shapes,
+            self.options,
+            check=False,
+            check_bounds=True,
+            # This rank's graph of a tensor-parallel model (the pipeline's stage SHARD).
+            stages=(Stage(SHARD, lambda g: self._shard(g, entry)),) if self.world > 1 else (),
+            kernels=not self.interpret,
+        )
+        graph = compiled.graph
         for p, t, name in zip(method.params, inputs, graph.inputs):
             want = DTYPES[graph.values[name].dtype]
             if t.dtype != want:
@@ -259,11 +276,11 @@ class Model(TextModel):
         if not self.interpret:
             sources = {m.source.name: m.source.text for m in self.program.modules.values()}
             text = emit_torch(
-                with_kernels(graph, self.program, self.numerics),
+                compiled.emitted,
                 sources,
                 numerics=self.numerics,
                 origin=self.program.root.source.name,
-                device=str(self.device),
+                device=str(self.options.device),
             )
             module = import_source(text, f"linnet_{graph.model.lower()}_{entry}")
             lowered.module = module
@@ -274,10 +291,10 @@ class Model(TextModel):
         return lowered
 
     def _shard(self, graph: Graph, entry: str) -> Graph:
-        """This rank's graph of ``graph`` (linnet.lang.ir.shard); its inputs are checked as
+        """This rank's graph of ``graph`` (linnet.lang.passes.shard); its inputs are checked as
         the whole graph's are (the same inputs reach every rank)."""
-        from linnet.lang.ir.bounds import share_bounds
-        from linnet.lang.ir.shard import shard
+        from linnet.lang.passes.bounds import share_bounds
+        from linnet.lang.passes.shard import shard
 
         from .parallel import check_layout
 

@@ -5,7 +5,7 @@ The process group is torch.distributed's default one: initialised already by the
 or here from the environment ``torchrun`` sets (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``), with NCCL on CUDA and gloo on the CPU. Linnet has no transport of its own.
 
-What each rank holds comes from :func:`linnet.lang.ir.shard.shard`: every entry is lowered
+What each rank holds comes from :func:`linnet.lang.passes.shard.shard`: every entry is lowered
 once at load and sharded, and the parameters' split axes (which must agree between entries)
 say which block of each safetensors tensor the rank reads (``safe_open(...).get_slice``,
 straight to its device: no rank ever reads a whole split tensor).
@@ -34,7 +34,7 @@ from linnet.lang.diagnostics.core import coded_error
 # The time a rank waits (E0827) is checked by `linnet run` before torch is imported: it
 # lives in linnet.lang.host.options, re-exported here where the ranks use it.
 from linnet.lang.host.options import DEFAULT_TIMEOUT, TIMEOUT_ENV, rank_timeout
-from linnet.lang.ir.shard import shard
+from linnet.lang.passes.shard import shard
 
 import torch
 
@@ -468,7 +468,7 @@ def _time_collectives(
 ) -> dict[int, float]:
     import statistics
 
-    from linnet.lang.ir.shard import COLLECTIVES
+    from linnet.lang.passes.shard import COLLECTIVES
 
     import torch.distributed as dist
 

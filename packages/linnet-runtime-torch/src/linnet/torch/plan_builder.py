@@ -26,11 +26,11 @@ from linnet.backends import (
 )
 from linnet.backends.discovery import _name_of, _origin_of, probe_all
 from linnet.lang import __version__ as lang_version
-from linnet.lang.check.spans import claim_spans
+from linnet.lang.compiler import claim
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph
-from linnet.lang.ir.shard import COLLECTIVES
-from linnet.lang.ir.slices import Slice, slice_steps
+from linnet.lang.passes.shard import COLLECTIVES
+from linnet.lang.passes.slices import Slice, slice_steps
 from linnet.plan import Candidate, TimingCache, cache_key, label_algorithms, rotation, warn_failed
 
 import torch
@@ -110,7 +110,7 @@ class PlanBuilder:
             )
             return []
         self.say("finding span ops' claims (check/spans.py)")
-        self.graph = claim_spans(self.graph, self.model.program)
+        self.graph = claim(self.graph, self.model.program)
         return [paths]
 
     def candidates(self, backends: list[Any]) -> list[Candidate]:

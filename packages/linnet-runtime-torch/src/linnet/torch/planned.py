@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linnet.backends import Options
-from linnet.lang.check.spans import claim_spans
+from linnet.lang.compiler import claim
 from linnet.lang.diagnostics.core import coded_error
 from linnet.plan import TimingCache, choose, choose_in_context
 from linnet.plan.arguments import check_backends, check_cache, check_progress, plan_options
@@ -258,7 +258,7 @@ def conform(
     builder = PlanBuilder(model, entry, list(inputs), options, progress=False)
     ready = builder.probe([backend])
     if ready and isinstance(backend, KernelPaths):  # span ops' claims are its regions too
-        builder.graph = claim_spans(builder.graph, model.program)
+        builder.graph = claim(builder.graph, model.program)
     if not ready:
         reason = builder.skipped[-1].reason if builder.skipped else "declined"
         raise coded_error(

@@ -15,7 +15,7 @@ from linnet.backends import Options, Target
 from linnet.lang import LinnetError
 from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.ir.graph import Graph, ValueType
-from linnet.lang.ir.shard import COLLECTIVES
+from linnet.lang.passes.shard import COLLECTIVES
 from linnet.plan import Candidate, explain_table
 
 import torch
@@ -212,7 +212,7 @@ def whole_text(plan: Plan) -> str:
 
 def collectives_text(graph: Graph, seconds: dict[int, float] | None = None) -> str:
     """The lines of ``plan.explain()`` that list a rank's collective steps (tensor
-    parallelism, linnet.lang.ir.shard): each runs inside a generated slice, in order, with
+    parallelism, linnet.lang.passes.shard): each runs inside a generated slice, in order, with
     its time alone where the plan measured (``seconds`` by step)."""
     seconds = seconds or {}
 

@@ -204,7 +204,7 @@ EXPECTED_MISSING: frozenset[str] = frozenset(
         "slice",
         # Made only by the reverse pass (linnet.lang.grad), never by source the checker types.
         "scatter_add",
-        # Made only by the sharding pass (linnet.lang.ir.shard) on lowered graphs.
+        # Made only by the sharding pass (linnet.lang.passes.shard) on lowered graphs.
         "all_reduce",
         "all_gather",
     }

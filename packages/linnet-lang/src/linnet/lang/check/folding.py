@@ -159,7 +159,7 @@ EXPECTED_MISSING: frozenset[str] = frozenset(
         "slice",
         "scatter_add",  # made only by the reverse pass (linnet.lang.grad), on tensors
         "all_reduce",
-        "all_gather",  # made only by the sharding pass (linnet.lang.ir.shard)
+        "all_gather",  # made only by the sharding pass (linnet.lang.passes.shard)
     }
 )
 

@@ -51,7 +51,7 @@ from linnet.lang.emit.python_rules import (
 )
 from linnet.lang.ir.elementwise import by_arity, spelled
 from linnet.lang.ir.graph import Call, Graph, Step
-from linnet.lang.ir.slices import Slice, cut
+from linnet.lang.passes.slices import Slice, cut
 from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
 from linnet.lang.tensors.dtypes import accumulator
 
@@ -341,7 +341,7 @@ def _scatter_add(s: Step, n: Scope, numerics: str) -> list[str]:
 
 
 def _one_process(s: Step, n: Scope, numerics: str) -> list[str]:
-    from linnet.lang.ir.shard import one_process
+    from linnet.lang.passes.shard import one_process
 
     raise one_process(s, "generated JAX")
 
@@ -367,7 +367,7 @@ RULES: dict[str, Rule] = spelled(
         "scatter": _scatter,
         "scatter_add": _scatter_add,
         "slice": _slice,
-        # A rank's graph (linnet.lang.ir.shard) communicates; the generated JAX function is one
+        # A rank's graph (linnet.lang.passes.shard) communicates; the generated JAX function is one
         # process with no named mesh axis to psum over: E0963, not an identity.
         "all_reduce": _one_process,
         "all_gather": _one_process,

@@ -272,6 +272,6 @@ SYMBOLIC_ATTRIBUTES: dict[str, frozenset[str]] = {
 :func:`linnet.lang.export.symbolic_dims` lets change with a symbolic dim. Any other attribute
 that changes is E0936, never a number fixed silently."""
 
-# A rank's graph (linnet.lang.ir.shard) is not exported: an ONNX model is one process's
+# A rank's graph (linnet.lang.passes.shard) is not exported: an ONNX model is one process's
 # program (E0930 names the step).
 EXPECTED_MISSING: frozenset[str] = frozenset({"all_reduce", "all_gather"})

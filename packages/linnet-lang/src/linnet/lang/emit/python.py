@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from linnet.lang.ir.slices import Slice
+    from linnet.lang.passes.slices import Slice
 
 WIDTH = 100  # the longest line written (ruff's limit in this repository)
 
@@ -73,7 +73,7 @@ def kept_outputs(
     over the kind's slices. A fixed point: what a kind keeps grows what its body reads, which
     may ask an earlier slice of the same kind for more.
 
-    >>> from linnet.lang.ir.slices import Slice
+    >>> from linnet.lang.passes.slices import Slice
     >>> sl = Slice(0, 1, "s", "", inputs=["%x"], outputs=["%y", "%z"], kind="k")
     >>> d = Draft("s", ["x"], [], ["y", "z"], [Statement("y = x + 1", frozenset({"y"}),
     ...                                                   frozenset({"x"}))], "")

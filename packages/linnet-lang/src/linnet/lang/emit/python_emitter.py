@@ -43,7 +43,7 @@ from linnet.lang.emit.tiles import literal
 from linnet.lang.emit.triton import KernelText
 from linnet.lang.ir.graph import Call, Graph
 from linnet.lang.ir.kernels import KernelInstance, instance_key
-from linnet.lang.ir.slices import Slice
+from linnet.lang.passes.slices import Slice
 from linnet.lang.pipeline import Numerics
 
 

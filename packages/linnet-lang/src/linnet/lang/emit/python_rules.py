@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 from linnet.lang.emit.python import Statement
 from linnet.lang.emit.tiles import literal
-from linnet.lang.ir.bounds import value_ranges
 from linnet.lang.ir.graph import Call, Graph, Step
-from linnet.lang.ir.slices import Slice
+from linnet.lang.passes.bounds import value_ranges
+from linnet.lang.passes.slices import Slice
 from linnet.lang.pipeline import Numerics
 
 
@@ -215,7 +215,7 @@ def shifted_by(n: Scope, idx: str, size: int) -> int | None:
 
 def in_range(n: Scope, ref: str, size: int) -> bool:
     """Whether every element of integer value ``ref`` lies in ``0..size-1``, as the graph's
-    one range analysis (:func:`linnet.lang.ir.bounds.value_ranges`) finds: an index that is
+    one range analysis (:func:`linnet.lang.passes.bounds.value_ranges`) finds: an index that is
     needs no guard (the module docstring shows it)."""
     r = value_ranges(n.graph).get(ref)
     return r is not None and r[0] >= 0 and r[1] < size

@@ -545,6 +545,6 @@ RULES: dict[str, Rule] = spelled(
 )
 """One rule per primitive (``tests/test_coverage.py`` checks it covers the registry)."""
 
-# A rank's graph (linnet.lang.ir.shard) is not exported: StableHLO's collectives need a
+# A rank's graph (linnet.lang.passes.shard) is not exported: StableHLO's collectives need a
 # replica mesh the export does not describe (E0940 names the step).
 EXPECTED_MISSING: frozenset[str] = frozenset({"all_reduce", "all_gather"})

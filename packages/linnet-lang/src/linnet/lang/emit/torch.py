@@ -55,7 +55,7 @@ from linnet.lang.emit.triton import (
 )
 from linnet.lang.ir.elementwise import by_arity, spelled
 from linnet.lang.ir.graph import Call, Graph, Step
-from linnet.lang.ir.slices import Slice, cut
+from linnet.lang.passes.slices import Slice, cut
 from linnet.lang.pipeline import NUMERICS, Numerics  # noqa: F401  (NUMERICS: kept as a name)
 from linnet.lang.tensors.dtypes import accumulator
 

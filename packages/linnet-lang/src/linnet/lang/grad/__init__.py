@@ -26,7 +26,7 @@ from typing import Any
 from linnet.lang.grad.reverse import SEEDS, ClauseTemplate, differentiate, resolve_wrt
 from linnet.lang.grad.rules import VJP_RULES, Tape
 from linnet.lang.ir.graph import Graph
-from linnet.lang.pipeline import Stage, run_stage
+from linnet.lang.pipeline import GRAD, Stage, run_stage
 from linnet.lang.syntax.program import Program
 
 __all__ = [
@@ -87,5 +87,5 @@ def lower_grad(
     graph = lower(
         program, entry, inputs, config, weights, model, check=check, grad_clauses=templates
     )
-    # A stage after lowering's (linnet.lang.pipeline): verified and shown like them.
-    return run_stage(Stage("grad", lambda g: differentiate(g, wrt, seed, templates)), graph)
+    # The stage GRAD after lowering's (linnet.lang.pipeline.ORDER): verified and shown like them.
+    return run_stage(Stage(GRAD, lambda g: differentiate(g, wrt, seed, templates)), graph)

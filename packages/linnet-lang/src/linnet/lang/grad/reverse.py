@@ -342,7 +342,7 @@ def _accumulate(ct: dict[str, list[str]], tape: Tape, ref: str, d: str) -> None:
 
 def _iterations(graph: Graph) -> list[Call | None]:
     """For each step, the outermost call of an iteration of a repeated block holding it
-    (the calls that cut a graph into slices, `ir/slices.py`), or None."""
+    (the calls that cut a graph into slices, `passes/slices.py`), or None."""
     out: list[Call | None] = [None] * len(graph.steps)
     chosen_stop = -1
     for call in sorted(graph.calls, key=lambda c: (c.start, -c.stop)):
@@ -422,7 +422,9 @@ def _check_states(graph: Graph, active: set[str], seeded: set[str]) -> None:
     for step in reversed(graph.steps):
         if step.results and step.results[0] in needed:
             needed.update(step.operands)
-    hit = next((o for o in needed if o in written), None)
+    # The first state written (program order), not a set's order: the message names the
+    # same state in every run (a set of strings iterates in a per-process hash order).
+    hit = next((s for s in written if s in needed), None)
     if hit is not None or any(o in tainted for o in seeded):
         state = hit or next(iter(written))
         loc = graph.steps[written[state]].loc

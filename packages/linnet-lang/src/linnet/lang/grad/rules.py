@@ -584,7 +584,7 @@ def _float_only(rule: Rule) -> Rule:
 
 
 def _one_process(step: Step, g: str, t: Tape, needs: list[bool]) -> list[str | None]:
-    from linnet.lang.ir.shard import one_process
+    from linnet.lang.passes.shard import one_process
 
     raise one_process(step, "the reverse pass")
 
@@ -620,7 +620,7 @@ VJP_RULES: dict[str, Rule] = {
     "gather": _gather,
     "scatter_add": _float_only(_scatter_add),
     "scatter": zero,  # a state write: gradients never flow through states (E0953)
-    # A rank's graph (linnet.lang.ir.shard): the reverse pass differentiates one process's
+    # A rank's graph (linnet.lang.passes.shard): the reverse pass differentiates one process's
     # graph; the transpose of a collective needs the other ranks' cotangents (E0963).
     "all_reduce": _one_process,
     "all_gather": _one_process,

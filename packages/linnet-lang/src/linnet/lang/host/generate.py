@@ -31,7 +31,7 @@ from linnet.lang.check.hints import did_you_mean
 from linnet.lang.diagnostics.core import LinnetError
 from linnet.lang.host.inputs import error, range_error
 from linnet.lang.host.options import check_sampling, stop_token_error
-from linnet.lang.ir.bounds import bounds_for
+from linnet.lang.passes.bounds import bounds_for
 
 #: ``generate``'s keyword options: ``Model.generate(**options)`` checks the names against
 #: these (E0794 for another). The last three are for text prompts only

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from linnet.lang.diagnostics.core import LinnetError, coded_error
-from linnet.lang.ir.bounds import InputRange, dim_names
 from linnet.lang.ir.graph import Graph
+from linnet.lang.passes.bounds import InputRange, dim_names
 
 # The examples' model: `get` reads row `i[k]` of a table of V rows, so `i` is an index input.
 GATHER_EXAMPLE = """
@@ -136,7 +136,7 @@ def in_range(r: InputRange, lo: int, hi: int) -> bool:
     range ``r`` (each runtime computes the two on its device, then calls this).
 
     >>> from linnet.lang import Program, lower
-    >>> from linnet.lang.ir.bounds import input_bounds
+    >>> from linnet.lang.passes.bounds import input_bounds
     >>> g = lower(Program.from_text(GATHER_EXAMPLE), "get", {"i": [1]}, {"V": 4})
     >>> r = input_bounds(g).inputs["%i"]
     >>> in_range(r, 0, 3), in_range(r, 0, 4)
@@ -154,7 +154,7 @@ def range_error(
     and what the input indexes, and says how to fix it.
 
     >>> from linnet.lang import Program, lower
-    >>> from linnet.lang.ir.bounds import input_bounds
+    >>> from linnet.lang.passes.bounds import input_bounds
     >>> g = lower(Program.from_text(GATHER_EXAMPLE), "get", {"i": [2]}, {"V": 4})
     >>> range_error(g, "get", input_bounds(g).inputs["%i"], [1, 9], [2]).diagnostics[0].message
     'input `i` of `get` has 9 at index [1]; every value must be in [0, 4): `i` indexes axis 0 ...'
@@ -167,7 +167,7 @@ def range_parts(graph: Graph, r: InputRange) -> dict[str, Any]:
     (linnet.lang.export_checks) to raise the runtimes' error without the graph.
 
     >>> from linnet.lang import Program, lower
-    >>> from linnet.lang.ir.bounds import input_bounds
+    >>> from linnet.lang.passes.bounds import input_bounds
     >>> g = lower(Program.from_text(GATHER_EXAMPLE), "get", {"i": [2]}, {"V": 4})
     >>> parts = range_parts(g, input_bounds(g).inputs["%i"])
     >>> parts["input"], parts["lo"], parts["hi"], parts["text"]

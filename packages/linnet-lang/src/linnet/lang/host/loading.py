@@ -22,7 +22,7 @@ from linnet.lang.check.driver import check_program, find_model
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.config import load_config
 from linnet.lang.host.inputs import error, short
-from linnet.lang.pipeline import Numerics
+from linnet.lang.pipeline import FLOATS, Numerics
 from linnet.lang.syntax.program import Program, model_file
 from linnet.lang.weights.checkpoint import fit_checkpoint, merge_config, read_checkpoint_config
 from linnet.lang.weights.gguf import is_gguf
@@ -33,9 +33,6 @@ from linnet.lang.weights.safetensors import (
     checkpoint_shapes,
     resolve_checkpoint,
 )
-
-# Linnet's floating-point element types: the ones `dtype=` converts weights to.
-FLOATS = ("f64", "f32", "f16", "bf16")
 
 
 def nonfinite_weight(name: str, nan: int, inf: int, first: Sequence[int]) -> Diagnostic:

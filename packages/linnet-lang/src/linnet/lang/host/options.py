@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.inputs import error
 from linnet.lang.host.run import check_threads
-from linnet.lang.ir.bounds import bounds_for
+from linnet.lang.passes.bounds import bounds_for
 
 if TYPE_CHECKING:
     import argparse

@@ -234,7 +234,7 @@ _TABLE: list[Primitive] = [
         "state[i0, ..., ik-1, :, ...] = value, in place; operands (@state, value, i0, ..., ik-1)",
         min_arity=2,
     ),
-    # Issue 21: tensor parallelism (linnet.lang.ir.shard) over torch.distributed. Each rank
+    # Issue 21: tensor parallelism (linnet.lang.passes.shard) over torch.distributed. Each rank
     # holds its own value; attributes.world is the number of ranks.
     _P(
         "all_reduce",

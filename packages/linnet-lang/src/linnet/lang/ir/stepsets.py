@@ -1,5 +1,5 @@
 """What a set of a graph's steps reads, makes and computes: the one analysis behind slices
-(:mod:`linnet.lang.ir.slices`, the functions of generated source) and linnet-plan's regions
+(:mod:`linnet.lang.passes.slices`, the functions of generated source) and linnet-plan's regions
 (``linnet.backends.Region``, the steps a backend runs).
 
 :func:`step_set` gives a set's inputs, outputs, parameters and states; :func:`fingerprint`

@@ -6,7 +6,7 @@ at an index computed out of range (E0781), an exported model would read or write
 else: onnxruntime wraps -1 to the last row, XLA clamps or skips. :func:`with_validity`
 appends to a graph the steps that compute, from the very index values the model uses, one
 bool: every index that must be in range (every ``take`` and ``gather`` whose bounds are not
-``zero``, every ``scatter`` position; the indices :mod:`linnet.lang.ir.bounds` checks) is
+``zero``, every ``scatter`` position; the indices :mod:`linnet.lang.passes.bounds` checks) is
 within its axis. The exporters return it as the model's last output, ``linnet.valid``, after
 the states (docs/export.md, "Checking inputs"); :mod:`linnet.lang.export_checks` turns a
 false one into the runtimes' coded error.
@@ -54,7 +54,7 @@ class IndexUse:
 
 def index_uses(graph: Graph) -> list[IndexUse]:
     """Every index that must be in range: those of ``take``/``gather`` without ``bounds =
-    zero`` and every ``scatter`` position (the uses :func:`~linnet.lang.ir.bounds.input_bounds`
+    zero`` and every ``scatter`` position (the uses :func:`~linnet.lang.passes.bounds.input_bounds`
     checks), with the size of the axis each one indexes.
 
     >>> index_uses(Graph("e", "m"))

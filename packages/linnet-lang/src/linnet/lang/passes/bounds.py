@@ -729,7 +729,7 @@ def value_ranges(graph: Graph) -> dict[str, tuple[int, int]]:
 
 
 def share_bounds(graph: Graph, like: Graph) -> None:
-    """Check ``graph``'s inputs as ``like``'s are: a rank's graph (linnet.lang.ir.shard) takes
+    """Check ``graph``'s inputs as ``like``'s are: a rank's graph (linnet.lang.passes.shard) takes
     the inputs of the whole graph it came from, whose index ranges (the vocabulary, the
     cache) its split tables no longer show. Its own :func:`value_ranges` stay its own.
 
