@@ -336,3 +336,28 @@ def test_generate_on_the_gpu(tmp_path):
     other = on_gpu.generate(prompts, 64, **(kw | {"seed": 12, "temperature": 1.1}))
     assert [o[:32] for o in other] != first
     assert traces == TRACES
+
+
+@pytest.mark.gpu
+def test_a_repetition_penalty_on_the_gpu(tmp_path):
+    """On a GPU the mask of the tokens seen is carried (donated) like the KV cache: the
+    CPU's greedy tokens on the demo checkpoint, sampling reproducible, other penalties
+    trace nothing."""
+    import jax
+    from linnet.lang.weights.demo import write_demo
+
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs jax with a GPU backend")
+    path = tmp_path / "demo.safetensors"
+    write_demo(path, LLAMA, toy_config(), 0)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [42, 9]]
+    on_gpu = load(LLAMA, weights=path, config="toy", device="gpu")
+    on_cpu = load(LLAMA, weights=path, config="toy", device="cpu")
+    kw = dict(repetition_penalty=1.3, stop_tokens=[])
+    assert on_gpu.generate(prompts, 16, **kw) == on_cpu.generate(prompts, 16, **kw)
+    sampled = dict(temperature=0.8, top_k=40, top_p=0.9, seed=11, **kw)
+    first = on_gpu.generate(prompts, 32, **sampled)
+    traces = TRACES.copy()
+    assert on_gpu.generate(prompts, 32, **sampled) == first
+    on_gpu.generate(prompts, 32, **(sampled | {"repetition_penalty": 0.8}))
+    assert traces == TRACES

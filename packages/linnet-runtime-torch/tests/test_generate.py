@@ -335,3 +335,18 @@ def test_linnet_run_takes_a_repetition_penalty(pair, capsys, tmp_path):
     argv += ["--prompt", prompt, "--stop", "none", "--repetition-penalty", "1.3"]
     assert main(argv) == 0
     assert f"decoded 8 tokens: {penalized}" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_a_repetition_penalty_on_cuda_is_the_cpus(pair, tmp_path):
+    """On CUDA the mask of the tokens seen lives on the GPU (built from the prompts, updated
+    by a scatter each step): greedy tokens are the CPU's, sampling is reproducible."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    hf, model = pair
+    hf.save_pretrained(tmp_path)
+    on_gpu = load("std.models.mistral", weights=tmp_path, config={"S": 64}, device="cuda")
+    kw = dict(repetition_penalty=1.3, stop_tokens=[])
+    assert on_gpu.generate(PROMPTS, STEPS, **kw) == model.generate(PROMPTS, STEPS, **kw)
+    sampled = dict(temperature=0.8, top_k=40, top_p=0.9, seed=11, **kw)
+    assert on_gpu.generate(PROMPTS, 16, **sampled) == on_gpu.generate(PROMPTS, 16, **sampled)
