@@ -11,6 +11,9 @@ message, never a traceback, a NaN or a silent wrong result.
   uniformly; seeds past 2**32 are their own (jax's own key(seed) folds 2**32 onto 0 without
   64-bit jax: the same tokens for two seeds).
 * Prompts as NumPy or jax arrays; float or 3-d arrays are E0810.
+* Repetition penalties (issue 41): the torch runtime's E0867 for bad values; extreme finite
+  ones give the torch runtime's greedy tokens and never NaN, at any temperature; `pick`
+  with a penalty and no mask of the tokens seen is E0868.
 * `linnet run --runtime jax` checks its sampling options before jax is imported.
 """
 
@@ -91,7 +94,8 @@ BAD = [
     ([PROMPT], {"stop_tokens": [V]}, "E0819"),
     ([PROMPT], {"stop_tokens": [2, -1]}, "E0819"),
     ([PROMPT], {"stop_tokens": [2**64]}, "E0819"),
-    ([PROMPT], {"repetition_penalty": 1.2}, "E0794"),
+    # repetition_penalty is an option since issue 41; transformers' n-gram rule is not.
+    ([PROMPT], {"no_repeat_ngram_size": 3}, "E0794"),
     ([PROMPT], {"temprature": 0.5}, "E0794"),
     ([PROMPT], {"top-k": 5}, "E0794"),
     ([[1] * 120], {"max_new_tokens": 10}, "E0817"),
@@ -100,6 +104,15 @@ BAD = [
     ([PROMPT, [1, 2**31]], {}, "E0780"),
     ([PROMPT, [1, -(2**63)]], {}, "E0780"),
     ([PROMPT, [1, V]], {}, "E0780"),
+    ([PROMPT], {"temperature": 10**400}, "E0812"),
+    ([PROMPT], {"repetition_penalty": 0}, "E0867"),
+    ([PROMPT], {"repetition_penalty": -1.2}, "E0867"),
+    ([PROMPT], {"repetition_penalty": float("nan")}, "E0867"),
+    ([PROMPT], {"repetition_penalty": float("inf")}, "E0867"),
+    ([PROMPT], {"repetition_penalty": 10**400}, "E0867"),
+    ([PROMPT], {"repetition_penalty": True}, "E0867"),
+    ([PROMPT], {"repetition_penalty": "1.2"}, "E0867"),
+    ([PROMPT], {"repetition_penalty": [1.2]}, "E0867"),
 ]
 
 
@@ -273,6 +286,50 @@ def test_the_edges_of_the_ranges_run(model, greedy):
     assert model.generate([PROMPT], 1) == [greedy[:1]]  # prefill alone: no decode step
 
 
+# ---------------------------------------------------------------- issue 41: repetition penalty
+@pytest.mark.parametrize("penalty", [1e308, 1e30, 5e-324, 1e-45])
+def test_extreme_penalties_have_a_meaning(model, torch_model, penalty):
+    """Every finite penalty above 0 runs, greedy and sampling, never picking from NaN (a
+    penalty below f32's smallest normal acts as it, a huge one is inf in f32); greedy gives
+    the torch runtime's tokens."""
+    greedy = model.generate([PROMPT, [1]], 6, repetition_penalty=penalty, stop_tokens=[])
+    assert greedy == torch_model.generate(
+        [PROMPT, [1]], 6, repetition_penalty=penalty, stop_tokens=[]
+    )
+    sampled = model.generate(
+        [PROMPT, [1]], 6, temperature=0.8, top_p=0.9, seed=0, repetition_penalty=penalty
+    )
+    assert all(0 <= t < V for row in sampled for t in row)
+
+
+def test_pick_on_penalised_rows_that_overflow():
+    """Rows a penalty pushes to -inf (every token seen and negative, a huge penalty) or to
+    inf (a tiny penalty): ties, never NaN or -1, at any temperature."""
+    import jax
+
+    every = np.ones((1, 4), bool)
+    negative = np.array([[-1.0, -2.0, -0.5, -3.0]], np.float32)
+    keys = jax.random.split(jax.random.key(0), 80)
+    assert pick(negative, penalty=1e300, seen=every).tolist() == [0]
+    for temperature in (1.0, 1e308):  # -inf * a zero inverse would be NaN
+        drawn = {
+            int(pick(negative, temperature, key=k, penalty=1e300, seen=every)[0]) for k in keys
+        }
+        assert drawn == {0, 1, 2, 3}
+    seen = np.array([[True, True, True, False]])
+    mixed = np.array([[0.0, 5.0, 4.0, -1.0]], np.float32)
+    assert pick(mixed, penalty=5e-324, seen=seen).tolist() == [1]
+    drawn = {int(pick(mixed, 0.5, top_p=0.9, key=k, penalty=5e-324, seen=seen)[0]) for k in keys}
+    assert drawn == {1, 2}
+
+
+@pytest.mark.parametrize("seen", [None, np.zeros((1, 3), bool)])
+def test_pick_with_a_penalty_needs_the_seen_mask(seen):
+    with pytest.raises(LinnetError) as err:
+        pick(np.array([[0.0, 3.0, 1.0, 2.0]], np.float32), penalty=1.3, seen=seen)
+    assert code_of(err) == "E0868" and "[1, 4]" in str(err.value)
+
+
 # ---------------------------------------------------------------- `linnet run --runtime jax`
 @pytest.mark.parametrize(
     ("argv", "code"),
@@ -285,6 +342,8 @@ def test_the_edges_of_the_ranges_run(model, greedy):
         (["--stop", str(V)], "E0819"),
         (["--prompt", f"1,{2**64}"], "E0780"),
         (["--rank-timeout", "5"], "E0790"),
+        (["--repetition-penalty", "0"], "E0867"),
+        (["--repetition-penalty", "nan"], "E0867"),
     ],
 )
 def test_cli_run_on_jax_bad_options(capsys, argv, code):

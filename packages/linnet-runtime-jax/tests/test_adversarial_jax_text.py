@@ -56,6 +56,18 @@ def test_same_text_as_torch(ckpt, model):
     )
 
 
+def test_a_repetition_penalty_on_text_is_the_id_paths_and_torchs(ckpt, model):
+    """Issue 41: text prompts pass repetition_penalty through (before: E0794)."""
+    tok = model.tokenizer
+    ids = model.generate([tok.encode_chat(CHAT)], STEPS, stop_tokens=[], repetition_penalty=1.5)
+    text = model.generate(CHAT, STEPS, stop_tokens=[], repetition_penalty=1.5)
+    assert text == tok.decode(ids[0], skip_special_tokens=True)
+    lt = pytest.importorskip("linnet.torch")
+    folder, config = ckpt
+    other = lt.load("std.models.llama", weights=str(folder), config=config)
+    assert text == other.generate(CHAT, STEPS, stop_tokens=[], repetition_penalty=1.5)
+
+
 def test_text_without_a_tokenizer(ckpt):
     folder, config = ckpt
     bare = load("std.models.llama", weights=str(folder), config=config, tokenizer=False)

@@ -181,6 +181,78 @@ def test_new_prompt_lengths_trace_nothing_after_warm_up(pair):
     assert traces == TRACES
 
 
+# ---------------------------------------------------------------- repetition_penalty (issue 41)
+def hf_penalized(hf, prompt: list[int], steps: int, penalty: float) -> list[int]:
+    with torch.no_grad():
+        out = hf.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=steps,
+            min_new_tokens=steps,
+            do_sample=False,
+            pad_token_id=0,
+            repetition_penalty=penalty,
+        )
+    return out[0, len(prompt) :].tolist()
+
+
+def test_greedy_with_a_repetition_penalty_equals_transformers(pair, greedy):
+    """Before: E0794 (generate had no `repetition_penalty`)."""
+    hf, _, model = pair
+    got = model.generate(PROMPTS, STEPS, repetition_penalty=1.3, stop_tokens=[])
+    assert got == [hf_penalized(hf, p, STEPS, 1.3) for p in PROMPTS]
+    assert got != greedy  # the penalty changes tokens here (a silent no-op would not)
+    assert model.generate(PROMPTS, STEPS, repetition_penalty=1.0) == greedy
+
+
+def test_pick_penalizes_the_seen_tokens_before_the_warpers():
+    import jax
+    import jax.numpy as jnp
+    from linnet.jax.generate import penalize, see, seen_mask
+
+    logits = np.array([[3.0, -1.0, 2.0, -0.5, 2.5]] * 2, np.float32)
+    seen = seen_mask(jnp.array([[0, 1, 1], [4, 4, 4]]), 5)
+    assert seen.tolist() == [[True, True, False, False, False], [False] * 4 + [True]]
+    assert penalize(logits, seen, 2.0).tolist() == [
+        [1.5, -2.0, 2.0, -0.5, 2.5],
+        [3.0, -1.0, 2.0, -0.5, 1.25],
+    ]
+    assert pick(logits, penalty=2.0, seen=seen).tolist() == [4, 0]
+    assert pick(logits).tolist() == [0, 0]
+    key = jax.random.key(0)
+    assert pick(logits, 5.0, top_k=1, key=key, penalty=2.0, seen=seen).tolist() == [4, 0]
+    # A generated token is marked (token 2 in row 0); a -1 (non-finite logits) marks nothing.
+    marked = see(seen, jnp.array([2, -1], jnp.int32))
+    assert marked.tolist() == [[True, True, True, False, False], [False] * 4 + [True]]
+    only_negative = np.array([[-2.0, -1.0, -3.0, -0.5]], np.float32)
+    mask = np.array([[False, False, False, True]])
+    assert pick(only_negative, penalty=3.0, seen=mask).tolist() == [1]
+
+
+def test_sampling_with_a_penalty_and_a_seed_is_reproducible(pair):
+    model = pair[2]
+    kw = dict(max_new_tokens=12, temperature=0.9, top_p=0.95, seed=5, repetition_penalty=1.3)
+    first = model.generate(PROMPTS, **kw)
+    assert model.generate(PROMPTS, **kw) == first
+    # The penalty comes before the temperature: a tiny one samples the penalised argmax.
+    assert model.generate(
+        PROMPTS, 12, temperature=1e-300, seed=1, repetition_penalty=1.3, stop_tokens=[]
+    ) == model.generate(PROMPTS, 12, repetition_penalty=1.3, stop_tokens=[])
+
+
+def test_penalties_are_values_not_traces(pair):
+    """The penalty is an argument of the steps, never a constant: other penalties (and
+    seeds, temperatures) trace neither step again; only its presence is a way of picking."""
+    model = pair[2]
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [9, 2], [6, 5, 3]]  # PROMPTS' shape
+    model.generate(prompts, 6, temperature=0.9, top_k=7, seed=1, repetition_penalty=1.3)
+    model.generate(prompts, 6, repetition_penalty=1.3)
+    traces = TRACES.copy()
+    for penalty in (0.5, 2.0, 1e30, 5e-324):
+        model.generate(prompts, 9, temperature=0.4, top_k=50, seed=3, repetition_penalty=penalty)
+        model.generate(prompts, 9, repetition_penalty=penalty)
+    assert traces == TRACES
+
+
 # ---------------------------------------------------------------- `linnet run --runtime jax`
 def test_linnet_run_on_jax_samples_as_generate_does(pair, capsys):
     """Before: every sampling option was E0790 with `--runtime jax`."""
@@ -213,6 +285,9 @@ def test_linnet_run_on_jax_samples_as_generate_does(pair, capsys):
     out = capsys.readouterr().out
     assert f"decoded {len(cut)} tokens: {cut}" in out and "(jax)" in out
     assert f"token   1 at position    6: {sampled[1]:6d}" in out
+    penalized = model.generate([PROMPTS[2]], 6, repetition_penalty=1.3, stop_tokens=[])[0]
+    assert main([*argv[:-6], "--stop", "none", "--repetition-penalty", "1.3"]) == 0
+    assert f"decoded 6 tokens: {penalized}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("torch_installed", [False, True])
@@ -271,3 +346,28 @@ def test_fast_false_runs_without_jit_and_gives_the_same_tokens(pair):
     with pytest.raises(LinnetError) as info:
         model.generate(prompts, 3, fast=None)
     assert info.value.diagnostics[0].code == "E0870"
+
+
+@pytest.mark.gpu
+def test_a_repetition_penalty_on_the_gpu(tmp_path):
+    """On a GPU the mask of the tokens seen is carried (donated) like the KV cache: the
+    CPU's greedy tokens on the demo checkpoint, sampling reproducible, other penalties
+    trace nothing."""
+    import jax
+    from linnet.lang.weights.demo import write_demo
+
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs jax with a GPU backend")
+    path = tmp_path / "demo.safetensors"
+    write_demo(path, LLAMA, toy_config(), 0)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [42, 9]]
+    on_gpu = load(LLAMA, weights=path, config="toy", device="gpu")
+    on_cpu = load(LLAMA, weights=path, config="toy", device="cpu")
+    kw = dict(repetition_penalty=1.3, stop_tokens=[])
+    assert on_gpu.generate(prompts, 16, **kw) == on_cpu.generate(prompts, 16, **kw)
+    sampled = dict(temperature=0.8, top_k=40, top_p=0.9, seed=11, **kw)
+    first = on_gpu.generate(prompts, 32, **sampled)
+    traces = TRACES.copy()
+    assert on_gpu.generate(prompts, 32, **sampled) == first
+    on_gpu.generate(prompts, 32, **(sampled | {"repetition_penalty": 0.8}))
+    assert traces == TRACES

@@ -8,6 +8,10 @@ never a traceback, a NaN or a silent wrong result.
   uniformly; neither is NaN or a traceback.
 * Seeds, prompt ids and stop tokens past their ranges, a non-callable ``on_token``, an option
   generate lacks: E0815, E0780, E0819, E0794 before anything runs.
+* Repetition penalties (issue 41): zero, negative, NaN, inf, bool, a string, 10**400 are
+  E0867 (in `generate` and `linnet run --repetition-penalty`, before torch is imported);
+  extreme finite ones (1e308, 5e-324) have a meaning, never NaN; `pick` with a penalty and
+  no mask of the tokens seen is E0868, not a silent no-op.
 * `linnet run` checks its sampling options before torch is imported; `linnet kernels`
   refuses a device the machine lacks (E0710, E0711) and an ``--op`` that names nothing
   (E0793, with a did-you-mean).
@@ -149,7 +153,8 @@ def test_a_huge_temperature_samples_uniformly(model):
         ({"stop_tokens": [V]}, "E0819", f"stop token {V} (in stop_tokens)"),
         ({"stop_tokens": [2, -1]}, "E0819", "its ids are [0, 256)"),
         ({"stop_tokens": [2**64]}, "E0819", "stop token"),
-        ({"repetition_penalty": 1.2}, "E0794", "generate has no option `repetition_penalty`"),
+        # repetition_penalty is an option since issue 41; transformers' n-gram rule is not.
+        ({"no_repeat_ngram_size": 3}, "E0794", "generate has no option `no_repeat_ngram_size`"),
         ({"temprature": 0.5}, "E0794", "did you mean `temperature`?"),
         ({"top-k": 5}, "E0794", "top_k"),
         ({"temperature": float("nan")}, "E0812", "nan"),
@@ -161,6 +166,16 @@ def test_a_huge_temperature_samples_uniformly(model):
         ({"temperature": 1.0, "top_p": True}, "E0814", "top_p"),
         ({"max_new_tokens": 2**64}, "E0817", "max_new_tokens="),
         ({"max_new_tokens": 4.0}, "E0811", "max_new_tokens"),
+        # Before: an OverflowError from the division (10**400 passed `< inf`).
+        ({"temperature": 10**400, "seed": 0}, "E0812", "finite number"),
+        ({"repetition_penalty": 0}, "E0867", "repetition_penalty must be None or a finite"),
+        ({"repetition_penalty": -1.2}, "E0867", "not -1.2"),
+        ({"repetition_penalty": float("nan")}, "E0867", "nan"),
+        ({"repetition_penalty": float("inf")}, "E0867", "inf"),
+        ({"repetition_penalty": 10**400}, "E0867", "repetition_penalty"),
+        ({"repetition_penalty": True}, "E0867", "not True"),
+        ({"repetition_penalty": "1.2"}, "E0867", "'1.2'"),
+        ({"repetition_penalty": [1.2]}, "E0867", "[1.2]"),
     ],
 )
 def test_bad_generate_arguments_are_coded(model, options, code, words):
@@ -192,6 +207,50 @@ def test_the_edges_of_the_ranges_run(model, greedy):
     assert model.generate([[V - 1, 0]], 1, on_token=lambda step, tokens: None)[0][0] in range(V)
 
 
+# ---------------------------------------------------------------- issue 41: repetition penalty
+@pytest.mark.parametrize("penalty", [1e308, 1e30, 5e-324, 1e-45, 1e-30])
+def test_extreme_penalties_have_a_meaning(model, penalty):
+    """Every finite penalty above 0 runs, greedy and sampling, and never picks from NaN:
+    a penalty below float32's smallest normal acts as it (dividing a logit of 0 by a
+    penalty rounded to 0 was NaN), a huge one sends seen negative logits to -inf."""
+    greedy = model.generate([PROMPT, [1]], 6, repetition_penalty=penalty, stop_tokens=[])
+    sampled = model.generate(
+        [PROMPT, [1]], 6, temperature=0.8, top_p=0.9, seed=0, repetition_penalty=penalty
+    )
+    assert all(0 <= t < V for row in greedy + sampled for t in row)
+
+
+def test_pick_on_penalised_rows_that_overflow():
+    """Rows a penalty pushes to -inf (every token seen and negative, a huge penalty) or to
+    inf (a tiny penalty): ties, never NaN or -1; a seen logit of 0 stays 0."""
+    every = torch.ones((1, 4), dtype=torch.bool)
+    negative = torch.tensor([[-1.0, -2.0, -0.5, -3.0]])
+    gen = torch.Generator().manual_seed(0)
+    assert pick(negative, penalty=1e300, seen=every).tolist() == [0]  # all -inf: the lowest
+    drawn = {int(pick(negative, 1.0, generator=gen, penalty=1e300, seen=every)) for _ in range(80)}
+    assert drawn == {0, 1, 2, 3}  # all -inf: uniform, as ties
+    seen = torch.tensor([[True, True, True, False]])
+    # 5 and 4 divided by 1.2e-38 overflow to inf: tied (greedy: the lowest id); 0 stays 0.
+    mixed = torch.tensor([[0.0, 5.0, 4.0, -1.0]])
+    assert pick(mixed, penalty=5e-324, seen=seen).tolist() == [1]
+    drawn = {
+        int(pick(mixed, 0.5, top_p=0.9, generator=gen, penalty=5e-324, seen=seen))
+        for _ in range(80)
+    }
+    assert drawn == {1, 2}
+    # 2 and 1 stay finite (1.7e38, 8.5e37): the larger alone, as in the limit.
+    small = torch.tensor([[0.0, 2.0, 1.0, -1.0]])
+    drawn = {int(pick(small, 1.0, generator=gen, penalty=1e-45, seen=seen)) for _ in range(40)}
+    assert drawn == {1}
+
+
+@pytest.mark.parametrize("seen", [None, torch.zeros((1, 3), dtype=torch.bool)])
+def test_pick_with_a_penalty_needs_the_seen_mask(seen):
+    with pytest.raises(LinnetError) as err:
+        pick(torch.tensor([[0.0, 3.0, 1.0, 2.0]]), penalty=1.3, seen=seen)
+    assert code_of(err) == "E0868" and "[1, 4]" in str(err.value)
+
+
 def test_random_weights_checks_its_seed():
     with pytest.raises(LinnetError) as err:
         random_weights(LLAMA, toy_config(), seed=2**64)
@@ -217,6 +276,10 @@ def test_random_weights_checks_its_seed():
         (["--stop", "2,-1"], "E0819"),
         (["--stop", str(V)], "E0819"),
         (["--prompt", f"1,{2**64}"], "E0780"),
+        (["--repetition-penalty", "0"], "E0867"),
+        (["--repetition-penalty", "-1.3"], "E0867"),
+        (["--repetition-penalty", "nan"], "E0867"),
+        (["--repetition-penalty", "inf"], "E0867"),
     ],
 )
 def test_cli_run_bad_options(capsys, argv, code):
@@ -261,6 +324,21 @@ def test_cli_run_a_tiny_temperature_runs(capsys):
         == 0
     )
     assert "decoded 2 tokens" in capsys.readouterr().out
+
+
+def test_cli_repetition_penalty_is_checked_before_importing_torch(tmp_path):
+    code = (
+        "import sys\nfrom linnet.lang.cli import main\n"
+        "rc = main(['run', '--repetition-penalty', '0'])\n"
+        "print(rc, 'torch' in sys.modules)\n"
+    )
+    env = os.environ | {"LINNET_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr
+    assert "error[E0867]: --repetition-penalty must be a finite number > 0" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "demo").exists()
 
 
 def test_cli_run_checks_options_before_importing_torch(tmp_path):

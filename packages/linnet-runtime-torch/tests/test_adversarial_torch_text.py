@@ -260,3 +260,28 @@ def test_a_bad_tokenizer_argument_fails_before_the_weights_are_read(ckpt, monkey
         with pytest.raises(LinnetError) as e:
             load("std.models.llama", weights=str(folder), config=config, tokenizer=value)
         assert e.value.diagnostics[0].code == code
+
+
+def test_text_prompts_and_the_cli_take_a_repetition_penalty(
+    ckpt, model, capsys, tmp_path, monkeypatch
+):
+    """Issue 41: the text path, `linnet run --prompt TEXT` and `linnet chat` pass
+    repetition_penalty through (before: E0794 from generate, no such CLI option)."""
+    import json
+
+    folder, config = ckpt
+    (tmp_path / "cfg.json").write_text(json.dumps(config))
+    ids, text = reference(model, CHAT, 12, repetition_penalty=1.5)
+    assert ids != reference(model, CHAT, 12)[0]  # the penalty changes tokens here
+    assert model.generate(CHAT, 12, stop_tokens=[], repetition_penalty=1.5) == text
+    argv = ["std.models.llama", "--weights", str(folder), "--config", str(tmp_path / "cfg.json")]
+    argv += ["--tokens", "12", "--stop", "none", "--repetition-penalty", "1.5"]
+    assert main(["run", *argv, "--prompt", CHAT[0]["content"]]) == 0
+    assert capsys.readouterr().out == text + "\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(CHAT[0]["content"] + "\n/exit\n"))
+    assert main(["chat", *argv]) == 0
+    assert capsys.readouterr().out == f">>> {text}\n>>> "
+    assert main(["chat", *argv[:-1], "0"]) == 1
+    assert "error[E0867]: --repetition-penalty must be a finite number > 0, not 0.0" in (
+        capsys.readouterr().err
+    )

@@ -263,3 +263,123 @@ def test_cuda_generate_plans_once_and_equals_the_eager_path(pair, tmp_path, monk
         for f in (True, False)
     ]
     assert sampled[0] == sampled[1]
+
+
+# ---------------------------------------------------------------- repetition_penalty (issue 41)
+def hf_penalized(hf, prompt: list[int], steps: int, penalty: float) -> list[int]:
+    with torch.no_grad():
+        out = hf.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=steps,
+            min_new_tokens=steps,
+            do_sample=False,
+            pad_token_id=0,
+            repetition_penalty=penalty,
+        )
+    return out[0, len(prompt) :].tolist()
+
+
+def test_greedy_with_a_repetition_penalty_equals_transformers(pair):
+    """Before: E0794 (generate had no `repetition_penalty`)."""
+    hf, model = pair
+    got = model.generate(PROMPTS, STEPS, repetition_penalty=1.3, stop_tokens=[])
+    assert got == [hf_penalized(hf, p, STEPS, 1.3) for p in PROMPTS]
+    plain = model.generate(PROMPTS, STEPS, stop_tokens=[])
+    assert got != plain  # the penalty changes tokens here (a silent no-op would not)
+    for none in (None, 1.0, 1):
+        assert model.generate(PROMPTS, STEPS, repetition_penalty=none, stop_tokens=[]) == plain
+    # A penalty below 1 rewards repeating, as transformers' does.
+    assert model.generate(PROMPTS[2], 12, repetition_penalty=0.7, stop_tokens=[]) == [
+        hf_penalized(hf, PROMPTS[2], 12, 0.7)
+    ]
+
+
+def test_pick_penalizes_the_seen_tokens_before_the_warpers():
+    from linnet.torch.generate import penalize, seen_mask
+
+    logits = torch.tensor([[3.0, -1.0, 2.0, -0.5, 2.5], [3.0, -1.0, 2.0, -0.5, 2.5]])
+    seen = seen_mask(torch.tensor([[0, 1, 1], [4, 4, 4]]), 5)
+    assert seen.tolist() == [[True, True, False, False, False], [False] * 4 + [True]]
+    out = penalize(logits, seen, 2.0)
+    # Seen: positive divided, negative multiplied; unseen unchanged (the same float32 ops).
+    assert out.tolist() == [[1.5, -2.0, 2.0, -0.5, 2.5], [3.0, -1.0, 2.0, -0.5, 1.25]]
+    assert pick(logits, penalty=2.0, seen=seen).tolist() == [4, 0]
+    assert pick(logits).tolist() == [0, 0]
+    # Before the temperature and top_k: top_k=1 keeps the penalised argmax.
+    gen = torch.Generator().manual_seed(0)
+    assert pick(logits, 5.0, top_k=1, generator=gen, penalty=2.0, seen=seen).tolist() == [4, 0]
+    # A seen negative logit multiplied: token 3 (-0.5) falls below token 1 (-1 unseen).
+    only_negative = torch.tensor([[-2.0, -1.0, -3.0, -0.5]])
+    mask = torch.tensor([[False, False, False, True]])
+    assert pick(only_negative, penalty=3.0, seen=mask).tolist() == [1]
+
+
+def test_tokens_seen_in_the_prompt_or_only_generated_are_penalized(pair, monkeypatch):
+    """generate's mask on hand-made logits (the model's entries run, their logits replaced):
+    token 9 in the first prompt only is penalised from the first step; token 7, generated,
+    from the step after it."""
+    _, model = pair
+    prefill, decode = model.prefill, model.decode
+
+    def logits(rows: int, values: dict[int, float]) -> torch.Tensor:
+        out = torch.full((rows, 256), -4.0)
+        for token, value in values.items():
+            out[:, token] = value
+        return out
+
+    def fake_prefill(tokens, context=None):
+        prefill(tokens, context=context)
+        return logits(tokens.shape[0], {9: 5.0, 7: 4.0, 5: 3.0})[:, None].expand(
+            -1, tokens.shape[1], -1
+        )
+
+    def fake_decode(token, pos, context=None):
+        decode(token, pos, context=context)
+        return logits(token.shape[0], {9: 5.0, 7: 4.0, 5: 3.0})
+
+    monkeypatch.setattr(model, "prefill", fake_prefill)
+    monkeypatch.setattr(model, "decode", fake_decode)
+    assert model.generate([[9, 1]], 4, stop_tokens=[]) == [[9, 9, 9, 9]]
+    # 9 (prompt): 5/2 = 2.5; 7 wins (4), then 7 is seen: 2 < 5's 3; then 5 seen: 1.5.
+    got = model.generate([[9, 1], [2]], 4, repetition_penalty=2.0, stop_tokens=[])
+    assert got == [[7, 5, 9, 9], [9, 7, 5, 9]]
+
+
+def test_sampling_with_a_penalty_and_a_seed_is_deterministic(pair):
+    _, model = pair
+    kw = dict(max_new_tokens=12, temperature=0.9, top_p=0.95, seed=5, repetition_penalty=1.3)
+    first = model.generate(PROMPTS, **kw)
+    assert model.generate(PROMPTS, **kw) == first
+    # The penalty comes before the temperature: a tiny one samples the penalised argmax.
+    assert model.generate(
+        PROMPTS, 12, temperature=1e-300, seed=1, repetition_penalty=1.3, stop_tokens=[]
+    ) == model.generate(PROMPTS, 12, repetition_penalty=1.3, stop_tokens=[])
+
+
+def test_linnet_run_takes_a_repetition_penalty(pair, capsys, tmp_path):
+    from linnet.lang.cli import main
+
+    hf, model = pair
+    path = tmp_path / "ckpt"
+    hf.save_pretrained(path)
+    penalized = model.generate([PROMPTS[2]], 8, repetition_penalty=1.3, stop_tokens=[])[0]
+    argv = ["run", "std.models.mistral", "--weights", str(path), "--tokens", "8"]
+    prompt = ",".join(map(str, PROMPTS[2]))
+    argv += ["--prompt", prompt, "--stop", "none", "--repetition-penalty", "1.3"]
+    assert main(argv) == 0
+    assert f"decoded 8 tokens: {penalized}" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_a_repetition_penalty_on_cuda_is_the_cpus(pair, tmp_path):
+    """On CUDA the mask of the tokens seen lives on the GPU (built from the prompts, updated
+    by a scatter each step): greedy tokens are the CPU's, sampling is reproducible."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    hf, model = pair
+    hf.save_pretrained(tmp_path)
+    on_gpu = load("std.models.mistral", weights=tmp_path, config={"S": 64}, device="cuda")
+    kw = dict(repetition_penalty=1.3, stop_tokens=[])
+    assert on_gpu.generate(PROMPTS, STEPS, **kw) == model.generate(PROMPTS, STEPS, **kw)
+    sampled = dict(temperature=0.8, top_k=40, top_p=0.9, seed=11, **kw)
+    assert on_gpu.generate(PROMPTS, 16, **sampled) == on_gpu.generate(PROMPTS, 16, **sampled)

@@ -709,6 +709,13 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
     p.add_argument("--top-k", type=int, help="sample among the k most likely tokens")
     p.add_argument("--top-p", type=float, help="sample among the most likely tokens reaching p")
     p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        metavar="P",
+        help="penalise tokens already in the sequence (prompt and answer) by P, as "
+        "transformers' repetition_penalty (1.2, say; default: none)",
+    )
+    p.add_argument(
         "--sampling-seed", type=int, help="seed of the sampling (same seed, same tokens)"
     )
     p.add_argument(

@@ -15,9 +15,10 @@ the ``top_k`` most likely tokens and to the smallest set whose probability reach
 On the device: each step is one jitted function, the generated entry and the pick together,
 ``(params, states, last, pos, done, key, step) -> (last, pos, done, states)`` with the states
 (the KV cache) donated, traced once per batch shape and way of picking (greedy, or sampling
-with or without ``top_k`` and ``top_p``) and reused by every step and every later call:
-temperatures, ``k``, ``p``, seeds and stop tokens are arguments, never constants, so no
-value recompiles it (:data:`TRACES` counts the traces). Sampling draws with ``jax.random``
+with or without ``top_k`` and ``top_p``; with or without a repetition penalty, whose [B, V]
+mask of the tokens seen is carried from step to step like the states) and reused by every
+step and every later call: temperatures, ``k``, ``p``, penalties, seeds and stop tokens are
+arguments, never constants, so no value recompiles it (:data:`TRACES` counts the traces). Sampling draws with ``jax.random``
 on the device from a key made of the 64 bits of ``seed`` (``threefry2x32``), folded with the
 step: the same seed gives the same tokens, but not the torch runtime's (another generator).
 The host reads each step's tokens one step behind: from the second step on, step ``s + 1``
@@ -70,25 +71,38 @@ TRACES: Counter[str] = Counter()
 
 
 class Picking(NamedTuple):
-    """How tokens are picked: ``sample`` (else greedy), and whether ``top_k`` and ``top_p``
-    apply; each combination is one trace of a step. The values (a temperature's inverse,
-    ``k``, ``1 - top_p``) are the step's arguments."""
+    """How tokens are picked: ``sample`` (else greedy), whether ``top_k`` and ``top_p``
+    apply, and whether a repetition penalty does (``penalize``: the steps then carry a
+    [B, V] mask of the tokens seen); each combination is one trace of a step. The values (a
+    temperature's inverse, ``k``, ``1 - top_p``, the penalty) are the step's arguments."""
 
     sample: bool
     use_k: bool
     use_p: bool
+    penalize: bool = False
+
+
+#: The smallest penalty the pick divides by: float32's smallest normal (a smaller one
+#: rounds to 0 or a subnormal, and a logit of 0 divided by 0 is NaN), as the torch runtime's.
+SMALLEST_PENALTY = float(np.finfo(np.float32).tiny)
 
 
 def settings(
-    temperature: float, top_k: int | None, top_p: float | None, vocabulary: int
-) -> tuple[Picking, tuple[np.float32, np.int32, np.float32]]:
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    vocabulary: int,
+    repetition_penalty: float | None = None,
+) -> tuple[Picking, tuple[np.float32, np.int32, np.float32, np.float32]]:
     """The way of picking and its values for the options (checked before): the
     temperature's inverse in f32 (its reciprocal in f64, rounded: inf for a temperature too
-    small for it, 0 for one too large), ``k`` (where it is below the vocabulary) and the
-    probability top_p drops, ``1 - top_p``.
+    small for it, 0 for one too large), ``k`` (where it is below the vocabulary), the
+    probability top_p drops, ``1 - top_p``, and the repetition penalty in f32 (1 where
+    there is none: None and 1.0 penalise nothing and keep no mask; at least
+    :data:`SMALLEST_PENALTY`, inf for one past f32's range).
 
     >>> settings(0.5, 40, None, 256)
-    (Picking(sample=True, use_k=True, use_p=False), (np.float32(2.0), np.int32(40), np.float32(0.0)))
+    (Picking(sample=True, use_k=True, use_p=False, penalize=False), (np.float32(2.0), np.int32(40), np.float32(0.0), np.float32(1.0)))
     """
     # Greedy search ignores top_k and top_p (as the torch runtime's): one way of picking.
     use_k = temperature != 0 and top_k is not None and top_k < vocabulary
@@ -101,14 +115,76 @@ def settings(
         )
     k = np.int32(top_k if use_k and top_k is not None else 1)
     drop = np.float32(1.0 - top_p if use_p and top_p is not None else 0.0)
-    return Picking(temperature != 0, use_k, use_p), (inverse, k, drop)
+    penalize = repetition_penalty is not None and repetition_penalty != 1
+    with np.errstate(over="ignore"):
+        penalty = np.float32(
+            max(float(repetition_penalty), SMALLEST_PENALTY)
+            if penalize and repetition_penalty is not None
+            else 1.0
+        )
+    return Picking(temperature != 0, use_k, use_p, penalize), (inverse, k, drop, penalty)
 
 
-def pick_tokens(logits: Any, picking: Picking, inverse: Any, k: Any, drop: Any, key: Any) -> Any:
+def seen_mask(rows: Any, vocabulary: int) -> Any:
+    """[B, V] bools, traceable: True where token ``v`` is in row ``b`` of the int ``rows``
+    [B, L] (the padded prompts: padding repeats a row's own last token, so it adds no id);
+    ids of ``vocabulary`` or more (no logit is theirs) are left out, as transformers does.
+
+    >>> import jax.numpy as jnp
+    >>> seen_mask(jnp.array([[0, 2, 2]]), 4).tolist()
+    [[True, False, True, False]]
+    """
+    import jax.numpy as jnp
+
+    b = jnp.arange(rows.shape[0])[:, None]
+    return jnp.zeros((rows.shape[0], vocabulary), bool).at[b, rows].set(True, mode="drop")
+
+
+def see(seen: Any, token: Any) -> Any:
+    """``seen`` [B, V] with each row's ``token`` [B] marked, traceable; a -1 (non-finite
+    logits, E0818) marks nothing.
+
+    >>> import jax.numpy as jnp
+    >>> see(jnp.zeros((2, 3), bool), jnp.array([2, -1])).tolist()
+    [[False, False, True], [False, False, False]]
+    """
+    import jax.numpy as jnp
+
+    index = jnp.where(token >= 0, token, seen.shape[-1])  # past the end: dropped
+    return seen.at[jnp.arange(seen.shape[0]), index].set(True, mode="drop")
+
+
+def penalize(logits: Any, seen: Any, penalty: Any) -> Any:
+    """transformers' ``RepetitionPenaltyLogitsProcessor`` on f32 ``logits`` [B, V],
+    traceable: each logit of a ``seen`` token times ``penalty`` where it is negative, else
+    divided by it (f32 arithmetic, as transformers and the torch runtime); the others
+    unchanged.
+
+    >>> import jax.numpy as jnp
+    >>> penalize(jnp.array([[2.0, -2.0, 2.0]]), jnp.array([[True, True, False]]), 2.0).tolist()
+    [[1.0, -4.0, 2.0]]
+    """
+    import jax.numpy as jnp
+
+    return jnp.where(seen, jnp.where(logits < 0, logits * penalty, logits / penalty), logits)
+
+
+def pick_tokens(
+    logits: Any,
+    picking: Picking,
+    inverse: Any,
+    k: Any,
+    drop: Any,
+    key: Any,
+    penalty: Any = 1.0,
+    seen: Any = None,
+) -> Any:
     """One token id (int32) per row of ``logits`` [B, V], traceable (the steps run it under
     ``jax.jit``): the argmax when not sampling, else a ``jax.random.categorical`` draw from
     ``logits * inverse`` kept to the ``k`` most likely tokens and to the smallest set whose
-    probability exceeds ``1 - drop``. A row whose logits are not all finite gives -1.
+    probability exceeds ``1 - drop``; with ``picking.penalize``, the logits of the tokens
+    ``seen`` [B, V] marks are penalised by ``penalty`` first (:func:`penalize`). A row
+    whose logits are not all finite gives -1.
 
     >>> import jax, jax.numpy as jnp
     >>> pick_tokens(jnp.array([[0.0, 3.0, 1.0]]), Picking(False, False, False), 0, 1, 0,
@@ -119,17 +195,27 @@ def pick_tokens(logits: Any, picking: Picking, inverse: Any, k: Any, drop: Any, 
     import jax.numpy as jnp
 
     logits = jnp.asarray(logits, jnp.float32)
+    # Finite before the penalty: E0818 is about the model's logits; a huge penalty's -inf
+    # (and a tiny one's inf) is a meaning, handled below.
     finite = jnp.isfinite(logits).all(axis=-1)
+    if picking.penalize:
+        logits = penalize(logits, seen, penalty)
     if not picking.sample:
         return jnp.where(finite, jnp.argmax(logits, axis=-1).astype(jnp.int32), -1)
     # Scores relative to each row's largest logit, times the temperature's inverse: an
     # infinite inverse (a tiny temperature) sends every other score to -inf and keeps the
     # largest at 0 (0 * inf would be NaN: kept 0 by the where), a zero one (a huge
     # temperature) every score to 0 (uniform). A row that is not finite is drawn from
-    # zeros, so that the draw runs; its token is replaced by -1.
+    # zeros, so that the draw runs; its token is replaced by -1. The largest is 0 by the
+    # where, not by subtracting: a penalised row's largest may be inf (a tiny penalty; its
+    # ties are then sampled) or -inf (every token seen), and -inf stays -inf at any
+    # temperature (-inf * 0 would be NaN).
     clean = jnp.where(finite[:, None], logits, 0.0)
-    shifted = clean - clean.max(axis=-1, keepdims=True)
-    scores = jnp.where(shifted == 0, 0.0, shifted * inverse)
+    top = clean.max(axis=-1, keepdims=True)
+    shifted = jnp.where(clean == top, 0.0, clean - top)
+    scores = jnp.where(
+        shifted == 0, 0.0, jnp.where(shifted == -jnp.inf, -jnp.inf, shifted * inverse)
+    )
     # top_k and top_p rank tokens by their logits (``shifted``): an order the temperature
     # keeps but may round into ties (every score 0 at 1e308).
     if picking.use_k:
@@ -155,11 +241,15 @@ def pick(
     top_k: int | None = None,
     top_p: float | None = None,
     key: Any = None,
+    penalty: float | None = None,
+    seen: Any = None,
 ) -> Any:
     """One token id per row of ``logits`` [B, V], as the torch runtime's ``pick``: the
     argmax when ``temperature`` is 0, else a sample (with the ``jax.random`` ``key``) of
-    ``softmax(logits / temperature)`` kept to ``top_k`` and ``top_p``; -1 for a row whose
-    logits are not all finite. Options are checked as ``generate`` checks them.
+    ``softmax(logits / temperature)`` kept to ``top_k`` and ``top_p``, the logits of the
+    tokens ``seen`` [B, V] marks penalised first by ``penalty`` (None and 1.0: none); -1
+    for a row whose logits are not all finite. Options are checked as ``generate`` checks
+    them (E0868 for a penalty without a ``seen`` of the logits' shape).
 
     >>> import jax, jax.numpy as jnp
     >>> pick(jnp.array([[0.0, 3.0, 1.0]])).tolist()
@@ -168,16 +258,31 @@ def pick(
     [1]
     >>> pick(jnp.array([[0.0, float("nan"), 1.0]])).tolist()
     [-1]
+    >>> pick(jnp.array([[0.0, 3.0, 1.0]]), penalty=4.0,
+    ...      seen=jnp.array([[False, True, False]])).tolist()  # 3 / 4 < 1
+    [2]
     """
     from linnet.lang.host.options import check_sampling
 
     import jax
 
-    check_sampling(temperature, top_k, top_p, None)
-    picking, values = settings(temperature, top_k, top_p, int(np.shape(logits)[-1]))
+    check_sampling(temperature, top_k, top_p, None, repetition_penalty=penalty)
+    picking, values = settings(temperature, top_k, top_p, int(np.shape(logits)[-1]), penalty)
+    if picking.penalize and (seen is None or tuple(np.shape(seen)) != tuple(np.shape(logits))):
+        raise error(
+            "E0868",
+            f"pick's repetition penalty needs `seen`, a [B, V] bool mask of the tokens seen "
+            f"so far, for logits of shape {list(np.shape(logits))}; it got "
+            f"{'none' if seen is None else list(np.shape(seen))}",
+            help="build it with seen_mask(prompt_rows, V) and update it with each step's "
+            "tokens (see), as generate does",
+        )
     if not _PICK:
         _PICK.append(jax.jit(pick_tokens, static_argnums=(1,)))
-    return _PICK[0](logits, picking, *values, key if key is not None else jax.random.key(0))
+    inverse, k, drop, penalty_value = values
+    key = key if key is not None else jax.random.key(0)
+    mask = seen if picking.penalize else None
+    return _PICK[0](logits, picking, inverse, k, drop, key, penalty_value, mask)
 
 
 _PICK: list[Callable] = []  # pick_tokens under jax.jit, made on the first pick
@@ -219,8 +324,9 @@ def _stopped(token: Any, stop_mask: Any) -> Any:
 
 def _first_step(model: Any, tokens: Any, picking: Picking) -> Callable:
     """The jitted prefill and first pick for prompts shaped like ``tokens``:
-    ``(params, states, tokens, lengths, key, inverse, k, drop, stop_mask) -> (token, done,
-    states)``, the states donated."""
+    ``(params, states, tokens, lengths, key, inverse, k, drop, penalty, stop_mask) ->
+    (token, done, states, seen)``, the states donated; ``seen`` is the [B, V] mask of the
+    prompt's tokens and the first token's where ``picking.penalize``, else None."""
     key = ("prefill", tuple(tokens.shape), picking)
     found = model._generation.get(key)
     if found is not None:
@@ -239,13 +345,20 @@ def _first_step(model: Any, tokens: Any, picking: Picking) -> Callable:
         inverse: Any,
         k: Any,
         drop: Any,
+        penalty: Any,
         stop_mask: Any,
     ) -> tuple:
         TRACES["prefill"] += 1  # runs while tracing only
         (logits, *_), states = prefill(tokens, params, states)
         rows = logits[jnp.arange(logits.shape[0]), lengths - 1]
-        token = pick_tokens(rows, picking, inverse, k, drop, jax.random.fold_in(key, 0))
-        return token, _stopped(token, stop_mask), states
+        # The prompts' tokens, built on the device (padding repeats a row's last token).
+        seen = seen_mask(tokens, rows.shape[-1]) if picking.penalize else None
+        token = pick_tokens(
+            rows, picking, inverse, k, drop, jax.random.fold_in(key, 0), penalty, seen
+        )
+        if seen is not None:
+            seen = see(seen, token)
+        return token, _stopped(token, stop_mask), states, seen
 
     found = model._generation[key] = jax.jit(first, donate_argnums=(1,))
     return found
@@ -253,8 +366,9 @@ def _first_step(model: Any, tokens: Any, picking: Picking) -> Callable:
 
 def _decode_step(model: Any, batch: int, picking: Picking) -> Callable:
     """The jitted decode step and its pick for ``batch`` sequences: ``(params, states, last,
-    pos, done, key, step, inverse, k, drop, stop_mask) -> (last, pos, done, step + 1,
-    states)``, the states donated (the step counts on the device: nothing is copied to it). A finished sequence (``done``) keeps its last token and position (it
+    pos, done, key, step, inverse, k, drop, penalty, stop_mask, seen) -> (last, pos, done,
+    step + 1, states, seen)``, the states and ``seen`` (the tokens seen, where
+    ``picking.penalize``; else None) donated (the step counts on the device: nothing is copied to it). A finished sequence (``done``) keeps its last token and position (it
     writes the same cache entry again; its logits are not used); a -1 (non-finite logits,
     reported by the host) is fed as token 0."""
     key = ("decode", batch, picking)
@@ -278,20 +392,26 @@ def _decode_step(model: Any, batch: int, picking: Picking) -> Callable:
         inverse: Any,
         k: Any,
         drop: Any,
+        penalty: Any,
         stop_mask: Any,
+        seen: Any,
     ) -> tuple:
         TRACES["decode"] += 1  # runs while tracing only
         (logits, *_), states = decode(jnp.maximum(last, 0), pos, params, states)
-        picked = pick_tokens(logits, picking, inverse, k, drop, jax.random.fold_in(key, index))
+        picked = pick_tokens(
+            logits, picking, inverse, k, drop, jax.random.fold_in(key, index), penalty, seen
+        )
+        token = jnp.where(done, last, picked)
         return (
-            jnp.where(done, last, picked),
+            token,
             pos + jnp.where(done, 0, 1),
             done | _stopped(picked, stop_mask),
             index + 1,
             states,
+            see(seen, token) if picking.penalize else None,
         )
 
-    found = model._generation[key] = jax.jit(step, donate_argnums=(1,))
+    found = model._generation[key] = jax.jit(step, donate_argnums=(1, 12))
     return found
 
 
@@ -323,6 +443,7 @@ def generate(
     stop_tokens: Sequence[int] | None = None,
     on_token: Callable[[int, list[int]], None] | None = None,
     stop_when: Callable[[int, int], bool] | None = None,
+    repetition_penalty: float | None = None,
     fast: bool = True,
 ) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
@@ -330,7 +451,10 @@ def generate(
     tokens, ending at its first stop token (or where ``stop_when(b, token)`` is True: a
     text prompt's stop string, :mod:`linnet.lang.text.generation`). ``on_token(step,
     tokens)`` is called after each step with the batch's tokens of that step. The model's own states are not touched: the
-    generation runs on fresh ones. Everything is checked before anything runs (the torch
+    generation runs on fresh ones. ``repetition_penalty`` (None or 1.0: none) penalises
+    the logits of every token already in a sequence, prompt and generated, as transformers'
+    does, before the temperature, ``top_k`` and ``top_p`` (in greedy search too): a [B, V]
+    mask of the tokens seen, carried on the device from step to step. Everything is checked before anything runs (the torch
     runtime's checks and codes), but for non-finite logits, found at their step (E0818).
 
     ``fast=False`` runs the same steps without jit (``jax.disable_jit``), op by op, for
@@ -345,7 +469,17 @@ def generate(
 
     batch = _prompts(prompts)
     stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
-    check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
+    check_generate(
+        model,
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        stop_tokens,
+        on_token,
+        repetition_penalty,
+    )
     check_fast(fast)
     if not fast:
         with jax.disable_jit():
@@ -360,6 +494,7 @@ def generate(
                 stop_tokens=stop_tokens,
                 on_token=on_token,
                 stop_when=stop_when,
+                repetition_penalty=repetition_penalty,
             )
     one = np.zeros(1, np.int32)
     check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
@@ -372,7 +507,7 @@ def generate(
     lengths = [len(p) for p in batch] + [len(batch[-1])] * (len(rows) - len(batch))
     stops = sorted({int(t) for t in stop_tokens})
     size = vocabulary if vocabulary is not None else max(stops, default=0) + 1
-    picking, values = settings(temperature, top_k, top_p, size)
+    picking, values = settings(temperature, top_k, top_p, size, repetition_penalty)
     mask = np.zeros(size, bool)
     mask[stops] = True
     # Everything a step takes is on the device once: no step copies anything to it.
@@ -389,7 +524,9 @@ def generate(
     with matmul_precision(model.numerics), warnings.catch_warnings():
         # jax's CPU backend cannot reuse donated buffers and says so once per compile.
         warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-        last, done, states = first(model.params, states, tokens, lengths, key, *values, stop_mask)
+        last, done, states, seen = first(
+            model.params, states, tokens, lengths, key, *values, stop_mask
+        )
         pos, index = lengths, jax.device_put(np.int32(1), model.device)
         for s in range(max_new_tokens):
             current, more = last, s + 1 < max_new_tokens
@@ -397,14 +534,14 @@ def generate(
                 # Step s + 1 is dispatched before step s's tokens are read: the device goes
                 # on while the host copies, checks and reports them. (Not after prefill: the
                 # first decode step compiles, which on_token(0) should not time.)
-                last, pos, done, index, states = step(
-                    model.params, states, last, pos, done, key, index, *values, stop_mask
+                last, pos, done, index, states, seen = step(
+                    model.params, states, last, pos, done, key, index, *values, stop_mask, seen
                 )
             # The step's one copy to the host: its tokens, -1 where the logits are not finite.
             if not progress.take(s, np.asarray(current).tolist()[: len(batch)]):
                 break
             if more and s == 0:
-                last, pos, done, index, states = step(
-                    model.params, states, last, pos, done, key, index, *values, stop_mask
+                last, pos, done, index, states, seen = step(
+                    model.params, states, last, pos, done, key, index, *values, stop_mask, seen
                 )
     return progress.out

@@ -155,6 +155,7 @@ def run_command(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty,
         seed=args.sampling_seed,
         stop_tokens=stop,
         on_token=on_token,

@@ -58,6 +58,7 @@ from linnet.lang.host.generate import (  # noqa: F401
     sampling_seed,
     stop_tokens_of,
 )
+from linnet.lang.host.inputs import error
 
 import torch
 
@@ -73,15 +74,54 @@ def _prompts(prompts: Any) -> list[list[int]]:
     return prompt_lists(prompts, "tensor")
 
 
+def seen_mask(rows: torch.Tensor, vocabulary: int) -> torch.Tensor:
+    """[B, V] bools: True where token ``v`` is in row ``b`` of ``rows`` [B, L] (the padded
+    prompts: padding repeats a row's own last token, so it adds no id), built once on
+    ``rows``' device for ``repetition_penalty``. Ids of ``vocabulary`` or more (an
+    embedding larger than the logits) are left out: no logit is theirs, as transformers
+    drops them.
+
+    >>> seen_mask(torch.tensor([[0, 2, 2]]), 4).tolist()
+    [[True, False, True, False]]
+    """
+    ids = rows.long().clamp(0, vocabulary)
+    mask = torch.zeros((rows.shape[0], vocabulary + 1), dtype=torch.bool, device=rows.device)
+    return mask.scatter_(1, ids, True)[:, :vocabulary].contiguous()
+
+
+#: The smallest penalty :func:`penalize` divides by: float32's smallest normal. A smaller
+#: one (5e-324 is no float32) would round to 0, and a logit of 0 divided by it is NaN.
+SMALLEST_PENALTY = float(torch.finfo(torch.float32).tiny)
+
+
+def penalize(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """transformers' ``RepetitionPenaltyLogitsProcessor`` on float32 ``logits`` [B, V]: each
+    logit of a ``seen`` token (a [B, V] bool mask, :func:`seen_mask`) times ``penalty``
+    where it is negative, else divided by it (the same float32 arithmetic, so the same
+    bits); the others unchanged. A penalty below :data:`SMALLEST_PENALTY` acts as it, and a
+    huge one sends the seen negative logits to -inf (never picked), the others to 0.
+
+    >>> logits = torch.tensor([[2.0, -2.0, 2.0, -2.0]])
+    >>> penalize(logits, torch.tensor([[True, True, False, False]]), 2.0).tolist()
+    [[1.0, -4.0, 2.0, -2.0]]
+    """
+    penalty = max(penalty, SMALLEST_PENALTY)
+    return torch.where(seen, torch.where(logits < 0, logits * penalty, logits / penalty), logits)
+
+
 def pick(
     logits: torch.Tensor,
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
+    penalty: float | None = None,
+    seen: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One token id per row of ``logits`` [B, V]: the argmax when ``temperature`` is 0,
     else a sample of ``softmax(logits / temperature)`` kept to ``top_k`` and ``top_p``.
+    With a ``penalty`` (``repetition_penalty``; None and 1.0 change nothing), the logits of
+    the tokens ``seen`` [B, V] marks are penalised first (:func:`penalize`), in greedy too.
     A row whose logits are not all finite gives -1 (no token id: :func:`generate` reports
     it as E0818, and ``decode`` refuses it), never a token picked from NaN.
 
@@ -93,9 +133,25 @@ def pick(
     [1]
     >>> pick(torch.tensor([[0.0, float("nan"), 1.0]])).tolist()
     [-1]
+    >>> pick(torch.tensor([[0.0, 3.0, 1.0]]), penalty=4.0,
+    ...      seen=torch.tensor([[False, True, False]])).tolist()  # 3 / 4 < 1
+    [2]
     """
     logits = logits.float()
+    # Finite before the penalty: E0818 is about the model's logits; a huge penalty's -inf
+    # (and a tiny one's inf) is a meaning, handled below.
     finite = torch.isfinite(logits).all(dim=-1)
+    if penalty is not None and penalty != 1:
+        if seen is None or tuple(seen.shape) != tuple(logits.shape):
+            raise error(
+                "E0868",
+                f"pick's repetition penalty needs `seen`, a [B, V] bool mask of the "
+                f"tokens seen so far, for logits of shape {list(logits.shape)}; it got "
+                f"{'none' if seen is None else list(seen.shape)}",
+                help="build it with seen_mask(prompt_rows, V) and update it with each "
+                "step's tokens, as generate does",
+            )
+        logits = penalize(logits, seen, penalty)
     if temperature == 0:
         return torch.where(finite, logits.argmax(dim=-1), -1)
     # Scores relative to each row's largest logit, divided in float64: a tiny temperature
@@ -103,8 +159,11 @@ def pick(
     # (sampling the most likely tokens only), where logits / temperature would give
     # inf - inf = NaN; a huge one sends every score to 0 (uniform). A row that is not
     # finite is sampled as zeros, so that multinomial runs; its token is replaced by -1.
+    # The largest is 0 by the where, not by subtracting: a penalised row's largest may be
+    # inf (a tiny penalty; its ties are then sampled) or -inf (every token seen).
     clean = torch.where(finite[:, None], logits, 0.0)
-    shifted = (clean - clean.amax(dim=-1, keepdim=True)).double()
+    top = clean.amax(dim=-1, keepdim=True)
+    shifted = torch.where(clean == top, 0.0, clean - top).double()
     scores = (shifted / temperature).float()
     # top_k and top_p rank tokens by their logits (``shifted``), an order dividing by the
     # temperature keeps but may round into ties (every score 0 at 1e308).
@@ -134,6 +193,41 @@ def pick(
     return torch.where(finite, picked, -1)
 
 
+def picker(
+    tokens: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+    repetition_penalty: float | None,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """:func:`pick` with what it keeps between steps: for a repetition penalty, the tokens
+    each row has seen (the prompt rows ``tokens``, then every pick), a mask on the logits'
+    device made at the first step and updated on the device after each (no mask without a
+    penalty, or with 1).
+
+    >>> picks = picker(torch.tensor([[0, 1]]), 0.0, None, None, None, 2.0)
+    >>> picks(torch.tensor([[3.0, 2.5, 2.0]])).tolist()  # token 0 seen: 3 / 2 < 2.5 / 2 < 2
+    [2]
+    """
+    penalty = None
+    if repetition_penalty is not None and repetition_penalty != 1:
+        penalty = float(repetition_penalty)
+    seen: torch.Tensor | None = None
+
+    def step(logits: torch.Tensor) -> torch.Tensor:
+        nonlocal seen
+        if penalty is not None and seen is None:
+            seen = seen_mask(tokens.to(logits.device), logits.shape[-1])
+        chosen = pick(logits, temperature, top_k, top_p, generator, penalty, seen)
+        if seen is not None:  # the picked tokens are seen from now on; -1 (E0818) is none
+            index = chosen.clamp_min(0)[:, None]
+            seen.scatter_(1, index, seen.gather(1, index) | (chosen >= 0)[:, None])
+        return chosen
+
+    return step
+
+
 def generate(
     model: Any,
     prompts: Any,
@@ -146,6 +240,7 @@ def generate(
     stop_tokens: Sequence[int] | None = None,
     on_token: Callable[[int, list[int]], None] | None = None,
     stop_when: Callable[[int, int], bool] | None = None,
+    repetition_penalty: float | None = None,
     fast: bool = True,
 ) -> list[list[int]]:
     """Generate up to ``max_new_tokens`` tokens after each prompt (a list of token-id lists of
@@ -153,7 +248,11 @@ def generate(
     tokens, ending at its first stop token (or where ``stop_when(b, token)`` is True: a
     text prompt's stop string, :mod:`linnet.lang.text.generation`). ``on_token(step,
     tokens)`` is called after each step with the batch's tokens of that step (timing, streaming). The model's own cache is
-    not touched: the generation runs in a fresh context. Everything is checked before
+    not touched: the generation runs in a fresh context. ``repetition_penalty`` (None or
+    1.0: none) penalises the logits of every token already in a sequence, its prompt's and
+    its generated ones, as transformers' does, before the temperature, ``top_k`` and
+    ``top_p`` (and in greedy search): a [B, V] mask of the tokens seen, kept on the logits'
+    device. Everything is checked before
     anything runs (prompt ids and stop tokens against the vocabulary, the options' types
     and ranges, the cache's length), but for non-finite logits, found at their step (E0818).
 
@@ -166,10 +265,22 @@ def generate(
     [[17, 9, 9, 30], [5, 5, 211, 2]]
     >>> model.generate([[1, 2, 3]], 4, temperature=0.8, top_k=40, seed=1)  # doctest: +SKIP
     [[17, 230, 9, 41]]
+    >>> model.generate([[1, 2, 3]], 4, repetition_penalty=1.3)            # doctest: +SKIP
+    [[17, 9, 30, 41]]
     """
     batch = _prompts(prompts)
     stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
-    check_generate(model, max_new_tokens, temperature, top_k, top_p, seed, stop_tokens, on_token)
+    check_generate(
+        model,
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        stop_tokens,
+        on_token,
+        repetition_penalty,
+    )
     check_fast(fast)
     one = torch.zeros(1, dtype=torch.int32)
     check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
@@ -186,16 +297,9 @@ def generate(
         generator = torch.Generator()
         generator.manual_seed(sampling_seed(seed))
     progress = Progress(batch, stop_tokens, on_token, stop_when)
+    picks = picker(tokens, temperature, top_k, top_p, generator, repetition_penalty)
     if applies(model, fast):
-        return generate_fast(
-            model,
-            batch,
-            rows,
-            lengths,
-            max_new_tokens,
-            progress,
-            lambda logits: pick(logits, temperature, top_k, top_p, generator),
-        )
+        return generate_fast(model, batch, rows, lengths, max_new_tokens, progress, picks)
     context = model.new_context("prefill", [tokens])
     logits = model.prefill(tokens, context=context)
     last = torch.tensor([n - 1 for n in lengths], device=logits.device)
@@ -203,7 +307,7 @@ def generate(
     pos = list(lengths)
     for step in range(max_new_tokens):
         # The step's one copy to the host: its tokens, -1 where the logits are not finite.
-        picked = pick(step_logits, temperature, top_k, top_p, generator).tolist()
+        picked = picks(step_logits).tolist()
         if not progress.take(step, picked[: len(batch)]) or step == max_new_tokens - 1:
             break
         # A finished sequence (and a row that only fills the batch's bucket) repeats its last

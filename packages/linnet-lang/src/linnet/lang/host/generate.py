@@ -10,7 +10,8 @@ with each step's tokens, and every check and coded error, is here, so that a mis
 same error with the same message whichever runtime runs the model.
 
 Codes: E0810 (prompts), E0811 (``max_new_tokens``), E0812-E0815 (the sampling options,
-:func:`linnet.lang.host.options.check_sampling`; ``stop_tokens`` and ``on_token``), E0816 (no
+:func:`linnet.lang.host.options.check_sampling`; ``stop_tokens`` and ``on_token``), E0867
+(``repetition_penalty``, :func:`linnet.lang.host.options.check_penalty`), E0816 (no
 ``prefill``/``decode``), E0817 (past the cache), E0818 (non-finite logits), E0819 (a stop
 token outside the vocabulary), E0794 (an option ``generate`` does not have), E0780 (a prompt
 id outside the vocabulary, ``prefill``'s own message). Pure Python: nothing here imports an
@@ -30,7 +31,7 @@ from typing import Any
 from linnet.lang.check.hints import did_you_mean
 from linnet.lang.diagnostics.core import LinnetError
 from linnet.lang.host.inputs import error, range_error
-from linnet.lang.host.options import check_sampling, stop_token_error
+from linnet.lang.host.options import check_penalty, check_sampling, stop_token_error
 from linnet.lang.passes.bounds import bounds_for
 
 #: ``generate``'s keyword options: ``Model.generate(**options)`` checks the names against
@@ -40,6 +41,7 @@ OPTIONS = (
     "temperature",
     "top_k",
     "top_p",
+    "repetition_penalty",
     "seed",
     "stop_tokens",
     "on_token",
@@ -56,8 +58,9 @@ def _is_int(value: Any) -> bool:
 
 
 def check_options(options: dict[str, Any]) -> None:
-    """E0794 for a keyword option ``generate`` does not have (``repetition_penalty``, a
-    misspelt ``top-k``), before anything runs: not Python's TypeError.
+    """E0794 for a keyword option ``generate`` does not have (transformers'
+    ``no_repeat_ngram_size``, a misspelt ``top-k``), before anything runs: not Python's
+    TypeError.
 
     >>> check_options({"temperature": 0.7, "top_k": 40})
     >>> check_options({"tempreature": 0.7})
@@ -133,10 +136,11 @@ def check_generate(
     seed: Any,
     stop_tokens: Any,
     on_token: Any,
+    repetition_penalty: Any = None,
 ) -> None:
     """``generate``'s arguments, before anything runs: the model's entries (E0816),
-    ``max_new_tokens`` (E0811), the sampling options (E0812-E0815), ``stop_tokens`` and
-    ``on_token`` (E0815). ``model`` needs only ``entries``.
+    ``max_new_tokens`` (E0811), the sampling options (E0812-E0815, ``repetition_penalty``
+    E0867), ``stop_tokens`` and ``on_token`` (E0815). ``model`` needs only ``entries``.
 
     >>> from types import SimpleNamespace
     >>> check_generate(SimpleNamespace(entries=["prefill", "decode"]), 4, 0.7, 40, 0.9, 0,
@@ -160,6 +164,7 @@ def check_generate(
             help="e.g. max_new_tokens=16",
         )
     check_sampling(temperature, top_k, top_p, seed)
+    check_penalty(repetition_penalty)
     if (
         not isinstance(stop_tokens, Sequence | set | frozenset)
         or isinstance(stop_tokens, str)

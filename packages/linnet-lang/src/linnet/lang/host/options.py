@@ -1,7 +1,7 @@
 """`linnet run`'s and ``Model.generate``'s options, checked before anything is loaded or an
 array library imported (pure Python): ``--nproc`` (E0824) and the ranks' timeout (E0827),
 ``--prompt``/``--stop``/``--tokens`` (E0786, E0787, E0819), the seed and the sampling options
-(E0812-E0815), and the prompt's length against the decode entry's positions (E0788).
+(E0812-E0815, E0867), and the prompt's length against the decode entry's positions (E0788).
 
 >>> check_seed(0), rank_timeout("2.5", "--rank-timeout")
 (None, 2.5)
@@ -182,11 +182,50 @@ def check_seed(seed: Any, name: str = "seed", optional: bool = True) -> None:
         )
 
 
-def check_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any, cli: bool = False) -> None:
+def check_penalty(penalty: Any, name: str = "repetition_penalty") -> None:
+    """E0867 unless ``penalty`` (``generate``'s ``repetition_penalty``) is None (none) or a
+    finite number > 0 (1 penalises nothing); ``name`` is how the caller spells it
+    (``--repetition-penalty``, whose None is the option left out).
+
+    >>> check_penalty(1.3), check_penalty(None)
+    (None, None)
+    >>> check_penalty(0.0)
+    Traceback (most recent call last):
+    ...
+    linnet.lang.diagnostics.core.LinnetError: error[E0867]: repetition_penalty must be None ...
+    """
+    if penalty is None:
+        return
+    # An int past a double's range (10**400) is no finite float: float() of it overflows.
+    if (
+        not isinstance(penalty, int | float)
+        or isinstance(penalty, bool)
+        or not 0 < penalty <= sys.float_info.max
+    ):
+        cli = name.startswith("--")
+        none = "" if cli else "None or "
+        example = f"{name} 1.2" if cli else f"{name}=1.2"
+        raise error(
+            "E0867",
+            f"{name} must be {none}a finite number > 0, not {penalty!r}",
+            help=f"e.g. {example} makes tokens already in the sequence less likely (1 "
+            "changes nothing; below 1 makes them more likely)",
+        )
+
+
+def check_sampling(
+    temperature: Any,
+    top_k: Any,
+    top_p: Any,
+    seed: Any,
+    cli: bool = False,
+    repetition_penalty: Any = None,
+) -> None:
     """The rules of `generate`'s sampling options, shared by ``Model.generate`` and `linnet
     run` (which checks its options with ``cli=True`` before it imports an array library):
     E0812 ``temperature`` (a finite number >= 0), E0813 ``top_k`` (None or an int >= 1),
-    E0814 ``top_p`` (None or a number in (0, 1]), E0815 ``seed`` (see :func:`check_seed`).
+    E0814 ``top_p`` (None or a number in (0, 1]), E0815 ``seed`` (see :func:`check_seed`),
+    E0867 ``repetition_penalty`` (None or a finite number > 0: :func:`check_penalty`).
 
     >>> check_sampling(0.7, 40, 0.9, 0)
     >>> check_sampling(float("nan"), None, None, None)
@@ -201,10 +240,11 @@ def check_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any, cli: boo
     def example(keyword: str, value: str) -> str:
         return f"{named(keyword)} {value}" if cli else f"{keyword}={value}"
 
+    # An int past a double's range (10**400) is no finite number: dividing by it overflows.
     if (
         not isinstance(temperature, int | float)
         or isinstance(temperature, bool)
-        or not 0 <= temperature < float("inf")
+        or not 0 <= temperature <= sys.float_info.max
     ):
         raise error(
             "E0812",
@@ -228,6 +268,7 @@ def check_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any, cli: boo
             help=f"e.g. {example('top_p', '0.9')} keeps the most likely tokens that reach 90%",
         )
     check_seed(seed, named("sampling_seed") if cli else "seed", optional=True)
+    check_penalty(repetition_penalty, named("repetition_penalty"))
 
 
 def check_run_options(args: argparse.Namespace, stops: Sequence[int] | None) -> None:
@@ -240,7 +281,14 @@ def check_run_options(args: argparse.Namespace, stops: Sequence[int] | None) -> 
     >>> check_run_options(argparse.Namespace(temperature=0.0, top_k=None, top_p=None,
     ...                                      sampling_seed=None, seed=0), [2])
     """
-    check_sampling(args.temperature, args.top_k, args.top_p, args.sampling_seed, cli=True)
+    check_sampling(
+        args.temperature,
+        args.top_k,
+        args.top_p,
+        args.sampling_seed,
+        cli=True,
+        repetition_penalty=getattr(args, "repetition_penalty", None),
+    )
     check_seed(args.seed, "--seed", optional=False)
     for token in stops or []:
         if token < 0:

@@ -319,6 +319,7 @@ def generate_streamed(
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty,
         seed=args.sampling_seed,
         stop_tokens=getattr(args, "stop_ids", None),
         stop=list(args.stop_string) or None,
