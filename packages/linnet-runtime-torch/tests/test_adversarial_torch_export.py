@@ -50,9 +50,12 @@ def test_exported_prefill_and_decode_equal_the_model(weights, exported):
     # mutation, carried across calls as the model's context carries it.
     torch.testing.assert_close(prefill.module()(tokens), reference.prefill(tokens), rtol=0, atol=0)
     step = decode.module()
+    # Decode equals to float rounding, not bit for bit: on the CPU the model's attention reads
+    # the cache up to the position (cache_reach), the exported program (fixed shapes) all S
+    # positions, the rest masked out, so its products sum in another order.
     for pos, token in [(3, 1), (4, 5), (5, 9)]:
         torch.testing.assert_close(
-            step(i32(token), i32(pos)), reference.decode(i32(token), i32(pos)), rtol=0, atol=0
+            step(i32(token), i32(pos)), reference.decode(i32(token), i32(pos)), rtol=1e-5, atol=1e-6
         )
     names = {s.target for s in decode.graph_signature.input_specs if s.target}
     assert "model.layers.0.self_attn.k_cache" in names and "lm_head.weight" in names

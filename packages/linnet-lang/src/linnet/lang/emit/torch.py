@@ -395,15 +395,17 @@ def _widen(n: Scope, ref: str) -> str:
 CACHE_REACH = '''def cache_reach(pos, length):
     """How many cache positions a decode step reads: up to the furthest of `pos` (every later
     one is masked out), or all `length` under torch.compile (a count read from a tensor
-    would compile again for each). On the CPU, reading `pos` costs no wait for a device."""
-    if torch.compiler.is_compiling():
+    would compile again for each) and for a tensor without values (torch.export's fake
+    tensors). On the CPU, reading `pos` costs no wait for a device."""
+    if torch.compiler.is_compiling() or type(pos) is not torch.Tensor:
         return length
     return min(length, int(pos.max()) + 1)'''
 
 
 def _reach(n: Scope, pos: str, k: str, v: str, s: int, o: str) -> tuple[list[str], str, str, str]:
     """A decode step's cache reach: on the CPU (:data:`CACHE_REACH`, a decode step there read
-    all S positions, 13% of SmolLM2's step at S=1024), only the positions written so far;
+    all S positions, 13% of SmolLM2's step at S=1024), only the positions written so far (so
+    its sums run in another order than a full read's: equal to float rounding);
     elsewhere all ``s`` (a CUDA graph needs fixed shapes, and reading ``pos`` would wait for
     the device). Returns the lines first, the length and the two caches to read."""
     if n.options is None or torch_device_type(n.options.device) != "cpu":
