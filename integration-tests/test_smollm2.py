@@ -151,9 +151,9 @@ def bf16_agreement(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, float]:
     of Linnet's pick is at most one bf16 step below its own pick's (equal included).
 
     Why one step: transformers' bf16 logits are bf16 values (its lm_head rounds them), so two
-    of them one step apart (0.125 at 16..32) may be anything from equal to two steps apart
-    before that rounding, and 30 layers of bf16 move each logit by more than that (its own
-    float32 run differs from it by 0.12 on average). Its float32 run picks another token at
+    of them one step apart (0.125 at 16..32) were anything from nearly equal to two steps
+    apart before that rounding, and 30 layers of bf16 move each logit by more than that (its
+    own float32 run differs from it by 0.12 on average). Its float32 run picks another token at
     4 of the 224 positions (98.21%), every one a tie or a step apart; its eager attention
     (in place of SDPA) at 2. A fault (a wrong rotation, a wrong cache write) moves most
     picks by far more than a step; the raw figure is asserted too (>= BF16_RAW_FLOOR).
