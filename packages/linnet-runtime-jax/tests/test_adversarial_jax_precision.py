@@ -23,13 +23,16 @@ from reference import run_graph
 from test_jax_generated import FAST_CASES, fast_case_program
 
 F32_ONLY = {"std.nn.activation::softmax"}  # declared on f32 tensors: no f64 case
-# Bodies that convert to f32 themselves (`x as f32`: the norms' statistics, gelu): f32-accurate
-# at every T, the reference included, so the fused call is held to f32's tolerance there.
+# Bodies that convert to f32 themselves (`x as f32`: the norms' statistics, gelu, silu as
+# F.silu computes it): f32-accurate at every T, the reference included, so the fused call is
+# held to f32's tolerance there.
 AS_F32 = {
     "std.nn.norm::rms_norm",
     "std.nn.norm::rms_norm_offset",
     "std.nn.norm::layer_norm",
     "std.nn.activation::gelu_tanh",
+    "std.nn.activation::silu",
+    "std.nn.activation::silu_mul",
 }
 
 

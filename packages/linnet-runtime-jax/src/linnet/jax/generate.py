@@ -62,7 +62,7 @@ from linnet.lang.host.generate import (  # noqa: F401  (check_options: Model.gen
 from linnet.lang.host.inputs import error
 
 from .inputs import is_array
-from .lowering import matmul_precision
+from .lowering import compiler_options, matmul_precision
 
 #: How many times each of generate's jitted steps was traced ("prefill": the prefill and
 #: the first pick; "decode": a decode step and its pick): once per batch shape and way of
@@ -360,7 +360,8 @@ def _first_step(model: Any, tokens: Any, picking: Picking) -> Callable:
             seen = see(seen, token)
         return token, _stopped(token, stop_mask), states, seen
 
-    found = model._generation[key] = jax.jit(first, donate_argnums=(1,))
+    options = compiler_options(model.numerics)  # as Function's jit: bf16 rounds as in the graph
+    found = model._generation[key] = jax.jit(first, donate_argnums=(1,), compiler_options=options)
     return found
 
 
@@ -411,7 +412,8 @@ def _decode_step(model: Any, batch: int, picking: Picking) -> Callable:
             see(seen, token) if picking.penalize else None,
         )
 
-    found = model._generation[key] = jax.jit(step, donate_argnums=(1, 12))
+    options = compiler_options(model.numerics)
+    found = model._generation[key] = jax.jit(step, donate_argnums=(1, 12), compiler_options=options)
     return found
 
 

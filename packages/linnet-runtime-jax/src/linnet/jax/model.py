@@ -44,7 +44,7 @@ from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
 
 from .home import import_source
 from .inputs import check_inputs, is_array, type_error
-from .lowering import matmul_precision
+from .lowering import compiler_options, matmul_precision
 from .weights import check_finite_weights, load_checkpoint, numpy_dtype
 
 
@@ -338,6 +338,9 @@ class Lowered:
     graph: Graph
     module: ModuleType
     jitted: Callable
+    # The same without compiler options, for a call traced by an outer transformation (a
+    # caller's jax.jit, grad, scan), where jax takes options only from the outermost jit.
+    nested: Callable | None = None
 
     @property
     def path(self) -> str:
@@ -346,7 +349,9 @@ class Lowered:
     @property
     def function(self) -> Callable:
         """The generated entry function, not jitted: ``f(*inputs, params, states) ->
-        (outputs, new_states)`` (for a caller's own ``jax.jit``, as generate's step)."""
+        (outputs, new_states)`` (for a caller's own ``jax.jit``, as generate's step; pass it
+        ``compiler_options=linnet.jax.lowering.compiler_options(numerics)`` to keep every
+        16-bit rounding, as the Function's own jit does)."""
         return _entry_function(self.module, self.graph.entry)
 
 
@@ -408,7 +413,13 @@ class Function:
             return outs, new
 
         pure.__name__ = pure.__qualname__ = fn.__name__
-        found = Lowered(graph, module, jax.jit(pure, donate_argnums=(1,)))
+        options = compiler_options(self.numerics)  # exact: every bf16 rounding kept
+        found = Lowered(
+            graph,
+            module,
+            jax.jit(pure, donate_argnums=(1,), compiler_options=options),
+            jax.jit(pure, donate_argnums=(1,)),
+        )
         self._lowered[key] = found
         return found
 
@@ -448,7 +459,17 @@ class Function:
         with matmul_precision(self.numerics), warnings.catch_warnings():
             # jax's CPU backend cannot reuse donated buffers and says so once per compile.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-            return low.jitted(params, states, tuple(given))
+            jitted = low.nested if _traced(params, states, given) else low.jitted
+            assert jitted is not None
+            return jitted(params, states, tuple(given))
+
+
+def _traced(*trees: Any) -> bool:
+    """Whether any array in ``trees`` is being traced (by a caller's jit, grad, vmap or scan):
+    then jax refuses a jit with compiler options inside, and the caller's jit decides them."""
+    import jax
+
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(trees))
 
 
 def load_function(
