@@ -13,6 +13,7 @@ It lives below those so that neither imports the other to reach it (generate is 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 
 def compiler_options(numerics: str) -> dict[str, Any]:
