@@ -888,3 +888,81 @@ def test_a_kernel_follows_the_edge_value_rules_as_its_body_does(interpret):
     assert "propagate_nan=tl.PropagateNan.ALL" in text and "tl.reduce(" in text
     want = load(KERNEL_EDGES, weights={}, numerics="exact").run("run", args)
     kernel_results_agree(got, want, kernel_rules())
+
+
+# A row maximum and a column minimum of a padded tile (`tl.reduce` with HEADER's max_nan and
+# min_nan): Triton's interpreter called the combine function once an element (a decode
+# attention kernel's row maxima were most of `linnet kernels --std`'s time); HEADER has it
+# reduce with them as a tree.
+EXTREMES = """
+kernel extremes_k<R: Dim, C: Dim, BR: Dim, BC: Dim>(x: Tensor[R, C; f32])
+    -> (hi: Tensor[R; f32], lo: Tensor[C; f32]) grid(1) {
+    let r = iota<i32>(BR)
+    let c = iota<i32>(BC)
+    let m[i, j] = r[i] < R && c[j] < C
+    let low = load(x[r, c], m, -1e30)
+    let high = load(x[r, c], m, 1e30)
+    let top[i] = max[j] low[i, j]
+    let bottom[j] = min[i] high[i, j]
+    store(hi[r], top, r < R)
+    store(lo[c], bottom, c < C)
+}
+
+op extremes<R: Dim, C: Dim>(x: Tensor[R, C; f32]) -> (Tensor[R; f32], Tensor[C; f32])
+    kernel extremes_k<R, C, 4, 16> where R <= 4 && C <= 16 {
+    let hi[i] = max[j] x[i, j]
+    let lo[j] = min[i] x[i, j]
+    return hi, lo
+}
+
+model M<R: Dim, C: Dim> {
+    entry run(x: Tensor[R, C; f32]) -> (Tensor[R; f32], Tensor[C; f32]) {
+        let (hi, lo) = extremes(x)
+        return hi, lo
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (4, 16), (1, 1), (2, 9)])
+def test_max_and_min_reductions_run_as_a_tree_with_the_folds_values(tmp_path, interpret, shape):
+    from triton.runtime.interpreter import ReduceOps
+
+    path = tmp_path / "extremes.linnet"
+    path.write_text(EXTREMES)
+    model = load(path, weights={}, numerics="fast")
+    x = torch.randn(*shape)
+    x[0, shape[1] // 2] = float("nan")  # a NaN wins its row's max and its column's min
+    if shape[0] > 1:
+        x[-1, -1] = -0.0
+    hi, lo = model.run("run", [x])
+    module = model.module("run", [x])
+    assert list(module.RUNS.values()) == [[1, 0]]
+    torch.testing.assert_close(hi, x.amax(1), equal_nan=True)
+    torch.testing.assert_close(lo, x.amin(0), equal_nan=True)
+    # The tree: a call of max_nan on each level's pairs (4 for the 16 lanes of a row), where
+    # the interpreter's own reduction calls it once an element of the tile (60).
+    tree = ReduceOps.apply_impl
+    assert tree.linnet_tree_reduce
+    combine, calls = module.max_nan.fn, []
+
+    def counted(a, b):
+        calls.append(a.shape)
+        return combine(a, b)
+
+    counted.linnet_tree_reduce = True
+    module.max_nan.fn = counted
+    try:
+        again = model.run("run", [x])
+        assert len(calls) == 4 and calls[0] == [4, 8], calls
+        # ... with the values of the interpreter's own reduction, bit for bit
+        ReduceOps.apply_impl = tree.plain
+        calls.clear()
+        folded = model.run("run", [x])
+        assert len(calls) == 4 * 15
+    finally:
+        ReduceOps.apply_impl = tree
+        module.max_nan.fn = combine
+    for a, b, c in zip(again, folded, (hi, lo)):
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+        assert torch.equal(a.view(torch.int32), c.view(torch.int32))

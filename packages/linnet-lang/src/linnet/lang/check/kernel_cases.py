@@ -30,7 +30,7 @@ from linnet.lang.check.evaluate import Evaluator
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile
 from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.graph import Graph
-from linnet.lang.syntax.parser import parse
+from linnet.lang.syntax.parser import parse, parse_appended
 from linnet.lang.syntax.program import STD_ROOT, Program, std_modules
 from linnet.lang.syntax.walk import walk
 from linnet.lang.tensors.dims import Dim
@@ -433,13 +433,12 @@ def wrapper_program(program: Program, op: Any, case: KernelCase) -> Program:
     else:
         body = f"        return {call}\n"
     text = (
-        module.source.text.rstrip("\n") + "\n\n// Added by linnet kernels.\n"
+        "\n// Added by linnet kernels.\n"
         f"pub model {MODEL} {{\n{configs}"
         f"    entry {ENTRY}({', '.join(params)}) -> {result} {{\n{body}    }}\n}}\n"
     )
-    source = SourceFile(module.source.name, text)
-    root = parse(source, module.name)
-    return Program(root, list(program.search))
+    # Only the model is parsed: the module's own items are reused (parse_appended).
+    return Program(parse_appended(module, text), list(program.search))
 
 
 def _default(dtype: str) -> str:

@@ -53,6 +53,64 @@ def max_nan(a, b):
 @triton.jit
 def min_nan(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+# Triton's interpreter reduces with its own combine functions (tl.sum's, tl.max's) in NumPy,
+# and with any other one element at a time: a Python call of the combine function per element
+# of the tile, most of an interpreted attention kernel's time (its row maxima). max_nan and
+# min_nan are associative, so the interpreter reduces with them as a tree instead: the same
+# function on adjacent pairs of slices along the axis, in order, log2(n) calls, the same
+# values. Compiled Triton reduces as a tree too; nothing changes off the interpreter.
+if INTERPRET:
+    max_nan.fn.linnet_tree_reduce = min_nan.fn.linnet_tree_reduce = True
+
+    def _tree_reduce(ops, input):
+        import numpy as np
+
+        (x,) = input
+        data = x.handle.data
+        axis = ops.axis
+        if axis is None:
+            data, axis = data.reshape(-1), 0
+        n = data.shape[axis]
+        cut = [slice(None)] * data.ndim
+        while n > 1:
+            half = n // 2
+            cut[axis] = slice(0, 2 * half, 2)
+            a = ops.to_tensor(data[tuple(cut)], x.dtype)
+            cut[axis] = slice(1, 2 * half, 2)
+            b = ops.to_tensor(data[tuple(cut)], x.dtype)
+            pairs = ops.combine_fn.fn(a, b).handle.data.astype(data.dtype, copy=False)
+            cut[axis] = slice(2 * half, n)
+            data = np.concatenate([pairs, data[tuple(cut)]], axis) if n % 2 else pairs
+            n = data.shape[axis]
+        data = data.squeeze(axis)
+        if ops.keep_dims:  # as the interpreter's own reductions keep the reduced axes
+            data = np.expand_dims(data, ops.axis if ops.axis is not None else
+                                  tuple(range(x.handle.data.ndim)))
+        elif ops.axis is None:
+            data = data.item()
+        return [ops.to_tensor(data, x.dtype)]
+
+    def _install_tree_reduce():
+        from triton.runtime import interpreter
+
+        reduce_ops = getattr(interpreter, 'ReduceOps', None)
+        plain = getattr(reduce_ops, 'apply_impl', None)
+        if plain is None or getattr(plain, 'linnet_tree_reduce', False):
+            return  # another Triton, or another generated module installed it already
+
+        def apply_impl(self, input):
+            tree = getattr(getattr(self.combine_fn, 'fn', None), 'linnet_tree_reduce', False)
+            if tree and len(input) == 1 and input[0].handle.data.size > 0:
+                return _tree_reduce(self, input)
+            return plain(self, input)
+
+        apply_impl.linnet_tree_reduce = True
+        apply_impl.plain = plain  # the interpreter's own, one element at a time
+        reduce_ops.apply_impl = apply_impl
+
+    _install_tree_reduce()
 """
 """What the generated PyTorch module's Triton header adds (:data:`.triton.HEADER`)."""
 
