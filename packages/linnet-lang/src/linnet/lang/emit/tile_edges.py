@@ -24,7 +24,7 @@ Each rule takes the step, the kernel's names and the context, as
 (which use them) do.
 
 >>> "propagate_nan=tl.PropagateNan.ALL" in TRITON_HEADER, sorted(HEADER_NAMES)
-(True, ['max_nan', 'min_nan'])
+(True, ['_install_tree_reduce', '_tree_reduce', 'max_nan', 'min_nan'])
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ if INTERPRET:
 """
 """What the generated PyTorch module's Triton header adds (:data:`.triton.HEADER`)."""
 
-HEADER_NAMES = frozenset({"max_nan", "min_nan"})
+HEADER_NAMES = frozenset({"max_nan", "min_nan", "_tree_reduce", "_install_tree_reduce"})
 """The names :data:`TRITON_HEADER` defines (a kernel's values must not shadow them)."""
 
 
