@@ -248,6 +248,25 @@ def kernel_rows(plan):
     return [c for c in plan.candidates if c.backend_name == "linnet-kernels"]
 
 
+@pytest.fixture
+def few_timings(monkeypatch):
+    """Plans here time each kind with 1 warm-up call and 3 timed ones (the defaults: 3 and
+    20). Interpreted kernels' times say nothing of a GPU's, and what these tests check (each
+    kind timed, taken only where its own times save the margin) holds for any times; each
+    interpreted kernel then runs 4 times, not 23 (most of these tests' time)."""
+    import dataclasses
+
+    from linnet.torch import planned
+
+    real = planned.plan_arguments
+
+    def fewer(*args, **kwargs):
+        options, backends = real(*args, **kwargs)
+        return dataclasses.replace(options, warmup=1, repeat=3), backends
+
+    monkeypatch.setattr(planned, "plan_arguments", fewer)
+
+
 def test_plan_runs_a_span_ops_kernel_over_the_calls_it_claims(span_model, interpret):
     x = torch.randn(ROWS, 40)
     want = span_model.run("run", [x])
@@ -284,7 +303,7 @@ def test_plan_runs_a_span_ops_kernel_over_the_calls_it_claims(span_model, interp
 
 
 def test_a_measured_plan_takes_kernel_regions_only_where_they_save_the_margin(
-    span_model, interpret
+    span_model, interpret, few_timings
 ):
     x = torch.randn(ROWS, 40)
     plan = span_model.plan_for("run", [x], backends=[], progress=False)
@@ -473,7 +492,7 @@ def test_each_span_op_over_the_same_steps_launches_its_own_kernel(tmp_path, inte
         assert launched and all(tiles in k for k in launched), (r.callee, launched)
 
 
-def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret):
+def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret, few_timings):
     """`norm_linear` and a copy bound to other tiles claim the same steps (one region kind):
     each kernel is timed, and cached, on its own."""
     from linnet.plan import TimingCache
@@ -627,7 +646,7 @@ def test_a_chain_of_three_launches_each_kernel_and_equals_the_body(tmp_path, int
 
 
 def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(
-    interpret, monkeypatch
+    interpret, monkeypatch, few_timings
 ):
     """Every real kernel region of the toy Llama's decode (span ops over the same steps,
     chains, attention with its hoisted masks) through the check in context and its
