@@ -31,7 +31,7 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile
 from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.graph import Graph
 from linnet.lang.syntax.parser import parse, parse_appended
-from linnet.lang.syntax.program import STD_ROOT, Program, std_modules
+from linnet.lang.syntax.program import STD_ROOT, Program, parse_once, std_modules
 from linnet.lang.syntax.walk import walk
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import FuncRef
@@ -396,7 +396,8 @@ def std_program() -> Program:
     lines = []
     for dotted in sorted(std_modules()):
         path = STD_ROOT.joinpath(*dotted.split(".")[1:]).with_suffix(".linnet")
-        module = parse(SourceFile(path.name, path.read_text()), dotted)
+        name = "std/" + path.relative_to(STD_ROOT).as_posix()  # as a program's `use` names it
+        module = parse_once(name, path.read_text(), dotted)
         names = [
             i.name for i in module.items if not isinstance(i, A.Use) and getattr(i, "public", False)
         ]

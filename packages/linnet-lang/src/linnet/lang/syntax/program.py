@@ -95,7 +95,7 @@ class Program:
                 if item.module[0] == "std":
                     # Std locations read `std/nn/linear.linnet:9` on every machine.
                     name = "std/" + "/".join(item.module[1:]) + ".linnet"
-                sub = _parse_used(name, source.text, dotted)
+                sub = parse_once(name, source.text, dotted)
             except LinnetError as err:
                 self.errors.extend(err.diagnostics)
                 continue
@@ -107,11 +107,17 @@ class Program:
 
 
 @functools.lru_cache(maxsize=64)
-def _parse_used(name: str, text: str, dotted: str) -> A.Module:
-    """A module a program `use`s, parsed once a process for each text: every program of a
-    std model, and each case `linnet kernels` and span claims lower, use the same std
-    modules (a quarter of a second to parse std.nn.decode). A parsed tree is never changed
-    after parsing, so programs share it; a file whose text changed is parsed again."""
+def parse_once(name: str, text: str, dotted: str) -> A.Module:
+    """Module ``dotted`` of file ``name`` holding ``text``, parsed once a process for each
+    text: what a program `use`s. Every program of a std model, and each case `linnet
+    kernels` and span claims lower, use the same std modules (a quarter of a second to parse
+    std.nn.decode). A parsed tree is never changed after parsing, so programs share it; a
+    file whose text changed is parsed again.
+
+    >>> a = parse_once("m.linnet", "pub fn f() -> f32 { return 1.0 }", "m")
+    >>> a is parse_once("m.linnet", "pub fn f() -> f32 { return 1.0 }", "m"), a.items[0].name
+    (True, 'f')
+    """
     return parse(SourceFile(name, text), dotted)
 
 
