@@ -62,6 +62,27 @@ def test_where_clause_false_runs_the_body(softmax_model, interpret):
     torch.testing.assert_close(y, torch.softmax(x, -1))
 
 
+def test_no_triton_under_the_interpreter_runs_the_body(softmax_model, interpret, monkeypatch):
+    """TRITON_INTERPRET=1 and no Triton: the module imports (the header's interpreter-only
+    lines need Triton) and runs the op's body."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_triton(name, *args, **kwargs):
+        if name == "triton" or name.startswith("triton."):
+            raise ImportError("no triton here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_triton)
+    model = load(softmax_model, weights={}, numerics="fast")
+    x = torch.randn(4, 16)
+    y = model.run("run", [x])
+    module = model.module("run", [x])
+    assert module.TRITON is False and module.RUNS == {"row_softmax_4_16_1024": [0, 1]}
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
 def test_launch_seam(interpret):
     x = torch.randn(4, 8)
     (y,) = launch("std.nn.activation::softmax", {"R": 4, "C": 8}, x)

@@ -61,7 +61,7 @@ def min_nan(a, b):
 # min_nan are associative, so the interpreter reduces with them as a tree instead: the same
 # function on adjacent pairs of slices along the axis, in order, log2(n) calls, the same
 # values. Compiled Triton reduces as a tree too; nothing changes off the interpreter.
-if INTERPRET:
+if INTERPRET and TRITON:
     max_nan.fn.linnet_tree_reduce = min_nan.fn.linnet_tree_reduce = True
 
     def _tree_reduce(ops, input):
