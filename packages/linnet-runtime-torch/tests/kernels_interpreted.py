@@ -1006,3 +1006,38 @@ def test_max_and_min_reductions_run_as_a_tree_with_the_folds_values(tmp_path, in
     for a, b, c in zip(again, folded, (hi, lo)):
         assert torch.equal(a.view(torch.int32), b.view(torch.int32))
         assert torch.equal(a.view(torch.int32), c.view(torch.int32))
+
+
+WRAPS = """
+kernel wraps_k<N: Dim>(a: Tensor[N; i32], b: Tensor[N; i32]) -> y: Tensor[N; i32] grid(1) {
+    let i = iota<i32>(N)
+    let p = load(a[i])
+    let q = load(b[i])
+    store(y[i], p * q + p - q)
+}
+"""
+
+
+def test_integer_arithmetic_skips_the_overflow_check_triton_drops(tmp_path, interpret):
+    """Triton's `device_assert` drops an integer overflow check unless Triton debugs, so the
+    header has the interpreter stop working it out (a third of an interpreted decode kernel's
+    time): the results, wrapped as on a GPU, are the same either way."""
+    import dataclasses
+
+    from triton.runtime.interpreter import interpreter_builder
+
+    path = tmp_path / "wraps.linnet"
+    path.write_text(WRAPS)
+    a = torch.tensor([3, -7, 2**30, -(2**31), 46341, 0, 1, 2**31 - 1], dtype=torch.int32)
+    b = torch.tensor([5, 9, 4, -1, 46341, -3, 2**31 - 1, 2], dtype=torch.int32)
+    (fast,) = launch("wraps::wraps_k", {"N": 8}, a, b, program=path)
+    options = interpreter_builder.options
+    assert not options.debug and not options.sanitize_overflow
+    want = (a.long() * b.long() + a.long() - b.long() + 2**31) % 2**32 - 2**31
+    assert fast.tolist() == want.tolist()  # wrapped: no overflow check raised
+    interpreter_builder.options = dataclasses.replace(options, sanitize_overflow=True)
+    try:
+        (checked,) = launch("wraps::wraps_k", {"N": 8}, a, b, program=path)
+    finally:
+        interpreter_builder.options = options
+    assert torch.equal(checked, fast)

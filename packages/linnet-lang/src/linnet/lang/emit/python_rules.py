@@ -95,7 +95,7 @@ RESERVED |= {
     "max_nan",
     "min_nan",
     "_tree_reduce",
-    "_install_tree_reduce",
+    "_interpreter_fast_paths",
 }
 # ... and emit/kernel_grad.py's helpers for launches under autograd.
 RESERVED |= {"kernel_grad_op", "launch_with_grad", "body_backward", "no_backward"}
