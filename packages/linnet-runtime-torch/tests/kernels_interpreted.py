@@ -62,6 +62,27 @@ def test_where_clause_false_runs_the_body(softmax_model, interpret):
     torch.testing.assert_close(y, torch.softmax(x, -1))
 
 
+def test_no_triton_under_the_interpreter_runs_the_body(softmax_model, interpret, monkeypatch):
+    """TRITON_INTERPRET=1 and no Triton: the module imports (the header's interpreter-only
+    lines need Triton) and runs the op's body."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_triton(name, *args, **kwargs):
+        if name == "triton" or name.startswith("triton."):
+            raise ImportError("no triton here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_triton)
+    model = load(softmax_model, weights={}, numerics="fast")
+    x = torch.randn(4, 16)
+    y = model.run("run", [x])
+    module = model.module("run", [x])
+    assert module.TRITON is False and module.RUNS == {"row_softmax_4_16_1024": [0, 1]}
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
 def test_launch_seam(interpret):
     x = torch.randn(4, 8)
     (y,) = launch("std.nn.activation::softmax", {"R": 4, "C": 8}, x)
@@ -248,6 +269,25 @@ def kernel_rows(plan):
     return [c for c in plan.candidates if c.backend_name == "linnet-kernels"]
 
 
+@pytest.fixture
+def few_timings(monkeypatch):
+    """Plans here time each kind with 1 warm-up call and 3 timed ones (the defaults: 3 and
+    20). Interpreted kernels' times say nothing of a GPU's, and what these tests check (each
+    kind timed, taken only where its own times save the margin) holds for any times; each
+    interpreted kernel then runs 4 times, not 23 (most of these tests' time)."""
+    import dataclasses
+
+    from linnet.torch import planned
+
+    real = planned.plan_arguments
+
+    def fewer(*args, **kwargs):
+        options, backends = real(*args, **kwargs)
+        return dataclasses.replace(options, warmup=1, repeat=3), backends
+
+    monkeypatch.setattr(planned, "plan_arguments", fewer)
+
+
 def test_plan_runs_a_span_ops_kernel_over_the_calls_it_claims(span_model, interpret):
     x = torch.randn(ROWS, 40)
     want = span_model.run("run", [x])
@@ -284,7 +324,7 @@ def test_plan_runs_a_span_ops_kernel_over_the_calls_it_claims(span_model, interp
 
 
 def test_a_measured_plan_takes_kernel_regions_only_where_they_save_the_margin(
-    span_model, interpret
+    span_model, interpret, few_timings
 ):
     x = torch.randn(ROWS, 40)
     plan = span_model.plan_for("run", [x], backends=[], progress=False)
@@ -473,7 +513,7 @@ def test_each_span_op_over_the_same_steps_launches_its_own_kernel(tmp_path, inte
         assert launched and all(tiles in k for k in launched), (r.callee, launched)
 
 
-def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret):
+def test_two_span_ops_over_the_same_steps_are_timed_apart(tmp_path, interpret, few_timings):
     """`norm_linear` and a copy bound to other tiles claim the same steps (one region kind):
     each kernel is timed, and cached, on its own."""
     from linnet.plan import TimingCache
@@ -627,7 +667,7 @@ def test_a_chain_of_three_launches_each_kernel_and_equals_the_body(tmp_path, int
 
 
 def test_the_toy_llama_decode_planned_in_context_runs_as_its_generated_source(
-    interpret, monkeypatch
+    interpret, monkeypatch, few_timings
 ):
     """Every real kernel region of the toy Llama's decode (span ops over the same steps,
     chains, attention with its hoisted masks) through the check in context and its
@@ -888,3 +928,116 @@ def test_a_kernel_follows_the_edge_value_rules_as_its_body_does(interpret):
     assert "propagate_nan=tl.PropagateNan.ALL" in text and "tl.reduce(" in text
     want = load(KERNEL_EDGES, weights={}, numerics="exact").run("run", args)
     kernel_results_agree(got, want, kernel_rules())
+
+
+# A row maximum and a column minimum of a padded tile (`tl.reduce` with HEADER's max_nan and
+# min_nan): Triton's interpreter called the combine function once an element (a decode
+# attention kernel's row maxima were most of `linnet kernels --std`'s time); HEADER has it
+# reduce with them as a tree.
+EXTREMES = """
+kernel extremes_k<R: Dim, C: Dim, BR: Dim, BC: Dim>(x: Tensor[R, C; f32])
+    -> (hi: Tensor[R; f32], lo: Tensor[C; f32]) grid(1) {
+    let r = iota<i32>(BR)
+    let c = iota<i32>(BC)
+    let m[i, j] = r[i] < R && c[j] < C
+    let low = load(x[r, c], m, -1e30)
+    let high = load(x[r, c], m, 1e30)
+    let top[i] = max[j] low[i, j]
+    let bottom[j] = min[i] high[i, j]
+    store(hi[r], top, r < R)
+    store(lo[c], bottom, c < C)
+}
+
+op extremes<R: Dim, C: Dim>(x: Tensor[R, C; f32]) -> (Tensor[R; f32], Tensor[C; f32])
+    kernel extremes_k<R, C, 4, 16> where R <= 4 && C <= 16 {
+    let hi[i] = max[j] x[i, j]
+    let lo[j] = min[i] x[i, j]
+    return hi, lo
+}
+
+model M<R: Dim, C: Dim> {
+    entry run(x: Tensor[R, C; f32]) -> (Tensor[R; f32], Tensor[C; f32]) {
+        let (hi, lo) = extremes(x)
+        return hi, lo
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (4, 16), (1, 1), (2, 9)])
+def test_max_and_min_reductions_run_as_a_tree_with_the_folds_values(tmp_path, interpret, shape):
+    from triton.runtime.interpreter import ReduceOps
+
+    path = tmp_path / "extremes.linnet"
+    path.write_text(EXTREMES)
+    model = load(path, weights={}, numerics="fast")
+    x = torch.randn(*shape)
+    x[0, shape[1] // 2] = float("nan")  # a NaN wins its row's max and its column's min
+    if shape[0] > 1:
+        x[-1, -1] = -0.0
+    hi, lo = model.run("run", [x])
+    module = model.module("run", [x])
+    assert list(module.RUNS.values()) == [[1, 0]]
+    torch.testing.assert_close(hi, x.amax(1), equal_nan=True)
+    torch.testing.assert_close(lo, x.amin(0), equal_nan=True)
+    # The tree: a call of max_nan on each level's pairs (4 for the 16 lanes of a row), where
+    # the interpreter's own reduction calls it once an element of the tile (60).
+    tree = ReduceOps.apply_impl
+    assert tree.linnet_tree_reduce
+    combine, calls = module.max_nan.fn, []
+
+    def counted(a, b):
+        calls.append(a.shape)
+        return combine(a, b)
+
+    counted.linnet_tree_reduce = True
+    module.max_nan.fn = counted
+    try:
+        again = model.run("run", [x])
+        assert len(calls) == 4 and calls[0] == [4, 8], calls
+        # ... with the values of the interpreter's own reduction, bit for bit
+        ReduceOps.apply_impl = tree.plain
+        calls.clear()
+        folded = model.run("run", [x])
+        assert len(calls) == 4 * 15
+    finally:
+        ReduceOps.apply_impl = tree
+        module.max_nan.fn = combine
+    for a, b, c in zip(again, folded, (hi, lo)):
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+        assert torch.equal(a.view(torch.int32), c.view(torch.int32))
+
+
+WRAPS = """
+kernel wraps_k<N: Dim>(a: Tensor[N; i32], b: Tensor[N; i32]) -> y: Tensor[N; i32] grid(1) {
+    let i = iota<i32>(N)
+    let p = load(a[i])
+    let q = load(b[i])
+    store(y[i], p * q + p - q)
+}
+"""
+
+
+def test_integer_arithmetic_skips_the_overflow_check_triton_drops(tmp_path, interpret):
+    """Triton's `device_assert` drops an integer overflow check unless Triton debugs, so the
+    header has the interpreter stop working it out (a third of an interpreted decode kernel's
+    time): the results, wrapped as on a GPU, are the same either way."""
+    import dataclasses
+
+    from triton.runtime.interpreter import interpreter_builder
+
+    path = tmp_path / "wraps.linnet"
+    path.write_text(WRAPS)
+    a = torch.tensor([3, -7, 2**30, -(2**31), 46341, 0, 1, 2**31 - 1], dtype=torch.int32)
+    b = torch.tensor([5, 9, 4, -1, 46341, -3, 2**31 - 1, 2], dtype=torch.int32)
+    (fast,) = launch("wraps::wraps_k", {"N": 8}, a, b, program=path)
+    options = interpreter_builder.options
+    assert not options.debug and not options.sanitize_overflow
+    want = (a.long() * b.long() + a.long() - b.long() + 2**31) % 2**32 - 2**31
+    assert fast.tolist() == want.tolist()  # wrapped: no overflow check raised
+    interpreter_builder.options = dataclasses.replace(options, sanitize_overflow=True)
+    try:
+        (checked,) = launch("wraps::wraps_k", {"N": 8}, a, b, program=path)
+    finally:
+        interpreter_builder.options = options
+    assert torch.equal(checked, fast)

@@ -17,10 +17,10 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 from linnet.lang.check.driver import lower
-from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.ir.graph import Graph
 from linnet.lang.ir.kernels import BackwardBody, OpInfo
-from linnet.lang.syntax.parser import parse
+from linnet.lang.syntax.parser import parse_appended
 from linnet.lang.syntax.program import Program
 
 MODEL = "LinnetKernelGrad"
@@ -150,14 +150,13 @@ def backward_graph(
     generics = ", ".join(src(g.span) for g in op.generics)
     where = (" where " + ", ".join(src(w.span) for w in op.where)) if op.where else ""
     result = results[0] if len(results) == 1 else f"({', '.join(results)})"
-    wrapper = (
-        text.rstrip("\n") + "\n\n// Added by linnet.lang.emit.kernel_grad.\n"
+    added = (
+        "\n// Added by linnet.lang.emit.kernel_grad.\n"
         f"pub model {MODEL}{f'<{generics}>' if generics else ''}{where} {{\n{configs}"
         f"    entry {entry}({', '.join(params)}) -> {result} {body}\n}}\n"
     )
-    prog = Program(
-        parse(SourceFile(module.source.name, wrapper), module.name), list(program.search)
-    )
+    # Only the model is parsed: the module's own items are reused (parse_appended).
+    prog = Program(parse_appended(module, added), list(program.search))
     inputs = {n: (list(shape), dtype) for n, (shape, dtype) in zip(names, types)}
     config = _generics(op, tensors, arg_types, result_types)
     graph = lower(prog, entry, inputs, config, model=MODEL, check=False)

@@ -30,8 +30,8 @@ from linnet.lang.check.evaluate import Evaluator
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile
 from linnet.lang.ir.builder import Builder
 from linnet.lang.ir.graph import Graph
-from linnet.lang.syntax.parser import parse
-from linnet.lang.syntax.program import STD_ROOT, Program, std_modules
+from linnet.lang.syntax.parser import parse, parse_appended
+from linnet.lang.syntax.program import STD_ROOT, Program, parse_once, std_modules
 from linnet.lang.syntax.walk import walk
 from linnet.lang.tensors.dims import Dim
 from linnet.lang.tensors.values import FuncRef
@@ -396,7 +396,8 @@ def std_program() -> Program:
     lines = []
     for dotted in sorted(std_modules()):
         path = STD_ROOT.joinpath(*dotted.split(".")[1:]).with_suffix(".linnet")
-        module = parse(SourceFile(path.name, path.read_text()), dotted)
+        name = "std/" + path.relative_to(STD_ROOT).as_posix()  # as a program's `use` names it
+        module = parse_once(name, path.read_text(), dotted)
         names = [
             i.name for i in module.items if not isinstance(i, A.Use) and getattr(i, "public", False)
         ]
@@ -433,13 +434,12 @@ def wrapper_program(program: Program, op: Any, case: KernelCase) -> Program:
     else:
         body = f"        return {call}\n"
     text = (
-        module.source.text.rstrip("\n") + "\n\n// Added by linnet kernels.\n"
+        "\n// Added by linnet kernels.\n"
         f"pub model {MODEL} {{\n{configs}"
         f"    entry {ENTRY}({', '.join(params)}) -> {result} {{\n{body}    }}\n}}\n"
     )
-    source = SourceFile(module.source.name, text)
-    root = parse(source, module.name)
-    return Program(root, list(program.search))
+    # Only the model is parsed: the module's own items are reused (parse_appended).
+    return Program(parse_appended(module, text), list(program.search))
 
 
 def _default(dtype: str) -> str:

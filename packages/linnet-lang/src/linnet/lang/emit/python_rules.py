@@ -94,6 +94,8 @@ RESERVED |= {
     "warnings",
     "max_nan",
     "min_nan",
+    "_tree_reduce",
+    "_interpreter_fast_paths",
 }
 # ... and emit/kernel_grad.py's helpers for launches under autograd.
 RESERVED |= {"cache_reach"}  # the torch emitter's CPU decode helper

@@ -24,7 +24,7 @@ Each rule takes the step, the kernel's names and the context, as
 (which use them) do.
 
 >>> "propagate_nan=tl.PropagateNan.ALL" in TRITON_HEADER, sorted(HEADER_NAMES)
-(True, ['max_nan', 'min_nan'])
+(True, ['_interpreter_fast_paths', '_tree_reduce', 'max_nan', 'min_nan'])
 """
 
 from __future__ import annotations
@@ -53,10 +53,79 @@ def max_nan(a, b):
 @triton.jit
 def min_nan(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+# Two of Triton's interpreter's costs that change no value (nothing changes off it):
+# * It reduces with its own combine functions (tl.sum's, tl.max's) in NumPy, and with any other
+#   one element at a time: a Python call of the combine function per element of the tile, most
+#   of an interpreted attention kernel's time (its row maxima). max_nan and min_nan are
+#   associative, so it reduces with them as a tree instead: the same function on adjacent
+#   pairs of slices along the axis, in order, log2(n) calls, the same values (ties keep the
+#   earlier element, as the one-at-a-time fold does). Compiled Triton reduces as a tree too.
+# * Each integer +, - and * also worked out its overflow check (in int64, compared with the
+#   type's range) for `device_assert`, which drops it unless Triton debugs (`debug`); off
+#   debugging it is no longer worked out: a third of an interpreted decode kernel's time.
+if INTERPRET and TRITON:
+    max_nan.fn.linnet_tree_reduce = min_nan.fn.linnet_tree_reduce = True
+
+    def _tree_reduce(ops, input):
+        import numpy as np
+
+        (x,) = input
+        data = x.handle.data
+        axis = ops.axis
+        if axis is None:
+            data, axis = data.reshape(-1), 0
+        n = data.shape[axis]
+        cut = [slice(None)] * data.ndim
+        while n > 1:
+            half = n // 2
+            cut[axis] = slice(0, 2 * half, 2)
+            a = ops.to_tensor(data[tuple(cut)], x.dtype)
+            cut[axis] = slice(1, 2 * half, 2)
+            b = ops.to_tensor(data[tuple(cut)], x.dtype)
+            pairs = ops.combine_fn.fn(a, b).handle.data.astype(data.dtype, copy=False)
+            cut[axis] = slice(2 * half, n)
+            data = np.concatenate([pairs, data[tuple(cut)]], axis) if n % 2 else pairs
+            n = data.shape[axis]
+        data = data.squeeze(axis)
+        if ops.keep_dims:  # as the interpreter's own reductions keep the reduced axes
+            data = np.expand_dims(data, ops.axis if ops.axis is not None else
+                                  tuple(range(x.handle.data.ndim)))
+        elif ops.axis is None:
+            data = data.item()
+        return [ops.to_tensor(data, x.dtype)]
+
+    def _interpreter_fast_paths():
+        import dataclasses
+
+        from triton.runtime import interpreter
+
+        builder = getattr(interpreter, 'interpreter_builder', None)
+        options = getattr(builder, 'options', None)
+        if dataclasses.is_dataclass(options) and not getattr(options, 'debug', True) and \
+                getattr(options, 'sanitize_overflow', False):
+            builder.options = dataclasses.replace(options, sanitize_overflow=False)
+        reduce_ops = getattr(interpreter, 'ReduceOps', None)
+        plain = getattr(reduce_ops, 'apply_impl', None)
+        if plain is None or getattr(plain, 'linnet_tree_reduce', False):
+            return  # another Triton, or another generated module installed it already
+
+        def apply_impl(self, input):
+            tree = getattr(getattr(self.combine_fn, 'fn', None), 'linnet_tree_reduce', False)
+            if tree and len(input) == 1 and input[0].handle.data.size > 0:
+                return _tree_reduce(self, input)
+            return plain(self, input)
+
+        apply_impl.linnet_tree_reduce = True
+        apply_impl.plain = plain  # the interpreter's own, one element at a time
+        reduce_ops.apply_impl = apply_impl
+
+    _interpreter_fast_paths()
 """
 """What the generated PyTorch module's Triton header adds (:data:`.triton.HEADER`)."""
 
-HEADER_NAMES = frozenset({"max_nan", "min_nan"})
+HEADER_NAMES = frozenset({"max_nan", "min_nan", "_tree_reduce", "_interpreter_fast_paths"})
 """The names :data:`TRITON_HEADER` defines (a kernel's values must not shadow them)."""
 
 

@@ -85,16 +85,19 @@ class Token:
         return self.kind in ("kw", "punct") and self.text == text
 
 
-def tokenize(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
-    """Split ``source`` into tokens; unknown characters become diagnostics, not exceptions.
+def tokenize(source: SourceFile, start: int = 0) -> tuple[list[Token], list[Diagnostic]]:
+    """Split ``source`` into tokens, from offset ``start`` on (the spans are still offsets in
+    the whole text); unknown characters become diagnostics, not exceptions.
 
     >>> toks, errs = tokenize(SourceFile("m.linnet", "let y = x + 1.5"))
     >>> [t.text for t in toks]
     ['let', 'y', '=', 'x', '+', '1.5', '']
+    >>> [t.span.start for t in tokenize(SourceFile("m.linnet", "let y = x"), 6)[0]]
+    [6, 8, 9]
     """
-    if source.text.isascii():
-        return _tokenize_ascii(source)
-    return _tokenize_chars(source)
+    if source.text.isascii() if start == 0 else source.text[start:].isascii():
+        return _tokenize_ascii(source, start)
+    return _tokenize_chars(source, start)
 
 
 # The same tokens as _tokenize_chars, one regular expression match each: lexing was a third of
@@ -117,13 +120,13 @@ _TOKEN = re.compile(
 )
 
 
-def _tokenize_ascii(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
+def _tokenize_ascii(source: SourceFile, start: int = 0) -> tuple[list[Token], list[Diagnostic]]:
     text = source.text
     tokens: list[Token] = []
     errors: list[Diagnostic] = []
     append = tokens.append
     match = _TOKEN.match
-    i, n = 0, len(text)
+    i, n = start, len(text)
     newline = False
     while i < n:
         m = match(text, i)
@@ -198,12 +201,12 @@ def _tokenize_ascii(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
     return tokens, errors
 
 
-def _tokenize_chars(source: SourceFile) -> tuple[list[Token], list[Diagnostic]]:
+def _tokenize_chars(source: SourceFile, start: int = 0) -> tuple[list[Token], list[Diagnostic]]:
     """The lexer one character at a time: the reference, and the path for non-ASCII text."""
     text = source.text
     tokens: list[Token] = []
     errors: list[Diagnostic] = []
-    i, n = 0, len(text)
+    i, n = start, len(text)
     newline = False
     while i < n:
         ch = text[i]

@@ -60,10 +60,10 @@ class _Bail(Exception):
 class ParserBase:
     """A cursor over one source file's tokens, with the errors found so far."""
 
-    def __init__(self, source: SourceFile, module_name: str):
+    def __init__(self, source: SourceFile, module_name: str, start: int = 0):
         self.source = source
         self.module_name = module_name
-        self.tokens, self.errors = tokenize(source)
+        self.tokens, self.errors = tokenize(source, start)
         # A line the lexer already complained about gets no follow-on syntax errors.
         self.lexer_error_lines = {e.span.line for e in self.errors if e.span is not None}
         self.misused_keywords: set[str] = set()  # reported once (E0101), then read as names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 from pathlib import Path
 
 import linnet.lang.syntax.tree as A
@@ -90,10 +91,11 @@ class Program:
                 continue
             try:
                 source = SourceFile.read(path)
+                name = source.name
                 if item.module[0] == "std":
                     # Std locations read `std/nn/linear.linnet:9` on every machine.
-                    source = SourceFile("std/" + "/".join(item.module[1:]) + ".linnet", source.text)
-                sub = parse(source, dotted)
+                    name = "std/" + "/".join(item.module[1:]) + ".linnet"
+                sub = parse_once(name, source.text, dotted)
             except LinnetError as err:
                 self.errors.extend(err.diagnostics)
                 continue
@@ -102,6 +104,21 @@ class Program:
 
     def module(self, dotted: str) -> A.Module | None:
         return self.modules.get(dotted)
+
+
+@functools.lru_cache(maxsize=64)
+def parse_once(name: str, text: str, dotted: str) -> A.Module:
+    """Module ``dotted`` of file ``name`` holding ``text``, parsed once a process for each
+    text: what a program `use`s. Every program of a std model, and each case `linnet
+    kernels` and span claims lower, use the same std modules (a quarter of a second to parse
+    std.nn.decode). A parsed tree is never changed after parsing, so programs share it; a
+    file whose text changed is parsed again.
+
+    >>> a = parse_once("m.linnet", "pub fn f() -> f32 { return 1.0 }", "m")
+    >>> a is parse_once("m.linnet", "pub fn f() -> f32 { return 1.0 }", "m"), a.items[0].name
+    (True, 'f')
+    """
+    return parse(SourceFile(name, text), dotted)
 
 
 def model_file(model: str | Path) -> Path:
