@@ -256,8 +256,13 @@ def test_cuda_generate_plans_once_and_equals_the_eager_path(pair, tmp_path, monk
     assert got == model.generate(PROMPTS, max_new_tokens=STEPS, fast=False)
     assert got == [hf_greedy(hf, p, STEPS) for p in PROMPTS]
     assert list(model._fast_steps) == [4]
-    again = model.generate([[9, 8, 7, 6, 5, 4, 3], [1, 2], [40] * 20], max_new_tokens=STEPS)
+    # Greedy steps after the first ran as the captured greedy step (pick inside the graph).
+    greedy = model._fast_steps[4].greedy_step
+    assert greedy is not None and greedy.graph is not None
+    others = [[9, 8, 7, 6, 5, 4, 3], [1, 2], [40] * 20]
+    again = model.generate(others, max_new_tokens=STEPS)
     assert list(model._fast_steps) == [4] and len(again) == 3
+    assert again == model.generate(others, max_new_tokens=STEPS, fast=False)
     sampled = [
         model.generate(PROMPTS, 12, temperature=0.8, top_k=20, seed=3, fast=f)
         for f in (True, False)

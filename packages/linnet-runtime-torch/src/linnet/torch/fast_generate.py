@@ -12,7 +12,11 @@ Each step stays on the device: the token picked (:func:`linnet.torch.generate.pi
 or sampled there) feeds the next replay without a copy to the host; the host gives only
 each step's positions (which it knows) through pinned memory. The host reads a step's
 tokens (one small copy) after it has queued the next step, so the device never waits for
-it; a batch that stops costs at most one step computed for nothing. A finished sequence's
+it; a batch that stops costs at most one step computed for nothing. Greedy decoding
+(``temperature=0``, no repetition penalty) captures its pick with the step: the step's
+graph ends in :func:`linnet.torch.greedy.greedy_next`, one kernel that picks each row's
+token and writes it and the next position into the graph's inputs, so a step is one
+replay and one copy of its tokens to the host. A finished sequence's
 rows go on being computed at later positions (their cache rows are its own, so no other
 sequence sees them) and their tokens are dropped.
 
@@ -31,6 +35,7 @@ from linnet.lang.host.generate import Progress
 
 import torch
 
+from .greedy import greedy_next
 from .plans import Captured
 
 
@@ -44,6 +49,20 @@ class FastStep:
     step: Captured
     # One generation at a time uses the context (its KV cache).
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The greedy step: the plan with its pick captured after it (made on first use).
+    greedy_step: Captured | None = None
+
+    def greedy(self) -> Captured:
+        """The plan captured with :func:`~linnet.torch.greedy.greedy_next` after it."""
+        if self.greedy_step is None:
+            self.greedy_step = Captured(self.plan, self.context, then=_greedy_then)
+        return self.greedy_step
+
+
+def _greedy_then(inputs: list[torch.Tensor], outputs: list[Any]) -> list[torch.Tensor]:
+    """After a decode step, inside its graph: pick each row's token and write it and the
+    next position (``inputs``: token, pos) for the next replay."""
+    return [greedy_next(outputs[0], inputs[0], inputs[1])]
 
 
 def applies(model: Any, fast: bool) -> bool:
@@ -84,10 +103,12 @@ def generate_fast(
     max_new_tokens: int,
     progress: Progress,
     pick_step: Callable[[torch.Tensor], torch.Tensor],
+    greedy: bool = False,
 ) -> list[list[int]]:
     """The generation ``generate`` checked and padded (``rows``, each row's prompt length in
     ``lengths``), on the fast path; ``pick_step(logits)`` picks each step's tokens on the
-    device (-1 where not finite).
+    device (-1 where not finite). ``greedy``: ``pick_step`` is the plain argmax, so the
+    steps after the first pick inside their graph (:meth:`FastStep.greedy`).
 
     >>> generate_fast(model, batch, rows, lengths, 8, progress, pick)        # doctest: +SKIP
     """
@@ -100,8 +121,8 @@ def generate_fast(
         # Two pinned buffers for the tokens on their way to the host, used in turn: step s's
         # is read before step s + 2 writes its buffer.
         pinned = [torch.empty(len(rows), dtype=torch.int64, pin_memory=True) for _ in range(2)]
+        tokens = pick_step(step_logits)
         for s in range(max_new_tokens):
-            tokens = pick_step(step_logits)
             host = pinned[s % 2]
             host.copy_(tokens, non_blocking=True)
             copied = torch.cuda.Event()
@@ -109,9 +130,15 @@ def generate_fast(
             if s + 1 < max_new_tokens:
                 # Queue step s + 1 before reading step s's tokens. A -1 (logits not finite)
                 # is fed as 0, so the embedding stays in range; the host stops at the -1.
-                feed = tokens.clamp_min(0).to(torch.int32)
                 pos = torch.tensor([n + s for n in lengths], dtype=torch.int32)
-                step_logits = fast.step([feed, pos])[0]
+                if not greedy:
+                    feed = tokens.clamp_min(0).to(torch.int32)
+                    tokens = pick_step(fast.step([feed, pos])[0])
+                elif s == 0:  # the first replay takes step 0's token and positions
+                    feed = tokens.clamp_min(0).to(torch.int32)
+                    tokens = fast.greedy()([feed, pos])[0]
+                else:  # the graph wrote this step's token and positions at the last one
+                    tokens = fast.greedy().again([None, pos])[0]
             copied.synchronize()
             if not progress.take(s, host.tolist()[: len(batch)]):
                 break

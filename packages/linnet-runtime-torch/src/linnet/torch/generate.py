@@ -299,7 +299,8 @@ def generate(
     progress = Progress(batch, stop_tokens, on_token, stop_when)
     picks = picker(tokens, temperature, top_k, top_p, generator, repetition_penalty)
     if applies(model, fast):
-        return generate_fast(model, batch, rows, lengths, max_new_tokens, progress, picks)
+        greedy = temperature == 0 and repetition_penalty in (None, 1)
+        return generate_fast(model, batch, rows, lengths, max_new_tokens, progress, picks, greedy)
     context = model.new_context("prefill", [tokens])
     logits = model.prefill(tokens, context=context)
     last = torch.tensor([n - 1 for n in lengths], device=logits.device)

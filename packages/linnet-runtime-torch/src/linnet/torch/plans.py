@@ -263,11 +263,25 @@ class Captured:
     call. Linnet's kernels launch under ``pdl`` (a mode of :mod:`linnet.torch.launch_modes`),
     by default the plan's (``plan.pdl``), and the graph keeps it.
 
+    ``then(inputs, outputs)``, where given, runs after the plan inside the graph (eagerly on
+    the first call), on the graph's input buffers and the plan's outputs; what it returns
+    is the step's outputs instead, not copied (read them before the next replay, or copy
+    them on the stream). It may write the next step's inputs into those buffers (greedy
+    decoding's token and position: :func:`linnet.torch.greedy.greedy_next`); :meth:`again`
+    then replays without copying any input in. Like a backend's execute, it must not
+    synchronise or copy to the host (allocations come from the graph's own pool).
+
     >>> step = Captured(plan, model.context_for(plan))              # doctest: +SKIP
     >>> logits, = step([token, torch.tensor([pos], dtype=torch.int32)])  # doctest: +SKIP
     """
 
-    def __init__(self, plan: Plan, context: Context, pdl: int | None = None):
+    def __init__(
+        self,
+        plan: Plan,
+        context: Context,
+        pdl: int | None = None,
+        then: Callable[[list[torch.Tensor], list[Any]], list[torch.Tensor]] | None = None,
+    ):
         if plan.device.type != "cuda":
             raise coded_error(
                 "E0750",
@@ -278,6 +292,7 @@ class Captured:
         self.plan = plan
         self.context = context
         self.pdl = plan.pdl if pdl is None else _launch_mode(pdl)
+        self.then = then
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
@@ -306,16 +321,45 @@ class Captured:
             self.context.inputs = dict(zip(names, static))
             with pdl_mode(self.plan.pdl_namespaces(), self.pdl):
                 outputs = list(self.plan._run(static, self.context))
+                if self.then is not None:
+                    outputs = list(self.then(static, outputs))
             self.static_inputs, self.calls = static, 1
             return outputs
-        self.calls += 1
         self._load(inputs)
+        return self._replay()
+
+    def again(self, known: Sequence[torch.Tensor | None] = ()) -> list[torch.Tensor]:
+        """Replays on what the graph's input buffers hold now (what ``then`` wrote at the
+        last call) without copying any input in. ``known`` gives, in the entry's input
+        order, the host's copy of inputs the host knows (None for others; positions, say),
+        for the executables' ``prepare`` (``context.host_inputs``): they must equal what the
+        buffers hold. E0766 before a first call, which makes the buffers.
+
+        >>> step = Captured(plan, context, then=greedy)                   # doctest: +SKIP
+        >>> step([token, pos]); step.again([None, pos + 1])               # doctest: +SKIP
+        """
+        if self.calls == 0:
+            raise coded_error(
+                "E0766",
+                "Captured.again replays on the inputs a first call gave, but it has not "
+                "been called yet",
+                help="call it once with the entry's inputs: step([token, pos])",
+            )
+        with torch.inference_mode():
+            self.context.host_inputs = host_inputs(self.plan.graph, known)
+            return self._replay()
+
+    def _replay(self) -> list[torch.Tensor]:
+        self.calls += 1
+        names = self.plan.graph.inputs
         self.context.inputs = dict(zip(names, self.static_inputs))
         if self.graph is None:
             self._capture()
         prepare_all(self.plan, self.context, "E0757")
         assert self.graph is not None
         self.graph.replay()
+        if self.then is not None:
+            return list(self.static_outputs)
         return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.static_outputs]
 
     def _load(self, inputs: Sequence[torch.Tensor]) -> None:
@@ -356,6 +400,8 @@ class Captured:
         try:
             with pdl_mode(self.plan.pdl_namespaces(), self.pdl), torch.cuda.graph(graph):
                 self.static_outputs = self.plan._run(self.static_inputs, self.context)
+                if self.then is not None:
+                    self.static_outputs = self.then(self.static_inputs, list(self.static_outputs))
         except Exception as exc:
             raise coded_error(
                 "E0753",
