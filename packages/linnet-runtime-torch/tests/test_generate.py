@@ -319,7 +319,7 @@ def test_tokens_seen_in_the_prompt_or_only_generated_are_penalized(pair, monkeyp
     token 9 in the first prompt only is penalised from the first step; token 7, generated,
     from the step after it."""
     _, model = pair
-    prefill, decode = model.prefill, model.decode
+    prefill_last, decode = model.prefill_last, model.decode
 
     def logits(rows: int, values: dict[int, float]) -> torch.Tensor:
         out = torch.full((rows, 256), -4.0)
@@ -327,17 +327,16 @@ def test_tokens_seen_in_the_prompt_or_only_generated_are_penalized(pair, monkeyp
             out[:, token] = value
         return out
 
-    def fake_prefill(tokens, context=None):
-        prefill(tokens, context=context)
-        return logits(tokens.shape[0], {9: 5.0, 7: 4.0, 5: 3.0})[:, None].expand(
-            -1, tokens.shape[1], -1
-        )
+    # generate's first step runs prefill_last (the std model has it): [B, V] logits.
+    def fake_prefill(tokens, at, context=None):
+        prefill_last(tokens, at, context=context)
+        return logits(tokens.shape[0], {9: 5.0, 7: 4.0, 5: 3.0})
 
     def fake_decode(token, pos, context=None):
         decode(token, pos, context=context)
         return logits(token.shape[0], {9: 5.0, 7: 4.0, 5: 3.0})
 
-    monkeypatch.setattr(model, "prefill", fake_prefill)
+    monkeypatch.setattr(model, "prefill_last", fake_prefill)
     monkeypatch.setattr(model, "decode", fake_decode)
     assert model.generate([[9, 1]], 4, stop_tokens=[]) == [[9, 9, 9, 9]]
     # 9 (prompt): 5/2 = 2.5; 7 wins (4), then 7 is seen: 2 < 5's 3; then 5 seen: 1.5.

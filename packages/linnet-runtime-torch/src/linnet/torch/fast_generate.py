@@ -32,6 +32,7 @@ from linnet.lang.host.generate import Progress
 import torch
 
 from .plans import Captured
+from .prefill import first_logits
 
 
 @dataclass
@@ -84,19 +85,20 @@ def generate_fast(
     max_new_tokens: int,
     progress: Progress,
     pick_step: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    entry: str = "prefill",
 ) -> list[list[int]]:
     """The generation ``generate`` checked and padded (``rows``, each row's prompt length in
     ``lengths``), on the fast path; ``pick_step(logits)`` picks each step's tokens on the
-    device (-1 where not finite).
+    device (-1 where not finite); ``entry`` is the prefill entry to run
+    (:func:`linnet.lang.host.generate.prefill_entry`).
 
     >>> generate_fast(model, batch, rows, lengths, 8, progress, pick)        # doctest: +SKIP
     """
     fast = fast_step(model, len(rows))
-    device = model.device
     with fast.lock:
-        logits = model.prefill(torch.tensor(rows, dtype=torch.int32), context=fast.context)
-        at = torch.tensor([n - 1 for n in lengths], device=device)
-        step_logits = logits[torch.arange(len(rows), device=device), at]
+        tokens = torch.tensor(rows, dtype=torch.int32)
+        step_logits = first_logits(model, entry, tokens, lengths, fast.context)
         # Two pinned buffers for the tokens on their way to the host, used in turn: step s's
         # is read before step s + 2 writes its buffer.
         pinned = [torch.empty(len(rows), dtype=torch.int64, pin_memory=True) for _ in range(2)]
