@@ -407,8 +407,13 @@ PREFILL_LAST_SIGNATURE = (
 
 
 def _text(node: Any) -> str:
-    """A syntax node's source text without spaces (``B`` and ``B `` are the same dim)."""
-    return "".join(node.span.source.text[node.span.start : node.span.stop].split())
+    """A syntax node's source text, its runs of white space as one space."""
+    return " ".join(node.span.source.text[node.span.start : node.span.stop].split())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two dims are written alike, spaces aside (``KV*G`` is ``KV * G``)."""
+    return _text(a).replace(" ", "") == _text(b).replace(" ", "")
 
 
 def _signature_problem(method: Any) -> str | None:
@@ -434,7 +439,7 @@ def _signature_problem(method: Any) -> str | None:
     if not tensor(at.type, 1, "i32"):
         return f"its second input `{at.name}: {_text(at.type)}` is no [B] i32 tensor"
     batch = _text(tokens.type.dims[0])
-    if _text(at.type.dims[0]) != batch:
+    if not _same(at.type.dims[0], tokens.type.dims[0]):
         return (
             f"its input `{at.name}` has {_text(at.type.dims[0])} rows, not `{tokens.name}`'s "
             f"{batch} (one position per sequence)"
@@ -442,7 +447,7 @@ def _signature_problem(method: Any) -> str | None:
     if len(results) != 1 or not tensor(results[0].type, 2, None):
         shown = ", ".join(_text(r.type) for r in results)
         return f"it returns {shown or 'nothing'}, not one [B, V] tensor of logits"
-    if _text(results[0].type.dims[0]) != batch:
+    if not _same(results[0].type.dims[0], tokens.type.dims[0]):
         return (
             f"it returns {_text(results[0].type)}, whose first dim is not `{tokens.name}`'s "
             f"{batch} (one row of logits per sequence)"
@@ -520,7 +525,7 @@ def check_last_logits(
     want = f"[{batch}, {width if width is not None else 'V'}]"
     raise prefill_error(
         model,
-        f"for {batch} prompts it gives {' and '.join(map(str, shapes)) or 'nothing'}, "
+        f"for {batch} rows of prompts it gives {' and '.join(map(str, shapes)) or 'nothing'}, "
         f"not the logits {want} (`decode`'s are {list(logits)} for one sequence)",
     )
 
