@@ -195,10 +195,15 @@ def test_new_prompt_lengths_and_batch_sizes_lower_nothing_after_warm_up(pair):
 
     hf, model = pair  # S=64: prompt buckets 16, 32, 64
     lines: list[str] = []
+    before = set(model._lowered)
     shapes = model.warm_up(batch_sizes=[1, 3], progress=lines.append)
     assert shapes == [(1, 16), (1, 32), (1, 64), (4, 16), (4, 32), (4, 64)]
     assert len(lines) == 6 and lines[0].startswith("warm-up 1/6")
     lowered = set(model._lowered)
+    # warm_up ran the entry generate runs: prefill_last (the LM head on B rows) at every
+    # bucket shape, and never prefill.
+    assert {key[1][0][0] for key in lowered if key[0] == "prefill_last"} >= set(shapes)
+    assert {key[0] for key in lowered - before} <= {"prefill_last", "decode"}
     rng = random.Random(0)
     prompts = [[rng.randrange(3, 256) for _ in range(n)] for n in rng.sample(range(1, 60), 5)]
     for prompt in prompts:
