@@ -97,9 +97,7 @@ def without_prefill_last(name: str, tmp_path) -> str:
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
-def test_generate_runs_prefill_last_and_a_model_without_it_still_generates(
-    weights, tmp_path, name
-):
+def test_generate_runs_prefill_last_and_a_model_without_it_still_generates(weights, tmp_path, name):
     """generate runs prefill_last where the model has it (prefill is never lowered), and
     prefill where it has none; the tokens are the same (greedy and sampled)."""
     new = load(f"std.models.{name}", weights=weights[name], config="toy")

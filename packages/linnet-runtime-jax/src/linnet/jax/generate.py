@@ -424,9 +424,7 @@ def _decode_step(model: Any, batch: int, picking: Picking) -> Callable:
     return found
 
 
-def _check_states(
-    model: Any, tokens: Any, states: dict[str, Any], entry: str = "prefill"
-) -> None:
+def _check_states(model: Any, tokens: Any, states: dict[str, Any], entry: str = "prefill") -> None:
     """E0731 where ``decode`` needs states that the prefill ``entry`` (for ``tokens``) does
     not make, or of another shape: generate carries prefill's states into decode (the KV
     cache)."""

@@ -401,8 +401,7 @@ def check_cache(model: Any, prompt: int, tokens: int, one: Any) -> None:
 #: the logits at position ``at[b]`` of each row only, the cache filled as ``prefill`` does.
 PREFILL_LAST = "prefill_last"
 PREFILL_LAST_SIGNATURE = (
-    "entry prefill_last<L: Dim>(tokens: Tensor[B, L; i32], at: Tensor[B; i32]) "
-    "-> Tensor[B, V; f32]"
+    "entry prefill_last<L: Dim>(tokens: Tensor[B, L; i32], at: Tensor[B; i32]) -> Tensor[B, V; f32]"
 )
 
 
@@ -517,16 +516,16 @@ def check_last_logits(
     shapes = [list(graph.values[o].shape) for o in graph.outputs]
     one = zeros((1,))
     decode = model.graph("decode", [one, one])
-    logits = decode.values[decode.outputs[0]].shape if decode.outputs else ()
+    logits = list(decode.values[decode.outputs[0]].shape) if decode.outputs else []
     width = logits[-1] if len(logits) == 2 else None
-    if len(shapes) == 1 and len(shapes[0]) == 2 and shapes[0][0] == batch:
-        if width is None or shapes[0][1] == width:
-            return
+    fits = len(shapes) == 1 and len(shapes[0]) == 2 and shapes[0][0] == batch
+    if fits and (width is None or shapes[0][1] == width):
+        return
     want = f"[{batch}, {width if width is not None else 'V'}]"
     raise prefill_error(
         model,
         f"for {batch} rows of prompts it gives {' and '.join(map(str, shapes)) or 'nothing'}, "
-        f"not the logits {want} (`decode`'s are {list(logits)} for one sequence)",
+        f"not the logits {want} (`decode`'s are {logits} for one sequence)",
     )
 
 
