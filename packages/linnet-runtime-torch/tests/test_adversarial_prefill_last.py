@@ -113,8 +113,9 @@ def test_generate_runs_prefill_last_and_a_model_without_it_still_generates(weigh
     assert new.generate([PROMPTS[1]], 8, stop_tokens=[]) == [got[1]]
 
 
-def test_the_interpreter_generates_through_prefill_last(weights):
-    model = load("std.models.qwen2", weights=weights["qwen2"], config="toy", interpret=True)
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+def test_the_interpreter_and_compile_generate_through_prefill_last(weights, mode):
+    model = load("std.models.qwen2", weights=weights["qwen2"], config="toy", **{mode: True})
     generated = load("std.models.qwen2", weights=weights["qwen2"], config="toy")
     assert model.generate(PROMPTS, 6, stop_tokens=[]) == generated.generate(
         PROMPTS, 6, stop_tokens=[]
