@@ -263,6 +263,9 @@ def test_cuda_generate_plans_once_and_equals_the_eager_path(pair, tmp_path, monk
     assert list(model._fast_steps) == [4]
     again = model.generate([[9, 8, 7, 6, 5, 4, 3], [1, 2], [40] * 20], max_new_tokens=STEPS)
     assert list(model._fast_steps) == [4] and len(again) == 3
+    # The fast path's prefill is prefill_last too (the LM head on B rows): never prefill.
+    assert "prefill_last" in {key[0] for key in model._lowered}
+    assert "prefill" not in {key[0] for key in model._lowered}
     sampled = [
         model.generate(PROMPTS, 12, temperature=0.8, top_k=20, seed=3, fast=f)
         for f in (True, False)
