@@ -334,3 +334,30 @@ def test_every_shipped_model_matches_over_2_ranks(name):
     s = ranks[0]
     assert [s.graph.steps[i].op for i in s.collectives()].count("all_gather") == 1
     assert s.parameters, "something is split"
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_every_shipped_models_prefill_last_matches_over_2_ranks(name):
+    """prefill_last (issue 41) shards as prefill does: the gather of each row's hidden state
+    at ``at`` is replicated, the LM head split by the vocabulary, only the logits gathered."""
+    from linnet.lang import Program, lower
+    from linnet.lang.syntax.program import model_file
+
+    graph = lower(
+        Program.from_file(model_file(f"std.models.{name}")),
+        "prefill_last",
+        {"tokens": [1, 6], "at": [1]},
+        SHIPPED[name],
+        check=False,
+    )
+    params = llama_params(graph)
+    step, ranks = sharded_step(graph, 2, params)
+    prompt = {
+        "tokens": np.array([[3, 17, 100, 255, 9, 0]], np.int32),
+        "at": np.array([4], np.int32),
+    }
+    got, _ = step(prompt, [zero_states(r.graph) for r in ranks])
+    want, _ = reference_step(graph, params)(prompt, zero_states(graph))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    s = ranks[0]
+    assert [s.graph.steps[i].op for i in s.collectives()].count("all_gather") == 1

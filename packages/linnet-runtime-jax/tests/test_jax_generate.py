@@ -172,8 +172,12 @@ def test_new_prompt_lengths_trace_nothing_after_warm_up(pair):
     """After warm_up, prompts of lengths never seen and other batch sizes (within the warmed
     buckets) trace neither step again, and give each prompt's tokens alone."""
     model = pair[2]
-    model.warm_up(batch_sizes=[1, 2], longest=40, progress=lambda line: None)
+    shapes = model.warm_up(batch_sizes=[1, 2], longest=40, progress=lambda line: None)
     traces = TRACES.copy()
+    # warm_up traced the first step generate runs: prefill_last's (the LM head on B rows)
+    # at every bucket shape; generate never traces prefill's.
+    assert {key[1] for key in model._generation if key[0] == "prefill_last"} >= set(shapes)
+    assert {key[0] for key in model._generation} == {"prefill_last", "decode"}
     prompts = [[3, 1, 4, 1, 5, 9, 2][:n] for n in (1, 4, 7)] + [[7] * 23, [9, 8] * 15]
     alone = [model.generate([p], 4)[0] for p in prompts]
     assert model.generate(prompts[3:], 4) == alone[3:]

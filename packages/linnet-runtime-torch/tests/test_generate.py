@@ -195,10 +195,15 @@ def test_new_prompt_lengths_and_batch_sizes_lower_nothing_after_warm_up(pair):
 
     hf, model = pair  # S=64: prompt buckets 16, 32, 64
     lines: list[str] = []
+    before = set(model._lowered)
     shapes = model.warm_up(batch_sizes=[1, 3], progress=lines.append)
     assert shapes == [(1, 16), (1, 32), (1, 64), (4, 16), (4, 32), (4, 64)]
     assert len(lines) == 6 and lines[0].startswith("warm-up 1/6")
     lowered = set(model._lowered)
+    # warm_up ran the entry generate runs: prefill_last (the LM head on B rows) at every
+    # bucket shape, and never prefill.
+    assert {key[1][0][0] for key in lowered if key[0] == "prefill_last"} >= set(shapes)
+    assert {key[0] for key in lowered - before} <= {"prefill_last", "decode"}
     rng = random.Random(0)
     prompts = [[rng.randrange(3, 256) for _ in range(n)] for n in rng.sample(range(1, 60), 5)]
     for prompt in prompts:
@@ -263,6 +268,9 @@ def test_cuda_generate_plans_once_and_equals_the_eager_path(pair, tmp_path, monk
     again = model.generate(others, max_new_tokens=STEPS)
     assert list(model._fast_steps) == [4] and len(again) == 3
     assert again == model.generate(others, max_new_tokens=STEPS, fast=False)
+    # The fast path's prefill is prefill_last too (the LM head on B rows): never prefill.
+    assert "prefill_last" in {key[0] for key in model._lowered}
+    assert "prefill" not in {key[0] for key in model._lowered}
     sampled = [
         model.generate(PROMPTS, 12, temperature=0.8, top_k=20, seed=3, fast=f)
         for f in (True, False)
@@ -324,7 +332,7 @@ def test_tokens_seen_in_the_prompt_or_only_generated_are_penalized(pair, monkeyp
     token 9 in the first prompt only is penalised from the first step; token 7, generated,
     from the step after it."""
     _, model = pair
-    prefill, decode = model.prefill, model.decode
+    prefill_last, decode = model.prefill_last, model.decode
 
     def logits(rows: int, values: dict[int, float]) -> torch.Tensor:
         out = torch.full((rows, 256), -4.0)
@@ -332,17 +340,16 @@ def test_tokens_seen_in_the_prompt_or_only_generated_are_penalized(pair, monkeyp
             out[:, token] = value
         return out
 
-    def fake_prefill(tokens, context=None):
-        prefill(tokens, context=context)
-        return logits(tokens.shape[0], {9: 5.0, 7: 4.0, 5: 3.0})[:, None].expand(
-            -1, tokens.shape[1], -1
-        )
+    # generate's first step runs prefill_last (the std model has it): [B, V] logits.
+    def fake_prefill(tokens, at, context=None):
+        prefill_last(tokens, at, context=context)
+        return logits(tokens.shape[0], {9: 5.0, 7: 4.0, 5: 3.0})
 
     def fake_decode(token, pos, context=None):
         decode(token, pos, context=context)
         return logits(token.shape[0], {9: 5.0, 7: 4.0, 5: 3.0})
 
-    monkeypatch.setattr(model, "prefill", fake_prefill)
+    monkeypatch.setattr(model, "prefill_last", fake_prefill)
     monkeypatch.setattr(model, "decode", fake_decode)
     assert model.generate([[9, 1]], 4, stop_tokens=[]) == [[9, 9, 9, 9]]
     # 9 (prompt): 5/2 = 2.5; 7 wins (4), then 7 is seen: 2 < 5's 3; then 5 seen: 1.5.

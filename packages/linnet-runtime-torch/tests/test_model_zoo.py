@@ -212,10 +212,11 @@ def test_parameter_paths_are_the_checkpoint_names(checkpoints, name):
 
 
 def test_model_files_are_short():
-    """Each shipped model is a few dozen lines on the shared std.nn.decoder blocks."""
+    """Each shipped model is a few dozen lines on the shared std.nn.decoder blocks (three
+    entries: prefill, prefill_last, decode)."""
     for name in MODELS:
         lines = (STD_ROOT / "models" / f"{name}.linnet").read_text().splitlines()
-        assert len(lines) <= (110 if name == "gpt2" else 40), (name, len(lines))
+        assert len(lines) <= (125 if name == "gpt2" else 50), (name, len(lines))
         assert (STD_ROOT / "models" / f"{name}.hf.json").is_file()
     assert Path(STD_ROOT / "nn" / "decoder.linnet").is_file()
 

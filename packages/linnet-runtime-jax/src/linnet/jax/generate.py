@@ -46,18 +46,14 @@ from typing import Any, NamedTuple
 import numpy as np
 from linnet.lang.host.generate import (  # noqa: F401  (check_options: Model.generate's)
     OPTIONS,
+    PREFILL_LAST,
+    Prepared,
     Progress,
     array_prompts_error,
-    cache_length,
-    check_cache,
-    check_fast,
-    check_generate,
     check_options,
-    check_vocabulary,
-    padded,
+    prepare,
     prompt_lists,
     sampling_seed,
-    stop_tokens_of,
 )
 from linnet.lang.host.inputs import error
 
@@ -322,19 +318,28 @@ def _stopped(token: Any, stop_mask: Any) -> Any:
     return (token >= 0) & stop_mask[jnp.maximum(token, 0)]
 
 
-def _first_step(model: Any, tokens: Any, picking: Picking) -> Callable:
+def _prefill_inputs(entry: str, tokens: Any, lengths: Any) -> list[Any]:
+    """The inputs of generate's prefill ``entry``: the padded rows ``tokens``, and for
+    ``prefill_last`` each row's last prompt position (``lengths - 1``)."""
+    return [tokens, lengths - 1] if entry == PREFILL_LAST else [tokens]
+
+
+def _first_step(model: Any, tokens: Any, picking: Picking, entry: str = "prefill") -> Callable:
     """The jitted prefill and first pick for prompts shaped like ``tokens``:
     ``(params, states, tokens, lengths, key, inverse, k, drop, penalty, stop_mask) ->
     (token, done, states, seen)``, the states donated; ``seen`` is the [B, V] mask of the
-    prompt's tokens and the first token's where ``picking.penalize``, else None."""
-    key = ("prefill", tuple(tokens.shape), picking)
+    prompt's tokens and the first token's where ``picking.penalize``, else None. ``entry``
+    is the prefill run (:func:`linnet.lang.host.generate.prefill_entry`): ``prefill_last``
+    gives each row's logits at ``lengths - 1`` alone, ``prefill`` every position's."""
+    key = (entry, tuple(tokens.shape), picking)
     found = model._generation.get(key)
     if found is not None:
         return found
     import jax
     import jax.numpy as jnp
 
-    prefill = model.function("prefill").lowered([tokens]).function
+    lengths = np.zeros(tokens.shape[:1], np.int32)
+    prefill = model.function(entry).lowered(_prefill_inputs(entry, tokens, lengths)).function
 
     def first(
         params: dict,
@@ -349,8 +354,10 @@ def _first_step(model: Any, tokens: Any, picking: Picking) -> Callable:
         stop_mask: Any,
     ) -> tuple:
         TRACES["prefill"] += 1  # runs while tracing only
-        (logits, *_), states = prefill(tokens, params, states)
-        rows = logits[jnp.arange(logits.shape[0]), lengths - 1]
+        (logits, *_), states = prefill(*_prefill_inputs(entry, tokens, lengths), params, states)
+        if entry != PREFILL_LAST:
+            logits = logits[jnp.arange(logits.shape[0]), lengths - 1]
+        rows = logits
         # The prompts' tokens, built on the device (padding repeats a row's last token).
         seen = seen_mask(tokens, rows.shape[-1]) if picking.penalize else None
         token = pick_tokens(
@@ -417,9 +424,10 @@ def _decode_step(model: Any, batch: int, picking: Picking) -> Callable:
     return found
 
 
-def _check_states(model: Any, tokens: Any, states: dict[str, Any]) -> None:
-    """E0731 where ``decode`` needs states that ``prefill`` (for ``tokens``) does not make,
-    or of another shape: generate carries prefill's states into decode (the KV cache)."""
+def _check_states(model: Any, tokens: Any, states: dict[str, Any], entry: str = "prefill") -> None:
+    """E0731 where ``decode`` needs states that the prefill ``entry`` (for ``tokens``) does
+    not make, or of another shape: generate carries prefill's states into decode (the KV
+    cache)."""
     one = np.zeros(tokens.shape[0], np.int32)
     for path, vt in model.graph("decode", [one, one]).states.items():
         have = states.get(path)
@@ -427,7 +435,7 @@ def _check_states(model: Any, tokens: Any, states: dict[str, Any]) -> None:
             raise error(
                 "E0731",
                 f"`decode` needs the state `{path}` as {list(vt.shape)}, "
-                f"but `prefill` makes it {None if have is None else list(have.shape)}",
+                f"but `{entry}` makes it {None if have is None else list(have.shape)}",
                 help="generate carries prefill's states (the KV cache) into decode: "
                 "declare the same states, of the same shapes, for both",
             )
@@ -470,59 +478,60 @@ def generate(
     import jax
 
     batch = _prompts(prompts)
-    stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
-    check_generate(
+    ready = prepare(
         model,
+        batch,
         max_new_tokens,
-        temperature,
-        top_k,
-        top_p,
-        seed,
-        stop_tokens,
-        on_token,
-        repetition_penalty,
+        lambda shape: np.zeros(shape, np.int32),
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        stop_tokens=stop_tokens,
+        on_token=on_token,
+        repetition_penalty=repetition_penalty,
+        fast=fast,
     )
-    check_fast(fast)
+    options = (temperature, top_k, top_p, seed, on_token, stop_when, repetition_penalty)
     if not fast:
         with jax.disable_jit():
-            return generate(
-                model,
-                batch,
-                max_new_tokens,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                seed=seed,
-                stop_tokens=stop_tokens,
-                on_token=on_token,
-                stop_when=stop_when,
-                repetition_penalty=repetition_penalty,
-            )
-    one = np.zeros(1, np.int32)
-    check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
-    # A few bucketed shapes (host/generate.padded): a new prompt length or batch size traces
-    # and compiles nothing once its bucket has run.
-    rows = padded(batch, cache_length(model, one))
-    vocabulary = check_vocabulary(
-        model, rows, stop_tokens, lambda shape: np.zeros(shape, np.int32), stops_from
-    )
-    lengths = [len(p) for p in batch] + [len(batch[-1])] * (len(rows) - len(batch))
-    stops = sorted({int(t) for t in stop_tokens})
+            return _generate(model, ready, max_new_tokens, *options)
+    return _generate(model, ready, max_new_tokens, *options)
+
+
+def _generate(
+    model: Any,
+    ready: Prepared,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    on_token: Callable[[int, list[int]], None] | None,
+    stop_when: Callable[[int, int], bool] | None,
+    repetition_penalty: float | None,
+) -> list[list[int]]:
+    """:func:`generate` once :func:`~linnet.lang.host.generate.prepare` has checked and
+    padded it (``ready``): the jitted steps, or the same op by op under ``jax.disable_jit``."""
+    import jax
+
+    batch, rows, vocabulary = ready.batch, ready.rows, ready.vocabulary
+    stops = sorted({int(t) for t in ready.stop_tokens})
     size = vocabulary if vocabulary is not None else max(stops, default=0) + 1
     picking, values = settings(temperature, top_k, top_p, size, repetition_penalty)
     mask = np.zeros(size, bool)
     mask[stops] = True
     # Everything a step takes is on the device once: no step copies anything to it.
     tokens, lengths, stop_mask, *values = jax.device_put(
-        [np.asarray(rows, np.int32), np.asarray(lengths, np.int32), mask, *values],
+        [np.asarray(rows, np.int32), np.asarray(ready.lengths, np.int32), mask, *values],
         model.device,
     )
     key = jax.device_put(seed_key(sampling_seed(seed) if picking.sample else 0), model.device)
-    states = model.function("prefill").new_states([tokens])
-    _check_states(model, tokens, states)
-    first = _first_step(model, tokens, picking)
+    states = model.function(ready.entry).new_states(_prefill_inputs(ready.entry, tokens, lengths))
+    _check_states(model, tokens, states, ready.entry)
+    first = _first_step(model, tokens, picking, ready.entry)
     step = _decode_step(model, len(rows), picking)  # traced on its first call only
-    progress = Progress(batch, stop_tokens, on_token, stop_when)
+    progress = Progress(batch, ready.stop_tokens, on_token, stop_when, ready.entry)
     with matmul_precision(model.numerics), warnings.catch_warnings():
         # jax's CPU backend cannot reuse donated buffers and says so once per compile.
         warnings.filterwarnings("ignore", message="Some donated buffers were not usable")

@@ -37,6 +37,7 @@ import torch
 
 from .greedy import greedy_next
 from .plans import Captured
+from .prefill import first_logits
 
 
 @dataclass
@@ -103,21 +104,29 @@ def generate_fast(
     max_new_tokens: int,
     progress: Progress,
     pick_step: Callable[[torch.Tensor], torch.Tensor],
+<<<<<<< HEAD
     greedy: bool = False,
 ) -> list[list[int]]:
     """The generation ``generate`` checked and padded (``rows``, each row's prompt length in
     ``lengths``), on the fast path; ``pick_step(logits)`` picks each step's tokens on the
     device (-1 where not finite). ``greedy``: ``pick_step`` is the plain argmax, so the
     steps after the first pick inside their graph (:meth:`FastStep.greedy`).
+=======
+    *,
+    entry: str = "prefill",
+) -> list[list[int]]:
+    """The generation ``generate`` checked and padded (``rows``, each row's prompt length in
+    ``lengths``), on the fast path; ``pick_step(logits)`` picks each step's tokens on the
+    device (-1 where not finite); ``entry`` is the prefill entry to run
+    (:func:`linnet.lang.host.generate.prefill_entry`).
+>>>>>>> s22-last
 
     >>> generate_fast(model, batch, rows, lengths, 8, progress, pick)        # doctest: +SKIP
     """
     fast = fast_step(model, len(rows))
-    device = model.device
     with fast.lock:
-        logits = model.prefill(torch.tensor(rows, dtype=torch.int32), context=fast.context)
-        at = torch.tensor([n - 1 for n in lengths], device=device)
-        step_logits = logits[torch.arange(len(rows), device=device), at]
+        tokens = torch.tensor(rows, dtype=torch.int32)
+        step_logits = first_logits(model, entry, tokens, lengths, fast.context)
         # Two pinned buffers for the tokens on their way to the host, used in turn: step s's
         # is read before step s + 2 writes its buffer.
         pinned = [torch.empty(len(rows), dtype=torch.int64, pin_memory=True) for _ in range(2)]

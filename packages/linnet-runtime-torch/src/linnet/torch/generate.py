@@ -3,8 +3,10 @@
 A batch of prompts of different lengths runs as one batch: the prompts are padded on the
 right to the longest prompt's length bucket and the batch to a power of two
 (:func:`linnet.lang.host.generate.padded`: a new prompt length compiles nothing once its
-bucket has run), one `prefill` fills every sequence's cache from position 0, and each
-sequence's first token comes from the logits at its own last prompt position. Every
+bucket has run), one prefill fills every sequence's cache from position 0, and each
+sequence's first token comes from the logits at its own last prompt position: the model's
+`prefill_last` entry where it has one (those logits alone, :mod:`linnet.torch.prefill`),
+else `prefill`. Every
 `decode` step then feeds each sequence its last token at its own position
 (``pos[b] = len(prompt[b]) + step``): a position is written before any later step reads it,
 and a step reads only positions up to its own, so the padding a short prompt leaves in the
@@ -47,22 +49,17 @@ from linnet.lang.host.generate import (  # noqa: F401
     OPTIONS,
     Progress,
     array_prompts_error,
-    cache_length,
-    check_cache,
-    check_fast,
-    check_generate,
     check_options,
-    check_vocabulary,
-    padded,
+    prepare,
     prompt_lists,
     sampling_seed,
-    stop_tokens_of,
 )
 from linnet.lang.host.inputs import error
 
 import torch
 
 from .fast_generate import applies, generate_fast
+from .prefill import first_inputs, first_logits
 
 
 def _prompts(prompts: Any) -> list[list[int]]:
@@ -269,42 +266,43 @@ def generate(
     [[17, 9, 30, 41]]
     """
     batch = _prompts(prompts)
-    stop_tokens, stops_from = stop_tokens_of(model, stop_tokens)
-    check_generate(
+    ready = prepare(
         model,
+        batch,
         max_new_tokens,
-        temperature,
-        top_k,
-        top_p,
-        seed,
-        stop_tokens,
-        on_token,
-        repetition_penalty,
+        lambda shape: torch.zeros(shape, dtype=torch.int32),
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        stop_tokens=stop_tokens,
+        on_token=on_token,
+        repetition_penalty=repetition_penalty,
+        fast=fast,
     )
-    check_fast(fast)
-    one = torch.zeros(1, dtype=torch.int32)
-    check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
-    # Prefill and decode run at a few bucketed shapes (host/generate.padded): a prompt of a
-    # new length or a new batch size lowers and compiles nothing once its bucket has run.
-    rows = padded(batch, cache_length(model, one))
-    check_vocabulary(
-        model, rows, stop_tokens, lambda shape: torch.zeros(shape, dtype=torch.int32), stops_from
-    )
-    lengths = [len(p) for p in batch] + [len(batch[-1])] * (len(rows) - len(batch))
+    rows, lengths = ready.rows, ready.lengths
     tokens = torch.tensor(rows, dtype=torch.int32)
     generator = None
     if temperature != 0:
         generator = torch.Generator()
         generator.manual_seed(sampling_seed(seed))
-    progress = Progress(batch, stop_tokens, on_token, stop_when)
+    progress = Progress(batch, ready.stop_tokens, on_token, stop_when, ready.entry)
     picks = picker(tokens, temperature, top_k, top_p, generator, repetition_penalty)
     if applies(model, fast):
+<<<<<<< HEAD
         greedy = temperature == 0 and repetition_penalty in (None, 1)
         return generate_fast(model, batch, rows, lengths, max_new_tokens, progress, picks, greedy)
     context = model.new_context("prefill", [tokens])
     logits = model.prefill(tokens, context=context)
     last = torch.tensor([n - 1 for n in lengths], device=logits.device)
     step_logits = logits[torch.arange(len(rows), device=logits.device), last]
+=======
+        return generate_fast(
+            model, batch, rows, lengths, max_new_tokens, progress, picks, entry=ready.entry
+        )
+    context = model.new_context(ready.entry, first_inputs(ready.entry, tokens, lengths))
+    step_logits = first_logits(model, ready.entry, tokens, lengths, context)
+>>>>>>> s22-last
     pos = list(lengths)
     for step in range(max_new_tokens):
         # The step's one copy to the host: its tokens, -1 where the logits are not finite.

@@ -2,9 +2,13 @@
 the checks against the model made before anything runs, and the host's side of each step.
 
 ``linnet.torch`` and ``linnet.jax`` generate the same way: the prompts padded on the right
-to the longest, one ``prefill`` from position 0, each sequence's first token from the logits
+to the longest, one prefill from position 0, each sequence's first token from the logits
 at its own last prompt position, then one ``decode`` step per token at each sequence's own
 position; a finished sequence repeats its last token at a position that no longer moves.
+The prefill is the model's ``prefill_last`` entry where it has one (the logits at each
+row's last prompt position only: the LM head on B rows, not B * L), else ``prefill``
+(every position's logits, one row kept per sequence): :func:`prefill_entry`.
+:func:`prepare` is the checks and padding both runtimes run before anything else.
 Each runtime picks the tokens on its device (its own random numbers); what the host does
 with each step's tokens, and every check and coded error, is here, so that a mistake is the
 same error with the same message whichever runtime runs the model.
@@ -13,9 +17,10 @@ Codes: E0810 (prompts), E0811 (``max_new_tokens``), E0812-E0815 (the sampling op
 :func:`linnet.lang.host.options.check_sampling`; ``stop_tokens`` and ``on_token``), E0867
 (``repetition_penalty``, :func:`linnet.lang.host.options.check_penalty`), E0816 (no
 ``prefill``/``decode``), E0817 (past the cache), E0818 (non-finite logits), E0819 (a stop
-token outside the vocabulary), E0794 (an option ``generate`` does not have), E0780 (a prompt
-id outside the vocabulary, ``prefill``'s own message). Pure Python: nothing here imports an
-array library.
+token outside the vocabulary), E0870 (``fast``), E0871 (a ``prefill_last`` of another
+signature), E0794 (an option ``generate`` does not have), E0780 (a prompt id outside the
+vocabulary, the prefill entry's own message). Pure Python: nothing here imports an array
+library.
 
 >>> progress = Progress([[1, 2, 3], [4]], stop_tokens=[9])
 >>> progress.take(0, [7, 9]), progress.take(1, [8, 9]), progress.out
@@ -26,10 +31,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from linnet.lang.check.hints import did_you_mean
-from linnet.lang.diagnostics.core import LinnetError
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.inputs import error, range_error
 from linnet.lang.host.options import check_penalty, check_sampling, stop_token_error
 from linnet.lang.passes.bounds import bounds_for
@@ -321,25 +327,30 @@ def check_vocabulary(
     model: Any,
     rows: list[list[int]],
     stop_tokens: Any,
-    zeros: Callable[[tuple[int, int]], Any],
+    zeros: Callable[[tuple[int, ...]], Any],
     stops_from: str = "stop_tokens",
+    entry: str = "prefill",
 ) -> int | None:
-    """Before anything runs: every prompt id in the range ``prefill``'s token input takes
-    (E0780, the message ``prefill`` itself gives, also for ids no int32 holds, such as
-    2**64), and every stop token an id the model can emit (E0819: one it cannot would never
-    stop a sequence). ``rows`` are the padded prompts; ``zeros(shape)`` is an int32 array of
-    the runtime's, to lower ``prefill`` for (the graph it then runs). Returns the vocabulary
-    (the logits' last dim), None where it is not a number.
+    """Before anything runs: every prompt id in the range the token input of ``entry`` (the
+    prefill generate runs: :func:`prefill_entry`) takes (E0780, the message the entry
+    itself gives, also for ids no int32 holds, such as 2**64), and every stop token an id
+    the model can emit (E0819: one it cannot would never stop a sequence). ``rows`` are the
+    padded prompts; ``zeros(shape)`` is an int32 array of the runtime's, to lower ``entry``
+    for (the graph it then runs; ``prefill_last``'s logits must be [B, V], E0871). Returns
+    the vocabulary (the logits' last dim), None where it is not a number.
 
     >>> check_vocabulary(model, [[1, 2]], [2], lambda s: np.zeros(s, np.int32))  # doctest: +SKIP
     256
     """
     shape = (len(rows), len(rows[0]))
-    graph = model.graph("prefill", [zeros(shape)])
+    inputs = [zeros(shape)] + ([zeros(shape[:1])] if entry == PREFILL_LAST else [])
+    graph = model.graph(entry, inputs)
+    if entry == PREFILL_LAST:
+        check_last_logits(model, graph, shape[0], zeros)
     r = bounds_for(graph).inputs.get(graph.inputs[0])
     flat = [t for row in rows for t in row]
     if r is not None and any(t < r.lo or t >= r.hi for t in flat):
-        raise range_error(graph, "prefill", r, flat, shape)
+        raise range_error(graph, entry, r, flat, shape)
     logits = graph.values[graph.outputs[0]].shape
     vocabulary = logits[-1] if logits and isinstance(logits[-1], int) else None
     for t in stop_tokens:
@@ -386,6 +397,214 @@ def check_cache(model: Any, prompt: int, tokens: int, one: Any) -> None:
     )
 
 
+#: The entry generate's prefill runs where a model has it, and the signature it must have:
+#: the logits at position ``at[b]`` of each row only, the cache filled as ``prefill`` does.
+PREFILL_LAST = "prefill_last"
+PREFILL_LAST_SIGNATURE = (
+    "entry prefill_last<L: Dim>(tokens: Tensor[B, L; i32], at: Tensor[B; i32]) -> Tensor[B, V; f32]"
+)
+
+
+def _text(node: Any) -> str:
+    """A syntax node's source text, its runs of white space as one space."""
+    return " ".join(node.span.source.text[node.span.start : node.span.stop].split())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two dims are written alike, spaces aside (``KV*G`` is ``KV * G``)."""
+    return _text(a).replace(" ", "") == _text(b).replace(" ", "")
+
+
+def _signature_problem(method: Any) -> str | None:
+    """What makes the declared ``prefill_last`` entry ``method`` differ from
+    :data:`PREFILL_LAST_SIGNATURE` (inputs ``[B, L]`` and ``[B]`` i32, one ``[B, V]``
+    result), or None where nothing does."""
+    from linnet.lang.syntax.tree import TensorType
+
+    def tensor(t: Any, rank: int, dtype: str | None) -> bool:
+        return (
+            isinstance(t, TensorType)
+            and len(t.dims) == rank
+            and (dtype is None or t.dtype.name == dtype)
+        )
+
+    params, results = method.params, method.results
+    if len(params) != 2:
+        names = ", ".join(f"`{p.name}`" for p in params) or "none"
+        return f"it takes {len(params)} input(s) ({names}), not 2 (`tokens` and `at`)"
+    tokens, at = params
+    if not tensor(tokens.type, 2, "i32"):
+        return f"its first input `{tokens.name}: {_text(tokens.type)}` is no [B, L] i32 tensor"
+    if not tensor(at.type, 1, "i32"):
+        return f"its second input `{at.name}: {_text(at.type)}` is no [B] i32 tensor"
+    batch = _text(tokens.type.dims[0])
+    if not _same(at.type.dims[0], tokens.type.dims[0]):
+        return (
+            f"its input `{at.name}` has {_text(at.type.dims[0])} rows, not `{tokens.name}`'s "
+            f"{batch} (one position per sequence)"
+        )
+    if len(results) != 1 or not tensor(results[0].type, 2, None):
+        shown = ", ".join(_text(r.type) for r in results)
+        return f"it returns {shown or 'nothing'}, not one [B, V] tensor of logits"
+    if not _same(results[0].type.dims[0], tokens.type.dims[0]):
+        return (
+            f"it returns {_text(results[0].type)}, whose first dim is not `{tokens.name}`'s "
+            f"{batch} (one row of logits per sequence)"
+        )
+    return None
+
+
+def prefill_error(model: Any, problem: str) -> LinnetError:
+    """E0871: the model's ``prefill_last`` entry is not what generate runs it as
+    (``problem``), pointing at its declaration where the model has one."""
+    method = None
+    try:
+        from linnet.lang.host.loading import entry_method
+
+        method = entry_method(model.program, PREFILL_LAST)
+    except (AttributeError, LinnetError):  # a model object without a program: no span
+        pass
+    return LinnetError(
+        Diagnostic(
+            "E0871",
+            f"generate runs a model's `{PREFILL_LAST}` entry for the first token of each "
+            f"prompt, and this model's `{PREFILL_LAST}` does not fit: {problem}",
+            span=None if method is None else method.span,
+            label="" if method is None else "declared here",
+            help=f"declare it as `{PREFILL_LAST_SIGNATURE}` (the logits at position at[b] "
+            f"of row b, the cache filled as `prefill` does, as std.models.llama does), or "
+            f"rename it: generate then runs `prefill`",
+        )
+    )
+
+
+def prefill_entry(model: Any) -> str:
+    """The entry generate's prefill runs: ``prefill_last`` where the model declares it with
+    :data:`PREFILL_LAST_SIGNATURE`, ``prefill`` where it has none (a model written before
+    it); E0871, before anything runs, for a ``prefill_last`` of another signature (never
+    run as something it is not). The output's width is checked once lowered
+    (:func:`check_last_logits`).
+
+    >>> from types import SimpleNamespace
+    >>> prefill_entry(SimpleNamespace(entries=["prefill", "decode"]))
+    'prefill'
+    >>> from linnet.lang.host.loading import load_program
+    >>> prefill_entry(SimpleNamespace(entries=["prefill_last"],
+    ...                               program=load_program("std.models.llama")[0]))
+    'prefill_last'
+    """
+    if PREFILL_LAST not in model.entries:
+        return "prefill"
+    from linnet.lang.host.loading import entry_method
+
+    problem = _signature_problem(entry_method(model.program, PREFILL_LAST))
+    if problem is not None:
+        raise prefill_error(model, problem)
+    return PREFILL_LAST
+
+
+def check_last_logits(
+    model: Any, graph: Any, batch: int, zeros: Callable[[tuple[int, ...]], Any]
+) -> None:
+    """E0871 unless the lowered ``prefill_last`` ``graph`` (for ``batch`` rows) gives one
+    [batch, V] output, V the width of ``decode``'s logits (lowered for one row with
+    ``zeros``, an int32 array maker of the runtime's): the first token's logits must be
+    the ones decode's steps give.
+
+    >>> check_last_logits(model, graph, 4, lambda s: np.zeros(s, np.int32))  # doctest: +SKIP
+    """
+    shapes = [list(graph.values[o].shape) for o in graph.outputs]
+    one = zeros((1,))
+    decode = model.graph("decode", [one, one])
+    logits = list(decode.values[decode.outputs[0]].shape) if decode.outputs else []
+    width = logits[-1] if len(logits) == 2 else None
+    fits = len(shapes) == 1 and len(shapes[0]) == 2 and shapes[0][0] == batch
+    if fits and (width is None or shapes[0][1] == width):
+        return
+    want = f"[{batch}, {width if width is not None else 'V'}]"
+    raise prefill_error(
+        model,
+        f"for {batch} rows of prompts it gives {' and '.join(map(str, shapes)) or 'nothing'}, "
+        f"not the logits {want} (`decode`'s are {logits} for one sequence)",
+    )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A generation checked and padded, as both runtimes run it (:func:`prepare`): the
+    prompts (``batch``), the rows prefill runs (``rows``: padded to a length and a batch
+    bucket), each row's prompt length, the stop tokens, the vocabulary (None: not a
+    number) and the prefill entry (:func:`prefill_entry`).
+
+    >>> p = Prepared([[1, 2]], [[1, 2, 2]], [2], (), 256, "prefill_last")
+    >>> p.last
+    [1]
+    """
+
+    batch: list[list[int]]
+    rows: list[list[int]]
+    lengths: list[int]
+    stop_tokens: tuple[int, ...]
+    vocabulary: int | None
+    entry: str
+
+    @property
+    def last(self) -> list[int]:
+        """Each row's last prompt position: where its first token's logits are."""
+        return [n - 1 for n in self.lengths]
+
+
+def prepare(
+    model: Any,
+    batch: list[list[int]],
+    max_new_tokens: Any,
+    zeros: Callable[[tuple[int, ...]], Any],
+    *,
+    temperature: Any = 0.0,
+    top_k: Any = None,
+    top_p: Any = None,
+    seed: Any = None,
+    stop_tokens: Any = None,
+    on_token: Any = None,
+    repetition_penalty: Any = None,
+    fast: Any = True,
+) -> Prepared:
+    """Everything ``generate`` checks and computes before anything runs, in both runtimes'
+    order: the options (:func:`check_generate`, :func:`check_fast`), the prefill entry
+    (:func:`prefill_entry`, E0871), the cache's length (:func:`check_cache`, E0817), the
+    padded rows (:func:`padded`) and the prompt ids and stop tokens against the
+    vocabulary (:func:`check_vocabulary`, E0780, E0819). ``batch`` holds the prompts as
+    lists (:func:`prompt_lists`); ``zeros(shape)`` makes an int32 array of the runtime's,
+    to lower the entries for.
+
+    >>> p = prepare(model, [[1, 2, 3], [4]], 8, lambda s: np.zeros(s, np.int32))  # doctest: +SKIP
+    >>> p.entry, p.lengths                                                        # doctest: +SKIP
+    ('prefill_last', [3, 1])
+    """
+    stops, stops_from = stop_tokens_of(model, stop_tokens)
+    check_generate(
+        model,
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        stops,
+        on_token,
+        repetition_penalty,
+    )
+    check_fast(fast)
+    entry = prefill_entry(model)
+    one = zeros((1,))
+    check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
+    # Prefill and decode run at a few bucketed shapes (padded): a prompt of a new length or
+    # a new batch size lowers and compiles nothing once its bucket has run.
+    rows = padded(batch, cache_length(model, one))
+    vocabulary = check_vocabulary(model, rows, stops, zeros, stops_from, entry)
+    lengths = [len(p) for p in batch] + [len(batch[-1])] * (len(rows) - len(batch))
+    return Prepared(batch, rows, lengths, tuple(stops), vocabulary, entry)
+
+
 def sampling_seed(seed: int | None) -> int:
     """The seed sampling draws from: ``seed``, or a fresh one in [0, 2**64) for None.
 
@@ -397,15 +616,18 @@ def sampling_seed(seed: int | None) -> int:
     return seed if seed is not None else secrets.randbits(64)
 
 
-def not_finite(batch: list[list[int]], b: int, step: int, generated: int) -> LinnetError:
+def not_finite(
+    batch: list[list[int]], b: int, step: int, generated: int, prefill: str = "prefill"
+) -> LinnetError:
     """E0818: sequence ``b``'s logits at ``step`` (after ``generated`` tokens of its own) are
-    not all finite; ``batch`` holds the prompts (their lengths give the position).
+    not all finite; ``batch`` holds the prompts (their lengths give the position),
+    ``prefill`` names the entry step 0 ran (``prefill`` or ``prefill_last``).
 
     >>> print(not_finite([[1, 2, 3]], 0, 0, 0).diagnostics[0].message)
     the logits of sequence 0 at step 0 (`prefill` at position 2, after 0 generated token(s)) are not all finite: no token can be picked from NaN or infinity
     """
     position = len(batch[b]) + step - 1
-    entry = "prefill" if step == 0 else "decode"
+    entry = prefill if step == 0 else "decode"
     return error(
         "E0818",
         f"the logits of sequence {b} at step {step} (`{entry}` at position "
@@ -424,7 +646,8 @@ class Progress:
     E0818 for a -1 in one of them, ``on_token(step, tokens)`` called with the batch's last
     tokens, and whether another step is needed. ``stop_when(b, token)``, where given, is
     called with each token a sequence takes; True ends that sequence there (a stop string
-    reached in its text: :mod:`linnet.lang.text.generation`).
+    reached in its text: :mod:`linnet.lang.text.generation`). ``prefill`` names the entry
+    that gave step 0's logits, for E0818.
 
     >>> progress = Progress([[1, 2]], stop_tokens=[], on_token=print)
     >>> progress.take(0, [5])
@@ -442,8 +665,10 @@ class Progress:
         stop_tokens: Any,
         on_token: Callable[[int, list[int]], None] | None = None,
         stop_when: Callable[[int, int], bool] | None = None,
+        prefill: str = "prefill",
     ):
         self.batch = batch
+        self.prefill = prefill
         self.stops = {int(t) for t in stop_tokens}
         self.on_token = on_token
         self.stop_when = stop_when
@@ -455,7 +680,7 @@ class Progress:
         for b, token in enumerate(picked):
             if not self.done[b]:
                 if token < 0:
-                    raise not_finite(self.batch, b, step, len(self.out[b]))
+                    raise not_finite(self.batch, b, step, len(self.out[b]), self.prefill)
                 self.out[b].append(int(token))
                 self.done[b] = int(token) in self.stops
                 if self.stop_when is not None and self.stop_when(b, int(token)):

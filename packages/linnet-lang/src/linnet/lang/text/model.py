@@ -114,8 +114,9 @@ class TextModel:
     ) -> list[tuple[int, int]]:
         """Run once every shape ``generate`` runs at for ``batch_sizes`` prompts of up to
         ``longest`` tokens (default: as many as the KV cache holds), so that no later call
-        lowers or compiles anything: each prompt-length bucket's ``prefill`` and each batch
-        bucket's ``decode`` (:func:`linnet.lang.host.generate.padded`). ``progress`` gets a
+        lowers or compiles anything: each prompt-length bucket's prefill (the entry generate
+        runs: ``prefill_last`` where the model has one, else ``prefill``; it runs generate
+        itself) and each batch bucket's ``decode`` (:func:`linnet.lang.host.generate.padded`). ``progress`` gets a
         line per shape (default: stderr). Returns the (batch, length) shapes run.
 
         >>> model.warm_up(batch_sizes=[1, 4], longest=1000)                   # doctest: +SKIP
