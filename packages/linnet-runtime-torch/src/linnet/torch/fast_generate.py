@@ -104,22 +104,16 @@ def generate_fast(
     max_new_tokens: int,
     progress: Progress,
     pick_step: Callable[[torch.Tensor], torch.Tensor],
-<<<<<<< HEAD
     greedy: bool = False,
-) -> list[list[int]]:
-    """The generation ``generate`` checked and padded (``rows``, each row's prompt length in
-    ``lengths``), on the fast path; ``pick_step(logits)`` picks each step's tokens on the
-    device (-1 where not finite). ``greedy``: ``pick_step`` is the plain argmax, so the
-    steps after the first pick inside their graph (:meth:`FastStep.greedy`).
-=======
     *,
     entry: str = "prefill",
 ) -> list[list[int]]:
     """The generation ``generate`` checked and padded (``rows``, each row's prompt length in
     ``lengths``), on the fast path; ``pick_step(logits)`` picks each step's tokens on the
     device (-1 where not finite); ``entry`` is the prefill entry to run
-    (:func:`linnet.lang.host.generate.prefill_entry`).
->>>>>>> s22-last
+    (:func:`linnet.lang.host.generate.prefill_entry`). ``greedy``: ``pick_step`` is the
+    plain argmax, so the steps after the first pick inside their graph
+    (:meth:`FastStep.greedy`).
 
     >>> generate_fast(model, batch, rows, lengths, 8, progress, pick)        # doctest: +SKIP
     """

@@ -289,20 +289,20 @@ def generate(
     progress = Progress(batch, ready.stop_tokens, on_token, stop_when, ready.entry)
     picks = picker(tokens, temperature, top_k, top_p, generator, repetition_penalty)
     if applies(model, fast):
-<<<<<<< HEAD
         greedy = temperature == 0 and repetition_penalty in (None, 1)
-        return generate_fast(model, batch, rows, lengths, max_new_tokens, progress, picks, greedy)
-    context = model.new_context("prefill", [tokens])
-    logits = model.prefill(tokens, context=context)
-    last = torch.tensor([n - 1 for n in lengths], device=logits.device)
-    step_logits = logits[torch.arange(len(rows), device=logits.device), last]
-=======
         return generate_fast(
-            model, batch, rows, lengths, max_new_tokens, progress, picks, entry=ready.entry
+            model,
+            batch,
+            rows,
+            lengths,
+            max_new_tokens,
+            progress,
+            picks,
+            greedy,
+            entry=ready.entry,
         )
     context = model.new_context(ready.entry, first_inputs(ready.entry, tokens, lengths))
     step_logits = first_logits(model, ready.entry, tokens, lengths, context)
->>>>>>> s22-last
     pos = list(lengths)
     for step in range(max_new_tokens):
         # The step's one copy to the host: its tokens, -1 where the logits are not finite.
