@@ -257,3 +257,24 @@ def test_a_16bit_result_is_held_to_the_exact_result_where_the_body_is_far_from_i
         "f32",
     )
     assert wide is not None and wide.generics == {"T": "f32"} and wide.results == [((3,), "f32")]
+
+
+@pytest.mark.parametrize("limit", [16, 17, 100, 1024, 1536, 4096, 8192])
+def test_length_ladders_bound_the_padding_and_end_at_the_cache(limit):
+    """Each ladder's buckets rise to the cache's length; a prompt runs at most 2x its length
+    below the ladder's doubling point and 1 + 1/per_octave from it (issue 41: FINE keeps the
+    CPU's prefill within 1.25x of the prompt)."""
+    from linnet.lang.host.generate import COARSE, FINE, length_bucket, length_buckets
+
+    for ladder in (COARSE, FINE):
+        buckets = length_buckets(limit, ladder)
+        assert buckets == sorted(set(buckets)) and buckets[-1] == limit
+        for n in range(1, limit + 1):
+            b = length_bucket(n, limit, ladder)
+            assert n <= b <= limit and b in buckets
+            if n > ladder.doubling_until and b != limit:
+                assert b <= n * (1 + 1 / ladder.per_octave)
+            elif b != limit:
+                assert b <= max(2 * n, 16)
+    assert length_buckets(1024, COARSE) == [16, 32, 64, 128, 256, 384, 512, 768, 1024]
+    assert len(length_buckets(1024, FINE)) == 19

@@ -212,6 +212,23 @@ def test_new_prompt_lengths_and_batch_sizes_lower_nothing_after_warm_up(pair):
     assert set(model._lowered) == lowered
 
 
+def test_the_cpu_runs_prompts_on_the_fine_ladder(pair, tmp_path):
+    """On the CPU (generated source, no compile=) prefill runs a prompt at most 1.25x its
+    length from 64 tokens (FINE: its time grows with the padded length); compile= keeps the
+    coarse ladder (each shape a torch.compile). Before: a 70-token prompt ran at 128."""
+    from linnet.lang.host.generate import COARSE, FINE
+
+    hf, model = pair
+    hf.save_pretrained(tmp_path)
+    longer = load("std.models.mistral", weights=tmp_path, config={"S": 128})
+    assert longer.prompt_ladder is FINE
+    assert load("std.models.mistral", weights=tmp_path, compile=True).prompt_ladder is COARSE
+    prompt = [(7 * i) % 250 + 3 for i in range(70)]
+    assert longer.generate([prompt], 3) == [hf_greedy(hf, prompt, 3)]
+    widths = {key[1][0][0][1] for key in longer._lowered if key[0] == "prefill_last"}
+    assert widths == {80}
+
+
 @pytest.mark.parametrize(
     "args", [{"batch_sizes": []}, {"batch_sizes": 4}, {"batch_sizes": [0]}, {"longest": 0}]
 )

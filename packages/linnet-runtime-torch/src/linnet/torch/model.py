@@ -13,6 +13,7 @@ from typing import Any
 from linnet.lang import Graph, Program
 from linnet.lang.compiler import compile_entry
 from linnet.lang.emit.torch import emit_torch
+from linnet.lang.host.generate import COARSE, FINE, Ladder
 from linnet.lang.host.inputs import bind_inputs, check_count, dtype_error, short
 from linnet.lang.host.inputs import error as _error
 from linnet.lang.host.loading import (
@@ -669,6 +670,19 @@ class Model(TextModel):
 
     def _int32_zeros(self, n: int) -> Any:
         return torch.zeros(n, dtype=torch.int32)
+
+    @property
+    def prompt_ladder(self) -> Ladder:
+        """The prompt lengths ``generate`` runs prefill at: :data:`~linnet.lang.host.generate.FINE`
+        on the CPU without ``compile=`` (prefill's time grows with the padded length, and a
+        new length only lowers and imports source), else
+        :data:`~linnet.lang.host.generate.COARSE` (CUDA: short prompts cost the weights'
+        read whatever their length; torch.compile compiles each shape).
+
+        >>> load("std.models.llama").prompt_ladder.per_octave                  # doctest: +SKIP
+        4
+        """
+        return FINE if self.device.type == "cpu" and not self.compile else COARSE
 
     def source(self, entry: str, inputs: list[torch.Tensor]) -> str:
         """The path of the generated source file for ``entry`` with these inputs."""

@@ -190,46 +190,85 @@ def check_generate(
         )
 
 
-#: The prompt lengths below which prefill runs at the next power of two (16, 32, ..., 256);
-#: from there it runs at powers of two and the halfway points (384, 512, 768, 1024, ...), so
-#: a prompt runs at most 1.5x its length (2x under 256) and a cache of S holds about
-#: 2 log2(S) - 6 shapes: a prompt of a length not seen before compiles nothing new once
-#: each of them has run (``Model.warm_up``).
-FIRST_LENGTH, DOUBLING_UNTIL = 16, 256
+#: The shortest length prefill runs a prompt at.
+FIRST_LENGTH = 16
 
 
-def length_buckets(limit: int) -> list[int]:
-    """Every prompt length prefill runs at, up to a cache of ``limit`` positions (the last is
-    ``limit`` itself): see :data:`FIRST_LENGTH`.
+@dataclass(frozen=True)
+class Ladder:
+    """The prompt lengths prefill runs at (its length buckets): powers of two from
+    :data:`FIRST_LENGTH` up to ``doubling_until``, then ``per_octave`` evenly spaced
+    lengths per doubling. A prompt runs at the first that holds it, so it runs at most
+    ``1 + 1 / per_octave`` times its length from ``doubling_until`` (2x below), and a cache
+    of S holds about ``log2(doubling_until / 16) + per_octave * log2(S / doubling_until)``
+    shapes: once each has run (``Model.warm_up``), a prompt of a length not seen before
+    compiles nothing new.
+
+    >>> COARSE, FINE
+    (Ladder(doubling_until=256, per_octave=2), Ladder(doubling_until=64, per_octave=4))
+    """
+
+    doubling_until: int
+    per_octave: int
+
+
+#: Where padding is nearly free and each shape costs a compile: CUDA, where a short prompt's
+#: prefill is bound by reading the weights, and torch.compile or XLA compile each shape.
+#: 16, 32, ..., 256, then 384, 512, 768, 1024, ...: at most 1.5x a prompt's length from 256.
+COARSE = Ladder(256, 2)
+#: Where prefill's time grows with its length from the first tokens and a shape costs little
+#: to make: generated source on the CPU (lowered and imported, nothing compiled).
+#: 16, 32, 64, then 80, 96, 112, 128, 160, 192, ...: at most 1.25x a prompt's length from 64.
+FINE = Ladder(64, 4)
+
+
+def length_buckets(limit: int, ladder: Ladder = COARSE) -> list[int]:
+    """Every prompt length prefill runs at on ``ladder``, up to a cache of ``limit``
+    positions (the last is ``limit`` itself).
 
     >>> length_buckets(1024)
     [16, 32, 64, 128, 256, 384, 512, 768, 1024]
     >>> length_buckets(100)
     [16, 32, 64, 100]
+    >>> length_buckets(300, FINE)
+    [16, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 300]
     """
     out, b = [], FIRST_LENGTH
     while b < limit:
         out.append(b)
-        if b < DOUBLING_UNTIL or b & (b - 1):  # below 256, or at a halfway point: double up
-            b = b * 2 if b < DOUBLING_UNTIL else b // 3 * 4
-        else:
-            b = b * 3 // 2
+        if b < ladder.doubling_until:
+            b *= 2
+        else:  # a step of the octave b is in: its power of two over per_octave
+            b += (1 << (b.bit_length() - 1)) // ladder.per_octave
     return [*out, limit]
 
 
-def length_bucket(length: int, limit: int | None) -> int:
+def length_bucket(length: int, limit: int | None, ladder: Ladder = COARSE) -> int:
     """The length a prompt of ``length`` tokens runs prefill at: the first of
     :func:`length_buckets` that holds it, or ``length`` itself where the cache's length
     ``limit`` is not known (None) or is shorter (prefill then says E0782).
 
     >>> length_bucket(5, 1024), length_bucket(300, 1024), length_bucket(1000, 1024)
     (16, 384, 1024)
+    >>> length_bucket(150, 1024), length_bucket(150, 1024, FINE)
+    (256, 160)
     >>> length_bucket(5, None), length_bucket(2000, 1024)
     (5, 2000)
     """
     if limit is None or length > limit:
         return length
-    return next(b for b in length_buckets(limit) if b >= length)
+    return next(b for b in length_buckets(limit, ladder) if b >= length)
+
+
+def ladder_of(model: Any) -> Ladder:
+    """The :class:`Ladder` ``model`` runs prompts on: its ``prompt_ladder`` (a runtime's
+    models say which suits them), else :data:`COARSE`.
+
+    >>> ladder_of(object())
+    Ladder(doubling_until=256, per_octave=2)
+    """
+    ladder = getattr(model, "prompt_ladder", COARSE)
+    return ladder if isinstance(ladder, Ladder) else COARSE
 
 
 def batch_bucket(size: int) -> int:
@@ -286,12 +325,15 @@ def check_positive_sizes(batch_sizes: Any, longest: Any) -> None:
         )
 
 
-def padded(batch: list[list[int]], limit: int | None = None) -> list[list[int]]:
+def padded(
+    batch: list[list[int]], limit: int | None = None, ladder: Ladder = COARSE
+) -> list[list[int]]:
     """The prompts as the rows prefill runs: each padded on the right with its own last token
     (a valid id for any vocabulary; the padding is written into the cache but never
-    attended) to the longest prompt's :func:`length_bucket` (``limit``: the cache's
-    length, :func:`cache_length`), and the batch padded to its :func:`batch_bucket` with
-    copies of the last row. Without ``limit``: the longest, and the batch as it is.
+    attended) to the longest prompt's :func:`length_bucket` on ``ladder`` (``limit``: the
+    cache's length, :func:`cache_length`), and the batch padded to its
+    :func:`batch_bucket` with copies of the last row. Without ``limit``: the longest, and
+    the batch as it is.
 
     >>> padded([[1, 2, 3], [4]])
     [[1, 2, 3], [4, 4, 4]]
@@ -299,7 +341,7 @@ def padded(batch: list[list[int]], limit: int | None = None) -> list[list[int]]:
     [16, 16, 16, 16]
     """
     longest = max(len(p) for p in batch)
-    width = length_bucket(longest, limit)
+    width = length_bucket(longest, limit, ladder)
     rows = [p + [p[-1]] * (width - len(p)) for p in batch]
     if limit is None:
         return rows
@@ -599,7 +641,7 @@ def prepare(
     check_cache(model, max(len(p) for p in batch), max_new_tokens, one)
     # Prefill and decode run at a few bucketed shapes (padded): a prompt of a new length or
     # a new batch size lowers and compiles nothing once its bucket has run.
-    rows = padded(batch, cache_length(model, one))
+    rows = padded(batch, cache_length(model, one), ladder_of(model))
     vocabulary = check_vocabulary(model, rows, stops, zeros, stops_from, entry)
     lengths = [len(p) for p in batch] + [len(batch[-1])] * (len(rows) - len(batch))
     return Prepared(batch, rows, lengths, tuple(stops), vocabulary, entry)

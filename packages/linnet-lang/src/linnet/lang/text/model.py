@@ -129,6 +129,7 @@ class TextModel:
             batch_bucket,
             cache_length,
             check_positive_sizes,
+            ladder_of,
             length_bucket,
             length_buckets,
         )
@@ -144,8 +145,9 @@ class TextModel:
                 help="generate then runs each prompt at its own length: there is nothing "
                 "to warm up ahead of time",
             )
-        top = limit if longest is None else length_bucket(longest, limit)
-        lengths = [n for n in length_buckets(limit) if n <= top]
+        ladder = ladder_of(self)
+        top = limit if longest is None else length_bucket(longest, limit, ladder)
+        lengths = [n for n in length_buckets(limit, ladder) if n <= top]
         shapes = [(b, n) for b in sorted({batch_bucket(b) for b in batch_sizes}) for n in lengths]
         run = self._token_generate()
         for i, (b, n) in enumerate(shapes, 1):
@@ -153,7 +155,7 @@ class TextModel:
             # A prompt that fills its bucket; one token short where the bucket is the whole
             # cache and a decode step would pass it (then decode ran at a smaller bucket).
             short = n - 1 if n >= limit else n
-            size = short if short > 0 and length_bucket(short, limit) == n else n
+            size = short if short > 0 and length_bucket(short, limit, ladder) == n else n
             steps = 2 if size < limit else 1
             run(self, [[0] * size] * b, steps, stop_tokens=[])
         return shapes
