@@ -218,7 +218,7 @@ def test_the_cpu_runs_prompts_on_the_fine_ladder(pair, tmp_path):
     coarse ladder (each shape a torch.compile). Before: a 70-token prompt ran at 128."""
     from linnet.lang.host.generate import COARSE, FINE
 
-    hf, model = pair
+    hf = pair[0]
     hf.save_pretrained(tmp_path)
     longer = load("std.models.mistral", weights=tmp_path, config={"S": 128})
     assert longer.prompt_ladder is FINE
