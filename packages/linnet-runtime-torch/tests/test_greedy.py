@@ -72,12 +72,12 @@ def test_captured_then_and_again_on_cuda():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     from linnet.lang import LinnetError
-    from linnet.torch import load
+    from linnet.torch import load, random_weights
     from linnet.torch.plans import Captured
-    from linnet.torch.testing import random_weights, toy_config
+    from support import LLAMA, toy_config
 
-    weights = random_weights("std.models.llama", toy_config(), seed=4)
-    model = load("std.models.llama", weights=weights, config=toy_config(), device="cuda")
+    weights = random_weights(LLAMA, toy_config(), seed=4)
+    model = load(LLAMA, weights=weights, config=toy_config(), device="cuda")
     one = torch.ones(1, dtype=torch.int32)
     plan = model.plan_for("decode", [one, one], backends=[], measure=False, progress=False)
     context = model.context_for(plan)
@@ -93,7 +93,13 @@ def test_captured_then_and_again_on_cuda():
     token, got, want = 3, [], []
     for pos in range(6):
         want.append(
-            int(model.decode(torch.tensor([token]), torch.tensor([pos]), context=eager).argmax(-1))
+            int(
+                model.decode(
+                    torch.tensor([token], dtype=torch.int32),
+                    torch.tensor([pos], dtype=torch.int32),
+                    context=eager,
+                ).argmax(-1)
+            )
         )
         token = want[-1]
     got.append(
