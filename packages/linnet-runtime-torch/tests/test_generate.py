@@ -285,6 +285,12 @@ def test_cuda_generate_plans_once_and_equals_the_eager_path(pair, tmp_path, monk
     again = model.generate(others, max_new_tokens=STEPS)
     assert list(model._fast_steps) == [4] and len(again) == 3
     assert again == model.generate(others, max_new_tokens=STEPS, fast=False)
+    # A length bucket's prefill is captured at its second call and replayed from then on.
+    assert model.generate(PROMPTS, max_new_tokens=STEPS) == got
+    assert model.generate(PROMPTS, max_new_tokens=STEPS) == got
+    prefills = model._fast_steps[4].prefills
+    assert prefills[("prefill_last", 16)] is not None
+    assert prefills[("prefill_last", 16)].graph is not None
     # The fast path's prefill is prefill_last too (the LM head on B rows): never prefill.
     assert "prefill_last" in {key[0] for key in model._lowered}
     assert "prefill" not in {key[0] for key in model._lowered}

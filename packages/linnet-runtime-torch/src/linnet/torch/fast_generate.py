@@ -5,8 +5,10 @@ The first call for a batch bucket (:func:`linnet.lang.host.generate.padded`) pla
 progress bar; the timings go to the cache under ``$LINNET_HOME``, so a second process plans
 without timing again), makes a context for the plan and a :class:`~linnet.torch.plans.Captured`
 step, and keeps the three on the model: every later call with a batch of that bucket reuses
-them, whatever its prompts' lengths. ``prefill`` runs the model's own entry (generated
-source, compiled where the model is) into the plan's context, one shape per length bucket.
+them, whatever its prompts' lengths. The prefill entry (``prefill_last`` where the model
+has it) is captured per length bucket into the plan's context (:func:`prefill_logits`): the
+bucket's first call plans it over the generated source (compiled where the model is) and
+runs it, the second captures it, later ones replay it.
 
 Each step stays on the device: the token picked (:func:`linnet.torch.generate.pick`: greedy
 or sampled there) feeds the next replay without a copy to the host; the host gives only
@@ -31,13 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from linnet.lang import LinnetError
 from linnet.lang.host.generate import Progress
 
 import torch
 
 from .greedy import greedy_next
 from .plans import Captured
-from .prefill import first_logits
+from .prefill import first_inputs, first_logits, last_rows
 
 
 @dataclass
@@ -52,6 +55,9 @@ class FastStep:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # The greedy step: the plan with its pick captured after it (made on first use).
     greedy_step: Captured | None = None
+    # Per (prefill entry, length bucket): its captured prefill, or None where it could not be
+    # planned or captured (that bucket's prefill then runs call by call).
+    prefills: dict[tuple[str, int], Captured | None] = field(default_factory=dict)
 
     def greedy(self) -> Captured:
         """The plan captured with :func:`~linnet.torch.greedy.greedy_next` after it."""
@@ -64,6 +70,47 @@ def _greedy_then(inputs: list[torch.Tensor], outputs: list[Any]) -> list[torch.T
     """After a decode step, inside its graph: pick each row's token and write it and the
     next position (``inputs``: token, pos) for the next replay."""
     return [greedy_next(outputs[0], inputs[0], inputs[1])]
+
+
+def prefill_logits(
+    model: Any, fast: FastStep, entry: str, tokens: torch.Tensor, lengths: list[int]
+) -> torch.Tensor:
+    """The first new token's logits [B, V] (:func:`~linnet.torch.prefill.first_logits`), from
+    the prefill ``entry`` captured for the rows' length bucket into the batch bucket's
+    context: a prefill is then one replay, where call by call its launches, not the GPU,
+    set the time to the first token at short prompts. The bucket's first call plans the
+    entry over the generated source alone (no timing) and runs it eagerly; the second
+    captures it; later ones replay. A bucket whose plan or capture fails (a coded error:
+    generated source that waits for the host, say) runs call by call from then on.
+
+    >>> prefill_logits(model, fast_step(model, 1), "prefill_last", rows, [3])  # doctest: +SKIP
+    """
+    key = (entry, int(tokens.shape[1]))
+    inputs = first_inputs(entry, tokens, lengths)
+    if key not in fast.prefills:
+        try:
+            plan = model.plan_for(
+                entry,
+                inputs,
+                backends=[],
+                compile=model.compile or None,
+                measure=False,
+                progress=False,
+            )
+            fast.prefills[key] = Captured(plan, fast.context)
+        except LinnetError:
+            fast.prefills[key] = None
+    step = fast.prefills[key]
+    if step is not None:
+        try:
+            (logits,) = step(inputs)
+        except LinnetError as exc:
+            if exc.diagnostics[0].code != "E0753":  # not a capture failure: the user's to see
+                raise
+            fast.prefills[key] = None
+        else:
+            return last_rows(entry, logits, lengths)
+    return first_logits(model, entry, tokens, lengths, fast.context)
 
 
 def applies(model: Any, fast: bool) -> bool:
@@ -120,7 +167,7 @@ def generate_fast(
     fast = fast_step(model, len(rows))
     with fast.lock:
         tokens = torch.tensor(rows, dtype=torch.int32)
-        step_logits = first_logits(model, entry, tokens, lengths, fast.context)
+        step_logits = prefill_logits(model, fast, entry, tokens, lengths)
         # Two pinned buffers for the tokens on their way to the host, used in turn: step s's
         # is read before step s + 2 writes its buffer.
         pinned = [torch.empty(len(rows), dtype=torch.int64, pin_memory=True) for _ in range(2)]

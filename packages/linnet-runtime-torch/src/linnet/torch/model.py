@@ -672,6 +672,12 @@ class Model(TextModel):
         return torch.zeros(n, dtype=torch.int32)
 
     @property
+    def _warm_up_runs(self) -> int:  # type: ignore[override]
+        """Twice on CUDA: generate's fast path captures a length bucket's prefill (and a batch
+        bucket's greedy step) at its second call (:mod:`linnet.torch.fast_generate`)."""
+        return 2 if self.device.type == "cuda" else 1
+
+    @property
     def prompt_ladder(self) -> Ladder:
         """The prompt lengths ``generate`` runs prefill at: :data:`~linnet.lang.host.generate.FINE`
         on the CPU without ``compile=`` (prefill's time grows with the padded length, and a

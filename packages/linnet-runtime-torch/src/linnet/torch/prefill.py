@@ -47,6 +47,16 @@ def first_logits(
     """
     # The entry by its attribute, as a caller sees it (a wrapper set there is what runs).
     logits = getattr(model, entry)(*first_inputs(entry, tokens, lengths), context=context)
+    return last_rows(entry, logits, lengths)
+
+
+def last_rows(entry: str, logits: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
+    """The logits [B, V] of each row's last prompt position: ``prefill_last``'s as they are,
+    ``prefill``'s [B, L, V] kept to row b's position ``lengths[b] - 1``.
+
+    >>> last_rows("prefill", torch.arange(12.0).reshape(2, 3, 2), [3, 1]).tolist()
+    [[4.0, 5.0], [6.0, 7.0]]
+    """
     if entry == PREFILL_LAST:
         return logits
     last = torch.tensor([n - 1 for n in lengths], device=logits.device)

@@ -112,12 +112,14 @@ class TextModel:
         longest: int | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> list[tuple[int, int]]:
-        """Run once every shape ``generate`` runs at for ``batch_sizes`` prompts of up to
+        """Run every shape ``generate`` runs at for ``batch_sizes`` prompts of up to
         ``longest`` tokens (default: as many as the KV cache holds), so that no later call
         lowers or compiles anything: each prompt-length bucket's prefill (the entry generate
         runs: ``prefill_last`` where the model has one, else ``prefill``; it runs generate
-        itself) and each batch bucket's ``decode`` (:func:`linnet.lang.host.generate.padded`). ``progress`` gets a
-        line per shape (default: stderr). Returns the (batch, length) shapes run.
+        itself) and each batch bucket's ``decode`` (:func:`linnet.lang.host.generate.padded`),
+        once, or twice where a second call still captures (torch on CUDA: the prefill and
+        the greedy step). ``progress`` gets a line per shape (default: stderr). Returns the
+        (batch, length) shapes run.
 
         >>> model.warm_up(batch_sizes=[1, 4], longest=1000)                   # doctest: +SKIP
         [(1, 16), (1, 32), ..., (4, 1024)]
@@ -157,12 +159,17 @@ class TextModel:
             short = n - 1 if n >= limit else n
             size = short if short > 0 and length_bucket(short, limit, ladder) == n else n
             steps = 2 if size < limit else 1
-            run(self, [[0] * size] * b, steps, stop_tokens=[])
+            for _ in range(self._warm_up_runs):
+                run(self, [[0] * size] * b, steps, stop_tokens=[])
         return shapes
 
     def _int32_zeros(self, n: int) -> Any:
         """A length-``n`` int32 array of the runtime's (each runtime overrides it)."""
         raise NotImplementedError
+
+    #: How many times ``warm_up`` runs each shape: a runtime whose second call at a shape
+    #: still does work once (a CUDA graph capture) says 2.
+    _warm_up_runs = 1
 
     def stream(self, prompt: Any, max_new_tokens: int = 16, **options: Any) -> Iterator[str]:
         """The text generated after one prompt (a string or chat messages), piece by piece
