@@ -375,3 +375,20 @@ def test_a_repetition_penalty_on_the_gpu(tmp_path):
     assert on_gpu.generate(prompts, 32, **sampled) == first
     on_gpu.generate(prompts, 32, **(sampled | {"repetition_penalty": 0.8}))
     assert traces == TRACES
+
+
+def test_numpy_scalars_are_options_and_prompt_ids(pair):
+    """np.float32(0.8), np.int64(20) and prompt ids taken from an array are what they hold:
+    the same tokens as the Python numbers (and hashable static options for the jitted
+    steps). Before: E0812/E0813 and E0810."""
+    model = pair[2]
+    plain = model.generate(PROMPTS, 6, temperature=0.8, top_k=20, top_p=0.9, seed=3)
+    numpy_options = dict(
+        temperature=np.float32(0.8), top_k=np.int64(20), top_p=np.float64(0.9), seed=np.uint64(3)
+    )
+    assert model.generate(PROMPTS, np.int64(6), **numpy_options) == plain
+    ids = [list(np.array(p, dtype=np.int64)) for p in PROMPTS]
+    assert model.generate(ids, 6) == model.generate(PROMPTS, 6)
+    with pytest.raises(LinnetError) as info:
+        model.generate(PROMPTS, 2, temperature=np.float32("inf"))
+    assert info.value.diagnostics[0].code == "E0812"

@@ -418,3 +418,29 @@ def test_a_repetition_penalty_on_cuda_is_the_cpus(pair, tmp_path):
     assert on_gpu.generate(PROMPTS, STEPS, **kw) == model.generate(PROMPTS, STEPS, **kw)
     sampled = dict(temperature=0.8, top_k=40, top_p=0.9, seed=11, **kw)
     assert on_gpu.generate(PROMPTS, 16, **sampled) == on_gpu.generate(PROMPTS, 16, **sampled)
+
+
+def test_numpy_scalars_are_options_and_prompt_ids(pair):
+    """np.float32(0.8), np.int64(20) and prompt ids taken from an array are what they hold:
+    the same tokens as the Python numbers. Before: E0812/E0813 (not an int or float) and
+    E0810 (a list of np.int64 is no list of ints)."""
+    import numpy as np
+
+    model = pair[1]
+    plain = model.generate(PROMPTS, 6, temperature=0.8, top_k=20, top_p=0.9, seed=3)
+    numpy_options = dict(
+        temperature=np.float32(0.8),
+        top_k=np.int64(20),
+        top_p=np.float64(0.9),
+        seed=np.uint64(3),
+        repetition_penalty=np.float32(1.0),
+    )
+    assert model.generate(PROMPTS, np.int64(6), **numpy_options) == plain
+    ids = [list(np.array(p, dtype=np.int64)) for p in PROMPTS]
+    assert model.generate(ids, 6) == model.generate(PROMPTS, 6)
+    with pytest.raises(LinnetError) as info:
+        model.generate(PROMPTS, 2, temperature=np.float32("nan"))
+    assert info.value.diagnostics[0].code == "E0812"
+    with pytest.raises(LinnetError) as info:
+        model.generate(PROMPTS, 2, top_k=np.bool_(True))
+    assert info.value.diagnostics[0].code == "E0813"

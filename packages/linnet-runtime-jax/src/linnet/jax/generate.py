@@ -56,6 +56,7 @@ from linnet.lang.host.generate import (  # noqa: F401  (check_options: Model.gen
     sampling_seed,
 )
 from linnet.lang.host.inputs import error
+from linnet.lang.host.options import sampling_values
 
 from .inputs import is_array
 from .lowering import compiler_options, matmul_precision
@@ -491,6 +492,10 @@ def generate(
         on_token=on_token,
         repetition_penalty=repetition_penalty,
         fast=fast,
+    )
+    # Checked; now as Python numbers (a NumPy scalar is a fine option, but not a static one).
+    temperature, top_k, top_p, seed, repetition_penalty = sampling_values(
+        temperature, top_k, top_p, seed, repetition_penalty
     )
     options = (temperature, top_k, top_p, seed, on_token, stop_when, repetition_penalty)
     if not fast:

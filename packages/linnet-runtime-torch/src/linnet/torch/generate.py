@@ -55,6 +55,7 @@ from linnet.lang.host.generate import (  # noqa: F401
     sampling_seed,
 )
 from linnet.lang.host.inputs import error
+from linnet.lang.host.options import sampling_values
 
 import torch
 
@@ -279,6 +280,10 @@ def generate(
         on_token=on_token,
         repetition_penalty=repetition_penalty,
         fast=fast,
+    )
+    # Checked; now as Python numbers (np.float32(0.7) is a fine temperature).
+    temperature, top_k, top_p, seed, repetition_penalty = sampling_values(
+        temperature, top_k, top_p, seed, repetition_penalty
     )
     rows, lengths = ready.rows, ready.lengths
     tokens = torch.tensor(rows, dtype=torch.int32)

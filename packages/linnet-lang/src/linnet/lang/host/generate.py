@@ -37,7 +37,7 @@ from typing import Any
 from linnet.lang.check.hints import did_you_mean
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.inputs import error, range_error
-from linnet.lang.host.options import check_penalty, check_sampling, stop_token_error
+from linnet.lang.host.options import check_penalty, check_sampling, is_int, stop_token_error
 from linnet.lang.passes.bounds import bounds_for
 
 #: ``generate``'s keyword options: ``Model.generate(**options)`` checks the names against
@@ -57,10 +57,6 @@ OPTIONS = (
     "callback",
     "skip_special_tokens",
 )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_options(options: dict[str, Any]) -> None:
@@ -106,14 +102,14 @@ def prompt_lists(prompts: Any, kind: str = "tensor") -> list[list[int]]:
     >>> prompt_lists([1, 2, 3]), prompt_lists([[1, 2], [3]])
     ([[1, 2, 3]], [[1, 2], [3]])
     """
-    if isinstance(prompts, Sequence) and prompts and all(_is_int(t) for t in prompts):
+    if isinstance(prompts, Sequence) and prompts and all(is_int(t) for t in prompts):
         prompts = [prompts]
     if (
         not isinstance(prompts, Sequence)
         or isinstance(prompts, str)
         or not prompts
         or not all(
-            isinstance(p, Sequence) and not isinstance(p, str) and all(_is_int(t) for t in p)
+            isinstance(p, Sequence) and not isinstance(p, str) and all(is_int(t) for t in p)
             for p in prompts
         )
     ):
@@ -130,7 +126,7 @@ def prompt_lists(prompts: Any, kind: str = "tensor") -> list[list[int]]:
             f"prompt {empty[0]} is empty: prefill needs at least one token",
             help="start each prompt with at least one token (a BOS token, say)",
         )
-    return [list(p) for p in prompts]
+    return [[int(t) for t in p] for p in prompts]
 
 
 def check_generate(
@@ -163,7 +159,7 @@ def check_generate(
             "Tensor[B, L, V; f32]` and `entry decode(token: Tensor[B; i32], pos: "
             "Tensor[B; i32]) -> Tensor[B, V; f32]`, as std.models.llama does",
         )
-    if not _is_int(max_new_tokens) or max_new_tokens < 1:
+    if not is_int(max_new_tokens) or max_new_tokens < 1:
         raise error(
             "E0811",
             f"max_new_tokens must be a positive int, not {max_new_tokens!r}",
@@ -174,7 +170,7 @@ def check_generate(
     if (
         not isinstance(stop_tokens, Sequence | set | frozenset)
         or isinstance(stop_tokens, str)
-        or not all(_is_int(t) for t in stop_tokens)
+        or not all(is_int(t) for t in stop_tokens)
     ):
         raise error(
             "E0815",
@@ -310,14 +306,14 @@ def check_positive_sizes(batch_sizes: Any, longest: Any) -> None:
     linnet.lang.diagnostics.core.LinnetError: error[E0866]: warm_up's batch_sizes must be ...
     """
     sizes = list(batch_sizes) if isinstance(batch_sizes, list | tuple | range) else None
-    if not sizes or not all(_is_int(b) and b > 0 for b in sizes):
+    if not sizes or not all(is_int(b) and b > 0 for b in sizes):
         raise error(
             "E0866",
             f"warm_up's batch_sizes must be a non-empty list of positive ints, not "
             f"{batch_sizes!r:.60}",
             help="e.g. model.warm_up(batch_sizes=[1, 4]): the batch sizes generate will run",
         )
-    if longest is not None and not (_is_int(longest) and longest > 0):
+    if longest is not None and not (is_int(longest) and longest > 0):
         raise error(
             "E0866",
             f"warm_up's longest must be None or a positive int, not {longest!r:.60}",

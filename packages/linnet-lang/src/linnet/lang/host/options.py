@@ -10,6 +10,7 @@ array library imported (pure Python): ``--nproc`` (E0824) and the ranks' timeout
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import sys
 from collections.abc import Sequence
@@ -156,8 +157,61 @@ def run_tokens(
 SEED_RANGE = (0, 2**64)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is an integer other than a bool: a Python int or any registered
+    integral type (NumPy's, say: ``np.int64(3)`` from an array is a fine ``top_k``).
+
+    >>> is_int(3), is_int(True), is_int(3.0)
+    (True, False, False)
+    """
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """Whether ``value`` is a real number other than a bool: a Python int or float, or any
+    registered real type (``np.float32(0.7)`` is a fine temperature).
+
+    >>> is_real(0.7), is_real(2), is_real(False), is_real("0.7")
+    (True, True, False, False)
+    """
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def finite_real(value: Any) -> float | None:
+    """``value`` as a finite Python float where it is a real number other than a bool
+    (:func:`is_real`), else None: NaN, infinities, an int past a double's range (10**400)
+    and ``np.float32("inf")`` (which NumPy compares as no larger than the largest double,
+    having rounded that to float32 first) are not.
+
+    >>> finite_real(0.5), finite_real(10**400), finite_real(float("nan")), finite_real(True)
+    (0.5, None, None, None)
+    """
+    if not is_real(value):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def sampling_values(
+    temperature: Any, top_k: Any, top_p: Any, seed: Any, repetition_penalty: Any
+) -> tuple[float, int | None, float | None, int | None, float | None]:
+    """The sampling options, once checked (:func:`check_sampling`), as Python numbers: a NumPy
+    scalar becomes the float or int it holds, so that no array library sees another
+    library's scalar and every runtime computes with the same doubles.
+
+    >>> sampling_values(0, None, 1, None, None)
+    (0.0, None, 1.0, None, None)
+    """
+    return (
+        float(temperature),
+        None if top_k is None else int(top_k),
+        None if top_p is None else float(top_p),
+        None if seed is None else int(seed),
+        None if repetition_penalty is None else float(repetition_penalty),
+    )
 
 
 def check_seed(seed: Any, name: str = "seed", optional: bool = True) -> None:
@@ -172,7 +226,7 @@ def check_seed(seed: Any, name: str = "seed", optional: bool = True) -> None:
     """
     if seed is None and optional:
         return
-    if not _is_int(seed) or not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
+    if not is_int(seed) or not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
         none = "None or " if optional else ""
         raise error(
             "E0815",
@@ -197,11 +251,8 @@ def check_penalty(penalty: Any, name: str = "repetition_penalty") -> None:
     if penalty is None:
         return
     # An int past a double's range (10**400) is no finite float: float() of it overflows.
-    if (
-        not isinstance(penalty, int | float)
-        or isinstance(penalty, bool)
-        or not 0 < penalty <= sys.float_info.max
-    ):
+    number = finite_real(penalty)
+    if number is None or not number > 0:
         cli = name.startswith("--")
         none = "" if cli else "None or "
         example = f"{name} 1.2" if cli else f"{name}=1.2"
@@ -241,26 +292,21 @@ def check_sampling(
         return f"{named(keyword)} {value}" if cli else f"{keyword}={value}"
 
     # An int past a double's range (10**400) is no finite number: dividing by it overflows.
-    if (
-        not isinstance(temperature, int | float)
-        or isinstance(temperature, bool)
-        or not 0 <= temperature <= sys.float_info.max
-    ):
+    number = finite_real(temperature)
+    if number is None or not number >= 0:
         raise error(
             "E0812",
             f"{named('temperature')} must be a finite number >= 0, not {temperature!r}",
             help="0 picks the most likely token (greedy); 0.7 samples, 1.0 samples "
             "the model's distribution",
         )
-    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+    if top_k is not None and (not is_int(top_k) or top_k < 1):
         raise error(
             "E0813",
             f"{named('top_k')} must be {'' if cli else 'None or '}an int >= 1, not {top_k!r}",
             help=f"e.g. {example('top_k', '50')} keeps the 50 most likely tokens",
         )
-    if top_p is not None and (
-        not isinstance(top_p, int | float) or isinstance(top_p, bool) or not 0 < top_p <= 1
-    ):
+    if top_p is not None and not 0 < (finite_real(top_p) or 0.0) <= 1:
         raise error(
             "E0814",
             f"{named('top_p')} must be {'' if cli else 'None or '}a number "
