@@ -109,3 +109,64 @@ def test_captured_then_and_again_on_cuda():
         got.append(int(step.again([None, torch.tensor([pos], dtype=torch.int32)])[0]))
     assert got == want
     assert int(step.static_inputs[1]) == 6
+    with pytest.raises(LinnetError) as err:  # known names the inputs in order: [None, pos]
+        step.again([torch.tensor([6], dtype=torch.int32)])
+    assert err.value.diagnostics[0].code == "E0720"
+
+
+@pytest.mark.parametrize("failure", ["plan", "capture"])
+def test_a_prefill_that_cannot_be_captured_runs_call_by_call(failure, monkeypatch):
+    """fast_generate.prefill_logits (here on a model with `prefill` only: the logits are
+    kept to each row's last prompt position): where a bucket's prefill cannot be planned or captured
+    (a coded error; E0753 for the capture), it runs the entry call by call, gives the same
+    logits, and does not try that bucket again; another error reaches the caller."""
+    from linnet.lang import LinnetError
+    from linnet.lang.diagnostics.core import coded_error
+    from linnet.torch import fast_generate, load, random_weights
+    from linnet.torch.prefill import first_logits
+    from support import LLAMA, toy_config
+
+    model = load(LLAMA, weights=random_weights(LLAMA, toy_config(), seed=4), config=toy_config())
+    tokens = torch.tensor([[5, 6, 7, 7]], dtype=torch.int32)
+    calls = []
+
+    class Refused:
+        def __init__(self, plan, context):
+            calls.append("captured")
+
+        def __call__(self, inputs):
+            calls.append("replay")
+            raise coded_error("E0753", "the plan could not be captured as a CUDA graph: x")
+
+    def plan_for(*args, **kwargs):
+        calls.append("plan")
+        if failure == "plan":
+            raise coded_error("E0754", "cannot run here")
+        return object()
+
+    monkeypatch.setattr(fast_generate, "Captured", Refused)
+    monkeypatch.setattr(model, "plan_for", plan_for)
+    fast = fast_generate.FastStep(None, model.new_context("prefill", [tokens]), None)
+    want = first_logits(
+        model,
+        "prefill",
+        tokens,
+        [3],
+        model.new_context("prefill", [tokens]),
+    )
+    for _ in range(2):
+        got = fast_generate.prefill_logits(model, fast, "prefill", tokens, [3])
+        assert torch.equal(got, want)
+    assert fast.prefills == {("prefill", 4): None}
+    assert calls == (["plan"] if failure == "plan" else ["plan", "captured", "replay"])
+
+    class Broken(Refused):
+        def __call__(self, inputs):
+            raise coded_error("E0757", "a backend failed")
+
+    monkeypatch.setattr(fast_generate, "Captured", Broken)
+    fast.prefills.clear()
+    if failure == "capture":
+        with pytest.raises(LinnetError) as err:
+            fast_generate.prefill_logits(model, fast, "prefill", tokens, [3])
+        assert err.value.diagnostics[0].code == "E0757"

@@ -56,7 +56,6 @@ from linnet.lang.host.generate import (  # noqa: F401  (check_options: Model.gen
     sampling_seed,
 )
 from linnet.lang.host.inputs import error
-from linnet.lang.host.options import sampling_values
 
 from .inputs import is_array
 from .lowering import compiler_options, matmul_precision
@@ -493,10 +492,8 @@ def generate(
         repetition_penalty=repetition_penalty,
         fast=fast,
     )
-    # Checked; now as Python numbers (a NumPy scalar is a fine option, but not a static one).
-    temperature, top_k, top_p, seed, repetition_penalty = sampling_values(
-        temperature, top_k, top_p, seed, repetition_penalty
-    )
+    # Checked; now as Python numbers (np.float32(0.7) is a fine temperature).
+    temperature, top_k, top_p, seed, repetition_penalty = ready.sampling
     options = (temperature, top_k, top_p, seed, on_token, stop_when, repetition_penalty)
     if not fast:
         with jax.disable_jit():

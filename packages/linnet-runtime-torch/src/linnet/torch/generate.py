@@ -55,7 +55,6 @@ from linnet.lang.host.generate import (  # noqa: F401
     sampling_seed,
 )
 from linnet.lang.host.inputs import error
-from linnet.lang.host.options import sampling_values
 
 import torch
 
@@ -282,9 +281,7 @@ def generate(
         fast=fast,
     )
     # Checked; now as Python numbers (np.float32(0.7) is a fine temperature).
-    temperature, top_k, top_p, seed, repetition_penalty = sampling_values(
-        temperature, top_k, top_p, seed, repetition_penalty
-    )
+    temperature, top_k, top_p, seed, repetition_penalty = ready.sampling
     rows, lengths = ready.rows, ready.lengths
     tokens = torch.tensor(rows, dtype=torch.int32)
     generator = None

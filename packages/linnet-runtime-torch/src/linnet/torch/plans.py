@@ -345,6 +345,14 @@ class Captured:
                 "been called yet",
                 help="call it once with the entry's inputs: step([token, pos])",
             )
+        known = list(known)
+        if known and len(known) != len(self.static_inputs):
+            raise coded_error(
+                "E0720",
+                f"Captured.again's known lists the entry's inputs in order: "
+                f"`{self.plan.entry}` takes {len(self.static_inputs)}, got {len(known)}",
+                help="give None for each input the host does not know, e.g. [None, pos]",
+            )
         with torch.inference_mode():
             self.context.host_inputs = host_inputs(self.plan.graph, known)
             return self._replay()

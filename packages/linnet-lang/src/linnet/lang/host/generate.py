@@ -37,7 +37,13 @@ from typing import Any
 from linnet.lang.check.hints import did_you_mean
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.inputs import error, range_error
-from linnet.lang.host.options import check_penalty, check_sampling, is_int, stop_token_error
+from linnet.lang.host.options import (
+    check_penalty,
+    check_sampling,
+    is_int,
+    sampling_values,
+    stop_token_error,
+)
 from linnet.lang.passes.bounds import bounds_for
 
 #: ``generate``'s keyword options: ``Model.generate(**options)`` checks the names against
@@ -572,9 +578,11 @@ class Prepared:
     """A generation checked and padded, as both runtimes run it (:func:`prepare`): the
     prompts (``batch``), the rows prefill runs (``rows``: padded to a length and a batch
     bucket), each row's prompt length, the stop tokens, the vocabulary (None: not a
-    number) and the prefill entry (:func:`prefill_entry`).
+    number), the prefill entry (:func:`prefill_entry`) and the sampling options as Python
+    numbers (temperature, top_k, top_p, seed, repetition_penalty:
+    :func:`~linnet.lang.host.options.sampling_values`; ``np.float32(0.5)`` is 0.5).
 
-    >>> p = Prepared([[1, 2]], [[1, 2, 2]], [2], (), 256, "prefill_last")
+    >>> p = Prepared([[1, 2]], [[1, 2, 2]], [2], (), 256, "prefill_last", (0.0,) + (None,) * 4)
     >>> p.last
     [1]
     """
@@ -585,6 +593,7 @@ class Prepared:
     stop_tokens: tuple[int, ...]
     vocabulary: int | None
     entry: str
+    sampling: tuple[float, int | None, float | None, int | None, float | None]
 
     @property
     def last(self) -> list[int]:
@@ -640,7 +649,8 @@ def prepare(
     rows = padded(batch, cache_length(model, one), ladder_of(model))
     vocabulary = check_vocabulary(model, rows, stops, zeros, stops_from, entry)
     lengths = [len(p) for p in batch] + [len(batch[-1])] * (len(rows) - len(batch))
-    return Prepared(batch, rows, lengths, tuple(stops), vocabulary, entry)
+    sampling = sampling_values(temperature, top_k, top_p, seed, repetition_penalty)
+    return Prepared(batch, rows, lengths, tuple(stops), vocabulary, entry, sampling)
 
 
 def sampling_seed(seed: int | None) -> int:
