@@ -23,6 +23,7 @@ from linnet.lang.host.loading import (
     read_config,
     read_headers,
 )
+from linnet.lang.host.quantize import Quantize, parse_quantize, quantized_layout
 from linnet.lang.host.run import model_for_weights
 from linnet.lang.pipeline import (
     NUMERICS,  # noqa: F401  (users name linnet.torch.model.NUMERICS)
@@ -105,6 +106,7 @@ def load(
     check_finite: bool = True,
     check_grads: bool = False,
     tokenizer: Any = None,
+    quantize: str | dict[str, Any] | None = None,
 ) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
@@ -158,6 +160,16 @@ def load(
     left out, the one beside the weights (their directory's tokenizer.json, or the GGUF
     file's), read when first used; ``False``: none.
 
+    ``quantize="int8"`` or ``"int4"`` quantises the model's linear weights as they are read
+    (round to nearest, an f16 scale per group of inputs; ``{"format": "int4", "group": 64}``
+    picks the group, default the largest of 128, 64, 32 that divides every layer's inputs):
+    decode then streams 1/2 or 1/4 of the bf16 bytes. The model must read the configs
+    ``weight_bits``/``weight_group`` (every std model does); embeddings, norms and a tied
+    LM head stay in float. Error and measured accuracy: docs/quantization.md.
+
+    >>> model = load(weights="Llama-3.2-1B/", dtype="bf16", device="cuda",
+    ...              quantize="int4")                              # doctest: +SKIP
+
     ``world=N`` (N > 1) loads this process's rank of the model split over N ranks of
     torch.distributed's default process group (tensor parallelism, docs/parallel.md): the
     group already initialised, or started here from torchrun's environment (NCCL on CUDA,
@@ -186,6 +198,15 @@ def load(
             "E0541",
             f"check_grads must be True or False, not {check_grads!r}",
             help="load(..., check_grads=True) checks every grad clause against its op's body first",
+        )
+    quant = parse_quantize(quantize)  # E0681 before anything is read
+    if quant is not None and (grad or (world or 1) > 1):
+        raise _error(
+            "E0686",
+            "quantize= is not supported "
+            + ("with grad=True" if grad else "on a tensor-parallel model (world > 1)"),
+            help="quantised weights are for inference on one device: load without "
+            + ("grad=True" if grad else "world="),
         )
     stops = StopTokens()
     compile_options(compile)  # a bad value fails here, before anything is loaded
@@ -240,6 +261,9 @@ def load(
             k: (v.to(dev, convert) if convert is not None and v.is_floating_point() else v.to(dev))
             for k, v in ((k, block(v, blocks.get(k))) for k, v in weights.items())
         }
+        if quant is not None:
+            shapes, cfg, step = _quantizing(program, cfg, shapes, quant, check_finite, report)
+            params = {k: t for name, v in params.items() for k, t in step(name, v).items()}
     elif weights is not None:
         from .weights import load_checkpoint
 
@@ -255,7 +279,10 @@ def load(
 
             split = parameter_axes(program, cfg, shapes, world, rank)
             blocks = layout_of(split, world, rank, shapes)
-        params = load_checkpoint(ckpt, dev, convert, blocks)
+        step = None
+        if quant is not None:
+            shapes, cfg, step = _quantizing(program, cfg, shapes, quant, check_finite, report)
+        params = load_checkpoint(ckpt, dev, convert, blocks, step)
     elif world > 1:
         raise _error(
             "E0821",
@@ -284,6 +311,34 @@ def load(
     )
     model.attach_tokenizer(tokenizer, weights)
     return model
+
+
+def _quantizing(
+    program: Any,
+    cfg: dict[str, Any],
+    shapes: dict[str, Any],
+    quant: Quantize,
+    check_finite: bool,
+    report: Callable[[str], None],
+) -> tuple[dict[str, Any], dict[str, Any], Callable[[str, torch.Tensor], dict]]:
+    """The quantised model's weight shapes and config, and the per-tensor step that
+    quantises the float weights as they are read (the finite check first, if on)."""
+    from .quantize import quantizer
+    from .weights import check_finite_weights
+
+    layout = quantized_layout(program, cfg, shapes, quant)
+    report(
+        f"quantising {layout.quantized} weights to {quant.format} (group {layout.group}) "
+        "as they load"
+    )
+    kept = {k: v for k, v in shapes.items() if k not in layout.sources}
+    shapes = {k: kept.get(k, v) for k, v in layout.shapes.items()}
+
+    def check(name: str, t: torch.Tensor) -> None:
+        if check_finite:
+            check_finite_weights({name: t})
+
+    return shapes, {**cfg, **layout.config}, quantizer(layout, check)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -9,6 +9,7 @@ model or kill the process (SIGBUS). On CUDA the copy to the device is that copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from linnet.lang.weights.gguf import GGUFCheckpoint
 from linnet.lang.weights.safetensors import Checkpoint, checkpoint_shapes, resolve_checkpoint
 
 import torch
+
+Step = Callable[[str, torch.Tensor], dict[str, torch.Tensor]]
 
 
 def _target(device: torch.device) -> str:
@@ -45,17 +48,20 @@ def load_checkpoint(
     device: torch.device,
     dtype: torch.dtype | None = None,
     blocks: dict[str, tuple[int, int, int]] | None = None,
+    step: Step | None = None,
 ) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint whose headers :func:`checkpoint_shapes` validated.
 
     Each shard is opened once (``safe_open``) and read tensor by tensor straight to
     ``device``: no shard is ever held whole in host memory. ``blocks`` (tensor parallelism,
     linnet.torch.parallel) maps a tensor to the ``(axis, start, stop)`` block this rank
-    holds: only that block is read (``get_slice``).
+    holds: only that block is read (``get_slice``). ``step`` turns each tensor, as it is
+    read, into the tensors kept (quantisation on load, :func:`linnet.torch.quantize.quantizer`),
+    so a float weight is never held beside the whole model.
     """
     blocks = blocks or {}
     if isinstance(ckpt, GGUFCheckpoint):
-        return load_gguf(ckpt, device, dtype, blocks)
+        return load_gguf(ckpt, device, dtype, blocks, step)
     from safetensors import SafetensorError, safe_open
 
     out: dict[str, torch.Tensor] = {}
@@ -65,11 +71,12 @@ def load_checkpoint(
                 for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
                     where = blocks.get(name)
                     if where is None:
-                        out[name] = _owned(f.get_tensor(name), dtype)
-                        continue
-                    axis, start, stop = where
-                    index = tuple([slice(None)] * axis + [slice(start, stop)])
-                    out[name] = _owned(f.get_slice(name)[index], dtype)
+                        t = _owned(f.get_tensor(name), dtype)
+                    else:
+                        axis, start, stop = where
+                        index = tuple([slice(None)] * axis + [slice(start, stop)])
+                        t = _owned(f.get_slice(name)[index], dtype)
+                    out.update(step(name, t) if step is not None else {name: t})
         except (SafetensorError, OSError, RuntimeError) as exc:
             raise LinnetError(
                 Diagnostic(
@@ -86,6 +93,7 @@ def load_gguf(
     device: torch.device,
     dtype: torch.dtype | None = None,
     blocks: dict[str, tuple[int, int, int]] | None = None,
+    step: Step | None = None,
 ) -> dict[str, torch.Tensor]:
     """The tensors of a GGUF file, each dequantised on the host (in float32, NumPy) and
     placed on ``device`` as ``dtype`` (default: the float type the model's config gives,
@@ -104,7 +112,8 @@ def load_gguf(
         if where is not None:
             axis, start, stop = where
             t = t.narrow(axis, start, stop - start)
-        out[name] = t.to(device=_target(device), dtype=target).contiguous()
+        t = t.to(device=_target(device), dtype=target).contiguous()
+        out.update(step(name, t) if step is not None else {name: t})
     return out
 
 

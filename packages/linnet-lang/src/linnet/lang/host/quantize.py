@@ -1,0 +1,220 @@
+"""Quantised weights on load, shared by the runtimes (pure Python: names, shapes, formats).
+
+A model whose `Linear` / `Proj` blocks read the configs ``weight_bits`` and ``weight_group``
+(every std decoder model) runs with 8- or 4-bit weights: ``load(..., quantize="int8")``
+lowers the model once with its float checkpoint and once quantised, and the difference is
+the layout: each float ``X.weight`` that the quantised model no longer has becomes
+``X.weight_q8`` and ``X.weight_scale`` (int8), or ``X.weight_q4``, ``X.weight_scale`` and
+``X.weight_min`` (int4, two levels a byte). The program decides which weights those are,
+not a name pattern: the embedding table, norms and a tied LM head stay in float.
+The runtimes compute the quantised tensors (``linnet.torch.quantize``); the formats are
+what ``std.nn.linear::linear_q8`` and ``linear_q4`` define (docs/quantization.md).
+
+>>> parse_quantize("int4")
+Quantize(format='int4', group=None)
+>>> parse_quantize({"format": "int8", "group": 64})
+Quantize(format='int8', group=64)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+
+#: format -> (weight_bits, the parameters that replace ``weight``, in order).
+FORMATS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "int8": (8, ("weight_q8", "weight_scale")),
+    "int4": (4, ("weight_q4", "weight_scale", "weight_min")),
+}
+
+#: The group sizes tried, largest first, when none is given: the largest that divides the
+#: inputs of every quantised weight (128 for Llama 3 8B, 64 for SmolLM2's 576).
+GROUPS = (128, 64, 32)
+
+
+@dataclass(frozen=True)
+class Quantize:
+    """A quantisation asked for: ``format`` ``"int8"`` or ``"int4"``; ``group``, inputs
+    that share one f16 scale (None: the largest of :data:`GROUPS` that divides them all).
+
+    >>> Quantize("int8", 128).bits
+    8
+    """
+
+    format: str
+    group: int | None = None
+
+    @property
+    def bits(self) -> int:
+        return FORMATS[self.format][0]
+
+
+def _bad(value: Any, why: str) -> LinnetError:
+    return LinnetError(
+        Diagnostic(
+            "E0681",
+            f"quantize={value!r} is not a quantisation: {why}",
+            help='pass quantize="int8" or "int4", or {"format": "int4", "group": 128} '
+            "(group: inputs sharing one scale, a positive multiple of 2); None loads the "
+            "weights as stored",
+        )
+    )
+
+
+def parse_quantize(value: Any) -> Quantize | None:
+    """``load``'s ``quantize=`` checked: None, ``"int8"``, ``"int4"``, a :class:`Quantize`
+    or a dict ``{"format": ..., "group": ...}``; anything else is E0681.
+
+    >>> parse_quantize(None) is None
+    True
+    """
+    if value is None or isinstance(value, Quantize):
+        if isinstance(value, Quantize):
+            parse_quantize({"format": value.format, "group": value.group})
+        return value
+    if isinstance(value, str):
+        if value not in FORMATS:
+            raise _bad(value, f"the formats are {', '.join(FORMATS)}")
+        return Quantize(value)
+    if isinstance(value, dict):
+        extra = sorted(set(value) - {"format", "group"})
+        if extra:
+            raise _bad(value, f"unknown key {extra[0]!r}")
+        fmt = value.get("format")
+        if fmt not in FORMATS:
+            raise _bad(value, f"format must be one of {', '.join(FORMATS)}")
+        group = value.get("group")
+        if group is not None and (
+            isinstance(group, bool) or not isinstance(group, int) or group < 2 or group % 2
+        ):
+            raise _bad(value, "group must be a positive even integer")
+        return Quantize(fmt, group)
+    raise _bad(value, "expected a string or a dict")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What quantising a checkpoint does: ``config``, the configs to lower with
+    (``weight_bits``, ``weight_group``); ``sources``, each float weight quantised and the
+    names that replace it; ``shapes``, the model's weights as the quantised model declares
+    them (``(shape, dtype)`` by name).
+
+    >>> Layout({}, {}, {}).quantized
+    0
+    """
+
+    config: dict[str, Any]
+    sources: dict[str, tuple[str, ...]]
+    shapes: dict[str, tuple[tuple[int, ...], str]]
+
+    @property
+    def quantized(self) -> int:
+        return len(self.sources)
+
+    @property
+    def group(self) -> int:
+        return int(self.config.get("weight_group", 0))
+
+
+def _declares(program: Any, name: str) -> bool:
+    from linnet.lang.check.driver import find_model
+
+    decl = find_model(program, None)
+    return any(m.kind == "config" and m.name == name for m in decl.members)
+
+
+def quantized_layout(
+    program: Any,
+    config: dict[str, Any],
+    shapes: dict[str, Any],
+    quantize: Quantize,
+) -> Layout:
+    """The :class:`Layout` of ``program``'s float weights ``shapes`` quantised as
+    ``quantize`` asks, from two lowerings of the model's first entry (float, then
+    quantised). E0682: the model has no ``weight_bits`` config, or no weight it would
+    quantise; E0683: no group size divides every quantised weight's inputs.
+
+    >>> layout = quantized_layout(program, cfg, shapes, Quantize("int4"))  # doctest: +SKIP
+    >>> layout.sources["lm_head.weight"]                                  # doctest: +SKIP
+    ('lm_head.weight_q4', 'lm_head.weight_scale', 'lm_head.weight_min')
+    """
+    import linnet.lang.syntax.tree as A
+    from linnet.lang.check.driver import find_model
+    from linnet.lang.check.lowering import lower
+
+    decl = find_model(program, None)
+    if not _declares(program, "weight_bits") or not _declares(program, "weight_group"):
+        raise LinnetError(
+            Diagnostic(
+                "E0682",
+                f"model `{decl.name}` cannot be quantised: it declares no `weight_bits` and "
+                "`weight_group` configs",
+                help="declare `config weight_bits: i32 = 16` and `config weight_group: Dim = "
+                "32` in the model and build its layers from std.nn.linear::Linear (as every "
+                "std model does), or load without quantize=",
+            )
+        )
+    entry = next(m for m in decl.methods if m.kind == "entry")
+    inputs = {
+        p.name: [1] * len(p.type.dims) for p in entry.params if isinstance(p.type, A.TensorType)
+    }
+    plain = {k: v for k, v in config.items() if k not in ("weight_bits", "weight_group")}
+    floats = lower(program, entry.name, inputs, plain, shapes, check=False)
+    dims = {k: v for k, v in floats.dims.items() if k not in ("weight_bits", "weight_group")}
+    bits, names = FORMATS[quantize.format]
+    # Which weights: lowered quantised at a group every size divides (2), then sized.
+    probe = lower(
+        program,
+        entry.name,
+        inputs,
+        {**plain, **dims, "weight_bits": bits, "weight_group": 2},
+        None,
+        check=False,
+    )
+    sources: dict[str, tuple[str, ...]] = {}
+    for path in floats.parameters:
+        if path in probe.parameters or not path.endswith(".weight"):
+            continue
+        stem = path[: -len("weight")]
+        targets = tuple(stem + n for n in names)
+        if all(t in probe.parameters for t in targets):
+            sources[path] = targets
+    if not sources:
+        raise LinnetError(
+            Diagnostic(
+                "E0682",
+                f"model `{decl.name}` has no weight that weight_bits = {bits} quantises",
+                help="its layers must be std.nn.linear::Linear or std.nn.decoder::Proj blocks; "
+                "load without quantize=",
+            )
+        )
+    inner = {p: int(floats.parameters[p].shape[-1]) for p in sources}
+    group = quantize.group or next(
+        (g for g in GROUPS if all(i % g == 0 for i in inner.values())), None
+    )
+    bad = sorted(p for p, i in inner.items() if group is None or i % group)
+    if group is None or bad:
+        sizes = sorted(set(inner.values()))
+        raise LinnetError(
+            Diagnostic(
+                "E0683",
+                (
+                    f"group size {group} does not divide the {inner[bad[0]]} inputs of `{bad[0]}`"
+                    if group is not None
+                    else "none of the group sizes " + ", ".join(map(str, GROUPS)) + " divides "
+                    "the inputs of every quantised weight"
+                )
+                + f" (input sizes: {', '.join(map(str, sizes))})",
+                help='pass a group that divides them all: quantize={"format": '
+                f'"{quantize.format}", "group": G}}',
+            )
+        )
+    qconfig = {"weight_bits": bits, "weight_group": group}
+    full = lower(program, entry.name, inputs, {**plain, **dims, **qconfig}, None, check=False)
+    out = {p: (tuple(int(d) for d in v.shape), str(v.dtype)) for p, v in full.parameters.items()}
+    return Layout(qconfig, sources, out)
+
+
+__all__ = ["FORMATS", "GROUPS", "Layout", "Quantize", "parse_quantize", "quantized_layout"]
