@@ -29,6 +29,7 @@ from linnet.lang.host.quantize import (
     gguf_layout,
     parse_quantize,
     quantized_layout,
+    stored_quantization,
 )
 from linnet.lang.host.run import model_for_weights
 from linnet.lang.pipeline import (
@@ -258,6 +259,7 @@ def load(
             )
             for k, v in weights.items()
         }
+        cfg = {**stored_quantization(shapes), **cfg}  # a quantised model's params reload
         blocks = {}
         if world > 1:
             from .parallel import layout_of, parameter_axes

@@ -224,6 +224,28 @@ def quantized_layout(
     return Layout(qconfig, sources, out)
 
 
+def stored_quantization(shapes: dict[str, Any]) -> dict[str, int]:
+    """The configs a checkpoint of quantised weights was saved with (a quantised model's
+    ``params`` written to safetensors): ``weight_bits`` from its ``*.weight_q8`` or
+    ``*.weight_q4`` tensors, ``weight_group`` from a weight's inputs over its scales' count;
+    ``{}`` for a float checkpoint. The user's config, merged over it, still decides.
+
+    >>> stored_quantization({"p.weight_q4": ((8, 32), "u8"), "p.weight_scale": ((8, 2), "f16")})
+    {'weight_bits': 4, 'weight_group': 32}
+    """
+    for name, info in shapes.items():
+        for suffix, bits, per_byte in ((".weight_q8", 8, 1), (".weight_q4", 4, 2)):
+            if not name.endswith(suffix):
+                continue
+            scale = shapes.get(name[: -len(suffix)] + ".weight_scale")
+            shape, scale_shape = tuple(info[0]), tuple(scale[0]) if scale else ()
+            if len(shape) != 2 or len(scale_shape) != 2 or not scale_shape[1]:
+                return {"weight_bits": bits}  # lowering names what is mis-shaped
+            inputs = shape[1] * per_byte
+            return {"weight_bits": bits, "weight_group": max(1, inputs // scale_shape[1])}
+    return {}
+
+
 def gguf_layout(
     program: Any,
     config: dict[str, Any],
@@ -288,4 +310,5 @@ __all__ = [
     "gguf_layout",
     "parse_quantize",
     "quantized_layout",
+    "stored_quantization",
 ]
