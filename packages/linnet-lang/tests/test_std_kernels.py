@@ -105,7 +105,11 @@ STD_KERNELS = {
         ["BR >= N"],
     ),
     # Quantised products (std.nn.quant, issue 42): the group GS is I / NG; int4 needs it even.
-    "std.nn.quant::linear_q8_gemv": ("q8_gemv_rows", "<N, I, O, NG, I / NG, T, 16, 8, 512>", ["BR >= N"]),
+    "std.nn.quant::linear_q8_gemv": (
+        "q8_gemv_rows",
+        "<N, I, O, NG, I / NG, T, 16, 8, 512>",
+        ["BR >= N"],
+    ),
     "std.nn.quant::linear_q4_gemv": (
         "q4_gemv_rows",
         "<N, I, O, NG, I / NG, T, 16, 8, 256>",

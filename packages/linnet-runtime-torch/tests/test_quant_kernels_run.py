@@ -204,5 +204,5 @@ def test_checks_draw_8_bit_integers_over_their_whole_range() -> None:
     q, p, ids = _inputs(case, 0, torch.device("cpu"))
     assert int(q.min()) < -100 and int(q.max()) > 100
     assert int((p // 16).max()) == 15 and int((p % 16).max()) == 15
-    assert 0 <= int(ids.min()) and int(ids.max()) <= 3
+    assert int(ids.min()) >= 0 and int(ids.max()) <= 3
     assert integer_range("i8") == (-128, 128) and integer_range("u8") == (0, 256)
