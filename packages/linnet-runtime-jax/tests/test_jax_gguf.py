@@ -28,8 +28,8 @@ def test_a_quantised_file_equals_transformers(tmp_path: Path, family: str, quant
     model = load(weights=str(path))  # the model is picked from the file
     reference, _ = transformers_reference(path)
     expected = reference.state_dict()
-    # The linear weights are kept quantised (issue 42): their dequantised values are the file's.
-    assert any(k.endswith(("_q8", "_q4")) for k in model.params)
+    # On the CPU the file is dequantised by default (test_jax_quantize keeps it quantised).
+    assert not any(k.endswith(("_q8", "_q4")) for k in model.params)
     for name, value in dequantized(model.params, np.float32).items():
         np.testing.assert_array_equal(np.asarray(value), expected[name].numpy(), err_msg=name)
     with torch.no_grad():

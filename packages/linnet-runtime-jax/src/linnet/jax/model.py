@@ -241,7 +241,11 @@ def prepare(
         ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg, convert)
         stops = checkpoint_stop_tokens(ckpt)  # E0798 before any tensor is read
         if isinstance(ckpt, GGUFCheckpoint):
-            layout, repack, _ = gguf_layout(program, cfg, shapes, ckpt, quant)
+            # Kept by default only on a GPU (as the torch runtime on CUDA).
+            import jax
+
+            keep = (dev.platform if dev is not None else jax.default_backend()) == "gpu"
+            layout, repack, _ = gguf_layout(program, cfg, shapes, ckpt, quant, keep)
         elif isinstance(quant, Quantize):
             layout = quantized_layout(program, cfg, shapes, quant)
         if read:
@@ -773,8 +777,9 @@ def load(
     ``tokenizer``: ``model.tokenizer``, for text prompts, as in ``linnet.torch.load``
     (left out: the one beside the weights; ``False``: none). ``quantize``: ``"int8"``,
     ``"int4"`` or ``{"format": ..., "group": ...}`` quantises the linear weights as they
-    load, as in ``linnet.torch.load`` (on the host, in NumPy); a GGUF file's Q8_0, Q4_0 and
-    Q4_1 linear weights are kept as they are unless ``quantize=False``.
+    load, as in ``linnet.torch.load`` (on the host, in NumPy); on a GPU a GGUF file's Q8_0,
+    Q4_0 and Q4_1 linear weights are kept as they are unless ``quantize=False``, on the
+    CPU only when a format is asked for (``quantize="int4"`` keeps Q4_0/Q4_1 blocks).
 
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/", dtype="bf16",
     ...              device="gpu")                                       # doctest: +SKIP

@@ -173,9 +173,11 @@ def load(
     picks the group, default the largest of 128, 64, 32 that divides every layer's inputs):
     decode then streams 1/2 or 1/4 of the bf16 bytes. The model must read the configs
     ``weight_bits``/``weight_group`` (every std model does); embeddings, norms and a tied
-    LM head stay in float. A GGUF file's Q8_0, Q4_0 and Q4_1 linear weights are kept as
-    they are (repacked once, never dequantised) unless ``quantize=False``, which loads every
-    weight in float. Error and measured accuracy: docs/quantization.md.
+    LM head stay in float. On CUDA a GGUF file's Q8_0, Q4_0 and Q4_1 linear weights are
+    kept as they are (repacked once, never dequantised) unless ``quantize=False``, which
+    loads every weight in float; on the CPU, where no kernel reads quantised weights and
+    the op bodies would dequantise every weight at every step, they are dequantised unless
+    a format is asked for (``quantize="int4"`` keeps a Q4_0/Q4_1 file's blocks). Error and measured accuracy: docs/quantization.md.
 
     >>> model = load(weights="Llama-3.2-1B/", dtype="bf16", device="cuda",
     ...              quantize="int4")                              # doctest: +SKIP
@@ -294,7 +296,8 @@ def load(
         step, layout, note = None, None, None
         repack: dict[str, tuple[str, ...]] = {}
         if isinstance(ckpt, GGUFCheckpoint) and not grad and world == 1:
-            layout, repack, note = gguf_layout(program, cfg, shapes, ckpt, quant)
+            keep = dev.type == "cuda"  # Linnet's kernels read quantised weights there
+            layout, repack, note = gguf_layout(program, cfg, shapes, ckpt, quant, keep)
             if layout is None and note:
                 report(note)
         elif isinstance(quant, Quantize):

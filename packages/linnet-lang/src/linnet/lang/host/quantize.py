@@ -252,16 +252,19 @@ def gguf_layout(
     shapes: dict[str, Any],
     ckpt: Any,
     quantize: Quantize | bool | None,
+    keep: bool = True,
 ) -> tuple[Layout | None, dict[str, tuple[str, ...]], str]:
     """How a GGUF file loads: the :class:`Layout` (None: every weight in float), the weights
     repacked from the file's blocks rather than dequantised (name -> the names replacing
     it), and a line for the progress report.
 
     ``quantize`` None keeps the file's Q8_0, Q4_0 or Q4_1 linear weights as they are when
+    ``keep`` (the runtimes pass it on a GPU, where Linnet's kernels read quantised weights;
+    on a CPU the op bodies would dequantise every weight at every step, slower than float),
     they are all of one kept format (:data:`linnet.lang.weights.gguf_quant.KEPT`) and the
     model can hold them; else the file is dequantised, as ``False`` asks. A format asked
-    for repacks the weights already in it at group 32 and quantises the rest from their
-    dequantised values.
+    for repacks the weights already in it at group 32 (the group unless one is given) and
+    quantises the rest from their dequantised values.
 
     >>> layout, repack, note = gguf_layout(program, cfg, shapes, ckpt, None)  # doctest: +SKIP
     """
@@ -270,8 +273,14 @@ def gguf_layout(
     if quantize is False:
         return None, {}, ""
     if isinstance(quantize, Quantize):
-        layout = quantized_layout(program, config, shapes, quantize)
         fmt = quantize.format
+        if quantize.group is None and any(
+            keepable(t) and KEPT[t.quant] == fmt for t in ckpt.tensors.values()
+        ):
+            quantize = Quantize(fmt, GROUP)  # the file's blocks, kept as they are
+        layout = quantized_layout(program, config, shapes, quantize)
+    elif not keep:
+        return None, {}, ""
     else:
         if not (_declares(program, "weight_bits") and _declares(program, "weight_group")):
             return None, {}, "dequantising the file's weights: the model cannot hold them quantised"
