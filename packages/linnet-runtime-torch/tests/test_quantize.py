@@ -202,3 +202,13 @@ def test_quantize_with_grad_is_E0686() -> None:
     with pytest.raises(LinnetError) as err:
         load("std.models.llama", weights=weights("llama"), config="toy", quantize="int8", grad=True)
     assert codes(err) == {"E0686"}
+
+
+def test_random_weights_of_a_quantised_config_load() -> None:
+    cfg = {**toy("llama"), "T": "bf16", "weight_bits": 4, "weight_group": 32}
+    w = random_weights(MODELS / "llama.linnet", cfg, dtype=torch.bfloat16)
+    assert w["lm_head.weight_q4"].dtype == torch.uint8
+    assert w["lm_head.weight_scale"].dtype == torch.float16  # not dtype=: the format's
+    assert int(w["lm_head.weight_q4"].max()) > 15  # both nibbles drawn
+    model = load("std.models.llama", weights=w, config=cfg)
+    assert model.prefill(TOKENS).isfinite().all()
