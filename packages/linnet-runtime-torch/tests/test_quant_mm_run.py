@@ -51,8 +51,11 @@ CHOSEN = [
 ]
 # Without CI=1 every chosen case; under it one of each op (support.ci_sample).
 RUN_CHOSEN = sorted(
-    (c for op in dict.fromkeys(c[0] for c in CHOSEN) for c in ci_sample(
-        [c for c in CHOSEN if c[0] == op], 1, op)),
+    (
+        c
+        for op in dict.fromkeys(c[0] for c in CHOSEN)
+        for c in ci_sample([c for c in CHOSEN if c[0] == op], 1, op)
+    ),
     key=CHOSEN.index,
 )
 SAMPLED, SAMPLE_SEED = (1, CI_SEED) if CI else (2, 3)
@@ -158,12 +161,20 @@ def test_the_bindings_hold_for_groups_dividing_128_only() -> None:
 
     for op in ("linear_q8_mm", "linear_q4_mm"):
         name = "std.nn.quant_mm::" + op
-        for gs, holds in ((32, True), (128, True), (64, True), (256, False), (48, False),
-                          (96, False), (1, op == "linear_q8_mm")):
+        for gs, holds in (
+            (32, True),
+            (128, True),
+            (64, True),
+            (256, False),
+            (48, False),
+            (96, False),
+            (1, op == "linear_q8_mm"),
+        ):
             gen = {"N": 40, "I": gs * 4, "O": 64, "NG": 4, "GS": gs, "T": "bf16"}
             assert stages(None, name, gen)[1] is holds, (op, gs)
-        (kernel, kgen), = stages(None, name, {"N": 40, "I": 256, "O": 64, "NG": 8, "GS": 32,
-                                              "T": "bf16"})[0]
+        ((kernel, kgen),) = stages(
+            None, name, {"N": 40, "I": 256, "O": 64, "NG": 8, "GS": 32, "T": "bf16"}
+        )[0]
         assert kernel == "std.nn.quant_mm::" + op[len("linear_") :] + "_tiles"
         assert (kgen["BM"], kgen["BN"], kgen["BK"], kgen["BG"]) == (32, 64, 128, 4)
 
