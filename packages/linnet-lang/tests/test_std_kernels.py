@@ -104,6 +104,17 @@ STD_KERNELS = {
         "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 512, 8>",
         ["BR >= N"],
     ),
+    # Issue 42's dequantising GEMMs: a step of BK = 128 inputs is BG = 128 / GS whole groups.
+    "std.nn.quant_mm::linear_q8_mm": (
+        "q8_mm_tiles",
+        "<N, I, O, NG, GS, T, 32, 64, 128, 128 / GS>",
+        ["BM >= 16", "BN >= 16", "BK >= 16", "BG * GS == BK", "I == NG * GS"],
+    ),
+    "std.nn.quant_mm::linear_q4_mm": (
+        "q4_mm_tiles",
+        "<N, I, O, NG, GS, T, 32, 64, 128, 128 / GS>",
+        ["BM >= 16", "BN >= 16", "BK >= 32", "BG * GS == BK", "GS % 2 == 0", "I == NG * GS"],
+    ),
 }
 
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
@@ -171,6 +182,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     rms_norm_qkv_rope_split, rms_norm_qkv_rope_split_wide,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long,
                     decode_attention_split_once}
+use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm}
 """
 
 

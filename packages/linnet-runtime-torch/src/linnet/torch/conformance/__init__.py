@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from linnet.lang.check.kernel_cases import integer_range
 from linnet.lang.syntax.program import model_file
 
 TOLERANCES: dict[str, float] = {"f64": 1e-9, "f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
@@ -191,6 +192,11 @@ def cases() -> list[Case]:
         ),
         # Issue 15's span ops (std.nn.decode): their bodies compose std calls.
         _std("linear_gemv_op", x=x),
+        # Issue 42's quantised products and std.nn.quant_mm's span ops for them.
+        _std("linear_q8_op", x=x),
+        _std("linear_q4_op", x=x),
+        _std("linear_q8_mm_op", x=x),
+        _std("linear_q4_mm_op", x=x),
         _std("rms_norm_linear_op", x=x),
         _std("rms_norm_qkv_op", x=x),
         _std("rms_norm_gate_up_op", x=x),
@@ -389,7 +395,7 @@ def make_inputs(case: Case, seed: int = 0) -> Arrays:
 
 def make_weights(graphs: list[Any], seed: int = 0) -> dict[str, Any]:
     """Random weights (torch tensors) for every parameter the graphs read: normal(0, 0.2), norm
-    gains near one; each from its own seed (the path's), so a case sees the same weights
+    gains near one, 8-bit (quantised) weights over their whole range; each from its own seed (the path's), so a case sees the same weights
     whatever else is lowered."""
     import torch
 
@@ -401,6 +407,11 @@ def make_weights(graphs: list[Any], seed: int = 0) -> dict[str, Any]:
             if path in out:
                 continue
             rng = np.random.default_rng(seed + zlib.crc32(path.encode()))
+            if vt.dtype in ("i8", "u8"):  # quantised weights: every value of the type
+                low, high = integer_range(vt.dtype)
+                ints = rng.integers(low, high, vt.shape)
+                out[path] = torch.from_numpy(ints).to(DTYPES[vt.dtype])
+                continue
             if path.endswith("norm.weight") or path == "gain":
                 arr = 1.0 + 0.1 * rng.standard_normal(vt.shape)
             else:
@@ -433,7 +444,14 @@ class Setup:
         return self.models[kind]
 
     def numpy_weights(self, graph: Any) -> Arrays:
-        return {p: self.weights[p].float().numpy() for p in graph.parameters}
+        """The graph's weights as NumPy arrays of their own dtypes (an i8 or f16 weight as
+        itself: an executable takes its parameters' types), bf16 (which NumPy lacks) as f32."""
+        import torch
+
+        def array(t: Any) -> np.ndarray:
+            return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+
+        return {p: array(self.weights[p]) for p in graph.parameters}
 
 
 def _torch_step(kind: str) -> Callable[[Setup, Any], StepFn]:
