@@ -107,12 +107,12 @@ STD_KERNELS = {
     # Issue 42's dequantising GEMMs: a step of BK = 128 inputs is BG = 128 / GS whole groups.
     "std.nn.quant_mm::linear_q8_mm": (
         "q8_mm_tiles",
-        "<N, I, O, NG, GS, T, 32, 64, 128, 128 / GS>",
+        "<N, I, O, NG, I / NG, T, 32, 64, 128, 128 / (I / NG)>",
         ["BM >= 16", "BN >= 16", "BK >= 16", "BG * GS == BK", "I == NG * GS"],
     ),
     "std.nn.quant_mm::linear_q4_mm": (
         "q4_mm_tiles",
-        "<N, I, O, NG, GS, T, 32, 64, 128, 128 / GS>",
+        "<N, I, O, NG, I / NG, T, 32, 64, 128, 128 / (I / NG)>",
         ["BM >= 16", "BN >= 16", "BK >= 32", "BG * GS == BK", "GS % 2 == 0", "I == NG * GS"],
     ),
 }
