@@ -11,6 +11,8 @@
 #                                          whole steps with both plugins: gpu_steps.py)
 #   bash benchmarks/gpu.sh --generate [--models ...]   (.whl/ as for --steps; Model.generate vs
 #                                          the captured step it runs: gpu_generate.py)
+#   bash benchmarks/gpu.sh --quant [--models ... --batches 1,8,32 --profile]   (.whl/ as for
+#                                          --steps; bf16 vs int8 vs int4 decode steps: gpu_quant.py)
 #   bash benchmarks/gpu.sh --start [--models ...]   (.whl/ as for --steps; load -> first planned
 #                                          token, cold and warm $LINNET_HOME: gpu_start.py)
 #   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
@@ -111,6 +113,12 @@ if [ "${1:-}" = "--generate" ]; then
   # Model.generate against the captured step it runs, new prompt lengths, text (gpu_generate.py).
   flashinfer_env
   python3 benchmarks/gpu_generate.py "${@:2}" 2>&1 | tee "$OUT/generate.log" | grep -v Warning | tail -40
+  exit 0
+fi
+if [ "${1:-}" = "--quant" ]; then
+  # Quantised decode steps (issue 42): bf16 against int8 and int4, Captured (gpu_quant.py).
+  flashinfer_env
+  python3 benchmarks/gpu_quant.py "${@:2}" 2>&1 | tee "$OUT/quant.log" | grep -v Warning | tail -60
   exit 0
 fi
 if [ "${1:-}" = "--steps" ]; then

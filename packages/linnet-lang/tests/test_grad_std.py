@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from gradcheck import autograd_reference, check_against_autograd
 from linnet.lang import Program, lower
+from linnet.lang.check.kernel_cases import integer_range
 from linnet.lang.emit.torch import emit_torch
 
 torch = pytest.importorskip("torch")
@@ -34,6 +35,21 @@ STD = {
         "linear::{linear_bias}",
         "x: Tensor[3, 5; f32], w: Tensor[4, 5; f32], b: Tensor[4; f32]",
         "linear_bias(x, w, b)",
+        "Tensor[3, 4; f32]",
+    ),
+    # Quantised products: the gradient is with respect to x alone (the f32 inputs). The int8
+    # levels and packed int4 bytes have none (integers), and the f16 scales and offsets are
+    # not differentiated here: a quantised model is run, not trained.
+    "linear_q8": (
+        "linear::{linear_q8}",
+        "x: Tensor[3, 8; f32], q: Tensor[4, 8; i8], s: Tensor[4, 2; f16]",
+        "linear_q8<3, 8, 4, 2, 4, f32>(x, q, s)",
+        "Tensor[3, 4; f32]",
+    ),
+    "linear_q4": (
+        "linear::{linear_q4}",
+        "x: Tensor[3, 8; f32], q: Tensor[4, 4; u8], d: Tensor[4, 2; f16], m: Tensor[4, 2; f16]",
+        "linear_q4<3, 8, 4, 2, 4, f32>(x, q, d, m)",
         "Tensor[3, 4; f32]",
     ),
     "rms_norm": (
@@ -96,6 +112,11 @@ def _inputs(graph, rng):
         vt = graph.values[ref]
         if vt.dtype == "i32":
             out.append(torch.tensor(rng.integers(0, 3, size=vt.shape), dtype=torch.int32))
+        elif vt.dtype in ("i8", "u8"):  # quantised levels, packed nibbles: their whole range
+            ints = rng.integers(*integer_range(vt.dtype), size=vt.shape)
+            out.append(torch.tensor(ints).to(torch.int8 if vt.dtype == "i8" else torch.uint8))
+        elif vt.dtype == "f16":  # group scales and offsets
+            out.append(torch.tensor(rng.standard_normal(vt.shape) * 0.05, dtype=torch.float16))
         else:
             out.append(torch.tensor(rng.standard_normal(vt.shape), dtype=torch.float32))
     return out

@@ -353,7 +353,13 @@ def test_llama_variants_decode_matches_prefill(llama, dtype, tied):
 
 # ==================================================================== std ops vs NumPy
 def call_op(use: str, call: str, args: dict[str, np.ndarray], result: str) -> np.ndarray:
-    dtypes = {np.dtype(np.float32): "f32", np.dtype(np.int32): "i32"}
+    dtypes = {
+        np.dtype(np.float32): "f32",
+        np.dtype(np.int32): "i32",
+        np.dtype(np.float16): "f16",
+        np.dtype(np.int8): "i8",
+        np.dtype(np.uint8): "u8",
+    }
     params = ", ".join(
         f"{n}: Tensor[{', '.join(map(str, a.shape))}; {dtypes[a.dtype]}]" for n, a in args.items()
     )
@@ -414,6 +420,28 @@ AK = RNG.standard_normal((2, 4, 2, 5)).astype(np.float32)
 AV = RNG.standard_normal((2, 4, 2, 5)).astype(np.float32)
 DQ = RNG.standard_normal((2, 2, 3, 5)).astype(np.float32)
 DPOS = np.array([1, 3], dtype=np.int32)
+# Quantised weights (linear_q8, linear_q4): 8 inputs in 2 groups of 4, int8 levels and packed
+# int4 bytes over their whole range, f16 scales and offsets.
+XQ = RNG.standard_normal((3, 8)).astype(np.float32)
+Q8 = RNG.integers(-128, 128, (4, 8)).astype(np.int8)
+Q4 = RNG.integers(0, 256, (4, 4)).astype(np.uint8)
+QS = (RNG.standard_normal((4, 2)) * 0.05).astype(np.float16)
+QM = (RNG.standard_normal((4, 2)) * 0.2).astype(np.float16)
+
+
+def _dequant8(q, s):
+    group = q.shape[1] // s.shape[1]
+    return q.astype(np.float32) * np.repeat(s.astype(np.float32), group, axis=1)
+
+
+def _dequant4(q, d, m):
+    levels = np.empty((q.shape[0], 2 * q.shape[1]), np.float32)
+    levels[:, 0::2] = q % 16  # input 2j: the low nibble of byte j
+    levels[:, 1::2] = q // 16  # input 2j + 1: the high one
+    group = levels.shape[1] // d.shape[1]
+    wide = lambda a: np.repeat(a.astype(np.float32), group, axis=1)  # noqa: E731
+    return wide(d) * levels + wide(m)
+
 
 STD_CASES = {
     "softmax": (
@@ -464,6 +492,20 @@ STD_CASES = {
         {"x": X, "w": W45, "b": B5[:4].copy()},
         "Tensor[3, 4; f32]",
         X @ W45.T + B5[:4],
+    ),
+    "linear_q8": (
+        "std.nn.linear::{linear_q8}",
+        "linear_q8<3, 8, 4, 2, 4, f32>(x, q, s)",
+        {"x": XQ, "q": Q8, "s": QS},
+        "Tensor[3, 4; f32]",
+        XQ @ _dequant8(Q8, QS).T,
+    ),
+    "linear_q4": (
+        "std.nn.linear::{linear_q4}",
+        "linear_q4<3, 8, 4, 2, 4, f32>(x, q, d, m)",
+        {"x": XQ, "q": Q4, "d": QS, "m": QM},
+        "Tensor[3, 4; f32]",
+        XQ @ _dequant4(Q4, QS, QM).T,
     ),
     "embedding": (
         "std.nn.embedding::{embedding}",

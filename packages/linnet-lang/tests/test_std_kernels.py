@@ -104,6 +104,27 @@ STD_KERNELS = {
         "rms_norm_qkv_rope_split_sum<N, D, H, KV, HD, T, 16, 8, 512, 8>",
         ["BR >= N"],
     ),
+    # Quantised products (std.nn.quant, issue 42): the group GS is I / NG; int4 needs it even.
+    "std.nn.quant::linear_q8_gemv": (
+        "q8_gemv_rows",
+        "<N, I, O, NG, I / NG, T, 16, 8, 512>",
+        ["BR >= N"],
+    ),
+    "std.nn.quant::linear_q4_gemv": (
+        "q4_gemv_rows",
+        "<N, I, O, NG, I / NG, T, 16, 8, 256>",
+        ["BR >= N", "GS % 2 == 0"],
+    ),
+    "std.nn.quant::linear_q8_split": (
+        "q8_split_part",
+        "<N, I, O, NG, I / NG, T, 16, 8, 256, 4> then q8_split_sum<N, I, O, NG, T, 16, 8, 4>",
+        ["BR >= N"],
+    ),
+    "std.nn.quant::linear_q4_split": (
+        "q4_split_part",
+        "<N, I, O, NG, I / NG, T, 16, 8, 128, 4> then q4_split_sum<N, I, O, NG, T, 16, 8, 4>",
+        ["BR >= N", "GS % 2 == 0"],
+    ),
 }
 
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
@@ -171,6 +192,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     rms_norm_qkv_rope_split, rms_norm_qkv_rope_split_wide,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long,
                     decode_attention_split_once}
+use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}
 """
 
 

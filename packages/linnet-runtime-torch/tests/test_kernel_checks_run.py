@@ -121,6 +121,10 @@ def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
         "gemv_dot",
         "residual_rms_norm_rows",
         "gemv_split_part then gemv_split_residual_sum",
+        "q8_gemv_rows",
+        "q4_gemv_rows",
+        "q8_split_part then q8_split_sum",
+        "q4_split_part then q4_split_sum",
     ):
         assert (
             sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == STD_COUNT

@@ -630,6 +630,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def quantize_argument(value: str | None) -> str | bool | None:
+    """``load``'s ``quantize=`` from `linnet run --quantize`: ``none`` is False.
+
+    >>> quantize_argument("none"), quantize_argument("int4"), quantize_argument(None)
+    (False, 'int4', None)
+    """
+    return False if value == "none" else value
+
+
 def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
     """The options of `linnet run`, whichever runtime registers the command first (each
     runtime's `linnet.commands` entry point calls this, so the two never drift apart).
@@ -699,6 +708,14 @@ def add_run_arguments(p: argparse.ArgumentParser, torch: bool = True) -> None:
             "--interpret", action="store_true", help="use the PyTorch interpreter (torch runtime)"
         )
     add_numerics_argument(p)
+    p.add_argument(
+        "--quantize",
+        choices=("int8", "int4", "none"),
+        default=None,
+        help="quantise the linear weights as they load (f16 scales per group; "
+        "docs/quantization.md); `none` loads a GGUF file's Q8_0/Q4_0/Q4_1 weights in float "
+        "(default: as stored, a GGUF file's kept quantised)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the generated checkpoint")
     p.add_argument(
         "--temperature",

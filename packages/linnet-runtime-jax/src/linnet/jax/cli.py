@@ -16,6 +16,7 @@ from importlib.util import find_spec
 from typing import Any
 
 from linnet.lang import LinnetError
+from linnet.lang.cli import quantize_argument
 from linnet.lang.diagnostics.core import Diagnostic
 from linnet.lang.host import options, printing
 from linnet.lang.host import run as host_run
@@ -138,7 +139,12 @@ def run_command(args: argparse.Namespace) -> int:
         weights = str(host_run.demo_checkpoint(model_path, setup.config, args.seed))
     start = time.perf_counter()
     model = load(
-        model_path, weights=weights, device=args.device, numerics=args.numerics, config=setup.config
+        model_path,
+        weights=weights,
+        device=args.device,
+        numerics=args.numerics,
+        config=setup.config,
+        quantize=quantize_argument(getattr(args, "quantize", None)),
     )
     print(
         printing.loaded_line(

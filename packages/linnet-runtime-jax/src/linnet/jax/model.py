@@ -32,6 +32,14 @@ from linnet.lang.host.loading import (
     read_headers,
 )
 from linnet.lang.host.options import check_seed
+from linnet.lang.host.quantize import (
+    Layout,
+    Quantize,
+    gguf_layout,
+    parse_quantize,
+    quantized_layout,
+    stored_quantization,
+)
 from linnet.lang.host.run import model_for_weights
 from linnet.lang.pipeline import (
     FLOATS,
@@ -41,6 +49,7 @@ from linnet.lang.pipeline import (
 from linnet.lang.text.model import TextModel, given_tokenizer
 from linnet.lang.weights.demo import parameter_types
 from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
+from linnet.lang.weights.gguf import GGUFCheckpoint
 
 from .home import import_source
 from .inputs import check_inputs, is_array, type_error
@@ -184,11 +193,13 @@ def prepare(
     read: bool = True,
     check_finite: bool = True,
     check_grads: bool = False,
+    quantize: Any = None,
 ) -> Prepared:
     """Check the model, read its config and the checkpoint's headers (the weights converted
     to ``options.dtype``); with ``read``, load the parameters onto ``device`` and
     (``check_finite``) check they hold no NaN (E0666); with ``check_grads``, check every
-    grad clause first (:mod:`linnet.jax.grad_checks`)."""
+    grad clause first (:mod:`linnet.jax.grad_checks`); ``quantize`` as for :func:`load`."""
+    quant = parse_quantize(quantize)  # E0681 before anything is read
     _check_weights_type(weights)
     check_finite_flag(check_finite)
     if not isinstance(check_grads, bool):
@@ -210,6 +221,8 @@ def prepare(
     params: dict[str, Any] = {}
     shapes: dict[str, tuple] | None = None
     stops = StopTokens()
+    layout: Layout | None = None
+    repack: dict[str, tuple[str, ...]] = {}
     if isinstance(weights, dict):
         import jax
 
@@ -221,14 +234,55 @@ def prepare(
             shapes[k] = (tuple(v.shape), name)
             if read:
                 params[k] = jax.device_put(v, dev)
+        cfg = {**stored_quantization(shapes), **cfg}  # a quantised model's params reload
+        if isinstance(quant, Quantize):
+            layout = quantized_layout(program, cfg, shapes, quant)
     elif weights is not None:
         ckpt, shapes, cfg = read_headers(weights, program, model_path, cfg, convert)
         stops = checkpoint_stop_tokens(ckpt)  # E0798 before any tensor is read
+        if isinstance(ckpt, GGUFCheckpoint):
+            # Kept by default only on a GPU (as the torch runtime on CUDA).
+            import jax
+
+            keep = (dev.platform if dev is not None else jax.default_backend()) == "gpu"
+            layout, repack, _ = gguf_layout(program, cfg, shapes, ckpt, quant, keep)
+        elif isinstance(quant, Quantize):
+            layout = quantized_layout(program, cfg, shapes, quant)
         if read:
-            params = load_checkpoint(ckpt, dev, convert, check_finite)
+            params = load_checkpoint(ckpt, dev, convert, check_finite, repack)
     if isinstance(weights, dict) and read and check_finite:
         check_finite_weights(weights)
+    if layout is not None and shapes is not None:
+        shapes, cfg, params = _quantized(layout, shapes, cfg, params, repack, dev)
     return Prepared(program, model_path, cfg, shapes, params, dev, stops)
+
+
+def _quantized(
+    layout: Layout,
+    shapes: dict[str, Any],
+    cfg: dict[str, Any],
+    params: dict[str, Any],
+    repack: dict[str, tuple[str, ...]],
+    dev: Any,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The quantised model's shapes, config and parameters: each float weight ``layout``
+    quantises, quantised on the host and put back on ``dev`` (a GGUF file's kept weights
+    were repacked as they were read)."""
+    import jax
+
+    from .quantize import quantizer
+
+    step = quantizer(layout)
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        if name in layout.sources and name not in repack:
+            for k, v in step(name, np.asarray(value)).items():
+                out[k] = jax.device_put(v, dev)
+        else:
+            out[name] = value
+    kept = {k: v for k, v in shapes.items() if k not in layout.sources}
+    shapes = {k: kept.get(k, v) for k, v in layout.shapes.items()}
+    return shapes, {**cfg, **layout.config}, out
 
 
 def _entry_params(program: Program, entry: str) -> list[str]:
@@ -691,6 +745,7 @@ def load(
     check_finite: bool = True,
     check_grads: bool = False,
     tokenizer: Any = None,
+    quantize: Any = None,
 ) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
 
@@ -720,7 +775,11 @@ def load(
     with x64 enabled, else f32): a Pallas kernel's backward under ``jax.grad`` is its op's
     clause, so a wrong one is a coded error (E0537-E0539) here, not a wrong gradient later.
     ``tokenizer``: ``model.tokenizer``, for text prompts, as in ``linnet.torch.load``
-    (left out: the one beside the weights; ``False``: none).
+    (left out: the one beside the weights; ``False``: none). ``quantize``: ``"int8"``,
+    ``"int4"`` or ``{"format": ..., "group": ...}`` quantises the linear weights as they
+    load, as in ``linnet.torch.load`` (on the host, in NumPy); on a GPU a GGUF file's Q8_0,
+    Q4_0 and Q4_1 linear weights are kept as they are unless ``quantize=False``, on the
+    CPU only when a format is asked for (``quantize="int4"`` keeps Q4_0/Q4_1 blocks).
 
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/", dtype="bf16",
     ...              device="gpu")                                       # doctest: +SKIP
@@ -738,6 +797,7 @@ def load(
             device,
             check_finite=check_finite,
             check_grads=check_grads,
+            quantize=quantize,
         ),
         options,
         fast,

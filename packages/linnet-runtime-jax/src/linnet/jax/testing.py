@@ -35,6 +35,7 @@ from linnet.lang.check.kernel_cases import (
     KernelFinding,
     bound_ops,
     checked_program,
+    integer_range,
     position,
     raise_findings,
     scalar_value,
@@ -245,7 +246,8 @@ def _scalar_value(dtype: str, seed: int, name: str) -> Any:
 
 
 def _inputs(case: KernelCase, seed: int) -> list[Any]:
-    """Random inputs: normal floats; integers in 0..3; bools."""
+    """Random inputs: normal floats; integers in 0..3, 8-bit ones over their whole range
+    (quantised weights: :func:`~linnet.lang.check.kernel_cases.integer_range`); bools."""
     import jax.numpy as jnp
 
     from .weights import numpy_dtype
@@ -259,7 +261,7 @@ def _inputs(case: KernelCase, seed: int) -> list[Any]:
         elif dtype == "bool":
             x = rng.random(shape) < 0.5
         else:
-            x = rng.integers(0, 4, shape)
+            x = rng.integers(*integer_range(dtype), shape)
         out.append(jnp.asarray(x, dtype=numpy_dtype(dtype)))
     return out
 

@@ -69,15 +69,17 @@ def load_checkpoint(
     device: Any = None,
     dtype: str | None = None,
     check_finite: bool = False,
+    repack: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, Any]:
     """The tensors of a checkpoint whose headers :func:`checkpoint_shapes` validated, each
     read from a memory map of its shard straight to ``device``; with ``check_finite``, each
     floating-point tensor is checked for NaN and infinite values on the way (E0666, every
-    such tensor of every shard in one error)."""
+    such tensor of every shard in one error); ``repack``: a GGUF file's weights kept
+    quantised (:func:`load_gguf`)."""
     import jax
 
     if isinstance(ckpt, GGUFCheckpoint):
-        return load_gguf(ckpt, device, dtype, check_finite)
+        return load_gguf(ckpt, device, dtype, check_finite, repack)
     on_cpu = (device is None and jax.default_backend() == "cpu") or (
         device is not None and device.platform == "cpu"
     )
@@ -118,21 +120,35 @@ def load_checkpoint(
 
 
 def load_gguf(
-    ckpt: GGUFCheckpoint, device: Any = None, dtype: str | None = None, check_finite: bool = False
+    ckpt: GGUFCheckpoint,
+    device: Any = None,
+    dtype: str | None = None,
+    check_finite: bool = False,
+    repack: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, Any]:
     """The tensors of a GGUF file, each dequantised on the host (float32, NumPy), checked
     for NaN and infinite values with ``check_finite`` (E0666), converted to ``dtype`` (a
     Linnet name; default the float type the model's config gives, ``ckpt.dtype``) and placed
-    on ``device``, one tensor at a time.
+    on ``device``, one tensor at a time; the weights ``repack`` names are kept quantised
+    (:func:`linnet.lang.weights.gguf_quant.repacked`).
 
     >>> params = load_gguf(read_gguf("smollm2.gguf"))   # doctest: +SKIP
     """
+    from linnet.lang.weights.gguf_quant import repacked
+
     import jax
 
     kind = numpy_dtype(dtype or ckpt.dtype)
     out: dict[str, Any] = {}
     nonfinite: list[Diagnostic] = []
-    for name, values in ckpt.arrays():
+    repack = repack or {}
+    for name, tensor in ckpt.tensors.items():
+        if name in repack:  # kept quantised: the blocks repacked, never dequantised
+            out.update(
+                {k: jax.device_put(v, device) for k, v in zip(repack[name], repacked(tensor))}
+            )
+            continue
+        values = tensor.dequantized()
         if check_finite:
             bad = finite_diagnostic(name, values, None)
             if bad is not None:

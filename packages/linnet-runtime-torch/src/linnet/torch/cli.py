@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from linnet.lang.cli import quantize_argument
 from linnet.lang.host import options, printing
 from linnet.lang.host import run as host_run
 from linnet.lang.host.run import default_model  # noqa: F401  (re-exported, as before)
@@ -110,6 +111,7 @@ def run_command(args: argparse.Namespace) -> int:
         interpret=args.interpret,
         progress=speaks,
         world=nproc if nproc > 1 else None,
+        quantize=quantize_argument(getattr(args, "quantize", None)),
     )
     seconds = time.perf_counter() - start
     on = str(model.device)

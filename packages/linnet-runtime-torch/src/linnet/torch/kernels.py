@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,22 @@ def stages(
         return kernel_stages(attrs), attrs["kernel_applies"]
     find_kernel(prog, name)  # E0533: not a kernel
     raise AssertionError("unreachable")
+
+
+def _op_where_holds(prog: Program, decl: Any, generics: dict[str, Any]) -> bool:
+    """Whether op ``decl``'s own `where` clauses hold for ``generics`` (its kernel's are
+    :func:`stages`'); ``I % NG == 0`` of a quantised product, say."""
+    from linnet.lang.check.evaluate import Evaluator, Fail, Frame
+    from linnet.lang.ir.builder import Builder
+    from linnet.lang.tensors.dims import Dim
+
+    ev = Evaluator(prog, Builder(None))
+    env = {k: Dim.const(v) if isinstance(v, int) else v for k, v in generics.items()}
+    frame = Frame(decl.module, env, None, decl)
+    try:
+        return all(bool(getattr(ev.value(c, frame), "value", False)) for c in decl.where)
+    except Fail:
+        return False
 
 
 def _ensure_module(prog: Program, module: str, item: str) -> None:
@@ -308,17 +325,20 @@ class OpCase:
     def random_inputs(
         self, device: str | torch.device = "cpu", seed: int = 0
     ) -> list[torch.Tensor]:
-        """Normal random floats (integers in 0..7) of the inputs' shapes and dtypes."""
+        """Normal random floats (integers in 0..7; 8-bit ones, quantised weights, over their
+        whole range) of the inputs' shapes and dtypes."""
+        from linnet.lang.check.kernel_cases import integer_range
         from linnet.lang.emit.torch import TORCH_DTYPES
 
         g = torch.Generator().manual_seed(seed)
         out = []
         for _, shape, dtype in self.inputs:
             dt = eval(TORCH_DTYPES[dtype], {"torch": torch})
+            low, high = integer_range(dtype) if dtype in ("i8", "u8") else (0, 8)
             t = (
                 torch.randn(shape, generator=g)
                 if dt.is_floating_point
-                else torch.randint(0, 8, shape, generator=g)
+                else torch.randint(low, high, shape, generator=g)
             )
             out.append(t.to(dtype=dt, device=device))
         return out
@@ -423,11 +443,14 @@ def example_generics(
 ) -> dict[str, Any] | None:
     """Generics for op ``name`` like a model's: the first dim ``rows`` (1 for decode, a
     prompt's length for prefill), the other dims ``width`` or, where the kernel's where
-    clause needs smaller, the largest power of two below it that it takes; DTypes
-    ``dtype``. None if no such choice lets the kernel run.
+    clause needs smaller, the largest power of two below it that it takes; where no such
+    width does, one dim below the others (a group count: ``linear_q4_gemv``'s kernel needs
+    an even group I / NG); DTypes ``dtype``. None if no such choice lets the kernel run.
 
     >>> example_generics("std.nn.activation::softmax", 1, 4096)
     {'R': 1, 'C': 1024}
+    >>> example_generics("std.nn.quant::linear_q4_gemv", 1, 64)
+    {'N': 1, 'I': 64, 'O': 64, 'NG': 32, 'T': 'bf16'}
     """
     import linnet.lang.syntax.tree as A
 
@@ -437,15 +460,33 @@ def example_generics(
     decl = prog.module(module).find(short)  # type: ignore[union-attr]
     assert isinstance(decl, A.FuncDecl)
     dims = [g.name for g in decl.generics if g.kind == "Dim"]
-    w = width
-    while w >= 1:
-        gen: dict[str, Any] = {}
-        for g in decl.generics:
-            gen[g.name] = dtype if g.kind == "DType" else (rows if g.name == dims[0] else w)
+
+    def applies(gen: dict[str, Any]) -> bool:
         try:
-            if resolve(prog, name, gen)[2]:
-                return gen
+            return bool(resolve(prog, name, gen)[2]) and _op_where_holds(prog, decl, gen)
         except LinnetError:
-            pass
-        w //= 2
+            return False
+
+    def widths() -> Iterator[int]:
+        w = width
+        while w >= 1:
+            yield w
+            w //= 2
+
+    def at(w: int) -> dict[str, Any]:
+        return {
+            g.name: dtype if g.kind == "DType" else (rows if g.name == dims[0] else w)
+            for g in decl.generics
+        }
+
+    for w in widths():
+        if applies(at(w)):
+            return at(w)
+    for w in widths():  # then one dim narrower than the rest
+        for d in dims[1:]:
+            v = w // 2
+            while v >= 1:
+                if applies(gen := at(w) | {d: v}):
+                    return gen
+                v //= 2
     return None

@@ -23,7 +23,14 @@ from linnet.lang.host.loading import (
     read_config,
     read_headers,
 )
-from linnet.lang.host.quantize import Quantize, parse_quantize, quantized_layout
+from linnet.lang.host.quantize import (
+    Layout,
+    Quantize,
+    gguf_layout,
+    parse_quantize,
+    quantized_layout,
+    stored_quantization,
+)
 from linnet.lang.host.run import model_for_weights
 from linnet.lang.pipeline import (
     NUMERICS,  # noqa: F401  (users name linnet.torch.model.NUMERICS)
@@ -31,6 +38,7 @@ from linnet.lang.pipeline import (
 )
 from linnet.lang.text.model import given_tokenizer
 from linnet.lang.weights.generation import StopTokens, checkpoint_stop_tokens
+from linnet.lang.weights.gguf import GGUFCheckpoint
 
 import torch
 
@@ -106,7 +114,7 @@ def load(
     check_finite: bool = True,
     check_grads: bool = False,
     tokenizer: Any = None,
-    quantize: str | dict[str, Any] | None = None,
+    quantize: str | dict[str, Any] | bool | None = None,
 ) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
@@ -165,7 +173,11 @@ def load(
     picks the group, default the largest of 128, 64, 32 that divides every layer's inputs):
     decode then streams 1/2 or 1/4 of the bf16 bytes. The model must read the configs
     ``weight_bits``/``weight_group`` (every std model does); embeddings, norms and a tied
-    LM head stay in float. Error and measured accuracy: docs/quantization.md.
+    LM head stay in float. On CUDA a GGUF file's Q8_0, Q4_0 and Q4_1 linear weights are
+    kept as they are (repacked once, never dequantised) unless ``quantize=False``, which
+    loads every weight in float; on the CPU, where no kernel reads quantised weights and
+    the op bodies would dequantise every weight at every step, they are dequantised unless
+    a format is asked for (``quantize="int4"`` keeps a Q4_0/Q4_1 file's blocks). Error and measured accuracy: docs/quantization.md.
 
     >>> model = load(weights="Llama-3.2-1B/", dtype="bf16", device="cuda",
     ...              quantize="int4")                              # doctest: +SKIP
@@ -200,7 +212,7 @@ def load(
             help="load(..., check_grads=True) checks every grad clause against its op's body first",
         )
     quant = parse_quantize(quantize)  # E0681 before anything is read
-    if quant is not None and (grad or (world or 1) > 1):
+    if isinstance(quant, Quantize) and (grad or (world or 1) > 1):
         raise _error(
             "E0686",
             "quantize= is not supported "
@@ -249,6 +261,7 @@ def load(
             )
             for k, v in weights.items()
         }
+        cfg = {**stored_quantization(shapes), **cfg}  # a quantised model's params reload
         blocks = {}
         if world > 1:
             from .parallel import layout_of, parameter_axes
@@ -261,8 +274,9 @@ def load(
             k: (v.to(dev, convert) if convert is not None and v.is_floating_point() else v.to(dev))
             for k, v in ((k, block(v, blocks.get(k))) for k, v in weights.items())
         }
-        if quant is not None:
-            shapes, cfg, step = _quantizing(program, cfg, shapes, quant, check_finite, report)
+        if isinstance(quant, Quantize):
+            layout = quantized_layout(program, cfg, shapes, quant)
+            shapes, cfg, step = _quantizing(layout, cfg, shapes, check_finite, report)
             params = {k: t for name, v in params.items() for k, t in step(name, v).items()}
     elif weights is not None:
         from .weights import load_checkpoint
@@ -279,10 +293,18 @@ def load(
 
             split = parameter_axes(program, cfg, shapes, world, rank)
             blocks = layout_of(split, world, rank, shapes)
-        step = None
-        if quant is not None:
-            shapes, cfg, step = _quantizing(program, cfg, shapes, quant, check_finite, report)
-        params = load_checkpoint(ckpt, dev, convert, blocks, step)
+        step, layout, note = None, None, None
+        repack: dict[str, tuple[str, ...]] = {}
+        if isinstance(ckpt, GGUFCheckpoint) and not grad and world == 1:
+            keep = dev.type == "cuda"  # Linnet's kernels read quantised weights there
+            layout, repack, note = gguf_layout(program, cfg, shapes, ckpt, quant, keep)
+            if layout is None and note:
+                report(note)
+        elif isinstance(quant, Quantize):
+            layout = quantized_layout(program, cfg, shapes, quant)
+        if layout is not None:
+            shapes, cfg, step = _quantizing(layout, cfg, shapes, check_finite, report, note)
+        params = load_checkpoint(ckpt, dev, convert, blocks, step, repack)
     elif world > 1:
         raise _error(
             "E0821",
@@ -314,23 +336,24 @@ def load(
 
 
 def _quantizing(
-    program: Any,
+    layout: Layout,
     cfg: dict[str, Any],
     shapes: dict[str, Any],
-    quant: Quantize,
     check_finite: bool,
     report: Callable[[str], None],
+    note: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], Callable[[str, torch.Tensor], dict]]:
     """The quantised model's weight shapes and config, and the per-tensor step that
-    quantises the float weights as they are read (the finite check first, if on)."""
+    quantises the float weights as they are read (the finite check first, if on);
+    ``note`` replaces the progress line (a GGUF file's)."""
     from .quantize import quantizer
     from .weights import check_finite_weights
 
-    layout = quantized_layout(program, cfg, shapes, quant)
-    report(
-        f"quantising {layout.quantized} weights to {quant.format} (group {layout.group}) "
-        "as they load"
-    )
+    if note is None:
+        fmt = "int8" if layout.config["weight_bits"] == 8 else "int4"
+        report(f"quantising {layout.quantized} weights to {fmt} (group {layout.group}) as read")
+    elif note:
+        report(note)
     kept = {k: v for k, v in shapes.items() if k not in layout.sources}
     shapes = {k: kept.get(k, v) for k, v in layout.shapes.items()}
 

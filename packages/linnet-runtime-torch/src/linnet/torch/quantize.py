@@ -122,6 +122,28 @@ def dequantize_q4(
     return w.reshape(out, -1).to(dtype)
 
 
+def dequantized(params: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """``params`` with each quantised weight (``X.weight_q8`` and ``X.weight_scale``, or
+    ``X.weight_q4``, ``X.weight_scale`` and ``X.weight_min``) replaced by the float
+    ``X.weight`` the op bodies compute, rounded to ``dtype``: a quantised model's weights as
+    a float checkpoint has them (to inspect, compare or save them).
+
+    >>> w = dequantized(model.params, torch.float32)["lm_head.weight"]  # doctest: +SKIP
+    """
+    out: dict[str, torch.Tensor] = {}
+    for name, t in params.items():
+        if name.endswith((".weight_scale", ".weight_min")):
+            continue
+        stem = name[: -len("_q8")]
+        if name.endswith(".weight_q8"):
+            out[stem] = dequantize_q8(t, params[stem + "_scale"], dtype)
+        elif name.endswith(".weight_q4"):
+            out[stem] = dequantize_q4(t, params[stem + "_scale"], params[stem + "_min"], dtype)
+        else:
+            out[name] = t
+    return out
+
+
 def quantizer(
     layout: Layout, check: Callable[[str, torch.Tensor], None] | None = None
 ) -> Callable[[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -152,6 +174,7 @@ def quantizer(
 __all__ = [
     "dequantize_q4",
     "dequantize_q8",
+    "dequantized",
     "pack_q4",
     "quantize_q4",
     "quantize_q8",

@@ -34,6 +34,7 @@ from linnet.lang.check.kernel_cases import (
     KernelCase,
     KernelCheck,
     KernelFinding,
+    integer_range,
     position,
     raise_findings,
     scalar_value,
@@ -214,7 +215,8 @@ def _scalar_value(dtype: str, seed: int, name: str) -> Any:
 
 def _inputs(case: KernelCase, seed: int, device: torch.device) -> list[torch.Tensor]:
     """Random tensor inputs: normal floats; integers in 0..3 (small enough to index any
-    case's axes, which are at least that long only when drawn so: they are checked)."""
+    case's axes, which are at least that long only when drawn so: they are checked), but
+    8-bit integers over their whole range (quantised weights: :func:`integer_range`)."""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for shape, dtype in case.params.values():
@@ -224,7 +226,8 @@ def _inputs(case: KernelCase, seed: int, device: torch.device) -> list[torch.Ten
         elif dt == torch.bool:
             t = torch.rand(shape, generator=gen) < 0.5
         else:
-            t = torch.randint(0, 4, shape, generator=gen, dtype=torch.int64).to(dt)
+            lo, hi = integer_range(dtype)
+            t = torch.randint(lo, hi, shape, generator=gen, dtype=torch.int64).to(dt)
         out.append(t.to(device))
     return out
 

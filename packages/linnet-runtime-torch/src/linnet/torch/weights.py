@@ -49,6 +49,7 @@ def load_checkpoint(
     dtype: torch.dtype | None = None,
     blocks: dict[str, tuple[int, int, int]] | None = None,
     step: Step | None = None,
+    repack: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint whose headers :func:`checkpoint_shapes` validated.
 
@@ -57,11 +58,12 @@ def load_checkpoint(
     linnet.torch.parallel) maps a tensor to the ``(axis, start, stop)`` block this rank
     holds: only that block is read (``get_slice``). ``step`` turns each tensor, as it is
     read, into the tensors kept (quantisation on load, :func:`linnet.torch.quantize.quantizer`),
-    so a float weight is never held beside the whole model.
+    so a float weight is never held beside the whole model. ``repack`` (a GGUF file) names
+    the weights kept quantised: their blocks become the tensors named, never a float copy.
     """
     blocks = blocks or {}
     if isinstance(ckpt, GGUFCheckpoint):
-        return load_gguf(ckpt, device, dtype, blocks, step)
+        return load_gguf(ckpt, device, dtype, blocks, step, repack)
     from safetensors import SafetensorError, safe_open
 
     out: dict[str, torch.Tensor] = {}
@@ -94,11 +96,13 @@ def load_gguf(
     dtype: torch.dtype | None = None,
     blocks: dict[str, tuple[int, int, int]] | None = None,
     step: Step | None = None,
+    repack: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, torch.Tensor]:
     """The tensors of a GGUF file, each dequantised on the host (in float32, NumPy) and
     placed on ``device`` as ``dtype`` (default: the float type the model's config gives,
-    :attr:`GGUFCheckpoint.dtype`), one tensor at a time; ``blocks`` as for
-    :func:`load_checkpoint`.
+    :attr:`GGUFCheckpoint.dtype`), one tensor at a time; ``blocks``, ``step`` and
+    ``repack`` (weights kept quantised: :func:`linnet.lang.weights.gguf_quant.repacked`) as
+    for :func:`load_checkpoint`.
 
     >>> params = load_gguf(read_gguf("smollm2.gguf"), torch.device("cpu"))  # doctest: +SKIP
     """
@@ -106,7 +110,15 @@ def load_gguf(
 
     target = dtype or DTYPES[ckpt.dtype]
     out: dict[str, torch.Tensor] = {}
-    for name, values in ckpt.arrays():
+    from linnet.lang.weights.gguf_quant import repacked
+
+    repack = repack or {}
+    for name, tensor in ckpt.tensors.items():
+        if name in repack:
+            parts = (torch.from_numpy(p).to(_target(device)) for p in repacked(tensor))
+            out.update(zip(repack[name], parts))
+            continue
+        values = tensor.dequantized()
         t = torch.from_numpy(values)  # owned memory: dequantized() never returns the file's
         where = (blocks or {}).get(name)
         if where is not None:

@@ -74,6 +74,19 @@ def scalar_value(dtype: str, u: float) -> Any:
     return 1e-3 + u
 
 
+def integer_range(dtype: str) -> tuple[int, int]:
+    """The ``[low, high)`` range a checker draws random integer inputs of ``dtype`` from.
+    8-bit integers are data, never indices (quantised weights: ``linear_q8``'s int8 levels,
+    ``linear_q4``'s packed bytes, whose high nibble is 0 below 16): their whole range, so that
+    signs and both nibbles are exercised. Wider integers are token ids and positions that
+    index an axis: 0..3, which every sampled axis holds.
+
+    >>> integer_range("i8"), integer_range("u8"), integer_range("i32")
+    ((-128, 128), (0, 256), (0, 4))
+    """
+    return {"i8": (-128, 128), "u8": (0, 256)}.get(dtype, (0, 4))
+
+
 # Draws tried per case wanted before the sampler gives up on a clause nothing small satisfies.
 ATTEMPTS_PER_CASE = 200
 
@@ -460,6 +473,7 @@ __all__ = [
     "candidate_sizes",
     "check_op_names",
     "checked_program",
+    "integer_range",
     "sample_cases",
     "std_program",
     "wrapper_program",

@@ -22,6 +22,7 @@ from linnet.lang.check.driver import check_program, find_model
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.config import load_config
 from linnet.lang.host.inputs import error, short
+from linnet.lang.host.quantize import stored_quantization
 from linnet.lang.pipeline import FLOATS, Numerics
 from linnet.lang.syntax.program import Program, model_file
 from linnet.lang.weights.checkpoint import fit_checkpoint, merge_config, read_checkpoint_config
@@ -234,6 +235,8 @@ def read_headers(
             k: TensorInfo(s[0], convert if s[1] in FLOATS else s[1], getattr(s, "shard", ""))
             for k, s in shapes.items()
         }
+    # A quantised model's saved weights (weight_q8 / weight_q4) reload as they were saved.
+    config = {**stored_quantization(shapes), **config}
     config = fit_checkpoint(program, config, shapes, ckpt_config)
     return ckpt, shapes, config
 

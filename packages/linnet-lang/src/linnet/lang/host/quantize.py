@@ -58,18 +58,21 @@ def _bad(value: Any, why: str) -> LinnetError:
             f"quantize={value!r} is not a quantisation: {why}",
             help='pass quantize="int8" or "int4", or {"format": "int4", "group": 128} '
             "(group: inputs sharing one scale, a positive multiple of 2); None loads the "
-            "weights as stored",
+            "weights as stored, False every weight in float (a GGUF file dequantised)",
         )
     )
 
 
-def parse_quantize(value: Any) -> Quantize | None:
-    """``load``'s ``quantize=`` checked: None, ``"int8"``, ``"int4"``, a :class:`Quantize`
+def parse_quantize(value: Any) -> Quantize | bool | None:
+    """``load``'s ``quantize=`` checked: None (as stored; a GGUF file's Q8_0/Q4_0/Q4_1
+    blocks kept), False (everything in float), ``"int8"``, ``"int4"``, a :class:`Quantize`
     or a dict ``{"format": ..., "group": ...}``; anything else is E0681.
 
-    >>> parse_quantize(None) is None
-    True
+    >>> parse_quantize(None) is None, parse_quantize(False)
+    (True, False)
     """
+    if value is False:
+        return False
     if value is None or isinstance(value, Quantize):
         if isinstance(value, Quantize):
             parse_quantize({"format": value.format, "group": value.group})
@@ -162,7 +165,11 @@ def quantized_layout(
     }
     plain = {k: v for k, v in config.items() if k not in ("weight_bits", "weight_group")}
     floats = lower(program, entry.name, inputs, plain, shapes, check=False)
-    dims = {k: v for k, v in floats.dims.items() if k not in ("weight_bits", "weight_group")}
+    dims = {
+        k: v
+        for k, v in {**floats.dims, **floats.dtypes}.items()
+        if k not in ("weight_bits", "weight_group")
+    }
     bits, names = FORMATS[quantize.format]
     # Which weights: lowered quantised at a group every size divides (2), then sized.
     probe = lower(
@@ -217,4 +224,100 @@ def quantized_layout(
     return Layout(qconfig, sources, out)
 
 
-__all__ = ["FORMATS", "GROUPS", "Layout", "Quantize", "parse_quantize", "quantized_layout"]
+def stored_quantization(shapes: dict[str, Any]) -> dict[str, int]:
+    """The configs a checkpoint of quantised weights was saved with (a quantised model's
+    ``params`` written to safetensors): ``weight_bits`` from its ``*.weight_q8`` or
+    ``*.weight_q4`` tensors, ``weight_group`` from a weight's inputs over its scales' count;
+    ``{}`` for a float checkpoint. The user's config, merged over it, still decides.
+
+    >>> stored_quantization({"p.weight_q4": ((8, 32), "u8"), "p.weight_scale": ((8, 2), "f16")})
+    {'weight_bits': 4, 'weight_group': 32}
+    """
+    for name, info in shapes.items():
+        for suffix, bits, per_byte in ((".weight_q8", 8, 1), (".weight_q4", 4, 2)):
+            if not name.endswith(suffix):
+                continue
+            scale = shapes.get(name[: -len(suffix)] + ".weight_scale")
+            shape, scale_shape = tuple(info[0]), tuple(scale[0]) if scale else ()
+            if len(shape) != 2 or len(scale_shape) != 2 or not scale_shape[1]:
+                return {"weight_bits": bits}  # lowering names what is mis-shaped
+            inputs = shape[1] * per_byte
+            return {"weight_bits": bits, "weight_group": max(1, inputs // scale_shape[1])}
+    return {}
+
+
+def gguf_layout(
+    program: Any,
+    config: dict[str, Any],
+    shapes: dict[str, Any],
+    ckpt: Any,
+    quantize: Quantize | bool | None,
+    keep: bool = True,
+) -> tuple[Layout | None, dict[str, tuple[str, ...]], str]:
+    """How a GGUF file loads: the :class:`Layout` (None: every weight in float), the weights
+    repacked from the file's blocks rather than dequantised (name -> the names replacing
+    it), and a line for the progress report.
+
+    ``quantize`` None keeps the file's Q8_0, Q4_0 or Q4_1 linear weights as they are when
+    ``keep`` (the runtimes pass it on a GPU, where Linnet's kernels read quantised weights;
+    on a CPU the op bodies would dequantise every weight at every step, slower than float),
+    they are all of one kept format (:data:`linnet.lang.weights.gguf_quant.KEPT`) and the
+    model can hold them; else the file is dequantised, as ``False`` asks. A format asked
+    for repacks the weights already in it at group 32 (the group unless one is given) and
+    quantises the rest from their dequantised values.
+
+    >>> layout, repack, note = gguf_layout(program, cfg, shapes, ckpt, None)  # doctest: +SKIP
+    """
+    from linnet.lang.weights.gguf_quant import GROUP, KEPT, keepable
+
+    if quantize is False:
+        return None, {}, ""
+    if isinstance(quantize, Quantize):
+        fmt = quantize.format
+        if quantize.group is None and any(
+            keepable(t) and KEPT[t.quant] == fmt for t in ckpt.tensors.values()
+        ):
+            quantize = Quantize(fmt, GROUP)  # the file's blocks, kept as they are
+        layout = quantized_layout(program, config, shapes, quantize)
+    elif not keep:
+        return None, {}, ""
+    else:
+        if not (_declares(program, "weight_bits") and _declares(program, "weight_group")):
+            return None, {}, "dequantising the file's weights: the model cannot hold them quantised"
+        probe = quantized_layout(program, config, shapes, Quantize("int8", GROUP))
+        tensors = [ckpt.tensors.get(p) for p in probe.sources]
+        formats = {KEPT.get(t.quant) if t is not None and keepable(t) else None for t in tensors}
+        if len(formats) != 1 or None in formats:
+            kinds = sorted({t.quant for t in tensors if t is not None})
+            return (
+                None,
+                {},
+                f"dequantising the file's weights ({', '.join(kinds)}): only Q8_0, Q4_0 and "
+                "Q4_1 linear weights of one kind are kept quantised",
+            )
+        fmt = formats.pop() or ""
+        layout = quantized_layout(program, config, shapes, Quantize(fmt, GROUP))
+    repack = {}
+    if layout.group == GROUP:
+        for path, targets in layout.sources.items():
+            t = ckpt.tensors.get(path)
+            if t is not None and keepable(t) and KEPT[t.quant] == fmt:
+                repack[path] = targets
+    note = f"keeping {len(repack)} of the file's weights quantised ({fmt}, group {GROUP})" + (
+        f", quantising {layout.quantized - len(repack)} more"
+        if layout.quantized > len(repack)
+        else ""
+    )
+    return layout, repack, note
+
+
+__all__ = [
+    "FORMATS",
+    "GROUPS",
+    "Layout",
+    "Quantize",
+    "gguf_layout",
+    "parse_quantize",
+    "quantized_layout",
+    "stored_quantization",
+]

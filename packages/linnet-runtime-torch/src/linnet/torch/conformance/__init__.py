@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from linnet.lang.check.kernel_cases import integer_range
 from linnet.lang.syntax.program import model_file
 
 TOLERANCES: dict[str, float] = {"f64": 1e-9, "f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
@@ -210,6 +211,14 @@ def cases() -> list[Case]:
         _std("linear_split_wide_op", x=x),
         _std("linear_residual_split_op", x=x, r=((4, 6), "normal")),
         _std("linear_gemv_dot_op", x=x),
+        # Issue 42's quantised products (int8, packed int4; f16 group scales) and their
+        # decode span ops (std.nn.quant).
+        _std("linear_q8_op", x=x),
+        _std("linear_q4_op", x=x),
+        _std("linear_q8_gemv_op", x=x),
+        _std("linear_q8_split_op", x=x),
+        _std("linear_q4_gemv_op", x=x),
+        _std("linear_q4_split_op", x=x),
         _std("residual_rms_norm_op", x=x, up=x),
         _std("rms_norm_qkv_split_op", x=x),
         _std(
@@ -389,7 +398,7 @@ def make_inputs(case: Case, seed: int = 0) -> Arrays:
 
 def make_weights(graphs: list[Any], seed: int = 0) -> dict[str, Any]:
     """Random weights (torch tensors) for every parameter the graphs read: normal(0, 0.2), norm
-    gains near one; each from its own seed (the path's), so a case sees the same weights
+    gains near one, 8-bit integers (quantised weights) uniform over their whole range; each from its own seed (the path's), so a case sees the same weights
     whatever else is lowered."""
     import torch
 
@@ -401,6 +410,11 @@ def make_weights(graphs: list[Any], seed: int = 0) -> dict[str, Any]:
             if path in out:
                 continue
             rng = np.random.default_rng(seed + zlib.crc32(path.encode()))
+            if vt.dtype in ("i8", "u8"):  # quantised levels and packed nibbles: every value
+                low, high = integer_range(vt.dtype)
+                ints = rng.integers(low, high, vt.shape)
+                out[path] = torch.from_numpy(ints.astype(np.int64)).to(DTYPES[vt.dtype])
+                continue
             if path.endswith("norm.weight") or path == "gain":
                 arr = 1.0 + 0.1 * rng.standard_normal(vt.shape)
             else:
@@ -433,7 +447,16 @@ class Setup:
         return self.models[kind]
 
     def numpy_weights(self, graph: Any) -> Arrays:
-        return {p: self.weights[p].float().numpy() for p in graph.parameters}
+        """The graph's weights as NumPy arrays of their own dtypes (an int8 weight stays
+        int8, an f16 scale f16: the exports declare them so); bf16, which NumPy lacks, as
+        f32."""
+        import torch
+
+        return {
+            p: (w.float() if w.dtype == torch.bfloat16 else w).numpy()
+            for p in graph.parameters
+            for w in (self.weights[p],)
+        }
 
 
 def _torch_step(kind: str) -> Callable[[Setup, Any], StepFn]:

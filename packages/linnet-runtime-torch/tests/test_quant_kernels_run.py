@@ -1,0 +1,208 @@
+"""std.nn.quant's decode kernels (issue 42) under Triton's interpreter, against their op bodies
+(`linear_q8`, `linear_q4`): at the std bindings' tiles through `linnet kernels --std`
+(test_kernel_checks_run.py), and here at small tiles (tests/kernels/quant_tiles.linnet: BR 4,
+BO 8, 16 columns a step, 3 splits), so that cases of a few dozen columns run several programs,
+several chunks, ragged last tiles, groups that straddle a chunk and splits wholly past I, with
+outputs poisoned with NaN. Then a toy Qwen2's quantised decode planned: its `linear_q8` /
+`linear_q4` calls are claimed by the span ops, listed by `plan.explain()`, and the plan's run
+(kernels interpreted) equals the model's exact run.
+
+Kernels run in a subprocess: Triton's interpreter must be chosen before Triton is first
+imported, which this pytest process may already have done.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from linnet.lang import Program
+from linnet.lang.check.kernel_cases import KernelCase, bound_ops, integer_range
+from support import CI, CI_SEED, ci_sample, run_guarded
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
+
+TILES = Path(__file__).parent / "kernels" / "quant_tiles.linnet"
+OPS = ["small_q8", "small_q8_split", "small_q4", "small_q4_split"]
+# Chosen shapes (N, I, O, NG, T; the group GS = I / NG): a ragged last chunk (I = 40 in
+# chunks of 16) with groups of 10 straddling chunks; GS 32 over 2 chunks a group; GS 128
+# (8 chunks a group: 16 for int8, 8 bytes = 16 inputs a step for int4); 1, 3 and 4 rows; O
+# over several BO = 8 programs with a ragged last one; bf16 and f32. For the splits (KS 3):
+# 3 chunks over 3 splits, 16 over 3 of 6 (the last split shorter), 1 chunk (I = 16: two
+# splits wholly past I, which write zeros).
+CHOSEN = [
+    (1, 40, 17, 4, "f32"),
+    (3, 64, 20, 2, "bf16"),
+    (3, 256, 9, 2, "bf16"),
+    (4, 256, 12, 8, "f32"),
+    (2, 16, 9, 1, "bf16"),
+]
+SAMPLED, SAMPLE_SEED = (1, CI_SEED) if CI else (2, 3)
+RUN_CHOSEN = {op: ci_sample(CHOSEN, 2, op) for op in OPS}
+
+DRIVER = """
+import json, sys
+import torch
+from linnet.lang.check.kernel_cases import bound_ops, case_for, checked_program
+from linnet.torch.testing import check_case, check_kernels, use_interpreter
+
+path, chosen, count, seed = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+checks = []
+def seen(c):
+    checks.append({"op": c.case.op, "generics": c.case.generics, "difference": c.difference,
+                   "finding": str(c.finding) if c.finding else None})
+check_kernels(path, count=count, seed=seed, max_size=40, ops=list(chosen), on_check=seen)
+use_interpreter()
+program = checked_program(path)
+for op in bound_ops(program):
+    for shape in chosen.get(op.name, []):
+        names = [g.name for g in op.generics]
+        case = case_for(program, op, dict(zip(names, shape)))
+        seen(check_case(program, op, case, 0, torch.device("cpu")))
+
+# The generated Triton of the int4 kernel: the byte tile is loaded once a chunk.
+from linnet.torch.kernels import kernel_module
+mod = kernel_module(None, "std.nn.quant::q4_gemv_rows", {"N": 1, "I": 64, "O": 16, "NG": 2,
+                    "GS": 32, "T": "bf16", "BR": 16, "BO": 8, "BJ": 256})
+source = open(mod.__file__).read()
+body = source[source.index("def q4_gemv_rows"):source.index("def run_q4_gemv_rows")]
+body = body[body.index("if USE_PDL:"):]  # after the L2 prefetch block (PDL modes 4, 5)
+q_loads = body.count("tl.load(\\n            q +") + body.count("tl.load(q +")
+
+# A toy Qwen2's quantised decode, planned unmeasured: which span ops claim what.
+from linnet.lang.syntax.program import model_file
+from linnet.torch import load
+from linnet.torch.model import parameter_types
+qwen = model_file("std.models.qwen2")
+toy = json.loads((qwen.parent / "configs" / "qwen2" / "toy.json").read_text())
+plans = {}
+for bits, group in ((8, 32), (4, 16)):
+    cfg = {k: v for k, v in toy.items() if not k.startswith("_")}
+    cfg.update(NL=1, weight_bits=bits, weight_group=group)
+    g = torch.Generator().manual_seed(bits)
+    w = {}
+    for p, vt, ones in parameter_types(qwen, cfg):
+        if vt.dtype in ("i8", "u8"):
+            lo, hi = (-128, 128) if vt.dtype == "i8" else (0, 256)
+            w[p] = torch.randint(lo, hi, vt.shape, generator=g).to(getattr(torch, {"i8": "int8", "u8": "uint8"}[vt.dtype]))
+        elif vt.dtype == "f16":  # scales and offsets: a level times one is a weight of ~0.02
+            w[p] = ((torch.rand(vt.shape, generator=g) - 0.3) * 0.004).half()
+        else:
+            w[p] = torch.ones(vt.shape) if ones else torch.randn(vt.shape, generator=g) * 0.02
+    model = load(qwen, weights=dict(w), config=cfg, numerics="fast")
+    token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
+    plan = model.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
+    rows = [(c.region.callee, c.region.start, c.status) for c in plan.candidates
+            if c.backend_name == "linnet-kernels"]
+    (got,) = plan.run([token, pos], model.context_for(plan))
+    want = load(qwen, weights=dict(w), config=cfg, numerics="exact").run("decode", [token, pos])
+    plans[bits] = {"explain": plan.explain(), "rows": rows,
+                   "difference": float((got - want).abs().max()),
+                   "scale": float(want.abs().max())}
+print(json.dumps({"checks": checks, "q_loads": q_loads, "plans": plans}))
+"""
+
+
+@pytest.fixture(scope="module")
+def run() -> dict:
+    done = run_guarded(
+        [
+            sys.executable,
+            "-c",
+            DRIVER,
+            str(TILES),
+            json.dumps(RUN_CHOSEN),
+            str(SAMPLED),
+            str(SAMPLE_SEED),
+        ],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
+    assert done.returncode == 0, f"(CI={CI}, LINNET_CI_SEED={CI_SEED}) {done.stderr}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_small_tile_quant_kernels_agree_with_their_bodies(run: dict) -> None:
+    checks = run["checks"]
+    assert [c["finding"] for c in checks if c["finding"]] == []
+    ops = [c["op"].rsplit("::", 1)[-1] for c in checks]
+    # The sampled cases and every chosen one of each op ran.
+    assert {o: ops.count(o) for o in OPS} == {o: SAMPLED + len(RUN_CHOSEN[o]) for o in OPS}
+    assert all(c["difference"] < float("inf") for c in checks)
+
+
+def test_the_chosen_cases_reach_edges() -> None:
+    """Ragged chunks (I not a multiple of 16), groups of 32 and 128, a group straddling a
+    chunk, O not a multiple of BO = 8, one row and several, bf16 and f32, and a split wholly
+    past I (I = 16 is one chunk for three splits)."""
+    groups = {i // ng for _, i, _, ng, _ in CHOSEN}
+    assert {32, 128} <= groups and any(16 % g and g % 16 for g in groups)
+    assert any(i % 16 for _, i, _, _, _ in CHOSEN)
+    assert any(o % 8 for _, _, o, _, _ in CHOSEN)
+    assert {n for n, *_ in CHOSEN} >= {1, 3}
+    assert {t for *_, t in CHOSEN} == {"bf16", "f32"}
+    assert any(-(-i // 16) < 3 for _, i, _, _, _ in CHOSEN)
+
+
+def test_the_small_bindings_are_the_std_kernels() -> None:
+    program = Program.from_file(TILES)
+    kernels = {
+        op.name: op.kernel.name + (f" then {op.kernel.then.name}" if op.kernel.then else "")
+        for op in bound_ops(program)
+        if op.name in OPS
+    }
+    assert kernels == {
+        "small_q8": "q8_gemv_rows",
+        "small_q8_split": "q8_split_part then q8_split_sum",
+        "small_q4": "q4_gemv_rows",
+        "small_q4_split": "q4_split_part then q4_split_sum",
+    }
+
+
+def test_the_int4_kernel_loads_each_byte_once(run: dict) -> None:
+    """One `tl.load` of the packed weight a chunk; both nibbles come from it in registers."""
+    assert run["q_loads"] == 1
+
+
+def test_a_quantised_decode_plan_claims_the_quant_span_ops(run: dict) -> None:
+    """Every quantised product of a toy Qwen2 decode step (q, k, v, o, gate, up, down and
+    the LM head: 8) is claimed by both span ops of its width, the one-pass kernel and the
+    split-K chain, as candidates of one region; `plan.explain()` lists them; the plan's
+    run, kernels interpreted, equals the exact model's."""
+    for bits in ("8", "4"):
+        found = run["plans"][bits]
+        rows = found["rows"]
+        for op in (f"linear_q{bits}_gemv", f"linear_q{bits}_split"):
+            starts = [s for callee, s, _ in rows if callee == f"std.nn.quant::{op}"]
+            assert len(starts) == 8, (op, rows)
+            assert f"{op} [lm_head]" in found["explain"]
+        # Unmeasured, one of the two same-sized candidates is taken at each product.
+        quant = [(s, st) for callee, s, st in rows if callee.startswith("std.nn.quant::")]
+        assert sorted(s for s, st in quant if st == "taken") == sorted({s for s, _ in quant})
+        assert found["difference"] <= 1e-4 * max(1.0, found["scale"]), found
+
+
+def test_checks_draw_8_bit_integers_over_their_whole_range() -> None:
+    """`linnet kernels` feeds int8 weights negative values and packed int4 bytes high
+    nibbles (integers in 0..3, as before for every integer type, would leave every high
+    nibble 0 and every int8 level positive, and a kernel that mixed the nibbles up or read
+    int8 as unsigned would pass); token ids and positions stay in 0..3."""
+    from linnet.torch.testing import _inputs
+
+    case = KernelCase(
+        "m::op",
+        "m::k",
+        {},
+        {"q": ((64, 64), "i8"), "p": ((64, 64), "u8"), "ids": ((64,), "i32")},
+        {},
+        [],
+    )
+    q, p, ids = _inputs(case, 0, torch.device("cpu"))
+    assert int(q.min()) < -100 and int(q.max()) > 100
+    assert int((p // 16).max()) == 15 and int((p % 16).max()) == 15
+    assert int(ids.min()) >= 0 and int(ids.max()) <= 3
+    assert integer_range("i8") == (-128, 128) and integer_range("u8") == (0, 256)
