@@ -16,8 +16,8 @@ row is the same weights in another format, loaded with ``linnet.torch.load``:
   (dequantised by the GGUF loader: what the reference holds, bit for bit).
 
 On the CPU no kernel reads quantised weights: the op bodies dequantise every weight at every
-step, so the int4 rows decode several times slower than float (the whole run takes about ten
-minutes on 2 busy cores; ``--steps 16`` or ``--only`` for less).
+step, so the int4 rows decode slower than float (the whole run takes about 4 minutes on 2 idle
+cores, more on busy ones; ``--steps 16`` or ``--only`` for less).
 
 Reported per format, against the float32 model:
 
