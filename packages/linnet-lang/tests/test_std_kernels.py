@@ -125,6 +125,17 @@ STD_KERNELS = {
         "<N, I, O, NG, I / NG, T, 16, 8, 128, 4> then q4_split_sum<N, I, O, NG, T, 16, 8, 4>",
         ["BR >= N", "GS % 2 == 0"],
     ),
+    # Issue 42's dequantising GEMMs: a step of BK = 128 inputs is BG = 128 / GS whole groups.
+    "std.nn.quant_mm::linear_q8_mm": (
+        "q8_mm_tiles",
+        "<N, I, O, NG, I / NG, T, 32, 64, 128, 128 / (I / NG)>",
+        ["BM >= 16", "BN >= 16", "BK >= 16", "BG * GS == BK", "I == NG * GS"],
+    ),
+    "std.nn.quant_mm::linear_q4_mm": (
+        "q4_mm_tiles",
+        "<N, I, O, NG, I / NG, T, 32, 64, 128, 128 / (I / NG)>",
+        ["BM >= 16", "BN >= 16", "BK >= 32", "BG * GS == BK", "GS % 2 == 0", "I == NG * GS"],
+    ),
 }
 
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
@@ -193,6 +204,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long,
                     decode_attention_split_once}
 use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}
+use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm}
 """
 
 

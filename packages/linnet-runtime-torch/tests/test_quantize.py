@@ -202,3 +202,39 @@ def test_quantize_with_grad_is_E0686() -> None:
     with pytest.raises(LinnetError) as err:
         load("std.models.llama", weights=weights("llama"), config="toy", quantize="int8", grad=True)
     assert codes(err) == {"E0686"}
+
+
+def test_random_weights_of_a_quantised_config_load() -> None:
+    cfg = {**toy("llama"), "T": "bf16", "weight_bits": 4, "weight_group": 32}
+    w = random_weights(MODELS / "llama.linnet", cfg, dtype=torch.bfloat16)
+    assert w["lm_head.weight_q4"].dtype == torch.uint8
+    assert w["lm_head.weight_scale"].dtype == torch.float16  # not dtype=: the format's
+    assert int(w["lm_head.weight_q4"].max()) > 15  # both nibbles drawn
+    model = load("std.models.llama", weights=w, config=cfg)
+    assert model.prefill(TOKENS).isfinite().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_quantised_generate_on_cuda_takes_the_kernels(fmt: str) -> None:
+    """On CUDA a quantised model's generate plans its decode step with std.nn.quant's
+    kernels as candidates (each checked against the body before it is taken) and gives the
+    tokens of the step run call by call (fast=False: the bodies)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cfg = {**toy("llama"), "T": "bf16", "S": 256}
+    w = random_weights(MODELS / "llama.linnet", cfg, dtype=torch.bfloat16, scale=0.05)
+    model = load(
+        "std.models.llama",
+        weights=w,
+        config=cfg,
+        device="cuda",
+        numerics="fast",
+        quantize={"format": fmt, "group": 32},
+    )
+    prompts = [[3, 17, 42, 9], [5, 6, 7]]
+    fast = model.generate(prompts, 24, stop_tokens=[])
+    eager = model.generate(prompts, 24, stop_tokens=[], fast=False)
+    assert fast == eager
+    explained = "".join(step.plan.explain() for step in model._fast_steps.values())
+    assert ("linear_q8" if fmt == "int8" else "linear_q4") in explained

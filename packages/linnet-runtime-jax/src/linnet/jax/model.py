@@ -824,7 +824,12 @@ def random_weights(
     rng = np.random.default_rng(seed)
     out = {}
     for path, vt, ones in parameter_types(model_path, config):
-        dt = numpy_dtype(dtype or vt.dtype)
+        if vt.dtype in ("i8", "u8"):  # quantised levels (weight_bits 8 or 4): any byte
+            low, high = (-127, 128) if vt.dtype == "i8" else (0, 256)
+            out[path] = rng.integers(low, high, vt.shape).astype(numpy_dtype(vt.dtype))
+            continue
+        # A quantised weight's f16 scales stay f16 whatever dtype= asks of the rest.
+        dt = numpy_dtype(vt.dtype if vt.dtype == "f16" and dtype else dtype or vt.dtype)
         if ones:
             out[path] = np.ones(vt.shape, dtype=dt)
         else:

@@ -769,7 +769,18 @@ def random_weights(
     gen = torch.Generator(dev).manual_seed(seed)
     out = {}
     for path, vt, ones in parameter_types(model_path, config):
-        dt = dtype or DTYPES[vt.dtype]
+        if vt.dtype in ("i8", "u8"):  # quantised levels (weight_bits 8 or 4): any byte
+            low, high = (-127, 128) if vt.dtype == "i8" else (0, 256)
+            out[path] = torch.randint(
+                low, high, vt.shape, generator=gen, device=dev, dtype=DTYPES[vt.dtype]
+            )
+            continue
+        # A quantised weight's f16 scales stay f16 whatever dtype= asks of the rest.
+        dt = (
+            DTYPES[vt.dtype]
+            if vt.dtype == "f16" and dtype is not None
+            else dtype or DTYPES[vt.dtype]
+        )
         if ones:
             out[path] = torch.ones(vt.shape, dtype=dt, device=dev)
         else:

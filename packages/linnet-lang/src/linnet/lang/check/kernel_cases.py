@@ -60,6 +60,23 @@ kernel row_softmax<R, C, 1024> {
 DEFAULT_DTYPES = ("f32", "bf16")
 
 
+# Integer tensors a case draws in 0..3 (small enough to index any case's axes) but for the
+# 8-bit types, which no std op indexes with: they hold quantised weights (`linear_q8`'s i8,
+# `linear_q4`'s packed u8 nibbles), so a case draws them over their whole range, or a kernel
+# that drops the sign or a byte's high nibble would agree with its body on every case.
+_DATA_RANGES = {"i8": (-128, 128), "u8": (0, 256)}
+
+
+def integer_range(dtype: str) -> tuple[int, int]:
+    """``(low, high)``, high excluded, of the random values a case draws for an integer
+    tensor of ``dtype``: 0..3 (valid indices), the whole range for 8-bit data.
+
+    >>> integer_range("i32"), integer_range("i8"), integer_range("u8")
+    ((0, 4), (-128, 128), (0, 256))
+    """
+    return _DATA_RANGES.get(dtype, (0, 4))
+
+
 def scalar_value(dtype: str, u: float) -> Any:
     """A scalar parameter's value from a uniform draw ``u`` in [0, 1): a small positive
     number (an epsilon, a scale), an int in 1..4 or a bool.
@@ -72,19 +89,6 @@ def scalar_value(dtype: str, u: float) -> Any:
     if dtype.startswith(("i", "u")):
         return 1 + int(u * 4)
     return 1e-3 + u
-
-
-def integer_range(dtype: str) -> tuple[int, int]:
-    """The ``[low, high)`` range a checker draws random integer inputs of ``dtype`` from.
-    8-bit integers are data, never indices (quantised weights: ``linear_q8``'s int8 levels,
-    ``linear_q4``'s packed bytes, whose high nibble is 0 below 16): their whole range, so that
-    signs and both nibbles are exercised. Wider integers are token ids and positions that
-    index an axis: 0..3, which every sampled axis holds.
-
-    >>> integer_range("i8"), integer_range("u8"), integer_range("i32")
-    ((-128, 128), (0, 256), (0, 4))
-    """
-    return {"i8": (-128, 128), "u8": (0, 256)}.get(dtype, (0, 4))
 
 
 # Draws tried per case wanted before the sampler gives up on a clause nothing small satisfies.
