@@ -36,6 +36,8 @@ SMOKE_PRODUCTS = {"q": (256, 64)}
 BANDWIDTH = 3.35e12
 L2 = 50 << 20
 Q8 = [
+    ("q8v_group_round", 16, 128),
+    ("q8v_group_round", 32, 128),
     ("q8v_row", 16, 256),
     ("q8v_row", 8, 512),
     ("q8v_group", 16, 128),
@@ -43,7 +45,14 @@ Q8 = [
     ("q8v_group", 64, 64),
     ("q8v_group", 8, 128),
 ]
-Q4 = [("q4v_group", 16, 64), ("q4v_group", 32, 64), ("q4v_group", 64, 32), ("q4v_group", 8, 64)]
+Q4 = [
+    ("q4v_group_round", 16, 64),
+    ("q4v_group_round", 32, 64),
+    ("q4v_group", 16, 64),
+    ("q4v_group", 32, 64),
+    ("q4v_group", 64, 32),
+    ("q4v_group", 8, 64),
+]
 STD = {
     "q8": [("std.nn.quant::q8_gemv_rows", {"BR": 16, "BO": 8, "BK": 512})],
     "q4": [("std.nn.quant::q4_gemv_rows", {"BR": 16, "BO": 8, "BJ": 256})],
