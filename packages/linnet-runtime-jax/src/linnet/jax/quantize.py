@@ -16,8 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.host.quantize import Layout
+from linnet.lang.host.quantize import Layout, scale_overflow
 
 
 def _groups(w: Any, group: int) -> np.ndarray:
@@ -29,15 +28,7 @@ def _half(values: np.ndarray, name: str) -> np.ndarray:
     with np.errstate(over="ignore"):
         half = values.astype(np.float16)
     if not np.isfinite(half).all():
-        raise LinnetError(
-            Diagnostic(
-                "E0684",
-                f"weight `{name}` cannot be quantised: a group's scale overflows f16 "
-                "(weights larger than about 8e6 in magnitude)",
-                help="load it without quantize=; a trained checkpoint's weights are far "
-                "smaller, so check that the file is the one you meant",
-            )
-        )
+        raise scale_overflow(name)
     return half
 
 

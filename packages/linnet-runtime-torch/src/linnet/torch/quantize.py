@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.host.quantize import Layout
+from linnet.lang.host.quantize import Layout, scale_overflow
 
 import torch
 
@@ -35,15 +34,7 @@ def _scale(values: torch.Tensor, name: str) -> torch.Tensor:
     """f32 scales rounded to f16; one that overflows f16 is E0684 (weights beyond ~8e6)."""
     half = values.to(torch.float16)
     if not bool(torch.isfinite(half).all()):
-        raise LinnetError(
-            Diagnostic(
-                "E0684",
-                f"weight `{name}` cannot be quantised: a group's scale overflows f16 "
-                "(weights larger than about 8e6 in magnitude)",
-                help="load it without quantize=; a trained checkpoint's weights are far "
-                "smaller, so check that the file is the one you meant",
-            )
-        )
+        raise scale_overflow(name)
     return half
 
 

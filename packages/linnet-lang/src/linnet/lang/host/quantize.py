@@ -51,6 +51,24 @@ class Quantize:
         return FORMATS[self.format][0]
 
 
+def scale_overflow(name: str) -> LinnetError:
+    """E0684: weight ``name`` has a group whose scale (or offset) overflows f16; both
+    runtimes' quantisers raise it.
+
+    >>> scale_overflow("lm_head.weight").diagnostics[0].code
+    'E0684'
+    """
+    return LinnetError(
+        Diagnostic(
+            "E0684",
+            f"weight `{name}` cannot be quantised: a group's scale overflows f16 "
+            "(weights larger than about 8e6 in magnitude)",
+            help="load it without quantize=; a trained checkpoint's weights are far "
+            "smaller, so check that the file is the one you meant",
+        )
+    )
+
+
 def _bad(value: Any, why: str) -> LinnetError:
     return LinnetError(
         Diagnostic(
@@ -319,5 +337,6 @@ __all__ = [
     "gguf_layout",
     "parse_quantize",
     "quantized_layout",
+    "scale_overflow",
     "stored_quantization",
 ]
