@@ -125,6 +125,17 @@ STD_KERNELS = {
         "<N, I, O, NG, I / NG, T, 16, 8, 128, 4> then q4_split_sum<N, I, O, NG, T, 16, 8, 4>",
         ["BR >= N", "GS % 2 == 0"],
     ),
+    # One row a program, a whole group a step (BK = GS; BJ = GS / 2 bytes).
+    "std.nn.quant::linear_q8_row": (
+        "q8_gemv_group",
+        "<N, I, O, NG, I / NG, T, 32, I / NG>",
+        ["N <= 4", "GS % BK == 0", "256 % BK == 0"],
+    ),
+    "std.nn.quant::linear_q4_row": (
+        "q4_gemv_group",
+        "<N, I, O, NG, I / NG, T, 32, I / NG / 2>",
+        ["N <= 4", "GS % (2 * BJ) == 0", "128 % BJ == 0"],
+    ),
     # Issue 42's dequantising GEMMs: a step of BK = 128 inputs is BG = 128 / GS whole groups.
     "std.nn.quant_mm::linear_q8_mm": (
         "q8_mm_tiles",
@@ -203,7 +214,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     rms_norm_qkv_rope_split, rms_norm_qkv_rope_split_wide,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long,
                     decode_attention_split_once}
-use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}
+use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split, linear_q8_row, linear_q4_row}
 use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm}
 """
 

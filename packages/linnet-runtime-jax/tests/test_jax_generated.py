@@ -658,7 +658,22 @@ STD_GRAD_OPS = [
     "rope",
     "causal_attention",
     "decode_attention",
+    "linear_q8",  # with respect to x only: the int8 levels and f16 scales have no gradient
+    "linear_q4",
 ]
+
+
+def _drawn(rng: np.random.Generator, vt) -> np.ndarray:
+    """A random input of an op's graph: 8-bit levels over their range, small f16 scales."""
+    if vt.dtype == "i32":
+        return rng.integers(0, 3, size=vt.shape).astype(np.int32)
+    if vt.dtype == "i8":
+        return rng.integers(-127, 128, size=vt.shape).astype(np.int8)
+    if vt.dtype == "u8":
+        return rng.integers(0, 256, size=vt.shape).astype(np.uint8)
+    if vt.dtype == "f16":
+        return (rng.standard_normal(vt.shape) * 0.05).astype(np.float16)
+    return rng.standard_normal(vt.shape).astype(np.float32)
 
 
 @pytest.mark.parametrize("name", STD_GRAD_OPS)
@@ -677,12 +692,7 @@ def test_std_op_gradient_as_generated_jax_matches_jax_vjp(name) -> None:
         backward,
     )
     rng = np.random.default_rng(len(name))
-    args = [
-        rng.integers(0, 3, size=graph.values[r].shape).astype(np.int32)
-        if graph.values[r].dtype == "i32"
-        else rng.standard_normal(graph.values[r].shape).astype(np.float32)
-        for r in graph.inputs
-    ]
+    args = [_drawn(rng, graph.values[r]) for r in graph.inputs]
     cot = (
         np.random.default_rng(1)
         .standard_normal(graph.values[graph.outputs[0]].shape)
