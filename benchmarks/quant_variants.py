@@ -54,8 +54,14 @@ Q4 = [
     ("q4v_group", 8, 64),
 ]
 STD = {
-    "q8": [("std.nn.quant::q8_gemv_rows", {"BR": 16, "BO": 8, "BK": 512})],
-    "q4": [("std.nn.quant::q4_gemv_rows", {"BR": 16, "BO": 8, "BJ": 256})],
+    "q8": [
+        ("std.nn.quant::q8_gemv_rows", {"BR": 16, "BO": 8, "BK": 512}),
+        ("std.nn.quant::q8_gemv_group", {"BO": 32, "BK": 128}),
+    ],
+    "q4": [
+        ("std.nn.quant::q4_gemv_rows", {"BR": 16, "BO": 8, "BJ": 256}),
+        ("std.nn.quant::q4_gemv_group", {"BO": 32, "BJ": 64}),
+    ],
 }
 
 
