@@ -206,3 +206,37 @@ def test_checks_draw_8_bit_integers_over_their_whole_range() -> None:
     assert int((p // 16).max()) == 15 and int((p % 16).max()) == 15
     assert int(ids.min()) >= 0 and int(ids.max()) <= 3
     assert integer_range("i8") == (-128, 128) and integer_range("u8") == (0, 256)
+
+
+WIDEN = """
+pub kernel widen<N: Dim>(a: Tensor[N; i8], b: Tensor[N; u8]) -> (ya: Tensor[N; f32], yb: Tensor[N; f32]) grid(1) {
+    let i = iota<i32>(N)
+    store(ya[i], load(a[i], i < N, 0) as f32, i < N)
+    store(yb[i], load(b[i], i < N, 0) as f32, i < N)
+}
+"""
+
+
+def test_bytes_widen_to_f32_exactly_without_the_conversion_instruction(tmp_path: Path) -> None:
+    """Triton widens an i8 or u8 tile to f32 through the magic number 2^23 (integer ops and
+    one subtraction: the I2F instruction runs at a sixteenth of the FMA rate and bounds a
+    dequantising GEMV); every one of the 256 values of each type comes back exactly."""
+    import subprocess
+
+    src = tmp_path / "widen.linnet"
+    src.write_text(WIDEN)
+    code = (
+        "import torch\n"
+        "from linnet.torch.kernels import kernel_module\n"
+        f"m = kernel_module({str(src)!r}, 'widen::widen', {{'N': 256}})\n"
+        "text = open(m.__file__).read()\n"
+        "assert '0x4B000080' in text and '0x4B000000' in text, 'not the magic-number form'\n"
+        "a = torch.arange(-128, 128, dtype=torch.int8)\n"
+        "b = torch.arange(0, 256).to(torch.uint8)\n"
+        "ya, yb = m.LAUNCH(a, b)\n"
+        "assert torch.equal(ya, a.float()) and torch.equal(yb, b.float())\n"
+        "print('exact')\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and "exact" in out.stdout, out.stderr[-2000:]
