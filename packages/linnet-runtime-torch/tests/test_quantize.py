@@ -134,6 +134,19 @@ def test_saved_quantised_weights_reload_as_saved(tmp_path: Path) -> None:
     again = load("std.models.qwen2", weights=tmp_path / "model.safetensors", config="toy")
     assert again.config["weight_bits"] == 4 and again.config["weight_group"] == 64
     torch.testing.assert_close(again.prefill(TOKENS), model.prefill(TOKENS), rtol=0, atol=0)
+    # The same format again changes nothing; another would quantise quantised weights.
+    same = load(
+        "std.models.qwen2", weights=tmp_path / "model.safetensors", config="toy", quantize="int4"
+    )
+    torch.testing.assert_close(same.prefill(TOKENS), model.prefill(TOKENS), rtol=0, atol=0)
+    with pytest.raises(LinnetError) as err:
+        load(
+            "std.models.qwen2",
+            weights=tmp_path / "model.safetensors",
+            config="toy",
+            quantize="int8",
+        )
+    assert codes(err) == {"E0687"}
     assert stored_quantization({k: (tuple(v.shape), "x") for k, v in model.params.items()}) == {
         "weight_bits": 4,
         "weight_group": 64,

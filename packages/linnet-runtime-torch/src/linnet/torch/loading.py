@@ -351,7 +351,11 @@ def _quantizing(
 
     if note is None:
         fmt = "int8" if layout.config["weight_bits"] == 8 else "int4"
-        report(f"quantising {layout.quantized} weights to {fmt} (group {layout.group}) as read")
+        report(
+            f"quantising {layout.quantized} weights to {fmt} (group {layout.group}) as read"
+            if layout.quantized
+            else f"the weights are quantised already ({fmt}, group {layout.group})"
+        )
     elif note:
         report(note)
     kept = {k: v for k, v in shapes.items() if k not in layout.sources}

@@ -155,7 +155,9 @@ def quantized_layout(
     """The :class:`Layout` of ``program``'s float weights ``shapes`` quantised as
     ``quantize`` asks, from two lowerings of the model's first entry (float, then
     quantised). E0682: the model has no ``weight_bits`` config, or no weight it would
-    quantise; E0683: no group size divides every quantised weight's inputs.
+    quantise; E0683: no group size divides every quantised weight's inputs. Weights saved
+    quantised in that format are kept as they are (a layout with no sources); in another,
+    E0687.
 
     >>> layout = quantized_layout(program, cfg, shapes, Quantize("int4"))  # doctest: +SKIP
     >>> layout.sources["lm_head.weight"]                                  # doctest: +SKIP
@@ -165,6 +167,22 @@ def quantized_layout(
     from linnet.lang.check.driver import find_model
     from linnet.lang.check.lowering import lower
 
+    stored = stored_quantization(shapes)
+    if stored:  # saved quantised weights: kept as they are, or E0687
+        fmt = "int8" if stored["weight_bits"] == 8 else "int4"
+        if fmt == quantize.format and quantize.group in (None, stored.get("weight_group")):
+            return Layout(dict(stored), {}, {k: (tuple(v[0]), v[1]) for k, v in shapes.items()})
+        raise LinnetError(
+            Diagnostic(
+                "E0687",
+                f"the weights are already quantised ({fmt}, group "
+                f"{stored.get('weight_group')}): quantize={quantize.format!r}"
+                + (f" with group {quantize.group}" if quantize.group else "")
+                + " would quantise quantised weights",
+                help="load them without quantize= (they reload as saved), or quantise the "
+                "float checkpoint they came from",
+            )
+        )
     decl = find_model(program, None)
     if not _declares(program, "weight_bits") or not _declares(program, "weight_group"):
         raise LinnetError(
@@ -303,7 +321,7 @@ def gguf_layout(
         if not (_declares(program, "weight_bits") and _declares(program, "weight_group")):
             return None, {}, "dequantising the file's weights: the model cannot hold them quantised"
         probe = quantized_layout(program, config, shapes, Quantize("int8", GROUP))
-        tensors = [ckpt.tensors.get(p) for p in probe.sources]
+        tensors = [ckpt.tensors.get(p) for p in probe.sources]  # the same for either format
         formats = {KEPT.get(t.quant) if t is not None and keepable(t) else None for t in tensors}
         if len(formats) != 1 or None in formats:
             kinds = sorted({t.quant for t in tensors if t is not None})
@@ -314,7 +332,12 @@ def gguf_layout(
                 "Q4_1 linear weights of one kind are kept quantised",
             )
         fmt = formats.pop() or ""
-        layout = quantized_layout(program, config, shapes, Quantize(fmt, GROUP))
+        # The probe is the int8 layout already: lower again only for int4.
+        layout = (
+            probe
+            if fmt == "int8"
+            else quantized_layout(program, config, shapes, Quantize(fmt, GROUP))
+        )
     repack = {}
     if layout.group == GROUP:
         for path, targets in layout.sources.items():
