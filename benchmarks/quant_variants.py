@@ -36,23 +36,21 @@ SMOKE_PRODUCTS = {"q": (256, 64)}
 BANDWIDTH = 3.35e12
 L2 = 50 << 20
 Q8 = [
-    ("q8v_group_round", 16, 128),
-    ("q8v_group_round", 32, 128),
-    ("q8v_row", 16, 256),
-    ("q8v_row", 8, 512),
-    ("q8v_group", 16, 128),
-    ("q8v_group", 32, 128),
-    ("q8v_group", 64, 64),
-    ("q8v_group", 8, 128),
+    ("q8v_group_round", {"BO": 16, "BK": 128}),
+    ("q8v_row", {"BO": 8, "BK": 512}),
+    ("q8v_group", {"BO": 16, "BK": 128}),
+    ("q8v_group", {"BO": 32, "BK": 128}),
 ]
 Q4 = [
-    ("q4v_group_round", 16, 64),
-    ("q4v_group_round", 32, 64),
-    ("q4v_group", 16, 64),
-    ("q4v_group", 32, 64),
-    ("q4v_group", 64, 32),
-    ("q4v_group", 8, 64),
+    ("q4v_group_round", {"BO": 16, "BJ": 64}),
+    ("q4v_group", {"BO": 16, "BJ": 64}),
+    ("q4v_group", {"BO": 32, "BJ": 64}),
 ]
+# The group-sum designs (no rounding, a group's scale applied once to its sum), N rows:
+# (BO outputs, BG groups a step).
+GROUPS = [(4, 4), (8, 2), (8, 4), (8, 8), (16, 2), (16, 4), (32, 2), (4, 8)]
+Q8 += [("q8v_groups", {"BR": 1, "BO": bo, "BG": bg}) for bo, bg in GROUPS]
+Q4 += [("q4v_groups", {"BR": 1, "BO": bo, "BG": bg}) for bo, bg in GROUPS]
 STD = {
     "q8": [
         ("std.nn.quant::q8_gemv_rows", {"BR": 16, "BO": 8, "BK": 512}),
@@ -115,9 +113,15 @@ def main() -> int:
             want = reference(fmt, ins)
             floor = nbytes / BANDWIDTH * 1e6
             base = {"I": i, "O": o, "NG": i // group, "GS": group, "T": "bf16"}
-            cands = [(n, {"BO": bo, ("BK" if fmt == "q8" else "BJ"): bk}) for n, bo, bk in variants]
-            cands = [(str(SOURCE), f"quant_variants::{n}", g) for n, g in cands]
-            cands += [(None, n, g | {"N": 1}) for n, g in STD[fmt]]
+            cands = []
+            for n, g in variants:
+                gen = base | g
+                if n.endswith("_groups"):  # N rows; int4 takes HG = GS / 2 bytes a group
+                    gen = gen | {"N": 1}
+                    if fmt == "q4":
+                        gen = {k: v for k, v in gen.items() if k != "GS"} | {"HG": group // 2}
+                cands.append((str(SOURCE), f"quant_variants::{n}", gen))
+            cands += [(None, n, base | g | {"N": 1}) for n, g in STD[fmt]]
             if not SMOKE:
                 w16 = [[c[0], torch.randn(o, i, device=dev, dtype=torch.bfloat16)] for c in copies]
                 us = graph_us(F.linear, w16, args.reps)
@@ -126,7 +130,7 @@ def main() -> int:
                 )
             for program, name, gen in cands:
                 try:
-                    mod = kernel_module(program, name, base | gen)
+                    mod = kernel_module(program, name, gen)
                 except Exception as exc:  # a where clause this shape fails: say so, go on
                     lines.append(
                         f"| {label} | {fmt} | {name} {gen} | n/a: {str(exc).splitlines()[0][:60]} | |"
@@ -138,7 +142,7 @@ def main() -> int:
                     lines.append(f"| {label} | {fmt} | {name} {gen} | WRONG (rel {err:.3g}) | |")
                     continue
                 us = graph_us(mod.LAUNCH, copies, args.reps) if not SMOKE else 0.0
-                tiles = ":".join(str(v) for k, v in gen.items() if k in ("BO", "BK", "BJ"))
+                tiles = ":".join(str(v) for k, v in gen.items() if k in ("BO", "BK", "BJ", "BG"))
                 share = f"{floor / us:.0%}" if us else "-"
                 lines.append(
                     f"| {label} | {fmt} | {name} {tiles} | {us:.2f} | {share} (err {err:.1e}) |"
