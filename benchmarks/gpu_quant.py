@@ -45,6 +45,11 @@ def parse() -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--no-kernels", action="store_true", help="plan without Linnet's kernels")
+    p.add_argument(
+        "--compile",
+        default=None,
+        help="torch.compile mode of the generated slices between claimed regions (e.g. default)",
+    )
     return p.parse_args()
 
 
@@ -120,7 +125,12 @@ def rows_for(name: str, batch: int, args: argparse.Namespace, bw: float) -> None
         one = torch.ones(batch, dtype=torch.int32)
         t0 = time.perf_counter()
         plan = model.plan_for(
-            "decode", [one, one], captured=True, progress=False, kernels=not args.no_kernels
+            "decode",
+            [one, one],
+            captured=True,
+            progress=False,
+            kernels=not args.no_kernels,
+            compile=args.compile,
         )
         plan_s = time.perf_counter() - t0
         cap = Captured(plan, model.context_for(plan))

@@ -48,18 +48,15 @@ Q4 = [
 ]
 # The group-sum designs (no rounding, a group's scale applied once to its sum), N rows:
 # (BO outputs, BG groups a step).
-GROUPS = [(4, 4), (8, 2), (8, 4), (8, 8), (16, 2), (16, 4), (32, 2), (4, 8)]
+GROUPS = [(4, 8), (8, 8), (2, 8), (4, 16), (2, 16), (8, 16)]
 Q8 += [("q8v_groups", {"BR": 1, "BO": bo, "BG": bg}) for bo, bg in GROUPS]
 Q4 += [("q4v_groups", {"BR": 1, "BO": bo, "BG": bg}) for bo, bg in GROUPS]
+Q4 += [
+    ("q4v_bytes", {"BR": 1, "BO": bo, "BG": bg}) for bo, bg in [(4, 8), (8, 8), (8, 16), (4, 16)]
+]
 STD = {
-    "q8": [
-        ("std.nn.quant::q8_gemv_rows", {"BR": 16, "BO": 8, "BK": 512}),
-        ("std.nn.quant::q8_gemv_group", {"BO": 32, "BK": 128}),
-    ],
-    "q4": [
-        ("std.nn.quant::q4_gemv_rows", {"BR": 16, "BO": 8, "BJ": 256}),
-        ("std.nn.quant::q4_gemv_group", {"BO": 32, "BJ": 64}),
-    ],
+    "q8": [("std.nn.quant::q8_gemv_rows", {"BR": 16, "BO": 4, "BG": 8})],
+    "q4": [("std.nn.quant::q4_gemv_rows", {"BR": 16, "BO": 8, "BG": 8})],
 }
 
 
@@ -116,7 +113,9 @@ def main() -> int:
             cands = []
             for n, g in variants:
                 gen = base | g
-                if n.endswith("_groups"):  # N rows; int4 takes HG = GS / 2 bytes a group
+                if n.endswith(
+                    ("_groups", "_bytes")
+                ):  # N rows; int4 takes HG = GS / 2 bytes a group
                     gen = gen | {"N": 1}
                     if fmt == "q4":
                         gen = {k: v for k, v in gen.items() if k != "GS"} | {"HG": group // 2}

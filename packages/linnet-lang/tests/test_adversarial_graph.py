@@ -154,3 +154,38 @@ def test_recording_a_copy_leaves_the_original_without_kernels() -> None:
     assert shallow.kernels is recorded.kernels  # nothing of the copy's was replaced
     (listed,) = with_kernels([graph], program)
     assert listed.kernels.keys() == recorded.kernels.keys() and graph.kernels == {}
+
+
+# An op whose body ends in another op's call and a conversion (`return g(y) as T`): the
+# inner call ends one step before the outer, which ends where `let h = ...` names the value.
+NESTED_RESULT = """
+op inner<N: Dim>(x: Tensor[N; f32]) -> Tensor[N; f32] {
+    let y[i] = x[i] * 2.0
+    return y
+}
+op outer<N: Dim>(x: Tensor[N; bf16]) -> Tensor[N; bf16] {
+    let xf[i] = x[i] as f32
+    return inner(xf) as bf16
+}
+model M<N: Dim> {
+    entry run(x: Tensor[N; bf16]) -> Tensor[N; bf16] {
+        let h = outer(x)
+        let z[i] = h[i] + h[i]
+        return z
+    }
+}
+"""
+
+
+def test_a_renamed_result_reaches_every_call_that_ends_with_it() -> None:
+    """`let h = outer(x)` names the last step's value `%h`; `outer` recorded that value as
+    its result before the rename, and must record `%h` (it recorded the old name, a value
+    no step makes, when an inner call ended before it: span ops then never claimed such a
+    call, e.g. `linear_q8`, whose body ends `return linear(xf, w) as T`)."""
+    g = lower(Program.from_text(NESTED_RESULT), "run", {"x": [4]}, model="M")
+    made = set(g.inputs) | {r for s in g.steps for r in s.results}
+    outer = next(c for c in g.calls if c.callee.endswith("outer"))
+    assert outer.attributes["results"] == ["%h"]
+    for call in g.calls:
+        for r in call.attributes.get("results", []):
+            assert not isinstance(r, str) or r in made or r[1:] in g.parameters, (call, r)

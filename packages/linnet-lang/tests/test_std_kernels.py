@@ -107,34 +107,25 @@ STD_KERNELS = {
     # Quantised products (std.nn.quant, issue 42): the group GS is I / NG; int4 needs it even.
     "std.nn.quant::linear_q8_gemv": (
         "q8_gemv_rows",
-        "<N, I, O, NG, I / NG, T, 16, 8, 512>",
-        ["BR >= N"],
+        "<N, I, O, NG, I / NG, T, 16, 4, 1024 / (I / NG)>",
+        ["BR >= N", "BG >= 1", "1024 % GS == 0", "I == NG * GS"],
     ),
     "std.nn.quant::linear_q4_gemv": (
         "q4_gemv_rows",
-        "<N, I, O, NG, I / NG, T, 16, 8, 256>",
-        ["BR >= N", "GS % 2 == 0"],
+        "<N, I, O, NG, I / NG, T, 16, 8, 1024 / (I / NG)>",
+        ["BR >= N", "BG >= 1", "GS % 2 == 0", "1024 % GS == 0", "I == NG * GS"],
     ),
     "std.nn.quant::linear_q8_split": (
         "q8_split_part",
-        "<N, I, O, NG, I / NG, T, 16, 8, 256, 4> then q8_split_sum<N, I, O, NG, T, 16, 8, 4>",
-        ["BR >= N"],
+        "<N, I, O, NG, I / NG, T, 16, 4, 512 / (I / NG), 4> then "
+        "q8_split_sum<N, I, O, NG, T, 16, 64, 4>",
+        ["BR >= N", "BG >= 1", "1024 % GS == 0", "I == NG * GS"],
     ),
     "std.nn.quant::linear_q4_split": (
         "q4_split_part",
-        "<N, I, O, NG, I / NG, T, 16, 8, 128, 4> then q4_split_sum<N, I, O, NG, T, 16, 8, 4>",
-        ["BR >= N", "GS % 2 == 0"],
-    ),
-    # One row a program, a whole group a step (BK = GS; BJ = GS / 2 bytes).
-    "std.nn.quant::linear_q8_row": (
-        "q8_gemv_group",
-        "<N, I, O, NG, I / NG, T, 32, I / NG>",
-        ["N <= 4", "GS % BK == 0", "256 % BK == 0"],
-    ),
-    "std.nn.quant::linear_q4_row": (
-        "q4_gemv_group",
-        "<N, I, O, NG, I / NG, T, 32, I / NG / 2>",
-        ["N <= 4", "GS % (2 * BJ) == 0", "128 % BJ == 0"],
+        "<N, I, O, NG, I / NG, T, 16, 8, 512 / (I / NG), 4> then "
+        "q4_split_sum<N, I, O, NG, T, 16, 64, 4>",
+        ["BR >= N", "BG >= 1", "GS % 2 == 0", "1024 % GS == 0", "I == NG * GS"],
     ),
     # Issue 42's dequantising GEMMs: a step of BK = 128 inputs is BG = 128 / GS whole groups.
     "std.nn.quant_mm::linear_q8_mm": (
@@ -214,7 +205,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     rms_norm_qkv_rope_split, rms_norm_qkv_rope_split_wide,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long,
                     decode_attention_split_once}
-use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split, linear_q8_row, linear_q4_row}
+use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}
 use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm}
 """
 

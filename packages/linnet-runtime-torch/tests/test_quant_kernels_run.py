@@ -1,8 +1,8 @@
 """std.nn.quant's decode kernels (issue 42) under Triton's interpreter, against their op bodies
 (`linear_q8`, `linear_q4`): at the std bindings' tiles through `linnet kernels --std`
 (test_kernel_checks_run.py), and here at small tiles (tests/kernels/quant_tiles.linnet: BR 4,
-BO 8, 16 columns a step, 3 splits), so that cases of a few dozen columns run several programs,
-several chunks, ragged last tiles, groups that straddle a chunk and splits wholly past I, with
+BO 8, 2 groups a step, 3 splits), so that cases of a few dozen columns run several programs,
+several steps, a ragged last step and output block, and splits wholly past the row, with
 outputs poisoned with NaN. Then a toy Qwen2's quantised decode planned: its `linear_q8` /
 `linear_q4` calls are claimed by the span ops, listed by `plan.explain()`, and the plan's run
 (kernels interpreted) equals the model's exact run.
@@ -29,14 +29,13 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 TILES = Path(__file__).parent / "kernels" / "quant_tiles.linnet"
 OPS = ["small_q8", "small_q8_split", "small_q4", "small_q4_split"]
-# Chosen shapes (N, I, O, NG, T; the group GS = I / NG): a ragged last chunk (I = 40 in
-# chunks of 16) with groups of 10 straddling chunks; GS 32 over 2 chunks a group; GS 128
-# (8 chunks a group: 16 for int8, 8 bytes = 16 inputs a step for int4); 1, 3 and 4 rows; O
-# over several BO = 8 programs with a ragged last one; bf16 and f32. For the splits (KS 3):
-# 3 chunks over 3 splits, 16 over 3 of 6 (the last split shorter), 1 chunk (I = 16: two
-# splits wholly past I, which write zeros).
+# Chosen shapes (N, I, O, NG, T; the group GS = I / NG, a power of two: the kernels' tiles
+# are whole groups): 3 groups of 16 (two steps of 2 groups, the last one ragged); GS 32 in
+# one step; GS 128; 1, 3 and 4 rows; O over several BO = 8 programs with a ragged last one;
+# bf16 and f32. For the splits (KS 3): 2 steps over 3 splits, 4 over 3 (the last split
+# wholly past the row), 1 step (NG = 1: two splits wholly past it, which write zeros).
 CHOSEN = [
-    (1, 40, 17, 4, "f32"),
+    (1, 48, 17, 3, "f32"),
     (3, 64, 20, 2, "bf16"),
     (3, 256, 9, 2, "bf16"),
     (4, 256, 12, 8, "f32"),
@@ -68,7 +67,7 @@ for op in bound_ops(program):
 # The generated Triton of the int4 kernel: the byte tile is loaded once a chunk.
 from linnet.torch.kernels import kernel_module
 mod = kernel_module(None, "std.nn.quant::q4_gemv_rows", {"N": 1, "I": 64, "O": 16, "NG": 2,
-                    "GS": 32, "T": "bf16", "BR": 16, "BO": 8, "BJ": 256})
+                    "GS": 32, "T": "bf16", "BR": 16, "BO": 8, "BG": 2})
 source = open(mod.__file__).read()
 body = source[source.index("def q4_gemv_rows"):source.index("def run_q4_gemv_rows")]
 body = body[body.index("if USE_PDL:"):]  # after the L2 prefetch block (PDL modes 4, 5)
@@ -136,16 +135,16 @@ def test_small_tile_quant_kernels_agree_with_their_bodies(run: dict) -> None:
 
 
 def test_the_chosen_cases_reach_edges() -> None:
-    """Ragged chunks (I not a multiple of 16), groups of 32 and 128, a group straddling a
-    chunk, O not a multiple of BO = 8, one row and several, bf16 and f32, and a split wholly
-    past I (I = 16 is one chunk for three splits)."""
+    """Groups of 16, 32 and 128; a ragged last step (an odd number of groups, 2 a step); O
+    not a multiple of BO = 8; one row and several; bf16 and f32; and splits wholly past the
+    row (one step of groups for three splits)."""
     groups = {i // ng for _, i, _, ng, _ in CHOSEN}
-    assert {32, 128} <= groups and any(16 % g and g % 16 for g in groups)
-    assert any(i % 16 for _, i, _, _, _ in CHOSEN)
+    assert {16, 32, 128} <= groups and all(g & (g - 1) == 0 for g in groups)
+    assert any(ng % 2 for *_, ng, _ in CHOSEN)
     assert any(o % 8 for _, _, o, _, _ in CHOSEN)
     assert {n for n, *_ in CHOSEN} >= {1, 3}
     assert {t for *_, t in CHOSEN} == {"bf16", "f32"}
-    assert any(-(-i // 16) < 3 for _, i, _, _, _ in CHOSEN)
+    assert any(-(-ng // 2) < 3 for *_, ng, _ in CHOSEN)
 
 
 def test_the_small_bindings_are_the_std_kernels() -> None:
@@ -164,7 +163,7 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
 
 
 def test_the_int4_kernel_loads_each_byte_once(run: dict) -> None:
-    """One `tl.load` of the packed weight a chunk; both nibbles come from it in registers."""
+    """One `tl.load` of the packed weight a step; both nibbles come from it in registers."""
     assert run["q_loads"] == 1
 
 

@@ -21,6 +21,10 @@ class Builder:
         self._seen: dict[tuple, str] = {}
         self._key_of: dict[str, tuple] = {}  # result name -> its CSE key, for renames
         self._last_fresh: str | None = None  # the result of the last step emitted (not shared)
+        # The calls closed since the last step was emitted, innermost first: each recorded
+        # that step's result as its own, and a rename of it must reach every one of them
+        # (`let h = f(x)` where f's body ends `return g(y) as T`: f and g end at one step).
+        self._tail_calls: list[Call] = []
         # `file:line` of each span's start, per (source, offset), for this run only: a cache
         # shared by every run would keep every program's source alive and never shrink.
         self._locs: dict[tuple[int, int], tuple[Span, str]] = {}
@@ -92,6 +96,7 @@ class Builder:
             self._key_of[name] = key
         self.graph.values[name] = vtype
         self.graph.steps.append(Step(op, list(operands), [name], dict(attrs), loc))
+        self._tail_calls = []
         return name
 
     def effect(
@@ -99,6 +104,7 @@ class Builder:
     ) -> None:
         if self.graph is not None:
             self.graph.steps.append(Step(op, list(operands), [], dict(attrs), self._loc(span)))
+            self._tail_calls = []
 
     def rename_last(self, tensor: Tensor, hint: str, force: bool = False) -> Tensor:
         """Give the value the last step made a source name (`let q = ...` names it `%q`)."""
@@ -123,10 +129,9 @@ class Builder:
         if key is not None:
             self._seen[key] = new
             self._key_of[new] = key
-        # Calls that just closed recorded the old name as their result.
-        for call in reversed(g.calls):
-            if call.stop != len(g.steps):
-                break
+        # Calls that just closed recorded the old name as their result: every one of them,
+        # nested or not (an enclosing call's inner calls can end before it does).
+        for call in self._tail_calls:
             results = call.attributes.get("results")
             if results and old in results:
                 call.attributes["results"] = [new if r == old else r for r in results]
@@ -177,6 +182,7 @@ class Builder:
             return
         call.stop = len(self.graph.steps)
         self.depth -= 1
+        self._tail_calls.append(call)
 
 
 def attrs_key(attrs: dict[str, Any]) -> str:

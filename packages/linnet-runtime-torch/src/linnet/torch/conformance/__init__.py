@@ -219,8 +219,6 @@ def cases() -> list[Case]:
         _std("linear_q8_split_op", x=x),
         _std("linear_q4_gemv_op", x=x),
         _std("linear_q4_split_op", x=x),
-        _std("linear_q8_row_op", x=x),
-        _std("linear_q4_row_op", x=x),
         _std("linear_q8_mm_op", x=x),
         _std("linear_q4_mm_op", x=x),
         _std("residual_rms_norm_op", x=x, up=x),
