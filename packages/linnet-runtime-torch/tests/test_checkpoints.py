@@ -370,7 +370,7 @@ def test_a_stray_layer_name_is_an_unexpected_weight_not_a_huge_model(checkpoints
 
 def test_unknown_rope_type(checkpoints, tmp_path):
     path = copy(checkpoints[1]["default"][0], tmp_path / "ckpt")
-    edit_config(path, rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0})
+    edit_config(path, rope_parameters={"rope_type": "su", "factor": 4.0, "rope_theta": 10000.0})
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
     golden("unknown_rope_type", err.value, path)
