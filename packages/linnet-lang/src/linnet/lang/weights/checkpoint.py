@@ -773,7 +773,7 @@ def read_checkpoint_config(
 
 # A load-time lowering reports these (the weights, the config and what binds dims, the
 # model's own `where` clauses).
-_LOAD_CODES = re.compile(r"E06(0[23]|1[23]|3\d|5\d|7\d)")
+_LOAD_CODES = re.compile(r"E06(0[23]|1[23]|3\d|5\d|7\d)|E0881")
 
 
 def fit_checkpoint(
@@ -816,6 +816,8 @@ def fit_checkpoint(
         ]
     if not diags:
         return full  # not about the weights or the config: the first call reports it
+    if ckpt_config is not None:
+        diags = [_from_config_json(d, ckpt_config) for d in diags]
     if checks and not any(d.code == "E0631" for d in diags):
         # Which stated dim is wrong: lower again with the dims the weights give.
         try:
@@ -845,3 +847,19 @@ def fit_checkpoint(
             )
         )
     raise LinnetError(diags)
+
+
+def _from_config_json(d: Diagnostic, ckpt: CheckpointConfig) -> Diagnostic:
+    """A list of the wrong length (E0881) that config.json gave: said where it stands there."""
+    m = re.match(r"config `(\w+)`", d.message)
+    source = ckpt.sources.get(m.group(1)) if d.code == "E0881" and m else None
+    if source is None:
+        return d
+    return Diagnostic(
+        d.code,
+        f"{d.message}: the checkpoint's {ckpt.name} `{source}`",
+        ckpt.span(source),
+        f"read as `{m.group(1)}`" if ckpt.source else "",
+        help=d.help,
+    )
+
