@@ -77,7 +77,9 @@ def test_yarn_parameters_and_their_defaults():
 
 
 def test_longrope_reads_the_top_level_original_length_as_transformers_does():
-    values = config({**PHI3, "original_max_position_embeddings": 32, "rope_scaling": LONGROPE}, "phi3")
+    values = config(
+        {**PHI3, "original_max_position_embeddings": 32, "rope_scaling": LONGROPE}, "phi3"
+    )
     assert values["rope_longrope"] is True and values["rope_short_factor"] == [1.0] * 8
     assert values["rope_original_max_positions"] == 32 and values["rope_max_positions"] == 128
     assert values["rope_factor"] == 0.0  # absent: max / original, as transformers derives it

@@ -125,8 +125,7 @@ def _checked(
     if values is None:
         raise fail(
             "E0613",
-            f"config `{m.name}` is {shown}, but the value {where} gives is "
-            f"{_shown(raw)}",
+            f"config `{m.name}` is {shown}, but the value {where} gives is {_shown(raw)}",
             m.span,
             "declared here",
             help=f"give a list of {dtype} values"
@@ -205,9 +204,7 @@ def materialize(ev: Any, c: ConstTensor, span: Span | None) -> Tensor:
     acc: Tensor = b.emit("broadcast", [last.ref], shape, c.dtype, {"shape": [n]}, span=span)
     if len(parts) == 1:
         return acc
-    index = b.emit(
-        "iota", [], shape, "i32", {"shape": [n], "axis": 0, "dtype": "i32"}, span=span
-    )
+    index = b.emit("iota", [], shape, "i32", {"shape": [n], "axis": 0, "dtype": "i32"}, span=span)
     for _, stop, value in reversed(parts[:-1]):
         below = b.emit("lt", [index.ref, constant(stop, "i32").ref], shape, "bool", span=span)
         acc = b.emit(

@@ -222,7 +222,11 @@ def _chosen(prim: str, args: list[Any]) -> Tensor | None:
     if not isinstance(picked, Tensor):
         return None
     if isinstance(other, Tensor):
-        same = (other.shape, other.labels, other.dtype) == (picked.shape, picked.labels, picked.dtype)
+        same = (other.shape, other.labels, other.dtype) == (
+            picked.shape,
+            picked.labels,
+            picked.dtype,
+        )
         return picked if same else None
     if isinstance(other, Const) and other.dtype == "float" and not DT.is_float(picked.dtype):
         return None  # a float literal would make the result f32

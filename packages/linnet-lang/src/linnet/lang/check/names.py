@@ -7,6 +7,7 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
+from linnet.lang.check.const_tensors import materialize
 from linnet.lang.check.core import (
     BUILTINS,
     MAX_DEPTH,
@@ -17,7 +18,6 @@ from linnet.lang.check.core import (
     IndexVar,
     fail,
 )
-from linnet.lang.check.const_tensors import materialize
 from linnet.lang.check.hints import did_you_mean
 from linnet.lang.diagnostics.core import Diagnostic, Span
 from linnet.lang.tensors.dims import Dim

@@ -852,9 +852,9 @@ def fit_checkpoint(
 def _from_config_json(d: Diagnostic, ckpt: CheckpointConfig) -> Diagnostic:
     """A list of the wrong length (E0881) that config.json gave: said where it stands there."""
     m = re.match(r"config `(\w+)`", d.message)
-    source = ckpt.sources.get(m.group(1)) if d.code == "E0881" and m else None
-    if source is None:
+    if m is None or d.code != "E0881" or m.group(1) not in ckpt.sources:
         return d
+    source = ckpt.sources[m.group(1)]
     return Diagnostic(
         d.code,
         f"{d.message}: the checkpoint's {ckpt.name} `{source}`",
@@ -862,4 +862,3 @@ def _from_config_json(d: Diagnostic, ckpt: CheckpointConfig) -> Diagnostic:
         f"read as `{m.group(1)}`" if ckpt.source else "",
         help=d.help,
     )
-
