@@ -388,7 +388,7 @@ def test_old_style_rope_scaling(checkpoints, tmp_path):
     )
     logits = load(LLAMA, weights=path).prefill(prompt.to(torch.int32))
     assert (logits - ckpts["llama3"][1]).abs().max().item() < TOLERANCE
-    edit_config(path, rope_scaling={"type": "yarn", "factor": 2.0})
+    edit_config(path, rope_scaling={"type": "su", "factor": 2.0})  # Phi-3's, not Llama's
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
     assert [d.code for d in err.value.diagnostics] == ["E0657"]
