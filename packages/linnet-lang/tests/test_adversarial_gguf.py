@@ -230,6 +230,20 @@ def test_a_value_out_of_range_is_the_mapping_s_E0665(tmp_path: Path, llama: obje
 
 def test_a_rope_scaling_the_model_lacks_is_E0657(tmp_path: Path, llama: object) -> None:
     path = write_gguf(
+        tmp_path / "longrope.gguf",
+        "llama",
+        llama,
+        meta={
+            "llama.rope.scaling.type": "longrope",
+            "llama.rope.scaling.factor": 4.0,
+            "llama.rope.scaling.original_context_length": 64,
+        },
+    )
+    expect("E0657", path, text="longrope")
+
+
+def test_yarn_rope_scaling_is_read(tmp_path: Path, llama: object) -> None:
+    path = write_gguf(
         tmp_path / "yarn.gguf",
         "llama",
         llama,
@@ -239,7 +253,9 @@ def test_a_rope_scaling_the_model_lacks_is_E0657(tmp_path: Path, llama: object) 
             "llama.rope.scaling.original_context_length": 64,
         },
     )
-    expect("E0657", path, text="yarn")
+    values = headers(path)[2]
+    assert values["rope_yarn"] is True and values["rope_factor"] == 4.0
+    assert values["rope_original_max_positions"] == 64 and values["rope_beta_fast"] == 32.0
 
 
 def test_linear_rope_scaling_is_read(tmp_path: Path, llama: object) -> None:

@@ -134,7 +134,9 @@ def test_rope_without_original_max_falls_back_to_max_positions():
         ({"logit_softcap": 30.0}, "E0655"),
         ({"hidden_act": "gelu"}, "E0656"),
         ({"mlp_bias": True}, "E0656"),
-        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "E0657"),
+        # yarn is implemented (issue 45); `su`, Phi-3's older name for longrope, is not Llama's.
+        ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "E0657"),
+        ({"rope_scaling": {"rope_type": "yarn"}}, "E0671"),  # YaRN needs its factor
         ({"rope_scaling": {"type": "longrope", "factor": 4.0}}, "E0657"),
         ({"rope_scaling": {"rope_type": "llama3", "factor": "8"}}, "E0671"),
         ({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 32}}, "E0655"),
@@ -168,7 +170,7 @@ def test_contradictions_name_both_sources():
 
 def test_spans_point_into_config_json(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**HF, "rope_scaling": {"rope_type": "yarn"}}, indent=2))
+    path.write_text(json.dumps({**HF, "rope_scaling": {"rope_type": "su"}}, indent=2))
     with pytest.raises(LinnetError) as err:
         read_checkpoint_config(path, LLAMA, "Llama")
     d = err.value.diagnostics[0]

@@ -161,7 +161,7 @@ def test_decode_layer_reads_every_input_and_glue_returns_no_constant() -> None:
     assert not [n for n in names if re.fullmatch(r"t_\d+", n)]
     assert {"neg_1", "mul_1"} <= names
     # Rope's hoisted tables point at the layer line that reads them, not at the entry call.
-    assert "# llama.linnet:55  let q_rot = rope_with(q_heads, pos, inv_freq)" in text
+    assert "# llama.linnet:72  let q_rot = rope_with(q_heads, pos, inv_freq)" in text
     assert "self.model.decode(token, pos" not in text
     # The frequency table's index is `iota % 8`: always within its 8 rows, no guard.
     assert ".clamp(0, 7)" not in text and "torch.where(((" not in text

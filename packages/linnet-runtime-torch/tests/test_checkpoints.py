@@ -370,7 +370,7 @@ def test_a_stray_layer_name_is_an_unexpected_weight_not_a_huge_model(checkpoints
 
 def test_unknown_rope_type(checkpoints, tmp_path):
     path = copy(checkpoints[1]["default"][0], tmp_path / "ckpt")
-    edit_config(path, rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0})
+    edit_config(path, rope_parameters={"rope_type": "su", "factor": 4.0, "rope_theta": 10000.0})
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
     golden("unknown_rope_type", err.value, path)
@@ -388,7 +388,7 @@ def test_old_style_rope_scaling(checkpoints, tmp_path):
     )
     logits = load(LLAMA, weights=path).prefill(prompt.to(torch.int32))
     assert (logits - ckpts["llama3"][1]).abs().max().item() < TOLERANCE
-    edit_config(path, rope_scaling={"type": "yarn", "factor": 2.0})
+    edit_config(path, rope_scaling={"type": "su", "factor": 2.0})  # Phi-3's, not Llama's
     with pytest.raises(LinnetError) as err:
         load(LLAMA, weights=path)
     assert [d.code for d in err.value.diagnostics] == ["E0657"]

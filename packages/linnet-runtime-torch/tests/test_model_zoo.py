@@ -37,6 +37,35 @@ LLAMA3 = {
     "original_max_position_embeddings": 16,
     "rope_theta": 10000.0,
 }
+# YaRN (issue 45): Llama with DeepSeek's two mscales, Qwen2 untruncated with its own betas
+# and attention factor.
+LLAMA_YARN = {
+    "rope_type": "yarn",
+    "factor": 4.0,
+    "original_max_position_embeddings": 32,
+    "mscale": 0.707,
+    "mscale_all_dim": 1.0,
+    "rope_theta": 10000.0,
+}
+QWEN2_YARN = {
+    "rope_type": "yarn",
+    "factor": 8.0,
+    "original_max_position_embeddings": 16,
+    "beta_fast": 16.0,
+    "beta_slow": 2.0,
+    "truncate": False,
+    "attention_factor": 1.25,
+    "rope_theta": 10000.0,
+}
+# LongRoPE (Phi-3 long context) trained on 24 positions: a 20-token prompt runs on the short
+# factors, decode from position 24 on the long ones (the sequence is then past 24), as in
+# transformers; the factor (64 / 24) gives the attention factor.
+PHI3_LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0, 1.1, 1.3, 1.2, 1.7, 1.4, 1.9, 1.5],
+    "long_factor": [1.5, 2.5, 4.0, 3.0, 6.0, 5.0, 8.0, 7.5],
+    "rope_theta": 10000.0,
+}
 
 
 def _configs() -> dict:
@@ -76,6 +105,22 @@ def _configs() -> dict:
                 **SMALL, pad_token_id=0, bos_token_id=1, eos_token_id=2, sliding_window=12
             ),
         ),
+        "llama-yarn": (
+            t.LlamaForCausalLM,
+            t.LlamaConfig(**SMALL, head_dim=16, rope_parameters=LLAMA_YARN),
+        ),
+        "qwen2-yarn": (t.Qwen2ForCausalLM, t.Qwen2Config(**SMALL, rope_parameters=QWEN2_YARN)),
+        "phi3-longrope": (
+            t.Phi3ForCausalLM,
+            t.Phi3Config(
+                **(SMALL | {"max_position_embeddings": 64}),
+                original_max_position_embeddings=24,
+                rope_parameters=PHI3_LONGROPE,
+                pad_token_id=0,
+                bos_token_id=1,
+                eos_token_id=2,
+            ),
+        ),
         "gpt2": (
             t.GPT2LMHeadModel,
             t.GPT2Config(
@@ -92,6 +137,7 @@ def _configs() -> dict:
 
 
 MODELS = ["llama", "qwen2", "mistral", "gemma", "phi3", "gpt2"]
+ROPE = ["llama-yarn", "qwen2-yarn", "phi3-longrope"]  # the rope variants of issue 45
 COMPILED = set(MODELS)  # compile=True on every model (the acceptance): 15-40 s of inductor each
 
 
@@ -137,6 +183,8 @@ CASES = (
     [(m, mode) for m in MODELS for mode in ("interpret", "generated")]
     + [(m, "compile") for m in MODELS if m in COMPILED]
     + [("llama-linear", "generated"), ("llama-dynamic", "generated")]
+    + [("llama-yarn", "generated"), ("qwen2-yarn", "interpret")]
+    + [("phi3-longrope", mode) for mode in ("interpret", "generated", "compile")]
 )
 
 
@@ -353,3 +401,38 @@ def test_a_save_pretrained_directory_with_transformers_metadata_loads(checkpoint
     model = load(f"std.models.{name}", weights=copy, config={"S": 64})
     logits = model.prefill(prompt.to(torch.int32))
     assert (logits - hf_logits).abs().max().item() < TOLERANCE
+
+
+def test_longrope_decode_switches_factors_as_transformers_does(checkpoints):
+    """Past original_max_position_embeddings transformers' rotary embedding takes the long
+    factors for each new token (seq_len = max(position_ids) + 1) and keeps the keys already
+    cached, rotated with the short ones: every decode step's logits, before and after the
+    switch at position 24, equal those of transformers' forward with its cache (within 1e-4),
+    through generated source. (Phi3ForCausalLM.generate itself drops the cache at the switch
+    and runs the whole sequence again: docs/models.md.)"""
+    prompt, ckpts = checkpoints
+    path, _, hf_tokens, hf_model = ckpts["phi3-longrope"]
+    model = load("std.models.phi3", weights=path, config={"S": 64})
+    model.prefill(prompt.to(torch.int32))
+    with torch.no_grad():
+        cache = hf_model(prompt, use_cache=True).past_key_values
+        for i, token in enumerate(hf_tokens[:8]):
+            pos = PROMPT + i
+            hf = hf_model(torch.tensor([[token]]), past_key_values=cache, use_cache=True)
+            cache = hf.past_key_values
+            step = model.decode(torch.tensor([token], dtype=torch.int32), torch.tensor([pos]).int())
+            assert (step[0] - hf.logits[0, -1]).abs().max().item() < TOLERANCE, pos
+
+
+def test_generate_pads_longrope_prompts_without_switching_factors(checkpoints):
+    """generate pads a 20-token prompt to 32 rows, past the 24 LongRoPE was trained on: the
+    padding takes the prompt's last position, so prefill still runs on the short factors as
+    transformers does (the padded length used to pick the long ones), and generate's tokens
+    up to the switch are transformers' greedy tokens."""
+    prompt, ckpts = checkpoints
+    path, hf_logits, hf_tokens, _ = ckpts["phi3-longrope"]
+    model = load("std.models.phi3", weights=path, config={"S": 64})
+    padded = torch.cat([prompt, prompt[:, -1:].repeat(1, 12)], dim=1).to(torch.int32)
+    last = model.prefill_last(padded, torch.tensor([PROMPT - 1], dtype=torch.int32))
+    assert (last[0] - hf_logits[0, -1]).abs().max().item() < TOLERANCE
+    assert model.generate(prompt.tolist(), max_new_tokens=4) == [hf_tokens[:4]]

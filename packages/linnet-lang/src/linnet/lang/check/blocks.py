@@ -8,6 +8,7 @@ from typing import Any
 import linnet.lang.check.instantiate as instantiation
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
+from linnet.lang.check.const_tensors import tensor_config_value
 from linnet.lang.check.evaluate import MAX_DEPTH, Evaluator, Frame, fail
 from linnet.lang.check.instantiate import clone_element
 from linnet.lang.tensors.dims import Dim
@@ -91,6 +92,8 @@ def config_value(
     config: dict[str, Any],
     given: dict[str, Const] | None = None,
 ) -> Any:
+    if isinstance(m.type, A.TensorType):
+        return tensor_config_value(ev, m, frame, config, given)
     if m.name in config:
         raw = config[m.name]
     elif given and m.name in given and isinstance(given[m.name], Const):

@@ -211,6 +211,28 @@ EXPECTED_MISSING: frozenset[str] = frozenset(
 )
 
 
+def _chosen(prim: str, args: list[Any]) -> Tensor | None:
+    """`select(c, a, b)` with c a known constant (LongRoPE's `seq > original_max` where the
+    prompt's length is a dim): the operand it picks, where that is a tensor of the result's
+    shape, labels and element type; else None (the select is emitted). Generated PyTorch's
+    `torch.where` takes no Python bool for its condition."""
+    if prim != "select" or not isinstance(args[0], Const) or not args[0].known:
+        return None
+    picked, other = (args[1], args[2]) if args[0].value else (args[2], args[1])
+    if not isinstance(picked, Tensor):
+        return None
+    if isinstance(other, Tensor):
+        same = (other.shape, other.labels, other.dtype) == (
+            picked.shape,
+            picked.labels,
+            picked.dtype,
+        )
+        return picked if same else None
+    if isinstance(other, Const) and other.dtype == "float" and not DT.is_float(picked.dtype):
+        return None  # a float literal would make the result f32
+    return picked
+
+
 class Typing(EvaluatorBase):
     """The Evaluator's typing (a mixin; see :mod:`linnet.lang.check.evaluate`)."""
 
@@ -229,6 +251,9 @@ class Typing(EvaluatorBase):
                 )
         if all(isinstance(a, Const) for a in args):
             return self.const_fold(prim, args, span)
+        chosen = _chosen(prim, args)
+        if chosen is not None:
+            return chosen
         tensors = [a for a in args if isinstance(a, Tensor)]
         # Types: tensors promote, literals are weak.
         rule = TYPING_RULES[prim]

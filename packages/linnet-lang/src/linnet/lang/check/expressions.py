@@ -6,12 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 import linnet.lang.syntax.tree as A
+from linnet.lang.check.const_tensors import materialize
 from linnet.lang.check.core import EvaluatorBase, Frame, IndexVar, fail
 from linnet.lang.check.hints import did_you_mean
 from linnet.lang.ir.primitives import BINARY_OPERATORS
 from linnet.lang.syntax.walk import walk
 from linnet.lang.tensors.dims import Dim
-from linnet.lang.tensors.values import BlockArray, BlockInst, Const, FuncRef, Poison, Tensor
+from linnet.lang.tensors.values import (
+    BlockArray,
+    BlockInst,
+    Const,
+    ConstTensor,
+    FuncRef,
+    Poison,
+    Tensor,
+)
 
 
 class Expressions(EvaluatorBase):
@@ -184,7 +193,10 @@ class Expressions(EvaluatorBase):
             return base
         if isinstance(base, BlockInst):
             if expr.name in base.members:
-                return base.members[expr.name]
+                member = base.members[expr.name]
+                if isinstance(member, ConstTensor):
+                    return materialize(self, member, expr.span)
+                return member
             method = base.decl.method(expr.name)
             if method is not None:
                 return FuncRef(method, base)

@@ -7,6 +7,7 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
+from linnet.lang.check.const_tensors import materialize
 from linnet.lang.check.core import (
     BUILTINS,
     MAX_DEPTH,
@@ -20,7 +21,15 @@ from linnet.lang.check.core import (
 from linnet.lang.check.hints import did_you_mean
 from linnet.lang.diagnostics.core import Diagnostic, Span
 from linnet.lang.tensors.dims import Dim
-from linnet.lang.tensors.values import POISON, Builtin, Const, DType, FuncRef, Poison
+from linnet.lang.tensors.values import (
+    POISON,
+    Builtin,
+    Const,
+    ConstTensor,
+    DType,
+    FuncRef,
+    Poison,
+)
 
 
 class Names(EvaluatorBase):
@@ -147,6 +156,8 @@ class Names(EvaluatorBase):
                 return Const(v, "int")
             if isinstance(v, str):
                 return DType(v)
+            if isinstance(v, ConstTensor):
+                return materialize(self, v, span)
             return v
         if name == "self":
             if frame.owner is None:

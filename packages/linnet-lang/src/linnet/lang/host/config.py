@@ -18,7 +18,14 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 
 def parse_value(text: str) -> Any:
-    """`4` → 4, `1e-5` → 1e-05, `true` → True, `bf16` → 'bf16'."""
+    """`4` → 4, `1e-5` → 1e-05, `true` → True, `bf16` → 'bf16', `[1, 2.5]` → [1, 2.5] (a
+    tensor config's list; text that is not a JSON array stays text)."""
+    if text.startswith("["):
+        try:
+            value = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            return text
+        return value if isinstance(value, list) else text
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"

@@ -43,6 +43,18 @@ class Const:
         return self.value is not None
 
 
+@dataclass(frozen=True)
+class ConstTensor:
+    """A compile-time rank-1 tensor: a tensor config's values (``config short_factor:
+    Tensor[HD / 2; f32]``, a JSON list in the config). ``values`` is None while checking
+    before lowering (the length is not known yet); a body that reads the config gets a
+    tensor made of them (check/const_tensors.py)."""
+
+    values: tuple[Any, ...] | None
+    shape: tuple[Dim, ...]
+    dtype: str
+
+
 @dataclass
 class DType:
     name: str

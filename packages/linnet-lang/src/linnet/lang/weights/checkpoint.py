@@ -73,6 +73,9 @@ MAPPING_KEYS = {
 }
 # "null": the value a JSON null stands for (Mistral's `"sliding_window": null` is no window).
 SPEC_KEYS = {"key", "default", "else", "at_most", "null"}
+# A rope type's values besides a parameter's name (required) and a literal: an optional
+# parameter, a list-valued one (a tensor config) and a top-level config.json key.
+ROPE_SPECS = {"param": {"default", "null"}, "list": set(), "config": {"default"}}
 
 
 @dataclass
@@ -187,7 +190,16 @@ def validate_mapping(data: dict, name: str = "the mapping") -> None:
                 problems.append(f"`{section}.{key}` must be a list of the values the model runs")
     rope = _dict(data.get("rope"), problems, "rope")
     for rtype, values in _dict(rope.get("types"), problems, "rope.types").items():
-        _dict(values, problems, f"rope.types.{rtype}")
+        for lname, spec in _dict(values, problems, f"rope.types.{rtype}").items():
+            if isinstance(spec, dict) and not any(
+                set(spec) <= form | {kind} and isinstance(spec.get(kind), str)
+                for kind, form in ROPE_SPECS.items()
+            ):
+                problems.append(
+                    f"`rope.types.{rtype}.{lname}` must be a rope parameter's name, a value, "
+                    '{"param": ..., "default": ..., "null": ...}, {"list": ...} or '
+                    '{"config": ..., "default": ...}'
+                )
     problems.extend(rule_problems(data))
     if problems:
         raise LinnetError(
@@ -481,11 +493,17 @@ def rope_config(
         )
         return
     wanted = types[kind]
-    reads = {v for v in wanted.values() if isinstance(v, str)}
+    reads = {v for v in wanted.values() if isinstance(v, str)} | {
+        str(v.get("param", v.get("list")))
+        for v in wanted.values()
+        if isinstance(v, dict) and "config" not in v
+    }
     for lname, spec in wanted.items():
-        if isinstance(spec, dict):  # {"config": key}: a top-level config.json key
+        if isinstance(spec, dict) and "config" in spec:  # a top-level config.json key
             key_ = str(spec.get("config"))
             value = lookup(hf, key_)
+            if value is _MISSING and "default" in spec:
+                value = spec["default"]  # what the transformers config class defaults it to
             if not _scalar(value) or isinstance(value, bool):
                 diag(
                     "E0671",
@@ -511,7 +529,9 @@ def rope_config(
             )
     for lname, spec in wanted.items():
         if isinstance(spec, dict):
-            continue  # read above
+            if "config" not in spec:
+                rope_parameter(params, key, kind, lname, spec, name, out, diag)
+            continue
         if not isinstance(spec, str):
             out.values[lname] = spec
             out.sources[lname] = f"{key}.rope_type"
@@ -551,6 +571,52 @@ def rope_config(
             diag,
             seen,
         )
+
+
+def rope_parameter(
+    params: dict, key: str, kind: Any, lname: str, spec: dict, name: str, out: Any, diag: Any
+) -> None:
+    """One rope parameter a ``{"param": ...}`` or ``{"list": ...}`` spec reads: an optional
+    number (its ``default`` where absent, its ``null`` value where written as null), or a
+    required list of numbers (LongRoPE's `short_factor`, a tensor config)."""
+    if "list" in spec:
+        k = str(spec["list"])
+        value = params.get(k)
+        good = (
+            isinstance(value, list)
+            and len(value) > 0
+            and all(_scalar(x) and not isinstance(x, bool) for x in value)
+        )
+        if not good:
+            shown = "" if value is None else f", not {json.dumps(value)[:40]}"
+            diag(
+                "E0671",
+                f"{name}'s `{key}` (rope type {json.dumps(kind)}) needs a list of numbers "
+                f"`{k}`{shown}",
+                f"{key}.{k}",
+                "rope parameters",
+                help="restore config.json from the checkpoint",
+            )
+            return
+    else:
+        k = str(spec["param"])
+        value = params.get(k, _MISSING)
+        if value is None and "null" in spec:
+            value = spec["null"]  # transformers reads a null as it reads this value
+        elif value is None or value is _MISSING:
+            value = spec.get("default")
+        if not _scalar(value):
+            diag(
+                "E0671",
+                f"{name}'s `{key}` (rope type {json.dumps(kind)}) has `{k}` "
+                f"{json.dumps(value)[:40]}, not a number",
+                f"{key}.{k}",
+                "rope parameters",
+                help="restore config.json from the checkpoint",
+            )
+            return
+    out.values[lname] = value
+    out.sources[lname] = f"{key}.{k}"
 
 
 def _is_null(hf: dict, key: str) -> bool:
@@ -707,7 +773,7 @@ def read_checkpoint_config(
 
 # A load-time lowering reports these (the weights, the config and what binds dims, the
 # model's own `where` clauses).
-_LOAD_CODES = re.compile(r"E06(0[23]|1[23]|3\d|5\d|7\d)")
+_LOAD_CODES = re.compile(r"E06(0[23]|1[23]|3\d|5\d|7\d)|E0881")
 
 
 def fit_checkpoint(
@@ -750,6 +816,8 @@ def fit_checkpoint(
         ]
     if not diags:
         return full  # not about the weights or the config: the first call reports it
+    if ckpt_config is not None:
+        diags = [_from_config_json(d, ckpt_config) for d in diags]
     if checks and not any(d.code == "E0631" for d in diags):
         # Which stated dim is wrong: lower again with the dims the weights give.
         try:
@@ -779,3 +847,18 @@ def fit_checkpoint(
             )
         )
     raise LinnetError(diags)
+
+
+def _from_config_json(d: Diagnostic, ckpt: CheckpointConfig) -> Diagnostic:
+    """A list of the wrong length (E0881) that config.json gave: said where it stands there."""
+    m = re.match(r"config `(\w+)`", d.message)
+    if m is None or d.code != "E0881" or m.group(1) not in ckpt.sources:
+        return d
+    source = ckpt.sources[m.group(1)]
+    return Diagnostic(
+        d.code,
+        f"{d.message}: the checkpoint's {ckpt.name} `{source}`",
+        ckpt.span(source),
+        f"read as `{m.group(1)}`" if ckpt.source else "",
+        help=d.help,
+    )
