@@ -189,3 +189,30 @@ def test_a_renamed_result_reaches_every_call_that_ends_with_it() -> None:
     for call in g.calls:
         for r in call.attributes.get("results", []):
             assert not isinstance(r, str) or r in made or r[1:] in g.parameters, (call, r)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_every_quantised_product_of_a_bf16_step_is_claimed(bits: int) -> None:
+    """In a bf16 model each `linear_q8` / `linear_q4` body converts its x to f32; q, k and v
+    (and gate and up) convert the same x. Shared across the calls, that value tied each
+    group's first call to the others, so the first (q_proj, gate_proj) stood claimed by no
+    span op and ran its f32 body in every layer (found on an H200: 21.7 ms a step instead
+    of the kernels' time). A value made inside one op call is not shared after it closes."""
+    import json
+
+    from linnet.lang.check.spans import spans_for
+    from linnet.lang.syntax.program import model_file
+
+    path = model_file("std.models.llama")
+    cfg = json.loads((path.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    cfg.update(NL=1, weight_bits=bits, weight_group=32, T="bf16")
+    program = Program.from_file(path)
+    g = lower(program, "decode", {"token": [1], "pos": [1]}, cfg, model="Llama", check=False)
+    products = {c.start: c.path for c in g.calls if c.callee.endswith(f"linear_q{bits}")}
+    claimed = {
+        products[m.start]
+        for m in spans_for(program).matches(g)
+        if m.op.qualified_name == f"std.nn.quant::linear_q{bits}_gemv"
+    }
+    assert len(products) == 8 and claimed == set(products.values())

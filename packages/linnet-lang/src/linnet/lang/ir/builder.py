@@ -25,6 +25,12 @@ class Builder:
         # that step's result as its own, and a rename of it must reach every one of them
         # (`let h = f(x)` where f's body ends `return g(y) as T`: f and g end at one step).
         self._tail_calls: list[Call] = []
+        # The common-subexpression keys each open op call added, innermost last: when an op
+        # call closes, what it made stops being shared. A step after it that repeats one of
+        # its steps (another `linear_q8` converting the same x to f32) makes its own value:
+        # a value made inside one op call and read by another would tie the two calls
+        # together, and neither would then stand alone as one node of a span op's pattern.
+        self._op_keys: list[list[tuple]] = []
         # `file:line` of each span's start, per (source, offset), for this run only: a cache
         # shared by every run would keep every program's source alive and never shrink.
         self._locs: dict[tuple[int, int], tuple[Span, str]] = {}
@@ -94,6 +100,8 @@ class Builder:
         if key is not None:
             self._seen[key] = name
             self._key_of[name] = key
+            if self._op_keys:
+                self._op_keys[-1].append(key)
         self.graph.values[name] = vtype
         self.graph.steps.append(Step(op, list(operands), [name], dict(attrs), loc))
         self._tail_calls = []
@@ -175,6 +183,8 @@ class Builder:
         self._call_index += 1
         self.graph.calls.append(call)
         self.depth += 1
+        if kind == "op":
+            self._op_keys.append([])
         return call
 
     def close_call(self, call: Call | None) -> None:
@@ -183,6 +193,11 @@ class Builder:
         call.stop = len(self.graph.steps)
         self.depth -= 1
         self._tail_calls.append(call)
+        if call.kind == "op" and self._op_keys:
+            for key in self._op_keys.pop():
+                name = self._seen.pop(key, None)
+                if name is not None:
+                    self._key_of.pop(name, None)
 
 
 def attrs_key(attrs: dict[str, Any]) -> str:
