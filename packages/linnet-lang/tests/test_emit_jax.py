@@ -53,7 +53,7 @@ def test_llama_source_is_readable(fast):
     } | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "torch" not in " ".join(str(i) for i in imports)
     # Comments point at the model's lines, with the std line after them.
-    assert "# llama.linnet:30  let q = self.q_proj(x)  [std/nn/linear.linnet:" in text
+    assert "# llama.linnet:47  let q = self.q_proj(x)  [std/nn/linear.linnet:" in text
     assert "q_heads = jnp.reshape(q, (5, 4, 16))" in text
     # One function per slice kind: both layers share it.
     assert text.count("def decoder_layer_decode(") == 1
