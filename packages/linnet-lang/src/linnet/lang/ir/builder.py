@@ -25,8 +25,8 @@ class Builder:
         # that step's result as its own, and a rename of it must reach every one of them
         # (`let h = f(x)` where f's body ends `return g(y) as T`: f and g end at one step).
         self._tail_calls: list[Call] = []
-        # Per open op call, innermost last: its arguments and the conversions of them it
-        # made. When the call closes, a conversion of an argument that a product inside the
+        # Per open op call, innermost last: the conversions it made. When the call closes
+        # (its arguments known then: a replayed layer's call gets them only at its close), a conversion of an argument that a product inside the
         # call reads stops being shared: a later op call converting the same argument for
         # its own product (k_proj's `linear_q8` converting the x q_proj's converted to f32)
         # makes its own. Shared, it would tie the two calls together and neither would stand
@@ -34,7 +34,7 @@ class Builder:
         # second without its input), as a library takes a mixed-precision product whole.
         # Other shared values (rope's cos and sin tables for q and k, a norm's and a
         # residual's f32 copies of one h) stay shared.
-        self._op_keys: list[tuple[set[str], list[tuple]]] = []
+        self._op_keys: list[list[tuple]] = []
         # `file:line` of each span's start, per (source, offset), for this run only: a cache
         # shared by every run would keep every program's source alive and never shrink.
         self._locs: dict[tuple[int, int], tuple[Span, str]] = {}
@@ -104,8 +104,8 @@ class Builder:
         if key is not None:
             self._seen[key] = name
             self._key_of[name] = key
-            if self._op_keys and op == "convert" and operands[0] in self._op_keys[-1][0]:
-                self._op_keys[-1][1].append(key)
+            if self._op_keys and op == "convert":
+                self._op_keys[-1].append(key)
         self.graph.values[name] = vtype
         self.graph.steps.append(Step(op, list(operands), [name], dict(attrs), loc))
         self._tail_calls = []
@@ -188,8 +188,7 @@ class Builder:
         self.graph.calls.append(call)
         self.depth += 1
         if kind == "op":
-            args = call.attributes.get("args") or []
-            self._op_keys.append(({a for a in args if isinstance(a, str)}, []))
+            self._op_keys.append([])
         return call
 
     def close_call(self, call: Call | None) -> None:
@@ -199,7 +198,8 @@ class Builder:
         self.depth -= 1
         self._tail_calls.append(call)
         if call.kind == "op" and self._op_keys:
-            keys = self._op_keys.pop()[1]
+            keys = self._op_keys.pop()
+            args = {a for a in call.attributes.get("args") or [] if isinstance(a, str)}
             product_operands = {
                 o
                 for step in self.graph.steps[call.start : call.stop]
@@ -208,7 +208,7 @@ class Builder:
             }
             for key in keys:
                 name = self._seen.get(key)
-                if name is not None and name in product_operands:
+                if name is not None and key[1][0] in args and name in product_operands:
                     del self._seen[key]
                     self._key_of.pop(name, None)
 
