@@ -6,12 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 import linnet.lang.syntax.tree as A
+from linnet.lang.check.config_lists import list_used_as_value
 from linnet.lang.check.core import EvaluatorBase, Frame, IndexVar, fail
 from linnet.lang.check.hints import did_you_mean
 from linnet.lang.ir.primitives import BINARY_OPERATORS
 from linnet.lang.syntax.walk import walk
 from linnet.lang.tensors.dims import Dim
-from linnet.lang.tensors.values import BlockArray, BlockInst, Const, FuncRef, Poison, Tensor
+from linnet.lang.tensors.values import (
+    BlockArray,
+    BlockInst,
+    Const,
+    ConstList,
+    FuncRef,
+    Poison,
+    Tensor,
+)
 
 
 class Expressions(EvaluatorBase):
@@ -26,6 +35,8 @@ class Expressions(EvaluatorBase):
             return Const(expr.value, "bool")
         if isinstance(expr, A.Name):
             v = self.lookup(frame, expr.name, expr.span)
+            if isinstance(v, ConstList):
+                raise list_used_as_value(expr.name, expr.span)
             if isinstance(v, IndexVar):
                 raise fail(
                     "E0330",
