@@ -295,6 +295,22 @@ def cases() -> list[Case]:
             v=((2, 5, 2, 4), "normal"),
             pos=((2,), 5),
         ),
+        # Issue 45: soft-capped attention (Gemma 2) and the windowed decode kernels' ops.
+        _std("softcap_attention_op", **qkv),
+        *(
+            _std(
+                f"{name}_op",
+                q=((2, 2, 2, 4), "normal"),
+                k=((2, 5, 2, 4), "normal"),
+                v=((2, 5, 2, 4), "normal"),
+                pos=((2,), 5),
+            )
+            for name in (
+                "softcap_decode_attention",
+                "window_decode_attention_flash",
+                "softcap_decode_attention_flash",
+            )
+        ),
     ]
     out += edge_cases()
     llama = _llama()
