@@ -99,7 +99,10 @@ def test_a_global_and_a_windowed_layer_are_different_slice_kinds():
     """Generated source writes one function per slice kind; a windowed layer ran as the
     global layer's function (SDPA with is_causal) before kinds counted their calls."""
     graph = lower(
-        _model("qwen2"), "prefill", {"tokens": [1, 12]}, DIMS | {"NL": 3, "layer_windows": [0, 4, 4]}
+        _model("qwen2"),
+        "prefill",
+        {"tokens": [1, 12]},
+        DIMS | {"NL": 3, "layer_windows": [0, 4, 4]},
     )
     kinds = {s.prefix: s.kind for s in cut(graph) if s.prefix}
     assert kinds["model.layers.0."] != kinds["model.layers.1."]

@@ -30,7 +30,11 @@ CASES = [
     ("softcap", 1, 33, 3, 3, 24, "bf16", [32], 0, 5.0),  # no window: every position
     ("softcap", 3, 40, 1, 1, 16, "f32", [0, 17, 31], 40, 1.5),
 ]
-RUN = [c for kind in ("window", "softcap") for c in ci_sample([c for c in CASES if c[0] == kind], 2 if CI else 3, kind)]
+RUN = [
+    c
+    for kind in ("window", "softcap")
+    for c in ci_sample([c for c in CASES if c[0] == kind], 2 if CI else 3, kind)
+]
 
 DRIVER = """
 import json, sys, tempfile

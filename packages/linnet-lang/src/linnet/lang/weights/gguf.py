@@ -480,9 +480,10 @@ def hf_config(
     if fam.query_scale_layers is not None:
         # Not in the file: what llama.cpp computes (see Family.query_scale_layers).
         heads, width = hf.get(fam.heads_key), hf.get("hidden_size")
-        big = hf.get(fam.layers_key) == fam.query_scale_layers and heads and width
-        head = hf.get("head_dim") or (width // heads if width and heads else None)
-        hf["query_pre_attn_scalar"] = width // heads if big else head
+        if isinstance(heads, int) and isinstance(width, int) and heads > 0:
+            big = hf.get(fam.layers_key) == fam.query_scale_layers
+            head = hf.get("head_dim") or width // heads
+            hf["query_pre_attn_scalar"] = width // heads if big else head
     output = tensors.get(f"{fam.top['output']}.weight")
     if (
         output is not None

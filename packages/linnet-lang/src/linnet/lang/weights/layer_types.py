@@ -92,9 +92,7 @@ def default_types(hf: dict, spec: dict, count: int) -> list[str]:
         p = rule.get("default", 0) if p is None else p
         if not _number(p) or int(p) < 1:
             return ["full_attention"] * count
-        return [
-            "sliding_attention" if (i + 1) % int(p) else "full_attention" for i in range(count)
-        ]
+        return ["sliding_attention" if (i + 1) % int(p) else "full_attention" for i in range(count)]
     if "after" in spec:
         rule = spec["after"]
         if "when" in rule and _get(hf, rule["when"]) is not True:
@@ -118,7 +116,9 @@ def layer_values(
     count = int(count)
     given = _get(hf, key)
     types = given if given is not None else default_types(hf, spec, count)
-    source = key if given is not None else spec.get("pattern", spec.get("after", {})).get("key", key)
+    source = (
+        key if given is not None else spec.get("pattern", spec.get("after", {})).get("key", key)
+    )
     if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
         diag(
             "E0671",
