@@ -275,3 +275,28 @@ def test_a_bad_layers_section_is_e0653():
     mapping = read_mapping(STD_ROOT / "models" / "gemma2.linnet")
     broken = mapping | {"layers": {"key": "layer_types", "types": []}}
     assert _code(validate_mapping, broken) == "E0653"
+
+
+def test_set_gives_a_config_list():
+    """`--set layer_windows=[8, 0]` is a list (it was the string "[8, 0]": a list of one
+    value that is not a number, reported as the wrong length)."""
+    from linnet.lang.host.config import parse_value
+
+    assert parse_value("[8, 0]") == [8, 0] and parse_value("[ ]") == []
+    graph = lower(
+        _model("gemma2"),
+        "prefill",
+        {"tokens": [1, 12]},
+        DIMS | {"NL": 2, "layer_windows": parse_value("[4, 0]")},
+    )
+    assert [c[1] for c in _attention_calls(graph)] == ["softcap_attention", "softcap_attention"]
+    assert (
+        _code(
+            lower,
+            _model("gemma2"),
+            "prefill",
+            {"tokens": [1, 12]},
+            DIMS | {"NL": 2, "layer_windows": parse_value("[4, 0, 4]")},
+        )
+        == "E0872"
+    )

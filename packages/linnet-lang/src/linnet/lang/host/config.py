@@ -18,7 +18,16 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 
 def parse_value(text: str) -> Any:
-    """`4` → 4, `1e-5` → 1e-05, `true` → True, `bf16` → 'bf16'."""
+    """`4` → 4, `1e-5` → 1e-05, `true` → True, `bf16` → 'bf16', and a config list's
+    `[8, 0]` (comma-separated values in brackets) → [8, 0].
+
+    >>> parse_value("[8, 0, true]"), parse_value("[]")
+    ([8, 0, True], [])
+    """
+    stripped = text.strip()
+    if stripped.startswith("[") and stripped.endswith("]"):
+        inner = stripped[1:-1].strip()
+        return [parse_value(part.strip()) for part in inner.split(",")] if inner else []
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
