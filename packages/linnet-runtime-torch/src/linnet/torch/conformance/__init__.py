@@ -381,6 +381,12 @@ SHIPPED_MODELS: dict[str, dict[str, Any]] = {
     "gemma": _SMALL,
     "phi3": _SMALL | {"sliding_window": 4},
     "gpt2": {"V": 256, "P": 128, "F": 128, "NL": 2, "H": 4, "HD": 16, "S": 128, "B": 1, "T": "f32"},
+    # Issue 45: a windowed layer then a global one (config lists), soft-capping, qk-norm.
+    "gemma2": _SMALL
+    | {"sliding_window": 4, "layer_windows": [4, 0], "query_pre_attn_scalar": 16.0},
+    "gemma3": _SMALL
+    | {"sliding_window": 4, "layer_windows": [4, 0], "layer_rope_theta": [10000.0, 1e6]},
+    "qwen3": _SMALL | {"layer_windows": [0, 4]},
 }
 
 
