@@ -347,3 +347,85 @@ def test_the_softmax_scale_combines_query_pre_attn_scalar_and_the_rope_factor(sc
             for c in constants
             for w in (factor**2 / 4.0, 1 / 8.0)
         )
+
+
+KINDS = """
+block Scale<D: Dim> {
+    config w: Tensor[D; f32] = 1.0
+    config factor: f32 = 1.0
+    fn forward(x: Tensor[D; f32]) -> Tensor[D; f32] {
+        let y[d] = x[d] * w[d] * factor
+        return y
+    }
+}
+
+pub model Stack<D: Dim, NL: Dim> {
+    MEMBERS
+    entry run(x: Tensor[D; f32]) -> Tensor[D; f32] {
+        let h = x
+        for layer in self.layers {
+            h = layer(h)
+        }
+        return h
+    }
+}
+"""
+
+
+def _constants(members: str, config: dict) -> list:
+    program = _program(KINDS.replace("MEMBERS", members))
+    graph = lower(program, "run", {"x": [config["D"]]}, config)
+    return [s.attributes["value"] for s in graph.steps if s.op == "constant"]
+
+
+def test_a_config_list_and_a_tensor_config_in_one_repeated_block():
+    """Each layer its list item (factor) and the model's tensor config (w) reaching it."""
+    members = """config factors: [f32; NL] = 2.0
+    config w: Tensor[D; f32] = 3.0
+    block layers: [Scale<D>(factor = factors); NL]"""
+    values = _constants(members, {"D": 2, "NL": 2, "factors": [5.0, 7.0], "w": [0.5, 0.25]})
+    floats = {v for v in values if isinstance(v, float)}  # (the ints: the select's bounds)
+    assert floats == {5.0, 7.0, 0.5, 0.25}
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        # The model's list reaches the layers' tensor config by name: it took its default.
+        "config w: [f32; NL] = 3.0\n    block layers: [Scale<D>; NL]",
+        # Passed explicitly: it was split per layer and called a scalar.
+        "config ws: [f32; NL] = 3.0\n    block layers: [Scale<D>(w = ws); NL]",
+    ],
+)
+def test_a_config_list_reaching_a_tensor_config_is_e0613(members):
+    with pytest.raises(LinnetError) as info:
+        _constants(members, {"D": 2, "NL": 2})
+    [d] = info.value.diagnostics
+    assert d.code == "E0613" and "config list" in d.message and "tensor config" in d.message
+
+
+def test_a_tensor_config_reaching_a_config_list_or_a_scalar_is_e0613():
+    """A tensor config named like a layer's list (it was E0872, 'the value given has 1') or
+    like a scalar config (it took the scalar's default)."""
+    inner = """
+block Layer<D: Dim, NL: Dim> {
+    config factor: KIND = 1.0
+    fn forward(x: Tensor[D; f32]) -> Tensor[D; f32] {
+        return x
+    }
+}
+
+pub model Stack<D: Dim, NL: Dim> {
+    config factor: Tensor[NL; f32] = 2.0
+    block layer: Layer<D, NL>
+    entry run(x: Tensor[D; f32]) -> Tensor[D; f32] {
+        return self.layer(x)
+    }
+}
+"""
+    for kind in ("[f32; NL]", "f32"):
+        program = _program(inner.replace("KIND", kind))
+        with pytest.raises(LinnetError) as info:
+            lower(program, "run", {"x": [2]}, {"D": 2, "NL": 2})
+        [d] = info.value.diagnostics
+        assert d.code == "E0613" and "tensor config" in d.message, (kind, d.message)

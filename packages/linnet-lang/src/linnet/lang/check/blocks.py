@@ -93,6 +93,8 @@ def config_value(
     config: dict[str, Any],
     given: dict[str, Any] | None = None,
 ) -> Any:
+    if given and m.name in given and m.name not in config:
+        config_lists.check_passed_kind(m, given[m.name])
     if isinstance(m.type, A.TensorType):
         return tensor_config_value(ev, m, frame, config, given)
     if isinstance(m.type, A.ListType):

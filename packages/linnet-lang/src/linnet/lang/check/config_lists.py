@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import linnet.lang.syntax.tree as A
 from linnet.lang.check.core import fail
 from linnet.lang.tensors.dims import Dim
-from linnet.lang.tensors.values import Const, ConstList
+from linnet.lang.tensors.values import Const, ConstList, ConstTensor
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -120,14 +120,59 @@ def element_configs(lists: dict[str, ConstList], n: int) -> list[dict[str, Const
     return out
 
 
+def scalar_configs(decl: A.BlockDecl) -> set[str]:
+    """The names of ``decl``'s one-value configs (neither a config list nor a tensor
+    config): those a config list can give one item each."""
+    return {
+        m.name
+        for m in decl.members
+        if m.kind == "config" and not isinstance(m.type, A.ListType | A.TensorType)
+    }
+
+
+def check_passed_kind(m: A.Member, passed: Any) -> None:
+    """E0613 when an enclosing block passes config ``m`` (explicitly or by name) a value of
+    another kind of config: a tensor config (``Tensor[N; T]``, one tensor for the block)
+    where ``m`` is a config list or one value, or a config list (``[T; N]``, one value per
+    repeated block) where ``m`` is a tensor config. Without it the block silently took its
+    default. (A scalar reaching a list fills it; a list reaching a scalar is split per
+    element or E0873; a scalar reaching a tensor config is E0613 in ``const_tensors``.)
+
+    Example, E0613 (the layer's tensor config ``w`` reached by the model's list)::
+
+        pub model M<D: Dim, NL: Dim> {
+            config w: [f32; NL] = 3.0
+            block layers: [Scale<D>; NL]    // Scale: config w: Tensor[D; f32] = 1.0
+        }
+    """
+    if isinstance(passed, ConstTensor) and not isinstance(m.type, A.TensorType):
+        got, fix = "a tensor config (one tensor for the whole block)", "a tensor config"
+    elif isinstance(passed, ConstList) and isinstance(m.type, A.TensorType):
+        got, fix = "a config list (one value per repeated block)", "a config list"
+    else:
+        return
+    want = (
+        "a config list"
+        if isinstance(m.type, A.ListType)
+        else "a tensor config"
+        if isinstance(m.type, A.TensorType)
+        else "one value"
+    )
+    raise fail(
+        "E0613",
+        f"config `{m.name}` is {want}, but the enclosing block's `{m.name}` is {got}",
+        m.span,
+        "declared here",
+        help=f"declare both as {fix}, or rename one (a config reaches the blocks below by name)",
+    )
+
+
 def split_lists(
     decl: A.BlockDecl, typ: A.BlockType, given: dict[str, Any], count: Dim, span_of: A.ArrayType
 ) -> dict[str, ConstList]:
     """The config lists a repeated block member passes its elements, one item each: the
     explicit `(name = list)` arguments whose config in the element is a scalar."""
-    scalars = {
-        m.name for m in decl.members if m.kind == "config" and not isinstance(m.type, A.ListType)
-    }
+    scalars = scalar_configs(decl)
     out: dict[str, ConstList] = {}
     for arg in typ.config:
         v = given.get(arg.name)
@@ -151,9 +196,7 @@ def split_lists(
 def not_repeated(decl: A.BlockDecl, typ: A.BlockType, given: dict[str, Any]) -> None:
     """E0874 for a config list passed explicitly to a scalar config of a block that is not
     repeated (there is no element to give each item to)."""
-    scalars = {
-        m.name for m in decl.members if m.kind == "config" and not isinstance(m.type, A.ListType)
-    }
+    scalars = scalar_configs(decl)
     for arg in typ.config:
         if isinstance(given.get(arg.name), ConstList) and arg.name in scalars:
             raise fail(
