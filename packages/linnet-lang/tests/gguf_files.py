@@ -94,7 +94,31 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         activation_function="gelu_new",
     ),
 }
+_GEMMA2 = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    query_pre_attn_scalar=16,  # = head_dim: what llama.cpp computes below 27B
+    rms_norm_eps=1e-6,
+    max_position_embeddings=128,
+    sliding_window=4,  # under the tests' 10 tokens
+    tie_word_embeddings=True,
+)
+# Issue 45's families: Gemma 2 (soft-capping at its defaults), Gemma 3 text (a global layer
+# every second), Qwen3.
+HF_CONFIGS["gemma2"] = _GEMMA2 | dict(rope_theta=10000.0)
+HF_CONFIGS["gemma3"] = _GEMMA2 | dict(sliding_window_pattern=2, final_logit_softcapping=20.0)
+HF_CONFIGS["qwen3"] = dict(HF_CONFIGS["qwen2"], head_dim=16, tie_word_embeddings=False)
+# transformers' model_type where it is not the family's name.
+MODEL_TYPE = {"gemma3": "gemma3_text"}
 ARCH = {
+    "gemma2": "gemma2",
+    "gemma3": "gemma3",
+    "qwen3": "qwen3",
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "qwen2",
@@ -114,7 +138,9 @@ def hf_model(family: str, seed: int = 0, **overrides: Any) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = AutoConfig.for_model(family, **{**HF_CONFIGS[family], **overrides})
+    config = AutoConfig.for_model(
+        MODEL_TYPE.get(family, family), **{**HF_CONFIGS[family], **overrides}
+    )
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():  # norms away from 1 (and biases away from 0) so mistakes show
         for p in model.parameters():
@@ -181,14 +207,25 @@ def write_gguf(
     else:
         values[f"{arch}.attention.head_count_kv"] = kv_heads
         values[f"{arch}.attention.layer_norm_rms_epsilon"] = float(cfg.rms_norm_eps)
+        rope = cfg.rope_parameters
         values[f"{arch}.rope.freq_base"] = float(
-            getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]
+            getattr(cfg, "rope_theta", None)
+            or rope.get("rope_theta")
+            or rope["full_attention"]["rope_theta"]  # Gemma 3: the global layers'
         )
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         values[f"{arch}.rope.dimension_count"] = head_dim
-        if family == "gemma":
+        if family in ("gemma", "gemma2", "gemma3", "qwen3"):
             values[f"{arch}.attention.key_length"] = head_dim
             values[f"{arch}.attention.value_length"] = head_dim
+        if family in ("gemma2", "gemma3"):
+            values[f"{arch}.attention.sliding_window"] = cfg.sliding_window
+            if cfg.final_logit_softcapping is not None:
+                values[f"{arch}.final_logit_softcapping"] = float(cfg.final_logit_softcapping)
+        if family == "gemma2":
+            values[f"{arch}.attn_logit_softcapping"] = float(cfg.attn_logit_softcapping)
+        if family == "gemma3":
+            values[f"{arch}.attention.sliding_window_pattern"] = 2
     if tokenizer:
         vocab = cfg.vocab_size
         tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [
@@ -234,7 +271,7 @@ def write_gguf(
             w = _permute(w, heads)
         if family in ("llama", "mistral") and name.endswith(("attn_k.weight", "attn_k.bias")):
             w = _permute(w, kv_heads)
-        if family == "gemma" and name.endswith("norm.weight"):
+        if family in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + 1
         if family == "gpt2" and hf_name.endswith(_GPT2_CONV1D):
             w = w.T.copy()

@@ -43,6 +43,9 @@ def _zoo():
 ZOO = _zoo()
 MODELS = ZOO.MODELS  # llama, qwen2, mistral, gemma, phi3, gpt2
 ROPE = ZOO.ROPE  # llama-yarn, qwen2-yarn, phi3-longrope (decode crosses LongRoPE's switch)
+# Issue 45: per-layer sliding windows, soft-capping and qk-norm, two configurations of each
+# new model (the zoo's: the first with the variant active) and Qwen2 with a window.
+ATTENTION = ZOO.ATTENTION + ZOO.ATTENTION_GENERATED
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,7 @@ def checkpoints(tmp_path_factory):
     prompt = torch.randint(0, 256, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     configs = ZOO._configs()
     out = {}
-    for name in MODELS + ROPE:
+    for name in MODELS + ROPE + ATTENTION:
         cls, cfg = configs[name]
         torch.manual_seed(0)
         model = cls(cfg).eval()
@@ -91,10 +94,19 @@ FAST = {
     "gemma": ["jax.nn.dot_product_attention(", "jax.nn.gelu(", "approximate=True", "(1.0 + "],
     "phi3": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.silu("],
     "gpt2": ["jax.nn.dot_product_attention(", "jax.nn.gelu(", "jnp.matmul("],
+    # Soft-capped attention runs its op's body (tanh of the scores); the global layers of
+    # the others take the fused call, the windowed ones its mask.
+    "gemma2": ["jnp.tanh(", "jax.nn.gelu("],
+    "gemma2-uncapped": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.gelu("],
+    "gemma3": ["jax.nn.dot_product_attention(", "is_causal=True", "mask="],
+    "gemma3-capped": ["jax.nn.dot_product_attention(", "jnp.tanh("],
+    "qwen3": ["jax.nn.dot_product_attention(", "jax.nn.silu("],
+    "qwen3-window": ["jax.nn.dot_product_attention(", "is_causal=True", "mask="],
+    "qwen2-window": ["jax.nn.dot_product_attention(", "is_causal=True", "mask="],
 }
 
 
-@pytest.mark.parametrize("name", MODELS + ROPE)
+@pytest.mark.parametrize("name", MODELS + ROPE + ATTENTION)
 def test_shipped_model_matches_transformers(checkpoints, name):
     prompt, ckpts = checkpoints
     path, hf_logits, hf_tokens = ckpts[name]

@@ -67,6 +67,8 @@ PHI3_LONGROPE = {
     "rope_theta": 10000.0,
 }
 
+GEMMA = dict(head_dim=16, query_pre_attn_scalar=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
 
 def _configs() -> dict:
     t = transformers
@@ -121,6 +123,52 @@ def _configs() -> dict:
                 eos_token_id=2,
             ),
         ),
+        # Issue 45: per-layer attention types, soft-capping, qk-norm. The first of each
+        # family has the variant active (a window of 8 under the 20-token prompt on the
+        # sliding layers, the other layer global; soft-capping on), the second the other way.
+        "gemma2": (
+            t.Gemma2ForCausalLM,
+            t.Gemma2Config(**SMALL, **GEMMA, sliding_window=8),  # caps 50 and 30 (defaults)
+        ),
+        "gemma2-uncapped": (
+            t.Gemma2ForCausalLM,
+            t.Gemma2Config(
+                **SMALL,
+                **GEMMA,
+                attn_logit_softcapping=None,
+                final_logit_softcapping=None,
+                layer_types=["full_attention", "sliding_attention"],
+            ),
+        ),
+        # Sliding layer 0 rotated with base 10000, global layer 1 with 1e6 (the defaults).
+        "gemma3": (
+            t.Gemma3ForCausalLM,
+            t.Gemma3TextConfig(**SMALL, **GEMMA, sliding_window=8, sliding_window_pattern=2),
+        ),
+        "gemma3-capped": (
+            t.Gemma3ForCausalLM,
+            t.Gemma3TextConfig(
+                **SMALL,
+                **GEMMA,
+                final_logit_softcapping=10.0,  # (transformers' Gemma 3 never caps attention)
+                rope_parameters={
+                    "full_attention": {"rope_type": "default", "rope_theta": 5000.0},
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 300.0},
+                },
+            ),
+        ),
+        "qwen3": (t.Qwen3ForCausalLM, t.Qwen3Config(**SMALL, head_dim=16)),
+        # Layer 0 global, layer 1 windowed (transformers: from max_window_layers on).
+        "qwen3-window": (
+            t.Qwen3ForCausalLM,
+            t.Qwen3Config(
+                **SMALL, head_dim=16, use_sliding_window=True, sliding_window=8, max_window_layers=1
+            ),
+        ),
+        "qwen2-window": (
+            t.Qwen2ForCausalLM,
+            t.Qwen2Config(**SMALL, use_sliding_window=True, sliding_window=8, max_window_layers=1),
+        ),
         "gpt2": (
             t.GPT2LMHeadModel,
             t.GPT2Config(
@@ -139,6 +187,11 @@ def _configs() -> dict:
 MODELS = ["llama", "qwen2", "mistral", "gemma", "phi3", "gpt2"]
 ROPE = ["llama-yarn", "qwen2-yarn", "phi3-longrope"]  # the rope variants of issue 45
 COMPILED = set(MODELS)  # compile=True on every model (the acceptance): 15-40 s of inductor each
+# Issue 45's models and variants: the variant-active checkpoint of each new model through
+# every mode, the others through generated source (sampled to keep CI's cost small).
+ATTENTION = ["gemma2", "gemma3", "qwen3-window"]
+ATTENTION_GENERATED = ["gemma2-uncapped", "gemma3-capped", "qwen3", "qwen2-window"]
+NEW_MODELS = ["gemma2", "gemma3", "qwen3"]
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +238,9 @@ CASES = (
     + [("llama-linear", "generated"), ("llama-dynamic", "generated")]
     + [("llama-yarn", "generated"), ("qwen2-yarn", "interpret")]
     + [("phi3-longrope", mode) for mode in ("interpret", "generated", "compile")]
+    + [(m, mode) for m in ATTENTION for mode in ("interpret", "generated", "compile")]
+    + [(m, "generated") for m in ATTENTION_GENERATED]
+    + [("qwen2-window", "interpret")]
 )
 
 
@@ -249,7 +305,7 @@ def test_generated_source_uses_the_fast_calls(checkpoints, name):
     assert "torch.einsum" not in text  # every product went to a library call
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", MODELS + NEW_MODELS)
 def test_parameter_paths_are_the_checkpoint_names(checkpoints, name):
     _, ckpts = checkpoints
     model = load(f"std.models.{name}", weights=ckpts[name][0], config={"S": 64})
@@ -262,7 +318,7 @@ def test_parameter_paths_are_the_checkpoint_names(checkpoints, name):
 def test_model_files_are_short():
     """Each shipped model is a few dozen lines on the shared std.nn.decoder blocks (three
     entries: prefill, prefill_last, decode)."""
-    for name in MODELS:
+    for name in MODELS + NEW_MODELS:
         lines = (STD_ROOT / "models" / f"{name}.linnet").read_text().splitlines()
         assert len(lines) <= (125 if name == "gpt2" else 50), (name, len(lines))
         assert (STD_ROOT / "models" / f"{name}.hf.json").is_file()
@@ -377,7 +433,7 @@ LEGACY_4X = {
 }
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", MODELS + NEW_MODELS)
 def test_a_save_pretrained_directory_with_transformers_metadata_loads(checkpoints, name, tmp_path):
     """Item 17: a real `save_pretrained` directory whose config.json carries everything
     transformers writes for the family (`to_dict()`, not only the differences), what 4.x

@@ -236,6 +236,29 @@ def test_match_declines_what_flashinfer_cannot_run_with_reasons():
     assert len(FlashInfer(head_dims=None).match(hd16, HOPPER)) == 2
 
 
+def test_windowed_and_soft_capped_layers_are_declined_with_reasons():
+    """Issue 45: a model with a global and a sliding-window layer (Qwen2's `layer_windows`),
+    and Gemma 2's soft-capped layers: FlashInfer takes the global layer only and says why
+    it leaves the others (its matches are full-context decode attention)."""
+    from linnet.lang import Program, lower
+    from linnet.lang.syntax.program import model_file
+
+    dims = {"V": 256, "D": 256, "F": 512, "NL": 2, "H": 4, "KV": 2, "HD": 64, "S": 64}
+    dims |= {"T": "bf16"}
+    inputs = {"token": [1], "pos": [1]}
+    qwen2 = Program.from_file(model_file("std.models.qwen2"))
+    graph = lower(qwen2, "decode", inputs, dims | {"layer_windows": [0, 16]})
+    assert len(FlashInfer().match(graph, HOPPER)) == 1  # the global layer
+    declined = FlashInfer().declined(graph)
+    assert len(declined) == 1 and "sliding window" in declined[0][1]
+    assert "decode_window" in declined[0][1]
+    gemma2 = Program.from_file(model_file("std.models.gemma2"))
+    capped = lower(gemma2, "decode", inputs, dims | {"layer_windows": [16, 0]})
+    assert FlashInfer().match(capped, HOPPER) == []
+    reasons = [r for _, r in FlashInfer().declined(capped)]
+    assert len(reasons) == 2 and all("soft-capped" in r for r in reasons)
+
+
 def test_match_declines_a_pos_computed_inside_the_entry(decode_graph):
     graph = copy.deepcopy(decode_graph)
     call = graph.semantic_calls(DECODE_ATTENTION)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import linnet.lang.check.config_lists as config_lists
 import linnet.lang.check.instantiate as instantiation
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
@@ -12,7 +13,7 @@ from linnet.lang.check.const_tensors import tensor_config_value
 from linnet.lang.check.evaluate import MAX_DEPTH, Evaluator, Frame, fail
 from linnet.lang.check.instantiate import clone_element
 from linnet.lang.tensors.dims import Dim
-from linnet.lang.tensors.values import BlockArray, BlockInst, Const, Tensor
+from linnet.lang.tensors.values import BlockArray, BlockInst, Const, ConstList, Tensor
 
 
 def instantiate(
@@ -90,10 +91,22 @@ def config_value(
     m: A.Member,
     frame: Frame,
     config: dict[str, Any],
-    given: dict[str, Const] | None = None,
+    given: dict[str, Any] | None = None,
 ) -> Any:
+    if given and m.name in given and m.name not in config:
+        config_lists.check_passed_kind(m, given[m.name])
     if isinstance(m.type, A.TensorType):
         return tensor_config_value(ev, m, frame, config, given)
+    if isinstance(m.type, A.ListType):
+        if m.name in config:
+            raw, has = config[m.name], True
+        elif given and m.name in given:
+            raw, has = given[m.name], True
+        else:
+            raw, has = None, False
+        return config_lists.list_config_value(ev, m, frame, raw, has, convert_config)
+    if given and isinstance(given.get(m.name), ConstList) and m.name not in config:
+        raise config_lists.list_used_as_value(m.name, m.span)
     if m.name in config:
         raw = config[m.name]
     elif given and m.name in given and isinstance(given[m.name], Const):
@@ -119,7 +132,12 @@ def config_value(
             "declared without a default",
             help=f"pass it: `--set {m.name}=...`, or give a default: `config {m.name}: ... = ...`",
         )
-    t = type_name(m.type)
+    return convert_config(m, type_name(m.type), raw)
+
+
+def convert_config(m: A.Member, t: str, raw: Any) -> Const:
+    """``raw`` (a user's or a block's value) as config ``m`` of type ``t``; E0613 if it is
+    not one."""
     try:
         if t == "bool":
             if not isinstance(raw, bool):
@@ -169,7 +187,21 @@ def instantiate_member_block(
         child, env = block_env(ev, typ.element, frame)
         given = config_args(ev, child, typ.element, frame, visible)
         n = 1 if count.value is None else count.value
-        if instantiation.ENABLED:
+        lists = config_lists.split_lists(child, typ.element, given, count, typ)
+        if lists:
+            # Per-element configs (a config list's items): elements with the same items are
+            # copies of the first such element, as below; the others are built anew.
+            first_of: dict[str, BlockInst] = {}
+            items = []
+            for i, own in enumerate(config_lists.element_configs(lists, n)):
+                key = repr(sorted((k, repr(v)) for k, v in own.items()))
+                p = f"{path}.{i}"
+                if key in first_of and instantiation.ENABLED:
+                    items.append(clone_element(first_of[key], first_of[key].path, p))
+                else:
+                    first_of[key] = instantiate(ev, child, dict(env), p, given={**given, **own})
+                    items.append(first_of[key])
+        elif instantiation.ENABLED:
             # The elements differ only in their paths: copy the first (check/instantiate.py).
             first = instantiate(ev, child, dict(env), f"{path}.0", given=given)
             items = [first] + [
@@ -184,7 +216,9 @@ def instantiate_member_block(
         return BlockArray(typ.element, path, count, items)
     if isinstance(typ, A.BlockType):
         child, env = block_env(ev, typ, frame)
-        return instantiate(ev, child, env, path, given=config_args(ev, child, typ, frame, visible))
+        given = config_args(ev, child, typ, frame, visible)
+        config_lists.not_repeated(child, typ, given)
+        return instantiate(ev, child, env, path, given=given)
     raise fail(
         "E0614",
         "a `block` member needs a block type",
@@ -195,8 +229,8 @@ def instantiate_member_block(
 
 
 def config_args(
-    ev: Evaluator, decl: A.BlockDecl, typ: A.BlockType, frame: Frame, visible: dict[str, Const]
-) -> dict[str, Const]:
+    ev: Evaluator, decl: A.BlockDecl, typ: A.BlockType, frame: Frame, visible: dict[str, Any]
+) -> dict[str, Any]:
     """The config values a block member passes its block: those the enclosing blocks see,
     then the member's own `(name = value)`, each evaluated where the member is declared."""
     names = [m.name for m in decl.members if m.kind == "config"]
@@ -217,8 +251,8 @@ def config_args(
                 ),
                 secondary=[(decl.name_span, f"`{decl.name}` declared here")],
             )
-        v = ev.value(arg.value, frame)
-        if not isinstance(v, Const):
+        v = config_lists.named_list(arg.value, frame) or ev.value(arg.value, frame)
+        if not isinstance(v, Const | ConstList):
             raise fail(
                 "E0349",
                 f"config `{arg.name}` of `{decl.name}` must be known when lowering",

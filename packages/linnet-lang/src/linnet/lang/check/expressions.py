@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import linnet.lang.syntax.tree as A
+from linnet.lang.check.config_lists import list_used_as_value
 from linnet.lang.check.const_tensors import materialize
 from linnet.lang.check.core import EvaluatorBase, Frame, IndexVar, fail
 from linnet.lang.check.hints import did_you_mean
@@ -16,6 +17,7 @@ from linnet.lang.tensors.values import (
     BlockArray,
     BlockInst,
     Const,
+    ConstList,
     ConstTensor,
     FuncRef,
     Poison,
@@ -35,6 +37,8 @@ class Expressions(EvaluatorBase):
             return Const(expr.value, "bool")
         if isinstance(expr, A.Name):
             v = self.lookup(frame, expr.name, expr.span)
+            if isinstance(v, ConstList):
+                raise list_used_as_value(expr.name, expr.span)
             if isinstance(v, IndexVar):
                 raise fail(
                     "E0330",

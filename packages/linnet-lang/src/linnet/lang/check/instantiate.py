@@ -259,11 +259,12 @@ def run_loop(
     before = _bindings(frame)
     template = _traced(ev, builder, run_one, items[0])
     plan = _carried(frame, before, template.records, items[0].path)
-    # The elements are copies of the first (clone_element), so comparing one is enough; the
-    # same declaration for all guards against an array built some other way.
-    if plan is None or not (
-        same_element(items[0], items[1], items[0].path, items[1].path)
-        and all(item.decl is items[0].decl for item in items)
+    # Elements may differ in per-element configs (a config list's items): every element must
+    # be the template's copy, else a witness equal to the template would let a different
+    # element (a sliding-window layer after global ones) be replayed as the template.
+    if plan is None or not all(
+        item.decl is items[0].decl and same_element(items[0], item, items[0].path, item.path)
+        for item in items[1:]
     ):
         for item in items[1:]:
             run_one(item)

@@ -18,14 +18,25 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 
 def parse_value(text: str) -> Any:
-    """`4` → 4, `1e-5` → 1e-05, `true` → True, `bf16` → 'bf16', `[1, 2.5]` → [1, 2.5] (a
-    tensor config's list; text that is not a JSON array stays text)."""
-    if text.startswith("["):
+    """`4` → 4, `1e-5` → 1e-05, `true` → True, `bf16` → 'bf16', and a list in brackets →
+    a list: a JSON array (a tensor config's `[1, 2.5]`), else comma-separated values each
+    read as above (a config list's `[8, 0]`, `[True, 0]`).
+
+    >>> parse_value("[8, 0, true]"), parse_value("[]"), parse_value("[1.5, 2e-1]")
+    ([8, 0, True], [], [1.5, 0.2])
+    >>> parse_value("[True, bf16]")
+    [True, 'bf16']
+    """
+    stripped = text.strip()
+    if stripped.startswith("[") and stripped.endswith("]"):
         try:
-            value = json.loads(text)
+            value = json.loads(stripped)
         except (json.JSONDecodeError, RecursionError):
-            return text
-        return value if isinstance(value, list) else text
+            value = None
+        if isinstance(value, list):
+            return value
+        inner = stripped[1:-1].strip()
+        return [parse_value(part.strip()) for part in inner.split(",")] if inner else []
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"

@@ -200,6 +200,21 @@ def fingerprint(graph: Graph, steps: StepSet) -> str:
             ]
         )
     parts.append([ref(o) for o in steps.outputs])
+    # The calls inside the set, by callee and place: emitters write a call's fused form
+    # (SDPA for `causal_attention`, a masked SDPA for `window_attention`) from the call, not
+    # from its steps, and two attention calls can lower to the same steps once their masks
+    # (constants) are hoisted out: a global and a sliding-window layer must differ in kind.
+    where = {i: k for k, i in enumerate(steps.steps)}
+    parts.append(
+        [
+            [c.callee, where[c.start], c.stop - c.start]
+            for c in graph.calls
+            if c.kind != "entry"
+            and c.start < c.stop
+            and c.start in where
+            and all(i in where for i in range(c.start, c.stop))
+        ]
+    )
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

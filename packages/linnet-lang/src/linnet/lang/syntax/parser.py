@@ -340,7 +340,11 @@ class Parser(BodyParser):
         kind = self.advance().text
         name = self.ident(f"the {kind}'s name", soft=True).text
         self.expect(":", help=f"a {kind} has a type: `{kind} {name}: ...`")
-        typ = self.parse_type()
+        self.list_ok = kind == "config"
+        try:
+            typ = self.parse_type()
+        finally:
+            self.list_ok = False
         default = condition = None
         if self.accept("="):
             default = self.parse_expr()

@@ -25,6 +25,9 @@ class BodyParser(ParserBase):
     """Types, blocks, statements and expressions."""
 
     # ------------------------------------------------------------ types
+    # Whether `[i32; N]` (a config list) may be parsed: only as a `config` member's type.
+    list_ok = False
+
     def parse_type(self) -> A.TypeExpr:
         self.enter()
         try:
@@ -37,13 +40,21 @@ class BodyParser(ParserBase):
         if self.accept("["):
             self.nesting += 1
             elem = self.parse_type()
+            if isinstance(elem, A.ScalarType) and self.list_ok:
+                # A config's list of scalars, one per repeated block: `[i32; NL]`.
+                self.expect(";", help="a config list is written `[i32; NL]`")
+                count = self.parse_expr()
+                self.nesting -= 1
+                self.expect("]")
+                return A.ListType(elem, count, self.span_from(start))
             if not isinstance(elem, A.BlockType):
                 self.error(
                     "only blocks can be repeated",
                     elem.span,
                     "not a block",
                     help="write `[Layer<...>; N]`; a stack of tensors is one tensor "
-                    "with an extra axis: `Tensor[N, ...]`",
+                    "with an extra axis: `Tensor[N, ...]`; a list of scalars, `[i32; N]`, "
+                    "is only a `config`'s type",
                     code="E0107",
                 )
             self.expect(";", help="a repeated block is written `[Layer<...>; N]`")

@@ -47,7 +47,18 @@ class ArrayType:
     span: Span
 
 
-TypeExpr = TensorType | ScalarType | BlockType | ArrayType
+@dataclass
+class ListType:
+    """A config's list of scalars, one per element of a repeated block: `[i32; NL]`
+    (`config layer_windows: [i32; NL] = 0`). Passed to the elements of a repeated block,
+    `[Layer<...>(window = layer_windows); NL]`, element i gets item i."""
+
+    element: ScalarType
+    count: Expr
+    span: Span
+
+
+TypeExpr = TensorType | ScalarType | BlockType | ArrayType | ListType
 
 # ---------------------------------------------------------------- expressions
 

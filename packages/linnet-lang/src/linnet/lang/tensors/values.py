@@ -56,6 +56,16 @@ class ConstTensor:
 
 
 @dataclass
+class ConstList:
+    """A config list (`config layer_windows: [i32; NL]`): one :class:`Const` per element of
+    the repeated block it is passed to; ``items`` is None while checking (values unknown)."""
+
+    items: tuple[Const, ...] | None
+    dtype: str
+    count: Any  # a Dim
+
+
+@dataclass
 class DType:
     name: str
 

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile, Span
+from linnet.lang.weights.layer_types import layer_values, layers_problems, layers_reads
 from linnet.lang.weights.rules import (
     PRETRAINED_CONFIG_RANGES,
     PRETRAINED_CONFIG_REQUIRE,
@@ -70,6 +71,7 @@ MAPPING_KEYS = {
     "ignore",
     "rope",
     "ranges",
+    "layers",
 }
 # "null": the value a JSON null stands for (Mistral's `"sliding_window": null` is no window).
 SPEC_KEYS = {"key", "default", "else", "at_most", "null"}
@@ -200,6 +202,7 @@ def validate_mapping(data: dict, name: str = "the mapping") -> None:
                     '{"param": ..., "default": ..., "null": ...}, {"list": ...} or '
                     '{"config": ..., "default": ...}'
                 )
+    problems.extend(layers_problems(data.get("layers")))
     problems.extend(rule_problems(data))
     if problems:
         raise LinnetError(
@@ -292,6 +295,8 @@ def checkpoint_config(
             read.update(k.split(".")[0] for k in _keys(spec))
             if "else" in spec:
                 read.add(str(spec["else"]).split(".")[0])
+    if "layers" in mapping:
+        read.update(layers_reads(mapping["layers"]))
     for key in hf:
         if key not in read and not ignored(key, mapping):
             diag(
@@ -365,6 +370,11 @@ def checkpoint_config(
             {"set": out.values, "check": out.checks, "runtime": out.runtime}[section][lname] = value
             out.sources[lname] = key
     rope_config(hf, mapping.get("rope", {}), model, name, out, diag, reported)
+    if "layers" in mapping:
+        # Per-layer config lists (`layer_windows`...) from `layer_types`: layer_types.py.
+        lists, sources = layer_values(hf, mapping["layers"], diag, name)
+        out.values.update(lists)
+        out.sources.update(sources)
     ranges = {
         **mapping.get("ranges", {}),
         **{k: v for k, v in PRETRAINED_CONFIG_RANGES.items() if k not in mapping.get("ranges", {})},

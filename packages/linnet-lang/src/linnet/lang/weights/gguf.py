@@ -438,7 +438,8 @@ def hf_config(
                     help="load it with a model written for that variant",
                 )
             value = value[0]
-        hf[hf_key] = _number(p, full, value, float if "epsilon" in key or "freq" in key else int)
+        real = any(w in key for w in ("epsilon", "freq", "softcapping"))
+        hf[hf_key] = _number(p, full, value, float if real else int)
     for key in ("block_count", "embedding_length", "attention.head_count"):
         if f"{arch}.{key}" not in meta:
             raise coded_error(
@@ -476,6 +477,13 @@ def hf_config(
     elif isinstance(meta.get(f"{arch}.vocab_size"), int):
         hf[fam.vocab_key] = meta[f"{arch}.vocab_size"]
     _head_dim(p, meta, fam, hf)
+    if fam.query_scale_layers is not None:
+        # Not in the file: what llama.cpp computes (see Family.query_scale_layers).
+        heads, width = hf.get(fam.heads_key), hf.get("hidden_size")
+        if isinstance(heads, int) and isinstance(width, int) and heads > 0:
+            big = hf.get(fam.layers_key) == fam.query_scale_layers
+            head = hf.get("head_dim") or width // heads
+            hf["query_pre_attn_scalar"] = width // heads if big else head
     output = tensors.get(f"{fam.top['output']}.weight")
     if (
         output is not None

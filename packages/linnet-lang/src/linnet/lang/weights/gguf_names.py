@@ -42,6 +42,15 @@ _LLAMA_TOP = {
     "output_norm": "model.norm",
     "output": "lm_head",
 }
+# Gemma 2 and 3's layers: a norm after the attention and one on each side of the MLP
+# (llama.cpp's `ffn_norm` is the pre-feedforward norm there), Gemma 3's q/k head norms.
+_GEMMA2_BLOCK = {
+    **{k: v for k, v in _LLAMA_BLOCK.items() if k != "ffn_norm"},
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
+_QK_NORM = {"attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
 # GGUF metadata key (after `{arch}.`) -> config.json key, for the Llama-like families.
 _LLAMA_CONFIG = {
     "block_count": "num_hidden_layers",
@@ -88,6 +97,9 @@ class Family:
     kv_heads_key: str | None = "num_key_value_heads"
     rope_scaling: bool = False
     extra: dict[str, object] = field(default_factory=dict)
+    # Gemma 2 and 3: llama.cpp scales scores by 1 / sqrt(hidden / heads) for its 27B type
+    # (this many layers), else by 1 / sqrt(head_dim): config.json's query_pre_attn_scalar.
+    query_scale_layers: int | None = None
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -134,6 +146,50 @@ FAMILIES: tuple[Family, ...] = (
         _LLAMA_BLOCK,
         _LLAMA_TOP,
         norm_offset=-1.0,
+        head_dim="head_dim",
+    ),
+    Family(
+        "gemma2",
+        "std.models.gemma2",
+        "Gemma2ForCausalLM",
+        "gemma2",
+        {
+            **_LLAMA_CONFIG,
+            "attention.sliding_window": "sliding_window",
+            "attn_logit_softcapping": "attn_logit_softcapping",
+            "final_logit_softcapping": "final_logit_softcapping",
+        },
+        _GEMMA2_BLOCK,
+        _LLAMA_TOP,
+        norm_offset=-1.0,
+        head_dim="head_dim",
+        query_scale_layers=46,
+    ),
+    Family(
+        "gemma3",
+        "std.models.gemma3",
+        "Gemma3ForCausalLM",
+        "gemma3_text",
+        {
+            **_LLAMA_CONFIG,
+            "attention.sliding_window": "sliding_window",
+            "attention.sliding_window_pattern": "sliding_window_pattern",
+            "final_logit_softcapping": "final_logit_softcapping",
+        },
+        {**_GEMMA2_BLOCK, **_QK_NORM},
+        _LLAMA_TOP,
+        norm_offset=-1.0,
+        head_dim="head_dim",
+        query_scale_layers=62,
+    ),
+    Family(
+        "qwen3",
+        "std.models.qwen3",
+        "Qwen3ForCausalLM",
+        "qwen3",
+        _LLAMA_CONFIG,
+        {**_LLAMA_BLOCK, **_QK_NORM},
+        _LLAMA_TOP,
         head_dim="head_dim",
     ),
     Family(

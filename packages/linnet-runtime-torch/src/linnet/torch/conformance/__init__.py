@@ -293,6 +293,22 @@ def cases() -> list[Case]:
             v=((2, 5, 2, 4), "normal"),
             pos=((2,), 5),
         ),
+        # Issue 45: soft-capped attention (Gemma 2) and the windowed decode kernels' ops.
+        _std("softcap_attention_op", **qkv),
+        *(
+            _std(
+                f"{name}_op",
+                q=((2, 2, 2, 4), "normal"),
+                k=((2, 5, 2, 4), "normal"),
+                v=((2, 5, 2, 4), "normal"),
+                pos=((2,), 5),
+            )
+            for name in (
+                "softcap_decode_attention",
+                "window_decode_attention_flash",
+                "softcap_decode_attention_flash",
+            )
+        ),
     ]
     out += edge_cases()
     llama = _llama()
@@ -363,6 +379,12 @@ SHIPPED_MODELS: dict[str, dict[str, Any]] = {
     "gemma": _SMALL,
     "phi3": _SMALL | {"sliding_window": 4},
     "gpt2": {"V": 256, "P": 128, "F": 128, "NL": 2, "H": 4, "HD": 16, "S": 128, "B": 1, "T": "f32"},
+    # Issue 45: a windowed layer then a global one (config lists), soft-capping, qk-norm.
+    "gemma2": _SMALL
+    | {"sliding_window": 4, "layer_windows": [4, 0], "query_pre_attn_scalar": 16.0},
+    "gemma3": _SMALL
+    | {"sliding_window": 4, "layer_windows": [4, 0], "layer_rope_theta": [10000.0, 1e6]},
+    "qwen3": _SMALL | {"layer_windows": [0, 4]},
 }
 
 

@@ -70,6 +70,19 @@ __all__ = [
 ]
 
 DECODE_ATTENTION = "std.nn.attention::decode_attention"
+# Decode attention this backend does not take (FlashInfer's `window_left` and
+# `logits_soft_cap` are not wired to them): a windowed or soft-capped layer runs Linnet's own
+# kernels (std.nn.decode_window) or its op's body; `declined` says so per call.
+NOT_TAKEN = {
+    "std.nn.attention::window_decode_attention": (
+        "a sliding window's decode attention (window_decode_attention): this backend runs "
+        "full-context decode attention only; std.nn.decode_window's kernel runs it"
+    ),
+    "std.nn.attention::softcap_decode_attention": (
+        "soft-capped decode attention (softcap_decode_attention): this backend does not pass "
+        "logits_soft_cap; std.nn.decode_window's kernel runs it"
+    ),
+}
 """The callee this backend takes: ``o[b, h, g, :] = softmax_j(q[b, h, g] . k[b, j, h] * scale)
 @ v[b, :, h]`` over cache positions ``j <= pos[b]``."""
 
@@ -429,8 +442,13 @@ class FlashInfer:
         return out
 
     def declined(self, graph: Graph) -> list[tuple[Call, str]]:
-        """The decode-attention calls of ``graph`` this backend does not take, and why."""
-        return [(call, reason) for call, site, reason in self.sites(graph) if site is None]
+        """The decode-attention calls of ``graph`` this backend does not take, and why:
+        those :meth:`sites` cannot run, and every sliding-window or soft-capped one (see
+        :data:`NOT_TAKEN`)."""
+        out = [(call, reason) for call, site, reason in self.sites(graph) if site is None]
+        for callee, reason in NOT_TAKEN.items():
+            out.extend((call, reason) for call in graph.semantic_calls(callee))
+        return sorted(out, key=lambda c: c[0].index)
 
     def match(self, graph: Graph, target: Target) -> list[Region]:
         """One region per decode-attention call FlashInfer can run (see :meth:`declined`)."""
