@@ -226,6 +226,10 @@ def prepare(
     if isinstance(weights, dict):
         import jax
 
+        from linnet.lang.weights.stacked import stack_tensors
+
+        # A mixture of experts' per-expert tensors are its stacked parameters.
+        weights = stack_tensors(weights, np.stack)
         shapes = {}
         for k, v in weights.items():
             name = _dtype_name(v.dtype)

@@ -17,6 +17,7 @@ import numpy as np
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.loading import nonfinite_weight
 from linnet.lang.weights.gguf import GGUFCheckpoint
+from linnet.lang.weights.stacked import stack_tensors
 from linnet.lang.weights.safetensors import (
     SAFETENSORS_DTYPES,
     Checkpoint,
@@ -116,7 +117,15 @@ def load_checkpoint(
             out[name] = jax.device_put(view, device)
         del data
     raise_nonfinite(nonfinite)
-    return out
+    # A mixture of experts' per-expert tensors are its stacked parameters (weights/stacked.py).
+    return stack_tensors(out, _stack_on_device)
+
+
+def _stack_on_device(parts: list[Any]) -> Any:
+    """Experts' tensors stacked where they are (one device array, then the parts go)."""
+    import jax.numpy as jnp
+
+    return jnp.stack(parts)
 
 
 def load_gguf(
