@@ -41,7 +41,9 @@ def _zoo():
 
 
 ZOO = _zoo()
-MODELS = ZOO.MODELS  # llama, qwen2, mistral, gemma, phi3, gpt2
+# llama, qwen2, mistral, gemma, phi3, gpt2, mixtral, qwen2_moe, and the mixtures of experts'
+# second configs (top-1 of 8 experts with a window; Qwen2-MoE's norm_topk_prob).
+MODELS = [*ZOO.MODELS, "mixtral-top1", "qwen2_moe-norm"]
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +92,10 @@ FAST = {
     "gemma": ["jax.nn.dot_product_attention(", "jax.nn.gelu(", "approximate=True", "(1.0 + "],
     "phi3": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.silu("],
     "gpt2": ["jax.nn.dot_product_attention(", "jax.nn.gelu(", "jnp.matmul("],
+    "mixtral": ["jax.nn.dot_product_attention(", "jax.nn.softmax("],
+    "mixtral-top1": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.softmax("],
+    "qwen2_moe": ["jax.nn.dot_product_attention(", "jax.nn.silu(", "jax.nn.softmax("],
+    "qwen2_moe-norm": ["jax.nn.dot_product_attention(", "jax.nn.silu(", "jax.nn.softmax("],
 }
 
 
@@ -97,7 +103,7 @@ FAST = {
 def test_shipped_model_matches_transformers(checkpoints, name):
     prompt, ckpts = checkpoints
     path, hf_logits, hf_tokens = ckpts[name]
-    model = load(f"std.models.{name}", weights=path, config={"S": 64})
+    model = load(f"std.models.{name.split('-')[0]}", weights=path, config={"S": 64})
     logits, tokens = greedy(model, prompt, STEPS)
     assert logits.shape == hf_logits.shape
     assert np.abs(logits - hf_logits).max() < TOLERANCE
