@@ -209,8 +209,19 @@ FAST = {
     # The experts' products are einsums over the chosen experts' gathered weights at decode
     # (index_select: only those are read) and over every expert in prefill (moe_experts'
     # body); std.nn.moe's kernels replace both under numerics "fast" on CUDA.
-    "mixtral": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(", "torch.index_select("],
-    "qwen2_moe": ["F.linear(", "F.scaled_dot_product_attention(", "F.rms_norm(", "F.silu(", "torch.index_select("],
+    "mixtral": [
+        "F.linear(",
+        "F.scaled_dot_product_attention(",
+        "F.rms_norm(",
+        "torch.index_select(",
+    ],
+    "qwen2_moe": [
+        "F.linear(",
+        "F.scaled_dot_product_attention(",
+        "F.rms_norm(",
+        "F.silu(",
+        "torch.index_select(",
+    ],
 }
 
 

@@ -75,9 +75,7 @@ def test_routing_is_torch_topk_of_the_softmax(path, interpret, renormalize):
 
 def test_ties_keep_the_lower_expert_index(path):
     model, _ = _model(path, dims=(3, 8, 2, 4, 4))
-    logits = torch.tensor(
-        [[0.0] * 8, [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], [0.0] * 7 + [2.0]]
-    )
+    logits = torch.tensor([[0.0] * 8, [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], [0.0] * 7 + [2.0]])
     idx = model.run("experts", [logits])
     assert idx.tolist() == [[0, 1], [0, 2], [0, 7]]
     w = model.run("weights", [logits])

@@ -224,9 +224,9 @@ def prepare(
     layout: Layout | None = None
     repack: dict[str, tuple[str, ...]] = {}
     if isinstance(weights, dict):
-        import jax
-
         from linnet.lang.weights.stacked import stack_tensors
+
+        import jax
 
         # A mixture of experts' per-expert tensors are its stacked parameters.
         weights = stack_tensors(weights, np.stack)

@@ -17,7 +17,6 @@ import numpy as np
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.loading import nonfinite_weight
 from linnet.lang.weights.gguf import GGUFCheckpoint
-from linnet.lang.weights.stacked import stack_tensors
 from linnet.lang.weights.safetensors import (
     SAFETENSORS_DTYPES,
     Checkpoint,
@@ -26,6 +25,7 @@ from linnet.lang.weights.safetensors import (
     safetensors_header,
     shard_of,
 )
+from linnet.lang.weights.stacked import stack_tensors
 
 
 def numpy_dtype(name: str) -> Any:

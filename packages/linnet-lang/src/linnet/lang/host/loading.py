@@ -28,13 +28,13 @@ from linnet.lang.syntax.program import Program, model_file
 from linnet.lang.weights.checkpoint import fit_checkpoint, merge_config, read_checkpoint_config
 from linnet.lang.weights.gguf import is_gguf
 from linnet.lang.weights.gguf_load import gguf_headers
-from linnet.lang.weights.stacked import stack_shapes
 from linnet.lang.weights.safetensors import (
     Checkpoint,
     TensorInfo,
     checkpoint_shapes,
     resolve_checkpoint,
 )
+from linnet.lang.weights.stacked import stack_shapes
 
 
 def nonfinite_weight(name: str, nan: int, inf: int, first: Sequence[int]) -> Diagnostic:

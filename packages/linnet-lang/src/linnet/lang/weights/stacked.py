@@ -33,7 +33,9 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 
 from .safetensors import TensorInfo
 
-EXPERT_NAME = re.compile(r"^(?P<head>(?:.+\.)?experts)\.(?P<index>0|[1-9][0-9]{0,5})\.(?P<tail>.+)$")
+EXPERT_NAME = re.compile(
+    r"^(?P<head>(?:.+\.)?experts)\.(?P<index>0|[1-9][0-9]{0,5})\.(?P<tail>.+)$"
+)
 V = TypeVar("V")
 
 
@@ -125,7 +127,9 @@ def stack_shapes(shapes: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in shapes.items() if k not in grouped}
     for stacked, parts in groups.items():
         shape, dtype = shapes[parts[0]][0], shapes[parts[0]][1]
-        out[stacked] = TensorInfo((len(parts), *shape), dtype, getattr(shapes[parts[0]], "shard", ""))
+        out[stacked] = TensorInfo(
+            (len(parts), *shape), dtype, getattr(shapes[parts[0]], "shard", "")
+        )
     return out
 
 
@@ -134,7 +138,7 @@ def stack_tensors(tensors: dict[str, V], stack: Callable[[list[V]], V]) -> dict[
     group's parts dropped as it is stacked (one layer's experts are held twice at most).
     The shapes were checked by :func:`stack_shapes` when the headers were read.
 
-    >>> stack_tensors({"a.experts.0.w": [1], "a.experts.1.w": [2]}, lambda p: sum(p, []))
+    >>> stack_tensors({"a.experts.0.w": [1], "a.experts.1.w": [2]}, lambda p: [v for x in p for v in x])
     {'a.experts.w': [1, 2]}
     """
     groups = expert_groups(tensors)
@@ -158,13 +162,10 @@ def _shape_of(value: Any) -> tuple[tuple, str]:
 
 def _ranges(indices: list[int]) -> str:
     """``[0, 1, 2, 5]`` as ``0-2, 5``."""
-    out: list[str] = []
-    start = prev = indices[0]
-    for i in indices[1:] + [None]:  # type: ignore[list-item]
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ", ".join(out)
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

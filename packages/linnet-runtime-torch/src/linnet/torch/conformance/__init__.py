@@ -247,7 +247,10 @@ def cases() -> list[Case]:
         ),
         _std("moe_experts_gemv_op", x=x, rw=((4, 2), "normal"), idx=((4, 2), 8)),
         _std(
-            "moe_experts_grouped_op", x=((16, 8), "normal"), rw=((16, 2), "normal"), idx=((16, 2), 8)
+            "moe_experts_grouped_op",
+            x=((16, 8), "normal"),
+            rw=((16, 2), "normal"),
+            idx=((16, 2), 8),
         ),
         _std("residual_rms_norm_op", x=x, up=x),
         _std("rms_norm_qkv_split_op", x=x),
