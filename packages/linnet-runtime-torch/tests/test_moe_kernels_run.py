@@ -162,3 +162,52 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
     full = {op.name: chain(op) for op in bound_ops(std)}
     assert small["small_moe_gemv"] == full["moe_experts_gemv"]
     assert small["small_moe_grouped"] == full["moe_experts_grouped"]
+
+
+@pytest.mark.gpu
+def test_moe_kernels_agree_with_the_body_on_cuda():
+    """Compiled for the GPU (not the interpreter): both span ops at the std tiles, and at
+    the small tiles, on random shapes, against the body."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from linnet.torch.testing import check_kernels
+
+    ops = ["moe_experts_gemv", "moe_experts_grouped"]
+    std = check_kernels(
+        STD_ROOT / "nn" / "moe_kernels.linnet", count=4, max_size=200, ops=ops, device="cuda"
+    )
+    small = check_kernels(TILES, count=4, max_size=100, ops=OPS, device="cuda")
+    assert [str(f) for f in std + small] == []
+
+
+@pytest.mark.gpu
+def test_a_mixtral_step_with_the_moe_kernels_on_cuda():
+    """A toy Mixtral of 8 experts (the kernels apply from 8) on CUDA: its prefill (the
+    grouped chain's shapes) and decode steps (the gather-GEMV chain's) under numerics "fast"
+    give the logits the exact numerics (the op's body) give, within a dot's rounding."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from linnet.lang.syntax.program import model_file
+    from linnet.torch import load
+    from linnet.torch.model import random_weights
+
+    toy = json.loads((STD_ROOT / "models" / "configs" / "mixtral" / "toy.json").read_text())
+    config = {k: v for k, v in toy.items() if not k.startswith("_")} | {"num_experts": 8}
+    weights = random_weights(model_file("std.models.mixtral"), config, scale=0.2, device="cuda")
+    fast = load(
+        "std.models.mixtral", config=config, weights=weights, device="cuda", numerics="fast"
+    )
+    exact = load(
+        "std.models.mixtral", config=config, weights=weights, device="cuda", numerics="exact"
+    )
+    tokens = torch.tensor([[1, 5, 9, 2, 7, 3] * 6], dtype=torch.int32, device="cuda")
+    a, b = fast.prefill(tokens), exact.prefill(tokens)
+    assert (a - b).abs().max().item() <= 2e-2 * b.abs().max().item()
+    step = [
+        torch.tensor([4], dtype=torch.int32, device="cuda"),
+        torch.tensor([36], dtype=torch.int32, device="cuda"),
+    ]
+    a, b = fast.decode(*step), exact.decode(*step)
+    assert (a - b).abs().max().item() <= 2e-2 * b.abs().max().item()
