@@ -41,7 +41,9 @@ def _zoo():
 
 
 ZOO = _zoo()
-MODELS = ZOO.MODELS  # llama, qwen2, mistral, gemma, phi3, gpt2
+# llama, qwen2, mistral, gemma, phi3, gpt2, mixtral, qwen2_moe, and the mixtures of experts'
+# second configs (top-1 of 8 experts with a window; Qwen2-MoE's norm_topk_prob).
+MODELS = [*ZOO.MODELS, "mixtral-top1", "qwen2_moe-norm"]
 ROPE = ZOO.ROPE  # llama-yarn, qwen2-yarn, phi3-longrope (decode crosses LongRoPE's switch)
 # Issue 45: per-layer sliding windows, soft-capping and qk-norm, two configurations of each
 # new model (the zoo's: the first with the variant active) and Qwen2 with a window.
@@ -103,6 +105,10 @@ FAST = {
     "qwen3": ["jax.nn.dot_product_attention(", "jax.nn.silu("],
     "qwen3-window": ["jax.nn.dot_product_attention(", "is_causal=True", "mask="],
     "qwen2-window": ["jax.nn.dot_product_attention(", "is_causal=True", "mask="],
+    "mixtral": ["jax.nn.dot_product_attention(", "jax.nn.softmax("],
+    "mixtral-top1": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.softmax("],
+    "qwen2_moe": ["jax.nn.dot_product_attention(", "jax.nn.silu(", "jax.nn.softmax("],
+    "qwen2_moe-norm": ["jax.nn.dot_product_attention(", "jax.nn.silu(", "jax.nn.softmax("],
 }
 
 
