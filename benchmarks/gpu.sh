@@ -20,6 +20,8 @@
 #   bash benchmarks/gpu.sh --tp [tp_decode.py's options]   (several GPUs: TP 1, 2, 4 decode)
 #   bash benchmarks/gpu.sh --decode-kernels [--shapes 8b,1b --sweep BO:BK,...]   (std.nn.decode's
 #                                          span kernels at decode shapes: decode_kernels.py)
+#   bash benchmarks/gpu.sh --moe [--layers 8]   (a Mixtral-shaped stack vs transformers, and the
+#                                          decode chain's bytes: gpu_moe.py, moe_bytes.py)
 #   bash benchmarks/gpu.sh --pallas [--runs N]   (linnet-runtime-jax's gpu-marked Pallas tests,
 #                                          then every std kernel launched through Pallas from
 #                                          generated JAX against its body, timed: pallas.py)
@@ -38,6 +40,13 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, 'trans
 # Tensor parallelism (issue 21; a kind with 2+ GPUs): benchmarks/tp_decode.py, e.g.
 #   bash benchmarks/gpu.sh --tp --config llama-3-8b --tp 1,2,4 --context 1024
 [ "${1:-}" = "--tp" ] && { python3 benchmarks/tp_decode.py "${@:2}" 2>&1 | tee "$OUT/tp.log" | grep -v Warning | tail -12; exit 0; }
+# Mixture of experts (issue 45): a Mixtral-shaped layer stack against transformers
+# (benchmarks/gpu_moe.py), then the decode chain's bytes and timings (benchmarks/moe_bytes.py).
+if [ "${1:-}" = "--moe" ]; then
+  python3 benchmarks/gpu_moe.py "${@:2}" 2>&1 | tee "$OUT/moe.log" | grep -v Warning | tail -12
+  python3 benchmarks/moe_bytes.py --device cuda 2>&1 | tee "$OUT/moe-bytes.log" | grep -v Warning | tail -16
+  exit 0
+fi
 # linnet-runtime-jax's decode step (jax 0.11.2 is preinstalled there): benchmarks/jax_decode.py.
 [ "${1:-}" = "--jax" ] && { python3 benchmarks/jax_decode.py "${@:2}" 2>&1 | tee "$OUT/jax.log" | grep -v Warning | tail -12; exit 0; }
 if [ "${1:-}" = "--decode" ]; then

@@ -308,6 +308,16 @@ SHIPPED = {
     "gemma": _SMALL,
     "phi3": _SMALL | {"sliding_window": 4},
     "gpt2": {"V": 256, "P": 128, "F": 128, "NL": 2, "H": 4, "HD": 16, "S": 128, "B": 1, "T": "f32"},
+    # Mixtures of experts: the router's E outputs and the stacked experts stay whole where a
+    # split would have to be gathered on the way (the routing reads every expert's logit).
+    "mixtral": _SMALL | {"num_experts": 8, "num_experts_per_tok": 2},
+    "qwen2_moe": _SMALL
+    | {
+        "num_experts": 8,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+    },
 }
 
 

@@ -13,6 +13,7 @@ are held to the same checkpoints. torch and transformers only build the referenc
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,9 @@ def _zoo():
     path = (
         Path(__file__).resolve().parents[2] / "linnet-runtime-torch" / "tests" / "test_model_zoo.py"
     )
+    # It imports the torch tests' `support` (ci_sample), found beside it.
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
     spec = importlib.util.spec_from_file_location("linnet_torch_model_zoo", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -41,11 +45,25 @@ def _zoo():
 
 
 ZOO = _zoo()
-MODELS = ZOO.MODELS  # llama, qwen2, mistral, gemma, phi3, gpt2
-ROPE = ZOO.ROPE  # llama-yarn, qwen2-yarn, phi3-longrope (decode crosses LongRoPE's switch)
-# Issue 45: per-layer sliding windows, soft-capping and qk-norm, two configurations of each
-# new model (the zoo's: the first with the variant active) and Qwen2 with a window.
-ATTENTION = ZOO.ATTENTION + ZOO.ATTENTION_GENERATED
+# Issue 45's configurations run every one without CI=1; under it a seeded draw (ci_sample:
+# rotating daily, LINNET_CI_SEED pins it) keeps each family: one of each model's two
+# configurations, one rope variant, one Qwen3 or Qwen2 window configuration.
+ci_sample = ZOO.ci_sample
+# llama, qwen2, mistral, gemma, phi3, gpt2; mixtral and qwen2_moe, each with its second
+# config (top-1 of 8 experts with a window; Qwen2-MoE's norm_topk_prob).
+MODELS = [m for m in ZOO.MODELS if m not in ZOO.MOE] + [
+    *ci_sample(["mixtral", "mixtral-top1"], 1, "jax-mixtral"),
+    *ci_sample(["qwen2_moe", "qwen2_moe-norm"], 1, "jax-qwen2_moe"),
+]
+# llama-yarn, qwen2-yarn, phi3-longrope (decode crosses LongRoPE's switch)
+ROPE = ci_sample(ZOO.ROPE, 1, "jax-rope")
+# Per-layer sliding windows, soft-capping and qk-norm, two configurations of each new model
+# (the zoo's: the first with the variant active) and Qwen2 with a window.
+ATTENTION = [
+    *ci_sample(["gemma2", "gemma2-uncapped"], 1, "jax-gemma2"),
+    *ci_sample(["gemma3", "gemma3-capped"], 1, "jax-gemma3"),
+    *ci_sample(["qwen3-window", "qwen3", "qwen2-window"], 1, "jax-qwen3"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +121,10 @@ FAST = {
     "qwen3": ["jax.nn.dot_product_attention(", "jax.nn.silu("],
     "qwen3-window": ["jax.nn.dot_product_attention(", "is_causal=True", "mask="],
     "qwen2-window": ["jax.nn.dot_product_attention(", "is_causal=True", "mask="],
+    "mixtral": ["jax.nn.dot_product_attention(", "jax.nn.softmax("],
+    "mixtral-top1": ["jax.nn.dot_product_attention(", "mask=", "jax.nn.softmax("],
+    "qwen2_moe": ["jax.nn.dot_product_attention(", "jax.nn.silu(", "jax.nn.softmax("],
+    "qwen2_moe-norm": ["jax.nn.dot_product_attention(", "jax.nn.silu(", "jax.nn.softmax("],
 }
 
 

@@ -329,11 +329,12 @@ def drawn_bindings() -> list[tuple[str, str]]:
     where clauses allow. Nor std.nn.quant's and std.nn.quant_mm's (issue 42): their weights
     are int8 or packed u8 and their group dims must divide I, which an all-f32 draw of
     (rows, cols) does not give; `linnet kernels` checks them too, with 8-bit weights over their
-    whole range."""
+    whole range. Nor std.nn.moe_kernels' (issue 45): their expert indices are i32 and their
+    kernels apply from 8 experts; `linnet kernels` checks them with indices in range."""
     return [
         b
         for b in std_bindings()
-        if b[0] not in ("std.nn.decode", "std.nn.quant", "std.nn.quant_mm")
+        if b[0] not in ("std.nn.decode", "std.nn.quant", "std.nn.quant_mm", "std.nn.moe_kernels")
     ]
 
 
@@ -460,6 +461,8 @@ def test_linnet_kernels_checks_the_std_kernels_through_pallas(capsys):
         "quant::q4_gemv_rows",
         "quant::q8_split_part then q8_split_sum",
         "quant::q4_split_part then q4_split_sum",
+        "moe_kernels::moe_gate_up_rows then moe_down_rows",
+        "moe_kernels::moe_gate_up_tiles then moe_down_tiles then moe_combine_tiles",
     ):
         assert f"ok    std.nn.{kernel}  " in out
     assert "case(s) checked through Pallas: every kernel agrees with its op" in out

@@ -127,6 +127,8 @@ def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
         "q4_split_part then q4_split_sum",
         "window_decode_attention_tiles",
         "softcap_decode_attention_tiles",
+        "moe_gate_up_rows then moe_down_rows",
+        "moe_gate_up_tiles then moe_down_tiles then moe_combine_tiles",
     ):
         assert (
             sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == STD_COUNT

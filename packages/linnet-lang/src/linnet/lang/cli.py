@@ -292,10 +292,12 @@ def options_of(args: argparse.Namespace) -> CompileOptions:
 
 
 def read_safetensors_header(path: str) -> dict[str, tuple]:
-    """Shapes and dtypes of a safetensors file, read from its header (no tensor data)."""
+    """Shapes and dtypes of a safetensors file, read from its header (no tensor data); a
+    mixture of experts' per-expert tensors as the stacked parameters they load as."""
     from linnet.lang.weights.safetensors import safetensors_shapes
+    from linnet.lang.weights.stacked import stack_shapes
 
-    return safetensors_shapes(path)
+    return stack_shapes(safetensors_shapes(path))
 
 
 def cmd_torch(args: argparse.Namespace, emit: Callable | None = None) -> int:

@@ -224,8 +224,12 @@ def prepare(
     layout: Layout | None = None
     repack: dict[str, tuple[str, ...]] = {}
     if isinstance(weights, dict):
+        from linnet.lang.weights.stacked import stack_tensors
+
         import jax
 
+        # A mixture of experts' per-expert tensors are its stacked parameters.
+        weights = stack_tensors(weights, np.stack)
         shapes = {}
         for k, v in weights.items():
             name = _dtype_name(v.dtype)

@@ -25,6 +25,7 @@ from linnet.lang.weights.safetensors import (
     safetensors_header,
     shard_of,
 )
+from linnet.lang.weights.stacked import stack_tensors
 
 
 def numpy_dtype(name: str) -> Any:
@@ -116,7 +117,15 @@ def load_checkpoint(
             out[name] = jax.device_put(view, device)
         del data
     raise_nonfinite(nonfinite)
-    return out
+    # A mixture of experts' per-expert tensors are its stacked parameters (weights/stacked.py).
+    return stack_tensors(out, _stack_on_device)
+
+
+def _stack_on_device(parts: list[Any]) -> Any:
+    """Experts' tensors stacked where they are (one device array, then the parts go)."""
+    import jax.numpy as jnp
+
+    return jnp.stack(parts)
 
 
 def load_gguf(

@@ -254,6 +254,10 @@ def load(
     shapes: dict[str, tuple] | None = None
     split: dict[str, int] = {}
     if isinstance(weights, dict):
+        from linnet.lang.weights.stacked import stack_tensors
+
+        # A mixture of experts' per-expert tensors are its stacked parameters.
+        weights = stack_tensors(weights, torch.stack)
         shapes = {
             k: (
                 tuple(v.shape),

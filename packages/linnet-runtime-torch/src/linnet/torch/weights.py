@@ -16,6 +16,7 @@ from typing import Any
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.weights.gguf import GGUFCheckpoint
 from linnet.lang.weights.safetensors import Checkpoint, checkpoint_shapes, resolve_checkpoint
+from linnet.lang.weights.stacked import stack_tensors
 
 import torch
 
@@ -87,7 +88,8 @@ def load_checkpoint(
                     help="the file may be truncated or corrupt; save or download it again",
                 )
             ) from None
-    return out
+    # A mixture of experts' per-expert tensors are its stacked parameters (weights/stacked.py).
+    return stack_tensors(out, torch.stack)
 
 
 def load_gguf(

@@ -34,6 +34,7 @@ from linnet.lang.weights.safetensors import (
     checkpoint_shapes,
     resolve_checkpoint,
 )
+from linnet.lang.weights.stacked import stack_shapes
 
 
 def nonfinite_weight(name: str, nan: int, inf: int, first: Sequence[int]) -> Diagnostic:
@@ -222,7 +223,8 @@ def read_headers(
     if is_gguf(weights):  # llama.cpp's format: its metadata is the config (weights/gguf_load.py)
         return gguf_headers(weights, program, model_path, config, convert)  # type: ignore[return-value]
     ckpt = resolve_checkpoint(weights)
-    shapes: dict[str, Any] = dict(checkpoint_shapes(ckpt))
+    # A mixture of experts' per-expert tensors are its stacked parameters (weights/stacked.py).
+    shapes: dict[str, Any] = stack_shapes(dict(checkpoint_shapes(ckpt)))
     ckpt_config = None
     if ckpt.config_path is not None:
         ckpt_config = read_checkpoint_config(

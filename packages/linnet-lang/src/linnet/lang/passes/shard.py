@@ -34,7 +34,8 @@ std calls and the dataflow, never from parameter names:
   most), so the only gather left is the result's.
 
 A size the layout must split that does not divide by ``world`` is error E0960, naming the
-dim (the KV heads, the vocabulary...). The result passes :func:`~linnet.lang.ir.verify.verify`.
+dim (the KV heads, the vocabulary...); a linear with fewer output features than ranks (a
+one-output gate) is replicated, there being nothing to split. The result passes :func:`~linnet.lang.ir.verify.verify`.
 
 >>> from linnet.lang.ir.graph import Graph, Step, ValueType, Call
 >>> g = Graph("run", "m", inputs=["%x"], outputs=["%y"],
@@ -475,13 +476,18 @@ class _Pass:
             and self.axis_of(ops[0]) is None
             and call.index not in self.keep
         ):
-            # Column-parallel: the weight split along its output features.
-            self.step_origin = frozenset({call.index})
             w = ops[1]
             out_letter = next(ch for ch in letters[1] if ch in result)
             axis = letters[1].index(out_letter)
-            self.divides(self.gshape(w)[axis], f"the output features of linear `{call.path}`")
-            self.decide(w[1:], axis)
+            if self.gshape(w)[axis] < self.world:
+                # Fewer output features than ranks (Qwen2-MoE's one-output shared expert
+                # gate): nothing to split, so the weight stays whole on every rank.
+                self.decide(w[1:], None)
+            else:
+                # Column-parallel: the weight split along its output features.
+                self.step_origin = frozenset({call.index})
+                self.divides(self.gshape(w)[axis], f"the output features of linear `{call.path}`")
+                self.decide(w[1:], axis)
         chosen = None
         for o, lt in zip(ops, letters):
             a = self.axis_of(o)

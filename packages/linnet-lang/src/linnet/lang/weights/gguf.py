@@ -35,6 +35,7 @@ from linnet.lang.diagnostics.core import Diagnostic, LinnetError, coded_error
 from linnet.lang.weights.generation import StopTokens
 from linnet.lang.weights.gguf_names import (
     ARCHITECTURES,
+    FAMILIES,
     Family,
     block_kind,
     family_for,
@@ -294,9 +295,33 @@ def read_gguf(
             help="every GGUF model file names its architecture; the file was "
             "not written by llama.cpp's converter, or is damaged",
         )
-    fam = family_for(arch, architectures)
+    count = meta.get(f"{arch}.expert_count")
+    moe = isinstance(count, int) and not isinstance(count, bool) and count > 0
+    # A mixture of experts' family where the file is one (Mixtral is a `llama` file with
+    # experts); else the first that runs the architecture, which refuses what it lacks.
+    fam = family_for(arch, architectures, moe) or family_for(arch, architectures)
     if fam is None:
         raise _unknown_architecture(p, arch, architectures, model)
+    if moe and not fam.experts:
+        # Before its tensors are read: `ffn_gate_exps` would be reported as unknown (E0854).
+        others = [f.model for f in FAMILIES if f.arch == arch and f.experts]
+        raise coded_error(
+            "E0852",
+            f"`{p}` is a mixture of {count} experts (`{arch}.expert_count`), which model "
+            f"{fam.model} does not run",
+            help="load it with a model written for that mixture of experts"
+            + (f" ({', '.join(others)})" if others else ""),
+        )
+    if fam.experts and not moe:
+        raise coded_error(
+            "E0852",
+            f"`{p}` is a GGUF file of architecture {arch!r} without experts "
+            f"(no `{arch}.expert_count`), but model {fam.model} is a mixture of experts",
+            help=f"load it with {' or '.join(m for m in ARCHITECTURES[arch] if m != fam.model)}"
+            f", or without a model (`linnet run {p.name}` picks it from the file)"
+            if len(ARCHITECTURES[arch]) > 1
+            else "load the file of the mixture of experts",
+        )
     tensors = _tensors(p, reader, fam)
     hf = hf_config(p, meta, fam, tensors)
     _permute_and_check(p, fam, hf, tensors)
@@ -349,6 +374,8 @@ def _tensors(p: Path, reader: Any, fam: Family) -> dict[str, GGUFTensor]:
         transpose = kind in fam.transposed and t.name.endswith(".weight") and len(shape) == 2
         if transpose:
             shape = shape[::-1]
+        if kind in fam.rows and len(shape) == 1:
+            shape = (1, shape[0])  # a vector in the file, one row of the model's [1, n]
         offset = fam.norm_offset if t.name.endswith("norm.weight") else 0.0
         out[name] = GGUFTensor(
             name, t.name, qname, shape, t.data, t.tensor_type, offset=offset, transpose=transpose
@@ -456,7 +483,7 @@ def hf_config(
         and k[len(arch) + 1 :] not in _KNOWN_ARCH_KEYS
     ]
     experts = meta.get(f"{arch}.expert_count")
-    if isinstance(experts, int) and experts > 0:
+    if isinstance(experts, int) and experts > 0 and not fam.experts:
         raise coded_error(
             "E0852",
             f"`{p}` is a mixture of {experts} experts "

@@ -20,7 +20,7 @@ from typing import Any
 
 from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.weights.gguf import GGUFCheckpoint, read_gguf
-from linnet.lang.weights.gguf_names import ARCHITECTURES
+from linnet.lang.weights.gguf_names import ARCHITECTURES, family_for
 
 _FLOATS = ("f64", "f32", "f16", "bf16")
 # GGUF value types: byte sizes of the fixed-size ones; 8 is a string, 9 an array.
@@ -128,6 +128,11 @@ def _string(f: Any) -> str:
     return _read(f, n).decode("utf-8")
 
 
+# GGUF's unsigned and signed integer metadata types (0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32,
+# 10 u64, 11 i64) and their struct formats: what an expert count is written as.
+_UINTS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 10: "<Q", 11: "<q"}
+
+
 def _skip(f: Any, kind: int) -> None:
     if kind in _SIZES:
         _read(f, _SIZES[kind])
@@ -161,4 +166,29 @@ def gguf_model(path: str | Path) -> tuple[str, str]:
             "another, load the model's Hugging Face (safetensors) checkpoint with a model "
             "written for it",
         )
+    if _expert_count(path, arch) > 0:  # a mixture of experts: its family (Mixtral in `llama`)
+        fam = family_for(arch, None, experts=True)
+        if fam is not None:
+            return fam.model, f"GGUF architecture {arch} with {arch}.expert_count"
     return ARCHITECTURES[arch][0], f"GGUF architecture {arch}"
+
+
+def _expert_count(path: str | Path, arch: str) -> int:
+    """``{arch}.expert_count`` of a GGUF file (0 where it has none), read as
+    :func:`gguf_architecture` reads: metadata entries in turn, values skipped, no vocabulary
+    parsed. The file's header was checked by :func:`gguf_architecture` first."""
+    key_wanted = f"{arch}.expert_count"
+    try:
+        with Path(path).open("rb") as f:
+            head = f.read(24)
+            (count,) = struct.unpack("<Q", head[16:24])
+            for _ in range(min(count, 4096)):
+                key = _string(f)
+                (kind,) = struct.unpack("<I", _read(f, 4))
+                if key == key_wanted and kind in _UINTS:
+                    (value,) = struct.unpack(_UINTS[kind], _read(f, struct.calcsize(_UINTS[kind])))
+                    return int(value)
+                _skip(f, kind)
+    except (OSError, struct.error, UnicodeDecodeError, ValueError):
+        return 0  # read_gguf reports a damaged file with its code
+    return 0

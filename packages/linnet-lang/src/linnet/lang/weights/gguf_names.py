@@ -51,6 +51,8 @@ _GEMMA2_BLOCK = {
     "post_ffw_norm": "post_feedforward_layernorm",
 }
 _QK_NORM = {"attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+# A mixture of experts' counts: GGUF metadata key -> config.json key.
+_EXPERT_CONFIG = {"expert_count": "num_experts", "expert_used_count": "num_experts_per_tok"}
 # GGUF metadata key (after `{arch}.`) -> config.json key, for the Llama-like families.
 _LLAMA_CONFIG = {
     "block_count": "num_hidden_layers",
@@ -76,7 +78,10 @@ class Family:
     ``norm_offset``: added to the stored norm weights (Gemma stores ``1 + w``);
     ``transposed``: block tensors stored transposed (GPT-2's Conv1D); ``head_dim``: the
     config.json key of the head width, when the family's config has one; ``extra``:
-    config.json values the file implies (Mistral in GGUF has no sliding window).
+    config.json values the file implies (Mistral in GGUF has no sliding window);
+    ``experts``: a mixture of experts (a file of its arch with `{arch}.expert_count` is
+    this family's); ``rows``: block tensors llama.cpp stores as a vector that the model
+    holds as one row, [1, n] (Qwen2-MoE's shared expert gate).
     """
 
     arch: str
@@ -100,6 +105,8 @@ class Family:
     # Gemma 2 and 3: llama.cpp scales scores by 1 / sqrt(hidden / heads) for its 27B type
     # (this many layers), else by 1 / sqrt(head_dim): config.json's query_pre_attn_scalar.
     query_scale_layers: int | None = None
+    experts: bool = False
+    rows: frozenset[str] = frozenset()
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -209,6 +216,62 @@ FAMILIES: tuple[Family, ...] = (
         },
         _LLAMA_TOP,
     ),
+    # Mixtures of experts: llama.cpp stores a layer's experts stacked ([E, F, D] as
+    # `ffn_gate_exps`), as std.nn.moe's parameters are; the router is `ffn_gate_inp`.
+    # A Mixtral is a `llama` file with `llama.expert_count` (the family is chosen by it).
+    Family(
+        "llama",
+        "std.models.mixtral",
+        "MixtralForCausalLM",
+        "mixtral",
+        {**_LLAMA_CONFIG, **_EXPERT_CONFIG, "expert_count": "num_local_experts"},
+        {
+            **{
+                k: v
+                for k, v in _LLAMA_BLOCK.items()
+                if not k.startswith(("ffn_gate", "ffn_up", "ffn_down"))
+            },
+            "ffn_gate_inp": "block_sparse_moe.gate",
+            "ffn_gate_exps": "block_sparse_moe.experts.w1",
+            "ffn_up_exps": "block_sparse_moe.experts.w3",
+            "ffn_down_exps": "block_sparse_moe.experts.w2",
+        },
+        _LLAMA_TOP,
+        permute_qk=True,
+        head_dim="head_dim",
+        extra={"sliding_window": None},
+        experts=True,
+    ),
+    Family(
+        "qwen2moe",
+        "std.models.qwen2_moe",
+        "Qwen2MoeForCausalLM",
+        "qwen2_moe",
+        {
+            **_LLAMA_CONFIG,
+            **_EXPERT_CONFIG,
+            "expert_feed_forward_length": "moe_intermediate_size",
+            "expert_shared_feed_forward_length": "shared_expert_intermediate_size",
+        },
+        {
+            **{
+                k: v
+                for k, v in _LLAMA_BLOCK.items()
+                if not k.startswith(("ffn_gate", "ffn_up", "ffn_down"))
+            },
+            "ffn_gate_inp": "mlp.gate",
+            "ffn_gate_exps": "mlp.experts.gate_proj",
+            "ffn_up_exps": "mlp.experts.up_proj",
+            "ffn_down_exps": "mlp.experts.down_proj",
+            "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+            "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+            "ffn_up_shexp": "mlp.shared_expert.up_proj",
+            "ffn_down_shexp": "mlp.shared_expert.down_proj",
+        },
+        _LLAMA_TOP,
+        experts=True,
+        rows=frozenset({"ffn_gate_inp_shexp"}),
+    ),
     Family(
         "gpt2",
         "std.models.gpt2",
@@ -250,10 +313,16 @@ for _f in FAMILIES:
     ARCHITECTURES.setdefault(_f.arch, []).append(_f.model)
 
 
-def family_for(arch: str, architectures: list[str] | None = None) -> Family | None:
+def family_for(
+    arch: str, architectures: list[str] | None = None, experts: bool | None = None
+) -> Family | None:
     """The family that reads a GGUF file of ``arch`` for a model whose mapping runs
     ``architectures`` (its ``.hf.json``'s; None: the first family of ``arch``, the model
-    `linnet run x.gguf` picks). None where none does.
+    `linnet run x.gguf` picks), of experts or not where ``experts`` says (a file's
+    ``{arch}.expert_count``). None where none does.
+
+    >>> family_for("llama", None, experts=True).model
+    'std.models.mixtral'
 
     >>> family_for("llama", ["MistralForCausalLM"]).model_type
     'mistral'
@@ -261,7 +330,11 @@ def family_for(arch: str, architectures: list[str] | None = None) -> Family | No
     True
     """
     for fam in FAMILIES:
-        if fam.arch == arch and (architectures is None or fam.architecture in architectures):
+        if (
+            fam.arch == arch
+            and (architectures is None or fam.architecture in architectures)
+            and (experts is None or fam.experts == experts)
+        ):
             return fam
     return None
 

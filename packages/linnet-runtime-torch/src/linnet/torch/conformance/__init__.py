@@ -79,7 +79,21 @@ def _toy(**extra: Any) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not k.startswith("_")} | {"B": 1} | extra
 
 
-_STD = {"N": 4, "D": 8, "O": 6, "V": 16, "H": 2, "HD": 4, "B": 2, "L": 3, "S": 5, "KV": 2, "G": 2}
+_STD = {
+    "N": 4,
+    "D": 8,
+    "O": 6,
+    "V": 16,
+    "H": 2,
+    "HD": 4,
+    "B": 2,
+    "L": 3,
+    "S": 5,
+    "KV": 2,
+    "G": 2,
+    "E": 8,
+    "K": 2,
+}
 
 
 def _std(entry: str, **inputs: tuple[tuple[int, ...], str | int]) -> Case:
@@ -221,6 +235,21 @@ def cases() -> list[Case]:
         _std("linear_q4_split_op", x=x),
         _std("linear_q8_mm_op", x=x),
         _std("linear_q4_mm_op", x=x),
+        # Issue 45's mixture of experts (std.nn.moe, std.nn.moe_kernels): routing, and the
+        # experts' combination through the gathering body (4 rows x 2 of 8 experts), the
+        # dense body (16 rows), and its decode and grouped span ops.
+        _std("top_k_route_op", logits=((4, 8), "normal")),
+        _std("moe_experts_op", x=x, rw=((4, 2), "normal"), idx=((4, 2), 8)),
+        _std(
+            "moe_experts_dense_op", x=((16, 8), "normal"), rw=((16, 2), "normal"), idx=((16, 2), 8)
+        ),
+        _std("moe_experts_gemv_op", x=x, rw=((4, 2), "normal"), idx=((4, 2), 8)),
+        _std(
+            "moe_experts_grouped_op",
+            x=((16, 8), "normal"),
+            rw=((16, 2), "normal"),
+            idx=((16, 2), 8),
+        ),
         _std("residual_rms_norm_op", x=x, up=x),
         _std("rms_norm_qkv_split_op", x=x),
         _std(
@@ -385,6 +414,18 @@ SHIPPED_MODELS: dict[str, dict[str, Any]] = {
     "gemma3": _SMALL
     | {"sliding_window": 4, "layer_windows": [4, 0], "layer_rope_theta": [10000.0, 1e6]},
     "qwen3": _SMALL | {"layer_windows": [0, 4]},
+    # Mixtures of experts (issue 45): 8 experts, top-2 (Mixtral, with its window shorter
+    # than the prompt) and top-4 with the shared expert (Qwen2-MoE).
+    # (One layer each: the suite's time is the compiled runtimes'.)
+    "mixtral": _SMALL | {"NL": 1, "sliding_window": 4, "num_experts": 8, "num_experts_per_tok": 2},
+    "qwen2_moe": _SMALL
+    | {
+        "NL": 1,
+        "num_experts": 8,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+    },
 }
 
 
