@@ -330,12 +330,16 @@ def drawn_bindings() -> list[tuple[str, str]]:
     are int8 or packed u8 and their group dims must divide I, which an all-f32 draw of
     (rows, cols) does not give; `linnet kernels` checks them too, with 8-bit weights over their
     whole range. Nor std.nn.moe_kernels' (issue 45): their expert indices are i32 and their
-    kernels apply from 8 experts; `linnet kernels` checks them with indices in range."""
-    return [
-        b
-        for b in std_bindings()
-        if b[0] not in ("std.nn.decode", "std.nn.quant", "std.nn.quant_mm", "std.nn.moe_kernels")
-    ]
+    kernels apply from 8 experts; `linnet kernels` checks them with indices in range. Nor
+    std.nn.decode_window's (issue 45): as std.nn.decode's attention, they take i32 positions."""
+    skipped = (
+        "std.nn.decode",
+        "std.nn.decode_window",
+        "std.nn.quant",
+        "std.nn.quant_mm",
+        "std.nn.moe_kernels",
+    )
+    return [b for b in std_bindings() if b[0] not in skipped]
 
 
 def op_model(module: str, op: str, rows: int, cols: int):

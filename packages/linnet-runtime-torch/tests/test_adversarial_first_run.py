@@ -224,7 +224,7 @@ BAD = [
     (["std.models.qwen2", "--set", "rms_eps=1"], "E0602"),
     (["--set", "S"], "E0642"),
     (["Qwen/Qwen2.5-0.5B"], "E0797"),
-    (["std.models.qwen3"], "E0211"),
+    (["std.models.qwen9"], "E0211"),
     (["--nproc", "0"], "E0824"),
     (["--nproc", "2", "--rank-timeout", "-1"], "E0827"),
 ]

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from linnet.lang.check.core import Frame
-    from linnet.lang.check.evaluate import Evaluator
 
 
 def named_list(expr: A.Expr, frame: Frame) -> ConstList | None:
@@ -45,7 +44,7 @@ def named_list(expr: A.Expr, frame: Frame) -> ConstList | None:
 
 
 def list_config_value(
-    ev: Evaluator,
+    ev: Any,  # the Evaluator (check/evaluate.py imports this module: no import back)
     m: A.Member,
     frame: Frame,
     raw: Any,
