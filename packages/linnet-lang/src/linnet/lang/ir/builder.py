@@ -199,6 +199,8 @@ class Builder:
         self._tail_calls.append(call)
         if call.kind == "op" and self._op_keys:
             keys = self._op_keys.pop()
+            if not keys:  # most op calls convert nothing: no scan of their steps
+                return
             args = {a for a in call.attributes.get("args") or [] if isinstance(a, str)}
             product_operands = {
                 o

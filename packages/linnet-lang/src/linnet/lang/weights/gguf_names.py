@@ -37,6 +37,10 @@ _LLAMA_BLOCK = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+# A llama block's tensors without its dense MLP: the mixture-of-experts families' layers.
+_ATTENTION_BLOCK = {
+    k: v for k, v in _LLAMA_BLOCK.items() if not k.startswith(("ffn_gate", "ffn_up", "ffn_down"))
+}
 _LLAMA_TOP = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
@@ -226,11 +230,7 @@ FAMILIES: tuple[Family, ...] = (
         "mixtral",
         {**_LLAMA_CONFIG, **_EXPERT_CONFIG, "expert_count": "num_local_experts"},
         {
-            **{
-                k: v
-                for k, v in _LLAMA_BLOCK.items()
-                if not k.startswith(("ffn_gate", "ffn_up", "ffn_down"))
-            },
+            **_ATTENTION_BLOCK,
             "ffn_gate_inp": "block_sparse_moe.gate",
             "ffn_gate_exps": "block_sparse_moe.experts.w1",
             "ffn_up_exps": "block_sparse_moe.experts.w3",
@@ -254,11 +254,7 @@ FAMILIES: tuple[Family, ...] = (
             "expert_shared_feed_forward_length": "shared_expert_intermediate_size",
         },
         {
-            **{
-                k: v
-                for k, v in _LLAMA_BLOCK.items()
-                if not k.startswith(("ffn_gate", "ffn_up", "ffn_down"))
-            },
+            **_ATTENTION_BLOCK,
             "ffn_gate_inp": "mlp.gate",
             "ffn_gate_exps": "mlp.experts.gate_proj",
             "ffn_up_exps": "mlp.experts.up_proj",
