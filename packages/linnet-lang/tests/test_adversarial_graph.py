@@ -217,3 +217,12 @@ def test_every_quantised_product_of_a_bf16_step_is_claimed(bits: int) -> None:
         if m.op.qualified_name == f"std.nn.quant::linear_q{bits}_gemv"
     }
     assert len(products) == 3 * 7 + 1 and claimed == set(products.values())
+    # The fused prologues and epilogues claim every layer too: the norm before q, k and v
+    # and before gate and up, the residual after o and down.
+    fused = [m.op.qualified_name for m in spans_for(program).matches(g)]
+    for op, count in (
+        (f"rms_norm_qkv_q{bits}", 3),
+        (f"rms_norm_gate_up_q{bits}", 3),
+        (f"linear_q{bits}_residual", 6),
+    ):
+        assert fused.count(f"std.nn.quant::{op}") == count, (op, fused)

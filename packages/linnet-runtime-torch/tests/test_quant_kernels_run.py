@@ -28,7 +28,11 @@ from support import CI, CI_SEED, ci_sample, run_guarded
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
 
 TILES = Path(__file__).parent / "kernels" / "quant_tiles.linnet"
-OPS = ["small_q8", "small_q8_split", "small_q4", "small_q4_split"]
+PLAIN = ["small_q8", "small_q8_split", "small_q4", "small_q4_split"]
+# The fused prologues and epilogues (std.nn.quant's `rms_norm_qkv_q8`, ...).
+FUSED = ["small_q8_gate_up", "small_q8_residual", "small_q4_gate_up", "small_q4_residual"]
+QKV = ["small_q8_qkv", "small_q4_qkv"]
+OPS = PLAIN + FUSED + QKV
 # Chosen shapes (N, I, O, NG, T; the group GS = I / NG, a power of two: the kernels' tiles
 # are whole groups): 3 groups of 16 (two steps of 2 groups, the last one ragged); GS 32 in
 # one step; GS 128; 1, 3 and 4 rows; O over several BO = 8 programs with a ragged last one;
@@ -42,7 +46,17 @@ CHOSEN = [
     (2, 16, 9, 1, "bf16"),
 ]
 SAMPLED, SAMPLE_SEED = (1, CI_SEED) if CI else (2, 3)
-RUN_CHOSEN = {op: ci_sample(CHOSEN, 2, op) for op in OPS}
+# (N, D, Q, K, NG, T) of the qkv ops: Q and K not multiples of BO = 8 (a program's lanes
+# span two products), 3 groups of 16 (a ragged last step), one row and several.
+CHOSEN_QKV = [
+    (1, 48, 12, 6, 3, "f32"),
+    (3, 64, 20, 4, 2, "bf16"),
+    (2, 256, 8, 5, 8, "bf16"),
+]
+RUN_CHOSEN = {
+    **{op: ci_sample(CHOSEN, 2, op) for op in PLAIN + FUSED},
+    **{op: ci_sample(CHOSEN_QKV, 2, op) for op in QKV},
+}
 
 DRIVER = """
 import json, sys
@@ -96,7 +110,7 @@ for bits, group in ((8, 32), (4, 16)):
     model = load(qwen, weights=dict(w), config=cfg, numerics="fast")
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
     plan = model.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
-    rows = [(c.region.callee, c.region.start, c.status) for c in plan.candidates
+    rows = [(c.region.callee, c.region.start, c.status, c.region.stop) for c in plan.candidates
             if c.backend_name == "linnet-kernels"]
     (got,) = plan.run([token, pos], model.context_for(plan))
     want = load(qwen, weights=dict(w), config=cfg, numerics="exact").run("decode", [token, pos])
@@ -159,6 +173,12 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
         "small_q8_split": "q8_split_part then q8_split_sum",
         "small_q4": "q4_gemv_rows",
         "small_q4_split": "q4_split_part then q4_split_sum",
+        "small_q8_qkv": "rms_norm_q8_qkv_rows",
+        "small_q8_gate_up": "rms_norm_q8_gate_up_rows",
+        "small_q8_residual": "q8_residual_rows",
+        "small_q4_qkv": "rms_norm_q4_qkv_rows",
+        "small_q4_gate_up": "rms_norm_q4_gate_up_rows",
+        "small_q4_residual": "q4_residual_rows",
     }
 
 
@@ -176,12 +196,16 @@ def test_a_quantised_decode_plan_claims_the_quant_span_ops(run: dict) -> None:
         found = run["plans"][bits]
         rows = found["rows"]
         for op in (f"linear_q{bits}_gemv", f"linear_q{bits}_split"):
-            starts = [s for callee, s, _ in rows if callee == f"std.nn.quant::{op}"]
+            starts = [s for callee, s, *_ in rows if callee == f"std.nn.quant::{op}"]
             assert len(starts) == 8, (op, rows)
             assert f"{op} [lm_head]" in found["explain"]
-        # Unmeasured, one of the two same-sized candidates is taken at each product.
-        quant = [(s, st) for callee, s, st in rows if callee.startswith("std.nn.quant::")]
-        assert sorted(s for s, st in quant if st == "taken") == sorted({s for s, _ in quant})
+        # Unmeasured, each product is in exactly one taken region: its own span op's, or a
+        # fused one's (the gate/up pair with its norm, o and down with their residuals).
+        products = {s for callee, s, *_ in rows if callee == f"std.nn.quant::linear_q{bits}_gemv"}
+        taken = [(s, e) for callee, s, st, e in rows if callee.startswith("std.nn.quant::") and st == "taken"]
+        assert all(sum(s <= p < e for s, e in taken) == 1 for p in products), (products, taken)
+        fused = {c for c, *_, st, _ in rows if st == "taken"}
+        assert {f"std.nn.quant::rms_norm_gate_up_q{bits}", f"std.nn.quant::linear_q{bits}_residual"} <= fused
         assert found["difference"] <= 1e-4 * max(1.0, found["scale"]), found
 
 

@@ -233,6 +233,14 @@ def cases() -> list[Case]:
         _std("linear_q8_split_op", x=x),
         _std("linear_q4_gemv_op", x=x),
         _std("linear_q4_split_op", x=x),
+        # Their fused prologues and epilogues: the norm before q, k and v (gate and up),
+        # the residual after o and down.
+        _std("rms_norm_qkv_q8_op", x=x),
+        _std("rms_norm_gate_up_q8_op", x=x),
+        _std("linear_q8_residual_op", x=x, r=((4, 6), "normal")),
+        _std("rms_norm_qkv_q4_op", x=x),
+        _std("rms_norm_gate_up_q4_op", x=x),
+        _std("linear_q4_residual_op", x=x, r=((4, 6), "normal")),
         _std("linear_q8_mm_op", x=x),
         _std("linear_q4_mm_op", x=x),
         # Issue 45's mixture of experts (std.nn.moe, std.nn.moe_kernels): routing, and the
