@@ -127,6 +127,38 @@ STD_KERNELS = {
         "q4_split_sum<N, I, O, NG, T, 16, 64, 4>",
         ["BR >= N", "BG >= 1", "GS % 2 == 0", "1024 % GS == 0", "I == NG * GS"],
     ),
+    # Their fused prologues and epilogues: the norm before q, k and v (gate and up), the
+    # residual after o and down.
+    "std.nn.quant::rms_norm_qkv_q8": (
+        "rms_norm_q8_qkv_rows",
+        "<N, D, Q, K, NG, D / NG, T, 16, 4, 1024 / (D / NG)>",
+        ["BR >= N", "BG >= 1", "1024 % GS == 0", "D == NG * GS"],
+    ),
+    "std.nn.quant::rms_norm_gate_up_q8": (
+        "rms_norm_q8_gate_up_rows",
+        "<N, D, F, NG, D / NG, T, 16, 4, 1024 / (D / NG)>",
+        ["BR >= N", "BG >= 1", "1024 % GS == 0", "D == NG * GS"],
+    ),
+    "std.nn.quant::linear_q8_residual": (
+        "q8_residual_rows",
+        "<N, I, O, NG, I / NG, T, 16, 4, 1024 / (I / NG)>",
+        ["BR >= N", "BG >= 1", "1024 % GS == 0", "I == NG * GS"],
+    ),
+    "std.nn.quant::rms_norm_qkv_q4": (
+        "rms_norm_q4_qkv_rows",
+        "<N, D, Q, K, NG, D / NG, T, 16, 8, 1024 / (D / NG)>",
+        ["BR >= N", "BG >= 1", "GS % 2 == 0", "1024 % GS == 0", "D == NG * GS"],
+    ),
+    "std.nn.quant::rms_norm_gate_up_q4": (
+        "rms_norm_q4_gate_up_rows",
+        "<N, D, F, NG, D / NG, T, 16, 8, 1024 / (D / NG)>",
+        ["BR >= N", "BG >= 1", "GS % 2 == 0", "1024 % GS == 0", "D == NG * GS"],
+    ),
+    "std.nn.quant::linear_q4_residual": (
+        "q4_residual_rows",
+        "<N, I, O, NG, I / NG, T, 16, 8, 1024 / (I / NG)>",
+        ["BR >= N", "BG >= 1", "GS % 2 == 0", "1024 % GS == 0", "I == NG * GS"],
+    ),
     # Issue 42's dequantising GEMMs: a step of BK = 128 inputs is BG = 128 / GS whole groups.
     "std.nn.quant_mm::linear_q8_mm": (
         "q8_mm_tiles",
