@@ -13,6 +13,10 @@ in one batch beside an empty slot (a table of zeros: the sink page).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -72,6 +76,9 @@ def i32(x) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.int32)
 
 
+Ints = Callable[[Any], Any]  # nested lists of ints -> the runtime's int32 array
+
+
 def prompts() -> dict[str, list[int]]:
     g = torch.Generator().manual_seed(7)
     a = torch.randint(3, 256, (11,), generator=g).tolist()
@@ -80,39 +87,40 @@ def prompts() -> dict[str, list[int]]:
     return {"A": a, "B": b, "C": c}
 
 
-def dense_run(model, prompt: list[int]) -> tuple[list[torch.Tensor], list[int]]:
+def dense_run(model, prompt: list[int], i32: Ints = i32) -> tuple[list[np.ndarray], list[int]]:
     """The last prompt position's logits then each greedy step's, one sequence alone."""
-    logits = model.prefill(i32([prompt]))[:, -1]
+    logits = np.asarray(model.prefill(i32([prompt])))[:, -1]
     out, tokens = [logits], [int(logits[0].argmax())]
     for step in range(STEPS):
-        logits = model.decode(i32([tokens[-1]]), i32([len(prompt) + step]))
+        logits = np.asarray(model.decode(i32([tokens[-1]]), i32([len(prompt) + step])))
         out.append(logits)
         tokens.append(int(logits[0].argmax()))
     return out, tokens
 
 
-def table(*names: str | None) -> torch.Tensor:
-    rows = [PAGES[n] + [0] * (MP - len(PAGES[n])) if n else [0] * MP for n in names]
-    return i32(rows)
+def table(*names: str | None) -> list[list[int]]:
+    return [PAGES[n] + [0] * (MP - len(PAGES[n])) if n else [0] * MP for n in names]
 
 
-def padded(rows: list[list[int]], length: int) -> torch.Tensor:
-    return i32([r + [0] * (length - len(r)) for r in rows])
+def padded(rows: list[list[int]], length: int) -> list[list[int]]:
+    return [r + [0] * (length - len(r)) for r in rows]
 
 
-def paged_run(model) -> tuple[dict[str, list[torch.Tensor]], dict[str, list[int]]]:
+def paged_run(model, i32: Ints = i32) -> tuple[dict[str, list[np.ndarray]], dict[str, list[int]]]:
     """The same three sequences through the paged entries, batched as an engine would."""
     p = prompts()
     a, b, c = p["A"], p["B"], p["C"]
-    logits: dict[str, list[torch.Tensor]] = {"A": [], "B": [], "C": []}
+    logits: dict[str, list[np.ndarray]] = {"A": [], "B": [], "C": []}
     # A whole, and C's first 3 tokens, in one padded batch.
     first = model.prefill_paged(
-        padded([a, c[:3]], 11), i32([0, 0]), i32([11, 3]), table("A", "C")
+        i32(padded([a, c[:3]], 11)), i32([0, 0]), i32([11, 3]), i32(table("A", "C"))
     )
-    logits["A"].append(first[0:1])
+    logits["A"].append(np.asarray(first)[0:1])
     # B after A's shared prefix (positions 8..10), with C's other 4 (positions 3..6).
-    second = model.prefill_paged(
-        padded([b[8:], c[3:]], 4), i32([8, 3]), i32([3, 4]), table("B", "C")
+    second = np.asarray(
+        model.prefill_paged(
+            i32(padded([b[8:], c[3:]], 4)), i32([8, 3]), i32([3, 4]), i32(table("B", "C"))
+        )
     )
     logits["B"].append(second[0:1])
     logits["C"].append(second[1:2])
@@ -121,7 +129,7 @@ def paged_run(model) -> tuple[dict[str, list[torch.Tensor]], dict[str, list[int]
     for step in range(STEPS):
         tok = [tokens[n][-1] if n else 0 for n in order]
         pos = [len(p[n]) + step if n else 0 for n in order]
-        out = model.decode_paged(i32(tok), i32(pos), table(*order))
+        out = np.asarray(model.decode_paged(i32(tok), i32(pos), i32(table(*order))))
         for row, n in enumerate(order):
             if n:
                 logits[n].append(out[row : row + 1])
@@ -146,13 +154,18 @@ def test_paged_entries_equal_dense(checkpoints, name, mode):
     kw = MODES[mode]
     dense = load(weights=checkpoints[name], **kw)
     paged = load(weights=checkpoints[name], kv_pages=NP, kv_page_size=PS, **kw)
-    logits, tokens = paged_run(paged)
+    assert_paged_equals_dense(dense, paged, i32)
+
+
+def assert_paged_equals_dense(dense: Any, paged: Any, i32: Ints) -> None:
+    """The scenario's logits within TOLERANCE and greedy tokens equal (both runtimes)."""
+    logits, tokens = paged_run(paged, i32)
     for seq, prompt in prompts().items():
-        want, want_tokens = dense_run(dense, prompt)
+        want, want_tokens = dense_run(dense, prompt, i32)
         assert tokens[seq] == want_tokens, seq
         assert len(logits[seq]) == len(want)
         for step, (got, ref) in enumerate(zip(logits[seq], want)):
-            err = (got - ref).abs().max().item()
+            err = float(np.abs(got - ref).max())
             assert err <= TOLERANCE, (seq, step, err)
 
 
@@ -161,7 +174,7 @@ def test_paged_states_are_pages(checkpoints):
     decode batch of 4 reads what the prefill batch of 2 wrote."""
     paged = load(weights=checkpoints["llama"], kv_pages=NP, kv_page_size=PS)
     paged_run(paged)
-    graph = paged.graph("decode_paged", [i32([0]), i32([0]), table("A")])
+    graph = paged.graph("decode_paged", [i32([0]), i32([0]), i32(table("A"))])
     shapes = {tuple(v.shape) for v in graph.states.values()}
     assert shapes == {(NP, PS, 2, 16)}
     assert len(graph.states) == 2 * 2  # k and v pages of 2 layers, no dense cache
