@@ -46,14 +46,14 @@ def _code(call) -> str:
 def test_bad_paged_inputs_are_coded_errors(paged, case, code):
     tokens = i32([[5, 6, 7, 0]])
     calls = {
-        "decode table >= NP": lambda: paged.decode_paged(i32([1]), i32([2]), i32([[NP] + ROW[1:]])),
-        "decode table < 0": lambda: paged.decode_paged(i32([1]), i32([2]), i32([[-1] + ROW[1:]])),
+        "decode table >= NP": lambda: paged.decode_paged(i32([1]), i32([2]), i32([[NP, *ROW[1:]]])),
+        "decode table < 0": lambda: paged.decode_paged(i32([1]), i32([2]), i32([[-1, *ROW[1:]]])),
         "prefill table >= NP": lambda: paged.prefill_paged(
-            tokens, i32([0]), i32([3]), i32([[NP + 5] + ROW[1:]])
+            tokens, i32([0]), i32([3]), i32([[NP + 5, *ROW[1:]]])
         ),
         # A padding column's page (past n) is the sink page: the table is still checked.
         "prefill table < 0": lambda: paged.prefill_paged(
-            tokens, i32([0]), i32([3]), i32([ROW[:2] + [-1] + ROW[3:]])
+            tokens, i32([0]), i32([3]), i32([[*ROW[:2], -1, *ROW[3:]]])
         ),
         "decode pos >= S": lambda: paged.decode_paged(i32([1]), i32([S]), i32([ROW])),
         "decode pos < 0": lambda: paged.decode_paged(i32([1]), i32([-1]), i32([ROW])),

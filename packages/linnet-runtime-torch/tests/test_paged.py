@@ -21,7 +21,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from linnet.lang import LinnetError  # noqa: E402
 from linnet.torch import load  # noqa: E402
 from support import ci_sample  # noqa: E402
 
@@ -47,7 +46,9 @@ PAGES = {"A": [17, 3, 9, 22, 5], "B": [17, 3, 11, 2, 20], "C": [8, 14, 1, 19]}
 
 def _configs() -> dict:
     t = transformers
-    gemma = dict(head_dim=16, query_pre_attn_scalar=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    gemma = dict(
+        head_dim=16, query_pre_attn_scalar=16, pad_token_id=0, bos_token_id=1, eos_token_id=2
+    )
     return {
         "llama": (t.LlamaForCausalLM, t.LlamaConfig(**SMALL, head_dim=16)),
         "qwen2": (t.Qwen2ForCausalLM, t.Qwen2Config(**SMALL)),

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 from linnet.lang import LinnetError
-from linnet.lang.host.paged import PAGED_ENTRIES, check_paged_inputs
 from linnet.lang.host.inputs import check_count, dtype_error, error, in_range, range_error, short
+from linnet.lang.host.paged import PAGED_ENTRIES, check_paged_inputs
 from linnet.lang.ir.graph import Graph
 from linnet.lang.passes.bounds import bounds_for
 

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from linnet.lang import LinnetError
-from linnet.lang.host.paged import PAGED_ENTRIES, check_paged_inputs
 from linnet.lang.host.inputs import check_count, dtype_error, error, in_range, range_error, short
+from linnet.lang.host.paged import PAGED_ENTRIES, check_paged_inputs
 from linnet.lang.ir.graph import Graph
 from linnet.lang.passes.bounds import InputRange, bounds_for
 
