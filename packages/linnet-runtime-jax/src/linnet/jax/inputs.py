@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from linnet.lang import LinnetError
 from linnet.lang.host.inputs import check_count, dtype_error, error, in_range, range_error, short
+from linnet.lang.host.paged import PAGED_ENTRIES, check_paged_inputs
 from linnet.lang.ir.graph import Graph
 from linnet.lang.passes.bounds import bounds_for
 
@@ -99,3 +100,19 @@ def check_inputs(graph: Graph, inputs: Sequence[Any], entry: str) -> None:
             raise range_error(
                 graph, entry, r, host.reshape(-1).astype(np.int64).tolist(), host.shape
             )
+    if entry in PAGED_ENTRIES:
+        _check_paged(graph, entry, inputs)
+
+
+def _check_paged(graph: Graph, entry: str, inputs: Sequence[Any]) -> None:
+    """A paged entry's positions against the cache's S (E0690), where they have values."""
+    import jax
+
+    values = {}
+    for name, t in zip(graph.inputs, inputs):
+        if name[1:] in ("pos", "start", "n"):
+            try:
+                values[name[1:]] = np.asarray(t).reshape(-1).astype(np.int64).tolist()
+            except jax.errors.TracerArrayConversionError:
+                return  # traced under an outer jit: no values to check yet
+    check_paged_inputs(graph, entry, values)

@@ -32,6 +32,7 @@ from linnet.lang.host.loading import (
     read_headers,
 )
 from linnet.lang.host.options import check_seed
+from linnet.lang.host.paged import paged_config
 from linnet.lang.host.quantize import (
     Layout,
     Quantize,
@@ -194,11 +195,14 @@ def prepare(
     check_finite: bool = True,
     check_grads: bool = False,
     quantize: Any = None,
+    kv_pages: int | None = None,
+    kv_page_size: int | None = None,
 ) -> Prepared:
     """Check the model, read its config and the checkpoint's headers (the weights converted
     to ``options.dtype``); with ``read``, load the parameters onto ``device`` and
     (``check_finite``) check they hold no NaN (E0666); with ``check_grads``, check every
-    grad clause first (:mod:`linnet.jax.grad_checks`); ``quantize`` as for :func:`load`."""
+    grad clause first (:mod:`linnet.jax.grad_checks`); ``quantize``, ``kv_pages`` and
+    ``kv_page_size`` as for :func:`load`."""
     quant = parse_quantize(quantize)  # E0681 before anything is read
     _check_weights_type(weights)
     check_finite_flag(check_finite)
@@ -217,6 +221,7 @@ def prepare(
         # The torch runtime's quick look (linnet.torch.model.LOAD_CHECK_*): 2 cases a clause.
         assert_grad_clauses(program, unchecked="warn", count=2, max_size=12)
     cfg = read_config(config, model_path)
+    cfg = {**cfg, **paged_config(program, kv_pages, kv_page_size, cfg)}  # E0688, E0689
     check_dtype_config(program, cfg, convert)
     params: dict[str, Any] = {}
     shapes: dict[str, tuple] | None = None
@@ -750,6 +755,8 @@ def load(
     check_grads: bool = False,
     tokenizer: Any = None,
     quantize: Any = None,
+    kv_pages: int | None = None,
+    kv_page_size: int | None = None,
 ) -> Model:
     """Load a `.linnet` model with safetensors weights onto a jax device.
 
@@ -784,6 +791,9 @@ def load(
     load, as in ``linnet.torch.load`` (on the host, in NumPy); on a GPU a GGUF file's Q8_0,
     Q4_0 and Q4_1 linear weights are kept as they are unless ``quantize=False``, on the
     CPU only when a format is asked for (``quantize="int4"`` keeps Q4_0/Q4_1 blocks).
+    ``kv_pages=NP`` (``kv_page_size=PS``, default 16): a paged KV cache read and written by
+    the entries ``decode_paged`` and ``prefill_paged``, as in ``linnet.torch.load``
+    (docs/models.md, "Serving: a paged KV cache").
 
     >>> model = load("examples/llama/llama.linnet", weights="Llama-3.2-1B/", dtype="bf16",
     ...              device="gpu")                                       # doctest: +SKIP
@@ -802,6 +812,8 @@ def load(
             check_finite=check_finite,
             check_grads=check_grads,
             quantize=quantize,
+            kv_pages=kv_pages,
+            kv_page_size=kv_page_size,
         ),
         options,
         fast,

@@ -346,6 +346,38 @@ def cases() -> list[Case]:
                 "softcap_decode_attention_flash",
             )
         ),
+        # Issue 44: the paged cache's ops (std.nn.paged), 8 pages of 2 positions.
+        _std("paged_gather_op", pages=((8, 2, 2, 4), "normal"), page_table=((2, 3), 8)),
+        *(
+            _std(
+                f"{name}_op",
+                q=((2, 2, 2, 4), "normal"),
+                k=((8, 2, 2, 4), "normal"),
+                v=((8, 2, 2, 4), "normal"),
+                page_table=((2, 3), 8),
+                pos=((2,), 6),
+            )
+            for name in (
+                "paged_decode_attention",
+                "paged_window_decode_attention",
+                "paged_softcap_decode_attention",
+            )
+        ),
+        *(
+            _std(
+                f"{name}_op",
+                q=((2, 3, 2, 2, 4), "normal"),
+                k=((8, 2, 2, 4), "normal"),
+                v=((8, 2, 2, 4), "normal"),
+                page_table=((2, 3), 8),
+                start=((2,), 4),
+            )
+            for name in (
+                "paged_prefill_attention",
+                "paged_window_prefill_attention",
+                "paged_softcap_prefill_attention",
+            )
+        ),
     ]
     out += edge_cases()
     llama = _llama()
