@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from linnet.lang import LinnetError
+from linnet.lang.host.paged import PAGED_ENTRIES, check_paged_inputs
 from linnet.lang.host.inputs import check_count, dtype_error, error, in_range, range_error, short
 from linnet.lang.ir.graph import Graph
 from linnet.lang.passes.bounds import InputRange, bounds_for
@@ -113,6 +114,20 @@ def check_inputs(
         for (t, r), (lo, hi) in zip(device_checks, ends.cpu().tolist()):
             if not in_range(r, lo, hi):
                 raise _range_error(graph, entry, t.cpu(), r)
+    if entry in PAGED_ENTRIES and not exporting:
+        _check_paged(graph, entry, inputs, device_inputs)
+
+
+def _check_paged(graph: Graph, entry: str, inputs: Sequence[Any], device_inputs: bool) -> None:
+    """A paged entry's positions against the cache's S (E0690), where they have values."""
+    named = {name[1:]: t for name, t in zip(graph.inputs, inputs)}
+    wanted = {k: named[k] for k in ("pos", "start", "n") if k in named}
+    if any(
+        t.device.type == "meta" or is_fake(t) or (t.device.type != "cpu" and not device_inputs)
+        for t in wanted.values()
+    ):
+        return
+    check_paged_inputs(graph, entry, {k: t.reshape(-1).tolist() for k, t in wanted.items()})
 
 
 def _range_error(graph: Graph, entry: str, t: torch.Tensor, r: InputRange) -> LinnetError:

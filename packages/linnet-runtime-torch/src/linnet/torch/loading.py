@@ -23,6 +23,7 @@ from linnet.lang.host.loading import (
     read_config,
     read_headers,
 )
+from linnet.lang.host.paged import paged_config
 from linnet.lang.host.quantize import (
     Layout,
     Quantize,
@@ -115,6 +116,8 @@ def load(
     check_grads: bool = False,
     tokenizer: Any = None,
     quantize: str | dict[str, Any] | bool | None = None,
+    kv_pages: int | None = None,
+    kv_page_size: int | None = None,
 ) -> Model:
     """Load a `.linnet` model with safetensors weights onto ``device``.
 
@@ -182,6 +185,14 @@ def load(
     >>> model = load(weights="Llama-3.2-1B/", dtype="bf16", device="cuda",
     ...              quantize="int4")                              # doctest: +SKIP
 
+    ``kv_pages=NP`` (and ``kv_page_size=PS``, default 16) makes the model's KV cache a pool
+    of NP pages of PS positions shared by the sequences, read and written through a page
+    table by the entries ``decode_paged`` and ``prefill_paged`` (every std model has them;
+    page 0 is the sink page no sequence owns): a serving engine's cache
+    (docs/models.md, "Serving: a paged KV cache"). The dense entries then have no cache.
+
+    >>> model = load(weights="SmolLM2-135M/", kv_pages=256, kv_page_size=16)  # doctest: +SKIP
+
     ``world=N`` (N > 1) loads this process's rank of the model split over N ranks of
     torch.distributed's default process group (tensor parallelism, docs/parallel.md): the
     group already initialised, or started here from torchrun's environment (NCCL on CUDA,
@@ -248,6 +259,7 @@ def load(
             program, unchecked="warn", count=LOAD_CHECK_CASES, max_size=LOAD_CHECK_MAX_SIZE
         )
     cfg = read_config(config, model_path)
+    cfg = {**cfg, **paged_config(program, kv_pages, kv_page_size, cfg)}  # E0688, E0689
     check_dtype_config(program, cfg, options.dtype)
     report = _progress(progress)
     params: dict[str, torch.Tensor] = {}

@@ -138,6 +138,7 @@ def lower(
         frame = Frame(decl.module, inst.env, inst, method)  # type: ignore[arg-type]
         for p in method.params:
             shape, dtype = ev.tensor_type(p.type, frame)
+            check_input_shape(ev, p, shape, (inputs or {}).get(p.name))
             t = ev.builder.emit("input", [], shape, dtype, {"name": p.name}, hint=p.name)
             graph.steps.pop()  # inputs are not steps; they are listed in graph.inputs
             graph.inputs.append(t.ref)
@@ -330,6 +331,26 @@ def bind_model_generics(
         if g.name not in env and g.default is not None:
             env[g.name] = ev.generic_value(g, g.default, Frame(decl.module, env))
     return env
+
+
+def check_input_shape(ev: Evaluator, p: A.Param, shape: Any, given: Any) -> None:
+    """E0607 where an input's size contradicts its declared type evaluated with every
+    generic and config known: binding from the inputs skips a size it cannot evaluate then
+    (one that reads a config, `Tensor[B, (S + kv_page_size - 1) / kv_page_size; i32]`)."""
+    if given is None or not isinstance(p.type, A.TensorType):
+        return
+    sizes = given[0] if isinstance(given, tuple) else given
+    for axis, (dexpr, dim, n) in enumerate(zip(p.type.dims, shape, sizes)):
+        want = getattr(dim, "value", dim)
+        if isinstance(want, int) and want != n:
+            raise fail(
+                "E0607",
+                f"input `{p.name}` has size {n} along axis {axis}, where its declared type "
+                f"gives {want}",
+                dexpr.span,
+                f"expects {want}",
+                help="pass an input of the declared shape",
+            )
 
 
 # Sizes and element counts are int64 in every runtime (torch, safetensors).

@@ -580,6 +580,38 @@ def _rem_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
     return _ranged(out, (0, k[0] - 1))
 
 
+def _hull(a: Abstract, b: Abstract) -> Abstract:
+    """Either ``a`` or ``b``, element by element (a ``select``): both ends' hull. A term of
+    an input with a known value (``select(live, table[b, m], 0)``, a paged cache's sink page)
+    stays a term of that input, so both must be in range wherever it indexes; so do two
+    terms of one input moving the same way."""
+    if isinstance(a, Term) and isinstance(b, Term):
+        if a.known and b.known:
+            (alo, ahi), (blo, bhi) = a.interval(), b.interval()
+            return Term.const(min(alo, blo), max(ahi, bhi))
+        if b.known or (a.input == b.input and a.direction == b.direction):
+            term, other = a, b
+        elif a.known:
+            term, other = b, a
+        else:
+            return _opaque(a, b)
+        tlow, thigh, olow, ohigh = term.low, term.high, other.low, other.high
+        return term._derived(
+            term.direction, lambda x: min(tlow(x), olow(x)), lambda x: max(thigh(x), ohigh(x))
+        )
+    ra, rb = interval(a), interval(b)
+    out = _opaque(a, b)
+    if ra is None or rb is None:
+        return out
+    return _ranged(out, (min(ra[0], rb[0]), max(ra[1], rb[1])))
+
+
+def _select_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    """``select(cond, a, b)``: whichever is picked (the condition itself is not followed)."""
+    out = _hull(args[1], args[2])
+    return out if out is not None or args[0] is None else _opaque(*args)
+
+
 def _read_rule(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
     return _read(step, args, graph)
 
@@ -622,6 +654,7 @@ _VALUES: dict[str, ValueRule] = {
     "rem": _rem_rule,
     "take": _read_rule,
     "gather": _read_rule,
+    "select": _select_rule,
 }
 _INDICES: dict[str, IndexRule] = {
     "take": _take_index,
