@@ -58,6 +58,24 @@ def error_response(e: LinnetError) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
+def internal_error(e: Exception) -> JSONResponse:
+    """A 500 with an OpenAI-shaped body for an error that is no user mistake (the model
+    failed): the request fails, the server goes on, and no traceback reaches the client.
+
+    >>> internal_error(KeyError("w")).status_code
+    500
+    """
+    body = {
+        "error": {
+            "message": f"the model failed on this request: {type(e).__name__}: {e}",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+    return JSONResponse(body, status_code=500)
+
+
 def _field(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
     value = body.get(name)
     if value is not None and (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds):
@@ -299,6 +317,9 @@ class Reply:
             except LinnetError as e:
                 yield _sse(json.loads(error_response(e).body))
                 return
+            except Exception as e:  # the model failed: say so in the stream, no traceback
+                yield _sse(json.loads(internal_error(e).body))
+                return
             tail = self._tail()
             yield _sse(self._chunk(tail or None if self.chat else tail, self._reason()))
             if usage:
@@ -319,6 +340,8 @@ class Reply:
                 text += self._pieces(ids)
         except LinnetError as e:
             return error_response(e)
+        except Exception as e:  # the model failed: a 500, never a traceback
+            return internal_error(e)
         finally:
             self.request.cancel()
         text += self._tail()
