@@ -120,6 +120,11 @@ class Engine:
                 "no kv_pages",
                 help="install a linnet-runtime-torch with the paged KV cache (issue 44)",
             )
+        if weights is None and model is not None and (
+            str(model).endswith(".gguf") or Path(model).is_dir()
+        ):
+            # A GGUF file or a checkpoint directory is the weights: they name the model.
+            model, weights = None, model
         loaded = load(
             model,
             weights=weights,
