@@ -27,10 +27,35 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-WORDS = (
-    "the a model cache page token river mountain light paper number story small large fast "
-    "slow green blue city forest water music night morning question answer reason"
-).split()
+WORDS = [
+    "the",
+    "a",
+    "model",
+    "cache",
+    "page",
+    "token",
+    "river",
+    "mountain",
+    "light",
+    "paper",
+    "number",
+    "story",
+    "small",
+    "large",
+    "fast",
+    "slow",
+    "green",
+    "blue",
+    "city",
+    "forest",
+    "water",
+    "music",
+    "night",
+    "morning",
+    "question",
+    "answer",
+    "reason",
+]
 
 
 @dataclass
@@ -123,7 +148,9 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--url", default="http://127.0.0.1:8000/v1", help="the server's /v1 URL")
     p.add_argument("--model", help="the model's name (default: the server's first)")
     p.add_argument("--rate", type=float, default=4.0, help="requests a second (Poisson)")
@@ -134,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-max", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON only")
-    p.add_argument("--smoke", action="store_true", help="CPU: a server on SmolLM2 here, a few short requests")
+    p.add_argument(
+        "--smoke", action="store_true", help="CPU: a server on SmolLM2 here, a few short requests"
+    )
     args = p.parse_args(argv)
     if args.rate <= 0 or args.requests < 1:
         p.error("--rate must be > 0 and --requests >= 1")
@@ -147,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
         args.prompt_median, args.prompt_max = 8.0, 24
         args.output_median, args.output_max = 4.0, 6
         engine = Engine.load(
-            str(smollm2_gguf()), config={"S": 128}, kv_pages=33, page_size=16, max_batch=8, name="smollm2"
+            str(smollm2_gguf()),
+            config={"S": 128},
+            kv_pages=33,
+            page_size=16,
+            max_batch=8,
+            name="smollm2",
         )
         with Background(engine) as server:
             report = asyncio.run(run(args, server.url))

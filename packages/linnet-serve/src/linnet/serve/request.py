@@ -9,6 +9,7 @@ False
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -113,10 +114,9 @@ class Request:
                 self.finish_reason = finish
             listeners = list(self._listeners)
         for loop, queue in listeners:
-            try:
+            # A closed loop (RuntimeError): nobody is listening any more.
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(queue.put_nowait, (new, finish))
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                pass
         if finish is not None:
             self._done.set()
 

@@ -52,7 +52,9 @@ def error_response(e: LinnetError) -> JSONResponse:
     """
     d = e.diagnostics[0]
     status = STATUS.get(d.code, 400)
-    kind = {429: "rate_limit_error", 503: "service_unavailable"}.get(status, "invalid_request_error")
+    kind = {429: "rate_limit_error", 503: "service_unavailable"}.get(
+        status, "invalid_request_error"
+    )
     message = d.message + (f" (help: {d.help})" if d.help else "")
     body = {"error": {"message": message, "type": kind, "param": None, "code": d.code}}
     return JSONResponse(body, status_code=status)
@@ -78,7 +80,9 @@ def internal_error(e: Exception) -> JSONResponse:
 
 def _field(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
     value = body.get(name)
-    if value is not None and (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds):
+    if value is not None and (
+        not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
+    ):
         raise bad_request(
             f"`{name}` must be {what}, not {json.dumps(value)[:60]}",
             f"send `{name}` as {what}, or leave it out",
@@ -102,7 +106,7 @@ class Server:
         except (ValueError, UnicodeDecodeError) as e:
             raise bad_request(f"the request body is not JSON: {e}", "send a JSON object") from None
         if not isinstance(body, dict):
-            raise bad_request("the request body must be a JSON object", "send {\"model\": ...}")
+            raise bad_request("the request body must be a JSON object", 'send {"model": ...}')
         model = body.get("model")
         if model is not None and model != self.name:
             raise bad_request(
@@ -111,7 +115,9 @@ class Server:
             )
         for name in ("n", "best_of"):
             if body.get(name) not in (None, 1):
-                raise bad_request(f"`{name}` must be 1 here", f"send one request a choice, drop `{name}`")
+                raise bad_request(
+                    f"`{name}` must be 1 here", f"send one request a choice, drop `{name}`"
+                )
         if body.get("logprobs") not in (None, False) or body.get("echo"):
             raise bad_request("logprobs and echo are not supported", "drop `logprobs` and `echo`")
         return body
@@ -148,7 +154,11 @@ class Server:
             return []
         if isinstance(stop, str):
             return [stop]
-        if isinstance(stop, list) and all(isinstance(s, str) and s for s in stop) and len(stop) <= 4:
+        if (
+            isinstance(stop, list)
+            and all(isinstance(s, str) and s for s in stop)
+            and len(stop) <= 4
+        ):
             return list(stop)
         raise bad_request(
             f"`stop` must be a string or a list of up to 4 non-empty strings, not {json.dumps(stop)[:60]}",
@@ -173,8 +183,10 @@ class Server:
             prompt = prompt[0]
         if isinstance(prompt, str) and prompt:
             return list(self._tokenizer().encode(prompt))
-        if isinstance(prompt, list) and prompt and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt
+        if (
+            isinstance(prompt, list)
+            and prompt
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
         ):
             return list(prompt)
         raise bad_request(
@@ -315,10 +327,10 @@ class Reply:
                     if text:
                         yield _sse(self._chunk(text, None))
             except LinnetError as e:
-                yield _sse(json.loads(error_response(e).body))
+                yield _sse(json.loads(bytes(error_response(e).body)))
                 return
             except Exception as e:  # the model failed: say so in the stream, no traceback
-                yield _sse(json.loads(internal_error(e).body))
+                yield _sse(json.loads(bytes(internal_error(e).body)))
                 return
             tail = self._tail()
             yield _sse(self._chunk(tail or None if self.chat else tail, self._reason()))
@@ -376,7 +388,9 @@ def build_app(engine: Engine, name: str | None = None) -> Starlette:
     return Server(engine, name).app()
 
 
-def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8000, name: str | None = None) -> None:
+def serve(
+    engine: Engine, host: str = "127.0.0.1", port: int = 8000, name: str | None = None
+) -> None:
     """Serve ``engine`` under uvicorn until interrupted; the engine is closed after."""
     import uvicorn
 

@@ -108,7 +108,9 @@ class ToyPagedModel:
             out.append(self._logits(self._read(table[b], first + count - 1)))
         return torch.stack(out)
 
-    def reference(self, prompt: Sequence[int], max_tokens: int, stops: Sequence[int] = ()) -> list[int]:
+    def reference(
+        self, prompt: Sequence[int], max_tokens: int, stops: Sequence[int] = ()
+    ) -> list[int]:
         """The greedy tokens after ``prompt``, computed without pages."""
         history, out = list(prompt), []
         for _ in range(max_tokens):
