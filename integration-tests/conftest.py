@@ -164,7 +164,7 @@ def built_wheels(tmp_path_factory) -> dict[str, Path]:
         pytest.skip("uv is not on PATH")
     out = tmp_path_factory.mktemp("wheels")
     wheels: dict[str, Path] = {}
-    for name in (*HOSTS, "linnet-flashinfer", "linnet-cublaslt"):
+    for name in (*HOSTS, "linnet-flashinfer", "linnet-cublaslt", "linnet-serve"):
         folder = out / name
         run(
             [

@@ -37,6 +37,7 @@ PACKAGES = {
     "linnet.jax",
     "linnet.torch.cublaslt",
     "linnet.torch.flashinfer",
+    "linnet.serve",
     "linnet_backend_example",
 }
 

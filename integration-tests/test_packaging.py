@@ -67,6 +67,7 @@ def test_each_wheel_installs_and_imports_alone(fresh_venv, built_wheels):
         ("linnet-runtime-torch", ["linnet.torch", "linnet.torch.cli"]),
         ("linnet-flashinfer", ["linnet.torch.flashinfer"]),
         ("linnet-cublaslt", ["linnet.torch.cublaslt"]),
+        ("linnet-serve", ["linnet.serve", "linnet.serve.cli"]),
     ]
     for name, modules in steps:
         venv.install_locked("--package", name)

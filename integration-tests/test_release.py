@@ -68,7 +68,9 @@ def test_every_member_has_one_version_source():
     folders = [
         f for pattern in root["tool"]["uv"]["workspace"]["members"] for f in ROOT.glob(pattern)
     ] + [ROOT / "plugins" / "template"]
-    assert len(folders) == 7  # 4 packages (linnet-runtime-jax: issue 16), 2 plugins, the template
+    assert (
+        len(folders) == 8
+    )  # 5 packages (linnet-runtime-jax: issue 16, linnet-serve: issue 44), 2 plugins, the template
     for folder in folders:
         project = tomllib.loads((folder / "pyproject.toml").read_text())
         assert "version" not in project["project"], folder
@@ -113,6 +115,7 @@ def test_release_one_package_alone(scratch):
         "linnet-runtime-jax": "0.1.0",
         "linnet-flashinfer": "0.1.0",
         "linnet-cublaslt": "0.1.0",
+        "linnet-serve": "0.1.0",
     }
     # The lock holds no member version: a release leaves it matching.
     check = subprocess.run(

@@ -1,0 +1,163 @@
+"""The engine's side of a model: a step's rows as the tensors of the paged entries, padded to
+a few shapes.
+
+A model loaded with a paged KV cache (``linnet.torch.load(..., kv_pages=NP,
+kv_page_size=PS)``) has two entries the engine calls:
+
+* ``decode_paged(token[B] i32, pos[B] i32, table[B, MP] i32) -> logits[B, V] f32``;
+* ``prefill_paged(tokens[B, L] i32, start[B] i32, n[B] i32, table[B, MP] i32) ->
+  logits[B, V] f32``: row b's ``n[b]`` tokens at positions ``start[b]..``, the first
+  ``start[b]`` already in its pages; the last real token's logits.
+
+``MP = ceil(S / PS)`` table columns. :class:`ModelRunner` pads each call to a **bucket**:
+the batch to the next power of two (at most ``max_batch``), a prefill's length to
+:func:`linnet.lang.host.generate.length_bucket`'s ladder, so that each bucket lowers and
+captures once however requests come and go. Padding rows are the contract's empty slots
+(token 0, position 0, a table row of zeros: every write lands in the sink page 0).
+
+>>> batch_buckets(12)
+[1, 2, 4, 8, 12]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from linnet.lang.host.generate import length_bucket
+from linnet.lang.host.inputs import error
+
+from .errors import option_error
+
+ENTRIES = ("decode_paged", "prefill_paged")
+
+
+class Runner(Protocol):
+    """What :class:`linnet.serve.Engine` needs of a model (see :class:`ModelRunner`)."""
+
+    num_pages: int
+    page_size: int
+    max_len: int
+    vocabulary: int | None
+
+    def prefill(
+        self, rows: Sequence[Sequence[int]], starts: Sequence[int], tables: Sequence[list[int]]
+    ) -> Any: ...
+
+    def decode(
+        self, tokens: Sequence[int], positions: Sequence[int], tables: Sequence[list[int]]
+    ) -> Any: ...
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    """The batch sizes steps run at: powers of two below ``max_batch``, then itself.
+
+    >>> batch_buckets(1), batch_buckets(8)
+    ([1], [1, 2, 4, 8])
+    """
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    return [*out, max_batch]
+
+
+def bucket(size: int, buckets: Sequence[int]) -> int:
+    """The first of ``buckets`` that holds ``size`` rows.
+
+    >>> bucket(3, [1, 2, 4, 8])
+    4
+    """
+    return next(b for b in buckets if b >= size)
+
+
+def paged_entries_error(model: Any) -> Any:
+    """E0869: ``model`` has no paged entries (loaded without ``kv_pages``, or a model whose
+    attention is not paged)."""
+    entries = list(getattr(model, "entries", []))
+    missing = [e for e in ENTRIES if e not in entries]
+    return error(
+        "E0869",
+        f"serving needs the model's paged entries, and it has no "
+        f"{' and no '.join(f'`{m}`' for m in missing)} (entries: {', '.join(entries) or 'none'})",
+        help="load the model with a paged KV cache: linnet.torch.load(model, weights=..., "
+        "kv_pages=N, kv_page_size=P), or Engine.load(...), which does",
+    )
+
+
+class ModelRunner:
+    """A loaded model's paged entries behind :class:`Runner`: rows in, padded int32 tensors
+    to the model, its logits [rows, V] back (on the model's device).
+
+    >>> runner = ModelRunner(model, num_pages=64, page_size=16, max_batch=8)  # doctest: +SKIP
+    >>> runner.decode([5], [3], [[1]]).shape                                 # doctest: +SKIP
+    torch.Size([1, 49152])
+    """
+
+    def __init__(self, model: Any, num_pages: int, page_size: int, max_batch: int) -> None:
+        if any(e not in getattr(model, "entries", ()) for e in ENTRIES):
+            raise paged_entries_error(model)
+        for name, value in (("kv_pages", num_pages), ("page_size", page_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise option_error(name, value, "a positive int", f"{name}=16")
+        if num_pages < 2:
+            raise option_error("kv_pages", num_pages, "at least 2 (page 0 is the sink)", "64")
+        self.model = model
+        self.num_pages = num_pages
+        self.page_size = page_size
+        config = getattr(model, "config", {}) or {}
+        self.max_len = int(config.get("S", 0)) or num_pages * page_size
+        self.columns = -(-self.max_len // page_size)
+        vocabulary = config.get("V")
+        self.vocabulary = int(vocabulary) if isinstance(vocabulary, int) else None
+        self.buckets = batch_buckets(max_batch)
+        self.device = getattr(model, "device", "cpu")
+        self.shapes: set[tuple[str, int, int]] = set()  # (entry, B, L): what ran, for tests
+
+    def _table(self, tables: Sequence[list[int]], rows: int) -> Any:
+        import torch
+
+        out = torch.zeros((rows, self.columns), dtype=torch.int32)
+        for b, pages in enumerate(tables):
+            out[b, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+        return out.to(self.device)
+
+    def decode(
+        self, tokens: Sequence[int], positions: Sequence[int], tables: Sequence[list[int]]
+    ) -> Any:
+        """``decode_paged`` on these rows (padded to a bucket); logits [len(tokens), V]."""
+        import torch
+
+        rows = bucket(len(tokens), self.buckets)
+        pad = rows - len(tokens)
+        token = torch.tensor([*tokens, *[0] * pad], dtype=torch.int32).to(self.device)
+        pos = torch.tensor([*positions, *[0] * pad], dtype=torch.int32).to(self.device)
+        self.shapes.add(("decode", rows, 1))
+        logits = self.model.decode_paged(token, pos, self._table(tables, rows))
+        return logits[: len(tokens)]
+
+    def prefill(
+        self, rows: Sequence[Sequence[int]], starts: Sequence[int], tables: Sequence[list[int]]
+    ) -> Any:
+        """``prefill_paged`` on these rows (each a chunk of tokens from ``starts[b]``),
+        padded to a batch and a length bucket; logits [len(rows), V] of each chunk's last
+        token."""
+        import torch
+
+        size = bucket(len(rows), self.buckets)
+        length = length_bucket(max(len(r) for r in rows), self.max_len)
+        tokens = torch.zeros((size, length), dtype=torch.int32)
+        n = torch.ones(size, dtype=torch.int32)  # an empty row: token 0 at position 0, sink
+        start = torch.zeros(size, dtype=torch.int32)
+        for b, row in enumerate(rows):
+            tokens[b, : len(row)] = torch.tensor(list(row), dtype=torch.int32)
+            n[b] = len(row)
+            start[b] = starts[b]
+        self.shapes.add(("prefill", size, length))
+        logits = self.model.prefill_paged(
+            tokens.to(self.device),
+            start.to(self.device),
+            n.to(self.device),
+            self._table(tables, size),
+        )
+        return logits[: len(rows)]
