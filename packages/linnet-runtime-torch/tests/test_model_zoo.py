@@ -1,8 +1,8 @@
 """The model zoo (issue 19): every model the linnet-lang wheel ships (std.models.*) against
 Hugging Face transformers, on a small random checkpoint made here with `save_pretrained`
 (no config=, the checkpoint's config.json maps through the model's `.hf.json`): f32 prefill
-logits within 1e-4 and 24 greedy tokens equal, through the interpreter, generated source
-and compile=True. Each model's generated source uses
+logits within 1e-4 and 32 greedy tokens equal (issue 45's acceptance), through the
+interpreter, generated source and compile=True. Each model's generated source uses
 the fast calls its blocks allow (F.linear, SDPA, F.rms_norm, F.embedding...)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from support import ci_sample  # noqa: E402
 
 TOLERANCE = 1e-4
 PROMPT = 20
-STEPS = 24
+STEPS = 32  # 20 + 32 positions fit the cache of 64 (config S)
 SMALL = dict(
     vocab_size=256,
     hidden_size=64,
