@@ -432,8 +432,8 @@ def _decode_graph(name: str, **extra):
 @pytest.mark.parametrize("name", MODELS)
 def test_the_plugins_match_every_model(name):
     """The backends key on the std calls the shared blocks make: cuBLASLt takes each model's
-    bias-free linear calls, FlashInfer its decode attention (not a sliding window's, which
-    it does not implement: there the call is a different op and nothing matches)."""
+    bias-free linear calls, FlashInfer its decode attention (a sliding window's is a
+    different op, window_decode_attention, which FlashInfer takes with its window_left)."""
     cublaslt = pytest.importorskip("linnet.torch.cublaslt._graph")
     flashinfer = pytest.importorskip("linnet.torch.flashinfer")
     graph = _decode_graph(name)
