@@ -165,3 +165,53 @@ def test_mixtral_top_k_past_its_experts_is_E0665():
     with pytest.raises(LinnetError) as info:
         checkpoint_config({**hf, "num_experts_per_tok": 9}, mapping, "Mixtral")
     assert {d.code for d in info.value.diagnostics} == {"E0665"}
+
+
+QWEN3_MOE_HF = {k: v for k, v in MOE_HF.items() if not k.startswith("shared_")} | {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "head_dim": 16,
+    "norm_topk_prob": True,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "max_window_layers": 2,
+}
+
+
+@pytest.mark.parametrize(
+    "change,code,key",
+    [
+        # Dense layers or a sliding window: Qwen3-MoE's model computes neither, so a config
+        # with them must not load as if it had none (a silent wrong result).
+        ({"mlp_only_layers": [1]}, "E0656", "mlp_only_layers"),
+        ({"decoder_sparse_step": 2}, "E0656", "decoder_sparse_step"),
+        ({"use_sliding_window": True, "sliding_window": 8}, "E0656", "use_sliding_window"),
+        ({"num_experts_per_tok": 5}, "E0665", "num_experts_per_tok"),
+        ({"shared_expert_intermediate_size": 40}, "E0655", "shared_expert_intermediate_size"),
+        ({"head_dim": 0}, "E0671", "head_dim"),
+    ],
+)
+def test_qwen3_moe_configs_the_model_does_not_compute_are_coded(change, code, key):
+    from linnet.lang.syntax.program import STD_ROOT
+    from linnet.lang.weights.checkpoint import checkpoint_config, read_mapping
+
+    mapping = read_mapping(STD_ROOT / "models" / "qwen3_moe.linnet")
+    checkpoint_config(QWEN3_MOE_HF, mapping, "Qwen3Moe")  # as saved: fine
+    with pytest.raises(LinnetError) as info:
+        checkpoint_config({**QWEN3_MOE_HF, **change}, mapping, "Qwen3Moe")
+    d = next(d for d in info.value.diagnostics if d.code == code)
+    assert f"`{key}`" in d.message
+
+
+def test_qwen3_moe_reads_num_experts_under_either_name():
+    """transformers 5 writes Qwen3-MoE's `num_experts` as `num_local_experts` (hub configs
+    have `num_experts`): both set the model's experts."""
+    from linnet.lang.syntax.program import STD_ROOT
+    from linnet.lang.weights.checkpoint import checkpoint_config, read_mapping
+
+    mapping = read_mapping(STD_ROOT / "models" / "qwen3_moe.linnet")
+    hub = checkpoint_config(QWEN3_MOE_HF, mapping, "Qwen3Moe").values
+    saved = {k: v for k, v in QWEN3_MOE_HF.items() if k != "num_experts"}
+    v5 = checkpoint_config({**saved, "num_local_experts": 4}, mapping, "Qwen3Moe").values
+    assert hub["num_experts"] == v5["num_experts"] == 4
+    assert hub["norm_topk_prob"] is True

@@ -1,6 +1,6 @@
 """Mixtures of experts from GGUF files (issue 45 item 4), written as llama.cpp's converter
 writes them: Mixtral as a `llama` file with `llama.expert_count` (q/k rows permuted), Qwen2-MoE
-as `qwen2moe`; each layer's experts stacked ([E, F, D] `ffn_gate_exps`, `ffn_up_exps`,
+as `qwen2moe`, Qwen3-MoE as `qwen3moe` (q/k head norms, a head width of its own); each layer's experts stacked ([E, F, D] `ffn_gate_exps`, `ffn_up_exps`,
 `ffn_down_exps`, the router `ffn_gate_inp`), Qwen2-MoE's shared expert (`*_shexp`, its gate a
 vector). Loaded by `load(weights=file)` (the model picked from the file) against transformers
 on the same weights: f32 prefill logits within 1e-4. A dense model named for an MoE file, and
@@ -42,6 +42,8 @@ _BLOCK = {
     "self_attn.k_proj": "attn_k",
     "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
     "post_attention_layernorm": "ffn_norm",
     "mlp.gate": "ffn_gate_inp",
     "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
@@ -104,7 +106,7 @@ def _model(kind: str):
     if kind == "mixtral":
         cfg = transformers.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2)
         model = transformers.MixtralForCausalLM(cfg)
-    else:
+    elif kind == "qwen2_moe":
         cfg = transformers.Qwen2MoeConfig(
             **SMALL,
             num_experts=8,
@@ -114,6 +116,17 @@ def _model(kind: str):
             norm_topk_prob=False,  # llama.cpp's qwen2moe: the file does not record it
         )
         model = transformers.Qwen2MoeForCausalLM(cfg)
+    else:
+        assert kind == "qwen3_moe", kind
+        cfg = transformers.Qwen3MoeConfig(
+            **SMALL,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            head_dim=32,  # not hidden / heads (16), as Qwen3-30B-A3B's
+            norm_topk_prob=True,  # llama.cpp's qwen3moe always renormalises
+        )
+        model = transformers.Qwen3MoeForCausalLM(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
@@ -134,6 +147,19 @@ CASES = [
         },
         "std.models.qwen2_moe",
     ),
+    (
+        "qwen3_moe",
+        "qwen3moe",
+        {
+            "expert_count": 8,
+            "expert_used_count": 2,
+            "expert_feed_forward_length": 32,
+            "attention.key_length": 32,
+            "attention.value_length": 32,
+            "rope.dimension_count": 32,
+        },
+        "std.models.qwen3_moe",
+    ),
 ]
 
 
@@ -150,7 +176,7 @@ def test_an_moe_gguf_file_matches_transformers(tmp_path, kind, arch, meta, modul
 
     assert (
         find_model(linnet.program, None).name
-        == {"mixtral": "Mixtral", "qwen2_moe": "Qwen2Moe"}[kind]
+        == {"mixtral": "Mixtral", "qwen2_moe": "Qwen2Moe", "qwen3_moe": "Qwen3Moe"}[kind]
     )
     got = linnet.prefill(prompt.to(torch.int32))
     assert (got - want).abs().max().item() < 1e-4

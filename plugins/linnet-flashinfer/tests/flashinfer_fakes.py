@@ -6,6 +6,10 @@ in CUDA-graph mode: ``plan()`` copies the page table into the buffers given to t
 whatever the last ``plan()`` wrote), and computes decode attention over the paged NHD cache in
 float32. Row ``b`` owns pages ``indices[indptr[b]:indptr[b + 1]]``; its length is
 ``(pages - 1) * page_size + last_page_len[b]``; query head ``h`` reads KV head ``h // group``.
+``window_left`` and ``logits_soft_cap`` are computed as FlashInfer's kernels compute them
+(``include/flashinfer/attention/variants.cuh``): keys ``j >= length - 1 - window_left`` (one
+query, at the row's last position) where ``window_left >= 0``; each score ``cap * tanh(q . k
+* sm_scale / cap)`` where the cap is positive.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ class FakeWrapper:
             "sm_scale",
             "fixed_split_size",
             "disable_split_kv",
+            "window_left",
+            "logits_soft_cap",
         }
         assert kwargs.get("pos_encoding_mode", "NONE") == "NONE"
         assert len(last_page_len) == len(self.last), "batch size is fixed in graph mode"
@@ -96,6 +102,8 @@ class FakeWrapper:
         assert out is not None and out.shape == q.shape and out.dtype == q.dtype
         group = p["qo_heads"] // kv_heads
         scale = p.get("sm_scale") or head_dim**-0.5
+        window_left = p.get("window_left", -1)
+        cap = p.get("logits_soft_cap") or 0.0
         indptr, indices, last = self.indptr.tolist(), self.indices.tolist(), self.last.tolist()
         result = torch.empty(q.shape, dtype=torch.float32)
         for b in range(q.shape[0]):
@@ -106,6 +114,10 @@ class FakeWrapper:
             values = v[pages].reshape(-1, kv_heads, head_dim)[:length].float()
             for h in range(q.shape[1]):
                 scores = (keys[:, h // group] @ q[b, h].float()) * scale
+                if cap > 0:
+                    scores = cap * torch.tanh(scores / cap)
+                if window_left >= 0:
+                    scores[: max(0, length - 1 - window_left)] = float("-inf")
                 result[b, h] = torch.softmax(scores, 0) @ values[:, h // group]
         out.copy_(result.to(out.dtype))
         self.run_calls += 1

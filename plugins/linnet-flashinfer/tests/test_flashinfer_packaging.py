@@ -98,7 +98,11 @@ def test_wheel_ships_only_its_module_and_keeps_flashinfer_optional(wheels):
         metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
         points = wheel.read(next(n for n in names if n.endswith("entry_points.txt")))
     modules = sorted(n for n in names if not n.split("/")[0].endswith(".dist-info"))
-    assert modules == ["linnet/torch/flashinfer/__init__.py", "linnet/torch/flashinfer/__main__.py"]
+    assert modules == [
+        "linnet/torch/flashinfer/__init__.py",
+        "linnet/torch/flashinfer/__main__.py",
+        "linnet/torch/flashinfer/variants.py",
+    ]
     text = metadata.decode()
     requires = [line for line in text.splitlines() if line.startswith("Requires-Dist:")]
     flashinfer = [r for r in requires if "flashinfer-python" in r]

@@ -9,6 +9,7 @@ import linnet.lang.check.config_lists as config_lists
 import linnet.lang.check.instantiate as instantiation
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
+from linnet.lang.check.config_checks import check_passed_kind, no_value, plain
 from linnet.lang.check.const_tensors import tensor_config_value
 from linnet.lang.check.evaluate import MAX_DEPTH, Evaluator, Frame, fail
 from linnet.lang.check.instantiate import clone_element
@@ -94,7 +95,7 @@ def config_value(
     given: dict[str, Any] | None = None,
 ) -> Any:
     if given and m.name in given and m.name not in config:
-        config_lists.check_passed_kind(m, given[m.name])
+        check_passed_kind(m, given[m.name])
     if isinstance(m.type, A.TensorType):
         return tensor_config_value(ev, m, frame, config, given)
     if isinstance(m.type, A.ListType):
@@ -119,18 +120,15 @@ def config_value(
             else:
                 return c if isinstance(c.value, Dim) else Const(None, t)
         else:
-            raw = c.value.value if isinstance(c.value, Dim) else c.value
+            raw = plain(c.value)
     elif m.default is not None:
         return ev.value(m.default, frame)
-    elif not ev.lowering:
-        return Const(None, type_name(m.type))
     else:
-        raise fail(
-            "E0612",
-            f"config `{m.name}` has no value",
-            m.span,
-            "declared without a default",
-            help=f"pass it: `--set {m.name}=...`, or give a default: `config {m.name}: ... = ...`",
+        return no_value(
+            ev,
+            m,
+            Const(None, type_name(m.type)),
+            f"pass it: `--set {m.name}=...`, or give a default: `config {m.name}: ... = ...`",
         )
     return convert_config(m, type_name(m.type), raw)
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import linnet.lang.syntax.tree as A
+from linnet.lang.check.config_checks import no_value, plain
 from linnet.lang.check.core import fail
 from linnet.lang.tensors.dims import Dim
-from linnet.lang.tensors.values import Const, ConstList, ConstTensor
+from linnet.lang.tensors.values import Const, ConstList
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -59,14 +60,11 @@ def list_config_value(
     count = ev.eval_dim(m.type.count, frame)
     if not has_raw:
         if m.default is None:
-            if not ev.lowering:
-                return ConstList(None, elem, count)
-            raise fail(
-                "E0612",
-                f"config `{m.name}` has no value",
-                m.span,
-                "declared without a default",
-                help=f"pass it: `--set {m.name}=...`, or give a default: "
+            return no_value(
+                ev,
+                m,
+                ConstList(None, elem, count),
+                f"pass it: `--set {m.name}=...`, or give a default: "
                 f"`config {m.name}: [{elem}; ...] = 0`",
             )
         raw = named_list(m.default, frame) or ev.value(m.default, frame)
@@ -74,14 +72,11 @@ def list_config_value(
     if isinstance(raw, ConstList):
         if raw.items is None or count.value is None:
             return ConstList(None, elem, count)
-        values: list[Any] = [
-            c.value.value if isinstance(c.value, Dim) else c.value for c in raw.items
-        ]
+        values: list[Any] = [plain(c.value) for c in raw.items]
     elif isinstance(raw, Const):
         if not raw.known or count.value is None:
             return ConstList(None, elem, count)
-        one = raw.value.value if isinstance(raw.value, Dim) else raw.value
-        values = [one] * count.value
+        values = [plain(raw.value)] * count.value
     elif isinstance(raw, list | tuple):
         values = list(raw)
     elif isinstance(raw, bool | int | float):
@@ -127,43 +122,6 @@ def scalar_configs(decl: A.BlockDecl) -> set[str]:
         for m in decl.members
         if m.kind == "config" and not isinstance(m.type, A.ListType | A.TensorType)
     }
-
-
-def check_passed_kind(m: A.Member, passed: Any) -> None:
-    """E0613 when an enclosing block passes config ``m`` (explicitly or by name) a value of
-    another kind of config: a tensor config (``Tensor[N; T]``, one tensor for the block)
-    where ``m`` is a config list or one value, or a config list (``[T; N]``, one value per
-    repeated block) where ``m`` is a tensor config. Without it the block silently took its
-    default. (A scalar reaching a list fills it; a list reaching a scalar is split per
-    element or E0873; a scalar reaching a tensor config is E0613 in ``const_tensors``.)
-
-    Example, E0613 (the layer's tensor config ``w`` reached by the model's list)::
-
-        pub model M<D: Dim, NL: Dim> {
-            config w: [f32; NL] = 3.0
-            block layers: [Scale<D>; NL]    // Scale: config w: Tensor[D; f32] = 1.0
-        }
-    """
-    if isinstance(passed, ConstTensor) and not isinstance(m.type, A.TensorType):
-        got, fix = "a tensor config (one tensor for the whole block)", "a tensor config"
-    elif isinstance(passed, ConstList) and isinstance(m.type, A.TensorType):
-        got, fix = "a config list (one value per repeated block)", "a config list"
-    else:
-        return
-    want = (
-        "a config list"
-        if isinstance(m.type, A.ListType)
-        else "a tensor config"
-        if isinstance(m.type, A.TensorType)
-        else "one value"
-    )
-    raise fail(
-        "E0613",
-        f"config `{m.name}` is {want}, but the enclosing block's `{m.name}` is {got}",
-        m.span,
-        "declared here",
-        help=f"declare both as {fix}, or rename one (a config reaches the blocks below by name)",
-    )
 
 
 def split_lists(

@@ -24,6 +24,7 @@ from typing import Any
 
 import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
+from linnet.lang.check.config_checks import no_value, plain
 from linnet.lang.check.core import Frame, fail
 from linnet.lang.diagnostics.core import Span
 from linnet.lang.tensors.dims import Dim
@@ -96,16 +97,12 @@ def tensor_config_value(
             )
         if size is None or not ev.lowering:
             return ConstTensor(None, shape, dtype)
-        value = fill.value.value if isinstance(fill.value, Dim) else fill.value
-        return _checked(m, [value] * size, shape, dtype, size, shown, "its default")
-    if not ev.lowering:
-        return ConstTensor(None, shape, dtype)
-    raise fail(
-        "E0612",
-        f"config `{m.name}` has no value",
-        m.span,
-        "declared without a default",
-        help=f"give it in the config (a list of numbers), or a default: "
+        return _checked(m, [plain(fill.value)] * size, shape, dtype, size, shown, "its default")
+    return no_value(
+        ev,
+        m,
+        ConstTensor(None, shape, dtype),
+        f"give it in the config (a list of numbers), or a default: "
         f"`config {m.name}: {shown} = 1.0`",
     )
 
@@ -151,8 +148,7 @@ def _checked(
 def _elements(raw: list, dtype: str) -> list[Any] | None:
     out: list[Any] = []
     for x in raw:
-        if isinstance(x, Dim):
-            x = x.value
+        x = plain(x)
         if dtype == "bool":
             if not isinstance(x, bool):
                 return None

@@ -268,6 +268,31 @@ FAMILIES: tuple[Family, ...] = (
         experts=True,
         rows=frozenset({"ffn_gate_inp_shexp"}),
     ),
+    # Qwen3-MoE: Qwen3's attention (q/k head norms, `attention.key_length` the head width)
+    # and routed experts only; llama.cpp always renormalises the top-k weights for it.
+    Family(
+        "qwen3moe",
+        "std.models.qwen3_moe",
+        "Qwen3MoeForCausalLM",
+        "qwen3_moe",
+        {
+            **_LLAMA_CONFIG,
+            **_EXPERT_CONFIG,
+            "expert_feed_forward_length": "moe_intermediate_size",
+        },
+        {
+            **_ATTENTION_BLOCK,
+            **_QK_NORM,
+            "ffn_gate_inp": "mlp.gate",
+            "ffn_gate_exps": "mlp.experts.gate_proj",
+            "ffn_up_exps": "mlp.experts.up_proj",
+            "ffn_down_exps": "mlp.experts.down_proj",
+        },
+        _LLAMA_TOP,
+        head_dim="head_dim",
+        extra={"norm_topk_prob": True},
+        experts=True,
+    ),
     Family(
         "gpt2",
         "std.models.gpt2",

@@ -466,6 +466,15 @@ SHIPPED_MODELS: dict[str, dict[str, Any]] = {
         "moe_intermediate_size": 32,
         "shared_expert_intermediate_size": 64,
     },
+    # Qwen3-MoE: qk-norm, top-2 of 8 renormalised, no shared expert.
+    "qwen3_moe": _SMALL
+    | {
+        "NL": 1,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "norm_topk_prob": True,
+    },
 }
 
 

@@ -1,7 +1,9 @@
 """A Linnet backend: decode attention by FlashInfer, on Hopper and later GPUs.
 
 ``FlashInfer`` takes the std library's ``std.nn.attention::decode_attention`` calls (one query
-a row, attending to cache positions ``0..=pos[b]``; grouped-query heads included) and runs them
+a row, attending to cache positions ``0..=pos[b]``; grouped-query heads included), and their
+sliding-window and soft-capped forms (``window_decode_attention``, ``softcap_decode_attention``:
+FlashInfer's ``window_left`` and ``logits_soft_cap``, see :mod:`.variants`), and runs them
 with FlashInfer's ``BatchDecodeWithPagedKVCacheWrapper`` over the model's own KV cache. Linnet
 finds it through the ``linnet.backends`` entry point; it earns each region by measurement like
 any backend.
@@ -57,34 +59,29 @@ from linnet.backends import (
     region_kind,
 )
 from linnet.lang.ir.graph import Call, Graph
+from linnet.torch.flashinfer.variants import (
+    CALLEES,
+    DECODE_ATTENTION,
+    SOFTCAP_DECODE_ATTENTION,
+    WINDOW_DECODE_ATTENTION,
+    Variant,
+    literal,
+    variant_of,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CALLEES",
     "DECODE_ATTENTION",
+    "SOFTCAP_DECODE_ATTENTION",
+    "WINDOW_DECODE_ATTENTION",
     "DecodeAttentionCall",
     "FlashInfer",
     "cache_dir",
     "flashinfer_version",
     "warm",
 ]
-
-DECODE_ATTENTION = "std.nn.attention::decode_attention"
-# Decode attention this backend does not take (FlashInfer's `window_left` and
-# `logits_soft_cap` are not wired to them): a windowed or soft-capped layer runs Linnet's own
-# kernels (std.nn.decode_window) or its op's body; `declined` says so per call.
-NOT_TAKEN = {
-    "std.nn.attention::window_decode_attention": (
-        "a sliding window's decode attention (window_decode_attention): this backend runs "
-        "full-context decode attention only; std.nn.decode_window's kernel runs it"
-    ),
-    "std.nn.attention::softcap_decode_attention": (
-        "soft-capped decode attention (softcap_decode_attention): this backend does not pass "
-        "logits_soft_cap; std.nn.decode_window's kernel runs it"
-    ),
-}
-"""The callee this backend takes: ``o[b, h, g, :] = softmax_j(q[b, h, g] . k[b, j, h] * scale)
-@ v[b, :, h]`` over cache positions ``j <= pos[b]``."""
 
 HEAD_DIMS = (64, 128, 256)
 """Head dims FlashInfer's FA2 kernels are built and tested for. Others are not taken: the FA2
@@ -152,10 +149,18 @@ class Shape:
     head_dim: int
     dtype: str
     scale: float
+    # The call's variant (window_decode_attention, softcap_decode_attention): layers of
+    # other windows or caps plan their own wrapper.
+    window_left: int = -1
+    soft_cap: float = 0.0
 
     @property
     def qo_heads(self) -> int:
         return self.kv_heads * self.group
+
+    @property
+    def variant(self) -> Variant:
+        return Variant(self.window_left, self.soft_cap)
 
 
 @dataclass(frozen=True)
@@ -174,16 +179,14 @@ class Site:
 def analyse(
     graph: Graph, call: Call, head_dims: Sequence[int] | None = HEAD_DIMS, tensor_cores: bool = True
 ) -> tuple[Site | None, str]:
-    """Whether FlashInfer can run ``call`` (a decode-attention call of ``graph``): the site,
-    or None and the reason."""
-    if call.callee != DECODE_ATTENTION:
-        return None, f"not a {DECODE_ATTENTION} call"
+    """Whether FlashInfer can run ``call`` (a decode-attention call of ``graph``, one of
+    :data:`CALLEES`): the site, or None and the reason."""
     if call.stop <= call.start:
         return None, "the call has no steps"
-    args = list(call.attributes.get("args", ()))
+    args, variant, why = variant_of(graph, call)
+    if args is None:
+        return None, why
     results = list(call.attributes.get("results", ()))
-    if len(args) != 5 or len(results) != 1:
-        return None, "the call's args/results are not (q, k_cache, v_cache, pos, scale) -> o"
     q_ref, k_ref, v_ref, pos_ref, scale_ref = args
     if not (
         isinstance(k_ref, str)
@@ -195,7 +198,7 @@ def analyse(
     ):
         return None, "k_cache and v_cache are not model states"
     k_path, v_path = k_ref[1:], v_ref[1:]
-    scale = _literal(graph, scale_ref)
+    scale = literal(graph, scale_ref)
     if scale is None:
         return None, f"the scale {scale_ref!r} is not a constant"
     if not (isinstance(q_ref, str) and q_ref in graph.values):
@@ -247,7 +250,17 @@ def analyse(
         region = with_inputs(region, (*region.inputs, pos_ref))
     site = Site(
         region,
-        Shape(batch, cache, kv_heads, group, head_dim, q_type.dtype, scale),
+        Shape(
+            batch,
+            cache,
+            kv_heads,
+            group,
+            head_dim,
+            q_type.dtype,
+            scale,
+            variant.window_left,
+            variant.soft_cap,
+        ),
         k_path,
         v_path,
         region.inputs.index(q_ref),
@@ -268,25 +281,6 @@ def with_inputs(region: Region, inputs: tuple[str, ...]) -> Region:
     out = dataclasses.replace(region, inputs=tuple(inputs))
     object.__setattr__(out, "kind", region_kind(out))
     return out
-
-
-def _literal(graph: Graph, ref: Any) -> float | None:
-    if isinstance(ref, bool):
-        return None
-    if isinstance(ref, int | float):
-        return float(ref)
-    if isinstance(ref, str) and ref.startswith("%"):
-        producer = graph.producers().get(ref)
-        if producer is not None:
-            step = graph.steps[producer]
-            value = step.attributes.get("value")
-            if (
-                step.op == "constant"
-                and isinstance(value, int | float)
-                and not isinstance(value, bool)
-            ):
-                return float(value)
-    return None
 
 
 def page_size_for(cache: int, wanted: int) -> int:
@@ -433,22 +427,20 @@ class FlashInfer:
 
     # -- match
     def sites(self, graph: Graph) -> list[tuple[Call, Site | None, str]]:
-        """Every decode-attention call of ``graph``: its site, or None and why it is not
-        taken."""
+        """Every decode-attention call of ``graph`` (plain, windowed, soft-capped: in graph
+        order): its site, or None and why it is not taken."""
+        calls = sorted(
+            (c for callee in CALLEES for c in graph.semantic_calls(callee)), key=lambda c: c.index
+        )
         out = []
-        for call in graph.semantic_calls(DECODE_ATTENTION):
+        for call in calls:
             site, reason = analyse(graph, call, self.head_dims, self.use_tensor_cores)
             out.append((call, site, reason))
         return out
 
     def declined(self, graph: Graph) -> list[tuple[Call, str]]:
-        """The decode-attention calls of ``graph`` this backend does not take, and why:
-        those :meth:`sites` cannot run, and every sliding-window or soft-capped one (see
-        :data:`NOT_TAKEN`)."""
-        out = [(call, reason) for call, site, reason in self.sites(graph) if site is None]
-        for callee, reason in NOT_TAKEN.items():
-            out.extend((call, reason) for call in graph.semantic_calls(callee))
-        return sorted(out, key=lambda c: c[0].index)
+        """The decode-attention calls of ``graph`` this backend does not take, and why."""
+        return [(call, reason) for call, site, reason in self.sites(graph) if site is None]
 
     def match(self, graph: Graph, target: Target) -> list[Region]:
         """One region per decode-attention call FlashInfer can run (see :meth:`declined`)."""
@@ -677,6 +669,7 @@ class Planner:
                 q_data_type=dtype,
                 kv_data_type=dtype,
                 sm_scale=shape.scale,
+                **shape.variant.plan_options(),
                 **self.split_options,
             )
             if self.source is not None and self.source.is_cuda:
