@@ -202,10 +202,17 @@ def test_a_quantised_decode_plan_claims_the_quant_span_ops(run: dict) -> None:
         # Unmeasured, each product is in exactly one taken region: its own span op's, or a
         # fused one's (the gate/up pair with its norm, o and down with their residuals).
         products = {s for callee, s, *_ in rows if callee == f"std.nn.quant::linear_q{bits}_gemv"}
-        taken = [(s, e) for callee, s, st, e in rows if callee.startswith("std.nn.quant::") and st == "taken"]
+        taken = [
+            (s, e)
+            for callee, s, st, e in rows
+            if callee.startswith("std.nn.quant::") and st == "taken"
+        ]
         assert all(sum(s <= p < e for s, e in taken) == 1 for p in products), (products, taken)
         fused = {c for c, *_, st, _ in rows if st == "taken"}
-        assert {f"std.nn.quant::rms_norm_gate_up_q{bits}", f"std.nn.quant::linear_q{bits}_residual"} <= fused
+        assert {
+            f"std.nn.quant::rms_norm_gate_up_q{bits}",
+            f"std.nn.quant::linear_q{bits}_residual",
+        } <= fused
         assert found["difference"] <= 1e-4 * max(1.0, found["scale"]), found
 
 
