@@ -226,3 +226,29 @@ def test_every_quantised_product_of_a_bf16_step_is_claimed(bits: int) -> None:
         (f"linear_q{bits}_residual", 6),
     ):
         assert fused.count(f"std.nn.quant::{op}") == count, (op, fused)
+
+
+def test_paged_decode_attention_is_claimed_in_every_layer() -> None:
+    """A std model loaded with a paged KV cache decodes through `paged_decode_attention`;
+    its kernel (`paged_decode_attention_flash`, pages read in place) claims every layer's."""
+    import json
+
+    from linnet.lang.check.spans import spans_for
+    from linnet.lang.syntax.program import model_file
+
+    path = model_file("std.models.llama")
+    cfg = json.loads((path.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    cfg.update(NL=3, kv_pages=8, kv_page_size=16, T="bf16")
+    program = Program.from_file(path)
+    mp = -(-int(cfg["S"]) // 16)
+    g = lower(
+        program,
+        "decode_paged",
+        {"token": [2], "pos": [2], "table": [2, mp]},
+        cfg,
+        model="Llama",
+        check=False,
+    )
+    found = [m.op.qualified_name for m in spans_for(program).matches(g)]
+    assert found.count("std.nn.paged::paged_decode_attention_flash") == 3, found

@@ -159,6 +159,12 @@ STD_KERNELS = {
         "<N, I, O, NG, I / NG, T, 16, 8, 1024 / (I / NG)>",
         ["BR >= N", "BG >= 1", "GS % 2 == 0", "1024 % GS == 0", "I == NG * GS"],
     ),
+    # Decode attention over a paged KV cache, one page a step, read in place (std.nn.paged).
+    "std.nn.paged::paged_decode_attention_flash": (
+        "paged_decode_attention_tiles",
+        "<B, NP, PS, MP, KV, G, HD, T, 16, 128, 16>",
+        ["BG >= G", "BH >= HD", "PS >= 16", "4096 % PS == 0"],
+    ),
     # Issue 42's dequantising GEMMs: a step of BK = 128 inputs is BG = 128 / GS whole groups.
     "std.nn.quant_mm::linear_q8_mm": (
         "q8_mm_tiles",
@@ -239,6 +245,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     decode_attention_split_once}
 use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}
 use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm}
+use std.nn.paged::{paged_decode_attention_flash}
 """
 
 
