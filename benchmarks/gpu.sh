@@ -11,6 +11,8 @@
 #                                          whole steps with both plugins: gpu_steps.py)
 #   bash benchmarks/gpu.sh --generate [--models ...]   (.whl/ as for --steps; Model.generate vs
 #                                          the captured step it runs: gpu_generate.py)
+#   bash benchmarks/gpu.sh --paged [--batches 8,32,64]   (.whl/ as for --steps; dense vs paged
+#                                          KV cache decode steps of the 8B shape: gpu_paged.py)
 #   bash benchmarks/gpu.sh --quant [--models ... --batches 1,8,32 --profile]   (.whl/ as for
 #                                          --steps; bf16 vs int8 vs int4 decode steps: gpu_quant.py)
 #   bash benchmarks/gpu.sh --start [--models ...]   (.whl/ as for --steps; load -> first planned
@@ -122,6 +124,12 @@ if [ "${1:-}" = "--generate" ]; then
   # Model.generate against the captured step it runs, new prompt lengths, text (gpu_generate.py).
   flashinfer_env
   python3 benchmarks/gpu_generate.py "${@:2}" 2>&1 | tee "$OUT/generate.log" | grep -v Warning | tail -40
+  exit 0
+fi
+if [ "${1:-}" = "--paged" ]; then
+  # Paged KV cache decode steps (issue 44): dense cache against pages, B 8/32/64 (gpu_paged.py).
+  flashinfer_env
+  python3 benchmarks/gpu_paged.py "${@:2}" 2>&1 | tee "$OUT/paged.log" | grep -v Warning | tail -30
   exit 0
 fi
 if [ "${1:-}" = "--quant" ]; then

@@ -1,0 +1,153 @@
+"""Paged KV cache decode steps on CUDA: the dense cache against pages, at serving batches.
+
+    bash benchmarks/gpu.sh --paged [--batches 8,32,64] [--context 1024]
+
+For the Llama-3-8B shape (std.models.llama, random bf16 weights, numerics "fast", every
+available backend and Linnet's kernels): the model loaded with its dense `[B, S, KV, HD]`
+cache and `decode` planned, then loaded with a page pool (`kv_pages`, 16 positions a page,
+one page table row a sequence, its pages shuffled across the pool) and `decode_paged`
+planned; each plan replayed as one CUDA graph (`Captured`), each step feeding its own argmax
+at CONTEXT + i; ms/step over STEPS steps queued back to back (median of REPEATS). The ideal
+is the bytes a step must read (every weight but the embedding table's unread rows, and each
+sequence's K and V up to its position) over the copy bandwidth measured in this run. The
+attention regions of each plan (which kernel or backend reads the cache) are printed. A
+table comes last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_decode import copy_bandwidth
+
+ROWS: list[str] = []
+PAGE = 16
+# Llama-3-8B (examples/llama/configs/llama-3-8b.json), as std.models.llama's generics.
+SHAPE = {
+    "V": 128256, "D": 4096, "F": 14336, "NL": 32, "KV": 8, "G": 4, "HD": 128, "T": "bf16",
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+}  # fmt: skip
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batches", default="8,32,64")
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--modes", default="dense,paged")
+    return p.parse_args()
+
+
+def step_bytes(model: Any, cfg: dict, batch: int, context: int) -> int:
+    """Weights (the embedding's ``batch`` rows only) plus K and V up to ``context``."""
+    total = 0
+    for name, p in model.params.items():
+        if name.endswith("embed_tokens.weight"):
+            total += batch * p.shape[1] * p.element_size()
+        else:
+            total += p.numel() * p.element_size()
+    return total + 2 * cfg["NL"] * batch * context * cfg["KV"] * cfg["HD"] * 2
+
+
+def timed(cap: Any, extra: list[torch.Tensor], batch: int, context: int, steps: int) -> float:
+    token = torch.ones(batch, dtype=torch.int32, device="cuda")
+
+    def step(token: torch.Tensor, i: int) -> torch.Tensor:
+        pos = torch.full((batch,), context + i, dtype=torch.int32)
+        return cap([token, pos, *extra])[0].argmax(-1).to(torch.int32)
+
+    for i in range(4):
+        token = step(token, i)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        token = step(token, i)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / steps
+
+
+def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
+    from linnet.lang.syntax.program import model_file
+    from linnet.torch import load, random_weights
+    from linnet.torch.planned import Captured
+
+    llama = model_file("std.models.llama")
+    seq = args.context + args.steps + 16
+    cfg = {**SHAPE, "H": SHAPE["KV"] * SHAPE["G"], "S": seq, "B": batch}
+    weights = random_weights(llama, cfg, seed=0, device="cuda")
+    mp = -(-seq // PAGE)
+    gen = torch.Generator().manual_seed(batch)
+    # Every sequence's pages, shuffled across the pool (page 0 is the sink).
+    order = torch.randperm(batch * mp, generator=gen) + 1
+    table = order.reshape(batch, mp).to(torch.int32)
+    dense_ms = None
+    for mode in args.modes.split(","):
+        paged = mode == "paged"
+        extra = dict(kv_pages=batch * mp + 1, kv_page_size=PAGE) if paged else {}
+        t0 = time.perf_counter()
+        model = load(llama, weights=weights, config=cfg, device="cuda", numerics="fast", **extra)
+        load_s = time.perf_counter() - t0
+        one = torch.ones(batch, dtype=torch.int32)
+        inputs = [one, one, table] if paged else [one, one]
+        t0 = time.perf_counter()
+        plan = model.plan_for(
+            "decode_paged" if paged else "decode", inputs, captured=True, progress=False
+        )
+        plan_s = time.perf_counter() - t0
+        cap = Captured(plan, model.context_for(plan))
+        more = [table.cuda()] if paged else []
+        ms = (
+            statistics.median(
+                timed(cap, more, batch, args.context, args.steps) for _ in range(args.repeats)
+            )
+            * 1e3
+        )
+        ideal = step_bytes(model, cfg, batch, args.context) / bw * 1e3
+        dense_ms = ms if not paged else dense_ms
+        ratio = f"{dense_ms / ms:.2f}x" if dense_ms and paged else ""
+        attn = [ln.strip() for ln in plan.explain().splitlines() if "attention" in ln][:2]
+        print(
+            f"8B B={batch} {mode}: {ms:.3f} ms/step ({batch / ms * 1e3:.0f} tok/s), ideal "
+            f"{ideal:.3f} ({ideal / ms:.0%} of it), load {load_s:.1f} s, plan {plan_s:.1f} s; "
+            f"{'; '.join(attn)}",
+            flush=True,
+        )
+        ROWS.append(
+            f"| {batch} | {mode} | {ms:.3f} | {batch / ms * 1e3:.0f} | {ideal:.3f} | "
+            f"{ideal / ms:.0%} | {ratio} |"
+        )
+        del model, plan, cap
+        torch.cuda.empty_cache()
+    del weights
+    torch.cuda.empty_cache()
+
+
+def main() -> None:
+    args = parse()
+    bw = copy_bandwidth(torch.device("cuda"))
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; {torch.cuda.get_device_name()}", flush=True)
+    for batch in (int(b) for b in args.batches.split(",")):
+        try:
+            rows_for(batch, args, bw)
+        except Exception as exc:  # one batch's failure is reported; the rest still run
+            import traceback
+
+            traceback.print_exc()
+            ROWS.append(f"| {batch} | failed: {str(exc)[:80]} | | | | | |")
+    print(f"\nLlama-3-8B shape, context {args.context}, pages of {PAGE}, {bw / 1e12:.2f} TB/s")
+    print("| batch | cache | ms/step | tok/s | ideal ms | of ideal | dense / paged |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(ROWS))
+
+
+if __name__ == "__main__":
+    main()
