@@ -456,13 +456,21 @@ class Model(TextModel):
         check_inputs(graph, list(inputs), entry)
         return graph
 
-    def context_for(self, plan: Any) -> Context:
+    def context_for(self, plan: Any, shared: bool = False) -> Context:
         """A context for ``plan``: zeroed states, and each executable prepared once (where a
         backend lays out joined weights with ``context.join``). An executable whose prepare
-        raises is error E0756, naming its backend: plan again without it."""
+        raises is error E0756, naming its backend: plan again without it. ``shared=True``
+        gives instead the context the model's own entry calls use for states of these
+        shapes (prepared for ``plan`` too): plans of several batch sizes over a paged KV
+        cache, whose states do not depend on the batch, then share one page pool with each
+        other and with ``model.prefill_paged(...)``.
+
+        >>> ctx = model.context_for(plan)                        # doctest: +SKIP
+        >>> pool = model.context_for(decode_plan, shared=True)   # doctest: +SKIP
+        """
         from .plans import prepare_all
 
-        ctx = self.context_for_graph(plan.graph)
+        ctx = self._context_for_graph(plan.graph) if shared else self.context_for_graph(plan.graph)
         with torch.inference_mode():
             prepare_all(plan, ctx, "E0756")
         return ctx

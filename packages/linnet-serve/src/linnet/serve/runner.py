@@ -94,7 +94,15 @@ class ModelRunner:
     torch.Size([1, 49152])
     """
 
-    def __init__(self, model: Any, num_pages: int, page_size: int, max_batch: int) -> None:
+    def __init__(
+        self,
+        model: Any,
+        num_pages: int,
+        page_size: int,
+        max_batch: int,
+        planned: bool | None = None,
+        progress: Any = False,
+    ) -> None:
         if any(e not in getattr(model, "entries", ()) for e in ENTRIES):
             raise paged_entries_error(model)
         for name, value in (("kv_pages", num_pages), ("page_size", page_size)):
@@ -113,6 +121,13 @@ class ModelRunner:
         self.buckets = batch_buckets(max_batch)
         self.device = getattr(model, "device", "cpu")
         self.shapes: set[tuple[str, int, int]] = set()  # (entry, B, L): what ran, for tests
+        # Decode by a plan per batch bucket (every backend and Linnet's kernels, timed once;
+        # on CUDA replayed as one graph), in the context the model's own calls use, so the
+        # buckets and prefill_paged share one page pool. Default: on CUDA.
+        device_type = getattr(self.device, "type", str(self.device))
+        self.planned = device_type == "cuda" if planned is None else planned
+        self.progress = progress
+        self.steps: dict[int, Any] = {}
 
     def _table(self, tables: Sequence[list[int]], rows: int) -> Any:
         import torch
@@ -133,8 +148,37 @@ class ModelRunner:
         token = torch.tensor([*tokens, *[0] * pad], dtype=torch.int32).to(self.device)
         pos = torch.tensor([*positions, *[0] * pad], dtype=torch.int32).to(self.device)
         self.shapes.add(("decode", rows, 1))
-        logits = self.model.decode_paged(token, pos, self._table(tables, rows))
+        table = self._table(tables, rows)
+        if self.planned:
+            logits = self._step(rows)([token, pos, table])[0]
+        else:
+            logits = self.model.decode_paged(token, pos, table)
         return logits[: len(tokens)]
+
+    def _step(self, rows: int) -> Any:
+        """The batch bucket ``rows``'s planned decode step, made on first use: a
+        :class:`~linnet.torch.plans.Captured` graph on CUDA, else the plan's ``run``."""
+        if rows not in self.steps:
+            import torch
+            from linnet.torch.plans import Captured
+
+            one = torch.ones(rows, dtype=torch.int32)
+            table = torch.zeros((rows, self.columns), dtype=torch.int32)
+            cuda = getattr(self.device, "type", str(self.device)) == "cuda"
+            plan = self.model.plan_for(
+                "decode_paged",
+                [one, one, table],
+                compile=getattr(self.model, "compile", None) or None,
+                captured=cuda,
+                measure=cuda,
+                progress=self.progress,
+            )
+            ctx = self.model.context_for(plan, shared=True)
+            if cuda:
+                self.steps[rows] = Captured(plan, ctx)
+            else:
+                self.steps[rows] = lambda inputs: plan.run(inputs, ctx)
+        return self.steps[rows]
 
     def prefill(
         self, rows: Sequence[Sequence[int]], starts: Sequence[int], tables: Sequence[list[int]]

@@ -1,0 +1,34 @@
+"""The engine's decode by a plan per batch bucket (the default on CUDA): the plans share the
+page pool with each other and with `prefill_paged`'s direct calls, so tokens equal the
+unplanned engine's and the dense model's `generate`."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from linnet.lang.syntax.program import model_file
+from linnet.serve.engine import Engine
+from linnet.serve.runner import ModelRunner
+from linnet.torch import load, random_weights
+
+
+def test_planned_decode_shares_the_pool_and_changes_no_token() -> None:
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=3)
+    prompts = [[5, 9, 2, 7, 1], [3, 3, 8], [11, 4, 6, 2, 9, 10, 12, 1, 5]]
+    dense = load(llama, weights=dict(weights), config=cfg)
+    want = [dense.generate([p], max_new_tokens=6)[0] for p in prompts]
+    got = {}
+    for planned in (False, True):
+        model = load(llama, weights=dict(weights), config=cfg, kv_pages=24, kv_page_size=4)
+        runner = ModelRunner(model, 24, 4, max_batch=4, planned=planned)
+        engine = Engine(runner, max_batch=4)
+        got[planned] = engine.generate(prompts, max_tokens=6)
+        # Planned: the batch buckets that ran have one plan each, and no other.
+        assert set(runner.steps) == (
+            {r for e, r, _ in runner.shapes if e == "decode"} if planned else set()
+        )
+    assert got[True] == got[False] == want
