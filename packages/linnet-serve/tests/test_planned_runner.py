@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import torch
 from linnet.lang.syntax.program import model_file
 from linnet.serve.engine import Engine
 from linnet.serve.runner import ModelRunner
