@@ -105,7 +105,9 @@ def test_the_backward_of_every_std_kernel_op_of_several_results_lowers():
     assert len(ops) >= 5
     for op in ops:
         gens = {g.name: ("f32" if g.kind == "DType" else 4) for g in op.generics}
-        gens.update({"HD": 32, "D": 12, "N": 2, "S": 5})  # HD % 32: the split kernels
+        # HD % 32: the split kernels; NG = 3 groups of 4 inputs: the quantised kernels' groups
+        # are powers of two.
+        gens.update({"HD": 32, "D": 12, "N": 2, "S": 5, "NG": 3})
         case = case_for(
             program, op, {k: v for k, v in gens.items() if k in {g.name for g in op.generics}}
         )
