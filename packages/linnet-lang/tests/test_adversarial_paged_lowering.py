@@ -66,3 +66,23 @@ def test_paged_positions_past_s():
     check_paged_inputs(p, "prefill_paged", {"start": [5], "n": [3]})
     with pytest.raises(LinnetError):
         check_paged_inputs(p, "prefill_paged", {"start": [5], "n": [4]})
+
+
+def test_every_shipped_model_has_the_paged_entries() -> None:
+    """linnet.serve needs `decode_paged` and `prefill_paged` of every model it serves: each
+    std model declares both (a model added later without them is caught here)."""
+    from linnet.lang import Program
+    from linnet.lang.syntax.program import model_file
+
+    root = model_file("std.models.llama").parent
+    for path in sorted(root.glob("*.linnet")):
+        text = Program.from_file(path)
+        models = [
+            item
+            for module in text.modules.values()
+            for item in module.items
+            if getattr(item, "kind", None) == "model" and module.name.endswith(path.stem)
+        ]
+        assert len(models) == 1, (path.name, models)
+        names = {m.name for m in models[0].methods if m.kind == "entry"}
+        assert {"decode_paged", "prefill_paged"} <= names, (path.name, names)

@@ -397,11 +397,13 @@ def test_parameter_paths_are_the_checkpoint_names(checkpoints, name):
 
 
 def test_model_files_are_short():
-    """Each shipped model is a few dozen lines on the shared std.nn.decoder blocks (three
-    entries: prefill, prefill_last, decode)."""
+    """Each shipped model is a few dozen lines on the shared std.nn.decoder blocks (five
+    entries: prefill, prefill_last, decode, and over a paged KV cache decode_paged and
+    prefill_paged; 50 lines held the first three, and each paged entry is 6 lines more plus
+    its two configs: 70)."""
     for name in MODELS + NEW_MODELS:
         lines = (STD_ROOT / "models" / f"{name}.linnet").read_text().splitlines()
-        assert len(lines) <= (125 if name == "gpt2" else 50), (name, len(lines))
+        assert len(lines) <= (190 if name == "gpt2" else 70), (name, len(lines))
         assert (STD_ROOT / "models" / f"{name}.hf.json").is_file()
     assert Path(STD_ROOT / "nn" / "decoder.linnet").is_file()
 
