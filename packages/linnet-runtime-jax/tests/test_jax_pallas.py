@@ -331,13 +331,15 @@ def drawn_bindings() -> list[tuple[str, str]]:
     (rows, cols) does not give; `linnet kernels` checks them too, with 8-bit weights over their
     whole range. Nor std.nn.moe_kernels' (issue 45): their expert indices are i32 and their
     kernels apply from 8 experts; `linnet kernels` checks them with indices in range. Nor
-    std.nn.decode_window's (issue 45): as std.nn.decode's attention, they take i32 positions."""
+    std.nn.decode_window's (issue 45): as std.nn.decode's attention, they take i32 positions.
+    Nor std.nn.paged's (issue 44): an i32 page table and positions, pages of 16 or more."""
     skipped = (
         "std.nn.decode",
         "std.nn.decode_window",
         "std.nn.quant",
         "std.nn.quant_mm",
         "std.nn.moe_kernels",
+        "std.nn.paged",
     )
     return [b for b in std_bindings() if b[0] not in skipped]
 
