@@ -93,6 +93,13 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
         eligible.append(c)
     if options.measure:
         eligible.sort(key=lambda c: (-(c.saving or 0.0), -len(c.region.steps), c.region.start))
+        # The set of regions that saves most in total goes first (then the rest, by saving,
+        # each refused where it overlaps): one large region that saves more than each of the
+        # small ones inside it can save less than they do together (a fused norm and three
+        # products against the norm's and each product's own kernels).
+        best = _best_set(eligible)
+        chosen = {id(c) for c in best}
+        eligible = best + [c for c in eligible if id(c) not in chosen]
     else:
         eligible.sort(key=_unmeasured_order)
     used_steps: dict[int, Candidate] = {}
@@ -101,7 +108,10 @@ def choose(candidates: list[Candidate], options: Options) -> Decision:
         clash = next((used_steps[s] for s in c.region.steps if s in used_steps), None)
         if clash is not None:
             c.status = "overlap"
-            c.reason = f"overlaps {clash.label}'s {clash.region!r}, which saves more"
+            more = "which saves more"
+            if options.measure and (clash.saving or 0.0) < (c.saving or 0.0):
+                more = "which with the regions taken beside it saves more"
+            c.reason = f"overlaps {clash.label}'s {clash.region!r}, {more}"
             continue
         if options.memory is not None and held + c.holds > options.memory:
             c.status = "memory"
@@ -182,6 +192,46 @@ def warn_failed(candidates: list[Candidate], what: str, stacklevel: int = 3) -> 
             BackendWarning,
             stacklevel=stacklevel,
         )
+
+
+def _best_set(eligible: list[Candidate]) -> list[Candidate]:
+    """The candidates, no two of which share a step, whose savings add up to the most
+    (weighted interval scheduling over each region's span of steps, start to stop; spans
+    that only interleave count as overlapping, which never takes two that share a step), or
+    the greedy choice by saving where that adds up to as much (so ties keep the order the
+    greedy choice always gave).
+
+    >>> _best_set([])
+    []
+    """
+    greedy: list[Candidate] = []
+    used: set[int] = set()
+    for c in eligible:
+        if not used.intersection(c.region.steps):
+            greedy.append(c)
+            used.update(c.region.steps)
+    spans = sorted(eligible, key=lambda c: (c.region.stop, c.region.start))
+    stops = [c.region.stop for c in spans]
+    # best[i]: the most the first i spans (by stop) save, and the set that does it.
+    best: list[tuple[float, list[Candidate]]] = [(0.0, [])]
+    for i, c in enumerate(spans):
+        # The spans ending at or before this one's start, by bisection on their stops.
+        lo, hi = 0, i
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if stops[mid] <= c.region.start:
+                lo = mid + 1
+            else:
+                hi = mid
+        with_c = best[lo][0] + (c.saving or 0.0)
+        if with_c > best[i][0]:
+            best.append((with_c, [*best[lo][1], c]))
+        else:
+            best.append(best[i])
+    total, chosen = best[-1]
+    if total <= sum(c.saving or 0.0 for c in greedy) * (1 + 1e-12):
+        return greedy
+    return chosen
 
 
 def _unmeasured_order(c: Candidate) -> tuple:
