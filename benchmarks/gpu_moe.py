@@ -68,7 +68,13 @@ def main() -> None:
     )
     torch.manual_seed(0)
     with torch.device("cuda"):
-        hf = transformers.MixtralForCausalLM(cfg).to(torch.bfloat16).eval()
+        hf = transformers.MixtralForCausalLM(cfg)
+        # `.to(bfloat16)` would round the rotary inverse frequencies too (a float buffer),
+        # which from_pretrained keeps in f32 and Linnet computes in f32: keep them exact.
+        exact = hf.model.rotary_emb.inv_freq.clone()
+        hf = hf.to(torch.bfloat16).eval()
+        hf.model.rotary_emb.inv_freq = exact
+        hf.model.rotary_emb.original_inv_freq = exact
     with torch.no_grad():
         for p in hf.parameters():
             p.normal_(1.0 if p.dim() == 1 else 0.0, 0.02 if p.dim() > 1 else 0.1)
