@@ -252,3 +252,4 @@ def test_paged_decode_attention_is_claimed_in_every_layer() -> None:
     )
     found = [m.op.qualified_name for m in spans_for(program).matches(g)]
     assert found.count("std.nn.paged::paged_decode_attention_flash") == 3, found
+    assert found.count("std.nn.paged::paged_decode_attention_split") == 3, found

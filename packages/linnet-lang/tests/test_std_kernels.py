@@ -181,6 +181,18 @@ STD_KERNELS = {
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
 # chain, `kernel first<...> then second<...>` (flash-decoding).
 STD_CHAINS = {
+    "std.nn.paged::paged_decode_attention_split": (
+        (
+            "paged_decode_split_tiles",
+            "<B, NP, PS, MP, KV, G, HD, T, 16, 128, (MP + 3) / 4>",
+            ["BG >= G", "BH >= HD", "PS >= 16", "4096 % PS == 0"],
+        ),
+        (
+            "paged_decode_combine_tiles",
+            "<B, NP, PS, MP, KV, G, HD, T, (MP + 3) / 4, 32, 4, 32>",
+            [],
+        ),
+    ),
     "std.nn.decode::decode_attention_split": (
         (
             "decode_attention_split_tiles",
@@ -245,7 +257,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     decode_attention_split_once}
 use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}
 use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm}
-use std.nn.paged::{paged_decode_attention_flash}
+use std.nn.paged::{paged_decode_attention_flash, paged_decode_attention_split}
 """
 
 
@@ -301,6 +313,8 @@ def test_each_std_chain_is_bound_to_its_op(std: Program) -> None:
         bounds = ["G <= 16", "HD <= 128"] + (["S <= 2048"] if name.endswith("_short") else [])
         if "rope_attention" in name:  # the rotations, and the short attention's bounds
             bounds = ["HD % 2 == 0", "G <= 16", "HD <= 128", "S <= 2048"]
+        if name.startswith("std.nn.paged::"):  # pools of 4 pages or more (the kernels' checks)
+            bounds = ["NP >= 4", *bounds]
         assert [text[w.span.start : w.span.stop] for w in op.where] == bounds, name
 
 

@@ -328,6 +328,7 @@ def cases() -> list[Case]:
             for name in (
                 "paged_decode_attention",
                 "paged_decode_attention_flash",
+                "paged_decode_attention_split",
                 "paged_window_decode_attention",
                 "paged_softcap_decode_attention",
             )
