@@ -10,8 +10,10 @@ planned; each plan replayed as one CUDA graph (`Captured`), each step feeding it
 at CONTEXT + i; ms/step over STEPS steps queued back to back (median of REPEATS). The ideal
 is the bytes a step must read (every weight but the embedding table's unread rows, and each
 sequence's K and V up to its position) over the copy bandwidth measured in this run. The
-attention regions of each plan (which kernel or backend reads the cache) are printed. A
-table comes last.
+attention regions of each plan (which kernel or backend reads the cache) are printed. Mode
+`hf` adds transformers' best decode step at the same batch and context in the same run
+(gpu_steps.py's: StaticCache, compile max-autotune-no-cudagraphs, one CUDA graph). A table
+comes last.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--modes", default="dense,paged")
+    p.add_argument("--modes", default="hf,dense,paged")
     return p.parse_args()
 
 
@@ -75,6 +77,19 @@ def timed(cap: Any, extra: list[torch.Tensor], batch: int, context: int, steps: 
     return (time.perf_counter() - t0) / steps
 
 
+def hf_row(batch: int, args: argparse.Namespace) -> float | None:
+    """transformers' best batched decode step (ms) at ``batch`` and the context, or None."""
+    import gpu_steps
+
+    gpu_steps.BATCH, gpu_steps.CONTEXT, gpu_steps.STEPS = batch, args.context, args.steps
+    gpu_steps.CACHE = args.context + args.steps + 16
+    gpu_steps.HF_BEST_ONLY = True
+    rows: list[tuple[str, str, Any]] = []
+    gpu_steps.hf_rows("llama-3-8b", torch.device("cuda"), rows)
+    torch.cuda.empty_cache()
+    return rows[-1][2][0] if rows else None
+
+
 def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
     from linnet.lang.syntax.program import model_file
     from linnet.torch import load, random_weights
@@ -90,7 +105,14 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
     order = torch.randperm(batch * mp, generator=gen) + 1
     table = order.reshape(batch, mp).to(torch.int32)
     dense_ms = None
-    for mode in args.modes.split(","):
+    modes = args.modes.split(",")
+    if "hf" in modes:
+        ms = hf_row(batch, args)
+        if ms is not None:
+            ROWS.append(
+                f"| {batch} | transformers (best) | {ms:.3f} | {batch / ms * 1e3:.0f} | | | |"
+            )
+    for mode in [m for m in modes if m != "hf"]:
         paged = mode == "paged"
         extra = dict(kv_pages=batch * mp + 1, kv_page_size=PAGE) if paged else {}
         t0 = time.perf_counter()
