@@ -34,6 +34,14 @@ EXAMPLES = sorted(str(p) for p in (ROOT / "examples").rglob("*.linnet"))
 # `linnet kernels --std` and the examples: every kernel twice (seed 0); under CI=1 every kernel
 # once, its case drawn with a seed that rotates by date (support.CI_SEED), half the time.
 STD_COUNT, STD_SEED = (1, CI_SEED) if CI else (2, 0)
+# Under CI=1 the paged decode kernels are drawn in a run of their own at sizes up to 16: at up
+# to 40 a draw took 77 s in the interpreter (B=33, KV=9, MP=31: every program loops over every
+# page). Without CI=1 they are in the std run, at its sizes.
+HEAVY = (
+    ["std.nn.paged::paged_decode_attention_flash", "std.nn.paged::paged_decode_attention_split"]
+    if CI
+    else []
+)
 
 
 DRIVER = """
@@ -41,15 +49,26 @@ import contextlib, io, json, sys
 from linnet.lang.cli import main
 from linnet.torch.testing import assert_kernels, check_kernels
 
-broken, std_examples, cli, extra = sys.argv[1], sys.argv[4:-1], {}, {}
-std_count, std_seed = sys.argv[2], sys.argv[3]
+broken, std_examples, cli, extra = sys.argv[1], sys.argv[4:-2], {}, {}
+std_count, std_seed, heavy = sys.argv[2], sys.argv[3], json.loads(sys.argv[-1])
+std_ops = []
+if heavy:  # every other op by name: the heavy ones get a run of their own
+    from linnet.lang.check.kernel_cases import bound_ops, checked_program, std_program
+    programs = [std_program(), *(checked_program(f) for f in std_examples)]
+    names = sorted({op.qualified_name for p in programs for op in bound_ops(p)} - set(heavy))
+    std_ops = [a for n in names for a in ("--op", n)]
+    assert len(names) > 40
 out = {"findings": {}}
 for f in check_kernels(broken, count=3, seed=0):
     out["findings"].setdefault(f.op.split("::")[-1], []).append(
         {"kernel": f.kernel, "case": f.case, "problem": f.problem,
          "difference": f.difference, "where": f.where, "text": str(f)})
-for name, argv in [("std", ["kernels", "--std", *std_examples, "--count", std_count,
-                            "--seed", std_seed, "--max-size", "40"]),
+runs = [("std", ["kernels", "--std", *std_examples, "--count", std_count,
+                 "--seed", std_seed, "--max-size", "40", *std_ops])]
+if heavy:
+    runs.append(("heavy", ["kernels", "--std", "--count", std_count, "--seed", std_seed,
+                           "--max-size", "16", *[a for n in heavy for a in ("--op", n)]]))
+for name, argv in [*runs,
                    ("broken", ["kernels", broken, "--count", "1", "--op", "off_by_one",
                                "--op", "good_double"]),
                    ("quiet", ["kernels", broken, "--count", "1", "--op", "good_double",
@@ -84,6 +103,7 @@ def run() -> dict:
             str(STD_SEED),
             *EXAMPLES,
             "end",
+            json.dumps(HEAVY),
         ],
         cwd=ROOT,
         env={**os.environ, "TRITON_INTERPRET": "1"},
@@ -133,6 +153,16 @@ def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
         assert (
             sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == STD_COUNT
         ), done["stdout"]
+    # The heavy ops (CI=1): each STD_COUNT times in their own run, and not in the std run.
+    if HEAVY:
+        heavy = run["heavy"]
+        assert heavy["rc"] == 0 and "every kernel agrees with its op" in heavy["stdout"], heavy
+        for op in HEAVY:
+            name = op.split("::")[-1]
+            assert f"(op {op})" not in done["stdout"] and f"{name}  " not in done["stderr"]
+        assert sum(line.startswith("ok") for line in heavy["stdout"].splitlines()) == len(
+            HEAVY
+        ) * int(STD_COUNT)
     # One chain bound by two ops (linear_split, linear_split_wide): two cases each.
     chain = "::gemv_split_part then gemv_split_sum "
     assert sum(line.startswith("ok") and chain in line for line in lines) == 2 * STD_COUNT, done[
