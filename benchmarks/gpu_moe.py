@@ -28,6 +28,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--dtype",
+        default="bf16",
+        choices=("bf16", "f32"),
+        help="f32: the accuracy check (TF32 off on both sides, numerics 'exact')",
+    )
     return p.parse_args()
 
 
@@ -53,6 +59,10 @@ def main() -> None:
     from linnet.torch import load
 
     args = parse()
+    dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
+    if args.dtype == "f32":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     d, f, e, k, v = 4096, 14336, 8, 2, 32000
     cfg = transformers.MixtralConfig(
         vocab_size=v,
@@ -69,10 +79,10 @@ def main() -> None:
     torch.manual_seed(0)
     with torch.device("cuda"):
         hf = transformers.MixtralForCausalLM(cfg)
-        # `.to(bfloat16)` would round the rotary inverse frequencies too (a float buffer),
+        # `.to(dtype)` would round the rotary inverse frequencies too (a float buffer),
         # which from_pretrained keeps in f32 and Linnet computes in f32: keep them exact.
         exact = hf.model.rotary_emb.inv_freq.clone()
-        hf = hf.to(torch.bfloat16).eval()
+        hf = hf.to(dtype).eval()
         hf.model.rotary_emb.inv_freq = exact
         hf.model.rotary_emb.original_inv_freq = exact
     with torch.no_grad():
@@ -91,7 +101,7 @@ def main() -> None:
             "HD": 128,
             "S": args.prompt + args.tokens + 8,
             "B": 1,
-            "T": "bf16",
+            "T": args.dtype,
             "rms_norm_eps": 1e-5,
             "rope_theta": 1e6,
             "sliding_window": 0,
@@ -99,6 +109,7 @@ def main() -> None:
             "num_experts_per_tok": k,
         },
         device="cuda",
+        numerics="exact" if args.dtype == "f32" else "fast",
     )
     prompt = torch.randint(
         0, v, (1, args.prompt), device="cuda", generator=torch.Generator("cuda").manual_seed(1)
@@ -140,15 +151,30 @@ def main() -> None:
             torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
         rows.append((label, statistics.median(times) / args.tokens * 1e3))
+    pre = {}
+    for label, run in (
+        ("transformers", lambda: hf(prompt)),
+        ("linnet", lambda: model.prefill(prompt.to(torch.int32))),
+    ):
+        times = []
+        for _ in range(args.repeats + 1):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            with torch.no_grad():
+                run()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        pre[label] = statistics.median(times[1:]) * 1e3
     same = sum(a == b for a, b in zip(tokens["transformers"], tokens["linnet"]))
     print(f"greedy tokens equal: {same} of {args.tokens}")
-    experts = args.layers * k * 3 * f * d * 2
+    experts = args.layers * k * 3 * f * d * (4 if args.dtype == "f32" else 2)
     print(
-        f"\n| {args.layers} Mixtral layers, bf16 | ms/token (prompt {args.prompt}, incl. prefill) | experts' GB/s |"
+        f"\n| {args.layers} Mixtral layers, {args.dtype} | ms/token (prompt {args.prompt}, "
+        f"incl. prefill) | prefill ms | experts' GB/s |"
     )
-    print("|---|---|---|")
+    print("|---|---|---|---|")
     for label, ms in rows:
-        print(f"| {label} | {ms:.2f} | {experts / ms / 1e6:.0f} |")
+        print(f"| {label} | {ms:.2f} | {pre[label]:.2f} | {experts / ms / 1e6:.0f} |")
 
 
 if __name__ == "__main__":
