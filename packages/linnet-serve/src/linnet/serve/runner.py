@@ -130,12 +130,13 @@ class ModelRunner:
         self.steps: dict[int, Any] = {}
 
     def _table(self, tables: Sequence[list[int]], rows: int) -> Any:
+        """The page table, on the host."""
         import torch
 
         out = torch.zeros((rows, self.columns), dtype=torch.int32)
         for b, pages in enumerate(tables):
             out[b, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
-        return out.to(self.device)
+        return out
 
     def decode(
         self, tokens: Sequence[int], positions: Sequence[int], tables: Sequence[list[int]]
@@ -145,14 +146,18 @@ class ModelRunner:
 
         rows = bucket(len(tokens), self.buckets)
         pad = rows - len(tokens)
-        token = torch.tensor([*tokens, *[0] * pad], dtype=torch.int32).to(self.device)
-        pos = torch.tensor([*positions, *[0] * pad], dtype=torch.int32).to(self.device)
+        token = torch.tensor([*tokens, *[0] * pad], dtype=torch.int32)
+        pos = torch.tensor([*positions, *[0] * pad], dtype=torch.int32)
         self.shapes.add(("decode", rows, 1))
         table = self._table(tables, rows)
         if self.planned:
+            # Given on the host: the captured step copies them in without waiting for the
+            # device, and backends that plan on the host (FlashInfer's page table) read them
+            # there (context.host_inputs).
             logits = self._step(rows)([token, pos, table])[0]
         else:
-            logits = self.model.decode_paged(token, pos, table)
+            dev = self.device
+            logits = self.model.decode_paged(token.to(dev), pos.to(dev), table.to(dev))
         return logits[: len(tokens)]
 
     def _step(self, rows: int) -> Any:
@@ -202,6 +207,6 @@ class ModelRunner:
             tokens.to(self.device),
             start.to(self.device),
             n.to(self.device),
-            self._table(tables, size),
+            self._table(tables, size).to(self.device),
         )
         return logits[: len(rows)]

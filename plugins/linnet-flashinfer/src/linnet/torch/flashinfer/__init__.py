@@ -58,10 +58,15 @@ from linnet.backends import (
     Target,
     region_kind,
 )
+from linnet.lang.diagnostics.core import coded_error
 from linnet.lang.ir.graph import Call, Graph
 from linnet.torch.flashinfer.variants import (
     CALLEES,
     DECODE_ATTENTION,
+    PAGED_CALLEES,
+    PAGED_DECODE_ATTENTION,
+    PAGED_SOFTCAP_DECODE_ATTENTION,
+    PAGED_WINDOW_DECODE_ATTENTION,
     SOFTCAP_DECODE_ATTENTION,
     WINDOW_DECODE_ATTENTION,
     Variant,
@@ -74,11 +79,15 @@ __version__ = "0.1.0"
 __all__ = [
     "CALLEES",
     "DECODE_ATTENTION",
+    "PAGED_DECODE_ATTENTION",
+    "PAGED_SOFTCAP_DECODE_ATTENTION",
+    "PAGED_WINDOW_DECODE_ATTENTION",
     "SOFTCAP_DECODE_ATTENTION",
     "WINDOW_DECODE_ATTENTION",
     "DecodeAttentionCall",
     "FlashInfer",
     "cache_dir",
+    "paged_layout",
     "flashinfer_version",
     "warm",
 ]
@@ -143,7 +152,7 @@ class Shape:
     """What one wrapper serves: every layer with the same shapes, dtype and scale."""
 
     batch: int
-    cache: int  # S, positions per row
+    cache: int  # S, positions per row (paged: MP * PS, the most a table reaches)
     kv_heads: int
     group: int  # query heads per KV head
     head_dim: int
@@ -153,6 +162,15 @@ class Shape:
     # other windows or caps plan their own wrapper.
     window_left: int = -1
     soft_cap: float = 0.0
+    # A paged cache (std.nn.paged): a pool of `pool` pages of `page` positions, a table of
+    # `table_width` pages a row. 0: the dense [B, S, KV, HD] cache.
+    pool: int = 0
+    page: int = 0
+    table_width: int = 0
+
+    @property
+    def paged(self) -> bool:
+        return self.pool > 0
 
     @property
     def qo_heads(self) -> int:
@@ -174,6 +192,7 @@ class Site:
     q_index: int  # the query among region.inputs
     pos_index: int  # the entry's pos among region.inputs
     fresh_output: bool  # the output is an entry output: made anew each call
+    table_index: int | None = None  # the entry's page table among region.inputs (paged)
 
 
 def analyse(
@@ -187,7 +206,12 @@ def analyse(
     if args is None:
         return None, why
     results = list(call.attributes.get("results", ()))
-    q_ref, k_ref, v_ref, pos_ref, scale_ref = args
+    paged = call.callee in PAGED_CALLEES
+    table_ref: Any = None
+    if paged:
+        q_ref, k_ref, v_ref, table_ref, pos_ref, scale_ref = args
+    else:
+        q_ref, k_ref, v_ref, pos_ref, scale_ref = args
     if not (
         isinstance(k_ref, str)
         and isinstance(v_ref, str)
@@ -205,9 +229,27 @@ def analyse(
         return None, "the query is not a value"
     q_type, k_type, v_type = graph.values[q_ref], graph.states[k_path], graph.states[v_path]
     if len(q_type.shape) != 4 or len(k_type.shape) != 4 or k_type.shape != v_type.shape:
-        return None, "q is not [B, KV, G, HD] or the caches are not [B, S, KV, HD]"
+        layout = "[NP, PS, KV, HD] pages" if paged else "[B, S, KV, HD]"
+        return None, f"q is not [B, KV, G, HD] or the caches are not {layout}"
     batch, kv_heads, group, head_dim = q_type.shape
-    cb, cache, ckv, chd = k_type.shape
+    pool = page = width = 0
+    if paged:
+        pool, page, ckv, chd = k_type.shape
+        if not (isinstance(table_ref, str) and table_ref in graph.inputs):
+            return None, (
+                f"the page table {table_ref!r} is computed inside the entry: FlashInfer "
+                "plans on the host before a replay, when only the entry's inputs are current"
+            )
+        table_type = graph.values[table_ref]
+        if len(table_type.shape) != 2 or table_type.shape[0] != batch or table_type.dtype != "i32":
+            return None, (
+                f"the page table is {list(table_type.shape)} {table_type.dtype}, "
+                f"not [{batch}, MP] i32"
+            )
+        width = table_type.shape[1]
+        cb, cache = batch, width * page
+    else:
+        cb, cache, ckv, chd = k_type.shape
     if (cb, ckv, chd) != (batch, kv_heads, head_dim):
         return None, f"q {list(q_type.shape)} does not fit the cache {list(k_type.shape)}"
     if not (q_type.dtype == k_type.dtype == v_type.dtype) or q_type.dtype not in DTYPES:
@@ -244,10 +286,13 @@ def analyse(
         return None, f"the region's outputs are {list(region.outputs)}, not the call's result"
     if q_ref not in region.inputs:
         return None, "the query is made inside the call"
-    if pos_ref not in region.inputs:
+    wanted = (pos_ref, table_ref) if paged else (pos_ref,)
+    missing = tuple(ref for ref in wanted if ref not in region.inputs)
+    if missing:
         # Lowering hoisted the mask made from pos out of the call: the region reads pos only
-        # through it. Declare the call's pos argument as an input, so that execute sees it.
-        region = with_inputs(region, (*region.inputs, pos_ref))
+        # through it. Declare the call's pos argument (and table) as inputs, so that execute
+        # sees them.
+        region = with_inputs(region, (*region.inputs, *missing))
     site = Site(
         region,
         Shape(
@@ -260,12 +305,16 @@ def analyse(
             scale,
             variant.window_left,
             variant.soft_cap,
+            pool,
+            page,
+            width,
         ),
         k_path,
         v_path,
         region.inputs.index(q_ref),
         region.inputs.index(pos_ref),
         results[0] in graph.outputs,
+        region.inputs.index(table_ref) if paged else None,
     )
     return site, ""
 
@@ -313,6 +362,27 @@ def layout(
     for row, length in enumerate(lengths):
         pages = -(-length // page_size)
         indices.extend(range(row * pages_per_row, row * pages_per_row + pages))
+        indptr.append(indptr[-1] + pages)
+        last.append(length - (pages - 1) * page_size)
+    return indptr, indices, last
+
+
+def paged_layout(
+    lengths: Sequence[int], page_size: int, tables: Sequence[Sequence[int]]
+) -> tuple[list[int], list[int], list[int]]:
+    """FlashInfer's page table for rows of ``lengths`` positions of a paged cache whose row
+    ``b`` holds position ``j`` in page ``tables[b][j // page_size]`` (std.nn.paged):
+    ``(indptr, indices, last_page_len)``.
+
+    >>> paged_layout([1, 17], 16, [[5, 0], [3, 9]])
+    ([0, 1, 3], [5, 3, 9], [1, 1])
+    """
+    indptr: list[int] = [0]
+    indices: list[int] = []
+    last: list[int] = []
+    for length, table in zip(lengths, tables, strict=True):
+        pages = -(-length // page_size)
+        indices.extend(int(p) for p in table[:pages])
         indptr.append(indptr[-1] + pages)
         last.append(length - (pages - 1) * page_size)
     return indptr, indices, last
@@ -429,8 +499,19 @@ class FlashInfer:
     def sites(self, graph: Graph) -> list[tuple[Call, Site | None, str]]:
         """Every decode-attention call of ``graph`` (plain, windowed, soft-capped: in graph
         order): its site, or None and why it is not taken."""
+        found = [c for callee in CALLEES for c in graph.semantic_calls(callee)]
+        # A paged op's body is the dense op on the gathered pages: that inner call is the
+        # outer one's, not a site of its own.
         calls = sorted(
-            (c for callee in CALLEES for c in graph.semantic_calls(callee)), key=lambda c: c.index
+            (
+                c
+                for c in found
+                if not any(
+                    o is not c and o.start <= c.start and c.stop <= o.stop and o.index < c.index
+                    for o in found
+                )
+            ),
+            key=lambda c: c.index,
         )
         out = []
         for call in calls:
@@ -479,6 +560,11 @@ class FlashInfer:
                     self.replan,
                     site.region.inputs[site.pos_index],
                     self.split_kv,
+                    (
+                        site.region.inputs[site.table_index]
+                        if site.table_index is not None
+                        else None
+                    ),
                 )
             members[site.shape] = members.get(site.shape, 0) + 1
         out = []
@@ -519,22 +605,30 @@ class Planner:
         replan: str,
         pos_name: str = "%pos",
         split_kv: str = "auto",
+        table_name: str | None = None,
     ):
         self.shape = shape
         self.pos_name = pos_name
+        self.table_name = table_name  # the entry's page table (a paged cache)
         # plan()'s split options, passed only when not FlashInfer's default.
         self.split_options: dict[str, Any] = {"disable_split_kv": True} if split_kv == "off" else {}
-        self.page_size = page_size_for(shape.cache, page_size)
-        self.pages_per_row = shape.cache // self.page_size
+        if shape.paged:
+            # The model's own pages, as its table names them.
+            self.page_size, self.pages_per_row = shape.page, shape.table_width
+        else:
+            self.page_size = page_size_for(shape.cache, page_size)
+            self.pages_per_row = shape.cache // self.page_size
         self.tensor_cores = tensor_cores
         self.workspace_bytes = workspace_bytes
         self.replan = replan
         self.wrapper: Any = None
         self.buffers: dict[str, torch.Tensor] = {}
         self.source: torch.Tensor | None = None  # the pos tensor lengths are read from
+        self.table: torch.Tensor | None = None  # the page table pages are read from (paged)
         self.read_version: int | None = None
         self.replaced = False  # prepare was handed a new pos tensor: a new step
         self.lengths: tuple[int, ...] | None = None  # what the wrapper is planned for
+        self.indices: tuple[int, ...] | None = None  # the pages it reads (paged)
         self.pages: tuple[int, ...] | None = None
         self.prepared: set[int] = set()
         self.executed: set[int] = set()
@@ -557,18 +651,22 @@ class Planner:
         version = _version_of(self.source)
         return version is not None and version != self.read_version
 
-    def _follow(self, pos: torch.Tensor) -> None:
-        """Read lengths from ``pos`` from now on; a new tensor starts a new step."""
+    def _follow(self, pos: torch.Tensor, table: torch.Tensor | None = None) -> None:
+        """Read lengths from ``pos`` (and pages from ``table``) from now on; a new tensor
+        starts a new step."""
+        if table is not None:
+            self.table = table
         if pos is not self.source:
             self.source, self.read_version, self.replaced = pos, None, True
 
     def prepare(self, member: object, context: Any = None) -> None:
         key = id(member)
-        current = getattr(context, "inputs", {}).get(self.pos_name)
+        given = getattr(context, "inputs", {})
+        current = given.get(self.pos_name)
         if current is not None:
             # The runner says which tensor this step reads (Captured: its input buffer);
             # the last execute may have seen another (the same plan run eagerly).
-            self._follow(current)
+            self._follow(current, given.get(self.table_name) if self.table_name else None)
         if self.source is None:  # nothing ran yet: the first execute plans
             self.prepared.add(key)
             return
@@ -579,10 +677,16 @@ class Planner:
         if new_step:
             self._refresh(context)
 
-    def ensure(self, member: object, pos: torch.Tensor, context: Any = None) -> None:
-        """Before a run: planned for ``pos``. Reads it only outside capture."""
+    def ensure(
+        self,
+        member: object,
+        pos: torch.Tensor,
+        context: Any = None,
+        table: torch.Tensor | None = None,
+    ) -> None:
+        """Before a run: planned for ``pos`` (and ``table``). Reads them only outside capture."""
         key = id(member)
-        self._follow(pos)
+        self._follow(pos, table)
         if _capturing():
             if self.wrapper is None or self.lengths is None:
                 raise RuntimeError(
@@ -602,17 +706,43 @@ class Planner:
         self.replaced = False
         self.setup(self.source.device)
         self.read_version = _version_of(self.source)
-        host = getattr(context, "host_inputs", {}).get(self.pos_name)
-        if host is not None and tuple(host.shape) == tuple(self.source.shape):
+        given = getattr(context, "host_inputs", {})
+        host = given.get(self.pos_name)
+        host_table = given.get(self.table_name) if self.table_name else None
+        on_host = host is not None and tuple(host.shape) == tuple(self.source.shape)
+        if self.table_name is not None:
+            assert self.table is not None
+            on_host = (
+                on_host
+                and host_table is not None
+                and tuple(host_table.shape) == tuple(self.table.shape)
+            )
+        if on_host:
             values = host.tolist()  # given on the host: no device read
+            tables = host_table.tolist() if host_table is not None else None
             self.host_reads += 1
         else:
             values = self.source.tolist()  # the one device-to-host copy a step
+            tables = self.table.tolist() if self.table is not None else None
             self.reads += 1
         cache = self.shape.cache
         lengths = tuple(min(max(int(p) + 1, 1), cache) for p in values)
-        if lengths != self.lengths:
-            self.plan(lengths)
+        if tables is None:
+            if lengths != self.lengths:
+                self.plan(lengths)
+            return
+        _, indices, _ = paged_layout(lengths, self.page_size, tables)
+        bad = [page for page in indices if not 0 <= page < self.shape.pool]
+        if bad:
+            raise coded_error(
+                "E0691",
+                f"FlashInfer: the page table names page {bad[0]}, outside the pool of "
+                f"{self.shape.pool} pages (0..{self.shape.pool - 1})",
+                help="give table entries below kv_pages (0, the sink page, for pages a row "
+                "does not hold)",
+            )
+        if lengths != self.lengths or tuple(indices) != self.indices:
+            self.plan(lengths, tables)
 
     # -- FlashInfer
     def setup(self, device: torch.device) -> None:
@@ -638,17 +768,26 @@ class Planner:
             paged_kv_last_page_len_buffer=self.buffers["last_page_len"],
         )
 
-    def plan(self, lengths: tuple[int, ...]) -> None:
-        """Plan for rows of ``lengths`` positions (host work; copies the page table in)."""
-        indptr, indices, last = layout(lengths, self.page_size, self.pages_per_row)
+    def plan(self, lengths: tuple[int, ...], tables: Sequence[Sequence[int]] | None = None) -> None:
+        """Plan for rows of ``lengths`` positions (host work; copies the page table in): of
+        the dense cache viewed as pages, or (``tables``) of a paged cache's rows."""
+        if tables is not None:
+            indptr, indices, last = paged_layout(lengths, self.page_size, tables)
+        else:
+            indptr, indices, last = layout(lengths, self.page_size, self.pages_per_row)
         pages = tuple(indptr[i + 1] - indptr[i] for i in range(len(lengths)))
         if self.replan == "pages" and pages == self.pages:
             # Same pages a row: FlashInfer's split schedule is unchanged (it is made from page
-            # counts); only the last pages' lengths, read by the kernels, move. The copy is
-            # ordered on the stream after the replays already queued; the host does not wait.
+            # counts); only the last pages' lengths (and, paged, which pages), read by the
+            # kernels, move. The copies are ordered on the stream after the replays already
+            # queued; the host does not wait.
             self.buffers["last_page_len"].copy_(
                 torch.tensor(last, dtype=torch.int32), non_blocking=True
             )
+            if tables is not None and tuple(indices) != self.indices:
+                self.buffers["indices"][: len(indices)].copy_(
+                    torch.tensor(indices, dtype=torch.int32), non_blocking=True
+                )
         else:
             shape = self.shape
             dtype = DTYPES[shape.dtype]
@@ -678,14 +817,18 @@ class Planner:
             self.plans += 1
             self.pages = pages
         self.lengths = lengths
+        self.indices = tuple(indices) if tables is not None else None
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:
         shape = self.shape
-        rows = shape.batch * self.pages_per_row
-        paged = (
-            k.view(rows, self.page_size, shape.kv_heads, shape.head_dim),
-            v.view(rows, self.page_size, shape.kv_heads, shape.head_dim),
-        )
+        if shape.paged:  # the pool is FlashInfer's NHD layout as it is
+            paged = (k, v)
+        else:
+            rows = shape.batch * self.pages_per_row
+            paged = (
+                k.view(rows, self.page_size, shape.kv_heads, shape.head_dim),
+                v.view(rows, self.page_size, shape.kv_heads, shape.head_dim),
+            )
         self.wrapper.run(
             q.reshape(shape.batch, shape.qo_heads, shape.head_dim),
             paged,
@@ -736,9 +879,10 @@ class DecodeAttentionCall:
     def execute(self, inputs: list[Any], outputs: list[Any], context: Any) -> list[Any]:
         q = inputs[self.site.q_index]
         pos = inputs[self.site.pos_index]
+        index = self.site.table_index
         # Planned by prepare; run outside a graph without prepare (plan.run), the first layer
         # of a step plans here instead.
-        self.planner.ensure(self, pos, context)
+        self.planner.ensure(self, pos, context, inputs[index] if index is not None else None)
         out = self._output(q.device)
         self.planner.run(
             q, context.states[self.site.k_cache], context.states[self.site.v_cache], out

@@ -16,6 +16,10 @@ arguments of FlashInfer's ``plan()``.
   same, the scale applied before the cap. FlashInfer caps only for a positive cap (0 turns
   capping off, which the body does not): a cap of 0 or below is not taken.
 
+The paged forms (std.nn.paged's ``paged_decode_attention`` and its window and soft-cap
+forms) are the same ops over a sequence's pages, read through its page table: FlashInfer's
+own page table takes them as they are.
+
 The window and the cap must be constants of the graph (each layer's are: its config).
 
 >>> window_left_for(8), window_left_for(0, global_below_one=True)
@@ -33,14 +37,28 @@ from linnet.lang.ir.graph import Call, Graph
 DECODE_ATTENTION = "std.nn.attention::decode_attention"
 WINDOW_DECODE_ATTENTION = "std.nn.attention::window_decode_attention"
 SOFTCAP_DECODE_ATTENTION = "std.nn.attention::softcap_decode_attention"
-CALLEES = (DECODE_ATTENTION, WINDOW_DECODE_ATTENTION, SOFTCAP_DECODE_ATTENTION)
-"""The calls this backend takes; the arguments each has after ``(q, k_cache, v_cache, pos,
-scale)``."""
+PAGED_DECODE_ATTENTION = "std.nn.paged::paged_decode_attention"
+PAGED_WINDOW_DECODE_ATTENTION = "std.nn.paged::paged_window_decode_attention"
+PAGED_SOFTCAP_DECODE_ATTENTION = "std.nn.paged::paged_softcap_decode_attention"
+DENSE_CALLEES = (DECODE_ATTENTION, WINDOW_DECODE_ATTENTION, SOFTCAP_DECODE_ATTENTION)
+PAGED_CALLEES = (
+    PAGED_DECODE_ATTENTION,
+    PAGED_WINDOW_DECODE_ATTENTION,
+    PAGED_SOFTCAP_DECODE_ATTENTION,
+)
+CALLEES = (*DENSE_CALLEES, *PAGED_CALLEES)
+"""The calls this backend takes: over a dense ``[B, S, KV, HD]`` cache, ``(q, k_cache,
+v_cache, pos, scale, ...)``; over a paged one (std.nn.paged: a pool of ``[NP, PS, KV, HD]``
+pages and a ``[B, MP]`` page table), ``(q, k_pages, v_pages, table, pos, scale, ...)``."""
 _EXTRA: dict[str, tuple[str, ...]] = {
     DECODE_ATTENTION: (),
     WINDOW_DECODE_ATTENTION: ("window",),
     SOFTCAP_DECODE_ATTENTION: ("window", "cap"),
+    PAGED_DECODE_ATTENTION: (),
+    PAGED_WINDOW_DECODE_ATTENTION: ("window",),
+    PAGED_SOFTCAP_DECODE_ATTENTION: ("window", "cap"),
 }
+_SOFTCAP = (SOFTCAP_DECODE_ATTENTION, PAGED_SOFTCAP_DECODE_ATTENTION)
 
 
 @dataclass(frozen=True)
@@ -101,18 +119,23 @@ def window_left_for(window: int, global_below_one: bool = False) -> int:
 
 
 def variant_of(graph: Graph, call: Call) -> tuple[list[Any] | None, Variant, str]:
-    """``call``'s ``(q, k_cache, v_cache, pos, scale)`` arguments and its variant, or None
-    and why FlashInfer cannot run it."""
+    """``call``'s ``(q, k_cache, v_cache, pos, scale)`` arguments (paged: ``(q, k_pages,
+    v_pages, table, pos, scale)``) and its variant, or None and why FlashInfer cannot run it."""
     args = list(call.attributes.get("args", ()))
     results = list(call.attributes.get("results", ()))
     extra = _EXTRA.get(call.callee)
     if extra is None:
         return None, Variant(), f"not one of {', '.join(CALLEES)}"
-    if len(args) != 5 + len(extra) or len(results) != 1:
-        names = ", ".join(("q", "k_cache", "v_cache", "pos", "scale", *extra))
+    base = (
+        ("q", "k_pages", "v_pages", "table", "pos", "scale")
+        if call.callee in PAGED_CALLEES
+        else ("q", "k_cache", "v_cache", "pos", "scale")
+    )
+    if len(args) != len(base) + len(extra) or len(results) != 1:
+        names = ", ".join((*base, *extra))
         return None, Variant(), f"the call's args/results are not ({names}) -> o"
     given: dict[str, float] = {}
-    for name, ref in zip(extra, args[5:], strict=True):
+    for name, ref in zip(extra, args[len(base) :], strict=True):
         value = literal(graph, ref)
         if value is None:
             return None, Variant(), f"the {name} {ref!r} is not a constant"
@@ -122,7 +145,7 @@ def variant_of(graph: Graph, call: Call) -> tuple[list[Any] | None, Variant, str
         window = given["window"]
         if not float(window).is_integer():
             return None, Variant(), f"the window {window} is not a whole number of positions"
-        softcap = call.callee == SOFTCAP_DECODE_ATTENTION
+        softcap = call.callee in _SOFTCAP
         if int(window) < 1 and not softcap:
             return (
                 None,
@@ -140,4 +163,4 @@ def variant_of(graph: Graph, call: Call) -> tuple[list[Any] | None, Variant, str
                 "finite cap (0 turns capping off), which is not the op's cap * tanh(s / cap)"
             ),
         )
-    return args[:5], Variant(window_left, cap), ""
+    return args[: len(base)], Variant(window_left, cap), ""
