@@ -87,8 +87,8 @@ __all__ = [
     "DecodeAttentionCall",
     "FlashInfer",
     "cache_dir",
-    "paged_layout",
     "flashinfer_version",
+    "paged_layout",
     "warm",
 ]
 
