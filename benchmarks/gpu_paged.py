@@ -12,8 +12,15 @@ is the bytes a step must read (every weight but the embedding table's unread row
 sequence's K and V up to its position) over the copy bandwidth measured in this run. The
 attention regions of each plan (which kernel or backend reads the cache) are printed. Mode
 `hf` adds transformers' best decode step at the same batch and context in the same run
-(gpu_steps.py's: StaticCache, compile max-autotune-no-cudagraphs, one CUDA graph). A table
-comes last.
+(gpu_steps.py's: StaticCache, compile max-autotune-no-cudagraphs, one CUDA graph).
+
+End to end (prefill and decode of whole requests), two more modes: `engine` runs `batch`
+requests of CONTEXT random prompt tokens and STEPS output tokens each through
+`linnet.serve.Engine` (continuous batching, chunked prefill, the decode planned and captured
+per batch bucket); `hf-generate` runs the same prompts as one padded batch through
+transformers' `generate` (StaticCache, which transformers compiles itself). Both report
+output tokens a second over the wall time of the whole batch (median of REPEATS after a
+warm-up run). A table comes last.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--modes", default="hf,dense,paged")
+    p.add_argument("--token-budget", type=int, default=2048, help="engine: prefill tokens a step")
     return p.parse_args()
 
 
@@ -90,6 +98,71 @@ def hf_row(batch: int, args: argparse.Namespace) -> float | None:
     return rows[-1][2][0] if rows else None
 
 
+def prompts_for(batch: int, args: argparse.Namespace) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(100 + batch)
+    return torch.randint(0, SHAPE["V"], (batch, args.context), generator=gen)
+
+
+def end_to_end(label: str, run: Any, batch: int, args: argparse.Namespace) -> None:
+    """Time ``run()`` (a whole batch of requests) after one warm-up; a table row."""
+    run()  # warm: compiles, plans, captures
+    times = []
+    for _ in range(args.repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    seconds = statistics.median(times)
+    rate = batch * args.steps / seconds
+    print(
+        f"8B B={batch} {label}: {seconds:.2f} s for the batch, {rate:.0f} output tok/s", flush=True
+    )
+    ROWS.append(f"| {batch} | {label} (end to end) | | {rate:.0f} | | | |")
+
+
+def hf_generate_row(batch: int, args: argparse.Namespace) -> None:
+    """transformers' batched generation of the prompts: one padded batch, StaticCache."""
+    import gpu_steps
+
+    cfg = gpu_steps.config("llama-3-8b", S=args.context + args.steps + 16)
+    hf, _, _ = gpu_steps.hf_model(gpu_steps.hf_config(cfg), torch.device("cuda"), batch)
+    prompt = prompts_for(batch, args).cuda()
+
+    def run() -> None:
+        with torch.no_grad():
+            hf.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=args.steps,
+                min_new_tokens=args.steps,
+                do_sample=False,
+                pad_token_id=0,
+                cache_implementation="static",
+            )
+
+    end_to_end("transformers generate (StaticCache)", run, batch, args)
+
+
+def engine_row(model: Any, pages: int, batch: int, args: argparse.Namespace) -> None:
+    """The batch's requests through linnet.serve's Engine on the loaded paged model."""
+    from linnet.serve.engine import Engine
+    from linnet.serve.runner import ModelRunner
+
+    engine = Engine(
+        ModelRunner(model, pages, PAGE, max_batch=batch),
+        max_batch=batch,
+        token_budget=args.token_budget,
+        max_queue=4 * batch,
+    )
+    prompts = prompts_for(batch, args).tolist()
+
+    def run() -> None:
+        engine.generate(prompts, max_tokens=args.steps, stop_tokens=[])
+
+    end_to_end("linnet.serve Engine", run, batch, args)
+
+
 def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
     from linnet.lang.syntax.program import model_file
     from linnet.torch import load, random_weights
@@ -106,14 +179,33 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
     table = order.reshape(batch, mp).to(torch.int32)
     dense_ms = None
     modes = args.modes.split(",")
+    if "hf-generate" in modes:
+        hf_generate_row(batch, args)
     if "hf" in modes:
         ms = hf_row(batch, args)
+        torch.cuda.empty_cache()
         if ms is not None:
             ROWS.append(
                 f"| {batch} | transformers (best) | {ms:.3f} | {batch / ms * 1e3:.0f} | | | |"
             )
-    for mode in [m for m in modes if m != "hf"]:
-        paged = mode == "paged"
+    for mode in [m for m in modes if m in ("dense", "paged", "engine")]:
+        paged = mode != "dense"
+        if mode == "engine":
+            # Room for every request's prompt and output, and the sink page.
+            pages = batch * mp + 1
+            model = load(
+                llama,
+                weights=weights,
+                config=cfg,
+                device="cuda",
+                numerics="fast",
+                kv_pages=pages,
+                kv_page_size=PAGE,
+            )
+            engine_row(model, pages, batch, args)
+            del model
+            torch.cuda.empty_cache()
+            continue
         extra = dict(kv_pages=batch * mp + 1, kv_page_size=PAGE) if paged else {}
         t0 = time.perf_counter()
         model = load(llama, weights=weights, config=cfg, device="cuda", numerics="fast", **extra)
@@ -126,7 +218,9 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
         )
         plan_s = time.perf_counter() - t0
         cap = Captured(plan, model.context_for(plan))
-        more = [table.cuda()] if paged else []
+        # The table on the host, as the serving engine gives it: backends that plan on the
+        # host (FlashInfer) read it there.
+        more = [table] if paged else []
         ms = (
             statistics.median(
                 timed(cap, more, batch, args.context, args.steps) for _ in range(args.repeats)
