@@ -26,6 +26,7 @@ warm-up run). A table comes last.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -230,7 +231,11 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
         ideal = step_bytes(model, cfg, batch, args.context) / bw * 1e3
         dense_ms = ms if not paged else dense_ms
         ratio = f"{dense_ms / ms:.2f}x" if dense_ms and paged else ""
-        attn = [ln.strip() for ln in plan.explain().splitlines() if "attention" in ln][:2]
+        explained = plan.explain()
+        out_dir = Path(os.environ.get("OUT", "gpu-results"))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"paged-plan-b{batch}-{mode}.txt").write_text(explained)
+        attn = [ln.strip() for ln in explained.splitlines() if "attention" in ln][:2]
         print(
             f"8B B={batch} {mode}: {ms:.3f} ms/step ({batch / ms * 1e3:.0f} tok/s), ideal "
             f"{ideal:.3f} ({ideal / ms:.0%} of it), load {load_s:.1f} s, plan {plan_s:.1f} s; "
