@@ -20,7 +20,11 @@ requests of CONTEXT random prompt tokens and STEPS output tokens each through
 per batch bucket); `hf-generate` runs the same prompts as one padded batch through
 transformers' `generate` (StaticCache, which transformers compiles itself). Both report
 output tokens a second over the wall time of the whole batch (median of REPEATS after a
-warm-up run). A table comes last.
+warm-up run). Mode `load` drives the Engine with benchmarks/serve_load.py's load generator in
+this process (`--load-requests` requests at `--rate` a second, Poisson arrivals, log-normal
+prompt and output lengths around `--prompt-median` and `--output-median` tokens, random
+token ids): throughput, time to first token and inter-token latency percentiles, after one
+warm-up load of a few requests. A table comes last.
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--modes", default="hf,dense,paged")
     p.add_argument("--token-budget", type=int, default=2048, help="engine: prefill tokens a step")
+    p.add_argument("--rate", type=float, default=16.0, help="load: requests a second")
+    p.add_argument("--load-requests", type=int, default=128)
+    p.add_argument("--prompt-median", type=float, default=512.0)
+    p.add_argument("--output-median", type=float, default=128.0)
     return p.parse_args()
 
 
@@ -145,8 +153,9 @@ def hf_generate_row(batch: int, args: argparse.Namespace) -> None:
     end_to_end("transformers generate (StaticCache)", run, batch, args)
 
 
-def engine_row(model: Any, pages: int, batch: int, args: argparse.Namespace) -> None:
-    """The batch's requests through linnet.serve's Engine on the loaded paged model."""
+def engine_row(model: Any, pages: int, batch: int, args: argparse.Namespace, mode: str) -> None:
+    """The batch's requests through linnet.serve's Engine on the loaded paged model
+    (``mode`` engine), or the load generator's arrivals (``mode`` load)."""
     from linnet.serve.engine import Engine
     from linnet.serve.runner import ModelRunner
 
@@ -154,14 +163,44 @@ def engine_row(model: Any, pages: int, batch: int, args: argparse.Namespace) -> 
         ModelRunner(model, pages, PAGE, max_batch=batch),
         max_batch=batch,
         token_budget=args.token_budget,
-        max_queue=4 * batch,
+        max_queue=max(4 * batch, args.load_requests),
     )
-    prompts = prompts_for(batch, args).tolist()
+    if mode == "engine":
+        prompts = prompts_for(batch, args).tolist()
 
-    def run() -> None:
-        engine.generate(prompts, max_tokens=args.steps, stop_tokens=[])
+        def run() -> None:
+            engine.generate(prompts, max_tokens=args.steps, stop_tokens=[])
 
-    end_to_end("linnet.serve Engine", run, batch, args)
+        end_to_end("linnet.serve Engine", run, batch, args)
+        return
+    import asyncio
+
+    import serve_load
+
+    longest = args.context + args.steps  # what the cache holds a sequence
+    load = argparse.Namespace(
+        requests=args.load_requests,
+        rate=args.rate,
+        prompt_median=args.prompt_median,
+        prompt_max=longest // 2,
+        output_median=args.output_median,
+        output_max=longest // 2,
+        seed=0,
+    )
+    warm = argparse.Namespace(**{**vars(load), "requests": 2 * batch, "rate": 1000.0})
+    engine.start()
+    try:
+        asyncio.run(serve_load.run_engine(warm, engine, SHAPE["V"]))  # plans and captures
+        report = asyncio.run(serve_load.run_engine(load, engine, SHAPE["V"]))
+    finally:
+        engine.close()
+    print(f"8B max batch {batch} load: {report}", flush=True)
+    ROWS.append(
+        f"| {batch} | load {load.requests} req at {load.rate}/s: "
+        f"TTFT p50 {report['ttft_ms_p50']} p99 {report['ttft_ms_p99']} ms, "
+        f"ITL p50 {report['itl_ms_p50']} p99 {report['itl_ms_p99']} ms | | "
+        f"{report['output_tokens_per_second']} | | | |"
+    )
 
 
 def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
@@ -189,9 +228,9 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
             ROWS.append(
                 f"| {batch} | transformers (best) | {ms:.3f} | {batch / ms * 1e3:.0f} | | | |"
             )
-    for mode in [m for m in modes if m in ("dense", "paged", "engine")]:
+    for mode in [m for m in modes if m in ("dense", "paged", "engine", "load")]:
         paged = mode != "dense"
-        if mode == "engine":
+        if mode in ("engine", "load"):
             # Room for every request's prompt and output, and the sink page.
             pages = batch * mp + 1
             model = load(
@@ -203,7 +242,7 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
                 kv_pages=pages,
                 kv_page_size=PAGE,
             )
-            engine_row(model, pages, batch, args)
+            engine_row(model, pages, batch, args, mode)
             del model
             torch.cuda.empty_cache()
             continue

