@@ -58,6 +58,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--modes", default="hf,dense,paged")
+    p.add_argument(
+        "--compile",
+        default="none",
+        help="torch.compile of the generated slices between regions: none, default (inductor's "
+        "default mode) or a mode such as max-autotune-no-cudagraphs",
+    )
     p.add_argument("--token-budget", type=int, default=2048, help="engine: prefill tokens a step")
     p.add_argument("--rate", type=float, default=16.0, help="load: requests a second")
     p.add_argument("--load-requests", type=int, default=128)
@@ -105,6 +111,11 @@ def hf_row(batch: int, args: argparse.Namespace) -> float | None:
     gpu_steps.hf_rows("llama-3-8b", torch.device("cuda"), rows)
     torch.cuda.empty_cache()
     return rows[-1][2][0] if rows else None
+
+
+def compile_of(args: argparse.Namespace) -> Any:
+    """``load``'s ``compile=`` for ``--compile``."""
+    return {"none": False, "default": True}.get(args.compile, args.compile)
 
 
 def prompts_for(batch: int, args: argparse.Namespace) -> torch.Tensor:
@@ -239,6 +250,7 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
                 config=cfg,
                 device="cuda",
                 numerics="fast",
+                compile=compile_of(args),
                 kv_pages=pages,
                 kv_page_size=PAGE,
             )
@@ -248,13 +260,25 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
             continue
         extra = dict(kv_pages=batch * mp + 1, kv_page_size=PAGE) if paged else {}
         t0 = time.perf_counter()
-        model = load(llama, weights=weights, config=cfg, device="cuda", numerics="fast", **extra)
+        model = load(
+            llama,
+            weights=weights,
+            config=cfg,
+            device="cuda",
+            numerics="fast",
+            compile=compile_of(args),
+            **extra,
+        )
         load_s = time.perf_counter() - t0
         one = torch.ones(batch, dtype=torch.int32)
         inputs = [one, one, table] if paged else [one, one]
         t0 = time.perf_counter()
         plan = model.plan_for(
-            "decode_paged" if paged else "decode", inputs, captured=True, progress=False
+            "decode_paged" if paged else "decode",
+            inputs,
+            captured=True,
+            progress=False,
+            compile=compile_of(args) or None,
         )
         plan_s = time.perf_counter() - t0
         cap = Captured(plan, model.context_for(plan))
@@ -303,7 +327,10 @@ def main() -> None:
 
             traceback.print_exc()
             ROWS.append(f"| {batch} | failed: {str(exc)[:80]} | | | | | |")
-    print(f"\nLlama-3-8B shape, context {args.context}, pages of {PAGE}, {bw / 1e12:.2f} TB/s")
+    print(
+        f"\nLlama-3-8B shape, context {args.context}, pages of {PAGE}, {bw / 1e12:.2f} TB/s, "
+        f"compile {args.compile}"
+    )
     print("| batch | cache | ms/step | tok/s | ideal ms | of ideal | dense / paged |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(ROWS))
