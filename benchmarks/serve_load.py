@@ -159,8 +159,7 @@ async def run_engine(args: argparse.Namespace, engine: Any, vocabulary: int) -> 
     >>> report = asyncio.run(run_engine(args, engine.start(), 49152))   # doctest: +SKIP
     """
 
-    async def send(rng: random.Random, length: int, tokens: int, result: Result) -> None:
-        prompt = [rng.randrange(vocabulary) for _ in range(length)]
+    async def stream(prompt: list[int], tokens: int, result: Result) -> None:
         try:
             request = engine.submit(prompt, max_tokens=tokens, stop_tokens=[])
             async for new in request.stream():
@@ -168,6 +167,10 @@ async def run_engine(args: argparse.Namespace, engine: Any, vocabulary: int) -> 
                 result.times.extend([now] * len(new))
         except Exception as e:  # counted, as a failed HTTP request is
             result.error = f"{type(e).__name__}: {e}"
+
+    def send(rng: random.Random, length: int, tokens: int, result: Result) -> Any:
+        # The prompt is drawn now, in arrival order, as the HTTP load draws its words.
+        return stream([rng.randrange(vocabulary) for _ in range(length)], tokens, result)
 
     return await arrivals(args, send)
 

@@ -145,3 +145,50 @@ def test_load_generator_smoke():
     assert report["completed"] == report["requests"] == 6
     for key in ("ttft_ms_p50", "ttft_ms_p99", "itl_ms_p90", "output_tokens_per_second"):
         assert report[key] > 0, report
+
+
+def test_load_generator_in_process_on_an_engine():
+    """serve_load.run_engine (gpu_paged.py's load mode): the same Poisson load on an Engine in
+    this process, without HTTP. On the reference toy (its tokens known), every request ends
+    with its drawn number of tokens, each timed as the stream yields it."""
+    import argparse
+    import asyncio
+    import importlib.util
+    import random
+    import sys
+    from pathlib import Path
+
+    from linnet.serve.engine import Engine
+    from linnet.serve.runner import ModelRunner
+    from linnet.serve.testing import ToyPagedModel
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_load.py"
+    spec = importlib.util.spec_from_file_location("serve_load", script)
+    serve_load = importlib.util.module_from_spec(spec)
+    sys.modules["serve_load"] = serve_load  # its dataclasses look their module up
+    spec.loader.exec_module(serve_load)
+    toy = ToyPagedModel(vocabulary=64, num_pages=40, page_size=4, max_len=64)
+    engine = Engine(ModelRunner(toy, 40, 4, max_batch=4)).start()
+    args = argparse.Namespace(
+        requests=10,
+        rate=200.0,
+        prompt_median=8.0,
+        prompt_max=20,
+        output_median=5.0,
+        output_max=10,
+        seed=0,
+    )
+    try:
+        report = asyncio.run(serve_load.run_engine(args, engine, 64))
+    finally:
+        engine.close()
+    assert report["completed"] == report["requests"] == 10 and not report["failed"], report
+    rng = random.Random(0)  # the draws run_engine made, in its order
+    drawn = []
+    for _ in range(10):
+        words = serve_load.lengths(rng, 8.0, 0.8, 4, 20)
+        drawn.append(serve_load.lengths(rng, 5.0, 0.6, 2, 10))
+        [rng.randrange(64) for _ in range(words)]
+        rng.expovariate(200.0)
+    assert report["mean_output_tokens"] == round(sum(drawn) / 10, 1)
+    assert report["output_tokens_per_second"] > 0 and report["itl_ms_p50"] >= 0
