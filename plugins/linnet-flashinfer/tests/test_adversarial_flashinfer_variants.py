@@ -13,6 +13,7 @@ import copy
 import os
 
 import linnet.torch.flashinfer as fi
+import linnet.torch.flashinfer.planning as planning
 import pytest
 import torch
 from flashinfer_fakes import FakeWrapper, fake_flashinfer
@@ -37,7 +38,7 @@ def linnet_home(tmp_path, monkeypatch):
 @pytest.fixture
 def installed(monkeypatch):
     monkeypatch.setattr(fi, "_flashinfer_installed", lambda: True)
-    monkeypatch.setattr(fi, "_flashinfer", fake_flashinfer)
+    monkeypatch.setattr(planning, "_flashinfer", fake_flashinfer)
     FakeWrapper.made.clear()
 
 

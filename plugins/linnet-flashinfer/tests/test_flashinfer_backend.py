@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import linnet.torch.flashinfer as fi
+import linnet.torch.flashinfer.planning as planning
 import pytest
 import torch
 from flashinfer_fakes import FakeWrapper, fake_flashinfer
@@ -63,7 +64,7 @@ def decode_graph():
 def installed(monkeypatch):
     """FlashInfer 'installed' (the stand-in wrapper)."""
     monkeypatch.setattr(fi, "_flashinfer_installed", lambda: True)
-    monkeypatch.setattr(fi, "_flashinfer", fake_flashinfer)
+    monkeypatch.setattr(planning, "_flashinfer", fake_flashinfer)
     FakeWrapper.made.clear()
 
 
@@ -423,6 +424,7 @@ def test_captured_steps_plan_in_prepare_and_never_read_under_capture(installed, 
             ex.prepare(ctx)
         reads, host_reads = planner.reads, planner.host_reads
         monkeypatch.setattr(fi, "_capturing", lambda: True)
+        monkeypatch.setattr(planning, "_capturing", lambda: True)
         recorded = []  # "capture": execute records; it must not read pos or plan
         for ex in executables:
             q = torch.randn(2, 2, 2, 64).to(torch.bfloat16)
@@ -518,6 +520,7 @@ def test_capture_before_any_plan_is_an_error(installed, decode_graph, monkeypatc
     backend = FlashInfer()
     (ex, _) = backend.compile_regions(backend.match(decode_graph, HOPPER), HOPPER, Options())
     monkeypatch.setattr(fi, "_capturing", lambda: True)
+    monkeypatch.setattr(planning, "_capturing", lambda: True)
     inputs = [None] * len(ex.site.region.inputs)
     inputs[ex.site.q_index] = torch.zeros(1, 2, 2, 64, dtype=torch.bfloat16)
     inputs[ex.site.pos_index] = i32(0)

@@ -101,6 +101,7 @@ def test_wheel_ships_only_its_module_and_keeps_flashinfer_optional(wheels):
     assert modules == [
         "linnet/torch/flashinfer/__init__.py",
         "linnet/torch/flashinfer/__main__.py",
+        "linnet/torch/flashinfer/planning.py",
         "linnet/torch/flashinfer/variants.py",
     ]
     text = metadata.decode()
