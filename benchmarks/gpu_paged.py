@@ -241,24 +241,9 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
             )
     for mode in [m for m in modes if m in ("dense", "paged", "engine", "load")]:
         paged = mode != "dense"
-        if mode in ("engine", "load"):
-            # Room for every request's prompt and output, and the sink page.
-            pages = batch * mp + 1
-            model = load(
-                llama,
-                weights=weights,
-                config=cfg,
-                device="cuda",
-                numerics="fast",
-                compile=compile_of(args),
-                kv_pages=pages,
-                kv_page_size=PAGE,
-            )
-            engine_row(model, pages, batch, args, mode)
-            del model
-            torch.cuda.empty_cache()
-            continue
-        extra = dict(kv_pages=batch * mp + 1, kv_page_size=PAGE) if paged else {}
+        # A pool with room for every sequence's positions, and the sink page.
+        pages = batch * mp + 1
+        extra = dict(kv_pages=pages, kv_page_size=PAGE) if paged else {}
         t0 = time.perf_counter()
         model = load(
             llama,
@@ -269,6 +254,11 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
             compile=compile_of(args),
             **extra,
         )
+        if mode in ("engine", "load"):
+            engine_row(model, pages, batch, args, mode)
+            del model
+            torch.cuda.empty_cache()
+            continue
         load_s = time.perf_counter() - t0
         one = torch.ones(batch, dtype=torch.int32)
         inputs = [one, one, table] if paged else [one, one]

@@ -18,6 +18,7 @@ import types
 from typing import ClassVar
 
 import torch
+from linnet.torch.flashinfer import FlashInfer
 
 
 class FakeWrapper:
@@ -127,3 +128,10 @@ class FakeWrapper:
 def fake_flashinfer() -> types.SimpleNamespace:
     """What ``linnet.torch.flashinfer._flashinfer()`` returns in CPU tests."""
     return types.SimpleNamespace(BatchDecodeWithPagedKVCacheWrapper=FakeWrapper)
+
+
+class CpuFlashInfer(FlashInfer):
+    """The backend with its probe opened to the CPU, to run its logic against FakeWrapper."""
+
+    def decline_reason(self, target):
+        return None

@@ -13,10 +13,9 @@ import copy
 import os
 
 import linnet.torch.flashinfer as fi
-import linnet.torch.flashinfer.planning as planning
 import pytest
 import torch
-from flashinfer_fakes import FakeWrapper, fake_flashinfer
+from flashinfer_fakes import CpuFlashInfer, FakeWrapper
 from linnet.backends import Options, Target
 from linnet.torch.flashinfer import (
     SOFTCAP_DECODE_ATTENTION,
@@ -28,25 +27,6 @@ from linnet.torch.flashinfer.variants import Variant, variant_of, window_left_fo
 HOPPER = Target("cuda", "cuda:0", "NVIDIA H200", (9, 0))
 DIMS = {"V": 256, "D": 256, "F": 512, "NL": 2, "H": 4, "KV": 2, "HD": 64, "S": 64, "T": "bf16"}
 PROMPT = 20
-
-
-@pytest.fixture(autouse=True)
-def linnet_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("LINNET_HOME", str(tmp_path / "linnet-home"))
-
-
-@pytest.fixture
-def installed(monkeypatch):
-    monkeypatch.setattr(fi, "_flashinfer_installed", lambda: True)
-    monkeypatch.setattr(planning, "_flashinfer", fake_flashinfer)
-    FakeWrapper.made.clear()
-
-
-class CpuFlashInfer(FlashInfer):
-    """The backend with its probe opened to the CPU (its logic against FakeWrapper)."""
-
-    def decline_reason(self, target):
-        return None
 
 
 def decode_graph(model: str, **extra):

@@ -20,7 +20,7 @@ import linnet.torch.flashinfer as fi
 import linnet.torch.flashinfer.planning as planning
 import pytest
 import torch
-from flashinfer_fakes import FakeWrapper, fake_flashinfer
+from flashinfer_fakes import CpuFlashInfer, FakeWrapper
 from linnet.backends import CONTRACT, Capabilities, Options, Target
 from linnet.lang.bundled import example
 from linnet.torch.flashinfer import DECODE_ATTENTION, FlashInfer, layout, page_size_for
@@ -50,22 +50,9 @@ def lowered(entry: str, inputs: dict, **extra):
     return lower(Program.from_file(llama()), entry, inputs, config(**extra))
 
 
-@pytest.fixture(autouse=True)
-def linnet_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("LINNET_HOME", str(tmp_path / "linnet-home"))
-
-
 @pytest.fixture(scope="module")
 def decode_graph():
     return lowered("decode", {"token": [1], "pos": [1]}, **TOY)
-
-
-@pytest.fixture
-def installed(monkeypatch):
-    """FlashInfer 'installed' (the stand-in wrapper)."""
-    monkeypatch.setattr(fi, "_flashinfer_installed", lambda: True)
-    monkeypatch.setattr(planning, "_flashinfer", fake_flashinfer)
-    FakeWrapper.made.clear()
 
 
 # ---------------------------------------------------------------- probe
@@ -305,11 +292,6 @@ def test_layers_share_one_wrapper_and_split_its_memory(decode_graph):
 
 
 # ---------------------------------------------------------------- end to end (stand-in)
-class CpuFlashInfer(FlashInfer):
-    """The backend with its probe opened to the CPU, to run its logic against FakeWrapper."""
-
-    def decline_reason(self, target):
-        return None
 
 
 def toy_model(**extra):

@@ -16,7 +16,7 @@ import linnet.torch.flashinfer as fi
 import linnet.torch.flashinfer.planning as planning
 import pytest
 import torch
-from flashinfer_fakes import FakeWrapper, fake_flashinfer
+from flashinfer_fakes import CpuFlashInfer, FakeWrapper
 from linnet.backends import Options, Target
 from linnet.torch.flashinfer import (
     PAGED_DECODE_ATTENTION,
@@ -39,25 +39,6 @@ CASES = {
     "window": ("qwen2", {"layer_windows": [8, 0]}),
     "softcap-window": ("gemma2", {"layer_windows": [8, 0], "attn_logit_softcapping": 0.5}),
 }
-
-
-@pytest.fixture(autouse=True)
-def linnet_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("LINNET_HOME", str(tmp_path / "linnet-home"))
-
-
-@pytest.fixture
-def installed(monkeypatch):
-    monkeypatch.setattr(fi, "_flashinfer_installed", lambda: True)
-    monkeypatch.setattr(planning, "_flashinfer", fake_flashinfer)
-    FakeWrapper.made.clear()
-
-
-class CpuFlashInfer(FlashInfer):
-    """The backend with its probe opened to the CPU (its logic against FakeWrapper)."""
-
-    def decline_reason(self, target):
-        return None
 
 
 def paged_graph(model: str, **extra):
