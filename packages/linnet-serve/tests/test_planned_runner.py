@@ -1,6 +1,6 @@
-"""The engine's decode by a plan per batch bucket (the default on CUDA): the plans share the
-page pool with each other and with `prefill_paged`'s direct calls, so tokens equal the
-unplanned engine's and the dense model's `generate`."""
+"""The engine's decode by a plan per batch bucket and its prefill by a plan per batch and
+length bucket (the default on CUDA): the plans share the page pool with each other, so tokens
+equal the unplanned engine's and the dense model's `generate`."""
 
 from __future__ import annotations
 
@@ -30,4 +30,9 @@ def test_planned_decode_shares_the_pool_and_changes_no_token() -> None:
         assert set(runner.steps) == (
             {r for e, r, _ in runner.shapes if e == "decode"} if planned else set()
         )
+        # And each (batch, length) bucket of prefill one plan, each of which ran.
+        assert set(runner.prefills) == (
+            {(b, n) for e, b, n in runner.shapes if e == "prefill"} if planned else set()
+        )
+        assert all(step is not None for step in runner.prefills.values())
     assert got[True] == got[False] == want

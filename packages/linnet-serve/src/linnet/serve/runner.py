@@ -128,6 +128,9 @@ class ModelRunner:
         self.planned = device_type == "cuda" if planned is None else planned
         self.progress = progress
         self.steps: dict[int, Any] = {}
+        # Planned prefill by (batch bucket, length bucket): its step, or None where it could
+        # not be planned or captured (that bucket then runs call by call).
+        self.prefills: dict[tuple[int, int], Any] = {}
 
     def _table(self, tables: Sequence[list[int]], rows: int) -> Any:
         """The page table, on the host."""
@@ -165,7 +168,6 @@ class ModelRunner:
         :class:`~linnet.torch.plans.Captured` graph on CUDA, else the plan's ``run``."""
         if rows not in self.steps:
             import torch
-            from linnet.torch.plans import Captured
 
             one = torch.ones(rows, dtype=torch.int32)
             table = torch.zeros((rows, self.columns), dtype=torch.int32)
@@ -178,12 +180,42 @@ class ModelRunner:
                 measure=cuda,
                 progress=self.progress,
             )
-            ctx = self.model.context_for(plan, shared=True)
-            if cuda:
-                self.steps[rows] = Captured(plan, ctx)
-            else:
-                self.steps[rows] = lambda inputs: plan.run(inputs, ctx)
+            self.steps[rows] = self._runnable(plan)
         return self.steps[rows]
+
+    def _runnable(self, plan: Any) -> Any:
+        """``plan`` in the model's shared context (one page pool for every plan and the
+        model's own calls): a :class:`~linnet.torch.plans.Captured` graph on CUDA, else the
+        plan's ``run``."""
+        ctx = self.model.context_for(plan, shared=True)
+        if getattr(self.device, "type", str(self.device)) == "cuda":
+            from linnet.torch.plans import Captured
+
+            return Captured(plan, ctx)
+        return lambda inputs: plan.run(inputs, ctx)
+
+    def _prefill_step(self, size: int, length: int, inputs: list[Any]) -> Any:
+        """The (batch, length) bucket's planned ``prefill_paged``, made on first use: over
+        the generated source alone (no backend timed: prompts come in many shapes), compiled
+        where the model is, replayed as one graph on CUDA so a chunk costs one launch of the
+        host's, not one per op. None where it cannot be planned (call by call instead)."""
+        from linnet.lang import LinnetError
+
+        key = (size, length)
+        if key not in self.prefills:
+            try:
+                plan = self.model.plan_for(
+                    "prefill_paged",
+                    inputs,
+                    backends=[],
+                    compile=getattr(self.model, "compile", None) or None,
+                    measure=False,
+                    progress=False,
+                )
+                self.prefills[key] = self._runnable(plan)
+            except LinnetError:
+                self.prefills[key] = None
+        return self.prefills[key]
 
     def prefill(
         self, rows: Sequence[Sequence[int]], starts: Sequence[int], tables: Sequence[list[int]]
@@ -203,10 +235,18 @@ class ModelRunner:
             n[b] = len(row)
             start[b] = starts[b]
         self.shapes.add(("prefill", size, length))
-        logits = self.model.prefill_paged(
-            tokens.to(self.device),
-            start.to(self.device),
-            n.to(self.device),
-            self._table(tables, size).to(self.device),
-        )
+        table = self._table(tables, size)
+        step = self._prefill_step(size, length, [tokens, start, n, table]) if self.planned else None
+        if step is not None:
+            from linnet.lang import LinnetError
+
+            try:
+                # Host tensors: copied in without waiting for the device.
+                return step([tokens, start, n, table])[0][: len(rows)]
+            except LinnetError as exc:
+                if exc.diagnostics[0].code != "E0753":  # not a capture failure: the user's
+                    raise
+                self.prefills[(size, length)] = None
+        dev = self.device
+        logits = self.model.prefill_paged(tokens.to(dev), start.to(dev), n.to(dev), table.to(dev))
         return logits[: len(rows)]
