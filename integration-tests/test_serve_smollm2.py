@@ -192,3 +192,48 @@ def test_load_generator_in_process_on_an_engine():
         rng.expovariate(200.0)
     assert report["mean_output_tokens"] == round(sum(drawn) / 10, 1)
     assert report["output_tokens_per_second"] > 0 and report["itl_ms_p50"] >= 0
+
+
+def test_gpu_paged_engine_and_load_modes_run_on_a_toy(monkeypatch):
+    """benchmarks/gpu_paged.py's engine and load modes (the serving figures of a GPU run),
+    on the CPU with the toy Llama: a model loaded without a fixed batch runs every bucket;
+    each mode adds its row, every request completed. (GPU minutes are scarce: a mode that
+    breaks should break here.)"""
+    import argparse
+    import json
+    import sys
+    from pathlib import Path
+
+    import torch
+    from linnet.lang.syntax.program import model_file
+    from linnet.torch import load, random_weights
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(benchmarks))
+    import gpu_paged
+
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"} | {"S": 64}
+    monkeypatch.setattr(gpu_paged, "SHAPE", {"V": cfg["V"]})
+    monkeypatch.setattr(gpu_paged, "ROWS", [])
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=0)
+    pages = 2 * 4 + 1
+    model = load(llama, weights=weights, config=cfg, kv_pages=pages, kv_page_size=16)
+    args = argparse.Namespace(
+        context=20,
+        steps=4,
+        repeats=1,
+        token_budget=64,
+        rate=200.0,
+        load_requests=6,
+        prompt_median=10.0,
+        output_median=4.0,
+    )
+    gpu_paged.engine_row(model, pages, 2, args, "engine")
+    gpu_paged.engine_row(model, pages, 2, args, "load")
+    engine_row, load_row = gpu_paged.ROWS
+    assert "Engine (end to end)" in engine_row and "load 6 req" in load_row
+    assert "nan" not in load_row, load_row
+    del sys.modules["gpu_paged"]
