@@ -214,3 +214,60 @@ def test_flashinfer_paged_decode_equals_the_op_bodies_on_a_gpu(case):
     model = _model(name, device="cuda", **extra)
     findings = _conform(model, FlashInfer(), device="cuda")
     assert len(findings) == 2 and all(f.passed for f in findings), findings
+
+
+def test_many_paged_steps_with_tables_that_change(installed):
+    """Steps as the serving engine runs them, through plan.run: rows advance across page
+    boundaries (a new page a row: plan() again), then swap slots and get other pages with the
+    same counts (only the indices are copied in), every step equal to the op bodies' step on a
+    copy of the same pool. Each step's positions and table come from the host."""
+    model = _model("llama")
+    i32 = torch.int32
+    tables = [[7, 2, 0, 0], [5, 11, 3, 4]]
+    plan = model.plan_for(
+        "decode_paged",
+        [
+            torch.tensor([1, 2], dtype=i32),
+            torch.tensor([0, 0], dtype=i32),
+            torch.tensor(tables, dtype=i32),
+        ],
+        backends=[CpuFlashInfer(workspace_bytes=1 << 16)],
+        measure=False,
+        progress=False,
+    )
+    assert len(plan.regions) == 2
+    ctx = model.context_for(plan)
+    ref = model.new_context(
+        "decode_paged", [torch.zeros(2, dtype=i32)] * 2 + [torch.tensor(tables, dtype=i32)]
+    )
+    generator = torch.Generator().manual_seed(2)
+    for path, state in ctx.states.items():
+        if path.endswith(("k_pages", "v_pages")):
+            state.copy_(torch.randn(state.shape, generator=generator).to(state.dtype))
+            ref.states[path].copy_(state)
+    planner = plan.executables[0].planner
+    plans = planner.plans
+    tokens = [5, 7]
+    errors = []
+    # Row 0 from position 28 (its second page) into its third at 32; row 1 from 44 (its
+    # third page) into its fourth at 48. At step 8 both rows get other pages: the same
+    # counts.
+    for step in range(12):
+        if step == 8:
+            tables = [[9, 1, 6, 0], [10, 8, 2, 3]]
+        table = torch.tensor(tables, dtype=i32)
+        pos = torch.tensor([28 + step, 44 + step], dtype=i32)
+        token = torch.tensor(tokens, dtype=i32)
+        got = plan.run([token, pos, table], ctx)[0]
+        want = model.run("decode_paged", [token, pos, table], context=ref)
+        # bf16 throughout, and each side writes its own K and V into its pool a step; the
+        # stand-in keeps probabilities in f32 where the std op rounds them to bf16 (a wrong
+        # page or length is off by 10-70%).
+        errors.append(((got - want).norm() / want.norm()).item())
+        tokens = want.argmax(-1).tolist()
+    assert max(errors) < 0.03, errors
+    # plan() at the first step and when both rows reached a new page (step 4: positions 32
+    # and 48); the new pages at step 8 kept every row's count: copied in without a plan.
+    assert planner.plans - plans == 2
+    assert planner.indices == (9, 1, 6, 10, 8, 2, 3)
+    assert planner.wrapper.indices[:7].tolist() == [9, 1, 6, 10, 8, 2, 3]
