@@ -10,7 +10,13 @@ any backend.
 
 How it runs (the README says more):
 
-* Layout. Each layer's cache is the std layout ``[B, S, KV, HD]``. Viewed (no copy) as
+* Paged caches. std.nn.paged's ``paged_decode_attention`` (and its window and soft-cap
+  forms: every std model's ``decode_paged``) is taken over the model's own pool of
+  ``[NP, PS, KV, HD]`` pages, which is FlashInfer's NHD layout as it is; row ``b``'s pages
+  are the first ``ceil(L_b / PS)`` entries of the entry's ``table`` input, read on the host
+  like ``pos`` (:func:`~linnet.torch.flashinfer.planning.paged_layout`). New pages with the
+  same page counts are copied in without a new ``plan()``.
+* Layout. Each layer's dense cache is the std layout ``[B, S, KV, HD]``. Viewed (no copy) as
   ``[B * S / P, P, KV, HD]`` it is FlashInfer's paged NHD layout with pages of ``P`` positions:
   row ``b`` owns pages ``b * S / P ..``; its first ``ceil(L_b / P)`` pages hold its
   ``L_b = pos[b] + 1`` positions. ``P`` is 16 by default (the largest power of two up to it
