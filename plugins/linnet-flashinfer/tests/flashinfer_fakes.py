@@ -14,9 +14,11 @@ query, at the row's last position) where ``window_left >= 0``; each score ``cap 
 
 from __future__ import annotations
 
+import os
 import types
 from typing import ClassVar
 
+import pytest
 import torch
 from linnet.torch.flashinfer import FlashInfer
 
@@ -135,3 +137,10 @@ class CpuFlashInfer(FlashInfer):
 
     def decline_reason(self, target):
         return None
+
+
+GPU = pytest.mark.skipif(
+    not torch.cuda.is_available() or os.environ.get("LINNET_GPU_TESTS") != "1",
+    reason="needs a Hopper GPU with flashinfer-python, and LINNET_GPU_TESTS=1",
+)
+"""The gpu-marked tests' skip: FlashInfer itself, on a GPU, where LINNET_GPU_TESTS=1."""

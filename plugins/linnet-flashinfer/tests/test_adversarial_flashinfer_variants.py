@@ -10,12 +10,11 @@ result; on a GPU (gpu-marked) against FlashInfer itself."""
 from __future__ import annotations
 
 import copy
-import os
 
 import linnet.torch.flashinfer as fi
 import pytest
 import torch
-from flashinfer_fakes import CpuFlashInfer, FakeWrapper
+from flashinfer_fakes import GPU, CpuFlashInfer, FakeWrapper
 from linnet.backends import Options, Target
 from linnet.torch.flashinfer import (
     SOFTCAP_DECODE_ATTENTION,
@@ -175,10 +174,6 @@ def test_an_off_by_one_window_or_a_cap_after_the_scale_would_be_caught(
 
 
 # ---------------------------------------------------------------- on a GPU
-GPU = pytest.mark.skipif(
-    not torch.cuda.is_available() or os.environ.get("LINNET_GPU_TESTS") != "1",
-    reason="needs a Hopper GPU with flashinfer-python, and LINNET_GPU_TESTS=1",
-)
 
 
 @pytest.mark.gpu

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import linnet.torch.flashinfer as fi
 import linnet.torch.flashinfer.planning as planning
 import pytest
 import torch
-from flashinfer_fakes import CpuFlashInfer, FakeWrapper
+from flashinfer_fakes import GPU, CpuFlashInfer, FakeWrapper
 from linnet.backends import CONTRACT, Capabilities, Options, Target
 from linnet.lang.bundled import example
 from linnet.torch.flashinfer import DECODE_ATTENTION, FlashInfer, layout, page_size_for
@@ -523,10 +522,6 @@ def test_entry_point_is_registered():
 
 
 # ---------------------------------------------------------------- on a GPU
-GPU = pytest.mark.skipif(
-    not torch.cuda.is_available() or os.environ.get("LINNET_GPU_TESTS") != "1",
-    reason="needs a Hopper GPU with flashinfer-python, and LINNET_GPU_TESTS=1",
-)
 
 
 @pytest.mark.gpu

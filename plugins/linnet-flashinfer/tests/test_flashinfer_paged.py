@@ -10,13 +10,11 @@ a page outside the pool is a coded error, never a read past it."""
 
 from __future__ import annotations
 
-import os
-
 import linnet.torch.flashinfer as fi
 import linnet.torch.flashinfer.planning as planning
 import pytest
 import torch
-from flashinfer_fakes import CpuFlashInfer, FakeWrapper
+from flashinfer_fakes import GPU, CpuFlashInfer, FakeWrapper
 from linnet.backends import Options, Target
 from linnet.torch.flashinfer import (
     PAGED_DECODE_ATTENTION,
@@ -198,10 +196,6 @@ def test_a_page_outside_the_pool_is_refused(installed):
 
 
 # ---------------------------------------------------------------- on a GPU
-GPU = pytest.mark.skipif(
-    not torch.cuda.is_available() or os.environ.get("LINNET_GPU_TESTS") != "1",
-    reason="needs a Hopper GPU with flashinfer-python, and LINNET_GPU_TESTS=1",
-)
 
 
 @pytest.mark.gpu
