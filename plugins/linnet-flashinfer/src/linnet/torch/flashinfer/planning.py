@@ -278,7 +278,8 @@ class Planner:
             if lengths != self.lengths:
                 self.plan(lengths)
             return
-        _, indices, _ = paged_layout(lengths, self.page_size, tables)
+        laid = paged_layout(lengths, self.page_size, tables)
+        indices = laid[1]
         bad = [page for page in indices if not 0 <= page < self.shape.pool]
         if bad:
             # A ValueError: the runtime reports it as a coded error naming this backend.
@@ -288,7 +289,7 @@ class Planner:
                 "below kv_pages (0, the sink page, for pages a row does not hold)"
             )
         if lengths != self.lengths or tuple(indices) != self.indices:
-            self.plan(lengths, tables)
+            self.plan(lengths, tables, laid)
 
     # -- FlashInfer
     def setup(self, device: torch.device) -> None:
@@ -314,11 +315,18 @@ class Planner:
             paged_kv_last_page_len_buffer=self.buffers["last_page_len"],
         )
 
-    def plan(self, lengths: tuple[int, ...], tables: Sequence[Sequence[int]] | None = None) -> None:
+    def plan(
+        self,
+        lengths: tuple[int, ...],
+        tables: Sequence[Sequence[int]] | None = None,
+        laid: tuple[list[int], list[int], list[int]] | None = None,
+    ) -> None:
         """Plan for rows of ``lengths`` positions (host work; copies the page table in): of
-        the dense cache viewed as pages, or (``tables``) of a paged cache's rows."""
+        the dense cache viewed as pages, or (``tables``) of a paged cache's rows; ``laid``
+        is their ``paged_layout`` where the caller made it already."""
         if tables is not None:
-            indptr, indices, last = paged_layout(lengths, self.page_size, tables)
+            laid = laid or paged_layout(lengths, self.page_size, tables)
+            indptr, indices, last = laid
         else:
             indptr, indices, last = layout(lengths, self.page_size, self.pages_per_row)
         pages = tuple(indptr[i + 1] - indptr[i] for i in range(len(lengths)))
