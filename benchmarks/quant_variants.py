@@ -54,6 +54,8 @@ Q4 += [("q4v_groups", {"BR": 1, "BO": bo, "BG": bg}) for bo, bg in GROUPS]
 Q4 += [
     ("q4v_bytes", {"BR": 1, "BO": bo, "BG": bg}) for bo, bg in [(4, 8), (8, 8), (8, 16), (4, 16)]
 ]
+# On the tensor cores (rows padded to 16): BO outputs a program, one group a step.
+Q4 += [("q4v_dot", {"BR": 16, "BO": bo}) for bo in (64, 32)]
 STD = {
     "q8": [("std.nn.quant::q8_gemv_rows", {"BR": 16, "BO": 4, "BG": 8})],
     "q4": [("std.nn.quant::q4_gemv_rows", {"BR": 16, "BO": 8, "BG": 8})],
@@ -114,7 +116,7 @@ def main() -> int:
             for n, g in variants:
                 gen = base | g
                 if n.endswith(
-                    ("_groups", "_bytes")
+                    ("_groups", "_bytes", "_dot")
                 ):  # N rows; int4 takes HG = GS / 2 bytes a group
                     gen = gen | {"N": 1}
                     if fmt == "q4":

@@ -8,11 +8,7 @@ import json
 import sys
 
 import triton
-from linnet.lang.check.tile_lowering import lower_kernel
-from linnet.torch.kernels import _ensure_module, _program, kernel_module
-
-# Triton's pointer spellings of Linnet's element types.
-POINTERS = {"f32": "*fp32", "bf16": "*bf16", "f16": "*fp16", "i32": "*i32"}
+from linnet.torch.kernels import compiled
 
 CASES = {
     "rms_norm_qkv_split_part": (
@@ -85,33 +81,8 @@ CASES = {
 def ptx(kernel: str, generics: dict, scalars: dict | None, use_pdl: int, prefetch: int) -> str:
     """The PTX of std kernel ``kernel`` for sm_90, launched as its launcher would (strides
     of contiguous tensors) under ``USE_PDL`` and ``PREFETCH``."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    module = kernel_module(None, kernel, generics, scalars)
-    prog = _program(None)
-    mod_name, _, short = kernel.rpartition("::")
-    _ensure_module(prog, mod_name, short)
-    k = lower_kernel(prog, kernel, generics, scalars)
-    fn = next(
-        v
-        for name, v in vars(module).items()
-        if isinstance(v, triton.runtime.JITFunction) and name.startswith(short)
-    )
-    tensors = k.params + k.results + k.scratch
-    signature = {p: POINTERS[dtype] for p, _, dtype in tensors}
-    constants: dict = {"USE_PDL": use_pdl, "PREFETCH": prefetch}
-    for p, shape, _ in tensors:
-        stride = 1
-        for axis in reversed(range(len(shape))):
-            constants[f"{p.upper()}_STRIDE_{axis}"] = stride
-            stride *= shape[axis]
-    constants = {a: constants[a] for a in fn.arg_names if a not in signature}
-    signature |= dict.fromkeys(constants, "constexpr")
-    return triton.compile(
-        ASTSource(fn=fn, signature=signature, constexprs=constants),
-        target=GPUTarget("cuda", 90, 32),
-    ).asm["ptx"]
+    flags = {"USE_PDL": use_pdl, "PREFETCH": prefetch}
+    return compiled(kernel, generics, scalars=scalars, flags=flags).asm["ptx"]
 
 
 def edge_instructions() -> list[str]:
@@ -120,27 +91,8 @@ def edge_instructions() -> list[str]:
     import re
     from pathlib import Path
 
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     path = Path(__file__).parent / "kernels" / "edges.linnet"
-    generics = {"N": 8}
-    module = kernel_module(path, "edges::edge_tiles", generics)
-    k = lower_kernel(_program(path), "edges::edge_tiles", generics)
-    fn = next(
-        v
-        for name, v in vars(module).items()
-        if isinstance(v, triton.runtime.JITFunction) and name.startswith("edge_tiles")
-    )
-    tensors = k.params + k.results
-    signature = {p: POINTERS.get(dtype, "*i8") for p, _, dtype in tensors}
-    constants = {"USE_PDL": 0, "PREFETCH": 0} | {f"{p.upper()}_STRIDE_0": 1 for p, _, _ in tensors}
-    constants = {a: constants[a] for a in fn.arg_names if a not in signature}
-    signature |= dict.fromkeys(constants, "constexpr")
-    text = triton.compile(
-        ASTSource(fn=fn, signature=signature, constexprs=constants),
-        target=GPUTarget("cuda", 90, 32),
-    ).asm["ptx"]
+    text = compiled("edges::edge_tiles", {"N": 8}, program=path).asm["ptx"]
     return sorted(set(re.findall(r"\b(?:max|min|div|cvt\.rzi)\.[\w.]+", text)))
 
 

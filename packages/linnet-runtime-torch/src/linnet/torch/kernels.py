@@ -174,6 +174,78 @@ def kernel_module(
     return import_source(body, "linnet_kernel_" + k.short_name)
 
 
+# Triton's signature spelling of a pointer to each Linnet element type (as its JIT names a
+# tensor argument).
+_POINTERS = {
+    "f64": "*fp64",
+    "f32": "*fp32",
+    "f16": "*fp16",
+    "bf16": "*bf16",
+    "i64": "*i64",
+    "i32": "*i32",
+    "i16": "*i16",
+    "i8": "*i8",
+    "u8": "*u8",
+    "bool": "*i1",
+}
+
+
+def compiled(
+    name: str,
+    generics: dict[str, Any],
+    program: Program | str | Path | None = None,
+    scalars: dict[str, Any] | None = None,
+    arch: int = 90,
+    flags: dict[str, int] | None = None,
+    aligned: bool = True,
+) -> Any:
+    """Kernel ``name`` compiled by Triton for NVIDIA compute capability ``arch`` without a
+    GPU: the ``CompiledKernel``, whose ``asm`` holds ``"ttgir"``, ``"ptx"`` and ``"cubin"``.
+
+    It is compiled as its launcher launches it: contiguous tensors (strides known), every
+    tensor's address a multiple of 16 bytes where ``aligned`` (as Triton specialises a
+    launch on PyTorch's allocations; without it no load is vectorised), ``USE_PDL`` 0 and
+    ``PREFETCH`` 0 unless ``flags`` says otherwise. ``name``, ``generics``, ``program`` and
+    ``scalars`` as :func:`launch`. Needs Triton with its NVIDIA backend and no
+    ``TRITON_INTERPRET=1`` in this process (the interpreter cannot compile).
+
+    >>> k = compiled("std.nn.decode::gemv_rows", {"N": 1, "I": 4096, "O": 4096, "T": "bf16",
+    ...              "BR": 16, "BO": 8, "BK": 512})                          # doctest: +SKIP
+    >>> "ld.global.v4" in k.asm["ptx"]                                       # doctest: +SKIP
+    True
+    """
+    import triton
+    from linnet.lang.check.tile_lowering import lower_kernel
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel, kernel_generics, _ = resolve(program, name, generics)
+    module = kernel_module(program, kernel, kernel_generics, scalars)
+    prog = _program(program)
+    mod_name, _, short = kernel.rpartition("::")
+    _ensure_module(prog, mod_name, short)
+    k = lower_kernel(prog, kernel, kernel_generics, scalars)
+    fn = next(
+        v
+        for n, v in vars(module).items()
+        if isinstance(v, triton.runtime.JITFunction) and n.startswith(k.short_name)
+    )
+    tensors = k.params + k.results + k.scratch
+    signature = {p: _POINTERS[dtype] for p, _, dtype in tensors}
+    constants: dict[str, Any] = {"USE_PDL": 0, "PREFETCH": 0} | (flags or {})
+    for p, shape, _ in tensors:
+        stride = 1
+        for axis in reversed(range(len(shape))):
+            constants[f"{p.upper()}_STRIDE_{axis}"] = stride
+            stride *= shape[axis]
+    constants = {a: constants[a] for a in fn.arg_names if a not in signature}
+    signature |= dict.fromkeys(constants, "constexpr")
+    pointers = [i for i, a in enumerate(fn.arg_names) if signature.get(a, "").startswith("*")]
+    attrs = {(i,): [["tt.divisibility", 16]] for i in pointers} if aligned else {}
+    source = ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32))
+
+
 def launch(
     name: str,
     generics: dict[str, Any],
