@@ -721,6 +721,38 @@ def test_a_prefill_plan_and_a_decode_plan_share_one_context(model, weights):
     torch.testing.assert_close(got[0], want[0, -1], rtol=1e-5, atol=1e-5)
 
 
+def test_a_shared_context_prepares_a_new_plan_without_another_plans_inputs(model):
+    """Plans of several batch sizes share the model's context (the serving engine's
+    buckets); a step of one leaves its inputs there. A plan prepared on that context later
+    must not see them as its own step's inputs (a FlashInfer wrapper fixed to 8 rows planned
+    a 4-row step's positions on an H100)."""
+    seen = []
+
+    class Recording(RefSiblings):
+        def compile(self, region, target, options):
+            executable = super().compile(region, target, options)
+            prepare = executable.prepare
+
+            def recording(context):
+                seen.append(dict(context.host_inputs))
+                prepare(context)
+
+            executable.prepare = recording
+            return executable
+
+    one = model.plan_for("decode", [TOKEN, POS], backends=[], measure=False, progress=False)
+    ctx = model.context_for(one, shared=True)
+    one.run([TOKEN, POS], ctx)
+    assert "%pos" in ctx.host_inputs  # the step's positions, given on the host
+    other = model.plan_for(
+        "decode", [TOKEN, POS], backends=[Recording()], measure=False, progress=False
+    )
+    assert other.regions
+    seen.clear()  # the plan's own check runs prepared with their inputs
+    assert model.context_for(other, shared=True) is ctx
+    assert seen and all(not given for given in seen)
+
+
 def plan_took_nothing(plan) -> bool:
     return not any(c.status == "taken" for c in plan.candidates)
 

@@ -265,3 +265,43 @@ def test_many_paged_steps_with_tables_that_change(installed):
     assert planner.plans - plans == 2
     assert planner.indices == (9, 1, 6, 10, 8, 2, 3)
     assert planner.wrapper.indices[:7].tolist() == [9, 1, 6, 10, 8, 2, 3]
+
+
+def test_plans_of_two_batch_sizes_share_one_page_pool(installed):
+    """The serving engine's buckets: a plan a batch size, all in the model's shared context
+    (one page pool). A plan made after another has run meets that run's inputs in the
+    context; its wrapper, fixed to its own batch in CUDA-graph mode, must plan only for its
+    own rows (on an H100 the 8-row bucket's context planned the 4-row step's positions:
+    "the runtime batch size 4 mismatches the batch size set during initialization 8").
+    Steps of both sizes, interleaved, equal the op bodies' steps."""
+    model = _model("llama")
+    i32 = torch.int32
+    backend = CpuFlashInfer(workspace_bytes=1 << 16)
+    tables = {2: [[7, 2, 0, 0], [5, 11, 3, 4]], 3: [[7, 2, 0, 0], [5, 11, 3, 4], [9, 1, 0, 0]]}
+    plans, contexts = {}, {}
+    refs = {}
+    errors = []
+    for step, rows in enumerate([2, 2, 3, 2, 3, 3, 2]):
+        table = torch.tensor(tables[rows], dtype=i32)
+        pos = torch.tensor([20 + step, 40 + step, 10 + step][:rows], dtype=i32)
+        token = torch.tensor([5, 7, 3][:rows], dtype=i32)
+        if rows not in plans:
+            plans[rows] = model.plan_for(
+                "decode_paged",
+                [token, pos, table],
+                backends=[backend],
+                measure=False,
+                progress=False,
+            )
+            assert len(plans[rows].regions) == 2
+            contexts[rows] = model.context_for(plans[rows], shared=True)
+            refs[rows] = model.new_context("decode_paged", [token, pos, table])
+        ctx, ref = contexts[rows], refs[rows]
+        assert ctx is contexts[2]  # one pool for both sizes
+        for path, state in ctx.states.items():  # the same pages on both sides
+            if path.endswith(("k_pages", "v_pages")):
+                ref.states[path].copy_(state)
+        got = plans[rows].run([token, pos, table], ctx)[0]
+        want = model.run("decode_paged", [token, pos, table], context=ref)
+        errors.append(((got - want).norm() / want.norm()).item())
+    assert max(errors) < 0.03, errors

@@ -471,6 +471,9 @@ class Model(TextModel):
         from .plans import prepare_all
 
         ctx = self._context_for_graph(plan.graph) if shared else self.context_for_graph(plan.graph)
+        # A shared context may hold the last step's inputs of another plan (another batch
+        # size): they are not this plan's, and its executables prepare before its first step.
+        ctx.inputs, ctx.host_inputs = {}, {}
         with torch.inference_mode():
             prepare_all(plan, ctx, "E0756")
         return ctx

@@ -210,6 +210,10 @@ class Planner:
         key = id(member)
         given = getattr(context, "inputs", {})
         current = given.get(self.pos_name)
+        if current is not None and tuple(current.shape) != (self.shape.batch,):
+            # Another plan's step (a context shared by plans of several batch sizes): not
+            # this wrapper's rows, whose batch is fixed in CUDA-graph mode.
+            current = None
         if current is not None:
             # The runner says which tensor this step reads (Captured: its input buffer);
             # the last execute may have seen another (the same plan run eagerly).
