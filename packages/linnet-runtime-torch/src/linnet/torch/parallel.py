@@ -354,21 +354,19 @@ def _rank_errors(rank: int, world: int) -> Iterator[None]:
         raise err from None
 
 
-def entry_inputs(program: Program) -> dict[str, dict[str, list[int]]]:
-    """Each entry's inputs with every dim 1: the shapes the layout is found for (the
-    layout does not depend on the inputs' sizes).
+def entry_inputs(
+    program: Program, config: dict[str, Any] | None = None
+) -> dict[str, dict[str, list[int]]]:
+    """Each entry's inputs with every dim 1 but those ``config`` fixes (a batch ``B``): the
+    shapes the layout is found for (the layout does not depend on the inputs' sizes).
 
-    >>> entry_inputs(Program.from_file("examples/llama/llama.linnet"))["decode"]
-    {'token': [1], 'pos': [1]}
+    >>> entry_inputs(Program.from_file("examples/llama/llama.linnet"), {"B": 2})["decode"]
+    {'token': [2], 'pos': [2]}
     """
-    from linnet.lang.check.driver import find_model
+    from linnet.lang.check.driver import find_model, probe_inputs
 
     decl = find_model(program, None)
-    return {
-        m.name: {p.name: [1] * len(p.type.dims) for p in m.params}  # type: ignore[union-attr]
-        for m in decl.methods
-        if m.kind == "entry"
-    }
+    return {m.name: probe_inputs(m, config) for m in decl.methods if m.kind == "entry"}
 
 
 def parameter_axes(
@@ -382,7 +380,7 @@ def parameter_axes(
     """
     axes: dict[str, int | None] = {}
     seen: dict[str, str] = {}
-    for entry, inputs in entry_inputs(program).items():
+    for entry, inputs in entry_inputs(program, config).items():
         graph = lower(program, entry, inputs, config, shapes, check=False)
         s = shard(graph, world, rank)
         for path in graph.parameters:

@@ -44,6 +44,7 @@ from linnet.lang.check.lowering import (
     count_arrays,
     find_model,
     lower,
+    probe_inputs,
     solve_where,
     unify_dims,
 )
@@ -126,6 +127,7 @@ __all__ = [
     "instantiate_member_block",
     "lower",
     "param_spans",
+    "probe_inputs",
     "solve_where",
     "symbolic_env",
     "too_deep",

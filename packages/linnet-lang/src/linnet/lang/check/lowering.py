@@ -50,6 +50,28 @@ def find_model(program: Program, model: str | None) -> A.BlockDecl:
     return models[0]
 
 
+def probe_inputs(entry: A.FuncDecl, config: dict[str, Any] | None = None) -> dict[str, list[int]]:
+    """Input shapes to lower ``entry`` with when only the model's layout matters (which
+    parameters, of which shapes): a dim named by an integer of ``config`` (a fixed batch
+    ``B``) takes that value, every other dim 1.
+
+    >>> decl = find_model(Program.from_file("examples/llama/llama.linnet"), None)
+    >>> probe_inputs(next(m for m in decl.methods if m.name == "decode"), {"B": 8})
+    {'token': [8], 'pos': [8]}
+    """
+    values = config or {}
+
+    def size(dim: A.Expr) -> int:
+        value = values.get(dim.name) if isinstance(dim, A.Name) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+    return {
+        p.name: [size(d) for d in p.type.dims]
+        for p in entry.params
+        if isinstance(p.type, A.TensorType)
+    }
+
+
 def config_key_help(key: str, known: list[str]) -> str:
     """E0602's help for a config key ``key`` that is none of the model's ``known`` names: the
     closest one (a misspelling, or the right name in another case), then all of them.

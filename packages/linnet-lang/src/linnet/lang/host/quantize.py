@@ -163,9 +163,8 @@ def quantized_layout(
     >>> layout.sources["lm_head.weight"]                                  # doctest: +SKIP
     ('lm_head.weight_q4', 'lm_head.weight_scale', 'lm_head.weight_min')
     """
-    import linnet.lang.syntax.tree as A
     from linnet.lang.check.driver import find_model
-    from linnet.lang.check.lowering import lower
+    from linnet.lang.check.lowering import lower, probe_inputs
 
     stored = stored_quantization(shapes)
     if stored:  # saved quantised weights: kept as they are, or E0687
@@ -196,9 +195,7 @@ def quantized_layout(
             )
         )
     entry = next(m for m in decl.methods if m.kind == "entry")
-    inputs = {
-        p.name: [1] * len(p.type.dims) for p in entry.params if isinstance(p.type, A.TensorType)
-    }
+    inputs = probe_inputs(entry, config)
     plain = {k: v for k, v in config.items() if k not in ("weight_bits", "weight_group")}
     floats = lower(program, entry.name, inputs, plain, shapes, check=False)
     dims = {

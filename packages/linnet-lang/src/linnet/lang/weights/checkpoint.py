@@ -804,16 +804,13 @@ def fit_checkpoint(
     >>> cfg = fit_checkpoint(program, {"H": 4, "KV": 2, "S": 64},
     ...                      safetensors_shapes("ckpt/"), None)   # doctest: +SKIP
     """
-    import linnet.lang.syntax.tree as A
-    from linnet.lang.check.driver import find_model, lower
+    from linnet.lang.check.driver import find_model, lower, probe_inputs
 
     decl = find_model(program, None)
     entry = next(m for m in decl.methods if m.kind == "entry")
-    inputs = {
-        p.name: [1] * len(p.type.dims) for p in entry.params if isinstance(p.type, A.TensorType)
-    }
     checks = dict(ckpt_config.checks) if ckpt_config is not None else {}
     full = {**checks, **config}
+    inputs = probe_inputs(entry, full)
     try:
         lower(program, entry.name, inputs, full, shapes, check=False)
         return full
