@@ -141,7 +141,7 @@ def test_the_patterns_are_made_once_per_program():
     assert {"m::norm_linear", "m::norm_linear2"} <= set(spans._patterns)
 
 
-def llama_decode(model: str, head_dim: int) -> tuple[Any, Any]:
+def llama_decode(model: str, head_dim: int, **extra: Any) -> tuple[Any, Any]:
     """A Llama source's decode graph at a small config, and it with std's spans claimed
     (checked by the verifier)."""
     from linnet.lang.syntax.program import model_file
@@ -160,6 +160,7 @@ def llama_decode(model: str, head_dim: int) -> tuple[Any, Any]:
         "B": 1,
         "S": 16,
         "T": "f32",
+        **extra,
     }
     graph = lower(program, "decode", {"token": [1], "pos": [1]}, config)
     claimed = claim_spans(graph, program)
@@ -217,6 +218,24 @@ def test_the_attention_input_is_one_span_up_to_the_rotations(model):
             assert inside.count("std.nn.rope::rope_with") == 2
             shapes = [claimed.values[r].shape for r in span.attributes["results"]]
             assert shapes == [(1, 4, 16), (1, 2, 16), (1, 2, 16)]
+
+
+def test_an_int8_attention_input_is_one_span_up_to_the_rotations():
+    """Quantised (int8, groups of 16), the same span is `rms_norm_qkv_rope_q8`'s: each
+    layer's norm, three `linear_q8` products, head split and rotations, claimed as itself
+    and again with the cache writes after it (its kernel then stores k and v)."""
+    _, claimed = llama_decode("std.models.llama", 16, weight_bits=8, weight_group=16)
+    spans = [c for c in claimed.calls if c.callee == "std.nn.quant::rms_norm_qkv_rope_q8"]
+    assert len(spans) == 4 and all(c.attributes["kernel_applies"] for c in spans)
+    assert sum(bool(c.attributes.get("writes")) for c in spans) == 2
+    for span in (c for c in spans if not c.attributes.get("writes")):
+        inside = [
+            c.callee
+            for c in claimed.calls
+            if span.start <= c.start < span.stop and c.kind == "op" and c is not span
+        ]
+        assert inside.count("std.nn.linear::linear_q8") == 3
+        assert inside.count("std.nn.rope::rope_with") == 2
 
 
 WRITER = """

@@ -32,7 +32,8 @@ PLAIN = ["small_q8", "small_q8_split", "small_q4", "small_q4_split"]
 # The fused prologues and epilogues (std.nn.quant's `rms_norm_qkv_q8`, ...).
 FUSED = ["small_q8_gate_up", "small_q8_residual", "small_q4_gate_up", "small_q4_residual"]
 QKV = ["small_q8_qkv", "small_q4_qkv"]
-OPS = PLAIN + FUSED + QKV
+ROPE = ["small_q8_qkv_rope"]
+OPS = PLAIN + FUSED + QKV + ROPE
 # Chosen shapes (N, I, O, NG, T; the group GS = I / NG, a power of two: the kernels' tiles
 # are whole groups): 3 groups of 16 (two steps of 2 groups, the last one ragged); GS 32 in
 # one step; GS 128; 1, 3 and 4 rows; O over several BO = 8 programs with a ragged last one;
@@ -53,9 +54,17 @@ CHOSEN_QKV = [
     (3, 64, 20, 4, 2, "bf16"),
     (2, 256, 8, 5, 8, "bf16"),
 ]
+# (N, D, H, KV, HD, NG, T) of the rotating qkv op: grouped heads (H 4 over KV 2, or 3 over
+# 1), a ragged last step (3 groups of 16), GS 32 and 64, one row and several.
+CHOSEN_ROPE = [
+    (1, 48, 3, 1, 8, 3, "f32"),
+    (3, 64, 4, 2, 8, 2, "bf16"),
+    (2, 64, 2, 2, 4, 1, "bf16"),
+]
 RUN_CHOSEN = {
     **{op: ci_sample(CHOSEN, 2, op) for op in PLAIN + FUSED},
     **{op: ci_sample(CHOSEN_QKV, 2, op) for op in QKV},
+    **{op: ci_sample(CHOSEN_ROPE, 2, op) for op in ROPE},
 }
 
 DRIVER = """
@@ -91,10 +100,10 @@ q_loads = body.count("tl.load(\\n            q +") + body.count("tl.load(q +")
 from linnet.lang.syntax.program import model_file
 from linnet.torch import load
 from linnet.torch.model import parameter_types
-qwen = model_file("std.models.qwen2")
-toy = json.loads((qwen.parent / "configs" / "qwen2" / "toy.json").read_text())
 plans = {}
-for bits, group in ((8, 32), (4, 16)):
+for family, key, bits, group in (("qwen2", "8", 8, 32), ("qwen2", "4", 4, 16), ("llama", "llama8", 8, 32)):
+    qwen = model_file(f"std.models.{family}")
+    toy = json.loads((qwen.parent / "configs" / family / "toy.json").read_text())
     cfg = {k: v for k, v in toy.items() if not k.startswith("_")}
     cfg.update(NL=1, weight_bits=bits, weight_group=group)
     g = torch.Generator().manual_seed(bits)
@@ -114,7 +123,7 @@ for bits, group in ((8, 32), (4, 16)):
             if c.backend_name == "linnet-kernels"]
     (got,) = plan.run([token, pos], model.context_for(plan))
     want = load(qwen, weights=dict(w), config=cfg, numerics="exact").run("decode", [token, pos])
-    plans[bits] = {"explain": plan.explain(), "rows": rows,
+    plans[key] = {"explain": plan.explain(), "rows": rows,
                    "difference": float((got - want).abs().max()),
                    "scale": float(want.abs().max())}
 print(json.dumps({"checks": checks, "q_loads": q_loads, "plans": plans}))
@@ -174,6 +183,7 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
         "small_q4": "q4_gemv_rows",
         "small_q4_split": "q4_split_part then q4_split_sum",
         "small_q8_qkv": "rms_norm_q8_qkv_rows",
+        "small_q8_qkv_rope": "rms_norm_q8_qkv_rope_rows",
         "small_q8_gate_up": "rms_norm_q8_gate_up_rows",
         "small_q8_residual": "q8_residual_rows",
         "small_q4_qkv": "rms_norm_q4_qkv_rows",
@@ -214,6 +224,17 @@ def test_a_quantised_decode_plan_claims_the_quant_span_ops(run: dict) -> None:
             f"std.nn.quant::linear_q{bits}_residual",
         } <= fused
         assert found["difference"] <= 1e-4 * max(1.0, found["scale"]), found
+
+
+def test_a_quantised_llama_takes_its_attention_input_as_one_span(run: dict) -> None:
+    """A toy Llama's int8 decode step (no q/k/v biases, unlike Qwen2): the norm, the q/k/v
+    products and both rotations are `rms_norm_qkv_rope_q8` candidates (with the cache
+    writes and without), and the plan's run, kernels interpreted, equals the exact model's."""
+    found = run["plans"]["llama8"]
+    rope = [r for r in found["rows"] if r[0] == "std.nn.quant::rms_norm_qkv_rope_q8"]
+    assert len(rope) == 2, found["rows"]
+    assert any(st == "taken" for _, _, st, _ in rope), found["explain"]
+    assert found["difference"] <= 1e-4 * max(1.0, found["scale"]), found
 
 
 def test_checks_draw_8_bit_integers_over_their_whole_range() -> None:

@@ -55,7 +55,8 @@ def probe_inputs(entry: A.FuncDecl, config: dict[str, Any] | None = None) -> dic
     parameters, of which shapes): a dim named by an integer of ``config`` (a fixed batch
     ``B``) takes that value, every other dim 1.
 
-    >>> decl = find_model(Program.from_file("examples/llama/llama.linnet"), None)
+    >>> from linnet.lang.syntax.program import model_file
+    >>> decl = find_model(Program.from_file(model_file("std.models.llama")), None)
     >>> probe_inputs(next(m for m in decl.methods if m.name == "decode"), {"B": 8})
     {'token': [8], 'pos': [8]}
     """
