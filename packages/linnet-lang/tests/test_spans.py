@@ -220,12 +220,14 @@ def test_the_attention_input_is_one_span_up_to_the_rotations(model):
             assert shapes == [(1, 4, 16), (1, 2, 16), (1, 2, 16)]
 
 
-def test_an_int8_attention_input_is_one_span_up_to_the_rotations():
-    """Quantised (int8, groups of 16), the same span is `rms_norm_qkv_rope_q8`'s: each
-    layer's norm, three `linear_q8` products, head split and rotations, claimed as itself
-    and again with the cache writes after it (its kernel then stores k and v)."""
-    _, claimed = llama_decode("std.models.llama", 16, weight_bits=8, weight_group=16)
-    spans = [c for c in claimed.calls if c.callee == "std.nn.quant::rms_norm_qkv_rope_q8"]
+@pytest.mark.parametrize("bits", [8, 4])
+def test_a_quantised_attention_input_is_one_span_up_to_the_rotations(bits):
+    """Quantised (int8 or int4, groups of 16), the same span is `rms_norm_qkv_rope_q8`'s
+    (`_q4`'s): each layer's norm, three quantised products, head split and rotations, claimed
+    as itself and again with the cache writes after it (its kernel then stores k and v)."""
+    _, claimed = llama_decode("std.models.llama", 16, weight_bits=bits, weight_group=16)
+    op = f"std.nn.quant::rms_norm_qkv_rope_q{bits}"
+    spans = [c for c in claimed.calls if c.callee == op]
     assert len(spans) == 4 and all(c.attributes["kernel_applies"] for c in spans)
     assert sum(bool(c.attributes.get("writes")) for c in spans) == 2
     for span in (c for c in spans if not c.attributes.get("writes")):
@@ -234,7 +236,7 @@ def test_an_int8_attention_input_is_one_span_up_to_the_rotations():
             for c in claimed.calls
             if span.start <= c.start < span.stop and c.kind == "op" and c is not span
         ]
-        assert inside.count("std.nn.linear::linear_q8") == 3
+        assert inside.count(f"std.nn.linear::linear_q{bits}") == 3
         assert inside.count("std.nn.rope::rope_with") == 2
 
 

@@ -22,7 +22,13 @@ from pathlib import Path
 import pytest
 import torch
 from linnet.lang import Program
-from linnet.lang.check.kernel_cases import KernelCase, bound_ops, integer_range
+from linnet.lang.check.kernel_cases import (
+    KernelCase,
+    bound_ops,
+    checked_program,
+    integer_range,
+    sample_cases,
+)
 from support import CI, CI_SEED, ci_sample, run_guarded
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
@@ -32,7 +38,7 @@ PLAIN = ["small_q8", "small_q8_split", "small_q4", "small_q4_split"]
 # The fused prologues and epilogues (std.nn.quant's `rms_norm_qkv_q8`, ...).
 FUSED = ["small_q8_gate_up", "small_q8_residual", "small_q4_gate_up", "small_q4_residual"]
 QKV = ["small_q8_qkv", "small_q4_qkv"]
-ROPE = ["small_q8_qkv_rope"]
+ROPE = ["small_q8_qkv_rope", "small_q4_qkv_rope"]
 OPS = PLAIN + FUSED + QKV + ROPE
 # Chosen shapes (N, I, O, NG, T; the group GS = I / NG, a power of two: the kernels' tiles
 # are whole groups): 3 groups of 16 (two steps of 2 groups, the last one ragged); GS 32 in
@@ -101,7 +107,8 @@ from linnet.lang.syntax.program import model_file
 from linnet.torch import load
 from linnet.torch.model import parameter_types
 plans = {}
-for family, key, bits, group in (("qwen2", "8", 8, 32), ("qwen2", "4", 4, 16), ("llama", "llama8", 8, 32)):
+for family, key, bits, group in (("qwen2", "8", 8, 32), ("qwen2", "4", 4, 16), ("llama", "llama8", 8, 32),
+                                 ("llama", "llama4", 4, 16)):
     qwen = model_file(f"std.models.{family}")
     toy = json.loads((qwen.parent / "configs" / family / "toy.json").read_text())
     cfg = {k: v for k, v in toy.items() if not k.startswith("_")}
@@ -152,8 +159,16 @@ def test_small_tile_quant_kernels_agree_with_their_bodies(run: dict) -> None:
     checks = run["checks"]
     assert [c["finding"] for c in checks if c["finding"]] == []
     ops = [c["op"].rsplit("::", 1)[-1] for c in checks]
-    # The sampled cases and every chosen one of each op ran.
-    assert {o: ops.count(o) for o in OPS} == {o: SAMPLED + len(RUN_CHOSEN[o]) for o in OPS}
+    # The sampled cases (as many as the sampler finds: the int4 rotating op's five
+    # divisibility clauses leave it fewer small shapes) and every chosen one of each op ran.
+    program = checked_program(TILES)
+    drawn = {
+        op.name: len(sample_cases(program, op, SAMPLED, seed=SAMPLE_SEED, max_size=40))
+        for op in bound_ops(program)
+        if op.name in OPS
+    }
+    assert all(drawn[o] >= 1 for o in OPS) and all(drawn[o] == SAMPLED for o in PLAIN + FUSED)
+    assert {o: ops.count(o) for o in OPS} == {o: drawn[o] + len(RUN_CHOSEN[o]) for o in OPS}
     assert all(c["difference"] < float("inf") for c in checks)
 
 
@@ -187,6 +202,7 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
         "small_q8_gate_up": "rms_norm_q8_gate_up_rows",
         "small_q8_residual": "q8_residual_rows",
         "small_q4_qkv": "rms_norm_q4_qkv_rows",
+        "small_q4_qkv_rope": "rms_norm_q4_qkv_rope_rows",
         "small_q4_gate_up": "rms_norm_q4_gate_up_rows",
         "small_q4_residual": "q4_residual_rows",
     }
@@ -227,14 +243,17 @@ def test_a_quantised_decode_plan_claims_the_quant_span_ops(run: dict) -> None:
 
 
 def test_a_quantised_llama_takes_its_attention_input_as_one_span(run: dict) -> None:
-    """A toy Llama's int8 decode step (no q/k/v biases, unlike Qwen2): the norm, the q/k/v
-    products and both rotations are `rms_norm_qkv_rope_q8` candidates (with the cache
-    writes and without), and the plan's run, kernels interpreted, equals the exact model's."""
-    found = run["plans"]["llama8"]
-    rope = [r for r in found["rows"] if r[0] == "std.nn.quant::rms_norm_qkv_rope_q8"]
-    assert len(rope) == 2, found["rows"]
-    assert any(st == "taken" for _, _, st, _ in rope), found["explain"]
-    assert found["difference"] <= 1e-4 * max(1.0, found["scale"]), found
+    """A toy Llama's int8 and int4 decode steps (no q/k/v biases, unlike Qwen2): the norm,
+    the q/k/v products and both rotations are `rms_norm_qkv_rope_q8` (`_q4`) candidates
+    (with the cache writes and without), and the plan's run, kernels interpreted, equals the
+    exact model's."""
+    for bits in ("8", "4"):
+        found = run["plans"][f"llama{bits}"]
+        op = f"std.nn.quant::rms_norm_qkv_rope_q{bits}"
+        rope = [r for r in found["rows"] if r[0] == op]
+        assert len(rope) == 2, found["rows"]
+        assert any(st == "taken" for _, _, st, _ in rope), found["explain"]
+        assert found["difference"] <= 1e-4 * max(1.0, found["scale"]), found
 
 
 def test_checks_draw_8_bit_integers_over_their_whole_range() -> None:
