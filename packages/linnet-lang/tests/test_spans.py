@@ -162,7 +162,8 @@ def llama_decode(model: str, head_dim: int, **extra: Any) -> tuple[Any, Any]:
         "T": "f32",
         **extra,
     }
-    graph = lower(program, "decode", {"token": [1], "pos": [1]}, config)
+    b = config["B"]
+    graph = lower(program, "decode", {"token": [b], "pos": [b]}, config)
     claimed = claim_spans(graph, program)
     verify(claimed, "claim_spans")
     return graph, claimed
@@ -238,6 +239,20 @@ def test_a_quantised_attention_input_is_one_span_up_to_the_rotations(bits):
         ]
         assert inside.count(f"std.nn.linear::linear_q{bits}") == 3
         assert inside.count("std.nn.rope::rope_with") == 2
+
+
+@pytest.mark.parametrize(
+    "batch,op",
+    [(1, "linear_gemv_dot"), (32, "linear_gemv_dot32"), (48, "linear_gemv_dot64")],
+)
+def test_a_serving_batch_past_16_rows_gets_a_tensor_core_gemv(batch, op):
+    """Every product of a decode step is claimed by the `gemv_dot` op of its batch: up to
+    16 rows, 17 to 32, 33 to 64 (the last needs a pattern sampled past 24 rows)."""
+    graph, claimed = llama_decode("std.models.llama", 8, B=batch)
+    dots = {c.callee for c in claimed.calls if "gemv_dot" in c.callee}
+    assert dots == {f"std.nn.decode::{op}"}
+    linears = [c for c in graph.calls if c.callee == "std.nn.linear::linear"]
+    assert len([c for c in claimed.calls if c.callee == f"std.nn.decode::{op}"]) == len(linears)
 
 
 WRITER = """

@@ -71,6 +71,17 @@ STD_KERNELS = {
         "<N, I, O, T, 16, 16, 256>",
         ["BR >= N", "BR >= 16", "BO >= 16", "BK >= 16"],
     ),
+    # Past 16 rows (serving batches): the same kernel, 32 and 64 rows a dot.
+    "std.nn.decode::linear_gemv_dot32": (
+        "gemv_dot",
+        "<N, I, O, T, 32, 16, 256>",
+        ["BR >= N", "BR >= 16", "BO >= 16", "BK >= 16"],
+    ),
+    "std.nn.decode::linear_gemv_dot64": (
+        "gemv_dot",
+        "<N, I, O, T, 64, 16, 256>",
+        ["BR >= N", "BR >= 16", "BO >= 16", "BK >= 16"],
+    ),
     # Chains: the first kernel, and the binding's text from its arguments to the second's.
     "std.nn.decode::linear_split": (
         "gemv_split_part",
