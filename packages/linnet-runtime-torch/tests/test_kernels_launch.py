@@ -130,9 +130,11 @@ def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_pat
     from linnet.torch.planned import compare
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    # At `rows`, or at the most rows below it (powers of two) that the kernel takes: the
-    # decode kernels take at most 16.
+    # At `rows`, or at the most rows below it (powers of two) that the kernel takes (the
+    # decode kernels take at most 16), or else the fewest above it (a serving batch's
+    # `linear_gemv_dot32` takes 17 to 32).
     tries = [rows] + [2**k for k in range(6, -1, -1) if 2**k < rows]
+    tries += [2**k + 1 for k in range(7) if 2**k >= rows]
     generics = next((g for r in tries if (g := example_generics(op, r, 1024)) is not None), None)
     assert generics is not None, f"no generics let {kernel} run"
     case = op_case(op, generics)
