@@ -193,6 +193,8 @@ def cases() -> list[Case]:
         _std("linear_split_wide_op", x=x),
         _std("linear_residual_split_op", x=x, r=((4, 6), "normal")),
         _std("linear_gemv_dot_op", x=x),
+        _std("linear_gemv_dot32_op", x=((20, 8), "normal")),
+        _std("linear_gemv_dot64_op", x=((36, 8), "normal")),
         # Issue 42's quantised products (int8, packed int4; f16 group scales) and their
         # decode span ops (std.nn.quant).
         _std("linear_q8_op", x=x),
