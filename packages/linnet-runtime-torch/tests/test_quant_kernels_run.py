@@ -67,6 +67,9 @@ CHOSEN_ROPE = [
     (3, 64, 4, 2, 8, 2, "bf16"),
     (2, 64, 2, 2, 4, 1, "bf16"),
 ]
+# The planned toy Llama steps that take the rotating quantised spans (interpreted, about 20 s
+# each): both without CI=1, one of the two under it (rotating daily).
+LLAMAS = ci_sample([8, 4], 1, "quant-llama")
 RUN_CHOSEN = {
     **{op: ci_sample(CHOSEN, 2, op) for op in PLAIN + FUSED},
     **{op: ci_sample(CHOSEN_QKV, 2, op) for op in QKV},
@@ -80,6 +83,7 @@ from linnet.lang.check.kernel_cases import bound_ops, case_for, checked_program
 from linnet.torch.testing import check_case, check_kernels, use_interpreter
 
 path, chosen, count, seed = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llamas = json.loads(sys.argv[5])
 checks = []
 def seen(c):
     checks.append({"op": c.case.op, "generics": c.case.generics, "difference": c.difference,
@@ -107,8 +111,9 @@ from linnet.lang.syntax.program import model_file
 from linnet.torch import load
 from linnet.torch.model import parameter_types
 plans = {}
-for family, key, bits, group in (("qwen2", "8", 8, 32), ("qwen2", "4", 4, 16), ("llama", "llama8", 8, 32),
-                                 ("llama", "llama4", 4, 16)):
+runs = [("qwen2", "8", 8, 32), ("qwen2", "4", 4, 16)]
+runs += [("llama", f"llama{bits}", bits, 32 if bits == 8 else 16) for bits in llamas]
+for family, key, bits, group in runs:
     qwen = model_file(f"std.models.{family}")
     toy = json.loads((qwen.parent / "configs" / family / "toy.json").read_text())
     cfg = {k: v for k, v in toy.items() if not k.startswith("_")}
@@ -148,6 +153,7 @@ def run() -> dict:
             json.dumps(RUN_CHOSEN),
             str(SAMPLED),
             str(SAMPLE_SEED),
+            json.dumps(LLAMAS),
         ],
         env={**os.environ, "TRITON_INTERPRET": "1"},
     )
@@ -243,11 +249,12 @@ def test_a_quantised_decode_plan_claims_the_quant_span_ops(run: dict) -> None:
 
 
 def test_a_quantised_llama_takes_its_attention_input_as_one_span(run: dict) -> None:
-    """A toy Llama's int8 and int4 decode steps (no q/k/v biases, unlike Qwen2): the norm,
-    the q/k/v products and both rotations are `rms_norm_qkv_rope_q8` (`_q4`) candidates
-    (with the cache writes and without), and the plan's run, kernels interpreted, equals the
-    exact model's."""
-    for bits in ("8", "4"):
+    """A toy Llama's int8 and int4 decode steps (one of them under CI=1; no q/k/v biases,
+    unlike Qwen2): the norm, the q/k/v products and both rotations are
+    `rms_norm_qkv_rope_q8` (`_q4`) candidates (with the cache writes and without), and the
+    plan's run, kernels interpreted, equals the exact model's."""
+    assert {k for k in run["plans"] if k.startswith("llama")} == {f"llama{b}" for b in LLAMAS}
+    for bits in map(str, LLAMAS):
         found = run["plans"][f"llama{bits}"]
         op = f"std.nn.quant::rms_norm_qkv_rope_q{bits}"
         rope = [r for r in found["rows"] if r[0] == op]
