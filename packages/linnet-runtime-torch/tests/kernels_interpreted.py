@@ -243,9 +243,9 @@ def test_loops_carry_old_and_new_values(tmp_path, interpret):
 SPAN_OPS = (
     Path(__file__).resolve().parents[2] / "linnet-lang" / "tests" / "spans" / "norm_linear.linnet"
 )
-# More rows than std.nn.decode's span ops take (16), so that only this file's span op and
-# rms_norm's own kernel claim the model's steps.
-ROWS = 20
+# More rows than std.nn.decode's span ops take (64: `linear_gemv_dot64`), so that only this
+# file's span op and rms_norm's own kernel claim the model's steps.
+ROWS = 65
 SPAN_MODEL = (SPAN_OPS.parent / "two_norms.linnet.part").read_text()
 
 
