@@ -173,7 +173,7 @@ def test_small_tile_quant_kernels_agree_with_their_bodies(run: dict) -> None:
         for op in bound_ops(program)
         if op.name in OPS
     }
-    assert all(drawn[o] >= 1 for o in OPS) and all(drawn[o] == SAMPLED for o in PLAIN + FUSED)
+    assert all(drawn[o] >= 1 for o in OPS) and all(drawn[o] == SAMPLED for o in PLAIN + FUSED + QKV)
     assert {o: ops.count(o) for o in OPS} == {o: drawn[o] + len(RUN_CHOSEN[o]) for o in OPS}
     assert all(c["difference"] < float("inf") for c in checks)
 
