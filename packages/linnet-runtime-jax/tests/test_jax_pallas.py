@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys
 from pathlib import Path
 
 import jax
@@ -14,6 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from linnet.jax import load_source
+
+# The torch tests' sampler (under CI=1 a seeded draw that rotates daily), shared by both
+# runtimes' tests as test_jax_models.py shares it.
+TORCH_TESTS = str(Path(__file__).resolve().parents[2] / "linnet-runtime-torch" / "tests")
+if TORCH_TESTS not in sys.path:
+    sys.path.append(TORCH_TESTS)
+from support import CI, CI_SEED, ci_sample  # noqa: E402
 
 SOFTMAX = """
 use std.nn.activation::{softmax}
@@ -440,38 +448,77 @@ def test_std_kernels_equal_their_bodies_interpreted(module, op, interpret, tmp_p
 
 
 # ---------------------------------------------------------------- linnet kernels --runtime jax
+# The std kernels the Pallas check must reach, in every run (a binding lost, or a kernel
+# Pallas can no longer run, fails here).
+PALLAS_NAMED = (
+    "activation::row_softmax",
+    "linear::tiled_matmul",
+    "norm::rms_norm_rows",
+    "activation::silu_mul_tiles",
+    "decode::gemv_rows",
+    "decode::rms_norm_gemv",
+    "decode::gemv_row",
+    "decode::rms_norm_qkv_gemv",
+    "decode::rms_norm_gate_up_gemv",
+    "decode::gate_up_gemv",
+    "decode::gemv_residual",
+    "decode::decode_attention_tiles",
+    "decode::gemv_dot",
+    "decode::gemv_split_part then gemv_split_sum",
+    "decode::gemv_split_part then gemv_split_residual_sum",
+    "decode::rms_norm_qkv_split_part then rms_norm_qkv_split_sum",
+    "decode::decode_attention_split_tiles then decode_attention_combine_tiles",
+    "quant::q8_gemv_rows",
+    "quant::q4_gemv_rows",
+    "quant::q8_split_part then q8_split_sum",
+    "quant::q4_split_part then q4_split_sum",
+    "moe_kernels::moe_gate_up_rows then moe_down_rows",
+    "moe_kernels::moe_gate_up_tiles then moe_down_tiles then moe_combine_tiles",
+)
+# Under CI=1, how many of the other bound std ops (their kernels named nowhere here) the
+# check draws: about a quarter of them (every one without CI=1).
+PALLAS_OTHERS = 5
+
+
+def pallas_ops() -> list[str]:
+    """The `--op` names of the Pallas check. None without CI=1: every std op bound to a
+    kernel (48 cases, about 65 s in Pallas's interpreter). Under it (the torch tests'
+    `support.ci_sample`: a seeded draw that rotates daily, LINNET_CI_SEED pins it) one op of
+    each kernel of PALLAS_NAMED, drawn among the ops that bind it (gemv_dot: three), and
+    PALLAS_OTHERS of the other ops; each op's case is the one the full run draws for it."""
+    if not CI:
+        return []
+    from linnet.lang.check.kernel_cases import bound_ops, std_program
+
+    by_kernel: dict[str, list[str]] = {}
+    for op in bound_ops(std_program()):
+        names, binding = [], op.kernel
+        while binding is not None:
+            names.append(binding.name)
+            binding = binding.then
+        # As the check names the kernel: `std.nn.decode::gemv_split_part then gemv_split_sum`.
+        kernel = f"{op.qualified_name.rpartition('::')[0]}::{' then '.join(names)}"
+        by_kernel.setdefault(kernel, []).append(op.qualified_name)
+    named = [f"std.nn.{k}" for k in PALLAS_NAMED]
+    assert all(k in by_kernel for k in named), sorted(set(named) - set(by_kernel))
+    others = [op for k, ops in by_kernel.items() if k not in named for op in ops]
+    assert len(others) > 10, others  # the draw below has ops to draw from
+    return [op for k in named for op in ci_sample(by_kernel[k], 1, f"pallas {k}")] + ci_sample(
+        others, PALLAS_OTHERS, "pallas"
+    )
+
+
 def test_linnet_kernels_checks_the_std_kernels_through_pallas(capsys):
     from linnet.lang.cli import main
 
-    assert main(["kernels", "--std", "--runtime", "jax", "--count", "1", "--device", "cpu"]) == 0
+    ops = [a for op in pallas_ops() for a in ("--op", op)]
+    argv = ["kernels", "--std", "--runtime", "jax", "--count", "1", "--device", "cpu", *ops]
+    seed = f"(CI={CI}, LINNET_CI_SEED={CI_SEED})"
+    assert main(argv) == 0, seed
     out = capsys.readouterr().out
-    for kernel in (
-        "activation::row_softmax",
-        "linear::tiled_matmul",
-        "norm::rms_norm_rows",
-        "activation::silu_mul_tiles",
-        "decode::gemv_rows",
-        "decode::rms_norm_gemv",
-        "decode::gemv_row",
-        "decode::rms_norm_qkv_gemv",
-        "decode::rms_norm_gate_up_gemv",
-        "decode::gate_up_gemv",
-        "decode::gemv_residual",
-        "decode::decode_attention_tiles",
-        "decode::gemv_dot",
-        "decode::gemv_split_part then gemv_split_sum",
-        "decode::gemv_split_part then gemv_split_residual_sum",
-        "decode::rms_norm_qkv_split_part then rms_norm_qkv_split_sum",
-        "decode::decode_attention_split_tiles then decode_attention_combine_tiles",
-        "quant::q8_gemv_rows",
-        "quant::q4_gemv_rows",
-        "quant::q8_split_part then q8_split_sum",
-        "quant::q4_split_part then q4_split_sum",
-        "moe_kernels::moe_gate_up_rows then moe_down_rows",
-        "moe_kernels::moe_gate_up_tiles then moe_down_tiles then moe_combine_tiles",
-    ):
-        assert f"ok    std.nn.{kernel}  " in out
-    assert "case(s) checked through Pallas: every kernel agrees with its op" in out
+    for kernel in PALLAS_NAMED:
+        assert f"ok    std.nn.{kernel}  " in out, seed
+    assert "case(s) checked through Pallas: every kernel agrees with its op" in out, seed
 
 
 BROKEN = """

@@ -22,7 +22,7 @@ import torch
 from linnet.lang import Program, check_program
 from linnet.lang.check.kernel_cases import bound_ops, sample_cases
 from linnet.torch.testing import TOLERANCES, compare, std_program
-from support import CI, CI_SEED, run_guarded
+from support import CI, CI_SEED, ci_sample, run_guarded
 
 # Found, not imported: Triton imported here without TRITON_INTERPRET=1 would stop later
 # in-process tests from interpreting kernels.
@@ -31,17 +31,52 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 ROOT = Path(__file__).resolve().parents[3]
 BROKEN = Path(__file__).parent / "kernels" / "broken.linnet"
 EXAMPLES = sorted(str(p) for p in (ROOT / "examples").rglob("*.linnet"))
-# `linnet kernels --std` and the examples: every kernel twice (seed 0); under CI=1 every kernel
-# once, its case drawn with a seed that rotates by date (support.CI_SEED), half the time.
+# `linnet kernels --std` and the examples: every kernel twice (seed 0); under CI=1 once, its
+# case drawn with a seed that rotates by date (support.CI_SEED), half the time, and not every
+# kernel (STD_OTHERS below).
 STD_COUNT, STD_SEED = (1, CI_SEED) if CI else (2, 0)
+# The kernels the std run checks in every run, each once per op that binds it.
+NAMED = (
+    "row_softmax",
+    "tiled_matmul",
+    "rms_norm_rows",
+    "silu_mul_tiles",
+    "gemv_rows",
+    "gemv_row",
+    "rms_norm_gemv",
+    "rms_norm_qkv_gemv",
+    "rms_norm_gate_up_gemv",
+    "gate_up_gemv",
+    "gemv_residual",
+    "decode_attention_tiles",
+    "gemv_dot",
+    "residual_rms_norm_rows",
+    "gemv_split_part then gemv_split_residual_sum",
+    "q8_gemv_rows",
+    "q4_gemv_rows",
+    "q8_split_part then q8_split_sum",
+    "q4_split_part then q4_split_sum",
+    "window_decode_attention_tiles",
+    "softcap_decode_attention_tiles",
+    "moe_gate_up_rows then moe_down_rows",
+    "moe_gate_up_tiles then moe_down_tiles then moe_combine_tiles",
+)
+# The chains whose ops the std run counts (two ops and three), in every run too.
+CHAINS = (
+    "gemv_split_part then gemv_split_sum",
+    "decode_attention_split_tiles then decode_attention_combine_tiles",
+)
 # Under CI=1 the paged decode kernels are drawn in a run of their own at sizes up to 16: at up
 # to 40 a draw took 77 s in the interpreter (B=33, KV=9, MP=31: every program loops over every
-# page). Without CI=1 they are in the std run, at its sizes.
-HEAVY = (
-    ["std.nn.paged::paged_decode_attention_flash", "std.nn.paged::paged_decode_attention_split"]
-    if CI
-    else []
-)
+# page); one of the two, drawn with CI_SEED (each the next day or so). Without CI=1 both are in
+# the std run, at its sizes.
+PAGED = ["std.nn.paged::paged_decode_attention_flash", "std.nn.paged::paged_decode_attention_split"]
+HEAVY = ci_sample(PAGED, 1, "kernel checks: paged") if CI else []
+# Under CI=1 the std run checks every op binding a kernel of NAMED or CHAINS (and any op an
+# example binds itself), and STD_OTHERS of the other std ops drawn with CI_SEED, about a
+# third (their rope, fused-attention and quantised-norm kernels take most of the run's time:
+# 5-20 s a case in the interpreter); every op without CI=1.
+STD_OTHERS = 6
 
 
 DRIVER = """
@@ -50,14 +85,8 @@ from linnet.lang.cli import main
 from linnet.torch.testing import assert_kernels, check_kernels
 
 broken, std_examples, cli, extra = sys.argv[1], sys.argv[4:-2], {}, {}
-std_count, std_seed, heavy = sys.argv[2], sys.argv[3], json.loads(sys.argv[-1])
-std_ops = []
-if heavy:  # every other op by name: the heavy ones get a run of their own
-    from linnet.lang.check.kernel_cases import bound_ops, checked_program, std_program
-    programs = [std_program(), *(checked_program(f) for f in std_examples)]
-    names = sorted({op.qualified_name for p in programs for op in bound_ops(p)} - set(heavy))
-    std_ops = [a for n in names for a in ("--op", n)]
-    assert len(names) > 40
+std_count, std_seed, (names, heavy) = sys.argv[2], sys.argv[3], json.loads(sys.argv[-1])
+std_ops = [a for n in names for a in ("--op", n)]  # none: every op
 out = {"findings": {}}
 for f in check_kernels(broken, count=3, seed=0):
     out["findings"].setdefault(f.op.split("::")[-1], []).append(
@@ -88,6 +117,35 @@ print(json.dumps(out))
 """
 
 
+def bound_chain(op) -> str:
+    """The kernels an op binds, as `linnet kernels` prints them (`a then b`)."""
+    names, binding = [], op.kernel
+    while binding is not None:
+        names.append(binding.name)
+        binding = binding.then
+    return " then ".join(names)
+
+
+def std_ops() -> list[str]:
+    """The ops the std run checks by name: none without CI=1 (every op); under it every op
+    that binds a kernel of NAMED or CHAINS or that an example binds itself, and STD_OTHERS
+    of the other std ops (neither in HEAVY nor the other paged op), drawn with CI_SEED."""
+    if not CI:
+        return []
+    from linnet.lang.check.kernel_cases import checked_program
+
+    programs = [std_program(), *(checked_program(f) for f in EXAMPLES)]
+    ops = {op.qualified_name: op for p in programs for op in bound_ops(p)}
+    assert len(ops) > 40, sorted(ops)
+    kept = [
+        name
+        for name, op in ops.items()
+        if bound_chain(op) in NAMED + CHAINS or not name.startswith("std.")
+    ]
+    others = sorted(set(ops) - set(kept) - set(PAGED))
+    return sorted(kept + ci_sample(others, STD_OTHERS, "kernel checks: std"))
+
+
 @pytest.fixture(scope="module")
 def run() -> dict:
     """Everything that launches kernels, in one fresh process (TRITON_INTERPRET=1 before
@@ -103,7 +161,7 @@ def run() -> dict:
             str(STD_SEED),
             *EXAMPLES,
             "end",
-            json.dumps(HEAVY),
+            json.dumps([std_ops(), HEAVY]),
         ],
         cwd=ROOT,
         env={**os.environ, "TRITON_INTERPRET": "1"},
@@ -118,47 +176,14 @@ def broken_findings(run: dict) -> dict[str, list[dict]]:
     return run["findings"]
 
 
-def bound_chain(op) -> str:
-    """The kernels an op binds, as `linnet kernels` prints them (`a then b`)."""
-    names, binding = [], op.kernel
-    while binding is not None:
-        names.append(binding.name)
-        binding = binding.then
-    return " then ".join(names)
-
-
 def test_std_and_example_kernels_agree_with_their_ops(run: dict) -> None:
-    """CI: `linnet kernels --std` plus every example: each kernel STD_COUNT times, all
-    agree, exit 0."""
+    """CI: `linnet kernels --std` plus every example: each kernel STD_COUNT times (under
+    CI=1 those of NAMED and CHAINS, and a draw of the others: std_ops), all agree, exit 0."""
     done = run["std"]
     assert done["rc"] == 0, done["stdout"]
     lines = done["stdout"].splitlines()
     assert "every kernel agrees with its op" in lines[-1], f"LINNET_CI_SEED={CI_SEED}"
-    for kernel in (
-        "row_softmax",
-        "tiled_matmul",
-        "rms_norm_rows",
-        "silu_mul_tiles",
-        "gemv_rows",
-        "gemv_row",
-        "rms_norm_gemv",
-        "rms_norm_qkv_gemv",
-        "rms_norm_gate_up_gemv",
-        "gate_up_gemv",
-        "gemv_residual",
-        "decode_attention_tiles",
-        "gemv_dot",
-        "residual_rms_norm_rows",
-        "gemv_split_part then gemv_split_residual_sum",
-        "q8_gemv_rows",
-        "q4_gemv_rows",
-        "q8_split_part then q8_split_sum",
-        "q4_split_part then q4_split_sum",
-        "window_decode_attention_tiles",
-        "softcap_decode_attention_tiles",
-        "moe_gate_up_rows then moe_down_rows",
-        "moe_gate_up_tiles then moe_down_tiles then moe_combine_tiles",
-    ):
+    for kernel in NAMED:
         # Checked once per op that binds it (`gemv_dot`: three ops, 1-16, 17-32, 33-64 rows).
         ops = sum(bound_chain(op) == kernel for op in bound_ops(std_program()))
         assert sum(line.startswith("ok") and f"::{kernel} " in line for line in lines) == (
