@@ -232,9 +232,10 @@ def _bitcast_help(src: str, dtype: str, literal: str | None) -> str:
             if w == bits.WIDTHS[dtype] and DT.is_int(d) == DT.is_int(src) and d != "bf16"
         ]
         if kin:
+            text = literal if literal.replace(".", "").isdigit() else f"({literal})"
             return (
                 f"give the literal a type of {dtype}'s width: "
-                f"`bitcast<{dtype}>({literal} as {kin[0]})`"
+                f"`bitcast<{dtype}>({text} as {kin[0]})`"
             )
     fits = " or ".join(bits.partners(src))
     return (
