@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from linnet.lang.ir.bits import WIDTHS
 from linnet.lang.ir.edges import float_to_int
 from linnet.lang.ir.elementwise import compiled, spelled
 from linnet.lang.ir.graph import Graph, Step
@@ -160,6 +161,25 @@ def _convert(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndar
         flat = [float_to_int(float(v), attrs["dtype"]) for v in x.reshape(-1)]
         return np.array(flat, dtype=want).reshape(x.shape)
     return x.astype(want)
+
+
+def _bitcast(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
+    """The same bits read as ``attrs["dtype"]`` (``ndarray.view``). A bf16 is held as float32
+    here: read as 16 bits, it is rounded to bf16 first (to nearest, ties to even, as the
+    runtimes convert; a NaN stays a quiet NaN), and 16 bits read as bf16 are the upper half
+    of a float32."""
+    (x,) = xs
+    dst = attrs["dtype"]
+    if x.dtype == np.float32 and WIDTHS[dst] == 16:  # a bf16 operand
+        word = x.view(np.uint32)
+        rounded = (word + np.uint32(0x7FFF) + ((word >> 16) & np.uint32(1))) >> 16
+        x = np.where(np.isnan(x), (word >> 16) | np.uint32(0x40), rounded).astype(np.uint16)
+    if dst == "bf16":
+        half = x.view(np.uint16).astype(np.uint32)
+        return (half << np.uint32(16)).view(np.float32)
+    if WIDTHS[dst] != x.dtype.itemsize * 8:
+        raise GraphRunError(f"bitcast: a {x.dtype} operand is not {WIDTHS[dst]} bits wide")
+    return x.view(np_dtype(dst))
 
 
 def _constant(xs: list[np.ndarray], attrs: dict[str, Any], step: Step) -> np.ndarray:
@@ -371,6 +391,7 @@ REFERENCE_RULES: dict[str, Rule] = spelled(
         "rem": _binary(_rem),
         "select": _select,
         "convert": _convert,
+        "bitcast": _bitcast,
         "constant": _constant,
         "iota": _iota,
         "reshape": _reshape,

@@ -270,6 +270,8 @@ model M<N: Dim> {
         ("w[n] / dy[n]", "divides by a value computed from the incoming gradients"),
         ("select(dy[n] > 0.0, dy[n], 0.0)", "applies `gt` to a gradient"),
         ("select(x[n] > 0.0, dy[n], 1.0)", "selects between a gradient and a value that does not"),
+        ("bitcast<f32>(bitcast<i32>(dy[n]))", "applies `bitcast` to a gradient"),
+        ("dy[n] * bitcast<f32>(bitcast<i32>(w[n]) + 1)", None),  # bits of no gradient: const
     ],
 )
 def test_a_clause_is_linear_in_its_incoming_gradients_or_says_why_not(dx, why):

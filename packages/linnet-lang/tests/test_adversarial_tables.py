@@ -124,6 +124,21 @@ WRONG: list[tuple[str, Graph, str]] = [
         "make bf16[3]",
     ),
     (
+        "bitcast to a type of another width",
+        _one("bitcast", {"%x": _vt((3,))}, _vt((3,), "f16"), {"dtype": "f16"}),
+        "reads f32 bits as 'f16': f32 is 32 bits wide and f16 16",
+    ),
+    (
+        "bitcast declared in its operand's dtype",
+        _one("bitcast", {"%x": _vt((3,), "i32")}, _vt((3,), "i32"), {"dtype": "f32"}),
+        "make f32[3]",
+    ),
+    (
+        "bitcast of a bool",
+        _one("bitcast", {"%x": _vt((3,), "bool")}, _vt((3,), "u8"), {"dtype": "u8"}),
+        "bool has no bits to reinterpret",
+    ),
+    (
         "elementwise add of shapes that do not broadcast",
         _one("add", {"%x": _vt((3, 4)), "%y": _vt((3, 5))}, _vt((3, 5)), {}),
         "do not broadcast",
@@ -309,3 +324,29 @@ def test_a_ranks_graph_checks_inputs_as_the_whole_but_keeps_its_own_ranges() -> 
     assert bounds_for(rank) is bounds_for(whole)
     assert value_ranges(rank)["%i"] == (5, 8) != value_ranges(whole)["%i"]
     assert "clamp(0, 7)" in emit_torch(rank)
+
+
+def test_a_bitcast_to_an_integer_lies_in_its_type_s_range() -> None:
+    # f32 bits read as i32 may be any i32: as an index of an axis of 8 it is guarded (zero
+    # bounds), and an input it is computed from is unanalysed, never given a wrong range.
+    steps = [
+        Step("convert", ["%pos"], ["%f"], {"dtype": "f32"}),
+        Step("bitcast", ["%f"], ["%i"], {"dtype": "i32"}),
+    ]
+    g = _indexed(steps, {"%f": _vt((4,)), "%i": _vt((4,), "i32")})
+    assert value_ranges(g)["%i"] == (-(2**31), 2**31 - 1)
+    assert "clamp(0, 7)" in emit_torch(g)
+    values = {"%f": _vt((4,)), "%i": _vt((4,), "i32")}
+    unchecked = bounds_for(_indexed(steps, values, bounds="unchecked"))
+    assert "%pos" not in unchecked.inputs and "%pos" in unchecked.unanalysed
+    # i8 bits read as u8 lie in 0..255: inside an axis of 256 no guard is needed.
+    g = _indexed(
+        [
+            Step("convert", ["%pos"], ["%b"], {"dtype": "i8"}),
+            Step("bitcast", ["%b"], ["%u"], {"dtype": "u8"}),
+            Step("convert", ["%u"], ["%i"], {"dtype": "i32"}),
+        ],
+        {"%b": _vt((4,), "i8"), "%u": _vt((4,), "u8"), "%i": _vt((4,), "i32")},
+        size=256,
+    )
+    assert value_ranges(g)["%i"] == (0, 255) and "clamp" not in emit_torch(g)

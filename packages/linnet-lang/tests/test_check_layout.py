@@ -123,10 +123,11 @@ def test_tables_cover_the_registry_exactly(module):
     assert set(table) <= set(PRIMITIVES)
     assert not set(table) & missing
     assert set(table) | missing == set(PRIMITIVES)
-    # Every elementwise primitive but convert (typed by the cast) has a typing rule.
+    # Every elementwise primitive but convert and bitcast (typed by the cast and by
+    # Typing.bitcast: their result types are the target's) has a typing rule.
     elementwise = {p.name for p in PRIMITIVES.values() if p.category == "elementwise"}
     assert elementwise <= set(folding_rules.FOLDING_RULES)
-    assert elementwise - {"convert"} <= set(typing_rules.TYPING_RULES)
+    assert elementwise - {"convert", "bitcast"} <= set(typing_rules.TYPING_RULES)
 
 
 def test_a_typing_row_is_what_the_checker_uses(monkeypatch):
@@ -178,6 +179,113 @@ def test_casts_of_constants_fold_by_the_convert_row(monkeypatch):
         lambda args, span, attrs: Const(Dim.const(6), attrs["dtype"]),
     )
     assert codes_of(text) == ["E0443"]
+
+
+# ---------------------------------------------------------------- bitcast
+WIDTHS = {"f64": 64, "i64": 64, "f32": 32, "i32": 32, "f16": 16, "bf16": 16, "i16": 16}
+WIDTHS |= {"i8": 8, "u8": 8}
+
+
+def bitcast(src: str, dst: str, form: str) -> str:
+    """An entry reading a `src` tensor's bits as `dst`, in index notation or whole."""
+    expr = f"bitcast<{dst}>(a[n])" if form == "index" else f"bitcast<{dst}>(a)"
+    body = f"let y[n] = {expr}" if form == "index" else f"let y = {expr}"
+    return (
+        f"model M<N: Dim> {{\n    entry run(a: Tensor[N; {src}]) -> Tensor[N; {dst}] {{\n"
+        f"        {body}\n        return y\n    }}\n}}\n"
+    )
+
+
+@pytest.mark.parametrize("form", ["index", "whole"])
+@pytest.mark.parametrize(
+    "src,dst", [(a, b) for a in WIDTHS for b in WIDTHS if a != b and WIDTHS[a] == WIDTHS[b]]
+)
+def test_bitcast_takes_every_type_of_the_same_width(src, dst, form):
+    prog = check_text(bitcast(src, dst, form))
+    g = lower(prog, "run", {"a": [3]}, {"N": 3})
+    (step,) = g.steps
+    assert (step.op, step.attributes, g.values[step.results[0]].dtype) == (
+        "bitcast",
+        {"dtype": dst},
+        dst,
+    )
+    assert g.values[step.results[0]].shape == (3,)
+
+
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        *[(a, b) for a in WIDTHS for b in WIDTHS if WIDTHS[a] != WIDTHS[b]][::5],
+        ("f32", "bool"),
+        ("bool", "u8"),
+        ("bool", "bool"),
+    ],
+)
+def test_bitcast_to_another_width_or_bool_is_E0691(src, dst):
+    assert codes_of(bitcast(src, dst, "index")) == ["E0691"]
+    assert codes_of(bitcast(src, dst, "whole")) == ["E0691"]
+
+
+def test_bitcast_needs_one_target_and_one_operand():
+    text = bitcast("i32", "f32", "whole")
+    assert codes_of(text.replace("bitcast<f32>(a)", "bitcast(a)")) == ["E0691"]
+    assert codes_of(text.replace("bitcast<f32>(a)", "bitcast<f32, i32>(a)")) == ["E0691"]
+    assert codes_of(text.replace("bitcast<f32>(a)", "bitcast<f32>(a, a)")) == ["E0371"]
+    # Of a generic dtype, checked where it is bound: i32 for T is fine, f16 is E0691.
+    generic = """
+fn reread<N: Dim, T: DType>(a: Tensor[N; T]) -> Tensor[N; f32] {
+    let y[n] = bitcast<f32>(a[n])
+    return y
+}
+model M<N: Dim> {
+    entry run(a: Tensor[N; i32], h: Tensor[N; f16]) -> Tensor[N; f32] {
+        return reread<N, DTYPE>(a)
+    }
+}
+"""
+    prog = check_text(generic.replace("DTYPE", "i32"))
+    assert [s.op for s in lower(prog, "run", {"a": [2], "h": [2]}, {"N": 2}).steps] == ["bitcast"]
+    bad = check_text(generic.replace("DTYPE", "f16").replace("(a)", "(h)"))
+    with pytest.raises(LinnetError) as info:
+        lower(bad, "run", {"a": [2], "h": [2]}, {"N": 2})
+    assert [d.code for d in info.value.diagnostics] == ["E0691"]
+
+
+@pytest.mark.parametrize(
+    "expr,dtype,value",
+    [
+        ("bitcast<f32>(1065353216)", "f32", 1.0),  # a literal is read as i32
+        ("bitcast<i32>(1.0)", "i32", 1065353216),  # a float one as f32
+        ("bitcast<f32>(-1082130432)", "f32", -1.0),
+        ("bitcast<i8>(255 as u8)", "i8", -1),
+        ("bitcast<u8>((-1) as i8)", "u8", 255),
+        ("bitcast<f16>(15360 as i16)", "f16", 1.0),
+        ("bitcast<i16>(1.0 as bf16)", "i16", 16256),
+        ("bitcast<bf16>(1.0 as f16)", "bf16", 2**-7),
+        ("bitcast<i64>(1.0 as f64)", "i64", 0x3FF0000000000000),
+        ("bitcast<i32>(bitcast<f32>(2143289345))", "i32", 2143289345),  # a NaN's payload
+    ],
+)
+def test_bitcasts_of_constants_fold_by_the_bitcast_row(expr, dtype, value):
+    text = (
+        f"model M<N: Dim> {{\n    entry run(a: Tensor[N; {dtype}]) -> Tensor[N; {dtype}] {{\n"
+        f"        let y[n] = a[n] * 0 + {expr}\n        return y\n    }}\n}}\n"
+    )
+    g = lower(check_text(text), "run", {"a": [2]}, {"N": 2})
+    assert "bitcast" not in [s.op for s in g.steps]
+    (c,) = [s.attributes["value"] for s in g.steps if s.op == "constant" and s.attributes["value"]]
+    assert c == value
+
+
+def test_a_literal_of_another_width_is_E0691_with_its_fix():
+    text = bitcast("f16", "f16", "whole").replace("bitcast<f16>(a)", "a * bitcast<f16>(15360)")
+    with pytest.raises(LinnetError) as info:
+        check_text(text)
+    (d,) = info.value.diagnostics
+    assert d.code == "E0691" and "`bitcast<f16>(15360 as i16)`" in d.help
+    with pytest.raises(LinnetError) as info:
+        check_text(text.replace("15360", "-1"))
+    assert "`bitcast<f16>((-1) as i16)`" in info.value.diagnostics[0].help
 
 
 @settings(max_examples=60, deadline=None)

@@ -16,7 +16,7 @@ from linnet.lang.check.tile_lowering import lower_kernel
 from linnet.lang.emit.jax import emit_jax
 from linnet.lang.emit.pallas import EXPECTED_MISSING, PALLAS_RULES, kernel_text
 from linnet.lang.ir.tiles import TILE_PRIMITIVES
-from test_emit_triton import MM, SOFTMAX_MODEL, sources
+from test_emit_triton import MM, NIBBLES, SOFTMAX_MODEL, sources
 
 
 def module_text(shape: list[int], numerics: str = "fast", program: bool = True) -> str:
@@ -96,6 +96,15 @@ def test_jnp_dot_only_for_tiles_of_16_a_side(bm, bn, bk):
     # the loop: lax.fori_loop over a function of the index and the carried accumulator
     assert "def loop_kb(kb, carry):" in src and "acc, = carry" in src
     assert f"acc, = lax.fori_loop(0, {(50 + bk - 1) // bk}, loop_kb, (acc,))" in src
+
+
+def test_a_bitcast_is_bitcast_convert_type():
+    prog = check_text(NIBBLES, "nib")
+    k = lower_kernel(prog, "nib::nibbles_k", {"N": 8})
+    src = kernel_text(k, {}, "lax.Precision.HIGHEST", set()).source
+    ast.parse(src)
+    assert src.count("lax.bitcast_convert_type(") == 2
+    assert ", jnp.float32)" in src and ", jnp.int16)" in src
 
 
 def test_a_primitive_without_a_pallas_form_is_E0560():

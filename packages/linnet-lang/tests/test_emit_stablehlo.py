@@ -71,6 +71,22 @@ def test_each_primitive_matches_the_reference(case):
         assert_close(o, state, f"{name}: state {path}")
 
 
+def test_bitcast_keeps_every_bit_on_jax_s_cpu():
+    """Each same-width pair (bitcast_cases.py), NaN payloads, subnormals and bf16 included:
+    `stablehlo.bitcast_convert` gives the operand's bits, the nibbles their floats."""
+    import bitcast_cases as bc
+    import jax
+    from linnet.lang import Program, lower
+
+    g = lower(Program.from_text(bc.SOURCE), "run", {k: [bc.N] for k in bc.INPUTS}, {"N": bc.N})
+    text = emit.emit_stablehlo(g)
+    emit.verify(text)
+    assert text.count('"stablehlo.bitcast_convert"') == 13
+    with jax.enable_x64(True):  # the i64 and f64 pairs
+        got = emit.compile_cpu(text)(*bc.arrays())
+    bc.check(got[: len(bc.RESULTS) + 1], "stablehlo")
+
+
 @pytest.fixture(scope="module")
 def llama():
     program, prefill, decode = llama_graphs()

@@ -252,6 +252,28 @@ def test_a_dot_of_widened_16_bit_tiles_runs_at_their_width(bt):
     assert ("p = tl.dot(x, y, input_precision='ieee'" in src) == (bt != "bf16")
 
 
+NIBBLES = """
+kernel nibbles_k<N: Dim>(q: Tensor[N; u8], h: Tensor[N; f16]) -> (y: Tensor[N; f32],
+    s: Tensor[N; i16]) grid(1) {
+    let k = iota<i32>(N)
+    store(y[k], bitcast<f32>((load(q[k]) as i32 % 16) * 65536 + 1065353216))
+    store(s[k], bitcast<i16>(load(h[k])))
+}
+"""
+
+
+def test_a_bitcast_is_a_bitcast_conversion():
+    """`bitcast<f32>(...)` of an i32 tile is `.to(tl.float32, bitcast=True)` (no conversion
+    instruction: the int4 dequantisation's nibble-in-the-mantissa), of a 16-bit one likewise."""
+    prog = check_text(NIBBLES, "nib")
+    k = lower_kernel(prog, "nib::nibbles_k", {"N": 8})
+    assert [s.op for s in k.steps].count("bitcast") == 2
+    src = kernel_text(k, sources(prog), "ieee", set()).source
+    ast.parse(src)
+    assert ".to(tl.float32, bitcast=True)" in src
+    assert "load_2.to(tl.int16, bitcast=True)" in src
+
+
 def test_fast_numerics_may_use_tf32():
     prog = check_text(MM, "mm")
     k = lower_kernel(prog, "mm::mm", dict(M=32, N=32, K=32, BM=16, BN=16, BK=16))

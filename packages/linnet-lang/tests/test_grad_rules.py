@@ -134,6 +134,19 @@ def _cases() -> dict[str, list[Graph]]:
             ["%r"],
         ),
     ]
+    # The bits read as an integer and back: x itself, through which no gradient flows (as
+    # autograd has it: an integer view does not require grad), so d(x' * x)/dx is x'.
+    cases["bitcast"] = [
+        graph(
+            X3,
+            [
+                ("bitcast", ["%x"], "%i", (2, 3), "i64", {"dtype": "i64"}),
+                ("bitcast", ["%i"], "%f", (2, 3), F, {"dtype": F}),
+                ("mul", ["%f", "%x"], "%r", (2, 3), F, None),
+            ],
+            ["%r"],
+        )
+    ]
     cases["constant"] = [
         graph(
             X3,

@@ -96,7 +96,7 @@ kernel rows<R: Dim, B: Dim>(x: Tensor[R; f32]) -> y: Tensor[R; f32] grid(R)
 }
 
 pub op double<R: Dim>(x: Tensor[R; f32]) -> Tensor[R; f32] kernel rows<R, 8> then rows<R, 16> {
-    return x * 2.0
+    return bitcast<f32>(bitcast<i32>(x * 2.0))
 } grad(dy) {
     return dy * 2.0
 }
@@ -143,6 +143,7 @@ pub op double<R: Dim>(x: Tensor[R; f32]) -> Tensor[R; f32] kernel rows<R, 8> the
         ("scratch", Keyword),
         ("iota", Name.Builtin),
         ("atomic_add", Name.Builtin),
+        ("bitcast", Name.Builtin),
         ("double", Name.Function),
         ("then", Keyword),
         ("grad", Keyword),

@@ -117,6 +117,20 @@ BAD = {
     # (f) a bound kernel stores its results
     "never stores": ("    let v = load(x[row, cols], mask)\n", "E0529"),
     "empty body": ("", "E0529"),
+    # (g) a tile's bits are read only as a type of their width, never bool
+    "bitcast to another width": (
+        "    let v = load(x[row, cols], mask)\n"
+        "    store(y[row, cols], bitcast<f32>(bitcast<i16>(v) as i32), mask)\n",
+        "E0691",
+    ),
+    "bitcast to bool": (
+        "    let v = load(x[row, cols], mask)\n    let b = bitcast<bool>(v)\n" + STORE,
+        "E0691",
+    ),
+    "bitcast of a literal of another width": (
+        "    let v = load(x[row, cols], mask) * bitcast<f32>(15360 as i16)\n" + STORE,
+        "E0691",
+    ),
 }
 
 
@@ -151,6 +165,13 @@ GOOD = {
     "store a scalar": "    store(y[row, cols], 0.0, mask)\n",
     "a local named like nothing special": "    let v = load(x[row, cols], mask)\n"
     "    let w = v * 2.0\n"
+    "    store(y[row, cols], w, mask)\n",
+    # the next float up (its bits plus one), a tile's and a scalar's bits re-read
+    "bitcast of a tile and back": "    let v = load(x[row, cols], mask)\n"
+    "    let bits = bitcast<i32>(v) + 1\n"
+    "    store(y[row, cols], bitcast<f32>(bits) + bitcast<f32>(1065353216), mask)\n",
+    "bitcast in index notation": "    let v = load(x[row, cols], mask)\n"
+    "    let w[c] = bitcast<f32>(bitcast<i32>(v[c]))\n"
     "    store(y[row, cols], w, mask)\n",
 }
 

@@ -164,6 +164,25 @@ def test_convert_constant_iota():
     assert got.tolist() == [[0, 1, 2], [0, 1, 2]]
 
 
+def test_bitcast_keeps_the_bits():
+    """Each same-width pair, in the model of bitcast_cases.py: a bf16, held as float32 here,
+    is its bits in the upper half (and is rounded to bf16 where read as 16 bits)."""
+    import bitcast_cases as bc
+
+    g = lower(Program.from_text(bc.SOURCE), "run", {k: [bc.N] for k in bc.INPUTS}, {"N": bc.N})
+    inputs = {name: bc.array(name) for name in bc.INPUTS}
+    inputs["r"] = (np.array(bc.INPUTS["r"][1], np.uint32) << 16).view(np.float32)
+    out = run_graph(g, inputs, {}, {})
+    for k, (name, dtype) in enumerate(bc.RESULTS):
+        got = out[k] if dtype != "bf16" else (out[k].view(np.uint32) >> 16).astype(np.uint16)
+        assert bc.bits(got) == bc.INPUTS[name][1], (k, name, dtype)
+    assert out[-1].tolist() == bc.nibbles()
+    # An f32 read as 16 bits is rounded to bf16 first (to nearest, ties to even).
+    x = np.array([1.0 + 2**-8, 1.0 + 3 * 2**-8, np.nan, -3.4e38], np.float32)
+    got = one_step("bitcast", [x], {"dtype": "i16"}, ((4,), "i16"))
+    assert (got.view(np.uint16)).tolist() == [0x3F80, 0x3F82, 0x7FC0, 0xFF80]
+
+
 def test_shape_rules():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     assert (

@@ -527,6 +527,20 @@ def test_generated_slice_matches_numpy(starts, limits) -> None:
     np.testing.assert_array_equal(np.asarray(got), want, err_msg=text)
 
 
+def test_a_bitcast_keeps_every_bit(tmp_path) -> None:
+    """Every same-width pair of `bitcast<T>(x)` (linnet-lang's tests/bitcast_cases.py): the
+    generated module's `lax.bitcast_convert_type` gives the inputs' bits, NaN payloads,
+    subnormals and bf16 included, and the nibbles' floats."""
+    import bitcast_cases as bc
+
+    path = tmp_path / "bits.linnet"
+    path.write_text(bc.SOURCE)
+    with x64():  # the i64 and f64 pairs
+        m = load_source(path, "run", {k: [bc.N] for k in bc.INPUTS}, config={"N": bc.N})
+        out, _ = jax.jit(lambda *a: m.run(*a, {}, {}))(*bc.arrays())
+    bc.check(list(out), "generated JAX")
+
+
 # model.export_onnx / export_stablehlo: thin calls into linnet.lang.export (as the torch
 # runtime's), with the model's own weights; the exported entry computes what the model does.
 def test_model_export_onnx_runs_like_the_model(toy_weights, tmp_path) -> None:

@@ -305,6 +305,54 @@ def test_a_kernel_follows_the_edge_value_rules_on_the_gpu(monkeypatch):
     assert_edge_values(got, edge_results("exact")[0])
 
 
+# ---------------------------------------------------------------- bitcast
+# tests/kernels/bitcast.linnet of the PyTorch runtime (its kernels_interpreted.py runs it in
+# Triton's interpreter): a byte's nibble in an f32's mantissa, i32 words read as f32 and back,
+# f16 as i16, u8 as i8, each as `lax.bitcast_convert_type` in the Pallas kernel.
+BITS = EDGES.with_name("bitcast.linnet")
+BITS_INPUTS = {
+    "b": np.array([0, 15, 16, 255, 37, 128, 7, 200], np.uint8),
+    "w": np.array(
+        [0x3F800000, -1, 1, 0x7FC00001, -0x40800000, 12345, 0x7F800000, -(2**31)], np.int32
+    ),
+    "h": np.array([1.0, -2.5, 65504.0, np.nan, 6e-8, -0.0, np.inf, 0.1], np.float16),
+}
+
+
+def bits_results(numerics: str) -> tuple[list[np.ndarray], object]:
+    m = load_source(BITS, "run", {k: [8] for k in BITS_INPUTS}, numerics=numerics)
+    out = jax.jit(lambda *a: m.run(*a, {}, {})[0])(*BITS_INPUTS.values())
+    return [np.asarray(o) for o in out], m
+
+
+def signed_bits(a: np.ndarray) -> list[int]:
+    return (a.view({2: np.int16, 4: np.int32}[a.itemsize]) if a.dtype.kind == "f" else a).tolist()
+
+
+def test_a_kernel_reads_bits_as_its_body_does(interpret):
+    got, m = bits_results("fast")
+    assert m.RUNS == {"bits_tiles_8_4": [1, 0]}
+    assert Path(m.__file__).read_text().count("lax.bitcast_convert_type(") >= 5
+    want, body = bits_results("exact")
+    assert not hasattr(body, "RUNS")
+    b, w, h = BITS_INPUTS.values()
+    nib = np.array([1.0 + (v % 16) / 128 for v in b.tolist()], np.float32)
+    rules = [nib.view(np.int32), w, w, h.view(np.int16), b.view(np.int8)]
+    for k, (g, wv, r) in enumerate(zip(got, want, rules)):
+        assert signed_bits(g) == signed_bits(wv) == r.tolist(), k
+
+
+@pytest.mark.gpu
+def test_a_kernel_reads_bits_as_its_body_does_on_the_gpu(monkeypatch):
+    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs jax with a GPU backend")
+    got, m = bits_results("fast")
+    assert m.RUNS == {"bits_tiles_8_4": [1, 0]}
+    want, _ = bits_results("exact")
+    assert [signed_bits(g) for g in got] == [signed_bits(w) for w in want]
+
+
 # ---------------------------------------------------------------- the std kernels, checked
 def std_bindings() -> list[tuple[str, str]]:
     """Every public std op bound to a kernel, ``(module, op)``: parsed from the std files,

@@ -930,6 +930,35 @@ def test_a_kernel_follows_the_edge_value_rules_as_its_body_does(interpret):
     kernel_results_agree(got, want, kernel_rules())
 
 
+def test_a_kernel_reads_bits_as_its_body_does(interpret):
+    """tests/kernels/bitcast.linnet: `bitcast<T>(x)` in a kernel is `x.to(T, bitcast=True)`:
+    a byte's low nibble in an f32's mantissa (1 + n / 128, int4 dequantisation's trick, no
+    conversion instruction), i32 words read as f32 and back (NaN payloads, a subnormal, -0.0),
+    f16 as i16, u8 as i8, two programs of 4 lanes; the kernel gives its body's bits, which
+    are its inputs'."""
+    from test_adversarial_edges import (
+        KERNEL_BITS,
+        bits_kernel_args,
+        bits_kernel_rules,
+        signed_bits,
+    )
+
+    args = bits_kernel_args()
+    fast = load(KERNEL_BITS, weights={}, numerics="fast")
+    got = fast.run("run", args)
+    assert fast.module("run", args).RUNS == {"bits_tiles_8_4": [1, 0]}
+    text = Path(fast.source("run", args)).read_text()
+    assert text.count("bitcast=True)") == 5
+    want = load(KERNEL_BITS, weights={}, numerics="exact").run("run", args)
+    rules = bits_kernel_rules(args)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert signed_bits(g) == signed_bits(w) == rules[k], k
+    # ... and `linnet kernels`' sampled sizes (partial last tiles) and random data
+    from linnet.torch.testing import check_kernels
+
+    assert check_kernels(KERNEL_BITS, count=4, device="cpu") == []
+
+
 # A row maximum and a column minimum of a padded tile (`tl.reduce` with HEADER's max_nan and
 # min_nan): Triton's interpreter called the combine function once an element (a decode
 # attention kernel's row maxima were most of `linnet kernels --std`'s time); HEADER has it

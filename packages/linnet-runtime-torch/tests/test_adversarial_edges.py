@@ -14,12 +14,18 @@ values than the op's body: Triton's `tl.maximum` and `tl.max` skipped NaN, its i
 and `%` by 0 gave NumPy's 0 and 0 (interpreted; garbage on a GPU), `inf as i32` gave
 -2147483648 and `300.0 as i8` 44; Pallas's gave -2 for `7 / 0`, 0 for `7 % 0` and -0.0 for
 `floor(-1e-45)`. Interpreted in kernels_interpreted.py and test_jax_pallas.py; on a GPU here.
+
+`bitcast<T>(x)` keeps every bit at these values too (NaN payloads, subnormals, -0.0,
+infinities): the interpreter, generated PyTorch and generated JAX on every same-width pair
+(linnet-lang's tests/bitcast_cases.py), and a tile kernel (tests/kernels/bitcast.linnet) as its
+op's body, with the nibble-in-the-mantissa of int4 dequantisation.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +37,9 @@ from linnet.lang.host.loading import load_program
 from linnet.lang.ir import edges as E
 from linnet.torch import conformance as conf
 from linnet.torch import run_graph
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "linnet-lang" / "tests"))
+import bitcast_cases  # linnet-lang's tests: the model and its inputs' bits
 
 CASES = {c.entry: c for c in conf.edge_cases()}
 
@@ -207,3 +216,118 @@ def test_a_kernel_follows_the_edge_value_rules_on_cuda(monkeypatch):
     assert fast.module("run", args).RUNS == {"edge_tiles_8": [1, 0]}
     want = load(KERNEL_EDGES, weights={}, device="cuda", numerics="exact").run("run", args)
     kernel_results_agree(got, want, kernel_rules())
+
+
+# ---------------------------------------------------------------- bitcast keeps the bits
+@pytest.fixture(scope="module")
+def bits_graph():
+    from linnet.lang import Program
+
+    bc = bitcast_cases
+    return lower(Program.from_text(bc.SOURCE), "run", {k: [bc.N] for k in bc.INPUTS}, {"N": bc.N})
+
+
+def test_a_bitcast_keeps_every_bit_in_the_interpreter_and_generated_pytorch(bits_graph):
+    bc = bitcast_cases
+    bc.check(run_graph(bits_graph, bc.tensors(), {}, {}), "interpreter")
+    text = emit_torch(bits_graph)
+    assert ".view(torch.float32)" in text and ".view(torch.bfloat16)" in text
+    bc.check(list(_generated(text, bits_graph, bc.tensors())), "generated")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")
+def test_a_bitcast_keeps_every_bit_in_generated_jax(bits_graph):
+    import jax
+    from linnet.lang.emit.jax import emit_jax
+
+    text = emit_jax(bits_graph)
+    assert "lax.bitcast_convert_type(" in text
+    ns: dict = {}
+    exec(compile(text, "generated_jax", "exec"), ns)
+    fn = ns[ns["ENTRIES"]["run"]["function"]]
+    with jax.enable_x64(True):  # the i64 and f64 pairs
+        out, _ = jax.jit(lambda *a: fn(*a, {}, {}))(*bitcast_cases.arrays())
+    bitcast_cases.check(list(out), "generated JAX")
+
+
+def test_a_bitcast_of_a_state_is_a_copy_not_a_view_of_it():
+    """A view of the state would change with the state's next write: the result read before
+    the write keeps the bits it had (the interpreter and generated PyTorch)."""
+    from linnet.lang import Program
+
+    src = """
+model M<N: Dim> {
+    state s: Tensor[N; i32]
+    entry run(x: Tensor[N; i32]) -> Tensor[N; f32] {
+        let before = bitcast<f32>(self.s)
+        self.s[i] = x[i]
+        return before
+    }
+}
+"""
+    g = lower(Program.from_text(src), "run", {"x": [3]}, {"N": 3})
+    x = torch.tensor([7, 8, 9], dtype=torch.int32)
+    for name in ("interpreter", "generated"):
+        state = {"s": torch.tensor([1065353216, -1082130432, 0], dtype=torch.int32)}
+        if name == "interpreter":
+            (out,) = run_graph(g, [x], {}, state)
+        else:
+            ns: dict = {}
+            exec(compile(emit_torch(g), "generated", "exec"), ns)
+            outs = ns[ns["ENTRIES"]["run"]["function"]](x, {}, state)
+            out = outs[0][0] if isinstance(outs[0], tuple) else outs[0]
+        assert out.tolist() == [1.0, -1.0, 0.0], name
+
+
+KERNEL_BITS = Path(__file__).parent / "kernels" / "bitcast.linnet"
+BITS_INPUTS = {
+    "b": (torch.uint8, [0, 15, 16, 255, 37, 128, 7, 200]),
+    # 1.0, a NaN with every payload bit, the smallest subnormal, a NaN with a payload,
+    # -1.0, a small integer's bits, inf, -0.0
+    "w": (torch.int32, [0x3F800000, -1, 1, 0x7FC00001, -0x40800000, 12345, 0x7F800000, -(2**31)]),
+    # f16: 1.0, -2.5, the largest finite, NaN, a subnormal, -0.0, inf, 0.1
+    "h": (torch.float16, [1.0, -2.5, 65504.0, math.nan, 6e-8, -0.0, math.inf, 0.1]),
+}
+
+
+def bits_kernel_args(device: str = "cpu") -> list[torch.Tensor]:
+    return [torch.tensor(v, dtype=dt, device=device) for dt, v in BITS_INPUTS.values()]
+
+
+def bits_kernel_rules(args: list[torch.Tensor]) -> list[list[int]]:
+    """tests/kernels/bitcast.linnet's results as bit patterns (signed), from the inputs' own
+    bits: 1 + (b % 16) / 128 as f32, w's bits as f32 and back, h's as i16, b's as i8."""
+    b, w, h = (a.cpu() for a in args)
+    nib = torch.tensor([1.0 + (v % 16) / 128 for v in b.tolist()], dtype=torch.float32)
+    return [
+        nib.view(torch.int32).tolist(),
+        w.tolist(),
+        w.tolist(),
+        h.view(torch.int16).tolist(),
+        b.view(torch.int8).tolist(),
+    ]
+
+
+def signed_bits(t: torch.Tensor) -> list[int]:
+    if not t.is_floating_point():
+        return t.cpu().tolist()
+    return t.cpu().view({2: torch.int16, 4: torch.int32}[t.element_size()]).tolist()
+
+
+@pytest.mark.gpu
+def test_a_kernel_reads_bits_as_its_body_does_on_cuda(monkeypatch):
+    """Compiled Triton's `x.to(tl.float32, bitcast=True)`: the body's bits, NaN payloads and
+    subnormals included (no flush, no canonical NaN)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from linnet.torch import load
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    args = bits_kernel_args("cuda")
+    fast = load(KERNEL_BITS, weights={}, device="cuda", numerics="fast")
+    got = fast.run("run", args)
+    assert fast.module("run", args).RUNS == {"bits_tiles_8_4": [1, 0]}
+    want = load(KERNEL_BITS, weights={}, device="cuda", numerics="exact").run("run", args)
+    rules = bits_kernel_rules(args)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert signed_bits(g) == signed_bits(w) == rules[k], k

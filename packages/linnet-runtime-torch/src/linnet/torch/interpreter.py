@@ -68,6 +68,13 @@ def _convert(step: Step, x: list[Any], device: torch.device) -> Any:
     return out.to(DTYPES[dtype]).masked_fill(w >= top, largest).masked_fill(w < lo, smallest)
 
 
+def _bitcast(step: Step, x: list[Any], device: torch.device) -> Any:
+    """The same bits read as ``attributes.dtype``, of their width (``Tensor.view``); a state
+    operand is copied: a view of it would change with the state's next write."""
+    out = x[0].view(DTYPES[step.attributes["dtype"]])
+    return out.clone() if step.operands[0].startswith("@") else out
+
+
 def index_error(entry: str, detail: str) -> LinnetError:
     """E0781: an index computed inside an entry is out of range while it runs (one that
     no entry input bounds: inputs are checked before the entry runs, error E0780)."""
@@ -271,6 +278,7 @@ RULES: dict[str, Rule] = spelled(
         "minimum": _max(torch.minimum),
         "select": lambda s, x, d: torch.where(x[0], x[1], x[2]),
         "convert": _convert,
+        "bitcast": _bitcast,
         "constant": _constant,
         "iota": _iota,
         "reshape": lambda s, x, d: x[0].reshape(s.attributes["shape"]),

@@ -23,7 +23,12 @@ OPERATOR_SYMBOLS = {prim: op for op, prim in BINARY_OPERATORS.items()} | {
     "maximum": "max",
     "minimum": "min",
 }
-BUILTINS = UNARY_FUNCTIONS | set(BINARY_FUNCTIONS) | KERNEL_BUILTINS | {"select", "iota", "fill"}
+BUILTINS = (
+    UNARY_FUNCTIONS
+    | set(BINARY_FUNCTIONS)
+    | KERNEL_BUILTINS
+    | {"select", "iota", "fill", "bitcast"}
+)
 
 
 class Fail(Exception):

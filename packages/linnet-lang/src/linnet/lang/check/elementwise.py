@@ -15,6 +15,7 @@ import linnet.lang.syntax.tree as A
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.check.core import OPERATOR_SYMBOLS, EvaluatorBase, Frame, fail, shape_str
 from linnet.lang.diagnostics.core import Span
+from linnet.lang.ir import bits
 from linnet.lang.ir.elementwise import SPELLINGS
 from linnet.lang.ir.primitives import BINARY_FUNCTIONS, UNARY_FUNCTIONS, Primitive
 from linnet.lang.tensors.dims import Dim
@@ -184,6 +185,7 @@ whose source typing differs from their row."""
 
 # Typed where the checker builds them, not from operand dtypes alone: `convert` by
 # Typing.cast (its result is the `as` target, and every dtype converts to every other);
+# `bitcast` by Typing.bitcast (its result is the `bitcast<T>` target, of the operand's width);
 # `constant` by Typing.constant (the literal takes the dtype it meets); the others by index
 # notation and the kernel builtins, whose result shapes come from the statement's labels and
 # whose dtypes from the accumulator (check/indexing.py, reductions.py, binders.py,
@@ -191,6 +193,7 @@ whose source typing differs from their row."""
 EXPECTED_MISSING: frozenset[str] = frozenset(
     {
         "convert",
+        "bitcast",
         "constant",
         "iota",
         "reshape",
@@ -209,6 +212,35 @@ EXPECTED_MISSING: frozenset[str] = frozenset(
         "all_gather",
     }
 )
+
+
+def _bitcast_help(src: str, dtype: str, literal: str | None) -> str:
+    """How to fix a bitcast of ``src`` to ``dtype`` (``literal``: the operand's source text,
+    where it is a number literal).
+
+    >>> print(_bitcast_help("i32", "f16", "1"))
+    give the literal a type of f16's width: `bitcast<f16>(1 as i16)`
+    """
+    if dtype == "bool":
+        return "compare instead: `x != 0`"
+    if src == "bool":
+        return f"convert a bool with `as` instead: `c as {dtype}` is 1 or 0"
+    if literal is not None:
+        kin = [
+            d
+            for d, w in bits.WIDTHS.items()
+            if w == bits.WIDTHS[dtype] and DT.is_int(d) == DT.is_int(src) and d != "bf16"
+        ]
+        if kin:
+            text = literal if literal.replace(".", "").isdigit() else f"({literal})"
+            return (
+                f"give the literal a type of {dtype}'s width: "
+                f"`bitcast<{dtype}>({text} as {kin[0]})`"
+            )
+    fits = " or ".join(bits.partners(src))
+    return (
+        f"{src}'s bits read as {fits} only (the same width); to convert the value: `x as {dtype}`"
+    )
 
 
 def _chosen(prim: str, args: list[Any]) -> Tensor | None:
@@ -380,6 +412,52 @@ class Typing(EvaluatorBase):
             return v
         return self.builder.emit(
             "convert", [v.ref], v.shape, dtype, {"dtype": dtype}, span=expr.span, labels=v.labels
+        )
+
+    def bitcast(self, args: list[Any], expr: A.Call, frame: Frame) -> Any:
+        """`bitcast<T>(x)`: x's bits read as element type T, of x's width (E0691 otherwise).
+        A number literal is read as i32 (a float one as f32), as nowhere else gives it a
+        type; a generic dtype is checked where it is bound, when lowering."""
+        if len(args) != 1:
+            raise fail(
+                "E0371",
+                f"`bitcast` takes 1 argument, got {len(args)}",
+                expr.span,
+                "wrong number of arguments",
+            )
+        if len(expr.generic_args) != 1:
+            raise fail(
+                "E0691",
+                "`bitcast` needs the one element type to read the bits as",
+                expr.span,
+                "no target type" if not expr.generic_args else "more than one type",
+                help="name it: `bitcast<f32>(bits)`",
+            )
+        g = expr.generic_args[0]
+        name = g.name if isinstance(g, A.Name | A.ScalarType) else ""
+        dtype = self.eval_dtype(A.Name(name, g.span), frame)
+        (v,) = args
+        if isinstance(v, Poison):
+            return v
+        if not isinstance(v, Tensor | Const):
+            raise fail("E0351", f"cannot bitcast {self.describe(v)}", expr.args[0].span)
+        src = bits.WEAK.get(v.dtype, v.dtype) if isinstance(v, Const) else v.dtype
+        why = bits.problem(src, dtype) if DT.is_concrete(src) and DT.is_concrete(dtype) else None
+        if why is not None:
+            literal = isinstance(v, Const) and src != v.dtype
+            raise fail(
+                "E0691",
+                f"cannot bitcast {src} to {dtype}: {why}",
+                expr.span,
+                f"a number literal, read as {src}" if literal else f"the operand is {src}",
+                help=_bitcast_help(src, dtype, self.src(expr.args[0]) if literal else None),
+            )
+        if isinstance(v, Const):
+            return self.const_fold("bitcast", [v], expr.span, {"dtype": dtype})
+        if v.dtype == dtype:
+            return v
+        return self.builder.emit(
+            "bitcast", [v.ref], v.shape, dtype, {"dtype": dtype}, span=expr.span, labels=v.labels
         )
 
     def builtin_elementwise(

@@ -19,6 +19,7 @@ import linnet.lang.ir.edges as E
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.check.core import EvaluatorBase, fail
 from linnet.lang.diagnostics.core import Span
+from linnet.lang.ir import bits
 from linnet.lang.ir.elementwise import SPELLINGS, compiled, spelled
 from linnet.lang.ir.primitives import Primitive
 from linnet.lang.tensors.dims import Dim
@@ -108,6 +109,18 @@ def _fold_convert(args: list[Const], span: Span | None, attrs: dict[str, Any]) -
     return Const(Dim.const(E.wrap_int(ix, dtype) if dtype in E.INT_RANGES else ix), dtype)
 
 
+def _fold_bitcast(args: list[Const], span: Span | None, attrs: dict[str, Any]) -> Const:
+    """The bits of a compile-time scalar read as ``attrs["dtype"]`` (the checker has made sure
+    the widths agree; a literal is read as i32 or f32, :data:`linnet.lang.ir.bits.WEAK`)."""
+    (v,), dtype = args, attrs["dtype"]
+    if not v.known or not DT.is_concrete(dtype):
+        return Const(Dim.symbol(f"?{id(span)}") if DT.is_int(dtype) else None, dtype)
+    src = bits.WEAK.get(v.dtype, v.dtype)
+    raw: Any = v.value.exact if isinstance(v.value, Dim) else v.value
+    out = bits.bitcast_scalar(raw, src, dtype)
+    return Const(Dim.const(int(out)), dtype) if DT.is_int(dtype) else Const(float(out), dtype)
+
+
 def _spelled(text: str, p: Primitive) -> FoldRule:
     """A rule from the ``python`` column of linnet.lang.ir.elementwise: a bool result for
     comparisons and logic, a float for float-only math of integers (`exp(1)`), and the same
@@ -136,6 +149,7 @@ FOLDING_RULES: dict[str, FoldRule] = spelled(
         "minimum": _rule(lambda x, y: E.nan_extreme(x, y, "min")),
         "select": _fold_select,
         "convert": _fold_convert,
+        "bitcast": _fold_bitcast,
     },
 )
 """The elementwise math spelled in :data:`linnet.lang.ir.elementwise.SPELLINGS` (its

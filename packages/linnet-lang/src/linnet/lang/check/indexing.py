@@ -125,6 +125,8 @@ class Indexing(EvaluatorBase):
             ):
                 args = [self.lab(a, frame) for a in expr.args]
                 return self.builtin_elementwise(name, args, expr, frame, labelled=True)
+            if isinstance(callee, Builtin) and name == "bitcast":
+                return self.bitcast([self.lab(a, frame) for a in expr.args], expr, frame)
             if frame.in_kernel:
                 v = self.value(expr, frame)
                 if isinstance(v, Tensor) and v.rank > 0:

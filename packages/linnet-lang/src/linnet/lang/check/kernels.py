@@ -1,4 +1,4 @@
-"""Builtins and kernels: `iota`, `fill`, `program_id`, `load`, `store`, masks and
+"""Builtins and kernels: `iota`, `fill`, `bitcast`, `program_id`, `load`, `store`, masks and
 tiles, and what a kernel binding records."""
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ class Kernels(EvaluatorBase):
         if name in UNARY_FUNCTIONS or name in BINARY_FUNCTIONS or name == "select":
             args = [self.value(a, frame) for a in expr.args]
             return self.builtin_elementwise(name, args, expr, frame, labelled=False)
+        if name == "bitcast":
+            return self.bitcast([self.value(a, frame) for a in expr.args], expr, frame)
         if name == "iota":
             dtype = self.generic_dtype(expr, frame, "i32")
             if len(expr.args) != 1:

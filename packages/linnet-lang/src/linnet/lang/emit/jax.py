@@ -176,6 +176,11 @@ def _convert(s: Step, n: Scope, numerics: str) -> list[str]:
     ]
 
 
+def _bitcast(s: Step, n: Scope, numerics: str) -> list[str]:
+    dtype = JAX_DTYPES[s.attributes["dtype"]]
+    return [f"{n(s.results[0])} = lax.bitcast_convert_type({n.tensor(s.operands[0])}, {dtype})"]
+
+
 def _reshape(s: Step, n: Scope, numerics: str) -> list[str]:
     return [
         f"{n(s.results[0])} = jnp.reshape({n.tensor(s.operands[0])}, "
@@ -355,6 +360,7 @@ RULES: dict[str, Rule] = spelled(
         "rem": _rem,
         "select": _select,
         "convert": _convert,
+        "bitcast": _bitcast,
         "constant": constant_rule,
         "iota": _iota,
         "reshape": _reshape,

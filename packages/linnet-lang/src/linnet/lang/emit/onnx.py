@@ -29,8 +29,8 @@ carries every dim by name.
 
 >>> from linnet.lang.emit.onnx import RULES
 >>> from linnet.lang.ir.primitives import PRIMITIVES
->>> sorted(set(PRIMITIVES) - set(RULES))  # collectives: an exported graph is one rank's
-['all_gather', 'all_reduce']
+>>> sorted(set(PRIMITIVES) - set(RULES))  # collectives (one rank's graph), and bitcast
+['all_gather', 'all_reduce', 'bitcast']
 """
 
 from __future__ import annotations
@@ -44,7 +44,12 @@ from typing import Any
 
 from linnet.lang import __version__
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.emit.onnx_rules import EXPECTED_MISSING, RULES, SYMBOLIC_ATTRIBUTES
+from linnet.lang.emit.onnx_rules import (
+    EXPECTED_MISSING,
+    RULES,
+    SYMBOLIC_ATTRIBUTES,
+    WHY_MISSING,
+)
 from linnet.lang.emit.onnx_scope import (
     DOMAIN,
     EXTERNAL_THRESHOLD,
@@ -181,12 +186,18 @@ class OnnxEmitter:
             scope.step, scope.current = i, step
             rule = RULES.get(step.op)
             if rule is None:
+                why = WHY_MISSING.get(step.op)
                 raise LinnetError(
                     Diagnostic(
                         "E0930",
                         f"{where(self.graph, i, step)}: primitive `{step.op}` has no ONNX rule",
-                        help="run this model with the PyTorch runtime, or add the primitive to "
-                        "linnet.lang.emit.onnx_rules.RULES",
+                        help="run this model with the PyTorch runtime, "
+                        + (
+                            "or export it to StableHLO (`linnet stablehlo`)"
+                            if why
+                            else "or add the primitive to linnet.lang.emit.onnx_rules.RULES"
+                        ),
+                        notes=[why] if why else [],
                     )
                 )
             for ref in step.operands:

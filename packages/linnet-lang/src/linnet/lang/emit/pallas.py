@@ -89,6 +89,7 @@ PALLAS = tiles.Dialect(
     sum="jnp.sum",
     program_id="pl.program_id",
     method="astype",
+    bitcast="lax.bitcast_convert_type({x}, {t})",
 )
 
 

@@ -51,6 +51,12 @@ def _binary(name: str) -> Rule:
     return rule
 
 
+def _bitcast(s: Step, n: Scope) -> str:
+    """The operand's bits read as the result's element type (of their width)."""
+    shape, dt = _res(s, n)
+    return n.op("stablehlo.bitcast_convert", [n.get(s.operands[0])], shape, dt, hint=s.results[0])
+
+
 def _compare(direction: str) -> Rule:
     def rule(s: Step, n: Scope) -> str:
         shape, _ = _res(s, n)
@@ -529,6 +535,7 @@ RULES: dict[str, Rule] = spelled(
         "rem": stablehlo_edges.RULES["rem"],
         "select": _select,
         "convert": stablehlo_edges.RULES["convert"],
+        "bitcast": _bitcast,
         "constant": _constant,
         "iota": _iota,
         "reshape": _reshape,

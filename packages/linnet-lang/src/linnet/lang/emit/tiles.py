@@ -35,8 +35,9 @@ class Dialect:
 
     ``name`` and ``code`` are for the error of a primitive it has no form for; ``dtypes``
     maps Linnet's element types to its own; ``reserved`` are names a kernel must not shadow;
-    the others are the functions' names (``full``: ``tl.full``) and the conversion method
-    (``method``: ``to`` for ``x.to(tl.float32)``, see :meth:`cast`).
+    the others are the functions' names (``full``: ``tl.full``), the conversion method
+    (``method``: ``to`` for ``x.to(tl.float32)``, see :meth:`cast`) and the bit
+    reinterpretation (``bitcast``: a template of ``{x}`` and ``{t}``, see :meth:`reinterpret`).
 
     >>> from linnet.lang.emit.pallas import PALLAS
     >>> PALLAS.cast("x", "f32"), PALLAS.permute
@@ -55,10 +56,20 @@ class Dialect:
     sum: str
     program_id: str
     method: str
+    bitcast: str
 
     def cast(self, expr: str, dtype: str) -> str:
         """``expr`` converted to Linnet's element type ``dtype``."""
         return f"{expr}.{self.method}({self.dtypes[dtype]})"
+
+    def reinterpret(self, expr: str, dtype: str) -> str:
+        """``expr``'s bits read as Linnet's element type ``dtype`` (of their width).
+
+        >>> from linnet.lang.emit.triton import TRITON
+        >>> TRITON.reinterpret("x", "f32")
+        'x.to(tl.float32, bitcast=True)'
+        """
+        return self.bitcast.format(x=expr, t=self.dtypes[dtype])
 
 
 # ---------------------------------------------------------------- names
@@ -212,6 +223,7 @@ def common_rules(
     shared: dict[str, TileRule] = {
         "select": select,
         "convert": convert,
+        "bitcast": bitcast,
         "constant": constant,
         "transpose": transpose,
         "broadcast": broadcast,
@@ -230,6 +242,11 @@ def convert(s: Step, n: Names, c: Context) -> list[str]:
     if dtype == "bool":
         return [f"{n(s.results[0])} = {n.tensor(s.operands[0])} != 0"]
     return [f"{n(s.results[0])} = {n.dialect.cast(n.tensor(s.operands[0]), dtype)}"]
+
+
+def bitcast(s: Step, n: Names, c: Context) -> list[str]:
+    dtype = s.attributes["dtype"]
+    return [f"{n(s.results[0])} = {n.dialect.reinterpret(n.tensor(s.operands[0]), dtype)}"]
 
 
 def reshape(s: Step, n: Names, c: Context) -> list[str]:

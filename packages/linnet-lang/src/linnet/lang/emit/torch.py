@@ -146,6 +146,15 @@ def _convert(s: Step, n: Scope, numerics: str) -> list[str]:
     ]
 
 
+def _bitcast(s: Step, n: Scope, numerics: str) -> list[str]:
+    """The same bits as another dtype of their width: a view (no copy), but of a state,
+    which would change with the state's next write."""
+    x = s.operands[0]
+    copy = ".clone()" if x.startswith("@") and x[1:] in n.graph.states else ""
+    dtype = TORCH_DTYPES[s.attributes["dtype"]]
+    return [f"{n(s.results[0])} = {n.tensor(x)}.view({dtype}){copy}"]
+
+
 def _reshape(s: Step, n: Scope, numerics: str) -> list[str]:
     return [
         f"{n(s.results[0])} = {n.tensor(s.operands[0])}.reshape({tuple(s.attributes['shape'])})"
@@ -339,6 +348,7 @@ RULES: dict[str, Rule] = spelled(
             f"{n(s.results[0])} = torch.where({', '.join(n(o) for o in s.operands)})"
         ],
         "convert": _convert,
+        "bitcast": _bitcast,
         "constant": constant_rule,
         "iota": _iota,
         "reshape": _reshape,

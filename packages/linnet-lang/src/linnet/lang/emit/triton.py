@@ -89,6 +89,7 @@ TRITON = tiles.Dialect(
     sum="tl.sum",
     program_id="tl.program_id",
     method="to",
+    bitcast="{x}.to({t}, bitcast=True)",
 )
 
 

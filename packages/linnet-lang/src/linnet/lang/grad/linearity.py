@@ -167,6 +167,8 @@ LINEARITY_RULES: dict[str, Rule] = {
     # A state write makes no value: whatever it stores, the gradients are what they are.
     "scatter": lambda s, k: (CONST, None),
     "rem": _nonlinear_in_any,
+    # A gradient's bits read as another type: no linear function of it, as floor is not.
+    "bitcast": _nonlinear_in_any,
 } | {name: _nonlinear_in_any for name, row in SPELLINGS.items() if not row.linear}
 """Written here for the primitives that are linear in an operand (the rows of
 :data:`linnet.lang.ir.elementwise.SPELLINGS` say ``linear``) and those outside that table;

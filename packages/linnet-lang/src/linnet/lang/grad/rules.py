@@ -608,6 +608,8 @@ VJP_RULES: dict[str, Rule] = {
     "minimum": _extreme("lt"),
     "select": _float_only(_select),
     "convert": _convert,
+    # The bits of a float read as an integer (or back) are no differentiable function of it.
+    "bitcast": zero,
     "constant": zero,
     "iota": zero,
     "reshape": _float_only(_reshape),

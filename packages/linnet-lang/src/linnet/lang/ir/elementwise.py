@@ -316,10 +316,11 @@ elementwise primitive has one, but those in :data:`EXPECTED_MISSING`)."""
 
 # Elementwise primitives whose rules are written by hand in every table: `/` and `%` have
 # integer edge values (a / 0 is 0, a % 0 is a: linnet.lang.ir.edges), `select` takes a bool
-# condition beside its operands, `convert` an attribute. Every other primitive is not
-# elementwise math.
+# condition beside its operands, `convert` and `bitcast` take their result's dtype as an
+# attribute. Every other primitive is not elementwise math.
 EXPECTED_MISSING: frozenset[str] = frozenset(
-    {"div", "rem", "select", "convert"} | (set(PRIMITIVES) - in_category(Category.ELEMENTWISE))
+    {"div", "rem", "select", "convert", "bitcast"}
+    | (set(PRIMITIVES) - in_category(Category.ELEMENTWISE))
 )
 
 R = TypeVar("R")

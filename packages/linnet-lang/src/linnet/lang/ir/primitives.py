@@ -154,6 +154,9 @@ _TABLE: list[Primitive] = [
     _P("or", E, 2, "logical or", operator="||", logical=True),
     _P("select", E, 3, "where(cond, x, y)", differentiable=True),
     _P("convert", E, 1, "change element type to attributes.dtype", differentiable=True),
+    # The same bits read as another element type of the same width: no gradient flows
+    # through a reinterpretation (the derivative of a float's bits as an integer is no number).
+    _P("bitcast", E, 1, "the same bits read as element type attributes.dtype (same width)"),
     # constants
     _P("constant", C, 0, "a rank-0 tensor: attributes.value, attributes.dtype"),
     _P("iota", C, 0, "0..shape[axis]-1 along attributes.axis, shape attributes.shape"),

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from linnet.lang.ir import bits
 from linnet.lang.ir.graph import Step, ValueType
 from linnet.lang.ir.primitives import PRIMITIVES, Category
 
@@ -81,6 +82,15 @@ def _select(step: Step, ops: list[ValueType]) -> Expected:
 
 def _convert(step: Step, ops: list[ValueType]) -> Expected:
     return Expected(ops[0].shape, _attr_dtype(step))
+
+
+def _bitcast(step: Step, ops: list[ValueType]) -> Expected:
+    """The operand's shape, its bits read as ``attributes.dtype``: a type of its width."""
+    dtype = _attr_dtype(step)
+    why = bits.problem(ops[0].dtype, dtype or "?")
+    if why is not None:
+        raise ShapeProblem(f"reads {ops[0].dtype} bits as {dtype!r}: {why}")
+    return Expected(ops[0].shape, dtype)
 
 
 def _attr_dtype(step: Step) -> str | None:
@@ -239,6 +249,7 @@ SHAPE_RULES: dict[str, ShapeRule] = {
     **{name: _elementwise for name, p in PRIMITIVES.items() if p.category is Category.ELEMENTWISE},
     "select": _select,
     "convert": _convert,
+    "bitcast": _bitcast,
     "constant": _constant,
     "iota": _iota,
     "reshape": _reshape,

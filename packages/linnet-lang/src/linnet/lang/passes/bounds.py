@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from linnet.lang.diagnostics.core import coded_error
+from linnet.lang.ir.edges import INT_RANGES
 from linnet.lang.ir.graph import Graph, Step
 from linnet.lang.ir.primitives import PRIMITIVES, Category, in_category
 
@@ -535,6 +536,16 @@ def _convert(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
     return _opaque(*args)
 
 
+def _bitcast(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
+    """The operand's bits read as another type: nothing of its range carries over. An
+    integer result lies in its type's range (a u8 in 0..255); its dependence is kept."""
+    deps = _deps(args[0])
+    r = INT_RANGES.get(step.attributes.get("dtype", ""))
+    if r is None:
+        return _opaque(*args)
+    return Opaque(deps, r)
+
+
 def _truth(step: Step, args: list[Abstract], graph: Graph) -> Abstract:
     """Comparisons and logic: 0 or 1."""
     return _opaque(*args) or Term.const(0, 1)
@@ -612,6 +623,7 @@ _VALUES: dict[str, ValueRule] = {
     "constant": _constant_rule,
     **{name: _same_elements for name in in_category(Category.SHAPE)},
     "convert": _convert,
+    "bitcast": _bitcast,
     "neg": _neg,
     "add": _add_rule,
     "sub": _add_rule,

@@ -89,6 +89,7 @@ BUILTINS = (
     "select",
     "iota",
     "fill",
+    "bitcast",
     "program_id",
     "load",
     "store",
