@@ -113,11 +113,19 @@ def loops(text: str) -> list[collections.Counter]:
     return sorted(found, key=lambda c: -sum(c.values()))
 
 
-def measure(kernel: str, generics: dict, program: str | None, weights: int, bits: int) -> dict:
-    """The longest loop's instructions a thread, a weight, and against the H100 budget."""
+def measure(
+    kernel: str,
+    generics: dict,
+    program: str | None,
+    weights: int,
+    bits: int,
+    scalars: dict | None = None,
+) -> dict:
+    """The longest loop's instructions a thread, a weight, and against the H100 budget
+    (``scalars``: the kernel's scalar parameters, e.g. a norm's ``eps``)."""
     from linnet.torch.kernels import compiled
 
-    k = compiled(kernel, generics, program=program)
+    k = compiled(kernel, generics, program=program, scalars=scalars)
     found = loops(sass(k.asm["cubin"]))
     if not found:
         return {"kernel": kernel, "error": "no loop in the SASS"}
@@ -142,6 +150,7 @@ def main() -> int:
     p.add_argument("--program", default=None, help="the .linnet file (default: the std library)")
     p.add_argument("--weights", type=int, default=0, help="weights a program's loop step takes")
     p.add_argument("--bits", type=int, default=16)
+    p.add_argument("--scalars", type=json.loads, default=None, help="e.g. '{\"eps\": 1e-5}'")
     args = p.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     cases = (
@@ -151,7 +160,7 @@ def main() -> int:
     )
     rows = []
     for label, (kernel, generics, program, weights, bits) in cases.items():
-        r = measure(kernel, generics, program, weights, bits)
+        r = measure(kernel, generics, program, weights, bits, args.scalars)
         print(json.dumps(r), flush=True)
         if "error" in r:
             rows.append(f"| {label} | {r['error']} | | | |")
