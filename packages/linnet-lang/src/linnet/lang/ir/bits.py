@@ -21,17 +21,9 @@ from __future__ import annotations
 import math
 import struct
 
-WIDTHS: dict[str, int] = {
-    "f64": 64,
-    "f32": 32,
-    "f16": 16,
-    "bf16": 16,
-    "i64": 64,
-    "i32": 32,
-    "i16": 16,
-    "i8": 8,
-    "u8": 8,
-}
+import linnet.lang.tensors.dtypes as DT
+
+WIDTHS: dict[str, int] = {d: 8 * n for d, n in DT.BYTES.items() if d != "bool"}
 """The width in bits of each element type a bitcast reads or makes (every one but bool)."""
 
 WEAK: dict[str, str] = {"int": "i32", "float": "f32"}

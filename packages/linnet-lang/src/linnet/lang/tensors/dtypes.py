@@ -12,6 +12,19 @@ from __future__ import annotations
 FLOATS = ("bf16", "f16", "f32", "f64")
 INTS = ("i8", "i16", "i32", "i64", "u8")
 DTYPES = (*FLOATS, *INTS, "bool")
+BYTES = {
+    "f64": 8,
+    "f32": 4,
+    "f16": 2,
+    "bf16": 2,
+    "i64": 8,
+    "i32": 4,
+    "i16": 2,
+    "i8": 1,
+    "u8": 1,
+    "bool": 1,
+}
+"""Bytes an element of each type takes in memory (safetensors' files, a ``bitcast``'s width)."""
 
 _RANK = {
     "bool": 0,

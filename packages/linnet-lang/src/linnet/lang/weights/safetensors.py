@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import linnet.lang.tensors.dtypes as DT
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, coded_error
 
 SAFETENSORS_DTYPES = {
@@ -32,18 +33,7 @@ SAFETENSORS_DTYPES = {
     "U8": "u8",
     "BOOL": "bool",
 }
-DTYPE_BYTES = {
-    "f64": 8,
-    "f32": 4,
-    "f16": 2,
-    "bf16": 2,
-    "i64": 8,
-    "i32": 4,
-    "i16": 2,
-    "i8": 1,
-    "u8": 1,
-    "bool": 1,
-}
+DTYPE_BYTES = DT.BYTES
 # The rest of the dtypes the safetensors format defines (safetensors 0.8's `Dtype`), with
 # their bits per element: a valid file of these is read for its header and reported as
 # unsupported (E0723), not as corrupt, until quantised weights exist.
