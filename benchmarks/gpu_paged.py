@@ -24,7 +24,8 @@ warm-up run). Mode `load` drives the Engine with benchmarks/serve_load.py's load
 this process (`--load-requests` requests at `--rate` a second, Poisson arrivals, log-normal
 prompt and output lengths around `--prompt-median` and `--output-median` tokens, random
 token ids): throughput, time to first token and inter-token latency percentiles, after one
-warm-up load of a few requests. A table comes last.
+warm-up load of a few requests. `--profile` adds each step's kernels (torch.profiler over 8
+replays at the context): where the microseconds go. A table comes last.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from torch_decode import copy_bandwidth
 
 ROWS: list[str] = []
+PROFILES: list[str] = []
 PAGE = 16
 # Llama-3-8B (examples/llama/configs/llama-3-8b.json), as std.models.llama's generics.
 SHAPE = {
@@ -64,6 +66,9 @@ def parse() -> argparse.Namespace:
         help="torch.compile of the generated slices between regions: none, default (inductor's "
         "default mode) or a mode such as max-autotune-no-cudagraphs",
     )
+    p.add_argument(
+        "--profile", action="store_true", help="each step's kernels (torch.profiler, 8 replays)"
+    )
     p.add_argument("--token-budget", type=int, default=2048, help="engine: prefill tokens a step")
     p.add_argument("--rate", type=float, default=16.0, help="load: requests a second")
     p.add_argument("--load-requests", type=int, default=128)
@@ -83,13 +88,19 @@ def step_bytes(model: Any, cfg: dict, batch: int, context: int) -> int:
     return total + 2 * cfg["NL"] * batch * context * cfg["KV"] * cfg["HD"] * 2
 
 
-def timed(cap: Any, extra: list[torch.Tensor], batch: int, context: int, steps: int) -> float:
-    token = torch.ones(batch, dtype=torch.int32, device="cuda")
+def stepper(cap: Any, extra: list[torch.Tensor], batch: int, context: int) -> Any:
+    """``step(token, i)``: one replay at position ``context + i``, fed its own argmax."""
 
     def step(token: torch.Tensor, i: int) -> torch.Tensor:
         pos = torch.full((batch,), context + i, dtype=torch.int32)
         return cap([token, pos, *extra])[0].argmax(-1).to(torch.int32)
 
+    return step
+
+
+def timed(cap: Any, extra: list[torch.Tensor], batch: int, context: int, steps: int) -> float:
+    token = torch.ones(batch, dtype=torch.int32, device="cuda")
+    step = stepper(cap, extra, batch, context)
     for i in range(4):
         token = step(token, i)
     torch.cuda.synchronize()
@@ -284,6 +295,13 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
             * 1e3
         )
         ideal = step_bytes(model, cfg, batch, args.context) / bw * 1e3
+        if args.profile:
+            from gpu_steps import kernel_table, replays_profiled
+
+            token = torch.ones(batch, dtype=torch.int32, device="cuda")
+            events, wall = replays_profiled(stepper(cap, more, batch, args.context), token)
+            PROFILES.append(f"\n8B B={batch} {mode}: {ms:.3f} ms/step, ideal {ideal:.3f}\n")
+            PROFILES.extend(kernel_table(events, 8, wall, top=16))
         dense_ms = ms if not paged else dense_ms
         ratio = f"{dense_ms / ms:.2f}x" if dense_ms and paged else ""
         explained = plan.explain()
@@ -319,6 +337,7 @@ def main() -> None:
 
             traceback.print_exc()
             ROWS.append(f"| {batch} | failed: {str(exc)[:80]} | | | | | |")
+    print("\n".join(PROFILES))
     print(
         f"\nLlama-3-8B shape, context {args.context}, pages of {PAGE}, {bw / 1e12:.2f} TB/s, "
         f"compile {args.compile}"

@@ -92,19 +92,15 @@ def timed(cap: Any, batch: int, context: int, steps: int) -> float:
 
 
 def profile(cap: Any, batch: int, context: int, label: str) -> None:
-    from gpu_steps import kernel_table
+    from gpu_steps import kernel_table, replays_profiled
 
-    token = torch.ones(batch, dtype=torch.int32, device="cuda")
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
-        for i in range(8):
-            pos = torch.full((batch,), context + i, dtype=torch.int32)
-            token = cap([token, pos])[0].argmax(-1).to(torch.int32)
-        torch.cuda.synchronize()
-        wall = (time.perf_counter() - t0) / 8
+    def step(token: torch.Tensor, i: int) -> torch.Tensor:
+        pos = torch.full((batch,), context + i, dtype=torch.int32)
+        return cap([token, pos])[0].argmax(-1).to(torch.int32)
+
+    events, wall = replays_profiled(step, torch.ones(batch, dtype=torch.int32, device="cuda"))
     PROFILES.append(f"\n{label}\n")
-    PROFILES.extend(kernel_table(prof.key_averages(), 8, wall, top=12))
+    PROFILES.extend(kernel_table(events, 8, wall, top=12))
 
 
 def rows_for(name: str, batch: int, args: argparse.Namespace, bw: float) -> None:

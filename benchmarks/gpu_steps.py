@@ -892,17 +892,27 @@ def kernel_table(events: Any, steps: int, wall_ms: float, top: int = 30) -> list
     return out
 
 
-def profiled(step: Callable, token: torch.Tensor, steps: int = 8) -> tuple[Any, float]:
-    """(the profiler's key averages, wall seconds a step) over ``steps`` replays of a
-    Captured step fed its own argmax."""
+def replays_profiled(step: Callable, token: torch.Tensor, steps: int = 8) -> tuple[Any, float]:
+    """(the profiler's key averages, wall seconds a step) over ``steps`` calls of
+    ``step(token, i) -> next token``, each fed the previous one's."""
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         for i in range(steps):
-            token = first(step([token, cpu_i32(CONTEXT + 4 + i)])).argmax(-1).to(torch.int32)
+            token = step(token, i)
         torch.cuda.synchronize()
         wall = (time.perf_counter() - t0) / steps
     return prof.key_averages(), wall
+
+
+def profiled(step: Callable, token: torch.Tensor, steps: int = 8) -> tuple[Any, float]:
+    """(the profiler's key averages, wall seconds a step) over ``steps`` replays of a
+    Captured step fed its own argmax."""
+
+    def one(token: torch.Tensor, i: int) -> torch.Tensor:
+        return first(step([token, cpu_i32(CONTEXT + 4 + i)])).argmax(-1).to(torch.int32)
+
+    return replays_profiled(one, token, steps)
 
 
 def profile_step(name: str, dev: torch.device) -> None:
