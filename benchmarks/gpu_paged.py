@@ -69,6 +69,9 @@ def parse() -> argparse.Namespace:
     p.add_argument(
         "--profile", action="store_true", help="each step's kernels (torch.profiler, 8 replays)"
     )
+    p.add_argument(
+        "--progress", action="store_true", help="the engine's planning progress (stderr)"
+    )
     p.add_argument("--token-budget", type=int, default=2048, help="engine: prefill tokens a step")
     p.add_argument("--rate", type=float, default=16.0, help="load: requests a second")
     p.add_argument("--load-requests", type=int, default=128)
@@ -136,7 +139,9 @@ def prompts_for(batch: int, args: argparse.Namespace) -> torch.Tensor:
 
 def end_to_end(label: str, run: Any, batch: int, args: argparse.Namespace) -> None:
     """Time ``run()`` (a whole batch of requests) after one warm-up; a table row."""
+    t0 = time.perf_counter()
     run()  # warm: compiles, plans, captures
+    print(f"8B B={batch} {label}: warm-up {time.perf_counter() - t0:.1f} s", flush=True)
     times = []
     for _ in range(args.repeats):
         torch.cuda.synchronize()
@@ -175,25 +180,28 @@ def hf_generate_row(batch: int, args: argparse.Namespace) -> None:
     end_to_end("transformers generate (StaticCache)", run, batch, args)
 
 
-def engine_row(model: Any, pages: int, batch: int, args: argparse.Namespace, mode: str) -> None:
-    """The batch's requests through linnet.serve's Engine on the loaded paged model
-    (``mode`` engine), or the load generator's arrivals (``mode`` load)."""
+def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -> None:
+    """The batch's requests through linnet.serve's Engine on the loaded paged model (mode
+    ``engine``), then the load generator's arrivals on the same engine (mode ``load``): one
+    engine, so the second mode reuses the first's plans and captured steps."""
     from linnet.serve.engine import Engine
     from linnet.serve.runner import ModelRunner
 
+    modes = args.modes.split(",")
     engine = Engine(
-        ModelRunner(model, pages, PAGE, max_batch=batch),
+        ModelRunner(model, pages, PAGE, max_batch=batch, progress=args.progress),
         max_batch=batch,
         token_budget=args.token_budget,
         max_queue=max(4 * batch, args.load_requests),
     )
-    if mode == "engine":
+    if "engine" in modes:
         prompts = prompts_for(batch, args).tolist()
 
         def run() -> None:
             engine.generate(prompts, max_tokens=args.steps, stop_tokens=[])
 
         end_to_end("linnet.serve Engine", run, batch, args)
+    if "load" not in modes:
         return
     import asyncio
 
@@ -212,7 +220,9 @@ def engine_row(model: Any, pages: int, batch: int, args: argparse.Namespace, mod
     warm = argparse.Namespace(**{**vars(load), "requests": 2 * batch, "rate": 1000.0})
     engine.start()
     try:
+        t0 = time.perf_counter()
         asyncio.run(serve_load.run_engine(warm, engine, SHAPE["V"]))  # plans and captures
+        print(f"8B max batch {batch} load: warm-up {time.perf_counter() - t0:.1f} s", flush=True)
         report = asyncio.run(serve_load.run_engine(load, engine, SHAPE["V"]))
     finally:
         engine.close()
@@ -241,23 +251,17 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
     table = order.reshape(batch, mp).to(torch.int32)
     dense_ms = None
     modes = args.modes.split(",")
-    if "hf-generate" in modes:
-        hf_generate_row(batch, args)
-    if "hf" in modes:
-        ms = hf_row(batch, args)
-        torch.cuda.empty_cache()
-        if ms is not None:
-            ROWS.append(
-                f"| {batch} | transformers (best) | {ms:.3f} | {batch / ms * 1e3:.0f} | | | |"
-            )
-    for mode in [m for m in modes if m in ("dense", "paged", "engine", "load")]:
+    steps = [m for m in modes if m in ("dense", "paged")]
+    if "engine" in modes or "load" in modes:
+        steps.append("serving")
+    for mode in steps:
         paged = mode != "dense"
         # A pool with room for every sequence's positions, and the sink page.
         pages = batch * mp + 1
         extra = dict(kv_pages=pages, kv_page_size=PAGE) if paged else {}
         t0 = time.perf_counter()
         # The engine runs its batch buckets (1, 2, 4, ..): the batch stays free there.
-        serving = mode in ("engine", "load")
+        serving = mode == "serving"
         model = load(
             llama,
             weights=weights,
@@ -268,7 +272,7 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
             **extra,
         )
         if serving:
-            engine_row(model, pages, batch, args, mode)
+            serving_rows(model, pages, batch, args)
             del model
             torch.cuda.empty_cache()
             continue
@@ -301,7 +305,7 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
             token = torch.ones(batch, dtype=torch.int32, device="cuda")
             events, wall = replays_profiled(stepper(cap, more, batch, args.context), token)
             PROFILES.append(f"\n8B B={batch} {mode}: {ms:.3f} ms/step, ideal {ideal:.3f}\n")
-            PROFILES.extend(kernel_table(events, 8, wall, top=16))
+            PROFILES.extend(kernel_table(events, 8, wall * 1e3, top=16))
         dense_ms = ms if not paged else dense_ms
         ratio = f"{dense_ms / ms:.2f}x" if dense_ms and paged else ""
         explained = plan.explain()
@@ -321,8 +325,18 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
         )
         del model, plan, cap
         torch.cuda.empty_cache()
+    # transformers last: Linnet's rows come first if the call runs out of time.
     del weights
     torch.cuda.empty_cache()
+    if "hf-generate" in modes:
+        hf_generate_row(batch, args)
+    if "hf" in modes:
+        ms = hf_row(batch, args)
+        torch.cuda.empty_cache()
+        if ms is not None:
+            ROWS.append(
+                f"| {batch} | transformers (best) | {ms:.3f} | {batch / ms * 1e3:.0f} | | | |"
+            )
 
 
 def main() -> None:

@@ -100,7 +100,7 @@ def profile(cap: Any, batch: int, context: int, label: str) -> None:
 
     events, wall = replays_profiled(step, torch.ones(batch, dtype=torch.int32, device="cuda"))
     PROFILES.append(f"\n{label}\n")
-    PROFILES.extend(kernel_table(events, 8, wall, top=12))
+    PROFILES.extend(kernel_table(events, 8, wall * 1e3, top=12))
 
 
 def rows_for(name: str, batch: int, args: argparse.Namespace, bw: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from linnet.lang import LinnetError
 from linnet.lang.syntax.program import model_file
 from linnet.serve.engine import Engine
 from linnet.serve.runner import ModelRunner
@@ -36,3 +37,30 @@ def test_planned_decode_shares_the_pool_and_changes_no_token() -> None:
         )
         assert all(step is not None for step in runner.prefills.values())
     assert got[True] == got[False] == want
+
+
+def test_prefill_plans_compile_only_when_asked() -> None:
+    """A compiled model's prefill buckets are planned over the generated source uncompiled
+    by default (a whole-model compile per bucket pair would stall each new prompt shape),
+    and compiled as the model is with ``compile_prefill=True``; decode buckets compile as
+    the model does either way."""
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=3)
+    model = load(llama, weights=dict(weights), config=cfg, kv_pages=24, kv_page_size=4)
+    model.compile = "reduce-overhead"  # what plan_for is asked for, recorded, not run
+    asked: list[tuple[str, object]] = []
+
+    def plan_for(entry: str, inputs: list, **options: object) -> object:
+        asked.append((entry, options["compile"]))
+        raise LinnetError([])  # unplannable: the runner falls back to calls
+
+    model.plan_for = plan_for  # type: ignore[method-assign]
+    for compile_prefill, want in ((False, None), (True, "reduce-overhead")):
+        asked.clear()
+        runner = ModelRunner(
+            model, 24, 4, max_batch=2, planned=True, compile_prefill=compile_prefill
+        )
+        runner.prefill([[5, 9, 2]], [0], [[1]])
+        assert asked == [("prefill_paged", want)]

@@ -102,6 +102,7 @@ class ModelRunner:
         max_batch: int,
         planned: bool | None = None,
         progress: Any = False,
+        compile_prefill: bool = False,
     ) -> None:
         if any(e not in getattr(model, "entries", ()) for e in ENTRIES):
             raise paged_entries_error(model)
@@ -131,6 +132,10 @@ class ModelRunner:
         # Planned prefill by (batch bucket, length bucket): its step, or None where it could
         # not be planned or captured (that bucket then runs call by call).
         self.prefills: dict[tuple[int, int], Any] = {}
+        # Prefill buckets come in many (batch, length) pairs; compiling the whole model for
+        # each (the model's `compile=`) makes each new pair's first request wait, while a
+        # prefill's time is its products': the generated source, captured, unless asked.
+        self.compile_prefill = compile_prefill
 
     def _table(self, tables: Sequence[list[int]], rows: int) -> Any:
         """The page table, on the host."""
@@ -197,8 +202,10 @@ class ModelRunner:
     def _prefill_step(self, size: int, length: int, inputs: list[Any]) -> Any:
         """The (batch, length) bucket's planned ``prefill_paged``, made on first use: over
         the generated source alone (no backend timed: prompts come in many shapes), compiled
-        where the model is, replayed as one graph on CUDA so a chunk costs one launch of the
-        host's, not one per op. None where it cannot be planned (call by call instead)."""
+        as the model is only with ``compile_prefill=True`` (a whole-model compile for each
+        bucket pair otherwise stalls the first request of each new shape), replayed as one
+        graph on CUDA so a chunk costs one launch of the host's, not one per op. None where
+        it cannot be planned (call by call instead)."""
         from linnet.lang import LinnetError
 
         key = (size, length)
@@ -208,7 +215,9 @@ class ModelRunner:
                     "prefill_paged",
                     inputs,
                     backends=[],
-                    compile=getattr(self.model, "compile", None) or None,
+                    compile=(getattr(self.model, "compile", None) or None)
+                    if self.compile_prefill
+                    else None,
                     measure=False,
                     progress=False,
                 )
