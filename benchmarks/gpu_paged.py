@@ -137,11 +137,16 @@ def prompts_for(batch: int, args: argparse.Namespace) -> torch.Tensor:
     return torch.randint(0, SHAPE["V"], (batch, args.context), generator=gen)
 
 
-def end_to_end(label: str, run: Any, batch: int, args: argparse.Namespace) -> None:
-    """Time ``run()`` (a whole batch of requests) after one warm-up; a table row."""
+def end_to_end(
+    label: str, run: Any, batch: int, args: argparse.Namespace, warmed: Any = None
+) -> None:
+    """Time ``run()`` (a whole batch of requests) after one warm-up (then ``warmed()``);
+    a table row."""
     t0 = time.perf_counter()
     run()  # warm: compiles, plans, captures
     print(f"8B B={batch} {label}: warm-up {time.perf_counter() - t0:.1f} s", flush=True)
+    if warmed is not None:
+        warmed()
     times = []
     for _ in range(args.repeats):
         torch.cuda.synchronize()
@@ -180,6 +185,35 @@ def hf_generate_row(batch: int, args: argparse.Namespace) -> None:
     end_to_end("transformers generate (StaticCache)", run, batch, args)
 
 
+def timed_calls(runner: Any, names: tuple[str, ...]) -> dict[str, list[float]]:
+    """Wrap ``runner``'s methods ``names`` to record each call's seconds (the device
+    synchronised after it): where an engine's wall time goes, prefill or decode."""
+    spent: dict[str, list[float]] = {}
+
+    def wrap(name: str) -> None:
+        inner = getattr(runner, name)
+
+        def call(*args: Any) -> Any:
+            t0 = time.perf_counter()
+            out = inner(*args)
+            torch.cuda.synchronize()
+            spent.setdefault(name, []).append(time.perf_counter() - t0)
+            return out
+
+        setattr(runner, name, call)
+
+    for name in names:
+        wrap(name)
+    return spent
+
+
+def spent_line(spent: dict[str, list[float]]) -> str:
+    return ", ".join(
+        f"{name} {len(times)} calls {sum(times):.2f} s (median {statistics.median(times) * 1e3:.1f} ms)"
+        for name, times in spent.items()
+    )
+
+
 def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -> None:
     """The batch's requests through linnet.serve's Engine on the loaded paged model (mode
     ``engine``), then the load generator's arrivals on the same engine (mode ``load``): one
@@ -188,8 +222,10 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
     from linnet.serve.runner import ModelRunner
 
     modes = args.modes.split(",")
+    runner = ModelRunner(model, pages, PAGE, max_batch=batch, progress=args.progress)
+    spent = timed_calls(runner, ("prefill", "decode"))
     engine = Engine(
-        ModelRunner(model, pages, PAGE, max_batch=batch, progress=args.progress),
+        runner,
         max_batch=batch,
         token_budget=args.token_budget,
         max_queue=max(4 * batch, args.load_requests),
@@ -200,7 +236,8 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
         def run() -> None:
             engine.generate(prompts, max_tokens=args.steps, stop_tokens=[])
 
-        end_to_end("linnet.serve Engine", run, batch, args)
+        end_to_end("linnet.serve Engine", run, batch, args, spent.clear)
+        print(f"8B B={batch} Engine, {args.repeats} runs: {spent_line(spent)}", flush=True)
     if "load" not in modes:
         return
     import asyncio
@@ -223,10 +260,11 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
         t0 = time.perf_counter()
         asyncio.run(serve_load.run_engine(warm, engine, SHAPE["V"]))  # plans and captures
         print(f"8B max batch {batch} load: warm-up {time.perf_counter() - t0:.1f} s", flush=True)
+        spent.clear()
         report = asyncio.run(serve_load.run_engine(load, engine, SHAPE["V"]))
     finally:
         engine.close()
-    print(f"8B max batch {batch} load: {report}", flush=True)
+    print(f"8B max batch {batch} load: {report}; {spent_line(spent)}", flush=True)
     ROWS.append(
         f"| {batch} | load {load.requests} req at {load.rate}/s: "
         f"TTFT p50 {report['ttft_ms_p50']} p99 {report['ttft_ms_p99']} ms, "
@@ -327,6 +365,9 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
         torch.cuda.empty_cache()
     # transformers last: Linnet's rows come first if the call runs out of time.
     del weights
+    import gc
+
+    gc.collect()  # the engine's captured graphs and their pools
     torch.cuda.empty_cache()
     if "hf-generate" in modes:
         hf_generate_row(batch, args)

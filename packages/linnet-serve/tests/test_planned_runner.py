@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from linnet.lang import LinnetError
 from linnet.lang.syntax.program import model_file
 from linnet.serve.engine import Engine
@@ -50,10 +51,10 @@ def test_prefill_plans_compile_only_when_asked() -> None:
     weights = random_weights(llama, {**cfg, "B": 1}, seed=3)
     model = load(llama, weights=dict(weights), config=cfg, kv_pages=24, kv_page_size=4)
     model.compile = "reduce-overhead"  # what plan_for is asked for, recorded, not run
-    asked: list[tuple[str, object]] = []
+    asked: list[tuple[str, object, object]] = []
 
     def plan_for(entry: str, inputs: list, **options: object) -> object:
-        asked.append((entry, options["compile"]))
+        asked.append((entry, options["compile"], options["captured"]))
         raise LinnetError([])  # unplannable: the runner falls back to calls
 
     model.plan_for = plan_for  # type: ignore[method-assign]
@@ -63,4 +64,28 @@ def test_prefill_plans_compile_only_when_asked() -> None:
             model, 24, 4, max_batch=2, planned=True, compile_prefill=compile_prefill
         )
         runner.prefill([[5, 9, 2]], [0], [[1]])
-        assert asked == [("prefill_paged", want)]
+        assert asked == [("prefill_paged", want, True)]
+
+
+def test_only_small_prefill_chunks_are_captured() -> None:
+    """A captured graph keeps its memory pool while it lives, one per bucket pair: chunks of
+    more than ``capture_prefill_tokens`` tokens (rows x length bucket) run op by op."""
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=3)
+    model = load(llama, weights=dict(weights), config=cfg, kv_pages=24, kv_page_size=4)
+    asked: list[object] = []
+
+    def plan_for(entry: str, inputs: list, **options: object) -> object:
+        asked.append((inputs[0].shape[0] * inputs[0].shape[1], options["captured"]))
+        raise LinnetError([])
+
+    model.plan_for = plan_for  # type: ignore[method-assign]
+    runner = ModelRunner(model, 24, 4, max_batch=2, planned=True, capture_prefill_tokens=16)
+    runner.prefill([[5, 9, 2]], [0], [[1]])  # one row of the first length bucket, 16
+    runner.prefill([[5, 9, 2], [7, 1]], [0, 0], [[2], [3]])  # two rows: 32 tokens
+    assert asked == [(16, True), (32, False)]
+    with pytest.raises(LinnetError) as err:
+        ModelRunner(model, 24, 4, max_batch=2, capture_prefill_tokens=-1)
+    assert "capture_prefill_tokens" in str(err.value)

@@ -103,12 +103,18 @@ class ModelRunner:
         planned: bool | None = None,
         progress: Any = False,
         compile_prefill: bool = False,
+        capture_prefill_tokens: int = 512,
     ) -> None:
         if any(e not in getattr(model, "entries", ()) for e in ENTRIES):
             raise paged_entries_error(model)
         for name, value in (("kv_pages", num_pages), ("page_size", page_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise option_error(name, value, "a positive int", f"{name}=16")
+        value = capture_prefill_tokens
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise option_error(
+                "capture_prefill_tokens", value, "an int >= 0", "capture_prefill_tokens=512"
+            )
         if num_pages < 2:
             raise option_error("kv_pages", num_pages, "at least 2 (page 0 is the sink)", "64")
         self.model = model
@@ -136,6 +142,11 @@ class ModelRunner:
         # each (the model's `compile=`) makes each new pair's first request wait, while a
         # prefill's time is its products': the generated source, captured, unless asked.
         self.compile_prefill = compile_prefill
+        # A captured graph keeps its own memory pool (a prefill's activations and scores) for
+        # as long as it lives, one per bucket pair: only chunks of up to this many tokens
+        # (rows x length bucket), whose launches would cost more than their work, replay as
+        # graphs; larger ones run op by op, the device's work hiding the launches.
+        self.capture_prefill_tokens = capture_prefill_tokens
 
     def _table(self, tables: Sequence[list[int]], rows: int) -> Any:
         """The page table, on the host."""
@@ -188,12 +199,22 @@ class ModelRunner:
             self.steps[rows] = self._runnable(plan)
         return self.steps[rows]
 
-    def _runnable(self, plan: Any) -> Any:
+    def captures_prefill(self, size: int, length: int) -> bool:
+        """Whether a prefill bucket of ``size`` rows of ``length`` tokens replays as one CUDA
+        graph (on CUDA): at most ``capture_prefill_tokens`` tokens.
+
+        >>> runner = ModelRunner(model, 64, 16, max_batch=8)                  # doctest: +SKIP
+        >>> runner.captures_prefill(2, 256), runner.captures_prefill(2, 1024)  # doctest: +SKIP
+        (True, False)
+        """
+        return size * length <= self.capture_prefill_tokens
+
+    def _runnable(self, plan: Any, captured: bool = True) -> Any:
         """``plan`` in the model's shared context (one page pool for every plan and the
-        model's own calls): a :class:`~linnet.torch.plans.Captured` graph on CUDA, else the
-        plan's ``run``."""
+        model's own calls): a :class:`~linnet.torch.plans.Captured` graph on CUDA (unless
+        ``captured`` is False), else the plan's ``run``."""
         ctx = self.model.context_for(plan, shared=True)
-        if getattr(self.device, "type", str(self.device)) == "cuda":
+        if captured and getattr(self.device, "type", str(self.device)) == "cuda":
             from linnet.torch.plans import Captured
 
             return Captured(plan, ctx)
@@ -210,6 +231,7 @@ class ModelRunner:
 
         key = (size, length)
         if key not in self.prefills:
+            captured = self.captures_prefill(size, length)
             try:
                 plan = self.model.plan_for(
                     "prefill_paged",
@@ -220,8 +242,9 @@ class ModelRunner:
                     else None,
                     measure=False,
                     progress=False,
+                    captured=captured,
                 )
-                self.prefills[key] = self._runnable(plan)
+                self.prefills[key] = self._runnable(plan, captured)
             except LinnetError:
                 self.prefills[key] = None
         return self.prefills[key]
