@@ -214,6 +214,36 @@ def spent_line(spent: dict[str, list[float]]) -> str:
     )
 
 
+def prefill_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -> None:
+    """Mode ``prefill``: the engine's prefill calls alone, each shape twice (the first plans
+    and captures or compiles; the second is the steady cost): a whole batch of prompts in
+    chunks of the token budget, then the one-token tail a prefix-cache hit leaves."""
+    from linnet.serve.runner import ModelRunner
+
+    runner = ModelRunner(model, pages, PAGE, max_batch=batch)
+    mp = -(-(args.context + args.steps + 16) // PAGE)
+    rows = max(1, args.token_budget // args.context)
+    gen = torch.Generator().manual_seed(7)
+    cases = [
+        (f"{rows} rows x {args.context}", [args.context] * rows, [0] * rows),
+        (f"{batch} rows x 1 after {args.context - 1}", [1] * batch, [args.context - 1] * batch),
+    ]
+    for label, lengths, starts in cases:
+        tables = [list(range(1 + b * mp, 1 + (b + 1) * mp)) for b in range(len(lengths))]
+        tokens = [torch.randint(0, SHAPE["V"], (n,), generator=gen).tolist() for n in lengths]
+        for attempt in ("first", "second"):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            runner.prefill(tokens, starts, tables)
+            torch.cuda.synchronize()
+            ms = (time.perf_counter() - t0) * 1e3
+            kinds = {k: type(v).__name__ for k, v in runner.prefills.items()}
+            print(f"8B prefill {label}, {attempt} call: {ms:.1f} ms; steps {kinds}", flush=True)
+            ROWS.append(
+                f"| {len(lengths)} | prefill {label}, {attempt} call: {ms:.1f} ms | | | | | |"
+            )
+
+
 def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -> None:
     """The batch's requests through linnet.serve's Engine on the loaded paged model (mode
     ``engine``), then the load generator's arrivals on the same engine (mode ``load``): one
@@ -292,6 +322,8 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
     steps = [m for m in modes if m in ("dense", "paged")]
     if "engine" in modes or "load" in modes:
         steps.append("serving")
+    if "prefill" in modes:
+        steps.append("prefill")
     for mode in steps:
         paged = mode != "dense"
         # A pool with room for every sequence's positions, and the sink page.
@@ -299,7 +331,7 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
         extra = dict(kv_pages=pages, kv_page_size=PAGE) if paged else {}
         t0 = time.perf_counter()
         # The engine runs its batch buckets (1, 2, 4, ..): the batch stays free there.
-        serving = mode == "serving"
+        serving = mode in ("serving", "prefill")
         model = load(
             llama,
             weights=weights,
@@ -310,7 +342,7 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
             **extra,
         )
         if serving:
-            serving_rows(model, pages, batch, args)
+            (prefill_rows if mode == "prefill" else serving_rows)(model, pages, batch, args)
             del model
             torch.cuda.empty_cache()
             continue
