@@ -260,6 +260,10 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
         token_budget=args.token_budget,
         max_queue=max(4 * batch, args.load_requests),
     )
+    t0 = time.perf_counter()
+    engine.warm(lambda line: print(f"8B B={batch} warm: {line}", flush=True))
+    print(f"8B B={batch} Engine.warm: {time.perf_counter() - t0:.1f} s", flush=True)
+    spent.clear()
     if "engine" in modes:
         prompts = prompts_for(batch, args).tolist()
 

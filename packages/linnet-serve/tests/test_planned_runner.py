@@ -89,3 +89,28 @@ def test_only_small_prefill_chunks_are_captured() -> None:
     with pytest.raises(LinnetError) as err:
         ModelRunner(model, 24, 4, max_batch=2, capture_prefill_tokens=-1)
     assert "capture_prefill_tokens" in str(err.value)
+
+
+def test_warm_plans_every_bucket_and_changes_no_token() -> None:
+    """`Engine.warm` plans each batch bucket's decode step up front, running it once on
+    empty rows (the sink page alone): the tokens afterwards equal a cold engine's."""
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=4)
+    prompts = [[5, 9, 2, 7, 1], [3, 3, 8], [11, 4, 6]]
+    got, lines = {}, []
+    for warm in (False, True):
+        model = load(llama, weights=dict(weights), config=cfg, kv_pages=24, kv_page_size=4)
+        runner = ModelRunner(model, 24, 4, max_batch=4, planned=True)
+        engine = Engine(runner, max_batch=4)
+        if warm:
+            assert engine.warm(lines.append) is engine
+            assert set(runner.steps) == {1, 2, 4}
+            assert len(lines) == 3 and lines[-1].startswith("decode step for 4 rows")
+        got[warm] = engine.generate(prompts, max_tokens=5)
+    assert got[True] == got[False]
+    # Unplanned (the CPU's default): nothing to warm.
+    model = load(llama, weights=dict(weights), config=cfg, kv_pages=24, kv_page_size=4)
+    runner = ModelRunner(model, 24, 4, max_batch=4)
+    assert runner.warm() == [] and runner.steps == {}

@@ -52,6 +52,13 @@ def register_serve(subparsers: Any) -> None:
     )
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting at most (256)")
     p.add_argument("--tokenizer", help="the tokenizer (default: the one beside the weights)")
+    p.add_argument(
+        "--no-warm",
+        dest="warm",
+        action="store_false",
+        help="start listening before every batch size's decode step is planned (on a GPU "
+        "the first step of each size then plans while its requests wait)",
+    )
     p.set_defaults(run=serve_command)
 
 
@@ -114,6 +121,8 @@ def serve_command(args: argparse.Namespace) -> int:
             tokenizer=tokenizer,
             name=args.name or _name(args),
         )
+        if getattr(args, "warm", True):
+            engine.warm(lambda line: print(f"linnet: {line}", file=sys.stderr, flush=True))
     except LinnetError as e:
         print(e, file=sys.stderr)
         return 1
