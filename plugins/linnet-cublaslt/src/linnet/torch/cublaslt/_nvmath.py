@@ -232,8 +232,14 @@ class GemmPlan:
     def _autotuned(
         self, x: torch.Tensor, weight: torch.Tensor, iterations: int, stream: Any
     ) -> list[Any]:
+        from cuda.core import Device
         from nvmath.linalg.advanced import Matmul
 
+        # nvmath asks cuda.core for the current device, which cuda.core knows only on a
+        # thread that set it: a plan made on a serving engine's thread otherwise fails here
+        # ("Device 0 is not yet initialized", seen on an H100) and falls back to heuristics.
+        index = x.device.index
+        Device(index if index is not None else torch.cuda.current_device()).set_current()
         options = {
             "compute_type": self.compute_type,
             "memory_limit": self._args[-1],
