@@ -1070,3 +1070,28 @@ def test_integer_arithmetic_skips_the_overflow_check_triton_drops(tmp_path, inte
     finally:
         interpreter_builder.options = options
     assert torch.equal(checked, fast)
+
+
+def test_a_kernel_reads_the_halves_of_a_joined_product_in_place(interpret, monkeypatch):
+    """The launcher passes an input's own strides: the gate and up halves of one joined
+    [N, 2F] product (a backend's sibling GEMM) are read where they are, not copied; an input
+    whose last axis is not contiguous is still copied first (wide loads a row), and right."""
+    copied = []
+    contiguous = torch.Tensor.contiguous
+
+    def counted(self, *args, **kwargs):
+        if not self.is_contiguous():
+            copied.append(tuple(self.shape))
+        return contiguous(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "contiguous", counted)
+    joined = torch.randn(3, 2 * 40)
+    gate, up = joined[:, :40], joined[:, 40:]
+    assert not gate.is_contiguous() and gate.stride() == (80, 1)
+    (y,) = launch("std.nn.activation::silu_mul", {"N": 3, "F": 40, "T": "f32"}, gate, up)
+    assert copied == []
+    torch.testing.assert_close(y, torch.nn.functional.silu(gate) * up)
+    columns = torch.randn(40, 3).t()  # [3, 40], its last axis strided
+    (y,) = launch("std.nn.activation::silu_mul", {"N": 3, "F": 40, "T": "f32"}, columns, up)
+    assert copied == [(3, 40)]
+    torch.testing.assert_close(y, torch.nn.functional.silu(columns) * up)

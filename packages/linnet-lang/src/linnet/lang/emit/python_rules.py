@@ -87,6 +87,7 @@ RESERVED |= {
     "_LIBRARY",
     "_SCRATCH",
     "check_inplace",
+    "rows_in_place",
     "dot16",
     "prefetch_l2",
     "prefetching",

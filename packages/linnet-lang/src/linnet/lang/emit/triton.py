@@ -608,9 +608,11 @@ def launcher_function(
     k: TileKernel, function: str, name: str, key: str, prefetches: bool | None = None
 ) -> str:
     """The Python functions that launch ``function`` on the kernel's grid: ``run_*``
-    allocates the results on the inputs' device and launches, strides passed as constants;
-    ``op_*`` is it as a custom op (what torch.compile sees); ``launch_*`` makes the inputs
-    contiguous and calls the op under torch.compile, ``run_*`` otherwise."""
+    allocates the results on the inputs' device and launches, the inputs' strides and the
+    results' passed as constants (a kernel compiles once per layout); ``op_*`` is it as a
+    custom op (what torch.compile sees); ``launch_*`` copies an input whose last axis is
+    not contiguous (``rows_in_place``) and calls the op under torch.compile, ``run_*``
+    otherwise."""
     ins = [safe(p) for p, _, _ in k.params]
     device = f"{ins[0]}.device" if ins else "DEVICE"
     outs = ", ".join(safe(r) for r, _, _ in k.results) + ("," if len(k.results) > 1 else "")
@@ -633,8 +635,14 @@ def launcher_function(
         f"    {safe(r)} = scratch({key!r}, {r!r}, {shape}, {TORCH_DTYPES[dtype]}, {device})"
         for r, shape, dtype in k.scratch
     ]
+    # An input's strides are its own (a view whose rows are contiguous, such as one half of
+    # a joined product, is read where it is); results and scratch are allocated contiguous.
     strides = []
-    for p, shape, _ in k.params + k.results + k.scratch:
+    for p, shape, _ in k.params:
+        strides += [
+            f"{safe(p).upper()}_STRIDE_{i}={safe(p)}.stride({i})" for i in range(len(shape))
+        ]
+    for p, shape, _ in k.results + k.scratch:
         st = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
         strides += [f"{safe(p).upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
     args = [safe(p) for p, _, _ in k.params + k.results + k.scratch] + strides
@@ -670,9 +678,10 @@ def launcher_function(
         "",
         "",
         f"def {name}({', '.join(ins)}):",
-        f'    """`{k.short_name}` on contiguous inputs; a custom op under torch.compile."""',
+        f'    """`{k.short_name}` on inputs read in place where their rows are contiguous; a '
+        'custom op under torch.compile."""',
         *checks,
-        *[f"    {p} = {p}.contiguous()" for p in ins if p not in inplace],
+        *[f"    {p} = rows_in_place({p})" for p in ins if p not in inplace],
         "    if torch.compiler.is_compiling():",
         f"        return op_{key}({', '.join(ins)})",
         "    with direct():  # the kernel itself, not wrap_triton's higher-order op",

@@ -192,6 +192,15 @@ def scratch(key, name, shape, dtype, device):
     return buffer
 
 
+def rows_in_place(x):
+    """`x` itself where its last axis is contiguous (the kernel reads it through its own
+    strides: one half of a joined product, a row slice), else a contiguous copy, so that
+    each row is still read in wide coalesced loads."""
+    if x.dim() == 0 or x.stride(-1) == 1 or x.shape[-1] <= 1:
+        return x
+    return x.contiguous()
+
+
 def check_inplace(state, name, kernel):
     """A state that kernel `kernel` stores into (`name`) must be contiguous: it is written
     where it is, with the strides the kernel was written for."""
