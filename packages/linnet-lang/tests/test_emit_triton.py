@@ -72,9 +72,10 @@ def test_row_softmax_kernel_text():
     assert "tl.store(y + row * Y_STRIDE_0 + cols * Y_STRIDE_1, div, mask=mask)" in src
     # the launcher: inputs read where they are when their rows are contiguous (their own
     # strides), results allocated contiguous (strides as constants)
-    assert "    x = rows_in_place(x)" in src
+    assert "    x = rows_in_place(x, (4, 8))" in src
     assert "y = torch.empty((4, 8), dtype=torch.float32, device=x.device)" in src
-    assert "X_STRIDE_0=x.stride(0), X_STRIDE_1=x.stride(1)" in src
+    assert "    x_st = strides_as(x, (4, 8), (8, 1))" in src
+    assert "X_STRIDE_0=x_st[0], X_STRIDE_1=x_st[1]" in src
     assert "Y_STRIDE_0=8, Y_STRIDE_1=1" in src
 
 
@@ -104,7 +105,7 @@ def test_every_kernel_waits_before_touching_memory_under_pdl():
     assert loads and min(loads) > 2 and stores and late == min(stores) - 1
     assert "    pdl = pdl_launch(x.device, 4)\n" in src  # grid (4,): 4 programs
     assert (
-        "X_STRIDE_0=x.stride(0), X_STRIDE_1=x.stride(1), Y_STRIDE_0=8, Y_STRIDE_1=1, "
+        "X_STRIDE_0=x_st[0], X_STRIDE_1=x_st[1], Y_STRIDE_0=8, Y_STRIDE_1=1, "
         "USE_PDL=pdl, PREFETCH=prefetching(pdl), **PDL_LAUNCH[pdl])" in src
     )
 

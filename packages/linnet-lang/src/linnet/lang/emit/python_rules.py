@@ -88,6 +88,7 @@ RESERVED |= {
     "_SCRATCH",
     "check_inplace",
     "rows_in_place",
+    "strides_as",
     "dot16",
     "prefetch_l2",
     "prefetching",

@@ -635,15 +635,18 @@ def launcher_function(
         f"    {safe(r)} = scratch({key!r}, {r!r}, {shape}, {TORCH_DTYPES[dtype]}, {device})"
         for r, shape, dtype in k.scratch
     ]
-    # An input's strides are its own (a view whose rows are contiguous, such as one half of
-    # a joined product, is read where it is); results and scratch are allocated contiguous.
-    strides = []
+    # A parameter's strides are its tensor's own where it has the parameter's shape (a view
+    # whose rows are contiguous, such as one half of a joined product, is read where it is;
+    # `strides_as`), else the contiguous ones (a state read as another shape); results and
+    # scratch are allocated contiguous.
+    strides, params_strides = [], []
     for p, shape, _ in k.params:
-        strides += [
-            f"{safe(p).upper()}_STRIDE_{i}={safe(p)}.stride({i})" for i in range(len(shape))
-        ]
+        st = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+        if shape:
+            params_strides.append(f"    {safe(p)}_st = strides_as({safe(p)}, {tuple(shape)}, {st})")
+        strides += [f"{safe(p).upper()}_STRIDE_{i}={safe(p)}_st[{i}]" for i in range(len(shape))]
     for p, shape, _ in k.results + k.scratch:
-        st = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+        st = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
         strides += [f"{safe(p).upper()}_STRIDE_{i}={v}" for i, v in enumerate(st)]
     args = [safe(p) for p, _, _ in k.params + k.results + k.scratch] + strides
     results = ", ".join(r for r, _, _ in k.results)
@@ -655,6 +658,7 @@ def launcher_function(
         f'    """Launch `{k.short_name}` ({k.loc}) on grid {k.grid}; returns {results}."""',
         *results_new,
         *kept,
+        *params_strides,
         f"    pdl = pdl_launch({device}, {math.prod(k.grid)})",
         f"    wrap_triton({function})[{k.grid}]({', '.join(args)}, {PDL_ARG}=pdl, "
         + (
@@ -681,7 +685,11 @@ def launcher_function(
         f'    """`{k.short_name}` on inputs read in place where their rows are contiguous; a '
         'custom op under torch.compile."""',
         *checks,
-        *[f"    {p} = rows_in_place({p})" for p in ins if p not in inplace],
+        *[
+            f"    {safe(p)} = rows_in_place({safe(p)}, {tuple(shape)})"
+            for p, shape, _ in k.params
+            if safe(p) not in inplace
+        ],
         "    if torch.compiler.is_compiling():",
         f"        return op_{key}({', '.join(ins)})",
         "    with direct():  # the kernel itself, not wrap_triton's higher-order op",

@@ -192,13 +192,21 @@ def scratch(key, name, shape, dtype, device):
     return buffer
 
 
-def rows_in_place(x):
-    """`x` itself where its last axis is contiguous (the kernel reads it through its own
-    strides: one half of a joined product, a row slice), else a contiguous copy, so that
-    each row is still read in wide coalesced loads."""
-    if x.dim() == 0 or x.stride(-1) == 1 or x.shape[-1] <= 1:
+def rows_in_place(x, shape):
+    """`x` as a kernel parameter of `shape` reads it: `x` itself where it has that shape and
+    a contiguous last axis (read through its own strides, `strides_as`: one half of a joined
+    product, a slice of rows), else a contiguous copy, so that each row is still read in
+    wide coalesced loads."""
+    if tuple(x.shape) == shape and (not shape or x.stride(-1) == 1 or shape[-1] <= 1):
         return x
     return x.contiguous()
+
+
+def strides_as(x, shape, contiguous):
+    """The strides a kernel reads `x` with as a parameter of `shape`: its own where it has
+    that shape, else `contiguous` (a contiguous tensor read as another shape: a state whose
+    first two axes a store into it takes as one)."""
+    return tuple(x.stride()) if tuple(x.shape) == shape else contiguous
 
 
 def check_inplace(state, name, kernel):
