@@ -222,7 +222,7 @@ def prefill_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
 
     runner = ModelRunner(model, pages, PAGE, max_batch=batch)
     mp = -(-(args.context + args.steps + 16) // PAGE)
-    rows = max(1, args.token_budget // args.context)
+    rows = min(batch, max(1, args.token_budget // args.context))
     gen = torch.Generator().manual_seed(7)
     cases = [
         (f"{rows} rows x {args.context}", [args.context] * rows, [0] * rows),

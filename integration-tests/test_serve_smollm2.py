@@ -194,11 +194,11 @@ def test_load_generator_in_process_on_an_engine():
     assert report["output_tokens_per_second"] > 0 and report["itl_ms_p50"] >= 0
 
 
-def test_gpu_paged_engine_and_load_modes_run_on_a_toy(monkeypatch):
-    """benchmarks/gpu_paged.py's engine and load modes (the serving figures of a GPU run),
-    on the CPU with the toy Llama: a model loaded without a fixed batch runs every bucket;
-    each mode adds its row, every request completed. (GPU minutes are scarce: a mode that
-    breaks should break here.)"""
+def test_gpu_paged_engine_load_and_prefill_modes_run_on_a_toy(monkeypatch):
+    """benchmarks/gpu_paged.py's engine, load and prefill modes (the serving figures of a
+    GPU run), on the CPU with the toy Llama: a model loaded without a fixed batch runs every
+    bucket; each mode adds its rows, every request completed. (GPU minutes are scarce: a
+    mode that breaks should break here.)"""
     import argparse
     import json
     import sys
@@ -230,10 +230,14 @@ def test_gpu_paged_engine_and_load_modes_run_on_a_toy(monkeypatch):
         load_requests=6,
         prompt_median=10.0,
         output_median=4.0,
+        modes="engine,load",
+        progress=False,
     )
-    gpu_paged.engine_row(model, pages, 2, args, "engine")
-    gpu_paged.engine_row(model, pages, 2, args, "load")
+    gpu_paged.serving_rows(model, pages, 2, args)
     engine_row, load_row = gpu_paged.ROWS
     assert "Engine (end to end)" in engine_row and "load 6 req" in load_row
     assert "nan" not in load_row, load_row
+    gpu_paged.ROWS.clear()
+    gpu_paged.prefill_rows(model, pages, 2, args)
+    assert len(gpu_paged.ROWS) == 4 and all("call:" in r for r in gpu_paged.ROWS)
     del sys.modules["gpu_paged"]
