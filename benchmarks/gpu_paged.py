@@ -132,8 +132,9 @@ def compile_of(args: argparse.Namespace) -> Any:
     return {"none": False, "default": True}.get(args.compile, args.compile)
 
 
-def prompts_for(batch: int, args: argparse.Namespace) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(100 + batch)
+def prompts_for(batch: int, args: argparse.Namespace, run: int = 0) -> torch.Tensor:
+    """``batch`` random prompts of the context's length; another ``run``, other prompts."""
+    gen = torch.Generator().manual_seed(100 + batch + 1000 * run)
     return torch.randint(0, SHAPE["V"], (batch, args.context), generator=gen)
 
 
@@ -156,8 +157,11 @@ def end_to_end(
         times.append(time.perf_counter() - t0)
     seconds = statistics.median(times)
     rate = batch * args.steps / seconds
+    each = ", ".join(f"{t:.2f}" for t in times)
     print(
-        f"8B B={batch} {label}: {seconds:.2f} s for the batch, {rate:.0f} output tok/s", flush=True
+        f"8B B={batch} {label}: {seconds:.2f} s for the batch (runs {each} s), {rate:.0f} output "
+        "tok/s",
+        flush=True,
     )
     ROWS.append(f"| {batch} | {label} (end to end) | | {rate:.0f} | | | |")
 
@@ -208,8 +212,10 @@ def timed_calls(runner: Any, names: tuple[str, ...]) -> dict[str, list[float]]:
 
 
 def spent_line(spent: dict[str, list[float]]) -> str:
+    """Each wrapped method's calls: count, total, median and the longest."""
     return ", ".join(
-        f"{name} {len(times)} calls {sum(times):.2f} s (median {statistics.median(times) * 1e3:.1f} ms)"
+        f"{name} {len(times)} calls {sum(times):.2f} s (median "
+        f"{statistics.median(times) * 1e3:.1f} ms, longest {max(times) * 1e3:.1f} ms)"
         for name, times in spent.items()
     )
 
@@ -265,9 +271,13 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
     print(f"8B B={batch} Engine.warm: {time.perf_counter() - t0:.1f} s", flush=True)
     spent.clear()
     if "engine" in modes:
-        prompts = prompts_for(batch, args).tolist()
+        runs = iter(range(1, 1_000))
 
         def run() -> None:
+            # New prompts each run: the same ones again would come from the prefix cache
+            # (all but their last page), a lighter and differently shaped workload than the
+            # warm-up's, whose first prefill shapes would then be planned inside a timed run.
+            prompts = prompts_for(batch, args, next(runs)).tolist()
             engine.generate(prompts, max_tokens=args.steps, stop_tokens=[])
 
         end_to_end("linnet.serve Engine", run, batch, args, spent.clear)
