@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from linnet.lang import LinnetError
 from linnet.lang.syntax.program import model_file
 from linnet.serve.engine import Engine
@@ -114,3 +115,22 @@ def test_warm_plans_every_bucket_and_changes_no_token() -> None:
     model = load(llama, weights=dict(weights), config=cfg, kv_pages=24, kv_page_size=4)
     runner = ModelRunner(model, 24, 4, max_batch=4)
     assert runner.warm() == [] and runner.steps == {}
+
+
+def test_a_long_chunk_does_not_pad_the_short_ones() -> None:
+    """One step's prefill rows of unlike lengths run as calls of like lengths (each padded
+    to its own longest row's bucket, not the step's), and the logits come back in the rows'
+    order, equal to one call each."""
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=5)
+    model = load(llama, weights=dict(weights), config=cfg, kv_pages=40, kv_page_size=4)
+    rows = [[3, 1, 4], list(range(1, 70)), [5, 9], [2, 6, 5, 3]]  # the second is long
+    tables = [[1], list(range(2, 20)), [20], [21]]
+    runner = ModelRunner(model, 40, 4, max_batch=4, prefill_call_tokens=32)
+    together = runner.prefill(rows, [0] * 4, tables)
+    assert {(b, n) for e, b, n in runner.shapes if e == "prefill"} == {(1, 128), (4, 16)}
+    for b, row in enumerate(rows):  # each row alone, into fresh pages of the same content
+        alone = ModelRunner(model, 40, 4, max_batch=4).prefill([row], [0], [tables[b]])
+        torch.testing.assert_close(together[b], alone[0], atol=1e-5, rtol=1e-5)

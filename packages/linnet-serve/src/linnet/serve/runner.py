@@ -71,6 +71,37 @@ def bucket(size: int, buckets: Sequence[int]) -> int:
     return next(b for b in buckets if b >= size)
 
 
+def prefill_groups(
+    lengths: Sequence[int], buckets: Sequence[int], max_len: int | None, call_tokens: int
+) -> list[list[int]]:
+    """The prefill rows of one step (their chunks' ``lengths``) as calls: each call pads its
+    rows to a batch bucket and its longest row's length bucket, so one long chunk among
+    short ones would make every row as long. Rows are taken longest first and cut into the
+    runs that cost least, a call costing its padded tokens plus ``call_tokens`` (what reading
+    every weight once costs, in tokens). Row indices, each call's in order.
+
+    >>> prefill_groups([380, 20, 30, 25], [1, 2, 4], 1024, 256)  # one long row alone
+    [[0], [2, 3, 1]]
+    >>> prefill_groups([300, 280, 290, 270], [1, 2, 4], 1024, 256)  # alike: one call
+    [[0, 2, 1, 3]]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: the cheapest calls for order[:j]
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):  # the last call takes order[i:j]; its longest row is order[i]
+            rows = bucket(j - i, buckets) if j - i <= buckets[-1] else float("inf")
+            cost = best[i] + rows * length_bucket(lengths[order[i]], max_len) + call_tokens
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[cut[j] : j])
+        j = cut[j]
+    return groups[::-1]
+
+
 def paged_entries_error(model: Any) -> Any:
     """E0869: ``model`` has no paged entries (loaded without ``kv_pages``, or a model whose
     attention is not paged)."""
@@ -104,17 +135,19 @@ class ModelRunner:
         progress: Any = False,
         compile_prefill: bool = False,
         capture_prefill_tokens: int = 512,
+        prefill_call_tokens: int = 256,
     ) -> None:
         if any(e not in getattr(model, "entries", ()) for e in ENTRIES):
             raise paged_entries_error(model)
         for name, value in (("kv_pages", num_pages), ("page_size", page_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise option_error(name, value, "a positive int", f"{name}=16")
-        value = capture_prefill_tokens
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise option_error(
-                "capture_prefill_tokens", value, "an int >= 0", "capture_prefill_tokens=512"
-            )
+        for name, value, default in (
+            ("capture_prefill_tokens", capture_prefill_tokens, 512),
+            ("prefill_call_tokens", prefill_call_tokens, 256),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise option_error(name, value, "an int >= 0", f"{name}={default}")
         if num_pages < 2:
             raise option_error("kv_pages", num_pages, "at least 2 (page 0 is the sink)", "64")
         self.model = model
@@ -147,6 +180,9 @@ class ModelRunner:
         # (rows x length bucket), whose launches would cost more than their work, replay as
         # graphs; larger ones run op by op, the device's work hiding the launches.
         self.capture_prefill_tokens = capture_prefill_tokens
+        # A prefill call's cost beyond its padded tokens (reading every weight once), in
+        # tokens: rows are split into calls of like lengths where that saves more padding.
+        self.prefill_call_tokens = prefill_call_tokens
 
     def _table(self, tables: Sequence[list[int]], rows: int) -> Any:
         """The page table, on the host."""
@@ -278,9 +314,29 @@ class ModelRunner:
     def prefill(
         self, rows: Sequence[Sequence[int]], starts: Sequence[int], tables: Sequence[list[int]]
     ) -> Any:
-        """``prefill_paged`` on these rows (each a chunk of tokens from ``starts[b]``),
-        padded to a batch and a length bucket; logits [len(rows), V] of each chunk's last
-        token."""
+        """``prefill_paged`` on these rows (each a chunk of tokens from ``starts[b]``), in
+        calls of rows of like lengths (:func:`prefill_groups`), each padded to a batch and a
+        length bucket; logits [len(rows), V] of each chunk's last token, in the rows'
+        order."""
+        import torch
+
+        groups = prefill_groups(
+            [len(r) for r in rows], self.buckets, self.max_len, self.prefill_call_tokens
+        )
+        if len(groups) == 1:
+            return self._prefill_call(rows, starts, tables)
+        parts = [
+            self._prefill_call([rows[i] for i in g], [starts[i] for i in g], [tables[i] for i in g])
+            for g in groups
+        ]
+        logits = torch.cat(parts)
+        order = torch.tensor([i for g in groups for i in g])
+        return logits[torch.argsort(order).to(logits.device)]
+
+    def _prefill_call(
+        self, rows: Sequence[Sequence[int]], starts: Sequence[int], tables: Sequence[list[int]]
+    ) -> Any:
+        """One ``prefill_paged`` call on these rows, padded to a batch and a length bucket."""
         import torch
 
         size = bucket(len(rows), self.buckets)
