@@ -253,3 +253,30 @@ def test_paged_decode_attention_is_claimed_in_every_layer() -> None:
     found = [m.op.qualified_name for m in spans_for(program).matches(g)]
     assert found.count("std.nn.paged::paged_decode_attention_flash") == 3, found
     assert found.count("std.nn.paged::paged_decode_attention_split") == 3, found
+
+
+def test_paged_prefill_attention_is_claimed_in_every_layer() -> None:
+    """A std model's chunked prefill over its pages goes through `paged_prefill_attention`;
+    its kernel (`paged_prefill_attention_flash`, pages read in place, no [L, S] scores made)
+    claims every layer's."""
+    import json
+
+    from linnet.lang.check.spans import spans_for
+    from linnet.lang.syntax.program import model_file
+
+    path = model_file("std.models.llama")
+    cfg = json.loads((path.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    cfg.update(NL=3, kv_pages=8, kv_page_size=16, T="bf16")
+    program = Program.from_file(path)
+    mp = -(-int(cfg["S"]) // 16)
+    g = lower(
+        program,
+        "prefill_paged",
+        {"tokens": [2, 16], "start": [2], "n": [2], "table": [2, mp]},
+        cfg,
+        model="Llama",
+        check=False,
+    )
+    found = [m.op.qualified_name for m in spans_for(program).matches(g)]
+    assert found.count("std.nn.paged::paged_prefill_attention_flash") == 3, found

@@ -193,6 +193,12 @@ STD_KERNELS = {
         "<B, NP, PS, MP, KV, G, HD, T, 16, 128, 16>",
         ["BG >= G", "BH >= HD", "PS >= 16", "4096 % PS == 0"],
     ),
+    # Chunked prefill over the pages, read in place (std.nn.paged).
+    "std.nn.paged::paged_prefill_attention_flash": (
+        "paged_prefill_attention_tiles",
+        "<B, L, NP, PS, MP, KV, G, HD, T, 64, 128>",
+        ["BT >= 16", "BH >= HD", "PS >= 16", "4096 % PS == 0"],
+    ),
     # Issue 42's dequantising GEMMs: a step of BK = 128 inputs is BG = 128 / GS whole groups.
     "std.nn.quant_mm::linear_q8_mm": (
         "q8_mm_tiles",
@@ -285,7 +291,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     decode_attention_split_once}
 use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}
 use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm}
-use std.nn.paged::{paged_decode_attention_flash, paged_decode_attention_split}
+use std.nn.paged::{paged_decode_attention_flash, paged_decode_attention_split, paged_prefill_attention_flash}
 """
 
 

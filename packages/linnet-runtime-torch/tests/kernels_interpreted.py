@@ -1095,3 +1095,40 @@ def test_a_kernel_reads_the_halves_of_a_joined_product_in_place(interpret, monke
     (y,) = launch("std.nn.activation::silu_mul", {"N": 3, "F": 40, "T": "f32"}, columns, up)
     assert copied == [(3, 40)]
     torch.testing.assert_close(y, torch.nn.functional.silu(columns) * up)
+
+
+def test_the_toy_llama_paged_prefill_plans_its_attention_kernel(interpret):
+    """A prefill over the page pool, planned as the serving engine plans it (no backend,
+    unmeasured): `paged_prefill_attention_flash` claims each layer's attention and the plan
+    gives the model's own logits, on a second chunk that reads the first chunk's pages too."""
+    import json
+
+    from linnet.lang.syntax.program import model_file
+    from linnet.torch import random_weights
+    from support import planning_config
+
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    cfg["NL"] = planning_config()["NL"]  # one layer under CI=1
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=6)
+    paged = dict(kv_pages=9, kv_page_size=16, numerics="fast")
+    model = load(llama, weights=dict(weights), config=cfg, **paged)
+    want = load(llama, weights=dict(weights), config=cfg, **{**paged, "numerics": "exact"})
+    mp = -(-int(cfg["S"]) // 16)
+    table = torch.zeros((2, mp), dtype=torch.int32)
+    table[0, :3], table[1, :3] = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
+    gen = torch.Generator().manual_seed(0)
+    first = torch.randint(0, cfg["V"], (2, 20), generator=gen, dtype=torch.int32)
+    later = torch.randint(0, cfg["V"], (2, 20), generator=gen, dtype=torch.int32)
+    start, n = torch.tensor([0, 0], dtype=torch.int32), torch.tensor([20, 13], dtype=torch.int32)
+    plan = model.plan_for(
+        "prefill_paged", [first, start, n, table], backends=[], measure=False, progress=False
+    )
+    taken = [c.region.callee.rsplit("::", 1)[-1] for c in kernel_rows(plan) if c.status == "taken"]
+    assert taken.count("paged_prefill_attention_flash") == cfg["NL"], taken
+    ctx = model.context_for(plan)
+    for tokens, at in ((first, start), (later, n)):  # the second chunk starts where each ended
+        (got,) = plan.run([tokens, at, n, table], ctx)
+        ref = want.prefill_paged(tokens, at, n, table)
+        torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)

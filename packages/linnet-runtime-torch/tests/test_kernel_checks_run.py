@@ -66,11 +66,15 @@ CHAINS = (
     "gemv_split_part then gemv_split_sum",
     "decode_attention_split_tiles then decode_attention_combine_tiles",
 )
-# Under CI=1 the paged decode kernels are drawn in a run of their own at sizes up to 16: at up
-# to 40 a draw took 77 s in the interpreter (B=33, KV=9, MP=31: every program loops over every
-# page); one of the two, drawn with CI_SEED (each the next day or so). Without CI=1 both are in
-# the std run, at its sizes.
-PAGED = ["std.nn.paged::paged_decode_attention_flash", "std.nn.paged::paged_decode_attention_split"]
+# Under CI=1 the paged attention kernels are drawn in a run of their own at sizes up to 16: at
+# up to 40 a draw took 77 s in the interpreter (B=33, KV=9, MP=31: every program loops over
+# every page; the prefill kernel's 5 cases at 48 took 352 s); one of the three, drawn with
+# CI_SEED (each every few days). Without CI=1 all are in the std run, at its sizes.
+PAGED = [
+    "std.nn.paged::paged_decode_attention_flash",
+    "std.nn.paged::paged_decode_attention_split",
+    "std.nn.paged::paged_prefill_attention_flash",
+]
 HEAVY = ci_sample(PAGED, 1, "kernel checks: paged") if CI else []
 # Under CI=1 the std run checks every op binding a kernel of NAMED or CHAINS (and any op an
 # example binds itself), and STD_OTHERS of the other std ops drawn with CI_SEED, about a

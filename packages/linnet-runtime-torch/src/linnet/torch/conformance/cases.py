@@ -348,6 +348,7 @@ def cases() -> list[Case]:
             )
             for name in (
                 "paged_prefill_attention",
+                "paged_prefill_attention_flash",
                 "paged_window_prefill_attention",
                 "paged_softcap_prefill_attention",
             )
