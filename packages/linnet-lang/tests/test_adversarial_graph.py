@@ -228,9 +228,10 @@ def test_every_quantised_product_of_a_bf16_step_is_claimed(bits: int) -> None:
         assert fused.count(f"std.nn.quant::{op}") == count, (op, fused)
 
 
-def test_paged_decode_attention_is_claimed_in_every_layer() -> None:
-    """A std model loaded with a paged KV cache decodes through `paged_decode_attention`;
-    its kernel (`paged_decode_attention_flash`, pages read in place) claims every layer's."""
+def _paged_claims(entry: str, inputs: dict[str, list[int]]) -> list[str]:
+    """The span ops that claim calls of the toy std Llama's ``entry`` (three layers, a paged
+    KV cache of 8 pages of 16 positions, bf16); ``inputs`` without the table, whose columns
+    (``MP``) come from the config."""
     import json
 
     from linnet.lang.check.spans import spans_for
@@ -242,15 +243,15 @@ def test_paged_decode_attention_is_claimed_in_every_layer() -> None:
     cfg.update(NL=3, kv_pages=8, kv_page_size=16, T="bf16")
     program = Program.from_file(path)
     mp = -(-int(cfg["S"]) // 16)
-    g = lower(
-        program,
-        "decode_paged",
-        {"token": [2], "pos": [2], "table": [2, mp]},
-        cfg,
-        model="Llama",
-        check=False,
-    )
-    found = [m.op.qualified_name for m in spans_for(program).matches(g)]
+    batch = next(iter(inputs.values()))[0]
+    g = lower(program, entry, {**inputs, "table": [batch, mp]}, cfg, model="Llama", check=False)
+    return [m.op.qualified_name for m in spans_for(program).matches(g)]
+
+
+def test_paged_decode_attention_is_claimed_in_every_layer() -> None:
+    """A std model loaded with a paged KV cache decodes through `paged_decode_attention`;
+    its kernel (`paged_decode_attention_flash`, pages read in place) claims every layer's."""
+    found = _paged_claims("decode_paged", {"token": [2], "pos": [2]})
     assert found.count("std.nn.paged::paged_decode_attention_flash") == 3, found
     assert found.count("std.nn.paged::paged_decode_attention_split") == 3, found
 
@@ -259,24 +260,5 @@ def test_paged_prefill_attention_is_claimed_in_every_layer() -> None:
     """A std model's chunked prefill over its pages goes through `paged_prefill_attention`;
     its kernel (`paged_prefill_attention_flash`, pages read in place, no [L, S] scores made)
     claims every layer's."""
-    import json
-
-    from linnet.lang.check.spans import spans_for
-    from linnet.lang.syntax.program import model_file
-
-    path = model_file("std.models.llama")
-    cfg = json.loads((path.parent / "configs" / "llama" / "toy.json").read_text())
-    cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
-    cfg.update(NL=3, kv_pages=8, kv_page_size=16, T="bf16")
-    program = Program.from_file(path)
-    mp = -(-int(cfg["S"]) // 16)
-    g = lower(
-        program,
-        "prefill_paged",
-        {"tokens": [2, 16], "start": [2], "n": [2], "table": [2, mp]},
-        cfg,
-        model="Llama",
-        check=False,
-    )
-    found = [m.op.qualified_name for m in spans_for(program).matches(g)]
+    found = _paged_claims("prefill_paged", {"tokens": [2, 16], "start": [2], "n": [2]})
     assert found.count("std.nn.paged::paged_prefill_attention_flash") == 3, found
