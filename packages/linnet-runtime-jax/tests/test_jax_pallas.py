@@ -70,6 +70,14 @@ def interpret(monkeypatch):
     monkeypatch.setenv("LINNET_PALLAS_INTERPRET", "1")
 
 
+@pytest.fixture
+def on_gpu(monkeypatch):
+    """Pallas for real on the GPU (the interpreter switched off); skipped without one."""
+    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs jax with a GPU backend")
+
+
 def entry(module):
     """The entry `run` as a function of x alone, jitted (as the runtime jits entries)."""
     return jax.jit(lambda x: module.run(x, {}, {})[0][0])
@@ -195,12 +203,11 @@ def test_the_llama_decode_step_launches_pallas_kernels_and_equals_exact(interpre
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,cols", [(1, 1000), (64, 1024)])
-def test_std_kernels_launch_on_the_gpu_and_equal_their_bodies(rows, cols, monkeypatch, tmp_path):
+def test_std_kernels_launch_on_the_gpu_and_equal_their_bodies(
+    rows, cols, on_gpu, monkeypatch, tmp_path
+):
     """For real (no interpreter): each std binding's kernel against the same module's body
     (Pallas switched off, same numerics), TF32 products allowed where the kernel has one."""
-    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
-    if jax.default_backend() != "gpu":
-        pytest.skip("needs jax with a GPU backend")
     for module, op in drawn_bindings():
         text, ins = op_model(module, op, rows, cols)
         path = tmp_path / f"{op}_{rows}_{cols}.linnet"
@@ -296,10 +303,7 @@ def test_a_kernel_follows_the_edge_value_rules_as_its_body_does(interpret):
 
 
 @pytest.mark.gpu
-def test_a_kernel_follows_the_edge_value_rules_on_the_gpu(monkeypatch):
-    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
-    if jax.default_backend() != "gpu":
-        pytest.skip("needs jax with a GPU backend")
+def test_a_kernel_follows_the_edge_value_rules_on_the_gpu(on_gpu):
     got, m = edge_results("fast")
     assert m.RUNS == {"edge_tiles_8": [1, 0]}
     assert_edge_values(got, edge_results("exact")[0])
@@ -343,10 +347,7 @@ def test_a_kernel_reads_bits_as_its_body_does(interpret):
 
 
 @pytest.mark.gpu
-def test_a_kernel_reads_bits_as_its_body_does_on_the_gpu(monkeypatch):
-    monkeypatch.delenv("LINNET_PALLAS_INTERPRET", raising=False)
-    if jax.default_backend() != "gpu":
-        pytest.skip("needs jax with a GPU backend")
+def test_a_kernel_reads_bits_as_its_body_does_on_the_gpu(on_gpu):
     got, m = bits_results("fast")
     assert m.RUNS == {"bits_tiles_8_4": [1, 0]}
     want, _ = bits_results("exact")
