@@ -18,6 +18,11 @@
     context 1k-4k, batch 1 and 8 (not in the default parts). A fixed number of pages per split
     was measured once and dropped from the plugin (no faster at 1k x 1; FlashInfer refuses it
     under CUDA graphs at batch 8).
+(f) Paged decode attention at 8B shapes as serving runs it (a page pool of 16 positions a page,
+    each row's pages shuffled across it, `decode_paged`), context 1k, batch 8, 32 and 64:
+    FlashInfer's tensor-core and CUDA-core kernels with its split on and off, against Linnet's
+    own paged kernels (flash and split), per layer in CUDA graphs, as fractions of the KV floor at the copy
+    bandwidth measured here (`--parts f`).
 
 Each part runs on its own and prints its error if it fails. --dry-run runs the CPU-safe parts
 (lowering, matching, probing, page tables). Run by `bash benchmarks/gpu.sh --flashinfer`.
@@ -369,6 +374,103 @@ def split_sweep(dev: torch.device) -> None:
             torch.cuda.empty_cache()
 
 
+def paged_attention_times(
+    dev: torch.device, context: int, batch: int, variants: list[tuple[str, Any]], layers: int = 8
+) -> dict[str, float]:
+    """Seconds per layer of paged decode attention at 8B shapes (32 q / 8 KV heads, head dim
+    128, bf16), every row at position ``context - 1`` of its own shuffled pages: each FlashInfer
+    variant and Linnet's kernel (``linnet-kernels``), in CUDA graphs over ``layers`` layers."""
+    from linnet.backends import Options
+    from linnet.torch import load, random_weights
+    from linnet.torch.planned import PlanBuilder
+
+    class Rotating(PlanBuilder):
+        def rotation(self, group):
+            return list(group)
+
+    from linnet.lang.syntax.program import model_file
+
+    page = 16
+    llama = model_file("std.models.llama")
+    cfg = {
+        "V": 256, "D": 512, "F": 512, "NL": layers, "KV": 8, "G": 4, "H": 32, "HD": 128,
+        "T": "bf16", "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    }  # fmt: skip
+    per_row = context // page
+    cfg.update(B=batch, S=context)
+    model = load(
+        llama,
+        weights=random_weights(llama, cfg, seed=2, device=dev),
+        config=cfg,
+        device=dev,
+        numerics="fast",
+        kv_pages=batch * per_row + 1,
+        kv_page_size=page,
+    )
+    gen = torch.Generator().manual_seed(batch)
+    table = (torch.randperm(batch * per_row, generator=gen) + 1).reshape(batch, per_row)
+    inputs = [
+        i32(*[1] * batch, device=dev),
+        i32(*[context - 1] * batch, device=dev),
+        table.to(torch.int32),
+    ]
+    builder = Rotating(model, "decode_paged", inputs, Options(warmup=3, repeat=30), progress=False)
+    ctx = model.context_for_graph(builder.graph)
+    gen = torch.Generator(dev).manual_seed(0)
+    for state in ctx.states.values():
+        if state.is_floating_point():
+            state.normal_(generator=gen)
+    times: dict[str, float] = {}
+    env = None
+    kinds: list[tuple[str, list]] = []
+    for label, backend in variants:
+        group = builder.candidates(builder.probe([backend]))
+        assert len(group) == layers, builder.skipped
+        kinds.append((label, group))
+    own: dict[str, list] = {}
+    for c in builder.candidates(builder.kernel_paths()):
+        kind = repr(c.region).removeprefix("Region(").split()[0]
+        if "attention" in kind and c.status != "failed":
+            own.setdefault(kind, []).append(c)
+    kinds.extend((kind, group) for kind, group in sorted(own.items()) if len(group) == layers)
+    for label, group in kinds:
+        if env is None:
+            env = builder.record_values(group, ctx)
+        times[label] = builder.time_backend(group, env, ctx)
+    return times
+
+
+@part("(f) paged decode attention per layer, 8B shapes, as serving runs it")
+def paged_table(dev: torch.device) -> None:
+    from linnet.torch.flashinfer import FlashInfer
+    from torch_decode import copy_bandwidth
+
+    bw = copy_bandwidth(dev)
+    variants = [
+        ("tensor cores, split auto", FlashInfer()),
+        ("tensor cores, split off", FlashInfer(split_kv="off")),
+        ("CUDA cores, split auto", FlashInfer(use_tensor_cores=False)),
+        ("CUDA cores, split off", FlashInfer(use_tensor_cores=False, split_kv="off")),
+    ]
+    own = ["paged_decode_attention_flash", "paged_decode_attention_split"]
+    labels = [v for v, _ in variants] + own
+    SUMMARY.append(
+        f"(f) paged decode attention per layer, 8B shapes, pages of 16, context 1024, in CUDA "
+        f"graphs (us, fraction of the KV floor at {bw / 1e12:.2f} TB/s)"
+    )
+    SUMMARY.append("| B | floor | " + " | ".join(labels) + " |")
+    SUMMARY.append("|---|---|" + "---|" * len(labels))
+    for batch in (8, 32, 64):
+        times = paged_attention_times(dev, 1024, batch, variants)
+        floor = 2 * batch * 1024 * 8 * 128 * 2 / bw
+        cells = [
+            f"{times[k] * 1e6:.1f} ({floor / times[k]:.0%})" if k in times else "-" for k in labels
+        ]
+        SUMMARY.append(f"| {batch} | {floor * 1e6:.1f} | " + " | ".join(cells) + " |")
+        print("  " + SUMMARY[-1], flush=True)
+        torch.cuda.empty_cache()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--dry-run", action="store_true", help="only the CPU-safe parts")
@@ -392,6 +494,7 @@ def main() -> int:
             ("b", captured_toy),
             ("c", attention_table),
             ("e", split_sweep),
+            ("f", paged_table),
         ):
             if key in args.parts:
                 fn(dev)
