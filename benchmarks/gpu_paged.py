@@ -362,7 +362,9 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
             continue
         load_s = time.perf_counter() - t0
         one = torch.ones(batch, dtype=torch.int32)
-        inputs = [one, one, table] if paged else [one, one]
+        # Planned where it runs: attention's cost follows the positions it reads.
+        at = torch.full((batch,), args.context, dtype=torch.int32)
+        inputs = [one, at, table] if paged else [one, at]
         t0 = time.perf_counter()
         plan = model.plan_for(
             "decode_paged" if paged else "decode",

@@ -117,6 +117,44 @@ def test_warm_plans_every_bucket_and_changes_no_token() -> None:
     assert runner.warm() == [] and runner.steps == {}
 
 
+def test_decode_is_planned_half_way_through_pages_of_each_rows_own() -> None:
+    """A bucket's decode step is timed where attention reads as it will when serving: every
+    row half way through the longest sequence, through pages of its own (not position 1
+    through the sink page, where every attention looks alike); a pool smaller than the
+    bucket's rows at that length shortens the position, never leaves the pool."""
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=3)
+    model = load(llama, weights=dict(weights), config=cfg, kv_pages=24, kv_page_size=4)
+    asked: list[list[torch.Tensor]] = []
+
+    def plan_for(entry: str, inputs: list, **options: object) -> object:
+        asked.append(inputs)
+        raise LinnetError([])
+
+    model.plan_for = plan_for  # type: ignore[method-assign]
+    runner = ModelRunner(model, 24, 4, max_batch=4, planned=True)
+    for rows in (1, 4):
+        pos, table = runner.planning_rows(rows)
+        pages = int(pos[0]) // 4 + 1
+        # Half way (S = 16 in the toy config: position 7), or what 23 usable pages allow.
+        assert int(pos[0]) == min(runner.max_len // 2, max(1, 23 // rows) * 4) - 1
+        assert (pos == pos[0]).all() and table.shape == (rows, runner.columns)
+        used = table[:, :pages].flatten().tolist()
+        assert len(set(used)) == len(used) and 0 not in used and max(used) < 24
+        assert (table[:, pages:] == 0).all()
+    with pytest.raises(LinnetError):
+        runner.decode([5, 6], [3, 4], [[1], [2]])
+    entry_inputs = asked[-1]
+    assert entry_inputs[1].tolist() == runner.planning_rows(2)[0].tolist()
+    assert entry_inputs[2].tolist() == runner.planning_rows(2)[1].tolist()
+    # A pool of 3 usable pages for 4 rows: position 3 (one page a row), pages shared round.
+    small = ModelRunner(model, 4, 4, max_batch=4, planned=True)
+    pos, table = small.planning_rows(4)
+    assert pos.tolist() == [3] * 4 and table[:, 0].tolist() == [1, 2, 3, 1]
+
+
 def test_a_long_chunk_does_not_pad_the_short_ones() -> None:
     """One step's prefill rows of unlike lengths run as calls of like lengths (each padded
     to its own longest row's bucket, not the step's), and the logits come back in the rows'
