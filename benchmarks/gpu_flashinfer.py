@@ -452,11 +452,7 @@ def paged_table(dev: torch.device) -> None:
         ("CUDA cores, split auto", FlashInfer(use_tensor_cores=False)),
         ("CUDA cores, split off", FlashInfer(use_tensor_cores=False, split_kv="off")),
     ]
-    own = [
-        "paged_decode_attention_flash",
-        "paged_decode_attention_split",
-        "paged_decode_attention_split_wide",
-    ]
+    own = ["paged_decode_attention_flash", "paged_decode_attention_split"]
     labels = [v for v, _ in variants] + own
     SUMMARY.append(
         f"(f) paged decode attention per layer, 8B shapes, pages of 16, context 1024, in CUDA "

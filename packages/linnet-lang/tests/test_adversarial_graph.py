@@ -254,7 +254,6 @@ def test_paged_decode_attention_is_claimed_in_every_layer() -> None:
     found = _paged_claims("decode_paged", {"token": [2], "pos": [2]})
     assert found.count("std.nn.paged::paged_decode_attention_flash") == 3, found
     assert found.count("std.nn.paged::paged_decode_attention_split") == 3, found
-    assert found.count("std.nn.paged::paged_decode_attention_split_wide") == 3, found
 
 
 def test_paged_prefill_attention_is_claimed_in_every_layer() -> None:

@@ -227,18 +227,6 @@ STD_CHAINS = {
             [],
         ),
     ),
-    "std.nn.paged::paged_decode_attention_split_wide": (
-        (
-            "paged_decode_split_tiles",
-            "<B, NP, PS, MP, KV, G, HD, T, 16, 128, (B * KV + 511) / (B * KV)>",
-            ["BG >= G", "BH >= HD", "PS >= 16", "4096 % PS == 0"],
-        ),
-        (
-            "paged_decode_combine_tiles",
-            "<B, NP, PS, MP, KV, G, HD, T, (B * KV + 511) / (B * KV), 32, 4, 32>",
-            [],
-        ),
-    ),
     "std.nn.decode::decode_attention_split": (
         (
             "decode_attention_split_tiles",
@@ -303,7 +291,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     decode_attention_split_once}
 use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}
 use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm}
-use std.nn.paged::{paged_decode_attention_flash, paged_decode_attention_split, paged_decode_attention_split_wide, paged_prefill_attention_flash}
+use std.nn.paged::{paged_decode_attention_flash, paged_decode_attention_split, paged_prefill_attention_flash}
 """
 
 

@@ -73,7 +73,6 @@ CHAINS = (
 PAGED = [
     "std.nn.paged::paged_decode_attention_flash",
     "std.nn.paged::paged_decode_attention_split",
-    "std.nn.paged::paged_decode_attention_split_wide",
     "std.nn.paged::paged_prefill_attention_flash",
 ]
 HEAVY = ci_sample(PAGED, 1, "kernel checks: paged") if CI else []

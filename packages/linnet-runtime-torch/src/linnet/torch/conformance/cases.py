@@ -333,7 +333,6 @@ def cases() -> list[Case]:
                 "paged_decode_attention",
                 "paged_decode_attention_flash",
                 "paged_decode_attention_split",
-                "paged_decode_attention_split_wide",
                 "paged_window_decode_attention",
                 "paged_softcap_decode_attention",
             )
