@@ -155,6 +155,37 @@ def test_decode_is_planned_half_way_through_pages_of_each_rows_own() -> None:
     assert pos.tolist() == [3] * 4 and table[:, 0].tolist() == [1, 2, 3, 1]
 
 
+def test_a_short_prefill_runs_as_one_decode_step() -> None:
+    """A step's prefill of at most the largest batch bucket's tokens in all runs as one
+    `decode_paged` call, a row a token (the decode buckets are planned and captured
+    already): each chunk's last logits equal `prefill_paged`'s, a prefix-cache hit's tail
+    included, and the pages hold the same K and V after."""
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=6)
+    tables = [[1, 2], [3, 4], [5]]
+    logits, shapes = {}, {}
+    for by_decode in (True, False):
+        model = load(llama, weights=dict(weights), config=cfg, kv_pages=8, kv_page_size=4)
+        runner = ModelRunner(model, 8, 4, max_batch=8, prefill_by_decode=by_decode)
+        first = runner.prefill([[5, 9, 2, 7, 1], [3, 3]], [0, 0], tables[:2])  # 7 tokens
+        tails = runner.prefill([[4, 6], [8], [10, 11, 12]], [5, 2, 0], tables)  # 6 tokens
+        # A decode step after, reading every position: the pages hold the same K and V.
+        after = runner.decode([13, 14, 15], [7, 3, 3], tables)
+        logits[by_decode] = torch.cat([first, tails, after])
+        shapes[by_decode] = sorted(runner.shapes)
+    # 7 and 6 tokens: two calls of the 8-row bucket, then the 4-row decode step.
+    assert shapes[True] == [("decode", 4, 1), ("decode", 8, 1)]
+    assert [e for e, _, _ in shapes[False]] == ["decode", "prefill", "prefill"], shapes
+    torch.testing.assert_close(logits[True], logits[False], atol=1e-5, rtol=1e-5)
+    # Beyond the largest bucket's tokens, or off: prefill_paged as before.
+    model = load(llama, weights=dict(weights), config=cfg, kv_pages=8, kv_page_size=4)
+    runner = ModelRunner(model, 8, 4, max_batch=4)
+    runner.prefill([[5, 9, 2, 7, 1]], [0], tables[:1])
+    assert [e for e, _, _ in runner.shapes] == ["prefill"]
+
+
 def test_a_long_chunk_does_not_pad_the_short_ones() -> None:
     """One step's prefill rows of unlike lengths run as calls of like lengths (each padded
     to its own longest row's bucket, not the step's), and the logits come back in the rows'

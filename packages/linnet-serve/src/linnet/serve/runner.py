@@ -21,6 +21,7 @@ captures once however requests come and go. Padding rows are the contract's empt
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -136,6 +137,7 @@ class ModelRunner:
         compile_prefill: bool = False,
         capture_prefill_tokens: int = 512,
         prefill_call_tokens: int = 256,
+        prefill_by_decode: bool = True,
     ) -> None:
         if any(e not in getattr(model, "entries", ()) for e in ENTRIES):
             raise paged_entries_error(model)
@@ -183,6 +185,11 @@ class ModelRunner:
         # A prefill call's cost beyond its padded tokens (reading every weight once), in
         # tokens: rows are split into calls of like lengths where that saves more padding.
         self.prefill_call_tokens = prefill_call_tokens
+        # A step's prefill of few tokens in all (a prefix-cache hit's tail, a short prompt)
+        # runs as one decode step, a row a token: the decode buckets are planned and
+        # captured already, where each new (batch, length) prefill bucket plans, compiles
+        # and captures its own step on first use and pads every chunk to its length bucket.
+        self.prefill_by_decode = prefill_by_decode
 
     def _table(self, tables: Sequence[list[int]], rows: int) -> Any:
         """The page table, on the host."""
@@ -344,6 +351,8 @@ class ModelRunner:
         order."""
         import torch
 
+        if self.prefill_by_decode and all(rows) and sum(map(len, rows)) <= self.buckets[-1]:
+            return self.prefill_as_decode(rows, starts, tables)
         groups = prefill_groups(
             [len(r) for r in rows], self.buckets, self.max_len, self.prefill_call_tokens
         )
@@ -356,6 +365,27 @@ class ModelRunner:
         logits = torch.cat(parts)
         order = torch.tensor([i for g in groups for i in g])
         return logits[torch.argsort(order).to(logits.device)]
+
+    def prefill_as_decode(
+        self, rows: Sequence[Sequence[int]], starts: Sequence[int], tables: Sequence[list[int]]
+    ) -> Any:
+        """Prefill these chunks by one ``decode_paged`` call, a row a token (token t of chunk
+        b at position ``starts[b] + t``, through b's table): each layer writes every row's
+        K and V before any row's attention reads, so a token sees the chunk's earlier
+        tokens as ``prefill_paged`` lets it. Logits [len(rows), V] of each chunk's last
+        token. At most the largest batch bucket of tokens in all.
+
+        >>> runner.prefill_as_decode([[5, 9], [7]], [0, 3], [[1], [2]]).shape  # doctest: +SKIP
+        torch.Size([2, 49152])
+        """
+        import torch
+
+        tokens = [t for row in rows for t in row]
+        positions = [s + i for row, s in zip(rows, starts, strict=True) for i in range(len(row))]
+        per_token = [t for row, t in zip(rows, tables, strict=True) for _ in row]
+        logits = self.decode(tokens, positions, per_token)
+        last = torch.tensor(list(itertools.accumulate(len(r) for r in rows))) - 1
+        return logits[last.to(logits.device)]
 
     def _prefill_call(
         self, rows: Sequence[Sequence[int]], starts: Sequence[int], tables: Sequence[list[int]]
