@@ -186,6 +186,30 @@ def test_a_short_prefill_runs_as_one_decode_step() -> None:
     assert [e for e, _, _ in runner.shapes] == ["prefill"]
 
 
+def test_a_step_runs_its_decode_rows_and_short_chunks_as_one_call() -> None:
+    """`ModelRunner.step` (what the Engine calls): decode rows and prefill chunks that fit
+    the largest batch bucket together run as one `decode_paged` call, with the logits of the
+    decode rows and of each chunk's last token equal to a decode call and a prefill call."""
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=7)
+    got, shapes = {}, {}
+    for merged in (True, False):
+        model = load(llama, weights=dict(weights), config=cfg, kv_pages=8, kv_page_size=4)
+        runner = ModelRunner(model, 8, 4, max_batch=8, prefill_by_decode=merged)
+        runner.prefill([[5, 9, 2, 7, 1, 4, 4, 6]], [0], [[1, 2]])  # 8 tokens: the bucket
+        runner.shapes.clear()
+        decode = ([3], [8], [[1, 2, 3]])
+        prefill = ([[11, 12, 13], [8, 9]], [0, 0], [[4], [5]])
+        got[merged] = runner.step(decode, prefill)
+        shapes[merged] = sorted(runner.shapes)
+    assert shapes[True] == [("decode", 8, 1)]  # 1 + 5 rows in the 8-row bucket: one call
+    assert shapes[False] == [("decode", 1, 1), ("prefill", 2, 16)]
+    assert got[True].shape[0] == 3
+    torch.testing.assert_close(got[True], got[False], atol=1e-5, rtol=1e-5)
+
+
 def test_a_long_chunk_does_not_pad_the_short_ones() -> None:
     """One step's prefill rows of unlike lengths run as calls of like lengths (each padded
     to its own longest row's bucket, not the step's), and the logits come back in the rows'

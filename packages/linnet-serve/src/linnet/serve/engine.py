@@ -245,10 +245,14 @@ class Engine:
         # the next schedule, after it.
         try:
             logits = []
-            if plan.decode:
-                logits.append(self.runner.decode(*decode))
-            if plan.prefill:
-                logits.append(self.runner.prefill(*prefill))
+            step = getattr(self.runner, "step", None)
+            if step is not None:  # ModelRunner's: decode rows and short chunks in one call
+                logits.append(step(decode, prefill))
+            else:
+                if plan.decode:
+                    logits.append(self.runner.decode(*decode))
+                if plan.prefill:
+                    logits.append(self.runner.prefill(*prefill))
         except LinnetError as e:
             with self._wake:
                 self._fail(plan, e)

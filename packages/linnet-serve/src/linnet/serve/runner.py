@@ -34,7 +34,9 @@ ENTRIES = ("decode_paged", "prefill_paged")
 
 
 class Runner(Protocol):
-    """What :class:`linnet.serve.Engine` needs of a model (see :class:`ModelRunner`)."""
+    """What :class:`linnet.serve.Engine` needs of a model (see :class:`ModelRunner`). A
+    runner that also has ``step(decode, prefill)`` (ModelRunner's) is given each engine
+    step whole, so that it can run the decode rows and short prefill chunks as one call."""
 
     num_pages: int
     page_size: int
@@ -365,6 +367,42 @@ class ModelRunner:
         logits = torch.cat(parts)
         order = torch.tensor([i for g in groups for i in g])
         return logits[torch.argsort(order).to(logits.device)]
+
+    def step(
+        self,
+        decode: tuple[Sequence[int], Sequence[int], Sequence[list[int]]],
+        prefill: tuple[Sequence[Sequence[int]], Sequence[int], Sequence[list[int]]],
+    ) -> Any:
+        """One engine step: ``decode``'s rows (tokens, positions, tables) and ``prefill``'s
+        chunks (rows, starts, tables); logits of the decode rows, then of each chunk's last
+        token. Where they fit the largest batch bucket together (``prefill_by_decode``), as
+        one ``decode_paged`` call, a chunk's tokens rows of their own; else a decode call
+        and the prefill's.
+
+        >>> runner.step(([5], [3], [[1]]), ([[7, 8]], [0], [[2]])).shape  # doctest: +SKIP
+        torch.Size([2, 49152])
+        """
+        import torch
+
+        tokens, positions, tables = decode
+        rows, starts, chunk_tables = prefill
+        if (
+            self.prefill_by_decode
+            and rows
+            and all(rows)
+            and len(tokens) + sum(map(len, rows)) <= self.buckets[-1]
+        ):
+            return self.prefill_as_decode(
+                [*([t] for t in tokens), *rows],
+                [*positions, *starts],
+                [*tables, *chunk_tables],
+            )
+        parts = []
+        if tokens:
+            parts.append(self.decode(tokens, positions, tables))
+        if rows:
+            parts.append(self.prefill(rows, starts, chunk_tables))
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def prefill_as_decode(
         self, rows: Sequence[Sequence[int]], starts: Sequence[int], tables: Sequence[list[int]]
