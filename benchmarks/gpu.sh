@@ -132,7 +132,8 @@ fi
 if [ "${1:-}" = "--paged" ]; then
   # Paged KV cache decode steps (issue 44): dense cache against pages, B 8/32/64 (gpu_paged.py).
   flashinfer_env
-  python3 benchmarks/gpu_paged.py "${@:2}" 2>&1 | tee "$OUT/paged.log" | grep -v Warning | tail -30
+  # PYPROF=1: the whole run under cProfile, the statistics to $OUT/paged.prof (warm-up's cost).
+  python3 ${PYPROF:+-m cProfile -o "$OUT/paged.prof"} benchmarks/gpu_paged.py "${@:2}" 2>&1 | tee "$OUT/paged.log" | grep -v Warning | tail -30
   exit 0
 fi
 if [ "${1:-}" = "--quant" ]; then

@@ -24,7 +24,8 @@ warm-up run). Mode `load` drives the Engine with benchmarks/serve_load.py's load
 this process (`--load-requests` requests at `--rate` a second, Poisson arrivals, log-normal
 prompt and output lengths around `--prompt-median` and `--output-median` tokens, random
 token ids): throughput, time to first token and inter-token latency percentiles, after one
-warm-up load of a few requests. `--profile` adds each step's kernels (torch.profiler over 8
+warm-up load of a few requests; mode `warm` only warms the engine (`--progress`: each planning
+line with the seconds since the engine's start). `--profile` adds each step's kernels (torch.profiler over 8
 replays at the context): where the microseconds go. A table comes last.
 """
 
@@ -258,7 +259,15 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
     from linnet.serve.runner import ModelRunner
 
     modes = args.modes.split(",")
-    runner = ModelRunner(model, pages, PAGE, max_batch=batch, progress=args.progress)
+    start = time.perf_counter()
+
+    def stamped(line: str) -> None:
+        # Planning progress with the seconds since the engine's start: where warm-up goes.
+        print(f"[{time.perf_counter() - start:7.1f} s] {line}", file=sys.stderr, flush=True)
+
+    runner = ModelRunner(
+        model, pages, PAGE, max_batch=batch, progress=stamped if args.progress else False
+    )
     spent = timed_calls(runner, ("prefill", "decode"))
     engine = Engine(
         runner,
@@ -334,7 +343,7 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
     dense_ms = None
     modes = args.modes.split(",")
     steps = [m for m in modes if m in ("dense", "paged")]
-    if "engine" in modes or "load" in modes:
+    if {"engine", "load", "warm"} & set(modes):
         steps.append("serving")
     if "prefill" in modes:
         steps.append("prefill")
