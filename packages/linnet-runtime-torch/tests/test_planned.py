@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from linnet.backends import ExecutableMeta, Region
 from linnet.lang import LinnetError
 from linnet.plan import CacheWarning, TimingCache
 from linnet.torch import load, random_weights
@@ -152,6 +153,58 @@ def test_timings_are_cached_by_kind(model, tmp_path):
         cache=TimingCache(path),
     )
     assert all(c.cached for c in again.candidates)
+
+
+class Gather:
+    meta = ExecutableMeta((), ())
+
+    def __init__(self, region):
+        self.table = region.parameters[0]
+
+    def prepare(self, context):
+        pass
+
+    def execute(self, inputs, outputs, context):
+        return [context.parameters[self.table][inputs[0].long()]]
+
+
+class RefEmbedding(RefLinear):
+    """Claims the embedding lookup: a region whose input is an integer tensor (token ids)."""
+
+    name = "ref-embedding"
+
+    def match(self, graph, target):
+        calls = graph.semantic_calls("std.nn.embedding::embedding")
+        return [Region.of(graph, c.start, c.stop, c.index) for c in calls if c.stop > c.start]
+
+    def compile(self, region, target, options):
+        return Gather(region)
+
+
+def test_timings_follow_integer_inputs_values(model, tmp_path):
+    """A region's timing is keyed by its integer inputs' largest value, to the next power of
+    two (positions a cache is read to, token ids, pages): a plan at other values times it
+    again, one at values of the same power of two reuses it."""
+    from linnet.torch.planned import plan_for
+
+    path = tmp_path / "benchmarks.json"
+
+    def plan(token):
+        tokens = torch.tensor([token], dtype=torch.int32)
+        return plan_for(
+            model,
+            "decode",
+            [tokens, POS],
+            backends=[RefEmbedding()],
+            progress=False,
+            cache=TimingCache(path),
+        )
+
+    assert [c.cached for c in plan(3).candidates] == [False]
+    assert [c.cached for c in plan(2).candidates] == [True]  # 2 and 3 round up to 4
+    assert [c.cached for c in plan(200).candidates] == [False]
+    keys = json.loads(path.read_text())["entries"]
+    assert sum("/values<4" in k for k in keys) == sum("/values<256" in k for k in keys) == 2
 
 
 def test_memory_budget(model):

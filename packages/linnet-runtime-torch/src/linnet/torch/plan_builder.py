@@ -376,6 +376,8 @@ class PlanBuilder:
         generated_times: dict[str, float] = {}
         for (_, kind, variant, algorithm), group in groups.items():
             backend = group[0].backend
+            # Timed on these values: a cache read to position 1 is not one read to 1,000.
+            kind = kind + workload(group[0].region.inputs, env)
             bkey, gkey = self.keys(backend, kind, variant, algorithm)
             b_seconds = cache.get(bkey)
             g_seconds = generated_times.get(kind, cache.get(gkey))
@@ -547,7 +549,8 @@ class SliceTimes:
 
     def seconds(self, slices: list[tuple[int, ...]]) -> float:
         chosen = [self.slice(s) for s in slices]
-        key = self.builder.generated_key(chosen[0].kind)
+        values = workload(chosen[0].inputs, self.env)
+        key = self.builder.generated_key(chosen[0].kind + values)
         seconds = self.cache.get(key)
         if seconds is not None:
             return seconds
@@ -575,6 +578,29 @@ class _Failed:
 
     def __init__(self, reason: str):
         self.reason = reason
+
+
+def workload(inputs: Sequence[str], env: dict[str, Any]) -> str:
+    """What a region's time follows in its input values beyond their shapes, for its timing
+    cache key: the largest value of each integer input, to the next power of two (the
+    positions attention reads a cache up to, the pages a table names). A region timed at
+    position 1 is not reused by a plan at position 1,000; timings within a factor of two of
+    the positions share a key. Empty where no input is an integer tensor.
+
+    >>> workload(["pos", "x"], {"pos": torch.tensor([3, 600]), "x": torch.ones(2)})
+    '/values<1024'
+    """
+    marks = []
+    for name in inputs:
+        t = env.get(name)
+        if (
+            isinstance(t, torch.Tensor)
+            and t.numel()
+            and not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+        ):
+            top = int(t.max())
+            marks.append(str(1 << top.bit_length()) if top > 0 else str(top))
+    return f"/values<{','.join(marks)}" if marks else ""
 
 
 def group_key(c: Candidate) -> tuple[int, str, str, str]:
