@@ -39,6 +39,7 @@ from linnet.lang.check.spans import spans_for, std_spans
 from linnet.lang.emit.python_rules import launch_args
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Call, Graph
+from linnet.lang.ir.stepsets import indexed
 from linnet.lang.passes.slices import slice_steps
 from linnet.lang.passes.spans import closed
 
@@ -269,7 +270,10 @@ class KernelPaths:
         for members in by_op.values():
             chosen = [regions[i] for i in members]
             view = own_calls(graph, chosen)
-            slices = [slice_steps(view, list(r.steps), f"kernel_{i}") for i, r in enumerate(chosen)]
+            with indexed(view):  # a copy of the graph: every layer's regions read it
+                slices = [
+                    slice_steps(view, list(r.steps), f"kernel_{i}") for i, r in enumerate(chosen)
+                ]
             for r, sl in zip(chosen, slices):  # the call's arguments too (with_arguments)
                 sl.inputs += [v for v in r.inputs if v not in sl.inputs]
             device = target.device or ("cuda" if target.kind == "cuda" else "cpu")

@@ -29,6 +29,7 @@ from linnet.lang import __version__ as lang_version
 from linnet.lang.compiler import claim
 from linnet.lang.emit.torch import emit_torch
 from linnet.lang.ir.graph import Graph
+from linnet.lang.ir.stepsets import made_before
 from linnet.lang.passes.shard import COLLECTIVES
 from linnet.lang.passes.slices import Slice, slice_steps
 from linnet.plan import Candidate, TimingCache, cache_key, label_algorithms, rotation, warn_failed
@@ -639,11 +640,9 @@ def region_problem(region: Region) -> str | None:
             f"{list(rebuilt.outputs)} for later steps (build regions with Region.of or "
             "Region.of_steps)"
         )
-    made_before = set(graph.inputs)
-    for step in graph.steps[: region.start]:
-        made_before.update(step.results)
+    exists = made_before(graph, region.start)
     missing = [v for v in rebuilt.inputs if v not in region.inputs]
-    foreign = [v for v in region.inputs if v not in made_before]
+    foreign = [v for v in region.inputs if not exists(v)]
     if missing or foreign:
         return (
             f"it declares inputs {list(region.inputs)}; its steps read "

@@ -20,6 +20,7 @@ from typing import Any
 from linnet.backends import Options
 from linnet.lang.compiler import claim
 from linnet.lang.diagnostics.core import coded_error
+from linnet.lang.ir.stepsets import indexed
 from linnet.plan import TimingCache, choose, choose_in_context
 from linnet.plan.arguments import check_backends, check_cache, check_progress, plan_options
 
@@ -76,80 +77,83 @@ def plan_for(
     ready = builder.probe(backends)
     if kernels and model.numerics == "fast":
         ready += builder.kernel_paths()
-    candidates = builder.candidates(ready)
-    context = model.context_for_graph(builder.graph)
-    live = [c for c in candidates if c.status != "failed"]
-    timed = False
-    cache = cache if cache is not None else TimingCache()
-    if live:
-        # One run of the generated source records every region's inputs; each executable
-        # runs once there and must give the region's outputs, within tolerance of the
-        # generated source's, before it is timed (or, unmeasured, taken).
-        env = builder.check_outputs(live, context)
-        live = [c for c in live if c.status != "failed"]
-        if measure and live:
-            builder.time_candidates(live, env, context, cache)
-            timed = True
-    if timed and options.compile:
-        # Compiled, the steps between regions fuse: each kind of region taken is checked
-        # against the compiled steps around it (linnet.plan.context).
-        decision = choose_in_context(
-            candidates,
-            options,
-            len(builder.graph.steps),
-            SliceTimes(builder, env, context, cache),
-            key=group_key,
-            say=builder.say,
-        )
-        cache.flush()
-    else:
-        decision = choose(candidates, options)
-    items, path = builder.items(decision.taken)
-    plan = Plan(
-        model,
-        entry,
-        builder.graph,
-        items,
-        candidates,
-        builder.skipped,
-        options,
-        builder.target,
-        path,
-    )
-    if measure and not captured and decision.taken and getattr(model, "world", 1) == 1:
-        # Run by plan.run, the regions are checked whole: against the generated source alone
-        # (one compiled slice, no region), each timed as plan.run runs it. Not under tensor
-        # parallelism: ranks whose choices differ would run collectives that never meet.
-        builder.say("checking the plan whole against the generated source alone, by plan.run")
-        bare_items, bare_path = builder.items([])
-        bare = Plan(
+    # Thousands of candidate regions are analysed over the claimed graph, which nothing
+    # changes from here: through an index of it made once (stepsets.indexed).
+    with indexed(builder.graph):
+        candidates = builder.candidates(ready)
+        context = model.context_for_graph(builder.graph)
+        live = [c for c in candidates if c.status != "failed"]
+        timed = False
+        cache = cache if cache is not None else TimingCache()
+        if live:
+            # One run of the generated source records every region's inputs; each executable
+            # runs once there and must give the region's outputs, within tolerance of the
+            # generated source's, before it is timed (or, unmeasured, taken).
+            env = builder.check_outputs(live, context)
+            live = [c for c in live if c.status != "failed"]
+            if measure and live:
+                builder.time_candidates(live, env, context, cache)
+                timed = True
+        if timed and options.compile:
+            # Compiled, the steps between regions fuse: each kind of region taken is checked
+            # against the compiled steps around it (linnet.plan.context).
+            decision = choose_in_context(
+                candidates,
+                options,
+                len(builder.graph.steps),
+                SliceTimes(builder, env, context, cache),
+                key=group_key,
+                say=builder.say,
+            )
+            cache.flush()
+        else:
+            decision = choose(candidates, options)
+        items, path = builder.items(decision.taken)
+        plan = Plan(
             model,
             entry,
             builder.graph,
-            bare_items,
+            items,
             candidates,
             builder.skipped,
             options,
             builder.target,
-            bare_path,
+            path,
         )
-        plan = faster_whole(plan, bare, lambda p: time_run(p, list(inputs)), options.margin)
-    if measure and getattr(model, "world", 1) > 1:  # tensor parallelism: every rank times
-        plan.collective_seconds = time_collectives(builder.graph, model.device)
-    if measure:  # Linnet's kernels' launch mode, by the whole step as it runs (launch_modes)
-        contexts: list[Context] = []  # one, of fresh states, made only if the modes are timed
+        if measure and not captured and decision.taken and getattr(model, "world", 1) == 1:
+            # Run by plan.run, the regions are checked whole: against the generated source alone
+            # (one compiled slice, no region), each timed as plan.run runs it. Not under tensor
+            # parallelism: ranks whose choices differ would run collectives that never meet.
+            builder.say("checking the plan whole against the generated source alone, by plan.run")
+            bare_items, bare_path = builder.items([])
+            bare = Plan(
+                model,
+                entry,
+                builder.graph,
+                bare_items,
+                candidates,
+                builder.skipped,
+                options,
+                builder.target,
+                bare_path,
+            )
+            plan = faster_whole(plan, bare, lambda p: time_run(p, list(inputs)), options.margin)
+        if measure and getattr(model, "world", 1) > 1:  # tensor parallelism: every rank times
+            plan.collective_seconds = time_collectives(builder.graph, model.device)
+        if measure:  # Linnet's kernels' launch mode, by the whole step as it runs (launch_modes)
+            contexts: list[Context] = []  # one, of fresh states, made only if the modes are timed
 
-        def step_for(mode: int) -> Callable[[Sequence[torch.Tensor]], Any]:
-            if not contexts:
-                contexts.append(model.context_for(plan))
-            if captured:
-                return Captured(plan, contexts[0], pdl=mode)
-            return lambda ins: plan.run(ins, contexts[0], pdl=mode)
+            def step_for(mode: int) -> Callable[[Sequence[torch.Tensor]], Any]:
+                if not contexts:
+                    contexts.append(model.context_for(plan))
+                if captured:
+                    return Captured(plan, contexts[0], pdl=mode)
+                return lambda ins: plan.run(ins, contexts[0], pdl=mode)
 
-        choose_pdl(
-            plan, time_steps(step_for, list(inputs), plan.device), plan.pdl_margin, builder.say
-        )
-    return plan
+            choose_pdl(
+                plan, time_steps(step_for, list(inputs), plan.device), plan.pdl_margin, builder.say
+            )
+        return plan
 
 
 def plan_arguments(

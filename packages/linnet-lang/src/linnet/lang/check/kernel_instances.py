@@ -36,6 +36,8 @@ none recorded runs every op's body, as ``emit_torch`` without a program did.
 from __future__ import annotations
 
 import copy
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any, overload
 
@@ -125,6 +127,32 @@ def instance(program: Program, call: Call, key: str) -> KernelInstance:
     return found
 
 
+# The instances each program's calls launched, by callee and instance key: a plan emits a
+# module for each backend's regions and each op, every one a copy of one graph with its
+# kernels recorded again (hundreds of lowerings of the same instances for a 32-layer model).
+# Keyed by the program's modules too (another module set lowers another way).
+_LOWERED: weakref.WeakKeyDictionary[Program, dict[Any, KernelInstance]] = (
+    weakref.WeakKeyDictionary()
+)
+_LOWERED_LOCK = threading.Lock()
+
+
+def lowered(program: Program, call: Call, key: str) -> KernelInstance:
+    """:func:`instance`, once per program, callee and instance key (what the instance
+    depends on); later calls get the same :class:`KernelInstance` (errors included, with
+    the place of the first call that launched it).
+
+    >>> # lowered(program, call, instance_key(call.attributes)).kernels
+    """
+    with _LOWERED_LOCK:
+        memo = _LOWERED.setdefault(program, {})
+    where = (id(program.modules), tuple(program.modules), call.callee, key)
+    found = memo.get(where)
+    if found is None:
+        found = memo[where] = instance(program, call, key)
+    return found
+
+
 def record_kernels(graph: Graph, program: Program, backwards: bool = True) -> Graph:
     """Record in ``graph`` (in place; returned) every kernel instance its bound calls
     launch and, with ``backwards``, their backward passes (see the module docstring). An
@@ -139,7 +167,7 @@ def record_kernels(graph: Graph, program: Program, backwards: bool = True) -> Gr
     for call in bound_calls(graph):
         key = instance_key(call.attributes)
         if key not in graph.kernels:
-            graph.kernels[key] = instance(program, call, key)
+            graph.kernels[key] = lowered(program, call, key)
         if not backwards:
             continue
         bkey = backward_key(graph, call.attributes, call.callee)

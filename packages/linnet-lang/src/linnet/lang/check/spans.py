@@ -53,6 +53,7 @@ from linnet.lang.check.kernel_cases import (
 from linnet.lang.check.lowering import lower
 from linnet.lang.diagnostics.core import LinnetError
 from linnet.lang.ir.graph import KERNEL_ATTRIBUTES, Call, Graph, ValueType
+from linnet.lang.ir.stepsets import indexed
 from linnet.lang.passes.spans import (
     _SENTINELS,
     WITH_ROWS,
@@ -366,7 +367,9 @@ class Spans:
         out = copy.copy(graph)
         out.calls = list(graph.calls)
         index = max((c.index for c in graph.calls), default=-1) + 1
-        for m in self.matches(graph):
+        with indexed(graph):  # matching reads it whole for each candidate span
+            found = self.matches(graph)
+        for m in found:
             inner = [c for c in graph.calls if m.start <= c.start and c.stop <= m.stop]
             depth = min((c.depth for c in m.calls), default=0)
             paths = [c.path for c in m.calls if c.path]

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from linnet.lang.ir.graph import Graph, ValueType
@@ -53,6 +55,126 @@ class StepSet:
     states: tuple[str, ...]
 
 
+@dataclass
+class _Index:
+    """What the analyses read of a whole graph, made once (see :func:`indexed`)."""
+
+    graph: Graph
+    producer: dict[str, int]  # value -> the step that makes it
+    users: dict[str, list[int]]  # value -> the steps that read it
+    outputs: frozenset[str]
+    inputs: frozenset[str]
+    calls_at: dict[int, list[tuple[int, Any]]]  # first step -> (order in graph.calls, call)
+    prefixes: list[str]  # the repeated blocks' iterations' paths with a dot, longest first
+    depth: int = 1
+    memo: dict[Any, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, graph: Graph) -> _Index:
+        producer: dict[str, int] = {}
+        users: dict[str, list[int]] = {}
+        for i, step in enumerate(graph.steps):
+            for r in step.results:
+                producer[r] = i
+            for o in step.operands:
+                users.setdefault(o, []).append(i)
+        calls_at: dict[int, list[tuple[int, Any]]] = {}
+        for n, c in enumerate(graph.calls):
+            if c.kind != "entry" and c.start < c.stop:
+                calls_at.setdefault(c.start, []).append((n, c))
+        prefixes = sorted(
+            {c.path + "." for c in graph.calls if c.iteration is not None and c.path},
+            key=len,
+            reverse=True,
+        )
+        return cls(
+            graph,
+            producer,
+            users,
+            frozenset(graph.outputs),
+            frozenset(graph.inputs),
+            calls_at,
+            prefixes,
+        )
+
+    def made_before(self, value: str, step: int) -> bool:
+        return value in self.inputs or self.producer.get(value, step) < step
+
+
+_INDEXES: dict[int, _Index] = {}
+_LOCK = threading.Lock()
+
+
+@contextmanager
+def indexed(graph: Graph) -> Iterator[Graph]:
+    """Within the block, :func:`step_set`, :func:`fingerprint`, :func:`check_runs_at_first`
+    and :func:`block_prefix` read ``graph`` through an index made once (which step makes
+    and which steps read each value, the calls by first step): for a caller that analyses
+    thousands of step sets of one graph it does not change (a plan's candidate regions,
+    each backend's and every layer's). Without it each analysis reads the whole graph.
+    The graph must not change inside the block. Blocks may nest.
+
+    >>> from linnet.lang.ir.graph import Graph
+    >>> with indexed(Graph("e", "m")) as g:
+    ...     step_set(g, []).outputs
+    ()
+    """
+    with _LOCK:
+        found = _INDEXES.get(id(graph))
+        if found is not None and found.graph is graph:
+            found.depth += 1
+        else:
+            _INDEXES[id(graph)] = _Index.of(graph)
+    try:
+        yield graph
+    finally:
+        with _LOCK:
+            found = _INDEXES[id(graph)]
+            found.depth -= 1
+            if not found.depth:
+                del _INDEXES[id(graph)]
+
+
+def _index(graph: Graph) -> _Index | None:
+    found = _INDEXES.get(id(graph))
+    return found if found is not None and found.graph is graph else None
+
+
+def made_before(graph: Graph, start: int) -> Any:
+    """A test of whether a value exists before step ``start`` runs (a graph input, or made
+    by an earlier step), as a callable on the value's name.
+
+    >>> from linnet.lang.ir.graph import Graph
+    >>> made_before(Graph("e", "m", inputs=["%x"]), 0)("%x")
+    True
+    """
+    index = _index(graph)
+    if index is not None:
+        return lambda value: index.made_before(value, start)
+    made = set(graph.inputs)
+    for step in graph.steps[:start]:
+        made.update(step.results)
+    return made.__contains__
+
+
+def read_outside(graph: Graph, values: Iterable[str], lo: int, hi: int) -> bool:
+    """Whether a step outside ``lo..hi`` reads any of ``values``.
+
+    >>> from linnet.lang.ir.graph import Graph, Step
+    >>> g = Graph("e", "m")
+    >>> g.steps = [Step("neg", ["%x"], ["%y"]), Step("exp", ["%y"], ["%z"])]
+    >>> read_outside(g, ["%y"], 0, 1), read_outside(g, ["%y"], 0, 2)
+    (True, False)
+    """
+    wanted = set(values)
+    if not wanted:
+        return False
+    index = _index(graph)
+    if index is not None:
+        return any(j < lo or j >= hi for v in wanted for j in index.users.get(v, ()))
+    return any(not wanted.isdisjoint(s.operands) for s in graph.steps[:lo] + graph.steps[hi:])
+
+
 def step_set(graph: Graph, steps: Iterable[int]) -> StepSet:
     """Analyse ``steps`` (run in the order given; a plan's slice may skip some).
 
@@ -75,6 +197,14 @@ def step_set(graph: Graph, steps: Iterable[int]) -> StepSet:
                 inputs.setdefault(o)
         made.update(step.results)
         made_in_order.extend(step.results)
+    index = _index(graph)
+    if index is not None:
+        outputs = tuple(
+            r
+            for r in made_in_order
+            if r in index.outputs or any(j not in inside for j in index.users.get(r, ()))
+        )
+        return StepSet(order, tuple(inputs), outputs, tuple(parameters), tuple(states))
     used_outside: set[str] = set(graph.outputs)
     for j, step in enumerate(graph.steps):
         if j not in inside:
@@ -109,14 +239,12 @@ def check_runs_at_first(graph: Graph, chosen: Sequence[int]) -> None:
     >>> # check_runs_at_first(graph, [q.start, k.start, v.start])
     """
     first = chosen[0]
-    made_before = set(graph.inputs)
-    for step in graph.steps[:first]:
-        made_before.update(step.results)
+    exists = made_before(graph, first)
     made_inside: set[str] = set()
     for i in chosen:
         step = graph.steps[i]
         for o in step.operands:
-            if o.startswith("@") or o in made_inside or o in made_before:
+            if o.startswith("@") or o in made_inside or exists(o):
                 continue
             raise StepSetError(
                 f"step {i} reads {o}, made by step {graph.producers().get(o)} which is "
@@ -170,6 +298,15 @@ def fingerprint(graph: Graph, steps: StepSet) -> str:
 
     >>> # fingerprint(g, step_set(g, layer0)) == fingerprint(g, step_set(g, layer1))
     """
+    index = _index(graph)
+    if index is not None:
+        if steps not in index.memo:
+            index.memo[steps] = _fingerprint(graph, steps, index)
+        return str(index.memo[steps])
+    return _fingerprint(graph, steps, None)
+
+
+def _fingerprint(graph: Graph, steps: StepSet, index: _Index | None) -> str:
     names: dict[str, str] = {v: f"in{i}" for i, v in enumerate(steps.inputs)}
     paths = {p: f"p{i}" for i, p in enumerate(steps.parameters + steps.states)}
 
@@ -205,14 +342,16 @@ def fingerprint(graph: Graph, steps: StepSet) -> str:
     # from its steps, and two attention calls can lower to the same steps once their masks
     # (constants) are hoisted out: a global and a sliding-window layer must differ in kind.
     where = {i: k for k, i in enumerate(steps.steps)}
+    if index is not None:
+        starting = sorted((n, c) for i in steps.steps for n, c in index.calls_at.get(i, ()))
+        calls = [c for _, c in starting]
+    else:
+        calls = [c for c in graph.calls if c.kind != "entry" and c.start < c.stop]
     parts.append(
         [
             [c.callee, where[c.start], c.stop - c.start]
-            for c in graph.calls
-            if c.kind != "entry"
-            and c.start < c.stop
-            and c.start in where
-            and all(i in where for i in range(c.start, c.stop))
+            for c in calls
+            if c.start in where and all(i in where for i in range(c.start, c.stop))
         ]
     )
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
@@ -229,6 +368,9 @@ def block_prefix(graph: Graph, paths: Iterable[str]) -> str:
     wanted = list(paths)
     if not wanted:
         return ""
+    index = _index(graph)
+    if index is not None:
+        return next((p for p in index.prefixes if all(w.startswith(p) for w in wanted)), "")
     best = ""
     for call in graph.calls:
         if call.iteration is None or not call.path:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linnet.lang.ir.graph import Call, Graph
+from linnet.lang.ir.stepsets import read_outside
 
 # Scalar parameters take these values in the sample lowering, so that a literal in the
 # body can be told apart from a parameter: distinct, exact in binary, unlikely constants.
@@ -338,7 +339,7 @@ def closed(graph: Graph, lo: int, hi: int, results: list[Any]) -> bool:
     inner = made - keep
     if inner & set(graph.outputs):
         return False
-    return all(not inner & set(s.operands) for s in graph.steps[:lo] + graph.steps[hi:])
+    return not read_outside(graph, inner, lo, hi)
 
 
 def state_writes(
