@@ -73,6 +73,9 @@ def parse() -> argparse.Namespace:
     p.add_argument(
         "--progress", action="store_true", help="the engine's planning progress (stderr)"
     )
+    p.add_argument(
+        "--buckets", help="engine: the decode steps' batch sizes, e.g. 8,16,32 (default: 1, 2, 4..)"
+    )
     p.add_argument("--token-budget", type=int, default=2048, help="engine: prefill tokens a step")
     p.add_argument("--rate", type=float, default=16.0, help="load: requests a second")
     p.add_argument("--load-requests", type=int, default=128)
@@ -266,7 +269,12 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
         print(f"[{time.perf_counter() - start:7.1f} s] {line}", file=sys.stderr, flush=True)
 
     runner = ModelRunner(
-        model, pages, PAGE, max_batch=batch, progress=stamped if args.progress else False
+        model,
+        pages,
+        PAGE,
+        max_batch=batch,
+        progress=stamped if args.progress else False,
+        batch_buckets=[int(b) for b in args.buckets.split(",")] if args.buckets else None,
     )
     spent = timed_calls(runner, ("prefill", "decode"))
     engine = Engine(

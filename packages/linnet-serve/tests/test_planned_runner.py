@@ -117,6 +117,32 @@ def test_warm_plans_every_bucket_and_changes_no_token() -> None:
     assert runner.warm() == [] and runner.steps == {}
 
 
+def test_batch_buckets_are_the_sizes_planned_and_padded_to() -> None:
+    """``batch_buckets=`` chooses the decode steps' batch sizes (fewer plans to warm): warm
+    plans those alone, a smaller batch pads to the next, and the tokens equal the default
+    buckets'. A list that is not positive ints ending at ``max_batch`` is E0862."""
+    llama = model_file("std.models.llama")
+    cfg = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "B"}
+    weights = random_weights(llama, {**cfg, "B": 1}, seed=4)
+    prompts = [[5, 9, 2, 7, 1], [3, 3, 8], [11, 4, 6]]
+    got = {}
+    for buckets in (None, [4, 2]):
+        model = load(llama, weights=dict(weights), config=cfg, kv_pages=24, kv_page_size=4)
+        runner = ModelRunner(model, 24, 4, max_batch=4, planned=True, batch_buckets=buckets)
+        if buckets:
+            assert runner.buckets == [2, 4] and runner.warm() == [2, 4]
+            assert set(runner.steps) == {2, 4}
+        got[bool(buckets)] = Engine(runner, max_batch=4).generate(prompts, max_tokens=5)
+        if buckets:
+            assert {rows for entry, rows, _ in runner.shapes if entry == "decode"} <= {2, 4}
+    assert got[True] == got[False]
+    for bad in ([], [0, 4], [2, 8], "4", [2.0, 4]):
+        with pytest.raises(LinnetError) as err:
+            ModelRunner(model, 24, 4, max_batch=4, batch_buckets=bad)
+        assert err.value.diagnostics[0].code == "E0862" and "batch_buckets" in str(err.value)
+
+
 def test_decode_is_planned_half_way_through_pages_of_each_rows_own() -> None:
     """A bucket's decode step is timed where attention reads as it will when serving: every
     row half way through the longest sequence, through pages of its own (not position 1

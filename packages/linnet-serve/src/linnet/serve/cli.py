@@ -45,6 +45,12 @@ def register_serve(subparsers: Any) -> None:
     p.add_argument("--name", help="the model's name in the API (default: the file's name)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--max-batch", type=int, default=32, help="most requests decoding at once (32)")
+    p.add_argument(
+        "--batch-buckets",
+        type=_sizes,
+        help="batch sizes decode steps are padded to, each planned once, e.g. 8,16,32 "
+        "(default: powers of two up to --max-batch)",
+    )
     p.add_argument("--kv-pages", type=int, default=512, help="KV pages in the pool (512)")
     p.add_argument("--page-size", type=int, default=16, help="positions a KV page holds (16)")
     p.add_argument(
@@ -60,6 +66,20 @@ def register_serve(subparsers: Any) -> None:
         "the first step of each size then plans while its requests wait)",
     )
     p.set_defaults(run=serve_command)
+
+
+def _sizes(text: str) -> list[int]:
+    """``--batch-buckets``' value: comma-separated ints (checked by the runner, E0862).
+
+    >>> _sizes("8,16, 32")
+    [8, 16, 32]
+    """
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not comma-separated ints, e.g. 8,16,32"
+        ) from None
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -115,6 +135,7 @@ def serve_command(args: argparse.Namespace) -> int:
             kv_pages=args.kv_pages,
             page_size=args.page_size,
             max_batch=args.max_batch,
+            batch_buckets=getattr(args, "batch_buckets", None),
             token_budget=args.token_budget,
             max_queue=args.max_queue,
             device=args.device,

@@ -97,6 +97,7 @@ class Engine:
         token_budget: int = 512,
         max_queue: int = 256,
         device: str = "cpu",
+        batch_buckets: Sequence[int] | None = None,
         config: Any = None,
         tokenizer: Any = None,
         name: str | None = None,
@@ -105,7 +106,9 @@ class Engine:
         """Load ``model`` (a `.linnet` file, a shipped model's name, a GGUF file or a
         checkpoint directory, as ``linnet.torch.load`` takes) with a paged KV cache of
         ``kv_pages`` pages of ``page_size`` positions, and make its engine; the model's
-        tokenizer and stop tokens come with it.
+        tokenizer and stop tokens come with it. ``batch_buckets``: the batch sizes decode
+        steps are padded to, each planned and captured once (default: the powers of two up
+        to ``max_batch``, then it); fewer buckets warm up sooner and pad more rows.
 
         >>> Engine.load("std.models.llama", kv_pages=64, page_size=16)     # doctest: +SKIP
         """
@@ -137,7 +140,7 @@ class Engine:
             kv_page_size=page_size,
             **options,
         )
-        runner = ModelRunner(loaded, kv_pages, page_size, max_batch)
+        runner = ModelRunner(loaded, kv_pages, page_size, max_batch, batch_buckets=batch_buckets)
         stops = list(getattr(loaded, "stop_tokens", ()))
         tok = getattr(loaded, "tokenizer", None)
         if tok is not None:

@@ -65,6 +65,29 @@ def batch_buckets(max_batch: int) -> list[int]:
     return [*out, max_batch]
 
 
+def checked_buckets(buckets: Any, max_batch: int) -> list[int]:
+    """``batch_buckets=`` as the runner keeps it (sorted, each once; None: the powers of
+    two, :func:`batch_buckets`), or E0862: positive ints, the largest ``max_batch`` (every
+    batch the scheduler makes fits one).
+
+    >>> checked_buckets([32, 8, 16], 32), checked_buckets(None, 8)
+    ([8, 16, 32], [1, 2, 4, 8])
+    """
+    if buckets is None:
+        return batch_buckets(max_batch)
+    example = f"batch_buckets=[8, 16, {max_batch}]"
+    if isinstance(buckets, str | bytes) or not hasattr(buckets, "__iter__"):
+        raise option_error("batch_buckets", buckets, "a list of batch sizes", example)
+    sizes = list(buckets)
+    if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
+        raise option_error("batch_buckets", buckets, "a list of positive ints", example)
+    if max(sizes) != max_batch:
+        raise option_error(
+            "batch_buckets", buckets, f"a list whose largest is max_batch ({max_batch})", example
+        )
+    return sorted(set(sizes))
+
+
 def bucket(size: int, buckets: Sequence[int]) -> int:
     """The first of ``buckets`` that holds ``size`` rows.
 
@@ -140,6 +163,7 @@ class ModelRunner:
         capture_prefill_tokens: int = 512,
         prefill_call_tokens: int = 256,
         prefill_by_decode: bool = True,
+        batch_buckets: Sequence[int] | None = None,
     ) -> None:
         if any(e not in getattr(model, "entries", ()) for e in ENTRIES):
             raise paged_entries_error(model)
@@ -162,7 +186,9 @@ class ModelRunner:
         self.columns = -(-self.max_len // page_size)
         vocabulary = config.get("V")
         self.vocabulary = int(vocabulary) if isinstance(vocabulary, int) else None
-        self.buckets = batch_buckets(max_batch)
+        # The batch sizes steps are padded to, each planned and captured once (Engine.warm
+        # plans them all before the first request): fewer buckets warm faster and pad more.
+        self.buckets = checked_buckets(batch_buckets, max_batch)
         self.device = getattr(model, "device", "cpu")
         self.shapes: set[tuple[str, int, int]] = set()  # (entry, B, L): what ran, for tests
         # Decode by a plan per batch bucket (every backend and Linnet's kernels, timed once;
