@@ -254,6 +254,42 @@ def prefill_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
             )
 
 
+def largest_tensors(count: int = 12) -> None:
+    """The device memory in use and the largest live CUDA tensors (shape, dtype, and the
+    types of the objects holding them): what a warm engine keeps."""
+    import gc
+
+    before = torch.cuda.memory_allocated()
+    found = gc.collect()
+    print(
+        f"device memory before a garbage collection: {before / 2**30:.1f} GiB; it found "
+        f"{found} objects",
+        flush=True,
+    )
+    seen: dict[int, tuple[int, torch.Tensor]] = {}
+    for o in gc.get_objects():
+        if isinstance(o, torch.Tensor) and o.is_cuda:
+            storage = o.untyped_storage()
+            seen.setdefault(storage.data_ptr(), (storage.nbytes(), o))
+    total = sum(n for n, _ in seen.values())
+    print(
+        f"device memory: {torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated, "
+        f"{total / 2**30:.1f} GiB in {len(seen)} live tensors",
+        flush=True,
+    )
+    by_shape: dict[tuple[Any, ...], list[int]] = {}
+    for n, t in seen.values():
+        holders = sorted({type(r).__name__ for r in gc.get_referrers(t)} - {"list", "frame"})
+        key = (tuple(t.shape), str(t.dtype), ",".join(holders[:4]))
+        by_shape.setdefault(key, []).append(n)
+    rows = sorted(by_shape.items(), key=lambda kv: -sum(kv[1]))[:count]
+    for (shape, dtype, holders), sizes in rows:
+        print(
+            f"  {sum(sizes) / 2**30:6.2f} GiB: {len(sizes)} x {list(shape)} {dtype} ({holders})",
+            flush=True,
+        )
+
+
 def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -> None:
     """The batch's requests through linnet.serve's Engine on the loaded paged model (mode
     ``engine``), then the load generator's arrivals on the same engine (mode ``load``): one
@@ -265,8 +301,14 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
     start = time.perf_counter()
 
     def stamped(line: str) -> None:
-        # Planning progress with the seconds since the engine's start: where warm-up goes.
-        print(f"[{time.perf_counter() - start:7.1f} s] {line}", file=sys.stderr, flush=True)
+        # Planning progress with the seconds since the engine's start and the device memory
+        # in use: where warm-up's time and memory go.
+        gib = torch.cuda.memory_allocated() / 2**30
+        print(
+            f"[{time.perf_counter() - start:7.1f} s {gib:5.1f} GiB] {line}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     runner = ModelRunner(
         model,
@@ -286,6 +328,8 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
     t0 = time.perf_counter()
     engine.warm(lambda line: print(f"8B B={batch} warm: {line}", flush=True))
     print(f"8B B={batch} Engine.warm: {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.progress:
+        largest_tensors()
     spent.clear()
     if "engine" in modes:
         runs = iter(range(1, 1_000))
@@ -432,7 +476,13 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
     del weights
     import gc
 
-    gc.collect()  # the engine's captured graphs and their pools
+    before = torch.cuda.memory_allocated()
+    found = gc.collect()
+    print(
+        f"device memory before a garbage collection: {before / 2**30:.1f} GiB; it found "
+        f"{found} objects",
+        flush=True,
+    )  # the engine's captured graphs and their pools
     torch.cuda.empty_cache()
     if "hf-generate" in modes:
         hf_generate_row(batch, args)
