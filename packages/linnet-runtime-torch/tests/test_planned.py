@@ -207,6 +207,25 @@ def test_timings_follow_integer_inputs_values(model, tmp_path):
     assert sum("/values<4" in k for k in keys) == sum("/values<256" in k for k in keys) == 2
 
 
+def test_an_unmeasured_check_lets_each_value_go_after_its_last_reader(model):
+    """The check run records the values at region boundaries; kept for timing, but for an
+    unmeasured plan each one is let go once the slices and checks that read it ran (a long
+    prefill's activations at every layer would not all fit at once): the same findings."""
+    from linnet.backends import Options
+    from linnet.torch.plan_builder import PlanBuilder
+
+    prompt = torch.tensor([[3, 1, 4, 1, 5]], dtype=torch.int32)
+    results = {}
+    for keep in (True, False):
+        builder = PlanBuilder(model, "prefill", [prompt], Options(), False)
+        candidates = builder.candidates(builder.probe([RefLinear()]))
+        env, findings = builder.check(candidates, model.context_for_graph(builder.graph), keep)
+        results[keep] = (set(env), sorted(f.passed for f in findings.values()))
+    assert results[False][0] == set(builder.graph.inputs)
+    assert len(results[True][0]) > 3 * len(candidates) // 2  # every boundary's values
+    assert results[True][1] == results[False][1] and all(results[False][1])
+
+
 def test_memory_budget(model):
     plan = model.plan_for(
         "decode",

@@ -194,7 +194,9 @@ class PlanBuilder:
         label_algorithms(out, lambda c: (id(c.backend), c.region.kind, variant_of(c)))
         return out
 
-    def check_outputs(self, candidates: list[Candidate], context: Context) -> dict[str, Any]:
+    def check_outputs(
+        self, candidates: list[Candidate], context: Context, keep: bool = True
+    ) -> dict[str, Any]:
         """Record the generated source's values (:meth:`record_values`) and check each
         executable once against the generated source (:meth:`check`): one whose
         ``prepare`` or ``execute`` raises, whose outputs are not the region's (count,
@@ -202,11 +204,13 @@ class PlanBuilder:
         within ``Options.tolerance`` of the generated source's (NaN, zeros, a wrong scale)
         fails with the reason, a :class:`~linnet.plan.BackendWarning` says so, and the
         generated source runs its steps. Done once, where the plan is made, measured or
-        not; a plan's runs and replays trust what passed here. Returns the recorded values.
+        not; a plan's runs and replays trust what passed here. Returns the recorded values
+        (with ``keep`` False, only the step's inputs: each value is let go once the last
+        slice and check that read it ran, which bounds a long prefill's memory).
 
         >>> env = builder.check_outputs(candidates, context)            # doctest: +SKIP
         """
-        env, findings = self.check(candidates, context)
+        env, findings = self.check(candidates, context, keep)
         failed = []
         for c in candidates:
             finding = findings.get(id(c))
@@ -218,7 +222,7 @@ class PlanBuilder:
         return env
 
     def check(
-        self, candidates: list[Candidate], context: Context
+        self, candidates: list[Candidate], context: Context, keep: bool = True
     ) -> tuple[dict[str, Any], dict[int, Finding]]:
         """(the recorded values, a :class:`~linnet.torch.checking.Finding` by ``id`` of
         each candidate not failed already). Each executable is checked where its region
@@ -246,7 +250,7 @@ class PlanBuilder:
                     self.device,
                 )
 
-        env = self.record_values(candidates, context, at)
+        env = self.record_values(candidates, context, at, keep)
         return env, findings
 
     # -- values at region boundaries, from one run of the generated source
@@ -255,13 +259,16 @@ class PlanBuilder:
         candidates: list[Candidate],
         context: Context,
         at: Callable[[int, dict[str, Any], Context], None] | None = None,
+        keep: bool = True,
     ) -> dict[str, Any]:
         """The values of one run of the generated source (on a scratch copy of
         ``context``'s states), cut where every candidate region starts and stops, by
         name. ``at(step, values, states)`` is called where each cut begins, before the
         steps from ``step`` on run: the values made so far and the scratch context (its
         states as the steps before left them; the step's inputs and host inputs set as
-        ``plan.run`` sets them)."""
+        ``plan.run`` sets them). With ``keep`` False a value made by the run leaves the
+        values once no later slice or candidate region reads it (those at its last cut
+        ran): what is left is the step's inputs."""
         cuts = {0, len(self.graph.steps)}
         for c in candidates:
             cuts.update((c.region.start, c.region.stop))
@@ -279,6 +286,16 @@ class PlanBuilder:
         # As plan.run hands them over: the step's inputs, and those given on the host.
         scratch.inputs = dict(zip(self.graph.inputs, self.inputs))
         scratch.host_inputs = host_inputs(self.graph, self.given)
+        # The last cut at which each value is read: by a slice starting there, or by a
+        # candidate region starting there (checked by `at` before that slice runs).
+        last: dict[str, int] = {}
+        for sl, item in zip(slices, items):
+            for v in item.inputs:
+                last[v] = max(last.get(v, -1), sl.start)
+        for c in candidates:
+            for v in c.region.inputs:
+                last[v] = max(last.get(v, -1), c.region.start)
+        given = set(self.graph.inputs)
         with numerics_mode(self.model.numerics), torch.inference_mode():
             for sl, item in zip(slices, items):
                 if at is not None:
@@ -289,6 +306,9 @@ class PlanBuilder:
                     *[scratch.states[p] for p in item.states],
                 )
                 env.update(zip(item.outputs, res))
+                if not keep:
+                    for v in [v for v in env if v not in given and last.get(v, -1) <= sl.start]:
+                        del env[v]
         return env
 
     def emit(self, slices: list[Slice], label: str) -> Any:

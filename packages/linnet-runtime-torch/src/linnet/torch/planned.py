@@ -89,7 +89,8 @@ def plan_for(
             # One run of the generated source records every region's inputs; each executable
             # runs once there and must give the region's outputs, within tolerance of the
             # generated source's, before it is timed (or, unmeasured, taken).
-            env = builder.check_outputs(live, context)
+            # Unmeasured, no value is read after the checks: each is let go after its last.
+            env = builder.check_outputs(live, context, keep=measure)
             live = [c for c in live if c.status != "failed"]
             if measure and live:
                 builder.time_candidates(live, env, context, cache)
