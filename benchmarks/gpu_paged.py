@@ -269,8 +269,11 @@ def largest_tensors(count: int = 12) -> None:
     seen: dict[int, tuple[int, torch.Tensor]] = {}
     for o in gc.get_objects():
         if isinstance(o, torch.Tensor) and o.is_cuda:
-            storage = o.untyped_storage()
-            seen.setdefault(storage.data_ptr(), (storage.nbytes(), o))
+            try:
+                storage = o.untyped_storage()
+                seen.setdefault(storage.data_ptr(), (storage.nbytes(), o))
+            except RuntimeError:  # a fake tensor (inductor's tracing): no memory of its own
+                continue
     total = sum(n for n, _ in seen.values())
     print(
         f"device memory: {torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated, "
