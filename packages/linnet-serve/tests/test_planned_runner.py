@@ -135,7 +135,12 @@ def test_batch_buckets_are_the_sizes_planned_and_padded_to() -> None:
             assert set(runner.steps) == {2, 4}
         got[bool(buckets)] = Engine(runner, max_batch=4).generate(prompts, max_tokens=5)
         if buckets:
-            assert {rows for entry, rows, _ in runner.shapes if entry == "decode"} <= {2, 4}
+            shapes = {(entry, rows) for entry, rows, _ in runner.shapes}
+            assert {rows for entry, rows in shapes if entry == "decode"} <= {2, 4}
+            # Prefill pads its rows to powers of two whatever the decode buckets: a prompt
+            # alone is one row, not two.
+            runner.prefill([[5, 9, 2, 7, 1]], [0], [[1, 2]])
+            assert ("prefill", 1) in {(entry, rows) for entry, rows, _ in runner.shapes}
     assert got[True] == got[False]
     for bad in ([], [0, 4], [2, 8], "4", [2.0, 4]):
         with pytest.raises(LinnetError) as err:

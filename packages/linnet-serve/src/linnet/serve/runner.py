@@ -189,6 +189,9 @@ class ModelRunner:
         # The batch sizes steps are padded to, each planned and captured once (Engine.warm
         # plans them all before the first request): fewer buckets warm faster and pad more.
         self.buckets = checked_buckets(batch_buckets, max_batch)
+        # Prefill calls pad their rows to powers of two whatever the decode buckets: a
+        # prefill's cost is its padded tokens' (2 prompts padded to 8 rows would cost 4x).
+        self.prefill_buckets = checked_buckets(None, max_batch)
         self.device = getattr(model, "device", "cpu")
         self.shapes: set[tuple[str, int, int]] = set()  # (entry, B, L): what ran, for tests
         # Decode by a plan per batch bucket (every backend and Linnet's kernels, timed once;
@@ -382,7 +385,7 @@ class ModelRunner:
         if self.prefill_by_decode and all(rows) and sum(map(len, rows)) <= self.buckets[-1]:
             return self.prefill_as_decode(rows, starts, tables)
         groups = prefill_groups(
-            [len(r) for r in rows], self.buckets, self.max_len, self.prefill_call_tokens
+            [len(r) for r in rows], self.prefill_buckets, self.max_len, self.prefill_call_tokens
         )
         if len(groups) == 1:
             return self._prefill_call(rows, starts, tables)
@@ -457,7 +460,7 @@ class ModelRunner:
         """One ``prefill_paged`` call on these rows, padded to a batch and a length bucket."""
         import torch
 
-        size = bucket(len(rows), self.buckets)
+        size = bucket(len(rows), self.prefill_buckets)
         length = length_bucket(max(len(r) for r in rows), self.max_len)
         tokens = torch.zeros((size, length), dtype=torch.int32)
         n = torch.ones(size, dtype=torch.int32)  # an empty row: token 0 at position 0, sink
