@@ -290,9 +290,8 @@ def find_matches(
     if first is None:
         return []
     out = []
-    for gn in nodes:
-        if gn.kind != first.kind or gn.key != first.key:
-            continue
+    by_key = _by_key(nodes)
+    for gn in by_key.get((first.kind, first.key), ()):
         u = _Unify(pat, producers, strict=False)
         gv = gn.outputs[first.outputs.index(pat.results[0])]
         if not u.value(pat.results[0], gv):
@@ -300,7 +299,7 @@ def find_matches(
         results = [gv]
         ok = True
         for pr in pat.results[1:]:
-            found = _other_result(pat, u, pr, nodes)
+            found = _other_result(pat, u, pr, by_key)
             if found is None:
                 ok = False
                 break
@@ -310,7 +309,26 @@ def find_matches(
     return out
 
 
-def _other_result(pat: Pattern, u: _Unify, pr: Any, nodes: list[Node]) -> Any:
+# The nodes of each (kind, key), in order, for the last node lists matched (a claim matches
+# every span op's pattern against one list).
+_KEYED: list[tuple[list[Node], int, dict[tuple[Any, Any], list[Node]]]] = []
+
+
+def _by_key(nodes: list[Node]) -> dict[tuple[Any, Any], list[Node]]:
+    """``nodes`` grouped by (kind, key), each group in the list's order."""
+    for seen, size, keyed in _KEYED:
+        if seen is nodes and size == len(nodes):
+            return keyed
+    grouped: dict[tuple[Any, Any], list[Node]] = {}
+    for gn in nodes:
+        grouped.setdefault((gn.kind, gn.key), []).append(gn)
+    _KEYED[:] = [(nodes, len(nodes), grouped)]
+    return grouped
+
+
+def _other_result(
+    pat: Pattern, u: _Unify, pr: Any, by_key: dict[tuple[Any, Any], list[Node]]
+) -> Any:
     """The graph value of a further result: the first graph node that unifies with its
     producer under the bindings so far (a copy is tried on each)."""
     pn = pat.producers.get(pr)
@@ -319,8 +337,8 @@ def _other_result(pat: Pattern, u: _Unify, pr: Any, nodes: list[Node]) -> Any:
     if id(pn) in u.nodes:
         gn = u.nodes[id(pn)]
         return gn.outputs[pn.outputs.index(pr)]
-    for gn in nodes:
-        if gn.kind != pn.kind or gn.key != pn.key or id(gn) in u.used:
+    for gn in by_key.get((pn.kind, pn.key), ()):
+        if id(gn) in u.used:
             continue
         trial = copy.copy(u)
         trial.nodes, trial.used, trial.params = dict(u.nodes), set(u.used), dict(u.params)
