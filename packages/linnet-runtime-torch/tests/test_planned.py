@@ -9,7 +9,7 @@ import pytest
 import torch
 from linnet.backends import ExecutableMeta, Region
 from linnet.lang import LinnetError
-from linnet.plan import CacheWarning, TimingCache
+from linnet.plan import BackendWarning, CacheWarning, TimingCache
 from linnet.torch import load, random_weights
 from linnet.torch.planned import Captured
 from reference_backends import Declines, OldContract, ProbeRaises, RefLinear, RefSiblings
@@ -224,6 +224,44 @@ def test_an_unmeasured_check_lets_each_value_go_after_its_last_reader(model):
     assert results[False][0] == set(builder.graph.inputs)
     assert len(results[True][0]) > 3 * len(candidates) // 2  # every boundary's values
     assert results[True][1] == results[False][1] and all(results[False][1])
+
+
+class DoubledSiblings(RefSiblings):
+    """q, k and v (and gate and up) joined, every output doubled: fails its check."""
+
+    name = "doubled-siblings"
+
+    def compile(self, region, target, options):
+        fused = super().compile(region, target, options)
+        plain = fused.execute
+        fused.execute = lambda inputs, outputs, context: [
+            2 * t for t in plain(inputs, outputs, context)
+        ]
+        return fused
+
+
+class Unchosen(RefLinear):
+    name = "unchosen"
+
+
+def test_an_unmeasured_plan_checks_what_it_takes_and_chooses_again_past_a_failure(model, weights):
+    """Unmeasured, a plan checks the candidates it takes: the joined q/k/v and gate/up
+    regions (largest first) fail their check, are set aside, and the single products that
+    replace them are checked in turn; a candidate never taken (a second backend for the same
+    steps) never runs."""
+    backends = [DoubledSiblings(), RefLinear(), Unchosen()]
+    with pytest.warns(BackendWarning):
+        plan = model.plan_for("decode", [TOKEN, POS], backends=backends, measure=False)
+    by = {}
+    for c in plan.candidates:
+        by.setdefault(c.backend.name, []).append(c)
+    assert by["doubled-siblings"] and all(c.status == "failed" for c in by["doubled-siblings"])
+    assert all(c.status == "taken" for c in by["ref-linear"])
+    assert all(c.status == "overlap" for c in by["unchosen"])
+    assert all(c.executable.prepared == 1 for c in by["ref-linear"])  # checked once
+    assert all(c.executable.prepared == 0 for c in by["unchosen"])  # never run
+    (got,) = plan.run([TOKEN, POS], model.context_for(plan))
+    torch.testing.assert_close(got, reference(weights, [TOKEN, POS]), rtol=1e-5, atol=1e-5)
 
 
 def test_memory_budget(model):

@@ -85,16 +85,17 @@ def plan_for(
         live = [c for c in candidates if c.status != "failed"]
         timed = False
         cache = cache if cache is not None else TimingCache()
-        if live:
+        if live and measure:
             # One run of the generated source records every region's inputs; each executable
             # runs once there and must give the region's outputs, within tolerance of the
-            # generated source's, before it is timed (or, unmeasured, taken).
-            # Unmeasured, no value is read after the checks: each is let go after its last.
-            env = builder.check_outputs(live, context, keep=measure)
+            # generated source's, before it is timed.
+            env = builder.check_outputs(live, context)
             live = [c for c in live if c.status != "failed"]
-            if measure and live:
+            if live:
                 builder.time_candidates(live, env, context, cache)
                 timed = True
+        elif live:
+            check_what_is_taken(builder, candidates, context, options)
         if timed and options.compile:
             # Compiled, the steps between regions fuse: each kind of region taken is checked
             # against the compiled steps around it (linnet.plan.context).
@@ -155,6 +156,35 @@ def plan_for(
                 plan, time_steps(step_for, list(inputs), plan.device), plan.pdl_margin, builder.say
             )
         return plan
+
+
+def check_what_is_taken(
+    builder: PlanBuilder, candidates: list[Any], context: Context, options: Options
+) -> None:
+    """An unmeasured plan's check: the candidates it would take are checked against the
+    generated source (:meth:`PlanBuilder.check_outputs`), and while one fails, it is set
+    aside and the choice made again, its replacements checked in turn. Candidates never
+    taken are never run (a kernel variant not taken is not compiled for this shape: a
+    serving engine plans each new prefill shape on first use). No recorded value is kept
+    after the check that last reads it.
+
+    >>> check_what_is_taken(builder, candidates, context, options)  # doctest: +SKIP
+    """
+    checked: set[int] = set()
+    while True:
+        for c in candidates:  # choose() marks what it does not take; choose afresh
+            if c.status != "failed":
+                c.status, c.reason = "pending", ""
+        unchecked = [c for c in choose(candidates, options).taken if id(c) not in checked]
+        if not unchecked:
+            break
+        builder.check_outputs(unchecked, context, keep=False)
+        checked.update(id(c) for c in unchecked)
+        if all(c.status != "failed" for c in unchecked):
+            break
+    for c in candidates:
+        if c.status != "failed":
+            c.status, c.reason = "pending", ""
 
 
 def plan_arguments(
