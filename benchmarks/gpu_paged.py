@@ -479,13 +479,7 @@ def rows_for(batch: int, args: argparse.Namespace, bw: float) -> None:
     del weights
     import gc
 
-    before = torch.cuda.memory_allocated()
-    found = gc.collect()
-    print(
-        f"device memory before a garbage collection: {before / 2**30:.1f} GiB; it found "
-        f"{found} objects",
-        flush=True,
-    )  # the engine's captured graphs and their pools
+    gc.collect()  # the engine's captured graphs and their pools
     torch.cuda.empty_cache()
     if "hf-generate" in modes:
         hf_generate_row(batch, args)
