@@ -313,13 +313,14 @@ def serving_rows(model: Any, pages: int, batch: int, args: argparse.Namespace) -
             flush=True,
         )
 
+    buckets = getattr(args, "buckets", None)  # callers' namespaces may predate --buckets
     runner = ModelRunner(
         model,
         pages,
         PAGE,
         max_batch=batch,
         progress=stamped if args.progress else False,
-        batch_buckets=[int(b) for b in args.buckets.split(",")] if args.buckets else None,
+        batch_buckets=[int(b) for b in buckets.split(",")] if buckets else None,
     )
     spent = timed_calls(runner, ("prefill", "decode"))
     engine = Engine(
