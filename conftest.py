@@ -17,6 +17,14 @@ import pytest
 # Llama (token ids, fast). integration-tests/test_demo.py runs the real demo on purpose.
 os.environ.setdefault("LINNET_DEMO", "toy")
 
+# Under `-n auto` each xdist worker is one process of several on the machine's cores, and
+# torch's OpenMP pool would take every core in each (2 workers x 2 threads on CI's 2 cores,
+# spinning against each other), as would each Python process a test starts. Each worker and
+# what it starts gets its share of the cores instead, unless the environment sets a count.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 # The files that take longest under CI=1, longest first: seconds each alone (`pytest -n 0` on
 # an idle 2-core machine).
 HEAVY_FIRST = (
