@@ -38,7 +38,7 @@ from .checking import (  # noqa: F401  (Finding, compare and the rest: importabl
     written_states,
 )
 from .context import Context
-from .kernel_paths import KernelPaths
+from .kernel_paths import KernelPaths, Unbuilt
 from .launch_modes import choose_pdl, time_steps
 from .options import compile_options
 from .parallel import time_collectives
@@ -171,16 +171,21 @@ def check_what_is_taken(
     >>> check_what_is_taken(builder, candidates, context, options)  # doctest: +SKIP
     """
     checked: set[int] = set()
+    # Kernels that could not be written fail in the first check whether taken or not: their
+    # coded error is news for whoever wrote them, and running them costs nothing.
+    unbuilt = [c for c in candidates if c.status != "failed" and isinstance(c.executable, Unbuilt)]
     while True:
         for c in candidates:  # choose() marks what it does not take; choose afresh
             if c.status != "failed":
                 c.status, c.reason = "pending", ""
-        unchecked = [c for c in choose(candidates, options).taken if id(c) not in checked]
+        taken = choose(candidates, options).taken
+        unchecked = [c for c in [*unbuilt, *taken] if id(c) not in checked]
+        unbuilt = []
         if not unchecked:
             break
         builder.check_outputs(unchecked, context, keep=False)
         checked.update(id(c) for c in unchecked)
-        if all(c.status != "failed" for c in unchecked):
+        if all(c.status != "failed" for c in taken):
             break
     for c in candidates:
         if c.status != "failed":
