@@ -274,6 +274,20 @@ def test_bad_engine_options(options):
     assert code(e) == "E0862"
 
 
+def test_a_bad_batch_buckets_flag_is_refused_before_the_model_loads():
+    """`linnet serve --batch-buckets` is checked with the other options, before anything is
+    loaded: E0862 naming it, not a failure after minutes of loading."""
+    import argparse
+
+    from linnet.serve.cli import check_args
+
+    base = dict(port=8000, max_batch=32, kv_pages=64, page_size=16, token_budget=512)
+    check_args(argparse.Namespace(**base, max_queue=8, batch_buckets=[8, 16, 32]))
+    with pytest.raises(LinnetError) as e:
+        check_args(argparse.Namespace(**base, max_queue=8, batch_buckets=[8, 16]))
+    assert code(e) == "E0862" and "batch_buckets" in str(e.value)
+
+
 def test_a_model_without_paged_entries():
     class Dense:
         entries = ("prefill", "decode")

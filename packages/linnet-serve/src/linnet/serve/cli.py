@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from .errors import option_error
+from .runner import checked_buckets
 
 
 def register_serve(subparsers: Any) -> None:
@@ -103,6 +104,8 @@ def check_args(args: argparse.Namespace) -> None:
     ):
         if value < least:
             raise option_error(flag, value, f"at least {least}", f"{flag} {max(least, 16)}")
+    if getattr(args, "batch_buckets", None) is not None:  # before the model is loaded
+        checked_buckets(args.batch_buckets, args.max_batch)
 
 
 def serve_command(args: argparse.Namespace) -> int:

@@ -130,7 +130,7 @@ def instance(program: Program, call: Call, key: str) -> KernelInstance:
 # The instances each program's calls launched, by callee and instance key: a plan emits a
 # module for each backend's regions and each op, every one a copy of one graph with its
 # kernels recorded again (hundreds of lowerings of the same instances for a 32-layer model).
-# Keyed by the program's modules too (another module set lowers another way).
+# Keyed by the program's modules too (another module, or another set, lowers another way).
 _LOWERED: weakref.WeakKeyDictionary[Program, dict[Any, KernelInstance]] = (
     weakref.WeakKeyDictionary()
 )
@@ -146,7 +146,8 @@ def lowered(program: Program, call: Call, key: str) -> KernelInstance:
     """
     with _LOWERED_LOCK:
         memo = _LOWERED.setdefault(program, {})
-    where = (id(program.modules), tuple(program.modules), call.callee, key)
+    modules = tuple((name, id(m)) for name, m in program.modules.items())
+    where = (modules, call.callee, key)
     found = memo.get(where)
     if found is None:
         found = memo[where] = instance(program, call, key)

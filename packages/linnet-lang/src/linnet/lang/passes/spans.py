@@ -309,20 +309,11 @@ def find_matches(
     return out
 
 
-# The nodes of each (kind, key), in order, for the last node lists matched (a claim matches
-# every span op's pattern against one list).
-_KEYED: list[tuple[list[Node], int, dict[tuple[Any, Any], list[Node]]]] = []
-
-
 def _by_key(nodes: list[Node]) -> dict[tuple[Any, Any], list[Node]]:
     """``nodes`` grouped by (kind, key), each group in the list's order."""
-    for seen, size, keyed in _KEYED:
-        if seen is nodes and size == len(nodes):
-            return keyed
     grouped: dict[tuple[Any, Any], list[Node]] = {}
     for gn in nodes:
         grouped.setdefault((gn.kind, gn.key), []).append(gn)
-    _KEYED[:] = [(nodes, len(nodes), grouped)]
     return grouped
 
 
