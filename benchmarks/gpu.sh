@@ -15,6 +15,8 @@
 #                                          KV cache decode steps of the 8B shape: gpu_paged.py)
 #   bash benchmarks/gpu.sh --quant [--models ... --batches 1,8,32 --profile]   (.whl/ as for
 #                                          --steps; bf16 vs int8 vs int4 decode steps: gpu_quant.py)
+#   bash benchmarks/gpu.sh --quant-batched [--rows 8,32]   (batched int4 tile designs vs bf16
+#                                          cuBLAS: quant_batched.py)
 #   bash benchmarks/gpu.sh --start [--models ...]   (.whl/ as for --steps; load -> first planned
 #                                          token, cold and warm $LINNET_HOME: gpu_start.py)
 #   bash benchmarks/gpu.sh --kernels [--runs N]   (every std kernel launched for real against
@@ -140,6 +142,11 @@ if [ "${1:-}" = "--quant" ]; then
   # Quantised decode steps (issue 42): bf16 against int8 and int4, Captured (gpu_quant.py).
   flashinfer_env
   python3 benchmarks/gpu_quant.py "${@:2}" 2>&1 | tee "$OUT/quant.log" | grep -v Warning | tail -60
+  exit 0
+fi
+if [ "${1:-}" = "--quant-batched" ]; then
+  # Batched int4 products' tile designs against bf16 cuBLAS at 8 and 32 rows (quant_batched.py).
+  python3 benchmarks/quant_batched.py "${@:2}" 2>&1 | tee "$OUT/quant-batched.log" | grep -v Warning | tail -130
   exit 0
 fi
 if [ "${1:-}" = "--steps" ]; then
