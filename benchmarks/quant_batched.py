@@ -5,7 +5,7 @@ against bf16 cuBLAS (`F.linear`) at the same rows, at Llama-3-8B's products.
 `std.nn.quant_mm::q4_mm_tiles` (the std binding: 32 rows x 64 outputs a program, 128 inputs a
 step) gives a q product 64 programs for 132 SMs; the sweep tries narrower tiles, longer
 steps, `q4b_mm` (levels by bitcast, one group a step) and split-K (`q4_mm_split_part` then
-`q4_mm_split_sum`, benchmarks/kernels/quant_variants.linnet). Each result is checked against
+`q4_mm_split_sum`: std.nn.quant_mm's `linear_q4_mm_split`). Each result is checked against
 the f32 dequantised product before it is timed (CUDA graphs over weight copies larger than
 L2); the table gives microseconds, the int4 bytes' floor share, and bf16 / this.
 
@@ -38,7 +38,14 @@ SMOKE_PRODUCTS = {"q": (256, 64)}
 # (kernel, tile generics) — std.nn.quant_mm::q4_mm_tiles takes BM, BN, BK (= BG * GS).
 TILES = [(32, 64, 128), (16, 64, 128), (16, 32, 256), (32, 32, 256), (16, 16, 512), (32, 16, 512)]
 BMM = [(16, 16), (16, 32), (32, 32), (32, 64)]
-SPLITS = [(16, 64, 128, 4), (32, 64, 128, 4), (16, 64, 256, 2), (32, 128, 128, 8), (16, 32, 256, 4)]
+SPLITS = [
+    (32, 32, 128, 4),
+    (16, 64, 128, 4),
+    (32, 64, 128, 4),
+    (16, 64, 256, 2),
+    (32, 128, 128, 8),
+    (32, 32, 128, 8),
+]
 
 
 def inputs(rows: int, i: int, o: int, group: int, dev: str, seed: int) -> list[torch.Tensor]:
@@ -82,12 +89,12 @@ def candidates(rows: int, i: int, o: int, group: int) -> list[tuple[str, Any]]:
 
         def split(bm: int = bm, bn: int = bn, bk: int = bk, ks: int = ks) -> Any:
             part = kernel_module(
-                SOURCE,
-                "quant_variants::q4_mm_split_part",
+                None,
+                "std.nn.quant_mm::q4_mm_split_part",
                 base | {"BM": bm, "BN": bn, "BK": bk, "BG": bk // group, "KS": ks},
             ).LAUNCH
             gen = {k: v for k, v in base.items() if k != "GS"} | {"BM": bm, "BN": 64, "KS": ks}
-            total = kernel_module(SOURCE, "quant_variants::q4_mm_split_sum", gen).LAUNCH
+            total = kernel_module(None, "std.nn.quant_mm::q4_mm_split_sum", gen).LAUNCH
             return lambda x, q, d, m: total(x, q, d, m, part(x, q, d, m))
 
         add(f"split-K {bm}x{bn}x{bk} /{ks}", split)
@@ -113,7 +120,9 @@ def main() -> int:
             nbytes = sum(t.numel() * t.element_size() for t in ins[1:])
             copies = [ins]
             if not SMOKE:
-                copies += [inputs(rows, i, o, group, dev, c) for c in range(1, -(-3 * L2 // nbytes))]
+                copies += [
+                    inputs(rows, i, o, group, dev, c) for c in range(1, -(-3 * L2 // nbytes))
+                ]
             want = reference("q4", [ins[0].float(), *ins[1:]]).float()
             floor = nbytes / BANDWIDTH * 1e6
             bf16 = 0.0

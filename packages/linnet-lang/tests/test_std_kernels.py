@@ -210,6 +210,13 @@ STD_KERNELS = {
         "<N, I, O, NG, I / NG, T, 32, 64, 128, 128 / (I / NG)>",
         ["BM >= 16", "BN >= 16", "BK >= 32", "BG * GS == BK", "GS % 2 == 0", "I == NG * GS"],
     ),
+    # The same span split-K, for decode batches (8-64 rows: programs for every SM).
+    "std.nn.quant_mm::linear_q4_mm_split": (
+        "q4_mm_split_part",
+        "<N, I, O, NG, I / NG, T, 32, 32, 128, 128 / (I / NG), 4> then "
+        "q4_mm_split_sum<N, I, O, NG, T, 32, 64, 4>",
+        ["BM >= 16", "BN >= 16", "BK >= 32", "BG * GS == BK", "GS % 2 == 0", "I == NG * GS"],
+    ),
 }
 
 # op -> ((first kernel, its arguments, its `where`), (second kernel, ...)): ops bound to a
@@ -290,7 +297,7 @@ use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long,
                     decode_attention_split_once}
 use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}
-use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm}
+use std.nn.quant_mm::{linear_q8_mm, linear_q4_mm, linear_q4_mm_split}
 use std.nn.paged::{paged_decode_attention_flash, paged_decode_attention_split, paged_prefill_attention_flash}
 """
 

@@ -36,7 +36,10 @@ BROKEN = KERNELS / "broken_quant.linnet"
 # of 32 (two steps, the second a quarter full) and 256 in groups of 128 (one group a step),
 # I = 96 (one step, three groups of four). The small ops (BM 16, BN 16, BK 32): 40 rows in
 # three blocks, 33 outputs in three, I = 56 in groups of 8 (two steps, the second 3/4 full),
-# I = 64 in groups of 32 (a group a step).
+# I = 64 in groups of 32 (a group a step). The split-K ops (std: BM 32, BN 32, BK 128, 4
+# splits; small: 16 x 16, 32 inputs a step, 3 splits): I = 640 in groups of 128 (five steps,
+# two a split: the last split past the row) and 160 in groups of 32 (two steps: two splits
+# empty); I = 136 in groups of 8 (five steps, the last a quarter full) and 64 in 32s.
 CHOSEN = [
     ("std.nn.quant_mm::linear_q8_mm", 17, 160, 70, 5, 32, "bf16"),
     ("std.nn.quant_mm::linear_q8_mm", 40, 256, 100, 2, 128, "f32"),
@@ -44,10 +47,14 @@ CHOSEN = [
     ("std.nn.quant_mm::linear_q4_mm", 40, 160, 70, 5, 32, "bf16"),
     ("std.nn.quant_mm::linear_q4_mm", 17, 256, 100, 2, 128, "f32"),
     ("std.nn.quant_mm::linear_q4_mm", 17, 256, 65, 2, 128, "bf16"),
+    ("std.nn.quant_mm::linear_q4_mm_split", 40, 640, 70, 5, 128, "bf16"),
+    ("std.nn.quant_mm::linear_q4_mm_split", 17, 160, 33, 5, 32, "f32"),
     ("quant_mm_tiles::small_q8_mm", 40, 56, 33, 7, 8, "bf16"),
     ("quant_mm_tiles::small_q8_mm", 17, 64, 20, 2, 32, "f32"),
     ("quant_mm_tiles::small_q4_mm", 40, 56, 33, 7, 8, "f32"),
     ("quant_mm_tiles::small_q4_mm", 17, 64, 20, 2, 32, "bf16"),
+    ("quant_mm_tiles::small_q4_mm_split", 40, 136, 20, 17, 8, "bf16"),
+    ("quant_mm_tiles::small_q4_mm_split", 17, 64, 33, 2, 32, "f32"),
 ]
 # Without CI=1 every chosen case; under it one of each op (support.ci_sample).
 RUN_CHOSEN = sorted(
@@ -74,7 +81,8 @@ def seen(c):
     checks.append({"op": c.case.op, "generics": c.case.generics, "difference": c.difference,
                    "finding": str(c.finding) if c.finding else None})
 # Sampled cases of the small and the std bindings, then the chosen ones.
-ops = ["small_q8_mm", "small_q4_mm", "linear_q8_mm", "linear_q4_mm"]
+ops = ["small_q8_mm", "small_q4_mm", "small_q4_mm_split", "linear_q8_mm", "linear_q4_mm",
+       "linear_q4_mm_split"]
 check_kernels(tiles, count=count, seed=seed, max_size=40, ops=ops, on_check=seen)
 use_interpreter()
 program = Program.from_file(tiles)
@@ -118,7 +126,14 @@ def test_quant_mm_kernels_agree_with_their_bodies(run: dict) -> None:
     # Sampled cases of each op ran (the sampler may find fewer than asked where the kernel's
     # where clause rules most shapes out), then every chosen one.
     ops = [c["op"] for c in checks]
-    for op in ("small_q8_mm", "small_q4_mm", "linear_q8_mm", "linear_q4_mm"):
+    for op in (
+        "small_q8_mm",
+        "small_q4_mm",
+        "small_q4_mm_split",
+        "linear_q8_mm",
+        "linear_q4_mm",
+        "linear_q4_mm_split",
+    ):
         chosen = sum(1 for c in RUN_CHOSEN if c[0].endswith("::" + op))
         assert 1 + chosen <= sum(1 for o in ops if o.endswith("::" + op)) <= SAMPLED + chosen, op
     tail = checks[-len(RUN_CHOSEN) :]
@@ -144,7 +159,7 @@ def test_eight_bit_cases_span_their_range() -> None:
 def test_the_chosen_cases_reach_the_edges() -> None:
     """Some chosen case of each std op has a ragged row block and a ragged column block;
     groups of 32 and of 128; an I that leaves the last 128-wide step part full; both T."""
-    for op in ("linear_q8_mm", "linear_q4_mm"):
+    for op in ("linear_q8_mm", "linear_q4_mm", "linear_q4_mm_split"):
         std = [c for c in CHOSEN if c[0].endswith("::" + op)]
         assert {c[1] for c in std} >= {17, 40}, op
         assert any(c[3] % 64 for c in std), op
@@ -177,6 +192,20 @@ def test_the_bindings_hold_for_groups_dividing_128_only() -> None:
         ]
         assert kernel == "std.nn.quant_mm::" + op[len("linear_") :] + "_tiles"
         assert (kgen["BM"], kgen["BN"], kgen["BK"], kgen["BG"]) == (32, 64, 128, 4)
+    # Split-K: the same steps on 32 x 32 tiles, four splits, then the sum.
+    name = "std.nn.quant_mm::linear_q4_mm_split"
+    for gs, holds in ((32, True), (128, True), (256, False), (48, False)):
+        gen = {"N": 40, "I": gs * 4, "O": 64, "NG": 4, "T": "bf16"}
+        assert stages(None, name, gen)[1] is holds, gs
+    (part, pgen), (total, sgen) = stages(
+        None, name, {"N": 8, "I": 256, "O": 64, "NG": 2, "T": "bf16"}
+    )[0]
+    assert (part, total) == (
+        "std.nn.quant_mm::q4_mm_split_part",
+        "std.nn.quant_mm::q4_mm_split_sum",
+    )
+    assert (pgen["BM"], pgen["BN"], pgen["BK"], pgen["BG"], pgen["KS"]) == (32, 32, 128, 1, 4)
+    assert sgen["KS"] == 4
 
 
 def test_the_products_are_dots_of_16_bit_tiles() -> None:
@@ -249,7 +278,8 @@ print(json.dumps({"rows": rows, "explain": plan.explain(),
 
 def test_the_planner_offers_the_quant_mm_kernels_at_batch_32(tmp_path: Path) -> None:
     """A batch-32 step's `linear_q8` and `linear_q4` calls are claimed by the span ops and
-    offered as linnet-kernels candidates (unmeasured: taken), `plan.explain()` names them,
+    offered as linnet-kernels candidates (unmeasured: the first of a span's taken, the int4
+    split-K one set aside as overlapping it; a measured plan times both), `plan.explain()` names them,
     and the plan's run (the kernels, interpreted) equals the exact bodies."""
     path = tmp_path / "quant_step.linnet"
     path.write_text(QUANT_MODEL)
@@ -261,6 +291,7 @@ def test_the_planner_offers_the_quant_mm_kernels_at_batch_32(tmp_path: Path) -> 
     assert [r for r in out["rows"] if r[0] == "linnet-kernels"] == [
         ["linnet-kernels", "std.nn.quant_mm::linear_q8_mm", "taken"],
         ["linnet-kernels", "std.nn.quant_mm::linear_q4_mm", "taken"],
+        ["linnet-kernels", "std.nn.quant_mm::linear_q4_mm_split", "overlap"],
     ]
     assert "linear_q8_mm" in out["explain"] and "linear_q4_mm" in out["explain"]
     assert out["difference"] <= 2e-2 * max(1.0, out["scale"]), out

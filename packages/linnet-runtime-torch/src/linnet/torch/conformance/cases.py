@@ -215,6 +215,7 @@ def cases() -> list[Case]:
         _std("rms_norm_qkv_rope_q4_op", x=x, pos=((4,), 64), inv_freq=((2,), "normal")),
         _std("linear_q8_mm_op", x=x),
         _std("linear_q4_mm_op", x=x),
+        _std("linear_q4_mm_split_op", x=x),
         # Issue 45's mixture of experts (std.nn.moe, std.nn.moe_kernels): routing, and the
         # experts' combination through the gathering body (4 rows x 2 of 8 experts), the
         # dense body (16 rows), and its decode and grouped span ops.
