@@ -150,6 +150,20 @@ STD_KERNELS = {
         "<N, D, H, KV, HD, NG, D / NG, T, 16, 4, 1024 / (D / NG)>",
         ["BR >= N", "BG >= 1", "1024 % GS == 0", "D == NG * GS", "HD % (2 * BO) == 0"],
     ),
+    # The same span with every loaded tile used: a KV head's lanes in q, k and v a program.
+    "std.nn.quant::rms_norm_qkv_rope_q8_heads": (
+        "rms_norm_q8_qkv_rope_heads",
+        "<N, D, H, KV, HD, NG, D / NG, T, 16, 2, 512 / (D / NG)>",
+        [
+            "BR >= N",
+            "BG >= 1",
+            "1024 % GS == 0",
+            "D == NG * GS",
+            "HD % (2 * BO) == 0",
+            "H % KV == 0",
+            "64 % (H / KV) == 0",
+        ],
+    ),
     "std.nn.quant::rms_norm_gate_up_q8": (
         "rms_norm_q8_gate_up_rows",
         "<N, D, F, NG, D / NG, T, 16, 4, 1024 / (D / NG)>",

@@ -38,7 +38,7 @@ PLAIN = ["small_q8", "small_q8_split", "small_q4", "small_q4_split"]
 # The fused prologues and epilogues (std.nn.quant's `rms_norm_qkv_q8`, ...).
 FUSED = ["small_q8_gate_up", "small_q8_residual", "small_q4_gate_up", "small_q4_residual"]
 QKV = ["small_q8_qkv", "small_q4_qkv"]
-ROPE = ["small_q8_qkv_rope", "small_q4_qkv_rope"]
+ROPE = ["small_q8_qkv_rope", "small_q4_qkv_rope", "small_q8_qkv_rope_heads"]
 OPS = PLAIN + FUSED + QKV + ROPE
 # Chosen shapes (N, I, O, NG, T; the group GS = I / NG, a power of two: the kernels' tiles
 # are whole groups): 3 groups of 16 (two steps of 2 groups, the last one ragged); GS 32 in
@@ -73,13 +73,22 @@ CHOSEN_ROPE = [
     (3, 64, 4, 2, 8, 2, "bf16"),
     (2, 64, 2, 2, 4, 1, "bf16"),
 ]
+# The heads kernel takes a KV head's query heads as one tile: G = H / KV a power of two.
+CHOSEN_ROPE_HEADS = [
+    (1, 48, 4, 1, 8, 3, "f32"),
+    (3, 64, 4, 2, 8, 2, "bf16"),
+    (2, 64, 2, 2, 4, 1, "bf16"),
+]
 # The planned toy Llama steps that take the rotating quantised spans (interpreted, about 20 s
 # each): both without CI=1, one of the two under it (rotating daily).
 LLAMAS = ci_sample([8, 4], 1, "quant-llama")
 RUN_CHOSEN = {
     **{op: ci_sample(CHOSEN, 2, op) for op in PLAIN + FUSED},
     **{op: ci_sample(CHOSEN_QKV, 2, op) for op in QKV},
-    **{op: ci_sample(CHOSEN_ROPE, 2, op) for op in ROPE},
+    **{
+        op: ci_sample(CHOSEN_ROPE_HEADS if op.endswith("_heads") else CHOSEN_ROPE, 2, op)
+        for op in ROPE
+    },
 }
 
 DRIVER = """
@@ -216,6 +225,7 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
         "small_q4_split": "q4_split_part then q4_split_sum",
         "small_q8_qkv": "rms_norm_q8_qkv_rows",
         "small_q8_qkv_rope": "rms_norm_q8_qkv_rope_rows",
+        "small_q8_qkv_rope_heads": "rms_norm_q8_qkv_rope_heads",
         "small_q8_gate_up": "rms_norm_q8_gate_up_rows",
         "small_q8_residual": "q8_residual_rows",
         "small_q4_qkv": "rms_norm_q4_qkv_rows",
