@@ -225,8 +225,8 @@ def test_the_attention_input_is_one_span_up_to_the_rotations(model):
 def test_a_quantised_attention_input_is_one_span_up_to_the_rotations(bits):
     """Quantised (int8 or int4, groups of 16), the same span is `rms_norm_qkv_rope_q8`'s
     (`_q4`'s): each layer's norm, three quantised products, head split and rotations, claimed
-    as itself and again with the cache writes after it (its kernel then stores k and v); int8's
-    `rms_norm_qkv_rope_q8_heads` claims the same spans."""
+    as itself and again with the cache writes after it (its kernel then stores k and v);
+    `rms_norm_qkv_rope_q8_heads` (`_q4_heads`) claims the same spans."""
     _, claimed = llama_decode("std.models.llama", 16, weight_bits=bits, weight_group=16)
     op = f"std.nn.quant::rms_norm_qkv_rope_q{bits}"
     spans = [c for c in claimed.calls if c.callee == op]
@@ -240,10 +240,10 @@ def test_a_quantised_attention_input_is_one_span_up_to_the_rotations(bits):
         ]
         assert inside.count(f"std.nn.linear::linear_q{bits}") == 3
         assert inside.count("std.nn.rope::rope_with") == 2
-    if bits == 8:  # the same spans by the kernel of a KV head's lanes in q, k and v
-        heads = [c for c in claimed.calls if c.callee == op + "_heads"]
-        assert [(c.start, c.stop) for c in heads] == [(c.start, c.stop) for c in spans]
-        assert all(c.attributes["kernel_applies"] for c in heads)
+    # The same spans by the kernel of a KV head's lanes in q, k and v.
+    heads = [c for c in claimed.calls if c.callee == op + "_heads"]
+    assert [(c.start, c.stop) for c in heads] == [(c.start, c.stop) for c in spans]
+    assert all(c.attributes["kernel_applies"] for c in heads)
 
 
 @pytest.mark.parametrize(

@@ -191,6 +191,20 @@ STD_KERNELS = {
             "HD % (2 * BO) == 0",
         ],
     ),
+    "std.nn.quant::rms_norm_qkv_rope_q4_heads": (
+        "rms_norm_q4_qkv_rope_heads",
+        "<N, D, H, KV, HD, NG, D / NG, T, 16, 2, 512 / (D / NG)>",
+        [
+            "BR >= N",
+            "BG >= 1",
+            "GS % 2 == 0",
+            "1024 % GS == 0",
+            "D == NG * GS",
+            "HD % (2 * BO) == 0",
+            "H % KV == 0",
+            "64 % (H / KV) == 0",
+        ],
+    ),
     "std.nn.quant::rms_norm_gate_up_q4": (
         "rms_norm_q4_gate_up_rows",
         "<N, D, F, NG, D / NG, T, 16, 8, 1024 / (D / NG)>",

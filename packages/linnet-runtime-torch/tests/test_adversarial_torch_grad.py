@@ -317,6 +317,7 @@ STD_MULTI = {
     "rms_norm_qkv_q4": {"N": 2, "D": 12, "Q": 10, "K": 6, "NG": 3, "T": "f32"},
     "rms_norm_qkv_rope_q8": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 8, "NG": 3, "T": "f32"},
     "rms_norm_qkv_rope_q8_heads": {"N": 2, "D": 12, "H": 4, "KV": 2, "HD": 8, "NG": 3, "T": "f32"},
+    "rms_norm_qkv_rope_q4_heads": {"N": 2, "D": 12, "H": 4, "KV": 2, "HD": 8, "NG": 3, "T": "f32"},
     "rms_norm_qkv_rope_q4": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 8, "NG": 3, "T": "f32"},
     "rms_norm_qkv_rope": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 8, "T": "f32"},
     "rms_norm_qkv_rope_split": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 32, "T": "f32"},
@@ -339,6 +340,7 @@ MODULE = {
     "rms_norm_qkv_q4": "std.nn.quant",
     "rms_norm_qkv_rope_q8": "std.nn.quant",
     "rms_norm_qkv_rope_q8_heads": "std.nn.quant",
+    "rms_norm_qkv_rope_q4_heads": "std.nn.quant",
     "rms_norm_qkv_rope_q4": "std.nn.quant",
 }
 

@@ -38,7 +38,12 @@ PLAIN = ["small_q8", "small_q8_split", "small_q4", "small_q4_split"]
 # The fused prologues and epilogues (std.nn.quant's `rms_norm_qkv_q8`, ...).
 FUSED = ["small_q8_gate_up", "small_q8_residual", "small_q4_gate_up", "small_q4_residual"]
 QKV = ["small_q8_qkv", "small_q4_qkv"]
-ROPE = ["small_q8_qkv_rope", "small_q4_qkv_rope", "small_q8_qkv_rope_heads"]
+ROPE = [
+    "small_q8_qkv_rope",
+    "small_q4_qkv_rope",
+    "small_q8_qkv_rope_heads",
+    "small_q4_qkv_rope_heads",
+]
 OPS = PLAIN + FUSED + QKV + ROPE
 # Chosen shapes (N, I, O, NG, T; the group GS = I / NG, a power of two: the kernels' tiles
 # are whole groups): 3 groups of 16 (two steps of 2 groups, the last one ragged); GS 32 in
@@ -230,6 +235,7 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
         "small_q8_residual": "q8_residual_rows",
         "small_q4_qkv": "rms_norm_q4_qkv_rows",
         "small_q4_qkv_rope": "rms_norm_q4_qkv_rope_rows",
+        "small_q4_qkv_rope_heads": "rms_norm_q4_qkv_rope_heads",
         "small_q4_gate_up": "rms_norm_q4_gate_up_rows",
         "small_q4_residual": "q4_residual_rows",
     }

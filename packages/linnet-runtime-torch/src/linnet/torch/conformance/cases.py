@@ -214,6 +214,7 @@ def cases() -> list[Case]:
         _std("rms_norm_qkv_rope_q8_op", x=x, pos=((4,), 64), inv_freq=((2,), "normal")),
         _std("rms_norm_qkv_rope_q8_heads_op", x=x, pos=((4,), 64), inv_freq=((2,), "normal")),
         _std("rms_norm_qkv_rope_q4_op", x=x, pos=((4,), 64), inv_freq=((2,), "normal")),
+        _std("rms_norm_qkv_rope_q4_heads_op", x=x, pos=((4,), 64), inv_freq=((2,), "normal")),
         _std("linear_q8_mm_op", x=x),
         _std("linear_q4_mm_op", x=x),
         _std("linear_q4_mm_split_op", x=x),
