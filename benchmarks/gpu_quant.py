@@ -18,6 +18,7 @@ took the quantised products is read from the plan. `--profile` adds each format'
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -129,6 +130,10 @@ def rows_for(name: str, batch: int, args: argparse.Namespace, bw: float) -> None
             compile=args.compile,
         )
         plan_s = time.perf_counter() - t0
+        # The whole explanation (which kernel each region took, and the timings it chose by).
+        out = Path(os.environ.get("OUT", "gpu-results"))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"explain-{name}-{fmt}-b{batch}.txt").write_text(plan.explain())
         cap = Captured(plan, model.context_for(plan))
         ms = (
             statistics.median(
