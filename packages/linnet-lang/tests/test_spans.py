@@ -384,3 +384,22 @@ def test_the_attention_is_not_fused_where_the_writes_go_elsewhere():
     assert {"rms_norm_qkv_rope_split", "decode_attention_split_short"} <= callees
     assert any(c.attributes.get("writes") for c in claimed.calls)
     assert not {"rms_norm_qkv_rope_attention", "rms_norm_qkv_rope_attention_wide"} & callees
+
+
+@pytest.mark.parametrize("bits", [16, 8])
+def test_further_results_are_found_among_the_readers_of_a_bound_input(bits, monkeypatch):
+    """A span op of several results (q, k and v) finds each further result among the readers
+    of a value its producer must read (the norm's output), not among every node of its kind
+    in the graph: the claims are the same as with the whole graph searched."""
+    import linnet.lang.passes.spans as passes_spans
+
+    extra = {} if bits == 16 else {"weight_bits": bits, "weight_group": 16}
+    _, narrowed = llama_decode("std.models.llama", 16, **extra)
+    monkeypatch.setattr(passes_spans, "_bound_input", lambda pat, u, pn: None)
+    _, searched = llama_decode("std.models.llama", 16, **extra)
+
+    def calls(g):
+        return [(c.callee, c.start, c.stop, c.attributes.get("results")) for c in g.calls]
+
+    assert calls(narrowed) == calls(searched)
+    assert sum(c.callee.endswith("_qkv_rope" if bits == 16 else "_rope_q8") for c in narrowed.calls)

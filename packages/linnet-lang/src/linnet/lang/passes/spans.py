@@ -291,6 +291,7 @@ def find_matches(
         return []
     out = []
     by_key = _by_key(nodes)
+    users = _users(nodes)
     for gn in by_key.get((first.kind, first.key), ()):
         u = _Unify(pat, producers, strict=False)
         gv = gn.outputs[first.outputs.index(pat.results[0])]
@@ -299,7 +300,7 @@ def find_matches(
         results = [gv]
         ok = True
         for pr in pat.results[1:]:
-            found = _other_result(pat, u, pr, by_key)
+            found = _other_result(pat, u, pr, by_key, users)
             if found is None:
                 ok = False
                 break
@@ -317,18 +318,67 @@ def _by_key(nodes: list[Node]) -> dict[tuple[Any, Any], list[Node]]:
     return grouped
 
 
+def _users(nodes: list[Node]) -> dict[str, list[Node]]:
+    """Each graph value's readers among ``nodes``, each once, in the list's order."""
+    out: dict[str, list[Node]] = {}
+    for gn in nodes:
+        for v in gn.inputs:
+            if isinstance(v, str):
+                readers = out.setdefault(v, [])
+                if not readers or readers[-1] is not gn:
+                    readers.append(gn)
+    return out
+
+
+def _bound_input(pat: Pattern, u: _Unify, pn: Node) -> str | None:
+    """A graph value that a node unified with ``pn`` must read, from the bindings so far: an
+    input of ``pn`` that is a bound tensor parameter or a result of a pattern node already
+    matched; None where no input of ``pn`` is bound yet."""
+    for pv in pn.inputs:
+        if not isinstance(pv, str):
+            continue
+        for k, p in enumerate(pat.params):
+            if k not in pat.scalars and pv == p:
+                bound = u.params.get(k)
+                if isinstance(bound, str):
+                    return bound
+                break
+        else:
+            producer = pat.producers.get(pv)
+            gn = u.nodes.get(id(producer)) if producer is not None else None
+            if gn is not None:
+                out = gn.outputs[producer.outputs.index(pv)]  # type: ignore[union-attr]
+                if isinstance(out, str):
+                    return out
+    return None
+
+
 def _other_result(
-    pat: Pattern, u: _Unify, pr: Any, by_key: dict[tuple[Any, Any], list[Node]]
+    pat: Pattern,
+    u: _Unify,
+    pr: Any,
+    by_key: dict[tuple[Any, Any], list[Node]],
+    users: dict[str, list[Node]] | None = None,
 ) -> Any:
     """The graph value of a further result: the first graph node that unifies with its
-    producer under the bindings so far (a copy is tried on each)."""
+    producer under the bindings so far (a copy is tried on each). Where an input of the
+    producer is bound already (q, k and v's products read the one norm's output), only the
+    readers of that value are tried, in the graph's order: any other node would fail to
+    unify on that input, so the first match is the same, without trying every node of the
+    graph of the producer's kind (every `linear` call of 32 layers)."""
     pn = pat.producers.get(pr)
     if pn is None:
         return None
     if id(pn) in u.nodes:
         gn = u.nodes[id(pn)]
         return gn.outputs[pn.outputs.index(pr)]
-    for gn in by_key.get((pn.kind, pn.key), ()):
+    candidates: Iterable[Node] = by_key.get((pn.kind, pn.key), ())
+    bound = _bound_input(pat, u, pn) if users is not None else None
+    if bound is not None and users is not None:
+        candidates = [
+            gn for gn in users.get(bound, ()) if gn.kind == pn.kind and gn.key == pn.key
+        ]
+    for gn in candidates:
         if id(gn) in u.used:
             continue
         trial = copy.copy(u)
