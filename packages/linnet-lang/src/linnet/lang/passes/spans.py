@@ -375,9 +375,7 @@ def _other_result(
     candidates: Iterable[Node] = by_key.get((pn.kind, pn.key), ())
     bound = _bound_input(pat, u, pn) if users is not None else None
     if bound is not None and users is not None:
-        candidates = [
-            gn for gn in users.get(bound, ()) if gn.kind == pn.kind and gn.key == pn.key
-        ]
+        candidates = [gn for gn in users.get(bound, ()) if gn.kind == pn.kind and gn.key == pn.key]
     for gn in candidates:
         if id(gn) in u.used:
             continue
