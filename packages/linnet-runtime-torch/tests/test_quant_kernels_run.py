@@ -344,3 +344,75 @@ def test_bytes_widen_to_f32_exactly_without_the_conversion_instruction(tmp_path:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0 and "exact" in out.stdout, out.stderr[-2000:]
+
+
+HEADS_DRIVER = """
+import json, sys
+import torch
+from linnet.lang.check.spans import Spans
+from linnet.lang.syntax.program import model_file
+from linnet.torch import load
+from linnet.torch.model import parameter_types
+
+# Only the heads kernels claim the attention input: the plan takes them (with the cache
+# writes), where an unmeasured plan otherwise takes the rope_rows kernels listed first.
+ROWS = ("std.nn.quant::rms_norm_qkv_rope_q8", "std.nn.quant::rms_norm_qkv_rope_q4")
+_init = Spans.__init__
+def _only_heads(self, *a, **k):
+    _init(self, *a, **k)
+    self.ops = [(p, op) for p, op in self.ops if op.qualified_name not in ROWS]
+Spans.__init__ = _only_heads
+
+out = {}
+for bits in json.loads(sys.argv[1]):
+    path = model_file("std.models.llama")
+    toy = json.loads((path.parent / "configs" / "llama" / "toy.json").read_text())
+    cfg = {k: v for k, v in toy.items() if not k.startswith("_")}
+    cfg.update(NL=1, weight_bits=bits, weight_group=32 if bits == 8 else 16)
+    g = torch.Generator().manual_seed(bits)
+    w = {}
+    for p, vt, ones in parameter_types(path, cfg):
+        if vt.dtype in ("i8", "u8"):
+            lo, hi = (-128, 128) if vt.dtype == "i8" else (0, 256)
+            w[p] = torch.randint(lo, hi, vt.shape, generator=g).to(torch.int8 if vt.dtype == "i8" else torch.uint8)
+        elif vt.dtype == "f16":
+            w[p] = ((torch.rand(vt.shape, generator=g) - 0.3) * 0.004).half()
+        else:
+            w[p] = torch.ones(vt.shape) if ones else torch.randn(vt.shape, generator=g) * 0.02
+    model = load(path, weights=dict(w), config=cfg, numerics="fast")
+    token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
+    plan = model.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
+    taken = [(c.region.callee, c.region.stop - c.region.start) for c in plan.candidates
+             if c.backend_name == "linnet-kernels" and c.status == "taken" and "rope" in c.region.callee]
+    ctx = model.context_for(plan)
+    exact = load(path, weights=dict(w), config=cfg, numerics="exact")
+    # Two steps: the second reads the K and V the first wrote through the heads kernel.
+    diffs, scale = [], 0.0
+    for t, at in ((3, 2), (5, 3)):
+        token, pos = torch.tensor([t], dtype=torch.int32), torch.tensor([at], dtype=torch.int32)
+        (got,) = plan.run([token, pos], ctx)
+        (want,) = exact.run("decode", [token, pos])
+        diffs.append(float((got - want).abs().max()))
+        scale = max(scale, float(want.abs().max()))
+    out[str(bits)] = {"taken": taken, "differences": diffs, "scale": scale}
+print(json.dumps(out))
+"""
+
+
+def test_the_heads_kernels_write_the_cache_a_planned_step_reads() -> None:
+    """A toy Llama's int8 and int4 decode steps (one of them under CI=1) planned with the
+    `_heads` kernels as the only claims of the attention input: the plan takes the heads
+    kernel claimed with the cache writes (its k and v stores redirected into the cache), and
+    two steps' logits equal the exact model's (the second reads the K and V the first wrote)."""
+    bits = ci_sample([8, 4], 1, "heads-llama")
+    done = run_guarded(
+        [sys.executable, "-c", HEADS_DRIVER, json.dumps(bits)],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for b in map(str, bits):
+        found = out[b]
+        ((callee, _),) = found["taken"]
+        assert callee == f"std.nn.quant::rms_norm_qkv_rope_q{b}_heads", found
+        assert all(d <= 1e-4 * max(1.0, found["scale"]) for d in found["differences"]), found
