@@ -98,7 +98,34 @@ RUN_CHOSEN = {
     },
 }
 
-DRIVER = """
+# A toy std model of `family` with one layer and random quantised weights, shared by the
+# drivers below (each runs in a process of its own): its path, config and weights.
+TOY_QUANT = """
+def toy_quant(family, bits, group):
+    import json
+    import torch
+    from linnet.lang.syntax.program import model_file
+    from linnet.torch.model import parameter_types
+    path = model_file(f"std.models.{family}")
+    toy = json.loads((path.parent / "configs" / family / "toy.json").read_text())
+    cfg = {k: v for k, v in toy.items() if not k.startswith("_")}
+    cfg.update(NL=1, weight_bits=bits, weight_group=group)
+    g = torch.Generator().manual_seed(bits)
+    w = {}
+    for p, vt, ones in parameter_types(path, cfg):
+        if vt.dtype in ("i8", "u8"):
+            lo, hi = (-128, 128) if vt.dtype == "i8" else (0, 256)
+            w[p] = torch.randint(lo, hi, vt.shape, generator=g).to(torch.int8 if vt.dtype == "i8" else torch.uint8)
+        elif vt.dtype == "f16":  # scales and offsets: a level times one is a weight of ~0.02
+            w[p] = ((torch.rand(vt.shape, generator=g) - 0.3) * 0.004).half()
+        else:
+            w[p] = torch.ones(vt.shape) if ones else torch.randn(vt.shape, generator=g) * 0.02
+    return path, cfg, w
+"""
+
+DRIVER = (
+    TOY_QUANT
+    + """
 import json, sys
 import torch
 from linnet.lang.check.kernel_cases import bound_ops, case_for, checked_program
@@ -131,27 +158,12 @@ body = body[body.index("if USE_PDL:"):]  # after the L2 prefetch block (PDL mode
 q_loads = body.count("tl.load(\\n            q +") + body.count("tl.load(q +")
 
 # A toy Qwen2's quantised decode, planned unmeasured: which span ops claim what.
-from linnet.lang.syntax.program import model_file
 from linnet.torch import load
-from linnet.torch.model import parameter_types
 plans = {}
 runs = [("qwen2", "8", 8, 32), ("qwen2", "4", 4, 16)]
 runs += [("llama", f"llama{bits}", bits, 32 if bits == 8 else 16) for bits in llamas]
 for family, key, bits, group in runs:
-    qwen = model_file(f"std.models.{family}")
-    toy = json.loads((qwen.parent / "configs" / family / "toy.json").read_text())
-    cfg = {k: v for k, v in toy.items() if not k.startswith("_")}
-    cfg.update(NL=1, weight_bits=bits, weight_group=group)
-    g = torch.Generator().manual_seed(bits)
-    w = {}
-    for p, vt, ones in parameter_types(qwen, cfg):
-        if vt.dtype in ("i8", "u8"):
-            lo, hi = (-128, 128) if vt.dtype == "i8" else (0, 256)
-            w[p] = torch.randint(lo, hi, vt.shape, generator=g).to(getattr(torch, {"i8": "int8", "u8": "uint8"}[vt.dtype]))
-        elif vt.dtype == "f16":  # scales and offsets: a level times one is a weight of ~0.02
-            w[p] = ((torch.rand(vt.shape, generator=g) - 0.3) * 0.004).half()
-        else:
-            w[p] = torch.ones(vt.shape) if ones else torch.randn(vt.shape, generator=g) * 0.02
+    qwen, cfg, w = toy_quant(family, bits, group)
     model = load(qwen, weights=dict(w), config=cfg, numerics="fast")
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)
     plan = model.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
@@ -164,6 +176,7 @@ for family, key, bits, group in runs:
                    "scale": float(want.abs().max())}
 print(json.dumps({"checks": checks, "q_loads": q_loads, "plans": plans}))
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -348,13 +361,13 @@ def test_bytes_widen_to_f32_exactly_without_the_conversion_instruction(tmp_path:
     assert out.returncode == 0 and "exact" in out.stdout, out.stderr[-2000:]
 
 
-HEADS_DRIVER = """
+HEADS_DRIVER = (
+    TOY_QUANT
+    + """
 import json, sys
 import torch
 from linnet.lang.check.spans import Spans
-from linnet.lang.syntax.program import model_file
 from linnet.torch import load
-from linnet.torch.model import parameter_types
 
 # Only the heads kernels claim the attention input: the plan takes them (with the cache
 # writes), where an unmeasured plan otherwise takes the rope_rows kernels listed first.
@@ -367,20 +380,7 @@ Spans.__init__ = _only_heads
 
 out = {}
 for bits in json.loads(sys.argv[1]):
-    path = model_file("std.models.llama")
-    toy = json.loads((path.parent / "configs" / "llama" / "toy.json").read_text())
-    cfg = {k: v for k, v in toy.items() if not k.startswith("_")}
-    cfg.update(NL=1, weight_bits=bits, weight_group=32 if bits == 8 else 16)
-    g = torch.Generator().manual_seed(bits)
-    w = {}
-    for p, vt, ones in parameter_types(path, cfg):
-        if vt.dtype in ("i8", "u8"):
-            lo, hi = (-128, 128) if vt.dtype == "i8" else (0, 256)
-            w[p] = torch.randint(lo, hi, vt.shape, generator=g).to(torch.int8 if vt.dtype == "i8" else torch.uint8)
-        elif vt.dtype == "f16":
-            w[p] = ((torch.rand(vt.shape, generator=g) - 0.3) * 0.004).half()
-        else:
-            w[p] = torch.ones(vt.shape) if ones else torch.randn(vt.shape, generator=g) * 0.02
+    path, cfg, w = toy_quant("llama", bits, 32 if bits == 8 else 16)
     model = load(path, weights=dict(w), config=cfg, numerics="fast")
     token, pos = torch.tensor([3], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
     plan = model.plan_for("decode", [token, pos], backends=[], measure=False, progress=False)
@@ -399,6 +399,7 @@ for bits in json.loads(sys.argv[1]):
     out[str(bits)] = {"taken": taken, "differences": diffs, "scale": scale}
 print(json.dumps(out))
 """
+)
 
 
 def test_the_heads_kernels_write_the_cache_a_planned_step_reads() -> None:
