@@ -67,6 +67,7 @@ from linnet.lang.passes.spans import (
     closed,
     find_matches,
     graph_nodes,
+    node_index,
     state_writes,
 )
 from linnet.lang.syntax.program import Program
@@ -247,7 +248,7 @@ class Spans:
     def matches(self, graph: Graph) -> list[SpanMatch]:
         """Every confirmed span of ``graph`` whose kernel applies, longest first where two
         start at one step."""
-        nodes = graph_nodes(graph)
+        nodes = node_index(graph_nodes(graph))  # made once for every op's pattern
         out: list[SpanMatch] = []
         seen: set[tuple[str, int, int]] = set()
         for program, op in self.ops:

@@ -279,19 +279,39 @@ def _canon(v: Any) -> Any:
     return v
 
 
+@dataclass
+class NodeIndex:
+    """A graph's nodes with what matching looks up in them, made once for every span op's
+    pattern that a claim matches against them (:func:`node_index`)."""
+
+    nodes: list[Node]
+    producers: dict[Any, Node]
+    by_key: dict[tuple[Any, Any], list[Node]]
+    users: dict[str, list[Node]]
+
+
+def node_index(nodes: list[Node]) -> NodeIndex:
+    """``nodes`` indexed by the values they make and read and by (kind, key)."""
+    return NodeIndex(nodes, _producers(nodes), _by_key(nodes), _users(nodes))
+
+
 def find_matches(
-    graph: Graph, pat: Pattern, nodes: list[Node] | None = None
+    graph: Graph, pat: Pattern, nodes: list[Node] | NodeIndex | None = None
 ) -> list[tuple[_Unify, list[Node]]]:
     """Every place where ``pat`` stands in ``graph``, at the sample's level of detail: the
-    unification and the graph nodes of each result, result 0 anchoring the search."""
-    nodes = graph_nodes(graph) if nodes is None else nodes
-    producers = _producers(nodes)
+    unification and the graph nodes of each result, result 0 anchoring the search.
+    ``nodes``: the graph's nodes (:func:`graph_nodes`), or their :func:`node_index`, which a
+    caller matching many patterns makes once."""
+    index = (
+        nodes
+        if isinstance(nodes, NodeIndex)
+        else node_index(graph_nodes(graph) if nodes is None else nodes)
+    )
+    producers, by_key, users = index.producers, index.by_key, index.users
     first = pat.producers.get(pat.results[0]) if pat.results else None
     if first is None:
         return []
     out = []
-    by_key = _by_key(nodes)
-    users = _users(nodes)
     for gn in by_key.get((first.kind, first.key), ()):
         u = _Unify(pat, producers, strict=False)
         gv = gn.outputs[first.outputs.index(pat.results[0])]
@@ -358,7 +378,7 @@ def _other_result(
     u: _Unify,
     pr: Any,
     by_key: dict[tuple[Any, Any], list[Node]],
-    users: dict[str, list[Node]] | None = None,
+    users: dict[str, list[Node]],
 ) -> Any:
     """The graph value of a further result: the first graph node that unifies with its
     producer under the bindings so far (a copy is tried on each). Where an input of the
@@ -373,8 +393,8 @@ def _other_result(
         gn = u.nodes[id(pn)]
         return gn.outputs[pn.outputs.index(pr)]
     candidates: Iterable[Node] = by_key.get((pn.kind, pn.key), ())
-    bound = _bound_input(pat, u, pn) if users is not None else None
-    if bound is not None and users is not None:
+    bound = _bound_input(pat, u, pn)
+    if bound is not None:
         candidates = [gn for gn in users.get(bound, ()) if gn.kind == pn.kind and gn.key == pn.key]
     for gn in candidates:
         if id(gn) in u.used:
@@ -508,9 +528,11 @@ __all__ = [
     "WITH_ROWS",
     "Fusion",
     "Node",
+    "NodeIndex",
     "Pattern",
     "closed",
     "find_matches",
     "graph_nodes",
+    "node_index",
     "state_writes",
 ]
