@@ -300,7 +300,15 @@ def test_a_claim_with_state_writes_launches_from_generated_pytorch_only():
     claimed = claim_spans(graph, program)
     (call,) = [c for c in claimed.calls if c.attributes.get("writes")]
     assert call.callee == "main::pair" and call.attributes["writes"] == [
-        {"result": 0, "state": "@cache", "at": "%pos", "step": call.stop - 1, "positions": 8}
+        {
+            "result": 0,
+            "state": "@cache",
+            "at": "%pos",
+            "page": None,
+            "pages": 2,
+            "step": call.stop - 1,
+            "positions": 8,
+        }
     ]
     assert claimed.steps[call.stop - 1].op == "scatter" and len(call.attributes["results"]) == 1
     # As a plan's slice (the whole entry here); a whole model's source launches kernels with
@@ -314,6 +322,63 @@ def test_a_claim_with_state_writes_launches_from_generated_pytorch_only():
     assert "mutates=('y',)" in torch_src and "check_inplace(y, 'y', 'pair_rows')" in torch_src
     jax_src = emit_jax(with_kernels(claimed, program), numerics="fast")
     assert "_into_" not in jax_src and "pair_rows_2_4" in jax_src
+
+
+PAGED_WRITER = (
+    WRITER.split("model M")[0]
+    + """
+model M<N: Dim, P: Dim, S: Dim, D: Dim> {
+    state cache: Tensor[P, S, D; f32]
+    entry put(x: Tensor[N, D; f32], pos: Tensor[N; i32], table: Tensor[N, 4; i32]) -> Tensor[N, D; f32] {
+        let page[b] = table[b, pos[b] / S]
+        let slot[b] = pos[b] % S
+        let (y, z) = pair(x)
+        self.cache[page[b], slot[b], d] = y[b, d]
+        return z
+    }
+}
+"""
+)
+
+
+def test_a_claim_with_a_paged_cache_write_stores_at_each_rows_page():
+    """The write of a result into a paged cache (`cache[page[b], slot[b], d]`, the page
+    made before the call) is claimed too: the kernel's launch takes the pool, the slots and
+    the pages (`pair_rows_into_y(x, y, y_at, y_page)`), and stores row b at page[b]'s slot
+    (the interpreted and CUDA checks: kernels_interpreted.py, test_kernels_launch.py)."""
+    from linnet.lang.emit.torch import emit_torch
+    from linnet.lang.passes.slices import slice_steps
+
+    program = Program.from_text(PAGED_WRITER)
+    graph = lower(
+        program, "put", {"x": [2, 4], "pos": [2], "table": [2, 4]}, {"N": 2, "P": 6, "S": 8, "D": 4}
+    )
+    claimed = claim_spans(graph, program)
+    (call,) = [c for c in claimed.calls if c.attributes.get("writes")]
+    ((write,),) = [call.attributes["writes"]]
+    assert {k: write[k] for k in ("result", "state", "at", "pages", "positions")} == {
+        "result": 0,
+        "state": "@cache",
+        "at": "%slot",
+        "pages": 6,
+        "positions": 8,
+    }
+    assert write["page"] == "%page" and claimed.steps[write["step"]].op == "scatter"
+    sl = slice_steps(claimed, list(range(len(claimed.steps))), "all")
+    torch_src = emit_torch(with_kernels(claimed, program), numerics="fast", slices=[[sl]])
+    assert "def launch_pair_rows_into_y_2_4(x, y, y_at, y_page):" in torch_src
+    # A page made after the call (before the write) would not be there at its launch.
+    late = PAGED_WRITER.replace("        let (y, z) = pair(x)\n", "").replace(
+        "        let page[b]", "        let (y, z) = pair(x)\n        let page[b]"
+    )
+    graph = lower(
+        Program.from_text(late),
+        "put",
+        {"x": [2, 4], "pos": [2], "table": [2, 4]},
+        {"N": 2, "P": 6, "S": 8, "D": 4},
+    )
+    claimed = claim_spans(graph, Program.from_text(late))
+    assert not [c for c in claimed.calls if c.attributes.get("writes")]
 
 
 @pytest.mark.parametrize("model", ["std.models.llama", "examples/llama/llama.linnet"])

@@ -66,6 +66,23 @@ def cache_writing_ops(layers: int = 2) -> list[str]:
 CACHE_WRITING_OPS = cache_writing_ops(2)
 
 
+def _writing_paths(program):
+    """KernelPaths of the kernel regions that write states, keeping the executables made."""
+    from linnet.torch.kernel_paths import KernelPaths
+
+    class Writing(KernelPaths):
+        made: tuple = ()
+
+        def match(self, graph, target):
+            return [r for r in super().match(graph, target) if r.writes_state]
+
+        def compile_regions(self, regions, target, options):
+            self.made = super().compile_regions(regions, target, options)
+            return self.made
+
+    return Writing(program)
+
+
 def cache_writing_findings(
     device: str = "cpu", dtype: str = "f32", layers: int = 2
 ) -> tuple[list, list]:
@@ -75,19 +92,6 @@ def cache_writing_findings(
     the toy's two layers, or ``layers``."""
     import torch
     from linnet.torch import load, random_weights
-    from linnet.torch.kernel_paths import KernelPaths
-
-    class Writing(KernelPaths):
-        """The kernel regions that write states, and the executables made for them."""
-
-        made: tuple = ()
-
-        def match(self, graph, target):
-            return [r for r in super().match(graph, target) if r.writes_state]
-
-        def compile_regions(self, regions, target, options):
-            self.made = super().compile_regions(regions, target, options)
-            return self.made
 
     config = toy_config(B=2, T=dtype, NL=layers)
     model = load(
@@ -103,8 +107,59 @@ def cache_writing_findings(
     g = torch.Generator().manual_seed(1)
     for state in ctx.states.values():
         state.copy_(torch.randn(state.shape, generator=g))
-    paths = Writing(model.program)
+    paths = _writing_paths(model.program)
     findings = model.conform("decode", [token, pos], paths, context=ctx)
+    return findings, list(paths.made)
+
+
+PAGED_CACHE_WRITING_OPS = [
+    "rms_norm_qkv_rope",
+    "rms_norm_qkv_rope_split",
+    "rms_norm_qkv_rope_split_wide",
+]
+
+
+def paged_cache_writing_findings(
+    device: str = "cpu", dtype: str = "f32", layers: int = 1
+) -> tuple[list, list]:
+    """:func:`cache_writing_findings` over a page pool: std.models.llama's toy decode over
+    12 pages of 4 positions (``decode_paged``), three sequences at positions 5, 9 and 2
+    (slots 1, 1 and 2 of pages 7, 3 and 10: out of order in the pool), the pool holding
+    random values elsewhere. The attention input's kernels store k and v at ``[page[b],
+    slot[b]]`` (a fused attention reads a dense cache: none here)."""
+    import json
+
+    import torch
+    from linnet.lang.syntax.program import model_file
+    from linnet.torch import load, random_weights
+
+    llama = model_file("std.models.llama")
+    config = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
+    config = {k: v for k, v in config.items() if not k.startswith("_")}
+    config.update(B=3, T=dtype, NL=layers)
+    model = load(
+        llama,
+        weights=random_weights(llama, config, seed=4),
+        config=config,
+        numerics="fast",
+        device=device,
+        kv_pages=12,
+        kv_page_size=4,
+    )
+    i32 = {"dtype": torch.int32, "device": device}
+    token = torch.tensor([3, 7, 1], **i32)
+    pos = torch.tensor([5, 9, 2], **i32)
+    table = torch.zeros((3, -(-int(config["S"]) // 4)), **i32)
+    table[0, :2] = torch.tensor([4, 7], **i32)
+    table[1, :3] = torch.tensor([1, 2, 3], **i32)
+    table[2, 0] = 10
+    inputs = [token, pos, table]
+    ctx = model.context_for_graph(model.graph("decode_paged", inputs))
+    g = torch.Generator().manual_seed(1)
+    for state in ctx.states.values():
+        state.copy_(torch.randn(state.shape, generator=g))
+    paths = _writing_paths(model.program)
+    findings = model.conform("decode_paged", inputs, paths, context=ctx)
     return findings, list(paths.made)
 
 

@@ -182,6 +182,24 @@ def test_the_cache_writing_kernels_conform_on_cuda(dtype, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_the_paged_cache_writing_kernels_conform_on_cuda(dtype, monkeypatch):
+    """kernels_interpreted.py's paged cache-writing case launched for real: the attention
+    input's kernels store k and v at each row's page and slot of the pool."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from support import PAGED_CACHE_WRITING_OPS, paged_cache_writing_findings
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    findings, made = paged_cache_writing_findings("cuda", dtype)
+    assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == PAGED_CACHE_WRITING_OPS
+    assert all(f.passed for f in findings), findings
+    assert all(
+        any("_into_k_v" in k and n[0] for k, n in ex.fn.__globals__["RUNS"].items()) for ex in made
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_one_launch_flash_decoding_is_right_launch_after_launch_on_cuda(dtype, monkeypatch):
     """kernels_interpreted.py's one-launch flash-decoding case on CUDA, where the splits
     really run at once: eager launches, then the same launches captured in a CUDA graph and

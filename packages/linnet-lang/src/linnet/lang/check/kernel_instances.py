@@ -51,6 +51,7 @@ from linnet.lang.ir.kernels import (
     KernelInstance,
     backward_key,
     instance_key,
+    redirections,
     value_type,
 )
 from linnet.lang.ir.tiles import redirect_stores
@@ -116,7 +117,7 @@ def instance(program: Program, call: Call, key: str) -> KernelInstance:
         ]
         # The last stage makes the op's results: those the call writes into states, it
         # stores there.
-        writes = [(w["result"], w["positions"]) for w in call.attributes.get("writes") or []]
+        writes = redirections(call.attributes)
         if writes:
             kernels[-1] = redirect_stores(kernels[-1], writes)
         # Never written where it would index out of bounds or race for these shapes.

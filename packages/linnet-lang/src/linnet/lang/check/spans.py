@@ -493,6 +493,8 @@ class Spans:
         kernel applies at these shapes; else None."""
         wa, aa = list(w.attributes.get("args") or []), list(a.attributes.get("args") or [])
         writes = list(w.attributes.get("writes") or [])
+        if any(x.get("page") for x in writes):
+            return None  # a fused op's attention reads a dense cache at the written rows
         # The writes: each of the body's `with_rows` is one of the claim's, into the state
         # `last` reads there, at the positions the body names.
         args: dict[int, Any] = {}

@@ -42,7 +42,7 @@ from linnet.lang.emit.python_rules import (
 from linnet.lang.emit.tiles import literal
 from linnet.lang.emit.triton import KernelText
 from linnet.lang.ir.graph import Call, Graph
-from linnet.lang.ir.kernels import KernelInstance, instance_key
+from linnet.lang.ir.kernels import KernelInstance, instance_key, redirections
 from linnet.lang.passes.slices import Slice
 from linnet.lang.pipeline import Numerics
 
@@ -236,7 +236,7 @@ class PythonEmitter(ABC):
         # redirected; a kernel that does not lower or accesses out of bounds for these
         # shapes raises its coded error here, where its launch would be written.
         kernels = self.kernels[instance_key(call.attributes)].launched()
-        writes = [(w["result"], w["positions"]) for w in call.attributes.get("writes") or []]
+        writes = redirections(call.attributes)
         key = (
             *(
                 (k.name, repr(sorted(k.generics.items())), repr(sorted(k.scalars.items())))

@@ -287,7 +287,8 @@ FastRule = Callable[[Call, Scope, list[str], list[str]], list[str]]
 # ---------------------------------------------------------------- functions
 def launch_args(call: Call) -> list[str]:
     """The tensors a bound call's launch passes: its tensor arguments, then, for each state
-    it writes (``writes``: passes/spans.py's ``state_writes``), the state and its positions.
+    it writes (``writes``: passes/spans.py's ``state_writes``), the state and its positions
+    (and, for a paged cache, the pages written).
 
     >>> from linnet.lang.ir.graph import Call
     >>> call = Call("std.nn.norm::rms_norm", "op", 0, 2, 0, attributes={"args": ["%x", "@w", 1e-5]})
@@ -296,7 +297,7 @@ def launch_args(call: Call) -> list[str]:
     """
     out = [a for a in call.attributes.get("args", []) if isinstance(a, str)]
     for w in call.attributes.get("writes") or []:
-        out += [w["state"], w["at"]]
+        out += [w["state"], w["at"]] + ([w["page"]] if w.get("page") else [])
     return out
 
 

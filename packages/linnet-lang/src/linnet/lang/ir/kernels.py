@@ -44,8 +44,26 @@ def instance_key(attributes: dict[str, Any]) -> str:
     """
     stages = tuple((name, tuple(sorted(gen.items()))) for name, gen in kernel_stages(attributes))
     literals = tuple(None if isinstance(a, str) else a for a in attributes.get("args") or [])
-    writes = tuple((w["result"], w["positions"]) for w in attributes.get("writes") or [])
+    writes = tuple(redirections(attributes))
     return f"{stages!r}, {literals!r}, {writes!r}"
+
+
+def redirections(attributes: dict[str, Any]) -> list[tuple[int, ...]]:
+    """What :func:`~linnet.lang.ir.tiles.redirect_stores` is asked for a bound call's state
+    writes (``writes``: passes/spans.py's ``state_writes``): ``(result, positions)`` for a
+    dense cache's write at ``[b, at[b]]``, ``(result, positions, pages)`` for a paged one's
+    at ``[page[b], at[b]]``.
+
+    >>> redirections({"writes": [{"result": 1, "positions": 8, "page": None, "pages": 0},
+    ...                          {"result": 2, "positions": 4, "page": "%page", "pages": 6}]})
+    [(1, 8), (2, 4, 6)]
+    """
+    return [
+        (w["result"], w["positions"], w["pages"])
+        if w.get("page")
+        else (w["result"], w["positions"])
+        for w in attributes.get("writes") or []
+    ]
 
 
 def value_type(graph: Graph, ref: str) -> ValueType:
@@ -131,4 +149,12 @@ class BackwardBody:
     advice: tuple[str, str] = ("", "")
 
 
-__all__ = ["BackwardBody", "KernelInstance", "OpInfo", "backward_key", "instance_key", "value_type"]
+__all__ = [
+    "BackwardBody",
+    "KernelInstance",
+    "OpInfo",
+    "backward_key",
+    "instance_key",
+    "redirections",
+    "value_type",
+]

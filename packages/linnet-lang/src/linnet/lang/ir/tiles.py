@@ -109,16 +109,19 @@ class TileKernel:
         return "\n".join(out)
 
 
-def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
+def redirect_stores(k: TileKernel, writes: list[tuple[int, ...]]) -> TileKernel:
     """``k`` with results stored into states: for each ``(j, S)`` of ``writes``, result ``j``
     (``[N, ...]``) becomes a parameter of shape ``[N * S, ...]`` (a ``[N, S, ...]`` state, its
     first two axes as one), followed by a parameter ``<name>_at`` (``[N]``, i32): a store to
     row ``n`` of the result goes to row ``n * S + at[n]`` of the state, which is what
     ``state[n, at[n], ...] = result[n, ...]`` writes (a decode step's KV-cache write, done by
-    the kernel that makes the result: ``check/spans.py``'s :func:`state_writes`). The kernel
-    loads ``at`` at each such store, for the rows it stores (rows past N read 0: their
-    stores are masked off, as they were into the result). The new parameters come last, in
-    ``writes``' order; ``k`` itself is left as it is.
+    the kernel that makes the result: ``check/spans.py``'s :func:`state_writes`). For each
+    ``(j, S, P)`` (a paged cache, ``[P, S, ...]``: ``state[page[n], at[n], ...] = result[n,
+    ...]``) the parameter is ``[P * S, ...]``, followed by ``<name>_at`` and ``<name>_page``
+    (``[N]``, i32 each), and row ``n`` goes to row ``page[n] * S + at[n]``. The kernel
+    loads ``at`` (and ``page``) at each such store, for the rows it stores (rows past N read
+    0: their stores are masked off, as they were into the result). The new parameters come
+    last, in ``writes``' order; ``k`` itself is left as it is.
 
     >>> from linnet.lang.check.tile_lowering import lower_kernel
     >>> from linnet.lang.syntax.program import Program
@@ -131,6 +134,9 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
     >>> k = redirect_stores(lower_kernel(prog, "main::twice", {"N": 2, "D": 4}), [(0, 8)])
     >>> k.params, k.results, k.inplace, k.tail
     ([('x', (2, 4), 'f32'), ('y', (16, 4), 'f32'), ('y_at', (2,), 'i32')], [], ('y',), 2)
+    >>> k = redirect_stores(lower_kernel(prog, "main::twice", {"N": 2, "D": 4}), [(0, 8, 5)])
+    >>> k.params[1:], k.tail
+    ([('y', (40, 4), 'f32'), ('y_at', (2,), 'i32'), ('y_page', (2,), 'i32')], 3)
     """
     import copy
 
@@ -146,20 +152,29 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
         values[name] = ValueType(shape, dtype)
         return name
 
+    def named(base: str) -> str:
+        while base in taken:
+            base += "_"
+        taken.add(base)
+        return base
+
     params = list(k.params)
-    moved: dict[str, tuple[str, int, int]] = {}  # result -> (positions param, N, S)
-    for j, positions in writes:
+    # result -> (positions param, pages param or "", N, S)
+    moved: dict[str, tuple[str, str, int, int]] = {}
+    for w in writes:
+        j, positions = w[0], w[1]
         name, shape, dtype = k.results[j]
-        at = name + "_at"
-        while at in taken:
-            at += "_"
-        taken.add(at)
-        params += [(name, (shape[0] * positions, *shape[1:]), dtype), (at, (shape[0],), "i32")]
-        moved[name] = (at, shape[0], positions)
+        at = named(name + "_at")
+        rows = w[2] if len(w) > 2 else shape[0]
+        params += [(name, (rows * positions, *shape[1:]), dtype), (at, (shape[0],), "i32")]
+        page = named(name + "_page") if len(w) > 2 else ""
+        if page:
+            params.append((page, (shape[0],), "i32"))
+        moved[name] = (at, page, shape[0], positions)
 
     def redirected(s: Step, out: list[Step]) -> Step:
         """The store ``s`` into the state: the steps making its row added to ``out``."""
-        at, n, positions = moved[s.operands[0][1:]]
+        at, page, n, positions = moved[s.operands[0][1:]]
         index = list(s.attributes["index"])
         if isinstance(index[0], dict):
             rows = s.operands[index[0]["operand"]]
@@ -170,18 +185,19 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
         bound, live = fresh("result_rows", (), "i32"), fresh("row_live", shape, "bool")
         got, stride = fresh("row_at", shape, "i32"), fresh("positions", (), "i32")
         start, row = fresh("row_start", shape, "i32"), fresh("state_row", shape, "i32")
+        masked = {"index": [{"operand": 1}], "mask": {"operand": 2}, "other": 0}
         out += [
             Step("constant", [], [bound], {"value": n, "dtype": "i32"}, s.loc),
             Step("lt", [rows, bound], [live], {}, s.loc),
-            Step(
-                "load",
-                ["@" + at, rows, live],
-                [got],
-                {"index": [{"operand": 1}], "mask": {"operand": 2}, "other": 0},
-                s.loc,
-            ),
+            Step("load", ["@" + at, rows, live], [got], masked, s.loc),
             Step("constant", [], [stride], {"value": positions, "dtype": "i32"}, s.loc),
-            Step("mul", [rows, stride], [start], {}, s.loc),
+        ]
+        first = rows
+        if page:  # the row's page, loaded as its position is
+            first = fresh("row_page", shape, "i32")
+            out.append(Step("load", ["@" + page, rows, live], [first], masked, s.loc))
+        out += [
+            Step("mul", [first, stride], [start], {}, s.loc),
             Step("add", [start, got], [row], {}, s.loc),
         ]
         s = copy.copy(s)
@@ -202,7 +218,7 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
         return out
 
     steps = rewrite(k.steps)
-    written = [k.results[j][0] for j, _ in writes]
+    written = [k.results[w[0]][0] for w in writes]
     return TileKernel(
         k.name,
         dict(k.generics),
@@ -215,6 +231,6 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, int]]) -> TileKernel:
         k.loc,
         k.lines,
         (*k.inplace, *written),
-        k.tail + 2 * len(writes),
+        k.tail + sum(3 if len(w) > 2 else 2 for w in writes),
         list(k.scratch),
     )

@@ -428,12 +428,15 @@ def state_writes(
     """The state writes a kernel call's launch can do itself: the `scatter` steps right
     after it that write a result of the call, and nothing else reads, into a state at
     ``[b, at[b]]`` for every row ``b`` of the result (``self.k[b, pos[b], h, d] = k_rot[b,
-    h, d]``, a decode step's cache write). Each is ``{"result": position among the call's
-    results, "state": the state's ref, "at": the positions' ref, "step": the scatter's step,
-    "positions": the state's second axis}``; none where the call has no kernel, a result
-    would be left for nothing, or the steps are not of that form. A call over the call's
-    steps and these (its written results left out of its results, ``writes`` set) is a second
-    claim: its kernel stores those results into the state (``ir/tiles.py``'s
+    h, d]``, a decode step's cache write), or at ``[page[b], at[b]]`` with ``page`` made
+    before the call (``self.k_pages[page[b], slot[b], h, d] = k_rot[b, h, d]``, a paged
+    cache's). Each is ``{"result": position among the call's results, "state": the state's
+    ref, "at": the positions' ref, "page": the pages' ref (None for a dense cache),
+    "pages": the state's first axis, "step": the scatter's step, "positions": the state's
+    second axis}``; none where the call has no kernel, a result would be left for nothing,
+    or the steps are not of that form. A call over the call's steps and these (its written
+    results left out of its results, ``writes`` set) is a second claim: its kernel stores
+    those results into the state (``ir/tiles.py``'s
     :func:`~linnet.lang.ir.tiles.redirect_stores`), and a planner times it beside the first.
     """
     a = call.attributes
@@ -467,22 +470,38 @@ def state_writes(
         vt, st = graph.values.get(value), graph.states.get(state[1:])
         at_t = graph.values.get(at)
         rows_step = producers.get(rows)
-        if vt is None or st is None or at_t is None or rows_step is None:
+        if vt is None or st is None or at_t is None:
             break
-        r = graph.steps[rows_step]
+        if call.start <= producers.get(at, -1) < call.stop:
+            break  # made by the steps the kernel replaces: not there at its launch
         n = vt.shape[0] if vt.shape else None
         if not (
-            r.op == "iota"
-            and list(r.attributes.get("shape", [])) == [n]
-            and r.attributes.get("axis") == 0
-            and tuple(at_t.shape) == (n,)
+            tuple(at_t.shape) == (n,)
             and at_t.dtype == "i32"
             and len(st.shape) == len(vt.shape) + 1
-            and st.shape[0] == n
             and tuple(st.shape[2:]) == tuple(vt.shape[1:])
             and st.dtype == vt.dtype
         ):
             break
+        r = graph.steps[rows_step] if rows_step is not None else None
+        page: str | None = None
+        if r is not None and r.op == "iota":  # row b of the state: a dense cache
+            if not (
+                list(r.attributes.get("shape", [])) == [n]
+                and r.attributes.get("axis") == 0
+                and st.shape[0] == n
+            ):
+                break
+        else:  # a page of the state made before the call (or an input): a paged cache
+            rows_t = graph.values.get(rows)
+            if (
+                rows_t is None
+                or tuple(rows_t.shape) != (n,)
+                or rows_t.dtype != "i32"
+                or (rows_step is not None and rows_step >= call.start)
+            ):
+                break
+            page = rows
         if value in graph.outputs or set(users.get(value, [])) != {i}:
             break  # another step reads the result: it is still needed
         out.append(
@@ -490,6 +509,8 @@ def state_writes(
                 "result": results.index(value),
                 "state": state,
                 "at": at,
+                "page": page,
+                "pages": st.shape[0],
                 "step": i,
                 "positions": st.shape[1],
             }
