@@ -1061,7 +1061,7 @@ def compile_variants(name: str, dev: torch.device) -> None:
 
 
 def main() -> int:
-    global CONTEXT, CACHE, BATCH, HF_BEST_ONLY, PROFILE, INDUCTOR_PDL, PREFILL_COMPILE
+    global CONTEXT, CACHE, BATCH, HF_BEST_ONLY, PROFILE, INDUCTOR_PDL, PREFILL_COMPILE, PREFILL
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
         "--parts",
@@ -1103,6 +1103,12 @@ def main() -> int:
     )
     parser.add_argument("--batch", type=int, default=BATCH, help="(s): sequences a step")
     parser.add_argument(
+        "--prefill-length",
+        type=int,
+        default=PREFILL,
+        help="(f): prompt tokens (issue 43 asks for 8192 too)",
+    )
+    parser.add_argument(
         "--inductor-pdl",
         action="store_true",
         help="(s): Linnet's compiled rows with inductor's programmatic "
@@ -1128,6 +1134,7 @@ def main() -> int:
         os.environ["LINNET_PDL"] = args.pdl
     ONLY[:] = [args.only] if args.only else []
     PREFILL_COMPILE = True if args.prefill_compile == "default" else args.prefill_compile
+    PREFILL = args.prefill_length
     HF_BEST_ONLY = args.hf_best
     PROFILE = args.profile
     INDUCTOR_PDL = args.inductor_pdl
