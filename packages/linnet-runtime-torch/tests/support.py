@@ -103,12 +103,20 @@ def cache_writing_findings(
     )
     token = torch.tensor([3, 7], dtype=torch.int32, device=device)
     pos = torch.tensor([5, 9], dtype=torch.int32, device=device)
-    ctx = model.context_for_graph(model.graph("decode", [token, pos]))
+    return _conform_writing(model, "decode", [token, pos])
+
+
+def _conform_writing(model, entry: str, inputs: list) -> tuple[list, list]:
+    """conform's findings for ``entry``'s state-writing kernel regions, on states holding
+    random values, and the executables made for them."""
+    import torch
+
+    ctx = model.context_for_graph(model.graph(entry, inputs))
     g = torch.Generator().manual_seed(1)
     for state in ctx.states.values():
         state.copy_(torch.randn(state.shape, generator=g))
     paths = _writing_paths(model.program)
-    findings = model.conform("decode", [token, pos], paths, context=ctx)
+    findings = model.conform(entry, inputs, paths, context=ctx)
     return findings, list(paths.made)
 
 
@@ -153,14 +161,7 @@ def paged_cache_writing_findings(
     table[0, :2] = torch.tensor([4, 7], **i32)
     table[1, :3] = torch.tensor([1, 2, 3], **i32)
     table[2, 0] = 10
-    inputs = [token, pos, table]
-    ctx = model.context_for_graph(model.graph("decode_paged", inputs))
-    g = torch.Generator().manual_seed(1)
-    for state in ctx.states.values():
-        state.copy_(torch.randn(state.shape, generator=g))
-    paths = _writing_paths(model.program)
-    findings = model.conform("decode_paged", inputs, paths, context=ctx)
-    return findings, list(paths.made)
+    return _conform_writing(model, "decode_paged", [token, pos, table])
 
 
 def one_launch_attention_errors(

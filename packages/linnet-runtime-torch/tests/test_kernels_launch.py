@@ -162,36 +162,25 @@ def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_pat
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cache", ["dense", "paged"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_the_cache_writing_kernels_conform_on_cuda(dtype, monkeypatch):
-    """kernels_interpreted.py's cache-writing case launched for real: the attention input's
-    kernels store k and v into the cache (two sequences at different positions) and leave q
-    and both caches as the generated source does."""
+def test_the_cache_writing_kernels_conform_on_cuda(dtype, cache, monkeypatch):
+    """kernels_interpreted.py's cache-writing cases launched for real: the attention input's
+    kernels store k and v into the cache (sequences at different positions; a paged cache's
+    rows at each row's page and slot of the pool) and leave q and the caches as the generated
+    source does."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from support import CACHE_WRITING_OPS, cache_writing_findings
+    import support
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    findings, made = cache_writing_findings("cuda", dtype)
-    assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == CACHE_WRITING_OPS
-    assert all(f.passed for f in findings), findings
-    assert all(
-        any("_into_k_v" in k and n[0] for k, n in ex.fn.__globals__["RUNS"].items()) for ex in made
-    )
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_the_paged_cache_writing_kernels_conform_on_cuda(dtype, monkeypatch):
-    """kernels_interpreted.py's paged cache-writing case launched for real: the attention
-    input's kernels store k and v at each row's page and slot of the pool."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    from support import PAGED_CACHE_WRITING_OPS, paged_cache_writing_findings
-
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    findings, made = paged_cache_writing_findings("cuda", dtype)
-    assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == PAGED_CACHE_WRITING_OPS
+    if cache == "dense":
+        findings, made = support.cache_writing_findings("cuda", dtype)
+        ops = support.CACHE_WRITING_OPS
+    else:
+        findings, made = support.paged_cache_writing_findings("cuda", dtype)
+        ops = support.PAGED_CACHE_WRITING_OPS
+    assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == ops
     assert all(f.passed for f in findings), findings
     assert all(
         any("_into_k_v" in k and n[0] for k, n in ex.fn.__globals__["RUNS"].items()) for ex in made
