@@ -91,13 +91,13 @@ if [ "${1:-}" = "--gpu-tests" ]; then
   flashinfer_env
   export LINNET_GPU_TESTS=1
   # GPU_TEST_DIRS picks some of them (a run of all can pass one call's 10-minute limit).
-  # An entry "dir:a.py,b.py" runs only those files of dir/tests.
+  # An entry "dir:a.py,b.py" runs only those files of dir/tests; GPU_TEST_K, pytest's -k.
   for entry in ${GPU_TEST_DIRS:-packages/linnet-runtime-torch packages/linnet-runtime-jax \
       plugins/linnet-cublaslt plugins/linnet-flashinfer}; do
     dir=${entry%%:*}; files=tests
     [ "$entry" != "$dir" ] && files=$(echo "${entry#*:}" | tr ',' '\n' | sed 's|^|tests/|' | tr '\n' ' ')
     echo "== $entry"
-    (cd "$dir" && python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m gpu -rfs $files 2>&1 | tee -a "$OUT/gpu-tests.log" | grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" | tail -25)
+    (cd "$dir" && python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors -m gpu -rfs ${GPU_TEST_K:+-k "$GPU_TEST_K"} $files 2>&1 | tee -a "$OUT/gpu-tests.log" | grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" | tail -25)
   done
   if [ -n "${GPU_STEPS_PARTS:-}" ]; then
     python3 benchmarks/gpu_steps.py --parts "$GPU_STEPS_PARTS" 2>&1 | tee "$OUT/steps.log" | grep -v Warning | tail -30
