@@ -739,7 +739,7 @@ def chain_text(
     k1, kn = first.kernel, last.kernel
     # The op's tensors are the last kernel's leading parameters; the first takes the
     # leading ones of those it needs, each other all of them (checked: check/checker.py).
-    # ... then the states it stores into and their positions (`redirect_stores`), last.
+    # ... then the states it stores into, their positions (and pages: `redirect_stores`), last.
     ops = len(kn.params) - len(texts[-2].kernel.results) - kn.tail
     ins = [safe(p) for p, _, _ in kn.params[:ops]]
     into = [safe(p) for p, _, _ in kn.params[len(kn.params) - kn.tail :]] if kn.tail else []

@@ -115,7 +115,7 @@ def redirect_stores(k: TileKernel, writes: list[tuple[int, ...]]) -> TileKernel:
     first two axes as one), followed by a parameter ``<name>_at`` (``[N]``, i32): a store to
     row ``n`` of the result goes to row ``n * S + at[n]`` of the state, which is what
     ``state[n, at[n], ...] = result[n, ...]`` writes (a decode step's KV-cache write, done by
-    the kernel that makes the result: ``check/spans.py``'s :func:`state_writes`). For each
+    the kernel that makes the result: ``passes/spans.py``'s :func:`state_writes`). For each
     ``(j, S, P)`` (a paged cache, ``[P, S, ...]``: ``state[page[n], at[n], ...] = result[n,
     ...]``) the parameter is ``[P * S, ...]``, followed by ``<name>_at`` and ``<name>_page``
     (``[N]``, i32 each), and row ``n`` goes to row ``page[n] * S + at[n]``. The kernel
