@@ -260,19 +260,6 @@ def test_a_serving_batch_past_16_rows_gets_a_tensor_core_gemv(batch, op):
     assert len([c for c in claimed.calls if c.callee == f"std.nn.decode::{op}"]) == len(linears)
 
 
-def test_a_serving_batch_past_16_rows_gets_its_attention_input_in_one_kernel():
-    """At 17 to 32 rows each layer's attention input (norm, q/k/v, rotations) is claimed by
-    `rms_norm_qkv_rope_dot32`, with and without the cache writes after it, where the
-    16-row `rms_norm_qkv_rope` cannot take it; at heads of 32 lanes its kernel applies."""
-    _, claimed = llama_decode("std.models.llama", 32, B=32)
-    dot = [c for c in claimed.calls if c.callee == "std.nn.decode::rms_norm_qkv_rope_dot32"]
-    assert len(dot) == 2 * 2 and sum(bool(c.attributes.get("writes")) for c in dot) == 2
-    assert all(c.attributes["kernel_applies"] for c in dot)
-    assert not [c for c in claimed.calls if c.callee == "std.nn.decode::rms_norm_qkv_rope"]
-    _, small = llama_decode("std.models.llama", 32, B=8)
-    assert not [c for c in small.calls if c.callee.endswith("rms_norm_qkv_rope_dot32")]
-
-
 WRITER = """
 /// y = 2x and z = x + 1, as one kernel.
 op pair<N: Dim, D: Dim>(x: Tensor[N, D; f32]) -> (Tensor[N, D; f32], Tensor[N, D; f32])

@@ -48,11 +48,6 @@ STD_KERNELS = {
         "<N, D, H, KV, HD, T, 16, 4, 512>",
         ["BR >= N", "HD % (2 * BO) == 0"],
     ),
-    "std.nn.decode::rms_norm_qkv_rope_dot32": (
-        "rms_norm_qkv_rope_dot",
-        "<N, D, H, KV, HD, T, 32, 16, 256>",
-        ["BR >= N", "BR >= 16", "BL >= 16", "BK >= 16", "HD % (2 * BL) == 0"],
-    ),
     "std.nn.decode::rms_norm_gate_up": (
         "rms_norm_gate_up_gemv",
         "<N, D, F, T, 16, 16, 256>",
@@ -326,7 +321,7 @@ use std.nn.norm::{rms_norm}
 use std.nn.decode::{linear_gemv, linear_gemv_row, rms_norm_linear, rms_norm_qkv, rms_norm_gate_up, gate_up_silu,
                     linear_residual, decode_attention_flash, linear_gemv_dot, linear_split,
                     linear_split_wide, linear_residual_split, residual_rms_norm, rms_norm_qkv_split, rms_norm_qkv_rope,
-                    rms_norm_qkv_rope_split, rms_norm_qkv_rope_split_wide, rms_norm_qkv_rope_dot32,
+                    rms_norm_qkv_rope_split, rms_norm_qkv_rope_split_wide,
                     decode_attention_split, decode_attention_split_short, decode_attention_split_long,
                     decode_attention_split_once}
 use std.nn.quant::{linear_q8_gemv, linear_q8_split, linear_q4_gemv, linear_q4_split}

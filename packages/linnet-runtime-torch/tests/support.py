@@ -120,23 +120,21 @@ def _conform_writing(model, entry: str, inputs: list) -> tuple[list, list]:
     return findings, list(paths.made)
 
 
-def paged_cache_writing_ops(rows: int = 3) -> list[str]:
-    """The kernel regions of :func:`paged_cache_writing_findings`' decode that write the
-    pages: the 16-row attention input's kernels, or past 16 rows the tensor-core one's."""
-    if rows > 16:
-        return ["rms_norm_qkv_rope_dot32"]
-    return ["rms_norm_qkv_rope", "rms_norm_qkv_rope_split", "rms_norm_qkv_rope_split_wide"]
+PAGED_CACHE_WRITING_OPS = [
+    "rms_norm_qkv_rope",
+    "rms_norm_qkv_rope_split",
+    "rms_norm_qkv_rope_split_wide",
+]
 
 
 def paged_cache_writing_findings(
-    device: str = "cpu", dtype: str = "f32", layers: int = 1, rows: int = 3
+    device: str = "cpu", dtype: str = "f32", layers: int = 1
 ) -> tuple[list, list]:
     """:func:`cache_writing_findings` over a page pool: std.models.llama's toy decode over
-    pages of 4 positions (``decode_paged``), three sequences at positions 5, 9 and 2 (slots
-    1, 1 and 2 of pages 7, 3 and 10: out of order in the pool), the pool holding random
-    values elsewhere. The attention input's kernels store k and v at ``[page[b], slot[b]]``
-    (a fused attention reads a dense cache: none here). With ``rows`` past 16 (a serving
-    batch: heads of 32 lanes), the others are at positions 0.. in pages of their own."""
+    12 pages of 4 positions (``decode_paged``), three sequences at positions 5, 9 and 2
+    (slots 1, 1 and 2 of pages 7, 3 and 10: out of order in the pool), the pool holding
+    random values elsewhere. The attention input's kernels store k and v at ``[page[b],
+    slot[b]]`` (a fused attention reads a dense cache: none here)."""
     import json
 
     import torch
@@ -146,22 +144,20 @@ def paged_cache_writing_findings(
     llama = model_file("std.models.llama")
     config = json.loads((llama.parent / "configs" / "llama" / "toy.json").read_text())
     config = {k: v for k, v in config.items() if not k.startswith("_")}
-    config.update(B=rows, T=dtype, NL=layers, **({"HD": 32} if rows > 16 else {}))
+    config.update(B=3, T=dtype, NL=layers)
     model = load(
         llama,
         weights=random_weights(llama, config, seed=4),
         config=config,
         numerics="fast",
         device=device,
-        kv_pages=12 + rows,
+        kv_pages=12,
         kv_page_size=4,
     )
     i32 = {"dtype": torch.int32, "device": device}
-    token = torch.arange(rows, **i32) % 5 + 1
-    pos = torch.arange(rows, **i32) % 4
-    pos[:3] = torch.tensor([5, 9, 2], **i32)
-    table = torch.zeros((rows, -(-int(config["S"]) // 4)), **i32)
-    table[3:, 0] = torch.arange(12, 9 + rows, **i32)
+    token = torch.tensor([3, 7, 1], **i32)
+    pos = torch.tensor([5, 9, 2], **i32)
+    table = torch.zeros((3, -(-int(config["S"]) // 4)), **i32)
     table[0, :2] = torch.tensor([4, 7], **i32)
     table[1, :3] = torch.tensor([1, 2, 3], **i32)
     table[2, 0] = 10

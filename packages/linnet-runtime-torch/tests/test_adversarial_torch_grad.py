@@ -320,7 +320,6 @@ STD_MULTI = {
     "rms_norm_qkv_rope_q4_heads": {"N": 2, "D": 12, "H": 4, "KV": 2, "HD": 8, "NG": 3, "T": "f32"},
     "rms_norm_qkv_rope_q4": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 8, "NG": 3, "T": "f32"},
     "rms_norm_qkv_rope": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 8, "T": "f32"},
-    "rms_norm_qkv_rope_dot32": {"N": 17, "D": 12, "H": 3, "KV": 1, "HD": 32, "T": "f32"},
     "rms_norm_qkv_rope_split": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 32, "T": "f32"},
     "rms_norm_qkv_rope_split_wide": {"N": 2, "D": 12, "H": 3, "KV": 1, "HD": 16, "T": "f32"},
     "rms_norm_qkv_rope_attention": {"N": 2, "D": 12, "KV": 1, "G": 3, "HD": 6, "S": 5, "T": "f32"},

@@ -38,7 +38,6 @@ OPS = [
     "small_residual_split",
     "small_flash",
     "small_qkv_split",
-    "small_qkv_rope_dot",
     "small_qkv_rope",
     "small_qkv_rope_split",
 ]
@@ -73,13 +72,6 @@ CHOSEN = {
     # Norm, q/k/v and rotations (N, D, H, KV, HD, T): 3 ragged chunks, heads of 8 (one
     # program a head) and 16 (two), 1 to 4 rows.
     "small_qkv_rope": [(2, 35, 3, 1, 8, "bf16"), (4, 20, 2, 2, 16, "f32"), (1, 16, 1, 2, 8, "f32")],
-    # The same on the tensor cores (BR 16, BL 16, BK 16): 3 ragged chunks, 5 rows, heads of
-    # 32 (q and k straddled by no program) and 64 (two programs a head), 16 rows exactly.
-    "small_qkv_rope_dot": [
-        (5, 35, 2, 1, 32, "bf16"),
-        (16, 20, 1, 2, 64, "f32"),
-        (1, 16, 3, 1, 32, "f32"),
-    ],
     # The same by split-K (KS 3): 5 chunks over 3 splits of 2 (the last split's second chunk
     # past D), 3 ragged chunks, 1 chunk (two splits past D); the part's programs of 8
     # outputs straddle q, k and v (H * HD = 24, KV * HD = 8), the sum's take 4 pairs.
@@ -336,7 +328,6 @@ def test_the_small_bindings_are_the_std_kernels() -> None:
         "small_flash": "decode_attention_split_tiles then decode_attention_combine_tiles",
         "small_qkv_split": "rms_norm_qkv_split_part then rms_norm_qkv_split_sum",
         "small_qkv_rope": "rms_norm_qkv_rope_gemv",
-        "small_qkv_rope_dot": "rms_norm_qkv_rope_dot",
         "small_qkv_rope_split": "rms_norm_qkv_split_part then rms_norm_qkv_rope_split_sum",
     }
 

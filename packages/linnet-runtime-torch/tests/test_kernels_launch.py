@@ -162,7 +162,7 @@ def test_std_kernels_launch_on_cuda_and_equal_the_body(op, kernel, rows, tmp_pat
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cache", ["dense", "paged", "paged-20"])
+@pytest.mark.parametrize("cache", ["dense", "paged"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_the_cache_writing_kernels_conform_on_cuda(dtype, cache, monkeypatch):
     """kernels_interpreted.py's cache-writing cases launched for real: the attention input's
@@ -178,9 +178,8 @@ def test_the_cache_writing_kernels_conform_on_cuda(dtype, cache, monkeypatch):
         findings, made = support.cache_writing_findings("cuda", dtype)
         ops = support.CACHE_WRITING_OPS
     else:
-        rows = 20 if cache == "paged-20" else 3
-        findings, made = support.paged_cache_writing_findings("cuda", dtype, rows=rows)
-        ops = support.paged_cache_writing_ops(rows)
+        findings, made = support.paged_cache_writing_findings("cuda", dtype)
+        ops = support.PAGED_CACHE_WRITING_OPS
     assert sorted(f.region.callee.rsplit("::", 1)[-1] for f in findings) == ops
     assert all(f.passed for f in findings), findings
     assert all(

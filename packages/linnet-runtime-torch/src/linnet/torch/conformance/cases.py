@@ -245,15 +245,6 @@ def cases() -> list[Case]:
             inv_freq=((2,), "normal"),
         ),
         _std(
-            "rms_norm_qkv_rope_dot32_op",
-            x=((20, 8), "normal"),
-            wq=((8, 8), "normal"),
-            wk=((8, 8), "normal"),
-            wv=((8, 8), "normal"),
-            pos=((20,), 64),
-            inv_freq=((2,), "normal"),
-        ),
-        _std(
             "rms_norm_qkv_rope_split_op",
             x=x,
             wq=((8, 8), "normal"),
