@@ -445,12 +445,15 @@ def cell_text(cell: Cell) -> str:
 
 def table(rows: list[Row], runtimes: list[Runtime] | None = None) -> str:
     """The Markdown table: one row per case, one column per runtime (largest difference from
-    the interpreter over every output, state and call, and whether it passes)."""
+    the interpreter over every output, state and call, and whether it passes; "not run" where
+    a row was run on fewer runtimes)."""
     runtimes = RUNTIMES if runtimes is None else runtimes
     head = "| case | " + " | ".join(rt.name for rt in runtimes) + " |"
     lines = [head, "|" + "---|" * (len(runtimes) + 1)]
     for row in rows:
-        lines.append(f"| {row.case.name} | " + " | ".join(cell_text(c) for c in row.cells) + " |")
+        cells = {c.runtime: c for c in row.cells}
+        texts = [cell_text(cells[rt.name]) if rt.name in cells else "not run" for rt in runtimes]
+        lines.append(f"| {row.case.name} | " + " | ".join(texts) + " |")
     return "\n".join(lines)
 
 
