@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.loading import nonfinite_weight
+from linnet.lang.weights.fp8 import checkpoint_fp8, dequantized
 from linnet.lang.weights.gguf import GGUFCheckpoint
 from linnet.lang.weights.safetensors import (
     SAFETENSORS_DTYPES,
@@ -85,6 +86,9 @@ def load_checkpoint(
         device is not None and device.platform == "cpu"
     )
     convert = numpy_dtype(dtype) if dtype is not None else None
+    # Float8 weights with their scales are read dequantised (linnet.lang.weights.fp8).
+    fp8, dropped = checkpoint_fp8(ckpt)
+    scales = _scales(ckpt, {w.scale for w in fp8.values()}) if fp8 else {}
     out: dict[str, Any] = {}
     nonfinite: list[Diagnostic] = []
     for shard in ckpt.files:
@@ -102,9 +106,17 @@ def load_checkpoint(
         for name, info in header.items():
             if name == "__metadata__":
                 continue
+            if name in dropped:
+                continue
             lo, hi = info["data_offsets"]
-            kind = numpy_dtype(SAFETENSORS_DTYPES[info["dtype"]])
-            view = data[start + lo : start + hi].view(kind).reshape(info["shape"])
+            if name in fp8:
+                w = fp8[name]
+                bits = data[start + lo : start + hi].reshape(info["shape"])
+                view = dequantized(bits, scales[w.scale], w.block)
+                view = view.astype(numpy_dtype(dtype or w.dtype))
+            else:
+                kind = numpy_dtype(SAFETENSORS_DTYPES[info["dtype"]])
+                view = data[start + lo : start + hi].view(kind).reshape(info["shape"])
             if check_finite:
                 bad = finite_diagnostic(name, view, {name: _shard(ckpt, shard)})
                 if bad is not None:
@@ -119,6 +131,23 @@ def load_checkpoint(
     raise_nonfinite(nonfinite)
     # A mixture of experts' per-expert tensors are its stacked parameters (weights/stacked.py).
     return stack_tensors(out, _stack_on_device)
+
+
+def _scales(ckpt: Checkpoint, names: set[str]) -> dict[str, np.ndarray]:
+    """The float tensors ``names`` of ``ckpt`` (float8 weights' scales) as NumPy arrays,
+    whichever shards hold them."""
+    out: dict[str, np.ndarray] = {}
+    for shard in ckpt.files:
+        header, start = safetensors_header(shard)
+        data = np.memmap(shard, dtype=np.uint8, mode="r")
+        for name in names & header.keys():
+            info = header[name]
+            lo, hi = info["data_offsets"]
+            kind = numpy_dtype(SAFETENSORS_DTYPES[info["dtype"]])
+            view = data[start + lo : start + hi].view(kind).reshape(info["shape"])
+            out[name] = np.array(view, dtype=np.float32)
+        del data
+    return out
 
 
 def _stack_on_device(parts: list[Any]) -> Any:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
+from linnet.lang.weights.fp8 import block_scales, checkpoint_fp8
 from linnet.lang.weights.gguf import GGUFCheckpoint
 from linnet.lang.weights.safetensors import Checkpoint, checkpoint_shapes, resolve_checkpoint
 from linnet.lang.weights.stacked import stack_tensors
@@ -67,13 +68,26 @@ def load_checkpoint(
         return load_gguf(ckpt, device, dtype, blocks, step, repack)
     from safetensors import SafetensorError, safe_open
 
+    # Float8 weights with their scales are read dequantised (linnet.lang.weights.fp8); the
+    # scales (small) are read first, wherever their shards are.
+    fp8, dropped = checkpoint_fp8(ckpt)
+    scales = _tensors(ckpt, {w.scale for w in fp8.values()}, device) if fp8 else {}
     out: dict[str, torch.Tensor] = {}
     for shard in ckpt.files:
         try:
             with safe_open(str(shard), framework="pt", device=_target(device)) as f:
                 for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
+                    if name in dropped:
+                        continue
                     where = blocks.get(name)
-                    if where is None:
+                    if name in fp8:
+                        w = fp8[name]
+                        t = _fp8(f.get_tensor(name), scales[w.scale], w.block)
+                        t = t.to(dtype or _torch_dtype(w.dtype))
+                        if where is not None:
+                            axis, start, stop = where
+                            t = t.narrow(axis, start, stop - start).contiguous()
+                    elif where is None:
                         t = _owned(f.get_tensor(name), dtype)
                     else:
                         axis, start, stop = where
@@ -90,6 +104,35 @@ def load_checkpoint(
             ) from None
     # A mixture of experts' per-expert tensors are its stacked parameters (weights/stacked.py).
     return stack_tensors(out, torch.stack)
+
+
+def _tensors(ckpt: Checkpoint, names: set[str], device: torch.device) -> dict[str, torch.Tensor]:
+    """The tensors ``names`` of ``ckpt``, whichever shards hold them."""
+    from safetensors import safe_open
+
+    out: dict[str, torch.Tensor] = {}
+    for shard in ckpt.files:
+        with safe_open(str(shard), framework="pt", device=_target(device)) as f:
+            out.update((n, f.get_tensor(n)) for n in f.keys() if n in names)  # noqa: SIM118
+    return out
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    from .interpreter import DTYPES
+
+    return DTYPES[name]
+
+
+def _fp8(bits: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """A float8 e4m3 weight times its scales (each over its block), in float32: the values
+    :func:`linnet.lang.weights.fp8.dequantized` gives."""
+    scales = block_scales(
+        scale.to(torch.float32),
+        (bits.shape[0], bits.shape[1]),
+        block,
+        lambda x, n, axis: x.repeat_interleave(n, axis),
+    )
+    return bits.to(torch.float32) * scales
 
 
 def load_gguf(

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, SourceFile, Span
+from linnet.lang.weights.fp8 import quantization_diagnostic
 from linnet.lang.weights.layer_types import layer_values, layers_problems, layers_reads
 from linnet.lang.weights.rules import (
     PRETRAINED_CONFIG_RANGES,
@@ -297,6 +298,13 @@ def checkpoint_config(
                 read.add(str(spec["else"]).split(".")[0])
     if "layers" in mapping:
         read.update(layers_reads(mapping["layers"]))
+    # Quantised weights: float8 with scales load dequantised (weights/fp8.py), the rest
+    # is E0692 (whatever the model).
+    if "quantization_config" in hf:
+        read.add("quantization_config")
+        refused = quantization_diagnostic(hf["quantization_config"], name)
+        if refused is not None:
+            diag(refused.code, refused.message, "quantization_config", "not loaded", refused.help)
     for key in hf:
         if key not in read and not ignored(key, mapping):
             diag(

@@ -20,6 +20,7 @@ from typing import Any
 
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, coded_error
+from linnet.lang.weights.fp8 import configured_block, fp8_weights
 
 SAFETENSORS_DTYPES = {
     "F64": "f64",
@@ -338,9 +339,11 @@ def unsupported_dtype(file: str, dtype: str, names: list[str]) -> Diagnostic:
         "E0723",
         f"`{file}` holds {len(names)} tensor{'s' if len(names) != 1 else ''} of dtype "
         f"{dtype} ({UNSUPPORTED_DTYPES[dtype][1]}), which Linnet does not load: {shown}",
-        help="quantised and other non-native weights are not supported yet; load a "
-        "bf16, f16 or f32 checkpoint of the model (the same model's unquantised "
-        "release, or the weights dequantised and saved again)",
+        help="a float8 e4m3 weight loads (dequantised) with its scale beside it "
+        "(`<name>_scale` or `<name>_scale_inv`, as fp8 checkpoints save them); other "
+        "non-native weights are not supported yet: load a bf16, f16 or f32 checkpoint of "
+        "the model (the same model's unquantised release, or the weights dequantised and "
+        "saved again)",
     )
 
 
@@ -358,6 +361,7 @@ def checkpoint_shapes(ckpt: Checkpoint) -> dict[str, tuple]:
     where: dict[str, str] = {}
     unreadable: set[str] = set()
     unsupported: dict[tuple[str, str], list[str]] = {}
+    raw: dict[str, tuple[tuple[int, ...], str, str]] = {}
     for path in ckpt.files:
         try:
             header, _ = safetensors_header(path)
@@ -391,6 +395,7 @@ def checkpoint_shapes(ckpt: Checkpoint) -> dict[str, tuple]:
                 )
                 continue
             where[name] = path.name
+            raw[name] = (tuple(info["shape"]), info["dtype"], path.name)
             if info["dtype"] not in SAFETENSORS_DTYPES:
                 unsupported.setdefault((str(path), info["dtype"]), []).append(name)
                 continue
@@ -399,6 +404,20 @@ def checkpoint_shapes(ckpt: Checkpoint) -> dict[str, tuple]:
                 SAFETENSORS_DTYPES[info["dtype"]],
                 path.name if len(ckpt.files) > 1 else "",
             )
+    # Float8 weights with their scales load dequantised (weights/fp8.py): each is a float
+    # tensor of the checkpoint's float type; its scales are not parameters.
+    fp8, dropped, problems = fp8_weights(
+        {n: (s, dt) for n, (s, dt, _) in raw.items()}, configured_block(ckpt.config_path)
+    )
+    diags.extend(problems)
+    for name, w in fp8.items():
+        shape, _, file = raw[name]
+        out[name] = TensorInfo(shape, w.dtype, file if len(ckpt.files) > 1 else "")
+    for name in dropped:
+        out.pop(name, None)
+    unsupported = {
+        k: kept for k, names in unsupported.items() if (kept := [n for n in names if n not in fp8])
+    }
     diags.extend(
         unsupported_dtype(file, dtype, names) for (file, dtype), names in unsupported.items()
     )
