@@ -283,8 +283,8 @@ def test_transformers_metadata_and_underscore_keys_are_ignored():
 @pytest.mark.parametrize(
     "change,code",
     [
-        # float8 weights load dequantised; other methods are refused
-        ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "E0692"),
+        # float8, GPTQ and AWQ weights load dequantised; other methods are refused
+        ({"quantization_config": {"quant_method": "bitsandbytes"}}, "E0692"),
         ({"logit_softcap": 30.0}, "E0655"),
         ({"pruned_heads": {"0": [1]}}, "E0656"),
         ({"per_layer_config": {"0": {"num_attention_heads": 2}}}, "E0655"),

@@ -191,14 +191,14 @@ def _copy(src: Path, dst: Path) -> Path:
 
 
 def test_another_quantisation_method_is_E0692(saved, tmp_path):
-    d = _copy(saved["f32"], tmp_path / "gptq")
+    d = _copy(saved["f32"], tmp_path / "bnb")
     cfg = json.loads((d / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    cfg["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(LinnetError) as err:
         load(weights=d)
     (diag,) = [x for x in err.value.diagnostics if x.code == "E0692"]
-    assert "quantised with `gptq`" in diag.message and "quantize='int8'" in diag.help
+    assert "quantised with `bitsandbytes`" in diag.message and "quantize='int8'" in diag.help
     assert "Traceback" not in str(err.value)
 
 

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.host.loading import nonfinite_weight
-from linnet.lang.weights.fp8 import checkpoint_fp8, dequantized
 from linnet.lang.weights.gguf import GGUFCheckpoint
 from linnet.lang.weights.safetensors import (
     SAFETENSORS_DTYPES,
@@ -27,6 +26,7 @@ from linnet.lang.weights.safetensors import (
     shard_of,
 )
 from linnet.lang.weights.stacked import stack_tensors
+from linnet.lang.weights.unpacking import checkpoint_unpacking
 
 
 def numpy_dtype(name: str) -> Any:
@@ -86,9 +86,10 @@ def load_checkpoint(
         device is not None and device.platform == "cpu"
     )
     convert = numpy_dtype(dtype) if dtype is not None else None
-    # Float8 weights with their scales are read dequantised (linnet.lang.weights.fp8).
-    fp8, dropped = checkpoint_fp8(ckpt)
-    scales = _scales(ckpt, {w.scale for w in fp8.values()}) if fp8 else {}
+    # Float8 and GPTQ / AWQ weights are read dequantised (linnet.lang.weights.unpacking);
+    # their scales and zeros (small) are read first, wherever their shards are.
+    unpack = checkpoint_unpacking(ckpt)
+    extra = _companions(ckpt, unpack.companions()) if unpack else {}
     out: dict[str, Any] = {}
     nonfinite: list[Diagnostic] = []
     for shard in ckpt.files:
@@ -106,14 +107,15 @@ def load_checkpoint(
         for name, info in header.items():
             if name == "__metadata__":
                 continue
-            if name in dropped:
+            if name in unpack.dropped:
                 continue
             lo, hi = info["data_offsets"]
-            if name in fp8:
-                w = fp8[name]
-                bits = data[start + lo : start + hi].reshape(info["shape"])
-                view = dequantized(bits, scales[w.scale], w.block)
-                view = view.astype(numpy_dtype(dtype or w.dtype))
+            if name in unpack.fp8 or name in unpack.int4:
+                raw = data[start + lo : start + hi]
+                raw = (raw if name in unpack.fp8 else raw.view(np.int32)).reshape(info["shape"])
+                view = unpack.numpy(name, raw, extra)
+                view = view.astype(numpy_dtype(dtype or unpack.dtype(name)))
+                name = unpack.name(name)
             else:
                 kind = numpy_dtype(SAFETENSORS_DTYPES[info["dtype"]])
                 view = data[start + lo : start + hi].view(kind).reshape(info["shape"])
@@ -133,9 +135,9 @@ def load_checkpoint(
     return stack_tensors(out, _stack_on_device)
 
 
-def _scales(ckpt: Checkpoint, names: set[str]) -> dict[str, np.ndarray]:
-    """The float tensors ``names`` of ``ckpt`` (float8 weights' scales) as NumPy arrays,
-    whichever shards hold them."""
+def _companions(ckpt: Checkpoint, names: set[str]) -> dict[str, np.ndarray]:
+    """The tensors ``names`` of ``ckpt`` (scales, zeros, group indices) as NumPy arrays of
+    their own dtypes, whichever shards hold them."""
     out: dict[str, np.ndarray] = {}
     for shard in ckpt.files:
         header, start = safetensors_header(shard)
@@ -145,7 +147,7 @@ def _scales(ckpt: Checkpoint, names: set[str]) -> dict[str, np.ndarray]:
             lo, hi = info["data_offsets"]
             kind = numpy_dtype(SAFETENSORS_DTYPES[info["dtype"]])
             view = data[start + lo : start + hi].view(kind).reshape(info["shape"])
-            out[name] = np.array(view, dtype=np.float32)
+            out[name] = np.array(view)
         del data
     return out
 

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
-from linnet.lang.weights.fp8 import block_scales, checkpoint_fp8
+from linnet.lang.weights.fp8 import block_scales
 from linnet.lang.weights.gguf import GGUFCheckpoint
 from linnet.lang.weights.safetensors import Checkpoint, checkpoint_shapes, resolve_checkpoint
 from linnet.lang.weights.stacked import stack_tensors
+from linnet.lang.weights.unpacking import Unpacking, checkpoint_unpacking
 
 import torch
 
@@ -68,22 +69,22 @@ def load_checkpoint(
         return load_gguf(ckpt, device, dtype, blocks, step, repack)
     from safetensors import SafetensorError, safe_open
 
-    # Float8 weights with their scales are read dequantised (linnet.lang.weights.fp8); the
-    # scales (small) are read first, wherever their shards are.
-    fp8, dropped = checkpoint_fp8(ckpt)
-    scales = _tensors(ckpt, {w.scale for w in fp8.values()}, device) if fp8 else {}
+    # Float8 and GPTQ / AWQ weights are read dequantised (linnet.lang.weights.unpacking);
+    # their scales and zeros (small) are read first, wherever their shards are.
+    unpack = checkpoint_unpacking(ckpt)
+    extra = _tensors(ckpt, unpack.companions(), device) if unpack else {}
     out: dict[str, torch.Tensor] = {}
     for shard in ckpt.files:
         try:
             with safe_open(str(shard), framework="pt", device=_target(device)) as f:
-                for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
-                    if name in dropped:
+                for stored in f.keys():  # noqa: SIM118 - safe_open is not a dict
+                    if stored in unpack.dropped:
                         continue
+                    name = unpack.name(stored)
                     where = blocks.get(name)
-                    if name in fp8:
-                        w = fp8[name]
-                        t = _fp8(f.get_tensor(name), scales[w.scale], w.block)
-                        t = t.to(dtype or _torch_dtype(w.dtype))
+                    if stored in unpack.fp8 or stored in unpack.int4:
+                        t = _unpacked(unpack, stored, f.get_tensor(stored), extra)
+                        t = t.to(dtype or _torch_dtype(unpack.dtype(stored)))
                         if where is not None:
                             axis, start, stop = where
                             t = t.narrow(axis, start, stop - start).contiguous()
@@ -121,6 +122,18 @@ def _torch_dtype(name: str) -> torch.dtype:
     from .interpreter import DTYPES
 
     return DTYPES[name]
+
+
+def _unpacked(
+    unpack: Unpacking, stored: str, data: torch.Tensor, extra: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """A float8 weight dequantised where it is (:func:`_fp8`), a GPTQ / AWQ ``qweight``
+    through the NumPy definition (:meth:`Unpacking.numpy`), in float32."""
+    if stored in unpack.fp8:
+        w = unpack.fp8[stored]
+        return _fp8(data, extra[w.scale], w.block)
+    arrays = {k: v.cpu().numpy() for k, v in extra.items() if k in unpack.companions()}
+    return torch.from_numpy(unpack.numpy(stored, data.cpu().numpy(), arrays)).to(data.device)
 
 
 def _fp8(bits: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:

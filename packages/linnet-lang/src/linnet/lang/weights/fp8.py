@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from linnet.lang.diagnostics.core import Diagnostic
+from linnet.lang.weights.gptq import METHODS as INT4
+from linnet.lang.weights.gptq import method_of
 
 FP8 = "F8_E4M3"
 # A float8 weight's scale, by the names the formats give it: transformers' `fp8` (block
@@ -162,17 +164,25 @@ def fp8_weights(
 
 
 def accepted(quantization: Any) -> str | None:
-    """``None`` where a ``config.json``'s ``quantization_config`` describes float8 weights
-    with scales (which load dequantised), else why not.
+    """``None`` where a ``config.json``'s ``quantization_config`` describes weights Linnet
+    loads dequantised (float8 with scales; GPTQ and AWQ int4: :mod:`.gptq`), else why not.
 
     >>> accepted({"quant_method": "fp8", "weight_block_size": [128, 128]}) is None
     True
-    >>> accepted({"quant_method": "gptq", "bits": 4})
-    'quantised with `gptq`'
+    >>> accepted({"quant_method": "bitsandbytes", "load_in_4bit": True})
+    'quantised with `bitsandbytes`'
     """
     if not isinstance(quantization, dict):
         return "set to " + json.dumps(quantization)[:40]
     method = quantization.get("quant_method")
+    if method in INT4:
+        if method_of(quantization) is None:
+            return (
+                f"{method} with bits {quantization.get('bits', quantization.get('w_bit'))}, "
+                f"version {quantization.get('version', quantization.get('checkpoint_format'))} "
+                "(Linnet reads 4-bit GPTQ, gptq or gptq_v2 format, and AWQ's gemm layout)"
+            )
+        return None
     if method not in METHODS:
         return f"quantised with `{method}`"
     if method == "fp8" and quantization.get("fmt", "e4m3") != "e4m3":
@@ -200,46 +210,38 @@ def quantization_diagnostic(quantization: Any, name: str = "config.json") -> Dia
         f"{name}: the checkpoint's weights are {why}, which Linnet does not load yet",
         help="load the model's unquantised release (bf16) and quantise it as it loads with "
         "quantize='int8' or 'int4', or its GGUF file; float8 checkpoints (fp8, fbgemm_fp8, "
-        "compressed-tensors float-quantized) load dequantised",
+        "compressed-tensors float-quantized) and 4-bit GPTQ and AWQ (gemm) load dequantised",
     )
 
 
-def configured_block(config_path: Any) -> tuple[int, int] | None:
-    """``quantization_config.weight_block_size`` of the ``config.json`` at ``config_path``
-    (transformers' `fp8`), or None where there is none (a config that cannot be read is
-    reported where the config is read, not here).
+def quantization_of(config_path: Any) -> dict[str, Any] | None:
+    """``quantization_config`` of the ``config.json`` at ``config_path``, or None where there
+    is none (a config that cannot be read is reported where the config is read, not here).
 
-    >>> configured_block(None) is None
+    >>> quantization_of(None) is None
     True
     """
     if config_path is None:
         return None
     try:
-        quant = json.loads(Path(config_path).read_text()).get("quantization_config") or {}
-        block = quant.get("weight_block_size")
+        quant = json.loads(Path(config_path).read_text()).get("quantization_config")
     except (OSError, ValueError, AttributeError, RecursionError):
         return None
+    return quant if isinstance(quant, dict) else None
+
+
+def configured_block(quant: dict[str, Any] | None) -> tuple[int, int] | None:
+    """``weight_block_size`` of a ``quantization_config`` (transformers' `fp8`), or None.
+
+    >>> configured_block({"quant_method": "fp8", "weight_block_size": [128, 128]})
+    (128, 128)
+    """
+    block = (quant or {}).get("weight_block_size")
     if not isinstance(block, list) or len(block) != 2:
         return None
     if all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block):
         return (block[0], block[1])
     return None
-
-
-def checkpoint_fp8(ckpt: Any) -> tuple[dict[str, Fp8Weight], set[str]]:
-    """:func:`fp8_weights` of a safetensors checkpoint (headers only; they were validated
-    first by ``checkpoint_shapes``): the loaders' plan.
-    """
-    from linnet.lang.weights.safetensors import safetensors_header
-
-    tensors: dict[str, tuple[tuple[int, ...], str]] = {}
-    for path in ckpt.files:
-        header, _ = safetensors_header(path)
-        for name, info in header.items():
-            if name != "__metadata__":
-                tensors[name] = (tuple(info["shape"]), info["dtype"])
-    found, dropped, _ = fp8_weights(tensors, configured_block(ckpt.config_path))
-    return found, dropped
 
 
 def block_scales(scale: Any, shape: tuple[int, int], block: tuple[int, int], repeat: Any) -> Any:

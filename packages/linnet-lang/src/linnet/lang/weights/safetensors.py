@@ -20,7 +20,7 @@ from typing import Any
 
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, coded_error
-from linnet.lang.weights.fp8 import configured_block, fp8_weights
+from linnet.lang.weights.unpacking import unpacking_of
 
 SAFETENSORS_DTYPES = {
     "F64": "f64",
@@ -404,19 +404,24 @@ def checkpoint_shapes(ckpt: Checkpoint) -> dict[str, tuple]:
                 SAFETENSORS_DTYPES[info["dtype"]],
                 path.name if len(ckpt.files) > 1 else "",
             )
-    # Float8 weights with their scales load dequantised (weights/fp8.py): each is a float
-    # tensor of the checkpoint's float type; its scales are not parameters.
-    fp8, dropped, problems = fp8_weights(
-        {n: (s, dt) for n, (s, dt, _) in raw.items()}, configured_block(ckpt.config_path)
-    )
+    # Float8 weights with their scales and GPTQ / AWQ packed weights load dequantised
+    # (weights/unpacking.py): each is a float tensor of the checkpoint's float type; their
+    # scales, zeros and group indices are not parameters.
+    unpack, problems = unpacking_of({n: (s, dt) for n, (s, dt, _) in raw.items()}, ckpt.config_path)
     diags.extend(problems)
-    for name, w in fp8.items():
-        shape, _, file = raw[name]
-        out[name] = TensorInfo(shape, w.dtype, file if len(ckpt.files) > 1 else "")
-    for name in dropped:
+    for name in unpack.dropped | set(unpack.int4):
         out.pop(name, None)
+    for name in [*unpack.fp8, *unpack.int4]:
+        shape, _, file = raw[name]
+        if name in unpack.int4:
+            shape = unpack.int4[name].shape
+        out[unpack.name(name)] = TensorInfo(
+            shape, unpack.dtype(name), file if len(ckpt.files) > 1 else ""
+        )
     unsupported = {
-        k: kept for k, names in unsupported.items() if (kept := [n for n in names if n not in fp8])
+        k: kept
+        for k, names in unsupported.items()
+        if (kept := [n for n in names if n not in unpack.fp8])
     }
     diags.extend(
         unsupported_dtype(file, dtype, names) for (file, dtype), names in unsupported.items()
