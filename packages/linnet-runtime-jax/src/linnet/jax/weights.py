@@ -21,12 +21,12 @@ from linnet.lang.weights.safetensors import (
     SAFETENSORS_DTYPES,
     Checkpoint,
     checkpoint_shapes,
+    checkpoint_unpacking,
     resolve_checkpoint,
     safetensors_header,
     shard_of,
 )
 from linnet.lang.weights.stacked import stack_tensors
-from linnet.lang.weights.unpacking import checkpoint_unpacking
 
 
 def numpy_dtype(name: str) -> Any:

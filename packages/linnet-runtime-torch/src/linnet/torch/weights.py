@@ -16,9 +16,14 @@ from typing import Any
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError
 from linnet.lang.weights.fp8 import block_scales
 from linnet.lang.weights.gguf import GGUFCheckpoint
-from linnet.lang.weights.safetensors import Checkpoint, checkpoint_shapes, resolve_checkpoint
+from linnet.lang.weights.safetensors import (
+    Checkpoint,
+    checkpoint_shapes,
+    checkpoint_unpacking,
+    resolve_checkpoint,
+)
 from linnet.lang.weights.stacked import stack_tensors
-from linnet.lang.weights.unpacking import Unpacking, checkpoint_unpacking
+from linnet.lang.weights.unpacking import Unpacking
 
 import torch
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import linnet.lang.tensors.dtypes as DT
 from linnet.lang.diagnostics.core import Diagnostic, LinnetError, coded_error
-from linnet.lang.weights.unpacking import unpacking_of
+from linnet.lang.weights.unpacking import Unpacking, unpacking_of
 
 SAFETENSORS_DTYPES = {
     "F64": "f64",
@@ -456,3 +456,15 @@ def checkpoint_shapes(ckpt: Checkpoint) -> dict[str, tuple]:
     if diags:
         raise LinnetError(diags)
     return dict(out)
+
+
+def checkpoint_unpacking(ckpt: Checkpoint) -> Unpacking:
+    """:func:`unpacking_of` a safetensors checkpoint (headers only; ``checkpoint_shapes``
+    validated them first and reported any problem): the readers' plan."""
+    tensors: dict[str, tuple[tuple[int, ...], str]] = {}
+    for path in ckpt.files:
+        header, _ = safetensors_header(path)
+        for name, info in header.items():
+            if name != "__metadata__":
+                tensors[name] = (tuple(info["shape"]), info["dtype"])
+    return unpacking_of(tensors, ckpt.config_path)[0]

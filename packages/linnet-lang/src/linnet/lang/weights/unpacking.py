@@ -72,17 +72,3 @@ def unpacking_of(
     fp8, fp8_dropped, problems = fp8_weights(tensors, configured_block(quant))
     int4, int4_dropped, more = int4_weights(tensors, method_of(quant))
     return Unpacking(fp8, int4, fp8_dropped | int4_dropped), problems + more
-
-
-def checkpoint_unpacking(ckpt: Any) -> Unpacking:
-    """:func:`unpacking_of` a safetensors checkpoint (headers only; ``checkpoint_shapes``
-    validated them first and reported any problem): the readers' plan."""
-    from linnet.lang.weights.safetensors import safetensors_header
-
-    tensors: dict[str, tuple[tuple[int, ...], str]] = {}
-    for path in ckpt.files:
-        header, _ = safetensors_header(path)
-        for name, info in header.items():
-            if name != "__metadata__":
-                tensors[name] = (tuple(info["shape"]), info["dtype"])
-    return unpacking_of(tensors, ckpt.config_path)[0]
