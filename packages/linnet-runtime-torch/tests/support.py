@@ -322,3 +322,30 @@ def run_guarded(cmd: list[str], *, idle: float = 300, limit: float = 3600, **kwa
             f"{out[-3000:]}\n--- stderr\n{err[-3000:]}"
         )
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+# The linear weights of a transformers Llama layer (the ones quantised checkpoints pack).
+HF_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def saved_hf_llama(folder: Path, **config) -> tuple[dict, dict]:
+    """A random transformers Llama of ``config`` saved (float32 safetensors) into
+    ``folder``: its tensors and its config.json, to be written again as another checkpoint
+    by :func:`save_hf_checkpoint`."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    return load_file(folder / "model.safetensors"), json.loads((folder / "config.json").read_text())
+
+
+def save_hf_checkpoint(folder: Path, tensors: dict, config: dict) -> Path:
+    """``tensors`` and ``config`` as a Hugging Face checkpoint directory ``folder``."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder

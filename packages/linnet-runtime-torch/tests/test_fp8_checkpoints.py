@@ -18,6 +18,7 @@ from linnet.lang import LinnetError
 from linnet.lang.weights.fp8 import dequantized, e4m3_table
 from linnet.torch import load
 from safetensors.torch import load_file, save_file
+from support import HF_LINEARS, save_hf_checkpoint, saved_hf_llama
 
 transformers = pytest.importorskip("transformers")
 
@@ -32,7 +33,6 @@ SMALL = dict(
     head_dim=10,
     max_position_embeddings=64,
 )
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # The three layouts of a weight's scales, as the formats save them.
 FORMATS = {
     "fp8-blocks": (
@@ -89,17 +89,13 @@ def _expand(s: torch.Tensor, shape, layout) -> torch.Tensor:
 def saved(tmp_path_factory) -> dict[str, Path]:
     """A random Llama saved by transformers in float32, then for each format its float8
     directory and a directory of the float8 weights' dequantised values (the reference)."""
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMALL)).eval()
     base = tmp_path_factory.mktemp("f32")
-    model.save_pretrained(base, safe_serialization=True)
-    tensors = load_file(base / "model.safetensors")
-    config = json.loads((base / "config.json").read_text())
+    tensors, config = saved_hf_llama(base, **SMALL)
     out = {"f32": base}
     for fmt, (suffix, layout, quant) in FORMATS.items():
         fp8, ref = dict(tensors), dict(tensors)
         for name, w in tensors.items():
-            if not any(f"{lin}.weight" in name for lin in LINEARS):
+            if not any(f"{lin}.weight" in name for lin in HF_LINEARS):
                 continue
             s = _scales(w, layout)
             q = (w / _expand(s, w.shape, layout)).to(torch.float8_e4m3fn)
@@ -112,10 +108,9 @@ def saved(tmp_path_factory) -> dict[str, Path]:
             ("fp8", fp8, {**config, "quantization_config": quant}),
             ("ref", ref, config),
         ):
-            d = tmp_path_factory.mktemp(f"{fmt}-{kind}")
-            save_file(ts, d / "model.safetensors", metadata={"format": "pt"})
-            (d / "config.json").write_text(json.dumps(cfg))
-            out[f"{fmt}-{kind}"] = d
+            out[f"{fmt}-{kind}"] = save_hf_checkpoint(
+                tmp_path_factory.mktemp(f"{fmt}-{kind}"), ts, cfg
+            )
     return out
 
 

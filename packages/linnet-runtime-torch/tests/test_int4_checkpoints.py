@@ -16,6 +16,7 @@ import torch
 from linnet.lang import LinnetError
 from linnet.torch import load
 from safetensors.torch import load_file, save_file
+from support import HF_LINEARS, save_hf_checkpoint, saved_hf_llama
 
 transformers = pytest.importorskip("transformers")
 
@@ -29,7 +30,6 @@ SMALL = dict(
     head_dim=8,
     max_position_embeddings=64,
 )
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GROUP = 16
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 FORMATS = {
@@ -106,18 +106,15 @@ def _quantised(w: np.ndarray, fmt: str, rng: np.random.Generator):
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> dict[str, Path]:
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMALL)).eval()
-    base = tmp_path_factory.mktemp("f32")
-    model.save_pretrained(base, safe_serialization=True)
-    tensors = load_file(base / "model.safetensors")
-    config = json.loads((base / "config.json").read_text())
+    """A random Llama saved by transformers in float32, then for each format its packed
+    directory and a directory of the values the packed tensors mean (the reference)."""
+    tensors, config = saved_hf_llama(tmp_path_factory.mktemp("f32"), **SMALL)
     rng = np.random.default_rng(0)
     out = {}
     for fmt, quant in FORMATS.items():
         packed, ref = {}, {}
         for name, w in tensors.items():
-            if not any(f"{lin}.weight" in name for lin in LINEARS):
+            if not any(f"{lin}.weight" in name for lin in HF_LINEARS):
                 packed[name] = ref[name] = w
                 continue
             parts, value = _quantised(w.numpy(), fmt, rng)
@@ -128,10 +125,9 @@ def saved(tmp_path_factory) -> dict[str, Path]:
             ("q", packed, {**config, "quantization_config": quant}),
             ("ref", ref, config),
         ):
-            d = tmp_path_factory.mktemp(f"{fmt}-{kind}")
-            save_file(ts, d / "model.safetensors", metadata={"format": "pt"})
-            (d / "config.json").write_text(json.dumps(cfg))
-            out[f"{fmt}-{kind}"] = d
+            out[f"{fmt}-{kind}"] = save_hf_checkpoint(
+                tmp_path_factory.mktemp(f"{fmt}-{kind}"), ts, cfg
+            )
     return out
 
 
