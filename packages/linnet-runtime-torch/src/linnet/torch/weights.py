@@ -78,6 +78,8 @@ def load_checkpoint(
     # their scales and zeros (small) are read first, wherever their shards are.
     unpack = checkpoint_unpacking(ckpt)
     extra = _tensors(ckpt, unpack.companions(), device) if unpack else {}
+    # GPTQ / AWQ companions go through NumPy (the one definition): made host arrays once.
+    arrays = {k: v.cpu().numpy() for k, v in extra.items()} if unpack.int4 else {}
     out: dict[str, torch.Tensor] = {}
     for shard in ckpt.files:
         try:
@@ -88,7 +90,7 @@ def load_checkpoint(
                     name = unpack.name(stored)
                     where = blocks.get(name)
                     if stored in unpack.fp8 or stored in unpack.int4:
-                        t = _unpacked(unpack, stored, f.get_tensor(stored), extra)
+                        t = _unpacked(unpack, stored, f.get_tensor(stored), extra, arrays)
                         t = t.to(dtype or _torch_dtype(unpack.dtype(stored)))
                         if where is not None:
                             axis, start, stop = where
@@ -130,14 +132,18 @@ def _torch_dtype(name: str) -> torch.dtype:
 
 
 def _unpacked(
-    unpack: Unpacking, stored: str, data: torch.Tensor, extra: dict[str, torch.Tensor]
+    unpack: Unpacking,
+    stored: str,
+    data: torch.Tensor,
+    extra: dict[str, torch.Tensor],
+    arrays: dict[str, Any],
 ) -> torch.Tensor:
     """A float8 weight dequantised where it is (:func:`_fp8`), a GPTQ / AWQ ``qweight``
-    through the NumPy definition (:meth:`Unpacking.numpy`), in float32."""
+    through the NumPy definition (:meth:`Unpacking.numpy`; ``arrays``: the companions as
+    NumPy arrays), in float32."""
     if stored in unpack.fp8:
         w = unpack.fp8[stored]
         return _fp8(data, extra[w.scale], w.block)
-    arrays = {k: v.cpu().numpy() for k, v in extra.items() if k in unpack.companions()}
     return torch.from_numpy(unpack.numpy(stored, data.cpu().numpy(), arrays)).to(data.device)
 
 
